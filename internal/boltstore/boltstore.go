@@ -243,9 +243,16 @@ func (s *Store) commit(batch []*batchReq) {
 }
 
 // Backup implements core.Store: a consistent hot copy from one read transaction.
-func (s *Store) Backup(w io.Writer) (int64, error) {
+func (s *Store) Backup(w io.Writer) (int64, error) { return s.BackupSized(w, nil) }
+
+// BackupSized is Backup that first tells size the exact byte count, so a
+// streamed copy can carry a Content-Length and truncation is detectable.
+func (s *Store) BackupSized(w io.Writer, size func(int64)) (int64, error) {
 	var n int64
 	err := s.db.View(func(btx *bolt.Tx) error {
+		if size != nil {
+			size(btx.Size())
+		}
 		var err error
 		n, err = btx.WriteTo(w)
 		return err

@@ -147,7 +147,7 @@ type Cluster struct {
 	Keypair           string       `json:"keypair,omitempty"`
 	NetworkID         string       `json:"network_id,omitempty"`
 	ExternalLBIP      string       `json:"external_lb_ip,omitempty"`
-	Endpoint          string       `json:"endpoint,omitempty"` // https://<ip>:6443/
+	Endpoint          string       `json:"endpoint,omitempty"`    // https://<ip>:6443/
 	JoinMethod        string       `json:"join_method,omitempty"` // kubeadm | k3s | sonic
 	Owner             string       `json:"owner,omitempty"`       // API key id of the creator
 	Created           time.Time    `json:"created"`
@@ -156,19 +156,19 @@ type Cluster struct {
 
 // Version is a Kubernetes version ztpd supports, backed by a binaries ISO.
 type Version struct {
-	ID             string    `json:"id"`
-	Name           string    `json:"name"`
-	SemVer         string    `json:"semver"`
-	ImageID        string    `json:"image_id,omitempty"` // sha256 of the ISO in the image store
-	ISOName        string    `json:"iso_name,omitempty"`
-	ISOURL         string    `json:"iso_url,omitempty"`
-	Checksum       string    `json:"checksum,omitempty"`
-	ZoneID         string    `json:"zone_id,omitempty"`
-	State          string    `json:"state"` // Enabled | Disabled
-	MinCPU         int       `json:"min_cpu"`
-	MinMemoryMB    int       `json:"min_memory_mb"`
-	Created        time.Time `json:"created"`
-	UpdatedAt      time.Time `json:"updated_at"`
+	ID          string    `json:"id"`
+	Name        string    `json:"name"`
+	SemVer      string    `json:"semver"`
+	ImageID     string    `json:"image_id,omitempty"` // sha256 of the ISO in the image store
+	ISOName     string    `json:"iso_name,omitempty"`
+	ISOURL      string    `json:"iso_url,omitempty"`
+	Checksum    string    `json:"checksum,omitempty"`
+	ZoneID      string    `json:"zone_id,omitempty"`
+	State       string    `json:"state"` // Enabled | Disabled
+	MinCPU      int       `json:"min_cpu"`
+	MinMemoryMB int       `json:"min_memory_mb"`
+	Created     time.Time `json:"created"`
+	UpdatedAt   time.Time `json:"updated_at"`
 }
 
 // Token is a credential record. Only a hash of the secret is stored.
