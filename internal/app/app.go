@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	imagestore "github.com/ztpd/ztpd/images/store"
 	"github.com/ztpd/ztpd/internal/boltstore"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
@@ -39,6 +40,9 @@ type App struct {
 	Cfg   config.Config
 	Log   *slog.Logger
 	Store *boltstore.Store
+
+	// Images is the content-addressed artifact store.
+	Images *imagestore.Store
 
 	// HTTPMux is the ZTP content listener's router; transports mount on it.
 	HTTPMux *http.ServeMux
@@ -72,6 +76,13 @@ func (a *App) build() error {
 	a.HTTPMux.Handle("GET /metrics", promhttp.Handler())
 	a.AdminMux.HandleFunc("GET /admin/backup", a.adminBackup)
 	a.AdminMux.HandleFunc("GET /admin/status", a.healthz)
+
+	images, err := imagestore.Open(a.Store, a.Cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	a.Images = images
+	a.mountImageAdmin()
 	return nil
 }
 
