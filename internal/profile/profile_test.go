@@ -108,7 +108,7 @@ func TestLoadErrorsNameFileLineProfileField(t *testing.T) {
 		{"name: x\nsections: [{name: snmp, data: {community-ro: '{{ .Nope }}'}}]\n", []string{"sections[0]", "Nope"}},
 		{"name: Bad Name\n", []string{"name"}},
 		{"name: x\nrole: worker\n", []string{"role without a cluster"}},
-		
+
 		{"name: x\nhostname: a_b\n", []string{"hostname", "not a host name"}},
 		{"name: x\nmgmt: {ip: 10.0.0.300, prefix: 24}\n", []string{"mgmt.ip", "not an IPv4"}},
 		{"name: x\nztp_options: {restart-ztp-forever: true}\n", []string{"ztp_options.restart-ztp-forever"}},

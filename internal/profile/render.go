@@ -51,8 +51,8 @@ func SampleFacts() *Facts {
 // Data is what templates are executed on.
 type Data struct {
 	ID, MAC, Serial, Product, Platform, Kind, IP, Subnet string
-	SONiCVersion, VendorClass, DHCPHostname             string
-	Labels                                              map[string]string
+	SONiCVersion, VendorClass, DHCPHostname              string
+	Labels                                               map[string]string
 
 	Profile  string
 	Hostname string // the rendered hostname (empty while rendering it)
@@ -416,7 +416,9 @@ var funcs = template.FuncMap{
 		}
 		return def
 	},
-	"macHex": func(s string) string { return strings.NewReplacer(":", "", "-", "", ".", "").Replace(strings.ToLower(s)) },
+	"macHex": func(s string) string {
+		return strings.NewReplacer(":", "", "-", "", ".", "").Replace(strings.ToLower(s))
+	},
 	"json": func(v any) (string, error) {
 		b, err := json.Marshal(v)
 		return string(b), err
