@@ -158,6 +158,17 @@ func BuildVersion(v string) string {
 	return v
 }
 
+// SONiC returns the image the profile pins, or nil; it needs no device
+// facts (ONIE installs use it before the switch has a serial or name).
+func (p *Profile) SONiC() *SONiC {
+	sc := p.spec.SONiC
+	if sc == nil {
+		return nil
+	}
+	return &SONiC{Version: BuildVersion(sc.Version), Image: sc.Image, SetDefault: sc.SetDefault == nil || *sc.SetDefault,
+		SkipReboot: sc.SkipReboot}
+}
+
 // Render produces what the profile gives the device with facts f. Output is
 // built in memory; an error leaves nothing half-rendered.
 func (p *Profile) Render(f *Facts, env Env, parts Parts) (*Result, error) {
@@ -203,10 +214,7 @@ func (p *Profile) render(f *Facts, env Env, parts Parts, checkValues bool) (*Res
 		m.Interface = mg.Interface
 		d.Mgmt, r.Mgmt = m, &m
 	}
-	if sc := p.spec.SONiC; sc != nil {
-		r.SONiC = &SONiC{Version: BuildVersion(sc.Version), Image: sc.Image, SetDefault: sc.SetDefault == nil || *sc.SetDefault,
-			SkipReboot: sc.SkipReboot}
-	}
+	r.SONiC = p.SONiC()
 	if cd := p.spec.ConfigDB; cd != nil {
 		r.ConfigMode = cd.Mode
 		if parts&RenderConfigDB != 0 && p.configDB != nil {
