@@ -111,6 +111,9 @@ func New(opt Options) (*Service, error) {
 	return s, nil
 }
 
+// SetJoinProvider wires the joiner; call it before serving starts.
+func (s *Service) SetJoinProvider(j JoinProvider) { s.opt.Join = j }
+
 // Close releases the files root.
 func (s *Service) Close() error {
 	if s.files != nil {
@@ -438,7 +441,7 @@ func (s *Service) pickInstaller(platforms []string, ok func(core.Image) bool) (c
 		}
 		for _, k := range []string{"onie-installer", "sonic-installer"} {
 			for _, im := range all {
-				if im.Kind == k && im.Platform == plat && ok(im) {
+				if im.Kind == k && platformIs(im.Platform, plat) && ok(im) {
 					return im, nil
 				}
 			}
@@ -550,6 +553,17 @@ func (s *Service) ONIEInstaller(ctx context.Context, c *Client, hint string) (co
 		s.progress(c, dev, name, core.StateImageServed, "onie.installer.served", map[string]string{"image": im.Name})
 	}
 	return im, dev, nil
+}
+
+// platformIs matches a stored platform against a requested one; a request
+// without the machine revision ("x86_64-accton_as7712_32x", as in ONIE's
+// fallback file names) matches every revision.
+func platformIs(stored, want string) bool {
+	if stored == want {
+		return true
+	}
+	rest, ok := strings.CutPrefix(stored, want+"-r")
+	return ok && rest != "" && strings.Trim(rest, "0123456789") == ""
 }
 
 func firstNonEmpty(l []string) string {
