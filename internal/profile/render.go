@@ -24,18 +24,18 @@ const (
 // Facts are what ztpd knows about a device; templates see them as fields of
 // Data (e.g. {{ .Serial }}).
 type Facts struct {
-	ID           string // device id (MAC)
-	MAC          string
-	Serial       string
-	Product      string
-	Platform     string
-	Kind         string
-	IP           string
-	Subnet       string // DHCP subnet name
-	SONiCVersion string // as reported, e.g. SONiC.202405.1; empty when unknown
-	VendorClass  string
-	DHCPHostname string
-	Labels       map[string]string
+	ID           string            `json:"id"` // device id (MAC)
+	MAC          string            `json:"mac"`
+	Serial       string            `json:"serial,omitempty"`
+	Product      string            `json:"product,omitempty"`
+	Platform     string            `json:"platform,omitempty"`
+	Kind         string            `json:"kind"`
+	IP           string            `json:"ip,omitempty"`
+	Subnet       string            `json:"subnet,omitempty"`        // DHCP subnet name
+	SONiCVersion string            `json:"sonic_version,omitempty"` // as reported, e.g. SONiC.202405.1
+	VendorClass  string            `json:"vendor_class,omitempty"`
+	DHCPHostname string            `json:"dhcp_hostname,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
 }
 
 // SampleFacts is the device used to trial-render templates at load and by
