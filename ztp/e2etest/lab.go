@@ -211,6 +211,12 @@ func (l *Lab) Run(name string, args ...string) (string, error) {
 	return string(out), err
 }
 
+// RunIn runs a command in namespace ns.
+func (l *Lab) RunIn(ns, name string, args ...string) (string, error) {
+	out, err := exec.Command("ip", append([]string{"netns", "exec", ns, name}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
