@@ -37,8 +37,18 @@ type tlab struct {
 }
 
 func startLab(t *testing.T, tftpYAML string, mtu int) *tlab {
+	return startLabOpts(t, tftpYAML, mtu, true)
+}
+
+// startLabOpts with wildcard false... binds TFTP to 0.0.0.0 and gives the
+// server a second address (.2), without an advertise address.
+func startLabOpts(t *testing.T, tftpYAML string, mtu int, specific bool) *tlab {
 	e2etest.RequireRoot(t, "curl", "tftp", "atftp")
-	lab := e2etest.NewLab(t, labShort, labNet, nil, []int{devHost, strange})
+	var extraSrv []int
+	if !specific {
+		extraSrv = []int{2}
+	}
+	lab := e2etest.NewLab(t, labShort, labNet, extraSrv, []int{devHost, strange})
 	if mtu > 0 {
 		if out, err := lab.RunIn(lab.Srv, "ip", "link", "set", lab.IfSrv, "mtu", fmt.Sprint(mtu)); err != nil {
 			t.Fatalf("%v %s", err, out)
@@ -76,8 +86,12 @@ func startLab(t *testing.T, tftpYAML string, mtu int) *tlab {
 	os.WriteFile(filepath.Join(lab.Dir, "secret.txt"), []byte("secret"), 0o644)
 	os.Symlink(filepath.Join(lab.Dir, "secret.txt"), filepath.Join(files, "escape"))
 	prof, _ := filepath.Abs("testdata/profiles")
-	lab.Start(fmt.Sprintf("advertise_addr: %s\nhttp: {addr: '%s:8080'}\nprofiles: [%s]\ntftp: {enabled: true, addr: '%s:69'%s}\n",
-		lab.SrvIP, lab.SrvIP, prof, lab.SrvIP, tftpYAML))
+	if specific {
+		lab.Start(fmt.Sprintf("advertise_addr: %s\nhttp: {addr: '%s:8080'}\nprofiles: [%s]\ntftp: {enabled: true, addr: '%s:69'%s}\n",
+			lab.SrvIP, lab.SrvIP, prof, lab.SrvIP, tftpYAML))
+	} else {
+		lab.Start(fmt.Sprintf("http: {addr: ':8080'}\nprofiles: [%s]\ntftp: {enabled: true, addr: ':69'%s}\n", prof, tftpYAML))
+	}
 	return tl
 }
 
@@ -216,9 +230,36 @@ func TestTraversalAndWritesRefused(t *testing.T) {
 	}
 }
 
+// TestSinglePortWildcardAnswersFromTheAddressAsked: bound to 0.0.0.0 on a
+// server with two addresses, replies leave from the address the client used,
+// and URLs in ztp.json name it (no advertise address is configured).
+func TestSinglePortWildcardAnswersFromTheAddressAsked(t *testing.T) {
+	tl := startLabOpts(t, ", single_port: true", 0, false)
+	second := tl.Addr(2)
+	if from := replySource(t, tl, second); from != second+" 69" {
+		t.Fatalf("reply from %q, want %s 69", from, second)
+	}
+	dst := filepath.Join(tl.Dir, "got.bin")
+	mustRun(t, tl, "curl", "-sS", "--tftp-blksize", "1468", "-o", dst, "tftp://"+second+"/"+imgName)
+	if got := tl.sha256File(t, dst); got != tl.sha {
+		t.Fatal("sha256 mismatch")
+	}
+	out := mustRun(t, tl, "curl", "-sS", "--interface", tl.Addr(devHost), "tftp://"+second+"/ztp.json")
+	if !strings.Contains(out, "http://"+second+":8080/ztp/config/"+devMAC+"/config_db.json") {
+		t.Fatalf("ztp.json does not point at the address asked:\n%s", out)
+	}
+}
+
 // replyPort sends one RRQ and reports the UDP port the first answer comes
 // from: 69 in single-port mode, an ephemeral port otherwise.
 func replyPort(t *testing.T, tl *tlab) string {
+	f := strings.Fields(replySource(t, tl, tl.SrvIP))
+	return f[len(f)-1]
+}
+
+// replySource sends one RRQ to server and reports "<address> <port>" of the
+// first answer.
+func replySource(t *testing.T, tl *tlab, server string) string {
 	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("needs python3 for the raw TFTP probe")
@@ -226,8 +267,8 @@ func replyPort(t *testing.T, tl *tlab) string {
 	probe := `import socket,sys
 s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.bind((sys.argv[2],0)); s.settimeout(5)
 s.sendto(b'\x00\x01'+sys.argv[3].encode()+b'\x00octet\x00',(sys.argv[1],69))
-d,a=s.recvfrom(2048); print(a[1]); s.sendto(b'\x00\x05\x00\x00probe done\x00',a)`
-	return strings.TrimSpace(mustRun(t, tl, "python3", "-c", probe, tl.SrvIP, tl.CliIP, imgName))
+d,a=s.recvfrom(2048); print(a[0], a[1]); s.sendto(b'\x00\x05\x00\x00probe done\x00',a)`
+	return strings.TrimSpace(mustRun(t, tl, "python3", "-c", probe, server, tl.CliIP, imgName))
 }
 
 func mustRun(t *testing.T, tl *tlab, name string, args ...string) string {
