@@ -60,6 +60,8 @@ type Profile struct {
 	configDB   *tmpl
 	userData   *tmpl
 	sections   []compiledSection
+
+	sectionsUseMgmt bool // a section template refers to .Mgmt
 }
 
 // spec is the YAML form of a profile.
@@ -548,6 +550,9 @@ func (p *Profile) compile(dir string) Errors {
 			}
 		}
 		p.sections = append(p.sections, compiledSection{name: s.Name, body: body})
+		if mentions(&s.Data, "Mgmt") {
+			p.sectionsUseMgmt = true
+		}
 	}
 	if len(errs) == 0 {
 		if _, err := p.render(SampleFacts(), Env{BaseURL: "http://192.0.2.1:8080"}, RenderAll, false); err != nil {
@@ -555,6 +560,19 @@ func (p *Profile) compile(dir string) Errors {
 		}
 	}
 	return errs
+}
+
+// mentions reports whether any scalar under n contains word.
+func mentions(n *yaml.Node, word string) bool {
+	if n.Kind == yaml.ScalarNode && strings.Contains(n.Value, word) {
+		return true
+	}
+	for _, c := range n.Content {
+		if mentions(c, word) {
+			return true
+		}
+	}
+	return false
 }
 
 func builtinList() string {

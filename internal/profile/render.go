@@ -136,7 +136,6 @@ type Section struct {
 var (
 	versionRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$`)
 	imageNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:+-]{0,199}$`)
-	hostLabelRE = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?$`)
 )
 
 // defaultHostname names a switch by its serial number, or by its MAC.
@@ -206,7 +205,9 @@ func (p *Profile) render(f *Facts, env Env, parts Parts, checkValues bool) (*Res
 		}
 		r.HWSKU = strings.TrimSpace(d.HWSKU)
 	}
-	if mg := p.spec.Mgmt; mg != nil {
+	// The management address goes into config_db; ztp.json needs it only
+	// when a section template mentions it.
+	if mg := p.spec.Mgmt; mg != nil && (parts&(RenderConfigDB|RenderUserData) != 0 || !checkValues || p.sectionsUseMgmt) {
 		m, field, line, err := p.renderMgmt(d, checkValues)
 		if err != nil {
 			return fail(field, line, err)
@@ -298,10 +299,20 @@ func checkHostname(h string) error {
 	if h == "" || len(h) > 253 {
 		return fmt.Errorf("rendered %q, not a host name", h)
 	}
-	for _, l := range strings.Split(h, ".") {
-		if !hostLabelRE.MatchString(l) {
+	label := 0
+	for i := 0; i <= len(h); i++ {
+		if i == len(h) || h[i] == '.' {
+			if label == 0 || label > 63 || h[i-1] == '-' || h[i-label] == '-' {
+				return fmt.Errorf("rendered %q, not a host name (letters, digits and -, dot-separated labels up to 63)", h)
+			}
+			label = 0
+			continue
+		}
+		c := h[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-') {
 			return fmt.Errorf("rendered %q, not a host name (letters, digits and -, dot-separated labels up to 63)", h)
 		}
+		label++
 	}
 	return nil
 }

@@ -79,6 +79,9 @@ type Service struct {
 	opt      Options
 	log      *slog.Logger
 	profiles atomic.Pointer[profile.Set]
+	rec      *recorder
+	devices  deviceCache
+	imgs     imageCache
 	httpPort string
 	baseURL  string // fixed when AdvertiseAddr is set
 	files    *os.Root
@@ -108,14 +111,21 @@ func New(opt Options) (*Service, error) {
 		}
 	}
 	s.profiles.Store(&profile.Set{})
+	if opt.Store != nil {
+		s.rec = newRecorder(opt.Store, &s.devices, s.log.Error)
+	}
 	return s, nil
 }
 
 // SetJoinProvider wires the joiner; call it before serving starts.
 func (s *Service) SetJoinProvider(j JoinProvider) { s.opt.Join = j }
 
-// Close releases the files root.
+// Close records what is still queued and releases the files root. Call it
+// before the store closes.
 func (s *Service) Close() error {
+	if s.rec != nil {
+		s.rec.close()
+	}
 	if s.files != nil {
 		return s.files.Close()
 	}
@@ -227,7 +237,7 @@ func (s *Service) identify(tx core.Tx, c *Client) (dev core.Device, stored bool,
 		macs = append(macs, c.ONIE.MAC)
 	}
 	for _, sn := range serials {
-		if sn != "" && try(core.DeviceBySerial(tx, sn)) {
+		if sn != "" && try(s.devices.bySerial(tx, sn)) {
 			return dev, stored, err
 		}
 	}
@@ -243,14 +253,14 @@ func (s *Service) identify(tx core.Tx, c *Client) (dev core.Device, stored bool,
 		if firstMAC == "" {
 			firstMAC = nm
 		}
-		if try(core.GetDevice(tx, nm)) {
+		if try(s.devices.get(tx, nm)) {
 			return dev, stored, err
 		}
 	}
 	if c.Addr.IsValid() {
 		l, e := core.GetLease(tx, c.Addr.Unmap().String())
 		if e == nil && l.MAC != "" && (l.State == core.LeaseActive || l.Reserved) {
-			if try(core.GetDevice(tx, l.MAC)) {
+			if try(s.devices.get(tx, l.MAC)) {
 				return dev, stored, err
 			}
 			return core.Device{ID: l.MAC, MAC: l.MAC, IP: l.IP, Subnet: l.Subnet, Hostname: l.Hostname,
@@ -406,7 +416,7 @@ func (s *Service) sonicImage(r *profile.Result, f *profile.Facts) (core.Image, e
 		return core.Image{}, unavailable("no image store")
 	}
 	if r.SONiC.Image != "" {
-		im, err := s.opt.Images.Resolve(r.SONiC.Image)
+		im, err := s.imgs.resolve(s.opt.Images, r.SONiC.Image)
 		if err != nil {
 			return im, unavailable("profile %q wants SONiC image %q, which is not in the image store (ztpd image add)", r.Profile, r.SONiC.Image)
 		}
@@ -465,22 +475,26 @@ func (s *Service) ConfigDB(ctx context.Context, c *Client, id string) (*Served, 
 		return nil, notFound("no device %q", id)
 	}
 	var target, asker core.Device
-	var askerErr error
+	var askerErr, targetErr error
 	err = s.opt.Store.View(func(tx core.Tx) error {
-		var err error
-		if target, err = core.GetDevice(tx, nid); err != nil {
-			return err
+		target, targetErr = s.devices.get(tx, nid)
+		if targetErr != nil && !errors.Is(targetErr, core.ErrNotFound) {
+			return targetErr
 		}
 		asker, _, askerErr = s.identify(tx, c)
 		return nil
 	})
-	if errors.Is(err, core.ErrNotFound) {
-		return nil, notFound("no device %s", nid)
-	}
 	if err != nil {
 		return nil, err
 	}
-	if askerErr != nil || asker.ID != target.ID {
+	switch {
+	case askerErr == nil && asker.ID == nid:
+		// The device itself; it may be so new that its first fetch is
+		// still being recorded.
+		target = asker
+	case targetErr != nil:
+		return nil, notFound("no device %s", nid)
+	default:
 		who := "an unidentified client"
 		if askerErr == nil {
 			who = "device " + asker.ID
@@ -629,45 +643,19 @@ func (s *Service) OpenFile(name string) (*os.File, error) {
 	return f, nil
 }
 
-// progress moves the device forward to next and appends an event, in one
-// group commit. A failure is logged, never fatal to serving: the switch
-// should get its content even when the disk is full.
+// progress moves the device forward to next and appends an event (through
+// the recorder's group commit).
 func (s *Service) progress(c *Client, dev core.Device, profileName string, next core.DeviceState, evType string, fields map[string]string) {
-	now := s.now()
-	transport := c.Transport
-	err := s.opt.Store.Batch(func(tx core.Tx) error {
-		cur, err := core.GetDevice(tx, dev.ID)
-		if errors.Is(err, core.ErrNotFound) {
-			cur = dev
-			cur.State = core.StateDiscovered
-			cur.FirstSeen = now
-		} else if err != nil {
-			return err
-		} else {
-			learn(&cur, c)
-		}
-		cur.State = core.Advance(cur.State, next)
-		if profileName != "" {
-			cur.Profile = profileName
-		}
-		cur.LastSeen, cur.UpdatedAt = now, now
-		if err := core.PutDevice(tx, cur); err != nil {
-			return err
-		}
-		ev := core.Event{Time: now, Type: evType, Device: cur.ID, Fields: map[string]string{
-			"transport": transport, "addr": addrString(c.Addr), "state": string(cur.State)}}
-		if profileName != "" {
-			ev.Fields["profile"] = profileName
-		}
-		for k, v := range fields {
-			ev.Fields[k] = v
-		}
-		_, err = core.AppendEvent(tx, ev)
-		return err
-	})
-	if err != nil {
-		s.log.Error("recording device progress failed", "device", dev.ID, "event", evType, "err", err)
+	ev := core.Event{Time: s.now(), Type: evType, Device: dev.ID, Fields: make(map[string]string, len(fields)+4)}
+	ev.Fields["transport"] = c.Transport
+	ev.Fields["addr"] = addrString(c.Addr)
+	if profileName != "" {
+		ev.Fields["profile"] = profileName
 	}
+	for k, v := range fields {
+		ev.Fields[k] = v
+	}
+	s.rec.add(record{c: *c, dev: dev, profile: profileName, next: next, ev: ev})
 }
 
 // refused records a request that got no content because the device is
@@ -677,16 +665,16 @@ func (s *Service) refused(c *Client, dev core.Device, what string, reason error)
 	if !errors.As(reason, &e) || e.Status != 404 {
 		return
 	}
-	now := s.now()
-	ev := core.Event{Time: now, Type: "ztp.unknown", Device: dev.ID, Message: e.Reason,
+	ev := core.Event{Time: s.now(), Type: "ztp.unknown", Device: dev.ID, Message: e.Reason,
 		Fields: map[string]string{"what": what, "transport": c.Transport, "addr": addrString(c.Addr)}}
 	if c.Serial != "" {
 		ev.Fields["serial"] = c.Serial
 	}
-	if err := s.opt.Store.Batch(func(tx core.Tx) error { _, err := core.AppendEvent(tx, ev); return err }); err != nil {
-		s.log.Error("recording refused request failed", "err", err)
-	}
+	s.rec.add(record{c: *c, ev: ev})
 }
+
+// Flush waits until every fetch so far is recorded in the store.
+func (s *Service) Flush() { s.rec.flush() }
 
 // InstanceID is the stable cloud-init instance id of a VM: its
 // "instance-id" label, else a name-based UUID (version 5) of its MAC.

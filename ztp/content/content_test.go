@@ -65,6 +65,7 @@ func newEnv(t *testing.T, join JoinProvider, defaultProfile string) *env {
 	if err := svc.SetProfiles(set); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { svc.Close() })
 	fixed := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	svc.now = func() time.Time { return fixed }
 	return &env{svc: svc, db: db, images: ims}
@@ -100,6 +101,7 @@ func (e *env) putDevice(t *testing.T, d core.Device, leaseIP string) {
 
 func (e *env) device(t *testing.T, id string) core.Device {
 	t.Helper()
+	e.svc.Flush()
 	var d core.Device
 	if err := e.db.View(func(tx core.Tx) error { var err error; d, err = core.GetDevice(tx, id); return err }); err != nil {
 		t.Fatal(err)
@@ -109,6 +111,7 @@ func (e *env) device(t *testing.T, id string) core.Device {
 
 func (e *env) events(t *testing.T) []core.Event {
 	t.Helper()
+	e.svc.Flush()
 	var out []core.Event
 	e.db.View(func(tx core.Tx) error {
 		return tx.Scan(core.BucketEvents, "", func(_ string, v []byte) (bool, error) {
@@ -247,6 +250,7 @@ func TestIdentificationOrderAndFallbacks(t *testing.T) {
 	if err != nil || got.Device.ID != d.ID {
 		t.Fatalf("by serial: %v %+v", err, got)
 	}
+	e.svc.Flush() // the product the headers told is on record now
 	// No headers at all (TFTP): found by the lease of the source address.
 	got, err = e.svc.ZTPJSON(ctx, &Client{Addr: netip.MustParseAddr("10.99.40.20"), Transport: "tftp"})
 	if err != nil || got.Device.ID != d.ID {
@@ -448,3 +452,21 @@ func TestFilesRefuseTraversal(t *testing.T) {
 	}
 	f.Close()
 }
+
+func openStores(tb testing.TB, dir string) (*boltstore.Store, *imagestore.Store) {
+	tb.Helper()
+	db, err := boltstore.Open(dir, boltstore.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	ims, err := imagestore.Open(db, dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return db, ims
+}
+
+func stringsReader(s string) *strings.Reader { return strings.NewReader(s) }
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

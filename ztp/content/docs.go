@@ -90,7 +90,11 @@ func BuildZTPJSON(r *profile.Result, in ZTPInput) ([]byte, error) {
 	}
 	ztp := make(map[string]any, len(secs)+4)
 	for i, s := range secs {
-		ztp[fmt.Sprintf("%0*d-%s", width, i+1, s.name)] = s.body
+		n := strconv.Itoa(i + 1)
+		for len(n) < width {
+			n = "0" + n
+		}
+		ztp[n+"-"+s.name] = s.body
 	}
 	for k, v := range r.ZTPOptions {
 		ztp[k] = v
@@ -101,7 +105,7 @@ func BuildZTPJSON(r *profile.Result, in ZTPInput) ([]byte, error) {
 		// appear, and the default (true) would restart ZTP every 5 minutes.
 		ztp["restart-ztp-no-config"] = false
 	}
-	b, err := json.MarshalIndent(map[string]any{"ztp": ztp}, "", "  ")
+	b, err := appendJSON(make([]byte, 0, 1024), map[string]any{"ztp": ztp}, "  ", 0)
 	if err != nil {
 		return nil, fmt.Errorf("profile %q: encode ztp.json: %w", r.Profile, err)
 	}
@@ -176,7 +180,7 @@ func BuildConfigDB(r *profile.Result, f *profile.Facts, km *KubeMaster) ([]byte,
 		e["insecure"] = strconv.FormatBool(km.Insecure)
 		e["disable"] = "false"
 	}
-	b, err := json.MarshalIndent(doc, "", "    ")
+	b, err := appendJSON(make([]byte, 0, 2048), doc, "    ", 0)
 	if err != nil {
 		return nil, fmt.Errorf("profile %q: encode config_db.json: %w", r.Profile, err)
 	}

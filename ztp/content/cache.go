@@ -1,0 +1,117 @@
+package content
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// deviceCache keeps decoded device records keyed by their stored bytes: a
+// lookup still reads the record in the caller's transaction (so it is never
+// stale), but decodes JSON only when the bytes changed. Cached devices are
+// shared and must be treated as read-only (copy before changing Labels).
+type deviceCache struct {
+	mu sync.RWMutex
+	m  map[string]cachedDevice
+}
+
+type cachedDevice struct {
+	raw []byte
+	dev core.Device
+}
+
+const deviceCacheMax = 200000
+
+func (c *deviceCache) get(tx core.Tx, id string) (core.Device, error) {
+	raw, err := rawGet(tx, core.BucketDevices, id)
+	if err != nil {
+		return core.Device{}, err
+	}
+	if raw == nil {
+		return core.Device{}, fmt.Errorf("device %s: %w", id, core.ErrNotFound)
+	}
+	c.mu.RLock()
+	e, ok := c.m[id]
+	c.mu.RUnlock()
+	if ok && bytes.Equal(e.raw, raw) {
+		return e.dev, nil
+	}
+	var d core.Device
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return d, fmt.Errorf("corrupt device record %s: %w", id, err)
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= deviceCacheMax {
+		c.m = make(map[string]cachedDevice)
+	}
+	c.m[id] = cachedDevice{raw: bytes.Clone(raw), dev: d}
+	c.mu.Unlock()
+	return d, nil
+}
+
+// bySerial follows the serial-number index maintained by core.PutDevice.
+func (c *deviceCache) bySerial(tx core.Tx, serial string) (core.Device, error) {
+	raw, err := rawGet(tx, core.BucketIndex, "serial/"+serial)
+	if err != nil {
+		return core.Device{}, err
+	}
+	if raw == nil {
+		return core.Device{}, fmt.Errorf("device with serial %q: %w", serial, core.ErrNotFound)
+	}
+	var id string
+	if err := json.Unmarshal(raw, &id); err != nil {
+		return core.Device{}, fmt.Errorf("corrupt serial index %q: %w", serial, err)
+	}
+	return c.get(tx, id)
+}
+
+// rawGet returns the stored bytes of key (valid only inside tx), or nil.
+func rawGet(tx core.Tx, b core.Bucket, key string) ([]byte, error) {
+	var out []byte
+	err := tx.ScanPrefix(b, key, func(k string, v []byte) (bool, error) {
+		if k == key {
+			out = v
+		}
+		return false, nil
+	})
+	return out, err
+}
+
+// imageCache remembers image lookups by name for a moment: a profile's
+// firmware image is resolved on every ztp.json, and images change rarely.
+type imageCache struct {
+	mu sync.Mutex
+	m  map[string]cachedImage
+}
+
+type cachedImage struct {
+	im core.Image
+	at time.Time
+}
+
+const imageCacheTTL = 2 * time.Second
+
+func (c *imageCache) resolve(images Images, ref string) (core.Image, error) {
+	now := time.Now()
+	c.mu.Lock()
+	e, ok := c.m[ref]
+	c.mu.Unlock()
+	if ok && now.Sub(e.at) < imageCacheTTL {
+		return e.im, nil
+	}
+	im, err := images.Resolve(ref)
+	if err != nil {
+		return im, err
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) > 1024 {
+		c.m = map[string]cachedImage{}
+	}
+	c.m[ref] = cachedImage{im: im, at: now}
+	c.mu.Unlock()
+	return im, nil
+}
