@@ -20,6 +20,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
@@ -43,8 +44,9 @@ func ValidKind(k string) bool {
 }
 
 var (
-	nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:+-]{0,199}$`)
-	shaRE  = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	nameRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:+-]{0,199}$`)
+	shaRE    = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	prefixRE = regexp.MustCompile(`^[0-9a-f]{12,63}$`)
 )
 
 // ErrInUse is returned when removing an image a Kubernetes version uses.
@@ -54,6 +56,10 @@ var ErrInUse = errors.New("image is in use")
 type Store struct {
 	db   core.Store
 	root string
+	// link serialises "blob in place + record written" against "record
+	// removed + blob deleted", so a concurrent add and remove of the same
+	// content never leave a record without its blob.
+	link sync.Mutex
 }
 
 // Meta describes an artifact being added.
@@ -135,6 +141,14 @@ func (s *Store) Add(ctx context.Context, r io.Reader, m Meta, wantSHA string) (c
 	if wantSHA != "" && sha != wantSHA {
 		return core.Image{}, false, fmt.Errorf("checksum mismatch for %s: expected sha256 %s, got %s", m.Name, wantSHA, sha)
 	}
+	s.link.Lock()
+	defer s.link.Unlock()
+	// Refuse a taken name before the content lands, so a refused add leaves
+	// no orphan blob behind.
+	err = s.db.View(func(tx core.Tx) error { return nameFree(tx, m.Name, sha) })
+	if err != nil {
+		return core.Image{}, false, err
+	}
 	existed := true
 	if _, err := os.Stat(s.BlobPath(sha)); errors.Is(err, os.ErrNotExist) {
 		existed = false
@@ -148,11 +162,8 @@ func (s *Store) Add(ctx context.Context, r io.Reader, m Meta, wantSHA string) (c
 	}
 	var im core.Image
 	err = s.db.Update(func(tx core.Tx) error {
-		var owner string
-		if ok, err := tx.Get(core.BucketIndex, nameKey(m.Name), &owner); err != nil {
+		if err := nameFree(tx, m.Name, sha); err != nil {
 			return err
-		} else if ok && owner != sha {
-			return fmt.Errorf("name %q already names image %s; remove it first or choose another name", m.Name, owner[:12])
 		}
 		had, err := tx.Get(core.BucketImages, sha, &im)
 		if err != nil {
@@ -168,9 +179,23 @@ func (s *Store) Add(ctx context.Context, r io.Reader, m Meta, wantSHA string) (c
 		return tx.Put(core.BucketIndex, nameKey(m.Name), sha)
 	})
 	if err != nil {
+		if !existed { // the blob this add brought has no record: take it back
+			_ = os.Remove(s.BlobPath(sha))
+		}
 		return core.Image{}, false, err
 	}
 	return im, existed, nil
+}
+
+// nameFree checks that name is unused or already names sha.
+func nameFree(tx core.Tx, name, sha string) error {
+	var owner string
+	if ok, err := tx.Get(core.BucketIndex, nameKey(name), &owner); err != nil {
+		return err
+	} else if ok && owner != sha {
+		return fmt.Errorf("name %q already names image %s; remove it first or choose another name", name, owner[:12])
+	}
+	return nil
 }
 
 // AddFile adds the file at path.
@@ -211,7 +236,7 @@ func ResolveTx(tx core.Tx, ref string) (core.Image, error) {
 	} else if ok {
 		return core.GetImage(tx, sha)
 	}
-	if len(ref) >= 12 && len(ref) < 64 && regexp.MustCompile(`^[0-9a-f]+$`).MatchString(ref) {
+	if prefixRE.MatchString(ref) {
 		var found []string
 		err := tx.ScanPrefix(core.BucketImages, ref, func(k string, _ []byte) (bool, error) {
 			found = append(found, k)
@@ -302,6 +327,8 @@ func (s *Store) Open(im core.Image) (*os.File, error) {
 
 // Remove deletes an image (all its names) unless a Kubernetes version uses it.
 func (s *Store) Remove(ref string) (core.Image, error) {
+	s.link.Lock()
+	defer s.link.Unlock()
 	var im core.Image
 	err := s.db.Update(func(tx core.Tx) error {
 		var err error

@@ -161,3 +161,17 @@ func TestInstallerPrefersExactPlatform(t *testing.T) {
 		t.Fatalf("fallback: got %v %v", im.Name, err)
 	}
 }
+
+func TestRefusedNameLeavesNoOrphanBlob(t *testing.T) {
+	s, _, _ := newStore(t)
+	ctx := context.Background()
+	if _, _, err := s.Add(ctx, strings.NewReader("one"), Meta{Name: "x.bin", Kind: KindFile}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Add(ctx, strings.NewReader("two"), Meta{Name: "x.bin", Kind: KindFile}, ""); err == nil {
+		t.Fatal("a taken name was accepted for other content")
+	}
+	if n := blobs(t, s); n != 1 {
+		t.Fatalf("%d blobs after a refused add, want 1", n)
+	}
+}
