@@ -23,7 +23,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"text/template"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -340,37 +339,41 @@ type templateData struct {
 	KubernetesVersion string // e.g. 1.31.4
 }
 
+// expand fills the only three placeholders a BOM may use. It is deliberately
+// not text/template: a BOM must not be able to loop or call functions.
 func expand(field, tmpl string, d templateData) (string, error) {
-	if !strings.Contains(tmpl, "{{") {
-		return tmpl, nil
-	}
 	if len(tmpl) > 2048 {
-		return "", fmt.Errorf("%s: template longer than 2048 bytes", field)
-	}
-	t, err := template.New(field).Option("missingkey=error").Parse(tmpl)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", field, err)
+		return "", fmt.Errorf("%s: longer than 2048 bytes", field)
 	}
 	var out strings.Builder
-	if err := t.Execute(&limitedWriter{w: &out, n: 4096}, d); err != nil {
-		return "", fmt.Errorf("%s: %w (templates may use {{.Arch}}, {{.Version}}, {{.KubernetesVersion}})", field, err)
+	rest := tmpl
+	for {
+		i := strings.Index(rest, "{{")
+		if i < 0 {
+			if strings.Contains(rest, "}}") {
+				return "", fmt.Errorf("%s: stray }} in %q", field, tmpl)
+			}
+			out.WriteString(rest)
+			return out.String(), nil
+		}
+		out.WriteString(rest[:i])
+		rest = rest[i+2:]
+		j := strings.Index(rest, "}}")
+		if j < 0 {
+			return "", fmt.Errorf("%s: unclosed {{ in %q", field, tmpl)
+		}
+		switch key := strings.TrimSpace(rest[:j]); key {
+		case ".Arch":
+			out.WriteString(d.Arch)
+		case ".Version":
+			out.WriteString(d.Version)
+		case ".KubernetesVersion":
+			out.WriteString(d.KubernetesVersion)
+		default:
+			return "", fmt.Errorf("%s: unknown placeholder {{%s}}; use {{.Arch}}, {{.Version}} or {{.KubernetesVersion}}", field, key)
+		}
+		rest = rest[j+2:]
 	}
-	return out.String(), nil
-}
-
-// limitedWriter stops template output at n bytes so a hostile BOM cannot
-// produce huge strings.
-type limitedWriter struct {
-	w io.Writer
-	n int
-}
-
-func (l *limitedWriter) Write(p []byte) (int, error) {
-	if len(p) > l.n {
-		return 0, errors.New("template output too long")
-	}
-	l.n -= len(p)
-	return l.w.Write(p)
 }
 
 // Resolve expands the BOM for one arch into the items that go on its ISO,
