@@ -196,9 +196,9 @@ func readDirRecords(r io.ReaderAt, imageSize int64, ext, size uint32) ([]rawReco
 // walker walks a directory tree. Records hold absolute offsets so callers can
 // patch them in place.
 type walker struct {
-	r         io.ReaderAt
-	size      int64
-	vol       *volume
+	r       io.ReaderAt
+	size    int64
+	vol     *volume
 	visited map[uint32]bool
 	entries int
 }
