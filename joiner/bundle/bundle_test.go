@@ -279,14 +279,16 @@ func TestPlanJoinGolden(t *testing.T) {
 func TestPlanRefusesUnsafeOrBrokenInput(t *testing.T) {
 	base := JoinParams{Version: MustVersion("1.28.4"), APIServerEndpoint: "10.99.1.10:6443", Token: tokA, CACertHashes: []string{caHash}}
 	for name, mutate := range map[string]func(*JoinParams){
-		"no CA hash":          func(p *JoinParams) { p.CACertHashes = nil },
-		"bad CA hash":         func(p *JoinParams) { p.CACertHashes = []string{"sha256:XYZ"} },
-		"upper-case CA hash":  func(p *JoinParams) { p.CACertHashes = []string{"sha256:" + strings.Repeat("AB", 32)} },
-		"no token":            func(p *JoinParams) { p.Token = tokens.BootstrapToken{} },
-		"no port":             func(p *JoinParams) { p.APIServerEndpoint = "10.99.1.10" },
-		"shell in host":       func(p *JoinParams) { p.APIServerEndpoint = "$(reboot):6443" },
-		"cp without key":      func(p *JoinParams) { p.ControlPlane = true },
-		"cp before 1.16":      func(p *JoinParams) { p.ControlPlane, p.CertificateKey, p.Version = true, certKey, MustVersion("1.15.3") },
+		"no CA hash":         func(p *JoinParams) { p.CACertHashes = nil },
+		"bad CA hash":        func(p *JoinParams) { p.CACertHashes = []string{"sha256:XYZ"} },
+		"upper-case CA hash": func(p *JoinParams) { p.CACertHashes = []string{"sha256:" + strings.Repeat("AB", 32)} },
+		"no token":           func(p *JoinParams) { p.Token = tokens.BootstrapToken{} },
+		"no port":            func(p *JoinParams) { p.APIServerEndpoint = "10.99.1.10" },
+		"shell in host":      func(p *JoinParams) { p.APIServerEndpoint = "$(reboot):6443" },
+		"cp without key":     func(p *JoinParams) { p.ControlPlane = true },
+		"cp before 1.16": func(p *JoinParams) {
+			p.ControlPlane, p.CertificateKey, p.Version = true, certKey, MustVersion("1.15.3")
+		},
 		"unsupported version": func(p *JoinParams) { p.Version = MustVersion("1.10.0") },
 	} {
 		p := base
