@@ -45,8 +45,8 @@ Quick start (no root, no external services):
 	pf.StringVar(&opts.configPath, "config", "", "YAML configuration file (see README, \"Configuration\")")
 	pf.StringVar(&opts.dataDir, "data-dir", "", "state directory holding the bbolt store and image files (default ./ztpd-data)")
 	pf.StringVarP(&opts.output, "output", "o", "table", "output format: table or json")
-	pf.StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	pf.StringVar(&opts.logFormat, "log-format", "text", "log format: text or json")
+	pf.StringVar(&opts.logLevel, "log-level", "", "log level: debug, info, warn or error")
+	pf.StringVar(&opts.logFormat, "log-format", "", "log format: text or json")
 	for _, f := range subcommands {
 		root.AddCommand(f(opts))
 	}

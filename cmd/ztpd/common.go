@@ -1,0 +1,68 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/ztpd/ztpd/internal/app"
+	"github.com/ztpd/ztpd/internal/config"
+)
+
+// loadConfig reads --config and applies the global flags over it.
+func loadConfig(opts *rootOptions) (config.Config, error) {
+	cfg, err := config.Load(opts.configPath)
+	if err != nil {
+		return cfg, err
+	}
+	if opts.dataDir != "" {
+		cfg.DataDir = opts.dataDir
+	}
+	if opts.logLevel != "" {
+		cfg.Log.Level = opts.logLevel
+	}
+	if opts.logFormat != "" {
+		cfg.Log.Format = opts.logFormat
+	}
+	return cfg, nil
+}
+
+func newLogger(cfg config.Config) *slog.Logger {
+	return app.NewLogger(os.Stderr, cfg.Log.Level, cfg.Log.Format)
+}
+
+func checkOutputFormat(opts *rootOptions) error {
+	switch opts.output {
+	case "table", "json":
+		return nil
+	}
+	return fmt.Errorf("--output %q: use table or json", opts.output)
+}
+
+// printResult writes v as indented JSON with -o json, otherwise calls table.
+func printResult(opts *rootOptions, w io.Writer, v any, table func(tw *tabwriter.Writer)) error {
+	if err := checkOutputFormat(opts); err != nil {
+		return err
+	}
+	if opts.output == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	table(tw)
+	return tw.Flush()
+}
+
+// row writes tab-separated cells as one table line.
+func row(tw io.Writer, cells ...any) {
+	parts := make([]string, len(cells))
+	for i, c := range cells {
+		parts[i] = fmt.Sprint(c)
+	}
+	fmt.Fprintln(tw, strings.Join(parts, "\t"))
+}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ztpd/ztpd/internal/app"
+	"github.com/ztpd/ztpd/internal/config"
+)
+
+func init() { register(newServeCmd) }
+
+type serveFlags struct {
+	httpAddr      string
+	metadataAddr  string
+	apiAddr       string
+	advertiseAddr string
+	dhcpIfaces    []string
+	dhcpRanges    []string
+	tftp          bool
+	tftpAddr      string
+	grace         time.Duration
+}
+
+func newServeCmd(opts *rootOptions) *cobra.Command {
+	f := &serveFlags{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the appliance: DHCP, TFTP, HTTP ZTP content and the API",
+		Long: `Run the appliance until SIGINT or SIGTERM, then shut down gracefully.
+
+With no arguments ztpd runs on an embedded default that needs no root and no
+external service: state in ./ztpd-data (one bbolt file), HTTP on
+127.0.0.1:8080 with /healthz and /metrics (Prometheus). DHCP starts only when
+--dhcp-interface (or dhcp.interfaces in --config) is given; TFTP only with
+--tftp. Both need root (ports 67 and 69).
+
+Flags override the same settings in the --config file. The configuration is
+validated before anything starts; every error names its field.
+
+Only one ztpd may use a data directory; a second one fails at once.`,
+		Example: `  # try it out, no root
+  ztpd serve
+
+  # serve a real subnet on veth0 (address 10.99.0.1/16)
+  ztpd serve --data-dir /var/lib/ztpd --dhcp-interface veth0 \
+      --dhcp-range 10.99.1.10-10.99.1.250 --http-addr 10.99.0.1:8080
+
+  # everything from a file, JSON logs
+  ztpd serve --config /etc/ztpd/ztpd.yaml --log-format json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(opts)
+			if err != nil {
+				return err
+			}
+			applyServeFlags(cmd, f, &cfg)
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			log := newLogger(cfg)
+			a, err := app.New(cfg, log)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			if err := a.Start(); err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			log.Info("ztpd started", "version", version, "data_dir", cfg.DataDir, "http", cfg.HTTP.Addr,
+				"dhcp_interfaces", cfg.DHCP.Interfaces, "advertise", cfg.AdvertiseAddr)
+			err = a.Serve(ctx, f.grace)
+			log.Info("ztpd stopped")
+			if err != nil {
+				return fmt.Errorf("serve: %w", err)
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.httpAddr, "http-addr", "", "ZTP HTTP listen address (default 127.0.0.1:8080)")
+	fl.StringVar(&f.metadataAddr, "metadata-addr", "", "extra listener for the cloud-init metadata service, e.g. 10.99.0.1:80")
+	fl.StringVar(&f.apiAddr, "api-addr", "", "separate API listen address (default: the HTTP listener)")
+	fl.StringVar(&f.advertiseAddr, "advertise-addr", "", "address put into URLs handed to devices (default: the first DHCP interface's address)")
+	fl.StringArrayVar(&f.dhcpIfaces, "dhcp-interface", nil, "serve DHCP on this interface (repeatable)")
+	fl.StringArrayVar(&f.dhcpRanges, "dhcp-range", nil, "dynamic pool A-B inside a DHCP interface's subnet (repeatable)")
+	fl.BoolVar(&f.tftp, "tftp", false, "serve ZTP content over TFTP")
+	fl.StringVar(&f.tftpAddr, "tftp-addr", "", "TFTP listen address (default :69)")
+	fl.DurationVar(&f.grace, "shutdown-grace", 10*time.Second, "how long to let in-flight requests finish on shutdown")
+	return cmd
+}
+
+func applyServeFlags(cmd *cobra.Command, f *serveFlags, cfg *config.Config) {
+	fl := cmd.Flags()
+	if fl.Changed("http-addr") {
+		cfg.HTTP.Addr = f.httpAddr
+	}
+	if fl.Changed("metadata-addr") {
+		cfg.HTTP.MetadataAddr = f.metadataAddr
+	}
+	if fl.Changed("api-addr") {
+		cfg.API.Addr = f.apiAddr
+	}
+	if fl.Changed("advertise-addr") {
+		cfg.AdvertiseAddr = f.advertiseAddr
+	}
+	if fl.Changed("dhcp-interface") {
+		cfg.DHCP.Interfaces = f.dhcpIfaces
+	}
+	if fl.Changed("dhcp-range") {
+		cfg.DHCP.Ranges = append(cfg.DHCP.Ranges, f.dhcpRanges...)
+	}
+	if fl.Changed("tftp") {
+		cfg.TFTP.Enabled = f.tftp
+	}
+	if fl.Changed("tftp-addr") {
+		cfg.TFTP.Addr = f.tftpAddr
+	}
+}

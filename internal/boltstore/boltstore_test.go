@@ -1,0 +1,200 @@
+package boltstore
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+func openTemp(t *testing.T) (*Store, string) {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, dir
+}
+
+func TestSecondOpenFailsFastWithClearError(t *testing.T) {
+	_, dir := openTemp(t)
+	start := time.Now()
+	_, err := Open(dir, Options{})
+	if !errors.Is(err, ErrLocked) {
+		t.Fatalf("second open: got %v, want ErrLocked", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("second open took %v; it must not hang", d)
+	}
+	if !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
+		t.Errorf("error should name the holder pid: %v", err)
+	}
+}
+
+func TestBatchCommitsEveryCallerAndIsolatesFailures(t *testing.T) {
+	s, dir := openTemp(t)
+	const n = 500
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			errs[i] = s.Batch(func(tx core.Tx) error {
+				if i%50 == 7 {
+					return fmt.Errorf("caller %d refuses", i)
+				}
+				return tx.Put(core.BucketLeases, fmt.Sprintf("k%04d", i), i)
+			})
+		}(i)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if i%50 == 7 {
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("caller %d", i)) {
+				t.Fatalf("caller %d: want its own error, got %v", i, err)
+			}
+		} else if err != nil {
+			t.Fatalf("caller %d: %v", i, err)
+		}
+	}
+	s.Close()
+	// Reopen: what Batch acknowledged is on disk.
+	s2, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	err = s2.View(func(tx core.Tx) error {
+		c, err := tx.Count(core.BucketLeases)
+		if c != n-n/50 {
+			return fmt.Errorf("count %d, want %d", c, n-n/50)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBackupIsAConsistentOpenableCopy(t *testing.T) {
+	s, _ := openTemp(t)
+	for i := 0; i < 100; i++ {
+		d := core.Device{ID: fmt.Sprintf("02:00:00:00:00:%02x", i), Serial: fmt.Sprintf("SN%d", i), State: core.StateDiscovered}
+		if err := s.Update(func(tx core.Tx) error { return core.PutDevice(tx, d) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "backup.db")
+	if _, err := s.BackupToFile(out); err != nil {
+		t.Fatal(err)
+	}
+	bdir := t.TempDir()
+	if err := os.Rename(out, filepath.Join(bdir, FileName)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(bdir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	err = b.View(func(tx core.Tx) error {
+		d, err := core.DeviceBySerial(tx, "SN42")
+		if err != nil {
+			return err
+		}
+		if d.ID != "02:00:00:00:00:2a" {
+			return fmt.Errorf("serial index points at %s", d.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNewerSchemaIsRefused(t *testing.T) {
+	s, dir := openTemp(t)
+	err := s.db.Update(func(btx *bolt.Tx) error {
+		return btx.Bucket([]byte(core.BucketMeta)).Put([]byte(schemaKey), []byte("999"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	_, err = Open(dir, Options{})
+	if err == nil || !strings.Contains(err.Error(), "newer than this ztpd supports") {
+		t.Fatalf("want schema error, got %v", err)
+	}
+}
+
+func TestSerialIndexFollowsChanges(t *testing.T) {
+	s, _ := openTemp(t)
+	put := func(serial string) {
+		t.Helper()
+		if err := s.Update(func(tx core.Tx) error {
+			return core.PutDevice(tx, core.Device{ID: "02:00:00:00:00:01", Serial: serial})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("A")
+	put("B")
+	err := s.View(func(tx core.Tx) error {
+		if _, err := core.DeviceBySerial(tx, "A"); !errors.Is(err, core.ErrNotFound) {
+			return fmt.Errorf("old serial still indexed: %v", err)
+		}
+		_, err := core.DeviceBySerial(tx, "B")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestClusterNamesAreUnique(t *testing.T) {
+	s, _ := openTemp(t)
+	err := s.Update(func(tx core.Tx) error {
+		if err := core.PutCluster(tx, core.Cluster{ID: "c1", Name: "prod"}); err != nil {
+			return err
+		}
+		return core.PutCluster(tx, core.Cluster{ID: "c2", Name: "prod"})
+	})
+	if err == nil || !strings.Contains(err.Error(), "already used") {
+		t.Fatalf("want duplicate-name error, got %v", err)
+	}
+}
+
+func BenchmarkBatchParallel(b *testing.B) {
+	s, err := Open(b.TempDir(), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	b.SetParallelism(64)
+	var seq sync.Mutex
+	n := 0
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			seq.Lock()
+			n++
+			k := fmt.Sprintf("%08d", n)
+			seq.Unlock()
+			if err := s.Batch(func(tx core.Tx) error {
+				return tx.Put(core.BucketLeases, k, core.Lease{IP: k, State: core.LeaseActive})
+			}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

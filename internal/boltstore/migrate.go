@@ -1,0 +1,65 @@
+package boltstore
+
+import (
+	"fmt"
+	"strconv"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// SchemaVersion is the newest schema this build understands.
+var SchemaVersion = len(migrations)
+
+const schemaKey = "schema_version"
+
+// migrations[i] brings a store from schema i to schema i+1. Append only: a
+// released migration is never edited.
+var migrations = []func(*bolt.Tx) error{
+	// 0 -> 1: the initial typed buckets.
+	func(btx *bolt.Tx) error {
+		for _, b := range core.Buckets {
+			if _, err := btx.CreateBucketIfNotExists([]byte(b)); err != nil {
+				return err
+			}
+		}
+		return nil
+	},
+}
+
+func (s *Store) migrate() error {
+	return s.db.Update(func(btx *bolt.Tx) error {
+		meta, err := btx.CreateBucketIfNotExists([]byte(core.BucketMeta))
+		if err != nil {
+			return err
+		}
+		cur := 0
+		if raw := meta.Get([]byte(schemaKey)); raw != nil {
+			if cur, err = strconv.Atoi(string(raw)); err != nil {
+				return fmt.Errorf("store schema version %q is not a number", raw)
+			}
+		}
+		if cur > SchemaVersion {
+			return fmt.Errorf("store schema version %d is newer than this ztpd supports (%d); upgrade ztpd", cur, SchemaVersion)
+		}
+		for v := cur; v < SchemaVersion; v++ {
+			if err := migrations[v](btx); err != nil {
+				return fmt.Errorf("migrate store schema %d -> %d: %w", v, v+1, err)
+			}
+		}
+		return meta.Put([]byte(schemaKey), []byte(strconv.Itoa(SchemaVersion)))
+	})
+}
+
+// Schema returns the schema version recorded in the store.
+func (s *Store) Schema() (int, error) {
+	var v int
+	err := s.db.View(func(btx *bolt.Tx) error {
+		raw := btx.Bucket([]byte(core.BucketMeta)).Get([]byte(schemaKey))
+		var err error
+		v, err = strconv.Atoi(string(raw))
+		return err
+	})
+	return v, err
+}

@@ -1,0 +1,296 @@
+// Package config loads and validates ztpd's YAML configuration. Every
+// validation error names the field path and the problem, e.g.
+// "dhcp.subnets[0].pools[1]: start 10.99.1.9 is after end 10.99.1.1".
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the whole appliance configuration.
+type Config struct {
+	DataDir       string   `yaml:"data_dir"`
+	AdvertiseAddr string   `yaml:"advertise_addr"` // address put into URLs handed to devices
+	Log           Log      `yaml:"log"`
+	HTTP          HTTP     `yaml:"http"`
+	API           API      `yaml:"api"`
+	TFTP          TFTP     `yaml:"tftp"`
+	DHCP          DHCP     `yaml:"dhcp"`
+	ZTP           ZTP      `yaml:"ztp"`
+	Events        Events   `yaml:"events"`
+	Joiner        Joiner   `yaml:"joiner"`
+	Profiles      []string `yaml:"profiles"` // profile YAML files or directories
+}
+
+// Log selects the slog handler.
+type Log struct {
+	Level  string `yaml:"level"`  // debug | info | warn | error
+	Format string `yaml:"format"` // text | json
+}
+
+// HTTP is the ZTP content listener (ztp.json, configs, images, join, metrics).
+type HTTP struct {
+	Addr string `yaml:"addr"`
+	// MetadataAddr serves the CloudStack/cloud-init metadata service
+	// (/latest/meta-data/...). CloudStack VMs look for it on port 80 of their DHCP
+	// server; empty disables the extra listener (the paths stay on Addr).
+	MetadataAddr string `yaml:"metadata_addr"`
+}
+
+// API is the REST and CloudStack-compatible API listener.
+type API struct {
+	// Addr is the API's own listener; empty serves the API on http.addr.
+	Addr string `yaml:"addr"`
+	// TLS applies to the API's own listener.
+	TLS TLS `yaml:"tls"`
+	// AuthFailuresPerMinute bounds failed authentications per client address.
+	AuthFailuresPerMinute int `yaml:"auth_failures_per_minute"`
+}
+
+// TLS configures a listener's certificate; with no files a self-signed
+// certificate is generated into the data directory.
+type TLS struct {
+	Enabled  bool   `yaml:"enabled"`
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// TFTP serves the same ZTP content read-only over TFTP.
+type TFTP struct {
+	Enabled    bool   `yaml:"enabled"`
+	Addr       string `yaml:"addr"`
+	SinglePort bool   `yaml:"single_port"`
+	// MaxBlockSize caps negotiated blksize; 0 derives MTU-32 from the interface.
+	MaxBlockSize int `yaml:"max_block_size"`
+}
+
+// ZTP tunes content serving.
+type ZTP struct {
+	// DefaultProfile is given to devices no profile matches; empty means such a
+	// device gets a 404 with a JSON reason.
+	DefaultProfile string `yaml:"default_profile"`
+}
+
+// Events bounds the event log.
+type Events struct {
+	Keep int `yaml:"keep"` // newest events kept; older ones are pruned
+}
+
+// Joiner tunes credential issue.
+type Joiner struct {
+	EnrollmentTTL Duration `yaml:"enrollment_ttl"`
+	TokenTTL      Duration `yaml:"token_ttl"`
+	KeyFile       string   `yaml:"key_file"` // at-rest encryption key; default <data_dir>/secret.key
+	AutoApprove   []Rule   `yaml:"auto_approve"`
+}
+
+// Rule matches devices for auto-approval; an empty field matches anything, a
+// device must match every non-empty field.
+type Rule struct {
+	Serials  []string `yaml:"serials"`
+	MACs     []string `yaml:"macs"`
+	Products []string `yaml:"products"`
+	Subnets  []string `yaml:"subnets"` // CIDRs
+	Cluster  string   `yaml:"cluster"`
+}
+
+// Duration is a time.Duration written as "90s", "10m" or "1h" in YAML.
+type Duration time.Duration
+
+// UnmarshalYAML parses a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration like 90s, 10m or 1h", n.Line, s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration back as a string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Default returns the embedded default: everything on loopback, no DHCP/TFTP.
+func Default() Config {
+	return Config{
+		DataDir: "ztpd-data",
+		Log:     Log{Level: "info", Format: "text"},
+		HTTP:    HTTP{Addr: "127.0.0.1:8080"},
+		API:     API{AuthFailuresPerMinute: 20},
+		TFTP:    TFTP{Addr: ":69"},
+		DHCP: DHCP{
+			LeaseTime:         Duration(time.Hour),
+			OfferHold:         Duration(30 * time.Second),
+			DeclineQuarantine: Duration(10 * time.Minute),
+		},
+		Events: Events{Keep: 200000},
+		Joiner: Joiner{EnrollmentTTL: Duration(time.Hour), TokenTTL: Duration(24 * time.Hour)},
+	}
+}
+
+// Load reads path (if not empty) over the defaults. Unknown fields are errors,
+// so a typo never silently falls back to a default.
+func Load(path string) (Config, error) {
+	cfg := Default()
+	if path == "" {
+		return cfg, nil
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, fmt.Errorf("config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// FieldError is a validation problem at a field path.
+type FieldError struct {
+	Field   string
+	Problem string
+}
+
+func (e FieldError) Error() string { return e.Field + ": " + e.Problem }
+
+// Errors collects every problem found, so an operator fixes them in one pass.
+type Errors []FieldError
+
+func (es Errors) Error() string {
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = e.Error()
+	}
+	return "invalid configuration:\n  " + strings.Join(parts, "\n  ")
+}
+
+func (es *Errors) add(field, format string, args ...any) {
+	*es = append(*es, FieldError{Field: field, Problem: fmt.Sprintf(format, args...)})
+}
+
+// Validate checks the whole configuration and fills derived values (parsed
+// ranges, the advertise address). It returns Errors listing every problem.
+func (c *Config) Validate() error {
+	var errs Errors
+	if c.DataDir == "" {
+		errs.add("data_dir", "must not be empty")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		errs.add("log.level", "%q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		errs.add("log.format", "%q is not one of text, json", c.Log.Format)
+	}
+	checkHostPort(&errs, "http.addr", c.HTTP.Addr, true)
+	checkHostPort(&errs, "http.metadata_addr", c.HTTP.MetadataAddr, false)
+	checkHostPort(&errs, "api.addr", c.API.Addr, false)
+	if c.API.TLS.CertFile != "" && c.API.TLS.KeyFile == "" || c.API.TLS.CertFile == "" && c.API.TLS.KeyFile != "" {
+		errs.add("api.tls", "cert_file and key_file must be given together")
+	}
+	if c.TFTP.Enabled {
+		checkHostPort(&errs, "tftp.addr", c.TFTP.Addr, true)
+	}
+	if c.TFTP.MaxBlockSize != 0 && (c.TFTP.MaxBlockSize < 8 || c.TFTP.MaxBlockSize > 65464) {
+		errs.add("tftp.max_block_size", "%d is outside 8..65464 (RFC 2348)", c.TFTP.MaxBlockSize)
+	}
+	if c.AdvertiseAddr != "" {
+		if _, err := netip.ParseAddr(c.AdvertiseAddr); err != nil {
+			errs.add("advertise_addr", "%q is not an IP address", c.AdvertiseAddr)
+		}
+	}
+	if c.Events.Keep < 0 {
+		errs.add("events.keep", "must not be negative")
+	}
+	for i, r := range c.Joiner.AutoApprove {
+		for j, s := range r.Subnets {
+			if _, err := netip.ParsePrefix(s); err != nil {
+				errs.add(fmt.Sprintf("joiner.auto_approve[%d].subnets[%d]", i, j), "%q is not a CIDR", s)
+			}
+		}
+		for j, m := range r.MACs {
+			if _, err := net.ParseMAC(m); err != nil {
+				errs.add(fmt.Sprintf("joiner.auto_approve[%d].macs[%d]", i, j), "%q is not a MAC address", m)
+			}
+		}
+	}
+	c.DHCP.validate(&errs)
+	if c.AdvertiseAddr == "" && len(c.DHCP.Interfaces) > 0 {
+		if ip, err := InterfaceIPv4(c.DHCP.Interfaces[0]); err == nil {
+			c.AdvertiseAddr = ip.Addr().String()
+		}
+	}
+	if c.AdvertiseAddr == "" && c.DHCP.Enabled() {
+		errs.add("advertise_addr", "not set and the first DHCP interface has no IPv4 address to default to")
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+func checkHostPort(errs *Errors, field, v string, required bool) {
+	if v == "" {
+		if required {
+			errs.add(field, "must not be empty")
+		}
+		return
+	}
+	host, port, err := net.SplitHostPort(v)
+	if err != nil {
+		errs.add(field, "%q is not host:port (%v)", v, err)
+		return
+	}
+	if host != "" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			errs.add(field, "host %q is not an IP address", host)
+		}
+	}
+	var p int
+	if _, err := fmt.Sscanf(port, "%d", &p); err != nil || p < 0 || p > 65535 {
+		errs.add(field, "port %q is not 0..65535", port)
+	}
+}
+
+// InterfaceIPv4 returns the first IPv4 address of the named interface, with
+// its prefix.
+func InterfaceIPv4(name string) (netip.Prefix, error) {
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+			ip, _ := netip.AddrFromSlice(ipn.IP.To4())
+			ones, _ := ipn.Mask.Size()
+			return netip.PrefixFrom(ip, ones), nil
+		}
+	}
+	return netip.Prefix{}, fmt.Errorf("interface %s has no IPv4 address", name)
+}

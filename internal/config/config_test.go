@@ -1,0 +1,86 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestDefaultIsValid(t *testing.T) {
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.HTTP.Addr != "127.0.0.1:8080" || c.DataDir != "ztpd-data" || c.DHCP.Enabled() {
+		t.Fatalf("unexpected default: %+v", c)
+	}
+}
+
+func TestErrorsNameFieldAndProblem(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(path, []byte(`
+advertise_addr: 10.99.0.1
+dhcp:
+  interfaces: [lo]
+  subnets:
+    - name: a
+      subnet: 10.99.1.0/24
+      pools: ["10.99.1.50-10.99.1.10", "10.99.2.1-10.99.2.9"]
+      router: 10.98.0.1
+      reservations:
+        - {mac: "02:00:00:00:00:01", ip: 10.99.1.5}
+        - {mac: "02-00-00-00-00-01", ip: 10.99.1.5}
+      options: {"300": x}
+`), 0o644)
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Validate()
+	if err == nil {
+		t.Fatal("want errors")
+	}
+	for _, want := range []string{
+		"dhcp.subnets[0].pools[0]: start 10.99.1.50 is after end 10.99.1.10",
+		"dhcp.subnets[0].pools[1]: 10.99.2.1-10.99.2.9 is outside subnet 10.99.1.0/24",
+		"dhcp.subnets[0].router: 10.98.0.1 is outside subnet",
+		"dhcp.subnets[0].reservations[1]: mac=02:00:00:00:00:01 is also reserved by reservation 0",
+		"dhcp.subnets[0].reservations[1].ip: 10.99.1.5 is also reserved",
+		`dhcp.subnets[0].options.300: "300" is not an option code`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+}
+
+func TestUnknownFieldIsAnError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(path, []byte("http:\n  adr: 1.2.3.4:80\n"), 0o644)
+	_, err := Load(path)
+	if err == nil || !strings.Contains(err.Error(), "adr") {
+		t.Fatalf("want unknown-field error naming adr, got %v", err)
+	}
+}
+
+func TestRangesFromFlagsUseInterfaceSubnet(t *testing.T) {
+	c := Default()
+	c.DHCP.Interfaces = []string{"lo"}
+	c.DHCP.Ranges = []string{"127.0.0.10-127.0.0.20"}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.DHCP.Subnets) != 1 || c.DHCP.Subnets[0].CIDR != "127.0.0.0/8" || len(c.DHCP.Subnets[0].PoolRanges) != 1 {
+		t.Fatalf("subnet not derived: %+v", c.DHCP.Subnets)
+	}
+	if c.AdvertiseAddr != "127.0.0.1" {
+		t.Fatalf("advertise addr should default to the interface address, got %q", c.AdvertiseAddr)
+	}
+	c = Default()
+	c.DHCP.Interfaces = []string{"lo"}
+	c.DHCP.Ranges = []string{"10.99.1.10-10.99.1.20"}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "dhcp.ranges[0]") {
+		t.Fatalf("want range placement error, got %v", err)
+	}
+}

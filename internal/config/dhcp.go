@@ -1,0 +1,375 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// DHCP configures the DHCPv4 server. It runs only when Interfaces is not empty.
+type DHCP struct {
+	Interfaces        []string `yaml:"interfaces"`
+	LeaseTime         Duration `yaml:"lease_time"`
+	OfferHold         Duration `yaml:"offer_hold"`         // how long an offered address stays held
+	DeclineQuarantine Duration `yaml:"decline_quarantine"` // how long a DECLINEd address is not offered
+	// Ranges are "A-B" pools given on the command line; Validate places each
+	// into the subnet of the DHCP interface that contains it.
+	Ranges []string `yaml:"ranges"`
+	// VM classifies CloudStack VMs that have no reservation.
+	VM VMMatch `yaml:"vm"`
+	// Options apply to every reply; per-class, per-subnet and per-reservation
+	// options override them in that order.
+	Options      Options            `yaml:"options"`
+	ClassOptions map[string]Options `yaml:"class_options"` // keyed by sonic|onie|vm|unknown
+	Subnets      []Subnet           `yaml:"subnets"`
+}
+
+// VMMatch lists what marks a client as a CloudStack VM.
+type VMMatch struct {
+	MACPrefixes   []string `yaml:"mac_prefixes"`   // e.g. "1e:00" (CloudStack's default guest MAC prefix)
+	VendorClasses []string `yaml:"vendor_classes"` // option 60 prefixes
+}
+
+// Options maps a DHCP option (decimal code, or a name such as "tftp-server-name")
+// to its value in text: IP lists comma separated, durations in seconds, raw
+// bytes as "hex:0a0b".
+type Options map[string]string
+
+// Subnet is one IPv4 network ztpd serves, directly on an interface or through
+// relays whose giaddr lies inside it.
+type Subnet struct {
+	Name         string             `yaml:"name"`
+	CIDR         string             `yaml:"subnet"`
+	Interface    string             `yaml:"interface"` // for directly attached subnets
+	Pools        []string           `yaml:"pools"`     // "A-B"
+	Router       string             `yaml:"router"`
+	DNS          []string           `yaml:"dns"`
+	Domain       string             `yaml:"domain"`
+	NTP          []string           `yaml:"ntp"`
+	Syslog       []string           `yaml:"syslog"`
+	LeaseTime    Duration           `yaml:"lease_time"`
+	Routes       []Route            `yaml:"routes"` // option 121
+	Options      Options            `yaml:"options"`
+	ClassOptions map[string]Options `yaml:"class_options"`
+	Reservations []Reservation      `yaml:"reservations"`
+
+	Prefix     netip.Prefix `yaml:"-"`
+	PoolRanges []Range      `yaml:"-"`
+}
+
+// Route is one classless static route (RFC 3442).
+type Route struct {
+	Dest string `yaml:"dest"` // CIDR
+	Via  string `yaml:"via"`
+}
+
+// Reservation pins an address (and optionally a hostname and options) to a
+// client identified by MAC, client id or serial number.
+type Reservation struct {
+	MAC      string  `yaml:"mac"`
+	ClientID string  `yaml:"client_id"`
+	Serial   string  `yaml:"serial"`
+	IP       string  `yaml:"ip"`
+	Hostname string  `yaml:"hostname"`
+	Kind     string  `yaml:"kind"` // sonic|onie|vm; a reservation without kind makes a VM
+	Options  Options `yaml:"options"`
+}
+
+// Range is an inclusive IPv4 address range.
+type Range struct{ Start, End netip.Addr }
+
+// Contains reports whether a is inside r.
+func (r Range) Contains(a netip.Addr) bool { return r.Start.Compare(a) <= 0 && a.Compare(r.End) <= 0 }
+
+// Size is the number of addresses in r.
+func (r Range) Size() uint32 { return ipToU32(r.End) - ipToU32(r.Start) + 1 }
+
+func ipToU32(a netip.Addr) uint32 {
+	b := a.As4()
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+// ParseRange parses "A-B".
+func ParseRange(s string) (Range, error) {
+	a, b, ok := strings.Cut(s, "-")
+	if !ok {
+		return Range{}, fmt.Errorf("%q is not a range like 10.99.1.10-10.99.1.250", s)
+	}
+	start, err := netip.ParseAddr(strings.TrimSpace(a))
+	if err != nil || !start.Is4() {
+		return Range{}, fmt.Errorf("range start %q is not an IPv4 address", a)
+	}
+	end, err := netip.ParseAddr(strings.TrimSpace(b))
+	if err != nil || !end.Is4() {
+		return Range{}, fmt.Errorf("range end %q is not an IPv4 address", b)
+	}
+	if start.Compare(end) > 0 {
+		return Range{}, fmt.Errorf("start %s is after end %s", start, end)
+	}
+	return Range{start, end}, nil
+}
+
+// Enabled reports whether the DHCP server should run.
+func (d *DHCP) Enabled() bool { return len(d.Interfaces) > 0 }
+
+func (d *DHCP) validate(errs *Errors) {
+	if d.LeaseTime.D() < 60e9 {
+		errs.add("dhcp.lease_time", "%s is shorter than one minute", d.LeaseTime.D())
+	}
+	if d.OfferHold.D() <= 0 {
+		errs.add("dhcp.offer_hold", "must be positive")
+	}
+	if d.DeclineQuarantine.D() < 0 {
+		errs.add("dhcp.decline_quarantine", "must not be negative")
+	}
+	for i, p := range d.VM.MACPrefixes {
+		if !validMACPrefix(p) {
+			errs.add(fmt.Sprintf("dhcp.vm.mac_prefixes[%d]", i), "%q is not a MAC prefix like 1e:00", p)
+		}
+	}
+	checkOptions(errs, "dhcp.options", d.Options)
+	for class, o := range d.ClassOptions {
+		checkClass(errs, "dhcp.class_options."+class, class)
+		checkOptions(errs, "dhcp.class_options."+class, o)
+	}
+	if len(d.Subnets) == 0 && len(d.Ranges) > 0 {
+		d.subnetsFromInterfaces(errs)
+	} else if len(d.Ranges) > 0 {
+		d.placeRanges(errs)
+	}
+	if d.Enabled() && len(d.Subnets) == 0 {
+		errs.add("dhcp.subnets", "DHCP interfaces are set but no subnet or --dhcp-range is configured")
+	}
+	names := map[string]bool{}
+	for i := range d.Subnets {
+		d.Subnets[i].validate(errs, fmt.Sprintf("dhcp.subnets[%d]", i), d)
+		if names[d.Subnets[i].Name] {
+			errs.add(fmt.Sprintf("dhcp.subnets[%d].name", i), "%q is used by another subnet", d.Subnets[i].Name)
+		}
+		names[d.Subnets[i].Name] = true
+	}
+	for i := range d.Subnets {
+		for j := i + 1; j < len(d.Subnets); j++ {
+			a, b := d.Subnets[i].Prefix, d.Subnets[j].Prefix
+			if a.IsValid() && b.IsValid() && a.Overlaps(b) {
+				errs.add(fmt.Sprintf("dhcp.subnets[%d].subnet", j), "%s overlaps subnet %q (%s)", b, d.Subnets[i].Name, a)
+			}
+		}
+	}
+}
+
+// subnetsFromInterfaces builds one subnet per interface from its address, for
+// the flags-only setup (`--dhcp-interface veth0 --dhcp-range A-B`). The
+// appliance's own address becomes the router, as dnsmasq does.
+func (d *DHCP) subnetsFromInterfaces(errs *Errors) {
+	for i, ifn := range d.Interfaces {
+		p, err := InterfaceIPv4(ifn)
+		if err != nil {
+			errs.add(fmt.Sprintf("dhcp.interfaces[%d]", i), "%v", err)
+			continue
+		}
+		d.Subnets = append(d.Subnets, Subnet{
+			Name: ifn, CIDR: p.Masked().String(), Interface: ifn, Router: p.Addr().String(),
+		})
+	}
+	d.placeRanges(errs)
+}
+
+func (d *DHCP) placeRanges(errs *Errors) {
+	for i, rs := range d.Ranges {
+		r, err := ParseRange(rs)
+		if err != nil {
+			errs.add(fmt.Sprintf("dhcp.ranges[%d]", i), "%v", err)
+			continue
+		}
+		placed := false
+		for j := range d.Subnets {
+			p, err := netip.ParsePrefix(d.Subnets[j].CIDR)
+			if err == nil && p.Contains(r.Start) && p.Contains(r.End) {
+				d.Subnets[j].Pools = append(d.Subnets[j].Pools, rs)
+				placed = true
+				break
+			}
+		}
+		if !placed {
+			errs.add(fmt.Sprintf("dhcp.ranges[%d]", i), "%s is not inside any DHCP interface's subnet; declare relayed subnets under dhcp.subnets", rs)
+		}
+	}
+	d.Ranges = nil
+}
+
+func (s *Subnet) validate(errs *Errors, f string, d *DHCP) {
+	p, err := netip.ParsePrefix(s.CIDR)
+	if err != nil || !p.Addr().Is4() {
+		errs.add(f+".subnet", "%q is not an IPv4 CIDR", s.CIDR)
+		return
+	}
+	s.Prefix = p.Masked()
+	if s.Name == "" {
+		s.Name = s.Prefix.String()
+	}
+	if s.Interface != "" && !containsStr(d.Interfaces, s.Interface) {
+		errs.add(f+".interface", "%q is not one of dhcp.interfaces %v", s.Interface, d.Interfaces)
+	}
+	if len(s.Pools) == 0 && len(s.Reservations) == 0 {
+		errs.add(f+".pools", "subnet has neither pools nor reservations")
+	}
+	s.PoolRanges = s.PoolRanges[:0]
+	for i, ps := range s.Pools {
+		r, err := ParseRange(ps)
+		if err != nil {
+			errs.add(fmt.Sprintf("%s.pools[%d]", f, i), "%v", err)
+			continue
+		}
+		if !s.Prefix.Contains(r.Start) || !s.Prefix.Contains(r.End) {
+			errs.add(fmt.Sprintf("%s.pools[%d]", f, i), "%s is outside subnet %s", ps, s.Prefix)
+			continue
+		}
+		for j, o := range s.PoolRanges {
+			if o.Contains(r.Start) || o.Contains(r.End) || r.Contains(o.Start) {
+				errs.add(fmt.Sprintf("%s.pools[%d]", f, i), "%s overlaps pool %d", ps, j)
+			}
+		}
+		s.PoolRanges = append(s.PoolRanges, r)
+	}
+	checkIP(errs, f+".router", s.Router, s.Prefix)
+	for i, a := range s.DNS {
+		checkIP(errs, fmt.Sprintf("%s.dns[%d]", f, i), a, netip.Prefix{})
+	}
+	for i, a := range s.NTP {
+		checkIP(errs, fmt.Sprintf("%s.ntp[%d]", f, i), a, netip.Prefix{})
+	}
+	for i, a := range s.Syslog {
+		checkIP(errs, fmt.Sprintf("%s.syslog[%d]", f, i), a, netip.Prefix{})
+	}
+	if s.LeaseTime != 0 && s.LeaseTime.D() < 60e9 {
+		errs.add(f+".lease_time", "%s is shorter than one minute", s.LeaseTime.D())
+	}
+	for i, r := range s.Routes {
+		if _, err := netip.ParsePrefix(r.Dest); err != nil {
+			errs.add(fmt.Sprintf("%s.routes[%d].dest", f, i), "%q is not a CIDR", r.Dest)
+		}
+		checkIP(errs, fmt.Sprintf("%s.routes[%d].via", f, i), r.Via, netip.Prefix{})
+	}
+	checkOptions(errs, f+".options", s.Options)
+	for class, o := range s.ClassOptions {
+		checkClass(errs, f+".class_options."+class, class)
+		checkOptions(errs, f+".class_options."+class, o)
+	}
+	seenIP := map[string]int{}
+	seenKey := map[string]int{}
+	for i, r := range s.Reservations {
+		rf := fmt.Sprintf("%s.reservations[%d]", f, i)
+		if r.MAC == "" && r.ClientID == "" && r.Serial == "" {
+			errs.add(rf, "needs mac, client_id or serial")
+		}
+		if r.MAC != "" {
+			hw, err := net.ParseMAC(r.MAC)
+			if err != nil {
+				errs.add(rf+".mac", "%q is not a MAC address", r.MAC)
+			} else {
+				s.Reservations[i].MAC = hw.String()
+			}
+		}
+		for _, k := range []string{"mac=" + s.Reservations[i].MAC, "client_id=" + r.ClientID, "serial=" + r.Serial} {
+			if strings.HasSuffix(k, "=") {
+				continue
+			}
+			if j, dup := seenKey[k]; dup {
+				errs.add(rf, "%s is also reserved by reservation %d", k, j)
+			}
+			seenKey[k] = i
+		}
+		if r.IP != "" {
+			checkIP(errs, rf+".ip", r.IP, s.Prefix)
+			if j, dup := seenIP[r.IP]; dup {
+				errs.add(rf+".ip", "%s is also reserved by reservation %d", r.IP, j)
+			}
+			seenIP[r.IP] = i
+		} else {
+			errs.add(rf+".ip", "must be set")
+		}
+		if r.Kind != "" {
+			checkClass(errs, rf+".kind", r.Kind)
+		}
+		checkOptions(errs, rf+".options", r.Options)
+	}
+}
+
+func checkIP(errs *Errors, field, v string, within netip.Prefix) {
+	if v == "" {
+		return
+	}
+	a, err := netip.ParseAddr(v)
+	if err != nil || !a.Is4() {
+		errs.add(field, "%q is not an IPv4 address", v)
+		return
+	}
+	if within.IsValid() && !within.Contains(a) {
+		errs.add(field, "%s is outside subnet %s", a, within)
+	}
+}
+
+func checkClass(errs *Errors, field, class string) {
+	switch class {
+	case "sonic", "onie", "vm", "unknown":
+	default:
+		errs.add(field, "%q is not one of sonic, onie, vm, unknown", class)
+	}
+}
+
+func checkOptions(errs *Errors, field string, o Options) {
+	for k := range o {
+		if _, err := OptionCode(k); err != nil {
+			errs.add(field+"."+k, "%v", err)
+		}
+	}
+}
+
+// optionNames are the option names accepted besides decimal codes.
+var optionNames = map[string]uint8{
+	"subnet-mask": 1, "router": 3, "dns-server": 6, "log-server": 7, "hostname": 12,
+	"domain-name": 15, "broadcast-address": 28, "ntp-server": 42, "lease-time": 51,
+	"server-identifier": 54, "renewal-time": 58, "rebinding-time": 59, "tftp-server-name": 66,
+	"bootfile-name": 67, "domain-search": 119, "classless-static-route": 121, "default-url": 114,
+	"sonic-provisioning-script": 239, "snmp-community": 224,
+}
+
+// OptionCode resolves an option key (decimal code or name) to its code.
+func OptionCode(k string) (uint8, error) {
+	if c, ok := optionNames[k]; ok {
+		return c, nil
+	}
+	n, err := strconv.Atoi(k)
+	if err != nil || n < 1 || n > 254 {
+		return 0, fmt.Errorf("%q is not an option code 1..254 or a known option name", k)
+	}
+	return uint8(n), nil
+}
+
+func validMACPrefix(p string) bool {
+	parts := strings.Split(p, ":")
+	if len(parts) == 0 || len(parts) > 6 {
+		return false
+	}
+	for _, x := range parts {
+		if len(x) != 2 {
+			return false
+		}
+		if _, err := strconv.ParseUint(x, 16, 8); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func containsStr(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,84 @@
+package core
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Bucket names one typed collection in the store.
+type Bucket string
+
+const (
+	BucketDevices     Bucket = "devices"     // Device by ID (MAC)
+	BucketLeases      Bucket = "leases"      // Lease by IP
+	BucketClusters    Bucket = "clusters"    // Cluster by ID
+	BucketVersions    Bucket = "versions"    // Version by ID
+	BucketTokens      Bucket = "tokens"      // Token by kind/ID
+	BucketEvents      Bucket = "events"      // Event by zero-padded sequence
+	BucketMemberships Bucket = "memberships" // Membership by device ID
+	BucketImages      Bucket = "images"      // Image by sha256
+	BucketAPIKeys     Bucket = "apikeys"     // API key records by key id
+	BucketSecrets     Bucket = "secrets"     // encrypted key material by owner
+	BucketJobs        Bucket = "jobs"        // async API jobs by id
+	BucketIndex       Bucket = "index"       // secondary indexes, "<name>/<value>" -> primary key
+	BucketMeta        Bucket = "meta"        // schema version and appliance settings
+)
+
+// Buckets is every bucket a store must provide.
+var Buckets = []Bucket{
+	BucketDevices, BucketLeases, BucketClusters, BucketVersions, BucketTokens,
+	BucketEvents, BucketMemberships, BucketImages, BucketAPIKeys, BucketSecrets,
+	BucketJobs, BucketIndex, BucketMeta,
+}
+
+// ErrNotFound is returned by typed getters when a record does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Store persists the domain. It is deliberately small so that bbolt can be
+// swapped for a distributed store: key/value buckets, serialisable transactions,
+// and a group-commit entry point for hot paths.
+type Store interface {
+	// View runs fn in a read-only, consistent snapshot.
+	View(fn func(Tx) error) error
+	// Update runs fn in a read-write transaction and makes it durable (fsync)
+	// before returning nil.
+	Update(fn func(Tx) error) error
+	// Batch is Update for hot paths: concurrent callers share one durable
+	// commit. fn may run more than once, so it must only touch the Tx.
+	Batch(fn func(Tx) error) error
+	// Backup writes a consistent copy of the whole store to w.
+	Backup(w io.Writer) (int64, error)
+	// Close flushes and releases the store and its lock.
+	Close() error
+}
+
+// Tx is one transaction. Values are JSON documents.
+type Tx interface {
+	// Get decodes the value at key into v and reports whether it existed.
+	Get(b Bucket, key string, v any) (bool, error)
+	// Put encodes v as JSON and stores it at key.
+	Put(b Bucket, key string, v any) error
+	// Delete removes key; deleting a missing key is not an error.
+	Delete(b Bucket, key string) error
+	// Scan calls fn for every key greater than after (all keys when after is
+	// ""), in byte order, until fn returns false or an error.
+	Scan(b Bucket, after string, fn func(key string, value []byte) (bool, error)) error
+	// ScanPrefix calls fn for every key starting with prefix, in byte order.
+	ScanPrefix(b Bucket, prefix string, fn func(key string, value []byte) (bool, error)) error
+	// Count returns the number of keys in b.
+	Count(b Bucket) (int, error)
+	// NextSequence returns a new, monotonically increasing integer for b.
+	NextSequence(b Bucket) (uint64, error)
+	// Writable reports whether the transaction may write.
+	Writable() bool
+}
+
+// Decode unmarshals a value handed to a Scan callback.
+func Decode(value []byte, v any) error {
+	if err := json.Unmarshal(value, v); err != nil {
+		return fmt.Errorf("corrupt record: %w", err)
+	}
+	return nil
+}

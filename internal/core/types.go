@@ -1,0 +1,239 @@
+// Package core holds the domain of ztpd: devices, leases, clusters, versions,
+// tokens, memberships, images and events, and the Store interface that persists
+// them. Transports (DHCP, TFTP, HTTP, API) and services build on these types; the
+// package itself imports no transport and no storage engine.
+package core
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"time"
+)
+
+// DeviceKind is what a client was classified as from its DHCP request or HTTP headers.
+type DeviceKind string
+
+const (
+	KindSONiC   DeviceKind = "sonic"   // SONiC ZTP: option 77 "SONiC-ZTP"
+	KindONIE    DeviceKind = "onie"    // ONIE installer: option 60 "onie_vendor:<platform>"
+	KindVM      DeviceKind = "vm"      // CloudStack VM: reservation, MAC prefix or vendor class
+	KindUnknown DeviceKind = "unknown" // anything else
+)
+
+// DeviceState is how far a device has come through onboarding. States only move
+// forward (see StateRank), except for failed/leaving/left which an operator or the
+// joiner sets explicitly.
+type DeviceState string
+
+const (
+	StateDiscovered   DeviceState = "discovered"    // seen on DHCP
+	StateLeased       DeviceState = "leased"        // holds an acknowledged lease
+	StateZTPServed    DeviceState = "ztp-served"    // fetched ztp.json / user-data
+	StateConfigServed DeviceState = "config-served" // fetched config_db.json / metadata
+	StateImageServed  DeviceState = "image-served"  // fetched an installer or image
+	StateWaiting      DeviceState = "waiting"       // enrolled, waiting for approval or room in its cluster
+	StateJoinIssued   DeviceState = "join-issued"   // received its join bundle
+	StateJoined       DeviceState = "joined"        // reported joined
+	StateFailed       DeviceState = "failed"        // reported a failed join
+	StateLeaving      DeviceState = "leaving"       // marked to leave by a scale-down or delete
+	StateLeft         DeviceState = "left"          // removed from its cluster
+)
+
+var stateRank = map[DeviceState]int{
+	StateDiscovered: 0, StateLeased: 1, StateZTPServed: 2, StateConfigServed: 3,
+	StateImageServed: 4, StateWaiting: 5, StateJoinIssued: 6, StateJoined: 7,
+}
+
+// StateRank orders the forward onboarding states; -1 for states outside the
+// forward path (failed, leaving, left).
+func StateRank(s DeviceState) int {
+	if r, ok := stateRank[s]; ok {
+		return r
+	}
+	return -1
+}
+
+// Advance reports the state a device should have after reaching next: progress
+// never moves backwards, so a re-fetched ztp.json does not undo "joined".
+func Advance(cur, next DeviceState) DeviceState {
+	rc, rn := StateRank(cur), StateRank(next)
+	if rn < 0 || rc < 0 || rn > rc {
+		return next
+	}
+	return cur
+}
+
+// Device is one client ztpd has seen. Its ID is the normalised MAC address.
+type Device struct {
+	ID          string            `json:"id"`
+	Kind        DeviceKind        `json:"kind"`
+	MAC         string            `json:"mac"`
+	Serial      string            `json:"serial,omitempty"`
+	Product     string            `json:"product,omitempty"`  // SONiC product name
+	Platform    string            `json:"platform,omitempty"` // ONIE platform
+	Hostname    string            `json:"hostname,omitempty"`
+	ClientID    string            `json:"client_id,omitempty"` // option 61, printable or hex
+	VendorClass string            `json:"vendor_class,omitempty"`
+	SONiCVer    string            `json:"sonic_version,omitempty"`
+	IP          string            `json:"ip,omitempty"`
+	Subnet      string            `json:"subnet,omitempty"` // subnet name
+	RelayAddr   string            `json:"relay_addr,omitempty"`
+	State       DeviceState       `json:"state"`
+	Approved    bool              `json:"approved,omitempty"`
+	Cluster     string            `json:"cluster,omitempty"` // cluster ID
+	Role        string            `json:"role,omitempty"`    // control-plane | worker | sonic
+	Profile     string            `json:"profile,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	FirstSeen   time.Time         `json:"first_seen"`
+	LastSeen    time.Time         `json:"last_seen"`
+	UpdatedAt   time.Time         `json:"updated_at"`
+}
+
+// LeaseState is the life of one address binding.
+type LeaseState string
+
+const (
+	LeaseActive   LeaseState = "active"
+	LeaseReleased LeaseState = "released" // client sent RELEASE; address reusable
+	LeaseExpired  LeaseState = "expired"
+	LeaseDeclined LeaseState = "declined" // client sent DECLINE; address quarantined until Expiry
+)
+
+// Lease binds an IPv4 address to a client. Leases are keyed by address, so an
+// address can never be bound to two clients in the store.
+type Lease struct {
+	IP        string     `json:"ip"`
+	MAC       string     `json:"mac"`
+	ClientID  string     `json:"client_id,omitempty"`
+	Hostname  string     `json:"hostname,omitempty"`
+	Subnet    string     `json:"subnet"`
+	State     LeaseState `json:"state"`
+	Start     time.Time  `json:"start"`
+	Expiry    time.Time  `json:"expiry"`
+	Reserved  bool       `json:"reserved,omitempty"`
+	UpdatedAt time.Time  `json:"updated_at"`
+}
+
+// ClusterState follows CloudStack's Kubernetes cluster state machine.
+type ClusterState string
+
+const (
+	ClusterCreated    ClusterState = "Created"
+	ClusterStarting   ClusterState = "Starting"
+	ClusterRunning    ClusterState = "Running"
+	ClusterStopping   ClusterState = "Stopping"
+	ClusterStopped    ClusterState = "Stopped"
+	ClusterScaling    ClusterState = "Scaling"
+	ClusterUpgrading  ClusterState = "Upgrading"
+	ClusterAlert      ClusterState = "Alert"
+	ClusterRecovering ClusterState = "Recovering"
+	ClusterError      ClusterState = "Error"
+	ClusterDestroying ClusterState = "Destroying"
+	ClusterDestroyed  ClusterState = "Destroyed"
+)
+
+// Cluster is a Kubernetes cluster ztpd provisions members for.
+type Cluster struct {
+	ID                string       `json:"id"`
+	Name              string       `json:"name"`
+	Description       string       `json:"description,omitempty"`
+	ZoneID            string       `json:"zone_id,omitempty"`
+	VersionID         string       `json:"version_id"`
+	ServiceOfferingID string       `json:"service_offering_id,omitempty"`
+	Size              int          `json:"size"`          // desired worker count
+	ControlNodes      int          `json:"control_nodes"` // desired control-plane count
+	State             ClusterState `json:"state"`
+	Keypair           string       `json:"keypair,omitempty"`
+	NetworkID         string       `json:"network_id,omitempty"`
+	ExternalLBIP      string       `json:"external_lb_ip,omitempty"`
+	Endpoint          string       `json:"endpoint,omitempty"`    // https://<ip>:6443/
+	JoinMethod        string       `json:"join_method,omitempty"` // kubeadm | k3s | sonic
+	Owner             string       `json:"owner,omitempty"`       // API key id of the creator
+	Created           time.Time    `json:"created"`
+	UpdatedAt         time.Time    `json:"updated_at"`
+}
+
+// Version is a Kubernetes version ztpd supports, backed by a binaries ISO.
+type Version struct {
+	ID          string    `json:"id"`
+	Name        string    `json:"name"`
+	SemVer      string    `json:"semver"`
+	ImageID     string    `json:"image_id,omitempty"` // sha256 of the ISO in the image store
+	ISOName     string    `json:"iso_name,omitempty"`
+	ISOURL      string    `json:"iso_url,omitempty"`
+	Checksum    string    `json:"checksum,omitempty"`
+	ZoneID      string    `json:"zone_id,omitempty"`
+	State       string    `json:"state"` // Enabled | Disabled
+	MinCPU      int       `json:"min_cpu"`
+	MinMemoryMB int       `json:"min_memory_mb"`
+	Created     time.Time `json:"created"`
+	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+// Token is a credential record. Only a hash of the secret is stored.
+type Token struct {
+	ID          string    `json:"id"`   // kubeadm token id, k3s id, or enrollment id
+	Kind        string    `json:"kind"` // kubeadm | k3s | enrollment | certificate-key
+	SecretHash  string    `json:"secret_hash"`
+	Cluster     string    `json:"cluster,omitempty"`
+	Device      string    `json:"device,omitempty"`
+	Usages      []string  `json:"usages,omitempty"`
+	Groups      []string  `json:"groups,omitempty"`
+	Description string    `json:"description,omitempty"`
+	Expires     time.Time `json:"expires,omitzero"`
+	UsedAt      time.Time `json:"used_at,omitzero"`
+	Revoked     bool      `json:"revoked,omitempty"`
+	Created     time.Time `json:"created"`
+}
+
+// Membership records a device's place in a cluster and how it got there.
+type Membership struct {
+	Device    string            `json:"device"`
+	Cluster   string            `json:"cluster"`
+	Role      string            `json:"role"`
+	Version   string            `json:"version,omitempty"`
+	State     DeviceState       `json:"state"`
+	History   []StateTransition `json:"history"`
+	Created   time.Time         `json:"created"`
+	UpdatedAt time.Time         `json:"updated_at"`
+}
+
+// StateTransition is one entry of a membership's history.
+type StateTransition struct {
+	State  DeviceState `json:"state"`
+	At     time.Time   `json:"at"`
+	Reason string      `json:"reason,omitempty"`
+}
+
+// Image is a file in the content-addressed image store.
+type Image struct {
+	SHA256   string    `json:"sha256"`
+	Name     string    `json:"name"`
+	Kind     string    `json:"kind"` // sonic-installer | onie-installer | binaries-iso | file
+	Platform string    `json:"platform,omitempty"`
+	Version  string    `json:"version,omitempty"`
+	Size     int64     `json:"size"`
+	Created  time.Time `json:"created"`
+}
+
+// Event is one append-only record of something that happened.
+type Event struct {
+	Seq     uint64            `json:"seq"`
+	Time    time.Time         `json:"time"`
+	Type    string            `json:"type"` // e.g. dhcp.ack, ztp.served, join.issued
+	Device  string            `json:"device,omitempty"`
+	Cluster string            `json:"cluster,omitempty"`
+	Message string            `json:"message,omitempty"`
+	Fields  map[string]string `json:"fields,omitempty"`
+}
+
+// NormalizeMAC returns the canonical lower-case colon form of a hardware
+// address, or an error naming the bad input.
+func NormalizeMAC(s string) (string, error) {
+	hw, err := net.ParseMAC(strings.TrimSpace(s))
+	if err != nil {
+		return "", fmt.Errorf("invalid MAC address %q", s)
+	}
+	return hw.String(), nil
+}
