@@ -72,6 +72,19 @@ func NewK3sBootstrapToken(caBundlePEM []byte) (K3sToken, error) {
 	return K3sToken{caHash: hash, bootstrap: bt}, nil
 }
 
+// K3sTokenFor pins an existing bootstrap token to a CA bundle:
+// "K10<hash>::<id>.<secret>".
+func K3sTokenFor(caBundlePEM []byte, bt BootstrapToken) (K3sToken, error) {
+	if bt.IsZero() {
+		return K3sToken{}, errors.New("k3s token: empty bootstrap token")
+	}
+	hash, err := HashCABundle(caBundlePEM)
+	if err != nil {
+		return K3sToken{}, err
+	}
+	return K3sToken{caHash: hash, bootstrap: bt}, nil
+}
+
 // ParseK3sToken parses any token k3s accepts. Where k3s would accept a
 // hash it can never match (upper-case or non-hex characters) this refuses
 // it at once instead.

@@ -97,12 +97,12 @@ func NewKubeadmRecord(tok BootstrapToken, o KubeadmOptions, now time.Time) (Reco
 }
 
 // Expired reports whether the record's lifetime is over at now.
-func (r *Record) Expired(now time.Time) bool {
+func (r Record) Expired(now time.Time) bool {
 	return !r.ExpiresAt.IsZero() && !now.Before(r.ExpiresAt)
 }
 
 // Usable reports whether the record may still authorise anything.
-func (r *Record) Usable(now time.Time) error {
+func (r Record) Usable(now time.Time) error {
 	switch {
 	case r.Revoked:
 		return ErrRevoked
@@ -116,7 +116,7 @@ func (r *Record) Usable(now time.Time) error {
 
 // Verify checks a presented secret, then the record's state. The secret
 // comparison runs in constant time.
-func (r *Record) Verify(secret string, now time.Time) error {
+func (r Record) Verify(secret string, now time.Time) error {
 	if !secretMatches(r.SecretHash, r.Kind, r.ID, secret) {
 		return ErrMismatch
 	}
@@ -124,7 +124,7 @@ func (r *Record) Verify(secret string, now time.Time) error {
 }
 
 // VerifyBootstrapToken checks a presented kubeadm token against the record.
-func (r *Record) VerifyBootstrapToken(tok BootstrapToken, now time.Time) error {
+func (r Record) VerifyBootstrapToken(tok BootstrapToken, now time.Time) error {
 	if r.Kind != KindKubeadm || tok.ID() != r.ID {
 		return ErrMismatch
 	}
@@ -141,7 +141,7 @@ func (r *Record) Revoke(now time.Time) {
 // RemainingTTL is the lifetime left at now, rounded down to a second (so a
 // token rendered into a kubeadm config never outlives its record); 0 means
 // the record never expires, and an expired record returns an error.
-func (r *Record) RemainingTTL(now time.Time) (time.Duration, error) {
+func (r Record) RemainingTTL(now time.Time) (time.Duration, error) {
 	if r.ExpiresAt.IsZero() {
 		return 0, nil
 	}
