@@ -91,10 +91,10 @@ func buildSubnet(cfg *config.DHCP, i int, u urls) (*subnet, error) {
 			ranges = append(ranges, r)
 		}
 	}
-	base := u32Addr(p.Addr())
-	bcast := base | ^(^uint32(0) << (32 - p.Bits()))
+	network := u32Addr(p.Addr())
+	bcast := network | ^(^uint32(0) << (32 - p.Bits()))
 	if p.Bits() < 31 {
-		sn.excluded[base], sn.excluded[bcast] = true, true
+		sn.excluded[network], sn.excluded[bcast] = true, true
 	}
 	if c.Router != "" {
 		if a, err := netip.ParseAddr(c.Router); err == nil && a.Is4() {
@@ -105,12 +105,16 @@ func buildSubnet(cfg *config.DHCP, i int, u urls) (*subnet, error) {
 		sn.pools = append(sn.pools, newPool(u32Addr(r.Start), u32Addr(r.End)))
 	}
 
-	// Built-in options, lowest precedence first; the configured layers follow.
-	std := map[uint8][]byte{}
+	// Option layers, lowest precedence first: built-ins (mask, broadcast,
+	// the class URLs), dhcp.options, dhcp.class_options, the subnet's fields
+	// (router, dns, domain, ntp, routes, syslog for SONiC), the subnet's
+	// options and class options, then the reservation's hostname and options.
+	builtin := map[uint8][]byte{}
 	mask := prefixMask(p.Bits())
-	std[optSubnetMask] = mask[:]
+	builtin[optSubnetMask] = mask[:]
 	bc := b4(bcast)
-	std[28] = bc[:]
+	builtin[28] = bc[:]
+	fields := map[uint8][]byte{}
 	var router [4]byte
 	if c.Router != "" {
 		a, err := parseIPv4(c.Router)
@@ -118,7 +122,7 @@ func buildSubnet(cfg *config.DHCP, i int, u urls) (*subnet, error) {
 			return nil, fmt.Errorf("%s.router: %w", field, err)
 		}
 		router = a
-		std[optRouter] = a[:]
+		fields[optRouter] = a[:]
 	}
 	for _, l := range []struct {
 		code uint8
@@ -130,11 +134,11 @@ func buildSubnet(cfg *config.DHCP, i int, u urls) (*subnet, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s.%s: %w", field, l.name, err)
 			}
-			std[l.code] = v
+			fields[l.code] = v
 		}
 	}
 	if c.Domain != "" {
-		std[optDomainName] = []byte(c.Domain)
+		fields[optDomainName] = []byte(c.Domain)
 	}
 	if len(c.Routes) > 0 {
 		var v []byte
@@ -156,7 +160,7 @@ func buildSubnet(cfg *config.DHCP, i int, u urls) (*subnet, error) {
 		if !hasDefault && c.Router != "" {
 			v = appendRoute(v, netip.MustParsePrefix("0.0.0.0/0"), router)
 		}
-		std[optClasslessRoutes] = v
+		fields[optClasslessRoutes] = v
 	}
 	var syslog []byte
 	if len(c.Syslog) > 0 {
@@ -167,26 +171,30 @@ func buildSubnet(cfg *config.DHCP, i int, u urls) (*subnet, error) {
 		syslog = v
 	}
 	classLayers := func(class int) (map[uint8][]byte, error) {
-		m := make(map[uint8][]byte, len(std)+4)
-		for k, v := range std {
+		m := make(map[uint8][]byte, len(builtin)+len(fields)+8)
+		for k, v := range builtin {
 			m[k] = v
 		}
-		switch classKinds[class] {
+		kind := classKinds[class]
+		switch kind {
 		case core.KindSONiC:
 			m[optBootfile] = []byte(u.ztpJSON)
 			m[optTFTPServer] = []byte(u.advertise)
-			if syslog != nil {
-				m[optLogServer] = syslog
-			}
 		case core.KindONIE:
 			m[optDefaultURL] = []byte(u.onie)
 		}
-		name := string(classKinds[class])
+		name := string(kind)
 		if err := optionLayer(m, "dhcp.options", cfg.Options); err != nil {
 			return nil, err
 		}
 		if err := optionLayer(m, "dhcp.class_options."+name, cfg.ClassOptions[name]); err != nil {
 			return nil, err
+		}
+		for k, v := range fields {
+			m[k] = v
+		}
+		if kind == core.KindSONiC && syslog != nil {
+			m[optLogServer] = syslog
 		}
 		if err := optionLayer(m, field+".options", c.Options); err != nil {
 			return nil, err
