@@ -11,6 +11,7 @@
 //     API key so a sealed blob cannot be moved to another record, and
 //   - a SHA-256 hash of the secret, the only thing the bearer path (secret
 //     presented directly, accepted over TLS only) ever compares against.
+//
 // Secrets are 256-bit random values, so a plain SHA-256 is as strong as a
 // slow password hash here. Secrets are returned once, at creation, and never
 // appear in lists, events or logs.
