@@ -19,7 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	imagestore "github.com/ztpd/ztpd/images/store"
+	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/boltstore"
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -43,6 +45,11 @@ type App struct {
 
 	// Images is the content-addressed artifact store.
 	Images *imagestore.Store
+
+	// Clusters is the Kubernetes versions and clusters service; the joiner
+	// plugs in with Clusters.SetMembership. APIKeys holds API credentials.
+	Clusters *clusters.Service
+	APIKeys  *apikeys.Service
 
 	// HTTPMux is the ZTP content listener's router; transports mount on it.
 	HTTPMux *http.ServeMux
@@ -83,7 +90,7 @@ func (a *App) build() error {
 	}
 	a.Images = images
 	a.mountImageAdmin()
-	return nil
+	return a.buildAPI()
 }
 
 // Start does the one-time work of a serving process that offline CLI use
