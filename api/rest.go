@@ -345,7 +345,7 @@ func restClusterOf(v clusters.ClusterView) restCluster {
 	ep, _ := v.Endpoint()
 	out := restCluster{ID: c.ID, Name: c.Name, Description: c.Description, State: c.State,
 		Version: restVersionRef{ID: c.VersionID, Name: v.Version.Name, SemVer: v.Version.SemVer},
-		Size: c.Size, ControlNodes: c.ControlNodes, OfferingID: c.ServiceOfferingID, OfferingName: v.Offering.Name,
+		Size:    c.Size, ControlNodes: c.ControlNodes, OfferingID: c.ServiceOfferingID, OfferingName: v.Offering.Name,
 		CPU: v.Cores(), MemoryMB: v.MemoryMB(), Endpoint: ep, JoinMethod: c.JoinMethod, Keypair: c.Keypair,
 		NetworkID: c.NetworkID, ExternalLBIP: c.ExternalLBIP, Members: []restMember{}, Created: c.Created, UpdatedAt: c.UpdatedAt}
 	for _, m := range v.Members {
