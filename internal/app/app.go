@@ -19,7 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	imagestore "github.com/ztpd/ztpd/images/store"
+	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/boltstore"
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/profile"
@@ -51,6 +53,11 @@ type App struct {
 	// ZTP renders per-device ZTP content for the HTTP and TFTP transports;
 	// wire the joiner with ZTP.SetJoinProvider.
 	ZTP *content.Service
+
+	// Clusters is the Kubernetes versions and clusters service; the joiner
+	// plugs in with Clusters.SetMembership. APIKeys holds API credentials.
+	Clusters *clusters.Service
+	APIKeys  *apikeys.Service
 
 	// HTTPMux is the ZTP content listener's router; transports mount on it.
 	HTTPMux *http.ServeMux
@@ -117,7 +124,7 @@ func (a *App) build() error {
 	if a.Cfg.TFTP.Enabled {
 		a.AddRunner(ztptftp.New(ztp, a.Cfg.TFTP, a.Log))
 	}
-	return nil
+	return a.buildAPI()
 }
 
 // Start does the one-time work of a serving process that offline CLI use
