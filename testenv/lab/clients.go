@@ -127,13 +127,11 @@ func runUntilLease(ctx context.Context, cmd *exec.Cmd, dir, out, name string) (D
 	}
 	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
-	setPgid(cmd)
-	if err := cmd.Start(); err != nil {
+	p, err := StartProc(cmd)
+	if err != nil {
 		return nil, err
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	defer Stop(cmd, 2*time.Second)
+	defer p.Stop(2 * time.Second)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -141,12 +139,12 @@ func runUntilLease(ctx context.Context, cmd *exec.Cmd, dir, out, name string) (D
 			return l, nil
 		}
 		select {
-		case err := <-done:
+		case <-p.Done():
 			if l, rerr := readLease(out); rerr == nil {
 				return l, nil
 			}
 			log, _ := os.ReadFile(filepath.Join(dir, name+".log"))
-			return nil, fmt.Errorf("%s exited without a lease (%v): %s", name, err, tail(string(log), 600))
+			return nil, fmt.Errorf("%s exited without a lease (%v): %s", name, p.Err(), tail(string(log), 600))
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%s: %w", name, ctx.Err())
 		case <-tick.C:

@@ -48,7 +48,7 @@ type Topology struct {
 
 	mu      sync.Mutex
 	devices []*netns.NS
-	procs   []*exec.Cmd
+	procs   []*Proc
 	closed  bool
 }
 
@@ -175,43 +175,72 @@ func (t *Topology) AddDevice(name string, on Subnet, mac string) (*netns.NS, err
 	return ns, ipIn(brNS.Name, "link", "set", peer, "up")
 }
 
-// Start runs cmd in its own process group and tracks it for Close.
-func (t *Topology) Start(cmd *exec.Cmd, logName string) error {
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
+// Proc is a started process with exactly one waiter.
+type Proc struct {
+	Cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// StartProc starts cmd in its own process group, killed with the test if
+// the test process dies.
+func StartProc(cmd *exec.Cmd) (*Proc, error) {
+	setPgid(cmd)
+	if err := cmd.Start(); err != nil {
+		return nil, err
 	}
-	cmd.SysProcAttr.Setpgid = true
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	p := &Proc{Cmd: cmd, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+// Done is closed when the process has exited.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Err is the exit error, valid after Done.
+func (p *Proc) Err() error { return p.err }
+
+// Stop ends the process group: SIGTERM, then SIGKILL after grace.
+func (p *Proc) Stop(grace time.Duration) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// Start runs cmd as a tracked Proc (output to <workdir>/<logName>.out)
+// that Close stops.
+func (t *Topology) Start(cmd *exec.Cmd, logName string) error {
+	_, err := t.StartProc(cmd, logName)
+	return err
+}
+
+// StartProc is Start returning the Proc.
+func (t *Topology) StartProc(cmd *exec.Cmd, logName string) (*Proc, error) {
 	if cmd.Stdout == nil && logName != "" {
 		f, err := os.Create(filepath.Join(t.WorkDir, logName+".out"))
 		if err != nil {
-			return err
+			return nil, err
 		}
+		defer f.Close()
 		cmd.Stdout, cmd.Stderr = f, f
 	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", logName, err)
+	p, err := StartProc(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", logName, err)
 	}
 	t.mu.Lock()
-	t.procs = append(t.procs, cmd)
+	t.procs = append(t.procs, p)
 	t.mu.Unlock()
-	return nil
-}
-
-// Stop ends one process the lab started (SIGTERM, then SIGKILL).
-func Stop(cmd *exec.Cmd, grace time.Duration) {
-	if cmd == nil || cmd.Process == nil || cmd.ProcessState != nil {
-		return
-	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(grace):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-	}
+	return p, nil
 }
 
 // Close stops every process and removes every namespace (with its links).
@@ -225,7 +254,7 @@ func (t *Topology) Close() error {
 	procs, devices := t.procs, t.devices
 	t.mu.Unlock()
 	for i := len(procs) - 1; i >= 0; i-- {
-		Stop(procs[i], 3*time.Second)
+		procs[i].Stop(3 * time.Second)
 	}
 	var errs []error
 	for _, ns := range append(devices, t.Relay, t.App) {
