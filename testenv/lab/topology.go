@@ -115,9 +115,11 @@ func (t *Topology) build() error {
 	if err := t.Relay.Command(context.Background(), "sysctl", "-qw", "net.ipv4.ip_forward=1").Run(); err != nil {
 		return fmt.Errorf("enable forwarding in relay: %w", err)
 	}
-	// dnsmasq as a pure DHCP relay: giaddr = br1's address, server = the appliance.
+	// dnsmasq as a pure DHCP relay: giaddr = br1's address, server = the
+	// appliance. It stays root: dropping privileges would clear the
+	// parent-death signal that stops it if the lab process dies.
 	relay := t.Relay.Command(context.Background(), "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null",
-		"--pid-file=", "--port=0", "--interface=br1", "--bind-interfaces",
+		"--pid-file=", "--port=0", "--user=root", "--interface=br1", "--bind-interfaces",
 		"--dhcp-relay="+t.RelayGW.String()+","+t.AppAddr.String(),
 		"--log-facility="+filepath.Join(t.WorkDir, "relay.log"))
 	return t.Start(relay, "relay")

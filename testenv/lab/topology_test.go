@@ -24,7 +24,7 @@ func TestLabRelayAndClientsWithReferenceServer(t *testing.T) {
 	}
 	defer topo.Close()
 	srv := topo.App.Command(context.Background(), "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null",
-		"--pid-file=", "--port=0", "--no-ping", "--interface=br0", "--bind-interfaces",
+		"--pid-file=", "--port=0", "--user=root", "--no-ping", "--interface=br0", "--bind-interfaces",
 		"--dhcp-leasefile="+filepath.Join(work, "leases"),
 		"--dhcp-range=set:a,10.99.120.10,10.99.120.20,255.255.255.0", "--dhcp-range=set:b,10.99.121.10,10.99.121.20,255.255.255.0",
 		"--dhcp-option=tag:a,3,10.99.120.1", "--dhcp-option=tag:b,3,10.99.121.1", "--dhcp-option=67,http://10.99.120.1/ztp.json")
