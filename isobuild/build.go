@@ -266,13 +266,30 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		copyErr = copyData(ctx, tmp, files, total, g, &written, !opts.NoFsync)
+		copyErr = copyData(ctx, tmp, files, total, g, &written)
 		dataDone = time.Now()
 		if copyErr != nil {
 			g.fail(copyErr)
 			cancel()
 		}
 	}()
+	if !opts.NoFsync {
+		// Start disk writeback of finished ranges as the copy goes, from its own
+		// goroutine (sync_file_range may block on the device queue), so the final
+		// fsync finds most of the image already on disk.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for last := int64(0); last < total; {
+				avail, err := g.waitBeyond(last)
+				if err != nil {
+					return
+				}
+				startWriteback(tmp, last, avail-last)
+				last = avail
+			}
+		}()
+	}
 	exp := make([]expectation, len(files))
 	for i, f := range files {
 		exp[i] = expectation{name: f.Name, path: f.Path, size: f.size, mode: f.Mode, sha256: f.SHA256, source: f.Source, content: f.Content}
@@ -518,7 +535,7 @@ const copyChunkSize = 8 << 20
 
 // copyData puts every file's bytes into its extent, in image order, opening
 // the gate as it goes.
-func copyData(ctx context.Context, dst *os.File, files []*planned, total int64, g *gate, written *atomic.Int64, writeback bool) error {
+func copyData(ctx context.Context, dst *os.File, files []*planned, total int64, g *gate, written *atomic.Int64) error {
 	order := make([]*planned, len(files))
 	copy(order, files)
 	sort.Slice(order, func(i, j int) bool { return order[i].block < order[j].block })
@@ -561,9 +578,6 @@ func copyData(ctx context.Context, dst *os.File, files []*planned, total int64, 
 			if c == 0 {
 				err = fmt.Errorf("artifact %s (%s): %s shrank during the build", f.Name, f.Path, f.Source)
 				break
-			}
-			if writeback {
-				startWriteback(dst, off+done, int64(c))
 			}
 			done += int64(c)
 			written.Add(int64(c))
@@ -670,6 +684,19 @@ func (g *gate) fail(err error) {
 	}
 	g.cond.Broadcast()
 	g.mu.Unlock()
+}
+
+// waitBeyond blocks until more than `from` bytes are final and returns how many are.
+func (g *gate) waitBeyond(from int64) (int64, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for g.avail <= from && g.err == nil {
+		g.cond.Wait()
+	}
+	if g.avail > from {
+		return g.avail, nil
+	}
+	return 0, g.err
 }
 
 // wait blocks until bytes below `to` are final, or the gate failed.
