@@ -208,6 +208,7 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 	if dir == "" {
 		dir = "."
 	}
+	removeStaleTemps(dir, base)
 	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
 	if err != nil {
 		return nil, fmt.Errorf("creating temp file next to %s: %w", opts.Output, err)
@@ -219,6 +220,9 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 			os.Remove(tmp.Name())
 		}
 	}()
+	if err := lockTemp(tmp); err != nil {
+		return nil, fmt.Errorf("locking %s: %w", tmp.Name(), err)
+	}
 
 	dataStart, err := writeStructure(opts, files, tmp)
 	if err != nil {
@@ -612,6 +616,17 @@ func copyChunkRW(dst, src *os.File, dstOff, srcOff int64, n int, buf *[]byte) (i
 		return 0, err
 	}
 	return c, nil
+}
+
+// removeStaleTemps deletes temp images of earlier builds of the same output
+// that were killed (their lock died with them).
+func removeStaleTemps(dir, base string) {
+	old, _ := filepath.Glob(filepath.Join(dir, "."+base+".tmp-*"))
+	for _, p := range old {
+		if unusedTemp(p) {
+			os.Remove(p)
+		}
+	}
 }
 
 func readVolumeFile(f *os.File) (*volume, error) {

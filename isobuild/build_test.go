@@ -473,13 +473,23 @@ func TestKill9(t *testing.T) {
 	if b, _ := os.ReadFile(out); string(b) != "previous image" {
 		t.Fatalf("after kill -9 the output holds %d bytes, not the previous image", len(b))
 	}
-	// Only a hidden temp file may remain.
+	// Only a hidden temp file may remain, and the next build removes it.
 	ents, _ := os.ReadDir(dir)
+	stale := 0
 	for _, e := range ents {
-		if n := e.Name(); n != "k8s.iso" && n != "big.tar" && !strings.HasPrefix(n, ".k8s.iso.tmp-") {
+		n := e.Name()
+		switch {
+		case strings.HasPrefix(n, ".k8s.iso.tmp-"):
+			stale++
+		case n != "k8s.iso" && n != "big.tar":
 			t.Errorf("unexpected leftover %s", n)
 		}
 	}
+	if stale != 1 {
+		t.Errorf("%d temp files after kill -9, want 1", stale)
+	}
+	build(t, []File{{Path: "a", Content: []byte("a")}}, out)
+	noLeftovers(t, dir, "k8s.iso", "big.tar")
 }
 
 func TestKill9Child(t *testing.T) {
