@@ -230,21 +230,14 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 	}
 	tStruct := time.Now()
 
-	// Data layout: sorted by path, right after the structure.
+	// Data layout: sorted by path, right after the structure. An empty file
+	// points at the next file's block and takes none, as genisoimage does.
 	block := uint64(dataStart)
 	for _, f := range files {
 		f.block = uint32(block)
 		block += uint64(blocksFor(f.size))
 		if block > math.MaxUint32 {
 			return nil, errors.New("image would exceed 2^32 blocks (8 TiB)")
-		}
-	}
-	if f := files; len(f) > 0 {
-		// Empty files keep block 0 so they never alias another file's extent.
-		for _, p := range f {
-			if p.size == 0 {
-				p.block = 0
-			}
 		}
 	}
 	total := int64(block) * sectorSize
