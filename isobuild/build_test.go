@@ -682,3 +682,29 @@ func TestHashShared(t *testing.T) {
 		t.Errorf("changed source: %v", err)
 	}
 }
+
+// TestFullDisk: a build that runs out of space fails cleanly, leaves no temp
+// file and keeps the previous image.
+func TestFullDisk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs")
+	}
+	dir := t.TempDir()
+	small := filepath.Join(dir, "small")
+	os.Mkdir(small, 0o755)
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", small).CombinedOutput(); err != nil {
+		t.Skipf("mount tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", small).Run() })
+	files, _ := makeTree(t, filepath.Join(dir, "tree"), []testFile{{"k8s/kubelet", 3 << 20, 0o755}, {"a", 10, 0o644}}, 7)
+	out := filepath.Join(small, "k8s.iso")
+	os.WriteFile(out, []byte("previous image"), 0o644)
+	_, err := Build(context.Background(), Options{Files: files, Output: out, TempDir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "no space left") {
+		t.Fatalf("err = %v, want no space left on device", err)
+	}
+	if b, _ := os.ReadFile(out); string(b) != "previous image" {
+		t.Errorf("previous image damaged: %q", b)
+	}
+	noLeftovers(t, small, "k8s.iso")
+}
