@@ -21,6 +21,7 @@ import (
 	"github.com/ztpd/ztpd/internal/boltstore"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/ztp/dhcp"
 )
 
 // AdminSocketName is the unix socket in the data directory through which CLI
@@ -72,6 +73,13 @@ func (a *App) build() error {
 	a.HTTPMux.Handle("GET /metrics", promhttp.Handler())
 	a.AdminMux.HandleFunc("GET /admin/backup", a.adminBackup)
 	a.AdminMux.HandleFunc("GET /admin/status", a.healthz)
+	if a.Cfg.DHCP.Enabled() {
+		srv, err := dhcp.New(a.Cfg, a.Store, a.Log)
+		if err != nil {
+			return err
+		}
+		a.AddRunner(srv)
+	}
 	return nil
 }
 
