@@ -28,6 +28,7 @@ import (
 	"github.com/ztpd/ztpd/ztp/content"
 	ztphttp "github.com/ztpd/ztpd/ztp/http"
 	ztptftp "github.com/ztpd/ztpd/ztp/tftp"
+	"github.com/ztpd/ztpd/ztp/dhcp"
 )
 
 // AdminSocketName is the unix socket in the data directory through which CLI
@@ -91,6 +92,17 @@ func (a *App) build() error {
 	a.HTTPMux.Handle("GET /metrics", promhttp.Handler())
 	a.AdminMux.HandleFunc("GET /admin/backup", a.adminBackup)
 	a.AdminMux.HandleFunc("GET /admin/status", a.healthz)
+	// DHCP binds privileged sockets, so only a serving process builds it.
+	if a.Cfg.DHCP.Enabled() {
+		a.OnStart(func() error {
+			srv, err := dhcp.New(a.Cfg, a.Store, a.Log)
+			if err != nil {
+				return err
+			}
+			a.AddRunner(srv)
+			return nil
+		})
+	}
 
 	images, err := imagestore.Open(a.Store, a.Cfg.DataDir)
 	if err != nil {
