@@ -244,7 +244,19 @@ func (m *testMembership) Members(_ context.Context, id string) ([]core.Membershi
 	return out, err
 }
 func (m *testMembership) Approve(_ context.Context, id, cluster string) (core.Device, error) {
-	return core.Device{ID: id, Approved: true, Cluster: cluster}, nil
+	var d core.Device
+	err := m.st.Update(func(tx core.Tx) error {
+		var err error
+		if d, err = core.GetDevice(tx, id); err != nil {
+			return err
+		}
+		d.Approved = true
+		if cluster != "" {
+			d.Cluster = cluster
+		}
+		return core.PutDevice(tx, d)
+	})
+	return d, err
 }
 func (m *testMembership) RevokeToken(context.Context, string) error { return nil }
 
