@@ -567,10 +567,11 @@ func (s *Service) ListClusters(ctx context.Context, f ClusterFilter, page, pageS
 	gens := map[string]uint64{}
 	err := s.st.View(func(tx core.Tx) error {
 		return tx.Scan(core.BucketClusters, "", func(key string, raw []byte) (bool, error) {
-			c, gen, err := s.cluMemo.decode(key, raw)
+			cp, gen, err := s.cluMemo.decode(key, raw)
 			if err != nil {
 				return false, err
 			}
+			c := *cp
 			gens[c.ID] = gen
 			if f.ID != "" && c.ID != f.ID {
 				return true, nil

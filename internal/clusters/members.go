@@ -27,7 +27,7 @@ type ClusterView struct {
 // Member is one device's membership with its device record.
 type Member struct {
 	core.Membership
-	Device *core.Device // nil when the device record is gone
+	Device *core.Device // nil when the device record is gone; shared, read-only
 	gen    uint64       // generations of the membership and device decodes
 }
 
@@ -104,9 +104,11 @@ func (s *Service) views(ctx context.Context, cs []core.Cluster, gens []uint64) (
 					return err
 				}
 				if raw != nil {
-					if vg.v, vg.gen, err = s.verMemo.decode(c.VersionID, raw); err != nil {
+					v, gen, err := s.verMemo.decode(c.VersionID, raw)
+					if err != nil {
 						return err
 					}
+					vg.v, vg.gen = *v, gen
 				}
 				versions[c.VersionID] = vg
 			}
@@ -133,7 +135,7 @@ func (s *Service) views(ctx context.Context, cs []core.Cluster, gens []uint64) (
 					if err != nil {
 						return err
 					}
-					mem.Device = &d
+					mem.Device = d
 					mem.gen = mem.gen*31 + gen
 				}
 				view.Members = append(view.Members, mem)
@@ -182,7 +184,7 @@ func (s *Service) scanMemberships(tx core.Tx, want map[string]bool, into map[str
 		if err != nil {
 			return false, err
 		}
-		into[m.Cluster] = append(into[m.Cluster], Member{Membership: m, gen: gen})
+		into[m.Cluster] = append(into[m.Cluster], Member{Membership: *m, gen: gen})
 		return true, nil
 	})
 }

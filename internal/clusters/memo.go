@@ -21,7 +21,7 @@ type memo[T any] struct {
 
 type memoEntry[T any] struct {
 	raw []byte
-	v   T
+	v   *T // shared: callers must not modify it
 	gen uint64
 }
 
@@ -34,16 +34,16 @@ func newMemo[T any](max int) *memo[T] { return &memo[T]{m: map[string]memoEntry[
 // decode returns raw decoded, from the cache when raw is what was cached,
 // with the generation of that decode. raw may be store memory valid only
 // during the transaction; it is copied.
-func (c *memo[T]) decode(key string, raw []byte) (T, uint64, error) {
+func (c *memo[T]) decode(key string, raw []byte) (*T, uint64, error) {
 	c.mu.Lock()
 	e, ok := c.m[key]
 	c.mu.Unlock()
 	if ok && bytes.Equal(e.raw, raw) {
 		return e.v, e.gen, nil
 	}
-	var v T
-	if err := core.Decode(raw, &v); err != nil {
-		return v, 0, err
+	v := new(T)
+	if err := core.Decode(raw, v); err != nil {
+		return nil, 0, err
 	}
 	gen := generation.Add(1)
 	c.mu.Lock()
