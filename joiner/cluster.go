@@ -320,7 +320,7 @@ func (s *Service) Scale(ctx context.Context, clusterRef string, size int) ([]str
 			if err != nil || !ok {
 				return err == nil, err
 			}
-			if m.Cluster == c.ID && m.Role == RoleWorker && holdsSlot(m.State) {
+			if m.Cluster == c.ID && m.Role != RoleControlPlane && holdsSlot(m.State) {
 				workers = append(workers, m)
 			}
 			return true, nil
