@@ -56,6 +56,11 @@ func (s *Service) Enroll(ctx context.Context, req EnrollRequest) (tokens.Credent
 		if !acceptsMembers(c.State) {
 			return fmt.Errorf("%w: cluster %s is %s", ErrClusterUnavailable, c.Name, c.State)
 		}
+		if rt, err := getRuntime(tx, c.ID); err != nil {
+			return err
+		} else if rt.Suspended {
+			return fmt.Errorf("%w: cluster %s is stopped", ErrClusterUnavailable, c.Name)
+		}
 		rec := tokenRecord{Token: core.Token{
 			ID: cred.ID(), Kind: string(tokens.KindEnrollment), SecretHash: hex.EncodeToString(cred.Hash()),
 			Cluster: c.ID, Device: mac, Description: "enrollment", Expires: now.Add(ttl), Created: now,
@@ -216,6 +221,9 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	rt, err := getRuntime(tx, c.ID)
 	if err != nil {
 		return err
+	}
+	if rt.Suspended {
+		return fmt.Errorf("%w: cluster %s is stopped", ErrClusterUnavailable, c.Name)
 	}
 	res.cluster = c
 

@@ -159,6 +159,7 @@ type clusterRuntime struct {
 	ControlPlanes     int           `json:"control_planes"`        // active, including the first
 	Workers           int           `json:"workers"`               // active, including switches
 	APIEndpoint       string        `json:"api_endpoint,omitempty"`
+	Suspended         bool          `json:"suspended,omitempty"` // cluster stopped: no joins
 }
 
 // tokenRecord is core.Token plus the joiner's bindings; other readers see a

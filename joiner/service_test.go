@@ -351,7 +351,7 @@ func TestApprovalRules(t *testing.T) {
 	if ms.State != core.StateWaiting {
 		t.Fatalf("waiting membership state %s", ms.State)
 	}
-	if d, err := e.svc.Approve(bg, m); err != nil || !d.Approved {
+	if d, err := e.svc.Approve(bg, m, ""); err != nil || !d.Approved {
 		t.Fatal(err)
 	}
 	e.must(e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: m, RemoteIP: "10.99.1.5"}))
