@@ -8,6 +8,7 @@
 //	                           CloudStack VM's user-data "#include" line
 //	POST /join/report          Authorization: Bearer <report token>,
 //	                           {"state":"joined"|"failed","detail":"..."}
+//	GET  /join/sonic-plugin    the SONiC ZTP plugin that calls POST /join
 //
 // Answers: 200 bundle; 202 waiting (Retry-After); 400 bad request; 403 any
 // credential failure (one message, so a prober learns nothing); 409 member
@@ -16,6 +17,7 @@ package joinhttp
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"io"
@@ -36,6 +38,11 @@ type Service interface {
 }
 
 const maxBody = 64 << 10
+
+// sonicPlugin is the SONiC ZTP plugin named by the joiner's ztp.json section.
+//
+//go:embed ztpd-join-plugin.py
+var sonicPlugin []byte
 
 // Handler serves the join endpoints.
 type Handler struct {
@@ -60,6 +67,10 @@ func (h *Handler) Mount(mux *http.ServeMux) {
 	mux.HandleFunc("POST /join", h.join)
 	mux.HandleFunc("GET "+core.PathJoin+"cloud-config", h.cloudConfig)
 	mux.HandleFunc("POST "+core.PathJoin+"report", h.report)
+	mux.HandleFunc("GET "+joiner.PluginPath, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/x-python; charset=utf-8")
+		w.Write(sonicPlugin)
+	})
 }
 
 // ServeHTTP implements http.Handler.

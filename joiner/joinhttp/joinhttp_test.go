@@ -2,8 +2,10 @@ package joinhttp
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -38,7 +40,7 @@ func setup(t *testing.T, rules []joiner.Rule) *fixture {
 	}
 	f := &fixture{st: st}
 	f.srv = httptest.NewUnstartedServer(nil)
-	f.svc, err = joiner.New(st, kr, joiner.Options{AutoApprove: rules, ReportURL: "http://" + f.srv.Listener.Addr().String() + "/join/report"})
+	f.svc, err = joiner.New(st, kr, joiner.Options{AutoApprove: rules, BaseURL: "http://" + f.srv.Listener.Addr().String()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,5 +162,64 @@ func TestWaitingAndBadRequests(t *testing.T) {
 		if code, _, b := curl(t, "-X", "POST", "--data", c.data, f.srv.URL+"/join"); code != c.want {
 			t.Errorf("%s: %d, want %d (%s)", c.data, code, c.want, b)
 		}
+	}
+}
+
+// TestSONiCZTPPluginEndToEnd runs the plugin the way SONiC ZTP does: fetched
+// over HTTP, run with python3 on the section ztpd rendered for the switch.
+func TestSONiCZTPPluginEndToEnd(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 not installed")
+	}
+	f := setup(t, []joiner.Rule{{Serials: []string{"SN-LEAF-1"}}, {MACs: []string{"02:00:00:00:00:01"}}})
+	cp := f.enroll(t, "02:00:00:00:00:01", "")
+	if code, _, b := curl(t, "-X", "POST", "--data", `{"enrollment":"`+cp+`","mac":"02:00:00:00:00:01"}`, f.srv.URL+"/join"); code != 200 {
+		t.Fatalf("control plane: %d %s", code, b)
+	}
+	dev := core.Device{ID: "0c:29:ef:00:00:01", MAC: "0c:29:ef:00:00:01", Kind: core.KindSONiC, Serial: "SN-LEAF-1"}
+	if err := f.st.Update(func(tx core.Tx) error { return core.PutDevice(tx, dev) }); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	plugin := filepath.Join(dir, "plugin")
+	if code, _, b := curl(t, "-o", plugin, f.srv.URL+joiner.PluginPath); code != 200 {
+		t.Fatalf("plugin download: %d %s", code, b)
+	}
+	sec, err := f.svc.ZTPSection(context.Background(), dev, "prod", "leaf-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	input := filepath.Join(dir, "input.json")
+	raw, _ := json.Marshal(map[string]any{"09-join": sec})
+	os.WriteFile(input, raw, 0o600)
+	root := filepath.Join(dir, "root")
+	cmd := exec.Command("python3", plugin, input)
+	cmd.Env = append(os.Environ(), "ZTPD_ROOT="+root, "ZTPD_MAX_WAIT=5")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("plugin: %v\n%s", err, out)
+	}
+	for path, mode := range map[string]os.FileMode{
+		"/etc/sonic/credentials/restapiserver.crt": 0o644,
+		"/etc/sonic/credentials/restapiserver.key": 0o600,
+	} {
+		fi, err := os.Stat(root + path)
+		if err != nil || fi.Mode().Perm() != mode {
+			t.Fatalf("%s: %v mode %v\n%s", path, err, fi, out)
+		}
+	}
+	crt, _ := os.ReadFile(root + "/etc/sonic/credentials/restapiserver.crt")
+	key, _ := os.ReadFile(root + "/etc/sonic/credentials/restapiserver.key")
+	if _, err := tls.X509KeyPair(crt, key); err != nil {
+		t.Fatalf("installed certificate and key do not pair: %v", err)
+	}
+	if !strings.Contains(string(out), "skipped: sonic-cfggen") {
+		t.Fatalf("plugin output:\n%s", out)
+	}
+	// The section's secret is used up: running the plugin again is refused.
+	cmd = exec.Command("python3", plugin, input)
+	cmd.Env = append(os.Environ(), "ZTPD_ROOT="+root, "ZTPD_MAX_WAIT=5")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "refused (403)") {
+		t.Fatalf("replayed section: %v\n%s", err, out)
 	}
 }
