@@ -25,6 +25,7 @@ import (
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/profile"
+	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/ztp/content"
 	ztphttp "github.com/ztpd/ztpd/ztp/http"
 	ztptftp "github.com/ztpd/ztpd/ztp/tftp"
@@ -58,6 +59,9 @@ type App struct {
 	// plugs in with Clusters.SetMembership. APIKeys holds API credentials.
 	Clusters *clusters.Service
 	APIKeys  *apikeys.Service
+
+	// Joiner owns cluster PKI, join credentials, admission and membership.
+	Joiner *joiner.Service
 
 	// HTTPMux is the ZTP content listener's router; transports mount on it.
 	HTTPMux *http.ServeMux
@@ -124,7 +128,10 @@ func (a *App) build() error {
 	if a.Cfg.TFTP.Enabled {
 		a.AddRunner(ztptftp.New(ztp, a.Cfg.TFTP, a.Log))
 	}
-	return a.buildAPI()
+	if err := a.buildAPI(); err != nil {
+		return err
+	}
+	return a.buildJoiner()
 }
 
 // Start does the one-time work of a serving process that offline CLI use
