@@ -8,11 +8,13 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 )
 
-// Roles a member holds.
+// Roles a member holds (core.Device.Role's vocabulary). The first control
+// plane is a control plane the cluster runtime names as the one that runs
+// kubeadm init.
 const (
-	RoleFirstControlPlane = "first-control-plane"
-	RoleControlPlane      = "control-plane"
-	RoleWorker            = "worker"
+	RoleControlPlane = "control-plane"
+	RoleWorker       = "worker"
+	RoleSONiC        = "sonic" // a SONiC switch: a worker joined by ctrmgrd
 )
 
 type compiledRule struct {
@@ -84,7 +86,7 @@ func holdsSlot(st core.DeviceState) bool {
 
 func (rt *clusterRuntime) take(role string) {
 	switch role {
-	case RoleFirstControlPlane, RoleControlPlane:
+	case RoleControlPlane:
 		rt.ControlPlanes++
 	default:
 		rt.Workers++
@@ -93,7 +95,7 @@ func (rt *clusterRuntime) take(role string) {
 
 func (rt *clusterRuntime) release(m member) {
 	switch m.Role {
-	case RoleFirstControlPlane, RoleControlPlane:
+	case RoleControlPlane:
 		rt.ControlPlanes--
 	default:
 		rt.Workers--
@@ -105,26 +107,30 @@ func (rt *clusterRuntime) release(m member) {
 // up to Size. A device whose profile fixed its role only takes that role.
 // Switches and k3s agents are always workers. The empty role with a reason
 // means the device waits.
-func decideRole(c core.Cluster, rt clusterRuntime, method, preset string) (role, wait string) {
+func decideRole(c core.Cluster, rt clusterRuntime, method, preset string) (role string, first bool, wait string) {
 	wantCP := max(c.ControlNodes, 1)
-	canCP := method == MethodKubeadm && preset != RoleWorker && preset != "sonic"
+	canCP := method == MethodKubeadm && preset != RoleWorker && preset != RoleSONiC
+	workerRole := RoleWorker
+	if method == MethodSONiC {
+		workerRole = RoleSONiC
+	}
 	if method == MethodKubeadm && rt.FirstControlPlane == "" {
 		if canCP {
-			return RoleFirstControlPlane, ""
+			return RoleControlPlane, true, ""
 		}
-		return "", "waiting for the cluster's first control plane"
+		return "", false, "waiting for the cluster's first control plane"
 	}
 	if method == MethodSONiC && rt.FirstControlPlane == "" && rt.APIEndpoint == "" {
-		return "", "waiting for the cluster's first control plane"
+		return "", false, "waiting for the cluster's first control plane"
 	}
 	if canCP && rt.ControlPlanes < wantCP {
-		return RoleControlPlane, ""
+		return RoleControlPlane, false, ""
 	}
-	if preset == RoleControlPlane || preset == RoleFirstControlPlane {
-		return "", fmt.Sprintf("cluster has its %d control plane(s)", wantCP)
+	if preset == RoleControlPlane {
+		return "", false, fmt.Sprintf("cluster has its %d control plane(s)", wantCP)
 	}
 	if rt.Workers < c.Size {
-		return RoleWorker, ""
+		return workerRole, false, ""
 	}
-	return "", fmt.Sprintf("cluster is at its desired size (%d workers)", c.Size)
+	return "", false, fmt.Sprintf("cluster is at its desired size (%d workers)", c.Size)
 }

@@ -20,7 +20,8 @@ type Bundle struct {
 	Cluster           string
 	ClusterName       string
 	Device            string
-	Role              string
+	Role              string // control-plane, worker or sonic
+	Init              bool   // this node runs kubeadm init (the first control plane)
 	Method            string
 	KubernetesVersion string
 	APIEndpoint       string // host:port
@@ -68,6 +69,7 @@ type Delivery struct {
 	ClusterName       string          `json:"cluster_name"`
 	Device            string          `json:"device"`
 	Role              string          `json:"role"`
+	Init              bool            `json:"init,omitempty"`
 	Method            string          `json:"method"`
 	KubernetesVersion string          `json:"kubernetes_version"`
 	APIEndpoint       string          `json:"api_endpoint"`
@@ -82,7 +84,7 @@ type Delivery struct {
 // Deliver renders the device's document, secrets included. Call it only to
 // answer the device the bundle was issued to.
 func (b *Bundle) Deliver() Delivery {
-	d := Delivery{Cluster: b.Cluster, ClusterName: b.ClusterName, Device: b.Device, Role: b.Role, Method: b.Method,
+	d := Delivery{Cluster: b.Cluster, ClusterName: b.ClusterName, Device: b.Device, Role: b.Role, Init: b.Init, Method: b.Method,
 		KubernetesVersion: b.KubernetesVersion, APIEndpoint: b.APIEndpoint, CAHash: b.CAHash,
 		CloudConfig: string(b.CloudConfig), ReportURL: b.ReportURL, ReportToken: b.reportToken}
 	add := func(f bundle.File) {
@@ -114,7 +116,7 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 		return nil, err
 	}
 	b := &Bundle{
-		Cluster: res.cluster.ID, ClusterName: res.cluster.Name, Device: res.device.ID, Role: res.role,
+		Cluster: res.cluster.ID, ClusterName: res.cluster.Name, Device: res.device.ID, Role: res.role, Init: res.first,
 		Method: res.method, KubernetesVersion: v.String(), APIEndpoint: res.rt.APIEndpoint, CAHash: keys.ca.DiscoveryHash(),
 	}
 	var report *bundle.Report
@@ -138,8 +140,8 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 	case MethodKubeadm:
 		var plan bundle.KubeadmPlan
 		cc := bundle.CloudConfigParams{Report: report}
-		switch res.role {
-		case RoleFirstControlPlane:
+		switch {
+		case res.first:
 			var toks []bundle.Token
 			for _, t := range res.initTokens {
 				bt, err := tokens.DeriveBootstrapToken(keys.seed, t.ID)

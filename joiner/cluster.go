@@ -122,6 +122,9 @@ func (s *Service) SetupCluster(ctx context.Context, clusterRef, kubernetesVersio
 // setup validates a cluster against CloudStack's rules and writes its
 // secrets, runtime record and the first pool of bootstrap tokens.
 func (s *Service) setup(tx core.Tx, c core.Cluster, semver string, now time.Time) error {
+	if c.JoinMethod == "" {
+		c.JoinMethod = MethodKubeadm
+	}
 	v, err := bundle.ParseVersion(semver)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -290,6 +293,11 @@ func (s *Service) newKubeadmToken(tx core.Tx, cluster, device string, seed []byt
 // Scaling down marks the newest workers beyond the new size to leave and
 // revokes their tokens; it returns their device ids.
 func (s *Service) Scale(ctx context.Context, clusterRef string, size int) ([]string, error) {
+	return s.resize(ctx, clusterRef, size, true)
+}
+
+// resize marks surplus workers leaving; with store it also saves the new size.
+func (s *Service) resize(ctx context.Context, clusterRef string, size int, store bool) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -320,7 +328,7 @@ func (s *Service) Scale(ctx context.Context, clusterRef string, size int) ([]str
 			if err != nil || !ok {
 				return err == nil, err
 			}
-			if m.Cluster == c.ID && m.Role == RoleWorker && holdsSlot(m.State) {
+			if m.Cluster == c.ID && m.Role != RoleControlPlane && holdsSlot(m.State) {
 				workers = append(workers, m)
 			}
 			return true, nil
@@ -341,9 +349,11 @@ func (s *Service) Scale(ctx context.Context, clusterRef string, size int) ([]str
 			}
 			leaving = append(leaving, m.Device)
 		}
-		c.Size, c.UpdatedAt = size, now
-		if err := core.PutCluster(tx, c); err != nil {
-			return err
+		if store {
+			c.Size, c.UpdatedAt = size, now
+			if err := core.PutCluster(tx, c); err != nil {
+				return err
+			}
 		}
 		if err := tx.Put(core.BucketMeta, runtimeKey(c.ID), rt); err != nil {
 			return err
@@ -391,8 +401,9 @@ func (s *Service) MarkLeft(ctx context.Context, deviceID string) error {
 	})
 }
 
-// Approve marks a device approved for joining (ztpd device approve).
-func (s *Service) Approve(ctx context.Context, deviceID string) (core.Device, error) {
+// Approve marks a device approved for joining (ztpd device approve) and,
+// when clusterRef is not empty, assigns it to that cluster.
+func (s *Service) Approve(ctx context.Context, deviceID, clusterRef string) (core.Device, error) {
 	if err := ctx.Err(); err != nil {
 		return core.Device{}, err
 	}
@@ -404,7 +415,16 @@ func (s *Service) Approve(ctx context.Context, deviceID string) (core.Device, er
 		if err != nil {
 			return err
 		}
-		if d.Approved {
+		if clusterRef != "" {
+			c, err := clusterByRef(tx, clusterRef)
+			if err != nil {
+				return err
+			}
+			if d.Approved && d.Cluster == c.ID {
+				return nil
+			}
+			d.Cluster = c.ID
+		} else if d.Approved {
 			return nil
 		}
 		d.Approved, d.UpdatedAt = true, now

@@ -56,6 +56,11 @@ func (s *Service) Enroll(ctx context.Context, req EnrollRequest) (tokens.Credent
 		if !acceptsMembers(c.State) {
 			return fmt.Errorf("%w: cluster %s is %s", ErrClusterUnavailable, c.Name, c.State)
 		}
+		if rt, err := getRuntime(tx, c.ID); err != nil {
+			return err
+		} else if rt.Suspended {
+			return fmt.Errorf("%w: cluster %s is stopped", ErrClusterUnavailable, c.Name)
+		}
 		rec := tokenRecord{Token: core.Token{
 			ID: cred.ID(), Kind: string(tokens.KindEnrollment), SecretHash: hex.EncodeToString(cred.Hash()),
 			Cluster: c.ID, Device: mac, Description: "enrollment", Expires: now.Add(ttl), Created: now,
@@ -86,6 +91,7 @@ type JoinRequest struct {
 	Product      string
 	SONiCVersion string
 	Kind         core.DeviceKind // sonic or vm; "" uses the device record, else vm
+	Role         string          // role fixed by the device's profile, or ""
 	// RemoteIP is the address the request came from. When it holds an
 	// active DHCP lease, the lease's MAC must be the device's: a secret
 	// copied to another machine on ztpd's networks is refused.
@@ -100,6 +106,7 @@ type joinResult struct {
 	device     core.Device
 	role       string
 	method     string
+	first      bool // this node runs kubeadm init
 	tokenID    string
 	publish    bool // the node's token was made after init: create it in the cluster
 	tokenExp   time.Time
@@ -215,6 +222,9 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	if err != nil {
 		return err
 	}
+	if rt.Suspended {
+		return fmt.Errorf("%w: cluster %s is stopped", ErrClusterUnavailable, c.Name)
+	}
 	res.cluster = c
 
 	// 4. An existing membership keeps its role (a rebuilt VM, a retried join).
@@ -244,15 +254,19 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 
 	// 5. Admission: approval, then room.
 	wait := ""
-	role := m.Role
+	role, first := m.Role, reissue && rt.FirstControlPlane == dev.ID
+	preset := dev.Role
+	if req.Role != "" {
+		preset = req.Role
+	}
 	if !reissue {
 		if !dev.Approved && !s.autoApproved(dev, c, res.ip) {
 			wait = "awaiting approval (ztpd device approve " + dev.ID + ")"
 		} else {
-			role, wait = decideRole(c, rt, method, dev.Role)
+			role, first, wait = decideRole(c, rt, method, preset)
 		}
 	}
-	if wait == "" && role == RoleFirstControlPlane && rt.APIEndpoint == "" {
+	if wait == "" && first && rt.APIEndpoint == "" {
 		host := c.ExternalLBIP
 		if host == "" {
 			host = res.ip
@@ -282,7 +296,7 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	}
 	switch method {
 	case MethodKubeadm, MethodK3s:
-		if role != RoleFirstControlPlane {
+		if !first {
 			tok, publish, err := s.nodeToken(tx, c, rt, m, dev.ID, keys.seed, now)
 			if err != nil {
 				return err
@@ -291,7 +305,7 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 			m.TokenID = tok.ID
 		}
 	}
-	if role == RoleFirstControlPlane && method == MethodKubeadm {
+	if first && method == MethodKubeadm {
 		// Every other expected node's token is created by kubeadm init.
 		if err := s.fillPool(tx, c, keys.seed, c.Size+c.ControlNodes-1-(rt.ControlPlanes+rt.Workers-boolInt(reissue)), now); err != nil {
 			return err
@@ -320,7 +334,7 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	}
 	if !reissue {
 		rt.take(role)
-		if role == RoleFirstControlPlane {
+		if first {
 			rt.FirstControlPlane = dev.ID
 		}
 	}
@@ -329,9 +343,13 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	}
 	m.Role, m.Method, m.IP, m.WaitReason = role, method, res.ip, ""
 	m.Version = rt.KubernetesVersion
-	reason := "bundle issued as " + role
+	what := role
+	if first {
+		what = "first control plane (kubeadm init)"
+	}
+	reason := "bundle issued as " + what
 	if reissue {
-		reason = "bundle re-issued as " + role
+		reason = "bundle re-issued as " + what
 	}
 	if err := s.transition(tx, &m, core.StateJoinIssued, reason, now); err != nil {
 		return err
@@ -350,7 +368,7 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 			return err
 		}
 	}
-	res.cluster, res.rt, res.device, res.role, res.method = c, rt, dev, role, method
+	res.cluster, res.rt, res.device, res.role, res.first, res.method = c, rt, dev, role, first, method
 	return event(tx, now, "join.issued", dev.ID, c.ID, reason, map[string]string{"method": method, "role": role})
 }
 

@@ -71,11 +71,11 @@ func (s *Service) Report(ctx context.Context, credential, state, detail string) 
 		if err := s.transition(tx, &m, st, reason, now); err != nil {
 			return err
 		}
-		if st == core.StateJoined && m.Role == RoleFirstControlPlane {
-			rt, err := getRuntime(tx, m.Cluster)
-			if err != nil {
-				return err
-			}
+		rt, err := getRuntime(tx, m.Cluster)
+		if err != nil {
+			return err
+		}
+		if st == core.StateJoined && m.Device == rt.FirstControlPlane {
 			rt.Initialized = true
 			if err := tx.Put(core.BucketMeta, runtimeKey(m.Cluster), rt); err != nil {
 				return err

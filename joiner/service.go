@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -79,8 +80,12 @@ type Options struct {
 	TokenTTL      time.Duration // default 24h; 0 after defaulting is not allowed
 	ReportTTL     time.Duration // default 7 days
 	AutoApprove   []Rule
-	// ReportURL is where nodes POST joined/failed, e.g.
-	// http://10.99.0.1:8080/join/report. Empty: bundles carry no report step.
+	// BaseURL is the appliance's device-facing HTTP base, e.g.
+	// http://10.99.0.1:8080; links in ztp.json sections and the default
+	// ReportURL derive from it.
+	BaseURL string
+	// ReportURL is where nodes POST joined/failed; default BaseURL +
+	// /join/report. Empty (and no BaseURL): bundles carry no report step.
 	ReportURL string
 	Now       func() time.Time
 	Log       *slog.Logger
@@ -112,6 +117,10 @@ func New(store core.Store, keys *pki.Keyring, opts Options) (*Service, error) {
 	}
 	if opts.ReportTTL <= 0 {
 		opts.ReportTTL = 7 * 24 * time.Hour
+	}
+	opts.BaseURL = strings.TrimSuffix(opts.BaseURL, "/")
+	if opts.ReportURL == "" && opts.BaseURL != "" {
+		opts.ReportURL = opts.BaseURL + "/join/report"
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -159,6 +168,7 @@ type clusterRuntime struct {
 	ControlPlanes     int           `json:"control_planes"`        // active, including the first
 	Workers           int           `json:"workers"`               // active, including switches
 	APIEndpoint       string        `json:"api_endpoint,omitempty"`
+	Suspended         bool          `json:"suspended,omitempty"` // cluster stopped: no joins
 }
 
 // tokenRecord is core.Token plus the joiner's bindings; other readers see a

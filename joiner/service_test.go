@@ -52,7 +52,7 @@ func newEnv(t *testing.T, opts Options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	clk := &clock{t: time.Now().UTC().Truncate(time.Second)} // real time: TLS peers check certificate validity
 	opts.Now = clk.now
 	svc, err := New(st, kr, opts)
 	if err != nil {
@@ -128,7 +128,7 @@ func TestFirstControlPlaneThenWorkers(t *testing.T) {
 	c := e.cluster(ClusterSpec{Name: "prod", Size: 2, ControlNodes: 1})
 
 	cp := e.must(e.join("prod", 1))
-	if cp.Role != RoleFirstControlPlane || cp.Method != MethodKubeadm || cp.APIEndpoint != "10.99.1.2:6443" {
+	if cp.Role != RoleControlPlane || !cp.Init || cp.Method != MethodKubeadm || cp.APIEndpoint != "10.99.1.2:6443" {
 		t.Fatalf("first bundle %v endpoint %s", cp, cp.APIEndpoint)
 	}
 	files := cloudFiles(t, cp)
@@ -351,7 +351,7 @@ func TestApprovalRules(t *testing.T) {
 	if ms.State != core.StateWaiting {
 		t.Fatalf("waiting membership state %s", ms.State)
 	}
-	if d, err := e.svc.Approve(bg, m); err != nil || !d.Approved {
+	if d, err := e.svc.Approve(bg, m, ""); err != nil || !d.Approved {
 		t.Fatal(err)
 	}
 	e.must(e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: m, RemoteIP: "10.99.1.5"}))
@@ -370,7 +370,7 @@ func TestConcurrentJoinsNeverExceedDesiredSize(t *testing.T) {
 	for i := range devices {
 		secrets[i] = e.enroll("prod", mac(i), "")
 	}
-	var issued, waited atomic.Int64
+	var issued, waited, inits atomic.Int64
 	roles := sync.Map{}
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -382,6 +382,9 @@ func TestConcurrentJoinsNeverExceedDesiredSize(t *testing.T) {
 			switch {
 			case err == nil:
 				issued.Add(1)
+				if b.Init {
+					inits.Add(1)
+				}
 				v, _ := roles.LoadOrStore(b.Role, new(atomic.Int64))
 				v.(*atomic.Int64).Add(1)
 			case errors.As(err, &we):
@@ -403,8 +406,8 @@ func TestConcurrentJoinsNeverExceedDesiredSize(t *testing.T) {
 	if issued.Load() != size+3 || waited.Load() != devices-size-3 {
 		t.Fatalf("issued %d, waited %d; want %d and %d", issued.Load(), waited.Load(), size+3, devices-size-3)
 	}
-	if count(RoleFirstControlPlane) != 1 || count(RoleControlPlane) != 2 || count(RoleWorker) != size {
-		t.Fatalf("roles: first %d, control %d, worker %d", count(RoleFirstControlPlane), count(RoleControlPlane), count(RoleWorker))
+	if inits.Load() != 1 || count(RoleControlPlane) != 3 || count(RoleWorker) != size {
+		t.Fatalf("roles: init %d, control %d, worker %d", inits.Load(), count(RoleControlPlane), count(RoleWorker))
 	}
 	members, _ := e.svc.Members(bg, c.ID)
 	if len(members) != size+3 {
@@ -420,7 +423,7 @@ func TestConcurrentJoinsNeverExceedDesiredSize(t *testing.T) {
 	for _, m := range members {
 		var mm member
 		e.store.View(func(tx core.Tx) error { _, err := tx.Get(core.BucketMemberships, m.Device, &mm); return err })
-		if mm.Role != RoleFirstControlPlane {
+		if mm.Device != rt.FirstControlPlane {
 			if mm.TokenID == "" || seen[mm.TokenID] {
 				t.Fatalf("member %s token %q reused or missing", m.Device, mm.TokenID)
 			}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -17,25 +16,6 @@ import (
 )
 
 // runCLI runs the ztpd command tree with args and returns its standard output.
-func runCLI(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := os.Stdout
-	os.Stdout = w
-	done := make(chan []byte)
-	go func() { b, _ := io.ReadAll(r); done <- b }()
-	root := newRootCmd()
-	root.SetArgs(args)
-	root.SetOut(io.Discard)
-	root.SetErr(io.Discard)
-	runErr := root.Execute()
-	w.Close()
-	os.Stdout = old
-	return string(<-done), runErr
-}
 
 func freeAddr(t *testing.T) string {
 	t.Helper()

@@ -63,7 +63,8 @@ Operations wait for their job unless --no-wait is given.`,
 	addAPIFlags(cmd, f)
 	cmd.AddCommand(newClusterCreateCmd(opts, f), newClusterListCmd(opts, f), newClusterShowCmd(opts, f),
 		newClusterScaleCmd(opts, f), newClusterUpgradeCmd(opts, f), newClusterSimpleCmd(opts, f, "start"),
-		newClusterSimpleCmd(opts, f, "stop"), newClusterSimpleCmd(opts, f, "delete"), newClusterKubeconfigCmd(opts, f))
+		newClusterSimpleCmd(opts, f, "stop"), newClusterSimpleCmd(opts, f, "delete"), newClusterKubeconfigCmd(opts, f),
+		newClusterMembersCmd(opts, f))
 	return cmd
 }
 
@@ -411,10 +412,21 @@ func newClusterKubeconfigCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "kubeconfig NAME",
 		Short: "Print or save the cluster's admin kubeconfig (issued by the joiner from the cluster CA)",
+		Long: `Issue an admin client certificate (CN=kubernetes-admin, O=system:masters)
+signed by the cluster's CA and print or write a kubeconfig for it: the
+cluster's API endpoint, its CA certificate and the embedded certificate and
+key. The cluster needs an endpoint: its first control plane must have been
+admitted (or an external load balancer address set).
+
+With API credentials this uses getKubernetesClusterConfig; without them, on
+the appliance itself, it uses the admin socket of the data directory.`,
 		Example: `  ztpd cluster kubeconfig edge-1 > edge-1.kubeconfig
   ztpd cluster kubeconfig edge-1 -f ~/.kube/edge-1 && kubectl --kubeconfig ~/.kube/edge-1 get nodes`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if !apiCredentialsGiven(f) {
+				return localKubeconfig(opts, args[0], out)
+			}
 			c, err := newAPIClient(opts, f)
 			if err != nil {
 				return err
@@ -451,4 +463,16 @@ func newClusterKubeconfigCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&out, "file", "f", "", "write the kubeconfig to this file (mode 0600) instead of standard output")
 	return cmd
+}
+
+func newClusterMembersCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:     "members NAME|ID",
+		Short:   "List a cluster's members: device, role, state, version (admin socket, on the appliance)",
+		Example: "  ztpd cluster members prod\n  ztpd cluster members prod -o json",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return localMembers(opts, args[0])
+		},
+	}
 }

@@ -123,9 +123,13 @@ func newDeviceApproveCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 		Use:   "approve MAC",
 		Short: "Approve a waiting device so it may join (admin key)",
 		Long: `Approve a device: the joiner admits it, into --cluster when given, and issues
-its join credentials when its cluster has room.`,
+its join credentials when its cluster has room. Without API credentials, on the
+appliance itself, this goes through the admin socket of the data directory.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if !apiCredentialsGiven(f) {
+				return localApprove(opts, args[0], cluster)
+			}
 			c, err := newAPIClient(opts, f)
 			if err != nil {
 				return err

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,24 +12,6 @@ import (
 )
 
 // runCLI runs ztpd with args in-process and returns its stdout.
-func runCLI(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := os.Stdout
-	os.Stdout = w
-	done := make(chan []byte)
-	go func() { b, _ := io.ReadAll(r); done <- b }()
-	cmd := newRootCmd()
-	cmd.SetArgs(args)
-	cmd.SetErr(io.Discard)
-	err = cmd.Execute()
-	w.Close()
-	os.Stdout = old
-	return string(<-done), err
-}
 
 func TestISOBuildCLI(t *testing.T) {
 	dir := t.TempDir()

@@ -25,10 +25,11 @@ import (
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/profile"
+	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/ztp/content"
+	"github.com/ztpd/ztpd/ztp/dhcp"
 	ztphttp "github.com/ztpd/ztpd/ztp/http"
 	ztptftp "github.com/ztpd/ztpd/ztp/tftp"
-	"github.com/ztpd/ztpd/ztp/dhcp"
 )
 
 // AdminSocketName is the unix socket in the data directory through which CLI
@@ -59,6 +60,9 @@ type App struct {
 	// plugs in with Clusters.SetMembership. APIKeys holds API credentials.
 	Clusters *clusters.Service
 	APIKeys  *apikeys.Service
+
+	// Joiner owns cluster PKI, join credentials, admission and membership.
+	Joiner *joiner.Service
 
 	// HTTPMux is the ZTP content listener's router; transports mount on it.
 	HTTPMux *http.ServeMux
@@ -136,7 +140,10 @@ func (a *App) build() error {
 	if a.Cfg.TFTP.Enabled {
 		a.AddRunner(ztptftp.New(ztp, a.Cfg.TFTP, a.Log))
 	}
-	return a.buildAPI()
+	if err := a.buildAPI(); err != nil {
+		return err
+	}
+	return a.buildJoiner()
 }
 
 // Start does the one-time work of a serving process that offline CLI use

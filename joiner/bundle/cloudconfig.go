@@ -1,14 +1,11 @@
 package bundle
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net/url"
 	"slices"
 	"strings"
-
-	yaml "go.yaml.in/yaml/v3"
 )
 
 // NodeRole is what a VM becomes in its cluster.
@@ -151,17 +148,41 @@ func RenderCloudConfig(p CloudConfigParams) ([]byte, error) {
 		"systemctl daemon-reload",
 		"systemctl start deploy-kube-system",
 	)
-	var buf bytes.Buffer
-	buf.WriteString("#cloud-config\n")
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	if err := enc.Encode(cc); err != nil {
-		return nil, err
+	return []byte(cc.render()), nil
+}
+
+// render writes the user-data. Keys and list layout follow CloudStack's
+// templates (users, write_files, runcmd).
+func (cc cloudConfig) render() string {
+	var w yamlWriter
+	w.b.Grow(16 << 10)
+	w.b.WriteString("#cloud-config\n")
+	if len(cc.Users) > 0 {
+		w.key(0, "users")
+		for _, u := range cc.Users {
+			w.b.WriteString("  - ")
+			w.kv(0, "name", u.Name)
+			w.kv(4, "sudo", u.Sudo)
+			w.kv(4, "shell", u.Shell)
+			w.key(4, "ssh_authorized_keys")
+			for _, k := range u.SSHAuthorizedKeys {
+				w.item(6, k)
+			}
+		}
 	}
-	if err := enc.Close(); err != nil {
-		return nil, err
+	w.key(0, "write_files")
+	for _, f := range cc.WriteFiles {
+		w.b.WriteString("  - ")
+		w.kv(0, "path", f.Path)
+		w.kv(4, "permissions", f.Permissions)
+		w.kv(4, "owner", f.Owner)
+		w.block(4, "content", f.Content)
 	}
-	return buf.Bytes(), nil
+	w.key(0, "runcmd")
+	for _, c := range cc.RunCmd {
+		w.item(2, c)
+	}
+	return w.String()
 }
 
 // setupScript installs Kubernetes from the binaries ISO: the steps of

@@ -1,7 +1,6 @@
 package bundle
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -9,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"sigs.k8s.io/yaml"
 
 	"github.com/ztpd/ztpd/joiner/pki"
 	"github.com/ztpd/ztpd/joiner/tokens"
@@ -307,21 +304,146 @@ func validCAHash(h string) bool {
 	return true
 }
 
+// yamlDoc is a document the kubeadm configuration file holds.
+type yamlDoc interface{ writeYAML(w *yamlWriter) }
+
 // marshalDocs renders YAML documents separated by "---", the way kubeadm
-// reads a multi-document config file.
-func marshalDocs(docs ...any) ([]byte, error) {
-	var buf bytes.Buffer
+// reads a multi-document config file. Keys are in alphabetical order, as
+// kubeadm's own "config print" writes them.
+func marshalDocs(docs ...yamlDoc) ([]byte, error) {
+	var w yamlWriter
 	for i, d := range docs {
-		b, err := yaml.Marshal(d)
-		if err != nil {
-			return nil, err
-		}
 		if i > 0 {
-			buf.WriteString("---\n")
+			w.b.WriteString("---\n")
 		}
-		buf.Write(b)
+		d.writeYAML(&w)
 	}
-	return buf.Bytes(), nil
+	return []byte(w.String()), nil
+}
+
+func (c initConfiguration) writeYAML(w *yamlWriter) {
+	w.kv(0, "apiVersion", c.APIVersion)
+	if len(c.BootstrapTokens) > 0 {
+		w.key(0, "bootstrapTokens")
+		for _, t := range c.BootstrapTokens {
+			first := true
+			field := func() int {
+				if first {
+					first = false
+					w.b.WriteString("- ")
+					return 0
+				}
+				return 2
+			}
+			if t.Description != "" {
+				w.kv(field(), "description", t.Description)
+			}
+			if len(t.Groups) > 0 {
+				w.key(field(), "groups")
+				for _, g := range t.Groups {
+					w.item(2, g)
+				}
+			}
+			w.kv(field(), "token", t.Token)
+			w.kv(field(), "ttl", t.TTL)
+			if len(t.Usages) > 0 {
+				w.key(field(), "usages")
+				for _, u := range t.Usages {
+					w.item(2, u)
+				}
+			}
+		}
+	}
+	if c.CertificateKey != "" {
+		w.kv(0, "certificateKey", c.CertificateKey)
+	}
+	w.kv(0, "kind", c.Kind)
+	if c.LocalAPIEndpoint != nil {
+		w.key(0, "localAPIEndpoint")
+		c.LocalAPIEndpoint.writeYAML(w, 2)
+	}
+	c.NodeRegistration.writeYAML(w, 0)
+}
+
+func (e apiEndpoint) writeYAML(w *yamlWriter, ind int) {
+	if e.AdvertiseAddress != "" {
+		w.kv(ind, "advertiseAddress", e.AdvertiseAddress)
+	}
+	if e.BindPort != 0 {
+		w.kvRaw(ind, "bindPort", strconv.Itoa(int(e.BindPort)))
+	}
+}
+
+func (n nodeRegistration) writeYAML(w *yamlWriter, ind int) {
+	if n.CRISocket == "" && n.Name == "" {
+		w.kvRaw(ind, "nodeRegistration", "{}")
+		return
+	}
+	w.key(ind, "nodeRegistration")
+	if n.CRISocket != "" {
+		w.kv(ind+2, "criSocket", n.CRISocket)
+	}
+	if n.Name != "" {
+		w.kv(ind+2, "name", n.Name)
+	}
+}
+
+func (c clusterConfiguration) writeYAML(w *yamlWriter) {
+	if len(c.APIServer.CertSANs) == 0 {
+		w.kvRaw(0, "apiServer", "{}")
+	} else {
+		w.key(0, "apiServer")
+		w.key(2, "certSANs")
+		for _, s := range c.APIServer.CertSANs {
+			w.item(2, s)
+		}
+	}
+	w.kv(0, "apiVersion", c.APIVersion)
+	if c.CertificatesDir != "" {
+		w.kv(0, "certificatesDir", c.CertificatesDir)
+	}
+	if c.ClusterName != "" {
+		w.kv(0, "clusterName", c.ClusterName)
+	}
+	w.kv(0, "controlPlaneEndpoint", c.ControlPlaneEndpoint)
+	if c.EncryptionAlgorithm != "" {
+		w.kv(0, "encryptionAlgorithm", c.EncryptionAlgorithm)
+	}
+	w.kv(0, "kind", c.Kind)
+	w.kv(0, "kubernetesVersion", c.KubernetesVersion)
+	if c.Networking != nil {
+		w.key(0, "networking")
+		if c.Networking.PodSubnet != "" {
+			w.kv(2, "podSubnet", c.Networking.PodSubnet)
+		}
+		if c.Networking.ServiceSubnet != "" {
+			w.kv(2, "serviceSubnet", c.Networking.ServiceSubnet)
+		}
+	}
+}
+
+func (c joinConfiguration) writeYAML(w *yamlWriter) {
+	w.kv(0, "apiVersion", c.APIVersion)
+	if cp := c.ControlPlane; cp != nil {
+		w.key(0, "controlPlane")
+		w.kv(2, "certificateKey", cp.CertificateKey)
+		if cp.LocalAPIEndpoint != nil {
+			w.key(2, "localAPIEndpoint")
+			cp.LocalAPIEndpoint.writeYAML(w, 4)
+		}
+	}
+	w.key(0, "discovery")
+	if bt := c.Discovery.BootstrapToken; bt != nil {
+		w.key(2, "bootstrapToken")
+		w.kv(4, "apiServerEndpoint", bt.APIServerEndpoint)
+		w.key(4, "caCertHashes")
+		for _, h := range bt.CACertHashes {
+			w.item(4, h)
+		}
+		w.kv(4, "token", bt.Token)
+	}
+	w.kv(0, "kind", c.Kind)
+	c.NodeRegistration.writeYAML(w, 0)
 }
 
 // The kubeadm configuration types below carry only the fields ztpd sets;
