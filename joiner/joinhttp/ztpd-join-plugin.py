@@ -111,6 +111,10 @@ def main():
         trust_store = trust_store or f["path"].startswith("/usr/local/share/ca-certificates/")
     if trust_store:
         run(["update-ca-certificates"])
+    if bundle.get("report_url") and bundle.get("report_token"):
+        # The node agent reports joined/failed with this once it has joined.
+        install("/etc/sonic/ztpd/report.env",
+                "ZTPD_REPORT_URL='%s'\nZTPD_REPORT_TOKEN='%s'\n" % (bundle["report_url"], bundle["report_token"]), 0o600)
     if bundle.get("config_db"):
         run(["sonic-cfggen", "-a", json.dumps(bundle["config_db"]), "--write-to-db"])
         run(["config", "save", "-y"])
