@@ -19,11 +19,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	imagestore "github.com/ztpd/ztpd/images/store"
+	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/boltstore"
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/profile"
+	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/ztp/content"
+	"github.com/ztpd/ztpd/ztp/dhcp"
 	ztphttp "github.com/ztpd/ztpd/ztp/http"
 	ztptftp "github.com/ztpd/ztpd/ztp/tftp"
 )
@@ -51,6 +55,14 @@ type App struct {
 	// ZTP renders per-device ZTP content for the HTTP and TFTP transports;
 	// wire the joiner with ZTP.SetJoinProvider.
 	ZTP *content.Service
+
+	// Clusters is the Kubernetes versions and clusters service; the joiner
+	// plugs in with Clusters.SetMembership. APIKeys holds API credentials.
+	Clusters *clusters.Service
+	APIKeys  *apikeys.Service
+
+	// Joiner owns cluster PKI, join credentials, admission and membership.
+	Joiner *joiner.Service
 
 	// HTTPMux is the ZTP content listener's router; transports mount on it.
 	HTTPMux *http.ServeMux
@@ -84,6 +96,17 @@ func (a *App) build() error {
 	a.HTTPMux.Handle("GET /metrics", promhttp.Handler())
 	a.AdminMux.HandleFunc("GET /admin/backup", a.adminBackup)
 	a.AdminMux.HandleFunc("GET /admin/status", a.healthz)
+	// DHCP binds privileged sockets, so only a serving process builds it.
+	if a.Cfg.DHCP.Enabled() {
+		a.OnStart(func() error {
+			srv, err := dhcp.New(a.Cfg, a.Store, a.Log)
+			if err != nil {
+				return err
+			}
+			a.AddRunner(srv)
+			return nil
+		})
+	}
 
 	images, err := imagestore.Open(a.Store, a.Cfg.DataDir)
 	if err != nil {
@@ -117,7 +140,10 @@ func (a *App) build() error {
 	if a.Cfg.TFTP.Enabled {
 		a.AddRunner(ztptftp.New(ztp, a.Cfg.TFTP, a.Log))
 	}
-	return nil
+	if err := a.buildAPI(); err != nil {
+		return err
+	}
+	return a.buildJoiner()
 }
 
 // Start does the one-time work of a serving process that offline CLI use
