@@ -396,6 +396,11 @@ func (s *Service) ZTPJSON(ctx context.Context, c *Client) (*Served, error) {
 		in.FirmwareURL = base + core.PathImages + im.SHA256
 	}
 	if r.Cluster != "" && s.opt.Join != nil {
+		// The join section carries an enrollment secret: it goes only to
+		// the address the switch holds, not to anyone quoting its serial.
+		if dev.IP != "" && c.Addr.IsValid() && dev.IP != c.Addr.Unmap().String() {
+			return nil, forbidden("device %s holds address %s; its join material is not served to %s", dev.ID, dev.IP, addrString(c.Addr))
+		}
 		if in.Join, err = s.opt.Join.ZTPSection(ctx, dev, *r); err != nil {
 			return nil, unavailable("join section for cluster %q: %v", r.Cluster, err)
 		}

@@ -470,3 +470,20 @@ func openStores(tb testing.TB, dir string) (*boltstore.Store, *imagestore.Store)
 func stringsReader(s string) *strings.Reader { return strings.NewReader(s) }
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
+
+func TestJoinMaterialOnlyToTheDevicesAddress(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, fakeJoiner{}, "")
+	e.addImage(t, "sonic 202405.1", imagestore.Meta{Name: "sonic-broadcom-202405.1.bin", Kind: "sonic-installer", Version: "202405.1"})
+	d := core.Device{ID: "52:54:00:40:00:70", MAC: "52:54:00:40:00:70", Kind: core.KindSONiC, Serial: "LEAF0070", IP: "10.99.40.70", Product: "Accton-AS7712-32X"}
+	e.putDevice(t, d, "10.99.40.70")
+	_, err := e.svc.ZTPJSON(ctx, sonicClient("10.99.40.71", "LEAF0070", "", "Accton-AS7712-32X", "SONiC.202405.1"))
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Status != 403 {
+		t.Fatalf("join section served to another address: %v", err)
+	}
+	got, err := e.svc.ZTPJSON(ctx, sonicClient("10.99.40.70", "LEAF0070", "", "Accton-AS7712-32X", "SONiC.202405.1"))
+	if err != nil || !bytes.Contains(got.Body, []byte(`"03-join"`)) && !bytes.Contains(got.Body, []byte(`-join"`)) {
+		t.Fatalf("own address: %v\n%s", err, got.Body)
+	}
+}
