@@ -47,6 +47,16 @@ type localAddr struct {
 
 const idleWake = 250 * time.Millisecond // how often a blocked read checks its deadline
 
+// spinFor is how long a read polls before it blocks: an ACK usually comes
+// back within one round trip, and catching it without sleeping saves the
+// wake-up (a context switch, on a VM an IPI) on every block.
+var spinFor = func() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("ZTPD_TFTP_SPIN")); err == nil {
+		return d
+	}
+	return 200 * time.Microsecond
+}()
+
 func newPortConn(c *net.UDPConn, capFor func(ifindex int) int) (*portConn, error) {
 	la, ok := c.LocalAddr().(*net.UDPAddr)
 	if !ok || la.IP.To4() == nil && !la.IP.IsUnspecified() {
@@ -82,11 +92,16 @@ func (timeoutError) Temporary() bool { return true }
 // ReadFrom implements net.PacketConn.
 func (c *portConn) ReadFrom(p []byte) (int, net.Addr, error) {
 	runtime.Gosched()
+	spinUntil := time.Now().Add(spinFor)
 	for {
 		if d := c.deadline.Load(); d != 0 && time.Now().UnixNano() >= d {
 			return 0, nil, timeoutError{}
 		}
-		n, oobn, _, from, err := unix.Recvmsg(c.fd, p, c.oob, 0)
+		flags := 0
+		if spinFor > 0 && time.Now().Before(spinUntil) {
+			flags = unix.MSG_DONTWAIT
+		}
+		n, oobn, _, from, err := unix.Recvmsg(c.fd, p, c.oob, flags)
 		if err == unix.EAGAIN || err == unix.EINTR {
 			continue
 		}

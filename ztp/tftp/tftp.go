@@ -20,6 +20,12 @@
 // fragments; pin/tftp's own cap (MTU − 28) forgets the TFTP header. The MTU
 // is the smallest of the interfaces the listener serves (re-read every
 // minute), or tftp.max_block_size when set.
+//
+// Single-port mode (tftp.single_port) runs on ztpd's own socket under
+// pin/tftp (see portConn): one port for every transfer (NAT and firewall
+// friendly), blksize capped per arrival interface, and the faster data path:
+// after each DATA block the reader polls for the ACK for up to 200µs before
+// it sleeps (environment ZTPD_TFTP_SPIN=0s turns that off).
 package tftp
 
 import (

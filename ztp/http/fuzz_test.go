@@ -1,0 +1,84 @@
+package ztphttp
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	imagestore "github.com/ztpd/ztpd/images/store"
+	"github.com/ztpd/ztpd/internal/boltstore"
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/profile"
+	"github.com/ztpd/ztpd/ztp/content"
+)
+
+// FuzzHeaderIdentification feeds arbitrary SONiC and ONIE header values
+// through identification, profile matching and rendering: every outcome is
+// a document or a content.Error with a status, never a panic or a half
+// answer.
+func FuzzHeaderIdentification(f *testing.F) {
+	dir := f.TempDir()
+	db, err := boltstore.Open(dir, boltstore.Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { db.Close() })
+	ims, err := imagestore.Open(db, dir)
+	if err != nil {
+		f.Fatal(err)
+	}
+	ims.Add(context.Background(), strings.NewReader("img"), imagestore.Meta{Name: "sonic-broadcom-202405.1.bin", Kind: "sonic-installer", Version: "202405.1"}, "")
+	db.Update(func(tx core.Tx) error {
+		return core.PutDevice(tx, core.Device{ID: "52:54:00:40:00:10", MAC: "52:54:00:40:00:10", Kind: core.KindSONiC,
+			Serial: "LEAF0010", IP: "10.99.40.10", State: core.StateLeased})
+	})
+	svc, err := content.New(content.Options{Store: db, Images: ims, HTTPAddr: ":8080", FilesDir: filepath.Join(dir, "files")})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { svc.Close() })
+	set, err := profile.Load([]string{"../../examples/profiles"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	svc.SetProfiles(set)
+
+	f.Add("LEAF0010", "52:54:00:40:00:10", "Accton-AS7712-32X", "SONiC.202311.1", "x86_64", "accton_as7712_32x", "0", "10.99.40.10")
+	f.Add("", "zz:zz", "", "N.A", "", "", "", "10.99.40.11")
+	f.Add("X\x00Y", "52-54-00-40-00-10", strings.Repeat("P", 200), "SONiC-OS-", "arm64", "../../etc", "r0", "[::1]")
+	f.Fuzz(func(t *testing.T, serial, mac, product, version, arch, machine, rev, addr string) {
+		req := httptest.NewRequest("GET", "/ztp/ztp.json", nil)
+		req.RemoteAddr = addr + ":40000"
+		set := func(k, v string) {
+			if strings.ContainsAny(v, "\r\n") {
+				return // not a header an HTTP server would hand over
+			}
+			req.Header.Set(k, v)
+		}
+		set("SERIAL-NUMBER", serial)
+		set("BASE-MAC-ADDRESS", mac)
+		set("PRODUCT-NAME", product)
+		set("SONiC-VERSION", version)
+		set("ONIE-ARCH", arch)
+		set("ONIE-MACHINE", machine)
+		set("ONIE-MACHINE-REV", rev)
+		c := ClientFrom(req)
+		for _, fn := range []func() error{
+			func() error { _, err := svc.ZTPJSON(context.Background(), c); return err },
+			func() error { _, err := svc.ConfigDB(context.Background(), c, mac); return err },
+			func() error { _, _, err := svc.ONIEInstaller(context.Background(), c, machine); return err },
+		} {
+			err := fn()
+			var ce *content.Error
+			if err != nil && !errors.As(err, &ce) {
+				var fe *profile.FieldError
+				if !errors.As(err, &fe) {
+					t.Fatalf("unclassified error %T: %v", err, err)
+				}
+			}
+		}
+	})
+}
