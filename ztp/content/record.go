@@ -48,7 +48,7 @@ type recorder struct {
 
 const (
 	recordQueueLen = 16384
-	recordBatchMax = 2048
+	recordBatchMax = 256
 	// lastSeenStep: a device record whose state and facts did not change is
 	// rewritten only when its last-seen time is older than this, so repeated
 	// fetches append events without rewriting device pages.

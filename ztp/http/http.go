@@ -88,15 +88,18 @@ func (s *Server) registerMetadata(mux *http.ServeMux) {
 }
 
 func (s *Server) handle(mux *http.ServeMux, pattern, route string, h http.HandlerFunc) {
+	obs := duration.WithLabelValues(route)
+	ok := requests.WithLabelValues(route, "200")
 	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
 		h(sw, r)
-		if sw.code == 0 {
-			sw.code = http.StatusOK
+		if sw.code == 0 || sw.code == http.StatusOK {
+			ok.Inc()
+		} else {
+			requests.WithLabelValues(route, strconv.Itoa(sw.code)).Inc()
 		}
-		requests.WithLabelValues(route, strconv.Itoa(sw.code)).Inc()
-		duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		obs.Observe(time.Since(start).Seconds())
 	})
 }
 
@@ -113,18 +116,40 @@ func ClientFrom(r *http.Request) *content.Client {
 		}
 	}
 	h := r.Header
-	c.Serial = clean(h.Get("SERIAL-NUMBER"))
-	c.BaseMAC = clean(h.Get("BASE-MAC-ADDRESS"))
-	c.Product = clean(h.Get("PRODUCT-NAME"))
-	c.SONiCVersion = clean(h.Get("SONiC-VERSION"))
-	o := content.ONIE{Serial: clean(h.Get("ONIE-SERIAL-NUMBER")), MAC: clean(h.Get("ONIE-ETH-ADDR")),
-		Vendor: clean(h.Get("ONIE-VENDOR-ID")), Machine: clean(h.Get("ONIE-MACHINE")),
-		MachineRev: clean(h.Get("ONIE-MACHINE-REV")), Arch: clean(h.Get("ONIE-ARCH")),
-		Version: clean(h.Get("ONIE-VERSION"))}
+	// Header names are matched case-insensitively: net/http stores them in
+	// canonical form, so "SONiC-VERSION" arrives as "Sonic-Version".
+	c.Serial = clean(hget(h, "Serial-Number"))
+	c.BaseMAC = clean(hget(h, "Base-Mac-Address"))
+	c.Product = clean(hget(h, "Product-Name"))
+	c.SONiCVersion = clean(hget(h, "Sonic-Version"))
+	var o content.ONIE
+	if hasONIE(h) {
+		o = content.ONIE{Serial: clean(hget(h, "Onie-Serial-Number")), MAC: clean(hget(h, "Onie-Eth-Addr")),
+			Vendor: clean(hget(h, "Onie-Vendor-Id")), Machine: clean(hget(h, "Onie-Machine")),
+			MachineRev: clean(hget(h, "Onie-Machine-Rev")), Arch: clean(hget(h, "Onie-Arch")),
+			Version: clean(hget(h, "Onie-Version"))}
+	}
 	if o != (content.ONIE{}) {
 		c.ONIE = &o
 	}
 	return c
+}
+
+// hget reads a header by its canonical name without re-canonicalising it.
+func hget(h http.Header, canonical string) string {
+	if v := h[canonical]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func hasONIE(h http.Header) bool {
+	for k := range h {
+		if strings.HasPrefix(k, "Onie-") {
+			return true
+		}
+	}
+	return false
 }
 
 // clean trims a header value and drops one that is absurdly long or holds
