@@ -131,13 +131,14 @@ func urlsIn(v any, out *[][2]any) {
 
 type labContent struct {
 	firmware core.Image
+	onie     core.Image
 	motd     string
 	files    map[string]string // files/<path> -> content
 }
 
 func setupLab(t *testing.T) (*e2etest.Lab, labContent) {
 	e2etest.RequireRoot(t, "curl")
-	lab := e2etest.NewLab(t, "zh", 47, nil, []int{11, 12, 13, 20, 30})
+	lab := e2etest.NewLab(t, "zh", 47, nil, []int{11, 12, 13, 20, 30, 31})
 	lc := labContent{motd: "welcome to the lab\n", files: map[string]string{}}
 	lab.Seed(func(db *boltstore.Store, ims *imagestore.Store) {
 		ctx := context.Background()
@@ -153,6 +154,11 @@ func setupLab(t *testing.T) (*e2etest.Lab, labContent) {
 		if _, _, err := ims.Add(ctx, strings.NewReader("ISO9660 stand-in"), imagestore.Meta{Name: "k8s-1.31.4.iso", Kind: "binaries-iso", Version: "1.31.4"}, ""); err != nil {
 			t.Fatal(err)
 		}
+		lc.onie, _, err = ims.Add(ctx, strings.NewReader(strings.Repeat("ONIE installer for celestica\n", 1000)),
+			imagestore.Meta{Name: "onie-cel.bin", Kind: "onie-installer", Platform: "x86_64-cel_e1031-r0"}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
 		err = db.Update(func(tx core.Tx) error {
 			for i, h := range []int{11, 12, 13} {
 				mac := fmt.Sprintf("52:54:00:47:00:%02x", h)
@@ -164,6 +170,14 @@ func setupLab(t *testing.T) (*e2etest.Lab, labContent) {
 				if err := tx.Put(core.BucketLeases, d.IP, core.Lease{IP: d.IP, MAC: mac, Subnet: "lab", State: core.LeaseActive}); err != nil {
 					return err
 				}
+			}
+			od := core.Device{ID: "52:54:00:47:00:1e", MAC: "52:54:00:47:00:1e", Kind: core.KindONIE, IP: lab.Addr(30), Subnet: "lab",
+				VendorClass: "onie_vendor:x86_64-cel_e1031-r0", State: core.StateLeased}
+			if err := core.PutDevice(tx, od); err != nil {
+				return err
+			}
+			if err := tx.Put(core.BucketLeases, od.IP, core.Lease{IP: od.IP, MAC: od.MAC, Subnet: "lab", State: core.LeaseActive}); err != nil {
+				return err
 			}
 			vm := core.Device{ID: "1e:00:47:00:00:14", MAC: "1e:00:47:00:00:14", Kind: core.KindVM, IP: lab.Addr(20), Subnet: "lab", State: core.StateLeased}
 			if err := core.PutDevice(tx, vm); err != nil {
@@ -314,7 +328,7 @@ func TestRefusals(t *testing.T) {
 		return out[i+1:], out[:i]
 	}
 	// Unknown device: 404 with a JSON reason.
-	c, body := code(lab.Addr(30), "-A", "SONiC-ZTP/0.1", base+"/ztp/ztp.json")
+	c, body := code(lab.Addr(31), "-A", "SONiC-ZTP/0.1", base+"/ztp/ztp.json")
 	var e struct {
 		Error  string `json:"error"`
 		Status int    `json:"status"`
@@ -378,6 +392,35 @@ func TestImagesRangeETagAndISOs(t *testing.T) {
 	}
 }
 
+// TestONIEInstaller fetches option 114's URL as ONIE does: by its headers
+// (user agent onie/1.0), and by the DHCP vendor class of its lease alone.
+func TestONIEInstaller(t *testing.T) {
+	lab, lc := setupLab(t)
+	url := "http://" + lab.SrvIP + ":8080/onie/installer"
+	dst := filepath.Join(lab.Dir, "onie.bin")
+	check := func(name string, args ...string) {
+		t.Helper()
+		out, err := lab.Run("curl", append([]string{"-sf", "-A", "onie/1.0", "-o", dst}, append(args, url)...)...)
+		if err != nil {
+			t.Fatalf("%s: %v %s\n%s", name, err, out, lab.Log())
+		}
+		b, _ := os.ReadFile(dst)
+		if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != lc.onie.SHA256 {
+			t.Fatalf("%s: wrong installer (%d bytes)", name, len(b))
+		}
+	}
+	check("headers", "--interface", lab.Addr(31), "-H", "ONIE-ARCH: x86_64", "-H", "ONIE-MACHINE: cel_e1031",
+		"-H", "ONIE-MACHINE-REV: 0", "-H", "ONIE-SERIAL-NUMBER: CEL123", "-H", "ONIE-ETH-ADDR: 52:54:00:47:00:1f", "-H", "ONIE-OPERATION: os-install")
+	check("vendor class of the lease", "--interface", lab.Addr(30))
+	// A platform with no installer of its own gets the installer stored
+	// without a platform (here the SONiC image), never another platform's.
+	out, _ := lab.Run("curl", "-s", "-D", "-", "-o", "/dev/null", "--interface", lab.Addr(31), "-H", "ONIE-ARCH: arm64",
+		"-H", "ONIE-MACHINE: nobody_box", url)
+	if !strings.Contains(out, "X-Checksum-Sha256: "+lc.firmware.SHA256) {
+		t.Fatalf("unknown platform: %s", out)
+	}
+}
+
 // TestCloudInitCloudStackDatasource walks the metadata service as cloud-init's
 // CloudStack datasource does: wait for instance-id, read user-data, crawl the
 // meta-data index, then ask the password server on port 8080.
@@ -429,7 +472,7 @@ func TestCloudInitCloudStackDatasource(t *testing.T) {
 		t.Errorf("password server: %s %q", c, v)
 	}
 	// An address without a lease gets nothing.
-	out, _ := lab.Run("curl", "-s", "--interface", lab.Addr(30), "-o", "/dev/null", "-w", "%{http_code}", md+"meta-data/instance-id")
+	out, _ := lab.Run("curl", "-s", "--interface", lab.Addr(31), "-o", "/dev/null", "-w", "%{http_code}", md+"meta-data/instance-id")
 	if out != "404" {
 		t.Errorf("unknown VM: %s", out)
 	}
