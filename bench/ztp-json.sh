@@ -13,15 +13,24 @@
 # Server and load generator share the machine's CPUs, in netns zz-zjson on
 # loopback.
 #
-# Last line: RESULT ztp_json_per_s ztpd=<requests/s> p99_ms=<p99 latency>
+# Two measurements: the peak rate (wrk, closed loop: as fast as answers come
+# back), and the latency at RATE requests/s (bench/ztpload, open loop:
+# requests start on schedule whatever the server does, latency counted from
+# the scheduled start, so queueing is not hidden). At the peak a closed-loop
+# p99 only reflects the queue CONNS connections build, so the p99 reported is
+# the one at RATE (the goal's 5,000/s); the peak-rate p99 is printed too.
 #
-# Knobs (env): DEVICES=2000 CONNS=64 DURATION=20s THREADS=1 WORK=/tmp/zz-ztpjson-bench
+# Last line: RESULT ztp_json_per_s ztpd=<peak requests/s> p99_ms=<p99 at RATE/s>
+#
+# Knobs (env): DEVICES=2000 CONNS=64 DURATION=20s THREADS=1 RATE=5000
+#   WORK=/tmp/zz-ztpjson-bench
 #   ZTPD=<binary> (default: go build ./cmd/ztpd)
 set -uo pipefail
 DEVICES=${DEVICES:-2000}
 CONNS=${CONNS:-64}
 DURATION=${DURATION:-20s}
 THREADS=${THREADS:-1}
+RATE=${RATE:-5000}
 WORK=${WORK:-/tmp/zz-ztpjson-bench}
 NS=zz-zjson
 ADDR=127.0.0.1:18090
@@ -52,7 +61,7 @@ if [[ -z ${ZTPD:-} ]]; then
   log "building ztpd"
   (cd "$REPO" && go build -trimpath -o "$ZTPD" ./cmd/ztpd) || die "go build failed"
 fi
-(cd "$REPO" && go build -o "$WORK/ztpseed" ./bench/ztpseed) || die "go build ztpseed failed"
+(cd "$REPO" && go build -o "$WORK/ztpseed" ./bench/ztpseed && go build -o "$WORK/ztpload" ./bench/ztpload) || die "go build of the bench tools failed"
 rm -rf "$WORK/data"
 "$WORK/ztpseed" --data-dir "$WORK/data" --devices "$DEVICES" >&2 || die "seeding failed"
 cat > "$WORK/ztpd.yaml" <<CFG
@@ -90,7 +99,13 @@ check=$(sed -n 's/^CHECK //p' <<<"$out")
 [[ $check == "connect=0 read=0 write=0 timeout=0 non2xx=0" ]] || die "errors under load: $check"
 rps=$(sed -n 's/^RPS //p' <<<"$out")
 p99us=$(sed -n 's/^P99_US //p' <<<"$out")
-p99=$(awk -v u="$p99us" 'BEGIN{printf "%.2f", u/1000}')
+peak99=$(awk -v u="$p99us" 'BEGIN{printf "%.2f", u/1000}')
+
+log "open loop at $RATE/s for $DURATION"
+ol=$(ip netns exec $NS "$WORK/ztpload" -url "http://$ADDR/ztp/ztp.json" -rate "$RATE" -duration "$DURATION" -devices "$DEVICES") || die "errors in the open-loop run: $ol"
+echo "$ol"
+p99=$(sed -n 's/^OPEN_LOOP .*p99_ms=\([0-9.]*\).*/\1/p' <<<"$ol")
+achieved=$(sed -n 's/^OPEN_LOOP .*achieved=\([0-9]*\).*/\1/p' <<<"$ol")
 
 # Context: the same listener answering /healthz (no store, no rendering).
 hzout=$(ip netns exec $NS wrk -t"$THREADS" -c"$CONNS" -d5s --latency "http://$ADDR/healthz")
@@ -98,6 +113,8 @@ hz=$(awk '/Requests\/sec/{print $2}' <<<"$hzout")
 hz99=$(awk '$1=="99%"{print $2}' <<<"$hzout")
 echo
 echo "ztp.json over HTTP, $DEVICES switches, wrk -t$THREADS -c$CONNS -d$DURATION on loopback, $(nproc) CPUs shared"
-echo "  ztp.json: $rps req/s, p99 $p99 ms (every request renders and durably records progress)"
+echo "  ztp.json peak (wrk, $CONNS connections): $rps req/s, p99 $peak99 ms"
+echo "  ztp.json at $RATE/s (open loop): $achieved req/s completed, p99 $p99 ms"
+echo "  (every request identifies the switch, matches and renders its profile, and records its progress)"
 echo "  /healthz on the same listener: $hz req/s, p99 $hz99 (HTTP floor and this machine's noise)"
 echo "RESULT ztp_json_per_s ztpd=$rps p99_ms=$p99"
