@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -485,5 +487,53 @@ func TestJoinMaterialOnlyToTheDevicesAddress(t *testing.T) {
 	got, err := e.svc.ZTPJSON(ctx, sonicClient("10.99.40.70", "LEAF0070", "", "Accton-AS7712-32X", "SONiC.202405.1"))
 	if err != nil || !bytes.Contains(got.Body, []byte(`"03-join"`)) && !bytes.Contains(got.Body, []byte(`-join"`)) {
 		t.Fatalf("own address: %v\n%s", err, got.Body)
+	}
+}
+
+// TestConcurrentRequests mixes documents for many devices from many
+// goroutines (run with -race); every fetch ends up recorded.
+func TestConcurrentRequests(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil, "default-sonic")
+	e.addImage(t, "sonic 202405.1", imagestore.Meta{Name: "sonic-broadcom-202405.1.bin", Kind: "sonic-installer", Version: "202405.1"})
+	const n = 40
+	for k := 0; k < n; k++ {
+		ip := fmt.Sprintf("10.99.40.%d", 100+k)
+		e.putDevice(t, core.Device{ID: fmt.Sprintf("52:54:00:40:01:%02x", k), MAC: fmt.Sprintf("52:54:00:40:01:%02x", k),
+			Kind: core.KindSONiC, Serial: fmt.Sprintf("C%03d", k), IP: ip, Product: "Accton-AS7712-32X"}, ip)
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				k := (g*50 + i) % n
+				c := sonicClient(fmt.Sprintf("10.99.40.%d", 100+k), fmt.Sprintf("C%03d", k), "", "Accton-AS7712-32X", "SONiC.202311.1")
+				if _, err := e.svc.ZTPJSON(ctx, c); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := e.svc.ConfigDB(ctx, c, fmt.Sprintf("52:54:00:40:01:%02x", k)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	served := 0
+	for _, ev := range e.events(t) {
+		if ev.Type == "ztp.json.served" || ev.Type == "ztp.config.served" {
+			served++
+		}
+	}
+	if served != 8*50*2 {
+		t.Fatalf("%d fetches recorded, want %d", served, 8*50*2)
+	}
+	for k := 0; k < n; k++ {
+		if st := e.device(t, fmt.Sprintf("52:54:00:40:01:%02x", k)).State; st != core.StateConfigServed {
+			t.Fatalf("device %d state %s", k, st)
+		}
 	}
 }
