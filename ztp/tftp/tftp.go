@@ -74,8 +74,6 @@ type Server struct {
 	cfg   config.TFTP
 	log   *slog.Logger
 	grace time.Duration
-	ready chan struct{}
-	addr  net.Addr
 	pc    *portConn // single-port fast path, when in use
 }
 
@@ -84,17 +82,11 @@ func New(svc *content.Service, cfg config.TFTP, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{svc: svc, cfg: cfg, log: log, grace: 10 * time.Second, ready: make(chan struct{})}
+	return &Server{svc: svc, cfg: cfg, log: log, grace: 10 * time.Second}
 }
 
 // Name implements the app's Runner.
 func (s *Server) Name() string { return "tftp" }
-
-// Addr is the bound address once Run has started listening.
-func (s *Server) Addr() net.Addr {
-	<-s.ready
-	return s.addr
-}
 
 // Run serves until ctx ends, then lets running transfers finish (bounded).
 func (s *Server) Run(ctx context.Context) error {
@@ -114,8 +106,6 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.addr = conn.LocalAddr()
-	close(s.ready)
 	srv := pin.NewServer(s.read, s.write)
 	srv.SetHook(hook{s.log})
 	// Lock-step TFTP stalls for the whole timeout on one lost packet: retry
@@ -143,7 +133,7 @@ func (s *Server) Run(ctx context.Context) error {
 	} else {
 		srv.SetBlockSize(blk)
 	}
-	s.log.Info("listening", "listener", "tftp", "addr", s.addr.String(), "single_port", s.cfg.SinglePort,
+	s.log.Info("listening", "listener", "tftp", "addr", conn.LocalAddr().String(), "single_port", s.cfg.SinglePort,
 		"fast_path", fast, "max_blksize", blk)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(serveConn) }()
@@ -411,6 +401,12 @@ func (h hook) OnSuccess(st pin.TransferStats) {
 }
 
 func (h hook) OnFailure(st pin.TransferStats, err error) {
+	if st.Filename == "" {
+		// Not a transfer: a stray or malformed packet (e.g. a late
+		// duplicate ACK after a transfer ended).
+		refused.WithLabelValues("stray").Inc()
+		return
+	}
 	transfers.WithLabelValues("failed").Inc()
 	datagrams.Add(float64(st.DatagramsSent))
 	h.log.Debug("tftp transfer failed", "file", st.Filename, "client", st.RemoteAddr, "err", err)
