@@ -1,12 +1,19 @@
 -- wrk script for bench/ztp-json.sh: every request is a different switch of
 -- the seeded fleet, with the headers sonic-ztp sends.
 local devices = tonumber(os.getenv("DEVICES") or "1000")
+-- DELAY_MS paces each connection (think time between its requests), so a
+-- run can hold a given rate instead of saturating the server.
+local delay_ms = tonumber(os.getenv("DELAY_MS") or "0")
 local counter = 0
 local thread_id = 0
 
 function setup(thread)
   thread:set("thread_id", thread_id)
   thread_id = thread_id + 1
+end
+
+function delay()
+  return delay_ms
 end
 
 function request()
