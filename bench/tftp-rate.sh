@@ -4,9 +4,9 @@
 #
 #   netns zz-tftp-srv: zz-tsrv 10.99.45.1,.3,.4,.5/24 <-veth, MTU 1500-> netns zz-tftp-cli: zz-tcli 10.99.45.2/24
 #
-# Every server listens at once on its own address (tftpd-hpa .1, ztpd .3 in
-# single-port mode, ztpd .4 in its default per-transfer-port mode, dnsmasq .5
-# when ANCHORS has it), all pinned to the same CPU (SERVER_CPUS); the client
+# Every server listens at once on its own address (tftpd-hpa .1, ztpd .4 in
+# its default mode (a port per transfer), ztpd .3 in single-port mode,
+# dnsmasq .5 when ANCHORS has it), all pinned to the same CPU (SERVER_CPUS); the client
 # is pinned to another (CLIENT_CPUS). Runs are interleaved round by round, so
 # load from elsewhere on the machine hits every server alike.
 #
@@ -18,8 +18,8 @@
 # $BLKSIZE to /dev/null, byte count checked); the median MiB/s is reported.
 #
 # Last line: RESULT tftp_mb_per_s ztpd=<n> tftpd_hpa=<n> ratio=<ztpd/tftpd_hpa>
-# where ztpd is the single-port mode (tftp.single_port: true); the default
-# mode's median is printed on the line before.
+# where ztpd is the default configuration (tftp.single_port: false); the
+# single-port mode's median is printed on the line before.
 #
 # Knobs (env): SIZE_MB=64 RUNS=7 BLKSIZE=1468 ANCHORS="tftpd-hpa" (add dnsmasq)
 #   ZTPD=<binary> (default: go build ./cmd/ztpd) WORK=/tmp/zz-tftp-bench
@@ -126,11 +126,11 @@ for a in $ANCHORS; do
   esac
   SERVERS+=($a)
 done
-ADDR[ztpd]=$NET.3
-start_server ztpd $NET.3 "exec $ZTPD serve --config $WORK/sp.yaml --data-dir $WORK/data-sp --http-addr 127.0.0.1:18081 --tftp --tftp-addr $NET.3:69 --log-level warn"
-ADDR[ztpd-multiport]=$NET.4
-start_server ztpd-multiport $NET.4 "exec $ZTPD serve --config $WORK/mp.yaml --data-dir $WORK/data-mp --http-addr 127.0.0.1:18082 --tftp --tftp-addr $NET.4:69 --log-level warn"
-SERVERS+=(ztpd ztpd-multiport)
+ADDR[ztpd]=$NET.4
+start_server ztpd $NET.4 "exec $ZTPD serve --config $WORK/mp.yaml --data-dir $WORK/data-mp --http-addr 127.0.0.1:18082 --tftp --tftp-addr $NET.4:69 --log-level warn"
+ADDR[ztpd-singleport]=$NET.3
+start_server ztpd-singleport $NET.3 "exec $ZTPD serve --config $WORK/sp.yaml --data-dir $WORK/data-sp --http-addr 127.0.0.1:18081 --tftp --tftp-addr $NET.3:69 --log-level warn"
+SERVERS+=(ztpd ztpd-singleport)
 sleep 0.3
 
 for s in "${SERVERS[@]}"; do
@@ -162,9 +162,9 @@ for s in "${SERVERS[@]}"; do
   MED[$s]=$(median "${SPEEDS[$s]}")
   printf '%-15s %-50s %7s  %s\n' "$s" "${SPEEDS[$s]% }" "${MED[$s]}" "${CHECK[$s]}"
 done
-echo "(ztpd = tftp.single_port: true; ztpd-multiport = the default, one port per transfer)"
+echo "(ztpd = the default, a port per transfer; ztpd-singleport = tftp.single_port: true)"
 z=${MED[ztpd]:-0} h=${MED[tftpd-hpa]:-0}
 for s in "${SERVERS[@]}"; do [[ ${CHECK[$s]} == OK ]] || z=0; done
 ratio=$(awk -v z="$z" -v h="$h" 'BEGIN{ if (h > 0) printf "%.2f", z/h; else print "n/a" }')
-echo "ztpd_multiport=${MED[ztpd-multiport]:-0}"
+echo "ztpd_single_port=${MED[ztpd-singleport]:-0}"
 echo "RESULT tftp_mb_per_s ztpd=$z tftpd_hpa=$h ratio=$ratio"
