@@ -34,5 +34,9 @@ bench: bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api 
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
+# Watch a simulated fleet onboard (root): 4 switches, 1 ONIE, 3 VMs, 2 clusters.
+lab: build
+	$(BIN) lab
+
 clean:
 	rm -rf bin
