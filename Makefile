@@ -38,5 +38,8 @@ bench-go:
 lab: build
 	$(BIN) lab
 
+bench-storm:
+	bash bench/boot-storm.sh
+
 clean:
 	rm -rf bin

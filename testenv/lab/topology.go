@@ -195,6 +195,11 @@ func StartProc(cmd *exec.Cmd) (*Proc, error) {
 	return p, nil
 }
 
+// Pin binds every thread of the process to cpus (a taskset list).
+func Pin(p *Proc, cpus string) ([]byte, error) {
+	return exec.Command("taskset", "-a", "-p", "-c", cpus, fmt.Sprint(p.Cmd.Process.Pid)).CombinedOutput()
+}
+
 // Done is closed when the process has exited.
 func (p *Proc) Done() <-chan struct{} { return p.done }
 

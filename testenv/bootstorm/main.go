@@ -1,0 +1,228 @@
+// Command bootstorm is the boot-storm benchmark: a fleet of SONiC switches,
+// simulated in one process, onboards through a real `ztpd serve` all at
+// once: DORA through a relay address, ztp.json, config_db.json, the join
+// bundle and the joined report. It prints devices per second and the p50 and
+// p99 time from DISCOVER to joined, and ends with
+//
+//	RESULT boot_storm devices=<n> seconds=<n> p99_ms=<n>
+//
+// It needs root: ztpd runs in namespace bs-srv (10.99.0.1/16), the fleet in
+// bs-cli (10.99.0.2/16, the relay's giaddr), joined by a veth pair.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ztpd/ztpd/testenv/fleet"
+	"github.com/ztpd/ztpd/testenv/lab"
+	"github.com/ztpd/ztpd/testenv/netns"
+)
+
+func main() {
+	n := flag.Int("n", 10000, "switches")
+	clusters := flag.Int("clusters", 10, "clusters (at most 1000 workers each)")
+	conc := flag.Int("concurrency", 256, "switches onboarding at the same time")
+	bin := flag.String("ztpd", "bin/ztpd", "ztpd binary")
+	work := flag.String("work", "", "work directory (default: a temp dir, removed)")
+	serverCPUs := flag.String("server-cpus", "", "taskset CPU list for ztpd (empty: no pinning)")
+	flag.Parse()
+	if err := run(*n, *clusters, *conc, *bin, *work, *serverCPUs); err != nil {
+		fmt.Fprintln(os.Stderr, "bootstorm:", err)
+		os.Exit(1)
+	}
+}
+
+func run(n, clusters, conc int, bin, work, serverCPUs string) error {
+	if err := netns.Check(); err != nil {
+		return err
+	}
+	if n/clusters > 1000 {
+		return fmt.Errorf("%d switches in %d clusters is more than 1000 per cluster", n, clusters)
+	}
+	bin, _ = filepath.Abs(bin)
+	if work == "" {
+		d, err := os.MkdirTemp("", "bootstorm-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		work = d
+	}
+	srv, err := netns.Add("bs-srv")
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	cli, err := netns.Add("bs-cli")
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	if err := netns.Veth(srv, "s0", "10.99.0.1/16", cli, "c0", "10.99.0.2/16"); err != nil {
+		return err
+	}
+	pdir := filepath.Join(work, "profiles")
+	os.MkdirAll(pdir, 0o755)
+	var prof strings.Builder
+	for c := 0; c < clusters; c++ {
+		fmt.Fprintf(&prof, "---\nname: storm-%02d\nmatch:\n  serial: \"STORM-%02d-*\"\nhostname: 'sw-{{ .Serial | lower }}'\ncluster: storm-%02d\nrole: sonic\n", c, c, c)
+	}
+	if err := os.WriteFile(filepath.Join(pdir, "storm.yaml"), []byte(prof.String()), 0o644); err != nil {
+		return err
+	}
+	cfg := fmt.Sprintf(`data_dir: %s
+advertise_addr: 10.99.0.1
+log: {level: warn, format: json}
+http: {addr: "10.99.0.1:8080"}
+api: {tls: {enabled: false}}
+dhcp:
+  interfaces: [s0]
+  lease_time: 1h
+  subnets:
+    - {name: storm, subnet: 10.99.0.0/16, interface: s0, pools: ["10.99.1.0-10.99.200.254"], router: 10.99.0.1}
+profiles: [%s]
+joiner:
+  auto_approve: [{subnets: [10.99.0.0/16]}]
+`, filepath.Join(work, "data"), pdir)
+	ctx := context.Background()
+	app, err := lab.StartAppliance(ctx, srv, bin, work, cfg, "http://10.99.0.1:8080")
+	if err != nil {
+		return err
+	}
+	defer app.Close()
+	if serverCPUs != "" {
+		if out, err := lab.Pin(app.Proc, serverCPUs); err != nil {
+			return fmt.Errorf("taskset: %v %s", err, out)
+		}
+	}
+	if err := app.UseAdminKey(ctx); err != nil {
+		return err
+	}
+	if err := createClusters(ctx, app, clusters, (n+clusters-1)/clusters); err != nil {
+		return err
+	}
+
+	var relay *fleet.Relay
+	err = cli.Do(func() error {
+		var err error
+		relay, err = fleet.NewRelay(netip.MustParseAddr("10.99.0.2"), netip.MustParseAddr("10.99.0.1"))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	defer relay.Close()
+	hc := lab.NSClient(cli)
+	hc.Transport.(*http.Transport).MaxIdleConnsPerHost = conc
+	switches := make([]fleet.Switch, n)
+	for i := range switches {
+		switches[i] = fleet.Switch{N: i, MAC: fleet.MAC(i).String(), Product: "Accton-AS7712-32X",
+			Serial: fmt.Sprintf("STORM-%02d-%06d", i%clusters, i)}
+	}
+	storm := &fleet.Storm{Relay: relay, HTTP: hc, Concurrency: conc, Switches: switches,
+		Progress: func(done, failed int) {
+			if done%1000 == 0 {
+				fmt.Fprintf(os.Stderr, "  %d/%d onboarded (%d failed)\n", done, n, failed)
+			}
+		}}
+	fmt.Fprintf(os.Stderr, "boot storm: %d SONiC switches, %d clusters, concurrency %d\n", n, clusters, conc)
+	res := storm.Run(ctx)
+
+	joined, err := countJoined(ctx, app)
+	if err != nil {
+		return err
+	}
+	secs := res.Elapsed.Seconds()
+	fmt.Printf("devices %d, failed %d, joined in the store %d\n", res.Devices, res.Failed, joined)
+	fmt.Printf("elapsed %.2f s, %.0f devices/s, time to joined p50 %.1f ms p99 %.1f ms\n",
+		secs, float64(res.Devices-res.Failed)/secs, ms(res.P50), ms(res.P99))
+	for _, step := range []string{"dhcp", "ztp.json", "config", "join", "report"} {
+		fmt.Printf("  mean %-9s %.1f ms\n", step, ms(res.PerStep[step]))
+	}
+	for _, e := range res.Errors {
+		fmt.Println("  error:", e)
+	}
+	fmt.Printf("RESULT boot_storm devices=%d seconds=%.2f p99_ms=%.1f\n", res.Devices-res.Failed, secs, ms(res.P99))
+	if res.Failed > 0 || joined != n {
+		return fmt.Errorf("%d failed, %d of %d joined", res.Failed, joined, n)
+	}
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func createClusters(ctx context.Context, app *lab.Appliance, n, size int) error {
+	v, err := app.CloudStack(ctx, "addKubernetesSupportedVersion", url.Values{
+		"semanticversion": {"1.31.4"}, "name": {"v1.31.4"}, "url": {"http://storm.invalid/k8s.iso"}})
+	if err != nil {
+		return err
+	}
+	var ver struct{ ID string }
+	json.Unmarshal(v["kubernetessupportedversion"], &ver)
+	zone, err := firstID(ctx, app, "listZones", "zone")
+	if err != nil {
+		return err
+	}
+	offering, err := firstID(ctx, app, "listServiceOfferings", "serviceoffering")
+	if err != nil {
+		return err
+	}
+	for c := 0; c < n; c++ {
+		// An external load balancer address gives the cluster its API
+		// endpoint up front, so switches join without waiting for a VM.
+		if _, err := app.CloudStack(ctx, "createKubernetesCluster", url.Values{
+			"name": {fmt.Sprintf("storm-%02d", c)}, "kubernetesversionid": {ver.ID}, "size": {strconv.Itoa(size)},
+			"controlnodes": {"3"}, "externalloadbalanceripaddress": {"10.99.0.250"},
+			"zoneid": {zone}, "serviceofferingid": {offering}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func firstID(ctx context.Context, app *lab.Appliance, cmd, key string) (string, error) {
+	r, err := app.CloudStack(ctx, cmd, nil)
+	if err != nil {
+		return "", err
+	}
+	var list []struct{ ID string }
+	json.Unmarshal(r[key], &list)
+	if len(list) == 0 {
+		return "", fmt.Errorf("%s returned nothing", cmd)
+	}
+	return list[0].ID, nil
+}
+
+// countJoined pages through the REST devices list.
+func countJoined(ctx context.Context, app *lab.Appliance) (int, error) {
+	joined, cursor := 0, ""
+	for {
+		q := url.Values{"limit": {"1000"}, "state": {"joined"}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		var page struct {
+			Items      []json.RawMessage `json:"items"`
+			NextCursor string            `json:"next_cursor"`
+		}
+		if err := app.REST(ctx, "/api/v1/devices", q, &page); err != nil {
+			return 0, err
+		}
+		joined += len(page.Items)
+		if page.NextCursor == "" {
+			return joined, nil
+		}
+		cursor = page.NextCursor
+	}
+}
