@@ -19,9 +19,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	imagestore "github.com/ztpd/ztpd/images/store"
+	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/boltstore"
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/profile"
+	"github.com/ztpd/ztpd/ztp/content"
+	ztphttp "github.com/ztpd/ztpd/ztp/http"
+	ztptftp "github.com/ztpd/ztpd/ztp/tftp"
 )
 
 // AdminSocketName is the unix socket in the data directory through which CLI
@@ -43,6 +49,15 @@ type App struct {
 
 	// Images is the content-addressed artifact store.
 	Images *imagestore.Store
+
+	// ZTP renders per-device ZTP content for the HTTP and TFTP transports;
+	// wire the joiner with ZTP.SetJoinProvider.
+	ZTP *content.Service
+
+	// Clusters is the Kubernetes versions and clusters service; the joiner
+	// plugs in with Clusters.SetMembership. APIKeys holds API credentials.
+	Clusters *clusters.Service
+	APIKeys  *apikeys.Service
 
 	// HTTPMux is the ZTP content listener's router; transports mount on it.
 	HTTPMux *http.ServeMux
@@ -83,7 +98,33 @@ func (a *App) build() error {
 	}
 	a.Images = images
 	a.mountImageAdmin()
-	return nil
+
+	// ZTP content over HTTP (and the cloud-init metadata listener) and TFTP.
+	// Profiles load at Start, so offline CLI commands do not depend on them.
+	ztp, err := content.New(content.Options{Store: a.Store, Images: a.Images, Log: a.Log,
+		AdvertiseAddr: a.Cfg.AdvertiseAddr, HTTPAddr: a.Cfg.HTTP.Addr, DefaultProfile: a.Cfg.ZTP.DefaultProfile,
+		FilesDir: filepath.Join(a.Cfg.DataDir, "files")})
+	if err != nil {
+		return err
+	}
+	a.ZTP = ztp
+	a.OnClose(ztp.Close)
+	a.OnStart(func() error {
+		set, err := profile.Load(a.Cfg.Profiles)
+		if err != nil {
+			return err
+		}
+		return ztp.SetProfiles(set)
+	})
+	zh := ztphttp.New(ztp, a.Log)
+	zh.Register(a.HTTPMux)
+	if a.Cfg.HTTP.MetadataAddr != "" {
+		a.AddRunner(&ztphttp.MetadataRunner{Addr: a.Cfg.HTTP.MetadataAddr, Handler: zh.MetadataHandler(), Log: a.Log})
+	}
+	if a.Cfg.TFTP.Enabled {
+		a.AddRunner(ztptftp.New(ztp, a.Cfg.TFTP, a.Log))
+	}
+	return a.buildAPI()
 }
 
 // Start does the one-time work of a serving process that offline CLI use

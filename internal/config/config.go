@@ -133,7 +133,7 @@ func Default() Config {
 		DataDir: "ztpd-data",
 		Log:     Log{Level: "info", Format: "text"},
 		HTTP:    HTTP{Addr: "127.0.0.1:8080"},
-		API:     API{AuthFailuresPerMinute: 20},
+		API:     API{AuthFailuresPerMinute: 20, TLS: TLS{Enabled: true}}, // TLS on the API's own listener by default
 		TFTP:    TFTP{Addr: ":69"},
 		DHCP: DHCP{
 			LeaseTime:         Duration(time.Hour),

@@ -1,0 +1,332 @@
+package dhcp
+
+import (
+	"context"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// The committer makes in-memory decisions durable. Workers mark bindings
+// dirty and queue device changes, events and ACKs; the committer takes a
+// snapshot of all of it, writes it in one store.Batch (a group commit,
+// fsynced) and only then sends the ACKs of that snapshot. While one commit
+// runs the next one fills up, so the commit rate adapts to the load.
+
+const (
+	// lazyFlush bounds how long device and event changes wait when no ACK
+	// is waiting.
+	lazyFlush = 200 * time.Millisecond
+	// lastSeenEvery coalesces last_seen updates of a chatty client.
+	lastSeenEvery = time.Minute
+	// maxPendingAcks bounds ACKs waiting for a commit; beyond it REQUESTs
+	// are dropped (the client retries) instead of queueing without bound.
+	maxPendingAcks = 32768
+	// maxPendingEvents bounds events kept while the store is failing.
+	maxPendingEvents = 100000
+)
+
+// pendingAck is an encoded ACK waiting for its lease to be committed.
+type pendingAck struct {
+	ifc    *iface
+	dst    dest
+	pkt    []byte
+	b      *binding
+	key    string
+	expiry time.Time
+	queued time.Time
+}
+
+// device is this server's view of one device: what the next write merges
+// into the stored record.
+type device struct {
+	d           core.Device
+	state       core.DeviceState // a transition to apply with the next write
+	written     time.Time
+	queued      bool
+	rawClientID string  // as last sent, to notice changes without formatting
+	relay       [4]byte // giaddr as last seen
+}
+
+func (s *Server) enqueueAck(x *exchange) bool {
+	if len(s.acks) >= maxPendingAcks {
+		dropBacklog.Inc()
+		return false
+	}
+	pkt := make([]byte, len(x.out))
+	copy(pkt, x.out)
+	s.acks = append(s.acks, pendingAck{ifc: x.ifc, dst: x.dst, pkt: pkt, b: x.b, key: x.b.key,
+		expiry: x.b.expiry, queued: x.now})
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// touchDevice records what this request says about its device. A write is
+// queued when something changed, or last_seen is older than lastSeenEvery.
+func (s *Server) touchDevice(x *exchange) {
+	dv := s.devs[string(x.hw)]
+	changed := false
+	if dv == nil {
+		mac := macText(x.hw)
+		dv = &device{d: core.Device{ID: mac, MAC: mac, FirstSeen: x.now}, state: core.StateDiscovered}
+		s.devs[string(x.hw)] = dv
+		changed = true
+	}
+	d := &dv.d
+	if x.kind != core.KindUnknown && d.Kind != x.kind || d.Kind == "" {
+		d.Kind, changed = x.kind, true
+	}
+	setStr := func(dst *string, v string) {
+		if v != "" && *dst != v {
+			*dst, changed = v, true
+		}
+	}
+	setStr(&d.Serial, x.serial)
+	setStr(&d.Product, x.product)
+	setStr(&d.Platform, x.platform)
+	if h, ok := x.req.Opt(optHostname); ok && string(h) != d.Hostname {
+		setStr(&d.Hostname, printable(h))
+	}
+	if len(x.clientID) > 0 && string(x.clientID) != dv.rawClientID {
+		dv.rawClientID = string(x.clientID)
+		setStr(&d.ClientID, clientIDText(x.clientID))
+	}
+	if vc, ok := x.req.Opt(optVendorClass); ok && string(vc) != d.VendorClass {
+		setStr(&d.VendorClass, printable(vc))
+	}
+	if x.req.GIAddr != ([4]byte{}) && x.req.GIAddr != dv.relay {
+		dv.relay = x.req.GIAddr
+		setStr(&d.RelayAddr, ip4String(x.req.GIAddr))
+	}
+	d.LastSeen = x.now
+	if changed || x.now.Sub(dv.written) >= lastSeenEvery {
+		s.queueDevice(dv)
+	}
+}
+
+// deviceLeased records a new lease on the device; it is written in the same
+// commit as the lease.
+func (s *Server) deviceLeased(x *exchange, b *binding) {
+	dv := s.devs[string(x.hw)]
+	if dv == nil {
+		return
+	}
+	ip := addrOf(b.ip).String()
+	dv.d.IP, dv.d.Subnet = ip, b.sn.name
+	dv.state = core.StateLeased
+	s.queueDevice(dv)
+}
+
+func (s *Server) queueDevice(dv *device) {
+	if !dv.queued {
+		dv.queued = true
+		s.devQueue = append(s.devQueue, dv)
+	}
+}
+
+func (s *Server) event(x *exchange, typ, msg string) {
+	if len(s.events) >= maxPendingEvents {
+		return
+	}
+	e := core.Event{Time: x.now, Type: typ, Device: macText(x.hw), Message: msg,
+		Fields: map[string]string{"subnet": x.sn.name, "interface": x.ifc.name}}
+	if x.req.GIAddr != ([4]byte{}) {
+		e.Fields["relay"] = ip4String(x.req.GIAddr)
+	}
+	s.events = append(s.events, e)
+}
+
+// snapshot is one commit's worth of changes, taken under Server.mu.
+type snapshot struct {
+	bindings []*binding
+	leases   []core.Lease
+	devices  []*device
+	devs     []core.Device
+	states   []core.DeviceState
+	events   []core.Event
+	acks     []pendingAck
+}
+
+func (sn *snapshot) empty() bool {
+	return len(sn.leases) == 0 && len(sn.devs) == 0 && len(sn.events) == 0 && len(sn.acks) == 0
+}
+
+// take moves the pending changes into snap (reusing its slices).
+func (s *Server) take(snap *snapshot, now time.Time) {
+	snap.bindings, snap.leases = snap.bindings[:0], snap.leases[:0]
+	snap.devices, snap.devs, snap.states = snap.devices[:0], snap.devs[:0], snap.states[:0]
+	snap.events, snap.acks = snap.events[:0], snap.acks[:0]
+	for _, b := range s.dirty {
+		b.dirty = false
+		if cur := s.byIP[b.ip]; cur != b && cur != nil {
+			continue // superseded by a newer binding of the address
+		}
+		if b.unbound() {
+			continue
+		}
+		snap.bindings = append(snap.bindings, b)
+		snap.leases = append(snap.leases, core.Lease{
+			IP: addrOf(b.ip).String(), MAC: macText([]byte(b.hw)), ClientID: clientIDText([]byte(b.clientID)),
+			Hostname: b.hostname, Subnet: b.sn.name, State: b.state, Start: b.start, Expiry: b.expiry,
+			Reserved: b.reserved, UpdatedAt: now,
+		})
+	}
+	clear(s.dirty)
+	s.dirty = s.dirty[:0]
+	for _, dv := range s.devQueue {
+		dv.queued = false
+		dv.written = now
+		snap.devices = append(snap.devices, dv)
+		snap.devs = append(snap.devs, dv.d)
+		snap.states = append(snap.states, dv.state)
+		dv.state = ""
+	}
+	clear(s.devQueue)
+	s.devQueue = s.devQueue[:0]
+	snap.events = append(snap.events, s.events...)
+	clear(s.events)
+	s.events = s.events[:0]
+	for _, a := range s.acks {
+		b := a.b
+		if s.byIP[b.ip] != b || b.key != a.key || b.state != core.LeaseActive || b.expiry.Before(a.expiry) {
+			dropStale.Inc() // released, declined or taken over before it became durable
+			continue
+		}
+		snap.acks = append(snap.acks, a)
+	}
+	clear(s.acks)
+	s.acks = s.acks[:0]
+}
+
+// write stores snap in one transaction.
+func (snap *snapshot) write(tx core.Tx) error {
+	for i := range snap.leases {
+		if err := tx.Put(core.BucketLeases, snap.leases[i].IP, &snap.leases[i]); err != nil {
+			return err
+		}
+	}
+	for i := range snap.devs {
+		if err := mergeDevice(tx, &snap.devs[i], snap.states[i]); err != nil {
+			return err
+		}
+	}
+	for _, e := range snap.events {
+		if _, err := core.AppendEvent(tx, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mergeDevice folds what DHCP learned into the stored device, keeping what
+// other parts set (approval, cluster, profile, labels, later states).
+func mergeDevice(tx core.Tx, d *core.Device, state core.DeviceState) error {
+	var cur core.Device
+	had, err := tx.Get(core.BucketDevices, d.ID, &cur)
+	if err != nil {
+		return err
+	}
+	if !had {
+		cur = core.Device{ID: d.ID, FirstSeen: d.FirstSeen, State: core.StateDiscovered}
+	}
+	cur.MAC = d.MAC
+	if d.Kind != core.KindUnknown || cur.Kind == "" {
+		cur.Kind = d.Kind
+	}
+	for _, f := range [...]struct {
+		dst *string
+		v   string
+	}{
+		{&cur.Serial, d.Serial}, {&cur.Product, d.Product}, {&cur.Platform, d.Platform},
+		{&cur.Hostname, d.Hostname}, {&cur.ClientID, d.ClientID}, {&cur.VendorClass, d.VendorClass},
+		{&cur.IP, d.IP}, {&cur.Subnet, d.Subnet}, {&cur.RelayAddr, d.RelayAddr},
+	} {
+		if f.v != "" {
+			*f.dst = f.v
+		}
+	}
+	if state == core.StateLeased {
+		cur.State = core.Advance(cur.State, state)
+	}
+	if cur.FirstSeen.IsZero() || (!d.FirstSeen.IsZero() && d.FirstSeen.Before(cur.FirstSeen)) {
+		cur.FirstSeen = d.FirstSeen
+	}
+	if d.LastSeen.After(cur.LastSeen) {
+		cur.LastSeen = d.LastSeen
+	}
+	cur.UpdatedAt = time.Now().UTC()
+	return core.PutDevice(tx, cur)
+}
+
+// restore puts a failed snapshot's changes back so the next commit retries
+// them; its ACKs are dropped (the clients retry their REQUEST).
+func (s *Server) restore(snap *snapshot) {
+	for _, b := range snap.bindings {
+		s.markDirty(b)
+	}
+	for i, dv := range snap.devices {
+		if dv.state == "" {
+			dv.state = snap.states[i]
+		}
+		s.queueDevice(dv)
+	}
+	if room := maxPendingEvents - len(s.events); room > 0 {
+		s.events = append(s.events, snap.events[:min(room, len(snap.events))]...)
+	}
+}
+
+// commitLoop runs until ctx ends, then commits what is left once more.
+func (s *Server) commitLoop(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	snap := &snapshot{}
+	tick := time.NewTicker(lazyFlush)
+	defer tick.Stop()
+	w := &sender{}
+	var lastErr time.Time
+	for {
+		select {
+		case <-s.kick:
+		case <-tick.C:
+		case <-ctx.Done():
+			s.flush(snap, w, &lastErr)
+			return
+		}
+		s.flush(snap, w, &lastErr)
+	}
+}
+
+func (s *Server) flush(snap *snapshot, w *sender, lastErr *time.Time) {
+	s.mu.Lock()
+	s.take(snap, time.Now())
+	s.mu.Unlock()
+	if snap.empty() {
+		return
+	}
+	err := s.store.Batch(snap.write)
+	if err != nil {
+		commitErrors.Inc()
+		dropCommit.Add(float64(len(snap.acks)))
+		if time.Since(*lastErr) > 5*time.Second {
+			*lastErr = time.Now()
+			s.log.Error("lease commit failed; ACKs withheld, will retry", "err", err,
+				"leases", len(snap.leases), "acks", len(snap.acks))
+		}
+		s.mu.Lock()
+		s.restore(snap)
+		s.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	if len(snap.acks) > 0 {
+		commitBatch.Observe(float64(len(snap.acks)))
+	}
+	for i := range snap.acks {
+		a := &snap.acks[i]
+		commitSeconds.Observe(now.Sub(a.queued).Seconds())
+		w.send(s, a.ifc, a.dst, a.pkt, msgAck)
+		a.pkt, a.b = nil, nil
+	}
+}

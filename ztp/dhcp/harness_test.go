@@ -1,0 +1,270 @@
+package dhcp
+
+import (
+	"bytes"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/ztpd/ztpd/internal/boltstore"
+	"github.com/ztpd/ztpd/internal/config"
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// harness drives the request path of a Server without sockets: packets are
+// built and read back with github.com/insomniacslk/dhcp/dhcpv4 (an
+// independent codec) and leases land in a real bbolt store.
+type harness struct {
+	t    testing.TB
+	cfg  config.Config
+	s    *Server
+	st   *boltstore.Store
+	dir  string
+	ifc  *iface
+	now  time.Time
+	logs *syncBuffer
+	w    sender
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+var serverIP = net.IPv4(10, 99, 0, 1).To4()
+
+// testConfig serves 10.99.0.0/24 on "test0" (pool .100-.199, router .1) and
+// the relayed 10.99.5.0/24 (pool .10-.20).
+func testConfig() config.Config {
+	cfg := config.Default()
+	cfg.AdvertiseAddr = "10.99.0.1"
+	cfg.HTTP.Addr = "10.99.0.1:8080"
+	cfg.DHCP.Interfaces = []string{"test0"}
+	cfg.DHCP.Subnets = []config.Subnet{
+		{Name: "lab", CIDR: "10.99.0.0/24", Interface: "test0", Pools: []string{"10.99.0.100-10.99.0.199"},
+			Router: "10.99.0.1", DNS: []string{"10.99.0.53"}, Domain: "lab.example"},
+		{Name: "relayed", CIDR: "10.99.5.0/24", Pools: []string{"10.99.5.10-10.99.5.20"}, Router: "10.99.5.1"},
+	}
+	return cfg
+}
+
+func newHarness(t testing.TB, mutate func(*config.Config)) *harness {
+	t.Helper()
+	cfg := testConfig()
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, cfg: cfg, dir: t.TempDir(), now: time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC), logs: &syncBuffer{}}
+	h.open()
+	t.Cleanup(func() { h.st.Close() })
+	return h
+}
+
+// open (re)creates the server on the harness's store directory, as a
+// restart would.
+func (h *harness) open() {
+	h.t.Helper()
+	st, err := boltstore.Open(h.dir, boltstore.Options{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.st = st
+	s, err := New(h.cfg, st, slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.s = s
+	h.ifc = &iface{name: "test0", addr: [4]byte{10, 99, 0, 1}, raw: -1, direct: s.subnets[0]}
+	s.ifaces = []*iface{h.ifc}
+	if err := s.load(h.now); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// restart simulates kill -9: in-memory state is dropped without a flush.
+func (h *harness) restart() {
+	h.t.Helper()
+	h.st.Close()
+	h.open()
+}
+
+// exchange sends one request and returns the reply (nil for none). An ACK
+// is returned only after its commit, as the committer would send it.
+func (h *harness) exchange(req *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, dest) {
+	h.t.Helper()
+	out, d := h.raw(req.ToBytes())
+	if out == nil {
+		return nil, d
+	}
+	rep, err := dhcpv4.FromBytes(out)
+	if err != nil {
+		h.t.Fatalf("reply does not parse: %v", err)
+	}
+	return rep, d
+}
+
+// raw runs one packet through the path and returns the encoded reply.
+func (h *harness) raw(b []byte) ([]byte, dest) {
+	h.t.Helper()
+	x := &exchange{ifc: h.ifc, req: &Packet{}, out: make([]byte, 0, 1500)}
+	if err := x.req.Parse(b); err != nil {
+		return nil, dest{}
+	}
+	x.now = h.now
+	if !h.s.decide(x) {
+		return nil, dest{}
+	}
+	if !x.commit {
+		return append([]byte(nil), x.out...), x.dst
+	}
+	acks := h.commit()
+	for _, a := range acks {
+		if a.b == x.b {
+			return a.pkt, a.dst
+		}
+	}
+	h.t.Fatalf("ACK decided but not released by the commit")
+	return nil, dest{}
+}
+
+// commit runs one committer cycle without sockets and returns the ACKs it
+// released.
+func (h *harness) commit() []pendingAck {
+	h.t.Helper()
+	snap := &snapshot{}
+	h.s.mu.Lock()
+	h.s.take(snap, h.now)
+	h.s.mu.Unlock()
+	if err := h.st.Batch(snap.write); err != nil {
+		h.t.Fatal(err)
+	}
+	return snap.acks
+}
+
+func (h *harness) sweep() {
+	h.s.mu.Lock()
+	h.s.sweep(h.now)
+	h.s.mu.Unlock()
+}
+
+func (h *harness) lease(ip string) (core.Lease, bool) {
+	h.t.Helper()
+	var l core.Lease
+	var ok bool
+	err := h.st.View(func(tx core.Tx) error {
+		var err error
+		ok, err = tx.Get(core.BucketLeases, ip, &l)
+		return err
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return l, ok
+}
+
+func (h *harness) device(id string) core.Device {
+	h.t.Helper()
+	var d core.Device
+	err := h.st.View(func(tx core.Tx) error {
+		var err error
+		d, err = core.GetDevice(tx, id)
+		return err
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return d
+}
+
+func mac(i int) net.HardwareAddr {
+	return net.HardwareAddr{0x52, 0x54, 0x00, 0x10, byte(i >> 8), byte(i)}
+}
+
+func discover(hw net.HardwareAddr, mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
+	d, err := dhcpv4.NewDiscovery(hw, mods...)
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
+
+func requestFor(offer *dhcpv4.DHCPv4, mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
+	r, err := dhcpv4.NewRequestFromOffer(offer, mods...)
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+// dora runs DISCOVER/OFFER/REQUEST/ACK and returns the ACK.
+func (h *harness) dora(hw net.HardwareAddr, mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
+	h.t.Helper()
+	offer, _ := h.exchange(discover(hw, mods...))
+	if offer == nil || offer.MessageType() != dhcpv4.MessageTypeOffer {
+		h.t.Fatalf("no OFFER for %s: %v", hw, offer)
+	}
+	ack, _ := h.exchange(requestFor(offer, mods...))
+	if ack == nil || ack.MessageType() != dhcpv4.MessageTypeAck {
+		h.t.Fatalf("no ACK for %s: %v", hw, ack)
+	}
+	if !ack.YourIPAddr.Equal(offer.YourIPAddr) {
+		h.t.Fatalf("ACK %s differs from OFFER %s", ack.YourIPAddr, offer.YourIPAddr)
+	}
+	return ack
+}
+
+func generic(code uint8, v []byte) dhcpv4.Modifier {
+	return dhcpv4.WithOption(dhcpv4.OptGeneric(dhcpv4.GenericOptionCode(code), v))
+}
+
+// replyCodes lists the option codes of an encoded reply in wire order.
+func replyCodes(b []byte) []uint8 {
+	var out []uint8
+	for i := 240; i < len(b); {
+		c := b[i]
+		if c == optPad {
+			i++
+			continue
+		}
+		if c == optEnd || i+1 >= len(b) {
+			break
+		}
+		out = append(out, c)
+		i += 2 + int(b[i+1])
+	}
+	return out
+}
+
+func ip(s string) net.IP { return net.ParseIP(s).To4() }
+
+func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetCounter().GetValue()
+}

@@ -1,0 +1,360 @@
+package dhcp
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/config"
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// LeaseFinder is what other parts may ask the running DHCP server without
+// importing it (the app wires it in): the lease an address holds right now.
+// Acknowledged leases are also in the store (core.GetLease), which is the
+// durable truth; this answers from memory.
+type LeaseFinder interface {
+	LeaseByIP(ip netip.Addr) (core.Lease, bool)
+}
+
+// Server is the DHCPv4 server for every configured interface. It is one
+// app.Runner.
+type Server struct {
+	cfg        config.DHCP
+	keepEvents int
+	store      core.Store
+	log        *slog.Logger
+	subnets    []*subnet
+	urls       urls
+	advertise  netip.Addr
+	vmPrefixes [][]byte
+	vmVendors  [][]byte
+	workers    int
+
+	mu       sync.Mutex // guards everything below and all bindings
+	byIP     map[uint32]*binding
+	dirty    []*binding
+	acks     []pendingAck
+	devs     map[string]*device // by raw hardware address
+	devQueue []*device
+	events   []core.Event
+
+	ifaces    []*iface // set by Listen, read-only afterwards
+	listening bool
+	kick      chan struct{}
+}
+
+var _ LeaseFinder = (*Server)(nil)
+
+// New builds the server from validated configuration. It opens no socket
+// and reads no lease; Listen does.
+func New(cfg config.Config, st core.Store, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{
+		cfg: cfg.DHCP, keepEvents: cfg.Events.Keep, store: st, log: log.With("component", "dhcp"),
+		byIP: map[uint32]*binding{}, devs: map[string]*device{}, kick: make(chan struct{}, 1),
+		workers: max(1, runtime.GOMAXPROCS(0)),
+	}
+	adv, err := netip.ParseAddr(cfg.AdvertiseAddr)
+	if err != nil {
+		return nil, fmt.Errorf("advertise_addr: %q is not an IP address", cfg.AdvertiseAddr)
+	}
+	s.advertise = adv
+	base, err := httpBase(cfg.HTTP.Addr, adv)
+	if err != nil {
+		return nil, err
+	}
+	s.urls = urls{ztpJSON: base + core.PathZTPJSON, onie: base + core.PathONIEInstaller, advertise: adv.String()}
+	if host, _, _ := net.SplitHostPort(cfg.HTTP.Addr); host != "" {
+		if a, err := netip.ParseAddr(host); err == nil && a.IsLoopback() {
+			s.log.Warn("http.addr listens on loopback: switches cannot fetch the URLs DHCP hands out",
+				"http_addr", cfg.HTTP.Addr, "ztp_json_url", s.urls.ztpJSON)
+		}
+	}
+	for i, p := range cfg.DHCP.VM.MACPrefixes {
+		b, ok := parseHexColon(strings.ToLower(p))
+		if !ok {
+			return nil, fmt.Errorf("dhcp.vm.mac_prefixes[%d]: %q is not a MAC prefix like 1e:00", i, p)
+		}
+		s.vmPrefixes = append(s.vmPrefixes, b)
+	}
+	for _, v := range cfg.DHCP.VM.VendorClasses {
+		s.vmVendors = append(s.vmVendors, []byte(v))
+	}
+	for i := range cfg.DHCP.Subnets {
+		sn, err := buildSubnet(&s.cfg, i, s.urls)
+		if err != nil {
+			return nil, err
+		}
+		s.subnets = append(s.subnets, sn)
+	}
+	if len(s.subnets) == 0 {
+		return nil, errors.New("dhcp: no subnet configured")
+	}
+	return s, nil
+}
+
+func httpBase(addr string, adv netip.Addr) (string, error) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("http.addr: %q is not host:port", addr)
+	}
+	if port == "80" {
+		if adv.Is6() {
+			return "http://[" + adv.String() + "]", nil
+		}
+		return "http://" + adv.String(), nil
+	}
+	return "http://" + net.JoinHostPort(adv.String(), port), nil
+}
+
+// Name implements app.Runner.
+func (s *Server) Name() string { return "dhcp" }
+
+// Listen opens every interface (taking its single-instance lock) and loads
+// the leases from the store. Call it in the network namespace of the
+// interfaces; Run calls it when it has not been called.
+func (s *Server) Listen() error {
+	if s.listening {
+		return nil
+	}
+	for _, name := range s.cfg.Interfaces {
+		ifc, err := openIface(name, s.advertise)
+		if err != nil {
+			s.closeIfaces()
+			return err
+		}
+		for _, sn := range s.subnets {
+			if sn.iface == name {
+				ifc.direct = sn
+			}
+		}
+		if ifc.direct == nil {
+			ifc.direct = s.subnetFor(ifc.addr)
+		}
+		s.ifaces = append(s.ifaces, ifc)
+		s.log.Info("serving DHCP", "interface", name, "server_id", netip.AddrFrom4(ifc.addr),
+			"subnet", subnetName(ifc.direct), "raw_replies", ifc.raw >= 0)
+	}
+	if err := s.load(time.Now()); err != nil {
+		s.closeIfaces()
+		return err
+	}
+	s.listening = true
+	return nil
+}
+
+func subnetName(sn *subnet) string {
+	if sn == nil {
+		return "(relayed only)"
+	}
+	return sn.name
+}
+
+func (s *Server) closeIfaces() {
+	for _, ifc := range s.ifaces {
+		ifc.close()
+	}
+	s.ifaces = nil
+}
+
+// load rebuilds the bindings from the stored leases: the store is the
+// durable truth, memory is an index over it.
+func (s *Server) load(now time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var loaded, outside, bad int
+	err := s.store.View(func(tx core.Tx) error {
+		return tx.Scan(core.BucketLeases, "", func(k string, v []byte) (bool, error) {
+			var l core.Lease
+			if err := core.Decode(v, &l); err != nil {
+				bad++
+				return true, nil
+			}
+			a, err := netip.ParseAddr(l.IP)
+			if err != nil || !a.Is4() {
+				bad++
+				return true, nil
+			}
+			sn := s.subnetFor(a.As4())
+			if sn == nil {
+				outside++
+				return true, nil
+			}
+			hw, _ := parseHexColon(l.MAC)
+			var cid []byte
+			if l.ClientID != "" {
+				cid = parseClientIDText(l.ClientID)
+			}
+			b := &binding{ip: u32Addr(a), sn: sn, hw: string(hw), clientID: string(cid), hostname: l.Hostname,
+				state: l.State, start: l.Start, expiry: l.Expiry, reserved: l.Reserved}
+			s.byIP[b.ip] = b
+			var key string
+			switch {
+			case len(cid) > 0:
+				key = "i" + string(cid)
+			case len(hw) > 0:
+				key = "h" + string(hw)
+			}
+			if key != "" && l.State != core.LeaseDeclined {
+				if cur := sn.clients[key]; cur == nil || cur.start.Before(b.start) {
+					if cur != nil {
+						s.disown(cur)
+					}
+					b.key = key
+					sn.clients[key] = b
+					sn.byHW[b.hw] = b
+				}
+			}
+			if b.busy(now) {
+				s.occupy(sn, b.ip)
+			}
+			loaded++
+			return true, nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("dhcp: load leases: %w", err)
+	}
+	s.log.Info("leases loaded", "leases", loaded, "outside_subnets", outside, "unreadable", bad)
+	return nil
+}
+
+// Run serves until ctx ends, then stops reading, commits what is pending,
+// and releases the interfaces.
+func (s *Server) Run(ctx context.Context) error {
+	if err := s.Listen(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.sweep(time.Now())
+	s.mu.Unlock()
+
+	commitCtx, stopCommit := context.WithCancel(context.Background())
+	commitDone := make(chan struct{})
+	go s.commitLoop(commitCtx, commitDone)
+	sweepDone := make(chan struct{})
+	go s.sweepLoop(ctx, sweepDone)
+	var wg sync.WaitGroup
+	for _, ifc := range s.ifaces {
+		for range s.workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.worker(ifc)
+			}()
+		}
+	}
+	<-ctx.Done()
+	for _, ifc := range s.ifaces {
+		ifc.conn.Close()
+	}
+	wg.Wait()
+	stopCommit()
+	<-commitDone
+	<-sweepDone
+	s.closeIfaces()
+	s.listening = false
+	return nil
+}
+
+// worker reads and answers packets of one interface. Workers per interface
+// are bounded (GOMAXPROCS); the kernel's socket buffer absorbs bursts.
+func (s *Server) worker(ifc *iface) {
+	buf := make([]byte, 65536)
+	x := &exchange{ifc: ifc, req: &Packet{}, out: make([]byte, 0, 1500), opts: make([]option, 0, 64)}
+	w := &sender{}
+	for {
+		n, _, err := ifc.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			s.log.Debug("read failed", "interface", ifc.name, "err", err)
+			continue
+		}
+		s.handle(x, w, buf[:n])
+	}
+}
+
+// handle answers one packet. No packet can take the server down: parsing is
+// bounds-checked (and fuzzed), and a bug found by a packet anyway is logged
+// with the packet and counted, not fatal.
+func (s *Server) handle(x *exchange, w *sender, b []byte) {
+	defer func() {
+		if r := recover(); r != nil {
+			dropMalformed.Inc()
+			s.log.Error("bug: panic while handling a DHCP packet", "panic", r, "packet", hex.EncodeToString(b))
+		}
+	}()
+	if err := x.req.Parse(b); err != nil {
+		dropMalformed.Inc()
+		return
+	}
+	x.now = time.Now()
+	if !s.decide(x) {
+		return
+	}
+	if !x.commit {
+		w.send(s, x.ifc, x.dst, x.out, x.reply.msgType)
+	}
+}
+
+// sweepEvery paces lease expiry and pool gauges; pruneEvery the event log.
+const (
+	sweepEvery = 5 * time.Second
+	pruneEvery = 10 * time.Minute
+)
+
+func (s *Server) sweepLoop(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	lastPrune := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			s.mu.Lock()
+			s.sweep(now)
+			s.mu.Unlock()
+			if s.keepEvents > 0 && now.Sub(lastPrune) >= pruneEvery {
+				lastPrune = now
+				err := s.store.Update(func(tx core.Tx) error {
+					_, err := core.PruneEvents(tx, s.keepEvents)
+					return err
+				})
+				if err != nil {
+					s.log.Warn("pruning events failed", "err", err)
+				}
+			}
+		}
+	}
+}
+
+// LeaseByIP implements LeaseFinder: the active lease of ip, if any.
+func (s *Server) LeaseByIP(ip netip.Addr) (core.Lease, bool) {
+	if !ip.Is4() {
+		return core.Lease{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.byIP[u32Addr(ip)]
+	if b == nil || b.state != core.LeaseActive || !b.expiry.After(time.Now()) {
+		return core.Lease{}, false
+	}
+	return core.Lease{IP: ip.String(), MAC: macText([]byte(b.hw)), ClientID: clientIDText([]byte(b.clientID)),
+		Hostname: b.hostname, Subnet: b.sn.name, State: b.state, Start: b.start, Expiry: b.expiry,
+		Reserved: b.reserved}, true
+}
