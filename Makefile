@@ -26,7 +26,7 @@ FUZZTIME ?= 30s
 fuzz:
 	@for pkg in $$($(GO) list ./...); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
-	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg || exit 1; \
 	  done; done
 
 bench: bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm
@@ -40,6 +40,9 @@ lab: build
 
 bench-storm:
 	bash bench/boot-storm.sh
+
+bench-iso: build
+	ZTPD=$(CURDIR)/$(BIN) bench/iso-build.sh
 
 clean:
 	rm -rf bin
