@@ -44,5 +44,8 @@ bench-storm:
 bench-iso: build
 	ZTPD=$(CURDIR)/$(BIN) bench/iso-build.sh
 
+bench-api: build
+	bash bench/api.sh
+
 clean:
 	rm -rf bin
