@@ -15,11 +15,13 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -36,12 +38,24 @@ func main() {
 	bin := flag.String("ztpd", "bin/ztpd", "ztpd binary")
 	work := flag.String("work", "", "work directory (default: a temp dir, removed)")
 	serverCPUs := flag.String("server-cpus", "", "taskset CPU list for ztpd (empty: no pinning)")
+	flag.StringVar(&cpuProfile, "cpuprofile", "", "write ztpd's CPU profile of the storm's first 10 s here")
+	selfProfile := flag.String("fleet-cpuprofile", "", "write the fleet's own CPU profile here")
 	flag.Parse()
+	if *selfProfile != "" {
+		f, err := os.Create(*selfProfile)
+		if err == nil {
+			pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
+		}
+	}
 	if err := run(*n, *clusters, *conc, *bin, *work, *serverCPUs); err != nil {
 		fmt.Fprintln(os.Stderr, "bootstorm:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
+
+var cpuProfile string
 
 func run(n, clusters, conc int, bin, work, serverCPUs string) error {
 	if err := netns.Check(); err != nil {
@@ -84,6 +98,7 @@ func run(n, clusters, conc int, bin, work, serverCPUs string) error {
 	cfg := fmt.Sprintf(`data_dir: %s
 advertise_addr: 10.99.0.1
 log: {level: warn, format: json}
+debug: {pprof_addr: "10.99.0.1:6060"}
 http: {addr: "10.99.0.1:8080"}
 api: {tls: {enabled: false}}
 dhcp:
@@ -137,7 +152,16 @@ joiner:
 			}
 		}}
 	fmt.Fprintf(os.Stderr, "boot storm: %d SONiC switches, %d clusters, concurrency %d\n", n, clusters, conc)
+	profDone := make(chan error, 1)
+	if cpuProfile != "" {
+		go func() { profDone <- saveProfile(lab.NSClient(srv), cpuProfile) }()
+	} else {
+		profDone <- nil
+	}
 	res := storm.Run(ctx)
+	if err := <-profDone; err != nil {
+		fmt.Fprintln(os.Stderr, "cpu profile:", err)
+	}
 
 	joined, err := countJoined(ctx, app)
 	if err != nil {
@@ -225,4 +249,20 @@ func countJoined(ctx context.Context, app *lab.Appliance) (int, error) {
 		}
 		cursor = page.NextCursor
 	}
+}
+
+func saveProfile(c *http.Client, path string) error {
+	c.Timeout = time.Minute
+	resp, err := c.Get("http://10.99.0.1:6060/debug/pprof/profile?seconds=10")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
 }

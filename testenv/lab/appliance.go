@@ -47,7 +47,8 @@ func NSClient(ns *netns.NS) *http.Client {
 			})
 			return c, err
 		},
-		MaxIdleConnsPerHost: 16,
+		MaxIdleConnsPerHost: 64,
+		MaxIdleConns:        0, // no total cap: a closed idle connection costs a new namespace thread
 	}
 	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
 }
