@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
-	"sync"
 	"strings"
+	"sync"
 )
 
 // NodeRole is what a VM becomes in its cluster.
