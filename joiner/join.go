@@ -147,18 +147,22 @@ func (s *Service) Join(ctx context.Context, req JoinRequest) (*Bundle, error) {
 		return s.admit(tx, cred, req, now, &res)
 	})
 	if err != nil {
+		joinsRefused.WithLabelValues(refusalReason(err)).Inc()
 		if IsUnauthorized(err) {
 			s.log.Warn("join refused", "enrollment", cred.ID(), "mac", req.MAC, "serial", req.Serial, "remote", req.RemoteIP, "reason", err.Error())
 		}
 		return nil, err
 	}
 	if res.wait != "" {
+		joinsWaiting.Inc()
 		return nil, &WaitError{Reason: res.wait, RetryAfter: 30 * time.Second}
 	}
 	b, err := s.render(ctx, &res, now)
 	if err != nil {
+		joinsRefused.WithLabelValues("error").Inc()
 		return nil, fmt.Errorf("join bundle for %s: %w", res.device.ID, err)
 	}
+	bundlesIssued.WithLabelValues(res.method, res.role).Inc()
 	return b, nil
 }
 
