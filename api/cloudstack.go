@@ -226,6 +226,16 @@ func (s *Server) csWrite(c *gin.Context, key string, e *csError) {
 }
 
 func (s *Server) csWriteOK(c *gin.Context, key string, body any) {
+	if raw, ok := body.(rawJSON); ok {
+		buf := make([]byte, 0, len(raw)+len(key)+8)
+		buf = append(buf, `{"`...)
+		buf = append(buf, key...)
+		buf = append(buf, `":`...)
+		buf = append(buf, raw...)
+		buf = append(buf, '}')
+		c.Data(http.StatusOK, "application/json; charset=UTF-8", buf)
+		return
+	}
 	writeJSON(c, http.StatusOK, map[string]any{key: body})
 }
 

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ztpd/ztpd/internal/clusters"
@@ -405,11 +407,70 @@ func (s *Server) csListClusters(r *csRequest) (any, *csError) {
 	if err != nil {
 		return nil, domainError(err)
 	}
-	items := make([]csCluster, 0, len(views))
+	items := make([]json.RawMessage, 0, len(views))
 	for _, v := range views {
-		items = append(items, renderCluster(v))
+		b, err := s.renders.get(v)
+		if err != nil {
+			return nil, domainError(err)
+		}
+		items = append(items, b)
 	}
-	return listBody("kubernetescluster", total, items), nil
+	if total == 0 {
+		return struct{}{}, nil
+	}
+	// Assembled by hand: the items are already valid JSON, and encoding a
+	// []json.RawMessage would re-scan every byte of them.
+	buf := make([]byte, 0, 64+len(items)*4096)
+	buf = append(buf, `{"count":`...)
+	buf = strconv.AppendInt(buf, int64(total), 10)
+	buf = append(buf, `,"kubernetescluster":[`...)
+	for i, it := range items {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, it...)
+	}
+	buf = append(buf, "]}"...)
+	return rawJSON(buf), nil
+}
+
+// rawJSON is a pre-encoded response body (see csWriteOK).
+type rawJSON []byte
+
+// renderCache keeps each cluster's encoded kubernetescluster object by the
+// view's fingerprint, which changes with any record the view was built
+// from; listing unchanged clusters then costs no JSON encoding.
+type renderCache struct {
+	mu sync.Mutex
+	m  map[string]renderEntry
+}
+
+type renderEntry struct {
+	fp   uint64
+	json []byte
+}
+
+func (rc *renderCache) get(v clusters.ClusterView) ([]byte, error) {
+	if v.Fingerprint == 0 {
+		return json.Marshal(renderCluster(v))
+	}
+	rc.mu.Lock()
+	e, ok := rc.m[v.Cluster.ID]
+	rc.mu.Unlock()
+	if ok && e.fp == v.Fingerprint {
+		return e.json, nil
+	}
+	b, err := json.Marshal(renderCluster(v))
+	if err != nil {
+		return nil, err
+	}
+	rc.mu.Lock()
+	if rc.m == nil || len(rc.m) > 10000 {
+		rc.m = map[string]renderEntry{}
+	}
+	rc.m[v.Cluster.ID] = renderEntry{fp: v.Fingerprint, json: b}
+	rc.mu.Unlock()
+	return b, nil
 }
 
 func (s *Server) csClusterConfig(r *csRequest) (any, *csError) {

@@ -146,7 +146,9 @@ func SelfSignedCert(dataDir string, names []string) (string, bool, error) {
 	}
 	for _, n := range names {
 		if ip := net.ParseIP(n); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+			if !slices.ContainsFunc(tmpl.IPAddresses, ip.Equal) {
+				tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+			}
 		} else if !slices.Contains(tmpl.DNSNames, n) {
 			tmpl.DNSNames = append(tmpl.DNSNames, n)
 		}

@@ -4,7 +4,6 @@ import (
 	_ "embed"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -228,6 +227,64 @@ func scanPage[T any](s *Server, b core.Bucket, limit int, after string, keep fun
 	return out, err
 }
 
+// rawPage writes one page of a bucket whose stored records are already the
+// API's JSON (devices, leases, events), copying the bytes instead of decoding
+// and re-encoding them. keep (nil: all) filters on the raw record.
+func (s *Server) rawPage(c *gin.Context, b core.Bucket, limit int, after string, keep func(raw []byte) (bool, error)) {
+	buf := make([]byte, 0, 512*limit)
+	buf = append(buf, `{"items":[`...)
+	n := 0
+	var last string
+	more := false
+	err := s.st.View(func(tx core.Tx) error {
+		return tx.Scan(b, after, func(k string, raw []byte) (bool, error) {
+			if n == limit {
+				more = true
+				return false, nil
+			}
+			last = k
+			if keep != nil {
+				ok, err := keep(raw)
+				if err != nil || !ok {
+					return err == nil, err
+				}
+			}
+			if n > 0 {
+				buf = append(buf, ',')
+			}
+			buf = append(buf, raw...)
+			n++
+			return true, nil
+		})
+	})
+	if err != nil {
+		restDomainError(c, err)
+		return
+	}
+	buf = append(buf, ']')
+	if more {
+		buf = append(buf, `,"next_cursor":"`...)
+		buf = append(buf, cursorOf(last)...)
+		buf = append(buf, '"')
+	}
+	buf = append(buf, '}')
+	c.Data(http.StatusOK, "application/json; charset=utf-8", buf)
+}
+
+// decodeKeep decodes only when a filter needs it.
+func decodeKeep[T any](active bool, match func(*T) bool) func([]byte) (bool, error) {
+	if !active {
+		return nil
+	}
+	return func(raw []byte) (bool, error) {
+		var v T
+		if err := core.Decode(raw, &v); err != nil {
+			return false, err
+		}
+		return match(&v), nil
+	}
+}
+
 func (s *Server) listDevices(c *gin.Context) {
 	limit, after, ok := listParams(c)
 	if !ok {
@@ -238,16 +295,19 @@ func (s *Server) listDevices(c *gin.Context) {
 		restError(c, http.StatusBadRequest, "invalid", "approved must be true or false")
 		return
 	}
-	p, err := scanPage(s, core.BucketDevices, limit, after, func(d *core.Device) bool {
+	type filter struct {
+		Kind     core.DeviceKind  `json:"kind"`
+		Subnet   string           `json:"subnet"`
+		State    core.DeviceState `json:"state"`
+		Approved bool             `json:"approved"`
+		Cluster  string           `json:"cluster"`
+	}
+	active := state != "" || kind != "" || cluster != "" || subnet != "" || approved != ""
+	s.rawPage(c, core.BucketDevices, limit, after, decodeKeep(active, func(d *filter) bool {
 		return (state == "" || string(d.State) == state) && (kind == "" || string(d.Kind) == kind) &&
 			(cluster == "" || d.Cluster == cluster) && (subnet == "" || d.Subnet == subnet) &&
 			(approved == "" || strconv.FormatBool(d.Approved) == approved)
-	})
-	if err != nil {
-		restDomainError(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, p)
+	}))
 }
 
 func (s *Server) getDevice(c *gin.Context) {
@@ -291,14 +351,14 @@ func (s *Server) listLeases(c *gin.Context) {
 		return
 	}
 	state, subnet, mac := c.Query("state"), c.Query("subnet"), strings.ToLower(c.Query("mac"))
-	p, err := scanPage(s, core.BucketLeases, limit, after, func(l *core.Lease) bool {
-		return (state == "" || string(l.State) == state) && (subnet == "" || l.Subnet == subnet) && (mac == "" || l.MAC == mac)
-	})
-	if err != nil {
-		restDomainError(c, err)
-		return
+	type filter struct {
+		MAC    string          `json:"mac"`
+		Subnet string          `json:"subnet"`
+		State  core.LeaseState `json:"state"`
 	}
-	c.JSON(http.StatusOK, p)
+	s.rawPage(c, core.BucketLeases, limit, after, decodeKeep(state != "" || subnet != "" || mac != "", func(l *filter) bool {
+		return (state == "" || string(l.State) == state) && (subnet == "" || l.Subnet == subnet) && (mac == "" || l.MAC == mac)
+	}))
 }
 
 // ---- clusters ----
@@ -702,13 +762,13 @@ func (s *Server) listEvents(c *gin.Context) {
 		}
 	}
 	typ, device, cluster := c.Query("type"), c.Query("device"), c.Query("cluster")
-	p, err := scanPage(s, core.BucketEvents, limit, after, func(e *core.Event) bool {
+	type filter struct {
+		Type    string `json:"type"`
+		Device  string `json:"device"`
+		Cluster string `json:"cluster"`
+	}
+	s.rawPage(c, core.BucketEvents, limit, after, decodeKeep(typ != "" || device != "" || cluster != "", func(e *filter) bool {
 		return (typ == "" || e.Type == typ || strings.HasPrefix(e.Type, typ+".")) &&
 			(device == "" || e.Device == device) && (cluster == "" || e.Cluster == cluster)
-	})
-	if err != nil {
-		restDomainError(c, errors.Join(err))
-		return
-	}
-	c.JSON(http.StatusOK, p)
+	}))
 }

@@ -81,6 +81,7 @@ type Server struct {
 	now      func() time.Time
 	engine   *gin.Engine
 	commands map[string]*command
+	renders  renderCache
 }
 
 // New builds the API and its routes.

@@ -208,6 +208,7 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 	if dir == "" {
 		dir = "."
 	}
+	removeStaleTemps(dir, base)
 	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
 	if err != nil {
 		return nil, fmt.Errorf("creating temp file next to %s: %w", opts.Output, err)
@@ -219,6 +220,9 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 			os.Remove(tmp.Name())
 		}
 	}()
+	if err := lockTemp(tmp); err != nil {
+		return nil, fmt.Errorf("locking %s: %w", tmp.Name(), err)
+	}
 
 	dataStart, err := writeStructure(opts, files, tmp)
 	if err != nil {
@@ -226,21 +230,14 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 	}
 	tStruct := time.Now()
 
-	// Data layout: sorted by path, right after the structure.
+	// Data layout: sorted by path, right after the structure. An empty file
+	// points at the next file's block and takes none, as genisoimage does.
 	block := uint64(dataStart)
 	for _, f := range files {
 		f.block = uint32(block)
 		block += uint64(blocksFor(f.size))
 		if block > math.MaxUint32 {
 			return nil, errors.New("image would exceed 2^32 blocks (8 TiB)")
-		}
-	}
-	if f := files; len(f) > 0 {
-		// Empty files keep block 0 so they never alias another file's extent.
-		for _, p := range f {
-			if p.size == 0 {
-				p.block = 0
-			}
 		}
 	}
 	total := int64(block) * sectorSize
@@ -266,13 +263,30 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		copyErr = copyData(ctx, tmp, files, total, g, &written, !opts.NoFsync)
+		copyErr = copyData(ctx, tmp, files, total, g, &written)
 		dataDone = time.Now()
 		if copyErr != nil {
 			g.fail(copyErr)
 			cancel()
 		}
 	}()
+	if !opts.NoFsync {
+		// Start disk writeback of finished ranges as the copy goes, from its own
+		// goroutine (sync_file_range may block on the device queue), so the final
+		// fsync finds most of the image already on disk.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for last := int64(0); last < total; {
+				avail, err := g.waitBeyond(last)
+				if err != nil {
+					return
+				}
+				startWriteback(tmp, last, avail-last)
+				last = avail
+			}
+		}()
+	}
 	exp := make([]expectation, len(files))
 	for i, f := range files {
 		exp[i] = expectation{name: f.Name, path: f.Path, size: f.size, mode: f.Mode, sha256: f.SHA256, source: f.Source, content: f.Content}
@@ -518,7 +532,7 @@ const copyChunkSize = 8 << 20
 
 // copyData puts every file's bytes into its extent, in image order, opening
 // the gate as it goes.
-func copyData(ctx context.Context, dst *os.File, files []*planned, total int64, g *gate, written *atomic.Int64, writeback bool) error {
+func copyData(ctx context.Context, dst *os.File, files []*planned, total int64, g *gate, written *atomic.Int64) error {
 	order := make([]*planned, len(files))
 	copy(order, files)
 	sort.Slice(order, func(i, j int) bool { return order[i].block < order[j].block })
@@ -562,9 +576,6 @@ func copyData(ctx context.Context, dst *os.File, files []*planned, total int64, 
 				err = fmt.Errorf("artifact %s (%s): %s shrank during the build", f.Name, f.Path, f.Source)
 				break
 			}
-			if writeback {
-				startWriteback(dst, off+done, int64(c))
-			}
 			done += int64(c)
 			written.Add(int64(c))
 			g.advance(off + done)
@@ -598,6 +609,17 @@ func copyChunkRW(dst, src *os.File, dstOff, srcOff int64, n int, buf *[]byte) (i
 		return 0, err
 	}
 	return c, nil
+}
+
+// removeStaleTemps deletes temp images of earlier builds of the same output
+// that were killed (their lock died with them).
+func removeStaleTemps(dir, base string) {
+	old, _ := filepath.Glob(filepath.Join(dir, "."+base+".tmp-*"))
+	for _, p := range old {
+		if unusedTemp(p) {
+			os.Remove(p)
+		}
+	}
 }
 
 func readVolumeFile(f *os.File) (*volume, error) {
@@ -670,6 +692,19 @@ func (g *gate) fail(err error) {
 	}
 	g.cond.Broadcast()
 	g.mu.Unlock()
+}
+
+// waitBeyond blocks until more than `from` bytes are final and returns how many are.
+func (g *gate) waitBeyond(from int64) (int64, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for g.avail <= from && g.err == nil {
+		g.cond.Wait()
+	}
+	if g.avail > from {
+		return g.avail, nil
+	}
+	return 0, g.err
 }
 
 // wait blocks until bytes below `to` are final, or the gate failed.

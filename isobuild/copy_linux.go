@@ -36,3 +36,19 @@ func copyChunk(dst, src *os.File, dstOff, srcOff int64, n int, buf *[]byte) (int
 func startWriteback(f *os.File, off, n int64) {
 	_ = unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
 }
+
+// lockTemp marks a temp image as in use until the process exits (flock is
+// released by the kernel even after kill -9).
+func lockTemp(f *os.File) error {
+	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+}
+
+// unusedTemp reports whether no running build holds the temp image p.
+func unusedTemp(p string) bool {
+	f, err := os.Open(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil
+}

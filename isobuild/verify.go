@@ -250,6 +250,9 @@ func hashImage(ctx context.Context, f io.ReaderAt, total int64, jobs []hashJob, 
 		})
 	}
 	sort.SliceStable(jobs, func(i, j int) bool { return firstOff(jobs[i]) < firstOff(jobs[j]) })
+	if imageHash && inImageOrder(jobs) {
+		return hashShared(ctx, f, total, jobs, g, verified, setErr, &firstErr)
+	}
 	workers := runtime.GOMAXPROCS(0)
 	if imageHash && workers > 1 {
 		workers--
@@ -311,6 +314,247 @@ func hashImage(ctx context.Context, f io.ReaderAt, total int64, jobs []hashJob, 
 	return imageSum, nil
 }
 
+// inImageOrder reports whether all extents, job after job, run forward
+// without overlapping, so one sequential pass can feed every hash.
+func inImageOrder(jobs []hashJob) bool {
+	end := int64(0)
+	for _, j := range jobs {
+		for _, x := range j.extents {
+			if x.size == 0 {
+				continue // empty files may all point at one block
+			}
+			if x.off < end {
+				return false
+			}
+			end = x.off + x.size
+		}
+	}
+	return true
+}
+
+// chunk is one read of the image, shared by the image hasher and the file hasher.
+type chunk struct {
+	off  int64
+	b    []byte
+	refs atomic.Int32
+}
+
+// hashShared reads the image once, sequentially, and hands every chunk both to
+// the whole-image hash and to the per-file hashes (one read instead of two).
+func hashShared(ctx context.Context, f io.ReaderAt, total int64, jobs []hashJob, g *gate, verified *atomic.Int64, setErr func(error), firstErr *error) (string, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	const depth = 8
+	pool := make(chan []byte, depth)
+	for i := 0; i < depth; i++ {
+		pool <- make([]byte, readChunk)
+	}
+	release := func(c *chunk) {
+		if c.refs.Add(-1) == 0 {
+			pool <- c.b[:cap(c.b)]
+		}
+	}
+	imgCh := make(chan *chunk, depth)
+	fileCh := make(chan *chunk, depth)
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { // reader
+		defer wg.Done()
+		defer close(imgCh)
+		defer close(fileCh)
+		for off := int64(0); off < total; {
+			var buf []byte
+			select {
+			case buf = <-pool:
+			case <-ctx.Done():
+				return
+			}
+			n := min(int64(len(buf)), total-off)
+			if err := readRange(ctx, f, g, buf[:n], off); err != nil {
+				setErr(fmt.Errorf("reading the image: %w", err))
+				return
+			}
+			c := &chunk{off: off, b: buf[:n]}
+			c.refs.Store(2)
+			imgCh <- c
+			fileCh <- c
+			off += n
+		}
+	}()
+	var imageSum string
+	go func() { // whole-image hash
+		defer wg.Done()
+		h := sha256.New()
+		for c := range imgCh {
+			h.Write(c.b)
+			release(c)
+		}
+		imageSum = hex.EncodeToString(h.Sum(nil))
+	}()
+	go func() { // per-file hashes, in image order
+		defer wg.Done()
+		fh := &fileHasher{jobs: jobs, verified: verified}
+		failed := false
+		for c := range fileCh {
+			if !failed {
+				if err := fh.feed(c.off, c.b); err != nil {
+					setErr(err)
+					failed = true
+				}
+			}
+			release(c)
+		}
+		if !failed && ctx.Err() == nil {
+			if err := fh.finish(); err != nil {
+				setErr(err)
+			}
+		}
+		fh.close()
+	}()
+	wg.Wait()
+	if *firstErr != nil {
+		return "", *firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	return imageSum, nil
+}
+
+// fileHasher walks the jobs' extents in image order as chunks arrive.
+type fileHasher struct {
+	jobs     []hashJob
+	verified *atomic.Int64
+	j, x     int   // current job, extent
+	pos      int64 // bytes of the current job seen so far
+	h        hash.Hash
+	src      *os.File
+	cmp      []byte
+}
+
+func (fh *fileHasher) close() {
+	if fh.src != nil {
+		fh.src.Close()
+		fh.src = nil
+	}
+}
+
+// next finishes jobs whose extents are all seen and opens the next one.
+func (fh *fileHasher) settle() error {
+	for fh.j < len(fh.jobs) {
+		j := &fh.jobs[fh.j]
+		if fh.h == nil {
+			fh.h = sha256.New()
+			fh.x, fh.pos = 0, 0
+			if j.source != "" {
+				var err error
+				if fh.src, err = os.Open(j.source); err != nil {
+					return fmt.Errorf("artifact %s: re-reading source: %w", j.label, err)
+				}
+				if fh.cmp == nil {
+					fh.cmp = make([]byte, readChunk)
+				}
+			}
+		}
+		for fh.x < len(j.extents) && j.extents[fh.x].size == 0 {
+			fh.x++
+		}
+		if fh.x < len(j.extents) {
+			return nil
+		}
+		sum := hex.EncodeToString(fh.h.Sum(nil))
+		fh.close()
+		fh.h = nil
+		fh.j++
+		if err := j.done(sum); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (fh *fileHasher) feed(off int64, b []byte) error {
+	end := off + int64(len(b))
+	for {
+		if err := fh.settle(); err != nil {
+			return err
+		}
+		if fh.j >= len(fh.jobs) {
+			return nil
+		}
+		j := &fh.jobs[fh.j]
+		x := &j.extents[fh.x]
+		done := fh.pos - fh.extentStart()
+		start := x.off + done
+		if start >= end {
+			return nil // this chunk ends before the file's next byte
+		}
+		if start < off {
+			return fmt.Errorf("artifact %s: internal error: chunk at %d skipped byte %d", j.label, off, start)
+		}
+		n := min(end-start, x.size-done)
+		seg := b[start-off : start-off+n]
+		fh.h.Write(seg)
+		if err := compareSource(j, fh.src, fh.cmp, seg, fh.pos); err != nil {
+			return err
+		}
+		fh.pos += n
+		if fh.verified != nil {
+			fh.verified.Add(n)
+		}
+		if done+n == x.size {
+			fh.x++
+		}
+	}
+}
+
+// extentStart is the file position where the current extent begins.
+func (fh *fileHasher) extentStart() int64 {
+	var p int64
+	for _, x := range fh.jobs[fh.j].extents[:fh.x] {
+		p += x.size
+	}
+	return p
+}
+
+func (fh *fileHasher) finish() error {
+	if err := fh.settle(); err != nil {
+		return err
+	}
+	if fh.j < len(fh.jobs) {
+		return fmt.Errorf("artifact %s: image ended before the file", fh.jobs[fh.j].label)
+	}
+	return nil
+}
+
+// compareSource checks seg (bytes at file position pos) against the job's
+// source file or inline content.
+func compareSource(j *hashJob, src *os.File, cmp, seg []byte, pos int64) error {
+	n := int64(len(seg))
+	switch {
+	case src != nil:
+		for k := int64(0); k < n; {
+			m := min(n-k, int64(len(cmp)))
+			c := cmp[:m]
+			if r, err := src.ReadAt(c, pos+k); int64(r) != m {
+				if err == nil || errors.Is(err, io.EOF) {
+					err = errors.New("source is shorter than the image copy")
+				}
+				return fmt.Errorf("artifact %s: comparing with %s: %w", j.label, j.source, err)
+			}
+			if !bytes.Equal(seg[k:k+m], c) {
+				return fmt.Errorf("artifact %s: the image differs from %s near byte %d (source changed during the build?)", j.label, j.source, pos+k+int64(mismatchAt(seg[k:k+m], c)))
+			}
+			k += m
+		}
+	case j.content != nil:
+		if pos+n > int64(len(j.content)) || !bytes.Equal(seg, j.content[pos:pos+n]) {
+			return fmt.Errorf("artifact %s: the image differs from its inline content", j.label)
+		}
+	}
+	return nil
+}
+
 func firstOff(j hashJob) int64 {
 	if len(j.extents) == 0 {
 		return 0
@@ -354,22 +598,8 @@ func hashJobData(ctx context.Context, f io.ReaderAt, j *hashJob, g *gate, buf, c
 				return "", fmt.Errorf("artifact %s: reading from the image: %w", j.label, err)
 			}
 			h.Write(b)
-			switch {
-			case src != nil:
-				c := cmp[:n]
-				if k, err := src.ReadAt(c, pos); int64(k) != n {
-					if err == nil || errors.Is(err, io.EOF) {
-						err = errors.New("source is shorter than the image copy")
-					}
-					return "", fmt.Errorf("artifact %s: comparing with %s: %w", j.label, j.source, err)
-				}
-				if !bytes.Equal(b, c) {
-					return "", fmt.Errorf("artifact %s: the image differs from %s near byte %d (source changed during the build?)", j.label, j.source, pos+int64(mismatchAt(b, c)))
-				}
-			case j.content != nil:
-				if pos+n > int64(len(j.content)) || !bytes.Equal(b, j.content[pos:pos+n]) {
-					return "", fmt.Errorf("artifact %s: the image differs from its inline content", j.label)
-				}
+			if err := compareSource(j, src, cmp, b, pos); err != nil {
+				return "", err
 			}
 			done += n
 			pos += n

@@ -27,6 +27,7 @@ import (
 	"github.com/ztpd/ztpd/internal/profile"
 	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/ztp/content"
+	"github.com/ztpd/ztpd/ztp/dhcp"
 	ztphttp "github.com/ztpd/ztpd/ztp/http"
 	ztptftp "github.com/ztpd/ztpd/ztp/tftp"
 )
@@ -95,6 +96,17 @@ func (a *App) build() error {
 	a.HTTPMux.Handle("GET /metrics", promhttp.Handler())
 	a.AdminMux.HandleFunc("GET /admin/backup", a.adminBackup)
 	a.AdminMux.HandleFunc("GET /admin/status", a.healthz)
+	// DHCP binds privileged sockets, so only a serving process builds it.
+	if a.Cfg.DHCP.Enabled() {
+		a.OnStart(func() error {
+			srv, err := dhcp.New(a.Cfg, a.Store, a.Log)
+			if err != nil {
+				return err
+			}
+			a.AddRunner(srv)
+			return nil
+		})
+	}
 
 	images, err := imagestore.Open(a.Store, a.Cfg.DataDir)
 	if err != nil {

@@ -319,6 +319,11 @@ func (t *tx) Put(b core.Bucket, key string, v any) error {
 	if err != nil {
 		return err
 	}
+	// A json.RawMessage is stored as given (copied): hot paths encode their
+	// records themselves and skip encoding/json's re-validation.
+	if r, ok := v.(json.RawMessage); ok {
+		return bk.Put([]byte(key), bytes.Clone(r))
+	}
 	raw, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode %s/%s: %w", b, key, err)

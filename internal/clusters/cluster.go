@@ -564,25 +564,32 @@ type ClusterFilter struct {
 // views (page from 1; pageSize <= 0 means all) and the total match count.
 func (s *Service) ListClusters(ctx context.Context, f ClusterFilter, page, pageSize int) ([]ClusterView, int, error) {
 	var matched []core.Cluster
+	gens := map[string]uint64{}
 	err := s.st.View(func(tx core.Tx) error {
-		return scanClusters(tx, func(c core.Cluster) bool {
+		return tx.Scan(core.BucketClusters, "", func(key string, raw []byte) (bool, error) {
+			cp, gen, err := s.cluMemo.decode(key, raw)
+			if err != nil {
+				return false, err
+			}
+			c := *cp
+			gens[c.ID] = gen
 			if f.ID != "" && c.ID != f.ID {
-				return true
+				return true, nil
 			}
 			if f.Name != "" && c.Name != f.Name {
-				return true
+				return true, nil
 			}
 			if f.State != "" && !strings.EqualFold(string(c.State), f.State) {
-				return true
+				return true, nil
 			}
 			if f.Keyword != "" {
 				k := strings.ToLower(f.Keyword)
 				if !strings.Contains(strings.ToLower(c.Name), k) && !strings.Contains(strings.ToLower(c.Description), k) {
-					return true
+					return true, nil
 				}
 			}
 			matched = append(matched, c)
-			return true
+			return true, nil
 		})
 	})
 	if err != nil {
@@ -606,7 +613,11 @@ func (s *Service) ListClusters(ctx context.Context, f ClusterFilter, page, pageS
 			matched = matched[start:min(start+pageSize, len(matched))]
 		}
 	}
-	views, err := s.views(ctx, matched)
+	g := make([]uint64, len(matched))
+	for i, c := range matched {
+		g[i] = gens[c.ID]
+	}
+	views, err := s.views(ctx, matched, g)
 	return views, total, err
 }
 
@@ -621,7 +632,7 @@ func (s *Service) GetCluster(ctx context.Context, ref string) (ClusterView, erro
 	if err != nil {
 		return ClusterView{}, err
 	}
-	vs, err := s.views(ctx, []core.Cluster{c})
+	vs, err := s.views(ctx, []core.Cluster{c}, nil)
 	if err != nil {
 		return ClusterView{}, err
 	}
@@ -631,7 +642,7 @@ func (s *Service) GetCluster(ctx context.Context, ref string) (ClusterView, erro
 // View renders one stored cluster (for example a job's result) with its
 // current version, offering and members.
 func (s *Service) View(ctx context.Context, c core.Cluster) (ClusterView, error) {
-	vs, err := s.views(ctx, []core.Cluster{c})
+	vs, err := s.views(ctx, []core.Cluster{c}, nil)
 	if err != nil {
 		return ClusterView{}, err
 	}

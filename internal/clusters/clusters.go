@@ -149,6 +149,12 @@ type Service struct {
 
 	zone Zone
 
+	// decoded-record caches for cluster views (see memo)
+	devMemo *memo[core.Device]
+	memMemo *memo[core.Membership]
+	cluMemo *memo[core.Cluster]
+	verMemo *memo[core.Version]
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	jobsWG sync.WaitGroup
@@ -167,7 +173,9 @@ func New(st core.Store, opts Options) (*Service, error) {
 	if opts.JobRetention <= 0 {
 		opts.JobRetention = 7 * 24 * time.Hour
 	}
-	s := &Service{st: st, log: opts.Log, opts: opts, done: map[string]chan struct{}{}}
+	s := &Service{st: st, log: opts.Log, opts: opts, done: map[string]chan struct{}{},
+		devMemo: newMemo[core.Device](100000), memMemo: newMemo[core.Membership](100000),
+		cluMemo: newMemo[core.Cluster](10000), verMemo: newMemo[core.Version](10000)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	z, err := ensureZone(st)
 	if err != nil {

@@ -566,6 +566,21 @@ func TestListAndMembersFromStore(t *testing.T) {
 	if c1.Cores() != 2*3 || c1.MemoryMB() != 4096*3 {
 		t.Fatalf("cores %d memory %d", c1.Cores(), c1.MemoryMB())
 	}
+	// Views cache decoded records, but never past a change of the stored bytes.
+	err = st.Update(func(tx core.Tx) error {
+		d, err := core.GetDevice(tx, "02:00:00:00:00:02")
+		if err != nil {
+			return err
+		}
+		d.IP = "10.99.1.99"
+		return core.PutDevice(tx, d)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := s.GetCluster(ctx, "c1"); v.Members[0].Device.IP != "10.99.1.99" {
+		t.Fatalf("stale device after change: %+v", v.Members[0].Device)
+	}
 	p2, _, _ := s.ListClusters(ctx, ClusterFilter{}, 2, 2)
 	if len(p2) != 1 || p2[0].Cluster.Name != "c2" {
 		t.Fatalf("page 2: %+v", p2)

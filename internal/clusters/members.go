@@ -3,7 +3,9 @@ package clusters
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"sort"
 
 	"github.com/ztpd/ztpd/internal/core"
@@ -16,12 +18,17 @@ type ClusterView struct {
 	Offering Offering     // zero when unknown
 	Zone     Zone
 	Members  []Member // devices in the cluster (left members excluded)
+	// Fingerprint changes whenever any record the view was built from
+	// changes; 0 means unknown (a view of a cluster not read from the store).
+	// Front ends may cache renderings by (cluster ID, Fingerprint).
+	Fingerprint uint64
 }
 
 // Member is one device's membership with its device record.
 type Member struct {
 	core.Membership
-	Device *core.Device // nil when the device record is gone
+	Device *core.Device // nil when the device record is gone; shared, read-only
+	gen    uint64       // generations of the membership and device decodes
 }
 
 // Nodes is the desired node count (control plane plus workers).
@@ -53,55 +60,94 @@ func (v ClusterView) Endpoint() (url, ip string) {
 
 // views renders clusters with versions, offerings and members. Members come
 // from the joiner when wired, else from the memberships bucket in one pass.
-func (s *Service) views(ctx context.Context, cs []core.Cluster) ([]ClusterView, error) {
+// gens are the clusters' decode generations (nil when not read from the store).
+func (s *Service) views(ctx context.Context, cs []core.Cluster, gens []uint64) ([]ClusterView, error) {
 	out := make([]ClusterView, len(cs))
 	if len(cs) == 0 {
 		return out, nil
 	}
-	members := map[string][]core.Membership{}
+	members := map[string][]Member{}
+	// Members from the joiner carry no generations: such views get no
+	// fingerprint (the joiner's records may live outside the store).
+	memberGens := false
 	if m := s.membership(); m != nil {
 		for _, c := range cs {
 			ms, err := m.Members(ctx, c.ID)
 			if err != nil {
 				return nil, fmt.Errorf("members of cluster %s: %w", c.Name, err)
 			}
-			members[c.ID] = ms
+			for _, x := range ms {
+				members[c.ID] = append(members[c.ID], Member{Membership: x})
+			}
 		}
 	} else {
+		memberGens = true
 		want := map[string]bool{}
 		for _, c := range cs {
 			want[c.ID] = true
 		}
-		if err := s.st.View(func(tx core.Tx) error { return scanMemberships(tx, want, members) }); err != nil {
+		if err := s.st.View(func(tx core.Tx) error { return s.scanMemberships(tx, want, members) }); err != nil {
 			return nil, err
 		}
 	}
 	err := s.st.View(func(tx core.Tx) error {
-		versions := map[string]core.Version{}
+		type verGen struct {
+			v   core.Version
+			gen uint64
+		}
+		versions := map[string]verGen{}
 		for i, c := range cs {
-			v, ok := versions[c.VersionID]
+			vg, ok := versions[c.VersionID]
 			if !ok {
-				v, _ = core.GetVersion(tx, c.VersionID)
-				versions[c.VersionID] = v
+				raw, err := rawGet(tx, core.BucketVersions, c.VersionID)
+				if err != nil {
+					return err
+				}
+				if raw != nil {
+					v, gen, err := s.verMemo.decode(c.VersionID, raw)
+					if err != nil {
+						return err
+					}
+					vg.v, vg.gen = *v, gen
+				}
+				versions[c.VersionID] = vg
 			}
 			off, _ := OfferingByID(c.ServiceOfferingID)
-			view := ClusterView{Cluster: c, Version: v, Offering: off, Zone: s.zone, Members: []Member{}}
+			view := ClusterView{Cluster: c, Version: vg.v, Offering: off, Zone: s.zone, Members: []Member{}}
 			ms := members[c.ID]
 			sort.Slice(ms, func(a, b int) bool {
 				if ms[a].Role != ms[b].Role {
 					return ms[a].Role == "control-plane"
 				}
-				return ms[a].Device < ms[b].Device
+				return ms[a].Membership.Device < ms[b].Membership.Device
 			})
 			for _, m := range ms {
 				if m.State == core.StateLeft {
 					continue
 				}
-				mem := Member{Membership: m}
-				if d, err := core.GetDevice(tx, m.Device); err == nil {
-					mem.Device = &d
+				mem := m
+				raw, err := rawGet(tx, core.BucketDevices, m.Membership.Device)
+				if err != nil {
+					return err
+				}
+				if raw != nil {
+					d, gen, err := s.devMemo.decode(m.Membership.Device, raw)
+					if err != nil {
+						return err
+					}
+					mem.Device = d
+					mem.gen = mem.gen*31 + gen
 				}
 				view.Members = append(view.Members, mem)
+			}
+			if gens != nil && gens[i] != 0 && vg.gen != 0 && memberGens {
+				h := fnv.New64a()
+				var b [8]byte
+				for _, g := range append([]uint64{gens[i], vg.gen}, memberGenList(view.Members)...) {
+					binary.LittleEndian.PutUint64(b[:], g)
+					h.Write(b[:])
+				}
+				view.Fingerprint = h.Sum64()
 			}
 			out[i] = view
 		}
@@ -115,8 +161,16 @@ var clusterField = []byte(`"cluster":"`)
 // scanMemberships collects memberships of the wanted clusters. It reads the
 // cluster field from the raw JSON before decoding, so listing a few clusters
 // in a store of many devices decodes only their members.
-func scanMemberships(tx core.Tx, want map[string]bool, into map[string][]core.Membership) error {
-	return tx.Scan(core.BucketMemberships, "", func(_ string, raw []byte) (bool, error) {
+func memberGenList(ms []Member) []uint64 {
+	out := make([]uint64, len(ms))
+	for i, m := range ms {
+		out[i] = m.gen
+	}
+	return out
+}
+
+func (s *Service) scanMemberships(tx core.Tx, want map[string]bool, into map[string][]Member) error {
+	return tx.Scan(core.BucketMemberships, "", func(key string, raw []byte) (bool, error) {
 		i := bytes.Index(raw, clusterField)
 		if i < 0 {
 			return true, nil
@@ -126,11 +180,11 @@ func scanMemberships(tx core.Tx, want map[string]bool, into map[string][]core.Me
 		if j < 0 || !want[string(rest[:j])] {
 			return true, nil
 		}
-		var m core.Membership
-		if err := core.Decode(raw, &m); err != nil {
+		m, gen, err := s.memMemo.decode(key, raw)
+		if err != nil {
 			return false, err
 		}
-		into[m.Cluster] = append(into[m.Cluster], m)
+		into[m.Cluster] = append(into[m.Cluster], Member{Membership: *m, gen: gen})
 		return true, nil
 	})
 }

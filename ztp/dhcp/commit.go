@@ -2,6 +2,7 @@ package dhcp
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
@@ -14,9 +15,11 @@ import (
 // runs the next one fills up, so the commit rate adapts to the load.
 
 const (
-	// lazyFlush bounds how long device and event changes wait when no ACK
-	// is waiting.
-	lazyFlush = 200 * time.Millisecond
+	// lazyFlush bounds how long device and event records wait.
+	lazyFlush = 250 * time.Millisecond
+	// smallRecords: up to this many pending device or event records ride
+	// along with an ACK's commit.
+	smallRecords = 64
 	// lastSeenEvery coalesces last_seen updates of a chatty client.
 	lastSeenEvery = time.Minute
 	// maxPendingAcks bounds ACKs waiting for a commit; beyond it REQUESTs
@@ -127,16 +130,28 @@ func (s *Server) queueDevice(dv *device) {
 	}
 }
 
-func (s *Server) event(x *exchange, typ, msg string) {
+// event queues a core.Event about the exchange's client; ip may be empty.
+func (s *Server) event(x *exchange, typ, msg string, ip uint32) {
 	if len(s.events) >= maxPendingEvents {
 		return
 	}
-	e := core.Event{Time: x.now, Type: typ, Device: macText(x.hw), Message: msg,
-		Fields: map[string]string{"subnet": x.sn.name, "interface": x.ifc.name}}
+	e := eventRec{time: x.now, typ: typ, device: s.deviceID(x), msg: msg, subnet: x.sn.name, iface: x.ifc.name}
+	if ip != 0 {
+		e.ip = addrOf(ip).String()
+	}
 	if x.req.GIAddr != ([4]byte{}) {
-		e.Fields["relay"] = ip4String(x.req.GIAddr)
+		e.relay = ip4String(x.req.GIAddr)
 	}
 	s.events = append(s.events, e)
+}
+
+// deviceID is the device ID of the exchange's client, shared with its
+// device record when there is one.
+func (s *Server) deviceID(x *exchange) string {
+	if dv := s.devs[string(x.hw)]; dv != nil {
+		return dv.d.ID
+	}
+	return macText(x.hw)
 }
 
 // snapshot is one commit's worth of changes, taken under Server.mu.
@@ -146,16 +161,20 @@ type snapshot struct {
 	devices  []*device
 	devs     []core.Device
 	states   []core.DeviceState
-	events   []core.Event
+	events   []eventRec
 	acks     []pendingAck
+	buf      []byte
 }
 
 func (sn *snapshot) empty() bool {
 	return len(sn.leases) == 0 && len(sn.devs) == 0 && len(sn.events) == 0 && len(sn.acks) == 0
 }
 
-// take moves the pending changes into snap (reusing its slices).
-func (s *Server) take(snap *snapshot, now time.Time) {
+// take moves the pending changes into snap (reusing its slices). Device
+// and event records come along when all is set, or when few are pending:
+// under load they go in their own, larger commits (every lazyFlush) so
+// their scattered pages do not slow the commits ACKs wait for.
+func (s *Server) take(snap *snapshot, now time.Time, all bool) {
 	snap.bindings, snap.leases = snap.bindings[:0], snap.leases[:0]
 	snap.devices, snap.devs, snap.states = snap.devices[:0], snap.devs[:0], snap.states[:0]
 	snap.events, snap.acks = snap.events[:0], snap.acks[:0]
@@ -176,6 +195,22 @@ func (s *Server) take(snap *snapshot, now time.Time) {
 	}
 	clear(s.dirty)
 	s.dirty = s.dirty[:0]
+	if all || len(s.devQueue) <= smallRecords && len(s.events) <= smallRecords {
+		s.takeRecords(snap, now)
+	}
+	for _, a := range s.acks {
+		b := a.b
+		if s.byIP[b.ip] != b || b.key != a.key || b.state != core.LeaseActive || b.expiry.Before(a.expiry) {
+			dropStale.Inc() // released, declined or taken over before it became durable
+			continue
+		}
+		snap.acks = append(snap.acks, a)
+	}
+	clear(s.acks)
+	s.acks = s.acks[:0]
+}
+
+func (s *Server) takeRecords(snap *snapshot, now time.Time) {
 	for _, dv := range s.devQueue {
 		dv.queued = false
 		dv.written = now
@@ -189,32 +224,26 @@ func (s *Server) take(snap *snapshot, now time.Time) {
 	snap.events = append(snap.events, s.events...)
 	clear(s.events)
 	s.events = s.events[:0]
-	for _, a := range s.acks {
-		b := a.b
-		if s.byIP[b.ip] != b || b.key != a.key || b.state != core.LeaseActive || b.expiry.Before(a.expiry) {
-			dropStale.Inc() // released, declined or taken over before it became durable
-			continue
-		}
-		snap.acks = append(snap.acks, a)
-	}
-	clear(s.acks)
-	s.acks = s.acks[:0]
 }
 
 // write stores snap in one transaction.
 func (snap *snapshot) write(tx core.Tx) error {
+	var err error
 	for i := range snap.leases {
-		if err := tx.Put(core.BucketLeases, snap.leases[i].IP, &snap.leases[i]); err != nil {
+		snap.buf = appendLeaseJSON(snap.buf[:0], &snap.leases[i])
+		if err := tx.Put(core.BucketLeases, snap.leases[i].IP, json.RawMessage(snap.buf)); err != nil {
 			return err
 		}
 	}
+	ftx := &fastTx{Tx: tx, buf: snap.buf}
 	for i := range snap.devs {
-		if err := mergeDevice(tx, &snap.devs[i], snap.states[i]); err != nil {
+		if err := mergeDevice(ftx, &snap.devs[i], snap.states[i]); err != nil {
 			return err
 		}
 	}
-	for _, e := range snap.events {
-		if _, err := core.AppendEvent(tx, e); err != nil {
+	snap.buf = ftx.buf
+	for i := range snap.events {
+		if snap.buf, err = putEvent(tx, &snap.events[i], snap.buf); err != nil {
 			return err
 		}
 	}
@@ -287,20 +316,22 @@ func (s *Server) commitLoop(ctx context.Context, done chan<- struct{}) {
 	w := &sender{}
 	var lastErr time.Time
 	for {
+		all := false
 		select {
 		case <-s.kick:
 		case <-tick.C:
+			all = true
 		case <-ctx.Done():
-			s.flush(snap, w, &lastErr)
+			s.flush(snap, w, &lastErr, true)
 			return
 		}
-		s.flush(snap, w, &lastErr)
+		s.flush(snap, w, &lastErr, all)
 	}
 }
 
-func (s *Server) flush(snap *snapshot, w *sender, lastErr *time.Time) {
+func (s *Server) flush(snap *snapshot, w *sender, lastErr *time.Time, all bool) {
 	s.mu.Lock()
-	s.take(snap, time.Now())
+	s.take(snap, time.Now(), all)
 	s.mu.Unlock()
 	if snap.empty() {
 		return

@@ -232,7 +232,7 @@ func (s *Server) exhausted(x *exchange) {
 		sn.lastWarn = x.now
 		s.log.Warn("address pool exhausted: DISCOVER left unanswered", "subnet", sn.name,
 			"mac", macText(x.hw), "interface", x.ifc.name)
-		s.event(x, "dhcp.exhausted", "no free address in subnet "+sn.name)
+		s.event(x, "dhcp.exhausted", "no free address in the subnet", 0)
 	}
 }
 
@@ -296,7 +296,7 @@ func (s *Server) request(x *exchange) bool {
 	x.reply.yiaddr = b4(ip)
 	if fresh {
 		s.deviceLeased(x, b)
-		s.event(x, "dhcp.ack", "leased "+addrOf(ip).String())
+		s.event(x, "dhcp.ack", "lease granted", ip)
 	}
 	return true
 }
@@ -308,7 +308,7 @@ func (s *Server) nak(x *exchange, why string) bool {
 		x.reply.flags |= flagBroadcast
 	}
 	x.nakReason = why
-	s.event(x, "dhcp.nak", why)
+	s.event(x, "dhcp.nak", why, 0)
 	return true
 }
 
@@ -335,7 +335,7 @@ func (s *Server) decline(x *exchange) {
 	s.markDirty(b)
 	s.log.Warn("client declined its address; quarantined", "ip", addrOf(ip), "mac", macText(x.hw),
 		"until", b.expiry.Format(time.RFC3339))
-	s.event(x, "dhcp.decline", "declined "+addrOf(ip).String())
+	s.event(x, "dhcp.decline", "address declined, quarantined", ip)
 }
 
 // releaseLease frees the client's address; the client keeps its affinity
@@ -352,7 +352,7 @@ func (s *Server) releaseLease(x *exchange) {
 	b.hold = time.Time{}
 	s.markDirty(b)
 	s.release(b.sn, ip)
-	s.event(x, "dhcp.release", "released "+addrOf(ip).String())
+	s.event(x, "dhcp.release", "address released", ip)
 }
 
 func (s *Server) ourServerID(a [4]byte) bool {

@@ -155,7 +155,7 @@ func (h *harness) commit() []pendingAck {
 	h.t.Helper()
 	snap := &snapshot{}
 	h.s.mu.Lock()
-	h.s.take(snap, h.now)
+	h.s.take(snap, h.now, true)
 	h.s.mu.Unlock()
 	if err := h.st.Batch(snap.write); err != nil {
 		h.t.Fatal(err)

@@ -45,7 +45,7 @@ type Server struct {
 	acks     []pendingAck
 	devs     map[string]*device // by raw hardware address
 	devQueue []*device
-	events   []core.Event
+	events   []eventRec
 
 	ifaces    []*iface // set by Listen, read-only afterwards
 	listening bool

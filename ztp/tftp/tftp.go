@@ -70,6 +70,7 @@ type Server struct {
 	grace time.Duration
 	ready chan struct{}
 	addr  net.Addr
+	pc    *portConn // single-port fast path, when in use
 }
 
 // New returns a TFTP server for svc configured by cfg.
@@ -91,11 +92,19 @@ func (s *Server) Addr() net.Addr {
 
 // Run serves until ctx ends, then lets running transfers finish (bounded).
 func (s *Server) Run(ctx context.Context) error {
-	ua, err := net.ResolveUDPAddr("udp", s.cfg.Addr)
+	// An empty or 0.0.0.0 host means IPv4 only: ZTP runs over DHCPv4, and an
+	// IPv4 socket is what the single-port fast path reads IP_PKTINFO from.
+	network := "udp"
+	if h, _, err := net.SplitHostPort(s.cfg.Addr); err == nil {
+		if a, err := netip.ParseAddr(h); h == "" || err == nil && a.Is4() {
+			network = "udp4"
+		}
+	}
+	ua, err := net.ResolveUDPAddr(network, s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("tftp address %q: %w", s.cfg.Addr, err)
 	}
-	conn, err := net.ListenUDP("udp", ua)
+	conn, err := net.ListenUDP(network, ua)
 	if err != nil {
 		return err
 	}
@@ -110,13 +119,28 @@ func (s *Server) Run(ctx context.Context) error {
 	srv.SetBackoff(func(int) time.Duration { return 0 })
 	srv.SetBlockSizeNegotiation(false)
 	blk := BlockSizeCap(s.cfg, s.cfg.Addr)
-	srv.SetBlockSize(blk)
+	var serveConn net.PacketConn = conn
+	fast := false
 	if s.cfg.SinglePort {
+		mc := &mtuCache{limit: s.cfg.MaxBlockSize, fixed: s.cfg.MaxBlockSize > 0}
+		if !mc.fixed {
+			mc.limit = maxServedCap(s.cfg.Addr)
+		}
+		if pc, err := newPortConn(conn, mc.capFor); err == nil {
+			serveConn, fast, blk = pc, true, mc.limit
+			s.pc = pc
+		} else {
+			s.log.Warn("tftp single-port fast path unavailable; using pin/tftp's own", "err", err)
+		}
+		srv.SetBlockSize(blk)
 		srv.EnableSinglePort()
+	} else {
+		srv.SetBlockSize(blk)
 	}
-	s.log.Info("listening", "listener", "tftp", "addr", s.addr.String(), "single_port", s.cfg.SinglePort, "max_blksize", blk)
+	s.log.Info("listening", "listener", "tftp", "addr", s.addr.String(), "single_port", s.cfg.SinglePort,
+		"fast_path", fast, "max_blksize", blk)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(conn) }()
+	go func() { errc <- srv.Serve(serveConn) }()
 	tick := time.NewTicker(time.Minute)
 	defer tick.Stop()
 	for {
@@ -124,6 +148,9 @@ func (s *Server) Run(ctx context.Context) error {
 		case err := <-errc:
 			return err
 		case <-tick.C:
+			if fast {
+				continue // per-interface caps are applied per request
+			}
 			if n := BlockSizeCap(s.cfg, s.cfg.Addr); n != blk {
 				blk = n
 				srv.SetBlockSize(n)
@@ -189,6 +216,30 @@ func BlockSizeCap(cfg config.TFTP, addr string) int {
 	return clampBlk(minMTU - 32)
 }
 
+// maxServedCap is the largest MTU − 32 among the interfaces addr serves: the
+// single-port fast path caps each request by its own interface below it.
+func maxServedCap(addr string) int {
+	host, _, _ := net.SplitHostPort(addr)
+	want, _ := netip.ParseAddr(host)
+	if want.IsValid() && !want.IsUnspecified() {
+		return BlockSizeCap(config.TFTP{}, addr)
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return 1468
+	}
+	best := 0
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagUp != 0 && ifc.Flags&net.FlagLoopback == 0 && ifc.MTU > best {
+			best = ifc.MTU
+		}
+	}
+	if best == 0 {
+		return 1468
+	}
+	return clampBlk(best - 32)
+}
+
 func clampBlk(n int) int {
 	return max(513, min(n, 65464))
 }
@@ -211,6 +262,18 @@ func (s *Server) read(filename string, rf io.ReaderFrom) error {
 	if pi, ok := rf.(pin.RequestPacketInfo); ok {
 		if a, ok := netip.AddrFromSlice(pi.LocalIP()); ok {
 			c.Local = a.Unmap()
+		}
+	}
+	if !c.Local.IsValid() && s.pc != nil && ot != nil {
+		ra := ot.RemoteAddr()
+		if a, ok := netip.AddrFromSlice(ra.IP); ok {
+			if src, ok := s.pc.source(netip.AddrPortFrom(a.Unmap(), uint16(ra.Port))); ok {
+				c.Local = netip.AddrFrom4(src)
+			} else if la, ok := s.pc.orig.LocalAddr().(*net.UDPAddr); ok {
+				if l, ok := netip.AddrFromSlice(la.IP); ok && !l.IsUnspecified() {
+					c.Local = l.Unmap()
+				}
+			}
 		}
 	}
 	name, err := safepath.Clean(filename)

@@ -1,0 +1,88 @@
+package dhcp
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// fillAll sets every field of the struct v points to (strings, bools,
+// times, numbers, string maps) so a test notices fields the fast encoders
+// do not know.
+func fillAll(v any, s string) {
+	rv := reflect.ValueOf(v).Elem()
+	for i := 0; i < rv.NumField(); i++ {
+		f := rv.Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString(s + "-" + rv.Type().Field(i).Name)
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Uint64, reflect.Uint32, reflect.Int:
+			f.SetUint(42)
+		case reflect.Struct:
+			f.Set(reflect.ValueOf(time.Date(2031, 2, 3, 4, 5, 6, 789, time.UTC)))
+		case reflect.Map:
+			f.Set(reflect.ValueOf(map[string]string{"interface": "eth0", "ip": "10.99.0.5", "relay": "10.99.0.2", "subnet": "lab"}))
+		}
+	}
+}
+
+func TestLeaseJSONMatchesEncodingJSON(t *testing.T) {
+	var full core.Lease
+	fillAll(&full, "x")
+	cases := []core.Lease{
+		full,
+		{IP: "10.99.0.5", MAC: "52:54:00:00:00:01", Subnet: "lab", State: core.LeaseActive,
+			Start: time.Now(), Expiry: time.Now().Add(time.Hour), UpdatedAt: time.Now().In(time.FixedZone("x", 3600))},
+		{IP: "10.99.0.6", MAC: "aa", ClientID: "01:52:54", Hostname: `we<ird>"&\` + "\x01é\u2028", Subnet: "s"},
+	}
+	for _, l := range cases {
+		want, _ := json.Marshal(l)
+		if got := appendLeaseJSON(nil, &l); string(got) != string(want) {
+			t.Errorf("lease JSON\n got %s\nwant %s", got, want)
+		}
+	}
+}
+
+func TestEventJSONMatchesEncodingJSON(t *testing.T) {
+	var full core.Event
+	fillAll(&full, "x")
+	full.Seq = 42
+	cases := []struct {
+		e   core.Event
+		rec eventRec
+	}{
+		{full, eventRec{time: full.Time, typ: full.Type, device: full.Device, msg: full.Message,
+			iface: "eth0", ip: "10.99.0.5", relay: "10.99.0.2", subnet: "lab"}},
+		{core.Event{Seq: 7, Time: full.Time, Type: "dhcp.nak", Fields: map[string]string{"subnet": "lab"}},
+			eventRec{time: full.Time, typ: "dhcp.nak", subnet: "lab"}},
+		{core.Event{Seq: 8, Time: full.Time, Type: "dhcp.x"}, eventRec{time: full.Time, typ: "dhcp.x"}},
+	}
+	for _, c := range cases {
+		if c.e.Cluster != "" {
+			c.e.Cluster = "" // DHCP events have no cluster
+		}
+		want, _ := json.Marshal(c.e)
+		if got := appendEventJSON(nil, c.e.Seq, &c.rec); string(got) != string(want) {
+			t.Errorf("event JSON\n got %s\nwant %s", got, want)
+		}
+	}
+}
+
+func TestDeviceJSONMatchesEncodingJSON(t *testing.T) {
+	var full core.Device
+	fillAll(&full, "x")
+	full.Labels = nil // labelled devices take encoding/json
+	cases := []core.Device{full, {ID: "52:54:00:00:00:01", MAC: "52:54:00:00:00:01", Kind: core.KindSONiC,
+		State: core.StateLeased, Hostname: "a<b", FirstSeen: time.Now()}}
+	for _, d := range cases {
+		want, _ := json.Marshal(d)
+		if got := appendDeviceJSON(nil, &d); string(got) != string(want) {
+			t.Errorf("device JSON\n got %s\nwant %s", got, want)
+		}
+	}
+}
