@@ -47,5 +47,8 @@ bench-iso: build
 bench-api: build
 	bash bench/api.sh
 
+bench-joins: build
+	bash bench/joins.sh
+
 clean:
 	rm -rf bin
