@@ -6,8 +6,11 @@
 //
 //	RESULT boot_storm devices=<n> seconds=<n> p99_ms=<n>
 //
-// It needs root: ztpd runs in namespace bs-srv (10.99.0.1/16), the fleet in
-// bs-cli (10.99.0.2/16, the relay's giaddr), joined by a veth pair.
+// It needs root. ztpd runs in namespace bs-srv (10.99.0.1/16), the fleet in
+// bs-cli (10.99.0.2/16, the relay's giaddr), joined by a veth pair. Each
+// switch talks HTTP from the address it leased, as a real one does (ztpd
+// hands join material only to the address a switch holds): the pool's /24s
+// are "local" routes in bs-cli and routed to 10.99.0.2 from bs-srv.
 package main
 
 import (
@@ -31,47 +34,62 @@ import (
 	"github.com/ztpd/ztpd/testenv/netns"
 )
 
+type options struct {
+	n, clusters, conc int
+	bin, work         string
+	serverCPUs        string
+	fleetCPUs         string
+	cpuProfile        string
+	fleetProfile      string
+	fleetOut          string // fleet mode: write the result here
+}
+
+const poolFirst, poolLast = 1, 200 // pool 10.99.<first>.0 - 10.99.<last>.254
+
 func main() {
-	n := flag.Int("n", 10000, "switches")
-	clusters := flag.Int("clusters", 10, "clusters (at most 1000 workers each)")
-	conc := flag.Int("concurrency", 256, "switches onboarding at the same time")
-	bin := flag.String("ztpd", "bin/ztpd", "ztpd binary")
-	work := flag.String("work", "", "work directory (default: a temp dir, removed)")
-	serverCPUs := flag.String("server-cpus", "", "taskset CPU list for ztpd (empty: no pinning)")
-	flag.StringVar(&cpuProfile, "cpuprofile", "", "write ztpd's CPU profile of the storm's first 10 s here")
-	selfProfile := flag.String("fleet-cpuprofile", "", "write the fleet's own CPU profile here")
+	var o options
+	fleetMode := flag.Bool("fleet", false, "internal: run only the fleet (inside bs-cli)")
+	flag.IntVar(&o.n, "n", 10000, "switches")
+	flag.IntVar(&o.clusters, "clusters", 10, "clusters (at most 1000 workers each)")
+	flag.IntVar(&o.conc, "concurrency", 256, "switches onboarding at the same time")
+	flag.StringVar(&o.bin, "ztpd", "bin/ztpd", "ztpd binary")
+	flag.StringVar(&o.work, "work", "", "work directory (default: a temp dir, removed)")
+	flag.StringVar(&o.serverCPUs, "server-cpus", "", "taskset CPU list for ztpd (empty: no pinning)")
+	flag.StringVar(&o.fleetCPUs, "fleet-cpus", "", "taskset CPU list for the fleet (empty: no pinning)")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write ztpd's CPU profile of the storm's first 10 s here")
+	flag.StringVar(&o.fleetProfile, "fleet-cpuprofile", "", "write the fleet's own CPU profile here")
+	flag.StringVar(&o.fleetOut, "fleet-out", "", "internal: fleet result file")
 	flag.Parse()
-	if *selfProfile != "" {
-		f, err := os.Create(*selfProfile)
-		if err == nil {
-			pprof.StartCPUProfile(f)
-			defer pprof.StopCPUProfile()
-		}
+	var err error
+	if *fleetMode {
+		err = runFleet(o)
+	} else {
+		err = run(o)
 	}
-	if err := run(*n, *clusters, *conc, *bin, *work, *serverCPUs); err != nil {
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bootstorm:", err)
-		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
 
-var cpuProfile string
-
-func run(n, clusters, conc int, bin, work, serverCPUs string) error {
+func run(o options) error {
 	if err := netns.Check(); err != nil {
 		return err
 	}
-	if n/clusters > 1000 {
-		return fmt.Errorf("%d switches in %d clusters is more than 1000 per cluster", n, clusters)
+	if o.n/o.clusters > 1000 {
+		return fmt.Errorf("%d switches in %d clusters is more than 1000 per cluster", o.n, o.clusters)
 	}
-	bin, _ = filepath.Abs(bin)
-	if work == "" {
+	if o.n > (poolLast-poolFirst+1)*254 {
+		return fmt.Errorf("at most %d switches fit the pool", (poolLast-poolFirst+1)*254)
+	}
+	o.bin, _ = filepath.Abs(o.bin)
+	if o.work == "" {
 		d, err := os.MkdirTemp("", "bootstorm-")
 		if err != nil {
 			return err
 		}
 		defer os.RemoveAll(d)
-		work = d
+		o.work = d
 	}
 	srv, err := netns.Add("bs-srv")
 	if err != nil {
@@ -86,83 +104,70 @@ func run(n, clusters, conc int, bin, work, serverCPUs string) error {
 	if err := netns.Veth(srv, "s0", "10.99.0.1/16", cli, "c0", "10.99.0.2/16"); err != nil {
 		return err
 	}
-	pdir := filepath.Join(work, "profiles")
-	os.MkdirAll(pdir, 0o755)
-	var prof strings.Builder
-	for c := 0; c < clusters; c++ {
-		fmt.Fprintf(&prof, "---\nname: storm-%02d\nmatch:\n  serial: \"STORM-%02d-*\"\nhostname: 'sw-{{ .Serial | lower }}'\ncluster: storm-%02d\nrole: sonic\n", c, c, c)
+	for i := poolFirst; i <= poolLast; i++ {
+		p := fmt.Sprintf("10.99.%d.0/24", i)
+		if err := cli.IP("route", "add", "local", p, "dev", "lo"); err != nil {
+			return err
+		}
+		if err := srv.IP("route", "add", p, "via", "10.99.0.2"); err != nil {
+			return err
+		}
 	}
-	if err := os.WriteFile(filepath.Join(pdir, "storm.yaml"), []byte(prof.String()), 0o644); err != nil {
+	if err := writeProfiles(o); err != nil {
 		return err
 	}
-	cfg := fmt.Sprintf(`data_dir: %s
-advertise_addr: 10.99.0.1
-log: {level: warn, format: json}
-debug: {pprof_addr: "10.99.0.1:6060"}
-http: {addr: "10.99.0.1:8080"}
-api: {tls: {enabled: false}}
-dhcp:
-  interfaces: [s0]
-  lease_time: 1h
-  subnets:
-    - {name: storm, subnet: 10.99.0.0/16, interface: s0, pools: ["10.99.1.0-10.99.200.254"], router: 10.99.0.1}
-profiles: [%s]
-joiner:
-  auto_approve: [{subnets: [10.99.0.0/16]}]
-`, filepath.Join(work, "data"), pdir)
 	ctx := context.Background()
-	app, err := lab.StartAppliance(ctx, srv, bin, work, cfg, "http://10.99.0.1:8080")
+	app, err := lab.StartAppliance(ctx, srv, o.bin, o.work, config(o), "http://10.99.0.1:8080")
 	if err != nil {
 		return err
 	}
 	defer app.Close()
-	if serverCPUs != "" {
-		if out, err := lab.Pin(app.Proc, serverCPUs); err != nil {
+	if o.serverCPUs != "" {
+		if out, err := lab.Pin(app.Proc, o.serverCPUs); err != nil {
 			return fmt.Errorf("taskset: %v %s", err, out)
 		}
 	}
 	if err := app.UseAdminKey(ctx); err != nil {
 		return err
 	}
-	if err := createClusters(ctx, app, clusters, (n+clusters-1)/clusters); err != nil {
+	if err := createClusters(ctx, app, o.clusters, (o.n+o.clusters-1)/o.clusters); err != nil {
 		return err
 	}
 
-	var relay *fleet.Relay
-	err = cli.Do(func() error {
-		var err error
-		relay, err = fleet.NewRelay(netip.MustParseAddr("10.99.0.2"), netip.MustParseAddr("10.99.0.1"))
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	defer relay.Close()
-	hc := lab.NSClient(cli)
-	hc.Transport.(*http.Transport).MaxIdleConnsPerHost = conc
-	switches := make([]fleet.Switch, n)
-	for i := range switches {
-		switches[i] = fleet.Switch{N: i, MAC: fleet.MAC(i).String(), Product: "Accton-AS7712-32X",
-			Serial: fmt.Sprintf("STORM-%02d-%06d", i%clusters, i)}
-	}
-	storm := &fleet.Storm{Relay: relay, HTTP: hc, Concurrency: conc, Switches: switches,
-		Progress: func(done, failed int) {
-			if done%1000 == 0 {
-				fmt.Fprintf(os.Stderr, "  %d/%d onboarded (%d failed)\n", done, n, failed)
-			}
-		}}
-	fmt.Fprintf(os.Stderr, "boot storm: %d SONiC switches, %d clusters, concurrency %d\n", n, clusters, conc)
 	profDone := make(chan error, 1)
-	if cpuProfile != "" {
-		go func() { profDone <- saveProfile(lab.NSClient(srv), cpuProfile) }()
+	if o.cpuProfile != "" {
+		go func() { profDone <- saveProfile(lab.NSClient(srv), o.cpuProfile) }()
 	} else {
 		profDone <- nil
 	}
-	res := storm.Run(ctx)
+	fmt.Fprintf(os.Stderr, "boot storm: %d SONiC switches, %d clusters, concurrency %d\n", o.n, o.clusters, o.conc)
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	resPath := filepath.Join(o.work, "fleet.json")
+	args := []string{"-fleet", "-n", strconv.Itoa(o.n), "-clusters", strconv.Itoa(o.clusters),
+		"-concurrency", strconv.Itoa(o.conc), "-fleet-out", resPath, "-fleet-cpuprofile", o.fleetProfile}
+	name := self
+	if o.fleetCPUs != "" {
+		name, args = "taskset", append([]string{"-c", o.fleetCPUs, self}, args...)
+	}
+	cmd := cli.Command(ctx, name, args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("fleet: %w", err)
+	}
 	if err := <-profDone; err != nil {
 		fmt.Fprintln(os.Stderr, "cpu profile:", err)
 	}
-
+	raw, err := os.ReadFile(resPath)
+	if err != nil {
+		return err
+	}
+	var res fleet.StormResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return err
+	}
 	joined, err := countJoined(ctx, app)
 	if err != nil {
 		return err
@@ -178,10 +183,74 @@ joiner:
 		fmt.Println("  error:", e)
 	}
 	fmt.Printf("RESULT boot_storm devices=%d seconds=%.2f p99_ms=%.1f\n", res.Devices-res.Failed, secs, ms(res.P99))
-	if res.Failed > 0 || joined != n {
-		return fmt.Errorf("%d failed, %d of %d joined", res.Failed, joined, n)
+	if res.Failed > 0 || joined != o.n {
+		return fmt.Errorf("%d failed, %d of %d joined", res.Failed, joined, o.n)
 	}
 	return nil
+}
+
+// runFleet is the fleet itself, started inside bs-cli.
+func runFleet(o options) error {
+	if o.fleetProfile != "" {
+		f, err := os.Create(o.fleetProfile)
+		if err != nil {
+			return err
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
+	relay, err := fleet.NewRelay(netip.MustParseAddr("10.99.0.2"), netip.MustParseAddr("10.99.0.1"))
+	if err != nil {
+		return err
+	}
+	defer relay.Close()
+	switches := make([]fleet.Switch, o.n)
+	for i := range switches {
+		switches[i] = fleet.Switch{N: i, MAC: fleet.MAC(i).String(), Product: "Accton-AS7712-32X",
+			Serial: fmt.Sprintf("STORM-%02d-%06d", i%o.clusters, i)}
+	}
+	storm := &fleet.Storm{Relay: relay, Concurrency: o.conc, Switches: switches,
+		Progress: func(done, failed int) {
+			if done%1000 == 0 {
+				fmt.Fprintf(os.Stderr, "  %d/%d onboarded (%d failed)\n", done, o.n, failed)
+			}
+		}}
+	res := storm.Run(context.Background())
+	raw, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(o.fleetOut, raw, 0o644)
+}
+
+func writeProfiles(o options) error {
+	pdir := filepath.Join(o.work, "profiles")
+	if err := os.MkdirAll(pdir, 0o755); err != nil {
+		return err
+	}
+	var prof strings.Builder
+	for c := 0; c < o.clusters; c++ {
+		fmt.Fprintf(&prof, "---\nname: storm-%02d\nmatch:\n  serial: \"STORM-%02d-*\"\nhostname: 'sw-{{ .Serial | lower }}'\ncluster: storm-%02d\nrole: sonic\n", c, c, c)
+	}
+	return os.WriteFile(filepath.Join(pdir, "storm.yaml"), []byte(prof.String()), 0o644)
+}
+
+func config(o options) string {
+	return fmt.Sprintf(`data_dir: %s
+advertise_addr: 10.99.0.1
+log: {level: warn, format: json}
+debug: {pprof_addr: "10.99.0.1:6060"}
+http: {addr: "10.99.0.1:8080"}
+api: {tls: {enabled: false}}
+dhcp:
+  interfaces: [s0]
+  lease_time: 1h
+  subnets:
+    - {name: storm, subnet: 10.99.0.0/16, interface: s0, pools: ["10.99.%d.0-10.99.%d.254"], router: 10.99.0.1}
+profiles: [%s]
+joiner:
+  auto_approve: [{subnets: [10.99.0.0/16]}]
+`, filepath.Join(o.work, "data"), poolFirst, poolLast, filepath.Join(o.work, "profiles"))
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

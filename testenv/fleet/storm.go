@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sort"
 	"strconv"
@@ -29,7 +30,10 @@ type Switch struct {
 // ztp.json, config_db.json, the join bundle (as the ztpd join plugin asks
 // for it) and the joined report, each over HTTP with SONiC's headers.
 type Storm struct {
-	Relay       *Relay
+	Relay *Relay
+	// HTTP is shared by every switch, or nil: then each switch talks from
+	// its own leased address, as a real switch does (the process must run
+	// where those addresses are local, e.g. behind a "local" route).
 	HTTP        *http.Client
 	Concurrency int
 	Switches    []Switch
@@ -125,6 +129,13 @@ func (s *Storm) onboard(ctx context.Context, sw Switch) (map[string]time.Duratio
 	if ztpURL == "" {
 		return steps, fmt.Errorf("%s: ACK without option 67", sw.MAC)
 	}
+	hc := s.HTTP
+	if hc == nil {
+		tr := &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: lease.IP.AsSlice()}}).DialContext,
+			MaxIdleConnsPerHost: 1, DisableCompression: true}
+		defer tr.CloseIdleConnections()
+		hc = &http.Client{Transport: tr, Timeout: 60 * time.Second}
+	}
 	hdr := http.Header{"User-Agent": {"SONiC-ZTP/0.1"}, "Product-Name": {sw.Product}, "Serial-Number": {sw.Serial},
 		"Base-Mac-Address": {sw.MAC}, "Sonic-Version": {"N.A"}}
 
@@ -132,7 +143,7 @@ func (s *Storm) onboard(ctx context.Context, sw Switch) (map[string]time.Duratio
 	var doc struct {
 		ZTP map[string]json.RawMessage `json:"ztp"`
 	}
-	if err := s.getJSON(ctx, ztpURL, hdr, &doc); err != nil {
+	if err := getJSON(ctx, hc, ztpURL, hdr, &doc); err != nil {
 		return steps, fmt.Errorf("%s: ztp.json: %w", sw.MAC, err)
 	}
 	mark("ztp.json", t0)
@@ -167,7 +178,7 @@ func (s *Storm) onboard(ctx context.Context, sw Switch) (map[string]time.Duratio
 	}
 	t0 = time.Now()
 	var cfg map[string]any
-	if err := s.getJSON(ctx, cfgURL, hdr, &cfg); err != nil {
+	if err := getJSON(ctx, hc, cfgURL, hdr, &cfg); err != nil {
 		return steps, fmt.Errorf("%s: config_db.json: %w", sw.MAC, err)
 	}
 	mark("config", t0)
@@ -181,7 +192,7 @@ func (s *Storm) onboard(ctx context.Context, sw Switch) (map[string]time.Duratio
 		Files       []any  `json:"files"`
 	}
 	for try := 0; ; try++ {
-		code, retry, err := s.post(ctx, join.JoinURL, "", body, &bundle)
+		code, retry, err := post(ctx, hc, join.JoinURL, "", body, &bundle)
 		if err != nil {
 			return steps, fmt.Errorf("%s: join: %w", sw.MAC, err)
 		}
@@ -198,20 +209,20 @@ func (s *Storm) onboard(ctx context.Context, sw Switch) (map[string]time.Duratio
 		return steps, fmt.Errorf("%s: join bundle without files or report token", sw.MAC)
 	}
 	t0 = time.Now()
-	if code, _, err := s.post(ctx, bundle.ReportURL, bundle.ReportToken, []byte(`{"state":"joined"}`), nil); err != nil || code != 200 {
+	if code, _, err := post(ctx, hc, bundle.ReportURL, bundle.ReportToken, []byte(`{"state":"joined"}`), nil); err != nil || code != 200 {
 		return steps, fmt.Errorf("%s: report: %d %v", sw.MAC, code, err)
 	}
 	mark("report", t0)
 	return steps, nil
 }
 
-func (s *Storm) getJSON(ctx context.Context, url string, hdr http.Header, out any) error {
+func getJSON(ctx context.Context, hc *http.Client, url string, hdr http.Header, out any) error {
 	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
 	if err != nil {
 		return err
 	}
 	req.Header = hdr.Clone()
-	resp, err := s.HTTP.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return err
 	}
@@ -226,7 +237,7 @@ func (s *Storm) getJSON(ctx context.Context, url string, hdr http.Header, out an
 	return json.Unmarshal(raw, out)
 }
 
-func (s *Storm) post(ctx context.Context, url, bearer string, body []byte, out any) (int, time.Duration, error) {
+func post(ctx context.Context, hc *http.Client, url, bearer string, body []byte, out any) (int, time.Duration, error) {
 	req, err := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(body))
 	if err != nil {
 		return 0, 0, err
@@ -236,7 +247,7 @@ func (s *Storm) post(ctx context.Context, url, bearer string, body []byte, out a
 	if bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+bearer)
 	}
-	resp, err := s.HTTP.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return 0, 0, err
 	}
