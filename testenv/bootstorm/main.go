@@ -42,6 +42,7 @@ type options struct {
 	cpuProfile        string
 	fleetProfile      string
 	fleetOut          string // fleet mode: write the result here
+	profileDelay      time.Duration
 }
 
 const poolFirst, poolLast = 1, 200 // pool 10.99.<first>.0 - 10.99.<last>.254
@@ -56,7 +57,8 @@ func main() {
 	flag.StringVar(&o.work, "work", "", "work directory (default: a temp dir, removed)")
 	flag.StringVar(&o.serverCPUs, "server-cpus", "", "taskset CPU list for ztpd (empty: no pinning)")
 	flag.StringVar(&o.fleetCPUs, "fleet-cpus", "", "taskset CPU list for the fleet (empty: no pinning)")
-	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write ztpd's CPU profile of the storm's first 10 s here")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write ztpd's CPU profile of 10 s of the storm here")
+	flag.DurationVar(&o.profileDelay, "cpuprofile-delay", 0, "start the ztpd profile this long into the storm")
 	flag.StringVar(&o.fleetProfile, "fleet-cpuprofile", "", "write the fleet's own CPU profile here")
 	flag.StringVar(&o.fleetOut, "fleet-out", "", "internal: fleet result file")
 	flag.Parse()
@@ -136,7 +138,10 @@ func run(o options) error {
 
 	profDone := make(chan error, 1)
 	if o.cpuProfile != "" {
-		go func() { profDone <- saveProfile(lab.NSClient(srv), o.cpuProfile) }()
+		go func() {
+			time.Sleep(o.profileDelay)
+			profDone <- saveProfile(lab.NSClient(srv), o.cpuProfile)
+		}()
 	} else {
 		profDone <- nil
 	}
