@@ -113,6 +113,7 @@ type joinResult struct {
 	initTokens []tokenRecord
 	report     tokens.Credential
 	ip         string
+	serialWas  string // the stored device's serial, to skip re-indexing
 }
 
 // Join admits a device and issues its join bundle. The enrollment secret is
@@ -146,18 +147,22 @@ func (s *Service) Join(ctx context.Context, req JoinRequest) (*Bundle, error) {
 		return s.admit(tx, cred, req, now, &res)
 	})
 	if err != nil {
+		joinsRefused.WithLabelValues(refusalReason(err)).Inc()
 		if IsUnauthorized(err) {
 			s.log.Warn("join refused", "enrollment", cred.ID(), "mac", req.MAC, "serial", req.Serial, "remote", req.RemoteIP, "reason", err.Error())
 		}
 		return nil, err
 	}
 	if res.wait != "" {
+		joinsWaiting.Inc()
 		return nil, &WaitError{Reason: res.wait, RetryAfter: 30 * time.Second}
 	}
 	b, err := s.render(ctx, &res, now)
 	if err != nil {
+		joinsRefused.WithLabelValues("error").Inc()
 		return nil, fmt.Errorf("join bundle for %s: %w", res.device.ID, err)
 	}
+	bundlesIssued.WithLabelValues(res.method, res.role).Inc()
 	return b, nil
 }
 
@@ -185,8 +190,9 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	// 2. The device: its claimed identity must match the binding, and its
 	// lease (if it has one here) must agree.
 	mac := req.MAC
-	if mac == "" && enr.BindMAC != "" && req.RemoteIP != "" {
-		mac = leaseMAC(tx, req.RemoteIP, now) // e.g. cloud-init #include: no claim, lease proves it
+	lm := leaseMAC(tx, req.RemoteIP, now)
+	if mac == "" && enr.BindMAC != "" {
+		mac = lm // e.g. cloud-init #include: no claim, the lease proves it
 	}
 	if enr.BindMAC != "" && mac != enr.BindMAC {
 		return ErrBindingMismatch
@@ -194,17 +200,17 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	if enr.BindSerial != "" && req.Serial != enr.BindSerial {
 		return ErrBindingMismatch
 	}
-	if lm := leaseMAC(tx, req.RemoteIP, now); lm != "" && mac != "" && lm != mac {
+	if lm != "" && mac != "" && lm != mac {
 		return ErrBindingMismatch
 	}
-	dev, err := s.loadDevice(tx, mac, req, now)
+	dev, storedSerial, err := s.loadDevice(tx, mac, req, now)
 	if err != nil {
 		return err
 	}
 	if enr.BindSerial != "" && dev.Serial != "" && dev.Serial != enr.BindSerial {
 		return ErrBindingMismatch
 	}
-	res.device = dev
+	res.device, res.serialWas = dev, storedSerial
 	res.ip = req.RemoteIP
 	if res.ip == "" {
 		res.ip = dev.IP
@@ -286,7 +292,7 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 		}
 		dev.State = core.Advance(dev.State, core.StateWaiting)
 		dev.Cluster = c.ID
-		return core.PutDevice(tx, dev)
+		return putDevice(tx, dev, storedSerial)
 	}
 
 	// 6. Credentials for the node.
@@ -359,7 +365,7 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	}
 	dev.Cluster, dev.Role = c.ID, role
 	dev.State = core.Advance(dev.State, core.StateJoinIssued)
-	if err := core.PutDevice(tx, dev); err != nil {
+	if err := putDevice(tx, dev, res.serialWas); err != nil {
 		return err
 	}
 	if c.Endpoint == "" && rt.APIEndpoint != "" {
@@ -373,25 +379,26 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 }
 
 // loadDevice finds or creates the device record and refreshes what the
-// request tells about it.
-func (s *Service) loadDevice(tx core.Tx, mac string, req JoinRequest, now time.Time) (core.Device, error) {
-	var d core.Device
-	var err error
+// request tells about it. storedSerial is the serial on record ("\x00" for a
+// new device), so the caller knows whether the serial index needs updating.
+func (s *Service) loadDevice(tx core.Tx, mac string, req JoinRequest, now time.Time) (d core.Device, storedSerial string, err error) {
 	switch {
 	case mac != "":
 		d, err = core.GetDevice(tx, mac)
 	case req.Serial != "":
 		d, err = core.DeviceBySerial(tx, req.Serial)
 	default:
-		return d, fmt.Errorf("%w: the device sent neither a MAC address nor a serial number", ErrInvalid)
+		return d, "", fmt.Errorf("%w: the device sent neither a MAC address nor a serial number", ErrInvalid)
 	}
+	storedSerial = d.Serial
 	if errors.Is(err, core.ErrNotFound) {
 		if mac == "" {
-			return d, fmt.Errorf("%w: unknown device with serial %q: send its MAC address", ErrInvalid, req.Serial)
+			return d, "", fmt.Errorf("%w: unknown device with serial %q: send its MAC address", ErrInvalid, req.Serial)
 		}
 		d = core.Device{ID: mac, MAC: mac, Kind: core.KindVM, State: core.StateDiscovered, FirstSeen: now}
+		storedSerial = "\x00"
 	} else if err != nil {
-		return d, err
+		return d, "", err
 	}
 	if req.Kind != "" {
 		d.Kind = req.Kind
@@ -406,13 +413,23 @@ func (s *Service) loadDevice(tx core.Tx, mac string, req JoinRequest, now time.T
 	setIf(&d.SONiCVer, req.SONiCVersion)
 	setIf(&d.IP, req.RemoteIP)
 	d.LastSeen, d.UpdatedAt = now, now
-	return d, nil
+	return d, storedSerial, nil
 }
 
 func setIf(dst *string, v string) {
 	if v != "" {
 		*dst = v
 	}
+}
+
+// putDevice stores d. When its serial number is the one already stored
+// (the serial index is current) it writes the record directly, saving
+// core.PutDevice's read of the old record on this hot path.
+func putDevice(tx core.Tx, d core.Device, storedSerial string) error {
+	if d.Serial == storedSerial {
+		return tx.Put(core.BucketDevices, d.ID, d)
+	}
+	return core.PutDevice(tx, d)
 }
 
 // leaseMAC is the MAC holding an active lease on ip, or "".

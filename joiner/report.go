@@ -94,6 +94,9 @@ func (s *Service) Report(ctx context.Context, credential, state, detail string) 
 		out = m
 		return event(tx, now, "join."+state, m.Device, m.Cluster, reason, nil)
 	})
+	if err == nil {
+		reports.WithLabelValues(state).Inc()
+	}
 	return out.Membership, err
 }
 

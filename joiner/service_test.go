@@ -546,7 +546,17 @@ func TestSONiCSwitchJoin(t *testing.T) {
 	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: secret, Serial: "SN-LEAF-1"}); !errors.As(err, &we) {
 		t.Fatalf("switch before control plane: %v", err)
 	}
+	swDev := e.device(sw)
+	if _, _, ok, err := e.svc.KubernetesMaster(bg, swDev, "fabric"); ok || err != nil {
+		t.Fatalf("KUBERNETES_MASTER before any control plane: %v %v", ok, err)
+	}
 	e.must(e.join("fabric", 1))
+	if h, p, ok, err := e.svc.KubernetesMaster(bg, swDev, "fabric"); !ok || err != nil || h != "10.99.1.2" || p != 6443 {
+		t.Fatalf("KUBERNETES_MASTER: %s %d %v %v", h, p, ok, err)
+	}
+	if _, _, ok, _ := e.svc.KubernetesMaster(bg, e.device(mac(1)), "fabric"); ok {
+		t.Fatal("a VM got a KUBERNETES_MASTER")
+	}
 	b := e.must(e.svc.Join(bg, JoinRequest{Enrollment: secret, Serial: "SN-LEAF-1", RemoteIP: "10.99.5.1"}))
 	if b.Method != MethodSONiC || b.SONiC == nil || b.CloudConfig != nil {
 		t.Fatalf("switch bundle %v", b)

@@ -47,8 +47,9 @@ func (s *Service) ZTPSection(ctx context.Context, dev core.Device, clusterRef, h
 
 // KubernetesMaster returns the API server a switch writes into config_db's
 // KUBERNETES_MASTER|SERVER, when dev joins clusterRef by the SONiC method
-// (a kubeadm cluster); ok is false for devices that join otherwise. It
-// fails while the cluster has no API endpoint yet.
+// (a kubeadm cluster); ok is false for devices that join otherwise, and
+// while the cluster has no API endpoint yet: the join plugin, which waits
+// for admission, then writes KUBERNETES_MASTER itself.
 func (s *Service) KubernetesMaster(ctx context.Context, dev core.Device, clusterRef string) (host string, port int, ok bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return "", 0, false, err
@@ -73,7 +74,7 @@ func (s *Service) KubernetesMaster(ctx context.Context, dev core.Device, cluster
 		return "", 0, false, nil
 	}
 	if rt.APIEndpoint == "" {
-		return "", 0, false, fmt.Errorf("%w: cluster %s has no API endpoint yet (its first control plane has not been admitted)", ErrClusterUnavailable, c.Name)
+		return "", 0, false, nil
 	}
 	h, p, err := net.SplitHostPort(rt.APIEndpoint)
 	if err != nil {

@@ -211,6 +211,9 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 		&httpRunner{name: "http", addr: a.Cfg.HTTP.Addr, handler: a.HTTPMux, log: a.Log, grace: grace},
 		&httpRunner{name: "admin", ln: admin, handler: a.AdminMux, log: a.Log, grace: grace},
 	}, a.runners...)
+	if a.Cfg.Debug.PprofAddr != "" {
+		runners = append(runners, &httpRunner{name: "pprof", addr: a.Cfg.Debug.PprofAddr, handler: pprofMux(), log: a.Log, grace: grace})
+	}
 	errc := make(chan error, len(runners))
 	var wg sync.WaitGroup
 	for _, r := range runners {

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // NodeRole is what a VM becomes in its cluster.
@@ -73,7 +74,12 @@ type writeFile struct {
 	Permissions string `yaml:"permissions"`
 	Owner       string `yaml:"owner"`
 	Content     string `yaml:"content"`
+	static      bool   // same for every node of a kind: render once, reuse
 }
+
+// staticFiles caches the rendered YAML of static files (the install
+// script is ~6 KiB and identical for every worker).
+var staticFiles sync.Map // writeFile -> string
 
 // RenderCloudConfig renders "#cloud-config" user-data that finds the
 // binaries ISO (label CDROM), installs Kubernetes from it as CloudStack's
@@ -134,9 +140,9 @@ func RenderCloudConfig(p CloudConfigParams) ([]byte, error) {
 		cc.WriteFiles = append(cc.WriteFiles, writeFile{Path: reportEnvPath, Permissions: "0600", Owner: "root:root", Content: env})
 	}
 	cc.WriteFiles = append(cc.WriteFiles,
-		writeFile{Path: setupScriptPath, Permissions: "0700", Owner: "root:root", Content: setupScript(first, p.EjectISO)},
+		writeFile{Path: setupScriptPath, Permissions: "0700", Owner: "root:root", Content: setupScript(first, p.EjectISO), static: true},
 		writeFile{Path: deployPath, Permissions: "0700", Owner: "root:root", Content: deployScript(first, p.Plan, manifests)},
-		writeFile{Path: deployUnitPath, Permissions: "0644", Owner: "root:root", Content: deployUnit},
+		writeFile{Path: deployUnitPath, Permissions: "0644", Owner: "root:root", Content: deployUnit, static: true},
 	)
 	if len(p.SSHAuthorizedKeys) > 0 {
 		cc.RunCmd = append(cc.RunCmd, "chown -R cloud:cloud /home/cloud/.ssh")
@@ -172,11 +178,21 @@ func (cc cloudConfig) render() string {
 	}
 	w.key(0, "write_files")
 	for _, f := range cc.WriteFiles {
+		if f.static {
+			if out, ok := staticFiles.Load(f); ok {
+				w.b.WriteString(out.(string))
+				continue
+			}
+		}
+		start := w.b.Len()
 		w.b.WriteString("  - ")
 		w.kv(0, "path", f.Path)
 		w.kv(4, "permissions", f.Permissions)
 		w.kv(4, "owner", f.Owner)
 		w.block(4, "content", f.Content)
+		if f.static {
+			staticFiles.Store(f, strings.Clone(w.b.String()[start:]))
+		}
 	}
 	w.key(0, "runcmd")
 	for _, c := range cc.RunCmd {

@@ -196,3 +196,5 @@ func (r *Relay) DORA(ctx context.Context, id Identity) (Lease, error) {
 func MAC(n int) net.HardwareAddr {
 	return net.HardwareAddr{0x02, 0x5a, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}
 }
+
+func parseMAC(s string) (net.HardwareAddr, error) { return net.ParseMAC(s) }

@@ -47,24 +47,44 @@ func NSClient(ns *netns.NS) *http.Client {
 			})
 			return c, err
 		},
-		MaxIdleConnsPerHost: 16,
+		MaxIdleConnsPerHost: 64,
+		MaxIdleConns:        0, // no total cap: a closed idle connection costs a new namespace thread
 	}
 	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
 }
 
-// StartAppliance writes config to <work>/ztpd.yaml, starts `bin serve` in
-// the app namespace and waits until it answers /healthz.
+// StartAppliance writes config to <work>/ztpd.yaml and starts `bin serve`
+// in the lab's app namespace; Close stops it with the lab.
 func (t *Topology) StartAppliance(ctx context.Context, bin, config string) (*Appliance, error) {
-	a := &Appliance{Bin: bin, DataDir: filepath.Join(t.WorkDir, "data"), Config: filepath.Join(t.WorkDir, "ztpd.yaml"),
-		Base: "http://" + t.AppAddr.String() + ":8080", ns: t.App, http: NSClient(t.App)}
-	if err := os.WriteFile(a.Config, []byte(config), 0o644); err != nil {
-		return nil, err
-	}
-	p, err := t.StartProc(t.App.Command(context.Background(), bin, "serve", "--config", a.Config), "ztpd")
+	a, err := StartAppliance(ctx, t.App, bin, t.WorkDir, config, "http://"+t.AppAddr.String()+":8080")
 	if err != nil {
 		return nil, err
 	}
-	a.Proc = p
+	t.mu.Lock()
+	t.procs = append(t.procs, a.Proc)
+	t.mu.Unlock()
+	return a, nil
+}
+
+// StartAppliance starts `bin serve --config <work>/ztpd.yaml` in ns and waits
+// until base answers /healthz. Its output goes to <work>/ztpd.out.
+func StartAppliance(ctx context.Context, ns *netns.NS, bin, work, config, base string) (*Appliance, error) {
+	a := &Appliance{Bin: bin, DataDir: filepath.Join(work, "data"), Config: filepath.Join(work, "ztpd.yaml"),
+		Base: base, ns: ns, http: NSClient(ns)}
+	if err := os.WriteFile(a.Config, []byte(config), 0o644); err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(work, "ztpd.out")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := ns.Command(context.Background(), bin, "serve", "--config", a.Config)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if a.Proc, err = StartProc(cmd); err != nil {
+		return nil, err
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := a.http.Get(a.Base + "/healthz")
@@ -75,18 +95,23 @@ func (t *Topology) StartAppliance(ctx context.Context, bin, config string) (*App
 			}
 		}
 		select {
-		case <-p.Done():
-			log, _ := os.ReadFile(filepath.Join(t.WorkDir, "ztpd.out"))
-			return nil, fmt.Errorf("ztpd exited: %v\n%s", p.Err(), tail(string(log), 2000))
+		case <-a.Proc.Done():
+			log, _ := os.ReadFile(logPath)
+			return nil, fmt.Errorf("ztpd exited: %v\n%s", a.Proc.Err(), tail(string(log), 2000))
 		case <-ctx.Done():
+			a.Close()
 			return nil, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
+			a.Close()
 			return nil, fmt.Errorf("ztpd not healthy after 30s")
 		}
 	}
 }
+
+// Close stops the appliance (SIGTERM, graceful).
+func (a *Appliance) Close() { a.Proc.Stop(15 * time.Second) }
 
 // CLI runs a ztpd subcommand against the appliance's data directory (it
 // reaches the server through the admin socket) and returns stdout.

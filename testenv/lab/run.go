@@ -41,18 +41,18 @@ type Options struct {
 
 // Result is the checked end state.
 type Result struct {
-	Devices  []core.Device
-	Clusters []ClusterState
-	Elapsed  time.Duration
+	Devices  []core.Device  `json:"devices"`
+	Clusters []ClusterState `json:"clusters"`
+	Elapsed  time.Duration  `json:"elapsed_ns"`
 }
 
 // ClusterState is a cluster's size and its joined members, from the API.
 type ClusterState struct {
-	Name    string
-	State   string
-	Size    int
-	Control int
-	Joined  int
+	Name    string `json:"name"`
+	State   string `json:"state"`
+	Size    int    `json:"size"`
+	Control int    `json:"control_nodes"`
+	Joined  int    `json:"joined"`
 }
 
 // Plan lays the scenario out as devices.

@@ -66,6 +66,7 @@ func Build(prefix string, third int, workDir string) (*Topology, error) {
 			return nil, fmt.Errorf("lab needs %s: %w", tool, err)
 		}
 	}
+	cleanupStale(prefix)
 	t := &Topology{Prefix: prefix, WorkDir: workDir,
 		AppAddr: netip.AddrFrom4([4]byte{10, 99, byte(third), 1}),
 		RelayUp: netip.AddrFrom4([4]byte{10, 99, byte(third), 254}),
@@ -116,8 +117,7 @@ func (t *Topology) build() error {
 		return fmt.Errorf("enable forwarding in relay: %w", err)
 	}
 	// dnsmasq as a pure DHCP relay: giaddr = br1's address, server = the
-	// appliance. It stays root: dropping privileges would clear the
-	// parent-death signal that stops it if the lab process dies.
+	// appliance. It stays root so the lab can always stop it.
 	relay := t.Relay.Command(context.Background(), "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null",
 		"--pid-file=", "--port=0", "--user=root", "--interface=br1", "--bind-interfaces",
 		"--dhcp-relay="+t.RelayGW.String()+","+t.AppAddr.String(),
@@ -184,8 +184,7 @@ type Proc struct {
 	err  error
 }
 
-// StartProc starts cmd in its own process group, killed with the test if
-// the test process dies.
+// StartProc starts cmd in its own process group.
 func StartProc(cmd *exec.Cmd) (*Proc, error) {
 	setPgid(cmd)
 	if err := cmd.Start(); err != nil {
@@ -194,6 +193,11 @@ func StartProc(cmd *exec.Cmd) (*Proc, error) {
 	p := &Proc{Cmd: cmd, done: make(chan struct{})}
 	go func() { p.err = cmd.Wait(); close(p.done) }()
 	return p, nil
+}
+
+// Pin binds every thread of the process to cpus (a taskset list).
+func Pin(p *Proc, cpus string) ([]byte, error) {
+	return exec.Command("taskset", "-a", "-p", "-c", cpus, fmt.Sprint(p.Cmd.Process.Pid)).CombinedOutput()
 }
 
 // Done is closed when the process has exited.
@@ -270,6 +274,23 @@ func (t *Topology) Close() error {
 	return errors.Join(errs...)
 }
 
+// cleanupStale removes what a lab of the same prefix left behind when it was
+// killed: every process runs inside a lab namespace, so killing what runs in
+// them and deleting them leaves nothing.
+func cleanupStale(prefix string) {
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 && strings.HasPrefix(f[0], prefix+"-") {
+			killInside(f[0])
+			_ = exec.Command("ip", "netns", "del", f[0]).Run()
+		}
+	}
+}
+
 func killInside(ns string) {
 	out, err := exec.Command("ip", "netns", "pids", ns).Output()
 	if err != nil {
@@ -293,10 +314,12 @@ func run(name string, args ...string) error {
 	return nil
 }
 
+// setPgid puts cmd in its own process group so Stop ends all of it. No
+// parent-death signal: Linux ties it to the forking thread, and Go retires
+// threads (netns.Do locks and discards one), which would kill the child.
 func setPgid(cmd *exec.Cmd) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid = true
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 }
