@@ -64,6 +64,13 @@ func Ztpd(t *testing.T) string {
 	return builtBin
 }
 
+// Cleanup removes the binary Ztpd built; call it from TestMain after m.Run.
+func Cleanup() {
+	if builtBin != "" {
+		os.RemoveAll(filepath.Dir(builtBin))
+	}
+}
+
 // Lab is a server namespace and a client namespace joined by a veth.
 type Lab struct {
 	t          *testing.T
