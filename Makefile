@@ -50,5 +50,14 @@ bench-api: build
 bench-joins: build
 	bash bench/joins.sh
 
+bench-tftp: build
+	bash bench/tftp-rate.sh
+
+bench-ztp: build
+	bash bench/ztp-json.sh
+
+bench-images: build
+	bash bench/http-images.sh
+
 clean:
 	rm -rf bin
