@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -23,11 +24,13 @@ var (
 // that read a generation no newer than the body's, so every answer holds
 // every write that had completed when its request arrived: the same
 // guarantee as rendering afresh. Concurrent requests for the same key and
-// generation share one rendering.
+// generation share one rendering. Only answers that every caller allowed
+// to make the request may see in full belong here, keyed by everything the
+// answer depends on (including the caller's key: see cacheKey).
 type bodyCache struct {
 	mu    sync.Mutex
 	m     map[string]*bodyEntry
-	bytes int // sum of cached body sizes
+	bytes int // sum of cached body and key sizes
 	// maxBytes bounds the cache; when a new body would pass it, the cache
 	// starts over (cheaper than tracking recency, and rare).
 	maxBytes int
@@ -38,7 +41,7 @@ type bodyEntry struct {
 	gen  uint64
 	done chan struct{} // closed once body or err is set
 	body []byte
-	err  *csError
+	err  error
 	size int // bytes counted in bodyCache.bytes (set under bodyCache.mu)
 }
 
@@ -49,7 +52,7 @@ func newBodyCache(maxBytes int) *bodyCache {
 // get returns the body for key at generation gen (or newer), rendering it
 // with build when there is none. Errors are handed to the requests waiting
 // for that rendering but not kept.
-func (c *bodyCache) get(key string, gen uint64, build func() ([]byte, *csError)) ([]byte, *csError) {
+func (c *bodyCache) get(key string, gen uint64, build func() ([]byte, error)) ([]byte, error) {
 	c.mu.Lock()
 	if e := c.m[key]; e != nil && e.gen >= gen {
 		c.mu.Unlock()
@@ -69,7 +72,7 @@ func (c *bodyCache) get(key string, gen uint64, build func() ([]byte, *csError))
 	finished := false
 	defer func() {
 		if !finished { // build panicked: waiters get an error, not a hang
-			e.err = &csError{code: csInternal, cscode: csServerAPIError, text: "internal error"}
+			e.err = errRenderPanic
 			c.drop(key, e)
 			close(e.done)
 		}
@@ -93,20 +96,23 @@ func (c *bodyCache) keep(key string, e *bodyEntry) {
 	if c.m[key] != e {
 		return
 	}
-	if c.bytes+len(e.body) > c.maxBytes {
+	size := len(e.body) + len(key)
+	if c.bytes+size > c.maxBytes {
 		for k, old := range c.m {
 			if old != e {
 				c.forget(k, old)
 			}
 		}
-		if len(e.body) > c.maxBytes {
+		if size > c.maxBytes {
 			delete(c.m, key)
 			return
 		}
 	}
-	e.size = len(e.body)
+	e.size = size
 	c.bytes += e.size
 }
+
+var errRenderPanic = errors.New("internal error: rendering the answer failed")
 
 // drop removes e if it is still the entry for key.
 func (c *bodyCache) drop(key string, e *bodyEntry) {

@@ -302,11 +302,11 @@ func TestClusterListCacheUnderConcurrentWrites(t *testing.T) {
 
 func TestBodyCacheStaysBounded(t *testing.T) {
 	c := newBodyCache(100)
-	body := func(n int) func() ([]byte, *csError) {
-		return func() ([]byte, *csError) { return make([]byte, n), nil }
+	body := func(n int) func() ([]byte, error) {
+		return func() ([]byte, error) { return make([]byte, n), nil }
 	}
 	for i := 0; i < 50; i++ {
-		c.get(fmt.Sprint("k", i), 1, body(30))
+		c.get(fmt.Sprint("k", i), 1, body(28))
 		if c.bytes > 100 {
 			t.Fatalf("cache holds %d bytes, bound 100", c.bytes)
 		}
@@ -320,7 +320,7 @@ func TestBodyCacheStaysBounded(t *testing.T) {
 	}
 	// An error is shared with nobody later: the next call renders again.
 	calls := 0
-	fail := func() ([]byte, *csError) { calls++; return nil, &csError{code: 530} }
+	fail := func() ([]byte, error) { calls++; return nil, &csError{code: 530} }
 	c.get("e", 1, fail)
 	c.get("e", 1, fail)
 	if calls != 2 {
@@ -328,7 +328,7 @@ func TestBodyCacheStaysBounded(t *testing.T) {
 	}
 	// A newer generation renders again; an older request may use the newer body.
 	n := 0
-	count := func() ([]byte, *csError) { n++; return []byte{byte(n)}, nil }
+	count := func() ([]byte, error) { n++; return []byte{byte(n)}, nil }
 	c.get("g", 5, count)
 	c.get("g", 5, count)
 	c.get("g", 4, count)
@@ -344,5 +344,107 @@ func TestBodyCacheStaysBounded(t *testing.T) {
 	}
 	if total != c.bytes {
 		t.Fatalf("byte count %d, entries hold %d", c.bytes, total)
+	}
+}
+
+// TestDevicePageCacheFollowsEveryChange checks that a repeated device or
+// lease page is served from the response cache and that a device written,
+// changed or deleted, by any writer, shows in the very next page.
+func TestDevicePageCacheFollowsEveryChange(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	seed(t, e.st, 30)
+	c := e.rest(e.user.APIKey, e.userSec)
+	get := func(path string) page[core.Device] {
+		t.Helper()
+		r := c.do("GET", path, nil)
+		if r.status != 200 {
+			t.Fatalf("%s: %d %s", path, r.status, r.raw)
+		}
+		if r.header.Get("Content-Length") != fmt.Sprint(len(r.raw)) {
+			t.Fatalf("%s: Content-Length %q for %d bytes", path, r.header.Get("Content-Length"), len(r.raw))
+		}
+		var p page[core.Device]
+		r.decode(t, &p)
+		return p
+	}
+	const first = "/api/v1/devices?limit=10"
+	p := get(first)
+	before := e.srv.bodies.renders.Load()
+	if q := get(first); len(q.Items) != 10 || q.NextCursor != p.NextCursor {
+		t.Fatalf("second read differs: %+v", q)
+	}
+	if e.srv.bodies.renders.Load() != before {
+		t.Fatal("an unchanged page was rendered again")
+	}
+	second := first + "&cursor=" + p.NextCursor
+	get(second)
+
+	// A new device sorting first.
+	if err := e.st.Update(func(tx core.Tx) error {
+		return core.PutDevice(tx, core.Device{ID: "00:00:00:00:00:01", MAC: "00:00:00:00:00:01", Kind: core.KindSONiC,
+			Hostname: "new", State: core.StateDiscovered})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if p = get(first); p.Items[0].ID != "00:00:00:00:00:01" {
+		t.Fatalf("new device not on the first page: %s", p.Items[0].ID)
+	}
+	// A change to a device on the second page, by the DHCP-style writer path.
+	target := get(second).Items[3].ID
+	if err := e.st.Batch(func(tx core.Tx) error {
+		d, err := core.GetDevice(tx, target)
+		if err != nil {
+			return err
+		}
+		d.Hostname = "renamed"
+		return core.PutDevice(tx, d)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if q := get(second); q.Items[3].Hostname != "renamed" {
+		t.Fatalf("changed device not listed: %+v", q.Items[3])
+	}
+	// Filters are part of the key, and follow changes too.
+	if q := get("/api/v1/devices?limit=100&state=joined"); len(q.Items) != 0 {
+		t.Fatalf("state filter: %d", len(q.Items))
+	}
+	if err := e.st.Update(func(tx core.Tx) error {
+		d, err := core.GetDevice(tx, target)
+		if err != nil {
+			return err
+		}
+		d.State = core.StateJoined
+		return core.PutDevice(tx, d)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if q := get("/api/v1/devices?limit=100&state=joined"); len(q.Items) != 1 || q.Items[0].ID != target {
+		t.Fatalf("state filter after change: %+v", q.Items)
+	}
+	// Deleted.
+	if err := e.st.Update(func(tx core.Tx) error { return tx.Delete(core.BucketDevices, "00:00:00:00:00:01") }); err != nil {
+		t.Fatal(err)
+	}
+	if p = get(first); p.Items[0].ID == "00:00:00:00:00:01" {
+		t.Fatal("deleted device still listed")
+	}
+
+	// Leases: same rule, own bucket.
+	var lp page[core.Lease]
+	c.do("GET", "/api/v1/leases?limit=5", nil).decode(t, &lp)
+	if err := e.st.Update(func(tx core.Tx) error {
+		return tx.Put(core.BucketLeases, "10.0.0.1", core.Lease{IP: "10.0.0.1", MAC: "02:00:00:00:00:aa", State: core.LeaseActive})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.do("GET", "/api/v1/leases?limit=5", nil).decode(t, &lp)
+	if lp.Items[0].IP != "10.0.0.1" {
+		t.Fatalf("new lease not listed: %+v", lp.Items[0])
+	}
+
+	// Authentication still runs first: a bad signature gets 401, not the page.
+	bad := e.rest(e.user.APIKey, "wrong")
+	if r := bad.do("GET", first, nil); r.status != 401 {
+		t.Fatalf("bad signature: %d", r.status)
 	}
 }

@@ -40,6 +40,8 @@ type csError struct {
 	generic bool
 }
 
+func (e *csError) Error() string { return e.text }
+
 func paramMissing(cmd, name string) *csError {
 	return &csError{code: csParamError, cscode: csServerAPIError,
 		text: fmt.Sprintf("Unable to execute API command %s due to missing parameter %s", strings.ToLower(cmd), name)}

@@ -404,17 +404,28 @@ func (s *Server) csListClusters(r *csRequest) (any, *csError) {
 		return nil, e
 	}
 	f := clusters.ClusterFilter{ID: r.str("id"), Name: r.str("name"), State: r.str("state"), Keyword: r.str("keyword")}
-	render := func() ([]byte, *csError) { return s.renderClusterList(r, f, page, size) }
 	gen, ok := s.clusters.ViewsGeneration()
 	if !ok {
-		b, e := render()
+		b, e := s.renderClusterList(r, f, page, size)
 		return wholeBody(b), e
 	}
 	// Keyed by the caller's key too: what a key may see is the key's.
 	key := cacheKey(r.cmd.Name, r.cred.APIKey, string(r.cred.Role), f.ID, f.Name, f.State, f.Keyword,
 		strconv.Itoa(page), strconv.Itoa(size))
-	b, e := s.bodies.get(key, gen, render)
-	return wholeBody(b), e
+	b, err := s.bodies.get(key, gen, func() ([]byte, error) {
+		b, e := s.renderClusterList(r, f, page, size)
+		if e != nil {
+			return nil, e
+		}
+		return b, nil
+	})
+	if err != nil {
+		if e, ok := err.(*csError); ok {
+			return nil, e
+		}
+		return nil, domainError(err)
+	}
+	return wholeBody(b), nil
 }
 
 // renderClusterList renders a whole listKubernetesClusters answer.
