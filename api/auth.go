@@ -26,6 +26,15 @@ func authFail(reason string) error { return &authError{reason} }
 
 // verifyCloudStack checks a CloudStack-signed request (every parameter except
 // signature, see package signing) and returns the caller's credential.
+//
+// Every request is verified afresh; verified signatures are not cached.
+// Verification (canonical string plus HMAC-SHA1, signing.Verify) costs about
+// 3.5 us of CPU against about 130 us for a whole cached list answer on
+// loopback, mostly the kernel's, so a cache of (key, exact query, expires)
+// could save under 3% while adding per-query state that any holder of a key
+// could grow. (It would be as secure: the same bytes re-sent within expiry
+// are the same request, which CloudStack accepts again too.) The secret
+// itself comes from apikeys' in-memory map, not from the store.
 func (s *Server) verifyCloudStack(form url.Values) (apikeys.Credential, error) {
 	var apiKey, signature, sigVersion, expires string
 	for name, vals := range form {

@@ -448,3 +448,57 @@ func TestDevicePageCacheFollowsEveryChange(t *testing.T) {
 		t.Fatalf("bad signature: %d", r.status)
 	}
 }
+
+// TestRESTClusterListCacheFollowsChanges: GET /api/v1/clusters is cached
+// like listKubernetesClusters and shows a joining member and a scale at once.
+func TestRESTClusterListCacheFollowsChanges(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	ctx := context.Background()
+	v, err := e.clusters.AddVersion(ctx, clusters.LocalAdmin, clusters.VersionSpec{SemVer: "1.31.4", URL: "http://10.99.0.1/k.iso"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, j, err := e.clusters.CreateCluster(ctx, clusters.LocalAdmin, clusters.ClusterSpec{Name: "r1", ZoneID: e.clusters.Zone().ID,
+		VersionID: v.ID, ServiceOfferingID: clusters.Offerings[0].ID, Size: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clusters.WaitJob(ctx, j.ID)
+	c := e.rest(e.user.APIKey, e.userSec)
+	list := func() restCluster {
+		t.Helper()
+		var p page[restCluster]
+		r := c.do("GET", "/api/v1/clusters", nil)
+		r.decode(t, &p)
+		if r.status != 200 || len(p.Items) != 1 {
+			t.Fatalf("clusters: %d %s", r.status, r.raw)
+		}
+		return p.Items[0]
+	}
+	list()
+	before := e.srv.bodies.renders.Load()
+	if got := list(); len(got.Members) != 0 || e.srv.bodies.renders.Load() != before {
+		t.Fatalf("unchanged list rendered again or wrong: %+v", got)
+	}
+	if err := e.st.Update(func(tx core.Tx) error {
+		if err := core.PutDevice(tx, core.Device{ID: "02:00:00:00:04:01", MAC: "02:00:00:00:04:01", Kind: core.KindVM,
+			IP: "10.99.4.1", State: core.StateJoined}); err != nil {
+			return err
+		}
+		return tx.Put(core.BucketMemberships, "02:00:00:00:04:01", core.Membership{Device: "02:00:00:00:04:01",
+			Cluster: cl.ID, Role: "control-plane", State: core.StateJoined})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := list(); len(got.Members) != 1 || got.Members[0].IP != "10.99.4.1" {
+		t.Fatalf("joined member not listed: %+v", got.Members)
+	}
+	sj, err := e.clusters.ScaleCluster(ctx, clusters.LocalAdmin, cl.ID, 3, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clusters.WaitJob(ctx, sj.ID)
+	if got := list(); got.Size != 3 {
+		t.Fatalf("scale not listed: %d", got.Size)
+	}
+}

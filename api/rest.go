@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	_ "embed"
 	"encoding/base64"
 	"encoding/json"
@@ -537,30 +538,47 @@ func (s *Server) listClusters(c *gin.Context) {
 	if !ok {
 		return
 	}
-	views, _, err := s.clusters.ListClusters(c.Request.Context(), clusters.ClusterFilter{State: c.Query("state"), Keyword: c.Query("keyword")}, 0, 0)
+	f := clusters.ClusterFilter{State: c.Query("state"), Keyword: c.Query("keyword")}
+	ctx := context.WithoutCancel(c.Request.Context()) // others may wait for this rendering
+	render := func() ([]byte, error) {
+		views, _, err := s.clusters.ListClusters(ctx, f, 0, 0)
+		if err != nil {
+			return nil, err
+		}
+		out := page[restCluster]{Items: []restCluster{}}
+		start := 0
+		if after != "" {
+			start = len(views)
+			for i, v := range views {
+				if v.Cluster.ID == after {
+					start = i + 1
+					break
+				}
+			}
+		}
+		for i := start; i < len(views); i++ {
+			if len(out.Items) == limit {
+				out.NextCursor = cursorOf(views[i-1].Cluster.ID)
+				break
+			}
+			out.Items = append(out.Items, restClusterOf(views[i]))
+		}
+		return json.Marshal(out)
+	}
+	var body []byte
+	var err error
+	if gen, ok := s.clusters.ViewsGeneration(); ok {
+		cred := credOf(c)
+		key := cacheKey(c.Request.Method, c.Request.URL.Path, c.Request.URL.RawQuery, cred.APIKey, string(cred.Role))
+		body, err = s.bodies.get(key, gen, render)
+	} else {
+		body, err = render()
+	}
 	if err != nil {
 		restDomainError(c, err)
 		return
 	}
-	out := page[restCluster]{Items: []restCluster{}}
-	start := 0
-	if after != "" {
-		start = len(views)
-		for i, v := range views {
-			if v.Cluster.ID == after {
-				start = i + 1
-				break
-			}
-		}
-	}
-	for i := start; i < len(views); i++ {
-		if len(out.Items) == limit {
-			out.NextCursor = cursorOf(views[i-1].Cluster.ID)
-			break
-		}
-		out.Items = append(out.Items, restClusterOf(views[i]))
-	}
-	c.JSON(http.StatusOK, out)
+	writeBody(c, http.StatusOK, restContentType, body)
 }
 
 func (s *Server) getCluster(c *gin.Context) {
