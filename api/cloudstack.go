@@ -232,16 +232,6 @@ func (s *Server) csWriteOK(c *gin.Context, key string, body any) {
 		writeBody(c, http.StatusOK, csContentType, whole)
 		return
 	}
-	if raw, ok := body.(rawJSON); ok {
-		buf := make([]byte, 0, len(raw)+len(key)+8)
-		buf = append(buf, `{"`...)
-		buf = append(buf, key...)
-		buf = append(buf, `":`...)
-		buf = append(buf, raw...)
-		buf = append(buf, '}')
-		writeBody(c, http.StatusOK, csContentType, buf)
-		return
-	}
 	writeJSON(c, http.StatusOK, map[string]any{key: body})
 }
 

@@ -486,9 +486,6 @@ func cacheKey(parts ...string) string {
 // wholeBody is a complete response body, envelope included (see csWriteOK).
 type wholeBody []byte
 
-// rawJSON is a pre-encoded response body (see csWriteOK).
-type rawJSON []byte
-
 // renderCache keeps each cluster's encoded kubernetescluster object by the
 // view's fingerprint, which changes with any record the view was built
 // from; listing unchanged clusters then costs no JSON encoding.
