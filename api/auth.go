@@ -1,7 +1,6 @@
 package api
 
 import (
-	"crypto/subtle"
 	"errors"
 	"net"
 	"net/http"
@@ -27,20 +26,29 @@ func authFail(reason string) error { return &authError{reason} }
 
 // verifyCloudStack checks a CloudStack-signed request (every parameter except
 // signature, see package signing) and returns the caller's credential.
+//
+// Every request is verified afresh; verified signatures are not cached.
+// Verification (canonical string plus HMAC-SHA1, signing.Verify) costs about
+// 3.5 us of CPU against about 130 us for a whole cached list answer on
+// loopback, mostly the kernel's, so a cache of (key, exact query, expires)
+// could save under 3% while adding per-query state that any holder of a key
+// could grow. (It would be as secure: the same bytes re-sent within expiry
+// are the same request, which CloudStack accepts again too.) The secret
+// itself comes from apikeys' in-memory map, not from the store.
 func (s *Server) verifyCloudStack(form url.Values) (apikeys.Credential, error) {
 	var apiKey, signature, sigVersion, expires string
 	for name, vals := range form {
 		if len(vals) == 0 {
 			continue
 		}
-		switch strings.ToLower(name) {
-		case "apikey":
+		switch {
+		case strings.EqualFold(name, "apikey"):
 			apiKey = vals[0]
-		case "signature":
+		case strings.EqualFold(name, "signature"):
 			signature = vals[0]
-		case "signatureversion":
+		case strings.EqualFold(name, "signatureversion"):
 			sigVersion = vals[0]
-		case "expires":
+		case strings.EqualFold(name, "expires"):
 			expires = vals[0]
 		}
 	}
@@ -59,14 +67,14 @@ func (s *Server) verifyCloudStack(form url.Values) (apikeys.Credential, error) {
 		}
 		return cred, err
 	}
-	if !signatureMatches(signature, signing.Candidates(cred.Secret, signing.Params(form))) {
+	if !signing.Verify(cred.Secret, signing.Params(form), signature) {
 		return apikeys.Credential{}, authFail("signature mismatch")
 	}
 	return cred, nil
 }
 
 // verifyREST checks a REST request's Authorization header.
-func (s *Server) verifyREST(r *http.Request, body []byte) (apikeys.Credential, error) {
+func (s *Server) verifyREST(r *http.Request, q url.Values, body []byte) (apikeys.Credential, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
 		return apikeys.Credential{}, authFail("missing Authorization header")
@@ -104,9 +112,8 @@ func (s *Server) verifyREST(r *http.Request, body []byte) (apikeys.Credential, e
 		}
 		return cred, err
 	}
-	q := r.URL.Query()
 	ps := signing.RESTParams(r.Method, r.URL.EscapedPath(), q, apiKey, expires, signing.BodySHA256(body))
-	if !signatureMatches(signature, signing.Candidates(cred.Secret, ps)) {
+	if !signing.Verify(cred.Secret, ps, signature) {
 		return apikeys.Credential{}, authFail("signature mismatch")
 	}
 	return cred, nil
@@ -124,18 +131,6 @@ func (s *Server) checkExpires(expires string) error {
 		return authFail("request expired at " + t.UTC().Format(time.RFC3339))
 	}
 	return nil
-}
-
-// signatureMatches compares the sent signature with every acceptable one in
-// constant time. A "+" turned into a space by a client that did not escape
-// the signature is put back first.
-func signatureMatches(sent string, candidates []string) bool {
-	sent = strings.ReplaceAll(sent, " ", "+")
-	ok := 0
-	for _, c := range candidates {
-		ok |= subtle.ConstantTimeCompare([]byte(sent), []byte(c))
-	}
-	return ok == 1
 }
 
 // failLimiter bounds failed authentications per client address: each failure

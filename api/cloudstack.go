@@ -40,6 +40,8 @@ type csError struct {
 	generic bool
 }
 
+func (e *csError) Error() string { return e.text }
+
 func paramMissing(cmd, name string) *csError {
 	return &csError{code: csParamError, cscode: csServerAPIError,
 		text: fmt.Sprintf("Unable to execute API command %s due to missing parameter %s", strings.ToLower(cmd), name)}
@@ -226,18 +228,15 @@ func (s *Server) csWrite(c *gin.Context, key string, e *csError) {
 }
 
 func (s *Server) csWriteOK(c *gin.Context, key string, body any) {
-	if raw, ok := body.(rawJSON); ok {
-		buf := make([]byte, 0, len(raw)+len(key)+8)
-		buf = append(buf, `{"`...)
-		buf = append(buf, key...)
-		buf = append(buf, `":`...)
-		buf = append(buf, raw...)
-		buf = append(buf, '}')
-		c.Data(http.StatusOK, "application/json; charset=UTF-8", buf)
+	if whole, ok := body.(wholeBody); ok {
+		writeBody(c, http.StatusOK, csContentType, whole)
 		return
 	}
 	writeJSON(c, http.StatusOK, map[string]any{key: body})
 }
+
+// csContentType is CloudStack's JSON content type.
+const csContentType = "application/json; charset=UTF-8"
 
 // writeJSON writes v compactly with CloudStack's content type.
 func writeJSON(c *gin.Context, code int, v any) {
@@ -246,7 +245,17 @@ func writeJSON(c *gin.Context, code int, v any) {
 		c.Status(http.StatusInternalServerError)
 		return
 	}
-	c.Data(code, "application/json; charset=UTF-8", b)
+	writeBody(c, code, csContentType, b)
+}
+
+// writeBody writes a complete body with its length, so net/http sends it
+// as is instead of in chunks.
+func writeBody(c *gin.Context, code int, contentType string, b []byte) {
+	h := c.Writer.Header()
+	h["Content-Type"] = []string{contentType}
+	h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	c.Status(code)
+	_, _ = c.Writer.Write(b)
 }
 
 // listBody is CloudStack's list shape: {} when empty, else count + items.

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -403,25 +404,58 @@ func (s *Server) csListClusters(r *csRequest) (any, *csError) {
 		return nil, e
 	}
 	f := clusters.ClusterFilter{ID: r.str("id"), Name: r.str("name"), State: r.str("state"), Keyword: r.str("keyword")}
-	views, total, err := s.clusters.ListClusters(r.ctx, f, page, size)
+	gen, ok := s.clusters.ViewsGeneration()
+	if !ok {
+		b, e := s.renderClusterList(r, f, page, size)
+		return wholeBody(b), e
+	}
+	// Keyed by the caller's key too: what a key may see is the key's.
+	key := cacheKey(r.cmd.Name, r.cred.APIKey, string(r.cred.Role), f.ID, f.Name, f.State, f.Keyword,
+		strconv.Itoa(page), strconv.Itoa(size))
+	b, err := s.bodies.get(key, gen, func() ([]byte, error) {
+		b, e := s.renderClusterList(r, f, page, size)
+		if e != nil {
+			return nil, e
+		}
+		return b, nil
+	})
+	if err != nil {
+		if e, ok := err.(*csError); ok {
+			return nil, e
+		}
+		return nil, domainError(err)
+	}
+	return wholeBody(b), nil
+}
+
+// renderClusterList renders a whole listKubernetesClusters answer.
+func (s *Server) renderClusterList(r *csRequest, f clusters.ClusterFilter, page, size int) ([]byte, *csError) {
+	// The request may end before a rendering that others wait for.
+	ctx := context.WithoutCancel(r.ctx)
+	views, total, err := s.clusters.ListClusters(ctx, f, page, size)
 	if err != nil {
 		return nil, domainError(err)
 	}
-	items := make([]json.RawMessage, 0, len(views))
+	key := r.cmd.responseKey()
+	if total == 0 {
+		return []byte(`{"` + key + `":{}}`), nil
+	}
+	items := make([][]byte, 0, len(views))
+	n := 0
 	for _, v := range views {
 		b, err := s.renders.get(v)
 		if err != nil {
 			return nil, domainError(err)
 		}
 		items = append(items, b)
-	}
-	if total == 0 {
-		return struct{}{}, nil
+		n += len(b) + 1
 	}
 	// Assembled by hand: the items are already valid JSON, and encoding a
 	// []json.RawMessage would re-scan every byte of them.
-	buf := make([]byte, 0, 64+len(items)*4096)
-	buf = append(buf, `{"count":`...)
+	buf := make([]byte, 0, 64+len(key)+n)
+	buf = append(buf, `{"`...)
+	buf = append(buf, key...)
+	buf = append(buf, `":{"count":`...)
 	buf = strconv.AppendInt(buf, int64(total), 10)
 	buf = append(buf, `,"kubernetescluster":[`...)
 	for i, it := range items {
@@ -430,12 +464,27 @@ func (s *Server) csListClusters(r *csRequest) (any, *csError) {
 		}
 		buf = append(buf, it...)
 	}
-	buf = append(buf, "]}"...)
-	return rawJSON(buf), nil
+	buf = append(buf, "]}}"...)
+	return buf, nil
 }
 
-// rawJSON is a pre-encoded response body (see csWriteOK).
-type rawJSON []byte
+// cacheKey joins parts unambiguously (each length-prefixed).
+func cacheKey(parts ...string) string {
+	n := 0
+	for _, p := range parts {
+		n += len(p) + 4
+	}
+	b := make([]byte, 0, n)
+	for _, p := range parts {
+		b = strconv.AppendInt(b, int64(len(p)), 10)
+		b = append(b, ':')
+		b = append(b, p...)
+	}
+	return string(b)
+}
+
+// wholeBody is a complete response body, envelope included (see csWriteOK).
+type wholeBody []byte
 
 // renderCache keeps each cluster's encoded kubernetescluster object by the
 // view's fingerprint, which changes with any record the view was built

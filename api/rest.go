@@ -1,6 +1,8 @@
 package api
 
 import (
+	"bytes"
+	"context"
 	_ "embed"
 	"encoding/base64"
 	"encoding/json"
@@ -8,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -113,13 +116,14 @@ func (s *Server) restAuth(c *gin.Context) {
 			return
 		}
 	}
-	for name := range r.URL.Query() {
-		if strings.HasPrefix(strings.ToLower(name), "ztpd-") {
+	q := r.URL.Query()
+	for name := range q {
+		if len(name) >= 5 && strings.EqualFold(name[:5], "ztpd-") {
 			restError(c, http.StatusBadRequest, "invalid", "query parameters starting with ztpd- are reserved")
 			return
 		}
 	}
-	cred, err := s.verifyREST(r, body)
+	cred, err := s.verifyREST(r, q, body)
 	if err != nil {
 		apiKey, _, _, _ := signing.ParseRESTAuthorization(r.Header.Get("Authorization"))
 		s.authFailed(c, "rest", ip, apiKey, r.Method+" "+r.URL.Path, err)
@@ -229,9 +233,53 @@ func scanPage[T any](s *Server, b core.Bucket, limit int, after string, keep fun
 
 // rawPage writes one page of a bucket whose stored records are already the
 // API's JSON (devices, leases, events), copying the bytes instead of decoding
-// and re-encoding them. keep (nil: all) filters on the raw record.
+// and re-encoding them. keep (nil: all) filters on the raw record. The page
+// depends on nothing but the bucket and the request's path and query, so
+// when the store counts writes it is served from the response cache until
+// the bucket changes.
 func (s *Server) rawPage(c *gin.Context, b core.Bucket, limit int, after string, keep func(raw []byte) (bool, error)) {
-	buf := make([]byte, 0, 512*limit)
+	g, ok := s.st.(core.Generations)
+	if !ok || b == core.BucketEvents { // events change all the time: not worth keeping
+		bp := pageBufs.Get().(*[]byte)
+		buf, err := s.appendPage((*bp)[:0], b, limit, after, keep)
+		if err != nil {
+			restDomainError(c, err)
+		} else {
+			writeBody(c, http.StatusOK, restContentType, buf)
+		}
+		if cap(buf) <= maxPooledPage {
+			*bp = buf
+			pageBufs.Put(bp)
+		}
+		return
+	}
+	gen := g.Generation(b)
+	cred := credOf(c)
+	key := cacheKey(c.Request.Method, c.Request.URL.Path, c.Request.URL.RawQuery, cred.APIKey, string(cred.Role))
+	body, err := s.bodies.get(key, gen, func() ([]byte, error) {
+		bp := pageBufs.Get().(*[]byte)
+		buf, err := s.appendPage((*bp)[:0], b, limit, after, keep)
+		var out []byte
+		if err == nil {
+			out = bytes.Clone(buf) // kept: exactly sized, apart from the pool
+		}
+		if cap(buf) <= maxPooledPage {
+			*bp = buf
+			pageBufs.Put(bp)
+		}
+		return out, err
+	})
+	if err != nil {
+		restDomainError(c, err)
+		return
+	}
+	writeBody(c, http.StatusOK, restContentType, body)
+}
+
+const restContentType = "application/json; charset=utf-8"
+
+// appendPage appends the page's JSON to buf.
+func (s *Server) appendPage(buf []byte, b core.Bucket, limit int, after string, keep func(raw []byte) (bool, error)) ([]byte, error) {
 	buf = append(buf, `{"items":[`...)
 	n := 0
 	var last string
@@ -258,8 +306,7 @@ func (s *Server) rawPage(c *gin.Context, b core.Bucket, limit int, after string,
 		})
 	})
 	if err != nil {
-		restDomainError(c, err)
-		return
+		return buf, err
 	}
 	buf = append(buf, ']')
 	if more {
@@ -267,9 +314,15 @@ func (s *Server) rawPage(c *gin.Context, b core.Bucket, limit int, after string,
 		buf = append(buf, cursorOf(last)...)
 		buf = append(buf, '"')
 	}
-	buf = append(buf, '}')
-	c.Data(http.StatusOK, "application/json; charset=utf-8", buf)
+	return append(buf, '}'), nil
 }
+
+// pageBufs recycles page buffers: a page is tens of kilobytes, and
+// allocating one per request is most of what the collector has to do.
+// writeBody is done with a buffer when it returns.
+var pageBufs = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
+const maxPooledPage = 1 << 20
 
 // decodeKeep decodes only when a filter needs it.
 func decodeKeep[T any](active bool, match func(*T) bool) func([]byte) (bool, error) {
@@ -485,30 +538,47 @@ func (s *Server) listClusters(c *gin.Context) {
 	if !ok {
 		return
 	}
-	views, _, err := s.clusters.ListClusters(c.Request.Context(), clusters.ClusterFilter{State: c.Query("state"), Keyword: c.Query("keyword")}, 0, 0)
+	f := clusters.ClusterFilter{State: c.Query("state"), Keyword: c.Query("keyword")}
+	ctx := context.WithoutCancel(c.Request.Context()) // others may wait for this rendering
+	render := func() ([]byte, error) {
+		views, _, err := s.clusters.ListClusters(ctx, f, 0, 0)
+		if err != nil {
+			return nil, err
+		}
+		out := page[restCluster]{Items: []restCluster{}}
+		start := 0
+		if after != "" {
+			start = len(views)
+			for i, v := range views {
+				if v.Cluster.ID == after {
+					start = i + 1
+					break
+				}
+			}
+		}
+		for i := start; i < len(views); i++ {
+			if len(out.Items) == limit {
+				out.NextCursor = cursorOf(views[i-1].Cluster.ID)
+				break
+			}
+			out.Items = append(out.Items, restClusterOf(views[i]))
+		}
+		return json.Marshal(out)
+	}
+	var body []byte
+	var err error
+	if gen, ok := s.clusters.ViewsGeneration(); ok {
+		cred := credOf(c)
+		key := cacheKey(c.Request.Method, c.Request.URL.Path, c.Request.URL.RawQuery, cred.APIKey, string(cred.Role))
+		body, err = s.bodies.get(key, gen, render)
+	} else {
+		body, err = render()
+	}
 	if err != nil {
 		restDomainError(c, err)
 		return
 	}
-	out := page[restCluster]{Items: []restCluster{}}
-	start := 0
-	if after != "" {
-		start = len(views)
-		for i, v := range views {
-			if v.Cluster.ID == after {
-				start = i + 1
-				break
-			}
-		}
-	}
-	for i := start; i < len(views); i++ {
-		if len(out.Items) == limit {
-			out.NextCursor = cursorOf(views[i-1].Cluster.ID)
-			break
-		}
-		out.Items = append(out.Items, restClusterOf(views[i]))
-	}
-	c.JSON(http.StatusOK, out)
+	writeBody(c, http.StatusOK, restContentType, body)
 }
 
 func (s *Server) getCluster(c *gin.Context) {

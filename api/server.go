@@ -82,6 +82,7 @@ type Server struct {
 	engine   *gin.Engine
 	commands map[string]*command
 	renders  renderCache
+	bodies   *bodyCache
 }
 
 // New builds the API and its routes.
@@ -94,7 +95,7 @@ func New(d Deps) *Server {
 	}
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{log: d.Log, st: d.Store, clusters: d.Clusters, keys: d.Keys, images: d.Images,
-		limiter: newFailLimiter(d.AuthFailuresPerMinute), now: d.Now}
+		limiter: newFailLimiter(d.AuthFailuresPerMinute), now: d.Now, bodies: newBodyCache(64 << 20)}
 	s.commands = s.commandTable()
 	e := gin.New()
 	e.HandleMethodNotAllowed = true

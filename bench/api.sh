@@ -79,5 +79,9 @@ printf '%-44s %10s %9s %9s %10s\n' "endpoint" "req/s" "p99 ms" "bytes" "vs floor
 printf '%-44s %10s %9s %9s %10s\n' "GET /healthz (floor, same listener)" "$H_RPS" "$H_P99" "-" "1.00"
 printf '%-44s %10s %9s %9s %10s\n' "listKubernetesClusters (signed, CloudStack)" "$C_RPS" "$C_P99" "$SIZE_C" "$(awk -v a="$C_RPS" -v b="$H_RPS" 'BEGIN{printf "%.2f", a/b}')"
 printf '%-44s %10s %9s %9s %10s\n' "GET /api/v1/devices?limit=100 (signed)" "$D_RPS" "$D_P99" "$SIZE_D" "$(awk -v a="$D_RPS" -v b="$H_RPS" 'BEGIN{printf "%.2f", a/b}')"
+# How the answers were made: rendered afresh, or shared from the response
+# cache (exact per store generation; see api/bodycache.go).
+CACHE=$(curl -fs "$BASE/metrics" | awk '/^ztpd_api_response_cache_total/ {gsub(/.*result="|"}/, "", $1); printf "%s=%d ", $1, $2}')
+echo "response cache: ${CACHE:-none}"
 echo "goal: p99 < 20 ms"
 echo "RESULT api_p99_ms devices=$D_P99 clusters=$C_P99 rps_devices=$D_RPS"

@@ -21,13 +21,16 @@ import (
 	"crypto/hmac"
 	"crypto/sha1"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 const upperhex = "0123456789ABCDEF"
@@ -83,18 +86,62 @@ func Params(v url.Values) []Param {
 func Canonical(ps []Param) string { return canonical(ps, false) }
 
 func canonical(ps []Param, keepTilde bool) string {
+	return string(appendCanonical(nil, sortedParams(ps), keepTilde))
+}
+
+func sortedParams(ps []Param) []Param {
 	sorted := append([]Param(nil), ps...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
-	var b strings.Builder
+	slices.SortFunc(sorted, func(a, b Param) int { return strings.Compare(a.Name, b.Name) })
+	return sorted
+}
+
+const lowerhex = "0123456789abcdef"
+
+// appendCanonical appends the canonical form of sorted to dst: names as
+// sent and values encoded as EncodeValue does, all lowercased, in one pass
+// (the same bytes as strings.ToLower over the joined string: everything
+// but a name is ASCII, and a non-ASCII name is lowercased alone).
+func appendCanonical(dst []byte, sorted []Param, keepTilde bool) []byte {
 	for i, p := range sorted {
 		if i > 0 {
-			b.WriteByte('&')
+			dst = append(dst, '&')
 		}
-		b.WriteString(p.Name)
-		b.WriteByte('=')
-		b.WriteString(encode(p.Value, keepTilde))
+		dst = appendLowerName(dst, p.Name)
+		dst = append(dst, '=')
+		v := p.Value
+		for j := 0; j < len(v); j++ {
+			c := v[j]
+			switch {
+			case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '.', c == '-', c == '*', c == '_':
+				dst = append(dst, c)
+			case 'A' <= c && c <= 'Z':
+				dst = append(dst, c+('a'-'A'))
+			case c == '~' && keepTilde:
+				dst = append(dst, c)
+			case c == ' ':
+				dst = append(dst, "%20"...)
+			default:
+				dst = append(dst, '%', lowerhex[c>>4], lowerhex[c&15])
+			}
+		}
 	}
-	return strings.ToLower(b.String())
+	return dst
+}
+
+func appendLowerName(dst []byte, name string) []byte {
+	for i := 0; i < len(name); i++ {
+		if name[i] >= utf8.RuneSelf {
+			return append(dst, strings.ToLower(name)...)
+		}
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		dst = append(dst, c)
+	}
+	return dst
 }
 
 // Sign returns the Base64 HMAC-SHA1 of canonical under secret.
@@ -107,15 +154,57 @@ func Sign(secret []byte, canonical string) string {
 // Candidates returns the signatures a correct client may have produced for
 // ps: CloudStack's canonical form and, when a value holds "~", the variant
 // with "~" unescaped that Go's url.QueryEscape (used by the Go SDK) yields.
-// The server compares each in constant time.
 func Candidates(secret []byte, ps []Param) []string {
 	out := []string{Sign(secret, canonical(ps, false))}
-	for _, p := range ps {
-		if strings.IndexByte(p.Value, '~') >= 0 {
-			return append(out, Sign(secret, canonical(ps, true)))
-		}
+	if hasTilde(ps) {
+		out = append(out, Sign(secret, canonical(ps, true)))
 	}
 	return out
+}
+
+func hasTilde(ps []Param) bool {
+	for _, p := range ps {
+		if strings.IndexByte(p.Value, '~') >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Verify reports whether sent is a correct signature of ps under secret
+// (any of Candidates), comparing in constant time. A "+" turned into a
+// space by a client that did not escape the signature is put back first.
+// It is Candidates without the garbage: the per-request path.
+func Verify(secret []byte, ps []Param, sent string) bool {
+	var sentBuf [64]byte
+	if len(sent) > len(sentBuf) {
+		return false // a Base64 SHA-1 digest is 28 bytes
+	}
+	got := sentBuf[:len(sent)]
+	for i := 0; i < len(sent); i++ {
+		c := sent[i]
+		if c == ' ' {
+			c = '+'
+		}
+		got[i] = c
+	}
+	sorted := sortedParams(ps)
+	var canon [512]byte
+	m := hmac.New(sha1.New, secret)
+	ok := 0
+	variants := 1
+	if hasTilde(ps) {
+		variants = 2
+	}
+	for v := 0; v < variants; v++ {
+		m.Reset()
+		m.Write(appendCanonical(canon[:0], sorted, v == 1))
+		var sum [sha1.Size]byte
+		var want [28]byte // base64.StdEncoding.EncodedLen(sha1.Size)
+		base64.StdEncoding.Encode(want[:], m.Sum(sum[:0]))
+		ok |= subtle.ConstantTimeCompare(got, want[:])
+	}
+	return ok == 1
 }
 
 // ExpiresFormat is how clients write "expires" (RFC 3339 in UTC).

@@ -2,6 +2,7 @@ package signing
 
 import (
 	"net/url"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -141,4 +142,91 @@ func FuzzEncodeValue(f *testing.F) {
 			t.Fatal("unstable")
 		}
 	})
+}
+
+// referenceCanonical is the canonical form written the plain way (sort,
+// join, strings.ToLower), the oracle for the one-pass appendCanonical.
+func referenceCanonical(ps []Param, keepTilde bool) string {
+	sorted := append([]Param(nil), ps...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	var b strings.Builder
+	for i, p := range sorted {
+		if i > 0 {
+			b.WriteByte('&')
+		}
+		b.WriteString(p.Name)
+		b.WriteByte('=')
+		b.WriteString(encode(p.Value, keepTilde))
+	}
+	return strings.ToLower(b.String())
+}
+
+func checkCanonicalAndVerify(t *testing.T, ps []Param) {
+	t.Helper()
+	for _, tilde := range []bool{false, true} {
+		if got, want := canonical(ps, tilde), referenceCanonical(ps, tilde); got != want {
+			t.Fatalf("canonical(%q, %v)\n got %q\nwant %q", ps, tilde, got, want)
+		}
+	}
+	secret := []byte("s3cret")
+	for _, sig := range Candidates(secret, ps) {
+		if !Verify(secret, ps, sig) {
+			t.Fatalf("Verify refuses candidate %s of %q", sig, ps)
+		}
+		if !Verify(secret, ps, strings.ReplaceAll(sig, "+", " ")) && strings.Contains(sig, "+") {
+			t.Fatalf("Verify refuses an unescaped '+' in %s", sig)
+		}
+		bad := []byte(sig)
+		bad[3] ^= 1
+		if Verify(secret, ps, string(bad)) {
+			t.Fatalf("Verify accepts a wrong signature for %q", ps)
+		}
+	}
+	if Verify([]byte("other"), ps, Candidates(secret, ps)[0]) {
+		t.Fatal("Verify accepts a signature made with another secret")
+	}
+}
+
+func TestCanonicalMatchesReference(t *testing.T) {
+	cases := [][]Param{
+		{{"command", "listKubernetesClusters"}, {"apiKey", "AbC"}, {"response", "json"}},
+		{{"Name", "My Cluster ~ä"}, {"name", "x"}, {"ÄPIkey", "Ü"}, {"k\xff", "\xfe\x00"}},
+		{{"expires", "2026-01-01T00:00:00+0000"}, {"keyword", "a+b*c/d?e&f=g"}},
+		{},
+	}
+	for _, ps := range cases {
+		checkCanonicalAndVerify(t, ps)
+	}
+	if Verify([]byte("s"), nil, strings.Repeat("A", 65)) {
+		t.Fatal("overlong signature accepted")
+	}
+}
+
+func FuzzCanonicalMatchesReference(f *testing.F) {
+	f.Add("command", "listZones", "apiKey", "K~ y", "Ä", "\xff")
+	f.Add("", "", "a", "b", "A", "B")
+	f.Fuzz(func(t *testing.T, n1, v1, n2, v2, n3, v3 string) {
+		seen := map[string]bool{}
+		var ps []Param
+		for _, p := range []Param{{n1, v1}, {n2, v2}, {n3, v3}} {
+			if !seen[p.Name] { // names are unique, as in url.Values
+				seen[p.Name] = true
+				ps = append(ps, p)
+			}
+		}
+		checkCanonicalAndVerify(t, ps)
+	})
+}
+
+func BenchmarkVerify(b *testing.B) {
+	ps := []Param{{"command", "listKubernetesClusters"}, {"response", "json"}, {"apiKey", strings.Repeat("K", 43)},
+		{"signatureversion", "3"}, {"expires", "2027-01-01T00:00:00Z"}}
+	secret := []byte(strings.Repeat("S", 43))
+	sig := Candidates(secret, ps)[0]
+	b.ReportAllocs()
+	for b.Loop() {
+		if !Verify(secret, ps, sig) {
+			b.Fatal("refused")
+		}
+	}
 }

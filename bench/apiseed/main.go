@@ -108,6 +108,11 @@ func main() {
 				if err := tx.Put(core.BucketMemberships, mac, ms); err != nil {
 					return err
 				}
+				// The joiner's member index (joiner.memberIndexKey), which
+				// the server lists members through.
+				if err := tx.Put(core.BucketIndex, "member/"+cl.ID+"/"+mac, role); err != nil {
+					return err
+				}
 			}
 			return nil
 		})

@@ -12,11 +12,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,6 +71,44 @@ type Store struct {
 	wg       sync.WaitGroup
 	closeMu  sync.Once
 	closeErr error
+
+	// gens counts write transactions per bucket (index in core.Buckets),
+	// bumped after they end (see core.Generations).
+	gens [64]atomic.Uint64
+}
+
+// bucketBit maps every core bucket to its bit in tx.dirty.
+var bucketBit = func() map[core.Bucket]uint64 {
+	m := make(map[core.Bucket]uint64, len(core.Buckets))
+	for i, b := range core.Buckets {
+		m[b] = 1 << i
+	}
+	return m
+}()
+
+// Generation implements core.Generations: the sum of the write counts of
+// bs, which grows whenever a write transaction that put or deleted a key in
+// any of them has ended.
+func (s *Store) Generation(bs ...core.Bucket) uint64 {
+	var n uint64
+	for _, b := range bs {
+		if bit, ok := bucketBit[b]; ok {
+			n += s.gens[bits.TrailingZeros64(bit)].Load()
+		}
+	}
+	return n
+}
+
+// bump counts a write transaction for every bucket it touched. It runs
+// after bbolt's Update returned, so a reader that saw the new count opens
+// a snapshot holding the write. Failed transactions count too: a spurious
+// change costs a reader a rebuild, a missed one would serve stale data.
+func (s *Store) bump(dirty uint64) {
+	for dirty != 0 {
+		i := bits.TrailingZeros64(dirty)
+		s.gens[i].Add(1)
+		dirty &^= 1 << i
+	}
 }
 
 type batchReq struct {
@@ -142,13 +182,15 @@ func (s *Store) Close() error {
 
 // View implements core.Store.
 func (s *Store) View(fn func(core.Tx) error) error {
-	return s.db.View(func(btx *bolt.Tx) error { return fn(&tx{btx}) })
+	return s.db.View(func(btx *bolt.Tx) error { return fn(&tx{b: btx}) })
 }
 
 // Update implements core.Store.
 func (s *Store) Update(fn func(core.Tx) error) error {
 	start := time.Now()
-	err := s.db.Update(func(btx *bolt.Tx) error { return fn(&tx{btx}) })
+	t := &tx{}
+	err := s.db.Update(func(btx *bolt.Tx) error { t.b = btx; return fn(t) })
+	s.bump(t.dirty)
 	if err == nil {
 		commitsTotal.Inc()
 		batchSize.Observe(1)
@@ -211,8 +253,9 @@ func (s *Store) commit(batch []*batchReq) {
 	for len(batch) > 0 {
 		failed := -1
 		start := time.Now()
+		t := &tx{}
 		err := s.db.Update(func(btx *bolt.Tx) error {
-			t := &tx{btx}
+			t.b = btx
 			for i, r := range batch {
 				if err := r.fn(t); err != nil {
 					failed = i
@@ -221,6 +264,7 @@ func (s *Store) commit(batch []*batchReq) {
 			}
 			return nil
 		})
+		s.bump(t.dirty)
 		if err == nil {
 			commitsTotal.Inc()
 			batchSize.Observe(float64(len(batch)))
@@ -287,7 +331,10 @@ func (s *Store) BackupToFile(path string) (int64, error) {
 	return n, nil
 }
 
-type tx struct{ b *bolt.Tx }
+type tx struct {
+	b     *bolt.Tx
+	dirty uint64 // bucketBit of every bucket written
+}
 
 func (t *tx) bucket(b core.Bucket) (*bolt.Bucket, error) {
 	bk := t.b.Bucket([]byte(b))
@@ -321,6 +368,7 @@ func (t *tx) Put(b core.Bucket, key string, v any) error {
 	}
 	// A json.RawMessage is stored as given (copied): hot paths encode their
 	// records themselves and skip encoding/json's re-validation.
+	t.dirty |= bucketBit[b]
 	if r, ok := v.(json.RawMessage); ok {
 		return bk.Put([]byte(key), bytes.Clone(r))
 	}
@@ -336,6 +384,7 @@ func (t *tx) Delete(b core.Bucket, key string) error {
 	if err != nil {
 		return err
 	}
+	t.dirty |= bucketBit[b]
 	return bk.Delete([]byte(key))
 }
 

@@ -198,3 +198,67 @@ func BenchmarkBatchParallel(b *testing.B) {
 		}
 	})
 }
+
+var _ core.Generations = (*Store)(nil)
+
+func TestGenerationCountsWritesPerBucket(t *testing.T) {
+	s, _ := openTemp(t)
+	devs := func() uint64 { return s.Generation(core.BucketDevices) }
+	both := func() uint64 { return s.Generation(core.BucketDevices, core.BucketClusters) }
+	d0, b0, l0 := devs(), both(), s.Generation(core.BucketLeases)
+
+	// Reads and writes to other buckets leave the generation alone.
+	if err := s.View(func(tx core.Tx) error { _, err := tx.Get(core.BucketDevices, "x", &struct{}{}); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(func(tx core.Tx) error { return tx.Put(core.BucketLeases, "10.99.0.1", 1) }); err != nil {
+		t.Fatal(err)
+	}
+	if devs() != d0 || both() != b0 {
+		t.Fatalf("a leases write moved the devices/clusters generation")
+	}
+	if s.Generation(core.BucketLeases) == l0 {
+		t.Fatalf("a leases write did not move the leases generation")
+	}
+
+	// Update, Batch and Delete each count, and the count is visible when
+	// the call returns.
+	steps := []func() error{
+		func() error { return s.Update(func(tx core.Tx) error { return tx.Put(core.BucketDevices, "a", 1) }) },
+		func() error { return s.Batch(func(tx core.Tx) error { return tx.Put(core.BucketClusters, "c", 1) }) },
+		func() error { return s.Batch(func(tx core.Tx) error { return tx.Delete(core.BucketDevices, "a") }) },
+	}
+	for i, step := range steps {
+		before := both()
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+		if both() <= before {
+			t.Fatalf("step %d: generation %d did not grow past %d", i, both(), before)
+		}
+	}
+
+	// A failed write may count (conservative) but must not be lost for the
+	// writes batched with it.
+	var wg sync.WaitGroup
+	before := devs()
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			_ = s.Batch(func(tx core.Tx) error {
+				if i == 3 {
+					return errors.New("refused")
+				}
+				return tx.Put(core.BucketDevices, fmt.Sprint("d", i), i)
+			})
+		}(i)
+	}
+	wg.Wait()
+	if devs() == before {
+		t.Fatal("batched device writes did not move the generation")
+	}
+	if s.Generation() != 0 || s.Generation("no-such-bucket") != 0 {
+		t.Fatal("generation of no known bucket must be 0")
+	}
+}

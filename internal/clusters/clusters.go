@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
@@ -58,7 +59,9 @@ type Membership interface {
 	Destroy(ctx context.Context, c core.Cluster) error
 	// Kubeconfig returns an admin kubeconfig for the cluster.
 	Kubeconfig(ctx context.Context, c core.Cluster) ([]byte, error)
-	// Members lists the memberships of a cluster.
+	// Members lists the memberships of a cluster. It must read them from
+	// the store's clusters, index and memberships buckets only: front ends
+	// cache cluster views by those buckets' generations (ViewsGeneration).
 	Members(ctx context.Context, clusterID string) ([]core.Membership, error)
 	// Approve admits a waiting device, into clusterID when not empty.
 	Approve(ctx context.Context, deviceID, clusterID string) (core.Device, error)
@@ -146,6 +149,8 @@ type Service struct {
 
 	memMu sync.RWMutex
 	mem   Membership
+	// wirings counts SetMembership calls: the members' source changed.
+	wirings atomic.Uint64
 
 	zone Zone
 
@@ -190,7 +195,27 @@ func New(st core.Store, opts Options) (*Service, error) {
 func (s *Service) SetMembership(m Membership) {
 	s.memMu.Lock()
 	s.mem = m
+	s.wirings.Add(1)
 	s.memMu.Unlock()
+}
+
+// viewBuckets are every bucket a cluster view is read from: clusters,
+// versions, memberships (directly or through the joiner's member index) and
+// the member devices.
+var viewBuckets = []core.Bucket{core.BucketClusters, core.BucketVersions, core.BucketMemberships,
+	core.BucketIndex, core.BucketDevices}
+
+// ViewsGeneration returns a number that changes whenever anything cluster
+// views (ListClusters, GetCluster, View) are built from may have changed;
+// ok is false when the store does not count writes, and then views must
+// not be cached. Read it before listing: what was built from a listing
+// made after reading g is current for as long as ViewsGeneration returns g.
+func (s *Service) ViewsGeneration() (gen uint64, ok bool) {
+	g, ok := s.st.(core.Generations)
+	if !ok {
+		return 0, false
+	}
+	return g.Generation(viewBuckets...) + s.wirings.Load(), true
 }
 
 func (s *Service) membership() Membership {

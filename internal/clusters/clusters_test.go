@@ -626,3 +626,38 @@ func TestApproveAndRevokeWithoutJoiner(t *testing.T) {
 		t.Fatal("revocation not stored")
 	}
 }
+
+// TestViewsGenerationMovesWithEveryViewSource checks that a write to any
+// bucket views are read from, and rewiring the joiner, change the
+// generation, and that unrelated writes do not.
+func TestViewsGenerationMovesWithEveryViewSource(t *testing.T) {
+	s, st := newSvc(t)
+	gen := func() uint64 {
+		g, ok := s.ViewsGeneration()
+		if !ok {
+			t.Fatal("boltstore must support view generations")
+		}
+		return g
+	}
+	g := gen()
+	if err := st.Update(func(tx core.Tx) error { return tx.Put(core.BucketLeases, "10.99.0.9", 1) }); err != nil {
+		t.Fatal(err)
+	}
+	if gen() != g {
+		t.Fatal("a leases write moved the views generation")
+	}
+	for _, b := range viewBuckets {
+		g := gen()
+		if err := st.Update(func(tx core.Tx) error { return tx.Put(b, "k", 1) }); err != nil {
+			t.Fatal(err)
+		}
+		if gen() == g {
+			t.Fatalf("a write to %s did not move the views generation", b)
+		}
+	}
+	g = gen()
+	s.SetMembership(&recorder{})
+	if gen() == g {
+		t.Fatal("wiring the joiner did not move the views generation")
+	}
+}

@@ -54,6 +54,17 @@ type Store interface {
 	Close() error
 }
 
+// Generations is implemented by stores that count writes per bucket, so a
+// reader can reuse what it derived from some buckets, exactly until one of
+// them changes: note Generation(bs...) before reading them and treat the
+// result as current while Generation(bs...) still returns that number. The
+// number grows once a write transaction that touched any of bs has ended
+// (a write still in progress may not be counted yet, as it may not be
+// visible yet).
+type Generations interface {
+	Generation(bs ...Bucket) uint64
+}
+
 // Tx is one transaction. Values are JSON documents.
 type Tx interface {
 	// Get decodes the value at key into v and reports whether it existed.

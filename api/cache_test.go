@@ -1,0 +1,504 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/clusters"
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// listedCluster is what the cache tests read from listKubernetesClusters.
+type listedCluster struct {
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	State    string `json:"state"`
+	Size     int    `json:"size"`
+	Version  string `json:"kubernetesversionname"`
+	Endpoint string `json:"endpoint"`
+	VMs      []struct {
+		ID    string `json:"id"`
+		Name  string `json:"name"`
+		State string `json:"state"`
+		IP    string `json:"ipaddress"`
+	} `json:"virtualmachines"`
+}
+
+func listClusters(t *testing.T, c *csClient, params map[string]string) []listedCluster {
+	t.Helper()
+	r := c.ok("listKubernetesClusters", params, false)
+	if len(r) == 0 {
+		return nil
+	}
+	var out []listedCluster
+	mustJSON(t, r["kubernetescluster"], &out)
+	var count int
+	mustJSON(t, r["count"], &count)
+	if count < len(out) {
+		t.Fatalf("count %d < %d items", count, len(out))
+	}
+	return out
+}
+
+// TestClusterListCacheFollowsEveryChange checks that a repeated
+// listKubernetesClusters is served from the response cache and that every
+// kind of change shows in the very next list: create, job progress, devices
+// joining, a device's address changing, membership state, scale, a version
+// record changing, a record written behind the service's back, delete.
+// Both member sources are covered: the joiner (here its stand-in) and the
+// memberships bucket read directly.
+func TestClusterListCacheFollowsEveryChange(t *testing.T) {
+	for _, noJoiner := range []bool{false, true} {
+		t.Run(fmt.Sprintf("noJoiner=%v", noJoiner), func(t *testing.T) {
+			testClusterListCache(t, newEnv(t, envOpts{noJoiner: noJoiner}))
+		})
+	}
+}
+
+func testClusterListCache(t *testing.T, e *env) {
+	ctx := context.Background()
+	u := e.userClient()
+	if got := listClusters(t, u, nil); len(got) != 0 {
+		t.Fatalf("empty store lists %v", got)
+	}
+	// Unchanged data: the second identical list is not rendered again.
+	before := e.srv.bodies.renders.Load()
+	listClusters(t, u, nil)
+	if e.srv.bodies.renders.Load() != before {
+		t.Fatalf("an unchanged list was rendered again")
+	}
+
+	v, err := e.clusters.AddVersion(ctx, clusters.LocalAdmin, clusters.VersionSpec{SemVer: "1.31.4", URL: "http://10.99.0.1/k.iso"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, j, err := e.clusters.CreateCluster(ctx, clusters.Caller{APIKey: e.user.APIKey}, clusters.ClusterSpec{Name: "c1",
+		ZoneID: e.clusters.Zone().ID, VersionID: v.ID, ServiceOfferingID: clusters.Offerings[0].ID, Size: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := listClusters(t, u, nil)
+	if len(got) != 1 || got[0].ID != cl.ID {
+		t.Fatalf("created cluster not listed: %+v", got)
+	}
+	if _, err := e.clusters.WaitJob(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got = listClusters(t, u, nil); got[0].State != "Running" {
+		t.Fatalf("after the create job: state %q", got[0].State)
+	}
+	one := map[string]string{"id": cl.ID}
+	listClusters(t, u, one) // a second cached key for the same data
+
+	// A device joins: it shows as a virtual machine at once, in both lists.
+	join := func(mac, ip, host, role string, st core.DeviceState) {
+		t.Helper()
+		err := e.st.Update(func(tx core.Tx) error {
+			if err := core.PutDevice(tx, core.Device{ID: mac, MAC: mac, IP: ip, Hostname: host, State: st}); err != nil {
+				return err
+			}
+			return tx.Put(core.BucketMemberships, mac, core.Membership{Device: mac, Cluster: cl.ID, Role: role, State: st})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	join("02:00:00:00:02:01", "10.99.2.10", "cp-1", "control-plane", core.StateJoined)
+	for _, params := range []map[string]string{nil, one} {
+		got = listClusters(t, u, params)
+		if len(got[0].VMs) != 1 || got[0].VMs[0].Name != "cp-1" || got[0].VMs[0].State != "Running" ||
+			got[0].Endpoint != "https://10.99.2.10:6443/" {
+			t.Fatalf("joined device not listed (params %v): %+v", params, got[0])
+		}
+	}
+	join("02:00:00:00:02:02", "10.99.2.11", "w-1", "worker", core.StateJoinIssued)
+	if got = listClusters(t, u, one); len(got[0].VMs) != 2 || got[0].VMs[1].State != "Starting" {
+		t.Fatalf("second device: %+v", got[0].VMs)
+	}
+
+	// Only the device record changes (a new address, as DHCP would write).
+	err = e.st.Update(func(tx core.Tx) error {
+		d, err := core.GetDevice(tx, "02:00:00:00:02:01")
+		if err != nil {
+			return err
+		}
+		d.IP = "10.99.2.99"
+		return core.PutDevice(tx, d)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got = listClusters(t, u, one); got[0].VMs[0].IP != "10.99.2.99" || got[0].Endpoint != "https://10.99.2.99:6443/" {
+		t.Fatalf("device address change not listed: %+v", got[0])
+	}
+
+	// Only the membership changes.
+	err = e.st.Update(func(tx core.Tx) error {
+		return tx.Put(core.BucketMemberships, "02:00:00:00:02:02", core.Membership{Device: "02:00:00:00:02:02",
+			Cluster: cl.ID, Role: "worker", State: core.StateLeaving})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got = listClusters(t, u, one); got[0].VMs[1].State != "Stopping" {
+		t.Fatalf("membership change not listed: %+v", got[0].VMs)
+	}
+
+	// Scale through the API.
+	a := e.adminClient()
+	sj := a.ok("scaleKubernetesCluster", map[string]string{"id": cl.ID, "size": "5"}, true)
+	a.wait(field[string](t, sj, "jobid"))
+	if got = listClusters(t, u, nil); got[0].Size != 5 {
+		t.Fatalf("scale not listed: size %d", got[0].Size)
+	}
+
+	// The version record changes behind the service (a restore, another part).
+	err = e.st.Update(func(tx core.Tx) error {
+		var ver core.Version
+		if _, err := tx.Get(core.BucketVersions, v.ID, &ver); err != nil {
+			return err
+		}
+		ver.Name = "v1.31.4-renamed"
+		return tx.Put(core.BucketVersions, v.ID, ver)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got = listClusters(t, u, one); got[0].Version != "v1.31.4-renamed" {
+		t.Fatalf("version change not listed: %q", got[0].Version)
+	}
+
+	// So does the cluster record itself.
+	err = e.st.Update(func(tx core.Tx) error {
+		var c core.Cluster
+		if _, err := tx.Get(core.BucketClusters, cl.ID, &c); err != nil {
+			return err
+		}
+		c.Name = "c1-renamed"
+		return tx.Put(core.BucketClusters, cl.ID, c)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got = listClusters(t, u, nil); got[0].Name != "c1-renamed" {
+		t.Fatalf("cluster record change not listed: %q", got[0].Name)
+	}
+
+	// Delete: the list is empty once the job is done.
+	dj := u.ok("deleteKubernetesCluster", map[string]string{"id": cl.ID}, true)
+	u.wait(field[string](t, dj, "jobid"))
+	if got = listClusters(t, u, nil); len(got) != 0 {
+		t.Fatalf("deleted cluster still listed: %+v", got)
+	}
+	if got = listClusters(t, u, one); len(got) != 0 {
+		t.Fatalf("deleted cluster still listed by id: %+v", got)
+	}
+}
+
+// TestClusterListCacheKeepsAuthentication checks that a cached answer is
+// only ever served after the request itself was authenticated: a revoked
+// key, a wrong signature and an expired request are refused although an
+// identical request's answer is cached.
+func TestClusterListCacheKeepsAuthentication(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	u := e.userClient()
+	listClusters(t, u, nil)
+	listClusters(t, u, nil)
+
+	bad := &csClient{t: t, base: e.ts.URL, apiKey: e.user.APIKey, secret: "wrong", http: e.ts.Client()}
+	errorBody(t, bad.call("listKubernetesClusters", nil, false), "listkubernetesclustersresponse", 401, 9999, authFailedText)
+	old := &csClient{t: t, base: e.ts.URL, apiKey: e.user.APIKey, secret: e.userSec, http: e.ts.Client(),
+		expires: time.Now().UTC().Add(time.Minute)}
+	listClusters(t, old, nil)
+	e.clock.advance(2 * time.Minute)
+	errorBody(t, old.call("listKubernetesClusters", nil, false), "listkubernetesclustersresponse", 401, 9999, authFailedText)
+
+	if _, err := e.keys.Revoke(e.user.APIKey); err != nil {
+		t.Fatal(err)
+	}
+	errorBody(t, u.call("listKubernetesClusters", nil, false), "listkubernetesclustersresponse", 401, 9999, authFailedText)
+}
+
+// TestClusterListCacheUnderConcurrentWrites lists from many goroutines while
+// a writer adds members one by one; once a write has returned, no list that
+// starts afterwards may miss it.
+func TestClusterListCacheUnderConcurrentWrites(t *testing.T) {
+	e := newEnv(t, envOpts{noJoiner: true})
+	ctx := context.Background()
+	v, err := e.clusters.AddVersion(ctx, clusters.LocalAdmin, clusters.VersionSpec{SemVer: "1.31.4", URL: "http://10.99.0.1/k.iso"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, j, err := e.clusters.CreateCluster(ctx, clusters.LocalAdmin, clusters.ClusterSpec{Name: "c", ZoneID: e.clusters.Zone().ID,
+		VersionID: v.ID, ServiceOfferingID: clusters.Offerings[0].ID, Size: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clusters.WaitJob(ctx, j.ID)
+
+	const members = 40
+	var written atomic.Int64 // members whose write has returned
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := &csClient{t: t, base: e.ts.URL, apiKey: e.user.APIKey, secret: e.userSec, http: e.ts.Client()}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				least := written.Load()
+				r := c.call("listKubernetesClusters", nil, false)
+				if r.status != http.StatusOK {
+					errs <- fmt.Errorf("HTTP %d: %s", r.status, r.raw)
+					return
+				}
+				var body struct {
+					Clusters []listedCluster `json:"kubernetescluster"`
+				}
+				if err := json.Unmarshal(r.body["listkubernetesclustersresponse"], &body); err != nil {
+					errs <- err
+					return
+				}
+				if n := int64(len(body.Clusters[0].VMs)); n < least {
+					errs <- fmt.Errorf("stale list: %d members, %d already written", n, least)
+					return
+				}
+			}
+		}()
+	}
+	for i := 0; i < members; i++ {
+		mac := fmt.Sprintf("02:00:00:00:03:%02x", i)
+		err := e.st.Batch(func(tx core.Tx) error {
+			if err := core.PutDevice(tx, core.Device{ID: mac, MAC: mac, State: core.StateJoined}); err != nil {
+				return err
+			}
+			return tx.Put(core.BucketMemberships, mac, core.Membership{Device: mac, Cluster: cl.ID, Role: "worker", State: core.StateJoined})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		written.Add(1)
+		time.Sleep(time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func TestBodyCacheStaysBounded(t *testing.T) {
+	c := newBodyCache(100)
+	body := func(n int) func() ([]byte, error) {
+		return func() ([]byte, error) { return make([]byte, n), nil }
+	}
+	for i := 0; i < 50; i++ {
+		c.get(fmt.Sprint("k", i), 1, body(28))
+		if c.bytes > 100 {
+			t.Fatalf("cache holds %d bytes, bound 100", c.bytes)
+		}
+	}
+	// Too big to keep at all: served, not kept.
+	if b, _ := c.get("big", 1, body(500)); len(b) != 500 {
+		t.Fatal("big body not served")
+	}
+	if _, ok := c.m["big"]; ok {
+		t.Fatal("body over the bound kept")
+	}
+	// An error is shared with nobody later: the next call renders again.
+	calls := 0
+	fail := func() ([]byte, error) { calls++; return nil, &csError{code: 530} }
+	c.get("e", 1, fail)
+	c.get("e", 1, fail)
+	if calls != 2 {
+		t.Fatalf("an error was cached (%d renders)", calls)
+	}
+	// A newer generation renders again; an older request may use the newer body.
+	n := 0
+	count := func() ([]byte, error) { n++; return []byte{byte(n)}, nil }
+	c.get("g", 5, count)
+	c.get("g", 5, count)
+	c.get("g", 4, count)
+	if n != 1 {
+		t.Fatalf("same or older generation rendered again (%d)", n)
+	}
+	if b, _ := c.get("g", 6, count); n != 2 || b[0] != 2 {
+		t.Fatal("newer generation served an old body")
+	}
+	total := 0
+	for _, e := range c.m {
+		total += e.size
+	}
+	if total != c.bytes {
+		t.Fatalf("byte count %d, entries hold %d", c.bytes, total)
+	}
+}
+
+// TestDevicePageCacheFollowsEveryChange checks that a repeated device or
+// lease page is served from the response cache and that a device written,
+// changed or deleted, by any writer, shows in the very next page.
+func TestDevicePageCacheFollowsEveryChange(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	seed(t, e.st, 30)
+	c := e.rest(e.user.APIKey, e.userSec)
+	get := func(path string) page[core.Device] {
+		t.Helper()
+		r := c.do("GET", path, nil)
+		if r.status != 200 {
+			t.Fatalf("%s: %d %s", path, r.status, r.raw)
+		}
+		if r.header.Get("Content-Length") != fmt.Sprint(len(r.raw)) {
+			t.Fatalf("%s: Content-Length %q for %d bytes", path, r.header.Get("Content-Length"), len(r.raw))
+		}
+		var p page[core.Device]
+		r.decode(t, &p)
+		return p
+	}
+	const first = "/api/v1/devices?limit=10"
+	p := get(first)
+	before := e.srv.bodies.renders.Load()
+	if q := get(first); len(q.Items) != 10 || q.NextCursor != p.NextCursor {
+		t.Fatalf("second read differs: %+v", q)
+	}
+	if e.srv.bodies.renders.Load() != before {
+		t.Fatal("an unchanged page was rendered again")
+	}
+	second := first + "&cursor=" + p.NextCursor
+	get(second)
+
+	// A new device sorting first.
+	if err := e.st.Update(func(tx core.Tx) error {
+		return core.PutDevice(tx, core.Device{ID: "00:00:00:00:00:01", MAC: "00:00:00:00:00:01", Kind: core.KindSONiC,
+			Hostname: "new", State: core.StateDiscovered})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if p = get(first); p.Items[0].ID != "00:00:00:00:00:01" {
+		t.Fatalf("new device not on the first page: %s", p.Items[0].ID)
+	}
+	// A change to a device on the second page, by the DHCP-style writer path.
+	target := get(second).Items[3].ID
+	if err := e.st.Batch(func(tx core.Tx) error {
+		d, err := core.GetDevice(tx, target)
+		if err != nil {
+			return err
+		}
+		d.Hostname = "renamed"
+		return core.PutDevice(tx, d)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if q := get(second); q.Items[3].Hostname != "renamed" {
+		t.Fatalf("changed device not listed: %+v", q.Items[3])
+	}
+	// Filters are part of the key, and follow changes too.
+	if q := get("/api/v1/devices?limit=100&state=joined"); len(q.Items) != 0 {
+		t.Fatalf("state filter: %d", len(q.Items))
+	}
+	if err := e.st.Update(func(tx core.Tx) error {
+		d, err := core.GetDevice(tx, target)
+		if err != nil {
+			return err
+		}
+		d.State = core.StateJoined
+		return core.PutDevice(tx, d)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if q := get("/api/v1/devices?limit=100&state=joined"); len(q.Items) != 1 || q.Items[0].ID != target {
+		t.Fatalf("state filter after change: %+v", q.Items)
+	}
+	// Deleted.
+	if err := e.st.Update(func(tx core.Tx) error { return tx.Delete(core.BucketDevices, "00:00:00:00:00:01") }); err != nil {
+		t.Fatal(err)
+	}
+	if p = get(first); p.Items[0].ID == "00:00:00:00:00:01" {
+		t.Fatal("deleted device still listed")
+	}
+
+	// Leases: same rule, own bucket.
+	var lp page[core.Lease]
+	c.do("GET", "/api/v1/leases?limit=5", nil).decode(t, &lp)
+	if err := e.st.Update(func(tx core.Tx) error {
+		return tx.Put(core.BucketLeases, "10.0.0.1", core.Lease{IP: "10.0.0.1", MAC: "02:00:00:00:00:aa", State: core.LeaseActive})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.do("GET", "/api/v1/leases?limit=5", nil).decode(t, &lp)
+	if lp.Items[0].IP != "10.0.0.1" {
+		t.Fatalf("new lease not listed: %+v", lp.Items[0])
+	}
+
+	// Authentication still runs first: a bad signature gets 401, not the page.
+	bad := e.rest(e.user.APIKey, "wrong")
+	if r := bad.do("GET", first, nil); r.status != 401 {
+		t.Fatalf("bad signature: %d", r.status)
+	}
+}
+
+// TestRESTClusterListCacheFollowsChanges: GET /api/v1/clusters is cached
+// like listKubernetesClusters and shows a joining member and a scale at once.
+func TestRESTClusterListCacheFollowsChanges(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	ctx := context.Background()
+	v, err := e.clusters.AddVersion(ctx, clusters.LocalAdmin, clusters.VersionSpec{SemVer: "1.31.4", URL: "http://10.99.0.1/k.iso"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, j, err := e.clusters.CreateCluster(ctx, clusters.LocalAdmin, clusters.ClusterSpec{Name: "r1", ZoneID: e.clusters.Zone().ID,
+		VersionID: v.ID, ServiceOfferingID: clusters.Offerings[0].ID, Size: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clusters.WaitJob(ctx, j.ID)
+	c := e.rest(e.user.APIKey, e.userSec)
+	list := func() restCluster {
+		t.Helper()
+		var p page[restCluster]
+		r := c.do("GET", "/api/v1/clusters", nil)
+		r.decode(t, &p)
+		if r.status != 200 || len(p.Items) != 1 {
+			t.Fatalf("clusters: %d %s", r.status, r.raw)
+		}
+		return p.Items[0]
+	}
+	list()
+	before := e.srv.bodies.renders.Load()
+	if got := list(); len(got.Members) != 0 || e.srv.bodies.renders.Load() != before {
+		t.Fatalf("unchanged list rendered again or wrong: %+v", got)
+	}
+	if err := e.st.Update(func(tx core.Tx) error {
+		if err := core.PutDevice(tx, core.Device{ID: "02:00:00:00:04:01", MAC: "02:00:00:00:04:01", Kind: core.KindVM,
+			IP: "10.99.4.1", State: core.StateJoined}); err != nil {
+			return err
+		}
+		return tx.Put(core.BucketMemberships, "02:00:00:00:04:01", core.Membership{Device: "02:00:00:00:04:01",
+			Cluster: cl.ID, Role: "control-plane", State: core.StateJoined})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := list(); len(got.Members) != 1 || got.Members[0].IP != "10.99.4.1" {
+		t.Fatalf("joined member not listed: %+v", got.Members)
+	}
+	sj, err := e.clusters.ScaleCluster(ctx, clusters.LocalAdmin, cl.ID, 3, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clusters.WaitJob(ctx, sj.ID)
+	if got := list(); got.Size != 3 {
+		t.Fatalf("scale not listed: %d", got.Size)
+	}
+}
