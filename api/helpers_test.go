@@ -324,7 +324,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if e.st, err = boltstore.Open(e.dir, boltstore.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	box, err := secretbox.Open(filepath.Join(e.dir, "apikeys.key"))
+	box, err := secretbox.OpenKeyring(filepath.Join(e.dir, "secret.key"))
 	if err != nil {
 		t.Fatal(err)
 	}

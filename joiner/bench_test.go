@@ -12,7 +12,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/boltstore"
 	"github.com/ztpd/ztpd/internal/core"
-	"github.com/ztpd/ztpd/joiner/pki"
+	"github.com/ztpd/ztpd/internal/secretbox"
 )
 
 // noGroupCommit turns the store's group commit off: every join is its own
@@ -56,7 +56,7 @@ func benchJoin(b *testing.B, version string, kind core.DeviceKind, group bool) {
 	if !group {
 		st = noGroupCommit{bs}
 	}
-	kr, err := pki.OpenKeyring(filepath.Join(dir, "secret.key"))
+	kr, err := secretbox.OpenKeyring(filepath.Join(dir, "secret.key"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/secretbox"
 	"github.com/ztpd/ztpd/joiner/pki"
 	"github.com/ztpd/ztpd/joiner/tokens"
 )
@@ -94,7 +95,7 @@ type Options struct {
 // Service is the joiner.
 type Service struct {
 	store core.Store
-	keys  *pki.Keyring
+	keys  *secretbox.Keyring
 	opts  Options
 	rules []compiledRule
 	now   func() time.Time
@@ -105,7 +106,7 @@ type Service struct {
 }
 
 // New builds the service over an opened store and keyring.
-func New(store core.Store, keys *pki.Keyring, opts Options) (*Service, error) {
+func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, error) {
 	if store == nil || keys == nil {
 		return nil, errors.New("joiner: store and keyring are required")
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/boltstore"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/secretbox"
 	"github.com/ztpd/ztpd/joiner/pki"
 	"github.com/ztpd/ztpd/joiner/tokens"
 )
@@ -48,7 +49,7 @@ func newEnv(t *testing.T, opts Options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kr, err := pki.OpenKeyring(filepath.Join(dir, "secret.key"))
+	kr, err := secretbox.OpenKeyring(filepath.Join(dir, "secret.key"))
 	if err != nil {
 		t.Fatal(err)
 	}

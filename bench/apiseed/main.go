@@ -65,7 +65,7 @@ func main() {
 			log.Fatal(err)
 		}
 	}
-	box, err := secretbox.Open(filepath.Join(*dir, "apikeys.key"))
+	box, err := secretbox.OpenKeyring(filepath.Join(*dir, "secret.key"))
 	if err != nil {
 		log.Fatal(err)
 	}

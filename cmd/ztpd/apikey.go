@@ -28,7 +28,7 @@ These commands work on this host's data directory (through the running
 server's admin socket, or the store directly when no server runs); the
 socket's file mode is their access control. The secret is printed once, at
 creation. The server keeps it sealed with AES-256-GCM under
-<data-dir>/apikeys.key (HMAC verification needs the secret itself) plus a
+<data-dir>/secret.key (HMAC verification needs the secret itself) plus a
 SHA-256 hash; it never appears in lists, events or logs.`,
 		Example: `  ztpd apikey create --role admin --name ops
   ztpd apikey create --role user -o json

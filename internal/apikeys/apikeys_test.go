@@ -20,7 +20,7 @@ func newService(t *testing.T) (*Service, *boltstore.Store, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	box, err := secretbox.Open(filepath.Join(dir, "apikeys.key"))
+	box, err := secretbox.OpenKeyring(filepath.Join(dir, "secret.key"))
 	if err != nil {
 		t.Fatal(err)
 	}

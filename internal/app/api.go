@@ -4,26 +4,16 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/ztpd/ztpd/api"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
-	"github.com/ztpd/ztpd/internal/secretbox"
 )
-
-// APIKeyFile holds the AES key that seals API secrets at rest. Back it up
-// apart from the store (or re-issue API keys after a restore).
-const APIKeyFile = "apikeys.key"
 
 // buildAPI wires API keys, the clusters service and the API front ends.
 func (a *App) buildAPI() error {
-	box, err := secretbox.Open(filepath.Join(a.Cfg.DataDir, APIKeyFile))
-	if err != nil {
-		return err
-	}
-	a.APIKeys = apikeys.New(a.Store, box)
+	a.APIKeys = apikeys.New(a.Store, a.Keys)
 	cs, err := clusters.New(a.Store, clusters.Options{Log: a.Log.With("part", "clusters"), Images: a.Images})
 	if err != nil {
 		return err

@@ -25,6 +25,7 @@ import (
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/profile"
+	"github.com/ztpd/ztpd/internal/secretbox"
 	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/ztp/content"
 	"github.com/ztpd/ztpd/ztp/dhcp"
@@ -35,6 +36,11 @@ import (
 // AdminSocketName is the unix socket in the data directory through which CLI
 // commands reach a running server. Its mode (0600) is its access control.
 const AdminSocketName = "ztpd.sock"
+
+// SecretKeyFile is the at-rest key (cluster CA keys, certificate keys,
+// token seeds, API secrets) when key_file is not set. Back it up apart from
+// the store: without it a restored store can issue no credentials.
+const SecretKeyFile = "secret.key"
 
 // Runner is a long-running part (a listener). Run blocks until ctx is done,
 // then shuts down gracefully and returns.
@@ -48,6 +54,9 @@ type App struct {
 	Cfg   config.Config
 	Log   *slog.Logger
 	Store *boltstore.Store
+
+	// Keys seals secrets at rest: cluster CA keys, token seeds, API secrets.
+	Keys *secretbox.Keyring
 
 	// Images is the content-addressed artifact store.
 	Images *imagestore.Store
@@ -107,6 +116,16 @@ func (a *App) build() error {
 			return nil
 		})
 	}
+
+	keyFile := a.Cfg.KeyFile
+	if keyFile == "" {
+		keyFile = filepath.Join(a.Cfg.DataDir, SecretKeyFile)
+	}
+	keys, err := secretbox.OpenKeyring(keyFile)
+	if err != nil {
+		return err
+	}
+	a.Keys = keys
 
 	images, err := imagestore.Open(a.Store, a.Cfg.DataDir)
 	if err != nil {

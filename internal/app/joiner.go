@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"path/filepath"
 	"time"
 
 	"github.com/ztpd/ztpd/internal/clusters"
@@ -13,33 +12,19 @@ import (
 	"github.com/ztpd/ztpd/internal/profile"
 	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/joiner/joinhttp"
-	"github.com/ztpd/ztpd/joiner/pki"
 	"github.com/ztpd/ztpd/ztp/content"
 )
-
-// SecretKeyFile is the joiner's at-rest key (cluster CA keys, certificate
-// keys, token seeds) when joiner.key_file is not set. Back it up apart from
-// the store: a store backup is useless for issuing credentials without it.
-const SecretKeyFile = "secret.key"
 
 // buildJoiner wires the joiner: the clusters service's Membership, the ZTP
 // content's JoinProvider, the device-facing /join routes, the admin routes
 // behind "ztpd cluster kubeconfig" and "ztpd device approve", and the token
 // sweeper.
 func (a *App) buildJoiner() error {
-	keyFile := a.Cfg.Joiner.KeyFile
-	if keyFile == "" {
-		keyFile = filepath.Join(a.Cfg.DataDir, SecretKeyFile)
-	}
-	keys, err := pki.OpenKeyring(keyFile)
-	if err != nil {
-		return err
-	}
 	var rules []joiner.Rule
 	for _, r := range a.Cfg.Joiner.AutoApprove {
 		rules = append(rules, joiner.Rule{Serials: r.Serials, MACs: r.MACs, Products: r.Products, Subnets: r.Subnets, Cluster: r.Cluster})
 	}
-	j, err := joiner.New(a.Store, keys, joiner.Options{
+	j, err := joiner.New(a.Store, a.Keys, joiner.Options{
 		EnrollmentTTL: a.Cfg.Joiner.EnrollmentTTL.D(),
 		TokenTTL:      a.Cfg.Joiner.TokenTTL.D(),
 		AutoApprove:   rules,

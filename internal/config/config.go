@@ -21,6 +21,7 @@ import (
 type Config struct {
 	DataDir       string   `yaml:"data_dir"`
 	AdvertiseAddr string   `yaml:"advertise_addr"` // address put into URLs handed to devices
+	KeyFile       string   `yaml:"key_file"`       // at-rest key; default <data_dir>/secret.key
 	Log           Log      `yaml:"log"`
 	HTTP          HTTP     `yaml:"http"`
 	API           API      `yaml:"api"`
@@ -98,7 +99,6 @@ type Events struct {
 type Joiner struct {
 	EnrollmentTTL Duration `yaml:"enrollment_ttl"`
 	TokenTTL      Duration `yaml:"token_ttl"`
-	KeyFile       string   `yaml:"key_file"` // at-rest encryption key; default <data_dir>/secret.key
 	AutoApprove   []Rule   `yaml:"auto_approve"`
 }
 

@@ -13,8 +13,8 @@ import (
 
 	"github.com/ztpd/ztpd/internal/boltstore"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/secretbox"
 	"github.com/ztpd/ztpd/joiner"
-	"github.com/ztpd/ztpd/joiner/pki"
 )
 
 type fixture struct {
@@ -34,7 +34,7 @@ func setup(t *testing.T, rules []joiner.Rule) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	kr, err := pki.OpenKeyring(filepath.Join(dir, "secret.key"))
+	kr, err := secretbox.OpenKeyring(filepath.Join(dir, "secret.key"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,8 @@ import (
 	"math/big"
 	"strings"
 	"time"
+
+	"github.com/ztpd/ztpd/internal/secretbox"
 )
 
 // Algorithm names a key type using kubeadm's encryptionAlgorithm spelling.
@@ -144,7 +146,7 @@ type SealedCA struct {
 
 // Seal encrypts the CA key for storage. context binds the sealed key to its
 // owner (for example the cluster id) so it cannot be moved to another record.
-func (ca *CA) Seal(kr *Keyring, context string) (SealedCA, error) {
+func (ca *CA) Seal(kr *secretbox.Keyring, context string) (SealedCA, error) {
 	der, err := marshalKeyDER(ca.key)
 	if err != nil {
 		return SealedCA{}, err
@@ -158,7 +160,7 @@ func (ca *CA) Seal(kr *Keyring, context string) (SealedCA, error) {
 }
 
 // OpenCA decrypts a sealed CA and checks that key and certificate belong together.
-func OpenCA(s SealedCA, kr *Keyring, context string) (*CA, error) {
+func OpenCA(s SealedCA, kr *secretbox.Keyring, context string) (*CA, error) {
 	cert, err := ParseCertPEM(s.CertPEM)
 	if err != nil {
 		return nil, err

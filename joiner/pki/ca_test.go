@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ztpd/ztpd/internal/secretbox"
 )
 
 var testNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -172,7 +174,7 @@ func opensslVerify(t *testing.T, ca *CA, kp *KeyPair) {
 }
 
 func TestCASealOpen(t *testing.T) {
-	kr, err := OpenKeyring(filepath.Join(t.TempDir(), "secrets.key"))
+	kr, err := secretbox.OpenKeyring(filepath.Join(t.TempDir(), "secrets.key"))
 	if err != nil {
 		t.Fatal(err)
 	}

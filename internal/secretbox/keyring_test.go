@@ -1,4 +1,4 @@
-package pki
+package secretbox
 
 import (
 	"bytes"

@@ -1,4 +1,9 @@
-package pki
+// Package secretbox seals secrets at rest with AES-256-GCM under a key file
+// in the data directory (mode 0600): cluster CA keys, token seeds, and API
+// secrets the server must read back in plain form for HMAC verification.
+// Anything that can be checked against a hash is stored as a hash instead.
+// Every sealed blob names its key, so a rotation never orphans old blobs.
+package secretbox
 
 import (
 	"crypto/aes"
