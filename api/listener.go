@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/config"
+	"github.com/ztpd/ztpd/internal/httpserve"
 )
 
 // Listener serves the API on its own address (config api.addr), with TLS
@@ -54,29 +55,14 @@ func (l *Listener) Run(ctx context.Context) error {
 		ln = tls.NewListener(ln, cfg)
 		scheme = "https"
 	}
-	srv := &http.Server{Handler: l.Handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+	srv := &http.Server{Handler: l.Handler, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(l.Log.Handler(), slog.LevelWarn)}
 	l.Log.Info("listening", "listener", "api", "addr", ln.Addr().String(), "scheme", scheme)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-	}
 	grace := l.Grace
 	if grace <= 0 {
 		grace = 10 * time.Second
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		srv.Close()
-	}
-	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return httpserve.Serve(ctx, srv, ln, grace)
 }
 
 func (l *Listener) tlsConfig() (*tls.Config, error) {

@@ -24,6 +24,7 @@ import (
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/httpserve"
 	"github.com/ztpd/ztpd/internal/profile"
 	"github.com/ztpd/ztpd/internal/secretbox"
 	"github.com/ztpd/ztpd/joiner"
@@ -284,25 +285,9 @@ func (h *httpRunner) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	srv := &http.Server{Handler: h.handler, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(h.log.Handler(), slog.LevelWarn)}
+	srv := &http.Server{Handler: h.handler, ErrorLog: slog.NewLogLogger(h.log.Handler(), slog.LevelWarn)}
 	h.log.Info("listening", "listener", h.name, "addr", ln.Addr().String())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), h.grace)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		srv.Close()
-	}
-	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return httpserve.Serve(ctx, srv, ln, h.grace)
 }
 
 // CopyAtomic writes r to path through a temp file in the same directory,

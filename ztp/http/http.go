@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/httpserve"
 	"github.com/ztpd/ztpd/internal/safepath"
 	"github.com/ztpd/ztpd/ztp/content"
 )
@@ -421,29 +422,10 @@ func (m *MetadataRunner) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: m.Handler, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: m.Handler}
 	if m.Log != nil {
 		srv.ErrorLog = slog.NewLogLogger(m.Log.Handler(), slog.LevelWarn)
 		m.Log.Info("listening", "listener", "metadata", "addr", ln.Addr().String())
 	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-	}
-	grace := m.Grace
-	if grace <= 0 {
-		grace = 5 * time.Second
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		srv.Close()
-	}
-	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return httpserve.Serve(ctx, srv, ln, m.Grace)
 }
