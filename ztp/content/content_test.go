@@ -60,7 +60,7 @@ func newEnv(t *testing.T, join JoinProvider, defaultProfile string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := profile.Load([]string{"../../examples/profiles"})
+	set, err := profile.Load([]string{"../profiles"})
 	if err != nil {
 		t.Fatal(err)
 	}

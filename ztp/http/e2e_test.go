@@ -16,7 +16,7 @@ import (
 	imagestore "github.com/ztpd/ztpd/images/store"
 	"github.com/ztpd/ztpd/internal/boltstore"
 	"github.com/ztpd/ztpd/internal/core"
-	"github.com/ztpd/ztpd/ztp/e2etest"
+	"github.com/ztpd/ztpd/testenv/e2etest"
 )
 
 // switchSim is what a SONiC switch knows about itself while ZTP runs.

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/ztpd/ztpd/ztp/e2etest"
+	"github.com/ztpd/ztpd/testenv/e2etest"
 )
 
 func TestMain(m *testing.M) {
