@@ -1,0 +1,28 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// FuzzLoadValidate feeds arbitrary YAML through Load and Validate: bad
+// input must give an error, never a panic.
+func FuzzLoadValidate(f *testing.F) {
+	f.Add([]byte("http:\n  addr: 127.0.0.1:8080\n"))
+	f.Add([]byte("dhcp:\n  interfaces: [lo]\n  subnets:\n    - {name: a, subnet: 10.99.1.0/24, pools: [\"10.99.1.10-10.99.1.20\"], reservations: [{mac: \"02:00:00:00:00:01\", ip: 10.99.1.5}]}\n"))
+	f.Add([]byte("dhcp:\n  lease_time: 5s\n  ranges: [\"1-2\"]\n  options: {\"300\": x}\n"))
+	f.Add([]byte("joiner:\n  auto_approve: [{subnets: [bad], macs: [zz]}]\n"))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		path := filepath.Join(dir, "c.yaml")
+		if err := os.WriteFile(path, raw, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load(path)
+		if err != nil {
+			return
+		}
+		_ = c.Validate()
+	})
+}
