@@ -81,6 +81,10 @@ type TFTP struct {
 	SinglePort bool   `yaml:"single_port"`
 	// MaxBlockSize caps negotiated blksize; 0 derives MTU-32 from the interface.
 	MaxBlockSize int `yaml:"max_block_size"`
+	// Window is how many blocks are sent before waiting for their ACKs
+	// (0 or 1 = strict lock-step, RFC 1350). Clients need no option for it: they
+	// ack each block as it comes. Ignored in single-port mode.
+	Window int `yaml:"window"`
 }
 
 // ZTP tunes content serving.
@@ -142,7 +146,7 @@ func Default() Config {
 		Log:     Log{Level: "info", Format: "text"},
 		HTTP:    HTTP{Addr: "127.0.0.1:8080"},
 		API:     API{AuthFailuresPerMinute: 20, TLS: TLS{Enabled: true}}, // TLS on the API's own listener by default
-		TFTP:    TFTP{Addr: ":69"},
+		TFTP:    TFTP{Addr: ":69", Window: 8},
 		DHCP: DHCP{
 			LeaseTime:         Duration(time.Hour),
 			OfferHold:         Duration(30 * time.Second),
@@ -221,6 +225,9 @@ func (c *Config) Validate() error {
 	}
 	if c.TFTP.Enabled {
 		checkHostPort(&errs, "tftp.addr", c.TFTP.Addr, true)
+	}
+	if c.TFTP.Window < 0 || c.TFTP.Window > 60 {
+		errs.add("tftp.window", "%d is outside 0..60", c.TFTP.Window)
 	}
 	if c.TFTP.MaxBlockSize != 0 && (c.TFTP.MaxBlockSize < 8 || c.TFTP.MaxBlockSize > 65464) {
 		errs.add("tftp.max_block_size", "%d is outside 8..65464 (RFC 2348)", c.TFTP.MaxBlockSize)

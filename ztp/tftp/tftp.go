@@ -132,9 +132,14 @@ func (s *Server) Run(ctx context.Context) error {
 		srv.EnableSinglePort()
 	} else {
 		srv.SetBlockSize(blk)
+		// Blocks sent ahead of the ACKs (pin/tftp's anticipate mode). A
+		// lock-step client takes them in order as it acks; a lost block
+		// costs the same retransmit timeout as lock-step. Single-port mode
+		// stays lock-step: its shared socket serves many transfers.
+		srv.SetAnticipate(uint(s.cfg.Window))
 	}
 	s.log.Info("listening", "listener", "tftp", "addr", conn.LocalAddr().String(), "single_port", s.cfg.SinglePort,
-		"fast_path", fast, "max_blksize", blk)
+		"fast_path", fast, "max_blksize", blk, "window", s.cfg.Window)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(serveConn) }()
 	tick := time.NewTicker(time.Minute)
