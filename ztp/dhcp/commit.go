@@ -15,11 +15,14 @@ import (
 // runs the next one fills up, so the commit rate adapts to the load.
 
 const (
-	// lazyFlush bounds how long device and event records wait.
-	lazyFlush = 250 * time.Millisecond
-	// smallRecords: up to this many pending device or event records ride
-	// along with an ACK's commit.
-	smallRecords = 64
+	// lazyFlush bounds how long device and event records wait when no ACK
+	// triggers a commit.
+	lazyFlush = 100 * time.Millisecond
+	// deviceChunk and eventChunk bound the records one commit carries, so
+	// a backlog of new devices (scattered pages) never makes the ACKs of
+	// that commit wait long; the rest follow in the next commits.
+	deviceChunk = 192
+	eventChunk  = 512
 	// lastSeenEvery coalesces last_seen updates of a chatty client.
 	lastSeenEvery = time.Minute
 	// maxPendingAcks bounds ACKs waiting for a commit; beyond it REQUESTs
@@ -170,11 +173,10 @@ func (sn *snapshot) empty() bool {
 	return len(sn.leases) == 0 && len(sn.devs) == 0 && len(sn.events) == 0 && len(sn.acks) == 0
 }
 
-// take moves the pending changes into snap (reusing its slices). Device
-// and event records come along when all is set, or when few are pending:
-// under load they go in their own, larger commits (every lazyFlush) so
-// their scattered pages do not slow the commits ACKs wait for.
-func (s *Server) take(snap *snapshot, now time.Time, all bool) {
+// take moves the pending changes into snap (reusing its slices): every
+// dirty lease and waiting ACK, and the oldest device and event records up to
+// a chunk each. It reports whether records are left for another commit.
+func (s *Server) take(snap *snapshot, now time.Time) (more bool) {
 	snap.bindings, snap.leases = snap.bindings[:0], snap.leases[:0]
 	snap.devices, snap.devs, snap.states = snap.devices[:0], snap.devs[:0], snap.states[:0]
 	snap.events, snap.acks = snap.events[:0], snap.acks[:0]
@@ -186,6 +188,7 @@ func (s *Server) take(snap *snapshot, now time.Time, all bool) {
 		if b.unbound() {
 			continue
 		}
+		b.durable = time.Time{} // until this write is committed
 		snap.bindings = append(snap.bindings, b)
 		snap.leases = append(snap.leases, core.Lease{
 			IP: addrOf(b.ip).String(), MAC: macText([]byte(b.hw)), ClientID: clientIDText([]byte(b.clientID)),
@@ -195,9 +198,7 @@ func (s *Server) take(snap *snapshot, now time.Time, all bool) {
 	}
 	clear(s.dirty)
 	s.dirty = s.dirty[:0]
-	if all || len(s.devQueue) <= smallRecords && len(s.events) <= smallRecords {
-		s.takeRecords(snap, now)
-	}
+	s.takeRecords(snap, now)
 	for _, a := range s.acks {
 		b := a.b
 		if s.byIP[b.ip] != b || b.key != a.key || b.state != core.LeaseActive || b.expiry.Before(a.expiry) {
@@ -208,10 +209,12 @@ func (s *Server) take(snap *snapshot, now time.Time, all bool) {
 	}
 	clear(s.acks)
 	s.acks = s.acks[:0]
+	return len(s.devQueue) > 0 || len(s.events) > 0
 }
 
 func (s *Server) takeRecords(snap *snapshot, now time.Time) {
-	for _, dv := range s.devQueue {
+	n := min(len(s.devQueue), deviceChunk)
+	for _, dv := range s.devQueue[:n] {
 		dv.queued = false
 		dv.written = now
 		snap.devices = append(snap.devices, dv)
@@ -219,11 +222,17 @@ func (s *Server) takeRecords(snap *snapshot, now time.Time) {
 		snap.states = append(snap.states, dv.state)
 		dv.state = ""
 	}
-	clear(s.devQueue)
-	s.devQueue = s.devQueue[:0]
-	snap.events = append(snap.events, s.events...)
-	clear(s.events)
-	s.events = s.events[:0]
+	s.devQueue = dropFront(s.devQueue, n)
+	n = min(len(s.events), eventChunk)
+	snap.events = append(snap.events, s.events[:n]...)
+	s.events = dropFront(s.events, n)
+}
+
+// dropFront removes the first n elements, keeping the backing array.
+func dropFront[T any](q []T, n int) []T {
+	m := copy(q, q[n:])
+	clear(q[m:])
+	return q[:m]
 }
 
 // write stores snap in one transaction.
@@ -316,25 +325,43 @@ func (s *Server) commitLoop(ctx context.Context, done chan<- struct{}) {
 	w := &sender{}
 	var lastErr time.Time
 	for {
-		all := false
 		select {
 		case <-s.kick:
 		case <-tick.C:
-			all = true
 		case <-ctx.Done():
-			s.flush(snap, w, &lastErr, true)
+			for s.flush(snap, w, &lastErr) {
+			}
 			return
 		}
-		s.flush(snap, w, &lastErr, all)
+		if s.flush(snap, w, &lastErr) {
+			select { // records left: commit them next, after what is waiting
+			case s.kick <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 
-func (s *Server) flush(snap *snapshot, w *sender, lastErr *time.Time, all bool) {
+// committed records what snap made durable: the expiry of each active
+// lease not changed since (see cachedLease).
+func (s *Server) committed(snap *snapshot) {
 	s.mu.Lock()
-	s.take(snap, time.Now(), all)
+	defer s.mu.Unlock()
+	for i, b := range snap.bindings {
+		if !b.dirty && snap.leases[i].State == core.LeaseActive {
+			b.durable = snap.leases[i].Expiry
+		}
+	}
+}
+
+// flush commits one snapshot and sends its ACKs; it reports whether
+// records are left over.
+func (s *Server) flush(snap *snapshot, w *sender, lastErr *time.Time) bool {
+	s.mu.Lock()
+	more := s.take(snap, time.Now())
 	s.mu.Unlock()
 	if snap.empty() {
-		return
+		return false
 	}
 	err := s.store.Batch(snap.write)
 	if err != nil {
@@ -348,8 +375,9 @@ func (s *Server) flush(snap *snapshot, w *sender, lastErr *time.Time, all bool) 
 		s.mu.Lock()
 		s.restore(snap)
 		s.mu.Unlock()
-		return
+		return false
 	}
+	s.committed(snap)
 	now := time.Now()
 	if len(snap.acks) > 0 {
 		commitBatch.Observe(float64(len(snap.acks)))
@@ -360,4 +388,5 @@ func (s *Server) flush(snap *snapshot, w *sender, lastErr *time.Time, all bool) 
 		w.send(s, a.ifc, a.dst, a.pkt, msgAck)
 		a.pkt, a.b = nil, nil
 	}
+	return more
 }

@@ -36,7 +36,11 @@
 //     REBINDING) leaves the server only after a store transaction holding
 //     that lease (address, owner MAC and client id, an expiry no earlier than
 //     the ACK's) has been committed and fsynced. ACKs decided together share
-//     one commit (group commit); none waits for a timer.
+//     one commit (group commit); none waits for a timer. A REQUEST arriving
+//     while the client's committed lease is younger than a quarter of the
+//     lease time is answered with the time that lease has left, without a
+//     new write (the lease cache; the ACK still promises nothing that is not
+//     already durable).
 //   - OFFERs are not written: an offered address is held in memory for
 //     dhcp.offer_hold. After a restart the client's REQUEST is checked
 //     against the stored leases like any other.

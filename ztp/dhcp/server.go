@@ -198,6 +198,9 @@ func (s *Server) load(now time.Time) error {
 			}
 			b := &binding{ip: u32Addr(a), sn: sn, hw: string(hw), clientID: string(cid), hostname: l.Hostname,
 				state: l.State, start: l.Start, expiry: l.Expiry, reserved: l.Reserved}
+			if l.State == core.LeaseActive {
+				b.durable = l.Expiry
+			}
 			s.byIP[b.ip] = b
 			var key string
 			switch {

@@ -237,11 +237,12 @@ func FuzzHandle(f *testing.F) {
 		if x.commit {
 			snap := &snapshot{}
 			h.s.mu.Lock()
-			h.s.take(snap, x.now, true)
+			h.s.take(snap, x.now)
 			h.s.mu.Unlock()
 			if err := h.st.Batch(snap.write); err != nil {
 				t.Fatal(err)
 			}
+			h.s.committed(snap)
 		}
 	})
 }
