@@ -138,14 +138,8 @@ func (s *Server) event(x *exchange, typ, msg string, ip uint32) {
 	if len(s.events) >= maxPendingEvents {
 		return
 	}
-	e := eventRec{time: x.now, typ: typ, device: s.deviceID(x), msg: msg, subnet: x.sn.name, iface: x.ifc.name}
-	if ip != 0 {
-		e.ip = addrOf(ip).String()
-	}
-	if x.req.GIAddr != ([4]byte{}) {
-		e.relay = ip4String(x.req.GIAddr)
-	}
-	s.events = append(s.events, e)
+	s.events = append(s.events, eventRec{time: x.now, typ: typ, device: s.deviceID(x), msg: msg,
+		subnet: x.sn.name, iface: x.ifc.name, ip: ip, relay: x.req.GIAddr})
 }
 
 // deviceID is the device ID of the exchange's client, shared with its
@@ -160,7 +154,7 @@ func (s *Server) deviceID(x *exchange) string {
 // snapshot is one commit's worth of changes, taken under Server.mu.
 type snapshot struct {
 	bindings []*binding
-	leases   []core.Lease
+	leases   []leaseRec
 	devices  []*device
 	devs     []core.Device
 	states   []core.DeviceState
@@ -190,11 +184,7 @@ func (s *Server) take(snap *snapshot, now time.Time) (more bool) {
 		}
 		b.durable = time.Time{} // until this write is committed
 		snap.bindings = append(snap.bindings, b)
-		snap.leases = append(snap.leases, core.Lease{
-			IP: addrOf(b.ip).String(), MAC: macText([]byte(b.hw)), ClientID: clientIDText([]byte(b.clientID)),
-			Hostname: b.hostname, Subnet: b.sn.name, State: b.state, Start: b.start, Expiry: b.expiry,
-			Reserved: b.reserved, UpdatedAt: now,
-		})
+		snap.leases = append(snap.leases, recOf(b, now))
 	}
 	clear(s.dirty)
 	s.dirty = s.dirty[:0]
@@ -240,7 +230,7 @@ func (snap *snapshot) write(tx core.Tx) error {
 	var err error
 	for i := range snap.leases {
 		snap.buf = appendLeaseJSON(snap.buf[:0], &snap.leases[i])
-		if err := tx.Put(core.BucketLeases, snap.leases[i].IP, json.RawMessage(snap.buf)); err != nil {
+		if err := tx.Put(core.BucketLeases, addrOf(snap.leases[i].ip).String(), json.RawMessage(snap.buf)); err != nil {
 			return err
 		}
 	}
@@ -348,8 +338,8 @@ func (s *Server) committed(snap *snapshot) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, b := range snap.bindings {
-		if !b.dirty && snap.leases[i].State == core.LeaseActive {
-			b.durable = snap.leases[i].Expiry
+		if !b.dirty && snap.leases[i].state == core.LeaseActive {
+			b.durable = snap.leases[i].expiry
 		}
 	}
 }

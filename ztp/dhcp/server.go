@@ -357,7 +357,6 @@ func (s *Server) LeaseByIP(ip netip.Addr) (core.Lease, bool) {
 	if b == nil || b.state != core.LeaseActive || !b.expiry.After(time.Now()) {
 		return core.Lease{}, false
 	}
-	return core.Lease{IP: ip.String(), MAC: macText([]byte(b.hw)), ClientID: clientIDText([]byte(b.clientID)),
-		Hostname: b.hostname, Subnet: b.sn.name, State: b.state, Start: b.start, Expiry: b.expiry,
-		Reserved: b.reserved}, true
+	r := recOf(b, time.Time{})
+	return r.lease(), true
 }
