@@ -18,11 +18,13 @@ const (
 	// lazyFlush bounds how long device and event records wait when no ACK
 	// triggers a commit.
 	lazyFlush = 100 * time.Millisecond
-	// deviceChunk and eventChunk bound the records one commit carries, so
-	// a backlog of new devices (scattered pages) never makes the ACKs of
-	// that commit wait long; the rest follow in the next commits.
-	deviceChunk = 192
-	eventChunk  = 512
+	// Records per commit: a new device dirties a page of its own (MACs are
+	// scattered keys), so commits that ACKs wait for carry few of them and
+	// the backlog drains in the commits that follow, bigger when no ACK is
+	// waiting. Events are appended in key order and cheap.
+	deviceChunkWithAcks = 32
+	deviceChunk         = 512
+	eventChunk          = 512
 	// lastSeenEvery coalesces last_seen updates of a chatty client.
 	lastSeenEvery = time.Minute
 	// maxPendingAcks bounds ACKs waiting for a commit; beyond it REQUESTs
@@ -188,7 +190,11 @@ func (s *Server) take(snap *snapshot, now time.Time) (more bool) {
 	}
 	clear(s.dirty)
 	s.dirty = s.dirty[:0]
-	s.takeRecords(snap, now)
+	devices := deviceChunk
+	if len(s.acks) > 0 {
+		devices = deviceChunkWithAcks
+	}
+	s.takeRecords(snap, now, devices)
 	for _, a := range s.acks {
 		b := a.b
 		if s.byIP[b.ip] != b || b.key != a.key || b.state != core.LeaseActive || b.expiry.Before(a.expiry) {
@@ -202,8 +208,8 @@ func (s *Server) take(snap *snapshot, now time.Time) (more bool) {
 	return len(s.devQueue) > 0 || len(s.events) > 0
 }
 
-func (s *Server) takeRecords(snap *snapshot, now time.Time) {
-	n := min(len(s.devQueue), deviceChunk)
+func (s *Server) takeRecords(snap *snapshot, now time.Time, devices int) {
+	n := min(len(s.devQueue), devices)
 	for _, dv := range s.devQueue[:n] {
 		dv.queued = false
 		dv.written = now
@@ -312,18 +318,17 @@ func (s *Server) commitLoop(ctx context.Context, done chan<- struct{}) {
 	snap := &snapshot{}
 	tick := time.NewTicker(lazyFlush)
 	defer tick.Stop()
-	w := &sender{}
 	var lastErr time.Time
 	for {
 		select {
 		case <-s.kick:
 		case <-tick.C:
 		case <-ctx.Done():
-			for s.flush(snap, w, &lastErr) {
+			for s.flush(snap, &lastErr) {
 			}
 			return
 		}
-		if s.flush(snap, w, &lastErr) {
+		if s.flush(snap, &lastErr) {
 			select { // records left: commit them next, after what is waiting
 			case s.kick <- struct{}{}:
 			default:
@@ -346,7 +351,7 @@ func (s *Server) committed(snap *snapshot) {
 
 // flush commits one snapshot and sends its ACKs; it reports whether
 // records are left over.
-func (s *Server) flush(snap *snapshot, w *sender, lastErr *time.Time) bool {
+func (s *Server) flush(snap *snapshot, lastErr *time.Time) bool {
 	s.mu.Lock()
 	more := s.take(snap, time.Now())
 	s.mu.Unlock()
@@ -371,12 +376,11 @@ func (s *Server) flush(snap *snapshot, w *sender, lastErr *time.Time) bool {
 	now := time.Now()
 	if len(snap.acks) > 0 {
 		commitBatch.Observe(float64(len(snap.acks)))
-	}
-	for i := range snap.acks {
-		a := &snap.acks[i]
-		commitSeconds.Observe(now.Sub(a.queued).Seconds())
-		w.send(s, a.ifc, a.dst, a.pkt, msgAck)
-		a.pkt, a.b = nil, nil
+		for i := range snap.acks {
+			commitSeconds.Observe(now.Sub(snap.acks[i].queued).Seconds())
+		}
+		s.pacer.push(snap.acks, now)
+		clear(snap.acks)
 	}
 	return more
 }

@@ -50,6 +50,7 @@ type Server struct {
 	ifaces    []*iface // set by Listen, read-only afterwards
 	listening bool
 	kick      chan struct{}
+	pacer     *pacer
 }
 
 var _ LeaseFinder = (*Server)(nil)
@@ -62,7 +63,7 @@ func New(cfg config.Config, st core.Store, log *slog.Logger) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg.DHCP, keepEvents: cfg.Events.Keep, store: st, log: log.With("component", "dhcp"),
-		byIP: map[uint32]*binding{}, devs: map[string]*device{}, kick: make(chan struct{}, 1),
+		byIP: map[uint32]*binding{}, devs: map[string]*device{}, kick: make(chan struct{}, 1), pacer: newPacer(),
 		workers: max(1, runtime.GOMAXPROCS(0)),
 	}
 	adv, err := netip.ParseAddr(cfg.AdvertiseAddr)
@@ -239,13 +240,20 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := s.Listen(); err != nil {
 		return err
 	}
+	// With one P (ztpd pinned to one CPU), the committer sitting in fsync
+	// holds it until the runtime's monitor notices, which can stall packet
+	// handling for milliseconds. A second P lets the workers run meanwhile.
+	if runtime.GOMAXPROCS(0) < 2 {
+		runtime.GOMAXPROCS(2)
+	}
 	s.mu.Lock()
 	s.sweep(time.Now())
 	s.mu.Unlock()
 
 	commitCtx, stopCommit := context.WithCancel(context.Background())
-	commitDone := make(chan struct{})
+	commitDone, stopPacer, pacerDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go s.commitLoop(commitCtx, commitDone)
+	go s.pacer.run(s, stopPacer, pacerDone)
 	sweepDone := make(chan struct{})
 	go s.sweepLoop(ctx, sweepDone)
 	var wg sync.WaitGroup
@@ -265,6 +273,8 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Wait()
 	stopCommit()
 	<-commitDone
+	close(stopPacer)
+	<-pacerDone
 	<-sweepDone
 	s.closeIfaces()
 	s.listening = false
