@@ -56,6 +56,17 @@
 // A failed commit (full disk, I/O error) sends no ACK; the changes are kept
 // and retried with the next commit, and the clients retry their REQUESTs.
 //
+// # Throughput
+//
+// Workers (GOMAXPROCS per interface) read, decide under one mutex and send
+// OFFERs at once. ACKs queue for the committer, which writes everything
+// pending in one store.Batch while the next batch fills, then hands the ACKs
+// to a pacer that spreads them over the next commit cycle: a relay or a
+// client sees a steady stream, not bursts that overflow its socket buffer.
+// Leases, devices and events are encoded without reflection (records.go);
+// device records, whose scattered keys cost a page write each, ride in small
+// chunks when ACKs wait and in large ones otherwise.
+//
 // # Sockets
 //
 // Each interface gets a UDP socket on 0.0.0.0:67 bound to the device (a
