@@ -319,10 +319,7 @@ func (s *Server) sweep(now time.Time) {
 		}
 	}
 	for _, sn := range s.subnets {
-		var size uint32
-		for _, p := range sn.pools {
-			size += p.size()
-		}
+		size := sn.poolSize()
 		poolSize.WithLabelValues(sn.name).Set(float64(size))
 		poolUsed.WithLabelValues(sn.name).Set(float64(used[sn]))
 		if size > 0 {

@@ -102,6 +102,12 @@ func New(cfg config.Config, st core.Store, log *slog.Logger) (*Server, error) {
 	if len(s.subnets) == 0 {
 		return nil, errors.New("dhcp: no subnet configured")
 	}
+	hint := 0
+	for _, sn := range s.subnets {
+		hint += sn.poolSize()
+	}
+	hint = min(hint, maxMapHint)
+	s.byIP, s.devs = make(map[uint32]*binding, hint), make(map[string]*device, hint)
 	return s, nil
 }
 
