@@ -26,13 +26,29 @@ FUZZTIME ?= 30s
 fuzz:
 	@for pkg in $$($(GO) list ./...); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
-	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg || exit 1; \
 	  done; done
 
 bench: bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm
 
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# Watch a simulated fleet onboard (root): 4 switches, 1 ONIE, 3 VMs, 2 clusters.
+lab: build
+	$(BIN) lab
+
+bench-storm:
+	bash bench/boot-storm.sh
+
+bench-iso: build
+	ZTPD=$(CURDIR)/$(BIN) bench/iso-build.sh
+
+bench-api: build
+	bash bench/api.sh
+
+bench-joins: build
+	bash bench/joins.sh
 
 clean:
 	rm -rf bin

@@ -25,6 +25,7 @@ type serveFlags struct {
 	dhcpRanges    []string
 	tftp          bool
 	tftpAddr      string
+	pprofAddr     string
 	grace         time.Duration
 }
 
@@ -94,6 +95,7 @@ Only one ztpd may use a data directory; a second one fails at once.`,
 	fl.StringArrayVar(&f.dhcpRanges, "dhcp-range", nil, "dynamic pool A-B inside a DHCP interface's subnet (repeatable)")
 	fl.BoolVar(&f.tftp, "tftp", false, "serve ZTP content over TFTP")
 	fl.StringVar(&f.tftpAddr, "tftp-addr", "", "TFTP listen address (default :69)")
+	fl.StringVar(&f.pprofAddr, "pprof-addr", "", "serve Go runtime profiles (net/http/pprof) here, e.g. 127.0.0.1:6060")
 	fl.DurationVar(&f.grace, "shutdown-grace", 10*time.Second, "how long to let in-flight requests finish on shutdown")
 	return cmd
 }
@@ -123,5 +125,8 @@ func applyServeFlags(cmd *cobra.Command, f *serveFlags, cfg *config.Config) {
 	}
 	if fl.Changed("tftp-addr") {
 		cfg.TFTP.Addr = f.tftpAddr
+	}
+	if fl.Changed("pprof-addr") {
+		cfg.Debug.PprofAddr = f.pprofAddr
 	}
 }

@@ -24,10 +24,12 @@ type versionInfo struct {
 }
 
 func newVersionCmd(opts *rootOptions) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print the ztpd version, build commit and store schema",
-		Args:  cobra.NoArgs,
+		Short: "Print the ztpd version; manage Kubernetes versions (add, list, enable, disable, delete)",
+		Long: `Without a subcommand, print the ztpd version, build commit and store schema.
+Its subcommands manage the Kubernetes versions clusters run; see "ztpd version add --help".`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			vi := versionInfo{Version: version, Go: runtime.Version(), Schema: boltstore.SchemaVersion}
 			if bi, ok := debug.ReadBuildInfo(); ok {
@@ -47,4 +49,6 @@ func newVersionCmd(opts *rootOptions) *cobra.Command {
 			})
 		},
 	}
+	cmd.AddCommand(newK8sVersionCmds(opts)...)
+	return cmd
 }

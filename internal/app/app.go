@@ -18,10 +18,18 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	imagestore "github.com/ztpd/ztpd/images/store"
+	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/boltstore"
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/profile"
+	"github.com/ztpd/ztpd/joiner"
+	"github.com/ztpd/ztpd/ztp/content"
 	"github.com/ztpd/ztpd/ztp/dhcp"
+	ztphttp "github.com/ztpd/ztpd/ztp/http"
+	ztptftp "github.com/ztpd/ztpd/ztp/tftp"
 )
 
 // AdminSocketName is the unix socket in the data directory through which CLI
@@ -40,6 +48,21 @@ type App struct {
 	Cfg   config.Config
 	Log   *slog.Logger
 	Store *boltstore.Store
+
+	// Images is the content-addressed artifact store.
+	Images *imagestore.Store
+
+	// ZTP renders per-device ZTP content for the HTTP and TFTP transports;
+	// wire the joiner with ZTP.SetJoinProvider.
+	ZTP *content.Service
+
+	// Clusters is the Kubernetes versions and clusters service; the joiner
+	// plugs in with Clusters.SetMembership. APIKeys holds API credentials.
+	Clusters *clusters.Service
+	APIKeys  *apikeys.Service
+
+	// Joiner owns cluster PKI, join credentials, admission and membership.
+	Joiner *joiner.Service
 
 	// HTTPMux is the ZTP content listener's router; transports mount on it.
 	HTTPMux *http.ServeMux
@@ -73,14 +96,54 @@ func (a *App) build() error {
 	a.HTTPMux.Handle("GET /metrics", promhttp.Handler())
 	a.AdminMux.HandleFunc("GET /admin/backup", a.adminBackup)
 	a.AdminMux.HandleFunc("GET /admin/status", a.healthz)
+	// DHCP binds privileged sockets, so only a serving process builds it.
 	if a.Cfg.DHCP.Enabled() {
-		srv, err := dhcp.New(a.Cfg, a.Store, a.Log)
+		a.OnStart(func() error {
+			srv, err := dhcp.New(a.Cfg, a.Store, a.Log)
+			if err != nil {
+				return err
+			}
+			a.AddRunner(srv)
+			return nil
+		})
+	}
+
+	images, err := imagestore.Open(a.Store, a.Cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	a.Images = images
+	a.mountImageAdmin()
+
+	// ZTP content over HTTP (and the cloud-init metadata listener) and TFTP.
+	// Profiles load at Start, so offline CLI commands do not depend on them.
+	ztp, err := content.New(content.Options{Store: a.Store, Images: a.Images, Log: a.Log,
+		AdvertiseAddr: a.Cfg.AdvertiseAddr, HTTPAddr: a.Cfg.HTTP.Addr, DefaultProfile: a.Cfg.ZTP.DefaultProfile,
+		FilesDir: filepath.Join(a.Cfg.DataDir, "files")})
+	if err != nil {
+		return err
+	}
+	a.ZTP = ztp
+	a.OnClose(ztp.Close)
+	a.OnStart(func() error {
+		set, err := profile.Load(a.Cfg.Profiles)
 		if err != nil {
 			return err
 		}
-		a.AddRunner(srv)
+		return ztp.SetProfiles(set)
+	})
+	zh := ztphttp.New(ztp, a.Log)
+	zh.Register(a.HTTPMux)
+	if a.Cfg.HTTP.MetadataAddr != "" {
+		a.AddRunner(&ztphttp.MetadataRunner{Addr: a.Cfg.HTTP.MetadataAddr, Handler: zh.MetadataHandler(), Log: a.Log})
 	}
-	return nil
+	if a.Cfg.TFTP.Enabled {
+		a.AddRunner(ztptftp.New(ztp, a.Cfg.TFTP, a.Log))
+	}
+	if err := a.buildAPI(); err != nil {
+		return err
+	}
+	return a.buildJoiner()
 }
 
 // Start does the one-time work of a serving process that offline CLI use
@@ -148,6 +211,9 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 		&httpRunner{name: "http", addr: a.Cfg.HTTP.Addr, handler: a.HTTPMux, log: a.Log, grace: grace},
 		&httpRunner{name: "admin", ln: admin, handler: a.AdminMux, log: a.Log, grace: grace},
 	}, a.runners...)
+	if a.Cfg.Debug.PprofAddr != "" {
+		runners = append(runners, &httpRunner{name: "pprof", addr: a.Cfg.Debug.PprofAddr, handler: pprofMux(), log: a.Log, grace: grace})
+	}
 	errc := make(chan error, len(runners))
 	var wg sync.WaitGroup
 	for _, r := range runners {

@@ -30,6 +30,14 @@ type Config struct {
 	Events        Events   `yaml:"events"`
 	Joiner        Joiner   `yaml:"joiner"`
 	Profiles      []string `yaml:"profiles"` // profile YAML files or directories
+	Debug         Debug    `yaml:"debug"`
+}
+
+// Debug holds diagnostics that are off by default.
+type Debug struct {
+	// PprofAddr serves net/http/pprof (CPU and heap profiles) on its own
+	// listener; keep it on loopback.
+	PprofAddr string `yaml:"pprof_addr"`
 }
 
 // Log selects the slog handler.
@@ -133,7 +141,7 @@ func Default() Config {
 		DataDir: "ztpd-data",
 		Log:     Log{Level: "info", Format: "text"},
 		HTTP:    HTTP{Addr: "127.0.0.1:8080"},
-		API:     API{AuthFailuresPerMinute: 20},
+		API:     API{AuthFailuresPerMinute: 20, TLS: TLS{Enabled: true}}, // TLS on the API's own listener by default
 		TFTP:    TFTP{Addr: ":69"},
 		DHCP: DHCP{
 			LeaseTime:         Duration(time.Hour),
@@ -207,6 +215,7 @@ func (c *Config) Validate() error {
 	checkHostPort(&errs, "http.addr", c.HTTP.Addr, true)
 	checkHostPort(&errs, "http.metadata_addr", c.HTTP.MetadataAddr, false)
 	checkHostPort(&errs, "api.addr", c.API.Addr, false)
+	checkHostPort(&errs, "debug.pprof_addr", c.Debug.PprofAddr, false)
 	if c.API.TLS.CertFile != "" && c.API.TLS.KeyFile == "" || c.API.TLS.CertFile == "" && c.API.TLS.KeyFile != "" {
 		errs.add("api.tls", "cert_file and key_file must be given together")
 	}

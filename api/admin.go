@@ -1,0 +1,196 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+
+	imagestore "github.com/ztpd/ztpd/images/store"
+	"github.com/ztpd/ztpd/internal/apikeys"
+	"github.com/ztpd/ztpd/internal/clusters"
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// ISOStore stores binaries ISOs (images/store satisfies it).
+type ISOStore interface {
+	Add(ctx context.Context, r io.Reader, m imagestore.Meta, wantSHA string) (core.Image, bool, error)
+	Remove(ref string) (core.Image, error)
+}
+
+// AdminDeps are what the local admin routes need.
+type AdminDeps struct {
+	Keys     *apikeys.Service
+	Clusters *clusters.Service
+	ISOs     ISOStore
+	// ISOBaseURL is where devices and CloudStack fetch ISOs, e.g.
+	// http://10.99.0.1:8080/isos/ (the ZTP HTTP listener serves PathISOs).
+	ISOBaseURL string
+}
+
+// NewKeyResult is the answer to an API key creation: the only time the
+// secret is shown.
+type NewKeyResult struct {
+	apikeys.Info
+	SecretKey string `json:"secret_key"`
+}
+
+// VersionAddResult is the answer to a local "version add": what a real
+// CloudStack's addKubernetesSupportedVersion needs (url and checksum).
+type VersionAddResult struct {
+	Version  core.Version `json:"version"`
+	Image    core.Image   `json:"image"`
+	URL      string       `json:"url"`
+	Checksum string       `json:"checksum"` // CloudStack form: {SHA-256}<hex>
+}
+
+// MountAdmin registers local admin operations on the admin socket's mux.
+// The socket's file mode is their access control, so they act as admin.
+func MountAdmin(mux *http.ServeMux, d AdminDeps) {
+	mux.HandleFunc("POST /admin/apikeys", func(w http.ResponseWriter, r *http.Request) {
+		role, err := apikeys.ParseRole(r.URL.Query().Get("role"))
+		if err != nil {
+			adminError(w, http.StatusBadRequest, err)
+			return
+		}
+		info, secret, err := d.Keys.Create(r.URL.Query().Get("name"), role)
+		if err != nil {
+			adminError(w, http.StatusBadRequest, err)
+			return
+		}
+		adminJSON(w, http.StatusCreated, NewKeyResult{Info: info, SecretKey: secret})
+	})
+	mux.HandleFunc("GET /admin/apikeys", func(w http.ResponseWriter, r *http.Request) {
+		list, err := d.Keys.List()
+		if err != nil {
+			adminError(w, http.StatusInternalServerError, err)
+			return
+		}
+		adminJSON(w, http.StatusOK, list)
+	})
+	mux.HandleFunc("DELETE /admin/apikeys/{key}", func(w http.ResponseWriter, r *http.Request) {
+		info, err := d.Keys.Revoke(r.PathValue("key"))
+		if err != nil {
+			code := http.StatusBadRequest
+			if errors.Is(err, core.ErrNotFound) {
+				code = http.StatusNotFound
+			}
+			adminError(w, code, err)
+			return
+		}
+		adminJSON(w, http.StatusOK, info)
+	})
+	mux.HandleFunc("POST /admin/versions", func(w http.ResponseWriter, r *http.Request) {
+		res, err := addVersionFromISO(r.Context(), d, r)
+		if err != nil {
+			code := http.StatusBadRequest
+			switch clusters.KindOf(err) {
+			case clusters.KindConflict:
+				code = http.StatusConflict
+			case clusters.KindInternal:
+				code = http.StatusInternalServerError
+			}
+			adminError(w, code, err)
+			return
+		}
+		adminJSON(w, http.StatusCreated, res)
+	})
+}
+
+// addVersionFromISO stores the uploaded ISO as <name>.iso (kind
+// binaries-iso) and registers the Kubernetes version that points at it.
+func addVersionFromISO(ctx context.Context, d AdminDeps, r *http.Request) (VersionAddResult, error) {
+	q := r.URL.Query()
+	sv, err := clusters.ParseSemVer(q.Get("semver"))
+	if err != nil {
+		return VersionAddResult{}, &clusters.Error{Kind: clusters.KindInvalid, Msg: err.Error()}
+	}
+	min, _ := clusters.ParseSemVer(clusters.MinVersion)
+	if sv.Compare(min) < 0 {
+		return VersionAddResult{}, &clusters.Error{Kind: clusters.KindInvalid, Msg: fmt.Sprintf("Kubernetes %s is older than the minimum %s", sv, clusters.MinVersion)}
+	}
+	name := q.Get("name")
+	if name == "" {
+		name = "v" + sv.String()
+	}
+	var minCPU, minMem int
+	if v := q.Get("min_cpu"); v != "" {
+		if minCPU, err = strconv.Atoi(v); err != nil {
+			return VersionAddResult{}, &clusters.Error{Kind: clusters.KindInvalid, Msg: "min_cpu is not a number"}
+		}
+	}
+	if v := q.Get("min_memory_mb"); v != "" {
+		if minMem, err = strconv.Atoi(v); err != nil {
+			return VersionAddResult{}, &clusters.Error{Kind: clusters.KindInvalid, Msg: "min_memory_mb is not a number"}
+		}
+	}
+	isoName := name + ".iso"
+	im, existed, err := d.ISOs.Add(ctx, r.Body, imagestore.Meta{Name: isoName, Kind: imagestore.KindBinariesISO, Version: sv.String()}, q.Get("sha256"))
+	if err != nil {
+		return VersionAddResult{}, &clusters.Error{Kind: clusters.KindInvalid, Msg: err.Error(), Err: err}
+	}
+	res := VersionAddResult{Image: im, URL: d.ISOBaseURL + isoName, Checksum: "{SHA-256}" + im.SHA256}
+	v, err := d.Clusters.AddVersion(ctx, clusters.LocalAdmin, clusters.VersionSpec{Name: name, SemVer: sv.String(),
+		URL: res.URL, Checksum: res.Checksum, MinCPU: minCPU, MinMemoryMB: minMem, ImageID: im.SHA256, ISOName: isoName})
+	if err != nil {
+		if !existed {
+			_, _ = d.ISOs.Remove(im.SHA256) // do not keep an ISO no version uses
+		}
+		return VersionAddResult{}, err
+	}
+	res.Version = v
+	return res, nil
+}
+
+func adminJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func adminError(w http.ResponseWriter, code int, err error) {
+	adminJSON(w, code, map[string]string{"error": err.Error()})
+}
+
+// ISOBaseURL is the URL prefix ISOs are served under on the ZTP HTTP
+// listener: http://<advertise or listen host>:<port>/isos/.
+func ISOBaseURL(advertise, httpAddr string) string {
+	host, port, err := net.SplitHostPort(httpAddr)
+	if err != nil {
+		host, port = httpAddr, "80"
+	}
+	if advertise != "" {
+		host = advertise
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + core.PathISOs
+}
+
+// Bootstrap creates the first admin API key when the store has none and
+// prints it once to out (standard output: unlike the log, it is not kept).
+// Only the API key, never the secret, is logged.
+func Bootstrap(keys *apikeys.Service, out io.Writer, log *slog.Logger) error {
+	info, secret, created, err := keys.Bootstrap()
+	if err != nil || !created {
+		return err
+	}
+	fmt.Fprintf(out, `
+ztpd: created the first admin API key. The secret is shown only this once; store it now.
+  api key:    %s
+  secret key: %s
+  for the CLI: export ZTPD_API_KEY=%s ZTPD_SECRET_KEY=<secret key>
+  lost it? run "ztpd apikey create --role admin" on this host.
+
+`, info.APIKey, secret, info.APIKey)
+	log.Info("bootstrap admin API key created", "api_key", info.APIKey)
+	return nil
+}

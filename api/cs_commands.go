@@ -1,0 +1,642 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/clusters"
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// csTime formats times as CloudStack does (yyyy-MM-dd'T'HH:mm:ssZ).
+func csTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02T15:04:05-0700")
+}
+
+const (
+	javaUserK8s  = "org.apache.cloudstack.api.command.user.kubernetes."
+	javaAdminK8s = "org.apache.cloudstack.api.command.admin.kubernetes."
+)
+
+var clusterFields = []string{"id", "name", "description", "zoneid", "zonename", "kubernetesversionid",
+	"kubernetesversionname", "serviceofferingid", "serviceofferingname", "size", "controlnodes", "masternodes",
+	"cpunumber", "memory", "state", "endpoint", "keypair", "networkid", "virtualmachines", "ipaddress",
+	"created", "autoscalingenabled", "minsize", "maxsize", "clustertype"}
+
+var versionFields = []string{"id", "name", "semanticversion", "isoid", "isoname", "isostate", "isourl", "zoneid",
+	"zonename", "state", "mincpunumber", "minmemory", "supportsha", "supportsautoscaling", "directdownload", "created"}
+
+var asyncFields = []string{"jobid"}
+
+func (s *Server) commandTable() map[string]*command {
+	page := []paramDef{{"page", "integer", false, "page number, from 1"}, {"pagesize", "integer", false, "items per page (-1: all)"}}
+	idParam := paramDef{"id", "uuid", true, "the ID of the Kubernetes cluster"}
+	cmds := []*command{
+		{Name: "addKubernetesSupportedVersion", Desc: "Add a supported Kubernetes version", Admin: true,
+			JavaClass: javaAdminK8s + "version.AddKubernetesSupportedVersionCmd",
+			Params: []paramDef{
+				{"semanticversion", "string", true, "the semantic version of the Kubernetes version, e.g. 1.31.4"},
+				{"name", "string", false, "the name of the version (default v<semanticversion>)"},
+				{"url", "string", false, "the URL of the binaries ISO (required)"},
+				{"checksum", "string", false, "the checksum of the binaries ISO, e.g. {SHA-256}<hex>"},
+				{"mincpunumber", "integer", false, "minimum vCPUs per node (>= 2)"},
+				{"minmemory", "integer", false, "minimum memory per node in MiB (>= 2048)"},
+				{"zoneid", "uuid", false, "the zone the version is for"},
+				{"directdownload", "boolean", false, "ignored: ztpd serves ISOs itself"},
+			}, Response: versionFields, run: (*Server).csAddVersion},
+		{Name: "deleteKubernetesSupportedVersion", Desc: "Delete a Kubernetes version", Admin: true, Async: true,
+			JavaClass: javaAdminK8s + "version.DeleteKubernetesSupportedVersionCmd",
+			Params: []paramDef{{"id", "uuid", true, "the ID of the Kubernetes version"},
+				{"deleteiso", "boolean", false, "also delete the binaries ISO from the image store"}},
+			Response: asyncFields, run: (*Server).csDeleteVersion},
+		{Name: "updateKubernetesSupportedVersion", Desc: "Enable or disable a Kubernetes version", Admin: true,
+			JavaClass: javaAdminK8s + "version.UpdateKubernetesSupportedVersionCmd",
+			Params: []paramDef{{"id", "uuid", true, "the ID of the Kubernetes version"},
+				{"state", "string", true, "Enabled or Disabled"}},
+			Response: versionFields, run: (*Server).csUpdateVersion},
+		{Name: "listKubernetesSupportedVersions", Desc: "List supported Kubernetes versions",
+			JavaClass: javaUserK8s + "version.ListKubernetesSupportedVersionsCmd",
+			Params: append([]paramDef{{"id", "uuid", false, "the ID of the version"}, {"keyword", "string", false, "part of the name"},
+				{"zoneid", "uuid", false, "versions available in this zone"},
+				{"minimumsemanticversion", "string", false, "at least this version"},
+				{"minimumkubernetesversionid", "uuid", false, "at least this version's semantic version"}}, page...),
+			Response: versionFields, run: (*Server).csListVersions},
+		{Name: "createKubernetesCluster", Desc: "Create a Kubernetes cluster", Async: true,
+			JavaClass: javaUserK8s + "cluster.CreateKubernetesClusterCmd",
+			Params: []paramDef{
+				{"name", "string", true, "the cluster name"},
+				{"description", "string", false, "the cluster description"},
+				{"zoneid", "uuid", true, "the zone (listZones)"},
+				{"kubernetesversionid", "uuid", true, "the Kubernetes version"},
+				{"serviceofferingid", "uuid", true, "the node service offering (listServiceOfferings)"},
+				{"size", "long", true, "the number of worker nodes"},
+				{"controlnodes", "long", false, "the number of control-plane nodes (default 1; > 1 needs 1.16.0+)"},
+				{"masternodes", "long", false, "alias of controlnodes"},
+				{"keypair", "string", false, "SSH key pair name"},
+				{"networkid", "uuid", false, "network ID (recorded)"},
+				{"externalloadbalanceripaddress", "string", false, "external load balancer address for HA clusters"},
+				{"noderootdisksize", "long", false, "node root disk size in GiB (recorded)"},
+				{"joinmethod", "string", false, "ztpd: kubeadm (default), k3s or sonic"},
+			}, Response: append([]string{"id"}, asyncFields...), run: (*Server).csCreateCluster},
+		{Name: "startKubernetesCluster", Desc: "Start a stopped Kubernetes cluster (or recover one in Alert)", Async: true,
+			JavaClass: javaUserK8s + "cluster.StartKubernetesClusterCmd",
+			Params:    []paramDef{idParam}, Response: asyncFields, run: (*Server).csStartCluster},
+		{Name: "stopKubernetesCluster", Desc: "Stop a running Kubernetes cluster", Async: true,
+			JavaClass: javaUserK8s + "cluster.StopKubernetesClusterCmd",
+			Params:    []paramDef{idParam}, Response: asyncFields, run: (*Server).csStopCluster},
+		{Name: "deleteKubernetesCluster", Desc: "Delete a Kubernetes cluster", Async: true,
+			JavaClass: javaUserK8s + "cluster.DeleteKubernetesClusterCmd",
+			Params:    []paramDef{idParam, {"cleanup", "boolean", false, "ignored"}, {"expunge", "boolean", false, "ignored"}},
+			Response:  asyncFields, run: (*Server).csDeleteCluster},
+		{Name: "scaleKubernetesCluster", Desc: "Scale a created, running or stopped Kubernetes cluster", Async: true,
+			JavaClass: javaUserK8s + "cluster.ScaleKubernetesClusterCmd",
+			Params: []paramDef{idParam, {"size", "long", false, "the new number of worker nodes"},
+				{"serviceofferingid", "uuid", false, "a new, not smaller, service offering"},
+				{"autoscalingenabled", "boolean", false, "not supported (must be false)"},
+				{"minsize", "long", false, "not supported"}, {"maxsize", "long", false, "not supported"}},
+			Response: asyncFields, run: (*Server).csScaleCluster},
+		{Name: "upgradeKubernetesCluster", Desc: "Upgrade a running Kubernetes cluster", Async: true,
+			JavaClass: javaUserK8s + "cluster.UpgradeKubernetesClusterCmd",
+			Params:    []paramDef{idParam, {"kubernetesversionid", "uuid", true, "the version to upgrade to"}},
+			Response:  asyncFields, run: (*Server).csUpgradeCluster},
+		{Name: "listKubernetesClusters", Desc: "List Kubernetes clusters",
+			JavaClass: javaUserK8s + "cluster.ListKubernetesClustersCmd",
+			Params: append([]paramDef{{"id", "uuid", false, "the cluster ID"}, {"name", "string", false, "the cluster name"},
+				{"state", "string", false, "the cluster state"}, {"keyword", "string", false, "part of name or description"},
+				{"listall", "boolean", false, "ignored: every key sees every cluster"}}, page...),
+			Response: clusterFields, run: (*Server).csListClusters},
+		{Name: "getKubernetesClusterConfig", Desc: "Get the kubeconfig of a Kubernetes cluster",
+			JavaClass: javaUserK8s + "cluster.GetKubernetesClusterConfigCmd",
+			Params:    []paramDef{idParam}, Response: []string{"id", "name", "configdata"}, run: (*Server).csClusterConfig},
+		{Name: "queryAsyncJobResult", Desc: "Get the status and result of an asynchronous job",
+			JavaClass: "org.apache.cloudstack.api.command.user.job.QueryAsyncJobResultCmd",
+			Params:    []paramDef{{"jobid", "uuid", true, "the job ID"}},
+			Response: []string{"jobid", "jobstatus", "jobprocstatus", "jobresultcode", "jobresulttype", "jobresult",
+				"jobinstancetype", "jobinstanceid", "cmd", "created", "completed", "userid", "accountid"},
+			run: (*Server).csQueryJob},
+		{Name: "listZones", Desc: "List availability zones (ztpd has one)",
+			JavaClass: "org.apache.cloudstack.api.command.user.zone.ListZonesCmd",
+			Params: append([]paramDef{{"id", "uuid", false, "the zone ID"}, {"name", "string", false, "the zone name"},
+				{"keyword", "string", false, "part of the name"}, {"available", "boolean", false, "ignored"}}, page...),
+			Response: []string{"id", "name", "allocationstate", "networktype"}, run: (*Server).csListZones},
+		{Name: "listServiceOfferings", Desc: "List the node service offerings",
+			JavaClass: "org.apache.cloudstack.api.command.user.offering.ListServiceOfferingsCmd",
+			Params: append([]paramDef{{"id", "uuid", false, "the offering ID"}, {"name", "string", false, "the offering name"},
+				{"keyword", "string", false, "part of the name"}}, page...),
+			Response: []string{"id", "name", "displaytext", "cpunumber", "cpuspeed", "memory"}, run: (*Server).csListOfferings},
+		{Name: "listCapabilities", Desc: "List the capabilities of this API",
+			JavaClass: "org.apache.cloudstack.api.command.user.config.ListCapabilitiesCmd",
+			Response:  []string{"cloudstackversion", "kubernetesserviceenabled"}, run: (*Server).csCapabilities},
+		{Name: "listApis", Desc: "List the APIs available to the caller",
+			JavaClass: "org.apache.cloudstack.api.command.user.discovery.ListApisCmd",
+			Params:    []paramDef{{"name", "string", false, "one API by name"}},
+			Response:  []string{"name", "description", "isasync", "params", "response"}, run: (*Server).csListApis},
+	}
+	m := make(map[string]*command, len(cmds))
+	for _, c := range cmds {
+		m[strings.ToLower(c.Name)] = c
+	}
+	return m
+}
+
+// ---- object renderers ----
+
+type csVM struct {
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	DisplayName string `json:"displayname"`
+	Hostname    string `json:"hostname,omitempty"`
+	State       string `json:"state"`
+	IPAddress   string `json:"ipaddress,omitempty"`
+	ZoneID      string `json:"zoneid"`
+	ZoneName    string `json:"zonename"`
+	Created     string `json:"created,omitempty"`
+	// ztpd extensions: the membership as the joiner sees it.
+	ZTPDRole  string `json:"ztpdrole"`
+	ZTPDState string `json:"ztpdstate"`
+}
+
+type csCluster struct {
+	ID                    string `json:"id"`
+	Name                  string `json:"name"`
+	Description           string `json:"description"`
+	ZoneID                string `json:"zoneid"`
+	ZoneName              string `json:"zonename"`
+	KubernetesVersionID   string `json:"kubernetesversionid"`
+	KubernetesVersionName string `json:"kubernetesversionname"`
+	ServiceOfferingID     string `json:"serviceofferingid"`
+	ServiceOfferingName   string `json:"serviceofferingname"`
+	Size                  int    `json:"size"`
+	ControlNodes          int    `json:"controlnodes"`
+	MasterNodes           int    `json:"masternodes"`
+	CPUNumber             string `json:"cpunumber"`
+	Memory                string `json:"memory"`
+	State                 string `json:"state"`
+	Endpoint              string `json:"endpoint"`
+	Keypair               string `json:"keypair"`
+	NetworkID             string `json:"networkid"`
+	VirtualMachines       []csVM `json:"virtualmachines"`
+	IPAddress             string `json:"ipaddress"`
+	Created               string `json:"created"`
+	AutoscalingEnabled    bool   `json:"autoscalingenabled"`
+	MinSize               int    `json:"minsize"`
+	MaxSize               int    `json:"maxsize"`
+	ClusterType           string `json:"clustertype"`
+}
+
+// vmState maps a membership state to the VM state CloudStack clients know.
+func vmState(s core.DeviceState) string {
+	switch s {
+	case core.StateJoined:
+		return "Running"
+	case core.StateLeaving:
+		return "Stopping"
+	case core.StateFailed:
+		return "Error"
+	case core.StateLeft:
+		return "Stopped"
+	}
+	return "Starting"
+}
+
+func renderCluster(v clusters.ClusterView) csCluster {
+	c := v.Cluster
+	endpoint, ip := v.Endpoint()
+	out := csCluster{ID: c.ID, Name: c.Name, Description: c.Description, ZoneID: v.Zone.ID, ZoneName: v.Zone.Name,
+		KubernetesVersionID: c.VersionID, KubernetesVersionName: v.Version.Name,
+		ServiceOfferingID: c.ServiceOfferingID, ServiceOfferingName: v.Offering.Name,
+		Size: c.Size, ControlNodes: c.ControlNodes, MasterNodes: c.ControlNodes,
+		CPUNumber: fmt.Sprint(v.Cores()), Memory: fmt.Sprint(v.MemoryMB()), State: string(c.State),
+		Endpoint: endpoint, Keypair: c.Keypair, NetworkID: c.NetworkID, IPAddress: ip,
+		Created: csTime(c.Created), ClusterType: "CloudManaged", VirtualMachines: make([]csVM, 0, len(v.Members))}
+	for _, m := range v.Members {
+		vm := csVM{ID: m.Membership.Device, Name: m.Membership.Device, DisplayName: m.Membership.Device,
+			State: vmState(m.State), ZoneID: v.Zone.ID, ZoneName: v.Zone.Name, Created: csTime(m.Created),
+			ZTPDRole: m.Role, ZTPDState: string(m.State)}
+		if d := m.Device; d != nil {
+			vm.IPAddress = d.IP
+			if d.Hostname != "" {
+				vm.Name, vm.DisplayName, vm.Hostname = d.Hostname, d.Hostname, d.Hostname
+			}
+		}
+		out.VirtualMachines = append(out.VirtualMachines, vm)
+	}
+	return out
+}
+
+type csVersion struct {
+	ID                  string `json:"id"`
+	Name                string `json:"name"`
+	SemanticVersion     string `json:"semanticversion"`
+	ISOID               string `json:"isoid"`
+	ISOName             string `json:"isoname"`
+	ISOState            string `json:"isostate"`
+	ISOURL              string `json:"isourl"`
+	ZoneID              string `json:"zoneid,omitempty"`
+	ZoneName            string `json:"zonename,omitempty"`
+	State               string `json:"state"`
+	MinCPUNumber        int    `json:"mincpunumber"`
+	MinMemory           int    `json:"minmemory"`
+	SupportsHA          bool   `json:"supportsha"`
+	SupportsAutoscaling bool   `json:"supportsautoscaling"`
+	DirectDownload      bool   `json:"directdownload"`
+	Created             string `json:"created"`
+}
+
+func (s *Server) renderVersion(v core.Version) csVersion {
+	out := csVersion{ID: v.ID, Name: v.Name, SemanticVersion: v.SemVer, ISOID: v.ImageID, ISOName: v.ISOName,
+		ISOState: "Ready", ISOURL: v.ISOURL, State: v.State, MinCPUNumber: v.MinCPU, MinMemory: v.MinMemoryMB,
+		SupportsHA: clusters.SupportsHA(v.SemVer), SupportsAutoscaling: clusters.SupportsAutoscaling(v.SemVer),
+		Created: csTime(v.Created)}
+	if out.ISOName == "" {
+		out.ISOName = v.Name + "-Kubernetes-Binaries-ISO"
+	}
+	if v.ZoneID != "" {
+		z := s.clusters.Zone()
+		out.ZoneID, out.ZoneName = z.ID, z.Name
+	}
+	return out
+}
+
+// ---- versions ----
+
+func (s *Server) csAddVersion(r *csRequest) (any, *csError) {
+	cpu, e := r.integer("mincpunumber", 0)
+	if e != nil {
+		return nil, e
+	}
+	mem, e := r.integer("minmemory", 0)
+	if e != nil {
+		return nil, e
+	}
+	spec := clusters.VersionSpec{Name: r.str("name"), SemVer: r.str("semanticversion"), URL: r.str("url"),
+		Checksum: r.str("checksum"), MinCPU: cpu, MinMemoryMB: mem, ZoneID: r.str("zoneid")}
+	v, err := s.clusters.AddVersion(r.ctx, r.caller, spec)
+	if err != nil {
+		return nil, domainError(err)
+	}
+	return map[string]any{"kubernetessupportedversion": s.renderVersion(v)}, nil
+}
+
+func (s *Server) csUpdateVersion(r *csRequest) (any, *csError) {
+	v, err := s.clusters.SetVersionState(r.ctx, r.caller, r.str("id"), r.str("state"))
+	if err != nil {
+		return nil, domainError(err)
+	}
+	return map[string]any{"kubernetessupportedversion": s.renderVersion(v)}, nil
+}
+
+func (s *Server) csDeleteVersion(r *csRequest) (any, *csError) {
+	j, err := s.clusters.DeleteVersion(r.ctx, r.caller, r.str("id"), r.boolean("deleteiso"))
+	if err != nil {
+		return nil, domainError(err)
+	}
+	return map[string]string{"jobid": j.ID}, nil
+}
+
+func (s *Server) csListVersions(r *csRequest) (any, *csError) {
+	page, size, e := paging(r)
+	if e != nil {
+		return nil, e
+	}
+	f := clusters.VersionFilter{ID: r.str("id"), Keyword: r.str("keyword"), ZoneID: r.str("zoneid"), MinSemVer: r.str("minimumsemanticversion")}
+	if id := r.str("minimumkubernetesversionid"); id != "" {
+		if f.MinSemVer != "" {
+			return nil, &csError{code: csParamError, cscode: csInvalidValue, text: "Both parameters minimumsemanticversion and minimumkubernetesversionid can not be passed together"}
+		}
+		mv, err := s.clusters.GetVersion(r.ctx, id)
+		if err != nil {
+			return nil, &csError{code: csParamError, cscode: csInvalidValue, text: "Invalid minimumkubernetesversionid passed"}
+		}
+		f.MinSemVer = mv.SemVer
+	}
+	vs, err := s.clusters.ListVersions(r.ctx, f)
+	if err != nil {
+		return nil, domainError(err)
+	}
+	items := []csVersion{}
+	for _, v := range pageOf(vs, page, size) {
+		items = append(items, s.renderVersion(v))
+	}
+	return listBody("kubernetessupportedversion", len(vs), items), nil
+}
+
+// ---- clusters ----
+
+func (s *Server) csCreateCluster(r *csRequest) (any, *csError) {
+	size, e := r.integer("size", 0)
+	if e != nil {
+		return nil, e
+	}
+	control, e := r.integer("controlnodes", 0)
+	if e != nil {
+		return nil, e
+	}
+	if control == 0 {
+		if control, e = r.integer("masternodes", 1); e != nil {
+			return nil, e
+		}
+	}
+	disk, e := r.integer("noderootdisksize", 0)
+	if e != nil {
+		return nil, e
+	}
+	spec := clusters.ClusterSpec{Name: r.str("name"), Description: r.str("description"), ZoneID: r.str("zoneid"),
+		VersionID: r.str("kubernetesversionid"), ServiceOfferingID: r.str("serviceofferingid"), Size: size,
+		ControlNodes: control, Keypair: r.str("keypair"), NetworkID: r.str("networkid"),
+		ExternalLBIP: r.str("externalloadbalanceripaddress"), NodeRootDiskSize: int64(disk), JoinMethod: r.str("joinmethod")}
+	c, j, err := s.clusters.CreateCluster(r.ctx, r.caller, spec)
+	if err != nil {
+		return nil, domainError(err)
+	}
+	return map[string]string{"id": c.ID, "jobid": j.ID}, nil
+}
+
+func asyncJob(j clusters.Job, err error) (any, *csError) {
+	if err != nil {
+		return nil, domainError(err)
+	}
+	return map[string]string{"jobid": j.ID}, nil
+}
+
+func (s *Server) csStartCluster(r *csRequest) (any, *csError) {
+	return asyncJob(s.clusters.StartCluster(r.ctx, r.caller, r.str("id")))
+}
+
+func (s *Server) csStopCluster(r *csRequest) (any, *csError) {
+	return asyncJob(s.clusters.StopCluster(r.ctx, r.caller, r.str("id")))
+}
+
+func (s *Server) csDeleteCluster(r *csRequest) (any, *csError) {
+	return asyncJob(s.clusters.DeleteCluster(r.ctx, r.caller, r.str("id")))
+}
+
+func (s *Server) csScaleCluster(r *csRequest) (any, *csError) {
+	if r.boolean("autoscalingenabled") {
+		return nil, &csError{code: csParamError, cscode: csInvalidValue, text: "Autoscaling is not supported by ztpd: devices join by provisioning, not by VM deployment"}
+	}
+	size, e := r.integer("size", 0)
+	if e != nil {
+		return nil, e
+	}
+	if r.has("size") && size < 1 {
+		return nil, &csError{code: csParamError, cscode: csInvalidValue, text: fmt.Sprintf("Kubernetes cluster ID: %s cannot be scaled for size, %d", r.str("id"), size)}
+	}
+	return asyncJob(s.clusters.ScaleCluster(r.ctx, r.caller, r.str("id"), size, r.str("serviceofferingid")))
+}
+
+func (s *Server) csUpgradeCluster(r *csRequest) (any, *csError) {
+	return asyncJob(s.clusters.UpgradeCluster(r.ctx, r.caller, r.str("id"), r.str("kubernetesversionid")))
+}
+
+func (s *Server) csListClusters(r *csRequest) (any, *csError) {
+	page, size, e := paging(r)
+	if e != nil {
+		return nil, e
+	}
+	f := clusters.ClusterFilter{ID: r.str("id"), Name: r.str("name"), State: r.str("state"), Keyword: r.str("keyword")}
+	views, total, err := s.clusters.ListClusters(r.ctx, f, page, size)
+	if err != nil {
+		return nil, domainError(err)
+	}
+	items := make([]json.RawMessage, 0, len(views))
+	for _, v := range views {
+		b, err := s.renders.get(v)
+		if err != nil {
+			return nil, domainError(err)
+		}
+		items = append(items, b)
+	}
+	if total == 0 {
+		return struct{}{}, nil
+	}
+	// Assembled by hand: the items are already valid JSON, and encoding a
+	// []json.RawMessage would re-scan every byte of them.
+	buf := make([]byte, 0, 64+len(items)*4096)
+	buf = append(buf, `{"count":`...)
+	buf = strconv.AppendInt(buf, int64(total), 10)
+	buf = append(buf, `,"kubernetescluster":[`...)
+	for i, it := range items {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, it...)
+	}
+	buf = append(buf, "]}"...)
+	return rawJSON(buf), nil
+}
+
+// rawJSON is a pre-encoded response body (see csWriteOK).
+type rawJSON []byte
+
+// renderCache keeps each cluster's encoded kubernetescluster object by the
+// view's fingerprint, which changes with any record the view was built
+// from; listing unchanged clusters then costs no JSON encoding.
+type renderCache struct {
+	mu sync.Mutex
+	m  map[string]renderEntry
+}
+
+type renderEntry struct {
+	fp   uint64
+	json []byte
+}
+
+func (rc *renderCache) get(v clusters.ClusterView) ([]byte, error) {
+	if v.Fingerprint == 0 {
+		return json.Marshal(renderCluster(v))
+	}
+	rc.mu.Lock()
+	e, ok := rc.m[v.Cluster.ID]
+	rc.mu.Unlock()
+	if ok && e.fp == v.Fingerprint {
+		return e.json, nil
+	}
+	b, err := json.Marshal(renderCluster(v))
+	if err != nil {
+		return nil, err
+	}
+	rc.mu.Lock()
+	if rc.m == nil || len(rc.m) > 10000 {
+		rc.m = map[string]renderEntry{}
+	}
+	rc.m[v.Cluster.ID] = renderEntry{fp: v.Fingerprint, json: b}
+	rc.mu.Unlock()
+	return b, nil
+}
+
+func (s *Server) csClusterConfig(r *csRequest) (any, *csError) {
+	c, cfg, err := s.clusters.Kubeconfig(r.ctx, r.str("id"))
+	if err != nil {
+		return nil, domainError(err)
+	}
+	return map[string]any{"clusterconfig": map[string]string{"id": c.ID, "name": c.Name, "configdata": string(cfg)}}, nil
+}
+
+// ---- async jobs ----
+
+type csJob struct {
+	AccountID       string          `json:"accountid"`
+	UserID          string          `json:"userid"`
+	Cmd             string          `json:"cmd"`
+	JobStatus       int             `json:"jobstatus"`
+	JobProcStatus   int             `json:"jobprocstatus"`
+	JobResultCode   int             `json:"jobresultcode"`
+	JobResultType   string          `json:"jobresulttype"`
+	JobResult       json.RawMessage `json:"jobresult,omitempty"`
+	JobInstanceType string          `json:"jobinstancetype"`
+	JobInstanceID   string          `json:"jobinstanceid"`
+	Created         string          `json:"created"`
+	Completed       string          `json:"completed,omitempty"`
+	JobID           string          `json:"jobid"`
+}
+
+func (s *Server) csQueryJob(r *csRequest) (any, *csError) {
+	j, err := s.clusters.GetJob(r.ctx, r.caller, r.str("jobid"))
+	if err != nil {
+		return nil, domainError(err)
+	}
+	out := csJob{AccountID: j.Owner, UserID: j.Owner, JobStatus: int(j.Status), JobResultType: "object",
+		JobInstanceType: j.InstanceType, JobInstanceID: j.InstanceID, Created: csTime(j.Created),
+		Completed: csTime(j.Completed), JobID: j.ID, Cmd: j.Command}
+	if c := s.commands[strings.ToLower(j.Command)]; c != nil {
+		out.Cmd = c.JavaClass
+	}
+	var result any
+	switch j.Status {
+	case clusters.JobSucceeded:
+		switch {
+		case j.Success:
+			result = map[string]any{"success": true, "displaytext": successText(j.Command)}
+		case j.Cluster != nil:
+			v, err := s.clusters.View(r.ctx, *j.Cluster)
+			if err != nil {
+				return nil, domainError(err)
+			}
+			result = map[string]any{"kubernetescluster": renderCluster(v)}
+		default:
+			result = map[string]any{"success": true}
+		}
+	case clusters.JobFailed:
+		e := domainError(&clusters.Error{Kind: j.ErrorKind, Msg: j.Error})
+		out.JobResultCode = e.code
+		result = map[string]any{"errorcode": e.code, "errortext": j.Error}
+	}
+	if result != nil {
+		raw, _ := json.Marshal(result)
+		out.JobResult = raw
+	}
+	return out, nil
+}
+
+func successText(command string) string {
+	switch command {
+	case "stopKubernetesCluster":
+		return "Kubernetes cluster stopped"
+	case "deleteKubernetesCluster":
+		return "Kubernetes cluster deleted"
+	case "deleteKubernetesSupportedVersion":
+		return "Kubernetes version deleted"
+	}
+	return "done"
+}
+
+// ---- discovery ----
+
+func (s *Server) csListZones(r *csRequest) (any, *csError) {
+	z := s.clusters.Zone()
+	match := (!r.has("id") || r.str("id") == z.ID) && (!r.has("name") || strings.EqualFold(r.str("name"), z.Name)) &&
+		(!r.has("keyword") || strings.Contains(z.Name, strings.ToLower(r.str("keyword"))))
+	if !match {
+		return listBody("zone", 0, nil), nil
+	}
+	zone := map[string]any{"id": z.ID, "name": z.Name, "description": "ztpd appliance", "allocationstate": "Enabled",
+		"networktype": "Advanced", "localstorageenabled": false, "securitygroupsenabled": false, "type": "Core"}
+	return listBody("zone", 1, []any{zone}), nil
+}
+
+func (s *Server) csListOfferings(r *csRequest) (any, *csError) {
+	page, size, e := paging(r)
+	if e != nil {
+		return nil, e
+	}
+	var items []map[string]any
+	for _, o := range clusters.Offerings {
+		if r.has("id") && r.str("id") != o.ID || r.has("name") && r.str("name") != o.Name ||
+			r.has("keyword") && !strings.Contains(o.Name, strings.ToLower(r.str("keyword"))) {
+			continue
+		}
+		items = append(items, map[string]any{"id": o.ID, "name": o.Name, "displaytext": o.DisplayText,
+			"cpunumber": o.CPU, "cpuspeed": o.CPUSpeedMHz, "memory": o.MemoryMB, "iscustomized": false,
+			"offerha": false, "storagetype": "shared", "issystem": false, "state": "Active"})
+	}
+	return listBody("serviceoffering", len(items), pageOf(items, page, size)), nil
+}
+
+func (s *Server) csCapabilities(r *csRequest) (any, *csError) {
+	return map[string]any{"capability": map[string]any{
+		"cloudstackversion": "4.20.0 (ztpd)", "kubernetesserviceenabled": true,
+		"kubernetesclusterexperimentalfeaturesenabled": false, "apilimitinterval": 0, "apilimitmax": 0,
+		"allowusercreateprojects": false, "userpublictemplateenabled": false,
+	}}, nil
+}
+
+type csAPIParam struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Type        string `json:"type"`
+	Required    bool   `json:"required"`
+	Length      int    `json:"length"`
+	Since       string `json:"since,omitempty"`
+}
+
+type csAPIResponse struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Type        string `json:"type"`
+}
+
+type csAPI struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	IsAsync     bool            `json:"isasync"`
+	Since       string          `json:"since"`
+	Type        string          `json:"type"`
+	Related     string          `json:"related"`
+	Params      []csAPIParam    `json:"params"`
+	Response    []csAPIResponse `json:"response"`
+}
+
+func (s *Server) csListApis(r *csRequest) (any, *csError) {
+	var out []csAPI
+	for _, c := range s.commands {
+		if c.Admin && !r.cred.IsAdmin() {
+			continue
+		}
+		if r.has("name") && !strings.EqualFold(r.str("name"), c.Name) {
+			continue
+		}
+		a := csAPI{Name: c.Name, Description: c.Desc, IsAsync: c.Async, Since: "4.14.0", Type: "object",
+			Params: []csAPIParam{}, Response: []csAPIResponse{}}
+		for _, p := range c.Params {
+			a.Params = append(a.Params, csAPIParam{Name: p.Name, Description: p.Desc, Type: p.Type, Required: p.Required, Length: 255})
+		}
+		for _, f := range c.Response {
+			a.Response = append(a.Response, csAPIResponse{Name: f, Description: f, Type: "string"})
+		}
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	if r.has("name") && len(out) == 0 {
+		return nil, &csError{code: csParamError, cscode: csInvalidValue, text: fmt.Sprintf("API with name %s either does not exist or is not available for the caller", r.str("name"))}
+	}
+	return listBody("api", len(out), out), nil
+}

@@ -1,0 +1,154 @@
+// Package api is ztpd's API front end (gin): the CloudStack-compatible
+// endpoint /client/api and the REST API /api/v1/, both thin adapters over
+// the clusters domain service and the store, authenticated with API keys.
+//
+// Authentication:
+//   - /client/api: CloudStack request signing (package signing), including
+//     signatureversion=3 with expires. Errors are CloudStack's: HTTP 401 with
+//     errortext "unable to verify user credentials and/or request signature".
+//   - /api/v1/: the header
+//     Authorization: ZTPD-HMAC-SHA1 apikey=<key>, expires=<RFC3339>, signature=<b64>
+//     signed with the same algorithm over the query, method, path, expiry and
+//     body digest; or, over TLS only, "Authorization: Bearer <key>:<secret>",
+//     checked against the secret's stored hash.
+//
+// Failed authentications are counted per client address; past
+// auth_failures_per_minute the address gets 429 until its budget refills.
+// Failures are logged with address, API key and reason, never a signature
+// or secret.
+//
+// Roles: admin may do everything; user may manage clusters, read versions,
+// devices, leases, images, events and its own jobs. Version management,
+// device approval, tokens and API keys are admin only.
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/ztpd/ztpd/internal/apikeys"
+	"github.com/ztpd/ztpd/internal/clusters"
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+var (
+	requestsTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "ztpd_api_requests_total", Help: "API requests by API, operation and HTTP status.",
+	}, []string{"api", "op", "code"})
+	requestSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "ztpd_api_request_seconds", Help: "API request latency.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+	}, []string{"api"})
+	authFailures = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "ztpd_api_auth_failures_total", Help: "Failed API authentications by outcome.",
+	}, []string{"api", "outcome"})
+)
+
+// ImageLister lists the artifact store (images/store satisfies it).
+type ImageLister interface {
+	List(kind string) ([]core.Image, error)
+}
+
+// Deps are what the API needs.
+type Deps struct {
+	Log      *slog.Logger
+	Store    core.Store
+	Clusters *clusters.Service
+	Keys     *apikeys.Service
+	Images   ImageLister
+	// AuthFailuresPerMinute bounds failed authentications per client
+	// address; 0 disables the limit.
+	AuthFailuresPerMinute int
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+}
+
+// Server is the API front end.
+type Server struct {
+	log      *slog.Logger
+	st       core.Store
+	clusters *clusters.Service
+	keys     *apikeys.Service
+	images   ImageLister
+	limiter  *failLimiter
+	now      func() time.Time
+	engine   *gin.Engine
+	commands map[string]*command
+	renders  renderCache
+}
+
+// New builds the API and its routes.
+func New(d Deps) *Server {
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	gin.SetMode(gin.ReleaseMode)
+	s := &Server{log: d.Log, st: d.Store, clusters: d.Clusters, keys: d.Keys, images: d.Images,
+		limiter: newFailLimiter(d.AuthFailuresPerMinute), now: d.Now}
+	s.commands = s.commandTable()
+	e := gin.New()
+	e.HandleMethodNotAllowed = true
+	e.Use(s.recoverAndObserve())
+	e.GET("/client/api", s.cloudStack)
+	e.POST("/client/api", s.cloudStack)
+	s.routeREST(e)
+	e.NoRoute(func(c *gin.Context) {
+		restError(c, http.StatusNotFound, "not_found", "no such API path: "+c.Request.URL.Path)
+	})
+	e.NoMethod(func(c *gin.Context) {
+		restError(c, http.StatusMethodNotAllowed, "method_not_allowed", c.Request.Method+" is not allowed on "+c.Request.URL.Path)
+	})
+	s.engine = e
+	return s
+}
+
+// Handler is the API as an http.Handler.
+func (s *Server) Handler() http.Handler { return s.engine }
+
+// Mount serves the API on mux (the ZTP HTTP listener's router).
+func (s *Server) Mount(mux *http.ServeMux) {
+	mux.Handle(core.PathCloudStackAPI, s.engine)
+	mux.Handle(core.PathAPI, s.engine)
+}
+
+// recoverAndObserve turns panics into 500s and records metrics and a debug
+// access log line. The query string is never logged: it carries signatures.
+func (s *Server) recoverAndObserve() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		start := time.Now()
+		defer func() {
+			if v := recover(); v != nil {
+				s.log.Error("API handler panic", "path", c.Request.URL.Path, "panic", v)
+				if !c.Writer.Written() {
+					restError(c, http.StatusInternalServerError, "internal", "internal error")
+				}
+			}
+			api := "rest"
+			if c.Request.URL.Path == core.PathCloudStackAPI {
+				api = "cloudstack"
+			}
+			op := c.GetString("op")
+			if op == "" {
+				op = c.FullPath()
+			}
+			code := c.Writer.Status()
+			requestsTotal.WithLabelValues(api, op, strconv.Itoa(code)).Inc()
+			requestSeconds.WithLabelValues(api).Observe(time.Since(start).Seconds())
+			if s.log.Enabled(context.Background(), slog.LevelDebug) {
+				s.log.Debug("api request", "method", c.Request.Method, "path", c.Request.URL.Path, "op", op,
+					"status", code, "client", clientIP(c.Request), "duration", time.Since(start))
+			}
+		}()
+		c.Next()
+	}
+}

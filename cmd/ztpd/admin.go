@@ -1,0 +1,59 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/ztpd/ztpd/internal/app"
+)
+
+// adminSession is a connection to the admin routes of a data directory: the
+// running server's socket, or the store opened in-process when none runs.
+type adminSession struct {
+	client *http.Client
+	close  func() error
+}
+
+func openAdmin(opts *rootOptions) (*adminSession, error) {
+	cfg, err := loadConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	c, closeFn, err := app.AdminClient(cfg, newLogger(cfg))
+	if err != nil {
+		return nil, err
+	}
+	return &adminSession{client: c, close: closeFn}, nil
+}
+
+// do sends a request and decodes a JSON answer into out (when not nil).
+func (s *adminSession) do(method, path string, body io.Reader, out any) error {
+	req, err := http.NewRequest(method, "http://ztpd"+path, body)
+	if err != nil {
+		return err
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(raw, &e) == nil && e.Error != "" {
+			return fmt.Errorf("%s", e.Error)
+		}
+		return app.AdminError(resp, raw)
+	}
+	if out != nil {
+		return json.Unmarshal(raw, out)
+	}
+	return nil
+}

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/app"
+	"github.com/ztpd/ztpd/internal/config"
+)
+
+// runCLI runs the ztpd command tree with args and returns its standard output.
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestAPICommandGroups drives apikey, version, cluster, device, lease and
+// token commands against a serving ztpd (HTTP listener and admin socket).
+func TestAPICommandGroups(t *testing.T) {
+	// No credentials from the environment or a cli.yaml of the user running the test.
+	for _, v := range []string{"ZTPD_API_URL", "ZTPD_API_KEY", "ZTPD_SECRET_KEY", "ZTPD_API_CA"} {
+		t.Setenv(v, "")
+	}
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	t.Setenv("HOME", t.TempDir())
+	dir := t.TempDir()
+	cfg := config.Default()
+	cfg.DataDir = dir
+	cfg.HTTP.Addr = freeAddr(t)
+	cfg.Log.Level = "error"
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	a, err := app.New(cfg, newLogger(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ctx, time.Second) }()
+	t.Cleanup(func() { cancel(); <-served; a.Close() })
+	base := "http://" + cfg.HTTP.Addr
+	for i := 0; ; i++ {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if _, err := os.Stat(filepath.Join(dir, app.AdminSocketName)); err == nil {
+				break
+			}
+		}
+		if i > 200 {
+			t.Fatal("server did not come up")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	dd := "--data-dir=" + dir
+	out, err := runCLI(t, dd, "apikey", "create", "--role", "admin", "--name", "ops", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key struct {
+		APIKey    string `json:"api_key"`
+		SecretKey string `json:"secret_key"`
+		Role      string `json:"role"`
+	}
+	if err := json.Unmarshal([]byte(out), &key); err != nil || key.SecretKey == "" || key.Role != "admin" {
+		t.Fatalf("apikey create: %q %v", out, err)
+	}
+	conn := []string{dd, "--api-url", base, "--api-key", key.APIKey, "--secret-key", key.SecretKey, "-o", "json"}
+	cli := func(args ...string) (string, error) {
+		t.Helper()
+		return runCLI(t, append(append([]string{}, args...), conn...)...)
+	}
+	mustCLI := func(v any, args ...string) {
+		t.Helper()
+		out, err := cli(args...)
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		if v != nil {
+			if err := json.Unmarshal([]byte(out), v); err != nil {
+				t.Fatalf("%v: output %q: %v", args, out, err)
+			}
+		}
+	}
+
+	// version add --iso: stored in the image store, URL and checksum printed.
+	iso := filepath.Join(t.TempDir(), "k8s.iso")
+	if err := os.WriteFile(iso, []byte(strings.Repeat("CD001", 4096)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var added struct {
+		Version struct {
+			Name  string `json:"name"`
+			State string `json:"state"`
+		} `json:"version"`
+		URL      string `json:"url"`
+		Checksum string `json:"checksum"`
+	}
+	mustCLI(&added, "version", "add", "--iso", iso, "--semver", "1.31.4")
+	if !strings.HasSuffix(added.URL, "/isos/v1.31.4.iso") || !strings.HasPrefix(added.Checksum, "{SHA-256}") || added.Version.Name != "v1.31.4" || added.Version.State != "Enabled" {
+		t.Fatalf("version add --iso: %+v", added)
+	}
+	if _, err := cli("version", "add", "--iso", iso, "--semver", "1.9.0"); err == nil || !strings.Contains(err.Error(), "minimum") {
+		t.Fatalf("old version accepted: %v", err)
+	}
+	mustCLI(nil, "version", "add", "--semver", "1.32.0", "--url", "http://10.99.0.1:8080/isos/v1.32.0.iso")
+	var versions []map[string]any
+	mustCLI(&versions, "version", "list")
+	if len(versions) != 2 {
+		t.Fatalf("version list: %v", versions)
+	}
+
+	// Cluster lifecycle.
+	var c csCluster
+	mustCLI(&c, "cluster", "create", "c1", "--version", "1.31.4", "--size", "2", "--control-nodes", "3")
+	if c.State != "Running" || c.Size != 2 || c.ControlNodes != 3 || c.CPUNumber != "10" {
+		t.Fatalf("cluster create: %+v", c)
+	}
+	var list []csCluster
+	mustCLI(&list, "cluster", "list")
+	if len(list) != 1 || list[0].Name != "c1" {
+		t.Fatalf("cluster list: %+v", list)
+	}
+	mustCLI(&c, "cluster", "scale", "c1", "--size", "4")
+	if c.Size != 4 {
+		t.Fatalf("scale: %+v", c)
+	}
+	mustCLI(&c, "cluster", "upgrade", "c1", "--version", "v1.32.0")
+	if c.KubernetesVersionName != "v1.32.0" {
+		t.Fatalf("upgrade: %+v", c)
+	}
+	if _, err := cli("cluster", "upgrade", "c1", "--version", "1.31.4"); err == nil || !strings.Contains(err.Error(), "downgraded") {
+		t.Fatalf("downgrade: %v", err)
+	}
+	mustCLI(nil, "cluster", "stop", "c1")
+	mustCLI(&c, "cluster", "show", "c1")
+	if c.State != "Stopped" {
+		t.Fatalf("after stop: %s", c.State)
+	}
+	mustCLI(&c, "cluster", "start", "c1")
+	if c.State != "Running" {
+		t.Fatalf("after start: %s", c.State)
+	}
+	// No control plane has joined yet, so the cluster has no endpoint to
+	// put into a kubeconfig.
+	if _, err := cli("cluster", "kubeconfig", "c1"); err == nil || !strings.Contains(err.Error(), "no API endpoint yet") || !strings.Contains(err.Error(), "530") {
+		t.Fatalf("kubeconfig before any control plane: %v", err)
+	}
+	var job map[string]string
+	mustCLI(&job, "cluster", "delete", "c1", "--no-wait")
+	if job["jobid"] == "" {
+		t.Fatalf("--no-wait: %v", job)
+	}
+
+	// REST-backed groups.
+	var devices, leases, tokens []any
+	mustCLI(&devices, "device", "list")
+	mustCLI(&leases, "lease", "list")
+	mustCLI(&tokens, "token", "list")
+	if devices == nil || leases == nil || tokens == nil {
+		t.Fatal("empty lists must print []")
+	}
+
+	// A user key may not manage versions; keys never list secrets.
+	out, err = runCLI(t, dd, "apikey", "create", "--role", "user", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var user struct {
+		APIKey    string `json:"api_key"`
+		SecretKey string `json:"secret_key"`
+	}
+	_ = json.Unmarshal([]byte(out), &user)
+	_, err = runCLI(t, dd, "--api-url", base, "--api-key", user.APIKey, "--secret-key", user.SecretKey,
+		"version", "add", "--semver", "1.33.0", "--url", "http://x/y.iso")
+	if err == nil || !strings.Contains(err.Error(), "error 432") {
+		t.Fatalf("user adds version: %v", err)
+	}
+	out, _ = runCLI(t, dd, "apikey", "list", "-o", "json")
+	if strings.Contains(out, key.SecretKey) || strings.Contains(out, user.SecretKey) || !strings.Contains(out, key.APIKey) {
+		t.Fatalf("apikey list: %s", out)
+	}
+	if _, err := runCLI(t, "cluster", "list", "--api-url", base); err == nil || !strings.Contains(err.Error(), "no API credentials") {
+		t.Fatalf("missing credentials: %v", err)
+	}
+}

@@ -1,0 +1,387 @@
+package main
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+	"golang.org/x/term"
+
+	"github.com/ztpd/ztpd/api/signing"
+)
+
+// apiFlags are the connection flags of the API command groups (cluster,
+// version, device, token, lease).
+type apiFlags struct {
+	url      string
+	key      string
+	secret   string
+	caFile   string
+	insecure bool
+	timeout  time.Duration
+	noWait   bool
+}
+
+const apiFlagsHelp = `
+Connection (flag, else environment, else ~/.config/ztpd/cli.yaml):
+  --api-url     ZTPD_API_URL     default: http://<http.addr>, or https://<api.addr>
+  --api-key     ZTPD_API_KEY
+  --secret-key  ZTPD_SECRET_KEY
+  --api-ca      ZTPD_API_CA      CA or certificate to trust; <data-dir>/api-tls/cert.pem
+                                 is trusted automatically for the local self-signed one
+cli.yaml holds the same keys: api_url, api_key, secret_key, api_ca, insecure.
+Requests are signed like CloudStack's (HMAC-SHA1, signatureversion 3, 5-minute expiry).`
+
+func addAPIFlags(cmd *cobra.Command, f *apiFlags) {
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&f.url, "api-url", "", "API base URL, e.g. https://10.99.0.1:8443 (env ZTPD_API_URL)")
+	pf.StringVar(&f.key, "api-key", "", "API key (env ZTPD_API_KEY)")
+	pf.StringVar(&f.secret, "secret-key", "", "secret key (env ZTPD_SECRET_KEY)")
+	pf.StringVar(&f.caFile, "api-ca", "", "PEM certificate or CA to trust for https (env ZTPD_API_CA)")
+	pf.BoolVar(&f.insecure, "insecure", false, "do not verify the server certificate")
+	pf.DurationVar(&f.timeout, "wait-timeout", 10*time.Minute, "how long to wait for asynchronous jobs")
+	pf.BoolVar(&f.noWait, "no-wait", false, "print the job ID instead of waiting for asynchronous jobs")
+	cmd.Long += "\n" + apiFlagsHelp
+}
+
+// cliFile is ~/.config/ztpd/cli.yaml.
+type cliFile struct {
+	APIURL    string `yaml:"api_url"`
+	APIKey    string `yaml:"api_key"`
+	SecretKey string `yaml:"secret_key"`
+	APICA     string `yaml:"api_ca"`
+	Insecure  bool   `yaml:"insecure"`
+}
+
+func readCLIFile() (cliFile, error) {
+	var f cliFile
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return f, nil
+	}
+	path := filepath.Join(dir, "ztpd", "cli.yaml")
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return f, nil
+	} else if err != nil {
+		return f, err
+	}
+	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
+		fmt.Fprintf(os.Stderr, "ztpd: warning: %s holds a secret key and is readable by others (chmod 600 it)\n", path)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return f, fmt.Errorf("%s: %w", path, err)
+	}
+	return f, nil
+}
+
+// apiClient talks to the ztpd API.
+type apiClient struct {
+	base   string // scheme://host:port
+	key    string
+	secret []byte
+	http   *http.Client
+	flags  *apiFlags
+	opts   *rootOptions
+}
+
+func firstOf(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func newAPIClient(opts *rootOptions, f *apiFlags) (*apiClient, error) {
+	if err := checkOutputFormat(opts); err != nil {
+		return nil, err
+	}
+	file, err := readCLIFile()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := loadConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	def := "http://" + cfg.HTTP.Addr
+	if cfg.API.Addr != "" {
+		scheme := "http"
+		if cfg.API.TLS.Enabled || cfg.API.TLS.CertFile != "" {
+			scheme = "https"
+		}
+		host := cfg.API.Addr
+		if strings.HasPrefix(host, ":") || strings.HasPrefix(host, "0.0.0.0:") {
+			host = "127.0.0.1:" + host[strings.LastIndexByte(host, ':')+1:]
+		}
+		def = scheme + "://" + host
+	}
+	c := &apiClient{flags: f, opts: opts,
+		base:   strings.TrimSuffix(strings.TrimSuffix(firstOf(f.url, os.Getenv("ZTPD_API_URL"), file.APIURL, def), "/"), "/client/api"),
+		key:    firstOf(f.key, os.Getenv("ZTPD_API_KEY"), file.APIKey),
+		secret: []byte(firstOf(f.secret, os.Getenv("ZTPD_SECRET_KEY"), file.SecretKey))}
+	if c.key == "" || len(c.secret) == 0 {
+		return nil, errors.New("no API credentials: pass --api-key and --secret-key, set ZTPD_API_KEY and ZTPD_SECRET_KEY, or write ~/.config/ztpd/cli.yaml (create a key with: ztpd apikey create --role admin)")
+	}
+	u, err := url.Parse(c.base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--api-url %q: use http(s)://host:port", c.base)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if u.Scheme == "https" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: f.insecure || file.Insecure}
+		ca := firstOf(f.caFile, os.Getenv("ZTPD_API_CA"), file.APICA)
+		if ca == "" {
+			if local := filepath.Join(cfg.DataDir, "api-tls", "cert.pem"); fileExists(local) {
+				ca = local
+			}
+		}
+		if ca != "" {
+			pem, err := os.ReadFile(ca)
+			if err != nil {
+				return nil, fmt.Errorf("--api-ca: %w", err)
+			}
+			pool, _ := x509.SystemCertPool()
+			if pool == nil {
+				pool = x509.NewCertPool()
+			}
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("--api-ca %s holds no PEM certificate", ca)
+			}
+			tc.RootCAs = pool
+		}
+		tr.TLSClientConfig = tc
+	}
+	c.http = &http.Client{Transport: tr, Timeout: time.Minute}
+	return c, nil
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// tlsHint adds what to do when the server's certificate is not trusted.
+func tlsHint(err error) error {
+	var ua x509.UnknownAuthorityError
+	var hn x509.HostnameError
+	if errors.As(err, &ua) || errors.As(err, &hn) {
+		return fmt.Errorf("%w (trust the server with --api-ca FILE, e.g. the server's <data-dir>/api-tls/cert.pem, or pass --data-dir on the server host)", err)
+	}
+	return err
+}
+
+// csError is a CloudStack error answer.
+type csError struct {
+	Code   int    `json:"errorcode"`
+	CSCode int    `json:"cserrorcode"`
+	Text   string `json:"errortext"`
+}
+
+func (e *csError) Error() string { return fmt.Sprintf("%s (error %d)", e.Text, e.Code) }
+
+// cs calls a CloudStack command and returns the envelope's inner object.
+func (c *apiClient) cs(command string, params url.Values) (map[string]json.RawMessage, error) {
+	if params == nil {
+		params = url.Values{}
+	}
+	params.Set("command", command)
+	params.Set("response", "json")
+	q := signing.SignQuery(params, c.key, c.secret, time.Now().Add(5*time.Minute))
+	req, err := http.NewRequest("POST", c.base+"/client/api", strings.NewReader(q))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", command, tlsHint(err))
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	var env map[string]map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &env); err != nil || len(env) != 1 {
+		return nil, fmt.Errorf("%s: HTTP %d, unexpected answer: %.200s", command, resp.StatusCode, raw)
+	}
+	for _, inner := range env {
+		if resp.StatusCode != http.StatusOK {
+			var e csError
+			if b, err := json.Marshal(inner); err == nil {
+				_ = json.Unmarshal(b, &e)
+			}
+			if e.Text == "" {
+				e = csError{Code: resp.StatusCode, Text: resp.Status}
+			}
+			return nil, fmt.Errorf("%s: %w", command, &e)
+		}
+		return inner, nil
+	}
+	return nil, nil
+}
+
+// list calls a list command and decodes its items (key: the object name).
+func (c *apiClient) list(command, key string, params url.Values, out any) error {
+	inner, err := c.cs(command, params)
+	if err != nil {
+		return err
+	}
+	raw := inner[key]
+	if len(raw) == 0 {
+		raw = json.RawMessage("[]")
+	}
+	return json.Unmarshal(raw, out)
+}
+
+// async starts an asynchronous command and waits for its job (unless
+// --no-wait), showing a spinner on a terminal. It returns the job result.
+func (c *apiClient) async(command string, params url.Values, what string) (json.RawMessage, string, error) {
+	inner, err := c.cs(command, params)
+	if err != nil {
+		return nil, "", err
+	}
+	var jobID string
+	_ = json.Unmarshal(inner["jobid"], &jobID)
+	if c.flags.noWait {
+		return nil, jobID, nil
+	}
+	var bar *progressbar.ProgressBar
+	if term.IsTerminal(int(os.Stderr.Fd())) && c.opts.output != "json" {
+		bar = progressbar.NewOptions(-1, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSpinnerType(14),
+			progressbar.OptionSetDescription(what), progressbar.OptionClearOnFinish())
+		defer bar.Finish()
+	}
+	deadline := time.Now().Add(c.flags.timeout)
+	for delay := 100 * time.Millisecond; ; delay = min(delay*2, 2*time.Second) {
+		j, err := c.cs("queryAsyncJobResult", url.Values{"jobid": {jobID}})
+		if err != nil {
+			return nil, jobID, err
+		}
+		var status int
+		_ = json.Unmarshal(j["jobstatus"], &status)
+		switch status {
+		case 1:
+			return j["jobresult"], jobID, nil
+		case 2:
+			var e csError
+			_ = json.Unmarshal(j["jobresult"], &e)
+			return nil, jobID, fmt.Errorf("%s job %s failed: %w", command, jobID, &e)
+		}
+		if time.Now().After(deadline) {
+			return nil, jobID, fmt.Errorf("%s job %s still running after %s; check later with the job ID", command, jobID, c.flags.timeout)
+		}
+		if bar != nil {
+			_ = bar.Add(1)
+		}
+		time.Sleep(delay)
+	}
+}
+
+// restErr is the REST API's error body.
+type restErr struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// rest calls the REST API with a signed Authorization header.
+func (c *apiClient) rest(method, path string, query url.Values, body, out any) error {
+	var raw []byte
+	if body != nil {
+		var err error
+		if raw, err = json.Marshal(body); err != nil {
+			return err
+		}
+	}
+	u := c.base + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, err := http.NewRequest(method, u, bytes.NewReader(raw))
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Authorization", signing.RESTAuthorization(method, req.URL.EscapedPath(), req.URL.Query(), raw, c.key, c.secret, time.Now().Add(5*time.Minute)))
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return tlsHint(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		var e restErr
+		if json.Unmarshal(data, &e) == nil && e.Error.Message != "" {
+			return fmt.Errorf("%s (%s, HTTP %d)", e.Error.Message, e.Error.Code, resp.StatusCode)
+		}
+		return fmt.Errorf("%s %s: HTTP %d: %.200s", method, path, resp.StatusCode, data)
+	}
+	if out != nil {
+		return json.Unmarshal(data, out)
+	}
+	return nil
+}
+
+// restAll follows next_cursor through every page of a REST list.
+func restAll[T any](c *apiClient, path string, query url.Values, max int) ([]T, error) {
+	var all []T
+	q := url.Values{}
+	for k, v := range query {
+		if len(v) > 0 && v[0] != "" {
+			q[k] = v
+		}
+	}
+	q.Set("limit", "1000")
+	for {
+		var p struct {
+			Items      []T    `json:"items"`
+			NextCursor string `json:"next_cursor"`
+		}
+		if err := c.rest("GET", path, q, nil, &p); err != nil {
+			return nil, err
+		}
+		all = append(all, p.Items...)
+		if p.NextCursor == "" || (max > 0 && len(all) >= max) {
+			break
+		}
+		q.Set("cursor", p.NextCursor)
+	}
+	if max > 0 && len(all) > max {
+		all = all[:max]
+	}
+	if all == nil {
+		all = []T{}
+	}
+	return all, nil
+}
+
+// printJob prints the job ID for --no-wait runs.
+func printJob(opts *rootOptions, command, jobID string) error {
+	return printResult(opts, os.Stdout, map[string]string{"jobid": jobID, "command": command}, func(tw *tabwriter.Writer) {
+		row(tw, "job", jobID)
+		row(tw, "note", "running in the background; ztpd records its outcome (queryAsyncJobResult)")
+	})
+}

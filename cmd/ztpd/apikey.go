@@ -1,0 +1,119 @@
+package main
+
+import (
+	"net/url"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ztpd/ztpd/api"
+	"github.com/ztpd/ztpd/internal/apikeys"
+)
+
+func init() { register(newAPIKeyCmd) }
+
+func newAPIKeyCmd(opts *rootOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "apikey",
+		Short: "Create, list and revoke API keys (local admin operation)",
+		Long: `API keys authenticate the CloudStack-compatible API and the REST API. A key
+is an API key (public) and a secret key, with a role:
+  admin  everything, including Kubernetes version management, device approval,
+         join tokens
+  user   clusters; reading versions, devices, leases, images and events
+
+These commands work on this host's data directory (through the running
+server's admin socket, or the store directly when no server runs); the
+socket's file mode is their access control. The secret is printed once, at
+creation. The server keeps it sealed with AES-256-GCM under
+<data-dir>/apikeys.key (HMAC verification needs the secret itself) plus a
+SHA-256 hash; it never appears in lists, events or logs.`,
+		Example: `  ztpd apikey create --role admin --name ops
+  ztpd apikey create --role user -o json
+  ztpd apikey list
+  ztpd apikey revoke Xk2...`,
+	}
+	var role, name string
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Create a key and print its secret (shown only this once)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutputFormat(opts); err != nil {
+				return err
+			}
+			s, err := openAdmin(opts)
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			var res api.NewKeyResult
+			if err := s.do("POST", "/admin/apikeys?"+url.Values{"role": {role}, "name": {name}}.Encode(), nil, &res); err != nil {
+				return err
+			}
+			return printResult(opts, os.Stdout, res, func(tw *tabwriter.Writer) {
+				row(tw, "api key", res.APIKey)
+				row(tw, "secret key", res.SecretKey)
+				row(tw, "role", res.Role)
+				if res.Name != "" {
+					row(tw, "name", res.Name)
+				}
+				row(tw, "note", "the secret is not shown again; use: export ZTPD_API_KEY=<api key> ZTPD_SECRET_KEY=<secret key>")
+			})
+		},
+	}
+	create.Flags().StringVar(&role, "role", "", "admin or user (required)")
+	create.Flags().StringVar(&name, "name", "", "a label for the key, e.g. who uses it")
+	_ = create.MarkFlagRequired("role")
+
+	list := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List keys (never their secrets)",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutputFormat(opts); err != nil {
+				return err
+			}
+			s, err := openAdmin(opts)
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			var keys []apikeys.Info
+			if err := s.do("GET", "/admin/apikeys", nil, &keys); err != nil {
+				return err
+			}
+			return printResult(opts, os.Stdout, keys, func(tw *tabwriter.Writer) {
+				row(tw, "API KEY", "ROLE", "NAME", "CREATED")
+				for _, k := range keys {
+					row(tw, k.APIKey, k.Role, dash(k.Name), k.Created.Format(time.RFC3339))
+				}
+			})
+		},
+	}
+	revoke := &cobra.Command{
+		Use:   "revoke APIKEY",
+		Short: "Revoke a key (the last admin key cannot be revoked)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutputFormat(opts); err != nil {
+				return err
+			}
+			s, err := openAdmin(opts)
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			var k apikeys.Info
+			if err := s.do("DELETE", "/admin/apikeys/"+url.PathEscape(args[0]), nil, &k); err != nil {
+				return err
+			}
+			return printResult(opts, os.Stdout, k, func(tw *tabwriter.Writer) { row(tw, "revoked", k.APIKey, k.Role) })
+		},
+	}
+	cmd.AddCommand(create, list, revoke)
+	return cmd
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ztpd/ztpd/internal/app"
+	"github.com/ztpd/ztpd/internal/config"
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/joiner"
+)
+
+// TestClusterKubeconfigAndDeviceApproveCLI drives the real binary on a data
+// directory holding a cluster whose first control plane has joined, and
+// checks the kubeconfig with the real kubectl.
+func TestClusterKubeconfigAndDeviceApproveCLI(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("kubectl not installed")
+	}
+	bin := buildZtpd(t)
+	data := filepath.Join(t.TempDir(), "data")
+	cfg := config.Default()
+	cfg.DataDir = data
+	cfg.HTTP.Addr = "127.0.0.1:8080"
+	a, err := app.New(cfg, app.NewLogger(io.Discard, "error", "text"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	j := a.Joiner
+	if _, err := j.CreateCluster(ctx, joiner.ClusterSpec{Name: "prod", Size: 2, KubernetesVersion: "1.31.2"}); err != nil {
+		t.Fatal(err)
+	}
+	// The first control plane is approved by MAC, joins, and reports back.
+	cp := "02:00:00:00:00:01"
+	if _, err := j.Approve(ctx, mustDevice(t, a, cp), ""); err != nil {
+		t.Fatal(err)
+	}
+	sec, _ := j.Enroll(ctx, joiner.EnrollRequest{Cluster: "prod", MAC: cp})
+	b, err := j.Join(ctx, joiner.JoinRequest{Enrollment: sec.Reveal(), MAC: cp, RemoteIP: "10.99.1.10"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Report(ctx, b.ReportToken(), joiner.ReportJoined, ""); err != nil {
+		t.Fatal(err)
+	}
+	// A worker without approval waits.
+	w := "02:00:00:00:00:02"
+	mustDevice(t, a, w)
+	sec, _ = j.Enroll(ctx, joiner.EnrollRequest{Cluster: "prod", MAC: w})
+	if _, err := j.Join(ctx, joiner.JoinRequest{Enrollment: sec.Reveal(), MAC: w, RemoteIP: "10.99.1.11"}); err == nil {
+		t.Fatal("unapproved worker joined")
+	}
+	a.Close()
+
+	kc := filepath.Join(t.TempDir(), "prod.kubeconfig")
+	if out, err := exec.Command(bin, "--data-dir", data, "cluster", "kubeconfig", "prod", "-f", kc).CombinedOutput(); err != nil {
+		t.Fatalf("cluster kubeconfig: %v\n%s", err, out)
+	}
+	if fi, err := os.Stat(kc); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("kubeconfig file: %v %v", fi, err)
+	}
+	out, err := exec.Command(kubectl, "config", "view", "--raw", "--kubeconfig", kc,
+		"-o", "jsonpath={.clusters[0].cluster.server} {.users[0].name} {.current-context}").CombinedOutput()
+	if err != nil || string(out) != "https://10.99.1.10:6443 kubernetes-admin kubernetes-admin@prod" {
+		t.Fatalf("kubectl: %v %q", err, out)
+	}
+
+	out, err = exec.Command(bin, "--data-dir", data, "-o", "json", "device", "approve", w).CombinedOutput()
+	if err != nil {
+		t.Fatalf("device approve: %v\n%s", err, out)
+	}
+	var d core.Device
+	if err := json.Unmarshal(out, &d); err != nil || !d.Approved || d.ID != w {
+		t.Fatalf("approve output %s", out)
+	}
+	out, err = exec.Command(bin, "--data-dir", data, "cluster", "members", "prod").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), cp) || !strings.Contains(string(out), "joined") {
+		t.Fatalf("members: %v\n%s", err, out)
+	}
+	out, _ = exec.Command(bin, "--data-dir", data, "cluster", "kubeconfig", "nosuch").CombinedOutput()
+	if !strings.Contains(string(out), "nosuch") {
+		t.Fatalf("unknown cluster error: %s", out)
+	}
+
+	// The running server mounts the device-facing join routes.
+	s := startServe(t, bin, data)
+	resp, err := http.Get("http://" + s.addr + joiner.PluginPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(string(body), "#!/usr/bin/env python3") {
+		t.Fatalf("plugin: %d", resp.StatusCode)
+	}
+	resp, err = http.Post("http://"+s.addr+"/join", "application/json", strings.NewReader(`{"enrollment":"ztpe1.aaaaaaaaaaaa.bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb","mac":"02:00:00:00:00:09"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("join with an unknown secret: %d", resp.StatusCode)
+	}
+	// With the server running, the CLI goes through its admin socket.
+	if out, err := exec.Command(bin, "--data-dir", data, "cluster", "kubeconfig", "prod").CombinedOutput(); err != nil || !strings.Contains(string(out), "client-key-data") {
+		t.Fatalf("kubeconfig through the socket: %v\n%.200s", err, out)
+	}
+}
+
+func mustDevice(t *testing.T, a *app.App, mac string) string {
+	t.Helper()
+	err := a.Store.Update(func(tx core.Tx) error {
+		return core.PutDevice(tx, core.Device{ID: mac, MAC: mac, Kind: core.KindVM, State: core.StateLeased})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mac
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/app"
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// Operators on the appliance itself need no API key for the commands that
+// touch credentials: without API credentials, `cluster kubeconfig`,
+// `cluster members` and `device approve` go through the admin socket of the
+// data directory (mode 0600, so root only) instead of the signed API.
+
+// apiCredentialsGiven reports whether the API client would have a key.
+func apiCredentialsGiven(f *apiFlags) bool {
+	file, _ := readCLIFile()
+	return firstOf(f.key, os.Getenv("ZTPD_API_KEY"), file.APIKey) != ""
+}
+
+func localKubeconfig(opts *rootOptions, ref, file string) error {
+	s, err := openAdmin(opts)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	raw, err := adminRaw(s, "GET", "/admin/clusters/"+url.PathEscape(ref)+"/kubeconfig")
+	if err != nil {
+		return fmt.Errorf("cluster kubeconfig: %w", err)
+	}
+	if file == "" || file == "-" {
+		_, err = os.Stdout.Write(raw)
+		return err
+	}
+	if _, err := app.CopyAtomic(file, bytes.NewReader(raw), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", file, err)
+	}
+	if opts.output == "json" {
+		return printResult(opts, os.Stdout, map[string]string{"cluster": ref, "file": file}, nil)
+	}
+	fmt.Fprintf(os.Stderr, "wrote %s (mode 0600)\n", file)
+	return nil
+}
+
+func localMembers(opts *rootOptions, ref string) error {
+	if err := checkOutputFormat(opts); err != nil {
+		return err
+	}
+	s, err := openAdmin(opts)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	var list []core.Membership
+	if err := s.do("GET", "/admin/clusters/"+url.PathEscape(ref)+"/members", nil, &list); err != nil {
+		return fmt.Errorf("cluster members: %w", err)
+	}
+	return printMembers(opts, list)
+}
+
+func printMembers(opts *rootOptions, list []core.Membership) error {
+	if list == nil {
+		list = []core.Membership{}
+	}
+	return printResult(opts, os.Stdout, list, func(tw *tabwriter.Writer) {
+		row(tw, "DEVICE", "ROLE", "STATE", "VERSION", "SINCE")
+		for _, m := range list {
+			row(tw, m.Device, m.Role, m.State, dash(m.Version), m.UpdatedAt.Format(time.RFC3339))
+		}
+	})
+}
+
+func localApprove(opts *rootOptions, ref, cluster string) error {
+	if err := checkOutputFormat(opts); err != nil {
+		return err
+	}
+	s, err := openAdmin(opts)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	q := url.Values{}
+	if cluster != "" {
+		q.Set("cluster", cluster)
+	}
+	var d core.Device
+	if err := s.do("POST", "/admin/devices/"+url.PathEscape(ref)+"/approve?"+q.Encode(), nil, &d); err != nil {
+		return fmt.Errorf("device approve: %w", err)
+	}
+	return printDevice(opts, d)
+}
+
+// adminRaw sends a request and returns the raw body of a 2xx answer.
+func adminRaw(s *adminSession, method, path string) ([]byte, error) {
+	req, err := http.NewRequest(method, "http://ztpd"+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(raw, &e) == nil && e.Error != "" {
+			return nil, fmt.Errorf("%s", e.Error)
+		}
+		return nil, app.AdminError(resp, raw)
+	}
+	return raw, nil
+}

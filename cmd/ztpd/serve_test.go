@@ -1,0 +1,212 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// buildZtpd compiles the real binary once per test binary run.
+var builtZtpd string
+
+func buildZtpd(t *testing.T) string {
+	t.Helper()
+	if builtZtpd != "" {
+		return builtZtpd
+	}
+	dir, err := os.MkdirTemp("", "ztpd-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "ztpd")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	builtZtpd = bin
+	return bin
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+type runningServer struct {
+	cmd    *exec.Cmd
+	addr   string
+	stderr *bytes.Buffer
+}
+
+func startServe(t *testing.T, bin, dataDir string, extra ...string) *runningServer {
+	t.Helper()
+	addr := freePort(t)
+	args := append([]string{"serve", "--data-dir", dataDir, "--http-addr", addr}, extra...)
+	cmd := exec.Command(bin, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.Stdout = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return &runningServer{cmd: cmd, addr: addr, stderr: &stderr}
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("server did not become healthy:\n%s", stderr.String())
+	return nil
+}
+
+func TestServeDefaultsHealthMetricsAndGracefulStop(t *testing.T) {
+	bin := buildZtpd(t)
+	dir := t.TempDir()
+	s := startServe(t, bin, filepath.Join(dir, "data"))
+	resp, err := http.Get("http://" + s.addr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h map[string]any
+	json.NewDecoder(resp.Body).Decode(&h)
+	resp.Body.Close()
+	if h["status"] != "ok" {
+		t.Fatalf("healthz: %v", h)
+	}
+	resp, err = http.Get("http://" + s.addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "ztpd_store_commits_total") || !strings.Contains(string(body), "go_goroutines") {
+		t.Fatalf("metrics lack ztpd and Go runtime series:\n%.500s", body)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data", "ztpd.db")); err != nil {
+		t.Fatalf("store file: %v", err)
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- s.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, s.stderr)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no graceful exit after SIGTERM")
+	}
+	if !strings.Contains(s.stderr.String(), "ztpd stopped") {
+		t.Fatalf("no shutdown log:\n%s", s.stderr)
+	}
+}
+
+func TestSecondInstanceOnSameDataDirFailsAtOnce(t *testing.T) {
+	bin := buildZtpd(t)
+	data := filepath.Join(t.TempDir(), "data")
+	startServe(t, bin, data)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	out, err := exec.CommandContext(ctx, bin, "serve", "--data-dir", data, "--http-addr", freePort(t)).CombinedOutput()
+	if err == nil {
+		t.Fatal("second serve succeeded")
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Fatalf("second serve took %v", time.Since(start))
+	}
+	if !strings.Contains(string(out), "in use by another ztpd") || !strings.Contains(string(out), "pid") {
+		t.Fatalf("unclear message: %s", out)
+	}
+}
+
+func TestBackupWhileServingAndOffline(t *testing.T) {
+	bin := buildZtpd(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	payload := filepath.Join(dir, "p.bin")
+	os.WriteFile(payload, bytes.Repeat([]byte("x"), 1<<20), 0o644)
+	s := startServe(t, bin, data)
+	if out, err := exec.Command(bin, "--data-dir", data, "image", "add", payload, "--kind", "file").CombinedOutput(); err != nil {
+		t.Fatalf("image add while serving: %v\n%s", err, out)
+	}
+	hot := filepath.Join(dir, "hot.db")
+	out, err := exec.Command(bin, "--data-dir", data, "backup", hot, "-o", "json").CombinedOutput()
+	if err != nil {
+		t.Fatalf("hot backup: %v\n%s", err, out)
+	}
+	var res struct {
+		File  string `json:"file"`
+		Bytes int64  `json:"bytes"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil || res.Bytes == 0 || res.File != hot {
+		t.Fatalf("backup output %s (%v)", out, err)
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	s.cmd.Wait()
+	// The backup is a complete store: serve it and find the image.
+	restored := filepath.Join(dir, "restored")
+	os.MkdirAll(restored, 0o700)
+	os.Rename(hot, filepath.Join(restored, "ztpd.db"))
+	out, err = exec.Command(bin, "--data-dir", restored, "image", "list", "-o", "json").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"name": "p.bin"`) {
+		t.Fatalf("restored store lacks the image: %v\n%s", err, out)
+	}
+	cold := filepath.Join(dir, "cold.db")
+	if out, err := exec.Command(bin, "--data-dir", data, "backup", cold).CombinedOutput(); err != nil {
+		t.Fatalf("offline backup: %v\n%s", err, out)
+	}
+	if st, err := os.Stat(cold); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("backup file mode: %v %v", st.Mode(), err)
+	}
+}
+
+func TestInvalidConfigNamesTheField(t *testing.T) {
+	bin := buildZtpd(t)
+	cfg := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(cfg, []byte("http:\n  addr: nonsense\n"), 0o644)
+	out, err := exec.Command(bin, "serve", "--config", cfg, "--data-dir", t.TempDir()).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "http.addr") {
+		t.Fatalf("want an error naming http.addr, got %v: %s", err, out)
+	}
+	out, err = exec.Command(bin, "serve", "--data-dir", t.TempDir(), "--dhcp-interface", "lo", "--dhcp-range", "10.99.1.10-10.99.1.5").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "dhcp.ranges[0]") {
+		t.Fatalf("want an error naming dhcp.ranges[0], got %v: %s", err, out)
+	}
+	fmt.Fprint(io.Discard, out)
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtZtpd != "" {
+		os.RemoveAll(filepath.Dir(builtZtpd))
+	}
+	os.Exit(code)
+}

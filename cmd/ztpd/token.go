@@ -1,0 +1,107 @@
+package main
+
+import (
+	"net/url"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+func init() { register(newTokenCmd) }
+
+// tokenInfo is a join token as the REST API shows it (never its secret).
+type tokenInfo struct {
+	ID          string    `json:"id"`
+	Kind        string    `json:"kind"`
+	Cluster     string    `json:"cluster,omitempty"`
+	Device      string    `json:"device,omitempty"`
+	Description string    `json:"description,omitempty"`
+	Expires     time.Time `json:"expires,omitzero"`
+	UsedAt      time.Time `json:"used_at,omitzero"`
+	Revoked     bool      `json:"revoked"`
+	Created     time.Time `json:"created"`
+}
+
+func newTokenCmd(opts *rootOptions) *cobra.Command {
+	f := &apiFlags{}
+	cmd := &cobra.Command{
+		Use:   "token",
+		Short: "List and revoke join tokens (REST API, admin key)",
+		Long: `Join tokens are the credentials devices use to join clusters (kubeadm
+bootstrap tokens, k3s tokens, enrollment tokens). Only their IDs and metadata
+are shown; secrets are never stored in clear and never shown.`,
+		Example: `  ztpd token list --cluster 1f0c...
+  ztpd token revoke abcdef --kind kubeadm`,
+	}
+	addAPIFlags(cmd, f)
+	cmd.AddCommand(newTokenListCmd(opts, f), newTokenRevokeCmd(opts, f))
+	return cmd
+}
+
+func newTokenListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
+	var cluster, kind string
+	var revoked string
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List tokens",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := newAPIClient(opts, f)
+			if err != nil {
+				return err
+			}
+			list, err := restAll[tokenInfo](c, "/api/v1/tokens", url.Values{"cluster": {cluster}, "kind": {kind}, "revoked": {revoked}}, 0)
+			if err != nil {
+				return err
+			}
+			return printResult(opts, os.Stdout, list, func(tw *tabwriter.Writer) {
+				row(tw, "ID", "KIND", "CLUSTER", "DEVICE", "REVOKED", "EXPIRES", "USED")
+				for _, t := range list {
+					exp, used := "-", "-"
+					if !t.Expires.IsZero() {
+						exp = t.Expires.Format(time.RFC3339)
+					}
+					if !t.UsedAt.IsZero() {
+						used = t.UsedAt.Format(time.RFC3339)
+					}
+					row(tw, t.ID, t.Kind, dash(t.Cluster), dash(t.Device), t.Revoked, exp, used)
+				}
+			})
+		},
+	}
+	cmd.Flags().StringVar(&cluster, "cluster", "", "only tokens of this cluster ID")
+	cmd.Flags().StringVar(&kind, "kind", "", "kubeadm, k3s, enrollment or certificate-key")
+	cmd.Flags().StringVar(&revoked, "revoked", "", "true or false")
+	return cmd
+}
+
+func newTokenRevokeCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
+	var kind string
+	cmd := &cobra.Command{
+		Use:   "revoke ID",
+		Short: "Revoke a token: it cannot be used to join any more",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newAPIClient(opts, f)
+			if err != nil {
+				return err
+			}
+			q := url.Values{}
+			if kind != "" {
+				q.Set("kind", kind)
+			}
+			var t tokenInfo
+			if err := c.rest("POST", "/api/v1/tokens/"+url.PathEscape(args[0])+"/revoke", q, nil, &t); err != nil {
+				return err
+			}
+			return printResult(opts, os.Stdout, t, func(tw *tabwriter.Writer) {
+				row(tw, "revoked", t.Kind, t.ID)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&kind, "kind", "", "token kind, when two kinds share the ID")
+	return cmd
+}

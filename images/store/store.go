@@ -1,0 +1,391 @@
+// Package store is the content-addressed artifact store: installer images,
+// binaries ISOs and plain files, kept once per sha256 under the data directory
+// with their metadata in the domain store.
+//
+// Layout: <data>/images/sha256/<hex> holds content; <data>/images/tmp holds
+// adds in progress. A blob appears under its final name only by rename after
+// fsync, so an interrupted add leaves nothing half-written there, and the tmp
+// directory is emptied at open (the data-dir lock guarantees no other writer).
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// Kinds of stored artifacts.
+const (
+	KindSONiCInstaller = "sonic-installer"
+	KindONIEInstaller  = "onie-installer"
+	KindBinariesISO    = "binaries-iso"
+	KindFile           = "file"
+)
+
+// ValidKind reports whether k is a known artifact kind.
+func ValidKind(k string) bool {
+	switch k {
+	case KindSONiCInstaller, KindONIEInstaller, KindBinariesISO, KindFile:
+		return true
+	}
+	return false
+}
+
+var (
+	nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:+-]{0,199}$`)
+	shaRE  = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
+
+// ErrInUse is returned when removing an image a Kubernetes version uses.
+var ErrInUse = errors.New("image is in use")
+
+// Store is the artifact store.
+type Store struct {
+	db   core.Store
+	root string
+}
+
+// Meta describes an artifact being added.
+type Meta struct {
+	Name     string
+	Kind     string
+	Platform string
+	Version  string
+}
+
+// Open prepares <dataDir>/images and discards adds left unfinished by a crash.
+func Open(db core.Store, dataDir string) (*Store, error) {
+	s := &Store{db: db, root: filepath.Join(dataDir, "images")}
+	for _, d := range []string{s.blobDir(), s.tmpDir()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("image store: %w", err)
+		}
+	}
+	leftovers, _ := os.ReadDir(s.tmpDir())
+	for _, e := range leftovers {
+		_ = os.Remove(filepath.Join(s.tmpDir(), e.Name()))
+	}
+	return s, nil
+}
+
+func (s *Store) blobDir() string { return filepath.Join(s.root, "sha256") }
+func (s *Store) tmpDir() string  { return filepath.Join(s.root, "tmp") }
+
+// BlobPath is where the content of sha lives. sha must be validated first.
+func (s *Store) BlobPath(sha string) string { return filepath.Join(s.blobDir(), sha) }
+
+// ValidateMeta checks an artifact's name, kind and labels.
+func ValidateMeta(m Meta) error {
+	if !ValidKind(m.Kind) {
+		return fmt.Errorf("kind %q: use sonic-installer, onie-installer, binaries-iso or file", m.Kind)
+	}
+	if !nameRE.MatchString(m.Name) {
+		return fmt.Errorf("name %q: use 1-200 letters, digits and . _ : + - (no slashes), starting with a letter or digit", m.Name)
+	}
+	if shaRE.MatchString(m.Name) {
+		return fmt.Errorf("name %q looks like a sha256; choose a name that does not", m.Name)
+	}
+	for field, v := range map[string]string{"platform": m.Platform, "version": m.Version} {
+		if v != "" && !nameRE.MatchString(v) {
+			return fmt.Errorf("%s %q: use letters, digits and . _ : + -", field, v)
+		}
+	}
+	return nil
+}
+
+// Add streams r into the store, verifying wantSHA when it is not empty. The
+// same content added twice is stored once; a new name for it becomes an alias.
+// It returns the record and whether the content was already present.
+func (s *Store) Add(ctx context.Context, r io.Reader, m Meta, wantSHA string) (core.Image, bool, error) {
+	if err := ValidateMeta(m); err != nil {
+		return core.Image{}, false, err
+	}
+	wantSHA = strings.ToLower(strings.TrimPrefix(wantSHA, "sha256:"))
+	if wantSHA != "" && !shaRE.MatchString(wantSHA) {
+		return core.Image{}, false, fmt.Errorf("checksum %q is not a sha256 hex digest", wantSHA)
+	}
+	tmp, err := os.CreateTemp(s.tmpDir(), "add-*")
+	if err != nil {
+		return core.Image{}, false, fmt.Errorf("image store: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, h), ctxReader{ctx, r})
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return core.Image{}, false, fmt.Errorf("storing %s: %w", m.Name, err)
+	}
+	sha := hex.EncodeToString(h.Sum(nil))
+	if wantSHA != "" && sha != wantSHA {
+		return core.Image{}, false, fmt.Errorf("checksum mismatch for %s: expected sha256 %s, got %s", m.Name, wantSHA, sha)
+	}
+	existed := true
+	if _, err := os.Stat(s.BlobPath(sha)); errors.Is(err, os.ErrNotExist) {
+		existed = false
+		if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+			return core.Image{}, false, err
+		}
+		if err := os.Rename(tmp.Name(), s.BlobPath(sha)); err != nil {
+			return core.Image{}, false, fmt.Errorf("storing %s: %w", m.Name, err)
+		}
+		syncDir(s.blobDir())
+	}
+	var im core.Image
+	err = s.db.Update(func(tx core.Tx) error {
+		var owner string
+		if ok, err := tx.Get(core.BucketIndex, nameKey(m.Name), &owner); err != nil {
+			return err
+		} else if ok && owner != sha {
+			return fmt.Errorf("name %q already names image %s; remove it first or choose another name", m.Name, owner[:12])
+		}
+		had, err := tx.Get(core.BucketImages, sha, &im)
+		if err != nil {
+			return err
+		}
+		if !had {
+			im = core.Image{SHA256: sha, Name: m.Name, Kind: m.Kind, Platform: m.Platform,
+				Version: m.Version, Size: n, Created: time.Now().UTC()}
+			if err := tx.Put(core.BucketImages, sha, im); err != nil {
+				return err
+			}
+		}
+		return tx.Put(core.BucketIndex, nameKey(m.Name), sha)
+	})
+	if err != nil {
+		return core.Image{}, false, err
+	}
+	return im, existed, nil
+}
+
+// AddFile adds the file at path.
+func (s *Store) AddFile(ctx context.Context, path string, m Meta, wantSHA string) (core.Image, bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return core.Image{}, false, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return core.Image{}, false, fmt.Errorf("%s is not a regular file", path)
+	}
+	return s.Add(ctx, f, m, wantSHA)
+}
+
+func nameKey(name string) string { return "image-name/" + name }
+
+// Resolve finds an image by sha256, by a unique sha256 prefix of at least 12
+// hex digits, or by name.
+func (s *Store) Resolve(ref string) (core.Image, error) {
+	var im core.Image
+	err := s.db.View(func(tx core.Tx) error {
+		var err error
+		im, err = ResolveTx(tx, ref)
+		return err
+	})
+	return im, err
+}
+
+// ResolveTx is Resolve inside a caller's transaction.
+func ResolveTx(tx core.Tx, ref string) (core.Image, error) {
+	if shaRE.MatchString(ref) {
+		return core.GetImage(tx, ref)
+	}
+	var sha string
+	if ok, err := tx.Get(core.BucketIndex, nameKey(ref), &sha); err != nil {
+		return core.Image{}, err
+	} else if ok {
+		return core.GetImage(tx, sha)
+	}
+	if len(ref) >= 12 && len(ref) < 64 && regexp.MustCompile(`^[0-9a-f]+$`).MatchString(ref) {
+		var found []string
+		err := tx.ScanPrefix(core.BucketImages, ref, func(k string, _ []byte) (bool, error) {
+			found = append(found, k)
+			return len(found) < 2, nil
+		})
+		if err != nil {
+			return core.Image{}, err
+		}
+		if len(found) == 1 {
+			return core.GetImage(tx, found[0])
+		}
+		if len(found) > 1 {
+			return core.Image{}, fmt.Errorf("image prefix %q is ambiguous", ref)
+		}
+	}
+	return core.Image{}, fmt.Errorf("image %q: %w", ref, core.ErrNotFound)
+}
+
+// Names returns every name that refers to sha.
+func (s *Store) Names(sha string) ([]string, error) {
+	var names []string
+	err := s.db.View(func(tx core.Tx) error {
+		return tx.ScanPrefix(core.BucketIndex, "image-name/", func(k string, v []byte) (bool, error) {
+			var owner string
+			if err := core.Decode(v, &owner); err != nil {
+				return false, err
+			}
+			if owner == sha {
+				names = append(names, strings.TrimPrefix(k, "image-name/"))
+			}
+			return true, nil
+		})
+	})
+	return names, err
+}
+
+// List returns every image, filtered by kind when kind is not empty, sorted by
+// name.
+func (s *Store) List(kind string) ([]core.Image, error) {
+	var out []core.Image
+	err := s.db.View(func(tx core.Tx) error {
+		return tx.Scan(core.BucketImages, "", func(_ string, v []byte) (bool, error) {
+			var im core.Image
+			if err := core.Decode(v, &im); err != nil {
+				return false, err
+			}
+			if kind == "" || im.Kind == kind {
+				out = append(out, im)
+			}
+			return true, nil
+		})
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, err
+}
+
+// Installer returns the newest installer of kind for platform: an exact
+// platform match first, then an installer without a platform.
+func (s *Store) Installer(kind, platform string) (core.Image, error) {
+	all, err := s.List(kind)
+	if err != nil {
+		return core.Image{}, err
+	}
+	var best *core.Image
+	for i := range all {
+		im := &all[i]
+		if im.Platform != platform && im.Platform != "" {
+			continue
+		}
+		if best == nil || (im.Platform != "" && best.Platform == "") ||
+			(im.Platform == best.Platform && im.Created.After(best.Created)) {
+			best = im
+		}
+	}
+	if best == nil {
+		return core.Image{}, fmt.Errorf("no %s for platform %q: %w", kind, platform, core.ErrNotFound)
+	}
+	return *best, nil
+}
+
+// Open opens an image's content for reading.
+func (s *Store) Open(im core.Image) (*os.File, error) {
+	if !shaRE.MatchString(im.SHA256) {
+		return nil, fmt.Errorf("invalid image digest %q", im.SHA256)
+	}
+	return os.Open(s.BlobPath(im.SHA256))
+}
+
+// Remove deletes an image (all its names) unless a Kubernetes version uses it.
+func (s *Store) Remove(ref string) (core.Image, error) {
+	var im core.Image
+	err := s.db.Update(func(tx core.Tx) error {
+		var err error
+		if im, err = ResolveTx(tx, ref); err != nil {
+			return err
+		}
+		var users []string
+		err = tx.Scan(core.BucketVersions, "", func(_ string, v []byte) (bool, error) {
+			var ver core.Version
+			if err := core.Decode(v, &ver); err != nil {
+				return false, err
+			}
+			if ver.ImageID == im.SHA256 {
+				users = append(users, ver.Name)
+			}
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		if len(users) > 0 {
+			return fmt.Errorf("%w by Kubernetes version %s; delete the version first", ErrInUse, strings.Join(users, ", "))
+		}
+		var names []string
+		err = tx.ScanPrefix(core.BucketIndex, "image-name/", func(k string, v []byte) (bool, error) {
+			var owner string
+			if err := core.Decode(v, &owner); err == nil && owner == im.SHA256 {
+				names = append(names, k)
+			}
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range names {
+			if err := tx.Delete(core.BucketIndex, k); err != nil {
+				return err
+			}
+		}
+		return tx.Delete(core.BucketImages, im.SHA256)
+	})
+	if err != nil {
+		return im, err
+	}
+	// Content goes after the record commits: a crash in between leaves an
+	// orphan blob, never a record without content.
+	if err := os.Remove(s.BlobPath(im.SHA256)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return im, err
+	}
+	return im, nil
+}
+
+// Verify re-hashes an image's content and compares it with its digest.
+func (s *Store) Verify(im core.Image) error {
+	f, err := s.Open(im)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return err
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != im.SHA256 {
+		return fmt.Errorf("image %s is corrupt on disk: sha256 %s", im.Name, got)
+	}
+	return nil
+}
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+}

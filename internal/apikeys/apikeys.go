@@ -1,0 +1,330 @@
+// Package apikeys manages API credentials: a public API key plus a secret key,
+// with a role (admin or user).
+//
+// Why the secret is not only hashed: CloudStack request signing is
+// HMAC-SHA1(secret, request). To verify an HMAC the server must compute it,
+// so it needs the secret itself; a hash cannot be turned back into the key.
+// (CloudStack stores secret keys encrypted in its database for the same
+// reason.) So every record keeps
+//   - the secret sealed with AES-256-GCM under a key file outside the store
+//     (a stolen backup of the store alone reveals no secret), bound to its
+//     API key so a sealed blob cannot be moved to another record, and
+//   - a SHA-256 hash of the secret, the only thing the bearer path (secret
+//     presented directly, accepted over TLS only) ever compares against.
+//
+// Secrets are 256-bit random values, so a plain SHA-256 is as strong as a
+// slow password hash here. Secrets are returned once, at creation, and never
+// appear in lists, events or logs.
+package apikeys
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// Role is what a key may do.
+type Role string
+
+const (
+	// RoleAdmin may do everything, including Kubernetes version management.
+	RoleAdmin Role = "admin"
+	// RoleUser may manage clusters and read devices, leases, images and events.
+	RoleUser Role = "user"
+)
+
+// ParseRole validates a role name.
+func ParseRole(s string) (Role, error) {
+	switch Role(s) {
+	case RoleAdmin, RoleUser:
+		return Role(s), nil
+	}
+	return "", fmt.Errorf("role %q: use admin or user", s)
+}
+
+// ErrUnknownKey means no usable credential has that API key.
+var ErrUnknownKey = errors.New("unknown API key")
+
+// Sealer encrypts secrets at rest (internal/secretbox; the joiner's keyring
+// has the same methods).
+type Sealer interface {
+	Seal(plaintext, aad []byte) ([]byte, error)
+	Open(sealed, aad []byte) ([]byte, error)
+}
+
+// record is the stored form. Its JSON never holds the plain secret.
+type record struct {
+	APIKey       string    `json:"api_key"`
+	Name         string    `json:"name,omitempty"`
+	Role         Role      `json:"role"`
+	SecretSealed []byte    `json:"secret_sealed"`
+	SecretHash   string    `json:"secret_hash"` // hex SHA-256 of the secret
+	Created      time.Time `json:"created"`
+}
+
+// Info describes a key without its secret.
+type Info struct {
+	APIKey  string    `json:"api_key"`
+	Name    string    `json:"name,omitempty"`
+	Role    Role      `json:"role"`
+	Created time.Time `json:"created"`
+}
+
+// Credential is a verified-lookup result: what the server needs to check a
+// signature and authorise the call.
+type Credential struct {
+	APIKey string
+	Name   string
+	Role   Role
+	Secret []byte // do not log, do not keep beyond the request
+}
+
+// IsAdmin reports whether the credential has the admin role.
+func (c Credential) IsAdmin() bool { return c.Role == RoleAdmin }
+
+// Service manages keys in the store. Lookups are cached in memory; every
+// change goes through the Service, which keeps the cache exact.
+type Service struct {
+	st  core.Store
+	box Sealer
+
+	mu    sync.RWMutex
+	cache map[string]cached
+}
+
+type cached struct {
+	name   string
+	role   Role
+	secret []byte
+	hash   [32]byte
+}
+
+// New returns a Service over st, sealing secrets with box.
+func New(st core.Store, box Sealer) *Service {
+	return &Service{st: st, box: box, cache: map[string]cached{}}
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9 ._@:-]{0,63}$`)
+
+// Create makes a key and returns its description and its secret. The secret
+// is shown only here.
+func (s *Service) Create(name string, role Role) (Info, string, error) {
+	if _, err := ParseRole(string(role)); err != nil {
+		return Info{}, "", err
+	}
+	if name != "" && !nameRE.MatchString(name) {
+		return Info{}, "", fmt.Errorf("name %q: use up to 64 letters, digits, spaces and . _ @ : -", name)
+	}
+	apiKey, err := randomToken(43)
+	if err != nil {
+		return Info{}, "", err
+	}
+	secret, err := randomToken(43)
+	if err != nil {
+		return Info{}, "", err
+	}
+	sealed, err := s.box.Seal([]byte(secret), aad(apiKey))
+	if err != nil {
+		return Info{}, "", err
+	}
+	sum := sha256.Sum256([]byte(secret))
+	rec := record{APIKey: apiKey, Name: name, Role: role, SecretSealed: sealed,
+		SecretHash: hex.EncodeToString(sum[:]), Created: time.Now().UTC()}
+	err = s.st.Update(func(tx core.Tx) error {
+		if err := tx.Put(core.BucketAPIKeys, apiKey, rec); err != nil {
+			return err
+		}
+		_, err := core.AppendEvent(tx, core.Event{Type: "apikey.created",
+			Message: fmt.Sprintf("API key %s created with role %s", apiKey, role),
+			Fields:  map[string]string{"api_key": apiKey, "role": string(role), "name": name}})
+		return err
+	})
+	if err != nil {
+		return Info{}, "", err
+	}
+	return rec.info(), secret, nil
+}
+
+// Bootstrap creates a first admin key when the store holds none. created is
+// false (and the secret empty) when keys already exist.
+func (s *Service) Bootstrap() (info Info, secret string, created bool, err error) {
+	var n int
+	if err := s.st.View(func(tx core.Tx) error {
+		var err error
+		n, err = tx.Count(core.BucketAPIKeys)
+		return err
+	}); err != nil {
+		return Info{}, "", false, err
+	}
+	if n > 0 {
+		return Info{}, "", false, nil
+	}
+	info, secret, err = s.Create("bootstrap-admin", RoleAdmin)
+	return info, secret, err == nil, err
+}
+
+// List returns every key, oldest first, without secrets.
+func (s *Service) List() ([]Info, error) {
+	out := []Info{}
+	err := s.st.View(func(tx core.Tx) error {
+		return tx.Scan(core.BucketAPIKeys, "", func(_ string, v []byte) (bool, error) {
+			var r record
+			if err := core.Decode(v, &r); err != nil {
+				return false, err
+			}
+			out = append(out, r.info())
+			return true, nil
+		})
+	})
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
+	return out, err
+}
+
+// Revoke deletes a key; requests signed with it fail from now on. The last
+// admin key cannot be revoked, so the API never locks its operators out.
+func (s *Service) Revoke(apiKey string) (Info, error) {
+	var rec record
+	err := s.st.Update(func(tx core.Tx) error {
+		ok, err := tx.Get(core.BucketAPIKeys, apiKey, &rec)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("API key %s: %w", apiKey, core.ErrNotFound)
+		}
+		if rec.Role == RoleAdmin {
+			admins := 0
+			err := tx.Scan(core.BucketAPIKeys, "", func(_ string, v []byte) (bool, error) {
+				var r record
+				if err := core.Decode(v, &r); err != nil {
+					return false, err
+				}
+				if r.Role == RoleAdmin {
+					admins++
+				}
+				return true, nil
+			})
+			if err != nil {
+				return err
+			}
+			if admins <= 1 {
+				return fmt.Errorf("API key %s is the last admin key; create another admin key first", apiKey)
+			}
+		}
+		if err := tx.Delete(core.BucketAPIKeys, apiKey); err != nil {
+			return err
+		}
+		_, err = core.AppendEvent(tx, core.Event{Type: "apikey.revoked",
+			Message: fmt.Sprintf("API key %s revoked", apiKey),
+			Fields:  map[string]string{"api_key": apiKey, "role": string(rec.Role)}})
+		return err
+	})
+	if err != nil {
+		return Info{}, err
+	}
+	s.mu.Lock()
+	if c, ok := s.cache[apiKey]; ok {
+		clear(c.secret)
+		delete(s.cache, apiKey)
+	}
+	s.mu.Unlock()
+	return rec.info(), nil
+}
+
+// Lookup returns the credential of apiKey for signature verification.
+func (s *Service) Lookup(apiKey string) (Credential, error) {
+	c, err := s.load(apiKey)
+	if err != nil {
+		return Credential{}, err
+	}
+	return Credential{APIKey: apiKey, Name: c.name, Role: c.role, Secret: c.secret}, nil
+}
+
+// VerifySecret checks a secret presented directly (bearer authentication)
+// against the stored hash, in constant time.
+func (s *Service) VerifySecret(apiKey, secret string) (Credential, error) {
+	c, err := s.load(apiKey)
+	if err != nil {
+		return Credential{}, err
+	}
+	sum := sha256.Sum256([]byte(secret))
+	if subtle.ConstantTimeCompare(sum[:], c.hash[:]) != 1 {
+		return Credential{}, ErrUnknownKey
+	}
+	return Credential{APIKey: apiKey, Name: c.name, Role: c.role, Secret: c.secret}, nil
+}
+
+func (s *Service) load(apiKey string) (cached, error) {
+	s.mu.RLock()
+	c, ok := s.cache[apiKey]
+	s.mu.RUnlock()
+	if ok {
+		return c, nil
+	}
+	if len(apiKey) == 0 || len(apiKey) > 128 {
+		return cached{}, ErrUnknownKey
+	}
+	var rec record
+	var found bool
+	if err := s.st.View(func(tx core.Tx) error {
+		var err error
+		found, err = tx.Get(core.BucketAPIKeys, apiKey, &rec)
+		return err
+	}); err != nil {
+		return cached{}, err
+	}
+	if !found {
+		return cached{}, ErrUnknownKey
+	}
+	secret, err := s.box.Open(rec.SecretSealed, aad(apiKey))
+	if err != nil {
+		return cached{}, fmt.Errorf("API key %s: %w", apiKey, err)
+	}
+	c = cached{name: rec.Name, role: rec.Role, secret: secret}
+	h, err := hex.DecodeString(rec.SecretHash)
+	if err != nil || len(h) != 32 {
+		return cached{}, fmt.Errorf("API key %s: corrupt secret hash", apiKey)
+	}
+	copy(c.hash[:], h)
+	s.mu.Lock()
+	s.cache[apiKey] = c
+	s.mu.Unlock()
+	return c, nil
+}
+
+func (r record) info() Info {
+	return Info{APIKey: r.APIKey, Name: r.Name, Role: r.Role, Created: r.Created}
+}
+
+func aad(apiKey string) []byte { return []byte("ztpd apikey secret v1\x00" + apiKey) }
+
+const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+// randomToken returns n characters drawn uniformly from [A-Za-z0-9]
+// (43 characters carry 256 bits). No punctuation: keys never need escaping
+// and never look like a command-line flag.
+func randomToken(n int) (string, error) {
+	out := make([]byte, 0, n)
+	buf := make([]byte, 64)
+	for len(out) < n {
+		if _, err := rand.Read(buf); err != nil {
+			return "", err
+		}
+		for _, b := range buf {
+			// 248 = 4*62: rejecting higher bytes keeps the draw uniform.
+			if b < 248 && len(out) < n {
+				out = append(out, alphabet[b%62])
+			}
+		}
+	}
+	return string(out), nil
+}

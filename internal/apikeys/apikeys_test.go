@@ -1,0 +1,145 @@
+package apikeys
+
+import (
+	"bytes"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ztpd/ztpd/internal/boltstore"
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/secretbox"
+)
+
+func newService(t *testing.T) (*Service, *boltstore.Store, string) {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := boltstore.Open(dir, boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	box, err := secretbox.Open(filepath.Join(dir, "apikeys.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(st, box), st, dir
+}
+
+func TestCreateLookupVerifyRevoke(t *testing.T) {
+	s, st, _ := newService(t)
+	admin, adminSecret, err := s.Create("ops", RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, userSecret, err := s.Create("", RoleUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(admin.APIKey) != 43 || len(adminSecret) != 43 || admin.APIKey == user.APIKey {
+		t.Fatalf("key shapes: %q %q", admin.APIKey, adminSecret)
+	}
+	c, err := s.Lookup(user.APIKey)
+	if err != nil || string(c.Secret) != userSecret || c.Role != RoleUser || c.IsAdmin() {
+		t.Fatalf("lookup: %+v %v", c, err)
+	}
+	if _, err := s.VerifySecret(admin.APIKey, adminSecret); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.VerifySecret(admin.APIKey, userSecret); !errors.Is(err, ErrUnknownKey) {
+		t.Fatalf("wrong secret accepted: %v", err)
+	}
+	if _, err := s.Lookup("nope"); !errors.Is(err, ErrUnknownKey) {
+		t.Fatalf("unknown key: %v", err)
+	}
+
+	// The store holds neither secret in plain form, and lists never show it.
+	var raw bytes.Buffer
+	if _, err := st.Backup(&raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, sec := range []string{adminSecret, userSecret} {
+		if bytes.Contains(raw.Bytes(), []byte(sec)) {
+			t.Fatal("plain secret found in the store file")
+		}
+	}
+	list, err := s.List()
+	if err != nil || len(list) != 2 || list[0].APIKey != admin.APIKey {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+
+	// The only admin cannot be revoked; a user can, and stops working at once
+	// (the cache is dropped).
+	if _, err := s.Revoke(admin.APIKey); err == nil || !strings.Contains(err.Error(), "last admin") {
+		t.Fatalf("revoking the last admin: %v", err)
+	}
+	if _, err := s.Revoke(user.APIKey); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Lookup(user.APIKey); !errors.Is(err, ErrUnknownKey) {
+		t.Fatalf("revoked key still works: %v", err)
+	}
+	if _, err := s.Revoke(user.APIKey); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("revoke twice: %v", err)
+	}
+	// Events name keys, never secrets.
+	err = st.View(func(tx core.Tx) error {
+		return tx.Scan(core.BucketEvents, "", func(_ string, v []byte) (bool, error) {
+			if bytes.Contains(v, []byte(adminSecret)) || bytes.Contains(v, []byte(userSecret)) {
+				t.Fatal("secret in an event")
+			}
+			return true, nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBootstrapOnlyOnEmptyStore(t *testing.T) {
+	s, _, _ := newService(t)
+	info, secret, created, err := s.Bootstrap()
+	if err != nil || !created || info.Role != RoleAdmin || secret == "" {
+		t.Fatalf("bootstrap: %+v %v %v", info, created, err)
+	}
+	_, secret2, created2, err := s.Bootstrap()
+	if err != nil || created2 || secret2 != "" {
+		t.Fatalf("second bootstrap created a key: %v %v", created2, err)
+	}
+}
+
+func TestSealedSecretIsBoundToItsKey(t *testing.T) {
+	s, st, _ := newService(t)
+	a, _, _ := s.Create("a", RoleAdmin)
+	b, _, _ := s.Create("b", RoleUser)
+	// Move a's sealed secret into b's record: b must stop working, not
+	// authenticate with a's secret.
+	err := st.Update(func(tx core.Tx) error {
+		var ra, rb record
+		if _, err := tx.Get(core.BucketAPIKeys, a.APIKey, &ra); err != nil {
+			return err
+		}
+		if _, err := tx.Get(core.BucketAPIKeys, b.APIKey, &rb); err != nil {
+			return err
+		}
+		rb.SecretSealed = ra.SecretSealed
+		return tx.Put(core.BucketAPIKeys, b.APIKey, rb)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Lookup(b.APIKey); err == nil {
+		t.Fatal("a sealed secret moved to another record opened")
+	}
+}
+
+func TestCreateValidates(t *testing.T) {
+	s, _, _ := newService(t)
+	if _, _, err := s.Create("x", Role("root")); err == nil {
+		t.Fatal("bad role accepted")
+	}
+	if _, _, err := s.Create("bad/name", RoleUser); err == nil {
+		t.Fatal("bad name accepted")
+	}
+}

@@ -1,0 +1,70 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/ztpd/ztpd/api"
+	"github.com/ztpd/ztpd/internal/apikeys"
+	"github.com/ztpd/ztpd/internal/clusters"
+	"github.com/ztpd/ztpd/internal/secretbox"
+)
+
+// APIKeyFile holds the AES key that seals API secrets at rest. Back it up
+// apart from the store (or re-issue API keys after a restore).
+const APIKeyFile = "apikeys.key"
+
+// buildAPI wires API keys, the clusters service and the API front ends.
+func (a *App) buildAPI() error {
+	box, err := secretbox.Open(filepath.Join(a.Cfg.DataDir, APIKeyFile))
+	if err != nil {
+		return err
+	}
+	a.APIKeys = apikeys.New(a.Store, box)
+	cs, err := clusters.New(a.Store, clusters.Options{Log: a.Log.With("part", "clusters"), Images: a.Images})
+	if err != nil {
+		return err
+	}
+	a.Clusters = cs
+	a.OnClose(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return cs.Close(ctx)
+	})
+
+	srv := api.New(api.Deps{Log: a.Log.With("part", "api"), Store: a.Store, Clusters: cs, Keys: a.APIKeys,
+		Images: a.Images, AuthFailuresPerMinute: a.Cfg.API.AuthFailuresPerMinute})
+	api.MountAdmin(a.AdminMux, api.AdminDeps{Keys: a.APIKeys, Clusters: cs, ISOs: a.Images,
+		ISOBaseURL: api.ISOBaseURL(a.Cfg.AdvertiseAddr, a.Cfg.HTTP.Addr)})
+	if a.Cfg.API.Addr == "" {
+		srv.Mount(a.HTTPMux)
+	} else {
+		a.AddRunner(&api.Listener{Addr: a.Cfg.API.Addr, Handler: srv.Handler(), TLS: a.Cfg.API.TLS,
+			DataDir: a.Cfg.DataDir, Advertise: a.Cfg.AdvertiseAddr, Log: a.Log})
+	}
+	a.AddRunner(runnerFunc{"job-pruner", func(ctx context.Context) error { return cs.RunPruner(ctx, time.Hour) }})
+
+	a.OnStart(func() error {
+		n, err := cs.Recover()
+		if err != nil {
+			return fmt.Errorf("recovering async jobs: %w", err)
+		}
+		if n > 0 {
+			a.Log.Warn("async jobs interrupted by the last shutdown were marked failed", "count", n)
+		}
+		return api.Bootstrap(a.APIKeys, os.Stdout, a.Log)
+	})
+	return nil
+}
+
+// runnerFunc adapts a function to Runner.
+type runnerFunc struct {
+	name string
+	run  func(context.Context) error
+}
+
+func (r runnerFunc) Name() string                  { return r.name }
+func (r runnerFunc) Run(ctx context.Context) error { return r.run(ctx) }

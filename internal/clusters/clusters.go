@@ -1,0 +1,229 @@
+// Package clusters is the domain service for Kubernetes versions and
+// clusters, shared by every front end (the CloudStack-compatible API, the
+// REST API and, through them, the CLI). It owns CloudStack's rules and state
+// machine, persists every state change, and runs the slow part of each
+// operation as an asynchronous job whose record survives restarts.
+//
+// Cluster operations drive the joiner through the Membership interface. The
+// defined effect of each operation on membership and tokens:
+//
+//	create   Created -> Starting -> Running: Provision allocates the cluster CA
+//	         and join tokens; devices then join over time, up to the desired
+//	         size (controlnodes + size). Provision failing leaves Error.
+//	scale    the desired size changes; Resize admits waiting devices or marks
+//	         surplus members leaving. Created/Stopped clusters only change the
+//	         record (a Stopped cluster may change its offering, not its size).
+//	upgrade  Running -> Upgrading -> Running: SetVersion tells every member the
+//	         Kubernetes version (and binaries ISO) to run.
+//	stop     Running -> Stopping -> Stopped: Stop suspends the cluster's join
+//	         tokens, so no device joins; existing members are kept as they are.
+//	start    Stopped -> Starting -> Running (or Alert -> Recovering -> Running):
+//	         Start re-enables the tokens and admits waiting devices up to size.
+//	delete   -> Destroying -> Destroyed: Destroy revokes every token, moves
+//	         every membership to left and destroys the CA key; the record is
+//	         then removed, freeing the name.
+//
+// Without a Membership (the joiner not wired) the same transitions happen on
+// the records alone, and Kubeconfig fails with "cluster CA not provisioned".
+package clusters
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// Membership is how cluster operations drive the joiner (PKI, tokens,
+// memberships). Each method must be idempotent: a retried operation calls it
+// again with the same cluster.
+type Membership interface {
+	// Provision allocates the cluster CA and its join tokens.
+	Provision(ctx context.Context, c core.Cluster) error
+	// Resize applies a changed desired size (c.Size workers, c.ControlNodes
+	// control-plane nodes): admit waiting devices or mark surplus members leaving.
+	Resize(ctx context.Context, c core.Cluster) error
+	// SetVersion tells the cluster's members to run v; c.VersionID is v.ID.
+	SetVersion(ctx context.Context, c core.Cluster, v core.Version) error
+	// Stop suspends the cluster's join tokens; members are kept.
+	Stop(ctx context.Context, c core.Cluster) error
+	// Start re-enables the join tokens and admits waiting devices up to size.
+	Start(ctx context.Context, c core.Cluster) error
+	// Destroy revokes the tokens, moves memberships to left and destroys the CA key.
+	Destroy(ctx context.Context, c core.Cluster) error
+	// Kubeconfig returns an admin kubeconfig for the cluster.
+	Kubeconfig(ctx context.Context, c core.Cluster) ([]byte, error)
+	// Members lists the memberships of a cluster.
+	Members(ctx context.Context, clusterID string) ([]core.Membership, error)
+	// Approve admits a waiting device, into clusterID when not empty.
+	Approve(ctx context.Context, deviceID, clusterID string) (core.Device, error)
+	// RevokeToken revokes one join token by its ID.
+	RevokeToken(ctx context.Context, tokenID string) error
+}
+
+// ImageRemover deletes a binaries ISO from the image store (deleteiso=true).
+type ImageRemover interface {
+	Remove(ref string) (core.Image, error)
+}
+
+// Kind classifies domain errors so every front end maps them the same way.
+type Kind int
+
+const (
+	KindInternal    Kind = iota // a bug or a storage failure
+	KindInvalid                 // bad parameter value
+	KindNotFound                // no such cluster, version, job or device
+	KindState                   // not allowed in the current state
+	KindInUse                   // still referenced (a version used by clusters)
+	KindPermission              // the caller's role may not do this
+	KindUnavailable             // a needed part is absent (no CA provisioned)
+	KindConflict                // a name already taken
+)
+
+// Error is a classified domain error with a message meant for API users.
+type Error struct {
+	Kind Kind
+	Msg  string
+	Err  error
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil && e.Msg == "" {
+		return e.Err.Error()
+	}
+	return e.Msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+func errorf(k Kind, format string, args ...any) error {
+	return &Error{Kind: k, Msg: fmt.Sprintf(format, args...)}
+}
+
+// KindOf classifies err; unclassified errors are internal, core.ErrNotFound
+// is not found.
+func KindOf(err error) Kind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	if errors.Is(err, core.ErrNotFound) {
+		return KindNotFound
+	}
+	return KindInternal
+}
+
+// Caller is who asks for an operation.
+type Caller struct {
+	APIKey string // "" for local admin-socket operations
+	Admin  bool
+}
+
+// LocalAdmin is the caller of operations made through the admin socket.
+var LocalAdmin = Caller{APIKey: "local", Admin: true}
+
+// Options configure the Service.
+type Options struct {
+	Log *slog.Logger
+	// OpTimeout bounds each Membership call of a job. Default 2 minutes.
+	OpTimeout time.Duration
+	// JobRetention is how long finished jobs stay queryable. Default 7 days.
+	JobRetention time.Duration
+	// Images removes ISOs for deleteKubernetesSupportedVersion&deleteiso=true.
+	Images ImageRemover
+}
+
+// Service is the clusters and versions domain service.
+type Service struct {
+	st   core.Store
+	log  *slog.Logger
+	opts Options
+
+	memMu sync.RWMutex
+	mem   Membership
+
+	zone Zone
+
+	// decoded-record caches for cluster views (see memo)
+	devMemo *memo[core.Device]
+	memMemo *memo[core.Membership]
+	cluMemo *memo[core.Cluster]
+	verMemo *memo[core.Version]
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	jobsWG sync.WaitGroup
+	doneMu sync.Mutex
+	done   map[string]chan struct{} // job id -> closed when the job ends
+}
+
+// New builds the Service over st and makes sure the appliance's zone exists.
+func New(st core.Store, opts Options) (*Service, error) {
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.OpTimeout <= 0 {
+		opts.OpTimeout = 2 * time.Minute
+	}
+	if opts.JobRetention <= 0 {
+		opts.JobRetention = 7 * 24 * time.Hour
+	}
+	s := &Service{st: st, log: opts.Log, opts: opts, done: map[string]chan struct{}{},
+		devMemo: newMemo[core.Device](100000), memMemo: newMemo[core.Membership](100000),
+		cluMemo: newMemo[core.Cluster](10000), verMemo: newMemo[core.Version](10000)}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	z, err := ensureZone(st)
+	if err != nil {
+		return nil, err
+	}
+	s.zone = z
+	return s, nil
+}
+
+// SetMembership wires the joiner. Until it is called operations act on the
+// records only.
+func (s *Service) SetMembership(m Membership) {
+	s.memMu.Lock()
+	s.mem = m
+	s.memMu.Unlock()
+}
+
+func (s *Service) membership() Membership {
+	s.memMu.RLock()
+	defer s.memMu.RUnlock()
+	return s.mem
+}
+
+// Close cancels running jobs' Membership calls and waits for the jobs to
+// record their outcome (bounded by ctx). A job still running when ctx ends
+// stays pending and is marked failed by the next Recover.
+func (s *Service) Close(ctx context.Context) error {
+	s.cancel()
+	ch := make(chan struct{})
+	go func() { s.jobsWG.Wait(); close(ch) }()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Zone is the single availability zone ztpd presents to CloudStack clients.
+func (s *Service) Zone() Zone { return s.zone }
+
+// newUUID returns a random (version 4) UUID, the ID form CloudStack uses.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+func now() time.Time { return time.Now().UTC() }

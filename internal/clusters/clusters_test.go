@@ -1,0 +1,628 @@
+package clusters
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/boltstore"
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// recorder is a test Membership: it records calls and fails on demand.
+type recorder struct {
+	mu    sync.Mutex
+	calls []string
+	fail  map[string]error
+}
+
+func (r *recorder) do(op string, c core.Cluster) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, fmt.Sprintf("%s %s size=%d version=%s", op, c.Name, c.Size, c.VersionID))
+	return r.fail[op]
+}
+
+func (r *recorder) setFail(op string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fail == nil {
+		r.fail = map[string]error{}
+	}
+	r.fail[op] = err
+}
+
+func (r *recorder) last() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.calls) == 0 {
+		return ""
+	}
+	return r.calls[len(r.calls)-1]
+}
+
+func (r *recorder) Provision(_ context.Context, c core.Cluster) error { return r.do("provision", c) }
+func (r *recorder) Resize(_ context.Context, c core.Cluster) error    { return r.do("resize", c) }
+func (r *recorder) SetVersion(_ context.Context, c core.Cluster, v core.Version) error {
+	if c.VersionID != v.ID {
+		return errors.New("cluster version id not set to the new version")
+	}
+	return r.do("setversion", c)
+}
+func (r *recorder) Stop(_ context.Context, c core.Cluster) error    { return r.do("stop", c) }
+func (r *recorder) Start(_ context.Context, c core.Cluster) error   { return r.do("start", c) }
+func (r *recorder) Destroy(_ context.Context, c core.Cluster) error { return r.do("destroy", c) }
+func (r *recorder) Kubeconfig(_ context.Context, c core.Cluster) ([]byte, error) {
+	return []byte("apiVersion: v1\nkind: Config\n# " + c.Name + "\n"), r.do("kubeconfig", c)
+}
+func (r *recorder) Members(context.Context, string) ([]core.Membership, error) { return nil, nil }
+func (r *recorder) Approve(_ context.Context, id, cluster string) (core.Device, error) {
+	return core.Device{ID: id, Approved: true, Cluster: cluster}, nil
+}
+func (r *recorder) RevokeToken(context.Context, string) error { return nil }
+
+func openStore(t *testing.T, dir string) *boltstore.Store {
+	t.Helper()
+	st, err := boltstore.Open(dir, boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func newSvc(t *testing.T) (*Service, *boltstore.Store) {
+	t.Helper()
+	st := openStore(t, t.TempDir())
+	s, err := New(st, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()); st.Close() })
+	return s, st
+}
+
+var admin = Caller{APIKey: "admin-key", Admin: true}
+var user = Caller{APIKey: "user-key"}
+
+func addVersion(t *testing.T, s *Service, semver string) core.Version {
+	t.Helper()
+	v, err := s.AddVersion(context.Background(), admin, VersionSpec{SemVer: semver, URL: "http://10.99.0.1:8080/isos/v" + semver + ".iso"})
+	if err != nil {
+		t.Fatalf("add %s: %v", semver, err)
+	}
+	return v
+}
+
+func wait(t *testing.T, s *Service, j Job) Job {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done, err := s.WaitJob(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return done
+}
+
+func wantKind(t *testing.T, err error, k Kind, substr string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("expected a %v error containing %q, got nil", k, substr)
+	}
+	if KindOf(err) != k || !strings.Contains(err.Error(), substr) {
+		t.Fatalf("expected kind %v containing %q, got kind %v: %v", k, substr, KindOf(err), err)
+	}
+}
+
+func state(t *testing.T, s *Service, ref string) core.ClusterState {
+	t.Helper()
+	v, err := s.GetCluster(context.Background(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.Cluster.State
+}
+
+func TestSemVerAndUpgradeRules(t *testing.T) {
+	for _, bad := range []string{"", "1", "1.2", "1.2.3.4", "v1.2.3", "1.2.x", "1..3", "1.2.3-rc1", "-1.2.3"} {
+		if _, err := ParseSemVer(bad); err == nil {
+			t.Errorf("ParseSemVer(%q) accepted", bad)
+		}
+	}
+	if v, err := ParseSemVer("1.31.04"); err != nil || v.String() != "1.31.4" {
+		t.Errorf("1.31.04: %v %v", v, err)
+	}
+	cases := []struct {
+		from, to string
+		ok       bool
+	}{
+		{"1.30.2", "1.30.5", true},
+		{"1.30.2", "1.31.0", true},
+		{"1.30.2", "1.31.9", true},
+		{"1.30.2", "1.32.0", false}, // minor +2
+		{"1.30.2", "1.30.1", false}, // downgrade
+		{"1.30.2", "1.29.9", false}, // downgrade
+		{"1.30.2", "2.0.0", false},  // major change
+		{"1.30.2", "1.30.2", false}, // nothing to do
+	}
+	for _, c := range cases {
+		if err := CheckUpgrade(c.from, c.to); (err == nil) != c.ok {
+			t.Errorf("CheckUpgrade(%s -> %s) = %v, want ok=%v", c.from, c.to, err, c.ok)
+		}
+	}
+	if SupportsHA("1.15.9") || !SupportsHA("1.16.0") || !SupportsAutoscaling("1.15.0") || SupportsAutoscaling("1.9.0") {
+		t.Error("HA/autoscaling thresholds wrong")
+	}
+}
+
+func TestStateMachineIsCloudStacks(t *testing.T) {
+	allowed := []string{
+		"Created>Starting", "Starting>Running", "Starting>Alert", "Starting>Error",
+		"Running>Stopping", "Stopping>Stopped", "Stopped>Starting",
+		"Running>Scaling", "Scaling>Running", "Scaling>Alert",
+		"Running>Upgrading", "Upgrading>Running", "Upgrading>Alert",
+		"Running>Alert", "Alert>Recovering", "Recovering>Running", "Recovering>Alert",
+		"Running>Destroying", "Stopped>Destroying", "Alert>Destroying", "Error>Destroying",
+		"Destroying>Destroyed", "Stopping>Alert", "Destroying>Alert",
+	}
+	ok := map[string]bool{}
+	for _, a := range allowed {
+		ok[a] = true
+	}
+	states := []core.ClusterState{core.ClusterCreated, core.ClusterStarting, core.ClusterRunning, core.ClusterStopping,
+		core.ClusterStopped, core.ClusterScaling, core.ClusterUpgrading, core.ClusterAlert, core.ClusterRecovering,
+		core.ClusterError, core.ClusterDestroying, core.ClusterDestroyed}
+	for _, from := range states {
+		for _, to := range states {
+			k := string(from) + ">" + string(to)
+			if CanTransition(from, to) != ok[k] {
+				t.Errorf("CanTransition(%s) = %v", k, !ok[k])
+			}
+		}
+	}
+}
+
+func TestVersionRules(t *testing.T) {
+	s, _ := newSvc(t)
+	ctx := context.Background()
+	url := "http://10.99.0.1:8080/isos/x.iso"
+	_, err := s.AddVersion(ctx, user, VersionSpec{SemVer: "1.30.0", URL: url})
+	wantKind(t, err, KindPermission, "admins only")
+	_, err = s.AddVersion(ctx, admin, VersionSpec{SemVer: "1.10.9", URL: url})
+	wantKind(t, err, KindInvalid, "1.11.0 is minimum")
+	_, err = s.AddVersion(ctx, admin, VersionSpec{SemVer: "1.30", URL: url})
+	wantKind(t, err, KindInvalid, "MAJOR.MINOR.PATCH")
+	_, err = s.AddVersion(ctx, admin, VersionSpec{SemVer: "1.30.0", URL: url, MinCPU: 1})
+	wantKind(t, err, KindInvalid, "Minimum 2 vCPUs")
+	_, err = s.AddVersion(ctx, admin, VersionSpec{SemVer: "1.30.0", URL: url, MinMemoryMB: 1024})
+	wantKind(t, err, KindInvalid, "Minimum 2048MB")
+	_, err = s.AddVersion(ctx, admin, VersionSpec{SemVer: "1.30.0", URL: "ftp://x/y.iso"})
+	wantKind(t, err, KindInvalid, "Invalid URL")
+	_, err = s.AddVersion(ctx, admin, VersionSpec{SemVer: "1.30.0", URL: url, ZoneID: "other"})
+	wantKind(t, err, KindInvalid, "Invalid zone")
+	_, err = s.AddVersion(ctx, admin, VersionSpec{SemVer: "1.30.0", URL: url, Checksum: "zz"})
+	wantKind(t, err, KindInvalid, "checksum")
+
+	v, err := s.AddVersion(ctx, admin, VersionSpec{SemVer: "1.11.0", URL: url, Checksum: "{SHA-256}" + strings.Repeat("ab", 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Name != "v1.11.0" || v.State != VersionEnabled || v.MinCPU != 2 || v.MinMemoryMB != 2048 {
+		t.Fatalf("defaults: %+v", v)
+	}
+	_, err = s.AddVersion(ctx, admin, VersionSpec{SemVer: "1.11.0", URL: url})
+	wantKind(t, err, KindConflict, "already exists")
+
+	if _, err := s.SetVersionState(ctx, user, v.ID, "Disabled"); KindOf(err) != KindPermission {
+		t.Fatalf("user disabled a version: %v", err)
+	}
+	if _, err := s.SetVersionState(ctx, admin, v.ID, "Paused"); KindOf(err) != KindInvalid {
+		t.Fatalf("bad state: %v", err)
+	}
+	d, err := s.SetVersionState(ctx, admin, "v1.11.0", "disabled")
+	if err != nil || d.State != VersionDisabled {
+		t.Fatalf("disable by name: %+v %v", d, err)
+	}
+	list, err := s.ListVersions(ctx, VersionFilter{State: "Enabled"})
+	if err != nil || len(list) != 0 {
+		t.Fatalf("enabled list: %v %v", list, err)
+	}
+	// A disabled version cannot back a new cluster.
+	_, _, err = s.CreateCluster(ctx, admin, ClusterSpec{Name: "c1", ZoneID: s.Zone().ID, VersionID: v.ID,
+		ServiceOfferingID: Offerings[0].ID, Size: 1})
+	wantKind(t, err, KindInvalid, "Disabled state")
+}
+
+func TestClusterLifecycleDrivesMembership(t *testing.T) {
+	s, _ := newSvc(t)
+	rec := &recorder{}
+	s.SetMembership(rec)
+	ctx := context.Background()
+	v130 := addVersion(t, s, "1.30.2")
+	v131 := addVersion(t, s, "1.31.4")
+	v132 := addVersion(t, s, "1.32.0")
+	v115 := addVersion(t, s, "1.15.3")
+
+	spec := ClusterSpec{Name: "prod", ZoneID: s.Zone().ID, VersionID: v130.ID, ServiceOfferingID: Offerings[1].ID, Size: 3, ControlNodes: 3}
+	// HA needs >= 1.16.0.
+	bad := spec
+	bad.VersionID = v115.ID
+	_, _, err := s.CreateCluster(ctx, user, bad)
+	wantKind(t, err, KindInvalid, "HA support is available only for Kubernetes version 1.16.0")
+	for name, mut := range map[string]func(*ClusterSpec){
+		"size 0":       func(c *ClusterSpec) { c.Size = 0 },
+		"control -1":   func(c *ClusterSpec) { c.ControlNodes = -1 },
+		"bad name":     func(c *ClusterSpec) { c.Name = "no spaces" },
+		"zone":         func(c *ClusterSpec) { c.ZoneID = "x" },
+		"offering":     func(c *ClusterSpec) { c.ServiceOfferingID = "x" },
+		"version":      func(c *ClusterSpec) { c.VersionID = "x" },
+		"lb ip":        func(c *ClusterSpec) { c.ExternalLBIP = "10.99.300.1" },
+		"join method":  func(c *ClusterSpec) { c.JoinMethod = "magic" },
+		"root disk -1": func(c *ClusterSpec) { c.NodeRootDiskSize = -1 },
+	} {
+		b := spec
+		mut(&b)
+		if _, _, err := s.CreateCluster(ctx, user, b); KindOf(err) != KindInvalid {
+			t.Errorf("%s: got %v", name, err)
+		}
+	}
+
+	c, j, err := s.CreateCluster(ctx, user, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.State != core.ClusterCreated || j.Command != "createKubernetesCluster" {
+		t.Fatalf("created: %+v %+v", c, j)
+	}
+	if _, _, err := s.CreateCluster(ctx, user, spec); KindOf(err) != KindConflict {
+		t.Fatalf("duplicate name: %v", err)
+	}
+	if j = wait(t, s, j); j.Status != JobSucceeded || j.Cluster == nil || j.Cluster.State != core.ClusterRunning {
+		t.Fatalf("create job: %+v", j)
+	}
+	if !strings.HasPrefix(rec.last(), "provision prod") {
+		t.Fatalf("provision not called: %q", rec.last())
+	}
+
+	// Scale a Running cluster: Scaling -> Running, Resize sees the new size.
+	j, err = s.ScaleCluster(ctx, user, "prod", 5, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j = wait(t, s, j); j.Status != JobSucceeded || j.Cluster.Size != 5 || j.Cluster.State != core.ClusterRunning {
+		t.Fatalf("scale: %+v", j)
+	}
+	if rec.last() != "resize prod size=5 version="+v130.ID {
+		t.Fatalf("resize call: %q", rec.last())
+	}
+	_, err = s.ScaleCluster(ctx, user, "prod", 0, "")
+	wantKind(t, err, KindInvalid, "either a new service offering or a new cluster size")
+	_, err = s.ScaleCluster(ctx, user, "prod", 0, Offerings[0].ID)
+	wantKind(t, err, KindInvalid, "cannot be scaled down for service offering")
+
+	// Upgrade: minor+2 and downgrade refused, minor+1 accepted.
+	_, err = s.UpgradeCluster(ctx, user, "prod", v132.ID)
+	wantKind(t, err, KindInvalid, "next minor or patch")
+	_, err = s.UpgradeCluster(ctx, user, "prod", v115.ID)
+	wantKind(t, err, KindInvalid, "can not be downgraded")
+	j, err = s.UpgradeCluster(ctx, user, "prod", v131.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j = wait(t, s, j); j.Status != JobSucceeded || j.Cluster.VersionID != v131.ID {
+		t.Fatalf("upgrade: %+v", j)
+	}
+	if !strings.HasPrefix(rec.last(), "setversion prod") {
+		t.Fatalf("setversion not called: %q", rec.last())
+	}
+	// A version in use cannot be deleted.
+	_, err = s.DeleteVersion(ctx, admin, v131.ID, false)
+	wantKind(t, err, KindInUse, "currently using the version")
+
+	// Stop: tokens suspended; size cannot change while Stopped; offering can.
+	j, err = s.StopCluster(ctx, user, "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j = wait(t, s, j); j.Status != JobSucceeded || !j.Success || state(t, s, "prod") != core.ClusterStopped {
+		t.Fatalf("stop: %+v", j)
+	}
+	_, err = s.UpgradeCluster(ctx, user, "prod", v132.ID)
+	wantKind(t, err, KindState, "not in running state")
+	_, err = s.ScaleCluster(ctx, user, "prod", 2, "")
+	wantKind(t, err, KindState, "Stopped state")
+	j, err = s.ScaleCluster(ctx, user, "prod", 0, Offerings[2].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j = wait(t, s, j); j.Status != JobSucceeded || j.Cluster.ServiceOfferingID != Offerings[2].ID || j.Cluster.State != core.ClusterStopped {
+		t.Fatalf("offering change while stopped: %+v", j)
+	}
+	// Stop again: a no-op success.
+	j, _ = s.StopCluster(ctx, user, "prod")
+	if j = wait(t, s, j); j.Status != JobSucceeded {
+		t.Fatalf("second stop: %+v", j)
+	}
+
+	j, err = s.StartCluster(ctx, user, "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j = wait(t, s, j); j.Status != JobSucceeded || j.Cluster.State != core.ClusterRunning || !strings.HasPrefix(rec.last(), "start prod") {
+		t.Fatalf("start: %+v %q", j, rec.last())
+	}
+	_, cfg, err := s.Kubeconfig(ctx, "prod")
+	if err != nil || !strings.Contains(string(cfg), "prod") {
+		t.Fatalf("kubeconfig: %q %v", cfg, err)
+	}
+
+	j, err = s.DeleteCluster(ctx, user, "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j = wait(t, s, j); j.Status != JobSucceeded || !j.Success || !strings.HasPrefix(rec.last(), "destroy prod") {
+		t.Fatalf("delete: %+v", j)
+	}
+	if _, err := s.GetCluster(ctx, "prod"); KindOf(err) != KindNotFound {
+		t.Fatalf("deleted cluster still there: %v", err)
+	}
+	// The name is free again, and the version can go now.
+	j, err = s.DeleteVersion(ctx, admin, v131.ID, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j = wait(t, s, j); j.Status != JobSucceeded {
+		t.Fatalf("delete version: %+v", j)
+	}
+	if _, err := s.GetVersion(ctx, v131.ID); KindOf(err) != KindNotFound {
+		t.Fatalf("version still there: %v", err)
+	}
+	// Jobs are private to their owner (admins see all).
+	if _, err := s.GetJob(ctx, Caller{APIKey: "someone-else"}, j.ID); KindOf(err) != KindNotFound {
+		t.Fatalf("foreign job visible: %v", err)
+	}
+}
+
+func TestFailuresLeadToErrorAndAlert(t *testing.T) {
+	s, _ := newSvc(t)
+	rec := &recorder{}
+	s.SetMembership(rec)
+	ctx := context.Background()
+	v := addVersion(t, s, "1.30.2")
+	spec := ClusterSpec{Name: "a", ZoneID: s.Zone().ID, VersionID: v.ID, ServiceOfferingID: Offerings[0].ID, Size: 1}
+
+	rec.setFail("provision", errors.New("CA generation failed"))
+	_, j, err := s.CreateCluster(ctx, user, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j = wait(t, s, j); j.Status != JobFailed || !strings.Contains(j.Error, "CA generation failed") || state(t, s, "a") != core.ClusterError {
+		t.Fatalf("failed create: %+v", j)
+	}
+	// Error clusters can only be deleted.
+	if _, err := s.StartCluster(ctx, user, "a"); KindOf(err) != KindState {
+		t.Fatalf("start from Error: %v", err)
+	}
+	j, _ = s.DeleteCluster(ctx, user, "a")
+	if j = wait(t, s, j); j.Status != JobSucceeded {
+		t.Fatalf("delete from Error: %+v", j)
+	}
+
+	rec.setFail("provision", nil)
+	_, j, _ = s.CreateCluster(ctx, user, spec)
+	wait(t, s, j)
+	rec.setFail("resize", errors.New("no waiting devices"))
+	j, _ = s.ScaleCluster(ctx, user, "a", 4, "")
+	if j = wait(t, s, j); j.Status != JobFailed || state(t, s, "a") != core.ClusterAlert {
+		t.Fatalf("failed scale: %+v state %s", j, state(t, s, "a"))
+	}
+	// Alert -> Recovering -> Running through start.
+	j, _ = s.StartCluster(ctx, user, "a")
+	if j = wait(t, s, j); j.Status != JobSucceeded || state(t, s, "a") != core.ClusterRunning {
+		t.Fatalf("recover: %+v", j)
+	}
+	// A failed destroy leaves Alert, and the delete can be retried.
+	rec.setFail("destroy", errors.New("token revocation failed"))
+	j, _ = s.DeleteCluster(ctx, user, "a")
+	if j = wait(t, s, j); j.Status != JobFailed || state(t, s, "a") != core.ClusterAlert {
+		t.Fatalf("failed delete: %+v", j)
+	}
+	rec.setFail("destroy", nil)
+	j, _ = s.DeleteCluster(ctx, user, "a")
+	if j = wait(t, s, j); j.Status != JobSucceeded {
+		t.Fatalf("retried delete: %+v", j)
+	}
+}
+
+func TestWithoutJoinerRecordsOnly(t *testing.T) {
+	s, _ := newSvc(t)
+	ctx := context.Background()
+	v := addVersion(t, s, "1.30.2")
+	_, j, err := s.CreateCluster(ctx, user, ClusterSpec{Name: "solo", ZoneID: s.Zone().ID, VersionID: v.ID,
+		ServiceOfferingID: Offerings[0].Name, Size: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j = wait(t, s, j); j.Status != JobSucceeded || state(t, s, "solo") != core.ClusterRunning {
+		t.Fatalf("create without joiner: %+v", j)
+	}
+	_, _, err = s.Kubeconfig(ctx, "solo")
+	wantKind(t, err, KindUnavailable, "cluster CA not provisioned")
+}
+
+func TestRestartMarksInterruptedJobsFailed(t *testing.T) {
+	dir := t.TempDir()
+	st := openStore(t, dir)
+	s, err := New(st, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	v := addVersion(t, s, "1.30.2")
+	_, j, err := s.CreateCluster(ctx, user, ClusterSpec{Name: "k", ZoneID: s.Zone().ID, VersionID: v.ID, ServiceOfferingID: Offerings[0].ID, Size: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := wait(t, s, j)
+	// Simulate a crash in the middle of a stop: the cluster is Stopping and
+	// the job pending, exactly as StopCluster leaves them before its job runs.
+	stuck := newJob("stopKubernetesCluster", InstanceCluster, done.InstanceID, user)
+	stuck.FailState = core.ClusterAlert
+	stuck.Params.Target = core.ClusterStopped
+	err = st.Update(func(tx core.Tx) error {
+		c, err := core.GetCluster(tx, done.InstanceID)
+		if err != nil {
+			return err
+		}
+		if err := s.setState(tx, &c, core.ClusterStopping, "test"); err != nil {
+			return err
+		}
+		return tx.Put(core.BucketJobs, stuck.ID, stuck)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close(ctx)
+	st.Close()
+
+	st = openStore(t, dir)
+	defer st.Close()
+	s2, err := New(st, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close(ctx)
+	n, err := s2.Recover()
+	if err != nil || n != 1 {
+		t.Fatalf("recover: %d %v", n, err)
+	}
+	got, err := s2.GetJob(ctx, user, stuck.ID)
+	if err != nil || got.Status != JobFailed || got.ErrorKind != KindInternal || !strings.Contains(got.Error, "restart") {
+		t.Fatalf("interrupted job: %+v %v", got, err)
+	}
+	if st := state(t, s2, "k"); st != core.ClusterAlert {
+		t.Fatalf("cluster after recovery: %s", st)
+	}
+	// The finished create job is still queryable after the restart.
+	if got, err := s2.GetJob(ctx, user, j.ID); err != nil || got.Status != JobSucceeded {
+		t.Fatalf("old job after restart: %+v %v", got, err)
+	}
+	if n, _ := s2.Recover(); n != 0 {
+		t.Fatalf("second recover found %d", n)
+	}
+}
+
+func TestListAndMembersFromStore(t *testing.T) {
+	s, st := newSvc(t)
+	ctx := context.Background()
+	v := addVersion(t, s, "1.30.2")
+	var ids []string
+	for i := 0; i < 3; i++ {
+		c, j, err := s.CreateCluster(ctx, user, ClusterSpec{Name: fmt.Sprintf("c%d", i), Description: "rack " + fmt.Sprint(i),
+			ZoneID: s.Zone().ID, VersionID: v.ID, ServiceOfferingID: Offerings[1].ID, Size: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, s, j)
+		ids = append(ids, c.ID)
+	}
+	err := st.Update(func(tx core.Tx) error {
+		for i, m := range []struct{ mac, role, ip string }{
+			{"02:00:00:00:00:01", "worker", "10.99.1.11"},
+			{"02:00:00:00:00:02", "control-plane", "10.99.1.10"},
+			{"02:00:00:00:00:03", "worker", "10.99.1.12"},
+		} {
+			state := core.StateJoined
+			if i == 2 {
+				state = core.StateLeft
+			}
+			if err := core.PutDevice(tx, core.Device{ID: m.mac, MAC: m.mac, IP: m.ip, State: state}); err != nil {
+				return err
+			}
+			if err := tx.Put(core.BucketMemberships, m.mac, core.Membership{Device: m.mac, Cluster: ids[1], Role: m.role, State: state}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, total, err := s.ListClusters(ctx, ClusterFilter{}, 1, 2)
+	if err != nil || total != 3 || len(all) != 2 || all[0].Cluster.Name != "c0" || all[1].Cluster.Name != "c1" {
+		t.Fatalf("page 1: %d %v", total, err)
+	}
+	c1 := all[1]
+	if len(c1.Members) != 2 || c1.Members[0].Role != "control-plane" || c1.Members[0].Device.IP != "10.99.1.10" {
+		t.Fatalf("members: %+v", c1.Members)
+	}
+	if url, ip := c1.Endpoint(); url != "https://10.99.1.10:6443/" || ip != "10.99.1.10" {
+		t.Fatalf("endpoint %q %q", url, ip)
+	}
+	if c1.Cores() != 2*3 || c1.MemoryMB() != 4096*3 {
+		t.Fatalf("cores %d memory %d", c1.Cores(), c1.MemoryMB())
+	}
+	// Views cache decoded records, but never past a change of the stored bytes.
+	err = st.Update(func(tx core.Tx) error {
+		d, err := core.GetDevice(tx, "02:00:00:00:00:02")
+		if err != nil {
+			return err
+		}
+		d.IP = "10.99.1.99"
+		return core.PutDevice(tx, d)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := s.GetCluster(ctx, "c1"); v.Members[0].Device.IP != "10.99.1.99" {
+		t.Fatalf("stale device after change: %+v", v.Members[0].Device)
+	}
+	p2, _, _ := s.ListClusters(ctx, ClusterFilter{}, 2, 2)
+	if len(p2) != 1 || p2[0].Cluster.Name != "c2" {
+		t.Fatalf("page 2: %+v", p2)
+	}
+	k, n, _ := s.ListClusters(ctx, ClusterFilter{Keyword: "RACK 2"}, 0, 0)
+	if n != 1 || k[0].Cluster.Name != "c2" {
+		t.Fatalf("keyword: %d", n)
+	}
+	if _, n, _ := s.ListClusters(ctx, ClusterFilter{State: "stopped"}, 0, 0); n != 0 {
+		t.Fatalf("state filter: %d", n)
+	}
+}
+
+func TestApproveAndRevokeWithoutJoiner(t *testing.T) {
+	s, st := newSvc(t)
+	ctx := context.Background()
+	err := st.Update(func(tx core.Tx) error {
+		if err := core.PutDevice(tx, core.Device{ID: "02:00:00:00:00:09", MAC: "02:00:00:00:00:09", State: core.StateWaiting}); err != nil {
+			return err
+		}
+		return tx.Put(core.BucketTokens, "kubeadm/abcdef", core.Token{ID: "abcdef", Kind: "kubeadm", SecretHash: "x"})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ApproveDevice(ctx, user, "02:00:00:00:00:09", ""); KindOf(err) != KindPermission {
+		t.Fatalf("user approved: %v", err)
+	}
+	d, err := s.ApproveDevice(ctx, admin, "02-00-00-00-00-09", "")
+	if err != nil || !d.Approved {
+		t.Fatalf("approve: %+v %v", d, err)
+	}
+	if _, err := s.ApproveDevice(ctx, admin, "02:00:00:00:00:99", ""); KindOf(err) != KindNotFound {
+		t.Fatalf("unknown device: %v", err)
+	}
+	tok, err := s.RevokeToken(ctx, admin, "abcdef")
+	if err != nil || !tok.Revoked {
+		t.Fatalf("revoke: %+v %v", tok, err)
+	}
+	var stored core.Token
+	_ = st.View(func(tx core.Tx) error { _, err := tx.Get(core.BucketTokens, "kubeadm/abcdef", &stored); return err })
+	if !stored.Revoked {
+		t.Fatal("revocation not stored")
+	}
+}

@@ -1,0 +1,54 @@
+//go:build linux
+
+package isobuild
+
+import (
+	"errors"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// copyChunk copies up to n bytes from src at srcOff to dst at dstOff inside the
+// kernel (copy_file_range: no user-space copy), falling back to pread/pwrite
+// when the file systems cannot do that. It returns the bytes copied; 0 means
+// src ended early.
+func copyChunk(dst, src *os.File, dstOff, srcOff int64, n int, buf *[]byte) (int, error) {
+	so, do := srcOff, dstOff
+	for {
+		c, err := unix.CopyFileRange(int(src.Fd()), &so, int(dst.Fd()), &do, n, 0)
+		if err == nil {
+			return c, nil
+		}
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) ||
+			errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EBADF) || errors.Is(err, unix.EPERM) {
+			return copyChunkRW(dst, src, dstOff, srcOff, n, buf)
+		}
+		return 0, err
+	}
+}
+
+// startWriteback asks the kernel to begin writing a range to disk now, so the
+// final fsync finds most of the image already written while we were hashing.
+func startWriteback(f *os.File, off, n int64) {
+	_ = unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
+}
+
+// lockTemp marks a temp image as in use until the process exits (flock is
+// released by the kernel even after kill -9).
+func lockTemp(f *os.File) error {
+	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+}
+
+// unusedTemp reports whether no running build holds the temp image p.
+func unusedTemp(p string) bool {
+	f, err := os.Open(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil
+}

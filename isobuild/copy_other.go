@@ -1,0 +1,15 @@
+//go:build !linux
+
+package isobuild
+
+import "os"
+
+func copyChunk(dst, src *os.File, dstOff, srcOff int64, n int, buf *[]byte) (int, error) {
+	return copyChunkRW(dst, src, dstOff, srcOff, n, buf)
+}
+
+func startWriteback(*os.File, int64, int64) {}
+
+func lockTemp(*os.File) error { return nil }
+
+func unusedTemp(string) bool { return false }

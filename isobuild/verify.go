@@ -1,0 +1,621 @@
+package isobuild
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"runtime"
+	"sort"
+	"sync"
+	"sync/atomic"
+)
+
+// Manifest is what an image holds, read back from the image itself.
+type Manifest struct {
+	Label     string         `json:"label"`
+	Size      int64          `json:"size"`
+	SHA256    string         `json:"sha256,omitempty"` // whole image, when hashed
+	RockRidge bool           `json:"rock_ridge"`
+	Files     []ManifestFile `json:"files"`
+}
+
+// ManifestFile is one regular file of an image.
+type ManifestFile struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	Mode   string `json:"mode,omitempty"` // octal permission bits; empty without Rock Ridge
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+// Expected is what Verify checks one file against.
+type Expected struct {
+	Path   string
+	Size   int64       // -1: do not check
+	Mode   fs.FileMode // 0: do not check
+	SHA256 string      // "": do not check, just report
+}
+
+// ReadManifest lists an image's regular files (Rock Ridge names when present),
+// sorted by path. With hash it also computes every file's sha256 and the
+// image's. It works on any ISO 9660 image, not only ours.
+func ReadManifest(ctx context.Context, isoPath string, withHash bool) (*Manifest, error) {
+	f, size, err := openImage(isoPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	v, files, _, err := listFiles(f, size)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", isoPath, err)
+	}
+	m := &Manifest{Label: v.label, Size: size, RockRidge: v.rockRidge}
+	sums := make([]string, len(files))
+	if withHash {
+		jobs := make([]hashJob, len(files))
+		for i, e := range files {
+			i := i
+			jobs[i] = hashJob{extents: e.extents, done: func(sum string) error { sums[i] = sum; return nil }}
+		}
+		if m.SHA256, err = hashImage(ctx, f, size, jobs, nil, true, nil); err != nil {
+			return nil, err
+		}
+	}
+	for i, e := range files {
+		mf := ManifestFile{Path: e.path, Size: e.size, SHA256: sums[i]}
+		if e.hasMode {
+			mf.Mode = fmt.Sprintf("%04o", uint32(e.mode))
+		}
+		m.Files = append(m.Files, mf)
+	}
+	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Path < m.Files[j].Path })
+	return m, nil
+}
+
+// Verify re-reads an image and checks that it holds exactly the expected
+// files, with their sizes, modes and hashes, and the label when label is not
+// empty. It returns the manifest with every hash filled in.
+func Verify(ctx context.Context, isoPath, label string, expected []Expected) (*Manifest, error) {
+	f, size, err := openImage(isoPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	exp := make([]expectation, len(expected))
+	for i, e := range expected {
+		exp[i] = expectation{name: e.Path, path: e.Path, size: e.Size, mode: e.Mode, sha256: e.SHA256}
+	}
+	vr, err := verifyImage(ctx, f, size, label, exp, nil, true, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", isoPath, err)
+	}
+	m := &Manifest{Label: vr.label, Size: size, SHA256: vr.imageSHA, RockRidge: true}
+	for i, e := range exp {
+		m.Files = append(m.Files, ManifestFile{Path: e.path, Size: vr.sizes[i], Mode: fmt.Sprintf("%04o", uint32(vr.modes[i])), SHA256: vr.fileSHA[i]})
+	}
+	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Path < m.Files[j].Path })
+	return m, nil
+}
+
+func openImage(p string) (*os.File, int64, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, 0, fmt.Errorf("%s is not a regular file", p)
+	}
+	return f, st.Size(), nil
+}
+
+// expectation is one file a freshly built image must hold.
+type expectation struct {
+	name, path string
+	size       int64
+	mode       fs.FileMode
+	sha256     string // expected hash, or ""
+	source     string // when sha256 is "": compare with this file byte for byte
+	content    []byte // or with this content
+}
+
+type verifyResult struct {
+	label    string
+	imageSHA string
+	fileSHA  []string
+	sizes    []int64
+	modes    []fs.FileMode
+}
+
+// verifyImage checks the image's label and file list against exp, then hashes
+// every file's bytes from the image (and the whole image when imageHash).
+func verifyImage(ctx context.Context, f io.ReaderAt, total int64, label string, exp []expectation, g *gate, imageHash bool, verified *atomic.Int64) (*verifyResult, error) {
+	fail := func(err error) (*verifyResult, error) {
+		if g != nil {
+			g.fail(err)
+		}
+		return nil, err
+	}
+	v, files, _, err := listFiles(f, total)
+	if err != nil {
+		return fail(fmt.Errorf("re-reading the image: %w", err))
+	}
+	if label != "" && v.label != label {
+		return fail(fmt.Errorf("image label is %q, want %q", v.label, label))
+	}
+	if int64(v.blocks)*sectorSize > total {
+		return fail(fmt.Errorf("image is %d bytes but its volume descriptor says %d blocks", total, v.blocks))
+	}
+	if !v.rockRidge {
+		return fail(errors.New("image has no Rock Ridge entries: names and modes are lost"))
+	}
+	byPath := make(map[string]*entry, len(files))
+	for _, e := range files {
+		byPath[e.path] = e
+	}
+	vr := &verifyResult{label: v.label, fileSHA: make([]string, len(exp)), sizes: make([]int64, len(exp)), modes: make([]fs.FileMode, len(exp))}
+	jobs := make([]hashJob, 0, len(exp))
+	var problems []error
+	for i := range exp {
+		x := &exp[i]
+		e, ok := byPath[x.path]
+		if !ok {
+			problems = append(problems, fmt.Errorf("artifact %s: %s is missing from the image", x.name, x.path))
+			continue
+		}
+		delete(byPath, x.path)
+		vr.sizes[i], vr.modes[i] = e.size, e.mode
+		if x.size >= 0 && e.size != x.size {
+			problems = append(problems, fmt.Errorf("artifact %s: %s is %d bytes on the image, want %d", x.name, x.path, e.size, x.size))
+			continue
+		}
+		if x.mode != 0 && (!e.hasMode || e.mode != x.mode.Perm()) {
+			problems = append(problems, fmt.Errorf("artifact %s: %s has mode %04o on the image, want %04o", x.name, x.path, uint32(e.mode), uint32(x.mode)))
+			continue
+		}
+		i := i
+		jobs = append(jobs, hashJob{
+			extents: e.extents,
+			source:  x.source,
+			content: x.content,
+			label:   x.name + " (" + x.path + ")",
+			done: func(sum string) error {
+				vr.fileSHA[i] = sum
+				if x.sha256 != "" && sum != x.sha256 {
+					return &ChecksumError{Name: x.name, Path: x.path, Want: x.sha256, Got: sum, Source: x.source}
+				}
+				return nil
+			},
+		})
+	}
+	extra := make([]string, 0, len(byPath))
+	for p := range byPath {
+		extra = append(extra, p)
+	}
+	sort.Strings(extra)
+	for _, p := range extra {
+		problems = append(problems, fmt.Errorf("unexpected file %s on the image", p))
+	}
+	if len(problems) > 0 {
+		return fail(errors.Join(problems...))
+	}
+	vr.imageSHA, err = hashImage(ctx, f, total, jobs, g, imageHash, verified)
+	if err != nil {
+		return fail(err)
+	}
+	return vr, nil
+}
+
+// hashJob is one file to hash from the image.
+type hashJob struct {
+	extents []extent
+	source  string // compare with this file's bytes while hashing
+	content []byte // or with these bytes
+	label   string
+	done    func(sum string) error
+}
+
+const readChunk = 1 << 20
+
+// hashImage hashes each job's extents (several workers) and, with imageHash,
+// the whole image sequentially (one more worker), waiting on g for bytes that
+// are still being written. Memory: one 1 MiB buffer per worker (two with a
+// source to compare).
+func hashImage(ctx context.Context, f io.ReaderAt, total int64, jobs []hashJob, g *gate, imageHash bool, verified *atomic.Int64) (string, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		once     sync.Once
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	setErr := func(err error) {
+		once.Do(func() {
+			firstErr = err
+			cancel()
+			if g != nil {
+				g.fail(err)
+			}
+		})
+	}
+	sort.SliceStable(jobs, func(i, j int) bool { return firstOff(jobs[i]) < firstOff(jobs[j]) })
+	if imageHash && inImageOrder(jobs) {
+		return hashShared(ctx, f, total, jobs, g, verified, setErr, &firstErr)
+	}
+	workers := runtime.GOMAXPROCS(0)
+	if imageHash && workers > 1 {
+		workers--
+	}
+	workers = max(1, min(workers, len(jobs)))
+	var next atomic.Int64
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, readChunk)
+			var cmp []byte
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(jobs) || ctx.Err() != nil {
+					return
+				}
+				j := &jobs[i]
+				if j.source != "" && cmp == nil {
+					cmp = make([]byte, readChunk)
+				}
+				sum, err := hashJobData(ctx, f, j, g, buf, cmp, verified)
+				if err == nil {
+					err = j.done(sum)
+				}
+				if err != nil {
+					setErr(err)
+					return
+				}
+			}
+		}()
+	}
+	var imageSum string
+	if imageHash {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h := sha256.New()
+			buf := make([]byte, readChunk)
+			for off := int64(0); off < total; {
+				n := min(int64(len(buf)), total-off)
+				if err := readRange(ctx, f, g, buf[:n], off); err != nil {
+					setErr(fmt.Errorf("hashing the image: %w", err))
+					return
+				}
+				h.Write(buf[:n])
+				off += n
+			}
+			imageSum = hex.EncodeToString(h.Sum(nil))
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return "", firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	return imageSum, nil
+}
+
+// inImageOrder reports whether all extents, job after job, run forward
+// without overlapping, so one sequential pass can feed every hash.
+func inImageOrder(jobs []hashJob) bool {
+	end := int64(0)
+	for _, j := range jobs {
+		for _, x := range j.extents {
+			if x.size == 0 {
+				continue // empty files may all point at one block
+			}
+			if x.off < end {
+				return false
+			}
+			end = x.off + x.size
+		}
+	}
+	return true
+}
+
+// chunk is one read of the image, shared by the image hasher and the file hasher.
+type chunk struct {
+	off  int64
+	b    []byte
+	refs atomic.Int32
+}
+
+// hashShared reads the image once, sequentially, and hands every chunk both to
+// the whole-image hash and to the per-file hashes (one read instead of two).
+func hashShared(ctx context.Context, f io.ReaderAt, total int64, jobs []hashJob, g *gate, verified *atomic.Int64, setErr func(error), firstErr *error) (string, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	const depth = 8
+	pool := make(chan []byte, depth)
+	for i := 0; i < depth; i++ {
+		pool <- make([]byte, readChunk)
+	}
+	release := func(c *chunk) {
+		if c.refs.Add(-1) == 0 {
+			pool <- c.b[:cap(c.b)]
+		}
+	}
+	imgCh := make(chan *chunk, depth)
+	fileCh := make(chan *chunk, depth)
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { // reader
+		defer wg.Done()
+		defer close(imgCh)
+		defer close(fileCh)
+		for off := int64(0); off < total; {
+			var buf []byte
+			select {
+			case buf = <-pool:
+			case <-ctx.Done():
+				return
+			}
+			n := min(int64(len(buf)), total-off)
+			if err := readRange(ctx, f, g, buf[:n], off); err != nil {
+				setErr(fmt.Errorf("reading the image: %w", err))
+				return
+			}
+			c := &chunk{off: off, b: buf[:n]}
+			c.refs.Store(2)
+			imgCh <- c
+			fileCh <- c
+			off += n
+		}
+	}()
+	var imageSum string
+	go func() { // whole-image hash
+		defer wg.Done()
+		h := sha256.New()
+		for c := range imgCh {
+			h.Write(c.b)
+			release(c)
+		}
+		imageSum = hex.EncodeToString(h.Sum(nil))
+	}()
+	go func() { // per-file hashes, in image order
+		defer wg.Done()
+		fh := &fileHasher{jobs: jobs, verified: verified}
+		failed := false
+		for c := range fileCh {
+			if !failed {
+				if err := fh.feed(c.off, c.b); err != nil {
+					setErr(err)
+					failed = true
+				}
+			}
+			release(c)
+		}
+		if !failed && ctx.Err() == nil {
+			if err := fh.finish(); err != nil {
+				setErr(err)
+			}
+		}
+		fh.close()
+	}()
+	wg.Wait()
+	if *firstErr != nil {
+		return "", *firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	return imageSum, nil
+}
+
+// fileHasher walks the jobs' extents in image order as chunks arrive.
+type fileHasher struct {
+	jobs     []hashJob
+	verified *atomic.Int64
+	j, x     int   // current job, extent
+	pos      int64 // bytes of the current job seen so far
+	h        hash.Hash
+	src      *os.File
+	cmp      []byte
+}
+
+func (fh *fileHasher) close() {
+	if fh.src != nil {
+		fh.src.Close()
+		fh.src = nil
+	}
+}
+
+// next finishes jobs whose extents are all seen and opens the next one.
+func (fh *fileHasher) settle() error {
+	for fh.j < len(fh.jobs) {
+		j := &fh.jobs[fh.j]
+		if fh.h == nil {
+			fh.h = sha256.New()
+			fh.x, fh.pos = 0, 0
+			if j.source != "" {
+				var err error
+				if fh.src, err = os.Open(j.source); err != nil {
+					return fmt.Errorf("artifact %s: re-reading source: %w", j.label, err)
+				}
+				if fh.cmp == nil {
+					fh.cmp = make([]byte, readChunk)
+				}
+			}
+		}
+		for fh.x < len(j.extents) && j.extents[fh.x].size == 0 {
+			fh.x++
+		}
+		if fh.x < len(j.extents) {
+			return nil
+		}
+		sum := hex.EncodeToString(fh.h.Sum(nil))
+		fh.close()
+		fh.h = nil
+		fh.j++
+		if err := j.done(sum); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (fh *fileHasher) feed(off int64, b []byte) error {
+	end := off + int64(len(b))
+	for {
+		if err := fh.settle(); err != nil {
+			return err
+		}
+		if fh.j >= len(fh.jobs) {
+			return nil
+		}
+		j := &fh.jobs[fh.j]
+		x := &j.extents[fh.x]
+		done := fh.pos - fh.extentStart()
+		start := x.off + done
+		if start >= end {
+			return nil // this chunk ends before the file's next byte
+		}
+		if start < off {
+			return fmt.Errorf("artifact %s: internal error: chunk at %d skipped byte %d", j.label, off, start)
+		}
+		n := min(end-start, x.size-done)
+		seg := b[start-off : start-off+n]
+		fh.h.Write(seg)
+		if err := compareSource(j, fh.src, fh.cmp, seg, fh.pos); err != nil {
+			return err
+		}
+		fh.pos += n
+		if fh.verified != nil {
+			fh.verified.Add(n)
+		}
+		if done+n == x.size {
+			fh.x++
+		}
+	}
+}
+
+// extentStart is the file position where the current extent begins.
+func (fh *fileHasher) extentStart() int64 {
+	var p int64
+	for _, x := range fh.jobs[fh.j].extents[:fh.x] {
+		p += x.size
+	}
+	return p
+}
+
+func (fh *fileHasher) finish() error {
+	if err := fh.settle(); err != nil {
+		return err
+	}
+	if fh.j < len(fh.jobs) {
+		return fmt.Errorf("artifact %s: image ended before the file", fh.jobs[fh.j].label)
+	}
+	return nil
+}
+
+// compareSource checks seg (bytes at file position pos) against the job's
+// source file or inline content.
+func compareSource(j *hashJob, src *os.File, cmp, seg []byte, pos int64) error {
+	n := int64(len(seg))
+	switch {
+	case src != nil:
+		for k := int64(0); k < n; {
+			m := min(n-k, int64(len(cmp)))
+			c := cmp[:m]
+			if r, err := src.ReadAt(c, pos+k); int64(r) != m {
+				if err == nil || errors.Is(err, io.EOF) {
+					err = errors.New("source is shorter than the image copy")
+				}
+				return fmt.Errorf("artifact %s: comparing with %s: %w", j.label, j.source, err)
+			}
+			if !bytes.Equal(seg[k:k+m], c) {
+				return fmt.Errorf("artifact %s: the image differs from %s near byte %d (source changed during the build?)", j.label, j.source, pos+k+int64(mismatchAt(seg[k:k+m], c)))
+			}
+			k += m
+		}
+	case j.content != nil:
+		if pos+n > int64(len(j.content)) || !bytes.Equal(seg, j.content[pos:pos+n]) {
+			return fmt.Errorf("artifact %s: the image differs from its inline content", j.label)
+		}
+	}
+	return nil
+}
+
+func firstOff(j hashJob) int64 {
+	if len(j.extents) == 0 {
+		return 0
+	}
+	return j.extents[0].off
+}
+
+func readRange(ctx context.Context, f io.ReaderAt, g *gate, b []byte, off int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := g.wait(off + int64(len(b))); err != nil {
+		return err
+	}
+	n, err := f.ReadAt(b, off)
+	if n == len(b) {
+		return nil
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+func hashJobData(ctx context.Context, f io.ReaderAt, j *hashJob, g *gate, buf, cmp []byte, verified *atomic.Int64) (string, error) {
+	var h hash.Hash = sha256.New()
+	var src *os.File
+	if j.source != "" {
+		var err error
+		if src, err = os.Open(j.source); err != nil {
+			return "", fmt.Errorf("artifact %s: re-reading source: %w", j.label, err)
+		}
+		defer src.Close()
+	}
+	var pos int64 // offset within the file
+	for _, x := range j.extents {
+		for done := int64(0); done < x.size; {
+			n := min(int64(len(buf)), x.size-done)
+			b := buf[:n]
+			if err := readRange(ctx, f, g, b, x.off+done); err != nil {
+				return "", fmt.Errorf("artifact %s: reading from the image: %w", j.label, err)
+			}
+			h.Write(b)
+			if err := compareSource(j, src, cmp, b, pos); err != nil {
+				return "", err
+			}
+			done += n
+			pos += n
+			if verified != nil {
+				verified.Add(n)
+			}
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func mismatchAt(a, b []byte) int {
+	for i := range a {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return len(a)
+}

@@ -1,0 +1,146 @@
+package joiner
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/boltstore"
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/joiner/pki"
+)
+
+// noGroupCommit turns the store's group commit off: every join is its own
+// fsynced transaction. It is the baseline the group commit is measured against.
+type noGroupCommit struct{ core.Store }
+
+func (s noGroupCommit) Batch(fn func(core.Tx) error) error { return s.Store.Update(fn) }
+
+// BenchmarkJoin measures join bundles issued and durably recorded (bbolt
+// commit with fsync before the bundle is returned) per second, with
+// concurrent devices as a fleet boots. Each op is one device: enrollment
+// check, admission, token, membership, event, commit, bundle rendering.
+// Enrollment secrets are issued before the timer starts.
+//
+//	go test -run '^$' -bench BenchmarkJoin -benchtime 20000x ./joiner/
+func BenchmarkJoin(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		version string
+		kind    core.DeviceKind
+		group   bool
+	}{
+		{"kubeadm-vm", "1.30.4", core.KindVM, true},
+		{"kubeadm-vm-no-group-commit", "1.30.4", core.KindVM, false},
+		{"sonic-rsa-ca", "1.30.4", core.KindSONiC, true},
+		{"sonic-ecdsa-ca", "1.31.2", core.KindSONiC, true},
+	} {
+		b.Run(c.name, func(b *testing.B) { benchJoin(b, c.version, c.kind, c.group) })
+	}
+}
+
+func benchJoin(b *testing.B, version string, kind core.DeviceKind, group bool) {
+	ctx := context.Background()
+	dir := b.TempDir()
+	bs, err := boltstore.Open(dir, boltstore.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bs.Close()
+	var st core.Store = bs
+	if !group {
+		st = noGroupCommit{bs}
+	}
+	kr, err := pki.OpenKeyring(filepath.Join(dir, "secret.key"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc, err := New(st, kr, Options{AutoApprove: []Rule{{}}, BaseURL: "http://10.99.0.1:8080"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := b.N
+	if _, err := svc.CreateCluster(ctx, ClusterSpec{Name: "bench", Size: n, KubernetesVersion: version}); err != nil {
+		b.Fatal(err)
+	}
+	cp, _ := svc.Enroll(ctx, EnrollRequest{Cluster: "bench", MAC: "02:ff:00:00:00:01"})
+	if _, err := svc.Join(ctx, JoinRequest{Enrollment: cp.Reveal(), MAC: "02:ff:00:00:00:01", RemoteIP: "10.99.0.10"}); err != nil {
+		b.Fatal(err)
+	}
+	secrets := make([]string, n)
+	err = bs.Update(func(tx core.Tx) error {
+		for i := range n {
+			m := mac(i)
+			if err := core.PutDevice(tx, core.Device{ID: m, MAC: m, Kind: kind, Serial: fmt.Sprintf("SN%07d", i), Hostname: fmt.Sprintf("node-%d", i)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range 16 {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				c, err := svc.Enroll(ctx, EnrollRequest{Cluster: "bench", MAC: mac(i)})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				secrets[i] = c.Reveal()
+			}
+		})
+	}
+	wg.Wait()
+
+	const workers = 64 // devices asking at once
+	next.Store(0)
+	var failed atomic.Int64
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	start := time.Now()
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				bd, err := svc.Join(ctx, JoinRequest{Enrollment: secrets[i], MAC: mac(i), RemoteIP: fmt.Sprintf("10.99.%d.%d", 1+i/250%250, 1+i%250)})
+				if err != nil || (bd.CloudConfig == nil && bd.SONiC == nil) {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	cpu := cpuTime() - cpu0
+	b.StopTimer()
+	if f := failed.Load(); f > 0 {
+		b.Fatalf("%d of %d joins failed", f, n)
+	}
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "joins/s")
+	// CPU per join (all goroutines, user+system) is what other load on a
+	// shared machine cannot distort; joins/s above is the wall-clock rate.
+	b.ReportMetric(float64(cpu.Microseconds())/float64(n), "cpu-us/join")
+	// Every bundle is on disk: the membership count matches.
+	var members int
+	bs.View(func(tx core.Tx) error {
+		return tx.ScanPrefix(core.BucketIndex, "member/", func(string, []byte) (bool, error) { members++; return true, nil })
+	})
+	if members != n+1 {
+		b.Fatalf("%d memberships recorded, want %d", members, n+1)
+	}
+}
+
+// cpuTime is the process's user+system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

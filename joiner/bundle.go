@@ -1,0 +1,251 @@
+package joiner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/ztpd/ztpd/joiner/bundle"
+	"github.com/ztpd/ztpd/joiner/tokens"
+)
+
+// Bundle is what one device receives to join its cluster. It holds
+// secrets: String and MarshalJSON are redacted; Deliver renders the full
+// document for the device.
+type Bundle struct {
+	Cluster           string
+	ClusterName       string
+	Device            string
+	Role              string // control-plane, worker or sonic
+	Init              bool   // this node runs kubeadm init (the first control plane)
+	Method            string
+	KubernetesVersion string
+	APIEndpoint       string // host:port
+	CAHash            string // sha256:<hex>
+
+	// Exactly one of these is set, by method.
+	CloudConfig []byte             // kubeadm VMs: "#cloud-config" user-data
+	SONiC       *bundle.SonicJoin  // SONiC switches
+	K3s         *bundle.K3sAgent   // k3s agents
+	Plan        bundle.KubeadmPlan // the kubeadm plan inside CloudConfig
+
+	ReportURL   string
+	reportToken string
+}
+
+// ReportToken is the node's credential for Report.
+func (b *Bundle) ReportToken() string { return b.reportToken }
+
+// String describes the bundle without secrets.
+func (b *Bundle) String() string {
+	return fmt.Sprintf("bundle(%s %s %s in %s, %s)", b.Device, b.Method, b.Role, b.ClusterName, b.KubernetesVersion)
+}
+
+// LogValue keeps slog from printing secrets.
+func (b *Bundle) LogValue() slog.Value { return slog.StringValue(b.String()) }
+
+// MarshalJSON is the redacted summary (for logs and admin listings).
+func (b *Bundle) MarshalJSON() ([]byte, error) {
+	return json.Marshal(map[string]string{
+		"cluster": b.Cluster, "cluster_name": b.ClusterName, "device": b.Device, "role": b.Role,
+		"method": b.Method, "kubernetes_version": b.KubernetesVersion, "api_endpoint": b.APIEndpoint, "ca_hash": b.CAHash,
+	})
+}
+
+// DeliveredFile is one file in the device's document.
+type DeliveredFile struct {
+	Path    string `json:"path"`
+	Mode    string `json:"mode"`
+	Content string `json:"content"`
+}
+
+// Delivery is the full document a device receives (secrets included).
+type Delivery struct {
+	Cluster           string          `json:"cluster"`
+	ClusterName       string          `json:"cluster_name"`
+	Device            string          `json:"device"`
+	Role              string          `json:"role"`
+	Init              bool            `json:"init,omitempty"`
+	Method            string          `json:"method"`
+	KubernetesVersion string          `json:"kubernetes_version"`
+	APIEndpoint       string          `json:"api_endpoint"`
+	CAHash            string          `json:"ca_hash"`
+	CloudConfig       string          `json:"cloud_config,omitempty"`
+	ConfigDB          json.RawMessage `json:"config_db,omitempty"`
+	Files             []DeliveredFile `json:"files,omitempty"`
+	ReportURL         string          `json:"report_url,omitempty"`
+	ReportToken       string          `json:"report_token,omitempty"`
+}
+
+// Deliver renders the device's document, secrets included. Call it only to
+// answer the device the bundle was issued to.
+func (b *Bundle) Deliver() Delivery {
+	d := Delivery{Cluster: b.Cluster, ClusterName: b.ClusterName, Device: b.Device, Role: b.Role, Init: b.Init, Method: b.Method,
+		KubernetesVersion: b.KubernetesVersion, APIEndpoint: b.APIEndpoint, CAHash: b.CAHash,
+		CloudConfig: string(b.CloudConfig), ReportURL: b.ReportURL, ReportToken: b.reportToken}
+	add := func(f bundle.File) {
+		d.Files = append(d.Files, DeliveredFile{Path: f.Path, Mode: fmt.Sprintf("%04o", f.Mode), Content: string(f.Content)})
+	}
+	if b.SONiC != nil {
+		d.ConfigDB = b.SONiC.ConfigDB
+		for _, f := range b.SONiC.Files {
+			add(f)
+		}
+	}
+	if b.K3s != nil {
+		add(b.K3s.Config)
+		add(b.K3s.Env)
+	}
+	return d
+}
+
+// render builds the bundle from the committed admission result. It runs
+// outside the store transaction: signing and YAML rendering do not hold up
+// other joins' commits.
+func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*Bundle, error) {
+	keys, err := s.keysFor(res.cluster.ID)
+	if err != nil {
+		return nil, err
+	}
+	v, err := bundle.ParseVersion(res.rt.KubernetesVersion)
+	if err != nil {
+		return nil, err
+	}
+	b := &Bundle{
+		Cluster: res.cluster.ID, ClusterName: res.cluster.Name, Device: res.device.ID, Role: res.role, Init: res.first,
+		Method: res.method, KubernetesVersion: v.String(), APIEndpoint: res.rt.APIEndpoint, CAHash: keys.ca.DiscoveryHash(),
+	}
+	var report *bundle.Report
+	if s.opts.ReportURL != "" {
+		b.ReportURL, b.reportToken = s.opts.ReportURL, res.report.Reveal()
+		report = &bundle.Report{URL: s.opts.ReportURL, Token: b.reportToken}
+	}
+	nodeName := nodeName(res.device.Hostname)
+	var nodeTok tokens.BootstrapToken
+	if res.tokenID != "" {
+		if nodeTok, err = tokens.DeriveBootstrapToken(keys.seed, res.tokenID); err != nil {
+			return nil, err
+		}
+		if res.publish {
+			if err := s.publishToken(ctx, res, keys, nodeTok); err != nil {
+				return nil, fmt.Errorf("create the node's bootstrap token in the cluster: %w", err)
+			}
+		}
+	}
+	switch res.method {
+	case MethodKubeadm:
+		var plan bundle.KubeadmPlan
+		cc := bundle.CloudConfigParams{Report: report}
+		switch {
+		case res.first:
+			var toks []bundle.Token
+			for _, t := range res.initTokens {
+				bt, err := tokens.DeriveBootstrapToken(keys.seed, t.ID)
+				if err != nil {
+					return nil, err
+				}
+				ttl := time.Duration(0)
+				if !t.Expires.IsZero() {
+					ttl = t.Expires.Sub(now).Truncate(time.Second)
+					if ttl < time.Second {
+						continue
+					}
+				}
+				toks = append(toks, bundle.Token{Token: bt, TTL: ttl, Description: "ztpd join token"})
+			}
+			if len(toks) == 0 {
+				// A one-node cluster still needs a token for kubeadm init.
+				bt, err := tokens.GenerateBootstrapToken()
+				if err != nil {
+					return nil, err
+				}
+				toks = append(toks, bundle.Token{Token: bt, TTL: time.Hour, Description: "ztpd init (unused)"})
+			}
+			host, _, _ := net.SplitHostPort(res.rt.APIEndpoint)
+			sans := []string{}
+			if res.cluster.ExternalLBIP != "" {
+				sans = append(sans, res.cluster.ExternalLBIP)
+			}
+			ip := res.ip
+			if ip == host {
+				ip = ""
+			}
+			params := bundle.InitParams{
+				Version: v, ControlPlaneEndpoint: res.rt.APIEndpoint, AdvertiseAddress: ip, NodeName: nodeName,
+				CertSANs: sans, Tokens: toks, EncryptionAlgorithm: res.rt.Algorithm,
+			}
+			if res.cluster.ControlNodes > 1 {
+				params.CertificateKey = keys.certKey
+			}
+			if plan, err = bundle.PlanInit(params); err != nil {
+				return nil, err
+			}
+			keyPEM, err := keys.ca.PrivateKeyPEM()
+			if err != nil {
+				return nil, err
+			}
+			cc.Role, cc.CACertPEM, cc.CAKeyPEM = bundle.RoleFirstControlPlane, keys.ca.CertPEM(), keyPEM
+			cc.ExtraManifests = map[string][]byte{"sonic-rbac.yaml": []byte(bundle.SonicRBAC)}
+		default:
+			jp := bundle.JoinParams{Version: v, APIServerEndpoint: res.rt.APIEndpoint, Token: nodeTok,
+				CACertHashes: []string{keys.ca.DiscoveryHash()}, NodeName: nodeName}
+			cc.Role = bundle.RoleWorker
+			if res.role == RoleControlPlane {
+				jp.ControlPlane, jp.CertificateKey, jp.AdvertiseAddress = true, keys.certKey, res.ip
+				cc.Role = bundle.RoleControlPlane
+			}
+			if plan, err = bundle.PlanJoin(jp); err != nil {
+				return nil, err
+			}
+		}
+		cc.Plan = plan
+		if b.CloudConfig, err = bundle.RenderCloudConfig(cc); err != nil {
+			return nil, err
+		}
+		b.Plan = plan
+	case MethodSONiC:
+		host, port, _ := net.SplitHostPort(res.rt.APIEndpoint)
+		p := 6443
+		fmt.Sscan(port, &p)
+		name := nodeName
+		if name == "" || name == "sonic" {
+			name = "sonic-" + strings.ReplaceAll(res.device.ID, ":", "")
+		}
+		sj, err := bundle.RenderSonic(bundle.SonicParams{ClusterID: res.cluster.ID, ServerHost: host, ServerPort: p, SwitchName: name}, keys.ca, now)
+		if err != nil {
+			return nil, err
+		}
+		b.SONiC = &sj
+	case MethodK3s:
+		kt, err := tokens.K3sTokenFor(keys.ca.CertPEM(), nodeTok)
+		if err != nil {
+			return nil, err
+		}
+		ag, err := bundle.RenderK3sAgent(bundle.K3sAgentParams{ServerURL: "https://" + res.rt.APIEndpoint, Token: kt, NodeName: nodeName})
+		if err != nil {
+			return nil, err
+		}
+		b.K3s = &ag
+	default:
+		return nil, fmt.Errorf("unknown join method %q", res.method)
+	}
+	return b, nil
+}
+
+// nodeName is the lower-cased hostname when it is a valid node name.
+func nodeName(hostname string) string {
+	h := strings.ToLower(strings.TrimSpace(hostname))
+	if h == "" || len(h) > 63 {
+		return ""
+	}
+	for i, c := range h {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && (c != '-' || i == 0 || i == len(h)-1) {
+			return ""
+		}
+	}
+	return h
+}

@@ -1,0 +1,523 @@
+package bundle
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ztpd/ztpd/joiner/pki"
+	"github.com/ztpd/ztpd/joiner/tokens"
+)
+
+// KubeadmConfigPath is where the rendered kubeadm configuration goes on a node.
+const KubeadmConfigPath = "/etc/ztpd/kubeadm.yaml"
+
+// Token is a bootstrap token to create at kubeadm init.
+type Token struct {
+	Token       tokens.BootstrapToken
+	TTL         time.Duration // 0: never expires
+	Usages      []string      // nil: signing, authentication
+	Groups      []string      // nil: system:bootstrappers:kubeadm:default-node-token
+	Description string
+}
+
+// InitParams describe the first control plane of a cluster.
+type InitParams struct {
+	Version Version
+	// ControlPlaneEndpoint is the stable host:port every node joins
+	// (CloudStack: the first control node's or the load balancer's IP, :6443).
+	ControlPlaneEndpoint string
+	AdvertiseAddress     string   // optional: this node's API address
+	NodeName             string   // optional: defaults to the hostname
+	CertSANs             []string // extra API server certificate names
+	// Tokens are created at init; the first usually belongs to this node's
+	// peers that join first. At least one is required.
+	Tokens         []Token
+	CertificateKey tokens.CertificateKey // for --upload-certs (HA control planes)
+	// EncryptionAlgorithm is the CA's key type. With v1beta4 it is also
+	// written as encryptionAlgorithm so kubeadm's own keys match it.
+	EncryptionAlgorithm pki.Algorithm
+	PodSubnet           string // optional, e.g. for the CNI in network.yaml
+	ServiceSubnet       string // optional
+	ClusterName         string // optional, kubeadm default "kubernetes"
+}
+
+// JoinParams describe a node joining an existing cluster.
+type JoinParams struct {
+	Version           Version
+	APIServerEndpoint string // host:port
+	Token             tokens.BootstrapToken
+	CACertHashes      []string // "sha256:<hex>"; at least one: ztpd never skips CA verification
+	NodeName          string
+	// ControlPlane makes the node an extra control plane; it then needs the
+	// certificate key the first control plane uploaded its certificates with.
+	ControlPlane     bool
+	AdvertiseAddress string
+	CertificateKey   tokens.CertificateKey
+}
+
+// KubeadmPlan is how a node runs kubeadm: a configuration file (nil in
+// flags mode) and the commands, in order. Commands carry no secrets unless
+// the release needs flags (1.11–1.14).
+type KubeadmPlan struct {
+	API      KubeadmAPI
+	Config   []byte
+	Commands [][]string
+}
+
+// PlanInit renders the first control plane's kubeadm configuration.
+func PlanInit(p InitParams) (KubeadmPlan, error) {
+	api, err := KubeadmAPIFor(p.Version)
+	if err != nil {
+		return KubeadmPlan{}, err
+	}
+	if err := validateEndpoint("control plane endpoint", p.ControlPlaneEndpoint); err != nil {
+		return KubeadmPlan{}, err
+	}
+	if len(p.Tokens) == 0 {
+		return KubeadmPlan{}, errors.New("kubeadm init: at least one bootstrap token is required")
+	}
+	for i, t := range p.Tokens {
+		if t.Token.IsZero() {
+			return KubeadmPlan{}, fmt.Errorf("kubeadm init: token %d is empty", i)
+		}
+		if t.TTL < 0 || t.TTL%time.Second != 0 {
+			return KubeadmPlan{}, fmt.Errorf("kubeadm init: token %s TTL %v must be whole seconds >= 0", t.Token, t.TTL)
+		}
+		if err := tokens.ValidateUsages(t.usages()); err != nil {
+			return KubeadmPlan{}, err
+		}
+		if err := tokens.ValidateGroups(t.groups()); err != nil {
+			return KubeadmPlan{}, err
+		}
+	}
+	if p.EncryptionAlgorithm == "" {
+		p.EncryptionAlgorithm = pki.RSA2048
+	}
+	if p.EncryptionAlgorithm != pki.RSA2048 && !p.Version.AtLeast(1, 31) {
+		// Before v1beta4 kubeadm has no encryptionAlgorithm and RSA is the
+		// only CA key type every release loads.
+		return KubeadmPlan{}, fmt.Errorf("kubeadm init: a %s CA needs Kubernetes 1.31+ (have %s)", p.EncryptionAlgorithm, p.Version)
+	}
+	sans := certSANs(p.ControlPlaneEndpoint, p.AdvertiseAddress, p.CertSANs)
+	if api == KubeadmFlags {
+		return planInitFlags(p, sans), nil
+	}
+	initCfg := initConfiguration{
+		typeMeta:         typeMeta{APIVersion: string(api), Kind: "InitConfiguration"},
+		NodeRegistration: nodeRegistration{Name: p.NodeName, CRISocket: criSocket(p.Version)},
+		CertificateKey:   p.CertificateKey.Reveal(),
+	}
+	if p.AdvertiseAddress != "" {
+		initCfg.LocalAPIEndpoint = &apiEndpoint{AdvertiseAddress: p.AdvertiseAddress, BindPort: 6443}
+	}
+	for _, t := range p.Tokens {
+		initCfg.BootstrapTokens = append(initCfg.BootstrapTokens, bootstrapToken{
+			Token:       t.Token.Reveal(),
+			Description: t.Description,
+			TTL:         t.TTL.String(),
+			Usages:      t.usages(),
+			Groups:      t.groups(),
+		})
+	}
+	clusterCfg := clusterConfiguration{
+		typeMeta:             typeMeta{APIVersion: string(api), Kind: "ClusterConfiguration"},
+		KubernetesVersion:    p.Version.String(),
+		ControlPlaneEndpoint: p.ControlPlaneEndpoint,
+		APIServer:            apiServer{CertSANs: sans},
+		ClusterName:          p.ClusterName,
+		CertificatesDir:      "/etc/kubernetes/pki",
+	}
+	if p.PodSubnet != "" || p.ServiceSubnet != "" {
+		clusterCfg.Networking = &networking{PodSubnet: p.PodSubnet, ServiceSubnet: p.ServiceSubnet}
+	}
+	if api == KubeadmV1Beta4 {
+		clusterCfg.EncryptionAlgorithm = string(p.EncryptionAlgorithm)
+	}
+	cfg, err := marshalDocs(initCfg, clusterCfg)
+	if err != nil {
+		return KubeadmPlan{}, err
+	}
+	cmd := []string{"kubeadm", "init", "--config", KubeadmConfigPath}
+	if !p.CertificateKey.IsZero() {
+		cmd = append(cmd, "--upload-certs")
+	}
+	return KubeadmPlan{API: api, Config: cfg, Commands: [][]string{cmd}}, nil
+}
+
+// planInitFlags drives kubeadm 1.11–1.14, which predates the config fields
+// ztpd needs: one token on the command line, the others created after init.
+func planInitFlags(p InitParams, sans []string) KubeadmPlan {
+	first := p.Tokens[0]
+	cmd := []string{"kubeadm", "init",
+		"--token", first.Token.Reveal(),
+		"--token-ttl", first.TTL.String(),
+		"--kubernetes-version", p.Version.String(),
+		"--cri-socket", criSocket(p.Version),
+		"--apiserver-cert-extra-sans", strings.Join(sans, ","),
+	}
+	if p.AdvertiseAddress != "" {
+		cmd = append(cmd, "--apiserver-advertise-address", p.AdvertiseAddress)
+	}
+	if p.NodeName != "" {
+		cmd = append(cmd, "--node-name", p.NodeName)
+	}
+	if p.PodSubnet != "" {
+		cmd = append(cmd, "--pod-network-cidr", p.PodSubnet)
+	}
+	if p.ServiceSubnet != "" {
+		cmd = append(cmd, "--service-cidr", p.ServiceSubnet)
+	}
+	cmds := [][]string{cmd}
+	for _, t := range p.Tokens[1:] {
+		c := []string{"kubeadm", "token", "create", t.Token.Reveal(),
+			"--kubeconfig", "/etc/kubernetes/admin.conf",
+			"--ttl", t.TTL.String(),
+			"--usages", strings.Join(t.usages(), ","),
+			"--groups", strings.Join(t.groups(), ","),
+		}
+		if t.Description != "" {
+			c = append(c, "--description", t.Description)
+		}
+		cmds = append(cmds, c)
+	}
+	return KubeadmPlan{API: KubeadmFlags, Commands: cmds}
+}
+
+// PlanJoin renders a worker's or an extra control plane's kubeadm join.
+func PlanJoin(p JoinParams) (KubeadmPlan, error) {
+	api, err := KubeadmAPIFor(p.Version)
+	if err != nil {
+		return KubeadmPlan{}, err
+	}
+	if err := validateEndpoint("API server endpoint", p.APIServerEndpoint); err != nil {
+		return KubeadmPlan{}, err
+	}
+	if p.Token.IsZero() {
+		return KubeadmPlan{}, errors.New("kubeadm join: no bootstrap token")
+	}
+	if len(p.CACertHashes) == 0 {
+		return KubeadmPlan{}, errors.New("kubeadm join: no CA certificate hash (ztpd never joins with unsafe-skip-ca-verification)")
+	}
+	for _, h := range p.CACertHashes {
+		if !validCAHash(h) {
+			return KubeadmPlan{}, fmt.Errorf("kubeadm join: CA hash %q is not sha256:<64 hex>", h)
+		}
+	}
+	if p.ControlPlane {
+		if !p.Version.AtLeast(1, 16) {
+			return KubeadmPlan{}, fmt.Errorf("kubeadm join: extra control planes need Kubernetes 1.16+ (have %s)", p.Version)
+		}
+		if p.CertificateKey.IsZero() {
+			return KubeadmPlan{}, errors.New("kubeadm join: an extra control plane needs the certificate key")
+		}
+	}
+	if api == KubeadmFlags {
+		cmd := []string{"kubeadm", "join", p.APIServerEndpoint,
+			"--token", p.Token.Reveal(),
+			"--cri-socket", criSocket(p.Version)}
+		for _, h := range p.CACertHashes {
+			cmd = append(cmd, "--discovery-token-ca-cert-hash", h)
+		}
+		if p.NodeName != "" {
+			cmd = append(cmd, "--node-name", p.NodeName)
+		}
+		return KubeadmPlan{API: api, Commands: [][]string{cmd}}, nil
+	}
+	jc := joinConfiguration{
+		typeMeta:         typeMeta{APIVersion: string(api), Kind: "JoinConfiguration"},
+		NodeRegistration: nodeRegistration{Name: p.NodeName, CRISocket: criSocket(p.Version)},
+		Discovery: discovery{BootstrapToken: &bootstrapTokenDiscovery{
+			Token:             p.Token.Reveal(),
+			APIServerEndpoint: p.APIServerEndpoint,
+			CACertHashes:      slices.Clone(p.CACertHashes),
+		}},
+	}
+	if p.ControlPlane {
+		jc.ControlPlane = &joinControlPlane{CertificateKey: p.CertificateKey.Reveal()}
+		if p.AdvertiseAddress != "" {
+			jc.ControlPlane.LocalAPIEndpoint = &apiEndpoint{AdvertiseAddress: p.AdvertiseAddress, BindPort: 6443}
+		}
+	}
+	cfg, err := marshalDocs(jc)
+	if err != nil {
+		return KubeadmPlan{}, err
+	}
+	return KubeadmPlan{API: api, Config: cfg, Commands: [][]string{{"kubeadm", "join", "--config", KubeadmConfigPath}}}, nil
+}
+
+func (t Token) usages() []string {
+	if t.Usages == nil {
+		return tokens.DefaultUsages()
+	}
+	return t.Usages
+}
+
+func (t Token) groups() []string {
+	if t.Groups == nil {
+		return tokens.DefaultGroups()
+	}
+	return t.Groups
+}
+
+// certSANs lists the API server certificate names: the endpoint host, the
+// advertise address and the extras, deduplicated in order.
+func certSANs(endpoint, advertise string, extra []string) []string {
+	host, _, _ := net.SplitHostPort(endpoint)
+	var out []string
+	for _, s := range append([]string{host, advertise}, extra...) {
+		if s != "" && !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func validateEndpoint(what, hp string) error {
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil || host == "" {
+		return fmt.Errorf("%s %q must be host:port", what, hp)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%s %q: bad port", what, hp)
+	}
+	if strings.ContainsAny(host, " \t\r\n\"'`$\\") {
+		return fmt.Errorf("%s %q: bad host", what, hp)
+	}
+	return nil
+}
+
+func validCAHash(h string) bool {
+	hexPart, ok := strings.CutPrefix(h, "sha256:")
+	if !ok || len(hexPart) != 64 {
+		return false
+	}
+	for _, c := range hexPart {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// yamlDoc is a document the kubeadm configuration file holds.
+type yamlDoc interface{ writeYAML(w *yamlWriter) }
+
+// marshalDocs renders YAML documents separated by "---", the way kubeadm
+// reads a multi-document config file. Keys are in alphabetical order, as
+// kubeadm's own "config print" writes them.
+func marshalDocs(docs ...yamlDoc) ([]byte, error) {
+	var w yamlWriter
+	for i, d := range docs {
+		if i > 0 {
+			w.b.WriteString("---\n")
+		}
+		d.writeYAML(&w)
+	}
+	return []byte(w.String()), nil
+}
+
+func (c initConfiguration) writeYAML(w *yamlWriter) {
+	w.kv(0, "apiVersion", c.APIVersion)
+	if len(c.BootstrapTokens) > 0 {
+		w.key(0, "bootstrapTokens")
+		for _, t := range c.BootstrapTokens {
+			first := true
+			field := func() int {
+				if first {
+					first = false
+					w.b.WriteString("- ")
+					return 0
+				}
+				return 2
+			}
+			if t.Description != "" {
+				w.kv(field(), "description", t.Description)
+			}
+			if len(t.Groups) > 0 {
+				w.key(field(), "groups")
+				for _, g := range t.Groups {
+					w.item(2, g)
+				}
+			}
+			w.kv(field(), "token", t.Token)
+			w.kv(field(), "ttl", t.TTL)
+			if len(t.Usages) > 0 {
+				w.key(field(), "usages")
+				for _, u := range t.Usages {
+					w.item(2, u)
+				}
+			}
+		}
+	}
+	if c.CertificateKey != "" {
+		w.kv(0, "certificateKey", c.CertificateKey)
+	}
+	w.kv(0, "kind", c.Kind)
+	if c.LocalAPIEndpoint != nil {
+		w.key(0, "localAPIEndpoint")
+		c.LocalAPIEndpoint.writeYAML(w, 2)
+	}
+	c.NodeRegistration.writeYAML(w, 0)
+}
+
+func (e apiEndpoint) writeYAML(w *yamlWriter, ind int) {
+	if e.AdvertiseAddress != "" {
+		w.kv(ind, "advertiseAddress", e.AdvertiseAddress)
+	}
+	if e.BindPort != 0 {
+		w.kvRaw(ind, "bindPort", strconv.Itoa(int(e.BindPort)))
+	}
+}
+
+func (n nodeRegistration) writeYAML(w *yamlWriter, ind int) {
+	if n.CRISocket == "" && n.Name == "" {
+		w.kvRaw(ind, "nodeRegistration", "{}")
+		return
+	}
+	w.key(ind, "nodeRegistration")
+	if n.CRISocket != "" {
+		w.kv(ind+2, "criSocket", n.CRISocket)
+	}
+	if n.Name != "" {
+		w.kv(ind+2, "name", n.Name)
+	}
+}
+
+func (c clusterConfiguration) writeYAML(w *yamlWriter) {
+	if len(c.APIServer.CertSANs) == 0 {
+		w.kvRaw(0, "apiServer", "{}")
+	} else {
+		w.key(0, "apiServer")
+		w.key(2, "certSANs")
+		for _, s := range c.APIServer.CertSANs {
+			w.item(2, s)
+		}
+	}
+	w.kv(0, "apiVersion", c.APIVersion)
+	if c.CertificatesDir != "" {
+		w.kv(0, "certificatesDir", c.CertificatesDir)
+	}
+	if c.ClusterName != "" {
+		w.kv(0, "clusterName", c.ClusterName)
+	}
+	w.kv(0, "controlPlaneEndpoint", c.ControlPlaneEndpoint)
+	if c.EncryptionAlgorithm != "" {
+		w.kv(0, "encryptionAlgorithm", c.EncryptionAlgorithm)
+	}
+	w.kv(0, "kind", c.Kind)
+	w.kv(0, "kubernetesVersion", c.KubernetesVersion)
+	if c.Networking != nil {
+		w.key(0, "networking")
+		if c.Networking.PodSubnet != "" {
+			w.kv(2, "podSubnet", c.Networking.PodSubnet)
+		}
+		if c.Networking.ServiceSubnet != "" {
+			w.kv(2, "serviceSubnet", c.Networking.ServiceSubnet)
+		}
+	}
+}
+
+func (c joinConfiguration) writeYAML(w *yamlWriter) {
+	w.kv(0, "apiVersion", c.APIVersion)
+	if cp := c.ControlPlane; cp != nil {
+		w.key(0, "controlPlane")
+		w.kv(2, "certificateKey", cp.CertificateKey)
+		if cp.LocalAPIEndpoint != nil {
+			w.key(2, "localAPIEndpoint")
+			cp.LocalAPIEndpoint.writeYAML(w, 4)
+		}
+	}
+	w.key(0, "discovery")
+	if bt := c.Discovery.BootstrapToken; bt != nil {
+		w.key(2, "bootstrapToken")
+		w.kv(4, "apiServerEndpoint", bt.APIServerEndpoint)
+		w.key(4, "caCertHashes")
+		for _, h := range bt.CACertHashes {
+			w.item(4, h)
+		}
+		w.kv(4, "token", bt.Token)
+	}
+	w.kv(0, "kind", c.Kind)
+	c.NodeRegistration.writeYAML(w, 0)
+}
+
+// The kubeadm configuration types below carry only the fields ztpd sets;
+// their JSON names follow kubeadm's v1beta2/v1beta3/v1beta4 types.
+
+type typeMeta struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+}
+
+type initConfiguration struct {
+	typeMeta         `json:",inline"`
+	BootstrapTokens  []bootstrapToken `json:"bootstrapTokens,omitempty"`
+	NodeRegistration nodeRegistration `json:"nodeRegistration"`
+	LocalAPIEndpoint *apiEndpoint     `json:"localAPIEndpoint,omitempty"`
+	CertificateKey   string           `json:"certificateKey,omitempty"`
+}
+
+type bootstrapToken struct {
+	Token       string   `json:"token"`
+	Description string   `json:"description,omitempty"`
+	TTL         string   `json:"ttl"`
+	Usages      []string `json:"usages,omitempty"`
+	Groups      []string `json:"groups,omitempty"`
+}
+
+type nodeRegistration struct {
+	Name      string `json:"name,omitempty"`
+	CRISocket string `json:"criSocket,omitempty"`
+}
+
+type apiEndpoint struct {
+	AdvertiseAddress string `json:"advertiseAddress,omitempty"`
+	BindPort         int32  `json:"bindPort,omitempty"`
+}
+
+type clusterConfiguration struct {
+	typeMeta             `json:",inline"`
+	Networking           *networking `json:"networking,omitempty"`
+	KubernetesVersion    string      `json:"kubernetesVersion"`
+	ControlPlaneEndpoint string      `json:"controlPlaneEndpoint"`
+	APIServer            apiServer   `json:"apiServer"`
+	CertificatesDir      string      `json:"certificatesDir,omitempty"`
+	ClusterName          string      `json:"clusterName,omitempty"`
+	EncryptionAlgorithm  string      `json:"encryptionAlgorithm,omitempty"`
+}
+
+type networking struct {
+	ServiceSubnet string `json:"serviceSubnet,omitempty"`
+	PodSubnet     string `json:"podSubnet,omitempty"`
+}
+
+type apiServer struct {
+	CertSANs []string `json:"certSANs,omitempty"`
+}
+
+type joinConfiguration struct {
+	typeMeta         `json:",inline"`
+	NodeRegistration nodeRegistration  `json:"nodeRegistration"`
+	Discovery        discovery         `json:"discovery"`
+	ControlPlane     *joinControlPlane `json:"controlPlane,omitempty"`
+}
+
+type discovery struct {
+	BootstrapToken *bootstrapTokenDiscovery `json:"bootstrapToken,omitempty"`
+}
+
+type bootstrapTokenDiscovery struct {
+	Token             string   `json:"token"`
+	APIServerEndpoint string   `json:"apiServerEndpoint"`
+	CACertHashes      []string `json:"caCertHashes"`
+}
+
+type joinControlPlane struct {
+	LocalAPIEndpoint *apiEndpoint `json:"localAPIEndpoint,omitempty"`
+	CertificateKey   string       `json:"certificateKey"`
+}

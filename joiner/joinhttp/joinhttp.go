@@ -1,0 +1,244 @@
+// Package joinhttp is the thin HTTP adapter over the joiner service, for
+// devices: they present an enrollment secret and get their join bundle, and
+// nodes report back joined or failed. The ZTP HTTP server mounts it under
+// /join/.
+//
+//	POST /join                 JSON request (or SONiC ZTP headers) -> JSON bundle
+//	GET  /join/cloud-config    ?enrollment=... -> text/cloud-config, for a
+//	                           CloudStack VM's user-data "#include" line
+//	POST /join/report          Authorization: Bearer <report token>,
+//	                           {"state":"joined"|"failed","detail":"..."}
+//	GET  /join/sonic-plugin    the SONiC ZTP plugin that calls POST /join
+//
+// Answers: 200 bundle; 202 waiting (Retry-After); 400 bad request; 403 any
+// credential failure (one message, so a prober learns nothing); 409 member
+// of another cluster; 503 cluster not accepting members.
+package joinhttp
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/joiner"
+)
+
+// Service is what the adapter needs from the joiner.
+type Service interface {
+	Join(ctx context.Context, req joiner.JoinRequest) (*joiner.Bundle, error)
+	Report(ctx context.Context, credential, state, detail string) (core.Membership, error)
+}
+
+const maxBody = 64 << 10
+
+// sonicPlugin is the SONiC ZTP plugin named by the joiner's ztp.json section.
+//
+//go:embed ztpd-join-plugin.py
+var sonicPlugin []byte
+
+// Handler serves the join endpoints.
+type Handler struct {
+	svc Service
+	log *slog.Logger
+	mux *http.ServeMux
+}
+
+// New builds the handler.
+func New(svc Service, log *slog.Logger) *Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{svc: svc, log: log, mux: http.NewServeMux()}
+	h.Mount(h.mux)
+	return h
+}
+
+// Mount registers the routes on mux (for example the ZTP server's mux).
+func (h *Handler) Mount(mux *http.ServeMux) {
+	mux.HandleFunc("POST "+core.PathJoin+"{$}", h.join)
+	mux.HandleFunc("POST /join", h.join)
+	mux.HandleFunc("GET "+core.PathJoin+"cloud-config", h.cloudConfig)
+	mux.HandleFunc("POST "+core.PathJoin+"report", h.report)
+	mux.HandleFunc("GET "+joiner.PluginPath, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/x-python; charset=utf-8")
+		w.Write(sonicPlugin)
+	})
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// joinBody is the JSON a device posts. SONiC's curl-based plugins can send
+// the same identity as the headers every SONiC ZTP download carries.
+type joinBody struct {
+	Enrollment   string `json:"enrollment"`
+	MAC          string `json:"mac"`
+	Serial       string `json:"serial"`
+	Hostname     string `json:"hostname"`
+	Product      string `json:"product"`
+	SONiCVersion string `json:"sonic_version"`
+	Kind         string `json:"kind"` // sonic | vm
+}
+
+func (h *Handler) join(w http.ResponseWriter, r *http.Request) {
+	var body joinBody
+	if r.ContentLength != 0 {
+		dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil && !errors.Is(err, io.EOF) {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "request body: " + err.Error()})
+			return
+		}
+	}
+	req := joiner.JoinRequest{
+		Enrollment:   first(body.Enrollment, bearer(r)),
+		MAC:          first(body.MAC, r.Header.Get("BASE-MAC-ADDRESS")),
+		Serial:       first(body.Serial, r.Header.Get("SERIAL-NUMBER")),
+		Hostname:     body.Hostname,
+		Product:      first(body.Product, r.Header.Get("PRODUCT-NAME")),
+		SONiCVersion: first(body.SONiCVersion, sonicVersion(r.Header.Get("SONiC-VERSION"))),
+		Kind:         core.DeviceKind(body.Kind),
+		RemoteIP:     remoteIP(r),
+	}
+	if req.Kind == "" && (strings.HasPrefix(r.UserAgent(), "SONiC-ZTP") || r.Header.Get("SONiC-VERSION") != "") {
+		req.Kind = core.KindSONiC
+	}
+	if req.Kind != "" && req.Kind != core.KindSONiC && req.Kind != core.KindVM {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "kind must be sonic or vm"})
+		return
+	}
+	b, err := h.svc.Join(r.Context(), req)
+	if err != nil {
+		h.fail(w, err)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, b.Deliver())
+}
+
+func (h *Handler) cloudConfig(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	req := joiner.JoinRequest{
+		Enrollment: first(q.Get("enrollment"), bearer(r)),
+		MAC:        q.Get("mac"),
+		Serial:     q.Get("serial"),
+		Hostname:   q.Get("hostname"),
+		Kind:       core.KindVM,
+		RemoteIP:   remoteIP(r),
+	}
+	b, err := h.svc.Join(r.Context(), req)
+	if err != nil {
+		h.fail(w, err)
+		return
+	}
+	if b.CloudConfig == nil {
+		writeJSON(w, http.StatusConflict, map[string]string{"error": "this device joins by " + b.Method + ", not cloud-config; use POST /join"})
+		return
+	}
+	w.Header().Set("Content-Type", "text/cloud-config; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Write(b.CloudConfig)
+}
+
+func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		State  string `json:"state"`
+		Detail string `json:"detail"`
+	}
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "request body: " + err.Error()})
+		return
+	}
+	m, err := h.svc.Report(r.Context(), bearer(r), body.State, body.Detail)
+	if err != nil {
+		h.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"device": m.Device, "cluster": m.Cluster, "state": m.State})
+}
+
+// fail maps joiner errors to answers.
+func (h *Handler) fail(w http.ResponseWriter, err error) {
+	var we *joiner.WaitError
+	switch {
+	case errors.As(err, &we):
+		secs := int(we.RetryAfter.Seconds())
+		if secs < 1 {
+			secs = 30
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		writeJSON(w, http.StatusAccepted, map[string]string{"state": "waiting", "reason": we.Reason})
+	case joiner.IsUnauthorized(err):
+		writeJSON(w, http.StatusForbidden, map[string]string{"error": "credential invalid, expired, used, revoked or not issued to this device"})
+	case errors.Is(err, joiner.ErrInvalid):
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+	case errors.Is(err, joiner.ErrMemberElsewhere):
+		writeJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
+	case errors.Is(err, joiner.ErrClusterUnavailable):
+		w.Header().Set("Retry-After", "60")
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+	case errors.Is(err, core.ErrNotFound):
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+	case errors.Is(err, context.Canceled):
+		// the client went away
+	default:
+		h.log.Error("join request failed", "err", err)
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "internal error"})
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func bearer(r *http.Request) string {
+	v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return ""
+	}
+	return strings.TrimSpace(v)
+}
+
+func first(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return strings.TrimSpace(b)
+}
+
+// sonicVersion drops SONiC ZTP's "N.A" placeholder for an unknown version.
+func sonicVersion(v string) string {
+	if v == "N.A" {
+		return ""
+	}
+	return v
+}
+
+// remoteIP is the peer address; forwarding headers are not trusted.
+func remoteIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		if v4 := ip.To4(); v4 != nil {
+			return v4.String()
+		}
+		return ip.String()
+	}
+	return ""
+}

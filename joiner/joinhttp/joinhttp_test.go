@@ -1,0 +1,225 @@
+package joinhttp
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ztpd/ztpd/internal/boltstore"
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/joiner"
+	"github.com/ztpd/ztpd/joiner/pki"
+)
+
+type fixture struct {
+	svc *joiner.Service
+	srv *httptest.Server
+	st  *boltstore.Store
+}
+
+func setup(t *testing.T, rules []joiner.Rule) *fixture {
+	t.Helper()
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl not installed")
+	}
+	dir := t.TempDir()
+	st, err := boltstore.Open(dir, boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	kr, err := pki.OpenKeyring(filepath.Join(dir, "secret.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{st: st}
+	f.srv = httptest.NewUnstartedServer(nil)
+	f.svc, err = joiner.New(st, kr, joiner.Options{AutoApprove: rules, BaseURL: "http://" + f.srv.Listener.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Config.Handler = New(f.svc, nil)
+	f.srv.Start()
+	t.Cleanup(f.srv.Close)
+	if _, err := f.svc.CreateCluster(context.Background(), joiner.ClusterSpec{Name: "prod", Size: 1, KubernetesVersion: "1.29.3"}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f *fixture) enroll(t *testing.T, mac, serial string) string {
+	t.Helper()
+	c, err := f.svc.Enroll(context.Background(), joiner.EnrollRequest{Cluster: "prod", MAC: mac, Serial: serial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Reveal()
+}
+
+// curl runs the real curl and returns the status code, headers and body.
+func curl(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	out, err := exec.Command("curl", append([]string{"-sS", "-D", "/dev/stderr", "-w", "\n%{http_code}"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("curl %v: %v\n%s", args, err, out)
+	}
+	s := string(out)
+	i := strings.LastIndexByte(s, '\n')
+	code := 0
+	for _, c := range s[i+1:] {
+		code = code*10 + int(c-'0')
+	}
+	return code, s[:i], s[:i]
+}
+
+func TestCloudStackVMJoinsWithCurl(t *testing.T) {
+	f := setup(t, []joiner.Rule{{}})
+	secret := f.enroll(t, "02:00:00:00:00:01", "")
+	// cloud-init's "#include" style: GET with the secret in the URL.
+	code, _, body := curl(t, f.srv.URL+"/join/cloud-config?mac=02:00:00:00:00:01&enrollment="+secret)
+	if code != 200 || !strings.Contains(body, "#cloud-config") || !strings.Contains(body, "kind: InitConfiguration") {
+		t.Fatalf("cloud-config: %d\n%s", code, body)
+	}
+	if !strings.Contains(body, "Content-Type: text/cloud-config") {
+		t.Fatalf("content type:\n%s", body[:300])
+	}
+	// Replaying the secret is refused with one generic message.
+	code, _, body = curl(t, f.srv.URL+"/join/cloud-config?mac=02:00:00:00:00:01&enrollment="+secret)
+	if code != 403 || strings.Contains(body, "already used") {
+		t.Fatalf("replay: %d %s", code, body)
+	}
+}
+
+func TestSONiCJoinAndReportWithCurl(t *testing.T) {
+	f := setup(t, []joiner.Rule{{}})
+	// First control plane, so switches have an API server to join.
+	cp := f.enroll(t, "02:00:00:00:00:01", "")
+	if code, _, b := curl(t, "-X", "POST", "-H", "Content-Type: application/json", "--data",
+		`{"enrollment":"`+cp+`","mac":"02:00:00:00:00:01","hostname":"cp-1"}`, f.srv.URL+"/join"); code != 200 {
+		t.Fatalf("control plane: %d %s", code, b)
+	}
+	err := f.st.Update(func(tx core.Tx) error {
+		return core.PutDevice(tx, core.Device{ID: "0c:29:ef:00:00:01", MAC: "0c:29:ef:00:00:01", Kind: core.KindSONiC, Serial: "SN-LEAF-1", Hostname: "leaf-1"})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := f.enroll(t, "", "SN-LEAF-1")
+	// Exactly what SONiC ZTP's curl sends, plus the secret.
+	args := []string{"-X", "POST", "-A", "SONiC-ZTP/0.1",
+		"-H", "PRODUCT-NAME: Accton-AS7712-32X", "-H", "SERIAL-NUMBER: SN-LEAF-1",
+		"-H", "BASE-MAC-ADDRESS: 0c:29:ef:00:00:01", "-H", "SONiC-VERSION: N.A",
+		"-H", "Authorization: Bearer " + secret, f.srv.URL + "/join"}
+	code, _, body := curl(t, args...)
+	if code != 200 {
+		t.Fatalf("switch join: %d\n%s", code, body)
+	}
+	var d joiner.Delivery
+	if err := json.Unmarshal([]byte(body[strings.Index(body, "{"):]), &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Method != "sonic" || len(d.Files) != 3 || !strings.Contains(d.Files[1].Content, "PRIVATE KEY") || d.ReportToken == "" {
+		t.Fatalf("delivery %+v", d)
+	}
+	var db map[string]map[string]map[string]string
+	if err := json.Unmarshal(d.ConfigDB, &db); err != nil || db["KUBERNETES_MASTER"]["SERVER"]["port"] != "6443" {
+		t.Fatalf("config_db %s", d.ConfigDB)
+	}
+	// Report back with the bundle's credential.
+	code, _, body = curl(t, "-X", "POST", "-H", "Authorization: Bearer "+d.ReportToken, "--data", `{"state":"joined"}`, d.ReportURL)
+	if code != 200 || !strings.Contains(body, `"joined"`) {
+		t.Fatalf("report: %d %s", code, body)
+	}
+	code, _, _ = curl(t, "-X", "POST", "-H", "Authorization: Bearer "+cp, "--data", `{"state":"joined"}`, d.ReportURL)
+	if code != 403 {
+		t.Fatalf("report with an enrollment secret: %d", code)
+	}
+}
+
+func TestWaitingAndBadRequests(t *testing.T) {
+	f := setup(t, nil) // no auto-approval
+	secret := f.enroll(t, "02:00:00:00:00:09", "")
+	code, body, _ := curl(t, "-X", "POST", "--data", `{"enrollment":"`+secret+`","mac":"02:00:00:00:00:09"}`, f.srv.URL+"/join")
+	if code != 202 || !strings.Contains(body, "Retry-After: 30") || !strings.Contains(body, "awaiting approval") {
+		t.Fatalf("waiting: %d\n%s", code, body)
+	}
+	for _, c := range []struct {
+		data string
+		want int
+	}{
+		{`{"enrollment":`, 400},
+		{`{"enrollment":"x","mac":"zz"}`, 403},
+		{`{"enrollment":"` + secret + `","mac":"not-a-mac"}`, 400},
+		{`{"enrollment":"` + secret + `","mac":"02:00:00:00:00:09","bogus":1}`, 400},
+		{`{"enrollment":"` + secret + `","mac":"02:00:00:00:00:09","kind":"toaster"}`, 400},
+	} {
+		if code, _, b := curl(t, "-X", "POST", "--data", c.data, f.srv.URL+"/join"); code != c.want {
+			t.Errorf("%s: %d, want %d (%s)", c.data, code, c.want, b)
+		}
+	}
+}
+
+// TestSONiCZTPPluginEndToEnd runs the plugin the way SONiC ZTP does: fetched
+// over HTTP, run with python3 on the section ztpd rendered for the switch.
+func TestSONiCZTPPluginEndToEnd(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 not installed")
+	}
+	f := setup(t, []joiner.Rule{{Serials: []string{"SN-LEAF-1"}}, {MACs: []string{"02:00:00:00:00:01"}}})
+	cp := f.enroll(t, "02:00:00:00:00:01", "")
+	if code, _, b := curl(t, "-X", "POST", "--data", `{"enrollment":"`+cp+`","mac":"02:00:00:00:00:01"}`, f.srv.URL+"/join"); code != 200 {
+		t.Fatalf("control plane: %d %s", code, b)
+	}
+	dev := core.Device{ID: "0c:29:ef:00:00:01", MAC: "0c:29:ef:00:00:01", Kind: core.KindSONiC, Serial: "SN-LEAF-1"}
+	if err := f.st.Update(func(tx core.Tx) error { return core.PutDevice(tx, dev) }); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	plugin := filepath.Join(dir, "plugin")
+	if code, _, b := curl(t, "-o", plugin, f.srv.URL+joiner.PluginPath); code != 200 {
+		t.Fatalf("plugin download: %d %s", code, b)
+	}
+	sec, err := f.svc.ZTPSection(context.Background(), dev, "prod", "leaf-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	input := filepath.Join(dir, "input.json")
+	raw, _ := json.Marshal(map[string]any{"09-join": sec})
+	os.WriteFile(input, raw, 0o600)
+	root := filepath.Join(dir, "root")
+	cmd := exec.Command("python3", plugin, input)
+	cmd.Env = append(os.Environ(), "ZTPD_ROOT="+root, "ZTPD_MAX_WAIT=5")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("plugin: %v\n%s", err, out)
+	}
+	for path, mode := range map[string]os.FileMode{
+		"/etc/sonic/credentials/restapiserver.crt": 0o644,
+		"/etc/sonic/credentials/restapiserver.key": 0o600,
+	} {
+		fi, err := os.Stat(root + path)
+		if err != nil || fi.Mode().Perm() != mode {
+			t.Fatalf("%s: %v mode %v\n%s", path, err, fi, out)
+		}
+	}
+	crt, _ := os.ReadFile(root + "/etc/sonic/credentials/restapiserver.crt")
+	key, _ := os.ReadFile(root + "/etc/sonic/credentials/restapiserver.key")
+	if _, err := tls.X509KeyPair(crt, key); err != nil {
+		t.Fatalf("installed certificate and key do not pair: %v", err)
+	}
+	if !strings.Contains(string(out), "skipped: sonic-cfggen") {
+		t.Fatalf("plugin output:\n%s", out)
+	}
+	// The section's secret is used up: running the plugin again is refused.
+	cmd = exec.Command("python3", plugin, input)
+	cmd.Env = append(os.Environ(), "ZTPD_ROOT="+root, "ZTPD_MAX_WAIT=5")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "refused (403)") {
+		t.Fatalf("replayed section: %v\n%s", err, out)
+	}
+}

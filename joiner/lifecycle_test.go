@@ -1,0 +1,110 @@
+package joiner
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/joiner/tokens"
+)
+
+// TestLifecycleAsTheClustersServiceDrivesIt follows a cluster created by
+// the API through provision, stop, start, upgrade and destroy.
+func TestLifecycleAsTheClustersServiceDrivesIt(t *testing.T) {
+	e := newEnv(t, Options{AutoApprove: approveAll})
+	now := e.clk.now()
+	c := core.Cluster{ID: "3f1c0a52-8d2e-4c2b-9a57-0d5c1b7e9f10", Name: "api-made", VersionID: "v1", Size: 2, ControlNodes: 1,
+		State: core.ClusterStarting, Created: now}
+	err := e.store.Update(func(tx core.Tx) error {
+		if err := tx.Put(core.BucketVersions, "v1", core.Version{ID: "v1", Name: "v1.29.3", SemVer: "1.29.3", State: "Enabled"}); err != nil {
+			return err
+		}
+		return core.PutCluster(tx, c)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.Provision(bg, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.Provision(bg, c); err != nil { // idempotent
+		t.Fatalf("second provision: %v", err)
+	}
+	cp := e.must(e.join(c.ID, 1))
+	if cp.KubernetesVersion != "v1.29.3" || !cp.Init {
+		t.Fatalf("bundle %v", cp)
+	}
+
+	if err := e.svc.Stop(bg, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.Enroll(bg, EnrollRequest{Cluster: c.ID, MAC: mac(2)}); !errors.Is(err, ErrClusterUnavailable) {
+		t.Fatalf("enroll while stopped: %v", err)
+	}
+	if err := e.svc.Start(bg, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.SetVersion(bg, c, core.Version{ID: "v2", SemVer: "1.30.1"}); err != nil {
+		t.Fatal(err)
+	}
+	w := e.must(e.join(c.ID, 2))
+	if w.KubernetesVersion != "v1.30.1" {
+		t.Fatalf("after upgrade, bundle version %s", w.KubernetesVersion)
+	}
+	if ms, _ := e.svc.Membership(bg, cp.Device); ms.Version != "v1.30.1" {
+		t.Fatalf("member version %s", ms.Version)
+	}
+
+	// Revoke by bare id, as the API does.
+	m := e.memberRecord(w.Device)
+	if err := e.svc.RevokeToken(bg, m.TokenID); err != nil {
+		t.Fatal(err)
+	}
+	if !e.tokenRecord(tokens.KindKubeadm, m.TokenID).Revoked {
+		t.Fatal("token not revoked")
+	}
+	if err := e.svc.RevokeToken(bg, "nosuch"); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("unknown token: %v", err)
+	}
+
+	if err := e.svc.Destroy(bg, c); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{cp.Device, w.Device} {
+		if ms, _ := e.svc.Membership(bg, d); ms.State != core.StateLeft {
+			t.Fatalf("%s after destroy: %s", d, ms.State)
+		}
+	}
+	err = e.store.View(func(tx core.Tx) error {
+		n := 0
+		err := tx.Scan(core.BucketTokens, "", func(k string, v []byte) (bool, error) {
+			var rec tokenRecord
+			core.Decode(v, &rec)
+			if rec.Cluster == c.ID && !rec.Revoked {
+				n++
+			}
+			return true, nil
+		})
+		if n > 0 {
+			return errors.New("tokens left unrevoked")
+		}
+		if ok, _ := tx.Get(core.BucketSecrets, secretsKey(c.ID), &clusterSecrets{}); ok {
+			return errors.New("CA key material survived destroy")
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.Kubeconfig(bg, c); err == nil || !strings.Contains(err.Error(), "not set up") {
+		t.Fatalf("kubeconfig after destroy: %v", err)
+	}
+}
+
+func (e *env) memberRecord(device string) member {
+	e.t.Helper()
+	var m member
+	e.store.View(func(tx core.Tx) error { _, err := tx.Get(core.BucketMemberships, device, &m); return err })
+	return m
+}

@@ -1,0 +1,40 @@
+package joiner
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+var (
+	bundlesIssued = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "ztpd_join_bundles_total", Help: "Join bundles issued, by join method and role.",
+	}, []string{"method", "role"})
+	joinsWaiting = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "ztpd_join_waiting_total", Help: "Join requests told to wait (approval, room, no control plane yet).",
+	})
+	joinsRefused = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "ztpd_join_refused_total", Help: "Join requests refused, by reason.",
+	}, []string{"reason"})
+	reports = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "ztpd_join_reports_total", Help: "Node reports received, by state.",
+	}, []string{"state"})
+)
+
+// refusalReason names a refused join for the metric's label.
+func refusalReason(err error) string {
+	for _, r := range []struct {
+		err  error
+		name string
+	}{
+		{ErrEnrollmentInvalid, "invalid"}, {ErrEnrollmentUsed, "replayed"}, {ErrEnrollmentExpired, "expired"},
+		{ErrRevoked, "revoked"}, {ErrBindingMismatch, "wrong-device"}, {ErrClusterUnavailable, "cluster-unavailable"},
+		{ErrMemberElsewhere, "member-elsewhere"}, {ErrInvalid, "bad-request"},
+	} {
+		if errors.Is(err, r.err) {
+			return r.name
+		}
+	}
+	return "error"
+}

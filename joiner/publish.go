@@ -1,0 +1,94 @@
+package joiner
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+	bootstraputil "k8s.io/cluster-bootstrap/token/util"
+
+	"github.com/ztpd/ztpd/joiner/kubeconfig"
+	"github.com/ztpd/ztpd/joiner/tokens"
+)
+
+// publishToken creates a node's bootstrap token in the running cluster,
+// which kubeadm init did not create (tokens made after the first control
+// plane's bundle, e.g. on scale-up, or every k3s agent token). It posts the
+// kube-system Secret "bootstrap-token-<id>" with an admin certificate the
+// appliance signs itself, pinning the API server to the cluster CA. An
+// existing Secret (409) counts as created.
+func (s *Service) publishToken(ctx context.Context, res *joinResult, keys *clusterKeys, bt tokens.BootstrapToken) error {
+	if res.rt.APIEndpoint == "" {
+		return fmt.Errorf("%w: no API endpoint", ErrClusterUnavailable)
+	}
+	creds, err := kubeconfig.IssueAdmin(keys.ca, res.cluster.Name, "https://"+res.rt.APIEndpoint, time.Hour, s.now())
+	if err != nil {
+		return err
+	}
+	pair, err := tls.X509KeyPair(creds.ClientCertPEM, creds.ClientKeyPEM)
+	if err != nil {
+		return err
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(keys.ca.Certificate())
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12},
+	}}
+	defer client.CloseIdleConnections()
+	body, err := json.Marshal(bootstrapTokenSecret(bt, res.tokenExp, "ztpd join token for "+res.device.ID))
+	if err != nil {
+		return err
+	}
+	url := "https://" + res.rt.APIEndpoint + "/api/v1/namespaces/kube-system/secrets"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	switch {
+	case resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusConflict:
+		s.log.Info("bootstrap token created in cluster", "cluster", res.cluster.Name, "token", bt, "device", res.device.ID)
+		return nil
+	default:
+		return fmt.Errorf("API server answered %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+	}
+}
+
+// bootstrapTokenSecret is the Secret kubeadm's token create makes, with
+// the key names from k8s.io/cluster-bootstrap.
+func bootstrapTokenSecret(bt tokens.BootstrapToken, expires time.Time, description string) map[string]any {
+	secret, _ := strings.CutPrefix(bt.Reveal(), bt.ID()+".")
+	data := map[string]string{
+		bootstrapapi.BootstrapTokenIDKey:          bt.ID(),
+		bootstrapapi.BootstrapTokenSecretKey:      secret,
+		bootstrapapi.BootstrapTokenDescriptionKey: description,
+		bootstrapapi.BootstrapTokenExtraGroupsKey: strings.Join(tokens.DefaultGroups(), ","),
+	}
+	for _, u := range tokens.DefaultUsages() {
+		data[bootstrapapi.BootstrapTokenUsagePrefix+u] = "true"
+	}
+	if !expires.IsZero() {
+		data[bootstrapapi.BootstrapTokenExpirationKey] = expires.UTC().Format(time.RFC3339)
+	}
+	return map[string]any{
+		"apiVersion": "v1",
+		"kind":       "Secret",
+		"metadata":   map[string]string{"name": bootstraputil.BootstrapTokenSecretName(bt.ID()), "namespace": "kube-system"},
+		"type":       string(bootstrapapi.SecretTypeBootstrapToken),
+		"stringData": data,
+	}
+}

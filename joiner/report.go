@@ -1,0 +1,242 @@
+package joiner
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/joiner/tokens"
+)
+
+// Outcomes a node reports.
+const (
+	ReportJoined = "joined"
+	ReportFailed = "failed"
+)
+
+// Report records a node's outcome, authenticated by the report credential
+// from its bundle. The first control plane reporting joined marks the
+// cluster initialised (and Running, when it was Created or Starting).
+func (s *Service) Report(ctx context.Context, credential, state, detail string) (core.Membership, error) {
+	if err := ctx.Err(); err != nil {
+		return core.Membership{}, err
+	}
+	cred, err := tokens.ParseCredential(tokens.KindReport, strings.TrimSpace(credential))
+	if err != nil {
+		return core.Membership{}, ErrReportInvalid
+	}
+	var st core.DeviceState
+	switch state {
+	case ReportJoined:
+		st = core.StateJoined
+	case ReportFailed:
+		st = core.StateFailed
+	default:
+		return core.Membership{}, fmt.Errorf("%w: state %q (want joined or failed)", ErrInvalid, state)
+	}
+	if len(detail) > 512 {
+		detail = detail[:512]
+	}
+	now := s.now().UTC()
+	var out member
+	err = s.store.Batch(func(tx core.Tx) error {
+		var rec tokenRecord
+		ok, err := tx.Get(core.BucketTokens, tokenKey(tokens.KindReport, cred.ID()), &rec)
+		if err != nil {
+			return err
+		}
+		if !ok || !cred.Matches(hexDecode(rec.SecretHash)) {
+			return ErrReportInvalid
+		}
+		if r := rec.record(); r.Usable(now) != nil {
+			return fmt.Errorf("%w: %v", ErrReportInvalid, r.Usable(now))
+		}
+		var m member
+		ok, err = tx.Get(core.BucketMemberships, rec.Device, &m)
+		if err != nil {
+			return err
+		}
+		if !ok || m.ReportID != rec.ID || m.Cluster != rec.Cluster {
+			return ErrReportInvalid // superseded by a re-issued bundle
+		}
+		if !holdsSlot(m.State) {
+			return fmt.Errorf("%w: membership is %s", ErrInvalid, m.State)
+		}
+		reason := "node reported " + state
+		if detail != "" {
+			reason += ": " + detail
+		}
+		if err := s.transition(tx, &m, st, reason, now); err != nil {
+			return err
+		}
+		rt, err := getRuntime(tx, m.Cluster)
+		if err != nil {
+			return err
+		}
+		if st == core.StateJoined && m.Device == rt.FirstControlPlane {
+			rt.Initialized = true
+			if err := tx.Put(core.BucketMeta, runtimeKey(m.Cluster), rt); err != nil {
+				return err
+			}
+			c, err := core.GetCluster(tx, m.Cluster)
+			if err != nil {
+				return err
+			}
+			if c.State == core.ClusterCreated || c.State == core.ClusterStarting {
+				c.State, c.UpdatedAt = core.ClusterRunning, now
+				if err := core.PutCluster(tx, c); err != nil {
+					return err
+				}
+			}
+		}
+		out = m
+		return event(tx, now, "join."+state, m.Device, m.Cluster, reason, nil)
+	})
+	if err == nil {
+		reports.WithLabelValues(state).Inc()
+	}
+	return out.Membership, err
+}
+
+// Revoke marks a token revoked (kind kubeadm, k3s, enrollment or report).
+func (s *Service) Revoke(ctx context.Context, kind tokens.Kind, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := s.now().UTC()
+	return s.store.Update(func(tx core.Tx) error {
+		var rec tokenRecord
+		ok, err := tx.Get(core.BucketTokens, tokenKey(kind, id), &rec)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("token %s/%s: %w", kind, id, core.ErrNotFound)
+		}
+		if rec.Revoked {
+			return nil
+		}
+		rec.Revoked = true
+		if err := tx.Put(core.BucketTokens, tokenKey(kind, id), rec); err != nil {
+			return err
+		}
+		if kind == tokens.KindKubeadm {
+			_ = tx.Delete(core.BucketIndex, poolIndexKey(rec.Cluster, id))
+		}
+		return event(tx, now, "token.revoked", rec.Device, rec.Cluster, string(kind)+" token "+id+" revoked", nil)
+	})
+}
+
+// Sweep deletes token records that are expired or revoked, and their pool
+// entries, in bounded transactions. It returns how many it deleted.
+func (s *Service) Sweep(ctx context.Context) (int, error) {
+	now := s.now().UTC()
+	total := 0
+	after := ""
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		n, last, more := 0, "", false
+		err := s.store.Update(func(tx core.Tx) error {
+			n, last, more = 0, "", false
+			var doomed []tokenRecord
+			seen := 0
+			err := tx.Scan(core.BucketTokens, after, func(k string, v []byte) (bool, error) {
+				last = k
+				seen++
+				var rec tokenRecord
+				if err := core.Decode(v, &rec); err != nil {
+					return false, err
+				}
+				if rec.Revoked || (!rec.Expires.IsZero() && !now.Before(rec.Expires)) {
+					doomed = append(doomed, rec)
+				}
+				if seen >= 5000 {
+					more = true
+					return false, nil
+				}
+				return true, nil
+			})
+			if err != nil {
+				return err
+			}
+			for _, rec := range doomed {
+				if err := tx.Delete(core.BucketTokens, tokenKey(tokens.Kind(rec.Kind), rec.ID)); err != nil {
+					return err
+				}
+				if rec.Kind == string(tokens.KindKubeadm) {
+					if err := tx.Delete(core.BucketIndex, poolIndexKey(rec.Cluster, rec.ID)); err != nil {
+						return err
+					}
+				}
+			}
+			n = len(doomed)
+			if n > 0 {
+				return event(tx, now, "token.swept", "", "", fmt.Sprintf("%d expired or revoked tokens deleted", n), nil)
+			}
+			return nil
+		})
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if !more {
+			return total, nil
+		}
+		after = last
+	}
+}
+
+// RunSweeper sweeps every interval until ctx ends.
+func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if n, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("token sweep failed", "err", err)
+		} else if n > 0 {
+			s.log.Info("swept tokens", "deleted", n)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Membership returns a device's membership record.
+func (s *Service) Membership(ctx context.Context, deviceID string) (core.Membership, error) {
+	var m member
+	err := s.store.View(func(tx core.Tx) error {
+		ok, err := tx.Get(core.BucketMemberships, deviceID, &m)
+		if err == nil && !ok {
+			err = fmt.Errorf("membership of %s: %w", deviceID, core.ErrNotFound)
+		}
+		return err
+	})
+	return m.Membership, err
+}
+
+// Members lists a cluster's current members (not those that left).
+func (s *Service) Members(ctx context.Context, clusterRef string) ([]core.Membership, error) {
+	var out []core.Membership
+	err := s.store.View(func(tx core.Tx) error {
+		c, err := clusterByRef(tx, clusterRef)
+		if err != nil {
+			return err
+		}
+		return tx.ScanPrefix(core.BucketIndex, memberIndexKey(c.ID, ""), func(k string, _ []byte) (bool, error) {
+			var m member
+			ok, err := tx.Get(core.BucketMemberships, k[strings.LastIndexByte(k, '/')+1:], &m)
+			if ok && m.Cluster == c.ID {
+				out = append(out, m.Membership)
+			}
+			return err == nil, err
+		})
+	})
+	return out, err
+}

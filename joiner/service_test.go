@@ -1,0 +1,636 @@
+package joiner
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	yaml3 "go.yaml.in/yaml/v3"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ztpd/ztpd/internal/boltstore"
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/joiner/pki"
+	"github.com/ztpd/ztpd/joiner/tokens"
+)
+
+var bg = context.Background()
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+type env struct {
+	t     *testing.T
+	dir   string
+	store *boltstore.Store
+	svc   *Service
+	clk   *clock
+}
+
+func newEnv(t *testing.T, opts Options) *env {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := boltstore.Open(dir, boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kr, err := pki.OpenKeyring(filepath.Join(dir, "secret.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{t: time.Now().UTC().Truncate(time.Second)} // real time: TLS peers check certificate validity
+	opts.Now = clk.now
+	svc, err := New(st, kr, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, dir: dir, store: st, svc: svc, clk: clk}
+	t.Cleanup(func() { st.Close() })
+	return e
+}
+
+// approveAll is an auto-approve rule matching every device.
+var approveAll = []Rule{{}}
+
+func (e *env) cluster(spec ClusterSpec) core.Cluster {
+	e.t.Helper()
+	if spec.KubernetesVersion == "" {
+		spec.KubernetesVersion = "1.28.4"
+	}
+	c, err := e.svc.CreateCluster(bg, spec)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c
+}
+
+func mac(i int) string {
+	return fmt.Sprintf("02:00:00:%02x:%02x:%02x", (i>>16)&0xff, (i>>8)&0xff, i&0xff)
+}
+
+func (e *env) enroll(cluster, m, serial string) string {
+	e.t.Helper()
+	c, err := e.svc.Enroll(bg, EnrollRequest{Cluster: cluster, MAC: m, Serial: serial})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c.Reveal()
+}
+
+func (e *env) join(cluster string, i int) (*Bundle, error) {
+	m := mac(i)
+	return e.svc.Join(bg, JoinRequest{Enrollment: e.enroll(cluster, m, ""), MAC: m, RemoteIP: fmt.Sprintf("10.99.%d.%d", 1+i/250, 1+i%250)})
+}
+
+func (e *env) must(b *Bundle, err error) *Bundle {
+	e.t.Helper()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return b
+}
+
+type writeFile struct {
+	Path, Permissions, Content string
+}
+
+func cloudFiles(t *testing.T, b *Bundle) map[string]string {
+	t.Helper()
+	var cc struct {
+		WriteFiles []writeFile `yaml:"write_files"`
+	}
+	if err := yaml3.Unmarshal(b.CloudConfig, &cc); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, f := range cc.WriteFiles {
+		out[f.Path] = f.Content
+	}
+	return out
+}
+
+func TestFirstControlPlaneThenWorkers(t *testing.T) {
+	e := newEnv(t, Options{AutoApprove: approveAll, ReportURL: "http://10.99.0.1:8080/join/report"})
+	c := e.cluster(ClusterSpec{Name: "prod", Size: 2, ControlNodes: 1})
+
+	cp := e.must(e.join("prod", 1))
+	if cp.Role != RoleControlPlane || !cp.Init || cp.Method != MethodKubeadm || cp.APIEndpoint != "10.99.1.2:6443" {
+		t.Fatalf("first bundle %v endpoint %s", cp, cp.APIEndpoint)
+	}
+	files := cloudFiles(t, cp)
+	caPEM, _ := e.svc.CACertPEM(c.ID)
+	if files["/etc/kubernetes/pki/ca.crt"] != string(caPEM) || !strings.Contains(files["/etc/kubernetes/pki/ca.key"], "PRIVATE KEY") {
+		t.Fatal("first control plane lacks the cluster CA")
+	}
+	cfg := files["/etc/ztpd/kubeadm.yaml"]
+	if !strings.Contains(cfg, "kind: InitConfiguration") || strings.Count(cfg, "token: ") != 2 {
+		t.Fatalf("init configuration should create 2 node tokens:\n%s", cfg)
+	}
+
+	w := e.must(e.join("prod", 2))
+	if w.Role != RoleWorker {
+		t.Fatalf("second device role %s", w.Role)
+	}
+	wf := cloudFiles(t, w)
+	if _, ok := wf["/etc/kubernetes/pki/ca.key"]; ok {
+		t.Fatal("worker got the CA key")
+	}
+	jc := wf["/etc/ztpd/kubeadm.yaml"]
+	if !strings.Contains(jc, "kind: JoinConfiguration") || !strings.Contains(jc, cp.CAHash) || strings.Contains(jc, "unsafe") {
+		t.Fatalf("worker join configuration:\n%s", jc)
+	}
+	// The worker's token is one the init configuration creates, and the
+	// stored record (id + hash) verifies it.
+	tok := tokenIn(t, jc)
+	if !strings.Contains(cfg, "token: "+tok.Reveal()) {
+		t.Fatal("worker token is not in the init configuration")
+	}
+	rec := e.tokenRecord(tokens.KindKubeadm, tok.ID())
+	if err := rec.record().VerifyBootstrapToken(tok, e.clk.now()); err != nil || rec.Device != w.Device {
+		t.Fatalf("stored token record: %v (device %s)", err, rec.Device)
+	}
+
+	// Desired size 2 workers, 1 control plane: a fourth device waits.
+	if _, err := e.join("prod", 3); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.join("prod", 4)
+	var we *WaitError
+	if !errors.As(err, &we) || !strings.Contains(we.Reason, "desired size") {
+		t.Fatalf("fourth device: %v", err)
+	}
+	got, _ := e.svc.Members(bg, "prod")
+	if len(got) != 3 {
+		t.Fatalf("%d members, want 3", len(got))
+	}
+	cl := e.getCluster(c.ID)
+	if cl.Endpoint != "https://10.99.1.2:6443/" {
+		t.Fatalf("cluster endpoint %q", cl.Endpoint)
+	}
+}
+
+func tokenIn(t *testing.T, joinCfg string) tokens.BootstrapToken {
+	t.Helper()
+	for _, line := range strings.Split(joinCfg, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "token: "); ok {
+			tok, err := tokens.ParseBootstrapToken(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		}
+	}
+	t.Fatal("no token in join configuration")
+	return tokens.BootstrapToken{}
+}
+
+func (e *env) tokenRecord(kind tokens.Kind, id string) tokenRecord {
+	e.t.Helper()
+	var rec tokenRecord
+	err := e.store.View(func(tx core.Tx) error {
+		ok, err := tx.Get(core.BucketTokens, tokenKey(kind, id), &rec)
+		if err == nil && !ok {
+			err = core.ErrNotFound
+		}
+		return err
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return rec
+}
+
+func (e *env) getCluster(id string) core.Cluster {
+	var c core.Cluster
+	e.store.View(func(tx core.Tx) error { var err error; c, err = core.GetCluster(tx, id); return err })
+	return c
+}
+
+func TestRefusedJoins(t *testing.T) {
+	e := newEnv(t, Options{AutoApprove: approveAll, EnrollmentTTL: 10 * time.Minute})
+	e.cluster(ClusterSpec{Name: "prod", Size: 5})
+	m1 := mac(1)
+
+	// Replayed enrollment secret.
+	secret := e.enroll("prod", m1, "")
+	e.must(e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: m1, RemoteIP: "10.99.1.1"}))
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: m1, RemoteIP: "10.99.1.1"}); !errors.Is(err, ErrEnrollmentUsed) {
+		t.Fatalf("replayed secret: %v", err)
+	}
+
+	// Wrong serial.
+	m2 := mac(2)
+	bySerial, _ := e.svc.Enroll(bg, EnrollRequest{Cluster: "prod", Serial: "SN-A"})
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: bySerial.Reveal(), MAC: m2, Serial: "SN-B"}); !errors.Is(err, ErrBindingMismatch) {
+		t.Fatalf("wrong serial: %v", err)
+	}
+	// Wrong MAC.
+	byMAC := e.enroll("prod", m2, "")
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: byMAC, MAC: mac(3)}); !errors.Is(err, ErrBindingMismatch) {
+		t.Fatalf("wrong MAC: %v", err)
+	}
+	// The failed attempts did not use the secrets up.
+	e.must(e.svc.Join(bg, JoinRequest{Enrollment: bySerial.Reveal(), MAC: m2, Serial: "SN-A"}))
+
+	// Expired enrollment secret.
+	m4 := mac(4)
+	late := e.enroll("prod", m4, "")
+	e.clk.add(10 * time.Minute)
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: late, MAC: m4}); !errors.Is(err, ErrEnrollmentExpired) {
+		t.Fatalf("expired secret: %v", err)
+	}
+
+	// Revoked enrollment secret.
+	m5 := mac(5)
+	rev, _ := e.svc.Enroll(bg, EnrollRequest{Cluster: "prod", MAC: m5})
+	if err := e.svc.Revoke(bg, tokens.KindEnrollment, rev.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: rev.Reveal(), MAC: m5}); !errors.Is(err, ErrRevoked) {
+		t.Fatalf("revoked secret: %v", err)
+	}
+
+	// Forged and malformed secrets.
+	forged := byMAC[:len(byMAC)-4] + "zzzz"
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: forged, MAC: m2}); !errors.Is(err, ErrEnrollmentInvalid) {
+		t.Fatalf("forged secret: %v", err)
+	}
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: "abcdef.0123456789abcdef", MAC: m2}); !errors.Is(err, ErrEnrollmentInvalid) {
+		t.Fatalf("malformed secret: %v", err)
+	}
+	for _, err := range []error{ErrEnrollmentUsed, ErrBindingMismatch, ErrEnrollmentExpired, ErrRevoked, ErrEnrollmentInvalid} {
+		if !IsUnauthorized(err) {
+			t.Fatalf("%v not classed unauthorized", err)
+		}
+	}
+}
+
+// TestLeaseBinding: a secret used from an address whose lease belongs to
+// another MAC is refused; with no claim at all, the lease names the device.
+func TestLeaseBinding(t *testing.T) {
+	e := newEnv(t, Options{AutoApprove: approveAll})
+	e.cluster(ClusterSpec{Name: "prod", Size: 3})
+	now := e.clk.now()
+	err := e.store.Update(func(tx core.Tx) error {
+		for i, ip := range []string{"10.99.1.20", "10.99.1.21"} {
+			l := core.Lease{IP: ip, MAC: mac(20 + i), Subnet: "vms", State: core.LeaseActive, Start: now, Expiry: now.Add(time.Hour)}
+			if err := tx.Put(core.BucketLeases, ip, l); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stolen := e.enroll("prod", mac(20), "")
+	// Claims the right MAC, but asks from the address leased to mac(21).
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: stolen, MAC: mac(20), RemoteIP: "10.99.1.21"}); !errors.Is(err, ErrBindingMismatch) {
+		t.Fatalf("secret used from another device's address: %v", err)
+	}
+	// cloud-init #include sends no identity: the lease supplies it.
+	b := e.must(e.svc.Join(bg, JoinRequest{Enrollment: stolen, RemoteIP: "10.99.1.20"}))
+	if b.Device != mac(20) {
+		t.Fatalf("device %s", b.Device)
+	}
+}
+
+func TestApprovalRules(t *testing.T) {
+	e := newEnv(t, Options{AutoApprove: []Rule{
+		{Serials: []string{"SN-OK"}, Cluster: "prod"},
+		{Products: []string{"Accton-AS7712"}, Subnets: []string{"10.99.7.0/24"}},
+		{MACs: []string{"02-00-00-00-00-09"}},
+	}})
+	e.cluster(ClusterSpec{Name: "prod", Size: 10})
+	e.cluster(ClusterSpec{Name: "lab", Size: 10})
+	try := func(cluster string, i int, serial, product, ip string) error {
+		m := mac(i)
+		_, err := e.svc.Join(bg, JoinRequest{Enrollment: e.enroll(cluster, m, ""), MAC: m, Serial: serial, Product: product, RemoteIP: ip})
+		return err
+	}
+	waits := func(err error) bool {
+		var we *WaitError
+		return errors.As(err, &we) && strings.Contains(we.Reason, "approval")
+	}
+	if err := try("prod", 1, "SN-OK", "", "10.99.1.1"); err != nil {
+		t.Fatalf("serial rule: %v", err)
+	}
+	if err := try("lab", 2, "SN-OK", "", "10.99.1.2"); !waits(err) {
+		t.Fatalf("serial rule is limited to prod: %v", err)
+	}
+	if err := try("lab", 3, "", "Accton-AS7712", "10.99.7.3"); err != nil {
+		t.Fatalf("product+subnet rule: %v", err)
+	}
+	if err := try("lab", 4, "", "Accton-AS7712", "10.99.8.4"); !waits(err) {
+		t.Fatalf("product outside the subnet: %v", err)
+	}
+	if err := try("prod", 9, "", "", "10.99.1.9"); err != nil {
+		t.Fatalf("MAC rule: %v", err)
+	}
+	// Manual approval lets the waiting device in; its secret is still good.
+	m := mac(5)
+	secret := e.enroll("prod", m, "")
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: m, RemoteIP: "10.99.1.5"}); !waits(err) {
+		t.Fatalf("unapproved device: %v", err)
+	}
+	ms, _ := e.svc.Membership(bg, m)
+	if ms.State != core.StateWaiting {
+		t.Fatalf("waiting membership state %s", ms.State)
+	}
+	if d, err := e.svc.Approve(bg, m, ""); err != nil || !d.Approved {
+		t.Fatal(err)
+	}
+	e.must(e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: m, RemoteIP: "10.99.1.5"}))
+	ms, _ = e.svc.Membership(bg, m)
+	if ms.State != core.StateJoinIssued || len(ms.History) != 2 || ms.History[0].State != core.StateWaiting {
+		t.Fatalf("history %+v", ms.History)
+	}
+}
+
+// TestConcurrentJoinsNeverExceedDesiredSize races many devices for few slots.
+func TestConcurrentJoinsNeverExceedDesiredSize(t *testing.T) {
+	e := newEnv(t, Options{AutoApprove: approveAll})
+	const size, devices = 40, 400
+	c := e.cluster(ClusterSpec{Name: "prod", Size: size, ControlNodes: 3})
+	secrets := make([]string, devices)
+	for i := range devices {
+		secrets[i] = e.enroll("prod", mac(i), "")
+	}
+	var issued, waited, inits atomic.Int64
+	roles := sync.Map{}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range devices {
+		wg.Go(func() {
+			<-start
+			b, err := e.svc.Join(bg, JoinRequest{Enrollment: secrets[i], MAC: mac(i), RemoteIP: fmt.Sprintf("10.99.%d.%d", 1+i/250, 1+i%250)})
+			var we *WaitError
+			switch {
+			case err == nil:
+				issued.Add(1)
+				if b.Init {
+					inits.Add(1)
+				}
+				v, _ := roles.LoadOrStore(b.Role, new(atomic.Int64))
+				v.(*atomic.Int64).Add(1)
+			case errors.As(err, &we):
+				waited.Add(1)
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	count := func(role string) int64 {
+		v, ok := roles.Load(role)
+		if !ok {
+			return 0
+		}
+		return v.(*atomic.Int64).Load()
+	}
+	if issued.Load() != size+3 || waited.Load() != devices-size-3 {
+		t.Fatalf("issued %d, waited %d; want %d and %d", issued.Load(), waited.Load(), size+3, devices-size-3)
+	}
+	if inits.Load() != 1 || count(RoleControlPlane) != 3 || count(RoleWorker) != size {
+		t.Fatalf("roles: init %d, control %d, worker %d", inits.Load(), count(RoleControlPlane), count(RoleWorker))
+	}
+	members, _ := e.svc.Members(bg, c.ID)
+	if len(members) != size+3 {
+		t.Fatalf("%d membership records", len(members))
+	}
+	var rt clusterRuntime
+	e.store.View(func(tx core.Tx) error { var err error; rt, err = getRuntime(tx, c.ID); return err })
+	if rt.Workers != size || rt.ControlPlanes != 3 {
+		t.Fatalf("runtime counts %+v", rt)
+	}
+	// Every issued worker holds a distinct token.
+	seen := map[string]bool{}
+	for _, m := range members {
+		var mm member
+		e.store.View(func(tx core.Tx) error { _, err := tx.Get(core.BucketMemberships, m.Device, &mm); return err })
+		if mm.Device != rt.FirstControlPlane {
+			if mm.TokenID == "" || seen[mm.TokenID] {
+				t.Fatalf("member %s token %q reused or missing", m.Device, mm.TokenID)
+			}
+			seen[mm.TokenID] = true
+		}
+	}
+}
+
+func TestScaleReportAndSweep(t *testing.T) {
+	e := newEnv(t, Options{AutoApprove: approveAll, ReportURL: "http://10.99.0.1:8080/join/report", TokenTTL: 2 * time.Hour})
+	c := e.cluster(ClusterSpec{Name: "prod", Size: 3})
+	var bundles []*Bundle
+	for i := 1; i <= 4; i++ {
+		bundles = append(bundles, e.must(e.join("prod", i)))
+		e.clk.add(time.Second)
+	}
+	// Reports: the first control plane joined makes the cluster Running.
+	if _, err := e.svc.Report(bg, bundles[0].ReportToken(), ReportJoined, ""); err != nil {
+		t.Fatal(err)
+	}
+	if cl := e.getCluster(c.ID); cl.State != core.ClusterRunning {
+		t.Fatalf("cluster state %s", cl.State)
+	}
+	ms, err := e.svc.Report(bg, bundles[1].ReportToken(), ReportFailed, "kubeadm step 1 failed")
+	if err != nil || ms.State != core.StateFailed || !strings.Contains(ms.History[len(ms.History)-1].Reason, "kubeadm step 1 failed") {
+		t.Fatalf("failed report: %v %+v", err, ms)
+	}
+	if _, err := e.svc.Report(bg, bundles[2].ReportToken()[:20]+strings.Repeat("x", 25), ReportJoined, ""); !errors.Is(err, ErrReportInvalid) {
+		t.Fatalf("forged report: %v", err)
+	}
+	if _, err := e.svc.Report(bg, bundles[2].ReportToken(), "exploded", ""); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("bad state: %v", err)
+	}
+
+	// Scale down to 1 worker: the two newest workers leave, tokens revoked.
+	leaving, err := e.svc.Scale(bg, "prod", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(leaving) != 2 || leaving[0] != bundles[3].Device || leaving[1] != bundles[2].Device {
+		t.Fatalf("leaving %v", leaving)
+	}
+	var m member
+	e.store.View(func(tx core.Tx) error { _, err := tx.Get(core.BucketMemberships, bundles[3].Device, &m); return err })
+	if m.State != core.StateLeaving || !e.tokenRecord(tokens.KindKubeadm, m.TokenID).Revoked {
+		t.Fatalf("leaving member %+v", m)
+	}
+	dev := e.device(bundles[3].Device)
+	if dev.State != core.StateLeaving {
+		t.Fatalf("device state %s", dev.State)
+	}
+	// A revoked token verifies as revoked.
+	tok, _ := tokens.DeriveBootstrapToken(e.svc.mustKeys(t, c.ID).seed, m.TokenID)
+	rec := e.tokenRecord(tokens.KindKubeadm, m.TokenID)
+	if err := rec.record().VerifyBootstrapToken(tok, e.clk.now()); !errors.Is(err, tokens.ErrRevoked) {
+		t.Fatalf("revoked token: %v", err)
+	}
+	// A new device waits: the cluster is at size 1.
+	var we *WaitError
+	if _, err := e.join("prod", 9); !errors.As(err, &we) {
+		t.Fatalf("join beyond the new size: %v", err)
+	}
+	if err := e.svc.MarkLeft(bg, bundles[3].Device); err != nil {
+		t.Fatal(err)
+	}
+	if ms, _ := e.svc.Membership(bg, bundles[3].Device); ms.State != core.StateLeft {
+		t.Fatalf("left state %s", ms.State)
+	}
+
+	// An expired token fails verification, and the sweep deletes it.
+	active, _ := e.svc.Membership(bg, bundles[1].Device)
+	var am member
+	e.store.View(func(tx core.Tx) error { _, err := tx.Get(core.BucketMemberships, active.Device, &am); return err })
+	atok, _ := tokens.DeriveBootstrapToken(e.svc.mustKeys(t, c.ID).seed, am.TokenID)
+	e.clk.add(3 * time.Hour)
+	arec := e.tokenRecord(tokens.KindKubeadm, am.TokenID)
+	if err := arec.record().VerifyBootstrapToken(atok, e.clk.now()); !errors.Is(err, tokens.ErrExpired) {
+		t.Fatalf("expired token: %v", err)
+	}
+	n, err := e.svc.Sweep(bg)
+	if err != nil || n == 0 {
+		t.Fatalf("sweep deleted %d: %v", n, err)
+	}
+	err = e.store.View(func(tx core.Tx) error {
+		ok, err := tx.Get(core.BucketTokens, tokenKey(tokens.KindKubeadm, am.TokenID), &tokenRecord{})
+		if ok {
+			return errors.New("expired token survived the sweep")
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) device(id string) core.Device {
+	var d core.Device
+	e.store.View(func(tx core.Tx) error { var err error; d, err = core.GetDevice(tx, id); return err })
+	return d
+}
+
+func (s *Service) mustKeys(t *testing.T, cluster string) *clusterKeys {
+	k, err := s.keysFor(cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func TestSONiCSwitchJoin(t *testing.T) {
+	e := newEnv(t, Options{AutoApprove: approveAll})
+	c := e.cluster(ClusterSpec{Name: "fabric", Size: 4})
+	// A switch before any control plane waits.
+	sw := mac(50)
+	secret := e.enroll("fabric", "", "SN-LEAF-1")
+	e.store.Update(func(tx core.Tx) error {
+		return core.PutDevice(tx, core.Device{ID: sw, MAC: sw, Kind: core.KindSONiC, Serial: "SN-LEAF-1", Product: "Accton-AS7712-32X", Hostname: "leaf-1"})
+	})
+	var we *WaitError
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: secret, Serial: "SN-LEAF-1"}); !errors.As(err, &we) {
+		t.Fatalf("switch before control plane: %v", err)
+	}
+	swDev := e.device(sw)
+	if _, _, ok, err := e.svc.KubernetesMaster(bg, swDev, "fabric"); ok || err != nil {
+		t.Fatalf("KUBERNETES_MASTER before any control plane: %v %v", ok, err)
+	}
+	e.must(e.join("fabric", 1))
+	if h, p, ok, err := e.svc.KubernetesMaster(bg, swDev, "fabric"); !ok || err != nil || h != "10.99.1.2" || p != 6443 {
+		t.Fatalf("KUBERNETES_MASTER: %s %d %v %v", h, p, ok, err)
+	}
+	if _, _, ok, _ := e.svc.KubernetesMaster(bg, e.device(mac(1)), "fabric"); ok {
+		t.Fatal("a VM got a KUBERNETES_MASTER")
+	}
+	b := e.must(e.svc.Join(bg, JoinRequest{Enrollment: secret, Serial: "SN-LEAF-1", RemoteIP: "10.99.5.1"}))
+	if b.Method != MethodSONiC || b.SONiC == nil || b.CloudConfig != nil {
+		t.Fatalf("switch bundle %v", b)
+	}
+	d := b.Deliver()
+	if !strings.Contains(string(d.ConfigDB), `"ip": "10.99.1.2"`) || len(d.Files) != 3 {
+		t.Fatalf("delivery %s", d.ConfigDB)
+	}
+	cert, err := pki.ParseCertPEM([]byte(d.Files[0].Content))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := e.svc.mustKeys(t, c.ID).ca
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Certificate())
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: e.clk.now(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Fatal(err)
+	}
+	if cert.Subject.CommonName != "system:bootstrap:leaf-1" {
+		t.Fatalf("switch certificate CN %q", cert.Subject.CommonName)
+	}
+	if j, _ := b.MarshalJSON(); bytes.Contains(j, []byte("PRIVATE")) || strings.Contains(fmt.Sprint(b), "PRIVATE") {
+		t.Fatal("bundle summary prints the key")
+	}
+}
+
+func TestAdminKubeconfig(t *testing.T) {
+	e := newEnv(t, Options{AutoApprove: approveAll})
+	e.cluster(ClusterSpec{Name: "prod", Size: 1})
+	if _, err := e.svc.AdminKubeconfig(bg, "prod", 0); !errors.Is(err, ErrClusterUnavailable) {
+		t.Fatalf("kubeconfig before any control plane: %v", err)
+	}
+	e.must(e.join("prod", 1))
+	out, err := e.svc.AdminKubeconfig(bg, "prod", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Clusters["prod"].Server != "https://10.99.1.2:6443" || cfg.AuthInfos["kubernetes-admin"] == nil {
+		t.Fatalf("kubeconfig %+v", cfg)
+	}
+}
+
+// TestSecretsNotStoredPlain reads the raw bbolt file: no private key, no
+// token secret, no enrollment secret.
+func TestSecretsNotStoredPlain(t *testing.T) {
+	e := newEnv(t, Options{AutoApprove: approveAll, ReportURL: "http://10.99.0.1/join/report"})
+	c := e.cluster(ClusterSpec{Name: "prod", Size: 2, ControlNodes: 2, KubernetesVersion: "1.31.2"})
+	cp := e.must(e.join("prod", 1))
+	pending, _ := e.svc.Enroll(bg, EnrollRequest{Cluster: "prod", MAC: mac(7)})
+	w := e.must(e.join("prod", 2))
+	keys := e.svc.mustKeys(t, c.ID)
+	caKey, _ := keys.ca.PrivateKeyPEM()
+	tok := tokenIn(t, cloudFiles(t, w)["/etc/ztpd/kubeadm.yaml"])
+	secretOf := func(s string) string { return s[strings.LastIndexByte(s, '.')+1:] }
+	needles := map[string]string{
+		"CA key":              string(caKey[40:90]),
+		"token secret":        secretOf(tok.Reveal()),
+		"certificate key":     keys.certKey.Reveal(),
+		"enrollment secret":   secretOf(pending.Reveal()),
+		"report credential":   secretOf(cp.ReportToken()),
+		"PEM private key tag": "PRIVATE KEY",
+	}
+	e.store.Close()
+	raw, err := os.ReadFile(filepath.Join(e.dir, boltstore.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, n := range needles {
+		if bytes.Contains(raw, []byte(n)) {
+			t.Errorf("%s stored in plain text", what)
+		}
+	}
+}

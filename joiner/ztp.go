@@ -1,0 +1,104 @@
+package joiner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// What the ZTP content service asks of the joiner while it renders a
+// device's documents (its JoinProvider).
+
+// PluginPath is where joinhttp serves the SONiC ZTP join plugin.
+const PluginPath = "/join/sonic-plugin"
+
+// ZTPSection returns the body of the ztp.json section that joins a SONiC
+// switch to clusterRef: SONiC ZTP downloads the plugin and runs it with the
+// section, which carries a fresh enrollment secret bound to the switch's MAC
+// and serial. The plugin posts to /join, installs the credentials and
+// config_db's KUBERNETES_MASTER, and ctrmgrd joins.
+func (s *Service) ZTPSection(ctx context.Context, dev core.Device, clusterRef, hostname string) (map[string]any, error) {
+	if s.opts.BaseURL == "" {
+		return nil, errors.New("joiner: no base URL configured for device-facing links")
+	}
+	cred, err := s.Enroll(ctx, EnrollRequest{Cluster: clusterRef, MAC: dev.MAC, Serial: dev.Serial})
+	if err != nil {
+		return nil, err
+	}
+	sec := map[string]any{
+		"plugin":      map[string]any{"url": s.opts.BaseURL + PluginPath},
+		"description": "join Kubernetes cluster " + clusterRef,
+		"enrollment":  cred.Reveal(),
+		"join-url":    s.opts.BaseURL + "/join",
+		"mac":         dev.MAC,
+	}
+	if dev.Serial != "" {
+		sec["serial"] = dev.Serial
+	}
+	if h := nodeName(hostname); h != "" {
+		sec["hostname"] = h
+	}
+	return sec, nil
+}
+
+// KubernetesMaster returns the API server a switch writes into config_db's
+// KUBERNETES_MASTER|SERVER, when dev joins clusterRef by the SONiC method
+// (a kubeadm cluster); ok is false for devices that join otherwise, and
+// while the cluster has no API endpoint yet: the join plugin, which waits
+// for admission, then writes KUBERNETES_MASTER itself.
+func (s *Service) KubernetesMaster(ctx context.Context, dev core.Device, clusterRef string) (host string, port int, ok bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return "", 0, false, err
+	}
+	if dev.Kind != core.KindSONiC {
+		return "", 0, false, nil
+	}
+	var c core.Cluster
+	var rt clusterRuntime
+	err = s.store.View(func(tx core.Tx) error {
+		var err error
+		if c, err = clusterByRef(tx, clusterRef); err != nil {
+			return err
+		}
+		rt, err = getRuntime(tx, c.ID)
+		return err
+	})
+	if err != nil {
+		return "", 0, false, err
+	}
+	if c.JoinMethod == MethodK3s {
+		return "", 0, false, nil
+	}
+	if rt.APIEndpoint == "" {
+		return "", 0, false, nil
+	}
+	h, p, err := net.SplitHostPort(rt.APIEndpoint)
+	if err != nil {
+		return "", 0, false, err
+	}
+	port, err = strconv.Atoi(p)
+	return h, port, err == nil, err
+}
+
+// UserData issues a CloudStack VM's join bundle as its cloud-config: the
+// content service has already identified the VM by its lease, so the
+// enrollment happens in-process and is used at once.
+func (s *Service) UserData(ctx context.Context, dev core.Device, clusterRef, role, hostname string) ([]byte, error) {
+	cred, err := s.Enroll(ctx, EnrollRequest{Cluster: clusterRef, MAC: dev.MAC})
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.Join(ctx, JoinRequest{Enrollment: cred.Reveal(), MAC: dev.MAC, Serial: dev.Serial,
+		Hostname: hostname, Kind: core.KindVM, Role: role, RemoteIP: dev.IP})
+	if err != nil {
+		return nil, err
+	}
+	if b.CloudConfig == nil {
+		return nil, fmt.Errorf("%w: device %s joins by %s, not cloud-config", ErrInvalid, dev.ID, b.Method)
+	}
+	return b.CloudConfig, nil
+}

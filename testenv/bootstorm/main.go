@@ -1,0 +1,342 @@
+// Command bootstorm is the boot-storm benchmark: a fleet of SONiC switches,
+// simulated in one process, onboards through a real `ztpd serve` all at
+// once: DORA through a relay address, ztp.json, config_db.json, the join
+// bundle and the joined report. It prints devices per second and the p50 and
+// p99 time from DISCOVER to joined, and ends with
+//
+//	RESULT boot_storm devices=<n> seconds=<n> p99_ms=<n>
+//
+// It needs root. ztpd runs in namespace bs-srv (10.99.0.1/16), the fleet in
+// bs-cli (10.99.0.2/16, the relay's giaddr), joined by a veth pair. Each
+// switch talks HTTP from the address it leased, as a real one does (ztpd
+// hands join material only to the address a switch holds): the pool's /24s
+// are "local" routes in bs-cli and routed to 10.99.0.2 from bs-srv.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ztpd/ztpd/testenv/fleet"
+	"github.com/ztpd/ztpd/testenv/lab"
+	"github.com/ztpd/ztpd/testenv/netns"
+)
+
+type options struct {
+	n, clusters, conc int
+	bin, work         string
+	serverCPUs        string
+	fleetCPUs         string
+	cpuProfile        string
+	fleetProfile      string
+	fleetOut          string // fleet mode: write the result here
+	profileDelay      time.Duration
+}
+
+const poolFirst, poolLast = 1, 200 // pool 10.99.<first>.0 - 10.99.<last>.254
+
+func main() {
+	var o options
+	fleetMode := flag.Bool("fleet", false, "internal: run only the fleet (inside bs-cli)")
+	flag.IntVar(&o.n, "n", 10000, "switches")
+	flag.IntVar(&o.clusters, "clusters", 10, "clusters (at most 1000 workers each)")
+	flag.IntVar(&o.conc, "concurrency", 256, "switches onboarding at the same time")
+	flag.StringVar(&o.bin, "ztpd", "bin/ztpd", "ztpd binary")
+	flag.StringVar(&o.work, "work", "", "work directory (default: a temp dir, removed)")
+	flag.StringVar(&o.serverCPUs, "server-cpus", "", "taskset CPU list for ztpd (empty: no pinning)")
+	flag.StringVar(&o.fleetCPUs, "fleet-cpus", "", "taskset CPU list for the fleet (empty: no pinning)")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write ztpd's CPU profile of 10 s of the storm here")
+	flag.DurationVar(&o.profileDelay, "cpuprofile-delay", 0, "start the ztpd profile this long into the storm")
+	flag.StringVar(&o.fleetProfile, "fleet-cpuprofile", "", "write the fleet's own CPU profile here")
+	flag.StringVar(&o.fleetOut, "fleet-out", "", "internal: fleet result file")
+	flag.Parse()
+	var err error
+	if *fleetMode {
+		err = runFleet(o)
+	} else {
+		err = run(o)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bootstorm:", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	if err := netns.Check(); err != nil {
+		return err
+	}
+	if o.n/o.clusters > 1000 {
+		return fmt.Errorf("%d switches in %d clusters is more than 1000 per cluster", o.n, o.clusters)
+	}
+	if o.n > (poolLast-poolFirst+1)*254 {
+		return fmt.Errorf("at most %d switches fit the pool", (poolLast-poolFirst+1)*254)
+	}
+	o.bin, _ = filepath.Abs(o.bin)
+	if o.work == "" {
+		d, err := os.MkdirTemp("", "bootstorm-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		o.work = d
+	}
+	srv, err := netns.Add("bs-srv")
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	cli, err := netns.Add("bs-cli")
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	if err := netns.Veth(srv, "s0", "10.99.0.1/16", cli, "c0", "10.99.0.2/16"); err != nil {
+		return err
+	}
+	for i := poolFirst; i <= poolLast; i++ {
+		p := fmt.Sprintf("10.99.%d.0/24", i)
+		if err := cli.IP("route", "add", "local", p, "dev", "lo"); err != nil {
+			return err
+		}
+		if err := srv.IP("route", "add", p, "via", "10.99.0.2"); err != nil {
+			return err
+		}
+	}
+	if err := writeProfiles(o); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	app, err := lab.StartAppliance(ctx, srv, o.bin, o.work, config(o), "http://10.99.0.1:8080")
+	if err != nil {
+		return err
+	}
+	defer app.Close()
+	if o.serverCPUs != "" {
+		if out, err := lab.Pin(app.Proc, o.serverCPUs); err != nil {
+			return fmt.Errorf("taskset: %v %s", err, out)
+		}
+	}
+	if err := app.UseAdminKey(ctx); err != nil {
+		return err
+	}
+	if err := createClusters(ctx, app, o.clusters, (o.n+o.clusters-1)/o.clusters); err != nil {
+		return err
+	}
+
+	profDone := make(chan error, 1)
+	if o.cpuProfile != "" {
+		go func() {
+			time.Sleep(o.profileDelay)
+			profDone <- saveProfile(lab.NSClient(srv), o.cpuProfile)
+		}()
+	} else {
+		profDone <- nil
+	}
+	fmt.Fprintf(os.Stderr, "boot storm: %d SONiC switches, %d clusters, concurrency %d\n", o.n, o.clusters, o.conc)
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	resPath := filepath.Join(o.work, "fleet.json")
+	args := []string{"-fleet", "-n", strconv.Itoa(o.n), "-clusters", strconv.Itoa(o.clusters),
+		"-concurrency", strconv.Itoa(o.conc), "-fleet-out", resPath, "-fleet-cpuprofile", o.fleetProfile}
+	name := self
+	if o.fleetCPUs != "" {
+		name, args = "taskset", append([]string{"-c", o.fleetCPUs, self}, args...)
+	}
+	cmd := cli.Command(ctx, name, args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("fleet: %w", err)
+	}
+	if err := <-profDone; err != nil {
+		fmt.Fprintln(os.Stderr, "cpu profile:", err)
+	}
+	raw, err := os.ReadFile(resPath)
+	if err != nil {
+		return err
+	}
+	var res fleet.StormResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return err
+	}
+	joined, err := countJoined(ctx, app)
+	if err != nil {
+		return err
+	}
+	secs := res.Elapsed.Seconds()
+	fmt.Printf("devices %d, failed %d, joined in the store %d\n", res.Devices, res.Failed, joined)
+	fmt.Printf("elapsed %.2f s, %.0f devices/s, time to joined p50 %.1f ms p99 %.1f ms\n",
+		secs, float64(res.Devices-res.Failed)/secs, ms(res.P50), ms(res.P99))
+	for _, step := range []string{"dhcp", "ztp.json", "config", "join", "report"} {
+		fmt.Printf("  mean %-9s %.1f ms\n", step, ms(res.PerStep[step]))
+	}
+	for _, e := range res.Errors {
+		fmt.Println("  error:", e)
+	}
+	fmt.Printf("RESULT boot_storm devices=%d seconds=%.2f p99_ms=%.1f\n", res.Devices-res.Failed, secs, ms(res.P99))
+	if res.Failed > 0 || joined != o.n {
+		return fmt.Errorf("%d failed, %d of %d joined", res.Failed, joined, o.n)
+	}
+	return nil
+}
+
+// runFleet is the fleet itself, started inside bs-cli.
+func runFleet(o options) error {
+	if o.fleetProfile != "" {
+		f, err := os.Create(o.fleetProfile)
+		if err != nil {
+			return err
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
+	relay, err := fleet.NewRelay(netip.MustParseAddr("10.99.0.2"), netip.MustParseAddr("10.99.0.1"))
+	if err != nil {
+		return err
+	}
+	defer relay.Close()
+	switches := make([]fleet.Switch, o.n)
+	for i := range switches {
+		switches[i] = fleet.Switch{N: i, MAC: fleet.MAC(i).String(), Product: "Accton-AS7712-32X",
+			Serial: fmt.Sprintf("STORM-%02d-%06d", i%o.clusters, i)}
+	}
+	storm := &fleet.Storm{Relay: relay, Concurrency: o.conc, Switches: switches,
+		Progress: func(done, failed int) {
+			if done%1000 == 0 {
+				fmt.Fprintf(os.Stderr, "  %d/%d onboarded (%d failed)\n", done, o.n, failed)
+			}
+		}}
+	res := storm.Run(context.Background())
+	raw, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(o.fleetOut, raw, 0o644)
+}
+
+func writeProfiles(o options) error {
+	pdir := filepath.Join(o.work, "profiles")
+	if err := os.MkdirAll(pdir, 0o755); err != nil {
+		return err
+	}
+	var prof strings.Builder
+	for c := 0; c < o.clusters; c++ {
+		fmt.Fprintf(&prof, "---\nname: storm-%02d\nmatch:\n  serial: \"STORM-%02d-*\"\nhostname: 'sw-{{ .Serial | lower }}'\ncluster: storm-%02d\nrole: sonic\n", c, c, c)
+	}
+	return os.WriteFile(filepath.Join(pdir, "storm.yaml"), []byte(prof.String()), 0o644)
+}
+
+func config(o options) string {
+	return fmt.Sprintf(`data_dir: %s
+advertise_addr: 10.99.0.1
+log: {level: warn, format: json}
+debug: {pprof_addr: "10.99.0.1:6060"}
+http: {addr: "10.99.0.1:8080"}
+api: {tls: {enabled: false}}
+dhcp:
+  interfaces: [s0]
+  lease_time: 1h
+  subnets:
+    - {name: storm, subnet: 10.99.0.0/16, interface: s0, pools: ["10.99.%d.0-10.99.%d.254"], router: 10.99.0.1}
+profiles: [%s]
+joiner:
+  auto_approve: [{subnets: [10.99.0.0/16]}]
+`, filepath.Join(o.work, "data"), poolFirst, poolLast, filepath.Join(o.work, "profiles"))
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func createClusters(ctx context.Context, app *lab.Appliance, n, size int) error {
+	v, err := app.CloudStack(ctx, "addKubernetesSupportedVersion", url.Values{
+		"semanticversion": {"1.31.4"}, "name": {"v1.31.4"}, "url": {"http://storm.invalid/k8s.iso"}})
+	if err != nil {
+		return err
+	}
+	var ver struct{ ID string }
+	json.Unmarshal(v["kubernetessupportedversion"], &ver)
+	zone, err := firstID(ctx, app, "listZones", "zone")
+	if err != nil {
+		return err
+	}
+	offering, err := firstID(ctx, app, "listServiceOfferings", "serviceoffering")
+	if err != nil {
+		return err
+	}
+	for c := 0; c < n; c++ {
+		// An external load balancer address gives the cluster its API
+		// endpoint up front, so switches join without waiting for a VM.
+		if _, err := app.CloudStack(ctx, "createKubernetesCluster", url.Values{
+			"name": {fmt.Sprintf("storm-%02d", c)}, "kubernetesversionid": {ver.ID}, "size": {strconv.Itoa(size)},
+			"controlnodes": {"3"}, "externalloadbalanceripaddress": {"10.99.0.250"},
+			"zoneid": {zone}, "serviceofferingid": {offering}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func firstID(ctx context.Context, app *lab.Appliance, cmd, key string) (string, error) {
+	r, err := app.CloudStack(ctx, cmd, nil)
+	if err != nil {
+		return "", err
+	}
+	var list []struct{ ID string }
+	json.Unmarshal(r[key], &list)
+	if len(list) == 0 {
+		return "", fmt.Errorf("%s returned nothing", cmd)
+	}
+	return list[0].ID, nil
+}
+
+// countJoined pages through the REST devices list.
+func countJoined(ctx context.Context, app *lab.Appliance) (int, error) {
+	joined, cursor := 0, ""
+	for {
+		q := url.Values{"limit": {"1000"}, "state": {"joined"}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		var page struct {
+			Items      []json.RawMessage `json:"items"`
+			NextCursor string            `json:"next_cursor"`
+		}
+		if err := app.REST(ctx, "/api/v1/devices", q, &page); err != nil {
+			return 0, err
+		}
+		joined += len(page.Items)
+		if page.NextCursor == "" {
+			return joined, nil
+		}
+		cursor = page.NextCursor
+	}
+}
+
+func saveProfile(c *http.Client, path string) error {
+	c.Timeout = time.Minute
+	resp, err := c.Get("http://10.99.0.1:6060/debug/pprof/profile?seconds=10")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}

@@ -1,0 +1,269 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+)
+
+// Switch is one simulated SONiC switch of a storm.
+type Switch struct {
+	N       int
+	MAC     string
+	Serial  string
+	Product string
+}
+
+// Storm onboards many SONiC switches at once: DORA through the relay, then
+// ztp.json, config_db.json, the join bundle (as the ztpd join plugin asks
+// for it) and the joined report, each over HTTP with SONiC's headers.
+type Storm struct {
+	Relay *Relay
+	// HTTP is shared by every switch, or nil: then each switch talks from
+	// its own leased address, as a real switch does (the process must run
+	// where those addresses are local, e.g. behind a "local" route).
+	HTTP        *http.Client
+	Concurrency int
+	Switches    []Switch
+	// Progress, if set, is called with the number of devices done so far.
+	Progress func(done, failed int)
+}
+
+// StormResult sums a storm up.
+type StormResult struct {
+	Devices  int
+	Failed   int
+	Elapsed  time.Duration
+	P50, P99 time.Duration // time to joined per device
+	PerStep  map[string]time.Duration
+	Errors   []string // first few
+}
+
+// Run onboards every switch and returns the timings.
+func (s *Storm) Run(ctx context.Context) StormResult {
+	start := time.Now()
+	lat := make([]time.Duration, len(s.Switches))
+	var next, done, failed atomic.Int64
+	var mu sync.Mutex
+	var errs []string
+	steps := map[string]time.Duration{}
+	var wg sync.WaitGroup
+	for w := 0; w < max(s.Concurrency, 1); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(s.Switches) || ctx.Err() != nil {
+					return
+				}
+				t0 := time.Now()
+				st, err := s.onboard(ctx, s.Switches[i])
+				lat[i] = time.Since(t0)
+				mu.Lock()
+				for k, v := range st {
+					steps[k] += v
+				}
+				if err != nil {
+					failed.Add(1)
+					lat[i] = -1
+					if len(errs) < 10 {
+						errs = append(errs, err.Error())
+					}
+				}
+				mu.Unlock()
+				n := done.Add(1)
+				if s.Progress != nil && n%100 == 0 {
+					s.Progress(int(n), int(failed.Load()))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	res := StormResult{Devices: len(s.Switches), Failed: int(failed.Load()), Elapsed: time.Since(start), Errors: errs, PerStep: steps}
+	var ok []time.Duration
+	for _, l := range lat {
+		if l >= 0 {
+			ok = append(ok, l)
+		}
+	}
+	sort.Slice(ok, func(i, j int) bool { return ok[i] < ok[j] })
+	if len(ok) > 0 {
+		res.P50 = ok[len(ok)/2]
+		res.P99 = ok[min(len(ok)-1, len(ok)*99/100)]
+	}
+	for k, v := range res.PerStep {
+		res.PerStep[k] = v / time.Duration(max(len(s.Switches), 1))
+	}
+	return res
+}
+
+// onboard runs one switch through every step; it returns time per step.
+func (s *Storm) onboard(ctx context.Context, sw Switch) (map[string]time.Duration, error) {
+	steps := map[string]time.Duration{}
+	mark := func(step string, t0 time.Time) { steps[step] += time.Since(t0) }
+	t0 := time.Now()
+	hw, err := parseMAC(sw.MAC)
+	if err != nil {
+		return steps, err
+	}
+	lease, err := s.Relay.DORA(ctx, Identity{MAC: hw, Hostname: "sonic", UserClass: "SONiC-ZTP",
+		ClientID: "SONiC##" + sw.Product + "##" + sw.Serial})
+	mark("dhcp", t0)
+	if err != nil {
+		return steps, err
+	}
+	ztpURL := string(lease.Options.Get(dhcpv4.OptionBootfileName))
+	if ztpURL == "" {
+		return steps, fmt.Errorf("%s: ACK without option 67", sw.MAC)
+	}
+	hc := s.HTTP
+	if hc == nil {
+		tr := &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: lease.IP.AsSlice()}}).DialContext,
+			MaxIdleConnsPerHost: 1, DisableCompression: true}
+		defer tr.CloseIdleConnections()
+		hc = &http.Client{Transport: tr, Timeout: 60 * time.Second}
+	}
+	hdr := http.Header{"User-Agent": {"SONiC-ZTP/0.1"}, "Product-Name": {sw.Product}, "Serial-Number": {sw.Serial},
+		"Base-Mac-Address": {sw.MAC}, "Sonic-Version": {"N.A"}}
+
+	t0 = time.Now()
+	var doc struct {
+		ZTP map[string]json.RawMessage `json:"ztp"`
+	}
+	if err := getJSON(ctx, hc, ztpURL, hdr, &doc); err != nil {
+		return steps, fmt.Errorf("%s: ztp.json: %w", sw.MAC, err)
+	}
+	mark("ztp.json", t0)
+	var cfgURL string
+	var join struct {
+		Enrollment string `json:"enrollment"`
+		JoinURL    string `json:"join-url"`
+		MAC        string `json:"mac"`
+		Serial     string `json:"serial"`
+		Hostname   string `json:"hostname"`
+	}
+	for name, raw := range doc.ZTP {
+		var sec map[string]json.RawMessage
+		if json.Unmarshal(raw, &sec) != nil {
+			continue
+		}
+		if _, ok := sec["enrollment"]; ok {
+			json.Unmarshal(raw, &join)
+		}
+		if u, ok := sec["url"]; ok && len(name) > 3 && name[3:] == "configdb-json" {
+			var obj struct {
+				Source string `json:"source"`
+			}
+			if json.Unmarshal(u, &obj) != nil || obj.Source == "" {
+				json.Unmarshal(u, &obj.Source)
+			}
+			cfgURL = obj.Source
+		}
+	}
+	if cfgURL == "" || join.Enrollment == "" {
+		return steps, fmt.Errorf("%s: ztp.json lacks a configdb-json url or a join section", sw.MAC)
+	}
+	t0 = time.Now()
+	var cfg map[string]any
+	if err := getJSON(ctx, hc, cfgURL, hdr, &cfg); err != nil {
+		return steps, fmt.Errorf("%s: config_db.json: %w", sw.MAC, err)
+	}
+	mark("config", t0)
+
+	t0 = time.Now()
+	body, _ := json.Marshal(map[string]string{"enrollment": join.Enrollment, "kind": "sonic",
+		"mac": join.MAC, "serial": join.Serial, "hostname": join.Hostname})
+	var bundle struct {
+		ReportURL   string `json:"report_url"`
+		ReportToken string `json:"report_token"`
+		Files       []any  `json:"files"`
+	}
+	for try := 0; ; try++ {
+		code, retry, err := post(ctx, hc, join.JoinURL, "", body, &bundle)
+		if err != nil {
+			return steps, fmt.Errorf("%s: join: %w", sw.MAC, err)
+		}
+		if code == http.StatusOK {
+			break
+		}
+		if code != http.StatusAccepted || try > 20 {
+			return steps, fmt.Errorf("%s: join answered %d", sw.MAC, code)
+		}
+		time.Sleep(min(retry, 2*time.Second))
+	}
+	mark("join", t0)
+	if bundle.ReportToken == "" || len(bundle.Files) == 0 {
+		return steps, fmt.Errorf("%s: join bundle without files or report token", sw.MAC)
+	}
+	t0 = time.Now()
+	if code, _, err := post(ctx, hc, bundle.ReportURL, bundle.ReportToken, []byte(`{"state":"joined"}`), nil); err != nil || code != 200 {
+		return steps, fmt.Errorf("%s: report: %d %v", sw.MAC, code, err)
+	}
+	mark("report", t0)
+	return steps, nil
+}
+
+func getJSON(ctx context.Context, hc *http.Client, url string, hdr http.Header, out any) error {
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		return err
+	}
+	req.Header = hdr.Clone()
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("HTTP %d: %.200s", resp.StatusCode, raw)
+	}
+	return json.Unmarshal(raw, out)
+}
+
+func post(ctx context.Context, hc *http.Client, url, bearer string, body []byte, out any) (int, time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(body))
+	if err != nil {
+		return 0, 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "SONiC-ZTP/0.1")
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, 0, err
+	}
+	retry, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+	if resp.StatusCode == 200 && out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return resp.StatusCode, 0, err
+		}
+	}
+	if resp.StatusCode >= 400 {
+		return resp.StatusCode, 0, errors.New(string(bytes.TrimSpace(raw)))
+	}
+	return resp.StatusCode, time.Duration(retry) * time.Second, nil
+}

@@ -1,0 +1,228 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/ztpd/ztpd/api/signing"
+	"github.com/ztpd/ztpd/testenv/netns"
+)
+
+// Appliance is a real `ztpd serve` running in the lab's app namespace.
+type Appliance struct {
+	Bin     string
+	DataDir string
+	Config  string
+	Base    string // http://<app addr>:8080
+	Proc    *Proc
+
+	ns     *netns.NS
+	http   *http.Client
+	key    string
+	secret []byte
+}
+
+// NSClient is an HTTP client whose connections are opened inside ns, so a
+// process in the root namespace can talk to servers in the lab.
+func NSClient(ns *netns.NS) *http.Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := ns.Do(func() error {
+				var d net.Dialer
+				var err error
+				c, err = d.DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+		MaxIdleConnsPerHost: 64,
+		MaxIdleConns:        0, // no total cap: a closed idle connection costs a new namespace thread
+	}
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+}
+
+// StartAppliance writes config to <work>/ztpd.yaml and starts `bin serve`
+// in the lab's app namespace; Close stops it with the lab.
+func (t *Topology) StartAppliance(ctx context.Context, bin, config string) (*Appliance, error) {
+	a, err := StartAppliance(ctx, t.App, bin, t.WorkDir, config, "http://"+t.AppAddr.String()+":8080")
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	t.procs = append(t.procs, a.Proc)
+	t.mu.Unlock()
+	return a, nil
+}
+
+// StartAppliance starts `bin serve --config <work>/ztpd.yaml` in ns and waits
+// until base answers /healthz. Its output goes to <work>/ztpd.out.
+func StartAppliance(ctx context.Context, ns *netns.NS, bin, work, config, base string) (*Appliance, error) {
+	a := &Appliance{Bin: bin, DataDir: filepath.Join(work, "data"), Config: filepath.Join(work, "ztpd.yaml"),
+		Base: base, ns: ns, http: NSClient(ns)}
+	if err := os.WriteFile(a.Config, []byte(config), 0o644); err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(work, "ztpd.out")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := ns.Command(context.Background(), bin, "serve", "--config", a.Config)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if a.Proc, err = StartProc(cmd); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := a.http.Get(a.Base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return a, nil
+			}
+		}
+		select {
+		case <-a.Proc.Done():
+			log, _ := os.ReadFile(logPath)
+			return nil, fmt.Errorf("ztpd exited: %v\n%s", a.Proc.Err(), tail(string(log), 2000))
+		case <-ctx.Done():
+			a.Close()
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			a.Close()
+			return nil, fmt.Errorf("ztpd not healthy after 30s")
+		}
+	}
+}
+
+// Close stops the appliance (SIGTERM, graceful).
+func (a *Appliance) Close() { a.Proc.Stop(15 * time.Second) }
+
+// CLI runs a ztpd subcommand against the appliance's data directory (it
+// reaches the server through the admin socket) and returns stdout.
+func (a *Appliance) CLI(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, a.Bin, append([]string{"--config", a.Config}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("ztpd %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+// UseAdminKey creates an admin API key and uses it for API calls.
+func (a *Appliance) UseAdminKey(ctx context.Context) error {
+	out, err := a.CLI(ctx, "apikey", "create", "--role", "admin", "--name", "lab", "-o", "json")
+	if err != nil {
+		return err
+	}
+	var k struct {
+		APIKey    string `json:"api_key"`
+		SecretKey string `json:"secret_key"`
+	}
+	if err := json.Unmarshal(out, &k); err != nil || k.APIKey == "" {
+		return fmt.Errorf("apikey create answered %q: %v", out, err)
+	}
+	a.key, a.secret = k.APIKey, []byte(k.SecretKey)
+	return nil
+}
+
+// CloudStack calls a command on /client/api, signed, and returns the inner
+// object of its response envelope. Async commands are polled to completion
+// and their jobresult is returned.
+func (a *Appliance) CloudStack(ctx context.Context, command string, params url.Values) (map[string]json.RawMessage, error) {
+	inner, err := a.csOnce(ctx, command, params)
+	if err != nil {
+		return nil, err
+	}
+	raw, async := inner["jobid"]
+	if !async {
+		return inner, nil
+	}
+	var job string
+	json.Unmarshal(raw, &job)
+	for {
+		res, err := a.csOnce(ctx, "queryAsyncJobResult", url.Values{"jobid": {job}})
+		if err != nil {
+			return nil, err
+		}
+		var status int
+		json.Unmarshal(res["jobstatus"], &status)
+		switch status {
+		case 1:
+			var out map[string]json.RawMessage
+			return out, json.Unmarshal(res["jobresult"], &out)
+		case 2:
+			return nil, fmt.Errorf("%s failed: %s", command, res["jobresult"])
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (a *Appliance) csOnce(ctx context.Context, command string, params url.Values) (map[string]json.RawMessage, error) {
+	q := url.Values{}
+	for k, v := range params {
+		q[k] = v
+	}
+	q.Set("command", command)
+	q.Set("response", "json")
+	u := a.Base + "/client/api?" + signing.SignQuery(q, a.key, a.secret, time.Now().Add(5*time.Minute))
+	req, _ := http.NewRequestWithContext(ctx, "GET", u, nil)
+	resp, err := a.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var env map[string]map[string]json.RawMessage
+	if err := json.Unmarshal(body, &env); err != nil {
+		return nil, fmt.Errorf("%s: HTTP %d: %s", command, resp.StatusCode, body)
+	}
+	for _, inner := range env {
+		if resp.StatusCode != 200 {
+			return nil, fmt.Errorf("%s: HTTP %d: %s", command, resp.StatusCode, inner["errortext"])
+		}
+		return inner, nil
+	}
+	return nil, fmt.Errorf("%s: empty envelope", command)
+}
+
+// REST does a signed GET on /api/v1 and decodes the answer into out.
+func (a *Appliance) REST(ctx context.Context, path string, query url.Values, out any) error {
+	u := a.Base + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, _ := http.NewRequestWithContext(ctx, "GET", u, nil)
+	req.Header.Set("Authorization", signing.RESTAuthorization("GET", path, query, nil, a.key, a.secret, time.Now().Add(5*time.Minute)))
+	resp, err := a.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("GET %s: HTTP %d: %s", path, resp.StatusCode, body)
+	}
+	return json.Unmarshal(body, out)
+}

@@ -1,0 +1,283 @@
+package lab
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/ztpd/ztpd/testenv/netns"
+)
+
+// Device is one simulated device of a lab.
+type Device struct {
+	Name     string
+	Kind     string // sonic | onie | vm
+	Subnet   Subnet
+	MAC      string
+	Serial   string // switches
+	Product  string // switches
+	Platform string // ONIE platform
+	Cluster  string
+	Role     string // control-plane | worker | sonic
+
+	// InstallerSHA256 is what the ONIE download must hash to.
+	InstallerSHA256 string
+}
+
+// Progress receives each step a device takes.
+type Progress func(device, step string)
+
+// retryFor repeats fn while it fails, until ok or the budget is spent:
+// a device whose cluster has no control plane yet is told to come back.
+func retryFor(ctx context.Context, budget time.Duration, fn func() error) error {
+	deadline := time.Now().Add(budget)
+	wait := 500 * time.Millisecond
+	for {
+		err := fn()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(wait):
+		}
+		if wait < 4*time.Second {
+			wait *= 2
+		}
+	}
+}
+
+// RunSwitch onboards a SONiC switch (after ONIE installs it, when Kind is
+// onie): DHCP with dhclient configured as SONiC, the whole ztp.json walk
+// with curl, the ztpd join plugin with python3, and the joined report.
+func RunSwitch(ctx context.Context, ns *netns.NS, dir string, d Device, progress Progress) error {
+	if d.Kind == "onie" {
+		if err := runONIE(ctx, ns, filepath.Join(dir, "onie"), d, progress); err != nil {
+			return err
+		}
+		// "Reboot" into the installed SONiC: forget the ONIE address.
+		_ = ns.IP("addr", "flush", "dev", "eth0")
+	}
+	progress(d.Name, "dhcp (dhclient as SONiC)")
+	lease, err := Dhclient(ctx, ns, filepath.Join(dir, "dhcp"), SONiCDhclientConf(d.Product, d.Serial))
+	if err != nil {
+		return err
+	}
+	ztpURL := lease["ztp_json_url"]
+	if ztpURL == "" {
+		return fmt.Errorf("lease %s has no option 67: %v", lease.IP(), lease)
+	}
+	if !strings.Contains(ztpURL, "://") && lease["tftp_server_name"] != "" {
+		ztpURL = "tftp://" + lease["tftp_server_name"] + "/" + ztpURL
+	}
+	id := SwitchIdentity{Serial: d.Serial, Product: d.Product, BaseMAC: d.MAC, SONiCVersion: "N.A",
+		Hostname: firstNonEmpty(lease["host_name"], "sonic")}
+	progress(d.Name, "ztp.json "+lease.IP())
+	var fetched []Fetched
+	var doc map[string]any
+	err = retryFor(ctx, 3*time.Minute, func() error {
+		var err error
+		doc, fetched, err = WalkZTPJSON(ctx, ns, dir, id, ztpURL)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	progress(d.Name, fmt.Sprintf("ztp sections fetched (%d urls)", len(fetched)))
+	section, plugin := joinSection(doc, fetched)
+	if section == nil {
+		return fmt.Errorf("ztp.json has no join section: %v", doc)
+	}
+	root := filepath.Join(dir, "root")
+	pluginPath := filepath.Join(dir, "ztpd-join-plugin")
+	if err := os.WriteFile(pluginPath, plugin, 0o755); err != nil {
+		return err
+	}
+	secPath := filepath.Join(dir, "join-section.json")
+	raw, _ := json.Marshal(section)
+	if err := os.WriteFile(secPath, raw, 0o600); err != nil {
+		return err
+	}
+	progress(d.Name, "join plugin")
+	cmd := ns.Command(ctx, "python3", pluginPath, secPath)
+	cmd.Env = append(os.Environ(), "ZTPD_ROOT="+root, "ZTPD_MAX_WAIT=180")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("join plugin: %v: %s", err, tail(string(out), 800))
+	}
+	return report(ctx, ns, dir, d, filepath.Join(root, "etc/sonic/ztpd/report.env"), progress)
+}
+
+// joinSection finds the section carrying an enrollment secret and the plugin
+// the walk downloaded for it.
+func joinSection(doc map[string]any, fetched []Fetched) (map[string]any, []byte) {
+	ztp, _ := doc["ztp"].(map[string]any)
+	for name, v := range ztp {
+		sec, ok := v.(map[string]any)
+		if !ok || sec["enrollment"] == nil {
+			continue
+		}
+		for _, f := range fetched {
+			if f.Section == name && bytes.HasPrefix(f.Body, []byte("#!")) {
+				return map[string]any{name: sec}, f.Body
+			}
+		}
+		return map[string]any{name: sec}, nil
+	}
+	return nil, nil
+}
+
+// runONIE is the ONIE installer's part: DHCP with its vendor class, then the
+// installer from option 114 with ONIE's headers, checked by sha256.
+func runONIE(ctx context.Context, ns *netns.NS, dir string, d Device, progress Progress) error {
+	progress(d.Name, "dhcp (dhclient as ONIE)")
+	lease, err := Dhclient(ctx, ns, filepath.Join(dir, "dhcp"), ONIEDhclientConf(d.Platform))
+	if err != nil {
+		return err
+	}
+	u := lease["onie_default_url"]
+	if u == "" {
+		return fmt.Errorf("ONIE lease %s has no option 114: %v", lease.IP(), lease)
+	}
+	progress(d.Name, "onie installer "+lease.IP())
+	arch, machine, rev := splitPlatform(d.Platform)
+	out := filepath.Join(dir, "installer.bin")
+	args := []string{"-f", "-s", "-S", "-o", out, "-A", "onie/1.0",
+		"-H", "ONIE-SERIAL-NUMBER: " + d.Serial, "-H", "ONIE-ETH-ADDR: " + d.MAC, "-H", "ONIE-VENDOR-ID: 259",
+		"-H", "ONIE-MACHINE: " + machine, "-H", "ONIE-MACHINE-REV: " + rev, "-H", "ONIE-ARCH: " + arch,
+		"-H", "ONIE-MANUFACTURER: lab", "-H", "ONIE-VERSION: 2023.05", "-H", "ONIE-OPERATION: os-install", "--", u}
+	if msg, err := ns.Command(ctx, "curl", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("ONIE download %s: %v: %s", u, err, msg)
+	}
+	body, err := os.ReadFile(out)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(body)
+	if got := hex.EncodeToString(sum[:]); d.InstallerSHA256 != "" && got != d.InstallerSHA256 {
+		return fmt.Errorf("ONIE installer sha256 %s, want %s", got, d.InstallerSHA256)
+	}
+	return nil
+}
+
+// splitPlatform splits x86_64-accton_as7712_32x-r0 into ONIE's arch,
+// machine and revision.
+func splitPlatform(p string) (arch, machine, rev string) {
+	arch, rest, _ := strings.Cut(p, "-")
+	if i := strings.LastIndex(rest, "-r"); i > 0 {
+		return arch, rest[:i], rest[i+2:]
+	}
+	return arch, rest, "0"
+}
+
+// RunVM onboards a CloudStack VM the way cloud-init's CloudStack datasource
+// does: busybox udhcpc, the metadata service at the DHCP server address,
+// user-data (the joiner's cloud-config), then the report its runcmd sends.
+func RunVM(ctx context.Context, ns *netns.NS, dir string, d Device, progress Progress) error {
+	progress(d.Name, "dhcp (udhcpc)")
+	lease, err := Udhcpc(ctx, ns, filepath.Join(dir, "dhcp"), d.Name, "")
+	if err != nil {
+		return err
+	}
+	server := lease["server_identifier"]
+	base := "http://" + server + "/latest/"
+	progress(d.Name, "meta-data "+lease.IP())
+	for _, k := range []string{"instance-id", "local-hostname", "local-ipv4", "availability-zone", "vm-id"} {
+		body, err := Curl(ctx, ns, dir, SwitchIdentity{}, base+"meta-data/"+k)
+		if err != nil {
+			return err
+		}
+		if k == "local-ipv4" && strings.TrimSpace(string(body)) != lease.IP() {
+			return fmt.Errorf("meta-data local-ipv4 %q, lease %s", body, lease.IP())
+		}
+	}
+	progress(d.Name, "user-data")
+	var ud []byte
+	err = retryFor(ctx, 3*time.Minute, func() error {
+		var err error
+		ud, err = Curl(ctx, ns, dir, SwitchIdentity{}, base+"user-data")
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	var cc struct {
+		WriteFiles []struct {
+			Path    string `yaml:"path"`
+			Content string `yaml:"content"`
+		} `yaml:"write_files"`
+	}
+	if !bytes.HasPrefix(ud, []byte("#cloud-config")) {
+		return fmt.Errorf("user-data is not a cloud-config: %.80q", ud)
+	}
+	if err := yaml.Unmarshal(ud, &cc); err != nil {
+		return fmt.Errorf("user-data: %w", err)
+	}
+	root := filepath.Join(dir, "root")
+	for _, f := range cc.WriteFiles {
+		dst := filepath.Join(root, filepath.Clean("/"+f.Path))
+		os.MkdirAll(filepath.Dir(dst), 0o700)
+		if err := os.WriteFile(dst, []byte(f.Content), 0o600); err != nil {
+			return err
+		}
+	}
+	// kubeadm init/join would run here; the lab has no kubelet.
+	return report(ctx, ns, dir, d, filepath.Join(root, "etc/ztpd/report.env"), progress)
+}
+
+// report posts "joined" with curl to the report URL the join bundle gave.
+func report(ctx context.Context, ns *netns.NS, dir string, d Device, envFile string, progress Progress) error {
+	env, err := readEnvFile(envFile)
+	if err != nil {
+		return fmt.Errorf("no report credential from the join bundle: %w", err)
+	}
+	u, tok := env["ZTPD_REPORT_URL"], env["ZTPD_REPORT_TOKEN"]
+	if u == "" || tok == "" {
+		return fmt.Errorf("%s lacks ZTPD_REPORT_URL or ZTPD_REPORT_TOKEN", envFile)
+	}
+	progress(d.Name, "report joined")
+	out, err := ns.Command(ctx, "curl", "-f", "-s", "-S", "-X", "POST", "-H", "Content-Type: application/json",
+		"-H", "Authorization: Bearer "+tok, "--data", `{"state":"joined"}`, "--", u).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("report: %v: %s", err, out)
+	}
+	progress(d.Name, "joined")
+	return nil
+}
+
+func readEnvFile(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	env := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "=")
+		if ok {
+			env[k] = strings.Trim(v, `'"`)
+		}
+	}
+	return env, sc.Err()
+}
+
+func firstNonEmpty(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}

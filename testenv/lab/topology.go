@@ -1,0 +1,325 @@
+// Package lab builds a small data-centre management network in network
+// namespaces and onboards simulated devices through a real ztpd with real
+// clients (dhclient, busybox udhcpc, curl).
+//
+//	<p>-app    appliance: bridge br0 10.99.<a>.1/24 (subnet A), runs ztpd
+//	<p>-relay  DHCP relay (dnsmasq --dhcp-relay): uplink 10.99.<a>.254 on br0,
+//	           bridge br1 10.99.<a+1>.1/24 (subnet B, reached through the relay)
+//	<p>-dN     one namespace per device, eth0 enslaved to br0 or br1
+//
+// Close stops every process the lab started and deletes every namespace
+// and link, also after an interrupt.
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ztpd/ztpd/testenv/netns"
+)
+
+// Subnet picks which management network a device sits on.
+type Subnet int
+
+const (
+	SubnetA Subnet = iota // the appliance's own network
+	SubnetB               // behind the DHCP relay
+)
+
+// Topology is the namespaces, bridges and relay of one lab.
+type Topology struct {
+	Prefix  string
+	App     *netns.NS
+	Relay   *netns.NS
+	AppAddr netip.Addr // 10.99.<a>.1
+	RelayUp netip.Addr // 10.99.<a>.254
+	RelayGW netip.Addr // 10.99.<a+1>.1
+	Nets    [2]netip.Prefix
+	WorkDir string
+
+	mu      sync.Mutex
+	devices []*netns.NS
+	procs   []*Proc
+	closed  bool
+}
+
+// Build creates the lab's namespaces. third is the third octet of subnet A
+// (subnet B is third+1), so parallel labs can use disjoint addresses.
+func Build(prefix string, third int, workDir string) (*Topology, error) {
+	if err := netns.Check(); err != nil {
+		return nil, err
+	}
+	if third < 0 || third > 253 {
+		return nil, fmt.Errorf("third octet %d out of range", third)
+	}
+	for _, tool := range []string{"dnsmasq", "dhclient", "busybox", "curl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("lab needs %s: %w", tool, err)
+		}
+	}
+	cleanupStale(prefix)
+	t := &Topology{Prefix: prefix, WorkDir: workDir,
+		AppAddr: netip.AddrFrom4([4]byte{10, 99, byte(third), 1}),
+		RelayUp: netip.AddrFrom4([4]byte{10, 99, byte(third), 254}),
+		RelayGW: netip.AddrFrom4([4]byte{10, 99, byte(third + 1), 1}),
+		Nets: [2]netip.Prefix{
+			netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 99, byte(third), 0}), 24),
+			netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 99, byte(third + 1), 0}), 24),
+		},
+	}
+	if err := t.build(); err != nil {
+		t.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *Topology) build() error {
+	var err error
+	if err = os.MkdirAll(t.WorkDir, 0o755); err != nil {
+		return err
+	}
+	if t.App, err = netns.Add(t.Prefix + "-app"); err != nil {
+		return err
+	}
+	if t.Relay, err = netns.Add(t.Prefix + "-relay"); err != nil {
+		return err
+	}
+	steps := [][]string{
+		{t.App.Name, "link", "add", "br0", "type", "bridge"},
+		{t.App.Name, "addr", "add", t.AppAddr.String() + "/24", "dev", "br0"},
+		{t.App.Name, "link", "set", "br0", "up"},
+		{t.Relay.Name, "link", "add", "br1", "type", "bridge"},
+		{t.Relay.Name, "addr", "add", t.RelayGW.String() + "/24", "dev", "br1"},
+		{t.Relay.Name, "link", "set", "br1", "up"},
+	}
+	for _, s := range steps {
+		if err := ipIn(s[0], s[1:]...); err != nil {
+			return err
+		}
+	}
+	if err := t.plug(t.Relay, "up0", t.RelayUp.String()+"/24", t.App, "br0"); err != nil {
+		return err
+	}
+	if err := ipIn(t.App.Name, "route", "add", t.Nets[1].String(), "via", t.RelayUp.String()); err != nil {
+		return err
+	}
+	if err := t.Relay.Command(context.Background(), "sysctl", "-qw", "net.ipv4.ip_forward=1").Run(); err != nil {
+		return fmt.Errorf("enable forwarding in relay: %w", err)
+	}
+	// dnsmasq as a pure DHCP relay: giaddr = br1's address, server = the
+	// appliance. It stays root so the lab can always stop it.
+	relay := t.Relay.Command(context.Background(), "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null",
+		"--pid-file=", "--port=0", "--user=root", "--interface=br1", "--bind-interfaces",
+		"--dhcp-relay="+t.RelayGW.String()+","+t.AppAddr.String(),
+		"--log-facility="+filepath.Join(t.WorkDir, "relay.log"))
+	return t.Start(relay, "relay")
+}
+
+// plug creates a veth from ns (named ifn, with addr) whose peer is enslaved
+// to bridge br in brNS.
+func (t *Topology) plug(ns *netns.NS, ifn, addr string, brNS *netns.NS, br string) error {
+	peer := fmt.Sprintf("v%s%d", ifn, time.Now().UnixNano()%1e6)
+	if err := run("ip", "link", "add", ifn, "netns", ns.Name, "type", "veth", "peer", "name", peer, "netns", brNS.Name); err != nil {
+		return err
+	}
+	if addr != "" {
+		if err := ipIn(ns.Name, "addr", "add", addr, "dev", ifn); err != nil {
+			return err
+		}
+	}
+	if err := ipIn(ns.Name, "link", "set", ifn, "up"); err != nil {
+		return err
+	}
+	if err := ipIn(brNS.Name, "link", "set", peer, "master", br); err != nil {
+		return err
+	}
+	return ipIn(brNS.Name, "link", "set", peer, "up")
+}
+
+// AddDevice creates a device namespace with eth0 (MAC mac, no address) on
+// the given subnet.
+func (t *Topology) AddDevice(name string, on Subnet, mac string) (*netns.NS, error) {
+	ns, err := netns.Add(t.Prefix + "-" + name)
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	t.devices = append(t.devices, ns)
+	t.mu.Unlock()
+	brNS, br := t.App, "br0"
+	if on == SubnetB {
+		brNS, br = t.Relay, "br1"
+	}
+	peer := fmt.Sprintf("d%s", name)
+	if len(peer) > 15 {
+		peer = peer[:15]
+	}
+	if err := run("ip", "link", "add", "eth0", "netns", ns.Name, "address", mac, "type", "veth",
+		"peer", "name", peer, "netns", brNS.Name); err != nil {
+		return nil, err
+	}
+	if err := ipIn(ns.Name, "link", "set", "eth0", "up"); err != nil {
+		return nil, err
+	}
+	if err := ipIn(brNS.Name, "link", "set", peer, "master", br); err != nil {
+		return nil, err
+	}
+	return ns, ipIn(brNS.Name, "link", "set", peer, "up")
+}
+
+// Proc is a started process with exactly one waiter.
+type Proc struct {
+	Cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// StartProc starts cmd in its own process group.
+func StartProc(cmd *exec.Cmd) (*Proc, error) {
+	setPgid(cmd)
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &Proc{Cmd: cmd, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+// Pin binds every thread of the process to cpus (a taskset list).
+func Pin(p *Proc, cpus string) ([]byte, error) {
+	return exec.Command("taskset", "-a", "-p", "-c", cpus, fmt.Sprint(p.Cmd.Process.Pid)).CombinedOutput()
+}
+
+// Done is closed when the process has exited.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Err is the exit error, valid after Done.
+func (p *Proc) Err() error { return p.err }
+
+// Stop ends the process group: SIGTERM, then SIGKILL after grace.
+func (p *Proc) Stop(grace time.Duration) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// Start runs cmd as a tracked Proc (output to <workdir>/<logName>.out)
+// that Close stops.
+func (t *Topology) Start(cmd *exec.Cmd, logName string) error {
+	_, err := t.StartProc(cmd, logName)
+	return err
+}
+
+// StartProc is Start returning the Proc.
+func (t *Topology) StartProc(cmd *exec.Cmd, logName string) (*Proc, error) {
+	if cmd.Stdout == nil && logName != "" {
+		f, err := os.Create(filepath.Join(t.WorkDir, logName+".out"))
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		cmd.Stdout, cmd.Stderr = f, f
+	}
+	p, err := StartProc(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", logName, err)
+	}
+	t.mu.Lock()
+	t.procs = append(t.procs, p)
+	t.mu.Unlock()
+	return p, nil
+}
+
+// Close stops every process and removes every namespace (with its links).
+func (t *Topology) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	procs, devices := t.procs, t.devices
+	t.mu.Unlock()
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i].Stop(3 * time.Second)
+	}
+	var errs []error
+	for _, ns := range append(devices, t.Relay, t.App) {
+		if ns != nil {
+			// Processes a client left behind (dhclient daemons) keep a
+			// namespace alive; kill what still runs inside first.
+			killInside(ns.Name)
+			errs = append(errs, ns.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cleanupStale removes what a lab of the same prefix left behind when it was
+// killed: every process runs inside a lab namespace, so killing what runs in
+// them and deleting them leaves nothing.
+func cleanupStale(prefix string) {
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 && strings.HasPrefix(f[0], prefix+"-") {
+			killInside(f[0])
+			_ = exec.Command("ip", "netns", "del", f[0]).Run()
+		}
+	}
+}
+
+func killInside(ns string) {
+	out, err := exec.Command("ip", "netns", "pids", ns).Output()
+	if err != nil {
+		return
+	}
+	var pid int
+	for _, f := range strings.Fields(string(out)) {
+		if _, err := fmt.Sscanf(f, "%d", &pid); err == nil && pid > 1 && pid != os.Getpid() {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+func ipIn(ns string, args ...string) error { return run("ip", append([]string{"-n", ns}, args...)...) }
+
+func run(name string, args ...string) error {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %v: %v: %s", name, args, err, out)
+	}
+	return nil
+}
+
+// setPgid puts cmd in its own process group so Stop ends all of it. No
+// parent-death signal: Linux ties it to the forking thread, and Go retires
+// threads (netns.Do locks and discards one), which would kill the child.
+func setPgid(cmd *exec.Cmd) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+}

@@ -1,0 +1,701 @@
+// Package content is the ZTP content service: it identifies the device behind
+// a request, picks its profile, renders what it gets (ztp.json,
+// config_db.json, ONIE installer, cloud-init metadata) and records its
+// progress. The HTTP and TFTP transports are thin front ends over it, so both
+// serve exactly the same documents.
+//
+// Identification, in order: the SONiC headers (SERIAL-NUMBER, then
+// BASE-MAC-ADDRESS) or ONIE headers, then the DHCP lease of the source
+// address (lease by IP, device by the lease's MAC). A switch that presents a
+// base MAC but is not in the store yet (it got its address elsewhere) is
+// served and recorded under that MAC.
+//
+// Per-device documents are bound to their device: /ztp/config/<id>/... is
+// only answered when the requester identifies as <id> by its headers or its
+// lease, so one switch cannot read another's configuration.
+package content
+
+import (
+	"context"
+	"crypto/sha1"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/profile"
+	"github.com/ztpd/ztpd/internal/safepath"
+)
+
+// JoinProvider supplies cluster-join material; the joiner implements it. A
+// nil provider means profiles that name a cluster get no join section.
+type JoinProvider interface {
+	// ZTPSection returns the body of the ztp.json section that joins dev to
+	// r.Cluster (a section with a "plugin" url), or nil for none. It is named
+	// "NN-join" and runs last.
+	ZTPSection(ctx context.Context, dev core.Device, r profile.Result) (map[string]any, error)
+	// KubernetesMaster returns the API server for config_db's
+	// KUBERNETES_MASTER|SERVER when dev joins by the SONiC (ctrmgrd) method,
+	// or nil when it joins otherwise.
+	KubernetesMaster(ctx context.Context, dev core.Device, r profile.Result) (*KubeMaster, error)
+	// UserData returns the cloud-config that joins a VM to r.Cluster.
+	UserData(ctx context.Context, dev core.Device, r profile.Result) ([]byte, error)
+}
+
+// Images is the part of the image store the service uses.
+type Images interface {
+	Resolve(ref string) (core.Image, error)
+	List(kind string) ([]core.Image, error)
+	Open(im core.Image) (*os.File, error)
+}
+
+// Options configure a Service.
+type Options struct {
+	Store  core.Store
+	Images Images
+	Join   JoinProvider
+	Log    *slog.Logger
+	// AdvertiseAddr is the host put into URLs; empty uses the address the
+	// request arrived on.
+	AdvertiseAddr string
+	// HTTPAddr is the ZTP HTTP listener (its port goes into URLs).
+	HTTPAddr string
+	// DefaultProfile is given to devices no profile matches; "" = 404.
+	DefaultProfile string
+	// FilesDir is served read-only by name (TFTP <path>, HTTP /files/<path>);
+	// "" disables it.
+	FilesDir string
+}
+
+// Service renders and serves ZTP content.
+type Service struct {
+	opt      Options
+	log      *slog.Logger
+	profiles atomic.Pointer[profile.Set]
+	httpPort string
+	baseURL  string // fixed when AdvertiseAddr is set
+	files    *os.Root
+	now      func() time.Time
+}
+
+// New builds a Service. Profiles are set with SetProfiles.
+func New(opt Options) (*Service, error) {
+	s := &Service{opt: opt, log: opt.Log, now: func() time.Time { return time.Now().UTC() }}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	_, port, err := net.SplitHostPort(opt.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("http address %q: %w", opt.HTTPAddr, err)
+	}
+	s.httpPort = port
+	if opt.AdvertiseAddr != "" {
+		s.baseURL = "http://" + net.JoinHostPort(opt.AdvertiseAddr, port)
+	}
+	if opt.FilesDir != "" {
+		if err := os.MkdirAll(opt.FilesDir, 0o755); err != nil {
+			return nil, fmt.Errorf("files directory: %w", err)
+		}
+		if s.files, err = os.OpenRoot(opt.FilesDir); err != nil {
+			return nil, fmt.Errorf("files directory: %w", err)
+		}
+	}
+	s.profiles.Store(&profile.Set{})
+	return s, nil
+}
+
+// SetJoinProvider wires the joiner; call it before serving starts.
+func (s *Service) SetJoinProvider(j JoinProvider) { s.opt.Join = j }
+
+// Close releases the files root.
+func (s *Service) Close() error {
+	if s.files != nil {
+		return s.files.Close()
+	}
+	return nil
+}
+
+// SetProfiles swaps in a loaded profile set; it checks that the default
+// profile exists in it.
+func (s *Service) SetProfiles(set *profile.Set) error {
+	if s.opt.DefaultProfile != "" && set.Get(s.opt.DefaultProfile) == nil {
+		return fmt.Errorf("ztp.default_profile: no profile named %q is loaded", s.opt.DefaultProfile)
+	}
+	s.profiles.Store(set)
+	return nil
+}
+
+// Profiles returns the current profile set.
+func (s *Service) Profiles() *profile.Set { return s.profiles.Load() }
+
+// Client is who is asking: addresses and whatever it said about itself.
+type Client struct {
+	Addr      netip.Addr // source address
+	Local     netip.Addr // address the request arrived on
+	Transport string     // "http" or "tftp"
+	// SONiC ZTP headers.
+	Serial, BaseMAC, Product, SONiCVersion string
+	// ONIE headers.
+	ONIE *ONIE
+}
+
+// ONIE is what the ONIE installer tells about itself in its HTTP headers.
+type ONIE struct {
+	Serial, MAC, Vendor, Machine, MachineRev, Arch, Version string
+}
+
+// Platform is the ONIE platform string, <arch>-<machine>-r<rev> as ONIE's
+// onie_platform; empty when arch or machine is missing.
+func (o *ONIE) Platform() string {
+	if o == nil || o.Arch == "" || o.Machine == "" {
+		return ""
+	}
+	p := o.Arch + "-" + o.Machine
+	if o.MachineRev != "" {
+		p += "-r" + o.MachineRev
+	}
+	return p
+}
+
+func (c *Client) hasSONiCHeaders() bool {
+	return c.Serial != "" || c.BaseMAC != "" || c.Product != "" || c.SONiCVersion != ""
+}
+
+// Error is a refusal with an HTTP status and a reason for the client.
+type Error struct {
+	Status int
+	Reason string
+}
+
+func (e *Error) Error() string { return e.Reason }
+
+func notFound(format string, args ...any) error {
+	return &Error{Status: 404, Reason: fmt.Sprintf(format, args...)}
+}
+
+func forbidden(format string, args ...any) error {
+	return &Error{Status: 403, Reason: fmt.Sprintf(format, args...)}
+}
+
+// unavailable is a server-side problem the operator must fix (missing image,
+// failing joiner); the switch retries later.
+func unavailable(format string, args ...any) error {
+	return &Error{Status: 503, Reason: fmt.Sprintf(format, args...)}
+}
+
+// BaseURL is the http://host:port prefix of URLs handed to c.
+func (s *Service) BaseURL(c *Client) string {
+	if s.baseURL != "" {
+		return s.baseURL
+	}
+	host := ""
+	if c != nil && c.Local.IsValid() && !c.Local.IsUnspecified() {
+		host = c.Local.Unmap().String()
+	} else if h, _, err := net.SplitHostPort(s.opt.HTTPAddr); err == nil && h != "" && h != "0.0.0.0" && h != "::" {
+		host = h
+	} else {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, s.httpPort)
+}
+
+// identify finds the device behind c inside tx. stored reports whether it
+// exists in the store (false for a first contact by base MAC or lease).
+func (s *Service) identify(tx core.Tx, c *Client) (dev core.Device, stored bool, err error) {
+	try := func(d core.Device, e error) bool {
+		if e == nil {
+			dev, stored = d, true
+			return true
+		}
+		if !errors.Is(e, core.ErrNotFound) {
+			err = e
+			return true
+		}
+		return false
+	}
+	serials := []string{c.Serial}
+	macs := []string{c.BaseMAC}
+	if c.ONIE != nil {
+		serials = append(serials, c.ONIE.Serial)
+		macs = append(macs, c.ONIE.MAC)
+	}
+	for _, sn := range serials {
+		if sn != "" && try(core.DeviceBySerial(tx, sn)) {
+			return dev, stored, err
+		}
+	}
+	var firstMAC string
+	for _, m := range macs {
+		if m == "" {
+			continue
+		}
+		nm, e := core.NormalizeMAC(m)
+		if e != nil {
+			continue
+		}
+		if firstMAC == "" {
+			firstMAC = nm
+		}
+		if try(core.GetDevice(tx, nm)) {
+			return dev, stored, err
+		}
+	}
+	if c.Addr.IsValid() {
+		l, e := core.GetLease(tx, c.Addr.Unmap().String())
+		if e == nil && l.MAC != "" && (l.State == core.LeaseActive || l.Reserved) {
+			if try(core.GetDevice(tx, l.MAC)) {
+				return dev, stored, err
+			}
+			return core.Device{ID: l.MAC, MAC: l.MAC, IP: l.IP, Subnet: l.Subnet, Hostname: l.Hostname,
+				Kind: core.KindUnknown}, false, nil
+		} else if e != nil && !errors.Is(e, core.ErrNotFound) {
+			return dev, false, e
+		}
+	}
+	if firstMAC != "" {
+		return core.Device{ID: firstMAC, MAC: firstMAC, Kind: core.KindUnknown}, false, nil
+	}
+	return dev, false, notFound("unknown device: no record for serial %q, MAC %q or a lease of %s", c.Serial, c.BaseMAC, addrString(c.Addr))
+}
+
+func addrString(a netip.Addr) string {
+	if !a.IsValid() {
+		return "(no address)"
+	}
+	return a.Unmap().String()
+}
+
+// learn applies what c says about itself to d.
+func learn(d *core.Device, c *Client) {
+	if c.hasSONiCHeaders() {
+		d.Kind = core.KindSONiC
+		if c.Serial != "" {
+			d.Serial = c.Serial
+		}
+		if c.Product != "" {
+			d.Product = c.Product
+		}
+		if v := strings.TrimSpace(c.SONiCVersion); v != "" && profile.BuildVersion(v) != "" {
+			d.SONiCVer = v
+		}
+	}
+	if o := c.ONIE; o != nil {
+		if d.Kind == "" || d.Kind == core.KindUnknown {
+			d.Kind = core.KindONIE
+		}
+		if o.Serial != "" && d.Serial == "" {
+			d.Serial = o.Serial
+		}
+		if p := o.Platform(); p != "" {
+			d.Platform = p
+		}
+	}
+	if d.Kind == "" {
+		d.Kind = core.KindUnknown
+	}
+	if d.MAC == "" {
+		d.MAC = d.ID
+	}
+	if d.IP == "" && c.Addr.IsValid() {
+		d.IP = c.Addr.Unmap().String()
+	}
+}
+
+// Facts turns a device record into template facts.
+func Facts(d *core.Device) *profile.Facts {
+	f := &profile.Facts{ID: d.ID, MAC: d.MAC, Serial: d.Serial, Product: d.Product, Platform: d.Platform,
+		Kind: string(d.Kind), IP: d.IP, Subnet: d.Subnet, SONiCVersion: d.SONiCVer, VendorClass: d.VendorClass,
+		DHCPHostname: d.Hostname, Labels: d.Labels}
+	if f.Platform == "" {
+		if p, ok := strings.CutPrefix(d.VendorClass, "onie_vendor:"); ok {
+			f.Platform = p
+		}
+	}
+	return f
+}
+
+// pick returns the profile for f: the first match, else the default.
+func (s *Service) pick(f *profile.Facts) (*profile.Profile, error) {
+	set := s.profiles.Load()
+	if p := set.Match(f); p != nil {
+		return p, nil
+	}
+	if s.opt.DefaultProfile != "" {
+		if p := set.Get(s.opt.DefaultProfile); p != nil {
+			return p, nil
+		}
+	}
+	return nil, notFound("no profile matches device %s (kind %s, serial %q, product %q, platform %q, ip %s, subnet %q) and no default profile is configured",
+		f.ID, f.Kind, f.Serial, f.Product, f.Platform, f.IP, f.Subnet)
+}
+
+// resolve identifies c, applies what it says about itself and picks its
+// profile.
+func (s *Service) resolve(c *Client) (core.Device, bool, *profile.Profile, error) {
+	var dev core.Device
+	var stored bool
+	err := s.opt.Store.View(func(tx core.Tx) error {
+		var err error
+		dev, stored, err = s.identify(tx, c)
+		return err
+	})
+	if err != nil {
+		return dev, stored, nil, err
+	}
+	learn(&dev, c)
+	p, err := s.pick(Facts(&dev))
+	return dev, stored, p, err
+}
+
+// Served is a rendered document and who it was for.
+type Served struct {
+	Body    []byte
+	Device  core.Device
+	Profile string
+}
+
+// ZTPJSON renders the ztp.json for the switch behind c.
+func (s *Service) ZTPJSON(ctx context.Context, c *Client) (*Served, error) {
+	dev, _, p, err := s.resolve(c)
+	if err != nil {
+		s.refused(c, dev, "ztp.json", err)
+		return nil, err
+	}
+	f := Facts(&dev)
+	base := s.BaseURL(c)
+	r, err := p.Render(f, profile.Env{BaseURL: base}, profile.RenderSections)
+	if err != nil {
+		return nil, err
+	}
+	in := ZTPInput{DeviceID: dev.ID, BaseURL: base, ReportedVersion: dev.SONiCVer}
+	if c.SONiCVersion != "" { // "N.A" says unknown now, whatever was stored
+		in.ReportedVersion = c.SONiCVersion
+	}
+	if NeedsFirmware(r, in.ReportedVersion) {
+		im, err := s.sonicImage(r, f)
+		if err != nil {
+			return nil, err
+		}
+		in.FirmwareURL = base + core.PathImages + im.SHA256
+	}
+	if r.Cluster != "" && s.opt.Join != nil {
+		if in.Join, err = s.opt.Join.ZTPSection(ctx, dev, *r); err != nil {
+			return nil, unavailable("join section for cluster %q: %v", r.Cluster, err)
+		}
+	}
+	body, err := BuildZTPJSON(r, in)
+	if err != nil {
+		return nil, err
+	}
+	s.progress(c, dev, p.Name, core.StateZTPServed, "ztp.json.served", nil)
+	return &Served{Body: body, Device: dev, Profile: p.Name}, nil
+}
+
+// sonicImage finds the stored SONiC installer a profile asks for: by name,
+// else the newest sonic-installer (or onie-installer) of that version for the
+// device's platform or for no platform.
+func (s *Service) sonicImage(r *profile.Result, f *profile.Facts) (core.Image, error) {
+	if s.opt.Images == nil {
+		return core.Image{}, unavailable("no image store")
+	}
+	if r.SONiC.Image != "" {
+		im, err := s.opt.Images.Resolve(r.SONiC.Image)
+		if err != nil {
+			return im, unavailable("profile %q wants SONiC image %q, which is not in the image store (ztpd image add)", r.Profile, r.SONiC.Image)
+		}
+		return im, nil
+	}
+	im, err := s.pickInstaller([]string{f.Platform}, func(im core.Image) bool {
+		return profile.BuildVersion(im.Version) == r.SONiC.Version
+	})
+	if err != nil {
+		return im, unavailable("profile %q wants SONiC %s, but no sonic-installer image with --version %s for platform %q is stored",
+			r.Profile, r.SONiC.Version, r.SONiC.Version, f.Platform)
+	}
+	return im, nil
+}
+
+// pickInstaller chooses among sonic-installer and onie-installer images: an
+// exact platform match (candidates in order, onie-installer before
+// sonic-installer) beats an image without a platform; newest wins a tie.
+func (s *Service) pickInstaller(platforms []string, ok func(core.Image) bool) (core.Image, error) {
+	var all []core.Image
+	for _, k := range []string{"onie-installer", "sonic-installer"} {
+		l, err := s.opt.Images.List(k)
+		if err != nil {
+			return core.Image{}, err
+		}
+		all = append(all, l...)
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].Created.After(all[j].Created) })
+	for _, plat := range platforms {
+		if plat == "" {
+			continue
+		}
+		for _, k := range []string{"onie-installer", "sonic-installer"} {
+			for _, im := range all {
+				if im.Kind == k && platformIs(im.Platform, plat) && ok(im) {
+					return im, nil
+				}
+			}
+		}
+	}
+	for _, k := range []string{"onie-installer", "sonic-installer"} {
+		for _, im := range all {
+			if im.Kind == k && im.Platform == "" && ok(im) {
+				return im, nil
+			}
+		}
+	}
+	return core.Image{}, core.ErrNotFound
+}
+
+// ConfigDB renders config_db.json of device id for the requester c, which
+// must be that device.
+func (s *Service) ConfigDB(ctx context.Context, c *Client, id string) (*Served, error) {
+	nid, err := core.NormalizeMAC(id)
+	if err != nil {
+		return nil, notFound("no device %q", id)
+	}
+	var target, asker core.Device
+	var askerErr error
+	err = s.opt.Store.View(func(tx core.Tx) error {
+		var err error
+		if target, err = core.GetDevice(tx, nid); err != nil {
+			return err
+		}
+		asker, _, askerErr = s.identify(tx, c)
+		return nil
+	})
+	if errors.Is(err, core.ErrNotFound) {
+		return nil, notFound("no device %s", nid)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if askerErr != nil || asker.ID != target.ID {
+		who := "an unidentified client"
+		if askerErr == nil {
+			who = "device " + asker.ID
+		}
+		return nil, forbidden("config of device %s is served only to that device, not to %s at %s", nid, who, addrString(c.Addr))
+	}
+	learn(&target, c)
+	f := Facts(&target)
+	p, err := s.pick(f)
+	if err != nil {
+		return nil, err
+	}
+	r, err := p.Render(f, profile.Env{BaseURL: s.BaseURL(c)}, profile.RenderConfigDB)
+	if err != nil {
+		return nil, err
+	}
+	var km *KubeMaster
+	if r.Cluster != "" && s.opt.Join != nil {
+		if km, err = s.opt.Join.KubernetesMaster(ctx, target, *r); err != nil {
+			return nil, unavailable("kubernetes master for cluster %q: %v", r.Cluster, err)
+		}
+	}
+	body, err := BuildConfigDB(r, f, km)
+	if err != nil {
+		return nil, err
+	}
+	s.progress(c, target, p.Name, core.StateConfigServed, "ztp.config.served", nil)
+	return &Served{Body: body, Device: target, Profile: p.Name}, nil
+}
+
+// ONIEInstaller picks the installer for the ONIE switch behind c. hint is a
+// platform named by the request itself (a TFTP onie-installer-<platform>
+// file name). A profile that pins a SONiC image or version wins; otherwise
+// the platform from the ONIE headers, the hint, or the DHCP vendor class
+// selects it.
+func (s *Service) ONIEInstaller(ctx context.Context, c *Client, hint string) (core.Image, core.Device, error) {
+	dev, _, p, err := s.resolve(c)
+	var idErr *Error
+	if err != nil && !(errors.As(err, &idErr) && idErr.Status == 404) {
+		return core.Image{}, dev, err
+	}
+	f := Facts(&dev)
+	if p != nil && dev.ID != "" {
+		if sc := p.SONiC(); sc != nil {
+			im, ierr := s.sonicImage(&profile.Result{Profile: p.Name, SONiC: sc}, f)
+			if ierr != nil {
+				return im, dev, ierr
+			}
+			s.progress(c, dev, p.Name, core.StateImageServed, "onie.installer.served", map[string]string{"image": im.Name})
+			return im, dev, nil
+		}
+	}
+	var plats []string
+	if o := c.ONIE; o != nil {
+		plats = append(plats, o.Platform())
+		if o.MachineRev != "" {
+			plats = append(plats, (&ONIE{Arch: o.Arch, Machine: o.Machine}).Platform())
+		}
+	}
+	plats = append(plats, hint, f.Platform)
+	im, err := s.pickInstaller(plats, func(core.Image) bool { return true })
+	if err != nil {
+		return im, dev, notFound("no ONIE installer stored for platform %q (ztpd image add FILE --kind onie-installer --platform P)", firstNonEmpty(plats))
+	}
+	if dev.ID != "" {
+		name := ""
+		if p != nil {
+			name = p.Name
+		}
+		s.progress(c, dev, name, core.StateImageServed, "onie.installer.served", map[string]string{"image": im.Name})
+	}
+	return im, dev, nil
+}
+
+// platformIs matches a stored platform against a requested one; a request
+// without the machine revision ("x86_64-accton_as7712_32x", as in ONIE's
+// fallback file names) matches every revision.
+func platformIs(stored, want string) bool {
+	if stored == want {
+		return true
+	}
+	rest, ok := strings.CutPrefix(stored, want+"-r")
+	return ok && rest != "" && strings.Trim(rest, "0123456789") == ""
+}
+
+func firstNonEmpty(l []string) string {
+	for _, s := range l {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// Image resolves a stored image by sha256, unique prefix or name; kind, when
+// not empty, restricts it.
+func (s *Service) Image(ref, kind string) (core.Image, *os.File, error) {
+	if s.opt.Images == nil {
+		return core.Image{}, nil, notFound("no image store")
+	}
+	im, err := s.opt.Images.Resolve(ref)
+	if err != nil {
+		if errors.Is(err, core.ErrNotFound) {
+			return im, nil, notFound("no image %q", ref)
+		}
+		return im, nil, &Error{Status: 400, Reason: err.Error()}
+	}
+	if kind != "" && im.Kind != kind {
+		return im, nil, notFound("no %s %q", kind, ref)
+	}
+	f, err := s.opt.Images.Open(im)
+	if err != nil {
+		return im, nil, unavailable("image %s: content missing: %v", im.Name, err)
+	}
+	return im, f, nil
+}
+
+// RecordImage notes that the device behind c fetched im (known devices only).
+func (s *Service) RecordImage(c *Client, im core.Image) {
+	var dev core.Device
+	var stored bool
+	_ = s.opt.Store.View(func(tx core.Tx) error {
+		var err error
+		dev, stored, err = s.identify(tx, c)
+		return err
+	})
+	if !stored {
+		return
+	}
+	learn(&dev, c)
+	s.progress(c, dev, "", core.StateImageServed, "image.served", map[string]string{"image": im.Name, "sha256": im.SHA256})
+}
+
+// OpenFile opens a file of the files directory by a client-supplied name.
+func (s *Service) OpenFile(name string) (*os.File, error) {
+	if s.files == nil {
+		return nil, notFound("no file %q", name)
+	}
+	f, err := safepath.Open(s.files, name)
+	if err != nil {
+		if errors.Is(err, safepath.ErrUnsafe) {
+			return nil, forbidden("%v", err)
+		}
+		return nil, notFound("no file %q", name)
+	}
+	return f, nil
+}
+
+// progress moves the device forward to next and appends an event, in one
+// group commit. A failure is logged, never fatal to serving: the switch
+// should get its content even when the disk is full.
+func (s *Service) progress(c *Client, dev core.Device, profileName string, next core.DeviceState, evType string, fields map[string]string) {
+	now := s.now()
+	transport := c.Transport
+	err := s.opt.Store.Batch(func(tx core.Tx) error {
+		cur, err := core.GetDevice(tx, dev.ID)
+		if errors.Is(err, core.ErrNotFound) {
+			cur = dev
+			cur.State = core.StateDiscovered
+			cur.FirstSeen = now
+		} else if err != nil {
+			return err
+		} else {
+			learn(&cur, c)
+		}
+		cur.State = core.Advance(cur.State, next)
+		if profileName != "" {
+			cur.Profile = profileName
+		}
+		cur.LastSeen, cur.UpdatedAt = now, now
+		if err := core.PutDevice(tx, cur); err != nil {
+			return err
+		}
+		ev := core.Event{Time: now, Type: evType, Device: cur.ID, Fields: map[string]string{
+			"transport": transport, "addr": addrString(c.Addr), "state": string(cur.State)}}
+		if profileName != "" {
+			ev.Fields["profile"] = profileName
+		}
+		for k, v := range fields {
+			ev.Fields[k] = v
+		}
+		_, err = core.AppendEvent(tx, ev)
+		return err
+	})
+	if err != nil {
+		s.log.Error("recording device progress failed", "device", dev.ID, "event", evType, "err", err)
+	}
+}
+
+// refused records a request that got no content because the device is
+// unknown or unmatched.
+func (s *Service) refused(c *Client, dev core.Device, what string, reason error) {
+	var e *Error
+	if !errors.As(reason, &e) || e.Status != 404 {
+		return
+	}
+	now := s.now()
+	ev := core.Event{Time: now, Type: "ztp.unknown", Device: dev.ID, Message: e.Reason,
+		Fields: map[string]string{"what": what, "transport": c.Transport, "addr": addrString(c.Addr)}}
+	if c.Serial != "" {
+		ev.Fields["serial"] = c.Serial
+	}
+	if err := s.opt.Store.Batch(func(tx core.Tx) error { _, err := core.AppendEvent(tx, ev); return err }); err != nil {
+		s.log.Error("recording refused request failed", "err", err)
+	}
+}
+
+// InstanceID is the stable cloud-init instance id of a VM: its
+// "instance-id" label, else a name-based UUID (version 5) of its MAC.
+func InstanceID(d *core.Device) string {
+	if v := d.Labels["instance-id"]; v != "" {
+		return v
+	}
+	h := sha1.Sum([]byte("ztpd-instance:" + d.ID))
+	h[6] = h[6]&0x0f | 0x50
+	h[8] = h[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
+}

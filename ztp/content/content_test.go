@@ -1,0 +1,450 @@
+package content
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	imagestore "github.com/ztpd/ztpd/images/store"
+	"github.com/ztpd/ztpd/internal/boltstore"
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/profile"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+type env struct {
+	svc    *Service
+	db     *boltstore.Store
+	images *imagestore.Store
+}
+
+// fakeJoiner stands in for the joiner (another part of ztpd) behind the
+// JoinProvider interface.
+type fakeJoiner struct{}
+
+func (fakeJoiner) ZTPSection(_ context.Context, d core.Device, r profile.Result) (map[string]any, error) {
+	return map[string]any{"plugin": map[string]any{"url": "http://10.99.40.1:8080/join/" + d.ID + "/plugin"}, "cluster": r.Cluster}, nil
+}
+func (fakeJoiner) KubernetesMaster(context.Context, core.Device, profile.Result) (*KubeMaster, error) {
+	return &KubeMaster{Host: "10.99.40.2", Port: 6443}, nil
+}
+func (fakeJoiner) UserData(_ context.Context, d core.Device, r profile.Result) ([]byte, error) {
+	return []byte("#cloud-config\n# join " + r.Cluster + " as " + r.Role + "\n"), nil
+}
+
+func newEnv(t *testing.T, join JoinProvider, defaultProfile string) *env {
+	t.Helper()
+	dir := t.TempDir()
+	db, err := boltstore.Open(dir, boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ims, err := imagestore.Open(db, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := New(Options{Store: db, Images: ims, Join: join, AdvertiseAddr: "10.99.40.1", HTTPAddr: ":8080",
+		DefaultProfile: defaultProfile, FilesDir: filepath.Join(dir, "files")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := profile.Load([]string{"../../examples/profiles"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.SetProfiles(set); err != nil {
+		t.Fatal(err)
+	}
+	fixed := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	svc.now = func() time.Time { return fixed }
+	return &env{svc: svc, db: db, images: ims}
+}
+
+func (e *env) addImage(t *testing.T, content string, m imagestore.Meta) core.Image {
+	t.Helper()
+	im, _, err := e.images.Add(context.Background(), strings.NewReader(content), m, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return im
+}
+
+func (e *env) putDevice(t *testing.T, d core.Device, leaseIP string) {
+	t.Helper()
+	err := e.db.Update(func(tx core.Tx) error {
+		if d.State == "" {
+			d.State = core.StateLeased
+		}
+		if err := core.PutDevice(tx, d); err != nil {
+			return err
+		}
+		if leaseIP != "" {
+			return tx.Put(core.BucketLeases, leaseIP, core.Lease{IP: leaseIP, MAC: d.ID, Subnet: d.Subnet, State: core.LeaseActive})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) device(t *testing.T, id string) core.Device {
+	t.Helper()
+	var d core.Device
+	if err := e.db.View(func(tx core.Tx) error { var err error; d, err = core.GetDevice(tx, id); return err }); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func (e *env) events(t *testing.T) []core.Event {
+	t.Helper()
+	var out []core.Event
+	e.db.View(func(tx core.Tx) error {
+		return tx.Scan(core.BucketEvents, "", func(_ string, v []byte) (bool, error) {
+			var ev core.Event
+			core.Decode(v, &ev)
+			out = append(out, ev)
+			return true, nil
+		})
+	})
+	return out
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from golden file:\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
+
+func sonicClient(ip, serial, mac, product, version string) *Client {
+	return &Client{Addr: netip.MustParseAddr(ip), Transport: "http", Serial: serial, BaseMAC: mac, Product: product, SONiCVersion: version}
+}
+
+// TestGolden renders ztp.json and config_db.json of every sample profile.
+func TestGolden(t *testing.T) {
+	ctx := context.Background()
+	for _, withJoin := range []bool{false, true} {
+		var j JoinProvider
+		suffix := ""
+		if withJoin {
+			j, suffix = fakeJoiner{}, ".join"
+		}
+		e := newEnv(t, j, "")
+		e.addImage(t, "sonic 202405.1 broadcom", imagestore.Meta{Name: "sonic-broadcom-202405.1.bin", Kind: "sonic-installer", Version: "202405.1"})
+		e.addImage(t, "#!/bin/sh\necho post-config\n", imagestore.Meta{Name: "post-config.sh", Kind: "file"})
+		cases := []struct {
+			profile string
+			dev     core.Device
+			ip      string
+			client  *Client
+		}{
+			{"leaf", core.Device{ID: "52:54:00:40:00:10", MAC: "52:54:00:40:00:10", Kind: core.KindSONiC, Serial: "LEAF0010",
+				Platform: "x86_64-accton_as7712_32x-r0", Subnet: "rack1", IP: "10.99.40.10"}, "10.99.40.10",
+				sonicClient("10.99.40.10", "LEAF0010", "52:54:00:40:00:10", "Accton-AS7712-32X", "SONiC.202311.1")},
+			{"spine", core.Device{ID: "52:54:00:41:00:01", MAC: "52:54:00:41:00:01", Kind: core.KindSONiC, Serial: "SPN0001", IP: "10.99.41.50"}, "10.99.41.50",
+				sonicClient("10.99.41.50", "SPN0001", "52:54:00:41:00:01", "Dell-S6000", "N.A")},
+			{"default-sonic", core.Device{ID: "52:54:00:49:00:99", MAC: "52:54:00:49:00:99", Kind: core.KindSONiC, IP: "10.99.49.99"}, "10.99.49.99",
+				sonicClient("10.99.49.99", "ODD-99", "52:54:00:49:00:99", "Mystery-1", "SONiC.202405.1")},
+		}
+		for _, c := range cases {
+			e.putDevice(t, c.dev, c.ip)
+			got, err := e.svc.ZTPJSON(ctx, c.client)
+			if err != nil {
+				t.Fatalf("%s: ztp.json: %v", c.profile, err)
+			}
+			if got.Profile != c.profile {
+				t.Fatalf("device %s got profile %s, want %s", c.dev.ID, got.Profile, c.profile)
+			}
+			checkZTPJSON(t, got.Body)
+			golden(t, c.profile+suffix+".ztp.json", got.Body)
+			cfg, err := e.svc.ConfigDB(ctx, c.client, c.dev.ID)
+			if err != nil {
+				t.Fatalf("%s: config_db: %v", c.profile, err)
+			}
+			if !json.Valid(cfg.Body) {
+				t.Fatalf("%s: config_db.json is not JSON", c.profile)
+			}
+			golden(t, c.profile+suffix+".config_db.json", cfg.Body)
+		}
+		// The VM profile: cloud-init data.
+		vm := core.Device{ID: "1e:00:42:00:00:07", MAC: "1e:00:42:00:00:07", Kind: core.KindVM, Subnet: "vms", IP: "10.99.42.7"}
+		e.putDevice(t, vm, "10.99.42.7")
+		vc := &Client{Addr: netip.MustParseAddr("10.99.42.7"), Transport: "http"}
+		var md bytes.Buffer
+		for _, k := range MetadataKeys {
+			v, err := e.svc.Metadata(ctx, vc, k)
+			if err != nil {
+				t.Fatalf("meta-data %s: %v", k, err)
+			}
+			md.WriteString(k + ": " + v + "\n")
+		}
+		golden(t, "vm-worker"+suffix+".meta-data.txt", md.Bytes())
+		ud, err := e.svc.UserData(ctx, vc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		golden(t, "vm-worker"+suffix+".user-data", ud)
+	}
+}
+
+// checkZTPJSON checks the shape SONiC's ztp-engine expects.
+func checkZTPJSON(t *testing.T, b []byte) {
+	t.Helper()
+	var doc map[string]map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("ztp.json: %v", err)
+	}
+	z := doc["ztp"]
+	if z["ztp-json-version"] != "1.0" {
+		t.Errorf("ztp-json-version %v", z["ztp-json-version"])
+	}
+	n := 0
+	for k, v := range z {
+		if _, ok := v.(map[string]any); !ok {
+			continue
+		}
+		n++
+		if len(k) < 4 || k[2] != '-' || k[0] < '0' || k[0] > '9' || k[1] < '0' || k[1] > '9' {
+			t.Errorf("section %q is not zero-padded", k)
+		}
+	}
+	if n == 0 {
+		t.Error("no sections")
+	}
+}
+
+func TestIdentificationOrderAndFallbacks(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil, "")
+	e.addImage(t, "sonic 202405.1", imagestore.Meta{Name: "sonic-broadcom-202405.1.bin", Kind: "sonic-installer", Version: "202405.1"})
+	d := core.Device{ID: "52:54:00:40:00:20", MAC: "52:54:00:40:00:20", Kind: core.KindSONiC, Serial: "LEAF0020", IP: "10.99.40.20"}
+	e.putDevice(t, d, "10.99.40.20")
+
+	// Headers only, from an address without a lease: found by serial.
+	got, err := e.svc.ZTPJSON(ctx, sonicClient("10.99.40.200", "LEAF0020", "", "Accton-AS7712-32X", "SONiC.202405.1"))
+	if err != nil || got.Device.ID != d.ID {
+		t.Fatalf("by serial: %v %+v", err, got)
+	}
+	// No headers at all (TFTP): found by the lease of the source address.
+	got, err = e.svc.ZTPJSON(ctx, &Client{Addr: netip.MustParseAddr("10.99.40.20"), Transport: "tftp"})
+	if err != nil || got.Device.ID != d.ID {
+		t.Fatalf("by lease: %v", err)
+	}
+	// The version learned from the header is kept, so no firmware section now.
+	if bytes.Contains(got.Body, []byte("firmware")) {
+		t.Errorf("firmware section although the switch already runs 202405.1:\n%s", got.Body)
+	}
+	dev := e.device(t, d.ID)
+	if dev.State != core.StateZTPServed || dev.Product != "Accton-AS7712-32X" || dev.SONiCVer != "SONiC.202405.1" || dev.Profile != "leaf" {
+		t.Fatalf("device after ztp.json: %+v", dev)
+	}
+	// Unknown device: 404 with a reason, and an event.
+	_, err = e.svc.ZTPJSON(ctx, &Client{Addr: netip.MustParseAddr("10.99.49.1"), Transport: "http"})
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Status != 404 || !strings.Contains(ce.Reason, "unknown device") {
+		t.Fatalf("unknown: %v", err)
+	}
+	// A switch not in the store but presenting a base MAC is served by a
+	// matching profile and recorded.
+	got, err = e.svc.ZTPJSON(ctx, sonicClient("10.99.49.2", "NEW1", "52:54:00:49:00:02", "Odd", "N.A"))
+	if err != nil || got.Profile != "default-sonic" {
+		t.Fatalf("new device: %v", err)
+	}
+	if nd := e.device(t, "52:54:00:49:00:02"); nd.Serial != "NEW1" || nd.State != core.StateZTPServed || nd.Kind != core.KindSONiC {
+		t.Fatalf("new device record %+v", nd)
+	}
+	evs := e.events(t)
+	types := map[string]int{}
+	for _, ev := range evs {
+		types[ev.Type]++
+	}
+	if types["ztp.json.served"] != 3 || types["ztp.unknown"] != 1 {
+		t.Fatalf("events %v", types)
+	}
+}
+
+func TestUnmatchedGetsDefaultProfileOr404(t *testing.T) {
+	ctx := context.Background()
+	vm := core.Device{ID: "1e:00:49:00:00:01", MAC: "1e:00:49:00:00:01", Kind: core.KindVM, IP: "10.99.49.5"}
+	e := newEnv(t, nil, "")
+	e.putDevice(t, vm, "10.99.49.5")
+	c := &Client{Addr: netip.MustParseAddr("10.99.49.5"), Transport: "http"}
+	_, err := e.svc.Metadata(ctx, c, "instance-id")
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Status != 404 || !strings.Contains(ce.Reason, "no profile matches") {
+		t.Fatalf("want 404 no profile, got %v", err)
+	}
+	e2 := newEnv(t, nil, "vm-worker")
+	e2.putDevice(t, vm, "10.99.49.5")
+	if v, err := e2.svc.Metadata(ctx, c, "local-hostname"); err != nil || v != "worker-1e0049000001" {
+		t.Fatalf("default profile: %q %v", v, err)
+	}
+	if _, err := New(Options{HTTPAddr: ":1", DefaultProfile: "nope"}); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := New(Options{HTTPAddr: ":1", DefaultProfile: "nope"})
+	if err := s.SetProfiles(e.svc.Profiles()); err == nil {
+		t.Fatal("a default profile that does not exist was accepted")
+	}
+}
+
+func TestConfigIsBoundToItsDevice(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil, "")
+	a := core.Device{ID: "52:54:00:40:00:31", MAC: "52:54:00:40:00:31", Kind: core.KindSONiC, Serial: "LEAF0031", IP: "10.99.40.31", Product: "Accton-AS7712-32X"}
+	b := core.Device{ID: "52:54:00:40:00:32", MAC: "52:54:00:40:00:32", Kind: core.KindSONiC, Serial: "LEAF0032", IP: "10.99.40.32", Product: "Accton-AS7712-32X"}
+	e.putDevice(t, a, "10.99.40.31")
+	e.putDevice(t, b, "10.99.40.32")
+	// b asks for a's config, by lease and by headers: refused.
+	for _, c := range []*Client{
+		{Addr: netip.MustParseAddr("10.99.40.32")},
+		sonicClient("10.99.40.32", "LEAF0032", "", "", ""),
+		{Addr: netip.MustParseAddr("10.99.49.9")},
+	} {
+		_, err := e.svc.ConfigDB(ctx, c, a.ID)
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Status != 403 {
+			t.Fatalf("config of a served to %+v: %v", c, err)
+		}
+	}
+	got, err := e.svc.ConfigDB(ctx, &Client{Addr: netip.MustParseAddr("10.99.40.31")}, strings.ToUpper(a.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]map[string]map[string]any
+	if err := json.Unmarshal(got.Body, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg["DEVICE_METADATA"]["localhost"]["hostname"] != "leaf-leaf0031" {
+		t.Errorf("hostname %v", cfg["DEVICE_METADATA"]["localhost"])
+	}
+	if _, ok := cfg["MGMT_INTERFACE"]["eth0|10.99.40.31/24"]; !ok {
+		t.Errorf("MGMT_INTERFACE %v", cfg["MGMT_INTERFACE"])
+	}
+	if _, ok := cfg["KUBERNETES_MASTER"]; ok {
+		t.Error("KUBERNETES_MASTER without a joiner")
+	}
+	if e.device(t, a.ID).State != core.StateConfigServed {
+		t.Error("state not advanced to config-served")
+	}
+	if _, err := e.svc.ConfigDB(ctx, &Client{}, "not-a-mac"); err == nil {
+		t.Error("bad id accepted")
+	}
+}
+
+func TestStatesNeverGoBackwards(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil, "")
+	d := core.Device{ID: "52:54:00:49:00:40", MAC: "52:54:00:49:00:40", Kind: core.KindSONiC, IP: "10.99.49.40", State: core.StateJoined}
+	e.putDevice(t, d, "10.99.49.40")
+	if _, err := e.svc.ZTPJSON(ctx, sonicClient("10.99.49.40", "X40", "", "", "N.A")); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.device(t, d.ID).State; st != core.StateJoined {
+		t.Fatalf("state went back to %s", st)
+	}
+}
+
+func TestMissingFirmwareImageIsAClearError(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil, "")
+	d := core.Device{ID: "52:54:00:40:00:50", MAC: "52:54:00:40:00:50", Kind: core.KindSONiC, Serial: "LEAF0050", IP: "10.99.40.50"}
+	e.putDevice(t, d, "10.99.40.50")
+	_, err := e.svc.ZTPJSON(ctx, sonicClient("10.99.40.50", "LEAF0050", "", "Accton-AS7712-32X", "SONiC.202311.1"))
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Status != 503 || !strings.Contains(ce.Reason, "sonic-broadcom-202405.1.bin") {
+		t.Fatalf("want 503 naming the image, got %v", err)
+	}
+}
+
+func TestONIEInstallerSelection(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil, "")
+	generic := e.addImage(t, "generic", imagestore.Meta{Name: "onie-generic.bin", Kind: "onie-installer"})
+	acc := e.addImage(t, "accton", imagestore.Meta{Name: "onie-accton.bin", Kind: "onie-installer", Platform: "x86_64-accton_as7712_32x-r0"})
+	dell := e.addImage(t, "dell", imagestore.Meta{Name: "sonic-dell.bin", Kind: "sonic-installer", Platform: "x86_64-dell_s6000_s1220-r0"})
+	pinned := e.addImage(t, "sonic 202405.1", imagestore.Meta{Name: "sonic-broadcom-202405.1.bin", Kind: "sonic-installer", Version: "202405.1"})
+
+	hdr := func(arch, machine, rev string) *Client {
+		return &Client{Addr: netip.MustParseAddr("10.99.49.60"), ONIE: &ONIE{Arch: arch, Machine: machine, MachineRev: rev}}
+	}
+	cases := []struct {
+		c    *Client
+		hint string
+		want core.Image
+	}{
+		{hdr("x86_64", "accton_as7712_32x", "0"), "", acc},
+		{hdr("x86_64", "dell_s6000_s1220", "0"), "", dell},
+		{hdr("x86_64", "celestica_e1031", "0"), "", generic},
+		{&Client{Addr: netip.MustParseAddr("10.99.49.61")}, "x86_64-dell_s6000_s1220-r0", dell},
+	}
+	for _, c := range cases {
+		im, _, err := e.svc.ONIEInstaller(ctx, c.c, c.hint)
+		if err != nil || im.SHA256 != c.want.SHA256 {
+			t.Errorf("%+v hint %q: got %s %v, want %s", c.c.ONIE, c.hint, im.Name, err, c.want.Name)
+		}
+	}
+	// Platform from the DHCP vendor class of the lease.
+	od := core.Device{ID: "52:54:00:49:00:62", MAC: "52:54:00:49:00:62", Kind: core.KindONIE, VendorClass: "onie_vendor:x86_64-accton_as7712_32x-r0", IP: "10.99.49.62"}
+	e.putDevice(t, od, "10.99.49.62")
+	im, _, err := e.svc.ONIEInstaller(ctx, &Client{Addr: netip.MustParseAddr("10.99.49.62")}, "")
+	if err != nil || im.SHA256 != acc.SHA256 {
+		t.Fatalf("vendor class: %s %v", im.Name, err)
+	}
+	if st := e.device(t, od.ID).State; st != core.StateImageServed {
+		t.Fatalf("state %s", st)
+	}
+	// A leaf-rack ONIE box gets the image its profile pins.
+	ld := core.Device{ID: "52:54:00:40:00:63", MAC: "52:54:00:40:00:63", Kind: core.KindONIE, Product: "Accton-AS7712-32X",
+		VendorClass: "onie_vendor:x86_64-accton_as7712_32x-r0", IP: "10.99.40.63"}
+	e.putDevice(t, ld, "10.99.40.63")
+	im, _, err = e.svc.ONIEInstaller(ctx, &Client{Addr: netip.MustParseAddr("10.99.40.63")}, "")
+	if err != nil || im.SHA256 != pinned.SHA256 {
+		t.Fatalf("pinned: %s %v", im.Name, err)
+	}
+}
+
+func TestFilesRefuseTraversal(t *testing.T) {
+	e := newEnv(t, nil, "")
+	root := e.svc.opt.FilesDir
+	os.WriteFile(filepath.Join(root, "ok.txt"), []byte("ok"), 0o644)
+	os.WriteFile(filepath.Join(filepath.Dir(root), "secret"), []byte("s"), 0o644)
+	os.Symlink("../secret", filepath.Join(root, "link"))
+	for _, n := range []string{"../secret", "/etc/passwd", "link", "a/../../secret"} {
+		f, err := e.svc.OpenFile(n)
+		var ce *Error
+		if err == nil {
+			f.Close()
+			t.Errorf("%q opened", n)
+		} else if !errors.As(err, &ce) || ce.Status != 403 {
+			t.Errorf("%q: %v, want 403", n, err)
+		}
+	}
+	f, err := e.svc.OpenFile("ok.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+}

@@ -1,0 +1,117 @@
+package content
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/profile"
+)
+
+// MetadataKeys are the CloudStack metadata entries, in the order the virtual
+// router lists them at /latest/meta-data/. cloud-init's CloudStack datasource
+// crawls this index (ec2 style); entries are leaves, "public-keys" included.
+var MetadataKeys = []string{
+	"service-offering", "availability-zone", "local-ipv4", "local-hostname",
+	"public-ipv4", "public-hostname", "instance-id", "vm-id", "public-keys", "cloud-identifier",
+}
+
+// VM is the cloud-init view of the VM behind a client address.
+type VM struct {
+	Device core.Device
+	Result *profile.Result
+}
+
+// VM identifies a CloudStack VM by the lease of its source address and
+// renders its profile. userData asks for the user-data template too.
+func (s *Service) VM(ctx context.Context, c *Client, userData bool) (*VM, error) {
+	var dev core.Device
+	err := s.opt.Store.View(func(tx core.Tx) error {
+		var err error
+		dev, _, err = s.identify(tx, &Client{Addr: c.Addr})
+		return err
+	})
+	if err != nil {
+		s.refused(c, dev, "meta-data", err)
+		return nil, err
+	}
+	learn(&dev, c)
+	f := Facts(&dev)
+	p, err := s.pick(f)
+	if err != nil {
+		s.refused(c, dev, "meta-data", err)
+		return nil, err
+	}
+	parts := profile.Parts(0)
+	if userData {
+		parts = profile.RenderUserData
+	}
+	r, err := p.Render(f, profile.Env{BaseURL: s.BaseURL(c)}, parts)
+	if err != nil {
+		return nil, err
+	}
+	return &VM{Device: dev, Result: r}, nil
+}
+
+// Metadata answers /latest/meta-data/<key>.
+func (s *Service) Metadata(ctx context.Context, c *Client, key string) (string, error) {
+	vm, err := s.VM(ctx, c, false)
+	if err != nil {
+		return "", err
+	}
+	d, r := &vm.Device, vm.Result
+	var v string
+	switch key {
+	case "instance-id":
+		v = InstanceID(d)
+	case "vm-id":
+		v = d.Labels["vm-id"]
+		if v == "" {
+			v = InstanceID(d)
+		}
+	case "local-hostname", "public-hostname":
+		v = r.Hostname
+	case "local-ipv4", "public-ipv4":
+		v = d.IP
+		if c.Addr.IsValid() {
+			v = c.Addr.Unmap().String()
+		}
+	case "availability-zone":
+		v = firstNonEmpty([]string{r.AvailabilityZone, d.Subnet, "ztpd"})
+	case "service-offering":
+		v = firstNonEmpty([]string{r.ServiceOffering, d.Labels["service-offering"], "ztpd"})
+	case "public-keys":
+		v = strings.Join(r.PublicKeys, "\n")
+	case "cloud-identifier":
+		v = "CloudStack-{ztpd}"
+	default:
+		return "", notFound("no meta-data %q", key)
+	}
+	s.progress(c, vm.Device, r.Profile, core.StateConfigServed, "metadata.served", map[string]string{"key": key})
+	return v, nil
+}
+
+// UserData answers /latest/user-data: the joiner's cloud-config when the
+// profile names a cluster, else the profile's own user-data, else a minimal
+// cloud-config that sets the host name.
+func (s *Service) UserData(ctx context.Context, c *Client) ([]byte, error) {
+	vm, err := s.VM(ctx, c, true)
+	if err != nil {
+		return nil, err
+	}
+	r := vm.Result
+	var body []byte
+	switch {
+	case r.Cluster != "" && s.opt.Join != nil:
+		if body, err = s.opt.Join.UserData(ctx, vm.Device, *r); err != nil {
+			return nil, unavailable("user-data for cluster %q: %v", r.Cluster, err)
+		}
+	case r.UserData != nil:
+		body = r.UserData
+	default:
+		body = []byte(fmt.Sprintf("#cloud-config\nhostname: %s\npreserve_hostname: false\n", r.Hostname))
+	}
+	s.progress(c, vm.Device, r.Profile, core.StateZTPServed, "userdata.served", nil)
+	return body, nil
+}

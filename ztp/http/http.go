@@ -1,0 +1,424 @@
+// Package ztphttp serves ZTP content over HTTP: SONiC ztp.json and per-device
+// config_db.json, ONIE installers, cloud-init (CloudStack datasource)
+// metadata, and stored images and ISOs with Range, ETag and sendfile.
+//
+// Devices are identified by the connection's source address and their own
+// headers (SONiC: SERIAL-NUMBER, BASE-MAC-ADDRESS, PRODUCT-NAME,
+// SONiC-VERSION; ONIE: ONIE-*). Forwarding headers such as X-Forwarded-For
+// are deliberately ignored: ztpd answers devices on its own networks.
+//
+// Refusals are JSON: {"error": "<reason>", "status": <code>}.
+package ztphttp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/safepath"
+	"github.com/ztpd/ztpd/ztp/content"
+)
+
+var (
+	requests = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "ztpd_ztp_http_requests_total", Help: "ZTP content HTTP requests by route and status code.",
+	}, []string{"route", "code"})
+	duration = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "ztpd_ztp_http_request_seconds", Help: "Time to answer a ZTP content request (to the last byte for files).",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+	}, []string{"route"})
+)
+
+// Server is the HTTP front end of the content service.
+type Server struct {
+	svc *content.Service
+	log *slog.Logger
+}
+
+// New returns the HTTP front end for svc.
+func New(svc *content.Service, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Server{svc: svc, log: log}
+}
+
+// Register mounts every ZTP route on mux: ztp.json and configs, ONIE, images,
+// ISOs, files, the cloud-init metadata paths, and the answer to CloudStack's
+// password-server request (port 8080 of the DHCP server, "/" with a
+// DomU_Request header).
+func (s *Server) Register(mux *http.ServeMux) {
+	s.handle(mux, "GET "+core.PathZTPJSON, "ztp.json", s.ztpJSON)
+	s.handle(mux, "GET "+core.PathZTPConfig+"{id}/config_db.json", "config_db.json", s.configDB)
+	s.handle(mux, "GET "+core.PathONIEInstaller, "onie-installer", s.onieInstaller)
+	s.handle(mux, "GET "+core.PathImages+"{ref}", "images", s.image(""))
+	s.handle(mux, "GET "+core.PathISOs+"{name}", "isos", s.iso)
+	s.handle(mux, "GET /files/{path...}", "files", s.file)
+	s.registerMetadata(mux)
+}
+
+// MetadataHandler serves only the cloud-init paths, for the extra listener on
+// port 80 of the appliance address.
+func (s *Server) MetadataHandler() http.Handler {
+	mux := http.NewServeMux()
+	s.registerMetadata(mux)
+	return mux
+}
+
+func (s *Server) registerMetadata(mux *http.ServeMux) {
+	s.handle(mux, "GET /latest/meta-data", "meta-data", s.metadataIndex)
+	s.handle(mux, "GET "+core.PathMetadata+"{$}", "meta-data", s.metadataIndex)
+	s.handle(mux, "GET "+core.PathMetadata+"{key}", "meta-data", s.metadata)
+	s.handle(mux, "GET "+core.PathUserData, "user-data", s.userData)
+	// The CloudStack virtual router also answers /latest/<key>.
+	s.handle(mux, "GET /latest/{key}", "meta-data", s.metadata)
+	s.handle(mux, "GET /{$}", "password", s.password)
+}
+
+func (s *Server) handle(mux *http.ServeMux, pattern, route string, h http.HandlerFunc) {
+	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		h(sw, r)
+		if sw.code == 0 {
+			sw.code = http.StatusOK
+		}
+		requests.WithLabelValues(route, strconv.Itoa(sw.code)).Inc()
+		duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	})
+}
+
+// ClientFrom builds the content client of a request: its addresses and the
+// SONiC and ONIE headers (header names are case-insensitive).
+func ClientFrom(r *http.Request) *content.Client {
+	c := &content.Client{Transport: "http"}
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		c.Addr = ap.Addr().Unmap()
+	}
+	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		if ap, err := netip.ParseAddrPort(la.String()); err == nil {
+			c.Local = ap.Addr().Unmap()
+		}
+	}
+	h := r.Header
+	c.Serial = clean(h.Get("SERIAL-NUMBER"))
+	c.BaseMAC = clean(h.Get("BASE-MAC-ADDRESS"))
+	c.Product = clean(h.Get("PRODUCT-NAME"))
+	c.SONiCVersion = clean(h.Get("SONiC-VERSION"))
+	o := content.ONIE{Serial: clean(h.Get("ONIE-SERIAL-NUMBER")), MAC: clean(h.Get("ONIE-ETH-ADDR")),
+		Vendor: clean(h.Get("ONIE-VENDOR-ID")), Machine: clean(h.Get("ONIE-MACHINE")),
+		MachineRev: clean(h.Get("ONIE-MACHINE-REV")), Arch: clean(h.Get("ONIE-ARCH")),
+		Version: clean(h.Get("ONIE-VERSION"))}
+	if o != (content.ONIE{}) {
+		c.ONIE = &o
+	}
+	return c
+}
+
+// clean trims a header value and drops one that is absurdly long or holds
+// control bytes: identity values are short printable strings.
+func clean(v string) string {
+	v = strings.TrimSpace(v)
+	if len(v) > 128 {
+		return ""
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 || v[i] == 0x7f {
+			return ""
+		}
+	}
+	return v
+}
+
+func (s *Server) ztpJSON(w http.ResponseWriter, r *http.Request) {
+	c := ClientFrom(r)
+	doc, err := s.svc.ZTPJSON(r.Context(), c)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.log.Debug("served ztp.json", "device", doc.Device.ID, "profile", doc.Profile, "addr", c.Addr)
+	writeDoc(w, "application/json", doc.Body)
+}
+
+func (s *Server) configDB(w http.ResponseWriter, r *http.Request) {
+	doc, err := s.svc.ConfigDB(r.Context(), ClientFrom(r), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeDoc(w, "application/json", doc.Body)
+}
+
+func writeDoc(w http.ResponseWriter, ctype string, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", ctype)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}
+
+func (s *Server) onieInstaller(w http.ResponseWriter, r *http.Request) {
+	c := ClientFrom(r)
+	im, _, err := s.svc.ONIEInstaller(r.Context(), c, "")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	_, f, err := s.svc.Image(im.SHA256, "")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	defer f.Close()
+	serveImage(w, r, im, f)
+}
+
+func (s *Server) image(kind string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s.serveStored(w, r, r.PathValue("ref"), kind)
+	}
+}
+
+// iso serves a binaries ISO by its name, with or without the .iso suffix the
+// version store gives it.
+func (s *Server) iso(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if !strings.HasSuffix(name, ".iso") {
+		if im, f, err := s.svc.Image(name+".iso", "binaries-iso"); err == nil {
+			defer f.Close()
+			s.sendImage(w, r, im, f)
+			return
+		}
+	}
+	s.serveStored(w, r, name, "binaries-iso")
+}
+
+func (s *Server) serveStored(w http.ResponseWriter, r *http.Request, ref, kind string) {
+	if _, err := safepath.Clean(ref); err != nil || strings.Contains(ref, "/") {
+		s.fail(w, r, &content.Error{Status: http.StatusForbidden, Reason: "refused path " + strconv.Quote(ref)})
+		return
+	}
+	im, f, err := s.svc.Image(ref, kind)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	defer f.Close()
+	s.sendImage(w, r, im, f)
+}
+
+// sendImage serves im and records the fetch for a known device when it is a
+// real download (not a revalidation, not a later range).
+func (s *Server) sendImage(w http.ResponseWriter, r *http.Request, im core.Image, f io.ReadSeeker) {
+	etag := `"` + im.SHA256 + `"`
+	if r.Method == http.MethodGet && !etagMatch(r.Header.Get("If-None-Match"), etag) {
+		if rg := r.Header.Get("Range"); rg == "" || strings.HasPrefix(strings.TrimSpace(rg), "bytes=0-") {
+			s.svc.RecordImage(ClientFrom(r), im)
+		}
+	}
+	serveImage(w, r, im, f)
+}
+
+// serveImage answers with Range, strong ETag (the sha256), If-None-Match and
+// If-Range, Content-Length; http.ServeContent over an *os.File lets the TCP
+// connection use sendfile.
+func serveImage(w http.ResponseWriter, r *http.Request, im core.Image, f io.ReadSeeker) {
+	h := w.Header()
+	h.Set("ETag", `"`+im.SHA256+`"`)
+	h.Set("X-Checksum-Sha256", im.SHA256)
+	if im.Kind == "binaries-iso" {
+		h.Set("Content-Type", "application/x-iso9660-image")
+	} else {
+		h.Set("Content-Type", "application/octet-stream")
+	}
+	h.Set("Content-Disposition", `attachment; filename="`+im.Name+`"`)
+	h.Set("Cache-Control", "no-cache") // revalidate by ETag: a name may be re-pointed
+	if r.PathValue("ref") == im.SHA256 {
+		h.Set("Cache-Control", "public, max-age=31536000, immutable")
+	}
+	http.ServeContent(w, r, "", im.Created, f)
+}
+
+func etagMatch(header, etag string) bool {
+	if header == "" {
+		return false
+	}
+	for _, t := range strings.Split(header, ",") {
+		t = strings.TrimSpace(t)
+		if t == "*" || strings.TrimPrefix(t, "W/") == etag {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) file(w http.ResponseWriter, r *http.Request) {
+	f, err := s.svc.OpenFile(r.PathValue("path"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	http.ServeContent(w, r, "", st.ModTime(), f)
+}
+
+func (s *Server) metadataIndex(w http.ResponseWriter, r *http.Request) {
+	if _, err := s.svc.VM(r.Context(), ClientFrom(r), false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeDoc(w, "text/plain; charset=utf-8", []byte(strings.Join(content.MetadataKeys, "\n")+"\n"))
+}
+
+func (s *Server) metadata(w http.ResponseWriter, r *http.Request) {
+	v, err := s.svc.Metadata(r.Context(), ClientFrom(r), r.PathValue("key"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeDoc(w, "text/plain; charset=utf-8", []byte(v))
+}
+
+func (s *Server) userData(w http.ResponseWriter, r *http.Request) {
+	b, err := s.svc.UserData(r.Context(), ClientFrom(r))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeDoc(w, "text/cloud-config; charset=utf-8", b)
+}
+
+// password answers CloudStack's password server protocol (cloud-init and
+// cloud-set-guest-password ask http://<dhcp-server>:8080/ with header
+// "DomU_Request: send_my_password"). ztpd never hands out passwords: VMs get
+// SSH keys through public-keys and user-data. "saved_password" is the
+// protocol's "nothing for you", on which clients stop without an error.
+func (s *Server) password(w http.ResponseWriter, r *http.Request) {
+	req := r.Header.Get("DomU_Request")
+	if req == "" {
+		s.fail(w, r, &content.Error{Status: http.StatusNotFound, Reason: "not found"})
+		return
+	}
+	ans := "bad_request"
+	switch req {
+	case "send_my_password", "saved_password":
+		ans = "saved_password"
+	}
+	writeDoc(w, "text/plain; charset=utf-8", []byte(ans))
+}
+
+// fail answers a refusal as JSON with the content error's status.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	code, reason := http.StatusInternalServerError, err.Error()
+	var ce *content.Error
+	if errors.As(err, &ce) {
+		code = ce.Status
+	}
+	if code >= 500 {
+		s.log.Error("ztp request failed", "path", r.URL.Path, "addr", r.RemoteAddr, "err", err)
+	} else {
+		s.log.Debug("ztp request refused", "path", r.URL.Path, "addr", r.RemoteAddr, "status", code, "reason", reason)
+	}
+	body, _ := json.Marshal(map[string]any{"error": reason, "status": code})
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(body)+1))
+	w.WriteHeader(code)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// statusWriter records the status for metrics. It forwards ReadFrom so
+// http.ServeContent still reaches the connection's sendfile path.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) ReadFrom(r io.Reader) (int64, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return io.Copy(w.ResponseWriter, r)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// MetadataRunner serves the cloud-init metadata paths on their own listener
+// (port 80 of the appliance address, where cloud-init looks).
+type MetadataRunner struct {
+	Addr    string
+	Handler http.Handler
+	Log     *slog.Logger
+	Grace   time.Duration
+}
+
+// Name implements the app's Runner.
+func (m *MetadataRunner) Name() string { return "metadata" }
+
+// Run serves until ctx ends, then shuts down gracefully.
+func (m *MetadataRunner) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", m.Addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: m.Handler, ReadHeaderTimeout: 10 * time.Second}
+	if m.Log != nil {
+		srv.ErrorLog = slog.NewLogLogger(m.Log.Handler(), slog.LevelWarn)
+		m.Log.Info("listening", "listener", "metadata", "addr", ln.Addr().String())
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	grace := m.Grace
+	if grace <= 0 {
+		grace = 5 * time.Second
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
+	}
+	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
