@@ -28,8 +28,8 @@ const (
 	// lastSeenEvery coalesces last_seen updates of a chatty client.
 	lastSeenEvery = time.Minute
 	// maxPendingAcks bounds ACKs waiting for a commit; beyond it REQUESTs
-	// are dropped (the client retries) instead of queueing without bound.
-	maxPendingAcks = 32768
+	// are dropped (the client retries) rather than answered too late.
+	maxPendingAcks = 8192
 	// maxPendingEvents bounds events kept while the store is failing.
 	maxPendingEvents = 100000
 )
