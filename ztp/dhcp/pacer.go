@@ -10,27 +10,29 @@ import (
 // replies overflows the socket buffer of a relay or a busy client (perfdhcp
 // loses them at 212 KB), while the same packets as a steady stream pass.
 type pacer struct {
-	mu      sync.Mutex
-	q       []pendingAck
-	rate    float64 // packets per second to aim for
-	last    time.Time
-	wake    chan struct{}
-	stopped bool
+	mu   sync.Mutex
+	q    []pendingAck
+	rate float64 // packets per second to aim for
+	last time.Time
+	wake chan struct{}
 }
 
 const (
-	paceChunk = 8                      // packets sent back to back
-	paceMin   = 200 * time.Microsecond // spread over at least this
+	paceChunk = 8 // packets sent back to back
+	// A batch is spread over ~80% of the time since the previous commit,
+	// bounded so that an idle spell never makes the pacer slow.
+	paceMinCycle = 200 * time.Microsecond
+	paceMaxCycle = 20 * time.Millisecond
 )
 
 func newPacer() *pacer { return &pacer{wake: make(chan struct{}, 1)} }
 
-// push queues the ACKs of one commit. The rate is chosen so that what is
-// queued goes out within ~80% of the time since the previous commit.
+// push queues the ACKs of one commit and sets the rate so that everything
+// queued goes out before the next commit is likely to finish.
 func (p *pacer) push(acks []pendingAck, now time.Time) {
 	p.mu.Lock()
 	p.q = append(p.q, acks...)
-	cycle := max(now.Sub(p.last), paceMin)
+	cycle := min(max(now.Sub(p.last), paceMinCycle), paceMaxCycle)
 	p.last = now
 	p.rate = float64(len(p.q)) / (cycle.Seconds() * 0.8)
 	p.mu.Unlock()
@@ -40,46 +42,59 @@ func (p *pacer) push(acks []pendingAck, now time.Time) {
 	}
 }
 
+// take removes up to n queued ACKs into batch.
+func (p *pacer) take(batch []pendingAck, n int) ([]pendingAck, int, float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n = min(n, len(p.q))
+	batch = append(batch[:0], p.q[:n]...)
+	p.q = dropFront(p.q, n)
+	return batch, len(p.q), p.rate
+}
+
 // run sends until stop is closed, then sends what is left at once.
 func (p *pacer) run(s *Server, stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	w := &sender{}
 	var batch []pendingAck
+	send := func() {
+		for i := range batch {
+			w.send(s, batch[i].ifc, batch[i].dst, batch[i].pkt, msgAck)
+			batch[i] = pendingAck{}
+		}
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for {
 		select {
 		case <-p.wake:
 		case <-stop:
-			p.mu.Lock()
-			batch = append(batch[:0], p.q...)
-			clear(p.q)
-			p.q = p.q[:0]
-			p.mu.Unlock()
-			for i := range batch {
-				w.send(s, batch[i].ifc, batch[i].dst, batch[i].pkt, msgAck)
-			}
+			batch, _, _ = p.take(batch, 1<<30)
+			send()
 			return
 		}
-		// Token bucket: sleeps overshoot, so what is due by the clock goes
-		// out, never less than a chunk and never more than a few.
+		// Token bucket: timers overshoot, so what is due by the clock goes
+		// out, at least a chunk and at most a few at a time.
 		tokens, t0 := float64(paceChunk), time.Now()
 		for {
-			p.mu.Lock()
-			n := min(len(p.q), int(tokens))
-			batch = append(batch[:0], p.q[:n]...)
-			p.q = dropFront(p.q, n)
-			left, rate := len(p.q), p.rate
-			p.mu.Unlock()
-			for i := range batch {
-				w.send(s, batch[i].ifc, batch[i].dst, batch[i].pkt, msgAck)
-				batch[i] = pendingAck{}
-			}
+			var left int
+			var rate float64
+			batch, left, rate = p.take(batch, int(tokens))
+			send()
 			if left == 0 {
 				break
 			}
-			time.Sleep(time.Duration(paceChunk / rate * float64(time.Second)))
+			gap := time.Duration(float64(paceChunk) / rate * float64(time.Second))
+			timer.Reset(min(gap, paceMaxCycle/10))
+			select {
+			case <-timer.C:
+			case <-stop:
+				batch, _, _ = p.take(batch, 1<<30)
+				send()
+				return
+			}
 			now := time.Now()
-			tokens = min(tokens-float64(n)+now.Sub(t0).Seconds()*rate, 4*paceChunk)
-			tokens = max(tokens, paceChunk)
+			tokens = min(max(tokens-float64(len(batch))+now.Sub(t0).Seconds()*rate, paceChunk), 4*paceChunk)
 			t0 = now
 		}
 	}
