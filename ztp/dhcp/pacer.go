@@ -63,14 +63,17 @@ func (p *pacer) run(s *Server, stop <-chan struct{}, done chan<- struct{}) {
 			batch[i] = pendingAck{}
 		}
 	}
+	flushAll := func() {
+		batch, _, _ = p.take(batch, 1<<30)
+		send()
+	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
 		select {
 		case <-p.wake:
 		case <-stop:
-			batch, _, _ = p.take(batch, 1<<30)
-			send()
+			flushAll()
 			return
 		}
 		// Token bucket: timers overshoot, so what is due by the clock goes
@@ -89,8 +92,7 @@ func (p *pacer) run(s *Server, stop <-chan struct{}, done chan<- struct{}) {
 			select {
 			case <-timer.C:
 			case <-stop:
-				batch, _, _ = p.take(batch, 1<<30)
-				send()
+				flushAll()
 				return
 			}
 			now := time.Now()
