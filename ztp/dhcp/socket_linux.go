@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const rcvBuf = 1 << 20
+const rcvBuf = 4 << 20
 
 // iface is one interface the server answers on.
 type iface struct {
@@ -62,10 +62,10 @@ func openIface(name string, advertise netip.Addr) (*iface, error) {
 		ifc.close()
 		return nil, fmt.Errorf("dhcp interface %s: %w", name, err)
 	}
-	// Room for a burst (the kernel doubles it: ~1,700 requests), not for a
-	// backlog: under overload requests queued for seconds are answered after
-	// their clients gave up, so excess is better dropped here (clients
-	// retransmit) and the rest answered in time.
+	// Room for a burst or a scheduling stall (the kernel doubles it: ~7,000
+	// requests, a few hundred ms at full load), not for a backlog: requests
+	// queued for seconds would be answered after their clients gave up, so
+	// excess is better dropped here (clients retransmit).
 	if rc, err := ifc.conn.SyscallConn(); err == nil {
 		_ = rc.Control(func(fd uintptr) {
 			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, rcvBuf) != nil {
