@@ -18,7 +18,7 @@ type pacer struct {
 }
 
 const (
-	paceChunk = 8 // packets sent back to back
+	paceChunk = 4 // packets sent back to back
 	// A batch is spread over ~80% of the time since the previous commit,
 	// bounded so that an idle spell never makes the pacer slow.
 	paceMinCycle = 200 * time.Microsecond
@@ -96,7 +96,7 @@ func (p *pacer) run(s *Server, stop <-chan struct{}, done chan<- struct{}) {
 				return
 			}
 			now := time.Now()
-			tokens = min(max(tokens-float64(len(batch))+now.Sub(t0).Seconds()*rate, paceChunk), 4*paceChunk)
+			tokens = min(max(tokens-float64(len(batch))+now.Sub(t0).Seconds()*rate, paceChunk), 2*paceChunk)
 			t0 = now
 		}
 	}
