@@ -133,14 +133,16 @@ type Pair struct {
 	BAddr    string // CIDR, may be empty
 }
 
-// ForTest creates namespaces <prefix>-a and <prefix>-b joined by veth
-// a0/b0 with the given addresses, and removes them when the test ends. It
-// skips the test when namespaces are unavailable.
+// ForTest creates namespaces <prefix>-<pid>-a and -b joined by veth a0/b0
+// with the given addresses, and removes them when the test ends. The
+// process id keeps concurrent test runs apart. It skips the test when
+// namespaces are unavailable.
 func ForTest(t testing.TB, prefix, aAddr, bAddr string) *Pair {
 	t.Helper()
 	if err := Check(); err != nil {
 		t.Skip("skipping:", err)
 	}
+	prefix = fmt.Sprintf("%s-%x", prefix, os.Getpid())
 	a, err := Add(prefix + "-a")
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,9 @@ type binding struct {
 	hold     time.Time // an OFFER holds the address for its client until then
 	reserved bool
 	dirty    bool
+	// durable is the expiry of the active lease as committed to the store;
+	// zero while a write of the binding is pending or it is not active.
+	durable time.Time
 }
 
 // busy reports whether the address is taken for anyone but its owner.
@@ -73,6 +76,7 @@ func (s *Server) lookupClient(x *exchange) *binding {
 // owner's indexes and any previous binding of this client.
 func (s *Server) own(b *binding, x *exchange) {
 	sn := x.sn
+	changed := false
 	if b.key != string(x.key) {
 		if old := s.lookupClient(x); old != nil && old != b {
 			s.disown(old)
@@ -83,16 +87,22 @@ func (s *Server) own(b *binding, x *exchange) {
 		s.disown(b)
 		b.key = string(x.key)
 		sn.clients[b.key] = b
+		changed = true
 	}
 	if b.hw != string(x.hw) {
 		if sn.byHW[b.hw] == b {
 			delete(sn.byHW, b.hw)
 		}
 		b.hw = string(x.hw)
+		changed = true
 	}
 	sn.byHW[b.hw] = b
 	if b.clientID != string(x.clientID) {
 		b.clientID = string(x.clientID)
+		changed = true
+	}
+	if changed && !b.unbound() {
+		s.markDirty(b) // the stored lease names its owner
 	}
 }
 
@@ -143,7 +153,7 @@ func (s *Server) bindingAt(sn *subnet, ip uint32, x *exchange) *binding {
 	} else if b.key != string(x.key) {
 		s.disown(b)
 		b.state, b.hostname, b.reserved = "", "", false
-		b.start, b.expiry, b.hold = time.Time{}, time.Time{}, time.Time{}
+		b.start, b.expiry, b.hold, b.durable = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 	}
 	s.own(b, x)
 	s.occupy(sn, ip)
@@ -309,10 +319,7 @@ func (s *Server) sweep(now time.Time) {
 		}
 	}
 	for _, sn := range s.subnets {
-		var size uint32
-		for _, p := range sn.pools {
-			size += p.size()
-		}
+		size := sn.poolSize()
 		poolSize.WithLabelValues(sn.name).Set(float64(size))
 		poolUsed.WithLabelValues(sn.name).Set(float64(used[sn]))
 		if size > 0 {

@@ -95,15 +95,10 @@ func printable(b []byte) string {
 // reverses it exactly: a decoded hex form always holds a non-printable byte,
 // and a printable identifier is never stored as hex.
 func clientIDText(b []byte) string {
-	if len(b) == 0 {
-		return ""
+	if isPrintable(string(b)) {
+		return string(b)
 	}
-	for _, c := range b {
-		if c < 0x20 || c > 0x7e {
-			return hexColon(b)
-		}
-	}
-	return string(b)
+	return hexColon(b)
 }
 
 func parseClientIDText(s string) []byte {
@@ -117,17 +112,7 @@ func parseClientIDText(s string) []byte {
 	return []byte(s)
 }
 
-func hexColon(b []byte) string {
-	var sb strings.Builder
-	sb.Grow(len(b) * 3)
-	for i, c := range b {
-		if i > 0 {
-			sb.WriteByte(':')
-		}
-		sb.WriteString(hex.EncodeToString([]byte{c}))
-	}
-	return sb.String()
-}
+func hexColon(b []byte) string { return string(appendHexColon(nil, string(b))) }
 
 func parseHexColon(s string) ([]byte, bool) {
 	if s == "" || (len(s)+1)%3 != 0 {

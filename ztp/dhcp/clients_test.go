@@ -147,7 +147,7 @@ func TestRealPerfdhcpRelay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	out, err := l.pair.B.Command(ctx, "perfdhcp", "-4", "-l", "10.99.15.1", "-r", "50", "-n", "200", "-p", "15",
-		"-R", "150", "-d", "2", "10.99.14.1").CombinedOutput()
+		"-R", "150", "-d", "2", "-W", "2000000", "10.99.14.1").CombinedOutput()
 	if err != nil && !strings.Contains(string(out), "received packets") {
 		t.Fatalf("perfdhcp: %v\n%s", err, out)
 	}

@@ -15,16 +15,23 @@ import (
 // runs the next one fills up, so the commit rate adapts to the load.
 
 const (
-	// lazyFlush bounds how long device and event records wait.
-	lazyFlush = 250 * time.Millisecond
-	// smallRecords: up to this many pending device or event records ride
-	// along with an ACK's commit.
-	smallRecords = 64
+	// lazyFlush bounds how long device and event records wait when no ACK
+	// triggers a commit.
+	lazyFlush = 100 * time.Millisecond
+	// commitEvery is the shortest time between two commits.
+	commitEvery = 8 * time.Millisecond
+	// Records per commit: a new device dirties a page of its own (MACs are
+	// scattered keys), so commits that ACKs wait for carry few of them and
+	// the backlog drains in the commits that follow, bigger when no ACK is
+	// waiting. Events are appended in key order and cheap.
+	deviceChunkWithAcks = 32
+	deviceChunk         = 512
+	eventChunk          = 512
 	// lastSeenEvery coalesces last_seen updates of a chatty client.
 	lastSeenEvery = time.Minute
 	// maxPendingAcks bounds ACKs waiting for a commit; beyond it REQUESTs
-	// are dropped (the client retries) instead of queueing without bound.
-	maxPendingAcks = 32768
+	// are dropped (the client retries) rather than answered too late.
+	maxPendingAcks = 8192
 	// maxPendingEvents bounds events kept while the store is failing.
 	maxPendingEvents = 100000
 )
@@ -135,14 +142,8 @@ func (s *Server) event(x *exchange, typ, msg string, ip uint32) {
 	if len(s.events) >= maxPendingEvents {
 		return
 	}
-	e := eventRec{time: x.now, typ: typ, device: s.deviceID(x), msg: msg, subnet: x.sn.name, iface: x.ifc.name}
-	if ip != 0 {
-		e.ip = addrOf(ip).String()
-	}
-	if x.req.GIAddr != ([4]byte{}) {
-		e.relay = ip4String(x.req.GIAddr)
-	}
-	s.events = append(s.events, e)
+	s.events = append(s.events, eventRec{time: x.now, typ: typ, device: s.deviceID(x), msg: msg,
+		subnet: x.sn.name, iface: x.ifc.name, ip: ip, relay: x.req.GIAddr})
 }
 
 // deviceID is the device ID of the exchange's client, shared with its
@@ -157,7 +158,7 @@ func (s *Server) deviceID(x *exchange) string {
 // snapshot is one commit's worth of changes, taken under Server.mu.
 type snapshot struct {
 	bindings []*binding
-	leases   []core.Lease
+	leases   []leaseRec
 	devices  []*device
 	devs     []core.Device
 	states   []core.DeviceState
@@ -170,11 +171,10 @@ func (sn *snapshot) empty() bool {
 	return len(sn.leases) == 0 && len(sn.devs) == 0 && len(sn.events) == 0 && len(sn.acks) == 0
 }
 
-// take moves the pending changes into snap (reusing its slices). Device
-// and event records come along when all is set, or when few are pending:
-// under load they go in their own, larger commits (every lazyFlush) so
-// their scattered pages do not slow the commits ACKs wait for.
-func (s *Server) take(snap *snapshot, now time.Time, all bool) {
+// take moves the pending changes into snap (reusing its slices): every
+// dirty lease and waiting ACK, and the oldest device and event records up to
+// a chunk each. It reports whether records are left for another commit.
+func (s *Server) take(snap *snapshot, now time.Time) (more bool) {
 	snap.bindings, snap.leases = snap.bindings[:0], snap.leases[:0]
 	snap.devices, snap.devs, snap.states = snap.devices[:0], snap.devs[:0], snap.states[:0]
 	snap.events, snap.acks = snap.events[:0], snap.acks[:0]
@@ -186,18 +186,17 @@ func (s *Server) take(snap *snapshot, now time.Time, all bool) {
 		if b.unbound() {
 			continue
 		}
+		b.durable = time.Time{} // until this write is committed
 		snap.bindings = append(snap.bindings, b)
-		snap.leases = append(snap.leases, core.Lease{
-			IP: addrOf(b.ip).String(), MAC: macText([]byte(b.hw)), ClientID: clientIDText([]byte(b.clientID)),
-			Hostname: b.hostname, Subnet: b.sn.name, State: b.state, Start: b.start, Expiry: b.expiry,
-			Reserved: b.reserved, UpdatedAt: now,
-		})
+		snap.leases = append(snap.leases, recOf(b, now))
 	}
 	clear(s.dirty)
 	s.dirty = s.dirty[:0]
-	if all || len(s.devQueue) <= smallRecords && len(s.events) <= smallRecords {
-		s.takeRecords(snap, now)
+	devices := deviceChunk
+	if len(s.acks) > 0 {
+		devices = deviceChunkWithAcks
 	}
+	s.takeRecords(snap, now, devices)
 	for _, a := range s.acks {
 		b := a.b
 		if s.byIP[b.ip] != b || b.key != a.key || b.state != core.LeaseActive || b.expiry.Before(a.expiry) {
@@ -208,10 +207,12 @@ func (s *Server) take(snap *snapshot, now time.Time, all bool) {
 	}
 	clear(s.acks)
 	s.acks = s.acks[:0]
+	return len(s.devQueue) > 0 || len(s.events) > 0
 }
 
-func (s *Server) takeRecords(snap *snapshot, now time.Time) {
-	for _, dv := range s.devQueue {
+func (s *Server) takeRecords(snap *snapshot, now time.Time, devices int) {
+	n := min(len(s.devQueue), devices)
+	for _, dv := range s.devQueue[:n] {
 		dv.queued = false
 		dv.written = now
 		snap.devices = append(snap.devices, dv)
@@ -219,11 +220,17 @@ func (s *Server) takeRecords(snap *snapshot, now time.Time) {
 		snap.states = append(snap.states, dv.state)
 		dv.state = ""
 	}
-	clear(s.devQueue)
-	s.devQueue = s.devQueue[:0]
-	snap.events = append(snap.events, s.events...)
-	clear(s.events)
-	s.events = s.events[:0]
+	s.devQueue = dropFront(s.devQueue, n)
+	n = min(len(s.events), eventChunk)
+	snap.events = append(snap.events, s.events[:n]...)
+	s.events = dropFront(s.events, n)
+}
+
+// dropFront removes the first n elements, keeping the backing array.
+func dropFront[T any](q []T, n int) []T {
+	m := copy(q, q[n:])
+	clear(q[m:])
+	return q[:m]
 }
 
 // write stores snap in one transaction.
@@ -231,7 +238,7 @@ func (snap *snapshot) write(tx core.Tx) error {
 	var err error
 	for i := range snap.leases {
 		snap.buf = appendLeaseJSON(snap.buf[:0], &snap.leases[i])
-		if err := tx.Put(core.BucketLeases, snap.leases[i].IP, json.RawMessage(snap.buf)); err != nil {
+		if err := tx.Put(core.BucketLeases, addrOf(snap.leases[i].ip).String(), json.RawMessage(snap.buf)); err != nil {
 			return err
 		}
 	}
@@ -313,28 +320,62 @@ func (s *Server) commitLoop(ctx context.Context, done chan<- struct{}) {
 	snap := &snapshot{}
 	tick := time.NewTicker(lazyFlush)
 	defer tick.Stop()
-	w := &sender{}
-	var lastErr time.Time
+	wait := time.NewTimer(time.Hour)
+	wait.Stop()
+	var lastErr, last time.Time
 	for {
-		all := false
 		select {
 		case <-s.kick:
 		case <-tick.C:
-			all = true
 		case <-ctx.Done():
-			s.flush(snap, w, &lastErr, true)
+			for s.flush(snap, &lastErr) {
+			}
 			return
 		}
-		s.flush(snap, w, &lastErr, all)
+		// Under load, gather for commitEvery: each commit costs its fsyncs
+		// (about a millisecond of kernel CPU here) whatever it carries. A
+		// request after a quiet spell is committed at once.
+		if since := time.Since(last); since < commitEvery {
+			wait.Reset(commitEvery - since)
+			select {
+			case <-wait.C:
+			case <-ctx.Done():
+				wait.Stop()
+				for s.flush(snap, &lastErr) {
+				}
+				return
+			}
+		}
+		last = time.Now()
+		if s.flush(snap, &lastErr) {
+			select { // records left: commit them next, after what is waiting
+			case s.kick <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 
-func (s *Server) flush(snap *snapshot, w *sender, lastErr *time.Time, all bool) {
+// committed records what snap made durable: the expiry of each active
+// lease not changed since (see cachedLease).
+func (s *Server) committed(snap *snapshot) {
 	s.mu.Lock()
-	s.take(snap, time.Now(), all)
+	defer s.mu.Unlock()
+	for i, b := range snap.bindings {
+		if !b.dirty && snap.leases[i].state == core.LeaseActive {
+			b.durable = snap.leases[i].expiry
+		}
+	}
+}
+
+// flush commits one snapshot and sends its ACKs; it reports whether
+// records are left over.
+func (s *Server) flush(snap *snapshot, lastErr *time.Time) bool {
+	s.mu.Lock()
+	more := s.take(snap, time.Now())
 	s.mu.Unlock()
 	if snap.empty() {
-		return
+		return false
 	}
 	err := s.store.Batch(snap.write)
 	if err != nil {
@@ -348,16 +389,17 @@ func (s *Server) flush(snap *snapshot, w *sender, lastErr *time.Time, all bool) 
 		s.mu.Lock()
 		s.restore(snap)
 		s.mu.Unlock()
-		return
+		return false
 	}
+	s.committed(snap)
 	now := time.Now()
 	if len(snap.acks) > 0 {
 		commitBatch.Observe(float64(len(snap.acks)))
+		for i := range snap.acks {
+			commitSeconds.Observe(now.Sub(snap.acks[i].queued).Seconds())
+		}
+		s.pacer.push(snap.acks, now)
+		clear(snap.acks)
 	}
-	for i := range snap.acks {
-		a := &snap.acks[i]
-		commitSeconds.Observe(now.Sub(a.queued).Seconds())
-		w.send(s, a.ifc, a.dst, a.pkt, msgAck)
-		a.pkt, a.b = nil, nil
-	}
+	return more
 }

@@ -30,6 +30,9 @@ type ztpdProc struct {
 
 func startZtpd(t *testing.T, ns *netns.NS, args ...string) *ztpdProc {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the ztpd binary; skipped with -short")
+	}
 	bin, err := ztpdBinary()
 	if err != nil {
 		t.Fatal(err)

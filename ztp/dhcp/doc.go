@@ -36,7 +36,12 @@
 //     REBINDING) leaves the server only after a store transaction holding
 //     that lease (address, owner MAC and client id, an expiry no earlier than
 //     the ACK's) has been committed and fsynced. ACKs decided together share
-//     one commit (group commit); none waits for a timer.
+//     one commit (group commit): a lone request is committed at once, under
+//     load one commit every 8 ms carries all that is pending. A REQUEST arriving
+//     while the client's committed lease is younger than a quarter of the
+//     lease time is answered with the time that lease has left, without a
+//     new write (the lease cache; the ACK still promises nothing that is not
+//     already durable).
 //   - OFFERs are not written: an offered address is held in memory for
 //     dhcp.offer_hold. After a restart the client's REQUEST is checked
 //     against the stored leases like any other.
@@ -51,6 +56,18 @@
 //
 // A failed commit (full disk, I/O error) sends no ACK; the changes are kept
 // and retried with the next commit, and the clients retry their REQUESTs.
+//
+// # Throughput
+//
+// Workers (GOMAXPROCS per interface) read, decide under one mutex and send
+// OFFERs at once. ACKs queue for the committer, which writes everything
+// pending in one store.Batch (at most every 8 ms, as each commit's fsyncs
+// cost kernel CPU) while the next batch fills, then hands the ACKs
+// to a pacer that spreads them over the next commit cycle: a relay or a
+// client sees a steady stream, not bursts that overflow its socket buffer.
+// Leases, devices and events are encoded without reflection (records.go);
+// device records, whose scattered keys cost a page write each, ride in small
+// chunks when ACKs wait and in large ones otherwise.
 //
 // # Sockets
 //

@@ -289,16 +289,42 @@ func (s *Server) request(x *exchange) bool {
 	if b == nil {
 		return s.nak(x, "requested address is not available")
 	}
-	fresh := s.bind(x, b, x.sn.leaseTime)
-	x.b, x.withLease, x.lease, x.commit = b, true, x.sn.leaseTime, true
+	x.b, x.withLease, x.lease = b, true, x.sn.leaseTime
 	x.reply.msgType = msgAck
 	x.reply.ciaddr = req.CIAddr
 	x.reply.yiaddr = b4(ip)
+	if rest, ok := s.cachedLease(x, b); ok {
+		x.lease = rest // already durable: no write, no wait
+		return true
+	}
+	fresh := s.bind(x, b, x.sn.leaseTime)
+	x.commit = true
 	if fresh {
 		s.deviceLeased(x, b)
 		s.event(x, "dhcp.ack", "lease granted", ip)
 	}
 	return true
+}
+
+// leaseCacheThreshold: a REQUEST for a lease committed less than this
+// share of the lease time ago is answered with the time that lease has
+// left, without a write (as Kea's cache-threshold). Reboots, retransmissions
+// and boot storms then cost no disk I/O; the ACK never promises more than
+// is durable.
+const leaseCacheThreshold = 0.25
+
+// cachedLease returns the remaining time of b's durable lease when it can
+// answer this REQUEST as is.
+func (s *Server) cachedLease(x *exchange, b *binding) (time.Duration, bool) {
+	if b.state != core.LeaseActive || b.dirty || b.key != string(x.key) || b.durable.IsZero() {
+		return 0, false
+	}
+	rest := b.durable.Sub(x.now).Truncate(time.Second)
+	if rest <= time.Duration(float64(x.sn.leaseTime)*(1-leaseCacheThreshold)) {
+		return 0, false
+	}
+	b.hold = time.Time{}
+	return rest, true
 }
 
 func (s *Server) nak(x *exchange, why string) bool {

@@ -153,14 +153,19 @@ func (h *harness) raw(b []byte) ([]byte, dest) {
 // released.
 func (h *harness) commit() []pendingAck {
 	h.t.Helper()
-	snap := &snapshot{}
-	h.s.mu.Lock()
-	h.s.take(snap, h.now, true)
-	h.s.mu.Unlock()
-	if err := h.st.Batch(snap.write); err != nil {
-		h.t.Fatal(err)
+	var acks []pendingAck
+	for more := true; more; {
+		snap := &snapshot{}
+		h.s.mu.Lock()
+		more = h.s.take(snap, h.now)
+		h.s.mu.Unlock()
+		if err := h.st.Batch(snap.write); err != nil {
+			h.t.Fatal(err)
+		}
+		h.s.committed(snap)
+		acks = append(acks, snap.acks...)
 	}
-	return snap.acks
+	return acks
 }
 
 func (h *harness) sweep() {

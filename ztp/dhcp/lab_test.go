@@ -185,6 +185,17 @@ func runUntil(t *testing.T, ns *netns.NS, timeout time.Duration, check func() bo
 	}
 }
 
+// binDir holds the ztpd binary built for this test run; TestMain removes it.
+var binDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
 // ztpdBinary builds cmd/ztpd once per test run.
 var ztpdBinary = sync.OnceValues(func() (string, error) {
 	goTool, err := exec.LookPath("go")
@@ -195,6 +206,7 @@ var ztpdBinary = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	binDir = dir
 	bin := filepath.Join(dir, "ztpd")
 	cmd := exec.Command(goTool, "build", "-o", bin, "../../cmd/ztpd")
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -487,6 +487,7 @@ func TestONIEThenSONiCKeepsAddress(t *testing.T) {
 	if !sonic.YourIPAddr.Equal(onie.YourIPAddr) {
 		t.Fatalf("SONiC got %s, ONIE had %s on the same switch", sonic.YourIPAddr, onie.YourIPAddr)
 	}
+	h.commit() // the lease was cached; the device change is written behind
 	d := h.device(hw.String())
 	if d.Kind != core.KindSONiC || d.Platform != "x86_64-dell_s6000-r0" || d.Serial != "SN9" {
 		t.Fatalf("device = %+v", d)
@@ -594,5 +595,55 @@ func TestManyClientsUniqueAddresses(t *testing.T) {
 	h.st.View(func(tx core.Tx) error { n, _ = tx.Count(core.BucketLeases); return nil })
 	if n != 800 {
 		t.Fatalf("%d leases stored, want 800", n)
+	}
+}
+
+func TestLeaseCache(t *testing.T) {
+	h := newHarness(t, nil)
+	ack := h.dora(mac(1))
+	l1, _ := h.lease(ack.YourIPAddr.String())
+	reboot := func() *dhcpv4.DHCPv4 {
+		r, _ := dhcpv4.New(dhcpv4.WithHwAddr(mac(1)), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
+			dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(ack.YourIPAddr)))
+		out, _ := h.raw(r.ToBytes())
+		rep, _ := dhcpv4.FromBytes(out)
+		return rep
+	}
+	// Ten minutes later the committed lease has 50 minutes left: that is
+	// what the ACK grants, and nothing is written.
+	h.now = h.now.Add(10 * time.Minute)
+	h.s.mu.Lock()
+	pending := len(h.s.acks)
+	h.s.mu.Unlock()
+	rep := reboot()
+	if rep.MessageType() != dhcpv4.MessageTypeAck || rep.IPAddressLeaseTime(0) != 50*time.Minute {
+		t.Fatalf("cached ACK: %v lease %v", rep.MessageType(), rep.IPAddressLeaseTime(0))
+	}
+	h.s.mu.Lock()
+	if len(h.s.acks) != pending || len(h.s.dirty) != 0 {
+		t.Fatal("a cached ACK must not wait for a commit")
+	}
+	h.s.mu.Unlock()
+	if l2, _ := h.lease(ack.YourIPAddr.String()); !l2.UpdatedAt.Equal(l1.UpdatedAt) {
+		t.Fatal("cached ACK rewrote the lease")
+	}
+	// Past the threshold the lease is extended and written again.
+	h.now = h.now.Add(10 * time.Minute)
+	rep = reboot()
+	if rep.IPAddressLeaseTime(0) != time.Hour {
+		t.Fatalf("lease time %v, want a fresh hour", rep.IPAddressLeaseTime(0))
+	}
+	if l3, _ := h.lease(ack.YourIPAddr.String()); !l3.Expiry.Equal(h.now.Add(time.Hour)) {
+		t.Fatalf("extended lease not written: %+v", l3)
+	}
+	// A release in between makes the next REQUEST write again.
+	rel, _ := dhcpv4.NewReleaseFromACK(ack)
+	h.exchange(rel)
+	rep = reboot()
+	if rep.IPAddressLeaseTime(0) != time.Hour {
+		t.Fatalf("after RELEASE: lease time %v, want a written hour", rep.IPAddressLeaseTime(0))
+	}
+	if l4, _ := h.lease(ack.YourIPAddr.String()); l4.State != core.LeaseActive {
+		t.Fatalf("lease after RELEASE and REQUEST: %+v", l4)
 	}
 }

@@ -2,6 +2,7 @@ package dhcp
 
 import (
 	"encoding/json"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -17,37 +18,70 @@ import (
 // eventRec is a pending core.Event of this server; its fields become the
 // event's Fields map.
 type eventRec struct {
-	time                     time.Time
-	typ, device, msg         string
-	subnet, iface, relay, ip string
+	time             time.Time
+	typ, device, msg string
+	subnet, iface    string
+	ip               uint32  // 0: none
+	relay            [4]byte // zero: not relayed
 }
 
-func appendLeaseJSON(b []byte, l *core.Lease) []byte {
-	b = append(b, `{"ip":`...)
-	b = appendJSONString(b, l.IP)
-	b = append(b, `,"mac":`...)
-	b = appendJSONString(b, l.MAC)
-	if l.ClientID != "" {
+// leaseRec is a binding as the committer writes it: copies of its fields,
+// formatted only when encoded.
+type leaseRec struct {
+	ip                       uint32
+	hw, clientID, hostname   string
+	subnet                   string
+	state                    core.LeaseState
+	start, expiry, updatedAt time.Time
+	reserved                 bool
+}
+
+func recOf(b *binding, now time.Time) leaseRec {
+	return leaseRec{ip: b.ip, hw: b.hw, clientID: b.clientID, hostname: b.hostname, subnet: b.sn.name,
+		state: b.state, start: b.start, expiry: b.expiry, updatedAt: now, reserved: b.reserved}
+}
+
+// lease is the record as a core.Lease.
+func (r *leaseRec) lease() core.Lease {
+	return core.Lease{IP: addrOf(r.ip).String(), MAC: macText([]byte(r.hw)), ClientID: clientIDText([]byte(r.clientID)),
+		Hostname: r.hostname, Subnet: r.subnet, State: r.state, Start: r.start, Expiry: r.expiry,
+		Reserved: r.reserved, UpdatedAt: r.updatedAt}
+}
+
+// appendLeaseJSON encodes r as encoding/json encodes r.lease().
+func appendLeaseJSON(b []byte, r *leaseRec) []byte {
+	b = append(b, `{"ip":"`...)
+	b = addrOf(r.ip).AppendTo(b)
+	b = append(b, `","mac":"`...)
+	b = appendHexColon(b, r.hw)
+	b = append(b, '"')
+	if r.clientID != "" {
 		b = append(b, `,"client_id":`...)
-		b = appendJSONString(b, l.ClientID)
+		if isPrintable(r.clientID) {
+			b = appendJSONString(b, r.clientID)
+		} else {
+			b = append(b, '"')
+			b = appendHexColon(b, r.clientID)
+			b = append(b, '"')
+		}
 	}
-	if l.Hostname != "" {
+	if r.hostname != "" {
 		b = append(b, `,"hostname":`...)
-		b = appendJSONString(b, l.Hostname)
+		b = appendJSONString(b, r.hostname)
 	}
 	b = append(b, `,"subnet":`...)
-	b = appendJSONString(b, l.Subnet)
+	b = appendJSONString(b, r.subnet)
 	b = append(b, `,"state":`...)
-	b = appendJSONString(b, string(l.State))
+	b = appendJSONString(b, string(r.state))
 	b = append(b, `,"start":`...)
-	b = appendJSONTime(b, l.Start)
+	b = appendJSONTime(b, r.start)
 	b = append(b, `,"expiry":`...)
-	b = appendJSONTime(b, l.Expiry)
-	if l.Reserved {
+	b = appendJSONTime(b, r.expiry)
+	if r.reserved {
 		b = append(b, `,"reserved":true`...)
 	}
 	b = append(b, `,"updated_at":`...)
-	b = appendJSONTime(b, l.UpdatedAt)
+	b = appendJSONTime(b, r.updatedAt)
 	return append(b, '}')
 }
 
@@ -70,20 +104,57 @@ func appendEventJSON(b []byte, seq uint64, e *eventRec) []byte {
 	// Fields, in the sorted key order encoding/json uses for maps.
 	sep := byte('{')
 	b = append(b, `,"fields":`...)
-	for _, f := range [...]struct{ k, v string }{{"interface", e.iface}, {"ip", e.ip}, {"relay", e.relay}, {"subnet", e.subnet}} {
-		if f.v == "" {
-			continue
-		}
+	field := func(k string) {
 		b = append(b, sep, '"')
-		b = append(b, f.k...)
+		b = append(b, k...)
 		b = append(b, '"', ':')
-		b = appendJSONString(b, f.v)
 		sep = ','
+	}
+	if e.iface != "" {
+		field("interface")
+		b = appendJSONString(b, e.iface)
+	}
+	if e.ip != 0 {
+		field("ip")
+		b = append(b, '"')
+		b = addrOf(e.ip).AppendTo(b)
+		b = append(b, '"')
+	}
+	if e.relay != ([4]byte{}) {
+		field("relay")
+		b = append(b, '"')
+		b = netip.AddrFrom4(e.relay).AppendTo(b)
+		b = append(b, '"')
+	}
+	if e.subnet != "" {
+		field("subnet")
+		b = appendJSONString(b, e.subnet)
 	}
 	if sep == '{' {
 		return append(b[:len(b)-len(`,"fields":`)], '}')
 	}
 	return append(b, '}', '}')
+}
+
+// fields is e's Fields map as core.Event carries it.
+func (e *eventRec) fields() map[string]string {
+	m := map[string]string{}
+	if e.iface != "" {
+		m["interface"] = e.iface
+	}
+	if e.ip != 0 {
+		m["ip"] = addrOf(e.ip).String()
+	}
+	if e.relay != ([4]byte{}) {
+		m["relay"] = ip4String(e.relay)
+	}
+	if e.subnet != "" {
+		m["subnet"] = e.subnet
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	return m
 }
 
 // putEvent stores e like core.AppendEvent does: under the bucket's next
@@ -170,4 +241,25 @@ func (t *fastTx) Put(b core.Bucket, key string, v any) error {
 		return t.Tx.Put(b, key, json.RawMessage(t.buf))
 	}
 	return t.Tx.Put(b, key, v)
+}
+
+const hexDigits = "0123456789abcdef"
+
+func appendHexColon(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if i > 0 {
+			b = append(b, ':')
+		}
+		b = append(b, hexDigits[s[i]>>4], hexDigits[s[i]&15])
+	}
+	return b
+}
+
+func isPrintable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }

@@ -2,6 +2,7 @@ package dhcp
 
 import (
 	"encoding/json"
+	"net/netip"
 	"reflect"
 	"testing"
 	"time"
@@ -31,9 +32,22 @@ func fillAll(v any, s string) {
 	}
 }
 
+// recFromLease is the inverse of leaseRec.lease, for tests.
+func recFromLease(l core.Lease) leaseRec {
+	a := netip.MustParseAddr(l.IP)
+	hw, _ := parseHexColon(l.MAC)
+	var cid []byte
+	if l.ClientID != "" {
+		cid = parseClientIDText(l.ClientID)
+	}
+	return leaseRec{ip: u32Addr(a), hw: string(hw), clientID: string(cid), hostname: l.Hostname, subnet: l.Subnet,
+		state: l.State, start: l.Start, expiry: l.Expiry, updatedAt: l.UpdatedAt, reserved: l.Reserved}
+}
+
 func TestLeaseJSONMatchesEncodingJSON(t *testing.T) {
 	var full core.Lease
 	fillAll(&full, "x")
+	full.IP, full.MAC, full.ClientID = "10.1.2.3", "52:54:00:00:00:01", "SONiC##a##b"
 	cases := []core.Lease{
 		full,
 		{IP: "10.99.0.5", MAC: "52:54:00:00:00:01", Subnet: "lab", State: core.LeaseActive,
@@ -42,8 +56,12 @@ func TestLeaseJSONMatchesEncodingJSON(t *testing.T) {
 	}
 	for _, l := range cases {
 		want, _ := json.Marshal(l)
-		if got := appendLeaseJSON(nil, &l); string(got) != string(want) {
+		r := recFromLease(l)
+		if got := appendLeaseJSON(nil, &r); string(got) != string(want) {
 			t.Errorf("lease JSON\n got %s\nwant %s", got, want)
+		}
+		if back := r.lease(); !reflect.DeepEqual(back, l) {
+			t.Errorf("leaseRec.lease() = %+v, want %+v", back, l)
 		}
 	}
 }
@@ -57,7 +75,7 @@ func TestEventJSONMatchesEncodingJSON(t *testing.T) {
 		rec eventRec
 	}{
 		{full, eventRec{time: full.Time, typ: full.Type, device: full.Device, msg: full.Message,
-			iface: "eth0", ip: "10.99.0.5", relay: "10.99.0.2", subnet: "lab"}},
+			iface: "eth0", ip: u32([4]byte{10, 99, 0, 5}), relay: [4]byte{10, 99, 0, 2}, subnet: "lab"}},
 		{core.Event{Seq: 7, Time: full.Time, Type: "dhcp.nak", Fields: map[string]string{"subnet": "lab"}},
 			eventRec{time: full.Time, typ: "dhcp.nak", subnet: "lab"}},
 		{core.Event{Seq: 8, Time: full.Time, Type: "dhcp.x"}, eventRec{time: full.Time, typ: "dhcp.x"}},
@@ -69,6 +87,9 @@ func TestEventJSONMatchesEncodingJSON(t *testing.T) {
 		want, _ := json.Marshal(c.e)
 		if got := appendEventJSON(nil, c.e.Seq, &c.rec); string(got) != string(want) {
 			t.Errorf("event JSON\n got %s\nwant %s", got, want)
+		}
+		if f := c.rec.fields(); !reflect.DeepEqual(f, c.e.Fields) {
+			t.Errorf("fields %v, want %v", f, c.e.Fields)
 		}
 	}
 }

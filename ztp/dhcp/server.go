@@ -50,6 +50,7 @@ type Server struct {
 	ifaces    []*iface // set by Listen, read-only afterwards
 	listening bool
 	kick      chan struct{}
+	pacer     *pacer
 }
 
 var _ LeaseFinder = (*Server)(nil)
@@ -62,7 +63,7 @@ func New(cfg config.Config, st core.Store, log *slog.Logger) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg.DHCP, keepEvents: cfg.Events.Keep, store: st, log: log.With("component", "dhcp"),
-		byIP: map[uint32]*binding{}, devs: map[string]*device{}, kick: make(chan struct{}, 1),
+		byIP: map[uint32]*binding{}, devs: map[string]*device{}, kick: make(chan struct{}, 1), pacer: newPacer(),
 		workers: max(1, runtime.GOMAXPROCS(0)),
 	}
 	adv, err := netip.ParseAddr(cfg.AdvertiseAddr)
@@ -101,6 +102,12 @@ func New(cfg config.Config, st core.Store, log *slog.Logger) (*Server, error) {
 	if len(s.subnets) == 0 {
 		return nil, errors.New("dhcp: no subnet configured")
 	}
+	hint := 0
+	for _, sn := range s.subnets {
+		hint += sn.poolSize()
+	}
+	hint = min(hint, maxMapHint)
+	s.byIP, s.devs = make(map[uint32]*binding, hint), make(map[string]*device, hint)
 	return s, nil
 }
 
@@ -198,6 +205,9 @@ func (s *Server) load(now time.Time) error {
 			}
 			b := &binding{ip: u32Addr(a), sn: sn, hw: string(hw), clientID: string(cid), hostname: l.Hostname,
 				state: l.State, start: l.Start, expiry: l.Expiry, reserved: l.Reserved}
+			if l.State == core.LeaseActive {
+				b.durable = l.Expiry
+			}
 			s.byIP[b.ip] = b
 			var key string
 			switch {
@@ -236,13 +246,20 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := s.Listen(); err != nil {
 		return err
 	}
+	// With one P (ztpd pinned to one CPU), the committer sitting in fsync
+	// holds it until the runtime's monitor notices, which can stall packet
+	// handling for milliseconds. A second P lets the workers run meanwhile.
+	if runtime.GOMAXPROCS(0) < 2 {
+		runtime.GOMAXPROCS(2)
+	}
 	s.mu.Lock()
 	s.sweep(time.Now())
 	s.mu.Unlock()
 
 	commitCtx, stopCommit := context.WithCancel(context.Background())
-	commitDone := make(chan struct{})
+	commitDone, stopPacer, pacerDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go s.commitLoop(commitCtx, commitDone)
+	go s.pacer.run(s, stopPacer, pacerDone)
 	sweepDone := make(chan struct{})
 	go s.sweepLoop(ctx, sweepDone)
 	var wg sync.WaitGroup
@@ -262,6 +279,8 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Wait()
 	stopCommit()
 	<-commitDone
+	close(stopPacer)
+	<-pacerDone
 	<-sweepDone
 	s.closeIfaces()
 	s.listening = false
@@ -354,7 +373,6 @@ func (s *Server) LeaseByIP(ip netip.Addr) (core.Lease, bool) {
 	if b == nil || b.state != core.LeaseActive || !b.expiry.After(time.Now()) {
 		return core.Lease{}, false
 	}
-	return core.Lease{IP: ip.String(), MAC: macText([]byte(b.hw)), ClientID: clientIDText([]byte(b.clientID)),
-		Hostname: b.hostname, Subnet: b.sn.name, State: b.state, Start: b.start, Expiry: b.expiry,
-		Reserved: b.reserved}, true
+	r := recOf(b, time.Time{})
+	return r.lease(), true
 }

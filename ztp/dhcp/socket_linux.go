@@ -12,6 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+const rcvBuf = 4 << 20
+
 // iface is one interface the server answers on.
 type iface struct {
 	name   string
@@ -60,11 +62,14 @@ func openIface(name string, advertise netip.Addr) (*iface, error) {
 		ifc.close()
 		return nil, fmt.Errorf("dhcp interface %s: %w", name, err)
 	}
-	// Room for bursts (boot storms); SO_RCVBUFFORCE passes rmem_max as root.
+	// Room for a burst or a scheduling stall (the kernel doubles it: ~7,000
+	// requests, a few hundred ms at full load), not for a backlog: requests
+	// queued for seconds would be answered after their clients gave up, so
+	// excess is better dropped here (clients retransmit).
 	if rc, err := ifc.conn.SyscallConn(); err == nil {
 		_ = rc.Control(func(fd uintptr) {
-			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20) != nil {
-				_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
+			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, rcvBuf) != nil {
+				_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, rcvBuf)
 			}
 			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 4<<20)
 		})

@@ -104,6 +104,9 @@ func buildSubnet(cfg *config.DHCP, i int, u urls) (*subnet, error) {
 	for _, r := range ranges {
 		sn.pools = append(sn.pools, newPool(u32Addr(r.Start), u32Addr(r.End)))
 	}
+	// Sized for a full pool up front: growing maps rehash on the hot path.
+	hint := min(sn.poolSize()+len(c.Reservations), maxMapHint)
+	sn.clients, sn.byHW = make(map[string]*binding, hint), make(map[string]*binding, hint)
 
 	// Option layers, lowest precedence first: built-ins (mask, broadcast,
 	// the class URLs), dhcp.options, dhcp.class_options, the subnet's fields
@@ -304,6 +307,17 @@ func (sn *subnet) poolOf(ip uint32) *pool {
 }
 
 func (sn *subnet) contains(ip uint32) bool { return sn.prefix.Contains(addrOf(ip)) }
+
+// maxMapHint caps map presizing for huge pools.
+const maxMapHint = 1 << 18
+
+func (sn *subnet) poolSize() int {
+	n := 0
+	for _, p := range sn.pools {
+		n += int(p.size())
+	}
+	return n
+}
 
 // pool is one dynamic range. A set bit marks an address that is fixed or
 // that had a busy binding when last looked at; clear bits are candidates.

@@ -223,6 +223,7 @@ func FuzzHandle(f *testing.F) {
 	}
 	h := newHarness(f, nil)
 	f.Fuzz(func(t *testing.T, b []byte) {
+		h.t = t
 		x := &exchange{ifc: h.ifc, req: &Packet{}, out: make([]byte, 0, 1500)}
 		if x.req.Parse(b) != nil {
 			return
@@ -235,13 +236,8 @@ func FuzzHandle(f *testing.F) {
 			t.Fatalf("reply does not parse: %v", err)
 		}
 		if x.commit {
-			snap := &snapshot{}
-			h.s.mu.Lock()
-			h.s.take(snap, x.now, true)
-			h.s.mu.Unlock()
-			if err := h.st.Batch(snap.write); err != nil {
-				t.Fatal(err)
-			}
+			h.now = x.now
+			h.commit()
 		}
 	})
 }
