@@ -41,6 +41,10 @@ lab: build
 bench-storm:
 	bash bench/boot-storm.sh
 
+# DHCPv4 DORA/s of ztpd, Kea (memfile) and dnsmasq side by side (root; perfdhcp, kea-dhcp4, dnsmasq).
+bench-dhcp: build
+	ZTPD_BIN=$(CURDIR)/$(BIN) bash bench/dhcp-rate.sh
+
 bench-iso: build
 	ZTPD=$(CURDIR)/$(BIN) bench/iso-build.sh
 
