@@ -244,7 +244,7 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 	if err := finishStructure(tmp, opts.Epoch, files, uint32(block)); err != nil {
 		return nil, err
 	}
-	if err := tmp.Truncate(total); err != nil {
+	if err := sizeImage(tmp, total); err != nil {
 		return nil, fmt.Errorf("sizing image: %w", err)
 	}
 

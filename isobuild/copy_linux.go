@@ -31,6 +31,23 @@ func copyChunk(dst, src *os.File, dstOff, srcOff int64, n int, buf *[]byte) (int
 	}
 }
 
+// sizeImage reserves the image's blocks up front (fallocate): one allocation
+// instead of one per written page, and a full disk fails here, before any
+// copying. File systems without fallocate get a sparse file.
+func sizeImage(f *os.File, size int64) error {
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if size > st.Size() {
+		err = unix.Fallocate(int(f.Fd()), 0, st.Size(), size-st.Size())
+		if err == nil || !(errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS)) {
+			return err
+		}
+	}
+	return f.Truncate(size)
+}
+
 // startWriteback asks the kernel to begin writing a range to disk now, so the
 // final fsync finds most of the image already written while we were hashing.
 func startWriteback(f *os.File, off, n int64) {
