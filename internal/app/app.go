@@ -114,6 +114,7 @@ func (a *App) build() error {
 				return err
 			}
 			a.AddRunner(srv)
+			a.ZTP.SetDeviceFinder(srv)
 			return nil
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 )
 
 // Bucket names one typed collection in the store.
@@ -92,4 +93,12 @@ func Decode(value []byte, v any) error {
 		return fmt.Errorf("corrupt record: %w", err)
 	}
 	return nil
+}
+
+// DeviceFinder answers from memory which device holds an address right now.
+// The DHCP server knows a client's facts (kind, serial) the moment it ACKs,
+// while the device record may reach the store a group commit later; content
+// serving asks it when the store has the lease but not yet the device.
+type DeviceFinder interface {
+	DeviceByIP(ip netip.Addr) (Device, bool)
 }

@@ -86,7 +86,12 @@ type Service struct {
 	baseURL  string // fixed when AdvertiseAddr is set
 	files    *os.Root
 	now      func() time.Time
+	pending  atomic.Pointer[core.DeviceFinder]
 }
+
+// SetDeviceFinder lets identification use what the DHCP server knows before
+// its device records are committed (set when DHCP starts).
+func (s *Service) SetDeviceFinder(f core.DeviceFinder) { s.pending.Store(&f) }
 
 // New builds a Service. Profiles are set with SetProfiles.
 func New(opt Options) (*Service, error) {
@@ -262,6 +267,11 @@ func (s *Service) identify(tx core.Tx, c *Client) (dev core.Device, stored bool,
 		if e == nil && l.MAC != "" && (l.State == core.LeaseActive || l.Reserved) {
 			if try(s.devices.get(tx, l.MAC)) {
 				return dev, stored, err
+			}
+			if f := s.pending.Load(); f != nil {
+				if d, ok := (*f).DeviceByIP(c.Addr.Unmap()); ok && d.MAC == l.MAC {
+					return d, false, nil
+				}
 			}
 			return core.Device{ID: l.MAC, MAC: l.MAC, IP: l.IP, Subnet: l.Subnet, Hostname: l.Hostname,
 				Kind: core.KindUnknown}, false, nil

@@ -291,6 +291,39 @@ func TestIdentificationOrderAndFallbacks(t *testing.T) {
 	}
 }
 
+// devicesInMemory is what the DHCP server knows before its device records
+// are committed (the real one is tested in ztp/dhcp).
+type devicesInMemory map[netip.Addr]core.Device
+
+func (m devicesInMemory) DeviceByIP(ip netip.Addr) (core.Device, bool) {
+	d, ok := m[ip]
+	return d, ok
+}
+
+func TestLeaseAheadOfDeviceRecord(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil, "")
+	addr := netip.MustParseAddr("10.99.42.31")
+	vm := core.Device{ID: "1e:00:42:00:00:31", MAC: "1e:00:42:00:00:31", Kind: core.KindVM, IP: addr.String(), State: core.StateLeased}
+	// The lease is committed (it always is before the ACK), the device record not yet.
+	if err := e.db.Update(func(tx core.Tx) error {
+		return tx.Put(core.BucketLeases, addr.String(), core.Lease{IP: addr.String(), MAC: vm.MAC, State: core.LeaseActive})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c := &Client{Addr: addr, Transport: "http"}
+	if _, err := e.svc.Metadata(ctx, c, "local-hostname"); err == nil {
+		t.Fatal("a lease alone identified the VM as a VM")
+	}
+	e.svc.SetDeviceFinder(devicesInMemory{addr: vm})
+	if v, err := e.svc.Metadata(ctx, c, "local-hostname"); err != nil || v != "worker-1e0042000031" {
+		t.Fatalf("with the DHCP server's view: %q %v", v, err)
+	}
+	if d := e.device(t, vm.ID); d.Kind != core.KindVM || d.State != core.StateConfigServed {
+		t.Fatalf("recorded device %+v", d)
+	}
+}
+
 func TestUnmatchedGetsDefaultProfileOr404(t *testing.T) {
 	ctx := context.Background()
 	vm := core.Device{ID: "1e:00:49:00:00:01", MAC: "1e:00:49:00:00:01", Kind: core.KindVM, IP: "10.99.49.5"}
@@ -335,7 +368,7 @@ func TestConfigIsBoundToItsDevice(t *testing.T) {
 			t.Fatalf("config of a served to %+v: %v", c, err)
 		}
 	}
-	got, err := e.svc.ConfigDB(ctx, &Client{Addr: netip.MustParseAddr("10.99.40.31")}, strings.ToUpper(a.ID))
+	got, err := e.svc.ConfigDB(ctx, &Client{Addr: netip.MustParseAddr("10.99.42.31")}, strings.ToUpper(a.ID))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package dhcp
 import (
 	"bytes"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -85,6 +86,14 @@ func TestSONiCGetsZTPURL(t *testing.T) {
 	}
 	if l, _ := h.lease(ack.YourIPAddr.String()); l.ClientID != "SONiC##Force10-S6000##SN1234" {
 		t.Fatalf("lease client id = %q", l.ClientID)
+	}
+	// Content serving asks the server's memory before the device record lands.
+	addr, _ := netip.AddrFromSlice(ack.YourIPAddr.To4())
+	if d, ok := h.s.DeviceByIP(addr); !ok || d.Kind != core.KindSONiC || d.Serial != "SN1234" || d.IP != addr.String() {
+		t.Fatalf("DeviceByIP(%s) = %+v, %v", addr, d, ok)
+	}
+	if _, ok := h.s.DeviceByIP(netip.MustParseAddr("10.99.0.250")); ok {
+		t.Fatal("DeviceByIP answered for an address nobody holds")
 	}
 }
 

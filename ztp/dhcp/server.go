@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"runtime"
@@ -53,7 +54,10 @@ type Server struct {
 	pacer     *pacer
 }
 
-var _ LeaseFinder = (*Server)(nil)
+var (
+	_ LeaseFinder       = (*Server)(nil)
+	_ core.DeviceFinder = (*Server)(nil)
+)
 
 // New builds the server from validated configuration. It opens no socket
 // and reads no lease; Listen does.
@@ -360,6 +364,30 @@ func (s *Server) sweepLoop(ctx context.Context, done chan<- struct{}) {
 			}
 		}
 	}
+}
+
+// DeviceByIP implements core.DeviceFinder: the device that holds the active
+// lease of ip, as this server knows it (possibly not yet committed).
+func (s *Server) DeviceByIP(ip netip.Addr) (core.Device, bool) {
+	if !ip.Is4() {
+		return core.Device{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.byIP[u32Addr(ip)]
+	if b == nil || b.state != core.LeaseActive || !b.expiry.After(time.Now()) {
+		return core.Device{}, false
+	}
+	dv := s.devs[b.hw]
+	if dv == nil {
+		return core.Device{}, false
+	}
+	d := dv.d
+	d.Labels = maps.Clone(d.Labels)
+	if d.State == "" {
+		d.State = core.StateLeased
+	}
+	return d, true
 }
 
 // LeaseByIP implements LeaseFinder: the active lease of ip, if any.
