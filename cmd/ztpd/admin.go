@@ -28,6 +28,20 @@ func openAdmin(opts *rootOptions) (*adminSession, error) {
 	return &adminSession{client: c, close: closeFn}, nil
 }
 
+// adminDo checks -o, sends one request over a fresh admin session and
+// decodes the JSON answer into out (when not nil).
+func adminDo(opts *rootOptions, method, path string, body io.Reader, out any) error {
+	if err := checkOutputFormat(opts); err != nil {
+		return err
+	}
+	s, err := openAdmin(opts)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	return s.do(method, path, body, out)
+}
+
 // do sends a request and decodes a JSON answer into out (when not nil).
 func (s *adminSession) do(method, path string, body io.Reader, out any) error {
 	req, err := http.NewRequest(method, "http://ztpd"+path, body)

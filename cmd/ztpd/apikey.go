@@ -41,16 +41,8 @@ SHA-256 hash; it never appears in lists, events or logs.`,
 		Short: "Create a key and print its secret (shown only this once)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutputFormat(opts); err != nil {
-				return err
-			}
-			s, err := openAdmin(opts)
-			if err != nil {
-				return err
-			}
-			defer s.close()
 			var res api.NewKeyResult
-			if err := s.do("POST", "/admin/apikeys?"+url.Values{"role": {role}, "name": {name}}.Encode(), nil, &res); err != nil {
+			if err := adminDo(opts, "POST", "/admin/apikeys?"+url.Values{"role": {role}, "name": {name}}.Encode(), nil, &res); err != nil {
 				return err
 			}
 			return printResult(opts, os.Stdout, res, func(tw *tabwriter.Writer) {
@@ -74,16 +66,8 @@ SHA-256 hash; it never appears in lists, events or logs.`,
 		Short:   "List keys (never their secrets)",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutputFormat(opts); err != nil {
-				return err
-			}
-			s, err := openAdmin(opts)
-			if err != nil {
-				return err
-			}
-			defer s.close()
 			var keys []apikeys.Info
-			if err := s.do("GET", "/admin/apikeys", nil, &keys); err != nil {
+			if err := adminDo(opts, "GET", "/admin/apikeys", nil, &keys); err != nil {
 				return err
 			}
 			return printResult(opts, os.Stdout, keys, func(tw *tabwriter.Writer) {
@@ -99,16 +83,8 @@ SHA-256 hash; it never appears in lists, events or logs.`,
 		Short: "Revoke a key (the last admin key cannot be revoked)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutputFormat(opts); err != nil {
-				return err
-			}
-			s, err := openAdmin(opts)
-			if err != nil {
-				return err
-			}
-			defer s.close()
 			var k apikeys.Info
-			if err := s.do("DELETE", "/admin/apikeys/"+url.PathEscape(args[0]), nil, &k); err != nil {
+			if err := adminDo(opts, "DELETE", "/admin/apikeys/"+url.PathEscape(args[0]), nil, &k); err != nil {
 				return err
 			}
 			return printResult(opts, os.Stdout, k, func(tw *tabwriter.Writer) { row(tw, "revoked", k.APIKey, k.Role) })

@@ -104,16 +104,8 @@ func newImageListCmd(opts *rootOptions) *cobra.Command {
 		Short:   "List stored artifacts",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutputFormat(opts); err != nil {
-				return err
-			}
-			s, err := openAdmin(opts)
-			if err != nil {
-				return err
-			}
-			defer s.close()
 			var list []core.Image
-			if err := s.do("GET", "/admin/images?"+url.Values{"kind": {kind}}.Encode(), nil, &list); err != nil {
+			if err := adminDo(opts, "GET", "/admin/images?"+url.Values{"kind": {kind}}.Encode(), nil, &list); err != nil {
 				return err
 			}
 			if list == nil {
@@ -138,16 +130,8 @@ func newImageRmCmd(opts *rootOptions) *cobra.Command {
 		Short:   "Remove an artifact (refused while a Kubernetes version uses it)",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutputFormat(opts); err != nil {
-				return err
-			}
-			s, err := openAdmin(opts)
-			if err != nil {
-				return err
-			}
-			defer s.close()
 			var im core.Image
-			if err := s.do("DELETE", "/admin/images/"+url.PathEscape(args[0]), nil, &im); err != nil {
+			if err := adminDo(opts, "DELETE", "/admin/images/"+url.PathEscape(args[0]), nil, &im); err != nil {
 				return fmt.Errorf("image rm: %w", err)
 			}
 			return printResult(opts, os.Stdout, im, func(tw *tabwriter.Writer) {

@@ -51,16 +51,8 @@ func localKubeconfig(opts *rootOptions, ref, file string) error {
 }
 
 func localMembers(opts *rootOptions, ref string) error {
-	if err := checkOutputFormat(opts); err != nil {
-		return err
-	}
-	s, err := openAdmin(opts)
-	if err != nil {
-		return err
-	}
-	defer s.close()
 	var list []core.Membership
-	if err := s.do("GET", "/admin/clusters/"+url.PathEscape(ref)+"/members", nil, &list); err != nil {
+	if err := adminDo(opts, "GET", "/admin/clusters/"+url.PathEscape(ref)+"/members", nil, &list); err != nil {
 		return fmt.Errorf("cluster members: %w", err)
 	}
 	return printMembers(opts, list)
@@ -79,20 +71,12 @@ func printMembers(opts *rootOptions, list []core.Membership) error {
 }
 
 func localApprove(opts *rootOptions, ref, cluster string) error {
-	if err := checkOutputFormat(opts); err != nil {
-		return err
-	}
-	s, err := openAdmin(opts)
-	if err != nil {
-		return err
-	}
-	defer s.close()
 	q := url.Values{}
 	if cluster != "" {
 		q.Set("cluster", cluster)
 	}
 	var d core.Device
-	if err := s.do("POST", "/admin/devices/"+url.PathEscape(ref)+"/approve?"+q.Encode(), nil, &d); err != nil {
+	if err := adminDo(opts, "POST", "/admin/devices/"+url.PathEscape(ref)+"/approve?"+q.Encode(), nil, &d); err != nil {
 		return fmt.Errorf("device approve: %w", err)
 	}
 	return printDevice(opts, d)
