@@ -87,6 +87,9 @@ type App struct {
 // New opens the store and builds every service, without opening listeners,
 // so CLI commands can use the same wiring offline.
 func New(cfg config.Config, log *slog.Logger) (*App, error) {
+	if log == nil {
+		log = slog.Default()
+	}
 	st, err := boltstore.Open(cfg.DataDir, boltstore.Options{})
 	if err != nil {
 		return nil, err
