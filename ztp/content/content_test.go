@@ -368,7 +368,7 @@ func TestConfigIsBoundToItsDevice(t *testing.T) {
 			t.Fatalf("config of a served to %+v: %v", c, err)
 		}
 	}
-	got, err := e.svc.ConfigDB(ctx, &Client{Addr: netip.MustParseAddr("10.99.42.31")}, strings.ToUpper(a.ID))
+	got, err := e.svc.ConfigDB(ctx, &Client{Addr: netip.MustParseAddr("10.99.40.31")}, strings.ToUpper(a.ID))
 	if err != nil {
 		t.Fatal(err)
 	}
