@@ -540,6 +540,19 @@ func (s *Service) ConfigDB(ctx context.Context, c *Client, id string) (*Served, 
 	return &Served{Body: body, Device: target, Profile: p.Name}, nil
 }
 
+// ONIEInstallerName reports whether name is one of the file names ONIE's
+// discovery waterfall asks for when DHCP gave it no option 114
+// (onie-installer-<arch>-<vendor>_<machine>[-r<rev>], onie-installer-<vendor>_<machine>,
+// onie-installer-<arch>, onie-installer, each optionally with .bin), and
+// returns the platform part as a hint for ONIEInstaller.
+func ONIEInstallerName(name string) (hint string, ok bool) {
+	rest, ok := strings.CutPrefix(strings.TrimSuffix(name, ".bin"), "onie-installer")
+	if !ok || (rest != "" && rest[0] != '-') {
+		return "", false
+	}
+	return strings.TrimPrefix(rest, "-"), true
+}
+
 // ONIEInstaller picks the installer for the ONIE switch behind c. hint is a
 // platform named by the request itself (a TFTP onie-installer-<platform>
 // file name). A profile that pins a SONiC image or version wins; otherwise

@@ -570,3 +570,23 @@ func TestConcurrentRequests(t *testing.T) {
 		}
 	}
 }
+
+func TestONIEInstallerName(t *testing.T) {
+	for name, want := range map[string]string{
+		"onie-installer-x86_64-accton_as7712_32x-r0": "x86_64-accton_as7712_32x-r0",
+		"onie-installer-x86_64-accton_as7712_32x":    "x86_64-accton_as7712_32x",
+		"onie-installer-accton_as7712_32x.bin":       "accton_as7712_32x",
+		"onie-installer-x86_64":                      "x86_64",
+		"onie-installer.bin":                         "",
+		"onie-installer":                             "",
+	} {
+		if got, ok := ONIEInstallerName(name); !ok || got != want {
+			t.Errorf("%s: %q %v, want %q", name, got, ok, want)
+		}
+	}
+	for _, name := range []string{"onie-installerX", "favicon.ico", "", "x-onie-installer"} {
+		if _, ok := ONIEInstallerName(name); ok {
+			t.Errorf("%q taken for an ONIE name", name)
+		}
+	}
+}

@@ -400,7 +400,11 @@ func TestONIEInstaller(t *testing.T) {
 	dst := filepath.Join(lab.Dir, "onie.bin")
 	check := func(name string, args ...string) {
 		t.Helper()
-		out, err := lab.Run("curl", append([]string{"-sf", "-A", "onie/1.0", "-o", dst}, append(args, url)...)...)
+		u := url
+		if n := len(args); n > 0 && strings.HasPrefix(args[n-1], "http://") {
+			u, args = args[n-1], args[:n-1]
+		}
+		out, err := lab.Run("curl", append([]string{"-sf", "-A", "onie/1.0", "-o", dst}, append(args, u)...)...)
 		if err != nil {
 			t.Fatalf("%s: %v %s\n%s", name, err, out, lab.Log())
 		}
@@ -412,6 +416,15 @@ func TestONIEInstaller(t *testing.T) {
 	check("headers", "--interface", lab.Addr(31), "-H", "ONIE-ARCH: x86_64", "-H", "ONIE-MACHINE: cel_e1031",
 		"-H", "ONIE-MACHINE-REV: 0", "-H", "ONIE-SERIAL-NUMBER: CEL123", "-H", "ONIE-ETH-ADDR: 52:54:00:47:00:1f", "-H", "ONIE-OPERATION: os-install")
 	check("vendor class of the lease", "--interface", lab.Addr(30))
+	// Without option 114 ONIE walks its waterfall of names at the server root;
+	// the name alone (no headers, no lease) selects the platform.
+	root := "http://" + lab.SrvIP + ":8080/"
+	check("waterfall, full name", "--interface", lab.Addr(31), root+"onie-installer-x86_64-cel_e1031-r0")
+	check("waterfall, no revision, .bin", "--interface", lab.Addr(31), root+"onie-installer-x86_64-cel_e1031.bin")
+	check("waterfall, bare name, lease", "--interface", lab.Addr(30), root+"onie-installer")
+	if out, _ := lab.Run("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", root+"onie-installerX"); out != "404" {
+		t.Errorf("a name outside the waterfall: %s", out)
+	}
 	// A platform with no installer of its own gets the installer stored
 	// without a platform (here the SONiC image), never another platform's.
 	out, _ := lab.Run("curl", "-s", "-D", "-", "-o", "/dev/null", "--interface", lab.Addr(31), "-H", "ONIE-ARCH: arm64",

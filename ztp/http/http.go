@@ -86,6 +86,8 @@ func (s *Server) registerMetadata(mux *http.ServeMux) {
 	// The CloudStack virtual router also answers /latest/<key>.
 	s.handle(mux, "GET /latest/{key}", "meta-data", s.metadata)
 	s.handle(mux, "GET /{$}", "password", s.password)
+	// ONIE's waterfall asks the DHCP server's address, usually on port 80.
+	s.handle(mux, "GET /{name}", "onie-installer", s.onieWaterfall)
 }
 
 func (s *Server) handle(mux *http.ServeMux, pattern, route string, h http.HandlerFunc) {
@@ -198,8 +200,24 @@ func writeDoc(w http.ResponseWriter, ctype string, body []byte) {
 }
 
 func (s *Server) onieInstaller(w http.ResponseWriter, r *http.Request) {
+	s.serveONIE(w, r, "")
+}
+
+// onieWaterfall answers ONIE's fallback names at the root
+// (/onie-installer-<platform>...), which it tries on the DHCP server's
+// address when no option 114 came; anything else at the root is a 404.
+func (s *Server) onieWaterfall(w http.ResponseWriter, r *http.Request) {
+	hint, ok := content.ONIEInstallerName(r.PathValue("name"))
+	if !ok {
+		s.fail(w, r, &content.Error{Status: http.StatusNotFound, Reason: "not found"})
+		return
+	}
+	s.serveONIE(w, r, hint)
+}
+
+func (s *Server) serveONIE(w http.ResponseWriter, r *http.Request, hint string) {
 	c := ClientFrom(r)
-	im, _, err := s.svc.ONIEInstaller(r.Context(), c, "")
+	im, _, err := s.svc.ONIEInstaller(r.Context(), c, hint)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -314,8 +314,8 @@ func (s *Server) serve(ctx context.Context, req request, rf io.ReaderFrom, ot pi
 			return err
 		}
 		return sendBytes(rf, ot, doc.Body)
-	case name == "onie-installer" || strings.HasPrefix(name, "onie-installer-"):
-		hint := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(name, "onie-installer"), "-"), ".bin")
+	case isONIEName(name):
+		hint, _ := content.ONIEInstallerName(name)
 		im, _, err := s.svc.ONIEInstaller(ctx, c, hint)
 		if err != nil {
 			return err
@@ -415,4 +415,9 @@ func (h hook) OnFailure(st pin.TransferStats, err error) {
 	transfers.WithLabelValues("failed").Inc()
 	datagrams.Add(float64(st.DatagramsSent))
 	h.log.Debug("tftp transfer failed", "file", st.Filename, "client", st.RemoteAddr, "err", err)
+}
+
+func isONIEName(name string) bool {
+	_, ok := content.ONIEInstallerName(name)
+	return ok
 }
