@@ -106,7 +106,7 @@ Only one ztpd may use a data directory; a second one fails at once.`,
 // serveGCPercent is the GOGC a server runs with unless GOGC is set. The live
 // heap is small (caches of device records and rendered documents) and the
 // request path allocates; collecting at 5x the live heap instead of 2x cut
-// the ztp.json p99 at 5,000 req/s from 21.5 ms to 16.3 ms on the bench.
+// the ztp.json p99 at ~5,000 req/s from 21.5 ms to 16-19 ms on the bench.
 // GOMEMLIMIT still caps the heap when it is set.
 const serveGCPercent = 400
 

@@ -300,6 +300,7 @@ func (s *Server) read(filename string, rf io.ReaderFrom) error {
 
 func (s *Server) serve(ctx context.Context, req request, rf io.ReaderFrom, ot pin.OutgoingTransfer) error {
 	name, c := req.name, req.c
+	onieHint, isONIE := content.ONIEInstallerName(name)
 	switch {
 	case name == "ztp.json" || name == "ztp/ztp.json":
 		doc, err := s.svc.ZTPJSON(ctx, c)
@@ -314,9 +315,8 @@ func (s *Server) serve(ctx context.Context, req request, rf io.ReaderFrom, ot pi
 			return err
 		}
 		return sendBytes(rf, ot, doc.Body)
-	case isONIEName(name):
-		hint, _ := content.ONIEInstallerName(name)
-		im, _, err := s.svc.ONIEInstaller(ctx, c, hint)
+	case isONIE:
+		im, _, err := s.svc.ONIEInstaller(ctx, c, onieHint)
 		if err != nil {
 			return err
 		}
@@ -415,9 +415,4 @@ func (h hook) OnFailure(st pin.TransferStats, err error) {
 	transfers.WithLabelValues("failed").Inc()
 	datagrams.Add(float64(st.DatagramsSent))
 	h.log.Debug("tftp transfer failed", "file", st.Filename, "client", st.RemoteAddr, "err", err)
-}
-
-func isONIEName(name string) bool {
-	_, ok := content.ONIEInstallerName(name)
-	return ok
 }
