@@ -2,6 +2,7 @@ package joiner
 
 import (
 	"errors"
+	"net"
 	"strings"
 	"testing"
 
@@ -14,9 +15,15 @@ import (
 func TestLifecycleAsTheClustersServiceDrivesIt(t *testing.T) {
 	e := newEnv(t, Options{AutoApprove: approveAll})
 	now := e.clk.now()
+	// The cluster's API server is a local stand-in, so revocation can be
+	// checked where it lands (and no test traffic leaves loopback).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := core.Cluster{ID: "3f1c0a52-8d2e-4c2b-9a57-0d5c1b7e9f10", Name: "api-made", VersionID: "v1", Size: 2, ControlNodes: 1,
-		State: core.ClusterStarting, Created: now}
-	err := e.store.Update(func(tx core.Tx) error {
+		State: core.ClusterStarting, Created: now, Endpoint: "https://" + ln.Addr().String() + "/"}
+	err = e.store.Update(func(tx core.Tx) error {
 		if err := tx.Put(core.BucketVersions, "v1", core.Version{ID: "v1", Name: "v1.29.3", SemVer: "1.29.3", State: "Enabled"}); err != nil {
 			return err
 		}
@@ -31,6 +38,7 @@ func TestLifecycleAsTheClustersServiceDrivesIt(t *testing.T) {
 	if err := e.svc.Provision(bg, c); err != nil { // idempotent
 		t.Fatalf("second provision: %v", err)
 	}
+	api := startAPIServer(t, ln, e.svc.mustKeys(t, c.ID).ca)
 	cp := e.must(e.join(c.ID, 1))
 	if cp.KubernetesVersion != "v1.29.3" || !cp.Init {
 		t.Fatalf("bundle %v", cp)
@@ -63,6 +71,13 @@ func TestLifecycleAsTheClustersServiceDrivesIt(t *testing.T) {
 	}
 	if !e.tokenRecord(tokens.KindKubeadm, m.TokenID).Revoked {
 		t.Fatal("token not revoked")
+	}
+	if d := api.deletions(); len(d) != 1 || d[0] != "bootstrap-token-"+m.TokenID {
+		t.Fatalf("deleted in the cluster: %v, want the revoked token's Secret", d)
+	}
+	// Revoking again is a no-op in ztpd and retries the deletion.
+	if err := e.svc.RevokeToken(bg, m.TokenID); err != nil || len(api.deletions()) != 2 {
+		t.Fatalf("revoking again retries the deletion: %v %v", err, api.deletions())
 	}
 	if err := e.svc.RevokeToken(bg, "nosuch"); !errors.Is(err, core.ErrNotFound) {
 		t.Fatalf("unknown token: %v", err)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,7 +30,36 @@ func (s *Service) publishToken(ctx context.Context, res *joinResult, keys *clust
 	if res.rt.APIEndpoint == "" {
 		return fmt.Errorf("%w: no API endpoint", ErrClusterUnavailable)
 	}
-	creds, err := kubeconfig.IssueAdmin(keys.ca, res.cluster.Name, "https://"+res.rt.APIEndpoint, time.Hour, s.now())
+	body, err := json.Marshal(bootstrapTokenSecret(bt, res.tokenExp, "ztpd join token for "+res.device.ID))
+	if err != nil {
+		return err
+	}
+	err = s.clusterAPI(ctx, keys, res.cluster.Name, res.rt.APIEndpoint, http.MethodPost,
+		"/api/v1/namespaces/kube-system/secrets", body, http.StatusCreated, http.StatusOK, http.StatusConflict)
+	if err == nil {
+		s.log.Info("bootstrap token created in cluster", "cluster", res.cluster.Name, "token", bt, "device", res.device.ID)
+	}
+	return err
+}
+
+// unpublishToken deletes a revoked bootstrap token's Secret from the running
+// cluster, so the API server stops accepting it at once rather than when it
+// expires. A Secret already gone (404) counts as deleted.
+func (s *Service) unpublishToken(ctx context.Context, keys *clusterKeys, clusterName, endpoint, id string) error {
+	err := s.clusterAPI(ctx, keys, clusterName, endpoint, http.MethodDelete,
+		"/api/v1/namespaces/kube-system/secrets/"+bootstraputil.BootstrapTokenSecretName(id), nil,
+		http.StatusOK, http.StatusAccepted, http.StatusNotFound)
+	if err == nil {
+		s.log.Info("bootstrap token deleted from cluster", "cluster", clusterName, "token_id", id)
+	}
+	return err
+}
+
+// clusterAPI makes one call to the cluster's API server as a short-lived
+// admin the appliance signs itself, pinning the server to the cluster CA.
+// Any status outside ok is an error carrying the server's answer.
+func (s *Service) clusterAPI(ctx context.Context, keys *clusterKeys, clusterName, endpoint, method, path string, body []byte, ok ...int) error {
+	creds, err := kubeconfig.IssueAdmin(keys.ca, clusterName, "https://"+endpoint, time.Hour, s.now())
 	if err != nil {
 		return err
 	}
@@ -43,29 +73,23 @@ func (s *Service) publishToken(ctx context.Context, res *joinResult, keys *clust
 		TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12},
 	}}
 	defer client.CloseIdleConnections()
-	body, err := json.Marshal(bootstrapTokenSecret(bt, res.tokenExp, "ztpd join token for "+res.device.ID))
+	req, err := http.NewRequestWithContext(ctx, method, "https://"+endpoint+path, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
-	url := "https://" + res.rt.APIEndpoint + "/api/v1/namespaces/kube-system/secrets"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return err
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
-	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	switch {
-	case resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusConflict:
-		s.log.Info("bootstrap token created in cluster", "cluster", res.cluster.Name, "token", bt, "device", res.device.ID)
+	if slices.Contains(ok, resp.StatusCode) {
 		return nil
-	default:
-		return fmt.Errorf("API server answered %s: %s", resp.Status, strings.TrimSpace(string(msg)))
 	}
+	return fmt.Errorf("API server answered %s: %s", resp.Status, strings.TrimSpace(string(msg)))
 }
 
 // bootstrapTokenSecret is the Secret kubeadm's token create makes, with

@@ -30,6 +30,13 @@ type apiServer struct {
 	mu      sync.Mutex
 	secrets []map[string]any
 	users   []string
+	deleted []string // secret names
+}
+
+func (a *apiServer) deletions() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.deleted...)
 }
 
 func startAPIServer(t *testing.T, ln net.Listener, ca *pki.CA) *apiServer {
@@ -60,6 +67,13 @@ func startAPIServer(t *testing.T, ln net.Listener, ca *pki.CA) *apiServer {
 	pool.AddCert(ca.Certificate())
 	a := &apiServer{}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if name, ok := strings.CutPrefix(r.URL.Path, "/api/v1/namespaces/kube-system/secrets/"); ok && r.Method == http.MethodDelete {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			a.deleted = append(a.deleted, name)
+			w.WriteHeader(http.StatusOK)
+			return
+		}
 		if r.Method != http.MethodPost || r.URL.Path != "/api/v1/namespaces/kube-system/secrets" {
 			http.Error(w, "not found", http.StatusNotFound)
 			return

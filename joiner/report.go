@@ -2,6 +2,7 @@ package joiner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -101,19 +102,39 @@ func (s *Service) Report(ctx context.Context, credential, state, detail string) 
 }
 
 // Revoke marks a token revoked (kind kubeadm, k3s, enrollment or report).
+// A kubeadm token the running cluster knows (created by kubeadm init or
+// published by ztpd) is also deleted there; when that fails the revocation
+// in ztpd stands, the error says the cluster still accepts the token, and
+// revoking again retries the deletion.
 func (s *Service) Revoke(ctx context.Context, kind tokens.Kind, id string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	now := s.now().UTC()
-	return s.store.Update(func(tx core.Tx) error {
-		var rec tokenRecord
+	var (
+		rec       tokenRecord
+		cluster   core.Cluster
+		rt        clusterRuntime
+		inCluster bool
+	)
+	err := s.store.Update(func(tx core.Tx) error {
 		ok, err := tx.Get(core.BucketTokens, tokenKey(kind, id), &rec)
 		if err != nil {
 			return err
 		}
 		if !ok {
 			return fmt.Errorf("token %s/%s: %w", kind, id, core.ErrNotFound)
+		}
+		if kind == tokens.KindKubeadm && rec.Cluster != "" {
+			if cluster, err = clusterByRef(tx, rec.Cluster); err == nil {
+				if rt, err = getRuntime(tx, rec.Cluster); err != nil {
+					return err
+				}
+				// Pool tokens never handed out after init were never created there.
+				inCluster = rt.APIEndpoint != "" && (rec.inInit(rt) || rec.Device != "")
+			} else if !errors.Is(err, core.ErrNotFound) {
+				return err
+			}
 		}
 		if rec.Revoked {
 			return nil
@@ -127,6 +148,17 @@ func (s *Service) Revoke(ctx context.Context, kind tokens.Kind, id string) error
 		}
 		return event(tx, now, "token.revoked", rec.Device, rec.Cluster, string(kind)+" token "+id+" revoked", nil)
 	})
+	if err != nil || !inCluster {
+		return err
+	}
+	keys, err := s.keysFor(cluster.ID)
+	if err == nil {
+		err = s.unpublishToken(ctx, keys, cluster.Name, rt.APIEndpoint, id)
+	}
+	if err != nil {
+		return fmt.Errorf("token %s/%s is revoked in ztpd, but deleting it from cluster %s failed, so the cluster accepts it until it expires; revoke again to retry: %w", kind, id, cluster.Name, err)
+	}
+	return nil
 }
 
 // Sweep deletes token records that are expired or revoked, and their pool
