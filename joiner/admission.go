@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -107,6 +108,16 @@ func (rt *clusterRuntime) release(m member) {
 // up to Size. A device whose profile fixed its role only takes that role.
 // Switches and k3s agents are always workers. The empty role with a reason
 // means the device waits.
+// waitFirstControlPlane is the wait of a node that needs the cluster's API
+// endpoint: it ends as soon as the first control plane enrolls, so such a
+// node is told to ask again soon (waitRetryFirstCP) rather than after the
+// long wait for an operator or a scale-up (waitRetry).
+const (
+	waitFirstControlPlane = "waiting for the cluster's first control plane"
+	waitRetryFirstCP      = 5 * time.Second
+	waitRetry             = 30 * time.Second
+)
+
 func decideRole(c core.Cluster, rt clusterRuntime, method, preset string) (role string, first bool, wait string) {
 	wantCP := max(c.ControlNodes, 1)
 	canCP := method == MethodKubeadm && preset != RoleWorker && preset != RoleSONiC
@@ -118,10 +129,10 @@ func decideRole(c core.Cluster, rt clusterRuntime, method, preset string) (role 
 		if canCP {
 			return RoleControlPlane, true, ""
 		}
-		return "", false, "waiting for the cluster's first control plane"
+		return "", false, waitFirstControlPlane
 	}
 	if method == MethodSONiC && rt.FirstControlPlane == "" && rt.APIEndpoint == "" {
-		return "", false, "waiting for the cluster's first control plane"
+		return "", false, waitFirstControlPlane
 	}
 	if canCP && rt.ControlPlanes < wantCP {
 		return RoleControlPlane, false, ""

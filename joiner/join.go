@@ -155,7 +155,11 @@ func (s *Service) Join(ctx context.Context, req JoinRequest) (*Bundle, error) {
 	}
 	if res.wait != "" {
 		joinsWaiting.Inc()
-		return nil, &WaitError{Reason: res.wait, RetryAfter: 30 * time.Second}
+		retry := waitRetry
+		if res.wait == waitFirstControlPlane {
+			retry = waitRetryFirstCP
+		}
+		return nil, &WaitError{Reason: res.wait, RetryAfter: retry}
 	}
 	b, err := s.render(ctx, &res, now)
 	if err != nil {

@@ -171,7 +171,7 @@ func TestFirstControlPlaneThenWorkers(t *testing.T) {
 	}
 	_, err := e.join("prod", 4)
 	var we *WaitError
-	if !errors.As(err, &we) || !strings.Contains(we.Reason, "desired size") {
+	if !errors.As(err, &we) || !strings.Contains(we.Reason, "desired size") || we.RetryAfter != waitRetry {
 		t.Fatalf("fourth device: %v", err)
 	}
 	got, _ := e.svc.Members(bg, "prod")
@@ -544,8 +544,8 @@ func TestSONiCSwitchJoin(t *testing.T) {
 		return core.PutDevice(tx, core.Device{ID: sw, MAC: sw, Kind: core.KindSONiC, Serial: "SN-LEAF-1", Product: "Accton-AS7712-32X", Hostname: "leaf-1"})
 	})
 	var we *WaitError
-	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: secret, Serial: "SN-LEAF-1"}); !errors.As(err, &we) {
-		t.Fatalf("switch before control plane: %v", err)
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: secret, Serial: "SN-LEAF-1"}); !errors.As(err, &we) || we.RetryAfter != waitRetryFirstCP {
+		t.Fatalf("switch before control plane: %v (asked to retry after %v)", err, we)
 	}
 	swDev := e.device(sw)
 	if _, _, ok, err := e.svc.KubernetesMaster(bg, swDev, "fabric"); ok || err != nil {

@@ -191,24 +191,30 @@ func RunVM(ctx context.Context, ns *netns.NS, dir string, d Device, progress Pro
 		return err
 	}
 	server := lease["server_identifier"]
-	base := "http://" + server + "/latest/"
-	progress(d.Name, "meta-data "+lease.IP())
-	for _, k := range []string{"instance-id", "local-hostname", "local-ipv4", "availability-zone", "vm-id"} {
-		body, err := Curl(ctx, ns, dir, SwitchIdentity{}, base+"meta-data/"+k)
-		if err != nil {
-			return err
-		}
-		if k == "local-ipv4" && strings.TrimSpace(string(body)) != lease.IP() {
-			return fmt.Errorf("meta-data local-ipv4 %q, lease %s", body, lease.IP())
-		}
-	}
-	progress(d.Name, "user-data")
 	var ud []byte
-	err = retryFor(ctx, 3*time.Minute, func() error {
-		var err error
-		ud, err = Curl(ctx, ns, dir, SwitchIdentity{}, base+"user-data")
-		return err
-	})
+	if HaveCloudInit() {
+		progress(d.Name, "cloud-init CloudStack datasource "+lease.IP())
+		// The user-data waits for the cluster (its first control plane), so
+		// cloud-init is run again until it carries the join, as a VM would
+		// be rebooted into it.
+		err = retryFor(ctx, 3*time.Minute, func() error {
+			r, err := CloudInitCloudStack(ctx, ns, dir, server)
+			if err != nil {
+				return err
+			}
+			if ip, _ := r.Metadata["local-ipv4"].(string); ip != lease.IP() || r.InstanceID == "" {
+				return fmt.Errorf("cloud-init meta-data: local-ipv4 %q (lease %s), instance-id %q", ip, lease.IP(), r.InstanceID)
+			}
+			if !bytes.HasPrefix(r.UserData, []byte("#cloud-config")) {
+				// cloud-init logs a failed user-data fetch and goes on without it.
+				return fmt.Errorf("cloud-init got no cloud-config user-data yet: %.80q", r.UserData)
+			}
+			ud = r.UserData
+			return nil
+		})
+	} else {
+		ud, err = curlMetadata(ctx, ns, dir, d, server, lease.IP(), progress)
+	}
 	if err != nil {
 		return err
 	}
@@ -234,6 +240,30 @@ func RunVM(ctx context.Context, ns *netns.NS, dir string, d Device, progress Pro
 	}
 	// kubeadm init/join would run here; the lab has no kubelet.
 	return report(ctx, ns, dir, d, filepath.Join(root, "etc/ztpd/report.env"), progress)
+}
+
+// curlMetadata walks the metadata service with curl, for a machine without
+// Debian's cloud-init.
+func curlMetadata(ctx context.Context, ns *netns.NS, dir string, d Device, server, ip string, progress Progress) ([]byte, error) {
+	base := "http://" + server + "/latest/"
+	progress(d.Name, "meta-data "+ip)
+	for _, k := range []string{"instance-id", "local-hostname", "local-ipv4", "availability-zone", "vm-id"} {
+		body, err := Curl(ctx, ns, dir, SwitchIdentity{}, base+"meta-data/"+k)
+		if err != nil {
+			return nil, err
+		}
+		if k == "local-ipv4" && strings.TrimSpace(string(body)) != ip {
+			return nil, fmt.Errorf("meta-data local-ipv4 %q, lease %s", body, ip)
+		}
+	}
+	progress(d.Name, "user-data")
+	var ud []byte
+	err := retryFor(ctx, 3*time.Minute, func() error {
+		var err error
+		ud, err = Curl(ctx, ns, dir, SwitchIdentity{}, base+"user-data")
+		return err
+	})
+	return ud, err
 }
 
 // report posts "joined" with curl to the report URL the join bundle gave.

@@ -1,0 +1,64 @@
+package lab
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/ztpd/ztpd/testenv/netns"
+)
+
+//go:embed scripts/cloudstack_datasource.py
+var cloudStackDatasourcePy []byte
+
+// CloudInitPython is the interpreter that has Debian's cloud-init (the
+// package installs into the system Python, not into a pyenv on PATH).
+const CloudInitPython = "/usr/bin/python3"
+
+// HaveCloudInit reports whether Debian's cloud-init can be imported.
+func HaveCloudInit() bool {
+	return exec.Command(CloudInitPython, "-c", "import cloudinit.sources.DataSourceCloudStack").Run() == nil
+}
+
+// CloudInitResult is what cloud-init's CloudStack datasource read.
+type CloudInitResult struct {
+	InstanceID       string            `json:"instance_id"`
+	AvailabilityZone string            `json:"availability_zone"`
+	Metadata         map[string]any    `json:"metadata"`
+	PasswordConfig   map[string]any    `json:"password_cfg"`
+	UserData         []byte            `json:"-"`
+}
+
+// CloudInitCloudStack runs cloud-init's own CloudStack datasource in ns
+// against the virtual router vr (the VM's DHCP server): the meta-data crawl,
+// user-data and the password server on port 8080.
+func CloudInitCloudStack(ctx context.Context, ns *netns.NS, dir, vr string) (*CloudInitResult, error) {
+	work := filepath.Join(dir, "cloud-init")
+	if err := os.MkdirAll(work, 0o700); err != nil {
+		return nil, err
+	}
+	script := filepath.Join(work, "cloudstack_datasource.py")
+	if err := os.WriteFile(script, cloudStackDatasourcePy, 0o700); err != nil {
+		return nil, err
+	}
+	out, err := ns.Command(ctx, CloudInitPython, script, vr, work).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("cloud-init CloudStack datasource: %v: %s", err, tail(string(out), 1500))
+	}
+	b, err := os.ReadFile(filepath.Join(work, "metadata.json"))
+	if err != nil {
+		return nil, err
+	}
+	var r CloudInitResult
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("cloud-init result: %w", err)
+	}
+	if r.UserData, err = os.ReadFile(filepath.Join(work, "user-data")); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
