@@ -26,11 +26,14 @@ func HaveCloudInit() bool {
 
 // CloudInitResult is what cloud-init's CloudStack datasource read.
 type CloudInitResult struct {
-	InstanceID       string            `json:"instance_id"`
-	AvailabilityZone string            `json:"availability_zone"`
-	Metadata         map[string]any    `json:"metadata"`
-	PasswordConfig   map[string]any    `json:"password_cfg"`
-	UserData         []byte            `json:"-"`
+	InstanceID       string         `json:"instance_id"`
+	AvailabilityZone string         `json:"availability_zone"`
+	Metadata         map[string]any `json:"metadata"`
+	PasswordConfig   map[string]any `json:"password_cfg"`
+	// PasswordServer is {"answer": <password or null>} when the password
+	// server (port 8080, DomU_Request) answered, {"error": ...} when not.
+	PasswordServer map[string]any `json:"password_server"`
+	UserData       []byte         `json:"-"`
 }
 
 // CloudInitCloudStack runs cloud-init's own CloudStack datasource in ns
@@ -59,6 +62,9 @@ func CloudInitCloudStack(ctx context.Context, ns *netns.NS, dir, vr string) (*Cl
 	}
 	if r.UserData, err = os.ReadFile(filepath.Join(work, "user-data")); err != nil {
 		return nil, err
+	}
+	if _, ok := r.PasswordServer["answer"]; !ok {
+		return nil, fmt.Errorf("cloud-init: the password server at %s:8080 did not answer: %v", vr, r.PasswordServer["error"])
 	}
 	return &r, nil
 }

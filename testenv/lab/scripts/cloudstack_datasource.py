@@ -22,6 +22,20 @@ def main():
     # identifier; busybox udhcpc keeps no lease file, so the lab passes the
     # server identifier udhcpc got.
     cs.get_vr_address = lambda: vr
+    # Record what the password server did: cloud-init logs a failure and
+    # goes on, so the lab checks it here.
+    password = {}
+    fetch = cs.CloudStackPasswordServerClient.get_password
+
+    def recorded(client):
+        try:
+            password["answer"] = fetch(client)
+        except Exception as e:
+            password["error"] = str(e)
+            raise
+        return password["answer"]
+
+    cs.CloudStackPasswordServerClient.get_password = recorded
     paths = helpers.Paths({"cloud_dir": os.path.join(work, "cloud"), "run_dir": os.path.join(work, "run")})
     distro = distros.fetch("debian")("debian", {}, paths)
     sys_cfg = dict(settings.CFG_BUILTIN)
@@ -34,6 +48,7 @@ def main():
         "availability_zone": ds.availability_zone,
         "metadata": ds.metadata,
         "password_cfg": ds.get_config_obj(),
+        "password_server": password,
     }
     with open(os.path.join(work, "metadata.json"), "w") as f:
         json.dump(out, f, default=str)
