@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -260,5 +261,84 @@ func TestGenerationCountsWritesPerBucket(t *testing.T) {
 	}
 	if s.Generation() != 0 || s.Generation("no-such-bucket") != 0 {
 		t.Fatal("generation of no known bucket must be 0")
+	}
+}
+
+// TestFullDiskFailsCleanlyAndLosesNothing: on a full file system a write
+// fails with the system's "no space left" error, everything committed before
+// stays readable, writes work again once there is room, and all of it is
+// there after a reopen.
+func TestFullDiskFailsCleanlyAndLosesNothing(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs")
+	}
+	dir := filepath.Join(t.TempDir(), "small")
+	os.Mkdir(dir, 0o700)
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("mount tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Leave the store a little room, then fill it with leases.
+	filler := filepath.Join(dir, "filler")
+	if out, err := exec.Command("fallocate", "-l", "3m", filler).CombinedOutput(); err != nil {
+		t.Fatalf("fallocate: %v %s", err, out)
+	}
+	value := core.Lease{MAC: "02:00:00:00:00:01", State: core.LeaseActive, Hostname: strings.Repeat("h", 200)}
+	committed := 0
+	var werr error
+	for i := 0; i < 100000 && werr == nil; i++ {
+		werr = s.Update(func(tx core.Tx) error {
+			for j := 0; j < 50; j++ {
+				l := value
+				l.IP = fmt.Sprintf("10.99.%d.%d", (committed+j)/250, (committed+j)%250)
+				if err := tx.Put(core.BucketLeases, l.IP, l); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if werr == nil {
+			committed += 50
+		}
+	}
+	if werr == nil || !strings.Contains(werr.Error(), "no space left") {
+		t.Fatalf("write on a full disk: %v, want no space left on device", werr)
+	}
+	if committed == 0 {
+		t.Fatal("nothing fit before the disk was full")
+	}
+	t.Logf("%d leases committed, then: %v", committed, werr)
+	count := func(s *Store) int {
+		n := 0
+		if err := s.View(func(tx core.Tx) error {
+			return tx.Scan(core.BucketLeases, "", func(string, []byte) (bool, error) { n++; return true, nil })
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(s); n != committed {
+		t.Fatalf("%d leases readable after the failed write, %d committed", n, committed)
+	}
+	// Room again: the same open store takes writes without a restart.
+	os.Remove(filler)
+	if err := s.Update(func(tx core.Tx) error { return tx.Put(core.BucketLeases, "10.99.251.1", value) }); err != nil {
+		t.Fatalf("write once there is room again: %v", err)
+	}
+	committed++
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer s.Close()
+	if n := count(s); n != committed {
+		t.Fatalf("%d leases after reopen, %d committed", n, committed)
 	}
 }
