@@ -4,63 +4,21 @@
 package sdktest
 
 import (
-	"context"
 	"encoding/json"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/apache/cloudstack-go/v2/cloudstack"
 
 	"github.com/ztpd/ztpd/internal/app"
 	"github.com/ztpd/ztpd/internal/config"
+	"github.com/ztpd/ztpd/testenv/inproc"
 )
-
-// serve runs a ztpd (HTTP listener with the API, admin socket) in a fresh
-// data dir and returns its base URL and config.
-func serve(t *testing.T) (string, config.Config) {
-	t.Helper()
-	cfg := config.Default()
-	cfg.DataDir = t.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.HTTP.Addr = l.Addr().String()
-	l.Close()
-	cfg.Log.Level = "error"
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	a, err := app.New(cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- a.Serve(ctx, time.Second) }()
-	t.Cleanup(func() { cancel(); <-served; a.Close() })
-	base := "http://" + cfg.HTTP.Addr
-	for i := 0; ; i++ {
-		resp, err := http.Get(base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if _, err := os.Stat(filepath.Join(cfg.DataDir, app.AdminSocketName)); err == nil {
-				return base, cfg
-			}
-		}
-		if i > 300 {
-			t.Fatal("ztpd did not come up")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // newKey creates an API key over the admin socket, as `ztpd apikey create` does.
 func newKey(t *testing.T, cfg config.Config, role string) (key, secret string) {
@@ -86,7 +44,7 @@ func newKey(t *testing.T, cfg config.Config, role string) (key, secret string) {
 }
 
 func TestCloudStackSDKLifecycle(t *testing.T) {
-	base, cfg := serve(t)
+	base, cfg := inproc.Serve(t, nil)
 	adminKey, adminSecret := newKey(t, cfg, "admin")
 	userKey, userSecret := newKey(t, cfg, "user")
 	admin := cloudstack.NewAsyncClient(base+"/client/api", adminKey, adminSecret, true)

@@ -1,31 +1,14 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/ztpd/ztpd/internal/app"
-	"github.com/ztpd/ztpd/internal/config"
+	"github.com/ztpd/ztpd/testenv/inproc"
 )
-
-// runCLI runs the ztpd command tree with args and returns its standard output.
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // TestAPICommandGroups drives apikey, version, cluster, device, lease and
 // token commands against a serving ztpd (HTTP listener and admin socket).
@@ -36,37 +19,8 @@ func TestAPICommandGroups(t *testing.T) {
 	}
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
 	t.Setenv("HOME", t.TempDir())
-	dir := t.TempDir()
-	cfg := config.Default()
-	cfg.DataDir = dir
-	cfg.HTTP.Addr = freeAddr(t)
-	cfg.Log.Level = "error"
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	a, err := app.New(cfg, newLogger(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- a.Serve(ctx, time.Second) }()
-	t.Cleanup(func() { cancel(); <-served; a.Close() })
-	base := "http://" + cfg.HTTP.Addr
-	for i := 0; ; i++ {
-		resp, err := http.Get(base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if _, err := os.Stat(filepath.Join(dir, app.AdminSocketName)); err == nil {
-				break
-			}
-		}
-		if i > 200 {
-			t.Fatal("server did not come up")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-
+	base, cfg := inproc.Serve(t, nil)
+	dir := cfg.DataDir
 	dd := "--data-dir=" + dir
 	out, err := runCLI(t, dd, "apikey", "create", "--role", "admin", "--name", "ops", "-o", "json")
 	if err != nil {

@@ -1,0 +1,63 @@
+// Package inproc runs a whole ztpd (the same wiring as `ztpd serve`) inside
+// a test process, on a loopback port and a fresh data directory, for tests
+// that talk to it as its real clients do (CLI, API SDKs).
+package inproc
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/app"
+	"github.com/ztpd/ztpd/internal/config"
+)
+
+// Serve starts ztpd with the default configuration, a temp data dir and a
+// free loopback HTTP port (mutate may change more before validation). It
+// returns once /healthz answers and the admin socket exists; the server
+// stops when the test ends.
+func Serve(t testing.TB, mutate func(*config.Config)) (base string, cfg config.Config) {
+	t.Helper()
+	cfg = config.Default()
+	cfg.DataDir = t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.HTTP.Addr = l.Addr().String()
+	l.Close()
+	cfg.Log.Level = "error"
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	a, err := app.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ctx, time.Second) }()
+	t.Cleanup(func() { cancel(); <-served; a.Close() })
+	base = "http://" + cfg.HTTP.Addr
+	for i := 0; ; i++ {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if _, err := os.Stat(filepath.Join(cfg.DataDir, app.AdminSocketName)); err == nil {
+				return base, cfg
+			}
+		}
+		if i > 300 {
+			t.Fatal("ztpd did not come up")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
