@@ -118,6 +118,8 @@ type batchReq struct {
 
 // Open opens (creating if needed) the store in dir, takes its lock, and brings
 // its schema up to date.
+const initialMmapSize = 1 << 30
+
 func Open(dir string, opts Options) (*Store, error) {
 	if opts.LockTimeout <= 0 {
 		opts.LockTimeout = 200 * time.Millisecond
@@ -136,6 +138,11 @@ func Open(dir string, opts Options) (*Store, error) {
 		ReadOnly:       opts.ReadOnly,
 		FreelistType:   bolt.FreelistMapType,
 		NoFreelistSync: true,
+		// Growing the file past the mapping remaps it, and a remap waits for
+		// every open read transaction and blocks new ones: a stall on the
+		// request path each time the store grows. Reserving 1 GiB of address
+		// space up front (not memory) removes those stalls until then.
+		InitialMmapSize: initialMmapSize,
 	})
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
