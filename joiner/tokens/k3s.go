@@ -104,6 +104,11 @@ func ParseK3sToken(s string) (K3sToken, error) {
 			t.bootstrap = bt
 		} else {
 			t.password = s
+			// Its full form (K10:::<password>) must fit the limit too, or
+			// the token could not be handed on.
+			if len(t.Reveal()) > k3sMaxTokenSize {
+				return K3sToken{}, fmt.Errorf("%w: k3s token longer than %d bytes", ErrMalformed, k3sMaxTokenSize)
+			}
 		}
 		return t, nil
 	}
