@@ -183,13 +183,15 @@ func plainSafe(s string) bool {
 	case "y", "n", "yes", "no", "on", "off", "true", "false", "null", "~":
 		return false
 	}
-	if _, err := strconv.ParseFloat(strings.ReplaceAll(s, "_", ""), 64); err == nil {
+	// YAML resolvers drop underscores before reading a number ("0_X00" is 0).
+	digits := strings.ReplaceAll(s, "_", "")
+	if _, err := strconv.ParseFloat(digits, 64); err == nil {
 		return false
 	}
 	if s[0] >= '0' && s[0] <= '9' && (strings.Count(s, "-") >= 2 || strings.ContainsAny(s, " :")) {
 		return false // a date or timestamp (2026-03-01)
 	}
-	if l := strings.ToLower(s); strings.HasPrefix(l, "0x") || strings.HasPrefix(l, "0o") || strings.HasPrefix(l, "0b") {
+	if l := strings.ToLower(digits); strings.HasPrefix(l, "0x") || strings.HasPrefix(l, "0o") || strings.HasPrefix(l, "0b") {
 		return false // hexadecimal, octal and binary integers
 	}
 	return true
