@@ -98,11 +98,17 @@ var (
 	errOverload = errors.New("invalid option overload")
 )
 
-// optRef locates one option's value: in the packet buffer, or (for an option
-// split over several instances, RFC 3396) in Packet.joined.
+// optRef locates one option's value: its first instance in the packet
+// buffer, or (for an option split over several instances, RFC 3396) the
+// concatenation in Packet.joined.
 type optRef struct {
-	off, n uint16
-	joined bool
+	off, n uint32
+}
+
+// optInst is a second or later instance of an option, in the packet buffer.
+type optInst struct {
+	code   uint8
+	off, n uint32
 }
 
 // Packet is a parsed DHCPv4 request. Its byte slices point into the buffer
@@ -117,7 +123,10 @@ type Packet struct {
 
 	buf     []byte
 	present [4]uint64
-	refs    [256]optRef
+	multi   [4]uint64   // codes with more than one instance
+	refs    [256]optRef // first instances, in buf
+	jrefs   [256]optRef // concatenated values of multi codes, in joined
+	extra   []optInst   // later instances, in packet order
 	joined  []byte
 	order   [256]uint8 // codes in the order first seen, for tests and logs
 	nOrder  int
@@ -149,12 +158,13 @@ func (p *Packet) Parse(b []byte) error {
 	p.GIAddr = [4]byte(b[24:28])
 	p.CHAddr = [16]byte(b[28:44])
 	p.buf = b
-	p.present = [4]uint64{}
-	p.joined = p.joined[:0]
+	p.present, p.multi = [4]uint64{}, [4]uint64{}
+	p.extra, p.joined = p.extra[:0], p.joined[:0]
 	p.nOrder = 0
 	if err := p.parseOptions(240, len(b)); err != nil {
 		return err
 	}
+	p.join()
 	if ov, ok := p.Opt(optOverload); ok {
 		if len(ov) != 1 || ov[0] < 1 || ov[0] > 3 {
 			return errOverload
@@ -170,6 +180,7 @@ func (p *Packet) Parse(b []byte) error {
 				return err
 			}
 		}
+		p.join()
 	}
 	return nil
 }
@@ -203,28 +214,59 @@ func (p *Packet) add(code uint8, off, n int) {
 	w, bit := code>>6, uint64(1)<<(code&63)
 	if p.present[w]&bit == 0 {
 		p.present[w] |= bit
-		p.refs[code] = optRef{off: uint16(off), n: uint16(n)}
+		p.refs[code] = optRef{off: uint32(off), n: uint32(n)}
 		p.order[p.nOrder] = code
 		p.nOrder++
 		return
 	}
-	// Second instance: concatenate into joined (rare; allocates once).
-	old, _ := p.Opt(code)
-	start := len(p.joined)
-	p.joined = append(p.joined, old...)
-	p.joined = append(p.joined, p.buf[off:off+n]...)
-	p.refs[code] = optRef{off: uint16(start), n: uint16(len(p.joined) - start), joined: true}
+	// A later instance: concatenated by join (rare).
+	p.multi[w] |= bit
+	p.extra = append(p.extra, optInst{code: code, off: uint32(off), n: uint32(n)})
+}
+
+// join concatenates every repeated option's instances, in packet order, into
+// joined: one pass over the instances, so the work and memory stay linear in
+// the packet size however the instances interleave.
+func (p *Packet) join() {
+	if len(p.extra) == 0 {
+		return
+	}
+	var fill [256]uint32
+	for _, e := range p.extra {
+		fill[e.code] += e.n
+	}
+	total := uint32(0)
+	for _, code := range p.order[:p.nOrder] {
+		if p.multi[code>>6]&(1<<(code&63)) != 0 {
+			n := p.refs[code].n + fill[code]
+			p.jrefs[code] = optRef{off: total, n: n}
+			total += n
+		}
+	}
+	p.joined = append(p.joined[:0], make([]byte, total)...)
+	for _, code := range p.order[:p.nOrder] {
+		if p.multi[code>>6]&(1<<(code&63)) != 0 {
+			r, j := p.refs[code], p.jrefs[code]
+			copy(p.joined[j.off:], p.buf[r.off:r.off+r.n])
+			fill[code] = j.off + r.n
+		}
+	}
+	for _, e := range p.extra {
+		fill[e.code] += uint32(copy(p.joined[fill[e.code]:], p.buf[e.off:e.off+e.n]))
+	}
 }
 
 // Opt returns the value of option code and whether the packet carries it.
 func (p *Packet) Opt(code uint8) ([]byte, bool) {
-	if p.present[code>>6]&(1<<(code&63)) == 0 {
+	w, bit := code>>6, uint64(1)<<(code&63)
+	if p.present[w]&bit == 0 {
 		return nil, false
 	}
-	r := p.refs[code]
-	if r.joined {
+	if p.multi[w]&bit != 0 {
+		r := p.jrefs[code]
 		return p.joined[r.off : r.off+r.n : r.off+r.n], true
 	}
+	r := p.refs[code]
 	return p.buf[r.off : r.off+r.n : r.off+r.n], true
 }
 

@@ -241,3 +241,34 @@ func FuzzHandle(f *testing.F) {
 		}
 	})
 }
+
+// TestParseManyRepeatedOptions: a maximal datagram of interleaved repeated
+// options (RFC 3396 concatenation) parses without overflow, in linear work:
+// each option's value is its instances in order, and the joined buffer is no
+// larger than the options themselves.
+func TestParseManyRepeatedOptions(t *testing.T) {
+	b := make([]byte, 240, 65507)
+	b[0], b[1], b[2] = opRequest, 1, 6
+	copy(b[236:], magicCookie[:])
+	want := map[uint8][]byte{}
+	for i := 0; len(b)+4 <= cap(b)-1; i++ {
+		code := uint8(200 + i%3)
+		v := []byte{byte(i), byte(i >> 8)}
+		b = append(b, code, 2, v[0], v[1])
+		want[code] = append(want[code], v...)
+	}
+	b = append(b, optEnd)
+	var p Packet
+	if err := p.Parse(b); err != nil {
+		t.Fatal(err)
+	}
+	for code, v := range want {
+		got, ok := p.Opt(code)
+		if !ok || !bytes.Equal(got, v) {
+			t.Fatalf("option %d: %d bytes, want %d", code, len(got), len(v))
+		}
+	}
+	if len(p.joined) > len(b) {
+		t.Fatalf("joined %d bytes for a %d-byte packet", len(p.joined), len(b))
+	}
+}
