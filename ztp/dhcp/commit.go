@@ -77,6 +77,11 @@ func (s *Server) enqueueAck(x *exchange) bool {
 // touchDevice records what this request says about its device. A write is
 // queued when something changed, or last_seen is older than lastSeenEvery.
 func (s *Server) touchDevice(x *exchange) {
+	if len(x.hw) == 0 {
+		// Device records are keyed by hardware address; a client without one
+		// (hlen 0, known by its client id alone) gets leases but no record.
+		return
+	}
 	dv := s.devs[string(x.hw)]
 	changed := false
 	if dv == nil {

@@ -656,3 +656,29 @@ func TestLeaseCache(t *testing.T) {
 		t.Fatalf("lease after RELEASE and REQUEST: %+v", l4)
 	}
 }
+
+// TestClientWithoutHardwareAddress: a client known only by its client id
+// (hlen 0, as IPoIB clients are) gets a lease, and its lack of a device
+// record never blocks the commit other clients' ACKs wait for.
+func TestClientWithoutHardwareAddress(t *testing.T) {
+	h := newHarness(t, nil)
+	cid := dhcpv4.WithOption(dhcpv4.OptClientIdentifier([]byte("ib-client-1")))
+	d, err := dhcpv4.NewDiscovery(nil, cid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.HWType = 32 // InfiniBand: chaddr unused
+	offer, _ := h.exchange(d)
+	if offer == nil || offer.MessageType() != dhcpv4.MessageTypeOffer {
+		t.Fatalf("no OFFER for a client-id-only client: %v", offer)
+	}
+	ack, _ := h.exchange(requestFor(offer, cid))
+	if ack == nil || ack.MessageType() != dhcpv4.MessageTypeAck {
+		t.Fatalf("no ACK for a client-id-only client: %v", ack)
+	}
+	if l, ok := h.lease(ack.YourIPAddr.String()); !ok || l.ClientID != "ib-client-1" {
+		t.Fatalf("lease %+v", l)
+	}
+	// Everyone else is still served.
+	h.dora(mac(7))
+}
