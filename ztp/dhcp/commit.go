@@ -3,6 +3,9 @@ package dhcp
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io/fs"
+	"syscall"
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
@@ -382,8 +385,7 @@ func (s *Server) flush(snap *snapshot, lastErr *time.Time) bool {
 	if snap.empty() {
 		return false
 	}
-	err := s.store.Batch(snap.write)
-	if err != nil {
+	if err := s.commitSnapshot(snap); err != nil {
 		commitErrors.Inc()
 		dropCommit.Add(float64(len(snap.acks)))
 		if time.Since(*lastErr) > 5*time.Second {
@@ -396,7 +398,6 @@ func (s *Server) flush(snap *snapshot, lastErr *time.Time) bool {
 		s.mu.Unlock()
 		return false
 	}
-	s.committed(snap)
 	now := time.Now()
 	if len(snap.acks) > 0 {
 		commitBatch.Observe(float64(len(snap.acks)))
@@ -407,4 +408,76 @@ func (s *Server) flush(snap *snapshot, lastErr *time.Time) bool {
 		clear(snap.acks)
 	}
 	return more
+}
+
+// commitSnapshot makes snap durable. When the whole commit fails and it
+// carries device or event records, the leases (what ACKs wait for) are
+// committed alone, and each record on its own: a record that cannot be
+// stored is logged and dropped rather than holding every ACK back. When the
+// leases cannot be stored either (a full disk), the error is returned and
+// nothing is acknowledged.
+func (s *Server) commitSnapshot(snap *snapshot) error {
+	err := s.store.Batch(snap.write)
+	if err != nil && (len(snap.devs) > 0 || len(snap.events) > 0) {
+		leases := &snapshot{leases: snap.leases, buf: snap.buf}
+		if lerr := s.store.Batch(leases.write); lerr != nil {
+			return err
+		}
+		snap.buf = leases.buf
+		s.commitRecordsApart(snap, err)
+		err = nil
+	}
+	if err == nil {
+		s.committed(snap)
+	}
+	return err
+}
+
+// commitRecordsApart stores snap's device and event records one commit
+// each. A record the store refuses is logged and dropped; one that fails for
+// I/O (a full disk) is queued again for a later commit.
+func (s *Server) commitRecordsApart(snap *snapshot, cause error) {
+	dropped := 0
+	var retry snapshot
+	one := &snapshot{buf: snap.buf}
+	for i := range snap.devs {
+		one.devs, one.states, one.events = snap.devs[i:i+1], snap.states[i:i+1], nil
+		if err := s.store.Batch(one.write); err != nil {
+			if isIOError(err) {
+				retry.devices, retry.states = append(retry.devices, snap.devices[i]), append(retry.states, snap.states[i])
+				continue
+			}
+			dropped++
+			recordErrors.Inc()
+			s.log.Error("device record cannot be stored; dropped", "device", snap.devs[i].ID, "err", err)
+		}
+	}
+	one.devs, one.states = nil, nil
+	for i := range snap.events {
+		one.events = snap.events[i : i+1]
+		if err := s.store.Batch(one.write); err != nil {
+			if isIOError(err) {
+				retry.events = append(retry.events, snap.events[i])
+				continue
+			}
+			dropped++
+			recordErrors.Inc()
+			s.log.Error("event record cannot be stored; dropped", "type", snap.events[i].typ, "err", err)
+		}
+	}
+	if len(retry.devices) > 0 || len(retry.events) > 0 {
+		s.mu.Lock()
+		s.restore(&retry)
+		s.mu.Unlock()
+	}
+	s.log.Warn("group commit failed; leases committed alone, records one by one", "err", cause,
+		"dropped", dropped, "requeued", len(retry.devices)+len(retry.events))
+}
+
+// isIOError reports whether err comes from the file system (a full disk, an
+// I/O error) rather than from the record itself.
+func isIOError(err error) bool {
+	var errno syscall.Errno
+	var pe *fs.PathError
+	return errors.As(err, &errno) || errors.As(err, &pe)
 }

@@ -62,14 +62,13 @@ func TestFullDiskWithholdsACKs(t *testing.T) {
 		h.s.mu.Lock()
 		h.s.take(snap, h.now)
 		h.s.mu.Unlock()
-		if commitErr = h.st.Batch(snap.write); commitErr != nil {
+		if commitErr = h.s.commitSnapshot(snap); commitErr != nil {
 			h.s.mu.Lock()
 			h.s.restore(snap) // what the committer does: retry the records, drop the ACKs
 			h.s.mu.Unlock()
 			failedOffer = offer
 			break
 		}
-		h.s.committed(snap)
 		if len(snap.acks) != 1 || snap.acks[0].b != x.b {
 			t.Fatalf("commit %d released %d ACKs", i, len(snap.acks))
 		}
@@ -100,6 +99,16 @@ func TestFullDiskWithholdsACKs(t *testing.T) {
 	}
 	if _, ok := h.lease(ip); !ok {
 		t.Fatalf("lease %s not in the store after its ACK", ip)
+	}
+	// Device records that did not fit were kept for later, not dropped.
+	if strings.Contains(h.logs.String(), "cannot be stored; dropped") {
+		t.Fatalf("records dropped on a full disk:\n%s", h.logs.String())
+	}
+	h.commit()
+	for i := 0; i <= len(committed); i++ {
+		if d := h.device(mac(i).String()); d.IP == "" {
+			t.Fatalf("device %s has no address on record", mac(i))
+		}
 	}
 	h.restart()
 	for c := range committed {

@@ -159,10 +159,9 @@ func (h *harness) commit() []pendingAck {
 		h.s.mu.Lock()
 		more = h.s.take(snap, h.now)
 		h.s.mu.Unlock()
-		if err := h.st.Batch(snap.write); err != nil {
+		if err := h.s.commitSnapshot(snap); err != nil {
 			h.t.Fatal(err)
 		}
-		h.s.committed(snap)
 		acks = append(acks, snap.acks...)
 	}
 	return acks

@@ -40,6 +40,9 @@ var (
 	commitErrors = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "ztpd_dhcp_commit_errors_total", Help: "Failed lease commits (their ACKs were not sent).",
 	})
+	recordErrors = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "ztpd_dhcp_record_errors_total", Help: "Device and event records dropped because they could not be stored.",
+	})
 )
 
 // Counters indexed by message type, resolved once so the hot path does no

@@ -682,3 +682,25 @@ func TestClientWithoutHardwareAddress(t *testing.T) {
 	// Everyone else is still served.
 	h.dora(mac(7))
 }
+
+// TestUnstorableRecordDoesNotHoldACKs: a device record the store refuses
+// (here one without an id) fails its group commit; the leases are then
+// committed alone and the ACKs leave, the good records are stored one by
+// one and the bad one is dropped.
+func TestUnstorableRecordDoesNotHoldACKs(t *testing.T) {
+	h := newHarness(t, nil)
+	h.s.mu.Lock()
+	h.s.queueDevice(&device{d: core.Device{Kind: core.KindVM}})
+	h.s.mu.Unlock()
+	ack := h.dora(mac(9)) // fails the test unless the ACK is released
+	if _, ok := h.lease(ack.YourIPAddr.String()); !ok {
+		t.Fatal("lease not stored")
+	}
+	if d := h.device(mac(9).String()); d.IP != ack.YourIPAddr.String() {
+		t.Fatalf("the good device record was not stored apart: %+v", d)
+	}
+	if !strings.Contains(h.logs.String(), "device record cannot be stored; dropped") {
+		t.Fatalf("no log of the dropped record:\n%s", h.logs.String())
+	}
+	h.dora(mac(10)) // the bad record is gone: plain group commits again
+}
