@@ -366,23 +366,29 @@ func (s *Server) sweepLoop(ctx context.Context, done chan<- struct{}) {
 	}
 }
 
+// activeBinding is the binding holding an active, unexpired lease of ip.
+// The caller holds s.mu.
+func (s *Server) activeBinding(ip netip.Addr) *binding {
+	if !ip.Is4() {
+		return nil
+	}
+	b := s.byIP[u32Addr(ip)]
+	if b == nil || b.state != core.LeaseActive || !b.expiry.After(time.Now()) {
+		return nil
+	}
+	return b
+}
+
 // DeviceByIP implements core.DeviceFinder: the device that holds the active
 // lease of ip, as this server knows it (possibly not yet committed).
 func (s *Server) DeviceByIP(ip netip.Addr) (core.Device, bool) {
-	if !ip.Is4() {
-		return core.Device{}, false
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b := s.byIP[u32Addr(ip)]
-	if b == nil || b.state != core.LeaseActive || !b.expiry.After(time.Now()) {
+	b := s.activeBinding(ip)
+	if b == nil || s.devs[b.hw] == nil {
 		return core.Device{}, false
 	}
-	dv := s.devs[b.hw]
-	if dv == nil {
-		return core.Device{}, false
-	}
-	d := dv.d
+	d := s.devs[b.hw].d
 	d.Labels = maps.Clone(d.Labels)
 	if d.State == "" {
 		d.State = core.StateLeased
@@ -392,13 +398,10 @@ func (s *Server) DeviceByIP(ip netip.Addr) (core.Device, bool) {
 
 // LeaseByIP implements LeaseFinder: the active lease of ip, if any.
 func (s *Server) LeaseByIP(ip netip.Addr) (core.Lease, bool) {
-	if !ip.Is4() {
-		return core.Lease{}, false
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b := s.byIP[u32Addr(ip)]
-	if b == nil || b.state != core.LeaseActive || !b.expiry.After(time.Now()) {
+	b := s.activeBinding(ip)
+	if b == nil {
 		return core.Lease{}, false
 	}
 	r := recOf(b, time.Time{})
