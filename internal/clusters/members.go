@@ -99,7 +99,7 @@ func (s *Service) views(ctx context.Context, cs []core.Cluster, gens []uint64) (
 		for i, c := range cs {
 			vg, ok := versions[c.VersionID]
 			if !ok {
-				raw, err := rawGet(tx, core.BucketVersions, c.VersionID)
+				raw, err := core.RawGet(tx, core.BucketVersions, c.VersionID)
 				if err != nil {
 					return err
 				}
@@ -126,7 +126,7 @@ func (s *Service) views(ctx context.Context, cs []core.Cluster, gens []uint64) (
 					continue
 				}
 				mem := m
-				raw, err := rawGet(tx, core.BucketDevices, m.Membership.Device)
+				raw, err := core.RawGet(tx, core.BucketDevices, m.Membership.Device)
 				if err != nil {
 					return err
 				}

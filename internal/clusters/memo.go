@@ -54,15 +54,3 @@ func (c *memo[T]) decode(key string, raw []byte) (*T, uint64, error) {
 	c.mu.Unlock()
 	return v, gen, nil
 }
-
-// rawGet returns the stored bytes of key (valid during tx), or nil.
-func rawGet(tx core.Tx, b core.Bucket, key string) ([]byte, error) {
-	var out []byte
-	err := tx.ScanPrefix(b, key, func(k string, v []byte) (bool, error) {
-		if k == key {
-			out = v
-		}
-		return false, nil
-	})
-	return out, err
-}

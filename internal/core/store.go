@@ -87,6 +87,20 @@ type Tx interface {
 	Writable() bool
 }
 
+// RawGet returns the stored bytes of key without decoding them, or nil when
+// the key is absent. The bytes are valid only inside tx; callers that cache
+// decoded values compare them to skip a decode.
+func RawGet(tx Tx, b Bucket, key string) ([]byte, error) {
+	var out []byte
+	err := tx.ScanPrefix(b, key, func(k string, v []byte) (bool, error) {
+		if k == key {
+			out = v
+		}
+		return false, nil
+	})
+	return out, err
+}
+
 // Decode unmarshals a value handed to a Scan callback.
 func Decode(value []byte, v any) error {
 	if err := json.Unmarshal(value, v); err != nil {

@@ -27,7 +27,7 @@ type cachedDevice struct {
 const deviceCacheMax = 200000
 
 func (c *deviceCache) get(tx core.Tx, id string) (core.Device, error) {
-	raw, err := rawGet(tx, core.BucketDevices, id)
+	raw, err := core.RawGet(tx, core.BucketDevices, id)
 	if err != nil {
 		return core.Device{}, err
 	}
@@ -55,7 +55,7 @@ func (c *deviceCache) get(tx core.Tx, id string) (core.Device, error) {
 
 // bySerial follows the serial-number index maintained by core.PutDevice.
 func (c *deviceCache) bySerial(tx core.Tx, serial string) (core.Device, error) {
-	raw, err := rawGet(tx, core.BucketIndex, "serial/"+serial)
+	raw, err := core.RawGet(tx, core.BucketIndex, "serial/"+serial)
 	if err != nil {
 		return core.Device{}, err
 	}
@@ -67,18 +67,6 @@ func (c *deviceCache) bySerial(tx core.Tx, serial string) (core.Device, error) {
 		return core.Device{}, fmt.Errorf("corrupt serial index %q: %w", serial, err)
 	}
 	return c.get(tx, id)
-}
-
-// rawGet returns the stored bytes of key (valid only inside tx), or nil.
-func rawGet(tx core.Tx, b core.Bucket, key string) ([]byte, error) {
-	var out []byte
-	err := tx.ScanPrefix(b, key, func(k string, v []byte) (bool, error) {
-		if k == key {
-			out = v
-		}
-		return false, nil
-	})
-	return out, err
 }
 
 // imageCache remembers image lookups by name for a moment: a profile's
