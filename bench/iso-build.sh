@@ -10,10 +10,10 @@
 # Commands, same tree, same run, interleaved (one run of each, then the next
 # round) so machine noise hits all of them alike:
 #   ztpd         ztpd iso build --bom <tree's BOM> --from-dir TREE -O OUT
-#                (builds, re-reads every file from the image, sha256s it and compares
-#                it with the source byte for byte, and sha256s the whole image)
-#   ztpd-pinned  the same with every sha256 pinned in the BOM (checked instead of
-#                the byte comparison); shown in the table, not in RESULT
+#                (writes each file, reads it back from the image and compares it with
+#                what was written, sha256s every file and the whole image as read back)
+#   ztpd-pinned  the same with every sha256 pinned in the BOM (each file's sha256
+#                is also checked against its pin); shown in the table, not in RESULT
 #   genisoimage  genisoimage -o OUT -J -R -l -V CDROM TREE
 #   xorriso      xorriso -as mkisofs -o OUT -J -R -l -V CDROM TREE
 #   copy         cp -r TREE OUT (the floor: just moving the bytes)
@@ -151,7 +151,7 @@ bench_one() {
   echo "$mode $name $w $cpu $rss" >> "$RESULTS"
   if [[ $name == ztpd* ]]; then   # keep what ztpd reported, to check it below
     jq -r '[.sha256, .size, .timings.structure_s, .timings.data_s, .timings.verify_s, .timings.sync_s] | @tsv' \
-      "$OUTDIR/ztpd.log" >> "$WORK/ztpd-$mode.tsv" 2>/dev/null || log "ztpd output is not JSON"
+      "$OUTDIR/$name.log" >> "$WORK/ztpd-$mode.tsv" 2>/dev/null || log "ztpd output is not JSON"
     [[ $name == ztpd ]] && ISO_CHECK[$mode]=$out
   elif [[ $kind == iso ]]; then
     ISO_CHECK["$mode-$name"]=$out

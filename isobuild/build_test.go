@@ -708,3 +708,74 @@ func TestFullDisk(t *testing.T) {
 	}
 	noLeftovers(t, small, "k8s.iso")
 }
+
+// TestSourceChangesDuringBuild: a source rewritten or truncated while it is
+// being copied fails the build with its name, and nothing lands.
+func TestSourceChangesDuringBuild(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "kubelet")
+	data := bytes.Repeat([]byte("kubelet binary "), 300_000) // ~4.3 MiB: several chunks
+	out := filepath.Join(dir, "k.iso")
+	for _, tc := range []struct {
+		name, want string
+		change     func() error
+	}{
+		{"rewritten", "changed during the build", func() error {
+			f, err := os.OpenFile(src, os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if _, err := f.WriteAt([]byte("tampered"), 10); err != nil {
+				return err
+			}
+			// A write in the same clock tick as the open's stat could keep
+			// mtime; move it on so the test does not depend on timer granularity.
+			later := time.Now().Add(time.Second)
+			return os.Chtimes(src, later, later)
+		}},
+		{"truncated", "shrank during the build", func() error { return os.Truncate(src, pipeChunkSize+10) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := os.WriteFile(src, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			changed := false
+			testHookChunkWritten = func(source string, done int64) {
+				if source == src && done == pipeChunkSize && !changed {
+					changed = true
+					if err := tc.change(); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			defer func() { testHookChunkWritten = nil }()
+			_, err := Build(context.Background(), Options{Output: out, Files: []File{{Path: "k8s/kubelet", Source: src, Name: "kubelet"}}})
+			if !changed {
+				t.Fatal("hook never ran")
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "kubelet") {
+				t.Fatalf("err = %v, want %q naming the artifact", err, tc.want)
+			}
+			noLeftovers(t, dir, "kubelet")
+		})
+	}
+}
+
+// TestEmptyFilePin: an empty file is checked against its pin like any other.
+func TestEmptyFilePin(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "e.iso")
+	res, err := Build(context.Background(), Options{Output: out, Files: []File{{Path: "empty", Content: []byte{}, SHA256: emptySHA256}, {Path: "x", Content: []byte("x")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Files[0].SHA256 != emptySHA256 {
+		t.Errorf("empty file sha256 %s", res.Files[0].SHA256)
+	}
+	_, err = Build(context.Background(), Options{Output: out, Files: []File{{Path: "empty", Content: []byte{}, SHA256: strings.Repeat("1", 64), Name: "empty"}}})
+	var ce *ChecksumError
+	if !errors.As(err, &ce) || ce.Got != emptySHA256 {
+		t.Errorf("wrong pin on an empty file: %v", err)
+	}
+}

@@ -9,28 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// copyChunk copies up to n bytes from src at srcOff to dst at dstOff inside the
-// kernel (copy_file_range: no user-space copy), falling back to pread/pwrite
-// when the file systems cannot do that. It returns the bytes copied; 0 means
-// src ended early.
-func copyChunk(dst, src *os.File, dstOff, srcOff int64, n int, buf *[]byte) (int, error) {
-	so, do := srcOff, dstOff
-	for {
-		c, err := unix.CopyFileRange(int(src.Fd()), &so, int(dst.Fd()), &do, n, 0)
-		if err == nil {
-			return c, nil
-		}
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) ||
-			errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EBADF) || errors.Is(err, unix.EPERM) {
-			return copyChunkRW(dst, src, dstOff, srcOff, n, buf)
-		}
-		return 0, err
-	}
-}
-
 // sizeImage reserves the image's blocks up front (fallocate): one allocation
 // instead of one per written page, and a full disk fails here, before any
 // copying. File systems without fallocate get a sparse file.

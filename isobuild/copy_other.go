@@ -4,10 +4,6 @@ package isobuild
 
 import "os"
 
-func copyChunk(dst, src *os.File, dstOff, srcOff int64, n int, buf *[]byte) (int, error) {
-	return copyChunkRW(dst, src, dstOff, srcOff, n, buf)
-}
-
 func startWriteback(*os.File, int64, int64) {}
 
 func lockTemp(*os.File) error { return nil }

@@ -138,7 +138,7 @@ type verifyResult struct {
 	modes    []fs.FileMode
 }
 
-// verifyImage checks the image's label and file list against exp, then hashes
+// verifyImage checks the image's structure (checkStructure), then hashes
 // every file's bytes from the image (and the whole image when imageHash).
 func verifyImage(ctx context.Context, f io.ReaderAt, total int64, label string, exp []expectation, g *gate, imageHash bool, verified *atomic.Int64) (*verifyResult, error) {
 	fail := func(err error) (*verifyResult, error) {
@@ -147,44 +147,13 @@ func verifyImage(ctx context.Context, f io.ReaderAt, total int64, label string, 
 		}
 		return nil, err
 	}
-	v, files, _, err := listFiles(f, total)
+	vr, entries, err := checkStructure(f, total, label, exp)
 	if err != nil {
-		return fail(fmt.Errorf("re-reading the image: %w", err))
+		return fail(err)
 	}
-	if label != "" && v.label != label {
-		return fail(fmt.Errorf("image label is %q, want %q", v.label, label))
-	}
-	if int64(v.blocks)*sectorSize > total {
-		return fail(fmt.Errorf("image is %d bytes but its volume descriptor says %d blocks", total, v.blocks))
-	}
-	if !v.rockRidge {
-		return fail(errors.New("image has no Rock Ridge entries: names and modes are lost"))
-	}
-	byPath := make(map[string]*entry, len(files))
-	for _, e := range files {
-		byPath[e.path] = e
-	}
-	vr := &verifyResult{label: v.label, fileSHA: make([]string, len(exp)), sizes: make([]int64, len(exp)), modes: make([]fs.FileMode, len(exp))}
 	jobs := make([]hashJob, 0, len(exp))
-	var problems []error
 	for i := range exp {
-		x := &exp[i]
-		e, ok := byPath[x.path]
-		if !ok {
-			problems = append(problems, fmt.Errorf("artifact %s: %s is missing from the image", x.name, x.path))
-			continue
-		}
-		delete(byPath, x.path)
-		vr.sizes[i], vr.modes[i] = e.size, e.mode
-		if x.size >= 0 && e.size != x.size {
-			problems = append(problems, fmt.Errorf("artifact %s: %s is %d bytes on the image, want %d", x.name, x.path, e.size, x.size))
-			continue
-		}
-		if x.mode != 0 && (!e.hasMode || e.mode != x.mode.Perm()) {
-			problems = append(problems, fmt.Errorf("artifact %s: %s has mode %04o on the image, want %04o", x.name, x.path, uint32(e.mode), uint32(x.mode)))
-			continue
-		}
-		i := i
+		x, e := &exp[i], entries[i]
 		jobs = append(jobs, hashJob{
 			extents: e.extents,
 			source:  x.source,
@@ -199,6 +168,56 @@ func verifyImage(ctx context.Context, f io.ReaderAt, total int64, label string, 
 			},
 		})
 	}
+	vr.imageSHA, err = hashImage(ctx, f, total, jobs, g, imageHash, verified)
+	if err != nil {
+		return fail(err)
+	}
+	return vr, nil
+}
+
+// checkStructure re-reads the image's volume descriptor and directories and
+// checks the label, Rock Ridge, and that the image holds exactly the expected
+// files with their sizes and modes. entries[i] is exp[i]'s directory entry.
+func checkStructure(f io.ReaderAt, total int64, label string, exp []expectation) (*verifyResult, []*entry, error) {
+	v, files, _, err := listFiles(f, total)
+	if err != nil {
+		return nil, nil, fmt.Errorf("re-reading the image: %w", err)
+	}
+	if label != "" && v.label != label {
+		return nil, nil, fmt.Errorf("image label is %q, want %q", v.label, label)
+	}
+	if int64(v.blocks)*sectorSize > total {
+		return nil, nil, fmt.Errorf("image is %d bytes but its volume descriptor says %d blocks", total, v.blocks)
+	}
+	if !v.rockRidge {
+		return nil, nil, errors.New("image has no Rock Ridge entries: names and modes are lost")
+	}
+	byPath := make(map[string]*entry, len(files))
+	for _, e := range files {
+		byPath[e.path] = e
+	}
+	vr := &verifyResult{label: v.label, fileSHA: make([]string, len(exp)), sizes: make([]int64, len(exp)), modes: make([]fs.FileMode, len(exp))}
+	entries := make([]*entry, len(exp))
+	var problems []error
+	for i := range exp {
+		x := &exp[i]
+		e, ok := byPath[x.path]
+		if !ok {
+			problems = append(problems, fmt.Errorf("artifact %s: %s is missing from the image", x.name, x.path))
+			continue
+		}
+		delete(byPath, x.path)
+		entries[i] = e
+		vr.sizes[i], vr.modes[i] = e.size, e.mode
+		if x.size >= 0 && e.size != x.size {
+			problems = append(problems, fmt.Errorf("artifact %s: %s is %d bytes on the image, want %d", x.name, x.path, e.size, x.size))
+			continue
+		}
+		if x.mode != 0 && (!e.hasMode || e.mode != x.mode.Perm()) {
+			problems = append(problems, fmt.Errorf("artifact %s: %s has mode %04o on the image, want %04o", x.name, x.path, uint32(e.mode), uint32(x.mode)))
+			continue
+		}
+	}
 	extra := make([]string, 0, len(byPath))
 	for p := range byPath {
 		extra = append(extra, p)
@@ -208,13 +227,9 @@ func verifyImage(ctx context.Context, f io.ReaderAt, total int64, label string, 
 		problems = append(problems, fmt.Errorf("unexpected file %s on the image", p))
 	}
 	if len(problems) > 0 {
-		return fail(errors.Join(problems...))
+		return nil, nil, errors.Join(problems...)
 	}
-	vr.imageSHA, err = hashImage(ctx, f, total, jobs, g, imageHash, verified)
-	if err != nil {
-		return fail(err)
-	}
-	return vr, nil
+	return vr, entries, nil
 }
 
 // hashJob is one file to hash from the image.
