@@ -42,8 +42,10 @@ func TestEndToEndOnboarding(t *testing.T) {
 		Options{Prefix: "zle", Octet: 130, WorkDir: work, Bin: bin, Out: &log, Timeout: 6 * time.Minute})
 	t.Log("progress:\n" + log.String())
 	if err != nil {
-		if b, rerr := os.ReadFile(filepath.Join(work, "ztpd.out")); rerr == nil {
-			t.Logf("ztpd log (tail):\n%s", tail(string(b), 4000))
+		for _, f := range []string{"ztpd.out", "relay.log", "relay.out"} {
+			if b, rerr := os.ReadFile(filepath.Join(work, f)); rerr == nil {
+				t.Logf("%s (tail):\n%s", f, tail(string(b), 4000))
+			}
 		}
 		t.Fatal(err)
 	}

@@ -120,7 +120,7 @@ func (t *Topology) build() error {
 	// appliance. It stays root so the lab can always stop it.
 	relay := t.Relay.Command(context.Background(), "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null",
 		"--pid-file=", "--port=0", "--user=root", "--interface=br1", "--bind-interfaces",
-		"--dhcp-relay="+t.RelayGW.String()+","+t.AppAddr.String(),
+		"--dhcp-relay="+t.RelayGW.String()+","+t.AppAddr.String(), "--log-dhcp",
 		"--log-facility="+filepath.Join(t.WorkDir, "relay.log"))
 	return t.Start(relay, "relay")
 }

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -52,6 +54,7 @@ type Server struct {
 	listening bool
 	kick      chan struct{}
 	pacer     *pacer
+	sendWarn  rate.Sometimes // rate-limits the send-failure warning
 }
 
 var (
@@ -68,7 +71,8 @@ func New(cfg config.Config, st core.Store, log *slog.Logger) (*Server, error) {
 	s := &Server{
 		cfg: cfg.DHCP, keepEvents: cfg.Events.Keep, store: st, log: log.With("component", "dhcp"),
 		byIP: map[uint32]*binding{}, devs: map[string]*device{}, kick: make(chan struct{}, 1), pacer: newPacer(),
-		workers: max(1, runtime.GOMAXPROCS(0)),
+		sendWarn: rate.Sometimes{Interval: 10 * time.Second},
+		workers:  max(1, runtime.GOMAXPROCS(0)),
 	}
 	adv, err := netip.ParseAddr(cfg.AdvertiseAddr)
 	if err != nil {

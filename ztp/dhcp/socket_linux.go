@@ -165,7 +165,11 @@ func (w *sender) send(s *Server, ifc *iface, d dest, pkt []byte, mt uint8) {
 	}
 	if _, err := ifc.conn.WriteToUDPAddrPort(pkt, d.addr); err != nil {
 		dropSendFailed.Inc()
-		s.log.Debug("send failed", "interface", ifc.name, "to", d.addr, "err", err)
+		// A reply that cannot leave (no route to a relay, ARP failure, full
+		// socket buffer) is an operator's problem: warn, at most every 10 s.
+		s.sendWarn.Do(func() {
+			s.log.Warn("reply not sent; more are counted in ztpd_dhcp_dropped_total{reason=\"send_failed\"}", "interface", ifc.name, "to", d.addr, "err", err)
+		})
 		return
 	}
 	repliesByType[mt].Inc()
