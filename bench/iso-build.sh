@@ -252,6 +252,17 @@ result_line() {  # $1 tag $2 mode
     printf "%s iso_build_s ztpd=%s genisoimage=%s xorriso=%s copy=%s ratio_vs_genisoimage=%s ztpd_rss_mb=%s\n",
       tag, z, g, x, c, (g > 0 && z != "nan") ? sprintf("%.2f", z / g) : "nan", r }'
 }
+# The floor for any build that hashes every byte twice (each file, and the
+# whole image, as ztpd must): this CPU's sha256 rate (openssl, 1 MiB blocks)
+# over twice the tree, plus the copy's CPU, spread over every core.
+if [[ " $MODES " == *" pagecache "* ]] && command -v openssl >/dev/null; then
+  sha_kbs=$(openssl speed -evp sha256 -bytes 1048576 -seconds 2 2>/dev/null | awk '/^sha256/{print $NF}' | tr -d k)
+  copy_cpu=$(awk '$1=="pagecache" && $2=="copy" && $3!="FAIL"{print $4}' "$RESULTS" | median)
+  awk -v kbs="${sha_kbs:-0}" -v mib="$TREE_MIB" -v c="$copy_cpu" -v n="$(nproc)" -v g="${WALL[pagecache-genisoimage]}" 'BEGIN{
+    if (kbs <= 0 || g <= 0) exit
+    sha = 2 * mib * 1048576 / (kbs * 1000); fl = (sha + c) / n
+    printf "\nfloor with two sha256 passes: sha256 at %.2f GB/s (openssl) = %.2f s CPU, + copy %.2f s CPU, over %d cores = %.2f s wall = %.2f x genisoimage (goal 0.8)\n", kbs/1e6, sha, c, n, fl, fl/g }'
+fi
 echo
 [[ " $MODES " == *" durable "* ]] && result_line RESULT_DURABLE durable
 [[ " $MODES " == *" pagecache "* ]] && result_line RESULT pagecache
