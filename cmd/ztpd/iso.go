@@ -69,7 +69,8 @@ Sources, in order:
                   downloaded; export them with ctr (the error says how).
 
 Checksums: a sha256 pinned in the BOM is checked for every source, from-dir included.
-Without a pin, a --from-dir file is trusted as it is and its sha256 is reported.
+Without a pin, a --from-dir file is trusted as it is and its sha256 is reported;
+a file that is modified or truncated while it is being copied fails the build.
 A mismatch stops the build naming the artifact and both hashes; no ISO is written.
 
 The image: ISO 9660 with Rock Ridge (POSIX names, so docker/<image>:<tag>.tar keeps
@@ -77,8 +78,10 @@ its colon; binaries mode 0755), volume label CDROM, CloudStack layout, padded to
 2048-byte sectors. Reproducible: files are sorted and every date is
 SOURCE_DATE_EPOCH (default 1970-01-01), so the same inputs give the same bytes.
 Files of 4 GiB or more are refused (ISO 9660 sizes are 32-bit).
-It is written to a hidden temp file next to the output, re-read to check every
-file's size, mode and sha256, fsynced, and only then renamed to the output name:
+It is written to a hidden temp file next to the output. Every chunk is read back
+from the image and compared with its source; every file's sha256 and the image's
+are computed from what was read back, and the directory records are re-read to
+check names, sizes and modes. Then it is fsynced and only then renamed:
 an interrupted build (even kill -9) never leaves a partial ISO under that name.
 
 Output path: --out/-O. (-o/--output is ztpd's global output format, table or json,
