@@ -256,7 +256,7 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 	// and check that each points exactly where the data will be written.
 	exp := make([]expectation, len(files))
 	for i, f := range files {
-		exp[i] = expectation{name: f.Name, path: f.Path, size: f.size, mode: f.Mode, sha256: f.SHA256, source: f.Source, content: f.Content}
+		exp[i] = expectation{name: f.Name, path: f.Path, size: f.size, mode: f.Mode, sha256: f.SHA256, source: f.Source}
 	}
 	vr, entries, err := checkStructure(tmp, total, opts.Label, exp)
 	if err != nil {
@@ -596,7 +596,8 @@ func reportProgress(fn func(Progress), written, verified *atomic.Int64, total in
 	return func() { once.Do(func() { close(done); wg.Wait() }) }
 }
 
-// gate lets readers wait until the writer has finished a byte range.
+// gate lets the disk writeback follow the writer: it waits for byte ranges to
+// be written.
 type gate struct {
 	mu    sync.Mutex
 	cond  *sync.Cond
@@ -639,20 +640,4 @@ func (g *gate) waitBeyond(from int64) (int64, error) {
 		return g.avail, nil
 	}
 	return 0, g.err
-}
-
-// wait blocks until bytes below `to` are final, or the gate failed.
-func (g *gate) wait(to int64) error {
-	if g == nil {
-		return nil
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for g.avail < to && g.err == nil {
-		g.cond.Wait()
-	}
-	if g.avail >= to {
-		return nil
-	}
-	return g.err
 }

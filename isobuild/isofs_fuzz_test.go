@@ -61,7 +61,7 @@ func FuzzReadImage(f *testing.F) {
 			}
 			jobs = append(jobs, hashJob{extents: e.extents, done: func(string) error { return nil }})
 		}
-		if _, err := hashImage(context.Background(), r, int64(len(img)), jobs, nil, true, nil); err != nil {
+		if _, err := hashImage(context.Background(), r, int64(len(img)), jobs, true); err != nil {
 			t.Fatalf("hashing a listed image: %v", err)
 		}
 	})

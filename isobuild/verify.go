@@ -1,7 +1,6 @@
 package isobuild
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -63,7 +62,7 @@ func ReadManifest(ctx context.Context, isoPath string, withHash bool) (*Manifest
 			i := i
 			jobs[i] = hashJob{extents: e.extents, done: func(sum string) error { sums[i] = sum; return nil }}
 		}
-		if m.SHA256, err = hashImage(ctx, f, size, jobs, nil, true, nil); err != nil {
+		if m.SHA256, err = hashImage(ctx, f, size, jobs, true); err != nil {
 			return nil, err
 		}
 	}
@@ -91,7 +90,7 @@ func Verify(ctx context.Context, isoPath, label string, expected []Expected) (*M
 	for i, e := range expected {
 		exp[i] = expectation{name: e.Path, path: e.Path, size: e.Size, mode: e.Mode, sha256: e.SHA256}
 	}
-	vr, err := verifyImage(ctx, f, size, label, exp, nil, true, nil)
+	vr, err := verifyImage(ctx, f, size, label, exp, true)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", isoPath, err)
 	}
@@ -126,8 +125,7 @@ type expectation struct {
 	size       int64
 	mode       fs.FileMode
 	sha256     string // expected hash, or ""
-	source     string // when sha256 is "": compare with this file byte for byte
-	content    []byte // or with this content
+	source     string // where the bytes came from, for messages
 }
 
 type verifyResult struct {
@@ -140,24 +138,16 @@ type verifyResult struct {
 
 // verifyImage checks the image's structure (checkStructure), then hashes
 // every file's bytes from the image (and the whole image when imageHash).
-func verifyImage(ctx context.Context, f io.ReaderAt, total int64, label string, exp []expectation, g *gate, imageHash bool, verified *atomic.Int64) (*verifyResult, error) {
-	fail := func(err error) (*verifyResult, error) {
-		if g != nil {
-			g.fail(err)
-		}
-		return nil, err
-	}
+func verifyImage(ctx context.Context, f io.ReaderAt, total int64, label string, exp []expectation, imageHash bool) (*verifyResult, error) {
 	vr, entries, err := checkStructure(f, total, label, exp)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	jobs := make([]hashJob, 0, len(exp))
 	for i := range exp {
 		x, e := &exp[i], entries[i]
 		jobs = append(jobs, hashJob{
 			extents: e.extents,
-			source:  x.source,
-			content: x.content,
 			label:   x.name + " (" + x.path + ")",
 			done: func(sum string) error {
 				vr.fileSHA[i] = sum
@@ -168,9 +158,8 @@ func verifyImage(ctx context.Context, f io.ReaderAt, total int64, label string, 
 			},
 		})
 	}
-	vr.imageSHA, err = hashImage(ctx, f, total, jobs, g, imageHash, verified)
-	if err != nil {
-		return fail(err)
+	if vr.imageSHA, err = hashImage(ctx, f, total, jobs, imageHash); err != nil {
+		return nil, err
 	}
 	return vr, nil
 }
@@ -235,8 +224,6 @@ func checkStructure(f io.ReaderAt, total int64, label string, exp []expectation)
 // hashJob is one file to hash from the image.
 type hashJob struct {
 	extents []extent
-	source  string // compare with this file's bytes while hashing
-	content []byte // or with these bytes
 	label   string
 	done    func(sum string) error
 }
@@ -244,10 +231,9 @@ type hashJob struct {
 const readChunk = 1 << 20
 
 // hashImage hashes each job's extents (several workers) and, with imageHash,
-// the whole image sequentially (one more worker), waiting on g for bytes that
-// are still being written. Memory: one 1 MiB buffer per worker (two with a
-// source to compare).
-func hashImage(ctx context.Context, f io.ReaderAt, total int64, jobs []hashJob, g *gate, imageHash bool, verified *atomic.Int64) (string, error) {
+// the whole image sequentially (one more worker). Memory: one 1 MiB buffer
+// per worker.
+func hashImage(ctx context.Context, f io.ReaderAt, total int64, jobs []hashJob, imageHash bool) (string, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -259,14 +245,11 @@ func hashImage(ctx context.Context, f io.ReaderAt, total int64, jobs []hashJob, 
 		once.Do(func() {
 			firstErr = err
 			cancel()
-			if g != nil {
-				g.fail(err)
-			}
 		})
 	}
 	sort.SliceStable(jobs, func(i, j int) bool { return firstOff(jobs[i]) < firstOff(jobs[j]) })
 	if imageHash && inImageOrder(jobs) {
-		return hashShared(ctx, f, total, jobs, g, verified, setErr, &firstErr)
+		return hashShared(ctx, f, total, jobs, setErr, &firstErr)
 	}
 	workers := runtime.GOMAXPROCS(0)
 	if imageHash && workers > 1 {
@@ -279,17 +262,13 @@ func hashImage(ctx context.Context, f io.ReaderAt, total int64, jobs []hashJob, 
 		go func() {
 			defer wg.Done()
 			buf := make([]byte, readChunk)
-			var cmp []byte
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= len(jobs) || ctx.Err() != nil {
 					return
 				}
 				j := &jobs[i]
-				if j.source != "" && cmp == nil {
-					cmp = make([]byte, readChunk)
-				}
-				sum, err := hashJobData(ctx, f, j, g, buf, cmp, verified)
+				sum, err := hashJobData(ctx, f, j, buf)
 				if err == nil {
 					err = j.done(sum)
 				}
@@ -309,7 +288,7 @@ func hashImage(ctx context.Context, f io.ReaderAt, total int64, jobs []hashJob, 
 			buf := make([]byte, readChunk)
 			for off := int64(0); off < total; {
 				n := min(int64(len(buf)), total-off)
-				if err := readRange(ctx, f, g, buf[:n], off); err != nil {
+				if err := readRange(ctx, f, buf[:n], off); err != nil {
 					setErr(fmt.Errorf("hashing the image: %w", err))
 					return
 				}
@@ -356,7 +335,7 @@ type chunk struct {
 
 // hashShared reads the image once, sequentially, and hands every chunk both to
 // the whole-image hash and to the per-file hashes (one read instead of two).
-func hashShared(ctx context.Context, f io.ReaderAt, total int64, jobs []hashJob, g *gate, verified *atomic.Int64, setErr func(error), firstErr *error) (string, error) {
+func hashShared(ctx context.Context, f io.ReaderAt, total int64, jobs []hashJob, setErr func(error), firstErr *error) (string, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	const depth = 8
@@ -385,7 +364,7 @@ func hashShared(ctx context.Context, f io.ReaderAt, total int64, jobs []hashJob,
 				return
 			}
 			n := min(int64(len(buf)), total-off)
-			if err := readRange(ctx, f, g, buf[:n], off); err != nil {
+			if err := readRange(ctx, f, buf[:n], off); err != nil {
 				setErr(fmt.Errorf("reading the image: %w", err))
 				return
 			}
@@ -408,7 +387,7 @@ func hashShared(ctx context.Context, f io.ReaderAt, total int64, jobs []hashJob,
 	}()
 	go func() { // per-file hashes, in image order
 		defer wg.Done()
-		fh := &fileHasher{jobs: jobs, verified: verified}
+		fh := &fileHasher{jobs: jobs}
 		failed := false
 		for c := range fileCh {
 			if !failed {
@@ -424,7 +403,6 @@ func hashShared(ctx context.Context, f io.ReaderAt, total int64, jobs []hashJob,
 				setErr(err)
 			}
 		}
-		fh.close()
 	}()
 	wg.Wait()
 	if *firstErr != nil {
@@ -438,20 +416,10 @@ func hashShared(ctx context.Context, f io.ReaderAt, total int64, jobs []hashJob,
 
 // fileHasher walks the jobs' extents in image order as chunks arrive.
 type fileHasher struct {
-	jobs     []hashJob
-	verified *atomic.Int64
-	j, x     int   // current job, extent
-	pos      int64 // bytes of the current job seen so far
-	h        hash.Hash
-	src      *os.File
-	cmp      []byte
-}
-
-func (fh *fileHasher) close() {
-	if fh.src != nil {
-		fh.src.Close()
-		fh.src = nil
-	}
+	jobs []hashJob
+	j, x int   // current job, extent
+	pos  int64 // bytes of the current job seen so far
+	h    hash.Hash
 }
 
 // next finishes jobs whose extents are all seen and opens the next one.
@@ -461,15 +429,6 @@ func (fh *fileHasher) settle() error {
 		if fh.h == nil {
 			fh.h = sha256.New()
 			fh.x, fh.pos = 0, 0
-			if j.source != "" {
-				var err error
-				if fh.src, err = os.Open(j.source); err != nil {
-					return fmt.Errorf("artifact %s: re-reading source: %w", j.label, err)
-				}
-				if fh.cmp == nil {
-					fh.cmp = make([]byte, readChunk)
-				}
-			}
 		}
 		for fh.x < len(j.extents) && j.extents[fh.x].size == 0 {
 			fh.x++
@@ -478,7 +437,6 @@ func (fh *fileHasher) settle() error {
 			return nil
 		}
 		sum := hex.EncodeToString(fh.h.Sum(nil))
-		fh.close()
 		fh.h = nil
 		fh.j++
 		if err := j.done(sum); err != nil {
@@ -510,13 +468,7 @@ func (fh *fileHasher) feed(off int64, b []byte) error {
 		n := min(end-start, x.size-done)
 		seg := b[start-off : start-off+n]
 		fh.h.Write(seg)
-		if err := compareSource(j, fh.src, fh.cmp, seg, fh.pos); err != nil {
-			return err
-		}
 		fh.pos += n
-		if fh.verified != nil {
-			fh.verified.Add(n)
-		}
 		if done+n == x.size {
 			fh.x++
 		}
@@ -542,34 +494,6 @@ func (fh *fileHasher) finish() error {
 	return nil
 }
 
-// compareSource checks seg (bytes at file position pos) against the job's
-// source file or inline content.
-func compareSource(j *hashJob, src *os.File, cmp, seg []byte, pos int64) error {
-	n := int64(len(seg))
-	switch {
-	case src != nil:
-		for k := int64(0); k < n; {
-			m := min(n-k, int64(len(cmp)))
-			c := cmp[:m]
-			if r, err := src.ReadAt(c, pos+k); int64(r) != m {
-				if err == nil || errors.Is(err, io.EOF) {
-					err = errors.New("source is shorter than the image copy")
-				}
-				return fmt.Errorf("artifact %s: comparing with %s: %w", j.label, j.source, err)
-			}
-			if !bytes.Equal(seg[k:k+m], c) {
-				return fmt.Errorf("artifact %s: the image differs from %s near byte %d (source changed during the build?)", j.label, j.source, pos+k+int64(mismatchAt(seg[k:k+m], c)))
-			}
-			k += m
-		}
-	case j.content != nil:
-		if pos+n > int64(len(j.content)) || !bytes.Equal(seg, j.content[pos:pos+n]) {
-			return fmt.Errorf("artifact %s: the image differs from its inline content", j.label)
-		}
-	}
-	return nil
-}
-
 func firstOff(j hashJob) int64 {
 	if len(j.extents) == 0 {
 		return 0
@@ -577,11 +501,8 @@ func firstOff(j hashJob) int64 {
 	return j.extents[0].off
 }
 
-func readRange(ctx context.Context, f io.ReaderAt, g *gate, b []byte, off int64) error {
+func readRange(ctx context.Context, f io.ReaderAt, b []byte, off int64) error {
 	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := g.wait(off + int64(len(b))); err != nil {
 		return err
 	}
 	n, err := f.ReadAt(b, off)
@@ -594,33 +515,17 @@ func readRange(ctx context.Context, f io.ReaderAt, g *gate, b []byte, off int64)
 	return err
 }
 
-func hashJobData(ctx context.Context, f io.ReaderAt, j *hashJob, g *gate, buf, cmp []byte, verified *atomic.Int64) (string, error) {
-	var h hash.Hash = sha256.New()
-	var src *os.File
-	if j.source != "" {
-		var err error
-		if src, err = os.Open(j.source); err != nil {
-			return "", fmt.Errorf("artifact %s: re-reading source: %w", j.label, err)
-		}
-		defer src.Close()
-	}
-	var pos int64 // offset within the file
+func hashJobData(ctx context.Context, f io.ReaderAt, j *hashJob, buf []byte) (string, error) {
+	h := sha256.New()
 	for _, x := range j.extents {
 		for done := int64(0); done < x.size; {
 			n := min(int64(len(buf)), x.size-done)
 			b := buf[:n]
-			if err := readRange(ctx, f, g, b, x.off+done); err != nil {
+			if err := readRange(ctx, f, b, x.off+done); err != nil {
 				return "", fmt.Errorf("artifact %s: reading from the image: %w", j.label, err)
 			}
 			h.Write(b)
-			if err := compareSource(j, src, cmp, b, pos); err != nil {
-				return "", err
-			}
 			done += n
-			pos += n
-			if verified != nil {
-				verified.Add(n)
-			}
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
