@@ -14,7 +14,7 @@
 //     its real extent and size (see normalize.go).
 //  4. The directory records are re-read with an independent reader (label,
 //     names, sizes, modes, and each extent where the data will go).
-//  5. One pass writes the data (pipeline.go): each 1 MiB of a source is read
+//  5. One pass writes the data (pipeline.go): each 256 KiB of a source is read
 //     once, written to its extent, read back from the image and compared with
 //     what was written. The read-back bytes feed every file's sha256 (checked
 //     against the pin) and the image's sha256, on two more goroutines. Every

@@ -45,8 +45,10 @@ type pipeline struct {
 	dataDone time.Time // when the last byte was written
 }
 
+// A chunk is small enough to stay in the CPU cache between its read-back, the
+// comparison and both hashes: 1 MiB chunks cost 15-20 % more wall time.
 const (
-	pipeChunkSize = 1 << 20
+	pipeChunkSize = 256 << 10
 	pipeDepth     = 12
 )
 
