@@ -294,8 +294,9 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			const batch = 8 << 20 // one sync_file_range per 8 MiB, not per chunk
 			for last := int64(0); last < total; {
-				avail, err := g.waitBeyond(last)
+				avail, err := g.waitBeyond(min(last+batch, total) - 1)
 				if err != nil {
 					return
 				}
