@@ -18,7 +18,6 @@ import (
 // pipeChunk is a range of the image as read back after writing it. file is
 // the index of the planned file it belongs to, or -1 for structure and padding.
 type pipeChunk struct {
-	off  int64
 	b    []byte
 	file int
 	last bool // the file's final chunk
@@ -147,7 +146,7 @@ func (p *pipeline) write(ctx context.Context, imgCh, fileCh chan<- *pipeChunk) e
 			}
 			return nil, fmt.Errorf("reading the image back at byte %d: %w", off, err)
 		}
-		return &pipeChunk{off: off, b: b[:n], file: -1}, nil
+		return &pipeChunk{b: b[:n], file: -1}, nil
 	}
 	// gap hashes image bytes up to `to` that are no file's data.
 	gap := func(to int64) error {
