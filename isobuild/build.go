@@ -173,6 +173,14 @@ type planned struct {
 	modTime time.Time // the source's, when its copy began
 }
 
+// checkSum checks a file's sha256, as found on the image, against its pin.
+func (f *planned) checkSum(got string) error {
+	if f.SHA256 != "" && got != f.SHA256 {
+		return &ChecksumError{Name: f.Name, Path: f.Path, Want: f.SHA256, Got: got, Source: f.Source}
+	}
+	return nil
+}
+
 // emptySHA256 is the sha256 of no bytes.
 const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
@@ -256,7 +264,7 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 	// and check that each points exactly where the data will be written.
 	exp := make([]expectation, len(files))
 	for i, f := range files {
-		exp[i] = expectation{name: f.Name, path: f.Path, size: f.size, mode: f.Mode, sha256: f.SHA256, source: f.Source}
+		exp[i] = expectation{name: f.Name, path: f.Path, size: f.size, mode: f.Mode}
 	}
 	vr, entries, err := checkStructure(tmp, total, opts.Label, exp)
 	if err != nil {
@@ -266,8 +274,8 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 	for i, f := range files {
 		if f.size == 0 {
 			vr.fileSHA[i] = emptySHA256
-			if f.SHA256 != "" && f.SHA256 != emptySHA256 {
-				return nil, &ChecksumError{Name: f.Name, Path: f.Path, Want: f.SHA256, Got: emptySHA256, Source: f.Source}
+			if err := f.checkSum(emptySHA256); err != nil {
+				return nil, err
 			}
 			continue
 		}

@@ -98,8 +98,8 @@ func (p *pipeline) run(ctx context.Context) (imageSHA string, err error) {
 					sum := hex.EncodeToString(h.Sum(nil))
 					h = nil
 					p.fileSHA[f] = sum
-					if f.SHA256 != "" && sum != f.SHA256 {
-						setErr(&ChecksumError{Name: f.Name, Path: f.Path, Want: f.SHA256, Got: sum, Source: f.Source})
+					if err := f.checkSum(sum); err != nil {
+						setErr(err)
 						failed = true
 					}
 				}

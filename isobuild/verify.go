@@ -125,7 +125,6 @@ type expectation struct {
 	size       int64
 	mode       fs.FileMode
 	sha256     string // expected hash, or ""
-	source     string // where the bytes came from, for messages
 }
 
 type verifyResult struct {
@@ -152,7 +151,7 @@ func verifyImage(ctx context.Context, f io.ReaderAt, total int64, label string, 
 			done: func(sum string) error {
 				vr.fileSHA[i] = sum
 				if x.sha256 != "" && sum != x.sha256 {
-					return &ChecksumError{Name: x.name, Path: x.path, Want: x.sha256, Got: sum, Source: x.source}
+					return &ChecksumError{Name: x.name, Path: x.path, Want: x.sha256, Got: sum}
 				}
 				return nil
 			},
