@@ -143,7 +143,7 @@ func (a *App) build() error {
 	// Profiles load at Start, so offline CLI commands do not depend on them.
 	ztp, err := content.New(content.Options{Store: a.Store, Images: a.Images, Log: a.Log,
 		AdvertiseAddr: a.Cfg.AdvertiseAddr, HTTPAddr: a.Cfg.HTTP.Addr, DefaultProfile: a.Cfg.ZTP.DefaultProfile,
-		FilesDir: filepath.Join(a.Cfg.DataDir, "files")})
+		FilesDir: filepath.Join(a.Cfg.DataDir, "files"), Bindings: bindingsOf(&a.Cfg)})
 	if err != nil {
 		return err
 	}

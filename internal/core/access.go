@@ -23,7 +23,8 @@ func GetDevice(tx Tx, id string) (Device, error) {
 	return d, nil
 }
 
-// PutDevice stores d and maintains the serial-number index.
+// PutDevice stores d and maintains the serial-number and fixed-address
+// indexes.
 func PutDevice(tx Tx, d Device) error {
 	if d.ID == "" {
 		return fmt.Errorf("device without id")
@@ -40,6 +41,22 @@ func PutDevice(tx Tx, d Device) error {
 	}
 	if d.Serial != "" && (!had || old.Serial != d.Serial) {
 		if err := tx.Put(BucketIndex, indexKey("serial", d.Serial), d.ID); err != nil {
+			return err
+		}
+	}
+	if had && old.FixedIP != "" && old.FixedIP != d.FixedIP {
+		if err := tx.Delete(BucketIndex, fixedIPIndexKey(old.FixedIP)); err != nil {
+			return err
+		}
+	}
+	if d.FixedIP != "" && (!had || old.FixedIP != d.FixedIP) {
+		var other string
+		if ok, err := tx.Get(BucketIndex, fixedIPIndexKey(d.FixedIP), &other); err != nil {
+			return err
+		} else if ok && other != d.ID {
+			return fmt.Errorf("fixed address %s is already bound to device %s", d.FixedIP, other)
+		}
+		if err := tx.Put(BucketIndex, fixedIPIndexKey(d.FixedIP), d.ID); err != nil {
 			return err
 		}
 	}

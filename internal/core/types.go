@@ -79,6 +79,10 @@ type Device struct {
 	IP          string            `json:"ip,omitempty"`
 	Subnet      string            `json:"subnet,omitempty"` // subnet name
 	RelayAddr   string            `json:"relay_addr,omitempty"`
+	CircuitID   string            `json:"circuit_id,omitempty"` // option 82 circuit id, as the relay sent it
+	RemoteID    string            `json:"remote_id,omitempty"`  // option 82 remote id, as the relay sent it
+	BaseMAC     string            `json:"base_mac,omitempty"`   // SONiC BASE-MAC-ADDRESS; may differ from the management MAC
+	FixedIP     string            `json:"fixed_ip,omitempty"`   // operator-declared static address (served without a lease once approved)
 	State       DeviceState       `json:"state"`
 	Approved    bool              `json:"approved,omitempty"`
 	Cluster     string            `json:"cluster,omitempty"` // cluster ID

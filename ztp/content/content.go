@@ -4,15 +4,17 @@
 // progress. The HTTP and TFTP transports are thin front ends over it, so both
 // serve exactly the same documents.
 //
-// Identification, in order: the SONiC headers (SERIAL-NUMBER, then
-// BASE-MAC-ADDRESS) or ONIE headers, then the DHCP lease of the source
-// address (lease by IP, device by the lease's MAC). A switch that presents a
-// base MAC but is not in the store yet (it got its address elsewhere) is
-// served and recorded under that MAC.
+// Identification is the one rule of core.HolderOf: the device is the holder
+// of the address the request comes from (an active lease, or an
+// operator-declared binding for a static device). The SONiC headers
+// (SERIAL-NUMBER, BASE-MAC-ADDRESS, PRODUCT-NAME, SONiC-VERSION) and ONIE
+// headers only add facts the record does not have yet; a header that
+// contradicts the record is refused (403), and one outside its character
+// set too (400). A request from an address nobody holds gets a 403, is
+// counted and logged, and creates no record.
 //
 // Per-device documents are bound to their device: /ztp/config/<id>/... is
-// only answered when the requester identifies as <id> by its headers or its
-// lease, so one switch cannot read another's configuration.
+// only answered to the holder of device <id>'s address.
 package content
 
 import (
@@ -72,6 +74,9 @@ type Options struct {
 	// FilesDir is served read-only by name (TFTP <path>, HTTP /files/<path>);
 	// "" disables it.
 	FilesDir string
+	// Bindings are the operator-declared addresses (DHCP reservations) that
+	// identify static devices without a lease; nil for none.
+	Bindings core.Bindings
 }
 
 // Service renders and serves ZTP content.
@@ -87,6 +92,8 @@ type Service struct {
 	files    *os.Root
 	now      func() time.Time
 	pending  atomic.Pointer[core.DeviceFinder]
+
+	logRefusal rateLimit
 }
 
 // SetDeviceFinder lets identification use what the DHCP server knows before
@@ -187,7 +194,15 @@ func (c *Client) hasSONiCHeaders() bool {
 type Error struct {
 	Status int
 	Reason string
+	Kind   string // why, for metrics and logs: one of the Refused* values or ""
 }
+
+// Why identity refused a request.
+const (
+	RefusedNoHolder = "no-holder" // the address holds no lease and no binding
+	RefusedMismatch = "mismatch"  // a stated fact contradicts the device's record
+	RefusedFact     = "bad-fact"  // a stated fact is outside its character set
+)
 
 func (e *Error) Error() string { return e.Reason }
 
@@ -221,68 +236,159 @@ func (s *Service) BaseURL(c *Client) string {
 	return "http://" + net.JoinHostPort(host, s.httpPort)
 }
 
-// identify finds the device behind c inside tx. stored reports whether it
-// exists in the store (false for a first contact by base MAC or lease).
+// identify finds the device behind c inside tx by the one identity rule
+// (see core.HolderOf): the holder of the address c asks from. stored
+// reports whether its record exists yet (false for a first contact whose
+// DHCP record is still being committed, or a static device's first fetch).
+// What c says about itself is then checked against that device (check):
+// headers select, they never widen.
 func (s *Service) identify(tx core.Tx, c *Client) (dev core.Device, stored bool, err error) {
-	try := func(d core.Device, e error) bool {
-		if e == nil {
-			dev, stored = d, true
-			return true
+	h, err := core.HolderOf(tx, c.Addr, s.now(), s.opt.Bindings)
+	if err != nil {
+		if errors.Is(err, core.ErrNoHolder) {
+			return dev, false, &Error{Status: 403, Kind: RefusedNoHolder,
+				Reason: fmt.Sprintf("%s holds no lease here and no operator-declared binding: devices are served at the address they lease", addrString(c.Addr))}
 		}
-		if !errors.Is(e, core.ErrNotFound) {
-			err = e
-			return true
+		return dev, false, err
+	}
+	switch {
+	case h.Device != nil:
+		dev, stored = *h.Device, true
+	case h.MAC != "":
+		dev, err = s.devices.get(tx, h.MAC)
+		switch {
+		case err == nil:
+			stored = true
+		case !errors.Is(err, core.ErrNotFound):
+			return dev, false, err
+		default:
+			dev, err = s.firstContact(h)
 		}
-		return false
+	default:
+		// A binding by serial or client id only: the device record that
+		// carries that serial, else the device names its MAC itself.
+		dev, stored, err = s.boundBySerial(tx, h.Binding, c)
 	}
-	serials := []string{c.Serial}
-	macs := []string{c.BaseMAC}
-	if c.ONIE != nil {
-		serials = append(serials, c.ONIE.Serial)
-		macs = append(macs, c.ONIE.MAC)
+	if err != nil {
+		return dev, stored, err
 	}
-	for _, sn := range serials {
-		if sn != "" && try(s.devices.bySerial(tx, sn)) {
-			return dev, stored, err
+	return dev, stored, check(&dev, h.Binding, c)
+}
+
+// firstContact is the record of a holder the store does not know yet: what
+// the DHCP server knows in memory, else what the lease or binding says.
+func (s *Service) firstContact(h core.Holder) (core.Device, error) {
+	if f := s.pending.Load(); f != nil {
+		if d, ok := (*f).DeviceByIP(h.Addr); ok && d.MAC == h.MAC {
+			return d, nil
 		}
 	}
-	var firstMAC string
-	for _, m := range macs {
-		if m == "" {
+	d := core.Device{ID: h.MAC, MAC: h.MAC, IP: h.Addr.String(), Kind: core.KindUnknown}
+	if l := h.Lease; l != nil {
+		d.Subnet, d.Hostname = l.Subnet, l.Hostname
+	}
+	if b := h.Binding; b != nil {
+		d.Serial, d.Hostname = b.Serial, b.Hostname
+		if b.Kind != "" {
+			d.Kind = b.Kind
+		}
+	}
+	return d, nil
+}
+
+// boundBySerial identifies the device of a binding declared without a MAC.
+func (s *Service) boundBySerial(tx core.Tx, b *core.Binding, c *Client) (core.Device, bool, error) {
+	if b.Serial != "" {
+		d, err := s.devices.bySerial(tx, b.Serial)
+		if err == nil {
+			return d, true, nil
+		}
+		if !errors.Is(err, core.ErrNotFound) {
+			return d, false, err
+		}
+	}
+	mac := c.BaseMAC
+	if mac == "" && c.ONIE != nil {
+		mac = c.ONIE.MAC
+	}
+	nm, err := core.NormalizeMAC(mac)
+	if err != nil {
+		return core.Device{}, false, &Error{Status: 403, Kind: RefusedFact,
+			Reason: fmt.Sprintf("%s is reserved for serial %q; the request must name the device's MAC (BASE-MAC-ADDRESS)", b.IP, b.Serial)}
+	}
+	d := core.Device{ID: nm, MAC: nm, IP: b.IP.String(), Serial: b.Serial, Hostname: b.Hostname, Kind: core.KindUnknown}
+	if b.Kind != "" {
+		d.Kind = b.Kind
+	}
+	return d, false, nil
+}
+
+// check refuses a request whose self-description contradicts the device it
+// comes from (or the binding of its address), and any stated fact outside
+// its character set. Facts the record does not have yet are learnt later
+// (learn); none is ever replaced.
+func check(d *core.Device, b *core.Binding, c *Client) error {
+	type claim struct {
+		fact, header, v, have string
+		valid           func(string) error
+	}
+	claims := []claim{
+		{"serial", "SERIAL-NUMBER", c.Serial, d.Serial, core.CheckSerial},
+		{"product", "PRODUCT-NAME", c.Product, d.Product, core.CheckProduct},
+		{"version", "SONiC-VERSION", c.SONiCVersion, "", checkSONiCVersion},
+	}
+	if o := c.ONIE; o != nil {
+		claims = append(claims,
+			claim{"serial", "ONIE-SERIAL-NUMBER", o.Serial, d.Serial, core.CheckSerial},
+			claim{"platform", "ONIE-MACHINE", o.Platform(), d.Platform, core.CheckPlatform},
+			claim{"version", "ONIE-VERSION", o.Version, "", core.CheckVersion})
+	}
+	if b != nil && b.Serial != "" {
+		claims = append(claims, claim{"serial", "SERIAL-NUMBER", c.Serial, b.Serial, core.CheckSerial})
+	}
+	for _, cl := range claims {
+		if cl.v == "" {
 			continue
 		}
-		nm, e := core.NormalizeMAC(m)
-		if e != nil {
+		if err := cl.valid(cl.v); err != nil {
+			return &Error{Status: 400, Kind: RefusedFact, Reason: cl.header + ": " + err.Error()}
+		}
+		if cl.have != "" && cl.have != cl.v && !(cl.fact == "platform" && platformIs(cl.have, cl.v)) {
+			return mismatch(d, cl.header, cl.have, cl.v)
+		}
+	}
+	for _, m := range []struct{ header, v string }{{"BASE-MAC-ADDRESS", c.BaseMAC}, {"ONIE-ETH-ADDR", onieMAC(c)}} {
+		if m.v == "" {
 			continue
 		}
-		if firstMAC == "" {
-			firstMAC = nm
+		nm, err := core.NormalizeMAC(m.v)
+		if err != nil {
+			return &Error{Status: 400, Kind: RefusedFact, Reason: m.header + ": " + err.Error()}
 		}
-		if try(s.devices.get(tx, nm)) {
-			return dev, stored, err
-		}
-	}
-	if c.Addr.IsValid() {
-		l, e := core.GetLease(tx, c.Addr.Unmap().String())
-		if e == nil && l.MAC != "" && (l.State == core.LeaseActive || l.Reserved) {
-			if try(s.devices.get(tx, l.MAC)) {
-				return dev, stored, err
-			}
-			if f := s.pending.Load(); f != nil {
-				if d, ok := (*f).DeviceByIP(c.Addr.Unmap()); ok && d.MAC == l.MAC {
-					return d, false, nil
-				}
-			}
-			return core.Device{ID: l.MAC, MAC: l.MAC, IP: l.IP, Subnet: l.Subnet, Hostname: l.Hostname,
-				Kind: core.KindUnknown}, false, nil
-		} else if e != nil && !errors.Is(e, core.ErrNotFound) {
-			return dev, false, e
+		if d.BaseMAC != "" && d.BaseMAC != nm {
+			return mismatch(d, m.header, d.BaseMAC, nm)
 		}
 	}
-	if firstMAC != "" {
-		return core.Device{ID: firstMAC, MAC: firstMAC, Kind: core.KindUnknown}, false, nil
+	return nil
+}
+
+func onieMAC(c *Client) string {
+	if c.ONIE == nil {
+		return ""
 	}
-	return dev, false, notFound("unknown device: no record for serial %q, MAC %q or a lease of %s", c.Serial, c.BaseMAC, addrString(c.Addr))
+	return c.ONIE.MAC
+}
+
+func checkSONiCVersion(v string) error {
+	if strings.EqualFold(v, "N.A") || strings.EqualFold(v, "N/A") {
+		return nil
+	}
+	return core.CheckVersion(v)
+}
+
+func mismatch(d *core.Device, header, have, claimed string) error {
+	return &Error{Status: 403, Kind: RefusedMismatch,
+		Reason: fmt.Sprintf("%s %q does not match device %s (recorded %q): a device cannot speak for another", header, claimed, d.ID, have)}
 }
 
 func addrString(a netip.Addr) string {
@@ -292,29 +398,31 @@ func addrString(a netip.Addr) string {
 	return a.Unmap().String()
 }
 
-// learn applies what c says about itself to d.
+// learn adds to d what c says about itself and d does not know yet; check
+// has already refused anything that contradicts d. The SONiC version is the
+// one fact that follows the device (it changes with each image).
 func learn(d *core.Device, c *Client) {
-	if c.hasSONiCHeaders() {
-		d.Kind = core.KindSONiC
-		if c.Serial != "" {
-			d.Serial = c.Serial
-		}
-		if c.Product != "" {
-			d.Product = c.Product
-		}
-		if v := strings.TrimSpace(c.SONiCVersion); v != "" && profile.BuildVersion(v) != "" {
-			d.SONiCVer = v
+	if c.hasSONiCHeaders() && (d.Kind == "" || d.Kind == core.KindUnknown || d.Kind == core.KindONIE) {
+		d.Kind = core.KindSONiC // ONIE installed SONiC on this switch
+	}
+	setEmpty(&d.Serial, c.Serial)
+	setEmpty(&d.Product, c.Product)
+	if v := strings.TrimSpace(c.SONiCVersion); v != "" && profile.BuildVersion(v) != "" {
+		d.SONiCVer = v
+	}
+	if c.BaseMAC != "" {
+		if nm, err := core.NormalizeMAC(c.BaseMAC); err == nil {
+			setEmpty(&d.BaseMAC, nm)
 		}
 	}
 	if o := c.ONIE; o != nil {
 		if d.Kind == "" || d.Kind == core.KindUnknown {
 			d.Kind = core.KindONIE
 		}
-		if o.Serial != "" && d.Serial == "" {
-			d.Serial = o.Serial
-		}
-		if p := o.Platform(); p != "" {
-			d.Platform = p
+		setEmpty(&d.Serial, o.Serial)
+		setEmpty(&d.Platform, o.Platform())
+		if nm, err := core.NormalizeMAC(o.MAC); err == nil {
+			setEmpty(&d.BaseMAC, nm)
 		}
 	}
 	if d.Kind == "" {
@@ -323,8 +431,14 @@ func learn(d *core.Device, c *Client) {
 	if d.MAC == "" {
 		d.MAC = d.ID
 	}
-	if d.IP == "" && c.Addr.IsValid() {
-		d.IP = c.Addr.Unmap().String()
+	if c.Addr.IsValid() {
+		d.IP = c.Addr.Unmap().String() // identify proved it holds this address
+	}
+}
+
+func setEmpty(dst *string, v string) {
+	if *dst == "" {
+		*dst = v
 	}
 }
 
@@ -406,11 +520,8 @@ func (s *Service) ZTPJSON(ctx context.Context, c *Client) (*Served, error) {
 		in.FirmwareURL = base + core.PathImages + im.SHA256
 	}
 	if r.Cluster != "" && s.opt.Join != nil {
-		// The join section carries an enrollment secret: it goes only to
-		// the address the switch holds, not to anyone quoting its serial.
-		if dev.IP != "" && c.Addr.IsValid() && dev.IP != c.Addr.Unmap().String() {
-			return nil, forbidden("device %s holds address %s; its join material is not served to %s", dev.ID, dev.IP, addrString(c.Addr))
-		}
+		// The join section carries an enrollment secret; identify has
+		// established that c holds the device's address.
 		if in.Join, err = s.opt.Join.ZTPSection(ctx, dev, *r); err != nil {
 			return nil, unavailable("join section for cluster %q: %v", r.Cluster, err)
 		}
@@ -489,32 +600,20 @@ func (s *Service) ConfigDB(ctx context.Context, c *Client, id string) (*Served, 
 	if err != nil {
 		return nil, notFound("no device %q", id)
 	}
-	var target, asker core.Device
-	var askerErr, targetErr error
+	var target core.Device
 	err = s.opt.Store.View(func(tx core.Tx) error {
-		target, targetErr = s.devices.get(tx, nid)
-		if targetErr != nil && !errors.Is(targetErr, core.ErrNotFound) {
-			return targetErr
-		}
-		asker, _, askerErr = s.identify(tx, c)
-		return nil
+		var err error
+		target, _, err = s.identify(tx, c)
+		return err
 	})
 	if err != nil {
+		s.refused(c, target, "config_db.json", err)
 		return nil, err
 	}
-	switch {
-	case askerErr == nil && asker.ID == nid:
-		// The device itself; it may be so new that its first fetch is
-		// still being recorded.
-		target = asker
-	case targetErr != nil:
-		return nil, notFound("no device %s", nid)
-	default:
-		who := "an unidentified client"
-		if askerErr == nil {
-			who = "device " + asker.ID
-		}
-		return nil, forbidden("config of device %s is served only to that device, not to %s at %s", nid, who, addrString(c.Addr))
+	if target.ID != nid {
+		err := forbidden("config of device %s is served only to that device, not to device %s at %s", nid, target.ID, addrString(c.Addr))
+		s.refused(c, target, "config_db.json", err)
+		return nil, err
 	}
 	learn(&target, c)
 	f := Facts(&target)
@@ -559,9 +658,13 @@ func ONIEInstallerName(name string) (hint string, ok bool) {
 // the platform from the ONIE headers, the hint, or the DHCP vendor class
 // selects it.
 func (s *Service) ONIEInstaller(ctx context.Context, c *Client, hint string) (core.Image, core.Device, error) {
+	// Installers are public images: a switch nobody holds an address for
+	// (or without a matching profile) still gets one by platform, it is
+	// just not recorded.
 	dev, _, p, err := s.resolve(c)
 	var idErr *Error
-	if err != nil && !(errors.As(err, &idErr) && idErr.Status == 404) {
+	if err != nil && !(errors.As(err, &idErr) && (idErr.Status == 404 || idErr.Kind == RefusedNoHolder)) {
+		s.refused(c, dev, "onie-installer", err)
 		return core.Image{}, dev, err
 	}
 	f := Facts(&dev)
@@ -686,18 +789,37 @@ func (s *Service) progress(c *Client, dev core.Device, profileName string, next 
 	s.rec.add(record{c: *c, dev: dev, profile: profileName, next: next, ev: ev})
 }
 
-// refused records a request that got no content because the device is
-// unknown or unmatched.
+// refused accounts for a request that got no content: a metric by reason,
+// an info log (at most one per address every refuseLogEvery), and an event
+// on the device's record when the device is known (it holds the address).
+// A request from an address nobody holds is counted and logged, never
+// stored: made-up devices must not fill the store or push out events.
 func (s *Service) refused(c *Client, dev core.Device, what string, reason error) {
 	var e *Error
-	if !errors.As(reason, &e) || e.Status != 404 {
+	if !errors.As(reason, &e) || e.Status >= 500 {
 		return
 	}
-	ev := core.Event{Time: s.now(), Type: "ztp.unknown", Device: dev.ID, Message: e.Reason,
-		Fields: map[string]string{"what": what, "transport": c.Transport, "addr": addrString(c.Addr)}}
-	if c.Serial != "" {
-		ev.Fields["serial"] = c.Serial
+	why := e.Kind
+	if why == "" {
+		why = "forbidden"
+		if e.Status == 404 {
+			why = "no-profile"
+		}
 	}
+	refusedTotal.WithLabelValues(what, why).Inc()
+	if s.logRefusal.allow(c.Addr, s.now()) {
+		s.log.Info("device refused", "what", what, "addr", addrString(c.Addr), "transport", c.Transport,
+			"device", dev.ID, "reason", e.Reason)
+	}
+	if dev.ID == "" || why == RefusedNoHolder {
+		return
+	}
+	typ := "ztp.refused"
+	if e.Status == 404 {
+		typ = "ztp.unknown"
+	}
+	ev := core.Event{Time: s.now(), Type: typ, Device: dev.ID, Message: e.Reason,
+		Fields: map[string]string{"what": what, "transport": c.Transport, "addr": addrString(c.Addr)}}
 	s.rec.add(record{c: *c, ev: ev})
 }
 

@@ -240,54 +240,199 @@ func checkZTPJSON(t *testing.T, b []byte) {
 	}
 }
 
-func TestIdentificationOrderAndFallbacks(t *testing.T) {
+// staticBindings declares addresses the way DHCP reservations do.
+type staticBindings map[netip.Addr]core.Binding
+
+func (b staticBindings) BindingFor(ip netip.Addr) (core.Binding, bool) {
+	bd, ok := b[ip]
+	return bd, ok
+}
+
+func (e *env) countDevices(t *testing.T) int {
+	t.Helper()
+	e.svc.Flush()
+	var n int
+	if err := e.db.View(func(tx core.Tx) error { var err error; n, err = tx.Count(core.BucketDevices); return err }); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func wantRefusal(t *testing.T, what string, err error, status int, kind string) {
+	t.Helper()
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Status != status || (kind != "" && ce.Kind != kind) {
+		t.Fatalf("%s: got %v, want %d %s", what, err, status, kind)
+	}
+}
+
+// TestIdentityIsTheAddressHolder: a device is the holder of the address it
+// asks from; its headers only select among what that address is entitled
+// to. Every attack here worked against header-based identification.
+func TestIdentityIsTheAddressHolder(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, nil, "")
 	e.addImage(t, "sonic 202405.1", imagestore.Meta{Name: "sonic-broadcom-202405.1.bin", Kind: "sonic-installer", Version: "202405.1"})
-	d := core.Device{ID: "52:54:00:40:00:20", MAC: "52:54:00:40:00:20", Kind: core.KindSONiC, Serial: "LEAF0020", IP: "10.99.40.20"}
-	e.putDevice(t, d, "10.99.40.20")
+	victim := core.Device{ID: "52:54:00:40:00:20", MAC: "52:54:00:40:00:20", Kind: core.KindSONiC, Serial: "LEAF0020", IP: "10.99.40.20",
+		BaseMAC: "52:54:00:40:00:20"}
+	e.putDevice(t, victim, "10.99.40.20")
+	other := core.Device{ID: "52:54:00:40:00:21", MAC: "52:54:00:40:00:21", Kind: core.KindSONiC, Serial: "LEAF0021", IP: "10.99.40.21"}
+	e.putDevice(t, other, "10.99.40.21")
+	devicesBefore := e.countDevices(t)
 
-	// Headers only, from an address without a lease: found by serial.
-	got, err := e.svc.ZTPJSON(ctx, sonicClient("10.99.40.200", "LEAF0020", "", "Accton-AS7712-32X", "SONiC.202405.1"))
-	if err != nil || got.Device.ID != d.ID {
-		t.Fatalf("by serial: %v %+v", err, got)
+	// 1. Another host quoting the victim's serial or base MAC: refused,
+	// nothing stored or changed.
+	for _, c := range []*Client{
+		sonicClient("10.99.40.200", "LEAF0020", "", "Evil-1", "SONiC.202405.1"),
+		sonicClient("10.99.40.200", "", "52:54:00:40:00:20", "Evil-1", "SONiC.202405.1"),
+	} {
+		_, err := e.svc.ZTPJSON(ctx, c)
+		wantRefusal(t, "spoofed headers from an address without a lease", err, 403, RefusedNoHolder)
+		_, err = e.svc.ConfigDB(ctx, c, victim.ID)
+		wantRefusal(t, "victim's config_db from another address", err, 403, RefusedNoHolder)
 	}
-	e.svc.Flush() // the product the headers told is on record now
-	// No headers at all (TFTP): found by the lease of the source address.
-	got, err = e.svc.ZTPJSON(ctx, &Client{Addr: netip.MustParseAddr("10.99.40.20"), Transport: "tftp"})
-	if err != nil || got.Device.ID != d.ID {
+	// ... and from an address another device holds.
+	_, err := e.svc.ZTPJSON(ctx, sonicClient("10.99.40.21", "LEAF0020", "", "", ""))
+	wantRefusal(t, "another device's serial from a leased address", err, 403, RefusedMismatch)
+	_, err = e.svc.ZTPJSON(ctx, sonicClient("10.99.40.21", "", "52:54:00:40:00:20", "", ""))
+	if err != nil {
+		t.Fatalf("a base MAC on a record without one is learnt: %v", err)
+	}
+	_, err = e.svc.ConfigDB(ctx, sonicClient("10.99.40.21", "LEAF0020", "", "", ""), victim.ID)
+	wantRefusal(t, "victim's config_db to another lease holder", err, 403, "")
+	if v := e.device(t, victim.ID); v.Serial != "LEAF0020" || v.Product != "" || v.IP != "10.99.40.20" || v.State != core.StateLeased {
+		t.Fatalf("victim's record changed: %+v", v)
+	}
+
+	// 2. Made-up devices from an address nobody holds create nothing.
+	for i := 0; i < 50; i++ {
+		c := sonicClient(fmt.Sprintf("10.99.43.%d", 10+i), fmt.Sprintf("FAKE%02d", i), fmt.Sprintf("52:54:00:43:00:%02x", i), "Fake", "N.A")
+		_, err := e.svc.ZTPJSON(ctx, c)
+		wantRefusal(t, "made-up device", err, 403, RefusedNoHolder)
+	}
+	if n := e.countDevices(t); n != devicesBefore {
+		t.Fatalf("%d device records after 50 made-up devices, want %d", n, devicesBefore)
+	}
+	for _, ev := range e.events(t) {
+		if ev.Fields["addr"] != "" && strings.HasPrefix(ev.Fields["addr"], "10.99.43.") || strings.HasPrefix(ev.Fields["addr"], "10.99.40.200") {
+			t.Fatalf("event stored for a request nobody holds the address of: %+v", ev)
+		}
+	}
+
+	// 3. The lease holder: served without headers (TFTP) and with its own;
+	// what it says adds facts the record lacks.
+	got, err := e.svc.ZTPJSON(ctx, &Client{Addr: netip.MustParseAddr("10.99.40.20"), Transport: "tftp"})
+	if err != nil || got.Device.ID != victim.ID {
 		t.Fatalf("by lease: %v", err)
 	}
-	// The version learned from the header is kept, so no firmware section now.
+	got, err = e.svc.ZTPJSON(ctx, sonicClient("10.99.40.20", "LEAF0020", "52:54:00:40:00:20", "Accton-AS7712-32X", "SONiC.202405.1"))
+	if err != nil || got.Device.ID != victim.ID {
+		t.Fatalf("holder with its headers: %v", err)
+	}
 	if bytes.Contains(got.Body, []byte("firmware")) {
 		t.Errorf("firmware section although the switch already runs 202405.1:\n%s", got.Body)
 	}
-	dev := e.device(t, d.ID)
+	dev := e.device(t, victim.ID)
 	if dev.State != core.StateZTPServed || dev.Product != "Accton-AS7712-32X" || dev.SONiCVer != "SONiC.202405.1" || dev.Profile != "leaf" {
 		t.Fatalf("device after ztp.json: %+v", dev)
 	}
-	// Unknown device: 404 with a reason, and an event.
-	_, err = e.svc.ZTPJSON(ctx, &Client{Addr: netip.MustParseAddr("10.99.49.1"), Transport: "http"})
-	var ce *Error
-	if !errors.As(err, &ce) || ce.Status != 404 || !strings.Contains(ce.Reason, "unknown device") {
-		t.Fatalf("unknown: %v", err)
+	// Once known, a fact is never replaced: a different product or base
+	// MAC from the holder itself is refused.
+	_, err = e.svc.ZTPJSON(ctx, sonicClient("10.99.40.20", "", "", "Other-Product", ""))
+	wantRefusal(t, "changed product", err, 403, RefusedMismatch)
+	_, err = e.svc.ZTPJSON(ctx, sonicClient("10.99.40.20", "", "52:54:00:99:99:99", "", ""))
+	wantRefusal(t, "changed base MAC", err, 403, RefusedMismatch)
+	// Values outside the character sets never reach a record.
+	for _, c := range []*Client{
+		sonicClient("10.99.40.21", `X"}}, "TACPLUS_SERVER": {"10.6.6.6": {`, "", "", ""),
+		sonicClient("10.99.40.21", "", "", "P\nroduct", ""),
+		sonicClient("10.99.40.21", "", "", "", "SONiC.2024 05;rm"),
+		sonicClient("10.99.40.21", "", "not-a-mac", "", ""),
+	} {
+		_, err = e.svc.ZTPJSON(ctx, c)
+		wantRefusal(t, "hostile fact", err, 400, RefusedFact)
 	}
-	// A switch not in the store but presenting a base MAC is served by a
-	// matching profile and recorded.
-	got, err = e.svc.ZTPJSON(ctx, sonicClient("10.99.49.2", "NEW1", "52:54:00:49:00:02", "Odd", "N.A"))
-	if err != nil || got.Profile != "default-sonic" {
-		t.Fatalf("new device: %v", err)
+	if o := e.device(t, other.ID); o.Serial != "LEAF0021" || o.Product != "" {
+		t.Fatalf("record changed by a refused request: %+v", o)
 	}
-	if nd := e.device(t, "52:54:00:49:00:02"); nd.Serial != "NEW1" || nd.State != core.StateZTPServed || nd.Kind != core.KindSONiC {
-		t.Fatalf("new device record %+v", nd)
-	}
-	evs := e.events(t)
 	types := map[string]int{}
-	for _, ev := range evs {
+	for _, ev := range e.events(t) {
 		types[ev.Type]++
 	}
-	if types["ztp.json.served"] != 3 || types["ztp.unknown"] != 1 {
+	if types["ztp.json.served"] != 3 || types["ztp.refused"] != 8 {
 		t.Fatalf("events %v", types)
+	}
+}
+
+// TestLeaseMustBeCurrent: an expired or released lease entitles nobody.
+func TestLeaseMustBeCurrent(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil, "vm-worker")
+	for i, l := range []core.Lease{
+		{State: core.LeaseActive, Expiry: time.Date(2026, 1, 2, 3, 4, 4, 0, time.UTC)}, // a second before "now"
+		{State: core.LeaseReleased},
+		{State: core.LeaseExpired},
+	} {
+		ip := fmt.Sprintf("10.99.42.%d", 60+i)
+		mac := fmt.Sprintf("1e:00:42:00:00:%02x", 60+i)
+		l.IP, l.MAC = ip, mac
+		if err := e.db.Update(func(tx core.Tx) error {
+			if err := core.PutDevice(tx, core.Device{ID: mac, MAC: mac, Kind: core.KindVM, IP: ip, State: core.StateLeased}); err != nil {
+				return err
+			}
+			return tx.Put(core.BucketLeases, ip, l)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		c := &Client{Addr: netip.MustParseAddr(ip), Transport: "http"}
+		_, err := e.svc.UserData(ctx, c)
+		wantRefusal(t, "user-data on a "+string(l.State)+" lease", err, 403, RefusedNoHolder)
+		_, err = e.svc.Metadata(ctx, c, "instance-id")
+		wantRefusal(t, "meta-data on a "+string(l.State)+" lease", err, 403, RefusedNoHolder)
+	}
+}
+
+// TestStaticDeviceByBinding: without a lease, an operator-declared binding
+// (a reservation) is the only way in, and its serial must be the one the
+// device states.
+func TestStaticDeviceByBinding(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil, "")
+	e.addImage(t, "sonic 202405.1", imagestore.Meta{Name: "sonic-broadcom-202405.1.bin", Kind: "sonic-installer", Version: "202405.1"})
+	bySerial := netip.MustParseAddr("10.99.40.80")
+	byMAC := netip.MustParseAddr("10.99.40.81")
+	e.svc.opt.Bindings = staticBindings{
+		bySerial: {IP: bySerial, Serial: "STATIC80", Kind: core.KindSONiC},
+		byMAC:    {IP: byMAC, MAC: "52:54:00:40:00:81", Kind: core.KindSONiC},
+	}
+	_, err := e.svc.ZTPJSON(ctx, sonicClient("10.99.40.80", "OTHER", "52:54:00:40:00:80", "Accton-AS7712-32X", "SONiC.202405.1"))
+	wantRefusal(t, "wrong serial at a serial binding", err, 403, RefusedMismatch)
+	_, err = e.svc.ZTPJSON(ctx, sonicClient("10.99.40.80", "STATIC80", "", "Accton-AS7712-32X", "SONiC.202405.1"))
+	wantRefusal(t, "serial binding without a MAC", err, 403, RefusedFact)
+	got, err := e.svc.ZTPJSON(ctx, sonicClient("10.99.40.80", "STATIC80", "52:54:00:40:00:80", "Accton-AS7712-32X", "SONiC.202405.1"))
+	if err != nil || got.Device.ID != "52:54:00:40:00:80" {
+		t.Fatalf("static device by serial: %v", err)
+	}
+	if d := e.device(t, "52:54:00:40:00:80"); d.Serial != "STATIC80" || d.IP != "10.99.40.80" || d.Kind != core.KindSONiC {
+		t.Fatalf("static device record %+v", d)
+	}
+	// Its second fetch finds the record by the binding's serial.
+	if got, err = e.svc.ZTPJSON(ctx, &Client{Addr: bySerial, Transport: "tftp"}); err != nil || got.Device.ID != "52:54:00:40:00:80" {
+		t.Fatalf("second fetch: %v", err)
+	}
+	got, err = e.svc.ZTPJSON(ctx, sonicClient("10.99.40.81", "MAC81", "", "Accton-AS7712-32X", "SONiC.202405.1"))
+	if err != nil || got.Device.ID != "52:54:00:40:00:81" {
+		t.Fatalf("static device by MAC: %v", err)
+	}
+	// An approved device with a fixed address is a binding too.
+	fixed := core.Device{ID: "52:54:00:40:00:82", MAC: "52:54:00:40:00:82", Kind: core.KindSONiC, Serial: "FIX82", FixedIP: "10.99.40.82"}
+	e.putDevice(t, fixed, "")
+	_, err = e.svc.ZTPJSON(ctx, sonicClient("10.99.40.82", "FIX82", "", "", ""))
+	wantRefusal(t, "fixed address before approval", err, 403, RefusedNoHolder)
+	fixed.Approved = true
+	e.putDevice(t, fixed, "")
+	if got, err = e.svc.ZTPJSON(ctx, sonicClient("10.99.40.82", "FIX82", "", "", "")); err != nil || got.Device.ID != fixed.ID {
+		t.Fatalf("approved fixed-address device: %v", err)
 	}
 }
 

@@ -59,6 +59,21 @@ type device struct {
 	queued      bool
 	rawClientID string  // as last sent, to notice changes without formatting
 	relay       [4]byte // giaddr as last seen
+	rawCircuit  string  // option 82 sub-options as last seen
+	rawRemote   string
+	warned      time.Time // last conflicting-claim warning
+}
+
+// warnClaim logs (at most once a minute per device) a client that states a
+// fact different from the one on record: the record is kept.
+func (s *Server) warnClaim(x *exchange, d *core.Device, fact, have, claimed string) {
+	dv := s.devs[string(x.hw)]
+	if dv == nil || x.now.Sub(dv.warned) < time.Minute {
+		return
+	}
+	dv.warned = x.now
+	s.log.Warn("DHCP client states a different "+fact+" than its record; the record is kept",
+		"mac", d.MAC, "recorded", have, "claimed", claimed, "interface", x.ifc.name)
 }
 
 func (s *Server) enqueueAck(x *exchange) bool {
@@ -79,7 +94,12 @@ func (s *Server) enqueueAck(x *exchange) bool {
 
 // touchDevice records what this request says about its device. A write is
 // queued when something changed, or last_seen is older than lastSeenEvery.
-func (s *Server) touchDevice(x *exchange) {
+// A device without a record gets one only when leased is true (this reply
+// ACKs a lease). Facts the client states are checked against the character
+// sets of core before they are kept; a serial, product or platform already
+// known is never replaced by a different one (a new claim on a known MAC is
+// logged).
+func (s *Server) touchDevice(x *exchange, leased bool) {
 	if len(x.hw) == 0 {
 		// Device records are keyed by hardware address; a client without one
 		// (hlen 0, known by its client id alone) gets leases but no record.
@@ -88,6 +108,9 @@ func (s *Server) touchDevice(x *exchange) {
 	dv := s.devs[string(x.hw)]
 	changed := false
 	if dv == nil {
+		if !leased {
+			return
+		}
 		mac := macText(x.hw)
 		dv = &device{d: core.Device{ID: mac, MAC: mac, FirstSeen: x.now}, state: core.StateDiscovered}
 		s.devs[string(x.hw)] = dv
@@ -102,11 +125,28 @@ func (s *Server) touchDevice(x *exchange) {
 			*dst, changed = v, true
 		}
 	}
-	setStr(&d.Serial, x.serial)
-	setStr(&d.Product, x.product)
-	setStr(&d.Platform, x.platform)
+	keep := func(dst *string, fact, v string, check func(string) error) {
+		switch {
+		case v == "" || *dst == v:
+		case check(v) != nil:
+			factsRefused.WithLabelValues(fact).Inc()
+			s.log.Debug("device fact refused", "mac", d.MAC, "fact", fact, "err", check(v))
+		case *dst != "":
+			factsRefused.WithLabelValues(fact).Inc()
+			s.warnClaim(x, d, fact, *dst, v)
+		default:
+			*dst, changed = v, true
+		}
+	}
+	keep(&d.Serial, "serial", x.serial, core.CheckSerial)
+	keep(&d.Product, "product", x.product, core.CheckProduct)
+	keep(&d.Platform, "platform", x.platform, core.CheckPlatform)
 	if h, ok := x.req.Opt(optHostname); ok && string(h) != d.Hostname {
-		setStr(&d.Hostname, printable(h))
+		if err := core.CheckHostname(string(h)); err != nil {
+			factsRefused.WithLabelValues("hostname").Inc()
+		} else {
+			d.Hostname, changed = string(h), true
+		}
 	}
 	if len(x.clientID) > 0 && string(x.clientID) != dv.rawClientID {
 		dv.rawClientID = string(x.clientID)
@@ -118,6 +158,16 @@ func (s *Server) touchDevice(x *exchange) {
 	if x.req.GIAddr != ([4]byte{}) && x.req.GIAddr != dv.relay {
 		dv.relay = x.req.GIAddr
 		setStr(&d.RelayAddr, ip4String(x.req.GIAddr))
+	}
+	if x.req.GIAddr != ([4]byte{}) {
+		if v, ok := x.req.relaySubOpt(relayCircuitID); ok && string(v) != dv.rawCircuit {
+			dv.rawCircuit = string(v)
+			setStr(&d.CircuitID, clientIDText(v))
+		}
+		if v, ok := x.req.relaySubOpt(relayRemoteID); ok && string(v) != dv.rawRemote {
+			dv.rawRemote = string(v)
+			setStr(&d.RemoteID, clientIDText(v))
+		}
 	}
 	d.LastSeen = x.now
 	if changed || x.now.Sub(dv.written) >= lastSeenEvery {
@@ -280,13 +330,24 @@ func mergeDevice(tx core.Tx, d *core.Device, state core.DeviceState) error {
 	if d.Kind != core.KindUnknown || cur.Kind == "" {
 		cur.Kind = d.Kind
 	}
+	// Identity facts are kept once known (another part may have recorded
+	// them first); the rest follow the client.
+	if cur.Serial == "" {
+		cur.Serial = d.Serial
+	}
+	if cur.Product == "" {
+		cur.Product = d.Product
+	}
+	if cur.Platform == "" {
+		cur.Platform = d.Platform
+	}
 	for _, f := range [...]struct {
 		dst *string
 		v   string
 	}{
-		{&cur.Serial, d.Serial}, {&cur.Product, d.Product}, {&cur.Platform, d.Platform},
 		{&cur.Hostname, d.Hostname}, {&cur.ClientID, d.ClientID}, {&cur.VendorClass, d.VendorClass},
 		{&cur.IP, d.IP}, {&cur.Subnet, d.Subnet}, {&cur.RelayAddr, d.RelayAddr},
+		{&cur.CircuitID, d.CircuitID}, {&cur.RemoteID, d.RemoteID},
 	} {
 		if f.v != "" {
 			*f.dst = f.v

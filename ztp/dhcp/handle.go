@@ -35,6 +35,7 @@ type exchange struct {
 	withLease bool
 	commit    bool // the reply waits for the lease to be durable
 	nakReason string
+	fresh     bool // this ACK starts a new binding (not an extension)
 
 	opts  []option
 	dyn   [4][4]byte
@@ -55,8 +56,8 @@ var steps = [...]step{
 	{"message", (*Server).stepMessage},         // a client message type we answer
 	{"subnet", (*Server).stepSubnet},           // relay link selection, giaddr, ciaddr, interface
 	{"identify", (*Server).stepIdentify},       // client key, class, reservation
-	{"device", (*Server).stepDevice},           // device record (write-behind)
 	{"lease", (*Server).stepLease},             // offer, ack/nak, decline, release, inform
+	{"device", (*Server).stepDevice},           // device record of a lease holder (write-behind)
 	{"options", (*Server).stepOptions},         // per class and overrides, request-list order, size cap
 	{"destination", (*Server).stepDestination}, // RFC 2131 §4.1, then encode
 }
@@ -178,13 +179,21 @@ func (s *Server) vmMatch(hw, vendorClass []byte) bool {
 	return false
 }
 
+// stepDevice records what the request says about its device. Only lease
+// holders get a record: a client that was merely offered an address (or
+// asked for nothing) is counted by the packet metrics, never stored, so
+// made-up hardware addresses cannot fill the store.
 func (s *Server) stepDevice(x *exchange) bool {
-	s.touchDevice(x)
+	leased := x.reply.msgType == msgAck && x.b != nil
+	s.touchDevice(x, leased)
+	if x.fresh {
+		s.deviceLeased(x, x.b)
+	}
 	return true
 }
 
 func (s *Server) stepLease(x *exchange) bool {
-	x.b, x.commit, x.withLease, x.nakReason = nil, false, false, ""
+	x.b, x.commit, x.withLease, x.nakReason, x.fresh = nil, false, false, "", false
 	x.reply = reply{flags: x.req.Flags}
 	switch x.mt {
 	case msgDiscover:
@@ -300,7 +309,7 @@ func (s *Server) request(x *exchange) bool {
 	fresh := s.bind(x, b, x.sn.leaseTime)
 	x.commit = true
 	if fresh {
-		s.deviceLeased(x, b)
+		x.fresh = true // stepDevice records the lease on the device
 		s.event(x, "dhcp.ack", "lease granted", ip)
 	}
 	return true

@@ -40,6 +40,10 @@ var (
 	commitErrors = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "ztpd_dhcp_commit_errors_total", Help: "Failed lease commits (their ACKs were not sent).",
 	})
+	factsRefused = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "ztpd_dhcp_facts_refused_total",
+		Help: "Device facts from DHCP options not stored: outside the allowed characters, or contradicting the record.",
+	}, []string{"fact"})
 	recordErrors = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "ztpd_dhcp_record_errors_total", Help: "Device and event records dropped because they could not be stored.",
 	})

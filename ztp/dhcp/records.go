@@ -200,7 +200,8 @@ func appendDeviceJSON(b []byte, d *core.Device) []byte {
 		{`,"serial":`, d.Serial}, {`,"product":`, d.Product}, {`,"platform":`, d.Platform},
 		{`,"hostname":`, d.Hostname}, {`,"client_id":`, d.ClientID}, {`,"vendor_class":`, d.VendorClass},
 		{`,"sonic_version":`, d.SONiCVer}, {`,"ip":`, d.IP}, {`,"subnet":`, d.Subnet},
-		{`,"relay_addr":`, d.RelayAddr},
+		{`,"relay_addr":`, d.RelayAddr}, {`,"circuit_id":`, d.CircuitID}, {`,"remote_id":`, d.RemoteID},
+		{`,"base_mac":`, d.BaseMAC}, {`,"fixed_ip":`, d.FixedIP},
 	} {
 		if f.v != "" {
 			b = append(b, f.k...)

@@ -85,6 +85,8 @@ const (
 	optClasslessRoutes  = 121
 	optProvisionScript  = 239
 	optEnd              = 255
+	relayCircuitID      = 1 // RFC 3046 sub-options of option 82
+	relayRemoteID       = 2
 	relayLinkSelection  = 5 // RFC 3527 sub-option of option 82
 	maxOptionDataLength = 255
 )

@@ -327,13 +327,13 @@ func TestRefusals(t *testing.T) {
 		i := strings.LastIndex(out, "\n")
 		return out[i+1:], out[:i]
 	}
-	// Unknown device: 404 with a JSON reason.
+	// An address without a lease: 403 with a JSON reason.
 	c, body := code(lab.Addr(31), "-A", "SONiC-ZTP/0.1", base+"/ztp/ztp.json")
 	var e struct {
 		Error  string `json:"error"`
 		Status int    `json:"status"`
 	}
-	if c != "404" || json.Unmarshal([]byte(body), &e) != nil || !strings.Contains(e.Error, "unknown device") || e.Status != 404 {
+	if c != "403" || json.Unmarshal([]byte(body), &e) != nil || !strings.Contains(e.Error, "holds no lease") || e.Status != 403 {
 		t.Fatalf("unknown device: %s %s", c, body)
 	}
 	// Another switch's config: 403.
@@ -354,6 +354,64 @@ func TestRefusals(t *testing.T) {
 	if c, _ := code(lab.Addr(11), "--path-as-is", base+"/files/../../etc/passwd"); c == "200" {
 		t.Error("path traversal answered 200")
 	}
+}
+
+// TestSpoofedSwitchGetsNothing: a second host on the management network
+// quoting a switch's serial and base MAC (headers sonic-ztp would send) gets
+// 403 for ztp.json and config_db.json, and nothing stored changes; the same
+// headers from the lease holder work (issue 12, finding 1).
+func TestSpoofedSwitchGetsNothing(t *testing.T) {
+	lab, _ := setupLab(t)
+	base := "http://" + lab.SrvIP + ":8080"
+	victim := &switchSim{ip: lab.Addr(13), serial: "LAB0013", mac: "52:54:00:47:00:0d", product: "Lab-Switch", version: "SONiC.202311.1"}
+	get := func(src, url string) (string, string) {
+		t.Helper()
+		args := append([]string{"-s", "--interface", src, "-A", "SONiC-ZTP/0.1", "-w", "\n%{http_code}"}, victim.headers()...)
+		out, err := lab.Run("curl", append(args, "--", url)...)
+		if err != nil {
+			t.Fatalf("curl %s: %v\n%s", url, err, out)
+		}
+		i := strings.LastIndex(out, "\n")
+		return out[i+1:], out[:i]
+	}
+	cfgURL := base + "/ztp/config/" + victim.mac + "/config_db.json"
+	// From an address without a lease (31) and from another switch's (12).
+	for _, src := range []string{lab.Addr(31), lab.Addr(12)} {
+		for _, u := range []string{base + "/ztp/ztp.json", cfgURL} {
+			if c, body := get(src, u); c != "403" || strings.Contains(body, "DEVICE_METADATA") || strings.Contains(body, "ztp-json-version") {
+				t.Fatalf("%s from %s: %s %s", u, src, c, body)
+			}
+		}
+	}
+	// The lease holder with the same headers is served.
+	if c, body := get(victim.ip, base+"/ztp/ztp.json"); c != "200" || !strings.Contains(body, "ztp-json-version") {
+		t.Fatalf("holder: %s %s", c, body)
+	}
+	if c, body := get(victim.ip, cfgURL); c != "200" || !strings.Contains(body, "DEVICE_METADATA") {
+		t.Fatalf("holder's config: %s %s", c, body)
+	}
+	lab.Stop()
+	lab.Seed(func(db *boltstore.Store, _ *imagestore.Store) {
+		db.View(func(tx core.Tx) error {
+			for _, h := range []int{12, 13} {
+				d, err := core.GetDevice(tx, fmt.Sprintf("52:54:00:47:00:%02x", h))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Serial != fmt.Sprintf("LAB%04d", h) || d.IP != lab.Addr(h) {
+					t.Errorf("device %s changed by the spoofed requests: serial %s ip %s", d.ID, d.Serial, d.IP)
+				}
+			}
+			if _, err := core.GetDevice(tx, "52:54:00:47:00:1f"); err == nil {
+				t.Error("a record was created for the host without a lease")
+			}
+			n, _ := tx.Count(core.BucketDevices)
+			if n != 5 {
+				t.Errorf("%d device records, want the 5 seeded", n)
+			}
+			return nil
+		})
+	})
 }
 
 func TestImagesRangeETagAndISOs(t *testing.T) {
@@ -486,7 +544,7 @@ func TestCloudInitCloudStackDatasource(t *testing.T) {
 	}
 	// An address without a lease gets nothing.
 	out, _ := lab.Run("curl", "-s", "--interface", lab.Addr(31), "-o", "/dev/null", "-w", "%{http_code}", md+"meta-data/instance-id")
-	if out != "404" {
+	if out != "403" {
 		t.Errorf("unknown VM: %s", out)
 	}
 }
