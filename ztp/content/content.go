@@ -330,7 +330,7 @@ func (s *Service) boundBySerial(tx core.Tx, b *core.Binding, c *Client) (core.De
 func check(d *core.Device, b *core.Binding, c *Client) error {
 	type claim struct {
 		fact, header, v, have string
-		valid           func(string) error
+		valid                 func(string) error
 	}
 	claims := []claim{
 		{"serial", "SERIAL-NUMBER", c.Serial, d.Serial, core.CheckSerial},
