@@ -19,15 +19,15 @@ const (
 )
 
 type compiledRule struct {
-	serials, macs, products []string
-	subnets                 []netip.Prefix
-	cluster                 string
+	Rule
+	macs    []string
+	subnets []netip.Prefix
 }
 
 func compileRules(rules []Rule) ([]compiledRule, error) {
 	out := make([]compiledRule, 0, len(rules))
 	for i, r := range rules {
-		cr := compiledRule{serials: r.Serials, products: r.Products, cluster: r.Cluster}
+		cr := compiledRule{Rule: r}
 		for _, m := range r.MACs {
 			n, err := core.NormalizeMAC(m)
 			if err != nil {
@@ -47,31 +47,49 @@ func compileRules(rules []Rule) ([]compiledRule, error) {
 	return out, nil
 }
 
-// autoApproved reports whether some rule approves d for cluster c. ip is the
-// address the device asked from (its lease address when it has one).
-func (s *Service) autoApproved(d core.Device, c core.Cluster, ip string) bool {
-	addr, addrErr := netip.ParseAddr(ip)
+// approval is what a device is approved for.
+type approval uint8
+
+const (
+	approvedWorker approval = 1 << iota
+	approvedControlPlane
+	approvedAny = approvedWorker | approvedControlPlane
+)
+
+// approvalOf is what the device d holding h is approved for in cluster c:
+// everything when an operator approved it, else the union of the rules it
+// matches (0: it waits for an operator).
+func (s *Service) approvalOf(d core.Device, c core.Cluster, h core.Holder) approval {
+	if d.Approved {
+		return approvedAny
+	}
+	var a approval
 	for _, r := range s.rules {
-		if r.cluster != "" && r.cluster != c.Name && r.cluster != c.ID {
-			continue
-		}
-		if len(r.serials) > 0 && (d.Serial == "" || !slices.Contains(r.serials, d.Serial)) {
-			continue
-		}
-		if len(r.macs) > 0 && !slices.Contains(r.macs, d.MAC) {
-			continue
-		}
-		if len(r.products) > 0 && (d.Product == "" || !slices.Contains(r.products, d.Product)) {
-			continue
-		}
-		if len(r.subnets) > 0 {
-			if addrErr != nil || !slices.ContainsFunc(r.subnets, func(p netip.Prefix) bool { return p.Contains(addr.Unmap()) }) {
-				continue
+		if r.matches(d, c, h) {
+			a |= approvedWorker
+			if r.ControlPlane {
+				a |= approvedControlPlane
 			}
 		}
-		return true
 	}
-	return false
+	return a
+}
+
+func (r *compiledRule) matches(d core.Device, c core.Cluster, h core.Holder) bool {
+	in := func(l []string, v string) bool { return len(l) == 0 || v != "" && slices.Contains(l, v) }
+	switch {
+	case r.Cluster != "" && r.Cluster != c.Name && r.Cluster != c.ID:
+		return false
+	case !in(r.macs, h.MAC), !in(r.CircuitIDs, d.CircuitID), !in(r.RemoteIDs, d.RemoteID):
+		return false
+	case r.Reserved && !(h.Binding != nil || h.Lease != nil && h.Lease.Reserved):
+		return false
+	case len(r.subnets) > 0 && !slices.ContainsFunc(r.subnets, func(p netip.Prefix) bool { return p.Contains(h.Addr) }):
+		return false
+	case !in(r.AssertedSerials, d.Serial), !in(r.AssertedProducts, d.Product):
+		return false
+	}
+	return true
 }
 
 // holdsSlot reports whether a member in state st counts against the

@@ -60,12 +60,20 @@ func benchJoin(b *testing.B, version string, kind core.DeviceKind, group bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc, err := New(st, kr, Options{AutoApprove: []Rule{{}}, BaseURL: "http://10.99.0.1:8080"})
+	svc, err := New(st, kr, Options{AutoApprove: []Rule{{ControlPlane: true}}, BaseURL: "http://10.99.0.1:8080"})
 	if err != nil {
 		b.Fatal(err)
 	}
 	n := b.N
 	if _, err := svc.CreateCluster(ctx, ClusterSpec{Name: "bench", Size: n, KubernetesVersion: version}); err != nil {
+		b.Fatal(err)
+	}
+	// Joins come from the holder of their address: every device holds a lease.
+	addr := func(i int) string { return fmt.Sprintf("10.%d.%d.%d", 100+i>>16, (i>>8)&255, i&255) }
+	lease := func(tx core.Tx, ip, m string) error {
+		return tx.Put(core.BucketLeases, ip, core.Lease{IP: ip, MAC: m, State: core.LeaseActive, Reserved: true})
+	}
+	if err := bs.Update(func(tx core.Tx) error { return lease(tx, "10.99.0.10", "02:ff:00:00:00:01") }); err != nil {
 		b.Fatal(err)
 	}
 	cp, _ := svc.Enroll(ctx, EnrollRequest{Cluster: "bench", MAC: "02:ff:00:00:00:01"})
@@ -77,6 +85,9 @@ func benchJoin(b *testing.B, version string, kind core.DeviceKind, group bool) {
 		for i := range n {
 			m := mac(i)
 			if err := core.PutDevice(tx, core.Device{ID: m, MAC: m, Kind: kind, Serial: fmt.Sprintf("SN%07d", i), Hostname: fmt.Sprintf("node-%d", i)}); err != nil {
+				return err
+			}
+			if err := lease(tx, addr(i), m); err != nil {
 				return err
 			}
 		}
@@ -110,7 +121,7 @@ func benchJoin(b *testing.B, version string, kind core.DeviceKind, group bool) {
 	for range workers {
 		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				bd, err := svc.Join(ctx, JoinRequest{Enrollment: secrets[i], MAC: mac(i), RemoteIP: fmt.Sprintf("10.99.%d.%d", 1+i/250%250, 1+i%250)})
+				bd, err := svc.Join(ctx, JoinRequest{Enrollment: secrets[i], MAC: mac(i), RemoteIP: addr(i)})
 				if err != nil || (bd.CloudConfig == nil && bd.SONiC == nil) {
 					failed.Add(1)
 				}

@@ -378,27 +378,96 @@ func (s *Service) MarkLeft(ctx context.Context, deviceID string) error {
 		if !ok {
 			return fmt.Errorf("membership of %s: %w", deviceID, core.ErrNotFound)
 		}
-		if m.State == core.StateLeft {
-			return nil
-		}
-		if holdsSlot(m.State) {
-			rt, err := getRuntime(tx, m.Cluster)
-			if err != nil {
-				return err
-			}
-			rt.release(m)
-			if err := tx.Put(core.BucketMeta, runtimeKey(m.Cluster), rt); err != nil {
-				return err
-			}
-		}
-		if err := s.revokeMemberTokens(tx, m, now); err != nil {
-			return err
-		}
-		if err := s.transition(tx, &m, core.StateLeft, "left the cluster", now); err != nil {
-			return err
-		}
-		return tx.Delete(core.BucketIndex, memberIndexKey(m.Cluster, m.Device))
+		return s.leave(tx, m, "left the cluster", now)
 	})
+}
+
+// leave ends a membership: its slot is freed, its tokens revoked, its
+// history records why. A first control plane that leaves an otherwise
+// empty cluster takes the cluster's init with it, so the next control
+// plane initialises the cluster again.
+func (s *Service) leave(tx core.Tx, m member, reason string, now time.Time) error {
+	if m.State == core.StateLeft {
+		return nil
+	}
+	if holdsSlot(m.State) {
+		rt, err := getRuntime(tx, m.Cluster)
+		if err != nil {
+			return err
+		}
+		rt.release(m)
+		if rt.FirstControlPlane == m.Device && rt.ControlPlanes+rt.Workers == 0 {
+			rt.FirstControlPlane, rt.Initialized = "", false
+		}
+		if err := tx.Put(core.BucketMeta, runtimeKey(m.Cluster), rt); err != nil {
+			return err
+		}
+	}
+	if err := s.revokeMemberTokens(tx, m, now); err != nil {
+		return err
+	}
+	if err := s.transition(tx, &m, core.StateLeft, reason, now); err != nil {
+		return err
+	}
+	return tx.Delete(core.BucketIndex, memberIndexKey(m.Cluster, m.Device))
+}
+
+// ResetDevice is the operator's "re-install this device" (ztpd device
+// reset): its membership ends, its credentials are revoked (kubeadm and
+// report tokens, any unused enrollment secret), and its next ZTP or
+// user-data fetch gets join material again, once. Approval and cluster
+// assignment are kept.
+func (s *Service) ResetDevice(ctx context.Context, deviceID string) (core.Device, error) {
+	if err := ctx.Err(); err != nil {
+		return core.Device{}, err
+	}
+	now := s.now().UTC()
+	var d core.Device
+	err := s.store.Update(func(tx core.Tx) error {
+		var err error
+		if d, err = deviceByRef(tx, deviceID); err != nil {
+			return err
+		}
+		var m member
+		had, err := tx.Get(core.BucketMemberships, d.ID, &m)
+		if err != nil {
+			return err
+		}
+		if had {
+			if err := s.leave(tx, m, "reset by an operator", now); err != nil {
+				return err
+			}
+		}
+		for _, idx := range []string{enrollIndexKey(d.MAC, ""), enrollIndexKey("", d.Serial)} {
+			var id string
+			if ok, err := tx.Get(core.BucketIndex, idx, &id); err != nil {
+				return err
+			} else if ok {
+				if err := tx.Delete(core.BucketTokens, tokenKey(tokens.KindEnrollment, id)); err != nil {
+					return err
+				}
+				if err := tx.Delete(core.BucketIndex, idx); err != nil {
+					return err
+				}
+			}
+		}
+		d, err = core.GetDevice(tx, d.ID) // leave may have updated it
+		if err != nil {
+			return err
+		}
+		d.Role, d.UpdatedAt = "", now
+		d.State = core.StateDiscovered
+		if d.IP != "" {
+			if l, err := core.GetLease(tx, d.IP); err == nil && l.MAC == d.MAC && core.LeaseHolds(l, now) {
+				d.State = core.StateLeased
+			}
+		}
+		if err := core.PutDevice(tx, d); err != nil {
+			return err
+		}
+		return event(tx, now, "device.reset", d.ID, d.Cluster, "reset for re-install: membership ended, credentials revoked", nil)
+	})
+	return d, err
 }
 
 // Approve marks a device approved for joining (ztpd device approve) and,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -65,12 +66,69 @@ func (s *Service) Enroll(ctx context.Context, req EnrollRequest) (tokens.Credent
 			ID: cred.ID(), Kind: string(tokens.KindEnrollment), SecretHash: hex.EncodeToString(cred.Hash()),
 			Cluster: c.ID, Device: mac, Description: "enrollment", Expires: now.Add(ttl), Created: now,
 		}, BindMAC: mac, BindSerial: serial}
+		// One live enrollment secret per device: a new one replaces the
+		// previous if it was not used, so re-fetched documents cannot pile
+		// up secrets (or records).
+		idx := enrollIndexKey(mac, serial)
+		var prev string
+		if ok, err := tx.Get(core.BucketIndex, idx, &prev); err != nil {
+			return err
+		} else if ok {
+			var old tokenRecord
+			if ok, err := tx.Get(core.BucketTokens, tokenKey(tokens.KindEnrollment, prev), &old); err != nil {
+				return err
+			} else if ok && old.UsedAt.IsZero() {
+				if err := tx.Delete(core.BucketTokens, tokenKey(tokens.KindEnrollment, prev)); err != nil {
+					return err
+				}
+			}
+		}
+		if err := tx.Put(core.BucketIndex, idx, cred.ID()); err != nil {
+			return err
+		}
 		return tx.Put(core.BucketTokens, tokenKey(tokens.KindEnrollment, cred.ID()), rec)
 	})
 	if err != nil {
 		return tokens.Credential{}, err
 	}
 	return cred, nil
+}
+
+func enrollIndexKey(mac, serial string) string {
+	if mac != "" {
+		return "enroll/" + mac
+	}
+	return "enroll/serial:" + serial
+}
+
+// Issuable reports whether join material may be handed to device id for
+// clusterRef now: not when its bundle was already issued and may not be
+// re-issued (see mayReissue; once: never re-issued). The reason says why not, for the device's
+// document and the log.
+func (s *Service) Issuable(ctx context.Context, id, clusterRef string, once bool) (ok bool, reason string, err error) {
+	if err := ctx.Err(); err != nil {
+		return false, "", err
+	}
+	now := s.now().UTC()
+	err = s.store.View(func(tx core.Tx) error {
+		c, err := clusterByRef(tx, clusterRef)
+		if err != nil {
+			return err
+		}
+		var m member
+		had, err := tx.Get(core.BucketMemberships, id, &m)
+		if err != nil {
+			return err
+		}
+		ok = true
+		if had && m.Cluster == c.ID && holdsSlot(m.State) {
+			if e := s.mayReissue(m, now, once); e != nil {
+				ok, reason = false, e.Error()
+			}
+		}
+		return nil
+	})
+	return ok, reason, err
 }
 
 func acceptsMembers(st core.ClusterState) bool {
@@ -92,10 +150,13 @@ type JoinRequest struct {
 	SONiCVersion string
 	Kind         core.DeviceKind // sonic or vm; "" uses the device record, else vm
 	Role         string          // role fixed by the device's profile, or ""
-	// RemoteIP is the address the request came from. When it holds an
-	// active DHCP lease, the lease's MAC must be the device's: a secret
-	// copied to another machine on ztpd's networks is refused.
+	// RemoteIP is the address the request came from. Its holder (an active
+	// lease or an operator-declared binding, core.HolderOf) must be the
+	// device: a secret copied to another machine is refused.
 	RemoteIP string
+	// Once refuses any re-issue: cloud-init's user-data, which it fetches
+	// at every boot but runs once per instance, gets join material once.
+	Once bool
 }
 
 // joinResult is what the admission transaction decided.
@@ -135,6 +196,9 @@ func (s *Service) Join(ctx context.Context, req JoinRequest) (*Bundle, error) {
 	req.Serial = strings.TrimSpace(req.Serial)
 	if req.RemoteIP != "" && net.ParseIP(req.RemoteIP) == nil {
 		return nil, fmt.Errorf("%w: remote address %q", ErrInvalid, req.RemoteIP)
+	}
+	if err := checkFacts(req); err != nil {
+		return nil, err
 	}
 	report, err := tokens.NewReportCredential()
 	if err != nil {
@@ -191,27 +255,27 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 		return ErrEnrollmentExpired
 	}
 
-	// 2. The device: its claimed identity must match the binding, and its
-	// lease (if it has one here) must agree.
-	mac := req.MAC
-	lm := leaseMAC(tx, req.RemoteIP, now)
-	if mac == "" && enr.BindMAC != "" {
-		mac = lm // e.g. cloud-init #include: no claim, the lease proves it
+	// 2. The device: the holder of the address the request comes from
+	// (core.HolderOf), which must be the device the secret was bound to.
+	// What the request claims (MAC, serial) must agree with both.
+	h, mac, err := s.holder(tx, req, now)
+	if err != nil {
+		return err
 	}
 	if enr.BindMAC != "" && mac != enr.BindMAC {
 		return ErrBindingMismatch
 	}
-	if enr.BindSerial != "" && req.Serial != enr.BindSerial {
-		return ErrBindingMismatch
-	}
-	if lm != "" && mac != "" && lm != mac {
+	if enr.BindSerial != "" && req.Serial != "" && req.Serial != enr.BindSerial {
 		return ErrBindingMismatch
 	}
 	dev, storedSerial, err := s.loadDevice(tx, mac, req, now)
 	if err != nil {
 		return err
 	}
-	if enr.BindSerial != "" && dev.Serial != "" && dev.Serial != enr.BindSerial {
+	if req.MAC != "" && req.MAC != dev.MAC && req.MAC != dev.BaseMAC {
+		return ErrBindingMismatch
+	}
+	if enr.BindSerial != "" && dev.Serial != enr.BindSerial {
 		return ErrBindingMismatch
 	}
 	res.device, res.serialWas = dev, storedSerial
@@ -247,6 +311,14 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 		return fmt.Errorf("%w: %s belongs to cluster %s", ErrMemberElsewhere, dev.ID, m.Cluster)
 	}
 	reissue := had && m.Cluster == c.ID && holdsSlot(m.State)
+	if reissue {
+		// Secrets once: the bundle (and, for the first control plane, the
+		// CA key) goes out again only to retry a join that has not
+		// succeeded, within the reissue window.
+		if err := s.mayReissue(m, now, req.Once); err != nil {
+			return err
+		}
+	}
 	if !had || m.Cluster != c.ID || m.State == core.StateLeft {
 		m = member{Membership: core.Membership{Device: dev.ID, Cluster: c.ID, Created: now}}
 	}
@@ -270,10 +342,16 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 		preset = req.Role
 	}
 	if !reissue {
-		if !dev.Approved && !s.autoApproved(dev, c, res.ip) {
+		approved := s.approvalOf(dev, c, h)
+		switch {
+		case approved == 0:
 			wait = "awaiting approval (ztpd device approve " + dev.ID + ")"
-		} else {
+		default:
 			role, first, wait = decideRole(c, rt, method, preset)
+			if wait == "" && role == RoleControlPlane && approved&approvedControlPlane == 0 {
+				role, first = "", false
+				wait = "awaiting approval as a control plane: no auto_approve rule names the control-plane role (ztpd device approve " + dev.ID + ")"
+			}
 		}
 	}
 	if wait == "" && first && rt.APIEndpoint == "" {
@@ -353,6 +431,9 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	}
 	m.Role, m.Method, m.IP, m.WaitReason = role, method, res.ip, ""
 	m.Version = rt.KubernetesVersion
+	if !reissue {
+		m.IssuedAt = now
+	}
 	what := role
 	if first {
 		what = "first control plane (kubeadm init)"
@@ -404,16 +485,25 @@ func (s *Service) loadDevice(tx core.Tx, mac string, req JoinRequest, now time.T
 	} else if err != nil {
 		return d, "", err
 	}
-	if req.Kind != "" {
+	// The device's kind is what DHCP or the content service classified; a
+	// request only fills it in when nothing did.
+	if d.Kind == "" || d.Kind == core.KindUnknown {
 		d.Kind = req.Kind
-	} else if d.Kind == "" || d.Kind == core.KindUnknown {
-		d.Kind = core.KindVM
+		if d.Kind == "" {
+			d.Kind = core.KindVM
+		}
+	}
+	if req.Serial != "" && d.Serial != "" && req.Serial != d.Serial ||
+		req.Product != "" && d.Product != "" && req.Product != d.Product {
+		return d, "", ErrBindingMismatch
 	}
 	if d.Serial == "" {
 		d.Serial = req.Serial
 	}
+	if d.Product == "" {
+		d.Product = req.Product
+	}
 	setIf(&d.Hostname, req.Hostname)
-	setIf(&d.Product, req.Product)
 	setIf(&d.SONiCVer, req.SONiCVersion)
 	setIf(&d.IP, req.RemoteIP)
 	d.LastSeen, d.UpdatedAt = now, now
@@ -424,6 +514,70 @@ func setIf(dst *string, v string) {
 	if v != "" {
 		*dst = v
 	}
+}
+
+// checkFacts refuses a request whose stated facts fall outside the
+// character sets of core (they would reach records and documents).
+func checkFacts(req JoinRequest) error {
+	for _, f := range []struct {
+		v     string
+		check func(string) error
+	}{
+		{req.Serial, core.CheckSerial}, {req.Product, core.CheckProduct},
+		{req.Hostname, core.CheckHostname}, {req.SONiCVersion, core.CheckVersion},
+	} {
+		if f.v == "" {
+			continue
+		}
+		if err := f.check(f.v); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+	}
+	return nil
+}
+
+// holder identifies the device a join comes from: the holder of the
+// request's address, and its MAC. A binding declared by serial only names
+// no MAC: the request's own MAC is taken when its serial is the binding's.
+func (s *Service) holder(tx core.Tx, req JoinRequest, now time.Time) (core.Holder, string, error) {
+	ip, err := netip.ParseAddr(req.RemoteIP)
+	if err != nil {
+		return core.Holder{}, "", fmt.Errorf("%w: the request's address is unknown", ErrNotHolder)
+	}
+	h, err := core.HolderOf(tx, ip, now, s.opts.Bindings)
+	if errors.Is(err, core.ErrNoHolder) {
+		return h, "", fmt.Errorf("%w: %s", ErrNotHolder, ip)
+	}
+	if err != nil {
+		return h, "", err
+	}
+	if h.MAC != "" {
+		return h, h.MAC, nil
+	}
+	if req.MAC == "" || req.Serial == "" || req.Serial != h.Binding.Serial {
+		return h, "", ErrBindingMismatch
+	}
+	return h, req.MAC, nil
+}
+
+// mayReissue reports whether a member's bundle may be handed out again:
+// only while its join has not succeeded, and within ReissueWindow of the
+// first issue. Anything else needs an operator's `ztpd device reset`.
+func (s *Service) mayReissue(m member, now time.Time, once bool) error {
+	switch {
+	case once:
+		return fmt.Errorf("%w: the bundle of %s was issued at %s and is handed out once; `ztpd device reset %s` allows a new one",
+			ErrAlreadyIssued, m.Device, m.IssuedAt.Format(time.RFC3339), m.Device)
+	case m.State == core.StateJoined:
+		return fmt.Errorf("%w: %s reported joined at %s; re-installing it needs `ztpd device reset %s`",
+			ErrAlreadyIssued, m.Device, m.UpdatedAt.Format(time.RFC3339), m.Device)
+	case m.State != core.StateJoinIssued && m.State != core.StateFailed:
+		return fmt.Errorf("%w: membership of %s is %s", ErrAlreadyIssued, m.Device, m.State)
+	case !m.IssuedAt.IsZero() && now.Sub(m.IssuedAt) >= s.opts.ReissueWindow:
+		return fmt.Errorf("%w: the bundle of %s was issued at %s, longer ago than the %s retry window; `ztpd device reset %s` allows a new one",
+			ErrAlreadyIssued, m.Device, m.IssuedAt.Format(time.RFC3339), s.opts.ReissueWindow, m.Device)
+	}
+	return nil
 }
 
 // putDevice stores d. When its serial number is the one already stored
@@ -554,11 +708,19 @@ func boolInt(b bool) int {
 	return 0
 }
 
+// maxHistory bounds a membership's history: its first entry and the newest.
+const maxHistory = 32
+
 // transition moves a membership to st, appends to its history, and mirrors
 // the state onto the device record.
 func (s *Service) transition(tx core.Tx, m *member, st core.DeviceState, reason string, now time.Time) error {
 	m.State, m.UpdatedAt = st, now
 	m.History = append(m.History, core.StateTransition{State: st, At: now, Reason: reason})
+	if n := len(m.History); n > maxHistory {
+		// Keep how it started and the newest; a device retrying all day
+		// must not grow its record without bound.
+		m.History = append(m.History[:1], m.History[n-maxHistory+1:]...)
+	}
 	if err := tx.Put(core.BucketMemberships, m.Device, m); err != nil {
 		return err
 	}

@@ -43,11 +43,14 @@ var (
 	ErrClusterUnavailable = errors.New("cluster does not accept members")
 	ErrMemberElsewhere    = errors.New("device is a member of another cluster")
 	ErrInvalid            = errors.New("invalid request")
+	ErrNotHolder          = errors.New("the request's address holds no lease and no operator-declared binding")
+	ErrAlreadyIssued      = errors.New("join material was already issued to this device")
 )
 
 // IsUnauthorized reports whether err is a credential failure.
 func IsUnauthorized(err error) bool {
-	for _, e := range []error{ErrEnrollmentInvalid, ErrEnrollmentUsed, ErrEnrollmentExpired, ErrRevoked, ErrBindingMismatch, ErrReportInvalid} {
+	for _, e := range []error{ErrEnrollmentInvalid, ErrEnrollmentUsed, ErrEnrollmentExpired, ErrRevoked, ErrBindingMismatch,
+		ErrReportInvalid, ErrNotHolder, ErrAlreadyIssued} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -67,12 +70,23 @@ func (e *WaitError) Error() string { return "waiting: " + e.Reason }
 // Rule auto-approves devices. An empty field matches anything; a device must
 // match every non-empty field. Cluster, when set, limits the rule to that
 // cluster (name or id).
+//
+// Subnets, MACs, CircuitIDs, RemoteIDs and Reserved are what the network
+// proves: the address the device holds (core.HolderOf), the MAC it leased
+// with, the relay agent information its DHCP requests carried, a reserved
+// address. AssertedSerials and AssertedProducts are what the device says
+// about itself, matched only where a rule names them. A rule approves worker
+// roles; ControlPlane lets it approve control planes too (never implied).
 type Rule struct {
-	Serials  []string
-	MACs     []string
-	Products []string
-	Subnets  []string // CIDRs
-	Cluster  string
+	Subnets          []string // CIDRs
+	MACs             []string
+	CircuitIDs       []string
+	RemoteIDs        []string
+	Reserved         bool
+	AssertedSerials  []string
+	AssertedProducts []string
+	ControlPlane     bool
+	Cluster          string
 }
 
 // Options configure the service.
@@ -80,7 +94,15 @@ type Options struct {
 	EnrollmentTTL time.Duration // default 1h
 	TokenTTL      time.Duration // default 24h; 0 after defaulting is not allowed
 	ReportTTL     time.Duration // default 7 days
-	AutoApprove   []Rule
+	// ReissueWindow is how long after its first issue a member's bundle
+	// may be issued again to retry a join that has not succeeded; default
+	// 15 minutes. After it (or once joined) only `ztpd device reset` does.
+	ReissueWindow time.Duration
+	// Bindings are the operator-declared addresses (DHCP reservations) of
+	// static devices; joins come from the holder of an address (see
+	// core.HolderOf).
+	Bindings    core.Bindings
+	AutoApprove []Rule
 	// BaseURL is the appliance's device-facing HTTP base, e.g.
 	// http://10.99.0.1:8080; links in ztp.json sections and the default
 	// ReportURL derive from it.
@@ -115,6 +137,9 @@ func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, err
 	}
 	if opts.TokenTTL <= 0 {
 		opts.TokenTTL = 24 * time.Hour
+	}
+	if opts.ReissueWindow <= 0 {
+		opts.ReissueWindow = 15 * time.Minute
 	}
 	if opts.ReportTTL <= 0 {
 		opts.ReportTTL = 7 * 24 * time.Hour
@@ -196,6 +221,9 @@ type member struct {
 	ReportID   string `json:"report_id,omitempty"`
 	IP         string `json:"ip,omitempty"`
 	WaitReason string `json:"wait_reason,omitempty"`
+	// IssuedAt is when the bundle was first handed out: re-issues are
+	// allowed only within Options.ReissueWindow of it.
+	IssuedAt time.Time `json:"issued_at,omitzero"`
 }
 
 // keysFor opens (once) and returns a cluster's secrets.

@@ -64,8 +64,25 @@ func newEnv(t *testing.T, opts Options) *env {
 	return e
 }
 
-// approveAll is an auto-approve rule matching every device.
-var approveAll = []Rule{{}}
+// approveAll is an auto-approve rule matching every device, control planes
+// included.
+var approveAll = []Rule{{ControlPlane: true}}
+
+// hold gives mac an active lease on ip: joins come from the holder of their
+// address (core.HolderOf).
+func (e *env) hold(ip, m string) string {
+	e.t.Helper()
+	now := e.clk.now()
+	err := e.store.Update(func(tx core.Tx) error {
+		return tx.Put(core.BucketLeases, ip, core.Lease{IP: ip, MAC: m, Subnet: "vms", State: core.LeaseActive, Start: now, Expiry: now.Add(24 * time.Hour)})
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ip
+}
+
+func addrOf(i int) string { return fmt.Sprintf("10.99.%d.%d", 1+i/250, 1+i%250) }
 
 func (e *env) cluster(spec ClusterSpec) core.Cluster {
 	e.t.Helper()
@@ -94,7 +111,7 @@ func (e *env) enroll(cluster, m, serial string) string {
 
 func (e *env) join(cluster string, i int) (*Bundle, error) {
 	m := mac(i)
-	return e.svc.Join(bg, JoinRequest{Enrollment: e.enroll(cluster, m, ""), MAC: m, RemoteIP: fmt.Sprintf("10.99.%d.%d", 1+i/250, 1+i%250)})
+	return e.svc.Join(bg, JoinRequest{Enrollment: e.enroll(cluster, m, ""), MAC: m, RemoteIP: e.hold(addrOf(i), m)})
 }
 
 func (e *env) must(b *Bundle, err error) *Bundle {
@@ -228,30 +245,40 @@ func TestRefusedJoins(t *testing.T) {
 
 	// Replayed enrollment secret.
 	secret := e.enroll("prod", m1, "")
-	e.must(e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: m1, RemoteIP: "10.99.1.1"}))
+	e.must(e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: m1, RemoteIP: e.hold("10.99.1.1", m1)}))
 	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: m1, RemoteIP: "10.99.1.1"}); !errors.Is(err, ErrEnrollmentUsed) {
 		t.Fatalf("replayed secret: %v", err)
 	}
 
 	// Wrong serial.
 	m2 := mac(2)
+	ip2 := e.hold("10.99.1.2", m2)
 	bySerial, _ := e.svc.Enroll(bg, EnrollRequest{Cluster: "prod", Serial: "SN-A"})
-	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: bySerial.Reveal(), MAC: m2, Serial: "SN-B"}); !errors.Is(err, ErrBindingMismatch) {
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: bySerial.Reveal(), MAC: m2, Serial: "SN-B", RemoteIP: ip2}); !errors.Is(err, ErrBindingMismatch) {
 		t.Fatalf("wrong serial: %v", err)
 	}
 	// Wrong MAC.
 	byMAC := e.enroll("prod", m2, "")
-	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: byMAC, MAC: mac(3)}); !errors.Is(err, ErrBindingMismatch) {
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: byMAC, MAC: mac(3), RemoteIP: ip2}); !errors.Is(err, ErrBindingMismatch) {
 		t.Fatalf("wrong MAC: %v", err)
 	}
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: byMAC, MAC: mac(3), RemoteIP: e.hold("10.99.1.3", mac(3))}); !errors.Is(err, ErrBindingMismatch) {
+		t.Fatalf("secret used by its holder's address for another MAC: %v", err)
+	}
+	// From an address nobody holds, and with no address at all.
+	for _, ip := range []string{"10.99.1.250", ""} {
+		if _, err := e.svc.Join(bg, JoinRequest{Enrollment: byMAC, MAC: m2, RemoteIP: ip}); !errors.Is(err, ErrNotHolder) {
+			t.Fatalf("join from %q: %v", ip, err)
+		}
+	}
 	// The failed attempts did not use the secrets up.
-	e.must(e.svc.Join(bg, JoinRequest{Enrollment: bySerial.Reveal(), MAC: m2, Serial: "SN-A"}))
+	e.must(e.svc.Join(bg, JoinRequest{Enrollment: bySerial.Reveal(), MAC: m2, Serial: "SN-A", RemoteIP: ip2}))
 
 	// Expired enrollment secret.
 	m4 := mac(4)
 	late := e.enroll("prod", m4, "")
 	e.clk.add(10 * time.Minute)
-	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: late, MAC: m4}); !errors.Is(err, ErrEnrollmentExpired) {
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: late, MAC: m4, RemoteIP: e.hold("10.99.1.4", m4)}); !errors.Is(err, ErrEnrollmentExpired) {
 		t.Fatalf("expired secret: %v", err)
 	}
 
@@ -273,7 +300,7 @@ func TestRefusedJoins(t *testing.T) {
 	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: "abcdef.0123456789abcdef", MAC: m2}); !errors.Is(err, ErrEnrollmentInvalid) {
 		t.Fatalf("malformed secret: %v", err)
 	}
-	for _, err := range []error{ErrEnrollmentUsed, ErrBindingMismatch, ErrEnrollmentExpired, ErrRevoked, ErrEnrollmentInvalid} {
+	for _, err := range []error{ErrEnrollmentUsed, ErrBindingMismatch, ErrEnrollmentExpired, ErrRevoked, ErrEnrollmentInvalid, ErrNotHolder, ErrAlreadyIssued} {
 		if !IsUnauthorized(err) {
 			t.Fatalf("%v not classed unauthorized", err)
 		}
@@ -312,16 +339,26 @@ func TestLeaseBinding(t *testing.T) {
 
 func TestApprovalRules(t *testing.T) {
 	e := newEnv(t, Options{AutoApprove: []Rule{
-		{Serials: []string{"SN-OK"}, Cluster: "prod"},
-		{Products: []string{"Accton-AS7712"}, Subnets: []string{"10.99.7.0/24"}},
-		{MACs: []string{"02-00-00-00-00-09"}},
+		{AssertedSerials: []string{"SN-OK"}, Cluster: "prod", ControlPlane: true},
+		{AssertedProducts: []string{"Accton-AS7712"}, Subnets: []string{"10.99.7.0/24"}},
+		{MACs: []string{"02-00-00-00-00-09", "02:00:00:00:00:0c"}},
+		{CircuitIDs: []string{"rack7/port3"}, Cluster: "lab"},
 	}})
 	e.cluster(ClusterSpec{Name: "prod", Size: 10})
 	e.cluster(ClusterSpec{Name: "lab", Size: 10})
 	try := func(cluster string, i int, serial, product, ip string) error {
 		m := mac(i)
-		_, err := e.svc.Join(bg, JoinRequest{Enrollment: e.enroll(cluster, m, ""), MAC: m, Serial: serial, Product: product, RemoteIP: ip})
+		_, err := e.svc.Join(bg, JoinRequest{Enrollment: e.enroll(cluster, m, ""), MAC: m, Serial: serial, Product: product, RemoteIP: e.hold(ip, m)})
 		return err
+	}
+	// lab's first control plane, approved by an operator (the rules below
+	// that match lab approve workers only).
+	e.store.Update(func(tx core.Tx) error { return core.PutDevice(tx, core.Device{ID: mac(100), MAC: mac(100), Kind: core.KindVM}) })
+	if _, err := e.svc.Approve(bg, mac(100), "lab"); err != nil {
+		t.Fatal(err)
+	}
+	if err := try("lab", 100, "", "", "10.99.1.100"); err != nil {
+		t.Fatalf("approved control plane: %v", err)
 	}
 	waits := func(err error) bool {
 		var we *WaitError
@@ -342,10 +379,27 @@ func TestApprovalRules(t *testing.T) {
 	if err := try("prod", 9, "", "", "10.99.1.9"); err != nil {
 		t.Fatalf("MAC rule: %v", err)
 	}
+	// Relay agent information is what the network says: it comes from the
+	// device's DHCP requests, stored on its record.
+	e.store.Update(func(tx core.Tx) error {
+		return core.PutDevice(tx, core.Device{ID: mac(10), MAC: mac(10), Kind: core.KindVM, CircuitID: "rack7/port3"})
+	})
+	if err := try("lab", 10, "", "", "10.99.1.10"); err != nil {
+		t.Fatalf("circuit id rule: %v", err)
+	}
+	if err := try("lab", 11, "", "", "10.99.1.11"); !waits(err) {
+		t.Fatalf("no circuit id: %v", err)
+	}
+	// Control planes only where a rule names the role: the MAC rule
+	// approves workers, so the first node of a new cluster waits.
+	e.cluster(ClusterSpec{Name: "edge", Size: 2})
+	if err := try("edge", 12, "", "", "10.99.1.12"); !waits(err) || !strings.Contains(err.Error(), "control plane") {
+		t.Fatalf("worker-only rule approved a control plane: %v", err)
+	}
 	// Manual approval lets the waiting device in; its secret is still good.
 	m := mac(5)
 	secret := e.enroll("prod", m, "")
-	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: m, RemoteIP: "10.99.1.5"}); !waits(err) {
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: m, RemoteIP: e.hold("10.99.1.5", m)}); !waits(err) {
 		t.Fatalf("unapproved device: %v", err)
 	}
 	ms, _ := e.svc.Membership(bg, m)
@@ -370,6 +424,7 @@ func TestConcurrentJoinsNeverExceedDesiredSize(t *testing.T) {
 	secrets := make([]string, devices)
 	for i := range devices {
 		secrets[i] = e.enroll("prod", mac(i), "")
+		e.hold(addrOf(i), mac(i))
 	}
 	var issued, waited, inits atomic.Int64
 	roles := sync.Map{}
@@ -378,7 +433,7 @@ func TestConcurrentJoinsNeverExceedDesiredSize(t *testing.T) {
 	for i := range devices {
 		wg.Go(func() {
 			<-start
-			b, err := e.svc.Join(bg, JoinRequest{Enrollment: secrets[i], MAC: mac(i), RemoteIP: fmt.Sprintf("10.99.%d.%d", 1+i/250, 1+i%250)})
+			b, err := e.svc.Join(bg, JoinRequest{Enrollment: secrets[i], MAC: mac(i), RemoteIP: addrOf(i)})
 			var we *WaitError
 			switch {
 			case err == nil:
@@ -543,8 +598,9 @@ func TestSONiCSwitchJoin(t *testing.T) {
 	e.store.Update(func(tx core.Tx) error {
 		return core.PutDevice(tx, core.Device{ID: sw, MAC: sw, Kind: core.KindSONiC, Serial: "SN-LEAF-1", Product: "Accton-AS7712-32X", Hostname: "leaf-1"})
 	})
+	e.hold("10.99.5.1", sw)
 	var we *WaitError
-	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: secret, Serial: "SN-LEAF-1"}); !errors.As(err, &we) || we.RetryAfter != waitRetryFirstCP {
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: secret, Serial: "SN-LEAF-1", RemoteIP: "10.99.5.1"}); !errors.As(err, &we) || we.RetryAfter != waitRetryFirstCP {
 		t.Fatalf("switch before control plane: %v (asked to retry after %v)", err, we)
 	}
 	swDev := e.device(sw)

@@ -25,6 +25,12 @@ func (s *Service) ZTPSection(ctx context.Context, dev core.Device, clusterRef, h
 	if s.opts.BaseURL == "" {
 		return nil, errors.New("joiner: no base URL configured for device-facing links")
 	}
+	if ok, reason, err := s.Issuable(ctx, dev.ID, clusterRef, false); err != nil {
+		return nil, err
+	} else if !ok {
+		s.log.Info("ztp.json without a join section", "device", dev.ID, "reason", reason)
+		return nil, nil
+	}
 	cred, err := s.Enroll(ctx, EnrollRequest{Cluster: clusterRef, MAC: dev.MAC, Serial: dev.Serial})
 	if err != nil {
 		return nil, err
@@ -87,13 +93,26 @@ func (s *Service) KubernetesMaster(ctx context.Context, dev core.Device, cluster
 // UserData issues a CloudStack VM's join bundle as its cloud-config: the
 // content service has already identified the VM by its lease, so the
 // enrollment happens in-process and is used at once.
+//
+// Secrets once: after the bundle was issued (and outside the retry window,
+// or once joined) a VM's user-data is a cloud-config without key material;
+// cloud-init fetches user-data at every boot, so this is not an error.
 func (s *Service) UserData(ctx context.Context, dev core.Device, clusterRef, role, hostname string) ([]byte, error) {
+	if ok, reason, err := s.Issuable(ctx, dev.ID, clusterRef, true); err != nil {
+		return nil, err
+	} else if !ok {
+		s.log.Info("user-data without join material", "device", dev.ID, "reason", reason)
+		return issuedCloudConfig(dev.ID, nodeName(hostname)), nil
+	}
 	cred, err := s.Enroll(ctx, EnrollRequest{Cluster: clusterRef, MAC: dev.MAC})
 	if err != nil {
 		return nil, err
 	}
 	b, err := s.Join(ctx, JoinRequest{Enrollment: cred.Reveal(), MAC: dev.MAC, Serial: dev.Serial,
-		Hostname: hostname, Kind: core.KindVM, Role: role, RemoteIP: dev.IP})
+		Hostname: hostname, Kind: core.KindVM, Role: role, RemoteIP: dev.IP, Once: true})
+	if errors.Is(err, ErrAlreadyIssued) { // a concurrent fetch got it first
+		return issuedCloudConfig(dev.ID, nodeName(hostname)), nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -101,4 +120,16 @@ func (s *Service) UserData(ctx context.Context, dev core.Device, clusterRef, rol
 		return nil, fmt.Errorf("%w: device %s joins by %s, not cloud-config", ErrInvalid, dev.ID, b.Method)
 	}
 	return b.CloudConfig, nil
+}
+
+// issuedCloudConfig is the user-data of a VM whose bundle was already
+// issued: its host name and nothing secret. hostname went through
+// nodeName, so it is a plain DNS name.
+func issuedCloudConfig(id, hostname string) []byte {
+	b := []byte("#cloud-config\n# ztpd: the join bundle of " + id + " was already issued and is not served again;\n" +
+		"# re-installing this node needs `ztpd device reset " + id + "`.\n")
+	if hostname != "" {
+		b = append(b, "hostname: "+hostname+"\npreserve_hostname: false\n"...)
+	}
+	return b
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ztpd/ztpd/internal/app"
 	"github.com/ztpd/ztpd/internal/config"
@@ -44,8 +45,17 @@ func TestClusterKubeconfigAndDeviceApproveCLI(t *testing.T) {
 	if _, err := j.Approve(ctx, mustDevice(t, a, cp), ""); err != nil {
 		t.Fatal(err)
 	}
+	hold := func(ip, mac string) string {
+		now := time.Now().UTC()
+		if err := a.Store.Update(func(tx core.Tx) error {
+			return tx.Put(core.BucketLeases, ip, core.Lease{IP: ip, MAC: mac, State: core.LeaseActive, Start: now, Expiry: now.Add(time.Hour)})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return ip
+	}
 	sec, _ := j.Enroll(ctx, joiner.EnrollRequest{Cluster: "prod", MAC: cp})
-	b, err := j.Join(ctx, joiner.JoinRequest{Enrollment: sec.Reveal(), MAC: cp, RemoteIP: "10.99.1.10"})
+	b, err := j.Join(ctx, joiner.JoinRequest{Enrollment: sec.Reveal(), MAC: cp, RemoteIP: hold("10.99.1.10", cp)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +66,7 @@ func TestClusterKubeconfigAndDeviceApproveCLI(t *testing.T) {
 	w := "02:00:00:00:00:02"
 	mustDevice(t, a, w)
 	sec, _ = j.Enroll(ctx, joiner.EnrollRequest{Cluster: "prod", MAC: w})
-	if _, err := j.Join(ctx, joiner.JoinRequest{Enrollment: sec.Reveal(), MAC: w, RemoteIP: "10.99.1.11"}); err == nil {
+	if _, err := j.Join(ctx, joiner.JoinRequest{Enrollment: sec.Reveal(), MAC: w, RemoteIP: hold("10.99.1.11", w)}); err == nil {
 		t.Fatal("unapproved worker joined")
 	}
 	a.Close()

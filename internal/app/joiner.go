@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/ztpd/ztpd/internal/clusters"
@@ -22,11 +23,15 @@ import (
 func (a *App) buildJoiner() error {
 	var rules []joiner.Rule
 	for _, r := range a.Cfg.Joiner.AutoApprove {
-		rules = append(rules, joiner.Rule{Serials: r.Serials, MACs: r.MACs, Products: r.Products, Subnets: r.Subnets, Cluster: r.Cluster})
+		rules = append(rules, joiner.Rule{Subnets: r.Subnets, MACs: r.MACs, CircuitIDs: r.CircuitIDs, RemoteIDs: r.RemoteIDs,
+			Reserved: r.Reserved, AssertedSerials: r.Asserted.Serials, AssertedProducts: r.Asserted.Products,
+			ControlPlane: slices.Contains(r.Roles, "control-plane"), Cluster: r.Cluster})
 	}
 	j, err := joiner.New(a.Store, a.Keys, joiner.Options{
 		EnrollmentTTL: a.Cfg.Joiner.EnrollmentTTL.D(),
 		TokenTTL:      a.Cfg.Joiner.TokenTTL.D(),
+		ReissueWindow: a.Cfg.Joiner.ReissueWindow.D(),
+		Bindings:      bindingsOf(&a.Cfg),
 		AutoApprove:   rules,
 		BaseURL:       deviceBaseURL(a.Cfg.AdvertiseAddr, a.Cfg.HTTP.Addr),
 		Log:           a.Log.With("part", "joiner"),

@@ -27,7 +27,7 @@ func TestVMUserDataComesFromTheJoiner(t *testing.T) {
 	cfg.DataDir = filepath.Join(dir, "data")
 	cfg.HTTP.Addr = "127.0.0.1:8080"
 	cfg.Profiles = []string{prof}
-	cfg.Joiner.AutoApprove = []config.Rule{{Subnets: []string{"10.99.42.0/24"}}}
+	cfg.Joiner.AutoApprove = []config.Rule{{Subnets: []string{"10.99.42.0/24"}, Roles: []string{"control-plane", "worker"}}}
 	a, err := New(cfg, NewLogger(io.Discard, "error", "text"))
 	if err != nil {
 		t.Fatal(err)

@@ -103,17 +103,38 @@ type Events struct {
 type Joiner struct {
 	EnrollmentTTL Duration `yaml:"enrollment_ttl"`
 	TokenTTL      Duration `yaml:"token_ttl"`
+	// ReissueWindow: how long after its first issue a member's join bundle
+	// may be issued again to retry a join that has not succeeded.
+	ReissueWindow Duration `yaml:"reissue_window"`
 	AutoApprove   []Rule   `yaml:"auto_approve"`
 }
 
 // Rule matches devices for auto-approval; an empty field matches anything, a
-// device must match every non-empty field.
+// device must match every non-empty field. The plain fields are what the
+// network proves about a device; what it says about itself is matched only
+// under asserted, explicitly. A rule approves worker roles (VM workers,
+// SONiC switches, k3s agents); control planes only when roles names
+// control-plane.
 type Rule struct {
+	Subnets    []string `yaml:"subnets"`     // CIDRs holding the device's address
+	MACs       []string `yaml:"macs"`        // hardware address the device leased with
+	CircuitIDs []string `yaml:"circuit_ids"` // relay agent circuit id (option 82.1) of its requests
+	RemoteIDs  []string `yaml:"remote_ids"`  // relay agent remote id (option 82.2)
+	Reserved   bool     `yaml:"reserved"`    // its address is a reservation
+	Asserted   Asserted `yaml:"asserted"`    // facts the device states itself
+	Roles      []string `yaml:"roles"`       // worker (default) | control-plane
+	Cluster    string   `yaml:"cluster"`
+
+	// Serials and Products at the top level are refused with a pointer to
+	// asserted: a serial is the device's word, not the network's.
 	Serials  []string `yaml:"serials"`
-	MACs     []string `yaml:"macs"`
 	Products []string `yaml:"products"`
-	Subnets  []string `yaml:"subnets"` // CIDRs
-	Cluster  string   `yaml:"cluster"`
+}
+
+// Asserted are self-described facts a rule may match on, by explicit choice.
+type Asserted struct {
+	Serials  []string `yaml:"serials"`
+	Products []string `yaml:"products"`
 }
 
 // Duration is a time.Duration written as "90s", "10m" or "1h" in YAML.
@@ -251,6 +272,20 @@ func (c *Config) Validate() error {
 				errs.add(fmt.Sprintf("joiner.auto_approve[%d].macs[%d]", i, j), "%q is not a MAC address", m)
 			}
 		}
+		if len(r.Serials) > 0 {
+			errs.add(fmt.Sprintf("joiner.auto_approve[%d].serials", i), "a serial number is what a device says about itself; to approve on it, write it under asserted.serials")
+		}
+		if len(r.Products) > 0 {
+			errs.add(fmt.Sprintf("joiner.auto_approve[%d].products", i), "a product name is what a device says about itself; to approve on it, write it under asserted.products")
+		}
+		for j, role := range r.Roles {
+			if role != "worker" && role != "control-plane" {
+				errs.add(fmt.Sprintf("joiner.auto_approve[%d].roles[%d]", i, j), "%q is not a role (worker or control-plane)", role)
+			}
+		}
+	}
+	if c.Joiner.ReissueWindow < 0 {
+		errs.add("joiner.reissue_window", "must not be negative")
 	}
 	c.DHCP.validate(&errs)
 	if c.AdvertiseAddr == "" && len(c.DHCP.Interfaces) > 0 {

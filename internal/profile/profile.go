@@ -493,10 +493,10 @@ func (p *Profile) compile(dir string) Errors {
 		default:
 			add("config_db.mode", 0, "%q is not one of merge, replace, none", cd.Mode)
 		}
-		p.configDB = p.loadSource(dir, "config_db", cd.File, cd.Inline, add)
+		p.configDB = p.loadSource(dir, "config_db", cd.File, cd.Inline, docJSON, add)
 	}
 	if vm := p.spec.VM; vm != nil {
-		p.userData = p.loadSource(dir, "vm.user_data", vm.UserData.File, vm.UserData.Inline, add)
+		p.userData = p.loadSource(dir, "vm.user_data", vm.UserData.File, vm.UserData.Inline, docYAML, add)
 		for i, k := range vm.PublicKeys {
 			if strings.ContainsAny(k, "\r\n") || len(strings.Fields(k)) < 2 {
 				add(fmt.Sprintf("vm.public_keys[%d]", i), 0, "not a one-line SSH public key")
@@ -586,7 +586,11 @@ func builtinList() string {
 
 // loadSource parses a template given as a file (relative to the profile) or
 // inline text.
-func (p *Profile) loadSource(dir, field, file, inline string, add func(string, int, string, ...any)) *tmpl {
+// loadSource reads and parses a document template, and makes it escape
+// every value for its place in a document of kind k (see escape.go). User
+// data escapes as YAML only when it is a cloud-config; a script or MIME
+// user data is rendered as written.
+func (p *Profile) loadSource(dir, field, file, inline string, k docKind, add func(string, int, string, ...any)) *tmpl {
 	switch {
 	case file != "" && inline != "":
 		add(field, 0, "give file or inline, not both")
@@ -613,7 +617,20 @@ func (p *Profile) loadSource(dir, field, file, inline string, add func(string, i
 		add(field, 0, "%v", err)
 		return nil
 	}
+	if k == docYAML && !isCloudConfig(src) {
+		return t
+	}
+	if err := escapeDoc(t.t, k); err != nil {
+		add(field, 0, "%v", err)
+		return nil
+	}
+	t.doc = k
 	return t
+}
+
+// isCloudConfig reports whether user data is a cloud-config document.
+func isCloudConfig(src string) bool {
+	return strings.HasPrefix(strings.TrimLeft(src, " \t\r\n"), "#cloud-config")
 }
 
 // Matches reports whether every given match field matches f.

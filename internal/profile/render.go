@@ -234,6 +234,11 @@ func (p *Profile) render(f *Facts, env Env, parts Parts, checkValues bool) (*Res
 			if r.UserData, err = p.userData.execBytes(d); err != nil {
 				return fail("vm.user_data", 0, err)
 			}
+			if p.userData.doc == docYAML {
+				if err := checkCloudConfig(r.UserData); err != nil {
+					return fail("vm.user_data", 0, err)
+				}
+			}
 		}
 	}
 	if parts&RenderSections != 0 {
@@ -383,6 +388,7 @@ type tmpl struct {
 	name string
 	line int
 	t    *template.Template
+	doc  docKind // the document kind its actions are escaped for, 0: none
 }
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
@@ -438,10 +444,16 @@ var funcs = template.FuncMap{
 	"macHex": func(s string) string {
 		return strings.NewReplacer(":", "", "-", "", ".", "").Replace(strings.ToLower(s))
 	},
-	"json": func(v any) (string, error) {
+	"json": func(v any) (jsonText, error) {
 		b, err := json.Marshal(v)
-		return string(b), err
+		return jsonText(b), err
 	},
+}
+
+func init() {
+	for k, f := range escapers {
+		funcs[k] = f
+	}
 }
 
 // Section bodies are trees of maps, lists and scalars whose strings may be

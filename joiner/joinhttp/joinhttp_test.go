@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ztpd/ztpd/internal/boltstore"
 	"github.com/ztpd/ztpd/internal/core"
@@ -53,6 +54,20 @@ func setup(t *testing.T, rules []joiner.Rule) *fixture {
 	return f
 }
 
+// hold gives mac an active lease on ip: joins come from the holder of
+// their address. Devices of one test ask from their own loopback address
+// (curl --interface 127.0.0.N); 127.0.0.1 is the default source.
+func (f *fixture) hold(t *testing.T, ip, mac string) {
+	t.Helper()
+	now := time.Now().UTC()
+	err := f.st.Update(func(tx core.Tx) error {
+		return tx.Put(core.BucketLeases, ip, core.Lease{IP: ip, MAC: mac, State: core.LeaseActive, Start: now, Expiry: now.Add(time.Hour)})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (f *fixture) enroll(t *testing.T, mac, serial string) string {
 	t.Helper()
 	c, err := f.svc.Enroll(context.Background(), joiner.EnrollRequest{Cluster: "prod", MAC: mac, Serial: serial})
@@ -79,7 +94,8 @@ func curl(t *testing.T, args ...string) (int, string, string) {
 }
 
 func TestCloudStackVMJoinsWithCurl(t *testing.T) {
-	f := setup(t, []joiner.Rule{{}})
+	f := setup(t, []joiner.Rule{{ControlPlane: true}})
+	f.hold(t, "127.0.0.1", "02:00:00:00:00:01")
 	secret := f.enroll(t, "02:00:00:00:00:01", "")
 	// cloud-init's "#include" style: GET with the secret in the URL.
 	code, _, body := curl(t, f.srv.URL+"/join/cloud-config?mac=02:00:00:00:00:01&enrollment="+secret)
@@ -97,10 +113,16 @@ func TestCloudStackVMJoinsWithCurl(t *testing.T) {
 }
 
 func TestSONiCJoinAndReportWithCurl(t *testing.T) {
-	f := setup(t, []joiner.Rule{{}})
+	f := setup(t, []joiner.Rule{{ControlPlane: true}})
 	// First control plane, so switches have an API server to join.
+	f.hold(t, "127.0.0.2", "02:00:00:00:00:01")
+	f.hold(t, "127.0.0.1", "0c:29:ef:00:00:01")
 	cp := f.enroll(t, "02:00:00:00:00:01", "")
-	if code, _, b := curl(t, "-X", "POST", "-H", "Content-Type: application/json", "--data",
+	// The control plane's secret from the switch's address is refused.
+	if code, _, b := curl(t, "-X", "POST", "--data", `{"enrollment":"`+cp+`","mac":"02:00:00:00:00:01"}`, f.srv.URL+"/join"); code != 403 {
+		t.Fatalf("secret used from another device's address: %d %s", code, b)
+	}
+	if code, _, b := curl(t, "--interface", "127.0.0.2", "-X", "POST", "-H", "Content-Type: application/json", "--data",
 		`{"enrollment":"`+cp+`","mac":"02:00:00:00:00:01","hostname":"cp-1"}`, f.srv.URL+"/join"); code != 200 {
 		t.Fatalf("control plane: %d %s", code, b)
 	}
@@ -144,6 +166,7 @@ func TestSONiCJoinAndReportWithCurl(t *testing.T) {
 
 func TestWaitingAndBadRequests(t *testing.T) {
 	f := setup(t, nil) // no auto-approval
+	f.hold(t, "127.0.0.1", "02:00:00:00:00:09")
 	secret := f.enroll(t, "02:00:00:00:00:09", "")
 	code, body, _ := curl(t, "-X", "POST", "--data", `{"enrollment":"`+secret+`","mac":"02:00:00:00:00:09"}`, f.srv.URL+"/join")
 	if code != 202 || !strings.Contains(body, "Retry-After: 30") || !strings.Contains(body, "awaiting approval") {
@@ -171,9 +194,11 @@ func TestSONiCZTPPluginEndToEnd(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("python3 not installed")
 	}
-	f := setup(t, []joiner.Rule{{Serials: []string{"SN-LEAF-1"}}, {MACs: []string{"02:00:00:00:00:01"}}})
+	f := setup(t, []joiner.Rule{{AssertedSerials: []string{"SN-LEAF-1"}}, {MACs: []string{"02:00:00:00:00:01"}, ControlPlane: true}})
+	f.hold(t, "127.0.0.2", "02:00:00:00:00:01")
+	f.hold(t, "127.0.0.1", "0c:29:ef:00:00:01") // the plugin's requests come from 127.0.0.1
 	cp := f.enroll(t, "02:00:00:00:00:01", "")
-	if code, _, b := curl(t, "-X", "POST", "--data", `{"enrollment":"`+cp+`","mac":"02:00:00:00:00:01"}`, f.srv.URL+"/join"); code != 200 {
+	if code, _, b := curl(t, "--interface", "127.0.0.2", "-X", "POST", "--data", `{"enrollment":"`+cp+`","mac":"02:00:00:00:00:01"}`, f.srv.URL+"/join"); code != 200 {
 		t.Fatalf("control plane: %d %s", code, b)
 	}
 	dev := core.Device{ID: "0c:29:ef:00:00:01", MAC: "0c:29:ef:00:00:01", Kind: core.KindSONiC, Serial: "SN-LEAF-1"}

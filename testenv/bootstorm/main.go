@@ -254,7 +254,7 @@ dhcp:
     - {name: storm, subnet: 10.99.0.0/16, interface: s0, pools: ["10.99.%d.0-10.99.%d.254"], router: 10.99.0.1}
 profiles: [%s]
 joiner:
-  auto_approve: [{subnets: [10.99.0.0/16]}]
+  auto_approve: [{subnets: [10.99.0.0/16], roles: [control-plane, worker]}]
 `, filepath.Join(o.work, "data"), poolFirst, poolLast, filepath.Join(o.work, "profiles"))
 }
 

@@ -120,7 +120,7 @@ dhcp:
 profiles: [%[8]s]
 joiner:
   auto_approve:
-    - subnets: [%[3]s, %[5]s]
+    - {subnets: [%[3]s, %[5]s], roles: [control-plane, worker]}
 `, filepath.Join(t.WorkDir, "data"), t.AppAddr, a, pool(pa), b, pool(pb), t.RelayGW, pdir), nil
 }
 
