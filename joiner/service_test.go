@@ -353,7 +353,9 @@ func TestApprovalRules(t *testing.T) {
 	}
 	// lab's first control plane, approved by an operator (the rules below
 	// that match lab approve workers only).
-	e.store.Update(func(tx core.Tx) error { return core.PutDevice(tx, core.Device{ID: mac(100), MAC: mac(100), Kind: core.KindVM}) })
+	e.store.Update(func(tx core.Tx) error {
+		return core.PutDevice(tx, core.Device{ID: mac(100), MAC: mac(100), Kind: core.KindVM})
+	})
 	if _, err := e.svc.Approve(bg, mac(100), "lab"); err != nil {
 		t.Fatal(err)
 	}
