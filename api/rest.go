@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -837,8 +838,88 @@ func (s *Server) listEvents(c *gin.Context) {
 		Device  string `json:"device"`
 		Cluster string `json:"cluster"`
 	}
-	s.rawPage(c, core.BucketEvents, limit, after, decodeKeep(typ != "" || device != "" || cluster != "", func(e *filter) bool {
+	keep := decodeKeep(typ != "" || device != "" || cluster != "", func(e *filter) bool {
 		return (typ == "" || e.Type == typ || strings.HasPrefix(e.Type, typ+".")) &&
 			(device == "" || e.Device == device) && (cluster == "" || e.Cluster == cluster)
-	}))
+	})
+	var streams []core.Bucket
+	switch c.DefaultQuery("stream", "all") {
+	case "all":
+		streams = []core.Bucket{core.BucketEvents, core.BucketAudit}
+	case "device":
+		streams = []core.Bucket{core.BucketEvents}
+	case "audit":
+		streams = []core.Bucket{core.BucketAudit}
+	default:
+		restError(c, http.StatusBadRequest, "invalid", "stream must be all, device or audit")
+		return
+	}
+	bp := pageBufs.Get().(*[]byte)
+	buf, err := s.appendMergedPage((*bp)[:0], streams, limit, after, keep)
+	if err != nil {
+		restDomainError(c, err)
+	} else {
+		writeBody(c, http.StatusOK, restContentType, buf)
+	}
+	if cap(buf) <= maxPooledPage {
+		*bp = buf
+		pageBufs.Put(bp)
+	}
+}
+
+// appendMergedPage is appendPage over several buckets whose keys share one
+// order (the device and audit event streams share a sequence): each bucket
+// contributes up to limit+1 kept records after the cursor, and the page is
+// their merge in key order.
+func (s *Server) appendMergedPage(buf []byte, buckets []core.Bucket, limit int, after string, keep func(raw []byte) (bool, error)) ([]byte, error) {
+	if len(buckets) == 1 {
+		return s.appendPage(buf, buckets[0], limit, after, keep)
+	}
+	type rec struct {
+		key string
+		raw []byte
+	}
+	var all []rec
+	err := s.st.View(func(tx core.Tx) error {
+		for _, b := range buckets {
+			n := 0
+			err := tx.Scan(b, after, func(k string, raw []byte) (bool, error) {
+				if keep != nil {
+					ok, err := keep(raw)
+					if err != nil || !ok {
+						return err == nil, err
+					}
+				}
+				all = append(all, rec{k, bytes.Clone(raw)})
+				n++
+				return n <= limit, nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return buf, err
+	}
+	slices.SortFunc(all, func(a, b rec) int { return strings.Compare(a.key, b.key) })
+	more := len(all) > limit
+	if more {
+		all = all[:limit]
+	}
+	buf = append(buf, `{"items":[`...)
+	for i, r := range all {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, r.raw...)
+	}
+	buf = append(buf, ']')
+	if more {
+		buf = append(buf, `,"next_cursor":"`...)
+		buf = append(buf, cursorOf(all[len(all)-1].key)...)
+		buf = append(buf, '"')
+	}
+	return append(buf, '}'), nil
 }

@@ -467,6 +467,38 @@ func TestRESTClusterLifecycle(t *testing.T) {
 	if len(ev.Items) < 8 {
 		t.Fatalf("cluster events: %d", len(ev.Items))
 	}
+	// Cluster events are audit events: the device stream has none, and
+	// the merged stream pages in sequence order across both.
+	var dev page[core.Event]
+	u.do("GET", "/api/v1/events?type=cluster&stream=device", nil).decode(t, &dev)
+	if len(dev.Items) != 0 {
+		t.Fatalf("cluster events in the device stream: %d", len(dev.Items))
+	}
+	var aud page[core.Event]
+	u.do("GET", "/api/v1/events?type=cluster&stream=audit", nil).decode(t, &aud)
+	if len(aud.Items) != len(ev.Items) {
+		t.Fatalf("audit stream %d, all %d", len(aud.Items), len(ev.Items))
+	}
+	var seqs []uint64
+	for cursor := ""; ; {
+		var p page[core.Event]
+		u.do("GET", "/api/v1/events?limit=3&cursor="+cursor, nil).decode(t, &p)
+		for _, e := range p.Items {
+			seqs = append(seqs, e.Seq)
+		}
+		if p.NextCursor == "" {
+			break
+		}
+		cursor = p.NextCursor
+	}
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] <= seqs[i-1] {
+			t.Fatalf("merged events out of order: %v", seqs)
+		}
+	}
+	if r := u.do("GET", "/api/v1/events?stream=bogus", nil); r.status != 400 {
+		t.Fatalf("bad stream: %d", r.status)
+	}
 	// Jobs are private to the key that started them.
 	r = a.do("DELETE", "/api/v1/versions/v1.31.0?delete_iso=true", nil)
 	var acc struct{ Job restJob }

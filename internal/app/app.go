@@ -109,6 +109,7 @@ func (a *App) build() error {
 	a.HTTPMux.Handle("GET /metrics", promhttp.Handler())
 	a.AdminMux.HandleFunc("GET /admin/backup", a.adminBackup)
 	a.AdminMux.HandleFunc("GET /admin/status", a.healthz)
+	a.AddRunner(eventRetention(a.Store, a.Cfg.Events.Keep, a.Cfg.Events.AuditKeep, a.Log.With("part", "events")))
 	// DHCP binds privileged sockets, so only a serving process builds it.
 	if a.Cfg.DHCP.Enabled() {
 		a.OnStart(func() error {

@@ -342,3 +342,52 @@ func TestFullDiskFailsCleanlyAndLosesNothing(t *testing.T) {
 		t.Fatalf("%d leases after reopen, %d committed", n, committed)
 	}
 }
+
+// TestAuditEventsMoveToTheirBucket: a store written before the audit trail
+// had a bucket of its own (schema 1) keeps every event; the audit ones move
+// to the audit bucket under their keys, device events stay.
+func TestAuditEventsMoveToTheirBucket(t *testing.T) {
+	s, dir := openTemp(t)
+	err := s.db.Update(func(btx *bolt.Tx) error {
+		if err := btx.DeleteBucket([]byte(core.BucketAudit)); err != nil {
+			return err
+		}
+		ev := btx.Bucket([]byte(core.BucketEvents))
+		for i, typ := range []string{"dhcp.ack", "cluster.created", "ztp.json.served", "apikey.created", "device.approved"} {
+			k := core.EventKey(uint64(i + 1))
+			if err := ev.Put([]byte(k), []byte(fmt.Sprintf(`{"seq":%d,"type":%q}`, i+1, typ))); err != nil {
+				return err
+			}
+		}
+		return btx.Bucket([]byte(core.BucketMeta)).Put([]byte(schemaKey), []byte("1"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	keys := func(b core.Bucket) (out []string) {
+		s.View(func(tx core.Tx) error {
+			return tx.Scan(b, "", func(k string, v []byte) (bool, error) {
+				var e core.Event
+				core.Decode(v, &e)
+				out = append(out, fmt.Sprintf("%d %s", e.Seq, e.Type))
+				return true, nil
+			})
+		})
+		return out
+	}
+	if got := strings.Join(keys(core.BucketEvents), ","); got != "1 dhcp.ack,3 ztp.json.served" {
+		t.Fatalf("device events %s", got)
+	}
+	if got := strings.Join(keys(core.BucketAudit), ","); got != "2 cluster.created,4 apikey.created,5 device.approved" {
+		t.Fatalf("audit events %s", got)
+	}
+	if v, _ := s.Schema(); v != SchemaVersion {
+		t.Fatalf("schema %d", v)
+	}
+}

@@ -1,6 +1,8 @@
 package boltstore
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"strconv"
 
@@ -21,6 +23,39 @@ var migrations = []func(*bolt.Tx) error{
 	func(btx *bolt.Tx) error {
 		for _, b := range core.Buckets {
 			if _, err := btx.CreateBucketIfNotExists([]byte(b)); err != nil {
+				return err
+			}
+		}
+		return nil
+	},
+	// 1 -> 2: the audit trail gets a bucket of its own (core.IsAudit), so
+	// device events cannot evict it; audit events already stored move there
+	// under their keys.
+	func(btx *bolt.Tx) error {
+		audit, err := btx.CreateBucketIfNotExists([]byte(core.BucketAudit))
+		if err != nil {
+			return err
+		}
+		events := btx.Bucket([]byte(core.BucketEvents))
+		if events == nil {
+			return nil
+		}
+		var moved [][]byte
+		err = events.ForEach(func(k, v []byte) error {
+			var e struct {
+				Type string `json:"type"`
+			}
+			if json.Unmarshal(v, &e) != nil || !core.IsAudit(e.Type) {
+				return nil
+			}
+			moved = append(moved, bytes.Clone(k))
+			return audit.Put(bytes.Clone(k), bytes.Clone(v))
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range moved {
+			if err := events.Delete(k); err != nil {
 				return err
 			}
 		}

@@ -94,9 +94,12 @@ type ZTP struct {
 	DefaultProfile string `yaml:"default_profile"`
 }
 
-// Events bounds the event log.
+// Events bounds the event log: device events (DHCP, ZTP fetches, refusals)
+// and the audit trail (operator actions, credential issues) are kept apart,
+// each with its own bound.
 type Events struct {
-	Keep int `yaml:"keep"` // newest events kept; older ones are pruned
+	Keep      int `yaml:"keep"`       // newest device events kept; older ones are pruned
+	AuditKeep int `yaml:"audit_keep"` // newest audit events kept
 }
 
 // Joiner tunes credential issue.
@@ -173,7 +176,7 @@ func Default() Config {
 			OfferHold:         Duration(30 * time.Second),
 			DeclineQuarantine: Duration(10 * time.Minute),
 		},
-		Events: Events{Keep: 200000},
+		Events: Events{Keep: 200000, AuditKeep: 1000000},
 		Joiner: Joiner{EnrollmentTTL: Duration(time.Hour), TokenTTL: Duration(24 * time.Hour)},
 	}
 }
@@ -260,6 +263,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Events.Keep < 0 {
 		errs.add("events.keep", "must not be negative")
+	}
+	if c.Events.AuditKeep < 0 {
+		errs.add("events.audit_keep", "must not be negative")
 	}
 	for i, r := range c.Joiner.AutoApprove {
 		for j, s := range r.Subnets {

@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -180,7 +181,34 @@ func GetImage(tx Tx, sha string) (Image, error) {
 	return im, nil
 }
 
-// AppendEvent stores e under the next sequence number and returns it.
+// Events come in two streams with one sequence: the audit trail (what
+// operators and API keys did, which credentials were issued, who was
+// approved, reset or joined) and device events (DHCP, ZTP fetches,
+// refusals). They are kept apart so that device noise, however loud, never
+// pushes the audit trail out: each has its own retention.
+var auditPrefixes = []string{"apikey.", "cluster.", "version.", "token.", "kubeconfig.", "join.", "api.",
+	"device.approved", "device.reset", "device.declared"}
+
+// IsAudit reports whether events of type typ belong to the audit trail.
+func IsAudit(typ string) bool {
+	for _, p := range auditPrefixes {
+		if strings.HasPrefix(typ, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// EventBucket is where events of type typ are stored.
+func EventBucket(typ string) Bucket {
+	if IsAudit(typ) {
+		return BucketAudit
+	}
+	return BucketEvents
+}
+
+// AppendEvent stores e under the next sequence number (shared by both
+// streams, so they merge in order) and returns it.
 func AppendEvent(tx Tx, e Event) (uint64, error) {
 	seq, err := tx.NextSequence(BucketEvents)
 	if err != nil {
@@ -190,31 +218,36 @@ func AppendEvent(tx Tx, e Event) (uint64, error) {
 	if e.Time.IsZero() {
 		e.Time = time.Now().UTC()
 	}
-	return seq, tx.Put(BucketEvents, EventKey(seq), e)
+	return seq, tx.Put(EventBucket(e.Type), EventKey(seq), e)
 }
 
 // EventKey is the storage key of an event: zero-padded so byte order is
 // sequence order.
 func EventKey(seq uint64) string { return fmt.Sprintf("%020d", seq) }
 
-// PruneEvents deletes the oldest events so that at most keep remain.
-func PruneEvents(tx Tx, keep int) (int, error) {
-	n, err := tx.Count(BucketEvents)
-	if err != nil || n <= keep {
-		return 0, err
+// PruneEvents deletes the oldest events of one stream (BucketEvents or
+// BucketAudit) so that at most keep remain, at most maxPrune per call so a
+// long-neglected log is trimmed in bounded transactions; more reports
+// whether some are left to prune.
+func PruneEvents(tx Tx, b Bucket, keep int) (n int, more bool, err error) {
+	const maxPrune = 50000
+	total, err := tx.Count(b)
+	if err != nil || total <= keep {
+		return 0, false, err
 	}
+	excess := total - keep
 	var doomed []string
-	err = tx.Scan(BucketEvents, "", func(k string, _ []byte) (bool, error) {
+	err = tx.Scan(b, "", func(k string, _ []byte) (bool, error) {
 		doomed = append(doomed, k)
-		return len(doomed) < n-keep, nil
+		return len(doomed) < min(excess, maxPrune), nil
 	})
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	for _, k := range doomed {
-		if err := tx.Delete(BucketEvents, k); err != nil {
-			return 0, err
+		if err := tx.Delete(b, k); err != nil {
+			return 0, false, err
 		}
 	}
-	return len(doomed), nil
+	return len(doomed), excess > len(doomed), nil
 }

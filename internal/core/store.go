@@ -17,7 +17,8 @@ const (
 	BucketClusters    Bucket = "clusters"    // Cluster by ID
 	BucketVersions    Bucket = "versions"    // Version by ID
 	BucketTokens      Bucket = "tokens"      // Token by kind/ID
-	BucketEvents      Bucket = "events"      // Event by zero-padded sequence
+	BucketEvents      Bucket = "events"      // device Event by zero-padded sequence
+	BucketAudit       Bucket = "audit"       // audit Event (operator actions, credential issues) by the same sequence
 	BucketMemberships Bucket = "memberships" // Membership by device ID
 	BucketImages      Bucket = "images"      // Image by sha256
 	BucketAPIKeys     Bucket = "apikeys"     // API key records by key id
@@ -31,7 +32,7 @@ const (
 var Buckets = []Bucket{
 	BucketDevices, BucketLeases, BucketClusters, BucketVersions, BucketTokens,
 	BucketEvents, BucketMemberships, BucketImages, BucketAPIKeys, BucketSecrets,
-	BucketJobs, BucketIndex, BucketMeta,
+	BucketJobs, BucketIndex, BucketMeta, BucketAudit,
 }
 
 // ErrNotFound is returned by typed getters when a record does not exist.

@@ -32,7 +32,6 @@ type LeaseFinder interface {
 // app.Runner.
 type Server struct {
 	cfg        config.DHCP
-	keepEvents int
 	store      core.Store
 	log        *slog.Logger
 	subnets    []*subnet
@@ -69,7 +68,7 @@ func New(cfg config.Config, st core.Store, log *slog.Logger) (*Server, error) {
 		log = slog.Default()
 	}
 	s := &Server{
-		cfg: cfg.DHCP, keepEvents: cfg.Events.Keep, store: st, log: log.With("component", "dhcp"),
+		cfg: cfg.DHCP, store: st, log: log.With("component", "dhcp"),
 		byIP: map[uint32]*binding{}, devs: map[string]*device{}, kick: make(chan struct{}, 1), pacer: newPacer(),
 		sendWarn: rate.Sometimes{Interval: 10 * time.Second},
 		workers:  max(1, runtime.GOMAXPROCS(0)),
@@ -337,17 +336,14 @@ func (s *Server) handle(x *exchange, w *sender, b []byte) {
 	}
 }
 
-// sweepEvery paces lease expiry and pool gauges; pruneEvery the event log.
-const (
-	sweepEvery = 5 * time.Second
-	pruneEvery = 10 * time.Minute
-)
+// sweepEvery paces lease expiry and pool gauges. (Event retention is the
+// app's, whatever is enabled.)
+const sweepEvery = 5 * time.Second
 
 func (s *Server) sweepLoop(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTicker(sweepEvery)
 	defer t.Stop()
-	lastPrune := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -356,16 +352,6 @@ func (s *Server) sweepLoop(ctx context.Context, done chan<- struct{}) {
 			s.mu.Lock()
 			s.sweep(now)
 			s.mu.Unlock()
-			if s.keepEvents > 0 && now.Sub(lastPrune) >= pruneEvery {
-				lastPrune = now
-				err := s.store.Update(func(tx core.Tx) error {
-					_, err := core.PruneEvents(tx, s.keepEvents)
-					return err
-				})
-				if err != nil {
-					s.log.Warn("pruning events failed", "err", err)
-				}
-			}
 		}
 	}
 }
