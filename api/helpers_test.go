@@ -260,6 +260,10 @@ func (m *testMembership) Approve(_ context.Context, id, cluster string) (core.De
 }
 func (m *testMembership) RevokeToken(context.Context, string) error { return nil }
 
+func (m *testMembership) ResetDevice(_ context.Context, id string) (core.Device, error) {
+	return core.Device{ID: id, MAC: id, State: core.StateLeased}, m.count("reset")
+}
+
 // env is a running API over a real bbolt store.
 type env struct {
 	t        *testing.T

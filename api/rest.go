@@ -45,6 +45,7 @@ func (s *Server) routeREST(e *gin.Engine) {
 	g.GET("/devices", s.listDevices)
 	g.GET("/devices/:id", s.getDevice)
 	g.POST("/devices/:id/approve", admin, s.approveDevice)
+	g.POST("/devices/:id/reset", admin, s.resetDevice)
 	g.GET("/leases", s.listLeases)
 
 	g.GET("/clusters", s.listClusters)
@@ -392,6 +393,15 @@ func (s *Server) approveDevice(c *gin.Context) {
 		return
 	}
 	d, err := s.clusters.ApproveDevice(c.Request.Context(), callerOf(c), c.Param("id"), req.Cluster)
+	if err != nil {
+		restDomainError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, d)
+}
+
+func (s *Server) resetDevice(c *gin.Context) {
+	d, err := s.clusters.ResetDevice(c.Request.Context(), callerOf(c), c.Param("id"))
 	if err != nil {
 		restDomainError(c, err)
 		return

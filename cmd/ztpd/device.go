@@ -26,10 +26,11 @@ waiting, join-issued, joined). A device waiting for approval joins its cluster
 once approved.`,
 		Example: `  ztpd device list --state waiting
   ztpd device show 52:54:00:12:34:56
-  ztpd device approve 52:54:00:12:34:56 --cluster edge-1`,
+  ztpd device approve 52:54:00:12:34:56 --cluster edge-1
+  ztpd device reset 52:54:00:12:34:56`,
 	}
 	addAPIFlags(cmd, f)
-	cmd.AddCommand(newDeviceListCmd(opts, f), newDeviceShowCmd(opts, f), newDeviceApproveCmd(opts, f))
+	cmd.AddCommand(newDeviceListCmd(opts, f), newDeviceShowCmd(opts, f), newDeviceApproveCmd(opts, f), newDeviceResetCmd(opts, f))
 	return cmd
 }
 
@@ -151,4 +152,38 @@ appliance itself, this goes through the admin socket of the data directory.`,
 	}
 	cmd.Flags().StringVar(&cluster, "cluster", "", "cluster name or ID to admit the device into")
 	return cmd
+}
+
+func newDeviceResetCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "reset MAC|SERIAL",
+		Short: "Let a device be re-installed: end its membership, revoke its credentials (admin key)",
+		Long: `Join material (enrollment secrets, join bundles, the first control plane's CA
+key) is handed out once per member: a device that fetches its ztp.json or
+user-data again after its bundle was issued gets none. When a device is really
+being re-installed, reset it: its membership ends (its slot is freed), its join
+token, report credential and unused enrollment secret are revoked, and its next
+ZTP or user-data fetch is issued join material once more. Its approval and
+cluster assignment are kept. The reset is an audit event.
+
+Without API credentials, on the appliance itself, this goes through the admin
+socket of the data directory.`,
+		Example: `  ztpd device reset 52:54:00:12:34:56
+  ztpd device reset SN1234 -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !apiCredentialsGiven(f) {
+				return localReset(opts, args[0])
+			}
+			c, err := newAPIClient(opts, f)
+			if err != nil {
+				return err
+			}
+			var d core.Device
+			if err := c.rest("POST", "/api/v1/devices/"+url.PathEscape(args[0])+"/reset", nil, map[string]string{}, &d); err != nil {
+				return err
+			}
+			return printDevice(opts, d)
+		},
+	}
 }

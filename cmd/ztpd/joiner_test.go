@@ -124,6 +124,23 @@ func TestClusterKubeconfigAndDeviceApproveCLI(t *testing.T) {
 	if out, err := exec.Command(bin, "--data-dir", data, "cluster", "kubeconfig", "prod").CombinedOutput(); err != nil || !strings.Contains(string(out), "client-key-data") {
 		t.Fatalf("kubeconfig through the socket: %v\n%.200s", err, out)
 	}
+	// device reset: the joined first control plane's membership ends (its
+	// next fetch may be issued join material again), approval stays.
+	out, err = exec.Command(bin, "--data-dir", data, "-o", "json", "device", "reset", cp).CombinedOutput()
+	if err != nil {
+		t.Fatalf("device reset: %v\n%s", err, out)
+	}
+	d = core.Device{}
+	if err := json.Unmarshal(out, &d); err != nil || d.ID != cp || d.Role != "" || !d.Approved {
+		t.Fatalf("reset output %s", out)
+	}
+	out, err = exec.Command(bin, "--data-dir", data, "cluster", "members", "prod").CombinedOutput()
+	if err != nil || strings.Contains(string(out), cp) {
+		t.Fatalf("members after reset: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(bin, "--data-dir", data, "device", "reset", "02:00:00:00:00:77").CombinedOutput(); err == nil || !strings.Contains(string(out), "not found") {
+		t.Fatalf("reset of an unknown device: %v\n%s", err, out)
+	}
 }
 
 func mustDevice(t *testing.T, a *app.App, mac string) string {

@@ -82,6 +82,14 @@ func localApprove(opts *rootOptions, ref, cluster string) error {
 	return printDevice(opts, d)
 }
 
+func localReset(opts *rootOptions, ref string) error {
+	var d core.Device
+	if err := adminDo(opts, "POST", "/admin/devices/"+url.PathEscape(ref)+"/reset", nil, &d); err != nil {
+		return fmt.Errorf("device reset: %w", err)
+	}
+	return printDevice(opts, d)
+}
+
 // adminRaw sends a request and returns the raw body of a 2xx answer.
 func adminRaw(s *adminSession, method, path string) ([]byte, error) {
 	req, err := http.NewRequest(method, "http://ztpd"+path, nil)

@@ -110,6 +110,14 @@ func (a *App) mountJoinerAdmin() {
 		}
 		writeJSON(w, http.StatusOK, ms)
 	})
+	a.AdminMux.HandleFunc("POST /admin/devices/{id}/reset", func(w http.ResponseWriter, r *http.Request) {
+		d, err := a.Clusters.ResetDevice(r.Context(), clusters.LocalAdmin, r.PathValue("id"))
+		if err != nil {
+			writeError(w, clusterErrorCode(err), err)
+			return
+		}
+		writeJSON(w, http.StatusOK, d)
+	})
 	a.AdminMux.HandleFunc("POST /admin/devices/{id}/approve", func(w http.ResponseWriter, r *http.Request) {
 		d, err := a.Clusters.ApproveDevice(r.Context(), clusters.LocalAdmin, r.PathValue("id"), r.URL.Query().Get("cluster"))
 		if err != nil {

@@ -65,6 +65,9 @@ type Membership interface {
 	Members(ctx context.Context, clusterID string) ([]core.Membership, error)
 	// Approve admits a waiting device, into clusterID when not empty.
 	Approve(ctx context.Context, deviceID, clusterID string) (core.Device, error)
+	// ResetDevice ends a device's membership and revokes its credentials,
+	// so that its next fetch is issued join material again (a re-install).
+	ResetDevice(ctx context.Context, deviceID string) (core.Device, error)
 	// RevokeToken revokes one join token by its ID.
 	RevokeToken(ctx context.Context, tokenID string) error
 }

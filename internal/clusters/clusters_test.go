@@ -64,6 +64,9 @@ func (r *recorder) Approve(_ context.Context, id, cluster string) (core.Device, 
 	return core.Device{ID: id, Approved: true, Cluster: cluster}, nil
 }
 func (r *recorder) RevokeToken(context.Context, string) error { return nil }
+func (r *recorder) ResetDevice(_ context.Context, id string) (core.Device, error) {
+	return core.Device{ID: id}, nil
+}
 
 func openStore(t *testing.T, dir string) *boltstore.Store {
 	t.Helper()

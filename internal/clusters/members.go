@@ -246,6 +246,40 @@ func (s *Service) ApproveDevice(ctx context.Context, caller Caller, deviceID, cl
 	return d, err
 }
 
+// ResetDevice is `ztpd device reset`: the operator's decision that a device
+// is being re-installed and may be issued join material once more (secrets
+// are otherwise handed out once). Admins only; it needs the joiner.
+func (s *Service) ResetDevice(ctx context.Context, caller Caller, deviceID string) (core.Device, error) {
+	if !caller.Admin {
+		return core.Device{}, errorf(KindPermission, "resetting devices is for admins only")
+	}
+	if id, err := core.NormalizeMAC(deviceID); err == nil {
+		deviceID = id
+	}
+	err := s.st.View(func(tx core.Tx) error {
+		if _, err := core.GetDevice(tx, deviceID); err != nil {
+			if _, err := core.DeviceBySerial(tx, deviceID); err != nil {
+				return errorf(KindNotFound, "device %s not found", deviceID)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return core.Device{}, err
+	}
+	m := s.membership()
+	if m == nil {
+		return core.Device{}, errorf(KindUnavailable, "no joiner: there is no join material to reset")
+	}
+	var out core.Device
+	err = s.call(ctx, func(ctx context.Context) error {
+		var err error
+		out, err = m.ResetDevice(ctx, deviceID)
+		return err
+	})
+	return out, err
+}
+
 // RevokeToken revokes a join token through the joiner; without a joiner it
 // marks the stored record revoked. ref is "<kind>/<id>" or a bare id.
 func (s *Service) RevokeToken(ctx context.Context, caller Caller, ref string) (core.Token, error) {
