@@ -590,18 +590,6 @@ func putDevice(tx core.Tx, d core.Device, storedSerial string) error {
 	return core.PutDevice(tx, d)
 }
 
-// leaseMAC is the MAC holding an active lease on ip, or "".
-func leaseMAC(tx core.Tx, ip string, now time.Time) string {
-	if ip == "" {
-		return ""
-	}
-	l, err := core.GetLease(tx, ip)
-	if err != nil || l.State != core.LeaseActive || (!l.Expiry.IsZero() && now.After(l.Expiry)) {
-		return ""
-	}
-	return l.MAC
-}
-
 // nodeToken gives a node its bootstrap token: its previous one if still
 // usable, else one from the pool (already created by kubeadm init), else a
 // new one that must be created in the running cluster (publish).
