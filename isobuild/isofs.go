@@ -241,7 +241,7 @@ func (w *walker) walkDir(dir string, ext, size uint32, depth int, visit dirVisit
 		}
 		if i < 2 {
 			if !rec.dot {
-				return fmt.Errorf("directory %q: first records are not . and ..", dir)
+				return fmt.Errorf("directory %q: its first two records are not the dot entries", dir)
 			}
 		} else {
 			if rec.dot {

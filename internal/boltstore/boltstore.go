@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -145,7 +146,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		InitialMmapSize: initialMmapSize,
 	})
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
+		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, fmt.Errorf("%w: %s%s (stop it, or use another --data-dir)", ErrLocked, dir, holderHint(dir))
 		}
 		return nil, fmt.Errorf("open store %s: %w", path, err)

@@ -208,7 +208,6 @@ type lexState struct {
 	flow        int  // YAML: depth of [ ] and { } collections
 	pendBlock   bool // YAML: this line ended with a block scalar indicator so far
 	quoteEnd    bool // YAML '...': a quote that may be the first of ''
-	lineBuf     [2]byte
 }
 
 type lexMode uint8

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 
@@ -195,5 +194,3 @@ func resolveDynamic(ctx context.Context, ns *netns.NS, dir string, id SwitchIden
 	return prefix + ident + suffix, nil
 }
 
-// sectionDir keeps a device's files together.
-func sectionDir(base, device string) string { return filepath.Join(base, device) }

@@ -30,7 +30,6 @@ type harness struct {
 	ifc  *iface
 	now  time.Time
 	logs *syncBuffer
-	w    sender
 }
 
 type syncBuffer struct {

@@ -336,7 +336,6 @@ func (p *pool) size() uint32            { return p.end - p.start + 1 }
 func (p *pool) contains(ip uint32) bool { return ip >= p.start && ip <= p.end }
 func (p *pool) set(ip uint32)           { o := ip - p.start; p.bits[o>>6] |= 1 << (o & 63) }
 func (p *pool) clear(ip uint32)         { o := ip - p.start; p.bits[o>>6] &^= 1 << (o & 63) }
-func (p *pool) isSet(ip uint32) bool    { o := ip - p.start; return p.bits[o>>6]&(1<<(o&63)) != 0 }
 
 // next returns the first clear address at or after the cursor, wrapping
 // once around the pool. It does not set the bit.
