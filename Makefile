@@ -1,5 +1,6 @@
 # ztpd build, test and benchmark targets. Tests that need root and network
 # namespaces skip themselves when not run as root.
+SHELL   := /bin/bash
 GO      ?= go
 BIN     ?= bin/ztpd
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
@@ -10,16 +11,20 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/ztpd
 
-# The one test command (README, .ci/run): unit, real-client and namespace tests.
+# The one test command (README, .ci/run): unit, real-client and namespace
+# tests; it ends by listing every skipped test and why.
 test: build
-	$(GO) test -count=1 -timeout 20m ./...
+	@set -o pipefail; $(GO) test -count=1 -timeout 20m -json ./... | $(GO) run ./internal/testsummary
 
 test-short:
 	$(GO) test -short ./...
 
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
 
 # Short fuzz runs of every parser (FUZZTIME per target).
 FUZZTIME ?= 30s
