@@ -65,6 +65,13 @@ func hmacSig(secret, s string) string {
 	return base64.StdEncoding.EncodeToString(m.Sum(nil))
 }
 
+// hmacExact is the REST signature: the same HMAC over the string as is.
+func hmacExact(secret, s string) string {
+	m := hmac.New(sha1.New, []byte(secret))
+	m.Write([]byte(s))
+	return base64.StdEncoding.EncodeToString(m.Sum(nil))
+}
+
 type csResp struct {
 	status int
 	body   map[string]json.RawMessage
@@ -315,6 +322,7 @@ type envOpts struct {
 	failuresPerMinute int
 	noJoiner          bool
 	tls               bool
+	sigs              *SignaturePolicy
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -343,7 +351,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		t.Fatal(err)
 	}
 	e.srv = New(Deps{Log: log, Store: e.st, Clusters: e.clusters, Keys: e.keys,
-		AuthFailuresPerMinute: o.failuresPerMinute, Now: e.clock.now})
+		AuthFailuresPerMinute: o.failuresPerMinute, Now: e.clock.now, Signatures: o.sigs})
 	if o.tls {
 		e.ts = httptest.NewTLSServer(e.srv.Handler())
 	} else {

@@ -6,8 +6,10 @@ import (
 	_ "embed"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -116,7 +118,17 @@ func (s *Server) restAuth(c *gin.Context) {
 			return
 		}
 	}
-	q := r.URL.Query()
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err == nil {
+		err = signing.CheckNames(q)
+	}
+	if err != nil {
+		s.limiter.failed(ip, s.now())
+		authFailures.WithLabelValues("rest", "bad_parameter_name").Inc()
+		s.log.Warn("API request refused: bad query", "api", "rest", "client", ip, "reason", err.Error())
+		restError(c, http.StatusBadRequest, "invalid", "malformed query: "+err.Error())
+		return
+	}
 	for name := range q {
 		if len(name) >= 5 && strings.EqualFold(name[:5], "ztpd-") {
 			restError(c, http.StatusBadRequest, "invalid", "query parameters starting with ztpd- are reserved")
@@ -124,11 +136,21 @@ func (s *Server) restAuth(c *gin.Context) {
 		}
 	}
 	cred, err := s.verifyREST(r, q, body)
+	if errors.Is(err, errReplayFull) {
+		s.log.Warn("API write refused: replay memory full", "api", "rest", "client", ip, "op", r.Method+" "+r.URL.Path)
+		c.Header("Retry-After", "60")
+		restError(c, http.StatusTooManyRequests, "rate_limited", "too many signed writes within the signature lifetime; retry in a minute")
+		return
+	}
 	if err != nil {
 		apiKey, _, _, _ := signing.ParseRESTAuthorization(r.Header.Get("Authorization"))
 		s.authFailed(c, "rest", ip, apiKey, r.Method+" "+r.URL.Path, err)
 		c.Header("WWW-Authenticate", signing.RESTScheme)
-		restError(c, http.StatusUnauthorized, "unauthorized", authFailedText)
+		text := authFailedText
+		if ae, ok := err.(*authError); ok && ae.hint != "" {
+			text += ": " + ae.hint
+		}
+		restError(c, http.StatusUnauthorized, "unauthorized", text)
 		return
 	}
 	c.Set("cred", cred)

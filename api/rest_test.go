@@ -58,7 +58,9 @@ func (c *restClient) authorization(method, path string, q url.Values, body []byt
 	for k, vals := range q {
 		v[k] = vals
 	}
-	e := exp.UTC().Format(time.RFC3339)
+	// Milliseconds: two identical writes a moment apart must not sign
+	// alike, or the second is refused as a replay.
+	e := exp.UTC().Format("2006-01-02T15:04:05.000Z07:00")
 	v.Set("ztpd-method", method)
 	v.Set("ztpd-path", path)
 	v.Set("ztpd-expires", e)
@@ -67,7 +69,8 @@ func (c *restClient) authorization(method, path string, q url.Values, body []byt
 		sum := sha256.Sum256(body)
 		v.Set("ztpd-body-sha256", hex.EncodeToString(sum[:]))
 	}
-	return fmt.Sprintf("ZTPD-HMAC-SHA1 apikey=%s, expires=%s, signature=%s", c.apiKey, e, hmacSig(c.secret, encodeValues(v)))
+	// Like CloudStack's signature, but the string is not lowercased.
+	return fmt.Sprintf("ZTPD-HMAC-SHA1 apikey=%s, expires=%s, signature=%s", c.apiKey, e, hmacExact(c.secret, encodeValues(v)))
 }
 
 type restResp struct {
