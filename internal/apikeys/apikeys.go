@@ -154,6 +154,17 @@ func (s *Service) Create(name string, role Role) (Info, string, error) {
 	return rec.info(), secret, nil
 }
 
+// Count returns how many keys exist.
+func (s *Service) Count() (int, error) {
+	var n int
+	err := s.st.View(func(tx core.Tx) error {
+		var err error
+		n, err = tx.Count(core.BucketAPIKeys)
+		return err
+	})
+	return n, err
+}
+
 // Bootstrap creates a first admin key when the store holds none. created is
 // false (and the secret empty) when keys already exist.
 func (s *Service) Bootstrap() (info Info, secret string, created bool, err error) {
