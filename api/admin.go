@@ -61,7 +61,7 @@ func MountAdmin(mux *http.ServeMux, d AdminDeps) {
 			adminError(w, http.StatusBadRequest, err)
 			return
 		}
-		info, secret, err := d.Keys.Create(r.URL.Query().Get("name"), role)
+		info, secret, err := d.Keys.CreateInAccount(r.URL.Query().Get("name"), r.URL.Query().Get("account"), role)
 		if err != nil {
 			adminError(w, http.StatusBadRequest, err)
 			return

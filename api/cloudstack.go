@@ -212,14 +212,18 @@ func (s *Server) cloudStack(c *gin.Context) {
 			return
 		}
 	}
-	r := &csRequest{ctx: req.Context(), cmd: cmd, cred: cred, p: p,
-		caller: clusters.Caller{APIKey: cred.APIKey, Admin: cred.IsAdmin()}}
+	r := &csRequest{ctx: req.Context(), cmd: cmd, cred: cred, p: p, caller: callerFromCred(cred)}
 	body, cerr := cmd.run(s, r)
 	if cerr != nil {
 		s.csWrite(c, key, cerr)
 		return
 	}
 	s.csWriteOK(c, key, body)
+}
+
+// callerFromCred is the clusters service's view of an API key.
+func callerFromCred(cred apikeys.Credential) clusters.Caller {
+	return clusters.Caller{APIKey: cred.APIKey, Name: cred.Name, Account: cred.Account, Admin: cred.IsAdmin()}
 }
 
 func accountName(cred apikeys.Credential) string {

@@ -231,8 +231,9 @@ func (m *testMembership) SetVersion(context.Context, core.Cluster, core.Version)
 func (m *testMembership) Stop(context.Context, core.Cluster) error    { return m.count("stop") }
 func (m *testMembership) Start(context.Context, core.Cluster) error   { return m.count("start") }
 func (m *testMembership) Destroy(context.Context, core.Cluster) error { return m.count("destroy") }
-func (m *testMembership) Kubeconfig(_ context.Context, c core.Cluster) ([]byte, error) {
-	return []byte(fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: %s\n", c.Name)), nil
+func (m *testMembership) Kubeconfig(_ context.Context, c core.Cluster, req clusters.KubeconfigRequest) (clusters.IssuedKubeconfig, error) {
+	return clusters.IssuedKubeconfig{Config: []byte(fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: %s\nusers:\n- name: %s\n", c.Name, req.User)),
+		User: req.User, Group: req.Group, Serial: "1", NotAfter: time.Now().Add(req.Validity)}, nil
 }
 func (m *testMembership) Members(_ context.Context, id string) ([]core.Membership, error) {
 	var out []core.Membership

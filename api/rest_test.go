@@ -233,7 +233,7 @@ func TestOpenAPIDocumentCoversEveryRoute(t *testing.T) {
 func TestRESTDevicesPagingAndFilters(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	seed(t, e.st, 250)
-	c := e.rest(e.user.APIKey, e.userSec)
+	c := e.rest(e.admin.APIKey, e.adminSec)
 	var seen []string
 	cursor := ""
 	pages := 0
@@ -465,10 +465,17 @@ func TestRESTClusterLifecycle(t *testing.T) {
 	u.do("GET", "/api/v1/offerings", nil)
 	u.do("GET", "/api/v1/images", nil)
 	u.do("GET", "/api/v1/versions/v1.30.2", nil)
+	// The user's writes are audit events naming its key and account, and
+	// stay visible to it after its cluster is gone.
 	var ev page[core.Event]
-	u.do("GET", "/api/v1/events?type=cluster", nil).decode(t, &ev)
-	if len(ev.Items) < 8 {
-		t.Fatalf("cluster events: %d", len(ev.Items))
+	u.do("GET", "/api/v1/events?type=api.write", nil).decode(t, &ev)
+	if len(ev.Items) < 6 {
+		t.Fatalf("write events: %d", len(ev.Items))
+	}
+	for _, e := range ev.Items {
+		if e.Fields["api_key"] == "" || e.Fields["key_name"] != "dev" || e.Fields["account"] == "" {
+			t.Fatalf("write event without the key: %+v", e)
+		}
 	}
 	// Jobs are private to the key that started them.
 	r = a.do("DELETE", "/api/v1/versions/v1.31.0?delete_iso=true", nil)

@@ -294,5 +294,5 @@ func TestExpiresIsCapped(t *testing.T) {
 
 // adminCaller is the admin key as the clusters service sees it.
 func adminCaller(e *env) clusters.Caller {
-	return clusters.Caller{APIKey: e.admin.APIKey, Admin: true}
+	return clusters.Caller{APIKey: e.admin.APIKey, Name: e.admin.Name, Account: e.admin.Account, Admin: true}
 }

@@ -14,7 +14,8 @@ import (
 // buildAPI wires API keys, the clusters service and the API front ends.
 func (a *App) buildAPI() error {
 	a.APIKeys = apikeys.New(a.Store, a.Keys)
-	cs, err := clusters.New(a.Store, clusters.Options{Log: a.Log.With("part", "clusters"), Images: a.Images})
+	cs, err := clusters.New(a.Store, clusters.Options{Log: a.Log.With("part", "clusters"), Images: a.Images,
+		KubeconfigTTL: a.Cfg.API.KubeconfigTTL.D()})
 	if err != nil {
 		return err
 	}
