@@ -112,7 +112,9 @@ func (s *Server) commandTable() map[string]*command {
 			JavaClass: javaUserK8s + "cluster.ListKubernetesClustersCmd",
 			Params: append([]paramDef{{"id", "uuid", false, "the cluster ID"}, {"name", "string", false, "the cluster name"},
 				{"state", "string", false, "the cluster state"}, {"keyword", "string", false, "part of name or description"},
-				{"listall", "boolean", false, "admin keys: list every account's clusters (default: the key's account)"}}, page...),
+				{"listall", "boolean", false, "admin keys: list every account's clusters (default: the key's account)"},
+				{"account", "string", false, "only this account's clusters (admin keys: any account)"},
+				{"domainid", "uuid", false, "ignored: ztpd has one domain, ROOT"}}, page...),
 			Response: clusterFields, run: (*Server).csListClusters},
 		{Name: "getKubernetesClusterConfig", Desc: "Get the kubeconfig of a Kubernetes cluster",
 			JavaClass: javaUserK8s + "cluster.GetKubernetesClusterConfigCmd",
@@ -408,7 +410,7 @@ func (s *Server) csListClusters(r *csRequest) (any, *csError) {
 		return nil, e
 	}
 	f := clusters.ClusterFilter{ID: r.str("id"), Name: r.str("name"), State: r.str("state"), Keyword: r.str("keyword"),
-		ListAll: r.boolean("listall")}
+		ListAll: r.boolean("listall"), Account: r.str("account")}
 	gen, ok := s.clusters.ViewsGeneration()
 	if !ok {
 		b, e := s.renderClusterList(r, f, page, size)
@@ -416,7 +418,7 @@ func (s *Server) csListClusters(r *csRequest) (any, *csError) {
 	}
 	// Keyed by the caller's key too: what a key may see is the key's.
 	key := cacheKey(r.cmd.Name, r.cred.APIKey, string(r.cred.Role), f.ID, f.Name, f.State, f.Keyword,
-		strconv.FormatBool(f.ListAll), strconv.Itoa(page), strconv.Itoa(size))
+		strconv.FormatBool(f.ListAll), f.Account, strconv.Itoa(page), strconv.Itoa(size))
 	b, err := s.bodies.get(key, gen, func() ([]byte, error) {
 		b, e := s.renderClusterList(r, f, page, size)
 		if e != nil {

@@ -602,6 +602,9 @@ type ClusterFilter struct {
 	// listall=true); without it an admin lists its own account's, unless
 	// it asks for one ID. Callers that are not admins list their own.
 	ListAll bool
+	// Account lists only that account's clusters (within what the caller
+	// may list).
+	Account string
 }
 
 // ListClusters returns the matching clusters the caller may list, oldest
@@ -611,7 +614,7 @@ func (s *Service) ListClusters(ctx context.Context, caller Caller, f ClusterFilt
 	// As CloudStack's buildACLSearchParameters: a user lists its account's;
 	// an admin too, unless listall or an id widens it.
 	account := caller.AccountName()
-	everyone := caller.Admin && (f.ListAll || f.ID != "")
+	everyone := caller.Admin && (f.ListAll || f.ID != "" || f.Account != "")
 	var matched []core.Cluster
 	gens := map[string]uint64{}
 	err := s.st.View(func(tx core.Tx) error {
@@ -622,7 +625,7 @@ func (s *Service) ListClusters(ctx context.Context, caller Caller, f ClusterFilt
 			}
 			c := *cp
 			gens[c.ID] = gen
-			if !everyone && core.ClusterAccount(c) != account {
+			if !everyone && core.ClusterAccount(c) != account || f.Account != "" && core.ClusterAccount(c) != f.Account {
 				return true, nil
 			}
 			if f.ID != "" && c.ID != f.ID {

@@ -735,6 +735,9 @@ func TestTenancy(t *testing.T) {
 		{bob, ClusterFilter{}, "b1"},
 		{admin, ClusterFilter{}, "ops1,legacy"},
 		{admin, ClusterFilter{ListAll: true}, "a1,b1,ops1,legacy"},
+		{admin, ClusterFilter{Account: "team-b"}, "b1"},
+		{alice, ClusterFilter{Account: "team-b"}, ""},
+		{alice, ClusterFilter{Account: "team-a"}, "a1"},
 		{admin, ClusterFilter{ID: b.ID}, "b1"},
 		{LocalAdmin, ClusterFilter{}, "ops1,legacy"},
 	} {
