@@ -115,6 +115,7 @@ func normalizeChecksum(c string) (string, error) {
 		body = c[i+1:]
 	}
 	if len(body) < 32 || strings.Trim(strings.ToLower(body), "0123456789abcdef") != "" {
+		//lint:ignore ST1005 CloudStack's wording
 		return "", fmt.Errorf("Invalid checksum %q: use hex digits, optionally prefixed with {SHA-256}", c)
 	}
 	return c, nil
