@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
+	"time"
 
 	imagestore "github.com/ztpd/ztpd/images/store"
 	"github.com/ztpd/ztpd/internal/apikeys"
@@ -58,7 +61,7 @@ func MountAdmin(mux *http.ServeMux, d AdminDeps) {
 			adminError(w, http.StatusBadRequest, err)
 			return
 		}
-		info, secret, err := d.Keys.Create(r.URL.Query().Get("name"), role)
+		info, secret, err := d.Keys.CreateInAccount(r.URL.Query().Get("name"), r.URL.Query().Get("account"), role)
 		if err != nil {
 			adminError(w, http.StatusBadRequest, err)
 			return
@@ -175,13 +178,56 @@ func ISOBaseURL(advertise, httpAddr string) string {
 	return "http://" + net.JoinHostPort(host, port) + core.PathISOs
 }
 
-// Bootstrap creates the first admin API key when the store has none and
-// prints it once to out (standard output: unlike the log, it is not kept).
-// Only the API key, never the secret, is logged.
-func Bootstrap(keys *apikeys.Service, out io.Writer, log *slog.Logger) error {
+// Bootstrap creates the first admin API key when the store has none. The
+// key and its secret go once to out (standard output: unlike the log, it is
+// not kept) or, with keyFile set, into that file instead: created
+// exclusively with mode 0600 (an existing file is never overwritten), in
+// the format of the CLI's cli.yaml, while out only says where it went. The
+// file is created before the key, so a refused file loses no key. Only
+// the API key, never the secret, is logged.
+func Bootstrap(keys *apikeys.Service, out io.Writer, keyFile string, log *slog.Logger) error {
+	n, err := keys.Count()
+	if err != nil || n > 0 {
+		if err == nil && keyFile != "" {
+			log.Info("admin key file not written: API keys exist already", "file", keyFile)
+		}
+		return err
+	}
+	var f *os.File
+	if keyFile != "" {
+		f, err = os.OpenFile(keyFile, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("admin key file %s exists already; ztpd never overwrites it: move it away (or delete it if it holds a key of an older data directory) and start again", keyFile)
+		}
+		if err != nil {
+			return fmt.Errorf("admin key file: %w", err)
+		}
+	}
 	info, secret, created, err := keys.Bootstrap()
 	if err != nil || !created {
+		if f != nil {
+			f.Close()
+			os.Remove(keyFile)
+		}
 		return err
+	}
+	if f != nil {
+		_, werr := fmt.Fprintf(f, `# ztpd: the first admin API key, created %s.
+# The secret is shown nowhere else. Use this file as ~/.config/ztpd/cli.yaml
+# (with api_url added if needed), or: export ZTPD_API_KEY=... ZTPD_SECRET_KEY=...
+api_key: %s
+secret_key: %s
+`, info.Created.Format(time.RFC3339), info.APIKey, secret)
+		serr := f.Sync()
+		cerr := f.Close()
+		if err := errors.Join(werr, serr, cerr); err != nil {
+			// The key exists but its secret could not be saved: revoke
+			// nothing (it is the only admin key); say how to get another.
+			return fmt.Errorf("admin key file %s: %w (the key %s was created; create another with: ztpd apikey create --role admin)", keyFile, err, info.APIKey)
+		}
+		fmt.Fprintf(out, "\nztpd: created the first admin API key %s; its secret is in %s (mode 0600).\n\n", info.APIKey, keyFile)
+		log.Info("bootstrap admin API key created", "api_key", info.APIKey, "file", keyFile)
+		return nil
 	}
 	fmt.Fprintf(out, `
 ztpd: created the first admin API key. The secret is shown only this once; store it now.

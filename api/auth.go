@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -15,28 +16,59 @@ import (
 	"github.com/ztpd/ztpd/internal/apikeys"
 )
 
-// authError says why a request was not authenticated. Its text goes to the
-// log (with the client address and API key), never to the client, which
-// only learns that authentication failed.
-type authError struct{ reason string }
+// authError says why a request was not authenticated. Its reason goes to
+// the log (with the client address and API key); the client learns only
+// that authentication failed, plus hint when set (for refusals a correct
+// client can run into, such as a replayed write).
+type authError struct{ reason, hint string }
 
 func (e *authError) Error() string { return e.reason }
 
-func authFail(reason string) error { return &authError{reason} }
+func authFail(reason string) error { return &authError{reason: reason} }
+
+// SignaturePolicy says which signatures the API accepts.
+type SignaturePolicy struct {
+	// RequireExpiryREST refuses REST signatures without expires.
+	RequireExpiryREST bool
+	// RequireExpiryCloudStack refuses CloudStack signatures without
+	// signatureversion=3 and expires (unversioned ones never expire).
+	RequireExpiryCloudStack bool
+	// MaxLifetime is the furthest in the future expires may lie; it is also
+	// how long an unversioned write's signature is remembered.
+	MaxLifetime time.Duration
+	// ReplayMemory bounds the signatures of recent writes kept to refuse
+	// replays; when it is full of unexpired ones, writes are refused.
+	ReplayMemory int
+}
+
+// Signature policy defaults: the cloudstack-go SDK signs for 15 minutes;
+// 5 more allow for the client's clock running ahead of ours.
+const (
+	DefaultMaxSignatureLifetime = 20 * time.Minute
+	DefaultReplayMemory         = 65536
+)
+
+// DefaultSignaturePolicy is expiry required on REST, not on CloudStack
+// (its own clients may sign without), signatures valid 20 minutes at most.
+func DefaultSignaturePolicy() SignaturePolicy {
+	return SignaturePolicy{RequireExpiryREST: true, MaxLifetime: DefaultMaxSignatureLifetime, ReplayMemory: DefaultReplayMemory}
+}
 
 // verifyCloudStack checks a CloudStack-signed request (every parameter except
-// signature, see package signing) and returns the caller's credential.
+// signature, see package signing) and returns the caller's credential. The
+// parameter names must have passed signing.CheckNames. A write's signature
+// is remembered until it expires and refused if it comes again.
 //
 // Every request is verified afresh; verified signatures are not cached.
 // Verification (canonical string plus HMAC-SHA1, signing.Verify) costs about
 // 3.5 us of CPU against about 130 us for a whole cached list answer on
 // loopback, mostly the kernel's, so a cache of (key, exact query, expires)
 // could save under 3% while adding per-query state that any holder of a key
-// could grow. (It would be as secure: the same bytes re-sent within expiry
-// are the same request, which CloudStack accepts again too.) The secret
-// itself comes from apikeys' in-memory map, not from the store.
-func (s *Server) verifyCloudStack(form url.Values) (apikeys.Credential, error) {
+// could grow. The secret itself comes from apikeys' in-memory map, not from
+// the store.
+func (s *Server) verifyCloudStack(form url.Values, write bool) (apikeys.Credential, error) {
 	var apiKey, signature, sigVersion, expires string
+	var hasExpires bool
 	for name, vals := range form {
 		if len(vals) == 0 {
 			continue
@@ -49,16 +81,28 @@ func (s *Server) verifyCloudStack(form url.Values) (apikeys.Credential, error) {
 		case strings.EqualFold(name, "signatureversion"):
 			sigVersion = vals[0]
 		case strings.EqualFold(name, "expires"):
-			expires = vals[0]
+			expires, hasExpires = vals[0], true
 		}
 	}
 	if apiKey == "" || signature == "" {
 		return apikeys.Credential{}, authFail("missing apiKey or signature")
 	}
-	if sigVersion == "3" {
-		if err := s.checkExpires(expires); err != nil {
+	now := s.now()
+	var until time.Time
+	switch {
+	case sigVersion == "3" || hasExpires:
+		// An expires is honoured whatever the version says: a client that
+		// sent one meant it.
+		t, err := s.checkExpires(expires, now)
+		if err != nil {
 			return apikeys.Credential{}, err
 		}
+		until = t
+	case s.sigs.RequireExpiryCloudStack:
+		return apikeys.Credential{}, &authError{reason: "unversioned signature (no signatureversion=3 and expires) refused by api.require_expiry_cloudstack",
+			hint: "sign with signatureversion=3 and expires"}
+	default:
+		until = now.Add(s.sigs.MaxLifetime)
 	}
 	cred, err := s.keys.Lookup(apiKey)
 	if err != nil {
@@ -70,10 +114,29 @@ func (s *Server) verifyCloudStack(form url.Values) (apikeys.Credential, error) {
 	if !signing.Verify(cred.Secret, signing.Params(form), signature) {
 		return apikeys.Credential{}, authFail("signature mismatch")
 	}
+	if write {
+		if err := s.remember(apiKey, signature, until, now); err != nil {
+			return apikeys.Credential{}, err
+		}
+	}
 	return cred, nil
 }
 
-// verifyREST checks a REST request's Authorization header.
+// remember admits a verified write's signature into the replay memory.
+func (s *Server) remember(apiKey, signature string, until, now time.Time) error {
+	err := s.replay.admit(apiKey+"\x00"+signing.NormalizeSignature(signature), until, now)
+	switch {
+	case errors.Is(err, errReplayed):
+		return &authError{reason: "replayed signature: this signed write was already accepted",
+			hint: "request signature already used; sign every write afresh"}
+	case err != nil:
+		return err
+	}
+	return nil
+}
+
+// verifyREST checks a REST request's Authorization header. q must have
+// passed signing.CheckNames.
 func (s *Server) verifyREST(r *http.Request, q url.Values, body []byte) (apikeys.Credential, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
@@ -102,8 +165,18 @@ func (s *Server) verifyREST(r *http.Request, q url.Values, body []byte) (apikeys
 	if err != nil {
 		return apikeys.Credential{}, authFail(err.Error())
 	}
-	if err := s.checkExpires(expires); err != nil {
-		return apikeys.Credential{}, err
+	now := s.now()
+	var until time.Time
+	switch {
+	case expires != "":
+		if until, err = s.checkExpires(expires, now); err != nil {
+			return apikeys.Credential{}, err
+		}
+	case s.sigs.RequireExpiryREST:
+		return apikeys.Credential{}, &authError{reason: "unversioned signature (no expires) refused by api.require_expiry_rest",
+			hint: "sign with an expires field"}
+	default:
+		until = now.Add(s.sigs.MaxLifetime)
 	}
 	cred, err := s.keys.Lookup(apiKey)
 	if err != nil {
@@ -113,24 +186,39 @@ func (s *Server) verifyREST(r *http.Request, q url.Values, body []byte) (apikeys
 		return cred, err
 	}
 	ps := signing.RESTParams(r.Method, r.URL.EscapedPath(), q, apiKey, expires, signing.BodySHA256(body))
-	if !signing.Verify(cred.Secret, ps, signature) {
+	if !signing.VerifyREST(cred.Secret, ps, signature) {
 		return apikeys.Credential{}, authFail("signature mismatch")
+	}
+	if isWriteMethod(r.Method) {
+		if err := s.remember(apiKey, signature, until, now); err != nil {
+			return apikeys.Credential{}, err
+		}
 	}
 	return cred, nil
 }
 
-func (s *Server) checkExpires(expires string) error {
+func isWriteMethod(m string) bool {
+	return m != http.MethodGet && m != http.MethodHead && m != http.MethodOptions
+}
+
+// checkExpires parses expires and refuses it when past, or further in the
+// future than the policy's MaxLifetime (a signature minted to last a year).
+func (s *Server) checkExpires(expires string, now time.Time) (time.Time, error) {
 	if expires == "" {
-		return authFail("signatureversion 3 without expires")
+		return time.Time{}, authFail("signatureversion 3 without expires")
 	}
 	t, err := signing.ParseExpires(expires)
 	if err != nil {
-		return authFail("malformed expires")
+		return t, authFail("malformed expires")
 	}
-	if !s.now().Before(t) {
-		return authFail("request expired at " + t.UTC().Format(time.RFC3339))
+	if !now.Before(t) {
+		return t, authFail("request expired at " + t.UTC().Format(time.RFC3339))
 	}
-	return nil
+	if t.Sub(now) > s.sigs.MaxLifetime {
+		return t, &authError{reason: fmt.Sprintf("expires %s is more than %s ahead (api.max_signature_lifetime)", t.UTC().Format(time.RFC3339), s.sigs.MaxLifetime),
+			hint: fmt.Sprintf("expires must be at most %s ahead", s.sigs.MaxLifetime)}
+	}
+	return t, nil
 }
 
 // failLimiter bounds failed authentications per client address: each failure

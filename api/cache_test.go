@@ -251,7 +251,7 @@ func TestClusterListCacheUnderConcurrentWrites(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := &csClient{t: t, base: e.ts.URL, apiKey: e.user.APIKey, secret: e.userSec, http: e.ts.Client()}
+			c := &csClient{t: t, base: e.ts.URL, apiKey: e.admin.APIKey, secret: e.adminSec, http: e.ts.Client()}
 			for {
 				select {
 				case <-stop:
@@ -353,7 +353,7 @@ func TestBodyCacheStaysBounded(t *testing.T) {
 func TestDevicePageCacheFollowsEveryChange(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	seed(t, e.st, 30)
-	c := e.rest(e.user.APIKey, e.userSec)
+	c := e.rest(e.admin.APIKey, e.adminSec) // user keys' pages depend on their clusters and are not kept
 	get := func(path string) page[core.Device] {
 		t.Helper()
 		r := c.do("GET", path, nil)
@@ -464,7 +464,7 @@ func TestRESTClusterListCacheFollowsChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.clusters.WaitJob(ctx, j.ID)
-	c := e.rest(e.user.APIKey, e.userSec)
+	c := e.rest(e.admin.APIKey, e.adminSec) // the cluster is the admin account's
 	list := func() restCluster {
 		t.Helper()
 		var p page[restCluster]

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ztpd/ztpd/api/signing"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
 )
@@ -88,6 +90,13 @@ type command struct {
 	run       func(s *Server, r *csRequest) (any, *csError)
 }
 
+// writes reports whether the command changes anything: everything but
+// list*, get* and queryAsyncJobResult. A write's signature is accepted once.
+func (c *command) writes() bool {
+	n := strings.ToLower(c.Name)
+	return !strings.HasPrefix(n, "list") && !strings.HasPrefix(n, "get") && !strings.HasPrefix(n, "query")
+}
+
 // responseKey is the envelope key: lowercased command name + "response".
 func (c *command) responseKey() string { return strings.ToLower(c.Name) + "response" }
 
@@ -129,6 +138,16 @@ func (s *Server) cloudStack(c *gin.Context) {
 		return
 	}
 	form := req.Form
+	ip := clientIP(req)
+	if err := signing.CheckNames(form); err != nil {
+		// A malformed name could reshape what was signed: refused before
+		// anything reads the parameters, and counted like a failed login.
+		s.limiter.failed(ip, s.now())
+		authFailures.WithLabelValues("cloudstack", "bad_parameter_name").Inc()
+		s.log.Warn("API request refused: bad parameter name", "api", "cloudstack", "client", ip, "reason", err.Error())
+		s.csWrite(c, "errorresponse", &csError{code: csMalformed, cscode: csServerAPIError, text: "malformed request: " + err.Error()})
+		return
+	}
 	p := make(map[string]string, len(form))
 	for name, vals := range form {
 		if len(vals) > 0 {
@@ -147,7 +166,6 @@ func (s *Server) cloudStack(c *gin.Context) {
 		c.Set("op", "unknown")
 	}
 
-	ip := clientIP(req)
 	if blocked, wait := s.limiter.blocked(ip, s.now()); blocked {
 		authFailures.WithLabelValues("cloudstack", "rate_limited").Inc()
 		c.Header("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
@@ -155,10 +173,21 @@ func (s *Server) cloudStack(c *gin.Context) {
 			text: fmt.Sprintf("too many failed authentications from %s; retry in %d seconds", ip, int(wait.Seconds())+1)})
 		return
 	}
-	cred, err := s.verifyCloudStack(form)
+	cred, err := s.verifyCloudStack(form, cmd != nil && cmd.writes())
+	if errors.Is(err, errReplayFull) {
+		s.log.Warn("API write refused: replay memory full", "api", "cloudstack", "client", ip, "api_key", p["apikey"], "op", cmdName)
+		c.Header("Retry-After", "60")
+		s.csWrite(c, key, &csError{code: csRateLimited, cscode: csServerAPIError,
+			text: "too many signed writes within the signature lifetime; retry in a minute"})
+		return
+	}
 	if err != nil {
 		s.authFailed(c, "cloudstack", ip, p["apikey"], cmdName, err)
-		s.csWrite(c, key, &csError{code: csUnauthorized, cscode: csServerAPIError, text: authFailedText})
+		text := authFailedText
+		if ae, ok := err.(*authError); ok && ae.hint != "" {
+			text += ": " + ae.hint
+		}
+		s.csWrite(c, key, &csError{code: csUnauthorized, cscode: csServerAPIError, text: text})
 		return
 	}
 	if cmd == nil {
@@ -183,14 +212,18 @@ func (s *Server) cloudStack(c *gin.Context) {
 			return
 		}
 	}
-	r := &csRequest{ctx: req.Context(), cmd: cmd, cred: cred, p: p,
-		caller: clusters.Caller{APIKey: cred.APIKey, Admin: cred.IsAdmin()}}
+	r := &csRequest{ctx: req.Context(), cmd: cmd, cred: cred, p: p, caller: callerFromCred(cred)}
 	body, cerr := cmd.run(s, r)
 	if cerr != nil {
 		s.csWrite(c, key, cerr)
 		return
 	}
 	s.csWriteOK(c, key, body)
+}
+
+// callerFromCred is the clusters service's view of an API key.
+func callerFromCred(cred apikeys.Credential) clusters.Caller {
+	return clusters.Caller{APIKey: cred.APIKey, Name: cred.Name, Account: cred.Account, Admin: cred.IsAdmin()}
 }
 
 func accountName(cred apikeys.Credential) string {

@@ -27,7 +27,7 @@ const (
 	javaAdminK8s = "org.apache.cloudstack.api.command.admin.kubernetes."
 )
 
-var clusterFields = []string{"id", "name", "description", "zoneid", "zonename", "kubernetesversionid",
+var clusterFields = []string{"id", "name", "description", "account", "domainid", "domain", "zoneid", "zonename", "kubernetesversionid",
 	"kubernetesversionname", "serviceofferingid", "serviceofferingname", "size", "controlnodes", "masternodes",
 	"cpunumber", "memory", "state", "endpoint", "keypair", "networkid", "virtualmachines", "ipaddress",
 	"created", "autoscalingenabled", "minsize", "maxsize", "clustertype"}
@@ -112,7 +112,9 @@ func (s *Server) commandTable() map[string]*command {
 			JavaClass: javaUserK8s + "cluster.ListKubernetesClustersCmd",
 			Params: append([]paramDef{{"id", "uuid", false, "the cluster ID"}, {"name", "string", false, "the cluster name"},
 				{"state", "string", false, "the cluster state"}, {"keyword", "string", false, "part of name or description"},
-				{"listall", "boolean", false, "ignored: every key sees every cluster"}}, page...),
+				{"listall", "boolean", false, "admin keys: list every account's clusters (default: the key's account)"},
+				{"account", "string", false, "only this account's clusters (admin keys: any account)"},
+				{"domainid", "uuid", false, "ignored: ztpd has one domain, ROOT"}}, page...),
 			Response: clusterFields, run: (*Server).csListClusters},
 		{Name: "getKubernetesClusterConfig", Desc: "Get the kubeconfig of a Kubernetes cluster",
 			JavaClass: javaUserK8s + "cluster.GetKubernetesClusterConfigCmd",
@@ -169,6 +171,9 @@ type csCluster struct {
 	ID                    string `json:"id"`
 	Name                  string `json:"name"`
 	Description           string `json:"description"`
+	Account               string `json:"account"`
+	DomainID              string `json:"domainid"`
+	Domain                string `json:"domain"`
 	ZoneID                string `json:"zoneid"`
 	ZoneName              string `json:"zonename"`
 	KubernetesVersionID   string `json:"kubernetesversionid"`
@@ -211,7 +216,8 @@ func vmState(s core.DeviceState) string {
 func renderCluster(v clusters.ClusterView) csCluster {
 	c := v.Cluster
 	endpoint, ip := v.Endpoint()
-	out := csCluster{ID: c.ID, Name: c.Name, Description: c.Description, ZoneID: v.Zone.ID, ZoneName: v.Zone.Name,
+	out := csCluster{ID: c.ID, Name: c.Name, Description: c.Description, Account: core.ClusterAccount(c),
+		DomainID: v.Domain.ID, Domain: v.Domain.Name, ZoneID: v.Zone.ID, ZoneName: v.Zone.Name,
 		KubernetesVersionID: c.VersionID, KubernetesVersionName: v.Version.Name,
 		ServiceOfferingID: c.ServiceOfferingID, ServiceOfferingName: v.Offering.Name,
 		Size: c.Size, ControlNodes: c.ControlNodes, MasterNodes: c.ControlNodes,
@@ -403,7 +409,8 @@ func (s *Server) csListClusters(r *csRequest) (any, *csError) {
 	if e != nil {
 		return nil, e
 	}
-	f := clusters.ClusterFilter{ID: r.str("id"), Name: r.str("name"), State: r.str("state"), Keyword: r.str("keyword")}
+	f := clusters.ClusterFilter{ID: r.str("id"), Name: r.str("name"), State: r.str("state"), Keyword: r.str("keyword"),
+		ListAll: r.boolean("listall"), Account: r.str("account")}
 	gen, ok := s.clusters.ViewsGeneration()
 	if !ok {
 		b, e := s.renderClusterList(r, f, page, size)
@@ -411,7 +418,7 @@ func (s *Server) csListClusters(r *csRequest) (any, *csError) {
 	}
 	// Keyed by the caller's key too: what a key may see is the key's.
 	key := cacheKey(r.cmd.Name, r.cred.APIKey, string(r.cred.Role), f.ID, f.Name, f.State, f.Keyword,
-		strconv.Itoa(page), strconv.Itoa(size))
+		strconv.FormatBool(f.ListAll), f.Account, strconv.Itoa(page), strconv.Itoa(size))
 	b, err := s.bodies.get(key, gen, func() ([]byte, error) {
 		b, e := s.renderClusterList(r, f, page, size)
 		if e != nil {
@@ -432,7 +439,7 @@ func (s *Server) csListClusters(r *csRequest) (any, *csError) {
 func (s *Server) renderClusterList(r *csRequest, f clusters.ClusterFilter, page, size int) ([]byte, *csError) {
 	// The request may end before a rendering that others wait for.
 	ctx := context.WithoutCancel(r.ctx)
-	views, total, err := s.clusters.ListClusters(ctx, f, page, size)
+	views, total, err := s.clusters.ListClusters(ctx, r.caller, f, page, size)
 	if err != nil {
 		return nil, domainError(err)
 	}
@@ -523,7 +530,7 @@ func (rc *renderCache) get(v clusters.ClusterView) ([]byte, error) {
 }
 
 func (s *Server) csClusterConfig(r *csRequest) (any, *csError) {
-	c, cfg, err := s.clusters.Kubeconfig(r.ctx, r.str("id"))
+	c, cfg, err := s.clusters.Kubeconfig(r.ctx, r.caller, r.str("id"))
 	if err != nil {
 		return nil, domainError(err)
 	}

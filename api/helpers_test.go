@@ -65,6 +65,13 @@ func hmacSig(secret, s string) string {
 	return base64.StdEncoding.EncodeToString(m.Sum(nil))
 }
 
+// hmacExact is the REST signature: the same HMAC over the string as is.
+func hmacExact(secret, s string) string {
+	m := hmac.New(sha1.New, []byte(secret))
+	m.Write([]byte(s))
+	return base64.StdEncoding.EncodeToString(m.Sum(nil))
+}
+
 type csResp struct {
 	status int
 	body   map[string]json.RawMessage
@@ -224,8 +231,9 @@ func (m *testMembership) SetVersion(context.Context, core.Cluster, core.Version)
 func (m *testMembership) Stop(context.Context, core.Cluster) error    { return m.count("stop") }
 func (m *testMembership) Start(context.Context, core.Cluster) error   { return m.count("start") }
 func (m *testMembership) Destroy(context.Context, core.Cluster) error { return m.count("destroy") }
-func (m *testMembership) Kubeconfig(_ context.Context, c core.Cluster) ([]byte, error) {
-	return []byte(fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: %s\n", c.Name)), nil
+func (m *testMembership) Kubeconfig(_ context.Context, c core.Cluster, req clusters.KubeconfigRequest) (clusters.IssuedKubeconfig, error) {
+	return clusters.IssuedKubeconfig{Config: []byte(fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: %s\nusers:\n- name: %s\n", c.Name, req.User)),
+		User: req.User, Group: req.Group, Serial: "1", NotAfter: time.Now().Add(req.Validity)}, nil
 }
 func (m *testMembership) Members(_ context.Context, id string) ([]core.Membership, error) {
 	var out []core.Membership
@@ -319,6 +327,7 @@ type envOpts struct {
 	failuresPerMinute int
 	noJoiner          bool
 	tls               bool
+	sigs              *SignaturePolicy
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -347,7 +356,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		t.Fatal(err)
 	}
 	e.srv = New(Deps{Log: log, Store: e.st, Clusters: e.clusters, Keys: e.keys,
-		AuthFailuresPerMinute: o.failuresPerMinute, Now: e.clock.now})
+		AuthFailuresPerMinute: o.failuresPerMinute, Now: e.clock.now, Signatures: o.sigs})
 	if o.tls {
 		e.ts = httptest.NewTLSServer(e.srv.Handler())
 	} else {

@@ -6,8 +6,10 @@ import (
 	_ "embed"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -118,7 +120,17 @@ func (s *Server) restAuth(c *gin.Context) {
 			return
 		}
 	}
-	q := r.URL.Query()
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err == nil {
+		err = signing.CheckNames(q)
+	}
+	if err != nil {
+		s.limiter.failed(ip, s.now())
+		authFailures.WithLabelValues("rest", "bad_parameter_name").Inc()
+		s.log.Warn("API request refused: bad query", "api", "rest", "client", ip, "reason", err.Error())
+		restError(c, http.StatusBadRequest, "invalid", "malformed query: "+err.Error())
+		return
+	}
 	for name := range q {
 		if len(name) >= 5 && strings.EqualFold(name[:5], "ztpd-") {
 			restError(c, http.StatusBadRequest, "invalid", "query parameters starting with ztpd- are reserved")
@@ -126,11 +138,21 @@ func (s *Server) restAuth(c *gin.Context) {
 		}
 	}
 	cred, err := s.verifyREST(r, q, body)
+	if errors.Is(err, errReplayFull) {
+		s.log.Warn("API write refused: replay memory full", "api", "rest", "client", ip, "op", r.Method+" "+r.URL.Path)
+		c.Header("Retry-After", "60")
+		restError(c, http.StatusTooManyRequests, "rate_limited", "too many signed writes within the signature lifetime; retry in a minute")
+		return
+	}
 	if err != nil {
 		apiKey, _, _, _ := signing.ParseRESTAuthorization(r.Header.Get("Authorization"))
 		s.authFailed(c, "rest", ip, apiKey, r.Method+" "+r.URL.Path, err)
 		c.Header("WWW-Authenticate", signing.RESTScheme)
-		restError(c, http.StatusUnauthorized, "unauthorized", authFailedText)
+		text := authFailedText
+		if ae, ok := err.(*authError); ok && ae.hint != "" {
+			text += ": " + ae.hint
+		}
+		restError(c, http.StatusUnauthorized, "unauthorized", text)
 		return
 	}
 	c.Set("cred", cred)
@@ -145,8 +167,7 @@ func credOf(c *gin.Context) apikeys.Credential {
 }
 
 func callerOf(c *gin.Context) clusters.Caller {
-	cred := credOf(c)
-	return clusters.Caller{APIKey: cred.APIKey, Admin: cred.IsAdmin()}
+	return callerFromCred(credOf(c))
 }
 
 func requireAdmin(c *gin.Context) {
@@ -238,10 +259,11 @@ func scanPage[T any](s *Server, b core.Bucket, limit int, after string, keep fun
 // and re-encoding them. keep (nil: all) filters on the raw record. The page
 // depends on nothing but the bucket and the request's path and query, so
 // when the store counts writes it is served from the response cache until
-// the bucket changes.
+// the bucket changes. Pages filtered by the caller's clusters (user keys)
+// depend on more than the bucket and are never kept.
 func (s *Server) rawPage(c *gin.Context, b core.Bucket, limit int, after string, keep func(raw []byte) (bool, error)) {
 	g, ok := s.st.(core.Generations)
-	if !ok || b == core.BucketEvents { // events change all the time: not worth keeping
+	if !ok || b == core.BucketEvents || !credOf(c).IsAdmin() { // events change all the time: not worth keeping
 		bp := pageBufs.Get().(*[]byte)
 		buf, err := s.appendPage((*bp)[:0], b, limit, after, keep)
 		if err != nil {
@@ -357,9 +379,13 @@ func (s *Server) listDevices(c *gin.Context) {
 		Approved bool             `json:"approved"`
 		Cluster  string           `json:"cluster"`
 	}
-	active := state != "" || kind != "" || cluster != "" || subnet != "" || approved != ""
+	own, ok := s.ownClusters(c)
+	if !ok {
+		return
+	}
+	active := state != "" || kind != "" || cluster != "" || subnet != "" || approved != "" || own != nil
 	s.rawPage(c, core.BucketDevices, limit, after, decodeKeep(active, func(d *filter) bool {
-		return (state == "" || string(d.State) == state) && (kind == "" || string(d.Kind) == kind) &&
+		return (own == nil || own[d.Cluster]) && (state == "" || string(d.State) == state) && (kind == "" || string(d.Kind) == kind) &&
 			(cluster == "" || d.Cluster == cluster) && (subnet == "" || d.Subnet == subnet) &&
 			(approved == "" || strconv.FormatBool(d.Approved) == approved)
 	}))
@@ -378,11 +404,60 @@ func (s *Server) getDevice(c *gin.Context) {
 		}
 		return err
 	})
-	if err != nil {
+	own, ok := s.ownClusters(c)
+	if !ok {
+		return
+	}
+	if err != nil || (own != nil && !own[d.Cluster]) {
 		restError(c, http.StatusNotFound, "not_found", "device "+c.Param("id")+" not found")
 		return
 	}
 	c.JSON(http.StatusOK, d)
+}
+
+// ownClusters is nil for admin keys, else the IDs of the clusters of the
+// key's account: a user key sees only their devices, leases and events.
+// ok is false when the answer was already written.
+func (s *Server) ownClusters(c *gin.Context) (map[string]bool, bool) {
+	if credOf(c).IsAdmin() {
+		return nil, true
+	}
+	own, err := s.clusters.AccountClusters(c.Request.Context(), callerOf(c))
+	if err != nil {
+		restDomainError(c, err)
+		return nil, false
+	}
+	return own, true
+}
+
+// ownMACs is nil for admin keys, else the MAC addresses of the devices in
+// the key's account's clusters.
+func (s *Server) ownMACs(c *gin.Context) (map[string]bool, bool) {
+	own, ok := s.ownClusters(c)
+	if own == nil || !ok {
+		return nil, ok
+	}
+	macs := map[string]bool{}
+	err := s.st.View(func(tx core.Tx) error {
+		return tx.Scan(core.BucketDevices, "", func(_ string, raw []byte) (bool, error) {
+			var d struct {
+				MAC     string `json:"mac"`
+				Cluster string `json:"cluster"`
+			}
+			if err := core.Decode(raw, &d); err != nil {
+				return false, err
+			}
+			if own[d.Cluster] {
+				macs[d.MAC] = true
+			}
+			return true, nil
+		})
+	})
+	if err != nil {
+		restDomainError(c, err)
+		return nil, false
+	}
+	return macs, true
 }
 
 func (s *Server) approveDevice(c *gin.Context) {
@@ -420,8 +495,12 @@ func (s *Server) listLeases(c *gin.Context) {
 		Subnet string          `json:"subnet"`
 		State  core.LeaseState `json:"state"`
 	}
-	s.rawPage(c, core.BucketLeases, limit, after, decodeKeep(state != "" || subnet != "" || mac != "", func(l *filter) bool {
-		return (state == "" || string(l.State) == state) && (subnet == "" || l.Subnet == subnet) && (mac == "" || l.MAC == mac)
+	macs, ok := s.ownMACs(c)
+	if !ok {
+		return
+	}
+	s.rawPage(c, core.BucketLeases, limit, after, decodeKeep(state != "" || subnet != "" || mac != "" || macs != nil, func(l *filter) bool {
+		return (macs == nil || macs[l.MAC]) && (state == "" || string(l.State) == state) && (subnet == "" || l.Subnet == subnet) && (mac == "" || l.MAC == mac)
 	}))
 }
 
@@ -446,6 +525,7 @@ type restCluster struct {
 	ID           string            `json:"id"`
 	Name         string            `json:"name"`
 	Description  string            `json:"description"`
+	Account      string            `json:"account"`
 	State        core.ClusterState `json:"state"`
 	Version      restVersionRef    `json:"version"`
 	Size         int               `json:"size"`
@@ -467,7 +547,7 @@ type restCluster struct {
 func restClusterOf(v clusters.ClusterView) restCluster {
 	c := v.Cluster
 	ep, _ := v.Endpoint()
-	out := restCluster{ID: c.ID, Name: c.Name, Description: c.Description, State: c.State,
+	out := restCluster{ID: c.ID, Name: c.Name, Description: c.Description, Account: core.ClusterAccount(c), State: c.State,
 		Version: restVersionRef{ID: c.VersionID, Name: v.Version.Name, SemVer: v.Version.SemVer},
 		Size:    c.Size, ControlNodes: c.ControlNodes, OfferingID: c.ServiceOfferingID, OfferingName: v.Offering.Name,
 		CPU: v.Cores(), MemoryMB: v.MemoryMB(), Endpoint: ep, JoinMethod: c.JoinMethod, Keypair: c.Keypair,
@@ -549,10 +629,11 @@ func (s *Server) listClusters(c *gin.Context) {
 	if !ok {
 		return
 	}
-	f := clusters.ClusterFilter{State: c.Query("state"), Keyword: c.Query("keyword")}
+	f := clusters.ClusterFilter{State: c.Query("state"), Keyword: c.Query("keyword"), ListAll: c.Query("listall") == "true"}
 	ctx := context.WithoutCancel(c.Request.Context()) // others may wait for this rendering
+	caller := callerOf(c)
 	render := func() ([]byte, error) {
-		views, _, err := s.clusters.ListClusters(ctx, f, 0, 0)
+		views, _, err := s.clusters.ListClusters(ctx, caller, f, 0, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -593,7 +674,7 @@ func (s *Server) listClusters(c *gin.Context) {
 }
 
 func (s *Server) getCluster(c *gin.Context) {
-	v, err := s.clusters.GetCluster(c.Request.Context(), c.Param("id"))
+	v, err := s.clusters.GetCluster(c.Request.Context(), callerOf(c), c.Param("id"))
 	if err != nil {
 		restDomainError(c, err)
 		return
@@ -672,7 +753,7 @@ func (s *Server) clusterOp(c *gin.Context) {
 }
 
 func (s *Server) kubeconfig(c *gin.Context) {
-	cl, cfg, err := s.clusters.Kubeconfig(c.Request.Context(), c.Param("id"))
+	cl, cfg, err := s.clusters.Kubeconfig(c.Request.Context(), callerOf(c), c.Param("id"))
 	if err != nil {
 		restDomainError(c, err)
 		return
@@ -847,9 +928,19 @@ func (s *Server) listEvents(c *gin.Context) {
 		Type    string `json:"type"`
 		Device  string `json:"device"`
 		Cluster string `json:"cluster"`
+		Fields  struct {
+			Account string `json:"account"`
+		} `json:"fields"`
 	}
-	keep := decodeKeep(typ != "" || device != "" || cluster != "", func(e *filter) bool {
-		return (typ == "" || e.Type == typ || strings.HasPrefix(e.Type, typ+".")) &&
+	// A user key sees its clusters' events and those naming its account
+	// (its writes, also of clusters since deleted).
+	own, ok := s.ownClusters(c)
+	if !ok {
+		return
+	}
+	account := callerOf(c).AccountName()
+	keep := decodeKeep(typ != "" || device != "" || cluster != "" || own != nil, func(e *filter) bool {
+		return (own == nil || (e.Cluster != "" && own[e.Cluster]) || e.Fields.Account == account) && (typ == "" || e.Type == typ || strings.HasPrefix(e.Type, typ+".")) &&
 			(device == "" || e.Device == device) && (cluster == "" || e.Cluster == cluster)
 	})
 	var streams []core.Bucket

@@ -58,7 +58,9 @@ func (c *restClient) authorization(method, path string, q url.Values, body []byt
 	for k, vals := range q {
 		v[k] = vals
 	}
-	e := exp.UTC().Format(time.RFC3339)
+	// Milliseconds: two identical writes a moment apart must not sign
+	// alike, or the second is refused as a replay.
+	e := exp.UTC().Format("2006-01-02T15:04:05.000Z07:00")
 	v.Set("ztpd-method", method)
 	v.Set("ztpd-path", path)
 	v.Set("ztpd-expires", e)
@@ -67,7 +69,8 @@ func (c *restClient) authorization(method, path string, q url.Values, body []byt
 		sum := sha256.Sum256(body)
 		v.Set("ztpd-body-sha256", hex.EncodeToString(sum[:]))
 	}
-	return fmt.Sprintf("ZTPD-HMAC-SHA1 apikey=%s, expires=%s, signature=%s", c.apiKey, e, hmacSig(c.secret, encodeValues(v)))
+	// Like CloudStack's signature, but the string is not lowercased.
+	return fmt.Sprintf("ZTPD-HMAC-SHA1 apikey=%s, expires=%s, signature=%s", c.apiKey, e, hmacExact(c.secret, encodeValues(v)))
 }
 
 type restResp struct {
@@ -230,7 +233,7 @@ func TestOpenAPIDocumentCoversEveryRoute(t *testing.T) {
 func TestRESTDevicesPagingAndFilters(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	seed(t, e.st, 250)
-	c := e.rest(e.user.APIKey, e.userSec)
+	c := e.rest(e.admin.APIKey, e.adminSec)
 	var seen []string
 	cursor := ""
 	pages := 0
@@ -462,20 +465,27 @@ func TestRESTClusterLifecycle(t *testing.T) {
 	u.do("GET", "/api/v1/offerings", nil)
 	u.do("GET", "/api/v1/images", nil)
 	u.do("GET", "/api/v1/versions/v1.30.2", nil)
+	// The user's writes are audit events naming its key and account, and
+	// stay visible to it after its cluster is gone.
 	var ev page[core.Event]
-	u.do("GET", "/api/v1/events?type=cluster", nil).decode(t, &ev)
-	if len(ev.Items) < 8 {
-		t.Fatalf("cluster events: %d", len(ev.Items))
+	u.do("GET", "/api/v1/events?type=api.write", nil).decode(t, &ev)
+	if len(ev.Items) < 6 {
+		t.Fatalf("write events: %d", len(ev.Items))
 	}
-	// Cluster events are audit events: the device stream has none, and
-	// the merged stream pages in sequence order across both.
+	for _, e := range ev.Items {
+		if e.Fields["api_key"] == "" || e.Fields["key_name"] != "dev" || e.Fields["account"] == "" {
+			t.Fatalf("write event without the key: %+v", e)
+		}
+	}
+	// API writes are audit events: the device stream has none, and the
+	// merged stream pages in sequence order across both.
 	var dev page[core.Event]
-	u.do("GET", "/api/v1/events?type=cluster&stream=device", nil).decode(t, &dev)
+	u.do("GET", "/api/v1/events?type=api.write&stream=device", nil).decode(t, &dev)
 	if len(dev.Items) != 0 {
-		t.Fatalf("cluster events in the device stream: %d", len(dev.Items))
+		t.Fatalf("audit events in the device stream: %d", len(dev.Items))
 	}
 	var aud page[core.Event]
-	u.do("GET", "/api/v1/events?type=cluster&stream=audit", nil).decode(t, &aud)
+	u.do("GET", "/api/v1/events?type=api.write&stream=audit", nil).decode(t, &aud)
 	if len(aud.Items) != len(ev.Items) {
 		t.Fatalf("audit stream %d, all %d", len(aud.Items), len(ev.Items))
 	}

@@ -6,6 +6,11 @@
 //   - /client/api: CloudStack request signing (package signing), including
 //     signatureversion=3 with expires. Errors are CloudStack's: HTTP 401 with
 //     errortext "unable to verify user credentials and/or request signature".
+//   - Both APIs: parameter names are limited to [A-Za-z0-9_.-[]] and given
+//     once; expires may lie at most SignaturePolicy.MaxLifetime ahead; a
+//     write's signature is accepted once (remembered until it expires);
+//     signatures without expires are refused on REST (and on CloudStack when
+//     the policy says so).
 //   - /api/v1/: the header
 //     Authorization: ZTPD-HMAC-SHA1 apikey=<key>, expires=<RFC3339>, signature=<b64>
 //     signed with the same algorithm over the query, method, path, expiry and
@@ -66,6 +71,9 @@ type Deps struct {
 	// AuthFailuresPerMinute bounds failed authentications per client
 	// address; 0 disables the limit.
 	AuthFailuresPerMinute int
+	// Signatures is what signatures are accepted; nil means
+	// DefaultSignaturePolicy.
+	Signatures *SignaturePolicy
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }
@@ -78,6 +86,8 @@ type Server struct {
 	keys     *apikeys.Service
 	images   ImageLister
 	limiter  *failLimiter
+	sigs     SignaturePolicy
+	replay   *replayGuard
 	now      func() time.Time
 	engine   *gin.Engine
 	commands map[string]*command
@@ -93,9 +103,20 @@ func New(d Deps) *Server {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
+	sigs := DefaultSignaturePolicy()
+	if d.Signatures != nil {
+		sigs = *d.Signatures
+	}
+	if sigs.MaxLifetime <= 0 {
+		sigs.MaxLifetime = DefaultMaxSignatureLifetime
+	}
+	if sigs.ReplayMemory <= 0 {
+		sigs.ReplayMemory = DefaultReplayMemory
+	}
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{log: d.Log, st: d.Store, clusters: d.Clusters, keys: d.Keys, images: d.Images,
-		limiter: newFailLimiter(d.AuthFailuresPerMinute), now: d.Now, bodies: newBodyCache(64 << 20)}
+		limiter: newFailLimiter(d.AuthFailuresPerMinute), sigs: sigs, replay: newReplayGuard(sigs.ReplayMemory),
+		now: d.Now, bodies: newBodyCache(64 << 20)}
 	s.commands = s.commandTable()
 	e := gin.New()
 	e.HandleMethodNotAllowed = true

@@ -189,7 +189,8 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 				return nil, err
 			}
 			cc.Role, cc.CACertPEM, cc.CAKeyPEM = bundle.RoleFirstControlPlane, keys.ca.CertPEM(), keyPEM
-			cc.ExtraManifests = map[string][]byte{"sonic-rbac.yaml": []byte(bundle.SonicRBAC)}
+			cc.ExtraManifests = map[string][]byte{"sonic-rbac.yaml": []byte(bundle.SonicRBAC),
+				"ztpd-cluster-admins.yaml": []byte(bundle.ClusterAdminsRBAC)}
 		default:
 			jp := bundle.JoinParams{Version: v, APIServerEndpoint: res.rt.APIEndpoint, Token: nodeTok,
 				CACertHashes: []string{keys.ca.DiscoveryHash()}, NodeName: nodeName}

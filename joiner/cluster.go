@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/joiner/bundle"
 	"github.com/ztpd/ztpd/joiner/kubeconfig"
@@ -518,11 +519,14 @@ func deviceByRef(tx core.Tx, ref string) (core.Device, error) {
 	return core.DeviceBySerial(tx, ref)
 }
 
-// AdminKubeconfig issues an admin client certificate (O=system:masters)
-// from the cluster CA and returns a kubeconfig for it.
-func (s *Service) AdminKubeconfig(ctx context.Context, clusterRef string, validity time.Duration) ([]byte, error) {
+// IssueKubeconfig signs a client certificate for user (CN) in group (O)
+// with the cluster CA, valid for validity (0: one year), and returns a
+// kubeconfig for it. The cluster's ClusterRoleBinding of the group to
+// cluster-admin is made sure of in the background (EnsureAdminBinding)
+// until it is recorded. The caller records the issue (event).
+func (s *Service) IssueKubeconfig(ctx context.Context, clusterRef, user, group string, validity time.Duration) (clusters.IssuedKubeconfig, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return clusters.IssuedKubeconfig{}, err
 	}
 	var c core.Cluster
 	var rt clusterRuntime
@@ -535,27 +539,27 @@ func (s *Service) AdminKubeconfig(ctx context.Context, clusterRef string, validi
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return clusters.IssuedKubeconfig{}, err
 	}
 	if rt.APIEndpoint == "" {
-		return nil, fmt.Errorf("%w: cluster %s has no API endpoint yet (no control plane has been issued)", ErrClusterUnavailable, c.Name)
+		return clusters.IssuedKubeconfig{}, fmt.Errorf("%w: cluster %s has no API endpoint yet (no control plane has been issued)", ErrClusterUnavailable, c.Name)
 	}
 	k, err := s.keysFor(c.ID)
 	if err != nil {
-		return nil, err
+		return clusters.IssuedKubeconfig{}, err
 	}
-	creds, err := kubeconfig.IssueAdmin(k.ca, c.Name, "https://"+rt.APIEndpoint, validity, s.now())
+	creds, err := kubeconfig.IssueUser(k.ca, c.Name, "https://"+rt.APIEndpoint, user, []string{group}, validity, s.now())
 	if err != nil {
-		return nil, err
+		return clusters.IssuedKubeconfig{}, err
 	}
 	out, err := creds.Marshal()
 	if err != nil {
-		return nil, err
+		return clusters.IssuedKubeconfig{}, err
 	}
-	_ = s.store.Update(func(tx core.Tx) error {
-		return event(tx, s.now(), "cluster.kubeconfig", "", c.ID, "admin kubeconfig issued", nil)
-	})
-	return out, nil
+	if !rt.AdminBinding {
+		s.kickAdminBinding(c.ID)
+	}
+	return clusters.IssuedKubeconfig{Config: out, User: user, Group: group, Serial: creds.Serial, NotAfter: creds.NotAfter}, nil
 }
 
 // CAHash is the cluster CA's kubeadm discovery hash.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/joiner/bundle"
 	"github.com/ztpd/ztpd/joiner/tokens"
@@ -164,9 +165,9 @@ func (s *Service) Destroy(ctx context.Context, c core.Cluster) error {
 	return err
 }
 
-// Kubeconfig is AdminKubeconfig for the clusters service.
-func (s *Service) Kubeconfig(ctx context.Context, c core.Cluster) ([]byte, error) {
-	return s.AdminKubeconfig(ctx, c.ID, 0)
+// Kubeconfig is IssueKubeconfig for the clusters service.
+func (s *Service) Kubeconfig(ctx context.Context, c core.Cluster, req clusters.KubeconfigRequest) (clusters.IssuedKubeconfig, error) {
+	return s.IssueKubeconfig(ctx, c.ID, req.User, req.Group, req.Validity)
 }
 
 // RevokeToken revokes a token by its bare id (searched across kinds) or

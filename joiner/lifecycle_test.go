@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/joiner/tokens"
 )
@@ -112,7 +113,7 @@ func TestLifecycleAsTheClustersServiceDrivesIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.svc.Kubeconfig(bg, c); err == nil || !strings.Contains(err.Error(), "not set up") {
+	if _, err := e.svc.Kubeconfig(bg, c, clusters.KubeconfigRequest{User: "u", Group: clusters.KubeconfigGroup}); err == nil || !strings.Contains(err.Error(), "not set up") {
 		t.Fatalf("kubeconfig after destroy: %v", err)
 	}
 }

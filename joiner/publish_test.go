@@ -27,10 +27,57 @@ import (
 // with a server certificate from the cluster CA and client certificates
 // required and verified against it, as kube-apiserver does.
 type apiServer struct {
-	mu      sync.Mutex
-	secrets []map[string]any
-	users   []string
-	deleted []string // secret names
+	mu       sync.Mutex
+	secrets  []map[string]any
+	users    []string
+	deleted  []string         // secret names
+	bindings []map[string]any // ClusterRoleBindings created
+	requests []string         // "METHOD path CN/O" of every request
+}
+
+const crbPath = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
+
+// serveRBAC answers ClusterRoleBinding creation (409 for an existing
+// name) and reads, as kube-apiserver does.
+func (a *apiServer) serveRBAC(w http.ResponseWriter, r *http.Request) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == crbPath:
+		var b map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return true
+		}
+		for _, old := range a.bindings {
+			if old["metadata"].(map[string]any)["name"] == b["metadata"].(map[string]any)["name"] {
+				http.Error(w, `{"kind":"Status","reason":"AlreadyExists"}`, http.StatusConflict)
+				return true
+			}
+		}
+		a.bindings = append(a.bindings, b)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		json.NewEncoder(w).Encode(b)
+		return true
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, crbPath+"/"):
+		for _, b := range a.bindings {
+			if b["metadata"].(map[string]any)["name"] == strings.TrimPrefix(r.URL.Path, crbPath+"/") {
+				w.Header().Set("Content-Type", "application/json")
+				json.NewEncoder(w).Encode(b)
+				return true
+			}
+		}
+		http.Error(w, `{"kind":"Status","reason":"NotFound"}`, http.StatusNotFound)
+		return true
+	}
+	return false
+}
+
+func (a *apiServer) created2() ([]map[string]any, []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]map[string]any(nil), a.bindings...), append([]string(nil), a.requests...)
 }
 
 func (a *apiServer) deletions() []string {
@@ -67,6 +114,14 @@ func startAPIServer(t *testing.T, ln net.Listener, ca *pki.CA) *apiServer {
 	pool.AddCert(ca.Certificate())
 	a := &apiServer{}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if pc := r.TLS.PeerCertificates; len(pc) > 0 {
+			a.mu.Lock()
+			a.requests = append(a.requests, r.Method+" "+r.URL.Path+" "+pc[0].Subject.CommonName+"/"+strings.Join(pc[0].Subject.Organization, ","))
+			a.mu.Unlock()
+		}
+		if a.serveRBAC(w, r) {
+			return
+		}
 		if name, ok := strings.CutPrefix(r.URL.Path, "/api/v1/namespaces/kube-system/secrets/"); ok && r.Method == http.MethodDelete {
 			a.mu.Lock()
 			defer a.mu.Unlock()

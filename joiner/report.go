@@ -42,7 +42,9 @@ func (s *Service) Report(ctx context.Context, credential, state, detail string) 
 	}
 	now := s.now().UTC()
 	var out member
+	var kick bool
 	err = s.store.Batch(func(tx core.Tx) error {
+		kick = false
 		var rec tokenRecord
 		ok, err := tx.Get(core.BucketTokens, tokenKey(tokens.KindReport, cred.ID()), &rec)
 		if err != nil {
@@ -93,10 +95,16 @@ func (s *Service) Report(ctx context.Context, credential, state, detail string) 
 			}
 		}
 		out = m
+		// A joined member means the cluster's API server answers: time
+		// to make sure the kubeconfig group's binding exists.
+		kick = st == core.StateJoined && !rt.AdminBinding
 		return event(tx, now, "join."+state, m.Device, m.Cluster, reason, nil)
 	})
 	if err == nil {
 		reports.WithLabelValues(state).Inc()
+		if kick {
+			s.kickAdminBinding(out.Cluster)
+		}
 	}
 	return out.Membership, err
 }
@@ -222,7 +230,9 @@ func (s *Service) Sweep(ctx context.Context) (int, error) {
 	}
 }
 
-// RunSweeper sweeps every interval until ctx ends.
+// RunSweeper sweeps tokens and retries failed admin bindings every
+// interval, and creates a cluster's admin binding when asked (a member
+// joined, a kubeconfig was issued), until ctx ends.
 func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -232,10 +242,24 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) error 
 		} else if n > 0 {
 			s.log.Info("swept tokens", "deleted", n)
 		}
+		s.retryAdminBindings(ctx)
+		if !s.waitSweep(ctx, t.C) {
+			return nil
+		}
+	}
+}
+
+// waitSweep serves binding requests until the next tick (true) or the end
+// of ctx (false).
+func (s *Service) waitSweep(ctx context.Context, tick <-chan time.Time) bool {
+	for {
 		select {
 		case <-ctx.Done():
-			return nil
-		case <-t.C:
+			return false
+		case id := <-s.bindKick:
+			s.ensureAdminBindingLogged(ctx, id)
+		case <-tick:
+			return true
 		}
 	}
 }

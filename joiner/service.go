@@ -125,6 +125,9 @@ type Service struct {
 
 	mu    sync.RWMutex
 	cache map[string]*clusterKeys // opened cluster secrets by cluster id
+
+	// bindKick asks the sweeper loop to create a cluster's admin binding.
+	bindKick chan string
 }
 
 // New builds the service over an opened store and keyring.
@@ -159,7 +162,7 @@ func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, err
 		return nil, err
 	}
 	return &Service{store: store, keys: keys, opts: opts, rules: rules, now: opts.Now, log: opts.Log,
-		cache: map[string]*clusterKeys{}}, nil
+		cache: map[string]*clusterKeys{}, bindKick: make(chan string, 64)}, nil
 }
 
 // Storage keys.
@@ -195,6 +198,12 @@ type clusterRuntime struct {
 	Workers           int           `json:"workers"`               // active, including switches
 	APIEndpoint       string        `json:"api_endpoint,omitempty"`
 	Suspended         bool          `json:"suspended,omitempty"` // cluster stopped: no joins
+	// AdminBinding: the ClusterRoleBinding giving ztpd's kubeconfig group
+	// cluster-admin exists in the cluster (created or found by ztpd).
+	AdminBinding bool `json:"admin_binding,omitempty"`
+	// AdminBindingRetry: creating it failed (API server not reachable
+	// yet); the sweeper tries again.
+	AdminBindingRetry bool `json:"admin_binding_retry,omitempty"`
 }
 
 // tokenRecord is core.Token plus the joiner's bindings; other readers see a

@@ -642,23 +642,23 @@ func TestSONiCSwitchJoin(t *testing.T) {
 	}
 }
 
-func TestAdminKubeconfig(t *testing.T) {
+func TestIssueKubeconfig(t *testing.T) {
 	e := newEnv(t, Options{AutoApprove: approveAll})
 	e.cluster(ClusterSpec{Name: "prod", Size: 1})
-	if _, err := e.svc.AdminKubeconfig(bg, "prod", 0); !errors.Is(err, ErrClusterUnavailable) {
+	if _, err := e.svc.IssueKubeconfig(bg, "prod", "alice", "ztpd:cluster-admins", 0); !errors.Is(err, ErrClusterUnavailable) {
 		t.Fatalf("kubeconfig before any control plane: %v", err)
 	}
 	e.must(e.join("prod", 1))
-	out, err := e.svc.AdminKubeconfig(bg, "prod", 0)
+	kc, err := e.svc.IssueKubeconfig(bg, "prod", "alice", "ztpd:cluster-admins", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := clientcmd.Load(out)
+	cfg, err := clientcmd.Load(kc.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Clusters["prod"].Server != "https://10.99.1.2:6443" || cfg.AuthInfos["kubernetes-admin"] == nil {
-		t.Fatalf("kubeconfig %+v", cfg)
+	if cfg.Clusters["prod"].Server != "https://10.99.1.2:6443" || cfg.AuthInfos["alice"] == nil || kc.User != "alice" || kc.Serial == "" {
+		t.Fatalf("kubeconfig %+v %+v", cfg, kc)
 	}
 }
 

@@ -4,6 +4,8 @@
 package sdktest
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -12,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/apache/cloudstack-go/v2/cloudstack"
 
@@ -163,4 +166,157 @@ func TestCloudStackSDKLifecycle(t *testing.T) {
 	if _, n, err := user.Kubernetes.GetKubernetesClusterByID(created.Id); err == nil || n != 0 {
 		t.Fatalf("cluster still listed after delete: %d %v", n, err)
 	}
+}
+
+// TestCloudStackSDKTenancyAndKubeconfig: with the unmodified SDK, a user key
+// cannot see or touch another account's cluster; an admin lists all with
+// listall; a kubeconfig names its user, is not system:masters and expires
+// when configured (checked with the real openssl).
+func TestCloudStackSDKTenancyAndKubeconfig(t *testing.T) {
+	base, cfg := inproc.Serve(t, func(c *config.Config) { c.API.KubeconfigTTL = config.Duration(2 * time.Hour) })
+	adminKey, adminSecret := newNamedKey(t, cfg, "admin", "ops")
+	aliceKey, aliceSecret := newNamedKey(t, cfg, "user", "alice")
+	bobKey, bobSecret := newNamedKey(t, cfg, "user", "bob")
+	client := func(k, s string) *cloudstack.CloudStackClient {
+		c := cloudstack.NewAsyncClient(base+"/client/api", k, s, true)
+		c.AsyncTimeout(60)
+		return c
+	}
+	admin, alice, bob := client(adminKey, adminSecret), client(aliceKey, aliceSecret), client(bobKey, bobSecret)
+
+	zones, err := alice.Zone.ListZones(alice.Zone.NewListZonesParams())
+	if err != nil || zones.Count != 1 {
+		t.Fatalf("listZones: %v", err)
+	}
+	vp := admin.Kubernetes.NewAddKubernetesSupportedVersionParams(2, 2048, "1.31.4")
+	vp.SetUrl(base + "/isos/v1.31.4.iso")
+	v, err := admin.Kubernetes.AddKubernetesSupportedVersion(vp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offs, err := alice.ServiceOffering.ListServiceOfferings(alice.ServiceOffering.NewListServiceOfferingsParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := alice.Kubernetes.NewCreateKubernetesClusterParams("", v.Id, "alice-1", offs.ServiceOfferings[0].Id, 1, zones.Zones[0].Id)
+	cp.SetExternalloadbalanceripaddress("10.99.7.20")
+	mine, err := alice.Kubernetes.CreateKubernetesCluster(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mine.Account != aliceKey || mine.Domainid == "" || mine.Domain != "ROOT" {
+		t.Fatalf("cluster account %q domain %q %q", mine.Account, mine.Domainid, mine.Domain)
+	}
+
+	// bob: nothing to see, nothing to touch.
+	if l, err := bob.Kubernetes.ListKubernetesClusters(bob.Kubernetes.NewListKubernetesClustersParams()); err != nil || l.Count != 0 {
+		t.Fatalf("bob lists: %v %+v", err, l)
+	}
+	lp := bob.Kubernetes.NewListKubernetesClustersParams()
+	lp.SetListall(true)
+	if l, err := bob.Kubernetes.ListKubernetesClusters(lp); err != nil || l.Count != 0 {
+		t.Fatalf("bob lists with listall: %v %+v", err, l)
+	}
+	if _, n, err := bob.Kubernetes.GetKubernetesClusterByID(mine.Id); err == nil || n != 0 {
+		t.Fatalf("bob gets alice's cluster: %d %v", n, err)
+	}
+	sp := bob.Kubernetes.NewScaleKubernetesClusterParams(mine.Id)
+	sp.SetSize(3)
+	for what, err := range map[string]error{
+		"scale": func() error { _, err := bob.Kubernetes.ScaleKubernetesCluster(sp); return err }(),
+		"stop": func() error {
+			_, err := bob.Kubernetes.StopKubernetesCluster(bob.Kubernetes.NewStopKubernetesClusterParams(mine.Id))
+			return err
+		}(),
+		"delete": func() error {
+			_, err := bob.Kubernetes.DeleteKubernetesCluster(bob.Kubernetes.NewDeleteKubernetesClusterParams(mine.Id))
+			return err
+		}(),
+		"kubeconfig": func() error {
+			gp := bob.Kubernetes.NewGetKubernetesClusterConfigParams()
+			gp.SetId(mine.Id)
+			_, err := bob.Kubernetes.GetKubernetesClusterConfig(gp)
+			return err
+		}(),
+	} {
+		if err == nil || !strings.Contains(err.Error(), "Invalid Kubernetes cluster ID: "+mine.Id) {
+			t.Errorf("bob %s of alice's cluster: %v", what, err)
+		}
+	}
+	if c, _, err := alice.Kubernetes.GetKubernetesClusterByID(mine.Id); err != nil || c.State != "Running" || c.Size != 1 {
+		t.Fatalf("alice's cluster after bob: %v %+v", err, c)
+	}
+
+	// The admin: its own account by default, everyone's with listall.
+	if l, err := admin.Kubernetes.ListKubernetesClusters(admin.Kubernetes.NewListKubernetesClustersParams()); err != nil || l.Count != 0 {
+		t.Fatalf("admin lists its account: %v %+v", err, l)
+	}
+	lp = admin.Kubernetes.NewListKubernetesClustersParams()
+	lp.SetListall(true)
+	if l, err := admin.Kubernetes.ListKubernetesClusters(lp); err != nil || l.Count != 1 || l.KubernetesClusters[0].Account != aliceKey {
+		t.Fatalf("admin lists all: %v %+v", err, l)
+	}
+
+	// alice's kubeconfig: her identity, ztpd's group, 2 hours.
+	gp := alice.Kubernetes.NewGetKubernetesClusterConfigParams()
+	gp.SetId(mine.Id)
+	kc, err := alice.Kubernetes.GetKubernetesClusterConfig(gp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var certB64 string
+	for _, line := range strings.Split(kc.Configdata, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "client-certificate-data: "); ok {
+			certB64 = v
+		}
+	}
+	certPEM, err := base64.StdEncoding.DecodeString(certB64)
+	if err != nil {
+		t.Fatalf("client certificate in %q: %v", kc.Configdata, err)
+	}
+	openssl, err := exec.LookPath("openssl")
+	if err != nil {
+		t.Skip("openssl not installed")
+	}
+	cmd := exec.Command(openssl, "x509", "-noout", "-subject", "-enddate", "-nameopt", "oneline,-esc_msb")
+	cmd.Stdin = bytes.NewReader(certPEM)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("openssl: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "subject=O = ztpd:cluster-admins, CN = alice\n") || strings.Contains(string(out), "system:masters") {
+		t.Fatalf("certificate subject:\n%s", out)
+	}
+	var end time.Time
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(line, "notAfter="); ok {
+			end, _ = time.Parse("Jan _2 15:04:05 2006 MST", v)
+		}
+	}
+	if d := time.Until(end); d < 119*time.Minute || d > 121*time.Minute {
+		t.Fatalf("certificate expires %v, in %v; want in 2h", end, d)
+	}
+}
+
+// newNamedKey creates an API key with a name over the admin socket.
+func newNamedKey(t *testing.T, cfg config.Config, role, name string) (key, secret string) {
+	t.Helper()
+	c, closeFn, err := app.AdminClient(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	resp, err := c.Post("http://ztpd/admin/apikeys?role="+role+"&name="+name, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		APIKey    string `json:"api_key"`
+		SecretKey string `json:"secret_key"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("apikey create: %d %v", resp.StatusCode, err)
+	}
+	return r.APIKey, r.SecretKey
 }

@@ -12,9 +12,17 @@
 // With signatureversion=3 the request also carries "expires" (e.g.
 // 2026-01-01T00:00:00Z) and is refused after that instant.
 //
-// ztpd's REST API reuses the same algorithm over the query parameters plus
-// the method, path, expiry and body digest (see RESTParams), so one signer
-// serves both APIs and the CLI.
+// Parameter names enter the signed string as sent, unencoded, so a name
+// holding "=" or "&" could shift where one parameter ends and the next
+// begins without changing the string (turning "signatureversion=3" into
+// part of another name, say). CheckNames refuses such names: a server must
+// call it before it trusts the parsed parameters.
+//
+// ztpd's REST API signs the query parameters plus the method, path, expiry
+// and body digest (see RESTParams) with the same encoding and HMAC, but
+// without lowercasing (RESTCanonical): the path and values are compared
+// exactly, so /api/v1/DEVICES does not verify with a signature made for
+// /api/v1/devices.
 package signing
 
 import (
@@ -82,11 +90,123 @@ func Params(v url.Values) []Param {
 	return out
 }
 
+// nameOK marks the bytes a parameter name may hold: letters, digits and
+// _ . - [ ] (CloudStack's map parameters look like details[0].key).
+var nameOK = func() (t [256]bool) {
+	for c := 0; c < 256; c++ {
+		t[c] = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+			c == '_' || c == '.' || c == '-' || c == '[' || c == ']'
+	}
+	return t
+}()
+
+// MaxNameLength bounds a parameter name.
+const MaxNameLength = 128
+
+// ValidName reports whether name may be a signed parameter's name.
+func ValidName(name string) bool {
+	if name == "" || len(name) > MaxNameLength {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if !nameOK[name[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckNames refuses request parameters whose names could make two
+// different requests sign the same string: a name outside
+// [A-Za-z0-9_.-[]], a name given twice in different case (the signed
+// string lowercases names, so both would land on one name) and a name with
+// more than one value (only the first is signed).
+func CheckNames(v url.Values) error {
+	// Two names that lowercase alike differ, so at least one holds an upper
+	// case letter: only those need a look.
+	var folded [8]string
+	uppers := folded[:0]
+	for name, vals := range v {
+		if !ValidName(name) {
+			return fmt.Errorf("parameter name %s is not allowed: names are 1-%d letters, digits and _ . - [ ]", quoteName(name), MaxNameLength)
+		}
+		if len(vals) > 1 {
+			return fmt.Errorf("parameter %s is given %d times: give each parameter once", name, len(vals))
+		}
+		if hasUpper(name) {
+			uppers = append(uppers, name)
+		}
+	}
+	for i, name := range uppers {
+		l := strings.ToLower(name)
+		if _, dup := v[l]; dup {
+			return fmt.Errorf("parameters %s and %s differ only in case: give each parameter once", l, name)
+		}
+		for _, other := range uppers[:i] {
+			if strings.EqualFold(name, other) {
+				return fmt.Errorf("parameters %s and %s differ only in case: give each parameter once", other, name)
+			}
+		}
+	}
+	return nil
+}
+
+func hasUpper(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return true
+		}
+	}
+	return false
+}
+
+// quoteName quotes a refused name for an error message, shortened.
+func quoteName(name string) string {
+	if len(name) > 40 {
+		name = name[:40] + "..."
+	}
+	return fmt.Sprintf("%q", name)
+}
+
 // Canonical is the string that is signed: sorted, encoded, lowercased.
 func Canonical(ps []Param) string { return canonical(ps, false) }
 
 func canonical(ps []Param, keepTilde bool) string {
 	return string(appendCanonical(nil, sortedParams(ps), keepTilde))
+}
+
+// RESTCanonical is the string a REST request signs: sorted by name and
+// encoded like Canonical, but not lowercased, so names, values and the
+// path are bound exactly.
+func RESTCanonical(ps []Param) string {
+	return string(appendExact(nil, sortedParams(ps), false))
+}
+
+// appendExact appends names as sent and values encoded as EncodeValue does
+// (keepTilde: "~" left as is, as url.QueryEscape leaves it).
+func appendExact(dst []byte, sorted []Param, keepTilde bool) []byte {
+	for i, p := range sorted {
+		if i > 0 {
+			dst = append(dst, '&')
+		}
+		dst = append(dst, p.Name...)
+		dst = append(dst, '=')
+		v := p.Value
+		for j := 0; j < len(v); j++ {
+			c := v[j]
+			switch {
+			case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '-', c == '*', c == '_':
+				dst = append(dst, c)
+			case c == '~' && keepTilde:
+				dst = append(dst, c)
+			case c == ' ':
+				dst = append(dst, "%20"...)
+			default:
+				dst = append(dst, '%', upperhex[c>>4], upperhex[c&15])
+			}
+		}
+	}
+	return dst
 }
 
 func sortedParams(ps []Param) []Param {
@@ -180,14 +300,7 @@ func Verify(secret []byte, ps []Param, sent string) bool {
 	if len(sent) > len(sentBuf) {
 		return false // a Base64 SHA-1 digest is 28 bytes
 	}
-	got := sentBuf[:len(sent)]
-	for i := 0; i < len(sent); i++ {
-		c := sent[i]
-		if c == ' ' {
-			c = '+'
-		}
-		got[i] = c
-	}
+	got := normalizeSig(sentBuf[:0], sent)
 	sorted := sortedParams(ps)
 	var canon [512]byte
 	m := hmac.New(sha1.New, secret)
@@ -207,8 +320,58 @@ func Verify(secret []byte, ps []Param, sent string) bool {
 	return ok == 1
 }
 
-// ExpiresFormat is how clients write "expires" (RFC 3339 in UTC).
-const ExpiresFormat = "2006-01-02T15:04:05Z"
+// NormalizeSignature is the signature as the client computed it: a "+"
+// that arrived as a space (an unescaped query) put back. Use it to compare
+// or remember signatures.
+func NormalizeSignature(sent string) string {
+	return string(normalizeSig(make([]byte, 0, len(sent)), sent))
+}
+
+func normalizeSig(dst []byte, sent string) []byte {
+	for i := 0; i < len(sent); i++ {
+		c := sent[i]
+		if c == ' ' {
+			c = '+'
+		}
+		dst = append(dst, c)
+	}
+	return dst
+}
+
+// VerifyREST reports whether sent is the signature of RESTCanonical(ps)
+// under secret (or of its variant with "~" unescaped, as url.QueryEscape
+// writes it), comparing in constant time.
+func VerifyREST(secret []byte, ps []Param, sent string) bool {
+	var sentBuf [64]byte
+	if len(sent) > len(sentBuf) {
+		return false
+	}
+	got := normalizeSig(sentBuf[:0], sent)
+	sorted := sortedParams(ps)
+	var canon [512]byte
+	m := hmac.New(sha1.New, secret)
+	ok := 0
+	variants := 1
+	if hasTilde(ps) {
+		variants = 2
+	}
+	for v := 0; v < variants; v++ {
+		m.Reset()
+		m.Write(appendExact(canon[:0], sorted, v == 1))
+		var sum [sha1.Size]byte
+		var want [28]byte
+		base64.StdEncoding.Encode(want[:], m.Sum(sum[:0]))
+		ok |= subtle.ConstantTimeCompare(got, want[:])
+	}
+	return ok == 1
+}
+
+// ExpiresFormat is how SignQuery and RESTAuthorization write "expires":
+// RFC 3339 in UTC with milliseconds. A write's signature is accepted once,
+// so two identical writes must sign differently: with whole seconds, the
+// same write sent twice within a second would be refused as a replay.
+// (CloudStack's DateUtil.parseTZDateString reads the fraction too.)
+const ExpiresFormat = "2006-01-02T15:04:05.000Z"
 
 // ParseExpires accepts the forms CloudStack's DateUtil.parseTZDateString
 // accepts: RFC 3339 (with optional fraction), a numeric zone without colon
@@ -252,7 +415,9 @@ func SignQuery(params url.Values, apiKey string, secret []byte, expires time.Tim
 //
 //	Authorization: ZTPD-HMAC-SHA1 apikey=<key>, expires=<RFC3339>, signature=<base64>
 //
-// and the signature is Sign(secret, Canonical(RESTParams(...))).
+// and the signature is Sign(secret, RESTCanonical(RESTParams(...))). The
+// expires field may be left out (an unversioned signature, which never
+// expires); servers refuse that unless told otherwise.
 const RESTScheme = "ZTPD-HMAC-SHA1"
 
 // Names of the synthetic parameters bound into a REST signature. A REST
@@ -286,35 +451,52 @@ func RESTParams(method, escapedPath string, query url.Values, apiKey, expires, b
 	return ps
 }
 
-// RESTAuthorization returns the Authorization header value for a REST request.
+// RESTAuthorization returns the Authorization header value for a REST
+// request. A zero expires makes an unversioned signature (no expiry).
 func RESTAuthorization(method, escapedPath string, query url.Values, body []byte, apiKey string, secret []byte, expires time.Time) string {
-	exp := expires.UTC().Format(ExpiresFormat)
-	sig := Sign(secret, Canonical(RESTParams(method, escapedPath, query, apiKey, exp, BodySHA256(body))))
+	exp := ""
+	if !expires.IsZero() {
+		exp = expires.UTC().Format(ExpiresFormat)
+	}
+	sig := Sign(secret, RESTCanonical(RESTParams(method, escapedPath, query, apiKey, exp, BodySHA256(body))))
+	if exp == "" {
+		return fmt.Sprintf("%s apikey=%s, signature=%s", RESTScheme, apiKey, sig)
+	}
 	return fmt.Sprintf("%s apikey=%s, expires=%s, signature=%s", RESTScheme, apiKey, exp, sig)
 }
 
-// ParseRESTAuthorization splits the header value into its fields.
+// ParseRESTAuthorization splits the header value into its fields; expires
+// is "" when the header has none.
 func ParseRESTAuthorization(h string) (apiKey, expires, signature string, err error) {
 	rest, ok := strings.CutPrefix(h, RESTScheme+" ")
 	if !ok {
 		return "", "", "", fmt.Errorf("authorization scheme is not %s", RESTScheme)
 	}
+	seen := map[string]bool{}
 	for _, part := range strings.Split(rest, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
 		if !ok {
 			return "", "", "", fmt.Errorf("malformed authorization field %q", part)
 		}
-		switch strings.ToLower(k) {
+		k = strings.ToLower(k)
+		if seen[k] {
+			return "", "", "", fmt.Errorf("authorization field %s given twice", k)
+		}
+		seen[k] = true
+		switch k {
 		case "apikey":
 			apiKey = v
 		case "expires":
 			expires = v
+			if v == "" {
+				return "", "", "", fmt.Errorf("authorization field expires is empty")
+			}
 		case "signature":
 			signature = v
 		}
 	}
-	if apiKey == "" || expires == "" || signature == "" {
-		return "", "", "", fmt.Errorf("authorization needs apikey, expires and signature")
+	if apiKey == "" || signature == "" {
+		return "", "", "", fmt.Errorf("authorization needs apikey and signature (and expires)")
 	}
 	return apiKey, expires, signature, nil
 }

@@ -69,7 +69,7 @@ func TestSignQueryRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if parsed.Get("expires") != "2030-01-02T03:04:05Z" || parsed.Get("signatureversion") != "3" || parsed.Get("keyword") != "a b+c*" {
+	if parsed.Get("expires") != "2030-01-02T03:04:05.000Z" || parsed.Get("signatureversion") != "3" || parsed.Get("keyword") != "a b+c*" {
 		t.Fatalf("parsed %v", parsed)
 	}
 	sig := parsed.Get("signature")
@@ -102,7 +102,8 @@ func TestRESTAuthorizationRoundTrip(t *testing.T) {
 	if err != nil || k != "KEY" {
 		t.Fatalf("%q: %v", h, err)
 	}
-	if Sign([]byte("S"), Canonical(RESTParams("GET", "/api/v1/devices", q, k, e, ""))) != sig {
+	if Sign([]byte("S"), RESTCanonical(RESTParams("GET", "/api/v1/devices", q, k, e, ""))) != sig ||
+		!VerifyREST([]byte("S"), RESTParams("GET", "/api/v1/devices", q, k, e, ""), sig) {
 		t.Fatal("REST signature does not verify")
 	}
 	// Method, path, query and body are all bound.
@@ -111,12 +112,27 @@ func TestRESTAuthorizationRoundTrip(t *testing.T) {
 		RESTParams("GET", "/api/v1/tokens", q, k, e, ""),
 		RESTParams("GET", "/api/v1/devices", url.Values{"limit": {"11"}}, k, e, ""),
 		RESTParams("GET", "/api/v1/devices", q, k, e, BodySHA256([]byte("x"))),
+		// Case is bound too: path, query values, names.
+		RESTParams("GET", "/api/v1/DEVICES", q, k, e, ""),
+		RESTParams("GET", "/API/v1/devices", q, k, e, ""),
+		RESTParams("GET", "/api/v1/devices", url.Values{"LIMIT": {"10"}}, k, e, ""),
 	} {
-		if Sign([]byte("S"), Canonical(ps)) == sig {
+		if Sign([]byte("S"), RESTCanonical(ps)) == sig || VerifyREST([]byte("S"), ps, sig) {
 			t.Fatalf("signature not bound: %v", ps)
 		}
 	}
-	for _, bad := range []string{"", "Bearer x", RESTScheme + " apikey=a", RESTScheme + " junk"} {
+	if v := RESTParams("get", "/api/v1/devices", url.Values{"state": {"Joined"}}, k, e, ""); VerifyREST([]byte("S"), v,
+		Sign([]byte("S"), RESTCanonical(RESTParams("get", "/api/v1/devices", url.Values{"state": {"joined"}}, k, e, "")))) {
+		t.Fatal("REST query value case not bound")
+	}
+	// Unversioned: no expires field, still parses.
+	h2 := RESTAuthorization("GET", "/api/v1/devices", q, nil, "KEY", []byte("S"), time.Time{})
+	if k2, e2, sig2, err := ParseRESTAuthorization(h2); err != nil || k2 != "KEY" || e2 != "" ||
+		!VerifyREST([]byte("S"), RESTParams("GET", "/api/v1/devices", q, "KEY", "", ""), sig2) {
+		t.Fatalf("unversioned header %q: %v", h2, err)
+	}
+	for _, bad := range []string{"", "Bearer x", RESTScheme + " apikey=a", RESTScheme + " junk",
+		RESTScheme + " apikey=a, expires=, signature=s", RESTScheme + " apikey=a, signature=s, signature=t"} {
 		if _, _, _, err := ParseRESTAuthorization(bad); err == nil {
 			t.Errorf("accepted %q", bad)
 		}
@@ -138,7 +154,7 @@ func FuzzEncodeValue(f *testing.F) {
 		if err != nil || back != s {
 			t.Fatalf("round trip %q -> %q -> %q (%v)", s, e, back, err)
 		}
-		if utf8.ValidString(s) && strings.ToLower(EncodeValue(s)) != strings.ToLower(encode(s, false)) {
+		if utf8.ValidString(s) && !strings.EqualFold(EncodeValue(s), encode(s, false)) {
 			t.Fatal("unstable")
 		}
 	})
@@ -229,4 +245,60 @@ func BenchmarkVerify(b *testing.B) {
 			b.Fatal("refused")
 		}
 	}
+}
+
+// parseCanonical splits a canonical string back into name -> value.
+func parseCanonical(s string) (map[string]string, bool) {
+	out := map[string]string{}
+	if s == "" {
+		return out, true
+	}
+	for _, pair := range strings.Split(s, "&") {
+		n, v, ok := strings.Cut(pair, "=")
+		if !ok {
+			return nil, false
+		}
+		if _, dup := out[n]; dup {
+			return nil, false
+		}
+		out[n] = v
+	}
+	return out, true
+}
+
+// FuzzSignedStringIsUnambiguous: for any query the server accepts
+// (CheckNames passes), the signed string splits back into exactly the
+// parameters that were sent, lowercased, for CloudStack's form and into
+// exactly the parameters for the REST form. So no two different sets of
+// accepted parameters sign alike, and nothing can be moved out of sight
+// (the reshaped-name replay). Findings are kept in testdata/fuzz.
+func FuzzSignedStringIsUnambiguous(f *testing.F) {
+	f.Add("apiKey=K&command=deleteKubernetesCluster&expires=2026-01-01T00%3A00%3A00Z&id=x&response=json&signatureversion=3")
+	f.Add("apiKey=K&command=x&expires=E&id=x&response%3Djson%26signatureversion=3")
+	f.Add("details%5B0%5D.key=a&details%5B0%5D.value=b%20c&Name=%7E&name=y")
+	f.Add("a=1&a=2&A=3")
+	f.Fuzz(func(t *testing.T, raw string) {
+		v, err := url.ParseQuery(raw)
+		if err != nil || CheckNames(v) != nil {
+			return
+		}
+		ps := Params(v)
+		want := map[string]string{}
+		wantExact := map[string]string{}
+		for _, p := range ps {
+			want[strings.ToLower(p.Name)] = strings.ToLower(EncodeValue(p.Value))
+			wantExact[p.Name] = EncodeValue(p.Value)
+		}
+		for name, m := range map[string]map[string]string{Canonical(ps): want, RESTCanonical(ps): wantExact} {
+			got, ok := parseCanonical(name)
+			if !ok || len(got) != len(m) {
+				t.Fatalf("signed string %q does not split back into %v", name, m)
+			}
+			for k, val := range m {
+				if got[k] != val {
+					t.Fatalf("signed string %q: %s=%q, sent %q", name, k, got[k], val)
+				}
+			}
+		}
+	})
 }

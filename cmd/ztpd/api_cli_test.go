@@ -145,6 +145,43 @@ func TestAPICommandGroups(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "error 432") {
 		t.Fatalf("user adds version: %v", err)
 	}
+	// A user key's cluster: the user sees only its own, the admin's
+	// "cluster list" every account's (listall), "--mine" the admin's own.
+	ucli := func(args ...string) (string, error) {
+		return runCLI(t, append(append([]string{}, args...), dd, "--api-url", base, "--api-key", user.APIKey, "--secret-key", user.SecretKey, "-o", "json")...)
+	}
+	if out, err := ucli("cluster", "create", "u1", "--version", "1.32.0", "--size", "1"); err != nil {
+		t.Fatalf("user creates a cluster: %v %s", err, out)
+	}
+	mustCLI(nil, "cluster", "create", "a1", "--version", "1.32.0", "--size", "1")
+	namesOf := func(out string) string {
+		var l []csCluster
+		if err := json.Unmarshal([]byte(out), &l); err != nil {
+			t.Fatalf("cluster list output %q: %v", out, err)
+		}
+		var n []string
+		for _, c := range l {
+			n = append(n, c.Name+"@"+c.Account)
+		}
+		return strings.Join(n, ",")
+	}
+	if out, err := ucli("cluster", "list"); err != nil || namesOf(out) != "u1@"+user.APIKey {
+		t.Fatalf("user cluster list: %v %s", err, out)
+	}
+	if out, err := cli("cluster", "list"); err != nil || namesOf(out) != "u1@"+user.APIKey+",a1@admin" {
+		t.Fatalf("admin cluster list: %v %s", err, out)
+	}
+	if out, err := cli("cluster", "list", "--mine"); err != nil || namesOf(out) != "a1@admin" {
+		t.Fatalf("admin cluster list --mine: %v %s", err, out)
+	}
+	if _, err := ucli("cluster", "scale", "a1", "--size", "2"); err == nil || !strings.Contains(err.Error(), `no Kubernetes cluster named "a1"`) {
+		t.Fatalf("user scales the admin's cluster: %v", err)
+	}
+	mustCLI(&c, "cluster", "show", "u1") // the admin resolves any account's cluster by name
+	if c.Account != user.APIKey {
+		t.Fatalf("admin shows the user's cluster: %+v", c)
+	}
+
 	out, _ = runCLI(t, dd, "apikey", "list", "-o", "json")
 	if strings.Contains(out, key.SecretKey) || strings.Contains(out, user.SecretKey) || !strings.Contains(out, key.APIKey) {
 		t.Fatalf("apikey list: %s", out)

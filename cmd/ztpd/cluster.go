@@ -18,6 +18,7 @@ type csCluster struct {
 	ID                    string `json:"id"`
 	Name                  string `json:"name"`
 	Description           string `json:"description"`
+	Account               string `json:"account"`
 	KubernetesVersionID   string `json:"kubernetesversionid"`
 	KubernetesVersionName string `json:"kubernetesversionname"`
 	ServiceOfferingName   string `json:"serviceofferingname"`
@@ -71,13 +72,14 @@ Operations wait for their job unless --no-wait is given.`,
 // clusterID resolves a cluster name or ID.
 func clusterID(c *apiClient, ref string) (string, error) {
 	var list []csCluster
-	if err := c.list("listKubernetesClusters", "kubernetescluster", url.Values{"name": {ref}}, &list); err != nil {
+	// listall: an admin key finds every account's clusters (a user key its own).
+	if err := c.list("listKubernetesClusters", "kubernetescluster", url.Values{"name": {ref}, "listall": {"true"}}, &list); err != nil {
 		return "", err
 	}
 	if len(list) == 1 {
 		return list[0].ID, nil
 	}
-	if err := c.list("listKubernetesClusters", "kubernetescluster", url.Values{"id": {ref}}, &list); err == nil && len(list) == 1 {
+	if err := c.list("listKubernetesClusters", "kubernetescluster", url.Values{"id": {ref}, "listall": {"true"}}, &list); err == nil && len(list) == 1 {
 		return list[0].ID, nil
 	}
 	return "", fmt.Errorf("no Kubernetes cluster named %q", ref)
@@ -113,6 +115,7 @@ func printCluster(opts *rootOptions, c csCluster) error {
 	return printResult(opts, os.Stdout, c, func(tw *tabwriter.Writer) {
 		row(tw, "name", c.Name)
 		row(tw, "id", c.ID)
+		row(tw, "account", dash(c.Account))
 		row(tw, "state", c.State)
 		row(tw, "version", c.KubernetesVersionName)
 		row(tw, "control nodes", c.ControlNodes)
@@ -210,6 +213,7 @@ func newClusterCreateCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 
 func newClusterListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 	var state, keyword string
+	var mine bool
 	cmd := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
@@ -220,7 +224,12 @@ func newClusterListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// Admin keys see every account's clusters (CloudStack's
+			// listall); --mine shows only the key's own account's.
 			p := url.Values{}
+			if !mine {
+				p.Set("listall", "true")
+			}
 			if state != "" {
 				p.Set("state", state)
 			}
@@ -235,14 +244,15 @@ func newClusterListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 				list = []csCluster{}
 			}
 			return printResult(opts, os.Stdout, list, func(tw *tabwriter.Writer) {
-				row(tw, "NAME", "STATE", "VERSION", "CONTROL", "WORKERS", "MEMBERS", "CPU", "MEMORY(MiB)", "ENDPOINT", "ID")
+				row(tw, "NAME", "ACCOUNT", "STATE", "VERSION", "CONTROL", "WORKERS", "MEMBERS", "CPU", "MEMORY(MiB)", "ENDPOINT", "ID")
 				for _, k := range list {
-					row(tw, k.Name, k.State, k.KubernetesVersionName, k.ControlNodes, k.Size, len(k.VirtualMachines),
+					row(tw, k.Name, dash(k.Account), k.State, k.KubernetesVersionName, k.ControlNodes, k.Size, len(k.VirtualMachines),
 						k.CPUNumber, k.Memory, dash(k.Endpoint), k.ID)
 				}
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&mine, "mine", false, "admin keys: only the key's own account's clusters (default: every account's)")
 	cmd.Flags().StringVar(&state, "state", "", "only clusters in this state, e.g. Running")
 	cmd.Flags().StringVar(&keyword, "keyword", "", "only clusters whose name or description contains this")
 	return cmd
@@ -411,12 +421,16 @@ func newClusterKubeconfigCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
 		Use:   "kubeconfig NAME",
-		Short: "Print or save the cluster's admin kubeconfig (issued by the joiner from the cluster CA)",
-		Long: `Issue an admin client certificate (CN=kubernetes-admin, O=system:masters)
-signed by the cluster's CA and print or write a kubeconfig for it: the
-cluster's API endpoint, its CA certificate and the embedded certificate and
-key. The cluster needs an endpoint: its first control plane must have been
-admitted (or an external load balancer address set).
+		Short: "Print or save a kubeconfig for the cluster (a short-lived certificate from the cluster CA)",
+		Long: `Issue a client certificate signed by the cluster's CA and print or write a
+kubeconfig for it: the cluster's API endpoint, its CA certificate and the
+embedded certificate and key. The certificate names the caller (CN = the API
+key's name, or local-admin on the appliance) in the group ztpd:cluster-admins,
+which ztpd binds to the cluster-admin ClusterRole in the cluster (not
+system:masters); it is valid for api.kubeconfig_ttl (24h by default). Every
+issue is a kubeconfig.issued event. The cluster needs an endpoint: its first
+control plane must have been admitted (or an external load balancer address
+set).
 
 With API credentials this uses getKubernetesClusterConfig; without them, on
 the appliance itself, it uses the admin socket of the data directory.`,

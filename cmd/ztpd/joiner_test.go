@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -80,8 +82,22 @@ func TestClusterKubeconfigAndDeviceApproveCLI(t *testing.T) {
 	}
 	out, err := exec.Command(kubectl, "config", "view", "--raw", "--kubeconfig", kc,
 		"-o", "jsonpath={.clusters[0].cluster.server} {.users[0].name} {.current-context}").CombinedOutput()
-	if err != nil || string(out) != "https://10.99.1.10:6443 kubernetes-admin kubernetes-admin@prod" {
+	if err != nil || string(out) != "https://10.99.1.10:6443 local-admin local-admin@prod" {
 		t.Fatalf("kubectl: %v %q", err, out)
+	}
+	// The certificate, as openssl reads it: the local admin's identity in
+	// ztpd's group (not system:masters), valid for the default 24 hours.
+	certB64, err := exec.Command(kubectl, "config", "view", "--raw", "--kubeconfig", kc,
+		"-o", "jsonpath={.users[0].user.client-certificate-data}").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject, notAfter := opensslSubjectEnd(t, string(certB64))
+	if !strings.Contains(subject, "CN = local-admin") || !strings.Contains(subject, "O = ztpd:cluster-admins") || strings.Contains(subject, "system:masters") {
+		t.Fatalf("kubeconfig certificate subject %q", subject)
+	}
+	if d := time.Until(notAfter); d < 23*time.Hour || d > 25*time.Hour {
+		t.Fatalf("kubeconfig certificate expires %v (in %v), want in 24h", notAfter, d)
 	}
 
 	out, err = exec.Command(bin, "--data-dir", data, "-o", "json", "device", "approve", w).CombinedOutput()
@@ -152,4 +168,40 @@ func mustDevice(t *testing.T, a *app.App, mac string) string {
 		t.Fatal(err)
 	}
 	return mac
+}
+
+// opensslSubjectEnd runs the real openssl on a base64 PEM certificate (as
+// kubeconfigs embed it) and returns its subject and notAfter.
+func opensslSubjectEnd(t *testing.T, certB64 string) (string, time.Time) {
+	t.Helper()
+	openssl, err := exec.LookPath("openssl")
+	if err != nil {
+		t.Skip("openssl not installed")
+	}
+	pemBytes, err := base64.StdEncoding.DecodeString(strings.TrimSpace(certB64))
+	if err != nil {
+		t.Fatalf("certificate data: %v", err)
+	}
+	cmd := exec.Command(openssl, "x509", "-noout", "-subject", "-enddate", "-nameopt", "oneline,-esc_msb")
+	cmd.Stdin = bytes.NewReader(pemBytes)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("openssl x509: %v\n%s", err, out)
+	}
+	var subject string
+	var notAfter time.Time
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(line, "subject="); ok {
+			subject = strings.TrimSpace(v)
+		}
+		if v, ok := strings.CutPrefix(line, "notAfter="); ok {
+			if notAfter, err = time.Parse("Jan _2 15:04:05 2006 MST", strings.TrimSpace(v)); err != nil {
+				t.Fatalf("openssl enddate %q: %v", v, err)
+			}
+		}
+	}
+	if subject == "" || notAfter.IsZero() {
+		t.Fatalf("openssl output %q", out)
+	}
+	return subject, notAfter
 }

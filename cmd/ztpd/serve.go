@@ -28,6 +28,7 @@ type serveFlags struct {
 	tftp          bool
 	tftpAddr      string
 	pprofAddr     string
+	adminKeyFile  string
 	grace         time.Duration
 }
 
@@ -99,6 +100,7 @@ Only one ztpd may use a data directory; a second one fails at once.`,
 	fl.BoolVar(&f.tftp, "tftp", false, "serve ZTP content over TFTP")
 	fl.StringVar(&f.tftpAddr, "tftp-addr", "", "TFTP listen address (default :69)")
 	fl.StringVar(&f.pprofAddr, "pprof-addr", "", "serve Go runtime profiles (net/http/pprof) here, e.g. 127.0.0.1:6060")
+	fl.StringVar(&f.adminKeyFile, "admin-key-file", "", "write the first admin API key and secret to this new file (mode 0600) instead of standard output (api.admin_key_file)")
 	fl.DurationVar(&f.grace, "shutdown-grace", 10*time.Second, "how long to let in-flight requests finish on shutdown")
 	return cmd
 }
@@ -146,5 +148,8 @@ func applyServeFlags(cmd *cobra.Command, f *serveFlags, cfg *config.Config) {
 	}
 	if fl.Changed("pprof-addr") {
 		cfg.Debug.PprofAddr = f.pprofAddr
+	}
+	if fl.Changed("admin-key-file") {
+		cfg.API.AdminKeyFile = f.adminKeyFile
 	}
 }

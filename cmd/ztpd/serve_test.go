@@ -210,3 +210,55 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(code)
 }
+
+// TestAdminKeyFile: --admin-key-file puts the first admin key in a new
+// 0600 file (not on standard output), in cli.yaml's format, so the CLI signs
+// with it as is; an existing file is never overwritten.
+func TestAdminKeyFile(t *testing.T) {
+	bin := buildZtpd(t)
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "admin.yaml")
+	s := startServe(t, bin, filepath.Join(dir, "data"), "--admin-key-file", keyFile)
+	st, err := os.Stat(keyFile)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("key file: %v %v", st, err)
+	}
+	raw, _ := os.ReadFile(keyFile)
+	var secret string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "secret_key: "); ok {
+			secret = v
+		}
+	}
+	if len(secret) != 43 {
+		t.Fatalf("no secret in the key file:\n%s", raw)
+	}
+	if out := s.stderr.String(); strings.Contains(out, secret) || !strings.Contains(out, keyFile) {
+		t.Fatalf("standard output shows the secret or not the file:\n%s", out)
+	}
+	// The file is a cli.yaml: the CLI signs requests with it.
+	cfgHome := t.TempDir()
+	os.MkdirAll(filepath.Join(cfgHome, "ztpd"), 0o700)
+	if err := os.WriteFile(filepath.Join(cfgHome, "ztpd", "cli.yaml"), raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cli := exec.Command(bin, "version", "list", "--api-url", "http://"+s.addr, "-o", "json")
+	cli.Env = append(os.Environ(), "XDG_CONFIG_HOME="+cfgHome, "HOME="+t.TempDir(), "ZTPD_API_KEY=", "ZTPD_SECRET_KEY=", "ZTPD_API_URL=")
+	if out, err := cli.CombinedOutput(); err != nil || !strings.HasPrefix(strings.TrimSpace(string(out)), "[") {
+		t.Fatalf("CLI with the key file: %v\n%s", err, out)
+	}
+
+	// A new data directory with the file still there: refused, no key made.
+	data2 := filepath.Join(dir, "data2")
+	out, err := exec.Command(bin, "serve", "--data-dir", data2, "--http-addr", freePort(t), "--admin-key-file", keyFile).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "exists already") || strings.Contains(string(out), "secret key:") {
+		t.Fatalf("existing key file: %v\n%s", err, out)
+	}
+	if after, _ := os.ReadFile(keyFile); !bytes.Equal(after, raw) {
+		t.Fatal("existing key file changed")
+	}
+	ls, err := exec.Command(bin, "--data-dir", data2, "apikey", "list", "-o", "json").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(ls)) != "[]" {
+		t.Fatalf("keys after the refused start: %v %s", err, ls)
+	}
+}

@@ -15,6 +15,12 @@
 // Secrets are 256-bit random values, so a plain SHA-256 is as strong as a
 // slow password hash here. Secrets are returned once, at creation, and never
 // appear in lists, events or logs.
+//
+// Every key belongs to an account, the tenant that owns what the key
+// creates (clusters). Keys of one account see the same clusters, so a key
+// can be replaced without losing them. By default an admin key is in the
+// account "admin" and a user key in an account of its own, named by its API
+// key; keys made for the same team should be given the same account.
 package apikeys
 
 import (
@@ -26,6 +32,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -65,6 +72,7 @@ type Sealer interface {
 type record struct {
 	APIKey       string    `json:"api_key"`
 	Name         string    `json:"name,omitempty"`
+	Account      string    `json:"account,omitempty"` // empty: derived (see accountOf)
 	Role         Role      `json:"role"`
 	SecretSealed []byte    `json:"secret_sealed"`
 	SecretHash   string    `json:"secret_hash"` // hex SHA-256 of the secret
@@ -75,6 +83,7 @@ type record struct {
 type Info struct {
 	APIKey  string    `json:"api_key"`
 	Name    string    `json:"name,omitempty"`
+	Account string    `json:"account"`
 	Role    Role      `json:"role"`
 	Created time.Time `json:"created"`
 }
@@ -82,10 +91,11 @@ type Info struct {
 // Credential is a verified-lookup result: what the server needs to check a
 // signature and authorise the call.
 type Credential struct {
-	APIKey string
-	Name   string
-	Role   Role
-	Secret []byte // do not log, do not keep beyond the request
+	APIKey  string
+	Name    string
+	Account string
+	Role    Role
+	Secret  []byte // do not log, do not keep beyond the request
 }
 
 // IsAdmin reports whether the credential has the admin role.
@@ -102,10 +112,11 @@ type Service struct {
 }
 
 type cached struct {
-	name   string
-	role   Role
-	secret []byte
-	hash   [32]byte
+	name    string
+	account string
+	role    Role
+	secret  []byte
+	hash    [32]byte
 }
 
 // New returns a Service over st, sealing secrets with box.
@@ -113,16 +124,57 @@ func New(st core.Store, box Sealer) *Service {
 	return &Service{st: st, box: box, cache: map[string]cached{}}
 }
 
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9 ._@:-]{0,63}$`)
+var (
+	nameRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9 ._@:-]{0,63}$`)
+	accountRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$`)
+)
 
-// Create makes a key and returns its description and its secret. The secret
-// is shown only here.
+// ValidateAccount checks an account name for a key of role.
+func ValidateAccount(account string, role Role) error {
+	if !accountRE.MatchString(account) {
+		return fmt.Errorf("account %q: use up to 64 letters, digits and . _ @ -, starting with a letter or digit", account)
+	}
+	if role != RoleAdmin && strings.EqualFold(account, core.AdminAccount) {
+		return fmt.Errorf("account %q is the admin keys' account; a user key needs another", account)
+	}
+	return nil
+}
+
+// accountOf is the account of a stored key: as recorded, else "admin" for
+// admin keys and the API key itself for user keys (an account of its own).
+func accountOf(r record) string {
+	switch {
+	case r.Account != "":
+		return r.Account
+	case r.Role == RoleAdmin:
+		return core.AdminAccount
+	}
+	return r.APIKey
+}
+
+// Create makes a key in its role's default account and returns its
+// description and its secret. The secret is shown only here.
 func (s *Service) Create(name string, role Role) (Info, string, error) {
+	return s.CreateInAccount(name, "", role)
+}
+
+// CreateInAccount makes a key in account ("" for the role's default).
+func (s *Service) CreateInAccount(name, account string, role Role) (Info, string, error) {
 	if _, err := ParseRole(string(role)); err != nil {
 		return Info{}, "", err
 	}
 	if name != "" && !nameRE.MatchString(name) {
 		return Info{}, "", fmt.Errorf("name %q: use up to 64 letters, digits, spaces and . _ @ : -", name)
+	}
+	if strings.HasPrefix(strings.ToLower(name), "system:") {
+		// The name becomes the user of the kubeconfigs the key fetches;
+		// system: names are Kubernetes' own identities.
+		return Info{}, "", fmt.Errorf("name %q: names starting with system: are Kubernetes' own identities", name)
+	}
+	if account != "" {
+		if err := ValidateAccount(account, role); err != nil {
+			return Info{}, "", err
+		}
 	}
 	apiKey, err := randomToken(43)
 	if err != nil {
@@ -137,21 +189,32 @@ func (s *Service) Create(name string, role Role) (Info, string, error) {
 		return Info{}, "", err
 	}
 	sum := sha256.Sum256([]byte(secret))
-	rec := record{APIKey: apiKey, Name: name, Role: role, SecretSealed: sealed,
+	rec := record{APIKey: apiKey, Name: name, Account: account, Role: role, SecretSealed: sealed,
 		SecretHash: hex.EncodeToString(sum[:]), Created: time.Now().UTC()}
 	err = s.st.Update(func(tx core.Tx) error {
 		if err := tx.Put(core.BucketAPIKeys, apiKey, rec); err != nil {
 			return err
 		}
 		_, err := core.AppendEvent(tx, core.Event{Type: "apikey.created",
-			Message: fmt.Sprintf("API key %s created with role %s", apiKey, role),
-			Fields:  map[string]string{"api_key": apiKey, "role": string(role), "name": name}})
+			Message: fmt.Sprintf("API key %s created with role %s in account %s", apiKey, role, accountOf(rec)),
+			Fields:  map[string]string{"api_key": apiKey, "role": string(role), "name": name, "account": accountOf(rec)}})
 		return err
 	})
 	if err != nil {
 		return Info{}, "", err
 	}
 	return rec.info(), secret, nil
+}
+
+// Count returns how many keys exist.
+func (s *Service) Count() (int, error) {
+	var n int
+	err := s.st.View(func(tx core.Tx) error {
+		var err error
+		n, err = tx.Count(core.BucketAPIKeys)
+		return err
+	})
+	return n, err
 }
 
 // Bootstrap creates a first admin key when the store holds none. created is
@@ -246,7 +309,7 @@ func (s *Service) Lookup(apiKey string) (Credential, error) {
 	if err != nil {
 		return Credential{}, err
 	}
-	return Credential{APIKey: apiKey, Name: c.name, Role: c.role, Secret: c.secret}, nil
+	return Credential{APIKey: apiKey, Name: c.name, Account: c.account, Role: c.role, Secret: c.secret}, nil
 }
 
 // VerifySecret checks a secret presented directly (bearer authentication)
@@ -260,7 +323,7 @@ func (s *Service) VerifySecret(apiKey, secret string) (Credential, error) {
 	if subtle.ConstantTimeCompare(sum[:], c.hash[:]) != 1 {
 		return Credential{}, ErrUnknownKey
 	}
-	return Credential{APIKey: apiKey, Name: c.name, Role: c.role, Secret: c.secret}, nil
+	return Credential{APIKey: apiKey, Name: c.name, Account: c.account, Role: c.role, Secret: c.secret}, nil
 }
 
 func (s *Service) load(apiKey string) (cached, error) {
@@ -289,7 +352,7 @@ func (s *Service) load(apiKey string) (cached, error) {
 	if err != nil {
 		return cached{}, fmt.Errorf("API key %s: %w", apiKey, err)
 	}
-	c = cached{name: rec.Name, role: rec.Role, secret: secret}
+	c = cached{name: rec.Name, account: accountOf(rec), role: rec.Role, secret: secret}
 	h, err := hex.DecodeString(rec.SecretHash)
 	if err != nil || len(h) != 32 {
 		return cached{}, fmt.Errorf("API key %s: corrupt secret hash", apiKey)
@@ -302,7 +365,7 @@ func (s *Service) load(apiKey string) (cached, error) {
 }
 
 func (r record) info() Info {
-	return Info{APIKey: r.APIKey, Name: r.Name, Role: r.Role, Created: r.Created}
+	return Info{APIKey: r.APIKey, Name: r.Name, Account: accountOf(r), Role: r.Role, Created: r.Created}
 }
 
 func aad(apiKey string) []byte { return []byte("ztpd apikey secret v1\x00" + apiKey) }

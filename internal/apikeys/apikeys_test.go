@@ -83,17 +83,29 @@ func TestCreateLookupVerifyRevoke(t *testing.T) {
 	if _, err := s.Revoke(user.APIKey); !errors.Is(err, core.ErrNotFound) {
 		t.Fatalf("revoke twice: %v", err)
 	}
-	// Events name keys, never secrets.
+	// Events (audit events, since keys are operator actions) name keys,
+	// never secrets.
+	seen := 0
 	err = st.View(func(tx core.Tx) error {
-		return tx.Scan(core.BucketEvents, "", func(_ string, v []byte) (bool, error) {
-			if bytes.Contains(v, []byte(adminSecret)) || bytes.Contains(v, []byte(userSecret)) {
-				t.Fatal("secret in an event")
+		for _, b := range []core.Bucket{core.BucketEvents, core.BucketAudit} {
+			err := tx.Scan(b, "", func(_ string, v []byte) (bool, error) {
+				seen++
+				if bytes.Contains(v, []byte(adminSecret)) || bytes.Contains(v, []byte(userSecret)) {
+					t.Fatal("secret in an event")
+				}
+				return true, nil
+			})
+			if err != nil {
+				return err
 			}
-			return true, nil
-		})
+		}
+		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if seen < 3 { // two created, one revoked
+		t.Fatalf("%d key events", seen)
 	}
 }
 
@@ -141,5 +153,39 @@ func TestCreateValidates(t *testing.T) {
 	}
 	if _, _, err := s.Create("bad/name", RoleUser); err == nil {
 		t.Fatal("bad name accepted")
+	}
+}
+
+// TestAccounts: admin keys default to the admin account, user keys to an
+// account of their own; an explicit account is kept and shared; user keys
+// cannot join the admin account; system: names are refused.
+func TestAccounts(t *testing.T) {
+	s, _, _ := newService(t)
+	admin, _, _ := s.Create("ops", RoleAdmin)
+	u1, _, _ := s.Create("dev", RoleUser)
+	u2, _, _ := s.Create("dev", RoleUser)
+	if admin.Account != core.AdminAccount || u1.Account != u1.APIKey || u2.Account == u1.Account {
+		t.Fatalf("default accounts: admin %q, users %q %q", admin.Account, u1.Account, u2.Account)
+	}
+	t1, _, err := s.CreateInAccount("ci", "team-a", RoleUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2, _, _ := s.CreateInAccount("ci-2", "team-a", RoleUser)
+	c1, _ := s.Lookup(t1.APIKey)
+	c2, _ := s.Lookup(t2.APIKey)
+	if c1.Account != "team-a" || c2.Account != "team-a" || c1.Name != "ci" {
+		t.Fatalf("credentials %+v %+v", c1.Account, c2.Account)
+	}
+	if list, _ := s.List(); len(list) != 5 || list[3].Account != "team-a" {
+		t.Fatalf("list %+v", list)
+	}
+	for _, bad := range []struct{ name, account string }{{"x", "admin"}, {"x", "ADMIN"}, {"x", "a b"}, {"x", "-a"}, {"system:kube-proxy", ""}} {
+		if _, _, err := s.CreateInAccount(bad.name, bad.account, RoleUser); err == nil {
+			t.Errorf("user key %q in account %q accepted", bad.name, bad.account)
+		}
+	}
+	if a2, _, err := s.CreateInAccount("ops-2", "admin", RoleAdmin); err != nil || a2.Account != "admin" {
+		t.Fatalf("second admin key: %v", err)
 	}
 }

@@ -14,7 +14,8 @@ import (
 // buildAPI wires API keys, the clusters service and the API front ends.
 func (a *App) buildAPI() error {
 	a.APIKeys = apikeys.New(a.Store, a.Keys)
-	cs, err := clusters.New(a.Store, clusters.Options{Log: a.Log.With("part", "clusters"), Images: a.Images})
+	cs, err := clusters.New(a.Store, clusters.Options{Log: a.Log.With("part", "clusters"), Images: a.Images,
+		KubeconfigTTL: a.Cfg.API.KubeconfigTTL.D()})
 	if err != nil {
 		return err
 	}
@@ -25,8 +26,12 @@ func (a *App) buildAPI() error {
 		return cs.Close(ctx)
 	})
 
+	sigs := api.DefaultSignaturePolicy()
+	sigs.RequireExpiryREST = a.Cfg.API.RequireExpiryREST
+	sigs.RequireExpiryCloudStack = a.Cfg.API.RequireExpiryCloudStack
+	sigs.MaxLifetime = a.Cfg.API.MaxSignatureLifetime.D()
 	srv := api.New(api.Deps{Log: a.Log.With("part", "api"), Store: a.Store, Clusters: cs, Keys: a.APIKeys,
-		Images: a.Images, AuthFailuresPerMinute: a.Cfg.API.AuthFailuresPerMinute})
+		Images: a.Images, AuthFailuresPerMinute: a.Cfg.API.AuthFailuresPerMinute, Signatures: &sigs})
 	api.MountAdmin(a.AdminMux, api.AdminDeps{Keys: a.APIKeys, Clusters: cs, ISOs: a.Images,
 		ISOBaseURL: api.ISOBaseURL(a.Cfg.AdvertiseAddr, a.Cfg.HTTP.Addr)})
 	if a.Cfg.API.Addr == "" {
@@ -45,7 +50,7 @@ func (a *App) buildAPI() error {
 		if n > 0 {
 			a.Log.Warn("async jobs interrupted by the last shutdown were marked failed", "count", n)
 		}
-		return api.Bootstrap(a.APIKeys, os.Stdout, a.Log)
+		return api.Bootstrap(a.APIKeys, os.Stdout, a.Cfg.API.AdminKeyFile, a.Log)
 	})
 	return nil
 }

@@ -90,7 +90,7 @@ func (z ztpJoin) UserData(ctx context.Context, dev core.Device, r profile.Result
 // go through the clusters service, the one place cluster rules live.
 func (a *App) mountJoinerAdmin() {
 	a.AdminMux.HandleFunc("GET /admin/clusters/{ref}/kubeconfig", func(w http.ResponseWriter, r *http.Request) {
-		_, cfg, err := a.Clusters.Kubeconfig(r.Context(), r.PathValue("ref"))
+		_, cfg, err := a.Clusters.Kubeconfig(r.Context(), clusters.LocalAdmin, r.PathValue("ref"))
 		if err != nil {
 			writeError(w, clusterErrorCode(err), err)
 			return

@@ -35,6 +35,19 @@ func ensureZone(st core.Store) (Zone, error) {
 	return z, err
 }
 
+// Domain is the one CloudStack domain ztpd presents ("ROOT"); responses
+// carry its id next to the owning account, as CloudStack's do.
+type Domain struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+}
+
+// Domain is the appliance's ROOT domain.
+func (s *Service) Domain() Domain { return s.domain }
+
+// rootDomain derives the ROOT domain's ID from the zone's.
+func rootDomain(z Zone) Domain { return Domain{ID: nameUUID("domain/ROOT/" + z.ID), Name: "ROOT"} }
+
 // Offering is a service offering: the node size a cluster is planned for.
 // ztpd provisions existing devices rather than VMs, so offerings only size
 // the cluster's advertised cpunumber and memory; their IDs are fixed so

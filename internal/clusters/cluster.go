@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -87,7 +88,7 @@ func (s *Service) CreateCluster(ctx context.Context, caller Caller, spec Cluster
 			VersionID: v.ID, ServiceOfferingID: off.ID, Size: spec.Size, ControlNodes: spec.ControlNodes,
 			State: core.ClusterCreated, Keypair: spec.Keypair, NetworkID: spec.NetworkID,
 			ExternalLBIP: spec.ExternalLBIP, JoinMethod: spec.JoinMethod, Owner: caller.APIKey,
-			Created: t, UpdatedAt: t}
+			Account: caller.AccountName(), Created: t, UpdatedAt: t}
 		if c.ExternalLBIP != "" {
 			c.Endpoint = endpointURL(c.ExternalLBIP)
 		}
@@ -101,6 +102,10 @@ func (s *Service) CreateCluster(ctx context.Context, caller Caller, spec Cluster
 		}
 		j = newJob("createKubernetesCluster", InstanceCluster, c.ID, caller)
 		j.FailState = core.ClusterError
+		if err := appendWrite(tx, caller, j.Command, c.ID, "", fmt.Sprintf("createKubernetesCluster %s accepted (job %s)", c.Name, j.ID),
+			map[string]string{"job": j.ID}); err != nil {
+			return err
+		}
 		return tx.Put(core.BucketJobs, j.ID, j)
 	})
 	if err != nil {
@@ -182,6 +187,18 @@ func (s *Service) setState(tx core.Tx, c *core.Cluster, to core.ClusterState, re
 	return err
 }
 
+// clusterFor finds a cluster by ID or name among those caller sees; any
+// other is "not found", worded as for a cluster that does not exist.
+func clusterFor(tx core.Tx, caller Caller, ref string) (core.Cluster, error) {
+	if c, err := core.GetCluster(tx, ref); err == nil && caller.Sees(c) {
+		return c, nil
+	}
+	if c, err := core.ClusterByName(tx, ref); err == nil && caller.Sees(c) {
+		return c, nil
+	}
+	return core.Cluster{}, errorf(KindNotFound, "Invalid Kubernetes cluster ID: %s", ref)
+}
+
 // clusterByRef finds a cluster by ID or name.
 func clusterByRef(tx core.Tx, ref string) (core.Cluster, error) {
 	if c, err := core.GetCluster(tx, ref); err == nil {
@@ -209,7 +226,7 @@ func scanClusters(tx core.Tx, fn func(core.Cluster) bool) error {
 func (s *Service) begin(caller Caller, ref, command string, check func(tx core.Tx, c *core.Cluster, j *Job) (core.ClusterState, error)) (Job, error) {
 	var j Job
 	err := s.st.Update(func(tx core.Tx) error {
-		c, err := clusterByRef(tx, ref)
+		c, err := clusterFor(tx, caller, ref)
 		if err != nil {
 			return err
 		}
@@ -222,6 +239,10 @@ func (s *Service) begin(caller Caller, ref, command string, check func(tx core.T
 			if err := s.setState(tx, &c, enter, command); err != nil {
 				return err
 			}
+		}
+		if err := appendWrite(tx, caller, command, c.ID, "", fmt.Sprintf("%s of Kubernetes cluster %s accepted (job %s)", command, c.Name, j.ID),
+			map[string]string{"job": j.ID}); err != nil {
+			return err
 		}
 		return tx.Put(core.BucketJobs, j.ID, j)
 	})
@@ -522,12 +543,15 @@ func (s *Service) runDelete(ctx context.Context, j *Job) error {
 	return s.succeed(j, nil, true)
 }
 
-// Kubeconfig returns the cluster's admin kubeconfig from the joiner.
-func (s *Service) Kubeconfig(ctx context.Context, ref string) (core.Cluster, []byte, error) {
+// Kubeconfig issues a kubeconfig of the cluster for the caller: a
+// certificate for the caller's identity (CN the key's name, O
+// KubeconfigGroup) valid for Options.KubeconfigTTL. Every issue is a
+// "kubeconfig.issued" event with the certificate's serial and expiry.
+func (s *Service) Kubeconfig(ctx context.Context, caller Caller, ref string) (core.Cluster, []byte, error) {
 	var c core.Cluster
 	err := s.st.View(func(tx core.Tx) error {
 		var err error
-		c, err = clusterByRef(tx, ref)
+		c, err = clusterFor(tx, caller, ref)
 		return err
 	})
 	if err != nil {
@@ -540,16 +564,32 @@ func (s *Service) Kubeconfig(ctx context.Context, ref string) (core.Cluster, []b
 	if c.State == core.ClusterCreated || c.State == core.ClusterError || c.State == core.ClusterDestroying {
 		return c, nil, errorf(KindUnavailable, "cluster CA not provisioned: Kubernetes cluster %s is in %s state", c.Name, c.State)
 	}
-	var cfg []byte
+	req := KubeconfigRequest{User: kubeconfigUser(caller), Group: KubeconfigGroup, Validity: s.opts.KubeconfigTTL}
+	var kc IssuedKubeconfig
 	err = s.call(ctx, func(ctx context.Context) error {
 		var err error
-		cfg, err = m.Kubeconfig(ctx, c)
+		kc, err = m.Kubeconfig(ctx, c, req)
 		return err
 	})
 	if err != nil {
 		return c, nil, &Error{Kind: KindUnavailable, Msg: fmt.Sprintf("Failed to retrieve kubeconfig of Kubernetes cluster %s: %v", c.Name, err), Err: err}
 	}
-	return c, cfg, nil
+	err = s.st.Update(func(tx core.Tx) error {
+		f := caller.auditFields()
+		f["user"], f["group"], f["serial"] = kc.User, kc.Group, kc.Serial
+		f["not_after"] = kc.NotAfter.UTC().Format(time.RFC3339)
+		_, err := core.AppendEvent(tx, core.Event{Type: "kubeconfig.issued", Cluster: c.ID,
+			Message: fmt.Sprintf("kubeconfig of Kubernetes cluster %s issued to %s (certificate %s, valid until %s)",
+				c.Name, kc.User, kc.Serial, kc.NotAfter.UTC().Format(time.RFC3339)), Fields: f})
+		return err
+	})
+	if err != nil {
+		// An issue that cannot be recorded is not handed out.
+		return c, nil, fmt.Errorf("recording the kubeconfig issue: %w", err)
+	}
+	s.log.Info("kubeconfig issued", "cluster", c.Name, "user", kc.User, "api_key", caller.APIKey,
+		"account", caller.AccountName(), "serial", kc.Serial, "not_after", kc.NotAfter)
+	return c, kc.Config, nil
 }
 
 // ClusterFilter selects clusters; empty fields match all.
@@ -558,11 +598,23 @@ type ClusterFilter struct {
 	Name    string
 	State   string
 	Keyword string // substring of name or description
+	// ListAll lists every account's clusters to an admin (CloudStack's
+	// listall=true); without it an admin lists its own account's, unless
+	// it asks for one ID. Callers that are not admins list their own.
+	ListAll bool
+	// Account lists only that account's clusters (within what the caller
+	// may list).
+	Account string
 }
 
-// ListClusters returns the matching clusters, oldest first: one page of
-// views (page from 1; pageSize <= 0 means all) and the total match count.
-func (s *Service) ListClusters(ctx context.Context, f ClusterFilter, page, pageSize int) ([]ClusterView, int, error) {
+// ListClusters returns the matching clusters the caller may list, oldest
+// first: one page of views (page from 1; pageSize <= 0 means all) and the
+// total match count.
+func (s *Service) ListClusters(ctx context.Context, caller Caller, f ClusterFilter, page, pageSize int) ([]ClusterView, int, error) {
+	// As CloudStack's buildACLSearchParameters: a user lists its account's;
+	// an admin too, unless listall or an id widens it.
+	account := caller.AccountName()
+	everyone := caller.Admin && (f.ListAll || f.ID != "" || f.Account != "")
 	var matched []core.Cluster
 	gens := map[string]uint64{}
 	err := s.st.View(func(tx core.Tx) error {
@@ -573,6 +625,9 @@ func (s *Service) ListClusters(ctx context.Context, f ClusterFilter, page, pageS
 			}
 			c := *cp
 			gens[c.ID] = gen
+			if !everyone && core.ClusterAccount(c) != account || f.Account != "" && core.ClusterAccount(c) != f.Account {
+				return true, nil
+			}
 			if f.ID != "" && c.ID != f.ID {
 				return true, nil
 			}
@@ -621,12 +676,32 @@ func (s *Service) ListClusters(ctx context.Context, f ClusterFilter, page, pageS
 	return views, total, err
 }
 
-// GetCluster returns one cluster view by ID or name.
-func (s *Service) GetCluster(ctx context.Context, ref string) (ClusterView, error) {
+// AccountClusters returns the IDs of the clusters the caller's account
+// owns (front ends filter devices, leases and events by them).
+func (s *Service) AccountClusters(ctx context.Context, caller Caller) (map[string]bool, error) {
+	out := map[string]bool{}
+	account := caller.AccountName()
+	err := s.st.View(func(tx core.Tx) error {
+		return tx.Scan(core.BucketClusters, "", func(key string, raw []byte) (bool, error) {
+			c, _, err := s.cluMemo.decode(key, raw)
+			if err != nil {
+				return false, err
+			}
+			if core.ClusterAccount(*c) == account {
+				out[c.ID] = true
+			}
+			return true, nil
+		})
+	})
+	return out, err
+}
+
+// GetCluster returns one cluster view, by ID or name, that caller sees.
+func (s *Service) GetCluster(ctx context.Context, caller Caller, ref string) (ClusterView, error) {
 	var c core.Cluster
 	err := s.st.View(func(tx core.Tx) error {
 		var err error
-		c, err = clusterByRef(tx, ref)
+		c, err = clusterFor(tx, caller, ref)
 		return err
 	})
 	if err != nil {

@@ -25,6 +25,13 @@
 //
 // Without a Membership (the joiner not wired) the same transitions happen on
 // the records alone, and Kubeconfig fails with "cluster CA not provisioned".
+//
+// Tenancy: a cluster belongs to the account of the key that created it
+// (core.ClusterAccount). A non-admin caller sees and operates only its
+// account's clusters; any other is reported exactly like one that does not
+// exist. Admins may operate on every cluster and list them all with
+// ClusterFilter.ListAll (CloudStack's listall=true). Every accepted write
+// appends an "api.write" event naming the key, its name and account.
 package clusters
 
 import (
@@ -33,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,8 +65,10 @@ type Membership interface {
 	Start(ctx context.Context, c core.Cluster) error
 	// Destroy revokes the tokens, moves memberships to left and destroys the CA key.
 	Destroy(ctx context.Context, c core.Cluster) error
-	// Kubeconfig returns an admin kubeconfig for the cluster.
-	Kubeconfig(ctx context.Context, c core.Cluster) ([]byte, error)
+	// Kubeconfig issues a kubeconfig for the cluster: a client certificate
+	// from the cluster CA for req.User in group req.Group, valid for
+	// req.Validity, with the binding that makes the group cluster-admin.
+	Kubeconfig(ctx context.Context, c core.Cluster, req KubeconfigRequest) (IssuedKubeconfig, error)
 	// Members lists the memberships of a cluster. It must read them from
 	// the store's clusters, index and memberships buckets only: front ends
 	// cache cluster views by those buckets' generations (ViewsGeneration).
@@ -126,12 +136,86 @@ func KindOf(err error) Kind {
 
 // Caller is who asks for an operation.
 type Caller struct {
-	APIKey string // "" for local admin-socket operations
-	Admin  bool
+	APIKey  string // "local" for admin-socket operations
+	Name    string // the key's name: the user of kubeconfigs it fetches
+	Account string // the key's account; "" means AdminAccount for admins, the API key for users
+	Admin   bool
+}
+
+// AccountName is the account the caller acts for.
+func (c Caller) AccountName() string {
+	switch {
+	case c.Account != "":
+		return c.Account
+	case c.Admin:
+		return core.AdminAccount
+	}
+	return c.APIKey
+}
+
+// Sees reports whether the caller may see and operate cl: admins any,
+// others their account's.
+func (c Caller) Sees(cl core.Cluster) bool {
+	return c.Admin || core.ClusterAccount(cl) == c.AccountName()
+}
+
+// auditFields name the caller in events (never a secret).
+func (c Caller) auditFields() map[string]string {
+	return map[string]string{"api_key": c.APIKey, "key_name": c.Name, "account": c.AccountName()}
 }
 
 // LocalAdmin is the caller of operations made through the admin socket.
-var LocalAdmin = Caller{APIKey: "local", Admin: true}
+var LocalAdmin = Caller{APIKey: "local", Name: "local-admin", Account: core.AdminAccount, Admin: true}
+
+// KubeconfigGroup is the group (certificate O) of every kubeconfig ztpd
+// issues; ztpd binds it to the cluster-admin ClusterRole in each cluster
+// (not system:masters, which nothing can take away), so deleting that
+// binding cuts off every kubeconfig ztpd ever issued for the cluster.
+const KubeconfigGroup = "ztpd:cluster-admins"
+
+// KubeconfigRequest says whom a kubeconfig is for.
+type KubeconfigRequest struct {
+	User     string // certificate CN
+	Group    string // certificate O
+	Validity time.Duration
+}
+
+// IssuedKubeconfig is a kubeconfig and what identifies its certificate.
+type IssuedKubeconfig struct {
+	Config   []byte
+	User     string
+	Group    string
+	Serial   string // hex
+	NotAfter time.Time
+}
+
+// kubeconfigUser is the certificate CN for a caller: the key's name, else
+// its API key; a system: name (Kubernetes' own identities, refused for new
+// keys) is prefixed so it cannot pose as one.
+func kubeconfigUser(c Caller) string {
+	u := c.Name
+	if u == "" {
+		u = "apikey:" + c.APIKey
+	}
+	if strings.HasPrefix(strings.ToLower(u), "system:") {
+		u = "ztpd:" + u
+	}
+	if len(u) > 64 { // the most a certificate's CN may hold
+		u = u[:64]
+	}
+	return u
+}
+
+// appendWrite records an accepted API write with who asked for it.
+func appendWrite(tx core.Tx, caller Caller, command, cluster, device, message string, extra map[string]string) error {
+	f := caller.auditFields()
+	f["command"] = command
+	for k, v := range extra {
+		f[k] = v
+	}
+	_, err := core.AppendEvent(tx, core.Event{Type: "api.write", Cluster: cluster, Device: device, Message: message, Fields: f})
+	return err
+}
 
 // Options configure the Service.
 type Options struct {
@@ -142,6 +226,8 @@ type Options struct {
 	JobRetention time.Duration
 	// Images removes ISOs for deleteKubernetesSupportedVersion&deleteiso=true.
 	Images ImageRemover
+	// KubeconfigTTL is how long issued kubeconfigs are valid. Default 24h.
+	KubeconfigTTL time.Duration
 }
 
 // Service is the clusters and versions domain service.
@@ -155,7 +241,8 @@ type Service struct {
 	// wirings counts SetMembership calls: the members' source changed.
 	wirings atomic.Uint64
 
-	zone Zone
+	zone   Zone
+	domain Domain
 
 	// decoded-record caches for cluster views (see memo)
 	devMemo *memo[core.Device]
@@ -181,6 +268,9 @@ func New(st core.Store, opts Options) (*Service, error) {
 	if opts.JobRetention <= 0 {
 		opts.JobRetention = 7 * 24 * time.Hour
 	}
+	if opts.KubeconfigTTL <= 0 {
+		opts.KubeconfigTTL = 24 * time.Hour
+	}
 	s := &Service{st: st, log: opts.Log, opts: opts, done: map[string]chan struct{}{},
 		devMemo: newMemo[core.Device](100000), memMemo: newMemo[core.Membership](100000),
 		cluMemo: newMemo[core.Cluster](10000), verMemo: newMemo[core.Version](10000)}
@@ -189,7 +279,7 @@ func New(st core.Store, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.zone = z
+	s.zone, s.domain = z, rootDomain(z)
 	return s, nil
 }
 

@@ -15,9 +15,10 @@ import (
 
 // recorder is a test Membership: it records calls and fails on demand.
 type recorder struct {
-	mu    sync.Mutex
-	calls []string
-	fail  map[string]error
+	mu          sync.Mutex
+	calls       []string
+	fail        map[string]error
+	kubeconfigs []KubeconfigRequest
 }
 
 func (r *recorder) do(op string, c core.Cluster) error {
@@ -56,8 +57,12 @@ func (r *recorder) SetVersion(_ context.Context, c core.Cluster, v core.Version)
 func (r *recorder) Stop(_ context.Context, c core.Cluster) error    { return r.do("stop", c) }
 func (r *recorder) Start(_ context.Context, c core.Cluster) error   { return r.do("start", c) }
 func (r *recorder) Destroy(_ context.Context, c core.Cluster) error { return r.do("destroy", c) }
-func (r *recorder) Kubeconfig(_ context.Context, c core.Cluster) ([]byte, error) {
-	return []byte("apiVersion: v1\nkind: Config\n# " + c.Name + "\n"), r.do("kubeconfig", c)
+func (r *recorder) Kubeconfig(_ context.Context, c core.Cluster, req KubeconfigRequest) (IssuedKubeconfig, error) {
+	r.mu.Lock()
+	r.kubeconfigs = append(r.kubeconfigs, req)
+	r.mu.Unlock()
+	return IssuedKubeconfig{Config: []byte("apiVersion: v1\nkind: Config\n# " + c.Name + " " + req.User + "\n"), User: req.User, Group: req.Group,
+		Serial: "0a1b", NotAfter: time.Now().Add(req.Validity)}, r.do("kubeconfig", c)
 }
 func (r *recorder) Members(context.Context, string) ([]core.Membership, error) { return nil, nil }
 func (r *recorder) Approve(_ context.Context, id, cluster string) (core.Device, error) {
@@ -123,7 +128,7 @@ func wantKind(t *testing.T, err error, k Kind, substr string) {
 
 func state(t *testing.T, s *Service, ref string) core.ClusterState {
 	t.Helper()
-	v, err := s.GetCluster(context.Background(), ref)
+	v, err := s.GetCluster(context.Background(), admin, ref)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +363,7 @@ func TestClusterLifecycleDrivesMembership(t *testing.T) {
 	if j = wait(t, s, j); j.Status != JobSucceeded || j.Cluster.State != core.ClusterRunning || !strings.HasPrefix(rec.last(), "start prod") {
 		t.Fatalf("start: %+v %q", j, rec.last())
 	}
-	_, cfg, err := s.Kubeconfig(ctx, "prod")
+	_, cfg, err := s.Kubeconfig(ctx, user, "prod")
 	if err != nil || !strings.Contains(string(cfg), "prod") {
 		t.Fatalf("kubeconfig: %q %v", cfg, err)
 	}
@@ -370,7 +375,7 @@ func TestClusterLifecycleDrivesMembership(t *testing.T) {
 	if j = wait(t, s, j); j.Status != JobSucceeded || !j.Success || !strings.HasPrefix(rec.last(), "destroy prod") {
 		t.Fatalf("delete: %+v", j)
 	}
-	if _, err := s.GetCluster(ctx, "prod"); KindOf(err) != KindNotFound {
+	if _, err := s.GetCluster(ctx, admin, "prod"); KindOf(err) != KindNotFound {
 		t.Fatalf("deleted cluster still there: %v", err)
 	}
 	// The name is free again, and the version can go now.
@@ -453,7 +458,7 @@ func TestWithoutJoinerRecordsOnly(t *testing.T) {
 	if j = wait(t, s, j); j.Status != JobSucceeded || state(t, s, "solo") != core.ClusterRunning {
 		t.Fatalf("create without joiner: %+v", j)
 	}
-	_, _, err = s.Kubeconfig(ctx, "solo")
+	_, _, err = s.Kubeconfig(ctx, admin, "solo")
 	wantKind(t, err, KindUnavailable, "cluster CA not provisioned")
 }
 
@@ -555,7 +560,7 @@ func TestListAndMembersFromStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	all, total, err := s.ListClusters(ctx, ClusterFilter{}, 1, 2)
+	all, total, err := s.ListClusters(ctx, admin, ClusterFilter{ListAll: true}, 1, 2)
 	if err != nil || total != 3 || len(all) != 2 || all[0].Cluster.Name != "c0" || all[1].Cluster.Name != "c1" {
 		t.Fatalf("page 1: %d %v", total, err)
 	}
@@ -581,18 +586,18 @@ func TestListAndMembersFromStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, _ := s.GetCluster(ctx, "c1"); v.Members[0].Device.IP != "10.99.1.99" {
+	if v, _ := s.GetCluster(ctx, admin, "c1"); v.Members[0].Device.IP != "10.99.1.99" {
 		t.Fatalf("stale device after change: %+v", v.Members[0].Device)
 	}
-	p2, _, _ := s.ListClusters(ctx, ClusterFilter{}, 2, 2)
+	p2, _, _ := s.ListClusters(ctx, admin, ClusterFilter{ListAll: true}, 2, 2)
 	if len(p2) != 1 || p2[0].Cluster.Name != "c2" {
 		t.Fatalf("page 2: %+v", p2)
 	}
-	k, n, _ := s.ListClusters(ctx, ClusterFilter{Keyword: "RACK 2"}, 0, 0)
+	k, n, _ := s.ListClusters(ctx, admin, ClusterFilter{ListAll: true, Keyword: "RACK 2"}, 0, 0)
 	if n != 1 || k[0].Cluster.Name != "c2" {
 		t.Fatalf("keyword: %d", n)
 	}
-	if _, n, _ := s.ListClusters(ctx, ClusterFilter{State: "stopped"}, 0, 0); n != 0 {
+	if _, n, _ := s.ListClusters(ctx, admin, ClusterFilter{ListAll: true, State: "stopped"}, 0, 0); n != 0 {
 		t.Fatalf("state filter: %d", n)
 	}
 }
@@ -662,5 +667,182 @@ func TestViewsGenerationMovesWithEveryViewSource(t *testing.T) {
 	s.SetMembership(&recorder{})
 	if gen() == g {
 		t.Fatal("wiring the joiner did not move the views generation")
+	}
+}
+
+// TestTenancy: a user key sees and operates only its account's clusters;
+// another account's cluster is "not found" exactly like a missing one.
+// Admins operate on all, and list all with ListAll (or one by ID).
+func TestTenancy(t *testing.T) {
+	s, st := newSvc(t)
+	rec := &recorder{}
+	s.SetMembership(rec)
+	ctx := context.Background()
+	v := addVersion(t, s, "1.30.2")
+	addVersion(t, s, "1.31.0")
+	alice := Caller{APIKey: "alice-key", Name: "alice", Account: "team-a"}
+	alice2 := Caller{APIKey: "alice-key-2", Name: "alice-ci", Account: "team-a"}
+	bob := Caller{APIKey: "bob-key", Name: "bob", Account: "team-b"}
+	create := func(c Caller, name string) core.Cluster {
+		t.Helper()
+		cl, j, err := s.CreateCluster(ctx, c, ClusterSpec{Name: name, ZoneID: s.Zone().ID, VersionID: v.ID, ServiceOfferingID: "ztpd-small", Size: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j = wait(t, s, j); j.Status != JobSucceeded {
+			t.Fatalf("create %s: %+v", name, j)
+		}
+		return cl
+	}
+	a := create(alice, "a1")
+	b := create(bob, "b1")
+	create(admin, "ops1")
+	// A cluster from before accounts existed belongs to the admin account.
+	legacy := create(admin, "legacy")
+	if err := st.Update(func(tx core.Tx) error {
+		c, err := core.GetCluster(tx, legacy.ID)
+		c.Account = ""
+		if err == nil {
+			err = core.PutCluster(tx, c)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if a.Account != "team-a" || b.Account != "team-b" {
+		t.Fatalf("accounts %q %q", a.Account, b.Account)
+	}
+
+	names := func(c Caller, f ClusterFilter) string {
+		t.Helper()
+		vs, n, err := s.ListClusters(ctx, c, f, 0, 0)
+		if err != nil || n != len(vs) {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, v := range vs {
+			out = append(out, v.Cluster.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	for _, tc := range []struct {
+		c    Caller
+		f    ClusterFilter
+		want string
+	}{
+		{alice, ClusterFilter{}, "a1"},
+		{alice2, ClusterFilter{}, "a1"}, // another key of the same account
+		{alice, ClusterFilter{ListAll: true}, "a1"},
+		{alice, ClusterFilter{ID: b.ID}, ""},
+		{alice, ClusterFilter{Name: "b1"}, ""},
+		{bob, ClusterFilter{}, "b1"},
+		{admin, ClusterFilter{}, "ops1,legacy"},
+		{admin, ClusterFilter{ListAll: true}, "a1,b1,ops1,legacy"},
+		{admin, ClusterFilter{Account: "team-b"}, "b1"},
+		{alice, ClusterFilter{Account: "team-b"}, ""},
+		{alice, ClusterFilter{Account: "team-a"}, "a1"},
+		{admin, ClusterFilter{ID: b.ID}, "b1"},
+		{LocalAdmin, ClusterFilter{}, "ops1,legacy"},
+	} {
+		if got := names(tc.c, tc.f); got != tc.want {
+			t.Errorf("%s lists %+v: %q, want %q", tc.c.Name, tc.f, got, tc.want)
+		}
+	}
+
+	// Every operation on another account's cluster, by ID or name, fails
+	// as for a cluster that does not exist.
+	missing := func(err error, ref string) {
+		t.Helper()
+		wantKind(t, err, KindNotFound, "Invalid Kubernetes cluster ID: "+ref)
+	}
+	for _, ref := range []string{b.ID, "b1", legacy.ID} {
+		_, err := s.GetCluster(ctx, alice, ref)
+		missing(err, ref)
+		_, err = s.ScaleCluster(ctx, alice, ref, 3, "")
+		missing(err, ref)
+		_, err = s.StopCluster(ctx, alice, ref)
+		missing(err, ref)
+		_, err = s.StartCluster(ctx, alice, ref)
+		missing(err, ref)
+		_, err = s.UpgradeCluster(ctx, alice, ref, "1.31.0")
+		missing(err, ref)
+		_, err = s.DeleteCluster(ctx, alice, ref)
+		missing(err, ref)
+		_, _, err = s.Kubeconfig(ctx, alice, ref)
+		missing(err, ref)
+	}
+	if st := state(t, s, b.ID); st != core.ClusterRunning {
+		t.Fatalf("bob's cluster %s", st)
+	}
+	// The same account's other key operates; so does an admin on anyone's.
+	j, err := s.ScaleCluster(ctx, alice2, "a1", 2, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, s, j)
+	if _, err := s.GetJob(ctx, alice, j.ID); err != nil {
+		t.Fatalf("alice reads her account's job: %v", err)
+	}
+	_, err = s.GetJob(ctx, bob, j.ID)
+	wantKind(t, err, KindNotFound, "Unable to find async job")
+	if j, err = s.StopCluster(ctx, admin, "b1"); err != nil || wait(t, s, j).Status != JobSucceeded {
+		t.Fatalf("admin stops bob's cluster: %v", err)
+	}
+
+	// Kubeconfigs carry the caller's identity and the configured lifetime,
+	// and every issue is an audit event naming the key.
+	if _, _, err := s.Kubeconfig(ctx, alice, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	req := rec.kubeconfigs[len(rec.kubeconfigs)-1]
+	if req.User != "alice" || req.Group != "ztpd:cluster-admins" || req.Validity != 24*time.Hour {
+		t.Fatalf("kubeconfig request %+v", req)
+	}
+	if _, _, err := s.Kubeconfig(ctx, Caller{APIKey: "k", Name: "system:masters"}, "ops1"); err == nil {
+		t.Fatal("a user key got an admin cluster's kubeconfig")
+	}
+	var evs []core.Event
+	st.View(func(tx core.Tx) error {
+		return tx.Scan(core.BucketAudit, "", func(_ string, raw []byte) (bool, error) {
+			var e core.Event
+			core.Decode(raw, &e)
+			evs = append(evs, e)
+			return true, nil
+		})
+	})
+	var issued, writes int
+	for _, e := range evs {
+		switch e.Type {
+		case "kubeconfig.issued":
+			issued++
+			if e.Cluster != a.ID || e.Fields["user"] != "alice" || e.Fields["api_key"] != "alice-key" || e.Fields["account"] != "team-a" ||
+				e.Fields["serial"] != "0a1b" || e.Fields["not_after"] == "" || e.Fields["group"] != KubeconfigGroup {
+				t.Errorf("kubeconfig event %+v", e)
+			}
+		case "api.write":
+			writes++
+			if e.Fields["command"] == "scaleKubernetesCluster" && (e.Fields["key_name"] != "alice-ci" || e.Fields["account"] != "team-a" || e.Fields["job"] == "") {
+				t.Errorf("scale event %+v", e)
+			}
+		}
+	}
+	if issued != 1 || writes != 2+4+1+1 { // versions, creates, scale, stop
+		t.Fatalf("%d kubeconfig events, %d write events", issued, writes)
+	}
+}
+
+// TestKubeconfigUserNames: the certificate CN is the key's name, else its
+// API key; a system: name cannot pose as a Kubernetes identity.
+func TestKubeconfigUserNames(t *testing.T) {
+	for c, want := range map[Caller]string{
+		{APIKey: "K", Name: "alice"}:             "alice",
+		{APIKey: "K"}:                            "apikey:K",
+		{APIKey: "K", Name: "system:kube-proxy"}: "ztpd:system:kube-proxy",
+		{APIKey: "K", Name: "System:x"}:          "ztpd:System:x",
+		LocalAdmin:                               "local-admin",
+	} {
+		if got := kubeconfigUser(c); got != want {
+			t.Errorf("%+v: %q, want %q", c, got, want)
+		}
 	}
 }

@@ -31,7 +31,8 @@ type Job struct {
 	Command      string    `json:"command"` // CloudStack command name, e.g. scaleKubernetesCluster
 	InstanceType string    `json:"instance_type"`
 	InstanceID   string    `json:"instance_id"`
-	Owner        string    `json:"owner,omitempty"` // API key of the caller
+	Owner        string    `json:"owner,omitempty"`   // API key of the caller
+	Account      string    `json:"account,omitempty"` // the caller's account
 	Status       JobStatus `json:"status"`
 	// ErrorKind and Error describe a failed job.
 	ErrorKind Kind   `json:"error_kind,omitempty"`
@@ -61,7 +62,8 @@ type JobParams struct {
 // Done reports whether the job has ended.
 func (j Job) Done() bool { return j.Status != JobPending }
 
-// GetJob loads a job. A user may read only jobs it started; admins read all.
+// GetJob loads a job. A user may read its account's jobs (and, for jobs
+// from before accounts, the ones its key started); admins read all.
 func (s *Service) GetJob(ctx context.Context, caller Caller, id string) (Job, error) {
 	var j Job
 	err := s.st.View(func(tx core.Tx) error {
@@ -77,7 +79,7 @@ func (s *Service) GetJob(ctx context.Context, caller Caller, id string) (Job, er
 	if err != nil {
 		return j, err
 	}
-	if !caller.Admin && j.Owner != caller.APIKey {
+	if !caller.Admin && !(j.Account != "" && j.Account == caller.AccountName()) && !(j.Account == "" && j.Owner == caller.APIKey) {
 		return Job{}, errorf(KindNotFound, "Unable to find async job with id %s", id)
 	}
 	return j, nil
@@ -111,7 +113,7 @@ func (s *Service) WaitJob(ctx context.Context, id string) (Job, error) {
 // newJob fills the common fields of a job record.
 func newJob(command, instType, instID string, caller Caller) Job {
 	return Job{ID: newUUID(), Command: command, InstanceType: instType, InstanceID: instID,
-		Owner: caller.APIKey, Status: JobPending, Created: now()}
+		Owner: caller.APIKey, Account: caller.AccountName(), Status: JobPending, Created: now()}
 }
 
 // start runs work for an accepted (already stored) job in the background.

@@ -17,6 +17,7 @@ type ClusterView struct {
 	Version  core.Version // zero when the version record is gone
 	Offering Offering     // zero when unknown
 	Zone     Zone
+	Domain   Domain
 	Members  []Member // devices in the cluster (left members excluded)
 	// Fingerprint changes whenever any record the view was built from
 	// changes; 0 means unknown (a view of a cluster not read from the store).
@@ -113,7 +114,7 @@ func (s *Service) views(ctx context.Context, cs []core.Cluster, gens []uint64) (
 				versions[c.VersionID] = vg
 			}
 			off, _ := OfferingByID(c.ServiceOfferingID)
-			view := ClusterView{Cluster: c, Version: vg.v, Offering: off, Zone: s.zone, Members: []Member{}}
+			view := ClusterView{Cluster: c, Version: vg.v, Offering: off, Zone: s.zone, Domain: s.domain, Members: []Member{}}
 			ms := members[c.ID]
 			sort.Slice(ms, func(a, b int) bool {
 				if ms[a].Role != ms[b].Role {
@@ -224,6 +225,12 @@ func (s *Service) ApproveDevice(ctx context.Context, caller Caller, deviceID, cl
 			out, err = m.Approve(ctx, deviceID, clusterID)
 			return err
 		})
+		if err != nil {
+			return out, err
+		}
+		err = s.st.Update(func(tx core.Tx) error {
+			return appendWrite(tx, caller, "approveDevice", out.Cluster, out.ID, "device "+out.ID+" approved", nil)
+		})
 		return out, err
 	}
 	err = s.st.Update(func(tx core.Tx) error {
@@ -241,7 +248,10 @@ func (s *Service) ApproveDevice(ctx context.Context, caller Caller, deviceID, cl
 		}
 		_, err = core.AppendEvent(tx, core.Event{Type: "device.approved", Device: d.ID, Cluster: d.Cluster,
 			Message: fmt.Sprintf("device %s approved", d.ID)})
-		return err
+		if err != nil {
+			return err
+		}
+		return appendWrite(tx, caller, "approveDevice", d.Cluster, d.ID, "device "+d.ID+" approved", nil)
 	})
 	return d, err
 }
@@ -301,7 +311,10 @@ func (s *Service) RevokeToken(ctx context.Context, caller Caller, ref string) (c
 			return t, err
 		}
 		t.Revoked = true
-		return t, nil
+		err := s.st.Update(func(tx core.Tx) error {
+			return appendWrite(tx, caller, "revokeToken", t.Cluster, t.Device, t.Kind+" token "+t.ID+" revoked", map[string]string{"token": t.ID})
+		})
+		return t, err
 	}
 	err = s.st.Update(func(tx core.Tx) error {
 		if _, err := tx.Get(core.BucketTokens, key, &t); err != nil {
@@ -316,7 +329,10 @@ func (s *Service) RevokeToken(ctx context.Context, caller Caller, ref string) (c
 		}
 		_, err := core.AppendEvent(tx, core.Event{Type: "token.revoked", Cluster: t.Cluster, Device: t.Device,
 			Message: fmt.Sprintf("%s token %s revoked", t.Kind, t.ID)})
-		return err
+		if err != nil {
+			return err
+		}
+		return appendWrite(tx, caller, "revokeToken", t.Cluster, t.Device, t.Kind+" token "+t.ID+" revoked", map[string]string{"token": t.ID})
 	})
 	return t, err
 }

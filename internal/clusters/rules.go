@@ -1,3 +1,5 @@
+//lint:file-ignore ST1005 error texts are CloudStack's own wording, which clients show and match
+
 package clusters
 
 import (
@@ -121,16 +123,6 @@ func CanTransition(from, to core.ClusterState) bool {
 		if s == to {
 			return true
 		}
-	}
-	return false
-}
-
-// transient states are those a job is in the middle of.
-func transient(s core.ClusterState) bool {
-	switch s {
-	case core.ClusterStarting, core.ClusterStopping, core.ClusterScaling, core.ClusterUpgrading,
-		core.ClusterRecovering, core.ClusterDestroying:
-		return true
 	}
 	return false
 }

@@ -96,7 +96,11 @@ func (s *Service) AddVersion(ctx context.Context, caller Caller, spec VersionSpe
 		_, err = core.AppendEvent(tx, core.Event{Type: "version.added",
 			Message: fmt.Sprintf("Kubernetes version %s (%s) added", v.Name, v.SemVer),
 			Fields:  map[string]string{"version": v.ID, "semver": v.SemVer, "url": v.ISOURL}})
-		return err
+		if err != nil {
+			return err
+		}
+		return appendWrite(tx, caller, "addKubernetesSupportedVersion", "", "", "Kubernetes version "+v.Name+" added",
+			map[string]string{"version": v.ID})
 	})
 	return v, err
 }
@@ -111,6 +115,7 @@ func normalizeChecksum(c string) (string, error) {
 		body = c[i+1:]
 	}
 	if len(body) < 32 || strings.Trim(strings.ToLower(body), "0123456789abcdef") != "" {
+		//lint:ignore ST1005 CloudStack's wording
 		return "", fmt.Errorf("Invalid checksum %q: use hex digits, optionally prefixed with {SHA-256}", c)
 	}
 	return c, nil
@@ -247,7 +252,11 @@ func (s *Service) SetVersionState(ctx context.Context, caller Caller, ref, state
 		_, err = core.AppendEvent(tx, core.Event{Type: "version.state",
 			Message: fmt.Sprintf("Kubernetes version %s is now %s", v.Name, state),
 			Fields:  map[string]string{"version": v.ID, "state": state}})
-		return err
+		if err != nil {
+			return err
+		}
+		return appendWrite(tx, caller, "updateKubernetesSupportedVersion", "", "", "Kubernetes version "+v.Name+" set "+state,
+			map[string]string{"version": v.ID})
 	})
 	return v, err
 }
@@ -280,6 +289,10 @@ func (s *Service) DeleteVersion(ctx context.Context, caller Caller, ref string, 
 		}
 		j = newJob("deleteKubernetesSupportedVersion", InstanceVersion, v.ID, caller)
 		j.Params.DeleteISO = deleteISO
+		if err := appendWrite(tx, caller, j.Command, "", "", "deletion of Kubernetes version "+v.Name+" accepted (job "+j.ID+")",
+			map[string]string{"version": v.ID, "job": j.ID}); err != nil {
+			return err
+		}
 		return tx.Put(core.BucketJobs, j.ID, j)
 	})
 	if err != nil {

@@ -64,6 +64,21 @@ type API struct {
 	TLS TLS `yaml:"tls"`
 	// AuthFailuresPerMinute bounds failed authentications per client address.
 	AuthFailuresPerMinute int `yaml:"auth_failures_per_minute"`
+	// RequireExpiryREST refuses REST signatures without expires (which
+	// never expire). On by default.
+	RequireExpiryREST bool `yaml:"require_expiry_rest"`
+	// RequireExpiryCloudStack refuses CloudStack signatures without
+	// signatureversion=3 and expires. Off by default: CloudStack accepts
+	// them, and so must a drop-in replacement.
+	RequireExpiryCloudStack bool `yaml:"require_expiry_cloudstack"`
+	// MaxSignatureLifetime is the furthest ahead a signature's expires may
+	// lie (the cloudstack-go SDK signs for 15 minutes).
+	MaxSignatureLifetime Duration `yaml:"max_signature_lifetime"`
+	// KubeconfigTTL is how long an issued kubeconfig's certificate is valid.
+	KubeconfigTTL Duration `yaml:"kubeconfig_ttl"`
+	// AdminKeyFile receives the first admin API key and secret (created
+	// exclusively, mode 0600) instead of standard output.
+	AdminKeyFile string `yaml:"admin_key_file"`
 }
 
 // TLS configures a listener's certificate; with no files a self-signed
@@ -169,7 +184,7 @@ func Default() Config {
 		DataDir: "ztpd-data",
 		Log:     Log{Level: "info", Format: "text"},
 		HTTP:    HTTP{Addr: "127.0.0.1:8080"},
-		API:     API{AuthFailuresPerMinute: 20, TLS: TLS{Enabled: true}}, // TLS on the API's own listener by default
+		API:     defaultAPI(),
 		TFTP:    TFTP{Addr: ":69", Window: 8},
 		DHCP: DHCP{
 			LeaseTime:         Duration(time.Hour),
@@ -179,6 +194,13 @@ func Default() Config {
 		Events: Events{Keep: 200000, AuditKeep: 1000000},
 		Joiner: Joiner{EnrollmentTTL: Duration(time.Hour), TokenTTL: Duration(24 * time.Hour)},
 	}
+}
+
+// defaultAPI: TLS on the API's own listener, REST signatures must expire,
+// signatures last at most 20 minutes, kubeconfigs 24 hours.
+func defaultAPI() API {
+	return API{AuthFailuresPerMinute: 20, TLS: TLS{Enabled: true}, RequireExpiryREST: true,
+		MaxSignatureLifetime: Duration(20 * time.Minute), KubeconfigTTL: Duration(24 * time.Hour)}
 }
 
 // Load reads path (if not empty) over the defaults. Unknown fields are errors,
@@ -246,6 +268,15 @@ func (c *Config) Validate() error {
 	checkHostPort(&errs, "debug.pprof_addr", c.Debug.PprofAddr, false)
 	if c.API.TLS.CertFile != "" && c.API.TLS.KeyFile == "" || c.API.TLS.CertFile == "" && c.API.TLS.KeyFile != "" {
 		errs.add("api.tls", "cert_file and key_file must be given together")
+	}
+	if d := c.API.MaxSignatureLifetime.D(); d < time.Minute || d > 24*time.Hour {
+		errs.add("api.max_signature_lifetime", "%s is outside 1m..24h", d)
+	}
+	if d := c.API.KubeconfigTTL.D(); d < 5*time.Minute || d > 365*24*time.Hour {
+		errs.add("api.kubeconfig_ttl", "%s is outside 5m..8760h (one year)", d)
+	}
+	if c.API.AdminKeyFile != "" && strings.HasSuffix(c.API.AdminKeyFile, "/") {
+		errs.add("api.admin_key_file", "%q names a directory; give a file path", c.API.AdminKeyFile)
 	}
 	if c.TFTP.Enabled {
 		checkHostPort(&errs, "tftp.addr", c.TFTP.Addr, true)

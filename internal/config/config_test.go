@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestDefaultIsValid(t *testing.T) {
@@ -82,5 +83,29 @@ func TestRangesFromFlagsUseInterfaceSubnet(t *testing.T) {
 	c.DHCP.Ranges = []string{"10.99.1.10-10.99.1.20"}
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "dhcp.ranges[0]") {
 		t.Fatalf("want range placement error, got %v", err)
+	}
+}
+
+func TestAPISignatureAndKubeconfigKeys(t *testing.T) {
+	d := Default()
+	if !d.API.RequireExpiryREST || d.API.RequireExpiryCloudStack || d.API.MaxSignatureLifetime.D() != 20*time.Minute ||
+		d.API.KubeconfigTTL.D() != 24*time.Hour || d.API.AdminKeyFile != "" {
+		t.Fatalf("API defaults %+v", d.API)
+	}
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(path, []byte("api:\n  require_expiry_rest: false\n  require_expiry_cloudstack: true\n  max_signature_lifetime: 48h\n  kubeconfig_ttl: 1m\n  admin_key_file: /etc/ztpd/\n"), 0o644)
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.API.RequireExpiryREST || !c.API.RequireExpiryCloudStack {
+		t.Fatalf("booleans not read: %+v", c.API)
+	}
+	err = c.Validate()
+	for _, want := range []string{"api.max_signature_lifetime: 48h0m0s is outside 1m..24h",
+		"api.kubeconfig_ttl: 1m0s is outside 5m..8760h", `api.admin_key_file: "/etc/ztpd/" names a directory`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in %v", want, err)
+		}
 	}
 }

@@ -154,8 +154,22 @@ type Cluster struct {
 	Endpoint          string       `json:"endpoint,omitempty"`    // https://<ip>:6443/
 	JoinMethod        string       `json:"join_method,omitempty"` // kubeadm | k3s | sonic
 	Owner             string       `json:"owner,omitempty"`       // API key id of the creator
+	Account           string       `json:"account,omitempty"`     // owning account (see ClusterAccount)
 	Created           time.Time    `json:"created"`
 	UpdatedAt         time.Time    `json:"updated_at"`
+}
+
+// AdminAccount is the account of admin API keys (unless given another) and
+// of the local admin; clusters without an account belong to it.
+const AdminAccount = "admin"
+
+// ClusterAccount is the account owning c: the account of the API key that
+// created it; clusters from before accounts existed belong to AdminAccount.
+func ClusterAccount(c Cluster) string {
+	if c.Account == "" {
+		return AdminAccount
+	}
+	return c.Account
 }
 
 // Version is a Kubernetes version ztpd supports, backed by a binaries ISO.

@@ -528,6 +528,29 @@ func TestSonicJoin(t *testing.T) {
 	}
 }
 
+// TestClusterAdminsRBAC: the binding applied at init gives the kubeconfig
+// group cluster-admin, and nothing else.
+func TestClusterAdminsRBAC(t *testing.T) {
+	var b struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name   string            `json:"name"`
+			Labels map[string]string `json:"labels"`
+		} `json:"metadata"`
+		RoleRef  map[string]string   `json:"roleRef"`
+		Subjects []map[string]string `json:"subjects"`
+	}
+	if err := yaml.UnmarshalStrict([]byte(ClusterAdminsRBAC), &b); err != nil {
+		t.Fatal(err)
+	}
+	if b.APIVersion != "rbac.authorization.k8s.io/v1" || b.Kind != "ClusterRoleBinding" || b.Metadata.Name != "ztpd:cluster-admins" ||
+		b.RoleRef["kind"] != "ClusterRole" || b.RoleRef["name"] != "cluster-admin" || len(b.Subjects) != 1 ||
+		b.Subjects[0]["kind"] != "Group" || b.Subjects[0]["name"] != ClusterAdminsGroup {
+		t.Fatalf("binding %+v", b)
+	}
+}
+
 func TestK3sAgent(t *testing.T) {
 	tok, err := tokens.ParseK3sToken("K10" + strings.Repeat("ab", 32) + "::abcdef.0123456789abcdef")
 	if err != nil {

@@ -105,7 +105,7 @@ func RenderCloudConfig(p CloudConfigParams) ([]byte, error) {
 	if p.Report != nil {
 		u, err := url.Parse(p.Report.URL)
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			return nil, fmt.Errorf("cloud-config: report URL %q must be http(s)://host/...", p.Report.URL)
+			return nil, fmt.Errorf("cloud-config: report URL %q must be an http or https URL with a host", p.Report.URL)
 		}
 		if !safeToken(p.Report.Token) {
 			return nil, errors.New("cloud-config: report token must be non-empty [A-Za-z0-9._-]")

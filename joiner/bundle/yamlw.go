@@ -52,17 +52,6 @@ func (w *yamlWriter) item(ind int, value string) {
 	w.b.WriteByte('\n')
 }
 
-// strings writes key and its string items, or nothing for none.
-func (w *yamlWriter) strings(ind int, key string, values []string) {
-	if len(values) == 0 {
-		return
-	}
-	w.key(ind, key)
-	for _, v := range values {
-		w.item(ind, v)
-	}
-}
-
 // block writes "key: |" and content as a literal block indented by ind+2,
 // or a quoted scalar when content cannot be a literal block.
 func (w *yamlWriter) block(ind int, key, content string) {

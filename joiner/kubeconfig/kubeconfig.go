@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -26,6 +27,10 @@ type Credentials struct {
 	UserName      string // e.g. "kubernetes-admin"
 	ClientCertPEM []byte
 	ClientKeyPEM  []byte
+	// NotAfter and Serial (hex) describe the client certificate; they are
+	// not written into the kubeconfig.
+	NotAfter time.Time
+	Serial   string
 }
 
 // String never shows the key.

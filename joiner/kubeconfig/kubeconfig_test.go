@@ -149,3 +149,39 @@ func TestCredentialsValidation(t *testing.T) {
 		t.Fatalf("credentials print the key: %s", s)
 	}
 }
+
+// TestIssueUser: the kubeconfig's certificate names the user and groups
+// given (not system:masters), lasts the validity asked for, and its serial
+// and expiry are reported.
+func TestIssueUser(t *testing.T) {
+	ca, err := pki.NewCA("kubernetes", pki.ECDSAP256, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := IssueUser(ca, "prod-a", "https://10.99.1.10:6443", "alice", []string{"ztpd:cluster-admins"}, 24*time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := pki.ParseCertPEM(c.ClientCertPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leaf.Subject.CommonName != "alice" || fmt.Sprint(leaf.Subject.Organization) != "[ztpd:cluster-admins]" ||
+		!leaf.NotAfter.Equal(now.Add(24*time.Hour)) || !c.NotAfter.Equal(leaf.NotAfter) || c.Serial != leaf.SerialNumber.Text(16) {
+		t.Fatalf("certificate %v until %v serial %s; reported %v %s", leaf.Subject, leaf.NotAfter, leaf.SerialNumber.Text(16), c.NotAfter, c.Serial)
+	}
+	cfg, err := clientcmd.Load(must(c.Marshal()))
+	if err != nil || cfg.CurrentContext != "alice@prod-a" || cfg.AuthInfos["alice"] == nil {
+		t.Fatalf("kubeconfig %v %v", cfg, err)
+	}
+	if _, err := IssueUser(ca, "prod-a", "https://10.99.1.10:6443", "", nil, time.Hour, now); err == nil {
+		t.Fatal("empty user accepted")
+	}
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
+}

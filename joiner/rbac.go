@@ -1,0 +1,136 @@
+package joiner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/clusters"
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// AdminBindingName is the ClusterRoleBinding that makes the group of every
+// kubeconfig ztpd issues (clusters.KubeconfigGroup) cluster-admin. The
+// first control plane's init bundle applies it (bundle.ClusterAdminsRBAC);
+// ztpd also creates it through the API server, for clusters whose control
+// plane it did not set up (k3s servers) or that predate it. Deleting it in
+// the cluster revokes every kubeconfig ztpd issued for that cluster; ztpd
+// does not put it back once recorded.
+const AdminBindingName = "ztpd:cluster-admins"
+
+// adminBinding is the ClusterRoleBinding object.
+func adminBinding() map[string]any {
+	const rbac = "rbac.authorization.k8s.io"
+	return map[string]any{
+		"apiVersion": rbac + "/v1",
+		"kind":       "ClusterRoleBinding",
+		"metadata": map[string]any{"name": AdminBindingName,
+			"labels": map[string]string{"app.kubernetes.io/managed-by": "ztpd"}},
+		"roleRef":  map[string]string{"apiGroup": rbac, "kind": "ClusterRole", "name": "cluster-admin"},
+		"subjects": []map[string]string{{"apiGroup": rbac, "kind": "Group", "name": clusters.KubeconfigGroup}},
+	}
+}
+
+// EnsureAdminBinding creates the cluster's admin ClusterRoleBinding through
+// its API server, once: an existing binding (409) counts as created, and
+// success is recorded so it is never posted again. A failure (API server
+// not reachable yet) is recorded for the sweeper to retry.
+func (s *Service) EnsureAdminBinding(ctx context.Context, clusterRef string) error {
+	var c core.Cluster
+	var rt clusterRuntime
+	err := s.store.View(func(tx core.Tx) error {
+		var err error
+		if c, err = clusterByRef(tx, clusterRef); err != nil {
+			return err
+		}
+		rt, err = getRuntime(tx, c.ID)
+		return err
+	})
+	if err != nil || rt.AdminBinding {
+		return err
+	}
+	if rt.APIEndpoint == "" {
+		return fmt.Errorf("%w: cluster %s has no API endpoint yet", ErrClusterUnavailable, c.Name)
+	}
+	keys, err := s.keysFor(c.ID)
+	if err != nil {
+		return err
+	}
+	body, err := json.Marshal(adminBinding())
+	if err != nil {
+		return err
+	}
+	callErr := s.clusterAPI(ctx, keys, c.Name, rt.APIEndpoint, http.MethodPost,
+		"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", body, http.StatusCreated, http.StatusOK, http.StatusConflict)
+	now := s.now()
+	err = s.store.Update(func(tx core.Tx) error {
+		cur, err := getRuntime(tx, c.ID)
+		if err != nil {
+			return err
+		}
+		if callErr != nil {
+			if cur.AdminBindingRetry {
+				return nil
+			}
+			cur.AdminBindingRetry = true
+			return tx.Put(core.BucketMeta, runtimeKey(c.ID), cur)
+		}
+		cur.AdminBinding, cur.AdminBindingRetry = true, false
+		if err := tx.Put(core.BucketMeta, runtimeKey(c.ID), cur); err != nil {
+			return err
+		}
+		return event(tx, now, "cluster.rbac", "", c.ID,
+			fmt.Sprintf("ClusterRoleBinding %s (group %s -> cluster-admin) in place", AdminBindingName, clusters.KubeconfigGroup), nil)
+	})
+	if callErr != nil {
+		return fmt.Errorf("creating ClusterRoleBinding %s in cluster %s (will retry): %w", AdminBindingName, c.Name, callErr)
+	}
+	if err == nil {
+		s.log.Info("admin ClusterRoleBinding in place", "cluster", c.Name, "binding", AdminBindingName, "group", clusters.KubeconfigGroup)
+	}
+	return err
+}
+
+// kickAdminBinding asks the sweeper loop to ensure the binding soon; when
+// its queue is full the next sweep's retry covers it.
+func (s *Service) kickAdminBinding(clusterID string) {
+	select {
+	case s.bindKick <- clusterID:
+	default:
+	}
+}
+
+// retryAdminBindings ensures the binding of every cluster whose last
+// attempt failed.
+func (s *Service) retryAdminBindings(ctx context.Context) {
+	var ids []string
+	err := s.store.View(func(tx core.Tx) error {
+		return tx.ScanPrefix(core.BucketMeta, runtimeKey(""), func(k string, raw []byte) (bool, error) {
+			var rt clusterRuntime
+			if err := core.Decode(raw, &rt); err != nil {
+				return false, err
+			}
+			if rt.AdminBindingRetry && !rt.AdminBinding {
+				ids = append(ids, k[len(runtimeKey("")):])
+			}
+			return true, nil
+		})
+	})
+	if err != nil {
+		s.log.Warn("listing clusters awaiting their admin binding", "err", err)
+		return
+	}
+	for _, id := range ids {
+		s.ensureAdminBindingLogged(ctx, id)
+	}
+}
+
+func (s *Service) ensureAdminBindingLogged(ctx context.Context, clusterID string) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.EnsureAdminBinding(ctx, clusterID); err != nil && ctx.Err() == nil {
+		s.log.Warn("admin ClusterRoleBinding not created yet", "cluster", clusterID, "err", err)
+	}
+}

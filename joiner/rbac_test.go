@@ -1,0 +1,204 @@
+package joiner
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/clusters"
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/joiner/bundle"
+)
+
+// opensslCert runs the real openssl on a PEM certificate and returns its
+// subject and notAfter.
+func opensslCert(t *testing.T, pemBytes []byte) (string, time.Time) {
+	t.Helper()
+	openssl, err := exec.LookPath("openssl")
+	if err != nil {
+		t.Skip("openssl not installed")
+	}
+	cmd := exec.Command(openssl, "x509", "-noout", "-subject", "-enddate", "-nameopt", "oneline,-esc_msb")
+	cmd.Stdin = bytes.NewReader(pemBytes)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("openssl x509: %v\n%s", err, out)
+	}
+	var subject string
+	var notAfter time.Time
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(line, "subject="); ok {
+			subject = strings.TrimSpace(v)
+		}
+		if v, ok := strings.CutPrefix(line, "notAfter="); ok {
+			if notAfter, err = time.Parse("Jan _2 15:04:05 2006 MST", strings.TrimSpace(v)); err != nil {
+				t.Fatalf("openssl enddate %q: %v", v, err)
+			}
+		}
+	}
+	if subject == "" || notAfter.IsZero() {
+		t.Fatalf("openssl output %q", out)
+	}
+	return subject, notAfter
+}
+
+func runtimeOf(t *testing.T, e *env, id string) clusterRuntime {
+	t.Helper()
+	var rt clusterRuntime
+	if err := e.store.View(func(tx core.Tx) error { var err error; rt, err = getRuntime(tx, id); return err }); err != nil {
+		t.Fatal(err)
+	}
+	return rt
+}
+
+// TestKubeconfigIdentityAndAdminBinding: an issued kubeconfig is the
+// caller's (CN user, O ztpd:cluster-admins, never system:masters) and
+// expires when asked; the group's ClusterRoleBinding to cluster-admin is in
+// the first control plane's init manifests, and ztpd creates it through the
+// API server too: retried while the server is down, once when it is up,
+// recorded. kubectl then authenticates with the kubeconfig against the
+// server (which verifies client certificates against the cluster CA) and
+// reads the binding.
+func TestKubeconfigIdentityAndAdminBinding(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("kubectl not installed")
+	}
+	if bundle.ClusterAdminsGroup != clusters.KubeconfigGroup {
+		t.Fatalf("the init manifest binds %q, kubeconfigs carry %q", bundle.ClusterAdminsGroup, clusters.KubeconfigGroup)
+	}
+	e := newEnv(t, Options{AutoApprove: approveAll})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // the API server is not up yet
+	c := e.cluster(ClusterSpec{Name: "prod", Size: 1, Endpoint: "https://" + addr + "/"})
+	cp := e.must(e.join("prod", 1))
+	if got := cloudFiles(t, cp)["/etc/ztpd/manifests/ztpd-cluster-admins.yaml"]; got != bundle.ClusterAdminsRBAC {
+		t.Fatalf("first control plane's init manifests lack the binding: %q", got)
+	}
+
+	if err := e.svc.EnsureAdminBinding(bg, "prod"); err == nil {
+		t.Fatal("binding created with no API server")
+	}
+	if rt := runtimeOf(t, e, c.ID); rt.AdminBinding || !rt.AdminBindingRetry {
+		t.Fatalf("failed attempt not recorded for retry: %+v", rt)
+	}
+	kc, err := e.svc.IssueKubeconfig(bg, "prod", "alice", clusters.KubeconfigGroup, 2*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The API server comes up; the sweeper loop (as `ztpd serve` runs it)
+	// creates the binding.
+	for i := 0; ; i++ {
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		if i > 50 {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	api := startAPIServer(t, ln, e.svc.mustKeys(t, c.ID).ca)
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan struct{})
+	go func() { e.svc.RunSweeper(ctx, time.Hour); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	deadline := time.Now().Add(15 * time.Second)
+	for !runtimeOf(t, e, c.ID).AdminBinding {
+		if time.Now().After(deadline) {
+			t.Fatal("the sweeper did not create the binding")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	bindings, reqs := api.created2()
+	if len(bindings) != 1 {
+		t.Fatalf("%d bindings created", len(bindings))
+	}
+	b, _ := json.Marshal(bindings[0])
+	if !strings.Contains(string(b), `"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"cluster-admin"}`) ||
+		!strings.Contains(string(b), `"subjects":[{"apiGroup":"rbac.authorization.k8s.io","kind":"Group","name":"ztpd:cluster-admins"}]`) {
+		t.Fatalf("binding %s", b)
+	}
+	if reqs[0] != "POST "+crbPath+" kubernetes-admin/system:masters" {
+		t.Fatalf("binding created as %q", reqs[0])
+	}
+	// Once: recorded, never posted again.
+	if err := e.svc.EnsureAdminBinding(bg, "prod"); err != nil {
+		t.Fatal(err)
+	}
+	if _, reqs := api.created2(); len(reqs) != 1 {
+		t.Fatalf("binding posted again: %v", reqs)
+	}
+	var rbacEvents int
+	e.store.View(func(tx core.Tx) error {
+		return tx.Scan(core.BucketAudit, "", func(_ string, raw []byte) (bool, error) {
+			var ev core.Event
+			core.Decode(raw, &ev)
+			if ev.Type == "cluster.rbac" && ev.Cluster == c.ID {
+				rbacEvents++
+			}
+			return true, nil
+		})
+	})
+	if rbacEvents != 1 {
+		t.Fatalf("%d cluster.rbac events", rbacEvents)
+	}
+
+	// The certificate, as openssl reads it.
+	cfgFile := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(cfgFile, kc.Config, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	certB64, err := exec.Command(kubectl, "config", "view", "--raw", "--kubeconfig", cfgFile, "-o", "jsonpath={.users[0].user.client-certificate-data}").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, err := base64.StdEncoding.DecodeString(string(certB64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject, notAfter := opensslCert(t, certPEM)
+	if subject != "O = ztpd:cluster-admins, CN = alice" {
+		t.Fatalf("certificate subject %q", subject)
+	}
+	if want := e.clk.now().Add(2 * time.Hour); !notAfter.Equal(want) || !kc.NotAfter.Equal(want) {
+		t.Fatalf("certificate expires %v (reported %v), want %v", notAfter, kc.NotAfter, want)
+	}
+
+	// kubectl authenticates with it and reads what ztpd created.
+	cmd := exec.Command(kubectl, "--kubeconfig", cfgFile, "get", "--raw", crbPath+"/"+AdminBindingName)
+	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"name":"cluster-admin"`) {
+		t.Fatalf("kubectl get --raw: %v\n%s", err, out)
+	}
+	_, reqs = api.created2()
+	if last := reqs[len(reqs)-1]; last != "GET "+crbPath+"/"+AdminBindingName+" alice/ztpd:cluster-admins" {
+		t.Fatalf("kubectl authenticated as %q", last)
+	}
+
+	// A binding the cluster already has (made by kubeadm init from the
+	// manifest) counts as created.
+	if err := e.store.Update(func(tx core.Tx) error {
+		rt, _ := getRuntime(tx, c.ID)
+		rt.AdminBinding = false
+		return tx.Put(core.BucketMeta, runtimeKey(c.ID), rt)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.EnsureAdminBinding(bg, "prod"); err != nil || !runtimeOf(t, e, c.ID).AdminBinding {
+		t.Fatalf("existing binding (409): %v", err)
+	}
+}
