@@ -124,7 +124,7 @@ func (s *Server) verifyCloudStack(form url.Values, write bool) (apikeys.Credenti
 
 // remember admits a verified write's signature into the replay memory.
 func (s *Server) remember(apiKey, signature string, until, now time.Time) error {
-	err := s.replay.admit(apiKey+"\x00"+signing.NormalizeSignature(signature), until, now)
+	err := s.replay.admit(apiKey, signing.NormalizeSignature(signature), until, now)
 	switch {
 	case errors.Is(err, errReplayed):
 		return &authError{reason: "replayed signature: this signed write was already accepted",

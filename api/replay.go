@@ -16,8 +16,10 @@ var replayEntries = promauto.NewGauge(prometheus.GaugeOpts{
 
 // errReplayed: the same signed write was accepted before, within its
 // validity. errReplayFull: the memory holds as many unexpired signatures as
-// it may, so a new write cannot be remembered and is refused rather than
-// letting an older one be forgotten (and replayable).
+// it may (in all, or of this API key: one key may fill a sixteenth, so a
+// busy or hostile key cannot block every other key's writes), so a new
+// write cannot be remembered and is refused rather than letting an older
+// one be forgotten (and replayable).
 var (
 	errReplayed   = errors.New("request signature already used")
 	errReplayFull = errors.New("too many signed writes within the signature lifetime")
@@ -28,36 +30,44 @@ var (
 // still valid. Reads are not remembered: repeating a read changes nothing,
 // and clients poll.
 type replayGuard struct {
-	max  int
-	mu   sync.Mutex
-	seen map[string]time.Time // api key + signature -> forget after
-	exp  expiryHeap
+	max    int
+	perKey int
+	mu     sync.Mutex
+	seen   map[string]time.Time // api key + signature -> forget after
+	byKey  map[string]int       // api key -> entries in seen
+	exp    expiryHeap
 }
 
-func newReplayGuard(max int) *replayGuard {
-	return &replayGuard{max: max, seen: map[string]time.Time{}}
+func newReplayGuard(size int) *replayGuard {
+	return &replayGuard{max: size, perKey: max(1, size/16), seen: map[string]time.Time{}, byKey: map[string]int{}}
 }
 
-// admit records key until until, or refuses it when it is remembered or
-// the memory is full of unexpired entries.
-func (g *replayGuard) admit(key string, until, now time.Time) error {
+// admit records the signature sig of apiKey until until, or refuses it when
+// it is remembered or the memory (or the key's share of it) is full of
+// unexpired entries.
+func (g *replayGuard) admit(apiKey, sig string, until, now time.Time) error {
+	key := apiKey + "\x00" + sig
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for len(g.exp) > 0 && !g.exp[0].until.After(now) {
 		e := heap.Pop(&g.exp).(expiry)
 		if t, ok := g.seen[e.key]; ok && !t.After(now) {
 			delete(g.seen, e.key)
+			if g.byKey[e.apiKey]--; g.byKey[e.apiKey] <= 0 {
+				delete(g.byKey, e.apiKey)
+			}
 		}
 	}
 	defer func() { replayEntries.Set(float64(len(g.seen))) }()
 	if t, ok := g.seen[key]; ok && t.After(now) {
 		return errReplayed
 	}
-	if len(g.seen) >= g.max {
+	if len(g.seen) >= g.max || g.byKey[apiKey] >= g.perKey {
 		return errReplayFull
 	}
 	g.seen[key] = until
-	heap.Push(&g.exp, expiry{until: until, key: key})
+	g.byKey[apiKey]++
+	heap.Push(&g.exp, expiry{until: until, key: key, apiKey: apiKey})
 	return nil
 }
 
@@ -68,8 +78,9 @@ func (g *replayGuard) len() int {
 }
 
 type expiry struct {
-	until time.Time
-	key   string
+	until  time.Time
+	key    string
+	apiKey string
 }
 
 // expiryHeap orders entries by expiry, soonest first.

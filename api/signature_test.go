@@ -204,27 +204,31 @@ func TestReplayedWritesAreRefused(t *testing.T) {
 }
 
 // TestReplayMemoryRefusesWhenFull: when the memory holds as many unexpired
-// signatures as it may, writes are refused (never forgotten early); as
-// they expire, room comes back.
+// signatures as one key may have (a sixteenth of it), that key's writes are
+// refused (never forgotten early) while other keys still write; as they
+// expire, room comes back.
 func TestReplayMemoryRefusesWhenFull(t *testing.T) {
-	e := newEnv(t, envOpts{sigs: &SignaturePolicy{RequireExpiryREST: true, MaxLifetime: 20 * time.Minute, ReplayMemory: 2}})
-	write := func(size int) (int, string, http.Header) {
-		q := signedCS(url.Values{"apiKey": {e.user.APIKey}, "command": {"scaleKubernetesCluster"}, "id": {"none"},
+	e := newEnv(t, envOpts{sigs: &SignaturePolicy{RequireExpiryREST: true, MaxLifetime: 20 * time.Minute, ReplayMemory: 32}})
+	write := func(key, secret string, size int) (int, string, http.Header) {
+		q := signedCS(url.Values{"apiKey": {key}, "command": {"scaleKubernetesCluster"}, "id": {"none"},
 			"size": {fmt.Sprint(size)}, "response": {"json"}, "signatureversion": {"3"},
-			"expires": {e.clock.now().UTC().Add(time.Minute).Format(time.RFC3339)}}, e.userSec)
+			"expires": {e.clock.now().UTC().Add(time.Minute).Format(time.RFC3339)}}, secret)
 		return rawGet(t, e, "/client/api?"+q, nil)
 	}
 	for size := 1; size <= 2; size++ {
-		if code, body, _ := write(size); code != 431 { // accepted, then "no such cluster"
+		if code, body, _ := write(e.user.APIKey, e.userSec, size); code != 431 { // accepted, then "no such cluster"
 			t.Fatalf("write %d: %d %s", size, code, body)
 		}
 	}
-	code, body, hdr := write(3)
+	code, body, hdr := write(e.user.APIKey, e.userSec, 3)
 	if code != 429 || hdr.Get("Retry-After") == "" || !strings.Contains(body, "too many signed writes") {
-		t.Fatalf("write into a full memory: %d %s", code, body)
+		t.Fatalf("write into a full share: %d %s", code, body)
+	}
+	if code, body, _ := write(e.admin.APIKey, e.adminSec, 3); code != 431 {
+		t.Fatalf("another key's write while one key's share is full: %d %s", code, body)
 	}
 	e.clock.advance(2 * time.Minute)
-	if code, body, _ := write(4); code != 431 {
+	if code, body, _ := write(e.user.APIKey, e.userSec, 4); code != 431 {
 		t.Fatalf("write after the remembered ones expired: %d %s", code, body)
 	}
 	if n := e.srv.replay.len(); n != 1 {
