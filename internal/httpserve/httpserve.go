@@ -110,7 +110,7 @@ func (l *Listener) Run(ctx context.Context) error {
 	}
 	srv := NewServer(l.Handler, lim, log)
 	log.Info("listening", "listener", l.Name, "addr", ln.Addr().String(), "scheme", scheme,
-		"max_conns", lim.MaxConns, "idle_timeout", lim.IdleTimeout, "write_timeout", lim.WriteTimeout)
+		"max_conns", lim.MaxConns, "idle_timeout", lim.IdleTimeout.String(), "write_timeout", lim.WriteTimeout.String())
 	return Serve(ctx, srv, ln, l.Grace)
 }
 
