@@ -114,6 +114,15 @@ func (c *limitConn) Close() error {
 	return err
 }
 
+// CloseWrite lets the server half-close before closing (net/http does so
+// to deliver an error answer before a reset when a body was left unread).
+func (c *limitConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 // arm moves the write deadline to now+timeout. To keep the cost off small
 // answers it does so only when the deadline was last moved more than an
 // eighth of the timeout ago, so every piece gets at least 7/8 of it.
