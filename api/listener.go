@@ -24,16 +24,20 @@ import (
 	"github.com/ztpd/ztpd/internal/httpserve"
 )
 
-// Listener serves the API on its own address (config api.addr), with TLS
-// unless api.tls.enabled is false.
+// Listener serves the API on its own address (config api.addr, or
+// <http.addr host>:8443 when http.addr is not loopback), with TLS unless
+// api.tls.enabled is false. It runs the same way as every other listener
+// (internal/httpserve): timeouts, connection limit, shutdown grace.
 type Listener struct {
 	Addr      string
 	Handler   http.Handler
 	TLS       config.TLS
+	UseTLS    bool // serve TLS (self-signed unless TLS names files)
 	DataDir   string
 	Advertise string // put into the self-signed certificate's names
 	Log       *slog.Logger
-	Grace     time.Duration
+	Limits    httpserve.Limits
+	Grace     time.Duration // --shutdown-grace
 }
 
 // Name names the runner.
@@ -41,28 +45,15 @@ func (l *Listener) Name() string { return "api" }
 
 // Run listens until ctx ends, then shuts down gracefully.
 func (l *Listener) Run(ctx context.Context) error {
-	ln, err := net.Listen("tcp", l.Addr)
-	if err != nil {
-		return err
-	}
-	scheme := "http"
-	if l.TLS.Enabled || l.TLS.CertFile != "" {
+	hl := httpserve.Listener{Name: "api", Addr: l.Addr, Handler: l.Handler, Limits: l.Limits, Log: l.Log, Grace: l.Grace}
+	if l.UseTLS {
 		cfg, err := l.tlsConfig()
 		if err != nil {
-			ln.Close()
 			return err
 		}
-		ln = tls.NewListener(ln, cfg)
-		scheme = "https"
+		hl.TLS = cfg
 	}
-	srv := &http.Server{Handler: l.Handler, IdleTimeout: 2 * time.Minute,
-		ErrorLog: slog.NewLogLogger(l.Log.Handler(), slog.LevelWarn)}
-	l.Log.Info("listening", "listener", "api", "addr", ln.Addr().String(), "scheme", scheme)
-	grace := l.Grace
-	if grace <= 0 {
-		grace = 10 * time.Second
-	}
-	return httpserve.Serve(ctx, srv, ln, grace)
+	return hl.Run(ctx)
 }
 
 func (l *Listener) tlsConfig() (*tls.Config, error) {

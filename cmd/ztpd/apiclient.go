@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -38,7 +39,8 @@ type apiFlags struct {
 
 const apiFlagsHelp = `
 Connection (flag, else environment, else ~/.config/ztpd/cli.yaml):
-  --api-url     ZTPD_API_URL     default: http://<http.addr>, or https://<api.addr>
+  --api-url     ZTPD_API_URL     default: https://<api.addr>; with no api.addr,
+                                 http://<http.addr> on loopback, else https://<http host>:8443
   --api-key     ZTPD_API_KEY
   --secret-key  ZTPD_SECRET_KEY
   --api-ca      ZTPD_API_CA      CA or certificate to trust; <data-dir>/api-tls/cert.pem
@@ -122,17 +124,19 @@ func newAPIClient(opts *rootOptions, f *apiFlags) (*apiClient, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Where the server puts the API with this configuration: on http.addr
+	// (loopback), or its own listener, with TLS off loopback.
 	def := "http://" + cfg.HTTP.Addr
-	if cfg.API.Addr != "" {
+	if addr, useTLS := cfg.APIListener(); addr != "" {
 		scheme := "http"
-		if cfg.API.TLS.Enabled || cfg.API.TLS.CertFile != "" {
+		if useTLS {
 			scheme = "https"
 		}
-		host := cfg.API.Addr
-		if strings.HasPrefix(host, ":") || strings.HasPrefix(host, "0.0.0.0:") {
-			host = "127.0.0.1:" + host[strings.LastIndexByte(host, ':')+1:]
+		host, port, _ := net.SplitHostPort(addr)
+		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+			host = "127.0.0.1"
 		}
-		def = scheme + "://" + host
+		def = scheme + "://" + net.JoinHostPort(host, port)
 	}
 	c := &apiClient{flags: f, opts: opts,
 		base:   strings.TrimSuffix(strings.TrimSuffix(firstOf(f.url, os.Getenv("ZTPD_API_URL"), file.APIURL, def), "/"), "/client/api"),

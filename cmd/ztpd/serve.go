@@ -80,7 +80,9 @@ Only one ztpd may use a data directory; a second one fails at once.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			apiAddr, apiTLS := cfg.APIListener()
 			log.Info("ztpd started", "version", version, "data_dir", cfg.DataDir, "http", cfg.HTTP.Addr,
+				"api", firstOf(apiAddr, cfg.HTTP.Addr), "api_tls", apiTLS,
 				"dhcp_interfaces", cfg.DHCP.Interfaces, "advertise", cfg.AdvertiseAddr)
 			err = a.Serve(ctx, f.grace)
 			log.Info("ztpd stopped")
@@ -93,7 +95,7 @@ Only one ztpd may use a data directory; a second one fails at once.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.httpAddr, "http-addr", "", "ZTP HTTP listen address (default 127.0.0.1:8080)")
 	fl.StringVar(&f.metadataAddr, "metadata-addr", "", "extra listener for the cloud-init metadata service, e.g. 10.99.0.1:80")
-	fl.StringVar(&f.apiAddr, "api-addr", "", "separate API listen address (default: the HTTP listener)")
+	fl.StringVar(&f.apiAddr, "api-addr", "", "API listen address (default: the HTTP listener when it is loopback, else <http host>:8443 with TLS)")
 	fl.StringVar(&f.advertiseAddr, "advertise-addr", "", "address put into URLs handed to devices (default: the first DHCP interface's address)")
 	fl.StringArrayVar(&f.dhcpIfaces, "dhcp-interface", nil, "serve DHCP on this interface (repeatable)")
 	fl.StringArrayVar(&f.dhcpRanges, "dhcp-range", nil, "dynamic pool A-B inside a DHCP interface's subnet (repeatable)")

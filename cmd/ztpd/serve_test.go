@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ztpd/ztpd/testenv/e2etest"
 )
 
 // buildZtpd compiles the real binary once per test binary run.
@@ -205,6 +207,7 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	e2etest.Cleanup()
 	if builtZtpd != "" {
 		os.RemoveAll(filepath.Dir(builtZtpd))
 	}

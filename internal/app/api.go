@@ -34,11 +34,15 @@ func (a *App) buildAPI() error {
 		Images: a.Images, AuthFailuresPerMinute: a.Cfg.API.AuthFailuresPerMinute, Signatures: &sigs})
 	api.MountAdmin(a.AdminMux, api.AdminDeps{Keys: a.APIKeys, Clusters: cs, ISOs: a.Images,
 		ISOBaseURL: api.ISOBaseURL(a.Cfg.AdvertiseAddr, a.Cfg.HTTP.Addr)})
-	if a.Cfg.API.Addr == "" {
-		srv.Mount(a.HTTPMux)
+	// Off loopback the API gets a TLS listener of its own unless the
+	// operator opted out (config.APIListener); Serve mounts it otherwise.
+	if addr, useTLS := a.Cfg.APIListener(); addr == "" {
+		a.apiOnMain = srv.Handler()
 	} else {
-		a.AddRunner(&api.Listener{Addr: a.Cfg.API.Addr, Handler: srv.Handler(), TLS: a.Cfg.API.TLS,
-			DataDir: a.Cfg.DataDir, Advertise: a.Cfg.AdvertiseAddr, Log: a.Log})
+		a.apiListener = &api.Listener{Addr: addr, UseTLS: useTLS, Handler: a.apiGuard("api").Wrap(srv.Handler()),
+			TLS: a.Cfg.API.TLS, DataDir: a.Cfg.DataDir, Advertise: a.Cfg.AdvertiseAddr, Log: a.Log,
+			Limits: a.Cfg.HTTP.Limits()}
+		a.AddRunner(a.apiListener)
 	}
 	a.AddRunner(runnerFunc{"job-pruner", func(ctx context.Context) error { return cs.RunPruner(ctx, time.Hour) }})
 

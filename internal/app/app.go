@@ -4,6 +4,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ztpd/ztpd/api"
 	imagestore "github.com/ztpd/ztpd/images/store"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/boltstore"
@@ -78,6 +80,14 @@ type App struct {
 	HTTPMux *http.ServeMux
 	// AdminMux serves the admin socket: local CLI operations.
 	AdminMux *http.ServeMux
+
+	// metadata serves the cloud-init paths on http.metadata_addr.
+	metadata http.Handler
+	// apiOnMain is the API when it is served on the main listener (http.addr
+	// on loopback, or api.insecure_plain_http); apiListener when it has its
+	// own (api.addr, or <http.addr host>:8443 with TLS).
+	apiOnMain   http.Handler
+	apiListener *api.Listener
 
 	runners  []Runner
 	starters []func() error
@@ -160,7 +170,7 @@ func (a *App) build() error {
 	zh := ztphttp.New(ztp, a.Log)
 	zh.Register(a.HTTPMux)
 	if a.Cfg.HTTP.MetadataAddr != "" {
-		a.AddRunner(&ztphttp.MetadataRunner{Addr: a.Cfg.HTTP.MetadataAddr, Handler: zh.MetadataHandler(), Log: a.Log})
+		a.metadata = zh.MetadataHandler()
 	}
 	if a.Cfg.TFTP.Enabled {
 		a.AddRunner(ztptftp.New(ztp, a.Cfg.TFTP, a.Log))
@@ -225,6 +235,7 @@ func (a *App) adminBackup(w http.ResponseWriter, r *http.Request) {
 
 // Serve starts every listener and blocks until ctx is cancelled, then shuts
 // them down gracefully (bounded by grace) and returns the first failure.
+// Every HTTP listener runs through internal/httpserve with the http: limits.
 func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 	admin, err := a.adminListener()
 	if err != nil {
@@ -232,13 +243,32 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	runners := append([]Runner{
-		&httpRunner{name: "http", addr: a.Cfg.HTTP.Addr, handler: a.HTTPMux, log: a.Log, grace: grace},
-		&httpRunner{name: "admin", ln: admin, handler: a.AdminMux, log: a.Log, grace: grace},
-	}, a.runners...)
-	if a.Cfg.Debug.PprofAddr != "" {
-		runners = append(runners, &httpRunner{name: "pprof", addr: a.Cfg.Debug.PprofAddr, handler: pprofMux(), log: a.Log, grace: grace})
+	lim := a.Cfg.HTTP.Limits()
+	listener := func(name, addr string, ln net.Listener, h http.Handler) Runner {
+		return &httpRunner{httpserve.Listener{Name: name, Addr: addr, Ln: ln, Handler: h, Limits: lim, Log: a.Log, Grace: grace}}
 	}
+	runners := []Runner{
+		listener("http", a.Cfg.HTTP.Addr, nil, a.mainHandler()),
+		// The admin socket takes image uploads of any size: no body guard;
+		// its mode (0600) is its access control.
+		listener("admin", "", admin, a.AdminMux),
+	}
+	if a.metadata != nil {
+		runners = append(runners, listener("metadata", a.Cfg.HTTP.MetadataAddr, nil, a.deviceGuard("metadata").Wrap(a.metadata)))
+	}
+	if a.Cfg.Debug.PprofAddr != "" {
+		runners = append(runners, listener("pprof", a.Cfg.Debug.PprofAddr, nil,
+			httpserve.Guard{Listener: "pprof", BodyTimeout: lim.ReadBodyTimeout, Log: a.Log}.Wrap(pprofMux())))
+	}
+	if a.apiListener != nil {
+		a.apiListener.Grace = grace
+	}
+	if a.Cfg.APIPlainOffLoopback() {
+		addr, _ := a.Cfg.APIListener()
+		a.Log.Warn("the API is served in plain HTTP on an address other than loopback (api.insecure_plain_http): signed requests, kubeconfigs and join credentials cross the network unencrypted",
+			"addr", firstNonEmpty(addr, a.Cfg.HTTP.Addr))
+	}
+	runners = append(runners, a.runners...)
 	errc := make(chan error, len(runners))
 	var wg sync.WaitGroup
 	for _, r := range runners {
@@ -256,6 +286,83 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 	return <-errc
 }
 
+// mainHandler is the http.addr listener: device routes (ZTP content, join,
+// metadata, healthz, metrics) behind the device guard, and the API behind
+// its own guard when it is served here; otherwise the API paths answer 404
+// with where the API is.
+func (a *App) mainHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", a.deviceGuard("http").Wrap(a.HTTPMux))
+	apiHandler := a.apiOnMain
+	if apiHandler != nil {
+		apiHandler = a.apiGuard("http").Wrap(apiHandler)
+	} else {
+		apiHandler = http.HandlerFunc(a.apiElsewhere)
+	}
+	mux.Handle(core.PathCloudStackAPI, apiHandler)
+	mux.Handle(core.PathAPI, apiHandler)
+	return mux
+}
+
+// deviceGuard caps device request bodies and keeps server error detail in
+// the log.
+func (a *App) deviceGuard(listener string) httpserve.Guard {
+	return httpserve.Guard{Listener: listener, MaxBody: httpserve.DeviceMaxBody,
+		BodyTimeout: a.Cfg.HTTP.ReadBodyTimeout.D(), HideErrors: true, Log: a.Log}
+}
+
+// apiGuard caps API request bodies and answers refusals in the REST error
+// shape.
+func (a *App) apiGuard(listener string) httpserve.Guard {
+	return httpserve.Guard{Listener: listener, MaxBody: httpserve.APIMaxBody,
+		BodyTimeout: a.Cfg.HTTP.ReadBodyTimeout.D(), Log: a.Log, ErrorBody: restErrorBody}
+}
+
+func restErrorBody(code int, reason string) []byte {
+	kind := "invalid"
+	switch code {
+	case http.StatusRequestEntityTooLarge:
+		kind = "too_large"
+	case http.StatusRequestTimeout:
+		kind = "timeout"
+	case http.StatusNotFound:
+		kind = "not_found"
+	}
+	b, _ := json.Marshal(map[string]any{"error": map[string]string{"code": kind, "message": reason}})
+	return append(b, '\n')
+}
+
+// apiElsewhere answers API paths on the main listener when the API has a
+// listener of its own.
+func (a *App) apiElsewhere(w http.ResponseWriter, r *http.Request) {
+	where := "its own listener (api.addr)"
+	if a.apiListener != nil {
+		scheme := "http"
+		if a.apiListener.UseTLS {
+			scheme = "https"
+		}
+		host, port, _ := net.SplitHostPort(a.apiListener.Addr)
+		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+			host = firstNonEmpty(a.Cfg.AdvertiseAddr, "<this host>")
+		}
+		where = scheme + "://" + net.JoinHostPort(host, port) + " (api.addr)"
+	}
+	body := restErrorBody(http.StatusNotFound, "the API is not served on this listener; it is at "+where)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusNotFound)
+	w.Write(body)
+}
+
+func firstNonEmpty(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
 func (a *App) adminListener() (net.Listener, error) {
 	path := filepath.Join(a.Cfg.DataDir, AdminSocketName)
 	// The store lock proves no other ztpd uses this directory, so a leftover
@@ -270,30 +377,11 @@ func (a *App) adminListener() (net.Listener, error) {
 	return ln, nil
 }
 
-// httpRunner serves one http.Handler until its context ends.
-type httpRunner struct {
-	name    string
-	addr    string
-	ln      net.Listener
-	handler http.Handler
-	log     *slog.Logger
-	grace   time.Duration
-}
+// httpRunner runs one HTTP listener.
+type httpRunner struct{ l httpserve.Listener }
 
-func (h *httpRunner) Name() string { return h.name }
-
-func (h *httpRunner) Run(ctx context.Context) error {
-	ln := h.ln
-	if ln == nil {
-		var err error
-		if ln, err = net.Listen("tcp", h.addr); err != nil {
-			return err
-		}
-	}
-	srv := &http.Server{Handler: h.handler, ErrorLog: slog.NewLogLogger(h.log.Handler(), slog.LevelWarn)}
-	h.log.Info("listening", "listener", h.name, "addr", ln.Addr().String())
-	return httpserve.Serve(ctx, srv, ln, h.grace)
-}
+func (h *httpRunner) Name() string                  { return h.l.Name }
+func (h *httpRunner) Run(ctx context.Context) error { return h.l.Run(ctx) }
 
 // CopyAtomic writes r to path through a temp file in the same directory,
 // fsyncs it and renames it into place, so path is either absent, old, or

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/ztpd/ztpd/internal/httpserve"
 )
 
 // Config is the whole appliance configuration.
@@ -54,14 +56,35 @@ type HTTP struct {
 	// (/latest/meta-data/...). CloudStack VMs look for it on port 80 of their DHCP
 	// server; empty disables the extra listener (the paths stay on Addr).
 	MetadataAddr string `yaml:"metadata_addr"`
+
+	// Limits of every HTTP listener (this one, metadata_addr, api.addr and
+	// debug.pprof_addr): see internal/httpserve.Limits.
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"` // request line and headers
+	ReadBodyTimeout   Duration `yaml:"read_body_timeout"`   // a request body
+	WriteTimeout      Duration `yaml:"write_timeout"`       // no progress sending an answer
+	IdleTimeout       Duration `yaml:"idle_timeout"`        // a kept-alive connection between requests
+	MaxHeaderBytes    int      `yaml:"max_header_bytes"`    // request line and headers
+	MaxConns          int      `yaml:"max_conns"`           // connections served at once, per listener
+}
+
+// Limits are the listener limits as internal/httpserve takes them.
+func (h HTTP) Limits() httpserve.Limits {
+	return httpserve.Limits{ReadHeaderTimeout: h.ReadHeaderTimeout.D(), ReadBodyTimeout: h.ReadBodyTimeout.D(),
+		WriteTimeout: h.WriteTimeout.D(), IdleTimeout: h.IdleTimeout.D(), MaxHeaderBytes: h.MaxHeaderBytes, MaxConns: h.MaxConns}
 }
 
 // API is the REST and CloudStack-compatible API listener.
 type API struct {
-	// Addr is the API's own listener; empty serves the API on http.addr.
+	// Addr is the API's own listener. Empty serves the API on http.addr when
+	// that is a loopback address (or insecure_plain_http is set), else on
+	// <http.addr host>:8443 with TLS (see Config.APIListener).
 	Addr string `yaml:"addr"`
 	// TLS applies to the API's own listener.
 	TLS TLS `yaml:"tls"`
+	// InsecurePlainHTTP allows the API in plain HTTP on an address other
+	// than loopback: signed requests, kubeconfigs and join bundles then
+	// cross the network readable by anyone on it. ztpd warns at start.
+	InsecurePlainHTTP bool `yaml:"insecure_plain_http"`
 	// AuthFailuresPerMinute bounds failed authentications per client address.
 	AuthFailuresPerMinute int `yaml:"auth_failures_per_minute"`
 	// RequireExpiryREST refuses REST signatures without expires (which
@@ -183,9 +206,15 @@ func Default() Config {
 	return Config{
 		DataDir: "ztpd-data",
 		Log:     Log{Level: "info", Format: "text"},
-		HTTP:    HTTP{Addr: "127.0.0.1:8080"},
-		API:     defaultAPI(),
-		TFTP:    TFTP{Addr: ":69", Window: 8},
+		HTTP: HTTP{Addr: "127.0.0.1:8080",
+			ReadHeaderTimeout: Duration(httpserve.DefaultReadHeaderTimeout),
+			ReadBodyTimeout:   Duration(httpserve.DefaultReadBodyTimeout),
+			WriteTimeout:      Duration(httpserve.DefaultWriteTimeout),
+			IdleTimeout:       Duration(httpserve.DefaultIdleTimeout),
+			MaxHeaderBytes:    httpserve.DefaultMaxHeaderBytes,
+			MaxConns:          httpserve.DefaultMaxConns},
+		API:  defaultAPI(), // TLS on the API's own listener by default
+		TFTP: TFTP{Addr: ":69", Window: 8},
 		DHCP: DHCP{
 			LeaseTime:         Duration(time.Hour),
 			OfferHold:         Duration(30 * time.Second),
@@ -278,6 +307,8 @@ func (c *Config) Validate() error {
 	if c.API.AdminKeyFile != "" && strings.HasSuffix(c.API.AdminKeyFile, "/") {
 		errs.add("api.admin_key_file", "%q names a directory; give a file path", c.API.AdminKeyFile)
 	}
+	c.HTTP.validateLimits(&errs)
+	c.validateAPIListener(&errs)
 	if c.TFTP.Enabled {
 		checkHostPort(&errs, "tftp.addr", c.TFTP.Addr, true)
 	}
@@ -337,6 +368,68 @@ func (c *Config) Validate() error {
 		return errs
 	}
 	return nil
+}
+
+func (h HTTP) validateLimits(errs *Errors) {
+	for _, d := range []struct {
+		field string
+		v     Duration
+	}{{"http.read_header_timeout", h.ReadHeaderTimeout}, {"http.read_body_timeout", h.ReadBodyTimeout},
+		{"http.write_timeout", h.WriteTimeout}, {"http.idle_timeout", h.IdleTimeout}} {
+		if d.v.D() < 100*time.Millisecond || d.v.D() > 24*time.Hour {
+			errs.add(d.field, "%s is outside 100ms..24h", d.v.D())
+		}
+	}
+	if h.MaxHeaderBytes < 4096 || h.MaxHeaderBytes > 16<<20 {
+		errs.add("http.max_header_bytes", "%d is outside 4096..16777216", h.MaxHeaderBytes)
+	}
+	if h.MaxConns < 1 || h.MaxConns > 1<<20 {
+		errs.add("http.max_conns", "%d is outside 1..1048576", h.MaxConns)
+	}
+}
+
+// APIDefaultPort is the API's port when it moves off a non-loopback
+// http.addr to a TLS listener of its own.
+const APIDefaultPort = "8443"
+
+// APIListener says where the API is served: addr empty means on the main
+// HTTP listener (http.addr, plain HTTP); otherwise its own listener at addr,
+// with TLS when useTLS. The API is in plain HTTP off loopback only when
+// api.insecure_plain_http says so.
+func (c *Config) APIListener() (addr string, useTLS bool) {
+	if c.API.Addr != "" {
+		return c.API.Addr, c.API.TLS.Enabled || c.API.TLS.CertFile != ""
+	}
+	if c.API.InsecurePlainHTTP || httpserve.IsLoopback(c.HTTP.Addr) {
+		return "", false
+	}
+	host, _, _ := net.SplitHostPort(c.HTTP.Addr)
+	return net.JoinHostPort(host, APIDefaultPort), true
+}
+
+// APIPlainOffLoopback reports whether the API is served in plain HTTP on
+// an address other than loopback (allowed only by api.insecure_plain_http).
+func (c *Config) APIPlainOffLoopback() bool {
+	addr, useTLS := c.APIListener()
+	if addr == "" {
+		return !httpserve.IsLoopback(c.HTTP.Addr)
+	}
+	return !useTLS && !httpserve.IsLoopback(addr)
+}
+
+func (c *Config) validateAPIListener(errs *Errors) {
+	addr, useTLS := c.APIListener()
+	if c.API.Addr == "" && addr != "" {
+		if _, port, err := net.SplitHostPort(c.HTTP.Addr); err == nil && port == APIDefaultPort {
+			errs.add("api.addr", "not set, so the API would move to port %s of http.addr %s (not loopback), which http.addr uses; set api.addr", APIDefaultPort, c.HTTP.Addr)
+		}
+		if !c.API.TLS.Enabled && c.API.TLS.CertFile == "" {
+			errs.add("api.tls.enabled", "false, but http.addr %s is not loopback, so the API moves to %s with TLS; enable TLS, or set api.insecure_plain_http: true to serve it in plain HTTP on http.addr", c.HTTP.Addr, addr)
+		}
+	}
+	if c.API.Addr != "" && !useTLS && !c.API.InsecurePlainHTTP && !httpserve.IsLoopback(addr) {
+		errs.add("api.tls.enabled", "false would serve the API in plain HTTP on %s, which is not loopback; enable TLS, or set api.insecure_plain_http: true", addr)
+	}
 }
 
 func checkHostPort(errs *Errors, field, v string, required bool) {

@@ -246,7 +246,6 @@ advertise_addr: 10.99.0.1
 log: {level: warn, format: json}
 debug: {pprof_addr: "10.99.0.1:6060"}
 http: {addr: "10.99.0.1:8080"}
-api: {tls: {enabled: false}}
 dhcp:
   interfaces: [s0]
   lease_time: 1h

@@ -90,8 +90,16 @@ type Lab struct {
 // extraCli host numbers (each a device with its own address).
 func NewLab(t *testing.T, name string, n int, extraSrv, extraCli []int) *Lab {
 	t.Helper()
-	l := &Lab{t: t, Srv: "zz-" + name + "-s", Cli: "zz-" + name + "-c", Net: fmt.Sprintf("10.99.%d", n),
-		IfSrv: "zz" + name + "s", IfC: "zz" + name + "c", Dir: t.TempDir()}
+	return NewLabPrefix(t, "zz", name, n, extraSrv, extraCli)
+}
+
+// NewLabPrefix is NewLab with namespaces <prefix>-<name>-s and -c and
+// interfaces <prefix><name>s and c, for tests that keep to a namespace
+// prefix of their own.
+func NewLabPrefix(t *testing.T, prefix, name string, n int, extraSrv, extraCli []int) *Lab {
+	t.Helper()
+	l := &Lab{t: t, Srv: prefix + "-" + name + "-s", Cli: prefix + "-" + name + "-c", Net: fmt.Sprintf("10.99.%d", n),
+		IfSrv: prefix + name + "s", IfC: prefix + name + "c", Dir: t.TempDir()}
 	if len(l.IfSrv) > 15 {
 		t.Fatalf("lab name %q too long for interface names", name)
 	}

@@ -3,6 +3,8 @@ package lab
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/api/signing"
+	ztpdconfig "github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/testenv/netns"
 )
 
@@ -25,10 +28,16 @@ type Appliance struct {
 	DataDir string
 	Config  string
 	Base    string // http://<app addr>:8080
+	// APIBase is where the API answers: https://<app addr>:8443 when the
+	// ZTP listener is not on loopback (the API then has its own TLS
+	// listener, self-signed, trusted through <data dir>/api-tls/cert.pem),
+	// else Base.
+	APIBase string
 	Proc    *Proc
 
 	ns     *netns.NS
 	http   *http.Client
+	api    *http.Client
 	key    string
 	secret []byte
 }
@@ -36,7 +45,13 @@ type Appliance struct {
 // NSClient is an HTTP client whose connections are opened inside ns, so a
 // process in the root namespace can talk to servers in the lab.
 func NSClient(ns *netns.NS) *http.Client {
+	return nsClient(ns, nil)
+}
+
+// nsClient is NSClient with TLS trusting roots (nil: the system's).
+func nsClient(ns *netns.NS, roots *x509.CertPool) *http.Client {
 	tr := &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			var c net.Conn
 			err := ns.Do(func() error {
@@ -85,12 +100,25 @@ func StartAppliance(ctx context.Context, ns *netns.NS, bin, work, config, base s
 	if a.Proc, err = StartProc(cmd); err != nil {
 		return nil, err
 	}
+	cfg, err := ztpdconfig.Load(a.Config)
+	if err != nil {
+		return nil, err
+	}
+	apiAddr, apiTLS := cfg.APIListener()
+	a.APIBase, a.api = a.Base, a.http
+	if apiAddr != "" {
+		scheme := "http"
+		if apiTLS {
+			scheme = "https"
+		}
+		a.APIBase = scheme + "://" + apiAddr
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := a.http.Get(a.Base + "/healthz")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == 200 {
+			if resp.StatusCode == 200 && a.apiReady(cfg, apiTLS) {
 				return a, nil
 			}
 		}
@@ -108,6 +136,35 @@ func StartAppliance(ctx context.Context, ns *netns.NS, bin, work, config, base s
 			return nil, fmt.Errorf("ztpd not healthy after 30s")
 		}
 	}
+}
+
+// apiReady reports whether the API answers at APIBase, first trusting the
+// self-signed certificate the server wrote into its data directory.
+func (a *Appliance) apiReady(cfg ztpdconfig.Config, useTLS bool) bool {
+	if a.APIBase == a.Base {
+		return true
+	}
+	if useTLS && a.api == a.http {
+		dir := cfg.DataDir
+		if dir == "" {
+			dir = a.DataDir
+		}
+		pem, err := os.ReadFile(filepath.Join(dir, "api-tls", "cert.pem"))
+		if err != nil {
+			return false
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			return false
+		}
+		a.api = nsClient(a.ns, roots)
+	}
+	resp, err := a.api.Get(a.APIBase + "/api/v1/")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return true
 }
 
 // Close stops the appliance (SIGTERM, graceful).
@@ -186,9 +243,9 @@ func (a *Appliance) csOnce(ctx context.Context, command string, params url.Value
 	}
 	q.Set("command", command)
 	q.Set("response", "json")
-	u := a.Base + "/client/api?" + signing.SignQuery(q, a.key, a.secret, time.Now().Add(5*time.Minute))
+	u := a.APIBase + "/client/api?" + signing.SignQuery(q, a.key, a.secret, time.Now().Add(5*time.Minute))
 	req, _ := http.NewRequestWithContext(ctx, "GET", u, nil)
-	resp, err := a.http.Do(req)
+	resp, err := a.api.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -209,13 +266,13 @@ func (a *Appliance) csOnce(ctx context.Context, command string, params url.Value
 
 // REST does a signed GET on /api/v1 and decodes the answer into out.
 func (a *Appliance) REST(ctx context.Context, path string, query url.Values, out any) error {
-	u := a.Base + path
+	u := a.APIBase + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
 	req, _ := http.NewRequestWithContext(ctx, "GET", u, nil)
 	req.Header.Set("Authorization", signing.RESTAuthorization("GET", path, query, nil, a.key, a.secret, time.Now().Add(5*time.Minute)))
-	resp, err := a.http.Do(req)
+	resp, err := a.api.Do(req)
 	if err != nil {
 		return err
 	}

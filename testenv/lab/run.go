@@ -108,8 +108,6 @@ log: {level: info, format: json}
 http:
   addr: %[2]s:8080
   metadata_addr: %[2]s:80
-api:
-  tls: {enabled: false}
 dhcp:
   interfaces: [br0]
   lease_time: 1h

@@ -11,7 +11,6 @@
 package ztphttp
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -27,7 +26,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/ztpd/ztpd/internal/core"
-	"github.com/ztpd/ztpd/internal/httpserve"
 	"github.com/ztpd/ztpd/internal/safepath"
 	"github.com/ztpd/ztpd/ztp/content"
 )
@@ -421,29 +419,3 @@ func (w *statusWriter) ReadFrom(r io.Reader) (int64, error) {
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// MetadataRunner serves the cloud-init metadata paths on their own listener
-// (port 80 of the appliance address, where cloud-init looks).
-type MetadataRunner struct {
-	Addr    string
-	Handler http.Handler
-	Log     *slog.Logger
-	Grace   time.Duration
-}
-
-// Name implements the app's Runner.
-func (m *MetadataRunner) Name() string { return "metadata" }
-
-// Run serves until ctx ends, then shuts down gracefully.
-func (m *MetadataRunner) Run(ctx context.Context) error {
-	ln, err := net.Listen("tcp", m.Addr)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: m.Handler}
-	if m.Log != nil {
-		srv.ErrorLog = slog.NewLogLogger(m.Log.Handler(), slog.LevelWarn)
-		m.Log.Info("listening", "listener", "metadata", "addr", ln.Addr().String())
-	}
-	return httpserve.Serve(ctx, srv, ln, m.Grace)
-}

@@ -1,0 +1,245 @@
+package httpserve
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Request body caps: device-facing routes (join, report, metadata) take small
+// JSON documents; the API takes at most what its handlers accept.
+const (
+	DeviceMaxBody = 64 << 10
+	APIMaxBody    = 1 << 20
+)
+
+// Guard is the middleware every TCP listener puts in front of its handler:
+// it caps and times the request body, and (HideErrors) keeps server-side
+// error text from clients.
+type Guard struct {
+	// Listener names the listener in logs.
+	Listener string
+	// MaxBody is the largest request body accepted; a larger one gets 413.
+	MaxBody int64
+	// BodyTimeout bounds receiving the body; a slower one gets 408.
+	BodyTimeout time.Duration
+	// HideErrors replaces the body of every 5xx answer that wraps an
+	// internal error or names a path with a generic reason and a request
+	// id; the detail goes to the log under that id. For device-facing
+	// handlers: devices never see server paths or internal error text.
+	HideErrors bool
+	// ErrorBody renders a refusal; nil gives {"error": reason, "status": code}.
+	ErrorBody func(code int, reason string) []byte
+	Log       *slog.Logger
+}
+
+// Wrap returns h behind the guard.
+func (g Guard) Wrap(h http.Handler) http.Handler {
+	if g.MaxBody <= 0 {
+		g.MaxBody = DeviceMaxBody
+	}
+	if g.BodyTimeout <= 0 {
+		g.BodyTimeout = DefaultReadBodyTimeout
+	}
+	if g.Log == nil {
+		g.Log = slog.Default()
+	}
+	if g.ErrorBody == nil {
+		g.ErrorBody = JSONError
+	}
+	return &guard{Guard: g, next: h}
+}
+
+type guard struct {
+	Guard
+	next http.Handler
+}
+
+func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Body != nil && r.Body != http.NoBody && !g.readBody(w, r) {
+		return
+	}
+	if !g.HideErrors {
+		g.next.ServeHTTP(w, r)
+		return
+	}
+	gw := &guardWriter{ResponseWriter: w}
+	g.next.ServeHTTP(gw, r)
+	if gw.held {
+		g.answerHidden(w, r, gw)
+	}
+}
+
+// readBody reads the whole body (at most MaxBody bytes, within
+// BodyTimeout) into memory and puts it back on r, or answers 413/408/400
+// and reports false.
+func (g *guard) readBody(w http.ResponseWriter, r *http.Request) bool {
+	if r.ContentLength > g.MaxBody {
+		g.refuse(w, r, http.StatusRequestEntityTooLarge, "request body of "+strconv.FormatInt(r.ContentLength, 10)+" bytes is over the "+sizeText(g.MaxBody)+" limit of "+r.URL.Path)
+		return false
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(g.BodyTimeout))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.MaxBody))
+	// Back to no deadline: the server's own background read must not time
+	// out while the handler answers (it would cancel the request context).
+	_ = rc.SetReadDeadline(time.Time{})
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		var ne net.Error
+		switch {
+		case errors.As(err, &tooLarge):
+			g.refuse(w, r, http.StatusRequestEntityTooLarge, "request body is over the "+sizeText(g.MaxBody)+" limit of "+r.URL.Path)
+		case errors.As(err, &ne) && ne.Timeout():
+			g.refuse(w, r, http.StatusRequestTimeout, "request body not received within "+g.BodyTimeout.String())
+		default:
+			g.refuse(w, r, http.StatusBadRequest, "request body could not be read")
+		}
+		return false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return true
+}
+
+func (g *guard) refuse(w http.ResponseWriter, r *http.Request, code int, reason string) {
+	g.Log.Info("request refused", "listener", g.Listener, "path", r.URL.Path, "client", r.RemoteAddr, "status", code, "reason", reason)
+	h := w.Header()
+	h.Set("Connection", "close") // the rest of the body is never read
+	writeBody(w, code, g.ErrorBody(code, reason))
+}
+
+// answerHidden logs a held 5xx answer under a new request id and sends the
+// client a reason without internal detail.
+func (g *guard) answerHidden(w http.ResponseWriter, r *http.Request, gw *guardWriter) {
+	id := NewRequestID()
+	detail := string(gw.body)
+	reason := detail
+	var doc struct {
+		Error any `json:"error"`
+	}
+	if json.Unmarshal(gw.body, &doc) == nil {
+		if s, ok := doc.Error.(string); ok {
+			reason = s
+		}
+	}
+	g.Log.Error("server error answered", "listener", g.Listener, "request_id", id, "status", gw.code,
+		"path", r.URL.Path, "client", r.RemoteAddr, "detail", strings.TrimSpace(detail))
+	h := w.Header()
+	h.Del("Content-Length")
+	h.Set("X-Request-Id", id)
+	body, _ := json.Marshal(map[string]any{"error": PublicReason(reason, id), "status": gw.code, "request_id": id})
+	writeBody(w, gw.code, append(body, '\n'))
+}
+
+// PublicReason is what a client may read of a server error: the reason
+// itself when it is a short sentence of ztpd's own (no path, no wrapped
+// error, which Go writes after ": "), else a generic one pointing at the log.
+func PublicReason(reason, id string) string {
+	reason = strings.TrimSpace(reason)
+	if reason != "" && len(reason) <= 200 && !strings.ContainsAny(reason, "/\\\n") && !strings.Contains(reason, ": ") {
+		return reason
+	}
+	return "internal server error; the operator finds the detail in ztpd's log under request id " + id
+}
+
+// NewRequestID is a random 16-hex-digit id tying an answer to a log line.
+func NewRequestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// JSONError is ztpd's refusal body: {"error": reason, "status": code}.
+func JSONError(code int, reason string) []byte {
+	b, _ := json.Marshal(map[string]any{"error": reason, "status": code})
+	return append(b, '\n')
+}
+
+func writeBody(w http.ResponseWriter, code int, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}
+
+func sizeText(n int64) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	if n >= 1<<10 && n%(1<<10) == 0 {
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d-byte", n)
+}
+
+// guardWriter holds back a 5xx answer (status and up to 4 KiB of body) for
+// the guard to replace; any other answer passes straight through, with
+// ReadFrom forwarded so file downloads keep sendfile.
+type guardWriter struct {
+	http.ResponseWriter
+	code int
+	held bool
+	body []byte
+}
+
+const heldBodyMax = 4 << 10
+
+func (w *guardWriter) WriteHeader(code int) {
+	if w.code == 0 && code >= 500 {
+		w.code, w.held = code, true
+		return
+	}
+	if w.code == 0 && code >= 200 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *guardWriter) Write(b []byte) (int, error) {
+	if w.held {
+		if room := heldBodyMax - len(w.body); room > 0 {
+			w.body = append(w.body, b[:min(len(b), room)]...)
+		}
+		return len(b), nil
+	}
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *guardWriter) ReadFrom(r io.Reader) (int64, error) {
+	if w.held {
+		return io.Copy(writerOnly{w}, r)
+	}
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(writerOnly{w.ResponseWriter}, r)
+}
+
+func (w *guardWriter) Flush() {
+	if w.held {
+		return
+	}
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *guardWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
