@@ -514,7 +514,7 @@ func TestCloudInitCloudStackDatasource(t *testing.T) {
 	if c, v := get(md + "meta-data/instance-id"); c != "200" || v == "" {
 		t.Fatalf("instance-id: %s %q", c, v)
 	}
-	if c, v := get(md + "user-data"); c != "200" || !strings.HasPrefix(v, "#cloud-config\nhostname: vm-1e0047000014") {
+	if c, v := get(md + "user-data"); c != "200" || !strings.HasPrefix(v, "#cloud-config\nhostname: \"vm-1e0047000014\"") {
 		t.Fatalf("user-data: %s %q", c, v)
 	}
 	c, idx := get(md + "meta-data/")
