@@ -1,10 +1,12 @@
 package core
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -68,15 +70,15 @@ func LeaseHolds(l Lease, now time.Time) bool {
 	return l.Reserved || l.Expiry.IsZero() || now.Before(l.Expiry)
 }
 
-// HolderOf returns who holds ip at now (see the rule above). b may be nil.
-// It reads the lease and fixed-address index inside tx.
-func HolderOf(tx Tx, ip netip.Addr, now time.Time, b Bindings) (Holder, error) {
+// HolderOf returns who holds ip at now (see the rule above). b and lc may
+// be nil. It reads the lease and fixed-address index inside tx.
+func HolderOf(tx Tx, ip netip.Addr, now time.Time, b Bindings, lc *LeaseCache) (Holder, error) {
 	ip = ip.Unmap()
 	h := Holder{Addr: ip}
 	if !ip.IsValid() {
 		return h, ErrNoHolder
 	}
-	l, err := GetLease(tx, ip.String())
+	l, err := lc.get(tx, ip.String())
 	switch {
 	case err == nil && LeaseHolds(l, now):
 		h.Lease, h.MAC = &l, l.MAC
@@ -190,4 +192,51 @@ func CheckHostname(v string) error {
 		return &FactError{Fact: "hostname", Value: v, Want: "RFC 1123 labels of letters, digits and -, dot-separated, at most 253 characters"}
 	}
 	return nil
+}
+
+// LeaseCache keeps decoded leases keyed by their stored bytes: a lookup
+// still reads the lease in the caller's transaction (never stale) but
+// decodes JSON only when the bytes changed, which on the ZTP request path
+// (every fetch asks who holds its address) is most of a lookup's cost. A nil
+// cache decodes every time. Safe for concurrent use.
+type LeaseCache struct {
+	mu sync.RWMutex
+	m  map[string]cachedLease
+}
+
+type cachedLease struct {
+	raw []byte
+	l   Lease
+}
+
+const leaseCacheMax = 200000
+
+func (c *LeaseCache) get(tx Tx, ip string) (Lease, error) {
+	if c == nil {
+		return GetLease(tx, ip)
+	}
+	raw, err := RawGet(tx, BucketLeases, ip)
+	if err != nil {
+		return Lease{}, err
+	}
+	if raw == nil {
+		return Lease{}, fmt.Errorf("lease %s: %w", ip, ErrNotFound)
+	}
+	c.mu.RLock()
+	e, ok := c.m[ip]
+	c.mu.RUnlock()
+	if ok && bytes.Equal(e.raw, raw) {
+		return e.l, nil
+	}
+	var l Lease
+	if err := Decode(raw, &l); err != nil {
+		return l, err
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= leaseCacheMax {
+		c.m = make(map[string]cachedLease) // bounded: start over
+	}
+	c.m[ip] = cachedLease{raw: bytes.Clone(raw), l: l}
+	c.mu.Unlock()
+	return l, nil
 }

@@ -21,7 +21,9 @@ func BenchmarkZTPJSON(b *testing.B) {
 	const n = 2000
 	clients := make([]*Client, n)
 	for k := range clients {
-		clients[k] = &Client{Addr: netip.MustParseAddr("127.0.0.1"), Transport: "http", Serial: fmt.Sprintf("BENCH%06d", k),
+		// Every switch asks from the address it leased (identity is the
+		// lease holder of the source address).
+		clients[k] = &Client{Addr: netip.MustParseAddr(fmt.Sprintf("10.99.%d.%d", 100+k/250, 1+k%250)), Transport: "http", Serial: fmt.Sprintf("BENCH%06d", k),
 			BaseMAC: fmt.Sprintf("52:54:00:%02x:%02x:%02x", k>>16&0xff, k>>8&0xff, k&0xff), Product: "Accton-AS7712-32X", SONiCVersion: "SONiC.202311.1"}
 	}
 	b.ResetTimer()
@@ -72,6 +74,10 @@ func newBenchEnv(b *testing.B) *env {
 			d := core.Device{ID: mac, MAC: mac, Kind: core.KindSONiC, Serial: fmt.Sprintf("BENCH%06d", k), Product: "Accton-AS7712-32X",
 				IP: fmt.Sprintf("10.99.%d.%d", 100+k/250, 1+k%250), State: core.StateLeased, FirstSeen: now}
 			if err := core.PutDevice(tx, d); err != nil {
+				return err
+			}
+			l := core.Lease{IP: d.IP, MAC: mac, Subnet: "bench", State: core.LeaseActive, Start: now, Expiry: now.Add(time.Hour)}
+			if err := tx.Put(core.BucketLeases, d.IP, l); err != nil {
 				return err
 			}
 		}

@@ -86,6 +86,7 @@ type Service struct {
 	profiles atomic.Pointer[profile.Set]
 	rec      *recorder
 	devices  deviceCache
+	leases   core.LeaseCache
 	imgs     imageCache
 	httpPort string
 	baseURL  string // fixed when AdvertiseAddr is set
@@ -243,7 +244,7 @@ func (s *Service) BaseURL(c *Client) string {
 // What c says about itself is then checked against that device (check):
 // headers select, they never widen.
 func (s *Service) identify(tx core.Tx, c *Client) (dev core.Device, stored bool, err error) {
-	h, err := core.HolderOf(tx, c.Addr, s.now(), s.opt.Bindings)
+	h, err := core.HolderOf(tx, c.Addr, s.now(), s.opt.Bindings, &s.leases)
 	if err != nil {
 		if errors.Is(err, core.ErrNoHolder) {
 			return dev, false, &Error{Status: 403, Kind: RefusedNoHolder,
