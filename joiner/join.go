@@ -480,7 +480,9 @@ func (s *Service) loadDevice(tx core.Tx, mac string, req JoinRequest, now time.T
 		if mac == "" {
 			return d, "", fmt.Errorf("%w: unknown device with serial %q: send its MAC address", ErrInvalid, req.Serial)
 		}
-		d = core.Device{ID: mac, MAC: mac, Kind: core.KindVM, State: core.StateDiscovered, FirstSeen: now}
+		// Not recorded yet (DHCP and the content service write device
+		// records behind): the request's kind fills in below.
+		d = core.Device{ID: mac, MAC: mac, Kind: core.KindUnknown, State: core.StateDiscovered, FirstSeen: now}
 		storedSerial = "\x00"
 	} else if err != nil {
 		return d, "", err

@@ -165,3 +165,23 @@ func TestHistoryIsBounded(t *testing.T) {
 		t.Fatalf("history of %d entries", len(ms.History))
 	}
 }
+
+// TestSwitchJoiningBeforeItsRecord: DHCP and the content service write
+// device records behind, so a fast switch can join before its record
+// exists; the kind its request states then decides the method (it found
+// a boot storm's switches admitted as VMs when a new record defaulted to
+// vm).
+func TestSwitchJoiningBeforeItsRecord(t *testing.T) {
+	e := newEnv(t, Options{AutoApprove: approveAll})
+	e.cluster(ClusterSpec{Name: "fabric", Size: 4})
+	e.must(e.join("fabric", 1)) // the first control plane, so switches may join
+	m := mac(9)
+	ip := e.hold(addrOf(9), m)
+	b := e.must(e.svc.Join(bg, JoinRequest{Enrollment: e.enroll("fabric", m, "SN-9"), MAC: m, Serial: "SN-9", Kind: core.KindSONiC, RemoteIP: ip}))
+	if b.Method != MethodSONiC || b.SONiC == nil || b.CloudConfig != nil {
+		t.Fatalf("switch without a record joined by %s", b.Method)
+	}
+	if d := e.device(m); d.Kind != core.KindSONiC || d.Serial != "SN-9" {
+		t.Fatalf("record made by the join: %+v", d)
+	}
+}
