@@ -13,20 +13,35 @@ const minRTO = 200 * time.Millisecond
 // (the 16-bit block number on the wire is the low half).
 //
 // Lock-step (RFC 1350) is a window of one. A larger window exists only when
-// the client negotiated windowsize (RFC 7440). Rules, for both:
+// the client negotiated windowsize (RFC 7440). Rules:
 //
 //   - Nothing but the OACK goes out until ACK 0 has come back; without an
 //     OACK, block 1 goes out alone.
-//   - An ACK for a block in flight moves the window to the block after it,
-//     resending from there if the client acknowledged short of the window's
-//     end (RFC 7440: it saw a gap). An ACK for a block not in flight (stale,
-//     or never sent) is ignored.
-//   - A duplicate ACK (the block already acknowledged) is ignored when it
-//     arrives within one measured round trip of the next block's
-//     transmission: it was sent before that block arrived, which is the
-//     Sorcerer's Apprentice case (RFC 1123 4.2.3.1). Later than that it can
-//     only mean the next block was lost and the client's own timer fired, so
-//     the block is sent again at once instead of after the full timeout.
+//   - An ACK for a block in flight slides the window past it. An ACK for a
+//     block not in flight (stale, or never sent) is ignored.
+//   - Lock-step: a duplicate ACK (of the block already acknowledged) is
+//     ignored; only the timer sends a block again. Answering duplicates is
+//     the Sorcerer's Apprentice (RFC 1123 4.2.3.1).
+//   - Window: an ACK short of the highest block sent (a duplicate or a
+//     partial ACK) is how an RFC 7440 receiver reports a gap: atftp sends
+//     one at the first block out of order and ignores the rest, so the
+//     window starts again after the acknowledged block. At once if the
+//     next block went out at least a round trip (2 srtt + 4 rttvar) before
+//     the ACK came: the client cannot have had it when it answered. Sooner
+//     than that the ACK may predate the block's arrival (or answer a
+//     duplicate of ours; receivers acknowledge their position then), and
+//     going back on it can send every window twice from then on; so the
+//     window only slides, and goes back one round trip later if the client
+//     has still not moved past the block.
+//   - Tail probe (TCP's TLP, RFC 8985): when no ACK has come a round trip
+//     (2 srtt + 4 rttvar, at least 1 ms) after the timer started, the
+//     highest block sent goes again, once: it completes the receiver's
+//     window if that block was lost, or, if the receiver has it (its ACK was
+//     lost), makes it say where it is. Without this a lost last block of a
+//     window, or any lost block in lock-step, waits for the timeout. Once
+//     per ACK that moved the window, so never before the first ACK (a
+//     client that never answers gets one datagram per timeout) nor after
+//     a timeout.
 //   - On timeout only the first unacknowledged block is sent again (one
 //     datagram per timeout, whatever the window), and the timeout doubles up
 //     to its ceiling. After maxTries retransmissions without progress the
@@ -51,6 +66,12 @@ type window struct {
 	armed bool // the retransmit timer runs (from armAt)
 	armAt time.Time
 
+	gapAt   time.Time // go back after gapFrom then, unless the client moved on
+	gapFrom int64
+
+	probe    int64 // block to send before anything else; -1 none
+	tlpArmed bool  // a tail probe is due at armAt + roundTrip
+
 	// By block number modulo len: time of the first and the latest
 	// transmission, and whether it was sent more than once.
 	firstTx, lastTx []time.Time
@@ -63,8 +84,8 @@ type ackResult int
 
 const (
 	ackIgnored    ackResult = iota // stale, duplicate or outside the window
-	ackProgress                    // the window moved; send what is due
-	ackRetransmit                  // a late duplicate: send what is due again
+	ackProgress                    // the window slid; send what is due
+	ackRetransmit                  // a gap: the window starts again after the acknowledged block
 	ackDone                        // the final block is acknowledged
 )
 
@@ -72,7 +93,7 @@ const (
 // and the window opens with ACK 0. last is the final block when the
 // payload size is known (size/blksize + 1), else 0.
 func newWindow(size int, oack bool, last int64, timeout time.Duration, maxTries int) *window {
-	w := &window{size: int64(max(1, size)), last: last, maxTries: maxTries, maxRTO: timeout, rto: timeout, maxSent: -1}
+	w := &window{size: int64(max(1, size)), last: last, maxTries: maxTries, maxRTO: timeout, rto: timeout, maxSent: -1, probe: -1}
 	if oack {
 		w.acked, w.next = -1, 0
 	} else {
@@ -87,6 +108,9 @@ func (w *window) slot(k int64) int { return int(k % int64(len(w.firstTx))) }
 
 // due returns the block to send now, if any.
 func (w *window) due() (int64, bool) {
+	if w.probe >= 0 {
+		return w.probe, true
+	}
 	limit := w.acked + w.size
 	switch {
 	case w.acked < 0:
@@ -118,7 +142,11 @@ func (w *window) sent(k int64, final bool, now time.Time) {
 		w.retransmissions++
 	}
 	w.lastTx[i] = now
-	w.next = k + 1
+	if k == w.probe {
+		w.probe = -1 // a probe leaves the window where it is
+	} else {
+		w.next = k + 1
+	}
 	if !w.armed {
 		w.armed, w.armAt = true, now
 	}
@@ -130,36 +158,64 @@ func (w *window) ack(n uint16, now time.Time) ackResult {
 		return ackIgnored
 	}
 	d := int64(n - uint16(w.acked))
-	if d == 0 {
-		// Duplicate. Late enough after the next block's last transmission,
-		// it means that block was lost (see the type's comment).
-		if w.haveRTT && w.maxSent > w.acked && w.tries < w.maxTries &&
-			now.Sub(w.lastTx[w.slot(w.acked+1)]) >= w.dupGuard() {
-			w.tries++
-			w.next, w.probing, w.armed = w.acked+1, false, false
-			return ackRetransmit
-		}
-		return ackIgnored
-	}
 	if d > w.maxSent-w.acked {
 		return ackIgnored // not in flight: stale, or a block never sent
 	}
 	k := w.acked + d
-	if i := w.slot(k); !w.resent[i] {
-		w.sample(now.Sub(w.firstTx[i]))
+	if d > 0 {
+		if i := w.slot(k); !w.resent[i] {
+			w.sample(now.Sub(w.firstTx[i]))
+		}
+		w.acked, w.next = k, max(w.next, k+1)
+		w.probing, w.tries = false, 0
+		// The timer restarts with progress and runs on while blocks are
+		// in flight.
+		w.armed, w.armAt = w.maxSent > k, now
+		w.tlpArmed = true // once per progress: never after a timeout
+		if !w.gapAt.IsZero() && k > w.gapFrom {
+			w.gapAt = time.Time{}
+		}
+		if w.last > 0 && k >= w.last {
+			return ackDone
+		}
 	}
-	w.acked, w.next = k, k+1
-	w.probing, w.tries, w.armed = false, 0, false
-	if w.last > 0 && k >= w.last {
-		return ackDone
+	if w.size > 1 && k < w.maxSent {
+		if now.Sub(w.lastTx[w.slot(k+1)]) >= w.roundTrip() {
+			return w.goBack(d == 0)
+		}
+		if w.gapAt.IsZero() {
+			w.gapAt, w.gapFrom = now.Add(w.roundTrip()), k
+		}
+	}
+	if d == 0 {
+		return ackIgnored
 	}
 	return ackProgress
 }
 
-// dupGuard is how long after a block's transmission a duplicate ACK of
-// the block before it still counts as sent before the block arrived.
-func (w *window) dupGuard() time.Duration {
-	return max(w.srtt+4*w.rttvar, 2*time.Millisecond)
+// goBack starts the window again after the acknowledged block.
+func (w *window) goBack(repeat bool) ackResult {
+	if repeat {
+		if w.tries >= w.maxTries {
+			return ackIgnored // a client repeating itself is left to the timer
+		}
+		w.tries++
+	}
+	w.next, w.probing, w.armed, w.gapAt, w.probe = w.acked+1, false, false, time.Time{}, -1
+	return ackRetransmit
+}
+
+// roundTrip is how long after a block's transmission an ACK can still
+// have been sent before the block arrived: a round trip with a wide
+// margin. On a steady link rttvar decays to nothing, and an ACK that
+// predates the block arrives just short of one round trip; a duplicate
+// stream started by mistaking one keeps its timing, so the margin must
+// hold against that, not just against noise.
+func (w *window) roundTrip() time.Duration {
+	if !w.haveRTT {
+		return w.maxRTO
+	}
+	return max(2*w.srtt+4*w.rttvar, time.Millisecond)
 }
 
 func (w *window) sample(r time.Duration) {
@@ -176,19 +232,49 @@ func (w *window) sample(r time.Duration) {
 	w.rto = min(max(w.srtt+max(4*w.rttvar, time.Millisecond), min(minRTO, w.maxRTO)), w.maxRTO)
 }
 
-// deadline is when the retransmit timer fires; zero when it does not run.
+// deadline is when expire is to be called next; zero when no timer runs.
 func (w *window) deadline() time.Time {
-	if !w.armed {
-		return time.Time{}
+	var t time.Time
+	early := func(at time.Time) {
+		if t.IsZero() || at.Before(t) {
+			t = at
+		}
 	}
-	return w.armAt.Add(w.rto)
+	if w.armed {
+		early(w.armAt.Add(w.rto))
+		if at, ok := w.tailProbeAt(); ok {
+			early(at)
+		}
+	}
+	if !w.gapAt.IsZero() {
+		early(w.gapAt)
+	}
+	return t
 }
 
-// expire handles the retransmit timer firing at now (callers check
-// deadline first). It reports false when the transfer is to be abandoned;
-// otherwise due returns the block to send again.
+// expire handles the timers at now (callers wait for deadline). It reports
+// false when the transfer is to be abandoned; otherwise due returns what
+// to send again.
 func (w *window) expire(now time.Time) bool {
-	if !w.armed || now.Before(w.deadline()) {
+	if !w.gapAt.IsZero() && !now.Before(w.gapAt) {
+		// The client did not move past the block it reported: a gap.
+		w.gapAt = time.Time{}
+		if w.acked == w.gapFrom && w.maxSent > w.acked {
+			w.goBack(true)
+		}
+		return w.tries <= w.maxTries
+	}
+	if !w.armed {
+		return true
+	}
+	if at, ok := w.tailProbeAt(); ok && !now.Before(at) {
+		w.tlpArmed = false
+		if w.maxSent > w.acked {
+			w.probe = w.maxSent
+		}
+		return true
+	}
+	if now.Before(w.armAt.Add(w.rto)) {
 		return true
 	}
 	w.tries++
@@ -196,8 +282,17 @@ func (w *window) expire(now time.Time) bool {
 		return false
 	}
 	w.rto = min(2*w.rto, w.maxRTO)
-	w.next, w.probing, w.armed = w.acked+1, true, false
+	w.next, w.probing, w.armed, w.gapAt, w.probe = w.acked+1, true, false, time.Time{}, -1
 	return true
+}
+
+// tailProbeAt is when the tail probe is due, if one is: not while a gap is
+// known, and not when it would coincide with the timeout.
+func (w *window) tailProbeAt() (time.Time, bool) {
+	if !w.tlpArmed || !w.gapAt.IsZero() || !w.haveRTT || w.roundTrip() >= w.rto {
+		return time.Time{}, false
+	}
+	return w.armAt.Add(w.roundTrip()), true
 }
 
 // done reports whether the final block has been acknowledged.
