@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -90,7 +89,7 @@ type engine struct {
 	cfg  engineConfig
 	open opener
 	log  *slog.Logger
-	conn *net.UDPConn
+	conn *sock
 	v6   bool // conn is an IPv6 (dual-stack) socket
 	// wildcard: conn is bound to an unspecified address, so replies sent on
 	// it name their source (IP_PKTINFO): the address the client asked.
@@ -118,16 +117,18 @@ func (e *engine) serve(ctx context.Context, conn *net.UDPConn, grace time.Durati
 		conn.Close()
 		return errors.New("tftp: not a UDP socket")
 	}
-	e.conn = conn
-	e.v6 = la.IP.To4() == nil
 	e.wildcard = la.IP.IsUnspecified()
-	if err := setPktinfo(conn, e.v6); err != nil {
-		conn.Close()
+	s, err := sockFromConn(conn)
+	if err != nil {
+		return fmt.Errorf("tftp: %w", err)
+	}
+	e.conn, e.v6 = s, s.v6
+	if err := setPktinfo(s.fd, s.v6); err != nil {
+		s.close()
 		return fmt.Errorf("tftp: enable IP_PKTINFO: %w", err)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- e.readLoop() }()
-	var err error
 	select {
 	case err = <-errc:
 		errc <- nil
@@ -137,7 +138,7 @@ func (e *engine) serve(ctx context.Context, conn *net.UDPConn, grace time.Durati
 	e.closing = true
 	e.mu.Unlock()
 	if !e.cfg.singlePort {
-		conn.Close() // running transfers have sockets of their own
+		s.shutdown() // running transfers have sockets of their own
 	}
 	done := make(chan struct{})
 	go func() { e.wg.Wait(); close(done) }()
@@ -148,28 +149,47 @@ func (e *engine) serve(ctx context.Context, conn *net.UDPConn, grace time.Durati
 		e.abortAll("server shutting down")
 		<-done
 	}
-	conn.Close()
+	s.shutdown()
 	<-errc
 	return err
 }
 
+// readLoop receives on the listening socket until it is shut down; it
+// closes the socket.
 func (e *engine) readLoop() error {
+	defer e.conn.close()
 	buf := make([]byte, 4096)
 	oob := make([]byte, 256)
 	for {
-		n, oobn, flags, from, err := e.conn.ReadMsgUDPAddrPort(buf, oob)
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EINTR) || errors.Is(err, syscall.ENOMEM) {
-				continue
-			}
-			return fmt.Errorf("tftp: read: %w", err)
+		n, oobn, truncated, from, err := e.conn.recvmsg(buf, oob, maxWait, e.spin())
+		switch {
+		case err == errDown:
+			return nil
+		case err == errTimeout, err == unix.ECONNREFUSED, err == unix.ENOMEM:
+			continue
+		case err != nil:
+			return fmt.Errorf("tftp: receive: %w", err)
 		}
 		local, ifindex := parsePktinfo(oob[:oobn])
-		e.handle(buf[:n], flags&unix.MSG_TRUNC != 0, from, local, ifindex)
+		e.handle(buf[:n], truncated, from, local, ifindex)
 	}
+}
+
+// spin is how long the single-port reader busy-polls before blocking:
+// while one or two transfers run (a device fetching its files, the
+// benchmark) ACKs come back within a round trip; with more, blocking is
+// cheaper than guessing.
+func (e *engine) spin() time.Duration {
+	if !e.cfg.singlePort {
+		return 0
+	}
+	e.mu.Lock()
+	n := len(e.active)
+	e.mu.Unlock()
+	if n == 0 || n > 2 {
+		return 0
+	}
+	return maxSpin
 }
 
 // handle dispatches one datagram that arrived on the listening socket.
@@ -262,7 +282,7 @@ func (e *engine) request(p []byte, truncated bool, peer netip.AddrPort, local ne
 // refuse answers a request with an ERROR from the listening socket.
 func (e *engine) refuse(peer netip.AddrPort, local netip.Addr, file string, r *refusal) {
 	refused.WithLabelValues(r.reason).Inc()
-	e.conn.WriteMsgUDPAddrPort(appendError(nil, r.code, r.msg), e.sourceOOB(local), peer)
+	e.conn.sendTo(appendError(nil, r.code, r.msg), e.sourceOOB(local), peer)
 	e.logf(r.level, "refused:"+r.reason, "tftp request refused", "client", peer, "file", file, "reason", r.reason, "error", r.msg)
 }
 
@@ -332,10 +352,10 @@ type transfer struct {
 
 	mu       sync.Mutex
 	finished bool
-	conn     *net.UDPConn // own socket, default mode
-	oob      []byte       // single-port mode: reply source address
-	timer    *time.Timer  // single-port mode: retransmit timer
-	timerAt  time.Time    // when timer fires; zero if unknown
+	conn     *sock       // own socket, default mode (closed by start's goroutine)
+	oob      []byte      // single-port mode: reply source address
+	timer    *time.Timer // single-port mode: retransmit timer
+	timerAt  time.Time   // when timer fires; zero if unknown
 	pl       *payload
 	src      blockSource
 	w        *window
@@ -352,23 +372,19 @@ func (t *transfer) start() {
 	if e.cfg.singlePort {
 		t.oob = e.sourceOOB(t.local)
 	} else {
-		laddr := &net.UDPAddr{}
-		if t.local.IsValid() && !t.local.IsUnspecified() {
-			laddr.IP = t.local.AsSlice()
-		}
-		conn, err := net.DialUDP("udp", laddr, net.UDPAddrFromAddrPort(netip.AddrPortFrom(t.client, t.peer.Port())))
+		conn, err := dialSock(t.local, netip.AddrPortFrom(t.client, t.peer.Port()))
 		if err != nil {
-			e.conn.WriteMsgUDPAddrPort(appendError(nil, errUndefined, "internal error"), e.sourceOOB(t.local), t.peer)
+			e.conn.sendTo(appendError(nil, errUndefined, "internal error"), e.sourceOOB(t.local), t.peer)
 			t.abort(resultFailed, "cannot open a transfer socket: "+err.Error())
 			return
 		}
+		defer conn.close()
 		t.mu.Lock()
+		t.conn = conn
 		if t.finished { // aborted meanwhile
 			t.mu.Unlock()
-			conn.Close()
 			return
 		}
-		t.conn = conn
 		t.mu.Unlock()
 	}
 
@@ -423,41 +439,39 @@ func (t *transfer) start() {
 	t.readLoop()
 }
 
-// readLoop receives on the transfer's own socket (default mode). The read
-// deadline follows the retransmit timer lazily: it is moved only when the
-// timer would fire earlier, or after it fired, not on every ACK.
+// readLoop receives on the transfer's own socket (default mode) and runs
+// the window's timers.
 func (t *transfer) readLoop() {
 	buf := make([]byte, 1024)
-	var rd time.Time
 	for {
 		t.mu.Lock()
 		if t.finished {
 			t.mu.Unlock()
 			return
 		}
-		dl := t.w.deadline()
+		dl, spin := t.w.deadline(), t.w.spinBudget()
 		t.mu.Unlock()
-		if dl.IsZero() {
-			dl = time.Now().Add(t.e.cfg.timeout)
-		}
-		if rd.IsZero() || dl.Before(rd) {
-			t.conn.SetReadDeadline(dl)
-			rd = dl
-		}
-		n, err := t.conn.Read(buf)
 		now := time.Now()
+		wait := maxWait
+		if !dl.IsZero() {
+			wait = dl.Sub(now)
+		}
+		var n int
+		err := errTimeout
+		if wait > 0 {
+			n, err = t.conn.read(buf, wait, spin)
+			now = time.Now()
+		}
 		t.mu.Lock()
-		var ne net.Error
 		switch {
 		case t.finished:
 		case err == nil:
 			t.onPacketLocked(buf[:n], now)
-		case errors.As(err, &ne) && ne.Timeout():
-			rd = time.Time{}
+		case err == errTimeout:
 			if dl := t.w.deadline(); !dl.IsZero() && !now.Before(dl) {
 				t.expireLocked(now)
 			}
-		case errors.Is(err, syscall.ECONNREFUSED):
+		case err == unix.ECONNREFUSED:
 			t.finishLocked(t.giveUpResult(), "client port unreachable (ICMP)")
 		default:
 			t.finishLocked(resultFailed, "receive: "+err.Error())
@@ -535,7 +549,7 @@ func (t *transfer) pumpLocked(now time.Time) {
 		if k <= t.w.maxSent {
 			retransmissions.Inc()
 		}
-		if err := t.send(pkt); errors.Is(err, syscall.ECONNREFUSED) {
+		if err := t.send(pkt); err == unix.ECONNREFUSED {
 			t.finishLocked(t.giveUpResult(), "client port unreachable (ICMP)")
 			return
 		}
@@ -548,11 +562,9 @@ func (t *transfer) pumpLocked(now time.Time) {
 
 func (t *transfer) send(pkt []byte) error {
 	if t.conn != nil {
-		_, err := t.conn.Write(pkt)
-		return err
+		return t.conn.write(pkt)
 	}
-	_, _, err := t.e.conn.WriteMsgUDPAddrPort(pkt, t.oob, t.peer)
-	return err
+	return t.e.conn.sendTo(pkt, t.oob, t.peer)
 }
 
 // armTimerLocked keeps the single-port retransmit timer no later than the
@@ -607,7 +619,7 @@ func (t *transfer) finishLocked(result, reason string) {
 	}
 	t.finished = true
 	if t.conn != nil {
-		t.conn.Close()
+		t.conn.shutdown() // wakes the receive; start's goroutine closes it
 	}
 	if t.timer != nil {
 		t.timer.Stop()

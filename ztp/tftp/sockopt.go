@@ -10,25 +10,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// setPktinfo asks the kernel to tell, for every datagram received on c,
+// setPktinfo asks the kernel to tell, for every datagram received on fd,
 // the local address it was sent to and the interface it arrived on.
-func setPktinfo(c *net.UDPConn, v6 bool) error {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return err
+func setPktinfo(fd int, v6 bool) error {
+	if v6 {
+		return unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1)
 	}
-	var serr error
-	err = rc.Control(func(fd uintptr) {
-		if v6 {
-			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1)
-			return
-		}
-		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_PKTINFO, 1)
-	})
-	if err != nil {
-		return err
-	}
-	return serr
+	return unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_PKTINFO, 1)
 }
 
 // parsePktinfo extracts the local address and the arrival interface from

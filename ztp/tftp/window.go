@@ -286,6 +286,18 @@ func (w *window) expire(now time.Time) bool {
 	return true
 }
 
+// maxSpin bounds busy-polling for an ACK (see sock).
+const maxSpin = 200 * time.Microsecond
+
+// spinBudget is how long to busy-poll for the next ACK: about two round
+// trips when the client answers that fast, else nothing.
+func (w *window) spinBudget() time.Duration {
+	if !w.haveRTT || w.srtt > maxSpin/2 {
+		return 0
+	}
+	return min(2*w.srtt+20*time.Microsecond, maxSpin)
+}
+
 // tailProbeAt is when the tail probe is due, if one is: not while a gap is
 // known, and not when it would coincide with the timeout.
 func (w *window) tailProbeAt() (time.Time, bool) {
