@@ -95,7 +95,13 @@ type TFTP struct {
 	// without progress before the transfer is abandoned.
 	MaxRetransmits int `yaml:"max_retransmits"`
 	// MaxTransfers bounds concurrent transfers; MaxTransfersPerSource bounds
-	// them per client address. The next request gets a TFTP ERROR.
+	// them per client address. The next request gets a TFTP ERROR and the
+	// device retries. Defaults 256 and 4: a device fetches one file at a
+	// time (a boot ROM's tsize probe and its real request overlap briefly),
+	// so 4 leaves room for that and a few devices behind one address; each
+	// transfer holds a socket, a thread while it waits and one block
+	// buffer, and 256 is far more than a LAN's worth of concurrent ONIE
+	// downloads needs while keeping that bounded.
 	MaxTransfers          int `yaml:"max_transfers"`
 	MaxTransfersPerSource int `yaml:"max_transfers_per_source"`
 }
