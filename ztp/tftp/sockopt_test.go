@@ -59,6 +59,11 @@ func TestEngineIPv6(t *testing.T) {
 			t.Fatal("content differs")
 		}
 		// 1500 - 52: IPv6's header is 20 bytes longer.
+		c.Close()
+		if c, err = net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback}); err != nil {
+			t.Fatal(err)
+		}
+		cl = &client{t: t, conn: c, buf: make([]byte, 70000)}
 		cl.rrq(addr, "f", "blksize", "65000")
 		if o := cl.must(time.Second, opOACK); string(o.data) != "blksize\x001448\x00" {
 			t.Errorf("single %v: OACK %q", single, o.data)
