@@ -171,7 +171,7 @@ func (e *engine) readLoop() error {
 			return fmt.Errorf("tftp: receive: %w", err)
 		}
 		local, ifindex := parsePktinfo(oob[:oobn])
-		e.handle(buf[:n], truncated, from, local, ifindex)
+		e.handle(buf[:n], truncated, from, local, ifindex, arrival(oob[:oobn]))
 	}
 }
 
@@ -193,7 +193,7 @@ func (e *engine) spin() time.Duration {
 }
 
 // handle dispatches one datagram that arrived on the listening socket.
-func (e *engine) handle(p []byte, truncated bool, peer netip.AddrPort, local netip.Addr, ifindex int) {
+func (e *engine) handle(p []byte, truncated bool, peer netip.AddrPort, local netip.Addr, ifindex int, at time.Time) {
 	if len(p) >= 2 {
 		switch binary.BigEndian.Uint16(p) {
 		case opRRQ, opWRQ:
@@ -206,7 +206,7 @@ func (e *engine) handle(p []byte, truncated bool, peer netip.AddrPort, local net
 				e.mu.Unlock()
 				if t != nil {
 					t.mu.Lock()
-					t.onPacketLocked(p, time.Now())
+					t.onPacketLocked(p, at)
 					t.mu.Unlock()
 					return
 				}
@@ -457,16 +457,17 @@ func (t *transfer) readLoop() {
 			wait = dl.Sub(now)
 		}
 		var n int
+		var at time.Time
 		err := errTimeout
 		if wait > 0 {
-			n, err = t.conn.read(buf, wait, spin)
+			n, at, err = t.conn.read(buf, wait, spin)
 			now = time.Now()
 		}
 		t.mu.Lock()
 		switch {
 		case t.finished:
 		case err == nil:
-			t.onPacketLocked(buf[:n], now)
+			t.onPacketLocked(buf[:n], at)
 		case err == errTimeout:
 			if dl := t.w.deadline(); !dl.IsZero() && !now.Before(dl) {
 				t.expireLocked(now)
@@ -480,8 +481,10 @@ func (t *transfer) readLoop() {
 	}
 }
 
-// onPacketLocked handles a datagram from the client.
-func (t *transfer) onPacketLocked(p []byte, now time.Time) {
+// onPacketLocked handles a datagram from the client that arrived at at:
+// the window judges ACKs by when they arrived (the kernel's timestamp) and
+// blocks by when they left, not by when a busy server got to either.
+func (t *transfer) onPacketLocked(p []byte, at time.Time) {
 	if t.finished || len(p) < 4 {
 		return
 	}
@@ -490,12 +493,12 @@ func (t *transfer) onPacketLocked(p []byte, now time.Time) {
 		if t.w == nil {
 			return // nothing sent yet
 		}
-		switch t.w.ack(binary.BigEndian.Uint16(p[2:]), now) {
+		switch t.w.ack(binary.BigEndian.Uint16(p[2:]), at) {
 		case ackDone:
 			t.finishLocked(resultOK, "")
 			return
 		case ackProgress, ackRetransmit:
-			t.pumpLocked(now)
+			t.pumpLocked(time.Now())
 		}
 	case opERROR:
 		code, msg := errorMessage(p)

@@ -10,7 +10,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// sock is a UDP socket driven with blocking system calls. A lock-step
+// sock is a UDP socket driven with blocking system calls, with kernel
+// receive timestamps (SO_TIMESTAMPNS): whether an ACK came a round trip
+// after a block was sent is judged by when it arrived, not by when a
+// busy server got round to reading it.
+//
+// A A lock-step
 // transfer is one ACK in, one DATA out, so its speed is the round trip,
 // wake-ups included. Go's netpoller costs a failed read, a park, an epoll
 // wake-up and the read again per block; a blocking receive costs one
@@ -31,6 +36,7 @@ type sock struct {
 	v6       bool
 	rcvtimeo time.Duration // as set on the socket; 0 before the first
 	down     atomic.Bool
+	oob      []byte // control messages of read (one reader)
 }
 
 var (
@@ -60,7 +66,10 @@ func sockFromConn(c *net.UDPConn) (*sock, error) {
 		return nil, err
 	}
 	unix.CloseOnExec(fd)
-	if err := unix.SetNonblock(fd, false); err != nil {
+	if err := unix.SetNonblock(fd, false); err == nil {
+		err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
+	}
+	if err != nil {
 		unix.Close(fd)
 		return nil, err
 	}
@@ -80,8 +89,9 @@ func dialSock(local netip.Addr, peer netip.AddrPort) (*sock, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &sock{fd: fd, v6: v6}
-	if local.IsValid() && !local.IsUnspecified() {
+	s := &sock{fd: fd, v6: v6, oob: make([]byte, 64)}
+	err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
+	if err == nil && local.IsValid() && !local.IsUnspecified() {
 		err = unix.Bind(fd, sockaddr(netip.AddrPortFrom(local, 0), v6))
 	}
 	if err == nil {
@@ -145,34 +155,35 @@ func (s *sock) poll(spin time.Duration, recv func() (bool, error)) (ok bool, err
 }
 
 // read receives one datagram on a connected socket, waiting up to wait,
-// the first spin of it busy-polling.
-func (s *sock) read(p []byte, wait, spin time.Duration) (n int, err error) {
+// the first spin of it busy-polling. at is when it arrived.
+func (s *sock) read(p []byte, wait, spin time.Duration) (n int, at time.Time, err error) {
+	oobn := 0
 	if ok, err := s.poll(min(spin, wait), func() (bool, error) {
 		var err error
-		n, _, err = unix.Recvfrom(s.fd, p, unix.MSG_DONTWAIT)
+		n, oobn, _, _, err = unix.Recvmsg(s.fd, p, s.oob, unix.MSG_DONTWAIT)
 		if err == unix.EAGAIN || err == unix.EINTR {
 			return false, nil
 		}
 		return true, err
 	}); ok {
-		return n, err
+		return n, arrival(s.oob[:oobn]), err
 	}
 	if err := s.setWait(wait); err != nil {
-		return 0, err
+		return 0, at, err
 	}
 	for {
-		n, err := unix.Read(s.fd, p)
+		n, oobn, _, _, err = unix.Recvmsg(s.fd, p, s.oob, 0)
 		switch {
 		case s.down.Load():
-			return 0, errDown
+			return 0, at, errDown
 		case err == unix.EINTR:
 			continue
 		case err == unix.EAGAIN:
-			return 0, errTimeout
+			return 0, at, errTimeout
 		case err != nil:
-			return 0, err
+			return 0, at, err
 		}
-		return n, nil
+		return n, arrival(s.oob[:oobn]), nil
 	}
 }
 

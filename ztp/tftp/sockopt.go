@@ -10,6 +10,30 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// arrival is when a datagram arrived, from its SCM_TIMESTAMPNS control
+// message, on the monotonic clock of time.Now; now if there is none or the
+// wall clock stepped in between.
+func arrival(oob []byte) time.Time {
+	now := time.Now()
+	for len(oob) >= unix.CmsgLen(0) {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		l := int(h.Len)
+		if l < unix.CmsgLen(0) || l > len(oob) {
+			break
+		}
+		data := oob[unix.CmsgLen(0):l]
+		if h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_TIMESTAMPNS && len(data) >= int(unsafe.Sizeof(unix.Timespec{})) {
+			ts := (*unix.Timespec)(unsafe.Pointer(&data[0]))
+			if age := now.Sub(time.Unix(ts.Unix())); age >= 0 && age < 10*time.Second {
+				return now.Add(-age)
+			}
+			break
+		}
+		oob = oob[min(unix.CmsgSpace(l-unix.CmsgLen(0)), len(oob)):]
+	}
+	return now
+}
+
 // setPktinfo asks the kernel to tell, for every datagram received on fd,
 // the local address it was sent to and the interface it arrived on.
 func setPktinfo(fd int, v6 bool) error {

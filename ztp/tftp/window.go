@@ -26,15 +26,16 @@ const minRTO = 200 * time.Millisecond
 //     partial ACK) is how an RFC 7440 receiver reports a gap: atftp sends
 //     one at the first block out of order and ignores the rest, so the
 //     window starts again after the acknowledged block. At once if the
-//     next block went out at least a round trip (2 srtt + 4 rttvar) before
-//     the ACK came: the client cannot have had it when it answered. Sooner
+//     next block went out at least a round trip (2 srtt + 4 rttvar, at
+//     least 10 ms) before the ACK arrived: the client cannot have had it
+//     when it answered. Sooner
 //     than that the ACK may predate the block's arrival (or answer a
 //     duplicate of ours; receivers acknowledge their position then), and
 //     going back on it can send every window twice from then on; so the
 //     window only slides, and goes back one round trip later if the client
 //     has still not moved past the block.
 //   - Tail probe (TCP's TLP, RFC 8985): when no ACK has come a round trip
-//     (2 srtt + 4 rttvar, at least 1 ms) after the timer started, the
+//     (2 srtt + 4 rttvar, at least 10 ms) after the timer started, the
 //     highest block sent goes again, once: it completes the receiver's
 //     window if that block was lost, or, if the receiver has it (its ACK was
 //     lost), makes it say where it is. Without this a lost last block of a
@@ -215,8 +216,14 @@ func (w *window) roundTrip() time.Duration {
 	if !w.haveRTT {
 		return w.maxRTO
 	}
-	return max(2*w.srtt+4*w.rttvar, time.Millisecond)
+	return max(2*w.srtt+4*w.rttvar, minRoundTrip)
 }
+
+// minRoundTrip is the floor of roundTrip (Linux's tail probe has the same):
+// on a LAN the round trip is a fraction of a millisecond, but a receiver,
+// or this server, descheduled for a few milliseconds must not draw
+// duplicates.
+const minRoundTrip = 10 * time.Millisecond
 
 func (w *window) sample(r time.Duration) {
 	if !w.haveRTT {

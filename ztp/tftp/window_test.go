@@ -548,7 +548,7 @@ func TestWindowTimeoutFollowsRoundTrip(t *testing.T) {
 	w.sent(11, false, now)
 	// First the tail probe, a few round trips later; then the timeout,
 	// doubling up to the ceiling.
-	if d := w.deadline().Sub(now); d > 10*time.Millisecond {
+	if d := w.deadline().Sub(now); d > minRoundTrip {
 		t.Fatalf("tail probe due after %v", d)
 	}
 	if !w.expire(w.deadline()) || w.rto != minRTO {
