@@ -66,7 +66,8 @@ func sockFromConn(c *net.UDPConn) (*sock, error) {
 		return nil, err
 	}
 	unix.CloseOnExec(fd)
-	if err := unix.SetNonblock(fd, false); err == nil {
+	err = unix.SetNonblock(fd, false)
+	if err == nil {
 		err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
 	}
 	if err != nil {
