@@ -117,12 +117,31 @@ type TFTP struct {
 	Enabled    bool   `yaml:"enabled"`
 	Addr       string `yaml:"addr"`
 	SinglePort bool   `yaml:"single_port"`
-	// MaxBlockSize caps negotiated blksize; 0 derives MTU-32 from the interface.
+	// MaxBlockSize caps negotiated blksize; 0 derives MTU-32 from the
+	// interface a request arrives on.
 	MaxBlockSize int `yaml:"max_block_size"`
-	// Window is how many blocks are sent before waiting for their ACKs
-	// (0 or 1 = strict lock-step, RFC 1350). Clients need no option for it: they
-	// ack each block as it comes. Ignored in single-port mode.
+	// Window is the largest windowsize (RFC 7440) granted to a client that
+	// asks for one; the OACK grants min(asked, Window). 0 or 1 never
+	// negotiates a window. Clients that do not ask always get lock-step
+	// (RFC 1350): one block, then its ACK.
 	Window int `yaml:"window"`
+	// RetransmitTimeout is the retransmit timeout before a client's round
+	// trip is measured and the ceiling it backs off to; once measured, the
+	// timeout follows the round trip (not below 200 ms).
+	RetransmitTimeout Duration `yaml:"retransmit_timeout"`
+	// MaxRetransmits is how many times a block (or the OACK) is sent again
+	// without progress before the transfer is abandoned.
+	MaxRetransmits int `yaml:"max_retransmits"`
+	// MaxTransfers bounds concurrent transfers; MaxTransfersPerSource bounds
+	// them per client address. The next request gets a TFTP ERROR and the
+	// device retries. Defaults 256 and 4: a device fetches one file at a
+	// time (a boot ROM's tsize probe and its real request overlap briefly),
+	// so 4 leaves room for that and a few devices behind one address; each
+	// transfer holds a socket, a thread while it waits and one block
+	// buffer, and 256 is far more than a LAN's worth of concurrent ONIE
+	// downloads needs while keeping that bounded.
+	MaxTransfers          int `yaml:"max_transfers"`
+	MaxTransfersPerSource int `yaml:"max_transfers_per_source"`
 }
 
 // ZTP tunes content serving.
@@ -213,8 +232,9 @@ func Default() Config {
 			IdleTimeout:       Duration(httpserve.DefaultIdleTimeout),
 			MaxHeaderBytes:    httpserve.DefaultMaxHeaderBytes,
 			MaxConns:          httpserve.DefaultMaxConns},
-		API:  defaultAPI(), // TLS on the API's own listener by default
-		TFTP: TFTP{Addr: ":69", Window: 8},
+		API: defaultAPI(), // TLS on the API's own listener by default
+		TFTP: TFTP{Addr: ":69", Window: 8, RetransmitTimeout: Duration(time.Second), MaxRetransmits: 5,
+			MaxTransfers: 256, MaxTransfersPerSource: 4},
 		DHCP: DHCP{
 			LeaseTime:         Duration(time.Hour),
 			OfferHold:         Duration(30 * time.Second),
@@ -312,8 +332,20 @@ func (c *Config) Validate() error {
 	if c.TFTP.Enabled {
 		checkHostPort(&errs, "tftp.addr", c.TFTP.Addr, true)
 	}
-	if c.TFTP.Window < 0 || c.TFTP.Window > 60 {
-		errs.add("tftp.window", "%d is outside 0..60", c.TFTP.Window)
+	if c.TFTP.Window < 0 || c.TFTP.Window > 64 {
+		errs.add("tftp.window", "%d is outside 0..64 (largest windowsize granted; 0 or 1 = never negotiate)", c.TFTP.Window)
+	}
+	if d := c.TFTP.RetransmitTimeout.D(); d < 100*time.Millisecond || d > 30*time.Second {
+		errs.add("tftp.retransmit_timeout", "%v is outside 100ms..30s", d)
+	}
+	if c.TFTP.MaxRetransmits < 1 || c.TFTP.MaxRetransmits > 20 {
+		errs.add("tftp.max_retransmits", "%d is outside 1..20", c.TFTP.MaxRetransmits)
+	}
+	if c.TFTP.MaxTransfers < 1 || c.TFTP.MaxTransfers > 10000 {
+		errs.add("tftp.max_transfers", "%d is outside 1..10000", c.TFTP.MaxTransfers)
+	}
+	if c.TFTP.MaxTransfersPerSource < 1 || c.TFTP.MaxTransfersPerSource > max(1, c.TFTP.MaxTransfers) {
+		errs.add("tftp.max_transfers_per_source", "%d is outside 1..%d (tftp.max_transfers)", c.TFTP.MaxTransfersPerSource, max(1, c.TFTP.MaxTransfers))
 	}
 	if c.TFTP.MaxBlockSize != 0 && (c.TFTP.MaxBlockSize < 8 || c.TFTP.MaxBlockSize > 65464) {
 		errs.add("tftp.max_block_size", "%d is outside 8..65464 (RFC 2348)", c.TFTP.MaxBlockSize)

@@ -109,3 +109,45 @@ func TestAPISignatureAndKubeconfigKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestTFTPDefaultsAndValidation(t *testing.T) {
+	d := Default().TFTP
+	if d.Window != 8 || d.RetransmitTimeout.D() != time.Second || d.MaxRetransmits != 5 || d.MaxTransfers != 256 || d.MaxTransfersPerSource != 4 {
+		t.Fatalf("tftp defaults: %+v", d)
+	}
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(path, []byte(`
+tftp:
+  window: 65
+  retransmit_timeout: 50ms
+  max_retransmits: 0
+  max_transfers: 0
+  max_transfers_per_source: 0
+`), 0o644)
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Validate()
+	for _, want := range []string{
+		"tftp.window: 65 is outside 0..64",
+		"tftp.retransmit_timeout: 50ms is outside 100ms..30s",
+		"tftp.max_retransmits: 0 is outside 1..20",
+		"tftp.max_transfers: 0 is outside 1..10000",
+		"tftp.max_transfers_per_source: 0 is outside 1..1",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+	os.WriteFile(path, []byte("tftp:\n  max_transfers: 10\n  max_transfers_per_source: 11\n"), 0o644)
+	c, _ = Load(path)
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "tftp.max_transfers_per_source: 11 is outside 1..10 (tftp.max_transfers)") {
+		t.Fatalf("per-source above global: %v", err)
+	}
+	os.WriteFile(path, []byte("tftp:\n  window: 1\n  retransmit_timeout: 2s\n  max_retransmits: 3\n  max_transfers: 10\n  max_transfers_per_source: 10\n"), 0o644)
+	c, _ = Load(path)
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}

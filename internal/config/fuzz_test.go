@@ -13,6 +13,7 @@ func FuzzLoadValidate(f *testing.F) {
 	f.Add([]byte("dhcp:\n  interfaces: [lo]\n  subnets:\n    - {name: a, subnet: 10.99.1.0/24, pools: [\"10.99.1.10-10.99.1.20\"], reservations: [{mac: \"02:00:00:00:00:01\", ip: 10.99.1.5}]}\n"))
 	f.Add([]byte("dhcp:\n  lease_time: 5s\n  ranges: [\"1-2\"]\n  options: {\"300\": x}\n"))
 	f.Add([]byte("joiner:\n  auto_approve: [{subnets: [bad], macs: [zz]}]\n"))
+	f.Add([]byte("tftp:\n  window: 70\n  retransmit_timeout: 1ms\n  max_transfers: 3\n  max_transfers_per_source: 4\n"))
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		path := filepath.Join(dir, "c.yaml")

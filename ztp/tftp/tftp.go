@@ -1,7 +1,7 @@
-// Package tftp serves ZTP content read-only over TFTP (pin/tftp v3): the
-// same ztp.json and config_db.json as HTTP, identified by the client's
-// address (its DHCP lease), ONIE installers by their waterfall file names,
-// stored images by name or sha256, and the files directory.
+// Package tftp serves ZTP content read-only over TFTP: the same ztp.json
+// and config_db.json as HTTP, identified by the client's address (its DHCP
+// lease), ONIE installers by their waterfall file names, stored images by
+// name or sha256, and the files directory.
 //
 // File names:
 //
@@ -15,26 +15,34 @@
 // Names are relative; absolute names, ".." elements and symlinks leaving the
 // files directory are refused with a TFTP error, as are write requests.
 //
-// blksize and tsize are negotiated (RFC 2348/2349). blksize is capped at
-// MTU − 32 (IP 20 + UDP 8 + TFTP 4 bytes of headers), so a DATA packet never
-// fragments; pin/tftp's own cap (MTU − 28) forgets the TFTP header. The MTU
-// is the smallest of the interfaces the listener serves (re-read every
-// minute), or tftp.max_block_size when set.
+// The transfer engine is this package's own (engine.go, window.go):
 //
-// Single-port mode (tftp.single_port) runs on ztpd's own socket under
-// pin/tftp (see portConn): one port for every transfer (NAT and firewall
-// friendly), blksize capped per arrival interface, and the faster data path:
-// after each DATA block the reader polls for the ACK for up to 200µs before
-// it sleeps (environment ZTPD_TFTP_SPIN=0s turns that off).
+//   - Lock-step (RFC 1350) for every client that does not negotiate
+//     windowsize; a window (RFC 7440) only for one that asks, granted up to
+//     tftp.window. Nothing is sent ahead of the first ACK.
+//   - blksize (RFC 2348) is capped at the MTU of the interface the request
+//     arrived on minus 32 (IP 20 + UDP 8 + TFTP 4 bytes of headers; 52 over
+//     IPv6), so a DATA packet never fragments, or at tftp.max_block_size.
+//     tsize (RFC 2349) is answered in octet mode.
+//   - Retransmission: the timeout follows the measured round trip (floor
+//     200 ms) up to tftp.retransmit_timeout, which is also the timeout
+//     before the first ACK; one datagram per timeout; a transfer that gets
+//     no ACK for tftp.max_retransmits retransmissions is abandoned. A
+//     never-answering (or forged) client thus gets at most
+//     max_retransmits+1 datagrams over (max_retransmits+1) x timeout.
+//   - At most tftp.max_transfers concurrent transfers, and
+//     tftp.max_transfers_per_source per client address; the next request
+//     gets a TFTP ERROR.
+//   - Default mode: a new port per transfer (a socket connected to the
+//     client). Single-port mode (tftp.single_port): every transfer on the
+//     listening port, NAT and firewall friendly; on a wildcard address
+//     replies leave from the address the client asked (IP_PKTINFO).
 package tftp
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -42,10 +50,8 @@ import (
 	"strings"
 	"time"
 
-	pin "github.com/pin/tftp/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
-	"golang.org/x/sys/unix"
 
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/safepath"
@@ -54,7 +60,8 @@ import (
 
 var (
 	transfers = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "ztpd_tftp_transfers_total", Help: "TFTP transfers by result (ok, failed).",
+		Name: "ztpd_tftp_transfers_total",
+		Help: "TFTP transfers by result: ok, unconfirmed (every block sent, the last never acknowledged), aborted (the client sent an ERROR), failed.",
 	}, []string{"result"})
 	transferSeconds = promauto.NewHistogram(prometheus.HistogramOpts{
 		Name: "ztpd_tftp_transfer_seconds", Help: "Duration of successful TFTP transfers.",
@@ -63,9 +70,16 @@ var (
 	datagrams = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "ztpd_tftp_datagrams_sent_total", Help: "TFTP DATA/OACK datagrams sent, retransmissions included.",
 	})
+	retransmissions = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "ztpd_tftp_retransmissions_total", Help: "TFTP DATA/OACK datagrams sent again (timeouts, late duplicate ACKs, RFC 7440 window restarts).",
+	})
 	refused = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "ztpd_tftp_refused_total", Help: "TFTP requests refused, by reason.",
+		Name: "ztpd_tftp_refused_total",
+		Help: "TFTP requests refused, by reason (path, write, malformed, mode, busy_source, busy_global, shutdown, error, a content status such as 404), and stray datagrams (stray).",
 	}, []string{"reason"})
+	activeTransfers = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "ztpd_tftp_active_transfers", Help: "TFTP transfers running (requests being resolved included).",
+	})
 )
 
 // Server is the TFTP listener; it implements the app's Runner.
@@ -74,7 +88,6 @@ type Server struct {
 	cfg   config.TFTP
 	log   *slog.Logger
 	grace time.Duration
-	pc    *portConn // single-port fast path, when in use
 }
 
 // New returns a TFTP server for svc configured by cfg.
@@ -88,10 +101,10 @@ func New(svc *content.Service, cfg config.TFTP, log *slog.Logger) *Server {
 // Name implements the app's Runner.
 func (s *Server) Name() string { return "tftp" }
 
-// Run serves until ctx ends, then lets running transfers finish (bounded).
+// Run listens on tftp.addr and serves until ctx ends, then lets running
+// transfers finish (bounded).
 func (s *Server) Run(ctx context.Context) error {
-	// An empty or 0.0.0.0 host means IPv4 only: ZTP runs over DHCPv4, and an
-	// IPv4 socket is what the single-port fast path reads IP_PKTINFO from.
+	// An empty or 0.0.0.0 host means IPv4 only: ZTP runs over DHCPv4.
 	network := "udp"
 	if h, _, err := net.SplitHostPort(s.cfg.Addr); err == nil {
 		if a, err := netip.ParseAddr(h); h == "" || err == nil && a.Is4() {
@@ -106,71 +119,30 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	srv := pin.NewServer(s.read, s.write)
-	srv.SetHook(hook{s.log})
-	// Lock-step TFTP stalls for the whole timeout on one lost packet: retry
-	// after 1 s, at once (no extra random backoff), several times.
-	srv.SetTimeout(time.Second)
-	srv.SetRetries(8)
-	srv.SetBackoff(func(int) time.Duration { return 0 })
-	srv.SetBlockSizeNegotiation(false)
-	blk := BlockSizeCap(s.cfg, s.cfg.Addr)
-	var serveConn net.PacketConn = conn
-	fast := false
-	if s.cfg.SinglePort {
-		mc := &mtuCache{limit: s.cfg.MaxBlockSize, fixed: s.cfg.MaxBlockSize > 0}
-		if !mc.fixed {
-			mc.limit = maxServedCap(s.cfg.Addr)
-		}
-		if pc, err := newPortConn(conn, mc.capFor); err == nil {
-			serveConn, fast, blk = pc, true, mc.limit
-			s.pc = pc
-		} else {
-			s.log.Warn("tftp single-port fast path unavailable; using pin/tftp's own", "err", err)
-		}
-		srv.SetBlockSize(blk)
-		srv.EnableSinglePort()
-	} else {
-		srv.SetBlockSize(blk)
-		// Blocks sent ahead of the ACKs (pin/tftp's anticipate mode). A
-		// lock-step client takes them in order as it acks; a lost block
-		// costs the same retransmit timeout as lock-step. Single-port mode
-		// stays lock-step: its shared socket serves many transfers.
-		srv.SetAnticipate(uint(s.cfg.Window))
+	return s.Serve(ctx, conn)
+}
+
+// Serve serves on conn, which it closes, until ctx ends.
+func (s *Server) Serve(ctx context.Context, conn *net.UDPConn) error {
+	addr := conn.LocalAddr().String()
+	mc := &mtuCache{limit: s.cfg.MaxBlockSize, fixed: s.cfg.MaxBlockSize > 0}
+	if !mc.fixed {
+		mc.limit = maxServedCap(addr)
 	}
-	s.log.Info("listening", "listener", "tftp", "addr", conn.LocalAddr().String(), "single_port", s.cfg.SinglePort,
-		"fast_path", fast, "max_blksize", blk, "window", s.cfg.Window)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(serveConn) }()
-	tick := time.NewTicker(time.Minute)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-errc:
-			return err
-		case <-tick.C:
-			if fast {
-				continue // per-interface caps are applied per request
-			}
-			if n := BlockSizeCap(s.cfg, s.cfg.Addr); n != blk {
-				blk = n
-				srv.SetBlockSize(n)
-				s.log.Info("tftp blksize cap changed", "max_blksize", n)
-			}
-			continue
-		case <-ctx.Done():
-		}
-		break
+	ec := engineConfig{
+		singlePort:   s.cfg.SinglePort,
+		window:       s.cfg.Window,
+		timeout:      s.cfg.RetransmitTimeout.D(),
+		retransmits:  s.cfg.MaxRetransmits,
+		maxTransfers: s.cfg.MaxTransfers,
+		maxPerSource: s.cfg.MaxTransfersPerSource,
+		blkCap:       mc.capFor,
 	}
-	done := make(chan struct{})
-	go func() { srv.Shutdown(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(s.grace):
-		s.log.Warn("tftp transfers still running at shutdown; abandoning them")
-		conn.Close()
-	}
-	return nil
+	e := newEngine(ec, s.open, s.log)
+	s.log.Info("listening", "listener", "tftp", "addr", addr, "single_port", ec.singlePort,
+		"max_blksize", mc.limit, "max_window", max(1, ec.window), "retransmit_timeout", e.cfg.timeout,
+		"max_retransmits", e.cfg.retransmits, "max_transfers", e.cfg.maxTransfers, "max_transfers_per_source", e.cfg.maxPerSource)
+	return e.serve(ctx, conn, s.grace)
 }
 
 // BlockSizeCap is the largest blksize granted: tftp.max_block_size, else the
@@ -242,177 +214,92 @@ func maxServedCap(addr string) int {
 }
 
 func clampBlk(n int) int {
-	return max(513, min(n, 65464))
+	return max(defaultBlockSize, min(n, maxBlockSize))
 }
 
-// request is one read request: the client and its cleaned file name.
-type request struct {
-	c    *content.Client
-	name string
-}
-
-func (s *Server) read(filename string, rf io.ReaderFrom) error {
-	ot, _ := rf.(pin.OutgoingTransfer)
-	c := &content.Client{Transport: "tftp"}
-	if ot != nil {
-		ra := ot.RemoteAddr()
-		if a, ok := netip.AddrFromSlice(ra.IP); ok {
-			c.Addr = a.Unmap()
-		}
-	}
-	if pi, ok := rf.(pin.RequestPacketInfo); ok {
-		if a, ok := netip.AddrFromSlice(pi.LocalIP()); ok {
-			c.Local = a.Unmap()
-		}
-	}
-	if !c.Local.IsValid() && s.pc != nil && ot != nil {
-		ra := ot.RemoteAddr()
-		if a, ok := netip.AddrFromSlice(ra.IP); ok {
-			if src, ok := s.pc.source(netip.AddrPortFrom(a.Unmap(), uint16(ra.Port))); ok {
-				c.Local = netip.AddrFrom4(src)
-			} else if la, ok := s.pc.orig.LocalAddr().(*net.UDPAddr); ok {
-				if l, ok := netip.AddrFromSlice(la.IP); ok && !l.IsUnspecified() {
-					c.Local = l.Unmap()
-				}
-			}
-		}
-	}
-	name, err := safepath.Clean(filename)
+// open resolves a read request to its content.
+func (s *Server) open(ctx context.Context, t *transfer) (*payload, error) {
+	c := &content.Client{Transport: "tftp", Addr: t.client, Local: t.local}
+	name, err := safepath.Clean(t.Name())
 	if err != nil {
-		refused.WithLabelValues("path").Inc()
-		s.log.Warn("tftp request refused", "file", filename, "client", c.Addr, "err", err)
-		return fmt.Errorf("access violation: %v", err)
+		return nil, &refusal{code: errAccess, msg: "access violation: " + err.Error(), reason: "path", level: slog.LevelWarn}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err = s.serve(ctx, request{c: c, name: name}, rf, ot)
-	if err != nil {
-		var ce *content.Error
-		if errors.As(err, &ce) {
-			refused.WithLabelValues(fmt.Sprint(ce.Status)).Inc()
-			s.log.Debug("tftp request refused", "file", name, "client", c.Addr, "reason", ce.Reason)
-		} else {
-			s.log.Warn("tftp transfer failed", "file", name, "client", c.Addr, "err", err)
+	pl, err := s.resolve(ctx, c, name)
+	var ce *content.Error
+	if errors.As(err, &ce) {
+		r := &refusal{code: errUndefined, msg: ce.Reason, reason: fmt.Sprint(ce.Status), level: slog.LevelDebug}
+		switch ce.Status {
+		case 404:
+			r.code = errNotFound
+		case 403:
+			r.code = errAccess
 		}
+		return nil, r
 	}
-	return err
+	return pl, err
 }
 
-func (s *Server) serve(ctx context.Context, req request, rf io.ReaderFrom, ot pin.OutgoingTransfer) error {
-	name, c := req.name, req.c
+func (s *Server) resolve(ctx context.Context, c *content.Client, name string) (*payload, error) {
 	onieHint, isONIE := content.ONIEInstallerName(name)
 	switch {
 	case name == "ztp.json" || name == "ztp/ztp.json":
 		doc, err := s.svc.ZTPJSON(ctx, c)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		return sendBytes(rf, ot, doc.Body)
+		return &payload{data: doc.Body, size: int64(len(doc.Body))}, nil
 	case strings.HasPrefix(name, "ztp/config/") && strings.HasSuffix(name, "/config_db.json"):
 		id := strings.TrimSuffix(strings.TrimPrefix(name, "ztp/config/"), "/config_db.json")
 		doc, err := s.svc.ConfigDB(ctx, c, id)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		return sendBytes(rf, ot, doc.Body)
+		return &payload{data: doc.Body, size: int64(len(doc.Body))}, nil
 	case isONIE:
 		im, _, err := s.svc.ONIEInstaller(ctx, c, onieHint)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		return s.sendImage(rf, ot, im.SHA256, "", nil)
+		return s.image(im.SHA256, "", nil)
 	case strings.HasPrefix(name, "images/"):
-		return s.sendImage(rf, ot, strings.TrimPrefix(name, "images/"), "", c)
+		return s.image(strings.TrimPrefix(name, "images/"), "", c)
 	case strings.HasPrefix(name, "isos/"):
-		return s.sendImage(rf, ot, strings.TrimPrefix(name, "isos/"), "binaries-iso", c)
+		return s.image(strings.TrimPrefix(name, "isos/"), "binaries-iso", c)
 	}
 	if !strings.Contains(name, "/") {
-		err := s.sendImage(rf, ot, name, "", c)
+		pl, err := s.image(name, "", c)
 		var ce *content.Error
 		if !errors.As(err, &ce) || ce.Status != 404 {
-			return err
+			return pl, err
 		}
 	}
 	f, err := s.svc.OpenFile(name)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer f.Close()
-	return sendFile(rf, ot, f)
+	return filePayload(f)
 }
 
-// sendImage sends a stored image; c, when set, gets the fetch recorded.
-func (s *Server) sendImage(rf io.ReaderFrom, ot pin.OutgoingTransfer, ref, kind string, c *content.Client) error {
+// image opens a stored image; c, when set, gets the fetch recorded.
+func (s *Server) image(ref, kind string, c *content.Client) (*payload, error) {
 	if strings.Contains(ref, "/") {
-		return &content.Error{Status: 404, Reason: "no image " + ref}
+		return nil, &content.Error{Status: 404, Reason: "no image " + ref}
 	}
 	im, f, err := s.svc.Image(ref, kind)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer f.Close()
 	if c != nil {
 		s.svc.RecordImage(c, im)
 	}
-	return sendFile(rf, ot, f)
+	return filePayload(f)
 }
 
-func sendBytes(rf io.ReaderFrom, ot pin.OutgoingTransfer, b []byte) error {
-	if ot != nil {
-		ot.SetSize(int64(len(b)))
-	}
-	_, err := rf.ReadFrom(bytes.NewReader(b))
-	return err
-}
-
-// sendFile hands pin/tftp an in-memory view of f: with the file mapped, each
-// DATA block is a copy from the page cache instead of a read system call,
-// and the reader still seeks, so tsize is answered.
-func sendFile(rf io.ReaderFrom, ot pin.OutgoingTransfer, f *os.File) error {
+func filePayload(f *os.File) (*payload, error) {
 	st, err := f.Stat()
 	if err != nil {
-		return err
+		f.Close()
+		return nil, err
 	}
-	size := st.Size()
-	if ot != nil {
-		ot.SetSize(size)
-	}
-	if size > 0 && size < 1<<40 {
-		data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
-		if err == nil {
-			defer unix.Munmap(data)
-			_ = unix.Madvise(data, unix.MADV_SEQUENTIAL)
-			_ = unix.Madvise(data, unix.MADV_WILLNEED)
-			_, err = rf.ReadFrom(bytes.NewReader(data))
-			return err
-		}
-	}
-	_, err = rf.ReadFrom(bufio.NewReaderSize(f, 1<<20))
-	return err
-}
-
-func (s *Server) write(filename string, _ io.WriterTo) error {
-	refused.WithLabelValues("write").Inc()
-	s.log.Warn("tftp write request refused", "file", filename)
-	return errors.New("access violation: ztpd serves TFTP read-only; write requests are refused")
-}
-
-type hook struct{ log *slog.Logger }
-
-func (h hook) OnSuccess(st pin.TransferStats) {
-	transfers.WithLabelValues("ok").Inc()
-	transferSeconds.Observe(st.Duration.Seconds())
-	datagrams.Add(float64(st.DatagramsSent))
-}
-
-func (h hook) OnFailure(st pin.TransferStats, err error) {
-	if st.Filename == "" {
-		// Not a transfer: a stray or malformed packet (e.g. a late
-		// duplicate ACK after a transfer ended).
-		refused.WithLabelValues("stray").Inc()
-		return
-	}
-	transfers.WithLabelValues("failed").Inc()
-	datagrams.Add(float64(st.DatagramsSent))
-	h.log.Debug("tftp transfer failed", "file", st.Filename, "client", st.RemoteAddr, "err", err)
+	return &payload{file: f, size: st.Size()}, nil
 }
