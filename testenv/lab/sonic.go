@@ -193,4 +193,3 @@ func resolveDynamic(ctx context.Context, ns *netns.NS, dir string, id SwitchIden
 	}
 	return prefix + ident + suffix, nil
 }
-
