@@ -15,10 +15,11 @@ import (
 	"github.com/ztpd/ztpd/ztp/content"
 )
 
-// FuzzHeaderIdentification feeds arbitrary SONiC and ONIE header values
-// through identification, profile matching and rendering: every outcome is
-// a document or a content.Error with a status, never a panic or a half
-// answer.
+// FuzzHeaderIdentification feeds arbitrary SONiC and ONIE header values,
+// from the lease holder's address or any other, through identification,
+// profile matching and rendering: every outcome is a document or a
+// content.Error with a status, never a panic or a half answer; and no header
+// ever replaces the holder's recorded serial or creates a device record.
 func FuzzHeaderIdentification(f *testing.F) {
 	dir := f.TempDir()
 	db, err := boltstore.Open(dir, boltstore.Options{})
@@ -32,6 +33,9 @@ func FuzzHeaderIdentification(f *testing.F) {
 	}
 	ims.Add(context.Background(), strings.NewReader("img"), imagestore.Meta{Name: "sonic-broadcom-202405.1.bin", Kind: "sonic-installer", Version: "202405.1"}, "")
 	db.Update(func(tx core.Tx) error {
+		if err := tx.Put(core.BucketLeases, "10.99.40.10", core.Lease{IP: "10.99.40.10", MAC: "52:54:00:40:00:10", State: core.LeaseActive}); err != nil {
+			return err
+		}
 		return core.PutDevice(tx, core.Device{ID: "52:54:00:40:00:10", MAC: "52:54:00:40:00:10", Kind: core.KindSONiC,
 			Serial: "LEAF0010", IP: "10.99.40.10", State: core.StateLeased})
 	})
@@ -80,5 +84,16 @@ func FuzzHeaderIdentification(f *testing.F) {
 				}
 			}
 		}
+		svc.Flush()
+		db.View(func(tx core.Tx) error {
+			d, err := core.GetDevice(tx, "52:54:00:40:00:10")
+			if err != nil || d.Serial != "LEAF0010" || d.IP != "10.99.40.10" {
+				t.Fatalf("holder's record changed: %+v %v", d, err)
+			}
+			if n, _ := tx.Count(core.BucketDevices); n != 1 {
+				t.Fatalf("%d device records", n)
+			}
+			return nil
+		})
 	})
 }
