@@ -264,17 +264,7 @@ func scanPage[T any](s *Server, b core.Bucket, limit int, after string, keep fun
 func (s *Server) rawPage(c *gin.Context, b core.Bucket, limit int, after string, keep func(raw []byte) (bool, error)) {
 	g, ok := s.st.(core.Generations)
 	if !ok || b == core.BucketEvents || !credOf(c).IsAdmin() { // events change all the time: not worth keeping
-		bp := pageBufs.Get().(*[]byte)
-		buf, err := s.appendPage((*bp)[:0], b, limit, after, keep)
-		if err != nil {
-			restDomainError(c, err)
-		} else {
-			writeBody(c, http.StatusOK, restContentType, buf)
-		}
-		if cap(buf) <= maxPooledPage {
-			*bp = buf
-			pageBufs.Put(bp)
-		}
+		writePooledPage(c, func(buf []byte) ([]byte, error) { return s.appendPage(buf, b, limit, after, keep) })
 		return
 	}
 	gen := g.Generation(b)
@@ -301,6 +291,22 @@ func (s *Server) rawPage(c *gin.Context, b core.Bucket, limit int, after string,
 }
 
 const restContentType = "application/json; charset=utf-8"
+
+// writePooledPage answers with the page fill appends to a pooled buffer
+// (or the error it returns), and gives the buffer back.
+func writePooledPage(c *gin.Context, fill func(buf []byte) ([]byte, error)) {
+	bp := pageBufs.Get().(*[]byte)
+	buf, err := fill((*bp)[:0])
+	if err != nil {
+		restDomainError(c, err)
+	} else {
+		writeBody(c, http.StatusOK, restContentType, buf)
+	}
+	if cap(buf) <= maxPooledPage {
+		*bp = buf
+		pageBufs.Put(bp)
+	}
+}
 
 // appendPage appends the page's JSON to buf.
 func (s *Server) appendPage(buf []byte, b core.Bucket, limit int, after string, keep func(raw []byte) (bool, error)) ([]byte, error) {
@@ -955,17 +961,7 @@ func (s *Server) listEvents(c *gin.Context) {
 		restError(c, http.StatusBadRequest, "invalid", "stream must be all, device or audit")
 		return
 	}
-	bp := pageBufs.Get().(*[]byte)
-	buf, err := s.appendMergedPage((*bp)[:0], streams, limit, after, keep)
-	if err != nil {
-		restDomainError(c, err)
-	} else {
-		writeBody(c, http.StatusOK, restContentType, buf)
-	}
-	if cap(buf) <= maxPooledPage {
-		*bp = buf
-		pageBufs.Put(bp)
-	}
+	writePooledPage(c, func(buf []byte) ([]byte, error) { return s.appendMergedPage(buf, streams, limit, after, keep) })
 }
 
 // appendMergedPage is appendPage over several buckets whose keys share one

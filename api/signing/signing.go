@@ -296,28 +296,7 @@ func hasTilde(ps []Param) bool {
 // space by a client that did not escape the signature is put back first.
 // It is Candidates without the garbage: the per-request path.
 func Verify(secret []byte, ps []Param, sent string) bool {
-	var sentBuf [64]byte
-	if len(sent) > len(sentBuf) {
-		return false // a Base64 SHA-1 digest is 28 bytes
-	}
-	got := normalizeSig(sentBuf[:0], sent)
-	sorted := sortedParams(ps)
-	var canon [512]byte
-	m := hmac.New(sha1.New, secret)
-	ok := 0
-	variants := 1
-	if hasTilde(ps) {
-		variants = 2
-	}
-	for v := 0; v < variants; v++ {
-		m.Reset()
-		m.Write(appendCanonical(canon[:0], sorted, v == 1))
-		var sum [sha1.Size]byte
-		var want [28]byte // base64.StdEncoding.EncodedLen(sha1.Size)
-		base64.StdEncoding.Encode(want[:], m.Sum(sum[:0]))
-		ok |= subtle.ConstantTimeCompare(got, want[:])
-	}
-	return ok == 1
+	return verify(secret, ps, sent, appendCanonical)
 }
 
 // NormalizeSignature is the signature as the client computed it: a "+"
@@ -342,9 +321,17 @@ func normalizeSig(dst []byte, sent string) []byte {
 // under secret (or of its variant with "~" unescaped, as url.QueryEscape
 // writes it), comparing in constant time.
 func VerifyREST(secret []byte, ps []Param, sent string) bool {
+	return verify(secret, ps, sent, appendExact)
+}
+
+// verify is Verify and VerifyREST, which differ only in how the sorted
+// parameters become the signed string (canonical). Both "~" spellings are
+// tried when a value holds one, and both compared, so the time does not
+// tell which matched.
+func verify(secret []byte, ps []Param, sent string, canonical func(dst []byte, sorted []Param, keepTilde bool) []byte) bool {
 	var sentBuf [64]byte
 	if len(sent) > len(sentBuf) {
-		return false
+		return false // a Base64 SHA-1 digest is 28 bytes
 	}
 	got := normalizeSig(sentBuf[:0], sent)
 	sorted := sortedParams(ps)
@@ -357,9 +344,9 @@ func VerifyREST(secret []byte, ps []Param, sent string) bool {
 	}
 	for v := 0; v < variants; v++ {
 		m.Reset()
-		m.Write(appendExact(canon[:0], sorted, v == 1))
+		m.Write(canonical(canon[:0], sorted, v == 1))
 		var sum [sha1.Size]byte
-		var want [28]byte
+		var want [28]byte // base64.StdEncoding.EncodedLen(sha1.Size)
 		base64.StdEncoding.Encode(want[:], m.Sum(sum[:0]))
 		ok |= subtle.ConstantTimeCompare(got, want[:])
 	}
