@@ -528,16 +528,7 @@ func (s *Service) IssueKubeconfig(ctx context.Context, clusterRef, user, group s
 	if err := ctx.Err(); err != nil {
 		return clusters.IssuedKubeconfig{}, err
 	}
-	var c core.Cluster
-	var rt clusterRuntime
-	err := s.store.View(func(tx core.Tx) error {
-		var err error
-		if c, err = clusterByRef(tx, clusterRef); err != nil {
-			return err
-		}
-		rt, err = getRuntime(tx, c.ID)
-		return err
-	})
+	c, rt, err := s.clusterRuntime(clusterRef)
 	if err != nil {
 		return clusters.IssuedKubeconfig{}, err
 	}

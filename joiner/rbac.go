@@ -38,16 +38,7 @@ func adminBinding() map[string]any {
 // success is recorded so it is never posted again. A failure (API server
 // not reachable yet) is recorded for the sweeper to retry.
 func (s *Service) EnsureAdminBinding(ctx context.Context, clusterRef string) error {
-	var c core.Cluster
-	var rt clusterRuntime
-	err := s.store.View(func(tx core.Tx) error {
-		var err error
-		if c, err = clusterByRef(tx, clusterRef); err != nil {
-			return err
-		}
-		rt, err = getRuntime(tx, c.ID)
-		return err
-	})
+	c, rt, err := s.clusterRuntime(clusterRef)
 	if err != nil || rt.AdminBinding {
 		return err
 	}

@@ -314,6 +314,19 @@ func getRuntime(tx core.Tx, cluster string) (clusterRuntime, error) {
 	return rt, err
 }
 
+// clusterRuntime reads a cluster (by id or name) and the joiner's runtime
+// of it in one snapshot.
+func (s *Service) clusterRuntime(ref string) (c core.Cluster, rt clusterRuntime, err error) {
+	err = s.store.View(func(tx core.Tx) error {
+		if c, err = clusterByRef(tx, ref); err != nil {
+			return err
+		}
+		rt, err = getRuntime(tx, c.ID)
+		return err
+	})
+	return c, rt, err
+}
+
 // clusterByRef finds a cluster by id, then by name.
 func clusterByRef(tx core.Tx, ref string) (core.Cluster, error) {
 	c, err := core.GetCluster(tx, ref)

@@ -63,16 +63,7 @@ func (s *Service) KubernetesMaster(ctx context.Context, dev core.Device, cluster
 	if dev.Kind != core.KindSONiC {
 		return "", 0, false, nil
 	}
-	var c core.Cluster
-	var rt clusterRuntime
-	err = s.store.View(func(tx core.Tx) error {
-		var err error
-		if c, err = clusterByRef(tx, clusterRef); err != nil {
-			return err
-		}
-		rt, err = getRuntime(tx, c.ID)
-		return err
-	})
+	c, rt, err := s.clusterRuntime(clusterRef)
 	if err != nil {
 		return "", 0, false, err
 	}
