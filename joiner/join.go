@@ -546,7 +546,7 @@ func (s *Service) holder(tx core.Tx, req JoinRequest, now time.Time) (core.Holde
 	if err != nil {
 		return core.Holder{}, "", fmt.Errorf("%w: the request's address is unknown", ErrNotHolder)
 	}
-	h, err := core.HolderOf(tx, ip, now, s.opts.Bindings, nil)
+	h, err := core.HolderOf(tx, ip, now, s.opts.Bindings, &s.leases)
 	if errors.Is(err, core.ErrNoHolder) {
 		return h, "", fmt.Errorf("%w: %s", ErrNotHolder, ip)
 	}

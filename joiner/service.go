@@ -123,8 +123,9 @@ type Service struct {
 	now   func() time.Time
 	log   *slog.Logger
 
-	mu    sync.RWMutex
-	cache map[string]*clusterKeys // opened cluster secrets by cluster id
+	mu     sync.RWMutex
+	cache  map[string]*clusterKeys // opened cluster secrets by cluster id
+	leases core.LeaseCache         // decoded leases, for the holder check of every join
 
 	// bindKick asks the sweeper loop to create a cluster's admin binding.
 	bindKick chan string
