@@ -151,3 +151,45 @@ tftp:
 		t.Fatal(err)
 	}
 }
+
+// TestAutoApproveAssertedFactsAreExplicit: serials and products are what a
+// device says about itself, so a rule names them under asserted:, and a
+// rule written the old way is refused with the way to fix it.
+func TestAutoApproveAssertedFactsAreExplicit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(path, []byte(`joiner:
+  reissue_window: -1m
+  auto_approve:
+    - {serials: [SN1], products: [P1], cluster: prod}
+    - {subnets: [10.99.1.0/24], roles: [control-plane, boss]}
+`), 0o644)
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Validate()
+	for _, want := range []string{
+		"joiner.auto_approve[0].serials: a serial number is what a device says about itself; to approve on it, write it under asserted.serials",
+		"joiner.auto_approve[0].products: a product name is what a device says about itself; to approve on it, write it under asserted.products",
+		`joiner.auto_approve[1].roles[1]: "boss" is not a role (worker or control-plane)`,
+		"joiner.reissue_window: must not be negative",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+	os.WriteFile(path, []byte(`joiner:
+  auto_approve:
+    - {asserted: {serials: [SN1], products: [P1]}, circuit_ids: [rack7/port3], remote_ids: [r1], reserved: true, roles: [worker], cluster: prod}
+`), 0o644)
+	if c, err = Load(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	r := c.Joiner.AutoApprove[0]
+	if r.Asserted.Serials[0] != "SN1" || r.CircuitIDs[0] != "rack7/port3" || !r.Reserved || r.Roles[0] != "worker" {
+		t.Fatalf("rule read as %+v", r)
+	}
+}
