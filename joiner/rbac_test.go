@@ -1,7 +1,6 @@
 package joiner
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -16,39 +15,8 @@ import (
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/joiner/bundle"
+	"github.com/ztpd/ztpd/testenv/certcheck"
 )
-
-// opensslCert runs the real openssl on a PEM certificate and returns its
-// subject and notAfter.
-func opensslCert(t *testing.T, pemBytes []byte) (string, time.Time) {
-	t.Helper()
-	openssl, err := exec.LookPath("openssl")
-	if err != nil {
-		t.Skip("openssl not installed")
-	}
-	cmd := exec.Command(openssl, "x509", "-noout", "-subject", "-enddate", "-nameopt", "oneline,-esc_msb")
-	cmd.Stdin = bytes.NewReader(pemBytes)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("openssl x509: %v\n%s", err, out)
-	}
-	var subject string
-	var notAfter time.Time
-	for _, line := range strings.Split(string(out), "\n") {
-		if v, ok := strings.CutPrefix(line, "subject="); ok {
-			subject = strings.TrimSpace(v)
-		}
-		if v, ok := strings.CutPrefix(line, "notAfter="); ok {
-			if notAfter, err = time.Parse("Jan _2 15:04:05 2006 MST", strings.TrimSpace(v)); err != nil {
-				t.Fatalf("openssl enddate %q: %v", v, err)
-			}
-		}
-	}
-	if subject == "" || notAfter.IsZero() {
-		t.Fatalf("openssl output %q", out)
-	}
-	return subject, notAfter
-}
 
 func runtimeOf(t *testing.T, e *env, id string) clusterRuntime {
 	t.Helper()
@@ -169,7 +137,7 @@ func TestKubeconfigIdentityAndAdminBinding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	subject, notAfter := opensslCert(t, certPEM)
+	subject, notAfter := certcheck.SubjectAndEnd(t, certPEM)
 	if subject != "O = ztpd:cluster-admins, CN = alice" {
 		t.Fatalf("certificate subject %q", subject)
 	}

@@ -4,7 +4,6 @@
 package sdktest
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"log/slog"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/app"
 	"github.com/ztpd/ztpd/internal/config"
+	"github.com/ztpd/ztpd/testenv/certcheck"
 	"github.com/ztpd/ztpd/testenv/inproc"
 )
 
@@ -274,24 +274,9 @@ func TestCloudStackSDKTenancyAndKubeconfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("client certificate in %q: %v", kc.Configdata, err)
 	}
-	openssl, err := exec.LookPath("openssl")
-	if err != nil {
-		t.Skip("openssl not installed")
-	}
-	cmd := exec.Command(openssl, "x509", "-noout", "-subject", "-enddate", "-nameopt", "oneline,-esc_msb")
-	cmd.Stdin = bytes.NewReader(certPEM)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("openssl: %v\n%s", err, out)
-	}
-	if !strings.Contains(string(out), "subject=O = ztpd:cluster-admins, CN = alice\n") || strings.Contains(string(out), "system:masters") {
-		t.Fatalf("certificate subject:\n%s", out)
-	}
-	var end time.Time
-	for _, line := range strings.Split(string(out), "\n") {
-		if v, ok := strings.CutPrefix(line, "notAfter="); ok {
-			end, _ = time.Parse("Jan _2 15:04:05 2006 MST", v)
-		}
+	subject, end := certcheck.SubjectAndEnd(t, certPEM)
+	if subject != "O = ztpd:cluster-admins, CN = alice" {
+		t.Fatalf("certificate subject %q", subject)
 	}
 	if d := time.Until(end); d < 119*time.Minute || d > 121*time.Minute {
 		t.Fatalf("certificate expires %v, in %v; want in 2h", end, d)

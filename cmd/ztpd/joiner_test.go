@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -18,6 +17,7 @@ import (
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/joiner"
+	"github.com/ztpd/ztpd/testenv/certcheck"
 )
 
 // TestClusterKubeconfigAndDeviceApproveCLI drives the real binary on a data
@@ -170,38 +170,13 @@ func mustDevice(t *testing.T, a *app.App, mac string) string {
 	return mac
 }
 
-// opensslSubjectEnd runs the real openssl on a base64 PEM certificate (as
-// kubeconfigs embed it) and returns its subject and notAfter.
+// opensslSubjectEnd reads a base64 PEM certificate (as kubeconfigs embed
+// it) with the real openssl and returns its subject and notAfter.
 func opensslSubjectEnd(t *testing.T, certB64 string) (string, time.Time) {
 	t.Helper()
-	openssl, err := exec.LookPath("openssl")
-	if err != nil {
-		t.Skip("openssl not installed")
-	}
 	pemBytes, err := base64.StdEncoding.DecodeString(strings.TrimSpace(certB64))
 	if err != nil {
 		t.Fatalf("certificate data: %v", err)
 	}
-	cmd := exec.Command(openssl, "x509", "-noout", "-subject", "-enddate", "-nameopt", "oneline,-esc_msb")
-	cmd.Stdin = bytes.NewReader(pemBytes)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("openssl x509: %v\n%s", err, out)
-	}
-	var subject string
-	var notAfter time.Time
-	for _, line := range strings.Split(string(out), "\n") {
-		if v, ok := strings.CutPrefix(line, "subject="); ok {
-			subject = strings.TrimSpace(v)
-		}
-		if v, ok := strings.CutPrefix(line, "notAfter="); ok {
-			if notAfter, err = time.Parse("Jan _2 15:04:05 2006 MST", strings.TrimSpace(v)); err != nil {
-				t.Fatalf("openssl enddate %q: %v", v, err)
-			}
-		}
-	}
-	if subject == "" || notAfter.IsZero() {
-		t.Fatalf("openssl output %q", out)
-	}
-	return subject, notAfter
+	return certcheck.SubjectAndEnd(t, pemBytes)
 }
