@@ -66,14 +66,13 @@ type device struct {
 
 // warnClaim logs (at most once a minute per device) a client that states a
 // fact different from the one on record: the record is kept.
-func (s *Server) warnClaim(x *exchange, d *core.Device, fact, have, claimed string) {
-	dv := s.devs[string(x.hw)]
-	if dv == nil || x.now.Sub(dv.warned) < time.Minute {
+func (s *Server) warnClaim(x *exchange, dv *device, fact, have, claimed string) {
+	if x.now.Sub(dv.warned) < time.Minute {
 		return
 	}
 	dv.warned = x.now
 	s.log.Warn("DHCP client states a different "+fact+" than its record; the record is kept",
-		"mac", d.MAC, "recorded", have, "claimed", claimed, "interface", x.ifc.name)
+		"mac", dv.d.MAC, "recorded", have, "claimed", claimed, "interface", x.ifc.name)
 }
 
 func (s *Server) enqueueAck(x *exchange) bool {
@@ -126,14 +125,16 @@ func (s *Server) touchDevice(x *exchange, leased bool) {
 		}
 	}
 	keep := func(dst *string, fact, v string, check func(string) error) {
-		switch {
-		case v == "" || *dst == v:
-		case check(v) != nil:
+		if v == "" || *dst == v {
+			return
+		}
+		switch err := check(v); {
+		case err != nil:
 			factsRefused.WithLabelValues(fact).Inc()
-			s.log.Debug("device fact refused", "mac", d.MAC, "fact", fact, "err", check(v))
+			s.log.Debug("device fact refused", "mac", d.MAC, "fact", fact, "err", err)
 		case *dst != "":
 			factsRefused.WithLabelValues(fact).Inc()
-			s.warnClaim(x, d, fact, *dst, v)
+			s.warnClaim(x, dv, fact, *dst, v)
 		default:
 			*dst, changed = v, true
 		}
