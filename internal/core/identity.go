@@ -78,7 +78,7 @@ func HolderOf(tx Tx, ip netip.Addr, now time.Time, b Bindings, lc *LeaseCache) (
 	if !ip.IsValid() {
 		return h, ErrNoHolder
 	}
-	l, err := lc.get(tx, ip.String())
+	l, err := cachedLease(lc, tx, ip.String())
 	switch {
 	case err == nil && LeaseHolds(l, now):
 		h.Lease, h.MAC = &l, l.MAC
@@ -194,49 +194,59 @@ func CheckHostname(v string) error {
 	return nil
 }
 
-// LeaseCache keeps decoded leases keyed by their stored bytes: a lookup
-// still reads the lease in the caller's transaction (never stale) but
-// decodes JSON only when the bytes changed, which on the ZTP request path
-// (every fetch asks who holds its address) is most of a lookup's cost. A nil
-// cache decodes every time. Safe for concurrent use.
-type LeaseCache struct {
+// DecodeCache keeps decoded records of one bucket keyed by their stored
+// bytes: a lookup still reads the record in the caller's transaction (never
+// stale) but decodes JSON only when the bytes changed, which on the ZTP
+// request path (every fetch reads its lease and its device) is most of a
+// lookup's cost. Cached values are shared: treat them as read-only. Safe for
+// concurrent use; it forgets everything at once past 200,000 entries.
+type DecodeCache[T any] struct {
 	mu sync.RWMutex
-	m  map[string]cachedLease
+	m  map[string]cachedRecord[T]
 }
 
-type cachedLease struct {
+type cachedRecord[T any] struct {
 	raw []byte
-	l   Lease
+	v   T
 }
 
-const leaseCacheMax = 200000
+const decodeCacheMax = 200000
 
-func (c *LeaseCache) get(tx Tx, ip string) (Lease, error) {
+// Get returns the record at key of bucket b; ok is false when there is none.
+func (c *DecodeCache[T]) Get(tx Tx, b Bucket, key string) (v T, ok bool, err error) {
+	raw, err := RawGet(tx, b, key)
+	if err != nil || raw == nil {
+		return v, false, err
+	}
+	c.mu.RLock()
+	e, hit := c.m[key]
+	c.mu.RUnlock()
+	if hit && bytes.Equal(e.raw, raw) {
+		return e.v, true, nil
+	}
+	if err := Decode(raw, &v); err != nil {
+		return v, false, fmt.Errorf("%s %s: %w", b, key, err)
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= decodeCacheMax {
+		c.m = make(map[string]cachedRecord[T])
+	}
+	c.m[key] = cachedRecord[T]{raw: bytes.Clone(raw), v: v}
+	c.mu.Unlock()
+	return v, true, nil
+}
+
+// LeaseCache is the decode cache of leases that HolderOf reads through.
+type LeaseCache = DecodeCache[Lease]
+
+// cachedLease is GetLease through c (nil: no cache).
+func cachedLease(c *LeaseCache, tx Tx, ip string) (Lease, error) {
 	if c == nil {
 		return GetLease(tx, ip)
 	}
-	raw, err := RawGet(tx, BucketLeases, ip)
-	if err != nil {
-		return Lease{}, err
+	l, ok, err := c.Get(tx, BucketLeases, ip)
+	if err == nil && !ok {
+		err = fmt.Errorf("lease %s: %w", ip, ErrNotFound)
 	}
-	if raw == nil {
-		return Lease{}, fmt.Errorf("lease %s: %w", ip, ErrNotFound)
-	}
-	c.mu.RLock()
-	e, ok := c.m[ip]
-	c.mu.RUnlock()
-	if ok && bytes.Equal(e.raw, raw) {
-		return e.l, nil
-	}
-	var l Lease
-	if err := Decode(raw, &l); err != nil {
-		return l, err
-	}
-	c.mu.Lock()
-	if c.m == nil || len(c.m) >= leaseCacheMax {
-		c.m = make(map[string]cachedLease) // bounded: start over
-	}
-	c.m[ip] = cachedLease{raw: bytes.Clone(raw), l: l}
-	c.mu.Unlock()
-	return l, nil
+	return l, err
 }

@@ -1,7 +1,6 @@
 package content
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -10,47 +9,19 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 )
 
-// deviceCache keeps decoded device records keyed by their stored bytes: a
-// lookup still reads the record in the caller's transaction (so it is never
-// stale), but decodes JSON only when the bytes changed. Cached devices are
+// deviceCache reads device records through a core.DecodeCache: never
+// stale, decoded only when the stored bytes changed. Cached devices are
 // shared and must be treated as read-only (copy before changing Labels).
 type deviceCache struct {
-	mu sync.RWMutex
-	m  map[string]cachedDevice
+	core.DecodeCache[core.Device]
 }
-
-type cachedDevice struct {
-	raw []byte
-	dev core.Device
-}
-
-const deviceCacheMax = 200000
 
 func (c *deviceCache) get(tx core.Tx, id string) (core.Device, error) {
-	raw, err := core.RawGet(tx, core.BucketDevices, id)
-	if err != nil {
-		return core.Device{}, err
+	d, ok, err := c.Get(tx, core.BucketDevices, id)
+	if err == nil && !ok {
+		err = fmt.Errorf("device %s: %w", id, core.ErrNotFound)
 	}
-	if raw == nil {
-		return core.Device{}, fmt.Errorf("device %s: %w", id, core.ErrNotFound)
-	}
-	c.mu.RLock()
-	e, ok := c.m[id]
-	c.mu.RUnlock()
-	if ok && bytes.Equal(e.raw, raw) {
-		return e.dev, nil
-	}
-	var d core.Device
-	if err := json.Unmarshal(raw, &d); err != nil {
-		return d, fmt.Errorf("corrupt device record %s: %w", id, err)
-	}
-	c.mu.Lock()
-	if c.m == nil || len(c.m) >= deviceCacheMax {
-		c.m = make(map[string]cachedDevice)
-	}
-	c.m[id] = cachedDevice{raw: bytes.Clone(raw), dev: d}
-	c.mu.Unlock()
-	return d, nil
+	return d, err
 }
 
 // bySerial follows the serial-number index maintained by core.PutDevice.
