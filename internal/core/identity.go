@@ -1,12 +1,10 @@
 package core
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -70,15 +68,15 @@ func LeaseHolds(l Lease, now time.Time) bool {
 	return l.Reserved || l.Expiry.IsZero() || now.Before(l.Expiry)
 }
 
-// HolderOf returns who holds ip at now (see the rule above). b and lc may
-// be nil. It reads the lease and fixed-address index inside tx.
-func HolderOf(tx Tx, ip netip.Addr, now time.Time, b Bindings, lc *LeaseCache) (Holder, error) {
+// HolderOf returns who holds ip at now (see the rule above). b may be nil.
+// It reads the lease and the fixed-address device inside tx.
+func HolderOf(tx Tx, ip netip.Addr, now time.Time, b Bindings) (Holder, error) {
 	ip = ip.Unmap()
 	h := Holder{Addr: ip}
 	if !ip.IsValid() {
 		return h, ErrNoHolder
 	}
-	l, err := cachedLease(lc, tx, ip.String())
+	l, err := tx.Leases().Get(ip.String())
 	switch {
 	case err == nil && LeaseHolds(l, now):
 		h.Lease, h.MAC = &l, l.MAC
@@ -92,25 +90,16 @@ func HolderOf(tx Tx, ip netip.Addr, now time.Time, b Bindings, lc *LeaseCache) (
 			return h, nil
 		}
 	}
-	var id string
-	ok, err := tx.Get(BucketIndex, fixedIPIndexKey(ip.String()), &id)
-	if err != nil {
+	d, err := tx.Devices().ByFixedIP(ip.String())
+	if err != nil && !errors.Is(err, ErrNotFound) {
 		return h, err
 	}
-	if ok {
-		d, err := GetDevice(tx, id)
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			return h, err
-		}
-		if err == nil && d.Approved && d.FixedIP == ip.String() {
-			h.Device, h.MAC = &d, d.MAC
-			return h, nil
-		}
+	if err == nil && d.Approved && d.FixedIP == ip.String() {
+		h.Device, h.MAC = &d, d.MAC
+		return h, nil
 	}
 	return h, ErrNoHolder
 }
-
-func fixedIPIndexKey(ip string) string { return "fixed-ip/" + ip }
 
 // Device facts come from the devices themselves (DHCP options, HTTP headers,
 // join requests). Each is checked against a strict character set before it
@@ -192,61 +181,4 @@ func CheckHostname(v string) error {
 		return &FactError{Fact: "hostname", Value: v, Want: "RFC 1123 labels of letters, digits and -, dot-separated, at most 253 characters"}
 	}
 	return nil
-}
-
-// DecodeCache keeps decoded records of one bucket keyed by their stored
-// bytes: a lookup still reads the record in the caller's transaction (never
-// stale) but decodes JSON only when the bytes changed, which on the ZTP
-// request path (every fetch reads its lease and its device) is most of a
-// lookup's cost. Cached values are shared: treat them as read-only. Safe for
-// concurrent use; it forgets everything at once past 200,000 entries.
-type DecodeCache[T any] struct {
-	mu sync.RWMutex
-	m  map[string]cachedRecord[T]
-}
-
-type cachedRecord[T any] struct {
-	raw []byte
-	v   T
-}
-
-const decodeCacheMax = 200000
-
-// Get returns the record at key of bucket b; ok is false when there is none.
-func (c *DecodeCache[T]) Get(tx Tx, b Bucket, key string) (v T, ok bool, err error) {
-	raw, err := RawGet(tx, b, key)
-	if err != nil || raw == nil {
-		return v, false, err
-	}
-	c.mu.RLock()
-	e, hit := c.m[key]
-	c.mu.RUnlock()
-	if hit && bytes.Equal(e.raw, raw) {
-		return e.v, true, nil
-	}
-	if err := Decode(raw, &v); err != nil {
-		return v, false, fmt.Errorf("%s %s: %w", b, key, err)
-	}
-	c.mu.Lock()
-	if c.m == nil || len(c.m) >= decodeCacheMax {
-		c.m = make(map[string]cachedRecord[T])
-	}
-	c.m[key] = cachedRecord[T]{raw: bytes.Clone(raw), v: v}
-	c.mu.Unlock()
-	return v, true, nil
-}
-
-// LeaseCache is the decode cache of leases that HolderOf reads through.
-type LeaseCache = DecodeCache[Lease]
-
-// cachedLease is GetLease through c (nil: no cache).
-func cachedLease(c *LeaseCache, tx Tx, ip string) (Lease, error) {
-	if c == nil {
-		return GetLease(tx, ip)
-	}
-	l, ok, err := c.Get(tx, BucketLeases, ip)
-	if err == nil && !ok {
-		err = fmt.Errorf("lease %s: %w", ip, ErrNotFound)
-	}
-	return l, err
 }

@@ -1,46 +1,18 @@
 package core
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/netip"
 )
 
-// Bucket names one typed collection in the store.
-type Bucket string
-
-const (
-	BucketDevices     Bucket = "devices"     // Device by ID (MAC)
-	BucketLeases      Bucket = "leases"      // Lease by IP
-	BucketClusters    Bucket = "clusters"    // Cluster by ID
-	BucketVersions    Bucket = "versions"    // Version by ID
-	BucketTokens      Bucket = "tokens"      // Token by kind/ID
-	BucketEvents      Bucket = "events"      // device Event by zero-padded sequence
-	BucketAudit       Bucket = "audit"       // audit Event (operator actions, credential issues) by the same sequence
-	BucketMemberships Bucket = "memberships" // Membership by device ID
-	BucketImages      Bucket = "images"      // Image by sha256
-	BucketAPIKeys     Bucket = "apikeys"     // API key records by key id
-	BucketSecrets     Bucket = "secrets"     // encrypted key material by owner
-	BucketJobs        Bucket = "jobs"        // async API jobs by id
-	BucketIndex       Bucket = "index"       // secondary indexes, "<name>/<value>" -> primary key
-	BucketMeta        Bucket = "meta"        // schema version and appliance settings
-)
-
-// Buckets is every bucket a store must provide.
-var Buckets = []Bucket{
-	BucketDevices, BucketLeases, BucketClusters, BucketVersions, BucketTokens,
-	BucketEvents, BucketMemberships, BucketImages, BucketAPIKeys, BucketSecrets,
-	BucketJobs, BucketIndex, BucketMeta, BucketAudit,
-}
-
-// ErrNotFound is returned by typed getters when a record does not exist.
+// ErrNotFound is returned by repository getters when a record does not exist.
 var ErrNotFound = errors.New("not found")
 
-// Store persists the domain. It is deliberately small so that bbolt can be
-// swapped for a distributed store: key/value buckets, serialisable transactions,
-// and a group-commit entry point for hot paths.
+// Store persists the domain as typed repositories. Its implementations own
+// the storage schema (collections, keys, indexes, encodings); nothing outside
+// them knows it, so a distributed store can replace bbolt by implementing
+// these interfaces and passing the conformance suite in storetest.
 type Store interface {
 	// View runs fn in a read-only, consistent snapshot.
 	View(fn func(Tx) error) error
@@ -56,58 +28,235 @@ type Store interface {
 	Close() error
 }
 
-// Generations is implemented by stores that count writes per bucket, so a
-// reader can reuse what it derived from some buckets, exactly until one of
-// them changes: note Generation(bs...) before reading them and treat the
-// result as current while Generation(bs...) still returns that number. The
-// number grows once a write transaction that touched any of bs has ended
-// (a write still in progress may not be counted yet, as it may not be
-// visible yet).
-type Generations interface {
-	Generation(bs ...Bucket) uint64
-}
-
-// Tx is one transaction. Values are JSON documents.
+// Tx is one transaction over every repository: a change to several
+// aggregates in one Tx is atomic.
 type Tx interface {
-	// Get decodes the value at key into v and reports whether it existed.
-	Get(b Bucket, key string, v any) (bool, error)
-	// Put encodes v as JSON and stores it at key.
-	Put(b Bucket, key string, v any) error
-	// Delete removes key; deleting a missing key is not an error.
-	Delete(b Bucket, key string) error
-	// Scan calls fn for every key greater than after (all keys when after is
-	// ""), in byte order, until fn returns false or an error.
-	Scan(b Bucket, after string, fn func(key string, value []byte) (bool, error)) error
-	// ScanPrefix calls fn for every key starting with prefix, in byte order.
-	ScanPrefix(b Bucket, prefix string, fn func(key string, value []byte) (bool, error)) error
-	// Count returns the number of keys in b.
-	Count(b Bucket) (int, error)
-	// NextSequence returns a new, monotonically increasing integer for b.
-	NextSequence(b Bucket) (uint64, error)
+	Devices() Devices
+	Leases() Leases
+	Clusters() Clusters
+	Versions() Versions
+	Memberships() Memberships
+	Tokens() Tokens
+	Secrets() Secrets
+	Events() Events
+	Images() Images
+	APIKeys() APIKeys
+	Jobs() Jobs
+	Settings() Settings
 	// Writable reports whether the transaction may write.
 	Writable() bool
 }
 
-// RawGet returns the stored bytes of key without decoding them, or nil when
-// the key is absent. The bytes are valid only inside tx; callers that cache
-// decoded values compare them to skip a decode.
-func RawGet(tx Tx, b Bucket, key string) ([]byte, error) {
-	var out []byte
-	err := tx.ScanPrefix(b, key, func(k string, v []byte) (bool, error) {
-		if k == key {
-			out = v
-		}
-		return false, nil
-	})
-	return out, err
+// Visit is called for each record of a listing, in key order; returning
+// false stops the listing.
+type Visit[T any] func(T) (bool, error)
+
+// Listing order and cursors: every List visits records in a stable order
+// (their key) after a cursor; Cursor(T) of a visited record resumes after
+// it. Cursors are opaque strings; API pages hand them out base64-wrapped.
+
+// Devices is the repository of device records, by ID (the normalised MAC).
+type Devices interface {
+	Get(id string) (Device, error)
+	// Put stores d and keeps the serial-number and fixed-address lookups
+	// current; a fixed address already bound to another device is refused.
+	Put(d Device) error
+	Delete(id string) error
+	BySerial(serial string) (Device, error)
+	// ByFixedIP is the device an operator bound to ip (approved or not).
+	ByFixedIP(ip string) (Device, error)
+	List(after string, fn Visit[Device]) error
+	Count() (int, error)
 }
 
-// Decode unmarshals a value handed to a Scan callback.
-func Decode(value []byte, v any) error {
-	if err := json.Unmarshal(value, v); err != nil {
-		return fmt.Errorf("corrupt record: %w", err)
+// Leases is the repository of address bindings, by IPv4 address.
+type Leases interface {
+	Get(ip string) (Lease, error)
+	Put(l Lease) error
+	Delete(ip string) error
+	List(after string, fn Visit[Lease]) error
+	Count() (int, error)
+}
+
+// Clusters is the repository of clusters, by ID, with unique names.
+type Clusters interface {
+	Get(id string) (Cluster, error)
+	// Put stores c; a name used by another cluster is refused.
+	Put(c Cluster) error
+	Delete(id string) error
+	ByName(name string) (Cluster, error)
+	List(after string, fn Visit[Cluster]) error
+
+	// JoinState is the joiner's bookkeeping of a cluster's membership.
+	JoinState(cluster string) (JoinState, error)
+	PutJoinState(cluster string, st JoinState) error
+	DeleteJoinState(cluster string) error
+	// JoinStates lists the clusters that have one, by cluster ID.
+	JoinStates(fn func(cluster string, st JoinState) (bool, error)) error
+}
+
+// Versions is the repository of Kubernetes versions, by ID.
+type Versions interface {
+	Get(id string) (Version, error)
+	Put(v Version) error
+	Delete(id string) error
+	List(after string, fn Visit[Version]) error
+}
+
+// Memberships is the repository of memberships, by device ID, with the
+// roster of each cluster's active members (device and role).
+type Memberships interface {
+	Get(device string) (Membership, error)
+	Put(m Membership) error
+	Delete(device string) error
+	List(after string, fn Visit[Membership]) error
+
+	// Enlist puts device on cluster's roster as role; Delist takes it off.
+	Enlist(cluster, device, role string) error
+	Delist(cluster, device string) error
+	// Roster visits cluster's active members in device order.
+	Roster(cluster string, fn func(device, role string) (bool, error)) error
+}
+
+// Tokens is the repository of credential records, by kind and ID, with
+// each cluster's pool of pre-issued kubeadm tokens and the one live
+// enrollment of each device.
+type Tokens interface {
+	Get(kind, id string) (Token, error)
+	// Put stores t under t.Kind and t.ID.
+	Put(t Token) error
+	Delete(kind, id string) error
+	// List visits all tokens in (kind, id) order; Cursor is TokenCursor.
+	List(after string, fn Visit[Token]) error
+	// ListKind visits the tokens of one kind in ID order.
+	ListKind(kind string, fn Visit[Token]) error
+
+	// Pool holds the IDs of cluster's kubeadm tokens not yet handed out.
+	PoolAdd(cluster, id string) error
+	PoolRemove(cluster, id string) error
+	Pool(cluster string, fn func(id string) (bool, error)) error
+
+	// Enrollment is the ID of the live enrollment of a device, looked up by
+	// its MAC (or, without one, its serial).
+	Enrollment(device EnrollmentKey) (id string, ok bool, err error)
+	SetEnrollment(device EnrollmentKey, id string) error
+	ClearEnrollment(device EnrollmentKey) error
+}
+
+// EnrollmentKey names a device for its enrollment: its MAC, or its serial
+// when the MAC is not known.
+type EnrollmentKey struct{ MAC, Serial string }
+
+// TokenCursor is the listing cursor of t.
+func TokenCursor(t Token) string { return t.Kind + "/" + t.ID }
+
+// Secrets holds sealed key material by owner (e.g. a cluster ID). The
+// values are opaque to the store: sealing is the owner's business.
+type Secrets interface {
+	Get(owner string) ([]byte, bool, error)
+	Put(owner string, sealed []byte) error
+	Delete(owner string) error
+}
+
+// EventStream is one of the two event streams.
+type EventStream int
+
+const (
+	DeviceEvents EventStream = iota // DHCP, ZTP fetches, refusals: high volume
+	AuditEvents                     // what operators and API keys did, issued credentials
+)
+
+// StreamOf is the stream events of type typ belong to.
+func StreamOf(typ string) EventStream {
+	if IsAudit(typ) {
+		return AuditEvents
 	}
-	return nil
+	return DeviceEvents
+}
+
+// Events is the append-only event log: two streams sharing one sequence,
+// so they merge in order.
+type Events interface {
+	// Append stores e under the next sequence number (and the current time
+	// when e.Time is zero) and returns the number.
+	Append(e Event) (uint64, error)
+	// List visits stream's events with sequence numbers above after.
+	List(stream EventStream, after uint64, fn Visit[Event]) error
+	Count(stream EventStream) (int, error)
+	// Prune deletes the oldest events of stream so that at most keep
+	// remain, in bounded steps: more reports that some are left to prune.
+	Prune(stream EventStream, keep int) (n int, more bool, err error)
+}
+
+// Images is the repository of image records, by sha256, with unique names.
+type Images interface {
+	Get(sha string) (Image, error)
+	Put(im Image) error
+	Delete(sha string) error
+	List(after string, fn Visit[Image]) error
+	Count() (int, error)
+	// ByName is the sha256 an image name points to.
+	ByName(name string) (sha string, err error)
+	SetName(name, sha string) error
+	DeleteName(name string) error
+	// Names visits every name and the sha256 it points to, in name order.
+	Names(fn func(name, sha string) (bool, error)) error
+	// WithPrefix visits the images whose sha256 starts with prefix.
+	WithPrefix(prefix string, fn Visit[Image]) error
+}
+
+// APIKeys is the repository of API key records, by key.
+type APIKeys interface {
+	Get(key string) (APIKey, error)
+	Put(k APIKey) error
+	Delete(key string) error
+	List(fn Visit[APIKey]) error
+	Count() (int, error)
+}
+
+// Jobs is the repository of asynchronous API jobs, by ID.
+type Jobs interface {
+	Get(id string) (Job, error)
+	Put(j Job) error
+	Delete(id string) error
+	List(fn Visit[Job]) error
+}
+
+// Settings holds appliance-wide values that are chosen once and kept (for
+// example the CloudStack zone ID), by name.
+type Settings interface {
+	Get(name string) (string, bool, error)
+	Put(name, value string) error
+}
+
+// Aggregate names one repository for change tracking.
+type Aggregate int
+
+const (
+	AggDevices Aggregate = iota
+	AggLeases
+	AggClusters
+	AggVersions
+	AggMemberships
+	AggTokens
+	AggSecrets
+	AggEvents
+	AggImages
+	AggAPIKeys
+	AggJobs
+	AggSettings
+	NumAggregates
+)
+
+// Generations is implemented by stores that count writes per aggregate, so a
+// reader can reuse what it derived from some aggregates, exactly until one of
+// them changes: note Generation(as...) before reading them and treat the
+// result as current while Generation(as...) still returns that number. The
+// number grows once a write transaction that touched any of as has ended
+// (a write still in progress may not be counted yet, as it may not be
+// visible yet).
+type Generations interface {
+	Generation(as ...Aggregate) uint64
 }
 
 // DeviceFinder answers from memory which device holds an address right now.

@@ -203,6 +203,12 @@ type Token struct {
 	UsedAt      time.Time `json:"used_at,omitzero"`
 	Revoked     bool      `json:"revoked,omitempty"`
 	Created     time.Time `json:"created"`
+	// BindMAC and BindSerial tie an enrollment to one device.
+	BindMAC    string `json:"bind_mac,omitempty"`
+	BindSerial string `json:"bind_serial,omitempty"`
+	// InitIssued: the kubeadm token was in the first control plane's init
+	// configuration, so kubeadm init creates it in the cluster.
+	InitIssued bool `json:"init_issued,omitempty"`
 }
 
 // Membership records a device's place in a cluster and how it got there.
@@ -215,7 +221,95 @@ type Membership struct {
 	History   []StateTransition `json:"history"`
 	Created   time.Time         `json:"created"`
 	UpdatedAt time.Time         `json:"updated_at"`
+
+	// What the joiner needs to re-issue and revoke.
+	Method     string `json:"join_method,omitempty"`
+	TokenID    string `json:"token_id,omitempty"`
+	ReportID   string `json:"report_id,omitempty"`
+	IP         string `json:"ip,omitempty"`
+	WaitReason string `json:"wait_reason,omitempty"`
+	// IssuedAt is when the bundle was first handed out: re-issues are
+	// allowed only within the joiner's reissue window of it.
+	IssuedAt time.Time `json:"issued_at,omitzero"`
 }
+
+// JoinState is the joiner's bookkeeping of one cluster's membership.
+type JoinState struct {
+	KubernetesVersion string `json:"kubernetes_version"`
+	Algorithm         string `json:"algorithm"` // key algorithm of the cluster CA
+	FirstControlPlane string `json:"first_control_plane,omitempty"`
+	Initialized       bool   `json:"initialized,omitempty"` // first control plane reported joined
+	ControlPlanes     int    `json:"control_planes"`        // active, including the first
+	Workers           int    `json:"workers"`               // active, including switches
+	APIEndpoint       string `json:"api_endpoint,omitempty"`
+	Suspended         bool   `json:"suspended,omitempty"` // cluster stopped: no joins
+	// AdminBinding: the ClusterRoleBinding giving ztpd's kubeconfig group
+	// cluster-admin exists in the cluster (created or found by ztpd).
+	AdminBinding bool `json:"admin_binding,omitempty"`
+	// AdminBindingRetry: creating it failed (API server not reachable
+	// yet); the sweeper tries again.
+	AdminBindingRetry bool `json:"admin_binding_retry,omitempty"`
+}
+
+// APIKey is a stored API key: the secret is kept sealed (to sign with) and
+// hashed (to compare), never in the clear.
+type APIKey struct {
+	APIKey       string    `json:"api_key"`
+	Name         string    `json:"name,omitempty"`
+	Account      string    `json:"account,omitempty"` // empty: derived from the role
+	Role         string    `json:"role"`
+	SecretSealed []byte    `json:"secret_sealed"`
+	SecretHash   string    `json:"secret_hash"` // hex SHA-256 of the secret
+	Created      time.Time `json:"created"`
+}
+
+// JobStatus uses CloudStack's numbering.
+type JobStatus int
+
+const (
+	JobPending   JobStatus = 0
+	JobSucceeded JobStatus = 1
+	JobFailed    JobStatus = 2
+)
+
+// Job is an asynchronous operation. It is stored when it is accepted and
+// again when it ends, so its outcome can be queried after a restart; a job
+// a restart interrupted is recorded as failed.
+type Job struct {
+	ID           string    `json:"id"`
+	Command      string    `json:"command"` // CloudStack command name, e.g. scaleKubernetesCluster
+	InstanceType string    `json:"instance_type"`
+	InstanceID   string    `json:"instance_id"`
+	Owner        string    `json:"owner,omitempty"`   // API key of the caller
+	Account      string    `json:"account,omitempty"` // the caller's account
+	Status       JobStatus `json:"status"`
+	// ErrorKind and Error describe a failed job.
+	ErrorKind ErrorKind `json:"error_kind,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	// Cluster is the cluster as the job left it (cluster jobs that keep it).
+	Cluster *Cluster `json:"cluster,omitempty"`
+	// Success marks jobs whose result is a plain success (stop, delete).
+	Success   bool      `json:"success,omitempty"`
+	Created   time.Time `json:"created"`
+	Completed time.Time `json:"completed,omitzero"`
+
+	// What the job does and how a crash mid-way is resolved.
+	Params    JobParams    `json:"params"`
+	FailState ClusterState `json:"fail_state,omitempty"`
+}
+
+// JobParams are the inputs a job needs after it was accepted.
+type JobParams struct {
+	Size       int    `json:"size,omitempty"`
+	OfferingID string `json:"offering_id,omitempty"`
+	VersionID  string `json:"version_id,omitempty"`
+	DeleteISO  bool   `json:"delete_iso,omitempty"`
+	// Target is the state the job moves the cluster to on success.
+	Target ClusterState `json:"target,omitempty"`
+}
+
+// Done reports whether the job has ended.
+func (j Job) Done() bool { return j.Status != JobPending }
 
 // StateTransition is one entry of a membership's history.
 type StateTransition struct {

@@ -8,7 +8,6 @@ package boltstore
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +26,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/store/kv"
 )
 
 // FileName is the bbolt file inside the data directory.
@@ -73,38 +73,35 @@ type Store struct {
 	closeMu  sync.Once
 	closeErr error
 
-	// gens counts write transactions per bucket (index in core.Buckets),
-	// bumped after they end (see core.Generations).
-	gens [64]atomic.Uint64
+	// gens counts write transactions per core.Aggregate, bumped after
+	// they end (see core.Generations).
+	gens [core.NumAggregates]atomic.Uint64
+	// caches are the decoded-record caches every transaction shares.
+	caches kv.Caches
 }
 
-// bucketBit maps every core bucket to its bit in tx.dirty.
-var bucketBit = func() map[core.Bucket]uint64 {
-	m := make(map[core.Bucket]uint64, len(core.Buckets))
-	for i, b := range core.Buckets {
-		m[b] = 1 << i
-	}
-	return m
-}()
-
 // Generation implements core.Generations: the sum of the write counts of
-// bs, which grows whenever a write transaction that put or deleted a key in
-// any of them has ended.
-func (s *Store) Generation(bs ...core.Bucket) uint64 {
+// as, which grows whenever a write transaction that changed any of them
+// has ended.
+func (s *Store) Generation(as ...core.Aggregate) uint64 {
 	var n uint64
-	for _, b := range bs {
-		if bit, ok := bucketBit[b]; ok {
-			n += s.gens[bits.TrailingZeros64(bit)].Load()
+	for _, a := range as {
+		if a >= 0 && a < core.NumAggregates {
+			n += s.gens[a].Load()
 		}
 	}
 	return n
 }
 
-// bump counts a write transaction for every bucket it touched. It runs
+// bump counts a write transaction for every aggregate it touched. It runs
 // after bbolt's Update returned, so a reader that saw the new count opens
 // a snapshot holding the write. Failed transactions count too: a spurious
 // change costs a reader a rebuild, a missed one would serve stale data.
-func (s *Store) bump(dirty uint64) {
+func (s *Store) bump(t *kv.Tx) {
+	if t == nil {
+		return
+	}
+	dirty := t.Dirty()
 	for dirty != 0 {
 		i := bits.TrailingZeros64(dirty)
 		s.gens[i].Add(1)
@@ -190,15 +187,15 @@ func (s *Store) Close() error {
 
 // View implements core.Store.
 func (s *Store) View(fn func(core.Tx) error) error {
-	return s.db.View(func(btx *bolt.Tx) error { return fn(&tx{b: btx}) })
+	return s.db.View(func(btx *bolt.Tx) error { return fn(kv.NewTx(rawTx{btx}, &s.caches)) })
 }
 
 // Update implements core.Store.
 func (s *Store) Update(fn func(core.Tx) error) error {
 	start := time.Now()
-	t := &tx{}
-	err := s.db.Update(func(btx *bolt.Tx) error { t.b = btx; return fn(t) })
-	s.bump(t.dirty)
+	var t *kv.Tx
+	err := s.db.Update(func(btx *bolt.Tx) error { t = kv.NewTx(rawTx{btx}, &s.caches); return fn(t) })
+	s.bump(t)
 	if err == nil {
 		commitsTotal.Inc()
 		batchSize.Observe(1)
@@ -261,9 +258,9 @@ func (s *Store) commit(batch []*batchReq) {
 	for len(batch) > 0 {
 		failed := -1
 		start := time.Now()
-		t := &tx{}
+		var t *kv.Tx
 		err := s.db.Update(func(btx *bolt.Tx) error {
-			t.b = btx
+			t = kv.NewTx(rawTx{btx}, &s.caches)
 			for i, r := range batch {
 				if err := r.fn(t); err != nil {
 					failed = i
@@ -272,7 +269,7 @@ func (s *Store) commit(batch []*batchReq) {
 			}
 			return nil
 		})
-		s.bump(t.dirty)
+		s.bump(t)
 		if err == nil {
 			commitsTotal.Inc()
 			batchSize.Observe(float64(len(batch)))
@@ -339,12 +336,10 @@ func (s *Store) BackupToFile(path string) (int64, error) {
 	return n, nil
 }
 
-type tx struct {
-	b     *bolt.Tx
-	dirty uint64 // bucketBit of every bucket written
-}
+// rawTx is one bbolt transaction as kv.Raw.
+type rawTx struct{ b *bolt.Tx }
 
-func (t *tx) bucket(b core.Bucket) (*bolt.Bucket, error) {
+func (t rawTx) bucket(b kv.Bucket) (*bolt.Bucket, error) {
 	bk := t.b.Bucket([]byte(b))
 	if bk == nil {
 		return nil, fmt.Errorf("store has no bucket %q", b)
@@ -352,51 +347,34 @@ func (t *tx) bucket(b core.Bucket) (*bolt.Bucket, error) {
 	return bk, nil
 }
 
-func (t *tx) Writable() bool { return t.b.Writable() }
+func (t rawTx) Writable() bool { return t.b.Writable() }
 
-func (t *tx) Get(b core.Bucket, key string, v any) (bool, error) {
+func (t rawTx) Get(b kv.Bucket, key string) ([]byte, error) {
 	bk, err := t.bucket(b)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	raw := bk.Get([]byte(key))
-	if raw == nil {
-		return false, nil
-	}
-	if err := json.Unmarshal(raw, v); err != nil {
-		return true, fmt.Errorf("corrupt record %s/%s: %w", b, key, err)
-	}
-	return true, nil
+	return bk.Get([]byte(key)), nil
 }
 
-func (t *tx) Put(b core.Bucket, key string, v any) error {
+func (t rawTx) Put(b kv.Bucket, key string, value []byte) error {
 	bk, err := t.bucket(b)
 	if err != nil {
 		return err
 	}
-	// A json.RawMessage is stored as given (copied): hot paths encode their
-	// records themselves and skip encoding/json's re-validation.
-	t.dirty |= bucketBit[b]
-	if r, ok := v.(json.RawMessage); ok {
-		return bk.Put([]byte(key), bytes.Clone(r))
-	}
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("encode %s/%s: %w", b, key, err)
-	}
-	return bk.Put([]byte(key), raw)
+	// bbolt keeps the slice until commit; callers reuse theirs.
+	return bk.Put([]byte(key), bytes.Clone(value))
 }
 
-func (t *tx) Delete(b core.Bucket, key string) error {
+func (t rawTx) Delete(b kv.Bucket, key string) error {
 	bk, err := t.bucket(b)
 	if err != nil {
 		return err
 	}
-	t.dirty |= bucketBit[b]
 	return bk.Delete([]byte(key))
 }
 
-func (t *tx) Scan(b core.Bucket, after string, fn func(string, []byte) (bool, error)) error {
+func (t rawTx) Scan(b kv.Bucket, after string, fn func(string, []byte) (bool, error)) error {
 	bk, err := t.bucket(b)
 	if err != nil {
 		return err
@@ -420,7 +398,7 @@ func (t *tx) Scan(b core.Bucket, after string, fn func(string, []byte) (bool, er
 	return nil
 }
 
-func (t *tx) ScanPrefix(b core.Bucket, prefix string, fn func(string, []byte) (bool, error)) error {
+func (t rawTx) ScanPrefix(b kv.Bucket, prefix string, fn func(string, []byte) (bool, error)) error {
 	bk, err := t.bucket(b)
 	if err != nil {
 		return err
@@ -436,7 +414,7 @@ func (t *tx) ScanPrefix(b core.Bucket, prefix string, fn func(string, []byte) (b
 	return nil
 }
 
-func (t *tx) Count(b core.Bucket) (int, error) {
+func (t rawTx) Count(b kv.Bucket) (int, error) {
 	bk, err := t.bucket(b)
 	if err != nil {
 		return 0, err
@@ -444,7 +422,7 @@ func (t *tx) Count(b core.Bucket) (int, error) {
 	return bk.Stats().KeyN, nil
 }
 
-func (t *tx) NextSequence(b core.Bucket) (uint64, error) {
+func (t rawTx) NextSequence(b kv.Bucket) (uint64, error) {
 	bk, err := t.bucket(b)
 	if err != nil {
 		return 0, err

@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/store/kv"
 )
 
 func openTemp(t *testing.T) (*Store, string) {
@@ -55,7 +56,7 @@ func TestBatchCommitsEveryCallerAndIsolatesFailures(t *testing.T) {
 				if i%50 == 7 {
 					return fmt.Errorf("caller %d refuses", i)
 				}
-				return tx.Put(core.BucketLeases, fmt.Sprintf("k%04d", i), i)
+				return tx.Put(kv.BucketLeases, fmt.Sprintf("k%04d", i), i)
 			})
 		}(i)
 	}
@@ -77,7 +78,7 @@ func TestBatchCommitsEveryCallerAndIsolatesFailures(t *testing.T) {
 	}
 	defer s2.Close()
 	err = s2.View(func(tx core.Tx) error {
-		c, err := tx.Count(core.BucketLeases)
+		c, err := tx.Count(kv.BucketLeases)
 		if c != n-n/50 {
 			return fmt.Errorf("count %d, want %d", c, n-n/50)
 		}
@@ -127,7 +128,7 @@ func TestBackupIsAConsistentOpenableCopy(t *testing.T) {
 func TestNewerSchemaIsRefused(t *testing.T) {
 	s, dir := openTemp(t)
 	err := s.db.Update(func(btx *bolt.Tx) error {
-		return btx.Bucket([]byte(core.BucketMeta)).Put([]byte(schemaKey), []byte("999"))
+		return btx.Bucket([]byte(kv.BucketMeta)).Put([]byte(schemaKey), []byte("999"))
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +193,7 @@ func BenchmarkBatchParallel(b *testing.B) {
 			k := fmt.Sprintf("%08d", n)
 			seq.Unlock()
 			if err := s.Batch(func(tx core.Tx) error {
-				return tx.Put(core.BucketLeases, k, core.Lease{IP: k, State: core.LeaseActive})
+				return tx.Put(kv.BucketLeases, k, core.Lease{IP: k, State: core.LeaseActive})
 			}); err != nil {
 				b.Fatal(err)
 			}
@@ -204,30 +205,30 @@ var _ core.Generations = (*Store)(nil)
 
 func TestGenerationCountsWritesPerBucket(t *testing.T) {
 	s, _ := openTemp(t)
-	devs := func() uint64 { return s.Generation(core.BucketDevices) }
-	both := func() uint64 { return s.Generation(core.BucketDevices, core.BucketClusters) }
-	d0, b0, l0 := devs(), both(), s.Generation(core.BucketLeases)
+	devs := func() uint64 { return s.Generation(kv.BucketDevices) }
+	both := func() uint64 { return s.Generation(kv.BucketDevices, kv.BucketClusters) }
+	d0, b0, l0 := devs(), both(), s.Generation(kv.BucketLeases)
 
 	// Reads and writes to other buckets leave the generation alone.
-	if err := s.View(func(tx core.Tx) error { _, err := tx.Get(core.BucketDevices, "x", &struct{}{}); return err }); err != nil {
+	if err := s.View(func(tx core.Tx) error { _, err := tx.Get(kv.BucketDevices, "x", &struct{}{}); return err }); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Update(func(tx core.Tx) error { return tx.Put(core.BucketLeases, "10.99.0.1", 1) }); err != nil {
+	if err := s.Update(func(tx core.Tx) error { return tx.Put(kv.BucketLeases, "10.99.0.1", 1) }); err != nil {
 		t.Fatal(err)
 	}
 	if devs() != d0 || both() != b0 {
 		t.Fatalf("a leases write moved the devices/clusters generation")
 	}
-	if s.Generation(core.BucketLeases) == l0 {
+	if s.Generation(kv.BucketLeases) == l0 {
 		t.Fatalf("a leases write did not move the leases generation")
 	}
 
 	// Update, Batch and Delete each count, and the count is visible when
 	// the call returns.
 	steps := []func() error{
-		func() error { return s.Update(func(tx core.Tx) error { return tx.Put(core.BucketDevices, "a", 1) }) },
-		func() error { return s.Batch(func(tx core.Tx) error { return tx.Put(core.BucketClusters, "c", 1) }) },
-		func() error { return s.Batch(func(tx core.Tx) error { return tx.Delete(core.BucketDevices, "a") }) },
+		func() error { return s.Update(func(tx core.Tx) error { return tx.Put(kv.BucketDevices, "a", 1) }) },
+		func() error { return s.Batch(func(tx core.Tx) error { return tx.Put(kv.BucketClusters, "c", 1) }) },
+		func() error { return s.Batch(func(tx core.Tx) error { return tx.Delete(kv.BucketDevices, "a") }) },
 	}
 	for i, step := range steps {
 		before := both()
@@ -251,7 +252,7 @@ func TestGenerationCountsWritesPerBucket(t *testing.T) {
 				if i == 3 {
 					return errors.New("refused")
 				}
-				return tx.Put(core.BucketDevices, fmt.Sprint("d", i), i)
+				return tx.Put(kv.BucketDevices, fmt.Sprint("d", i), i)
 			})
 		}(i)
 	}
@@ -295,7 +296,7 @@ func TestFullDiskFailsCleanlyAndLosesNothing(t *testing.T) {
 			for j := 0; j < 50; j++ {
 				l := value
 				l.IP = fmt.Sprintf("10.99.%d.%d", (committed+j)/250, (committed+j)%250)
-				if err := tx.Put(core.BucketLeases, l.IP, l); err != nil {
+				if err := tx.Put(kv.BucketLeases, l.IP, l); err != nil {
 					return err
 				}
 			}
@@ -315,7 +316,7 @@ func TestFullDiskFailsCleanlyAndLosesNothing(t *testing.T) {
 	count := func(s *Store) int {
 		n := 0
 		if err := s.View(func(tx core.Tx) error {
-			return tx.Scan(core.BucketLeases, "", func(string, []byte) (bool, error) { n++; return true, nil })
+			return tx.Scan(kv.BucketLeases, "", func(string, []byte) (bool, error) { n++; return true, nil })
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -326,7 +327,7 @@ func TestFullDiskFailsCleanlyAndLosesNothing(t *testing.T) {
 	}
 	// Room again: the same open store takes writes without a restart.
 	os.Remove(filler)
-	if err := s.Update(func(tx core.Tx) error { return tx.Put(core.BucketLeases, "10.99.251.1", value) }); err != nil {
+	if err := s.Update(func(tx core.Tx) error { return tx.Put(kv.BucketLeases, "10.99.251.1", value) }); err != nil {
 		t.Fatalf("write once there is room again: %v", err)
 	}
 	committed++
@@ -349,17 +350,17 @@ func TestFullDiskFailsCleanlyAndLosesNothing(t *testing.T) {
 func TestAuditEventsMoveToTheirBucket(t *testing.T) {
 	s, dir := openTemp(t)
 	err := s.db.Update(func(btx *bolt.Tx) error {
-		if err := btx.DeleteBucket([]byte(core.BucketAudit)); err != nil {
+		if err := btx.DeleteBucket([]byte(kv.BucketAudit)); err != nil {
 			return err
 		}
-		ev := btx.Bucket([]byte(core.BucketEvents))
+		ev := btx.Bucket([]byte(kv.BucketEvents))
 		for i, typ := range []string{"dhcp.ack", "cluster.created", "ztp.json.served", "apikey.created", "device.approved"} {
 			k := core.EventKey(uint64(i + 1))
 			if err := ev.Put([]byte(k), []byte(fmt.Sprintf(`{"seq":%d,"type":%q}`, i+1, typ))); err != nil {
 				return err
 			}
 		}
-		return btx.Bucket([]byte(core.BucketMeta)).Put([]byte(schemaKey), []byte("1"))
+		return btx.Bucket([]byte(kv.BucketMeta)).Put([]byte(schemaKey), []byte("1"))
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -370,7 +371,7 @@ func TestAuditEventsMoveToTheirBucket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	keys := func(b core.Bucket) (out []string) {
+	keys := func(b kv.Bucket) (out []string) {
 		s.View(func(tx core.Tx) error {
 			return tx.Scan(b, "", func(k string, v []byte) (bool, error) {
 				var e core.Event
@@ -381,10 +382,10 @@ func TestAuditEventsMoveToTheirBucket(t *testing.T) {
 		})
 		return out
 	}
-	if got := strings.Join(keys(core.BucketEvents), ","); got != "1 dhcp.ack,3 ztp.json.served" {
+	if got := strings.Join(keys(kv.BucketEvents), ","); got != "1 dhcp.ack,3 ztp.json.served" {
 		t.Fatalf("device events %s", got)
 	}
-	if got := strings.Join(keys(core.BucketAudit), ","); got != "2 cluster.created,4 apikey.created,5 device.approved" {
+	if got := strings.Join(keys(kv.BucketAudit), ","); got != "2 cluster.created,4 apikey.created,5 device.approved" {
 		t.Fatalf("audit events %s", got)
 	}
 	if v, _ := s.Schema(); v != SchemaVersion {

@@ -9,6 +9,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/store/kv"
 )
 
 // SchemaVersion is the newest schema this build understands.
@@ -21,7 +22,7 @@ const schemaKey = "schema_version"
 var migrations = []func(*bolt.Tx) error{
 	// 0 -> 1: the initial typed buckets.
 	func(btx *bolt.Tx) error {
-		for _, b := range core.Buckets {
+		for _, b := range kv.Buckets {
 			if _, err := btx.CreateBucketIfNotExists([]byte(b)); err != nil {
 				return err
 			}
@@ -32,11 +33,11 @@ var migrations = []func(*bolt.Tx) error{
 	// device events cannot evict it; audit events already stored move there
 	// under their keys.
 	func(btx *bolt.Tx) error {
-		audit, err := btx.CreateBucketIfNotExists([]byte(core.BucketAudit))
+		audit, err := btx.CreateBucketIfNotExists([]byte(kv.BucketAudit))
 		if err != nil {
 			return err
 		}
-		events := btx.Bucket([]byte(core.BucketEvents))
+		events := btx.Bucket([]byte(kv.BucketEvents))
 		if events == nil {
 			return nil
 		}
@@ -65,7 +66,7 @@ var migrations = []func(*bolt.Tx) error{
 
 func (s *Store) migrate() error {
 	return s.db.Update(func(btx *bolt.Tx) error {
-		meta, err := btx.CreateBucketIfNotExists([]byte(core.BucketMeta))
+		meta, err := btx.CreateBucketIfNotExists([]byte(kv.BucketMeta))
 		if err != nil {
 			return err
 		}
@@ -91,7 +92,7 @@ func (s *Store) migrate() error {
 func (s *Store) Schema() (int, error) {
 	var v int
 	err := s.db.View(func(btx *bolt.Tx) error {
-		raw := btx.Bucket([]byte(core.BucketMeta)).Get([]byte(schemaKey))
+		raw := btx.Bucket([]byte(kv.BucketMeta)).Get([]byte(schemaKey))
 		var err error
 		v, err = strconv.Atoi(string(raw))
 		return err

@@ -1,0 +1,74 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrorKind classifies domain errors so that every front end (REST,
+// CloudStack API, CLI, device endpoints) maps them the same way.
+type ErrorKind int
+
+const (
+	KindInternal    ErrorKind = iota // a bug or a storage failure
+	KindInvalid                      // bad parameter value
+	KindNotFound                     // no such cluster, version, job or device
+	KindState                        // not allowed in the current state
+	KindInUse                        // still referenced (a version used by clusters)
+	KindPermission                   // the caller's role may not do this
+	KindUnavailable                  // a needed part is absent (no CA provisioned)
+	KindConflict                     // a name already taken
+	KindRefused                      // a device asked for what it is not entitled to
+	KindTooLarge                     // a request body or value over its limit
+	KindAuth                         // no or bad credentials
+)
+
+var kindNames = [...]string{"internal", "invalid", "not_found", "state", "in_use", "permission",
+	"unavailable", "conflict", "refused", "too_large", "unauthorized"}
+
+// String is the kind's stable name, as error bodies carry it.
+func (k ErrorKind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", int(k))
+}
+
+// Error is a classified domain error with a message meant for the user.
+type Error struct {
+	Kind ErrorKind
+	Msg  string
+	Err  error
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil && e.Msg == "" {
+		return e.Err.Error()
+	}
+	return e.Msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf returns a classified error with a formatted message.
+func Errorf(k ErrorKind, format string, args ...any) error {
+	return &Error{Kind: k, Msg: fmt.Sprintf(format, args...)}
+}
+
+// WrapError classifies err under k, keeping it for errors.Is/As.
+func WrapError(k ErrorKind, msg string, err error) error {
+	return &Error{Kind: k, Msg: msg, Err: err}
+}
+
+// KindOf classifies err: a classified error's kind, ErrNotFound as not
+// found, anything else internal.
+func KindOf(err error) ErrorKind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	if errors.Is(err, ErrNotFound) {
+		return KindNotFound
+	}
+	return KindInternal
+}

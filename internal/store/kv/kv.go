@@ -1,0 +1,225 @@
+// Package kv implements ztpd's typed repositories (core.Tx) once, over any
+// ordered key/value engine with named buckets and per-bucket sequences. It
+// owns the storage schema: bucket names, key formats, secondary indexes and
+// record encodings. An engine (boltstore today, a distributed store later)
+// supplies only Raw.
+package kv
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// Bucket names one collection of the schema.
+type Bucket string
+
+const (
+	BucketDevices     Bucket = "devices"     // Device by ID (MAC)
+	BucketLeases      Bucket = "leases"      // Lease by IP
+	BucketClusters    Bucket = "clusters"    // Cluster by ID
+	BucketVersions    Bucket = "versions"    // Version by ID
+	BucketTokens      Bucket = "tokens"      // Token by kind/ID
+	BucketEvents      Bucket = "events"      // device Event by zero-padded sequence; owns the shared sequence
+	BucketAudit       Bucket = "audit"       // audit Event by the same sequence
+	BucketMemberships Bucket = "memberships" // Membership by device ID
+	BucketImages      Bucket = "images"      // Image by sha256
+	BucketAPIKeys     Bucket = "apikeys"     // APIKey by key
+	BucketSecrets     Bucket = "secrets"     // sealed key material by owner
+	BucketJobs        Bucket = "jobs"        // Job by ID
+	BucketIndex       Bucket = "index"       // secondary indexes, "<name>/<value>" -> primary key
+	BucketMeta        Bucket = "meta"        // schema version, settings, join states
+)
+
+// Buckets is every bucket an engine must provide.
+var Buckets = []Bucket{BucketDevices, BucketLeases, BucketClusters, BucketVersions, BucketTokens, BucketEvents, BucketMemberships,
+	BucketImages, BucketAPIKeys, BucketSecrets, BucketJobs, BucketIndex, BucketMeta, BucketAudit}
+
+
+// Raw is one engine transaction: byte values in named buckets.
+type Raw interface {
+	// Get returns the value at key, or nil when absent; the bytes are valid
+	// only until the transaction ends and must not be changed.
+	Get(b Bucket, key string) ([]byte, error)
+	// Put stores a copy of value at key.
+	Put(b Bucket, key string, value []byte) error
+	// Delete removes key; deleting a missing key is not an error.
+	Delete(b Bucket, key string) error
+	// Scan calls fn for every key greater than after (all keys when after
+	// is ""), in byte order, until fn returns false or an error.
+	Scan(b Bucket, after string, fn func(key string, value []byte) (bool, error)) error
+	// ScanPrefix calls fn for every key starting with prefix, in byte order.
+	ScanPrefix(b Bucket, prefix string, fn func(key string, value []byte) (bool, error)) error
+	// Count returns the number of keys in b.
+	Count(b Bucket) (int, error)
+	// NextSequence returns a new, monotonically increasing integer for b.
+	NextSequence(b Bucket) (uint64, error)
+	Writable() bool
+}
+
+// Caches are the decoded-record caches of one store, shared by all its
+// transactions.
+type Caches struct {
+	devices decodeCache[core.Device]
+	leases  decodeCache[core.Lease]
+}
+
+// Tx implements core.Tx over a Raw transaction.
+type Tx struct {
+	raw   Raw
+	c     *Caches
+	dirty uint64 // bit per core.Aggregate written
+	buf   []byte // encoding scratch (the engine copies on Put)
+}
+
+// NewTx wraps raw; c may be shared by every transaction of one store.
+func NewTx(raw Raw, c *Caches) *Tx {
+	if c == nil {
+		c = &Caches{}
+	}
+	return &Tx{raw: raw, c: c}
+}
+
+// Dirty reports the aggregates this transaction wrote, one bit per
+// core.Aggregate, for the engine's change counters.
+func (t *Tx) Dirty() uint64 { return t.dirty }
+
+func (t *Tx) Writable() bool { return t.raw.Writable() }
+
+func (t *Tx) Devices() core.Devices         { return devices{t} }
+func (t *Tx) Leases() core.Leases           { return leases{t} }
+func (t *Tx) Clusters() core.Clusters       { return clusters{t} }
+func (t *Tx) Versions() core.Versions       { return versions{t} }
+func (t *Tx) Memberships() core.Memberships { return memberships{t} }
+func (t *Tx) Tokens() core.Tokens           { return tokens{t} }
+func (t *Tx) Secrets() core.Secrets         { return secrets{t} }
+func (t *Tx) Events() core.Events           { return events{t} }
+func (t *Tx) Images() core.Images           { return images{t} }
+func (t *Tx) APIKeys() core.APIKeys         { return apiKeys{t} }
+func (t *Tx) Jobs() core.Jobs               { return jobs{t} }
+func (t *Tx) Settings() core.Settings       { return settings{t} }
+
+func (t *Tx) mark(a core.Aggregate) { t.dirty |= 1 << a }
+
+// get decodes the record at key into v; ok is false when there is none.
+func (t *Tx) get(b Bucket, key string, v any) (bool, error) {
+	raw, err := t.raw.Get(b, key)
+	if err != nil || raw == nil {
+		return false, err
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return true, fmt.Errorf("corrupt record %s/%s: %w", b, key, err)
+	}
+	return true, nil
+}
+
+// put encodes v as JSON at key, counting a write of a.
+func (t *Tx) put(a core.Aggregate, b Bucket, key string, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s/%s: %w", b, key, err)
+	}
+	return t.putRaw(a, b, key, raw)
+}
+
+func (t *Tx) putRaw(a core.Aggregate, b Bucket, key string, raw []byte) error {
+	t.mark(a)
+	return t.raw.Put(b, key, raw)
+}
+
+func (t *Tx) del(a core.Aggregate, b Bucket, key string) error {
+	t.mark(a)
+	return t.raw.Delete(b, key)
+}
+
+// scan visits decoded records of b after a key, or with a key prefix.
+func scan[T any](t *Tx, b Bucket, after string, fn core.Visit[T]) error {
+	return t.raw.Scan(b, after, func(k string, raw []byte) (bool, error) {
+		var v T
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return false, fmt.Errorf("corrupt record %s/%s: %w", b, k, err)
+		}
+		return fn(v)
+	})
+}
+
+func scanPrefix[T any](t *Tx, b Bucket, prefix string, fn core.Visit[T]) error {
+	return t.raw.ScanPrefix(b, prefix, func(k string, raw []byte) (bool, error) {
+		var v T
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return false, fmt.Errorf("corrupt record %s/%s: %w", b, k, err)
+		}
+		return fn(v)
+	})
+}
+
+// Secondary indexes map "<name>/<value>" to a primary key (a JSON string).
+
+func (t *Tx) indexGet(key string) (string, bool, error) {
+	var id string
+	ok, err := t.get(BucketIndex, key, &id)
+	return id, ok, err
+}
+
+func (t *Tx) indexPut(a core.Aggregate, key, id string) error {
+	raw, _ := json.Marshal(id)
+	return t.putRaw(a, BucketIndex, key, raw)
+}
+
+func (t *Tx) indexDel(a core.Aggregate, key string) error { return t.del(a, BucketIndex, key) }
+
+// indexScan visits the index entries under prefix, with the rest of the key.
+func (t *Tx) indexScan(prefix string, fn func(rest, value string) (bool, error)) error {
+	return t.raw.ScanPrefix(BucketIndex, prefix, func(k string, raw []byte) (bool, error) {
+		var v string
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return false, fmt.Errorf("corrupt index %s: %w", k, err)
+		}
+		return fn(k[len(prefix):], v)
+	})
+}
+
+func notFound(what, id string) error { return fmt.Errorf("%s %s: %w", what, id, core.ErrNotFound) }
+
+// decodeCache keeps decoded records of one bucket keyed by their stored
+// bytes: a lookup still reads the record in the caller's transaction (never
+// stale) but decodes JSON only when the bytes changed, which on the ZTP
+// request path (every fetch reads its lease and its device) is most of a
+// lookup's cost. It forgets everything at once past 200,000 entries.
+type decodeCache[T any] struct {
+	mu sync.RWMutex
+	m  map[string]cachedRecord[T]
+}
+
+type cachedRecord[T any] struct {
+	raw []byte
+	v   T
+}
+
+const decodeCacheMax = 200000
+
+func (c *decodeCache[T]) get(t *Tx, b Bucket, key string) (v T, ok bool, err error) {
+	raw, err := t.raw.Get(b, key)
+	if err != nil || raw == nil {
+		return v, false, err
+	}
+	c.mu.RLock()
+	e, hit := c.m[key]
+	c.mu.RUnlock()
+	if hit && bytes.Equal(e.raw, raw) {
+		return e.v, true, nil
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return v, false, fmt.Errorf("corrupt record %s/%s: %w", b, key, err)
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= decodeCacheMax {
+		c.m = make(map[string]cachedRecord[T])
+	}
+	c.m[key] = cachedRecord[T]{raw: bytes.Clone(raw), v: v}
+	c.mu.Unlock()
+	return v, true, nil
+}

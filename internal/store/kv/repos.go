@@ -1,0 +1,588 @@
+package kv
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// Index key formats. Stored data depends on them: change only with a
+// migration.
+func serialKey(serial string) string       { return "serial/" + serial }
+func fixedIPKey(ip string) string          { return "fixed-ip/" + ip }
+func clusterNameKey(name string) string    { return "cluster-name/" + name }
+func imageNameKey(name string) string      { return "image-name/" + name }
+func poolKey(cluster, token string) string { return "pool/" + cluster + "/" + token }
+func memberKey(cluster, device string) string {
+	return "member/" + cluster + "/" + device
+}
+func enrollKey(k core.EnrollmentKey) string {
+	if k.MAC != "" {
+		return "enroll/" + k.MAC
+	}
+	return "enroll/serial:" + k.Serial
+}
+func tokenKey(kind, id string) string    { return kind + "/" + id }
+func joinStateKey(cluster string) string { return "joiner/cluster/" + cluster }
+func eventKey(seq uint64) string         { return fmt.Sprintf("%020d", seq) }
+
+// --- devices ---
+
+type devices struct{ t *Tx }
+
+func (r devices) Get(id string) (core.Device, error) {
+	d, ok, err := r.t.c.devices.get(r.t, BucketDevices, id)
+	if err != nil {
+		return d, err
+	}
+	if !ok {
+		return d, notFound("device", id)
+	}
+	d.Labels = maps.Clone(d.Labels) // the cached value is shared
+	return d, nil
+}
+
+func (r devices) Put(d core.Device) error {
+	if d.ID == "" {
+		return fmt.Errorf("device without id")
+	}
+	t := r.t
+	var old core.Device
+	had, err := t.get(BucketDevices, d.ID, &old)
+	if err != nil {
+		return err
+	}
+	if had && old.Serial != "" && old.Serial != d.Serial {
+		if err := t.indexDel(core.AggDevices, serialKey(old.Serial)); err != nil {
+			return err
+		}
+	}
+	if d.Serial != "" && (!had || old.Serial != d.Serial) {
+		if err := t.indexPut(core.AggDevices, serialKey(d.Serial), d.ID); err != nil {
+			return err
+		}
+	}
+	if had && old.FixedIP != "" && old.FixedIP != d.FixedIP {
+		if err := t.indexDel(core.AggDevices, fixedIPKey(old.FixedIP)); err != nil {
+			return err
+		}
+	}
+	if d.FixedIP != "" && (!had || old.FixedIP != d.FixedIP) {
+		if other, ok, err := t.indexGet(fixedIPKey(d.FixedIP)); err != nil {
+			return err
+		} else if ok && other != d.ID {
+			return core.Errorf(core.KindConflict, "fixed address %s is already bound to device %s", d.FixedIP, other)
+		}
+		if err := t.indexPut(core.AggDevices, fixedIPKey(d.FixedIP), d.ID); err != nil {
+			return err
+		}
+	}
+	t.buf = appendDevice(t.buf[:0], &d)
+	return t.putRaw(core.AggDevices, BucketDevices, d.ID, t.buf)
+}
+
+func (r devices) Delete(id string) error {
+	t := r.t
+	var old core.Device
+	had, err := t.get(BucketDevices, id, &old)
+	if err != nil || !had {
+		return err
+	}
+	if old.Serial != "" {
+		if cur, ok, err := t.indexGet(serialKey(old.Serial)); err != nil {
+			return err
+		} else if ok && cur == id {
+			if err := t.indexDel(core.AggDevices, serialKey(old.Serial)); err != nil {
+				return err
+			}
+		}
+	}
+	if old.FixedIP != "" {
+		if err := t.indexDel(core.AggDevices, fixedIPKey(old.FixedIP)); err != nil {
+			return err
+		}
+	}
+	return t.del(core.AggDevices, BucketDevices, id)
+}
+
+func (r devices) BySerial(serial string) (core.Device, error) {
+	id, ok, err := r.t.indexGet(serialKey(serial))
+	if err != nil {
+		return core.Device{}, err
+	}
+	if !ok {
+		return core.Device{}, fmt.Errorf("device with serial %q: %w", serial, core.ErrNotFound)
+	}
+	return r.Get(id)
+}
+
+func (r devices) ByFixedIP(ip string) (core.Device, error) {
+	id, ok, err := r.t.indexGet(fixedIPKey(ip))
+	if err != nil {
+		return core.Device{}, err
+	}
+	if !ok {
+		return core.Device{}, fmt.Errorf("device with fixed address %s: %w", ip, core.ErrNotFound)
+	}
+	return r.Get(id)
+}
+
+func (r devices) List(after string, fn core.Visit[core.Device]) error {
+	return scan(r.t, BucketDevices, after, fn)
+}
+
+func (r devices) Count() (int, error) { return r.t.raw.Count(BucketDevices) }
+
+// --- leases ---
+
+type leases struct{ t *Tx }
+
+func (r leases) Get(ip string) (core.Lease, error) {
+	l, ok, err := r.t.c.leases.get(r.t, BucketLeases, ip)
+	if err == nil && !ok {
+		err = notFound("lease", ip)
+	}
+	return l, err
+}
+
+func (r leases) Put(l core.Lease) error {
+	if l.IP == "" {
+		return fmt.Errorf("lease without address")
+	}
+	r.t.buf = appendLease(r.t.buf[:0], &l)
+	return r.t.putRaw(core.AggLeases, BucketLeases, l.IP, r.t.buf)
+}
+
+func (r leases) Delete(ip string) error { return r.t.del(core.AggLeases, BucketLeases, ip) }
+
+func (r leases) List(after string, fn core.Visit[core.Lease]) error {
+	return scan(r.t, BucketLeases, after, fn)
+}
+
+func (r leases) Count() (int, error) { return r.t.raw.Count(BucketLeases) }
+
+// --- clusters ---
+
+type clusters struct{ t *Tx }
+
+func (r clusters) Get(id string) (core.Cluster, error) {
+	var c core.Cluster
+	ok, err := r.t.get(BucketClusters, id, &c)
+	if err == nil && !ok {
+		err = notFound("cluster", id)
+	}
+	return c, err
+}
+
+func (r clusters) Put(c core.Cluster) error {
+	if c.ID == "" || c.Name == "" {
+		return fmt.Errorf("cluster needs an id and a name")
+	}
+	t := r.t
+	var old core.Cluster
+	had, err := t.get(BucketClusters, c.ID, &old)
+	if err != nil {
+		return err
+	}
+	if had && old.Name != c.Name {
+		if err := t.indexDel(core.AggClusters, clusterNameKey(old.Name)); err != nil {
+			return err
+		}
+	}
+	if owner, ok, err := t.indexGet(clusterNameKey(c.Name)); err != nil {
+		return err
+	} else if ok && owner != c.ID {
+		return core.Errorf(core.KindConflict, "cluster name %q is already used by cluster %s", c.Name, owner)
+	}
+	if err := t.indexPut(core.AggClusters, clusterNameKey(c.Name), c.ID); err != nil {
+		return err
+	}
+	return t.put(core.AggClusters, BucketClusters, c.ID, c)
+}
+
+func (r clusters) Delete(id string) error {
+	c, err := r.Get(id)
+	if err != nil {
+		return err
+	}
+	if err := r.t.indexDel(core.AggClusters, clusterNameKey(c.Name)); err != nil {
+		return err
+	}
+	return r.t.del(core.AggClusters, BucketClusters, id)
+}
+
+func (r clusters) ByName(name string) (core.Cluster, error) {
+	id, ok, err := r.t.indexGet(clusterNameKey(name))
+	if err != nil {
+		return core.Cluster{}, err
+	}
+	if !ok {
+		return core.Cluster{}, fmt.Errorf("cluster %q: %w", name, core.ErrNotFound)
+	}
+	return r.Get(id)
+}
+
+func (r clusters) List(after string, fn core.Visit[core.Cluster]) error {
+	return scan(r.t, BucketClusters, after, fn)
+}
+
+func (r clusters) JoinState(cluster string) (core.JoinState, error) {
+	var st core.JoinState
+	ok, err := r.t.get(BucketMeta, joinStateKey(cluster), &st)
+	if err == nil && !ok {
+		err = notFound("join state of cluster", cluster)
+	}
+	return st, err
+}
+
+func (r clusters) PutJoinState(cluster string, st core.JoinState) error {
+	return r.t.put(core.AggClusters, BucketMeta, joinStateKey(cluster), st)
+}
+
+func (r clusters) DeleteJoinState(cluster string) error {
+	return r.t.del(core.AggClusters, BucketMeta, joinStateKey(cluster))
+}
+
+func (r clusters) JoinStates(fn func(string, core.JoinState) (bool, error)) error {
+	p := joinStateKey("")
+	return r.t.raw.ScanPrefix(BucketMeta, p, func(k string, raw []byte) (bool, error) {
+		var st core.JoinState
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return false, fmt.Errorf("corrupt record %s/%s: %w", BucketMeta, k, err)
+		}
+		return fn(k[len(p):], st)
+	})
+}
+
+// --- versions ---
+
+type versions struct{ t *Tx }
+
+func (r versions) Get(id string) (core.Version, error) {
+	var v core.Version
+	ok, err := r.t.get(BucketVersions, id, &v)
+	if err == nil && !ok {
+		err = notFound("kubernetes version", id)
+	}
+	return v, err
+}
+
+func (r versions) Put(v core.Version) error {
+	if v.ID == "" {
+		return fmt.Errorf("version without id")
+	}
+	return r.t.put(core.AggVersions, BucketVersions, v.ID, v)
+}
+
+func (r versions) Delete(id string) error { return r.t.del(core.AggVersions, BucketVersions, id) }
+
+func (r versions) List(after string, fn core.Visit[core.Version]) error {
+	return scan(r.t, BucketVersions, after, fn)
+}
+
+// --- memberships ---
+
+type memberships struct{ t *Tx }
+
+func (r memberships) Get(device string) (core.Membership, error) {
+	var m core.Membership
+	ok, err := r.t.get(BucketMemberships, device, &m)
+	if err == nil && !ok {
+		err = notFound("membership of device", device)
+	}
+	return m, err
+}
+
+func (r memberships) Put(m core.Membership) error {
+	if m.Device == "" {
+		return fmt.Errorf("membership without device")
+	}
+	return r.t.put(core.AggMemberships, BucketMemberships, m.Device, m)
+}
+
+func (r memberships) Delete(device string) error {
+	return r.t.del(core.AggMemberships, BucketMemberships, device)
+}
+
+func (r memberships) List(after string, fn core.Visit[core.Membership]) error {
+	return scan(r.t, BucketMemberships, after, fn)
+}
+
+func (r memberships) Enlist(cluster, device, role string) error {
+	return r.t.indexPut(core.AggMemberships, memberKey(cluster, device), role)
+}
+
+func (r memberships) Delist(cluster, device string) error {
+	return r.t.indexDel(core.AggMemberships, memberKey(cluster, device))
+}
+
+func (r memberships) Roster(cluster string, fn func(device, role string) (bool, error)) error {
+	return r.t.indexScan(memberKey(cluster, ""), fn)
+}
+
+// --- tokens ---
+
+type tokens struct{ t *Tx }
+
+func (r tokens) Get(kind, id string) (core.Token, error) {
+	var tok core.Token
+	ok, err := r.t.get(BucketTokens, tokenKey(kind, id), &tok)
+	if err == nil && !ok {
+		err = notFound(kind+" token", id)
+	}
+	return tok, err
+}
+
+func (r tokens) Put(tok core.Token) error {
+	if tok.Kind == "" || tok.ID == "" {
+		return fmt.Errorf("token needs a kind and an id")
+	}
+	return r.t.put(core.AggTokens, BucketTokens, tokenKey(tok.Kind, tok.ID), tok)
+}
+
+func (r tokens) Delete(kind, id string) error {
+	return r.t.del(core.AggTokens, BucketTokens, tokenKey(kind, id))
+}
+
+func (r tokens) List(after string, fn core.Visit[core.Token]) error {
+	return scan(r.t, BucketTokens, after, fn)
+}
+
+func (r tokens) ListKind(kind string, fn core.Visit[core.Token]) error {
+	return scanPrefix(r.t, BucketTokens, kind+"/", fn)
+}
+
+func (r tokens) PoolAdd(cluster, id string) error {
+	return r.t.indexPut(core.AggTokens, poolKey(cluster, id), "")
+}
+
+func (r tokens) PoolRemove(cluster, id string) error {
+	return r.t.indexDel(core.AggTokens, poolKey(cluster, id))
+}
+
+func (r tokens) Pool(cluster string, fn func(id string) (bool, error)) error {
+	return r.t.indexScan(poolKey(cluster, ""), func(id, _ string) (bool, error) { return fn(id) })
+}
+
+func (r tokens) Enrollment(k core.EnrollmentKey) (string, bool, error) {
+	return r.t.indexGet(enrollKey(k))
+}
+
+func (r tokens) SetEnrollment(k core.EnrollmentKey, id string) error {
+	return r.t.indexPut(core.AggTokens, enrollKey(k), id)
+}
+
+func (r tokens) ClearEnrollment(k core.EnrollmentKey) error {
+	return r.t.indexDel(core.AggTokens, enrollKey(k))
+}
+
+// --- secrets ---
+
+type secrets struct{ t *Tx }
+
+func (r secrets) Get(owner string) ([]byte, bool, error) {
+	raw, err := r.t.raw.Get(BucketSecrets, owner)
+	if err != nil || raw == nil {
+		return nil, false, err
+	}
+	return append([]byte(nil), raw...), true, nil
+}
+
+func (r secrets) Put(owner string, sealed []byte) error {
+	if !json.Valid(sealed) { // stored as a JSON document like every record
+		b, _ := json.Marshal(sealed)
+		sealed = b
+	}
+	return r.t.putRaw(core.AggSecrets, BucketSecrets, owner, sealed)
+}
+
+func (r secrets) Delete(owner string) error { return r.t.del(core.AggSecrets, BucketSecrets, owner) }
+
+// --- events ---
+
+type events struct{ t *Tx }
+
+func streamBucket(s core.EventStream) Bucket {
+	if s == core.AuditEvents {
+		return BucketAudit
+	}
+	return BucketEvents
+}
+
+func (r events) Append(e core.Event) (uint64, error) {
+	seq, err := r.t.raw.NextSequence(BucketEvents) // one sequence for both streams
+	if err != nil {
+		return 0, err
+	}
+	e.Seq = seq
+	if e.Time.IsZero() {
+		e.Time = time.Now().UTC()
+	}
+	r.t.buf = appendEvent(r.t.buf[:0], &e)
+	return seq, r.t.putRaw(core.AggEvents, streamBucket(core.StreamOf(e.Type)), eventKey(seq), r.t.buf)
+}
+
+func (r events) List(s core.EventStream, after uint64, fn core.Visit[core.Event]) error {
+	from := ""
+	if after > 0 {
+		from = eventKey(after)
+	}
+	return scan(r.t, streamBucket(s), from, fn)
+}
+
+func (r events) Count(s core.EventStream) (int, error) { return r.t.raw.Count(streamBucket(s)) }
+
+func (r events) Prune(s core.EventStream, keep int) (n int, more bool, err error) {
+	const maxPrune = 50000
+	b := streamBucket(s)
+	total, err := r.t.raw.Count(b)
+	if err != nil || total <= keep {
+		return 0, false, err
+	}
+	excess := total - keep
+	var doomed []string
+	err = r.t.raw.Scan(b, "", func(k string, _ []byte) (bool, error) {
+		doomed = append(doomed, k)
+		return len(doomed) < min(excess, maxPrune), nil
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	for _, k := range doomed {
+		if err := r.t.del(core.AggEvents, b, k); err != nil {
+			return 0, false, err
+		}
+	}
+	return len(doomed), excess > len(doomed), nil
+}
+
+// --- images ---
+
+type images struct{ t *Tx }
+
+func (r images) Get(sha string) (core.Image, error) {
+	var im core.Image
+	ok, err := r.t.get(BucketImages, sha, &im)
+	if err == nil && !ok {
+		err = notFound("image", sha)
+	}
+	return im, err
+}
+
+func (r images) Put(im core.Image) error {
+	if im.SHA256 == "" {
+		return fmt.Errorf("image without sha256")
+	}
+	return r.t.put(core.AggImages, BucketImages, im.SHA256, im)
+}
+
+func (r images) Delete(sha string) error { return r.t.del(core.AggImages, BucketImages, sha) }
+
+func (r images) List(after string, fn core.Visit[core.Image]) error {
+	return scan(r.t, BucketImages, after, fn)
+}
+
+func (r images) Count() (int, error) { return r.t.raw.Count(BucketImages) }
+
+func (r images) ByName(name string) (string, error) {
+	sha, ok, err := r.t.indexGet(imageNameKey(name))
+	if err == nil && !ok {
+		err = fmt.Errorf("image %q: %w", name, core.ErrNotFound)
+	}
+	return sha, err
+}
+
+func (r images) SetName(name, sha string) error {
+	return r.t.indexPut(core.AggImages, imageNameKey(name), sha)
+}
+
+func (r images) DeleteName(name string) error {
+	return r.t.indexDel(core.AggImages, imageNameKey(name))
+}
+
+func (r images) Names(fn func(name, sha string) (bool, error)) error {
+	return r.t.indexScan(imageNameKey(""), fn)
+}
+
+func (r images) WithPrefix(prefix string, fn core.Visit[core.Image]) error {
+	return scanPrefix(r.t, BucketImages, prefix, fn)
+}
+
+// --- API keys ---
+
+type apiKeys struct{ t *Tx }
+
+func (r apiKeys) Get(key string) (core.APIKey, error) {
+	var k core.APIKey
+	ok, err := r.t.get(BucketAPIKeys, key, &k)
+	if err == nil && !ok {
+		err = notFound("API key", key)
+	}
+	return k, err
+}
+
+func (r apiKeys) Put(k core.APIKey) error {
+	if k.APIKey == "" {
+		return fmt.Errorf("API key record without key")
+	}
+	return r.t.put(core.AggAPIKeys, BucketAPIKeys, k.APIKey, k)
+}
+
+func (r apiKeys) Delete(key string) error { return r.t.del(core.AggAPIKeys, BucketAPIKeys, key) }
+
+func (r apiKeys) List(fn core.Visit[core.APIKey]) error { return scan(r.t, BucketAPIKeys, "", fn) }
+
+func (r apiKeys) Count() (int, error) { return r.t.raw.Count(BucketAPIKeys) }
+
+// --- jobs ---
+
+type jobs struct{ t *Tx }
+
+func (r jobs) Get(id string) (core.Job, error) {
+	var j core.Job
+	ok, err := r.t.get(BucketJobs, id, &j)
+	if err == nil && !ok {
+		err = notFound("job", id)
+	}
+	return j, err
+}
+
+func (r jobs) Put(j core.Job) error {
+	if j.ID == "" {
+		return fmt.Errorf("job without id")
+	}
+	return r.t.put(core.AggJobs, BucketJobs, j.ID, j)
+}
+
+func (r jobs) Delete(id string) error { return r.t.del(core.AggJobs, BucketJobs, id) }
+
+func (r jobs) List(fn core.Visit[core.Job]) error { return scan(r.t, BucketJobs, "", fn) }
+
+// --- settings ---
+
+type settings struct{ t *Tx }
+
+// reserved meta keys that are not settings.
+func reservedMeta(name string) bool {
+	return name == "schema_version" || strings.HasPrefix(name, "joiner/")
+}
+
+func (r settings) Get(name string) (string, bool, error) {
+	if reservedMeta(name) {
+		return "", false, fmt.Errorf("setting name %q is reserved", name)
+	}
+	var v string
+	ok, err := r.t.get(BucketMeta, name, &v)
+	return v, ok, err
+}
+
+func (r settings) Put(name, value string) error {
+	if name == "" || reservedMeta(name) {
+		return fmt.Errorf("setting name %q is reserved", name)
+	}
+	return r.t.put(core.AggSettings, BucketMeta, name, value)
+}
