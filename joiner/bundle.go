@@ -118,7 +118,7 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 	}
 	b := &Bundle{
 		Cluster: res.cluster.ID, ClusterName: res.cluster.Name, Device: res.device.ID, Role: res.role, Init: res.first,
-		Method: res.method, KubernetesVersion: v.String(), APIEndpoint: res.rt.APIEndpoint, CAHash: keys.ca.DiscoveryHash(),
+		Method: res.method, KubernetesVersion: v.Tag(), APIEndpoint: res.rt.APIEndpoint, CAHash: keys.ca.DiscoveryHash(),
 	}
 	var report *bundle.Report
 	if s.opts.ReportURL != "" {

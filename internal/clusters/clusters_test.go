@@ -453,11 +453,8 @@ func TestWithoutJoinerRecordsOnly(t *testing.T) {
 }
 
 func TestRestartMarksInterruptedJobsFailed(t *testing.T) {
-	dir := t.TempDir()
-	st, err := boltstore.Open(dir, boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := storetest.Open(t)
+	st := f.Store
 	s, err := New(st, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -490,7 +487,7 @@ func TestRestartMarksInterruptedJobsFailed(t *testing.T) {
 	s.Close(ctx)
 	st.Close()
 
-	st = storetest.OpenIn(t, dir).Store
+	st = storetest.OpenIn(t, f.Dir).Store
 	s2, err := New(st, nil, Options{})
 	if err != nil {
 		t.Fatal(err)

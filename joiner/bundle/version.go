@@ -42,7 +42,7 @@ const (
 )
 
 // MinVersion is CloudStack's minimum supported Kubernetes version.
-var MinVersion = Version{1, 11, 0}
+var MinVersion = Version{Major: 1, Minor: 11}
 
 // KubeadmAPIFor picks the newest kubeadm config API the release reads.
 // The fields ztpd renders (bootstrapTokens, certificateKey,
