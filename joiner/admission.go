@@ -103,7 +103,8 @@ func holdsSlot(st core.DeviceState) bool {
 	return false
 }
 
-func (rt *clusterRuntime) take(role string) {
+// take and release count a member with role in or out of rt.
+func take(rt *core.JoinState, role string) {
 	switch role {
 	case RoleControlPlane:
 		rt.ControlPlanes++
@@ -112,8 +113,8 @@ func (rt *clusterRuntime) take(role string) {
 	}
 }
 
-func (rt *clusterRuntime) release(m member) {
-	switch m.Role {
+func release(rt *core.JoinState, role string) {
+	switch role {
 	case RoleControlPlane:
 		rt.ControlPlanes--
 	default:
@@ -136,7 +137,7 @@ const (
 	waitRetry             = 30 * time.Second
 )
 
-func decideRole(c core.Cluster, rt clusterRuntime, method, preset string) (role string, first bool, wait string) {
+func decideRole(c core.Cluster, rt core.JoinState, method, preset string) (role string, first bool, wait string) {
 	wantCP := max(c.ControlNodes, 1)
 	canCP := method == MethodKubeadm && preset != RoleWorker && preset != RoleSONiC
 	workerRole := RoleWorker

@@ -3,16 +3,14 @@ package joiner
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/ztpd/ztpd/internal/boltstore"
 	"github.com/ztpd/ztpd/internal/core"
-	"github.com/ztpd/ztpd/internal/secretbox"
+	"github.com/ztpd/ztpd/internal/store/storetest"
 )
 
 // noGroupCommit turns the store's group commit off: every join is its own
@@ -46,32 +44,37 @@ func BenchmarkJoin(b *testing.B) {
 
 func benchJoin(b *testing.B, version string, kind core.DeviceKind, group bool) {
 	ctx := context.Background()
-	dir := b.TempDir()
-	bs, err := boltstore.Open(dir, boltstore.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer bs.Close()
+	f := storetest.Open(b)
+	bs := f.Store
 	var st core.Store = bs
 	if !group {
 		st = noGroupCommit{bs}
 	}
-	kr, err := secretbox.OpenKeyring(filepath.Join(dir, "secret.key"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	svc, err := New(st, kr, Options{AutoApprove: []Rule{{ControlPlane: true}}, BaseURL: "http://10.99.0.1:8080"})
+	svc, err := New(st, f.Keys, Options{AutoApprove: []Rule{{ControlPlane: true}}, BaseURL: "http://10.99.0.1:8080"})
 	if err != nil {
 		b.Fatal(err)
 	}
 	n := b.N
-	if _, err := svc.CreateCluster(ctx, ClusterSpec{Name: "bench", Size: n, KubernetesVersion: version}); err != nil {
+	// The cluster as the clusters service stores it and has the joiner
+	// provision it (directly: a benchmark's size may exceed the API's bound).
+	c := core.Cluster{ID: "5b0c8a3e-2f4d-4e1a-9c6b-7d8e9f0a1b2c", Name: "bench", VersionID: "bench-version", Size: n, ControlNodes: 1,
+		State: core.ClusterStarting, JoinMethod: MethodKubeadm}
+	err = bs.Update(func(tx core.Tx) error {
+		if err := tx.Versions().Put(core.Version{ID: c.VersionID, Name: "v" + version, SemVer: version, State: "Enabled"}); err != nil {
+			return err
+		}
+		return tx.Clusters().Put(c)
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := svc.Provision(ctx, c); err != nil {
 		b.Fatal(err)
 	}
 	// Joins come from the holder of their address: every device holds a lease.
 	addr := func(i int) string { return fmt.Sprintf("10.%d.%d.%d", 100+i>>16, (i>>8)&255, i&255) }
 	lease := func(tx core.Tx, ip, m string) error {
-		return tx.Put(core.BucketLeases, ip, core.Lease{IP: ip, MAC: m, State: core.LeaseActive, Reserved: true})
+		return tx.Leases().Put(core.Lease{IP: ip, MAC: m, State: core.LeaseActive, Reserved: true})
 	}
 	if err := bs.Update(func(tx core.Tx) error { return lease(tx, "10.99.0.10", "02:ff:00:00:00:01") }); err != nil {
 		b.Fatal(err)
@@ -84,7 +87,7 @@ func benchJoin(b *testing.B, version string, kind core.DeviceKind, group bool) {
 	err = bs.Update(func(tx core.Tx) error {
 		for i := range n {
 			m := mac(i)
-			if err := core.PutDevice(tx, core.Device{ID: m, MAC: m, Kind: kind, Serial: fmt.Sprintf("SN%07d", i), Hostname: fmt.Sprintf("node-%d", i)}); err != nil {
+			if err := tx.Devices().Put(core.Device{ID: m, MAC: m, Kind: kind, Serial: fmt.Sprintf("SN%07d", i), Hostname: fmt.Sprintf("node-%d", i)}); err != nil {
 				return err
 			}
 			if err := lease(tx, addr(i), m); err != nil {
@@ -142,7 +145,7 @@ func benchJoin(b *testing.B, version string, kind core.DeviceKind, group bool) {
 	// Every bundle is on disk: the membership count matches.
 	var members int
 	bs.View(func(tx core.Tx) error {
-		return tx.ScanPrefix(core.BucketIndex, "member/", func(string, []byte) (bool, error) { members++; return true, nil })
+		return tx.Memberships().Roster(c.ID, func(string, string) (bool, error) { members++; return true, nil })
 	})
 	if members != n+1 {
 		b.Fatalf("%d memberships recorded, want %d", members, n+1)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/joiner/bundle"
+	"github.com/ztpd/ztpd/joiner/pki"
 	"github.com/ztpd/ztpd/joiner/tokens"
 )
 
@@ -117,7 +118,7 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 	}
 	b := &Bundle{
 		Cluster: res.cluster.ID, ClusterName: res.cluster.Name, Device: res.device.ID, Role: res.role, Init: res.first,
-		Method: res.method, KubernetesVersion: v.String(), APIEndpoint: res.rt.APIEndpoint, CAHash: keys.ca.DiscoveryHash(),
+		Method: res.method, KubernetesVersion: v.Tag(), APIEndpoint: res.rt.APIEndpoint, CAHash: keys.ca.DiscoveryHash(),
 	}
 	var report *bundle.Report
 	if s.opts.ReportURL != "" {
@@ -176,7 +177,7 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 			}
 			params := bundle.InitParams{
 				Version: v, ControlPlaneEndpoint: res.rt.APIEndpoint, AdvertiseAddress: ip, NodeName: nodeName,
-				CertSANs: sans, Tokens: toks, EncryptionAlgorithm: res.rt.Algorithm,
+				CertSANs: sans, Tokens: toks, EncryptionAlgorithm: pki.Algorithm(res.rt.Algorithm),
 			}
 			if res.cluster.ControlNodes > 1 {
 				params.CertificateKey = keys.certKey

@@ -4,13 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ztpd/ztpd/internal/clusters"
@@ -28,129 +27,51 @@ const (
 	MethodK3s     = "k3s"     // k3s agents: server URL and token
 )
 
-// ClusterSpec describes a cluster to create, with CloudStack's semantics:
-// Size workers plus ControlNodes control planes.
-type ClusterSpec struct {
-	ID                string // optional; a UUID is generated
-	Name              string
-	Description       string
-	KubernetesVersion string // semantic version; or VersionID
-	VersionID         string // a core.Version record
-	Size              int
-	ControlNodes      int // default 1
-	ExternalLBIP      string
-	// Endpoint is the API server URL when known in advance (required for
-	// k3s clusters, whose server ztpd does not install); otherwise the first
-	// control plane's address becomes the endpoint, as in CloudStack.
-	Endpoint   string
-	JoinMethod string // kubeadm (default) or k3s
-	Owner      string
-}
-
-// CreateCluster validates spec, stores the cluster and sets up its PKI and
-// join credentials, all in one transaction.
-func (s *Service) CreateCluster(ctx context.Context, spec ClusterSpec) (core.Cluster, error) {
-	if err := ctx.Err(); err != nil {
-		return core.Cluster{}, err
-	}
-	if spec.ID == "" {
-		spec.ID = newUUID()
-	}
-	if spec.ControlNodes == 0 {
-		spec.ControlNodes = 1
-	}
-	if spec.JoinMethod == "" {
-		spec.JoinMethod = MethodKubeadm
-	}
-	now := s.now().UTC()
-	c := core.Cluster{
-		ID: spec.ID, Name: spec.Name, Description: spec.Description, VersionID: spec.VersionID,
-		Size: spec.Size, ControlNodes: spec.ControlNodes, State: core.ClusterCreated,
-		ExternalLBIP: spec.ExternalLBIP, Endpoint: spec.Endpoint, JoinMethod: spec.JoinMethod,
-		Owner: spec.Owner, Created: now, UpdatedAt: now,
-	}
-	err := s.store.Update(func(tx core.Tx) error {
-		semver := spec.KubernetesVersion
-		if spec.VersionID != "" {
-			v, err := core.GetVersion(tx, spec.VersionID)
-			if err != nil {
-				return err
-			}
-			semver = v.SemVer
-		}
-		if _, err := core.GetCluster(tx, c.ID); err == nil {
-			return fmt.Errorf("%w: cluster id %s exists", ErrInvalid, c.ID)
-		}
-		if err := core.PutCluster(tx, c); err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalid, err)
-		}
-		return s.setup(tx, c, semver, now)
-	})
-	if err != nil {
-		return core.Cluster{}, err
-	}
-	s.log.Info("cluster created", "cluster", c.ID, "name", c.Name, "size", c.Size, "control_nodes", c.ControlNodes)
-	return c, nil
-}
-
-// SetupCluster gives an existing cluster record (created by the API) its
-// PKI and join credentials. It is idempotent.
-func (s *Service) SetupCluster(ctx context.Context, clusterRef, kubernetesVersion string) error {
+// Provision gives a cluster created by the clusters service its PKI and
+// join credentials. It is idempotent.
+func (s *Service) Provision(ctx context.Context, c core.Cluster) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	now := s.now().UTC()
 	return s.store.Update(func(tx core.Tx) error {
-		c, err := clusterByRef(tx, clusterRef)
+		cur, err := tx.Clusters().Get(c.ID)
 		if err != nil {
 			return err
 		}
-		if ok, err := tx.Get(core.BucketMeta, runtimeKey(c.ID), &clusterRuntime{}); err != nil || ok {
+		if _, err := tx.Clusters().JoinState(cur.ID); err == nil || !errors.Is(err, core.ErrNotFound) {
 			return err
 		}
-		semver := kubernetesVersion
-		if semver == "" && c.VersionID != "" {
-			v, err := core.GetVersion(tx, c.VersionID)
-			if err != nil {
-				return err
-			}
-			semver = v.SemVer
+		v, err := tx.Versions().Get(cur.VersionID)
+		if err != nil {
+			return err
 		}
-		return s.setup(tx, c, semver, now)
+		return s.setup(tx, cur, v.SemVer, now)
 	})
 }
 
-// setup validates a cluster against CloudStack's rules and writes its
-// secrets, runtime record and the first pool of bootstrap tokens.
-func (s *Service) setup(tx core.Tx, c core.Cluster, semver string, now time.Time) error {
+// setup writes a cluster's secrets, join state and first pool of bootstrap
+// tokens. The cluster's rules (sizes, HA, endpoint) are the clusters
+// service's, checked when it was created; what is checked here is what the
+// joiner can provision: a release kubeadm supports, a kubeadm or k3s join.
+func (s *Service) setup(tx core.Tx, c core.Cluster, version string, now time.Time) error {
 	if c.JoinMethod == "" {
 		c.JoinMethod = MethodKubeadm
 	}
-	v, err := bundle.ParseVersion(semver)
+	v, err := bundle.ParseVersion(version)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if _, err := bundle.KubeadmAPIFor(v); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	switch {
-	case c.Size < 1:
-		return fmt.Errorf("%w: size must be at least 1", ErrInvalid)
-	case c.ControlNodes < 1:
-		return fmt.Errorf("%w: control nodes must be at least 1", ErrInvalid)
-	case c.ControlNodes > 1 && !v.AtLeast(1, 16):
-		return fmt.Errorf("%w: more than one control node needs Kubernetes 1.16.0 or newer", ErrInvalid)
-	case c.JoinMethod != MethodKubeadm && c.JoinMethod != MethodK3s:
+	if c.JoinMethod != MethodKubeadm && c.JoinMethod != MethodK3s {
 		return fmt.Errorf("%w: join method %q (want kubeadm or k3s)", ErrInvalid, c.JoinMethod)
-	case c.JoinMethod == MethodK3s && c.Endpoint == "":
-		return fmt.Errorf("%w: a k3s cluster needs its server endpoint", ErrInvalid)
 	}
-	if c.ExternalLBIP != "" && net.ParseIP(c.ExternalLBIP) == nil {
-		return fmt.Errorf("%w: external load balancer address %q is not an IP", ErrInvalid, c.ExternalLBIP)
-	}
-	rt := clusterRuntime{KubernetesVersion: v.String(), Algorithm: caAlgorithm(c.JoinMethod, v)}
+	alg := caAlgorithm(c.JoinMethod, v)
+	rt := core.JoinState{KubernetesVersion: v.Tag(), Algorithm: string(alg)}
 	if c.Endpoint != "" {
-		hp, err := endpointHostPort(c.Endpoint)
+		hp, err := clusters.EndpointHostPort(c.Endpoint)
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
@@ -158,7 +79,7 @@ func (s *Service) setup(tx core.Tx, c core.Cluster, semver string, now time.Time
 	} else if c.ExternalLBIP != "" {
 		rt.APIEndpoint = net.JoinHostPort(c.ExternalLBIP, "6443")
 	}
-	ca, err := pki.NewCA("kubernetes", rt.Algorithm, now)
+	ca, err := pki.NewCA("kubernetes", alg, now)
 	if err != nil {
 		return err
 	}
@@ -170,7 +91,7 @@ func (s *Service) setup(tx core.Tx, c core.Cluster, semver string, now time.Time
 	if _, err := rand.Read(seed); err != nil {
 		return err
 	}
-	ctx := secretsKey(c.ID)
+	ctx := secretsOwner(c.ID)
 	sec := clusterSecrets{}
 	if sec.CA, err = ca.Seal(s.keys, ctx); err != nil {
 		return err
@@ -181,10 +102,14 @@ func (s *Service) setup(tx core.Tx, c core.Cluster, semver string, now time.Time
 	if sec.TokenSeed, err = s.keys.Seal(seed, []byte(ctx+"/token-seed")); err != nil {
 		return err
 	}
-	if err := tx.Put(core.BucketSecrets, ctx, sec); err != nil {
+	raw, err := json.Marshal(sec)
+	if err != nil {
 		return err
 	}
-	if err := tx.Put(core.BucketMeta, runtimeKey(c.ID), rt); err != nil {
+	if err := tx.Secrets().Put(ctx, raw); err != nil {
+		return err
+	}
+	if err := tx.Clusters().PutJoinState(c.ID, rt); err != nil {
 		return err
 	}
 	// One token per expected node besides the first control plane: the
@@ -198,7 +123,7 @@ func (s *Service) setup(tx core.Tx, c core.Cluster, semver string, now time.Time
 	s.cache[c.ID] = &clusterKeys{ca: ca, certKey: certKey, seed: seed}
 	s.mu.Unlock()
 	return event(tx, now, "cluster.created", "", c.ID, "cluster PKI and join tokens created",
-		map[string]string{"version": v.String(), "ca": string(rt.Algorithm), "ca_hash": ca.DiscoveryHash()})
+		map[string]string{"version": v.Tag(), "ca": string(alg), "ca_hash": ca.DiscoveryHash()})
 }
 
 // caAlgorithm picks the CA key type: ECDSA P-256 where kubeadm supports it
@@ -211,33 +136,18 @@ func caAlgorithm(method string, v bundle.Version) pki.Algorithm {
 	return pki.RSA2048
 }
 
-func endpointHostPort(endpoint string) (string, error) {
-	u, err := url.Parse(endpoint)
-	if err != nil || u.Scheme != "https" || u.Hostname() == "" {
-		return "", fmt.Errorf("endpoint %q must be https://host[:port]/", endpoint)
-	}
-	port := u.Port()
-	if port == "" {
-		port = "6443"
-	}
-	return net.JoinHostPort(u.Hostname(), port), nil
-}
-
 // fillPool adds unassigned bootstrap tokens until the cluster has want
 // usable ones (unexpired, unrevoked, not yet bound to a device).
 func (s *Service) fillPool(tx core.Tx, c core.Cluster, seed []byte, want int, now time.Time) error {
 	have := 0
 	var stale []string
-	err := tx.ScanPrefix(core.BucketIndex, poolIndexKey(c.ID, ""), func(k string, _ []byte) (bool, error) {
-		id := k[strings.LastIndexByte(k, '/')+1:]
-		var rec tokenRecord
-		ok, err := tx.Get(core.BucketTokens, tokenKey(tokens.KindKubeadm, id), &rec)
-		if err != nil {
+	err := tx.Tokens().Pool(c.ID, func(id string) (bool, error) {
+		rec, err := tx.Tokens().Get(string(tokens.KindKubeadm), id)
+		if err != nil && !errors.Is(err, core.ErrNotFound) {
 			return false, err
 		}
-		r := rec.record()
-		if !ok || rec.Device != "" || r.Usable(now.Add(time.Minute)) != nil {
-			stale = append(stale, k)
+		if err != nil || rec.Device != "" || tokenRecord(rec).Usable(now.Add(time.Minute)) != nil {
+			stale = append(stale, id)
 			return true, nil
 		}
 		have++
@@ -246,8 +156,8 @@ func (s *Service) fillPool(tx core.Tx, c core.Cluster, seed []byte, want int, no
 	if err != nil {
 		return err
 	}
-	for _, k := range stale {
-		if err := tx.Delete(core.BucketIndex, k); err != nil {
+	for _, id := range stale {
+		if err := tx.Tokens().PoolRemove(c.ID, id); err != nil {
 			return err
 		}
 	}
@@ -256,7 +166,7 @@ func (s *Service) fillPool(tx core.Tx, c core.Cluster, seed []byte, want int, no
 		if err != nil {
 			return err
 		}
-		if err := tx.Put(core.BucketIndex, poolIndexKey(c.ID, rec.ID), ""); err != nil {
+		if err := tx.Tokens().PoolAdd(c.ID, rec.ID); err != nil {
 			return err
 		}
 	}
@@ -265,121 +175,73 @@ func (s *Service) fillPool(tx core.Tx, c core.Cluster, seed []byte, want int, no
 
 // newKubeadmToken stores a fresh token record whose secret derives from
 // the cluster seed.
-func (s *Service) newKubeadmToken(tx core.Tx, cluster, device string, seed []byte, now time.Time) (tokenRecord, error) {
+func (s *Service) newKubeadmToken(tx core.Tx, cluster, device string, seed []byte, now time.Time) (core.Token, error) {
 	for range 16 {
 		id, err := tokens.RandomString(6)
 		if err != nil {
-			return tokenRecord{}, err
+			return core.Token{}, err
 		}
-		if ok, err := tx.Get(core.BucketTokens, tokenKey(tokens.KindKubeadm, id), &tokenRecord{}); err != nil {
-			return tokenRecord{}, err
-		} else if ok {
+		if _, err := tx.Tokens().Get(string(tokens.KindKubeadm), id); err == nil {
 			continue // id taken (kubeadm ids are 6 characters; collisions happen)
+		} else if !errors.Is(err, core.ErrNotFound) {
+			return core.Token{}, err
 		}
 		bt, err := tokens.DeriveBootstrapToken(seed, id)
 		if err != nil {
-			return tokenRecord{}, err
+			return core.Token{}, err
 		}
-		rec := tokenRecord{Token: core.Token{
+		rec := core.Token{
 			ID: id, Kind: string(tokens.KindKubeadm), SecretHash: hex.EncodeToString(bt.Hash()),
 			Cluster: cluster, Device: device, Usages: tokens.DefaultUsages(), Groups: tokens.DefaultGroups(),
 			Description: "ztpd join token", Expires: now.Add(s.opts.TokenTTL).UTC(), Created: now.UTC(),
-		}}
-		return rec, tx.Put(core.BucketTokens, tokenKey(tokens.KindKubeadm, id), rec)
+		}
+		return rec, tx.Tokens().Put(rec)
 	}
-	return tokenRecord{}, errors.New("could not find a free token id")
+	return core.Token{}, errors.New("could not find a free token id")
 }
 
-// Scale sets a cluster's desired worker count (CloudStack scaleKubernetesCluster).
-// Scaling down marks the newest workers beyond the new size to leave and
-// revokes their tokens; it returns their device ids.
-func (s *Service) Scale(ctx context.Context, clusterRef string, size int) ([]string, error) {
-	return s.resize(ctx, clusterRef, size, true)
-}
-
-// resize marks surplus workers leaving; with store it also saves the new size.
-func (s *Service) resize(ctx context.Context, clusterRef string, size int, store bool) ([]string, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if size < 1 {
-		return nil, fmt.Errorf("%w: size must be at least 1", ErrInvalid)
-	}
-	now := s.now().UTC()
-	var leaving []string
-	err := s.store.Update(func(tx core.Tx) error {
-		leaving = nil
-		c, err := clusterByRef(tx, clusterRef)
-		if err != nil {
-			return err
-		}
-		switch c.State {
-		case core.ClusterCreated, core.ClusterRunning, core.ClusterStarting, core.ClusterScaling:
-		default:
-			return fmt.Errorf("%w: cluster %s is %s; scale needs Created or Running", ErrClusterUnavailable, c.Name, c.State)
-		}
-		rt, err := getRuntime(tx, c.ID)
-		if err != nil {
-			return err
-		}
-		var workers []member
-		err = tx.ScanPrefix(core.BucketIndex, memberIndexKey(c.ID, ""), func(k string, _ []byte) (bool, error) {
-			var m member
-			ok, err := tx.Get(core.BucketMemberships, k[strings.LastIndexByte(k, '/')+1:], &m)
-			if err != nil || !ok {
-				return err == nil, err
-			}
-			if m.Cluster == c.ID && m.Role != RoleControlPlane && holdsSlot(m.State) {
-				workers = append(workers, m)
-			}
-			return true, nil
-		})
-		if err != nil {
-			return err
-		}
-		// Newest first: the last to join are the first to leave.
-		slices.SortFunc(workers, func(a, b member) int { return b.Created.Compare(a.Created) })
-		for i := 0; i < len(workers)-size; i++ {
-			m := workers[i]
-			if err := s.transition(tx, &m, core.StateLeaving, "scale down to "+strconv.Itoa(size), now); err != nil {
-				return err
-			}
-			rt.Workers--
-			if err := s.revokeMemberTokens(tx, m, now); err != nil {
-				return err
-			}
-			leaving = append(leaving, m.Device)
-		}
-		if store {
-			c.Size, c.UpdatedAt = size, now
-			if err := core.PutCluster(tx, c); err != nil {
-				return err
-			}
-		}
-		if err := tx.Put(core.BucketMeta, runtimeKey(c.ID), rt); err != nil {
-			return err
-		}
-		return event(tx, now, "cluster.scaled", "", c.ID, fmt.Sprintf("size %d, %d leaving", size, len(leaving)), nil)
-	})
-	return leaving, err
-}
-
-// MarkLeft records that a leaving (or any) member has left its cluster.
-func (s *Service) MarkLeft(ctx context.Context, deviceID string) error {
+// Resize applies a changed desired size (the clusters service's scale):
+// surplus workers, newest first, are marked leaving and their tokens
+// revoked; waiting devices are admitted when they next ask. The cluster
+// record itself is the caller's to store.
+func (s *Service) Resize(ctx context.Context, c core.Cluster) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	now := s.now().UTC()
 	return s.store.Update(func(tx core.Tx) error {
-		var m member
-		ok, err := tx.Get(core.BucketMemberships, deviceID, &m)
+		rt, err := joinState(tx, c.ID)
 		if err != nil {
 			return err
 		}
-		if !ok {
-			return fmt.Errorf("membership of %s: %w", deviceID, core.ErrNotFound)
+		var workers []core.Membership
+		err = eachMember(tx, c.ID, func(m *core.Membership) error {
+			if m.Role != RoleControlPlane && holdsSlot(m.State) {
+				workers = append(workers, *m)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		return s.leave(tx, m, "left the cluster", now)
+		// Newest first: the last to join are the first to leave.
+		slices.SortFunc(workers, func(a, b core.Membership) int { return b.Created.Compare(a.Created) })
+		leaving := 0
+		for i := 0; i < len(workers)-c.Size; i++ {
+			m := workers[i]
+			if err := s.transition(tx, &m, core.StateLeaving, "scale down to "+strconv.Itoa(c.Size), now); err != nil {
+				return err
+			}
+			rt.Workers--
+			if err := s.revokeMemberTokens(tx, m); err != nil {
+				return err
+			}
+			leaving++
+		}
+		if err := tx.Clusters().PutJoinState(c.ID, rt); err != nil {
+			return err
+		}
+		return event(tx, now, "cluster.scaled", "", c.ID, fmt.Sprintf("size %d, %d leaving", c.Size, leaving), nil)
 	})
 }
 
@@ -387,30 +249,30 @@ func (s *Service) MarkLeft(ctx context.Context, deviceID string) error {
 // history records why. A first control plane that leaves an otherwise
 // empty cluster takes the cluster's init with it, so the next control
 // plane initialises the cluster again.
-func (s *Service) leave(tx core.Tx, m member, reason string, now time.Time) error {
+func (s *Service) leave(tx core.Tx, m core.Membership, reason string, now time.Time) error {
 	if m.State == core.StateLeft {
 		return nil
 	}
 	if holdsSlot(m.State) {
-		rt, err := getRuntime(tx, m.Cluster)
+		rt, err := joinState(tx, m.Cluster)
 		if err != nil {
 			return err
 		}
-		rt.release(m)
+		release(&rt, m.Role)
 		if rt.FirstControlPlane == m.Device && rt.ControlPlanes+rt.Workers == 0 {
 			rt.FirstControlPlane, rt.Initialized = "", false
 		}
-		if err := tx.Put(core.BucketMeta, runtimeKey(m.Cluster), rt); err != nil {
+		if err := tx.Clusters().PutJoinState(m.Cluster, rt); err != nil {
 			return err
 		}
 	}
-	if err := s.revokeMemberTokens(tx, m, now); err != nil {
+	if err := s.revokeMemberTokens(tx, m); err != nil {
 		return err
 	}
 	if err := s.transition(tx, &m, core.StateLeft, reason, now); err != nil {
 		return err
 	}
-	return tx.Delete(core.BucketIndex, memberIndexKey(m.Cluster, m.Device))
+	return tx.Memberships().Delist(m.Cluster, m.Device)
 }
 
 // ResetDevice is the operator's "re-install this device" (ztpd device
@@ -429,41 +291,42 @@ func (s *Service) ResetDevice(ctx context.Context, deviceID string) (core.Device
 		if d, err = deviceByRef(tx, deviceID); err != nil {
 			return err
 		}
-		var m member
-		had, err := tx.Get(core.BucketMemberships, d.ID, &m)
-		if err != nil {
-			return err
-		}
-		if had {
+		if m, err := tx.Memberships().Get(d.ID); err == nil {
 			if err := s.leave(tx, m, "reset by an operator", now); err != nil {
 				return err
 			}
+		} else if !errors.Is(err, core.ErrNotFound) {
+			return err
 		}
-		for _, idx := range []string{enrollIndexKey(d.MAC, ""), enrollIndexKey("", d.Serial)} {
-			var id string
-			if ok, err := tx.Get(core.BucketIndex, idx, &id); err != nil {
+		for _, k := range []core.EnrollmentKey{{MAC: d.MAC}, {Serial: d.Serial}} {
+			if k.MAC == "" && k.Serial == "" {
+				continue
+			}
+			id, ok, err := tx.Tokens().Enrollment(k)
+			if err != nil {
 				return err
-			} else if ok {
-				if err := tx.Delete(core.BucketTokens, tokenKey(tokens.KindEnrollment, id)); err != nil {
+			}
+			if ok {
+				if err := tx.Tokens().Delete(string(tokens.KindEnrollment), id); err != nil {
 					return err
 				}
-				if err := tx.Delete(core.BucketIndex, idx); err != nil {
+				if err := tx.Tokens().ClearEnrollment(k); err != nil {
 					return err
 				}
 			}
 		}
-		d, err = core.GetDevice(tx, d.ID) // leave may have updated it
+		d, err = tx.Devices().Get(d.ID) // leave may have updated it
 		if err != nil {
 			return err
 		}
 		d.Role, d.UpdatedAt = "", now
 		d.State = core.StateDiscovered
 		if d.IP != "" {
-			if l, err := core.GetLease(tx, d.IP); err == nil && l.MAC == d.MAC && core.LeaseHolds(l, now) {
+			if l, err := tx.Leases().Get(d.IP); err == nil && l.MAC == d.MAC && core.LeaseHolds(l, now) {
 				d.State = core.StateLeased
 			}
 		}
-		if err := core.PutDevice(tx, d); err != nil {
+		if err := tx.Devices().Put(d); err != nil {
 			return err
 		}
 		return event(tx, now, "device.reset", d.ID, d.Cluster, "reset for re-install: membership ended, credentials revoked", nil)
@@ -486,7 +349,7 @@ func (s *Service) Approve(ctx context.Context, deviceID, clusterRef string) (cor
 			return err
 		}
 		if clusterRef != "" {
-			c, err := clusterByRef(tx, clusterRef)
+			c, err := clusters.ByRef(tx, clusterRef)
 			if err != nil {
 				return err
 			}
@@ -498,7 +361,7 @@ func (s *Service) Approve(ctx context.Context, deviceID, clusterRef string) (cor
 			return nil
 		}
 		d.Approved, d.UpdatedAt = true, now
-		if err := core.PutDevice(tx, d); err != nil {
+		if err := tx.Devices().Put(d); err != nil {
 			return err
 		}
 		return event(tx, now, "device.approved", d.ID, d.Cluster, "approved for joining", nil)
@@ -509,14 +372,14 @@ func (s *Service) Approve(ctx context.Context, deviceID, clusterRef string) (cor
 // deviceByRef finds a device by id (MAC in any notation) or serial number.
 func deviceByRef(tx core.Tx, ref string) (core.Device, error) {
 	if mac, err := core.NormalizeMAC(ref); err == nil {
-		if d, err := core.GetDevice(tx, mac); err == nil || !errors.Is(err, core.ErrNotFound) {
+		if d, err := tx.Devices().Get(mac); err == nil || !errors.Is(err, core.ErrNotFound) {
 			return d, err
 		}
 	}
-	if d, err := core.GetDevice(tx, ref); err == nil || !errors.Is(err, core.ErrNotFound) {
+	if d, err := tx.Devices().Get(ref); err == nil || !errors.Is(err, core.ErrNotFound) {
 		return d, err
 	}
-	return core.DeviceBySerial(tx, ref)
+	return tx.Devices().BySerial(ref)
 }
 
 // IssueKubeconfig signs a client certificate for user (CN) in group (O)
@@ -528,7 +391,7 @@ func (s *Service) IssueKubeconfig(ctx context.Context, clusterRef, user, group s
 	if err := ctx.Err(); err != nil {
 		return clusters.IssuedKubeconfig{}, err
 	}
-	c, rt, err := s.clusterRuntime(clusterRef)
+	c, rt, err := s.clusterState(clusterRef)
 	if err != nil {
 		return clusters.IssuedKubeconfig{}, err
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/joiner/tokens"
 )
@@ -50,55 +51,48 @@ func (s *Service) Enroll(ctx context.Context, req EnrollRequest) (tokens.Credent
 	}
 	now := s.now().UTC()
 	err = s.store.Batch(func(tx core.Tx) error {
-		c, err := clusterByRef(tx, req.Cluster)
+		c, err := clusters.ByRef(tx, req.Cluster)
 		if err != nil {
 			return err
 		}
-		if !acceptsMembers(c.State) {
+		if !clusters.AcceptsMembers(c.State) {
 			return fmt.Errorf("%w: cluster %s is %s", ErrClusterUnavailable, c.Name, c.State)
 		}
-		if rt, err := getRuntime(tx, c.ID); err != nil {
+		if rt, err := joinState(tx, c.ID); err != nil {
 			return err
 		} else if rt.Suspended {
 			return fmt.Errorf("%w: cluster %s is stopped", ErrClusterUnavailable, c.Name)
 		}
-		rec := tokenRecord{Token: core.Token{
+		rec := core.Token{
 			ID: cred.ID(), Kind: string(tokens.KindEnrollment), SecretHash: hex.EncodeToString(cred.Hash()),
 			Cluster: c.ID, Device: mac, Description: "enrollment", Expires: now.Add(ttl), Created: now,
-		}, BindMAC: mac, BindSerial: serial}
+			BindMAC: mac, BindSerial: serial,
+		}
 		// One live enrollment secret per device: a new one replaces the
 		// previous if it was not used, so re-fetched documents cannot pile
 		// up secrets (or records).
-		idx := enrollIndexKey(mac, serial)
-		var prev string
-		if ok, err := tx.Get(core.BucketIndex, idx, &prev); err != nil {
+		key := core.EnrollmentKey{MAC: mac, Serial: serial}
+		if prev, ok, err := tx.Tokens().Enrollment(key); err != nil {
 			return err
 		} else if ok {
-			var old tokenRecord
-			if ok, err := tx.Get(core.BucketTokens, tokenKey(tokens.KindEnrollment, prev), &old); err != nil {
-				return err
-			} else if ok && old.UsedAt.IsZero() {
-				if err := tx.Delete(core.BucketTokens, tokenKey(tokens.KindEnrollment, prev)); err != nil {
+			old, err := tx.Tokens().Get(string(tokens.KindEnrollment), prev)
+			if err == nil && old.UsedAt.IsZero() {
+				if err := tx.Tokens().Delete(string(tokens.KindEnrollment), prev); err != nil {
 					return err
 				}
+			} else if err != nil && !errors.Is(err, core.ErrNotFound) {
+				return err
 			}
 		}
-		if err := tx.Put(core.BucketIndex, idx, cred.ID()); err != nil {
+		if err := tx.Tokens().SetEnrollment(key, cred.ID()); err != nil {
 			return err
 		}
-		return tx.Put(core.BucketTokens, tokenKey(tokens.KindEnrollment, cred.ID()), rec)
+		return tx.Tokens().Put(rec)
 	})
 	if err != nil {
 		return tokens.Credential{}, err
 	}
 	return cred, nil
-}
-
-func enrollIndexKey(mac, serial string) string {
-	if mac != "" {
-		return "enroll/" + mac
-	}
-	return "enroll/serial:" + serial
 }
 
 // Issuable reports whether join material may be handed to device id for
@@ -111,13 +105,13 @@ func (s *Service) Issuable(ctx context.Context, id, clusterRef string, once bool
 	}
 	now := s.now().UTC()
 	err = s.store.View(func(tx core.Tx) error {
-		c, err := clusterByRef(tx, clusterRef)
+		c, err := clusters.ByRef(tx, clusterRef)
 		if err != nil {
 			return err
 		}
-		var m member
-		had, err := tx.Get(core.BucketMemberships, id, &m)
-		if err != nil {
+		m, err := tx.Memberships().Get(id)
+		had := err == nil
+		if err != nil && !errors.Is(err, core.ErrNotFound) {
 			return err
 		}
 		ok = true
@@ -129,15 +123,6 @@ func (s *Service) Issuable(ctx context.Context, id, clusterRef string, once bool
 		return nil
 	})
 	return ok, reason, err
-}
-
-func acceptsMembers(st core.ClusterState) bool {
-	switch st {
-	case core.ClusterCreated, core.ClusterStarting, core.ClusterRunning, core.ClusterScaling,
-		core.ClusterAlert, core.ClusterRecovering, core.ClusterUpgrading:
-		return true
-	}
-	return false
 }
 
 // JoinRequest is a device presenting its enrollment secret.
@@ -163,7 +148,7 @@ type JoinRequest struct {
 type joinResult struct {
 	wait       string
 	cluster    core.Cluster
-	rt         clusterRuntime
+	rt         core.JoinState
 	device     core.Device
 	role       string
 	method     string
@@ -171,10 +156,9 @@ type joinResult struct {
 	tokenID    string
 	publish    bool // the node's token was made after init: create it in the cluster
 	tokenExp   time.Time
-	initTokens []tokenRecord
+	initTokens []core.Token
 	report     tokens.Credential
 	ip         string
-	serialWas  string // the stored device's serial, to skip re-indexing
 }
 
 // Join admits a device and issues its join bundle. The enrollment secret is
@@ -238,12 +222,11 @@ func (s *Service) Join(ctx context.Context, req JoinRequest) (*Bundle, error) {
 // device, decide admission and role, and record everything.
 func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now time.Time, res *joinResult) error {
 	// 1. The enrollment secret.
-	var enr tokenRecord
-	ok, err := tx.Get(core.BucketTokens, tokenKey(tokens.KindEnrollment, cred.ID()), &enr)
-	if err != nil {
+	enr, err := tx.Tokens().Get(string(tokens.KindEnrollment), cred.ID())
+	if err != nil && !errors.Is(err, core.ErrNotFound) {
 		return err
 	}
-	if !ok || !cred.Matches(hexDecode(enr.SecretHash)) {
+	if err != nil || !cred.Matches(hexDecode(enr.SecretHash)) {
 		return ErrEnrollmentInvalid
 	}
 	switch {
@@ -268,7 +251,7 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	if enr.BindSerial != "" && req.Serial != "" && req.Serial != enr.BindSerial {
 		return ErrBindingMismatch
 	}
-	dev, storedSerial, err := s.loadDevice(tx, mac, req, now)
+	dev, err := s.loadDevice(tx, mac, req, now)
 	if err != nil {
 		return err
 	}
@@ -278,21 +261,21 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	if enr.BindSerial != "" && dev.Serial != enr.BindSerial {
 		return ErrBindingMismatch
 	}
-	res.device, res.serialWas = dev, storedSerial
+	res.device = dev
 	res.ip = req.RemoteIP
 	if res.ip == "" {
 		res.ip = dev.IP
 	}
 
 	// 3. The cluster.
-	c, err := core.GetCluster(tx, enr.Cluster)
+	c, err := tx.Clusters().Get(enr.Cluster)
 	if err != nil {
 		return err
 	}
-	if !acceptsMembers(c.State) {
+	if !clusters.AcceptsMembers(c.State) {
 		return fmt.Errorf("%w: cluster %s is %s", ErrClusterUnavailable, c.Name, c.State)
 	}
-	rt, err := getRuntime(tx, c.ID)
+	rt, err := joinState(tx, c.ID)
 	if err != nil {
 		return err
 	}
@@ -302,9 +285,9 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	res.cluster = c
 
 	// 4. An existing membership keeps its role (a rebuilt VM, a retried join).
-	var m member
-	had, err := tx.Get(core.BucketMemberships, dev.ID, &m)
-	if err != nil {
+	m, err := tx.Memberships().Get(dev.ID)
+	had := err == nil
+	if err != nil && !errors.Is(err, core.ErrNotFound) {
 		return err
 	}
 	if had && m.Cluster != c.ID && holdsSlot(m.State) {
@@ -320,7 +303,7 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 		}
 	}
 	if !had || m.Cluster != c.ID || m.State == core.StateLeft {
-		m = member{Membership: core.Membership{Device: dev.ID, Cluster: c.ID, Created: now}}
+		m = core.Membership{Device: dev.ID, Cluster: c.ID, Created: now}
 	}
 
 	method := MethodKubeadm
@@ -374,7 +357,7 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 		}
 		dev.State = core.Advance(dev.State, core.StateWaiting)
 		dev.Cluster = c.ID
-		return putDevice(tx, dev, storedSerial)
+		return tx.Devices().Put(dev)
 	}
 
 	// 6. Credentials for the node.
@@ -404,12 +387,12 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	}
 	if s.opts.ReportURL != "" {
 		if m.ReportID != "" {
-			_ = tx.Delete(core.BucketTokens, tokenKey(tokens.KindReport, m.ReportID))
+			_ = tx.Tokens().Delete(string(tokens.KindReport), m.ReportID)
 		}
-		rec := tokenRecord{Token: core.Token{ID: res.report.ID(), Kind: string(tokens.KindReport),
+		rec := core.Token{ID: res.report.ID(), Kind: string(tokens.KindReport),
 			SecretHash: hex.EncodeToString(res.report.Hash()), Cluster: c.ID, Device: dev.ID,
-			Description: "join report", Expires: now.Add(s.opts.ReportTTL), Created: now}}
-		if err := tx.Put(core.BucketTokens, tokenKey(tokens.KindReport, rec.ID), rec); err != nil {
+			Description: "join report", Expires: now.Add(s.opts.ReportTTL), Created: now}
+		if err := tx.Tokens().Put(rec); err != nil {
 			return err
 		}
 		m.ReportID = rec.ID
@@ -417,16 +400,16 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 
 	// 7. Record: the secret is used, the slot is taken, the history grows.
 	enr.UsedAt = now
-	if err := tx.Put(core.BucketTokens, tokenKey(tokens.KindEnrollment, enr.ID), enr); err != nil {
+	if err := tx.Tokens().Put(enr); err != nil {
 		return err
 	}
 	if !reissue {
-		rt.take(role)
+		take(&rt, role)
 		if first {
 			rt.FirstControlPlane = dev.ID
 		}
 	}
-	if err := tx.Put(core.BucketMeta, runtimeKey(c.ID), rt); err != nil {
+	if err := tx.Clusters().PutJoinState(c.ID, rt); err != nil {
 		return err
 	}
 	m.Role, m.Method, m.IP, m.WaitReason = role, method, res.ip, ""
@@ -445,17 +428,17 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	if err := s.transition(tx, &m, core.StateJoinIssued, reason, now); err != nil {
 		return err
 	}
-	if err := tx.Put(core.BucketIndex, memberIndexKey(c.ID, dev.ID), role); err != nil {
+	if err := tx.Memberships().Enlist(c.ID, dev.ID, role); err != nil {
 		return err
 	}
 	dev.Cluster, dev.Role = c.ID, role
 	dev.State = core.Advance(dev.State, core.StateJoinIssued)
-	if err := putDevice(tx, dev, res.serialWas); err != nil {
+	if err := tx.Devices().Put(dev); err != nil {
 		return err
 	}
 	if c.Endpoint == "" && rt.APIEndpoint != "" {
 		c.Endpoint, c.UpdatedAt = "https://"+rt.APIEndpoint+"/", now
-		if err := core.PutCluster(tx, c); err != nil {
+		if err := tx.Clusters().Put(c); err != nil {
 			return err
 		}
 	}
@@ -464,28 +447,25 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 }
 
 // loadDevice finds or creates the device record and refreshes what the
-// request tells about it. storedSerial is the serial on record ("\x00" for a
-// new device), so the caller knows whether the serial index needs updating.
-func (s *Service) loadDevice(tx core.Tx, mac string, req JoinRequest, now time.Time) (d core.Device, storedSerial string, err error) {
+// request tells about it.
+func (s *Service) loadDevice(tx core.Tx, mac string, req JoinRequest, now time.Time) (d core.Device, err error) {
 	switch {
 	case mac != "":
-		d, err = core.GetDevice(tx, mac)
+		d, err = tx.Devices().Get(mac)
 	case req.Serial != "":
-		d, err = core.DeviceBySerial(tx, req.Serial)
+		d, err = tx.Devices().BySerial(req.Serial)
 	default:
-		return d, "", fmt.Errorf("%w: the device sent neither a MAC address nor a serial number", ErrInvalid)
+		return d, fmt.Errorf("%w: the device sent neither a MAC address nor a serial number", ErrInvalid)
 	}
-	storedSerial = d.Serial
 	if errors.Is(err, core.ErrNotFound) {
 		if mac == "" {
-			return d, "", fmt.Errorf("%w: unknown device with serial %q: send its MAC address", ErrInvalid, req.Serial)
+			return d, fmt.Errorf("%w: unknown device with serial %q: send its MAC address", ErrInvalid, req.Serial)
 		}
 		// Not recorded yet (DHCP and the content service write device
 		// records behind): the request's kind fills in below.
 		d = core.Device{ID: mac, MAC: mac, Kind: core.KindUnknown, State: core.StateDiscovered, FirstSeen: now}
-		storedSerial = "\x00"
 	} else if err != nil {
-		return d, "", err
+		return d, err
 	}
 	// The device's kind is what DHCP or the content service classified; a
 	// request only fills it in when nothing did.
@@ -497,7 +477,7 @@ func (s *Service) loadDevice(tx core.Tx, mac string, req JoinRequest, now time.T
 	}
 	if req.Serial != "" && d.Serial != "" && req.Serial != d.Serial ||
 		req.Product != "" && d.Product != "" && req.Product != d.Product {
-		return d, "", ErrBindingMismatch
+		return d, ErrBindingMismatch
 	}
 	if d.Serial == "" {
 		d.Serial = req.Serial
@@ -509,7 +489,7 @@ func (s *Service) loadDevice(tx core.Tx, mac string, req JoinRequest, now time.T
 	setIf(&d.SONiCVer, req.SONiCVersion)
 	setIf(&d.IP, req.RemoteIP)
 	d.LastSeen, d.UpdatedAt = now, now
-	return d, storedSerial, nil
+	return d, nil
 }
 
 func setIf(dst *string, v string) {
@@ -546,7 +526,7 @@ func (s *Service) holder(tx core.Tx, req JoinRequest, now time.Time) (core.Holde
 	if err != nil {
 		return core.Holder{}, "", fmt.Errorf("%w: the request's address is unknown", ErrNotHolder)
 	}
-	h, err := core.HolderOf(tx, ip, now, s.opts.Bindings, &s.leases)
+	h, err := core.HolderOf(tx, ip, now, s.opts.Bindings)
 	if errors.Is(err, core.ErrNoHolder) {
 		return h, "", fmt.Errorf("%w: %s", ErrNotHolder, ip)
 	}
@@ -565,7 +545,7 @@ func (s *Service) holder(tx core.Tx, req JoinRequest, now time.Time) (core.Holde
 // mayReissue reports whether a member's bundle may be handed out again:
 // only while its join has not succeeded, and within ReissueWindow of the
 // first issue. Anything else needs an operator's `ztpd device reset`.
-func (s *Service) mayReissue(m member, now time.Time, once bool) error {
+func (s *Service) mayReissue(m core.Membership, now time.Time, once bool) error {
 	switch {
 	case once:
 		return fmt.Errorf("%w: the bundle of %s was issued at %s and is handed out once; `ztpd device reset %s` allows a new one",
@@ -582,40 +562,30 @@ func (s *Service) mayReissue(m member, now time.Time, once bool) error {
 	return nil
 }
 
-// putDevice stores d. When its serial number is the one already stored
-// (the serial index is current) it writes the record directly, saving
-// core.PutDevice's read of the old record on this hot path.
-func putDevice(tx core.Tx, d core.Device, storedSerial string) error {
-	if d.Serial == storedSerial {
-		return tx.Put(core.BucketDevices, d.ID, d)
-	}
-	return core.PutDevice(tx, d)
-}
-
 // nodeToken gives a node its bootstrap token: its previous one if still
 // usable, else one from the pool (already created by kubeadm init), else a
 // new one that must be created in the running cluster (publish).
-func (s *Service) nodeToken(tx core.Tx, c core.Cluster, rt clusterRuntime, m member, device string, seed []byte, now time.Time) (tokenRecord, bool, error) {
+func (s *Service) nodeToken(tx core.Tx, c core.Cluster, rt core.JoinState, m core.Membership, device string, seed []byte, now time.Time) (core.Token, bool, error) {
 	margin := now.Add(10 * time.Minute) // the node needs time to use it
+	kubeadm := string(tokens.KindKubeadm)
 	if m.TokenID != "" {
-		var rec tokenRecord
-		if ok, err := tx.Get(core.BucketTokens, tokenKey(tokens.KindKubeadm, m.TokenID), &rec); err != nil {
+		rec, err := tx.Tokens().Get(kubeadm, m.TokenID)
+		if err != nil && !errors.Is(err, core.ErrNotFound) {
 			return rec, false, err
-		} else if r := rec.record(); ok && rec.Device == device && r.Usable(margin) == nil {
-			return rec, !rec.inInit(rt), nil
+		}
+		if err == nil && rec.Device == device && tokenRecord(rec).Usable(margin) == nil {
+			return rec, !inInit(rec, rt), nil
 		}
 	}
-	var claimed tokenRecord
+	var claimed core.Token
 	var stale []string
-	err := tx.ScanPrefix(core.BucketIndex, poolIndexKey(c.ID, ""), func(k string, _ []byte) (bool, error) {
-		id := k[strings.LastIndexByte(k, '/')+1:]
-		var rec tokenRecord
-		ok, err := tx.Get(core.BucketTokens, tokenKey(tokens.KindKubeadm, id), &rec)
-		if err != nil {
+	err := tx.Tokens().Pool(c.ID, func(id string) (bool, error) {
+		rec, err := tx.Tokens().Get(kubeadm, id)
+		if err != nil && !errors.Is(err, core.ErrNotFound) {
 			return false, err
 		}
-		stale = append(stale, k)
-		if r := rec.record(); ok && rec.Device == "" && r.Usable(margin) == nil {
+		stale = append(stale, id)
+		if err == nil && rec.Device == "" && tokenRecord(rec).Usable(margin) == nil {
 			claimed = rec
 			return false, nil
 		}
@@ -624,66 +594,66 @@ func (s *Service) nodeToken(tx core.Tx, c core.Cluster, rt clusterRuntime, m mem
 	if err != nil {
 		return claimed, false, err
 	}
-	for _, k := range stale {
-		if err := tx.Delete(core.BucketIndex, k); err != nil {
+	for _, id := range stale {
+		if err := tx.Tokens().PoolRemove(c.ID, id); err != nil {
 			return claimed, false, err
 		}
 	}
 	if claimed.ID != "" {
 		claimed.Device = device
 		claimed.Description = "ztpd join token for " + device
-		return claimed, !claimed.inInit(rt), tx.Put(core.BucketTokens, tokenKey(tokens.KindKubeadm, claimed.ID), claimed)
+		return claimed, !inInit(claimed, rt), tx.Tokens().Put(claimed)
 	}
 	rec, err := s.newKubeadmToken(tx, c.ID, device, seed, now)
 	if err != nil {
 		return rec, false, err
 	}
 	rec.Description = "ztpd join token for " + device
-	return rec, true, tx.Put(core.BucketTokens, tokenKey(tokens.KindKubeadm, rec.ID), rec)
+	return rec, true, tx.Tokens().Put(rec)
 }
 
 // inInit reports whether kubeadm init created this token: it existed when
 // the first control plane's bundle was issued. For k3s clusters (no init by
 // ztpd) every token must be created in the cluster.
-func (r tokenRecord) inInit(rt clusterRuntime) bool {
-	return rt.FirstControlPlane != "" && r.InitIssued
+func inInit(t core.Token, rt core.JoinState) bool {
+	return rt.FirstControlPlane != "" && t.InitIssued
 }
 
 // clusterKubeadmTokens lists the cluster's usable kubeadm tokens for the
 // init configuration (the pool and those of current members) and marks
 // them as created by init.
-func clusterKubeadmTokens(tx core.Tx, cluster string, now time.Time) ([]tokenRecord, error) {
+func clusterKubeadmTokens(tx core.Tx, cluster string, now time.Time) ([]core.Token, error) {
 	var ids []string
-	err := tx.ScanPrefix(core.BucketIndex, poolIndexKey(cluster, ""), func(k string, _ []byte) (bool, error) {
-		ids = append(ids, k[strings.LastIndexByte(k, '/')+1:])
+	err := tx.Tokens().Pool(cluster, func(id string) (bool, error) {
+		ids = append(ids, id)
 		return true, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	err = tx.ScanPrefix(core.BucketIndex, memberIndexKey(cluster, ""), func(k string, _ []byte) (bool, error) {
-		var m member
-		ok, err := tx.Get(core.BucketMemberships, k[strings.LastIndexByte(k, '/')+1:], &m)
-		if ok && m.TokenID != "" && holdsSlot(m.State) {
+	err = eachMember(tx, cluster, func(m *core.Membership) error {
+		if m.TokenID != "" && holdsSlot(m.State) {
 			ids = append(ids, m.TokenID)
 		}
-		return err == nil, err
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	var out []tokenRecord
+	var out []core.Token
 	for _, id := range ids {
-		var rec tokenRecord
-		ok, err := tx.Get(core.BucketTokens, tokenKey(tokens.KindKubeadm, id), &rec)
+		rec, err := tx.Tokens().Get(string(tokens.KindKubeadm), id)
+		if errors.Is(err, core.ErrNotFound) {
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
-		if r := rec.record(); !ok || rec.Cluster != cluster || r.Usable(now.Add(time.Minute)) != nil {
+		if rec.Cluster != cluster || tokenRecord(rec).Usable(now.Add(time.Minute)) != nil {
 			continue
 		}
 		rec.InitIssued = true
-		if err := tx.Put(core.BucketTokens, tokenKey(tokens.KindKubeadm, id), rec); err != nil {
+		if err := tx.Tokens().Put(rec); err != nil {
 			return nil, err
 		}
 		out = append(out, rec)
@@ -703,7 +673,7 @@ const maxHistory = 32
 
 // transition moves a membership to st, appends to its history, and mirrors
 // the state onto the device record.
-func (s *Service) transition(tx core.Tx, m *member, st core.DeviceState, reason string, now time.Time) error {
+func (s *Service) transition(tx core.Tx, m *core.Membership, st core.DeviceState, reason string, now time.Time) error {
 	m.State, m.UpdatedAt = st, now
 	m.History = append(m.History, core.StateTransition{State: st, At: now, Reason: reason})
 	if n := len(m.History); n > maxHistory {
@@ -711,13 +681,13 @@ func (s *Service) transition(tx core.Tx, m *member, st core.DeviceState, reason 
 		// must not grow its record without bound.
 		m.History = append(m.History[:1], m.History[n-maxHistory+1:]...)
 	}
-	if err := tx.Put(core.BucketMemberships, m.Device, m); err != nil {
+	if err := tx.Memberships().Put(*m); err != nil {
 		return err
 	}
 	if st == core.StateJoinIssued || st == core.StateWaiting {
 		return nil // admit writes the device itself
 	}
-	d, err := core.GetDevice(tx, m.Device)
+	d, err := tx.Devices().Get(m.Device)
 	if err != nil {
 		return err
 	}
@@ -725,22 +695,52 @@ func (s *Service) transition(tx core.Tx, m *member, st core.DeviceState, reason 
 	if st == core.StateJoined {
 		d.State = core.Advance(d.State, core.StateJoined)
 	}
-	return core.PutDevice(tx, d)
+	return tx.Devices().Put(d)
 }
 
-func (s *Service) revokeMemberTokens(tx core.Tx, m member, now time.Time) error {
-	for _, k := range []string{tokenKey(tokens.KindKubeadm, m.TokenID), tokenKey(tokens.KindReport, m.ReportID)} {
-		if strings.HasSuffix(k, "/") {
+// revokeMemberTokens revokes a member's kubeadm and report tokens.
+func (s *Service) revokeMemberTokens(tx core.Tx, m core.Membership) error {
+	for _, k := range []struct{ kind, id string }{{string(tokens.KindKubeadm), m.TokenID}, {string(tokens.KindReport), m.ReportID}} {
+		if k.id == "" {
 			continue
 		}
-		var rec tokenRecord
-		ok, err := tx.Get(core.BucketTokens, k, &rec)
+		rec, err := tx.Tokens().Get(k.kind, k.id)
+		if errors.Is(err, core.ErrNotFound) {
+			continue
+		}
 		if err != nil {
 			return err
 		}
-		if ok && !rec.Revoked {
+		if !rec.Revoked {
 			rec.Revoked = true
-			if err := tx.Put(core.BucketTokens, k, rec); err != nil {
+			if err := tx.Tokens().Put(rec); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// eachMember calls fn for every member on a cluster's roster.
+func eachMember(tx core.Tx, clusterID string, fn func(*core.Membership) error) error {
+	var ids []string
+	err := tx.Memberships().Roster(clusterID, func(device, _ string) (bool, error) {
+		ids = append(ids, device)
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		m, err := tx.Memberships().Get(id)
+		if errors.Is(err, core.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if m.Cluster == clusterID {
+			if err := fn(&m); err != nil {
 				return err
 			}
 		}

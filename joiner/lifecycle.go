@@ -13,20 +13,8 @@ import (
 )
 
 // The cluster lifecycle as the clusters service drives it (its Membership
-// interface). Every method is idempotent.
-
-// Provision gives a cluster created by the API its CA and join tokens.
-func (s *Service) Provision(ctx context.Context, c core.Cluster) error {
-	return s.SetupCluster(ctx, c.ID, "")
-}
-
-// Resize applies a changed desired size: surplus workers (newest first) are
-// marked leaving and their tokens revoked; waiting devices are admitted when
-// they next ask. The cluster record itself is the caller's to store.
-func (s *Service) Resize(ctx context.Context, c core.Cluster) error {
-	_, err := s.resize(ctx, c.ID, c.Size, false)
-	return err
-}
+// interface, with Provision and Resize in cluster.go). Every method is
+// idempotent.
 
 // SetVersion makes new bundles use v and records it as the version every
 // current member is to run.
@@ -40,25 +28,25 @@ func (s *Service) SetVersion(ctx context.Context, c core.Cluster, v core.Version
 	}
 	now := s.now().UTC()
 	return s.store.Update(func(tx core.Tx) error {
-		rt, err := getRuntime(tx, c.ID)
+		rt, err := joinState(tx, c.ID)
 		if err != nil {
 			return err
 		}
-		if rt.KubernetesVersion == ver.String() {
+		if rt.KubernetesVersion == ver.Tag() {
 			return nil
 		}
-		rt.KubernetesVersion = ver.String()
-		if err := tx.Put(core.BucketMeta, runtimeKey(c.ID), rt); err != nil {
+		rt.KubernetesVersion = ver.Tag()
+		if err := tx.Clusters().PutJoinState(c.ID, rt); err != nil {
 			return err
 		}
-		err = s.eachMember(tx, c.ID, func(m *member) error {
-			m.Version, m.UpdatedAt = ver.String(), now
-			return tx.Put(core.BucketMemberships, m.Device, m)
+		err = eachMember(tx, c.ID, func(m *core.Membership) error {
+			m.Version, m.UpdatedAt = ver.Tag(), now
+			return tx.Memberships().Put(*m)
 		})
 		if err != nil {
 			return err
 		}
-		return event(tx, now, "cluster.version", "", c.ID, "members to run "+ver.String(), nil)
+		return event(tx, now, "cluster.version", "", c.ID, "members to run "+ver.Tag(), nil)
 	})
 }
 
@@ -76,7 +64,7 @@ func (s *Service) suspend(ctx context.Context, clusterID string, on bool) error 
 	}
 	now := s.now().UTC()
 	return s.store.Update(func(tx core.Tx) error {
-		rt, err := getRuntime(tx, clusterID)
+		rt, err := joinState(tx, clusterID)
 		if err != nil {
 			return err
 		}
@@ -84,7 +72,7 @@ func (s *Service) suspend(ctx context.Context, clusterID string, on bool) error 
 			return nil
 		}
 		rt.Suspended = on
-		if err := tx.Put(core.BucketMeta, runtimeKey(clusterID), rt); err != nil {
+		if err := tx.Clusters().PutJoinState(clusterID, rt); err != nil {
 			return err
 		}
 		msg := "joining re-enabled"
@@ -104,59 +92,51 @@ func (s *Service) Destroy(ctx context.Context, c core.Cluster) error {
 	}
 	now := s.now().UTC()
 	err := s.store.Update(func(tx core.Tx) error {
-		err := s.eachMember(tx, c.ID, func(m *member) error {
+		err := eachMember(tx, c.ID, func(m *core.Membership) error {
 			if m.State == core.StateLeft {
 				return nil
 			}
 			if err := s.transition(tx, m, core.StateLeft, "cluster destroyed", now); err != nil && !errors.Is(err, core.ErrNotFound) {
 				return err
 			}
-			return tx.Delete(core.BucketIndex, memberIndexKey(c.ID, m.Device))
+			return tx.Memberships().Delist(c.ID, m.Device)
 		})
 		if err != nil {
 			return err
 		}
-		var doomed []string
-		err = tx.Scan(core.BucketTokens, "", func(k string, v []byte) (bool, error) {
-			var rec tokenRecord
-			if err := core.Decode(v, &rec); err != nil {
-				return false, err
-			}
-			if rec.Cluster == c.ID && !rec.Revoked {
-				doomed = append(doomed, k)
+		var doomed []core.Token
+		err = tx.Tokens().List("", func(t core.Token) (bool, error) {
+			if t.Cluster == c.ID && !t.Revoked {
+				doomed = append(doomed, t)
 			}
 			return true, nil
 		})
 		if err != nil {
 			return err
 		}
-		for _, k := range doomed {
-			var rec tokenRecord
-			if _, err := tx.Get(core.BucketTokens, k, &rec); err != nil {
-				return err
-			}
-			rec.Revoked = true
-			if err := tx.Put(core.BucketTokens, k, rec); err != nil {
+		for _, t := range doomed {
+			t.Revoked = true
+			if err := tx.Tokens().Put(t); err != nil {
 				return err
 			}
 		}
 		var pool []string
-		err = tx.ScanPrefix(core.BucketIndex, poolIndexKey(c.ID, ""), func(k string, _ []byte) (bool, error) {
-			pool = append(pool, k)
+		err = tx.Tokens().Pool(c.ID, func(id string) (bool, error) {
+			pool = append(pool, id)
 			return true, nil
 		})
 		if err != nil {
 			return err
 		}
-		for _, k := range pool {
-			if err := tx.Delete(core.BucketIndex, k); err != nil {
+		for _, id := range pool {
+			if err := tx.Tokens().PoolRemove(c.ID, id); err != nil {
 				return err
 			}
 		}
-		if err := tx.Delete(core.BucketSecrets, secretsKey(c.ID)); err != nil {
+		if err := tx.Secrets().Delete(secretsOwner(c.ID)); err != nil {
 			return err
 		}
-		if err := tx.Delete(core.BucketMeta, runtimeKey(c.ID)); err != nil {
+		if err := tx.Clusters().DeleteJoinState(c.ID); err != nil {
 			return err
 		}
 		return event(tx, now, "cluster.destroyed", "", c.ID, fmt.Sprintf("%d tokens revoked, key material deleted", len(doomed)), nil)
@@ -183,29 +163,4 @@ func (s *Service) RevokeToken(ctx context.Context, ref string) error {
 		}
 	}
 	return fmt.Errorf("token %s: %w", ref, core.ErrNotFound)
-}
-
-// eachMember calls fn for every member of a cluster in the member index.
-func (s *Service) eachMember(tx core.Tx, clusterID string, fn func(*member) error) error {
-	var ids []string
-	err := tx.ScanPrefix(core.BucketIndex, memberIndexKey(clusterID, ""), func(k string, _ []byte) (bool, error) {
-		ids = append(ids, k[strings.LastIndexByte(k, '/')+1:])
-		return true, nil
-	})
-	if err != nil {
-		return err
-	}
-	for _, id := range ids {
-		var m member
-		ok, err := tx.Get(core.BucketMemberships, id, &m)
-		if err != nil {
-			return err
-		}
-		if ok && m.Cluster == clusterID {
-			if err := fn(&m); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }

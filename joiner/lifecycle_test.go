@@ -25,10 +25,10 @@ func TestLifecycleAsTheClustersServiceDrivesIt(t *testing.T) {
 	c := core.Cluster{ID: "3f1c0a52-8d2e-4c2b-9a57-0d5c1b7e9f10", Name: "api-made", VersionID: "v1", Size: 2, ControlNodes: 1,
 		State: core.ClusterStarting, Created: now, Endpoint: "https://" + ln.Addr().String() + "/"}
 	err = e.store.Update(func(tx core.Tx) error {
-		if err := tx.Put(core.BucketVersions, "v1", core.Version{ID: "v1", Name: "v1.29.3", SemVer: "1.29.3", State: "Enabled"}); err != nil {
+		if err := tx.Versions().Put(core.Version{ID: "v1", Name: "v1.29.3", SemVer: "1.29.3", State: "Enabled"}); err != nil {
 			return err
 		}
-		return core.PutCluster(tx, c)
+		return tx.Clusters().Put(c)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -94,9 +94,7 @@ func TestLifecycleAsTheClustersServiceDrivesIt(t *testing.T) {
 	}
 	err = e.store.View(func(tx core.Tx) error {
 		n := 0
-		err := tx.Scan(core.BucketTokens, "", func(k string, v []byte) (bool, error) {
-			var rec tokenRecord
-			core.Decode(v, &rec)
+		err := tx.Tokens().List("", func(rec core.Token) (bool, error) {
 			if rec.Cluster == c.ID && !rec.Revoked {
 				n++
 			}
@@ -105,7 +103,7 @@ func TestLifecycleAsTheClustersServiceDrivesIt(t *testing.T) {
 		if n > 0 {
 			return errors.New("tokens left unrevoked")
 		}
-		if ok, _ := tx.Get(core.BucketSecrets, secretsKey(c.ID), &clusterSecrets{}); ok {
+		if _, ok, _ := tx.Secrets().Get(secretsOwner(c.ID)); ok {
 			return errors.New("CA key material survived destroy")
 		}
 		return err
@@ -118,9 +116,11 @@ func TestLifecycleAsTheClustersServiceDrivesIt(t *testing.T) {
 	}
 }
 
-func (e *env) memberRecord(device string) member {
+func (e *env) memberRecord(device string) core.Membership {
 	e.t.Helper()
-	var m member
-	e.store.View(func(tx core.Tx) error { _, err := tx.Get(core.BucketMemberships, device, &m); return err })
+	m, err := e.svc.Membership(bg, device)
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	return m
 }

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/joiner/pki"
 	"github.com/ztpd/ztpd/joiner/tokens"
 )
@@ -176,7 +177,7 @@ func TestK3sAgentTokensAreCreatedInTheCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := e.cluster(ClusterSpec{Name: "edge", Size: 2, JoinMethod: MethodK3s, KubernetesVersion: "1.30.4",
+	c := e.cluster(clusterSpec{Name: "edge", Size: 2, JoinMethod: MethodK3s, KubernetesVersion: "1.30.4",
 		Endpoint: "https://" + ln.Addr().String() + "/"})
 	keys := e.svc.mustKeys(t, c.ID)
 	if keys.ca.Algorithm() != pki.ECDSAP256 {
@@ -232,7 +233,7 @@ func TestScaleUpAfterInitPublishesNewTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	host, _, _ := net.SplitHostPort(ln.Addr().String())
-	c := e.cluster(ClusterSpec{Name: "prod", Size: 1, Endpoint: "https://" + ln.Addr().String() + "/"})
+	c := e.cluster(clusterSpec{Name: "prod", Size: 1, Endpoint: "https://" + ln.Addr().String() + "/"})
 	api := startAPIServer(t, ln, e.svc.mustKeys(t, c.ID).ca)
 	_ = host
 	e.must(e.join("prod", 1)) // first control plane: init creates 1 token
@@ -240,9 +241,11 @@ func TestScaleUpAfterInitPublishesNewTokens(t *testing.T) {
 	if s, _ := api.created(); len(s) != 0 {
 		t.Fatal("a token kubeadm init creates was published")
 	}
-	if _, err := e.svc.Scale(bg, "prod", 2); err != nil {
+	j, err := e.cl.ScaleCluster(bg, clusters.LocalAdmin, "prod", 2, "")
+	if err != nil {
 		t.Fatal(err)
 	}
+	e.waitJob(j)
 	w2 := e.must(e.join("prod", 3))
 	secrets, _ := api.created()
 	if len(secrets) != 1 {

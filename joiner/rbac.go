@@ -38,7 +38,7 @@ func adminBinding() map[string]any {
 // success is recorded so it is never posted again. A failure (API server
 // not reachable yet) is recorded for the sweeper to retry.
 func (s *Service) EnsureAdminBinding(ctx context.Context, clusterRef string) error {
-	c, rt, err := s.clusterRuntime(clusterRef)
+	c, rt, err := s.clusterState(clusterRef)
 	if err != nil || rt.AdminBinding {
 		return err
 	}
@@ -57,7 +57,7 @@ func (s *Service) EnsureAdminBinding(ctx context.Context, clusterRef string) err
 		"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", body, http.StatusCreated, http.StatusOK, http.StatusConflict)
 	now := s.now()
 	err = s.store.Update(func(tx core.Tx) error {
-		cur, err := getRuntime(tx, c.ID)
+		cur, err := joinState(tx, c.ID)
 		if err != nil {
 			return err
 		}
@@ -66,10 +66,10 @@ func (s *Service) EnsureAdminBinding(ctx context.Context, clusterRef string) err
 				return nil
 			}
 			cur.AdminBindingRetry = true
-			return tx.Put(core.BucketMeta, runtimeKey(c.ID), cur)
+			return tx.Clusters().PutJoinState(c.ID, cur)
 		}
 		cur.AdminBinding, cur.AdminBindingRetry = true, false
-		if err := tx.Put(core.BucketMeta, runtimeKey(c.ID), cur); err != nil {
+		if err := tx.Clusters().PutJoinState(c.ID, cur); err != nil {
 			return err
 		}
 		return event(tx, now, "cluster.rbac", "", c.ID,
@@ -98,13 +98,9 @@ func (s *Service) kickAdminBinding(clusterID string) {
 func (s *Service) retryAdminBindings(ctx context.Context) {
 	var ids []string
 	err := s.store.View(func(tx core.Tx) error {
-		return tx.ScanPrefix(core.BucketMeta, runtimeKey(""), func(k string, raw []byte) (bool, error) {
-			var rt clusterRuntime
-			if err := core.Decode(raw, &rt); err != nil {
-				return false, err
-			}
+		return tx.Clusters().JoinStates(func(cluster string, rt core.JoinState) (bool, error) {
 			if rt.AdminBindingRetry && !rt.AdminBinding {
-				ids = append(ids, k[len(runtimeKey("")):])
+				ids = append(ids, cluster)
 			}
 			return true, nil
 		})

@@ -18,10 +18,10 @@ import (
 	"github.com/ztpd/ztpd/testenv/certcheck"
 )
 
-func runtimeOf(t *testing.T, e *env, id string) clusterRuntime {
+func runtimeOf(t *testing.T, e *env, id string) core.JoinState {
 	t.Helper()
-	var rt clusterRuntime
-	if err := e.store.View(func(tx core.Tx) error { var err error; rt, err = getRuntime(tx, id); return err }); err != nil {
+	var rt core.JoinState
+	if err := e.store.View(func(tx core.Tx) error { var err error; rt, err = joinState(tx, id); return err }); err != nil {
 		t.Fatal(err)
 	}
 	return rt
@@ -50,7 +50,7 @@ func TestKubeconfigIdentityAndAdminBinding(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // the API server is not up yet
-	c := e.cluster(ClusterSpec{Name: "prod", Size: 1, Endpoint: "https://" + addr + "/"})
+	c := e.cluster(clusterSpec{Name: "prod", Size: 1, Endpoint: "https://" + addr + "/"})
 	cp := e.must(e.join("prod", 1))
 	if got := cloudFiles(t, cp)["/etc/ztpd/manifests/ztpd-cluster-admins.yaml"]; got != bundle.ClusterAdminsRBAC {
 		t.Fatalf("first control plane's init manifests lack the binding: %q", got)
@@ -111,9 +111,7 @@ func TestKubeconfigIdentityAndAdminBinding(t *testing.T) {
 	}
 	var rbacEvents int
 	e.store.View(func(tx core.Tx) error {
-		return tx.Scan(core.BucketAudit, "", func(_ string, raw []byte) (bool, error) {
-			var ev core.Event
-			core.Decode(raw, &ev)
+		return tx.Events().List(core.StreamOf("cluster.rbac"), 0, func(ev core.Event) (bool, error) {
 			if ev.Type == "cluster.rbac" && ev.Cluster == c.ID {
 				rbacEvents++
 			}
@@ -160,9 +158,9 @@ func TestKubeconfigIdentityAndAdminBinding(t *testing.T) {
 	// A binding the cluster already has (made by kubeadm init from the
 	// manifest) counts as created.
 	if err := e.store.Update(func(tx core.Tx) error {
-		rt, _ := getRuntime(tx, c.ID)
+		rt, _ := joinState(tx, c.ID)
 		rt.AdminBinding = false
-		return tx.Put(core.BucketMeta, runtimeKey(c.ID), rt)
+		return tx.Clusters().PutJoinState(c.ID, rt)
 	}); err != nil {
 		t.Fatal(err)
 	}

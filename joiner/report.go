@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/joiner/tokens"
 )
@@ -41,24 +42,23 @@ func (s *Service) Report(ctx context.Context, credential, state, detail string) 
 		detail = detail[:512]
 	}
 	now := s.now().UTC()
-	var out member
+	var out core.Membership
 	var kick bool
 	err = s.store.Batch(func(tx core.Tx) error {
 		kick = false
-		var rec tokenRecord
-		ok, err := tx.Get(core.BucketTokens, tokenKey(tokens.KindReport, cred.ID()), &rec)
-		if err != nil {
+		rec, err := tx.Tokens().Get(string(tokens.KindReport), cred.ID())
+		if err != nil && !errors.Is(err, core.ErrNotFound) {
 			return err
 		}
-		if !ok || !cred.Matches(hexDecode(rec.SecretHash)) {
+		if err != nil || !cred.Matches(hexDecode(rec.SecretHash)) {
 			return ErrReportInvalid
 		}
-		if r := rec.record(); r.Usable(now) != nil {
-			return fmt.Errorf("%w: %v", ErrReportInvalid, r.Usable(now))
+		if err := tokenRecord(rec).Usable(now); err != nil {
+			return fmt.Errorf("%w: %v", ErrReportInvalid, err)
 		}
-		var m member
-		ok, err = tx.Get(core.BucketMemberships, rec.Device, &m)
-		if err != nil {
+		m, err := tx.Memberships().Get(rec.Device)
+		ok := err == nil
+		if err != nil && !errors.Is(err, core.ErrNotFound) {
 			return err
 		}
 		if !ok || m.ReportID != rec.ID || m.Cluster != rec.Cluster {
@@ -74,22 +74,22 @@ func (s *Service) Report(ctx context.Context, credential, state, detail string) 
 		if err := s.transition(tx, &m, st, reason, now); err != nil {
 			return err
 		}
-		rt, err := getRuntime(tx, m.Cluster)
+		rt, err := joinState(tx, m.Cluster)
 		if err != nil {
 			return err
 		}
 		if st == core.StateJoined && m.Device == rt.FirstControlPlane {
 			rt.Initialized = true
-			if err := tx.Put(core.BucketMeta, runtimeKey(m.Cluster), rt); err != nil {
+			if err := tx.Clusters().PutJoinState(m.Cluster, rt); err != nil {
 				return err
 			}
-			c, err := core.GetCluster(tx, m.Cluster)
+			c, err := tx.Clusters().Get(m.Cluster)
 			if err != nil {
 				return err
 			}
 			if c.State == core.ClusterCreated || c.State == core.ClusterStarting {
 				c.State, c.UpdatedAt = core.ClusterRunning, now
-				if err := core.PutCluster(tx, c); err != nil {
+				if err := tx.Clusters().Put(c); err != nil {
 					return err
 				}
 			}
@@ -106,7 +106,7 @@ func (s *Service) Report(ctx context.Context, credential, state, detail string) 
 			s.kickAdminBinding(out.Cluster)
 		}
 	}
-	return out.Membership, err
+	return out, err
 }
 
 // Revoke marks a token revoked (kind kubeadm, k3s, enrollment or report).
@@ -120,26 +120,27 @@ func (s *Service) Revoke(ctx context.Context, kind tokens.Kind, id string) error
 	}
 	now := s.now().UTC()
 	var (
-		rec       tokenRecord
+		rec       core.Token
 		cluster   core.Cluster
-		rt        clusterRuntime
+		rt        core.JoinState
 		inCluster bool
 	)
 	err := s.store.Update(func(tx core.Tx) error {
-		ok, err := tx.Get(core.BucketTokens, tokenKey(kind, id), &rec)
+		var err error
+		rec, err = tx.Tokens().Get(string(kind), id)
+		if errors.Is(err, core.ErrNotFound) {
+			return fmt.Errorf("token %s/%s: %w", kind, id, core.ErrNotFound)
+		}
 		if err != nil {
 			return err
 		}
-		if !ok {
-			return fmt.Errorf("token %s/%s: %w", kind, id, core.ErrNotFound)
-		}
 		if kind == tokens.KindKubeadm && rec.Cluster != "" {
-			if cluster, err = clusterByRef(tx, rec.Cluster); err == nil {
-				if rt, err = getRuntime(tx, rec.Cluster); err != nil {
+			if cluster, err = tx.Clusters().Get(rec.Cluster); err == nil {
+				if rt, err = joinState(tx, rec.Cluster); err != nil {
 					return err
 				}
 				// Pool tokens never handed out after init were never created there.
-				inCluster = rt.APIEndpoint != "" && (rec.inInit(rt) || rec.Device != "")
+				inCluster = rt.APIEndpoint != "" && (inInit(rec, rt) || rec.Device != "")
 			} else if !errors.Is(err, core.ErrNotFound) {
 				return err
 			}
@@ -148,11 +149,11 @@ func (s *Service) Revoke(ctx context.Context, kind tokens.Kind, id string) error
 			return nil
 		}
 		rec.Revoked = true
-		if err := tx.Put(core.BucketTokens, tokenKey(kind, id), rec); err != nil {
+		if err := tx.Tokens().Put(rec); err != nil {
 			return err
 		}
 		if kind == tokens.KindKubeadm {
-			_ = tx.Delete(core.BucketIndex, poolIndexKey(rec.Cluster, id))
+			_ = tx.Tokens().PoolRemove(rec.Cluster, id)
 		}
 		return event(tx, now, "token.revoked", rec.Device, rec.Cluster, string(kind)+" token "+id+" revoked", nil)
 	})
@@ -182,15 +183,11 @@ func (s *Service) Sweep(ctx context.Context) (int, error) {
 		n, last, more := 0, "", false
 		err := s.store.Update(func(tx core.Tx) error {
 			n, last, more = 0, "", false
-			var doomed []tokenRecord
+			var doomed []core.Token
 			seen := 0
-			err := tx.Scan(core.BucketTokens, after, func(k string, v []byte) (bool, error) {
-				last = k
+			err := tx.Tokens().List(after, func(rec core.Token) (bool, error) {
+				last = core.TokenCursor(rec)
 				seen++
-				var rec tokenRecord
-				if err := core.Decode(v, &rec); err != nil {
-					return false, err
-				}
 				if rec.Revoked || (!rec.Expires.IsZero() && !now.Before(rec.Expires)) {
 					doomed = append(doomed, rec)
 				}
@@ -204,11 +201,11 @@ func (s *Service) Sweep(ctx context.Context) (int, error) {
 				return err
 			}
 			for _, rec := range doomed {
-				if err := tx.Delete(core.BucketTokens, tokenKey(tokens.Kind(rec.Kind), rec.ID)); err != nil {
+				if err := tx.Tokens().Delete(rec.Kind, rec.ID); err != nil {
 					return err
 				}
 				if rec.Kind == string(tokens.KindKubeadm) {
-					if err := tx.Delete(core.BucketIndex, poolIndexKey(rec.Cluster, rec.ID)); err != nil {
+					if err := tx.Tokens().PoolRemove(rec.Cluster, rec.ID); err != nil {
 						return err
 					}
 				}
@@ -266,32 +263,27 @@ func (s *Service) waitSweep(ctx context.Context, tick <-chan time.Time) bool {
 
 // Membership returns a device's membership record.
 func (s *Service) Membership(ctx context.Context, deviceID string) (core.Membership, error) {
-	var m member
+	var m core.Membership
 	err := s.store.View(func(tx core.Tx) error {
-		ok, err := tx.Get(core.BucketMemberships, deviceID, &m)
-		if err == nil && !ok {
-			err = fmt.Errorf("membership of %s: %w", deviceID, core.ErrNotFound)
-		}
+		var err error
+		m, err = tx.Memberships().Get(deviceID)
 		return err
 	})
-	return m.Membership, err
+	return m, err
 }
 
-// Members lists a cluster's current members (not those that left).
+// Members lists a cluster's current members (its roster: not those that
+// left, nor devices still waiting).
 func (s *Service) Members(ctx context.Context, clusterRef string) ([]core.Membership, error) {
 	var out []core.Membership
 	err := s.store.View(func(tx core.Tx) error {
-		c, err := clusterByRef(tx, clusterRef)
+		c, err := clusters.ByRef(tx, clusterRef)
 		if err != nil {
 			return err
 		}
-		return tx.ScanPrefix(core.BucketIndex, memberIndexKey(c.ID, ""), func(k string, _ []byte) (bool, error) {
-			var m member
-			ok, err := tx.Get(core.BucketMemberships, k[strings.LastIndexByte(k, '/')+1:], &m)
-			if ok && m.Cluster == c.ID {
-				out = append(out, m.Membership)
-			}
-			return err == nil, err
+		return eachMember(tx, c.ID, func(m *core.Membership) error {
+			out = append(out, *m)
+			return nil
 		})
 	})
 	return out, err

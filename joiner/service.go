@@ -2,14 +2,18 @@
 // cluster's PKI and join credentials, decides who may join and as what
 // (admission), hands out join bundles, and keeps the membership record.
 //
-// Storage (all through core.Store):
+// What it keeps (all through core.Store's repositories):
 //
-//	clusters             core.Cluster (shared with the API)
-//	secrets  cluster/<id>         sealed CA key, certificate key, token seed
-//	meta     joiner/cluster/<id>  member counts, first control plane, endpoint
-//	tokens   <kind>/<id>          token records: id + hash, never the secret
-//	memberships <device>          role, state and history
-//	index    member/<cluster>/<device>, pool/<cluster>/<token>
+//	Secrets     cluster/<id>  sealed CA key, certificate key, token seed
+//	Clusters    JoinState     member counts, first control plane, endpoint
+//	Tokens                    token records: id + hash, never the secret;
+//	                          each cluster's pool, each device's enrollment
+//	Memberships               role, state and history; each cluster's roster
+//
+// Clusters themselves (their records, versions and rules) are the clusters
+// service's: it drives the joiner (Provision, Resize, SetVersion, Stop,
+// Start, Destroy) and the joiner asks it (clusters.ByRef,
+// clusters.AcceptsMembers).
 //
 // Every admission decision and its records commit in one transaction through
 // the store's group commit, so concurrent joins can never exceed a cluster's
@@ -17,7 +21,7 @@
 package joiner
 
 import (
-	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,27 +29,31 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/secretbox"
 	"github.com/ztpd/ztpd/joiner/pki"
 	"github.com/ztpd/ztpd/joiner/tokens"
 )
 
-// Errors callers map to answers. Credential failures share one public
-// meaning ("not authorised") but stay distinct for logs and tests.
+// Errors callers map to answers, classified by core.KindOf. Credential
+// failures share one public meaning ("not authorised", core.KindRefused)
+// but stay distinct for logs and tests.
 var (
-	ErrEnrollmentInvalid  = errors.New("enrollment secret unknown or wrong")
-	ErrEnrollmentUsed     = errors.New("enrollment secret already used")
-	ErrEnrollmentExpired  = errors.New("enrollment secret expired")
-	ErrRevoked            = errors.New("credential revoked")
-	ErrBindingMismatch    = errors.New("device does not match the enrollment secret's binding")
-	ErrReportInvalid      = errors.New("report credential unknown or wrong")
-	ErrClusterUnavailable = errors.New("cluster does not accept members")
-	ErrMemberElsewhere    = errors.New("device is a member of another cluster")
-	ErrInvalid            = errors.New("invalid request")
-	ErrNotHolder          = errors.New("the request's address holds no lease and no operator-declared binding")
-	ErrAlreadyIssued      = errors.New("join material was already issued to this device")
+	ErrEnrollmentInvalid  = joinError(core.KindRefused, "enrollment secret unknown or wrong")
+	ErrEnrollmentUsed     = joinError(core.KindRefused, "enrollment secret already used")
+	ErrEnrollmentExpired  = joinError(core.KindRefused, "enrollment secret expired")
+	ErrRevoked            = joinError(core.KindRefused, "credential revoked")
+	ErrBindingMismatch    = joinError(core.KindRefused, "device does not match the enrollment secret's binding")
+	ErrReportInvalid      = joinError(core.KindRefused, "report credential unknown or wrong")
+	ErrClusterUnavailable = joinError(core.KindUnavailable, "cluster does not accept members")
+	ErrMemberElsewhere    = joinError(core.KindConflict, "device is a member of another cluster")
+	ErrInvalid            = joinError(core.KindInvalid, "invalid request")
+	ErrNotHolder          = joinError(core.KindRefused, "the request's address holds no lease and no operator-declared binding")
+	ErrAlreadyIssued      = joinError(core.KindRefused, "join material was already issued to this device")
 )
+
+func joinError(k core.ErrorKind, msg string) error { return &core.Error{Kind: k, Msg: msg} }
 
 // IsUnauthorized reports whether err is a credential failure.
 func IsUnauthorized(err error) bool {
@@ -123,9 +131,8 @@ type Service struct {
 	now   func() time.Time
 	log   *slog.Logger
 
-	mu     sync.RWMutex
-	cache  map[string]*clusterKeys // opened cluster secrets by cluster id
-	leases core.LeaseCache         // decoded leases, for the holder check of every join
+	mu    sync.RWMutex
+	cache map[string]*clusterKeys // opened cluster secrets by cluster id
 
 	// bindKick asks the sweeper loop to create a cluster's admin binding.
 	bindKick chan string
@@ -166,14 +173,9 @@ func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, err
 		cache: map[string]*clusterKeys{}, bindKick: make(chan string, 64)}, nil
 }
 
-// Storage keys.
-func secretsKey(cluster string) string            { return "cluster/" + cluster }
-func runtimeKey(cluster string) string            { return "joiner/cluster/" + cluster }
-func tokenKey(kind tokens.Kind, id string) string { return string(kind) + "/" + id }
-func memberIndexKey(cluster, device string) string {
-	return "member/" + cluster + "/" + device
-}
-func poolIndexKey(cluster, token string) string { return "pool/" + cluster + "/" + token }
+// secretsOwner names a cluster's key material in the Secrets repository;
+// it is also the sealing context.
+func secretsOwner(cluster string) string { return "cluster/" + cluster }
 
 // clusterSecrets is the sealed key material of one cluster.
 type clusterSecrets struct {
@@ -189,51 +191,10 @@ type clusterKeys struct {
 	seed    []byte
 }
 
-// clusterRuntime is the joiner's own view of a cluster's membership.
-type clusterRuntime struct {
-	KubernetesVersion string        `json:"kubernetes_version"`
-	Algorithm         pki.Algorithm `json:"algorithm"`
-	FirstControlPlane string        `json:"first_control_plane,omitempty"`
-	Initialized       bool          `json:"initialized,omitempty"` // first control plane reported joined
-	ControlPlanes     int           `json:"control_planes"`        // active, including the first
-	Workers           int           `json:"workers"`               // active, including switches
-	APIEndpoint       string        `json:"api_endpoint,omitempty"`
-	Suspended         bool          `json:"suspended,omitempty"` // cluster stopped: no joins
-	// AdminBinding: the ClusterRoleBinding giving ztpd's kubeconfig group
-	// cluster-admin exists in the cluster (created or found by ztpd).
-	AdminBinding bool `json:"admin_binding,omitempty"`
-	// AdminBindingRetry: creating it failed (API server not reachable
-	// yet); the sweeper tries again.
-	AdminBindingRetry bool `json:"admin_binding_retry,omitempty"`
-}
-
-// tokenRecord is core.Token plus the joiner's bindings; other readers see a
-// plain core.Token.
-type tokenRecord struct {
-	core.Token
-	BindMAC    string `json:"bind_mac,omitempty"`
-	BindSerial string `json:"bind_serial,omitempty"`
-	// InitIssued: the token was in the first control plane's init
-	// configuration, so kubeadm init creates it in the cluster.
-	InitIssued bool `json:"init_issued,omitempty"`
-}
-
-func (r *tokenRecord) record() tokens.Record {
-	return tokens.Record{ID: r.ID, Kind: tokens.Kind(r.Kind), SecretHash: hexDecode(r.SecretHash),
-		ExpiresAt: r.Expires, UsedAt: r.UsedAt, Revoked: r.Revoked, SingleUse: r.Kind == string(tokens.KindEnrollment)}
-}
-
-// member is core.Membership plus what the joiner needs to re-issue and revoke.
-type member struct {
-	core.Membership
-	Method     string `json:"join_method"`
-	TokenID    string `json:"token_id,omitempty"`
-	ReportID   string `json:"report_id,omitempty"`
-	IP         string `json:"ip,omitempty"`
-	WaitReason string `json:"wait_reason,omitempty"`
-	// IssuedAt is when the bundle was first handed out: re-issues are
-	// allowed only within Options.ReissueWindow of it.
-	IssuedAt time.Time `json:"issued_at,omitzero"`
+// tokenRecord is a stored token as the tokens package checks it.
+func tokenRecord(t core.Token) tokens.Record {
+	return tokens.Record{ID: t.ID, Kind: tokens.Kind(t.Kind), SecretHash: hexDecode(t.SecretHash),
+		ExpiresAt: t.Expires, UsedAt: t.UsedAt, Revoked: t.Revoked, SingleUse: t.Kind == string(tokens.KindEnrollment)}
 }
 
 // keysFor opens (once) and returns a cluster's secrets.
@@ -246,11 +207,17 @@ func (s *Service) keysFor(clusterID string) (*clusterKeys, error) {
 	}
 	var sec clusterSecrets
 	err := s.store.View(func(tx core.Tx) error {
-		ok, err := tx.Get(core.BucketSecrets, secretsKey(clusterID), &sec)
+		raw, ok, err := tx.Secrets().Get(secretsOwner(clusterID))
 		if err == nil && !ok {
 			err = fmt.Errorf("cluster %s has no PKI: %w", clusterID, core.ErrNotFound)
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(raw, &sec); err != nil {
+			return fmt.Errorf("cluster %s key material: %w", clusterID, err)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -266,7 +233,7 @@ func (s *Service) keysFor(clusterID string) (*clusterKeys, error) {
 }
 
 func (s *Service) openSecrets(clusterID string, sec clusterSecrets) (*clusterKeys, error) {
-	ctx := secretsKey(clusterID)
+	ctx := secretsOwner(clusterID)
 	ca, err := pki.OpenCA(sec.CA, s.keys, ctx)
 	if err != nil {
 		return nil, err
@@ -292,47 +259,29 @@ func (s *Service) forget(clusterID string) {
 	s.mu.Unlock()
 }
 
-// newUUID returns a random RFC 4122 version 4 UUID, CloudStack's id form.
-func newUUID() string {
-	var b [16]byte
-	rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
-}
-
 func event(tx core.Tx, now time.Time, typ, device, cluster, msg string, fields map[string]string) error {
-	_, err := core.AppendEvent(tx, core.Event{Time: now.UTC(), Type: typ, Device: device, Cluster: cluster, Message: msg, Fields: fields})
+	_, err := tx.Events().Append(core.Event{Time: now.UTC(), Type: typ, Device: device, Cluster: cluster, Message: msg, Fields: fields})
 	return err
 }
 
-func getRuntime(tx core.Tx, cluster string) (clusterRuntime, error) {
-	var rt clusterRuntime
-	ok, err := tx.Get(core.BucketMeta, runtimeKey(cluster), &rt)
-	if err == nil && !ok {
+// joinState is the joiner's bookkeeping of cluster.
+func joinState(tx core.Tx, cluster string) (core.JoinState, error) {
+	rt, err := tx.Clusters().JoinState(cluster)
+	if errors.Is(err, core.ErrNotFound) {
 		err = fmt.Errorf("cluster %s is not set up for joining: %w", cluster, core.ErrNotFound)
 	}
 	return rt, err
 }
 
-// clusterRuntime reads a cluster (by id or name) and the joiner's runtime
-// of it in one snapshot.
-func (s *Service) clusterRuntime(ref string) (c core.Cluster, rt clusterRuntime, err error) {
+// clusterState reads a cluster (by id or name) and the joiner's state of
+// it in one snapshot.
+func (s *Service) clusterState(ref string) (c core.Cluster, rt core.JoinState, err error) {
 	err = s.store.View(func(tx core.Tx) error {
-		if c, err = clusterByRef(tx, ref); err != nil {
+		if c, err = clusters.ByRef(tx, ref); err != nil {
 			return err
 		}
-		rt, err = getRuntime(tx, c.ID)
+		rt, err = joinState(tx, c.ID)
 		return err
 	})
 	return c, rt, err
-}
-
-// clusterByRef finds a cluster by id, then by name.
-func clusterByRef(tx core.Tx, ref string) (core.Cluster, error) {
-	c, err := core.GetCluster(tx, ref)
-	if errors.Is(err, core.ErrNotFound) {
-		return core.ClusterByName(tx, ref)
-	}
-	return c, err
 }

@@ -18,9 +18,10 @@ import (
 	yaml3 "go.yaml.in/yaml/v3"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/ztpd/ztpd/internal/boltstore"
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
-	"github.com/ztpd/ztpd/internal/secretbox"
+	"github.com/ztpd/ztpd/internal/store/boltstore"
+	"github.com/ztpd/ztpd/internal/store/storetest"
 	"github.com/ztpd/ztpd/joiner/pki"
 	"github.com/ztpd/ztpd/joiner/tokens"
 )
@@ -35,34 +36,31 @@ type clock struct {
 func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
+// env is the joiner and the clusters service driving it, over one store.
 type env struct {
 	t     *testing.T
 	dir   string
 	store *boltstore.Store
 	svc   *Service
+	cl    *clusters.Service
 	clk   *clock
 }
 
 func newEnv(t *testing.T, opts Options) *env {
 	t.Helper()
-	dir := t.TempDir()
-	st, err := boltstore.Open(dir, boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kr, err := secretbox.OpenKeyring(filepath.Join(dir, "secret.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := storetest.Open(t)
 	clk := &clock{t: time.Now().UTC().Truncate(time.Second)} // real time: TLS peers check certificate validity
 	opts.Now = clk.now
-	svc, err := New(st, kr, opts)
+	svc, err := New(f.Store, f.Keys, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, dir: dir, store: st, svc: svc, clk: clk}
-	t.Cleanup(func() { st.Close() })
-	return e
+	cl, err := clusters.New(f.Store, svc, clusters.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close(context.Background()) })
+	return &env{t: t, dir: f.Dir, store: f.Store, svc: svc, cl: cl, clk: clk}
 }
 
 // approveAll is an auto-approve rule matching every device, control planes
@@ -75,7 +73,7 @@ func (e *env) hold(ip, m string) string {
 	e.t.Helper()
 	now := e.clk.now()
 	err := e.store.Update(func(tx core.Tx) error {
-		return tx.Put(core.BucketLeases, ip, core.Lease{IP: ip, MAC: m, Subnet: "vms", State: core.LeaseActive, Start: now, Expiry: now.Add(24 * time.Hour)})
+		return tx.Leases().Put(core.Lease{IP: ip, MAC: m, Subnet: "vms", State: core.LeaseActive, Start: now, Expiry: now.Add(24 * time.Hour)})
 	})
 	if err != nil {
 		e.t.Fatal(err)
@@ -85,16 +83,53 @@ func (e *env) hold(ip, m string) string {
 
 func addrOf(i int) string { return fmt.Sprintf("10.99.%d.%d", 1+i/250, 1+i%250) }
 
-func (e *env) cluster(spec ClusterSpec) core.Cluster {
+// clusterSpec is a cluster the tests create through the clusters service,
+// as the API does.
+type clusterSpec struct {
+	Name              string
+	Size              int
+	ControlNodes      int
+	KubernetesVersion string // default 1.28.4
+	JoinMethod        string
+	Endpoint          string
+	ExternalLBIP      string
+}
+
+// cluster creates a cluster through the clusters service and waits until
+// it is provisioned (Running).
+func (e *env) cluster(spec clusterSpec) core.Cluster {
 	e.t.Helper()
 	if spec.KubernetesVersion == "" {
 		spec.KubernetesVersion = "1.28.4"
 	}
-	c, err := e.svc.CreateCluster(bg, spec)
+	v, err := e.cl.GetVersion(bg, "v"+spec.KubernetesVersion)
+	if err != nil {
+		v, err = e.cl.AddVersion(bg, clusters.LocalAdmin, clusters.VersionSpec{SemVer: spec.KubernetesVersion,
+			URL: "http://10.99.0.1:8080/isos/v" + spec.KubernetesVersion + ".iso"})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	c, j, err := e.cl.CreateCluster(bg, clusters.LocalAdmin, clusters.ClusterSpec{Name: spec.Name, ZoneID: e.cl.Zone().ID,
+		VersionID: v.ID, ServiceOfferingID: clusters.Offerings[0].ID, Size: spec.Size, ControlNodes: spec.ControlNodes,
+		JoinMethod: spec.JoinMethod, Endpoint: spec.Endpoint, ExternalLBIP: spec.ExternalLBIP})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return c
+	e.waitJob(j)
+	return e.getCluster(c.ID)
+}
+
+// waitJob waits for a clusters job and fails the test unless it succeeded.
+func (e *env) waitJob(j core.Job) core.Job {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	defer cancel()
+	done, err := e.cl.WaitJob(ctx, j.ID)
+	if err != nil || done.Status != core.JobSucceeded {
+		e.t.Fatalf("%s: %+v %v", j.Command, done, err)
+	}
+	return done
 }
 
 func mac(i int) string {
@@ -144,7 +179,7 @@ func cloudFiles(t *testing.T, b *Bundle) map[string]string {
 
 func TestFirstControlPlaneThenWorkers(t *testing.T) {
 	e := newEnv(t, Options{AutoApprove: approveAll, ReportURL: "http://10.99.0.1:8080/join/report"})
-	c := e.cluster(ClusterSpec{Name: "prod", Size: 2, ControlNodes: 1})
+	c := e.cluster(clusterSpec{Name: "prod", Size: 2, ControlNodes: 1})
 
 	cp := e.must(e.join("prod", 1))
 	if cp.Role != RoleControlPlane || !cp.Init || cp.Method != MethodKubeadm || cp.APIEndpoint != "10.99.1.2:6443" {
@@ -179,7 +214,7 @@ func TestFirstControlPlaneThenWorkers(t *testing.T) {
 		t.Fatal("worker token is not in the init configuration")
 	}
 	rec := e.tokenRecord(tokens.KindKubeadm, tok.ID())
-	if err := rec.record().VerifyBootstrapToken(tok, e.clk.now()); err != nil || rec.Device != w.Device {
+	if err := tokenRecord(rec).VerifyBootstrapToken(tok, e.clk.now()); err != nil || rec.Device != w.Device {
 		t.Fatalf("stored token record: %v (device %s)", err, rec.Device)
 	}
 
@@ -241,14 +276,12 @@ func initTokens(t *testing.T, initCfg string) []string {
 	return out
 }
 
-func (e *env) tokenRecord(kind tokens.Kind, id string) tokenRecord {
+func (e *env) tokenRecord(kind tokens.Kind, id string) core.Token {
 	e.t.Helper()
-	var rec tokenRecord
+	var rec core.Token
 	err := e.store.View(func(tx core.Tx) error {
-		ok, err := tx.Get(core.BucketTokens, tokenKey(kind, id), &rec)
-		if err == nil && !ok {
-			err = core.ErrNotFound
-		}
+		var err error
+		rec, err = tx.Tokens().Get(string(kind), id)
 		return err
 	})
 	if err != nil {
@@ -259,13 +292,13 @@ func (e *env) tokenRecord(kind tokens.Kind, id string) tokenRecord {
 
 func (e *env) getCluster(id string) core.Cluster {
 	var c core.Cluster
-	e.store.View(func(tx core.Tx) error { var err error; c, err = core.GetCluster(tx, id); return err })
+	e.store.View(func(tx core.Tx) error { var err error; c, err = tx.Clusters().Get(id); return err })
 	return c
 }
 
 func TestRefusedJoins(t *testing.T) {
 	e := newEnv(t, Options{AutoApprove: approveAll, EnrollmentTTL: 10 * time.Minute})
-	e.cluster(ClusterSpec{Name: "prod", Size: 5})
+	e.cluster(clusterSpec{Name: "prod", Size: 5})
 	m1 := mac(1)
 
 	// Replayed enrollment secret.
@@ -336,12 +369,12 @@ func TestRefusedJoins(t *testing.T) {
 // another MAC is refused; with no claim at all, the lease names the device.
 func TestLeaseBinding(t *testing.T) {
 	e := newEnv(t, Options{AutoApprove: approveAll})
-	e.cluster(ClusterSpec{Name: "prod", Size: 3})
+	e.cluster(clusterSpec{Name: "prod", Size: 3})
 	now := e.clk.now()
 	err := e.store.Update(func(tx core.Tx) error {
 		for i, ip := range []string{"10.99.1.20", "10.99.1.21"} {
 			l := core.Lease{IP: ip, MAC: mac(20 + i), Subnet: "vms", State: core.LeaseActive, Start: now, Expiry: now.Add(time.Hour)}
-			if err := tx.Put(core.BucketLeases, ip, l); err != nil {
+			if err := tx.Leases().Put(l); err != nil {
 				return err
 			}
 		}
@@ -369,8 +402,8 @@ func TestApprovalRules(t *testing.T) {
 		{MACs: []string{"02-00-00-00-00-09", "02:00:00:00:00:0c"}},
 		{CircuitIDs: []string{"rack7/port3"}, Cluster: "lab"},
 	}})
-	e.cluster(ClusterSpec{Name: "prod", Size: 10})
-	e.cluster(ClusterSpec{Name: "lab", Size: 10})
+	e.cluster(clusterSpec{Name: "prod", Size: 10})
+	e.cluster(clusterSpec{Name: "lab", Size: 10})
 	try := func(cluster string, i int, serial, product, ip string) error {
 		m := mac(i)
 		_, err := e.svc.Join(bg, JoinRequest{Enrollment: e.enroll(cluster, m, ""), MAC: m, Serial: serial, Product: product, RemoteIP: e.hold(ip, m)})
@@ -379,7 +412,7 @@ func TestApprovalRules(t *testing.T) {
 	// lab's first control plane, approved by an operator (the rules below
 	// that match lab approve workers only).
 	e.store.Update(func(tx core.Tx) error {
-		return core.PutDevice(tx, core.Device{ID: mac(100), MAC: mac(100), Kind: core.KindVM})
+		return tx.Devices().Put(core.Device{ID: mac(100), MAC: mac(100), Kind: core.KindVM})
 	})
 	if _, err := e.svc.Approve(bg, mac(100), "lab"); err != nil {
 		t.Fatal(err)
@@ -409,7 +442,7 @@ func TestApprovalRules(t *testing.T) {
 	// Relay agent information is what the network says: it comes from the
 	// device's DHCP requests, stored on its record.
 	e.store.Update(func(tx core.Tx) error {
-		return core.PutDevice(tx, core.Device{ID: mac(10), MAC: mac(10), Kind: core.KindVM, CircuitID: "rack7/port3"})
+		return tx.Devices().Put(core.Device{ID: mac(10), MAC: mac(10), Kind: core.KindVM, CircuitID: "rack7/port3"})
 	})
 	if err := try("lab", 10, "", "", "10.99.1.10"); err != nil {
 		t.Fatalf("circuit id rule: %v", err)
@@ -419,7 +452,7 @@ func TestApprovalRules(t *testing.T) {
 	}
 	// Control planes only where a rule names the role: the MAC rule
 	// approves workers, so the first node of a new cluster waits.
-	e.cluster(ClusterSpec{Name: "edge", Size: 2})
+	e.cluster(clusterSpec{Name: "edge", Size: 2})
 	if err := try("edge", 12, "", "", "10.99.1.12"); !waits(err) || !strings.Contains(err.Error(), "control plane") {
 		t.Fatalf("worker-only rule approved a control plane: %v", err)
 	}
@@ -447,7 +480,7 @@ func TestApprovalRules(t *testing.T) {
 func TestConcurrentJoinsNeverExceedDesiredSize(t *testing.T) {
 	e := newEnv(t, Options{AutoApprove: approveAll})
 	const size, devices = 40, 400
-	c := e.cluster(ClusterSpec{Name: "prod", Size: size, ControlNodes: 3})
+	c := e.cluster(clusterSpec{Name: "prod", Size: size, ControlNodes: 3})
 	secrets := make([]string, devices)
 	for i := range devices {
 		secrets[i] = e.enroll("prod", mac(i), "")
@@ -496,16 +529,15 @@ func TestConcurrentJoinsNeverExceedDesiredSize(t *testing.T) {
 	if len(members) != size+3 {
 		t.Fatalf("%d membership records", len(members))
 	}
-	var rt clusterRuntime
-	e.store.View(func(tx core.Tx) error { var err error; rt, err = getRuntime(tx, c.ID); return err })
+	var rt core.JoinState
+	e.store.View(func(tx core.Tx) error { var err error; rt, err = joinState(tx, c.ID); return err })
 	if rt.Workers != size || rt.ControlPlanes != 3 {
 		t.Fatalf("runtime counts %+v", rt)
 	}
 	// Every issued worker holds a distinct token.
 	seen := map[string]bool{}
 	for _, m := range members {
-		var mm member
-		e.store.View(func(tx core.Tx) error { _, err := tx.Get(core.BucketMemberships, m.Device, &mm); return err })
+		mm, _ := e.svc.Membership(bg, m.Device)
 		if mm.Device != rt.FirstControlPlane {
 			if mm.TokenID == "" || seen[mm.TokenID] {
 				t.Fatalf("member %s token %q reused or missing", m.Device, mm.TokenID)
@@ -517,7 +549,7 @@ func TestConcurrentJoinsNeverExceedDesiredSize(t *testing.T) {
 
 func TestScaleReportAndSweep(t *testing.T) {
 	e := newEnv(t, Options{AutoApprove: approveAll, ReportURL: "http://10.99.0.1:8080/join/report", TokenTTL: 2 * time.Hour})
-	c := e.cluster(ClusterSpec{Name: "prod", Size: 3})
+	c := e.cluster(clusterSpec{Name: "prod", Size: 3})
 	var bundles []*Bundle
 	for i := 1; i <= 4; i++ {
 		bundles = append(bundles, e.must(e.join("prod", i)))
@@ -541,16 +573,23 @@ func TestScaleReportAndSweep(t *testing.T) {
 		t.Fatalf("bad state: %v", err)
 	}
 
-	// Scale down to 1 worker: the two newest workers leave, tokens revoked.
-	leaving, err := e.svc.Scale(bg, "prod", 1)
+	// Scale down to 1 worker (through the clusters service, as the API
+	// does): the two newest workers leave, tokens revoked.
+	j, err := e.cl.ScaleCluster(bg, clusters.LocalAdmin, "prod", 1, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(leaving) != 2 || leaving[0] != bundles[3].Device || leaving[1] != bundles[2].Device {
-		t.Fatalf("leaving %v", leaving)
+	e.waitJob(j)
+	if cl := e.getCluster(c.ID); cl.Size != 1 || cl.State != core.ClusterRunning {
+		t.Fatalf("scaled cluster %+v", cl)
 	}
-	var m member
-	e.store.View(func(tx core.Tx) error { _, err := tx.Get(core.BucketMemberships, bundles[3].Device, &m); return err })
+	for i, b := range bundles {
+		ms, _ := e.svc.Membership(bg, b.Device)
+		if leaving := ms.State == core.StateLeaving; leaving != (i >= 2) {
+			t.Fatalf("after scaling to 1 worker, member %d (%s) is %s", i, b.Role, ms.State)
+		}
+	}
+	m, _ := e.svc.Membership(bg, bundles[3].Device)
 	if m.State != core.StateLeaving || !e.tokenRecord(tokens.KindKubeadm, m.TokenID).Revoked {
 		t.Fatalf("leaving member %+v", m)
 	}
@@ -561,7 +600,7 @@ func TestScaleReportAndSweep(t *testing.T) {
 	// A revoked token verifies as revoked.
 	tok, _ := tokens.DeriveBootstrapToken(e.svc.mustKeys(t, c.ID).seed, m.TokenID)
 	rec := e.tokenRecord(tokens.KindKubeadm, m.TokenID)
-	if err := rec.record().VerifyBootstrapToken(tok, e.clk.now()); !errors.Is(err, tokens.ErrRevoked) {
+	if err := tokenRecord(rec).VerifyBootstrapToken(tok, e.clk.now()); !errors.Is(err, tokens.ErrRevoked) {
 		t.Fatalf("revoked token: %v", err)
 	}
 	// A new device waits: the cluster is at size 1.
@@ -569,7 +608,8 @@ func TestScaleReportAndSweep(t *testing.T) {
 	if _, err := e.join("prod", 9); !errors.As(err, &we) {
 		t.Fatalf("join beyond the new size: %v", err)
 	}
-	if err := e.svc.MarkLeft(bg, bundles[3].Device); err != nil {
+	// The operator resets the leaving device: it has left.
+	if _, err := e.cl.ResetDevice(bg, clusters.LocalAdmin, bundles[3].Device); err != nil {
 		t.Fatal(err)
 	}
 	if ms, _ := e.svc.Membership(bg, bundles[3].Device); ms.State != core.StateLeft {
@@ -578,12 +618,11 @@ func TestScaleReportAndSweep(t *testing.T) {
 
 	// An expired token fails verification, and the sweep deletes it.
 	active, _ := e.svc.Membership(bg, bundles[1].Device)
-	var am member
-	e.store.View(func(tx core.Tx) error { _, err := tx.Get(core.BucketMemberships, active.Device, &am); return err })
+	am := active
 	atok, _ := tokens.DeriveBootstrapToken(e.svc.mustKeys(t, c.ID).seed, am.TokenID)
 	e.clk.add(3 * time.Hour)
 	arec := e.tokenRecord(tokens.KindKubeadm, am.TokenID)
-	if err := arec.record().VerifyBootstrapToken(atok, e.clk.now()); !errors.Is(err, tokens.ErrExpired) {
+	if err := tokenRecord(arec).VerifyBootstrapToken(atok, e.clk.now()); !errors.Is(err, tokens.ErrExpired) {
 		t.Fatalf("expired token: %v", err)
 	}
 	n, err := e.svc.Sweep(bg)
@@ -591,9 +630,12 @@ func TestScaleReportAndSweep(t *testing.T) {
 		t.Fatalf("sweep deleted %d: %v", n, err)
 	}
 	err = e.store.View(func(tx core.Tx) error {
-		ok, err := tx.Get(core.BucketTokens, tokenKey(tokens.KindKubeadm, am.TokenID), &tokenRecord{})
-		if ok {
+		_, err := tx.Tokens().Get(string(tokens.KindKubeadm), am.TokenID)
+		if err == nil {
 			return errors.New("expired token survived the sweep")
+		}
+		if errors.Is(err, core.ErrNotFound) {
+			return nil
 		}
 		return err
 	})
@@ -604,7 +646,7 @@ func TestScaleReportAndSweep(t *testing.T) {
 
 func (e *env) device(id string) core.Device {
 	var d core.Device
-	e.store.View(func(tx core.Tx) error { var err error; d, err = core.GetDevice(tx, id); return err })
+	e.store.View(func(tx core.Tx) error { var err error; d, err = tx.Devices().Get(id); return err })
 	return d
 }
 
@@ -618,12 +660,12 @@ func (s *Service) mustKeys(t *testing.T, cluster string) *clusterKeys {
 
 func TestSONiCSwitchJoin(t *testing.T) {
 	e := newEnv(t, Options{AutoApprove: approveAll})
-	c := e.cluster(ClusterSpec{Name: "fabric", Size: 4})
+	c := e.cluster(clusterSpec{Name: "fabric", Size: 4})
 	// A switch before any control plane waits.
 	sw := mac(50)
 	secret := e.enroll("fabric", "", "SN-LEAF-1")
 	e.store.Update(func(tx core.Tx) error {
-		return core.PutDevice(tx, core.Device{ID: sw, MAC: sw, Kind: core.KindSONiC, Serial: "SN-LEAF-1", Product: "Accton-AS7712-32X", Hostname: "leaf-1"})
+		return tx.Devices().Put(core.Device{ID: sw, MAC: sw, Kind: core.KindSONiC, Serial: "SN-LEAF-1", Product: "Accton-AS7712-32X", Hostname: "leaf-1"})
 	})
 	e.hold("10.99.5.1", sw)
 	var we *WaitError
@@ -669,7 +711,7 @@ func TestSONiCSwitchJoin(t *testing.T) {
 
 func TestIssueKubeconfig(t *testing.T) {
 	e := newEnv(t, Options{AutoApprove: approveAll})
-	e.cluster(ClusterSpec{Name: "prod", Size: 1})
+	e.cluster(clusterSpec{Name: "prod", Size: 1})
 	if _, err := e.svc.IssueKubeconfig(bg, "prod", "alice", "ztpd:cluster-admins", 0); !errors.Is(err, ErrClusterUnavailable) {
 		t.Fatalf("kubeconfig before any control plane: %v", err)
 	}
@@ -691,7 +733,7 @@ func TestIssueKubeconfig(t *testing.T) {
 // token secret, no enrollment secret.
 func TestSecretsNotStoredPlain(t *testing.T) {
 	e := newEnv(t, Options{AutoApprove: approveAll, ReportURL: "http://10.99.0.1/join/report"})
-	c := e.cluster(ClusterSpec{Name: "prod", Size: 2, ControlNodes: 2, KubernetesVersion: "1.31.2"})
+	c := e.cluster(clusterSpec{Name: "prod", Size: 2, ControlNodes: 2, KubernetesVersion: "1.31.2"})
 	cp := e.must(e.join("prod", 1))
 	pending, _ := e.svc.Enroll(bg, EnrollRequest{Cluster: "prod", MAC: mac(7)})
 	w := e.must(e.join("prod", 2))

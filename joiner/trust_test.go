@@ -18,11 +18,11 @@ import (
 // device (issue 12, finding 3).
 func TestUserDataGivesKeyMaterialOnce(t *testing.T) {
 	e := newEnv(t, Options{AutoApprove: approveAll})
-	e.cluster(ClusterSpec{Name: "prod", Size: 2})
+	e.cluster(clusterSpec{Name: "prod", Size: 2})
 	m := mac(1)
 	ip := e.hold(addrOf(1), m)
 	e.store.Update(func(tx core.Tx) error {
-		return core.PutDevice(tx, core.Device{ID: m, MAC: m, Kind: core.KindVM, IP: ip})
+		return tx.Devices().Put(core.Device{ID: m, MAC: m, Kind: core.KindVM, IP: ip})
 	})
 	dev := e.device(m)
 	first, err := e.svc.UserData(bg, dev, "prod", "", "cp-1")
@@ -68,7 +68,7 @@ func TestUserDataGivesKeyMaterialOnce(t *testing.T) {
 // within the reissue window while it has not reported joined; then never.
 func TestJoinRetryWindow(t *testing.T) {
 	e := newEnv(t, Options{AutoApprove: approveAll, ReportURL: "http://10.99.0.1:8080/join/report", ReissueWindow: 10 * time.Minute})
-	e.cluster(ClusterSpec{Name: "prod", Size: 4})
+	e.cluster(clusterSpec{Name: "prod", Size: 4})
 	e.must(e.join("prod", 1)) // first control plane
 	m := mac(2)
 	ip := e.hold(addrOf(2), m)
@@ -110,7 +110,7 @@ func TestJoinRetryWindow(t *testing.T) {
 // device re-fetching all day keeps one live secret and one record.
 func TestEnrollmentSecretsDoNotPileUp(t *testing.T) {
 	e := newEnv(t, Options{AutoApprove: approveAll, BaseURL: "http://10.99.0.1:8080"})
-	e.cluster(ClusterSpec{Name: "fabric", Size: 4})
+	e.cluster(clusterSpec{Name: "fabric", Size: 4})
 	sw := core.Device{ID: mac(7), MAC: mac(7), Kind: core.KindSONiC, Serial: "SN-7"}
 	var last string
 	for range 50 {
@@ -122,7 +122,7 @@ func TestEnrollmentSecretsDoNotPileUp(t *testing.T) {
 	}
 	n := 0
 	e.store.View(func(tx core.Tx) error {
-		return tx.ScanPrefix(core.BucketTokens, string(tokens.KindEnrollment)+"/", func(string, []byte) (bool, error) {
+		return tx.Tokens().ListKind(string(tokens.KindEnrollment), func(core.Token) (bool, error) {
 			n++
 			return true, nil
 		})
@@ -143,17 +143,19 @@ func TestEnrollmentSecretsDoNotPileUp(t *testing.T) {
 // the newest ones, however often a device waits and retries.
 func TestHistoryIsBounded(t *testing.T) {
 	e := newEnv(t, Options{})
-	e.cluster(ClusterSpec{Name: "prod", Size: 1})
+	e.cluster(clusterSpec{Name: "prod", Size: 1})
 	m := mac(3)
 	ip := e.hold(addrOf(3), m)
 	for i := range 100 {
 		// Alternate the wait reason so every attempt is a transition.
 		if i%2 == 1 {
 			e.store.Update(func(tx core.Tx) error {
-				var mm member
-				tx.Get(core.BucketMemberships, m, &mm)
+				mm, err := tx.Memberships().Get(m)
+				if err != nil {
+					return err
+				}
 				mm.WaitReason = "x"
-				return tx.Put(core.BucketMemberships, m, mm)
+				return tx.Memberships().Put(mm)
 			})
 		}
 		if _, err := e.svc.Join(bg, JoinRequest{Enrollment: e.enroll("prod", m, ""), MAC: m, RemoteIP: ip}); err == nil {
@@ -173,7 +175,7 @@ func TestHistoryIsBounded(t *testing.T) {
 // vm).
 func TestSwitchJoiningBeforeItsRecord(t *testing.T) {
 	e := newEnv(t, Options{AutoApprove: approveAll})
-	e.cluster(ClusterSpec{Name: "fabric", Size: 4})
+	e.cluster(clusterSpec{Name: "fabric", Size: 4})
 	e.must(e.join("fabric", 1)) // the first control plane, so switches may join
 	m := mac(9)
 	ip := e.hold(addrOf(9), m)

@@ -63,7 +63,7 @@ func (s *Service) KubernetesMaster(ctx context.Context, dev core.Device, cluster
 	if dev.Kind != core.KindSONiC {
 		return "", 0, false, nil
 	}
-	c, rt, err := s.clusterRuntime(clusterRef)
+	c, rt, err := s.clusterState(clusterRef)
 	if err != nil {
 		return "", 0, false, err
 	}

@@ -12,7 +12,8 @@
 //
 // Answers: 200 bundle; 202 waiting (Retry-After); 400 bad request; 403 any
 // credential failure (one message, so a prober learns nothing); 409 member
-// of another cluster; 503 cluster not accepting members.
+// of another cluster; 503 cluster not accepting members. Errors have
+// ztpd's one error body (httpserve.WriteError).
 package joinhttp
 
 import (
@@ -28,6 +29,7 @@ import (
 	"strings"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/httpserve"
 	"github.com/ztpd/ztpd/joiner"
 )
 
@@ -94,7 +96,7 @@ func (h *Handler) join(w http.ResponseWriter, r *http.Request) {
 		dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&body); err != nil && !errors.Is(err, io.EOF) {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "request body: " + err.Error()})
+			httpserve.WriteErrorCode(w, http.StatusBadRequest, core.KindInvalid, "request body: "+err.Error())
 			return
 		}
 	}
@@ -112,16 +114,15 @@ func (h *Handler) join(w http.ResponseWriter, r *http.Request) {
 		req.Kind = core.KindSONiC
 	}
 	if req.Kind != "" && req.Kind != core.KindSONiC && req.Kind != core.KindVM {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "kind must be sonic or vm"})
+		httpserve.WriteErrorCode(w, http.StatusBadRequest, core.KindInvalid, "kind must be sonic or vm")
 		return
 	}
 	b, err := h.svc.Join(r.Context(), req)
 	if err != nil {
-		h.fail(w, err)
+		h.fail(w, r, err)
 		return
 	}
-	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, http.StatusOK, b.Deliver())
+	httpserve.WriteJSON(w, http.StatusOK, b.Deliver())
 }
 
 func (h *Handler) cloudConfig(w http.ResponseWriter, r *http.Request) {
@@ -136,11 +137,11 @@ func (h *Handler) cloudConfig(w http.ResponseWriter, r *http.Request) {
 	}
 	b, err := h.svc.Join(r.Context(), req)
 	if err != nil {
-		h.fail(w, err)
+		h.fail(w, r, err)
 		return
 	}
 	if b.CloudConfig == nil {
-		writeJSON(w, http.StatusConflict, map[string]string{"error": "this device joins by " + b.Method + ", not cloud-config; use POST /join"})
+		httpserve.WriteErrorCode(w, http.StatusConflict, core.KindConflict, "this device joins by "+b.Method+", not cloud-config; use POST /join")
 		return
 	}
 	w.Header().Set("Content-Type", "text/cloud-config; charset=utf-8")
@@ -156,19 +157,21 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "request body: " + err.Error()})
+		httpserve.WriteErrorCode(w, http.StatusBadRequest, core.KindInvalid, "request body: "+err.Error())
 		return
 	}
 	m, err := h.svc.Report(r.Context(), bearer(r), body.State, body.Detail)
 	if err != nil {
-		h.fail(w, err)
+		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"device": m.Device, "cluster": m.Cluster, "state": m.State})
+	httpserve.WriteJSON(w, http.StatusOK, map[string]any{"device": m.Device, "cluster": m.Cluster, "state": m.State})
 }
 
-// fail maps joiner errors to answers.
-func (h *Handler) fail(w http.ResponseWriter, err error) {
+// fail answers a joiner error: a wait is 202 with Retry-After; every
+// credential failure is one 403 (a prober learns nothing); the rest by its
+// kind (core.KindOf), a cluster not accepting members with Retry-After.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var we *joiner.WaitError
 	switch {
 	case errors.As(err, &we):
@@ -177,32 +180,17 @@ func (h *Handler) fail(w http.ResponseWriter, err error) {
 			secs = 30
 		}
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
-		writeJSON(w, http.StatusAccepted, map[string]string{"state": "waiting", "reason": we.Reason})
+		httpserve.WriteJSON(w, http.StatusAccepted, map[string]string{"state": "waiting", "reason": we.Reason})
 	case joiner.IsUnauthorized(err):
-		writeJSON(w, http.StatusForbidden, map[string]string{"error": "credential invalid, expired, used, revoked or not issued to this device"})
-	case errors.Is(err, joiner.ErrInvalid):
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
-	case errors.Is(err, joiner.ErrMemberElsewhere):
-		writeJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
-	case errors.Is(err, joiner.ErrClusterUnavailable):
-		w.Header().Set("Retry-After", "60")
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
-	case errors.Is(err, core.ErrNotFound):
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+		httpserve.WriteErrorCode(w, http.StatusForbidden, core.KindRefused, "credential invalid, expired, used, revoked or not issued to this device")
 	case errors.Is(err, context.Canceled):
 		// the client went away
 	default:
-		h.log.Error("join request failed", "err", err)
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "internal error"})
+		if errors.Is(err, joiner.ErrClusterUnavailable) {
+			w.Header().Set("Retry-After", "60")
+		}
+		httpserve.WriteError(w, r, h.log, err)
 	}
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
 }
 
 func bearer(r *http.Request) string {

@@ -12,9 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ztpd/ztpd/internal/boltstore"
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
-	"github.com/ztpd/ztpd/internal/secretbox"
+	"github.com/ztpd/ztpd/internal/store/boltstore"
+	"github.com/ztpd/ztpd/internal/store/storetest"
 	"github.com/ztpd/ztpd/joiner"
 )
 
@@ -29,27 +30,37 @@ func setup(t *testing.T, rules []joiner.Rule) *fixture {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl not installed")
 	}
-	dir := t.TempDir()
-	st, err := boltstore.Open(dir, boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	kr, err := secretbox.OpenKeyring(filepath.Join(dir, "secret.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{st: st}
+	fs := storetest.Open(t)
+	f := &fixture{st: fs.Store}
 	f.srv = httptest.NewUnstartedServer(nil)
-	f.svc, err = joiner.New(st, kr, joiner.Options{AutoApprove: rules, BaseURL: "http://" + f.srv.Listener.Addr().String()})
+	var err error
+	f.svc, err = joiner.New(fs.Store, fs.Keys, joiner.Options{AutoApprove: rules, BaseURL: "http://" + f.srv.Listener.Addr().String()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.srv.Config.Handler = New(f.svc, nil)
 	f.srv.Start()
 	t.Cleanup(f.srv.Close)
-	if _, err := f.svc.CreateCluster(context.Background(), joiner.ClusterSpec{Name: "prod", Size: 1, KubernetesVersion: "1.29.3"}); err != nil {
+	// The cluster, created as the API creates it.
+	ctx := context.Background()
+	cl, err := clusters.New(fs.Store, f.svc, clusters.Options{})
+	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close(ctx) })
+	v, err := cl.AddVersion(ctx, clusters.LocalAdmin, clusters.VersionSpec{SemVer: "1.29.3", URL: "http://10.99.0.1:8080/isos/v1.29.3.iso"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, j, err := cl.CreateCluster(ctx, clusters.LocalAdmin, clusters.ClusterSpec{Name: "prod", ZoneID: cl.Zone().ID, VersionID: v.ID,
+		ServiceOfferingID: clusters.Offerings[0].ID, Size: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if j, err = cl.WaitJob(wctx, j.ID); err != nil || j.Status != core.JobSucceeded {
+		t.Fatalf("create cluster: %+v %v", j, err)
 	}
 	return f
 }
@@ -61,7 +72,7 @@ func (f *fixture) hold(t *testing.T, ip, mac string) {
 	t.Helper()
 	now := time.Now().UTC()
 	err := f.st.Update(func(tx core.Tx) error {
-		return tx.Put(core.BucketLeases, ip, core.Lease{IP: ip, MAC: mac, State: core.LeaseActive, Start: now, Expiry: now.Add(time.Hour)})
+		return tx.Leases().Put(core.Lease{IP: ip, MAC: mac, State: core.LeaseActive, Start: now, Expiry: now.Add(time.Hour)})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +138,7 @@ func TestSONiCJoinAndReportWithCurl(t *testing.T) {
 		t.Fatalf("control plane: %d %s", code, b)
 	}
 	err := f.st.Update(func(tx core.Tx) error {
-		return core.PutDevice(tx, core.Device{ID: "0c:29:ef:00:00:01", MAC: "0c:29:ef:00:00:01", Kind: core.KindSONiC, Serial: "SN-LEAF-1", Hostname: "leaf-1"})
+		return tx.Devices().Put(core.Device{ID: "0c:29:ef:00:00:01", MAC: "0c:29:ef:00:00:01", Kind: core.KindSONiC, Serial: "SN-LEAF-1", Hostname: "leaf-1"})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +213,7 @@ func TestSONiCZTPPluginEndToEnd(t *testing.T) {
 		t.Fatalf("control plane: %d %s", code, b)
 	}
 	dev := core.Device{ID: "0c:29:ef:00:00:01", MAC: "0c:29:ef:00:00:01", Kind: core.KindSONiC, Serial: "SN-LEAF-1"}
-	if err := f.st.Update(func(tx core.Tx) error { return core.PutDevice(tx, dev) }); err != nil {
+	if err := f.st.Update(func(tx core.Tx) error { return tx.Devices().Put(dev) }); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
