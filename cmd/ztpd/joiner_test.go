@@ -50,7 +50,7 @@ func TestClusterKubeconfigAndDeviceApproveCLI(t *testing.T) {
 	hold := func(ip, mac string) string {
 		now := time.Now().UTC()
 		if err := a.Store.Update(func(tx core.Tx) error {
-			return tx.Put(core.BucketLeases, ip, core.Lease{IP: ip, MAC: mac, State: core.LeaseActive, Start: now, Expiry: now.Add(time.Hour)})
+			return tx.Leases().Put(core.Lease{IP: ip, MAC: mac, State: core.LeaseActive, Start: now, Expiry: now.Add(time.Hour)})
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +162,7 @@ func TestClusterKubeconfigAndDeviceApproveCLI(t *testing.T) {
 func mustDevice(t *testing.T, a *app.App, mac string) string {
 	t.Helper()
 	err := a.Store.Update(func(tx core.Tx) error {
-		return core.PutDevice(tx, core.Device{ID: mac, MAC: mac, Kind: core.KindVM, State: core.StateLeased})
+		return tx.Devices().Put(core.Device{ID: mac, MAC: mac, Kind: core.KindVM, State: core.StateLeased})
 	})
 	if err != nil {
 		t.Fatal(err)

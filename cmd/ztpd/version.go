@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ztpd/ztpd/internal/boltstore"
+	"github.com/ztpd/ztpd/internal/store/boltstore"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
