@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	imagestore "github.com/ztpd/ztpd/images/store"
+	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/store/boltstore"
 )
 
