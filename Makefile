@@ -3,13 +3,17 @@
 SHELL   := /bin/bash
 GO      ?= go
 BIN     ?= bin/ztpd
+LAB_BIN ?= bin/ztpd-lab
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
 .PHONY: build test test-short lint fuzz bench bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm lab clean
 
+# The product (ztpd) and the namespace lab (ztpd-lab), side by side: ztpd-lab
+# runs the ztpd next to it.
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/ztpd
+	$(GO) build -trimpath -ldflags '-s -w' -o $(LAB_BIN) ./cmd/ztpd-lab
 
 # The one test command (README, .ci/run): unit, real-client and namespace
 # tests; it ends by listing every skipped test and why.
@@ -41,7 +45,7 @@ bench-go:
 
 # Watch a simulated fleet onboard (root): 4 switches, 1 ONIE, 3 VMs, 2 clusters.
 lab: build
-	$(BIN) lab
+	$(LAB_BIN) --ztpd $(BIN)
 
 bench-storm:
 	bash bench/boot-storm.sh

@@ -52,7 +52,7 @@ func TestAPICommandGroups(t *testing.T) {
 		}
 	}
 
-	// version add --iso: stored in the image store, URL and checksum printed.
+	// kube-version add --iso: stored in the image store, URL and checksum printed.
 	iso := filepath.Join(t.TempDir(), "k8s.iso")
 	if err := os.WriteFile(iso, []byte(strings.Repeat("CD001", 4096)), 0o644); err != nil {
 		t.Fatal(err)
@@ -65,18 +65,18 @@ func TestAPICommandGroups(t *testing.T) {
 		URL      string `json:"url"`
 		Checksum string `json:"checksum"`
 	}
-	mustCLI(&added, "version", "add", "--iso", iso, "--semver", "1.31.4")
+	mustCLI(&added, "kube-version", "add", "--iso", iso, "--semver", "1.31.4")
 	if !strings.HasSuffix(added.URL, "/isos/v1.31.4.iso") || !strings.HasPrefix(added.Checksum, "{SHA-256}") || added.Version.Name != "v1.31.4" || added.Version.State != "Enabled" {
-		t.Fatalf("version add --iso: %+v", added)
+		t.Fatalf("kube-version add --iso: %+v", added)
 	}
-	if _, err := cli("version", "add", "--iso", iso, "--semver", "1.9.0"); err == nil || !strings.Contains(err.Error(), "minimum") {
+	if _, err := cli("kube-version", "add", "--iso", iso, "--semver", "1.9.0"); err == nil || !strings.Contains(err.Error(), "minimum") {
 		t.Fatalf("old version accepted: %v", err)
 	}
-	mustCLI(nil, "version", "add", "--semver", "1.32.0", "--url", "http://10.99.0.1:8080/isos/v1.32.0.iso")
+	mustCLI(nil, "kube-version", "add", "--semver", "1.32.0", "--url", "http://10.99.0.1:8080/isos/v1.32.0.iso")
 	var versions []map[string]any
-	mustCLI(&versions, "version", "list")
+	mustCLI(&versions, "kube-version", "list")
 	if len(versions) != 2 {
-		t.Fatalf("version list: %v", versions)
+		t.Fatalf("kube-version list: %v", versions)
 	}
 
 	// Cluster lifecycle.
@@ -141,7 +141,7 @@ func TestAPICommandGroups(t *testing.T) {
 	}
 	_ = json.Unmarshal([]byte(out), &user)
 	_, err = runCLI(t, dd, "--api-url", base, "--api-key", user.APIKey, "--secret-key", user.SecretKey,
-		"version", "add", "--semver", "1.33.0", "--url", "http://x/y.iso")
+		"kube-version", "add", "--semver", "1.33.0", "--url", "http://x/y.iso")
 	if err == nil || !strings.Contains(err.Error(), "error 432") {
 		t.Fatalf("user adds version: %v", err)
 	}

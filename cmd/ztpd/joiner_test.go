@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/app"
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/joiner"
@@ -39,8 +40,22 @@ func TestClusterKubeconfigAndDeviceApproveCLI(t *testing.T) {
 	}
 	ctx := context.Background()
 	j := a.Joiner
-	if _, err := j.CreateCluster(ctx, joiner.ClusterSpec{Name: "prod", Size: 2, KubernetesVersion: "1.31.2"}); err != nil {
+	// The cluster is created as the API creates it: through the clusters
+	// service, which has the joiner provision its CA.
+	v, err := a.Clusters.AddVersion(ctx, clusters.LocalAdmin, clusters.VersionSpec{SemVer: "1.31.2",
+		URL: "http://10.99.0.1:8080/isos/v1.31.2.iso"})
+	if err != nil {
 		t.Fatal(err)
+	}
+	_, job, err := a.Clusters.CreateCluster(ctx, clusters.LocalAdmin, clusters.ClusterSpec{Name: "prod", ZoneID: a.Clusters.Zone().ID,
+		VersionID: v.ID, ServiceOfferingID: clusters.Offerings[0].ID, Size: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if done, err := a.Clusters.WaitJob(wctx, job.ID); err != nil || done.Status != core.JobSucceeded {
+		t.Fatalf("create cluster: %+v %v", done, err)
 	}
 	// The first control plane is approved by MAC, joins, and reports back.
 	cp := "02:00:00:00:00:01"
@@ -50,7 +65,7 @@ func TestClusterKubeconfigAndDeviceApproveCLI(t *testing.T) {
 	hold := func(ip, mac string) string {
 		now := time.Now().UTC()
 		if err := a.Store.Update(func(tx core.Tx) error {
-			return tx.Put(core.BucketLeases, ip, core.Lease{IP: ip, MAC: mac, State: core.LeaseActive, Start: now, Expiry: now.Add(time.Hour)})
+			return tx.Leases().Put(core.Lease{IP: ip, MAC: mac, State: core.LeaseActive, Start: now, Expiry: now.Add(time.Hour)})
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +177,7 @@ func TestClusterKubeconfigAndDeviceApproveCLI(t *testing.T) {
 func mustDevice(t *testing.T, a *app.App, mac string) string {
 	t.Helper()
 	err := a.Store.Update(func(tx core.Tx) error {
-		return core.PutDevice(tx, core.Device{ID: mac, MAC: mac, Kind: core.KindVM, State: core.StateLeased})
+		return tx.Devices().Put(core.Device{ID: mac, MAC: mac, Kind: core.KindVM, State: core.StateLeased})
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 
 func TestProfileCheckRendersSamples(t *testing.T) {
 	bin := buildZtpd(t)
-	out, err := exec.Command(bin, "profile", "check", "--profiles", "../../ztp/profiles", "-o", "json",
+	out, err := exec.Command(bin, "profile", "check", "--profiles", "../../examples/profiles", "-o", "json",
 		"--serial", "LEAF0010", "--product", "Accton-AS7712-32X", "--ip", "10.99.40.10", "--sonic-version", "N.A").CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)

@@ -245,7 +245,7 @@ func TestAdminKeyFile(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(cfgHome, "ztpd", "cli.yaml"), raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cli := exec.Command(bin, "version", "list", "--api-url", "http://"+s.addr, "-o", "json")
+	cli := exec.Command(bin, "kube-version", "list", "--api-url", "http://"+s.addr, "-o", "json")
 	cli.Env = append(os.Environ(), "XDG_CONFIG_HOME="+cfgHome, "HOME="+t.TempDir(), "ZTPD_API_KEY=", "ZTPD_SECRET_KEY=", "ZTPD_API_URL=")
 	if out, err := cli.CombinedOutput(); err != nil || !strings.HasPrefix(strings.TrimSpace(string(out)), "[") {
 		t.Fatalf("CLI with the key file: %v\n%s", err, out)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -8,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ztpd/ztpd/internal/boltstore"
+	"github.com/ztpd/ztpd/internal/store/boltstore"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -24,21 +25,23 @@ type versionInfo struct {
 }
 
 func newVersionCmd(opts *rootOptions) *cobra.Command {
-	cmd := &cobra.Command{
+	return &cobra.Command{
 		Use:   "version",
-		Short: "Print the ztpd version; manage Kubernetes versions (add, list, enable, disable, delete)",
-		Long: `Without a subcommand, print the ztpd version, build commit and store schema.
-Its subcommands manage the Kubernetes versions clusters run; see "ztpd version add --help".`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			vi := versionInfo{Version: version, Go: runtime.Version(), Schema: boltstore.SchemaVersion}
-			if bi, ok := debug.ReadBuildInfo(); ok {
-				for _, s := range bi.Settings {
-					if s.Key == "vcs.revision" {
-						vi.Commit = s.Value
-					}
-				}
+		Short: "Print the ztpd build version, commit, Go version and store schema",
+		Long: `Print the version of this ztpd binary: its release version, build commit, the Go
+version it was built with, and the newest store schema it understands. The
+Kubernetes versions clusters run are managed with "ztpd kube-version".`,
+		Example: `  ztpd version
+  ztpd version -o json`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				// The Kubernetes version subcommands lived here once.
+				return fmt.Errorf("version takes no arguments (Kubernetes versions: ztpd kube-version %s)", args[0])
 			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			vi := buildVersion()
 			return printResult(opts, os.Stdout, vi, func(tw *tabwriter.Writer) {
 				row(tw, "version", vi.Version)
 				if vi.Commit != "" {
@@ -49,6 +52,16 @@ Its subcommands manage the Kubernetes versions clusters run; see "ztpd version a
 			})
 		},
 	}
-	cmd.AddCommand(newK8sVersionCmds(opts)...)
-	return cmd
+}
+
+func buildVersion() versionInfo {
+	vi := versionInfo{Version: version, Go: runtime.Version(), Schema: boltstore.SchemaVersion}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				vi.Commit = s.Value
+			}
+		}
+	}
+	return vi
 }

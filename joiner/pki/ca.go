@@ -13,7 +13,6 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/asn1"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
@@ -66,10 +65,6 @@ func NewCA(commonName string, alg Algorithm, now time.Time) (*CA, error) {
 	if err != nil {
 		return nil, err
 	}
-	ski, err := subjectKeyID(key.Public())
-	if err != nil {
-		return nil, err
-	}
 	serial, err := randomSerial()
 	if err != nil {
 		return nil, err
@@ -82,7 +77,8 @@ func NewCA(commonName string, alg Algorithm, now time.Time) (*CA, error) {
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
-		SubjectKeyId:          ski,
+		// SubjectKeyId left empty: for a CA, Go (1.25+, with this module's
+		// go line) derives it by RFC 7093 method 1, truncated SHA-256.
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {
@@ -305,24 +301,6 @@ func generateKey(alg Algorithm) (crypto.Signer, error) {
 	default:
 		return nil, fmt.Errorf("pki: unsupported key algorithm %q (want %s or %s)", alg, RSA2048, ECDSAP256)
 	}
-}
-
-// subjectKeyID follows RFC 7093 section 2 method 1: the leftmost 160 bits
-// of the SHA-256 of the subjectPublicKey bit string.
-func subjectKeyID(pub crypto.PublicKey) ([]byte, error) {
-	spki, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		return nil, err
-	}
-	var info struct {
-		Algorithm pkix.AlgorithmIdentifier
-		PublicKey asn1.BitString
-	}
-	if _, err := asn1.Unmarshal(spki, &info); err != nil {
-		return nil, err
-	}
-	sum := sha256.Sum256(info.PublicKey.Bytes)
-	return sum[:20], nil
 }
 
 // randomSerial returns a positive 127-bit serial number (RFC 5280 allows

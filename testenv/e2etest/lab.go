@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	imagestore "github.com/ztpd/ztpd/images/store"
-	"github.com/ztpd/ztpd/internal/boltstore"
+	"github.com/ztpd/ztpd/images/imagestore"
+	"github.com/ztpd/ztpd/internal/store/boltstore"
 )
 
 // RequireRoot skips t unless it runs as root with every tool on PATH.

@@ -17,8 +17,10 @@ import (
 	"github.com/ztpd/ztpd/api"
 )
 
-// Kubernetes version management: subcommands of "ztpd version" (which alone
-// prints ztpd's own version). version.go attaches them.
+// Kubernetes version management: "ztpd kube-version". ztpd's own build
+// version is "ztpd version" (version.go).
+
+func init() { register(newKubeVersionCmd) }
 
 // csVersion is the CloudStack kubernetessupportedversion object.
 type csVersion struct {
@@ -34,15 +36,53 @@ type csVersion struct {
 	Created         string `json:"created"`
 }
 
-func newK8sVersionCmds(opts *rootOptions) []*cobra.Command {
+func newKubeVersionCmd(opts *rootOptions) *cobra.Command {
 	f := &apiFlags{}
-	list := newVersionListCmd(opts, f)
-	cmds := []*cobra.Command{newVersionAddCmd(opts, f), list, newVersionStateCmd(opts, f, "enable"),
-		newVersionStateCmd(opts, f, "disable"), newVersionDeleteCmd(opts, f)}
-	for _, c := range cmds {
+	cmd := &cobra.Command{
+		Use:     "kube-version",
+		Aliases: []string{"kube-versions"},
+		Short:   "Manage the Kubernetes versions clusters run (add, list, enable, disable, delete)",
+		Long: `Manage the Kubernetes versions clusters run: CloudStack's Kubernetes supported
+versions, each with its binaries ISO. "add --iso" stores the ISO here through
+the data directory's admin socket; the other subcommands use the CloudStack
+API (/client/api). For ztpd's own build version, see "ztpd version".`,
+		Example: `  ztpd kube-version add --iso kubernetes-1.31.4.iso --semver 1.31.4
+  ztpd kube-version list
+  ztpd kube-version disable v1.30.2
+  ztpd kube-version delete v1.30.2 --delete-iso`,
+	}
+	cmd.AddCommand(newVersionAddCmd(opts, f), newVersionListCmd(opts, f), newVersionStateCmd(opts, f, "enable"),
+		newVersionStateCmd(opts, f, "disable"), newVersionDeleteCmd(opts, f))
+	for _, c := range cmd.Commands() {
 		addAPIFlags(c, f)
 	}
-	return cmds
+	return cmd
+}
+
+// versionID resolves a Kubernetes version name, semantic version or ID.
+func versionID(c *apiClient, ref string) (string, error) {
+	var list []csVersion
+	if err := c.list("listKubernetesSupportedVersions", "kubernetessupportedversion", nil, &list); err != nil {
+		return "", err
+	}
+	for _, v := range list {
+		if v.ID == ref || v.Name == ref {
+			return v.ID, nil
+		}
+	}
+	var match []string
+	for _, v := range list {
+		if v.SemanticVersion == ref {
+			match = append(match, v.ID)
+		}
+	}
+	if len(match) == 1 {
+		return match[0], nil
+	}
+	if len(match) > 1 {
+		return "", fmt.Errorf("several versions are %s; name one by its name or ID", ref)
+	}
+	return "", fmt.Errorf("no Kubernetes version %q (see: ztpd kube-version list)", ref)
 }
 
 func newVersionAddCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
@@ -62,9 +102,9 @@ what a real CloudStack's addKubernetesSupportedVersion needs.
 
 With --url (through the API, admin key): the version points at an ISO served
 elsewhere.`,
-		Example: `  ztpd version add --iso kubernetes-1.31.4.iso --semver 1.31.4
-  ztpd version add --iso k8s.iso --semver 1.31.4 --name k8s-1.31 --sha256 9f86d0...
-  ztpd version add --semver 1.30.2 --url http://mirror/k8s-1.30.2.iso --checksum '{SHA-256}ab12...'`,
+		Example: `  ztpd kube-version add --iso kubernetes-1.31.4.iso --semver 1.31.4
+  ztpd kube-version add --iso k8s.iso --semver 1.31.4 --name k8s-1.31 --sha256 9f86d0...
+  ztpd kube-version add --semver 1.30.2 --url http://mirror/k8s-1.30.2.iso --checksum '{SHA-256}ab12...'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutputFormat(opts); err != nil {
@@ -146,7 +186,7 @@ func addVersionFromISO(opts *rootOptions, iso, semver, name, sha string, minCPU,
 	}
 	var res api.VersionAddResult
 	if err := s.do("POST", "/admin/versions?"+q.Encode(), body, &res); err != nil {
-		return fmt.Errorf("version add: %w", err)
+		return fmt.Errorf("kube-version add: %w", err)
 	}
 	return printResult(opts, os.Stdout, res, func(tw *tabwriter.Writer) {
 		row(tw, "name", res.Version.Name)

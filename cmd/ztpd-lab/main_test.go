@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func run(args ...string) (string, error) {
+	var out bytes.Buffer
+	root := newRootCmd(&out)
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), err
+}
+
+// Bad flags are refused before anything is built, naming the flag.
+func TestFlagErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--vms", "1", "--clusters", "2"}, "--vms (1) must be at least --clusters (2)"},
+		{[]string{"--clusters", "0"}, "--clusters at least 1"},
+		{[]string{"--switches", "-1"}, "cannot be negative"},
+		{[]string{"--switches", "170", "--vms", "11"}, "at most 180 devices"},
+		{[]string{"--octet", "254"}, "--octet 254"},
+		{[]string{"-o", "yaml"}, `--output "yaml"`},
+		{[]string{"--ztpd", filepath.Join(t.TempDir(), "no-ztpd")}, "--ztpd"},
+		{[]string{"extra"}, "unknown command"},
+	} {
+		if _, err := run(c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: got %v, want an error with %q", c.args, err, c.want)
+		}
+	}
+}
+
+func TestHelpShowsExamples(t *testing.T) {
+	out, err := run("--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"sudo ztpd-lab -o json", "--ztpd", "--switches"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("help lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// The binary exits non-zero on an error and says why on stderr.
+func TestExitStatus(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "ztpd-lab")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, "--vms", "0")
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.HasPrefix(stderr.String(), "ztpd-lab: --vms (0)") {
+		t.Fatalf("exit %v, stderr %q", err, stderr.String())
+	}
+}

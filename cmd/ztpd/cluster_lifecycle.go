@@ -1,0 +1,215 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+)
+
+// Cluster lifecycle operations: each is a CloudStack asynchronous job the
+// command waits for (unless --no-wait), printing the resulting cluster.
+
+func newClusterCreateCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
+	var version, offering, description, keypair, lbIP, joinMethod string
+	var size, control int
+	cmd := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a cluster and wait until it is Running (CA and join tokens provisioned)",
+		Example: `  ztpd cluster create edge-1 --version 1.31.4 --size 3
+  ztpd cluster create core --version v1.31.4 --size 10 --control-nodes 3 --offering ztpd-large`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newAPIClient(opts, f)
+			if err != nil {
+				return err
+			}
+			vid, err := versionID(c, version)
+			if err != nil {
+				return err
+			}
+			var zones []struct {
+				ID string `json:"id"`
+			}
+			if err := c.list("listZones", "zone", nil, &zones); err != nil {
+				return err
+			}
+			if len(zones) == 0 {
+				return fmt.Errorf("the API lists no zone")
+			}
+			var offs []struct {
+				ID string `json:"id"`
+			}
+			if err := c.list("listServiceOfferings", "serviceoffering", url.Values{"name": {offering}}, &offs); err != nil {
+				return err
+			}
+			if len(offs) != 1 {
+				return fmt.Errorf("no service offering named %q (ztpd has ztpd-small, ztpd-medium, ztpd-large, ztpd-xlarge)", offering)
+			}
+			p := url.Values{"name": {args[0]}, "zoneid": {zones[0].ID}, "kubernetesversionid": {vid},
+				"serviceofferingid": {offs[0].ID}, "size": {strconv.Itoa(size)}, "controlnodes": {strconv.Itoa(control)}}
+			for k, v := range map[string]string{"description": description, "keypair": keypair,
+				"externalloadbalanceripaddress": lbIP, "joinmethod": joinMethod} {
+				if v != "" {
+					p.Set(k, v)
+				}
+			}
+			res, job, err := c.async("createKubernetesCluster", p, "creating "+args[0])
+			if err != nil {
+				return err
+			}
+			if f.noWait {
+				return printJob(opts, "createKubernetesCluster", job)
+			}
+			return clusterResult(opts, res)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&version, "version", "", "Kubernetes version: name, semantic version or ID (required)")
+	fl.IntVar(&size, "size", 1, "number of worker nodes")
+	fl.IntVar(&control, "control-nodes", 1, "number of control-plane nodes (more than 1 needs Kubernetes 1.16.0+)")
+	fl.StringVar(&offering, "offering", "ztpd-small", "service offering name")
+	fl.StringVar(&description, "description", "", "description")
+	fl.StringVar(&keypair, "keypair", "", "SSH key pair name to record")
+	fl.StringVar(&lbIP, "external-lb-ip", "", "external load balancer address for the API endpoint")
+	fl.StringVar(&joinMethod, "join-method", "", "kubeadm (default), k3s or sonic")
+	_ = cmd.MarkFlagRequired("version")
+	return cmd
+}
+
+func newClusterScaleCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
+	var size int
+	var offering string
+	cmd := &cobra.Command{
+		Use:   "scale NAME",
+		Short: "Change the number of workers (Created or Running) or the offering",
+		Long: `Change the desired number of worker nodes. On a Running cluster the joiner
+admits waiting devices or marks surplus members leaving. A Stopped cluster may
+change its offering but not its size.`,
+		Example: `  ztpd cluster scale edge-1 --size 5
+  ztpd cluster scale edge-1 --offering ztpd-large`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if size == 0 && offering == "" {
+				return fmt.Errorf("give --size, --offering or both")
+			}
+			c, err := newAPIClient(opts, f)
+			if err != nil {
+				return err
+			}
+			id, err := clusterID(c, args[0])
+			if err != nil {
+				return err
+			}
+			p := url.Values{"id": {id}}
+			if size != 0 {
+				p.Set("size", strconv.Itoa(size))
+			}
+			if offering != "" {
+				var offs []struct {
+					ID string `json:"id"`
+				}
+				if err := c.list("listServiceOfferings", "serviceoffering", url.Values{"name": {offering}}, &offs); err != nil {
+					return err
+				}
+				if len(offs) != 1 {
+					return fmt.Errorf("no service offering named %q", offering)
+				}
+				p.Set("serviceofferingid", offs[0].ID)
+			}
+			res, job, err := c.async("scaleKubernetesCluster", p, "scaling "+args[0])
+			if err != nil {
+				return err
+			}
+			if f.noWait {
+				return printJob(opts, "scaleKubernetesCluster", job)
+			}
+			return clusterResult(opts, res)
+		},
+	}
+	cmd.Flags().IntVar(&size, "size", 0, "new number of worker nodes")
+	cmd.Flags().StringVar(&offering, "offering", "", "new (not smaller) service offering name")
+	return cmd
+}
+
+func newClusterUpgradeCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
+	var version string
+	cmd := &cobra.Command{
+		Use:   "upgrade NAME",
+		Short: "Upgrade a Running cluster (same major, minor +1 at most, never down)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newAPIClient(opts, f)
+			if err != nil {
+				return err
+			}
+			id, err := clusterID(c, args[0])
+			if err != nil {
+				return err
+			}
+			vid, err := versionID(c, version)
+			if err != nil {
+				return err
+			}
+			res, job, err := c.async("upgradeKubernetesCluster", url.Values{"id": {id}, "kubernetesversionid": {vid}}, "upgrading "+args[0])
+			if err != nil {
+				return err
+			}
+			if f.noWait {
+				return printJob(opts, "upgradeKubernetesCluster", job)
+			}
+			return clusterResult(opts, res)
+		},
+	}
+	cmd.Flags().StringVar(&version, "version", "", "target Kubernetes version: name, semantic version or ID (required)")
+	_ = cmd.MarkFlagRequired("version")
+	return cmd
+}
+
+func newClusterSimpleCmd(opts *rootOptions, f *apiFlags, op string) *cobra.Command {
+	short := map[string]string{
+		"start":  "Start a Stopped cluster (join tokens re-enabled), or recover one in Alert",
+		"stop":   "Stop a Running cluster (join tokens suspended, members kept)",
+		"delete": "Delete a cluster (tokens revoked, members left, CA destroyed)",
+	}[op]
+	command := op + "KubernetesCluster"
+	return &cobra.Command{
+		Use:   op + " NAME",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newAPIClient(opts, f)
+			if err != nil {
+				return err
+			}
+			id, err := clusterID(c, args[0])
+			if err != nil {
+				return err
+			}
+			res, job, err := c.async(command, url.Values{"id": {id}}, op+" "+args[0])
+			if err != nil {
+				return err
+			}
+			if f.noWait {
+				return printJob(opts, command, job)
+			}
+			var r struct {
+				Cluster *csCluster `json:"kubernetescluster"`
+				Success bool       `json:"success"`
+				Text    string     `json:"displaytext"`
+			}
+			if err := json.Unmarshal(res, &r); err != nil {
+				return err
+			}
+			if r.Cluster != nil {
+				return printCluster(opts, *r.Cluster)
+			}
+			return printResult(opts, os.Stdout, map[string]any{"id": id, "name": args[0], "success": r.Success, "displaytext": r.Text},
+				func(tw *tabwriter.Writer) { row(tw, args[0], r.Text) })
+		},
+	}
+}
