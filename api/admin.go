@@ -14,13 +14,13 @@ import (
 	"strconv"
 	"time"
 
-	imagestore "github.com/ztpd/ztpd/images/store"
+	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
-// ISOStore stores binaries ISOs (images/store satisfies it).
+// ISOStore stores binaries ISOs (images/imagestore satisfies it).
 type ISOStore interface {
 	Add(ctx context.Context, r io.Reader, m imagestore.Meta, wantSHA string) (core.Image, bool, error)
 	Remove(ref string) (core.Image, error)

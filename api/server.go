@@ -56,7 +56,7 @@ var (
 	}, []string{"api", "outcome"})
 )
 
-// ImageLister lists the artifact store (images/store satisfies it).
+// ImageLister lists the artifact store (images/imagestore satisfies it).
 type ImageLister interface {
 	List(kind string) ([]core.Image, error)
 }
