@@ -14,23 +14,27 @@ type Zone struct {
 	Name string `json:"name"`
 }
 
-const zoneMetaKey = "cloudstack-zone-id"
+// zoneSetting is the setting holding the zone's ID.
+const zoneSetting = "cloudstack-zone-id"
 
 func ensureZone(st core.Store) (Zone, error) {
 	z := Zone{Name: "ztpd"}
 	err := st.View(func(tx core.Tx) error {
-		_, err := tx.Get(core.BucketMeta, zoneMetaKey, &z.ID)
+		var err error
+		z.ID, _, err = tx.Settings().Get(zoneSetting)
 		return err
 	})
 	if err != nil || z.ID != "" {
 		return z, err
 	}
 	err = st.Update(func(tx core.Tx) error {
-		if ok, err := tx.Get(core.BucketMeta, zoneMetaKey, &z.ID); err != nil || ok {
+		id, ok, err := tx.Settings().Get(zoneSetting)
+		if err != nil || ok {
+			z.ID = id
 			return err
 		}
 		z.ID = newUUID()
-		return tx.Put(core.BucketMeta, zoneMetaKey, z.ID)
+		return tx.Settings().Put(zoneSetting, z.ID)
 	})
 	return z, err
 }

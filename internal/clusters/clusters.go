@@ -23,8 +23,10 @@
 //	         every membership to left and destroys the CA key; the record is
 //	         then removed, freeing the name.
 //
-// Without a Membership (the joiner not wired) the same transitions happen on
-// the records alone, and Kubeconfig fails with "cluster CA not provisioned".
+// The joiner is built first and handed to New. Without one (nil: tests and
+// tools that only need the records) the same transitions happen on the
+// records alone; Kubeconfig fails with "cluster CA not provisioned" and the
+// device and token operations, which are the joiner's, fail as unavailable.
 //
 // Tenancy: a cluster belongs to the account of the key that created it
 // (core.ClusterAccount). A non-admin caller sees and operates only its
@@ -37,12 +39,10 @@ package clusters
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
@@ -69,10 +69,6 @@ type Membership interface {
 	// from the cluster CA for req.User in group req.Group, valid for
 	// req.Validity, with the binding that makes the group cluster-admin.
 	Kubeconfig(ctx context.Context, c core.Cluster, req KubeconfigRequest) (IssuedKubeconfig, error)
-	// Members lists the memberships of a cluster. It must read them from
-	// the store's clusters, index and memberships buckets only: front ends
-	// cache cluster views by those buckets' generations (ViewsGeneration).
-	Members(ctx context.Context, clusterID string) ([]core.Membership, error)
 	// Approve admits a waiting device, into clusterID when not empty.
 	Approve(ctx context.Context, deviceID, clusterID string) (core.Device, error)
 	// ResetDevice ends a device's membership and revokes its credentials,
@@ -85,53 +81,6 @@ type Membership interface {
 // ImageRemover deletes a binaries ISO from the image store (deleteiso=true).
 type ImageRemover interface {
 	Remove(ref string) (core.Image, error)
-}
-
-// Kind classifies domain errors so every front end maps them the same way.
-type Kind int
-
-const (
-	KindInternal    Kind = iota // a bug or a storage failure
-	KindInvalid                 // bad parameter value
-	KindNotFound                // no such cluster, version, job or device
-	KindState                   // not allowed in the current state
-	KindInUse                   // still referenced (a version used by clusters)
-	KindPermission              // the caller's role may not do this
-	KindUnavailable             // a needed part is absent (no CA provisioned)
-	KindConflict                // a name already taken
-)
-
-// Error is a classified domain error with a message meant for API users.
-type Error struct {
-	Kind Kind
-	Msg  string
-	Err  error
-}
-
-func (e *Error) Error() string {
-	if e.Err != nil && e.Msg == "" {
-		return e.Err.Error()
-	}
-	return e.Msg
-}
-
-func (e *Error) Unwrap() error { return e.Err }
-
-func errorf(k Kind, format string, args ...any) error {
-	return &Error{Kind: k, Msg: fmt.Sprintf(format, args...)}
-}
-
-// KindOf classifies err; unclassified errors are internal, core.ErrNotFound
-// is not found.
-func KindOf(err error) Kind {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Kind
-	}
-	if errors.Is(err, core.ErrNotFound) {
-		return KindNotFound
-	}
-	return KindInternal
 }
 
 // Caller is who asks for an operation.
@@ -213,7 +162,7 @@ func appendWrite(tx core.Tx, caller Caller, command, cluster, device, message st
 	for k, v := range extra {
 		f[k] = v
 	}
-	_, err := core.AppendEvent(tx, core.Event{Type: "api.write", Cluster: cluster, Device: device, Message: message, Fields: f})
+	_, err := tx.Events().Append(core.Event{Type: "api.write", Cluster: cluster, Device: device, Message: message, Fields: f})
 	return err
 }
 
@@ -236,19 +185,10 @@ type Service struct {
 	log  *slog.Logger
 	opts Options
 
-	memMu sync.RWMutex
-	mem   Membership
-	// wirings counts SetMembership calls: the members' source changed.
-	wirings atomic.Uint64
+	mem Membership // the joiner; nil: records only
 
 	zone   Zone
 	domain Domain
-
-	// decoded-record caches for cluster views (see memo)
-	devMemo *memo[core.Device]
-	memMemo *memo[core.Membership]
-	cluMemo *memo[core.Cluster]
-	verMemo *memo[core.Version]
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -257,8 +197,9 @@ type Service struct {
 	done   map[string]chan struct{} // job id -> closed when the job ends
 }
 
-// New builds the Service over st and makes sure the appliance's zone exists.
-func New(st core.Store, opts Options) (*Service, error) {
+// New builds the Service over st, driving mem (the joiner; nil for records
+// only), and makes sure the appliance's zone exists.
+func New(st core.Store, mem Membership, opts Options) (*Service, error) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
@@ -271,9 +212,7 @@ func New(st core.Store, opts Options) (*Service, error) {
 	if opts.KubeconfigTTL <= 0 {
 		opts.KubeconfigTTL = 24 * time.Hour
 	}
-	s := &Service{st: st, log: opts.Log, opts: opts, done: map[string]chan struct{}{},
-		devMemo: newMemo[core.Device](100000), memMemo: newMemo[core.Membership](100000),
-		cluMemo: newMemo[core.Cluster](10000), verMemo: newMemo[core.Version](10000)}
+	s := &Service{st: st, mem: mem, log: opts.Log, opts: opts, done: map[string]chan struct{}{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	z, err := ensureZone(st)
 	if err != nil {
@@ -283,20 +222,10 @@ func New(st core.Store, opts Options) (*Service, error) {
 	return s, nil
 }
 
-// SetMembership wires the joiner. Until it is called operations act on the
-// records only.
-func (s *Service) SetMembership(m Membership) {
-	s.memMu.Lock()
-	s.mem = m
-	s.wirings.Add(1)
-	s.memMu.Unlock()
-}
-
-// viewBuckets are every bucket a cluster view is read from: clusters,
-// versions, memberships (directly or through the joiner's member index) and
-// the member devices.
-var viewBuckets = []core.Bucket{core.BucketClusters, core.BucketVersions, core.BucketMemberships,
-	core.BucketIndex, core.BucketDevices}
+// viewAggregates are every repository a cluster view is read from:
+// clusters, versions, memberships (with their rosters) and the member
+// devices.
+var viewAggregates = []core.Aggregate{core.AggClusters, core.AggVersions, core.AggMemberships, core.AggDevices}
 
 // ViewsGeneration returns a number that changes whenever anything cluster
 // views (ListClusters, GetCluster, View) are built from may have changed;
@@ -308,13 +237,7 @@ func (s *Service) ViewsGeneration() (gen uint64, ok bool) {
 	if !ok {
 		return 0, false
 	}
-	return g.Generation(viewBuckets...) + s.wirings.Load(), true
-}
-
-func (s *Service) membership() Membership {
-	s.memMu.RLock()
-	defer s.memMu.RUnlock()
-	return s.mem
+	return g.Generation(viewAggregates...), true
 }
 
 // Close cancels running jobs' Membership calls and waits for the jobs to

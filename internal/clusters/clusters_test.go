@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ztpd/ztpd/internal/boltstore"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/store/boltstore"
+	"github.com/ztpd/ztpd/internal/store/storetest"
 )
 
 // recorder is a test Membership: it records calls and fails on demand.
@@ -64,7 +65,6 @@ func (r *recorder) Kubeconfig(_ context.Context, c core.Cluster, req KubeconfigR
 	return IssuedKubeconfig{Config: []byte("apiVersion: v1\nkind: Config\n# " + c.Name + " " + req.User + "\n"), User: req.User, Group: req.Group,
 		Serial: "0a1b", NotAfter: time.Now().Add(req.Validity)}, r.do("kubeconfig", c)
 }
-func (r *recorder) Members(context.Context, string) ([]core.Membership, error) { return nil, nil }
 func (r *recorder) Approve(_ context.Context, id, cluster string) (core.Device, error) {
 	return core.Device{ID: id, Approved: true, Cluster: cluster}, nil
 }
@@ -73,23 +73,15 @@ func (r *recorder) ResetDevice(_ context.Context, id string) (core.Device, error
 	return core.Device{ID: id}, nil
 }
 
-func openStore(t *testing.T, dir string) *boltstore.Store {
+// newSvc is the service over a fresh store, driving m (nil: no joiner).
+func newSvc(t *testing.T, m Membership) (*Service, *boltstore.Store) {
 	t.Helper()
-	st, err := boltstore.Open(dir, boltstore.Options{})
+	st := storetest.Store(t)
+	s, err := New(st, m, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st
-}
-
-func newSvc(t *testing.T) (*Service, *boltstore.Store) {
-	t.Helper()
-	st := openStore(t, t.TempDir())
-	s, err := New(st, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(context.Background()); st.Close() })
+	t.Cleanup(func() { s.Close(context.Background()) })
 	return s, st
 }
 
@@ -105,7 +97,7 @@ func addVersion(t *testing.T, s *Service, semver string) core.Version {
 	return v
 }
 
-func wait(t *testing.T, s *Service, j Job) Job {
+func wait(t *testing.T, s *Service, j core.Job) core.Job {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -116,13 +108,13 @@ func wait(t *testing.T, s *Service, j Job) Job {
 	return done
 }
 
-func wantKind(t *testing.T, err error, k Kind, substr string) {
+func wantKind(t *testing.T, err error, k core.ErrorKind, substr string) {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("expected a %v error containing %q, got nil", k, substr)
 	}
-	if KindOf(err) != k || !strings.Contains(err.Error(), substr) {
-		t.Fatalf("expected kind %v containing %q, got kind %v: %v", k, substr, KindOf(err), err)
+	if core.KindOf(err) != k || !strings.Contains(err.Error(), substr) {
+		t.Fatalf("expected kind %v containing %q, got kind %v: %v", k, substr, core.KindOf(err), err)
 	}
 }
 
@@ -195,25 +187,25 @@ func TestStateMachineIsCloudStacks(t *testing.T) {
 }
 
 func TestVersionRules(t *testing.T) {
-	s, _ := newSvc(t)
+	s, _ := newSvc(t, nil)
 	ctx := context.Background()
 	url := "http://10.99.0.1:8080/isos/x.iso"
 	_, err := s.AddVersion(ctx, user, VersionSpec{SemVer: "1.30.0", URL: url})
-	wantKind(t, err, KindPermission, "admins only")
+	wantKind(t, err, core.KindPermission, "admins only")
 	_, err = s.AddVersion(ctx, admin, VersionSpec{SemVer: "1.10.9", URL: url})
-	wantKind(t, err, KindInvalid, "1.11.0 is minimum")
+	wantKind(t, err, core.KindInvalid, "1.11.0 is minimum")
 	_, err = s.AddVersion(ctx, admin, VersionSpec{SemVer: "1.30", URL: url})
-	wantKind(t, err, KindInvalid, "MAJOR.MINOR.PATCH")
+	wantKind(t, err, core.KindInvalid, "MAJOR.MINOR.PATCH")
 	_, err = s.AddVersion(ctx, admin, VersionSpec{SemVer: "1.30.0", URL: url, MinCPU: 1})
-	wantKind(t, err, KindInvalid, "Minimum 2 vCPUs")
+	wantKind(t, err, core.KindInvalid, "Minimum 2 vCPUs")
 	_, err = s.AddVersion(ctx, admin, VersionSpec{SemVer: "1.30.0", URL: url, MinMemoryMB: 1024})
-	wantKind(t, err, KindInvalid, "Minimum 2048MB")
+	wantKind(t, err, core.KindInvalid, "Minimum 2048MB")
 	_, err = s.AddVersion(ctx, admin, VersionSpec{SemVer: "1.30.0", URL: "ftp://x/y.iso"})
-	wantKind(t, err, KindInvalid, "Invalid URL")
+	wantKind(t, err, core.KindInvalid, "Invalid URL")
 	_, err = s.AddVersion(ctx, admin, VersionSpec{SemVer: "1.30.0", URL: url, ZoneID: "other"})
-	wantKind(t, err, KindInvalid, "Invalid zone")
+	wantKind(t, err, core.KindInvalid, "Invalid zone")
 	_, err = s.AddVersion(ctx, admin, VersionSpec{SemVer: "1.30.0", URL: url, Checksum: "zz"})
-	wantKind(t, err, KindInvalid, "checksum")
+	wantKind(t, err, core.KindInvalid, "checksum")
 
 	v, err := s.AddVersion(ctx, admin, VersionSpec{SemVer: "1.11.0", URL: url, Checksum: "{SHA-256}" + strings.Repeat("ab", 32)})
 	if err != nil {
@@ -223,12 +215,12 @@ func TestVersionRules(t *testing.T) {
 		t.Fatalf("defaults: %+v", v)
 	}
 	_, err = s.AddVersion(ctx, admin, VersionSpec{SemVer: "1.11.0", URL: url})
-	wantKind(t, err, KindConflict, "already exists")
+	wantKind(t, err, core.KindConflict, "already exists")
 
-	if _, err := s.SetVersionState(ctx, user, v.ID, "Disabled"); KindOf(err) != KindPermission {
+	if _, err := s.SetVersionState(ctx, user, v.ID, "Disabled"); core.KindOf(err) != core.KindPermission {
 		t.Fatalf("user disabled a version: %v", err)
 	}
-	if _, err := s.SetVersionState(ctx, admin, v.ID, "Paused"); KindOf(err) != KindInvalid {
+	if _, err := s.SetVersionState(ctx, admin, v.ID, "Paused"); core.KindOf(err) != core.KindInvalid {
 		t.Fatalf("bad state: %v", err)
 	}
 	d, err := s.SetVersionState(ctx, admin, "v1.11.0", "disabled")
@@ -242,13 +234,12 @@ func TestVersionRules(t *testing.T) {
 	// A disabled version cannot back a new cluster.
 	_, _, err = s.CreateCluster(ctx, admin, ClusterSpec{Name: "c1", ZoneID: s.Zone().ID, VersionID: v.ID,
 		ServiceOfferingID: Offerings[0].ID, Size: 1})
-	wantKind(t, err, KindInvalid, "Disabled state")
+	wantKind(t, err, core.KindInvalid, "Disabled state")
 }
 
 func TestClusterLifecycleDrivesMembership(t *testing.T) {
-	s, _ := newSvc(t)
 	rec := &recorder{}
-	s.SetMembership(rec)
+	s, _ := newSvc(t, rec)
 	ctx := context.Background()
 	v130 := addVersion(t, s, "1.30.2")
 	v131 := addVersion(t, s, "1.31.4")
@@ -260,7 +251,7 @@ func TestClusterLifecycleDrivesMembership(t *testing.T) {
 	bad := spec
 	bad.VersionID = v115.ID
 	_, _, err := s.CreateCluster(ctx, user, bad)
-	wantKind(t, err, KindInvalid, "HA support is available only for Kubernetes version 1.16.0")
+	wantKind(t, err, core.KindInvalid, "HA support is available only for Kubernetes version 1.16.0")
 	for name, mut := range map[string]func(*ClusterSpec){
 		"size 0":       func(c *ClusterSpec) { c.Size = 0 },
 		"control -1":   func(c *ClusterSpec) { c.ControlNodes = -1 },
@@ -274,7 +265,7 @@ func TestClusterLifecycleDrivesMembership(t *testing.T) {
 	} {
 		b := spec
 		mut(&b)
-		if _, _, err := s.CreateCluster(ctx, user, b); KindOf(err) != KindInvalid {
+		if _, _, err := s.CreateCluster(ctx, user, b); core.KindOf(err) != core.KindInvalid {
 			t.Errorf("%s: got %v", name, err)
 		}
 	}
@@ -286,10 +277,10 @@ func TestClusterLifecycleDrivesMembership(t *testing.T) {
 	if c.State != core.ClusterCreated || j.Command != "createKubernetesCluster" {
 		t.Fatalf("created: %+v %+v", c, j)
 	}
-	if _, _, err := s.CreateCluster(ctx, user, spec); KindOf(err) != KindConflict {
+	if _, _, err := s.CreateCluster(ctx, user, spec); core.KindOf(err) != core.KindConflict {
 		t.Fatalf("duplicate name: %v", err)
 	}
-	if j = wait(t, s, j); j.Status != JobSucceeded || j.Cluster == nil || j.Cluster.State != core.ClusterRunning {
+	if j = wait(t, s, j); j.Status != core.JobSucceeded || j.Cluster == nil || j.Cluster.State != core.ClusterRunning {
 		t.Fatalf("create job: %+v", j)
 	}
 	if !strings.HasPrefix(rec.last(), "provision prod") {
@@ -301,27 +292,27 @@ func TestClusterLifecycleDrivesMembership(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j = wait(t, s, j); j.Status != JobSucceeded || j.Cluster.Size != 5 || j.Cluster.State != core.ClusterRunning {
+	if j = wait(t, s, j); j.Status != core.JobSucceeded || j.Cluster.Size != 5 || j.Cluster.State != core.ClusterRunning {
 		t.Fatalf("scale: %+v", j)
 	}
 	if rec.last() != "resize prod size=5 version="+v130.ID {
 		t.Fatalf("resize call: %q", rec.last())
 	}
 	_, err = s.ScaleCluster(ctx, user, "prod", 0, "")
-	wantKind(t, err, KindInvalid, "either a new service offering or a new cluster size")
+	wantKind(t, err, core.KindInvalid, "either a new service offering or a new cluster size")
 	_, err = s.ScaleCluster(ctx, user, "prod", 0, Offerings[0].ID)
-	wantKind(t, err, KindInvalid, "cannot be scaled down for service offering")
+	wantKind(t, err, core.KindInvalid, "cannot be scaled down for service offering")
 
 	// Upgrade: minor+2 and downgrade refused, minor+1 accepted.
 	_, err = s.UpgradeCluster(ctx, user, "prod", v132.ID)
-	wantKind(t, err, KindInvalid, "next minor or patch")
+	wantKind(t, err, core.KindInvalid, "next minor or patch")
 	_, err = s.UpgradeCluster(ctx, user, "prod", v115.ID)
-	wantKind(t, err, KindInvalid, "can not be downgraded")
+	wantKind(t, err, core.KindInvalid, "can not be downgraded")
 	j, err = s.UpgradeCluster(ctx, user, "prod", v131.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j = wait(t, s, j); j.Status != JobSucceeded || j.Cluster.VersionID != v131.ID {
+	if j = wait(t, s, j); j.Status != core.JobSucceeded || j.Cluster.VersionID != v131.ID {
 		t.Fatalf("upgrade: %+v", j)
 	}
 	if !strings.HasPrefix(rec.last(), "setversion prod") {
@@ -329,30 +320,30 @@ func TestClusterLifecycleDrivesMembership(t *testing.T) {
 	}
 	// A version in use cannot be deleted.
 	_, err = s.DeleteVersion(ctx, admin, v131.ID, false)
-	wantKind(t, err, KindInUse, "currently using the version")
+	wantKind(t, err, core.KindInUse, "currently using the version")
 
 	// Stop: tokens suspended; size cannot change while Stopped; offering can.
 	j, err = s.StopCluster(ctx, user, "prod")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j = wait(t, s, j); j.Status != JobSucceeded || !j.Success || state(t, s, "prod") != core.ClusterStopped {
+	if j = wait(t, s, j); j.Status != core.JobSucceeded || !j.Success || state(t, s, "prod") != core.ClusterStopped {
 		t.Fatalf("stop: %+v", j)
 	}
 	_, err = s.UpgradeCluster(ctx, user, "prod", v132.ID)
-	wantKind(t, err, KindState, "not in running state")
+	wantKind(t, err, core.KindState, "not in running state")
 	_, err = s.ScaleCluster(ctx, user, "prod", 2, "")
-	wantKind(t, err, KindState, "Stopped state")
+	wantKind(t, err, core.KindState, "Stopped state")
 	j, err = s.ScaleCluster(ctx, user, "prod", 0, Offerings[2].ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j = wait(t, s, j); j.Status != JobSucceeded || j.Cluster.ServiceOfferingID != Offerings[2].ID || j.Cluster.State != core.ClusterStopped {
+	if j = wait(t, s, j); j.Status != core.JobSucceeded || j.Cluster.ServiceOfferingID != Offerings[2].ID || j.Cluster.State != core.ClusterStopped {
 		t.Fatalf("offering change while stopped: %+v", j)
 	}
 	// Stop again: a no-op success.
 	j, _ = s.StopCluster(ctx, user, "prod")
-	if j = wait(t, s, j); j.Status != JobSucceeded {
+	if j = wait(t, s, j); j.Status != core.JobSucceeded {
 		t.Fatalf("second stop: %+v", j)
 	}
 
@@ -360,7 +351,7 @@ func TestClusterLifecycleDrivesMembership(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j = wait(t, s, j); j.Status != JobSucceeded || j.Cluster.State != core.ClusterRunning || !strings.HasPrefix(rec.last(), "start prod") {
+	if j = wait(t, s, j); j.Status != core.JobSucceeded || j.Cluster.State != core.ClusterRunning || !strings.HasPrefix(rec.last(), "start prod") {
 		t.Fatalf("start: %+v %q", j, rec.last())
 	}
 	_, cfg, err := s.Kubeconfig(ctx, user, "prod")
@@ -372,10 +363,10 @@ func TestClusterLifecycleDrivesMembership(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j = wait(t, s, j); j.Status != JobSucceeded || !j.Success || !strings.HasPrefix(rec.last(), "destroy prod") {
+	if j = wait(t, s, j); j.Status != core.JobSucceeded || !j.Success || !strings.HasPrefix(rec.last(), "destroy prod") {
 		t.Fatalf("delete: %+v", j)
 	}
-	if _, err := s.GetCluster(ctx, admin, "prod"); KindOf(err) != KindNotFound {
+	if _, err := s.GetCluster(ctx, admin, "prod"); core.KindOf(err) != core.KindNotFound {
 		t.Fatalf("deleted cluster still there: %v", err)
 	}
 	// The name is free again, and the version can go now.
@@ -383,22 +374,21 @@ func TestClusterLifecycleDrivesMembership(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j = wait(t, s, j); j.Status != JobSucceeded {
+	if j = wait(t, s, j); j.Status != core.JobSucceeded {
 		t.Fatalf("delete version: %+v", j)
 	}
-	if _, err := s.GetVersion(ctx, v131.ID); KindOf(err) != KindNotFound {
+	if _, err := s.GetVersion(ctx, v131.ID); core.KindOf(err) != core.KindNotFound {
 		t.Fatalf("version still there: %v", err)
 	}
 	// Jobs are private to their owner (admins see all).
-	if _, err := s.GetJob(ctx, Caller{APIKey: "someone-else"}, j.ID); KindOf(err) != KindNotFound {
+	if _, err := s.GetJob(ctx, Caller{APIKey: "someone-else"}, j.ID); core.KindOf(err) != core.KindNotFound {
 		t.Fatalf("foreign job visible: %v", err)
 	}
 }
 
 func TestFailuresLeadToErrorAndAlert(t *testing.T) {
-	s, _ := newSvc(t)
 	rec := &recorder{}
-	s.SetMembership(rec)
+	s, _ := newSvc(t, rec)
 	ctx := context.Background()
 	v := addVersion(t, s, "1.30.2")
 	spec := ClusterSpec{Name: "a", ZoneID: s.Zone().ID, VersionID: v.ID, ServiceOfferingID: Offerings[0].ID, Size: 1}
@@ -408,15 +398,15 @@ func TestFailuresLeadToErrorAndAlert(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j = wait(t, s, j); j.Status != JobFailed || !strings.Contains(j.Error, "CA generation failed") || state(t, s, "a") != core.ClusterError {
+	if j = wait(t, s, j); j.Status != core.JobFailed || !strings.Contains(j.Error, "CA generation failed") || state(t, s, "a") != core.ClusterError {
 		t.Fatalf("failed create: %+v", j)
 	}
 	// Error clusters can only be deleted.
-	if _, err := s.StartCluster(ctx, user, "a"); KindOf(err) != KindState {
+	if _, err := s.StartCluster(ctx, user, "a"); core.KindOf(err) != core.KindState {
 		t.Fatalf("start from Error: %v", err)
 	}
 	j, _ = s.DeleteCluster(ctx, user, "a")
-	if j = wait(t, s, j); j.Status != JobSucceeded {
+	if j = wait(t, s, j); j.Status != core.JobSucceeded {
 		t.Fatalf("delete from Error: %+v", j)
 	}
 
@@ -425,29 +415,29 @@ func TestFailuresLeadToErrorAndAlert(t *testing.T) {
 	wait(t, s, j)
 	rec.setFail("resize", errors.New("no waiting devices"))
 	j, _ = s.ScaleCluster(ctx, user, "a", 4, "")
-	if j = wait(t, s, j); j.Status != JobFailed || state(t, s, "a") != core.ClusterAlert {
+	if j = wait(t, s, j); j.Status != core.JobFailed || state(t, s, "a") != core.ClusterAlert {
 		t.Fatalf("failed scale: %+v state %s", j, state(t, s, "a"))
 	}
 	// Alert -> Recovering -> Running through start.
 	j, _ = s.StartCluster(ctx, user, "a")
-	if j = wait(t, s, j); j.Status != JobSucceeded || state(t, s, "a") != core.ClusterRunning {
+	if j = wait(t, s, j); j.Status != core.JobSucceeded || state(t, s, "a") != core.ClusterRunning {
 		t.Fatalf("recover: %+v", j)
 	}
 	// A failed destroy leaves Alert, and the delete can be retried.
 	rec.setFail("destroy", errors.New("token revocation failed"))
 	j, _ = s.DeleteCluster(ctx, user, "a")
-	if j = wait(t, s, j); j.Status != JobFailed || state(t, s, "a") != core.ClusterAlert {
+	if j = wait(t, s, j); j.Status != core.JobFailed || state(t, s, "a") != core.ClusterAlert {
 		t.Fatalf("failed delete: %+v", j)
 	}
 	rec.setFail("destroy", nil)
 	j, _ = s.DeleteCluster(ctx, user, "a")
-	if j = wait(t, s, j); j.Status != JobSucceeded {
+	if j = wait(t, s, j); j.Status != core.JobSucceeded {
 		t.Fatalf("retried delete: %+v", j)
 	}
 }
 
 func TestWithoutJoinerRecordsOnly(t *testing.T) {
-	s, _ := newSvc(t)
+	s, _ := newSvc(t, nil)
 	ctx := context.Background()
 	v := addVersion(t, s, "1.30.2")
 	_, j, err := s.CreateCluster(ctx, user, ClusterSpec{Name: "solo", ZoneID: s.Zone().ID, VersionID: v.ID,
@@ -455,17 +445,20 @@ func TestWithoutJoinerRecordsOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j = wait(t, s, j); j.Status != JobSucceeded || state(t, s, "solo") != core.ClusterRunning {
+	if j = wait(t, s, j); j.Status != core.JobSucceeded || state(t, s, "solo") != core.ClusterRunning {
 		t.Fatalf("create without joiner: %+v", j)
 	}
 	_, _, err = s.Kubeconfig(ctx, admin, "solo")
-	wantKind(t, err, KindUnavailable, "cluster CA not provisioned")
+	wantKind(t, err, core.KindUnavailable, "cluster CA not provisioned")
 }
 
 func TestRestartMarksInterruptedJobsFailed(t *testing.T) {
 	dir := t.TempDir()
-	st := openStore(t, dir)
-	s, err := New(st, Options{})
+	st, err := boltstore.Open(dir, boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(st, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -482,14 +475,14 @@ func TestRestartMarksInterruptedJobsFailed(t *testing.T) {
 	stuck.FailState = core.ClusterAlert
 	stuck.Params.Target = core.ClusterStopped
 	err = st.Update(func(tx core.Tx) error {
-		c, err := core.GetCluster(tx, done.InstanceID)
+		c, err := tx.Clusters().Get(done.InstanceID)
 		if err != nil {
 			return err
 		}
 		if err := s.setState(tx, &c, core.ClusterStopping, "test"); err != nil {
 			return err
 		}
-		return tx.Put(core.BucketJobs, stuck.ID, stuck)
+		return tx.Jobs().Put(stuck)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -497,9 +490,8 @@ func TestRestartMarksInterruptedJobsFailed(t *testing.T) {
 	s.Close(ctx)
 	st.Close()
 
-	st = openStore(t, dir)
-	defer st.Close()
-	s2, err := New(st, Options{})
+	st = storetest.OpenIn(t, dir).Store
+	s2, err := New(st, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,14 +501,14 @@ func TestRestartMarksInterruptedJobsFailed(t *testing.T) {
 		t.Fatalf("recover: %d %v", n, err)
 	}
 	got, err := s2.GetJob(ctx, user, stuck.ID)
-	if err != nil || got.Status != JobFailed || got.ErrorKind != KindInternal || !strings.Contains(got.Error, "restart") {
+	if err != nil || got.Status != core.JobFailed || got.ErrorKind != core.KindInternal || !strings.Contains(got.Error, "restart") {
 		t.Fatalf("interrupted job: %+v %v", got, err)
 	}
 	if st := state(t, s2, "k"); st != core.ClusterAlert {
 		t.Fatalf("cluster after recovery: %s", st)
 	}
 	// The finished create job is still queryable after the restart.
-	if got, err := s2.GetJob(ctx, user, j.ID); err != nil || got.Status != JobSucceeded {
+	if got, err := s2.GetJob(ctx, user, j.ID); err != nil || got.Status != core.JobSucceeded {
 		t.Fatalf("old job after restart: %+v %v", got, err)
 	}
 	if n, _ := s2.Recover(); n != 0 {
@@ -525,7 +517,7 @@ func TestRestartMarksInterruptedJobsFailed(t *testing.T) {
 }
 
 func TestListAndMembersFromStore(t *testing.T) {
-	s, st := newSvc(t)
+	s, st := newSvc(t, nil)
 	ctx := context.Background()
 	v := addVersion(t, s, "1.30.2")
 	var ids []string
@@ -548,10 +540,13 @@ func TestListAndMembersFromStore(t *testing.T) {
 			if i == 2 {
 				state = core.StateLeft
 			}
-			if err := core.PutDevice(tx, core.Device{ID: m.mac, MAC: m.mac, IP: m.ip, State: state}); err != nil {
+			if err := tx.Devices().Put(core.Device{ID: m.mac, MAC: m.mac, IP: m.ip, State: state}); err != nil {
 				return err
 			}
-			if err := tx.Put(core.BucketMemberships, m.mac, core.Membership{Device: m.mac, Cluster: ids[1], Role: m.role, State: state}); err != nil {
+			if err := tx.Memberships().Put(core.Membership{Device: m.mac, Cluster: ids[1], Role: m.role, State: state}); err != nil {
+				return err
+			}
+			if err := tx.Memberships().Enlist(ids[1], m.mac, m.role); err != nil {
 				return err
 			}
 		}
@@ -576,12 +571,12 @@ func TestListAndMembersFromStore(t *testing.T) {
 	}
 	// Views cache decoded records, but never past a change of the stored bytes.
 	err = st.Update(func(tx core.Tx) error {
-		d, err := core.GetDevice(tx, "02:00:00:00:00:02")
+		d, err := tx.Devices().Get("02:00:00:00:00:02")
 		if err != nil {
 			return err
 		}
 		d.IP = "10.99.1.99"
-		return core.PutDevice(tx, d)
+		return tx.Devices().Put(d)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -602,44 +597,76 @@ func TestListAndMembersFromStore(t *testing.T) {
 	}
 }
 
-func TestApproveAndRevokeWithoutJoiner(t *testing.T) {
-	s, st := newSvc(t)
+// TestApproveAndRevokeGoThroughTheJoiner: the device and token operations
+// check the caller and the references here and are the joiner's to do;
+// without a joiner they are unavailable.
+func TestApproveAndRevokeGoThroughTheJoiner(t *testing.T) {
+	rec := &recorder{}
+	s, st := newSvc(t, rec)
+	bare, _ := newSvc(t, nil)
 	ctx := context.Background()
-	err := st.Update(func(tx core.Tx) error {
-		if err := core.PutDevice(tx, core.Device{ID: "02:00:00:00:00:09", MAC: "02:00:00:00:00:09", State: core.StateWaiting}); err != nil {
-			return err
+	for _, st := range []core.Store{st, bare.st} {
+		err := st.Update(func(tx core.Tx) error {
+			if err := tx.Devices().Put(core.Device{ID: "02:00:00:00:00:09", MAC: "02:00:00:00:00:09", State: core.StateWaiting}); err != nil {
+				return err
+			}
+			return tx.Tokens().Put(core.Token{ID: "abcdef", Kind: "kubeadm", SecretHash: "x"})
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		return tx.Put(core.BucketTokens, "kubeadm/abcdef", core.Token{ID: "abcdef", Kind: "kubeadm", SecretHash: "x"})
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
-	if _, err := s.ApproveDevice(ctx, user, "02:00:00:00:00:09", ""); KindOf(err) != KindPermission {
+	if _, err := s.ApproveDevice(ctx, user, "02:00:00:00:00:09", ""); core.KindOf(err) != core.KindPermission {
 		t.Fatalf("user approved: %v", err)
 	}
 	d, err := s.ApproveDevice(ctx, admin, "02-00-00-00-00-09", "")
-	if err != nil || !d.Approved {
+	if err != nil || !d.Approved || d.ID != "02:00:00:00:00:09" {
 		t.Fatalf("approve: %+v %v", d, err)
 	}
-	if _, err := s.ApproveDevice(ctx, admin, "02:00:00:00:00:99", ""); KindOf(err) != KindNotFound {
+	if _, err := s.ApproveDevice(ctx, admin, "02:00:00:00:00:99", ""); core.KindOf(err) != core.KindNotFound {
 		t.Fatalf("unknown device: %v", err)
 	}
-	tok, err := s.RevokeToken(ctx, admin, "abcdef")
-	if err != nil || !tok.Revoked {
-		t.Fatalf("revoke: %+v %v", tok, err)
+	if _, err := s.ApproveDevice(ctx, admin, "02:00:00:00:00:09", "nosuch"); core.KindOf(err) != core.KindNotFound {
+		t.Fatalf("unknown cluster: %v", err)
 	}
-	var stored core.Token
-	_ = st.View(func(tx core.Tx) error { _, err := tx.Get(core.BucketTokens, "kubeadm/abcdef", &stored); return err })
-	if !stored.Revoked {
-		t.Fatal("revocation not stored")
+	if _, err := s.RevokeToken(ctx, user, "abcdef"); core.KindOf(err) != core.KindPermission {
+		t.Fatalf("user revoked: %v", err)
 	}
+	for _, ref := range []string{"abcdef", "kubeadm/abcdef"} {
+		tok, err := s.RevokeToken(ctx, admin, ref)
+		if err != nil || !tok.Revoked || tok.ID != "abcdef" {
+			t.Fatalf("revoke %s: %+v %v", ref, tok, err)
+		}
+	}
+	if _, err := s.RevokeToken(ctx, admin, "nosuch"); core.KindOf(err) != core.KindNotFound {
+		t.Fatalf("unknown token: %v", err)
+	}
+	var writes int
+	storetest.View(t, st, func(tx core.Tx) error {
+		return tx.Events().List(core.AuditEvents, 0, func(e core.Event) (bool, error) {
+			if e.Type == "api.write" && (e.Fields["command"] == "approveDevice" || e.Fields["command"] == "revokeToken") {
+				writes++
+			}
+			return true, nil
+		})
+	})
+	if writes != 3 {
+		t.Fatalf("%d approve/revoke writes recorded, want 3", writes)
+	}
+
+	_, err = bare.ApproveDevice(ctx, admin, "02:00:00:00:00:09", "")
+	wantKind(t, err, core.KindUnavailable, "no joiner")
+	_, err = bare.RevokeToken(ctx, admin, "abcdef")
+	wantKind(t, err, core.KindUnavailable, "no joiner")
+	_, err = bare.ResetDevice(ctx, admin, "02:00:00:00:00:09")
+	wantKind(t, err, core.KindUnavailable, "no joiner")
 }
 
 // TestViewsGenerationMovesWithEveryViewSource checks that a write to any
-// bucket views are read from, and rewiring the joiner, change the
-// generation, and that unrelated writes do not.
+// repository views are read from changes the generation, and that
+// unrelated writes do not.
 func TestViewsGenerationMovesWithEveryViewSource(t *testing.T) {
-	s, st := newSvc(t)
+	s, st := newSvc(t, nil)
 	gen := func() uint64 {
 		g, ok := s.ViewsGeneration()
 		if !ok {
@@ -648,25 +675,22 @@ func TestViewsGenerationMovesWithEveryViewSource(t *testing.T) {
 		return g
 	}
 	g := gen()
-	if err := st.Update(func(tx core.Tx) error { return tx.Put(core.BucketLeases, "10.99.0.9", 1) }); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Update(t, st, func(tx core.Tx) error { return tx.Leases().Put(core.Lease{IP: "10.99.0.9", MAC: "02:00:00:00:00:09"}) })
 	if gen() != g {
 		t.Fatal("a leases write moved the views generation")
 	}
-	for _, b := range viewBuckets {
+	for name, write := range map[string]func(core.Tx) error{
+		"clusters":    func(tx core.Tx) error { return tx.Clusters().Put(core.Cluster{ID: "c", Name: "c"}) },
+		"versions":    func(tx core.Tx) error { return tx.Versions().Put(core.Version{ID: "v"}) },
+		"memberships": func(tx core.Tx) error { return tx.Memberships().Put(core.Membership{Device: "d", Cluster: "c"}) },
+		"roster":      func(tx core.Tx) error { return tx.Memberships().Enlist("c", "d", "worker") },
+		"devices":     func(tx core.Tx) error { return tx.Devices().Put(core.Device{ID: "d", MAC: "d"}) },
+	} {
 		g := gen()
-		if err := st.Update(func(tx core.Tx) error { return tx.Put(b, "k", 1) }); err != nil {
-			t.Fatal(err)
-		}
+		storetest.Update(t, st, write)
 		if gen() == g {
-			t.Fatalf("a write to %s did not move the views generation", b)
+			t.Fatalf("a write to %s did not move the views generation", name)
 		}
-	}
-	g = gen()
-	s.SetMembership(&recorder{})
-	if gen() == g {
-		t.Fatal("wiring the joiner did not move the views generation")
 	}
 }
 
@@ -674,9 +698,8 @@ func TestViewsGenerationMovesWithEveryViewSource(t *testing.T) {
 // another account's cluster is "not found" exactly like a missing one.
 // Admins operate on all, and list all with ListAll (or one by ID).
 func TestTenancy(t *testing.T) {
-	s, st := newSvc(t)
 	rec := &recorder{}
-	s.SetMembership(rec)
+	s, st := newSvc(t, rec)
 	ctx := context.Background()
 	v := addVersion(t, s, "1.30.2")
 	addVersion(t, s, "1.31.0")
@@ -689,7 +712,7 @@ func TestTenancy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if j = wait(t, s, j); j.Status != JobSucceeded {
+		if j = wait(t, s, j); j.Status != core.JobSucceeded {
 			t.Fatalf("create %s: %+v", name, j)
 		}
 		return cl
@@ -700,10 +723,10 @@ func TestTenancy(t *testing.T) {
 	// A cluster from before accounts existed belongs to the admin account.
 	legacy := create(admin, "legacy")
 	if err := st.Update(func(tx core.Tx) error {
-		c, err := core.GetCluster(tx, legacy.ID)
+		c, err := tx.Clusters().Get(legacy.ID)
 		c.Account = ""
 		if err == nil {
-			err = core.PutCluster(tx, c)
+			err = tx.Clusters().Put(c)
 		}
 		return err
 	}); err != nil {
@@ -753,7 +776,7 @@ func TestTenancy(t *testing.T) {
 	// as for a cluster that does not exist.
 	missing := func(err error, ref string) {
 		t.Helper()
-		wantKind(t, err, KindNotFound, "Invalid Kubernetes cluster ID: "+ref)
+		wantKind(t, err, core.KindNotFound, "Invalid Kubernetes cluster ID: "+ref)
 	}
 	for _, ref := range []string{b.ID, "b1", legacy.ID} {
 		_, err := s.GetCluster(ctx, alice, ref)
@@ -784,8 +807,8 @@ func TestTenancy(t *testing.T) {
 		t.Fatalf("alice reads her account's job: %v", err)
 	}
 	_, err = s.GetJob(ctx, bob, j.ID)
-	wantKind(t, err, KindNotFound, "Unable to find async job")
-	if j, err = s.StopCluster(ctx, admin, "b1"); err != nil || wait(t, s, j).Status != JobSucceeded {
+	wantKind(t, err, core.KindNotFound, "Unable to find async job")
+	if j, err = s.StopCluster(ctx, admin, "b1"); err != nil || wait(t, s, j).Status != core.JobSucceeded {
 		t.Fatalf("admin stops bob's cluster: %v", err)
 	}
 
@@ -803,9 +826,7 @@ func TestTenancy(t *testing.T) {
 	}
 	var evs []core.Event
 	st.View(func(tx core.Tx) error {
-		return tx.Scan(core.BucketAudit, "", func(_ string, raw []byte) (bool, error) {
-			var e core.Event
-			core.Decode(raw, &e)
+		return tx.Events().List(core.AuditEvents, 0, func(e core.Event) (bool, error) {
 			evs = append(evs, e)
 			return true, nil
 		})

@@ -2,19 +2,11 @@ package clusters
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
-)
-
-// JobStatus uses CloudStack's numbering.
-type JobStatus int
-
-const (
-	JobPending   JobStatus = 0
-	JobSucceeded JobStatus = 1
-	JobFailed    JobStatus = 2
 )
 
 // Instance types of jobs, as CloudStack names them.
@@ -23,70 +15,29 @@ const (
 	InstanceVersion = "KubernetesSupportedVersion"
 )
 
-// Job is an asynchronous operation. It is stored in the jobs bucket when it
-// is accepted and again when it ends, so its outcome can be queried after a
-// restart; a job a restart interrupted is recorded as failed.
-type Job struct {
-	ID           string    `json:"id"`
-	Command      string    `json:"command"` // CloudStack command name, e.g. scaleKubernetesCluster
-	InstanceType string    `json:"instance_type"`
-	InstanceID   string    `json:"instance_id"`
-	Owner        string    `json:"owner,omitempty"`   // API key of the caller
-	Account      string    `json:"account,omitempty"` // the caller's account
-	Status       JobStatus `json:"status"`
-	// ErrorKind and Error describe a failed job.
-	ErrorKind Kind   `json:"error_kind,omitempty"`
-	Error     string `json:"error,omitempty"`
-	// Cluster is the cluster as the job left it (cluster jobs that keep it).
-	Cluster *core.Cluster `json:"cluster,omitempty"`
-	// Success marks jobs whose result is a plain success (stop, delete).
-	Success   bool      `json:"success,omitempty"`
-	Created   time.Time `json:"created"`
-	Completed time.Time `json:"completed,omitzero"`
-
-	// What the job does and how a crash mid-way is resolved.
-	Params    JobParams         `json:"params"`
-	FailState core.ClusterState `json:"fail_state,omitempty"`
-}
-
-// JobParams are the inputs a job needs after it was accepted.
-type JobParams struct {
-	Size       int    `json:"size,omitempty"`
-	OfferingID string `json:"offering_id,omitempty"`
-	VersionID  string `json:"version_id,omitempty"`
-	DeleteISO  bool   `json:"delete_iso,omitempty"`
-	// Target is the state the job moves the cluster to on success.
-	Target core.ClusterState `json:"target,omitempty"`
-}
-
-// Done reports whether the job has ended.
-func (j Job) Done() bool { return j.Status != JobPending }
-
 // GetJob loads a job. A user may read its account's jobs (and, for jobs
 // from before accounts, the ones its key started); admins read all.
-func (s *Service) GetJob(ctx context.Context, caller Caller, id string) (Job, error) {
-	var j Job
+func (s *Service) GetJob(ctx context.Context, caller Caller, id string) (core.Job, error) {
+	var j core.Job
 	err := s.st.View(func(tx core.Tx) error {
-		ok, err := tx.Get(core.BucketJobs, id, &j)
-		if err != nil {
-			return err
+		var err error
+		j, err = tx.Jobs().Get(id)
+		if errors.Is(err, core.ErrNotFound) {
+			return core.Errorf(core.KindNotFound, "Unable to find async job with id %s", id)
 		}
-		if !ok {
-			return errorf(KindNotFound, "Unable to find async job with id %s", id)
-		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return j, err
 	}
 	if !caller.Admin && !(j.Account != "" && j.Account == caller.AccountName()) && !(j.Account == "" && j.Owner == caller.APIKey) {
-		return Job{}, errorf(KindNotFound, "Unable to find async job with id %s", id)
+		return core.Job{}, core.Errorf(core.KindNotFound, "Unable to find async job with id %s", id)
 	}
 	return j, nil
 }
 
 // WaitJob blocks until the job has ended or ctx is done, and returns it.
-func (s *Service) WaitJob(ctx context.Context, id string) (Job, error) {
+func (s *Service) WaitJob(ctx context.Context, id string) (core.Job, error) {
 	s.doneMu.Lock()
 	ch := s.done[id]
 	s.doneMu.Unlock()
@@ -94,7 +45,7 @@ func (s *Service) WaitJob(ctx context.Context, id string) (Job, error) {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return Job{}, ctx.Err()
+			return core.Job{}, ctx.Err()
 		}
 	}
 	for {
@@ -111,14 +62,14 @@ func (s *Service) WaitJob(ctx context.Context, id string) (Job, error) {
 }
 
 // newJob fills the common fields of a job record.
-func newJob(command, instType, instID string, caller Caller) Job {
-	return Job{ID: newUUID(), Command: command, InstanceType: instType, InstanceID: instID,
-		Owner: caller.APIKey, Account: caller.AccountName(), Status: JobPending, Created: now()}
+func newJob(command, instType, instID string, caller Caller) core.Job {
+	return core.Job{ID: newUUID(), Command: command, InstanceType: instType, InstanceID: instID,
+		Owner: caller.APIKey, Account: caller.AccountName(), Status: core.JobPending, Created: now()}
 }
 
 // start runs work for an accepted (already stored) job in the background.
 // work returns the job's final record fields; finish stores them.
-func (s *Service) start(j Job, work func(ctx context.Context, j *Job) error) {
+func (s *Service) start(j core.Job, work func(ctx context.Context, j *core.Job) error) {
 	ch := make(chan struct{})
 	s.doneMu.Lock()
 	s.done[j.ID] = ch
@@ -149,14 +100,14 @@ func (s *Service) start(j Job, work func(ctx context.Context, j *Job) error) {
 
 // fail records a failed job and applies its failure state to the cluster in
 // one transaction.
-func (s *Service) fail(j *Job, cause error) error {
-	j.Status = JobFailed
-	j.ErrorKind = KindOf(cause)
+func (s *Service) fail(j *core.Job, cause error) error {
+	j.Status = core.JobFailed
+	j.ErrorKind = core.KindOf(cause)
 	j.Error = cause.Error()
 	j.Completed = now()
 	return s.st.Update(func(tx core.Tx) error {
 		if j.InstanceType == InstanceCluster && j.FailState != "" {
-			c, err := core.GetCluster(tx, j.InstanceID)
+			c, err := tx.Clusters().Get(j.InstanceID)
 			if err == nil && c.State != j.FailState && CanTransition(c.State, j.FailState) {
 				if err := s.setState(tx, &c, j.FailState, fmt.Sprintf("%s failed: %s", j.Command, cause)); err != nil {
 					return err
@@ -164,7 +115,7 @@ func (s *Service) fail(j *Job, cause error) error {
 				j.Cluster = &c
 			}
 		}
-		return tx.Put(core.BucketJobs, j.ID, j)
+		return tx.Jobs().Put(*j)
 	})
 }
 
@@ -172,13 +123,9 @@ func (s *Service) fail(j *Job, cause error) error {
 // failed (CloudStack errorcode 530) and its cluster leaves the transient
 // state for the job's failure state. Call it once at start, before serving.
 func (s *Service) Recover() (int, error) {
-	var pending []Job
+	var pending []core.Job
 	err := s.st.View(func(tx core.Tx) error {
-		return tx.Scan(core.BucketJobs, "", func(_ string, v []byte) (bool, error) {
-			var j Job
-			if err := core.Decode(v, &j); err != nil {
-				return false, err
-			}
+		return tx.Jobs().List(func(j core.Job) (bool, error) {
 			if !j.Done() {
 				pending = append(pending, j)
 			}
@@ -190,7 +137,7 @@ func (s *Service) Recover() (int, error) {
 	}
 	for i := range pending {
 		j := &pending[i]
-		cause := errorf(KindInternal, "job interrupted by a restart of ztpd before it finished; the operation may be retried")
+		cause := core.Errorf(core.KindInternal, "job interrupted by a restart of ztpd before it finished; the operation may be retried")
 		if err := s.fail(j, cause); err != nil {
 			return i, err
 		}
@@ -204,13 +151,9 @@ func (s *Service) PruneJobs() (int, error) {
 	cutoff := now().Add(-s.opts.JobRetention)
 	var doomed []string
 	err := s.st.View(func(tx core.Tx) error {
-		return tx.Scan(core.BucketJobs, "", func(k string, v []byte) (bool, error) {
-			var j Job
-			if err := core.Decode(v, &j); err != nil {
-				return false, err
-			}
+		return tx.Jobs().List(func(j core.Job) (bool, error) {
 			if j.Done() && j.Completed.Before(cutoff) {
-				doomed = append(doomed, k)
+				doomed = append(doomed, j.ID)
 			}
 			return true, nil
 		})
@@ -219,8 +162,8 @@ func (s *Service) PruneJobs() (int, error) {
 		return 0, err
 	}
 	err = s.st.Update(func(tx core.Tx) error {
-		for _, k := range doomed {
-			if err := tx.Delete(core.BucketJobs, k); err != nil {
+		for _, id := range doomed {
+			if err := tx.Jobs().Delete(id); err != nil {
 				return err
 			}
 		}

@@ -4,10 +4,9 @@ package clusters
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/semver"
 )
 
 // CloudStack's Kubernetes rules.
@@ -20,70 +19,30 @@ const (
 	MaxNodes              = 1000 // sanity bound on size and on controlnodes
 )
 
-// SemVer is a MAJOR.MINOR.PATCH Kubernetes version.
-type SemVer [3]int
-
-// ParseSemVer accepts exactly three dot-separated decimal numbers, e.g.
-// "1.31.4" (no "v" prefix, no pre-release suffix), as CloudStack does.
-func ParseSemVer(s string) (SemVer, error) {
-	var v SemVer
-	parts := strings.Split(s, ".")
-	if len(parts) != 3 {
-		return v, fmt.Errorf("invalid semantic version %q: use MAJOR.MINOR.PATCH, e.g. 1.31.4", s)
-	}
-	for i, p := range parts {
-		if p == "" || len(p) > 9 || strings.TrimLeft(p, "0123456789") != "" {
-			return v, fmt.Errorf("invalid semantic version %q: use MAJOR.MINOR.PATCH, e.g. 1.31.4", s)
-		}
-		n, _ := strconv.Atoi(p)
-		v[i] = n
-	}
-	return v, nil
-}
-
-func mustSemVer(s string) SemVer {
-	v, err := ParseSemVer(s)
-	if err != nil {
-		panic(err)
-	}
-	return v
-}
-
-// Compare returns -1, 0 or 1 as v is older than, equal to or newer than w.
-func (v SemVer) Compare(w SemVer) int {
-	for i := range v {
-		if v[i] != w[i] {
-			if v[i] < w[i] {
-				return -1
-			}
-			return 1
-		}
-	}
-	return 0
-}
-
-func (v SemVer) String() string { return fmt.Sprintf("%d.%d.%d", v[0], v[1], v[2]) }
+// ParseSemVer parses a version as the CloudStack API gives it (see
+// semver.Parse).
+func ParseSemVer(s string) (semver.Version, error) { return semver.Parse(s) }
 
 // SupportsHA reports whether a version may run more than one control node.
-func SupportsHA(semver string) bool {
-	v, err := ParseSemVer(semver)
-	return err == nil && v.Compare(mustSemVer(MinVersionHA)) >= 0
+func SupportsHA(version string) bool {
+	v, err := semver.Parse(version)
+	return err == nil && v.Compare(semver.MustParse(MinVersionHA)) >= 0
 }
 
 // SupportsAutoscaling reports whether CloudStack's autoscaler supports the version.
-func SupportsAutoscaling(semver string) bool {
-	v, err := ParseSemVer(semver)
-	return err == nil && v.Compare(mustSemVer(MinVersionAutoscaling)) >= 0
+func SupportsAutoscaling(version string) bool {
+	v, err := semver.Parse(version)
+	return err == nil && v.Compare(semver.MustParse(MinVersionAutoscaling)) >= 0
 }
 
 // CheckUpgrade applies CloudStack's upgrade rule: never downgrade, same
 // major, the minor may rise by at most one (patch releases in between are free).
 func CheckUpgrade(from, to string) error {
-	f, err := ParseSemVer(from)
+	f, err := semver.Parse(from)
 	if err != nil {
 		return err
 	}
-	t, err := ParseSemVer(to)
+	t, err := semver.Parse(to)
 	if err != nil {
 		return err
 	}
@@ -93,7 +52,7 @@ func CheckUpgrade(from, to string) error {
 	case c == 0:
 		return fmt.Errorf("Kubernetes cluster already runs version %s", from)
 	}
-	if t[0] != f[0] || t[1]-f[1] > 1 {
+	if t.Major != f.Major || t.Minor-f.Minor > 1 {
 		return fmt.Errorf("Kubernetes clusters can be upgraded between next minor or patch version releases, current version: %s, upgrade version: %s", from, to)
 	}
 	return nil

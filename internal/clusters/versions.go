@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/semver"
 )
 
 // Version states.
@@ -35,14 +36,14 @@ var versionNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$`)
 // AddVersion registers a Kubernetes version. Admins only.
 func (s *Service) AddVersion(ctx context.Context, caller Caller, spec VersionSpec) (core.Version, error) {
 	if !caller.Admin {
-		return core.Version{}, errorf(KindPermission, "Kubernetes version management is for admins only")
+		return core.Version{}, core.Errorf(core.KindPermission, "Kubernetes version management is for admins only")
 	}
-	sv, err := ParseSemVer(spec.SemVer)
+	sv, err := semver.Parse(spec.SemVer)
 	if err != nil {
-		return core.Version{}, &Error{Kind: KindInvalid, Msg: err.Error()}
+		return core.Version{}, &core.Error{Kind: core.KindInvalid, Msg: err.Error()}
 	}
-	if sv.Compare(mustSemVer(MinVersion)) < 0 {
-		return core.Version{}, errorf(KindInvalid, "New supported Kubernetes version cannot be added as %s is minimum version supported by Kubernetes Service", MinVersion)
+	if sv.Compare(semver.MustParse(MinVersion)) < 0 {
+		return core.Version{}, core.Errorf(core.KindInvalid, "New supported Kubernetes version cannot be added as %s is minimum version supported by Kubernetes Service", MinVersion)
 	}
 	if spec.MinCPU == 0 {
 		spec.MinCPU = MinNodeCPU
@@ -51,28 +52,28 @@ func (s *Service) AddVersion(ctx context.Context, caller Caller, spec VersionSpe
 		spec.MinMemoryMB = MinNodeMemoryMB
 	}
 	if spec.MinCPU < MinNodeCPU {
-		return core.Version{}, errorf(KindInvalid, "Invalid value for mincpunumber parameter. Minimum %d vCPUs required.", MinNodeCPU)
+		return core.Version{}, core.Errorf(core.KindInvalid, "Invalid value for mincpunumber parameter. Minimum %d vCPUs required.", MinNodeCPU)
 	}
 	if spec.MinMemoryMB < MinNodeMemoryMB {
-		return core.Version{}, errorf(KindInvalid, "Invalid value for minmemory parameter. Minimum %dMB memory required", MinNodeMemoryMB)
+		return core.Version{}, core.Errorf(core.KindInvalid, "Invalid value for minmemory parameter. Minimum %dMB memory required", MinNodeMemoryMB)
 	}
 	if spec.ZoneID != "" && spec.ZoneID != s.zone.ID {
-		return core.Version{}, errorf(KindInvalid, "Invalid zone specified")
+		return core.Version{}, core.Errorf(core.KindInvalid, "Invalid zone specified")
 	}
 	u, err := url.Parse(spec.URL)
 	if spec.URL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return core.Version{}, errorf(KindInvalid, "Invalid URL for ISO specified, %s", spec.URL)
+		return core.Version{}, core.Errorf(core.KindInvalid, "Invalid URL for ISO specified, %s", spec.URL)
 	}
 	if spec.Checksum != "" {
 		if _, err := normalizeChecksum(spec.Checksum); err != nil {
-			return core.Version{}, &Error{Kind: KindInvalid, Msg: err.Error()}
+			return core.Version{}, &core.Error{Kind: core.KindInvalid, Msg: err.Error()}
 		}
 	}
 	if spec.Name == "" {
 		spec.Name = "v" + sv.String()
 	}
 	if !versionNameRE.MatchString(spec.Name) {
-		return core.Version{}, errorf(KindInvalid, "Invalid name %q: use letters, digits and . _ + -", spec.Name)
+		return core.Version{}, core.Errorf(core.KindInvalid, "Invalid name %q: use letters, digits and . _ + -", spec.Name)
 	}
 	v := core.Version{ID: newUUID(), Name: spec.Name, SemVer: sv.String(), ImageID: spec.ImageID,
 		ISOName: spec.ISOName, ISOURL: spec.URL, Checksum: spec.Checksum, ZoneID: spec.ZoneID,
@@ -88,12 +89,12 @@ func (s *Service) AddVersion(ctx context.Context, caller Caller, spec VersionSpe
 			return err
 		}
 		if taken {
-			return errorf(KindConflict, "A Kubernetes version named %s already exists", v.Name)
+			return core.Errorf(core.KindConflict, "A Kubernetes version named %s already exists", v.Name)
 		}
-		if err := tx.Put(core.BucketVersions, v.ID, v); err != nil {
+		if err := tx.Versions().Put(v); err != nil {
 			return err
 		}
-		_, err = core.AppendEvent(tx, core.Event{Type: "version.added",
+		_, err = tx.Events().Append(core.Event{Type: "version.added",
 			Message: fmt.Sprintf("Kubernetes version %s (%s) added", v.Name, v.SemVer),
 			Fields:  map[string]string{"version": v.ID, "semver": v.SemVer, "url": v.ISOURL}})
 		if err != nil {
@@ -122,13 +123,11 @@ func normalizeChecksum(c string) (string, error) {
 }
 
 func scanVersions(tx core.Tx, fn func(core.Version) bool) error {
-	return tx.Scan(core.BucketVersions, "", func(_ string, raw []byte) (bool, error) {
-		var v core.Version
-		if err := core.Decode(raw, &v); err != nil {
-			return false, err
-		}
-		return fn(v), nil
-	})
+	return tx.Versions().List("", func(v core.Version) (bool, error) { return fn(v), nil })
+}
+
+func scanClusters(tx core.Tx, fn func(core.Cluster) bool) error {
+	return tx.Clusters().List("", func(c core.Cluster) (bool, error) { return fn(c), nil })
 }
 
 // VersionFilter selects versions; empty fields match all.
@@ -142,17 +141,17 @@ type VersionFilter struct {
 
 // ListVersions returns the matching versions, oldest first.
 func (s *Service) ListVersions(ctx context.Context, f VersionFilter) ([]core.Version, error) {
-	var minV SemVer
+	var minV semver.Version
 	if f.MinSemVer != "" {
 		var err error
-		if minV, err = ParseSemVer(f.MinSemVer); err != nil {
-			return nil, &Error{Kind: KindInvalid, Msg: err.Error()}
+		if minV, err = semver.Parse(f.MinSemVer); err != nil {
+			return nil, &core.Error{Kind: core.KindInvalid, Msg: err.Error()}
 		}
 	}
 	out := []core.Version{}
 	err := s.st.View(func(tx core.Tx) error {
 		if f.ID != "" {
-			v, err := core.GetVersion(tx, f.ID)
+			v, err := tx.Versions().Get(f.ID)
 			if err == nil {
 				out = append(out, v)
 			}
@@ -178,7 +177,7 @@ func (s *Service) ListVersions(ctx context.Context, f VersionFilter) ([]core.Ver
 			continue
 		}
 		if f.MinSemVer != "" {
-			sv, err := ParseSemVer(v.SemVer)
+			sv, err := semver.Parse(v.SemVer)
 			if err != nil || sv.Compare(minV) < 0 {
 				continue
 			}
@@ -201,7 +200,7 @@ func (s *Service) GetVersion(ctx context.Context, ref string) (core.Version, err
 }
 
 func versionByRef(tx core.Tx, ref string) (core.Version, error) {
-	if v, err := core.GetVersion(tx, ref); err == nil {
+	if v, err := tx.Versions().Get(ref); err == nil {
 		return v, nil
 	}
 	var found core.Version
@@ -216,7 +215,7 @@ func versionByRef(tx core.Tx, ref string) (core.Version, error) {
 		return found, err
 	}
 	if found.ID == "" {
-		return found, errorf(KindNotFound, "Unable to find Kubernetes version %s", ref)
+		return found, core.Errorf(core.KindNotFound, "Unable to find Kubernetes version %s", ref)
 	}
 	return found, nil
 }
@@ -225,7 +224,7 @@ func versionByRef(tx core.Tx, ref string) (core.Version, error) {
 // version cannot be used by new clusters or upgrades; running clusters keep it.
 func (s *Service) SetVersionState(ctx context.Context, caller Caller, ref, state string) (core.Version, error) {
 	if !caller.Admin {
-		return core.Version{}, errorf(KindPermission, "Kubernetes version management is for admins only")
+		return core.Version{}, core.Errorf(core.KindPermission, "Kubernetes version management is for admins only")
 	}
 	switch {
 	case strings.EqualFold(state, VersionEnabled):
@@ -233,7 +232,7 @@ func (s *Service) SetVersionState(ctx context.Context, caller Caller, ref, state
 	case strings.EqualFold(state, VersionDisabled):
 		state = VersionDisabled
 	default:
-		return core.Version{}, errorf(KindInvalid, "Invalid value for state parameter: %q (use Enabled or Disabled)", state)
+		return core.Version{}, core.Errorf(core.KindInvalid, "Invalid value for state parameter: %q (use Enabled or Disabled)", state)
 	}
 	var v core.Version
 	err := s.st.Update(func(tx core.Tx) error {
@@ -246,10 +245,10 @@ func (s *Service) SetVersionState(ctx context.Context, caller Caller, ref, state
 		}
 		v.State = state
 		v.UpdatedAt = now()
-		if err := tx.Put(core.BucketVersions, v.ID, v); err != nil {
+		if err := tx.Versions().Put(v); err != nil {
 			return err
 		}
-		_, err = core.AppendEvent(tx, core.Event{Type: "version.state",
+		_, err = tx.Events().Append(core.Event{Type: "version.state",
 			Message: fmt.Sprintf("Kubernetes version %s is now %s", v.Name, state),
 			Fields:  map[string]string{"version": v.ID, "state": state}})
 		if err != nil {
@@ -264,11 +263,11 @@ func (s *Service) SetVersionState(ctx context.Context, caller Caller, ref, state
 // DeleteVersion removes a version no cluster uses (asynchronous, as in
 // CloudStack). With deleteISO its binaries ISO leaves the image store too,
 // unless another version still uses it. Admins only.
-func (s *Service) DeleteVersion(ctx context.Context, caller Caller, ref string, deleteISO bool) (Job, error) {
+func (s *Service) DeleteVersion(ctx context.Context, caller Caller, ref string, deleteISO bool) (core.Job, error) {
 	if !caller.Admin {
-		return Job{}, errorf(KindPermission, "Kubernetes version management is for admins only")
+		return core.Job{}, core.Errorf(core.KindPermission, "Kubernetes version management is for admins only")
 	}
-	var j Job
+	var j core.Job
 	err := s.st.Update(func(tx core.Tx) error {
 		v, err := versionByRef(tx, ref)
 		if err != nil {
@@ -285,7 +284,7 @@ func (s *Service) DeleteVersion(ctx context.Context, caller Caller, ref string, 
 			return err
 		}
 		if len(users) > 0 {
-			return errorf(KindInUse, "Unable to delete Kubernetes version ID: %s. Existing clusters currently using the version: %s", v.ID, strings.Join(users, ", "))
+			return core.Errorf(core.KindInUse, "Unable to delete Kubernetes version ID: %s. Existing clusters currently using the version: %s", v.ID, strings.Join(users, ", "))
 		}
 		j = newJob("deleteKubernetesSupportedVersion", InstanceVersion, v.ID, caller)
 		j.Params.DeleteISO = deleteISO
@@ -293,20 +292,20 @@ func (s *Service) DeleteVersion(ctx context.Context, caller Caller, ref string, 
 			map[string]string{"version": v.ID, "job": j.ID}); err != nil {
 			return err
 		}
-		return tx.Put(core.BucketJobs, j.ID, j)
+		return tx.Jobs().Put(j)
 	})
 	if err != nil {
-		return Job{}, err
+		return core.Job{}, err
 	}
 	s.start(j, s.runDeleteVersion)
 	return j, nil
 }
 
-func (s *Service) runDeleteVersion(ctx context.Context, j *Job) error {
+func (s *Service) runDeleteVersion(ctx context.Context, j *core.Job) error {
 	var removed core.Version
 	var isoShared bool
 	err := s.st.Update(func(tx core.Tx) error {
-		v, err := core.GetVersion(tx, j.InstanceID)
+		v, err := tx.Versions().Get(j.InstanceID)
 		if err != nil {
 			return err
 		}
@@ -318,7 +317,7 @@ func (s *Service) runDeleteVersion(ctx context.Context, j *Job) error {
 			return err
 		}
 		if inUse {
-			return errorf(KindInUse, "Unable to delete Kubernetes version ID: %s. Existing clusters currently using the version.", v.ID)
+			return core.Errorf(core.KindInUse, "Unable to delete Kubernetes version ID: %s. Existing clusters currently using the version.", v.ID)
 		}
 		if err := scanVersions(tx, func(o core.Version) bool {
 			isoShared = o.ID != v.ID && o.ImageID != "" && o.ImageID == v.ImageID
@@ -326,11 +325,11 @@ func (s *Service) runDeleteVersion(ctx context.Context, j *Job) error {
 		}); err != nil {
 			return err
 		}
-		if err := tx.Delete(core.BucketVersions, v.ID); err != nil {
+		if err := tx.Versions().Delete(v.ID); err != nil {
 			return err
 		}
 		removed = v
-		_, err = core.AppendEvent(tx, core.Event{Type: "version.deleted",
+		_, err = tx.Events().Append(core.Event{Type: "version.deleted",
 			Message: fmt.Sprintf("Kubernetes version %s (%s) deleted", v.Name, v.SemVer),
 			Fields:  map[string]string{"version": v.ID}})
 		return err
@@ -339,7 +338,7 @@ func (s *Service) runDeleteVersion(ctx context.Context, j *Job) error {
 		return s.failJob(j, err)
 	}
 	if j.Params.DeleteISO && removed.ImageID != "" && !isoShared && s.opts.Images != nil {
-		if _, err := s.opts.Images.Remove(removed.ImageID); err != nil && KindOf(err) != KindNotFound {
+		if _, err := s.opts.Images.Remove(removed.ImageID); err != nil && core.KindOf(err) != core.KindNotFound {
 			return s.failJob(j, fmt.Errorf("version deleted, but its ISO was not: %w", err))
 		}
 	}
@@ -347,7 +346,7 @@ func (s *Service) runDeleteVersion(ctx context.Context, j *Job) error {
 }
 
 // failJob stores a job's failure; it returns the cause (or a storage error).
-func (s *Service) failJob(j *Job, cause error) error {
+func (s *Service) failJob(j *core.Job, cause error) error {
 	if err := s.fail(j, cause); err != nil {
 		return err
 	}
@@ -355,10 +354,10 @@ func (s *Service) failJob(j *Job, cause error) error {
 }
 
 // succeed stores a job's success with the cluster it leaves (if any).
-func (s *Service) succeed(j *Job, c *core.Cluster, plain bool) error {
-	j.Status = JobSucceeded
+func (s *Service) succeed(j *core.Job, c *core.Cluster, plain bool) error {
+	j.Status = core.JobSucceeded
 	j.Cluster = c
 	j.Success = plain
 	j.Completed = now()
-	return s.st.Update(func(tx core.Tx) error { return tx.Put(core.BucketJobs, j.ID, j) })
+	return s.st.Update(func(tx core.Tx) error { return tx.Jobs().Put(*j) })
 }

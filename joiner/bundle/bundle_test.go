@@ -97,7 +97,7 @@ func TestVersionsAndKubeadmAPI(t *testing.T) {
 			t.Errorf("ParseVersion(%q) accepted", s)
 		}
 	}
-	if MustVersion("v1.28.4").String() != "v1.28.4" || MustVersion("1.28.4") != (Version{1, 28, 4}) {
+	if MustVersion("v1.28.4").Tag() != "v1.28.4" || MustVersion("1.28.4") != (Version{1, 28, 4}) {
 		t.Fatal("version round trip")
 	}
 }

@@ -101,7 +101,7 @@ func PlanInit(p InitParams) (KubeadmPlan, error) {
 	if p.EncryptionAlgorithm != pki.RSA2048 && !p.Version.AtLeast(1, 31) {
 		// Before v1beta4 kubeadm has no encryptionAlgorithm and RSA is the
 		// only CA key type every release loads.
-		return KubeadmPlan{}, fmt.Errorf("kubeadm init: a %s CA needs Kubernetes 1.31+ (have %s)", p.EncryptionAlgorithm, p.Version)
+		return KubeadmPlan{}, fmt.Errorf("kubeadm init: a %s CA needs Kubernetes 1.31+ (have %s)", p.EncryptionAlgorithm, p.Version.Tag())
 	}
 	sans := certSANs(p.ControlPlaneEndpoint, p.AdvertiseAddress, p.CertSANs)
 	if api == KubeadmFlags {
@@ -126,7 +126,7 @@ func PlanInit(p InitParams) (KubeadmPlan, error) {
 	}
 	clusterCfg := clusterConfiguration{
 		typeMeta:             typeMeta{APIVersion: string(api), Kind: "ClusterConfiguration"},
-		KubernetesVersion:    p.Version.String(),
+		KubernetesVersion:    p.Version.Tag(),
 		ControlPlaneEndpoint: p.ControlPlaneEndpoint,
 		APIServer:            apiServer{CertSANs: sans},
 		ClusterName:          p.ClusterName,
@@ -156,7 +156,7 @@ func planInitFlags(p InitParams, sans []string) KubeadmPlan {
 	cmd := []string{"kubeadm", "init",
 		"--token", first.Token.Reveal(),
 		"--token-ttl", first.TTL.String(),
-		"--kubernetes-version", p.Version.String(),
+		"--kubernetes-version", p.Version.Tag(),
 		"--cri-socket", criSocket(p.Version),
 		"--apiserver-cert-extra-sans", strings.Join(sans, ","),
 	}
@@ -210,7 +210,7 @@ func PlanJoin(p JoinParams) (KubeadmPlan, error) {
 	}
 	if p.ControlPlane {
 		if !p.Version.AtLeast(1, 16) {
-			return KubeadmPlan{}, fmt.Errorf("kubeadm join: extra control planes need Kubernetes 1.16+ (have %s)", p.Version)
+			return KubeadmPlan{}, fmt.Errorf("kubeadm join: extra control planes need Kubernetes 1.16+ (have %s)", p.Version.Tag())
 		}
 		if p.CertificateKey.IsZero() {
 			return KubeadmPlan{}, errors.New("kubeadm join: an extra control plane needs the certificate key")

@@ -6,30 +6,16 @@ package bundle
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
+
+	"github.com/ztpd/ztpd/internal/semver"
 )
 
-// Version is a Kubernetes release, major.minor.patch.
-type Version struct{ Major, Minor, Patch int }
+// Version is a Kubernetes release: ztpd's one version type.
+type Version = semver.Version
 
 // ParseVersion accepts "1.28.4" or "v1.28.4" (CloudStack's rule: three
 // numeric parts).
-func ParseVersion(s string) (Version, error) {
-	parts := strings.Split(strings.TrimPrefix(s, "v"), ".")
-	if len(parts) != 3 {
-		return Version{}, fmt.Errorf("kubernetes version %q: want major.minor.patch", s)
-	}
-	var n [3]int
-	for i, p := range parts {
-		v, err := strconv.Atoi(p)
-		if err != nil || v < 0 || p == "" || (len(p) > 1 && p[0] == '0') || len(p) > 6 {
-			return Version{}, fmt.Errorf("kubernetes version %q: %q is not a number", s, p)
-		}
-		n[i] = v
-	}
-	return Version{n[0], n[1], n[2]}, nil
-}
+func ParseVersion(s string) (Version, error) { return semver.ParseRelease(s) }
 
 // MustVersion is ParseVersion for constants.
 func MustVersion(s string) Version {
@@ -38,25 +24,6 @@ func MustVersion(s string) Version {
 		panic(err)
 	}
 	return v
-}
-
-// String is "v1.28.4", the form kubeadm's kubernetesVersion takes.
-func (v Version) String() string { return fmt.Sprintf("v%d.%d.%d", v.Major, v.Minor, v.Patch) }
-
-// Less orders versions.
-func (v Version) Less(o Version) bool {
-	if v.Major != o.Major {
-		return v.Major < o.Major
-	}
-	if v.Minor != o.Minor {
-		return v.Minor < o.Minor
-	}
-	return v.Patch < o.Patch
-}
-
-// AtLeast reports v >= major.minor.0.
-func (v Version) AtLeast(major, minor int) bool {
-	return !v.Less(Version{major, minor, 0})
 }
 
 // KubeadmAPI is how a kubeadm release is driven: a config file of one API
@@ -85,7 +52,7 @@ var MinVersion = Version{1, 11, 0}
 func KubeadmAPIFor(v Version) (KubeadmAPI, error) {
 	switch {
 	case v.Major != 1 || v.Less(MinVersion):
-		return "", fmt.Errorf("kubernetes %s is not supported (minimum %s)", v, MinVersion)
+		return "", fmt.Errorf("kubernetes %s is not supported (minimum %s)", v.Tag(), MinVersion.Tag())
 	case v.AtLeast(1, 31):
 		return KubeadmV1Beta4, nil
 	case v.AtLeast(1, 22):

@@ -1,0 +1,370 @@
+package clusters
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// An operation is one asynchronous cluster command, as a row of CloudStack's
+// state machine: the states it is accepted in and the transient state it
+// enters from each, the state it reaches on success, the state a failure
+// leaves, and the joiner's part. Every operation runs the same way: accept
+// (validate, enter the transient state, store the job, in one transaction),
+// then run (call the joiner, reach the target state, record the job).
+type operation struct {
+	command string // CloudStack command name
+	// accept maps each state the command is accepted in to the transient
+	// state it enters from there; "" accepts the command without a state
+	// change (nothing for the joiner to do).
+	accept map[core.ClusterState]core.ClusterState
+	// refused is the error for any other state; format arguments are the
+	// cluster ID ([1]) and state ([2]).
+	refused string
+	target  core.ClusterState // reached when the job succeeds
+	fail    core.ClusterState // left when the job fails after a state change
+	// atRun: the transient state is entered when the job starts, not when
+	// it is accepted (create: the cluster is returned Created).
+	atRun  bool
+	reason string // why the state changes, for the transient state's event
+	// call is the joiner's part, made with the cluster as the job changes it.
+	call func(ctx context.Context, m Membership, c core.Cluster, v core.Version) error
+	// failed names the step in the error of a failed call.
+	failed func(j *core.Job, v core.Version) string
+	// apply makes the job's changes to the cluster record.
+	apply func(c *core.Cluster, j *core.Job, v core.Version)
+	// done is the reason of the move to the target state.
+	done func(old, cur core.Cluster, v core.Version) string
+	// recordOnly stores a job accepted without a state change that still
+	// changes the record (scale of a Created or Stopped cluster); without
+	// it such a job succeeds at once.
+	recordOnly func(tx core.Tx, c *core.Cluster) error
+	plain      bool // the job's result is a plain success, not the cluster
+	remove     bool // the record is deleted on success
+}
+
+// The operations. Their error texts and transitions are CloudStack's.
+var (
+	opCreate = &operation{
+		command: "createKubernetesCluster",
+		accept:  map[core.ClusterState]core.ClusterState{core.ClusterCreated: core.ClusterStarting},
+		target:  core.ClusterRunning, fail: core.ClusterError, atRun: true, reason: "provisioning",
+		call: func(ctx context.Context, m Membership, c core.Cluster, _ core.Version) error {
+			return m.Provision(ctx, c)
+		},
+		failed: func(*core.Job, core.Version) string { return "provisioning cluster CA and tokens" },
+		done: func(core.Cluster, core.Cluster, core.Version) string {
+			return "CA and join tokens provisioned; devices join over time"
+		},
+	}
+	opScale = &operation{
+		command: "scaleKubernetesCluster",
+		accept: map[core.ClusterState]core.ClusterState{core.ClusterCreated: "", core.ClusterStopped: "",
+			core.ClusterRunning: core.ClusterScaling},
+		refused: "Kubernetes cluster ID: %[1]s is in %[2]s state",
+		target:  core.ClusterRunning, fail: core.ClusterAlert,
+		call:   func(ctx context.Context, m Membership, c core.Cluster, _ core.Version) error { return m.Resize(ctx, c) },
+		failed: func(*core.Job, core.Version) string { return "resizing" },
+		apply: func(c *core.Cluster, j *core.Job, _ core.Version) {
+			if j.Params.Size > 0 {
+				c.Size = j.Params.Size
+			}
+			if j.Params.OfferingID != "" {
+				c.ServiceOfferingID = j.Params.OfferingID
+			}
+		},
+		done: func(old, cur core.Cluster, _ core.Version) string {
+			return fmt.Sprintf("scaled from %d to %d workers", old.Size, cur.Size)
+		},
+		recordOnly: func(tx core.Tx, c *core.Cluster) error {
+			c.UpdatedAt = now()
+			if err := tx.Clusters().Put(*c); err != nil {
+				return err
+			}
+			_, err := tx.Events().Append(core.Event{Type: "cluster.scaled", Cluster: c.ID,
+				Message: fmt.Sprintf("Kubernetes cluster %s: size %d, offering %s", c.Name, c.Size, c.ServiceOfferingID)})
+			return err
+		},
+	}
+	opUpgrade = &operation{
+		command: "upgradeKubernetesCluster",
+		accept:  map[core.ClusterState]core.ClusterState{core.ClusterRunning: core.ClusterUpgrading},
+		refused: "Kubernetes cluster ID: %[1]s is not in running state",
+		target:  core.ClusterRunning, fail: core.ClusterAlert,
+		call: func(ctx context.Context, m Membership, c core.Cluster, v core.Version) error {
+			return m.SetVersion(ctx, c, v)
+		},
+		failed: func(_ *core.Job, v core.Version) string { return "setting version " + v.SemVer },
+		apply:  func(c *core.Cluster, _ *core.Job, v core.Version) { c.VersionID = v.ID },
+		done:   func(_, _ core.Cluster, v core.Version) string { return "upgraded to " + v.SemVer },
+	}
+	// Stopping a Stopped or Stopping cluster succeeds without change, as in
+	// CloudStack.
+	opStop = &operation{
+		command: "stopKubernetesCluster",
+		accept: map[core.ClusterState]core.ClusterState{core.ClusterRunning: core.ClusterStopping,
+			core.ClusterStopped: "", core.ClusterStopping: ""},
+		refused: "Kubernetes cluster ID: %[1]s is in %[2]s state and cannot be stopped",
+		target:  core.ClusterStopped, fail: core.ClusterAlert,
+		call:   func(ctx context.Context, m Membership, c core.Cluster, _ core.Version) error { return m.Stop(ctx, c) },
+		failed: func(j *core.Job, _ core.Version) string { return j.Command },
+		done:   func(core.Cluster, core.Cluster, core.Version) string { return "tokens suspended; members kept" },
+		plain:  true,
+	}
+	// Starting recovers a cluster in Alert; starting a Running or Starting
+	// one succeeds without change, as in CloudStack.
+	opStart = &operation{
+		command: "startKubernetesCluster",
+		accept: map[core.ClusterState]core.ClusterState{core.ClusterStopped: core.ClusterStarting,
+			core.ClusterAlert: core.ClusterRecovering, core.ClusterRunning: "", core.ClusterStarting: ""},
+		refused: "Kubernetes cluster ID: %[1]s is in %[2]s state and cannot be started",
+		target:  core.ClusterRunning, fail: core.ClusterAlert,
+		call:   func(ctx context.Context, m Membership, c core.Cluster, _ core.Version) error { return m.Start(ctx, c) },
+		failed: func(j *core.Job, _ core.Version) string { return j.Command },
+		done:   func(core.Cluster, core.Cluster, core.Version) string { return "tokens re-enabled" },
+	}
+	opDelete = &operation{
+		command: "deleteKubernetesCluster",
+		accept: map[core.ClusterState]core.ClusterState{core.ClusterRunning: core.ClusterDestroying,
+			core.ClusterStopped: core.ClusterDestroying, core.ClusterAlert: core.ClusterDestroying,
+			core.ClusterError: core.ClusterDestroying},
+		refused: "Kubernetes cluster ID: %[1]s is in %[2]s state and cannot be deleted",
+		target:  core.ClusterDestroyed, fail: core.ClusterAlert,
+		call: func(ctx context.Context, m Membership, c core.Cluster, _ core.Version) error {
+			return m.Destroy(ctx, c)
+		},
+		failed: func(*core.Job, core.Version) string { return "destroying" },
+		done: func(core.Cluster, core.Cluster, core.Version) string {
+			return "tokens revoked, members left, CA destroyed"
+		},
+		plain: true, remove: true,
+	}
+)
+
+// checkFunc validates an operation's parameters against the cluster and
+// fills the job's; enter false accepts it without the state change.
+type checkFunc func(tx core.Tx, c *core.Cluster, j *core.Job) (enter bool, err error)
+
+// accept validates and accepts op on the cluster ref in one transaction:
+// the state must be one op accepts, check (optional) must pass, the cluster
+// enters op's transient state and the job is stored. Then the job runs.
+func (s *Service) accept(caller Caller, ref string, op *operation, check checkFunc) (core.Job, error) {
+	var j core.Job
+	err := s.st.Update(func(tx core.Tx) error {
+		c, err := clusterFor(tx, caller, ref)
+		if err != nil {
+			return err
+		}
+		j = newJob(op.command, InstanceCluster, c.ID, caller)
+		enter, ok := op.accept[c.State]
+		if !ok {
+			return core.Errorf(core.KindState, op.refused, c.ID, c.State)
+		}
+		if check != nil {
+			in, err := check(tx, &c, &j)
+			if err != nil {
+				return err
+			}
+			if !in {
+				enter = ""
+			}
+		}
+		if enter != "" {
+			j.FailState, j.Params.Target = op.fail, op.target
+			if enter != c.State {
+				if err := s.setState(tx, &c, enter, op.command); err != nil {
+					return err
+				}
+			}
+		}
+		if err := appendWrite(tx, caller, op.command, c.ID, "", fmt.Sprintf("%s of Kubernetes cluster %s accepted (job %s)", op.command, c.Name, j.ID),
+			map[string]string{"job": j.ID}); err != nil {
+			return err
+		}
+		return tx.Jobs().Put(j)
+	})
+	if err != nil {
+		return core.Job{}, err
+	}
+	s.start(j, func(ctx context.Context, j *core.Job) error { return s.run(ctx, op, j) })
+	return j, nil
+}
+
+// run is every operation's job: enter the transient state (atRun), make
+// the joiner's call, move to the target state with the job's changes, and
+// record the outcome. A job accepted without a state change only records
+// (recordOnly) or succeeds at once.
+func (s *Service) run(ctx context.Context, op *operation, j *core.Job) error {
+	if op.atRun {
+		if _, err := s.transition(j.InstanceID, op.accept[core.ClusterCreated], op.reason); err != nil {
+			return s.failJob(j, err)
+		}
+	}
+	var c core.Cluster
+	var v core.Version
+	err := s.st.View(func(tx core.Tx) error {
+		var err error
+		if c, err = tx.Clusters().Get(j.InstanceID); err != nil {
+			return err
+		}
+		if j.Params.VersionID != "" {
+			v, err = tx.Versions().Get(j.Params.VersionID)
+		}
+		return err
+	})
+	if err != nil {
+		return s.failJob(j, err)
+	}
+	entered := j.Params.Target != ""
+	if !entered && op.recordOnly == nil {
+		return s.succeed(j, &c, op.plain) // nothing to do
+	}
+	if op.apply != nil {
+		op.apply(&c, j, v)
+	}
+	if entered && s.mem != nil && op.call != nil {
+		if err := s.call(ctx, func(ctx context.Context) error { return op.call(ctx, s.mem, c, v) }); err != nil {
+			return s.failJob(j, fmt.Errorf("%s: %w", op.failed(j, v), err))
+		}
+	}
+	err = s.st.Update(func(tx core.Tx) error {
+		cur, err := tx.Clusters().Get(j.InstanceID)
+		if err != nil {
+			return err
+		}
+		old := cur
+		if op.apply != nil {
+			op.apply(&cur, j, v)
+		}
+		if entered {
+			err = s.setState(tx, &cur, j.Params.Target, op.done(old, cur, v))
+		} else {
+			err = op.recordOnly(tx, &cur)
+		}
+		if err != nil {
+			return err
+		}
+		c = cur
+		if op.remove {
+			return tx.Clusters().Delete(cur.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return s.failJob(j, err)
+	}
+	if op.remove {
+		return s.succeed(j, nil, op.plain)
+	}
+	return s.succeed(j, &c, op.plain)
+}
+
+// ScaleCluster changes the desired size and/or the service offering.
+// size <= 0 leaves the size; offering "" leaves the offering.
+func (s *Service) ScaleCluster(ctx context.Context, caller Caller, ref string, size int, offering string) (core.Job, error) {
+	if size == 0 && offering == "" {
+		return core.Job{}, core.Errorf(core.KindInvalid, "Kubernetes cluster %s cannot be scaled, either a new service offering or a new cluster size must be passed", ref)
+	}
+	if size < 0 || size > MaxNodes {
+		return core.Job{}, core.Errorf(core.KindInvalid, "Kubernetes cluster %s cannot be scaled for size, %d", ref, size)
+	}
+	var off Offering
+	if offering != "" {
+		var ok bool
+		if off, ok = OfferingByID(offering); !ok {
+			return core.Job{}, core.Errorf(core.KindInvalid, "Failed to find service offering ID: %s", offering)
+		}
+	}
+	return s.accept(caller, ref, opScale, func(tx core.Tx, c *core.Cluster, j *core.Job) (bool, error) {
+		if size > 0 && c.State == core.ClusterStopped {
+			return false, core.Errorf(core.KindState, "Kubernetes cluster ID: %s is in %s state; its size can change only while it is Created or Running", c.ID, c.State)
+		}
+		if offering != "" {
+			cur, _ := OfferingByID(c.ServiceOfferingID)
+			if off.CPU < cur.CPU || off.MemoryMB < cur.MemoryMB {
+				return false, core.Errorf(core.KindInvalid, "Kubernetes cluster cannot be scaled down for service offering. Service offering ID: %s offers lesser resources as compared to service offering ID: %s of Kubernetes cluster ID: %s", off.ID, cur.ID, c.ID)
+			}
+		}
+		j.Params = core.JobParams{Size: size, OfferingID: off.ID}
+		return c.State == core.ClusterRunning && size > 0 && size != c.Size, nil
+	})
+}
+
+// UpgradeCluster moves a Running cluster to another Kubernetes version.
+func (s *Service) UpgradeCluster(ctx context.Context, caller Caller, ref, versionRef string) (core.Job, error) {
+	return s.accept(caller, ref, opUpgrade, func(tx core.Tx, c *core.Cluster, j *core.Job) (bool, error) {
+		to, err := versionByRef(tx, versionRef)
+		if err != nil {
+			return false, core.Errorf(core.KindInvalid, "Invalid Kubernetes version ID: %s", versionRef)
+		}
+		if err := checkVersionUsable(to, s.zone); err != nil {
+			return false, err
+		}
+		from, err := tx.Versions().Get(c.VersionID)
+		if err != nil {
+			return false, core.Errorf(core.KindInvalid, "Invalid Kubernetes version associated with cluster ID: %s", c.ID)
+		}
+		if err := CheckUpgrade(from.SemVer, to.SemVer); err != nil {
+			return false, &core.Error{Kind: core.KindInvalid, Msg: err.Error()}
+		}
+		j.Params = core.JobParams{VersionID: to.ID}
+		return true, nil
+	})
+}
+
+// StopCluster stops a Running cluster: the joiner suspends its tokens, so
+// no device joins; existing members are kept.
+func (s *Service) StopCluster(ctx context.Context, caller Caller, ref string) (core.Job, error) {
+	return s.accept(caller, ref, opStop, nil)
+}
+
+// StartCluster starts a Stopped cluster, or recovers one in Alert: the
+// joiner re-enables its tokens.
+func (s *Service) StartCluster(ctx context.Context, caller Caller, ref string) (core.Job, error) {
+	return s.accept(caller, ref, opStart, nil)
+}
+
+// DeleteCluster destroys a cluster: tokens revoked, members left, CA key
+// destroyed, record removed.
+func (s *Service) DeleteCluster(ctx context.Context, caller Caller, ref string) (core.Job, error) {
+	return s.accept(caller, ref, opDelete, nil)
+}
+
+// call runs one Membership call bounded by the operation timeout.
+func (s *Service) call(ctx context.Context, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.OpTimeout)
+	defer cancel()
+	return f(ctx)
+}
+
+// transition moves a cluster to state `to` if the state machine allows it,
+// in its own durable transaction, and returns the stored cluster.
+func (s *Service) transition(id string, to core.ClusterState, reason string) (core.Cluster, error) {
+	var c core.Cluster
+	err := s.st.Update(func(tx core.Tx) error {
+		var err error
+		if c, err = tx.Clusters().Get(id); err != nil {
+			return err
+		}
+		return s.setState(tx, &c, to, reason)
+	})
+	return c, err
+}
+
+// setState applies one state-machine step inside tx and records an event.
+func (s *Service) setState(tx core.Tx, c *core.Cluster, to core.ClusterState, reason string) error {
+	if !CanTransition(c.State, to) {
+		return core.Errorf(core.KindState, "Kubernetes cluster %s cannot move from %s to %s", c.Name, c.State, to)
+	}
+	from := c.State
+	c.State = to
+	c.UpdatedAt = now()
+	if err := tx.Clusters().Put(*c); err != nil {
+		return err
+	}
+	_, err := tx.Events().Append(core.Event{Type: "cluster.state", Cluster: c.ID,
+		Message: fmt.Sprintf("Kubernetes cluster %s: %s -> %s (%s)", c.Name, from, to, reason),
+		Fields:  map[string]string{"from": string(from), "to": string(to)}})
+	return err
+}

@@ -1,0 +1,248 @@
+package clusters
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"hash/fnv"
+	"sort"
+	"strings"
+
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// ClusterView is a cluster with what front ends show alongside it.
+type ClusterView struct {
+	Cluster  core.Cluster
+	Version  core.Version // zero when the version record is gone
+	Offering Offering     // zero when unknown
+	Zone     Zone
+	Domain   Domain
+	Members  []Member // devices in the cluster (left members excluded)
+	// Fingerprint changes whenever any record the view was built from
+	// may have changed (it follows ViewsGeneration); 0 means unknown (a
+	// store that does not count writes, or a view of a cluster not read
+	// from the store). Front ends may cache renderings by (cluster ID,
+	// Fingerprint).
+	Fingerprint uint64
+}
+
+// Member is one device's membership with its device record.
+type Member struct {
+	core.Membership
+	Device *core.Device // nil when the device record is gone
+}
+
+// Nodes is the desired node count (control plane plus workers).
+func (v ClusterView) Nodes() int { return v.Cluster.ControlNodes + v.Cluster.Size }
+
+// Cores is the advertised vCPU total: offering vCPUs times nodes (CloudStack's cpunumber).
+func (v ClusterView) Cores() int { return v.Offering.CPU * v.Nodes() }
+
+// MemoryMB is the advertised memory total in MiB (CloudStack's memory).
+func (v ClusterView) MemoryMB() int { return v.Offering.MemoryMB * v.Nodes() }
+
+// Endpoint is the API server URL: the stored endpoint (external load
+// balancer or what the joiner recorded), else the first control-plane
+// member's address.
+func (v ClusterView) Endpoint() (url, ip string) {
+	if v.Cluster.ExternalLBIP != "" {
+		return endpointURL(v.Cluster.ExternalLBIP), v.Cluster.ExternalLBIP
+	}
+	for _, m := range v.Members {
+		if m.Role == "control-plane" && m.Device != nil && m.Device.IP != "" {
+			if v.Cluster.Endpoint != "" {
+				return v.Cluster.Endpoint, m.Device.IP
+			}
+			return endpointURL(m.Device.IP), m.Device.IP
+		}
+	}
+	return v.Cluster.Endpoint, ""
+}
+
+// views renders clusters with versions, offerings and their members (the
+// clusters' rosters, as the joiner keeps them). fromStore: the clusters were
+// read from the store after gen was noted, so the views get fingerprints.
+func (s *Service) views(ctx context.Context, cs []core.Cluster, gen uint64, fromStore bool) ([]ClusterView, error) {
+	out := make([]ClusterView, len(cs))
+	if len(cs) == 0 {
+		return out, nil
+	}
+	err := s.st.View(func(tx core.Tx) error {
+		versions := map[string]core.Version{}
+		for i, c := range cs {
+			v, ok := versions[c.VersionID]
+			if !ok {
+				var err error
+				if v, err = tx.Versions().Get(c.VersionID); err != nil && !errors.Is(err, core.ErrNotFound) {
+					return err
+				}
+				versions[c.VersionID] = v
+			}
+			off, _ := OfferingByID(c.ServiceOfferingID)
+			view := ClusterView{Cluster: c, Version: v, Offering: off, Zone: s.zone, Domain: s.domain, Members: []Member{}}
+			var ms []Member
+			err := tx.Memberships().Roster(c.ID, func(device, _ string) (bool, error) {
+				m, err := tx.Memberships().Get(device)
+				if errors.Is(err, core.ErrNotFound) {
+					return true, nil
+				}
+				if err != nil {
+					return false, err
+				}
+				if m.Cluster == c.ID && m.State != core.StateLeft {
+					ms = append(ms, Member{Membership: m})
+				}
+				return true, nil
+			})
+			if err != nil {
+				return err
+			}
+			sort.Slice(ms, func(a, b int) bool {
+				if ms[a].Role != ms[b].Role {
+					return ms[a].Role == "control-plane"
+				}
+				return ms[a].Membership.Device < ms[b].Membership.Device
+			})
+			for _, m := range ms {
+				d, err := tx.Devices().Get(m.Membership.Device)
+				if err == nil {
+					m.Device = &d
+				} else if !errors.Is(err, core.ErrNotFound) {
+					return err
+				}
+				view.Members = append(view.Members, m)
+			}
+			if fromStore && gen != 0 {
+				h := fnv.New64a()
+				var b [8]byte
+				binary.LittleEndian.PutUint64(b[:], gen)
+				h.Write(b[:])
+				h.Write([]byte(c.ID))
+				view.Fingerprint = h.Sum64()
+			}
+			out[i] = view
+		}
+		return nil
+	})
+	return out, err
+}
+
+// ClusterFilter selects clusters; empty fields match all.
+type ClusterFilter struct {
+	ID      string
+	Name    string
+	State   string
+	Keyword string // substring of name or description
+	// ListAll lists every account's clusters to an admin (CloudStack's
+	// listall=true); without it an admin lists its own account's, unless
+	// it asks for one ID. Callers that are not admins list their own.
+	ListAll bool
+	// Account lists only that account's clusters (within what the caller
+	// may list).
+	Account string
+}
+
+// ListClusters returns the matching clusters the caller may list, oldest
+// first: one page of views (page from 1; pageSize <= 0 means all) and the
+// total match count.
+func (s *Service) ListClusters(ctx context.Context, caller Caller, f ClusterFilter, page, pageSize int) ([]ClusterView, int, error) {
+	// As CloudStack's buildACLSearchParameters: a user lists its account's;
+	// an admin too, unless listall or an id widens it.
+	account := caller.AccountName()
+	everyone := caller.Admin && (f.ListAll || f.ID != "" || f.Account != "")
+	var matched []core.Cluster
+	gen, _ := s.ViewsGeneration()
+	err := s.st.View(func(tx core.Tx) error {
+		return tx.Clusters().List("", func(c core.Cluster) (bool, error) {
+			if !everyone && core.ClusterAccount(c) != account || f.Account != "" && core.ClusterAccount(c) != f.Account {
+				return true, nil
+			}
+			if f.ID != "" && c.ID != f.ID {
+				return true, nil
+			}
+			if f.Name != "" && c.Name != f.Name {
+				return true, nil
+			}
+			if f.State != "" && !strings.EqualFold(string(c.State), f.State) {
+				return true, nil
+			}
+			if f.Keyword != "" {
+				k := strings.ToLower(f.Keyword)
+				if !strings.Contains(strings.ToLower(c.Name), k) && !strings.Contains(strings.ToLower(c.Description), k) {
+					return true, nil
+				}
+			}
+			matched = append(matched, c)
+			return true, nil
+		})
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	sort.SliceStable(matched, func(i, j int) bool {
+		if !matched[i].Created.Equal(matched[j].Created) {
+			return matched[i].Created.Before(matched[j].Created)
+		}
+		return matched[i].ID < matched[j].ID
+	})
+	total := len(matched)
+	if pageSize > 0 {
+		if page < 1 {
+			page = 1
+		}
+		start := (page - 1) * pageSize
+		if start >= len(matched) {
+			matched = nil
+		} else {
+			matched = matched[start:min(start+pageSize, len(matched))]
+		}
+	}
+	views, err := s.views(ctx, matched, gen, true)
+	return views, total, err
+}
+
+// AccountClusters returns the IDs of the clusters the caller's account
+// owns (front ends filter devices, leases and events by them).
+func (s *Service) AccountClusters(ctx context.Context, caller Caller) (map[string]bool, error) {
+	out := map[string]bool{}
+	account := caller.AccountName()
+	err := s.st.View(func(tx core.Tx) error {
+		return tx.Clusters().List("", func(c core.Cluster) (bool, error) {
+			if core.ClusterAccount(c) == account {
+				out[c.ID] = true
+			}
+			return true, nil
+		})
+	})
+	return out, err
+}
+
+// GetCluster returns one cluster view, by ID or name, that caller sees.
+func (s *Service) GetCluster(ctx context.Context, caller Caller, ref string) (ClusterView, error) {
+	var c core.Cluster
+	gen, _ := s.ViewsGeneration()
+	err := s.st.View(func(tx core.Tx) error {
+		var err error
+		c, err = clusterFor(tx, caller, ref)
+		return err
+	})
+	if err != nil {
+		return ClusterView{}, err
+	}
+	vs, err := s.views(ctx, []core.Cluster{c}, gen, true)
+	if err != nil {
+		return ClusterView{}, err
+	}
+	return vs[0], nil
+}
+
+// View renders one stored cluster (for example a job's result) with its
+// current version, offering and members.
+func (s *Service) View(ctx context.Context, c core.Cluster) (ClusterView, error) {
+	vs, err := s.views(ctx, []core.Cluster{c}, 0, false)
+	if err != nil {
+		return ClusterView{}, err
+	}
+	return vs[0], nil
+}
