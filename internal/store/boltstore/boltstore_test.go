@@ -56,7 +56,7 @@ func TestBatchCommitsEveryCallerAndIsolatesFailures(t *testing.T) {
 				if i%50 == 7 {
 					return fmt.Errorf("caller %d refuses", i)
 				}
-				return tx.Put(kv.BucketLeases, fmt.Sprintf("k%04d", i), i)
+				return tx.Leases().Put(core.Lease{IP: fmt.Sprintf("10.99.%d.%d", i/250, i%250), MAC: "m"})
 			})
 		}(i)
 	}
@@ -78,7 +78,7 @@ func TestBatchCommitsEveryCallerAndIsolatesFailures(t *testing.T) {
 	}
 	defer s2.Close()
 	err = s2.View(func(tx core.Tx) error {
-		c, err := tx.Count(kv.BucketLeases)
+		c, err := tx.Leases().Count()
 		if c != n-n/50 {
 			return fmt.Errorf("count %d, want %d", c, n-n/50)
 		}
@@ -93,7 +93,7 @@ func TestBackupIsAConsistentOpenableCopy(t *testing.T) {
 	s, _ := openTemp(t)
 	for i := 0; i < 100; i++ {
 		d := core.Device{ID: fmt.Sprintf("02:00:00:00:00:%02x", i), Serial: fmt.Sprintf("SN%d", i), State: core.StateDiscovered}
-		if err := s.Update(func(tx core.Tx) error { return core.PutDevice(tx, d) }); err != nil {
+		if err := s.Update(func(tx core.Tx) error { return tx.Devices().Put(d) }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -111,7 +111,7 @@ func TestBackupIsAConsistentOpenableCopy(t *testing.T) {
 	}
 	defer b.Close()
 	err = b.View(func(tx core.Tx) error {
-		d, err := core.DeviceBySerial(tx, "SN42")
+		d, err := tx.Devices().BySerial("SN42")
 		if err != nil {
 			return err
 		}
@@ -145,7 +145,7 @@ func TestSerialIndexFollowsChanges(t *testing.T) {
 	put := func(serial string) {
 		t.Helper()
 		if err := s.Update(func(tx core.Tx) error {
-			return core.PutDevice(tx, core.Device{ID: "02:00:00:00:00:01", Serial: serial})
+			return tx.Devices().Put(core.Device{ID: "02:00:00:00:00:01", Serial: serial})
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -153,10 +153,10 @@ func TestSerialIndexFollowsChanges(t *testing.T) {
 	put("A")
 	put("B")
 	err := s.View(func(tx core.Tx) error {
-		if _, err := core.DeviceBySerial(tx, "A"); !errors.Is(err, core.ErrNotFound) {
+		if _, err := tx.Devices().BySerial("A"); !errors.Is(err, core.ErrNotFound) {
 			return fmt.Errorf("old serial still indexed: %v", err)
 		}
-		_, err := core.DeviceBySerial(tx, "B")
+		_, err := tx.Devices().BySerial("B")
 		return err
 	})
 	if err != nil {
@@ -167,10 +167,10 @@ func TestSerialIndexFollowsChanges(t *testing.T) {
 func TestClusterNamesAreUnique(t *testing.T) {
 	s, _ := openTemp(t)
 	err := s.Update(func(tx core.Tx) error {
-		if err := core.PutCluster(tx, core.Cluster{ID: "c1", Name: "prod"}); err != nil {
+		if err := tx.Clusters().Put(core.Cluster{ID: "c1", Name: "prod"}); err != nil {
 			return err
 		}
-		return core.PutCluster(tx, core.Cluster{ID: "c2", Name: "prod"})
+		return tx.Clusters().Put(core.Cluster{ID: "c2", Name: "prod"})
 	})
 	if err == nil || !strings.Contains(err.Error(), "already used") {
 		t.Fatalf("want duplicate-name error, got %v", err)
@@ -193,7 +193,7 @@ func BenchmarkBatchParallel(b *testing.B) {
 			k := fmt.Sprintf("%08d", n)
 			seq.Unlock()
 			if err := s.Batch(func(tx core.Tx) error {
-				return tx.Put(kv.BucketLeases, k, core.Lease{IP: k, State: core.LeaseActive})
+				return tx.Leases().Put(core.Lease{IP: k, State: core.LeaseActive})
 			}); err != nil {
 				b.Fatal(err)
 			}
@@ -203,32 +203,42 @@ func BenchmarkBatchParallel(b *testing.B) {
 
 var _ core.Generations = (*Store)(nil)
 
-func TestGenerationCountsWritesPerBucket(t *testing.T) {
+func TestGenerationCountsWritesPerAggregate(t *testing.T) {
 	s, _ := openTemp(t)
-	devs := func() uint64 { return s.Generation(kv.BucketDevices) }
-	both := func() uint64 { return s.Generation(kv.BucketDevices, kv.BucketClusters) }
-	d0, b0, l0 := devs(), both(), s.Generation(kv.BucketLeases)
+	devs := func() uint64 { return s.Generation(core.AggDevices) }
+	both := func() uint64 { return s.Generation(core.AggDevices, core.AggClusters) }
+	d0, b0, l0 := devs(), both(), s.Generation(core.AggLeases)
 
 	// Reads and writes to other buckets leave the generation alone.
-	if err := s.View(func(tx core.Tx) error { _, err := tx.Get(kv.BucketDevices, "x", &struct{}{}); return err }); err != nil {
+	if err := s.View(func(tx core.Tx) error {
+		_, err := tx.Devices().Get("x")
+		if errors.Is(err, core.ErrNotFound) {
+			err = nil
+		}
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Update(func(tx core.Tx) error { return tx.Put(kv.BucketLeases, "10.99.0.1", 1) }); err != nil {
+	if err := s.Update(func(tx core.Tx) error { return tx.Leases().Put(core.Lease{IP: "10.99.0.1"}) }); err != nil {
 		t.Fatal(err)
 	}
 	if devs() != d0 || both() != b0 {
 		t.Fatalf("a leases write moved the devices/clusters generation")
 	}
-	if s.Generation(kv.BucketLeases) == l0 {
+	if s.Generation(core.AggLeases) == l0 {
 		t.Fatalf("a leases write did not move the leases generation")
 	}
 
 	// Update, Batch and Delete each count, and the count is visible when
 	// the call returns.
 	steps := []func() error{
-		func() error { return s.Update(func(tx core.Tx) error { return tx.Put(kv.BucketDevices, "a", 1) }) },
-		func() error { return s.Batch(func(tx core.Tx) error { return tx.Put(kv.BucketClusters, "c", 1) }) },
-		func() error { return s.Batch(func(tx core.Tx) error { return tx.Delete(kv.BucketDevices, "a") }) },
+		func() error {
+			return s.Update(func(tx core.Tx) error { return tx.Devices().Put(core.Device{ID: "a"}) })
+		},
+		func() error {
+			return s.Batch(func(tx core.Tx) error { return tx.Clusters().Put(core.Cluster{ID: "c", Name: "c"}) })
+		},
+		func() error { return s.Batch(func(tx core.Tx) error { return tx.Devices().Delete("a") }) },
 	}
 	for i, step := range steps {
 		before := both()
@@ -252,7 +262,7 @@ func TestGenerationCountsWritesPerBucket(t *testing.T) {
 				if i == 3 {
 					return errors.New("refused")
 				}
-				return tx.Put(kv.BucketDevices, fmt.Sprint("d", i), i)
+				return tx.Devices().Put(core.Device{ID: fmt.Sprint("d", i)})
 			})
 		}(i)
 	}
@@ -260,8 +270,8 @@ func TestGenerationCountsWritesPerBucket(t *testing.T) {
 	if devs() == before {
 		t.Fatal("batched device writes did not move the generation")
 	}
-	if s.Generation() != 0 || s.Generation("no-such-bucket") != 0 {
-		t.Fatal("generation of no known bucket must be 0")
+	if s.Generation() != 0 || s.Generation(core.NumAggregates) != 0 {
+		t.Fatal("generation of no known aggregate must be 0")
 	}
 }
 
@@ -296,7 +306,7 @@ func TestFullDiskFailsCleanlyAndLosesNothing(t *testing.T) {
 			for j := 0; j < 50; j++ {
 				l := value
 				l.IP = fmt.Sprintf("10.99.%d.%d", (committed+j)/250, (committed+j)%250)
-				if err := tx.Put(kv.BucketLeases, l.IP, l); err != nil {
+				if err := tx.Leases().Put(l); err != nil {
 					return err
 				}
 			}
@@ -316,7 +326,7 @@ func TestFullDiskFailsCleanlyAndLosesNothing(t *testing.T) {
 	count := func(s *Store) int {
 		n := 0
 		if err := s.View(func(tx core.Tx) error {
-			return tx.Scan(kv.BucketLeases, "", func(string, []byte) (bool, error) { n++; return true, nil })
+			return tx.Leases().List("", func(core.Lease) (bool, error) { n++; return true, nil })
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -327,7 +337,7 @@ func TestFullDiskFailsCleanlyAndLosesNothing(t *testing.T) {
 	}
 	// Room again: the same open store takes writes without a restart.
 	os.Remove(filler)
-	if err := s.Update(func(tx core.Tx) error { return tx.Put(kv.BucketLeases, "10.99.251.1", value) }); err != nil {
+	if err := s.Update(func(tx core.Tx) error { v := value; v.IP = "10.99.251.1"; return tx.Leases().Put(v) }); err != nil {
 		t.Fatalf("write once there is room again: %v", err)
 	}
 	committed++
@@ -355,7 +365,7 @@ func TestAuditEventsMoveToTheirBucket(t *testing.T) {
 		}
 		ev := btx.Bucket([]byte(kv.BucketEvents))
 		for i, typ := range []string{"dhcp.ack", "cluster.created", "ztp.json.served", "apikey.created", "device.approved"} {
-			k := core.EventKey(uint64(i + 1))
+			k := fmt.Sprintf("%020d", i+1)
 			if err := ev.Put([]byte(k), []byte(fmt.Sprintf(`{"seq":%d,"type":%q}`, i+1, typ))); err != nil {
 				return err
 			}
@@ -371,24 +381,26 @@ func TestAuditEventsMoveToTheirBucket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	keys := func(b kv.Bucket) (out []string) {
+	keys := func(st core.EventStream) (out []string) {
 		s.View(func(tx core.Tx) error {
-			return tx.Scan(b, "", func(k string, v []byte) (bool, error) {
-				var e core.Event
-				core.Decode(v, &e)
+			return tx.Events().List(st, 0, func(e core.Event) (bool, error) {
 				out = append(out, fmt.Sprintf("%d %s", e.Seq, e.Type))
 				return true, nil
 			})
 		})
 		return out
 	}
-	if got := strings.Join(keys(kv.BucketEvents), ","); got != "1 dhcp.ack,3 ztp.json.served" {
+	if got := strings.Join(keys(core.DeviceEvents), ","); got != "1 dhcp.ack,3 ztp.json.served" {
 		t.Fatalf("device events %s", got)
 	}
-	if got := strings.Join(keys(kv.BucketAudit), ","); got != "2 cluster.created,4 apikey.created,5 device.approved" {
+	if got := strings.Join(keys(core.AuditEvents), ","); got != "2 cluster.created,4 apikey.created,5 device.approved" {
 		t.Fatalf("audit events %s", got)
 	}
 	if v, _ := s.Schema(); v != SchemaVersion {
 		t.Fatalf("schema %d", v)
 	}
 }
+
+// The repository contract every store must keep (storetest.Conformance)
+// lives in storetest, which imports this package; conformance_test.go in
+// package boltstore_test runs it.

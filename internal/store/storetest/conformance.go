@@ -309,10 +309,10 @@ func tokensContract(t *testing.T, st core.Store) {
 		wantEqual(t, "pool", pool, []string{"abcdef", "bbbbbb"})
 		id, ok, err := tx.Tokens().Enrollment(core.EnrollmentKey{MAC: "02:00:00:00:00:01", Serial: "SN9"})
 		must(t, err)
-		wantEqual(t, "enrollment by MAC (MAC wins)", fmt.Sprint(id, ok), "e1 true")
+		wantEqual(t, "enrollment by MAC (MAC wins)", fmt.Sprintf("%s %v", id, ok), "e1 true")
 		id, ok, err = tx.Tokens().Enrollment(core.EnrollmentKey{Serial: "SN9"})
 		must(t, err)
-		wantEqual(t, "enrollment by serial", fmt.Sprint(id, ok), "e9 true")
+		wantEqual(t, "enrollment by serial", fmt.Sprintf("%s %v", id, ok), "e9 true")
 		return nil
 	})
 	Update(t, st, func(tx core.Tx) error {
@@ -496,7 +496,7 @@ func settingsContract(t *testing.T, st core.Store) {
 	View(t, st, func(tx core.Tx) error {
 		v, ok, err := tx.Settings().Get("zone")
 		must(t, err)
-		wantEqual(t, "setting", fmt.Sprint(v, ok), "z-1 true")
+		wantEqual(t, "setting", fmt.Sprintf("%s %v", v, ok), "z-1 true")
 		return nil
 	})
 }
