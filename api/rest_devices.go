@@ -43,7 +43,7 @@ type restDevice struct {
 	UpdatedAt   time.Time         `json:"updated_at"`
 }
 
-func restDeviceOf(d *core.Device) restDevice {
+func restDeviceOf(d core.Device) restDevice {
 	return restDevice{ID: d.ID, Kind: d.Kind, MAC: d.MAC, Serial: d.Serial, Product: d.Product, Platform: d.Platform,
 		Hostname: d.Hostname, ClientID: d.ClientID, VendorClass: d.VendorClass, SONiCVer: d.SONiCVer, IP: d.IP,
 		Subnet: d.Subnet, RelayAddr: d.RelayAddr, CircuitID: d.CircuitID, RemoteID: d.RemoteID, BaseMAC: d.BaseMAC,
@@ -65,13 +65,13 @@ type restLease struct {
 	UpdatedAt time.Time       `json:"updated_at"`
 }
 
-func restLeaseOf(l *core.Lease) restLease {
+func restLeaseOf(l core.Lease) restLease {
 	return restLease{IP: l.IP, MAC: l.MAC, ClientID: l.ClientID, Hostname: l.Hostname, Subnet: l.Subnet, State: l.State,
 		Start: l.Start, Expiry: l.Expiry, Reserved: l.Reserved, UpdatedAt: l.UpdatedAt}
 }
 
-func devicePos(d *core.Device) string { return d.ID }
-func leasePos(l *core.Lease) string   { return l.IP }
+func devicePos(d core.Device) string { return d.ID }
+func leasePos(l core.Lease) string   { return l.IP }
 
 func (s *Server) listDevices(c *gin.Context) {
 	limit, after, ok := listParams(c)
@@ -87,9 +87,9 @@ func (s *Server) listDevices(c *gin.Context) {
 	if !ok {
 		return
 	}
-	var keep func(*core.Device) bool
+	var keep func(core.Device) bool
 	if state != "" || kind != "" || cluster != "" || subnet != "" || approved != "" || own != nil {
-		keep = func(d *core.Device) bool {
+		keep = func(d core.Device) bool {
 			return (own == nil || own[d.Cluster]) && (state == "" || string(d.State) == state) && (kind == "" || string(d.Kind) == kind) &&
 				(cluster == "" || d.Cluster == cluster) && (subnet == "" || d.Subnet == subnet) &&
 				(approved == "" || strconv.FormatBool(d.Approved) == approved)
@@ -137,7 +137,7 @@ func (s *Server) getDevice(c *gin.Context) {
 		restRefuse(c, core.KindNotFound, "device "+ref+" not found")
 		return
 	}
-	httpserve.WriteJSON(c.Writer, http.StatusOK, restDeviceOf(&d))
+	httpserve.WriteJSON(c.Writer, http.StatusOK, restDeviceOf(d))
 }
 
 // ownClusters is nil for admin keys, else the IDs of the clusters of the
@@ -190,7 +190,7 @@ func (s *Server) approveDevice(c *gin.Context) {
 		s.restFail(c, err)
 		return
 	}
-	httpserve.WriteJSON(c.Writer, http.StatusOK, restDeviceOf(&d))
+	httpserve.WriteJSON(c.Writer, http.StatusOK, restDeviceOf(d))
 }
 
 func (s *Server) resetDevice(c *gin.Context) {
@@ -199,7 +199,7 @@ func (s *Server) resetDevice(c *gin.Context) {
 		s.restFail(c, err)
 		return
 	}
-	httpserve.WriteJSON(c.Writer, http.StatusOK, restDeviceOf(&d))
+	httpserve.WriteJSON(c.Writer, http.StatusOK, restDeviceOf(d))
 }
 
 func (s *Server) listLeases(c *gin.Context) {
@@ -212,9 +212,9 @@ func (s *Server) listLeases(c *gin.Context) {
 	if !ok {
 		return
 	}
-	var keep func(*core.Lease) bool
+	var keep func(core.Lease) bool
 	if state != "" || subnet != "" || mac != "" || macs != nil {
-		keep = func(l *core.Lease) bool {
+		keep = func(l core.Lease) bool {
 			return (macs == nil || macs[l.MAC]) && (state == "" || string(l.State) == state) && (subnet == "" || l.Subnet == subnet) && (mac == "" || l.MAC == mac)
 		}
 	}

@@ -23,7 +23,7 @@ type restEvent struct {
 	Fields  map[string]string `json:"fields,omitempty"`
 }
 
-func restEventOf(e *core.Event) restEvent {
+func restEventOf(e core.Event) restEvent {
 	return restEvent{Seq: e.Seq, Time: e.Time, Type: e.Type, Device: e.Device, Cluster: e.Cluster, Message: e.Message, Fields: e.Fields}
 }
 
@@ -56,9 +56,9 @@ func (s *Server) listEvents(c *gin.Context) {
 		return
 	}
 	account := callerOf(c).AccountName()
-	var keep func(*core.Event) bool
+	var keep func(core.Event) bool
 	if typ != "" || device != "" || cluster != "" || own != nil {
-		keep = func(e *core.Event) bool {
+		keep = func(e core.Event) bool {
 			return (own == nil || (e.Cluster != "" && own[e.Cluster]) || e.Fields["account"] == account) &&
 				(typ == "" || e.Type == typ || strings.HasPrefix(e.Type, typ+".")) &&
 				(device == "" || e.Device == device) && (cluster == "" || e.Cluster == cluster)
@@ -84,7 +84,7 @@ func (s *Server) listEvents(c *gin.Context) {
 // one stream it is an ordinary listing; from several, whose sequence
 // numbers share one order, each contributes up to limit+1 kept events and
 // the page is their merge in sequence order.
-func (s *Server) eventsPage(streams []core.EventStream, limit int, after uint64, keep func(*core.Event) bool) (page[restEvent], error) {
+func (s *Server) eventsPage(streams []core.EventStream, limit int, after uint64, keep func(core.Event) bool) (page[restEvent], error) {
 	var out page[restEvent]
 	err := s.st.View(func(tx core.Tx) error {
 		if len(streams) == 1 {
@@ -93,14 +93,14 @@ func (s *Server) eventsPage(streams []core.EventStream, limit int, after uint64,
 				return tx.Events().List(streams[0], after, fn)
 			}
 			var err error
-			out, err = collect(list, eventPos(after), limit, func(e *core.Event) string { return eventPos(e.Seq) }, keep, restEventOf)
+			out, err = collect(list, eventPos(after), limit, func(e core.Event) string { return eventPos(e.Seq) }, keep, restEventOf)
 			return err
 		}
 		var all []core.Event
 		for _, st := range streams {
 			n := 0
 			err := tx.Events().List(st, after, func(e core.Event) (bool, error) {
-				if keep != nil && !keep(&e) {
+				if keep != nil && !keep(e) {
 					return true, nil
 				}
 				all = append(all, e)
@@ -118,7 +118,7 @@ func (s *Server) eventsPage(streams []core.EventStream, limit int, after uint64,
 		}
 		out = page[restEvent]{Items: make([]restEvent, 0, len(all))}
 		for i := range all {
-			out.Items = append(out.Items, restEventOf(&all[i]))
+			out.Items = append(out.Items, restEventOf(all[i]))
 		}
 		if more {
 			out.NextCursor = cursorOf(eventPos(all[len(all)-1].Seq))

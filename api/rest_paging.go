@@ -70,7 +70,7 @@ func parseEventPos(pos string) (uint64, bool) {
 // each mapped to its view. When a record is visited past a full page,
 // next_cursor is the position of the last record visited before it.
 func collect[T, V any](list func(after string, fn core.Visit[T]) error, after string, limit int,
-	pos func(*T) string, keep func(*T) bool, view func(*T) V) (page[V], error) {
+	pos func(T) string, keep func(T) bool, view func(T) V) (page[V], error) {
 	out := page[V]{Items: []V{}}
 	var last string
 	more := false
@@ -79,9 +79,9 @@ func collect[T, V any](list func(after string, fn core.Visit[T]) error, after st
 			more = true
 			return false, nil
 		}
-		last = pos(&v)
-		if keep == nil || keep(&v) {
-			out.Items = append(out.Items, view(&v))
+		last = pos(v) // by value: a pointer would move every record to the heap
+		if keep == nil || keep(v) {
+			out.Items = append(out.Items, view(v))
 		}
 		return true, nil
 	})

@@ -25,12 +25,12 @@ type restToken struct {
 	Created     time.Time `json:"created"`
 }
 
-func restTokenOf(t *core.Token) restToken {
+func restTokenOf(t core.Token) restToken {
 	return restToken{ID: t.ID, Kind: t.Kind, Cluster: t.Cluster, Device: t.Device, Usages: t.Usages,
 		Description: t.Description, Expires: t.Expires, UsedAt: t.UsedAt, Revoked: t.Revoked, Created: t.Created}
 }
 
-func tokenPos(t *core.Token) string { return core.TokenCursor(*t) }
+func tokenPos(t core.Token) string { return core.TokenCursor(t) }
 
 func (s *Server) listTokens(c *gin.Context) {
 	limit, after, ok := listParams(c)
@@ -38,7 +38,7 @@ func (s *Server) listTokens(c *gin.Context) {
 		return
 	}
 	cluster, kind, revoked := c.Query("cluster"), c.Query("kind"), c.Query("revoked")
-	keep := func(t *core.Token) bool {
+	keep := func(t core.Token) bool {
 		return (cluster == "" || t.Cluster == cluster) && (kind == "" || t.Kind == kind) &&
 			(revoked == "" || strconv.FormatBool(t.Revoked) == revoked)
 	}
@@ -65,5 +65,5 @@ func (s *Server) revokeToken(c *gin.Context) {
 		s.restFail(c, err)
 		return
 	}
-	httpserve.WriteJSON(c.Writer, http.StatusOK, restTokenOf(&t))
+	httpserve.WriteJSON(c.Writer, http.StatusOK, restTokenOf(t))
 }

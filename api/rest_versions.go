@@ -29,7 +29,7 @@ type restVersion struct {
 	UpdatedAt   time.Time `json:"updated_at"`
 }
 
-func restVersionOf(v *core.Version) restVersion {
+func restVersionOf(v core.Version) restVersion {
 	return restVersion{ID: v.ID, Name: v.Name, SemVer: v.SemVer, ImageID: v.ImageID, ISOName: v.ISOName, ISOURL: v.ISOURL,
 		Checksum: v.Checksum, ZoneID: v.ZoneID, State: v.State, MinCPU: v.MinCPU, MinMemoryMB: v.MinMemoryMB,
 		Created: v.Created, UpdatedAt: v.UpdatedAt}
@@ -54,7 +54,7 @@ func (s *Server) listVersions(c *gin.Context) {
 	}
 	out := page[restVersion]{Items: make([]restVersion, 0, len(vs))}
 	for i := range vs {
-		out.Items = append(out.Items, restVersionOf(&vs[i]))
+		out.Items = append(out.Items, restVersionOf(vs[i]))
 	}
 	httpserve.WriteJSON(c.Writer, http.StatusOK, out)
 }
@@ -65,7 +65,7 @@ func (s *Server) getVersion(c *gin.Context) {
 		s.restFail(c, err)
 		return
 	}
-	httpserve.WriteJSON(c.Writer, http.StatusOK, restVersionOf(&v))
+	httpserve.WriteJSON(c.Writer, http.StatusOK, restVersionOf(v))
 }
 
 func (s *Server) addVersion(c *gin.Context) {
@@ -86,7 +86,7 @@ func (s *Server) addVersion(c *gin.Context) {
 		s.restFail(c, err)
 		return
 	}
-	httpserve.WriteJSON(c.Writer, http.StatusCreated, restVersionOf(&v))
+	httpserve.WriteJSON(c.Writer, http.StatusCreated, restVersionOf(v))
 }
 
 func (s *Server) updateVersion(c *gin.Context) {
@@ -101,7 +101,7 @@ func (s *Server) updateVersion(c *gin.Context) {
 		s.restFail(c, err)
 		return
 	}
-	httpserve.WriteJSON(c.Writer, http.StatusOK, restVersionOf(&v))
+	httpserve.WriteJSON(c.Writer, http.StatusOK, restVersionOf(v))
 }
 
 func (s *Server) deleteVersion(c *gin.Context) {

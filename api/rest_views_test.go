@@ -55,11 +55,11 @@ func TestRESTViewsKeepTheAnswersClientsKnow(t *testing.T) {
 		what       string
 		view, want any
 	}{
-		{"device", restDeviceOf(&d), d},
-		{"sparse device", restDeviceOf(&sparse), sparse},
-		{"lease", restLeaseOf(&l), l},
-		{"event", restEventOf(&e), e},
-		{"version", restVersionOf(&v), v},
+		{"device", restDeviceOf(d), d},
+		{"sparse device", restDeviceOf(sparse), sparse},
+		{"lease", restLeaseOf(l), l},
+		{"event", restEventOf(e), e},
+		{"version", restVersionOf(v), v},
 		{"image", restImage{SHA256: im.SHA256, Name: im.Name, Kind: im.Kind, Platform: im.Platform, Version: im.Version, Size: im.Size, Created: im.Created}, im},
 	} {
 		if got, want := mustMarshal(t, c.view), mustMarshal(t, c.want); !bytes.Equal(got, want) {

@@ -74,7 +74,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	cs, err := clusters.New(st, clusters.Options{})
+	cs, err := clusters.New(st, nil, clusters.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}

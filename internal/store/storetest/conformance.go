@@ -78,6 +78,13 @@ func devicesContract(t *testing.T, st core.Store) {
 		again, err := tx.Devices().Get(d.ID)
 		must(t, err)
 		wantEqual(t, "device after caller changed its copy", again, d)
+		for range 2 { // listed devices are the caller's own copies too
+			must(t, tx.Devices().List("", func(l core.Device) (bool, error) {
+				wantEqual(t, "listed device", l, d)
+				l.Labels["rack"] = "changed"
+				return true, nil
+			}))
+		}
 		bs, err := tx.Devices().BySerial("SN1")
 		must(t, err)
 		wantEqual(t, "device by serial", bs.ID, d.ID)
