@@ -64,6 +64,9 @@ type Raw interface {
 type Caches struct {
 	devices decodeCache[core.Device]
 	leases  decodeCache[core.Lease]
+	// events never change once written, and API pages read the newest
+	// over and over; the log itself is large, so fewer are kept.
+	events decodeCache[core.Event]
 }
 
 // Tx implements core.Tx over a Raw transaction.
@@ -200,6 +203,17 @@ type cachedRecord[T any] struct {
 
 const decodeCacheMax = 200000
 
+// eventCacheMax bounds the event cache (some ten megabytes): the log is
+// large, and what is read again and again is its newest pages.
+const eventCacheMax = 20000
+
+func cacheLimit(b Bucket) int {
+	if b == BucketEvents || b == BucketAudit {
+		return eventCacheMax
+	}
+	return decodeCacheMax
+}
+
 func (c *decodeCache[T]) get(t *Tx, b Bucket, key string) (v T, ok bool, err error) {
 	raw, err := t.raw.Get(b, key)
 	if err != nil || raw == nil {
@@ -228,7 +242,7 @@ func (c *decodeCache[T]) decodeMiss(b Bucket, key string, raw []byte) (v T, err 
 		return v, fmt.Errorf("corrupt record %s/%s: %w", b, key, err)
 	}
 	c.mu.Lock()
-	if c.m == nil || len(c.m) >= decodeCacheMax {
+	if c.m == nil || len(c.m) >= cacheLimit(b) {
 		c.m = make(map[string]cachedRecord[T])
 	}
 	c.m[key] = cachedRecord[T]{raw: bytes.Clone(raw), v: v}

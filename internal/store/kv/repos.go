@@ -436,7 +436,13 @@ func (r events) List(s core.EventStream, after uint64, fn core.Visit[core.Event]
 	if after > 0 {
 		from = eventKey(after)
 	}
-	return scan(r.t, streamBucket(s), from, fn)
+	return scanCached(r.t, &r.t.c.events, streamBucket(s), from, freshEvent, fn)
+}
+
+// freshEvent is a cached event safe to change: its fields are its own.
+func freshEvent(e core.Event) core.Event {
+	e.Fields = maps.Clone(e.Fields)
+	return e
 }
 
 func (r events) Count(s core.EventStream) (int, error) { return r.t.raw.Count(streamBucket(s)) }
