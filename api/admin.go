@@ -14,13 +14,13 @@ import (
 	"strconv"
 	"time"
 
-	imagestore "github.com/ztpd/ztpd/images/store"
+	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
-// ISOStore stores binaries ISOs (images/store satisfies it).
+// ISOStore stores binaries ISOs (images/imagestore satisfies it).
 type ISOStore interface {
 	Add(ctx context.Context, r io.Reader, m imagestore.Meta, wantSHA string) (core.Image, bool, error)
 	Remove(ref string) (core.Image, error)
@@ -92,10 +92,10 @@ func MountAdmin(mux *http.ServeMux, d AdminDeps) {
 		res, err := addVersionFromISO(r.Context(), d, r)
 		if err != nil {
 			code := http.StatusBadRequest
-			switch clusters.KindOf(err) {
-			case clusters.KindConflict:
+			switch core.KindOf(err) {
+			case core.KindConflict:
 				code = http.StatusConflict
-			case clusters.KindInternal:
+			case core.KindInternal:
 				code = http.StatusInternalServerError
 			}
 			adminError(w, code, err)
@@ -111,11 +111,11 @@ func addVersionFromISO(ctx context.Context, d AdminDeps, r *http.Request) (Versi
 	q := r.URL.Query()
 	sv, err := clusters.ParseSemVer(q.Get("semver"))
 	if err != nil {
-		return VersionAddResult{}, &clusters.Error{Kind: clusters.KindInvalid, Msg: err.Error()}
+		return VersionAddResult{}, core.Errorf(core.KindInvalid, "%s", err)
 	}
 	min, _ := clusters.ParseSemVer(clusters.MinVersion)
 	if sv.Compare(min) < 0 {
-		return VersionAddResult{}, &clusters.Error{Kind: clusters.KindInvalid, Msg: fmt.Sprintf("Kubernetes %s is older than the minimum %s", sv, clusters.MinVersion)}
+		return VersionAddResult{}, core.Errorf(core.KindInvalid, "Kubernetes %s is older than the minimum %s", sv, clusters.MinVersion)
 	}
 	name := q.Get("name")
 	if name == "" {
@@ -124,18 +124,18 @@ func addVersionFromISO(ctx context.Context, d AdminDeps, r *http.Request) (Versi
 	var minCPU, minMem int
 	if v := q.Get("min_cpu"); v != "" {
 		if minCPU, err = strconv.Atoi(v); err != nil {
-			return VersionAddResult{}, &clusters.Error{Kind: clusters.KindInvalid, Msg: "min_cpu is not a number"}
+			return VersionAddResult{}, core.Errorf(core.KindInvalid, "min_cpu is not a number")
 		}
 	}
 	if v := q.Get("min_memory_mb"); v != "" {
 		if minMem, err = strconv.Atoi(v); err != nil {
-			return VersionAddResult{}, &clusters.Error{Kind: clusters.KindInvalid, Msg: "min_memory_mb is not a number"}
+			return VersionAddResult{}, core.Errorf(core.KindInvalid, "min_memory_mb is not a number")
 		}
 	}
 	isoName := name + ".iso"
 	im, existed, err := d.ISOs.Add(ctx, r.Body, imagestore.Meta{Name: isoName, Kind: imagestore.KindBinariesISO, Version: sv.String()}, q.Get("sha256"))
 	if err != nil {
-		return VersionAddResult{}, &clusters.Error{Kind: clusters.KindInvalid, Msg: err.Error(), Err: err}
+		return VersionAddResult{}, core.WrapError(core.KindInvalid, err.Error(), err)
 	}
 	res := VersionAddResult{Image: im, URL: d.ISOBaseURL + isoName, Checksum: "{SHA-256}" + im.SHA256}
 	v, err := d.Clusters.AddVersion(ctx, clusters.LocalAdmin, clusters.VersionSpec{Name: name, SemVer: sv.String(),

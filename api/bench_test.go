@@ -26,7 +26,7 @@ func benchEnv(b *testing.B) *env {
 				mac := fmt.Sprintf("02:5e:00:00:%02x:%02x", i>>8&255, i&255)
 				d := core.Device{ID: mac, Kind: core.KindSONiC, MAC: mac, Serial: fmt.Sprintf("SN%07d", i), Hostname: fmt.Sprintf("leaf-%05d", i),
 					IP: fmt.Sprintf("10.99.%d.%d", 1+i/250, 1+i%250), Subnet: "fabric", State: core.StateLeased, FirstSeen: now, LastSeen: now, UpdatedAt: now}
-				if err := core.PutDevice(tx, d); err != nil {
+				if err := tx.Devices().Put(d); err != nil {
 					return err
 				}
 			}
@@ -48,14 +48,22 @@ func benchEnv(b *testing.B) *env {
 			b.Fatal(err)
 		}
 		e.clusters.WaitJob(ctx, j.ID)
-		e.st.Update(func(tx core.Tx) error {
+		err = e.st.Update(func(tx core.Tx) error {
 			for m := 0; m < 20; m++ {
 				i := c*20 + m
 				mac := fmt.Sprintf("02:5e:00:00:%02x:%02x", i>>8&255, i&255)
-				tx.Put(core.BucketMemberships, mac, core.Membership{Device: mac, Cluster: cl.ID, Role: "worker", State: core.StateJoined})
+				if err := tx.Memberships().Put(core.Membership{Device: mac, Cluster: cl.ID, Role: "worker", State: core.StateJoined}); err != nil {
+					return err
+				}
+				if err := tx.Memberships().Enlist(cl.ID, mac, "worker"); err != nil {
+					return err
+				}
 			}
 			return nil
 		})
+		if err != nil {
+			b.Fatal(err)
+		}
 	}
 	return e
 }

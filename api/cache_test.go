@@ -100,10 +100,13 @@ func testClusterListCache(t *testing.T, e *env) {
 	join := func(mac, ip, host, role string, st core.DeviceState) {
 		t.Helper()
 		err := e.st.Update(func(tx core.Tx) error {
-			if err := core.PutDevice(tx, core.Device{ID: mac, MAC: mac, IP: ip, Hostname: host, State: st}); err != nil {
+			if err := tx.Devices().Put(core.Device{ID: mac, MAC: mac, IP: ip, Hostname: host, State: st}); err != nil {
 				return err
 			}
-			return tx.Put(core.BucketMemberships, mac, core.Membership{Device: mac, Cluster: cl.ID, Role: role, State: st})
+			if err := tx.Memberships().Put(core.Membership{Device: mac, Cluster: cl.ID, Role: role, State: st}); err != nil {
+				return err
+			}
+			return tx.Memberships().Enlist(cl.ID, mac, role)
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -124,12 +127,12 @@ func testClusterListCache(t *testing.T, e *env) {
 
 	// Only the device record changes (a new address, as DHCP would write).
 	err = e.st.Update(func(tx core.Tx) error {
-		d, err := core.GetDevice(tx, "02:00:00:00:02:01")
+		d, err := tx.Devices().Get("02:00:00:00:02:01")
 		if err != nil {
 			return err
 		}
 		d.IP = "10.99.2.99"
-		return core.PutDevice(tx, d)
+		return tx.Devices().Put(d)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +143,7 @@ func testClusterListCache(t *testing.T, e *env) {
 
 	// Only the membership changes.
 	err = e.st.Update(func(tx core.Tx) error {
-		return tx.Put(core.BucketMemberships, "02:00:00:00:02:02", core.Membership{Device: "02:00:00:00:02:02",
+		return tx.Memberships().Put(core.Membership{Device: "02:00:00:00:02:02",
 			Cluster: cl.ID, Role: "worker", State: core.StateLeaving})
 	})
 	if err != nil {
@@ -160,12 +163,12 @@ func testClusterListCache(t *testing.T, e *env) {
 
 	// The version record changes behind the service (a restore, another part).
 	err = e.st.Update(func(tx core.Tx) error {
-		var ver core.Version
-		if _, err := tx.Get(core.BucketVersions, v.ID, &ver); err != nil {
+		ver, err := tx.Versions().Get(v.ID)
+		if err != nil {
 			return err
 		}
 		ver.Name = "v1.31.4-renamed"
-		return tx.Put(core.BucketVersions, v.ID, ver)
+		return tx.Versions().Put(ver)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -176,12 +179,12 @@ func testClusterListCache(t *testing.T, e *env) {
 
 	// So does the cluster record itself.
 	err = e.st.Update(func(tx core.Tx) error {
-		var c core.Cluster
-		if _, err := tx.Get(core.BucketClusters, cl.ID, &c); err != nil {
+		c, err := tx.Clusters().Get(cl.ID)
+		if err != nil {
 			return err
 		}
 		c.Name = "c1-renamed"
-		return tx.Put(core.BucketClusters, cl.ID, c)
+		return tx.Clusters().Put(c)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -281,10 +284,13 @@ func TestClusterListCacheUnderConcurrentWrites(t *testing.T) {
 	for i := 0; i < members; i++ {
 		mac := fmt.Sprintf("02:00:00:00:03:%02x", i)
 		err := e.st.Batch(func(tx core.Tx) error {
-			if err := core.PutDevice(tx, core.Device{ID: mac, MAC: mac, State: core.StateJoined}); err != nil {
+			if err := tx.Devices().Put(core.Device{ID: mac, MAC: mac, State: core.StateJoined}); err != nil {
 				return err
 			}
-			return tx.Put(core.BucketMemberships, mac, core.Membership{Device: mac, Cluster: cl.ID, Role: "worker", State: core.StateJoined})
+			if err := tx.Memberships().Put(core.Membership{Device: mac, Cluster: cl.ID, Role: "worker", State: core.StateJoined}); err != nil {
+				return err
+			}
+			return tx.Memberships().Enlist(cl.ID, mac, "worker")
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -381,7 +387,7 @@ func TestDevicePageCacheFollowsEveryChange(t *testing.T) {
 
 	// A new device sorting first.
 	if err := e.st.Update(func(tx core.Tx) error {
-		return core.PutDevice(tx, core.Device{ID: "00:00:00:00:00:01", MAC: "00:00:00:00:00:01", Kind: core.KindSONiC,
+		return tx.Devices().Put(core.Device{ID: "00:00:00:00:00:01", MAC: "00:00:00:00:00:01", Kind: core.KindSONiC,
 			Hostname: "new", State: core.StateDiscovered})
 	}); err != nil {
 		t.Fatal(err)
@@ -392,12 +398,12 @@ func TestDevicePageCacheFollowsEveryChange(t *testing.T) {
 	// A change to a device on the second page, by the DHCP-style writer path.
 	target := get(second).Items[3].ID
 	if err := e.st.Batch(func(tx core.Tx) error {
-		d, err := core.GetDevice(tx, target)
+		d, err := tx.Devices().Get(target)
 		if err != nil {
 			return err
 		}
 		d.Hostname = "renamed"
-		return core.PutDevice(tx, d)
+		return tx.Devices().Put(d)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -409,12 +415,12 @@ func TestDevicePageCacheFollowsEveryChange(t *testing.T) {
 		t.Fatalf("state filter: %d", len(q.Items))
 	}
 	if err := e.st.Update(func(tx core.Tx) error {
-		d, err := core.GetDevice(tx, target)
+		d, err := tx.Devices().Get(target)
 		if err != nil {
 			return err
 		}
 		d.State = core.StateJoined
-		return core.PutDevice(tx, d)
+		return tx.Devices().Put(d)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -422,18 +428,18 @@ func TestDevicePageCacheFollowsEveryChange(t *testing.T) {
 		t.Fatalf("state filter after change: %+v", q.Items)
 	}
 	// Deleted.
-	if err := e.st.Update(func(tx core.Tx) error { return tx.Delete(core.BucketDevices, "00:00:00:00:00:01") }); err != nil {
+	if err := e.st.Update(func(tx core.Tx) error { return tx.Devices().Delete("00:00:00:00:00:01") }); err != nil {
 		t.Fatal(err)
 	}
 	if p = get(first); p.Items[0].ID == "00:00:00:00:00:01" {
 		t.Fatal("deleted device still listed")
 	}
 
-	// Leases: same rule, own bucket.
+	// Leases: same rule, own repository.
 	var lp page[core.Lease]
 	c.do("GET", "/api/v1/leases?limit=5", nil).decode(t, &lp)
 	if err := e.st.Update(func(tx core.Tx) error {
-		return tx.Put(core.BucketLeases, "10.0.0.1", core.Lease{IP: "10.0.0.1", MAC: "02:00:00:00:00:aa", State: core.LeaseActive})
+		return tx.Leases().Put(core.Lease{IP: "10.0.0.1", MAC: "02:00:00:00:00:aa", State: core.LeaseActive})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -481,12 +487,15 @@ func TestRESTClusterListCacheFollowsChanges(t *testing.T) {
 		t.Fatalf("unchanged list rendered again or wrong: %+v", got)
 	}
 	if err := e.st.Update(func(tx core.Tx) error {
-		if err := core.PutDevice(tx, core.Device{ID: "02:00:00:00:04:01", MAC: "02:00:00:00:04:01", Kind: core.KindVM,
+		if err := tx.Devices().Put(core.Device{ID: "02:00:00:00:04:01", MAC: "02:00:00:00:04:01", Kind: core.KindVM,
 			IP: "10.99.4.1", State: core.StateJoined}); err != nil {
 			return err
 		}
-		return tx.Put(core.BucketMemberships, "02:00:00:00:04:01", core.Membership{Device: "02:00:00:00:04:01",
-			Cluster: cl.ID, Role: "control-plane", State: core.StateJoined})
+		if err := tx.Memberships().Put(core.Membership{Device: "02:00:00:00:04:01",
+			Cluster: cl.ID, Role: "control-plane", State: core.StateJoined}); err != nil {
+			return err
+		}
+		return tx.Memberships().Enlist(cl.ID, "02:00:00:00:04:01", "control-plane")
 	}); err != nil {
 		t.Fatal(err)
 	}

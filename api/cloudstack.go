@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +13,8 @@ import (
 	"github.com/ztpd/ztpd/api/signing"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/httpserve"
 )
 
 // CloudStack error codes (ApiErrorCode) and exception codes (CSExceptionErrorCode).
@@ -54,17 +55,17 @@ func paramInvalid(cmd, name, value, kind string) *csError {
 		text: fmt.Sprintf("Unable to execute API command %s due to invalid value. Invalid parameter %s value=%s due to incorrect %s value format, or entity does not exist or due to incorrect parameter annotation for the field in api cmd class.", strings.ToLower(cmd), name, value, kind)}
 }
 
-// domainError maps a clusters error to CloudStack's codes.
+// domainError maps a domain error to CloudStack's codes.
 func domainError(err error) *csError {
 	msg := err.Error()
-	switch clusters.KindOf(err) {
-	case clusters.KindInvalid, clusters.KindNotFound, clusters.KindState, clusters.KindConflict:
+	switch core.KindOf(err) {
+	case core.KindInvalid, core.KindNotFound, core.KindState, core.KindConflict:
 		return &csError{code: csParamError, cscode: csInvalidValue, text: msg}
-	case clusters.KindInUse:
+	case core.KindInUse:
 		return &csError{code: csInUse, cscode: csServerAPIError, text: msg}
-	case clusters.KindPermission:
+	case core.KindPermission:
 		return &csError{code: csUnsupported, cscode: csServerAPIError, text: msg, generic: true}
-	case clusters.KindUnavailable:
+	case core.KindUnavailable:
 		return &csError{code: csInternal, cscode: csServerAPIError, text: msg}
 	}
 	return &csError{code: csInternal, cscode: csServerAPIError, text: "Internal error executing command: " + msg}
@@ -257,38 +258,15 @@ func (s *Server) csWrite(c *gin.Context, key string, e *csError) {
 		CSErrorCode int    `json:"cserrorcode"`
 		ErrorText   string `json:"errortext"`
 	}{[]any{}, e.code, e.cscode, e.text}}
-	writeJSON(c, e.code, body)
+	httpserve.WriteJSON(c.Writer, e.code, body)
 }
 
 func (s *Server) csWriteOK(c *gin.Context, key string, body any) {
 	if whole, ok := body.(wholeBody); ok {
-		writeBody(c, http.StatusOK, csContentType, whole)
+		httpserve.WriteJSONBody(c.Writer, http.StatusOK, whole)
 		return
 	}
-	writeJSON(c, http.StatusOK, map[string]any{key: body})
-}
-
-// csContentType is CloudStack's JSON content type.
-const csContentType = "application/json; charset=UTF-8"
-
-// writeJSON writes v compactly with CloudStack's content type.
-func writeJSON(c *gin.Context, code int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		c.Status(http.StatusInternalServerError)
-		return
-	}
-	writeBody(c, code, csContentType, b)
-}
-
-// writeBody writes a complete body with its length, so net/http sends it
-// as is instead of in chunks.
-func writeBody(c *gin.Context, code int, contentType string, b []byte) {
-	h := c.Writer.Header()
-	h["Content-Type"] = []string{contentType}
-	h["Content-Length"] = []string{strconv.Itoa(len(b))}
-	c.Status(code)
-	_, _ = c.Writer.Write(b)
+	httpserve.WriteJSON(c.Writer, http.StatusOK, map[string]any{key: body})
 }
 
 // listBody is CloudStack's list shape: {} when empty, else count + items.

@@ -104,14 +104,17 @@ func TestCloudStackLifecycle(t *testing.T) {
 	err := e.st.Update(func(tx core.Tx) error {
 		for _, d := range []core.Device{{ID: "02:00:00:00:01:01", MAC: "02:00:00:00:01:01", IP: "10.99.1.10", Hostname: "cp-1", State: core.StateJoined},
 			{ID: "02:00:00:00:01:02", MAC: "02:00:00:00:01:02", IP: "10.99.1.11", State: core.StateJoinIssued}} {
-			if err := core.PutDevice(tx, d); err != nil {
+			if err := tx.Devices().Put(d); err != nil {
 				return err
 			}
 			role := "worker"
 			if d.Hostname == "cp-1" {
 				role = "control-plane"
 			}
-			if err := tx.Put(core.BucketMemberships, d.ID, core.Membership{Device: d.ID, Cluster: clusterID, Role: role, State: d.State}); err != nil {
+			if err := tx.Memberships().Put(core.Membership{Device: d.ID, Cluster: clusterID, Role: role, State: d.State}); err != nil {
+				return err
+			}
+			if err := tx.Memberships().Enlist(clusterID, d.ID, role); err != nil {
 				return err
 			}
 		}
@@ -317,12 +320,12 @@ func TestCloudStackFailedJobResult(t *testing.T) {
 	stop := u.ok("stopKubernetesCluster", map[string]string{"id": field[string](t, cr, "id")}, true)
 	u.wait(field[string](t, stop, "jobid"))
 	err := e.st.Update(func(tx core.Tx) error {
-		var j clusters.Job
-		if _, err := tx.Get(core.BucketJobs, field[string](t, stop, "jobid"), &j); err != nil {
+		j, err := tx.Jobs().Get(field[string](t, stop, "jobid"))
+		if err != nil {
 			return err
 		}
-		j.Status, j.Completed, j.Success = clusters.JobPending, time.Time{}, false
-		return tx.Put(core.BucketJobs, j.ID, j)
+		j.Status, j.Completed, j.Success = core.JobPending, time.Time{}, false
+		return tx.Jobs().Put(j)
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -367,7 +367,7 @@ func (s *Server) csCreateCluster(r *csRequest) (any, *csError) {
 	return map[string]string{"id": c.ID, "jobid": j.ID}, nil
 }
 
-func asyncJob(j clusters.Job, err error) (any, *csError) {
+func asyncJob(j core.Job, err error) (any, *csError) {
 	if err != nil {
 		return nil, domainError(err)
 	}
@@ -568,7 +568,7 @@ func (s *Server) csQueryJob(r *csRequest) (any, *csError) {
 	}
 	var result any
 	switch j.Status {
-	case clusters.JobSucceeded:
+	case core.JobSucceeded:
 		switch {
 		case j.Success:
 			result = map[string]any{"success": true, "displaytext": successText(j.Command)}
@@ -581,8 +581,8 @@ func (s *Server) csQueryJob(r *csRequest) (any, *csError) {
 		default:
 			result = map[string]any{"success": true}
 		}
-	case clusters.JobFailed:
-		e := domainError(&clusters.Error{Kind: j.ErrorKind, Msg: j.Error})
+	case core.JobFailed:
+		e := domainError(&core.Error{Kind: j.ErrorKind, Msg: j.Error})
 		out.JobResultCode = e.code
 		result = map[string]any{"errorcode": e.code, "errortext": j.Error}
 	}

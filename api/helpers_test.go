@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -21,10 +20,10 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/apikeys"
-	"github.com/ztpd/ztpd/internal/boltstore"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
-	"github.com/ztpd/ztpd/internal/secretbox"
+	"github.com/ztpd/ztpd/internal/store/boltstore"
+	"github.com/ztpd/ztpd/internal/store/storetest"
 )
 
 // csClient is a CloudStack API client written from the specification (the
@@ -235,34 +234,18 @@ func (m *testMembership) Kubeconfig(_ context.Context, c core.Cluster, req clust
 	return clusters.IssuedKubeconfig{Config: []byte(fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: %s\nusers:\n- name: %s\n", c.Name, req.User)),
 		User: req.User, Group: req.Group, Serial: "1", NotAfter: time.Now().Add(req.Validity)}, nil
 }
-func (m *testMembership) Members(_ context.Context, id string) ([]core.Membership, error) {
-	var out []core.Membership
-	err := m.st.View(func(tx core.Tx) error {
-		return tx.Scan(core.BucketMemberships, "", func(_ string, v []byte) (bool, error) {
-			var ms core.Membership
-			if err := core.Decode(v, &ms); err != nil {
-				return false, err
-			}
-			if ms.Cluster == id {
-				out = append(out, ms)
-			}
-			return true, nil
-		})
-	})
-	return out, err
-}
 func (m *testMembership) Approve(_ context.Context, id, cluster string) (core.Device, error) {
 	var d core.Device
 	err := m.st.Update(func(tx core.Tx) error {
 		var err error
-		if d, err = core.GetDevice(tx, id); err != nil {
+		if d, err = tx.Devices().Get(id); err != nil {
 			return err
 		}
 		d.Approved = true
 		if cluster != "" {
 			d.Cluster = cluster
 		}
-		return core.PutDevice(tx, d)
+		return tx.Devices().Put(d)
 	})
 	return d, err
 }
@@ -332,22 +315,17 @@ type envOpts struct {
 
 func newEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
-	e := &env{t: t, dir: t.TempDir(), logs: &syncBuffer{}, clock: &fakeClock{}}
-	var err error
-	if e.st, err = boltstore.Open(e.dir, boltstore.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	box, err := secretbox.OpenKeyring(filepath.Join(e.dir, "secret.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.keys = apikeys.New(e.st, box)
+	f := storetest.Open(t)
+	e := &env{t: t, dir: f.Dir, st: f.Store, logs: &syncBuffer{}, clock: &fakeClock{}}
+	e.keys = apikeys.New(e.st, f.Keys)
 	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	if e.clusters, err = clusters.New(e.st, clusters.Options{Log: log}); err != nil {
-		t.Fatal(err)
-	}
+	var mem clusters.Membership
 	if !o.noJoiner {
-		e.clusters.SetMembership(&testMembership{st: e.st})
+		mem = &testMembership{st: e.st}
+	}
+	var err error
+	if e.clusters, err = clusters.New(e.st, mem, clusters.Options{Log: log}); err != nil {
+		t.Fatal(err)
 	}
 	if e.admin, e.adminSec, err = e.keys.Create("ops", apikeys.RoleAdmin); err != nil {
 		t.Fatal(err)
@@ -365,7 +343,6 @@ func newEnv(t *testing.T, o envOpts) *env {
 	t.Cleanup(func() {
 		e.ts.Close()
 		e.clusters.Close(context.Background())
-		e.st.Close()
 	})
 	return e
 }

@@ -168,17 +168,17 @@ func seed(t *testing.T, st core.Store, devices int) {
 			}
 			d := core.Device{ID: mac, Kind: kind, MAC: mac, Serial: fmt.Sprintf("SN%05d", i), IP: fmt.Sprintf("10.99.%d.%d", 1+i/250, 1+i%250),
 				Subnet: "lab", State: core.StateLeased, FirstSeen: now, LastSeen: now, UpdatedAt: now}
-			if err := core.PutDevice(tx, d); err != nil {
+			if err := tx.Devices().Put(d); err != nil {
 				return err
 			}
-			if err := tx.Put(core.BucketLeases, d.IP, core.Lease{IP: d.IP, MAC: mac, Subnet: "lab", State: core.LeaseActive, Start: now, Expiry: now.Add(time.Hour), UpdatedAt: now}); err != nil {
+			if err := tx.Leases().Put(core.Lease{IP: d.IP, MAC: mac, Subnet: "lab", State: core.LeaseActive, Start: now, Expiry: now.Add(time.Hour), UpdatedAt: now}); err != nil {
 				return err
 			}
-			if _, err := core.AppendEvent(tx, core.Event{Type: "dhcp.ack", Device: mac, Message: "lease " + d.IP}); err != nil {
+			if _, err := tx.Events().Append(core.Event{Type: "dhcp.ack", Device: mac, Message: "lease " + d.IP}); err != nil {
 				return err
 			}
 		}
-		return tx.Put(core.BucketTokens, "kubeadm/abcdef", core.Token{ID: "abcdef", Kind: "kubeadm", SecretHash: "deadbeefsecrethash", Cluster: "c", Created: now})
+		return tx.Tokens().Put(core.Token{ID: "abcdef", Kind: "kubeadm", SecretHash: "deadbeefsecrethash", Cluster: "c", Created: now})
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -41,6 +41,7 @@ import (
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/httpserve"
 )
 
 var (
@@ -56,7 +57,7 @@ var (
 	}, []string{"api", "outcome"})
 )
 
-// ImageLister lists the artifact store (images/store satisfies it).
+// ImageLister lists the artifact store (images/imagestore satisfies it).
 type ImageLister interface {
 	List(kind string) ([]core.Image, error)
 }
@@ -125,10 +126,11 @@ func New(d Deps) *Server {
 	e.POST("/client/api", s.cloudStack)
 	s.routeREST(e)
 	e.NoRoute(func(c *gin.Context) {
-		restError(c, http.StatusNotFound, "not_found", "no such API path: "+c.Request.URL.Path)
+		restRefuse(c, core.KindNotFound, "no such API path: "+c.Request.URL.Path)
 	})
 	e.NoMethod(func(c *gin.Context) {
-		restError(c, http.StatusMethodNotAllowed, "method_not_allowed", c.Request.Method+" is not allowed on "+c.Request.URL.Path)
+		httpserve.WriteRefusal(c.Writer, http.StatusMethodNotAllowed, httpserve.CodeMethodNotAllowed, c.Request.Method+" is not allowed on "+c.Request.URL.Path)
+		c.Abort()
 	})
 	s.engine = e
 	return s
@@ -152,7 +154,7 @@ func (s *Server) recoverAndObserve() gin.HandlerFunc {
 			if v := recover(); v != nil {
 				s.log.Error("API handler panic", "path", c.Request.URL.Path, "panic", v)
 				if !c.Writer.Written() {
-					restError(c, http.StatusInternalServerError, "internal", "internal error")
+					restRefuse(c, core.KindInternal, "internal error")
 				}
 			}
 			api := "rest"

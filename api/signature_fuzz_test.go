@@ -3,15 +3,13 @@ package api
 import (
 	"log/slog"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ztpd/ztpd/api/signing"
 	"github.com/ztpd/ztpd/internal/apikeys"
-	"github.com/ztpd/ztpd/internal/boltstore"
-	"github.com/ztpd/ztpd/internal/secretbox"
+	"github.com/ztpd/ztpd/internal/store/storetest"
 )
 
 // loweredParams is what a CloudStack signature can tell apart: names and
@@ -29,17 +27,9 @@ func loweredParams(v url.Values) map[string]string {
 // Whatever the server still accepts must be the same request, up to the
 // case CloudStack's algorithm ignores; and nothing panics.
 func FuzzCloudStackRequestVerification(f *testing.F) {
-	dir := f.TempDir()
-	st, err := boltstore.Open(dir, boltstore.Options{})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { st.Close() })
-	box, err := secretbox.OpenKeyring(filepath.Join(dir, "secret.key"))
-	if err != nil {
-		f.Fatal(err)
-	}
-	keys := apikeys.New(st, box)
+	fx := storetest.Open(f)
+	st := fx.Store
+	keys := apikeys.New(st, fx.Keys)
 	info, secret, err := keys.Create("fuzz", apikeys.RoleAdmin)
 	if err != nil {
 		f.Fatal(err)

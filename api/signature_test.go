@@ -61,7 +61,7 @@ func makeCluster(t *testing.T, e *env, caller clusters.Caller, name string) core
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j, err = e.clusters.WaitJob(ctx, j.ID); err != nil || j.Status != clusters.JobSucceeded {
+	if j, err = e.clusters.WaitJob(ctx, j.ID); err != nil || j.Status != core.JobSucceeded {
 		t.Fatalf("create %s: %v %+v", name, err, j)
 	}
 	return c
@@ -70,7 +70,7 @@ func makeCluster(t *testing.T, e *env, caller clusters.Caller, name string) core
 func clusterState(t *testing.T, e *env, id string) core.ClusterState {
 	t.Helper()
 	var c core.Cluster
-	if err := e.st.View(func(tx core.Tx) error { var err error; c, err = core.GetCluster(tx, id); return err }); err != nil {
+	if err := e.st.View(func(tx core.Tx) error { var err error; c, err = tx.Clusters().Get(id); return err }); err != nil {
 		t.Fatal(err)
 	}
 	return c.State

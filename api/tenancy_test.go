@@ -29,14 +29,17 @@ func tenancyEnv(t *testing.T) (e *env, eve apikeys.Info, eveSec string, mine, th
 		for i, c := range []core.Cluster{mine, theirs} {
 			mac := []string{"02:00:00:00:0a:01", "02:00:00:00:0b:01"}[i]
 			ip := []string{"10.99.10.1", "10.99.11.1"}[i]
-			if err := core.PutDevice(tx, core.Device{ID: mac, MAC: mac, Kind: core.KindVM, IP: ip, Cluster: c.ID,
+			if err := tx.Devices().Put(core.Device{ID: mac, MAC: mac, Kind: core.KindVM, IP: ip, Cluster: c.ID,
 				State: core.StateJoined, FirstSeen: now, LastSeen: now, UpdatedAt: now}); err != nil {
 				return err
 			}
-			if err := tx.Put(core.BucketMemberships, mac, core.Membership{Device: mac, Cluster: c.ID, Role: "worker", State: core.StateJoined}); err != nil {
+			if err := tx.Memberships().Put(core.Membership{Device: mac, Cluster: c.ID, Role: "worker", State: core.StateJoined}); err != nil {
 				return err
 			}
-			if err := tx.Put(core.BucketLeases, ip, core.Lease{IP: ip, MAC: mac, Subnet: "lab", State: core.LeaseActive,
+			if err := tx.Memberships().Enlist(c.ID, mac, "worker"); err != nil {
+				return err
+			}
+			if err := tx.Leases().Put(core.Lease{IP: ip, MAC: mac, Subnet: "lab", State: core.LeaseActive,
 				Start: now, Expiry: now.Add(time.Hour), UpdatedAt: now}); err != nil {
 				return err
 			}

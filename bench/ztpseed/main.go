@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
-	imagestore "github.com/ztpd/ztpd/images/store"
-	"github.com/ztpd/ztpd/internal/boltstore"
+	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/store/boltstore"
 )
 
 func main() {
@@ -47,11 +47,11 @@ func main() {
 				Product: "Accton-AS7712-32X", Platform: "x86_64-accton_as7712_32x-r0", IP: ip, Subnet: "bench",
 				ClientID: fmt.Sprintf("SONiC##Accton-AS7712-32X##BENCH%06d", k), State: core.StateLeased,
 				FirstSeen: now, LastSeen: now, UpdatedAt: now}
-			if err := core.PutDevice(tx, d); err != nil {
+			if err := tx.Devices().Put(d); err != nil {
 				return err
 			}
 			l := core.Lease{IP: ip, MAC: mac, Subnet: "bench", State: core.LeaseActive, Start: now, Expiry: now.Add(time.Hour), UpdatedAt: now}
-			if err := tx.Put(core.BucketLeases, ip, l); err != nil {
+			if err := tx.Leases().Put(l); err != nil {
 				return err
 			}
 		}

@@ -55,7 +55,7 @@ func ParseRole(s string) (Role, error) {
 	case RoleAdmin, RoleUser:
 		return Role(s), nil
 	}
-	return "", fmt.Errorf("role %q: use admin or user", s)
+	return "", core.Errorf(core.KindInvalid, "role %q: use admin or user", s)
 }
 
 // ErrUnknownKey means no usable credential has that API key.
@@ -66,17 +66,6 @@ var ErrUnknownKey = errors.New("unknown API key")
 type Sealer interface {
 	Seal(plaintext, aad []byte) ([]byte, error)
 	Open(sealed, aad []byte) ([]byte, error)
-}
-
-// record is the stored form. Its JSON never holds the plain secret.
-type record struct {
-	APIKey       string    `json:"api_key"`
-	Name         string    `json:"name,omitempty"`
-	Account      string    `json:"account,omitempty"` // empty: derived (see accountOf)
-	Role         Role      `json:"role"`
-	SecretSealed []byte    `json:"secret_sealed"`
-	SecretHash   string    `json:"secret_hash"` // hex SHA-256 of the secret
-	Created      time.Time `json:"created"`
 }
 
 // Info describes a key without its secret.
@@ -132,21 +121,21 @@ var (
 // ValidateAccount checks an account name for a key of role.
 func ValidateAccount(account string, role Role) error {
 	if !accountRE.MatchString(account) {
-		return fmt.Errorf("account %q: use up to 64 letters, digits and . _ @ -, starting with a letter or digit", account)
+		return core.Errorf(core.KindInvalid, "account %q: use up to 64 letters, digits and . _ @ -, starting with a letter or digit", account)
 	}
 	if role != RoleAdmin && strings.EqualFold(account, core.AdminAccount) {
-		return fmt.Errorf("account %q is the admin keys' account; a user key needs another", account)
+		return core.Errorf(core.KindInvalid, "account %q is the admin keys' account; a user key needs another", account)
 	}
 	return nil
 }
 
 // accountOf is the account of a stored key: as recorded, else "admin" for
 // admin keys and the API key itself for user keys (an account of its own).
-func accountOf(r record) string {
+func accountOf(r core.APIKey) string {
 	switch {
 	case r.Account != "":
 		return r.Account
-	case r.Role == RoleAdmin:
+	case Role(r.Role) == RoleAdmin:
 		return core.AdminAccount
 	}
 	return r.APIKey
@@ -164,12 +153,12 @@ func (s *Service) CreateInAccount(name, account string, role Role) (Info, string
 		return Info{}, "", err
 	}
 	if name != "" && !nameRE.MatchString(name) {
-		return Info{}, "", fmt.Errorf("name %q: use up to 64 letters, digits, spaces and . _ @ : -", name)
+		return Info{}, "", core.Errorf(core.KindInvalid, "name %q: use up to 64 letters, digits, spaces and . _ @ : -", name)
 	}
 	if strings.HasPrefix(strings.ToLower(name), "system:") {
 		// The name becomes the user of the kubeconfigs the key fetches;
 		// system: names are Kubernetes' own identities.
-		return Info{}, "", fmt.Errorf("name %q: names starting with system: are Kubernetes' own identities", name)
+		return Info{}, "", core.Errorf(core.KindInvalid, "name %q: names starting with system: are Kubernetes' own identities", name)
 	}
 	if account != "" {
 		if err := ValidateAccount(account, role); err != nil {
@@ -189,13 +178,13 @@ func (s *Service) CreateInAccount(name, account string, role Role) (Info, string
 		return Info{}, "", err
 	}
 	sum := sha256.Sum256([]byte(secret))
-	rec := record{APIKey: apiKey, Name: name, Account: account, Role: role, SecretSealed: sealed,
+	rec := core.APIKey{APIKey: apiKey, Name: name, Account: account, Role: string(role), SecretSealed: sealed,
 		SecretHash: hex.EncodeToString(sum[:]), Created: time.Now().UTC()}
 	err = s.st.Update(func(tx core.Tx) error {
-		if err := tx.Put(core.BucketAPIKeys, apiKey, rec); err != nil {
+		if err := tx.APIKeys().Put(rec); err != nil {
 			return err
 		}
-		_, err := core.AppendEvent(tx, core.Event{Type: "apikey.created",
+		_, err := tx.Events().Append(core.Event{Type: "apikey.created",
 			Message: fmt.Sprintf("API key %s created with role %s in account %s", apiKey, role, accountOf(rec)),
 			Fields:  map[string]string{"api_key": apiKey, "role": string(role), "name": name, "account": accountOf(rec)}})
 		return err
@@ -203,7 +192,7 @@ func (s *Service) CreateInAccount(name, account string, role Role) (Info, string
 	if err != nil {
 		return Info{}, "", err
 	}
-	return rec.info(), secret, nil
+	return infoOf(rec), secret, nil
 }
 
 // Count returns how many keys exist.
@@ -211,7 +200,7 @@ func (s *Service) Count() (int, error) {
 	var n int
 	err := s.st.View(func(tx core.Tx) error {
 		var err error
-		n, err = tx.Count(core.BucketAPIKeys)
+		n, err = tx.APIKeys().Count()
 		return err
 	})
 	return n, err
@@ -223,7 +212,7 @@ func (s *Service) Bootstrap() (info Info, secret string, created bool, err error
 	var n int
 	if err := s.st.View(func(tx core.Tx) error {
 		var err error
-		n, err = tx.Count(core.BucketAPIKeys)
+		n, err = tx.APIKeys().Count()
 		return err
 	}); err != nil {
 		return Info{}, "", false, err
@@ -239,12 +228,8 @@ func (s *Service) Bootstrap() (info Info, secret string, created bool, err error
 func (s *Service) List() ([]Info, error) {
 	out := []Info{}
 	err := s.st.View(func(tx core.Tx) error {
-		return tx.Scan(core.BucketAPIKeys, "", func(_ string, v []byte) (bool, error) {
-			var r record
-			if err := core.Decode(v, &r); err != nil {
-				return false, err
-			}
-			out = append(out, r.info())
+		return tx.APIKeys().List(func(r core.APIKey) (bool, error) {
+			out = append(out, infoOf(r))
 			return true, nil
 		})
 	})
@@ -255,23 +240,16 @@ func (s *Service) List() ([]Info, error) {
 // Revoke deletes a key; requests signed with it fail from now on. The last
 // admin key cannot be revoked, so the API never locks its operators out.
 func (s *Service) Revoke(apiKey string) (Info, error) {
-	var rec record
+	var rec core.APIKey
 	err := s.st.Update(func(tx core.Tx) error {
-		ok, err := tx.Get(core.BucketAPIKeys, apiKey, &rec)
-		if err != nil {
+		var err error
+		if rec, err = tx.APIKeys().Get(apiKey); err != nil {
 			return err
 		}
-		if !ok {
-			return fmt.Errorf("API key %s: %w", apiKey, core.ErrNotFound)
-		}
-		if rec.Role == RoleAdmin {
+		if Role(rec.Role) == RoleAdmin {
 			admins := 0
-			err := tx.Scan(core.BucketAPIKeys, "", func(_ string, v []byte) (bool, error) {
-				var r record
-				if err := core.Decode(v, &r); err != nil {
-					return false, err
-				}
-				if r.Role == RoleAdmin {
+			err := tx.APIKeys().List(func(r core.APIKey) (bool, error) {
+				if Role(r.Role) == RoleAdmin {
 					admins++
 				}
 				return true, nil
@@ -280,15 +258,15 @@ func (s *Service) Revoke(apiKey string) (Info, error) {
 				return err
 			}
 			if admins <= 1 {
-				return fmt.Errorf("API key %s is the last admin key; create another admin key first", apiKey)
+				return core.Errorf(core.KindState, "API key %s is the last admin key; create another admin key first", apiKey)
 			}
 		}
-		if err := tx.Delete(core.BucketAPIKeys, apiKey); err != nil {
+		if err := tx.APIKeys().Delete(apiKey); err != nil {
 			return err
 		}
-		_, err = core.AppendEvent(tx, core.Event{Type: "apikey.revoked",
+		_, err = tx.Events().Append(core.Event{Type: "apikey.revoked",
 			Message: fmt.Sprintf("API key %s revoked", apiKey),
-			Fields:  map[string]string{"api_key": apiKey, "role": string(rec.Role)}})
+			Fields:  map[string]string{"api_key": apiKey, "role": rec.Role}})
 		return err
 	})
 	if err != nil {
@@ -300,7 +278,7 @@ func (s *Service) Revoke(apiKey string) (Info, error) {
 		delete(s.cache, apiKey)
 	}
 	s.mu.Unlock()
-	return rec.info(), nil
+	return infoOf(rec), nil
 }
 
 // Lookup returns the credential of apiKey for signature verification.
@@ -336,23 +314,21 @@ func (s *Service) load(apiKey string) (cached, error) {
 	if len(apiKey) == 0 || len(apiKey) > 128 {
 		return cached{}, ErrUnknownKey
 	}
-	var rec record
-	var found bool
+	var rec core.APIKey
 	if err := s.st.View(func(tx core.Tx) error {
 		var err error
-		found, err = tx.Get(core.BucketAPIKeys, apiKey, &rec)
+		rec, err = tx.APIKeys().Get(apiKey)
 		return err
-	}); err != nil {
-		return cached{}, err
-	}
-	if !found {
+	}); errors.Is(err, core.ErrNotFound) {
 		return cached{}, ErrUnknownKey
+	} else if err != nil {
+		return cached{}, err
 	}
 	secret, err := s.box.Open(rec.SecretSealed, aad(apiKey))
 	if err != nil {
 		return cached{}, fmt.Errorf("API key %s: %w", apiKey, err)
 	}
-	c = cached{name: rec.Name, account: accountOf(rec), role: rec.Role, secret: secret}
+	c = cached{name: rec.Name, account: accountOf(rec), role: Role(rec.Role), secret: secret}
 	h, err := hex.DecodeString(rec.SecretHash)
 	if err != nil || len(h) != 32 {
 		return cached{}, fmt.Errorf("API key %s: corrupt secret hash", apiKey)
@@ -364,8 +340,8 @@ func (s *Service) load(apiKey string) (cached, error) {
 	return c, nil
 }
 
-func (r record) info() Info {
-	return Info{APIKey: r.APIKey, Name: r.Name, Account: accountOf(r), Role: r.Role, Created: r.Created}
+func infoOf(r core.APIKey) Info {
+	return Info{APIKey: r.APIKey, Name: r.Name, Account: accountOf(r), Role: Role(r.Role), Created: r.Created}
 }
 
 func aad(apiKey string) []byte { return []byte("ztpd apikey secret v1\x00" + apiKey) }

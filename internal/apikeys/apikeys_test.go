@@ -2,29 +2,19 @@ package apikeys
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/ztpd/ztpd/internal/boltstore"
 	"github.com/ztpd/ztpd/internal/core"
-	"github.com/ztpd/ztpd/internal/secretbox"
+	"github.com/ztpd/ztpd/internal/store/storetest"
 )
 
-func newService(t *testing.T) (*Service, *boltstore.Store, string) {
+func newService(t *testing.T) (*Service, core.Store, string) {
 	t.Helper()
-	dir := t.TempDir()
-	st, err := boltstore.Open(dir, boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	box, err := secretbox.OpenKeyring(filepath.Join(dir, "secret.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return New(st, box), st, dir
+	f := storetest.Open(t)
+	return New(f.Store, f.Keys), f.Store, f.Dir
 }
 
 func TestCreateLookupVerifyRevoke(t *testing.T) {
@@ -71,7 +61,7 @@ func TestCreateLookupVerifyRevoke(t *testing.T) {
 
 	// The only admin cannot be revoked; a user can, and stops working at once
 	// (the cache is dropped).
-	if _, err := s.Revoke(admin.APIKey); err == nil || !strings.Contains(err.Error(), "last admin") {
+	if _, err := s.Revoke(admin.APIKey); core.KindOf(err) != core.KindState || !strings.Contains(err.Error(), "last admin") {
 		t.Fatalf("revoking the last admin: %v", err)
 	}
 	if _, err := s.Revoke(user.APIKey); err != nil {
@@ -87,9 +77,13 @@ func TestCreateLookupVerifyRevoke(t *testing.T) {
 	// never secrets.
 	seen := 0
 	err = st.View(func(tx core.Tx) error {
-		for _, b := range []core.Bucket{core.BucketEvents, core.BucketAudit} {
-			err := tx.Scan(b, "", func(_ string, v []byte) (bool, error) {
+		for _, stream := range []core.EventStream{core.DeviceEvents, core.AuditEvents} {
+			err := tx.Events().List(stream, 0, func(e core.Event) (bool, error) {
 				seen++
+				v, err := json.Marshal(e)
+				if err != nil {
+					return false, err
+				}
 				if bytes.Contains(v, []byte(adminSecret)) || bytes.Contains(v, []byte(userSecret)) {
 					t.Fatal("secret in an event")
 				}
@@ -128,15 +122,16 @@ func TestSealedSecretIsBoundToItsKey(t *testing.T) {
 	// Move a's sealed secret into b's record: b must stop working, not
 	// authenticate with a's secret.
 	err := st.Update(func(tx core.Tx) error {
-		var ra, rb record
-		if _, err := tx.Get(core.BucketAPIKeys, a.APIKey, &ra); err != nil {
+		ra, err := tx.APIKeys().Get(a.APIKey)
+		if err != nil {
 			return err
 		}
-		if _, err := tx.Get(core.BucketAPIKeys, b.APIKey, &rb); err != nil {
+		rb, err := tx.APIKeys().Get(b.APIKey)
+		if err != nil {
 			return err
 		}
 		rb.SecretSealed = ra.SecretSealed
-		return tx.Put(core.BucketAPIKeys, b.APIKey, rb)
+		return tx.APIKeys().Put(rb)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -148,11 +143,11 @@ func TestSealedSecretIsBoundToItsKey(t *testing.T) {
 
 func TestCreateValidates(t *testing.T) {
 	s, _, _ := newService(t)
-	if _, _, err := s.Create("x", Role("root")); err == nil {
-		t.Fatal("bad role accepted")
+	if _, _, err := s.Create("x", Role("root")); core.KindOf(err) != core.KindInvalid {
+		t.Fatalf("bad role: %v, want invalid", err)
 	}
-	if _, _, err := s.Create("bad/name", RoleUser); err == nil {
-		t.Fatal("bad name accepted")
+	if _, _, err := s.Create("bad/name", RoleUser); core.KindOf(err) != core.KindInvalid {
+		t.Fatalf("bad name: %v, want invalid", err)
 	}
 }
 

@@ -23,7 +23,7 @@ const (
 	KindAuth                         // no or bad credentials
 )
 
-var kindNames = [...]string{"internal", "invalid", "not_found", "state", "in_use", "permission",
+var kindNames = [...]string{"internal", "invalid", "not_found", "state", "in_use", "forbidden",
 	"unavailable", "conflict", "refused", "too_large", "unauthorized"}
 
 // String is the kind's stable name, as error bodies carry it.

@@ -33,10 +33,12 @@ type Guard struct {
 	MaxBody int64
 	// BodyTimeout bounds receiving the body; a slower one gets 408.
 	BodyTimeout time.Duration
-	// HideErrors replaces the body of every 5xx answer that wraps an
-	// internal error or names a path with a generic reason and a request
-	// id; the detail goes to the log under that id. For device-facing
-	// handlers: devices never see server paths or internal error text.
+	// HideErrors replaces the body of every 5xx answer with an ErrorBody
+	// (code "unavailable" for 503, else "internal") carrying a request id,
+	// and a generic reason when the original wraps an internal error or
+	// names a path; the detail goes to the log under that id. For
+	// device-facing handlers: devices never see server paths or internal
+	// error text.
 	HideErrors bool
 	// ErrorBody renders a refusal; nil gives {"error": reason, "status": code}.
 	ErrorBody func(code int, reason string) []byte
@@ -125,11 +127,16 @@ func (g *guard) answerHidden(w http.ResponseWriter, r *http.Request, gw *guardWr
 	detail := string(gw.body)
 	reason := detail
 	var doc struct {
-		Error any `json:"error"`
+		Error json.RawMessage `json:"error"`
 	}
-	if json.Unmarshal(gw.body, &doc) == nil {
-		if s, ok := doc.Error.(string); ok {
-			reason = s
+	if json.Unmarshal(gw.body, &doc) == nil && len(doc.Error) > 0 {
+		// {"error": "<reason>"} (device refusals) or the ErrorBody shape.
+		var text string
+		var body ErrorDetail
+		if json.Unmarshal(doc.Error, &text) == nil {
+			reason = text
+		} else if json.Unmarshal(doc.Error, &body) == nil && body.Message != "" {
+			reason = body.Message
 		}
 	}
 	g.Log.Error("server error answered", "listener", g.Listener, "request_id", id, "status", gw.code,
@@ -137,8 +144,7 @@ func (g *guard) answerHidden(w http.ResponseWriter, r *http.Request, gw *guardWr
 	h := w.Header()
 	h.Del("Content-Length")
 	h.Set("X-Request-Id", id)
-	body, _ := json.Marshal(map[string]any{"error": PublicReason(reason, id), "status": gw.code, "request_id": id})
-	writeBody(w, gw.code, append(body, '\n'))
+	writeBody(w, gw.code, errorJSON(codeOfStatus(gw.code), PublicReason(reason, id), id))
 }
 
 // PublicReason is what a client may read of a server error: the reason

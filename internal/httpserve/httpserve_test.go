@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -309,6 +310,12 @@ func TestGuardHidesServerErrorDetail(t *testing.T) {
 		if resp.StatusCode != 503 || strings.Contains(string(raw), "/var/") || !strings.Contains(string(raw), c.want) ||
 			!strings.Contains(string(raw), resp.Header.Get("X-Request-Id")) {
 			t.Fatalf("%d %s", resp.StatusCode, raw)
+		}
+		// The one error shape: {"error":{"code","message","request_id"}}.
+		var doc ErrorBody
+		if err := json.Unmarshal(raw, &doc); err != nil || doc.Error.Code != "unavailable" ||
+			!strings.Contains(doc.Error.Message, c.want) || doc.Error.RequestID != resp.Header.Get("X-Request-Id") {
+			t.Fatalf("hidden body %s: %+v %v", raw, doc, err)
 		}
 	}
 }

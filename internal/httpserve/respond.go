@@ -54,9 +54,15 @@ func StatusOf(k core.ErrorKind) int {
 func WriteJSON(w http.ResponseWriter, code int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
-		code, body = http.StatusInternalServerError, errorJSON(core.KindInternal, "could not encode the answer", NewRequestID())
+		code, body = http.StatusInternalServerError, errorJSON(core.KindInternal.String(), "could not encode the answer", NewRequestID())
 	}
 	writeBody(w, code, append(body, '\n'))
+}
+
+// WriteJSONBody answers body, which is already JSON (a rendered answer
+// kept by a response cache), with status code.
+func WriteJSONBody(w http.ResponseWriter, code int, body []byte) {
+	writeBody(w, code, body)
 }
 
 // WriteError answers err by its kind (core.KindOf). An internal error is
@@ -68,19 +74,62 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		if log != nil {
 			log.Error("request failed", "method", r.Method, "path", r.URL.Path, "request_id", id, "err", err)
 		}
-		writeBody(w, http.StatusInternalServerError, errorJSON(k, PublicReason("", id), id))
+		writeBody(w, http.StatusInternalServerError, errorJSON(k.String(), PublicReason("", id), id))
 		return
 	}
 	WriteErrorCode(w, StatusOf(k), k, err.Error())
 }
 
-// WriteErrorCode answers an error of kind k with an explicit status (e.g.
-// 405, 429) and message.
+// WriteErrorCode answers an error of kind k with an explicit status and
+// message.
 func WriteErrorCode(w http.ResponseWriter, code int, k core.ErrorKind, msg string) {
-	writeBody(w, code, errorJSON(k, msg, ""))
+	writeBody(w, code, errorJSON(k.String(), msg, ""))
 }
 
-func errorJSON(k core.ErrorKind, msg, id string) []byte {
-	b, _ := json.Marshal(ErrorBody{Error: ErrorDetail{Code: k.String(), Message: msg, RequestID: id}})
+// Codes of refusals that come from HTTP itself rather than the domain, so
+// they have no core.ErrorKind.
+const (
+	CodeRateLimited      = "rate_limited"       // 429
+	CodeMethodNotAllowed = "method_not_allowed" // 405
+	CodeTimeout          = "timeout"            // 408: the request body came too slowly
+)
+
+// WriteRefusal answers an HTTP-level refusal (one of the Code constants)
+// with status code, in the same body shape as WriteError.
+func WriteRefusal(w http.ResponseWriter, code int, errCode, msg string) {
+	writeBody(w, code, errorJSON(errCode, msg, ""))
+}
+
+// ErrorBodyOf is the error body of a Guard refusal (status code and reason)
+// in the shape WriteError answers: for listeners whose clients read that
+// shape (the API), as Guard.ErrorBody.
+func ErrorBodyOf(code int, reason string) []byte {
+	return errorJSON(codeOfStatus(code), reason, "")
+}
+
+// codeOfStatus is the error code of a refusal by its status alone.
+func codeOfStatus(code int) string {
+	switch code {
+	case http.StatusRequestEntityTooLarge:
+		return core.KindTooLarge.String()
+	case http.StatusRequestTimeout:
+		return CodeTimeout
+	case http.StatusNotFound:
+		return core.KindNotFound.String()
+	case http.StatusTooManyRequests:
+		return CodeRateLimited
+	case http.StatusMethodNotAllowed:
+		return CodeMethodNotAllowed
+	case http.StatusServiceUnavailable:
+		return core.KindUnavailable.String()
+	}
+	if code >= 500 {
+		return core.KindInternal.String()
+	}
+	return core.KindInvalid.String()
+}
+
+func errorJSON(code, msg, id string) []byte {
+	b, _ := json.Marshal(ErrorBody{Error: ErrorDetail{Code: code, Message: msg, RequestID: id}})
 	return append(b, '\n')
 }

@@ -15,10 +15,10 @@ import (
 
 	"github.com/ztpd/ztpd/api/signing"
 	"github.com/ztpd/ztpd/internal/apikeys"
-	"github.com/ztpd/ztpd/internal/boltstore"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/secretbox"
+	"github.com/ztpd/ztpd/internal/store/boltstore"
 )
 
 func main() {
@@ -50,12 +50,12 @@ func main() {
 				d := core.Device{ID: mac, Kind: kind, MAC: mac, Serial: fmt.Sprintf("SN%07d", i), Product: "Accton-AS7726-32X",
 					Platform: "x86_64-accton_as7726_32x-r0", Hostname: fmt.Sprintf("leaf-%05d", i), IP: ip, Subnet: "fabric",
 					State: core.StateLeased, FirstSeen: now, LastSeen: now, UpdatedAt: now}
-				if err := core.PutDevice(tx, d); err != nil {
+				if err := tx.Devices().Put(d); err != nil {
 					return err
 				}
 				l := core.Lease{IP: ip, MAC: mac, Hostname: d.Hostname, Subnet: "fabric", State: core.LeaseActive,
 					Start: now, Expiry: now.Add(time.Hour), UpdatedAt: now}
-				if err := tx.Put(core.BucketLeases, ip, l); err != nil {
+				if err := tx.Leases().Put(l); err != nil {
 					return err
 				}
 			}
@@ -74,7 +74,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	cs, err := clusters.New(st, clusters.Options{})
+	cs, err := clusters.New(st, nil, clusters.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -105,12 +105,11 @@ func main() {
 				}
 				ms := core.Membership{Device: mac, Cluster: cl.ID, Role: role, Version: v.SemVer, State: core.StateJoined,
 					History: []core.StateTransition{{State: core.StateJoined, At: now}}, Created: now, UpdatedAt: now}
-				if err := tx.Put(core.BucketMemberships, mac, ms); err != nil {
+				if err := tx.Memberships().Put(ms); err != nil {
 					return err
 				}
-				// The joiner's member index (joiner.memberIndexKey), which
-				// the server lists members through.
-				if err := tx.Put(core.BucketIndex, "member/"+cl.ID+"/"+mac, role); err != nil {
+				// The cluster's roster, which the server lists members through.
+				if err := tx.Memberships().Enlist(cl.ID, mac, role); err != nil {
 					return err
 				}
 			}

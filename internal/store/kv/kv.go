@@ -38,7 +38,6 @@ const (
 var Buckets = []Bucket{BucketDevices, BucketLeases, BucketClusters, BucketVersions, BucketTokens, BucketEvents, BucketMemberships,
 	BucketImages, BucketAPIKeys, BucketSecrets, BucketJobs, BucketIndex, BucketMeta, BucketAudit}
 
-
 // Raw is one engine transaction: byte values in named buckets.
 type Raw interface {
 	// Get returns the value at key, or nil when absent; the bytes are valid
@@ -65,6 +64,9 @@ type Raw interface {
 type Caches struct {
 	devices decodeCache[core.Device]
 	leases  decodeCache[core.Lease]
+	// events never change once written, and API pages read the newest
+	// over and over; the log itself is large, so fewer are kept.
+	events decodeCache[core.Event]
 }
 
 // Tx implements core.Tx over a Raw transaction.
@@ -201,25 +203,62 @@ type cachedRecord[T any] struct {
 
 const decodeCacheMax = 200000
 
+// eventCacheMax bounds the event cache (some ten megabytes): the log is
+// large, and what is read again and again is its newest pages.
+const eventCacheMax = 20000
+
+func cacheLimit(b Bucket) int {
+	if b == BucketEvents || b == BucketAudit {
+		return eventCacheMax
+	}
+	return decodeCacheMax
+}
+
 func (c *decodeCache[T]) get(t *Tx, b Bucket, key string) (v T, ok bool, err error) {
 	raw, err := t.raw.Get(b, key)
 	if err != nil || raw == nil {
 		return v, false, err
 	}
+	v, err = c.decode(b, key, raw)
+	return v, err == nil, err
+}
+
+// decode is the record raw, stored at key, decoded: from the cache when
+// raw is what was decoded for key last.
+func (c *decodeCache[T]) decode(b Bucket, key string, raw []byte) (T, error) {
 	c.mu.RLock()
 	e, hit := c.m[key]
 	c.mu.RUnlock()
 	if hit && bytes.Equal(e.raw, raw) {
-		return e.v, true, nil
+		return e.v, nil
 	}
+	return c.decodeMiss(b, key, raw)
+}
+
+// decodeMiss decodes and keeps raw. (Apart from decode, so that the value
+// a hit returns is not moved to the heap for json.Unmarshal's sake.)
+func (c *decodeCache[T]) decodeMiss(b Bucket, key string, raw []byte) (v T, err error) {
 	if err := json.Unmarshal(raw, &v); err != nil {
-		return v, false, fmt.Errorf("corrupt record %s/%s: %w", b, key, err)
+		return v, fmt.Errorf("corrupt record %s/%s: %w", b, key, err)
 	}
 	c.mu.Lock()
-	if c.m == nil || len(c.m) >= decodeCacheMax {
+	if c.m == nil || len(c.m) >= cacheLimit(b) {
 		c.m = make(map[string]cachedRecord[T])
 	}
 	c.m[key] = cachedRecord[T]{raw: bytes.Clone(raw), v: v}
 	c.mu.Unlock()
-	return v, true, nil
+	return v, nil
+}
+
+// scanCached is scan through a decode cache: listings (API pages, a
+// user's devices) read the same records over and over. fresh makes the
+// shared cached value safe to hand out (clones its maps).
+func scanCached[T any](t *Tx, c *decodeCache[T], b Bucket, after string, fresh func(T) T, fn core.Visit[T]) error {
+	return t.raw.Scan(b, after, func(k string, raw []byte) (bool, error) {
+		v, err := c.decode(b, k, raw)
+		if err != nil {
+			return false, err
+		}
+		return fn(fresh(v))
+	})
 }

@@ -42,8 +42,7 @@ func (r devices) Get(id string) (core.Device, error) {
 	if !ok {
 		return d, notFound("device", id)
 	}
-	d.Labels = maps.Clone(d.Labels) // the cached value is shared
-	return d, nil
+	return freshDevice(d), nil // the cached value is shared
 }
 
 func (r devices) Put(d core.Device) error {
@@ -132,7 +131,13 @@ func (r devices) ByFixedIP(ip string) (core.Device, error) {
 }
 
 func (r devices) List(after string, fn core.Visit[core.Device]) error {
-	return scan(r.t, BucketDevices, after, fn)
+	return scanCached(r.t, &r.t.c.devices, BucketDevices, after, freshDevice, fn)
+}
+
+// freshDevice is a cached device safe to change: its labels are its own.
+func freshDevice(d core.Device) core.Device {
+	d.Labels = maps.Clone(d.Labels)
+	return d
 }
 
 func (r devices) Count() (int, error) { return r.t.raw.Count(BucketDevices) }
@@ -160,7 +165,7 @@ func (r leases) Put(l core.Lease) error {
 func (r leases) Delete(ip string) error { return r.t.del(core.AggLeases, BucketLeases, ip) }
 
 func (r leases) List(after string, fn core.Visit[core.Lease]) error {
-	return scan(r.t, BucketLeases, after, fn)
+	return scanCached(r.t, &r.t.c.leases, BucketLeases, after, func(l core.Lease) core.Lease { return l }, fn)
 }
 
 func (r leases) Count() (int, error) { return r.t.raw.Count(BucketLeases) }
@@ -431,7 +436,13 @@ func (r events) List(s core.EventStream, after uint64, fn core.Visit[core.Event]
 	if after > 0 {
 		from = eventKey(after)
 	}
-	return scan(r.t, streamBucket(s), from, fn)
+	return scanCached(r.t, &r.t.c.events, streamBucket(s), from, freshEvent, fn)
+}
+
+// freshEvent is a cached event safe to change: its fields are its own.
+func freshEvent(e core.Event) core.Event {
+	e.Fields = maps.Clone(e.Fields)
+	return e
 }
 
 func (r events) Count(s core.EventStream) (int, error) { return r.t.raw.Count(streamBucket(s)) }

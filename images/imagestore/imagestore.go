@@ -1,4 +1,4 @@
-// Package store is the content-addressed artifact store: installer images,
+// Package imagestore is the content-addressed artifact store: installer images,
 // binaries ISOs and plain files, kept once per sha256 under the data directory
 // with their metadata in the domain store.
 //
@@ -6,7 +6,7 @@
 // adds in progress. A blob appears under its final name only by rename after
 // fsync, so an interrupted add leaves nothing half-written there, and the tmp
 // directory is emptied at open (the data-dir lock guarantees no other writer).
-package store
+package imagestore
 
 import (
 	"context"
@@ -94,17 +94,17 @@ func (s *Store) BlobPath(sha string) string { return filepath.Join(s.blobDir(), 
 // ValidateMeta checks an artifact's name, kind and labels.
 func ValidateMeta(m Meta) error {
 	if !ValidKind(m.Kind) {
-		return fmt.Errorf("kind %q: use sonic-installer, onie-installer, binaries-iso or file", m.Kind)
+		return core.Errorf(core.KindInvalid, "kind %q: use sonic-installer, onie-installer, binaries-iso or file", m.Kind)
 	}
 	if !nameRE.MatchString(m.Name) {
-		return fmt.Errorf("name %q: use 1-200 letters, digits and . _ : + - (no slashes), starting with a letter or digit", m.Name)
+		return core.Errorf(core.KindInvalid, "name %q: use 1-200 letters, digits and . _ : + - (no slashes), starting with a letter or digit", m.Name)
 	}
 	if shaRE.MatchString(m.Name) {
-		return fmt.Errorf("name %q looks like a sha256; choose a name that does not", m.Name)
+		return core.Errorf(core.KindInvalid, "name %q looks like a sha256; choose a name that does not", m.Name)
 	}
 	for field, v := range map[string]string{"platform": m.Platform, "version": m.Version} {
 		if v != "" && !nameRE.MatchString(v) {
-			return fmt.Errorf("%s %q: use letters, digits and . _ : + -", field, v)
+			return core.Errorf(core.KindInvalid, "%s %q: use letters, digits and . _ : + -", field, v)
 		}
 	}
 	return nil
@@ -119,7 +119,7 @@ func (s *Store) Add(ctx context.Context, r io.Reader, m Meta, wantSHA string) (c
 	}
 	wantSHA = strings.ToLower(strings.TrimPrefix(wantSHA, "sha256:"))
 	if wantSHA != "" && !shaRE.MatchString(wantSHA) {
-		return core.Image{}, false, fmt.Errorf("checksum %q is not a sha256 hex digest", wantSHA)
+		return core.Image{}, false, core.Errorf(core.KindInvalid, "checksum %q is not a sha256 hex digest", wantSHA)
 	}
 	tmp, err := os.CreateTemp(s.tmpDir(), "add-*")
 	if err != nil {
@@ -139,7 +139,7 @@ func (s *Store) Add(ctx context.Context, r io.Reader, m Meta, wantSHA string) (c
 	}
 	sha := hex.EncodeToString(h.Sum(nil))
 	if wantSHA != "" && sha != wantSHA {
-		return core.Image{}, false, fmt.Errorf("checksum mismatch for %s: expected sha256 %s, got %s", m.Name, wantSHA, sha)
+		return core.Image{}, false, core.Errorf(core.KindInvalid, "checksum mismatch for %s: expected sha256 %s, got %s", m.Name, wantSHA, sha)
 	}
 	s.link.Lock()
 	defer s.link.Unlock()
@@ -165,18 +165,17 @@ func (s *Store) Add(ctx context.Context, r io.Reader, m Meta, wantSHA string) (c
 		if err := nameFree(tx, m.Name, sha); err != nil {
 			return err
 		}
-		had, err := tx.Get(core.BucketImages, sha, &im)
+		var err error
+		im, err = tx.Images().Get(sha)
+		if errors.Is(err, core.ErrNotFound) {
+			im = core.Image{SHA256: sha, Name: m.Name, Kind: m.Kind, Platform: m.Platform,
+				Version: m.Version, Size: n, Created: time.Now().UTC()}
+			err = tx.Images().Put(im)
+		}
 		if err != nil {
 			return err
 		}
-		if !had {
-			im = core.Image{SHA256: sha, Name: m.Name, Kind: m.Kind, Platform: m.Platform,
-				Version: m.Version, Size: n, Created: time.Now().UTC()}
-			if err := tx.Put(core.BucketImages, sha, im); err != nil {
-				return err
-			}
-		}
-		return tx.Put(core.BucketIndex, nameKey(m.Name), sha)
+		return tx.Images().SetName(m.Name, sha)
 	})
 	if err != nil {
 		if !existed { // the blob this add brought has no record: take it back
@@ -189,11 +188,14 @@ func (s *Store) Add(ctx context.Context, r io.Reader, m Meta, wantSHA string) (c
 
 // nameFree checks that name is unused or already names sha.
 func nameFree(tx core.Tx, name, sha string) error {
-	var owner string
-	if ok, err := tx.Get(core.BucketIndex, nameKey(name), &owner); err != nil {
+	owner, err := tx.Images().ByName(name)
+	switch {
+	case errors.Is(err, core.ErrNotFound):
+		return nil
+	case err != nil:
 		return err
-	} else if ok && owner != sha {
-		return fmt.Errorf("name %q already names image %s; remove it first or choose another name", name, owner[:12])
+	case owner != sha:
+		return core.Errorf(core.KindConflict, "name %q already names image %s; remove it first or choose another name", name, owner[:min(12, len(owner))])
 	}
 	return nil
 }
@@ -206,12 +208,10 @@ func (s *Store) AddFile(ctx context.Context, path string, m Meta, wantSHA string
 	}
 	defer f.Close()
 	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return core.Image{}, false, fmt.Errorf("%s is not a regular file", path)
+		return core.Image{}, false, core.Errorf(core.KindInvalid, "%s is not a regular file", path)
 	}
 	return s.Add(ctx, f, m, wantSHA)
 }
-
-func nameKey(name string) string { return "image-name/" + name }
 
 // Resolve finds an image by sha256, by a unique sha256 prefix of at least 12
 // hex digits, or by name.
@@ -228,28 +228,29 @@ func (s *Store) Resolve(ref string) (core.Image, error) {
 // ResolveTx is Resolve inside a caller's transaction.
 func ResolveTx(tx core.Tx, ref string) (core.Image, error) {
 	if shaRE.MatchString(ref) {
-		return core.GetImage(tx, ref)
+		return tx.Images().Get(ref)
 	}
-	var sha string
-	if ok, err := tx.Get(core.BucketIndex, nameKey(ref), &sha); err != nil {
+	sha, err := tx.Images().ByName(ref)
+	if err == nil {
+		return tx.Images().Get(sha)
+	}
+	if !errors.Is(err, core.ErrNotFound) {
 		return core.Image{}, err
-	} else if ok {
-		return core.GetImage(tx, sha)
 	}
 	if prefixRE.MatchString(ref) {
-		var found []string
-		err := tx.ScanPrefix(core.BucketImages, ref, func(k string, _ []byte) (bool, error) {
-			found = append(found, k)
+		var found []core.Image
+		err := tx.Images().WithPrefix(ref, func(im core.Image) (bool, error) {
+			found = append(found, im)
 			return len(found) < 2, nil
 		})
 		if err != nil {
 			return core.Image{}, err
 		}
 		if len(found) == 1 {
-			return core.GetImage(tx, found[0])
+			return found[0], nil
 		}
 		if len(found) > 1 {
-			return core.Image{}, fmt.Errorf("image prefix %q is ambiguous", ref)
+			return core.Image{}, core.Errorf(core.KindInvalid, "image prefix %q is ambiguous", ref)
 		}
 	}
 	return core.Image{}, fmt.Errorf("image %q: %w", ref, core.ErrNotFound)
@@ -259,13 +260,9 @@ func ResolveTx(tx core.Tx, ref string) (core.Image, error) {
 func (s *Store) Names(sha string) ([]string, error) {
 	var names []string
 	err := s.db.View(func(tx core.Tx) error {
-		return tx.ScanPrefix(core.BucketIndex, "image-name/", func(k string, v []byte) (bool, error) {
-			var owner string
-			if err := core.Decode(v, &owner); err != nil {
-				return false, err
-			}
+		return tx.Images().Names(func(name, owner string) (bool, error) {
 			if owner == sha {
-				names = append(names, strings.TrimPrefix(k, "image-name/"))
+				names = append(names, name)
 			}
 			return true, nil
 		})
@@ -278,11 +275,7 @@ func (s *Store) Names(sha string) ([]string, error) {
 func (s *Store) List(kind string) ([]core.Image, error) {
 	var out []core.Image
 	err := s.db.View(func(tx core.Tx) error {
-		return tx.Scan(core.BucketImages, "", func(_ string, v []byte) (bool, error) {
-			var im core.Image
-			if err := core.Decode(v, &im); err != nil {
-				return false, err
-			}
+		return tx.Images().List("", func(im core.Image) (bool, error) {
 			if kind == "" || im.Kind == kind {
 				out = append(out, im)
 			}
@@ -336,11 +329,7 @@ func (s *Store) Remove(ref string) (core.Image, error) {
 			return err
 		}
 		var users []string
-		err = tx.Scan(core.BucketVersions, "", func(_ string, v []byte) (bool, error) {
-			var ver core.Version
-			if err := core.Decode(v, &ver); err != nil {
-				return false, err
-			}
+		err = tx.Versions().List("", func(ver core.Version) (bool, error) {
 			if ver.ImageID == im.SHA256 {
 				users = append(users, ver.Name)
 			}
@@ -350,25 +339,24 @@ func (s *Store) Remove(ref string) (core.Image, error) {
 			return err
 		}
 		if len(users) > 0 {
-			return fmt.Errorf("%w by Kubernetes version %s; delete the version first", ErrInUse, strings.Join(users, ", "))
+			return core.WrapError(core.KindInUse, fmt.Sprintf("%s by Kubernetes version %s; delete the version first", ErrInUse, strings.Join(users, ", ")), ErrInUse)
 		}
 		var names []string
-		err = tx.ScanPrefix(core.BucketIndex, "image-name/", func(k string, v []byte) (bool, error) {
-			var owner string
-			if err := core.Decode(v, &owner); err == nil && owner == im.SHA256 {
-				names = append(names, k)
+		err = tx.Images().Names(func(name, owner string) (bool, error) {
+			if owner == im.SHA256 {
+				names = append(names, name)
 			}
 			return true, nil
 		})
 		if err != nil {
 			return err
 		}
-		for _, k := range names {
-			if err := tx.Delete(core.BucketIndex, k); err != nil {
+		for _, name := range names {
+			if err := tx.Images().DeleteName(name); err != nil {
 				return err
 			}
 		}
-		return tx.Delete(core.BucketImages, im.SHA256)
+		return tx.Images().Delete(im.SHA256)
 	})
 	if err != nil {
 		return im, err

@@ -1,4 +1,4 @@
-package store
+package imagestore
 
 import (
 	"bytes"
@@ -9,23 +9,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ztpd/ztpd/internal/boltstore"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/store/storetest"
 )
 
-func newStore(t *testing.T) (*Store, *boltstore.Store, string) {
+func newStore(t *testing.T) (*Store, core.Store, string) {
 	t.Helper()
-	dir := t.TempDir()
-	db, err := boltstore.Open(dir, boltstore.Options{})
+	f := storetest.Open(t)
+	s, err := Open(f.Store, f.Dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
-	s, err := Open(db, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, db, dir
+	return s, f.Store, f.Dir
 }
 
 func blobs(t *testing.T, s *Store) int {
@@ -92,9 +87,9 @@ func TestInterruptedAddLeavesNothingBehind(t *testing.T) {
 	if blobs(t, s) != 0 || len(tmp) != 0 {
 		t.Fatalf("leftovers: %d blobs, %d tmp files", blobs(t, s), len(tmp))
 	}
-	db.View(func(tx core.Tx) error {
-		if n, _ := tx.Count(core.BucketImages); n != 0 {
-			t.Errorf("%d image records after failed adds", n)
+	storetest.View(t, db, func(tx core.Tx) error {
+		if n, err := tx.Images().Count(); err != nil || n != 0 {
+			t.Errorf("%d image records after failed adds (%v)", n, err)
 		}
 		return nil
 	})
@@ -117,8 +112,8 @@ func TestBadNamesAndKindsAreRefused(t *testing.T) {
 		{Name: "../etc/passwd", Kind: KindFile}, {Name: "a/b", Kind: KindFile}, {Name: ".hidden", Kind: KindFile},
 		{Name: "", Kind: KindFile}, {Name: "ok", Kind: "rootkit"}, {Name: strings.Repeat("a", 64), Kind: KindFile},
 	} {
-		if _, _, err := s.Add(context.Background(), strings.NewReader("x"), m, ""); err == nil {
-			t.Errorf("%+v accepted", m)
+		if _, _, err := s.Add(context.Background(), strings.NewReader("x"), m, ""); core.KindOf(err) != core.KindInvalid {
+			t.Errorf("%+v: %v, want invalid", m, err)
 		}
 	}
 }
@@ -129,13 +124,13 @@ func TestRemoveRefusedWhileAVersionUsesIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db.Update(func(tx core.Tx) error {
-		return tx.Put(core.BucketVersions, "v1", core.Version{ID: "v1", Name: "v1.31.4", ImageID: im.SHA256})
+	storetest.Update(t, db, func(tx core.Tx) error {
+		return tx.Versions().Put(core.Version{ID: "v1", Name: "v1.31.4", ImageID: im.SHA256})
 	})
-	if _, err := s.Remove("k8s.iso"); !errors.Is(err, ErrInUse) {
-		t.Fatalf("want ErrInUse, got %v", err)
+	if _, err := s.Remove("k8s.iso"); !errors.Is(err, ErrInUse) || core.KindOf(err) != core.KindInUse {
+		t.Fatalf("want ErrInUse (kind in_use), got %v", err)
 	}
-	db.Update(func(tx core.Tx) error { return tx.Delete(core.BucketVersions, "v1") })
+	storetest.Update(t, db, func(tx core.Tx) error { return tx.Versions().Delete("v1") })
 	if _, err := s.Remove("k8s.iso"); err != nil {
 		t.Fatal(err)
 	}
@@ -168,8 +163,8 @@ func TestRefusedNameLeavesNoOrphanBlob(t *testing.T) {
 	if _, _, err := s.Add(ctx, strings.NewReader("one"), Meta{Name: "x.bin", Kind: KindFile}, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.Add(ctx, strings.NewReader("two"), Meta{Name: "x.bin", Kind: KindFile}, ""); err == nil {
-		t.Fatal("a taken name was accepted for other content")
+	if _, _, err := s.Add(ctx, strings.NewReader("two"), Meta{Name: "x.bin", Kind: KindFile}, ""); core.KindOf(err) != core.KindConflict {
+		t.Fatalf("a taken name for other content: %v, want a conflict", err)
 	}
 	if n := blobs(t, s); n != 1 {
 		t.Fatalf("%d blobs after a refused add, want 1", n)

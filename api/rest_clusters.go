@@ -1,0 +1,282 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ztpd/ztpd/internal/clusters"
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/httpserve"
+)
+
+type restVersionRef struct {
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	SemVer string `json:"semver"`
+}
+
+type restMember struct {
+	Device   string           `json:"device"`
+	Role     string           `json:"role"`
+	State    core.DeviceState `json:"state"`
+	Version  string           `json:"version,omitempty"`
+	IP       string           `json:"ip,omitempty"`
+	Hostname string           `json:"hostname,omitempty"`
+}
+
+// restCluster is a cluster as the REST API shows it (openapi.json Cluster).
+type restCluster struct {
+	ID           string            `json:"id"`
+	Name         string            `json:"name"`
+	Description  string            `json:"description"`
+	Account      string            `json:"account"`
+	State        core.ClusterState `json:"state"`
+	Version      restVersionRef    `json:"version"`
+	Size         int               `json:"size"`
+	ControlNodes int               `json:"control_nodes"`
+	OfferingID   string            `json:"offering_id"`
+	OfferingName string            `json:"offering_name"`
+	CPU          int               `json:"cpu"`
+	MemoryMB     int               `json:"memory_mb"`
+	Endpoint     string            `json:"endpoint"`
+	JoinMethod   string            `json:"join_method"`
+	Keypair      string            `json:"keypair,omitempty"`
+	NetworkID    string            `json:"network_id,omitempty"`
+	ExternalLBIP string            `json:"external_lb_ip,omitempty"`
+	Members      []restMember      `json:"members"`
+	Created      time.Time         `json:"created"`
+	UpdatedAt    time.Time         `json:"updated_at"`
+}
+
+func restClusterOf(v clusters.ClusterView) restCluster {
+	c := v.Cluster
+	ep, _ := v.Endpoint()
+	out := restCluster{ID: c.ID, Name: c.Name, Description: c.Description, Account: core.ClusterAccount(c), State: c.State,
+		Version: restVersionRef{ID: c.VersionID, Name: v.Version.Name, SemVer: v.Version.SemVer},
+		Size:    c.Size, ControlNodes: c.ControlNodes, OfferingID: c.ServiceOfferingID, OfferingName: v.Offering.Name,
+		CPU: v.Cores(), MemoryMB: v.MemoryMB(), Endpoint: ep, JoinMethod: c.JoinMethod, Keypair: c.Keypair,
+		NetworkID: c.NetworkID, ExternalLBIP: c.ExternalLBIP, Members: []restMember{}, Created: c.Created, UpdatedAt: c.UpdatedAt}
+	for _, m := range v.Members {
+		rm := restMember{Device: m.Membership.Device, Role: m.Role, State: m.State, Version: m.Version}
+		if m.Device != nil {
+			rm.IP, rm.Hostname = m.Device.IP, m.Device.Hostname
+		}
+		out.Members = append(out.Members, rm)
+	}
+	return out
+}
+
+// restJob is an asynchronous job as the REST API shows it (openapi.json Job).
+type restJob struct {
+	ID           string                 `json:"id"`
+	Command      string                 `json:"command"`
+	Status       string                 `json:"status"`
+	InstanceType string                 `json:"instance_type"`
+	InstanceID   string                 `json:"instance_id"`
+	Error        *httpserve.ErrorDetail `json:"error,omitempty"`
+	Cluster      *restCluster           `json:"cluster,omitempty"`
+	Created      time.Time              `json:"created"`
+	Completed    *time.Time             `json:"completed,omitempty"`
+}
+
+func (s *Server) restJobOf(c *gin.Context, j core.Job) (restJob, error) {
+	out := restJob{ID: j.ID, Command: j.Command, InstanceType: j.InstanceType, InstanceID: j.InstanceID, Created: j.Created}
+	switch j.Status {
+	case core.JobPending:
+		out.Status = "pending"
+	case core.JobSucceeded:
+		out.Status = "succeeded"
+	default:
+		out.Status = "failed"
+		out.Error = &httpserve.ErrorDetail{Code: j.ErrorKind.String(), Message: j.Error}
+	}
+	if !j.Completed.IsZero() {
+		t := j.Completed
+		out.Completed = &t
+	}
+	if j.Cluster != nil && j.Status == core.JobSucceeded {
+		v, err := s.clusters.View(c.Request.Context(), *j.Cluster)
+		if err != nil {
+			return out, err
+		}
+		rc := restClusterOf(v)
+		out.Cluster = &rc
+	}
+	return out, nil
+}
+
+// accepted answers 202 with the job and its URL.
+func (s *Server) accepted(c *gin.Context, j core.Job, err error) {
+	if err != nil {
+		s.restFail(c, err)
+		return
+	}
+	rj, err := s.restJobOf(c, j)
+	if err != nil {
+		s.restFail(c, err)
+		return
+	}
+	c.Header("Location", core.PathAPI+"jobs/"+j.ID)
+	httpserve.WriteJSON(c.Writer, http.StatusAccepted, struct {
+		Job restJob `json:"job"`
+	}{rj})
+}
+
+func (s *Server) listClusters(c *gin.Context) {
+	limit, after, ok := listParams(c)
+	if !ok {
+		return
+	}
+	f := clusters.ClusterFilter{State: c.Query("state"), Keyword: c.Query("keyword"), ListAll: c.Query("listall") == "true"}
+	ctx := context.WithoutCancel(c.Request.Context()) // others may wait for this rendering
+	caller := callerOf(c)
+	render := func() ([]byte, error) {
+		views, _, err := s.clusters.ListClusters(ctx, caller, f, 0, 0)
+		if err != nil {
+			return nil, err
+		}
+		out := page[restCluster]{Items: []restCluster{}}
+		start := 0
+		if after != "" {
+			start = len(views)
+			for i, v := range views {
+				if v.Cluster.ID == after {
+					start = i + 1
+					break
+				}
+			}
+		}
+		for i := start; i < len(views); i++ {
+			if len(out.Items) == limit {
+				out.NextCursor = cursorOf(views[i-1].Cluster.ID)
+				break
+			}
+			out.Items = append(out.Items, restClusterOf(views[i]))
+		}
+		return encodeJSON(out)
+	}
+	var body []byte
+	var err error
+	if gen, ok := s.clusters.ViewsGeneration(); ok {
+		cred := credOf(c)
+		key := cacheKey(c.Request.Method, c.Request.URL.Path, c.Request.URL.RawQuery, cred.APIKey, string(cred.Role))
+		body, err = s.bodies.get(key, gen, render)
+	} else {
+		body, err = render()
+	}
+	if err != nil {
+		s.restFail(c, err)
+		return
+	}
+	httpserve.WriteJSONBody(c.Writer, http.StatusOK, body)
+}
+
+func (s *Server) getCluster(c *gin.Context) {
+	v, err := s.clusters.GetCluster(c.Request.Context(), callerOf(c), c.Param("id"))
+	if err != nil {
+		s.restFail(c, err)
+		return
+	}
+	httpserve.WriteJSON(c.Writer, http.StatusOK, restClusterOf(v))
+}
+
+func (s *Server) createCluster(c *gin.Context) {
+	var req struct {
+		Name         string `json:"name"`
+		Description  string `json:"description"`
+		Version      string `json:"version"`
+		Offering     string `json:"offering"`
+		Size         int    `json:"size"`
+		ControlNodes int    `json:"control_nodes"`
+		JoinMethod   string `json:"join_method"`
+		Keypair      string `json:"keypair"`
+		NetworkID    string `json:"network_id"`
+		ExternalLBIP string `json:"external_lb_ip"`
+	}
+	if !bindBody(c, &req) {
+		return
+	}
+	if req.Offering == "" {
+		req.Offering = clusters.Offerings[0].ID
+	}
+	spec := clusters.ClusterSpec{Name: req.Name, Description: req.Description, ZoneID: s.clusters.Zone().ID,
+		VersionID: req.Version, ServiceOfferingID: req.Offering, Size: req.Size, ControlNodes: req.ControlNodes,
+		JoinMethod: req.JoinMethod, Keypair: req.Keypair, NetworkID: req.NetworkID, ExternalLBIP: req.ExternalLBIP}
+	_, j, err := s.clusters.CreateCluster(c.Request.Context(), callerOf(c), spec)
+	s.accepted(c, j, err)
+}
+
+// clusterOp serves DELETE /clusters/{id} and POST /clusters/{id}/{scale,upgrade,start,stop}.
+func (s *Server) clusterOp(c *gin.Context) {
+	ctx, caller, id := c.Request.Context(), callerOf(c), c.Param("id")
+	if c.Request.Method == http.MethodDelete {
+		j, err := s.clusters.DeleteCluster(ctx, caller, id)
+		s.accepted(c, j, err)
+		return
+	}
+	var j core.Job
+	var err error
+	switch op := c.FullPath()[strings.LastIndexByte(c.FullPath(), '/')+1:]; op {
+	case "scale":
+		var req struct {
+			Size     int    `json:"size"`
+			Offering string `json:"offering"`
+		}
+		if !bindBody(c, &req) {
+			return
+		}
+		if req.Size < 0 {
+			restRefuse(c, core.KindInvalid, "size must be at least 1")
+			return
+		}
+		j, err = s.clusters.ScaleCluster(ctx, caller, id, req.Size, req.Offering)
+	case "upgrade":
+		var req struct {
+			Version string `json:"version"`
+		}
+		if !bindBody(c, &req) {
+			return
+		}
+		if req.Version == "" {
+			restRefuse(c, core.KindInvalid, "version is required")
+			return
+		}
+		j, err = s.clusters.UpgradeCluster(ctx, caller, id, req.Version)
+	case "start":
+		j, err = s.clusters.StartCluster(ctx, caller, id)
+	case "stop":
+		j, err = s.clusters.StopCluster(ctx, caller, id)
+	}
+	s.accepted(c, j, err)
+}
+
+func (s *Server) kubeconfig(c *gin.Context) {
+	cl, cfg, err := s.clusters.Kubeconfig(c.Request.Context(), callerOf(c), c.Param("id"))
+	if err != nil {
+		s.restFail(c, err)
+		return
+	}
+	httpserve.WriteJSON(c.Writer, http.StatusOK, struct {
+		ID         string `json:"id"`
+		Kubeconfig string `json:"kubeconfig"`
+		Name       string `json:"name"`
+	}{cl.ID, string(cfg), cl.Name})
+}
+
+func (s *Server) getJob(c *gin.Context) {
+	j, err := s.clusters.GetJob(c.Request.Context(), callerOf(c), c.Param("id"))
+	if err != nil {
+		s.restFail(c, err)
+		return
+	}
+	rj, err := s.restJobOf(c, j)
+	if err != nil {
+		s.restFail(c, err)
+		return
+	}
+	httpserve.WriteJSON(c.Writer, http.StatusOK, rj)
+}

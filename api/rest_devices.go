@@ -1,0 +1,235 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/httpserve"
+)
+
+// restDevice is a device as the REST API shows it (openapi.json Device).
+type restDevice struct {
+	ID          string            `json:"id"`
+	Kind        core.DeviceKind   `json:"kind"`
+	MAC         string            `json:"mac"`
+	Serial      string            `json:"serial,omitempty"`
+	Product     string            `json:"product,omitempty"`
+	Platform    string            `json:"platform,omitempty"`
+	Hostname    string            `json:"hostname,omitempty"`
+	ClientID    string            `json:"client_id,omitempty"`
+	VendorClass string            `json:"vendor_class,omitempty"`
+	SONiCVer    string            `json:"sonic_version,omitempty"`
+	IP          string            `json:"ip,omitempty"`
+	Subnet      string            `json:"subnet,omitempty"`
+	RelayAddr   string            `json:"relay_addr,omitempty"`
+	CircuitID   string            `json:"circuit_id,omitempty"`
+	RemoteID    string            `json:"remote_id,omitempty"`
+	BaseMAC     string            `json:"base_mac,omitempty"`
+	FixedIP     string            `json:"fixed_ip,omitempty"`
+	State       core.DeviceState  `json:"state"`
+	Approved    bool              `json:"approved,omitempty"`
+	Cluster     string            `json:"cluster,omitempty"`
+	Role        string            `json:"role,omitempty"`
+	Profile     string            `json:"profile,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	FirstSeen   time.Time         `json:"first_seen"`
+	LastSeen    time.Time         `json:"last_seen"`
+	UpdatedAt   time.Time         `json:"updated_at"`
+}
+
+func restDeviceOf(d core.Device) restDevice {
+	return restDevice{ID: d.ID, Kind: d.Kind, MAC: d.MAC, Serial: d.Serial, Product: d.Product, Platform: d.Platform,
+		Hostname: d.Hostname, ClientID: d.ClientID, VendorClass: d.VendorClass, SONiCVer: d.SONiCVer, IP: d.IP,
+		Subnet: d.Subnet, RelayAddr: d.RelayAddr, CircuitID: d.CircuitID, RemoteID: d.RemoteID, BaseMAC: d.BaseMAC,
+		FixedIP: d.FixedIP, State: d.State, Approved: d.Approved, Cluster: d.Cluster, Role: d.Role, Profile: d.Profile,
+		Labels: d.Labels, FirstSeen: d.FirstSeen, LastSeen: d.LastSeen, UpdatedAt: d.UpdatedAt}
+}
+
+// restLease is a lease as the REST API shows it (openapi.json Lease).
+type restLease struct {
+	IP        string          `json:"ip"`
+	MAC       string          `json:"mac"`
+	ClientID  string          `json:"client_id,omitempty"`
+	Hostname  string          `json:"hostname,omitempty"`
+	Subnet    string          `json:"subnet"`
+	State     core.LeaseState `json:"state"`
+	Start     time.Time       `json:"start"`
+	Expiry    time.Time       `json:"expiry"`
+	Reserved  bool            `json:"reserved,omitempty"`
+	UpdatedAt time.Time       `json:"updated_at"`
+}
+
+func restLeaseOf(l core.Lease) restLease {
+	return restLease{IP: l.IP, MAC: l.MAC, ClientID: l.ClientID, Hostname: l.Hostname, Subnet: l.Subnet, State: l.State,
+		Start: l.Start, Expiry: l.Expiry, Reserved: l.Reserved, UpdatedAt: l.UpdatedAt}
+}
+
+func devicePos(d core.Device) string { return d.ID }
+func leasePos(l core.Lease) string   { return l.IP }
+
+func (s *Server) listDevices(c *gin.Context) {
+	limit, after, ok := listParams(c)
+	if !ok {
+		return
+	}
+	state, kind, cluster, subnet, approved := c.Query("state"), c.Query("kind"), c.Query("cluster"), c.Query("subnet"), c.Query("approved")
+	if approved != "" && approved != "true" && approved != "false" {
+		restRefuse(c, core.KindInvalid, "approved must be true or false")
+		return
+	}
+	own, ok := s.ownClusters(c)
+	if !ok {
+		return
+	}
+	var keep func(core.Device) bool
+	if state != "" || kind != "" || cluster != "" || subnet != "" || approved != "" || own != nil {
+		keep = func(d core.Device) bool {
+			return (own == nil || own[d.Cluster]) && (state == "" || string(d.State) == state) && (kind == "" || string(d.Kind) == kind) &&
+				(cluster == "" || d.Cluster == cluster) && (subnet == "" || d.Subnet == subnet) &&
+				(approved == "" || strconv.FormatBool(d.Approved) == approved)
+		}
+	}
+	render := func() (any, error) {
+		var p page[restDevice]
+		err := s.st.View(func(tx core.Tx) error {
+			var err error
+			p, err = collect(tx.Devices().List, after, limit, devicePos, keep, restDeviceOf)
+			return err
+		})
+		return p, err
+	}
+	if own != nil { // depends on the caller's clusters too: never kept
+		s.writeRendered(c, render)
+		return
+	}
+	s.writeRendered(c, render, core.AggDevices)
+}
+
+func (s *Server) getDevice(c *gin.Context) {
+	ref := c.Param("id")
+	id := ref
+	if mac, err := core.NormalizeMAC(ref); err == nil {
+		id = mac
+	}
+	var d core.Device
+	err := s.st.View(func(tx core.Tx) error {
+		var err error
+		if d, err = tx.Devices().Get(id); errors.Is(err, core.ErrNotFound) {
+			d, err = tx.Devices().BySerial(ref)
+		}
+		return err
+	})
+	if err != nil && !errors.Is(err, core.ErrNotFound) {
+		s.restFail(c, err)
+		return
+	}
+	own, ok := s.ownClusters(c)
+	if !ok {
+		return
+	}
+	if err != nil || (own != nil && !own[d.Cluster]) {
+		restRefuse(c, core.KindNotFound, "device "+ref+" not found")
+		return
+	}
+	httpserve.WriteJSON(c.Writer, http.StatusOK, restDeviceOf(d))
+}
+
+// ownClusters is nil for admin keys, else the IDs of the clusters of the
+// key's account: a user key sees only their devices, leases and events.
+// ok is false when the answer was already written.
+func (s *Server) ownClusters(c *gin.Context) (map[string]bool, bool) {
+	if credOf(c).IsAdmin() {
+		return nil, true
+	}
+	own, err := s.clusters.AccountClusters(c.Request.Context(), callerOf(c))
+	if err != nil {
+		s.restFail(c, err)
+		return nil, false
+	}
+	return own, true
+}
+
+// ownMACs is nil for admin keys, else the MAC addresses of the devices in
+// the key's account's clusters.
+func (s *Server) ownMACs(c *gin.Context) (map[string]bool, bool) {
+	own, ok := s.ownClusters(c)
+	if own == nil || !ok {
+		return nil, ok
+	}
+	macs := map[string]bool{}
+	err := s.st.View(func(tx core.Tx) error {
+		return tx.Devices().List("", func(d core.Device) (bool, error) {
+			if own[d.Cluster] {
+				macs[d.MAC] = true
+			}
+			return true, nil
+		})
+	})
+	if err != nil {
+		s.restFail(c, err)
+		return nil, false
+	}
+	return macs, true
+}
+
+func (s *Server) approveDevice(c *gin.Context) {
+	var req struct {
+		Cluster string `json:"cluster"`
+	}
+	if !bindBody(c, &req) {
+		return
+	}
+	d, err := s.clusters.ApproveDevice(c.Request.Context(), callerOf(c), c.Param("id"), req.Cluster)
+	if err != nil {
+		s.restFail(c, err)
+		return
+	}
+	httpserve.WriteJSON(c.Writer, http.StatusOK, restDeviceOf(d))
+}
+
+func (s *Server) resetDevice(c *gin.Context) {
+	d, err := s.clusters.ResetDevice(c.Request.Context(), callerOf(c), c.Param("id"))
+	if err != nil {
+		s.restFail(c, err)
+		return
+	}
+	httpserve.WriteJSON(c.Writer, http.StatusOK, restDeviceOf(d))
+}
+
+func (s *Server) listLeases(c *gin.Context) {
+	limit, after, ok := listParams(c)
+	if !ok {
+		return
+	}
+	state, subnet, mac := c.Query("state"), c.Query("subnet"), strings.ToLower(c.Query("mac"))
+	macs, ok := s.ownMACs(c)
+	if !ok {
+		return
+	}
+	var keep func(core.Lease) bool
+	if state != "" || subnet != "" || mac != "" || macs != nil {
+		keep = func(l core.Lease) bool {
+			return (macs == nil || macs[l.MAC]) && (state == "" || string(l.State) == state) && (subnet == "" || l.Subnet == subnet) && (mac == "" || l.MAC == mac)
+		}
+	}
+	render := func() (any, error) {
+		var p page[restLease]
+		err := s.st.View(func(tx core.Tx) error {
+			var err error
+			p, err = collect(tx.Leases().List, after, limit, leasePos, keep, restLeaseOf)
+			return err
+		})
+		return p, err
+	}
+	if macs != nil {
+		s.writeRendered(c, render)
+		return
+	}
+	s.writeRendered(c, render, core.AggLeases)
+}

@@ -1,0 +1,69 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/httpserve"
+)
+
+// restToken is a token without its secret hash (openapi.json Token).
+type restToken struct {
+	ID          string    `json:"id"`
+	Kind        string    `json:"kind"`
+	Cluster     string    `json:"cluster,omitempty"`
+	Device      string    `json:"device,omitempty"`
+	Usages      []string  `json:"usages,omitempty"`
+	Description string    `json:"description,omitempty"`
+	Expires     time.Time `json:"expires,omitzero"`
+	UsedAt      time.Time `json:"used_at,omitzero"`
+	Revoked     bool      `json:"revoked"`
+	Created     time.Time `json:"created"`
+}
+
+func restTokenOf(t core.Token) restToken {
+	return restToken{ID: t.ID, Kind: t.Kind, Cluster: t.Cluster, Device: t.Device, Usages: t.Usages,
+		Description: t.Description, Expires: t.Expires, UsedAt: t.UsedAt, Revoked: t.Revoked, Created: t.Created}
+}
+
+func tokenPos(t core.Token) string { return core.TokenCursor(t) }
+
+func (s *Server) listTokens(c *gin.Context) {
+	limit, after, ok := listParams(c)
+	if !ok {
+		return
+	}
+	cluster, kind, revoked := c.Query("cluster"), c.Query("kind"), c.Query("revoked")
+	keep := func(t core.Token) bool {
+		return (cluster == "" || t.Cluster == cluster) && (kind == "" || t.Kind == kind) &&
+			(revoked == "" || strconv.FormatBool(t.Revoked) == revoked)
+	}
+	var p page[restToken]
+	err := s.st.View(func(tx core.Tx) error {
+		var err error
+		p, err = collect(tx.Tokens().List, after, limit, tokenPos, keep, restTokenOf)
+		return err
+	})
+	if err != nil {
+		s.restFail(c, err)
+		return
+	}
+	httpserve.WriteJSON(c.Writer, http.StatusOK, p)
+}
+
+func (s *Server) revokeToken(c *gin.Context) {
+	ref := c.Param("id")
+	if k := c.Query("kind"); k != "" {
+		ref = k + "/" + ref
+	}
+	t, err := s.clusters.RevokeToken(c.Request.Context(), callerOf(c), ref)
+	if err != nil {
+		s.restFail(c, err)
+		return
+	}
+	httpserve.WriteJSON(c.Writer, http.StatusOK, restTokenOf(t))
+}
