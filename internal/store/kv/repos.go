@@ -51,8 +51,9 @@ func (r devices) Put(d core.Device) error {
 		return fmt.Errorf("device without id")
 	}
 	t := r.t
-	var old core.Device
-	had, err := t.get(BucketDevices, d.ID, &old)
+	// The old record through the decode cache: a writer that just read it
+	// (every merge does) does not decode it again.
+	old, had, err := t.c.devices.get(t, BucketDevices, d.ID)
 	if err != nil {
 		return err
 	}
