@@ -332,6 +332,20 @@ func (s *Service) Done(b *Batch, err error) {
 	s.mu.Unlock()
 }
 
+// Return ends a Take whose commit failed without trying its records one by
+// one (the store cannot write at all, e.g. a full disk): they go back to
+// the front of the queue for a later commit.
+func (s *Service) Return(b *Batch) {
+	if b.Len() == 0 {
+		return
+	}
+	s.requeue(b)
+	s.mu.Lock()
+	s.inflight--
+	s.changed.Broadcast()
+	s.mu.Unlock()
+}
+
 func (s *Service) writeApart(b *Batch, cause error) {
 	dropped := 0
 	var retry Batch
