@@ -23,7 +23,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"sort"
@@ -32,8 +31,10 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/profile"
 	"github.com/ztpd/ztpd/internal/safepath"
+	"github.com/ztpd/ztpd/ztp/endpoints"
 )
 
 // JoinProvider supplies cluster-join material; the joiner implements it. A
@@ -58,17 +59,21 @@ type Images interface {
 	Open(im core.Image) (*os.File, error)
 }
 
-// Options configure a Service.
+// Options configure a Service: resolved values and the parts it uses.
 type Options struct {
-	Store  core.Store
-	Images Images
-	Join   JoinProvider
-	Log    *slog.Logger
-	// AdvertiseAddr is the host put into URLs; empty uses the address the
-	// request arrived on.
-	AdvertiseAddr string
-	// HTTPAddr is the ZTP HTTP listener (its port goes into URLs).
-	HTTPAddr string
+	Store core.Store
+	// Devices records each fetch (device progress and events).
+	Devices *devices.Service
+	Images  Images
+	// Join supplies cluster-join sections; nil: profiles that name a
+	// cluster get no join section.
+	Join JoinProvider
+	// Pending answers what the DHCP server knows of a device before its
+	// record is committed; nil without DHCP.
+	Pending core.DeviceFinder
+	Log     *slog.Logger
+	// Endpoints builds every URL handed to devices.
+	Endpoints endpoints.Endpoints
 	// DefaultProfile is given to devices no profile matches; "" = 404.
 	DefaultProfile string
 	// FilesDir is served read-only by name (TFTP <path>, HTTP /files/<path>);
@@ -84,22 +89,12 @@ type Service struct {
 	opt      Options
 	log      *slog.Logger
 	profiles atomic.Pointer[profile.Set]
-	rec      *recorder
-	devices  deviceCache
-	leases   core.LeaseCache
 	imgs     imageCache
-	httpPort string
-	baseURL  string // fixed when AdvertiseAddr is set
 	files    *os.Root
 	now      func() time.Time
-	pending  atomic.Pointer[core.DeviceFinder]
 
 	logRefusal rateLimit
 }
-
-// SetDeviceFinder lets identification use what the DHCP server knows before
-// its device records are committed (set when DHCP starts).
-func (s *Service) SetDeviceFinder(f core.DeviceFinder) { s.pending.Store(&f) }
 
 // New builds a Service. Profiles are set with SetProfiles.
 func New(opt Options) (*Service, error) {
@@ -107,15 +102,11 @@ func New(opt Options) (*Service, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	_, port, err := net.SplitHostPort(opt.HTTPAddr)
-	if err != nil {
-		return nil, fmt.Errorf("http address %q: %w", opt.HTTPAddr, err)
-	}
-	s.httpPort = port
-	if opt.AdvertiseAddr != "" {
-		s.baseURL = "http://" + net.JoinHostPort(opt.AdvertiseAddr, port)
+	if opt.Store != nil && opt.Devices == nil {
+		return nil, errors.New("content: a devices service is required to record fetches")
 	}
 	if opt.FilesDir != "" {
+		var err error
 		if err := os.MkdirAll(opt.FilesDir, 0o755); err != nil {
 			return nil, fmt.Errorf("files directory: %w", err)
 		}
@@ -124,21 +115,12 @@ func New(opt Options) (*Service, error) {
 		}
 	}
 	s.profiles.Store(&profile.Set{})
-	if opt.Store != nil {
-		s.rec = newRecorder(opt.Store, &s.devices, s.log.Error)
-	}
 	return s, nil
 }
 
-// SetJoinProvider wires the joiner; call it before serving starts.
-func (s *Service) SetJoinProvider(j JoinProvider) { s.opt.Join = j }
-
-// Close records what is still queued and releases the files root. Call it
-// before the store closes.
+// Close releases the files root. (What is still queued is recorded by the
+// devices service, which closes after its reporters.)
 func (s *Service) Close() error {
-	if s.rec != nil {
-		s.rec.close()
-	}
 	if s.files != nil {
 		return s.files.Close()
 	}
@@ -207,6 +189,27 @@ const (
 
 func (e *Error) Error() string { return e.Reason }
 
+// ErrorKind is the refusal in the one error model (core.ErrorKind), whose
+// HTTP status (httpserve.StatusOf) is e.Status: 400 invalid, 403 refused,
+// 404 not found, 503 unavailable.
+func (e *Error) ErrorKind() core.ErrorKind {
+	switch e.Status {
+	case 400:
+		return core.KindInvalid
+	case 403:
+		return core.KindRefused
+	case 404:
+		return core.KindNotFound
+	case 503:
+		return core.KindUnavailable
+	}
+	return core.KindInternal
+}
+
+// Unwrap makes core.KindOf (and errors.As to *core.Error) see the
+// classified refusal.
+func (e *Error) Unwrap() error { return &core.Error{Kind: e.ErrorKind(), Msg: e.Reason} }
+
 func notFound(format string, args ...any) error {
 	return &Error{Status: 404, Reason: fmt.Sprintf(format, args...)}
 }
@@ -221,20 +224,13 @@ func unavailable(format string, args ...any) error {
 	return &Error{Status: 503, Reason: fmt.Sprintf(format, args...)}
 }
 
-// BaseURL is the http://host:port prefix of URLs handed to c.
+// BaseURL is the http://host[:port] prefix of URLs handed to c.
 func (s *Service) BaseURL(c *Client) string {
-	if s.baseURL != "" {
-		return s.baseURL
+	var local netip.Addr
+	if c != nil {
+		local = c.Local
 	}
-	host := ""
-	if c != nil && c.Local.IsValid() && !c.Local.IsUnspecified() {
-		host = c.Local.Unmap().String()
-	} else if h, _, err := net.SplitHostPort(s.opt.HTTPAddr); err == nil && h != "" && h != "0.0.0.0" && h != "::" {
-		host = h
-	} else {
-		host = "127.0.0.1"
-	}
-	return "http://" + net.JoinHostPort(host, s.httpPort)
+	return s.opt.Endpoints.Base(local)
 }
 
 // identify finds the device behind c inside tx by the one identity rule
@@ -244,7 +240,7 @@ func (s *Service) BaseURL(c *Client) string {
 // What c says about itself is then checked against that device (check):
 // headers select, they never widen.
 func (s *Service) identify(tx core.Tx, c *Client) (dev core.Device, stored bool, err error) {
-	h, err := core.HolderOf(tx, c.Addr, s.now(), s.opt.Bindings, &s.leases)
+	h, err := core.HolderOf(tx, c.Addr, s.now(), s.opt.Bindings)
 	if err != nil {
 		if errors.Is(err, core.ErrNoHolder) {
 			return dev, false, &Error{Status: 403, Kind: RefusedNoHolder,
@@ -256,7 +252,7 @@ func (s *Service) identify(tx core.Tx, c *Client) (dev core.Device, stored bool,
 	case h.Device != nil:
 		dev, stored = *h.Device, true
 	case h.MAC != "":
-		dev, err = s.devices.get(tx, h.MAC)
+		dev, err = tx.Devices().Get(h.MAC)
 		switch {
 		case err == nil:
 			stored = true
@@ -279,8 +275,8 @@ func (s *Service) identify(tx core.Tx, c *Client) (dev core.Device, stored bool,
 // firstContact is the record of a holder the store does not know yet: what
 // the DHCP server knows in memory, else what the lease or binding says.
 func (s *Service) firstContact(h core.Holder) (core.Device, error) {
-	if f := s.pending.Load(); f != nil {
-		if d, ok := (*f).DeviceByIP(h.Addr); ok && d.MAC == h.MAC {
+	if f := s.opt.Pending; f != nil {
+		if d, ok := f.DeviceByIP(h.Addr); ok && d.MAC == h.MAC {
 			return d, nil
 		}
 	}
@@ -300,7 +296,7 @@ func (s *Service) firstContact(h core.Holder) (core.Device, error) {
 // boundBySerial identifies the device of a binding declared without a MAC.
 func (s *Service) boundBySerial(tx core.Tx, b *core.Binding, c *Client) (core.Device, bool, error) {
 	if b.Serial != "" {
-		d, err := s.devices.bySerial(tx, b.Serial)
+		d, err := tx.Devices().BySerial(b.Serial)
 		if err == nil {
 			return d, true, nil
 		}
@@ -518,7 +514,7 @@ func (s *Service) ZTPJSON(ctx context.Context, c *Client) (*Served, error) {
 		if err != nil {
 			return nil, err
 		}
-		in.FirmwareURL = base + core.PathImages + im.SHA256
+		in.FirmwareURL = base + endpoints.ImagesPath + im.SHA256
 	}
 	if r.Cluster != "" && s.opt.Join != nil {
 		// The join section carries an enrollment secret; identify has
@@ -787,7 +783,7 @@ func (s *Service) progress(c *Client, dev core.Device, profileName string, next 
 	for k, v := range fields {
 		ev.Fields[k] = v
 	}
-	s.rec.add(record{c: *c, dev: dev, profile: profileName, next: next, ev: ev})
+	s.opt.Devices.Progress(devices.Progress{Device: dev, Profile: profileName, Next: next, Event: ev})
 }
 
 // refused accounts for a request that got no content: a metric by reason,
@@ -821,11 +817,11 @@ func (s *Service) refused(c *Client, dev core.Device, what string, reason error)
 	}
 	ev := core.Event{Time: s.now(), Type: typ, Device: dev.ID, Message: e.Reason,
 		Fields: map[string]string{"what": what, "transport": c.Transport, "addr": addrString(c.Addr)}}
-	s.rec.add(record{c: *c, ev: ev})
+	s.opt.Devices.Progress(devices.Progress{Event: ev})
 }
 
 // Flush waits until every fetch so far is recorded in the store.
-func (s *Service) Flush() { s.rec.flush() }
+func (s *Service) Flush() { s.opt.Devices.Flush() }
 
 // InstanceID is the stable cloud-init instance id of a VM: its
 // "instance-id" label, else a name-based UUID (version 5) of its MAC.
