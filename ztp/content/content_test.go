@@ -16,12 +16,12 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/images/imagestore"
+	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
+	"github.com/ztpd/ztpd/internal/profile"
 	"github.com/ztpd/ztpd/internal/store/boltstore"
 	"github.com/ztpd/ztpd/internal/store/storetest"
 	"github.com/ztpd/ztpd/ztp/endpoints"
-	"github.com/ztpd/ztpd/internal/core"
-	"github.com/ztpd/ztpd/internal/profile"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")

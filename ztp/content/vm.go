@@ -2,6 +2,7 @@ package content
 
 import (
 	"context"
+	"crypto/sha1"
 	"fmt"
 	"strings"
 
@@ -114,4 +115,16 @@ func (s *Service) UserData(ctx context.Context, c *Client) ([]byte, error) {
 	}
 	s.progress(c, vm.Device, r.Profile, core.StateZTPServed, "userdata.served", nil)
 	return body, nil
+}
+
+// InstanceID is the stable cloud-init instance id of a VM: its
+// "instance-id" label, else a name-based UUID (version 5) of its MAC.
+func InstanceID(d *core.Device) string {
+	if v := d.Labels["instance-id"]; v != "" {
+		return v
+	}
+	h := sha1.Sum([]byte("ztpd-instance:" + d.ID))
+	h[6] = h[6]&0x0f | 0x50
+	h[8] = h[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
 }
