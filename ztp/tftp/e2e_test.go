@@ -15,8 +15,8 @@ import (
 	"testing"
 
 	"github.com/ztpd/ztpd/images/imagestore"
-	"github.com/ztpd/ztpd/internal/store/boltstore"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/store/boltstore"
 	"github.com/ztpd/ztpd/testenv/e2etest"
 )
 
