@@ -231,16 +231,23 @@ func (s *Service) BaseURL(c *Client) string {
 
 // pick returns the profile for f: the first match, else the default.
 func (s *Service) pick(f *profile.Facts) (*profile.Profile, error) {
-	set := s.profiles.Load()
+	p, _, err := Pick(s.profiles.Load(), s.opt.DefaultProfile, f)
+	return p, err
+}
+
+// Pick is how a profile is chosen for a device with facts f, by the server
+// and by `ztpd profile check`: the first profile of set that matches, else
+// the default profile (byDefault), else a 404 refusal.
+func Pick(set *profile.Set, defaultProfile string, f *profile.Facts) (p *profile.Profile, byDefault bool, err error) {
 	if p := set.Match(f); p != nil {
-		return p, nil
+		return p, false, nil
 	}
-	if s.opt.DefaultProfile != "" {
-		if p := set.Get(s.opt.DefaultProfile); p != nil {
-			return p, nil
+	if defaultProfile != "" {
+		if p := set.Get(defaultProfile); p != nil {
+			return p, true, nil
 		}
 	}
-	return nil, notFound("no profile matches device %s (kind %s, serial %q, product %q, platform %q, ip %s, subnet %q) and no default profile is configured",
+	return nil, false, notFound("no profile matches device %s (kind %s, serial %q, product %q, platform %q, ip %s, subnet %q) and no default profile is configured",
 		f.ID, f.Kind, f.Serial, f.Product, f.Platform, f.IP, f.Subnet)
 }
 
