@@ -50,7 +50,7 @@ func (e *eventRec) event() core.Event {
 
 // fields is e's Fields map as core.Event carries it.
 func (e *eventRec) fields() map[string]string {
-	m := map[string]string{}
+	m := make(map[string]string, 4)
 	if e.iface != "" {
 		m["interface"] = e.iface
 	}

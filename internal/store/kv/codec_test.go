@@ -2,6 +2,7 @@ package kv
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -122,5 +123,13 @@ func TestDeviceCodecMatchesEncodingJSON(t *testing.T) {
 	}
 	for _, d := range cases {
 		same(t, "device", appendDevice(nil, &d), d)
+	}
+}
+
+func TestEventKeyIsZeroPadded(t *testing.T) {
+	for _, seq := range []uint64{0, 1, 9, 10, 12345678901234567890, 1<<64 - 1} {
+		if got, want := eventKey(seq), fmt.Sprintf("%020d", seq); got != want {
+			t.Errorf("eventKey(%d) = %s, want %s", seq, got, want)
+		}
 	}
 }
