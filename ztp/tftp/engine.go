@@ -649,7 +649,7 @@ func (t *transfer) finishLocked(result, reason string) {
 // logLimiter is a token bucket per key: a burst of logBurst lines, then
 // logPerSecond.
 type logLimiter struct {
-	mu      sync.Mutex
+	mu     sync.Mutex
 	quotas map[string]*logQuota // keys are a small fixed set (reasons)
 }
 
