@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -14,6 +15,7 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/profile"
 	"github.com/ztpd/ztpd/ztp/content"
+	"github.com/ztpd/ztpd/ztp/endpoints"
 )
 
 func init() { register(newProfileCmd) }
@@ -115,6 +117,8 @@ Exit status 1 when a profile is invalid or fails to render for the device.`,
 	return cmd
 }
 
+// checkProfiles previews what the described device would be served, through
+// the same selection and rendering as the server (content.PreviewDevice).
 func checkProfiles(set *profile.Set, f *checkFlags, cmd *cobra.Command, advertise, httpAddr, defaultProfile string) (*checkResult, error) {
 	facts := profile.SampleFacts()
 	set1 := func(name string, dst *string, v string) {
@@ -136,81 +140,36 @@ func checkProfiles(set *profile.Set, f *checkFlags, cmd *cobra.Command, advertis
 		}
 		facts.MAC, facts.ID = m, m
 	}
-	res := &checkResult{Device: *facts}
+	// The device record these facts come from (content.Facts is its inverse).
+	d := core.Device{ID: facts.ID, MAC: facts.MAC, Serial: facts.Serial, Product: facts.Product, Platform: facts.Platform,
+		Kind: core.DeviceKind(facts.Kind), IP: facts.IP, Subnet: facts.Subnet, SONiCVer: facts.SONiCVersion,
+		VendorClass: facts.VendorClass, Hostname: facts.DHCPHostname, Labels: facts.Labels}
+	res := &checkResult{Device: *content.Facts(&d)}
 	for _, p := range set.Profiles() {
 		res.Profiles = append(res.Profiles, p.Name)
 	}
-	var p *profile.Profile
-	switch {
-	case f.profileName != "":
-		if p = set.Get(f.profileName); p == nil {
-			return nil, fmt.Errorf("no profile named %q", f.profileName)
-		}
-	default:
-		p = set.Match(facts)
-		if p == nil && defaultProfile != "" {
-			if p = set.Get(defaultProfile); p == nil {
-				return nil, fmt.Errorf("ztp.default_profile: no profile named %q", defaultProfile)
-			}
-			res.Default = true
-		}
-	}
-	if p == nil {
-		res.Notes = append(res.Notes, "no profile matches this device and no default profile is configured: it would get a 404")
-		return res, nil
-	}
-	res.Matched = p.Name
-	base := checkBaseURL(advertise, httpAddr)
-	r, err := p.Render(facts, profile.Env{BaseURL: base}, profile.RenderAll)
+	pv, err := content.PreviewDevice(set, defaultProfile, f.profileName, &d, checkBaseURL(advertise, httpAddr))
 	if err != nil {
 		return nil, err
 	}
-	if facts.Kind == string(core.KindVM) {
-		res.UserData = string(r.UserData)
-		if r.Cluster != "" {
-			res.Notes = append(res.Notes, fmt.Sprintf("cluster %q: at serve time the joiner's cloud-config replaces this user-data", r.Cluster))
-		}
-		res.Metadata = map[string]string{"local-hostname": r.Hostname, "local-ipv4": facts.IP,
-			"availability-zone": r.AvailabilityZone, "service-offering": r.ServiceOffering,
-			"public-keys": strings.Join(r.PublicKeys, "\n")}
-		return res, nil
-	}
-	in := content.ZTPInput{DeviceID: facts.ID, BaseURL: base, ReportedVersion: facts.SONiCVersion}
-	if content.NeedsFirmware(r, facts.SONiCVersion) {
-		ref := r.SONiC.Image
-		if ref == "" {
-			ref = "<sonic-installer " + r.SONiC.Version + ">"
-			res.Notes = append(res.Notes, "firmware: at serve time the newest stored sonic-installer of version "+r.SONiC.Version+" for the platform is used")
-		}
-		in.FirmwareURL = base + core.PathImages + ref
-	}
-	if r.Cluster != "" {
-		res.Notes = append(res.Notes, fmt.Sprintf("cluster %q (role %s): at serve time the joiner adds its join section and KUBERNETES_MASTER", r.Cluster, r.Role))
-	}
-	zj, err := content.BuildZTPJSON(r, in)
-	if err != nil {
-		return nil, err
-	}
-	cdb, err := content.BuildConfigDB(r, facts, nil)
-	if err != nil {
-		return nil, err
-	}
-	res.ZTPJSON, res.ConfigDB = zj, cdb
+	res.Matched, res.Default, res.Notes = pv.Profile, pv.ByDefault, pv.Notes
+	res.ZTPJSON, res.ConfigDB, res.UserData, res.Metadata = pv.ZTPJSON, pv.ConfigDB, string(pv.UserData), pv.Metadata
 	return res, nil
 }
 
+// checkBaseURL is the base URL devices are told, built as the server builds
+// it (endpoints); when neither advertise_addr nor http.addr names an address
+// a placeholder stands for the address a request arrives on.
 func checkBaseURL(advertise, httpAddr string) string {
-	host, port, err := net.SplitHostPort(httpAddr)
+	ep, err := endpoints.New(advertise, httpAddr)
 	if err != nil {
-		host, port = "", "8080"
+		return "http://<advertise-addr>"
 	}
-	if advertise != "" {
-		host = advertise
+	host, _, _ := net.SplitHostPort(httpAddr)
+	if a, err := netip.ParseAddr(host); advertise == "" && (host == "" || err == nil && a.IsUnspecified()) {
+		return strings.Replace(ep.Base(netip.Addr{}), "127.0.0.1", "<advertise-addr>", 1)
 	}
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "<advertise-addr>"
-	}
-	return "http://" + net.JoinHostPort(host, port)
+	return ep.Base(netip.Addr{})
 }
 
 func printCheck(tw *tabwriter.Writer, w io.Writer, res *checkResult) {
@@ -235,7 +194,7 @@ func printCheck(tw *tabwriter.Writer, w io.Writer, res *checkResult) {
 	}
 	if res.Metadata != nil {
 		fmt.Fprintln(w, "\n--- meta-data")
-		for _, k := range []string{"local-hostname", "local-ipv4", "availability-zone", "service-offering", "public-keys"} {
+		for _, k := range content.MetadataPreviewKeys {
 			fmt.Fprintf(w, "%s: %s\n", k, res.Metadata[k])
 		}
 		fmt.Fprintf(w, "\n--- user-data\n%s", res.UserData)

@@ -2,28 +2,121 @@ package app
 
 import (
 	"encoding/json"
-	"errors"
+	"fmt"
 	"net/http"
+	"strconv"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ztpd/ztpd/api"
+	"github.com/ztpd/ztpd/images/imagestore"
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/httpserve"
 )
 
-// writeJSON answers with v as JSON and status code.
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+// Every route of the admin socket (local CLI operations) and the health
+// check, in one place. The handlers only translate HTTP to a service call
+// and its answer: the domain logic is in the services (store backup,
+// images, clusters and the joiner, API keys), and every answer and error
+// goes through httpserve's one writer (status from the core error kind).
+func (a *App) mountAdmin() {
+	a.HTTPMux.HandleFunc("GET /healthz", a.healthz)
+	a.HTTPMux.Handle("GET /metrics", promhttp.Handler())
+	m := a.AdminMux
+	m.HandleFunc("GET /admin/status", a.healthz)
+	m.HandleFunc("GET /admin/backup", a.adminBackup)
+
+	m.HandleFunc("POST /admin/images", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		meta := imagestore.Meta{Name: q.Get("name"), Kind: q.Get("kind"), Platform: q.Get("platform"), Version: q.Get("version")}
+		im, existed, err := a.Images.Add(r.Context(), r.Body, meta, q.Get("sha256"))
+		if err != nil {
+			httpserve.WriteError(w, r, a.Log, err)
+			return
+		}
+		code := http.StatusCreated
+		if existed {
+			code = http.StatusOK
+		}
+		httpserve.WriteJSON(w, code, map[string]any{"image": im, "existed": existed})
+	})
+	m.HandleFunc("GET /admin/images", func(w http.ResponseWriter, r *http.Request) {
+		list, err := a.Images.List(r.URL.Query().Get("kind"))
+		a.answer(w, r, list, err)
+	})
+	m.HandleFunc("DELETE /admin/images/{ref}", func(w http.ResponseWriter, r *http.Request) {
+		im, err := a.Images.Remove(r.PathValue("ref"))
+		a.answer(w, r, im, err)
+	})
+
+	// Clusters and devices: through the clusters service, the one place
+	// cluster rules live (it asks the joiner).
+	m.HandleFunc("GET /admin/clusters/{ref}/kubeconfig", func(w http.ResponseWriter, r *http.Request) {
+		_, cfg, err := a.Clusters.Kubeconfig(r.Context(), clusters.LocalAdmin, r.PathValue("ref"))
+		if err != nil {
+			httpserve.WriteError(w, r, a.Log, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/yaml")
+		w.Header().Set("Cache-Control", "no-store")
+		w.Write(cfg)
+	})
+	m.HandleFunc("GET /admin/clusters/{ref}/members", func(w http.ResponseWriter, r *http.Request) {
+		ms, err := a.Joiner.Members(r.Context(), r.PathValue("ref"))
+		if ms == nil {
+			ms = []core.Membership{}
+		}
+		a.answer(w, r, ms, err)
+	})
+	m.HandleFunc("POST /admin/devices/{id}/reset", func(w http.ResponseWriter, r *http.Request) {
+		d, err := a.Clusters.ResetDevice(r.Context(), clusters.LocalAdmin, r.PathValue("id"))
+		a.answer(w, r, d, err)
+	})
+	m.HandleFunc("POST /admin/devices/{id}/approve", func(w http.ResponseWriter, r *http.Request) {
+		d, err := a.Clusters.ApproveDevice(r.Context(), clusters.LocalAdmin, r.PathValue("id"), r.URL.Query().Get("cluster"))
+		a.answer(w, r, d, err)
+	})
+
+	// API keys, versions and ISOs of the CLI: api owns those handlers.
+	api.MountAdmin(m, api.AdminDeps{Keys: a.APIKeys, Clusters: a.Clusters, ISOs: a.Images, ISOBaseURL: a.Endpoints.ISOs()})
 }
 
-// writeError maps domain errors to HTTP codes with a JSON body {"error": ...}.
-func writeError(w http.ResponseWriter, code int, err error) {
-	if code == 0 {
-		code = http.StatusBadRequest
-		if errors.Is(err, core.ErrNotFound) {
-			code = http.StatusNotFound
-		}
+// answer writes v, or err by its kind.
+func (a *App) answer(w http.ResponseWriter, r *http.Request, v any, err error) {
+	if err != nil {
+		httpserve.WriteError(w, r, a.Log, err)
+		return
 	}
-	writeJSON(w, code, map[string]string{"error": err.Error()})
+	httpserve.WriteJSON(w, http.StatusOK, v)
+}
+
+func (a *App) healthz(w http.ResponseWriter, r *http.Request) {
+	schema, err := a.Store.Schema()
+	if err != nil {
+		httpserve.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unhealthy", "error": err.Error()})
+		return
+	}
+	httpserve.WriteJSON(w, http.StatusOK, map[string]any{"status": "ok", "schema": schema})
+}
+
+func (a *App) adminBackup(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/octet-stream")
+	setLen := func(n int64) { w.Header().Set("Content-Length", strconv.FormatInt(n, 10)) }
+	if _, err := a.Store.BackupSized(w, setLen); err != nil {
+		a.Log.Error("backup failed", "err", err)
+	}
+}
+
+// adminErrorMessage is the message of an admin error answer (httpserve's
+// error body).
+func adminErrorMessage(body []byte) (string, bool) {
+	var e httpserve.ErrorBody
+	if err := json.Unmarshal(body, &e); err != nil || e.Error.Message == "" {
+		return "", false
+	}
+	if e.Error.RequestID != "" {
+		return fmt.Sprintf("%s (request %s)", e.Error.Message, e.Error.RequestID), true
+	}
+	return e.Error.Message, true
 }

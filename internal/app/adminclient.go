@@ -45,10 +45,14 @@ func AdminClient(cfg config.Config, log *slog.Logger) (*http.Client, func() erro
 	return &http.Client{Transport: tr}, closeFn, nil
 }
 
-// AdminError turns a non-2xx admin response into an error carrying the body.
+// AdminError turns a non-2xx admin response into an error with its message
+// (httpserve's error body), else the body itself.
 func AdminError(resp *http.Response, body []byte) error {
 	if resp.StatusCode/100 == 2 {
 		return nil
+	}
+	if msg, ok := adminErrorMessage(body); ok {
+		return errors.New(msg)
 	}
 	msg := string(body)
 	if msg == "" {

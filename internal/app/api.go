@@ -20,6 +20,7 @@ func (a *App) buildAPI() error {
 		return err
 	}
 	a.Clusters = cs
+	cs.SetMembership(a.Joiner) // TODO(lead): wip/owners passes the joiner to clusters.New instead
 	a.OnClose(func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -32,8 +33,6 @@ func (a *App) buildAPI() error {
 	sigs.MaxLifetime = a.Cfg.API.MaxSignatureLifetime.D()
 	srv := api.New(api.Deps{Log: a.Log.With("part", "api"), Store: a.Store, Clusters: cs, Keys: a.APIKeys,
 		Images: a.Images, AuthFailuresPerMinute: a.Cfg.API.AuthFailuresPerMinute, Signatures: &sigs})
-	api.MountAdmin(a.AdminMux, api.AdminDeps{Keys: a.APIKeys, Clusters: cs, ISOs: a.Images,
-		ISOBaseURL: api.ISOBaseURL(a.Cfg.AdvertiseAddr, a.Cfg.HTTP.Addr)})
 	// Off loopback the API gets a TLS listener of its own unless the
 	// operator opted out (config.APIListener); Serve mounts it otherwise.
 	if addr, useTLS := a.Cfg.APIListener(); addr == "" {

@@ -11,27 +11,29 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/ztpd/ztpd/api"
-	imagestore "github.com/ztpd/ztpd/images/store"
+	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/apikeys"
-	"github.com/ztpd/ztpd/internal/boltstore"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/httpserve"
 	"github.com/ztpd/ztpd/internal/profile"
 	"github.com/ztpd/ztpd/internal/secretbox"
+	"github.com/ztpd/ztpd/internal/store/boltstore"
 	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/ztp/content"
 	"github.com/ztpd/ztpd/ztp/dhcp"
+	"github.com/ztpd/ztpd/ztp/endpoints"
 	ztphttp "github.com/ztpd/ztpd/ztp/http"
 	ztptftp "github.com/ztpd/ztpd/ztp/tftp"
 )
@@ -64,8 +66,20 @@ type App struct {
 	// Images is the content-addressed artifact store.
 	Images *imagestore.Store
 
-	// ZTP renders per-device ZTP content for the HTTP and TFTP transports;
-	// wire the joiner with ZTP.SetJoinProvider.
+	// Endpoints are every device-facing URL, resolved once from
+	// advertise_addr and http.addr: DHCP, content, the joiner and the API
+	// hand out these and no others.
+	Endpoints endpoints.Endpoints
+
+	// Devices owns device records (merging, the write-behind queue) and
+	// event retention; DHCP, content and the joiner report to it.
+	Devices *devices.Service
+
+	// DHCP is the DHCP server when dhcp.interfaces is set (it opens its
+	// sockets when served).
+	DHCP *dhcp.Server
+
+	// ZTP renders per-device ZTP content for the HTTP and TFTP transports.
 	ZTP *content.Service
 
 	// Clusters is the Kubernetes versions and clusters service; the joiner
@@ -88,6 +102,9 @@ type App struct {
 	// own (api.addr, or <http.addr host>:8443 with TLS).
 	apiOnMain   http.Handler
 	apiListener *api.Listener
+	// tftp is the TFTP listener's settings when tftp.enabled; Serve starts
+	// it with the shutdown grace.
+	tftp *ztptftp.Options
 
 	runners  []Runner
 	starters []func() error
@@ -113,26 +130,11 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 }
 
 // build creates the services and registers their routes and runners. Each
-// part adds itself here and nowhere else.
+// part adds itself here and nowhere else, built after what it needs and
+// given it (no setters): the store, keys and images; the device-facing
+// endpoints and the devices service; the joiner; DHCP; content serving and
+// its transports; the API.
 func (a *App) build() error {
-	a.HTTPMux.HandleFunc("GET /healthz", a.healthz)
-	a.HTTPMux.Handle("GET /metrics", promhttp.Handler())
-	a.AdminMux.HandleFunc("GET /admin/backup", a.adminBackup)
-	a.AdminMux.HandleFunc("GET /admin/status", a.healthz)
-	a.AddRunner(eventRetention(a.Store, a.Cfg.Events.Keep, a.Cfg.Events.AuditKeep, a.Log.With("part", "events")))
-	// DHCP binds privileged sockets, so only a serving process builds it.
-	if a.Cfg.DHCP.Enabled() {
-		a.OnStart(func() error {
-			srv, err := dhcp.New(a.Cfg, a.Store, a.Log)
-			if err != nil {
-				return err
-			}
-			a.AddRunner(srv)
-			a.ZTP.SetDeviceFinder(srv)
-			return nil
-		})
-	}
-
 	keyFile := a.Cfg.KeyFile
 	if keyFile == "" {
 		keyFile = filepath.Join(a.Cfg.DataDir, SecretKeyFile)
@@ -142,19 +144,43 @@ func (a *App) build() error {
 		return err
 	}
 	a.Keys = keys
-
 	images, err := imagestore.Open(a.Store, a.Cfg.DataDir)
 	if err != nil {
 		return err
 	}
 	a.Images = images
-	a.mountImageAdmin()
+
+	if a.Endpoints, err = endpoints.New(a.Cfg.AdvertiseAddr, a.Cfg.HTTP.Addr); err != nil {
+		return err
+	}
+	// Closed after every reporter (closers run in reverse), before the store.
+	a.Devices = devices.New(devices.Options{Store: a.Store, Log: a.Log.With("part", "devices"),
+		Keep: a.Cfg.Events.Keep, AuditKeep: a.Cfg.Events.AuditKeep})
+	a.OnClose(a.Devices.Close)
+	// Event retention runs whatever transports are enabled.
+	a.AddRunner(a.Devices)
+
+	if err := a.buildJoiner(); err != nil {
+		return err
+	}
+	if a.Cfg.DHCP.Enabled() {
+		srv, err := dhcp.New(a.dhcpOptions())
+		if err != nil {
+			return err
+		}
+		a.DHCP = srv
+		a.AddRunner(srv)
+	}
 
 	// ZTP content over HTTP (and the cloud-init metadata listener) and TFTP.
 	// Profiles load at Start, so offline CLI commands do not depend on them.
-	ztp, err := content.New(content.Options{Store: a.Store, Images: a.Images, Log: a.Log,
-		AdvertiseAddr: a.Cfg.AdvertiseAddr, HTTPAddr: a.Cfg.HTTP.Addr, DefaultProfile: a.Cfg.ZTP.DefaultProfile,
-		FilesDir: filepath.Join(a.Cfg.DataDir, "files"), Bindings: bindingsOf(&a.Cfg)})
+	opt := content.Options{Store: a.Store, Devices: a.Devices, Images: a.Images, Join: ztpJoin{a.Joiner}, Log: a.Log,
+		Endpoints: a.Endpoints, DefaultProfile: a.Cfg.ZTP.DefaultProfile,
+		FilesDir: filepath.Join(a.Cfg.DataDir, "files"), Bindings: bindingsOf(&a.Cfg)}
+	if a.DHCP != nil {
+		opt.Pending = a.DHCP // what DHCP knows before its device records are committed
+	}
+	ztp, err := content.New(opt)
 	if err != nil {
 		return err
 	}
@@ -172,13 +198,48 @@ func (a *App) build() error {
 	if a.Cfg.HTTP.MetadataAddr != "" {
 		a.metadata = zh.MetadataHandler()
 	}
-	if a.Cfg.TFTP.Enabled {
-		a.AddRunner(ztptftp.New(ztp, a.Cfg.TFTP, a.Log))
+	if t := a.Cfg.TFTP; t.Enabled {
+		a.tftp = &ztptftp.Options{Addr: t.Addr, SinglePort: t.SinglePort, MaxBlockSize: t.MaxBlockSize, Window: t.Window,
+			RetransmitTimeout: t.RetransmitTimeout.D(), MaxRetransmits: t.MaxRetransmits, MaxTransfers: t.MaxTransfers,
+			MaxTransfersPerSource: t.MaxTransfersPerSource, Log: a.Log}
 	}
 	if err := a.buildAPI(); err != nil {
 		return err
 	}
-	return a.buildJoiner()
+	a.mountAdmin()
+	return nil
+}
+
+// dhcpOptions resolves the DHCP server's settings from the configuration
+// (validated by config.Validate).
+func (a *App) dhcpOptions() dhcp.Options {
+	opt := dhcp.Options{DHCP: a.Cfg.DHCP, Store: a.Store, Devices: a.Devices, Log: a.Log,
+		Advertise: a.Endpoints.Advertise(), ZTPJSONURL: a.Endpoints.ZTPJSON(netip.Addr{}),
+		ONIEInstallerURL: a.Endpoints.ONIEInstaller(netip.Addr{})}
+	for _, p := range a.Cfg.DHCP.VM.MACPrefixes {
+		// config.Validate checked each prefix; ParseMAC needs 6 bytes.
+		if hw, err := parseMACPrefix(p); err == nil {
+			opt.VMMACPrefixes = append(opt.VMMACPrefixes, hw)
+		}
+	}
+	if a.Endpoints.ListensOnLoopback() {
+		a.Log.Warn("http.addr listens on loopback: switches cannot fetch the URLs DHCP hands out",
+			"http_addr", a.Cfg.HTTP.Addr, "ztp_json_url", opt.ZTPJSONURL)
+	}
+	return opt
+}
+
+// parseMACPrefix parses a validated MAC prefix such as "1e:00".
+func parseMACPrefix(p string) (net.HardwareAddr, error) {
+	var hw net.HardwareAddr
+	for _, x := range strings.Split(strings.ToLower(p), ":") {
+		b, err := strconv.ParseUint(x, 16, 8)
+		if err != nil || len(x) != 2 {
+			return nil, fmt.Errorf("%q is not a MAC prefix like 1e:00", p)
+		}
+		hw = append(hw, byte(b))
+	}
+	return hw, nil
 }
 
 // Start does the one-time work of a serving process that offline CLI use
@@ -212,25 +273,6 @@ func (a *App) Close() error {
 		errs = append(errs, a.Store.Close())
 	}
 	return errors.Join(errs...)
-}
-
-func (a *App) healthz(w http.ResponseWriter, r *http.Request) {
-	schema, err := a.Store.Schema()
-	w.Header().Set("Content-Type", "application/json")
-	if err != nil {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintf(w, `{"status":"unhealthy","error":%q}`+"\n", err.Error())
-		return
-	}
-	fmt.Fprintf(w, `{"status":"ok","schema":%d}`+"\n", schema)
-}
-
-func (a *App) adminBackup(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/octet-stream")
-	setLen := func(n int64) { w.Header().Set("Content-Length", strconv.FormatInt(n, 10)) }
-	if _, err := a.Store.BackupSized(w, setLen); err != nil {
-		a.Log.Error("backup failed", "err", err)
-	}
 }
 
 // Serve starts every listener and blocks until ctx is cancelled, then shuts
@@ -268,6 +310,11 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 		a.Log.Warn("the API is served in plain HTTP on an address other than loopback (api.insecure_plain_http): signed requests, kubeconfigs and join credentials cross the network unencrypted",
 			"addr", firstNonEmpty(addr, a.Cfg.HTTP.Addr))
 	}
+	if a.tftp != nil {
+		opt := *a.tftp
+		opt.Grace = grace
+		runners = append(runners, ztptftp.New(a.ZTP, opt))
+	}
 	runners = append(runners, a.runners...)
 	errc := make(chan error, len(runners))
 	var wg sync.WaitGroup
@@ -299,7 +346,7 @@ func (a *App) mainHandler() http.Handler {
 	} else {
 		apiHandler = http.HandlerFunc(a.apiElsewhere)
 	}
-	mux.Handle(core.PathCloudStackAPI, apiHandler)
+	mux.Handle(core.PathCloudStackAPI, apiHandler) // API paths stay in core until api/ moves them (lead)
 	mux.Handle(core.PathAPI, apiHandler)
 	return mux
 }

@@ -45,11 +45,11 @@ func TestVMUserDataComesFromTheJoiner(t *testing.T) {
 		ip := netip.AddrFrom4([4]byte{10, 99, 42, byte(10 + i)})
 		mac := "52:54:00:00:00:" + string("0123456789"[i]) + "0"
 		err := a.Store.Update(func(tx core.Tx) error {
-			if err := tx.Put(core.BucketLeases, ip.String(), core.Lease{IP: ip.String(), MAC: mac, Subnet: "vms",
+			if err := tx.Leases().Put(core.Lease{IP: ip.String(), MAC: mac, Subnet: "vms",
 				State: core.LeaseActive, Start: now, Expiry: now.Add(time.Hour)}); err != nil {
 				return err
 			}
-			return core.PutDevice(tx, core.Device{ID: mac, MAC: mac, Kind: core.KindVM, IP: ip.String(), State: core.StateLeased})
+			return tx.Devices().Put(core.Device{ID: mac, MAC: mac, Kind: core.KindVM, IP: ip.String(), State: core.StateLeased})
 		})
 		if err != nil {
 			t.Fatal(err)

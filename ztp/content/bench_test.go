@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	imagestore "github.com/ztpd/ztpd/images/store"
+	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/profile"
 )
@@ -53,7 +53,7 @@ func newBenchEnv(b *testing.B) *env {
 	b.Helper()
 	dir := b.TempDir()
 	db, ims := openStores(b, dir)
-	svc, err := New(Options{Store: db, Images: ims, AdvertiseAddr: "10.99.0.1", HTTPAddr: ":8080"})
+	svc, err := New(Options{Store: db, Devices: newDevices(b, db), Images: ims, Endpoints: testEndpoints(b, "10.99.0.1", ":8080")})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -73,11 +73,11 @@ func newBenchEnv(b *testing.B) *env {
 			mac := fmt.Sprintf("52:54:00:%02x:%02x:%02x", k>>16&0xff, k>>8&0xff, k&0xff)
 			d := core.Device{ID: mac, MAC: mac, Kind: core.KindSONiC, Serial: fmt.Sprintf("BENCH%06d", k), Product: "Accton-AS7712-32X",
 				IP: fmt.Sprintf("10.99.%d.%d", 100+k/250, 1+k%250), State: core.StateLeased, FirstSeen: now}
-			if err := core.PutDevice(tx, d); err != nil {
+			if err := tx.Devices().Put(d); err != nil {
 				return err
 			}
 			l := core.Lease{IP: d.IP, MAC: mac, Subnet: "bench", State: core.LeaseActive, Start: now, Expiry: now.Add(time.Hour)}
-			if err := tx.Put(core.BucketLeases, d.IP, l); err != nil {
+			if err := tx.Leases().Put(l); err != nil {
 				return err
 			}
 		}

@@ -15,10 +15,13 @@ import (
 	"testing"
 	"time"
 
-	imagestore "github.com/ztpd/ztpd/images/store"
-	"github.com/ztpd/ztpd/internal/boltstore"
+	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/profile"
+	"github.com/ztpd/ztpd/internal/store/boltstore"
+	"github.com/ztpd/ztpd/internal/store/storetest"
+	"github.com/ztpd/ztpd/ztp/endpoints"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -44,19 +47,32 @@ func (fakeJoiner) UserData(_ context.Context, d core.Device, r profile.Result) (
 }
 
 func newEnv(t *testing.T, join JoinProvider, defaultProfile string) *env {
+	return newEnvWith(t, join, defaultProfile, nil)
+}
+
+// testEndpoints: devices are told 10.99.40.1:8080.
+func testEndpoints(tb testing.TB, advertise, httpAddr string) endpoints.Endpoints {
+	tb.Helper()
+	ep, err := endpoints.New(advertise, httpAddr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ep
+}
+
+// newDevices is the devices service over db, closed before the store.
+func newDevices(tb testing.TB, db core.Store) *devices.Service {
+	d := devices.New(devices.Options{Store: db})
+	tb.Cleanup(func() { d.Close() })
+	return d
+}
+
+func newEnvWith(t *testing.T, join JoinProvider, defaultProfile string, pending core.DeviceFinder) *env {
 	t.Helper()
 	dir := t.TempDir()
-	db, err := boltstore.Open(dir, boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	ims, err := imagestore.Open(db, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := New(Options{Store: db, Images: ims, Join: join, AdvertiseAddr: "10.99.40.1", HTTPAddr: ":8080",
-		DefaultProfile: defaultProfile, FilesDir: filepath.Join(dir, "files")})
+	db, ims := openStores(t, dir)
+	svc, err := New(Options{Store: db, Devices: newDevices(t, db), Images: ims, Join: join, Pending: pending,
+		Endpoints: testEndpoints(t, "10.99.40.1", ":8080"), DefaultProfile: defaultProfile, FilesDir: filepath.Join(dir, "files")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,11 +104,11 @@ func (e *env) putDevice(t *testing.T, d core.Device, leaseIP string) {
 		if d.State == "" {
 			d.State = core.StateLeased
 		}
-		if err := core.PutDevice(tx, d); err != nil {
+		if err := tx.Devices().Put(d); err != nil {
 			return err
 		}
 		if leaseIP != "" {
-			return tx.Put(core.BucketLeases, leaseIP, core.Lease{IP: leaseIP, MAC: d.ID, Subnet: d.Subnet, State: core.LeaseActive})
+			return tx.Leases().Put(core.Lease{IP: leaseIP, MAC: d.ID, Subnet: d.Subnet, State: core.LeaseActive})
 		}
 		return nil
 	})
@@ -105,7 +121,7 @@ func (e *env) device(t *testing.T, id string) core.Device {
 	t.Helper()
 	e.svc.Flush()
 	var d core.Device
-	if err := e.db.View(func(tx core.Tx) error { var err error; d, err = core.GetDevice(tx, id); return err }); err != nil {
+	if err := e.db.View(func(tx core.Tx) error { var err error; d, err = tx.Devices().Get(id); return err }); err != nil {
 		t.Fatal(err)
 	}
 	return d
@@ -116,9 +132,7 @@ func (e *env) events(t *testing.T) []core.Event {
 	e.svc.Flush()
 	var out []core.Event
 	e.db.View(func(tx core.Tx) error {
-		return tx.Scan(core.BucketEvents, "", func(_ string, v []byte) (bool, error) {
-			var ev core.Event
-			core.Decode(v, &ev)
+		return tx.Events().List(core.DeviceEvents, 0, func(ev core.Event) (bool, error) {
 			out = append(out, ev)
 			return true, nil
 		})
@@ -252,7 +266,7 @@ func (e *env) countDevices(t *testing.T) int {
 	t.Helper()
 	e.svc.Flush()
 	var n int
-	if err := e.db.View(func(tx core.Tx) error { var err error; n, err = tx.Count(core.BucketDevices); return err }); err != nil {
+	if err := e.db.View(func(tx core.Tx) error { var err error; n, err = tx.Devices().Count(); return err }); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -377,10 +391,10 @@ func TestLeaseMustBeCurrent(t *testing.T) {
 		mac := fmt.Sprintf("1e:00:42:00:00:%02x", 60+i)
 		l.IP, l.MAC = ip, mac
 		if err := e.db.Update(func(tx core.Tx) error {
-			if err := core.PutDevice(tx, core.Device{ID: mac, MAC: mac, Kind: core.KindVM, IP: ip, State: core.StateLeased}); err != nil {
+			if err := tx.Devices().Put(core.Device{ID: mac, MAC: mac, Kind: core.KindVM, IP: ip, State: core.StateLeased}); err != nil {
 				return err
 			}
-			return tx.Put(core.BucketLeases, ip, l)
+			return tx.Leases().Put(l)
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -452,7 +466,7 @@ func TestLeaseAheadOfDeviceRecord(t *testing.T) {
 	vm := core.Device{ID: "1e:00:42:00:00:31", MAC: "1e:00:42:00:00:31", Kind: core.KindVM, IP: addr.String(), State: core.StateLeased}
 	// The lease is committed (it always is before the ACK), the device record not yet.
 	if err := e.db.Update(func(tx core.Tx) error {
-		return tx.Put(core.BucketLeases, addr.String(), core.Lease{IP: addr.String(), MAC: vm.MAC, State: core.LeaseActive})
+		return tx.Leases().Put(core.Lease{IP: addr.String(), MAC: vm.MAC, State: core.LeaseActive})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -460,7 +474,7 @@ func TestLeaseAheadOfDeviceRecord(t *testing.T) {
 	if _, err := e.svc.Metadata(ctx, c, "local-hostname"); err == nil {
 		t.Fatal("a lease alone identified the VM as a VM")
 	}
-	e.svc.SetDeviceFinder(devicesInMemory{addr: vm})
+	e.svc.opt.Pending = devicesInMemory{addr: vm} // as the app passes the DHCP server
 	if v, err := e.svc.Metadata(ctx, c, "local-hostname"); err != nil || v != "worker-1e0042000031" {
 		t.Fatalf("with the DHCP server's view: %q %v", v, err)
 	}
@@ -485,10 +499,10 @@ func TestUnmatchedGetsDefaultProfileOr404(t *testing.T) {
 	if v, err := e2.svc.Metadata(ctx, c, "local-hostname"); err != nil || v != "worker-1e0049000001" {
 		t.Fatalf("default profile: %q %v", v, err)
 	}
-	if _, err := New(Options{HTTPAddr: ":1", DefaultProfile: "nope"}); err != nil {
+	if _, err := New(Options{DefaultProfile: "nope"}); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := New(Options{HTTPAddr: ":1", DefaultProfile: "nope"})
+	s, _ := New(Options{DefaultProfile: "nope"})
 	if err := s.SetProfiles(e.svc.Profiles()); err == nil {
 		t.Fatal("a default profile that does not exist was accepted")
 	}
@@ -635,11 +649,7 @@ func TestFilesRefuseTraversal(t *testing.T) {
 
 func openStores(tb testing.TB, dir string) (*boltstore.Store, *imagestore.Store) {
 	tb.Helper()
-	db, err := boltstore.Open(dir, boltstore.Options{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { db.Close() })
+	db := storetest.OpenIn(tb, dir).Store
 	ims, err := imagestore.Open(db, dir)
 	if err != nil {
 		tb.Fatal(err)

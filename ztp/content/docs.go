@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/profile"
+	"github.com/ztpd/ztpd/ztp/endpoints"
 )
 
 // KubeMaster is the API server a SONiC switch joining by the SONiC method
@@ -29,7 +29,7 @@ type ZTPInput struct {
 
 // ConfigURL is the per-device config_db.json URL.
 func ConfigURL(baseURL, deviceID string) string {
-	return baseURL + core.PathZTPConfig + deviceID + "/config_db.json"
+	return baseURL + endpoints.ZTPConfigPath + deviceID + "/config_db.json"
 }
 
 // NeedsFirmware reports whether the switch must install the profile's image:

@@ -2,6 +2,7 @@ package content
 
 import (
 	"context"
+	"crypto/sha1"
 	"fmt"
 	"strings"
 
@@ -61,31 +62,11 @@ func (s *Service) Metadata(ctx context.Context, c *Client, key string) (string, 
 		return "", err
 	}
 	d, r := &vm.Device, vm.Result
-	var v string
-	switch key {
-	case "instance-id":
-		v = InstanceID(d)
-	case "vm-id":
-		v = d.Labels["vm-id"]
-		if v == "" {
-			v = InstanceID(d)
-		}
-	case "local-hostname", "public-hostname":
-		v = r.Hostname
-	case "local-ipv4", "public-ipv4":
-		v = d.IP
-		if c.Addr.IsValid() {
-			v = c.Addr.Unmap().String()
-		}
-	case "availability-zone":
-		v = firstNonEmpty([]string{r.AvailabilityZone, d.Subnet, "ztpd"})
-	case "service-offering":
-		v = firstNonEmpty([]string{r.ServiceOffering, d.Labels["service-offering"], "ztpd"})
-	case "public-keys":
-		v = strings.Join(r.PublicKeys, "\n")
-	case "cloud-identifier":
-		v = "CloudStack-{ztpd}"
-	default:
+	if c.Addr.IsValid() {
+		d.IP = c.Addr.Unmap().String() // identify proved it holds this address
+	}
+	v, ok := MetadataValue(key, d, r)
+	if !ok {
 		return "", notFound("no meta-data %q", key)
 	}
 	s.progress(c, vm.Device, r.Profile, core.StateConfigServed, "metadata.served", map[string]string{"key": key})
@@ -114,4 +95,46 @@ func (s *Service) UserData(ctx context.Context, c *Client) ([]byte, error) {
 	}
 	s.progress(c, vm.Device, r.Profile, core.StateZTPServed, "userdata.served", nil)
 	return body, nil
+}
+
+// InstanceID is the stable cloud-init instance id of a VM: its
+// "instance-id" label, else a name-based UUID (version 5) of its MAC.
+func InstanceID(d *core.Device) string {
+	if v := d.Labels["instance-id"]; v != "" {
+		return v
+	}
+	h := sha1.Sum([]byte("ztpd-instance:" + d.ID))
+	h[6] = h[6]&0x0f | 0x50
+	h[8] = h[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
+}
+
+// MetadataValue is the meta-data entry key of VM d rendered as r, as the
+// server answers it and `ztpd profile check` shows it; ok is false for a
+// key that is not a meta-data entry.
+func MetadataValue(key string, d *core.Device, r *profile.Result) (v string, ok bool) {
+	switch key {
+	case "instance-id":
+		v = InstanceID(d)
+	case "vm-id":
+		v = d.Labels["vm-id"]
+		if v == "" {
+			v = InstanceID(d)
+		}
+	case "local-hostname", "public-hostname":
+		v = r.Hostname
+	case "local-ipv4", "public-ipv4":
+		v = d.IP
+	case "availability-zone":
+		v = firstNonEmpty([]string{r.AvailabilityZone, d.Subnet, "ztpd"})
+	case "service-offering":
+		v = firstNonEmpty([]string{r.ServiceOffering, d.Labels["service-offering"], "ztpd"})
+	case "public-keys":
+		v = strings.Join(r.PublicKeys, "\n")
+	case "cloud-identifier":
+		v = "CloudStack-{ztpd}"
+	default:
+		return "", false
+	}
+	return v, true
 }

@@ -157,11 +157,7 @@ func TestRealPerfdhcpRelay(t *testing.T) {
 	}
 	n := 0
 	err = l.st.View(func(tx core.Tx) error {
-		return tx.Scan(core.BucketLeases, "", func(k string, v []byte) (bool, error) {
-			var ls core.Lease
-			if err := core.Decode(v, &ls); err != nil {
-				return false, err
-			}
+		return tx.Leases().List("", func(ls core.Lease) (bool, error) {
 			if !strings.HasPrefix(ls.IP, "10.99.15.") || ls.Subnet != "rack1" {
 				return false, fmt.Errorf("lease %s in subnet %s, want rack1", ls.IP, ls.Subnet)
 			}

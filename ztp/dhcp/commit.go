@@ -2,20 +2,20 @@ package dhcp
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"io/fs"
-	"syscall"
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
 )
 
 // The committer makes in-memory decisions durable. Workers mark bindings
 // dirty and queue device changes, events and ACKs; the committer takes a
-// snapshot of all of it, writes it in one store.Batch (a group commit,
-// fsynced) and only then sends the ACKs of that snapshot. While one commit
-// runs the next one fills up, so the commit rate adapts to the load.
+// snapshot of all of it, hands the device changes and events to the devices
+// service (which owns device records and merges them), takes back a chunk of
+// that service's queue and writes it with the leases in one store.Batch (a
+// group commit, fsynced), and only then sends the ACKs of that snapshot.
+// While one commit runs the next one fills up, so the commit rate adapts to
+// the load.
 
 const (
 	// lazyFlush bounds how long device and event records wait when no ACK
@@ -35,7 +35,8 @@ const (
 	// maxPendingAcks bounds ACKs waiting for a commit; beyond it REQUESTs
 	// are dropped (the client retries) rather than answered too late.
 	maxPendingAcks = 8192
-	// maxPendingEvents bounds events kept while the store is failing.
+	// maxPendingEvents bounds events kept between two commits (the devices
+	// service bounds them after).
 	maxPendingEvents = 100000
 )
 
@@ -50,8 +51,8 @@ type pendingAck struct {
 	queued time.Time
 }
 
-// device is this server's view of one device: what the next write merges
-// into the stored record.
+// device is this server's view of one device: what the next commit hands
+// the devices service to merge into the stored record.
 type device struct {
 	d           core.Device
 	state       core.DeviceState // a transition to apply with the next write
@@ -222,18 +223,18 @@ type snapshot struct {
 	devs     []core.Device
 	states   []core.DeviceState
 	events   []eventRec
+	evs      []core.Event
+	recs     devices.Batch // device and event records carried by this commit
 	acks     []pendingAck
-	buf      []byte
 }
 
 func (sn *snapshot) empty() bool {
-	return len(sn.leases) == 0 && len(sn.devs) == 0 && len(sn.events) == 0 && len(sn.acks) == 0
+	return len(sn.leases) == 0 && sn.recs.Len() == 0 && len(sn.acks) == 0
 }
 
 // take moves the pending changes into snap (reusing its slices): every
-// dirty lease and waiting ACK, and the oldest device and event records up to
-// a chunk each. It reports whether records are left for another commit.
-func (s *Server) take(snap *snapshot, now time.Time) (more bool) {
+// dirty lease, waiting ACK, device change and event.
+func (s *Server) take(snap *snapshot, now time.Time) {
 	snap.bindings, snap.leases = snap.bindings[:0], snap.leases[:0]
 	snap.devices, snap.devs, snap.states = snap.devices[:0], snap.devs[:0], snap.states[:0]
 	snap.events, snap.acks = snap.events[:0], snap.acks[:0]
@@ -251,11 +252,19 @@ func (s *Server) take(snap *snapshot, now time.Time) (more bool) {
 	}
 	clear(s.dirty)
 	s.dirty = s.dirty[:0]
-	devices := deviceChunk
-	if len(s.acks) > 0 {
-		devices = deviceChunkWithAcks
+	for _, dv := range s.devQueue {
+		dv.queued = false
+		dv.written = now
+		snap.devices = append(snap.devices, dv)
+		snap.devs = append(snap.devs, dv.d)
+		snap.states = append(snap.states, dv.state)
+		dv.state = ""
 	}
-	s.takeRecords(snap, now, devices)
+	clear(s.devQueue)
+	s.devQueue = s.devQueue[:0]
+	snap.events = append(snap.events, s.events...)
+	clear(s.events)
+	s.events = s.events[:0]
 	for _, a := range s.acks {
 		b := a.b
 		if s.byIP[b.ip] != b || b.key != a.key || b.state != core.LeaseActive || b.expiry.Before(a.expiry) {
@@ -266,23 +275,44 @@ func (s *Server) take(snap *snapshot, now time.Time) (more bool) {
 	}
 	clear(s.acks)
 	s.acks = s.acks[:0]
-	return len(s.devQueue) > 0 || len(s.events) > 0
 }
 
-func (s *Server) takeRecords(snap *snapshot, now time.Time, devices int) {
-	n := min(len(s.devQueue), devices)
-	for _, dv := range s.devQueue[:n] {
-		dv.queued = false
-		dv.written = now
-		snap.devices = append(snap.devices, dv)
-		snap.devs = append(snap.devs, dv.d)
-		snap.states = append(snap.states, dv.state)
-		dv.state = ""
+// handOver gives the snapshot's device changes and events to the devices
+// service (outside Server.mu) and takes back a chunk of its queue for this
+// commit. It reports whether records are left for another commit.
+func (s *Server) handOver(snap *snapshot) (more bool) {
+	for i := range snap.devs {
+		s.devices.ObserveDHCP(snap.devs[i], snap.states[i] == core.StateLeased)
 	}
-	s.devQueue = dropFront(s.devQueue, n)
-	n = min(len(s.events), eventChunk)
-	snap.events = append(snap.events, s.events[:n]...)
-	s.events = dropFront(s.events, n)
+	snap.evs = snap.evs[:0]
+	for i := range snap.events {
+		snap.evs = append(snap.evs, snap.events[i].event())
+	}
+	s.devices.Events(snap.evs)
+	clear(snap.evs)
+	n := deviceChunk
+	if len(snap.acks) > 0 {
+		n = deviceChunkWithAcks
+	}
+	return s.devices.Take(&snap.recs, n, eventChunk)
+}
+
+// write stores snap in one transaction.
+func (snap *snapshot) write(tx core.Tx) error {
+	for i := range snap.leases {
+		if err := tx.Leases().Put(snap.leases[i].lease()); err != nil {
+			return err
+		}
+	}
+	return snap.recs.Write(tx)
+}
+
+// restore marks a failed snapshot's leases dirty again so the next commit
+// retries them; its ACKs are dropped (the clients retry their REQUEST).
+func (s *Server) restore(snap *snapshot) {
+	for _, b := range snap.bindings {
+		s.markDirty(b)
+	}
 }
 
 // dropFront removes the first n elements, keeping the backing array.
@@ -290,98 +320,6 @@ func dropFront[T any](q []T, n int) []T {
 	m := copy(q, q[n:])
 	clear(q[m:])
 	return q[:m]
-}
-
-// write stores snap in one transaction.
-func (snap *snapshot) write(tx core.Tx) error {
-	var err error
-	for i := range snap.leases {
-		snap.buf = appendLeaseJSON(snap.buf[:0], &snap.leases[i])
-		if err := tx.Put(core.BucketLeases, addrOf(snap.leases[i].ip).String(), json.RawMessage(snap.buf)); err != nil {
-			return err
-		}
-	}
-	ftx := &fastTx{Tx: tx, buf: snap.buf}
-	for i := range snap.devs {
-		if err := mergeDevice(ftx, &snap.devs[i], snap.states[i]); err != nil {
-			return err
-		}
-	}
-	snap.buf = ftx.buf
-	for i := range snap.events {
-		if snap.buf, err = putEvent(tx, &snap.events[i], snap.buf); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// mergeDevice folds what DHCP learned into the stored device, keeping what
-// other parts set (approval, cluster, profile, labels, later states).
-func mergeDevice(tx core.Tx, d *core.Device, state core.DeviceState) error {
-	var cur core.Device
-	had, err := tx.Get(core.BucketDevices, d.ID, &cur)
-	if err != nil {
-		return err
-	}
-	if !had {
-		cur = core.Device{ID: d.ID, FirstSeen: d.FirstSeen, State: core.StateDiscovered}
-	}
-	cur.MAC = d.MAC
-	if d.Kind != core.KindUnknown || cur.Kind == "" {
-		cur.Kind = d.Kind
-	}
-	// Identity facts are kept once known (another part may have recorded
-	// them first); the rest follow the client.
-	if cur.Serial == "" {
-		cur.Serial = d.Serial
-	}
-	if cur.Product == "" {
-		cur.Product = d.Product
-	}
-	if cur.Platform == "" {
-		cur.Platform = d.Platform
-	}
-	for _, f := range [...]struct {
-		dst *string
-		v   string
-	}{
-		{&cur.Hostname, d.Hostname}, {&cur.ClientID, d.ClientID}, {&cur.VendorClass, d.VendorClass},
-		{&cur.IP, d.IP}, {&cur.Subnet, d.Subnet}, {&cur.RelayAddr, d.RelayAddr},
-		{&cur.CircuitID, d.CircuitID}, {&cur.RemoteID, d.RemoteID},
-	} {
-		if f.v != "" {
-			*f.dst = f.v
-		}
-	}
-	if state == core.StateLeased {
-		cur.State = core.Advance(cur.State, state)
-	}
-	if cur.FirstSeen.IsZero() || (!d.FirstSeen.IsZero() && d.FirstSeen.Before(cur.FirstSeen)) {
-		cur.FirstSeen = d.FirstSeen
-	}
-	if d.LastSeen.After(cur.LastSeen) {
-		cur.LastSeen = d.LastSeen
-	}
-	cur.UpdatedAt = time.Now().UTC()
-	return core.PutDevice(tx, cur)
-}
-
-// restore puts a failed snapshot's changes back so the next commit retries
-// them; its ACKs are dropped (the clients retry their REQUEST).
-func (s *Server) restore(snap *snapshot) {
-	for _, b := range snap.bindings {
-		s.markDirty(b)
-	}
-	for i, dv := range snap.devices {
-		if dv.state == "" {
-			dv.state = snap.states[i]
-		}
-		s.queueDevice(dv)
-	}
-	if room := maxPendingEvents - len(s.events); room > 0 {
-		s.events = append(s.events, snap.events[:min(room, len(snap.events))]...)
-	}
 }
 
 // commitLoop runs until ctx ends, then commits what is left once more.
@@ -442,8 +380,9 @@ func (s *Server) committed(snap *snapshot) {
 // records are left over.
 func (s *Server) flush(snap *snapshot, lastErr *time.Time) bool {
 	s.mu.Lock()
-	more := s.take(snap, time.Now())
+	s.take(snap, time.Now())
 	s.mu.Unlock()
+	more := s.handOver(snap)
 	if snap.empty() {
 		return false
 	}
@@ -474,72 +413,24 @@ func (s *Server) flush(snap *snapshot, lastErr *time.Time) bool {
 
 // commitSnapshot makes snap durable. When the whole commit fails and it
 // carries device or event records, the leases (what ACKs wait for) are
-// committed alone, and each record on its own: a record that cannot be
-// stored is logged and dropped rather than holding every ACK back. When the
-// leases cannot be stored either (a full disk), the error is returned and
-// nothing is acknowledged.
+// committed alone and the devices service commits each record on its own: a
+// record that cannot be stored is logged and dropped rather than holding
+// every ACK back. When the leases cannot be stored either (a full disk),
+// the records go back to the devices service's queue, the error is returned
+// and nothing is acknowledged.
 func (s *Server) commitSnapshot(snap *snapshot) error {
 	err := s.store.Batch(snap.write)
-	if err != nil && (len(snap.devs) > 0 || len(snap.events) > 0) {
-		leases := &snapshot{leases: snap.leases, buf: snap.buf}
-		if lerr := s.store.Batch(leases.write); lerr != nil {
+	if err != nil {
+		if snap.recs.Len() == 0 {
 			return err
 		}
-		snap.buf = leases.buf
-		s.commitRecordsApart(snap, err)
-		err = nil
-	}
-	if err == nil {
-		s.committed(snap)
-	}
-	return err
-}
-
-// commitRecordsApart stores snap's device and event records one commit
-// each. A record the store refuses is logged and dropped; one that fails for
-// I/O (a full disk) is queued again for a later commit.
-func (s *Server) commitRecordsApart(snap *snapshot, cause error) {
-	dropped := 0
-	var retry snapshot
-	one := &snapshot{buf: snap.buf}
-	for i := range snap.devs {
-		one.devs, one.states, one.events = snap.devs[i:i+1], snap.states[i:i+1], nil
-		if err := s.store.Batch(one.write); err != nil {
-			if isIOError(err) {
-				retry.devices, retry.states = append(retry.devices, snap.devices[i]), append(retry.states, snap.states[i])
-				continue
-			}
-			dropped++
-			recordErrors.Inc()
-			s.log.Error("device record cannot be stored; dropped", "device", snap.devs[i].ID, "err", err)
+		leases := &snapshot{leases: snap.leases}
+		if lerr := s.store.Batch(leases.write); lerr != nil {
+			s.devices.Return(&snap.recs)
+			return err
 		}
 	}
-	one.devs, one.states = nil, nil
-	for i := range snap.events {
-		one.events = snap.events[i : i+1]
-		if err := s.store.Batch(one.write); err != nil {
-			if isIOError(err) {
-				retry.events = append(retry.events, snap.events[i])
-				continue
-			}
-			dropped++
-			recordErrors.Inc()
-			s.log.Error("event record cannot be stored; dropped", "type", snap.events[i].typ, "err", err)
-		}
-	}
-	if len(retry.devices) > 0 || len(retry.events) > 0 {
-		s.mu.Lock()
-		s.restore(&retry)
-		s.mu.Unlock()
-	}
-	s.log.Warn("group commit failed; leases committed alone, records one by one", "err", cause,
-		"dropped", dropped, "requeued", len(retry.devices)+len(retry.events))
-}
-
-// isIOError reports whether err comes from the file system (a full disk, an
-// I/O error) rather than from the record itself.
-func isIOError(err error) bool {
-	var errno syscall.Errno
-	var pe *fs.PathError
-	return errors.As(err, &errno) || errors.As(err, &pe)
+	s.devices.Done(&snap.recs, err) // err != nil: the records are committed one by one
+	s.committed(snap)
+	return nil
 }

@@ -16,8 +16,8 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
-	"github.com/ztpd/ztpd/internal/boltstore"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/store/boltstore"
 	"github.com/ztpd/ztpd/testenv/netns"
 )
 
@@ -233,11 +233,7 @@ func TestCrashKeepsEveryAckedLease(t *testing.T) {
 	defer st.Close()
 	activeByMAC := map[string]string{}
 	err = st.View(func(tx core.Tx) error {
-		return tx.Scan(core.BucketLeases, "", func(k string, v []byte) (bool, error) {
-			var ls core.Lease
-			if err := core.Decode(v, &ls); err != nil {
-				return false, err
-			}
+		return tx.Leases().List("", func(ls core.Lease) (bool, error) {
 			if ls.State == core.LeaseActive {
 				if prev, dup := activeByMAC[ls.MAC]; dup {
 					return false, fmt.Errorf("%s holds two active leases: %s and %s", ls.MAC, prev, ls.IP)

@@ -62,6 +62,7 @@ func TestFullDiskWithholdsACKs(t *testing.T) {
 		h.s.mu.Lock()
 		h.s.take(snap, h.now)
 		h.s.mu.Unlock()
+		h.s.handOver(snap)
 		if commitErr = h.s.commitSnapshot(snap); commitErr != nil {
 			h.s.mu.Lock()
 			h.s.restore(snap) // what the committer does: retry the records, drop the ACKs

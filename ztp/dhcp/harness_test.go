@@ -2,6 +2,7 @@ package dhcp
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -13,9 +14,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/ztpd/ztpd/internal/boltstore"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
+	"github.com/ztpd/ztpd/internal/store/boltstore"
+	"github.com/ztpd/ztpd/internal/store/storetest"
+	"github.com/ztpd/ztpd/ztp/endpoints"
 )
 
 // harness drives the request path of a Server without sockets: packets are
@@ -26,6 +30,7 @@ type harness struct {
 	cfg  config.Config
 	s    *Server
 	st   *boltstore.Store
+	devs *devices.Service
 	dir  string
 	ifc  *iface
 	now  time.Time
@@ -85,12 +90,11 @@ func newHarness(t testing.TB, mutate func(*config.Config)) *harness {
 // restart would.
 func (h *harness) open() {
 	h.t.Helper()
-	st, err := boltstore.Open(h.dir, boltstore.Options{})
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	h.st = st
-	s, err := New(h.cfg, st, slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	h.st = storetest.OpenIn(h.t, h.dir).Store
+	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	h.devs = devices.New(devices.Options{Store: h.st, Log: log})
+	h.t.Cleanup(func() { h.devs.Close() })
+	s, err := New(optionsFor(h.t, h.cfg, h.st, h.devs, log))
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -100,6 +104,25 @@ func (h *harness) open() {
 	if err := s.load(h.now); err != nil {
 		h.t.Fatal(err)
 	}
+}
+
+// optionsFor resolves a validated configuration as the app does.
+func optionsFor(t testing.TB, cfg config.Config, st core.Store, devs *devices.Service, log *slog.Logger) Options {
+	t.Helper()
+	ep, err := endpoints.New(cfg.AdvertiseAddr, cfg.HTTP.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := Options{DHCP: cfg.DHCP, Store: st, Devices: devs, Log: log, Advertise: ep.Advertise(),
+		ZTPJSONURL: ep.ZTPJSON(netip.Addr{}), ONIEInstallerURL: ep.ONIEInstaller(netip.Addr{})}
+	for _, p := range cfg.DHCP.VM.MACPrefixes {
+		hw, ok := parseHexColon(p)
+		if !ok {
+			t.Fatalf("MAC prefix %q", p)
+		}
+		opt.VMMACPrefixes = append(opt.VMMACPrefixes, hw)
+	}
+	return opt
 }
 
 // restart simulates kill -9: in-memory state is dropped without a flush.
@@ -156,13 +179,15 @@ func (h *harness) commit() []pendingAck {
 	for more := true; more; {
 		snap := &snapshot{}
 		h.s.mu.Lock()
-		more = h.s.take(snap, h.now)
+		h.s.take(snap, h.now)
 		h.s.mu.Unlock()
+		more = h.s.handOver(snap)
 		if err := h.s.commitSnapshot(snap); err != nil {
 			h.t.Fatal(err)
 		}
 		acks = append(acks, snap.acks...)
 	}
+	h.devs.Flush()
 	return acks
 }
 
@@ -178,7 +203,11 @@ func (h *harness) lease(ip string) (core.Lease, bool) {
 	var ok bool
 	err := h.st.View(func(tx core.Tx) error {
 		var err error
-		ok, err = tx.Get(core.BucketLeases, ip, &l)
+		l, err = tx.Leases().Get(ip)
+		ok = err == nil
+		if errors.Is(err, core.ErrNotFound) {
+			err = nil
+		}
 		return err
 	})
 	if err != nil {
@@ -192,7 +221,7 @@ func (h *harness) device(id string) core.Device {
 	var d core.Device
 	err := h.st.View(func(tx core.Tx) error {
 		var err error
-		d, err = core.GetDevice(tx, id)
+		d, err = tx.Devices().Get(id)
 		return err
 	})
 	if err != nil {

@@ -16,9 +16,11 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
-	"github.com/ztpd/ztpd/internal/boltstore"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
+	"github.com/ztpd/ztpd/internal/store/boltstore"
+	"github.com/ztpd/ztpd/internal/store/storetest"
 	"github.com/ztpd/ztpd/testenv/netns"
 )
 
@@ -88,12 +90,12 @@ func (l *lab) start(mutate func(*config.Config)) {
 	if err := l.cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	st, err := boltstore.Open(t.TempDir(), boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.st = st
-	l.srv, err = New(l.cfg, st, slog.New(slog.NewTextHandler(l.logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	l.st = storetest.Store(t)
+	log := slog.New(slog.NewTextHandler(l.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	devs := devices.New(devices.Options{Store: l.st, Log: log})
+	t.Cleanup(func() { devs.Close() })
+	var err error
+	l.srv, err = New(optionsFor(t, l.cfg, l.st, devs, log))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +138,7 @@ func (l *lab) device(id string) core.Device {
 	for i := 0; i < 50; i++ {
 		err = l.st.View(func(tx core.Tx) error {
 			var e error
-			d, e = core.GetDevice(tx, id)
+			d, e = tx.Devices().Get(id)
 			return e
 		})
 		if err == nil && d.State == core.StateLeased {

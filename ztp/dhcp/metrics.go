@@ -44,9 +44,6 @@ var (
 		Name: "ztpd_dhcp_facts_refused_total",
 		Help: "Device facts from DHCP options not stored: outside the allowed characters, or contradicting the record.",
 	}, []string{"fact"})
-	recordErrors = promauto.NewCounter(prometheus.CounterOpts{
-		Name: "ztpd_dhcp_record_errors_total", Help: "Device and event records dropped because they could not be stored.",
-	})
 )
 
 // Counters indexed by message type, resolved once so the hot path does no

@@ -220,14 +220,14 @@ func TestOptionConfigErrorsNameTheField(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	_, err := New(cfg, nil, nil)
+	_, err := New(optionsFor(t, cfg, nil, nil, nil))
 	if err == nil || !strings.Contains(err.Error(), "dhcp.subnets[0].options.ntp-server") {
 		t.Fatalf("err = %v", err)
 	}
 	cfg = testConfig()
 	cfg.DHCP.Options = config.Options{"51": "60"}
 	cfg.Validate()
-	if _, err := New(cfg, nil, nil); err == nil || !strings.Contains(err.Error(), "lease_time") {
+	if _, err := New(optionsFor(t, cfg, nil, nil, nil)); err == nil || !strings.Contains(err.Error(), "lease_time") {
 		t.Fatalf("option 51 must be refused pointing at lease_time, err = %v", err)
 	}
 }
@@ -514,12 +514,12 @@ func TestDeviceStateNeverGoesBack(t *testing.T) {
 	hw := mac(9)
 	h.dora(hw)
 	err := h.st.Update(func(tx core.Tx) error {
-		d, err := core.GetDevice(tx, hw.String())
+		d, err := tx.Devices().Get(hw.String())
 		if err != nil {
 			return err
 		}
 		d.State, d.Approved, d.Cluster = core.StateJoined, true, "c1"
-		return core.PutDevice(tx, d)
+		return tx.Devices().Put(d)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -541,9 +541,7 @@ func TestEventsWritten(t *testing.T) {
 	h.commit()
 	var types []string
 	h.st.View(func(tx core.Tx) error {
-		return tx.Scan(core.BucketEvents, "", func(k string, v []byte) (bool, error) {
-			var e core.Event
-			core.Decode(v, &e)
+		return tx.Events().List(core.DeviceEvents, 0, func(e core.Event) (bool, error) {
 			types = append(types, e.Type+" "+e.Device)
 			return true, nil
 		})
@@ -601,7 +599,7 @@ func TestManyClientsUniqueAddresses(t *testing.T) {
 		}
 	}
 	var n int
-	h.st.View(func(tx core.Tx) error { n, _ = tx.Count(core.BucketLeases); return nil })
+	h.st.View(func(tx core.Tx) error { n, _ = tx.Leases().Count(); return nil })
 	if n != 800 {
 		t.Fatalf("%d leases stored, want 800", n)
 	}

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,11 +17,12 @@ import (
 
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
 )
 
 // LeaseFinder is what other parts may ask the running DHCP server without
 // importing it (the app wires it in): the lease an address holds right now.
-// Acknowledged leases are also in the store (core.GetLease), which is the
+// Acknowledged leases are also in the store (tx.Leases()), which is the
 // durable truth; this answers from memory.
 type LeaseFinder interface {
 	LeaseByIP(ip netip.Addr) (core.Lease, bool)
@@ -33,6 +33,7 @@ type LeaseFinder interface {
 type Server struct {
 	cfg        config.DHCP
 	store      core.Store
+	devices    *devices.Service
 	log        *slog.Logger
 	subnets    []*subnet
 	urls       urls
@@ -61,45 +62,50 @@ var (
 	_ core.DeviceFinder = (*Server)(nil)
 )
 
-// New builds the server from validated configuration. It opens no socket
-// and reads no lease; Listen does.
-func New(cfg config.Config, st core.Store, log *slog.Logger) (*Server, error) {
+// Options are what a Server is built from: values the app resolved from
+// the configuration once.
+type Options struct {
+	// DHCP is the validated dhcp: section (interfaces, timers, subnets,
+	// reservations, options).
+	DHCP    config.DHCP
+	Store   core.Store
+	Devices *devices.Service // device records and events are reported here
+	Log     *slog.Logger
+	// Advertise is the appliance address handed out (server identifier of
+	// the URLs, option 66 for SONiC).
+	Advertise netip.Addr
+	// ZTPJSONURL and ONIEInstallerURL are handed out as options 67 (SONiC)
+	// and 114 (ONIE): the app's Endpoints.
+	ZTPJSONURL, ONIEInstallerURL string
+	// VMMACPrefixes mark CloudStack VMs without a reservation (parsed).
+	VMMACPrefixes []net.HardwareAddr
+}
+
+// New builds the server. It opens no socket and reads no lease; Listen
+// does.
+func New(opt Options) (*Server, error) {
+	log := opt.Log
 	if log == nil {
 		log = slog.Default()
 	}
+	if !opt.Advertise.IsValid() {
+		return nil, errors.New("dhcp: no address to advertise (advertise_addr)")
+	}
 	s := &Server{
-		cfg: cfg.DHCP, store: st, log: log.With("component", "dhcp"),
+		cfg: opt.DHCP, store: opt.Store, devices: opt.Devices, log: log.With("component", "dhcp"),
 		byIP: map[uint32]*binding{}, devs: map[string]*device{}, kick: make(chan struct{}, 1), pacer: newPacer(),
 		sendWarn: rate.Sometimes{Interval: 10 * time.Second},
 		workers:  max(1, runtime.GOMAXPROCS(0)),
 	}
-	adv, err := netip.ParseAddr(cfg.AdvertiseAddr)
-	if err != nil {
-		return nil, fmt.Errorf("advertise_addr: %q is not an IP address", cfg.AdvertiseAddr)
+	s.advertise = opt.Advertise
+	s.urls = urls{ztpJSON: opt.ZTPJSONURL, onie: opt.ONIEInstallerURL, advertise: opt.Advertise.String()}
+	for _, p := range opt.VMMACPrefixes {
+		s.vmPrefixes = append(s.vmPrefixes, []byte(p))
 	}
-	s.advertise = adv
-	base, err := httpBase(cfg.HTTP.Addr, adv)
-	if err != nil {
-		return nil, err
-	}
-	s.urls = urls{ztpJSON: base + core.PathZTPJSON, onie: base + core.PathONIEInstaller, advertise: adv.String()}
-	if host, _, _ := net.SplitHostPort(cfg.HTTP.Addr); host != "" {
-		if a, err := netip.ParseAddr(host); err == nil && a.IsLoopback() {
-			s.log.Warn("http.addr listens on loopback: switches cannot fetch the URLs DHCP hands out",
-				"http_addr", cfg.HTTP.Addr, "ztp_json_url", s.urls.ztpJSON)
-		}
-	}
-	for i, p := range cfg.DHCP.VM.MACPrefixes {
-		b, ok := parseHexColon(strings.ToLower(p))
-		if !ok {
-			return nil, fmt.Errorf("dhcp.vm.mac_prefixes[%d]: %q is not a MAC prefix like 1e:00", i, p)
-		}
-		s.vmPrefixes = append(s.vmPrefixes, b)
-	}
-	for _, v := range cfg.DHCP.VM.VendorClasses {
+	for _, v := range opt.DHCP.VM.VendorClasses {
 		s.vmVendors = append(s.vmVendors, []byte(v))
 	}
-	for i := range cfg.DHCP.Subnets {
+	for i := range opt.DHCP.Subnets {
 		sn, err := buildSubnet(&s.cfg, i, s.urls)
 		if err != nil {
 			return nil, err
@@ -118,20 +124,6 @@ func New(cfg config.Config, st core.Store, log *slog.Logger) (*Server, error) {
 	return s, nil
 }
 
-func httpBase(addr string, adv netip.Addr) (string, error) {
-	_, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return "", fmt.Errorf("http.addr: %q is not host:port", addr)
-	}
-	if port == "80" {
-		if adv.Is6() {
-			return "http://[" + adv.String() + "]", nil
-		}
-		return "http://" + adv.String(), nil
-	}
-	return "http://" + net.JoinHostPort(adv.String(), port), nil
-}
-
 // Name implements app.Runner.
 func (s *Server) Name() string { return "dhcp" }
 
@@ -141,6 +133,9 @@ func (s *Server) Name() string { return "dhcp" }
 func (s *Server) Listen() error {
 	if s.listening {
 		return nil
+	}
+	if s.store == nil || s.devices == nil {
+		return errors.New("dhcp: a store and a devices service are required")
 	}
 	for _, name := range s.cfg.Interfaces {
 		ifc, err := openIface(name, s.advertise)
@@ -189,12 +184,7 @@ func (s *Server) load(now time.Time) error {
 	defer s.mu.Unlock()
 	var loaded, outside, bad int
 	err := s.store.View(func(tx core.Tx) error {
-		return tx.Scan(core.BucketLeases, "", func(k string, v []byte) (bool, error) {
-			var l core.Lease
-			if err := core.Decode(v, &l); err != nil {
-				bad++
-				return true, nil
-			}
+		return tx.Leases().List("", func(l core.Lease) (bool, error) {
 			a, err := netip.ParseAddr(l.IP)
 			if err != nil || !a.Is4() {
 				bad++

@@ -12,7 +12,7 @@ import (
 func (h *harness) devices() int {
 	h.t.Helper()
 	var n int
-	if err := h.st.View(func(tx core.Tx) error { var err error; n, err = tx.Count(core.BucketDevices); return err }); err != nil {
+	if err := h.st.View(func(tx core.Tx) error { var err error; n, err = tx.Devices().Count(); return err }); err != nil {
 		h.t.Fatal(err)
 	}
 	return n

@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
-	imagestore "github.com/ztpd/ztpd/images/store"
-	"github.com/ztpd/ztpd/internal/boltstore"
+	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/httpserve"
+	"github.com/ztpd/ztpd/internal/store/boltstore"
 	"github.com/ztpd/ztpd/testenv/e2etest"
 )
 
@@ -164,26 +165,26 @@ func setupLab(t *testing.T) (*e2etest.Lab, labContent) {
 				mac := fmt.Sprintf("52:54:00:47:00:%02x", h)
 				d := core.Device{ID: mac, MAC: mac, Kind: core.KindSONiC, Serial: fmt.Sprintf("LAB%04d", h),
 					IP: lab.Addr(h), Subnet: "lab", State: core.StateLeased, ClientID: "SONiC##Lab-Switch##" + fmt.Sprint(i)}
-				if err := core.PutDevice(tx, d); err != nil {
+				if err := tx.Devices().Put(d); err != nil {
 					return err
 				}
-				if err := tx.Put(core.BucketLeases, d.IP, core.Lease{IP: d.IP, MAC: mac, Subnet: "lab", State: core.LeaseActive}); err != nil {
+				if err := tx.Leases().Put(core.Lease{IP: d.IP, MAC: mac, Subnet: "lab", State: core.LeaseActive}); err != nil {
 					return err
 				}
 			}
 			od := core.Device{ID: "52:54:00:47:00:1e", MAC: "52:54:00:47:00:1e", Kind: core.KindONIE, IP: lab.Addr(30), Subnet: "lab",
 				VendorClass: "onie_vendor:x86_64-cel_e1031-r0", State: core.StateLeased}
-			if err := core.PutDevice(tx, od); err != nil {
+			if err := tx.Devices().Put(od); err != nil {
 				return err
 			}
-			if err := tx.Put(core.BucketLeases, od.IP, core.Lease{IP: od.IP, MAC: od.MAC, Subnet: "lab", State: core.LeaseActive}); err != nil {
+			if err := tx.Leases().Put(core.Lease{IP: od.IP, MAC: od.MAC, Subnet: "lab", State: core.LeaseActive}); err != nil {
 				return err
 			}
 			vm := core.Device{ID: "1e:00:47:00:00:14", MAC: "1e:00:47:00:00:14", Kind: core.KindVM, IP: lab.Addr(20), Subnet: "lab", State: core.StateLeased}
-			if err := core.PutDevice(tx, vm); err != nil {
+			if err := tx.Devices().Put(vm); err != nil {
 				return err
 			}
-			return tx.Put(core.BucketLeases, vm.IP, core.Lease{IP: vm.IP, MAC: vm.MAC, Subnet: "lab", State: core.LeaseActive})
+			return tx.Leases().Put(core.Lease{IP: vm.IP, MAC: vm.MAC, Subnet: "lab", State: core.LeaseActive})
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -291,7 +292,7 @@ func TestSwitchRunsEveryURLOfItsZTPJSON(t *testing.T) {
 	lab.Stop()
 	lab.Seed(func(db *boltstore.Store, _ *imagestore.Store) {
 		db.View(func(tx core.Tx) error {
-			d, err := core.GetDevice(tx, "52:54:00:47:00:0b")
+			d, err := tx.Devices().Get("52:54:00:47:00:0b")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -299,9 +300,7 @@ func TestSwitchRunsEveryURLOfItsZTPJSON(t *testing.T) {
 				t.Errorf("device after ZTP: state %s profile %s product %s", d.State, d.Profile, d.Product)
 			}
 			types := map[string]int{}
-			tx.Scan(core.BucketEvents, "", func(_ string, v []byte) (bool, error) {
-				var ev core.Event
-				core.Decode(v, &ev)
+			tx.Events().List(core.DeviceEvents, 0, func(ev core.Event) (bool, error) {
 				if ev.Device == d.ID {
 					types[ev.Type]++
 				}
@@ -329,11 +328,8 @@ func TestRefusals(t *testing.T) {
 	}
 	// An address without a lease: 403 with a JSON reason.
 	c, body := code(lab.Addr(31), "-A", "SONiC-ZTP/0.1", base+"/ztp/ztp.json")
-	var e struct {
-		Error  string `json:"error"`
-		Status int    `json:"status"`
-	}
-	if c != "403" || json.Unmarshal([]byte(body), &e) != nil || !strings.Contains(e.Error, "holds no lease") || e.Status != 403 {
+	var e httpserve.ErrorBody
+	if c != "403" || json.Unmarshal([]byte(body), &e) != nil || !strings.Contains(e.Error.Message, "holds no lease") || e.Error.Code != "refused" {
 		t.Fatalf("unknown device: %s %s", c, body)
 	}
 	// Another switch's config: 403.
@@ -394,7 +390,7 @@ func TestSpoofedSwitchGetsNothing(t *testing.T) {
 	lab.Seed(func(db *boltstore.Store, _ *imagestore.Store) {
 		db.View(func(tx core.Tx) error {
 			for _, h := range []int{12, 13} {
-				d, err := core.GetDevice(tx, fmt.Sprintf("52:54:00:47:00:%02x", h))
+				d, err := tx.Devices().Get(fmt.Sprintf("52:54:00:47:00:%02x", h))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -402,10 +398,10 @@ func TestSpoofedSwitchGetsNothing(t *testing.T) {
 					t.Errorf("device %s changed by the spoofed requests: serial %s ip %s", d.ID, d.Serial, d.IP)
 				}
 			}
-			if _, err := core.GetDevice(tx, "52:54:00:47:00:1f"); err == nil {
+			if _, err := tx.Devices().Get("52:54:00:47:00:1f"); err == nil {
 				t.Error("a record was created for the host without a lease")
 			}
-			n, _ := tx.Count(core.BucketDevices)
+			n, _ := tx.Devices().Count()
 			if n != 5 {
 				t.Errorf("%d device records, want the 5 seeded", n)
 			}

@@ -8,11 +8,13 @@ import (
 	"strings"
 	"testing"
 
-	imagestore "github.com/ztpd/ztpd/images/store"
-	"github.com/ztpd/ztpd/internal/boltstore"
+	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/profile"
+	"github.com/ztpd/ztpd/internal/store/storetest"
 	"github.com/ztpd/ztpd/ztp/content"
+	"github.com/ztpd/ztpd/ztp/endpoints"
 )
 
 // FuzzHeaderIdentification feeds arbitrary SONiC and ONIE header values,
@@ -22,24 +24,26 @@ import (
 // ever replaces the holder's recorded serial or creates a device record.
 func FuzzHeaderIdentification(f *testing.F) {
 	dir := f.TempDir()
-	db, err := boltstore.Open(dir, boltstore.Options{})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { db.Close() })
+	db := storetest.OpenIn(f, dir).Store
+	devs := devices.New(devices.Options{Store: db})
+	f.Cleanup(func() { devs.Close() })
 	ims, err := imagestore.Open(db, dir)
 	if err != nil {
 		f.Fatal(err)
 	}
 	ims.Add(context.Background(), strings.NewReader("img"), imagestore.Meta{Name: "sonic-broadcom-202405.1.bin", Kind: "sonic-installer", Version: "202405.1"}, "")
 	db.Update(func(tx core.Tx) error {
-		if err := tx.Put(core.BucketLeases, "10.99.40.10", core.Lease{IP: "10.99.40.10", MAC: "52:54:00:40:00:10", State: core.LeaseActive}); err != nil {
+		if err := tx.Leases().Put(core.Lease{IP: "10.99.40.10", MAC: "52:54:00:40:00:10", State: core.LeaseActive}); err != nil {
 			return err
 		}
-		return core.PutDevice(tx, core.Device{ID: "52:54:00:40:00:10", MAC: "52:54:00:40:00:10", Kind: core.KindSONiC,
+		return tx.Devices().Put(core.Device{ID: "52:54:00:40:00:10", MAC: "52:54:00:40:00:10", Kind: core.KindSONiC,
 			Serial: "LEAF0010", IP: "10.99.40.10", State: core.StateLeased})
 	})
-	svc, err := content.New(content.Options{Store: db, Images: ims, HTTPAddr: ":8080", FilesDir: filepath.Join(dir, "files")})
+	ep, err := endpoints.New("", ":8080")
+	if err != nil {
+		f.Fatal(err)
+	}
+	svc, err := content.New(content.Options{Store: db, Devices: devs, Images: ims, Endpoints: ep, FilesDir: filepath.Join(dir, "files")})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -86,11 +90,11 @@ func FuzzHeaderIdentification(f *testing.F) {
 		}
 		svc.Flush()
 		db.View(func(tx core.Tx) error {
-			d, err := core.GetDevice(tx, "52:54:00:40:00:10")
+			d, err := tx.Devices().Get("52:54:00:40:00:10")
 			if err != nil || d.Serial != "LEAF0010" || d.IP != "10.99.40.10" {
 				t.Fatalf("holder's record changed: %+v %v", d, err)
 			}
-			if n, _ := tx.Count(core.BucketDevices); n != 1 {
+			if n, _ := tx.Devices().Count(); n != 1 {
 				t.Fatalf("%d device records", n)
 			}
 			return nil

@@ -7,12 +7,12 @@
 // SONiC-VERSION; ONIE: ONIE-*). Forwarding headers such as X-Forwarded-For
 // are deliberately ignored: ztpd answers devices on its own networks.
 //
-// Refusals are JSON: {"error": "<reason>", "status": <code>}.
+// Refusals are JSON in the one shape of every ztpd handler
+// (internal/httpserve.WriteError): {"error": {"code": "<kind>", "message":
+// "<reason>"}}, with the status of the content error.
 package ztphttp
 
 import (
-	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -26,8 +26,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/httpserve"
 	"github.com/ztpd/ztpd/internal/safepath"
 	"github.com/ztpd/ztpd/ztp/content"
+	"github.com/ztpd/ztpd/ztp/endpoints"
 )
 
 var (
@@ -59,12 +61,12 @@ func New(svc *content.Service, log *slog.Logger) *Server {
 // password-server request (port 8080 of the DHCP server, "/" with a
 // DomU_Request header).
 func (s *Server) Register(mux *http.ServeMux) {
-	s.handle(mux, "GET "+core.PathZTPJSON, "ztp.json", s.ztpJSON)
-	s.handle(mux, "GET "+core.PathZTPConfig+"{id}/config_db.json", "config_db.json", s.configDB)
-	s.handle(mux, "GET "+core.PathONIEInstaller, "onie-installer", s.onieInstaller)
-	s.handle(mux, "GET "+core.PathImages+"{ref}", "images", s.image(""))
-	s.handle(mux, "GET "+core.PathISOs+"{name}", "isos", s.iso)
-	s.handle(mux, "GET /files/{path...}", "files", s.file)
+	s.handle(mux, "GET "+endpoints.ZTPJSONPath, "ztp.json", s.ztpJSON)
+	s.handle(mux, "GET "+endpoints.ZTPConfigPath+"{id}/config_db.json", "config_db.json", s.configDB)
+	s.handle(mux, "GET "+endpoints.ONIEInstallerPath, "onie-installer", s.onieInstaller)
+	s.handle(mux, "GET "+endpoints.ImagesPath+"{ref}", "images", s.image(""))
+	s.handle(mux, "GET "+endpoints.ISOsPath+"{name}", "isos", s.iso)
+	s.handle(mux, "GET "+endpoints.FilesPath+"{path...}", "files", s.file)
 	s.registerMetadata(mux)
 }
 
@@ -78,9 +80,9 @@ func (s *Server) MetadataHandler() http.Handler {
 
 func (s *Server) registerMetadata(mux *http.ServeMux) {
 	s.handle(mux, "GET /latest/meta-data", "meta-data", s.metadataIndex)
-	s.handle(mux, "GET "+core.PathMetadata+"{$}", "meta-data", s.metadataIndex)
-	s.handle(mux, "GET "+core.PathMetadata+"{key}", "meta-data", s.metadata)
-	s.handle(mux, "GET "+core.PathUserData, "user-data", s.userData)
+	s.handle(mux, "GET "+endpoints.MetadataPath+"{$}", "meta-data", s.metadataIndex)
+	s.handle(mux, "GET "+endpoints.MetadataPath+"{key}", "meta-data", s.metadata)
+	s.handle(mux, "GET "+endpoints.UserDataPath, "user-data", s.userData)
 	// The CloudStack virtual router also answers /latest/<key>.
 	s.handle(mux, "GET /latest/{key}", "meta-data", s.metadata)
 	s.handle(mux, "GET /{$}", "password", s.password)
@@ -369,25 +371,19 @@ func (s *Server) password(w http.ResponseWriter, r *http.Request) {
 	writeDoc(w, "text/plain; charset=utf-8", []byte(ans))
 }
 
-// fail answers a refusal as JSON with the content error's status.
+// fail answers a refusal through the one error writer: its status from
+// its kind (content errors are classified, see content.Error.ErrorKind),
+// an internal error logged with a request id and never shown.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	code, reason := http.StatusInternalServerError, err.Error()
-	var ce *content.Error
-	if errors.As(err, &ce) {
-		code = ce.Status
-	}
-	if code >= 500 {
+	switch k := core.KindOf(err); {
+	case k == core.KindInternal:
+		// WriteError logs it with the request id it answers.
+	case httpserve.StatusOf(k) >= 500:
 		s.log.Error("ztp request failed", "path", r.URL.Path, "addr", r.RemoteAddr, "err", err)
-	} else {
-		s.log.Debug("ztp request refused", "path", r.URL.Path, "addr", r.RemoteAddr, "status", code, "reason", reason)
+	default:
+		s.log.Debug("ztp request refused", "path", r.URL.Path, "addr", r.RemoteAddr, "status", httpserve.StatusOf(k), "reason", err.Error())
 	}
-	body, _ := json.Marshal(map[string]any{"error": reason, "status": code})
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	h.Set("Content-Length", strconv.Itoa(len(body)+1))
-	w.WriteHeader(code)
-	_, _ = w.Write(append(body, '\n'))
+	httpserve.WriteError(w, r, s.log, err)
 }
 
 // statusWriter records the status for metrics. It forwards ReadFrom so

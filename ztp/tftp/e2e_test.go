@@ -14,9 +14,9 @@ import (
 	"strings"
 	"testing"
 
-	imagestore "github.com/ztpd/ztpd/images/store"
-	"github.com/ztpd/ztpd/internal/boltstore"
+	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/store/boltstore"
 	"github.com/ztpd/ztpd/testenv/e2etest"
 )
 
@@ -71,10 +71,10 @@ func startLabOpts(t *testing.T, tftpYAML string, mtu int, specific bool) *tlab {
 		err := db.Update(func(tx core.Tx) error {
 			d := core.Device{ID: devMAC, MAC: devMAC, Kind: core.KindSONiC, Serial: devSer, IP: lab.Addr(devHost), State: core.StateLeased,
 				VendorClass: "onie_vendor:x86_64-accton_as7712_32x-r0"}
-			if err := core.PutDevice(tx, d); err != nil {
+			if err := tx.Devices().Put(d); err != nil {
 				return err
 			}
-			return tx.Put(core.BucketLeases, d.IP, core.Lease{IP: d.IP, MAC: d.MAC, State: core.LeaseActive})
+			return tx.Leases().Put(core.Lease{IP: d.IP, MAC: d.MAC, State: core.LeaseActive})
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -106,7 +106,7 @@ type engine struct {
 func newEngine(cfg engineConfig, open opener, log *slog.Logger) *engine {
 	cfg.fill()
 	return &engine{cfg: cfg, open: open, log: log, active: map[netip.AddrPort]*transfer{},
-		perSource: map[netip.Addr]int{}, logs: logLimiter{buckets: map[string]*logBucket{}}}
+		perSource: map[netip.Addr]int{}, logs: logLimiter{quotas: map[string]*logQuota{}}}
 }
 
 // serve reads conn until ctx ends, then stops taking requests, lets running
@@ -649,11 +649,11 @@ func (t *transfer) finishLocked(result, reason string) {
 // logLimiter is a token bucket per key: a burst of logBurst lines, then
 // logPerSecond.
 type logLimiter struct {
-	mu      sync.Mutex
-	buckets map[string]*logBucket // keys are a small fixed set (reasons)
+	mu     sync.Mutex
+	quotas map[string]*logQuota // keys are a small fixed set (reasons)
 }
 
-type logBucket struct {
+type logQuota struct {
 	tokens     float64
 	at         time.Time
 	suppressed int
@@ -667,10 +667,10 @@ const (
 func (l *logLimiter) allow(key string, now time.Time) (bool, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	b := l.buckets[key]
+	b := l.quotas[key]
 	if b == nil {
-		b = &logBucket{tokens: logBurst, at: now}
-		l.buckets[key] = b
+		b = &logQuota{tokens: logBurst, at: now}
+		l.quotas[key] = b
 	}
 	b.tokens = min(logBurst, b.tokens+now.Sub(b.at).Seconds()*logPerSecond)
 	b.at = now

@@ -53,7 +53,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
-	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/safepath"
 	"github.com/ztpd/ztpd/ztp/content"
 )
@@ -82,20 +81,42 @@ var (
 	})
 )
 
-// Server is the TFTP listener; it implements the app's Runner.
-type Server struct {
-	svc   *content.Service
-	cfg   config.TFTP
-	log   *slog.Logger
-	grace time.Duration
+// Options are the TFTP listener's resolved settings (the tftp: section and
+// --shutdown-grace).
+type Options struct {
+	Addr       string // UDP host:port
+	SinglePort bool
+	// MaxBlockSize caps negotiated blksize; 0 derives MTU-32 from the
+	// interface a request arrives on.
+	MaxBlockSize int
+	// Window is the largest windowsize (RFC 7440) granted.
+	Window                int
+	RetransmitTimeout     time.Duration
+	MaxRetransmits        int
+	MaxTransfers          int
+	MaxTransfersPerSource int
+	// Grace is how long running transfers may finish on shutdown
+	// (--shutdown-grace); 0 means 10s.
+	Grace time.Duration
+	Log   *slog.Logger
 }
 
-// New returns a TFTP server for svc configured by cfg.
-func New(svc *content.Service, cfg config.TFTP, log *slog.Logger) *Server {
-	if log == nil {
-		log = slog.Default()
+// Server is the TFTP listener; it implements the app's Runner.
+type Server struct {
+	svc *content.Service
+	cfg Options
+	log *slog.Logger
+}
+
+// New returns a TFTP server for svc.
+func New(svc *content.Service, opt Options) *Server {
+	if opt.Log == nil {
+		opt.Log = slog.Default()
 	}
-	return &Server{svc: svc, cfg: cfg, log: log, grace: 10 * time.Second}
+	if opt.Grace <= 0 {
+		opt.Grace = 10 * time.Second
+	}
+	return &Server{svc: svc, cfg: opt, log: opt.Log}
 }
 
 // Name implements the app's Runner.
@@ -132,7 +153,7 @@ func (s *Server) Serve(ctx context.Context, conn *net.UDPConn) error {
 	ec := engineConfig{
 		singlePort:   s.cfg.SinglePort,
 		window:       s.cfg.Window,
-		timeout:      s.cfg.RetransmitTimeout.D(),
+		timeout:      s.cfg.RetransmitTimeout,
 		retransmits:  s.cfg.MaxRetransmits,
 		maxTransfers: s.cfg.MaxTransfers,
 		maxPerSource: s.cfg.MaxTransfersPerSource,
@@ -142,15 +163,16 @@ func (s *Server) Serve(ctx context.Context, conn *net.UDPConn) error {
 	s.log.Info("listening", "listener", "tftp", "addr", addr, "single_port", ec.singlePort,
 		"max_blksize", mc.limit, "max_window", max(1, ec.window), "retransmit_timeout", e.cfg.timeout,
 		"max_retransmits", e.cfg.retransmits, "max_transfers", e.cfg.maxTransfers, "max_transfers_per_source", e.cfg.maxPerSource)
-	return e.serve(ctx, conn, s.grace)
+	return e.serve(ctx, conn, s.cfg.Grace)
 }
 
-// BlockSizeCap is the largest blksize granted: tftp.max_block_size, else the
-// smallest MTU − 32 of the interfaces addr serves (all up, non-loopback
-// interfaces for a wildcard address; loopback only if there is nothing else).
-func BlockSizeCap(cfg config.TFTP, addr string) int {
-	if cfg.MaxBlockSize > 0 {
-		return cfg.MaxBlockSize
+// BlockSizeCap is the largest blksize granted: maxBlockSize
+// (tftp.max_block_size) when set, else the smallest MTU − 32 of the
+// interfaces addr serves (all up, non-loopback interfaces for a wildcard
+// address; loopback only if there is nothing else).
+func BlockSizeCap(maxBlockSize int, addr string) int {
+	if maxBlockSize > 0 {
+		return maxBlockSize
 	}
 	host, _, _ := net.SplitHostPort(addr)
 	want, _ := netip.ParseAddr(host)
@@ -195,7 +217,7 @@ func maxServedCap(addr string) int {
 	host, _, _ := net.SplitHostPort(addr)
 	want, _ := netip.ParseAddr(host)
 	if want.IsValid() && !want.IsUnspecified() {
-		return BlockSizeCap(config.TFTP{}, addr)
+		return BlockSizeCap(0, addr)
 	}
 	ifs, err := net.Interfaces()
 	if err != nil {

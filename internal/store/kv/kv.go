@@ -184,7 +184,15 @@ func (t *Tx) indexScan(prefix string, fn func(rest, value string) (bool, error))
 	})
 }
 
-func notFound(what, id string) error { return fmt.Errorf("%s %s: %w", what, id, core.ErrNotFound) }
+// notFound is the error of a missing record, "<what> <id>: not found",
+// wrapping core.ErrNotFound. Hot paths look up records that do not exist
+// yet (every new device), so it is built without fmt.
+func notFound(what, id string) error { return &notFoundError{what: what, id: id} }
+
+type notFoundError struct{ what, id string }
+
+func (e *notFoundError) Error() string { return e.what + " " + e.id + ": " + core.ErrNotFound.Error() }
+func (e *notFoundError) Unwrap() error { return core.ErrNotFound }
 
 // decodeCache keeps decoded records of one bucket keyed by their stored
 // bytes: a lookup still reads the record in the caller's transaction (never

@@ -28,7 +28,17 @@ func enrollKey(k core.EnrollmentKey) string {
 }
 func tokenKey(kind, id string) string    { return kind + "/" + id }
 func joinStateKey(cluster string) string { return "joiner/cluster/" + cluster }
-func eventKey(seq uint64) string         { return fmt.Sprintf("%020d", seq) }
+
+// eventKey is fmt.Sprintf("%020d", seq), without fmt: every event write
+// formats one.
+func eventKey(seq uint64) string {
+	var b [20]byte
+	for i := len(b) - 1; i >= 0; i-- {
+		b[i] = '0' + byte(seq%10)
+		seq /= 10
+	}
+	return string(b[:])
+}
 
 // --- devices ---
 
@@ -50,8 +60,9 @@ func (r devices) Put(d core.Device) error {
 		return fmt.Errorf("device without id")
 	}
 	t := r.t
-	var old core.Device
-	had, err := t.get(BucketDevices, d.ID, &old)
+	// The old record through the decode cache: a writer that just read it
+	// (every merge does) does not decode it again.
+	old, had, err := t.c.devices.get(t, BucketDevices, d.ID)
 	if err != nil {
 		return err
 	}

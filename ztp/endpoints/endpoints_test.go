@@ -1,0 +1,46 @@
+package endpoints
+
+import (
+	"net/netip"
+	"testing"
+)
+
+// TestOneBaseURL: the base URL every part hands out, for the cases the five
+// former copies disagreed on (port 80 was http://ip for DHCP and
+// http://ip:80 for content).
+func TestOneBaseURL(t *testing.T) {
+	local := netip.MustParseAddr("10.99.0.7")
+	for _, c := range []struct {
+		advertise, httpAddr string
+		local               netip.Addr
+		want                string
+	}{
+		{"10.99.0.1", "10.99.0.1:80", local, "http://10.99.0.1"},
+		{"10.99.0.1", ":8080", local, "http://10.99.0.1:8080"},
+		{"fd00::1", ":80", local, "http://[fd00::1]"},
+		{"fd00::1", ":8080", local, "http://[fd00::1]:8080"},
+		{"", ":8080", local, "http://10.99.0.7:8080"},
+		{"", ":80", local, "http://10.99.0.7"},
+		{"", "10.99.0.2:8080", netip.Addr{}, "http://10.99.0.2:8080"},
+		{"", "0.0.0.0:8080", netip.Addr{}, "http://127.0.0.1:8080"},
+		{"", "[::]:8080", netip.MustParseAddr("::"), "http://127.0.0.1:8080"},
+	} {
+		e, err := New(c.advertise, c.httpAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := e.Base(c.local); got != c.want {
+			t.Errorf("advertise %q http %q local %v: %s, want %s", c.advertise, c.httpAddr, c.local, got, c.want)
+		}
+	}
+	e, _ := New("10.99.0.1", ":8080")
+	if e.ZTPJSON(netip.Addr{}) != "http://10.99.0.1:8080/ztp/ztp.json" || e.ONIEInstaller(local) != "http://10.99.0.1:8080/onie/installer" ||
+		e.ISOs() != "http://10.99.0.1:8080/isos/" || e.Config(local, "52:54:00:00:00:01") != "http://10.99.0.1:8080/ztp/config/52:54:00:00:00:01/config_db.json" {
+		t.Fatalf("urls: %s %s %s", e.ZTPJSON(netip.Addr{}), e.ONIEInstaller(local), e.ISOs())
+	}
+	for _, bad := range [][2]string{{"", "nohostport"}, {"not-an-ip", ":80"}} {
+		if _, err := New(bad[0], bad[1]); err == nil {
+			t.Errorf("New(%q, %q) accepted", bad[0], bad[1])
+		}
+	}
+}
