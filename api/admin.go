@@ -43,7 +43,7 @@ type NewKeyResult struct {
 	SecretKey string `json:"secret_key"`
 }
 
-// VersionAddResult is the answer to a local "version add": what a real
+// VersionAddResult is the answer to a local "kube-version add": what a real
 // CloudStack's addKubernetesSupportedVersion needs (url and checksum).
 type VersionAddResult struct {
 	Version  core.Version `json:"version"`

@@ -219,14 +219,16 @@ http:
 			t.Fatalf("image with missing content: %q %q, want 503 with no path", code, body)
 		}
 		var doc struct {
-			RequestID string `json:"request_id"`
+			Error struct {
+				RequestID string `json:"request_id"`
+			} `json:"error"`
 		}
-		if err := json.Unmarshal([]byte(body), &doc); err != nil || doc.RequestID == "" {
+		if err := json.Unmarshal([]byte(body), &doc); err != nil || doc.Error.RequestID == "" {
 			t.Fatalf("503 body %q has no request id", body)
 		}
 		waitFor(t, "the detail in the log", func() bool {
 			for _, line := range strings.Split(lab.Log(), "\n") {
-				if strings.Contains(line, doc.RequestID) && strings.Contains(line, goneBlob) {
+				if strings.Contains(line, doc.Error.RequestID) && strings.Contains(line, goneBlob) {
 					return true
 				}
 			}

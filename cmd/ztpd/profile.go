@@ -31,7 +31,7 @@ sections, cluster and role, cloud-init data for VMs. They are listed under
 
 Precedence: higher priority first, then more match fields set, then name;
 the first profile whose every match field matches wins. See
-ztp/profiles/ for annotated samples.`,
+examples/profiles/ for annotated samples.`,
 	}
 	cmd.AddCommand(newProfileCheckCmd(opts))
 	return cmd
@@ -73,9 +73,9 @@ left out.
 
 Exit status 1 when a profile is invalid or fails to render for the device.`,
 		Example: `  ztpd profile check --config /etc/ztpd/ztpd.yaml
-  ztpd profile check --profiles ztp/profiles --serial LEAF0010 \
+  ztpd profile check --profiles examples/profiles --serial LEAF0010 \
       --product Accton-AS7712-32X --ip 10.99.40.10 --sonic-version SONiC.202311.1
-  ztpd profile check --profiles ztp/profiles --kind vm --mac 1e:00:42:00:00:07 --ip 10.99.42.7 -o json`,
+  ztpd profile check --profiles examples/profiles --kind vm --mac 1e:00:42:00:00:07 --ip 10.99.42.7 -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutputFormat(opts); err != nil {

@@ -14,13 +14,16 @@ import (
 // buildAPI wires API keys, the clusters service and the API front ends.
 func (a *App) buildAPI() error {
 	a.APIKeys = apikeys.New(a.Store, a.Keys)
-	cs, err := clusters.New(a.Store, clusters.Options{Log: a.Log.With("part", "clusters"), Images: a.Images,
+	var mem clusters.Membership
+	if a.Joiner != nil {
+		mem = a.Joiner
+	}
+	cs, err := clusters.New(a.Store, mem, clusters.Options{Log: a.Log.With("part", "clusters"), Images: a.Images,
 		KubeconfigTTL: a.Cfg.API.KubeconfigTTL.D()})
 	if err != nil {
 		return err
 	}
 	a.Clusters = cs
-	cs.SetMembership(a.Joiner) // TODO(lead): wip/owners passes the joiner to clusters.New instead
 	a.OnClose(func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -83,7 +83,7 @@ type App struct {
 	ZTP *content.Service
 
 	// Clusters is the Kubernetes versions and clusters service; the joiner
-	// plugs in with Clusters.SetMembership. APIKeys holds API credentials.
+	// is passed to it when built. APIKeys holds API credentials.
 	Clusters *clusters.Service
 	APIKeys  *apikeys.Service
 

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
-	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/ztp/content"
 )
 
@@ -37,8 +37,22 @@ func TestVMUserDataComesFromTheJoiner(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := a.Joiner.CreateCluster(ctx, joiner.ClusterSpec{Name: "prod", Size: 2, KubernetesVersion: "1.30.4"}); err != nil {
+	// The cluster is created as the API creates it: through the clusters
+	// service, which has the joiner provision its CA.
+	v, err := a.Clusters.AddVersion(ctx, clusters.LocalAdmin, clusters.VersionSpec{SemVer: "1.30.4",
+		URL: "http://10.99.42.1:8080/isos/v1.30.4.iso"})
+	if err != nil {
 		t.Fatal(err)
+	}
+	_, job, err := a.Clusters.CreateCluster(ctx, clusters.LocalAdmin, clusters.ClusterSpec{Name: "prod", ZoneID: a.Clusters.Zone().ID,
+		VersionID: v.ID, ServiceOfferingID: clusters.Offerings[0].ID, Size: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if done, err := a.Clusters.WaitJob(wctx, job.ID); err != nil || done.Status != core.JobSucceeded {
+		t.Fatalf("create cluster: %+v %v", done, err)
 	}
 	now := time.Now().UTC()
 	vm := func(i int) *content.Client {
@@ -81,7 +95,7 @@ func TestVMUserDataComesFromTheJoiner(t *testing.T) {
 
 func mustClusterID(t *testing.T, a *App, name string) string {
 	var c core.Cluster
-	err := a.Store.View(func(tx core.Tx) error { var err error; c, err = core.ClusterByName(tx, name); return err })
+	err := a.Store.View(func(tx core.Tx) error { var err error; c, err = tx.Clusters().ByName(name); return err })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -139,7 +139,7 @@ func TestContextMistakesAreLoadErrors(t *testing.T) {
 // shippedProfiles are the example profiles plus the contexts profile.
 func shippedProfiles(t testing.TB) []*Profile {
 	t.Helper()
-	set, err := Load([]string{"../../ztp/profiles"})
+	set, err := Load([]string{"../../examples/profiles"})
 	if err != nil {
 		t.Fatal(err)
 	}

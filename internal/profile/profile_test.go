@@ -18,7 +18,7 @@ func write(t *testing.T, dir, name, body string) string {
 }
 
 func TestExamplesLoad(t *testing.T) {
-	set, err := Load([]string{"../../ztp/profiles"})
+	set, err := Load([]string{"../../examples/profiles"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func FuzzParse(f *testing.F) {
 		f.Add(s)
 	}
 	for _, name := range []string{"leaf.yaml", "spine.yaml", "vm-worker.yaml", "default.yaml"} {
-		if b, err := os.ReadFile(filepath.Join("../../ztp/profiles", name)); err == nil {
+		if b, err := os.ReadFile(filepath.Join("../../examples/profiles", name)); err == nil {
 			f.Add(string(b))
 		}
 	}

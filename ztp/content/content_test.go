@@ -76,7 +76,7 @@ func newEnvWith(t *testing.T, join JoinProvider, defaultProfile string, pending 
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := profile.Load([]string{"../profiles"})
+	set, err := profile.Load([]string{"../../examples/profiles"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func FuzzHeaderIdentification(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { svc.Close() })
-	set, err := profile.Load([]string{"../profiles"})
+	set, err := profile.Load([]string{"../../examples/profiles"})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -46,7 +46,7 @@ func TestRefusalsAnswerThroughTheOneErrorWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { svc.Close() })
-	set, err := profile.Load([]string{"../profiles"})
+	set, err := profile.Load([]string{"../../examples/profiles"})
 	if err != nil {
 		t.Fatal(err)
 	}
