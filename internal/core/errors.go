@@ -72,3 +72,20 @@ func KindOf(err error) ErrorKind {
 	}
 	return KindInternal
 }
+
+// CorruptError reports stored records that could not be decoded. A listing
+// that meets one visits every readable record first and returns it at the
+// end, so a reader that can do without the bad ones (DHCP loading leases)
+// loses nothing else, and every other reader gets a clear error.
+type CorruptError struct {
+	Collection string
+	Keys       []string // at most the first 16
+	Count      int
+	Err        error // the first decode error
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("%d corrupt %s record(s) (first %q): %v", e.Count, e.Collection, e.Keys, e.Err)
+}
+
+func (e *CorruptError) Unwrap() error { return e.Err }

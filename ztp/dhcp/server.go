@@ -230,6 +230,15 @@ func (s *Server) load(now time.Time) error {
 			return true, nil
 		})
 	})
+	// A record that cannot be decoded costs only itself: its address is
+	// not bound at start (a client asking for it gets a fresh offer), and
+	// the operator reads which keys in the log.
+	var corrupt *core.CorruptError
+	if errors.As(err, &corrupt) {
+		bad += corrupt.Count
+		s.log.Warn("unreadable lease records skipped", "count", corrupt.Count, "first", corrupt.Keys, "err", corrupt.Err)
+		err = nil
+	}
 	if err != nil {
 		return fmt.Errorf("dhcp: load leases: %w", err)
 	}

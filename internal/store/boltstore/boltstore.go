@@ -429,3 +429,21 @@ func (t rawTx) NextSequence(b kv.Bucket) (uint64, error) {
 	}
 	return bk.NextSequence()
 }
+
+// PutRaw stores value at key of bucket b in the closed store in dir,
+// bypassing the repositories. Tests use it (storetest.CorruptRecord) to
+// damage a record on purpose.
+func PutRaw(dir string, b kv.Bucket, key string, value []byte) error {
+	db, err := bolt.Open(filepath.Join(dir, FileName), 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return db.Update(func(btx *bolt.Tx) error {
+		bk := btx.Bucket([]byte(b))
+		if bk == nil {
+			return fmt.Errorf("store has no bucket %q", b)
+		}
+		return bk.Put([]byte(key), value)
+	})
+}

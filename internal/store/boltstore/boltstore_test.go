@@ -404,3 +404,34 @@ func TestAuditEventsMoveToTheirBucket(t *testing.T) {
 // The repository contract every store must keep (storetest.Conformance)
 // lives in storetest, which imports this package; conformance_test.go in
 // package boltstore_test runs it.
+
+// TestCorruptRecordCostsOnlyItself: a listing goes on past a record it
+// cannot decode, visits every readable one, and then says which it skipped.
+func TestCorruptRecordCostsOnlyItself(t *testing.T) {
+	s, _ := openTemp(t)
+	for _, ip := range []string{"10.99.0.1", "10.99.0.3"} {
+		if err := s.Update(func(tx core.Tx) error { return tx.Leases().Put(core.Lease{IP: ip, MAC: "m"}) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.db.Update(func(btx *bolt.Tx) error {
+		return btx.Bucket([]byte(kv.BucketLeases)).Put([]byte("10.99.0.2"), []byte(`{"ip":`))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	err := s.View(func(tx core.Tx) error {
+		return tx.Leases().List("", func(l core.Lease) (bool, error) { seen = append(seen, l.IP); return true, nil })
+	})
+	var ce *core.CorruptError
+	if !errors.As(err, &ce) || ce.Count != 1 || len(ce.Keys) != 1 || ce.Keys[0] != "10.99.0.2" {
+		t.Fatalf("listing with a corrupt record: %v, want a CorruptError naming 10.99.0.2", err)
+	}
+	if strings.Join(seen, ",") != "10.99.0.1,10.99.0.3" {
+		t.Fatalf("visited %v, want both readable leases", seen)
+	}
+	err = s.View(func(tx core.Tx) error { _, err := tx.Leases().Get("10.99.0.2"); return err })
+	if err == nil || errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("get of a corrupt record: %v, want a decode error", err)
+	}
+}

@@ -139,23 +139,54 @@ func (t *Tx) del(a core.Aggregate, b Bucket, key string) error {
 
 // scan visits decoded records of b after a key, or with a key prefix.
 func scan[T any](t *Tx, b Bucket, after string, fn core.Visit[T]) error {
-	return t.raw.Scan(b, after, func(k string, raw []byte) (bool, error) {
+	var bad corrupt
+	err := t.raw.Scan(b, after, func(k string, raw []byte) (bool, error) {
 		var v T
 		if err := json.Unmarshal(raw, &v); err != nil {
-			return false, fmt.Errorf("corrupt record %s/%s: %w", b, k, err)
+			bad.add(k, err)
+			return true, nil
 		}
 		return fn(v)
 	})
+	return bad.result(b, err)
 }
 
 func scanPrefix[T any](t *Tx, b Bucket, prefix string, fn core.Visit[T]) error {
-	return t.raw.ScanPrefix(b, prefix, func(k string, raw []byte) (bool, error) {
+	var bad corrupt
+	err := t.raw.ScanPrefix(b, prefix, func(k string, raw []byte) (bool, error) {
 		var v T
 		if err := json.Unmarshal(raw, &v); err != nil {
-			return false, fmt.Errorf("corrupt record %s/%s: %w", b, k, err)
+			bad.add(k, err)
+			return true, nil
 		}
 		return fn(v)
 	})
+	return bad.result(b, err)
+}
+
+// corrupt collects the records a listing could not decode: it goes on past
+// them and reports them at the end (core.CorruptError).
+type corrupt struct {
+	keys  []string
+	count int
+	first error
+}
+
+func (c *corrupt) add(key string, err error) {
+	if c.count == 0 {
+		c.first = err
+	}
+	c.count++
+	if len(c.keys) < 16 {
+		c.keys = append(c.keys, key)
+	}
+}
+
+func (c *corrupt) result(b Bucket, err error) error {
+	if err != nil || c.count == 0 {
+		return err
+	}
+	return &core.CorruptError{Collection: string(b), Keys: c.keys, Count: c.count, Err: c.first}
 }
 
 // Secondary indexes map "<name>/<value>" to a primary key (a JSON string).
@@ -262,11 +293,14 @@ func (c *decodeCache[T]) decodeMiss(b Bucket, key string, raw []byte) (v T, err 
 // user's devices) read the same records over and over. fresh makes the
 // shared cached value safe to hand out (clones its maps).
 func scanCached[T any](t *Tx, c *decodeCache[T], b Bucket, after string, fresh func(T) T, fn core.Visit[T]) error {
-	return t.raw.Scan(b, after, func(k string, raw []byte) (bool, error) {
+	var bad corrupt
+	err := t.raw.Scan(b, after, func(k string, raw []byte) (bool, error) {
 		v, err := c.decode(b, k, raw)
 		if err != nil {
-			return false, err
+			bad.add(k, err)
+			return true, nil
 		}
 		return fn(fresh(v))
 	})
+	return bad.result(b, err)
 }

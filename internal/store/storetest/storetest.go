@@ -10,6 +10,7 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/secretbox"
 	"github.com/ztpd/ztpd/internal/store/boltstore"
+	"github.com/ztpd/ztpd/internal/store/kv"
 )
 
 // Fixture is a store and keyring in one data directory, closed when the
@@ -60,5 +61,23 @@ func View(t testing.TB, st core.Store, fn func(core.Tx) error) {
 	t.Helper()
 	if err := st.View(fn); err != nil {
 		t.Fatalf("store view: %v", err)
+	}
+}
+
+// Collection names a repository for CorruptRecord.
+type Collection string
+
+// Collections CorruptRecord can damage.
+const (
+	LeaseRecords  Collection = "leases"
+	DeviceRecords Collection = "devices"
+)
+
+// CorruptRecord writes undecodable bytes as the record at key of c in the
+// closed store in dir, as a torn write or a disk fault might leave it.
+func CorruptRecord(t testing.TB, dir string, c Collection, key string) {
+	t.Helper()
+	if err := boltstore.PutRaw(dir, kv.Bucket(c), key, []byte(`{"truncated":`)); err != nil {
+		t.Fatalf("corrupt %s/%s: %v", c, key, err)
 	}
 }
