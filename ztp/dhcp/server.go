@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -109,7 +110,7 @@ func New(opt Options) (*Server, error) {
 			opt.OfferHold, opt.DeclineQuarantine)
 	}
 	s := &Server{
-		interfaces: opt.Interfaces, offerHold: opt.OfferHold, quarantine: opt.DeclineQuarantine, store: opt.Store, devices: opt.Devices, log: log.With("component", "dhcp"),
+		interfaces: slices.Clone(opt.Interfaces), offerHold: opt.OfferHold, quarantine: opt.DeclineQuarantine, store: opt.Store, devices: opt.Devices, log: log.With("component", "dhcp"),
 		byIP: map[uint32]*binding{}, devs: map[string]*device{}, kick: make(chan struct{}, 1), pacer: newPacer(),
 		sendWarn: rate.Sometimes{Interval: 10 * time.Second},
 		workers:  max(1, runtime.GOMAXPROCS(0)),
