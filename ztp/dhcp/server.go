@@ -73,7 +73,8 @@ type Options struct {
 	// OfferHold is how long an offered address stays held for its client;
 	// DeclineQuarantine how long a DECLINEd address is not offered.
 	OfferHold, DeclineQuarantine time.Duration
-	Subnets                      []Subnet
+	// Subnets are the networks served, directly or through relays.
+	Subnets []Subnet
 	// GlobalOptions apply to every reply, then ClassOptions by the client's
 	// kind (sonic, onie, vm, unknown); each subnet's fields and options
 	// override both.
@@ -110,7 +111,8 @@ func New(opt Options) (*Server, error) {
 			opt.OfferHold, opt.DeclineQuarantine)
 	}
 	s := &Server{
-		interfaces: slices.Clone(opt.Interfaces), offerHold: opt.OfferHold, quarantine: opt.DeclineQuarantine, store: opt.Store, devices: opt.Devices, log: log.With("component", "dhcp"),
+		interfaces: slices.Clone(opt.Interfaces), offerHold: opt.OfferHold, quarantine: opt.DeclineQuarantine,
+		store: opt.Store, devices: opt.Devices, log: log.With("component", "dhcp"),
 		byIP: map[uint32]*binding{}, devs: map[string]*device{}, kick: make(chan struct{}, 1), pacer: newPacer(),
 		sendWarn: rate.Sometimes{Interval: 10 * time.Second},
 		workers:  max(1, runtime.GOMAXPROCS(0)),
