@@ -11,11 +11,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -164,7 +161,11 @@ func (a *App) build() error {
 		return err
 	}
 	if a.Cfg.DHCP.Enabled() {
-		srv, err := dhcp.New(a.dhcpOptions())
+		opt, err := a.dhcpOptions()
+		if err != nil {
+			return err
+		}
+		srv, err := dhcp.New(opt)
 		if err != nil {
 			return err
 		}
@@ -208,38 +209,6 @@ func (a *App) build() error {
 	}
 	a.mountAdmin()
 	return nil
-}
-
-// dhcpOptions resolves the DHCP server's settings from the configuration
-// (validated by config.Validate).
-func (a *App) dhcpOptions() dhcp.Options {
-	opt := dhcp.Options{DHCP: a.Cfg.DHCP, Store: a.Store, Devices: a.Devices, Log: a.Log,
-		Advertise: a.Endpoints.Advertise(), ZTPJSONURL: a.Endpoints.ZTPJSON(netip.Addr{}),
-		ONIEInstallerURL: a.Endpoints.ONIEInstaller(netip.Addr{})}
-	for _, p := range a.Cfg.DHCP.VM.MACPrefixes {
-		// config.Validate checked each prefix; ParseMAC needs 6 bytes.
-		if hw, err := parseMACPrefix(p); err == nil {
-			opt.VMMACPrefixes = append(opt.VMMACPrefixes, hw)
-		}
-	}
-	if a.Endpoints.ListensOnLoopback() {
-		a.Log.Warn("http.addr listens on loopback: switches cannot fetch the URLs DHCP hands out",
-			"http_addr", a.Cfg.HTTP.Addr, "ztp_json_url", opt.ZTPJSONURL)
-	}
-	return opt
-}
-
-// parseMACPrefix parses a validated MAC prefix such as "1e:00".
-func parseMACPrefix(p string) (net.HardwareAddr, error) {
-	var hw net.HardwareAddr
-	for _, x := range strings.Split(strings.ToLower(p), ":") {
-		b, err := strconv.ParseUint(x, 16, 8)
-		if err != nil || len(x) != 2 {
-			return nil, fmt.Errorf("%q is not a MAC prefix like 1e:00", p)
-		}
-		hw = append(hw, byte(b))
-	}
-	return hw, nil
 }
 
 // Start does the one-time work of a serving process that offline CLI use

@@ -193,3 +193,26 @@ func TestAutoApproveAssertedFactsAreExplicit(t *testing.T) {
 		t.Fatalf("rule read as %+v", r)
 	}
 }
+
+// One parser decides what a VM MAC prefix is, for Validate and for the app
+// that hands the parsed bytes to DHCP.
+func TestMACPrefixes(t *testing.T) {
+	for s, want := range map[string]string{"1e:00": "1e:00", "1E": "1e", "02:00:00:00:00:01": "02:00:00:00:00:01"} {
+		hw, err := ParseMACPrefix(s)
+		if err != nil || hw.String() != want {
+			t.Errorf("ParseMACPrefix(%q) = %v, %v; want %s", s, hw, err, want)
+		}
+	}
+	for _, s := range []string{"", "1e:", "1e:0", "1e-00", "zz", "+1", "02:00:00:00:00:00:01"} {
+		if hw, err := ParseMACPrefix(s); err == nil {
+			t.Errorf("ParseMACPrefix(%q) = %v, want an error", s, hw)
+		}
+	}
+	c := Default()
+	c.DHCP.VM.MACPrefixes = []string{"1e:00", "1e:0"}
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), `dhcp.vm.mac_prefixes[1]: "1e:0" is not a MAC prefix like 1e:00`) ||
+		strings.Contains(err.Error(), "mac_prefixes[0]") {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -125,8 +125,8 @@ func (d *DHCP) validate(errs *Errors) {
 		errs.add("dhcp.decline_quarantine", "must not be negative")
 	}
 	for i, p := range d.VM.MACPrefixes {
-		if !validMACPrefix(p) {
-			errs.add(fmt.Sprintf("dhcp.vm.mac_prefixes[%d]", i), "%q is not a MAC prefix like 1e:00", p)
+		if _, err := ParseMACPrefix(p); err != nil {
+			errs.add(fmt.Sprintf("dhcp.vm.mac_prefixes[%d]", i), "%v", err)
 		}
 	}
 	checkOptions(errs, "dhcp.options", d.Options)
@@ -349,20 +349,23 @@ func OptionCode(k string) (uint8, error) {
 	return uint8(n), nil
 }
 
-func validMACPrefix(p string) bool {
+// ParseMACPrefix parses a MAC prefix such as "1e:00": one to six bytes,
+// each two hex digits, colon separated. Validate and the app both use it,
+// so what is accepted is what is matched.
+func ParseMACPrefix(p string) (net.HardwareAddr, error) {
 	parts := strings.Split(p, ":")
-	if len(parts) == 0 || len(parts) > 6 {
-		return false
+	if len(parts) > 6 {
+		return nil, fmt.Errorf("%q is not a MAC prefix like 1e:00", p)
 	}
+	hw := make(net.HardwareAddr, 0, len(parts))
 	for _, x := range parts {
-		if len(x) != 2 {
-			return false
+		b, err := strconv.ParseUint(x, 16, 8)
+		if len(x) != 2 || err != nil {
+			return nil, fmt.Errorf("%q is not a MAC prefix like 1e:00", p)
 		}
-		if _, err := strconv.ParseUint(x, 16, 8); err != nil {
-			return false
-		}
+		hw = append(hw, byte(b))
 	}
-	return true
+	return hw, nil
 }
 
 func containsStr(xs []string, s string) bool {

@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -25,5 +26,22 @@ func FuzzLoadValidate(f *testing.F) {
 			return
 		}
 		_ = c.Validate()
+	})
+}
+
+// FuzzParseMACPrefix: whatever is accepted is 1..6 bytes that print back as
+// the (lower-cased) input.
+func FuzzParseMACPrefix(f *testing.F) {
+	for _, s := range []string{"1e:00", "1E", "02:00:00:00:00:01", "02:00:00:00:00:00:01", "", ":", "1e:0", "zz", "+1:00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		hw, err := ParseMACPrefix(s)
+		if err != nil {
+			return
+		}
+		if len(hw) < 1 || len(hw) > 6 || hw.String() != strings.ToLower(s) {
+			t.Fatalf("%q parsed as %v", s, hw)
+		}
 	})
 }

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
-
-	"github.com/ztpd/ztpd/internal/config"
 )
 
 // BenchmarkDORA measures the CPU cost of one relayed DISCOVER/OFFER,
@@ -15,10 +13,10 @@ import (
 // lease commit and the device and event records (commits of 128, as under
 // load), without socket I/O.
 func BenchmarkDORA(b *testing.B) {
-	h := newHarness(b, func(c *config.Config) {
-		c.DHCP.Subnets[1].CIDR = "10.64.0.0/12"
-		c.DHCP.Subnets[1].Pools = []string{"10.64.0.10-10.79.255.250"}
-		c.DHCP.Subnets[1].Router = "10.64.0.1"
+	h := newHarness(b, func(c *Options) {
+		c.Subnets[1].Prefix = prefix("10.64.0.0/12")
+		c.Subnets[1].Pools = pools("10.64.0.10-10.79.255.250")
+		c.Subnets[1].Router = addr("10.64.0.1")
 	})
 	relay := ip("10.64.0.1")
 	disc := make([][]byte, b.N)

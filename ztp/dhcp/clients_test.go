@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
@@ -65,10 +65,14 @@ func TestRealUdhcpcVMReservation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.start(func(c *config.Config) {
-		c.DHCP.Subnets[0].DNS = []string{"10.99.12.53"}
-		c.DHCP.Subnets[0].Domain = "cloud.internal"
-		c.DHCP.Subnets[0].Reservations = []config.Reservation{{MAC: mac, IP: "10.99.12.50", Hostname: "vm-worker-1"}}
+	hw, err := net.ParseMAC(mac)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.start(func(c *Options) {
+		c.Subnets[0].DNS = addrs("10.99.12.53")
+		c.Subnets[0].Domain = "cloud.internal"
+		c.Subnets[0].Reservations = []Reservation{{MAC: hw, IP: addr("10.99.12.50"), Hostname: "vm-worker-1"}}
 	})
 	dir := t.TempDir()
 	out := filepath.Join(dir, "env")
@@ -134,9 +138,9 @@ request subnet-mask, routers, default-url;
 // from the subnet of the interface the packets arrive on.
 func TestRealPerfdhcpRelay(t *testing.T) {
 	needTools(t, "perfdhcp")
-	l := newLab(t, "relay", 14, func(c *config.Config) {
-		c.DHCP.Subnets = append(c.DHCP.Subnets, config.Subnet{Name: "rack1", CIDR: "10.99.15.0/24",
-			Pools: []string{"10.99.15.10-10.99.15.250"}, Router: "10.99.15.1"})
+	l := newLab(t, "relay", 14, func(c *Options) {
+		c.Subnets = append(c.Subnets, Subnet{Name: "rack1", Prefix: prefix("10.99.15.0/24"),
+			Pools: pools("10.99.15.10-10.99.15.250"), Router: addr("10.99.15.1"), LeaseTime: time.Hour})
 	})
 	if err := l.pair.B.IP("addr", "add", "10.99.15.1/24", "dev", "b0"); err != nil {
 		t.Fatal(err)

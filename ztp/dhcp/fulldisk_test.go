@@ -8,8 +8,6 @@ import (
 	"testing"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
-
-	"github.com/ztpd/ztpd/internal/config"
 )
 
 // TestFullDiskWithholdsACKs: when the lease commit fails because the disk is
@@ -19,8 +17,8 @@ func TestFullDiskWithholdsACKs(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount a small tmpfs")
 	}
-	h := newHarness(t, func(c *config.Config) {
-		c.DHCP.Subnets[0].Pools = []string{"10.99.0.10-10.99.0.250"}
+	h := newHarness(t, func(c *Options) {
+		c.Subnets[0].Pools = pools("10.99.0.10-10.99.0.250")
 	})
 	h.st.Close()
 	small := filepath.Join(t.TempDir(), "small")

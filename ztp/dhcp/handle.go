@@ -226,7 +226,7 @@ func (s *Server) offer(x *exchange) bool {
 		s.exhausted(x)
 		return false
 	}
-	b.hold = x.now.Add(s.cfg.OfferHold.D())
+	b.hold = x.now.Add(s.offerHold)
 	x.b, x.withLease, x.lease = b, true, x.sn.leaseTime
 	x.reply.msgType = msgOffer
 	x.reply.yiaddr = b4(b.ip)
@@ -365,7 +365,7 @@ func (s *Server) decline(x *exchange) {
 	}
 	s.disown(b)
 	b.state = core.LeaseDeclined
-	b.expiry = x.now.Add(s.cfg.DeclineQuarantine.D())
+	b.expiry = x.now.Add(s.quarantine)
 	b.hold = time.Time{}
 	s.markDirty(b)
 	s.log.Warn("client declined its address; quarantined", "ip", addrOf(ip), "mac", macText(x.hw),

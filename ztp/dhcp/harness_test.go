@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/store/boltstore"
@@ -27,7 +27,7 @@ import (
 // independent codec) and leases land in a real bbolt store.
 type harness struct {
 	t    testing.TB
-	cfg  config.Config
+	opt  Options // resolved settings, without store, devices and log
 	s    *Server
 	st   *boltstore.Store
 	devs *devices.Service
@@ -56,31 +56,40 @@ func (b *syncBuffer) String() string {
 
 var serverIP = net.IPv4(10, 99, 0, 1).To4()
 
-// testConfig serves 10.99.0.0/24 on "test0" (pool .100-.199, router .1) and
-// the relayed 10.99.5.0/24 (pool .10-.20).
-func testConfig() config.Config {
-	cfg := config.Default()
-	cfg.AdvertiseAddr = "10.99.0.1"
-	cfg.HTTP.Addr = "10.99.0.1:8080"
-	cfg.DHCP.Interfaces = []string{"test0"}
-	cfg.DHCP.Subnets = []config.Subnet{
-		{Name: "lab", CIDR: "10.99.0.0/24", Interface: "test0", Pools: []string{"10.99.0.100-10.99.0.199"},
-			Router: "10.99.0.1", DNS: []string{"10.99.0.53"}, Domain: "lab.example"},
-		{Name: "relayed", CIDR: "10.99.5.0/24", Pools: []string{"10.99.5.10-10.99.5.20"}, Router: "10.99.5.1"},
-	}
-	return cfg
+// testOptions serves 10.99.0.0/24 on "test0" (pool .100-.199, router .1)
+// and the relayed 10.99.5.0/24 (pool .10-.20), with the configuration's
+// default timers, as the app would resolve them.
+func testOptions(t testing.TB) Options {
+	t.Helper()
+	opt := Options{Interfaces: []string{"test0"}, OfferHold: 30 * time.Second, DeclineQuarantine: 10 * time.Minute,
+		Subnets: []Subnet{
+			{Name: "lab", Prefix: prefix("10.99.0.0/24"), Interface: "test0", Pools: pools("10.99.0.100-10.99.0.199"),
+				Router: addr("10.99.0.1"), DNS: addrs("10.99.0.53"), Domain: "lab.example", LeaseTime: time.Hour},
+			{Name: "relayed", Prefix: prefix("10.99.5.0/24"), Pools: pools("10.99.5.10-10.99.5.20"), Router: addr("10.99.5.1"),
+				LeaseTime: time.Hour},
+		}}
+	withEndpoints(t, &opt, "10.99.0.1", "10.99.0.1:8080")
+	return opt
 }
 
-func newHarness(t testing.TB, mutate func(*config.Config)) *harness {
+// withEndpoints sets the advertised address and the URLs handed out as the
+// app resolves them from advertise_addr and http.addr.
+func withEndpoints(t testing.TB, opt *Options, advertise, httpAddr string) {
 	t.Helper()
-	cfg := testConfig()
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	if err := cfg.Validate(); err != nil {
+	ep, err := endpoints.New(advertise, httpAddr)
+	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, cfg: cfg, dir: t.TempDir(), now: time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC), logs: &syncBuffer{}}
+	opt.Advertise, opt.ZTPJSONURL, opt.ONIEInstallerURL = ep.Advertise(), ep.ZTPJSON(netip.Addr{}), ep.ONIEInstaller(netip.Addr{})
+}
+
+func newHarness(t testing.TB, mutate func(*Options)) *harness {
+	t.Helper()
+	opt := testOptions(t)
+	if mutate != nil {
+		mutate(&opt)
+	}
+	h := &harness{t: t, opt: opt, dir: t.TempDir(), now: time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC), logs: &syncBuffer{}}
 	h.open()
 	t.Cleanup(func() { h.st.Close() })
 	return h
@@ -94,7 +103,9 @@ func (h *harness) open() {
 	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h.devs = devices.New(devices.Options{Store: h.st, Log: log})
 	h.t.Cleanup(func() { h.devs.Close() })
-	s, err := New(optionsFor(h.t, h.cfg, h.st, h.devs, log))
+	opt := h.opt
+	opt.Store, opt.Devices, opt.Log = h.st, h.devs, log
+	s, err := New(opt)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -104,25 +115,6 @@ func (h *harness) open() {
 	if err := s.load(h.now); err != nil {
 		h.t.Fatal(err)
 	}
-}
-
-// optionsFor resolves a validated configuration as the app does.
-func optionsFor(t testing.TB, cfg config.Config, st core.Store, devs *devices.Service, log *slog.Logger) Options {
-	t.Helper()
-	ep, err := endpoints.New(cfg.AdvertiseAddr, cfg.HTTP.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt := Options{DHCP: cfg.DHCP, Store: st, Devices: devs, Log: log, Advertise: ep.Advertise(),
-		ZTPJSONURL: ep.ZTPJSON(netip.Addr{}), ONIEInstallerURL: ep.ONIEInstaller(netip.Addr{})}
-	for _, p := range cfg.DHCP.VM.MACPrefixes {
-		hw, ok := parseHexColon(p)
-		if !ok {
-			t.Fatalf("MAC prefix %q", p)
-		}
-		opt.VMMACPrefixes = append(opt.VMMACPrefixes, hw)
-	}
-	return opt
 }
 
 // restart simulates kill -9: in-memory state is dropped without a flush.
@@ -292,6 +284,43 @@ func replyCodes(b []byte) []uint8 {
 func ip(s string) net.IP { return net.ParseIP(s).To4() }
 
 func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+func addrs(s ...string) []netip.Addr {
+	out := make([]netip.Addr, len(s))
+	for i, a := range s {
+		out[i] = addr(a)
+	}
+	return out
+}
+
+func prefix(s string) netip.Prefix { return netip.MustParsePrefix(s).Masked() }
+
+// pools parses "A-B" ranges.
+func pools(s ...string) []Range {
+	out := make([]Range, len(s))
+	for i, r := range s {
+		a, b, ok := strings.Cut(r, "-")
+		if !ok {
+			panic("pool " + r)
+		}
+		out[i] = Range{addr(a), addr(b)}
+	}
+	return out
+}
+
+// optionText encodes option values given as configuration text.
+func optionText(t testing.TB, text map[uint8]string) OptionValues {
+	t.Helper()
+	o := OptionValues{}
+	for code, v := range text {
+		b, err := EncodeOption(code, v)
+		if err != nil {
+			t.Fatalf("option %d: %v", code, err)
+		}
+		o[code] = b
+	}
+	return o
+}
 
 func counterValue(c prometheus.Counter) float64 {
 	var m dto.Metric

@@ -16,7 +16,6 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
-	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/store/boltstore"
@@ -30,7 +29,7 @@ type lab struct {
 	t      *testing.T
 	pair   *netns.Pair
 	n      int // third octet of the lab's /24
-	cfg    config.Config
+	opt    Options
 	srv    *Server
 	st     *boltstore.Store
 	logs   *syncBuffer
@@ -50,19 +49,20 @@ func needTools(t *testing.T, tools ...string) {
 	}
 }
 
-func labConfig(n int) config.Config {
-	cfg := config.Default()
-	cfg.AdvertiseAddr = fmt.Sprintf("10.99.%d.1", n)
-	cfg.HTTP.Addr = cfg.AdvertiseAddr + ":8080"
-	cfg.DHCP.Interfaces = []string{"a0"}
-	cfg.DHCP.Subnets = []config.Subnet{{Name: "lab", CIDR: fmt.Sprintf("10.99.%d.0/24", n), Interface: "a0",
-		Pools: []string{fmt.Sprintf("10.99.%d.100-10.99.%d.199", n, n)}, Router: cfg.AdvertiseAddr}}
-	return cfg
+// labOptions serve the lab's /24 on a0 (pool .100-.199, the server as
+// router) with the configuration's default timers.
+func labOptions(t testing.TB, n int) Options {
+	server := fmt.Sprintf("10.99.%d.1", n)
+	opt := Options{Interfaces: []string{"a0"}, OfferHold: 30 * time.Second, DeclineQuarantine: 10 * time.Minute,
+		Subnets: []Subnet{{Name: "lab", Prefix: prefix(fmt.Sprintf("10.99.%d.0/24", n)), Interface: "a0",
+			Pools: pools(fmt.Sprintf("10.99.%d.100-10.99.%d.199", n, n)), Router: addr(server), LeaseTime: time.Hour}}}
+	withEndpoints(t, &opt, server, server+":8080")
+	return opt
 }
 
 // newLab starts the namespaces and the server; name must be short (it
 // prefixes the namespace names).
-func newLab(t *testing.T, name string, n int, mutate func(*config.Config)) *lab {
+func newLab(t *testing.T, name string, n int, mutate func(*Options)) *lab {
 	t.Helper()
 	l := newLabNS(t, name, n)
 	l.start(mutate)
@@ -78,24 +78,23 @@ func newLabNS(t *testing.T, name string, n int) *lab {
 	return l
 }
 
-// start runs an in-process server with labConfig changed by mutate.
-func (l *lab) start(mutate func(*config.Config)) {
+// start runs an in-process server with labOptions changed by mutate.
+func (l *lab) start(mutate func(*Options)) {
 	t := l.t
 	t.Helper()
 	l.logs = &syncBuffer{}
-	l.cfg = labConfig(l.n)
+	l.opt = labOptions(t, l.n)
 	if mutate != nil {
-		mutate(&l.cfg)
-	}
-	if err := l.cfg.Validate(); err != nil {
-		t.Fatal(err)
+		mutate(&l.opt)
 	}
 	l.st = storetest.Store(t)
 	log := slog.New(slog.NewTextHandler(l.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	devs := devices.New(devices.Options{Store: l.st, Log: log})
 	t.Cleanup(func() { devs.Close() })
+	opt := l.opt
+	opt.Store, opt.Devices, opt.Log = l.st, devs, log
 	var err error
-	l.srv, err = New(optionsFor(t, l.cfg, l.st, devs, log))
+	l.srv, err = New(opt)
 	if err != nil {
 		t.Fatal(err)
 	}

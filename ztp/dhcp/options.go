@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/ztpd/ztpd/internal/config"
 )
 
 // optType says how an option's text value from the configuration is turned
@@ -229,26 +227,29 @@ func (s *optionSet) get(code uint8) ([]byte, bool) {
 	return nil, false
 }
 
-// optionLayer applies one configuration layer over m. A value "" removes
-// the option set by a lower layer.
-func optionLayer(m map[uint8][]byte, field string, o config.Options) error {
-	keys := make([]string, 0, len(o))
-	for k := range o {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		code, err := config.OptionCode(k)
-		if err != nil {
-			return fmt.Errorf("%s.%s: %w", field, k, err)
-		}
-		v, err := EncodeOption(code, o[k])
-		if err != nil {
-			return fmt.Errorf("%s.%s: %w", field, k, err)
+// optionLayer applies one layer of configured options over m. A nil value
+// removes the option set by a lower layer. Options the protocol logic sets
+// are refused here too, whoever encoded the layer.
+func optionLayer(m map[uint8][]byte, field string, o OptionValues) error {
+	for code, v := range o {
+		if why, ok := managedOptions[code]; ok {
+			return fmt.Errorf("%s: option %d cannot be configured (%s)", field, code, why)
 		}
 		m[code] = v
 	}
 	return nil
+}
+
+// appendIPv4s appends the addresses as an option's list of IPv4 addresses.
+func appendIPv4s(out []byte, addrs []netip.Addr) ([]byte, error) {
+	for _, a := range addrs {
+		if !a.Is4() {
+			return nil, fmt.Errorf("%s is not an IPv4 address", a)
+		}
+		b := a.As4()
+		out = append(out, b[:]...)
+	}
+	return out, nil
 }
 
 // orderOptions appends to dst, after the leading protocol options already

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
-
-	"github.com/ztpd/ztpd/internal/config"
 )
 
 // TestNoAddressToTwoClients drives random clients through every message
@@ -18,10 +16,10 @@ import (
 // unreleased ACK for it, and that every ACKed lease survives restarts.
 func TestNoAddressToTwoClients(t *testing.T) {
 	for seed := uint64(1); seed <= seeds(); seed++ {
-		h := newHarness(t, func(c *config.Config) {
-			c.DHCP.Subnets[0].Pools = []string{"10.99.0.100-10.99.0.139"} // 40 addresses for 60 clients
-			c.DHCP.DeclineQuarantine = config.Duration(5 * time.Minute)
-			c.DHCP.Subnets[0].Reservations = []config.Reservation{{MAC: mac(3).String(), IP: "10.99.0.120"}}
+		h := newHarness(t, func(c *Options) {
+			c.Subnets[0].Pools = pools("10.99.0.100-10.99.0.139") // 40 addresses for 60 clients
+			c.DeclineQuarantine = 5 * time.Minute
+			c.Subnets[0].Reservations = []Reservation{{MAC: mac(3), IP: addr("10.99.0.120")}}
 		})
 		rng := rand.New(rand.NewPCG(seed, 7))
 		type held struct {

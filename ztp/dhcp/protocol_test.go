@@ -11,7 +11,6 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
-	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
@@ -53,8 +52,8 @@ func TestDORACommitsLeaseAndDevice(t *testing.T) {
 }
 
 func TestSONiCGetsZTPURL(t *testing.T) {
-	h := newHarness(t, func(c *config.Config) {
-		c.DHCP.Subnets[0].Syslog = []string{"10.99.0.9"}
+	h := newHarness(t, func(c *Options) {
+		c.Subnets[0].Syslog = addrs("10.99.0.9")
 	})
 	hw := mac(2)
 	// As SONiC's dhclient.conf sends them: raw user class, client id without type byte.
@@ -135,14 +134,14 @@ func TestONIEGetsInstallerURL(t *testing.T) {
 }
 
 func TestReservations(t *testing.T) {
-	h := newHarness(t, func(c *config.Config) {
-		c.DHCP.Subnets[0].Reservations = []config.Reservation{
-			{MAC: mac(10).String(), IP: "10.99.0.150", Hostname: "vm-a"},
-			{ClientID: "01:52:54:00:10:00:0b", IP: "10.99.0.20", Hostname: "vm-b"},
-			{Serial: "SN77", IP: "10.99.0.21", Hostname: "leaf1", Kind: "sonic"},
+	h := newHarness(t, func(c *Options) {
+		c.Subnets[0].Reservations = []Reservation{
+			{MAC: mac(10), IP: addr("10.99.0.150"), Hostname: "vm-a"},
+			{ClientID: "01:52:54:00:10:00:0b", IP: addr("10.99.0.20"), Hostname: "vm-b"},
+			{Serial: "SN77", IP: addr("10.99.0.21"), Hostname: "leaf1", Kind: core.KindSONiC},
 		}
-		c.DHCP.Subnets[0].Routes = []config.Route{{Dest: "10.0.0.0/8", Via: "10.99.0.254"}}
-		c.DHCP.Subnets[0].NTP = []string{"10.99.0.123"}
+		c.Subnets[0].Routes = []Route{{Dest: prefix("10.0.0.0/8"), Via: addr("10.99.0.254")}}
+		c.Subnets[0].NTP = addrs("10.99.0.123")
 	})
 	ack := h.dora(mac(10))
 	if !ack.YourIPAddr.Equal(ip("10.99.0.150")) || ack.HostName() != "vm-a" {
@@ -182,13 +181,13 @@ func TestReservations(t *testing.T) {
 }
 
 func TestOptionOverridesPrecedence(t *testing.T) {
-	h := newHarness(t, func(c *config.Config) {
-		c.DHCP.Options = config.Options{"ntp-server": "10.99.0.1", "domain-name": "global.example", "252": "wpad"}
-		c.DHCP.ClassOptions = map[string]config.Options{"sonic": {"domain-name": "class.example", "224": "public"}}
-		c.DHCP.Subnets[0].Options = config.Options{"252": ""} // removes the global one
-		c.DHCP.Subnets[0].ClassOptions = map[string]config.Options{"sonic": {"67": "http://elsewhere/ztp.json"}}
-		c.DHCP.Subnets[0].Reservations = []config.Reservation{
-			{MAC: mac(21).String(), IP: "10.99.0.30", Kind: "sonic", Options: config.Options{"224": "secret", "230": "hex:0a:0b"}},
+	h := newHarness(t, func(c *Options) {
+		c.GlobalOptions = optionText(t, map[uint8]string{optNTP: "10.99.0.1", optDomainName: "global.example", 252: "wpad"})
+		c.ClassOptions = map[core.DeviceKind]OptionValues{core.KindSONiC: optionText(t, map[uint8]string{optDomainName: "class.example", 224: "public"})}
+		c.Subnets[0].Options = optionText(t, map[uint8]string{252: ""}) // removes the global one
+		c.Subnets[0].ClassOptions = map[core.DeviceKind]OptionValues{core.KindSONiC: optionText(t, map[uint8]string{optBootfile: "http://elsewhere/ztp.json"})}
+		c.Subnets[0].Reservations = []Reservation{
+			{MAC: mac(21), IP: addr("10.99.0.30"), Kind: core.KindSONiC, Options: optionText(t, map[uint8]string{224: "secret", 230: "hex:0a:0b"})},
 		}
 	})
 	plain, _ := h.exchange(discover(mac(20)))
@@ -214,28 +213,54 @@ func TestOptionOverridesPrecedence(t *testing.T) {
 	}
 }
 
-func TestOptionConfigErrorsNameTheField(t *testing.T) {
-	cfg := testConfig()
-	cfg.DHCP.Subnets[0].Options = config.Options{"ntp-server": "not-an-ip"}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
+// Settings are resolved by the app from a validated configuration (whose
+// errors name the configuration field: see internal/app); New still refuses
+// values that would make it serve wrong answers, whoever built them.
+func TestNewRefusesInvalidSettings(t *testing.T) {
+	for _, tc := range []struct {
+		name, want string
+		mutate     func(*Options)
+	}{
+		{"managed option", "option 51 cannot be configured (set lease_time instead)",
+			func(o *Options) { o.GlobalOptions = OptionValues{51: {0, 0, 0, 60}} }},
+		{"managed class option", `subnet "lab": class options sonic: option 54 cannot be configured`,
+			func(o *Options) {
+				o.Subnets[0].ClassOptions = map[core.DeviceKind]OptionValues{core.KindSONiC: {54: {10, 99, 0, 2}}}
+			}},
+		{"reservation outside", `subnet "lab": reservation 0: 10.99.5.7 is not an IPv4 address inside 10.99.0.0/24`,
+			func(o *Options) { o.Subnets[0].Reservations = []Reservation{{MAC: mac(1), IP: addr("10.99.5.7")}} }},
+		{"reservation twice", "10.99.0.7 is reserved twice",
+			func(o *Options) {
+				o.Subnets[0].Reservations = []Reservation{{MAC: mac(1), IP: addr("10.99.0.7")}, {Serial: "S", IP: addr("10.99.0.7")}}
+			}},
+		{"reservation without identity", "needs a MAC, a client id or a serial",
+			func(o *Options) { o.Subnets[0].Reservations = []Reservation{{IP: addr("10.99.0.7")}} }},
+		{"pool outside", `subnet "lab": pool 0 (10.99.0.100-10.99.1.5) is not an IPv4 range inside 10.99.0.0/24`,
+			func(o *Options) { o.Subnets[0].Pools = pools("10.99.0.100-10.99.1.5") }},
+		{"pool reversed", "is not an IPv4 range", func(o *Options) { o.Subnets[0].Pools = pools("10.99.0.9-10.99.0.8") }},
+		{"IPv6 dns", `subnet "lab": dns: ::1 is not an IPv4 address`, func(o *Options) { o.Subnets[0].DNS = addrs("::1") }},
+		{"IPv6 route", "destination ::/0 is not an IPv4 prefix",
+			func(o *Options) { o.Subnets[0].Routes = []Route{{Dest: prefix("::/0"), Via: addr("10.99.0.1")}} }},
+		{"no lease time", `subnet "relayed": lease time 0s is not positive`, func(o *Options) { o.Subnets[1].LeaseTime = 0 }},
+		{"no prefix", "is not an IPv4 prefix", func(o *Options) { o.Subnets[1].Prefix = netip.Prefix{} }},
+		{"no offer hold", "offer hold 0s must be positive", func(o *Options) { o.OfferHold = 0 }},
+		{"no subnet", "no subnet configured", func(o *Options) { o.Subnets = nil }},
+	} {
+		opt := testOptions(t)
+		tc.mutate(&opt)
+		if _, err := New(opt); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.want)
+		}
 	}
-	_, err := New(optionsFor(t, cfg, nil, nil, nil))
-	if err == nil || !strings.Contains(err.Error(), "dhcp.subnets[0].options.ntp-server") {
-		t.Fatalf("err = %v", err)
-	}
-	cfg = testConfig()
-	cfg.DHCP.Options = config.Options{"51": "60"}
-	cfg.Validate()
-	if _, err := New(optionsFor(t, cfg, nil, nil, nil)); err == nil || !strings.Contains(err.Error(), "lease_time") {
-		t.Fatalf("option 51 must be refused pointing at lease_time, err = %v", err)
+	if _, err := New(testOptions(t)); err != nil {
+		t.Fatalf("the test settings must be accepted: %v", err)
 	}
 }
 
 func TestParameterRequestOrderAndSizeCap(t *testing.T) {
-	h := newHarness(t, func(c *config.Config) {
-		c.DHCP.Subnets[0].NTP = []string{"10.99.0.123"}
-		c.DHCP.Options = config.Options{"200": strings.Repeat("x", 250), "201": strings.Repeat("y", 250)}
+	h := newHarness(t, func(c *Options) {
+		c.Subnets[0].NTP = addrs("10.99.0.123")
+		c.GlobalOptions = optionText(t, map[uint8]string{200: strings.Repeat("x", 250), 201: strings.Repeat("y", 250)})
 	})
 	prl := generic(optParamRequest, []byte{optNTP, optDomainName, optRouter, optSubnetMask})
 	out, _ := h.raw(discover(mac(30), prl, dhcpv4.WithOption(dhcpv4.OptMaxMessageSize(1500))).ToBytes())
@@ -359,8 +384,8 @@ func TestRequestStates(t *testing.T) {
 }
 
 func TestDeclineReleaseInformExpiry(t *testing.T) {
-	h := newHarness(t, func(c *config.Config) {
-		c.DHCP.DeclineQuarantine = config.Duration(10 * time.Minute)
+	h := newHarness(t, func(c *Options) {
+		c.DeclineQuarantine = 10 * time.Minute
 	})
 	a := h.dora(mac(60))
 	dec, _ := dhcpv4.New(dhcpv4.WithHwAddr(mac(60)), dhcpv4.WithMessageType(dhcpv4.MessageTypeDecline),
@@ -430,8 +455,8 @@ func TestDeclineReleaseInformExpiry(t *testing.T) {
 }
 
 func TestExhaustedPool(t *testing.T) {
-	h := newHarness(t, func(c *config.Config) {
-		c.DHCP.Subnets[0].Pools = []string{"10.99.0.100-10.99.0.101"}
+	h := newHarness(t, func(c *Options) {
+		c.Subnets[0].Pools = pools("10.99.0.100-10.99.0.101")
 	})
 	h.dora(mac(1))
 	h.dora(mac(2))
@@ -446,12 +471,12 @@ func TestExhaustedPool(t *testing.T) {
 		t.Fatalf("no warning logged:\n%s", h.logs)
 	}
 	// Lapsed offers come back: an offer not taken frees its address.
-	h2 := newHarness(t, func(c *config.Config) { c.DHCP.Subnets[0].Pools = []string{"10.99.0.100-10.99.0.100"} })
+	h2 := newHarness(t, func(c *Options) { c.Subnets[0].Pools = pools("10.99.0.100-10.99.0.100") })
 	h2.exchange(discover(mac(1)))
 	if o, _ := h2.exchange(discover(mac(2))); o != nil {
 		t.Fatal("held offer given to another client")
 	}
-	h2.now = h2.now.Add(h2.cfg.DHCP.OfferHold.D() + time.Second)
+	h2.now = h2.now.Add(h2.opt.OfferHold + time.Second)
 	if o, _ := h2.exchange(discover(mac(2))); o == nil {
 		t.Fatal("lapsed offer not reclaimed")
 	}
@@ -579,9 +604,9 @@ func TestReplyDestination(t *testing.T) {
 }
 
 func TestManyClientsUniqueAddresses(t *testing.T) {
-	h := newHarness(t, func(c *config.Config) {
-		c.DHCP.Subnets[0].CIDR = "10.99.0.0/22"
-		c.DHCP.Subnets[0].Pools = []string{"10.99.0.100-10.99.3.200"}
+	h := newHarness(t, func(c *Options) {
+		c.Subnets[0].Prefix = prefix("10.99.0.0/22")
+		c.Subnets[0].Pools = pools("10.99.0.100-10.99.3.200")
 	})
 	owner := map[string]string{}
 	for i := 0; i < 800; i++ {

@@ -10,12 +10,12 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
 
-	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
 )
@@ -31,7 +31,9 @@ type LeaseFinder interface {
 // Server is the DHCPv4 server for every configured interface. It is one
 // app.Runner.
 type Server struct {
-	cfg        config.DHCP
+	interfaces []string
+	offerHold  time.Duration // how long an offered address stays held
+	quarantine time.Duration // how long a DECLINEd address is not offered
 	store      core.Store
 	devices    *devices.Service
 	log        *slog.Logger
@@ -65,9 +67,20 @@ var (
 // Options are what a Server is built from: values the app resolved from
 // the configuration once.
 type Options struct {
-	// DHCP is the validated dhcp: section (interfaces, timers, subnets,
-	// reservations, options).
-	DHCP    config.DHCP
+	// Interfaces are served directly; relayed subnets are reached through
+	// them too.
+	Interfaces []string
+	// OfferHold is how long an offered address stays held for its client;
+	// DeclineQuarantine how long a DECLINEd address is not offered.
+	OfferHold, DeclineQuarantine time.Duration
+	// Subnets are the networks served, directly or through relays.
+	Subnets []Subnet
+	// GlobalOptions apply to every reply, then ClassOptions by the client's
+	// kind (sonic, onie, vm, unknown); each subnet's fields and options
+	// override both.
+	GlobalOptions OptionValues
+	ClassOptions  map[core.DeviceKind]OptionValues
+
 	Store   core.Store
 	Devices *devices.Service // device records and events are reported here
 	Log     *slog.Logger
@@ -77,8 +90,10 @@ type Options struct {
 	// ZTPJSONURL and ONIEInstallerURL are handed out as options 67 (SONiC)
 	// and 114 (ONIE): the app's Endpoints.
 	ZTPJSONURL, ONIEInstallerURL string
-	// VMMACPrefixes mark CloudStack VMs without a reservation (parsed).
-	VMMACPrefixes []net.HardwareAddr
+	// VMMACPrefixes and VMVendorClasses (option 60 prefixes) mark
+	// CloudStack VMs without a reservation.
+	VMMACPrefixes   []net.HardwareAddr
+	VMVendorClasses []string
 }
 
 // New builds the server. It opens no socket and reads no lease; Listen
@@ -91,8 +106,13 @@ func New(opt Options) (*Server, error) {
 	if !opt.Advertise.IsValid() {
 		return nil, errors.New("dhcp: no address to advertise (advertise_addr)")
 	}
+	if opt.OfferHold <= 0 || opt.DeclineQuarantine < 0 {
+		return nil, fmt.Errorf("dhcp: offer hold %s must be positive and decline quarantine %s not negative",
+			opt.OfferHold, opt.DeclineQuarantine)
+	}
 	s := &Server{
-		cfg: opt.DHCP, store: opt.Store, devices: opt.Devices, log: log.With("component", "dhcp"),
+		interfaces: slices.Clone(opt.Interfaces), offerHold: opt.OfferHold, quarantine: opt.DeclineQuarantine,
+		store: opt.Store, devices: opt.Devices, log: log.With("component", "dhcp"),
 		byIP: map[uint32]*binding{}, devs: map[string]*device{}, kick: make(chan struct{}, 1), pacer: newPacer(),
 		sendWarn: rate.Sometimes{Interval: 10 * time.Second},
 		workers:  max(1, runtime.GOMAXPROCS(0)),
@@ -102,11 +122,11 @@ func New(opt Options) (*Server, error) {
 	for _, p := range opt.VMMACPrefixes {
 		s.vmPrefixes = append(s.vmPrefixes, []byte(p))
 	}
-	for _, v := range opt.DHCP.VM.VendorClasses {
+	for _, v := range opt.VMVendorClasses {
 		s.vmVendors = append(s.vmVendors, []byte(v))
 	}
-	for i := range opt.DHCP.Subnets {
-		sn, err := buildSubnet(&s.cfg, i, s.urls)
+	for i := range opt.Subnets {
+		sn, err := buildSubnet(&opt, i, s.urls)
 		if err != nil {
 			return nil, err
 		}
@@ -137,7 +157,7 @@ func (s *Server) Listen() error {
 	if s.store == nil || s.devices == nil {
 		return errors.New("dhcp: a store and a devices service are required")
 	}
-	for _, name := range s.cfg.Interfaces {
+	for _, name := range s.interfaces {
 		ifc, err := openIface(name, s.advertise)
 		if err != nil {
 			s.closeIfaces()

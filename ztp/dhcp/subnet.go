@@ -4,16 +4,14 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/bits"
-	"net"
 	"net/netip"
 	"strings"
 	"time"
 
-	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
-// subnet is the runtime form of a config.Subnet: pools as bitmaps, the
+// subnet is the runtime form of a Subnet: pools as bitmaps, the
 // reservations indexed every way a client can be recognised, the option
 // sets per class precomputed, and the index of its clients' bindings.
 type subnet struct {
@@ -58,19 +56,15 @@ type urls struct {
 	advertise string // option 66 for SONiC
 }
 
-func buildSubnet(cfg *config.DHCP, i int, u urls) (*subnet, error) {
-	c := &cfg.Subnets[i]
-	field := fmt.Sprintf("dhcp.subnets[%d]", i)
+func buildSubnet(opt *Options, i int, u urls) (*subnet, error) {
+	c := &opt.Subnets[i]
 	p := c.Prefix
-	if !p.IsValid() {
-		var err error
-		if p, err = netip.ParsePrefix(c.CIDR); err != nil {
-			return nil, fmt.Errorf("%s.subnet: %q is not a CIDR", field, c.CIDR)
-		}
-		p = p.Masked()
+	if !p.IsValid() || !p.Addr().Is4() {
+		return nil, fmt.Errorf("dhcp: subnet %d (%q): %s is not an IPv4 prefix", i, c.Name, p)
 	}
+	p = p.Masked()
 	sn := &subnet{
-		name: c.Name, prefix: p, iface: c.Interface, leaseTime: cfg.LeaseTime.D(),
+		name: c.Name, prefix: p, iface: c.Interface, leaseTime: c.LeaseTime,
 		resByHW: map[string]*reservation{}, resByID: map[string]*reservation{},
 		resBySerial: map[string]*reservation{}, resByIP: map[uint32]*reservation{},
 		excluded: map[uint32]bool{}, clients: map[string]*binding{}, byHW: map[string]*binding{},
@@ -78,17 +72,13 @@ func buildSubnet(cfg *config.DHCP, i int, u urls) (*subnet, error) {
 	if sn.name == "" {
 		sn.name = p.String()
 	}
-	if c.LeaseTime > 0 {
-		sn.leaseTime = c.LeaseTime.D()
+	field := fmt.Sprintf("dhcp: subnet %q", sn.name)
+	if sn.leaseTime <= 0 {
+		return nil, fmt.Errorf("%s: lease time %s is not positive", field, sn.leaseTime)
 	}
-	ranges := c.PoolRanges
-	if len(ranges) == 0 {
-		for j, ps := range c.Pools {
-			r, err := config.ParseRange(ps)
-			if err != nil {
-				return nil, fmt.Errorf("%s.pools[%d]: %w", field, j, err)
-			}
-			ranges = append(ranges, r)
+	for j, r := range c.Pools {
+		if !r.Start.Is4() || !r.End.Is4() || r.Start.Compare(r.End) > 0 || !p.Contains(r.Start) || !p.Contains(r.End) {
+			return nil, fmt.Errorf("%s: pool %d (%s-%s) is not an IPv4 range inside %s", field, j, r.Start, r.End, p)
 		}
 	}
 	network := u32Addr(p.Addr())
@@ -96,12 +86,14 @@ func buildSubnet(cfg *config.DHCP, i int, u urls) (*subnet, error) {
 	if p.Bits() < 31 {
 		sn.excluded[network], sn.excluded[bcast] = true, true
 	}
-	if c.Router != "" {
-		if a, err := netip.ParseAddr(c.Router); err == nil && a.Is4() {
-			sn.excluded[u32Addr(a)] = true
-		}
+	hasRouter := c.Router.IsValid()
+	if hasRouter && !c.Router.Is4() {
+		return nil, fmt.Errorf("%s: router %s is not an IPv4 address", field, c.Router)
 	}
-	for _, r := range ranges {
+	if hasRouter {
+		sn.excluded[u32Addr(c.Router)] = true
+	}
+	for _, r := range c.Pools {
 		sn.pools = append(sn.pools, newPool(u32Addr(r.Start), u32Addr(r.End)))
 	}
 	// Sized for a full pool up front: growing maps rehash on the hot path.
@@ -109,9 +101,10 @@ func buildSubnet(cfg *config.DHCP, i int, u urls) (*subnet, error) {
 	sn.clients, sn.byHW = make(map[string]*binding, hint), make(map[string]*binding, hint)
 
 	// Option layers, lowest precedence first: built-ins (mask, broadcast,
-	// the class URLs), dhcp.options, dhcp.class_options, the subnet's fields
-	// (router, dns, domain, ntp, routes, syslog for SONiC), the subnet's
-	// options and class options, then the reservation's hostname and options.
+	// the class URLs), the global options, the global class options, the
+	// subnet's fields (router, dns, domain, ntp, routes, syslog for SONiC),
+	// the subnet's options and class options, then the reservation's
+	// hostname and options.
 	builtin := map[uint8][]byte{}
 	mask := prefixMask(p.Bits())
 	builtin[optSubnetMask] = mask[:]
@@ -119,23 +112,19 @@ func buildSubnet(cfg *config.DHCP, i int, u urls) (*subnet, error) {
 	builtin[28] = bc[:]
 	fields := map[uint8][]byte{}
 	var router [4]byte
-	if c.Router != "" {
-		a, err := parseIPv4(c.Router)
-		if err != nil {
-			return nil, fmt.Errorf("%s.router: %w", field, err)
-		}
-		router = a
-		fields[optRouter] = a[:]
+	if hasRouter {
+		router = c.Router.As4()
+		fields[optRouter] = router[:]
 	}
 	for _, l := range []struct {
-		code uint8
-		vals []string
-		name string
+		code  uint8
+		addrs []netip.Addr
+		name  string
 	}{{optDNS, c.DNS, "dns"}, {optNTP, c.NTP, "ntp"}} {
-		if len(l.vals) > 0 {
-			v, err := EncodeOption(l.code, strings.Join(l.vals, ","))
+		if len(l.addrs) > 0 {
+			v, err := appendIPv4s(nil, l.addrs)
 			if err != nil {
-				return nil, fmt.Errorf("%s.%s: %w", field, l.name, err)
+				return nil, fmt.Errorf("%s: %s: %w", field, l.name, err)
 			}
 			fields[l.code] = v
 		}
@@ -147,29 +136,27 @@ func buildSubnet(cfg *config.DHCP, i int, u urls) (*subnet, error) {
 		var v []byte
 		hasDefault := false
 		for j, r := range c.Routes {
-			dp, err := netip.ParsePrefix(r.Dest)
-			if err != nil || !dp.Addr().Is4() {
-				return nil, fmt.Errorf("%s.routes[%d].dest: %q is not an IPv4 CIDR", field, j, r.Dest)
+			if !r.Dest.IsValid() || !r.Dest.Addr().Is4() {
+				return nil, fmt.Errorf("%s: route %d: destination %s is not an IPv4 prefix", field, j, r.Dest)
 			}
-			gw, err := parseIPv4(r.Via)
-			if err != nil {
-				return nil, fmt.Errorf("%s.routes[%d].via: %w", field, j, err)
+			if !r.Via.Is4() {
+				return nil, fmt.Errorf("%s: route %d: gateway %s is not an IPv4 address", field, j, r.Via)
 			}
-			hasDefault = hasDefault || dp.Bits() == 0
-			v = appendRoute(v, dp, gw)
+			hasDefault = hasDefault || r.Dest.Bits() == 0
+			v = appendRoute(v, r.Dest, r.Via.As4())
 		}
 		// RFC 3442 clients ignore option 3 when 121 is present, so the
 		// router becomes the default route unless one is listed.
-		if !hasDefault && c.Router != "" {
+		if !hasDefault && hasRouter {
 			v = appendRoute(v, netip.MustParsePrefix("0.0.0.0/0"), router)
 		}
 		fields[optClasslessRoutes] = v
 	}
 	var syslog []byte
 	if len(c.Syslog) > 0 {
-		v, err := EncodeOption(optLogServer, strings.Join(c.Syslog, ","))
+		v, err := appendIPv4s(nil, c.Syslog)
 		if err != nil {
-			return nil, fmt.Errorf("%s.syslog: %w", field, err)
+			return nil, fmt.Errorf("%s: syslog: %w", field, err)
 		}
 		syslog = v
 	}
@@ -186,11 +173,10 @@ func buildSubnet(cfg *config.DHCP, i int, u urls) (*subnet, error) {
 		case core.KindONIE:
 			m[optDefaultURL] = []byte(u.onie)
 		}
-		name := string(kind)
-		if err := optionLayer(m, "dhcp.options", cfg.Options); err != nil {
+		if err := optionLayer(m, "dhcp: options", opt.GlobalOptions); err != nil {
 			return nil, err
 		}
-		if err := optionLayer(m, "dhcp.class_options."+name, cfg.ClassOptions[name]); err != nil {
+		if err := optionLayer(m, "dhcp: class options "+string(kind), opt.ClassOptions[kind]); err != nil {
 			return nil, err
 		}
 		for k, v := range fields {
@@ -199,10 +185,10 @@ func buildSubnet(cfg *config.DHCP, i int, u urls) (*subnet, error) {
 		if kind == core.KindSONiC && syslog != nil {
 			m[optLogServer] = syslog
 		}
-		if err := optionLayer(m, field+".options", c.Options); err != nil {
+		if err := optionLayer(m, field+": options", c.Options); err != nil {
 			return nil, err
 		}
-		if err := optionLayer(m, field+".class_options."+name, c.ClassOptions[name]); err != nil {
+		if err := optionLayer(m, field+": class options "+string(kind), c.ClassOptions[kind]); err != nil {
 			return nil, err
 		}
 		return m, nil
@@ -218,25 +204,20 @@ func buildSubnet(cfg *config.DHCP, i int, u urls) (*subnet, error) {
 	}
 
 	for j, rc := range c.Reservations {
-		rf := fmt.Sprintf("%s.reservations[%d]", field, j)
-		a, err := parseIPv4(rc.IP)
-		if err != nil {
-			return nil, fmt.Errorf("%s.ip: %w", rf, err)
+		rf := fmt.Sprintf("%s: reservation %d", field, j)
+		if !rc.IP.Is4() || !p.Contains(rc.IP) {
+			return nil, fmt.Errorf("%s: %s is not an IPv4 address inside %s", rf, rc.IP, p)
 		}
-		if !p.Contains(netip.AddrFrom4(a)) {
-			return nil, fmt.Errorf("%s.ip: %s is outside subnet %s", rf, netip.AddrFrom4(a), p)
+		if len(rc.MAC) == 0 && rc.ClientID == "" && rc.Serial == "" {
+			return nil, fmt.Errorf("%s: needs a MAC, a client id or a serial", rf)
 		}
-		r := &reservation{ip: u32(a), hostname: rc.Hostname, kind: core.DeviceKind(rc.Kind)}
+		r := &reservation{ip: u32Addr(rc.IP), hostname: rc.Hostname, kind: rc.Kind}
 		if _, dup := sn.resByIP[r.ip]; dup {
-			return nil, fmt.Errorf("%s.ip: %s is reserved twice", rf, netip.AddrFrom4(a))
+			return nil, fmt.Errorf("%s: %s is reserved twice", rf, rc.IP)
 		}
 		sn.resByIP[r.ip] = r
-		if rc.MAC != "" {
-			hw, err := net.ParseMAC(rc.MAC)
-			if err != nil {
-				return nil, fmt.Errorf("%s.mac: %q is not a MAC address", rf, rc.MAC)
-			}
-			sn.resByHW[string(hw)] = r
+		if len(rc.MAC) > 0 {
+			sn.resByHW[string(rc.MAC)] = r
 		}
 		if rc.ClientID != "" {
 			for _, k := range clientIDSpellings(rc.ClientID) {
@@ -254,7 +235,7 @@ func buildSubnet(cfg *config.DHCP, i int, u urls) (*subnet, error) {
 			if rc.Hostname != "" {
 				m[optHostname] = []byte(rc.Hostname)
 			}
-			if err := optionLayer(m, rf+".options", rc.Options); err != nil {
+			if err := optionLayer(m, rf+": options", rc.Options); err != nil {
 				return nil, err
 			}
 			r.opts[class] = newOptionSet(m)
