@@ -316,12 +316,12 @@ func (s *Service) ResetDevice(ctx context.Context, deviceID string) (core.Device
 			}
 		}
 		// Read again: leave may have changed the record.
-		d, err = s.devices.Change(tx, d.ID, now, func(d *core.Device) error {
-			d.Role = ""
-			d.State = core.StateDiscovered
-			if d.IP != "" {
-				if l, err := tx.Leases().Get(d.IP); err == nil && l.MAC == d.MAC && core.LeaseHolds(l, now) {
-					d.State = core.StateLeased
+		d, err = s.devices.Change(tx, d.ID, now, func(rec *core.Device) error {
+			rec.Role = ""
+			rec.State = core.StateDiscovered
+			if rec.IP != "" {
+				if l, err := tx.Leases().Get(rec.IP); err == nil && l.MAC == rec.MAC && core.LeaseHolds(l, now) {
+					rec.State = core.StateLeased
 				}
 			}
 			return nil
@@ -359,8 +359,8 @@ func (s *Service) Approve(ctx context.Context, deviceID, clusterRef string) (cor
 		if d.Approved && d.Cluster == cluster {
 			return nil
 		}
-		d, err = s.devices.Change(tx, d.ID, now, func(d *core.Device) error {
-			d.Approved, d.Cluster = true, cluster
+		d, err = s.devices.Change(tx, d.ID, now, func(rec *core.Device) error {
+			rec.Approved, rec.Cluster = true, cluster
 			return nil
 		})
 		if err != nil {

@@ -356,10 +356,7 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 				return err
 			}
 		}
-		_, err := s.recordDevice(tx, dev.ID, req, now, func(d *core.Device) {
-			d.State = core.Advance(d.State, core.StateWaiting)
-			d.Cluster = c.ID
-		})
+		_, err := s.recordDevice(tx, dev.ID, req, now, placement{cluster: c.ID, state: core.StateWaiting})
 		return err
 	}
 
@@ -434,10 +431,7 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	if err := tx.Memberships().Enlist(c.ID, dev.ID, role); err != nil {
 		return err
 	}
-	dev, err = s.recordDevice(tx, dev.ID, req, now, func(d *core.Device) {
-		d.Cluster, d.Role = c.ID, role
-		d.State = core.Advance(d.State, core.StateJoinIssued)
-	})
+	dev, err = s.recordDevice(tx, dev.ID, req, now, placement{cluster: c.ID, role: role, setRole: true, state: core.StateJoinIssued})
 	if err != nil {
 		return err
 	}
@@ -481,15 +475,27 @@ func (s *Service) loadDevice(tx core.Tx, mac string, req JoinRequest, now time.T
 	return d, nil
 }
 
+// placement is what admission decided for a device: its cluster, its role
+// (when setRole) and the state it advances to.
+type placement struct {
+	cluster, role string
+	setRole       bool
+	state         core.DeviceState
+}
+
 // recordDevice stores device id's record through the devices service: what
-// the request tells about it learnt (as loadDevice did), then set.
-func (s *Service) recordDevice(tx core.Tx, id string, req JoinRequest, now time.Time, set func(*core.Device)) (core.Device, error) {
-	stated := statedDevice(req)
+// the request tells about it learnt (as loadDevice did), then placed.
+func (s *Service) recordDevice(tx core.Tx, id string, req JoinRequest, now time.Time, p placement) (core.Device, error) {
 	return s.devices.ChangeOrCreate(tx, id, now, func(d *core.Device) error {
+		stated := statedDevice(req)
 		if !devices.LearnJoin(d, &stated, now) {
 			return ErrBindingMismatch
 		}
-		set(d)
+		d.Cluster = p.cluster
+		if p.setRole {
+			d.Role = p.role
+		}
+		d.State = core.Advance(d.State, p.state)
 		return nil
 	})
 }

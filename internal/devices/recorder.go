@@ -84,14 +84,15 @@ func LearnJoin(cur *core.Device, stated *core.Device, now time.Time) bool {
 	}
 	setEmpty(&cur.Serial, stated.Serial)
 	setEmpty(&cur.Product, stated.Product)
-	for _, f := range [...]struct {
-		dst *string
-		v   string
-	}{{&cur.Hostname, stated.Hostname}, {&cur.SONiCVer, stated.SONiCVer}, {&cur.IP, stated.IP}} {
-		if f.v != "" {
-			*f.dst = f.v
-		}
-	}
+	setIf(&cur.Hostname, stated.Hostname)
+	setIf(&cur.SONiCVer, stated.SONiCVer)
+	setIf(&cur.IP, stated.IP)
 	cur.LastSeen, cur.UpdatedAt = now, now
 	return true
+}
+
+func setIf(dst *string, v string) {
+	if v != "" {
+		*dst = v
+	}
 }
