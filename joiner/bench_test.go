@@ -50,7 +50,8 @@ func benchJoin(b *testing.B, version string, kind core.DeviceKind, group bool) {
 	if !group {
 		st = noGroupCommit{bs}
 	}
-	svc, err := New(st, f.Keys, Options{AutoApprove: []Rule{{ControlPlane: true}}, BaseURL: "http://10.99.0.1:8080"})
+	svc, err := New(st, f.Keys, Options{AutoApprove: []Rule{{ControlPlane: true}}, BaseURL: "http://10.99.0.1:8080",
+		Devices: recorder(b, bs)})
 	if err != nil {
 		b.Fatal(err)
 	}

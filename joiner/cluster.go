@@ -122,7 +122,7 @@ func (s *Service) setup(tx core.Tx, c core.Cluster, version string, now time.Tim
 	s.mu.Lock()
 	s.cache[c.ID] = &clusterKeys{ca: ca, certKey: certKey, seed: seed}
 	s.mu.Unlock()
-	return event(tx, now, "cluster.created", "", c.ID, "cluster PKI and join tokens created",
+	return s.event(tx, now, "cluster.created", "", c.ID, "cluster PKI and join tokens created",
 		map[string]string{"version": v.Tag(), "ca": string(alg), "ca_hash": ca.DiscoveryHash()})
 }
 
@@ -241,7 +241,7 @@ func (s *Service) Resize(ctx context.Context, c core.Cluster) error {
 		if err := tx.Clusters().PutJoinState(c.ID, rt); err != nil {
 			return err
 		}
-		return event(tx, now, "cluster.scaled", "", c.ID, fmt.Sprintf("size %d, %d leaving", c.Size, leaving), nil)
+		return s.event(tx, now, "cluster.scaled", "", c.ID, fmt.Sprintf("size %d, %d leaving", c.Size, leaving), nil)
 	})
 }
 
@@ -315,21 +315,21 @@ func (s *Service) ResetDevice(ctx context.Context, deviceID string) (core.Device
 				}
 			}
 		}
-		d, err = tx.Devices().Get(d.ID) // leave may have updated it
+		// Read again: leave may have changed the record.
+		d, err = s.devices.Change(tx, d.ID, now, func(rec *core.Device) error {
+			rec.Role = ""
+			rec.State = core.StateDiscovered
+			if rec.IP != "" {
+				if l, err := tx.Leases().Get(rec.IP); err == nil && l.MAC == rec.MAC && core.LeaseHolds(l, now) {
+					rec.State = core.StateLeased
+				}
+			}
+			return nil
+		})
 		if err != nil {
 			return err
 		}
-		d.Role, d.UpdatedAt = "", now
-		d.State = core.StateDiscovered
-		if d.IP != "" {
-			if l, err := tx.Leases().Get(d.IP); err == nil && l.MAC == d.MAC && core.LeaseHolds(l, now) {
-				d.State = core.StateLeased
-			}
-		}
-		if err := tx.Devices().Put(d); err != nil {
-			return err
-		}
-		return event(tx, now, "device.reset", d.ID, d.Cluster, "reset for re-install: membership ended, credentials revoked", nil)
+		return s.event(tx, now, "device.reset", d.ID, d.Cluster, "reset for re-install: membership ended, credentials revoked", nil)
 	})
 	return d, err
 }
@@ -348,23 +348,25 @@ func (s *Service) Approve(ctx context.Context, deviceID, clusterRef string) (cor
 		if err != nil {
 			return err
 		}
+		cluster := d.Cluster
 		if clusterRef != "" {
 			c, err := clusters.ByRef(tx, clusterRef)
 			if err != nil {
 				return err
 			}
-			if d.Approved && d.Cluster == c.ID {
-				return nil
-			}
-			d.Cluster = c.ID
-		} else if d.Approved {
+			cluster = c.ID
+		}
+		if d.Approved && d.Cluster == cluster {
 			return nil
 		}
-		d.Approved, d.UpdatedAt = true, now
-		if err := tx.Devices().Put(d); err != nil {
+		d, err = s.devices.Change(tx, d.ID, now, func(rec *core.Device) error {
+			rec.Approved, rec.Cluster = true, cluster
+			return nil
+		})
+		if err != nil {
 			return err
 		}
-		return event(tx, now, "device.approved", d.ID, d.Cluster, "approved for joining", nil)
+		return s.event(tx, now, "device.approved", d.ID, d.Cluster, "approved for joining", nil)
 	})
 	return d, err
 }

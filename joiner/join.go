@@ -12,6 +12,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/joiner/tokens"
 )
 
@@ -355,9 +356,8 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 				return err
 			}
 		}
-		dev.State = core.Advance(dev.State, core.StateWaiting)
-		dev.Cluster = c.ID
-		return tx.Devices().Put(dev)
+		_, err := s.recordDevice(tx, dev.ID, req, now, placement{cluster: c.ID, state: core.StateWaiting})
+		return err
 	}
 
 	// 6. Credentials for the node.
@@ -431,23 +431,24 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	if err := tx.Memberships().Enlist(c.ID, dev.ID, role); err != nil {
 		return err
 	}
-	dev.Cluster, dev.Role = c.ID, role
-	dev.State = core.Advance(dev.State, core.StateJoinIssued)
-	if err := tx.Devices().Put(dev); err != nil {
+	dev, err = s.recordDevice(tx, dev.ID, req, now, placement{cluster: c.ID, role: role, setRole: true, state: core.StateJoinIssued})
+	if err != nil {
 		return err
 	}
 	if c.Endpoint == "" && rt.APIEndpoint != "" {
-		c.Endpoint, c.UpdatedAt = "https://"+rt.APIEndpoint+"/", now
-		if err := tx.Clusters().Put(c); err != nil {
+		// The first control plane's address is the cluster's API endpoint
+		// when none was given: the clusters service records it.
+		if c, err = clusters.RecordEndpoint(tx, c.ID, rt.APIEndpoint, now); err != nil {
 			return err
 		}
 	}
 	res.cluster, res.rt, res.device, res.role, res.first, res.method = c, rt, dev, role, first, method
-	return event(tx, now, "join.issued", dev.ID, c.ID, reason, map[string]string{"method": method, "role": role})
+	return s.event(tx, now, "join.issued", dev.ID, c.ID, reason, map[string]string{"method": method, "role": role})
 }
 
-// loadDevice finds or creates the device record and refreshes what the
-// request tells about it.
+// loadDevice finds the device's record, or the record it starts with when
+// it has none yet, with what the request tells about it learnt (as
+// recordDevice stores it).
 func (s *Service) loadDevice(tx core.Tx, mac string, req JoinRequest, now time.Time) (d core.Device, err error) {
 	switch {
 	case mac != "":
@@ -463,39 +464,52 @@ func (s *Service) loadDevice(tx core.Tx, mac string, req JoinRequest, now time.T
 		}
 		// Not recorded yet (DHCP and the content service write device
 		// records behind): the request's kind fills in below.
-		d = core.Device{ID: mac, MAC: mac, Kind: core.KindUnknown, State: core.StateDiscovered, FirstSeen: now}
+		d = devices.NewRecord(mac, now)
 	} else if err != nil {
 		return d, err
 	}
-	// The device's kind is what DHCP or the content service classified; a
-	// request only fills it in when nothing did.
-	if d.Kind == "" || d.Kind == core.KindUnknown {
-		d.Kind = req.Kind
-		if d.Kind == "" {
-			d.Kind = core.KindVM
-		}
-	}
-	if req.Serial != "" && d.Serial != "" && req.Serial != d.Serial ||
-		req.Product != "" && d.Product != "" && req.Product != d.Product {
+	stated := statedDevice(req)
+	if !devices.LearnJoin(&d, &stated, now) {
 		return d, ErrBindingMismatch
 	}
-	if d.Serial == "" {
-		d.Serial = req.Serial
-	}
-	if d.Product == "" {
-		d.Product = req.Product
-	}
-	setIf(&d.Hostname, req.Hostname)
-	setIf(&d.SONiCVer, req.SONiCVersion)
-	setIf(&d.IP, req.RemoteIP)
-	d.LastSeen, d.UpdatedAt = now, now
 	return d, nil
 }
 
-func setIf(dst *string, v string) {
-	if v != "" {
-		*dst = v
+// placement is what admission decided for a device: its cluster, its role
+// (when setRole) and the state it advances to.
+type placement struct {
+	cluster, role string
+	setRole       bool
+	state         core.DeviceState
+}
+
+// recordDevice stores device id's record through the devices service: what
+// the request tells about it learnt (as loadDevice did), then placed.
+func (s *Service) recordDevice(tx core.Tx, id string, req JoinRequest, now time.Time, p placement) (core.Device, error) {
+	return s.devices.ChangeOrCreate(tx, id, now, func(d *core.Device) error {
+		stated := statedDevice(req)
+		if !devices.LearnJoin(d, &stated, now) {
+			return ErrBindingMismatch
+		}
+		d.Cluster = p.cluster
+		if p.setRole {
+			d.Role = p.role
+		}
+		d.State = core.Advance(d.State, p.state)
+		return nil
+	})
+}
+
+// statedDevice is what a join request says about the device. The kind
+// counts only when nothing classified the device; a request stating none
+// comes from a VM.
+func statedDevice(req JoinRequest) core.Device {
+	d := core.Device{Kind: req.Kind, Serial: req.Serial, Product: req.Product, Hostname: req.Hostname,
+		SONiCVer: req.SONiCVersion, IP: req.RemoteIP}
+	if d.Kind == "" {
+		d.Kind = core.KindVM
 	}
+	return d
 }
 
 // checkFacts refuses a request whose stated facts fall outside the
@@ -685,17 +699,15 @@ func (s *Service) transition(tx core.Tx, m *core.Membership, st core.DeviceState
 		return err
 	}
 	if st == core.StateJoinIssued || st == core.StateWaiting {
-		return nil // admit writes the device itself
+		return nil // admit records the device itself
 	}
-	d, err := tx.Devices().Get(m.Device)
-	if err != nil {
-		return err
-	}
-	d.State, d.UpdatedAt = st, now
-	if st == core.StateJoined {
-		d.State = core.Advance(d.State, core.StateJoined)
-	}
-	return tx.Devices().Put(d)
+	// The device's state follows its membership's, back too (failed,
+	// leaving, left).
+	_, err := s.devices.Change(tx, m.Device, now, func(d *core.Device) error {
+		d.State = st
+		return nil
+	})
+	return err
 }
 
 // revokeMemberTokens revokes a member's kubeadm and report tokens.

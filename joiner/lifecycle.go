@@ -46,7 +46,7 @@ func (s *Service) SetVersion(ctx context.Context, c core.Cluster, v core.Version
 		if err != nil {
 			return err
 		}
-		return event(tx, now, "cluster.version", "", c.ID, "members to run "+ver.Tag(), nil)
+		return s.event(tx, now, "cluster.version", "", c.ID, "members to run "+ver.Tag(), nil)
 	})
 }
 
@@ -79,7 +79,7 @@ func (s *Service) suspend(ctx context.Context, clusterID string, on bool) error 
 		if on {
 			msg = "joining suspended"
 		}
-		return event(tx, now, "cluster.joining", "", clusterID, msg, nil)
+		return s.event(tx, now, "cluster.joining", "", clusterID, msg, nil)
 	})
 }
 
@@ -139,7 +139,7 @@ func (s *Service) Destroy(ctx context.Context, c core.Cluster) error {
 		if err := tx.Clusters().DeleteJoinState(c.ID); err != nil {
 			return err
 		}
-		return event(tx, now, "cluster.destroyed", "", c.ID, fmt.Sprintf("%d tokens revoked, key material deleted", len(doomed)), nil)
+		return s.event(tx, now, "cluster.destroyed", "", c.ID, fmt.Sprintf("%d tokens revoked, key material deleted", len(doomed)), nil)
 	})
 	s.forget(c.ID)
 	return err

@@ -72,7 +72,7 @@ func (s *Service) EnsureAdminBinding(ctx context.Context, clusterRef string) err
 		if err := tx.Clusters().PutJoinState(c.ID, cur); err != nil {
 			return err
 		}
-		return event(tx, now, "cluster.rbac", "", c.ID,
+		return s.event(tx, now, "cluster.rbac", "", c.ID,
 			fmt.Sprintf("ClusterRoleBinding %s (group %s -> cluster-admin) in place", AdminBindingName, clusters.KubeconfigGroup), nil)
 	})
 	if callErr != nil {

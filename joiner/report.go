@@ -20,7 +20,8 @@ const (
 
 // Report records a node's outcome, authenticated by the report credential
 // from its bundle. The first control plane reporting joined marks the
-// cluster initialised (and Running, when it was Created or Starting).
+// cluster initialised. (The cluster's state is the clusters service's: it
+// is Running once provisioned, before any member can report.)
 func (s *Service) Report(ctx context.Context, credential, state, detail string) (core.Membership, error) {
 	if err := ctx.Err(); err != nil {
 		return core.Membership{}, err
@@ -83,22 +84,12 @@ func (s *Service) Report(ctx context.Context, credential, state, detail string) 
 			if err := tx.Clusters().PutJoinState(m.Cluster, rt); err != nil {
 				return err
 			}
-			c, err := tx.Clusters().Get(m.Cluster)
-			if err != nil {
-				return err
-			}
-			if c.State == core.ClusterCreated || c.State == core.ClusterStarting {
-				c.State, c.UpdatedAt = core.ClusterRunning, now
-				if err := tx.Clusters().Put(c); err != nil {
-					return err
-				}
-			}
 		}
 		out = m
 		// A joined member means the cluster's API server answers: time
 		// to make sure the kubeconfig group's binding exists.
 		kick = st == core.StateJoined && !rt.AdminBinding
-		return event(tx, now, "join."+state, m.Device, m.Cluster, reason, nil)
+		return s.event(tx, now, "join."+state, m.Device, m.Cluster, reason, nil)
 	})
 	if err == nil {
 		reports.WithLabelValues(state).Inc()
@@ -155,7 +146,7 @@ func (s *Service) Revoke(ctx context.Context, kind tokens.Kind, id string) error
 		if kind == tokens.KindKubeadm {
 			_ = tx.Tokens().PoolRemove(rec.Cluster, id)
 		}
-		return event(tx, now, "token.revoked", rec.Device, rec.Cluster, string(kind)+" token "+id+" revoked", nil)
+		return s.event(tx, now, "token.revoked", rec.Device, rec.Cluster, string(kind)+" token "+id+" revoked", nil)
 	})
 	if err != nil || !inCluster {
 		return err
@@ -212,7 +203,7 @@ func (s *Service) Sweep(ctx context.Context) (int, error) {
 			}
 			n = len(doomed)
 			if n > 0 {
-				return event(tx, now, "token.swept", "", "", fmt.Sprintf("%d expired or revoked tokens deleted", n), nil)
+				return s.event(tx, now, "token.swept", "", "", fmt.Sprintf("%d expired or revoked tokens deleted", n), nil)
 			}
 			return nil
 		})

@@ -13,7 +13,11 @@
 // Clusters themselves (their records, versions and rules) are the clusters
 // service's: it drives the joiner (Provision, Resize, SetVersion, Stop,
 // Start, Destroy) and the joiner asks it (clusters.ByRef,
-// clusters.AcceptsMembers).
+// clusters.AcceptsMembers, clusters.RecordEndpoint for the first control
+// plane's address). Device records and the event log are the devices
+// service's: the joiner reports its changes and events to it
+// (devices.Recorder) inside its own transactions, so a membership and its
+// device commit together.
 //
 // Every admission decision and its records commit in one transaction through
 // the store's group commit, so concurrent joins can never exceed a cluster's
@@ -31,6 +35,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/secretbox"
 	"github.com/ztpd/ztpd/joiner/pki"
 	"github.com/ztpd/ztpd/joiner/tokens"
@@ -118,18 +123,22 @@ type Options struct {
 	// ReportURL is where nodes POST joined/failed; default BaseURL +
 	// /join/report. Empty (and no BaseURL): bundles carry no report step.
 	ReportURL string
-	Now       func() time.Time
-	Log       *slog.Logger
+	// Devices records the device records and events the joiner changes,
+	// inside its own transactions (the devices service); required.
+	Devices devices.Recorder
+	Now     func() time.Time
+	Log     *slog.Logger
 }
 
 // Service is the joiner.
 type Service struct {
-	store core.Store
-	keys  *secretbox.Keyring
-	opts  Options
-	rules []compiledRule
-	now   func() time.Time
-	log   *slog.Logger
+	store   core.Store
+	keys    *secretbox.Keyring
+	devices devices.Recorder
+	opts    Options
+	rules   []compiledRule
+	now     func() time.Time
+	log     *slog.Logger
 
 	mu    sync.RWMutex
 	cache map[string]*clusterKeys // opened cluster secrets by cluster id
@@ -140,8 +149,8 @@ type Service struct {
 
 // New builds the service over an opened store and keyring.
 func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, error) {
-	if store == nil || keys == nil {
-		return nil, errors.New("joiner: store and keyring are required")
+	if store == nil || keys == nil || opts.Devices == nil {
+		return nil, errors.New("joiner: store, keyring and device recorder are required")
 	}
 	if opts.EnrollmentTTL <= 0 {
 		opts.EnrollmentTTL = time.Hour
@@ -169,7 +178,7 @@ func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, err
 	if err != nil {
 		return nil, err
 	}
-	return &Service{store: store, keys: keys, opts: opts, rules: rules, now: opts.Now, log: opts.Log,
+	return &Service{store: store, keys: keys, devices: opts.Devices, opts: opts, rules: rules, now: opts.Now, log: opts.Log,
 		cache: map[string]*clusterKeys{}, bindKick: make(chan string, 64)}, nil
 }
 
@@ -259,9 +268,10 @@ func (s *Service) forget(clusterID string) {
 	s.mu.Unlock()
 }
 
-func event(tx core.Tx, now time.Time, typ, device, cluster, msg string, fields map[string]string) error {
-	_, err := tx.Events().Append(core.Event{Time: now.UTC(), Type: typ, Device: device, Cluster: cluster, Message: msg, Fields: fields})
-	return err
+// event records what happened inside tx through the devices service, the
+// event log's owner.
+func (s *Service) event(tx core.Tx, now time.Time, typ, device, cluster, msg string, fields map[string]string) error {
+	return s.devices.Record(tx, core.Event{Time: now.UTC(), Type: typ, Device: device, Cluster: cluster, Message: msg, Fields: fields})
 }
 
 // joinState is the joiner's bookkeeping of cluster.

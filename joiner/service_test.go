@@ -6,8 +6,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/store/boltstore"
 	"github.com/ztpd/ztpd/internal/store/storetest"
 	"github.com/ztpd/ztpd/joiner/pki"
@@ -51,6 +54,7 @@ func newEnv(t *testing.T, opts Options) *env {
 	f := storetest.Open(t)
 	clk := &clock{t: time.Now().UTC().Truncate(time.Second)} // real time: TLS peers check certificate validity
 	opts.Now = clk.now
+	opts.Devices = recorder(t, f.Store)
 	svc, err := New(f.Store, f.Keys, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -61,6 +65,14 @@ func newEnv(t *testing.T, opts Options) *env {
 	}
 	t.Cleanup(func() { cl.Close(context.Background()) })
 	return &env{t: t, dir: f.Dir, store: f.Store, svc: svc, cl: cl, clk: clk}
+}
+
+// recorder is the devices service over st, as the app builds it for the
+// joiner; it is closed before the store.
+func recorder(tb testing.TB, st core.Store) *devices.Service {
+	d := devices.New(devices.Options{Store: st, Log: slog.New(slog.DiscardHandler)})
+	tb.Cleanup(func() { d.Close() })
+	return d
 }
 
 // approveAll is an auto-approve rule matching every device, control planes
@@ -555,12 +567,27 @@ func TestScaleReportAndSweep(t *testing.T) {
 		bundles = append(bundles, e.must(e.join("prod", i)))
 		e.clk.add(time.Second)
 	}
-	// Reports: the first control plane joined makes the cluster Running.
+	// The cluster is Running from its provisioning on, before any member
+	// can report (the clusters service's state, never the joiner's); the
+	// first control plane reporting joined marks it initialised and leaves
+	// the cluster record alone.
+	before := e.getCluster(c.ID)
+	if before.State != core.ClusterRunning {
+		t.Fatalf("cluster state %s before any report", before.State)
+	}
 	if _, err := e.svc.Report(bg, bundles[0].ReportToken(), ReportJoined, ""); err != nil {
 		t.Fatal(err)
 	}
-	if cl := e.getCluster(c.ID); cl.State != core.ClusterRunning {
-		t.Fatalf("cluster state %s", cl.State)
+	if cl := e.getCluster(c.ID); !reflect.DeepEqual(cl, before) {
+		t.Fatalf("a report changed the cluster record:\n%+v\n%+v", before, cl)
+	}
+	var rt core.JoinState
+	e.store.View(func(tx core.Tx) error { var err error; rt, err = joinState(tx, c.ID); return err })
+	if !rt.Initialized || rt.FirstControlPlane != bundles[0].Device {
+		t.Fatalf("join state after the first control plane's report: %+v", rt)
+	}
+	if d := e.device(bundles[0].Device); d.State != core.StateJoined || d.Cluster != c.ID || d.Role != RoleControlPlane {
+		t.Fatalf("device record after its report: %+v", d)
 	}
 	ms, err := e.svc.Report(bg, bundles[1].ReportToken(), ReportFailed, "kubeadm step 1 failed")
 	if err != nil || ms.State != core.StateFailed || !strings.Contains(ms.History[len(ms.History)-1].Reason, "kubeadm step 1 failed") {

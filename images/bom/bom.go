@@ -20,11 +20,14 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/ztpd/ztpd/internal/semver"
 )
 
 //go:embed kubernetes-*.yaml
@@ -126,7 +129,6 @@ type Item struct {
 func (it Item) Pinned() bool { return it.SHA256 != "" }
 
 var (
-	semverRe  = regexp.MustCompile(`^(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})$`)
 	hexRe     = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	nameRe    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 	versionRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$`)
@@ -178,7 +180,7 @@ func Load(file string) (*BOM, error) {
 
 // Builtin returns the embedded BOM of a Kubernetes version ("1.31.4").
 func Builtin(version string) (*BOM, error) {
-	if !semverRe.MatchString(version) {
+	if _, ok := parseVersion(version); !ok {
 		return nil, fmt.Errorf("kubernetes version %q: want MAJOR.MINOR.PATCH, e.g. 1.31.4", version)
 	}
 	data, err := builtin.ReadFile("kubernetes-" + version + ".yaml")
@@ -196,33 +198,40 @@ func Builtin(version string) (*BOM, error) {
 // BuiltinVersions lists the embedded BOMs' Kubernetes versions, oldest first.
 func BuiltinVersions() []string {
 	ents, _ := builtin.ReadDir(".")
-	var vs []string
+	type named struct {
+		v    semver.Version
+		name string
+	}
+	var vs []named
 	for _, e := range ents {
-		v := strings.TrimSuffix(strings.TrimPrefix(e.Name(), "kubernetes-"), ".yaml")
-		if semverRe.MatchString(v) {
-			vs = append(vs, v)
+		name := strings.TrimSuffix(strings.TrimPrefix(e.Name(), "kubernetes-"), ".yaml")
+		if v, ok := parseVersion(name); ok {
+			vs = append(vs, named{v, name})
 		}
 	}
-	sort.Slice(vs, func(i, j int) bool { return versionLess(vs[i], vs[j]) })
-	return vs
+	slices.SortFunc(vs, func(a, b named) int { return a.v.Compare(b.v) })
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = v.name
+	}
+	return out
 }
 
-func versionLess(a, b string) bool {
-	pa, pb := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < 3; i++ {
-		x, _ := strconv.Atoi(pa[i])
-		y, _ := strconv.Atoi(pb[i])
-		if x != y {
-			return x < y
-		}
-	}
-	return false
+// parseVersion parses a BOM's Kubernetes version: semver.Parse in its one
+// canonical spelling (no leading zeros, at most four digits a part). The
+// version names the embedded file (kubernetes-<v>.yaml) and is expanded
+// into URLs and ISO paths, so a release must have exactly one spelling;
+// CloudStack's API also takes "1.31.04", which is why semver.Parse does
+// not check this.
+func parseVersion(s string) (semver.Version, bool) {
+	v, err := semver.Parse(s)
+	return v, err == nil && v.String() == s && max(v.Major, v.Minor, v.Patch) <= 9999
 }
 
 // Validate checks the whole BOM, including every template for every arch, so
 // that Resolve cannot fail on a BOM that validated.
 func (b *BOM) Validate() error {
-	if !semverRe.MatchString(b.KubernetesVersion) {
+	if _, ok := parseVersion(b.KubernetesVersion); !ok {
 		return fmt.Errorf("bom: kubernetesVersion %q: want MAJOR.MINOR.PATCH, e.g. 1.31.4", b.KubernetesVersion)
 	}
 	if len(b.Arches) == 0 {

@@ -1,6 +1,7 @@
 package bom
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -175,6 +176,31 @@ func FuzzParse(f *testing.F) {
 					t.Fatalf("mode %v", it.Mode)
 				}
 			}
+		}
+	})
+}
+
+// TestVersionSpelling: a BOM's version is semver.Parse's in its one
+// canonical spelling, exactly what the pattern it replaced accepted.
+func TestVersionSpelling(t *testing.T) {
+	was := regexp.MustCompile(`^(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})$`)
+	for _, s := range []string{"1.31.4", "0.0.0", "9999.9999.9999", "1.31.04", "01.2.3", "1.2.10000", "1.2", "1.2.3.4", "v1.2.3",
+		"1.2.3-rc1", "+1.2.3", "1.2. 3", "1..3", "", "1.2.0000", "10.20.30", "1.2.3\n"} {
+		if _, ok := parseVersion(s); ok != was.MatchString(s) {
+			t.Errorf("%q: accepted %v, the pattern %v", s, ok, was.MatchString(s))
+		}
+	}
+}
+
+func FuzzVersionSpelling(f *testing.F) {
+	was := regexp.MustCompile(`^(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})$`)
+	for _, s := range []string{"1.31.4", "1.31.04", "9999.0.0", "10000.0.0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, ok := parseVersion(s)
+		if ok != was.MatchString(s) || ok && v.String() != s {
+			t.Fatalf("%q: accepted %v as %v", s, ok, v)
 		}
 	})
 }

@@ -30,6 +30,7 @@ func (a *App) buildJoiner() error {
 		Bindings:      bindingsOf(&a.Cfg),
 		AutoApprove:   rules,
 		BaseURL:       a.Endpoints.Join(),
+		Devices:       a.Devices, // built before the joiner
 		Log:           a.Log.With("part", "joiner"),
 	})
 	if err != nil {

@@ -251,3 +251,17 @@ func (s *Service) Kubeconfig(ctx context.Context, caller Caller, ref string) (co
 		"account", caller.AccountName(), "serial", kc.Serial, "not_after", kc.NotAfter)
 	return c, kc.Config, nil
 }
+
+// RecordEndpoint records hostPort, the address of a cluster's first control
+// plane, as the API server endpoint of cluster id when the cluster has none
+// (none was given at creation and it has no external load balancer). The
+// joiner calls it inside the transaction that issues that control plane's
+// bundle. It returns the cluster as stored.
+func RecordEndpoint(tx core.Tx, id, hostPort string, now time.Time) (core.Cluster, error) {
+	c, err := tx.Clusters().Get(id)
+	if err != nil || c.Endpoint != "" {
+		return c, err
+	}
+	c.Endpoint, c.UpdatedAt = "https://"+hostPort+"/", now
+	return c, tx.Clusters().Put(c)
+}

@@ -864,3 +864,33 @@ func TestKubeconfigUserNames(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordEndpoint: the first control plane's address becomes the API
+// endpoint of a cluster that has none, once; one given at creation stays.
+func TestRecordEndpoint(t *testing.T) {
+	st := storetest.Store(t)
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	storetest.Update(t, st, func(tx core.Tx) error {
+		if err := tx.Clusters().Put(core.Cluster{ID: "a", Name: "a", State: core.ClusterRunning}); err != nil {
+			return err
+		}
+		return tx.Clusters().Put(core.Cluster{ID: "b", Name: "b", State: core.ClusterRunning, Endpoint: "https://api.example:443/"})
+	})
+	storetest.Update(t, st, func(tx core.Tx) error {
+		for _, ep := range []string{"[2001:db8::1]:6443", "10.99.1.3:6443"} {
+			if _, err := RecordEndpoint(tx, "a", ep, t0); err != nil {
+				return err
+			}
+		}
+		_, err := RecordEndpoint(tx, "b", "10.99.1.2:6443", t0)
+		return err
+	})
+	storetest.View(t, st, func(tx core.Tx) error {
+		a, _ := tx.Clusters().Get("a")
+		b, _ := tx.Clusters().Get("b")
+		if a.Endpoint != "https://[2001:db8::1]:6443/" || !a.UpdatedAt.Equal(t0) || b.Endpoint != "https://api.example:443/" || !b.UpdatedAt.IsZero() {
+			t.Fatalf("endpoints %q (%v), %q (%v)", a.Endpoint, a.UpdatedAt, b.Endpoint, b.UpdatedAt)
+		}
+		return nil
+	})
+}

@@ -9,9 +9,11 @@ import (
 	"github.com/ztpd/ztpd/internal/semver"
 )
 
+// MinVersion is the oldest Kubernetes version accepted (semver.MinKubernetes).
+var MinVersion = semver.MinKubernetes.String()
+
 // CloudStack's Kubernetes rules.
 const (
-	MinVersion            = "1.11.0" // oldest Kubernetes version accepted
 	MinVersionHA          = "1.16.0" // more than one control node needs this
 	MinVersionAutoscaling = "1.15.0"
 	MinNodeCPU            = 2    // mincpunumber floor (vCPUs)

@@ -42,7 +42,7 @@ func (s *Service) AddVersion(ctx context.Context, caller Caller, spec VersionSpe
 	if err != nil {
 		return core.Version{}, &core.Error{Kind: core.KindInvalid, Msg: err.Error()}
 	}
-	if sv.Compare(semver.MustParse(MinVersion)) < 0 {
+	if sv.Less(semver.MinKubernetes) {
 		return core.Version{}, core.Errorf(core.KindInvalid, "New supported Kubernetes version cannot be added as %s is minimum version supported by Kubernetes Service", MinVersion)
 	}
 	if spec.MinCPU == 0 {

@@ -2,9 +2,11 @@ package devices
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"testing"
 	"time"
 
@@ -194,5 +196,78 @@ func TestCarriedBatch(t *testing.T) {
 	storetest.View(t, st, func(tx core.Tx) error { var err error; n, err = tx.Devices().Count(); return err })
 	if n != 10 || count(t, st, core.DeviceEvents) != 10 {
 		t.Fatalf("%d devices, %d events stored", n, count(t, st, core.DeviceEvents))
+	}
+}
+
+// TestRecorderInCallersTransaction: the joiner's changes land in its own
+// transaction: a record it changes must exist, one it may create starts as
+// NewRecord, an error from its change writes nothing, and its events are
+// appended with it.
+func TestRecorderInCallersTransaction(t *testing.T) {
+	st := storetest.Store(t)
+	s := New(Options{Store: st, Log: quiet()})
+	defer s.Close()
+	const id = "52:54:00:00:00:02"
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	storetest.View(t, st, func(tx core.Tx) error {
+		if _, err := s.Change(tx, id, t0, func(*core.Device) error { return nil }); !errors.Is(err, core.ErrNotFound) {
+			t.Fatalf("Change of a device without a record: %v", err)
+		}
+		return nil
+	})
+	refused := errors.New("refused")
+	if err := st.Update(func(tx core.Tx) error {
+		_, err := s.ChangeOrCreate(tx, id, t0, func(d *core.Device) error { d.Cluster = "c1"; return refused })
+		return err
+	}); !errors.Is(err, refused) {
+		t.Fatalf("refused change: %v", err)
+	}
+	storetest.View(t, st, func(tx core.Tx) error {
+		if _, err := tx.Devices().Get(id); !errors.Is(err, core.ErrNotFound) {
+			t.Fatalf("a refused change was stored: %v", err)
+		}
+		return nil
+	})
+	storetest.Update(t, st, func(tx core.Tx) error {
+		d, err := s.ChangeOrCreate(tx, id, t0, func(d *core.Device) error { d.Cluster = "c1"; return nil })
+		want := NewRecord(id, t0)
+		want.Cluster, want.UpdatedAt = "c1", t0
+		if err != nil || !reflect.DeepEqual(d, want) {
+			t.Fatalf("created %+v, %v; want %+v", d, err, want)
+		}
+		return s.Record(tx, core.Event{Time: t0, Type: "join.waiting", Device: id})
+	})
+	if d := device(t, st, id); d.Cluster != "c1" || d.State != core.StateDiscovered || d.Kind != core.KindUnknown || !d.FirstSeen.Equal(t0) {
+		t.Fatalf("stored %+v", d)
+	}
+	if n := count(t, st, core.AuditEvents); n != 1 {
+		t.Fatalf("%d events", n)
+	}
+}
+
+// TestLearnJoin: a join request fills in facts and never replaces a
+// recorded serial or product (it is refused instead); the kind counts only
+// for a device nothing classified.
+func TestLearnJoin(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	cur := core.Device{ID: "m", MAC: "m", Kind: core.KindONIE, Serial: "S1", Hostname: "old", IP: "10.99.0.9"}
+	before := cur
+	if LearnJoin(&cur, &core.Device{Kind: core.KindSONiC, Serial: "S2"}, now) || !reflect.DeepEqual(cur, before) {
+		t.Fatalf("a contradicting serial was learnt: %+v", cur)
+	}
+	if LearnJoin(&cur, &core.Device{Product: "P2"}, now) != true || cur.Product != "P2" {
+		t.Fatalf("a missing product was not learnt: %+v", cur)
+	}
+	if LearnJoin(&cur, &core.Device{Product: "P3"}, now) || cur.Product != "P2" {
+		t.Fatalf("a contradicting product was learnt: %+v", cur)
+	}
+	ok := LearnJoin(&cur, &core.Device{Kind: core.KindSONiC, Serial: "S1", Hostname: "new", SONiCVer: "SONiC.2", IP: "10.99.0.10"}, now)
+	if !ok || cur.Kind != core.KindONIE || cur.Hostname != "new" || cur.SONiCVer != "SONiC.2" || cur.IP != "10.99.0.10" ||
+		!cur.LastSeen.Equal(now) || !cur.UpdatedAt.Equal(now) {
+		t.Fatalf("learnt %+v", cur)
+	}
+	fresh := NewRecord("m2", now)
+	if !LearnJoin(&fresh, &core.Device{Kind: core.KindSONiC}, now) || fresh.Kind != core.KindSONiC {
+		t.Fatalf("an unclassified device did not take the stated kind: %+v", fresh)
 	}
 }

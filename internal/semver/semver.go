@@ -14,6 +14,11 @@ import (
 // Version is a Kubernetes release.
 type Version struct{ Major, Minor, Patch int }
 
+// MinKubernetes is the oldest Kubernetes release ztpd accepts: CloudStack's
+// minimum (its Kubernetes service adds no older version), which is also the
+// oldest kubeadm the join bundles drive (with command-line flags).
+var MinKubernetes = Version{1, 11, 0}
+
 // Parse accepts exactly three dot-separated decimal numbers, e.g. "1.31.4"
 // (no "v" prefix, no pre-release suffix), as CloudStack does.
 func Parse(s string) (Version, error) {

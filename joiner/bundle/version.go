@@ -41,9 +41,6 @@ const (
 	KubeadmV1Beta4 KubeadmAPI = "kubeadm.k8s.io/v1beta4"
 )
 
-// MinVersion is CloudStack's minimum supported Kubernetes version.
-var MinVersion = Version{Major: 1, Minor: 11}
-
 // KubeadmAPIFor picks the newest kubeadm config API the release reads.
 // The fields ztpd renders (bootstrapTokens, certificateKey,
 // controlPlaneEndpoint, certSANs, discovery.bootstrapToken) mean the same
@@ -51,8 +48,8 @@ var MinVersion = Version{Major: 1, Minor: 11}
 // adds encryptionAlgorithm.
 func KubeadmAPIFor(v Version) (KubeadmAPI, error) {
 	switch {
-	case v.Major != 1 || v.Less(MinVersion):
-		return "", fmt.Errorf("kubernetes %s is not supported (minimum %s)", v.Tag(), MinVersion.Tag())
+	case v.Major != 1 || v.Less(semver.MinKubernetes):
+		return "", fmt.Errorf("kubernetes %s is not supported (minimum %s)", v.Tag(), semver.MinKubernetes.Tag())
 	case v.AtLeast(1, 31):
 		return KubeadmV1Beta4, nil
 	case v.AtLeast(1, 22):

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/store/boltstore"
 	"github.com/ztpd/ztpd/internal/store/storetest"
 	"github.com/ztpd/ztpd/joiner"
@@ -34,7 +35,10 @@ func setup(t *testing.T, rules []joiner.Rule) *fixture {
 	f := &fixture{st: fs.Store}
 	f.srv = httptest.NewUnstartedServer(nil)
 	var err error
-	f.svc, err = joiner.New(fs.Store, fs.Keys, joiner.Options{AutoApprove: rules, BaseURL: "http://" + f.srv.Listener.Addr().String()})
+	dev := devices.New(devices.Options{Store: fs.Store})
+	t.Cleanup(func() { dev.Close() })
+	f.svc, err = joiner.New(fs.Store, fs.Keys, joiner.Options{AutoApprove: rules, BaseURL: "http://" + f.srv.Listener.Addr().String(),
+		Devices: dev})
 	if err != nil {
 		t.Fatal(err)
 	}
