@@ -8,7 +8,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -32,7 +31,7 @@ type AdminDeps struct {
 	Clusters *clusters.Service
 	ISOs     ISOStore
 	// ISOBaseURL is where devices and CloudStack fetch ISOs, e.g.
-	// http://10.99.0.1:8080/isos/ (the ZTP HTTP listener serves PathISOs).
+	// http://10.99.0.1:8080/isos/ (endpoints.Endpoints.ISOs).
 	ISOBaseURL string
 }
 
@@ -160,22 +159,6 @@ func adminJSON(w http.ResponseWriter, code int, v any) {
 
 func adminError(w http.ResponseWriter, code int, err error) {
 	adminJSON(w, code, map[string]string{"error": err.Error()})
-}
-
-// ISOBaseURL is the URL prefix ISOs are served under on the ZTP HTTP
-// listener: http://<advertise or listen host>:<port>/isos/.
-func ISOBaseURL(advertise, httpAddr string) string {
-	host, port, err := net.SplitHostPort(httpAddr)
-	if err != nil {
-		host, port = httpAddr, "80"
-	}
-	if advertise != "" {
-		host = advertise
-	}
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
-	}
-	return "http://" + net.JoinHostPort(host, port) + core.PathISOs
 }
 
 // Bootstrap creates the first admin API key when the store has none. The

@@ -346,8 +346,8 @@ func (a *App) mainHandler() http.Handler {
 	} else {
 		apiHandler = http.HandlerFunc(a.apiElsewhere)
 	}
-	mux.Handle(core.PathCloudStackAPI, apiHandler) // API paths stay in core until api/ moves them (lead)
-	mux.Handle(core.PathAPI, apiHandler)
+	mux.Handle(api.CloudStackPath, apiHandler)
+	mux.Handle(api.RESTPath, apiHandler)
 	return mux
 }
 
