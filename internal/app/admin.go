@@ -85,7 +85,7 @@ func (a *App) mountAdmin() {
 	})
 
 	// API keys, versions and ISOs of the CLI: api owns those handlers.
-	api.MountAdmin(m, api.AdminDeps{Keys: a.APIKeys, Clusters: a.Clusters, ISOs: a.Images, ISOBaseURL: a.Endpoints.ISOs()})
+	api.MountAdmin(m, api.AdminDeps{Keys: a.APIKeys, Clusters: a.Clusters, ISOs: a.Images, ISOBaseURL: a.Endpoints.ISOs()}, a.Log)
 }
 
 // answer writes v, or err by its kind.

@@ -4,7 +4,6 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -362,21 +361,7 @@ func (a *App) deviceGuard(listener string) httpserve.Guard {
 // shape.
 func (a *App) apiGuard(listener string) httpserve.Guard {
 	return httpserve.Guard{Listener: listener, MaxBody: httpserve.APIMaxBody,
-		BodyTimeout: a.Cfg.HTTP.ReadBodyTimeout.D(), Log: a.Log, ErrorBody: restErrorBody}
-}
-
-func restErrorBody(code int, reason string) []byte {
-	kind := "invalid"
-	switch code {
-	case http.StatusRequestEntityTooLarge:
-		kind = "too_large"
-	case http.StatusRequestTimeout:
-		kind = "timeout"
-	case http.StatusNotFound:
-		kind = "not_found"
-	}
-	b, _ := json.Marshal(map[string]any{"error": map[string]string{"code": kind, "message": reason}})
-	return append(b, '\n')
+		BodyTimeout: a.Cfg.HTTP.ReadBodyTimeout.D(), Log: a.Log, ErrorBody: httpserve.ErrorBodyOf}
 }
 
 // apiElsewhere answers API paths on the main listener when the API has a
@@ -394,11 +379,7 @@ func (a *App) apiElsewhere(w http.ResponseWriter, r *http.Request) {
 		}
 		where = scheme + "://" + net.JoinHostPort(host, port) + " (api.addr)"
 	}
-	body := restErrorBody(http.StatusNotFound, "the API is not served on this listener; it is at "+where)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusNotFound)
-	w.Write(body)
+	httpserve.WriteErrorCode(w, http.StatusNotFound, core.KindNotFound, "the API is not served on this listener; it is at "+where)
 }
 
 func firstNonEmpty(vals ...string) string {
