@@ -4,6 +4,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -97,10 +98,10 @@ type App struct {
 	// metadata serves the cloud-init paths on http.metadata_addr.
 	metadata http.Handler
 	// apiOnMain is the API when it is served on the main listener (http.addr
-	// on loopback, or api.insecure_plain_http); apiListener when it has its
-	// own (api.addr, or <http.addr host>:8443 with TLS).
-	apiOnMain   http.Handler
-	apiListener *api.Listener
+	// on loopback, or api.insecure_plain_http); apiOwn when it has its own
+	// (api.addr, or <http.addr host>:8443 with TLS).
+	apiOnMain http.Handler
+	apiOwn    *apiListen
 	// tftp is the TFTP listener's settings when tftp.enabled; Serve starts
 	// it with the shutdown grace.
 	tftp *ztptftp.Options
@@ -278,6 +279,14 @@ func (a *App) Close() error {
 // them down gracefully (bounded by grace) and returns the first failure.
 // Every HTTP listener runs through internal/httpserve with the http: limits.
 func (a *App) Serve(ctx context.Context, grace time.Duration) error {
+	// The API's certificate first: a bad one fails before anything listens.
+	var apiTLS *tls.Config
+	if a.apiOwn != nil && a.apiOwn.useTLS {
+		var err error
+		if apiTLS, err = a.apiTLS(a.apiOwn.addr); err != nil {
+			return fmt.Errorf("api: %w", err)
+		}
+	}
 	admin, err := a.adminListener()
 	if err != nil {
 		return err
@@ -301,8 +310,9 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 		runners = append(runners, listener("pprof", a.Cfg.Debug.PprofAddr, nil,
 			httpserve.Guard{Listener: "pprof", BodyTimeout: lim.ReadBodyTimeout, Log: a.Log}.Wrap(pprofMux())))
 	}
-	if a.apiListener != nil {
-		a.apiListener.Grace = grace
+	if l := a.apiOwn; l != nil {
+		runners = append(runners, &httpRunner{httpserve.Listener{Name: "api", Addr: l.addr, Handler: l.handler, TLS: apiTLS,
+			Limits: lim, Log: a.Log, Grace: grace}})
 	}
 	if a.Cfg.APIPlainOffLoopback() {
 		addr, _ := a.Cfg.APIListener()
@@ -368,12 +378,12 @@ func (a *App) apiGuard(listener string) httpserve.Guard {
 // listener of its own.
 func (a *App) apiElsewhere(w http.ResponseWriter, r *http.Request) {
 	where := "its own listener (api.addr)"
-	if a.apiListener != nil {
+	if a.apiOwn != nil {
 		scheme := "http"
-		if a.apiListener.UseTLS {
+		if a.apiOwn.useTLS {
 			scheme = "https"
 		}
-		host, port, _ := net.SplitHostPort(a.apiListener.Addr)
+		host, port, _ := net.SplitHostPort(a.apiOwn.addr)
 		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
 			host = firstNonEmpty(a.Cfg.AdvertiseAddr, "<this host>")
 		}
