@@ -213,6 +213,14 @@ func appendTimeField(buf []byte, name string, t time.Time) ([]byte, error) {
 
 const hexDigits = "0123456789abcdef"
 
+// jsonSafe marks the ASCII bytes a JSON string holds as they are (HTML-safe).
+var jsonSafe = func() (t [utf8.RuneSelf]bool) {
+	for b := 0x20; b < utf8.RuneSelf; b++ {
+		t[b] = b != '"' && b != '\\' && b != '<' && b != '>' && b != '&'
+	}
+	return t
+}()
+
 // appendJSONString appends s as a JSON string exactly as encoding/json
 // writes it with HTML escaping (its default): ", \ and control characters
 // escaped (\b \f \n \r \t by name), <, > and & as \u003c \u003e \u0026,
@@ -222,7 +230,7 @@ func appendJSONString(dst []byte, s string) []byte {
 	start := 0
 	for i := 0; i < len(s); {
 		if b := s[i]; b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
+			if jsonSafe[b] {
 				i++
 				continue
 			}
