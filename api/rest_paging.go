@@ -91,25 +91,13 @@ func collect[T, V any](list func(after string, fn core.Visit[T]) error, after st
 	return out, err
 }
 
-// writeRendered answers with the JSON of what render returns. When the
-// answer depends on nothing but the aggregates aggs and the request (path,
-// query, caller), and the store counts writes, it is kept in the response
-// cache and shared until one of aggs changes; pass no aggregates for an
-// answer that must not be kept (one filtered by a user key's clusters,
-// which depends on more).
-func (s *Server) writeRendered(c *gin.Context, render func() (any, error), aggs ...core.Aggregate) {
-	s.writeAppended(c, func(buf []byte) ([]byte, error) {
-		v, err := render()
-		if err != nil {
-			return buf, err
-		}
-		return appendEncoded(buf, v)
-	}, aggs...)
-}
-
-// writeAppended is writeRendered for an answer that fill appends to buf
-// (JSON without the final newline): the big listings, which write their
-// pages by hand (appendPage).
+// writeAppended answers with the JSON fill appends to buf (without the
+// final newline): the big listings, which write their pages by hand
+// (appendPage). When the answer depends on nothing but the aggregates aggs
+// and the request (path, query, caller), and the store counts writes, it
+// is kept in the response cache and shared until one of aggs changes; pass
+// no aggregates for an answer that must not be kept (one filtered by a
+// user key's clusters, which depends on more).
 func (s *Server) writeAppended(c *gin.Context, fill func(buf []byte) ([]byte, error), aggs ...core.Aggregate) {
 	g, ok := s.st.(core.Generations)
 	if !ok || len(aggs) == 0 {
