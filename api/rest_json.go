@@ -14,9 +14,10 @@ import (
 // (devices, leases, events): encoding/json's reflection was most of the
 // cost of rendering them. Each appender writes exactly the bytes
 // json.Marshal writes for the view type (field order, omitempty, HTML-safe
-// escaping, sorted map keys, RFC 3339 times); TestJSONAppendersMatchEncodingJSON
-// holds them to it. The API's JSON is the API's own: these know the view
-// types, not the storage format.
+// escaping, sorted map keys, RFC 3339 times): TestJSONAppendersMatchEncodingJSON,
+// TestAppendPageMatchesCollect and TestMergedEventsPage hold them to it.
+// The API's JSON is the API's own: these know the view types, not the
+// storage format.
 
 // appendPage appends one page of a listing as JSON, as json.Marshal
 // writes the page[V] collect returns: up to limit records that keep
