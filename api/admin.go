@@ -2,13 +2,11 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -18,6 +16,7 @@ import (
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/httpserve"
 )
 
 // ISOStore stores binaries ISOs (images/imagestore satisfies it).
@@ -32,7 +31,7 @@ type AdminDeps struct {
 	Clusters *clusters.Service
 	ISOs     ISOStore
 	// ISOBaseURL is where devices and CloudStack fetch ISOs, e.g.
-	// http://10.99.0.1:8080/isos/ (the ZTP HTTP listener serves PathISOs).
+	// http://10.99.0.1:8080/isos/ (endpoints.Endpoints.ISOs).
 	ISOBaseURL string
 }
 
@@ -54,54 +53,37 @@ type VersionAddResult struct {
 
 // MountAdmin registers local admin operations on the admin socket's mux.
 // The socket's file mode is their access control, so they act as admin.
-func MountAdmin(mux *http.ServeMux, d AdminDeps) {
+// Answers and errors go through httpserve's one writer (status from the
+// core error kind). log records internal errors (answered with a request
+// id only).
+func MountAdmin(mux *http.ServeMux, d AdminDeps, log *slog.Logger) {
+	answer := func(w http.ResponseWriter, r *http.Request, code int, v any, err error) {
+		if err != nil {
+			httpserve.WriteError(w, r, log, err)
+			return
+		}
+		httpserve.WriteJSON(w, code, v)
+	}
 	mux.HandleFunc("POST /admin/apikeys", func(w http.ResponseWriter, r *http.Request) {
 		role, err := apikeys.ParseRole(r.URL.Query().Get("role"))
 		if err != nil {
-			adminError(w, http.StatusBadRequest, err)
+			answer(w, r, 0, nil, err)
 			return
 		}
 		info, secret, err := d.Keys.CreateInAccount(r.URL.Query().Get("name"), r.URL.Query().Get("account"), role)
-		if err != nil {
-			adminError(w, http.StatusBadRequest, err)
-			return
-		}
-		adminJSON(w, http.StatusCreated, NewKeyResult{Info: info, SecretKey: secret})
+		answer(w, r, http.StatusCreated, NewKeyResult{Info: info, SecretKey: secret}, err)
 	})
 	mux.HandleFunc("GET /admin/apikeys", func(w http.ResponseWriter, r *http.Request) {
 		list, err := d.Keys.List()
-		if err != nil {
-			adminError(w, http.StatusInternalServerError, err)
-			return
-		}
-		adminJSON(w, http.StatusOK, list)
+		answer(w, r, http.StatusOK, list, err)
 	})
 	mux.HandleFunc("DELETE /admin/apikeys/{key}", func(w http.ResponseWriter, r *http.Request) {
 		info, err := d.Keys.Revoke(r.PathValue("key"))
-		if err != nil {
-			code := http.StatusBadRequest
-			if errors.Is(err, core.ErrNotFound) {
-				code = http.StatusNotFound
-			}
-			adminError(w, code, err)
-			return
-		}
-		adminJSON(w, http.StatusOK, info)
+		answer(w, r, http.StatusOK, info, err)
 	})
 	mux.HandleFunc("POST /admin/versions", func(w http.ResponseWriter, r *http.Request) {
 		res, err := addVersionFromISO(r.Context(), d, r)
-		if err != nil {
-			code := http.StatusBadRequest
-			switch core.KindOf(err) {
-			case core.KindConflict:
-				code = http.StatusConflict
-			case core.KindInternal:
-				code = http.StatusInternalServerError
-			}
-			adminError(w, code, err)
-			return
-		}
-		adminJSON(w, http.StatusCreated, res)
+		answer(w, r, http.StatusCreated, res, err)
 	})
 }
 
@@ -148,34 +130,6 @@ func addVersionFromISO(ctx context.Context, d AdminDeps, r *http.Request) (Versi
 	}
 	res.Version = v
 	return res, nil
-}
-
-func adminJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-}
-
-func adminError(w http.ResponseWriter, code int, err error) {
-	adminJSON(w, code, map[string]string{"error": err.Error()})
-}
-
-// ISOBaseURL is the URL prefix ISOs are served under on the ZTP HTTP
-// listener: http://<advertise or listen host>:<port>/isos/.
-func ISOBaseURL(advertise, httpAddr string) string {
-	host, port, err := net.SplitHostPort(httpAddr)
-	if err != nil {
-		host, port = httpAddr, "80"
-	}
-	if advertise != "" {
-		host = advertise
-	}
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
-	}
-	return "http://" + net.JoinHostPort(host, port) + core.PathISOs
 }
 
 // Bootstrap creates the first admin API key when the store has none. The

@@ -6,8 +6,6 @@ import (
 	"strings"
 
 	"github.com/gin-gonic/gin"
-
-	"github.com/ztpd/ztpd/internal/core"
 )
 
 // The REST API (/api/v1/) is split by resource: rest_auth.go (signatures,
@@ -25,11 +23,11 @@ var openAPIDoc []byte
 func OpenAPI() []byte { return openAPIDoc }
 
 func (s *Server) routeREST(e *gin.Engine) {
-	e.GET(core.PathOpenAPI, func(c *gin.Context) {
+	e.GET(OpenAPIPath, func(c *gin.Context) {
 		c.Set("op", "openapi")
 		c.Data(http.StatusOK, "application/json", openAPIDoc)
 	})
-	g := e.Group(strings.TrimSuffix(core.PathAPI, "/"), s.restAuth)
+	g := e.Group(strings.TrimSuffix(RESTPath, "/"), s.restAuth)
 	admin := requireAdmin
 
 	g.GET("/devices", s.listDevices)

@@ -120,7 +120,7 @@ func (s *Server) accepted(c *gin.Context, j core.Job, err error) {
 		s.restFail(c, err)
 		return
 	}
-	c.Header("Location", core.PathAPI+"jobs/"+j.ID)
+	c.Header("Location", RESTPath+"jobs/"+j.ID)
 	httpserve.WriteJSON(c.Writer, http.StatusAccepted, struct {
 		Job restJob `json:"job"`
 	}{rj})

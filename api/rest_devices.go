@@ -95,20 +95,19 @@ func (s *Server) listDevices(c *gin.Context) {
 				(approved == "" || strconv.FormatBool(d.Approved) == approved)
 		}
 	}
-	render := func() (any, error) {
-		var p page[restDevice]
+	fill := func(buf []byte) ([]byte, error) {
 		err := s.st.View(func(tx core.Tx) error {
 			var err error
-			p, err = collect(tx.Devices().List, after, limit, devicePos, keep, restDeviceOf)
+			buf, err = appendPage(buf, tx.Devices().List, after, limit, devicePos, keep, appendDeviceView)
 			return err
 		})
-		return p, err
+		return buf, err
 	}
 	if own != nil { // depends on the caller's clusters too: never kept
-		s.writeRendered(c, render)
+		s.writeAppended(c, fill)
 		return
 	}
-	s.writeRendered(c, render, core.AggDevices)
+	s.writeAppended(c, fill, core.AggDevices)
 }
 
 func (s *Server) getDevice(c *gin.Context) {
@@ -218,18 +217,17 @@ func (s *Server) listLeases(c *gin.Context) {
 			return (macs == nil || macs[l.MAC]) && (state == "" || string(l.State) == state) && (subnet == "" || l.Subnet == subnet) && (mac == "" || l.MAC == mac)
 		}
 	}
-	render := func() (any, error) {
-		var p page[restLease]
+	fill := func(buf []byte) ([]byte, error) {
 		err := s.st.View(func(tx core.Tx) error {
 			var err error
-			p, err = collect(tx.Leases().List, after, limit, leasePos, keep, restLeaseOf)
+			buf, err = appendPage(buf, tx.Leases().List, after, limit, leasePos, keep, appendLeaseView)
 			return err
 		})
-		return p, err
+		return buf, err
 	}
 	if macs != nil {
-		s.writeRendered(c, render)
+		s.writeAppended(c, fill)
 		return
 	}
-	s.writeRendered(c, render, core.AggLeases)
+	s.writeAppended(c, fill, core.AggLeases)
 }

@@ -1,8 +1,6 @@
 package api
 
 import (
-	"cmp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,15 +75,14 @@ func (s *Server) listEvents(c *gin.Context) {
 		return
 	}
 	// Events change all the time: not worth keeping in the response cache.
-	s.writeRendered(c, func() (any, error) { return s.eventsPage(streams, limit, after, keep) })
+	s.writeAppended(c, func(buf []byte) ([]byte, error) { return s.appendEventsPage(buf, streams, limit, after, keep) })
 }
 
-// eventsPage reads one page of events after sequence number after. From
-// one stream it is an ordinary listing; from several, whose sequence
-// numbers share one order, each contributes up to limit+1 kept events and
-// the page is their merge in sequence order.
-func (s *Server) eventsPage(streams []core.EventStream, limit int, after uint64, keep func(core.Event) bool) (page[restEvent], error) {
-	var out page[restEvent]
+// appendEventsPage appends one page of events after sequence number
+// after. From one stream it is an ordinary listing; from several, whose
+// sequence numbers share one order, each contributes up to limit+1 kept
+// events and the page is their merge in sequence order.
+func (s *Server) appendEventsPage(buf []byte, streams []core.EventStream, limit int, after uint64, keep func(core.Event) bool) ([]byte, error) {
 	err := s.st.View(func(tx core.Tx) error {
 		if len(streams) == 1 {
 			list := func(pos string, fn core.Visit[core.Event]) error {
@@ -93,37 +90,52 @@ func (s *Server) eventsPage(streams []core.EventStream, limit int, after uint64,
 				return tx.Events().List(streams[0], after, fn)
 			}
 			var err error
-			out, err = collect(list, eventPos(after), limit, func(e core.Event) string { return eventPos(e.Seq) }, keep, restEventOf)
+			buf, err = appendPage(buf, list, eventPos(after), limit, func(e core.Event) string { return eventPos(e.Seq) }, keep, appendEventView)
 			return err
 		}
-		var all []core.Event
-		for _, st := range streams {
-			n := 0
+		// Each stream is in sequence order already: merge, do not sort.
+		lists := make([][]core.Event, len(streams))
+		for i, st := range streams {
+			lists[i] = make([]core.Event, 0, limit+1)
 			err := tx.Events().List(st, after, func(e core.Event) (bool, error) {
 				if keep != nil && !keep(e) {
 					return true, nil
 				}
-				all = append(all, e)
-				n++
-				return n <= limit, nil
+				lists[i] = append(lists[i], e)
+				return len(lists[i]) <= limit, nil
 			})
 			if err != nil {
 				return err
 			}
 		}
-		slices.SortFunc(all, func(a, b core.Event) int { return cmp.Compare(a.Seq, b.Seq) })
-		more := len(all) > limit
-		if more {
-			all = all[:limit]
+		buf = append(buf, `{"items":[`...)
+		var last uint64
+		for n := 0; ; n++ {
+			next := -1
+			for i, l := range lists {
+				if len(l) > 0 && (next < 0 || l[0].Seq < lists[next][0].Seq) {
+					next = i
+				}
+			}
+			if next < 0 {
+				buf = appendPageEnd(buf, false, "")
+				return nil
+			}
+			if n == limit {
+				buf = appendPageEnd(buf, true, eventPos(last))
+				return nil
+			}
+			if n > 0 {
+				buf = append(buf, ',')
+			}
+			e := lists[next][0]
+			lists[next] = lists[next][1:]
+			last = e.Seq
+			var err error
+			if buf, err = appendEventView(buf, e); err != nil {
+				return err
+			}
 		}
-		out = page[restEvent]{Items: make([]restEvent, 0, len(all))}
-		for i := range all {
-			out.Items = append(out.Items, restEventOf(all[i]))
-		}
-		if more {
-			out.NextCursor = cursorOf(eventPos(all[len(all)-1].Seq))
-		}
-		return nil
 	})
-	return out, err
+	return buf, err
 }

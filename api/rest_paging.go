@@ -91,41 +91,30 @@ func collect[T, V any](list func(after string, fn core.Visit[T]) error, after st
 	return out, err
 }
 
-// writeRendered answers with the JSON of what render returns. When the
-// answer depends on nothing but the aggregates aggs and the request (path,
-// query, caller), and the store counts writes, it is kept in the response
-// cache and shared until one of aggs changes; pass no aggregates for an
-// answer that must not be kept (one filtered by a user key's clusters,
-// which depends on more).
-func (s *Server) writeRendered(c *gin.Context, render func() (any, error), aggs ...core.Aggregate) {
+// writeAppended answers with the JSON fill appends to buf (without the
+// final newline): the big listings, which write their pages by hand
+// (appendPage). When the answer depends on nothing but the aggregates aggs
+// and the request (path, query, caller), and the store counts writes, it
+// is kept in the response cache and shared until one of aggs changes; pass
+// no aggregates for an answer that must not be kept (one filtered by a
+// user key's clusters, which depends on more).
+func (s *Server) writeAppended(c *gin.Context, fill func(buf []byte) ([]byte, error), aggs ...core.Aggregate) {
 	g, ok := s.st.(core.Generations)
 	if !ok || len(aggs) == 0 {
-		bp := renderBufs.Get().(*bytes.Buffer)
-		bp.Reset()
-		v, err := render()
-		if err == nil {
-			err = json.NewEncoder(bp).Encode(v)
-		}
+		bp := renderBufs.Get().(*[]byte)
+		buf, err := fill((*bp)[:0])
 		if err != nil {
 			s.restFail(c, err)
 		} else {
-			httpserve.WriteJSONBody(c.Writer, http.StatusOK, bp.Bytes())
+			httpserve.WriteJSONBody(c.Writer, http.StatusOK, append(buf, '\n'))
 		}
-		if bp.Cap() <= maxPooledRender {
-			renderBufs.Put(bp)
-		}
+		putRenderBuf(bp, buf)
 		return
 	}
 	gen := g.Generation(aggs...) // before reading: see core.Generations
 	cred := credOf(c)
 	key := cacheKey(c.Request.Method, c.Request.URL.Path, c.Request.URL.RawQuery, cred.APIKey, string(cred.Role))
-	body, err := s.bodies.get(key, gen, func() ([]byte, error) {
-		v, err := render()
-		if err != nil {
-			return nil, err
-		}
-		return encodeJSON(v)
-	})
+	body, err := s.bodies.get(key, gen, func() ([]byte, error) { return renderBody(fill) })
 	if err != nil {
 		s.restFail(c, err)
 		return
@@ -136,22 +125,45 @@ func (s *Server) writeRendered(c *gin.Context, render func() (any, error), aggs 
 // encodeJSON is v's JSON (with a final newline, as httpserve.WriteJSON
 // writes it), exactly sized: for the response cache.
 func encodeJSON(v any) ([]byte, error) {
-	bp := renderBufs.Get().(*bytes.Buffer)
-	bp.Reset()
+	return renderBody(func(buf []byte) ([]byte, error) { return appendEncoded(buf, v) })
+}
+
+// renderBody is what fill appends, with a final newline, exactly sized.
+func renderBody(fill func(buf []byte) ([]byte, error)) ([]byte, error) {
+	bp := renderBufs.Get().(*[]byte)
+	buf, err := fill((*bp)[:0])
 	var out []byte
-	err := json.NewEncoder(bp).Encode(v)
 	if err == nil {
-		out = bytes.Clone(bp.Bytes())
+		out = append(make([]byte, 0, len(buf)+1), buf...)
+		out = append(out, '\n')
 	}
-	if bp.Cap() <= maxPooledRender {
-		renderBufs.Put(bp)
-	}
+	putRenderBuf(bp, buf)
 	return out, err
+}
+
+// appendEncoded appends v's JSON by encoding/json (as json.Marshal writes
+// it: HTML-safe).
+func appendEncoded(buf []byte, v any) ([]byte, error) {
+	bb := bytes.NewBuffer(buf)
+	if err := json.NewEncoder(bb).Encode(v); err != nil {
+		return buf, err
+	}
+	b := bb.Bytes()
+	return b[:len(b)-1], nil // the encoder's newline: the writers add theirs
 }
 
 // renderBufs recycles the buffers of answers that are not cached: a page
 // is tens of kilobytes, and allocating one per request is most of what the
 // collector would have to do. WriteJSONBody is done with it when it returns.
-var renderBufs = sync.Pool{New: func() any { return bytes.NewBuffer(make([]byte, 0, 64<<10)) }}
+var renderBufs = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
 
 const maxPooledRender = 1 << 20
+
+// putRenderBuf returns buf (grown from *bp) to the pool unless it grew too
+// big to keep.
+func putRenderBuf(bp *[]byte, buf []byte) {
+	if cap(buf) <= maxPooledRender {
+		*bp = buf[:0]
+		renderBufs.Put(bp)
+	}
+}

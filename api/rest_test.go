@@ -197,7 +197,7 @@ func TestOpenAPIDocumentCoversEveryRoute(t *testing.T) {
 	param := regexp.MustCompile(`:([a-z]+)`)
 	served := map[string]bool{}
 	for _, r := range e.srv.engine.Routes() {
-		if !strings.HasPrefix(r.Path, core.PathAPI) {
+		if !strings.HasPrefix(r.Path, RESTPath) {
 			continue
 		}
 		served[r.Method+" "+param.ReplaceAllString(r.Path, "{$1}")] = true
@@ -219,7 +219,7 @@ func TestOpenAPIDocumentCoversEveryRoute(t *testing.T) {
 		t.Fatalf("routes not documented: %v\ndocumented but not served: %v", missing, extra)
 	}
 	// The document is served, without authentication.
-	resp, err := http.Get(e.ts.URL + core.PathOpenAPI)
+	resp, err := http.Get(e.ts.URL + OpenAPIPath)
 	if err != nil {
 		t.Fatal(err)
 	}

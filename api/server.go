@@ -122,8 +122,8 @@ func New(d Deps) *Server {
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.Use(s.recoverAndObserve())
-	e.GET("/client/api", s.cloudStack)
-	e.POST("/client/api", s.cloudStack)
+	e.GET(CloudStackPath, s.cloudStack)
+	e.POST(CloudStackPath, s.cloudStack)
 	s.routeREST(e)
 	e.NoRoute(func(c *gin.Context) {
 		restRefuse(c, core.KindNotFound, "no such API path: "+c.Request.URL.Path)
@@ -141,8 +141,8 @@ func (s *Server) Handler() http.Handler { return s.engine }
 
 // Mount serves the API on mux (the ZTP HTTP listener's router).
 func (s *Server) Mount(mux *http.ServeMux) {
-	mux.Handle(core.PathCloudStackAPI, s.engine)
-	mux.Handle(core.PathAPI, s.engine)
+	mux.Handle(CloudStackPath, s.engine)
+	mux.Handle(RESTPath, s.engine)
 }
 
 // recoverAndObserve turns panics into 500s and records metrics and a debug
@@ -158,7 +158,7 @@ func (s *Server) recoverAndObserve() gin.HandlerFunc {
 				}
 			}
 			api := "rest"
-			if c.Request.URL.Path == core.PathCloudStackAPI {
+			if c.Request.URL.Path == CloudStackPath {
 				api = "cloudstack"
 			}
 			op := c.GetString("op")

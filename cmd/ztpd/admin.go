@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 
@@ -58,12 +57,6 @@ func (s *adminSession) do(method, path string, body io.Reader, out any) error {
 		return err
 	}
 	if resp.StatusCode/100 != 2 {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(raw, &e) == nil && e.Error != "" {
-			return fmt.Errorf("%s", e.Error)
-		}
 		return app.AdminError(resp, raw)
 	}
 	if out != nil {

@@ -186,6 +186,20 @@ func TestAPICommandGroups(t *testing.T) {
 	if strings.Contains(out, key.SecretKey) || strings.Contains(out, user.SecretKey) || !strings.Contains(out, key.APIKey) {
 		t.Fatalf("apikey list: %s", out)
 	}
+	// Admin socket refusals reach the operator as the service's sentence,
+	// not as the JSON error body they travel in.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"apikey", "create", "--role", "root"}, `role "root": use admin or user`},
+		{[]string{"apikey", "revoke", "AKnosuchkey"}, "AKnosuchkey"},
+	} {
+		_, err := runCLI(t, append([]string{dd}, c.args...)...)
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.ContainsAny(err.Error(), "{}") {
+			t.Errorf("%v: error %v, want a plain sentence with %q", c.args, err, c.want)
+		}
+	}
 	if _, err := runCLI(t, "cluster", "list", "--api-url", base); err == nil || !strings.Contains(err.Error(), "no API credentials") {
 		t.Fatalf("missing credentials: %v", err)
 	}

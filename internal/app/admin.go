@@ -15,14 +15,20 @@ import (
 	"github.com/ztpd/ztpd/internal/httpserve"
 )
 
+// Paths the main listener serves besides devices' and the API's.
+const (
+	HealthzPath = "/healthz"
+	MetricsPath = "/metrics"
+)
+
 // Every route of the admin socket (local CLI operations) and the health
 // check, in one place. The handlers only translate HTTP to a service call
 // and its answer: the domain logic is in the services (store backup,
 // images, clusters and the joiner, API keys), and every answer and error
 // goes through httpserve's one writer (status from the core error kind).
 func (a *App) mountAdmin() {
-	a.HTTPMux.HandleFunc("GET /healthz", a.healthz)
-	a.HTTPMux.Handle("GET /metrics", promhttp.Handler())
+	a.HTTPMux.HandleFunc("GET "+HealthzPath, a.healthz)
+	a.HTTPMux.Handle("GET "+MetricsPath, promhttp.Handler())
 	m := a.AdminMux
 	m.HandleFunc("GET /admin/status", a.healthz)
 	m.HandleFunc("GET /admin/backup", a.adminBackup)
@@ -79,7 +85,7 @@ func (a *App) mountAdmin() {
 	})
 
 	// API keys, versions and ISOs of the CLI: api owns those handlers.
-	api.MountAdmin(m, api.AdminDeps{Keys: a.APIKeys, Clusters: a.Clusters, ISOs: a.Images, ISOBaseURL: a.Endpoints.ISOs()})
+	api.MountAdmin(m, api.AdminDeps{Keys: a.APIKeys, Clusters: a.Clusters, ISOs: a.Images, ISOBaseURL: a.Endpoints.ISOs()}, a.Log)
 }
 
 // answer writes v, or err by its kind.

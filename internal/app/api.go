@@ -36,15 +36,13 @@ func (a *App) buildAPI() error {
 	sigs.MaxLifetime = a.Cfg.API.MaxSignatureLifetime.D()
 	srv := api.New(api.Deps{Log: a.Log.With("part", "api"), Store: a.Store, Clusters: cs, Keys: a.APIKeys,
 		Images: a.Images, AuthFailuresPerMinute: a.Cfg.API.AuthFailuresPerMinute, Signatures: &sigs})
-	// Off loopback the API gets a TLS listener of its own unless the
-	// operator opted out (config.APIListener); Serve mounts it otherwise.
+	// Off loopback the API gets a listener of its own, with TLS unless the
+	// operator opted out (config.APIListener); Serve runs it. Otherwise the
+	// main listener serves it.
 	if addr, useTLS := a.Cfg.APIListener(); addr == "" {
 		a.apiOnMain = srv.Handler()
 	} else {
-		a.apiListener = &api.Listener{Addr: addr, UseTLS: useTLS, Handler: a.apiGuard("api").Wrap(srv.Handler()),
-			TLS: a.Cfg.API.TLS, DataDir: a.Cfg.DataDir, Advertise: a.Cfg.AdvertiseAddr, Log: a.Log,
-			Limits: a.Cfg.HTTP.Limits()}
-		a.AddRunner(a.apiListener)
+		a.apiOwn = &apiListen{addr: addr, useTLS: useTLS, handler: a.apiGuard("api").Wrap(srv.Handler())}
 	}
 	a.AddRunner(runnerFunc{"job-pruner", func(ctx context.Context) error { return cs.RunPruner(ctx, time.Hour) }})
 

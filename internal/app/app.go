@@ -4,7 +4,7 @@ package app
 
 import (
 	"context"
-	"encoding/json"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -95,10 +95,10 @@ type App struct {
 	// metadata serves the cloud-init paths on http.metadata_addr.
 	metadata http.Handler
 	// apiOnMain is the API when it is served on the main listener (http.addr
-	// on loopback, or api.insecure_plain_http); apiListener when it has its
-	// own (api.addr, or <http.addr host>:8443 with TLS).
-	apiOnMain   http.Handler
-	apiListener *api.Listener
+	// on loopback, or api.insecure_plain_http); apiOwn when it has its own
+	// (api.addr, or <http.addr host>:8443 with TLS).
+	apiOnMain http.Handler
+	apiOwn    *apiListen
 	// tftp is the TFTP listener's settings when tftp.enabled; Serve starts
 	// it with the shutdown grace.
 	tftp *ztptftp.Options
@@ -248,6 +248,14 @@ func (a *App) Close() error {
 // them down gracefully (bounded by grace) and returns the first failure.
 // Every HTTP listener runs through internal/httpserve with the http: limits.
 func (a *App) Serve(ctx context.Context, grace time.Duration) error {
+	// The API's certificate first: a bad one fails before anything listens.
+	var apiTLS *tls.Config
+	if a.apiOwn != nil && a.apiOwn.useTLS {
+		var err error
+		if apiTLS, err = a.apiTLS(a.apiOwn.addr); err != nil {
+			return fmt.Errorf("api: %w", err)
+		}
+	}
 	admin, err := a.adminListener()
 	if err != nil {
 		return err
@@ -271,8 +279,9 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 		runners = append(runners, listener("pprof", a.Cfg.Debug.PprofAddr, nil,
 			httpserve.Guard{Listener: "pprof", BodyTimeout: lim.ReadBodyTimeout, Log: a.Log}.Wrap(pprofMux())))
 	}
-	if a.apiListener != nil {
-		a.apiListener.Grace = grace
+	if l := a.apiOwn; l != nil {
+		runners = append(runners, &httpRunner{httpserve.Listener{Name: "api", Addr: l.addr, Handler: l.handler, TLS: apiTLS,
+			Limits: lim, Log: a.Log, Grace: grace}})
 	}
 	if a.Cfg.APIPlainOffLoopback() {
 		addr, _ := a.Cfg.APIListener()
@@ -315,8 +324,8 @@ func (a *App) mainHandler() http.Handler {
 	} else {
 		apiHandler = http.HandlerFunc(a.apiElsewhere)
 	}
-	mux.Handle(core.PathCloudStackAPI, apiHandler) // API paths stay in core until api/ moves them (lead)
-	mux.Handle(core.PathAPI, apiHandler)
+	mux.Handle(api.CloudStackPath, apiHandler)
+	mux.Handle(api.RESTPath, apiHandler)
 	return mux
 }
 
@@ -331,43 +340,25 @@ func (a *App) deviceGuard(listener string) httpserve.Guard {
 // shape.
 func (a *App) apiGuard(listener string) httpserve.Guard {
 	return httpserve.Guard{Listener: listener, MaxBody: httpserve.APIMaxBody,
-		BodyTimeout: a.Cfg.HTTP.ReadBodyTimeout.D(), Log: a.Log, ErrorBody: restErrorBody}
-}
-
-func restErrorBody(code int, reason string) []byte {
-	kind := "invalid"
-	switch code {
-	case http.StatusRequestEntityTooLarge:
-		kind = "too_large"
-	case http.StatusRequestTimeout:
-		kind = "timeout"
-	case http.StatusNotFound:
-		kind = "not_found"
-	}
-	b, _ := json.Marshal(map[string]any{"error": map[string]string{"code": kind, "message": reason}})
-	return append(b, '\n')
+		BodyTimeout: a.Cfg.HTTP.ReadBodyTimeout.D(), Log: a.Log, ErrorBody: httpserve.ErrorBodyOf}
 }
 
 // apiElsewhere answers API paths on the main listener when the API has a
 // listener of its own.
 func (a *App) apiElsewhere(w http.ResponseWriter, r *http.Request) {
 	where := "its own listener (api.addr)"
-	if a.apiListener != nil {
+	if a.apiOwn != nil {
 		scheme := "http"
-		if a.apiListener.UseTLS {
+		if a.apiOwn.useTLS {
 			scheme = "https"
 		}
-		host, port, _ := net.SplitHostPort(a.apiListener.Addr)
+		host, port, _ := net.SplitHostPort(a.apiOwn.addr)
 		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
 			host = firstNonEmpty(a.Cfg.AdvertiseAddr, "<this host>")
 		}
 		where = scheme + "://" + net.JoinHostPort(host, port) + " (api.addr)"
 	}
-	body := restErrorBody(http.StatusNotFound, "the API is not served on this listener; it is at "+where)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusNotFound)
-	w.Write(body)
+	httpserve.WriteErrorCode(w, http.StatusNotFound, core.KindNotFound, "the API is not served on this listener; it is at "+where)
 }
 
 func firstNonEmpty(vals ...string) string {

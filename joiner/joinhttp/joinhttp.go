@@ -31,6 +31,7 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/httpserve"
 	"github.com/ztpd/ztpd/joiner"
+	"github.com/ztpd/ztpd/ztp/endpoints"
 )
 
 // Service is what the adapter needs from the joiner.
@@ -65,10 +66,10 @@ func New(svc Service, log *slog.Logger) *Handler {
 
 // Mount registers the routes on mux (for example the ZTP server's mux).
 func (h *Handler) Mount(mux *http.ServeMux) {
-	mux.HandleFunc("POST "+core.PathJoin+"{$}", h.join)
+	mux.HandleFunc("POST "+endpoints.JoinPath+"{$}", h.join)
 	mux.HandleFunc("POST /join", h.join)
-	mux.HandleFunc("GET "+core.PathJoin+"cloud-config", h.cloudConfig)
-	mux.HandleFunc("POST "+core.PathJoin+"report", h.report)
+	mux.HandleFunc("GET "+endpoints.JoinPath+"cloud-config", h.cloudConfig)
+	mux.HandleFunc("POST "+endpoints.JoinPath+"report", h.report)
 	mux.HandleFunc("GET "+joiner.PluginPath, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/x-python; charset=utf-8")
 		w.Write(sonicPlugin)
