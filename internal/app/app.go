@@ -340,7 +340,7 @@ func (a *App) deviceGuard(listener string) httpserve.Guard {
 // shape.
 func (a *App) apiGuard(listener string) httpserve.Guard {
 	return httpserve.Guard{Listener: listener, MaxBody: httpserve.APIMaxBody,
-		BodyTimeout: a.Cfg.HTTP.ReadBodyTimeout.D(), Log: a.Log, ErrorBody: httpserve.ErrorBodyOf}
+		BodyTimeout: a.Cfg.HTTP.ReadBodyTimeout.D(), Log: a.Log}
 }
 
 // apiElsewhere answers API paths on the main listener when the API has a

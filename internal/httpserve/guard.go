@@ -40,9 +40,7 @@ type Guard struct {
 	// device-facing handlers: devices never see server paths or internal
 	// error text.
 	HideErrors bool
-	// ErrorBody renders a refusal; nil gives {"error": reason, "status": code}.
-	ErrorBody func(code int, reason string) []byte
-	Log       *slog.Logger
+	Log        *slog.Logger
 }
 
 // Wrap returns h behind the guard.
@@ -55,9 +53,6 @@ func (g Guard) Wrap(h http.Handler) http.Handler {
 	}
 	if g.Log == nil {
 		g.Log = slog.Default()
-	}
-	if g.ErrorBody == nil {
-		g.ErrorBody = JSONError
 	}
 	return &guard{Guard: g, next: h}
 }
@@ -117,7 +112,7 @@ func (g *guard) refuse(w http.ResponseWriter, r *http.Request, code int, reason 
 	g.Log.Info("request refused", "listener", g.Listener, "path", r.URL.Path, "client", r.RemoteAddr, "status", code, "reason", reason)
 	h := w.Header()
 	h.Set("Connection", "close") // the rest of the body is never read
-	writeBody(w, code, g.ErrorBody(code, reason))
+	writeBody(w, code, ErrorBodyOf(code, reason))
 }
 
 // answerHidden logs a held 5xx answer under a new request id and sends the
@@ -130,7 +125,7 @@ func (g *guard) answerHidden(w http.ResponseWriter, r *http.Request, gw *guardWr
 		Error json.RawMessage `json:"error"`
 	}
 	if json.Unmarshal(gw.body, &doc) == nil && len(doc.Error) > 0 {
-		// {"error": "<reason>"} (device refusals) or the ErrorBody shape.
+		// The ErrorBody shape, or {"error": "<reason>"} from a handler outside ztpd.
 		var text string
 		var body ErrorDetail
 		if json.Unmarshal(doc.Error, &text) == nil {
@@ -163,12 +158,6 @@ func NewRequestID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// JSONError is ztpd's refusal body: {"error": reason, "status": code}.
-func JSONError(code int, reason string) []byte {
-	b, _ := json.Marshal(map[string]any{"error": reason, "status": code})
-	return append(b, '\n')
 }
 
 func writeBody(w http.ResponseWriter, code int, body []byte) {

@@ -273,7 +273,7 @@ func TestGuardBodyCap(t *testing.T) {
 		}
 		raw, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != 413 || !strings.Contains(string(raw), `"error":"request body`) {
+		if resp.StatusCode != 413 || !strings.Contains(string(raw), `{"error":{"code":"too_large","message":"request body`) {
 			t.Fatalf("chunked=%v: %d %s, want 413 with a JSON reason", chunked, resp.StatusCode, raw)
 		}
 	}
@@ -297,7 +297,7 @@ func TestGuardHidesServerErrorDetail(t *testing.T) {
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Length", "999")
 			w.WriteHeader(503)
-			w.Write(JSONError(503, c.reason))
+			w.Write(ErrorBodyOf(503, c.reason))
 		})
 		g := Guard{Listener: "t", HideErrors: true, Log: slog.New(slog.DiscardHandler)}.Wrap(h)
 		addr, _, _ := serve(t, "t-hide", g, Limits{}, time.Second)
