@@ -256,6 +256,13 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 			return fmt.Errorf("api: %w", err)
 		}
 	}
+	// DHCP's sockets next: a second ztpd (or another DHCP server) on the
+	// same interface is refused by name before any other listener binds.
+	if a.DHCP != nil {
+		if err := a.DHCP.Listen(); err != nil {
+			return fmt.Errorf("dhcp: %w", err)
+		}
+	}
 	admin, err := a.adminListener()
 	if err != nil {
 		return err
