@@ -256,17 +256,3 @@ func TestMergedEventsPage(t *testing.T) {
 		}
 	}
 }
-
-// FuzzJSONString: appendJSONString is encoding/json's string encoding for
-// any input.
-func FuzzJSONString(f *testing.F) {
-	for _, s := range hostileStrings() {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		want, _ := json.Marshal(s)
-		if got := appendJSONString(nil, s); !bytes.Equal(got, want) {
-			t.Fatalf("%q: got %s want %s", s, got, want)
-		}
-	})
-}

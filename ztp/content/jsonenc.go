@@ -4,7 +4,8 @@ import (
 	"encoding/json"
 	"slices"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/ztpd/ztpd/internal/jsontext"
 )
 
 // appendJSON encodes v exactly as json.MarshalIndent(v, "", indent) does for
@@ -16,7 +17,7 @@ func appendJSON(b []byte, v any, indent string, depth int) ([]byte, error) {
 	case nil:
 		return append(b, "null"...), nil
 	case string:
-		return appendString(b, x), nil
+		return jsontext.AppendString(b, x), nil
 	case bool:
 		return strconv.AppendBool(b, x), nil
 	case int:
@@ -45,7 +46,7 @@ func appendJSON(b []byte, v any, indent string, depth int) ([]byte, error) {
 				b = append(b, ',')
 			}
 			b = newline(b, indent, depth+1)
-			b = appendString(b, k)
+			b = jsontext.AppendString(b, k)
 			b = append(b, ':', ' ')
 			var err error
 			if b, err = appendJSON(b, x[k], indent, depth+1); err != nil {
@@ -106,59 +107,4 @@ func newline(b []byte, indent string, depth int) []byte {
 		b = append(b, indent...)
 	}
 	return b
-}
-
-const hex = "0123456789abcdef"
-
-// appendString escapes like encoding/json with HTML escaping on.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }

@@ -2,11 +2,11 @@ package kv
 
 import (
 	"encoding/json"
-	"slices"
 	"strconv"
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/jsontext"
 )
 
 // Leases, devices and events are written on the hot path, tens of thousands
@@ -14,25 +14,12 @@ import (
 // encoding/json produces (codec_test.go compares them byte for byte), so
 // records stay readable by any JSON decoder and by older versions.
 
+// appendJSONTime writes t as encoding/json does. The times stored here come
+// from the clock, always inside MarshalJSON's range; one outside it is
+// written as it formats, as before.
 func appendJSONTime(b []byte, t time.Time) []byte {
-	b = append(b, '"')
-	b = t.AppendFormat(b, time.RFC3339Nano)
-	return append(b, '"')
-}
-
-// appendJSONString writes s as encoding/json does; anything beyond plain
-// printable ASCII takes encoding/json itself, so escaping stays identical.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
+	b, _ = jsontext.AppendTime(b, t)
+	return b
 }
 
 func appendOptional(b []byte, key, v string) []byte {
@@ -40,7 +27,7 @@ func appendOptional(b []byte, key, v string) []byte {
 		return b
 	}
 	b = append(b, key...)
-	return appendJSONString(b, v)
+	return jsontext.AppendString(b, v)
 }
 
 // appendDevice encodes d; devices with labels (rare) take encoding/json.
@@ -50,11 +37,11 @@ func appendDevice(b []byte, d *core.Device) []byte {
 		return append(b, raw...)
 	}
 	b = append(b, `{"id":`...)
-	b = appendJSONString(b, d.ID)
+	b = jsontext.AppendString(b, d.ID)
 	b = append(b, `,"kind":`...)
-	b = appendJSONString(b, string(d.Kind))
+	b = jsontext.AppendString(b, string(d.Kind))
 	b = append(b, `,"mac":`...)
-	b = appendJSONString(b, d.MAC)
+	b = jsontext.AppendString(b, d.MAC)
 	for _, f := range [...]struct{ k, v string }{
 		{`,"serial":`, d.Serial}, {`,"product":`, d.Product}, {`,"platform":`, d.Platform},
 		{`,"hostname":`, d.Hostname}, {`,"client_id":`, d.ClientID}, {`,"vendor_class":`, d.VendorClass},
@@ -65,7 +52,7 @@ func appendDevice(b []byte, d *core.Device) []byte {
 		b = appendOptional(b, f.k, f.v)
 	}
 	b = append(b, `,"state":`...)
-	b = appendJSONString(b, string(d.State))
+	b = jsontext.AppendString(b, string(d.State))
 	if d.Approved {
 		b = append(b, `,"approved":true`...)
 	}
@@ -83,15 +70,15 @@ func appendDevice(b []byte, d *core.Device) []byte {
 
 func appendLease(b []byte, l *core.Lease) []byte {
 	b = append(b, `{"ip":`...)
-	b = appendJSONString(b, l.IP)
+	b = jsontext.AppendString(b, l.IP)
 	b = append(b, `,"mac":`...)
-	b = appendJSONString(b, l.MAC)
+	b = jsontext.AppendString(b, l.MAC)
 	b = appendOptional(b, `,"client_id":`, l.ClientID)
 	b = appendOptional(b, `,"hostname":`, l.Hostname)
 	b = append(b, `,"subnet":`...)
-	b = appendJSONString(b, l.Subnet)
+	b = jsontext.AppendString(b, l.Subnet)
 	b = append(b, `,"state":`...)
-	b = appendJSONString(b, string(l.State))
+	b = jsontext.AppendString(b, string(l.State))
 	b = append(b, `,"start":`...)
 	b = appendJSONTime(b, l.Start)
 	b = append(b, `,"expiry":`...)
@@ -110,29 +97,13 @@ func appendEvent(b []byte, e *core.Event) []byte {
 	b = append(b, `,"time":`...)
 	b = appendJSONTime(b, e.Time)
 	b = append(b, `,"type":`...)
-	b = appendJSONString(b, e.Type)
+	b = jsontext.AppendString(b, e.Type)
 	b = appendOptional(b, `,"device":`, e.Device)
 	b = appendOptional(b, `,"cluster":`, e.Cluster)
 	b = appendOptional(b, `,"message":`, e.Message)
 	if len(e.Fields) > 0 {
 		b = append(b, `,"fields":`...)
-		var keys [8]string
-		ks := keys[:0]
-		for k := range e.Fields {
-			ks = append(ks, k)
-		}
-		slices.Sort(ks) // encoding/json's map order
-		for i, k := range ks {
-			if i == 0 {
-				b = append(b, '{')
-			} else {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, k)
-			b = append(b, ':')
-			b = appendJSONString(b, e.Fields[k])
-		}
-		b = append(b, '}')
+		b = jsontext.AppendStringMap(b, e.Fields)
 	}
 	return append(b, '}')
 }
