@@ -137,31 +137,29 @@ func (t *Tx) del(a core.Aggregate, b Bucket, key string) error {
 	return t.raw.Delete(b, key)
 }
 
-// scan visits decoded records of b after a key, or with a key prefix.
+// scan visits decoded records of b after a key; scanPrefix those with a
+// key prefix. Both go on past a record they cannot decode (see corrupt).
 func scan[T any](t *Tx, b Bucket, after string, fn core.Visit[T]) error {
 	var bad corrupt
-	err := t.raw.Scan(b, after, func(k string, raw []byte) (bool, error) {
-		var v T
-		if err := json.Unmarshal(raw, &v); err != nil {
-			bad.add(k, err)
-			return true, nil
-		}
-		return fn(v)
-	})
-	return bad.result(b, err)
+	return bad.result(b, t.raw.Scan(b, after, decodeEach(b, &bad, fn)))
 }
 
 func scanPrefix[T any](t *Tx, b Bucket, prefix string, fn core.Visit[T]) error {
 	var bad corrupt
-	err := t.raw.ScanPrefix(b, prefix, func(k string, raw []byte) (bool, error) {
+	return bad.result(b, t.raw.ScanPrefix(b, prefix, decodeEach(b, &bad, fn)))
+}
+
+// decodeEach is the raw visitor of a listing: it decodes each record for
+// fn and notes the ones it cannot decode in bad.
+func decodeEach[T any](b Bucket, bad *corrupt, fn core.Visit[T]) func(string, []byte) (bool, error) {
+	return func(k string, raw []byte) (bool, error) {
 		var v T
 		if err := json.Unmarshal(raw, &v); err != nil {
 			bad.add(k, err)
 			return true, nil
 		}
 		return fn(v)
-	})
-	return bad.result(b, err)
+	}
 }
 
 // corrupt collects the records a listing could not decode: it goes on past
