@@ -58,14 +58,7 @@ func newClusterCreateCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 					p.Set(k, v)
 				}
 			}
-			res, job, err := c.async("createKubernetesCluster", p, "creating "+args[0])
-			if err != nil {
-				return err
-			}
-			if f.noWait {
-				return printJob(opts, "createKubernetesCluster", job)
-			}
-			return clusterResult(opts, res)
+			return clusterJob(opts, f, c, "createKubernetesCluster", p, "creating "+args[0])
 		},
 	}
 	fl := cmd.Flags()
@@ -121,14 +114,7 @@ change its offering but not its size.`,
 				}
 				p.Set("serviceofferingid", offs[0].ID)
 			}
-			res, job, err := c.async("scaleKubernetesCluster", p, "scaling "+args[0])
-			if err != nil {
-				return err
-			}
-			if f.noWait {
-				return printJob(opts, "scaleKubernetesCluster", job)
-			}
-			return clusterResult(opts, res)
+			return clusterJob(opts, f, c, "scaleKubernetesCluster", p, "scaling "+args[0])
 		},
 	}
 	cmd.Flags().IntVar(&size, "size", 0, "new number of worker nodes")
@@ -155,14 +141,7 @@ func newClusterUpgradeCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, job, err := c.async("upgradeKubernetesCluster", url.Values{"id": {id}, "kubernetesversionid": {vid}}, "upgrading "+args[0])
-			if err != nil {
-				return err
-			}
-			if f.noWait {
-				return printJob(opts, "upgradeKubernetesCluster", job)
-			}
-			return clusterResult(opts, res)
+			return clusterJob(opts, f, c, "upgradeKubernetesCluster", url.Values{"id": {id}, "kubernetesversionid": {vid}}, "upgrading "+args[0])
 		},
 	}
 	cmd.Flags().StringVar(&version, "version", "", "target Kubernetes version: name, semantic version or ID (required)")
@@ -212,4 +191,17 @@ func newClusterSimpleCmd(opts *rootOptions, f *apiFlags, op string) *cobra.Comma
 				func(tw *tabwriter.Writer) { row(tw, args[0], r.Text) })
 		},
 	}
+}
+
+// clusterJob runs an asynchronous cluster command and prints the cluster as
+// the job left it, or only the job with --no-wait.
+func clusterJob(opts *rootOptions, f *apiFlags, c *apiClient, command string, p url.Values, progress string) error {
+	res, job, err := c.async(command, p, progress)
+	if err != nil {
+		return err
+	}
+	if f.noWait {
+		return printJob(opts, command, job)
+	}
+	return clusterResult(opts, res)
 }
