@@ -516,18 +516,14 @@ func mergeDHCP(cur *core.Device, had bool, d *core.Device, leased bool) {
 	setEmpty(&cur.Serial, d.Serial)
 	setEmpty(&cur.Product, d.Product)
 	setEmpty(&cur.Platform, d.Platform)
-	for _, f := range [...]struct {
-		dst *string
-		v   string
-	}{
-		{&cur.Hostname, d.Hostname}, {&cur.ClientID, d.ClientID}, {&cur.VendorClass, d.VendorClass},
-		{&cur.IP, d.IP}, {&cur.Subnet, d.Subnet}, {&cur.RelayAddr, d.RelayAddr},
-		{&cur.CircuitID, d.CircuitID}, {&cur.RemoteID, d.RemoteID},
-	} {
-		if f.v != "" {
-			*f.dst = f.v
-		}
-	}
+	setIf(&cur.Hostname, d.Hostname)
+	setIf(&cur.ClientID, d.ClientID)
+	setIf(&cur.VendorClass, d.VendorClass)
+	setIf(&cur.IP, d.IP)
+	setIf(&cur.Subnet, d.Subnet)
+	setIf(&cur.RelayAddr, d.RelayAddr)
+	setIf(&cur.CircuitID, d.CircuitID)
+	setIf(&cur.RemoteID, d.RemoteID)
 	if leased {
 		cur.State = core.Advance(cur.State, core.StateLeased)
 	}
@@ -578,17 +574,21 @@ func Learn(cur *core.Device, seen *core.Device) {
 	setEmpty(&cur.Product, seen.Product)
 	setEmpty(&cur.Platform, seen.Platform)
 	setEmpty(&cur.BaseMAC, seen.BaseMAC)
-	if seen.SONiCVer != "" {
-		cur.SONiCVer = seen.SONiCVer
-	}
-	if seen.IP != "" {
-		cur.IP = seen.IP
-	}
+	setIf(&cur.SONiCVer, seen.SONiCVer)
+	setIf(&cur.IP, seen.IP)
 	if cur.Kind == "" {
 		cur.Kind = core.KindUnknown
 	}
 	if cur.MAC == "" {
 		cur.MAC = cur.ID
+	}
+}
+
+// setIf sets a fact that follows the device; setEmpty one that is kept
+// once known.
+func setIf(dst *string, v string) {
+	if v != "" {
+		*dst = v
 	}
 }
 

@@ -90,9 +90,3 @@ func LearnJoin(cur *core.Device, stated *core.Device, now time.Time) bool {
 	cur.LastSeen, cur.UpdatedAt = now, now
 	return true
 }
-
-func setIf(dst *string, v string) {
-	if v != "" {
-		*dst = v
-	}
-}
