@@ -67,6 +67,9 @@ type App struct {
 	// advertise_addr and http.addr: DHCP, content, the joiner and the API
 	// hand out these and no others.
 	Endpoints endpoints.Endpoints
+	// bindings are the configured reservations as identity bindings
+	// (core.HolderOf), resolved once.
+	bindings core.Bindings
 
 	// Devices owns device records (merging, the write-behind queue) and
 	// event retention; DHCP, content and the joiner report to it.
@@ -150,6 +153,9 @@ func (a *App) build() error {
 	if a.Endpoints, err = endpoints.New(a.Cfg.AdvertiseAddr, a.Cfg.HTTP.Addr); err != nil {
 		return err
 	}
+	// The reservations' addresses as identity bindings, for content and
+	// the joiner alike.
+	a.bindings = bindingsOf(&a.Cfg)
 	// Closed after every reporter (closers run in reverse), before the store.
 	a.Devices = devices.New(devices.Options{Store: a.Store, Log: a.Log.With("part", "devices"),
 		Keep: a.Cfg.Events.Keep, AuditKeep: a.Cfg.Events.AuditKeep})
@@ -177,7 +183,7 @@ func (a *App) build() error {
 	// Profiles load at Start, so offline CLI commands do not depend on them.
 	opt := content.Options{Store: a.Store, Devices: a.Devices, Images: a.Images, Join: ztpJoin{a.Joiner}, Log: a.Log,
 		Endpoints: a.Endpoints, DefaultProfile: a.Cfg.ZTP.DefaultProfile,
-		FilesDir: filepath.Join(a.Cfg.DataDir, "files"), Bindings: bindingsOf(&a.Cfg)}
+		FilesDir: filepath.Join(a.Cfg.DataDir, "files"), Bindings: a.bindings}
 	if a.DHCP != nil {
 		opt.Pending = a.DHCP // what DHCP knows before its device records are committed
 	}

@@ -27,7 +27,7 @@ func (a *App) buildJoiner() error {
 		EnrollmentTTL: a.Cfg.Joiner.EnrollmentTTL.D(),
 		TokenTTL:      a.Cfg.Joiner.TokenTTL.D(),
 		ReissueWindow: a.Cfg.Joiner.ReissueWindow.D(),
-		Bindings:      bindingsOf(&a.Cfg),
+		Bindings:      a.bindings,
 		AutoApprove:   rules,
 		BaseURL:       a.Endpoints.Join(),
 		Devices:       a.Devices, // built before the joiner
