@@ -154,6 +154,7 @@ func TokenCursor(t Token) string { return t.Kind + "/" + t.ID }
 // values are opaque to the store: sealing is the owner's business.
 type Secrets interface {
 	Get(owner string) ([]byte, bool, error)
+	// Put stores sealed, a JSON document, as given.
 	Put(owner string, sealed []byte) error
 	Delete(owner string) error
 }

@@ -409,9 +409,10 @@ func (r secrets) Get(owner string) ([]byte, bool, error) {
 }
 
 func (r secrets) Put(owner string, sealed []byte) error {
-	if !json.Valid(sealed) { // stored as a JSON document like every record
-		b, _ := json.Marshal(sealed)
-		sealed = b
+	// Stored as given, so Get returns exactly these bytes; every record is
+	// a JSON document, and so must this one be.
+	if !json.Valid(sealed) {
+		return fmt.Errorf("secrets of %s: not a JSON document", owner)
 	}
 	return r.t.putRaw(core.AggSecrets, BucketSecrets, owner, sealed)
 }

@@ -342,7 +342,12 @@ func tokensContract(t *testing.T, st core.Store) {
 
 func secretsContract(t *testing.T, st core.Store) {
 	sealed := []byte(`{"ca":"c2VhbGVk"}`)
-	Update(t, st, func(tx core.Tx) error { return tx.Secrets().Put("cluster/c1", sealed) })
+	Update(t, st, func(tx core.Tx) error {
+		if err := tx.Secrets().Put("cluster/c2", []byte("not json")); err == nil {
+			t.Fatal("secrets that are not a JSON document were stored")
+		}
+		return tx.Secrets().Put("cluster/c1", sealed)
+	})
 	View(t, st, func(tx core.Tx) error {
 		got, ok, err := tx.Secrets().Get("cluster/c1")
 		must(t, err)
