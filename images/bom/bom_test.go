@@ -1,14 +1,18 @@
 package bom
 
 import (
+	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ztpd/ztpd/testenv/kubebin"
 )
 
 func TestBuiltinResolves(t *testing.T) {
 	vs := BuiltinVersions()
-	if len(vs) < 2 || vs[0] != "1.30.0" || vs[len(vs)-1] != "1.31.4" {
+	if !slices.Equal(vs, []string{"1.30.0", "1.31.4", "1.36.3", "1.37.2"}) {
 		t.Fatalf("BuiltinVersions = %v", vs)
 	}
 	b, err := Builtin("1.31.4")
@@ -61,6 +65,44 @@ func TestBuiltinResolves(t *testing.T) {
 	}
 	if _, err := Builtin("../etc"); err == nil {
 		t.Error("bad version accepted")
+	}
+}
+
+// TestBuiltinImagesMatchKubeadm holds the BOMs of the versions built here
+// to the image list of the real kubeadm of that version.
+func TestBuiltinImagesMatchKubeadm(t *testing.T) {
+	vs, err := kubebin.Versions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs {
+		t.Run(v, func(t *testing.T) {
+			b, err := Builtin(strings.TrimPrefix(v, "v"))
+			if err != nil {
+				t.Fatalf("no built-in BOM for %s, a version built in testenv/k8sbin: %v", v, err)
+			}
+			kubeadm := kubebin.Require(t, v).Kubeadm
+			out, err := exec.Command(kubeadm, "config", "images", "list", "--kubernetes-version", v).Output()
+			if err != nil {
+				t.Fatalf("kubeadm config images list: %v", err)
+			}
+			want := strings.Fields(string(out))
+			items, err := b.Resolve("amd64")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, it := range items {
+				if it.Kind == KindImage && strings.HasPrefix(it.Image, "registry.k8s.io/") {
+					got = append(got, it.Image)
+				}
+			}
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("BOM %s images %v, kubeadm %s lists %v", v, got, v, want)
+			}
+		})
 	}
 }
 
