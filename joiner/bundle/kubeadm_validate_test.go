@@ -1,0 +1,75 @@
+package bundle
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ztpd/ztpd/joiner/pki"
+	"github.com/ztpd/ztpd/testenv/kubebin"
+)
+
+// TestRealKubeadmValidatesConfigs runs `kubeadm config validate` of each
+// Kubernetes version built in testenv/k8sbin on the init, worker-join and
+// control-plane-join configurations ztpd renders for that version (kubeadm
+// accepts one minor of skew, so each is checked with its own). Older
+// versions keep the golden format tests.
+func TestRealKubeadmValidatesConfigs(t *testing.T) {
+	vs, err := kubebin.Versions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs {
+		t.Run(v, func(t *testing.T) {
+			kubeadm := kubebin.Require(t, v).Kubeadm
+			ver := strings.TrimPrefix(v, "v")
+			for _, alg := range []pki.Algorithm{pki.RSA2048, pki.ECDSAP256} {
+				init, err := PlanInit(initParams(ver, alg))
+				if err != nil {
+					t.Fatal(err)
+				}
+				kubeadmValidate(t, kubeadm, "init-"+string(alg), init.Config, "")
+			}
+			worker := JoinParams{
+				Version: MustVersion(ver), APIServerEndpoint: "10.99.1.10:6443", Token: tokA,
+				CACertHashes: []string{caHash}, NodeName: "prod-a-node-1",
+			}
+			cp := worker
+			cp.ControlPlane, cp.CertificateKey, cp.AdvertiseAddress, cp.NodeName = true, certKey, "10.99.1.12", "prod-a-control-2"
+			for name, p := range map[string]JoinParams{"join-worker": worker, "join-control-plane": cp} {
+				plan, err := PlanJoin(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				kubeadmValidate(t, kubeadm, name, plan.Config, "")
+			}
+			// validate is strict, so the passes above mean something.
+			bad, err := PlanJoin(worker)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kubeadmValidate(t, kubeadm, "misspelt", []byte(strings.Replace(string(bad.Config), "caCertHashes", "caCertHashs", 1)), "unknown field")
+		})
+	}
+}
+
+// kubeadmValidate runs `kubeadm config validate` on cfg; wantErr "" means
+// it must pass, otherwise fail with output containing wantErr.
+func kubeadmValidate(t *testing.T, kubeadm, name string, cfg []byte, wantErr string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name+".yaml")
+	if err := os.WriteFile(path, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(kubeadm, "config", "validate", "--config", path).CombinedOutput()
+	switch {
+	case wantErr == "" && err != nil:
+		t.Errorf("%s: kubeadm config validate: %v\n%s\n--- config ---\n%s", name, err, out, cfg)
+	case wantErr != "" && err == nil:
+		t.Errorf("%s: kubeadm config validate accepted it:\n%s", name, out)
+	case wantErr != "" && !strings.Contains(string(out), wantErr):
+		t.Errorf("%s: kubeadm config validate failed without %q:\n%s", name, wantErr, out)
+	}
+}
