@@ -97,7 +97,7 @@ func (r *compiledRule) matches(d core.Device, c core.Cluster, h core.Holder) boo
 // the same role, and an operator removes it to free the slot.
 func holdsSlot(st core.DeviceState) bool {
 	switch st {
-	case core.StateJoinIssued, core.StateJoined, core.StateFailed:
+	case core.StateJoinIssued, core.StateJoined, core.StateNotReady, core.StateLost, core.StateFailed:
 		return true
 	}
 	return false

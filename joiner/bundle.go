@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/joiner/bundle"
 	"github.com/ztpd/ztpd/joiner/pki"
 	"github.com/ztpd/ztpd/joiner/tokens"
@@ -125,7 +126,7 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 		b.ReportURL, b.reportToken = s.opts.ReportURL, res.report.Reveal()
 		report = &bundle.Report{URL: s.opts.ReportURL, Token: b.reportToken}
 	}
-	nodeName := nodeName(res.device.Hostname)
+	nodeName := res.nodeName
 	var nodeTok tokens.BootstrapToken
 	if res.tokenID != "" {
 		if nodeTok, err = tokens.DeriveBootstrapToken(keys.seed, res.tokenID); err != nil {
@@ -213,11 +214,7 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 		host, port, _ := net.SplitHostPort(res.rt.APIEndpoint)
 		p := 6443
 		fmt.Sscan(port, &p)
-		name := nodeName
-		if name == "" || name == "sonic" {
-			name = "sonic-" + strings.ReplaceAll(res.device.ID, ":", "")
-		}
-		sj, err := bundle.RenderSonic(bundle.SonicParams{ClusterID: res.cluster.ID, ServerHost: host, ServerPort: p, SwitchName: name}, keys.ca, now)
+		sj, err := bundle.RenderSonic(bundle.SonicParams{ClusterID: res.cluster.ID, ServerHost: host, ServerPort: p, SwitchName: nodeName}, keys.ca, now)
 		if err != nil {
 			return nil, err
 		}
@@ -236,6 +233,22 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 		return nil, fmt.Errorf("unknown join method %q", res.method)
 	}
 	return b, nil
+}
+
+// memberNodeName is the Kubernetes node name ztpd puts in a member's
+// bundle and later matches the cluster's Node by: the lower-cased hostname
+// when it is a valid node name, else one made from the MAC address
+// (sonic-<mac> for switches, node-<mac> otherwise), so every member has an
+// exact name even without a usable hostname.
+func memberNodeName(dev core.Device, method string) string {
+	if n := nodeName(dev.Hostname); n != "" && (method != MethodSONiC || n != "sonic") {
+		return n
+	}
+	prefix := "node-"
+	if method == MethodSONiC {
+		prefix = "sonic-"
+	}
+	return prefix + strings.ReplaceAll(dev.ID, ":", "")
 }
 
 // nodeName is the lower-cased hostname when it is a valid node name.

@@ -160,6 +160,7 @@ type joinResult struct {
 	initTokens []core.Token
 	report     tokens.Credential
 	ip         string
+	nodeName   string // the member's node name (core.Membership.NodeName)
 }
 
 // Join admits a device and issues its join bundle. The enrollment secret is
@@ -414,6 +415,9 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	}
 	m.Role, m.Method, m.IP, m.WaitReason = role, method, res.ip, ""
 	m.Version = rt.KubernetesVersion
+	if m.NodeName == "" || !reissue {
+		m.NodeName = memberNodeName(dev, method)
+	}
 	if !reissue {
 		m.IssuedAt = now
 	}
@@ -443,6 +447,7 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 		}
 	}
 	res.cluster, res.rt, res.device, res.role, res.first, res.method = c, rt, dev, role, first, method
+	res.nodeName = m.NodeName
 	return s.event(tx, now, "join.issued", dev.ID, c.ID, reason, map[string]string{"method": method, "role": role})
 }
 
@@ -564,8 +569,8 @@ func (s *Service) mayReissue(m core.Membership, now time.Time, once bool) error 
 	case once:
 		return fmt.Errorf("%w: the bundle of %s was issued at %s and is handed out once; `ztpd device reset %s` allows a new one",
 			ErrAlreadyIssued, m.Device, m.IssuedAt.Format(time.RFC3339), m.Device)
-	case m.State == core.StateJoined:
-		return fmt.Errorf("%w: %s reported joined at %s; re-installing it needs `ztpd device reset %s`",
+	case m.State == core.StateJoined || m.State == core.StateNotReady || m.State == core.StateLost:
+		return fmt.Errorf("%w: %s is a registered Node of its cluster (since %s); re-installing it needs `ztpd device reset %s`",
 			ErrAlreadyIssued, m.Device, m.UpdatedAt.Format(time.RFC3339), m.Device)
 	case m.State != core.StateJoinIssued && m.State != core.StateFailed:
 		return fmt.Errorf("%w: membership of %s is %s", ErrAlreadyIssued, m.Device, m.State)

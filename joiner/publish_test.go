@@ -33,6 +33,7 @@ type apiServer struct {
 	users    []string
 	deleted  []string         // secret names
 	bindings []map[string]any // ClusterRoleBindings created
+	roles    []map[string]any // ClusterRoles created
 	requests []string         // "METHOD path CN/O" of every request
 }
 
@@ -44,6 +45,16 @@ func (a *apiServer) serveRBAC(w http.ResponseWriter, r *http.Request) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/apis/rbac.authorization.k8s.io/v1/clusterroles":
+		var b map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return true
+		}
+		a.roles = append(a.roles, b)
+		w.WriteHeader(http.StatusCreated)
+		json.NewEncoder(w).Encode(b)
+		return true
 	case r.Method == http.MethodPost && r.URL.Path == crbPath:
 		var b map[string]any
 		if err := json.NewDecoder(r.Body).Decode(&b); err != nil {

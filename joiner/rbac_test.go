@@ -91,8 +91,15 @@ func TestKubeconfigIdentityAndAdminBinding(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	bindings, reqs := api.created2()
-	if len(bindings) != 1 {
-		t.Fatalf("%d bindings created", len(bindings))
+	if len(bindings) != 2 || len(api.roles) != 1 {
+		t.Fatalf("%d bindings, %d roles created", len(bindings), len(api.roles))
+	}
+	// The observer's role: nodes only, never secrets or system:masters.
+	role, _ := json.Marshal(api.roles[0])
+	obsBinding, _ := json.Marshal(bindings[1])
+	if !strings.Contains(string(role), `"name":"ztpd:node-observer"`) || !strings.Contains(string(role), `"resources":["nodes"],"verbs":["get","list","watch","patch"]`) ||
+		!strings.Contains(string(obsBinding), `"name":"ztpd:observers"`) {
+		t.Fatalf("observer RBAC %s %s", role, obsBinding)
 	}
 	b, _ := json.Marshal(bindings[0])
 	if !strings.Contains(string(b), `"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"cluster-admin"}`) ||
@@ -106,7 +113,7 @@ func TestKubeconfigIdentityAndAdminBinding(t *testing.T) {
 	if err := e.svc.EnsureAdminBinding(bg, "prod"); err != nil {
 		t.Fatal(err)
 	}
-	if _, reqs := api.created2(); len(reqs) != 1 {
+	if _, reqs := api.created2(); len(reqs) != 3 {
 		t.Fatalf("binding posted again: %v", reqs)
 	}
 	var rbacEvents int

@@ -18,10 +18,12 @@ const (
 	ReportFailed = "failed"
 )
 
-// Report records a node's outcome, authenticated by the report credential
-// from its bundle. The first control plane reporting joined marks the
-// cluster initialised. (The cluster's state is the clusters service's: it
-// is Running once provisioned, before any member can report.)
+// Report records a node's own word on its join, authenticated by the
+// report credential from its bundle. It is a hint, kept on the membership
+// and as an event: whether a member joined is what its cluster shows (its
+// Node registered and Ready, see NodeSeen), never what the device says. A
+// failed report moves a member the cluster has not registered yet to
+// failed, so its bundle may be retried; it does not touch a registered one.
 func (s *Service) Report(ctx context.Context, credential, state, detail string) (core.Membership, error) {
 	if err := ctx.Err(); err != nil {
 		return core.Membership{}, err
@@ -30,12 +32,8 @@ func (s *Service) Report(ctx context.Context, credential, state, detail string) 
 	if err != nil {
 		return core.Membership{}, ErrReportInvalid
 	}
-	var st core.DeviceState
 	switch state {
-	case ReportJoined:
-		st = core.StateJoined
-	case ReportFailed:
-		st = core.StateFailed
+	case ReportJoined, ReportFailed:
 	default:
 		return core.Membership{}, fmt.Errorf("%w: state %q (want joined or failed)", ErrInvalid, state)
 	}
@@ -44,9 +42,7 @@ func (s *Service) Report(ctx context.Context, credential, state, detail string) 
 	}
 	now := s.now().UTC()
 	var out core.Membership
-	var kick bool
 	err = s.store.Batch(func(tx core.Tx) error {
-		kick = false
 		rec, err := tx.Tokens().Get(string(tokens.KindReport), cred.ID())
 		if err != nil && !errors.Is(err, core.ErrNotFound) {
 			return err
@@ -72,30 +68,23 @@ func (s *Service) Report(ctx context.Context, credential, state, detail string) 
 		if detail != "" {
 			reason += ": " + detail
 		}
-		if err := s.transition(tx, &m, st, reason, now); err != nil {
-			return err
-		}
-		rt, err := joinState(tx, m.Cluster)
-		if err != nil {
-			return err
-		}
-		if st == core.StateJoined && m.Device == rt.FirstControlPlane {
-			rt.Initialized = true
-			if err := tx.Clusters().PutJoinState(m.Cluster, rt); err != nil {
+		m.Reported, m.ReportedAt = state, now
+		registered := m.Node != nil && !m.Node.Deleted
+		if state == ReportFailed && !registered && m.State != core.StateFailed {
+			if err := s.transition(tx, &m, core.StateFailed, reason, now); err != nil {
+				return err
+			}
+		} else {
+			m.UpdatedAt = now
+			if err := tx.Memberships().Put(m); err != nil {
 				return err
 			}
 		}
 		out = m
-		// A joined member means the cluster's API server answers: time
-		// to make sure the kubeconfig group's binding exists.
-		kick = st == core.StateJoined && !rt.AdminBinding
 		return s.event(tx, now, "join."+state, m.Device, m.Cluster, reason, nil)
 	})
 	if err == nil {
 		reports.WithLabelValues(state).Inc()
-		if kick {
-			s.kickAdminBinding(out.Cluster)
-		}
 	}
 	return out, err
 }

@@ -133,6 +133,7 @@ type Options struct {
 // Service is the joiner.
 type Service struct {
 	store   core.Store
+	nodes   nodeIndex // node name -> member, per cluster (observe.go)
 	keys    *secretbox.Keyring
 	devices devices.Recorder
 	opts    Options

@@ -129,7 +129,42 @@ func (e *env) cluster(spec clusterSpec) core.Cluster {
 		e.t.Fatal(err)
 	}
 	e.waitJob(j)
+	if got := e.getCluster(c.ID); got.State != core.ClusterStarting {
+		e.t.Fatalf("create job left %s %s, want Starting", c.Name, got.State)
+	}
+	e.healthy(c.ID)
 	return e.getCluster(c.ID)
+}
+
+// healthy feeds the clusters service one healthy observation of the
+// cluster (what ztpd's watch reports once its API server answers and its
+// Nodes are Ready), so it moves Starting -> Running.
+func (e *env) healthy(clusterID string) {
+	e.t.Helper()
+	c := e.getCluster(clusterID)
+	cp := max(c.ControlNodes, 1)
+	if err := e.cl.ObserveHealth(clusterID, clusters.Health{APIReachable: true, Nodes: cp + c.Size, ReadyNodes: cp + c.Size,
+		ControlPlanes: cp, ReadyControlPlanes: cp}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// nodeReady tells the joiner the cluster shows b's Node with Ready status
+// ready (True, False or Unknown), as the watch would.
+func (e *env) nodeReady(b *Bundle, ready string) core.Membership {
+	e.t.Helper()
+	m, err := e.svc.Membership(bg, b.Device)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.svc.NodeSeen(m.Cluster, ObservedNode{Name: m.NodeName, Ready: ready, Created: e.clk.now()}); err != nil {
+		e.t.Fatal(err)
+	}
+	m, err = e.svc.Membership(bg, b.Device)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return m
 }
 
 // waitJob waits for a clusters job and fails the test unless it succeeded.
@@ -567,27 +602,46 @@ func TestScaleReportAndSweep(t *testing.T) {
 		bundles = append(bundles, e.must(e.join("prod", i)))
 		e.clk.add(time.Second)
 	}
-	// The cluster is Running from its provisioning on, before any member
-	// can report (the clusters service's state, never the joiner's); the
-	// first control plane reporting joined marks it initialised and leaves
-	// the cluster record alone.
+	// A member's own report is a hint: it is kept, but joined is what the
+	// cluster shows (its Node Ready), and the cluster record is the
+	// clusters service's alone.
 	before := e.getCluster(c.ID)
-	if before.State != core.ClusterRunning {
-		t.Fatalf("cluster state %s before any report", before.State)
-	}
 	if _, err := e.svc.Report(bg, bundles[0].ReportToken(), ReportJoined, ""); err != nil {
 		t.Fatal(err)
 	}
 	if cl := e.getCluster(c.ID); !reflect.DeepEqual(cl, before) {
 		t.Fatalf("a report changed the cluster record:\n%+v\n%+v", before, cl)
 	}
+	if m, _ := e.svc.Membership(bg, bundles[0].Device); m.State != core.StateJoinIssued || m.Reported != ReportJoined || m.NodeName == "" {
+		t.Fatalf("a joined report moved the member: %+v", m)
+	}
+	if err := e.svc.APISeen(c.ID); err != nil {
+		t.Fatal(err)
+	}
 	var rt core.JoinState
 	e.store.View(func(tx core.Tx) error { var err error; rt, err = joinState(tx, c.ID); return err })
 	if !rt.Initialized || rt.FirstControlPlane != bundles[0].Device {
-		t.Fatalf("join state after the first control plane's report: %+v", rt)
+		t.Fatalf("join state after the API server answered: %+v", rt)
+	}
+	if m := e.nodeReady(bundles[0], "True"); m.State != core.StateJoined || m.Node == nil || m.Node.Ready != "True" {
+		t.Fatalf("member after its Node is Ready: %+v", m)
 	}
 	if d := e.device(bundles[0].Device); d.State != core.StateJoined || d.Cluster != c.ID || d.Role != RoleControlPlane {
-		t.Fatalf("device record after its report: %+v", d)
+		t.Fatalf("device record after its Node is Ready: %+v", d)
+	}
+	// NotReady and lost follow the Node; a failed report does not undo a
+	// registered member.
+	if m := e.nodeReady(bundles[0], "False"); m.State != core.StateNotReady {
+		t.Fatalf("NotReady node: %s", m.State)
+	}
+	if m := e.nodeReady(bundles[0], "Unknown"); m.State != core.StateLost {
+		t.Fatalf("Unknown node: %s", m.State)
+	}
+	if m, err := e.svc.Report(bg, bundles[0].ReportToken(), ReportFailed, "late"); err != nil || m.State != core.StateLost {
+		t.Fatalf("failed report of a registered member: %v %s", err, m.State)
+	}
+	if m := e.nodeReady(bundles[0], "True"); m.State != core.StateJoined {
+		t.Fatalf("Ready again: %s", m.State)
 	}
 	ms, err := e.svc.Report(bg, bundles[1].ReportToken(), ReportFailed, "kubeadm step 1 failed")
 	if err != nil || ms.State != core.StateFailed || !strings.Contains(ms.History[len(ms.History)-1].Reason, "kubeadm step 1 failed") {

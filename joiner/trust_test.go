@@ -93,10 +93,8 @@ func TestJoinRetryWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	b3 := e.must(joinOnce())
-	if _, err := e.svc.Report(bg, b3.ReportToken(), ReportJoined, ""); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := joinOnce(); !errors.Is(err, ErrAlreadyIssued) || !strings.Contains(err.Error(), "reported joined") {
+	e.nodeReady(b3, "True")
+	if _, err := joinOnce(); !errors.Is(err, ErrAlreadyIssued) || !strings.Contains(err.Error(), "registered Node") {
 		t.Fatalf("join after joined: %v", err)
 	}
 	// The reset revoked the first bundle's report credential.

@@ -217,6 +217,9 @@ func (s *Service) Kubeconfig(ctx context.Context, caller Caller, ref string) (co
 	if err != nil {
 		return c, nil, err
 	}
+	if c.State == core.ClusterStarting {
+		return c, nil, core.Errorf(core.KindUnavailable, "Kubernetes cluster %s is Starting (%s); its kubeconfig is available once it is Running", c.Name, StartingReason(c))
+	}
 	m := s.mem
 	if m == nil {
 		return c, nil, core.Errorf(core.KindUnavailable, "cluster CA not provisioned: no joiner is wired to this ztpd, so Kubernetes cluster %s has no CA to issue a kubeconfig from", c.Name)

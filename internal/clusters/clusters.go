@@ -7,7 +7,7 @@
 // Cluster operations drive the joiner through the Membership interface. The
 // defined effect of each operation on membership and tokens:
 //
-//	create   Created -> Starting -> Running: Provision allocates the cluster CA
+//	create   Created -> Starting: Provision allocates the cluster CA
 //	         and join tokens; devices then join over time, up to the desired
 //	         size (controlnodes + size). Provision failing leaves Error.
 //	scale    the desired size changes; Resize admits waiting devices or marks
@@ -177,6 +177,10 @@ type Options struct {
 	Images ImageRemover
 	// KubeconfigTTL is how long issued kubeconfigs are valid. Default 24h.
 	KubeconfigTTL time.Duration
+	// AlertAfter is how long a Running cluster may be unhealthy (API server
+	// not answering, fewer Ready Nodes than desired) before it moves to
+	// Alert. Default 5 minutes.
+	AlertAfter time.Duration
 }
 
 // Service is the clusters and versions domain service.
@@ -211,6 +215,9 @@ func New(st core.Store, mem Membership, opts Options) (*Service, error) {
 	}
 	if opts.KubeconfigTTL <= 0 {
 		opts.KubeconfigTTL = 24 * time.Hour
+	}
+	if opts.AlertAfter <= 0 {
+		opts.AlertAfter = 5 * time.Minute
 	}
 	s := &Service{st: st, mem: mem, log: opts.Log, opts: opts, done: map[string]chan struct{}{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())

@@ -108,6 +108,25 @@ func wait(t *testing.T, s *Service, j core.Job) core.Job {
 	return done
 }
 
+// healthy feeds the cluster one observation of a healthy cluster (API
+// server answers, every desired Node Ready), as ztpd's watch would.
+func healthy(t *testing.T, s *Service, ref string) {
+	t.Helper()
+	var c core.Cluster
+	if err := s.st.View(func(tx core.Tx) error {
+		var err error
+		c, err = ByRef(tx, ref)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cp := max(c.ControlNodes, 1)
+	if err := s.ObserveHealth(c.ID, Health{APIReachable: true, Nodes: cp + c.Size, ReadyNodes: cp + c.Size,
+		ControlPlanes: cp, ReadyControlPlanes: cp}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func wantKind(t *testing.T, err error, k core.ErrorKind, substr string) {
 	t.Helper()
 	if err == nil {
@@ -167,7 +186,7 @@ func TestStateMachineIsCloudStacks(t *testing.T) {
 		"Running>Upgrading", "Upgrading>Running", "Upgrading>Alert",
 		"Running>Alert", "Alert>Recovering", "Recovering>Running", "Recovering>Alert",
 		"Running>Destroying", "Stopped>Destroying", "Alert>Destroying", "Error>Destroying",
-		"Destroying>Destroyed", "Stopping>Alert", "Destroying>Alert",
+		"Destroying>Destroyed", "Stopping>Alert", "Destroying>Alert", "Alert>Running",
 	}
 	ok := map[string]bool{}
 	for _, a := range allowed {
@@ -280,8 +299,13 @@ func TestClusterLifecycleDrivesMembership(t *testing.T) {
 	if _, _, err := s.CreateCluster(ctx, user, spec); core.KindOf(err) != core.KindConflict {
 		t.Fatalf("duplicate name: %v", err)
 	}
-	if j = wait(t, s, j); j.Status != core.JobSucceeded || j.Cluster == nil || j.Cluster.State != core.ClusterRunning {
+	// The job ends Starting; the watch's first healthy look makes it Running.
+	if j = wait(t, s, j); j.Status != core.JobSucceeded || j.Cluster == nil || j.Cluster.State != core.ClusterStarting {
 		t.Fatalf("create job: %+v", j)
+	}
+	healthy(t, s, "prod")
+	if st := state(t, s, "prod"); st != core.ClusterRunning {
+		t.Fatalf("after a healthy observation: %s", st)
 	}
 	if !strings.HasPrefix(rec.last(), "provision prod") {
 		t.Fatalf("provision not called: %q", rec.last())
@@ -413,6 +437,7 @@ func TestFailuresLeadToErrorAndAlert(t *testing.T) {
 	rec.setFail("provision", nil)
 	_, j, _ = s.CreateCluster(ctx, user, spec)
 	wait(t, s, j)
+	healthy(t, s, "a")
 	rec.setFail("resize", errors.New("no waiting devices"))
 	j, _ = s.ScaleCluster(ctx, user, "a", 4, "")
 	if j = wait(t, s, j); j.Status != core.JobFailed || state(t, s, "a") != core.ClusterAlert {
@@ -445,9 +470,10 @@ func TestWithoutJoinerRecordsOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j = wait(t, s, j); j.Status != core.JobSucceeded || state(t, s, "solo") != core.ClusterRunning {
+	if j = wait(t, s, j); j.Status != core.JobSucceeded || state(t, s, "solo") != core.ClusterStarting {
 		t.Fatalf("create without joiner: %+v", j)
 	}
+	healthy(t, s, "solo")
 	_, _, err = s.Kubeconfig(ctx, admin, "solo")
 	wantKind(t, err, core.KindUnavailable, "cluster CA not provisioned")
 }
@@ -466,6 +492,7 @@ func TestRestartMarksInterruptedJobsFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := wait(t, s, j)
+	healthy(t, s, "k")
 	// Simulate a crash in the middle of a stop: the cluster is Stopping and
 	// the job pending, exactly as StopCluster leaves them before its job runs.
 	stuck := newJob("stopKubernetesCluster", InstanceCluster, done.InstanceID, user)
@@ -712,6 +739,7 @@ func TestTenancy(t *testing.T) {
 		if j = wait(t, s, j); j.Status != core.JobSucceeded {
 			t.Fatalf("create %s: %+v", name, j)
 		}
+		healthy(t, s, cl.ID)
 		return cl
 	}
 	a := create(alice, "a1")

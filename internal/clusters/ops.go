@@ -49,13 +49,16 @@ var (
 	opCreate = &operation{
 		command: "createKubernetesCluster",
 		accept:  map[core.ClusterState]core.ClusterState{core.ClusterCreated: core.ClusterStarting},
-		target:  core.ClusterRunning, fail: core.ClusterError, atRun: true, reason: "provisioning",
+		// The job ends with the cluster Starting: it is Running once ztpd's
+		// watch sees its API server answer and its control-plane Nodes
+		// Ready (ObserveHealth), which takes devices booting.
+		target: core.ClusterStarting, fail: core.ClusterError, atRun: true, reason: "provisioning",
 		call: func(ctx context.Context, m Membership, c core.Cluster, _ core.Version) error {
 			return m.Provision(ctx, c)
 		},
 		failed: func(*core.Job, core.Version) string { return "provisioning cluster CA and tokens" },
 		done: func(core.Cluster, core.Cluster, core.Version) string {
-			return "CA and join tokens provisioned; devices join over time"
+			return "CA and join tokens provisioned; Running once its API server answers and its control planes are Ready"
 		},
 	}
 	opScale = &operation{
@@ -237,9 +240,20 @@ func (s *Service) run(ctx context.Context, op *operation, j *core.Job) error {
 		if op.apply != nil {
 			op.apply(&cur, j, v)
 		}
-		if entered {
+		switch {
+		case entered && cur.State == j.Params.Target:
+			// Reached already (create's Starting): keep the job's changes.
+			cur.UpdatedAt = now()
+			if err = tx.Clusters().Put(cur); err == nil {
+				_, err = tx.Events().Append(core.Event{Type: "cluster." + op.command, Cluster: cur.ID,
+					Message: fmt.Sprintf("Kubernetes cluster %s: %s (%s)", cur.Name, cur.State, op.done(old, cur, v))})
+			}
+		case entered && j.Params.Target == core.ClusterStarting && (cur.State == core.ClusterRunning || cur.State == core.ClusterAlert):
+			// The watch decided while the job ran: its state stands.
+			err = tx.Clusters().Put(cur)
+		case entered:
 			err = s.setState(tx, &cur, j.Params.Target, op.done(old, cur, v))
-		} else {
+		default:
 			err = op.recordOnly(tx, &cur)
 		}
 		if err != nil {

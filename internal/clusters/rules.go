@@ -72,7 +72,9 @@ var transitions = map[core.ClusterState][]core.ClusterState{
 	core.ClusterStopped:    {core.ClusterStarting, core.ClusterDestroying},
 	core.ClusterScaling:    {core.ClusterRunning, core.ClusterAlert},
 	core.ClusterUpgrading:  {core.ClusterRunning, core.ClusterAlert},
-	core.ClusterAlert:      {core.ClusterRecovering, core.ClusterDestroying},
+	// Alert -> Running: the watch sees the cluster healthy again (CloudStack's
+	// state scanner makes the same move).
+	core.ClusterAlert:      {core.ClusterRecovering, core.ClusterRunning, core.ClusterDestroying},
 	core.ClusterRecovering: {core.ClusterRunning, core.ClusterAlert},
 	core.ClusterError:      {core.ClusterDestroying},
 	core.ClusterDestroying: {core.ClusterDestroyed, core.ClusterAlert},

@@ -34,7 +34,9 @@ const (
 	StateImageServed  DeviceState = "image-served"  // fetched an installer or image
 	StateWaiting      DeviceState = "waiting"       // enrolled, waiting for approval or room in its cluster
 	StateJoinIssued   DeviceState = "join-issued"   // received its join bundle
-	StateJoined       DeviceState = "joined"        // reported joined
+	StateJoined       DeviceState = "joined"        // its Node is registered and Ready in the cluster
+	StateNotReady     DeviceState = "not-ready"     // its Node is registered but reports NotReady
+	StateLost         DeviceState = "lost"          // its Node stopped reporting (Ready Unknown)
 	StateFailed       DeviceState = "failed"        // reported a failed join
 	StateLeaving      DeviceState = "leaving"       // marked to leave by a scale-down or delete
 	StateLeft         DeviceState = "left"          // removed from its cluster
@@ -43,6 +45,9 @@ const (
 var stateRank = map[DeviceState]int{
 	StateDiscovered: 0, StateLeased: 1, StateZTPServed: 2, StateConfigServed: 3,
 	StateImageServed: 4, StateWaiting: 5, StateJoinIssued: 6, StateJoined: 7,
+	// A member the cluster sees as not ready or lost is still a member:
+	// re-fetching its ztp.json must not move it back.
+	StateNotReady: 7, StateLost: 7,
 }
 
 // StateRank orders the forward onboarding states; -1 for states outside the
@@ -148,15 +153,39 @@ type Cluster struct {
 	Size              int          `json:"size"`          // desired worker count
 	ControlNodes      int          `json:"control_nodes"` // desired control-plane count
 	State             ClusterState `json:"state"`
-	Keypair           string       `json:"keypair,omitempty"`
-	NetworkID         string       `json:"network_id,omitempty"`
-	ExternalLBIP      string       `json:"external_lb_ip,omitempty"`
-	Endpoint          string       `json:"endpoint,omitempty"`    // https://<ip>:6443/
-	JoinMethod        string       `json:"join_method,omitempty"` // kubeadm | k3s | sonic
-	Owner             string       `json:"owner,omitempty"`       // API key id of the creator
-	Account           string       `json:"account,omitempty"`     // owning account (see ClusterAccount)
-	Created           time.Time    `json:"created"`
-	UpdatedAt         time.Time    `json:"updated_at"`
+	// Observed is what ztpd last saw of the cluster through its API
+	// server (nil: never reached).
+	Observed     *ClusterObservation `json:"observed,omitempty"`
+	Keypair      string              `json:"keypair,omitempty"`
+	NetworkID    string              `json:"network_id,omitempty"`
+	ExternalLBIP string              `json:"external_lb_ip,omitempty"`
+	Endpoint     string              `json:"endpoint,omitempty"`    // https://<ip>:6443/
+	JoinMethod   string              `json:"join_method,omitempty"` // kubeadm | k3s | sonic
+	Owner        string              `json:"owner,omitempty"`       // API key id of the creator
+	Account      string              `json:"account,omitempty"`     // owning account (see ClusterAccount)
+	Created      time.Time           `json:"created"`
+	UpdatedAt    time.Time           `json:"updated_at"`
+}
+
+// ClusterObservation is the cluster as ztpd's watch of its API server last
+// saw it. The clusters service derives Starting/Running/Alert from it.
+type ClusterObservation struct {
+	APIReachable bool `json:"api_reachable"`
+	// LastSeen is the last time the API server answered.
+	LastSeen time.Time `json:"last_seen,omitzero"`
+	// Nodes, ReadyNodes and ReadyControlPlanes count the cluster's Nodes.
+	Nodes              int `json:"nodes"`
+	ReadyNodes         int `json:"ready_nodes"`
+	ControlPlanes      int `json:"control_planes"`
+	ReadyControlPlanes int `json:"ready_control_planes"`
+	// Error is why the API server was not reachable, when it was not.
+	Error string `json:"error,omitempty"`
+	// UnhealthySince is when the cluster last stopped being healthy
+	// (API unreachable or fewer Ready Nodes than desired); zero while
+	// healthy. Alert follows once it lasts longer than the alert time.
+	UnhealthySince time.Time `json:"unhealthy_since,omitzero"`
+	// Waiting says what a Starting cluster still waits for.
+	Waiting string `json:"waiting,omitempty"`
 }
 
 // AdminAccount is the account of admin API keys (unless given another) and
@@ -223,14 +252,33 @@ type Membership struct {
 	UpdatedAt time.Time         `json:"updated_at"`
 
 	// What the joiner needs to re-issue and revoke.
-	Method     string `json:"join_method,omitempty"`
-	TokenID    string `json:"token_id,omitempty"`
-	ReportID   string `json:"report_id,omitempty"`
-	IP         string `json:"ip,omitempty"`
-	WaitReason string `json:"wait_reason,omitempty"`
+	Method string `json:"join_method,omitempty"`
+	// NodeName is the Kubernetes node name ztpd put in the bundle: the
+	// exact key that matches the cluster's Node to this device.
+	NodeName string `json:"node_name,omitempty"`
+	// Node is the member's Node as the cluster last showed it.
+	Node *NodeObservation `json:"node,omitempty"`
+	// Reported is the device's own last report (joined or failed), kept
+	// as a hint: the cluster's Node decides joined.
+	Reported   string    `json:"reported,omitempty"`
+	ReportedAt time.Time `json:"reported_at,omitzero"`
+	TokenID    string    `json:"token_id,omitempty"`
+	ReportID   string    `json:"report_id,omitempty"`
+	IP         string    `json:"ip,omitempty"`
+	WaitReason string    `json:"wait_reason,omitempty"`
 	// IssuedAt is when the bundle was first handed out: re-issues are
 	// allowed only within the joiner's reissue window of it.
 	IssuedAt time.Time `json:"issued_at,omitzero"`
+}
+
+// NodeObservation is a member's Node as the cluster showed it.
+type NodeObservation struct {
+	Ready        string    `json:"ready"` // True | False | Unknown
+	Reason       string    `json:"reason,omitempty"`
+	ControlPlane bool      `json:"control_plane,omitempty"`
+	Registered   time.Time `json:"registered,omitzero"` // the Node's creation
+	Seen         time.Time `json:"seen"`                // when ztpd last saw it change
+	Deleted      bool      `json:"deleted,omitempty"`
 }
 
 // JoinState is the joiner's bookkeeping of one cluster's membership.
@@ -238,7 +286,7 @@ type JoinState struct {
 	KubernetesVersion string `json:"kubernetes_version"`
 	Algorithm         string `json:"algorithm"` // key algorithm of the cluster CA
 	FirstControlPlane string `json:"first_control_plane,omitempty"`
-	Initialized       bool   `json:"initialized,omitempty"` // first control plane reported joined
+	Initialized       bool   `json:"initialized,omitempty"` // the API server has answered ztpd
 	ControlPlanes     int    `json:"control_planes"`        // active, including the first
 	Workers           int    `json:"workers"`               // active, including switches
 	APIEndpoint       string `json:"api_endpoint,omitempty"`

@@ -1,0 +1,110 @@
+package clusters
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/store/storetest"
+)
+
+// TestObservedStates walks Starting -> Running -> Alert -> Running from
+// observations alone, with the alert time honoured in both directions.
+func TestObservedStates(t *testing.T) {
+	f := storetest.Open(t)
+	s, err := New(f.Store, nil, Options{AlertAfter: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	ctx := context.Background()
+	v := addVersion(t, s, "1.30.2")
+	_, j, err := s.CreateCluster(ctx, user, ClusterSpec{Name: "k", ZoneID: s.Zone().ID, VersionID: v.ID,
+		ServiceOfferingID: Offerings[0].ID, Size: 2, ControlNodes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j = wait(t, s, j); j.Cluster == nil || j.Cluster.State != core.ClusterStarting {
+		t.Fatalf("create job ends Starting: %+v", j)
+	}
+	get := func() core.Cluster {
+		t.Helper()
+		var c core.Cluster
+		s.st.View(func(tx core.Tx) error { c, err = ByRef(tx, "k"); return err })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	_, _, err = s.Kubeconfig(ctx, user, "k")
+	if core.KindOf(err) != core.KindUnavailable || !strings.Contains(err.Error(), "is Starting (waiting for its first control plane") {
+		t.Fatalf("kubeconfig while Starting: %v", err)
+	}
+	t0 := time.Now()
+	obs := func(h Health) core.Cluster {
+		t.Helper()
+		if err := s.ObserveHealth(get().ID, h); err != nil {
+			t.Fatal(err)
+		}
+		return get()
+	}
+	// API down: still Starting, and it says why.
+	c := obs(Health{Err: "dial tcp 10.99.0.5:6443: connection refused", At: t0})
+	if c.State != core.ClusterStarting || !strings.Contains(StartingReason(c), "connection refused") {
+		t.Fatalf("api down: %s %q", c.State, StartingReason(c))
+	}
+	// API up, no control-plane Node yet.
+	c = obs(Health{APIReachable: true, At: t0.Add(time.Second)})
+	if c.State != core.ClusterStarting || !strings.Contains(StartingReason(c), "0 of 1 registered and Ready") {
+		t.Fatalf("no nodes: %s %q", c.State, StartingReason(c))
+	}
+	_, _, err = s.Kubeconfig(ctx, user, "k")
+	if err == nil || !strings.Contains(err.Error(), "0 of 1 registered and Ready") {
+		t.Fatalf("kubeconfig error says what it waits for: %v", err)
+	}
+	// Control plane Ready: Running, though the workers are still joining.
+	c = obs(Health{APIReachable: true, Nodes: 1, ReadyNodes: 1, ControlPlanes: 1, ReadyControlPlanes: 1, At: t0.Add(2 * time.Second)})
+	if c.State != core.ClusterRunning || c.Observed == nil || c.Observed.UnhealthySince.IsZero() {
+		t.Fatalf("control plane ready: %+v", c)
+	}
+	// Fewer Ready than desired, but not for longer than AlertAfter.
+	c = obs(Health{APIReachable: true, Nodes: 1, ReadyNodes: 1, ControlPlanes: 1, ReadyControlPlanes: 1, At: t0.Add(30 * time.Second)})
+	if c.State != core.ClusterRunning {
+		t.Fatalf("within the alert time: %s", c.State)
+	}
+	// Healthy clears the clock.
+	c = obs(Health{APIReachable: true, Nodes: 3, ReadyNodes: 3, ControlPlanes: 1, ReadyControlPlanes: 1, At: t0.Add(40 * time.Second)})
+	if c.State != core.ClusterRunning || !c.Observed.UnhealthySince.IsZero() || !c.Observed.LastSeen.Equal(t0.Add(40*time.Second)) {
+		t.Fatalf("healthy: %+v", c.Observed)
+	}
+	// API server gone for longer than AlertAfter: Alert, saying why.
+	obs(Health{Err: "connection refused", At: t0.Add(50 * time.Second)})
+	c = obs(Health{Err: "connection refused", At: t0.Add(50*time.Second + 30*time.Second)})
+	if c.State != core.ClusterRunning {
+		t.Fatalf("30 s down: %s", c.State)
+	}
+	c = obs(Health{Err: "connection refused", At: t0.Add(50*time.Second + 61*time.Second)})
+	if c.State != core.ClusterAlert || c.Observed.APIReachable || !c.Observed.LastSeen.Equal(t0.Add(40*time.Second)) {
+		t.Fatalf("61 s down: %s %+v", c.State, c.Observed)
+	}
+	// Back and healthy: Running again.
+	c = obs(Health{APIReachable: true, Nodes: 3, ReadyNodes: 3, ControlPlanes: 1, ReadyControlPlanes: 1, At: t0.Add(2 * time.Minute)})
+	if c.State != core.ClusterRunning {
+		t.Fatalf("recovered: %s", c.State)
+	}
+	// Every move is an event.
+	var moves []string
+	s.st.View(func(tx core.Tx) error {
+		return tx.Events().List(core.StreamOf("cluster.state"), 0, func(e core.Event) (bool, error) {
+			if e.Type == "cluster.state" && e.Cluster == c.ID {
+				moves = append(moves, e.Fields["from"]+">"+e.Fields["to"])
+			}
+			return true, nil
+		})
+	})
+	if got := strings.Join(moves, " "); got != "Created>Starting Starting>Running Running>Alert Alert>Running" {
+		t.Fatalf("state events: %s", got)
+	}
+}

@@ -1,0 +1,181 @@
+package joiner
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// ObservedNode is one of a cluster's Nodes as its API server shows it.
+type ObservedNode struct {
+	Name         string
+	Ready        string // True | False | Unknown (no condition yet counts as Unknown)
+	Reason       string // the Ready condition's reason
+	ControlPlane bool
+	Created      time.Time
+}
+
+// memberState is the membership state a Node's Ready condition means:
+// Ready is joined, NotReady (the kubelet says so) is not-ready, Unknown
+// (the kubelet stopped reporting; the node controller says so) is lost.
+func memberState(ready string) core.DeviceState {
+	switch ready {
+	case "True":
+		return core.StateJoined
+	case "False":
+		return core.StateNotReady
+	}
+	return core.StateLost
+}
+
+// nodeIndex maps each cluster's node names to member devices. It is built
+// from the rosters and rebuilt only when memberships change (the store's
+// generation), so a Node event costs a map lookup, not a roster scan.
+type nodeIndex struct {
+	mu    sync.Mutex
+	gen   uint64
+	valid bool
+	byKey map[string]map[string]string // cluster -> node name -> device ("" when two members claim it)
+}
+
+// memberByNode finds the member of cluster whose bundle named node.
+func (s *Service) memberByNode(tx core.Tx, cluster, node string) (core.Membership, bool, error) {
+	gens, cached := s.store.(core.Generations)
+	s.nodes.mu.Lock()
+	defer s.nodes.mu.Unlock()
+	if cached {
+		if gen := gens.Generation(core.AggMemberships); !s.nodes.valid || gen != s.nodes.gen {
+			s.nodes.byKey, s.nodes.gen, s.nodes.valid = map[string]map[string]string{}, gen, true
+		}
+	}
+	names, ok := s.nodes.byKey[cluster]
+	if !cached || !ok {
+		names = map[string]string{}
+		err := tx.Memberships().Roster(cluster, func(device, _ string) (bool, error) {
+			m, err := tx.Memberships().Get(device)
+			if err != nil {
+				if errors.Is(err, core.ErrNotFound) {
+					return true, nil
+				}
+				return false, err
+			}
+			if m.NodeName == "" {
+				return true, nil
+			}
+			if _, dup := names[m.NodeName]; dup {
+				names[m.NodeName] = "" // ambiguous: match neither
+			} else {
+				names[m.NodeName] = device
+			}
+			return true, nil
+		})
+		if err != nil {
+			return core.Membership{}, false, err
+		}
+		if cached {
+			s.nodes.byKey[cluster] = names
+		}
+	}
+	dev := names[node]
+	if dev == "" {
+		return core.Membership{}, false, nil
+	}
+	m, err := tx.Memberships().Get(dev)
+	if errors.Is(err, core.ErrNotFound) || (err == nil && (m.Cluster != cluster || m.NodeName != node)) {
+		return core.Membership{}, false, nil
+	}
+	return m, err == nil, err
+}
+
+// NodeSeen records what the cluster says about one Node: the member whose
+// bundle named it becomes joined (Ready), not-ready or lost. A Node no
+// member owns (a node ztpd did not onboard) is ignored. Only changes are
+// written.
+func (s *Service) NodeSeen(clusterID string, n ObservedNode) error {
+	now := s.now().UTC()
+	st := memberState(n.Ready)
+	return s.store.Batch(func(tx core.Tx) error {
+		m, ok, err := s.memberByNode(tx, clusterID, n.Name)
+		if err != nil || !ok {
+			return err
+		}
+		if m.State == core.StateLeft || m.State == core.StateLeaving {
+			return nil // on its way out: its Node going away ends it
+		}
+		prev := m.Node
+		obs := &core.NodeObservation{Ready: n.Ready, Reason: n.Reason, ControlPlane: n.ControlPlane, Registered: n.Created, Seen: now}
+		if prev != nil && prev.Ready == obs.Ready && prev.Reason == obs.Reason && prev.ControlPlane == obs.ControlPlane && m.State == st && !prev.Deleted {
+			return nil
+		}
+		m.Node = obs
+		if m.State == st {
+			m.UpdatedAt = now
+			return tx.Memberships().Put(m)
+		}
+		reason := fmt.Sprintf("Node %s is Ready", n.Name)
+		switch st {
+		case core.StateNotReady:
+			reason = fmt.Sprintf("Node %s is NotReady", n.Name)
+		case core.StateLost:
+			reason = fmt.Sprintf("Node %s stopped reporting (Ready Unknown)", n.Name)
+		}
+		if n.Reason != "" {
+			reason += " (" + n.Reason + ")"
+		}
+		from := m.State
+		if err := s.transition(tx, &m, st, reason, now); err != nil {
+			return err
+		}
+		s.log.Info("member state from its Node", "cluster", clusterID, "device", m.Device, "node", n.Name, "from", from, "to", st, "reason", n.Reason)
+		return s.event(tx, now, "member."+string(st), m.Device, clusterID, reason, map[string]string{"node": n.Name})
+	})
+}
+
+// NodeGone records that a member's Node was deleted from the cluster: the
+// member has left (its slot is freed and its tokens revoked, as on a
+// scale-down). A Node deleted before it ever registered was not ztpd's.
+func (s *Service) NodeGone(clusterID, name string) error {
+	now := s.now().UTC()
+	return s.store.Batch(func(tx core.Tx) error {
+		m, ok, err := s.memberByNode(tx, clusterID, name)
+		if err != nil || !ok || m.Node == nil {
+			return err
+		}
+		m.Node.Deleted, m.Node.Seen = true, now
+		reason := fmt.Sprintf("Node %s was deleted from the cluster", name)
+		if err := s.leave(tx, m, reason, now); err != nil {
+			return err
+		}
+		s.log.Info("member left: its Node was deleted", "cluster", clusterID, "device", m.Device, "node", name)
+		return s.event(tx, now, "member.left", m.Device, clusterID, reason, map[string]string{"node": name})
+	})
+}
+
+// APISeen records that the cluster's API server answered ztpd: the cluster
+// is initialised (its first control plane ran kubeadm init), and the RBAC
+// ztpd needs there (admin binding, observer role) is made if it is not yet.
+func (s *Service) APISeen(clusterID string) error {
+	var kick bool
+	err := s.store.Batch(func(tx core.Tx) error {
+		rt, err := tx.Clusters().JoinState(clusterID)
+		if errors.Is(err, core.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		kick = !rt.AdminBinding
+		if rt.Initialized {
+			return nil
+		}
+		rt.Initialized = true
+		return tx.Clusters().PutJoinState(clusterID, rt)
+	})
+	if err == nil && kick {
+		s.kickAdminBinding(clusterID)
+	}
+	return err
+}
