@@ -65,13 +65,13 @@ func CheckUpgrade(from, to string) error {
 // too (OperationFailed); they keep a failed stop or delete visible and
 // retryable instead of stuck.
 var transitions = map[core.ClusterState][]core.ClusterState{
-	core.ClusterCreated:    {core.ClusterStarting},
-	core.ClusterStarting:   {core.ClusterRunning, core.ClusterAlert, core.ClusterError},
-	core.ClusterRunning:    {core.ClusterStopping, core.ClusterScaling, core.ClusterUpgrading, core.ClusterAlert, core.ClusterDestroying},
-	core.ClusterStopping:   {core.ClusterStopped, core.ClusterAlert},
-	core.ClusterStopped:    {core.ClusterStarting, core.ClusterDestroying},
-	core.ClusterScaling:    {core.ClusterRunning, core.ClusterAlert},
-	core.ClusterUpgrading:  {core.ClusterRunning, core.ClusterAlert},
+	core.ClusterCreated:   {core.ClusterStarting},
+	core.ClusterStarting:  {core.ClusterRunning, core.ClusterAlert, core.ClusterError},
+	core.ClusterRunning:   {core.ClusterStopping, core.ClusterScaling, core.ClusterUpgrading, core.ClusterAlert, core.ClusterDestroying},
+	core.ClusterStopping:  {core.ClusterStopped, core.ClusterAlert},
+	core.ClusterStopped:   {core.ClusterStarting, core.ClusterDestroying},
+	core.ClusterScaling:   {core.ClusterRunning, core.ClusterAlert},
+	core.ClusterUpgrading: {core.ClusterRunning, core.ClusterAlert},
 	// Alert -> Running: the watch sees the cluster healthy again (CloudStack's
 	// state scanner makes the same move).
 	core.ClusterAlert:      {core.ClusterRecovering, core.ClusterRunning, core.ClusterDestroying},
