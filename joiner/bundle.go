@@ -28,6 +28,11 @@ type Bundle struct {
 	KubernetesVersion string
 	APIEndpoint       string // host:port
 	CAHash            string // sha256:<hex>
+	// NodeName is the Node the member registers as; NodeLabels are the
+	// labels its kubelet sets at registration (--node-labels). The
+	// kubeadm and k3s configurations carry both already.
+	NodeName   string
+	NodeLabels map[string]string
 
 	// Exactly one of these is set, by method.
 	CloudConfig []byte             // kubeadm VMs: "#cloud-config" user-data
@@ -67,20 +72,22 @@ type DeliveredFile struct {
 
 // Delivery is the full document a device receives (secrets included).
 type Delivery struct {
-	Cluster           string          `json:"cluster"`
-	ClusterName       string          `json:"cluster_name"`
-	Device            string          `json:"device"`
-	Role              string          `json:"role"`
-	Init              bool            `json:"init,omitempty"`
-	Method            string          `json:"method"`
-	KubernetesVersion string          `json:"kubernetes_version"`
-	APIEndpoint       string          `json:"api_endpoint"`
-	CAHash            string          `json:"ca_hash"`
-	CloudConfig       string          `json:"cloud_config,omitempty"`
-	ConfigDB          json.RawMessage `json:"config_db,omitempty"`
-	Files             []DeliveredFile `json:"files,omitempty"`
-	ReportURL         string          `json:"report_url,omitempty"`
-	ReportToken       string          `json:"report_token,omitempty"`
+	Cluster           string            `json:"cluster"`
+	ClusterName       string            `json:"cluster_name"`
+	Device            string            `json:"device"`
+	Role              string            `json:"role"`
+	Init              bool              `json:"init,omitempty"`
+	Method            string            `json:"method"`
+	KubernetesVersion string            `json:"kubernetes_version"`
+	APIEndpoint       string            `json:"api_endpoint"`
+	CAHash            string            `json:"ca_hash"`
+	NodeName          string            `json:"node_name,omitempty"`
+	NodeLabels        map[string]string `json:"node_labels,omitempty"`
+	CloudConfig       string            `json:"cloud_config,omitempty"`
+	ConfigDB          json.RawMessage   `json:"config_db,omitempty"`
+	Files             []DeliveredFile   `json:"files,omitempty"`
+	ReportURL         string            `json:"report_url,omitempty"`
+	ReportToken       string            `json:"report_token,omitempty"`
 }
 
 // Deliver renders the device's document, secrets included. Call it only to
@@ -88,6 +95,7 @@ type Delivery struct {
 func (b *Bundle) Deliver() Delivery {
 	d := Delivery{Cluster: b.Cluster, ClusterName: b.ClusterName, Device: b.Device, Role: b.Role, Init: b.Init, Method: b.Method,
 		KubernetesVersion: b.KubernetesVersion, APIEndpoint: b.APIEndpoint, CAHash: b.CAHash,
+		NodeName: b.NodeName, NodeLabels: b.NodeLabels,
 		CloudConfig: string(b.CloudConfig), ReportURL: b.ReportURL, ReportToken: b.reportToken}
 	add := func(f bundle.File) {
 		d.Files = append(d.Files, DeliveredFile{Path: f.Path, Mode: fmt.Sprintf("%04o", f.Mode), Content: string(f.Content)})
@@ -127,6 +135,8 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 		report = &bundle.Report{URL: s.opts.ReportURL, Token: b.reportToken}
 	}
 	nodeName := res.nodeName
+	labels := NodeLabels(res.device, res.role, s.profileLabels(res.device.Profile))
+	b.NodeName, b.NodeLabels = nodeName, labels
 	var nodeTok tokens.BootstrapToken
 	if res.tokenID != "" {
 		if nodeTok, err = tokens.DeriveBootstrapToken(keys.seed, res.tokenID); err != nil {
@@ -178,7 +188,7 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 			}
 			params := bundle.InitParams{
 				Version: v, ControlPlaneEndpoint: res.rt.APIEndpoint, AdvertiseAddress: ip, NodeName: nodeName,
-				CertSANs: sans, Tokens: toks, EncryptionAlgorithm: pki.Algorithm(res.rt.Algorithm),
+				CertSANs: sans, Tokens: toks, EncryptionAlgorithm: pki.Algorithm(res.rt.Algorithm), NodeLabels: labels,
 			}
 			if res.cluster.ControlNodes > 1 {
 				params.CertificateKey = keys.certKey
@@ -195,7 +205,7 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 				"ztpd-cluster-admins.yaml": []byte(bundle.ClusterAdminsRBAC)}
 		default:
 			jp := bundle.JoinParams{Version: v, APIServerEndpoint: res.rt.APIEndpoint, Token: nodeTok,
-				CACertHashes: []string{keys.ca.DiscoveryHash()}, NodeName: nodeName}
+				CACertHashes: []string{keys.ca.DiscoveryHash()}, NodeName: nodeName, NodeLabels: labels}
 			cc.Role = bundle.RoleWorker
 			if res.role == RoleControlPlane {
 				jp.ControlPlane, jp.CertificateKey, jp.AdvertiseAddress = true, keys.certKey, res.ip
@@ -224,7 +234,8 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 		if err != nil {
 			return nil, err
 		}
-		ag, err := bundle.RenderK3sAgent(bundle.K3sAgentParams{ServerURL: "https://" + res.rt.APIEndpoint, Token: kt, NodeName: nodeName})
+		ag, err := bundle.RenderK3sAgent(bundle.K3sAgentParams{ServerURL: "https://" + res.rt.APIEndpoint, Token: kt, NodeName: nodeName,
+			NodeLabels: strings.Split(bundle.NodeLabelsArg(labels), ",")})
 		if err != nil {
 			return nil, err
 		}

@@ -104,6 +104,9 @@ type Rule struct {
 
 // Options configure the service.
 type Options struct {
+	// ProfileLabels gives a profile's labels by name, for the Node labels
+	// of its devices (nil: none).
+	ProfileLabels func(profile string) map[string]string
 	EnrollmentTTL time.Duration // default 1h
 	TokenTTL      time.Duration // default 24h; 0 after defaulting is not allowed
 	ReportTTL     time.Duration // default 7 days

@@ -578,3 +578,22 @@ func TestK3sAgent(t *testing.T) {
 		t.Fatal("http server accepted")
 	}
 }
+
+// TestNodeLabelsInKubeletExtraArgs: labels reach the kubelet's
+// --node-labels, as a name/value list in v1beta4 and a map before.
+func TestNodeLabelsInKubeletExtraArgs(t *testing.T) {
+	labels := map[string]string{"ztpd.io/role": "worker", "label.ztpd.io/rack": "r7"}
+	for v, want := range map[string]string{
+		"1.31.4": "  kubeletExtraArgs:\n  - name: node-labels\n    value: label.ztpd.io/rack=r7,ztpd.io/role=worker\n",
+		"1.28.4": "  kubeletExtraArgs:\n    node-labels: label.ztpd.io/rack=r7,ztpd.io/role=worker\n",
+	} {
+		plan, err := PlanJoin(JoinParams{Version: MustVersion(v), APIServerEndpoint: "10.99.1.10:6443", Token: tokA,
+			CACertHashes: []string{"sha256:" + strings.Repeat("ab", 32)}, NodeName: "n1", NodeLabels: labels})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(plan.Config), want) {
+			t.Errorf("%s: config lacks %q:\n%s", v, want, plan.Config)
+		}
+	}
+}

@@ -41,9 +41,12 @@ type InitParams struct {
 	// EncryptionAlgorithm is the CA's key type. With v1beta4 it is also
 	// written as encryptionAlgorithm so kubeadm's own keys match it.
 	EncryptionAlgorithm pki.Algorithm
-	PodSubnet           string // optional, e.g. for the CNI in network.yaml
-	ServiceSubnet       string // optional
-	ClusterName         string // optional, kubeadm default "kubernetes"
+	// NodeLabels are set by the kubelet when it registers the Node
+	// (kubeletExtraArgs node-labels; see NodeLabelsArg).
+	NodeLabels    map[string]string
+	PodSubnet     string // optional, e.g. for the CNI in network.yaml
+	ServiceSubnet string // optional
+	ClusterName   string // optional, kubeadm default "kubernetes"
 }
 
 // JoinParams describe a node joining an existing cluster.
@@ -58,6 +61,8 @@ type JoinParams struct {
 	ControlPlane     bool
 	AdvertiseAddress string
 	CertificateKey   tokens.CertificateKey
+	// NodeLabels are set by the kubelet when it registers the Node.
+	NodeLabels map[string]string
 }
 
 // KubeadmPlan is how a node runs kubeadm: a configuration file (nil in
@@ -108,9 +113,10 @@ func PlanInit(p InitParams) (KubeadmPlan, error) {
 		return planInitFlags(p, sans), nil
 	}
 	initCfg := initConfiguration{
-		typeMeta:         typeMeta{APIVersion: string(api), Kind: "InitConfiguration"},
-		NodeRegistration: nodeRegistration{Name: p.NodeName, CRISocket: criSocket(p.Version)},
-		CertificateKey:   p.CertificateKey.Reveal(),
+		typeMeta: typeMeta{APIVersion: string(api), Kind: "InitConfiguration"},
+		NodeRegistration: nodeRegistration{Name: p.NodeName, CRISocket: criSocket(p.Version),
+			NodeLabels: NodeLabelsArg(p.NodeLabels), ArgList: api == KubeadmV1Beta4},
+		CertificateKey: p.CertificateKey.Reveal(),
 	}
 	if p.AdvertiseAddress != "" {
 		initCfg.LocalAPIEndpoint = &apiEndpoint{AdvertiseAddress: p.AdvertiseAddress, BindPort: 6443}
@@ -229,8 +235,9 @@ func PlanJoin(p JoinParams) (KubeadmPlan, error) {
 		return KubeadmPlan{API: api, Commands: [][]string{cmd}}, nil
 	}
 	jc := joinConfiguration{
-		typeMeta:         typeMeta{APIVersion: string(api), Kind: "JoinConfiguration"},
-		NodeRegistration: nodeRegistration{Name: p.NodeName, CRISocket: criSocket(p.Version)},
+		typeMeta: typeMeta{APIVersion: string(api), Kind: "JoinConfiguration"},
+		NodeRegistration: nodeRegistration{Name: p.NodeName, CRISocket: criSocket(p.Version),
+			NodeLabels: NodeLabelsArg(p.NodeLabels), ArgList: api == KubeadmV1Beta4},
 		Discovery: discovery{BootstrapToken: &bootstrapTokenDiscovery{
 			Token:             p.Token.Reveal(),
 			APIServerEndpoint: p.APIServerEndpoint,
@@ -375,7 +382,7 @@ func (e apiEndpoint) writeYAML(w *yamlWriter, ind int) {
 }
 
 func (n nodeRegistration) writeYAML(w *yamlWriter, ind int) {
-	if n.CRISocket == "" && n.Name == "" {
+	if n.CRISocket == "" && n.Name == "" && n.NodeLabels == "" {
 		w.kvRaw(ind, "nodeRegistration", "{}")
 		return
 	}
@@ -383,9 +390,37 @@ func (n nodeRegistration) writeYAML(w *yamlWriter, ind int) {
 	if n.CRISocket != "" {
 		w.kv(ind+2, "criSocket", n.CRISocket)
 	}
+	if n.NodeLabels != "" {
+		// v1beta4 made extraArgs a list of name/value pairs.
+		w.key(ind+2, "kubeletExtraArgs")
+		if n.ArgList {
+			w.indent(ind + 2)
+			w.b.WriteString("- name: node-labels\n")
+			w.kv(ind+4, "value", n.NodeLabels)
+		} else {
+			w.kv(ind+4, "node-labels", n.NodeLabels)
+		}
+	}
 	if n.Name != "" {
 		w.kv(ind+2, "name", n.Name)
 	}
+}
+
+// NodeLabelsArg renders labels as the kubelet's --node-labels value
+// (key=value pairs, comma separated, in key order); "" for none. The
+// labels must already be valid Kubernetes label keys and values, which
+// contain no comma or equals sign.
+func NodeLabelsArg(labels map[string]string) string {
+	var b strings.Builder
+	for _, k := range sortedKeys(labels) {
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(labels[k])
+	}
+	return b.String()
 }
 
 func (c clusterConfiguration) writeYAML(w *yamlWriter) {
@@ -471,8 +506,10 @@ type bootstrapToken struct {
 }
 
 type nodeRegistration struct {
-	Name      string `json:"name,omitempty"`
-	CRISocket string `json:"criSocket,omitempty"`
+	Name       string `json:"name,omitempty"`
+	CRISocket  string `json:"criSocket,omitempty"`
+	NodeLabels string `json:"-"` // kubeletExtraArgs node-labels
+	ArgList    bool   `json:"-"` // v1beta4: extraArgs as a name/value list
 }
 
 type apiEndpoint struct {

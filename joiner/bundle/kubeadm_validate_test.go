@@ -26,7 +26,9 @@ func TestRealKubeadmValidatesConfigs(t *testing.T) {
 			kubeadm := kubebin.Require(t, v).Kubeadm
 			ver := strings.TrimPrefix(v, "v")
 			for _, alg := range []pki.Algorithm{pki.RSA2048, pki.ECDSAP256} {
-				init, err := PlanInit(initParams(ver, alg))
+				ip := initParams(ver, alg)
+				ip.NodeLabels = map[string]string{"ztpd.io/role": "control-plane", "label.ztpd.io/rack": "r7"}
+				init, err := PlanInit(ip)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -35,6 +37,7 @@ func TestRealKubeadmValidatesConfigs(t *testing.T) {
 			worker := JoinParams{
 				Version: MustVersion(ver), APIServerEndpoint: "10.99.1.10:6443", Token: tokA,
 				CACertHashes: []string{caHash}, NodeName: "prod-a-node-1",
+				NodeLabels: map[string]string{"ztpd.io/role": "worker", "ztpd.io/serial": "LAB0001"},
 			}
 			cp := worker
 			cp.ControlPlane, cp.CertificateKey, cp.AdvertiseAddress, cp.NodeName = true, certKey, "10.99.1.12", "prod-a-control-2"

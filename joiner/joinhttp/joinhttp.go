@@ -166,7 +166,9 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	httpserve.WriteJSON(w, http.StatusOK, map[string]any{"device": m.Device, "cluster": m.Cluster, "state": m.State})
+	// state is the membership as the cluster shows it; the report itself is
+	// recorded as a hint (reported).
+	httpserve.WriteJSON(w, http.StatusOK, map[string]any{"device": m.Device, "cluster": m.Cluster, "state": m.State, "reported": m.Reported})
 }
 
 // fail answers a joiner error: a wait is 202 with Retry-After; every
