@@ -90,8 +90,13 @@ func testClusterListCache(t *testing.T, e *env) {
 	if _, err := e.clusters.WaitJob(ctx, j.ID); err != nil {
 		t.Fatal(err)
 	}
-	if got = listClusters(t, u, nil); got[0].State != "Running" {
+	if got = listClusters(t, u, nil); got[0].State != "Starting" {
 		t.Fatalf("after the create job: state %q", got[0].State)
+	}
+	// An observation from the watch moves it to Running: the next list shows it.
+	e.healthy(cl.ID)
+	if got = listClusters(t, u, nil); got[0].State != "Running" {
+		t.Fatalf("after a healthy observation: state %q", got[0].State)
 	}
 	one := map[string]string{"id": cl.ID}
 	listClusters(t, u, one) // a second cached key for the same data
@@ -470,6 +475,8 @@ func TestRESTClusterListCacheFollowsChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.clusters.WaitJob(ctx, j.ID)
+	// Running (as ztpd's watch would find it), so it can be scaled below.
+	e.healthy(cl.ID)
 	c := e.rest(e.admin.APIKey, e.adminSec) // the cluster is the admin account's
 	list := func() restCluster {
 		t.Helper()

@@ -94,9 +94,24 @@ func TestCloudStackLifecycle(t *testing.T) {
 	mustJSON(t, job["jobresult"], &jr)
 	kc := jr["kubernetescluster"]
 	checkTypes(t, "jobresult.kubernetescluster", kc, clusterTypes)
-	if field[string](t, kc, "state") != "Running" || field[int](t, kc, "size") != 2 || field[int](t, kc, "controlnodes") != 3 ||
+	// The job ends with the cluster Starting: nothing has booted yet.
+	if field[string](t, kc, "state") != "Starting" || field[int](t, kc, "size") != 2 || field[int](t, kc, "controlnodes") != 3 ||
 		field[int](t, kc, "masternodes") != 3 || field[string](t, kc, "cpunumber") != "10" || field[string](t, kc, "memory") != "20480" {
 		t.Fatalf("created cluster: %s", job["jobresult"])
+	}
+	// A Starting cluster has no kubeconfig yet; the error says what it waits for.
+	errorBody(t, u.call("getKubernetesClusterConfig", map[string]string{"id": clusterID}, false), "getkubernetesclusterconfigresponse",
+		530, 9999, "Kubernetes cluster edge-1 is Starting (waiting for its first control plane to start the API server")
+	// ztpd's watch sees its API server answer and its control planes Ready.
+	e.healthy(clusterID)
+	if st := clusterState(t, e, clusterID); st != core.ClusterRunning {
+		t.Fatalf("after a healthy observation: %s", st)
+	}
+	cfg := u.ok("getKubernetesClusterConfig", map[string]string{"id": clusterID}, false)
+	var cc map[string]json.RawMessage
+	mustJSON(t, cfg["clusterconfig"], &cc)
+	if !strings.Contains(field[string](t, cc, "configdata"), "name: edge-1") {
+		t.Fatalf("configdata of a Running cluster: %s", cc["configdata"])
 	}
 
 	// Devices join: memberships appear as virtualmachines, the control node's
@@ -173,8 +188,7 @@ func TestCloudStackLifecycle(t *testing.T) {
 	if job = u.wait(field[string](t, j, "jobid")); field[int](t, job, "jobstatus") != 1 {
 		t.Fatalf("start: %s", job["jobresult"])
 	}
-	cfg := u.ok("getKubernetesClusterConfig", map[string]string{"id": clusterID}, false)
-	var cc map[string]json.RawMessage
+	cfg = u.ok("getKubernetesClusterConfig", map[string]string{"id": clusterID}, false)
 	mustJSON(t, cfg["clusterconfig"], &cc)
 	checkTypes(t, "clusterconfig", cc, map[string]string{"id": "string", "name": "string", "configdata": "string"})
 	if !strings.Contains(field[string](t, cc, "configdata"), "name: edge-1") {
@@ -303,7 +317,13 @@ func TestCloudStackErrors(t *testing.T) {
 		cr := c2.ok("createKubernetesCluster", map[string]string{"name": "k", "zoneid": e2.clusters.Zone().ID,
 			"kubernetesversionid": v.ID, "serviceofferingid": "ztpd-small", "size": "1"}, true)
 		c2.wait(field[string](t, cr, "jobid"))
-		errorBody(t, c2.call("getKubernetesClusterConfig", map[string]string{"id": field[string](t, cr, "id")}, false),
+		id := field[string](t, cr, "id")
+		// Starting: what it waits for comes first.
+		errorBody(t, c2.call("getKubernetesClusterConfig", map[string]string{"id": id}, false),
+			"getkubernetesclusterconfigresponse", 530, 9999, "Kubernetes cluster k is Starting (waiting for")
+		// Running, but no joiner holds a CA for it.
+		e2.healthy(id)
+		errorBody(t, c2.call("getKubernetesClusterConfig", map[string]string{"id": id}, false),
 			"getkubernetesclusterconfigresponse", 530, 9999, "cluster CA not provisioned")
 	})
 }
@@ -315,6 +335,7 @@ func TestCloudStackFailedJobResult(t *testing.T) {
 	cr := u.ok("createKubernetesCluster", map[string]string{"name": "k", "zoneid": e.clusters.Zone().ID,
 		"kubernetesversionid": v.ID, "serviceofferingid": "ztpd-small", "size": "1"}, true)
 	u.wait(field[string](t, cr, "jobid"))
+	e.healthy(field[string](t, cr, "id")) // Running: it may be stopped
 	// Simulate a restart in the middle of a stop; the recovered job must
 	// report failure 530 through queryAsyncJobResult.
 	stop := u.ok("stopKubernetesCluster", map[string]string{"id": field[string](t, cr, "id")}, true)

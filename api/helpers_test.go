@@ -354,3 +354,23 @@ func (e *env) adminClient() *csClient {
 func (e *env) userClient() *csClient {
 	return &csClient{t: e.t, base: e.ts.URL, apiKey: e.user.APIKey, secret: e.userSec, http: e.ts.Client()}
 }
+
+// healthy feeds the cluster one observation of a healthy cluster (its API
+// server answers, every desired Node Ready), as ztpd's watch would: the
+// create job leaves a cluster Starting, this makes it Running.
+func (e *env) healthy(ref string) {
+	e.t.Helper()
+	var c core.Cluster
+	if err := e.st.View(func(tx core.Tx) error {
+		var err error
+		c, err = clusters.ByRef(tx, ref)
+		return err
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+	cp := max(c.ControlNodes, 1)
+	if err := e.clusters.ObserveHealth(c.ID, clusters.Health{APIReachable: true, Nodes: cp + c.Size, ReadyNodes: cp + c.Size,
+		ControlPlanes: cp, ReadyControlPlanes: cp}); err != nil {
+		e.t.Fatal(err)
+	}
+}

@@ -417,8 +417,21 @@ func TestRESTClusterLifecycle(t *testing.T) {
 		return restJob{}
 	}
 	j := wait(u.do("POST", "/api/v1/clusters", map[string]any{"name": "lab", "version": "v1.30.2", "size": 2}))
-	if j.Status != "succeeded" || j.Cluster == nil || j.Cluster.State != core.ClusterRunning || j.Cluster.CPU != 6 {
+	if j.Status != "succeeded" || j.Cluster == nil || j.Cluster.State != core.ClusterStarting || j.Cluster.CPU != 6 {
 		t.Fatalf("create: %+v", j)
+	}
+	// Starting: no kubeconfig yet, and the answer says what it waits for.
+	if r := u.do("GET", "/api/v1/clusters/lab/kubeconfig", nil); r.status != 503 ||
+		!strings.Contains(string(r.raw), `"code":"unavailable"`) ||
+		!strings.Contains(string(r.raw), "Kubernetes cluster lab is Starting (waiting for its first control plane to start the API server") {
+		t.Fatalf("kubeconfig of a Starting cluster: %d %s", r.status, r.raw)
+	}
+	e.healthy("lab") // ztpd's watch sees it answer, control plane Ready
+	var lab restCluster
+	if r := u.do("GET", "/api/v1/clusters/lab", nil); r.status != 200 {
+		t.Fatalf("get: %d %s", r.status, r.raw)
+	} else if r.decode(t, &lab); lab.State != core.ClusterRunning {
+		t.Fatalf("after a healthy observation: %+v", lab)
 	}
 	if r := u.do("POST", "/api/v1/clusters", map[string]any{"name": "lab", "version": "v1.30.2", "size": 2}); r.status != 409 {
 		t.Fatalf("duplicate: %d %s", r.status, r.raw)

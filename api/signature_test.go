@@ -41,7 +41,8 @@ func signedCS(v url.Values, secret string) string {
 }
 
 // makeCluster creates a Running cluster owned by caller through the
-// clusters service.
+// clusters service: the create job leaves it Starting, one healthy
+// observation (as ztpd's watch would feed) makes it Running.
 func makeCluster(t *testing.T, e *env, caller clusters.Caller, name string) core.Cluster {
 	t.Helper()
 	ctx := context.Background()
@@ -63,6 +64,10 @@ func makeCluster(t *testing.T, e *env, caller clusters.Caller, name string) core
 	}
 	if j, err = e.clusters.WaitJob(ctx, j.ID); err != nil || j.Status != core.JobSucceeded {
 		t.Fatalf("create %s: %v %+v", name, err, j)
+	}
+	e.healthy(c.ID)
+	if c.State = clusterState(t, e, c.ID); c.State != core.ClusterRunning {
+		t.Fatalf("cluster %s after a healthy observation: %s", name, c.State)
 	}
 	return c
 }

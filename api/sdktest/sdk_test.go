@@ -18,7 +18,9 @@ import (
 	"github.com/apache/cloudstack-go/v2/cloudstack"
 
 	"github.com/ztpd/ztpd/internal/app"
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/config"
+	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/testenv/certcheck"
 	"github.com/ztpd/ztpd/testenv/inproc"
 )
@@ -46,8 +48,29 @@ func newKey(t *testing.T, cfg config.Config, role string) (key, secret string) {
 	return r.APIKey, r.SecretKey
 }
 
+// healthy feeds ztpd one observation of a healthy cluster (its API server
+// answers, every desired Node Ready), as its watch of the cluster's API
+// server would: the create job leaves a cluster Starting, this makes it
+// Running. No real control plane runs behind these clusters.
+func healthy(t *testing.T, a *app.App, id string) {
+	t.Helper()
+	var c core.Cluster
+	if err := a.Store.View(func(tx core.Tx) error {
+		var err error
+		c, err = tx.Clusters().Get(id)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cp := max(c.ControlNodes, 1)
+	if err := a.Clusters.ObserveHealth(id, clusters.Health{APIReachable: true, Nodes: cp + c.Size, ReadyNodes: cp + c.Size,
+		ControlPlanes: cp, ReadyControlPlanes: cp}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestCloudStackSDKLifecycle(t *testing.T) {
-	base, cfg := inproc.Serve(t, nil)
+	base, cfg, ztpd := inproc.ServeApp(t, nil)
 	adminKey, adminSecret := newKey(t, cfg, "admin")
 	userKey, userSecret := newKey(t, cfg, "user")
 	admin := cloudstack.NewAsyncClient(base+"/client/api", adminKey, adminSecret, true)
@@ -94,12 +117,26 @@ func TestCloudStackSDKLifecycle(t *testing.T) {
 	// The API endpoint is known up front, so the kubeconfig can be fetched
 	// before any control plane has joined.
 	cp.SetExternalloadbalanceripaddress("10.99.7.10")
+	// The create job ends with the cluster Starting: nothing has booted yet.
 	created, err := user.Kubernetes.CreateKubernetesCluster(cp)
-	if err != nil || created.Name != "edge-1" || created.Size != 2 || created.State != "Running" {
+	if err != nil || created.Name != "edge-1" || created.Size != 2 || created.State != "Starting" {
 		t.Fatalf("create: %v %+v", err, created)
 	}
 	if created.Kubernetesversionid != v130.Id || created.Cpunumber == "" || created.Memory == "" {
 		t.Fatalf("created cluster fields: %+v", created)
+	}
+	// Its kubeconfig waits for it to run; the SDK gets CloudStack's error
+	// saying what the cluster waits for.
+	gp := user.Kubernetes.NewGetKubernetesClusterConfigParams()
+	gp.SetId(created.Id)
+	if _, err := user.Kubernetes.GetKubernetesClusterConfig(gp); err == nil ||
+		!strings.Contains(err.Error(), "CloudStack API error 530 (CSExceptionErrorCode: 9999): Kubernetes cluster edge-1 is Starting (waiting for") ||
+		!strings.Contains(err.Error(), "its kubeconfig is available once it is Running") {
+		t.Fatalf("getKubernetesClusterConfig of a Starting cluster: %v", err)
+	}
+	healthy(t, ztpd, created.Id) // ztpd's watch sees it answer, control plane Ready
+	if c, _, err := user.Kubernetes.GetKubernetesClusterByID(created.Id); err != nil || c.State != "Running" {
+		t.Fatalf("after a healthy observation: %v %+v", err, c)
 	}
 
 	lp := user.Kubernetes.NewListKubernetesClustersParams()
@@ -140,8 +177,6 @@ func TestCloudStackSDKLifecycle(t *testing.T) {
 		t.Fatalf("start: %v %+v", err, started)
 	}
 
-	gp := user.Kubernetes.NewGetKubernetesClusterConfigParams()
-	gp.SetId(created.Id)
 	kc, err := user.Kubernetes.GetKubernetesClusterConfig(gp)
 	if err != nil || !strings.Contains(kc.Configdata, "certificate-authority-data") || !strings.Contains(kc.Configdata, "client-certificate-data") ||
 		!strings.Contains(kc.Configdata, "https://10.99.7.10:6443") {
@@ -173,7 +208,7 @@ func TestCloudStackSDKLifecycle(t *testing.T) {
 // listall; a kubeconfig names its user, is not system:masters and expires
 // when configured (checked with the real openssl).
 func TestCloudStackSDKTenancyAndKubeconfig(t *testing.T) {
-	base, cfg := inproc.Serve(t, func(c *config.Config) { c.API.KubeconfigTTL = config.Duration(2 * time.Hour) })
+	base, cfg, ztpd := inproc.ServeApp(t, func(c *config.Config) { c.API.KubeconfigTTL = config.Duration(2 * time.Hour) })
 	adminKey, adminSecret := newNamedKey(t, cfg, "admin", "ops")
 	aliceKey, aliceSecret := newNamedKey(t, cfg, "user", "alice")
 	bobKey, bobSecret := newNamedKey(t, cfg, "user", "bob")
@@ -207,6 +242,9 @@ func TestCloudStackSDKTenancyAndKubeconfig(t *testing.T) {
 	if mine.Account != aliceKey || mine.Domainid == "" || mine.Domain != "ROOT" {
 		t.Fatalf("cluster account %q domain %q %q", mine.Account, mine.Domainid, mine.Domain)
 	}
+	// Running, so bob's refused stop and delete below would have been
+	// accepted from its owner.
+	healthy(t, ztpd, mine.Id)
 
 	// bob: nothing to see, nothing to touch.
 	if l, err := bob.Kubernetes.ListKubernetesClusters(bob.Kubernetes.NewListKubernetesClustersParams()); err != nil || l.Count != 0 {

@@ -23,6 +23,15 @@ import (
 // stops when the test ends.
 func Serve(t testing.TB, mutate func(*config.Config)) (base string, cfg config.Config) {
 	t.Helper()
+	base, cfg, _ = ServeApp(t, mutate)
+	return base, cfg
+}
+
+// ServeApp is Serve that also returns the running App, for tests that must
+// feed it what a peer it cannot reach here would (a cluster's API server
+// answering ztpd's watch: App.Clusters.ObserveHealth).
+func ServeApp(t testing.TB, mutate func(*config.Config)) (base string, cfg config.Config, a *app.App) {
+	t.Helper()
 	cfg = config.Default()
 	cfg.DataDir = t.TempDir()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -38,7 +47,7 @@ func Serve(t testing.TB, mutate func(*config.Config)) (base string, cfg config.C
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	a, err := app.New(cfg, slog.New(slog.DiscardHandler))
+	a, err = app.New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +61,7 @@ func Serve(t testing.TB, mutate func(*config.Config)) (base string, cfg config.C
 		if err == nil {
 			resp.Body.Close()
 			if _, err := os.Stat(filepath.Join(cfg.DataDir, app.AdminSocketName)); err == nil {
-				return base, cfg
+				return base, cfg, a
 			}
 		}
 		if i > 300 {
