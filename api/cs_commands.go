@@ -85,7 +85,7 @@ func (s *Server) commandTable() map[string]*command {
 				{"networkid", "uuid", false, "network ID (recorded)"},
 				{"externalloadbalanceripaddress", "string", false, "external load balancer address for HA clusters"},
 				{"noderootdisksize", "long", false, "node root disk size in GiB (recorded)"},
-				{"joinmethod", "string", false, "ztpd: kubeadm (default), k3s or sonic"},
+				{"joinmethod", "string", false, "ztpd: kubeadm (default), k3s or sonic (a switch fabric: a kubeadm cluster whose control plane is the first VM or server admitted as control-plane; its switches are the workers)"},
 			}, Response: append([]string{"id"}, asyncFields...), run: (*Server).csCreateCluster},
 		{Name: "startKubernetesCluster", Desc: "Start a stopped Kubernetes cluster (or recover one in Alert)", Async: true,
 			JavaClass: javaUserK8s + "cluster.StartKubernetesClusterCmd",

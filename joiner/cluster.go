@@ -65,8 +65,12 @@ func (s *Service) setup(tx core.Tx, c core.Cluster, version string, now time.Tim
 	if _, err := bundle.KubeadmAPIFor(v); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if c.JoinMethod != MethodKubeadm && c.JoinMethod != MethodK3s {
-		return fmt.Errorf("%w: join method %q (want kubeadm or k3s)", ErrInvalid, c.JoinMethod)
+	// A sonic cluster (a switch fabric) is a kubeadm cluster: its control
+	// plane is the first non-switch device admitted with the control-plane
+	// role (a VM or server running kubeadm init from its bundle), and its
+	// switches join with client certificates.
+	if c.JoinMethod != MethodKubeadm && c.JoinMethod != MethodK3s && c.JoinMethod != MethodSONiC {
+		return fmt.Errorf("%w: join method %q (want kubeadm, k3s or sonic)", ErrInvalid, c.JoinMethod)
 	}
 	alg := caAlgorithm(c.JoinMethod, v)
 	rt := core.JoinState{KubernetesVersion: v.Tag(), Algorithm: string(alg)}
@@ -114,9 +118,16 @@ func (s *Service) setup(tx core.Tx, c core.Cluster, version string, now time.Tim
 	}
 	// One token per expected node besides the first control plane: the
 	// first control plane creates them all at kubeadm init.
-	if c.JoinMethod == MethodKubeadm {
+	switch c.JoinMethod {
+	case MethodKubeadm:
 		if err := s.fillPool(tx, c, seed, c.Size+c.ControlNodes-1, now); err != nil {
 			return err
+		}
+	case MethodSONiC: // switches join with certificates: tokens only for extra control planes
+		if c.ControlNodes > 1 {
+			if err := s.fillPool(tx, c, seed, c.ControlNodes-1, now); err != nil {
+				return err
+			}
 		}
 	}
 	s.mu.Lock()

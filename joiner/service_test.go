@@ -841,3 +841,38 @@ func TestSecretsNotStoredPlain(t *testing.T) {
 		}
 	}
 }
+
+// TestSONiCJoinMethodCluster: a switch-only cluster (--join-method sonic,
+// the shipped leaf/spine profiles' "fabric") provisions as a kubeadm
+// cluster: its control plane is the first non-switch device admitted as a
+// control plane (kubeadm init from its bundle); its switches join with
+// certificates and get their node name and labels.
+func TestSONiCJoinMethodCluster(t *testing.T) {
+	e := newEnv(t, Options{AutoApprove: approveAll})
+	c := e.cluster(clusterSpec{Name: "fabric", Size: 2, JoinMethod: MethodSONiC})
+	if c.State != core.ClusterRunning {
+		t.Fatalf("sonic cluster %s", c.State)
+	}
+	cp := e.must(e.join("fabric", 1))
+	if cp.Method != MethodKubeadm || !cp.Init || cp.Role != RoleControlPlane {
+		t.Fatalf("control plane of a sonic cluster: %v", cp)
+	}
+	sw := mac(51)
+	secret := e.enroll("fabric", "", "SN-LEAF-2")
+	e.store.Update(func(tx core.Tx) error {
+		return tx.Devices().Put(core.Device{ID: sw, MAC: sw, Kind: core.KindSONiC, Serial: "SN-LEAF-2", Product: "Accton-AS7712-32X",
+			SONiCVer: "SONiC.202405.1", Hostname: "Leaf-2"})
+	})
+	e.hold("10.99.5.2", sw)
+	b := e.must(e.svc.Join(bg, JoinRequest{Enrollment: secret, Serial: "SN-LEAF-2", RemoteIP: "10.99.5.2"}))
+	if b.Method != MethodSONiC || b.Role != RoleSONiC || b.NodeName != "leaf-2" ||
+		b.NodeLabels["ztpd.io/hwsku"] != "Accton-AS7712-32X" || b.NodeLabels["ztpd.io/sonic_version"] != "SONiC.202405.1" {
+		t.Fatalf("switch bundle %v name %q labels %v", b, b.NodeName, b.NodeLabels)
+	}
+	if m, _ := e.svc.Membership(bg, sw); m.NodeName != "leaf-2" {
+		t.Fatalf("membership node name %q", m.NodeName)
+	}
+	if d := b.Deliver(); d.NodeName != "leaf-2" || d.NodeLabels["ztpd.io/role"] != "sonic" {
+		t.Fatalf("delivery %q %v", d.NodeName, d.NodeLabels)
+	}
+}

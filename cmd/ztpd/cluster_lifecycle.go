@@ -69,7 +69,7 @@ func newClusterCreateCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 	fl.StringVar(&description, "description", "", "description")
 	fl.StringVar(&keypair, "keypair", "", "SSH key pair name to record")
 	fl.StringVar(&lbIP, "external-lb-ip", "", "external load balancer address for the API endpoint")
-	fl.StringVar(&joinMethod, "join-method", "", "kubeadm (default), k3s or sonic")
+	fl.StringVar(&joinMethod, "join-method", "", "kubeadm (default), k3s, or sonic: a switch fabric, a kubeadm cluster whose control plane is the first VM or server admitted as control-plane (e.g. examples/profiles/fabric-control-plane.yaml) and whose workers are the switches")
 	_ = cmd.MarkFlagRequired("version")
 	return cmd
 }
