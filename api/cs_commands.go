@@ -165,6 +165,11 @@ type csVM struct {
 	// ztpd extensions: the membership as the joiner sees it.
 	ZTPDRole  string `json:"ztpdrole"`
 	ZTPDState string `json:"ztpdstate"`
+	// The member's Node as the cluster shows it: name, Ready condition
+	// (True, False, Unknown) and when ztpd saw it change.
+	ZTPDNode      string `json:"ztpdnode,omitempty"`
+	ZTPDNodeReady string `json:"ztpdnodeready,omitempty"`
+	ZTPDNodeSeen  string `json:"ztpdnodeseen,omitempty"`
 }
 
 type csCluster struct {
@@ -196,13 +201,21 @@ type csCluster struct {
 	MinSize               int    `json:"minsize"`
 	MaxSize               int    `json:"maxsize"`
 	ClusterType           string `json:"clustertype"`
+	// ztpd extensions: the cluster as ztpd's watch of its API server last
+	// saw it, and what a Starting cluster waits for.
+	ZTPDAPIReachable *bool  `json:"ztpdapireachable,omitempty"`
+	ZTPDLastSeen     string `json:"ztpdlastseen,omitempty"`
+	ZTPDReadyNodes   *int   `json:"ztpdreadynodes,omitempty"`
+	ZTPDWaiting      string `json:"ztpdwaiting,omitempty"`
 }
 
 // vmState maps a membership state to the VM state CloudStack clients know.
 func vmState(s core.DeviceState) string {
 	switch s {
-	case core.StateJoined:
+	case core.StateJoined, core.StateNotReady:
 		return "Running"
+	case core.StateLost:
+		return "Unknown"
 	case core.StateLeaving:
 		return "Stopping"
 	case core.StateFailed:
@@ -224,10 +237,23 @@ func renderCluster(v clusters.ClusterView) csCluster {
 		CPUNumber: fmt.Sprint(v.Cores()), Memory: fmt.Sprint(v.MemoryMB()), State: string(c.State),
 		Endpoint: endpoint, Keypair: c.Keypair, NetworkID: c.NetworkID, IPAddress: ip,
 		Created: csTime(c.Created), ClusterType: "CloudManaged", VirtualMachines: make([]csVM, 0, len(v.Members))}
+	if o := c.Observed; o != nil {
+		reachable, ready := o.APIReachable, o.ReadyNodes
+		out.ZTPDAPIReachable, out.ZTPDReadyNodes = &reachable, &ready
+		if !o.LastSeen.IsZero() {
+			out.ZTPDLastSeen = csTime(o.LastSeen)
+		}
+	}
+	if c.State == core.ClusterStarting {
+		out.ZTPDWaiting = clusters.StartingReason(c)
+	}
 	for _, m := range v.Members {
 		vm := csVM{ID: m.Membership.Device, Name: m.Membership.Device, DisplayName: m.Membership.Device,
 			State: vmState(m.State), ZoneID: v.Zone.ID, ZoneName: v.Zone.Name, Created: csTime(m.Created),
-			ZTPDRole: m.Role, ZTPDState: string(m.State)}
+			ZTPDRole: m.Role, ZTPDState: string(m.State), ZTPDNode: m.NodeName}
+		if n := m.Node; n != nil && !n.Deleted {
+			vm.ZTPDNodeReady, vm.ZTPDNodeSeen = n.Ready, csTime(n.Seen)
+		}
 		if d := m.Device; d != nil {
 			vm.IPAddress = d.IP
 			if d.Hostname != "" {

@@ -26,6 +26,11 @@ type restMember struct {
 	Version  string           `json:"version,omitempty"`
 	IP       string           `json:"ip,omitempty"`
 	Hostname string           `json:"hostname,omitempty"`
+	// NodeName is the Node ztpd matches this member by; Node is that Node
+	// as the cluster last showed it; Reported is the device's own word.
+	NodeName string                `json:"node_name,omitempty"`
+	Node     *core.NodeObservation `json:"node,omitempty"`
+	Reported string                `json:"reported,omitempty"`
 }
 
 // restCluster is a cluster as the REST API shows it (openapi.json Cluster).
@@ -48,8 +53,13 @@ type restCluster struct {
 	NetworkID    string            `json:"network_id,omitempty"`
 	ExternalLBIP string            `json:"external_lb_ip,omitempty"`
 	Members      []restMember      `json:"members"`
-	Created      time.Time         `json:"created"`
-	UpdatedAt    time.Time         `json:"updated_at"`
+	// Observed is the cluster as ztpd's watch of its API server last saw
+	// it (absent until ztpd first tried); Waiting says what a Starting
+	// cluster waits for.
+	Observed  *core.ClusterObservation `json:"observed,omitempty"`
+	Waiting   string                   `json:"waiting,omitempty"`
+	Created   time.Time                `json:"created"`
+	UpdatedAt time.Time                `json:"updated_at"`
 }
 
 func restClusterOf(v clusters.ClusterView) restCluster {
@@ -59,9 +69,14 @@ func restClusterOf(v clusters.ClusterView) restCluster {
 		Version: restVersionRef{ID: c.VersionID, Name: v.Version.Name, SemVer: v.Version.SemVer},
 		Size:    c.Size, ControlNodes: c.ControlNodes, OfferingID: c.ServiceOfferingID, OfferingName: v.Offering.Name,
 		CPU: v.Cores(), MemoryMB: v.MemoryMB(), Endpoint: ep, JoinMethod: c.JoinMethod, Keypair: c.Keypair,
-		NetworkID: c.NetworkID, ExternalLBIP: c.ExternalLBIP, Members: []restMember{}, Created: c.Created, UpdatedAt: c.UpdatedAt}
+		NetworkID: c.NetworkID, ExternalLBIP: c.ExternalLBIP, Members: []restMember{}, Created: c.Created, UpdatedAt: c.UpdatedAt,
+		Observed: c.Observed}
+	if c.State == core.ClusterStarting {
+		out.Waiting = clusters.StartingReason(c)
+	}
 	for _, m := range v.Members {
-		rm := restMember{Device: m.Membership.Device, Role: m.Role, State: m.State, Version: m.Version}
+		rm := restMember{Device: m.Membership.Device, Role: m.Role, State: m.State, Version: m.Version,
+			NodeName: m.NodeName, Node: m.Node, Reported: m.Reported}
 		if m.Device != nil {
 			rm.IP, rm.Hostname = m.Device.IP, m.Device.Hostname
 		}

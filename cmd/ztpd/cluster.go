@@ -40,7 +40,14 @@ type csCluster struct {
 		IPAddress string `json:"ipaddress"`
 		Role      string `json:"ztpdrole"`
 		ZTPDState string `json:"ztpdstate"`
+		Node      string `json:"ztpdnode,omitempty"`
+		NodeReady string `json:"ztpdnodeready,omitempty"`
+		NodeSeen  string `json:"ztpdnodeseen,omitempty"`
 	} `json:"virtualmachines"`
+	APIReachable *bool  `json:"ztpdapireachable,omitempty"`
+	LastSeen     string `json:"ztpdlastseen,omitempty"`
+	ReadyNodes   *int   `json:"ztpdreadynodes,omitempty"`
+	Waiting      string `json:"ztpdwaiting,omitempty"`
 }
 
 func newClusterCmd(opts *rootOptions) *cobra.Command {
@@ -101,12 +108,30 @@ func printCluster(opts *rootOptions, c csCluster) error {
 		row(tw, "offering", c.ServiceOfferingName)
 		row(tw, "cpu / memory", c.CPUNumber+" vCPU / "+c.Memory+" MiB")
 		row(tw, "endpoint", dash(c.Endpoint))
+		if c.Waiting != "" {
+			row(tw, "waiting", c.Waiting)
+		}
+		switch {
+		case c.APIReachable == nil:
+			row(tw, "api server", "not reached yet")
+		case *c.APIReachable:
+			row(tw, "api server", "answering, last seen "+c.LastSeen)
+		default:
+			row(tw, "api server", "NOT answering, last seen "+dash(c.LastSeen))
+		}
+		if c.ReadyNodes != nil {
+			row(tw, "ready nodes", fmt.Sprintf("%d of %d", *c.ReadyNodes, c.ControlNodes+c.Size))
+		}
 		if c.Description != "" {
 			row(tw, "description", c.Description)
 		}
 		row(tw, "members", len(c.VirtualMachines))
 		for _, vm := range c.VirtualMachines {
-			row(tw, "  "+vm.Name, vm.Role+" "+vm.ZTPDState+" "+dash(vm.IPAddress))
+			node := "node " + dash(vm.Node)
+			if vm.NodeReady != "" {
+				node += " Ready=" + vm.NodeReady + " (seen " + vm.NodeSeen + ")"
+			}
+			row(tw, "  "+vm.Name, vm.Role+" "+vm.ZTPDState+" "+dash(vm.IPAddress)+" "+node)
 		}
 	})
 }
