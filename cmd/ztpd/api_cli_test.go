@@ -19,7 +19,7 @@ func TestAPICommandGroups(t *testing.T) {
 	}
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
 	t.Setenv("HOME", t.TempDir())
-	base, cfg := inproc.Serve(t, nil)
+	base, cfg, ztpd := inproc.ServeApp(t, nil)
 	dir := cfg.DataDir
 	dd := "--data-dir=" + dir
 	out, err := runCLI(t, dd, "apikey", "create", "--role", "admin", "--name", "ops", "-o", "json")
@@ -82,8 +82,18 @@ func TestAPICommandGroups(t *testing.T) {
 	// Cluster lifecycle.
 	var c csCluster
 	mustCLI(&c, "cluster", "create", "c1", "--version", "1.31.4", "--size", "2", "--control-nodes", "3")
-	if c.State != "Running" || c.Size != 2 || c.ControlNodes != 3 || c.CPUNumber != "10" {
+	if c.State != "Starting" || c.Size != 2 || c.ControlNodes != 3 || c.CPUNumber != "10" {
 		t.Fatalf("cluster create: %+v", c)
+	}
+	// Nothing has booted: the kubeconfig waits, and the error says for what.
+	if _, err := cli("cluster", "kubeconfig", "c1"); err == nil || !strings.Contains(err.Error(), "530") ||
+		!strings.Contains(err.Error(), "Kubernetes cluster c1 is Starting (waiting for its first control plane") {
+		t.Fatalf("kubeconfig of a Starting cluster: %v", err)
+	}
+	healthy(t, ztpd, c.ID) // ztpd's watch sees its API server answer, control planes Ready
+	mustCLI(&c, "cluster", "show", "c1")
+	if c.State != "Running" {
+		t.Fatalf("after a healthy observation: %+v", c)
 	}
 	var list []csCluster
 	mustCLI(&list, "cluster", "list")

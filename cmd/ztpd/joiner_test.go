@@ -47,7 +47,7 @@ func TestClusterKubeconfigAndDeviceApproveCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, job, err := a.Clusters.CreateCluster(ctx, clusters.LocalAdmin, clusters.ClusterSpec{Name: "prod", ZoneID: a.Clusters.Zone().ID,
+	prod, job, err := a.Clusters.CreateCluster(ctx, clusters.LocalAdmin, clusters.ClusterSpec{Name: "prod", ZoneID: a.Clusters.Zone().ID,
 		VersionID: v.ID, ServiceOfferingID: clusters.Offerings[0].ID, Size: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -79,6 +79,11 @@ func TestClusterKubeconfigAndDeviceApproveCLI(t *testing.T) {
 	if _, err := j.Report(ctx, b.ReportToken(), joiner.ReportJoined, ""); err != nil {
 		t.Fatal(err)
 	}
+	// The report is only a hint: ztpd's watch of the cluster's API server
+	// sees its Node Ready (the member is joined) and the cluster healthy
+	// (Starting -> Running), which is when a kubeconfig is issued.
+	nodeReady(t, a, cp)
+	healthy(t, a, prod.ID)
 	// A worker without approval waits.
 	w := "02:00:00:00:00:02"
 	mustDevice(t, a, w)
@@ -183,6 +188,42 @@ func mustDevice(t *testing.T, a *app.App, mac string) string {
 		t.Fatal(err)
 	}
 	return mac
+}
+
+// healthy feeds the clusters service one observation of a healthy cluster
+// (its API server answers, every desired Node Ready), as ztpd's watch of
+// the cluster's API server would: Starting -> Running.
+func healthy(t *testing.T, a *app.App, clusterID string) {
+	t.Helper()
+	var c core.Cluster
+	if err := a.Store.View(func(tx core.Tx) error {
+		var err error
+		c, err = tx.Clusters().Get(clusterID)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cp := max(c.ControlNodes, 1)
+	if err := a.Clusters.ObserveHealth(clusterID, clusters.Health{APIReachable: true, Nodes: cp + c.Size, ReadyNodes: cp + c.Size,
+		ControlPlanes: cp, ReadyControlPlanes: cp}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nodeReady tells the joiner the cluster shows device's Node Ready, as the
+// watch would: its member becomes joined.
+func nodeReady(t *testing.T, a *app.App, device string) {
+	t.Helper()
+	m, err := a.Joiner.Membership(context.Background(), device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Joiner.NodeSeen(m.Cluster, joiner.ObservedNode{Name: m.NodeName, Ready: "True", ControlPlane: m.Role == "control-plane"}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err = a.Joiner.Membership(context.Background(), device); err != nil || m.State != core.StateJoined {
+		t.Fatalf("member %s after its Node is Ready: %v %+v", device, err, m)
+	}
 }
 
 // opensslSubjectEnd reads a base64 PEM certificate (as kubeconfigs embed
