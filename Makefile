@@ -7,7 +7,7 @@ LAB_BIN ?= bin/ztpd-lab
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: build test test-short lint fuzz bench bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm lab clean
+.PHONY: k8s-bins build test test-short lint fuzz bench bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm lab clean
 
 # The product (ztpd) and the namespace lab (ztpd-lab), side by side: ztpd-lab
 # runs the ztpd next to it.
@@ -19,6 +19,14 @@ build:
 # tests; it ends by listing every skipped test and why.
 test: build
 	@set -o pipefail; $(GO) test -count=1 -timeout 20m -json ./... | $(GO) run ./internal/testsummary
+
+# The real kube-apiserver, kube-controller-manager and kubeadm of every
+# version in testenv/k8sbin/versions, and etcd, built from the Go module
+# proxy into ~/.cache/ztpd/k8s (ZTPD_K8S_CACHE); cached by version, so only
+# the first run builds (~15 min on 2 cores). Tests that need them skip
+# without them; .ci/run builds them first.
+k8s-bins:
+	testenv/k8sbin/build.sh
 
 test-short:
 	$(GO) test -short ./...
