@@ -426,12 +426,24 @@ func TestRESTClusterLifecycle(t *testing.T) {
 		!strings.Contains(string(r.raw), "Kubernetes cluster lab is Starting (waiting for its first control plane to start the API server") {
 		t.Fatalf("kubeconfig of a Starting cluster: %d %s", r.status, r.raw)
 	}
+	getLab := func() (restCluster, []byte) {
+		t.Helper()
+		var lab restCluster
+		r := u.do("GET", "/api/v1/clusters/lab", nil)
+		if r.status != 200 {
+			t.Fatalf("get: %d %s", r.status, r.raw)
+		}
+		r.decode(t, &lab)
+		return lab, r.raw
+	}
+	if lab, raw := getLab(); lab.State != core.ClusterStarting || lab.Observed != nil ||
+		!strings.Contains(lab.Waiting, "waiting for its first control plane to start the API server") {
+		t.Fatalf("Starting cluster: %s", raw)
+	}
 	e.healthy("lab") // ztpd's watch sees it answer, control plane Ready
-	var lab restCluster
-	if r := u.do("GET", "/api/v1/clusters/lab", nil); r.status != 200 {
-		t.Fatalf("get: %d %s", r.status, r.raw)
-	} else if r.decode(t, &lab); lab.State != core.ClusterRunning {
-		t.Fatalf("after a healthy observation: %+v", lab)
+	if lab, raw := getLab(); lab.State != core.ClusterRunning || lab.Waiting != "" || lab.Observed == nil ||
+		!lab.Observed.APIReachable || lab.Observed.ReadyControlPlanes != 1 {
+		t.Fatalf("after a healthy observation: %s", raw)
 	}
 	if r := u.do("POST", "/api/v1/clusters", map[string]any{"name": "lab", "version": "v1.30.2", "size": 2}); r.status != 409 {
 		t.Fatalf("duplicate: %d %s", r.status, r.raw)
