@@ -185,9 +185,10 @@ func TestCloudStackLifecycle(t *testing.T) {
 		t.Fatalf("scale while stopped: %d %s", r.status, r.raw)
 	}
 	j = u.ok("startKubernetesCluster", map[string]string{"id": clusterID}, true)
-	if job = u.wait(field[string](t, j, "jobid")); field[int](t, job, "jobstatus") != 1 {
+	if job = u.wait(field[string](t, j, "jobid")); field[int](t, job, "jobstatus") != 1 || !strings.Contains(string(job["jobresult"]), `"state":"Starting"`) {
 		t.Fatalf("start: %s", job["jobresult"])
 	}
+	e.healthy(clusterID) // started, it is Running once the watch sees it healthy
 	cfg = u.ok("getKubernetesClusterConfig", map[string]string{"id": clusterID}, false)
 	mustJSON(t, cfg["clusterconfig"], &cc)
 	checkTypes(t, "clusterconfig", cc, map[string]string{"id": "string", "name": "string", "configdata": "string"})

@@ -460,9 +460,10 @@ func TestRESTClusterLifecycle(t *testing.T) {
 	if r := u.do("POST", "/api/v1/clusters/lab/upgrade", map[string]any{"version": "v1.31.0"}); r.status != 409 {
 		t.Fatalf("upgrade while stopped: %d %s", r.status, r.raw)
 	}
-	if j = wait(u.do("POST", "/api/v1/clusters/lab/start", nil)); j.Status != "succeeded" {
+	if j = wait(u.do("POST", "/api/v1/clusters/lab/start", nil)); j.Status != "succeeded" || j.Cluster == nil || j.Cluster.State != "Starting" {
 		t.Fatalf("start: %+v", j)
 	}
+	e.healthy("lab") // started, it is Running once the watch sees it healthy
 	var kc map[string]string
 	u.do("GET", "/api/v1/clusters/lab/kubeconfig", nil).decode(t, &kc)
 	if !strings.Contains(kc["kubeconfig"], "name: lab") {

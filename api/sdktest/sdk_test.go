@@ -173,9 +173,10 @@ func TestCloudStackSDKLifecycle(t *testing.T) {
 		t.Fatalf("after stop: %v %+v", err, c)
 	}
 	started, err := user.Kubernetes.StartKubernetesCluster(user.Kubernetes.NewStartKubernetesClusterParams(created.Id))
-	if err != nil || started.State != "Running" {
+	if err != nil || started.State != "Starting" {
 		t.Fatalf("start: %v %+v", err, started)
 	}
+	healthy(t, ztpd, created.Id) // Running once the watch sees it healthy
 
 	kc, err := user.Kubernetes.GetKubernetesClusterConfig(gp)
 	if err != nil || !strings.Contains(kc.Configdata, "certificate-authority-data") || !strings.Contains(kc.Configdata, "client-certificate-data") ||

@@ -375,9 +375,11 @@ func TestClusterLifecycleDrivesMembership(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j = wait(t, s, j); j.Status != core.JobSucceeded || j.Cluster.State != core.ClusterRunning || !strings.HasPrefix(rec.last(), "start prod") {
+	// Started, it is Starting until the watch sees it healthy, as after create.
+	if j = wait(t, s, j); j.Status != core.JobSucceeded || j.Cluster.State != core.ClusterStarting || !strings.HasPrefix(rec.last(), "start prod") {
 		t.Fatalf("start: %+v %q", j, rec.last())
 	}
+	healthy(t, s, "prod")
 	_, cfg, err := s.Kubeconfig(ctx, user, "prod")
 	if err != nil || !strings.Contains(string(cfg), "prod") {
 		t.Fatalf("kubeconfig: %q %v", cfg, err)

@@ -66,7 +66,7 @@ func (s *Service) ObserveHealth(clusterID string, h Health) error {
 			obs.UnhealthySince = h.At
 		}
 		obs.Waiting = ""
-		if c.State == core.ClusterStarting {
+		if c.State == core.ClusterStarting && !(h.APIReachable && obs.ReadyControlPlanes >= wantCP) {
 			obs.Waiting = startingWait(c, obs, wantCP)
 		}
 		var to core.ClusterState
@@ -111,7 +111,7 @@ func startingWait(c core.Cluster, obs core.ClusterObservation, wantCP int) strin
 	case obs.ReadyControlPlanes < wantCP:
 		return fmt.Sprintf("waiting for its control-plane Nodes: %d of %d registered and Ready", obs.ReadyControlPlanes, wantCP)
 	}
-	return ""
+	return "waiting for ztpd's next look at its API server"
 }
 
 func unhealthyReason(obs core.ClusterObservation, desired int, at time.Time) string {

@@ -23,7 +23,10 @@ type operation struct {
 	// cluster ID ([1]) and state ([2]).
 	refused string
 	target  core.ClusterState // reached when the job succeeds
-	fail    core.ClusterState // left when the job fails after a state change
+	// targetFrom overrides target by the transient state entered (start
+	// of a Stopped cluster ends Starting, of one in Alert Running).
+	targetFrom map[core.ClusterState]core.ClusterState
+	fail       core.ClusterState // left when the job fails after a state change
 	// atRun: the transient state is entered when the job starts, not when
 	// it is accepted (create: the cluster is returned Created).
 	atRun  bool
@@ -123,9 +126,13 @@ var (
 			core.ClusterAlert: core.ClusterRecovering, core.ClusterRunning: "", core.ClusterStarting: ""},
 		refused: "Kubernetes cluster ID: %[1]s is in %[2]s state and cannot be started",
 		target:  core.ClusterRunning, fail: core.ClusterAlert,
-		call:   func(ctx context.Context, m Membership, c core.Cluster, _ core.Version) error { return m.Start(ctx, c) },
-		failed: func(j *core.Job, _ core.Version) string { return j.Command },
-		done:   func(core.Cluster, core.Cluster, core.Version) string { return "tokens re-enabled" },
+		// A started cluster is Starting until the watch sees it healthy,
+		// as after create; a recovered one is Running, and the watch moves
+		// it back to Alert if it is not healthy for AlertAfter.
+		targetFrom: map[core.ClusterState]core.ClusterState{core.ClusterStarting: core.ClusterStarting},
+		call:       func(ctx context.Context, m Membership, c core.Cluster, _ core.Version) error { return m.Start(ctx, c) },
+		failed:     func(j *core.Job, _ core.Version) string { return j.Command },
+		done:       func(core.Cluster, core.Cluster, core.Version) string { return "tokens re-enabled" },
 	}
 	opDelete = &operation{
 		command: "deleteKubernetesCluster",
@@ -175,6 +182,9 @@ func (s *Service) accept(caller Caller, ref string, op *operation, check checkFu
 		}
 		if enter != "" {
 			j.FailState, j.Params.Target = op.fail, op.target
+			if t, ok := op.targetFrom[enter]; ok {
+				j.Params.Target = t
+			}
 			if enter != c.State {
 				if err := s.setState(tx, &c, enter, op.command); err != nil {
 					return err
