@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 )
@@ -115,6 +116,10 @@ type Options struct {
 	Coalesce        time.Duration // ClusterSeen after Node changes is delayed this long to batch them; default 200ms
 	QPS             float32       // client rate limit per cluster; default 50
 	Burst           int           // default 100
+
+	// Dial opens connections to the API servers (e.g. from a network
+	// namespace or VRF of the lab's); nil: a net.Dialer.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	Now func() time.Time
 }

@@ -51,7 +51,11 @@ func (m *Manager) dial(t Target) (*conn, error) {
 	var current atomic.Pointer[tls.Certificate]
 	current.Store(cert)
 
-	dialer := connrotation.NewDialer((&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext)
+	dial := m.opt.Dial
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
+	dialer := connrotation.NewDialer(dial)
 	// SetTransportDefaults adds HTTP/2 with pings, so a vanished API
 	// server is noticed on an idle watch too, and the proxy settings of
 	// the environment, as kubectl does.
