@@ -559,3 +559,13 @@ func TestLabelChanges(t *testing.T) {
 		t.Errorf("patch %s, %v", body, err)
 	}
 }
+
+func TestProbeErrorKeepsFailedChecks(t *testing.T) {
+	err := errors.New(`an error on the server ("[+]ping ok\n[+]etcd ok\n[-]shutdown failed: reason withheld\n[-]etcd-readiness failed: reason withheld\nreadyz check failed") has prevented the request from succeeding`)
+	if got, want := probeError(err), "readyz: not ready: shutdown failed: reason withheld; etcd-readiness failed: reason withheld"; got != want {
+		t.Errorf("probeError = %q, want %q", got, want)
+	}
+	if got := probeError(errors.New("dial tcp: connection refused")); got != "readyz: dial tcp: connection refused" {
+		t.Errorf("probeError = %q", got)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -513,14 +514,14 @@ func (w *watcher) probe(ctx context.Context, c *conn) {
 	}
 	w.probeErr = ""
 	if err != nil {
-		w.probeErr = "readyz: " + errString(err)
+		w.probeErr = probeError(err)
 	}
 	if reachable != w.reachable {
 		if reachable {
 			w.log().Info("cluster API reachable", "endpoint", w.target().Endpoint)
 			w.setGauge("reachable")
 		} else {
-			w.log().Info("cluster API unreachable", "endpoint", w.target().Endpoint, "err", err)
+			w.log().Info("cluster API unreachable", "endpoint", w.target().Endpoint, "err", w.probeErr)
 			w.setGauge("unreachable")
 		}
 	}
@@ -575,4 +576,21 @@ func (w *watcher) report(inf cache.SharedIndexInformer) {
 	counts.publish(w.published)
 	w.published = counts
 	w.m.opt.Sink.ClusterSeen(w.clusterID, h)
+}
+
+// probeError says why /readyz failed. An API server that answers but is
+// not ready lists every check; only the failed ones ("[-]name failed:
+// reason") are kept.
+func probeError(err error) string {
+	msg := err.Error()
+	if !strings.Contains(msg, "[-]") {
+		return "readyz: " + errString(err)
+	}
+	var failed []string
+	for _, line := range strings.Split(strings.ReplaceAll(msg, `\n`, "\n"), "\n") {
+		if rest, ok := strings.CutPrefix(line, "[-]"); ok {
+			failed = append(failed, rest)
+		}
+	}
+	return errString(errors.New("readyz: not ready: " + strings.Join(failed, "; ")))
 }
