@@ -257,7 +257,7 @@ func (k *Kubelet) useCertificate(rc *rest.Config, certPEM, keyPEM []byte) error 
 	if err != nil {
 		return err
 	}
-	k.transport = k.pool.newTransport(&tls.Config{
+	tr := k.pool.newTransport(&tls.Config{
 		RootCAs:      roots,
 		Certificates: []tls.Certificate{pair},
 		ServerName:   rc.TLSClientConfig.ServerName,
@@ -266,7 +266,7 @@ func (k *Kubelet) useCertificate(rc *rest.Config, certPEM, keyPEM []byte) error 
 	base := rest.Config{
 		Host:      rc.Host,
 		APIPath:   rc.APIPath,
-		Transport: k.transport,
+		Transport: tr,
 		UserAgent: k.userAgent(),
 		// The kubelet's kubeAPIContentType and kubeAPIQPS/Burst defaults.
 		ContentConfig: rest.ContentConfig{
@@ -289,6 +289,9 @@ func (k *Kubelet) useCertificate(rc *rest.Config, certPEM, keyPEM []byte) error 
 		return err
 	}
 	k.certPEM = bytes.Clone(certPEM)
+	k.mu.Lock()
+	k.transport = tr
+	k.mu.Unlock()
 	return nil
 }
 

@@ -304,7 +304,14 @@ func (k *Kubelet) run() {
 }
 
 func (k *Kubelet) fail(err error) {
-	k.log.Error("kubelet failed", "err", err)
+	k.mu.Lock()
+	stopped := k.stopped
+	k.mu.Unlock()
+	if stopped {
+		k.log.Info("kubelet stopped before it registered", "err", err)
+	} else {
+		k.log.Error("kubelet failed", "err", err)
+	}
 	k.err = err
 	close(k.failed)
 	k.cancel()

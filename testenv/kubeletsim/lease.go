@@ -146,7 +146,7 @@ func (k *Kubelet) newLease(ctx context.Context, st *leaseState, base *coordinati
 		if err != nil {
 			st.ownerErrors++
 			if base == nil {
-				if st.ownerErrors == 1 {
+				if st.ownerErrors == 1 && ctx.Err() == nil {
 					k.log.Warn("Failed to get node when trying to set owner ref to the node lease", "err", err)
 				}
 				return nil, err

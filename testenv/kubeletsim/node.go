@@ -277,7 +277,7 @@ func (k *Kubelet) startNode() error {
 // stopNode ends the current run and waits for its loops.
 func (k *Kubelet) stopNode() {
 	k.mu.Lock()
-	stop, factory := k.runStop, k.factory
+	stop, factory, tr := k.runStop, k.factory, k.transport
 	k.runStop, k.factory = nil, nil
 	k.mu.Unlock()
 	if stop == nil {
@@ -286,9 +286,7 @@ func (k *Kubelet) stopNode() {
 	stop()
 	k.runWG.Wait()
 	factory.Shutdown()
-	if k.transport != nil {
-		k.transport.CloseIdleConnections()
-	}
+	tr.CloseIdleConnections()
 	k.log.Info("kubelet stopped: no more status updates or lease renewals; the Node stays")
 }
 
