@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -196,11 +197,23 @@ type harness struct {
 
 func start(t *testing.T, withLabeler bool, clusters map[string]*fake.Clientset) *harness {
 	t.Helper()
+	var labels map[string]map[string]string
+	if withLabeler {
+		labels = map[string]map[string]string{}
+	}
+	return startLabelled(t, labels, clusters)
+}
+
+// startLabelled starts a manager whose Labeler starts with labels (nil: no
+// Labeler).
+func startLabelled(t *testing.T, labels map[string]map[string]string, clusters map[string]*fake.Clientset) *harness {
+	t.Helper()
+	withLabeler := labels != nil
 	h := &harness{
 		sink:    newRecorder(),
 		targets: &staticTargets{},
 		fakes:   &fakeClusters{sets: map[string]*fake.Clientset{}, probeErr: map[string]error{}},
-		labeler: &mapLabeler{m: map[string]map[string]string{}},
+		labeler: &mapLabeler{m: labels},
 	}
 	for id, cs := range clusters {
 		ep := id + ".example:6443"
@@ -229,19 +242,22 @@ func start(t *testing.T, withLabeler bool, clusters map[string]*fake.Clientset) 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
-	h.stop = func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Errorf("Run did not return after its context ended")
-		}
-	}
+	var once sync.Once
+	h.stop = func() { once.Do(func() { stopRun(t, cancel, done) }) }
 	t.Cleanup(h.stop)
 	return h
+}
+
+func stopRun(t *testing.T, cancel context.CancelFunc, done chan error) {
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Errorf("Run did not return after its context ended")
+	}
 }
 
 type testWriter struct{ t *testing.T }
@@ -400,13 +416,12 @@ func TestLabelsReconciled(t *testing.T) {
 		}),
 		node("other", corev1.ConditionTrue, map[string]string{"ztpd.io/stale": "1"}), // not ztpd's device: untouched
 	)
-	h := start(t, true, map[string]*fake.Clientset{"c1": cs})
-	h.labeler.set("sw1", map[string]string{
+	h := startLabelled(t, map[string]map[string]string{"sw1": {
 		"ztpd.io/hwsku":  "Accton-AS7326-56X",
 		"ztpd.io/serial": "SN123",
 		"example.com/x":  "refused", // outside the prefix: never set
 		"ztpd.io/bad":    "not a valid value!",
-	})
+	}}, map[string]*fake.Clientset{"c1": cs})
 	h.waitSynced(t, "c1")
 
 	want := map[string]string{
@@ -567,5 +582,26 @@ func TestProbeErrorKeepsFailedChecks(t *testing.T) {
 	}
 	if got := probeError(errors.New("dial tcp: connection refused")); got != "readyz: dial tcp: connection refused" {
 		t.Errorf("probeError = %q", got)
+	}
+}
+
+// TestStopLeavesNoGoroutines: Run returns after its context ends with
+// every watcher's informer, worker, probe and renewal stopped.
+func TestStopLeavesNoGoroutines(t *testing.T) {
+	before := runtime.NumGoroutine()
+	cs1 := fake.NewClientset(node("a", corev1.ConditionTrue, nil))
+	cs2 := fake.NewClientset(node("b", corev1.ConditionFalse, nil))
+	h := startLabelled(t, map[string]map[string]string{"a": {"ztpd.io/x": "1"}}, map[string]*fake.Clientset{"c1": cs1, "c2": cs2})
+	h.targets.mu.Lock()
+	h.targets.ts = append(h.targets.ts, Target{ClusterID: "c3", Endpoint: "unreachable:6443"}) // never connects
+	h.targets.mu.Unlock()
+	h.m.Refresh()
+	h.waitSynced(t, "c1")
+	h.waitSynced(t, "c2")
+	eventually(t, "c3 reported", func() bool { _, ok := h.sink.healthOf("c3"); return ok })
+	h.stop()
+	eventually(t, "goroutines back to where they were", func() bool { return runtime.NumGoroutine() <= before })
+	if got := h.m.Watching(); len(got) != 0 {
+		t.Errorf("still watching %v after Run returned", got)
 	}
 }
