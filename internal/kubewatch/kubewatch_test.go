@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
@@ -603,5 +605,49 @@ func TestStopLeavesNoGoroutines(t *testing.T) {
 	eventually(t, "goroutines back to where they were", func() bool { return runtime.NumGoroutine() <= before })
 	if got := h.m.Watching(); len(got) != 0 {
 		t.Errorf("still watching %v after Run returned", got)
+	}
+}
+
+func TestRBACIsLeastPrivilege(t *testing.T) {
+	role, binding := RBAC()
+	if role.Name != RBACName || binding.Name != RBACName || binding.RoleRef.Name != RBACName {
+		t.Errorf("names %s %s -> %s", role.Name, binding.Name, binding.RoleRef.Name)
+	}
+	if len(role.Rules) != 1 || fmt.Sprint(role.Rules[0].APIGroups, role.Rules[0].Resources, role.Rules[0].Verbs) != "[] [nodes] [get list watch patch]" ||
+		len(role.Rules[0].ResourceNames) != 0 || len(role.Rules[0].NonResourceURLs) != 0 {
+		t.Errorf("rules %+v, want nodes get/list/watch/patch only", role.Rules)
+	}
+	if len(binding.Subjects) != 1 || binding.Subjects[0].Kind != "Group" || binding.Subjects[0].Name != ObserverGroup {
+		t.Errorf("subjects %+v, want the group %s", binding.Subjects, ObserverGroup)
+	}
+	y := string(RBACManifest())
+	for _, want := range []string{"kind: ClusterRole\n", "---\n", "kind: ClusterRoleBinding\n", "name: ztpd:observers\n", "- patch\n"} {
+		if !strings.Contains(y, want) {
+			t.Errorf("manifest lacks %q:\n%s", want, y)
+		}
+	}
+}
+
+// TestManyNodes: a cluster of 600 Nodes is listed, counted and reported
+// once each.
+func TestManyNodes(t *testing.T) {
+	var objs []kruntime.Object
+	for i := range 600 {
+		st := corev1.ConditionTrue
+		if i%10 == 0 {
+			st = corev1.ConditionFalse
+		}
+		objs = append(objs, node(fmt.Sprintf("n%03d", i), st, map[string]string{"kubernetes.io/hostname": fmt.Sprintf("n%03d", i)}))
+	}
+	h := start(t, false, map[string]*fake.Clientset{"c1": fake.NewClientset(objs...)})
+	eventually(t, "600 nodes counted", func() bool {
+		hl, _ := h.sink.healthOf("c1")
+		return hl.Synced && hl.Nodes == 600 && hl.ReadyNodes == 540
+	})
+	h.sink.mu.Lock()
+	seen := len(h.sink.seen)
+	h.sink.mu.Unlock()
+	if seen != 600 {
+		t.Errorf("NodeSeen %d times for 600 Nodes", seen)
 	}
 }
