@@ -302,7 +302,7 @@ func TestNodeEventsReachTheSink(t *testing.T) {
 	}
 	eventually(t, "health with cp1", func() bool {
 		hl, _ := h.sink.healthOf("c1")
-		return hl.APIReachable && hl.Nodes == 1 && hl.ReadyNodes == 1 && hl.ReadyControlPlanes == 1 && hl.Err == ""
+		return hl.APIReachable && hl.Nodes == 1 && hl.ReadyNodes == 1 && hl.ControlPlanes == 1 && hl.ReadyControlPlanes == 1 && hl.Err == ""
 	})
 
 	// A worker registers NotReady, then becomes Ready.
