@@ -97,6 +97,22 @@ func (s *Service) memberByNode(tx core.Tx, cluster, node string) (core.Membershi
 func (s *Service) NodeSeen(clusterID string, n ObservedNode) error {
 	now := s.now().UTC()
 	st := memberState(n.Ready)
+	// Most calls repeat what is recorded (the watch reports every Node at
+	// each resync): answer those from a read, without a write transaction.
+	unchanged := false
+	if err := s.store.View(func(tx core.Tx) error {
+		m, ok, err := s.memberByNode(tx, clusterID, n.Name)
+		if err != nil || !ok {
+			unchanged = err == nil
+			return err
+		}
+		p := m.Node
+		unchanged = m.State == core.StateLeft || m.State == core.StateLeaving ||
+			(p != nil && !p.Deleted && p.Ready == n.Ready && p.Reason == n.Reason && p.ControlPlane == n.ControlPlane && m.State == st)
+		return nil
+	}); err != nil || unchanged {
+		return err
+	}
 	return s.store.Batch(func(tx core.Tx) error {
 		m, ok, err := s.memberByNode(tx, clusterID, n.Name)
 		if err != nil || !ok {

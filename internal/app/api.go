@@ -19,7 +19,7 @@ func (a *App) buildAPI() error {
 		mem = a.Joiner
 	}
 	cs, err := clusters.New(a.Store, mem, clusters.Options{Log: a.Log.With("part", "clusters"), Images: a.Images,
-		KubeconfigTTL: a.Cfg.API.KubeconfigTTL.D()})
+		KubeconfigTTL: a.Cfg.API.KubeconfigTTL.D(), AlertAfter: a.Cfg.API.ClusterAlertAfter.D()})
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ztpd/ztpd/api"
@@ -24,6 +25,7 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/httpserve"
+	"github.com/ztpd/ztpd/internal/kubewatch"
 	"github.com/ztpd/ztpd/internal/profile"
 	"github.com/ztpd/ztpd/internal/secretbox"
 	"github.com/ztpd/ztpd/internal/store/boltstore"
@@ -89,6 +91,8 @@ type App struct {
 
 	// Joiner owns cluster PKI, join credentials, admission and membership.
 	Joiner *joiner.Service
+	// Watch observes every cluster's API server and Nodes (kubewatch).
+	Watch *kubewatch.Manager
 
 	// HTTPMux is the ZTP content listener's router; transports mount on it.
 	HTTPMux *http.ServeMux
@@ -108,6 +112,8 @@ type App struct {
 
 	runners  []Runner
 	starters []func() error
+	// profiles is the loaded profile set (Start), for the joiner's Node labels.
+	profiles atomic.Pointer[profile.Set]
 	closers  []func() error
 }
 
@@ -198,6 +204,7 @@ func (a *App) build() error {
 		if err != nil {
 			return err
 		}
+		a.profiles.Store(set)
 		return ztp.SetProfiles(set)
 	})
 	zh := ztphttp.New(ztp, a.Log)
@@ -212,6 +219,11 @@ func (a *App) build() error {
 	}
 	if err := a.buildAPI(); err != nil {
 		return err
+	}
+	if a.Joiner != nil {
+		if err := a.buildWatch(); err != nil {
+			return err
+		}
 	}
 	a.mountAdmin()
 	return nil

@@ -32,6 +32,7 @@ func (a *App) buildJoiner() error {
 		BaseURL:       a.Endpoints.Join(),
 		Devices:       a.Devices, // built before the joiner
 		Log:           a.Log.With("part", "joiner"),
+		ProfileLabels: a.profileLabels,
 	})
 	if err != nil {
 		return err
@@ -59,4 +60,17 @@ func (z ztpJoin) KubernetesMaster(ctx context.Context, dev core.Device, r profil
 
 func (z ztpJoin) UserData(ctx context.Context, dev core.Device, r profile.Result) ([]byte, error) {
 	return z.j.UserData(ctx, dev, r.Cluster, r.Role, r.Hostname)
+}
+
+// profileLabels are the labels of the loaded profile name (none before
+// Start loads the profiles, or for a profile no longer configured).
+func (a *App) profileLabels(name string) map[string]string {
+	set := a.profiles.Load()
+	if set == nil {
+		return nil
+	}
+	if p := set.Get(name); p != nil {
+		return p.Labels()
+	}
+	return nil
 }

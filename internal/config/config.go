@@ -99,6 +99,13 @@ type API struct {
 	MaxSignatureLifetime Duration `yaml:"max_signature_lifetime"`
 	// KubeconfigTTL is how long an issued kubeconfig's certificate is valid.
 	KubeconfigTTL Duration `yaml:"kubeconfig_ttl"`
+	// ClusterAlertAfter is how long a Running cluster may be unhealthy (its
+	// API server not answering ztpd, fewer Ready Nodes than desired)
+	// before it moves to Alert.
+	ClusterAlertAfter Duration `yaml:"cluster_alert_after"`
+	// ClusterProbeInterval is how often ztpd probes each cluster's API
+	// server (/readyz) besides watching its Nodes.
+	ClusterProbeInterval Duration `yaml:"cluster_probe_interval"`
 	// AdminKeyFile receives the first admin API key and secret (created
 	// exclusively, mode 0600) instead of standard output.
 	AdminKeyFile string `yaml:"admin_key_file"`
@@ -249,7 +256,8 @@ func Default() Config {
 // signatures last at most 20 minutes, kubeconfigs 24 hours.
 func defaultAPI() API {
 	return API{AuthFailuresPerMinute: 20, TLS: TLS{Enabled: true}, RequireExpiryREST: true,
-		MaxSignatureLifetime: Duration(20 * time.Minute), KubeconfigTTL: Duration(24 * time.Hour)}
+		MaxSignatureLifetime: Duration(20 * time.Minute), KubeconfigTTL: Duration(24 * time.Hour),
+		ClusterAlertAfter: Duration(5 * time.Minute), ClusterProbeInterval: Duration(5 * time.Second)}
 }
 
 // Load reads path (if not empty) over the defaults. Unknown fields are errors,
@@ -323,6 +331,12 @@ func (c *Config) Validate() error {
 	}
 	if d := c.API.KubeconfigTTL.D(); d < 5*time.Minute || d > 365*24*time.Hour {
 		errs.add("api.kubeconfig_ttl", "%s is outside 5m..8760h (one year)", d)
+	}
+	if d := c.API.ClusterAlertAfter.D(); d < time.Second || d > 24*time.Hour {
+		errs.add("api.cluster_alert_after", "%s is outside 1s..24h", d)
+	}
+	if d := c.API.ClusterProbeInterval.D(); d < 100*time.Millisecond || d > 10*time.Minute {
+		errs.add("api.cluster_probe_interval", "%s is outside 100ms..10m", d)
 	}
 	if c.API.AdminKeyFile != "" && strings.HasSuffix(c.API.AdminKeyFile, "/") {
 		errs.add("api.admin_key_file", "%q names a directory; give a file path", c.API.AdminKeyFile)

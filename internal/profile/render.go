@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"regexp"
 	"strconv"
@@ -546,3 +547,7 @@ func renderTree(v any, d *Data) (any, error) {
 	}
 	return v, nil
 }
+
+// Labels are the profile's labels (a copy), for what ztpd derives from
+// them outside rendering (the Node labels of its devices).
+func (p *Profile) Labels() map[string]string { return maps.Clone(p.spec.Labels) }
