@@ -199,6 +199,9 @@ func testControlPlane(t *testing.T, version string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !strings.Contains(j.Output, "TLS certificate validates against pinned roots") {
+		t.Errorf("kubeadm did not report a pinned-CA discovery:\n%s", j.Output)
+	}
 	checkBootstrapKubeconfig(t, j, b)
 	if ca, err := os.ReadFile(j.CACert); err != nil || string(ca) != string(b.ca.CertPEM()) {
 		t.Errorf("join wrote a CA that is not the cluster's (%v)", err)
