@@ -34,31 +34,16 @@ func adminBinding() map[string]any {
 	}
 }
 
-// The identity ztpd watches its clusters with: a client certificate the
-// appliance mints from the cluster CA, bound to ObserverRole, which allows
-// only what the watch needs (nodes: get, list, watch, and patch for
-// labels), not system:masters.
-const (
-	ObserverUser  = "ztpd:observer"
-	ObserverGroup = "ztpd:observers"
-	ObserverRole  = "ztpd:node-observer"
-)
-
-// observerRBAC is the ClusterRole and ClusterRoleBinding of the observer.
-func observerRBAC() []map[string]any {
-	const rbac = "rbac.authorization.k8s.io"
-	labels := map[string]string{"app.kubernetes.io/managed-by": "ztpd"}
-	return []map[string]any{{
-		"apiVersion": rbac + "/v1", "kind": "ClusterRole",
-		"metadata": map[string]any{"name": ObserverRole, "labels": labels},
-		"rules": []map[string]any{{"apiGroups": []string{""}, "resources": []string{"nodes"},
-			"verbs": []string{"get", "list", "watch", "patch"}}},
-	}, {
-		"apiVersion": rbac + "/v1", "kind": "ClusterRoleBinding",
-		"metadata": map[string]any{"name": ObserverRole, "labels": labels},
-		"roleRef":  map[string]string{"apiGroup": rbac, "kind": "ClusterRole", "name": ObserverRole},
-		"subjects": []map[string]string{{"apiGroup": rbac, "kind": "Group", "name": ObserverGroup}},
-	}}
+// Observer is the identity ztpd watches its clusters with (the watch
+// adapter defines it): a client certificate the appliance mints from each
+// cluster CA for User in Groups, and the RBAC objects, created in each
+// cluster with the admin binding, that allow it only what the watch needs.
+type Observer struct {
+	User   string
+	Groups []string
+	// RBAC are the cluster-scoped RBAC objects (JSON: ClusterRole or
+	// ClusterRoleBinding) that grant the identity its rights.
+	RBAC [][]byte
 }
 
 // ObserverCredentials mints the observer's client certificate for a
@@ -76,7 +61,11 @@ func (s *Service) ObserverCredentials(clusterID string, validity time.Duration) 
 	if err != nil {
 		return "", nil, nil, nil, err
 	}
-	creds, err := kubeconfig.IssueUser(keys.ca, c.Name, "https://"+rt.APIEndpoint, ObserverUser, []string{ObserverGroup}, validity, s.now())
+	o := s.opts.Observer
+	if o.User == "" {
+		return "", nil, nil, nil, fmt.Errorf("%w: no observer identity is configured", ErrClusterUnavailable)
+	}
+	creds, err := kubeconfig.IssueUser(keys.ca, c.Name, "https://"+rt.APIEndpoint, o.User, o.Groups, validity, s.now())
 	if err != nil {
 		return "", nil, nil, nil, err
 	}
@@ -100,14 +89,20 @@ func (s *Service) EnsureAdminBinding(ctx context.Context, clusterRef string) err
 	if err != nil {
 		return err
 	}
+	admin, err := json.Marshal(adminBinding())
+	if err != nil {
+		return err
+	}
 	var callErr error
-	for _, obj := range append([]map[string]any{adminBinding()}, observerRBAC()...) {
-		body, err := json.Marshal(obj)
-		if err != nil {
-			return err
+	for _, body := range append([][]byte{admin}, s.opts.Observer.RBAC...) {
+		var kind struct {
+			Kind string `json:"kind"`
+		}
+		if err := json.Unmarshal(body, &kind); err != nil {
+			return fmt.Errorf("observer RBAC object: %w", err)
 		}
 		path := "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
-		if obj["kind"] == "ClusterRole" {
+		if kind.Kind == "ClusterRole" {
 			path = "/apis/rbac.authorization.k8s.io/v1/clusterroles"
 		}
 		if callErr = s.clusterAPI(ctx, keys, c.Name, rt.APIEndpoint, http.MethodPost, path, body,
@@ -133,11 +128,11 @@ func (s *Service) EnsureAdminBinding(ctx context.Context, clusterRef string) err
 			return err
 		}
 		return s.event(tx, now, "cluster.rbac", "", c.ID,
-			fmt.Sprintf("ClusterRoleBinding %s (group %s -> cluster-admin) and observer role %s (group %s) in place",
-				AdminBindingName, clusters.KubeconfigGroup, ObserverRole, ObserverGroup), nil)
+			fmt.Sprintf("ClusterRoleBinding %s (group %s -> cluster-admin) and %d observer RBAC object(s) for %s in place",
+				AdminBindingName, clusters.KubeconfigGroup, len(s.opts.Observer.RBAC), s.opts.Observer.User), nil)
 	})
 	if callErr != nil {
-		return fmt.Errorf("creating ClusterRoleBinding %s and observer role %s in cluster %s (will retry): %w", AdminBindingName, ObserverRole, c.Name, callErr)
+		return fmt.Errorf("creating ClusterRoleBinding %s and the observer's RBAC in cluster %s (will retry): %w", AdminBindingName, c.Name, callErr)
 	}
 	if err == nil {
 		s.log.Info("admin ClusterRoleBinding in place", "cluster", c.Name, "binding", AdminBindingName, "group", clusters.KubeconfigGroup)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/kubewatch"
 	"github.com/ztpd/ztpd/joiner/bundle"
 	"github.com/ztpd/ztpd/testenv/certcheck"
 )
@@ -43,7 +44,11 @@ func TestKubeconfigIdentityAndAdminBinding(t *testing.T) {
 	if bundle.ClusterAdminsGroup != clusters.KubeconfigGroup {
 		t.Fatalf("the init manifest binds %q, kubeconfigs carry %q", bundle.ClusterAdminsGroup, clusters.KubeconfigGroup)
 	}
-	e := newEnv(t, Options{AutoApprove: approveAll})
+	role, binding := kubewatch.RBAC()
+	roleJSON, _ := json.Marshal(role)
+	bindingJSON, _ := json.Marshal(binding)
+	e := newEnv(t, Options{AutoApprove: approveAll, Observer: Observer{User: kubewatch.ObserverUser,
+		Groups: []string{kubewatch.ObserverGroup}, RBAC: [][]byte{roleJSON, bindingJSON}}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -95,11 +100,11 @@ func TestKubeconfigIdentityAndAdminBinding(t *testing.T) {
 		t.Fatalf("%d bindings, %d roles created", len(bindings), len(api.roles))
 	}
 	// The observer's role: nodes only, never secrets or system:masters.
-	role, _ := json.Marshal(api.roles[0])
+	gotRole, _ := json.Marshal(api.roles[0])
 	obsBinding, _ := json.Marshal(bindings[1])
-	if !strings.Contains(string(role), `"name":"ztpd:node-observer"`) || !strings.Contains(string(role), `"resources":["nodes"],"verbs":["get","list","watch","patch"]`) ||
-		!strings.Contains(string(obsBinding), `"name":"ztpd:observers"`) {
-		t.Fatalf("observer RBAC %s %s", role, obsBinding)
+	if !strings.Contains(string(gotRole), `"name":"ztpd:node-observer"`) || !strings.Contains(string(gotRole), `"resources":["nodes"]`) ||
+		!strings.Contains(string(gotRole), `"verbs":["get","list","watch","patch"]`) || !strings.Contains(string(obsBinding), `"name":"ztpd:observers"`) {
+		t.Fatalf("observer RBAC %s %s", gotRole, obsBinding)
 	}
 	b, _ := json.Marshal(bindings[0])
 	if !strings.Contains(string(b), `"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"cluster-admin"}`) ||

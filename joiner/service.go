@@ -104,6 +104,8 @@ type Rule struct {
 
 // Options configure the service.
 type Options struct {
+	// Observer is the identity ztpd watches its clusters with.
+	Observer Observer
 	// ProfileLabels gives a profile's labels by name, for the Node labels
 	// of its devices (nil: none).
 	ProfileLabels func(profile string) map[string]string

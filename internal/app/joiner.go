@@ -23,7 +23,12 @@ func (a *App) buildJoiner() error {
 			Reserved: r.Reserved, AssertedSerials: r.Asserted.Serials, AssertedProducts: r.Asserted.Products,
 			ControlPlane: slices.Contains(r.Roles, "control-plane"), Cluster: r.Cluster})
 	}
+	observer, err := observerIdentity()
+	if err != nil {
+		return err
+	}
 	j, err := joiner.New(a.Store, a.Keys, joiner.Options{
+		Observer:      observer,
 		EnrollmentTTL: a.Cfg.Joiner.EnrollmentTTL.D(),
 		TokenTTL:      a.Cfg.Joiner.TokenTTL.D(),
 		ReissueWindow: a.Cfg.Joiner.ReissueWindow.D(),

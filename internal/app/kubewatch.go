@@ -1,6 +1,7 @@
 package app
 
 import (
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
@@ -137,4 +138,19 @@ func (w *clusterWatch) ClusterSeen(clusterID string, h kubewatch.Health) {
 	if err != nil {
 		w.log.Warn("recording a cluster observation", "cluster", clusterID, "err", err)
 	}
+}
+
+// observerIdentity is kubewatch's identity and RBAC, for the joiner to mint
+// certificates for and to create in each cluster.
+func observerIdentity() (joiner.Observer, error) {
+	role, binding := kubewatch.RBAC()
+	o := joiner.Observer{User: kubewatch.ObserverUser, Groups: []string{kubewatch.ObserverGroup}}
+	for _, obj := range []any{role, binding} {
+		b, err := json.Marshal(obj)
+		if err != nil {
+			return joiner.Observer{}, err
+		}
+		o.RBAC = append(o.RBAC, b)
+	}
+	return o, nil
 }
