@@ -137,12 +137,13 @@ func (k *Kubelet) bootstrap(ctx context.Context) error {
 
 	wctx, cancel := context.WithTimeout(ctx, k.cfg.BootstrapTimeout)
 	certPEM, err := csr.WaitForCertificate(wctx, client, reqName, reqUID)
+	timedOut := wctx.Err() != nil
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("node %s: stopped waiting for CSR %s: %w", k.cfg.NodeName, reqName, ctx.Err())
 		}
-		if wait.Interrupted(err) || wctx.Err() != nil {
+		if timedOut || wait.Interrupted(err) {
 			return fmt.Errorf("node %s: CSR %s was not issued within %s (%s): is kube-controller-manager running its csrapproving and csrsigning controllers with the cluster CA key, and may this bootstrap identity auto-approve node CSRs?",
 				k.cfg.NodeName, reqName, k.cfg.BootstrapTimeout, csrState(ctx, client, reqName))
 		}
