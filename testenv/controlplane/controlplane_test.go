@@ -265,6 +265,17 @@ func testControlPlane(t *testing.T, version string) {
 		t.Errorf("expired token: err = %v", err)
 	}
 
+	// A component that dies is restarted, as the kubelet restarts a static
+	// pod (the controller manager exits when it loses its lease).
+	if err := syscall.Kill(cp.PID(ControllerManager), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); cp.Restarts(ControllerManager) == 0 || cp.PID(ControllerManager) == 0; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("kube-controller-manager not restarted after it was killed")
+		}
+	}
+
 	// The API server can be stopped for a while and comes back with the
 	// cluster's state (etcd kept running).
 	apiPID := cp.PID(APIServer)
