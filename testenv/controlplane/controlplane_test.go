@@ -236,6 +236,9 @@ func testControlPlane(t *testing.T, version string) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err = %v, want %q", c.name, err, c.want)
 		}
+		if j == nil {
+			continue
+		}
 		if _, serr := os.Stat(j.BootstrapKubeconfig); serr == nil {
 			t.Errorf("%s: kubeadm wrote a bootstrap kubeconfig", c.name)
 		}
