@@ -314,7 +314,10 @@ func (k *Kubelet) fail(err error) {
 	}
 	k.err = err
 	close(k.failed)
-	k.cancel()
+	k.mu.Lock()
+	cancel := k.cancel
+	k.mu.Unlock()
+	cancel()
 }
 
 // NodeName is the Node's name.
@@ -359,8 +362,9 @@ func (k *Kubelet) SetReady(ready bool) {
 func (k *Kubelet) Stop() {
 	k.mu.Lock()
 	k.stopped = true
+	cancel := k.cancel
 	k.mu.Unlock()
-	k.cancel()
+	cancel()
 	k.stopNode()
 }
 
