@@ -69,6 +69,15 @@ func healthy(t *testing.T, a *app.App, id string) {
 	}
 }
 
+// External load balancer addresses of the clusters no control plane runs
+// behind: loopback addresses nothing listens on (ztpd accepts any IP), so
+// ztpd's watch, which probes every cluster's API endpoint, gets "connection
+// refused" here and sends nothing onto the host's network.
+const (
+	lifecycleLBIP = "127.0.7.10"
+	tenancyLBIP   = "127.0.7.20"
+)
+
 func TestCloudStackSDKLifecycle(t *testing.T) {
 	base, cfg, ztpd := inproc.ServeApp(t, nil)
 	adminKey, adminSecret := newKey(t, cfg, "admin")
@@ -116,7 +125,7 @@ func TestCloudStackSDKLifecycle(t *testing.T) {
 	cp.SetControlnodes(1)
 	// The API endpoint is known up front, so the kubeconfig can be fetched
 	// before any control plane has joined.
-	cp.SetExternalloadbalanceripaddress("10.99.7.10")
+	cp.SetExternalloadbalanceripaddress(lifecycleLBIP)
 	// The create job ends with the cluster Starting: nothing has booted yet.
 	created, err := user.Kubernetes.CreateKubernetesCluster(cp)
 	if err != nil || created.Name != "edge-1" || created.Size != 2 || created.State != "Starting" {
@@ -180,7 +189,7 @@ func TestCloudStackSDKLifecycle(t *testing.T) {
 
 	kc, err := user.Kubernetes.GetKubernetesClusterConfig(gp)
 	if err != nil || !strings.Contains(kc.Configdata, "certificate-authority-data") || !strings.Contains(kc.Configdata, "client-certificate-data") ||
-		!strings.Contains(kc.Configdata, "https://10.99.7.10:6443") {
+		!strings.Contains(kc.Configdata, "https://"+lifecycleLBIP+":6443") {
 		t.Fatalf("getKubernetesClusterConfig: %v %+v", err, kc)
 	}
 
@@ -190,7 +199,7 @@ func TestCloudStackSDKLifecycle(t *testing.T) {
 		if err := os.WriteFile(f, []byte(kc.Configdata), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if out, err := exec.Command(kubectl, "config", "view", "--raw", "--kubeconfig", f, "-o", "jsonpath={.clusters[0].cluster.server}").CombinedOutput(); err != nil || string(out) != "https://10.99.7.10:6443" {
+		if out, err := exec.Command(kubectl, "config", "view", "--raw", "--kubeconfig", f, "-o", "jsonpath={.clusters[0].cluster.server}").CombinedOutput(); err != nil || string(out) != "https://"+lifecycleLBIP+":6443" {
 			t.Fatalf("kubectl config view: %v %s", err, out)
 		}
 	}
@@ -235,7 +244,7 @@ func TestCloudStackSDKTenancyAndKubeconfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	cp := alice.Kubernetes.NewCreateKubernetesClusterParams("", v.Id, "alice-1", offs.ServiceOfferings[0].Id, 1, zones.Zones[0].Id)
-	cp.SetExternalloadbalanceripaddress("10.99.7.20")
+	cp.SetExternalloadbalanceripaddress(tenancyLBIP)
 	mine, err := alice.Kubernetes.CreateKubernetesCluster(cp)
 	if err != nil {
 		t.Fatal(err)
