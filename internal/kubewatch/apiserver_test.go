@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/ztpd/ztpd/internal/kubewatch"
 	"github.com/ztpd/ztpd/joiner/bundle"
@@ -367,12 +368,23 @@ func createReadyNode(t *testing.T, ctx context.Context, admin kubernetes.Interfa
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := metav1.Now()
-	n.Status.Conditions = []corev1.NodeCondition{{
-		Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status",
-		LastHeartbeatTime: now, LastTransitionTime: now,
-	}}
-	if _, err := admin.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+	// The watch may label the new Node between the create and this update
+	// (a conflict on the resource version): retry on the fresh object, as
+	// a kubelet's status update does.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := admin.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		cur.Status.Conditions = []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status",
+			LastHeartbeatTime: now, LastTransitionTime: now,
+		}}
+		_, err = admin.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }
