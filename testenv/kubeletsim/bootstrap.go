@@ -89,10 +89,11 @@ func (k *Kubelet) bootstrap(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("node %s: %w", k.cfg.NodeName, err)
 	}
-	client, err := k.pool.bootstrapClient(rc)
+	client, release, err := k.pool.bootstrapClient(rc)
 	if err != nil {
 		return fmt.Errorf("node %s: bootstrap client: %w", k.cfg.NodeName, err)
 	}
+	defer release()
 
 	select {
 	case k.pool.bootstrapSlots <- struct{}{}:
@@ -310,8 +311,9 @@ func (p *Pool) newTransport(tlsConfig *tls.Config) *http.Transport {
 
 // bootstrapClient is the bootstrap client on the pool's transport for
 // these TLS credentials: kubelets bootstrapping with the same token (a
-// per-request header) or the same certificate share one connection.
-func (p *Pool) bootstrapClient(rc *rest.Config) (kubernetes.Interface, error) {
+// per-request header) or the same certificate share one connection. release
+// drops the transport, and its connection, when its last user is done.
+func (p *Pool) bootstrapClient(rc *rest.Config) (kubernetes.Interface, func(), error) {
 	tc := rc.TLSClientConfig
 	h := sha256.New()
 	for _, part := range [][]byte{[]byte(rc.Host), tc.CAData, tc.CertData, tc.KeyData, []byte(tc.ServerName), []byte(tc.CertFile), []byte(tc.KeyFile)} {
@@ -322,24 +324,39 @@ func (p *Pool) bootstrapClient(rc *rest.Config) (kubernetes.Interface, error) {
 	h.Sum(key[:0])
 
 	p.mu.Lock()
-	rt, ok := p.bootstrapRTs[key]
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	sh, ok := p.bootstrapRTs[key]
 	if !ok {
 		tlsConfig, err := rest.TLSConfigFor(rc)
 		if err != nil {
-			return nil, fmt.Errorf("bootstrap TLS configuration: %w", err)
+			return nil, nil, fmt.Errorf("bootstrap TLS configuration: %w", err)
 		}
-		rt = p.newTransport(tlsConfig)
-		p.mu.Lock()
-		if prev, ok := p.bootstrapRTs[key]; ok {
-			rt = prev
-		} else {
-			p.bootstrapRTs[key] = rt
-		}
-		p.mu.Unlock()
+		sh = &sharedTransport{rt: p.newTransport(tlsConfig)}
+		p.bootstrapRTs[key] = sh
 	}
 	shared := rest.CopyConfig(rc)
 	shared.TLSClientConfig = rest.TLSClientConfig{}
-	shared.Transport = rt
-	return kubernetes.NewForConfig(shared)
+	shared.Transport = sh.rt
+	client, err := kubernetes.NewForConfig(shared)
+	if err != nil {
+		if sh.users == 0 {
+			delete(p.bootstrapRTs, key)
+		}
+		return nil, nil, err
+	}
+	sh.users++
+	release := func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if sh.users--; sh.users == 0 {
+			delete(p.bootstrapRTs, key)
+			sh.rt.CloseIdleConnections()
+		}
+	}
+	return client, release, nil
+}
+
+type sharedTransport struct {
+	rt    *http.Transport
+	users int
 }

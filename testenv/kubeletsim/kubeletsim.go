@@ -124,7 +124,7 @@ type Pool struct {
 	dial           DialFunc
 	mu             sync.Mutex
 	caPools        map[string]*x509.CertPool
-	bootstrapRTs   map[[32]byte]*http.Transport
+	bootstrapRTs   map[[32]byte]*sharedTransport
 }
 
 // DialFunc dials the API server, e.g. from inside a network namespace.
@@ -151,7 +151,7 @@ func NewPool(o PoolOptions) *Pool {
 		bootstrapSlots: make(chan struct{}, o.BootstrapConcurrency),
 		dial:           o.Dial,
 		caPools:        map[string]*x509.CertPool{},
-		bootstrapRTs:   map[[32]byte]*http.Transport{},
+		bootstrapRTs:   map[[32]byte]*sharedTransport{},
 	}
 }
 
