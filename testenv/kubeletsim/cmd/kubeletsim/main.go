@@ -99,6 +99,9 @@ func run(args []string) (int, error) {
 	if fs.NArg() > 0 {
 		return 2, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	if o.progressEvery <= 0 || o.runFor < 0 {
+		return 2, errors.New("--progress-every must be positive and --run-for not negative")
+	}
 	cfgs, err := o.configs()
 	if err != nil {
 		return 2, err
