@@ -286,7 +286,7 @@ func (m *Manager) sync(ctx context.Context) {
 	var stop []*watcher
 	for id, w := range m.watchers {
 		t, ok := want[id]
-		if ok && w.sameTarget(t) {
+		if ok && w.sameTarget(t) && !w.stale.Load() {
 			w.setTarget(t) // new Credentials func or name: used at the next rotation
 			delete(want, id)
 			continue
@@ -300,10 +300,15 @@ func (m *Manager) sync(ctx context.Context) {
 	for _, w := range stop {
 		w.stop()
 		if _, again := want[w.clusterID]; again {
-			// Restarted with a new endpoint or CA: the new watcher reports
-			// the Nodes deleted meanwhile once it has listed.
+			// Restarted (a new endpoint or CA, or a watch that lost its
+			// API server): the new watcher reports the Nodes deleted
+			// meanwhile once it has listed.
 			carried[w.clusterID] = w.lastNames
-			m.log.Info("cluster endpoint or CA changed; watching it anew", "cluster", w.clusterID)
+			if w.stale.Load() {
+				m.log.Info("cluster watch restarted after its API server came back", "cluster", w.clusterID)
+			} else {
+				m.log.Info("cluster endpoint or CA changed; watching it anew", "cluster", w.clusterID)
+			}
 		} else {
 			m.log.Info("cluster no longer watched", "cluster", w.clusterID, "name", w.target().Name)
 		}

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -44,6 +45,11 @@ type watcher struct {
 
 	imu      sync.Mutex
 	informer cache.SharedIndexInformer
+
+	// stale: the API server came back while the informer's watch was
+	// down; the manager replaces this watcher (an immediate relist)
+	// rather than wait out client-go's backoff, up to 30 s.
+	stale atomic.Bool
 
 	emu      sync.Mutex
 	watchErr string
@@ -520,6 +526,13 @@ func (w *watcher) probe(ctx context.Context, c *conn) {
 		if reachable {
 			w.log().Info("cluster API reachable", "endpoint", w.target().Endpoint)
 			w.setGauge("reachable")
+			w.emu.Lock()
+			down := w.watchErr != ""
+			w.emu.Unlock()
+			if down && !w.stale.Swap(true) {
+				w.log().Info("API server back while the watch is down: watching anew now")
+				w.m.Refresh()
+			}
 		} else {
 			w.log().Info("cluster API unreachable", "endpoint", w.target().Endpoint, "err", w.probeErr)
 			w.setGauge("unreachable")
