@@ -32,11 +32,11 @@ import (
 // The control-plane VM's link: a veth from this host's network namespace
 // (ztpd's side) into a namespace of the test's own (the VM's side). The
 // VM's address is the cluster's API endpoint, which ztpd's watch reaches
-// over this link; nothing else on the host routes to 10.99.216.0/30.
+// over this link; nothing else on the host routes to 10.99.217.0/30.
 const (
-	vmHostAddr = "10.99.216.1"
-	vmAddr     = "10.99.216.2"
-	vmNet      = "10.99.216.0/30"
+	vmHostAddr = "10.99.217.1"
+	vmAddr     = "10.99.217.2"
+	vmNet      = "10.99.217.0/30"
 )
 
 // TestCloudStackSDKRealControlPlane: a CloudStack user creates a cluster
@@ -75,6 +75,17 @@ func TestCloudStackSDKRealControlPlane(t *testing.T) {
 	// /join from its own address, which its lease ties to its MAC) and the
 	// API on loopback, as an appliance keeps its API off the device network.
 	deviceAddr, apiAddr := freeAddr(t, vmHostAddr), freeAddr(t, "127.0.0.1")
+	// The control plane stops after ztpd (cleanups run last-in first-out):
+	// kube-apiserver does not finish its SIGTERM shutdown while ztpd's
+	// Node watch is open, and Stop would wait 15 s to kill it.
+	var plane *controlplane.ControlPlane
+	t.Cleanup(func() {
+		if plane != nil {
+			if err := plane.Stop(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
 	deviceBase, cfg, ztpd := inproc.ServeApp(t, func(c *config.Config) {
 		c.HTTP.Addr = deviceAddr
 		c.API.Addr, c.API.TLS.Enabled = apiAddr, false // plain HTTP on loopback only
@@ -105,7 +116,7 @@ func TestCloudStackSDKRealControlPlane(t *testing.T) {
 		t.Fatalf("listServiceOfferings: %v %+v", err, offs)
 	}
 	vp := admin.Kubernetes.NewAddKubernetesSupportedVersionParams(2, 2048, semver)
-	vp.SetUrl(base + "/isos/" + version + ".iso")
+	vp.SetUrl(deviceBase + "/isos/" + version + ".iso")
 	vp.SetZoneid(zones.Zones[0].Id)
 	kv, err := admin.Kubernetes.AddKubernetesSupportedVersion(vp)
 	if err != nil {
@@ -180,7 +191,7 @@ func TestCloudStackSDKRealControlPlane(t *testing.T) {
 
 	// The control plane, as the VM's deploy script would run kubeadm init.
 	dir := t.TempDir()
-	plane, err := controlplane.Start(ctx, controlplane.Config{
+	plane, err = controlplane.Start(ctx, controlplane.Config{
 		Kubernetes:    bins,
 		Etcd:          etcd,
 		KubeadmConfig: files[bundle.KubeadmConfigPath],
@@ -194,7 +205,6 @@ func TestCloudStackSDKRealControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { plane.Stop() })
 	t.Logf("%s control plane ready in %v", version, plane.StartDuration.Round(time.Millisecond))
 
 	// The API server answers ztpd's watch, but no control-plane Node is
