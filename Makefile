@@ -7,7 +7,7 @@ LAB_BIN ?= bin/ztpd-lab
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: k8s-bins build test test-short lint fuzz bench bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm lab clean
+.PHONY: k8s-bins build test test-short lint fuzz bench bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed lab clean
 
 # The product (ztpd) and the namespace lab (ztpd-lab), side by side: ztpd-lab
 # runs the ztpd next to it.
@@ -46,7 +46,7 @@ fuzz:
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg || exit 1; \
 	  done; done
 
-bench: bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm
+bench: bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed
 
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
@@ -57,6 +57,12 @@ lab: build
 
 bench-storm:
 	bash bench/boot-storm.sh
+
+# N (500) simulated kubelets join a real kube-apiserver with the switches'
+# ztpd certificates while ztpd watches: time until ztpd shows all joined next
+# to the API server's own view (root; make k8s-bins first).
+bench-observed:
+	bash bench/observed-join.sh
 
 # DHCPv4 DORA/s of ztpd, Kea (memfile) and dnsmasq side by side (root; perfdhcp, kea-dhcp4, dnsmasq).
 bench-dhcp: build

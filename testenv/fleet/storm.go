@@ -39,6 +39,9 @@ type Storm struct {
 	Switches    []Switch
 	// Progress, if set, is called with the number of devices done so far.
 	Progress func(done, failed int)
+	// Bundle, if set, receives each switch's join bundle document (the
+	// joiner's Delivery JSON, secrets included) before the switch reports.
+	Bundle func(sw Switch, doc []byte)
 }
 
 // StormResult sums a storm up.
@@ -191,8 +194,9 @@ func (s *Storm) onboard(ctx context.Context, sw Switch) (map[string]time.Duratio
 		ReportToken string `json:"report_token"`
 		Files       []any  `json:"files"`
 	}
+	var delivery json.RawMessage
 	for try := 0; ; try++ {
-		code, retry, err := post(ctx, hc, join.JoinURL, "", body, &bundle)
+		code, retry, err := post(ctx, hc, join.JoinURL, "", body, &delivery)
 		if err != nil {
 			return steps, fmt.Errorf("%s: join: %w", sw.MAC, err)
 		}
@@ -205,6 +209,12 @@ func (s *Storm) onboard(ctx context.Context, sw Switch) (map[string]time.Duratio
 		time.Sleep(min(retry, 2*time.Second))
 	}
 	mark("join", t0)
+	if err := json.Unmarshal(delivery, &bundle); err != nil {
+		return steps, fmt.Errorf("%s: join bundle: %w", sw.MAC, err)
+	}
+	if s.Bundle != nil {
+		s.Bundle(sw, delivery)
+	}
 	if bundle.ReportToken == "" || len(bundle.Files) == 0 {
 		return steps, fmt.Errorf("%s: join bundle without files or report token", sw.MAC)
 	}
