@@ -359,14 +359,6 @@ func vmNamespace(t *testing.T) (*netns.NS, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The link needs a moment before the host end accepts a bind.
-	eventually(t, 10*time.Second, func() error {
-		l, err := net.Listen("tcp", vmHostAddr+":0")
-		if err == nil {
-			l.Close()
-		}
-		return err
-	})
 	return ns, mac
 }
 
