@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/joiner/bundle"
 )
 
 // ObservedNode is one of a cluster's Nodes as its API server shows it.
@@ -107,7 +108,7 @@ func (s *Service) NodeSeen(clusterID string, n ObservedNode) error {
 			return err
 		}
 		p := m.Node
-		unchanged = m.State == core.StateLeft || m.State == core.StateLeaving ||
+		unchanged = m.State == core.StateLeft || m.State == core.StateLeaving || m.Impostor != "" ||
 			(p != nil && !p.Deleted && p.Ready == n.Ready && p.Reason == n.Reason && p.ControlPlane == n.ControlPlane && m.State == st)
 		return nil
 	}); err != nil || unchanged {
@@ -118,8 +119,8 @@ func (s *Service) NodeSeen(clusterID string, n ObservedNode) error {
 		if err != nil || !ok {
 			return err
 		}
-		if m.State == core.StateLeft || m.State == core.StateLeaving {
-			return nil // on its way out: its Node going away ends it
+		if m.State == core.StateLeft || m.State == core.StateLeaving || m.Impostor != "" {
+			return nil // on its way out, or the Node is an impostor's (CSRSeen)
 		}
 		prev := m.Node
 		obs := &core.NodeObservation{Ready: n.Ready, Reason: n.Reason, ControlPlane: n.ControlPlane, Registered: n.Created, Seen: now}
@@ -194,4 +195,50 @@ func (s *Service) APISeen(clusterID string) error {
 		s.kickAdminBinding(clusterID)
 	}
 	return err
+}
+
+// expectedRequester is the user a member's kubelet authenticates as when it
+// asks for its client certificate: the bootstrap credential ztpd issued to
+// it (its token, or a switch's certificate). "" when ztpd issued none (the
+// first control plane's kubelet gets its credentials from kubeadm init,
+// with the CA key ztpd handed only to it).
+func expectedRequester(m core.Membership) string {
+	switch {
+	case m.Method == MethodSONiC:
+		return bundle.SonicUserPrefix + m.NodeName
+	case m.TokenID != "":
+		return "system:bootstrap:" + m.TokenID
+	}
+	return ""
+}
+
+// CSRSeen checks who requested an approved kubelet client certificate for
+// a member's node name. The node authorizer only lets system:node:<name>
+// register Node <name>, but the CSR approver lets any bootstrap credential
+// ask for any name: a certificate for this member's name requested with
+// another device's credential makes that Node an impostor's, so the member
+// is marked failed and its Node is not counted as it. Renewals by the node
+// itself (system:node:<name>) are its own.
+func (s *Service) CSRSeen(clusterID, node, requester string) error {
+	now := s.now().UTC()
+	return s.store.Batch(func(tx core.Tx) error {
+		m, ok, err := s.memberByNode(tx, clusterID, node)
+		if err != nil || !ok || m.State == core.StateLeft || m.KubeletCertBy == requester || m.Impostor == requester {
+			return err
+		}
+		want := expectedRequester(m)
+		if want == "" || requester == want || requester == "system:node:"+node {
+			m.KubeletCertBy, m.UpdatedAt = requester, now
+			return tx.Memberships().Put(m)
+		}
+		m.Impostor = requester
+		reason := fmt.Sprintf("Node %s's kubelet certificate was requested by %s, not by the credential ztpd issued to this device (%s): not counted as this member",
+			node, requester, want)
+		s.log.Warn("kubelet certificate requested by another identity", "cluster", clusterID, "device", m.Device, "node", node,
+			"requester", requester, "expected", want)
+		if err := s.transition(tx, &m, core.StateFailed, reason, now); err != nil {
+			return err
+		}
+		return s.event(tx, now, "member.impostor", m.Device, clusterID, reason, map[string]string{"node": node, "requester": requester})
+	})
 }

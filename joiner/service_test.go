@@ -875,4 +875,59 @@ func TestSONiCJoinMethodCluster(t *testing.T) {
 	if d := b.Deliver(); d.NodeName != "leaf-2" || d.NodeLabels["ztpd.io/role"] != "sonic" {
 		t.Fatalf("delivery %q %v", d.NodeName, d.NodeLabels)
 	}
+	// Its kubelet certificate is requested with the certificate ztpd issued.
+	if err := e.svc.CSRSeen(c.ID, "leaf-2", "system:bootstrap:leaf-2"); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := e.svc.Membership(bg, sw); m.KubeletCertBy != "system:bootstrap:leaf-2" || m.Impostor != "" {
+		t.Fatalf("switch's requester: %+v", m)
+	}
+}
+
+// TestKubeletCertificateRequesterMustBeTheMember: a Node counts as a member
+// only if its kubelet certificate was requested with the credential ztpd
+// issued to that member (or renewed by the node itself); another device's
+// token asking for this member's node name makes it an impostor's.
+func TestKubeletCertificateRequesterMustBeTheMember(t *testing.T) {
+	e := newEnv(t, Options{AutoApprove: approveAll})
+	c := e.cluster(clusterSpec{Name: "prod", Size: 2})
+	cp := e.must(e.join("prod", 1))
+	w1 := e.must(e.join("prod", 2))
+	w2 := e.must(e.join("prod", 3))
+	m1, _ := e.svc.Membership(bg, w1.Device)
+	m2, _ := e.svc.Membership(bg, w2.Device)
+	if m1.TokenID == "" || m1.TokenID == m2.TokenID {
+		t.Fatalf("workers' tokens %q %q", m1.TokenID, m2.TokenID)
+	}
+	// The first control plane's kubelet has no ztpd-issued bootstrap
+	// credential to compare with: accepted.
+	mcp, _ := e.svc.Membership(bg, cp.Device)
+	if err := e.svc.CSRSeen(c.ID, mcp.NodeName, "system:bootstrap:abcdef"); err != nil {
+		t.Fatal(err)
+	}
+	if m := e.nodeReady(cp, "True"); m.State != core.StateJoined {
+		t.Fatalf("control plane %s", m.State)
+	}
+	// Worker 1 with its own token, then a renewal by the node itself.
+	if err := e.svc.CSRSeen(c.ID, m1.NodeName, "system:bootstrap:"+m1.TokenID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.CSRSeen(c.ID, m1.NodeName, "system:node:"+m1.NodeName); err != nil {
+		t.Fatal(err)
+	}
+	if m := e.nodeReady(w1, "True"); m.State != core.StateJoined || m.Impostor != "" || m.KubeletCertBy != "system:node:"+m1.NodeName {
+		t.Fatalf("worker 1: %+v", m)
+	}
+	// Worker 2's node name certified with worker 1's token: an impostor.
+	if err := e.svc.CSRSeen(c.ID, m2.NodeName, "system:bootstrap:"+m1.TokenID); err != nil {
+		t.Fatal(err)
+	}
+	m := e.nodeReady(w2, "True")
+	if m.State != core.StateFailed || m.Impostor != "system:bootstrap:"+m1.TokenID ||
+		!strings.Contains(m.History[len(m.History)-1].Reason, "not by the credential ztpd issued") {
+		t.Fatalf("impostor's Node counted: %+v", m)
+	}
+	if d := e.device(w2.Device); d.State != core.StateFailed {
+		t.Fatalf("device %s", d.State)
+	}
 }

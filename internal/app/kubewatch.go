@@ -115,6 +115,15 @@ func (w *clusterWatch) NodeGone(clusterID, name string) {
 	}
 }
 
+func (w *clusterWatch) CSRSeen(clusterID string, c kubewatch.CSR) {
+	if !c.Approved {
+		return // a denied request gave nobody a certificate
+	}
+	if err := w.j.CSRSeen(clusterID, c.NodeName, c.Requester); err != nil {
+		w.log.Warn("recording a kubelet certificate request", "cluster", clusterID, "node", c.NodeName, "err", err)
+	}
+}
+
 // apiSeenEvery bounds how often a reachable cluster is reported to the
 // joiner (which marks it initialised and makes its RBAC once).
 const apiSeenEvery = time.Minute

@@ -262,10 +262,16 @@ type Membership struct {
 	// as a hint: the cluster's Node decides joined.
 	Reported   string    `json:"reported,omitempty"`
 	ReportedAt time.Time `json:"reported_at,omitzero"`
-	TokenID    string    `json:"token_id,omitempty"`
-	ReportID   string    `json:"report_id,omitempty"`
-	IP         string    `json:"ip,omitempty"`
-	WaitReason string    `json:"wait_reason,omitempty"`
+	// KubeletCertBy is who requested the Node's kubelet client certificate
+	// (the CSR's user): the bootstrap credential ztpd issued to this device.
+	// Impostor is set when it was anyone else: the Node is then not this
+	// member's, whatever its name.
+	KubeletCertBy string `json:"kubelet_cert_by,omitempty"`
+	Impostor      string `json:"impostor,omitempty"`
+	TokenID       string `json:"token_id,omitempty"`
+	ReportID      string `json:"report_id,omitempty"`
+	IP            string `json:"ip,omitempty"`
+	WaitReason    string `json:"wait_reason,omitempty"`
 	// IssuedAt is when the bundle was first handed out: re-issues are
 	// allowed only within the joiner's reissue window of it.
 	IssuedAt time.Time `json:"issued_at,omitzero"`

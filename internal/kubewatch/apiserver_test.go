@@ -2,6 +2,12 @@ package kubewatch_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -13,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,6 +50,23 @@ type sink struct {
 	nodes  map[string]kubewatch.Node
 	gone   map[string]bool
 	health kubewatch.Health
+	csrs   map[string]kubewatch.CSR // by node name
+}
+
+func (s *sink) CSRSeen(_ string, c kubewatch.CSR) {
+	s.mu.Lock()
+	if s.csrs == nil {
+		s.csrs = map[string]kubewatch.CSR{}
+	}
+	s.csrs[c.NodeName] = c
+	s.mu.Unlock()
+}
+
+func (s *sink) csr(node string) (kubewatch.CSR, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.csrs[node]
+	return c, ok
 }
 
 func (s *sink) NodeSeen(_ string, n kubewatch.Node) {
@@ -309,6 +333,35 @@ func TestRealAPIServer(t *testing.T) {
 	waitFor(t, 10*time.Second, "health counts w-1", func() bool {
 		h := s.last()
 		return h.Nodes == 1 && h.ReadyNodes == 1 && h.ReadyControlPlanes == 0
+	})
+
+	// A kubelet client certificate request, approved by the admin: the
+	// observer reads who asked (the API server's field selector on the
+	// signer and the role's read-only CSR rule work for real).
+	csrKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	csrDER, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: "system:node:w-9", Organization: []string{"system:nodes"}}}, csrKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := admin.CertificatesV1().CertificateSigningRequests().Create(ctx, &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "node-csr-"},
+		Spec: certificatesv1.CertificateSigningRequestSpec{
+			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csrDER}),
+			SignerName: kubewatch.KubeletClientSigner,
+			Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth},
+		}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Status.Conditions = append(req.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "Test", Message: "approved by the test"})
+	if _, err := admin.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, req.Name, req, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "w-9's CSR seen", func() bool {
+		c, ok := s.csr("w-9")
+		return ok && c.Approved && c.Requester == req.Spec.Username && c.Requester != ""
 	})
 
 	// Deleted: gone within seconds.

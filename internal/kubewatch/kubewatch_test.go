@@ -30,6 +30,20 @@ type recorder struct {
 	gone    []string // cluster/name
 	health  map[string]Health
 	healths int
+	csrs    []CSR
+}
+
+// CSRSeen makes the recorder a CSRSink too.
+func (r *recorder) CSRSeen(_ string, c CSR) {
+	r.mu.Lock()
+	r.csrs = append(r.csrs, c)
+	r.mu.Unlock()
+}
+
+func (r *recorder) csrsSeen() []CSR {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]CSR(nil), r.csrs...)
 }
 
 type seenNode struct {

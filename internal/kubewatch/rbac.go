@@ -22,8 +22,9 @@ const (
 )
 
 // RBAC returns the least privilege the watcher needs: Nodes get, list and
-// watch (the informer) and patch (labels), bound to ObserverGroup. Nothing
-// else: not Secrets, not Pods, not Node status. /readyz needs no rule (the
+// watch (the informer) and patch (labels), and kubelet CSRs get, list and
+// watch (who asked for each Node's certificate), bound to ObserverGroup.
+// Nothing else: not Secrets, not Pods, not Node status, no CSR approval. /readyz needs no rule (the
 // built-in system:public-info-viewer role allows it to every
 // authenticated user).
 func RBAC() (*rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding) {
@@ -35,6 +36,11 @@ func RBAC() (*rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding) {
 			APIGroups: []string{""},
 			Resources: []string{"nodes"},
 			Verbs:     []string{"get", "list", "watch", "patch"},
+		}, {
+			// Who requested each kubelet's certificate (CSRSink): read only.
+			APIGroups: []string{"certificates.k8s.io"},
+			Resources: []string{"certificatesigningrequests"},
+			Verbs:     []string{"get", "list", "watch"},
 		}},
 	}
 	binding := &rbacv1.ClusterRoleBinding{

@@ -46,9 +46,9 @@ type watcher struct {
 	imu      sync.Mutex
 	informer cache.SharedIndexInformer
 
-	// stale: the API server came back while the informer's watch was
-	// down; the manager replaces this watcher (an immediate relist)
-	// rather than wait out client-go's backoff, up to 30 s.
+	// stale: the API server came back after an outage; the manager
+	// replaces this watcher (an immediate relist) rather than wait out
+	// client-go's backoff, up to 30 s.
 	stale atomic.Bool
 
 	emu      sync.Mutex
@@ -56,11 +56,12 @@ type watcher struct {
 	credErr  string
 
 	// owned by the health loop
-	reachable  bool
-	probeErr   string
-	connectErr string
-	published  nodeCounts
-	gaugeState string
+	reachable    bool
+	wasReachable bool // reachable at some probe before
+	probeErr     string
+	connectErr   string
+	published    nodeCounts
+	gaugeState   string
 }
 
 func newWatcher(m *Manager, t Target, prev []string) *watcher {
@@ -130,6 +131,10 @@ func (w *watcher) run(ctx context.Context) {
 
 	var wg sync.WaitGroup
 	wg.Go(func() { inf.RunWithContext(ctx) })
+	if _, ok := w.m.opt.Sink.(CSRSink); ok {
+		csrs := w.newCSRInformer(c)
+		wg.Go(func() { csrs.RunWithContext(ctx) })
+	}
 	wg.Go(func() { w.renew(ctx, c) })
 	if w.m.opt.Labeler != nil {
 		wg.Go(func() { w.labelWorker(ctx, c) })
@@ -526,13 +531,13 @@ func (w *watcher) probe(ctx context.Context, c *conn) {
 		if reachable {
 			w.log().Info("cluster API reachable", "endpoint", w.target().Endpoint)
 			w.setGauge("reachable")
-			w.emu.Lock()
-			down := w.watchErr != ""
-			w.emu.Unlock()
-			if down && !w.stale.Swap(true) {
-				w.log().Info("API server back while the watch is down: watching anew now")
+			// Back after an outage: the informer's watch broke with it and
+			// client-go would retry on its own backoff (up to 30 s).
+			if w.wasReachable && !w.stale.Swap(true) {
+				w.log().Info("API server back after an outage: watching anew now")
 				w.m.Refresh()
 			}
+			w.wasReachable = true
 		} else {
 			w.log().Info("cluster API unreachable", "endpoint", w.target().Endpoint, "err", w.probeErr)
 			w.setGauge("unreachable")
