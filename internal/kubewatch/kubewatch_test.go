@@ -627,9 +627,14 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 	if role.Name != RBACName || binding.Name != RBACName || binding.RoleRef.Name != RBACName {
 		t.Errorf("names %s %s -> %s", role.Name, binding.Name, binding.RoleRef.Name)
 	}
-	if len(role.Rules) != 1 || fmt.Sprint(role.Rules[0].APIGroups, role.Rules[0].Resources, role.Rules[0].Verbs) != "[] [nodes] [get list watch patch]" ||
-		len(role.Rules[0].ResourceNames) != 0 || len(role.Rules[0].NonResourceURLs) != 0 {
-		t.Errorf("rules %+v, want nodes get/list/watch/patch only", role.Rules)
+	want := []string{"[] [nodes] [get list watch patch]", "[certificates.k8s.io] [certificatesigningrequests] [get list watch]"}
+	if len(role.Rules) != len(want) {
+		t.Fatalf("rules %+v, want nodes get/list/watch/patch and CSRs get/list/watch only", role.Rules)
+	}
+	for i, r := range role.Rules {
+		if fmt.Sprint(r.APIGroups, r.Resources, r.Verbs) != want[i] || len(r.ResourceNames) != 0 || len(r.NonResourceURLs) != 0 {
+			t.Errorf("rule %d %+v, want %s", i, r, want[i])
+		}
 	}
 	if len(binding.Subjects) != 1 || binding.Subjects[0].Kind != "Group" || binding.Subjects[0].Name != ObserverGroup {
 		t.Errorf("subjects %+v, want the group %s", binding.Subjects, ObserverGroup)
