@@ -116,10 +116,12 @@ func TestAPICommandGroups(t *testing.T) {
 	if c.State != "Stopped" {
 		t.Fatalf("after stop: %s", c.State)
 	}
+	// Started, it is Starting until ztpd sees it healthy again.
 	mustCLI(&c, "cluster", "start", "c1")
-	if c.State != "Running" {
+	if c.State != "Starting" {
 		t.Fatalf("after start: %s", c.State)
 	}
+	healthy(t, ztpd, c.ID)
 	// No control plane has joined yet, so the cluster has no endpoint to
 	// put into a kubeconfig.
 	if _, err := cli("cluster", "kubeconfig", "c1"); err == nil || !strings.Contains(err.Error(), "no API endpoint yet") || !strings.Contains(err.Error(), "530") {
