@@ -10,10 +10,11 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 .PHONY: k8s-bins build test test-short lint fuzz bench bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed lab clean
 
 # The product (ztpd) and the namespace lab (ztpd-lab), side by side: ztpd-lab
-# runs the ztpd next to it.
+# runs the ztpd next to it, and the simulated kubelet (kubeletsim) next to it.
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/ztpd
 	$(GO) build -trimpath -ldflags '-s -w' -o $(LAB_BIN) ./cmd/ztpd-lab
+	$(GO) build -trimpath -ldflags '-s -w' -o $(dir $(LAB_BIN))kubeletsim ./testenv/kubeletsim/cmd/kubeletsim
 
 # The one test command (README, .ci/run): unit, real-client and namespace
 # tests; it ends by listing every skipped test and why.

@@ -1,7 +1,8 @@
 // Command ztpd-lab watches a ztpd binary onboard a simulated fleet in network
 // namespaces: real DHCP, ZTP and cloud-init clients, a DHCP relay, clusters
-// created over the CloudStack API, and a live table of each device's
-// progress. It is a development and demonstration tool, so it is not part of
+// created over the CloudStack API whose control planes are real (kubeadm,
+// etcd, kube-apiserver, kube-controller-manager; only the kubelets are
+// simulated), and a live table of each device's progress. It is a development and demonstration tool, so it is not part of
 // the product binary; the lab itself is the library testenv/lab, which the
 // end-to-end test drives too.
 package main
@@ -36,7 +37,7 @@ func main() {
 
 func newRootCmd(stdout io.Writer) *cobra.Command {
 	var s lab.Scenario
-	var prefix, work, ztpd, output string
+	var prefix, work, ztpd, kubeletsim, output string
 	var octet int
 	var timeout time.Duration
 	cmd := &cobra.Command{
@@ -48,23 +49,36 @@ device's progress:
 
   - SONiC switches: dhclient configured as SONiC (user class SONiC-ZTP, client id
     SONiC##<product>##<serial>), then curl walks ztp.json section by section,
-    the ztpd join plugin (python3) fetches the join bundle, and the switch
-    reports joined;
+    the ztpd join plugin (python3) fetches the join bundle, the switch's kubelet
+    bootstraps with the bundle's client certificate, and the switch reports
+    joined;
   - ONIE switches: dhclient with onie_vendor:<platform> downloads the installer
     from option 114, then "reboots" as SONiC and continues as above;
   - CloudStack VMs: busybox udhcpc, the cloud-init metadata service, user-data
-    with the kubeadm join, and the joined report.
+    with the kubeadm configuration; the first control plane of each cluster
+    runs a REAL control plane from it (kubeadm init phases, etcd,
+    kube-apiserver, kube-controller-manager as processes in its namespace,
+    kubeadm mark-control-plane), every other VM runs the real kubeadm join
+    discovery (token, CA hash, signed cluster-info); then the joined report.
+
+What is simulated: the kubelet (no container runtime here). Each device runs
+kubeletsim in its namespace: the kubelet's TLS bootstrap (CSR approved and
+signed by the real kube-controller-manager), Node registration, status and
+Lease, against the real API server. No pods run.
 
 Half of the devices sit behind a DHCP relay (dnsmasq) on a second subnet.
-Clusters are created over the CloudStack API; VM i < --clusters is cluster i's
-control plane. At the end the state is checked through the API: every device
-joined, every cluster at its desired size; the exit status is non-zero
-otherwise. Everything is torn down on exit or Ctrl-C. Needs root, ip,
-dnsmasq, dhclient, busybox, curl and python3. Addresses are
-10.99.<octet>.0/24 and 10.99.<octet+1>.0/24.
+Clusters are created over the CloudStack API with the newest Kubernetes built
+by testenv/k8sbin/build.sh (make k8s-bins); VM i < --clusters is cluster i's
+control plane. At the end the state is read from the real API servers
+(kubectl get nodes with the kubeconfig from getKubernetesClusterConfig) and
+from ztpd: every device a Ready Node with ztpd's labels, ztpd showing it
+joined, every cluster Running; the exit status is non-zero otherwise.
+Everything is torn down on exit or Ctrl-C. Needs root, ip, dnsmasq, dhclient,
+busybox, curl, python3, kubectl, unshare and the Kubernetes binaries.
+Addresses are 10.99.<octet>.0/24 and 10.99.<octet+1>.0/24.
 
 The ztpd binary is --ztpd, by default the ztpd next to ztpd-lab (make build
-puts both in bin/), else the one on PATH.`,
+puts both in bin/), else the one on PATH; kubeletsim likewise (--kubeletsim).`,
 		Example: `  make build && sudo bin/ztpd-lab
   sudo ztpd-lab --switches 8 --onie 2 --vms 6 --clusters 3
   sudo ztpd-lab --ztpd ./bin/ztpd --work-dir /tmp/lab   # keep configs and logs
@@ -88,7 +102,11 @@ puts both in bin/), else the one on PATH.`,
 			if octet < 0 || octet > 253 {
 				return fmt.Errorf("--octet %d: use 0..253", octet)
 			}
-			bin, err := findZtpd(ztpd)
+			bin, err := findNextTo("ztpd", "--ztpd", ztpd, "make build")
+			if err != nil {
+				return err
+			}
+			ksim, err := findNextTo("kubeletsim", "--kubeletsim", kubeletsim, "make build, or go build ./testenv/kubeletsim/cmd/kubeletsim")
 			if err != nil {
 				return err
 			}
@@ -100,7 +118,7 @@ puts both in bin/), else the one on PATH.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			o := lab.Options{Prefix: prefix, Octet: octet, WorkDir: filepath.Clean(work), Bin: bin, Timeout: timeout}
+			o := lab.Options{Prefix: prefix, Octet: octet, WorkDir: filepath.Clean(work), Bin: bin, Kubeletsim: ksim, Timeout: timeout}
 			if output == "table" {
 				o.Out = stdout
 				f, ok := stdout.(*os.File)
@@ -125,29 +143,30 @@ puts both in bin/), else the one on PATH.`,
 	fl.StringVar(&work, "work-dir", "", "keep configs and logs here (default: a temp dir, removed)")
 	fl.DurationVar(&timeout, "timeout", 10*time.Minute, "give up after this long")
 	fl.StringVar(&ztpd, "ztpd", "", "the ztpd binary to run (default: ztpd next to ztpd-lab, else on PATH)")
+	fl.StringVar(&kubeletsim, "kubeletsim", "", "the simulated kubelet binary (default: kubeletsim next to ztpd-lab, else on PATH)")
 	fl.StringVarP(&output, "output", "o", "table", "output format: table or json")
 	return cmd
 }
 
-// findZtpd resolves the ztpd binary: flag if given, else the ztpd next to
-// this executable, else the one on PATH.
-func findZtpd(flag string) (string, error) {
+// findNextTo resolves a binary: flag if given, else the one next to this
+// executable, else the one on PATH.
+func findNextTo(name, flagName, flag, build string) (string, error) {
 	if flag != "" {
 		p, err := exec.LookPath(flag)
 		if err != nil {
-			return "", fmt.Errorf("--ztpd %s: %w", flag, err)
+			return "", fmt.Errorf("%s %s: %w", flagName, flag, err)
 		}
 		return filepath.Abs(p)
 	}
 	if self, err := os.Executable(); err == nil {
-		if p, err := exec.LookPath(filepath.Join(filepath.Dir(self), "ztpd")); err == nil {
+		if p, err := exec.LookPath(filepath.Join(filepath.Dir(self), name)); err == nil {
 			return p, nil
 		}
 	}
-	if p, err := exec.LookPath("ztpd"); err == nil {
+	if p, err := exec.LookPath(name); err == nil {
 		return filepath.Abs(p)
 	}
-	return "", errors.New("no ztpd binary next to ztpd-lab or on PATH: build it (make build) or give --ztpd PATH")
+	return "", fmt.Errorf("no %s binary next to ztpd-lab or on PATH: build it (%s) or give %s PATH", name, build, flagName)
 }
 
 func printResult(w io.Writer, output string, res *lab.Result) error {
@@ -164,11 +183,23 @@ func printResult(w io.Writer, output string, res *lab.Result) error {
 		}
 		fmt.Fprintln(tw, strings.Join(parts, "\t"))
 	}
-	row("CLUSTER", "STATE", "CONTROL", "WORKERS", "JOINED")
+	row("CLUSTER", "STATE", "CONTROL", "WORKERS", "JOINED", "NODES READY (API SERVER)", "API")
 	for _, c := range res.Clusters {
-		row(c.Name, c.State, c.Control, c.Size, c.Joined)
+		ready := 0
+		for _, n := range c.Nodes {
+			if n.Ready == "True" {
+				ready++
+			}
+		}
+		row(c.Name, c.State, c.Control, c.Size, c.Joined, fmt.Sprintf("%d/%d", ready, len(c.Nodes)), c.Endpoint)
 	}
 	row("")
-	row("devices", len(res.Devices), "elapsed", res.Elapsed.Truncate(time.Millisecond))
-	return tw.Flush()
+	tw.Flush()
+	fmt.Fprintf(w, "Real control planes (Kubernetes %s: kubeadm init phases, etcd, kube-apiserver, kube-controller-manager):\n", res.KubernetesVersion)
+	for _, p := range res.ControlPlanes {
+		fmt.Fprintf(w, "  %s on %s (netns %s) at %s, up in %s; files %s\n", p.Cluster, p.Device, p.Namespace, p.URL, p.Started.Round(100*time.Millisecond), p.Dir)
+	}
+	fmt.Fprintln(w, "Simulated: the kubelets (kubeletsim in each device's namespace: TLS bootstrap, Node, status, Lease; no pods).")
+	fmt.Fprintf(w, "devices %d, elapsed %s\n", len(res.Devices), res.Elapsed.Truncate(time.Millisecond))
+	return nil
 }

@@ -270,6 +270,14 @@ func (cp *ControlPlane) start(ctx context.Context, ic initConfig) error {
 	return cp.waitClusterInfoSigned(ctx)
 }
 
+// MarkControlPlane runs the real `kubeadm init phase mark-control-plane`
+// with the plane's configuration: it labels and taints the Node named by
+// nodeRegistration.name as a control plane, as `kubeadm init` does once
+// the kubelet registered it (kubeadm waits for the Node to appear).
+func (cp *ControlPlane) MarkControlPlane(ctx context.Context) error {
+	return cp.kubeadm(ctx, "init", "phase", "mark-control-plane", "--config", filepath.Join(cp.cfg.Dir, "kubeadm.yaml"))
+}
+
 // URL is the API server's URL as the kubeconfigs name it
 // (https://<controlPlaneEndpoint>).
 func (cp *ControlPlane) URL() string { return cp.url }

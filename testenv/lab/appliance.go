@@ -283,3 +283,19 @@ func (a *Appliance) REST(ctx context.Context, path string, query url.Values, out
 	}
 	return json.Unmarshal(body, out)
 }
+
+// APICLI runs a ztpd CLI command that talks to the API (token, cluster,
+// ...) from the appliance's namespace, with the lab's admin key and the
+// API's self-signed certificate, and returns its standard output.
+func (a *Appliance) APICLI(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := a.ns.Command(ctx, a.Bin, append([]string{"--config", a.Config}, args...)...)
+	cmd.Env = append(os.Environ(), "ZTPD_API_URL="+a.APIBase, "ZTPD_API_KEY="+a.key, "ZTPD_SECRET_KEY="+string(a.secret),
+		"ZTPD_API_CA="+filepath.Join(a.DataDir, "api-tls", "cert.pem"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("ztpd %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}

@@ -61,8 +61,10 @@ func retryFor(ctx context.Context, budget time.Duration, fn func() error) error 
 
 // RunSwitch onboards a SONiC switch (after ONIE installs it, when Kind is
 // onie): DHCP with dhclient configured as SONiC, the whole ztp.json walk
-// with curl, the ztpd join plugin with python3, and the joined report.
-func RunSwitch(ctx context.Context, ns *netns.NS, dir string, d Device, progress Progress) error {
+// with curl, the ztpd join plugin with python3, the kubelet's TLS
+// bootstrap with the switch certificate against the real API server
+// (simulated kubelet), and the joined report (a hint to ztpd).
+func RunSwitch(ctx context.Context, k *Kube, ns *netns.NS, dir string, d Device, progress Progress) error {
 	if d.Kind == "onie" {
 		if err := runONIE(ctx, ns, filepath.Join(dir, "onie"), d, progress); err != nil {
 			return err
@@ -111,13 +113,39 @@ func RunSwitch(ctx context.Context, ns *netns.NS, dir string, d Device, progress
 		return err
 	}
 	progress(d.Name, "join plugin")
-	cmd := ns.Command(ctx, "python3", pluginPath, secPath)
+	wrapper := filepath.Join(dir, "run-join-plugin.py")
+	if err := os.WriteFile(wrapper, []byte(keepDeliveryPy), 0o755); err != nil {
+		return err
+	}
+	cmd := ns.Command(ctx, "python3", wrapper, pluginPath, secPath)
 	cmd.Env = append(os.Environ(), "ZTPD_ROOT="+root, "ZTPD_MAX_WAIT=180")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("join plugin: %v: %s", err, tail(string(out), 800))
 	}
+	if err := k.joinSwitch(ctx, ns, root, d, lease.IP(), progress); err != nil {
+		return err
+	}
 	return report(ctx, ns, dir, d, filepath.Join(root, "etc/sonic/ztpd/report.env"), progress)
 }
+
+// keepDeliveryPy runs the ztpd join plugin unchanged and keeps the join
+// delivery it received under ZTPD_ROOT: on a switch, ctrmgrd's kubelet
+// finds the API server in CONFIG_DB (which the plugin writes with
+// sonic-cfggen, skipped under ZTPD_ROOT) and its node name and labels in
+// the delivery; the lab's simulated kubelet reads them from this file.
+const keepDeliveryPy = `import importlib.machinery, importlib.util, json, sys
+loader = importlib.machinery.SourceFileLoader("ztpd_join_plugin", sys.argv[1])
+plugin = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+loader.exec_module(plugin)
+request_bundle = plugin.request_bundle
+def keep(sec):
+    b = request_bundle(sec)
+    plugin.install("` + sonicJoinFile + `", json.dumps(b), 0o600)
+    return b
+plugin.request_bundle = keep
+sys.argv = sys.argv[1:]
+sys.exit(plugin.main())
+`
 
 // joinSection finds the section carrying an enrollment secret and the plugin
 // the walk downloaded for it.
@@ -183,8 +211,12 @@ func splitPlatform(p string) (arch, machine, rev string) {
 
 // RunVM onboards a CloudStack VM the way cloud-init's CloudStack datasource
 // does: busybox udhcpc, the metadata service at the DHCP server address,
-// user-data (the joiner's cloud-config), then the report its runcmd sends.
-func RunVM(ctx context.Context, ns *netns.NS, dir string, d Device, progress Progress) error {
+// user-data (the joiner's cloud-config); then what its deploy script does
+// with kubeadm: the first control plane starts the real control plane from
+// its init bundle, every other VM runs the real kubeadm join discovery; the
+// VM's kubelet is simulated (see Kube). Last comes the report its deploy
+// script sends (a hint to ztpd).
+func RunVM(ctx context.Context, k *Kube, ns *netns.NS, dir string, d Device, progress Progress) error {
 	progress(d.Name, "dhcp (udhcpc)")
 	lease, err := Udhcpc(ctx, ns, filepath.Join(dir, "dhcp"), d.Name, "")
 	if err != nil {
@@ -238,7 +270,15 @@ func RunVM(ctx context.Context, ns *netns.NS, dir string, d Device, progress Pro
 			return err
 		}
 	}
-	// kubeadm init/join would run here; the lab has no kubelet.
+	_, err = os.Stat(filepath.Join(root, "etc/kubernetes/pki/ca.key"))
+	if err == nil {
+		err = k.startFirstControlPlane(ctx, ns, dir, root, d, lease.IP(), progress)
+	} else {
+		err = k.joinNode(ctx, ns, dir, root, d, lease.IP(), progress)
+	}
+	if err != nil {
+		return err
+	}
 	return report(ctx, ns, dir, d, filepath.Join(root, "etc/ztpd/report.env"), progress)
 }
 

@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +36,9 @@ type Options struct {
 	Out     io.Writer // live progress table; nil for none
 	Live    bool      // redraw the table in place (a terminal)
 	Timeout time.Duration
+	// Kubeletsim is the testenv/kubeletsim/cmd/kubeletsim binary the
+	// devices' simulated kubelets run.
+	Kubeletsim string
 }
 
 // Result is the checked end state.
@@ -44,15 +46,20 @@ type Result struct {
 	Devices  []core.Device  `json:"devices"`
 	Clusters []ClusterState `json:"clusters"`
 	Elapsed  time.Duration  `json:"elapsed_ns"`
+	// KubernetesVersion is what the clusters run (the newest built).
+	KubernetesVersion string `json:"kubernetes_version"`
+	// ControlPlanes are the real control planes, by cluster.
+	ControlPlanes []ControlPlaneInfo `json:"control_planes"`
 }
 
-// ClusterState is a cluster's size and its joined members, from the API.
-type ClusterState struct {
-	Name    string `json:"name"`
-	State   string `json:"state"`
-	Size    int    `json:"size"`
-	Control int    `json:"control_nodes"`
-	Joined  int    `json:"joined"`
+// ControlPlaneInfo says where a cluster's real control plane runs.
+type ControlPlaneInfo struct {
+	Cluster   string        `json:"cluster"`
+	Device    string        `json:"device"`
+	Namespace string        `json:"namespace"`
+	URL       string        `json:"url"`
+	Dir       string        `json:"dir"` // its /etc/kubernetes, logs under ../logs
+	Started   time.Duration `json:"start_ns"`
 }
 
 // Plan lays the scenario out as devices.
@@ -78,6 +85,14 @@ func (s Scenario) Plan() []Device {
 	}
 	return devs
 }
+
+// Lab probes: the appliance's watch probes each cluster every second and
+// moves it to Alert after 20 s unhealthy, so the tests see both quickly.
+const (
+	labProbeInterval = time.Second
+	// LabAlertAfter is the lab's api.cluster_alert_after.
+	LabAlertAfter = 20 * time.Second
+)
 
 // Config renders the appliance configuration and writes the profiles.
 func (t *Topology) Config(devs []Device) (string, error) {
@@ -108,6 +123,9 @@ log: {level: info, format: json}
 http:
   addr: %[2]s:8080
   metadata_addr: %[2]s:80
+api:
+  cluster_probe_interval: %[9]s
+  cluster_alert_after: %[10]s
 dhcp:
   interfaces: [br0]
   lease_time: 1h
@@ -119,42 +137,76 @@ profiles: [%[8]s]
 joiner:
   auto_approve:
     - {subnets: [%[3]s, %[5]s], roles: [control-plane, worker]}
-`, filepath.Join(t.WorkDir, "data"), t.AppAddr, a, pool(pa), b, pool(pb), t.RelayGW, pdir), nil
+`, filepath.Join(t.WorkDir, "data"), t.AppAddr, a, pool(pa), b, pool(pb), t.RelayGW, pdir, labProbeInterval, LabAlertAfter), nil
 }
 
-// Run builds a lab, starts ztpd, creates the clusters over the CloudStack
-// API, onboards every device with real clients, and checks the end state
-// through the API: every device joined, every cluster at its desired size.
+// Lab is an onboarded lab whose appliance, control planes and kubelets
+// still run (for tests that go on from there). Close tears it down.
+type Lab struct {
+	Topo     *Topology
+	App      *Appliance
+	Kube     *Kube
+	Plan     []Device
+	Result   *Result
+	clusters *clusterReader
+}
+
+// Close stops everything the lab started and removes its namespaces.
+func (l *Lab) Close() error { return l.Topo.Close() }
+
+// Run builds a lab, onboards it (Open), checks it and tears it down.
 func Run(ctx context.Context, s Scenario, o Options) (*Result, error) {
+	l, err := Open(ctx, s, o)
+	if l == nil {
+		return nil, err
+	}
+	defer l.Close()
+	return l.Result, err
+}
+
+// Open builds a lab, starts ztpd, creates the clusters over the CloudStack
+// API with the newest Kubernetes built here, onboards every device with
+// real clients (real control planes and kubeadm discovery, simulated
+// kubelets), and checks the end state against the real API servers and
+// ztpd (Result.Check). When the returned Lab is not nil it runs, also with
+// an error: Close it.
+func Open(ctx context.Context, s Scenario, o Options) (*Lab, error) {
 	if o.Timeout == 0 {
 		o.Timeout = 10 * time.Minute
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	start := time.Now()
+	kube, err := NewKube(o.Kubeletsim)
+	if err != nil {
+		return nil, err
+	}
 	topo, err := Build(o.Prefix, o.Octet, o.WorkDir)
 	if err != nil {
 		return nil, err
 	}
-	defer topo.Close()
-	devs := s.Plan()
+	kube.attach(topo)
+	l := &Lab{Topo: topo, Kube: kube, Plan: s.Plan(), Result: &Result{KubernetesVersion: kube.Bins.Version}}
+	devs := l.Plan
 	cfg, err := topo.Config(devs)
 	if err != nil {
-		return nil, err
+		return l, err
 	}
 	app, err := topo.StartAppliance(ctx, o.Bin, cfg)
 	if err != nil {
-		return nil, err
+		return l, err
 	}
+	l.App = app
+	l.clusters = newClusterReader(app, topo, kube)
 	if err := app.UseAdminKey(ctx); err != nil {
-		return nil, err
+		return l, err
 	}
 	installer, err := addInstaller(ctx, app, topo.WorkDir)
 	if err != nil {
-		return nil, err
+		return l, err
 	}
-	if err := createClusters(ctx, app, devs, s.Clusters); err != nil {
-		return nil, err
+	if err := createClusters(ctx, app, devs, s.Clusters, kube.Bins.Version); err != nil {
+		return l, err
 	}
 
 	steps := newStepTable(devs)
@@ -165,7 +217,7 @@ func Run(ctx context.Context, s Scenario, o Options) (*Result, error) {
 		d.InstallerSHA256 = installer
 		ns, err := topo.AddDevice(d.Name, d.Subnet, d.MAC)
 		if err != nil {
-			return nil, err
+			return l, err
 		}
 		wg.Add(1)
 		go func(i int) {
@@ -173,9 +225,9 @@ func Run(ctx context.Context, s Scenario, o Options) (*Result, error) {
 			dir := filepath.Join(topo.WorkDir, "devices", d.Name)
 			os.MkdirAll(dir, 0o755)
 			if d.Kind == "vm" {
-				errs[i] = RunVM(ctx, ns, dir, *d, steps.set)
+				errs[i] = RunVM(ctx, kube, ns, dir, *d, steps.set)
 			} else {
-				errs[i] = RunSwitch(ctx, ns, dir, *d, steps.set)
+				errs[i] = RunSwitch(ctx, kube, ns, dir, *d, steps.set)
 			}
 			if errs[i] != nil {
 				steps.set(d.Name, "FAILED: "+firstLine(errs[i].Error()))
@@ -184,9 +236,14 @@ func Run(ctx context.Context, s Scenario, o Options) (*Result, error) {
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
+	// The table shows ztpd's device states and the Nodes as the real API
+	// servers show them (read every 2 s once a cluster hands out its
+	// kubeconfig).
 	var devices []core.Device
+	var cs []ClusterState
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
+	lastRead := time.Time{}
 	for running := true; running; {
 		select {
 		case <-done:
@@ -194,8 +251,12 @@ func Run(ctx context.Context, s Scenario, o Options) (*Result, error) {
 		case <-tick.C:
 		}
 		devices, _ = listDevices(ctx, app)
+		if o.Out != nil && time.Since(lastRead) > 2*time.Second {
+			cs, _ = l.clusters.read(ctx)
+			lastRead = time.Now()
+		}
 		if o.Out != nil {
-			steps.print(o.Out, devices, o.Live && running, time.Since(start))
+			steps.print(o.Out, devices, cs, o.Live && running, time.Since(start))
 		}
 	}
 	var failed []string
@@ -204,39 +265,55 @@ func Run(ctx context.Context, s Scenario, o Options) (*Result, error) {
 			failed = append(failed, fmt.Sprintf("%s: %v", devs[i].Name, err))
 		}
 	}
-	res := &Result{Devices: devices, Elapsed: time.Since(start)}
-	if res.Clusters, err = clusterStates(ctx, app); err != nil {
-		return res, err
+	res := l.Result
+	res.Devices = devices
+	for _, p := range kube.Planes() {
+		res.ControlPlanes = append(res.ControlPlanes, ControlPlaneInfo{Cluster: p.Cluster, Device: p.Device, Namespace: p.NS.Name,
+			URL: p.CP.URL(), Dir: p.CP.KubernetesDir(), Started: p.CP.StartDuration})
 	}
 	if len(failed) > 0 {
-		return res, fmt.Errorf("%d device(s) failed:\n  %s\n(logs under %s)", len(failed), strings.Join(failed, "\n  "), topo.WorkDir)
+		res.Clusters, _ = l.clusters.read(ctx)
+		res.Elapsed = time.Since(start)
+		return l, fmt.Errorf("%d device(s) failed:\n  %s\n(logs under %s)", len(failed), strings.Join(failed, "\n  "), topo.WorkDir)
 	}
-	return res, res.Check(devs)
+	// The devices are done; the clusters turn Running and ztpd shows every
+	// member joined once its watch has seen the Nodes Ready.
+	err = l.clusters.settle(ctx, res, devs, 2*time.Minute)
+	res.Elapsed = time.Since(start)
+	if o.Out != nil {
+		steps.print(o.Out, res.Devices, res.Clusters, false, res.Elapsed)
+	}
+	return l, err
 }
 
-// Check verifies the end state: every planned device is joined and every
-// cluster has exactly its desired members.
-func (r *Result) Check(devs []Device) error {
-	state := map[string]core.Device{}
-	for _, d := range r.Devices {
-		state[d.MAC] = d
+// Cluster reads one cluster from ztpd and its API server.
+func (l *Lab) Cluster(ctx context.Context, name string) (ClusterState, error) {
+	cs, err := l.clusters.read(ctx)
+	if err != nil {
+		return ClusterState{}, err
 	}
-	var bad []string
-	for _, d := range devs {
-		got, ok := state[d.MAC]
-		if !ok || got.State != core.StateJoined {
-			bad = append(bad, fmt.Sprintf("%s (%s) is %q, not joined", d.Name, d.MAC, got.State))
+	for _, c := range cs {
+		if c.Name == name {
+			return c, nil
 		}
 	}
-	for _, c := range r.Clusters {
-		if c.Joined != c.Size+c.Control {
-			bad = append(bad, fmt.Sprintf("cluster %s has %d joined members, wants %d control + %d workers", c.Name, c.Joined, c.Control, c.Size))
-		}
+	return ClusterState{}, fmt.Errorf("no cluster %s", name)
+}
+
+// Kubectl runs kubectl against a cluster (by name) with the kubeconfig
+// ztpd's getKubernetesClusterConfig gave, from the appliance's namespace.
+func (l *Lab) Kubectl(ctx context.Context, cluster string, args ...string) ([]byte, error) {
+	c, err := l.Cluster(ctx, cluster)
+	if err != nil {
+		return nil, err
 	}
-	if len(bad) > 0 {
-		return fmt.Errorf("end state wrong:\n  %s", strings.Join(bad, "\n  "))
-	}
-	return nil
+	return l.clusters.Kubectl(ctx, c.ID, args...)
+}
+
+// ZTPD runs the ztpd CLI against the appliance's API (from its namespace,
+// with the lab's admin key) and returns its standard output.
+func (l *Lab) ZTPD(ctx context.Context, args ...string) ([]byte, error) {
+	return l.App.APICLI(ctx, args...)
 }
 
 // addInstaller stores an ONIE installer for the lab platform and returns
@@ -257,9 +334,10 @@ func addInstaller(ctx context.Context, app *Appliance, work string) (string, err
 
 // createClusters registers a version and creates each cluster, sized to the
 // devices planned into it, through the CloudStack API.
-func createClusters(ctx context.Context, app *Appliance, devs []Device, n int) error {
+func createClusters(ctx context.Context, app *Appliance, devs []Device, n int, version string) error {
+	semver := strings.TrimPrefix(version, "v")
 	v, err := app.CloudStack(ctx, "addKubernetesSupportedVersion", url.Values{
-		"semanticversion": {"1.31.4"}, "name": {"v1.31.4"}, "url": {"http://lab.invalid/k8s-1.31.4.iso"}})
+		"semanticversion": {semver}, "name": {"v" + semver}, "url": {"http://lab.invalid/k8s-" + semver + ".iso"}})
 	if err != nil {
 		return err
 	}
@@ -319,35 +397,6 @@ func listDevices(ctx context.Context, app *Appliance) ([]core.Device, error) {
 	return page.Items, err
 }
 
-func clusterStates(ctx context.Context, app *Appliance) ([]ClusterState, error) {
-	inner, err := app.CloudStack(ctx, "listKubernetesClusters", nil)
-	if err != nil {
-		return nil, err
-	}
-	var list []struct {
-		Name            string `json:"name"`
-		State           string `json:"state"`
-		Size            int    `json:"size"`
-		ControlNodes    int    `json:"controlnodes"`
-		VirtualMachines []struct {
-			State string `json:"ztpdstate"`
-		} `json:"virtualmachines"`
-	}
-	json.Unmarshal(inner["kubernetescluster"], &list)
-	var out []ClusterState
-	for _, c := range list {
-		cs := ClusterState{Name: c.Name, State: c.State, Size: c.Size, Control: c.ControlNodes}
-		for _, vm := range c.VirtualMachines {
-			if vm.State == string(core.StateJoined) {
-				cs.Joined++
-			}
-		}
-		out = append(out, cs)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
-}
-
 // stepTable is the live view: one row per device.
 type stepTable struct {
 	mu    sync.Mutex
@@ -367,26 +416,55 @@ func (s *stepTable) set(device, step string) {
 	s.mu.Unlock()
 }
 
-func (s *stepTable) print(w io.Writer, devices []core.Device, live bool, elapsed time.Duration) {
+func (s *stepTable) print(w io.Writer, devices []core.Device, clusters []ClusterState, live bool, elapsed time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	byMAC := map[string]core.Device{}
 	for _, d := range devices {
 		byMAC[d.MAC] = d
 	}
+	// The Node of each device, as its cluster's API server shows it.
+	nodeOf := map[string]string{} // device id -> Node Ready
+	for _, c := range clusters {
+		ready := map[string]string{}
+		for _, n := range c.Nodes {
+			ready[n.Name] = "Ready=" + n.Ready
+			if n.ControlPlane {
+				ready[n.Name] += ",control-plane"
+			}
+		}
+		for _, m := range c.Members {
+			if r, ok := ready[m.NodeName]; ok {
+				nodeOf[m.Device] = m.NodeName + " " + r
+			}
+		}
+	}
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "DEVICE\tKIND\tSUBNET\tIP\tZTPD STATE\tCLUSTER\tSTEP\n")
+	fmt.Fprintf(tw, "DEVICE\tKIND\tSUBNET\tIP\tZTPD STATE\tCLUSTER\tNODE (API SERVER)\tSTEP\n")
 	joined := 0
 	for _, d := range s.devs {
 		st := byMAC[d.MAC]
 		if st.State == core.StateJoined {
 			joined++
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Name, d.Kind, []string{"A", "B (relay)"}[d.Subnet],
-			dashIfEmpty(st.IP), dashIfEmpty(string(st.State)), d.Cluster, s.steps[d.Name])
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Name, d.Kind, []string{"A", "B (relay)"}[d.Subnet],
+			dashIfEmpty(st.IP), dashIfEmpty(string(st.State)), d.Cluster, dashIfEmpty(nodeOf[st.ID]), s.steps[d.Name])
 	}
 	tw.Flush()
+	for _, c := range clusters {
+		ready := 0
+		for _, n := range c.Nodes {
+			if n.Ready == "True" {
+				ready++
+			}
+		}
+		line := fmt.Sprintf("cluster %s: %s, API %s, %d/%d Nodes Ready", c.Name, c.State, dashIfEmpty(c.Endpoint), ready, len(c.Nodes))
+		if c.NodesError != "" && len(c.Nodes) == 0 {
+			line = fmt.Sprintf("cluster %s: %s, API %s (%s)", c.Name, c.State, dashIfEmpty(c.Endpoint), firstLine(c.NodesError))
+		}
+		b.WriteString(line + "\n")
+	}
 	if !live && b.String() == s.last {
 		return // a log, not a screen: print changes only
 	}

@@ -49,6 +49,7 @@ type Topology struct {
 	mu      sync.Mutex
 	devices []*netns.NS
 	procs   []*Proc
+	closers []func()
 	closed  bool
 }
 
@@ -113,8 +114,12 @@ func (t *Topology) build() error {
 	if err := ipIn(t.App.Name, "route", "add", t.Nets[1].String(), "via", t.RelayUp.String()); err != nil {
 		return err
 	}
-	if err := t.Relay.Command(context.Background(), "sysctl", "-qw", "net.ipv4.ip_forward=1").Run(); err != nil {
-		return fmt.Errorf("enable forwarding in relay: %w", err)
+	// Both routers forward: devices on subnet A (default route: the
+	// appliance) reach API servers on subnet B through the relay.
+	for _, ns := range []*netns.NS{t.Relay, t.App} {
+		if err := ns.Command(context.Background(), "sysctl", "-qw", "net.ipv4.ip_forward=1").Run(); err != nil {
+			return fmt.Errorf("enable forwarding in %s: %w", ns.Name, err)
+		}
 	}
 	// dnsmasq as a pure DHCP relay: giaddr = br1's address, server = the
 	// appliance. It stays root so the lab can always stop it.
@@ -249,6 +254,13 @@ func (t *Topology) StartProc(cmd *exec.Cmd, logName string) (*Proc, error) {
 	return p, nil
 }
 
+// onClose runs f when the topology closes, before its processes stop.
+func (t *Topology) onClose(f func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closers = append(t.closers, f)
+}
+
 // Close stops every process and removes every namespace (with its links).
 func (t *Topology) Close() error {
 	t.mu.Lock()
@@ -257,8 +269,11 @@ func (t *Topology) Close() error {
 		return nil
 	}
 	t.closed = true
-	procs, devices := t.procs, t.devices
+	procs, devices, closers := t.procs, t.devices, t.closers
 	t.mu.Unlock()
+	for i := len(closers) - 1; i >= 0; i-- {
+		closers[i]()
+	}
 	for i := len(procs) - 1; i >= 0; i-- {
 		procs[i].Stop(3 * time.Second)
 	}

@@ -1,0 +1,529 @@
+package lab
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/ztpd/ztpd/joiner/bundle"
+	"github.com/ztpd/ztpd/testenv/controlplane"
+	"github.com/ztpd/ztpd/testenv/kubebin"
+	"github.com/ztpd/ztpd/testenv/netns"
+)
+
+// Kube is the lab's Kubernetes. What runs for real: the first control
+// plane of each cluster (kubeadm init phases from the device's bundle,
+// etcd, kube-apiserver and kube-controller-manager as processes in the
+// device's namespace, kubeadm's mark-control-plane), and every other VM's
+// `kubeadm join` discovery. What is simulated: the kubelet (there is no
+// container runtime here), by cmd/kubeletsim in the device's namespace,
+// which does the kubelet's API traffic: TLS bootstrap, Node registration,
+// status and Lease.
+type Kube struct {
+	Bins       kubebin.Set // the lab's Kubernetes version (the newest built)
+	Etcd       string
+	Kubeletsim string // testenv/kubeletsim/cmd/kubeletsim binary
+
+	topo *Topology
+
+	mu       sync.Mutex
+	planes   map[string]*Plane // by cluster name
+	kubelets map[string]*Kubelet
+}
+
+// Plane is a real control plane a lab VM runs.
+type Plane struct {
+	Cluster string
+	Device  string
+	NS      *netns.NS
+	CP      *controlplane.ControlPlane
+}
+
+// Kubelet is one simulated kubelet process, in its device's namespace.
+type Kubelet struct {
+	Device   string
+	NodeName string
+	Labels   map[string]string
+	NS       *netns.NS
+	Log      string
+	Proc     *Proc
+	// Bootstrap is the credential it bootstrapped with: a kubeconfig path
+	// (token or client certificate), or the switch's certificate.
+	Bootstrap string
+	// Restarts counts the times it failed and was started again.
+	Restarts int
+
+	k    *Kube
+	args []string
+}
+
+// LabKubernetesVersion is the version the lab's clusters run: the newest
+// pinned in testenv/k8sbin/versions.
+func LabKubernetesVersion() (string, error) {
+	vs, err := kubebin.Versions()
+	if err != nil {
+		return "", err
+	}
+	return vs[len(vs)-1], nil
+}
+
+// NewKube finds the binaries of the lab's Kubernetes version; the error
+// wraps kubebin.ErrNotBuilt when they are not built.
+func NewKube(kubeletsim string) (*Kube, error) {
+	v, err := LabKubernetesVersion()
+	if err != nil {
+		return nil, err
+	}
+	bins, err := kubebin.Kubernetes(v)
+	if err != nil {
+		return nil, err
+	}
+	etcd, err := kubebin.Etcd()
+	if err != nil {
+		return nil, err
+	}
+	if kubeletsim == "" {
+		return nil, errors.New("lab: no kubeletsim binary (go build ./testenv/kubeletsim/cmd/kubeletsim)")
+	}
+	return &Kube{Bins: bins, Etcd: etcd, Kubeletsim: kubeletsim,
+		planes: map[string]*Plane{}, kubelets: map[string]*Kubelet{}}, nil
+}
+
+// attach ties the Kube to a topology: its control planes stop when the
+// topology closes.
+func (k *Kube) attach(t *Topology) {
+	k.topo = t
+	t.onClose(k.stopPlanes)
+}
+
+// Plane returns the control plane of a cluster, or nil.
+func (k *Kube) Plane(cluster string) *Plane {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.planes[cluster]
+}
+
+// Planes lists the running control planes, by cluster name.
+func (k *Kube) Planes() []*Plane {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make([]*Plane, 0, len(k.planes))
+	for _, p := range k.planes {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Cluster < out[j].Cluster })
+	return out
+}
+
+// Kubelet returns a device's simulated kubelet, or nil.
+func (k *Kube) Kubelet(device string) *Kubelet {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.kubelets[device]
+}
+
+func (k *Kube) stopPlanes() {
+	var wg sync.WaitGroup
+	for _, p := range k.Planes() {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.CP.Stop() }()
+	}
+	wg.Wait()
+}
+
+// startFirstControlPlane runs the real control plane from the init bundle
+// the VM's cloud-config wrote under root, then registers the VM's own Node
+// with a simulated kubelet (with kubeadm's kubelet.conf: a system:node
+// client certificate, renewed through a CSR as the kubelet's certificate
+// rotation does) and lets kubeadm mark it as a control plane.
+func (k *Kube) startFirstControlPlane(ctx context.Context, ns *netns.NS, dir, root string, d Device, ip string, progress Progress) error {
+	read := func(p string) ([]byte, error) { return os.ReadFile(filepath.Join(root, p)) }
+	cfg, err := read(bundle.KubeadmConfigPath)
+	if err != nil {
+		return fmt.Errorf("init bundle: %w", err)
+	}
+	caCert, err := read("/etc/kubernetes/pki/ca.crt")
+	if err != nil {
+		return fmt.Errorf("init bundle: %w", err)
+	}
+	caKey, err := read("/etc/kubernetes/pki/ca.key")
+	if err != nil {
+		return fmt.Errorf("init bundle: %w", err)
+	}
+	paths, _ := filepath.Glob(filepath.Join(root, "etc/ztpd/manifests/*.yaml"))
+	sort.Strings(paths)
+	var manifests [][]byte
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		manifests = append(manifests, b)
+	}
+	reg, err := nodeRegistration(cfg, "InitConfiguration")
+	if err != nil {
+		return err
+	}
+	progress(d.Name, "kubeadm init phases, etcd, kube-apiserver, kube-controller-manager")
+	cp, err := controlplane.Start(ctx, controlplane.Config{
+		Kubernetes: k.Bins, Etcd: k.Etcd, KubeadmConfig: cfg, CACert: caCert, CAKey: caKey,
+		Manifests: manifests, Dir: filepath.Join(dir, "controlplane"),
+		Run: controlplane.NetnsRun(ns), Dial: controlplane.NetnsDial(ns),
+	})
+	if err != nil {
+		return err
+	}
+	k.mu.Lock()
+	k.planes[d.Cluster] = &Plane{Cluster: d.Cluster, Device: d.Name, NS: ns, CP: cp}
+	k.mu.Unlock()
+	progress(d.Name, fmt.Sprintf("control plane up in %s at %s; kubelet (simulated)", cp.StartDuration.Round(100*time.Millisecond), cp.URL()))
+	kubeconf := filepath.Join(cp.KubernetesDir(), "kubelet.conf")
+	kl, err := k.startKubelet(d.Name, ns, kubeletArgs{name: reg.Name, labels: reg.Labels, nodeIP: ip, kubeconfig: kubeconf})
+	if err != nil {
+		return err
+	}
+	if err := kl.waitRegistered(ctx, progress); err != nil {
+		return err
+	}
+	progress(d.Name, "kubeadm init phase mark-control-plane")
+	return cp.MarkControlPlane(ctx)
+}
+
+// joinNode runs the real `kubeadm join` discovery with the JoinConfiguration
+// the VM's cloud-config wrote, then the simulated kubelet's TLS bootstrap
+// with kubeadm's bootstrap-kubelet.conf, its node name and --node-labels
+// from kubeadm-flags.env as the kubelet reads them.
+func (k *Kube) joinNode(ctx context.Context, ns *netns.NS, dir, root string, d Device, ip string, progress Progress) error {
+	cfg, err := os.ReadFile(filepath.Join(root, bundle.KubeadmConfigPath))
+	if err != nil {
+		return fmt.Errorf("join bundle: %w", err)
+	}
+	reg, err := nodeRegistration(cfg, "JoinConfiguration")
+	if err != nil {
+		return err
+	}
+	progress(d.Name, "kubeadm join phase kubelet-start (discovery)")
+	j, err := controlplane.JoinDiscovery(ctx, controlplane.JoinConfig{
+		Kubeadm: k.Bins.Kubeadm, Config: cfg, Dir: filepath.Join(dir, "kubeadm"),
+		Run: controlplane.NetnsRun(ns), DiscoveryTimeout: 3 * time.Minute,
+	})
+	if err != nil {
+		return err
+	}
+	flags, err := kubeadmFlags(filepath.Join(j.KubeletDir, "kubeadm-flags.env"))
+	if err != nil {
+		return err
+	}
+	name := reg.Name
+	if v := flags["hostname-override"]; v != "" {
+		name = v
+	}
+	labels := reg.Labels
+	if v, ok := flags["node-labels"]; ok {
+		if labels, err = parseLabelList(v); err != nil {
+			return fmt.Errorf("kubeadm-flags.env: %w", err)
+		}
+	}
+	progress(d.Name, "kubelet (simulated) TLS bootstrap with the bootstrap token")
+	kl, err := k.startKubelet(d.Name, ns, kubeletArgs{name: name, labels: labels, nodeIP: ip, kubeconfig: j.BootstrapKubeconfig})
+	if err != nil {
+		return err
+	}
+	return kl.waitRegistered(ctx, progress)
+}
+
+// sonicJoinFile is where the lab's switch keeps the join delivery the
+// plugin received (see runJoinPlugin).
+const sonicJoinFile = "/etc/sonic/ztpd/join-delivery.json"
+
+// joinSwitch bootstraps the switch's kubelet the way ctrmgrd's kubelet on
+// a switch would: with the client certificate and key of its join
+// delivery, against KUBERNETES_MASTER|SERVER from its config_db fragment,
+// trusting the cluster CA it installed, as the delivery's node name and
+// with its node labels.
+func (k *Kube) joinSwitch(ctx context.Context, ns *netns.NS, root string, d Device, ip string, progress Progress) error {
+	raw, err := os.ReadFile(filepath.Join(root, sonicJoinFile))
+	if err != nil {
+		return fmt.Errorf("join delivery: %w", err)
+	}
+	var del struct {
+		Method     string            `json:"method"`
+		NodeName   string            `json:"node_name"`
+		NodeLabels map[string]string `json:"node_labels"`
+		ConfigDB   struct {
+			Master map[string]map[string]string `json:"KUBERNETES_MASTER"`
+		} `json:"config_db"`
+		Files []struct {
+			Path string `json:"path"`
+		} `json:"files"`
+	}
+	if err := json.Unmarshal(raw, &del); err != nil {
+		return fmt.Errorf("join delivery: %w", err)
+	}
+	if del.Method != "sonic" {
+		return fmt.Errorf("join delivery method %q: the lab's switches join kubeadm clusters with certificates (sonic)", del.Method)
+	}
+	srv := del.ConfigDB.Master["SERVER"]
+	if srv["ip"] == "" || srv["port"] == "" || del.NodeName == "" {
+		return fmt.Errorf("join delivery lacks KUBERNETES_MASTER|SERVER ip/port or node_name: %s", raw)
+	}
+	var ca string
+	for _, f := range del.Files {
+		if strings.HasPrefix(f.Path, "/usr/local/share/ca-certificates/") {
+			ca = filepath.Join(root, f.Path)
+		}
+	}
+	if ca == "" {
+		return errors.New("join delivery has no cluster CA for the trust store")
+	}
+	progress(d.Name, "kubelet (simulated) TLS bootstrap with the switch certificate")
+	kl, err := k.startKubelet(d.Name, ns, kubeletArgs{name: del.NodeName, labels: del.NodeLabels, nodeIP: ip,
+		cert: filepath.Join(root, bundle.SonicClientCertPath), key: filepath.Join(root, bundle.SonicClientKeyPath),
+		server: "https://" + srv["ip"] + ":" + srv["port"], ca: ca})
+	if err != nil {
+		return err
+	}
+	return kl.waitRegistered(ctx, progress)
+}
+
+type kubeletArgs struct {
+	name, nodeIP string
+	labels       map[string]string
+	kubeconfig   string
+	cert, key    string
+	server, ca   string
+}
+
+// startKubelet starts cmd/kubeletsim for one node inside ns; the topology
+// stops it when the lab closes.
+func (k *Kube) startKubelet(device string, ns *netns.NS, a kubeletArgs) (*Kubelet, error) {
+	args := []string{"--name", a.name, "--log-level", "info", "--progress-every", "1h"}
+	cred := a.kubeconfig
+	if a.kubeconfig != "" {
+		args = append(args, "--bootstrap-kubeconfig", a.kubeconfig)
+	} else {
+		args = append(args, "--client-cert", a.cert, "--client-key", a.key, "--server", a.server, "--ca-file", a.ca)
+		cred = a.cert
+	}
+	if len(a.labels) > 0 {
+		args = append(args, "--node-labels", bundle.NodeLabelsArg(a.labels))
+	}
+	if a.nodeIP != "" {
+		args = append(args, "--node-ip", a.nodeIP)
+	}
+	kl := &Kubelet{Device: device, NodeName: a.name, Labels: a.labels, NS: ns, Bootstrap: cred, k: k, args: args}
+	if err := kl.start(); err != nil {
+		return nil, err
+	}
+	k.mu.Lock()
+	k.kubelets[device] = kl
+	k.mu.Unlock()
+	return kl, nil
+}
+
+func (kl *Kubelet) start() error {
+	name := "kubelet-" + kl.Device
+	if kl.Restarts > 0 {
+		name += fmt.Sprintf(".%d", kl.Restarts)
+	}
+	p, err := kl.k.topo.StartProc(kl.NS.Command(context.Background(), kl.k.Kubeletsim, kl.args...), name)
+	if err != nil {
+		return err
+	}
+	kl.Proc, kl.Log = p, filepath.Join(kl.k.topo.WorkDir, name+".out")
+	return nil
+}
+
+// kubeletRestartDelay is kubeadm's kubelet unit's RestartSec: systemd starts
+// a kubelet that failed again after 10 s, for ever.
+const kubeletRestartDelay = 10 * time.Second
+
+// waitRegistered waits for the kubelet's "Successfully registered node"
+// (the kubelet's own log line). A kubelet whose bootstrap or registration
+// failed (e.g. a switch that asked before kubeadm's bootstrap-token phase
+// made the RBAC for its group: 403) is started again after
+// kubeletRestartDelay, as systemd does with the kubelet unit, for up to
+// three minutes.
+func (kl *Kubelet) waitRegistered(ctx context.Context, progress Progress) error {
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		log, _ := os.ReadFile(kl.Log)
+		if bytes.Contains(log, []byte("Successfully registered node")) {
+			return nil
+		}
+		failed := bytes.Contains(log, []byte(`msg="kubelet failed"`))
+		select {
+		case <-kl.Proc.Done():
+			failed = true
+		default:
+		}
+		if failed {
+			kl.Proc.Stop(5 * time.Second)
+			log, _ = os.ReadFile(kl.Log)
+			if time.Now().Add(kubeletRestartDelay).After(deadline) {
+				return fmt.Errorf("kubelet (simulated) for %s failed %d times: %s", kl.NodeName, kl.Restarts+1, tail(string(log), 1500))
+			}
+			progress(kl.Device, fmt.Sprintf("kubelet failed, restarted in %s as systemd would: %s", kubeletRestartDelay, firstLine(lastMatch(string(log), "kubelet failed"))))
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(kubeletRestartDelay):
+			}
+			kl.Restarts++
+			if err := kl.start(); err != nil {
+				return err
+			}
+			continue
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kubelet (simulated) for %s not registered after 3 minutes: %s", kl.NodeName, tail(string(log), 1500))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kubelet (simulated) for %s not registered: %w: %s", kl.NodeName, ctx.Err(), tail(string(log), 1500))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// lastMatch is the last line of s containing sub.
+func lastMatch(s, sub string) string {
+	lines := strings.Split(s, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], sub) {
+			return lines[i]
+		}
+	}
+	return ""
+}
+
+// BootstrapAttempt runs a fresh simulated kubelet in the device's namespace
+// with the same bootstrap credential as the device's kubelet, as node name,
+// until it registers or fails, and returns its outcome (nil when it
+// registered) and its output.
+func (k *Kube) BootstrapAttempt(ctx context.Context, device, name string) (string, error) {
+	kl := k.Kubelet(device)
+	if kl == nil {
+		return "", fmt.Errorf("no kubelet for %s", device)
+	}
+	if !strings.HasSuffix(kl.Bootstrap, ".conf") {
+		return "", fmt.Errorf("%s did not bootstrap with a kubeconfig", device)
+	}
+	out, err := kl.NS.Command(ctx, k.Kubeletsim, "--name", name, "--bootstrap-kubeconfig", kl.Bootstrap,
+		"--exit-after-registration", "--log-level", "info", "--bootstrap-timeout", "30s", "--register-timeout", "30s").CombinedOutput()
+	return string(out), err
+}
+
+// nodeReg is what a kubeadm configuration says about the node.
+type nodeReg struct {
+	Name   string
+	Labels map[string]string
+}
+
+// nodeRegistration reads nodeRegistration.name and the node-labels kubelet
+// argument (v1beta4: a list of name/value; v1beta3: a map) of the document
+// of the given kind.
+func nodeRegistration(cfg []byte, kind string) (nodeReg, error) {
+	for _, doc := range bytes.Split(cfg, []byte("\n---")) {
+		var m struct {
+			Kind    string `json:"kind"`
+			NodeReg struct {
+				Name      string          `json:"name"`
+				ExtraArgs json.RawMessage `json:"kubeletExtraArgs"`
+			} `json:"nodeRegistration"`
+		}
+		if err := yaml.Unmarshal(doc, &m); err != nil {
+			return nodeReg{}, fmt.Errorf("kubeadm configuration: %w", err)
+		}
+		if m.Kind != kind {
+			continue
+		}
+		r := nodeReg{Name: m.NodeReg.Name}
+		var labels string
+		var list []struct{ Name, Value string }
+		var byName map[string]string
+		switch {
+		case len(m.NodeReg.ExtraArgs) == 0:
+		case json.Unmarshal(m.NodeReg.ExtraArgs, &list) == nil:
+			for _, a := range list {
+				if a.Name == "node-labels" {
+					labels = a.Value
+				}
+			}
+		case json.Unmarshal(m.NodeReg.ExtraArgs, &byName) == nil:
+			labels = byName["node-labels"]
+		default:
+			return r, fmt.Errorf("kubeadm %s: kubeletExtraArgs is neither a list nor a map", kind)
+		}
+		var err error
+		if r.Labels, err = parseLabelList(labels); err != nil {
+			return r, err
+		}
+		if r.Name == "" {
+			return r, fmt.Errorf("kubeadm %s has no nodeRegistration.name", kind)
+		}
+		return r, nil
+	}
+	return nodeReg{}, fmt.Errorf("kubeadm configuration has no %s", kind)
+}
+
+// kubeadmFlags reads KUBELET_KUBEADM_ARGS from kubeadm-flags.env into
+// flag name -> value.
+func kubeadmFlags(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("kubeadm's kubelet flags: %w", err)
+	}
+	defer f.Close()
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		v, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "KUBELET_KUBEADM_ARGS=")
+		if !ok {
+			continue
+		}
+		for _, arg := range strings.Fields(strings.Trim(v, `"`)) {
+			name, val, _ := strings.Cut(strings.TrimPrefix(arg, "--"), "=")
+			out[name] = val
+		}
+	}
+	return out, sc.Err()
+}
+
+// parseLabelList parses k=v,k=v.
+func parseLabelList(s string) (map[string]string, error) {
+	out := map[string]string{}
+	if s == "" {
+		return out, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		key, v, ok := strings.Cut(kv, "=")
+		if !ok || key == "" {
+			return nil, fmt.Errorf("node label %q is not key=value", kv)
+		}
+		out[key] = v
+	}
+	return out, nil
+}
+
+// sortedKeys is for stable output.
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for key := range m {
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	return keys
+}
