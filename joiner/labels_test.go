@@ -2,7 +2,10 @@ package joiner
 
 import (
 	"reflect"
+	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -31,4 +34,27 @@ func TestNodeLabelsAreValidAndScoped(t *testing.T) {
 	if v := labelValue("a" + string(make([]byte, 80))); len(v) > 63 || v != "a" {
 		t.Fatalf("long value %q", v)
 	}
+}
+
+// FuzzNodeLabels: whatever a device says about itself, every label ztpd
+// derives is one Kubernetes accepts (key and value).
+func FuzzNodeLabels(f *testing.F) {
+	f.Add("SONiC.202405.1", "Accton-AS7712-32X", "rack", "r7")
+	f.Add("a,b=c", "\x00\xff", "bad key!", " -v- ")
+	f.Add(strings.Repeat("x", 100), "", "", "")
+	f.Fuzz(func(t *testing.T, ver, product, key, value string) {
+		dev := core.Device{Kind: core.KindSONiC, MAC: "02:00:00:00:00:01", SONiCVer: ver, Product: product, Serial: value,
+			Labels: map[string]string{key: value}}
+		for k, v := range NodeLabels(dev, RoleSONiC, map[string]string{value: key}) {
+			if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+				t.Fatalf("key %q: %v", k, errs)
+			}
+			if errs := validation.IsValidLabelValue(v); len(errs) > 0 || v == "" {
+				t.Fatalf("value %q of %q: %v", v, k, errs)
+			}
+			if strings.ContainsAny(k+v, ",=") {
+				t.Fatalf("%s=%s would break --node-labels", k, v)
+			}
+		}
+	})
 }

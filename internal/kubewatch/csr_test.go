@@ -74,3 +74,16 @@ func TestCSRsReachTheSink(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCSROf: whatever a CSR object holds, reading it never panics, and a
+// node name comes only from a system:node: subject.
+func FuzzCSROf(f *testing.F) {
+	f.Add([]byte("-----BEGIN CERTIFICATE REQUEST-----\nMIIB\n-----END CERTIFICATE REQUEST-----\n"), "system:bootstrap:abcdef")
+	f.Add([]byte{}, "")
+	f.Fuzz(func(t *testing.T, request []byte, user string) {
+		c, ok := csrOf(&certificatesv1.CertificateSigningRequest{Spec: certificatesv1.CertificateSigningRequestSpec{Request: request, Username: user}})
+		if ok && (c.NodeName == "" || c.Requester != user) {
+			t.Fatalf("csr %+v", c)
+		}
+	})
+}
