@@ -781,8 +781,13 @@ func (c *client) join(ctx context.Context, p *plane, bundles []sonicBundle) ([]b
 	deadline := t0.Add(c.o.timeout)
 	var tAPI, tZtpd time.Duration
 	lastProgress := time.Now()
+	var polls int
+	var pollTime time.Duration
+	var pollBytes int
 	for tZtpd == 0 || tAPI == 0 {
-		cl, err := c.cluster(ctx)
+		pollStart := time.Now()
+		cl, size, err := c.clusterSized(ctx)
+		polls, pollTime, pollBytes = polls+1, pollTime+time.Since(pollStart), pollBytes+size
 		now := time.Since(t0)
 		if err == nil {
 			for _, m := range cl.Members {
@@ -866,6 +871,8 @@ func (c *client) join(ctx context.Context, p *plane, bundles []sonicBundle) ([]b
 		s := stats[i]
 		fmt.Fprintf(&r, "  %-26s %12.2f %10.1f %12.1f\n", w.name, (s.cpu - w.t0.cpu).Seconds(), float64(s.rssKB)/1024, float64(s.hwmKB)/1024)
 	}
+	fmt.Fprintf(&r, "  ztpd's part in that: %d REST polls of the cluster, mean %.1f ms, %.0f KB each\n",
+		polls, float64(pollTime.Microseconds())/1000/float64(polls), float64(pollBytes)/1024/float64(polls))
 	apiS, ztpdS := stats[1], stats[0]
 	fmt.Fprintf(&r, "  ztpd / kube-apiserver: CPU %.3f x, peak RSS %.3f x\n",
 		(ztpdS.cpu-procs[0].t0.cpu).Seconds()/max((apiS.cpu-procs[1].t0.cpu).Seconds(), 0.001), float64(ztpdS.hwmKB)/float64(max(apiS.hwmKB, 1)))
@@ -910,26 +917,32 @@ type clusterView struct {
 }
 
 func (c *client) cluster(ctx context.Context) (clusterView, error) {
+	cl, _, err := c.clusterSized(ctx)
+	return cl, err
+}
+
+// clusterSized is cluster with the size of the answer.
+func (c *client) clusterSized(ctx context.Context) (clusterView, int, error) {
 	var cl clusterView
 	path := "/api/v1/clusters/" + c.o.clusterID
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.o.apiBase+path, nil)
 	if err != nil {
-		return cl, err
+		return cl, 0, err
 	}
 	req.Header.Set("Authorization", signing.RESTAuthorization(http.MethodGet, path, nil, nil, c.key, c.secret, time.Now().Add(5*time.Minute)))
 	resp, err := c.api.Do(req)
 	if err != nil {
-		return cl, err
+		return cl, 0, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return cl, err
+		return cl, len(body), err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return cl, fmt.Errorf("GET %s: HTTP %d: %.300s", path, resp.StatusCode, body)
+		return cl, len(body), fmt.Errorf("GET %s: HTTP %d: %.300s", path, resp.StatusCode, body)
 	}
-	return cl, json.Unmarshal(body, &cl)
+	return cl, len(body), json.Unmarshal(body, &cl)
 }
 
 // fromAddr is an HTTP client whose connections come from addr (a leased
