@@ -133,8 +133,13 @@ func release(rt *core.JoinState, role string) {
 // long wait for an operator or a scale-up (waitRetry).
 const (
 	waitFirstControlPlane = "waiting for the cluster's first control plane"
-	waitRetryFirstCP      = 5 * time.Second
-	waitRetry             = 30 * time.Second
+	// waitControlPlaneUp: a switch's kubelet bootstraps the moment it has
+	// its certificate, so a switch gets it once the cluster is Running (its
+	// API server answers, its control planes are Ready), not while kubeadm
+	// init is still setting up the bootstrap RBAC.
+	waitControlPlaneUp = "waiting for the cluster's control plane to be Running"
+	waitRetryFirstCP   = 5 * time.Second
+	waitRetry          = 30 * time.Second
 )
 
 func decideRole(c core.Cluster, rt core.JoinState, method, preset string) (role string, first bool, wait string) {
@@ -152,6 +157,9 @@ func decideRole(c core.Cluster, rt core.JoinState, method, preset string) (role 
 	}
 	if method == MethodSONiC && rt.FirstControlPlane == "" && rt.APIEndpoint == "" {
 		return "", false, waitFirstControlPlane
+	}
+	if method == MethodSONiC && c.State == core.ClusterStarting {
+		return "", false, waitControlPlaneUp
 	}
 	if canCP && rt.ControlPlanes < wantCP {
 		return RoleControlPlane, false, ""

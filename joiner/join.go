@@ -206,7 +206,7 @@ func (s *Service) Join(ctx context.Context, req JoinRequest) (*Bundle, error) {
 	if res.wait != "" {
 		joinsWaiting.Inc()
 		retry := waitRetry
-		if res.wait == waitFirstControlPlane {
+		if res.wait == waitFirstControlPlane || res.wait == waitControlPlaneUp {
 			retry = waitRetryFirstCP
 		}
 		return nil, &WaitError{Reason: res.wait, RetryAfter: retry}

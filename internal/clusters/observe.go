@@ -85,6 +85,12 @@ func (s *Service) ObserveHealth(clusterID string, h Health) error {
 				to, reason = core.ClusterRunning, fmt.Sprintf("healthy again: API server answers, %d of %d Nodes Ready", obs.ReadyNodes, desired)
 			}
 		}
+		if to == core.ClusterRunning && !healthy {
+			// The alert time counts from Running: a cluster whose workers
+			// are still joining when its control plane comes up is not
+			// already late.
+			obs.UnhealthySince = h.At
+		}
 		changed := prev.APIReachable != obs.APIReachable || prev.Error != obs.Error || prev.Nodes != obs.Nodes ||
 			prev.ReadyNodes != obs.ReadyNodes || prev.ControlPlanes != obs.ControlPlanes ||
 			prev.ReadyControlPlanes != obs.ReadyControlPlanes || !prev.UnhealthySince.Equal(obs.UnhealthySince) ||

@@ -55,7 +55,9 @@ func TestObservedStates(t *testing.T) {
 	if c.State != core.ClusterStarting || !strings.Contains(StartingReason(c), "connection refused") {
 		t.Fatalf("api down: %s %q", c.State, StartingReason(c))
 	}
-	// API up, no control-plane Node yet.
+	// API up, no control-plane Node yet (for longer than the alert time:
+	// it only counts from Running).
+	c = obs(Health{APIReachable: true, At: t0.Add(time.Second)})
 	c = obs(Health{APIReachable: true, At: t0.Add(time.Second)})
 	if c.State != core.ClusterStarting || !strings.Contains(StartingReason(c), "0 of 1 registered and Ready") {
 		t.Fatalf("no nodes: %s %q", c.State, StartingReason(c))
@@ -64,11 +66,13 @@ func TestObservedStates(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "0 of 1 registered and Ready") {
 		t.Fatalf("kubeconfig error says what it waits for: %v", err)
 	}
-	// Control plane Ready: Running, though the workers are still joining.
-	c = obs(Health{APIReachable: true, Nodes: 1, ReadyNodes: 1, ControlPlanes: 1, ReadyControlPlanes: 1, At: t0.Add(2 * time.Second)})
-	if c.State != core.ClusterRunning || c.Observed == nil || c.Observed.UnhealthySince.IsZero() {
+	// Control plane Ready, 90 s after the first look: Running, though the
+	// workers are still joining; the alert clock starts now.
+	c = obs(Health{APIReachable: true, Nodes: 1, ReadyNodes: 1, ControlPlanes: 1, ReadyControlPlanes: 1, At: t0.Add(90 * time.Second)})
+	if c.State != core.ClusterRunning || c.Observed == nil || !c.Observed.UnhealthySince.Equal(t0.Add(90*time.Second)) {
 		t.Fatalf("control plane ready: %+v", c)
 	}
+	t0 = t0.Add(88 * time.Second) // the rest of the test runs from here
 	// Fewer Ready than desired, but not for longer than AlertAfter.
 	c = obs(Health{APIReachable: true, Nodes: 1, ReadyNodes: 1, ControlPlanes: 1, ReadyControlPlanes: 1, At: t0.Add(30 * time.Second)})
 	if c.State != core.ClusterRunning {

@@ -21,9 +21,21 @@ import (
 )
 
 type fixture struct {
-	svc *joiner.Service
-	srv *httptest.Server
-	st  *boltstore.Store
+	svc     *joiner.Service
+	srv     *httptest.Server
+	st      *boltstore.Store
+	cl      *clusters.Service
+	cluster string
+}
+
+// running feeds the clusters service what ztpd's watch reports once the
+// cluster's API server answers and its control plane is Ready.
+func (f *fixture) running(t *testing.T) {
+	t.Helper()
+	if err := f.cl.ObserveHealth(f.cluster, clusters.Health{APIReachable: true, Nodes: 1, ReadyNodes: 1,
+		ControlPlanes: 1, ReadyControlPlanes: 1}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func setup(t *testing.T, rules []joiner.Rule) *fixture {
@@ -66,6 +78,7 @@ func setup(t *testing.T, rules []joiner.Rule) *fixture {
 	if j, err = cl.WaitJob(wctx, j.ID); err != nil || j.Status != core.JobSucceeded {
 		t.Fatalf("create cluster: %+v %v", j, err)
 	}
+	f.cl, f.cluster = cl, j.InstanceID
 	return f
 }
 
@@ -153,7 +166,14 @@ func TestSONiCJoinAndReportWithCurl(t *testing.T) {
 		"-H", "PRODUCT-NAME: Accton-AS7712-32X", "-H", "SERIAL-NUMBER: SN-LEAF-1",
 		"-H", "BASE-MAC-ADDRESS: 0c:29:ef:00:00:01", "-H", "SONiC-VERSION: N.A",
 		"-H", "Authorization: Bearer " + secret, f.srv.URL + "/join"}
-	code, _, body := curl(t, args...)
+	// The cluster is Starting: the switch waits (its kubelet would
+	// bootstrap the moment it had its certificate).
+	code, hdr, body := curl(t, args...)
+	if code != 202 || !strings.Contains(body, "control plane to be Running") || !strings.Contains(hdr, "Retry-After: 5") {
+		t.Fatalf("switch join while Starting: %d\n%s\n%s", code, hdr, body)
+	}
+	f.running(t)
+	code, _, body = curl(t, args...)
 	if code != 200 {
 		t.Fatalf("switch join: %d\n%s", code, body)
 	}
@@ -217,6 +237,7 @@ func TestSONiCZTPPluginEndToEnd(t *testing.T) {
 	if code, _, b := curl(t, "--interface", "127.0.0.2", "-X", "POST", "--data", `{"enrollment":"`+cp+`","mac":"02:00:00:00:00:01"}`, f.srv.URL+"/join"); code != 200 {
 		t.Fatalf("control plane: %d %s", code, b)
 	}
+	f.running(t)
 	dev := core.Device{ID: "0c:29:ef:00:00:01", MAC: "0c:29:ef:00:00:01", Kind: core.KindSONiC, Serial: "SN-LEAF-1"}
 	if err := f.st.Update(func(tx core.Tx) error { return tx.Devices().Put(dev) }); err != nil {
 		t.Fatal(err)
