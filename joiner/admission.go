@@ -134,9 +134,10 @@ func release(rt *core.JoinState, role string) {
 const (
 	waitFirstControlPlane = "waiting for the cluster's first control plane"
 	// waitControlPlaneUp: a switch's kubelet bootstraps the moment it has
-	// its certificate, so a switch gets it once the cluster is Running (its
-	// API server answers, its control planes are Ready), not while kubeadm
-	// init is still setting up the bootstrap RBAC.
+	// its certificate, so a switch of a cluster whose control plane ztpd
+	// issued gets it once the cluster is Running (its API server answers,
+	// its control planes are Ready), not while kubeadm init is still
+	// setting up the bootstrap RBAC.
 	waitControlPlaneUp = "waiting for the cluster's control plane to be Running"
 	waitRetryFirstCP   = 5 * time.Second
 	waitRetry          = 30 * time.Second
@@ -158,7 +159,10 @@ func decideRole(c core.Cluster, rt core.JoinState, method, preset string) (role 
 	if method == MethodSONiC && rt.FirstControlPlane == "" && rt.APIEndpoint == "" {
 		return "", false, waitFirstControlPlane
 	}
-	if method == MethodSONiC && c.State == core.ClusterStarting {
+	if method == MethodSONiC && rt.FirstControlPlane != "" && c.State == core.ClusterStarting {
+		// A control plane ztpd issued is still coming up. (A cluster given
+		// an endpoint or load balancer up front hands certificates out at
+		// once: its API server need not be one ztpd can reach.)
 		return "", false, waitControlPlaneUp
 	}
 	if canCP && rt.ControlPlanes < wantCP {
