@@ -329,6 +329,9 @@ func createCluster(ctx context.Context, app *lab.Appliance, o options) (string, 
 	}
 	res, err := app.CloudStack(ctx, "createKubernetesCluster", url.Values{
 		"name": {"oj"}, "kubernetesversionid": {ver.ID}, "size": {strconv.Itoa(o.n)}, "controlnodes": {"1"},
+		// A switch fabric: its workers join with certificates, so kubeadm
+		// init does not create a bootstrap token per switch.
+		"joinmethod": {"sonic"},
 		"zoneid": {zone}, "serviceofferingid": {offering}})
 	if err != nil {
 		return "", err
