@@ -663,10 +663,16 @@ func TestManyNodes(t *testing.T) {
 		hl, _ := h.sink.healthOf("c1")
 		return hl.Synced && hl.Nodes == 600 && hl.ReadyNodes == 540
 	})
-	h.sink.mu.Lock()
-	seen := len(h.sink.seen)
-	h.sink.mu.Unlock()
-	if seen != 600 {
-		t.Errorf("NodeSeen %d times for 600 Nodes", seen)
+	// The informer counts a Node before its handler has run: wait for
+	// the handlers, then check none ran twice.
+	seen := func() int {
+		h.sink.mu.Lock()
+		defer h.sink.mu.Unlock()
+		return len(h.sink.seen)
+	}
+	eventually(t, "NodeSeen for all 600", func() bool { return seen() >= 600 })
+	time.Sleep(100 * time.Millisecond)
+	if n := seen(); n != 600 {
+		t.Errorf("NodeSeen %d times for 600 Nodes", n)
 	}
 }
