@@ -378,8 +378,14 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 		}
 	}
 	if first && method == MethodKubeadm {
-		// Every other expected node's token is created by kubeadm init.
-		if err := s.fillPool(tx, c, keys.seed, c.Size+c.ControlNodes-1-(rt.ControlPlanes+rt.Workers-boolInt(reissue)), now); err != nil {
+		// Every other expected kubeadm node's token is created by kubeadm
+		// init; a switch fabric's workers join with certificates, so only
+		// its extra control planes need one.
+		want := c.Size + c.ControlNodes - 1 - (rt.ControlPlanes + rt.Workers - boolInt(reissue))
+		if c.JoinMethod == MethodSONiC {
+			want = c.ControlNodes - 1 - (rt.ControlPlanes - boolInt(reissue))
+		}
+		if err := s.fillPool(tx, c, keys.seed, want, now); err != nil {
 			return err
 		}
 		if res.initTokens, err = clusterKubeadmTokens(tx, c.ID, now); err != nil {

@@ -857,6 +857,11 @@ func TestSONiCJoinMethodCluster(t *testing.T) {
 	if cp.Method != MethodKubeadm || !cp.Init || cp.Role != RoleControlPlane {
 		t.Fatalf("control plane of a sonic cluster: %v", cp)
 	}
+	// Its switches join with certificates: kubeadm init makes no token per
+	// switch (only the one it needs itself).
+	if toks := initTokens(t, cloudFiles(t, cp)["/etc/ztpd/kubeadm.yaml"]); len(toks) != 1 {
+		t.Fatalf("init tokens of a 2-switch fabric: %d", len(toks))
+	}
 	sw := mac(51)
 	secret := e.enroll("fabric", "", "SN-LEAF-2")
 	e.store.Update(func(tx core.Tx) error {
