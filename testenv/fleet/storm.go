@@ -49,7 +49,7 @@ type StormResult struct {
 	Devices  int
 	Failed   int
 	Elapsed  time.Duration
-	P50, P99 time.Duration // time to joined per device
+	P50, P99 time.Duration // time to the accepted joined report per device
 	PerStep  map[string]time.Duration
 	Errors   []string // first few
 }
