@@ -332,7 +332,7 @@ func createCluster(ctx context.Context, app *lab.Appliance, o options) (string, 
 		// A switch fabric: its workers join with certificates, so kubeadm
 		// init does not create a bootstrap token per switch.
 		"joinmethod": {"sonic"},
-		"zoneid": {zone}, "serviceofferingid": {offering}})
+		"zoneid":     {zone}, "serviceofferingid": {offering}})
 	if err != nil {
 		return "", err
 	}
