@@ -178,25 +178,24 @@ func TestCloudStackSDKRealControlPlane(t *testing.T) {
 	if !d.Init || d.Role != "control-plane" || d.NodeName != "edge-real-cp1" || d.APIEndpoint != vmAddr+":6443" || d.KubernetesVersion != version {
 		t.Fatalf("first control plane's bundle: init %v role %q node %q endpoint %q version %q", d.Init, d.Role, d.NodeName, d.APIEndpoint, d.KubernetesVersion)
 	}
-	files := cloudConfigFiles(t, d.CloudConfig)
-	var manifests [][]byte
-	for p, c := range files {
-		if strings.HasPrefix(p, "/etc/ztpd/manifests/") {
-			manifests = append(manifests, c)
-		}
+	// The control plane, as the VM's deploy script would run kubeadm init
+	// from the files cloud-init wrote.
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	writeCloudConfigFiles(t, d.CloudConfig, root)
+	kubeadmConfig, caCert, caKey, manifests, err := controlplane.InputsFromRoot(root)
+	if err != nil {
+		t.Fatalf("the init bundle's cloud-config: %v", err)
 	}
 	if len(manifests) == 0 {
 		t.Fatal("the init bundle carries no manifests (cluster-admins RBAC)")
 	}
-
-	// The control plane, as the VM's deploy script would run kubeadm init.
-	dir := t.TempDir()
 	plane, err = controlplane.Start(ctx, controlplane.Config{
 		Kubernetes:    bins,
 		Etcd:          etcd,
-		KubeadmConfig: files[bundle.KubeadmConfigPath],
-		CACert:        files["/etc/kubernetes/pki/ca.crt"],
-		CAKey:         files["/etc/kubernetes/pki/ca.key"],
+		KubeadmConfig: kubeadmConfig,
+		CACert:        caCert,
+		CAKey:         caKey,
 		Manifests:     manifests,
 		Dir:           filepath.Join(dir, "cp"),
 		Run:           controlplane.NetnsRun(vm),
@@ -232,14 +231,8 @@ func TestCloudStackSDKRealControlPlane(t *testing.T) {
 	if err := kubelet.WaitRegistered(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// kubeadm's phase has no --kubeconfig: it uses /etc/kubernetes/admin.conf,
-	// so it runs with the plane's directory bound there (as
-	// testenv/controlplane runs every kubeadm phase).
-	mark := vm.Command(ctx, "unshare", "--mount", "--propagation", "private", "sh", "-c",
-		`mount --bind "$1" /etc/kubernetes && exec "$2" init phase mark-control-plane --config "$3"`,
-		"sh", plane.KubernetesDir(), bins.Kubeadm, filepath.Join(dir, "cp", "kubeadm.yaml"))
-	if out, err := mark.CombinedOutput(); err != nil {
-		t.Fatalf("kubeadm init phase mark-control-plane: %v\n%s", err, out)
+	if err := plane.MarkControlPlane(ctx); err != nil {
+		t.Fatal(err)
 	}
 
 	// ztpd's watch sees the control-plane Node Ready: Running.
@@ -373,8 +366,10 @@ func freeAddr(t *testing.T, host string) string {
 	return l.Addr().String()
 }
 
-// cloudConfigFiles returns the write_files of a #cloud-config by path.
-func cloudConfigFiles(t *testing.T, cc string) map[string][]byte {
+// writeCloudConfigFiles writes the write_files of a #cloud-config under
+// root, as cloud-init writes them, after checking the first control
+// plane's files are there.
+func writeCloudConfigFiles(t *testing.T, cc, root string) {
 	t.Helper()
 	var doc struct {
 		WriteFiles []struct {
@@ -397,7 +392,15 @@ func cloudConfigFiles(t *testing.T, cc string) map[string][]byte {
 			t.Fatalf("the init bundle's cloud-config has no %s", p)
 		}
 	}
-	return files
+	for p, content := range files {
+		dst := filepath.Join(root, filepath.Clean("/"+p))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // eventually retries check every 250 ms until it returns nil, failing the

@@ -53,6 +53,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/ztpd/ztpd/joiner/bundle"
 	"github.com/ztpd/ztpd/testenv/kubebin"
 )
 
@@ -886,4 +887,33 @@ func lastBytes(b []byte, n int) []byte {
 		return b[len(b)-n:]
 	}
 	return b
+}
+
+// InputsFromRoot reads the first control plane's inputs from the files its
+// cloud-config wrote under root (a VM's root file system): the kubeadm
+// configuration (bundle.KubeadmConfigPath), the cluster CA
+// (/etc/kubernetes/pki/ca.crt, ca.key) and the manifests
+// (/etc/ztpd/manifests/*.yaml, in name order), for Config's KubeadmConfig,
+// CACert, CAKey and Manifests.
+func InputsFromRoot(root string) (kubeadmConfig, caCert, caKey []byte, manifests [][]byte, err error) {
+	read := func(p string) ([]byte, error) { return os.ReadFile(filepath.Join(root, p)) }
+	if kubeadmConfig, err = read(bundle.KubeadmConfigPath); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if caCert, err = read("/etc/kubernetes/pki/ca.crt"); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if caKey, err = read("/etc/kubernetes/pki/ca.key"); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	paths, _ := filepath.Glob(filepath.Join(root, "etc/ztpd/manifests/*.yaml")) // the pattern is well-formed
+	slices.Sort(paths)
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		manifests = append(manifests, b)
+	}
+	return kubeadmConfig, caCert, caKey, manifests, nil
 }

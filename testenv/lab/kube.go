@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -149,28 +150,9 @@ func (k *Kube) stopPlanes() {
 // client certificate, renewed through a CSR as the kubelet's certificate
 // rotation does) and lets kubeadm mark it as a control plane.
 func (k *Kube) startFirstControlPlane(ctx context.Context, ns *netns.NS, dir, root string, d Device, ip string, progress Progress) error {
-	read := func(p string) ([]byte, error) { return os.ReadFile(filepath.Join(root, p)) }
-	cfg, err := read(bundle.KubeadmConfigPath)
+	cfg, caCert, caKey, manifests, err := controlplane.InputsFromRoot(root)
 	if err != nil {
 		return fmt.Errorf("init bundle: %w", err)
-	}
-	caCert, err := read("/etc/kubernetes/pki/ca.crt")
-	if err != nil {
-		return fmt.Errorf("init bundle: %w", err)
-	}
-	caKey, err := read("/etc/kubernetes/pki/ca.key")
-	if err != nil {
-		return fmt.Errorf("init bundle: %w", err)
-	}
-	paths, _ := filepath.Glob(filepath.Join(root, "etc/ztpd/manifests/*.yaml"))
-	sort.Strings(paths)
-	var manifests [][]byte
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		manifests = append(manifests, b)
 	}
 	reg, err := nodeRegistration(cfg, "InitConfiguration")
 	if err != nil {
@@ -258,44 +240,84 @@ func (k *Kube) joinSwitch(ctx context.Context, ns *netns.NS, root string, d Devi
 	if err != nil {
 		return fmt.Errorf("join delivery: %w", err)
 	}
-	var del struct {
-		Method     string            `json:"method"`
-		NodeName   string            `json:"node_name"`
-		NodeLabels map[string]string `json:"node_labels"`
-		ConfigDB   struct {
-			Master map[string]map[string]string `json:"KUBERNETES_MASTER"`
-		} `json:"config_db"`
-		Files []struct {
-			Path string `json:"path"`
-		} `json:"files"`
+	del, err := ParseSonicDelivery(raw)
+	if err != nil {
+		return err
 	}
-	if err := json.Unmarshal(raw, &del); err != nil {
-		return fmt.Errorf("join delivery: %w", err)
-	}
-	if del.Method != "sonic" {
-		return fmt.Errorf("join delivery method %q: the lab's switches join kubeadm clusters with certificates (sonic)", del.Method)
-	}
-	srv := del.ConfigDB.Master["SERVER"]
-	if srv["ip"] == "" || srv["port"] == "" || del.NodeName == "" {
-		return fmt.Errorf("join delivery lacks KUBERNETES_MASTER|SERVER ip/port or node_name: %s", raw)
-	}
-	var ca string
-	for _, f := range del.Files {
-		if strings.HasPrefix(f.Path, "/usr/local/share/ca-certificates/") {
-			ca = filepath.Join(root, f.Path)
-		}
-	}
-	if ca == "" {
+	caPath, _ := del.CAFile()
+	if caPath == "" {
 		return errors.New("join delivery has no cluster CA for the trust store")
 	}
+	ca := filepath.Join(root, caPath)
 	progress(d.Name, "kubelet (simulated) TLS bootstrap with the switch certificate")
 	kl, err := k.startKubelet(d.Name, ns, kubeletArgs{name: del.NodeName, labels: del.NodeLabels, nodeIP: ip,
 		cert: filepath.Join(root, bundle.SonicClientCertPath), key: filepath.Join(root, bundle.SonicClientKeyPath),
-		server: "https://" + srv["ip"] + ":" + srv["port"], ca: ca})
+		server: del.Server(), ca: ca})
 	if err != nil {
 		return err
 	}
 	return kl.waitRegistered(ctx, progress)
+}
+
+// SonicDelivery is a switch's join delivery (method sonic), as the
+// switch's join plugin reads it: its node name and labels, the
+// config_db.json fragment (KUBERNETES_MASTER|SERVER) and the files to
+// install (client certificate and key, cluster CA).
+type SonicDelivery struct {
+	Method     string            `json:"method"`
+	NodeName   string            `json:"node_name"`
+	NodeLabels map[string]string `json:"node_labels"`
+	ConfigDB   struct {
+		Master map[string]map[string]string `json:"KUBERNETES_MASTER"`
+	} `json:"config_db"`
+	Files []struct {
+		Path    string `json:"path"`
+		Content string `json:"content"`
+	} `json:"files"`
+}
+
+// ParseSonicDelivery decodes a SONiC join delivery and checks it is one:
+// method sonic, KUBERNETES_MASTER|SERVER ip and port, a node name.
+func ParseSonicDelivery(raw []byte) (*SonicDelivery, error) {
+	var d SonicDelivery
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return nil, fmt.Errorf("join delivery: %w", err)
+	}
+	if d.Method != "sonic" {
+		return nil, fmt.Errorf("join delivery method %q: the lab's switches join kubeadm clusters with certificates (sonic)", d.Method)
+	}
+	srv := d.ConfigDB.Master["SERVER"]
+	if srv["ip"] == "" || srv["port"] == "" || d.NodeName == "" {
+		return nil, fmt.Errorf("join delivery lacks KUBERNETES_MASTER|SERVER ip/port or node_name: %s", raw)
+	}
+	return &d, nil
+}
+
+// Server is the API server's URL from KUBERNETES_MASTER|SERVER.
+func (d *SonicDelivery) Server() string {
+	srv := d.ConfigDB.Master["SERVER"]
+	return "https://" + net.JoinHostPort(srv["ip"], srv["port"])
+}
+
+// File is the content of the delivered file at path, if there is one.
+func (d *SonicDelivery) File(path string) ([]byte, bool) {
+	for _, f := range d.Files {
+		if f.Path == path {
+			return []byte(f.Content), true
+		}
+	}
+	return nil, false
+}
+
+// CAFile is the cluster CA the switch installs in its trust store (the
+// last file under /usr/local/share/ca-certificates/), or "".
+func (d *SonicDelivery) CAFile() (path string, content []byte) {
+	for _, f := range d.Files {
+		if strings.HasPrefix(f.Path, "/usr/local/share/ca-certificates/") {
+			path, content = f.Path, []byte(f.Content)
+		}
+	}
+	return path, content
 }
 
 type kubeletArgs struct {

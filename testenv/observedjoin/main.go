@@ -53,10 +53,8 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -457,24 +455,13 @@ func (c *client) controlPlane(ctx context.Context) (*plane, error) {
 		}
 		time.Sleep(time.Second)
 	}
-	files, err := writeFiles(ud)
-	if err != nil {
+	root := filepath.Join(c.o.work, "cp0-root")
+	if err := writeFiles(ud, root); err != nil {
 		return nil, fmt.Errorf("control-plane VM: user-data: %w", err)
 	}
-	kcfg, caCert, caKey := files[bundle.KubeadmConfigPath], files["/etc/kubernetes/pki/ca.crt"], files["/etc/kubernetes/pki/ca.key"]
-	if kcfg == nil || caCert == nil || caKey == nil {
-		return nil, fmt.Errorf("control-plane VM: the cloud-config lacks %s or the cluster CA: not a first-control-plane bundle", bundle.KubeadmConfigPath)
-	}
-	var manifests [][]byte
-	var paths []string
-	for p := range files {
-		if strings.HasPrefix(p, "/etc/ztpd/manifests/") {
-			paths = append(paths, p)
-		}
-	}
-	sort.Strings(paths)
-	for _, p := range paths {
-		manifests = append(manifests, files[p])
+	kcfg, caCert, caKey, manifests, err := controlplane.InputsFromRoot(root)
+	if err != nil {
+		return nil, fmt.Errorf("control-plane VM: not a first-control-plane bundle: %w", err)
 	}
 	name, labels, err := initNodeRegistration(kcfg)
 	if err != nil {
@@ -499,7 +486,7 @@ func (c *client) controlPlane(ctx context.Context) (*plane, error) {
 		err = p.kubelet.WaitRegistered(ctx)
 	}
 	if err == nil {
-		err = markControlPlane(ctx, c.bins.Kubeadm, cp.KubernetesDir(), filepath.Join(c.o.work, "controlplane", "kubeadm.yaml"))
+		err = cp.MarkControlPlane(ctx)
 	}
 	if err != nil {
 		p.stop()
@@ -520,22 +507,6 @@ func (c *client) controlPlane(ctx context.Context) (*plane, error) {
 	}
 	fmt.Fprintf(os.Stderr, "  cluster Running in ztpd %s after the VM's DHCP\n", time.Since(begin).Round(100*time.Millisecond))
 	return p, nil
-}
-
-// markControlPlane runs the real `kubeadm init phase mark-control-plane`
-// (labels and taints the Node as `kubeadm init` does once its kubelet
-// registered it). The phase has no --kubeconfig flag: it reads
-// /etc/kubernetes/admin.conf, so it runs with the plane's directory bound
-// there in a private mount namespace, as testenv/controlplane runs every
-// kubeadm phase.
-func markControlPlane(ctx context.Context, kubeadm, kubeDir, config string) error {
-	out, err := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "private", "sh", "-c",
-		`mount --bind "$1" /etc/kubernetes && exec "$2" init phase mark-control-plane --config "$3"`,
-		"sh", kubeDir, kubeadm, config).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("kubeadm init phase mark-control-plane: %w\n%s", err, out)
-	}
-	return nil
 }
 
 // sonicBundle is what a switch's kubelet needs from its join bundle.
@@ -579,42 +550,16 @@ func (c *client) onboardSwitches(ctx context.Context) ([]sonicBundle, error) {
 }
 
 func parseSonicBundle(doc []byte) (sonicBundle, error) {
-	var d struct {
-		Method     string            `json:"method"`
-		NodeName   string            `json:"node_name"`
-		NodeLabels map[string]string `json:"node_labels"`
-		ConfigDB   struct {
-			Master map[string]map[string]string `json:"KUBERNETES_MASTER"`
-		} `json:"config_db"`
-		Files []struct {
-			Path    string `json:"path"`
-			Content string `json:"content"`
-		} `json:"files"`
-	}
-	if err := json.Unmarshal(doc, &d); err != nil {
+	d, err := lab.ParseSonicDelivery(doc)
+	if err != nil {
 		return sonicBundle{}, err
 	}
-	if d.Method != "sonic" {
-		return sonicBundle{}, fmt.Errorf("join method %q, want sonic", d.Method)
-	}
-	b := sonicBundle{nodeName: d.NodeName, labels: d.NodeLabels}
-	for _, f := range d.Files {
-		switch {
-		case f.Path == bundle.SonicClientCertPath:
-			b.cert = []byte(f.Content)
-		case f.Path == bundle.SonicClientKeyPath:
-			b.key = []byte(f.Content)
-		case strings.HasPrefix(f.Path, "/usr/local/share/ca-certificates/"):
-			b.ca = []byte(f.Content)
-		}
-	}
-	srv := d.ConfigDB.Master["SERVER"]
-	if srv["ip"] == "" || srv["port"] == "" {
-		return b, errors.New("no KUBERNETES_MASTER|SERVER ip and port")
-	}
-	b.server = "https://" + net.JoinHostPort(srv["ip"], srv["port"])
-	if b.nodeName == "" || b.cert == nil || b.key == nil || b.ca == nil {
-		return b, errors.New("bundle lacks the node name, the client certificate and key or the cluster CA")
+	b := sonicBundle{nodeName: d.NodeName, labels: d.NodeLabels, server: d.Server()}
+	b.cert, _ = d.File(bundle.SonicClientCertPath)
+	b.key, _ = d.File(bundle.SonicClientKeyPath)
+	_, b.ca = d.CAFile()
+	if b.cert == nil || b.key == nil || b.ca == nil {
+		return b, errors.New("bundle lacks the client certificate and key or the cluster CA")
 	}
 	return b, nil
 }
@@ -972,8 +917,9 @@ func get(ctx context.Context, hc *http.Client, u string) ([]byte, error) {
 	return b, err
 }
 
-// writeFiles reads a cloud-config's write_files, as cloud-init writes them.
-func writeFiles(ud []byte) (map[string][]byte, error) {
+// writeFiles writes a cloud-config's write_files under root, as cloud-init
+// writes them.
+func writeFiles(ud []byte, root string) error {
 	var cc struct {
 		WriteFiles []struct {
 			Path     string `json:"path"`
@@ -982,9 +928,8 @@ func writeFiles(ud []byte) (map[string][]byte, error) {
 		} `json:"write_files"`
 	}
 	if err := yaml.Unmarshal(ud, &cc); err != nil {
-		return nil, err
+		return err
 	}
-	out := map[string][]byte{}
 	for _, f := range cc.WriteFiles {
 		b := []byte(f.Content)
 		switch f.Encoding {
@@ -992,14 +937,20 @@ func writeFiles(ud []byte) (map[string][]byte, error) {
 		case "b64", "base64":
 			var err error
 			if b, err = base64.StdEncoding.DecodeString(f.Content); err != nil {
-				return nil, fmt.Errorf("%s: %w", f.Path, err)
+				return fmt.Errorf("%s: %w", f.Path, err)
 			}
 		default:
-			return nil, fmt.Errorf("%s: encoding %q is not handled here", f.Path, f.Encoding)
+			return fmt.Errorf("%s: encoding %q is not handled here", f.Path, f.Encoding)
 		}
-		out[filepath.Clean("/"+f.Path)] = b
+		dst := filepath.Join(root, filepath.Clean("/"+f.Path))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+			return err
+		}
+		if err := os.WriteFile(dst, b, 0o600); err != nil {
+			return err
+		}
 	}
-	return out, nil
+	return nil
 }
 
 // initNodeRegistration reads the InitConfiguration's nodeRegistration: the
