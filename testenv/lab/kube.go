@@ -457,6 +457,14 @@ type nodeReg struct {
 // nodeRegistration reads nodeRegistration.name and the node-labels kubelet
 // argument (v1beta4: a list of name/value; v1beta3: a map) of the document
 // of the given kind.
+// NodeRegistration reads the node name and --node-labels the kubeadm
+// configuration cfg gives the kubelet in its document of kind
+// (InitConfiguration or JoinConfiguration), v1beta4 list or older map form.
+func NodeRegistration(cfg []byte, kind string) (name string, labels map[string]string, err error) {
+	r, err := nodeRegistration(cfg, kind)
+	return r.Name, r.Labels, err
+}
+
 func nodeRegistration(cfg []byte, kind string) (nodeReg, error) {
 	for _, doc := range bytes.Split(cfg, []byte("\n---")) {
 		var m struct {

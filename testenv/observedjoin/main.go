@@ -463,7 +463,7 @@ func (c *client) controlPlane(ctx context.Context) (*plane, error) {
 	if err != nil {
 		return nil, fmt.Errorf("control-plane VM: not a first-control-plane bundle: %w", err)
 	}
-	name, labels, err := initNodeRegistration(kcfg)
+	name, labels, err := lab.NodeRegistration(kcfg, "InitConfiguration")
 	if err != nil {
 		return nil, err
 	}
@@ -951,50 +951,4 @@ func writeFiles(ud []byte, root string) error {
 		}
 	}
 	return nil
-}
-
-// initNodeRegistration reads the InitConfiguration's nodeRegistration: the
-// node name and its --node-labels (v1beta4 kubeletExtraArgs list; v1beta3
-// map).
-func initNodeRegistration(cfg []byte) (string, map[string]string, error) {
-	for _, doc := range bytes.Split(cfg, []byte("\n---")) {
-		var m struct {
-			Kind    string `json:"kind"`
-			NodeReg struct {
-				Name      string          `json:"name"`
-				ExtraArgs json.RawMessage `json:"kubeletExtraArgs"`
-			} `json:"nodeRegistration"`
-		}
-		if err := yaml.Unmarshal(doc, &m); err != nil {
-			return "", nil, fmt.Errorf("kubeadm configuration: %w", err)
-		}
-		if m.Kind != "InitConfiguration" {
-			continue
-		}
-		if m.NodeReg.Name == "" {
-			return "", nil, errors.New("InitConfiguration has no nodeRegistration.name")
-		}
-		var labels string
-		var list []struct{ Name, Value string }
-		var byName map[string]string
-		switch {
-		case len(m.NodeReg.ExtraArgs) == 0 || string(m.NodeReg.ExtraArgs) == "null":
-		case json.Unmarshal(m.NodeReg.ExtraArgs, &list) == nil:
-			for _, a := range list {
-				if a.Name == "node-labels" {
-					labels = a.Value
-				}
-			}
-		case json.Unmarshal(m.NodeReg.ExtraArgs, &byName) == nil:
-			labels = byName["node-labels"]
-		}
-		out := map[string]string{}
-		for _, kv := range strings.Split(labels, ",") {
-			if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
-				out[k] = v
-			}
-		}
-		return m.NodeReg.Name, out, nil
-	}
-	return "", nil, errors.New("kubeadm configuration has no InitConfiguration")
 }
