@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -34,7 +33,6 @@ import (
 	"github.com/ztpd/ztpd/joiner/tokens"
 	"github.com/ztpd/ztpd/testenv/controlplane"
 	"github.com/ztpd/ztpd/testenv/kubebin"
-	"github.com/ztpd/ztpd/testenv/netns"
 )
 
 // The control plane's addresses in the test's own network namespace
@@ -183,71 +181,19 @@ func builtVersion(t *testing.T) kubebin.Set {
 // outside the role refused, the client certificate renewed, and the API
 // server's outage seen and survived.
 func TestRealAPIServer(t *testing.T) {
-	if err := controlplane.Check(); err != nil {
-		t.Skip("skipping:", err)
-	}
-	if err := netns.Check(); err != nil {
-		t.Skip("skipping:", err)
-	}
-	bins := builtVersion(t)
-	etcd := kubebin.RequireEtcd(t)
-
-	ns, err := netns.Add(fmt.Sprintf("kw-%x", os.Getpid()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Close() })
-	for _, a := range []string{cpEndpointIP + "/32", cpAdvertiseIP + "/32"} {
-		if err := ns.IP("addr", "add", a, "dev", "lo"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ca, err := pki.NewCA("kubernetes", pki.ECDSAP256, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	caKey, err := ca.PrivateKeyPEM()
-	if err != nil {
-		t.Fatal(err)
-	}
 	tok, err := tokens.GenerateBootstrapToken()
 	if err != nil {
 		t.Fatal(err)
 	}
-	certKey, err := tokens.GenerateCertificateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := bundle.PlanInit(bundle.InitParams{
-		Version:              bundle.MustVersion(strings.TrimPrefix(bins.Version, "v")),
-		ControlPlaneEndpoint: cpEndpointIP + ":6443",
-		AdvertiseAddress:     cpAdvertiseIP,
-		NodeName:             "cp-1",
-		Tokens:               []bundle.Token{{Token: tok, TTL: time.Hour, Description: "ztpd: kubewatch test"}},
-		CertificateKey:       certKey,
-		EncryptionAlgorithm:  pki.ECDSAP256,
-		PodSubnet:            "10.244.0.0/16",
+	tp := controlplane.StartForTest(t, controlplane.TestOptions{
+		Version:   builtVersion(t).Version,
+		Namespace: fmt.Sprintf("kw-%x", os.Getpid()), EndpointIP: cpEndpointIP, AdvertiseIP: cpAdvertiseIP,
+		Tokens:  []bundle.Token{{Token: tok, TTL: time.Hour, Description: "ztpd: kubewatch test"}},
+		Timeout: 8 * time.Minute,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cp, ns, ca := tp.ControlPlane, tp.NS, tp.CA
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	cp, err := controlplane.Start(ctx, controlplane.Config{
-		Kubernetes:    bins,
-		Etcd:          etcd,
-		KubeadmConfig: plan.Config,
-		CACert:        ca.CertPEM(),
-		CAKey:         caKey,
-		Dir:           filepath.Join(t.TempDir(), "cp"),
-		Run:           controlplane.NetnsRun(ns),
-		Dial:          controlplane.NetnsDial(ns),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cp.Stop() })
-	t.Logf("%s control plane ready in %v", bins.Version, cp.StartDuration.Round(time.Millisecond))
 
 	adminCfg, err := clientcmd.BuildConfigFromFlags("", cp.AdminKubeconfig())
 	if err != nil {

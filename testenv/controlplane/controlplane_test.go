@@ -30,56 +30,38 @@ const (
 // testBundle is what ztpd's joiner hands a first control plane and a worker.
 type testBundle struct {
 	ca         *pki.CA
-	init       bundle.KubeadmPlan
 	worker     tokens.BootstrapToken
 	shortLived tokens.BootstrapToken // TTL 20 s: expires during the test
-	controlKey tokens.CertificateKey
 	version    bundle.Version
 	workerJoin []byte
 }
 
-func newTestBundle(t *testing.T, version string) testBundle {
+// startTestPlane starts the control plane of a fresh bundle whose init
+// creates a worker's token and a short-lived one, and renders the worker's
+// join.
+func startTestPlane(t *testing.T, version string) (*TestPlane, testBundle) {
 	t.Helper()
-	v := bundle.MustVersion(strings.TrimPrefix(version, "v"))
-	ca, err := pki.NewCA("kubernetes", pki.ECDSAP256, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := testBundle{ca: ca, version: v}
+	var b testBundle
 	for _, p := range []*tokens.BootstrapToken{&b.worker, &b.shortLived} {
+		var err error
 		if *p, err = tokens.GenerateBootstrapToken(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if b.controlKey, err = tokens.GenerateCertificateKey(); err != nil {
-		t.Fatal(err)
-	}
-	b.init, err = bundle.PlanInit(bundle.InitParams{
-		Version:              v,
-		ControlPlaneEndpoint: endpointIP + ":6443",
-		AdvertiseAddress:     advertiseIP,
-		NodeName:             "cp-1",
-		CertSANs:             []string{"api.test.example"},
+	tp := StartForTest(t, TestOptions{
+		Version:    version,
+		Namespace:  fmt.Sprintf("cp-%x-%s", os.Getpid(), strings.ReplaceAll(version, ".", "")),
+		EndpointIP: endpointIP, AdvertiseIP: advertiseIP,
+		CertSANs: []string{"api.test.example"},
 		Tokens: []bundle.Token{
 			{Token: b.worker, TTL: time.Hour, Description: "ztpd: worker w-1"},
 			{Token: b.shortLived, TTL: 20 * time.Second, Description: "ztpd: short-lived"},
 		},
-		CertificateKey:      b.controlKey,
-		EncryptionAlgorithm: pki.ECDSAP256,
-		PodSubnet:           "10.244.0.0/16",
+		Manifests: [][]byte{[]byte(bundle.ClusterAdminsRBAC)},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wj, err := bundle.PlanJoin(bundle.JoinParams{
-		Version: v, APIServerEndpoint: endpointIP + ":6443", Token: b.worker,
-		CACertHashes: []string{ca.DiscoveryHash()}, NodeName: "w-1",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.workerJoin = wj.Config
-	return b
+	b.ca, b.version = tp.CA, tp.Version
+	b.workerJoin = b.joinConfig(t, b.worker, b.ca.DiscoveryHash())
+	return tp, b
 }
 
 // joinConfig renders a worker's JoinConfiguration with another token or CA
@@ -113,47 +95,11 @@ func TestControlPlane(t *testing.T) {
 }
 
 func testControlPlane(t *testing.T, version string) {
-	bins := kubebin.Require(t, version)
-	etcd := kubebin.RequireEtcd(t)
-	ns, err := netns.Add(fmt.Sprintf("cp-%x-%s", os.Getpid(), strings.ReplaceAll(version, ".", "")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Close() })
-	for _, a := range []string{endpointIP + "/32", advertiseIP + "/32"} {
-		if err := ns.IP("addr", "add", a, "dev", "lo"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b := newTestBundle(t, version)
-	caKey, err := b.ca.PrivateKeyPEM()
-	if err != nil {
-		t.Fatal(err)
-	}
+	tp, b := startTestPlane(t, version)
+	cp, ns, bins := tp.ControlPlane, tp.NS, tp.Bins
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cp, err := Start(ctx, Config{
-		Kubernetes:    bins,
-		Etcd:          etcd,
-		KubeadmConfig: b.init.Config,
-		CACert:        b.ca.CertPEM(),
-		CAKey:         caKey,
-		Manifests:     [][]byte{[]byte(bundle.ClusterAdminsRBAC)},
-		Dir:           filepath.Join(dir, "cp"),
-		Run:           NetnsRun(ns),
-		Dial:          NetnsDial(ns),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			cp.Stop()
-		}
-	})
-	t.Logf("%s control plane ready in %v", version, cp.StartDuration.Round(time.Millisecond))
 
 	if cp.URL() != "https://"+endpointIP+":6443" {
 		t.Errorf("URL = %s", cp.URL())
@@ -317,7 +263,6 @@ func testControlPlane(t *testing.T, version string) {
 	if err := cp.Stop(); err != nil {
 		t.Error(err)
 	}
-	stopped = true
 	if r := cp.Running(); len(r) != 0 {
 		t.Errorf("still running after Stop: %v", r)
 	}
@@ -326,8 +271,10 @@ func testControlPlane(t *testing.T, version string) {
 			t.Errorf("process %d alive after Stop", pid)
 		}
 	}
-	if left := processesMentioning(dir); len(left) > 0 {
-		t.Errorf("processes left using %s: %v", dir, left)
+	for _, d := range []string{filepath.Dir(cp.KubernetesDir()), dir} { // the plane's and the joins'
+		if left := processesMentioning(d); len(left) > 0 {
+			t.Errorf("processes left using %s: %v", d, left)
+		}
 	}
 }
 

@@ -31,7 +31,6 @@ import (
 	"github.com/ztpd/ztpd/joiner/pki"
 	"github.com/ztpd/ztpd/joiner/tokens"
 	"github.com/ztpd/ztpd/testenv/controlplane"
-	"github.com/ztpd/ztpd/testenv/kubebin"
 	"github.com/ztpd/ztpd/testenv/netns"
 )
 
@@ -57,37 +56,6 @@ type cluster struct {
 
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
-	if err := controlplane.Check(); err != nil {
-		t.Skip("skipping:", err)
-	}
-	if err := netns.Check(); err != nil {
-		t.Skip("skipping:", err)
-	}
-	vs, err := kubebin.Versions()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The newest pinned version: the one client-go v0.37 belongs to.
-	version := vs[len(vs)-1]
-	bins := kubebin.Require(t, version)
-	etcd := kubebin.RequireEtcd(t)
-
-	ns, err := netns.Add(fmt.Sprintf("kls-%x", os.Getpid()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Close() })
-	for _, a := range []string{endpointIP + "/32", advertiseIP + "/32"} {
-		if err := ns.IP("addr", "add", a, "dev", "lo"); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	v := bundle.MustVersion(strings.TrimPrefix(version, "v"))
-	ca, err := pki.NewCA("kubernetes", pki.ECDSAP256, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
 	worker, err := tokens.GenerateBootstrapToken()
 	if err != nil {
 		t.Fatal(err)
@@ -96,56 +64,26 @@ func newCluster(t *testing.T) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := tokens.GenerateCertificateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	initPlan, err := bundle.PlanInit(bundle.InitParams{
-		Version:              v,
-		ControlPlaneEndpoint: endpointIP + ":6443",
-		AdvertiseAddress:     advertiseIP,
-		NodeName:             "cp-1",
+	// The newest pinned version: the one client-go v0.37 belongs to.
+	tp := controlplane.StartForTest(t, controlplane.TestOptions{
+		Namespace: fmt.Sprintf("kls-%x", os.Getpid()), EndpointIP: endpointIP, AdvertiseIP: advertiseIP,
 		Tokens: []bundle.Token{
 			{Token: worker, TTL: time.Hour, Description: "kubeletsim: workers"},
 			{Token: revoked, TTL: time.Hour, Description: "kubeletsim: revoked"},
 		},
-		CertificateKey:      key,
-		EncryptionAlgorithm: pki.ECDSAP256,
-		PodSubnet:           "10.244.0.0/16",
+		Manifests: [][]byte{[]byte(bundle.SonicRBAC)},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cp, ns, ca, bins := tp.ControlPlane, tp.NS, tp.CA, tp.Bins
 	joinPlan, err := bundle.PlanJoin(bundle.JoinParams{
-		Version: v, APIServerEndpoint: endpointIP + ":6443", Token: worker,
+		Version: tp.Version, APIServerEndpoint: endpointIP + ":6443", Token: worker,
 		CACertHashes: []string{ca.DiscoveryHash()}, NodeName: "w-1",
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	caKey, err := ca.PrivateKeyPEM()
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cp, err := controlplane.Start(ctx, controlplane.Config{
-		Kubernetes:    bins,
-		Etcd:          etcd,
-		KubeadmConfig: initPlan.Config,
-		CACert:        ca.CertPEM(),
-		CAKey:         caKey,
-		Manifests:     [][]byte{[]byte(bundle.SonicRBAC)},
-		Dir:           filepath.Join(dir, "cp"),
-		Run:           controlplane.NetnsRun(ns),
-		Dial:          controlplane.NetnsDial(ns),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cp.Stop() })
-	t.Logf("%s control plane ready in %v", version, cp.StartDuration.Round(time.Millisecond))
 
 	// The worker's real kubeadm join discovery writes bootstrap-kubelet.conf.
 	join, err := controlplane.JoinDiscovery(ctx, controlplane.JoinConfig{
