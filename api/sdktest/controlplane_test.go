@@ -26,6 +26,7 @@ import (
 	"github.com/ztpd/ztpd/testenv/inproc"
 	"github.com/ztpd/ztpd/testenv/kubebin"
 	"github.com/ztpd/ztpd/testenv/kubeletsim"
+	"github.com/ztpd/ztpd/testenv/lab"
 	"github.com/ztpd/ztpd/testenv/netns"
 )
 
@@ -266,39 +267,20 @@ func TestCloudStackSDKRealControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kubectl get nodes with the SDK's kubeconfig: %v %s", err, exitStderr(err))
 	}
-	var nodes struct {
-		Items []struct {
-			Metadata struct {
-				Name   string            `json:"name"`
-				Labels map[string]string `json:"labels"`
-			} `json:"metadata"`
-			Status struct {
-				Conditions []struct {
-					Type   string `json:"type"`
-					Status string `json:"status"`
-				} `json:"conditions"`
-			} `json:"status"`
-		} `json:"items"`
-	}
-	if err := json.Unmarshal(out, &nodes); err != nil {
+	nodes, err := lab.ParseNodes(out)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if len(nodes.Items) != 1 || nodes.Items[0].Metadata.Name != d.NodeName {
+	if len(nodes) != 1 || nodes[0].Name != d.NodeName {
 		t.Fatalf("kubectl get nodes: %s", out)
 	}
-	n := nodes.Items[0]
-	ready := ""
-	for _, c := range n.Status.Conditions {
-		if c.Type == "Ready" {
-			ready = c.Status
-		}
-	}
-	if _, cpLabel := n.Metadata.Labels["node-role.kubernetes.io/control-plane"]; !cpLabel || ready != "True" {
-		t.Fatalf("Node %s: Ready=%q, labels %v", n.Metadata.Name, ready, n.Metadata.Labels)
+	n := nodes[0]
+	if !n.ControlPlane || n.Ready != "True" {
+		t.Fatalf("Node %s: Ready=%q, labels %v", n.Name, n.Ready, n.Labels)
 	}
 	for k, v := range d.NodeLabels {
-		if n.Metadata.Labels[k] != v {
-			t.Errorf("Node label %s=%q, the bundle says %q", k, n.Metadata.Labels[k], v)
+		if n.Labels[k] != v {
+			t.Errorf("Node label %s=%q, the bundle says %q", k, n.Labels[k], v)
 		}
 	}
 	// The kubeconfig is the user's (its key's name "sdk"), not an admin's:

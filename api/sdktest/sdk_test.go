@@ -18,9 +18,7 @@ import (
 	"github.com/apache/cloudstack-go/v2/cloudstack"
 
 	"github.com/ztpd/ztpd/internal/app"
-	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/config"
-	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/testenv/certcheck"
 	"github.com/ztpd/ztpd/testenv/inproc"
 )
@@ -46,27 +44,6 @@ func newKey(t *testing.T, cfg config.Config, role string) (key, secret string) {
 		t.Fatalf("apikey create: %d %v %+v", resp.StatusCode, err, r)
 	}
 	return r.APIKey, r.SecretKey
-}
-
-// healthy feeds ztpd one observation of a healthy cluster (its API server
-// answers, every desired Node Ready), as its watch of the cluster's API
-// server would: the create job leaves a cluster Starting, this makes it
-// Running. No real control plane runs behind these clusters.
-func healthy(t *testing.T, a *app.App, id string) {
-	t.Helper()
-	var c core.Cluster
-	if err := a.Store.View(func(tx core.Tx) error {
-		var err error
-		c, err = tx.Clusters().Get(id)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	cp := max(c.ControlNodes, 1)
-	if err := a.Clusters.ObserveHealth(id, clusters.Health{APIReachable: true, Nodes: cp + c.Size, ReadyNodes: cp + c.Size,
-		ControlPlanes: cp, ReadyControlPlanes: cp}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // External load balancer addresses of the clusters no control plane runs
@@ -143,7 +120,7 @@ func TestCloudStackSDKLifecycle(t *testing.T) {
 		!strings.Contains(err.Error(), "its kubeconfig is available once it is Running") {
 		t.Fatalf("getKubernetesClusterConfig of a Starting cluster: %v", err)
 	}
-	healthy(t, ztpd, created.Id) // ztpd's watch sees it answer, control plane Ready
+	inproc.Healthy(t, ztpd, created.Id) // ztpd's watch sees it answer, control plane Ready
 	if c, _, err := user.Kubernetes.GetKubernetesClusterByID(created.Id); err != nil || c.State != "Running" {
 		t.Fatalf("after a healthy observation: %v %+v", err, c)
 	}
@@ -185,7 +162,7 @@ func TestCloudStackSDKLifecycle(t *testing.T) {
 	if err != nil || started.State != "Starting" {
 		t.Fatalf("start: %v %+v", err, started)
 	}
-	healthy(t, ztpd, created.Id) // Running once the watch sees it healthy
+	inproc.Healthy(t, ztpd, created.Id) // Running once the watch sees it healthy
 
 	kc, err := user.Kubernetes.GetKubernetesClusterConfig(gp)
 	if err != nil || !strings.Contains(kc.Configdata, "certificate-authority-data") || !strings.Contains(kc.Configdata, "client-certificate-data") ||
@@ -254,7 +231,7 @@ func TestCloudStackSDKTenancyAndKubeconfig(t *testing.T) {
 	}
 	// Running, so bob's refused stop and delete below would have been
 	// accepted from its owner.
-	healthy(t, ztpd, mine.Id)
+	inproc.Healthy(t, ztpd, mine.Id)
 
 	// bob: nothing to see, nothing to touch.
 	if l, err := bob.Kubernetes.ListKubernetesClusters(bob.Kubernetes.NewListKubernetesClustersParams()); err != nil || l.Count != 0 {

@@ -90,7 +90,7 @@ func TestAPICommandGroups(t *testing.T) {
 		!strings.Contains(err.Error(), "Kubernetes cluster c1 is Starting (waiting for") {
 		t.Fatalf("kubeconfig of a Starting cluster: %v", err)
 	}
-	healthy(t, ztpd, c.ID) // ztpd's watch sees its API server answer, control planes Ready
+	inproc.Healthy(t, ztpd, c.ID) // ztpd's watch sees its API server answer, control planes Ready
 	mustCLI(&c, "cluster", "show", "c1")
 	if c.State != "Running" {
 		t.Fatalf("after a healthy observation: %+v", c)
@@ -121,7 +121,7 @@ func TestAPICommandGroups(t *testing.T) {
 	if c.State != "Starting" {
 		t.Fatalf("after start: %s", c.State)
 	}
-	healthy(t, ztpd, c.ID)
+	inproc.Healthy(t, ztpd, c.ID)
 	// No control plane has joined yet, so the cluster has no endpoint to
 	// put into a kubeconfig.
 	if _, err := cli("cluster", "kubeconfig", "c1"); err == nil || !strings.Contains(err.Error(), "no API endpoint yet") || !strings.Contains(err.Error(), "530") {

@@ -19,6 +19,7 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/testenv/certcheck"
+	"github.com/ztpd/ztpd/testenv/inproc"
 )
 
 // TestClusterKubeconfigAndDeviceApproveCLI drives the real binary on a data
@@ -83,7 +84,7 @@ func TestClusterKubeconfigAndDeviceApproveCLI(t *testing.T) {
 	// sees its Node Ready (the member is joined) and the cluster healthy
 	// (Starting -> Running), which is when a kubeconfig is issued.
 	nodeReady(t, a, cp)
-	healthy(t, a, prod.ID)
+	inproc.Healthy(t, a, prod.ID)
 	// A worker without approval waits.
 	w := "02:00:00:00:00:02"
 	mustDevice(t, a, w)
@@ -188,26 +189,6 @@ func mustDevice(t *testing.T, a *app.App, mac string) string {
 		t.Fatal(err)
 	}
 	return mac
-}
-
-// healthy feeds the clusters service one observation of a healthy cluster
-// (its API server answers, every desired Node Ready), as ztpd's watch of
-// the cluster's API server would: Starting -> Running.
-func healthy(t *testing.T, a *app.App, clusterID string) {
-	t.Helper()
-	var c core.Cluster
-	if err := a.Store.View(func(tx core.Tx) error {
-		var err error
-		c, err = tx.Clusters().Get(clusterID)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	cp := max(c.ControlNodes, 1)
-	if err := a.Clusters.ObserveHealth(clusterID, clusters.Health{APIReachable: true, Nodes: cp + c.Size, ReadyNodes: cp + c.Size,
-		ControlPlanes: cp, ReadyControlPlanes: cp}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // nodeReady tells the joiner the cluster shows device's Node Ready, as the

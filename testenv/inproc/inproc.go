@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/app"
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/config"
+	"github.com/ztpd/ztpd/internal/core"
 )
 
 // Serve starts ztpd with the default configuration, a temp data dir and a
@@ -68,5 +70,26 @@ func ServeApp(t testing.TB, mutate func(*config.Config)) (base string, cfg confi
 			t.Fatal("ztpd did not come up")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Healthy feeds the App's clusters service one observation of a healthy
+// cluster (its API server answers, every desired Node Ready), as ztpd's
+// watch of the cluster's API server would: a Starting cluster becomes
+// Running. For tests with no real control plane behind their clusters.
+func Healthy(t testing.TB, a *app.App, clusterID string) {
+	t.Helper()
+	var c core.Cluster
+	if err := a.Store.View(func(tx core.Tx) error {
+		var err error
+		c, err = tx.Clusters().Get(clusterID)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cp := max(c.ControlNodes, 1)
+	if err := a.Clusters.ObserveHealth(clusterID, clusters.Health{APIReachable: true, Nodes: cp + c.Size, ReadyNodes: cp + c.Size,
+		ControlPlanes: cp, ReadyControlPlanes: cp}); err != nil {
+		t.Fatal(err)
 	}
 }

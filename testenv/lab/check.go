@@ -165,6 +165,13 @@ func (r *clusterReader) nodes(ctx context.Context, id string) ([]NodeState, erro
 	if err != nil {
 		return nil, err
 	}
+	return ParseNodes(out)
+}
+
+// ParseNodes reads `kubectl get nodes -o json`: each Node's name, labels,
+// Ready condition (Unknown when it has none) and control-plane role, in
+// name order.
+func ParseNodes(kubectlJSON []byte) ([]NodeState, error) {
 	var list struct {
 		Items []struct {
 			Metadata struct {
@@ -179,7 +186,7 @@ func (r *clusterReader) nodes(ctx context.Context, id string) ([]NodeState, erro
 			} `json:"status"`
 		} `json:"items"`
 	}
-	if err := json.Unmarshal(out, &list); err != nil {
+	if err := json.Unmarshal(kubectlJSON, &list); err != nil {
 		return nil, fmt.Errorf("kubectl get nodes: %w", err)
 	}
 	var ns []NodeState
