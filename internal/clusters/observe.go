@@ -37,6 +37,24 @@ func (s *Service) ObserveHealth(clusterID string, h Health) error {
 	if h.At.IsZero() {
 		h.At = now()
 	}
+	// Most probes change nothing worth storing: decide from a read, and
+	// take a write transaction only when there is something to write.
+	var due bool
+	err := s.st.View(func(tx core.Tx) error {
+		c, err := tx.Clusters().Get(clusterID)
+		if err != nil {
+			return err
+		}
+		_, to, _, changed := s.observe(c, h)
+		due = to != "" || changed
+		return nil
+	})
+	if errors.Is(err, core.ErrNotFound) || (err == nil && !due) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
 	return s.st.Update(func(tx core.Tx) error {
 		c, err := tx.Clusters().Get(clusterID)
 		if errors.Is(err, core.ErrNotFound) {
@@ -45,56 +63,7 @@ func (s *Service) ObserveHealth(clusterID string, h Health) error {
 		if err != nil {
 			return err
 		}
-		var prev core.ClusterObservation
-		if c.Observed != nil {
-			prev = *c.Observed
-		}
-		obs := prev
-		obs.APIReachable, obs.Error = h.APIReachable, h.Err
-		if h.APIReachable {
-			obs.LastSeen = h.At
-			obs.Nodes, obs.ReadyNodes, obs.ControlPlanes, obs.ReadyControlPlanes = h.Nodes, h.ReadyNodes, h.ControlPlanes, h.ReadyControlPlanes
-			obs.Error = ""
-		}
-		wantCP := max(c.ControlNodes, 1)
-		desired := wantCP + c.Size
-		healthy := h.APIReachable && obs.ReadyNodes >= desired
-		switch {
-		case healthy:
-			obs.UnhealthySince = time.Time{}
-		case obs.UnhealthySince.IsZero():
-			obs.UnhealthySince = h.At
-		}
-		obs.Waiting = ""
-		if c.State == core.ClusterStarting && !(h.APIReachable && obs.ReadyControlPlanes >= wantCP) {
-			obs.Waiting = startingWait(c, obs, wantCP)
-		}
-		var to core.ClusterState
-		var reason string
-		switch c.State {
-		case core.ClusterStarting:
-			if h.APIReachable && obs.ReadyControlPlanes >= wantCP {
-				to, reason = core.ClusterRunning, fmt.Sprintf("API server answers; %d of %d control-plane Nodes Ready", obs.ReadyControlPlanes, wantCP)
-			}
-		case core.ClusterRunning:
-			if !healthy && h.At.Sub(obs.UnhealthySince) >= s.opts.AlertAfter {
-				to, reason = core.ClusterAlert, unhealthyReason(obs, desired, h.At)
-			}
-		case core.ClusterAlert:
-			if healthy {
-				to, reason = core.ClusterRunning, fmt.Sprintf("healthy again: API server answers, %d of %d Nodes Ready", obs.ReadyNodes, desired)
-			}
-		}
-		if to == core.ClusterRunning && !healthy {
-			// The alert time counts from Running: a cluster whose workers
-			// are still joining when its control plane comes up is not
-			// already late.
-			obs.UnhealthySince = h.At
-		}
-		changed := prev.APIReachable != obs.APIReachable || prev.Error != obs.Error || prev.Nodes != obs.Nodes ||
-			prev.ReadyNodes != obs.ReadyNodes || prev.ControlPlanes != obs.ControlPlanes ||
-			prev.ReadyControlPlanes != obs.ReadyControlPlanes || !prev.UnhealthySince.Equal(obs.UnhealthySince) ||
-			prev.Waiting != obs.Waiting || obs.LastSeen.Sub(prev.LastSeen) >= storeSeenEvery
+		obs, to, reason, changed := s.observe(c, h)
 		if to == "" && !changed {
 			return nil
 		}
@@ -105,6 +74,61 @@ func (s *Service) ObserveHealth(clusterID string, h Health) error {
 		s.log.Info("cluster state from its API server", "cluster", c.Name, "from", c.State, "to", to, "reason", reason)
 		return s.setState(tx, &c, to, reason)
 	})
+}
+
+// observe applies h to c's last observation: the new observation, the
+// state to move to ("" for none) and why, and whether the observation
+// changed enough to be stored.
+func (s *Service) observe(c core.Cluster, h Health) (obs core.ClusterObservation, to core.ClusterState, reason string, changed bool) {
+	var prev core.ClusterObservation
+	if c.Observed != nil {
+		prev = *c.Observed
+	}
+	obs = prev
+	obs.APIReachable, obs.Error = h.APIReachable, h.Err
+	if h.APIReachable {
+		obs.LastSeen = h.At
+		obs.Nodes, obs.ReadyNodes, obs.ControlPlanes, obs.ReadyControlPlanes = h.Nodes, h.ReadyNodes, h.ControlPlanes, h.ReadyControlPlanes
+		obs.Error = ""
+	}
+	wantCP := max(c.ControlNodes, 1)
+	desired := wantCP + c.Size
+	healthy := h.APIReachable && obs.ReadyNodes >= desired
+	switch {
+	case healthy:
+		obs.UnhealthySince = time.Time{}
+	case obs.UnhealthySince.IsZero():
+		obs.UnhealthySince = h.At
+	}
+	obs.Waiting = ""
+	if c.State == core.ClusterStarting && !(h.APIReachable && obs.ReadyControlPlanes >= wantCP) {
+		obs.Waiting = startingWait(c, obs, wantCP)
+	}
+	switch c.State {
+	case core.ClusterStarting:
+		if h.APIReachable && obs.ReadyControlPlanes >= wantCP {
+			to, reason = core.ClusterRunning, fmt.Sprintf("API server answers; %d of %d control-plane Nodes Ready", obs.ReadyControlPlanes, wantCP)
+		}
+	case core.ClusterRunning:
+		if !healthy && h.At.Sub(obs.UnhealthySince) >= s.opts.AlertAfter {
+			to, reason = core.ClusterAlert, unhealthyReason(obs, desired, h.At)
+		}
+	case core.ClusterAlert:
+		if healthy {
+			to, reason = core.ClusterRunning, fmt.Sprintf("healthy again: API server answers, %d of %d Nodes Ready", obs.ReadyNodes, desired)
+		}
+	}
+	if to == core.ClusterRunning && !healthy {
+		// The alert time counts from Running: a cluster whose workers
+		// are still joining when its control plane comes up is not
+		// already late.
+		obs.UnhealthySince = h.At
+	}
+	changed = prev.APIReachable != obs.APIReachable || prev.Error != obs.Error || prev.Nodes != obs.Nodes ||
+		prev.ReadyNodes != obs.ReadyNodes || prev.ControlPlanes != obs.ControlPlanes ||
+		prev.ReadyControlPlanes != obs.ReadyControlPlanes || !prev.UnhealthySince.Equal(obs.UnhealthySince) ||
+		prev.Waiting != obs.Waiting || obs.LastSeen.Sub(prev.LastSeen) >= storeSeenEvery
+	return obs, to, reason, changed
 }
 
 // startingWait says what a Starting cluster waits for.
