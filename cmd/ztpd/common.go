@@ -66,3 +66,26 @@ func row(tw io.Writer, cells ...any) {
 	}
 	fmt.Fprintln(tw, strings.Join(parts, "\t"))
 }
+
+// humanBytes renders a size for a person: "512 B", "1.4 GiB". Tables use it;
+// -o json keeps the exact byte count.
+func humanBytes(n int64) string {
+	if n < 0 {
+		return "-" + humanBytes(-n)
+	}
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	v := float64(n) / unit
+	i := 0
+	for v >= unit && i < len(units)-1 {
+		v /= unit
+		i++
+	}
+	if v < 10 {
+		return fmt.Sprintf("%.1f %s", v, units[i])
+	}
+	return fmt.Sprintf("%.0f %s", v, units[i])
+}
