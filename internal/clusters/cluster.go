@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/semver"
 )
 
 // ClusterSpec is a new cluster (createKubernetesCluster parameters).
@@ -96,6 +97,13 @@ func (s *Service) CreateCluster(ctx context.Context, caller Caller, spec Cluster
 		}
 		if err := checkVersionUsable(v, s.zone); err != nil {
 			return err
+		}
+		// A version stored before versions were checked on add would
+		// otherwise make a cluster that fails into Error when provisioned.
+		if sv, err := semver.Parse(v.SemVer); err != nil {
+			return &core.Error{Kind: core.KindInvalid, Msg: err.Error()}
+		} else if err := semver.Provisionable(sv); err != nil {
+			return &core.Error{Kind: core.KindInvalid, Msg: err.Error()}
 		}
 		if spec.ControlNodes > 1 && !SupportsHA(v.SemVer) {
 			return core.Errorf(core.KindInvalid, "HA support is available only for Kubernetes version %s and above. Given version ID: %s is %s", MinVersionHA, v.ID, v.SemVer)

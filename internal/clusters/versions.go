@@ -45,6 +45,9 @@ func (s *Service) AddVersion(ctx context.Context, caller Caller, spec VersionSpe
 	if sv.Less(semver.MinKubernetes) {
 		return core.Version{}, core.Errorf(core.KindInvalid, "New supported Kubernetes version cannot be added as %s is minimum version supported by Kubernetes Service", MinVersion)
 	}
+	if err := semver.Provisionable(sv); err != nil {
+		return core.Version{}, &core.Error{Kind: core.KindInvalid, Msg: err.Error()}
+	}
 	if spec.MinCPU == 0 {
 		spec.MinCPU = MinNodeCPU
 	}

@@ -54,6 +54,24 @@ func ParseRelease(s string) (Version, error) {
 	return Version{n[0], n[1], n[2]}, nil
 }
 
+// Provisionable says why ztpd cannot provision clusters of Kubernetes v, or
+// nil when it can: a 1.x release from MinKubernetes on (kubeadm's releases,
+// which the join bundles drive), numbered as a release tag can be. Versions
+// are checked with it when added and when a cluster is created, so a cluster
+// is never created only to fail into Error while being provisioned.
+func Provisionable(v Version) error {
+	if v.Major != 1 {
+		return fmt.Errorf("kubernetes %s cannot be provisioned: ztpd provisions Kubernetes 1.x releases (%s and later)", v.Tag(), MinKubernetes.Tag())
+	}
+	if v.Less(MinKubernetes) {
+		return fmt.Errorf("kubernetes %s cannot be provisioned: the oldest release ztpd provisions is %s", v.Tag(), MinKubernetes.Tag())
+	}
+	if _, err := ParseRelease(v.Tag()); err != nil {
+		return fmt.Errorf("kubernetes %s cannot be provisioned: %v", v.Tag(), err)
+	}
+	return nil
+}
+
 // MustParse is Parse for constants.
 func MustParse(s string) Version {
 	v, err := Parse(s)

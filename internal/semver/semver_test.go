@@ -35,3 +35,16 @@ func TestOrder(t *testing.T) {
 		t.Fatal("AtLeast")
 	}
 }
+
+func TestProvisionable(t *testing.T) {
+	for _, ok := range []string{"1.11.0", "1.31.4", "1.99.999999"} {
+		if err := Provisionable(MustParse(ok)); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"2.0.0", "0.31.4", "1.10.9", "1.31.1234567"} {
+		if err := Provisionable(MustParse(bad)); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}
