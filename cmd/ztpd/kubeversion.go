@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/schollz/progressbar/v3"
@@ -72,7 +73,7 @@ func versionID(c *apiClient, ref string) (string, error) {
 	}
 	var match []string
 	for _, v := range list {
-		if v.SemanticVersion == ref {
+		if v.SemanticVersion == strings.TrimPrefix(ref, "v") {
 			match = append(match, v.ID)
 		}
 	}
@@ -113,6 +114,9 @@ elsewhere.`,
 			if (iso == "") == (isoURL == "") {
 				return fmt.Errorf("give exactly one of --iso FILE or --url URL")
 			}
+			// Release tags are written v1.31.4; the API's semantic version
+			// (CloudStack's) is 1.31.4.
+			semver = strings.TrimPrefix(semver, "v")
 			if iso != "" {
 				return addVersionFromISO(opts, iso, semver, name, sha, minCPU, minMem)
 			}
@@ -145,7 +149,7 @@ elsewhere.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&iso, "iso", "", "binaries ISO to store here (e.g. from ztpd iso build)")
-	fl.StringVar(&semver, "semver", "", "Kubernetes semantic version, e.g. 1.31.4 (required)")
+	fl.StringVar(&semver, "semver", "", "Kubernetes semantic version, e.g. 1.31.4 or v1.31.4 (required)")
 	fl.StringVar(&name, "name", "", "version name (default v<semver>); the ISO is stored as <name>.iso")
 	fl.StringVar(&sha, "sha256", "", "expected SHA-256 of --iso; the add fails on a mismatch")
 	fl.StringVar(&isoURL, "url", "", "URL of an ISO served elsewhere (instead of --iso)")
