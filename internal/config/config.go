@@ -401,13 +401,13 @@ func (c *Config) Validate() error {
 	if c.Joiner.ReissueWindow < 0 {
 		errs.add("joiner.reissue_window", "must not be negative")
 	}
-	c.DHCP.validate(&errs)
+	ifacesExist := c.DHCP.validate(&errs)
 	if c.AdvertiseAddr == "" && len(c.DHCP.Interfaces) > 0 {
 		if ip, err := InterfaceIPv4(c.DHCP.Interfaces[0]); err == nil {
 			c.AdvertiseAddr = ip.Addr().String()
 		}
 	}
-	if c.AdvertiseAddr == "" && c.DHCP.Enabled() {
+	if c.AdvertiseAddr == "" && c.DHCP.Enabled() && ifacesExist {
 		errs.add("advertise_addr", "not set and the first DHCP interface has no IPv4 address to default to")
 	}
 	if len(errs) > 0 {
@@ -506,7 +506,10 @@ func checkHostPort(errs *Errors, field, v string, required bool) {
 func InterfaceIPv4(name string) (netip.Prefix, error) {
 	ifc, err := net.InterfaceByName(name)
 	if err != nil {
-		return netip.Prefix{}, err
+		if missing := InterfaceExists(name); missing != nil {
+			return netip.Prefix{}, missing
+		}
+		return netip.Prefix{}, fmt.Errorf("interface %s: %w", name, err)
 	}
 	addrs, err := ifc.Addrs()
 	if err != nil {
@@ -520,4 +523,22 @@ func InterfaceIPv4(name string) (netip.Prefix, error) {
 		}
 	}
 	return netip.Prefix{}, fmt.Errorf("interface %s has no IPv4 address", name)
+}
+
+// InterfaceExists says, when the named network interface does not exist on
+// this host, so in the error, which ones do (Go's own error is "route
+// ip+net: no such network interface", which names neither).
+func InterfaceExists(name string) error {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return fmt.Errorf("interface %s: %w", name, err)
+	}
+	names := make([]string, 0, len(ifs))
+	for _, ifc := range ifs {
+		if ifc.Name == name {
+			return nil
+		}
+		names = append(names, ifc.Name)
+	}
+	return fmt.Errorf("interface %q does not exist on this host (it has: %s)", name, strings.Join(names, ", "))
 }

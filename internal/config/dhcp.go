@@ -114,7 +114,17 @@ func ParseRange(s string) (Range, error) {
 // Enabled reports whether the DHCP server should run.
 func (d *DHCP) Enabled() bool { return len(d.Interfaces) > 0 }
 
-func (d *DHCP) validate(errs *Errors) {
+// validate checks the DHCP settings; it reports whether every DHCP interface
+// exists (when one does not, that is the one error about it: the subnets and
+// ranges that would come from it are not checked).
+func (d *DHCP) validate(errs *Errors) (ifacesExist bool) {
+	ifacesExist = true
+	for i, name := range d.Interfaces {
+		if err := InterfaceExists(name); err != nil {
+			errs.add(fmt.Sprintf("dhcp.interfaces[%d]", i), "%v", err)
+			ifacesExist = false
+		}
+	}
 	if d.LeaseTime.D() < 60e9 {
 		errs.add("dhcp.lease_time", "%s is shorter than one minute", d.LeaseTime.D())
 	}
@@ -134,12 +144,14 @@ func (d *DHCP) validate(errs *Errors) {
 		checkClass(errs, "dhcp.class_options."+class, class)
 		checkOptions(errs, "dhcp.class_options."+class, o)
 	}
-	if len(d.Subnets) == 0 && len(d.Ranges) > 0 {
+	switch {
+	case !ifacesExist:
+	case len(d.Subnets) == 0 && len(d.Ranges) > 0:
 		d.subnetsFromInterfaces(errs)
-	} else if len(d.Ranges) > 0 {
+	case len(d.Ranges) > 0:
 		d.placeRanges(errs)
 	}
-	if d.Enabled() && len(d.Subnets) == 0 {
+	if d.Enabled() && len(d.Subnets) == 0 && ifacesExist {
 		errs.add("dhcp.subnets", "DHCP interfaces are set but no subnet or --dhcp-range is configured")
 	}
 	names := map[string]bool{}
@@ -158,6 +170,7 @@ func (d *DHCP) validate(errs *Errors) {
 			}
 		}
 	}
+	return ifacesExist
 }
 
 // subnetsFromInterfaces builds one subnet per interface from its address, for
