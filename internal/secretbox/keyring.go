@@ -16,6 +16,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 )
@@ -56,16 +57,27 @@ type Keyring struct {
 
 type keyringKey struct {
 	id   [keyIDSize]byte
+	fp   string // Fingerprint
+	file string // where it was loaded from
 	aead cipher.AEAD
+}
+
+// keyDigest is SHA-256 over a domain-separated copy of the key: public, and
+// it reveals nothing usable about the key.
+func keyDigest(key []byte) [sha256.Size]byte {
+	h := sha256.New()
+	h.Write([]byte("ztpd keyring id v1\x00"))
+	h.Write(key)
+	var d [sha256.Size]byte
+	copy(d[:], h.Sum(nil))
+	return d
 }
 
 // keyID derives a public id from key material; it reveals nothing usable.
 func keyID(key []byte) [keyIDSize]byte {
-	h := sha256.New()
-	h.Write([]byte("ztpd keyring id v1\x00"))
-	h.Write(key)
+	d := keyDigest(key)
 	var id [keyIDSize]byte
-	copy(id[:], h.Sum(nil))
+	copy(id[:], d[:])
 	return id
 }
 
@@ -78,7 +90,8 @@ func newKeyringKey(key []byte) (keyringKey, error) {
 	if err != nil {
 		return keyringKey{}, err
 	}
-	return keyringKey{id: keyID(key), aead: aead}, nil
+	d := keyDigest(key)
+	return keyringKey{id: keyID(key), fp: hex.EncodeToString(d[:]), aead: aead}, nil
 }
 
 // OpenKeyring loads the key file at path, creating it (32 random bytes,
@@ -114,6 +127,128 @@ func (kr *Keyring) load() error {
 	kr.mu.Unlock()
 	return nil
 }
+
+// LoadKeyring loads an existing key file (and its retired keys) without
+// ever creating one: a missing file is an error wrapping fs.ErrNotExist.
+// Callers that must not replace a lost key (a store holding sealed data)
+// use it instead of OpenKeyring.
+func LoadKeyring(path string) (*Keyring, error) {
+	kr := &Keyring{path: path}
+	if err := kr.load(); err != nil {
+		return nil, err
+	}
+	return kr, nil
+}
+
+// Path is the current key's file.
+func (kr *Keyring) Path() string { return kr.path }
+
+// Fingerprint names the current key without revealing it: 64 hex digits of
+// SHA-256 over a domain-separated copy of the key. Its first 16 digits are
+// the key id every blob it sealed carries (SealedKeyID), so the key a blob
+// needs can be named from the blob alone.
+func (kr *Keyring) Fingerprint() string {
+	kr.mu.RLock()
+	defer kr.mu.RUnlock()
+	return kr.current.fp
+}
+
+// Fingerprints are the fingerprints of every key held, current and retired.
+func (kr *Keyring) Fingerprints() []string {
+	kr.mu.RLock()
+	defer kr.mu.RUnlock()
+	out := make([]string, 0, len(kr.all))
+	for _, k := range kr.all {
+		out = append(out, k.fp)
+	}
+	return out
+}
+
+// Holds reports whether the keyring holds the key with hex id (a blob's
+// SealedKeyID) or fingerprint.
+func (kr *Keyring) Holds(idOrFingerprint string) bool {
+	if len(idOrFingerprint) < 2*keyIDSize {
+		return false
+	}
+	kr.mu.RLock()
+	defer kr.mu.RUnlock()
+	k, ok := kr.all[idOrFingerprint[:2*keyIDSize]]
+	return ok && strings.HasPrefix(k.fp, idOrFingerprint)
+}
+
+// KeyIDOf is the key id a fingerprint starts with.
+func KeyIDOf(fingerprint string) string {
+	if len(fingerprint) < 2*keyIDSize {
+		return fingerprint
+	}
+	return fingerprint[:2*keyIDSize]
+}
+
+// KeyFile is one key file's content for a backup: the current key
+// (Retired false) or a retired one.
+type KeyFile struct {
+	Fingerprint string
+	Retired     bool
+	Key         []byte
+}
+
+// Export reads the key files this keyring loaded (current first), for a
+// backup that is asked to carry them. Each is checked against the key held
+// in memory, so a file changed on disk since it was loaded is an error.
+func (kr *Keyring) Export() ([]KeyFile, error) {
+	kr.mu.RLock()
+	cur := kr.current
+	all := make(map[string]keyringKey, len(kr.all))
+	for id, k := range kr.all {
+		all[id] = k
+	}
+	kr.mu.RUnlock()
+	read := func(path string, want keyringKey, retired bool) (KeyFile, error) {
+		key, err := os.ReadFile(path)
+		if err != nil {
+			return KeyFile{}, fmt.Errorf("key file: %w", err)
+		}
+		if len(key) != KeySize || keyID(key) != want.id {
+			clear(key)
+			return KeyFile{}, fmt.Errorf("key file %s changed on disk since ztpd loaded it", path)
+		}
+		return KeyFile{Fingerprint: want.fp, Retired: retired, Key: key}, nil
+	}
+	first, err := read(cur.file, cur, false)
+	if err != nil {
+		return nil, err
+	}
+	out := []KeyFile{first}
+	ids := make([]string, 0, len(all))
+	for id := range all {
+		if id != hex.EncodeToString(cur.id[:]) {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		kf, err := read(all[id].file, all[id], true)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, kf)
+	}
+	return out, nil
+}
+
+// FingerprintOf is the fingerprint of raw key material (a key file's
+// content); it fails unless key is KeySize bytes.
+func FingerprintOf(key []byte) (string, error) {
+	if len(key) != KeySize {
+		return "", fmt.Errorf("key holds %d bytes, want exactly %d", len(key), KeySize)
+	}
+	d := keyDigest(key)
+	return hex.EncodeToString(d[:]), nil
+}
+
+// RetiredPath is where a retired key with fingerprint fp lives beside the
+// current key file path.
+func RetiredPath(path, fp string) string { return path + "." + KeyIDOf(fp) + retiredSuffix }
 
 // CurrentID is the hex id of the key that seals new data.
 func (kr *Keyring) CurrentID() string {
@@ -268,7 +403,9 @@ func readKeyFile(path string) (keyringKey, error) {
 	if len(key) != KeySize {
 		return keyringKey{}, fmt.Errorf("key file %s holds %d bytes, want exactly %d", path, len(key), KeySize)
 	}
-	return newKeyringKey(key)
+	k, err := newKeyringKey(key)
+	k.file = path
+	return k, err
 }
 
 func syncDir(dir string) error {

@@ -189,3 +189,93 @@ func TestKeyringConcurrentCreationAgrees(t *testing.T) {
 		}
 	}
 }
+
+// TestFingerprintNamesTheKeyBlobsCarry: the fingerprint is public, stable
+// across reopening, starts with the id sealed blobs carry, and differs
+// between keys; LoadKeyring never creates a key.
+func TestFingerprintNamesTheKeyBlobsCarry(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "secret.key")
+	if _, err := LoadKeyring(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("LoadKeyring of a missing file: %v, want not-exist", err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("LoadKeyring created a key file")
+	}
+	kr, err := OpenKeyring(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := kr.Fingerprint()
+	if len(fp) != 64 || !strings.HasPrefix(fp, kr.CurrentID()) {
+		t.Fatalf("fingerprint %q does not start with the key id %q", fp, kr.CurrentID())
+	}
+	raw, _ := os.ReadFile(path)
+	if fromFile, err := FingerprintOf(raw); err != nil || fromFile != fp {
+		t.Fatalf("FingerprintOf the file: %q %v, want %q", fromFile, err, fp)
+	}
+	if strings.Contains(fp, hexOf(raw)) {
+		t.Fatal("fingerprint reveals the key")
+	}
+	sealed, _ := kr.Seal([]byte("x"), nil)
+	id, _ := SealedKeyID(sealed)
+	if !kr.Holds(id) || !kr.Holds(fp) || KeyIDOf(fp) != id {
+		t.Fatalf("Holds(%s)/Holds(fingerprint) false", id)
+	}
+	again, err := LoadKeyring(path)
+	if err != nil || again.Fingerprint() != fp {
+		t.Fatalf("reloaded fingerprint %q %v", again.Fingerprint(), err)
+	}
+	other, err := OpenKeyring(filepath.Join(dir, "other.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Fingerprint() == fp || other.Holds(id) {
+		t.Fatal("two keys share a fingerprint")
+	}
+}
+
+// TestExportCarriesCurrentAndRetiredKeys: a backup with the key gets every
+// key file the keyring loaded, the current one first, each matching its
+// fingerprint; a key file replaced on disk behind the keyring is refused.
+func TestExportCarriesCurrentAndRetiredKeys(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "secret.key")
+	kr, err := OpenKeyring(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := kr.Fingerprint()
+	if err := kr.Rotate(); err != nil {
+		t.Fatal(err)
+	}
+	files, err := kr.Export()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 2 || files[0].Retired || files[0].Fingerprint != kr.Fingerprint() || !files[1].Retired || files[1].Fingerprint != old {
+		t.Fatalf("export: %+v", files)
+	}
+	for _, f := range files {
+		if fp, _ := FingerprintOf(f.Key); fp != f.Fingerprint {
+			t.Fatalf("exported key does not match its fingerprint %s", f.Fingerprint)
+		}
+	}
+	if _, err := os.Stat(RetiredPath(path, old)); err != nil {
+		t.Fatalf("RetiredPath: %v", err)
+	}
+	if err := os.WriteFile(path, bytes.Repeat([]byte{7}, KeySize), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kr.Export(); err == nil || !strings.Contains(err.Error(), "changed on disk") {
+		t.Fatalf("export after the file changed: %v", err)
+	}
+}
+
+func hexOf(b []byte) string {
+	const digits = "0123456789abcdef"
+	out := make([]byte, 0, 2*len(b))
+	for _, c := range b {
+		out = append(out, digits[c>>4], digits[c&15])
+	}
+	return string(out)
+}
