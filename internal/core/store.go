@@ -157,6 +157,9 @@ type Secrets interface {
 	// Put stores sealed, a JSON document, as given.
 	Put(owner string, sealed []byte) error
 	Delete(owner string) error
+	// List visits every owner and its document in owner order (the key
+	// check at open counts sealed data and names the keys it needs).
+	List(fn func(owner string, sealed []byte) (bool, error)) error
 }
 
 // EventStream is one of the two event streams.

@@ -309,6 +309,16 @@ func (s *Store) BackupSized(w io.Writer, size func(int64)) (int64, error) {
 	return n, err
 }
 
+// Snapshot runs fn in one read transaction: tx reads the records and
+// writeTo writes that same state as a complete store file of size bytes
+// (it may be called more than once, always writing the same bytes), so a
+// backup's file and what it says about the records agree exactly.
+func (s *Store) Snapshot(fn func(tx core.Tx, size int64, writeTo func(io.Writer) (int64, error)) error) error {
+	return s.db.View(func(btx *bolt.Tx) error {
+		return fn(kv.NewTx(rawTx{btx}, &s.caches), btx.Size(), btx.WriteTo)
+	})
+}
+
 // BackupToFile writes a consistent copy to path atomically (temp file, fsync,
 // rename), so an interrupted backup never leaves a truncated file under path.
 func (s *Store) BackupToFile(path string) (int64, error) {

@@ -419,6 +419,12 @@ func (r secrets) Put(owner string, sealed []byte) error {
 
 func (r secrets) Delete(owner string) error { return r.t.del(core.AggSecrets, BucketSecrets, owner) }
 
+func (r secrets) List(fn func(owner string, sealed []byte) (bool, error)) error {
+	return r.t.raw.Scan(BucketSecrets, "", func(k string, v []byte) (bool, error) {
+		return fn(k, append([]byte(nil), v...))
+	})
+}
+
 // --- events ---
 
 type events struct{ t *Tx }

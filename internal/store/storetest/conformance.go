@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -356,6 +357,12 @@ func secretsContract(t *testing.T, st core.Store) {
 		_, ok, err = tx.Secrets().Get("cluster/c2")
 		must(t, err)
 		wantEqual(t, "missing secret", ok, false)
+		var owners []string
+		must(t, tx.Secrets().List(func(owner string, doc []byte) (bool, error) {
+			owners = append(owners, owner+"="+string(doc))
+			return true, nil
+		}))
+		wantEqual(t, "listed secrets", strings.Join(owners, ","), "cluster/c1="+string(sealed))
 		return nil
 	})
 	Update(t, st, func(tx core.Tx) error { return tx.Secrets().Delete("cluster/c1") })
