@@ -167,14 +167,21 @@ func (s *Server) cloudStack(c *gin.Context) {
 		c.Set("op", "unknown")
 	}
 
-	if blocked, wait := s.limiter.blocked(ip, s.now()); blocked {
+	local := isLocal(req)
+	if blocked, wait := s.limiter.blocked(ip, s.now()); blocked && !local {
 		authFailures.WithLabelValues("cloudstack", "rate_limited").Inc()
 		c.Header("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
 		s.csWrite(c, "errorresponse", &csError{code: csRateLimited, cscode: csServerAPIError,
 			text: fmt.Sprintf("too many failed authentications from %s; retry in %d seconds", ip, int(wait.Seconds())+1)})
 		return
 	}
-	cred, err := s.verifyCloudStack(form, cmd != nil && cmd.writes())
+	var cred apikeys.Credential
+	var err error
+	if local {
+		cred = localAdmin // the admin socket: its file mode is the access control
+	} else {
+		cred, err = s.verifyCloudStack(form, cmd != nil && cmd.writes())
+	}
 	if errors.Is(err, errReplayFull) {
 		s.log.Warn("API write refused: replay memory full", "api", "cloudstack", "client", ip, "api_key", p["apikey"], "op", cmdName)
 		c.Header("Retry-After", "60")

@@ -23,6 +23,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/ztpd/ztpd/api/signing"
+	"github.com/ztpd/ztpd/internal/app"
+	"github.com/ztpd/ztpd/internal/config"
 )
 
 // apiFlags are the connection flags of the API command groups (cluster,
@@ -35,6 +37,9 @@ type apiFlags struct {
 	insecure bool
 	timeout  time.Duration
 	noWait   bool
+	// closers end local sessions (an in-process store) when the command
+	// is done.
+	closers []func() error
 }
 
 const apiFlagsHelp = `
@@ -46,7 +51,10 @@ Connection (flag, else environment, else ~/.config/ztpd/cli.yaml):
   --api-ca      ZTPD_API_CA      CA or certificate to trust; <data-dir>/api-tls/cert.pem
                                  is trusted automatically for the local self-signed one
 cli.yaml holds the same keys: api_url, api_key, secret_key, api_ca, insecure.
-Requests are signed like CloudStack's (HMAC-SHA1, signatureversion 3, 5-minute expiry).`
+Requests are signed like CloudStack's (HMAC-SHA1, signatureversion 3, 5-minute expiry).
+On the appliance itself, with no API key and no API URL given, commands go through
+the data directory's admin socket (<data-dir>/ztpd.sock, mode 0600) as the local
+administrator, or open the store directly when ztpd is not running.`
 
 func addAPIFlags(cmd *cobra.Command, f *apiFlags) {
 	pf := cmd.PersistentFlags()
@@ -58,6 +66,20 @@ func addAPIFlags(cmd *cobra.Command, f *apiFlags) {
 	pf.DurationVar(&f.timeout, "wait-timeout", 10*time.Minute, "how long to wait for asynchronous jobs")
 	pf.BoolVar(&f.noWait, "no-wait", false, "print the job ID instead of waiting for asynchronous jobs")
 	cmd.Long += "\n" + apiFlagsHelp
+	// A local session that opened the store in-process is closed when the
+	// command is done (its queued records flushed, the store unlocked).
+	next := cmd.PersistentPostRunE
+	cmd.PersistentPostRunE = func(c *cobra.Command, args []string) error {
+		var errs []error
+		for _, fn := range f.closers {
+			errs = append(errs, fn())
+		}
+		f.closers = nil
+		if next != nil {
+			errs = append(errs, next(c, args))
+		}
+		return errors.Join(errs...)
+	}
 }
 
 // cliFile is ~/.config/ztpd/cli.yaml.
@@ -93,7 +115,9 @@ func readCLIFile() (cliFile, error) {
 	return f, nil
 }
 
-// apiClient talks to the ztpd API.
+// apiClient talks to the ztpd API: over the network with a signed API
+// key, or (local) through the data directory's admin socket, which serves
+// the same API as the local administrator without signatures.
 type apiClient struct {
 	base   string // scheme://host:port
 	key    string
@@ -101,6 +125,20 @@ type apiClient struct {
 	http   *http.Client
 	flags  *apiFlags
 	opts   *rootOptions
+	local  bool
+}
+
+// newLocalAPIClient reaches the API through the admin socket of cfg's data
+// directory (mode 0600: the socket's owner only), or, when no server runs,
+// through the same handlers on the store opened in-process.
+func newLocalAPIClient(opts *rootOptions, f *apiFlags, cfg config.Config) (*apiClient, error) {
+	hc, closeFn, err := app.AdminClient(cfg, newLogger(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("no API credentials given, and the local admin socket of %s cannot be used: %w "+
+			"(run this on the appliance as the user ztpd runs as, or pass --api-key and --secret-key)", cfg.DataDir, err)
+	}
+	f.closers = append(f.closers, closeFn)
+	return &apiClient{base: "http://ztpd", http: hc, flags: f, opts: opts, local: true}, nil
 }
 
 func firstOf(vals ...string) string {
@@ -138,12 +176,17 @@ func newAPIClient(opts *rootOptions, f *apiFlags) (*apiClient, error) {
 		}
 		def = scheme + "://" + net.JoinHostPort(host, port)
 	}
+	explicitURL := firstOf(f.url, os.Getenv("ZTPD_API_URL"), file.APIURL)
 	c := &apiClient{flags: f, opts: opts,
-		base:   strings.TrimSuffix(strings.TrimSuffix(firstOf(f.url, os.Getenv("ZTPD_API_URL"), file.APIURL, def), "/"), "/client/api"),
+		base:   strings.TrimSuffix(strings.TrimSuffix(firstOf(explicitURL, def), "/"), "/client/api"),
 		key:    firstOf(f.key, os.Getenv("ZTPD_API_KEY"), file.APIKey),
 		secret: []byte(firstOf(f.secret, os.Getenv("ZTPD_SECRET_KEY"), file.SecretKey))}
+	if c.key == "" && len(c.secret) == 0 && explicitURL == "" {
+		// On the appliance: the same API through the admin socket.
+		return newLocalAPIClient(opts, f, cfg)
+	}
 	if c.key == "" || len(c.secret) == 0 {
-		return nil, errors.New("no API credentials: pass --api-key and --secret-key, set ZTPD_API_KEY and ZTPD_SECRET_KEY, or write ~/.config/ztpd/cli.yaml (create a key with: ztpd apikey create --role admin)")
+		return nil, errors.New("no API credentials: pass --api-key and --secret-key, set ZTPD_API_KEY and ZTPD_SECRET_KEY, or write ~/.config/ztpd/cli.yaml (create a key with: ztpd apikey create --role admin); on the appliance itself, without --api-url, commands use the data directory's admin socket and need no key")
 	}
 	u, err := url.Parse(c.base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -206,7 +249,10 @@ func (c *apiClient) cs(command string, params url.Values) (map[string]json.RawMe
 	}
 	params.Set("command", command)
 	params.Set("response", "json")
-	q := signing.SignQuery(params, c.key, c.secret, time.Now().Add(5*time.Minute))
+	q := params.Encode()
+	if !c.local {
+		q = signing.SignQuery(params, c.key, c.secret, time.Now().Add(5*time.Minute))
+	}
 	req, err := http.NewRequest("POST", c.base+"/client/api", strings.NewReader(q))
 	if err != nil {
 		return nil, err
@@ -326,7 +372,9 @@ func (c *apiClient) rest(method, path string, query url.Values, body, out any) e
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	req.Header.Set("Authorization", signing.RESTAuthorization(method, req.URL.EscapedPath(), req.URL.Query(), raw, c.key, c.secret, time.Now().Add(5*time.Minute)))
+	if !c.local {
+		req.Header.Set("Authorization", signing.RESTAuthorization(method, req.URL.EscapedPath(), req.URL.Query(), raw, c.key, c.secret, time.Now().Add(5*time.Minute)))
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return tlsHint(err)

@@ -128,9 +128,6 @@ its join credentials when its cluster has room. Without API credentials, on the
 appliance itself, this goes through the admin socket of the data directory.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !apiCredentialsGiven(f) {
-				return localApprove(opts, args[0], cluster)
-			}
 			c, err := newAPIClient(opts, f)
 			if err != nil {
 				return err
@@ -172,9 +169,6 @@ socket of the data directory.`,
   ztpd device reset SN1234 -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !apiCredentialsGiven(f) {
-				return localReset(opts, args[0])
-			}
 			c, err := newAPIClient(opts, f)
 			if err != nil {
 				return err

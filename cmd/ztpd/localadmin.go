@@ -14,10 +14,11 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 )
 
-// Operators on the appliance itself need no API key for the commands that
-// touch credentials: without API credentials, `cluster kubeconfig`,
-// `cluster members` and `device approve` go through the admin socket of the
-// data directory (mode 0600, so root only) instead of the signed API.
+// Operators on the appliance itself need no API key: without API
+// credentials, every API command goes through the admin socket of the data
+// directory (mode 0600), which serves the same API as the local
+// administrator (newLocalAPIClient). `cluster kubeconfig` and `cluster
+// members` use admin routes of their own.
 
 // apiCredentialsGiven reports whether the API client would have a key.
 func apiCredentialsGiven(f *apiFlags) bool {
@@ -67,26 +68,6 @@ func printMembers(opts *rootOptions, list []core.Membership) error {
 			row(tw, m.Device, m.Role, m.State, dash(m.Version), m.UpdatedAt.Format(time.RFC3339))
 		}
 	})
-}
-
-func localApprove(opts *rootOptions, ref, cluster string) error {
-	q := url.Values{}
-	if cluster != "" {
-		q.Set("cluster", cluster)
-	}
-	var d core.Device
-	if err := adminDo(opts, "POST", "/admin/devices/"+url.PathEscape(ref)+"/approve?"+q.Encode(), nil, &d); err != nil {
-		return fmt.Errorf("device approve: %w", err)
-	}
-	return printDevice(opts, d)
-}
-
-func localReset(opts *rootOptions, ref string) error {
-	var d core.Device
-	if err := adminDo(opts, "POST", "/admin/devices/"+url.PathEscape(ref)+"/reset", nil, &d); err != nil {
-		return fmt.Errorf("device reset: %w", err)
-	}
-	return printDevice(opts, d)
 }
 
 // adminRaw sends a request and returns the raw body of a 2xx answer.

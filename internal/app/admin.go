@@ -75,14 +75,12 @@ func (a *App) mountAdmin() {
 		}
 		a.answer(w, r, ms, err)
 	})
-	m.HandleFunc("POST /admin/devices/{id}/reset", func(w http.ResponseWriter, r *http.Request) {
-		d, err := a.Clusters.ResetDevice(r.Context(), clusters.LocalAdmin, r.PathValue("id"))
-		a.answer(w, r, d, err)
-	})
-	m.HandleFunc("POST /admin/devices/{id}/approve", func(w http.ResponseWriter, r *http.Request) {
-		d, err := a.Clusters.ApproveDevice(r.Context(), clusters.LocalAdmin, r.PathValue("id"), r.URL.Query().Get("cluster"))
-		a.answer(w, r, d, err)
-	})
+
+	// The REST and CloudStack APIs themselves, as the local administrator:
+	// every API command of the CLI works on the appliance without a key,
+	// through the same handlers as remote use.
+	m.Handle(api.RESTPath, a.apiLocal)
+	m.Handle(api.CloudStackPath, a.apiLocal)
 
 	// API keys, versions and ISOs of the CLI: api owns those handlers.
 	api.MountAdmin(m, api.AdminDeps{Keys: a.APIKeys, Clusters: a.Clusters, ISOs: a.Images, ISOBaseURL: a.Endpoints.ISOs()}, a.Log)

@@ -106,6 +106,9 @@ type App struct {
 	// (api.addr, or <http.addr host>:8443 with TLS).
 	apiOnMain http.Handler
 	apiOwn    *apiListen
+	// apiLocal is the same API for the admin socket, acting as the local
+	// administrator (api.Server.LocalHandler).
+	apiLocal http.Handler
 	// tftp is the TFTP listener's settings when tftp.enabled; Serve starts
 	// it with the shutdown grace.
 	tftp *ztptftp.Options
