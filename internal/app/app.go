@@ -144,11 +144,9 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 // endpoints and the devices service; the joiner; DHCP; content serving and
 // its transports; the API.
 func (a *App) build() error {
-	keyFile := a.Cfg.KeyFile
-	if keyFile == "" {
-		keyFile = filepath.Join(a.Cfg.DataDir, SecretKeyFile)
-	}
-	keys, err := secretbox.OpenKeyring(keyFile)
+	// The key only after the store: a store holding sealed data never gets
+	// a new key (openKeys).
+	keys, err := a.openKeys()
 	if err != nil {
 		return err
 	}
@@ -158,6 +156,7 @@ func (a *App) build() error {
 		return err
 	}
 	a.Images = images
+	a.OnStart(a.warnMissingImageBlobs)
 
 	if a.Endpoints, err = endpoints.New(a.Cfg.AdvertiseAddr, a.Cfg.HTTP.Addr); err != nil {
 		return err
