@@ -70,20 +70,30 @@ Only one ztpd may use a data directory; a second one fails at once.`,
 			}
 			log := newLogger(cfg)
 			tuneGC(log)
+			// Every listener first: a port in use fails here, before the
+			// data directory, the at-rest key or an admin key exist.
+			lns, err := app.Bind(cfg)
+			if err != nil {
+				return err
+			}
+			defer lns.Close()
 			a, err := app.New(cfg, log)
 			if err != nil {
 				return err
 			}
 			defer a.Close()
+			a.UseListeners(lns)
 			if err := a.Start(); err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			apiAddr, apiTLS := cfg.APIListener()
-			log.Info("ztpd started", "version", version, "data_dir", cfg.DataDir, "http", cfg.HTTP.Addr,
-				"api", firstOf(apiAddr, cfg.HTTP.Addr), "api_tls", apiTLS,
-				"dhcp_interfaces", cfg.DHCP.Interfaces, "advertise", cfg.AdvertiseAddr)
+			a.OnServing(func() {
+				log.Info("ztpd started", "version", version, "data_dir", cfg.DataDir, "http", cfg.HTTP.Addr,
+					"api", firstOf(apiAddr, cfg.HTTP.Addr), "api_tls", apiTLS,
+					"dhcp_interfaces", cfg.DHCP.Interfaces, "advertise", cfg.AdvertiseAddr)
+			})
 			err = a.Serve(ctx, f.grace)
 			log.Info("ztpd stopped")
 			if err != nil {

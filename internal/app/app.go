@@ -118,6 +118,10 @@ type App struct {
 	// profiles is the loaded profile set (Start), for the joiner's Node labels.
 	profiles atomic.Pointer[profile.Set]
 	closers  []func() error
+	// bound are the listeners serve bound before building the app
+	// (UseListeners); serving runs once every listener is open (OnServing).
+	bound   *Listeners
+	serving []func()
 }
 
 // New opens the store and builds every service, without opening listeners,
@@ -283,8 +287,20 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 			return fmt.Errorf("dhcp: %w", err)
 		}
 	}
+	// Every TCP and UDP listener is open before any runner starts (serve
+	// bound them before creating anything; others bind them here).
+	if a.bound == nil {
+		a.bound = &Listeners{}
+	}
+	if err := a.bound.bind(a.Cfg, false); err != nil {
+		a.bound.Close()
+		return err
+	}
+	bound := *a.bound
+	*a.bound, a.bound = Listeners{}, nil // the runners own them now
 	admin, err := a.adminListener()
 	if err != nil {
+		bound.Close()
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -294,21 +310,25 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 		return &httpRunner{httpserve.Listener{Name: name, Addr: addr, Ln: ln, Handler: h, Limits: lim, Log: a.Log, Grace: grace}}
 	}
 	runners := []Runner{
-		listener("http", a.Cfg.HTTP.Addr, nil, a.mainHandler()),
+		listener("http", a.Cfg.HTTP.Addr, bound.HTTP, a.mainHandler()),
 		// The admin socket takes image uploads of any size: no body guard;
 		// its mode (0600) is its access control.
 		listener("admin", "", admin, a.AdminMux),
 	}
 	if a.metadata != nil {
-		runners = append(runners, listener("metadata", a.Cfg.HTTP.MetadataAddr, nil, a.deviceGuard("metadata").Wrap(a.metadata)))
+		runners = append(runners, listener("metadata", a.Cfg.HTTP.MetadataAddr, bound.Metadata, a.deviceGuard("metadata").Wrap(a.metadata)))
+	} else if bound.Metadata != nil {
+		bound.Metadata.Close()
 	}
 	if a.Cfg.Debug.PprofAddr != "" {
-		runners = append(runners, listener("pprof", a.Cfg.Debug.PprofAddr, nil,
+		runners = append(runners, listener("pprof", a.Cfg.Debug.PprofAddr, bound.Pprof,
 			httpserve.Guard{Listener: "pprof", BodyTimeout: lim.ReadBodyTimeout, Log: a.Log}.Wrap(pprofMux())))
 	}
 	if l := a.apiOwn; l != nil {
-		runners = append(runners, &httpRunner{httpserve.Listener{Name: "api", Addr: l.addr, Handler: l.handler, TLS: apiTLS,
+		runners = append(runners, &httpRunner{httpserve.Listener{Name: "api", Addr: l.addr, Ln: bound.API, Handler: l.handler, TLS: apiTLS,
 			Limits: lim, Log: a.Log, Grace: grace}})
+	} else if bound.API != nil {
+		bound.API.Close()
 	}
 	if a.Cfg.APIPlainOffLoopback() {
 		addr, _ := a.Cfg.APIListener()
@@ -318,9 +338,14 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 	if a.tftp != nil {
 		opt := *a.tftp
 		opt.Grace = grace
-		runners = append(runners, ztptftp.New(a.ZTP, opt))
+		runners = append(runners, tftpRunner{ztptftp.New(a.ZTP, opt), bound.TFTP})
+	} else if bound.TFTP != nil {
+		bound.TFTP.Close()
 	}
 	runners = append(runners, a.runners...)
+	for _, f := range a.serving {
+		f()
+	}
 	errc := make(chan error, len(runners))
 	var wg sync.WaitGroup
 	for _, r := range runners {

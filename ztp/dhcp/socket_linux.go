@@ -46,12 +46,8 @@ func openIface(name string, advertise netip.Addr) (*iface, error) {
 		return nil, err
 	}
 	ifc := &iface{name: name, index: nif.Index, addr: addr, raw: -1}
-	// server4 sets SO_REUSEPORT, so a second server would bind silently and
-	// steal half the packets: the lock is what refuses it.
-	ifc.lock, err = net.ListenUnix("unix", &net.UnixAddr{Name: LockName(name), Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("%w: another ztpd is already serving DHCP on interface %s "+
-			"(it holds %s); stop it or choose another interface", ErrInterfaceInUse, name, LockName(name))
+	if ifc.lock, err = lockIface(name); err != nil {
+		return nil, err
 	}
 	if err := probePort(name); err != nil {
 		ifc.close()
@@ -79,6 +75,34 @@ func openIface(name string, advertise netip.Addr) (*iface, error) {
 		ifc.raw = fd
 	}
 	return ifc, nil
+}
+
+// lockIface takes the interface's lock. server4 sets SO_REUSEPORT, so a
+// second server would bind silently and steal half the packets: the lock is
+// what refuses it.
+func lockIface(name string) (*net.UnixListener, error) {
+	lock, err := net.ListenUnix("unix", &net.UnixAddr{Name: LockName(name), Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("%w: another ztpd is already serving DHCP on interface %s "+
+			"(it holds %s); stop it or choose another interface", ErrInterfaceInUse, name, LockName(name))
+	}
+	return lock, nil
+}
+
+// CheckInterface reports whether Listen could serve DHCP on the interface
+// now: it exists, no other ztpd serves it, no other DHCP server holds port
+// 67 there. serve asks before it creates anything; Listen checks again when
+// it opens the sockets.
+func CheckInterface(name string) error {
+	if _, err := net.InterfaceByName(name); err != nil {
+		return fmt.Errorf("dhcp interface %s: %w", name, err)
+	}
+	lock, err := lockIface(name)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	return probePort(name)
 }
 
 // probePort binds port 67 on the interface without SO_REUSEADDR/PORT: it

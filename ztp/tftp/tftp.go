@@ -125,22 +125,28 @@ func (s *Server) Name() string { return "tftp" }
 // Run listens on tftp.addr and serves until ctx ends, then lets running
 // transfers finish (bounded).
 func (s *Server) Run(ctx context.Context) error {
-	// An empty or 0.0.0.0 host means IPv4 only: ZTP runs over DHCPv4.
-	network := "udp"
-	if h, _, err := net.SplitHostPort(s.cfg.Addr); err == nil {
-		if a, err := netip.ParseAddr(h); h == "" || err == nil && a.Is4() {
-			network = "udp4"
-		}
-	}
-	ua, err := net.ResolveUDPAddr(network, s.cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("tftp address %q: %w", s.cfg.Addr, err)
-	}
-	conn, err := net.ListenUDP(network, ua)
+	conn, err := Listen(s.cfg.Addr)
 	if err != nil {
 		return err
 	}
 	return s.Serve(ctx, conn)
+}
+
+// Listen opens the TFTP socket on addr (tftp.addr) for Serve, so a caller
+// can bind it before creating anything else.
+func Listen(addr string) (*net.UDPConn, error) {
+	// An empty or 0.0.0.0 host means IPv4 only: ZTP runs over DHCPv4.
+	network := "udp"
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		if a, err := netip.ParseAddr(h); h == "" || err == nil && a.Is4() {
+			network = "udp4"
+		}
+	}
+	ua, err := net.ResolveUDPAddr(network, addr)
+	if err != nil {
+		return nil, fmt.Errorf("tftp address %q: %w", addr, err)
+	}
+	return net.ListenUDP(network, ua)
 }
 
 // Serve serves on conn, which it closes, until ctx ends.

@@ -1,0 +1,116 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/ztpd/ztpd/internal/config"
+	"github.com/ztpd/ztpd/ztp/dhcp"
+	ztptftp "github.com/ztpd/ztpd/ztp/tftp"
+)
+
+// Listeners are the network sockets a server needs, bound before anything
+// else is created: a port another process holds then fails serve before it
+// makes a data directory, an at-rest key or an admin API key, and before it
+// says it started. Serve hands them to the runners.
+type Listeners struct {
+	HTTP, Metadata, API, Pprof net.Listener
+	TFTP                       *net.UDPConn
+}
+
+// Bind opens every TCP and UDP listener cfg asks for and checks that each
+// DHCP interface can be served (it exists, no other ztpd or DHCP server has
+// it); on any failure it closes what it opened and names the listener.
+// DHCP's own sockets open in Serve, which checks again.
+func Bind(cfg config.Config) (*Listeners, error) {
+	l := &Listeners{}
+	if err := l.bind(cfg, true); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *Listeners) bind(cfg config.Config, checkDHCP bool) error {
+	// DHCP first, as Serve opens it first: a second ztpd on the same
+	// interface is refused by name, not by a port.
+	if checkDHCP {
+		for _, name := range cfg.DHCP.Interfaces {
+			if err := dhcp.CheckInterface(name); err != nil {
+				return fmt.Errorf("dhcp: %w", err)
+			}
+		}
+	}
+	tcp := func(ln *net.Listener, name, field, addr string) error {
+		if addr == "" || *ln != nil {
+			return nil
+		}
+		var err error
+		if *ln, err = net.Listen("tcp", addr); err != nil {
+			return fmt.Errorf("%s listener (%s) %s: %w", name, field, addr, err)
+		}
+		return nil
+	}
+	apiAddr, _ := cfg.APIListener()
+	for _, b := range []struct {
+		ln                *net.Listener
+		name, field, addr string
+	}{
+		{&l.HTTP, "http", "http.addr, --http-addr", cfg.HTTP.Addr},
+		{&l.Metadata, "metadata", "http.metadata_addr, --metadata-addr", cfg.HTTP.MetadataAddr},
+		{&l.API, "api", "api.addr, --api-addr", apiAddr},
+		{&l.Pprof, "pprof", "debug.pprof_addr, --pprof-addr", cfg.Debug.PprofAddr},
+	} {
+		if err := tcp(b.ln, b.name, b.field, b.addr); err != nil {
+			return err
+		}
+	}
+	if cfg.TFTP.Enabled && l.TFTP == nil {
+		conn, err := ztptftp.Listen(cfg.TFTP.Addr)
+		if err != nil {
+			return fmt.Errorf("tftp listener (tftp.addr, --tftp-addr) %s: %w", cfg.TFTP.Addr, err)
+		}
+		l.TFTP = conn
+	}
+	return nil
+}
+
+// Close closes every listener not yet handed to a runner.
+func (l *Listeners) Close() error {
+	if l == nil {
+		return nil
+	}
+	var errs []error
+	for _, ln := range []*net.Listener{&l.HTTP, &l.Metadata, &l.API, &l.Pprof} {
+		if *ln != nil {
+			errs = append(errs, (*ln).Close())
+			*ln = nil
+		}
+	}
+	if l.TFTP != nil {
+		errs = append(errs, l.TFTP.Close())
+		l.TFTP = nil
+	}
+	return errors.Join(errs...)
+}
+
+// UseListeners gives Serve listeners bound by Bind. Without them Serve binds
+// its own, all of them before any runner starts.
+func (a *App) UseListeners(l *Listeners) { a.bound = l }
+
+// OnServing registers f to run once Serve has every listener open, before
+// it serves (serve logs "ztpd started" there).
+func (a *App) OnServing(f func()) { a.serving = append(a.serving, f) }
+
+// tftpRunner serves TFTP on a bound socket.
+type tftpRunner struct {
+	srv  *ztptftp.Server
+	conn *net.UDPConn
+}
+
+func (t tftpRunner) Name() string { return t.srv.Name() }
+func (t tftpRunner) Run(ctx context.Context) error {
+	return t.srv.Serve(ctx, t.conn)
+}
