@@ -41,7 +41,7 @@ func TestProfileCheckReportsTemplateErrors(t *testing.T) {
 	// A load-time error: unknown field in a template.
 	os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("name: a\nmatch: {kind: sonic}\n\nhostname: 'sw-{{ .Serail }}'\n"), 0o644)
 	out, err := exec.Command(bin, "profile", "check", "--profiles", dir).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), `a.yaml:4: profile "a": hostname`) || !strings.Contains(string(out), "Serail") {
+	if err == nil || !strings.Contains(string(out), `a.yaml:4:18: profile "a": hostname: unknown field .Serail (did you mean .Serial?)`) || !strings.Contains(string(out), "Serail") {
 		t.Fatalf("want load error naming file, line, profile, field; got %v\n%s", err, out)
 	}
 	// A render-time error: the template is fine, the device makes it invalid.

@@ -189,11 +189,18 @@ type escaper struct {
 	tree *parse.Tree
 }
 
-// where names a node's place in the template for an error: line and the
-// action's text.
-func (e *escaper) where(n parse.Node) string {
-	loc, ctx := e.tree.ErrorContext(n)
-	return loc + " " + ctx
+// tmplPosError is a problem at byte offset off of a template's text.
+type tmplPosError struct {
+	off int
+	msg string
+}
+
+func (e *tmplPosError) Error() string { return e.msg }
+
+// at is a problem with node n: placed at n, and naming the action's text.
+func (e *escaper) at(n parse.Node, format string, args ...any) error {
+	_, ctx := e.tree.ErrorContext(n)
+	return &tmplPosError{off: int(n.Position()), msg: ctx + ": " + fmt.Sprintf(format, args...)}
 }
 
 // lexState is where in the document the output so far ends.
@@ -252,7 +259,7 @@ func (e *escaper) node(n parse.Node, st lexState, next byte) (lexState, error) {
 		}
 		name, err := e.escaperFor(st, next)
 		if err != nil {
-			return st, fmt.Errorf("%s: %v", e.where(x), err)
+			return st, e.at(x, "%v", err)
 		}
 		x.Pipe.Cmds = append(x.Pipe.Cmds, &parse.CommandNode{NodeType: parse.NodeCommand, Pos: x.Pos,
 			Args: []parse.Node{parse.NewIdentifier(name).SetTree(e.tree).SetPos(x.Pos)}})
@@ -267,14 +274,14 @@ func (e *escaper) node(n parse.Node, st lexState, next byte) (lexState, error) {
 			return st, err
 		}
 		if !sameContext(end, st) {
-			return st, fmt.Errorf("%s: the {{range}} body ends in another quoting context than it starts in", e.where(x))
+			return st, e.at(x, "the {{range}} body ends in another quoting context than it starts in")
 		}
 		if x.ElseList != nil {
 			return e.branches(&x.BranchNode, st, "range")
 		}
 		return st, nil
 	case *parse.TemplateNode:
-		return st, fmt.Errorf("%s: {{template}} is not supported in document templates", e.where(x))
+		return st, e.at(x, "{{template}} is not supported in document templates")
 	}
 	return st, nil // comments, break, continue
 }
@@ -289,7 +296,7 @@ func (e *escaper) branches(b *parse.BranchNode, st lexState, what string) (lexSt
 		return st, err
 	}
 	if !sameContext(a, z) {
-		return st, fmt.Errorf("%s: the branches of {{%s}} end in different quoting contexts", e.where(b), what)
+		return st, e.at(b, "the branches of {{%s}} end in different quoting contexts", what)
 	}
 	return a, nil
 }

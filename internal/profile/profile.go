@@ -5,9 +5,13 @@
 //
 // A file holds one or more profiles (YAML documents separated by "---"); a
 // directory contributes its *.yaml and *.yml files in name order. Unknown
-// fields are errors, and every template is parsed and trial-rendered at load,
-// so a typo fails `ztpd serve` and `ztpd profile check` with the file, line,
-// profile and field instead of failing a switch at 3 a.m.
+// fields are errors, every template is parsed, checked (each function and
+// each field of Data it names) and trial-rendered at load, so a typo fails
+// `ztpd serve` and `ztpd profile check` instead of failing a switch at
+// 3 a.m. Loading reports every problem of every file in one pass, in order,
+// each as file:line:column: profile "name": field: problem, the field named
+// as written in YAML (mgmt.prefix), with "did you mean" for a misspelt field,
+// template field or function.
 //
 // Precedence, stated once: profiles are tried in order of
 //
@@ -33,12 +37,15 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+	yaml4 "go.yaml.in/yaml/v4"
 )
 
 // Profile is one loaded, validated profile.
@@ -62,6 +69,8 @@ type Profile struct {
 	sections   []compiledSection
 
 	sectionsUseMgmt bool // a section template refers to .Mgmt
+
+	at fieldPos // where each field's value stands in File
 }
 
 // spec is the YAML form of a profile.
@@ -143,19 +152,56 @@ func (l *StrList) UnmarshalYAML(n *yaml.Node) error {
 	return fmt.Errorf("line %d: want a value or a list of values", n.Line)
 }
 
-// Template is a template string together with the YAML line it came from.
+// Template is a template string together with where it stands in its
+// file.
 type Template struct {
-	Src  string
-	Line int
+	Src    string
+	Line   int
+	Column int
+	style  yaml.Style
+	indent int // a block scalar's content indentation
 }
 
-// UnmarshalYAML takes any scalar (so `prefix: 24` works) and keeps its line.
+// UnmarshalYAML takes any scalar (so `prefix: 24` works) and keeps its place.
 func (t *Template) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
 		return fmt.Errorf("line %d: want a text value", n.Line)
 	}
-	t.Src, t.Line = n.Value, n.Line
+	*t = Template{Src: n.Value, Line: n.Line, Column: n.Column, style: n.Style}
 	return nil
+}
+
+// posIn maps a line and column of the template's text (1-based; column 0
+// unknown) to the profile file. Lines of a literal block scalar (|) map
+// exactly; a quoted or plain value's first line too (escapes in "..."
+// aside); the other lines of a folded or multi-line value map to the line
+// only, approximately.
+func (t Template) posIn(tl, tc int) pos {
+	if t.Line == 0 {
+		return pos{}
+	}
+	if tl < 1 {
+		tl = 1
+	}
+	switch {
+	case t.style&yaml.LiteralStyle != 0:
+		if tc == 0 {
+			return pos{t.Line + tl, 0}
+		}
+		return pos{t.Line + tl, t.indent + tc}
+	case t.style&yaml.FoldedStyle != 0:
+		return pos{t.Line + tl, 0}
+	case tl == 1:
+		if tc == 0 {
+			return pos{t.Line, t.Column}
+		}
+		c := t.Column + tc - 1
+		if t.style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle) != 0 {
+			c++ // the opening quote
+		}
+		return pos{t.Line, c}
+	}
+	return pos{t.Line + tl - 1, 0}
 }
 
 // Set is the loaded profiles in precedence order.
@@ -205,27 +251,58 @@ func (es Errors) Error() string {
 	return "invalid profiles:\n  " + strings.Join(parts, "\n  ")
 }
 
-// FieldError is a problem in one field of one profile.
+// FieldError is a problem in one field of one profile: where it is (file,
+// line and, when known, column), the profile's name, the field's path as
+// written in YAML (mgmt.prefix, sections[0].data) and what is wrong.
 type FieldError struct {
 	File    string
 	Line    int
+	Column  int
 	Profile string
 	Field   string
 	Err     error
 }
 
 func (e *FieldError) Error() string {
-	loc := e.File
+	var b strings.Builder
+	b.WriteString(e.File)
 	if e.Line > 0 {
-		loc = fmt.Sprintf("%s:%d", e.File, e.Line)
+		fmt.Fprintf(&b, ":%d", e.Line)
+		if e.Column > 0 {
+			fmt.Fprintf(&b, ":%d", e.Column)
+		}
 	}
-	if e.Profile == "" {
-		return fmt.Sprintf("%s: %v", loc, e.Err)
+	b.WriteString(": ")
+	if e.Profile != "" {
+		fmt.Fprintf(&b, "profile %q: ", e.Profile)
 	}
-	return fmt.Sprintf("%s: profile %q: %s: %v", loc, e.Profile, e.Field, e.Err)
+	if e.Field != "" {
+		b.WriteString(e.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Err.Error())
+	return b.String()
 }
 
 func (e *FieldError) Unwrap() error { return e.Err }
+
+// sortErrors orders errors by file, line and column; errors without a
+// place (a directory that cannot be read) come first.
+func sortErrors(errs Errors) {
+	sort.SliceStable(errs, func(i, j int) bool {
+		a, aok := errs[i].(*FieldError)
+		b, bok := errs[j].(*FieldError)
+		switch {
+		case !aok || !bok:
+			return !aok && bok
+		case a.File != b.File:
+			return a.File < b.File
+		case a.Line != b.Line:
+			return a.Line < b.Line
+		}
+		return a.Column < b.Column
+	})
+}
 
 // Load reads profiles from files and directories. An empty list gives an
 // empty set.
@@ -254,20 +331,23 @@ func Load(paths []string) (*Set, error) {
 			}
 		}
 	}
-	var all []*Profile
+	var valid, all []*Profile
 	for _, f := range files {
 		raw, err := os.ReadFile(f)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("profiles: %w", err))
 			continue
 		}
-		ps, perrs := Parse(f, raw)
-		all = append(all, ps...)
+		ok, docs, perrs := parseDocs(f, raw)
+		valid, all = append(valid, ok...), append(all, docs...)
 		errs = append(errs, perrs...)
 	}
-	set, serrs := NewSet(all)
-	errs = append(errs, serrs...)
+	// Names must be unique across files, invalid profiles included: a
+	// duplicate is reported together with everything else.
+	errs = append(errs, duplicateNames(all)...)
+	set, _ := NewSet(valid) // its only errors are duplicates, reported above
 	if len(errs) > 0 {
+		sortErrors(errs)
 		return nil, errs
 	}
 	return set, nil
@@ -275,12 +355,10 @@ func Load(paths []string) (*Set, error) {
 
 // NewSet orders profiles by precedence and checks that names are unique.
 func NewSet(ps []*Profile) (*Set, Errors) {
-	var errs Errors
+	errs := duplicateNames(ps)
 	s := &Set{byName: map[string]*Profile{}}
 	for _, p := range ps {
-		if o, dup := s.byName[p.Name]; dup {
-			errs = append(errs, &FieldError{File: p.File, Line: p.Line, Profile: p.Name, Field: "name",
-				Err: fmt.Errorf("also defined at %s:%d", o.File, o.Line)})
+		if _, dup := s.byName[p.Name]; dup {
 			continue
 		}
 		s.byName[p.Name] = p
@@ -299,59 +377,122 @@ func NewSet(ps []*Profile) (*Set, Errors) {
 	return s, errs
 }
 
-// Parse decodes every profile document in raw; file names the source in
-// errors and anchors relative template file paths.
-func Parse(file string, raw []byte) ([]*Profile, Errors) {
-	var out []*Profile
+// duplicateNames reports every profile whose name an earlier one has.
+func duplicateNames(ps []*Profile) Errors {
 	var errs Errors
-	// Pass one finds where each document starts; pass two decodes strictly
-	// (a yaml.Node's own Decode would not reject unknown fields).
-	var lines []int
-	var empty []bool
-	nodes := yaml.NewDecoder(bytes.NewReader(raw))
-	for {
-		var node yaml.Node
-		err := nodes.Decode(&node)
-		if errors.Is(err, io.EOF) {
-			break
+	first := map[string]*Profile{}
+	for _, p := range ps {
+		if p.Name == "" {
+			continue
 		}
-		if err != nil {
-			return nil, Errors{&FieldError{File: file, Err: cleanYAMLErr(err)}}
+		o, dup := first[p.Name]
+		if !dup {
+			first[p.Name] = p
+			continue
 		}
-		line := node.Line
-		if len(node.Content) > 0 {
-			line = node.Content[0].Line
+		at, oat := p.at.of("name"), o.at.of("name")
+		if at.line == 0 {
+			at = pos{p.Line, 0}
 		}
-		lines = append(lines, line)
-		empty = append(empty, len(node.Content) == 0 ||
-			(node.Content[0].Kind == yaml.ScalarNode && node.Content[0].Tag == "!!null"))
+		if oat.line == 0 {
+			oat = pos{o.Line, 0}
+		}
+		errs = append(errs, &FieldError{File: p.File, Line: at.line, Column: at.col, Profile: p.Name, Field: "name",
+			Err: fmt.Errorf("also defined at %s:%d", o.File, oat.line)})
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	dec.KnownFields(true)
-	for i, line := range lines {
-		p := &Profile{File: file, Line: line}
-		err := dec.Decode(&p.spec)
+	return errs
+}
+
+// Parse decodes every profile document in raw; file names the source in
+// errors and anchors relative template file paths. It reports every
+// problem of every document, in order of position; only a YAML syntax
+// error ends the file early (the documents before it are still checked).
+// Profiles with problems are left out.
+func Parse(file string, raw []byte) ([]*Profile, Errors) {
+	ps, _, errs := parseDocs(file, raw)
+	return ps, errs
+}
+
+// parseDocs is Parse that also returns every document's profile, valid or not.
+func parseDocs(file string, raw []byte) (valid, all []*Profile, errs Errors) {
+	docs := yaml.NewDecoder(bytes.NewReader(raw))
+	for {
+		var doc yaml.Node
+		err := docs.Decode(&doc)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			errs = append(errs, &FieldError{File: file, Line: line, Err: cleanYAMLErr(err)})
+			errs = append(errs, syntaxError(file, raw, err))
+			break
+		}
+		if len(doc.Content) == 0 || isNull(doc.Content[0]) {
 			continue
 		}
-		if empty[i] {
-			continue
-		}
-		if perrs := p.compile(filepath.Dir(file)); len(perrs) > 0 {
+		root := doc.Content[0]
+		p := &Profile{File: file, Line: root.Line}
+		d := newDecoder(raw)
+		d.decode(root, reflect.ValueOf(&p.spec).Elem(), "")
+		p.at = d.at
+		all = append(all, p)
+		perrs := p.compile(filepath.Dir(file), d)
+		if len(perrs) > 0 {
 			errs = append(errs, perrs...)
 			continue
 		}
-		out = append(out, p)
+		valid = append(valid, p)
 	}
-	return out, errs
+	sortErrors(errs)
+	return valid, all, errs
 }
 
-func cleanYAMLErr(err error) error {
-	return errors.New(strings.TrimPrefix(err.Error(), "yaml: "))
+var yamlLineRE = regexp.MustCompile(`^(?:yaml: )?line (\d+): `)
+
+// syntaxError places a YAML syntax error. yaml.v3 reports the line of the
+// enclosing construct, 0-based, for many parser errors (line 1 for a
+// bracket left open on line 3), so the place comes from yaml.v4's parser,
+// which reports the line and column of the offending token.
+func syntaxError(file string, raw []byte, err error) error {
+	fe := &FieldError{File: file, Err: fmt.Errorf("YAML syntax: %s", strings.TrimPrefix(err.Error(), "yaml: "))}
+	docs := yaml4.NewDecoder(bytes.NewReader(raw))
+	for {
+		var n yaml4.Node
+		err4 := docs.Decode(&n)
+		if err4 == nil {
+			continue
+		}
+		var le *yaml4.LoadError
+		switch {
+		case errors.As(err4, &le) && le.Mark.Line > 0:
+			fe.Line, fe.Column = le.Mark.Line, le.Mark.Column
+			msg := "YAML syntax: " + le.Message
+			if le.ContextMsg != "" && le.ContextMark.Line > 0 && le.ContextMark != le.Mark {
+				msg += fmt.Sprintf(" (%s that starts at line %d column %d)", le.ContextMsg, le.ContextMark.Line, le.ContextMark.Column)
+			}
+			fe.Err = errors.New(msg)
+		case !utf8.Valid(raw):
+			off := 0
+			for off < len(raw) {
+				r, n := utf8.DecodeRune(raw[off:])
+				if r == utf8.RuneError && n <= 1 {
+					break
+				}
+				off += n
+			}
+			fe.Line, fe.Column = lineColOf(string(raw), off)
+			fe.Err = errors.New("not UTF-8 text: YAML files must be UTF-8")
+		default:
+			// yaml.v4 reads what yaml.v3 refuses: yaml.v3's own line,
+			// approximate, is better than none (it leaves out line 1).
+			fe.Line = 1
+			if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
+				fe.Line, _ = strconv.Atoi(m[1])
+				fe.Line = max(fe.Line, 1)
+				fe.Err = fmt.Errorf("YAML syntax: %s", strings.TrimPrefix(err.Error(), m[0]))
+			}
+		}
+		return fe
+	}
 }
 
 var (
@@ -367,53 +508,59 @@ var (
 		"reboot-on-failure": true, "halt-on-failure": true}
 )
 
-// compile validates the spec and parses every template.
-func (p *Profile) compile(dir string) Errors {
-	var errs Errors
-	add := func(field string, line int, format string, args ...any) {
-		if line == 0 {
-			line = p.Line
-		}
-		errs = append(errs, &FieldError{File: p.File, Line: line, Profile: p.Name, Field: field, Err: fmt.Errorf(format, args...)})
+// compile validates the spec and parses and checks every template. It
+// reports every problem it finds; fields whose values did not decode (d.bad)
+// are not reported again.
+func (p *Profile) compile(dir string, d *decoder) Errors {
+	c := &compiler{p: p, d: d}
+	for _, pr := range d.problems {
+		c.addIn(pr.file, pr.field, pr.at, pr.err)
 	}
-	if !nameRE.MatchString(p.Name) {
-		add("name", 0, "%q: use 1-63 lower-case letters, digits and . _ - starting with a letter or digit", p.Name)
+	if p.Name == "" {
+		if _, given := p.at["name"]; !given && !d.bad["name"] {
+			c.addAt("name", pos{p.Line, 0}, "required: every profile has a name")
+		} else {
+			c.add("name", "empty: use 1-63 lower-case letters, digits and . _ - starting with a letter or digit")
+		}
+	} else if !nameRE.MatchString(p.Name) {
+		c.add("name", "%q: use 1-63 lower-case letters, digits and . _ - starting with a letter or digit", p.Name)
 	}
 	m := &p.Match
 	for _, f := range []struct {
 		name string
 		vals StrList
 	}{{"serial", m.Serial}, {"product", m.Product}, {"platform", m.Platform}} {
-		for _, v := range f.vals {
+		for i, v := range f.vals {
 			if _, err := path.Match(v, ""); err != nil || v == "" {
-				add("match."+f.name, 0, "%q is not a valid glob pattern", v)
+				c.addItem("match."+f.name, i, "%q is not a valid glob pattern", v)
 			}
 		}
 	}
-	for _, v := range m.MAC {
+	for i, v := range m.MAC {
 		lv := strings.ToLower(strings.TrimSpace(v))
 		if _, err := path.Match(lv, ""); err != nil || lv == "" {
-			add("match.mac", 0, "%q is not a MAC address or glob", v)
+			c.addItem("match.mac", i, "%q is not a MAC address or glob", v)
 		}
 		p.macs = append(p.macs, lv)
 	}
-	for _, v := range m.Kind {
+	for i, v := range m.Kind {
 		switch v {
 		case "sonic", "onie", "vm", "unknown":
 		default:
-			add("match.kind", 0, "%q is not one of sonic, onie, vm, unknown", v)
+			c.addItem("match.kind", i, "%q is not one of sonic, onie, vm, unknown%s", v,
+				didYouMean(v, []string{"sonic", "onie", "vm", "unknown"}, strconv.Quote))
 		}
 	}
-	for _, v := range m.Subnet {
+	for i, v := range m.Subnet {
 		if strings.Contains(v, "/") {
 			pfx, err := netip.ParsePrefix(v)
 			if err != nil {
-				add("match.subnet", 0, "%q is not a CIDR", v)
+				c.addItem("match.subnet", i, "%q is not a CIDR", v)
 				continue
 			}
 			p.subnets = append(p.subnets, pfx.Masked())
 		} else if v == "" {
-			add("match.subnet", 0, "empty subnet name")
+			c.addItem("match.subnet", i, "empty subnet name")
 		} else {
 			p.subnetNames = append(p.subnetNames, v)
 		}
@@ -424,41 +571,25 @@ func (p *Profile) compile(dir string) Errors {
 		}
 	}
 
-	parse := func(field string, t Template, def string) *tmpl {
-		src := t.Src
-		if src == "" {
-			if def == "" {
-				return nil
-			}
-			src = def
-		}
-		tp, err := newTmpl(field, src)
-		if err != nil {
-			add(field, t.Line, "%v", err)
-			return nil
-		}
-		tp.line = t.Line
-		return tp
-	}
-	p.hostname = parse("hostname", p.Hostname, defaultHostname)
+	p.hostname = c.inline("hostname", p.Hostname, defaultHostname)
 	if h := p.Hostname.Src; h != "" && !strings.Contains(h, "{{") {
 		if err := checkHostname(h); err != nil {
-			add("hostname", p.Hostname.Line, "%v", err)
+			c.add("hostname", "%v", err)
 		}
 	}
-	p.hwsku = parse("hwsku", p.HWSKU, "")
+	p.hwsku = c.inline("hwsku", p.HWSKU, "")
 	if mg := p.spec.Mgmt; mg != nil {
 		if mg.Interface == "" {
 			mg.Interface = "eth0"
 		}
 		if !ifaceRE.MatchString(mg.Interface) {
-			add("mgmt.interface", 0, "%q is not an interface name", mg.Interface)
+			c.add("mgmt.interface", "%q is not an interface name", mg.Interface)
 		}
 		if mg.Prefix.Src == "" {
-			add("mgmt.prefix", 0, "required when mgmt is set (e.g. 24)")
+			c.add("mgmt.prefix", "required when mgmt is set (e.g. 24)")
 		} else if !strings.Contains(mg.Prefix.Src, "{{") {
 			if n, err := strconv.Atoi(mg.Prefix.Src); err != nil || n < 1 || n > 32 {
-				add("mgmt.prefix", mg.Prefix.Line, "%q is not a prefix length 1..32", mg.Prefix.Src)
+				c.add("mgmt.prefix", "%q is not a prefix length 1..32", mg.Prefix.Src)
 			}
 		}
 		for _, t := range []struct {
@@ -467,22 +598,22 @@ func (p *Profile) compile(dir string) Errors {
 		}{{"mgmt.ip", mg.IP}, {"mgmt.gateway", mg.Gateway}} {
 			if t.t.Src != "" && !strings.Contains(t.t.Src, "{{") {
 				if a, err := netip.ParseAddr(t.t.Src); err != nil || !a.Is4() {
-					add(t.field, t.t.Line, "%q is not an IPv4 address", t.t.Src)
+					c.add(t.field, "%q is not an IPv4 address", t.t.Src)
 				}
 			}
 		}
-		p.mgmtIP = parse("mgmt.ip", mg.IP, "{{ .IP }}")
-		p.mgmtPrefix = parse("mgmt.prefix", mg.Prefix, "")
-		p.mgmtGW = parse("mgmt.gateway", mg.Gateway, "")
+		p.mgmtIP = c.inline("mgmt.ip", mg.IP, "{{ .IP }}")
+		p.mgmtPrefix = c.inline("mgmt.prefix", mg.Prefix, "")
+		p.mgmtGW = c.inline("mgmt.gateway", mg.Gateway, "")
 	}
 	if sc := p.spec.SONiC; sc != nil {
 		if sc.Version == "" {
-			add("sonic.version", 0, "required: the SONiC build version the switch must run, e.g. 202405.1")
+			c.add("sonic.version", "required: the SONiC build version the switch must run, e.g. 202405.1")
 		} else if !versionRE.MatchString(BuildVersion(sc.Version)) {
-			add("sonic.version", 0, "%q is not a SONiC version", sc.Version)
+			c.add("sonic.version", "%q is not a SONiC version", sc.Version)
 		}
 		if sc.Image != "" && !imageNameRE.MatchString(sc.Image) {
-			add("sonic.image", 0, "%q is not an image name", sc.Image)
+			c.add("sonic.image", "%q is not an image name", sc.Image)
 		}
 	}
 	if cd := p.spec.ConfigDB; cd != nil {
@@ -491,62 +622,71 @@ func (p *Profile) compile(dir string) Errors {
 			cd.Mode = ModeMerge
 		case ModeMerge, ModeReplace, ModeNone:
 		default:
-			add("config_db.mode", 0, "%q is not one of merge, replace, none", cd.Mode)
+			c.add("config_db.mode", "%q is not one of merge, replace, none%s", cd.Mode,
+				didYouMean(cd.Mode, []string{ModeMerge, ModeReplace, ModeNone}, strconv.Quote))
 		}
-		p.configDB = p.loadSource(dir, "config_db", cd.File, cd.Inline, docJSON, add)
+		p.configDB = c.source(dir, "config_db", cd.File, cd.Inline, docJSON)
 	}
 	if vm := p.spec.VM; vm != nil {
-		p.userData = p.loadSource(dir, "vm.user_data", vm.UserData.File, vm.UserData.Inline, docYAML, add)
+		p.userData = c.source(dir, "vm.user_data", vm.UserData.File, vm.UserData.Inline, docYAML)
 		for i, k := range vm.PublicKeys {
 			if strings.ContainsAny(k, "\r\n") || len(strings.Fields(k)) < 2 {
-				add(fmt.Sprintf("vm.public_keys[%d]", i), 0, "not a one-line SSH public key")
+				c.add(fmt.Sprintf("vm.public_keys[%d]", i), "not a one-line SSH public key")
 			}
 		}
 	}
 	if p.Cluster != "" && !nameRE.MatchString(strings.ToLower(p.Cluster)) {
-		add("cluster", 0, "%q is not a cluster name", p.Cluster)
+		c.add("cluster", "%q is not a cluster name", p.Cluster)
 	}
 	switch p.Role {
 	case "", "control-plane", "worker", "sonic":
 	default:
-		add("role", 0, "%q is not one of control-plane, worker, sonic", p.Role)
+		c.add("role", "%q is not one of control-plane, worker, sonic%s", p.Role,
+			didYouMean(p.Role, []string{"control-plane", "worker", "sonic"}, strconv.Quote))
 	}
 	if p.Role != "" && p.Cluster == "" {
-		add("role", 0, "role without a cluster")
+		c.add("role", "role without a cluster")
+	}
+	opts := make([]string, 0, len(ztpOptions))
+	for k := range ztpOptions {
+		opts = append(opts, k)
 	}
 	for k := range p.ZTPOptions {
 		if !ztpOptions[k] {
-			add("ztp_options."+k, 0, "unknown ztp.json global option")
+			c.add("ztp_options."+k, "unknown ztp.json global option%s", didYouMean(k, opts, func(s string) string { return s }))
 		}
 	}
 	seen := map[string]bool{}
 	for i, s := range p.Sections {
 		field := fmt.Sprintf("sections[%d]", i)
-		if !sectionRE.MatchString(s.Name) {
-			add(field+".name", s.Data.Line, "%q: use lower-case letters, digits and -, without a number prefix (ztpd numbers sections)", s.Name)
+		switch {
+		case s.Name == "":
+			c.add(field+".name", "required: the section's name (a built-in plugin such as snmp, or a name with a plugin)")
 			continue
-		}
-		if reserved[s.Name] {
-			add(field+".name", s.Data.Line, "%q is generated by ztpd; set it through the profile's own fields", s.Name)
+		case !sectionRE.MatchString(s.Name):
+			c.add(field+".name", "%q: use lower-case letters, digits and -, without a number prefix (ztpd numbers sections)", s.Name)
+			continue
+		case reserved[s.Name]:
+			c.add(field+".name", "%q is generated by ztpd; set it through the profile's own fields", s.Name)
 			continue
 		}
 		if seen[s.Name] {
-			add(field+".name", s.Data.Line, "%q appears twice", s.Name)
+			c.add(field+".name", "%q appears twice", s.Name)
 		}
 		seen[s.Name] = true
 		if s.Data.Kind != yaml.MappingNode {
-			add(field+".data", s.Data.Line, "must be a mapping of the section's keys")
+			if !c.suppressed(field + ".data") {
+				c.add(field+".data", "must be a mapping of the section's keys")
+			}
 			continue
 		}
-		body, err := compileTree(field+".data", &s.Data)
-		if err != nil {
-			add(field+".data", s.Data.Line, "%v", err)
+		body, ok := c.tree(field+".data", &s.Data).(map[string]any)
+		if !ok {
 			continue
 		}
-		bm := body.(map[string]any)
 		if !builtins[s.Name] {
-			if _, ok := bm["plugin"]; !ok {
-				add(field, s.Data.Line, "%q is not a built-in SONiC ZTP plugin (%s); give a plugin", s.Name, builtinList())
+			if _, ok := body["plugin"]; !ok {
+				c.add(field+".name", "%q is not a built-in SONiC ZTP plugin (%s); give a plugin", s.Name, builtinList())
 			}
 		}
 		p.sections = append(p.sections, compiledSection{name: s.Name, body: body})
@@ -554,12 +694,9 @@ func (p *Profile) compile(dir string) Errors {
 			p.sectionsUseMgmt = true
 		}
 	}
-	if len(errs) == 0 {
-		if _, err := p.render(SampleFacts(), Env{BaseURL: "http://192.0.2.1:8080"}, RenderAll, false); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errs
+	c.trial() // the templates that compiled, whatever else is wrong
+
+	return c.errs
 }
 
 // mentions reports whether any scalar under n contains word.
@@ -584,22 +721,23 @@ func builtinList() string {
 	return strings.Join(l, ", ")
 }
 
-// loadSource parses a template given as a file (relative to the profile) or
-// inline text.
-// loadSource reads and parses a document template, and makes it escape
-// every value for its place in a document of kind k (see escape.go). User
-// data escapes as YAML only when it is a cloud-config; a script or MIME
-// user data is rendered as written.
-func (p *Profile) loadSource(dir, field, file, inline string, k docKind, add func(string, int, string, ...any)) *tmpl {
+// loadSource reads and parses a document template given as a file
+// (relative to the profile) or inline text, and makes it escape every
+// value for its place in a document of kind k (see escape.go). User data
+// escapes as YAML only when it is a cloud-config; a script or MIME user
+// data is rendered as written.
+func (c *compiler) source(dir, field, file, inline string, k docKind) *tmpl {
 	switch {
 	case file != "" && inline != "":
-		add(field, 0, "give file or inline, not both")
+		c.add(field, "give file or inline, not both")
 		return nil
 	case file == "" && inline == "":
-		add(field, 0, "needs file or inline")
+		if !c.suppressed(field+".file") && !c.suppressed(field+".inline") {
+			c.add(field, "needs file or inline")
+		}
 		return nil
 	}
-	src, name := inline, field
+	var t *tmpl
 	if file != "" {
 		fp := file
 		if !filepath.IsAbs(fp) {
@@ -607,21 +745,33 @@ func (p *Profile) loadSource(dir, field, file, inline string, k docKind, add fun
 		}
 		raw, err := os.ReadFile(fp)
 		if err != nil {
-			add(field+".file", 0, "%v", err)
+			c.add(field+".file", "%v", err)
 			return nil
 		}
-		src, name = string(raw), fp
+		t = c.template(field, fp, string(raw), func(tl, tc int) (string, pos) { return fp, pos{tl, tc} })
+	} else {
+		var where Template
+		if tv, ok := c.d.text[field+".inline"]; ok {
+			where = tv
+		}
+		t = c.template(field, field, inline, func(tl, tc int) (string, pos) { return "", where.posIn(tl, tc) })
 	}
-	t, err := newTmpl(name, src)
-	if err != nil {
-		add(field, 0, "%v", err)
+	if t == nil {
 		return nil
 	}
-	if k == docYAML && !isCloudConfig(src) {
+	if k == docYAML && !isCloudConfig(t.src) {
 		return t
 	}
 	if err := escapeDoc(t.t, k); err != nil {
-		add(field, 0, "%v", err)
+		var pe *tmplPosError
+		if errors.As(err, &pe) {
+			tl, tc := lineColOf(t.src, pe.off)
+			file, at := t.loc(tl, tc)
+			c.addIn(file, field, at, errors.New(pe.msg))
+		} else {
+			file, at := t.loc(1, 0)
+			c.addIn(file, field, at, err)
+		}
 		return nil
 	}
 	t.doc = k

@@ -93,7 +93,7 @@ func TestLoadErrorsNameFileLineProfileField(t *testing.T) {
 		body string
 		want []string
 	}{
-		{"name: x\nhostnme: a\n", []string{"bad.yaml:", "hostnme", "not found"}},
+		{"name: x\nhostnme: a\n", []string{"bad.yaml:2:1:", "hostnme", "unknown field (did you mean hostname?)"}},
 		{"name: x\nhostname: '{{ .Serail }}'\n", []string{"bad.yaml:2", `profile "x"`, "hostname", "Serail"}},
 		{"name: x\nhostname: '{{ .Serial '\n", []string{"bad.yaml:2", "hostname", "unclosed action"}},
 		{"name: x\nmgmt: {ip: '{{ .IP }}'}\n", []string{"mgmt.prefix", "required"}},
@@ -180,9 +180,23 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, src string) {
 		ps, errs := Parse("/nonexistent/fuzz/f.yaml", []byte(src))
 		if len(errs) > 0 {
-			for _, e := range errs {
-				if e.Error() == "" {
+			for i, e := range errs {
+				// Every problem is placed: a line in the profile file (or
+				// in a template file it names, which here never exists).
+				var fe *FieldError
+				if !errors.As(e, &fe) {
+					t.Fatalf("error %T without a place: %v", e, e)
+				}
+				if fe.Line <= 0 && !strings.HasSuffix(fe.Field, ".file") {
+					t.Fatalf("error without a line: %v\n%q", e, src)
+				}
+				if fe.Err == nil || fe.Err.Error() == "" {
 					t.Fatal("empty error")
+				}
+				if i > 0 {
+					if p, ok := errs[i-1].(*FieldError); ok && p.File == fe.File && (p.Line > fe.Line || p.Line == fe.Line && p.Column > fe.Column) {
+						t.Fatalf("errors out of order: %v before %v", p, fe)
+					}
 				}
 			}
 			return

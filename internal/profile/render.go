@@ -11,8 +11,6 @@ import (
 	"strings"
 	"sync"
 	"text/template"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // config_db modes: how the switch applies the rendered config_db.json.
@@ -189,7 +187,7 @@ func (p *Profile) render(f *Facts, env Env, parts Parts, checkValues bool) (*Res
 		if line == 0 {
 			line = p.Line
 		}
-		return nil, &FieldError{File: p.File, Line: line, Profile: p.Name, Field: field, Err: err}
+		return nil, &FieldError{File: p.File, Line: line, Profile: p.Name, Field: field, Err: cleanExecErr(err)}
 	}
 	var err error
 	if d.Hostname, err = p.hostname.exec(d); err != nil {
@@ -390,6 +388,10 @@ type tmpl struct {
 	line int
 	t    *template.Template
 	doc  docKind // the document kind its actions are escaped for, 0: none
+	src  string
+	// loc maps a line and column of src to its file ("" = the profile's)
+	// and position there.
+	loc func(tl, tc int) (string, pos)
 }
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
@@ -464,58 +466,6 @@ type compiledSection struct {
 	body any
 }
 
-func compileTree(field string, n *yaml.Node) (any, error) {
-	switch n.Kind {
-	case yaml.MappingNode:
-		m := make(map[string]any, len(n.Content)/2)
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := n.Content[i]
-			if k.Kind != yaml.ScalarNode {
-				return nil, fmt.Errorf("line %d: keys must be plain text", k.Line)
-			}
-			if _, dup := m[k.Value]; dup {
-				return nil, fmt.Errorf("line %d: key %q appears twice", k.Line, k.Value)
-			}
-			v, err := compileTree(field+"."+k.Value, n.Content[i+1])
-			if err != nil {
-				return nil, err
-			}
-			m[k.Value] = v
-		}
-		return m, nil
-	case yaml.SequenceNode:
-		l := make([]any, 0, len(n.Content))
-		for _, c := range n.Content {
-			v, err := compileTree(field, c)
-			if err != nil {
-				return nil, err
-			}
-			l = append(l, v)
-		}
-		return l, nil
-	case yaml.AliasNode:
-		return compileTree(field, n.Alias)
-	case yaml.ScalarNode:
-		if n.Tag == "!!str" || n.Tag == "" {
-			if strings.Contains(n.Value, "{{") {
-				t, err := newTmpl(field, n.Value)
-				if err != nil {
-					return nil, fmt.Errorf("line %d: %v", n.Line, err)
-				}
-				t.line = n.Line
-				return t, nil
-			}
-			return n.Value, nil
-		}
-		var v any
-		if err := n.Decode(&v); err != nil {
-			return nil, fmt.Errorf("line %d: %v", n.Line, err)
-		}
-		return v, nil
-	}
-	return nil, fmt.Errorf("line %d: unsupported YAML node", n.Line)
-}
-
 func renderTree(v any, d *Data) (any, error) {
 	switch x := v.(type) {
 	case map[string]any:
@@ -541,7 +491,7 @@ func renderTree(v any, d *Data) (any, error) {
 	case *tmpl:
 		s, err := x.exec(d)
 		if err != nil {
-			return nil, fmt.Errorf("line %d: %v", x.line, err)
+			return nil, fmt.Errorf("line %d: %v", x.line, cleanExecErr(err))
 		}
 		return s, nil
 	}
