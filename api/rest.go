@@ -58,4 +58,5 @@ func (s *Server) routeREST(e *gin.Engine) {
 	g.GET("/tokens", admin, s.listTokens)
 	g.POST("/tokens/:id/revoke", admin, s.revokeToken)
 	g.GET("/events", s.listEvents)
+	g.GET("/refusals", admin, s.listRefusals)
 }

@@ -38,9 +38,19 @@ type restDevice struct {
 	Role        string            `json:"role,omitempty"`
 	Profile     string            `json:"profile,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`
+	Refusal     restRefusal       `json:"refusal,omitzero"`
 	FirstSeen   time.Time         `json:"first_seen"`
 	LastSeen    time.Time         `json:"last_seen"`
 	UpdatedAt   time.Time         `json:"updated_at"`
+}
+
+// restRefusal is why a device's last ZTP request got no content
+// (openapi.json DeviceRefusal).
+type restRefusal struct {
+	What   string    `json:"what"`
+	Kind   string    `json:"kind"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
 }
 
 func restDeviceOf(d core.Device) restDevice {
@@ -48,7 +58,7 @@ func restDeviceOf(d core.Device) restDevice {
 		Hostname: d.Hostname, ClientID: d.ClientID, VendorClass: d.VendorClass, SONiCVer: d.SONiCVer, IP: d.IP,
 		Subnet: d.Subnet, RelayAddr: d.RelayAddr, CircuitID: d.CircuitID, RemoteID: d.RemoteID, BaseMAC: d.BaseMAC,
 		FixedIP: d.FixedIP, State: d.State, Approved: d.Approved, Cluster: d.Cluster, Role: d.Role, Profile: d.Profile,
-		Labels: d.Labels, FirstSeen: d.FirstSeen, LastSeen: d.LastSeen, UpdatedAt: d.UpdatedAt}
+		Labels: d.Labels, Refusal: restRefusal(d.Refusal), FirstSeen: d.FirstSeen, LastSeen: d.LastSeen, UpdatedAt: d.UpdatedAt}
 }
 
 // restLease is a lease as the REST API shows it (openapi.json Lease).
@@ -88,9 +98,16 @@ func (s *Server) listDevices(c *gin.Context) {
 		return
 	}
 	var keep func(core.Device) bool
-	if state != "" || kind != "" || cluster != "" || subnet != "" || approved != "" || own != nil {
+	// state=unmatched: the devices whose last ZTP request got no content
+	// (no profile matches them, or a refused request), whatever their state.
+	unmatched := state == "unmatched"
+	if unmatched {
+		state = ""
+	}
+	if state != "" || unmatched || kind != "" || cluster != "" || subnet != "" || approved != "" || own != nil {
 		keep = func(d core.Device) bool {
-			return (own == nil || own[d.Cluster]) && (state == "" || string(d.State) == state) && (kind == "" || string(d.Kind) == kind) &&
+			return (own == nil || own[d.Cluster]) && (state == "" || string(d.State) == state) && (!unmatched || d.Refusal.Refused()) &&
+				(kind == "" || string(d.Kind) == kind) &&
 				(cluster == "" || d.Cluster == cluster) && (subnet == "" || d.Subnet == subnet) &&
 				(approved == "" || strconv.FormatBool(d.Approved) == approved)
 		}

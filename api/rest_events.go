@@ -1,6 +1,8 @@
 package api
 
 import (
+	"cmp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,7 +29,11 @@ func restEventOf(e core.Event) restEvent {
 
 // listEvents pages through the device and audit streams, alone or merged
 // in sequence order. ?since=<seq> starts after that sequence number, like
-// a cursor (whichever is later wins).
+// a cursor (whichever is later wins); ?from=<RFC 3339 time> keeps events
+// from that time on; ?tail=<n> answers the newest n matching events
+// (oldest first) in one page. A page without next_cursor carries last_seq:
+// every event up to it was considered, so since=<last_seq> resumes with
+// nothing lost and nothing repeated (ztpd events --follow).
 func (s *Server) listEvents(c *gin.Context) {
 	limit, pos, ok := listParams(c)
 	if !ok {
@@ -46,6 +52,24 @@ func (s *Server) listEvents(c *gin.Context) {
 		}
 		after = max(after, seq)
 	}
+	tail := 0
+	if v := c.Query("tail"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxLimit {
+			restRefuse(c, core.KindInvalid, "tail must be 1.."+strconv.Itoa(maxLimit))
+			return
+		}
+		tail = n
+	}
+	var from time.Time
+	if v := c.Query("from"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			restRefuse(c, core.KindInvalid, "from must be an RFC 3339 time, e.g. 2026-12-03T10:00:00Z")
+			return
+		}
+		from = t
+	}
 	typ, device, cluster := c.Query("type"), c.Query("device"), c.Query("cluster")
 	// A user key sees its clusters' events and those naming its account
 	// (its writes, also of clusters since deleted).
@@ -55,11 +79,12 @@ func (s *Server) listEvents(c *gin.Context) {
 	}
 	account := callerOf(c).AccountName()
 	var keep func(core.Event) bool
-	if typ != "" || device != "" || cluster != "" || own != nil {
+	if typ != "" || device != "" || cluster != "" || own != nil || !from.IsZero() {
 		keep = func(e core.Event) bool {
 			return (own == nil || (e.Cluster != "" && own[e.Cluster]) || e.Fields["account"] == account) &&
 				(typ == "" || e.Type == typ || strings.HasPrefix(e.Type, typ+".")) &&
-				(device == "" || e.Device == device) && (cluster == "" || e.Cluster == cluster)
+				(device == "" || e.Device == device) && (cluster == "" || e.Cluster == cluster) &&
+				(from.IsZero() || !e.Time.Before(from))
 		}
 	}
 	var streams []core.EventStream
@@ -75,7 +100,63 @@ func (s *Server) listEvents(c *gin.Context) {
 		return
 	}
 	// Events change all the time: not worth keeping in the response cache.
+	if tail > 0 {
+		s.writeAppended(c, func(buf []byte) ([]byte, error) { return s.appendEventsTail(buf, streams, tail, after, keep) })
+		return
+	}
 	s.writeAppended(c, func(buf []byte) ([]byte, error) { return s.appendEventsPage(buf, streams, limit, after, keep) })
+}
+
+// appendEventsTail appends the newest n events after sequence number after
+// that keep accepts, oldest first, and last_seq.
+func (s *Server) appendEventsTail(buf []byte, streams []core.EventStream, n int, after uint64, keep func(core.Event) bool) ([]byte, error) {
+	err := s.st.View(func(tx core.Tx) error {
+		scanned := after
+		var newest []core.Event
+		for _, st := range streams {
+			ring := make([]core.Event, 0, n)
+			next := 0 // where the next kept event goes once ring is full
+			err := tx.Events().List(st, after, func(e core.Event) (bool, error) {
+				scanned = max(scanned, e.Seq)
+				if keep != nil && !keep(e) {
+					return true, nil
+				}
+				if len(ring) < n {
+					ring = append(ring, e)
+				} else {
+					ring[next] = e
+					next = (next + 1) % n
+				}
+				return true, nil
+			})
+			if err != nil {
+				return err
+			}
+			newest = append(newest, ring[next:]...)
+			newest = append(newest, ring[:next]...)
+		}
+		slices.SortFunc(newest, func(a, b core.Event) int { return cmp.Compare(a.Seq, b.Seq) })
+		newest = newest[max(0, len(newest)-n):]
+		buf = append(buf, `{"items":[`...)
+		for i, e := range newest {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			var err error
+			if buf, err = appendEventView(buf, e); err != nil {
+				return err
+			}
+		}
+		buf = appendLastSeq(appendPageEnd(buf, false, ""), scanned)
+		return nil
+	})
+	return buf, err
+}
+
+// appendLastSeq adds last_seq to a page object buf ends with.
+func appendLastSeq(buf []byte, seq uint64) []byte {
+	buf = append(buf[:len(buf)-1], `,"last_seq":`...)
+	return append(strconv.AppendUint(buf, seq, 10), '}')
 }
 
 // appendEventsPage appends one page of events after sequence number
@@ -84,13 +165,28 @@ func (s *Server) listEvents(c *gin.Context) {
 // events and the page is their merge in sequence order.
 func (s *Server) appendEventsPage(buf []byte, streams []core.EventStream, limit int, after uint64, keep func(core.Event) bool) ([]byte, error) {
 	err := s.st.View(func(tx core.Tx) error {
+		// scanned: the newest event considered; a page that ends the
+		// listing carries it as last_seq.
+		scanned := after
 		if len(streams) == 1 {
+			more := false
 			list := func(pos string, fn core.Visit[core.Event]) error {
 				after, _ := parseEventPos(pos)
-				return tx.Events().List(streams[0], after, fn)
+				return tx.Events().List(streams[0], after, func(e core.Event) (bool, error) {
+					ok, err := fn(e)
+					if ok && err == nil {
+						scanned = max(scanned, e.Seq)
+					} else if err == nil {
+						more = true // visited past a full page
+					}
+					return ok, err
+				})
 			}
 			var err error
 			buf, err = appendPage(buf, list, eventPos(after), limit, func(e core.Event) string { return eventPos(e.Seq) }, keep, appendEventView)
+			if err == nil && !more {
+				buf = appendLastSeq(buf, scanned)
+			}
 			return err
 		}
 		// Each stream is in sequence order already: merge, do not sort.
@@ -98,6 +194,7 @@ func (s *Server) appendEventsPage(buf []byte, streams []core.EventStream, limit 
 		for i, st := range streams {
 			lists[i] = make([]core.Event, 0, limit+1)
 			err := tx.Events().List(st, after, func(e core.Event) (bool, error) {
+				scanned = max(scanned, e.Seq)
 				if keep != nil && !keep(e) {
 					return true, nil
 				}
@@ -118,7 +215,8 @@ func (s *Server) appendEventsPage(buf []byte, streams []core.EventStream, limit 
 				}
 			}
 			if next < 0 {
-				buf = appendPageEnd(buf, false, "")
+				// Every stream was listed to its end: all of it considered.
+				buf = appendLastSeq(appendPageEnd(buf, false, ""), scanned)
 				return nil
 			}
 			if n == limit {

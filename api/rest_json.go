@@ -102,6 +102,18 @@ func (d restDevice) appendJSON(buf []byte) ([]byte, error) {
 		buf = jsontext.AppendStringMap(buf, d.Labels)
 	}
 	var err error
+	if r := &d.Refusal; *r != (restRefusal{}) {
+		buf = append(buf, `,"refusal":{"what":`...)
+		buf = jsontext.AppendString(buf, r.What)
+		buf = append(buf, `,"kind":`...)
+		buf = jsontext.AppendString(buf, r.Kind)
+		buf = append(buf, `,"reason":`...)
+		buf = jsontext.AppendString(buf, r.Reason)
+		if buf, err = appendTimeField(buf, `,"at":`, r.At); err != nil {
+			return buf, err
+		}
+		buf = append(buf, '}')
+	}
 	if buf, err = appendTimeField(buf, `,"first_seen":`, d.FirstSeen); err != nil {
 		return buf, err
 	}

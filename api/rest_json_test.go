@@ -229,13 +229,23 @@ func TestMergedEventsPage(t *testing.T) {
 			t.Fatal(err)
 		}
 		slices.SortFunc(all, func(a, b core.Event) int { return cmp.Compare(a.Seq, b.Seq) })
-		p := page[restEvent]{Items: []restEvent{}}
+		// A page that ends the listing says how far it looked (last_seq):
+		// the newest event after after, kept or not.
+		var p struct {
+			page[restEvent]
+			LastSeq *uint64 `json:"last_seq,omitempty"`
+		}
+		p.Items = []restEvent{}
 		for i, e := range all {
 			if i == limit {
 				p.NextCursor = cursorOf(eventPos(all[i-1].Seq))
 				break
 			}
 			p.Items = append(p.Items, restEventOf(e))
+		}
+		if p.NextCursor == "" {
+			last := max(after, newestSeq(t, f.Store))
+			p.LastSeq = &last
 		}
 		b, err := json.Marshal(p)
 		if err != nil {
@@ -255,4 +265,22 @@ func TestMergedEventsPage(t *testing.T) {
 			}
 		}
 	}
+}
+
+// newestSeq is the newest event's sequence number in st (0 for none).
+func newestSeq(t *testing.T, st core.Store) uint64 {
+	t.Helper()
+	var n uint64
+	err := st.View(func(tx core.Tx) error {
+		for _, es := range []core.EventStream{core.DeviceEvents, core.AuditEvents} {
+			if err := tx.Events().List(es, 0, func(e core.Event) (bool, error) { n = max(n, e.Seq); return true, nil }); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -30,7 +30,8 @@ func fullDevice(t0 time.Time) core.Device {
 		VendorClass: "SONiC-ZTP", SONiCVer: "202405.1", IP: "10.99.12.1", Subnet: "fabric", RelayAddr: "10.99.12.254",
 		CircuitID: "rack7/port3", RemoteID: "tor-7", BaseMAC: "02:00:00:00:0c:00", FixedIP: "10.99.12.1",
 		State: core.StateJoined, Approved: true, Cluster: "c-1", Role: "worker", Profile: "leaf",
-		Labels: map[string]string{"rack": "7", "<row>": "b&c"}, FirstSeen: t0, LastSeen: t0.Add(time.Second), UpdatedAt: t0.Add(2 * time.Second)}
+		Labels:  map[string]string{"rack": "7", "<row>": "b&c"},
+		Refusal: core.Refusal{What: "ztp.json", Kind: "no-profile", Reason: `no profile matches "<x>"`, At: t0}, FirstSeen: t0, LastSeen: t0.Add(time.Second), UpdatedAt: t0.Add(2 * time.Second)}
 }
 
 // TestRESTViewsKeepTheAnswersClientsKnow: REST answered devices, leases,

@@ -69,6 +69,9 @@ type Deps struct {
 	Clusters *clusters.Service
 	Keys     *apikeys.Service
 	Images   ImageLister
+	// Refusals lists recent refusals of addresses that hold no lease; nil
+	// answers none.
+	Refusals RefusalLister
 	// AuthFailuresPerMinute bounds failed authentications per client
 	// address; 0 disables the limit.
 	AuthFailuresPerMinute int
@@ -86,6 +89,7 @@ type Server struct {
 	clusters *clusters.Service
 	keys     *apikeys.Service
 	images   ImageLister
+	refusals RefusalLister
 	limiter  *failLimiter
 	sigs     SignaturePolicy
 	replay   *replayGuard
@@ -115,7 +119,7 @@ func New(d Deps) *Server {
 		sigs.ReplayMemory = DefaultReplayMemory
 	}
 	gin.SetMode(gin.ReleaseMode)
-	s := &Server{log: d.Log, st: d.Store, clusters: d.Clusters, keys: d.Keys, images: d.Images,
+	s := &Server{log: d.Log, st: d.Store, clusters: d.Clusters, keys: d.Keys, images: d.Images, refusals: d.Refusals,
 		limiter: newFailLimiter(d.AuthFailuresPerMinute), sigs: sigs, replay: newReplayGuard(sigs.ReplayMemory),
 		now: d.Now, bodies: newBodyCache(64 << 20)}
 	s.commands = s.commandTable()

@@ -35,7 +35,7 @@ func (a *App) buildAPI() error {
 	sigs.RequireExpiryCloudStack = a.Cfg.API.RequireExpiryCloudStack
 	sigs.MaxLifetime = a.Cfg.API.MaxSignatureLifetime.D()
 	srv := api.New(api.Deps{Log: a.Log.With("part", "api"), Store: a.Store, Clusters: cs, Keys: a.APIKeys,
-		Images: a.Images, AuthFailuresPerMinute: a.Cfg.API.AuthFailuresPerMinute, Signatures: &sigs})
+		Images: a.Images, Refusals: a.ZTP, AuthFailuresPerMinute: a.Cfg.API.AuthFailuresPerMinute, Signatures: &sigs})
 	a.apiLocal = srv.LocalHandler()
 	// Off loopback the API gets a listener of its own, with TLS unless the
 	// operator opted out (config.APIListener); Serve runs it. Otherwise the

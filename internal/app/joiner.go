@@ -27,7 +27,10 @@ func (a *App) buildJoiner() error {
 	if err != nil {
 		return err
 	}
-	j, err := joiner.New(a.Store, a.Keys, joiner.Options{
+	// The joiner changes device records in its own transactions: through
+	// the devices service's store, which logs their state changes once
+	// committed.
+	j, err := joiner.New(a.Devices.Store(a.Store), a.Keys, joiner.Options{
 		Observer:      observer,
 		EnrollmentTTL: a.Cfg.Joiner.EnrollmentTTL.D(),
 		TokenTTL:      a.Cfg.Joiner.TokenTTL.D(),

@@ -94,9 +94,39 @@ type Device struct {
 	Role        string            `json:"role,omitempty"`    // control-plane | worker | sonic
 	Profile     string            `json:"profile,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`
-	FirstSeen   time.Time         `json:"first_seen"`
-	LastSeen    time.Time         `json:"last_seen"`
-	UpdatedAt   time.Time         `json:"updated_at"`
+	// Refusal is why the device's last ZTP request got no content (no
+	// profile matches it, a stated fact contradicts its record, ...); zero
+	// once it is served again.
+	Refusal   Refusal   `json:"refusal,omitzero"`
+	FirstSeen time.Time `json:"first_seen"`
+	LastSeen  time.Time `json:"last_seen"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Refusal is a ZTP request a device (the holder of its address) made and
+// got no content for.
+type Refusal struct {
+	What   string    `json:"what"`   // the document asked for: ztp.json, config_db.json, meta-data, ...
+	Kind   string    `json:"kind"`   // no-profile, mismatch, bad-fact, forbidden
+	Reason string    `json:"reason"` // what the device was told
+	At     time.Time `json:"at"`     // when it was recorded (at most every 30 s for a device retrying)
+}
+
+// Refused reports whether r records a refusal.
+func (r Refusal) Refused() bool { return r.Kind != "" || r.Reason != "" }
+
+// AddressRefusal is what was refused to an address that holds no lease
+// and no binding. Such requests are never stored (made-up devices must not
+// fill the store); a running server keeps the recent ones in memory.
+type AddressRefusal struct {
+	Addr      string    `json:"addr"`
+	What      string    `json:"what"` // the last document asked for
+	Kind      string    `json:"kind"` // no-holder, bad-fact, ...
+	Reason    string    `json:"reason"`
+	Transport string    `json:"transport"` // http or tftp
+	Count     int       `json:"count"`     // requests refused since First
+	First     time.Time `json:"first"`
+	Last      time.Time `json:"last"`
 }
 
 // LeaseState is the life of one address binding.

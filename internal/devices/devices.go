@@ -100,6 +100,9 @@ type Service struct {
 	quit chan struct{}
 	done chan struct{}
 	once sync.Once
+
+	// states logs committed state changes at info (nil when info is off).
+	states *stateLog
 }
 
 // item is one device's pending changes, merged into its record in order.
@@ -123,6 +126,7 @@ func New(opt Options) *Service {
 	}
 	s.keep[core.DeviceEvents], s.keep[core.AuditEvents] = opt.Keep, opt.AuditKeep
 	s.changed.L = &s.mu
+	s.states = newStateLog(s.log)
 	go s.writer()
 	return s
 }
@@ -138,6 +142,7 @@ func (s *Service) Close() error {
 		s.closed = true
 		s.changed.Broadcast()
 		s.mu.Unlock()
+		s.states.close()
 	})
 	return nil
 }
@@ -164,7 +169,12 @@ type Progress struct {
 	// Next is the state the fetch moves the device to; "" records only the
 	// event (a refused request).
 	Next core.DeviceState
-	// Event is appended; its Fields get "state" when Next is set.
+	// Refusal, for a refused request of a device that holds its address,
+	// is kept on its record (core.Device.Refusal, created if need be)
+	// until a later fetch is served.
+	Refusal core.Refusal
+	// Event is appended; its Fields get "state" when Next or Refusal is
+	// set.
 	Event core.Event
 }
 
@@ -175,7 +185,7 @@ func (s *Service) Progress(p Progress) {
 	for len(s.events) >= maxPendingEvents && !s.closed {
 		s.changed.Wait()
 	}
-	if p.Next != "" {
+	if p.Next != "" || p.Refusal.Refused() {
 		it := s.itemLocked(p.Device.ID)
 		it.steps = append(it.steps, p)
 	} else {
@@ -264,6 +274,10 @@ type Batch struct {
 	items  []*item
 	events []core.Event
 	now    time.Time
+	// states and trans: the state changes Write made, logged once the
+	// batch is committed (Done).
+	states *stateLog
+	trans  []transition
 }
 
 // Len is the number of device and event records in b.
@@ -275,6 +289,7 @@ func (b *Batch) Len() int { return len(b.items) + len(b.events) }
 func (s *Service) Take(b *Batch, maxDevices, maxEvents int) (more bool) {
 	b.items, b.events = b.items[:0], b.events[:0]
 	b.now = time.Now().UTC()
+	b.states = s.states
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := min(len(s.order), maxDevices)
@@ -307,8 +322,9 @@ func dropFront[T any](q []T, n int) []T {
 // Write applies b in tx: each device's changes merged into its record, then
 // the events appended. It may run more than once (Store.Batch).
 func (b *Batch) Write(tx core.Tx) error {
+	b.trans = b.trans[:0] // a retried commit starts over
 	for _, it := range b.items {
-		if err := it.write(tx, b.now); err != nil {
+		if err := it.write(tx, b.now, b); err != nil {
 			return err
 		}
 	}
@@ -329,7 +345,11 @@ func (s *Service) Done(b *Batch, err error) {
 	}
 	if err != nil {
 		s.writeApart(b, err)
+	} else {
+		s.states.add(b.trans)
 	}
+	clear(b.trans)
+	b.trans = b.trans[:0]
 	s.mu.Lock()
 	if err == nil && len(s.free) < DeviceChunk {
 		for _, it := range b.items {
@@ -360,7 +380,7 @@ func (s *Service) Return(b *Batch) {
 func (s *Service) writeApart(b *Batch, cause error) {
 	dropped := 0
 	var retry Batch
-	one := &Batch{now: b.now}
+	one := &Batch{now: b.now, states: b.states}
 	for _, it := range b.items {
 		one.items, one.events = []*item{it}, nil
 		if err := s.store.Batch(one.Write); err != nil {
@@ -371,7 +391,9 @@ func (s *Service) writeApart(b *Batch, cause error) {
 			dropped++
 			recordErrors.Inc()
 			s.log.Error("device record cannot be stored; dropped", "device", it.id, "err", err)
+			continue
 		}
+		s.states.add(one.trans)
 	}
 	one.items = nil
 	for i := range b.events {
@@ -464,26 +486,45 @@ func (s *Service) writer() {
 	}
 }
 
-// write merges it into its device's record.
-func (it *item) write(tx core.Tx, now time.Time) error {
+// write merges it into its device's record; a change of its state is
+// noted in b for the log.
+func (it *item) write(tx core.Tx, now time.Time, b *Batch) error {
 	cur, err := tx.Devices().Get(it.id)
 	had := err == nil
 	if err != nil && !errors.Is(err, core.ErrNotFound) {
 		return err
 	}
+	logged := b != nil && b.states != nil
+	// changed notes a change of state for the log, with what caused it.
+	changed := func(from core.DeviceState, event, reason string) {
+		if logged && cur.State != from {
+			b.trans = append(b.trans, transition{device: it.id, from: from, to: cur.State, ip: cur.IP,
+				cluster: clusterName(tx, cur.Cluster), event: event, reason: reason})
+		}
+	}
 	dirty := false
 	if it.hasDHCP {
+		from := cur.State
 		mergeDHCP(&cur, had, &it.dhcp, it.leased)
 		had, dirty = true, true
+		changed(from, "dhcp", "lease acknowledged")
 	}
 	for i := range it.steps {
 		p := &it.steps[i]
+		from := cur.State
 		ch := mergeProgress(&cur, had, p)
 		had, dirty = true, dirty || ch
 		if p.Event.Fields == nil {
 			p.Event.Fields = map[string]string{}
 		}
 		p.Event.Fields["state"] = string(cur.State)
+		if logged && cur.State != from {
+			reason := ""
+			if p.Profile != "" {
+				reason = "profile " + p.Profile
+			}
+			changed(from, p.Event.Type, reason)
+		}
 	}
 	if dirty {
 		if it.hasDHCP {
@@ -545,7 +586,13 @@ func mergeProgress(cur *core.Device, had bool, p *Progress) bool {
 	}
 	before := *cur
 	Learn(cur, &p.Device)
-	cur.State = core.Advance(cur.State, p.Next)
+	if p.Next != "" {
+		cur.State = core.Advance(cur.State, p.Next)
+		cur.Refusal = core.Refusal{} // served again
+	}
+	if p.Refusal.Refused() {
+		cur.Refusal = p.Refusal
+	}
 	if p.Profile != "" {
 		cur.Profile = p.Profile
 	}
@@ -600,7 +647,8 @@ func setEmpty(dst *string, v string) {
 
 func sameDevice(a, b *core.Device) bool {
 	return a.State == b.State && a.Kind == b.Kind && a.Serial == b.Serial && a.Product == b.Product &&
-		a.Platform == b.Platform && a.SONiCVer == b.SONiCVer && a.IP == b.IP && a.Profile == b.Profile
+		a.Platform == b.Platform && a.SONiCVer == b.SONiCVer && a.IP == b.IP && a.Profile == b.Profile &&
+		a.Refusal.What == b.Refusal.What && a.Refusal.Kind == b.Refusal.Kind && a.Refusal.Reason == b.Refusal.Reason
 }
 
 // Name implements the app's Runner: the Service's long-running part is

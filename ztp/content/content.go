@@ -90,6 +90,7 @@ type Service struct {
 	now      func() time.Time
 
 	logRefusal rateLimit
+	recent     refusalTable // refusals of addresses that hold no lease (refusal.go)
 }
 
 // New builds a Service. Profiles are set with SetProfiles.
@@ -130,6 +131,9 @@ func (s *Service) SetProfiles(set *profile.Set) error {
 		return fmt.Errorf("ztp.default_profile: no profile named %q is loaded", s.opt.DefaultProfile)
 	}
 	s.profiles.Store(set)
+	// Profiles are loaded by a serving process (App.Start), never by
+	// offline CLI use: refusals are recorded from then on.
+	s.recent.start(s.now())
 	return nil
 }
 
@@ -174,6 +178,9 @@ type Error struct {
 	Status int
 	Reason string
 	Kind   string // why, for metrics and logs: one of the Refused* values or ""
+	// Detail is for the server's log only (paths, system errors): Reason is
+	// what a device may read.
+	Detail string
 }
 
 // Why identity refused a request.
@@ -183,7 +190,12 @@ const (
 	RefusedFact     = "bad-fact"  // a stated fact is outside its character set
 )
 
-func (e *Error) Error() string { return e.Reason }
+func (e *Error) Error() string {
+	if e.Detail != "" {
+		return e.Reason + ": " + e.Detail
+	}
+	return e.Reason
+}
 
 // ErrorKind is the refusal in the one error model (core.ErrorKind), whose
 // HTTP status (httpserve.StatusOf) is e.Status: 400 invalid, 403 refused,

@@ -6,6 +6,8 @@ package content
 import (
 	"errors"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,20 +35,100 @@ func (s *Service) refused(c *Client, dev core.Device, what string, reason error)
 		}
 	}
 	refusedTotal.WithLabelValues(what, why).Inc()
-	if s.logRefusal.allow(c.Addr, s.now()) {
+	now := s.now()
+	if s.logRefusal.allow(c.Addr, now) {
 		s.log.Info("device refused", "what", what, "addr", addrString(c.Addr), "transport", c.Transport,
 			"device", dev.ID, "reason", e.Reason)
 	}
 	if dev.ID == "" || why == RefusedNoHolder {
+		s.recent.add(c, what, why, e.Reason, now)
 		return
 	}
 	typ := "ztp.refused"
 	if e.Status == 404 {
 		typ = "ztp.unknown"
 	}
-	ev := core.Event{Time: s.now(), Type: typ, Device: dev.ID, Message: e.Reason,
+	ev := core.Event{Time: now, Type: typ, Device: dev.ID, Message: e.Reason,
 		Fields: map[string]string{"what": what, "transport": c.Transport, "addr": addrString(c.Addr)}}
-	s.opt.Devices.Progress(devices.Progress{Event: ev})
+	// The device holds its address: the refusal stays on its record
+	// ("device list --state unmatched") until it is served.
+	s.opt.Devices.Progress(devices.Progress{Device: dev, Event: ev,
+		Refusal: core.Refusal{What: what, Kind: why, Reason: e.Reason, At: now}})
+}
+
+// RecentRefusals is what a running server refused to addresses that hold
+// no lease (never stored), newest first, and since when it records them
+// (zero when it does not: profiles never loaded, as in offline CLI use).
+func (s *Service) RecentRefusals() (since time.Time, list []core.AddressRefusal) {
+	return s.recent.list()
+}
+
+// recentRefusalsMax bounds the refused addresses kept in memory.
+const recentRefusalsMax = 1024
+
+// refusalTable is the recent refusals of addresses that hold no lease, by
+// address, at most recentRefusalsMax: a new address replaces the one
+// refused longest ago.
+type refusalTable struct {
+	mu    sync.Mutex
+	since time.Time
+	m     map[netip.Addr]*core.AddressRefusal
+	max   int // 0: recentRefusalsMax
+}
+
+// start begins recording (the first time only).
+func (t *refusalTable) start(now time.Time) {
+	t.mu.Lock()
+	if t.since.IsZero() {
+		t.since = now
+	}
+	t.mu.Unlock()
+}
+
+func (t *refusalTable) add(c *Client, what, kind, reason string, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = map[netip.Addr]*core.AddressRefusal{}
+	}
+	r := t.m[c.Addr]
+	if r == nil {
+		limit := t.max
+		if limit <= 0 {
+			limit = recentRefusalsMax
+		}
+		if len(t.m) >= limit {
+			var oldest netip.Addr
+			var at time.Time
+			for a, r := range t.m {
+				if at.IsZero() || r.Last.Before(at) {
+					oldest, at = a, r.Last
+				}
+			}
+			delete(t.m, oldest)
+		}
+		r = &core.AddressRefusal{Addr: addrString(c.Addr), First: now}
+		t.m[c.Addr] = r
+	}
+	r.What, r.Kind, r.Reason, r.Transport, r.Last = what, kind, reason, c.Transport, now
+	r.Count++
+}
+
+func (t *refusalTable) list() (time.Time, []core.AddressRefusal) {
+	t.mu.Lock()
+	list := make([]core.AddressRefusal, 0, len(t.m))
+	for _, r := range t.m {
+		list = append(list, *r)
+	}
+	since := t.since
+	t.mu.Unlock()
+	slices.SortFunc(list, func(a, b core.AddressRefusal) int {
+		if c := b.Last.Compare(a.Last); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Addr, b.Addr)
+	})
+	return since, list
 }
 
 var (

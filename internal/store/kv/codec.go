@@ -59,6 +59,17 @@ func appendDevice(b []byte, d *core.Device) []byte {
 	b = appendOptional(b, `,"cluster":`, d.Cluster)
 	b = appendOptional(b, `,"role":`, d.Role)
 	b = appendOptional(b, `,"profile":`, d.Profile)
+	if r := &d.Refusal; *r != (core.Refusal{}) {
+		b = append(b, `,"refusal":{"what":`...)
+		b = jsontext.AppendString(b, r.What)
+		b = append(b, `,"kind":`...)
+		b = jsontext.AppendString(b, r.Kind)
+		b = append(b, `,"reason":`...)
+		b = jsontext.AppendString(b, r.Reason)
+		b = append(b, `,"at":`...)
+		b = appendJSONTime(b, r.At)
+		b = append(b, '}')
+	}
 	b = append(b, `,"first_seen":`...)
 	b = appendJSONTime(b, d.FirstSeen)
 	b = append(b, `,"last_seen":`...)

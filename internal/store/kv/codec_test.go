@@ -46,6 +46,10 @@ func fillAll(v any, s string) {
 		case reflect.Int, reflect.Int64:
 			f.SetInt(42)
 		case reflect.Struct:
+			if f.Type() != reflect.TypeOf(time.Time{}) {
+				fillAll(f.Addr().Interface(), s) // a nested record (core.Refusal)
+				continue
+			}
 			f.Set(reflect.ValueOf(time.Date(2031, 2, 3, 4, 5, 6, 789, time.UTC)))
 		case reflect.Map:
 			f.Set(reflect.ValueOf(map[string]string{"interface": "eth0", "ip": "10.99.0.5", "relay": "10.99.0.2", "subnet": "lab"}))
@@ -117,6 +121,8 @@ func TestDeviceCodecMatchesEncodingJSON(t *testing.T) {
 		d := core.Device{ID: h, Kind: core.DeviceKind(h), MAC: h, Serial: h, Product: h, Platform: h, Hostname: h,
 			ClientID: h, VendorClass: h, SONiCVer: h, IP: h, Subnet: h, RelayAddr: h, CircuitID: h, RemoteID: h,
 			BaseMAC: h, FixedIP: h, State: core.DeviceState(h), Cluster: h, Role: h, Profile: h}
+		cases = append(cases, d)
+		d.Refusal = core.Refusal{What: h, Kind: h, Reason: h, At: time.Now()}
 		cases = append(cases, d)
 		d.Labels = map[string]string{h: h}
 		cases = append(cases, d)

@@ -1,0 +1,244 @@
+package devices
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// Every change of a device's state is logged at info once it is committed:
+// by the writer (or DHCP's committer) after its group commit, and for the
+// joiner's changes after its transaction commits (Service.Store). The lines
+// are written by a goroutine of their own, so a commit (and the DHCP ACKs
+// waiting for it) never waits for the log, and each device gets at most
+// stateLogBurst lines at once, then one every stateLogEvery (states only
+// advance, but joined and not-ready can flap): the next line says how many
+// were left out.
+
+const (
+	stateLogBurst = 10
+	stateLogEvery = 30 * time.Second
+	// stateLogKeys bounds the devices the limiter remembers.
+	stateLogKeys = 65536
+	// stateLogQueue bounds the changes waiting for the logger; beyond it
+	// they are counted, not logged.
+	stateLogQueue = 1 << 17
+)
+
+var stateLogDropped = promauto.NewCounter(prometheus.CounterOpts{
+	Name: "ztpd_device_state_log_dropped_total",
+	Help: "Device state changes not logged because the log could not keep up.",
+})
+
+// transition is one committed change of a device's state.
+type transition struct {
+	device   string
+	from, to core.DeviceState
+	ip       string
+	cluster  string // the cluster's name (its ID if it has none)
+	event    string // the event that came with the change, e.g. ztp.json.served
+	reason   string // the event's message, or the profile served
+}
+
+// stateLog writes transitions at info.
+type stateLog struct {
+	log   *slog.Logger
+	limit *KeyLimiter
+
+	mu      sync.Mutex
+	queue   []transition
+	dropped int
+	kick    chan struct{}
+	quit    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+}
+
+// newStateLog returns nil when info is not logged: then nothing is
+// collected at all.
+func newStateLog(log *slog.Logger) *stateLog {
+	if !log.Enabled(context.Background(), slog.LevelInfo) {
+		return nil
+	}
+	l := &stateLog{log: log, limit: NewKeyLimiter(stateLogBurst, stateLogEvery, stateLogKeys),
+		kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	go l.run()
+	return l
+}
+
+// add queues committed transitions for the logger.
+func (l *stateLog) add(ts []transition) {
+	if l == nil || len(ts) == 0 {
+		return
+	}
+	l.mu.Lock()
+	n := min(len(ts), max(0, stateLogQueue-len(l.queue)))
+	l.queue = append(l.queue, ts[:n]...)
+	l.dropped += len(ts) - n
+	l.mu.Unlock()
+	if n < len(ts) {
+		stateLogDropped.Add(float64(len(ts) - n))
+	}
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (l *stateLog) run() {
+	defer close(l.done)
+	var batch []transition
+	for {
+		select {
+		case <-l.kick:
+		case <-l.quit:
+			l.drain(&batch)
+			return
+		}
+		l.drain(&batch)
+	}
+}
+
+// drain logs what is queued.
+func (l *stateLog) drain(batch *[]transition) {
+	l.mu.Lock()
+	*batch, l.queue = l.queue, (*batch)[:0]
+	dropped := l.dropped
+	l.dropped = 0
+	l.mu.Unlock()
+	if dropped > 0 {
+		l.log.Warn("device state changes not logged: the log could not keep up", "count", dropped)
+	}
+	now := time.Now()
+	for i := range *batch {
+		t := &(*batch)[i]
+		ok, suppressed := l.limit.Allow(t.device, now)
+		if !ok {
+			continue
+		}
+		attrs := make([]any, 0, 18)
+		attrs = append(attrs, "device", t.device, "from", stateName(t.from), "to", string(t.to))
+		if t.ip != "" {
+			attrs = append(attrs, "ip", t.ip)
+		}
+		if t.cluster != "" {
+			attrs = append(attrs, "cluster", t.cluster)
+		}
+		if t.event != "" {
+			attrs = append(attrs, "event", t.event)
+		}
+		if t.reason != "" {
+			attrs = append(attrs, "reason", t.reason)
+		}
+		if suppressed > 0 {
+			attrs = append(attrs, "not_logged_before", suppressed)
+		}
+		l.log.Info("device state changed", attrs...)
+	}
+	clear(*batch)
+}
+
+// close logs what is left and stops the logger.
+func (l *stateLog) close() {
+	if l == nil {
+		return
+	}
+	l.once.Do(func() {
+		close(l.quit)
+		<-l.done
+	})
+}
+
+func stateName(s core.DeviceState) string {
+	if s == "" {
+		return "new"
+	}
+	return string(s)
+}
+
+// clusterName is the name of cluster id as tx sees it, else id.
+func clusterName(tx core.Tx, id string) string {
+	if id == "" {
+		return ""
+	}
+	if c, err := tx.Clusters().Get(id); err == nil && c.Name != "" {
+		return c.Name
+	}
+	return id
+}
+
+// KeyLimiter lets through, per key, burst events at once and then one
+// every interval (a token bucket per key). It remembers at most maxKeys
+// keys: when full, it forgets the keys whose bucket has refilled, and if
+// none has, all of them (a flood of new keys must not grow it).
+type KeyLimiter struct {
+	burst    float64
+	interval time.Duration
+	maxKeys  int
+
+	mu sync.Mutex
+	m  map[string]*keyBucket
+}
+
+type keyBucket struct {
+	tokens     float64
+	last       time.Time
+	suppressed int
+}
+
+// NewKeyLimiter returns a limiter of burst events per key, refilled one
+// every interval.
+func NewKeyLimiter(burst int, interval time.Duration, maxKeys int) *KeyLimiter {
+	return &KeyLimiter{burst: float64(max(burst, 1)), interval: interval, maxKeys: max(maxKeys, 1), m: map[string]*keyBucket{}}
+}
+
+// Allow reports whether key may have an event at now and, when it may, how
+// many of its events were refused since its last allowed one.
+func (k *KeyLimiter) Allow(key string, now time.Time) (ok bool, suppressed int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	b := k.m[key]
+	if b == nil {
+		if len(k.m) >= k.maxKeys {
+			k.sweep(now)
+		}
+		b = &keyBucket{tokens: k.burst, last: now}
+		k.m[key] = b
+	}
+	if el := now.Sub(b.last); el > 0 {
+		b.tokens = min(k.burst, b.tokens+float64(el)/float64(k.interval))
+		b.last = now
+	}
+	if b.tokens < 1 {
+		b.suppressed++
+		return false, 0
+	}
+	b.tokens--
+	suppressed, b.suppressed = b.suppressed, 0
+	return true, suppressed
+}
+
+// Len is the number of keys remembered.
+func (k *KeyLimiter) Len() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.m)
+}
+
+func (k *KeyLimiter) sweep(now time.Time) {
+	full := time.Duration(k.burst * float64(k.interval))
+	for key, b := range k.m {
+		if now.Sub(b.last) >= full && b.suppressed == 0 {
+			delete(k.m, key)
+		}
+	}
+	if len(k.m) >= k.maxKeys {
+		clear(k.m)
+	}
+}
