@@ -128,7 +128,7 @@ func TestAPICommandGroups(t *testing.T) {
 		t.Fatalf("kubeconfig before any control plane: %v", err)
 	}
 	var job map[string]string
-	mustCLI(&job, "cluster", "delete", "c1", "--no-wait")
+	mustCLI(&job, "cluster", "delete", "c1", "--no-wait", "--yes")
 	if job["jobid"] == "" {
 		t.Fatalf("--no-wait: %v", job)
 	}
@@ -205,7 +205,7 @@ func TestAPICommandGroups(t *testing.T) {
 		want string
 	}{
 		{[]string{"apikey", "create", "--role", "root"}, `role "root": use admin or user`},
-		{[]string{"apikey", "revoke", "AKnosuchkey"}, "AKnosuchkey"},
+		{[]string{"apikey", "revoke", "AKnosuchkey", "--yes"}, "AKnosuchkey"},
 	} {
 		_, err := runCLI(t, append([]string{dd}, c.args...)...)
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.ContainsAny(err.Error(), "{}") {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/url"
 	"os"
 	"text/tabwriter"
@@ -85,11 +86,16 @@ SHA-256 hash; it never appears in lists, events or logs.`,
 			})
 		},
 	}
+	var yes bool
 	revoke := &cobra.Command{
-		Use:   "revoke APIKEY",
-		Short: "Revoke a key (the last admin key cannot be revoked)",
-		Args:  cobra.ExactArgs(1),
+		Use:     "revoke APIKEY",
+		Aliases: []string{"delete"},
+		Short:   "Revoke a key (the last admin key cannot be revoked)",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := confirm(cmd, fmt.Sprintf("revoke API key %s: every client using it is refused from now on", args[0]), yes); err != nil {
+				return err
+			}
 			var k apikeys.Info
 			if err := adminDo(opts, "DELETE", "/admin/apikeys/"+url.PathEscape(args[0]), nil, &k); err != nil {
 				return err
@@ -97,6 +103,7 @@ SHA-256 hash; it never appears in lists, events or logs.`,
 			return printResult(opts, os.Stdout, k, func(tw *tabwriter.Writer) { row(tw, "revoked", k.APIKey, k.Role) })
 		},
 	}
+	addYesFlag(revoke, &yes)
 	cmd.AddCommand(create, list, revoke)
 	return cmd
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -176,5 +177,129 @@ func TestLoudServeStartsAfterBinding(t *testing.T) {
 	}
 	if !strings.Contains(s.stderr.String(), "ztpd started") {
 		t.Fatalf("no started line:\n%s", s.stderr.String())
+	}
+}
+
+// loudEnv is the environment for CLI runs against a local server: no API
+// credentials from the user running the test, so commands use the data
+// directory's admin socket.
+func loudEnv(t *testing.T) []string {
+	t.Helper()
+	env := []string{"XDG_CONFIG_HOME=" + t.TempDir(), "HOME=" + t.TempDir()}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ZTPD_") && !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// loudServeWithCluster starts the real server with a Kubernetes version and
+// a cluster "c1" made through the CLI, and returns its data directory.
+func loudServeWithCluster(t *testing.T, env []string, extra ...string) string {
+	t.Helper()
+	data := filepath.Join(t.TempDir(), "data")
+	startServe(t, buildZtpd(t), data, extra...)
+	iso := filepath.Join(t.TempDir(), "k8s.iso")
+	if err := os.WriteFile(iso, bytes.Repeat([]byte("CD001"), 4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := loudRun(t, env, "--data-dir", data, "kube-version", "add", "--iso", iso, "--semver", "1.31.4"); r.code != 0 {
+		t.Fatalf("kube-version add: %s", r.stderr)
+	}
+	if r := loudRun(t, env, "--data-dir", data, "cluster", "create", "c1", "--version", "1.31.4"); r.code != 0 {
+		t.Fatalf("cluster create: %s", r.stderr)
+	}
+	return data
+}
+
+// loudClusterState is the state of cluster name, or "" when it is gone.
+func loudClusterState(t *testing.T, env []string, data, name string) string {
+	t.Helper()
+	r := loudRun(t, env, "--data-dir", data, "cluster", "list", "-o", "json")
+	if r.code != 0 {
+		t.Fatalf("cluster list: %s", r.stderr)
+	}
+	var list []csCluster
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil {
+		t.Fatalf("cluster list: %v\n%s", err, r.stdout)
+	}
+	for _, c := range list {
+		if c.Name == name {
+			return c.State
+		}
+	}
+	return ""
+}
+
+// Issue 15 item 4: cluster delete destroyed the CA without confirmation.
+// Destructive commands refuse without a terminal unless --yes is given, ask
+// on a terminal, and go ahead with --yes.
+func TestLoudDestructiveCommandsNeedYes(t *testing.T) {
+	env := loudEnv(t)
+	data := loudServeWithCluster(t, env)
+
+	r := loudRun(t, env, "--data-dir", data, "cluster", "delete", "c1")
+	if r.code == 0 || !strings.Contains(r.stderr, "--yes") || !strings.Contains(r.stderr, "CA is destroyed") {
+		t.Fatalf("cluster delete without --yes: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if st := loudClusterState(t, env, data, "c1"); st == "" || st == "Destroying" || st == "Destroyed" {
+		t.Fatalf("cluster after a refused delete: %q", st)
+	}
+	// Every destructive command refuses the same way, before it acts.
+	for _, args := range [][]string{
+		{"kube-version", "delete", "v1.31.4"},
+		{"image", "rm", "v1.31.4.iso"},
+		{"apikey", "revoke", "AKsomekey"},
+		{"token", "revoke", "abcdef"},
+		{"device", "reset", "02:00:00:00:00:01"},
+	} {
+		r := loudRun(t, env, append([]string{"--data-dir", data}, args...)...)
+		if r.code == 0 || !strings.Contains(r.stderr, "pass --yes") {
+			t.Errorf("ztpd %s without --yes: exit %d\n%s%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+		}
+	}
+	if r := loudRun(t, env, "--data-dir", data, "image", "list", "-o", "json"); !strings.Contains(r.stdout, "v1.31.4.iso") {
+		t.Fatalf("image gone after a refused rm:\n%s", r.stdout)
+	}
+
+	// On a terminal: "n" keeps the cluster, "y" goes ahead. script(1) gives
+	// the command a pseudo-terminal.
+	script, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("script(1) not installed: the terminal prompt is not tested")
+	}
+	onTerminal := func(answer string, args ...string) string {
+		line := buildZtpd(t)
+		for _, a := range args {
+			line += " '" + a + "'"
+		}
+		cmd := exec.Command(script, "-qec", line, "/dev/null")
+		cmd.Env = env
+		cmd.Stdin = strings.NewReader(answer + "\n")
+		out, _ := cmd.CombinedOutput()
+		return string(out)
+	}
+	out := onTerminal("n", "--data-dir", data, "cluster", "delete", "c1")
+	if !strings.Contains(out, "[y/N]") || !strings.Contains(out, "not confirmed") {
+		t.Fatalf("terminal, answer n:\n%s", out)
+	}
+	if st := loudClusterState(t, env, data, "c1"); st == "" {
+		t.Fatal("cluster deleted after answering n")
+	}
+	// A Starting cluster cannot be deleted (CloudStack's rule): the answer
+	// y and --yes both reach the server, which says so.
+	out = onTerminal("y", "--data-dir", data, "cluster", "delete", "c1")
+	if !strings.Contains(out, "[y/N]") || !strings.Contains(out, "cannot be deleted") {
+		t.Fatalf("terminal, answer y:\n%s", out)
+	}
+	r = loudRun(t, env, "--data-dir", data, "cluster", "delete", "c1", "--yes")
+	if r.code == 0 || !strings.Contains(r.stderr, "cannot be deleted") {
+		t.Fatalf("cluster delete --yes did not reach the server: exit %d\n%s", r.code, r.stderr)
+	}
+	// -y: the image store refuses to remove an ISO a version uses.
+	r = loudRun(t, env, "--data-dir", data, "image", "rm", "-y", "v1.31.4.iso")
+	if r.code == 0 || strings.Contains(r.stderr, "--yes") {
+		t.Fatalf("image rm -y did not reach the store: exit %d\n%s", r.code, r.stderr)
 	}
 }

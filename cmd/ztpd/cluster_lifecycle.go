@@ -156,7 +156,8 @@ func newClusterSimpleCmd(opts *rootOptions, f *apiFlags, op string) *cobra.Comma
 		"delete": "Delete a cluster (tokens revoked, members left, CA destroyed)",
 	}[op]
 	command := op + "KubernetesCluster"
-	return &cobra.Command{
+	var yes bool
+	cmd := &cobra.Command{
 		Use:   op + " NAME",
 		Short: short,
 		Args:  cobra.ExactArgs(1),
@@ -168,6 +169,12 @@ func newClusterSimpleCmd(opts *rootOptions, f *apiFlags, op string) *cobra.Comma
 			id, err := clusterID(c, args[0])
 			if err != nil {
 				return err
+			}
+			if op == "delete" {
+				what := fmt.Sprintf("delete cluster %q (%s): its join tokens are revoked, its members leave and its CA is destroyed, which cannot be undone", args[0], id)
+				if err := confirm(cmd, what, yes); err != nil {
+					return err
+				}
 			}
 			res, job, err := c.async(command, url.Values{"id": {id}}, op+" "+args[0])
 			if err != nil {
@@ -191,6 +198,10 @@ func newClusterSimpleCmd(opts *rootOptions, f *apiFlags, op string) *cobra.Comma
 				func(tw *tabwriter.Writer) { row(tw, args[0], r.Text) })
 		},
 	}
+	if op == "delete" {
+		addYesFlag(cmd, &yes)
+	}
+	return cmd
 }
 
 // clusterJob runs an asynchronous cluster command and prints the cluster as

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,6 +9,9 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/ztpd/ztpd/internal/app"
 	"github.com/ztpd/ztpd/internal/config"
@@ -88,4 +92,34 @@ func humanBytes(n int64) string {
 		return fmt.Sprintf("%.1f %s", v, units[i])
 	}
 	return fmt.Sprintf("%.0f %s", v, units[i])
+}
+
+// addYesFlag adds --yes/-y, which confirms a destructive command up front.
+func addYesFlag(cmd *cobra.Command, yes *bool) {
+	cmd.Flags().BoolVarP(yes, "yes", "y", false, "do it without asking (needed when standard input is not a terminal)")
+}
+
+// confirm guards a destructive command. what says what will happen, e.g.
+// `delete cluster "edge-1" and destroy its CA`. With --yes it goes ahead; on
+// a terminal it asks and goes ahead only on "y" or "yes"; otherwise (a
+// script, a pipe) it refuses and says to pass --yes, so nothing is destroyed
+// by a command that nobody confirmed.
+func confirm(cmd *cobra.Command, what string, yes bool) error {
+	if yes {
+		return nil
+	}
+	in, ok := cmd.InOrStdin().(*os.File)
+	if !ok || !term.IsTerminal(int(in.Fd())) {
+		return fmt.Errorf("%s: not confirmed: standard input is not a terminal, so nobody can be asked; pass --yes (-y) to confirm", what)
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "%s? [y/N] ", what)
+	line, err := bufio.NewReader(in).ReadString('\n')
+	if err != nil && line == "" {
+		return fmt.Errorf("%s: not confirmed (no answer)", what)
+	}
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return nil
+	}
+	return fmt.Errorf("%s: not confirmed (answer y to go ahead, or pass --yes)", what)
 }

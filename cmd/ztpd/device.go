@@ -152,7 +152,8 @@ appliance itself, this goes through the admin socket of the data directory.`,
 }
 
 func newDeviceResetCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
-	return &cobra.Command{
+	var yes bool
+	cmd := &cobra.Command{
 		Use:   "reset MAC|SERIAL",
 		Short: "Let a device be re-installed: end its membership, revoke its credentials (admin key)",
 		Long: `Join material (enrollment secrets, join bundles, the first control plane's CA
@@ -169,6 +170,9 @@ socket of the data directory.`,
   ztpd device reset SN1234 -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := confirm(cmd, "reset device "+args[0]+": its membership ends and its credentials are revoked", yes); err != nil {
+				return err
+			}
 			c, err := newAPIClient(opts, f)
 			if err != nil {
 				return err
@@ -180,4 +184,6 @@ socket of the data directory.`,
 			return printDevice(opts, d)
 		},
 	}
+	addYesFlag(cmd, &yes)
+	return cmd
 }

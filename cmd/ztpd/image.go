@@ -124,12 +124,16 @@ func newImageListCmd(opts *rootOptions) *cobra.Command {
 }
 
 func newImageRmCmd(opts *rootOptions) *cobra.Command {
-	return &cobra.Command{
+	var yes bool
+	cmd := &cobra.Command{
 		Use:     "rm NAME|SHA256",
-		Aliases: []string{"remove"},
+		Aliases: []string{"remove", "delete"},
 		Short:   "Remove an artifact (refused while a Kubernetes version uses it)",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := confirm(cmd, fmt.Sprintf("remove image %q from the image store", args[0]), yes); err != nil {
+				return err
+			}
 			var im core.Image
 			if err := adminDo(opts, "DELETE", "/admin/images/"+url.PathEscape(args[0]), nil, &im); err != nil {
 				return fmt.Errorf("image rm: %w", err)
@@ -139,6 +143,8 @@ func newImageRmCmd(opts *rootOptions) *cobra.Command {
 			})
 		},
 	}
+	addYesFlag(cmd, &yes)
+	return cmd
 }
 
 func dash(s string) string {

@@ -163,7 +163,7 @@ func TestClusterKubeconfigAndDeviceApproveCLI(t *testing.T) {
 	}
 	// device reset: the joined first control plane's membership ends (its
 	// next fetch may be issued join material again), approval stays.
-	out, err = exec.Command(bin, "--data-dir", data, "-o", "json", "device", "reset", cp).CombinedOutput()
+	out, err = exec.Command(bin, "--data-dir", data, "-o", "json", "device", "reset", cp, "--yes").CombinedOutput()
 	if err != nil {
 		t.Fatalf("device reset: %v\n%s", err, out)
 	}
@@ -175,7 +175,7 @@ func TestClusterKubeconfigAndDeviceApproveCLI(t *testing.T) {
 	if err != nil || strings.Contains(string(out), cp) {
 		t.Fatalf("members after reset: %v\n%s", err, out)
 	}
-	if out, err := exec.Command(bin, "--data-dir", data, "device", "reset", "02:00:00:00:00:77").CombinedOutput(); err == nil || !strings.Contains(string(out), "not found") {
+	if out, err := exec.Command(bin, "--data-dir", data, "device", "reset", "02:00:00:00:00:77", "--yes").CombinedOutput(); err == nil || !strings.Contains(string(out), "not found") {
 		t.Fatalf("reset of an unknown device: %v\n%s", err, out)
 	}
 }

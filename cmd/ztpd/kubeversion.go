@@ -273,7 +273,7 @@ func newVersionStateCmd(opts *rootOptions, f *apiFlags, op string) *cobra.Comman
 }
 
 func newVersionDeleteCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
-	var deleteISO bool
+	var deleteISO, yes bool
 	cmd := &cobra.Command{
 		Use:   "delete NAME",
 		Short: "Delete a version no cluster uses",
@@ -285,6 +285,13 @@ func newVersionDeleteCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 			}
 			id, err := versionID(c, args[0])
 			if err != nil {
+				return err
+			}
+			what := fmt.Sprintf("delete Kubernetes version %q (%s)", args[0], id)
+			if deleteISO {
+				what += " and remove its binaries ISO from the image store"
+			}
+			if err := confirm(cmd, what, yes); err != nil {
 				return err
 			}
 			p := url.Values{"id": {id}}
@@ -303,5 +310,6 @@ func newVersionDeleteCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&deleteISO, "delete-iso", false, "also remove the binaries ISO from the image store")
+	addYesFlag(cmd, &yes)
 	return cmd
 }

@@ -80,11 +80,15 @@ func newTokenListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 
 func newTokenRevokeCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 	var kind string
+	var yes bool
 	cmd := &cobra.Command{
 		Use:   "revoke ID",
 		Short: "Revoke a token: it cannot be used to join any more",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := confirm(cmd, "revoke join token "+args[0]+": it cannot be used to join any more", yes); err != nil {
+				return err
+			}
 			c, err := newAPIClient(opts, f)
 			if err != nil {
 				return err
@@ -103,5 +107,6 @@ func newTokenRevokeCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&kind, "kind", "", "token kind, when two kinds share the ID")
+	addYesFlag(cmd, &yes)
 	return cmd
 }

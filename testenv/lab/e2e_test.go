@@ -151,7 +151,7 @@ func TestEndToEndOnboarding(t *testing.T) {
 	// authentication for 10 s, so the attempt comes after (b), well past
 	// that.
 	tokenID := l.bootstrapTokenID(t, worker)
-	if out, err := l.ZTPD(ctx, "token", "revoke", tokenID, "--kind", "kubeadm"); err != nil {
+	if out, err := l.ZTPD(ctx, "token", "revoke", tokenID, "--kind", "kubeadm", "--yes"); err != nil {
 		t.Fatalf("ztpd token revoke %s: %v %s", tokenID, err, out)
 	}
 	revoked := time.Now()
