@@ -12,11 +12,14 @@ import (
 	"os/user"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ztpd/ztpd/testenv/netns"
 )
 
 // The package installs for real on this machine (dpkg -i), the service
@@ -210,6 +213,8 @@ func TestDebInstallStartsService(t *testing.T) {
 		t.Errorf("the service did not say where the admin key is; stdout:\n%s", stdout)
 	}
 
+	t.Run("unit capabilities serve DHCP and TFTP", func(t *testing.T) { unitCapabilities(t, unit, uid, gid) })
+
 	// Man pages: through man's search path, and by file.
 	if _, err := exec.LookPath("man"); err == nil {
 		for _, args := range [][]string{{"ztpd-serve"}, {"-l", ManDir + "/ztpd.1.gz"}} {
@@ -331,38 +336,7 @@ func startService(t *testing.T, unit map[string][]string) (stop func() (int, str
 	}
 
 	// No systemd: run ExecStart as the unit says, under setpriv.
-	one := func(k string) string {
-		v := unit["Service."+k]
-		if len(v) != 1 {
-			t.Fatalf("unit %s = %q", k, v)
-		}
-		return v[0]
-	}
-	caps := func(k string) string {
-		var c []string
-		for _, name := range strings.Fields(one(k)) {
-			c = append(c, "+"+strings.ToLower(strings.TrimPrefix(name, "CAP_")))
-		}
-		return strings.Join(c, ",")
-	}
-	if _, err := strconv.ParseUint(one("UMask"), 8, 32); err != nil {
-		t.Fatalf("UMask: %v", err)
-	}
-	args := []string{"--reuid=" + one("User"), "--regid=" + one("Group"), "--init-groups",
-		"--inh-caps=-all," + caps("AmbientCapabilities"), "--ambient-caps=-all," + caps("AmbientCapabilities"),
-		"--bounding-set=-all," + caps("CapabilityBoundingSet")}
-	if one("NoNewPrivileges") == "yes" {
-		args = append(args, "--no-new-privs")
-	}
-	args = append(args, "--")
-	args = append(args, strings.Fields(one("ExecStart"))...)
-	// exec keeps one process: sh sets the unit's umask, setpriv the user and
-	// capabilities, then ztpd runs with the pid sh had.
-	cmd := exec.Command("sh", append([]string{"-c", `umask "$0" && exec setpriv "$@"`, one("UMask")}, args...)...)
-	// systemd's environment for a User= service, and its working directory.
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8",
-		"HOME=" + StateDir, "USER=" + one("User"), "LOGNAME=" + one("User"), "SHELL=/usr/sbin/nologin"}
-	cmd.Dir = "/"
+	cmd := unitCommand(t, unit, nil)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -378,7 +352,7 @@ func startService(t *testing.T, unit map[string][]string) (stop func() (int, str
 			<-done
 		}
 	})
-	stopTimeout, err := time.ParseDuration(one("TimeoutStopSec"))
+	stopTimeout, err := time.ParseDuration(unitOne(t, unit, "TimeoutStopSec"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,4 +370,190 @@ func startService(t *testing.T, unit map[string][]string) (stop func() (int, str
 		}
 		return cmd.ProcessState.ExitCode(), stderr.String()
 	}, pid, stdout, stderr
+}
+
+func unitOne(t *testing.T, unit map[string][]string, key string) string {
+	t.Helper()
+	v := unit["Service."+key]
+	if len(v) != 1 {
+		t.Fatalf("unit %s = %q", key, v)
+	}
+	return v[0]
+}
+
+// unitCommand is the unit's ExecStart as systemd would run it without
+// systemd: as its User and Group, with its capabilities (less those in
+// drop), NoNewPrivileges, UMask, working directory and environment; extra
+// arguments follow ExecStart's. exec keeps one process: sh sets the umask,
+// setpriv the user and capabilities, then ztpd runs with the pid sh had.
+func unitCommand(t *testing.T, unit map[string][]string, drop []string, extra ...string) *exec.Cmd {
+	t.Helper()
+	caps := func(k string) string {
+		c := []string{"-all"}
+		for _, name := range strings.Fields(unitOne(t, unit, k)) {
+			if !slices.Contains(drop, name) {
+				c = append(c, "+"+strings.ToLower(strings.TrimPrefix(name, "CAP_")))
+			}
+		}
+		return strings.Join(c, ",")
+	}
+	if _, err := strconv.ParseUint(unitOne(t, unit, "UMask"), 8, 32); err != nil {
+		t.Fatalf("UMask: %v", err)
+	}
+	args := []string{"--reuid=" + unitOne(t, unit, "User"), "--regid=" + unitOne(t, unit, "Group"), "--init-groups",
+		"--inh-caps=" + caps("AmbientCapabilities"), "--ambient-caps=" + caps("AmbientCapabilities"),
+		"--bounding-set=" + caps("CapabilityBoundingSet")}
+	if unitOne(t, unit, "NoNewPrivileges") == "yes" {
+		args = append(args, "--no-new-privs")
+	}
+	args = append(args, "--")
+	args = append(args, strings.Fields(unitOne(t, unit, "ExecStart"))...)
+	args = append(args, extra...)
+	cmd := exec.Command("sh", append([]string{"-c", `umask "$0" && exec setpriv "$@"`, unitOne(t, unit, "UMask")}, args...)...)
+	// systemd's environment for a User= service, and its working directory.
+	user := unitOne(t, unit, "User")
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8",
+		"HOME=" + StateDir, "USER=" + user, "LOGNAME=" + user, "SHELL=/usr/sbin/nologin"}
+	cmd.Dir = "/"
+	return cmd
+}
+
+// unitCapabilities checks, with the installed binary run as the unit runs
+// it inside a network namespace, that the unit's capabilities serve DHCP
+// (port 67, bound to the interface, a lease to busybox udhcpc) and TFTP
+// (port 69), and that each is needed: without CAP_NET_BIND_SERVICE serve
+// fails on port 67; without CAP_NET_RAW DHCP loses its AF_PACKET socket
+// (layer-2 replies to clients that have no address yet).
+func unitCapabilities(t *testing.T, unit map[string][]string, uid, gid int) {
+	needTool(t, "ip", "busybox")
+	pair := netns.ForTest(t, "ztpdpkg", "10.99.215.1/24", "")
+	serve := func(name string, drop []string) (*exec.Cmd, *syncBuffer, chan struct{}) {
+		dir := filepath.Join(StateDir, "captest-"+name)
+		if err := os.Mkdir(dir, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		c := unitCommand(t, unit, drop, "--data-dir", dir, "--admin-key-file", filepath.Join(dir, "admin-api-key.yaml"),
+			"--dhcp-interface", pair.AIf, "--dhcp-range", "10.99.215.10-10.99.215.20", "--tftp",
+			"--http-addr", "10.99.215.1:8080", "--advertise-addr", "10.99.215.1")
+		cmd := exec.Command("ip", append([]string{"netns", "exec", pair.A.Name}, c.Args...)...)
+		cmd.Env, cmd.Dir = c.Env, c.Dir
+		logs := newSyncBuffer()
+		cmd.Stdout, cmd.Stderr = logs, logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			<-done
+		})
+		deadline := time.After(20 * time.Second)
+		for !strings.Contains(logs.String(), "ztpd started") {
+			select {
+			case <-done:
+				return cmd, logs, done
+			case <-deadline:
+				t.Fatalf("%s: ztpd did not start in 20 s:\n%s", name, logs)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		return cmd, logs, done
+	}
+	stopServe := func(cmd *exec.Cmd, done chan struct{}) {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("ztpd did not stop in 30 s")
+		}
+	}
+	// packetSockets counts ztpd's AF_PACKET sockets: /proc/net/packet of its
+	// namespace against its file descriptors.
+	packetSockets := func(pid int) int {
+		out, err := pair.A.Command(context.Background(), "cat", "/proc/net/packet").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		inodes := map[string]bool{}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n")[1:] {
+			if f := strings.Fields(line); len(f) > 0 {
+				inodes["socket:["+f[len(f)-1]+"]"] = true
+			}
+		}
+		fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+		n := 0
+		for _, fd := range fds {
+			if l, err := os.Readlink(fd); err == nil && inodes[l] {
+				n++
+			}
+		}
+		return n
+	}
+
+	cmd, logs, done := serve("full", nil)
+	select {
+	case <-done:
+		t.Fatalf("ztpd with the unit's capabilities exited:\n%s", logs)
+	default:
+	}
+	// ip netns exec execs too: cmd's pid is ztpd's.
+	if n := packetSockets(cmd.Process.Pid); n != 1 {
+		t.Errorf("ztpd holds %d AF_PACKET sockets, want 1 (DHCP's layer-2 replies)", n)
+	}
+	dir := t.TempDir()
+	env := filepath.Join(dir, "env")
+	script := filepath.Join(dir, "script")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\n[ \"$1\" = bound ] && env > "+env+"\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := pair.B.Command(ctx, "busybox", "udhcpc", "-f", "-q", "-n", "-t", "5", "-T", "1", "-A", "1", "-i", pair.BIf, "-s", script).CombinedOutput()
+	lease, _ := os.ReadFile(env)
+	ip := regexp.MustCompile(`(?m)^ip=(10\.99\.215\.(1\d|20))$`).FindSubmatch(lease)
+	if err != nil || ip == nil {
+		t.Fatalf("udhcpc got no lease from ztpd: %v\n%s\n%s\nztpd:\n%s", err, out, lease, logs)
+	}
+	t.Logf("udhcpc: lease %s from ztpd running with %s", ip[1], unit["Service.AmbientCapabilities"])
+	if err := pair.B.IP("addr", "add", string(ip[1])+"/24", "dev", pair.BIf); err != nil {
+		t.Fatal(err)
+	}
+	// Any TFTP answer shows port 69 is served; an unknown file gets an error.
+	out, _ = pair.B.Command(ctx, "busybox", "tftp", "-g", "-r", "no-such-file", "-l", filepath.Join(dir, "got"), "10.99.215.1").CombinedOutput()
+	if !strings.Contains(string(out), "server error") {
+		t.Errorf("busybox tftp: no answer from ztpd on port 69: %s\nztpd:\n%s", out, logs)
+	}
+	t.Logf("busybox tftp: %s", bytes.TrimSpace(out))
+	stopServe(cmd, done)
+
+	// Without CAP_NET_BIND_SERVICE: no port 67.
+	_, logs, done = serve("no-bind", []string{"CAP_NET_BIND_SERVICE"})
+	select {
+	case <-done:
+		if !strings.Contains(logs.String(), "permission denied") {
+			t.Errorf("ztpd without CAP_NET_BIND_SERVICE failed otherwise:\n%s", logs)
+		}
+		t.Logf("without CAP_NET_BIND_SERVICE: %s", strings.TrimSpace(logs.String()))
+	case <-time.After(10 * time.Second):
+		t.Errorf("ztpd without CAP_NET_BIND_SERVICE kept running:\n%s", logs)
+	}
+
+	// Without CAP_NET_RAW: DHCP runs, but without its AF_PACKET socket.
+	cmd, logs, done = serve("no-raw", []string{"CAP_NET_RAW"})
+	select {
+	case <-done:
+		t.Logf("ztpd without CAP_NET_RAW exited:\n%s", logs)
+	default:
+		if n := packetSockets(cmd.Process.Pid); n != 0 {
+			t.Errorf("ztpd without CAP_NET_RAW holds %d AF_PACKET sockets", n)
+		} else {
+			t.Log("without CAP_NET_RAW: DHCP runs without its AF_PACKET socket")
+		}
+		stopServe(cmd, done)
+	}
 }

@@ -174,9 +174,12 @@ func BuildDeb(o Options) (string, error) {
 			"the hardened systemd service ztpd.service under its own user.",
 		Overridables: nfpm.Overridables{
 			// adduser makes the system user; useradd (passwd) is the fallback.
-			Depends:  []string{"adduser | passwd"},
-			Contents: contents,
-			Scripts:  nfpm.Scripts{PostInstall: scripts["postinst"], PreRemove: scripts["prerm"], PostRemove: scripts["postrm"]},
+			Depends: []string{"adduser | passwd"},
+			// The completion script uses bash-completion's helpers (and only
+			// bash-completion reads its directory).
+			Recommends: []string{"bash-completion"},
+			Contents:   contents,
+			Scripts:    nfpm.Scripts{PostInstall: scripts["postinst"], PreRemove: scripts["prerm"], PostRemove: scripts["postrm"]},
 		},
 	}
 	info = nfpm.WithDefaults(info)

@@ -301,7 +301,7 @@ func TestDebContents(t *testing.T) {
 	}
 	info := dpkgDeb(t, "-I", deb)
 	for _, want := range []string{"Package: ztpd", "Version: 0.0.0~pkgtest", "Architecture: " + DebianArch(runtime.GOARCH),
-		"Depends: adduser | passwd", "Section: net", "Maintainer: ", " postinst", " prerm", " postrm", " conffiles"} {
+		"Depends: adduser | passwd", "Recommends: bash-completion", "Section: net", "Maintainer: ", " postinst", " prerm", " postrm", " conffiles"} {
 		if !strings.Contains(info, want) {
 			t.Errorf("dpkg-deb -I lacks %q:\n%s", want, info)
 		}
