@@ -7,7 +7,7 @@ LAB_BIN ?= bin/ztpd-lab
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: k8s-bins build test test-short lint fuzz bench bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed lab clean
+.PHONY: package k8s-bins build test test-short lint fuzz bench bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed lab clean
 
 # The product (ztpd) and the namespace lab (ztpd-lab), side by side: ztpd-lab
 # runs the ztpd next to it, and the simulated kubelet (kubeletsim) next to it.
@@ -15,6 +15,21 @@ build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/ztpd
 	$(GO) build -trimpath -ldflags '-s -w' -o $(LAB_BIN) ./cmd/ztpd-lab
 	$(GO) build -trimpath -ldflags '-s -w' -o $(dir $(LAB_BIN))kubeletsim ./testenv/kubeletsim/cmd/kubeletsim
+
+# The Debian package dist/ztpd_<version>_<arch>.deb: a static binary, the
+# hardened unit, /etc/ztpd/ztpd.yaml, man pages and completions generated
+# from the commands (ztpd gendocs), built with nfpm (internal/packaging).
+# PKG_VERSION: the newest v* tag without its v, else 0.0.0~git<commit time>.<hash>.
+PKG_ARCH    ?= $(shell $(GO) env GOARCH)
+PKG_VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' 2>/dev/null) && echo "$$v" | sed 's/^v//; s/-/+/g' || \
+                 echo "0.0.0~git$$(git log -1 --format=%cd --date=format:%Y%m%d%H%M%S 2>/dev/null || date -u +%Y%m%d%H%M%S).$$(git rev-parse --short HEAD 2>/dev/null || echo dev)")
+PKG_BUILD   := dist/build
+package:
+	rm -rf $(PKG_BUILD)
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(PKG_ARCH) $(GO) build -trimpath -ldflags '-s -w -X main.version=$(PKG_VERSION)' -o $(PKG_BUILD)/ztpd ./cmd/ztpd
+	$(GO) run -ldflags '-X main.version=$(PKG_VERSION)' ./cmd/ztpd gendocs --man $(PKG_BUILD)/man --completions $(PKG_BUILD)/completions
+	$(GO) run ./internal/packaging/mkdeb --version '$(PKG_VERSION)' --arch $(PKG_ARCH) --binary $(PKG_BUILD)/ztpd \
+	  --man $(PKG_BUILD)/man --completions $(PKG_BUILD)/completions --examples examples/profiles --out dist
 
 # The one test command (README, .ci/run): unit, real-client and namespace
 # tests; it ends by listing every skipped test and why.
@@ -88,4 +103,4 @@ bench-images: build
 	bash bench/http-images.sh
 
 clean:
-	rm -rf bin
+	rm -rf bin dist
