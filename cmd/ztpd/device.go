@@ -23,8 +23,11 @@ func newDeviceCmd(opts *rootOptions) *cobra.Command {
 		Long: `Devices are the switches and VMs ztpd has seen on DHCP or HTTP, keyed by MAC
 address, with their onboarding state (discovered, leased, ztp-served, ...,
 waiting, join-issued, joined). A device waiting for approval joins its cluster
-once approved.`,
+once approved. "device show" tells a device's story (its events); "device list
+--state unmatched" lists the devices whose last ZTP request got no content, and
+"--state refused" the addresses without a lease that asked for it.`,
 		Example: `  ztpd device list --state waiting
+  ztpd device list --state unmatched
   ztpd device show 52:54:00:12:34:56
   ztpd device approve 52:54:00:12:34:56 --cluster edge-1
   ztpd device reset 52:54:00:12:34:56`,
@@ -34,6 +37,13 @@ once approved.`,
 	return cmd
 }
 
+// deviceView is a device as the CLI prints it with -o json: the API's
+// record with its cluster's name beside the ID.
+type deviceView struct {
+	core.Device
+	ClusterName string `json:"cluster_name,omitempty"`
+}
+
 func newDeviceListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 	var state, kind, cluster, subnet string
 	var limit int
@@ -41,29 +51,72 @@ func newDeviceListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List devices (all pages; --limit bounds the count)",
-		Args:    cobra.NoArgs,
+		Long: `List devices with their onboarding state. Two --state values are not states:
+
+  --state unmatched  devices (holding a lease or a reserved address) whose last
+                     ZTP request got no content, with the reason: no profile
+                     matches them, or a request contradicted their record.
+                     They leave the list once they are served.
+  --state refused    addresses that hold no lease and no reservation and asked
+                     for ZTP content since ztpd started (kept in memory only,
+                     never stored: made-up devices must not fill the store).`,
+		Example: `  ztpd device list
+  ztpd device list --state unmatched
+  ztpd device list --state refused
+  ztpd device list --cluster edge-1 -o json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := newAPIClient(opts, f)
 			if err != nil {
 				return err
 			}
-			q := url.Values{"state": {state}, "kind": {kind}, "cluster": {cluster}, "subnet": {subnet}}
+			if state == "refused" {
+				return printRefused(opts, c)
+			}
+			clusterID, err := visClusterRef(c, cluster)
+			if err != nil {
+				return err
+			}
+			q := url.Values{"state": {state}, "kind": {kind}, "cluster": {clusterID}, "subnet": {subnet}}
 			list, err := restAll[core.Device](c, "/api/v1/devices", q, limit)
 			if err != nil {
 				return err
 			}
-			return printResult(opts, os.Stdout, list, func(tw *tabwriter.Writer) {
-				row(tw, "MAC", "KIND", "STATE", "IP", "HOSTNAME", "SERIAL", "CLUSTER", "APPROVED", "LAST SEEN")
+			names := visClusterNames(c)
+			views := make([]deviceView, len(list))
+			refused := false
+			for i, d := range list {
+				views[i] = deviceView{Device: d, ClusterName: names[d.Cluster]}
+				refused = refused || d.Refusal.Refused()
+			}
+			return printResult(opts, os.Stdout, views, func(tw *tabwriter.Writer) {
+				if state == "unmatched" {
+					row(tw, "MAC", "KIND", "STATE", "IP", "HOSTNAME", "SERIAL", "ASKED FOR", "REFUSED", "WHY")
+					for _, d := range list {
+						r := d.Refusal
+						row(tw, d.ID, d.Kind, d.State, dash(d.IP), dash(d.Hostname), dash(d.Serial), r.What, ago(r.At), r.Reason)
+					}
+					return
+				}
+				head := []any{"MAC", "KIND", "STATE", "IP", "HOSTNAME", "SERIAL", "CLUSTER", "APPROVED", "LAST SEEN"}
+				if refused {
+					head = append(head, "LAST REFUSAL")
+				}
+				row(tw, head...)
 				for _, d := range list {
-					row(tw, d.ID, d.Kind, d.State, dash(d.IP), dash(d.Hostname), dash(d.Serial), dash(d.Cluster), d.Approved, ago(d.LastSeen))
+					cells := []any{d.ID, d.Kind, d.State, dash(d.IP), dash(d.Hostname), dash(d.Serial), dash(names.cluster(d.Cluster)), d.Approved, ago(d.LastSeen)}
+					if refused {
+						cells = append(cells, dash(d.Refusal.Kind))
+					}
+					row(tw, cells...)
 				}
 			})
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&state, "state", "", "only devices in this state, e.g. waiting")
+	fl.StringVar(&state, "state", "", "only devices in this state (e.g. waiting), unmatched, or refused (see above)")
 	fl.StringVar(&kind, "kind", "", "sonic, onie, vm or unknown")
-	fl.StringVar(&cluster, "cluster", "", "only devices assigned to this cluster ID")
+	fl.StringVar(&cluster, "cluster", "", "only devices assigned to this cluster (name or ID)")
 	fl.StringVar(&subnet, "subnet", "", "only devices in this subnet")
 	fl.IntVar(&limit, "limit", 0, "at most this many devices (0: all)")
 	return cmd
@@ -81,11 +134,25 @@ func ago(t time.Time) string {
 	return d.String() + " ago"
 }
 
+// deviceTimeline bounds the events "device show" prints: the newest.
+const deviceTimeline = 30
+
+// deviceShown is "device show -o json": the device, its cluster's name and
+// its newest events, oldest first.
+type deviceShown struct {
+	deviceView
+	Timeline []eventView `json:"timeline"`
+}
+
 func newDeviceShowCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "show MAC|SERIAL",
-		Short: "Show one device",
-		Args:  cobra.ExactArgs(1),
+		Short: "Show one device and its timeline (its newest events)",
+		Long: `Show one device: its facts, state, cluster, the reason its last ZTP request
+was refused (if it was), and its timeline: its newest events, oldest first
+(lease, ZTP fetches and refusals, approval, join, Node). For the whole history
+use "ztpd events --device MAC".`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := newAPIClient(opts, f)
 			if err != nil {
@@ -95,26 +162,95 @@ func newDeviceShowCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 			if err := c.rest("GET", "/api/v1/devices/"+url.PathEscape(args[0]), nil, nil, &d); err != nil {
 				return err
 			}
-			return printDevice(opts, d)
+			var p eventsPage
+			q := url.Values{"device": {d.ID}, "tail": {strconv.Itoa(deviceTimeline)}}
+			if err := c.rest("GET", "/api/v1/events", q, nil, &p); err != nil {
+				return err
+			}
+			names := visClusterNames(c)
+			shown := deviceShown{deviceView: deviceView{Device: d, ClusterName: names[d.Cluster]}, Timeline: p.Items}
+			if shown.Timeline == nil {
+				shown.Timeline = []eventView{}
+			}
+			for i := range shown.Timeline {
+				shown.Timeline[i].ClusterName = names[shown.Timeline[i].Cluster]
+			}
+			return printResult(opts, os.Stdout, shown, func(tw *tabwriter.Writer) {
+				deviceRows(tw, shown.deviceView)
+				if len(shown.Timeline) == 0 {
+					row(tw, "timeline", "no events")
+					return
+				}
+				row(tw, "timeline", fmt.Sprintf("newest %d events, oldest first (all: ztpd events --device %s)", len(shown.Timeline), d.ID))
+				tw.Flush()
+				for _, e := range shown.Timeline {
+					fmt.Fprintf(tw, "  %s  %-18s %s\n", e.Time.Local().Format("2006-01-02 15:04:05"), e.Type, eventText(e))
+				}
+			})
 		},
 	}
 }
 
+// printDevice prints a device an operation answered (approve, reset).
 func printDevice(opts *rootOptions, d core.Device) error {
-	return printResult(opts, os.Stdout, d, func(tw *tabwriter.Writer) {
-		row(tw, "mac", d.ID)
-		row(tw, "kind", d.Kind)
-		row(tw, "state", d.State)
-		row(tw, "approved", strconv.FormatBool(d.Approved))
-		for _, kv := range [][2]string{{"ip", d.IP}, {"hostname", d.Hostname}, {"serial", d.Serial}, {"product", d.Product},
-			{"platform", d.Platform}, {"subnet", d.Subnet}, {"cluster", d.Cluster}, {"role", d.Role}, {"profile", d.Profile},
-			{"vendor class", d.VendorClass}, {"sonic version", d.SONiCVer}} {
-			if kv[1] != "" {
-				row(tw, kv[0], kv[1])
-			}
+	return printResult(opts, os.Stdout, d, func(tw *tabwriter.Writer) { deviceRows(tw, deviceView{Device: d}) })
+}
+
+func deviceRows(tw *tabwriter.Writer, v deviceView) {
+	d := v.Device
+	row(tw, "mac", d.ID)
+	row(tw, "kind", d.Kind)
+	row(tw, "state", d.State)
+	row(tw, "approved", strconv.FormatBool(d.Approved))
+	cluster := d.Cluster
+	if v.ClusterName != "" && v.ClusterName != d.Cluster {
+		cluster = v.ClusterName + " (" + d.Cluster + ")"
+	}
+	for _, kv := range [][2]string{{"ip", d.IP}, {"hostname", d.Hostname}, {"serial", d.Serial}, {"product", d.Product},
+		{"platform", d.Platform}, {"subnet", d.Subnet}, {"cluster", cluster}, {"role", d.Role}, {"profile", d.Profile},
+		{"vendor class", d.VendorClass}, {"sonic version", d.SONiCVer}} {
+		if kv[1] != "" {
+			row(tw, kv[0], kv[1])
 		}
-		row(tw, "first seen", d.FirstSeen.Format(time.RFC3339))
-		row(tw, "last seen", d.LastSeen.Format(time.RFC3339))
+	}
+	if r := d.Refusal; r.Refused() {
+		row(tw, "last refused", fmt.Sprintf("%s %s: %s (%s)", visWhen(r.At), r.What, r.Reason, r.Kind))
+	}
+	row(tw, "first seen", visWhen(d.FirstSeen))
+	row(tw, "last seen", visWhen(d.LastSeen))
+}
+
+// printRefused prints the addresses without a lease the running server
+// refused since it started ("device list --state refused").
+func printRefused(opts *rootOptions, c *apiClient) error {
+	var r struct {
+		Since time.Time `json:"since"`
+		Items []struct {
+			Addr      string    `json:"addr"`
+			What      string    `json:"what"`
+			Kind      string    `json:"kind"`
+			Reason    string    `json:"reason"`
+			Transport string    `json:"transport"`
+			Count     int       `json:"count"`
+			First     time.Time `json:"first"`
+			Last      time.Time `json:"last"`
+		} `json:"items"`
+	}
+	if err := c.rest("GET", "/api/v1/refusals", nil, nil, &r); err != nil {
+		return err
+	}
+	if opts.output != "json" {
+		if r.Since.IsZero() {
+			fmt.Fprintln(os.Stderr, "ztpd is not running on this data directory: refusals of addresses without a lease are kept by a running server only")
+		} else {
+			fmt.Fprintf(os.Stderr, "addresses without a lease refused since ztpd started (%s), newest first\n", visWhen(r.Since))
+		}
+	}
+	return printResult(opts, os.Stdout, r, func(tw *tabwriter.Writer) {
+		row(tw, "ADDRESS", "ASKED FOR", "OVER", "TIMES", "FIRST", "LAST", "WHY")
+		for _, x := range r.Items {
+			row(tw, x.Addr, x.What, x.Transport, x.Count, ago(x.First), ago(x.Last), x.Reason)
+		}
 	})
 }
 

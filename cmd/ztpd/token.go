@@ -22,6 +22,8 @@ type tokenInfo struct {
 	UsedAt      time.Time `json:"used_at,omitzero"`
 	Revoked     bool      `json:"revoked"`
 	Created     time.Time `json:"created"`
+	// ClusterName is the CLI's: the cluster's name beside its ID.
+	ClusterName string `json:"cluster_name,omitempty"`
 }
 
 func newTokenCmd(opts *rootOptions) *cobra.Command {
@@ -32,7 +34,7 @@ func newTokenCmd(opts *rootOptions) *cobra.Command {
 		Long: `Join tokens are the credentials devices use to join clusters (kubeadm
 bootstrap tokens, k3s tokens, enrollment tokens). Only their IDs and metadata
 are shown; secrets are never stored in clear and never shown.`,
-		Example: `  ztpd token list --cluster 1f0c...
+		Example: `  ztpd token list --cluster edge-1
   ztpd token revoke abcdef --kind kubeadm`,
 	}
 	addAPIFlags(cmd, f)
@@ -53,26 +55,39 @@ func newTokenListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			list, err := restAll[tokenInfo](c, "/api/v1/tokens", url.Values{"cluster": {cluster}, "kind": {kind}, "revoked": {revoked}}, 0)
+			clusterID, err := visClusterRef(c, cluster)
 			if err != nil {
 				return err
+			}
+			list, err := restAll[tokenInfo](c, "/api/v1/tokens", url.Values{"cluster": {clusterID}, "kind": {kind}, "revoked": {revoked}}, 0)
+			if err != nil {
+				return err
+			}
+			names := visClusterNames(c)
+			for i := range list {
+				list[i].ClusterName = names[list[i].Cluster]
 			}
 			return printResult(opts, os.Stdout, list, func(tw *tabwriter.Writer) {
 				row(tw, "ID", "KIND", "CLUSTER", "DEVICE", "REVOKED", "EXPIRES", "USED")
 				for _, t := range list {
 					exp, used := "-", "-"
 					if !t.Expires.IsZero() {
-						exp = t.Expires.Format(time.RFC3339)
+						exp = t.Expires.Local().Format("2006-01-02 15:04")
+						if d := time.Until(t.Expires); d > 0 {
+							exp += " (in " + d.Round(time.Minute).String() + ")"
+						} else {
+							exp += " (expired)"
+						}
 					}
 					if !t.UsedAt.IsZero() {
-						used = t.UsedAt.Format(time.RFC3339)
+						used = ago(t.UsedAt)
 					}
-					row(tw, t.ID, t.Kind, dash(t.Cluster), dash(t.Device), t.Revoked, exp, used)
+					row(tw, t.ID, t.Kind, dash(names.cluster(t.Cluster)), dash(t.Device), t.Revoked, exp, used)
 				}
 			})
 		},
 	}
-	cmd.Flags().StringVar(&cluster, "cluster", "", "only tokens of this cluster ID")
+	cmd.Flags().StringVar(&cluster, "cluster", "", "only tokens of this cluster (name or ID)")
 	cmd.Flags().StringVar(&kind, "kind", "", "kubeadm, k3s, enrollment or certificate-key")
 	cmd.Flags().StringVar(&revoked, "revoked", "", "true or false")
 	return cmd
