@@ -346,7 +346,11 @@ func (s *Service) ResetDevice(ctx context.Context, deviceID string) (core.Device
 }
 
 // Approve marks a device approved for joining (ztpd device approve) and,
-// when clusterRef is not empty, assigns it to that cluster.
+// when clusterRef is not empty, assigns it to that cluster. The cluster a
+// device joins is the one its profile names (the join section or
+// cloud-config comes with its ZTP content): an approval that would change
+// nothing (its profile names no cluster, or another one, or a cluster that
+// does not exist) is refused with the reason.
 func (s *Service) Approve(ctx context.Context, deviceID, clusterRef string) (core.Device, error) {
 	if err := ctx.Err(); err != nil {
 		return core.Device{}, err
@@ -356,16 +360,25 @@ func (s *Service) Approve(ctx context.Context, deviceID, clusterRef string) (cor
 	err := s.store.Update(func(tx core.Tx) error {
 		var err error
 		d, err = deviceByRef(tx, deviceID)
-		if err != nil {
+		if errors.Is(err, core.ErrNotFound) {
+			return core.Errorf(core.KindNotFound, "device %s not found (ztpd device list shows the devices ztpd has seen)", deviceID)
+		} else if err != nil {
 			return err
 		}
 		cluster := d.Cluster
 		if clusterRef != "" {
 			c, err := clusters.ByRef(tx, clusterRef)
-			if err != nil {
+			if errors.Is(err, core.ErrNotFound) {
+				return core.Errorf(core.KindNotFound, "cluster %q not found (ztpd cluster list)", clusterRef)
+			} else if err != nil {
 				return err
 			}
 			cluster = c.ID
+		}
+		if profileCluster, err := s.approvalTakesEffect(tx, d, clusterRef, cluster); err != nil {
+			return err
+		} else if cluster == "" {
+			cluster = profileCluster
 		}
 		if d.Approved && d.Cluster == cluster {
 			return nil
@@ -380,6 +393,42 @@ func (s *Service) Approve(ctx context.Context, deviceID, clusterRef string) (cor
 		return s.event(tx, now, "device.approved", d.ID, d.Cluster, "approved for joining", nil)
 	})
 	return d, err
+}
+
+// approvalTakesEffect refuses an approval of d that would change nothing.
+// cluster is the cluster ID it would be approved for (the one given,
+// clusterRef, else the one it asked to join). The cluster d is told to join
+// is its profile's, whose ID it returns; without known profiles (offline
+// CLI use) it cannot tell, and returns "" and no error.
+func (s *Service) approvalTakesEffect(tx core.Tx, d core.Device, clusterRef, cluster string) (string, error) {
+	var name, pc string
+	known := false
+	if s.opts.ProfileOf != nil {
+		name, pc, known = s.opts.ProfileOf(d)
+	}
+	if !known {
+		return "", nil
+	}
+	switch {
+	case name == "":
+		return "", core.Errorf(core.KindState, "device %s matches no profile, so it is told to join no cluster and approving it would change nothing; "+
+			"a profile that matches it must name the cluster (cluster: NAME; ztpd device show %s says why it was refused)", d.ID, d.ID)
+	case pc == "":
+		return "", core.Errorf(core.KindState, "device %s matches profile %q, which names no cluster, so it is told to join none and approving it would change nothing; "+
+			"add \"cluster: NAME\" to profile %s (--cluster cannot replace that: the join comes with the profile's content)", d.ID, name, name)
+	}
+	c, err := clusters.ByRef(tx, pc)
+	if errors.Is(err, core.ErrNotFound) {
+		return "", core.Errorf(core.KindState, "device %s matches profile %q, which names cluster %q, and that cluster does not exist; "+
+			"create it first (ztpd cluster create %s ...) or correct the profile", d.ID, name, pc, pc)
+	} else if err != nil {
+		return "", err
+	}
+	if clusterRef != "" && cluster != c.ID {
+		return "", core.Errorf(core.KindState, "device %s matches profile %q, which puts it in cluster %q: it would join %s, not %s; "+
+			"approve it without --cluster, or change the profile", d.ID, name, c.Name, c.Name, clusterRef)
+	}
+	return c.ID, nil
 }
 
 // deviceByRef finds a device by id (MAC in any notation) or serial number.

@@ -109,6 +109,12 @@ type Options struct {
 	// ProfileLabels gives a profile's labels by name, for the Node labels
 	// of its devices (nil: none).
 	ProfileLabels func(profile string) map[string]string
+	// ProfileOf names the profile a device's next ZTP or user-data fetch
+	// gets ("" when none matches) and the cluster that profile names (""
+	// for none): that cluster is the one the device is told to join.
+	// known is false when no profiles are loaded (offline CLI use); nil is
+	// never known. Approve refuses what it can tell would change nothing.
+	ProfileOf     func(d core.Device) (profile, cluster string, known bool)
 	EnrollmentTTL time.Duration // default 1h
 	TokenTTL      time.Duration // default 24h; 0 after defaulting is not allowed
 	ReportTTL     time.Duration // default 7 days

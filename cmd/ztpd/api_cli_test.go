@@ -186,7 +186,7 @@ func TestAPICommandGroups(t *testing.T) {
 	if out, err := cli("cluster", "list", "--mine"); err != nil || namesOf(out) != "a1@admin" {
 		t.Fatalf("admin cluster list --mine: %v %s", err, out)
 	}
-	if _, err := ucli("cluster", "scale", "a1", "--size", "2"); err == nil || !strings.Contains(err.Error(), `no Kubernetes cluster named "a1"`) {
+	if _, err := ucli("cluster", "scale", "a1", "--size", "2"); err == nil || !strings.Contains(err.Error(), `cluster "a1" not found`) {
 		t.Fatalf("user scales the admin's cluster: %v", err)
 	}
 	mustCLI(&c, "cluster", "show", "u1") // the admin resolves any account's cluster by name

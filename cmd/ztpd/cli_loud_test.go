@@ -4,13 +4,19 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ztpd/ztpd/internal/app"
+	"github.com/ztpd/ztpd/internal/config"
+	"github.com/ztpd/ztpd/internal/core"
 )
 
 // loudResult is one run of the real binary.
@@ -301,5 +307,82 @@ func TestLoudDestructiveCommandsNeedYes(t *testing.T) {
 	r = loudRun(t, env, "--data-dir", data, "image", "rm", "-y", "v1.31.4.iso")
 	if r.code == 0 || strings.Contains(r.stderr, "--yes") {
 		t.Fatalf("image rm -y did not reach the store: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// Issue 15 items 4 and 5: device approve of a device whose profile names no
+// cluster was accepted and changed nothing; --cluster nosuch said "Invalid
+// Kubernetes cluster ID". The device really fetches its ztp.json from the
+// real server first, so the server knows its profile.
+func TestLoudApproveRefusesWhatCannotTakeEffect(t *testing.T) {
+	env := loudEnv(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	profiles := filepath.Join(dir, "profiles")
+	os.MkdirAll(profiles, 0o755)
+	if err := os.WriteFile(filepath.Join(profiles, "plain.yaml"), []byte("name: plain\nmatch:\n  serial: LOUD*\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfgFile := filepath.Join(dir, "ztpd.yaml")
+	if err := os.WriteFile(cfgFile, []byte("profiles: ["+profiles+"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The switch holds a lease on 127.0.0.1 (it fetches from loopback).
+	const mac = "02:00:00:00:15:01"
+	cfg := config.Default()
+	cfg.DataDir = data
+	a, err := app.New(cfg, app.NewLogger(io.Discard, "error", "text"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	if err := a.Store.Update(func(tx core.Tx) error {
+		return tx.Leases().Put(core.Lease{IP: "127.0.0.1", MAC: mac, State: core.LeaseActive, Start: now, Expiry: now.Add(time.Hour)})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	s := startServe(t, buildZtpd(t), data, "--config", cfgFile)
+	req, _ := http.NewRequest("GET", "http://"+s.addr+"/ztp/ztp.json", nil)
+	req.Header.Set("Serial-Number", "LOUD0001")
+	req.Header.Set("Base-Mac-Address", mac)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("ztp.json: %d %s", resp.StatusCode, body)
+	}
+	// The device record is written behind the answer.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r := loudRun(t, env, "--data-dir", data, "device", "list", "-o", "json")
+		if strings.Contains(r.stdout, mac) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("device not recorded:\n%s%s", r.stdout, r.stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	r := loudRun(t, env, "--data-dir", data, "device", "approve", mac)
+	if r.code == 0 || !strings.Contains(r.stderr, `profile "plain", which names no cluster`) {
+		t.Fatalf("approve of a device whose profile names no cluster: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = loudRun(t, env, "--data-dir", data, "device", "approve", mac, "--cluster", "nosuch")
+	if r.code == 0 || !strings.Contains(r.stderr, `cluster "nosuch" not found`) || strings.Contains(r.stderr, "Invalid Kubernetes cluster ID") {
+		t.Fatalf("approve --cluster nosuch: exit %d\n%s", r.code, r.stderr)
+	}
+	r = loudRun(t, env, "--data-dir", data, "device", "approve", "02:00:00:00:15:99")
+	if r.code == 0 || !strings.Contains(r.stderr, "not found") {
+		t.Fatalf("approve of an unknown device: exit %d\n%s", r.code, r.stderr)
+	}
+	r = loudRun(t, env, "--data-dir", data, "device", "show", mac, "-o", "json")
+	var d core.Device
+	if err := json.Unmarshal([]byte(r.stdout), &d); err != nil || d.Approved || d.Profile != "plain" {
+		t.Fatalf("device after refused approvals: %+v %v\n%s", d, err, r.stdout)
 	}
 }

@@ -93,7 +93,7 @@ func clusterID(c *apiClient, ref string) (string, error) {
 	if err := c.list("listKubernetesClusters", "kubernetescluster", url.Values{"id": {ref}, "listall": {"true"}}, &list); err == nil && len(list) == 1 {
 		return list[0].ID, nil
 	}
-	return "", fmt.Errorf("no Kubernetes cluster named %q", ref)
+	return "", fmt.Errorf("cluster %q not found (ztpd cluster list)", ref)
 }
 
 func printCluster(opts *rootOptions, c csCluster) error {

@@ -41,6 +41,7 @@ func (a *App) buildJoiner() error {
 		Devices:       a.Devices, // built before the joiner
 		Log:           a.Log.With("part", "joiner"),
 		ProfileLabels: a.profileLabels,
+		ProfileOf:     a.profileOf,
 	})
 	if err != nil {
 		return err

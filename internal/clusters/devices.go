@@ -24,11 +24,16 @@ func (s *Service) ApproveDevice(ctx context.Context, caller Caller, deviceID, cl
 	var clusterID string
 	err := s.st.View(func(tx core.Tx) error {
 		if _, err := tx.Devices().Get(deviceID); err != nil {
-			return core.Errorf(core.KindNotFound, "device %s not found", deviceID)
+			if _, err := tx.Devices().BySerial(deviceID); err != nil {
+				return core.Errorf(core.KindNotFound, "device %s not found", deviceID)
+			}
 		}
 		if clusterRef != "" {
 			c, err := ByRef(tx, clusterRef)
-			if err != nil {
+			if errors.Is(err, core.ErrNotFound) {
+				// A name or an ID: not CloudStack's "Invalid Kubernetes cluster ID".
+				return core.Errorf(core.KindNotFound, "cluster %q not found", clusterRef)
+			} else if err != nil {
 				return err
 			}
 			clusterID = c.ID
