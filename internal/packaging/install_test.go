@@ -12,6 +12,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -214,6 +215,27 @@ func TestDebInstallStartsService(t *testing.T) {
 	}
 
 	t.Run("unit capabilities serve DHCP and TFTP", func(t *testing.T) { unitCapabilities(t, unit, uid, gid) })
+
+	// An upgrade keeps the operator's configuration, the user and the state.
+	b := buildZtpdForPackage(t)
+	deb2, err := BuildDeb(Options{Version: "0.0.0~pkgtest2", Arch: runtime.GOARCH, Binary: b.bin, ManDir: b.man,
+		CompletionsDir: b.completions, OutDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("dpkg", "-i", deb2).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg -i (upgrade): %v\n%s", err, out)
+	}
+	if got, err := os.ReadFile(ConfigPath); err != nil || !bytes.Equal(got, edited) {
+		t.Errorf("the upgrade changed the edited %s (%v)", ConfigPath, err)
+	}
+	if u2, err := user.Lookup(ServiceUserName); err != nil || u2.Uid != u.Uid {
+		t.Errorf("after the upgrade user %s is %v (%v), was uid %s", ServiceUserName, u2, err, u.Uid)
+	}
+	checkOwned(t, filepath.Join(StateDir, "ztpd.db"), uid, gid, 0o600)
+	if v, err := exec.Command("dpkg-query", "-W", "-f", "${Version}", PackageName).Output(); err != nil || string(v) != "0.0.0~pkgtest2" {
+		t.Errorf("installed version after the upgrade: %q (%v)", v, err)
+	}
 
 	// Man pages: through man's search path, and by file.
 	if _, err := exec.LookPath("man"); err == nil {
