@@ -4,6 +4,7 @@ package content
 
 import (
 	"errors"
+	"fmt"
 	"os"
 
 	"github.com/ztpd/ztpd/internal/core"
@@ -28,7 +29,9 @@ func (s *Service) Image(ref, kind string) (core.Image, *os.File, error) {
 	}
 	f, err := s.opt.Images.Open(im)
 	if err != nil {
-		return im, nil, unavailable("image %s: content missing: %v", im.Name, err)
+		// The device learns which image; the path is for the log.
+		return im, nil, &Error{Status: 503, Reason: fmt.Sprintf("image %s is not available on this server (its content is missing)", im.Name),
+			Detail: err.Error()}
 	}
 	return im, f, nil
 }

@@ -60,8 +60,18 @@ func (c *engineConfig) fill() {
 type refusal struct {
 	code   uint16
 	msg    string
+	detail string // for the log only, never sent
 	reason string
 	level  slog.Level
+}
+
+// logArgs are the refusal's log attributes.
+func (r *refusal) logArgs(peer any, file string) []any {
+	args := []any{"client", peer, "file", file, "reason", r.reason, "error", r.msg}
+	if r.detail != "" {
+		args = append(args, "detail", r.detail)
+	}
+	return args
 }
 
 func (r *refusal) Error() string { return r.msg }
@@ -283,7 +293,7 @@ func (e *engine) request(p []byte, truncated bool, peer netip.AddrPort, local ne
 func (e *engine) refuse(peer netip.AddrPort, local netip.Addr, file string, r *refusal) {
 	refused.WithLabelValues(r.reason).Inc()
 	e.conn.sendTo(appendError(nil, r.code, r.msg), e.sourceOOB(local), peer)
-	e.logf(r.level, "refused:"+r.reason, "tftp request refused", "client", peer, "file", file, "reason", r.reason, "error", r.msg)
+	e.logf(r.level, "refused:"+r.reason, "tftp request refused", r.logArgs(peer, file)...)
 }
 
 // logf logs at level, at most a few lines a second per key (a flood of
@@ -403,7 +413,7 @@ func (t *transfer) start() {
 			r = &refusal{code: errUndefined, msg: "internal error", reason: "error", level: slog.LevelWarn}
 			e.log.Warn("tftp request failed", "client", t.peer, "file", t.req.filename, "err", err)
 		} else {
-			e.logf(r.level, "refused:"+r.reason, "tftp request refused", "client", t.peer, "file", t.req.filename, "reason", r.reason, "error", r.msg)
+			e.logf(r.level, "refused:"+r.reason, "tftp request refused", r.logArgs(t.peer, t.req.filename)...)
 		}
 		refused.WithLabelValues(r.reason).Inc()
 		t.send(appendError(nil, r.code, r.msg))

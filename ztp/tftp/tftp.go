@@ -255,12 +255,17 @@ func (s *Server) open(ctx context.Context, t *transfer) (*payload, error) {
 	pl, err := s.resolve(ctx, c, name)
 	var ce *content.Error
 	if errors.As(err, &ce) {
-		r := &refusal{code: errUndefined, msg: ce.Reason, reason: fmt.Sprint(ce.Status), level: slog.LevelDebug}
+		// The device reads ce.Reason only; server detail (a path) goes to
+		// the log, at error for a server-side fault.
+		r := &refusal{code: errUndefined, msg: ce.Reason, detail: ce.Detail, reason: fmt.Sprint(ce.Status), level: slog.LevelDebug}
 		switch ce.Status {
 		case 404:
 			r.code = errNotFound
 		case 403:
 			r.code = errAccess
+		}
+		if ce.Status >= 500 {
+			r.level = slog.LevelError
 		}
 		return nil, r
 	}
