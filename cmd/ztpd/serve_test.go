@@ -149,47 +149,6 @@ func TestSecondInstanceOnSameDataDirFailsAtOnce(t *testing.T) {
 	}
 }
 
-func TestBackupWhileServingAndOffline(t *testing.T) {
-	bin := buildZtpd(t)
-	dir := t.TempDir()
-	data := filepath.Join(dir, "data")
-	payload := filepath.Join(dir, "p.bin")
-	os.WriteFile(payload, bytes.Repeat([]byte("x"), 1<<20), 0o644)
-	s := startServe(t, bin, data)
-	if out, err := exec.Command(bin, "--data-dir", data, "image", "add", payload, "--kind", "file").CombinedOutput(); err != nil {
-		t.Fatalf("image add while serving: %v\n%s", err, out)
-	}
-	hot := filepath.Join(dir, "hot.db")
-	out, err := exec.Command(bin, "--data-dir", data, "backup", hot, "-o", "json").CombinedOutput()
-	if err != nil {
-		t.Fatalf("hot backup: %v\n%s", err, out)
-	}
-	var res struct {
-		File  string `json:"file"`
-		Bytes int64  `json:"bytes"`
-	}
-	if err := json.Unmarshal(out, &res); err != nil || res.Bytes == 0 || res.File != hot {
-		t.Fatalf("backup output %s (%v)", out, err)
-	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	s.cmd.Wait()
-	// The backup is a complete store: serve it and find the image.
-	restored := filepath.Join(dir, "restored")
-	os.MkdirAll(restored, 0o700)
-	os.Rename(hot, filepath.Join(restored, "ztpd.db"))
-	out, err = exec.Command(bin, "--data-dir", restored, "image", "list", "-o", "json").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), `"name": "p.bin"`) {
-		t.Fatalf("restored store lacks the image: %v\n%s", err, out)
-	}
-	cold := filepath.Join(dir, "cold.db")
-	if out, err := exec.Command(bin, "--data-dir", data, "backup", cold).CombinedOutput(); err != nil {
-		t.Fatalf("offline backup: %v\n%s", err, out)
-	}
-	if st, err := os.Stat(cold); err != nil || st.Mode().Perm() != 0o600 {
-		t.Fatalf("backup file mode: %v %v", st.Mode(), err)
-	}
-}
-
 func TestInvalidConfigNamesTheField(t *testing.T) {
 	bin := buildZtpd(t)
 	cfg := filepath.Join(t.TempDir(), "c.yaml")

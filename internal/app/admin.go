@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -102,14 +101,6 @@ func (a *App) healthz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpserve.WriteJSON(w, http.StatusOK, map[string]any{"status": "ok", "schema": schema})
-}
-
-func (a *App) adminBackup(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/octet-stream")
-	setLen := func(n int64) { w.Header().Set("Content-Length", strconv.FormatInt(n, 10)) }
-	if _, err := a.Store.BackupSized(w, setLen); err != nil {
-		a.Log.Error("backup failed", "err", err)
-	}
 }
 
 // adminErrorMessage is the message of an admin error answer (httpserve's

@@ -20,13 +20,14 @@ import (
 	"strings"
 
 	"github.com/ztpd/ztpd/internal/apikeys"
+	"github.com/ztpd/ztpd/internal/backup"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/secretbox"
 )
 
 // KeyFingerprintSetting is the store setting recording the fingerprint of
 // the at-rest key its sealed data was sealed with.
-const KeyFingerprintSetting = "at_rest_key_fingerprint"
+const KeyFingerprintSetting = backup.KeyFingerprintSetting
 
 // keyFile is the at-rest key's file: key_file, else <data-dir>/secret.key.
 func (a *App) keyFile() string {
