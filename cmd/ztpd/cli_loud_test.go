@@ -2,14 +2,18 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -384,5 +388,90 @@ func TestLoudApproveRefusesWhatCannotTakeEffect(t *testing.T) {
 	var d core.Device
 	if err := json.Unmarshal([]byte(r.stdout), &d); err != nil || d.Approved || d.Profile != "plain" {
 		t.Fatalf("device after refused approvals: %+v %v\n%s", d, err, r.stdout)
+	}
+}
+
+// Issue 15 item 5: iso inspect printed an empty SHA256 column, and sizes were
+// raw byte counts. The table shows every file's sha256 and human sizes;
+// -o json keeps exact bytes. The ISO is made by xorriso.
+func TestLoudISOInspectShowsSHA256AndHumanSizes(t *testing.T) {
+	xorriso, err := exec.LookPath("xorriso")
+	if err != nil {
+		t.Skip("xorriso not installed")
+	}
+	dir := t.TempDir()
+	tree := filepath.Join(dir, "tree")
+	os.MkdirAll(filepath.Join(tree, "k8s"), 0o755)
+	kubeadm := bytes.Repeat([]byte("kubeadm!"), 3<<16) // 1.5 MiB
+	if err := os.WriteFile(filepath.Join(tree, "k8s", "kubeadm"), kubeadm, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	iso := filepath.Join(dir, "x.iso")
+	if out, err := exec.Command(xorriso, "-as", "mkisofs", "-R", "-V", "CDROM", "-o", iso, tree).CombinedOutput(); err != nil {
+		t.Fatalf("xorriso: %v\n%s", err, out)
+	}
+	sum := sha256.Sum256(kubeadm)
+	r := loudRun(t, nil, "iso", "inspect", iso)
+	if r.code != 0 {
+		t.Fatalf("iso inspect: %s", r.stderr)
+	}
+	var line string
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if strings.HasPrefix(l, "k8s/kubeadm") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, hex.EncodeToString(sum[:])) || !strings.Contains(line, "1.5 MiB") {
+		t.Fatalf("iso inspect table: file line %q, want its sha256 and 1.5 MiB\n%s", line, r.stdout)
+	}
+	if !regexp.MustCompile(`(?m)^sha256\s+[0-9a-f]{64}$`).MatchString(r.stdout) {
+		t.Fatalf("iso inspect table: no image sha256\n%s", r.stdout)
+	}
+	r = loudRun(t, nil, "iso", "inspect", iso, "-o", "json")
+	if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf(`"size": %d`, len(kubeadm))) {
+		t.Fatalf("iso inspect -o json does not keep bytes:\n%s%s", r.stdout, r.stderr)
+	}
+	// Without hashing, no SHA256 column at all (it was empty).
+	r = loudRun(t, nil, "iso", "inspect", "--hash=false", iso)
+	if r.code != 0 || strings.Contains(r.stdout, "SHA256") {
+		t.Fatalf("iso inspect --hash=false:\n%s%s", r.stdout, r.stderr)
+	}
+}
+
+// Issue 15 item 5: --semver v1.31.4 was refused; sizes of stored images
+// were raw bytes in tables.
+func TestLoudSemverWithVAndImageSizes(t *testing.T) {
+	env := loudEnv(t)
+	data := filepath.Join(t.TempDir(), "data")
+	startServe(t, buildZtpd(t), data)
+	iso := filepath.Join(t.TempDir(), "k8s.iso")
+	if err := os.WriteFile(iso, bytes.Repeat([]byte("CD001"), 3<<10), 0o644); err != nil { // 15 KiB
+		t.Fatal(err)
+	}
+	r := loudRun(t, env, "--data-dir", data, "kube-version", "add", "--iso", iso, "--semver", "v1.31.4", "-o", "json")
+	var added struct {
+		Version struct {
+			Name   string `json:"name"`
+			SemVer string `json:"semver"`
+		} `json:"version"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &added) != nil || added.Version.Name != "v1.31.4" {
+		t.Fatalf("kube-version add --semver v1.31.4: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = loudRun(t, env, "--data-dir", data, "image", "list")
+	if r.code != 0 || !strings.Contains(r.stdout, "15 KiB") || strings.Contains(r.stdout, "15360") {
+		t.Fatalf("image list sizes:\n%s%s", r.stdout, r.stderr)
+	}
+	r = loudRun(t, env, "--data-dir", data, "image", "list", "-o", "json")
+	if r.code != 0 || !strings.Contains(r.stdout, "15360") {
+		t.Fatalf("image list -o json lost the byte count:\n%s%s", r.stdout, r.stderr)
+	}
+	// A cluster of it, by the release tag, is created and not left in Error.
+	r = loudRun(t, env, "--data-dir", data, "cluster", "create", "fabric", "--version", "v1.31.4", "--join-method", "sonic", "-o", "json")
+	if r.code != 0 {
+		t.Fatalf("cluster create --join-method sonic: exit %d\n%s", r.code, r.stderr)
+	}
+	if st := loudClusterState(t, env, data, "fabric"); st != "Starting" {
+		t.Fatalf("sonic cluster is %q, want Starting (waiting for its first control plane)", st)
 	}
 }

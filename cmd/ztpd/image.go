@@ -78,7 +78,7 @@ func newImageAddCmd(opts *rootOptions) *cobra.Command {
 			return printResult(opts, os.Stdout, res, func(tw *tabwriter.Writer) {
 				row(tw, "name", res.Image.Name)
 				row(tw, "sha256", res.Image.SHA256)
-				row(tw, "size", res.Image.Size)
+				row(tw, "size", fmt.Sprintf("%s (%d bytes)", humanBytes(res.Image.Size), res.Image.Size))
 				row(tw, "kind", res.Image.Kind)
 				if res.Existed {
 					row(tw, "note", "content was already stored; not stored again")
@@ -114,7 +114,7 @@ func newImageListCmd(opts *rootOptions) *cobra.Command {
 			return printResult(opts, os.Stdout, list, func(tw *tabwriter.Writer) {
 				row(tw, "NAME", "KIND", "PLATFORM", "VERSION", "SIZE", "SHA256")
 				for _, im := range list {
-					row(tw, im.Name, im.Kind, dash(im.Platform), dash(im.Version), im.Size, im.SHA256[:16])
+					row(tw, im.Name, im.Kind, dash(im.Platform), dash(im.Version), humanBytes(im.Size), im.SHA256[:16])
 				}
 			})
 		},

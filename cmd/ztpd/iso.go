@@ -215,7 +215,7 @@ func runISOBuild(cmd *cobra.Command, opts *rootOptions, fl isoBuildFlags) error 
 	out := isoBuildOutput{Result: res, KubernetesVersion: b.KubernetesVersion, Arch: fl.arch, Skipped: skipped}
 	return printResult(opts, os.Stdout, out, func(tw *tabwriter.Writer) {
 		row(tw, "iso", res.Path)
-		row(tw, "size", fmt.Sprintf("%d (%.1f MiB)", res.Size, float64(res.Size)/(1<<20)))
+		row(tw, "size", fmt.Sprintf("%s (%d bytes)", humanBytes(res.Size), res.Size))
 		row(tw, "sha256", res.SHA256)
 		row(tw, "label", res.Label)
 		row(tw, "kubernetes", b.KubernetesVersion+" "+fl.arch)
@@ -229,7 +229,7 @@ func runISOBuild(cmd *cobra.Command, opts *rootOptions, fl isoBuildFlags) error 
 			if f.Pinned {
 				against = "pinned/published sha256"
 			}
-			row(tw, f.Path, f.Size, f.Mode, f.SHA256, against)
+			row(tw, f.Path, humanBytes(f.Size), f.Mode, f.SHA256, against)
 		}
 	})
 }
@@ -238,11 +238,12 @@ func newISOInspectCmd(opts *rootOptions) *cobra.Command {
 	var hash bool
 	cmd := &cobra.Command{
 		Use:   "inspect FILE.iso",
-		Short: "List an ISO's files (Rock Ridge names, sizes, modes) and optionally their sha256",
+		Short: "List an ISO's files (Rock Ridge names, sizes, modes, sha256) and the image's sha256",
 		Long: `List the regular files of any ISO 9660 image, read with ztpd's own reader
-(no mount needed). With --hash every file's sha256 and the image's are computed.`,
+(no mount needed), with every file's sha256 and the image's. --hash=false
+skips the hashing (faster on a large image) and leaves the sha256 out.`,
 		Example: `  ztpd iso inspect kubernetes-1.31.4-amd64.iso
-  ztpd iso inspect --hash setup-v1.31.4-x86_64.iso -o json`,
+  ztpd iso inspect --hash=false setup-v1.31.4-x86_64.iso -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutputFormat(opts); err != nil {
@@ -256,20 +257,29 @@ func newISOInspectCmd(opts *rootOptions) *cobra.Command {
 			}
 			return printResult(opts, os.Stdout, m, func(tw *tabwriter.Writer) {
 				row(tw, "label", m.Label)
-				row(tw, "size", m.Size)
+				row(tw, "size", fmt.Sprintf("%s (%d bytes)", humanBytes(m.Size), m.Size))
 				if m.SHA256 != "" {
 					row(tw, "sha256", m.SHA256)
 				}
 				row(tw, "rock ridge", m.RockRidge)
 				fmt.Fprintln(tw)
-				row(tw, "PATH", "SIZE", "MODE", "SHA256")
+				// Without hashing there is no sha256 to show: no empty column.
+				if hash {
+					row(tw, "PATH", "SIZE", "MODE", "SHA256")
+				} else {
+					row(tw, "PATH", "SIZE", "MODE")
+				}
 				for _, f := range m.Files {
-					row(tw, f.Path, f.Size, f.Mode, f.SHA256)
+					if hash {
+						row(tw, f.Path, humanBytes(f.Size), f.Mode, f.SHA256)
+					} else {
+						row(tw, f.Path, humanBytes(f.Size), f.Mode)
+					}
 				}
 			})
 		},
 	}
-	cmd.Flags().BoolVar(&hash, "hash", false, "compute every file's sha256 and the image's")
+	cmd.Flags().BoolVar(&hash, "hash", true, "compute every file's sha256 and the image's (--hash=false skips it)")
 	return cmd
 }
 

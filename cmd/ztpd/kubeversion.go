@@ -197,7 +197,7 @@ func addVersionFromISO(opts *rootOptions, iso, semver, name, sha string, minCPU,
 		row(tw, "id", res.Version.ID)
 		row(tw, "semver", res.Version.SemVer)
 		row(tw, "state", res.Version.State)
-		row(tw, "iso", res.Image.Name+" ("+strconv.FormatInt(res.Image.Size, 10)+" bytes)")
+		row(tw, "iso", res.Image.Name+" ("+humanBytes(res.Image.Size)+")")
 		row(tw, "url", res.URL)
 		row(tw, "checksum", res.Checksum)
 		row(tw, "sha256", res.Image.SHA256)
@@ -211,7 +211,7 @@ func printVersion(opts *rootOptions, v csVersion) error {
 		row(tw, "semver", v.SemanticVersion)
 		row(tw, "state", v.State)
 		row(tw, "url", dash(v.ISOURL))
-		row(tw, "min cpu / memory", fmt.Sprintf("%d / %d MiB", v.MinCPU, v.MinMemory))
+		row(tw, "min cpu / memory", fmt.Sprintf("%d / %s", v.MinCPU, humanBytes(int64(v.MinMemory)<<20)))
 		row(tw, "supports HA", v.SupportsHA)
 	})
 }
@@ -237,7 +237,7 @@ func newVersionListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 			return printResult(opts, os.Stdout, list, func(tw *tabwriter.Writer) {
 				row(tw, "NAME", "SEMVER", "STATE", "HA", "MIN CPU", "MIN MEM", "URL", "ID")
 				for _, v := range list {
-					row(tw, v.Name, v.SemanticVersion, v.State, v.SupportsHA, v.MinCPU, v.MinMemory, dash(v.ISOURL), v.ID)
+					row(tw, v.Name, v.SemanticVersion, v.State, v.SupportsHA, v.MinCPU, humanBytes(int64(v.MinMemory)<<20), dash(v.ISOURL), v.ID)
 				}
 			})
 		},
