@@ -30,6 +30,7 @@ type serveFlags struct {
 	pprofAddr     string
 	adminKeyFile  string
 	grace         time.Duration
+	profiles      []string
 }
 
 func newServeCmd(opts *rootOptions) *cobra.Command {
@@ -114,6 +115,7 @@ Only one ztpd may use a data directory; a second one fails at once.`,
 	fl.StringVar(&f.pprofAddr, "pprof-addr", "", "serve Go runtime profiles (net/http/pprof) here, e.g. 127.0.0.1:6060")
 	fl.StringVar(&f.adminKeyFile, "admin-key-file", "", "write the first admin API key and secret to this new file (mode 0600) instead of standard output (api.admin_key_file)")
 	fl.DurationVar(&f.grace, "shutdown-grace", 10*time.Second, "how long to let in-flight requests finish on shutdown")
+	fl.StringArrayVar(&f.profiles, "profiles", nil, "device profile YAML file or directory (repeatable; replaces profiles: of --config)")
 	return cmd
 }
 
@@ -163,5 +165,8 @@ func applyServeFlags(cmd *cobra.Command, f *serveFlags, cfg *config.Config) {
 	}
 	if fl.Changed("admin-key-file") {
 		cfg.API.AdminKeyFile = f.adminKeyFile
+	}
+	if fl.Changed("profiles") {
+		cfg.Profiles = f.profiles
 	}
 }
