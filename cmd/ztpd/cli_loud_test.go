@@ -475,3 +475,31 @@ func TestLoudSemverWithVAndImageSizes(t *testing.T) {
 		t.Fatalf("sonic cluster is %q, want Starting (waiting for its first control plane)", st)
 	}
 }
+
+// Issue 15 item 5: --dhcp-interface nosuch0 said "has no IPv4 address"; it
+// says the interface does not exist, lists those that do, and creates
+// nothing.
+func TestLoudMissingDHCPInterface(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	r := loudRun(t, nil, "serve", "--data-dir", data, "--http-addr", freePort(t),
+		"--dhcp-interface", "nosuch0", "--dhcp-range", "10.99.1.10-10.99.1.20")
+	if r.code == 0 || !strings.Contains(r.stderr, `interface "nosuch0" does not exist on this host (it has: `) ||
+		!strings.Contains(r.stderr, "lo") || strings.Contains(r.stderr, "no IPv4 address") {
+		t.Fatalf("serve --dhcp-interface nosuch0: exit %d\n%s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("data directory %s was created (%v)", data, err)
+	}
+}
+
+// A Kubernetes version ztpd cannot provision is refused when added, so no
+// cluster of it is created only to fail into Error.
+func TestLoudUnprovisionableVersionRefused(t *testing.T) {
+	env := loudEnv(t)
+	data := filepath.Join(t.TempDir(), "data")
+	startServe(t, buildZtpd(t), data)
+	r := loudRun(t, env, "--data-dir", data, "kube-version", "add", "--semver", "2.0.0", "--url", "http://10.99.0.1:8080/isos/k.iso")
+	if r.code == 0 || !strings.Contains(r.stderr, "cannot be provisioned") {
+		t.Fatalf("kube-version add --semver 2.0.0: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
