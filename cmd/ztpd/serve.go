@@ -46,6 +46,13 @@ external service: state in ./ztpd-data (one bbolt file), HTTP on
 --dhcp-interface (or dhcp.interfaces in --config) is given; TFTP only with
 --tftp. Both need root (ports 67 and 69).
 
+Device-facing URLs (ztp.json, config_db.json, images, join, ISO URLs) use
+--advertise-addr. Without it they use the first --dhcp-interface's address;
+without DHCP either, the address each request arrived on, and for URLs made
+outside a request (ISO URLs given to CloudStack, the join base) the
+--http-addr host, 127.0.0.1 by default, which no device can reach: on a real
+network, give --advertise-addr.
+
 Flags override the same settings in the --config file. The configuration is
 validated before anything starts; every error names its field.
 
@@ -107,7 +114,7 @@ Only one ztpd may use a data directory; a second one fails at once.`,
 	fl.StringVar(&f.httpAddr, "http-addr", "", "ZTP HTTP listen address (default 127.0.0.1:8080)")
 	fl.StringVar(&f.metadataAddr, "metadata-addr", "", "extra listener for the cloud-init metadata service, e.g. 10.99.0.1:80")
 	fl.StringVar(&f.apiAddr, "api-addr", "", "API listen address (default: the HTTP listener when it is loopback, else <http host>:8443 with TLS)")
-	fl.StringVar(&f.advertiseAddr, "advertise-addr", "", "address put into URLs handed to devices (default: the first DHCP interface's address)")
+	fl.StringVar(&f.advertiseAddr, "advertise-addr", "", "IP address in the URLs handed to devices (default: the first --dhcp-interface's address; without DHCP, see above: often 127.0.0.1, which no device reaches)")
 	fl.StringArrayVar(&f.dhcpIfaces, "dhcp-interface", nil, "serve DHCP on this interface (repeatable)")
 	fl.StringArrayVar(&f.dhcpRanges, "dhcp-range", nil, "dynamic pool A-B inside a DHCP interface's subnet (repeatable)")
 	fl.BoolVar(&f.tftp, "tftp", false, "serve ZTP content over TFTP")
