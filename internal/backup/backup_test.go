@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -517,4 +518,32 @@ func TestRestoreRefusals(t *testing.T) {
 			t.Fatal("verify-only wrote something")
 		}
 	})
+}
+
+// TestRestoreAsRootGivesFilesToTheDataDirOwner: "sudo ztpd restore" into
+// the service's directory (owned by its user) leaves files that user can
+// open, not root's.
+func TestRestoreAsRootGivesFilesToTheDataDirOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to own files as another user")
+	}
+	src := backupNewSource(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	os.MkdirAll(dir, 0o700)
+	const uid, gid = 4242, 4343
+	if err := os.Chown(dir, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Restore(bytes.NewReader(src.archive(t, true, true)), testPass, backupRestoreOpts(dir)); err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range []string{boltstore.FileName, "secret.key", "images", "images/sha256", "images/sha256/" + sum(src.blob)} {
+		st, err := os.Lstat(filepath.Join(dir, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sys := st.Sys().(*syscall.Stat_t); sys.Uid != uid || sys.Gid != gid {
+			t.Errorf("%s owned by %d:%d, want %d:%d", rel, sys.Uid, sys.Gid, uid, gid)
+		}
+	}
 }

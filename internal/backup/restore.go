@@ -180,6 +180,18 @@ type restore struct {
 	keys       map[string]string // final path -> staged temp file
 	replaceKey bool
 	committed  bool
+	// owner: run as root on a data directory of another user (the
+	// service's), restored files are given to that user.
+	chown    bool
+	uid, gid int
+}
+
+// own gives path to the data directory's owner when restore runs as root.
+func (rs *restore) own(path string) error {
+	if !rs.chown {
+		return nil
+	}
+	return os.Lchown(path, rs.uid, rs.gid)
 }
 
 func (rs *restore) blobPath(sha string) string {
@@ -194,6 +206,11 @@ func (rs *restore) lock() error {
 			return fmt.Errorf("restore: create data directory: %w", err)
 		}
 		rs.createdDir = true
+	}
+	if st, err := os.Stat(rs.o.DataDir); err == nil && os.Geteuid() == 0 {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Uid != 0 {
+			rs.chown, rs.uid, rs.gid = true, int(sys.Uid), int(sys.Gid)
+		}
 	}
 	path := filepath.Join(rs.o.DataDir, boltstore.FileName)
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
@@ -293,7 +310,11 @@ func (rs *restore) readMembers(ar *Reader, plain io.Reader) error {
 				return err
 			}
 		case mb.Path == StorePath:
-			if err := writeFile(filepath.Join(rs.staging, boltstore.FileName), r); err != nil {
+			staged := filepath.Join(rs.staging, boltstore.FileName)
+			if err := writeFile(staged, r); err != nil {
+				return err
+			}
+			if err := rs.own(staged); err != nil {
 				return err
 			}
 		case strings.HasPrefix(mb.Path, imagePrefix):
@@ -308,7 +329,11 @@ func (rs *restore) readMembers(ar *Reader, plain io.Reader) error {
 			if err := os.MkdirAll(filepath.Join(rs.staging, "images"), 0o700); err != nil {
 				return err
 			}
-			if err := writeFile(filepath.Join(rs.staging, "images", sha), r); err != nil {
+			staged := filepath.Join(rs.staging, "images", sha)
+			if err := writeFile(staged, r); err != nil {
+				return err
+			}
+			if err := rs.own(staged); err != nil {
 				return err
 			}
 			rs.blobs = append(rs.blobs, sha)
@@ -374,7 +399,7 @@ func (rs *restore) stageKey(mb Member, fp string, key []byte) error {
 	_, werr := f.Write(key)
 	serr := f.Sync()
 	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr, os.Chmod(f.Name(), 0o600)); err != nil {
+	if err := errors.Join(werr, serr, cerr, os.Chmod(f.Name(), 0o600), rs.own(f.Name())); err != nil {
 		return fmt.Errorf("restore: stage key: %w", err)
 	}
 	return nil
@@ -426,7 +451,11 @@ func (rs *restore) commit() (err error) {
 
 	// 1. Blobs: new content-addressed files, harmless on their own.
 	if len(rs.blobs) > 0 {
-		if err := os.MkdirAll(filepath.Dir(rs.blobPath("x")), 0o700); err != nil {
+		blobDir := filepath.Dir(rs.blobPath("x"))
+		if err := os.MkdirAll(blobDir, 0o700); err != nil {
+			return err
+		}
+		if err := errors.Join(rs.own(filepath.Dir(blobDir)), rs.own(blobDir)); err != nil {
 			return err
 		}
 	}
