@@ -547,3 +547,36 @@ func TestRestoreAsRootGivesFilesToTheDataDirOwner(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoreRetiredKeys: keys retired by a rotation travel with the
+// current one and land beside it under their retired names.
+func TestRestoreRetiredKeys(t *testing.T) {
+	src := backupNewSource(t)
+	old := bytes.Repeat([]byte{0x42}, secretbox.KeySize)
+	oldFP, _ := secretbox.FingerprintOf(old)
+	m := &Manifest{Format: Format, FormatVersion: FormatVersion, ZtpdVersion: "test", Created: time.Now().UTC(),
+		Includes: []string{IncludesStore, IncludesKey}, Store: StoreInfo{Schema: boltstore.SchemaVersion, SealedRecords: 1},
+		Key:    KeyInfo{Fingerprint: src.fp, Included: true, Retired: []string{oldFP}},
+		Images: []Image{{Name: "onie.bin", Kind: "onie-installer", SHA256: sum(src.blob), Size: int64(len(src.blob))}},
+		Members: []Member{{Path: StorePath, Size: int64(len(src.store)), SHA256: sum(src.store)},
+			{Path: KeyPath, Size: int64(len(src.key)), SHA256: sum(src.key)},
+			{Path: RetiredKeyPath(oldFP), Size: int64(len(old)), SHA256: sum(old)}}}
+	arch := backupSeal(t, m, map[string][]byte{StorePath: src.store, KeyPath: src.key, RetiredKeyPath(oldFP): old})
+	dir := t.TempDir()
+	if _, err := Restore(bytes.NewReader(arch), testPass, backupRestoreOpts(dir)); err != nil {
+		t.Fatal(err)
+	}
+	kr, err := secretbox.LoadKeyring(filepath.Join(dir, "secret.key"))
+	if err != nil || kr.Fingerprint() != src.fp || !kr.Holds(oldFP) {
+		t.Fatalf("restored keyring: %v", err)
+	}
+	if _, err := os.Stat(secretbox.RetiredPath(filepath.Join(dir, "secret.key"), oldFP)); err != nil {
+		t.Fatal(err)
+	}
+	// A retired key whose bytes are not its fingerprint's is refused.
+	m.Members[2].SHA256 = sum(src.key)
+	bad := backupSeal(t, m, map[string][]byte{StorePath: src.store, KeyPath: src.key, RetiredKeyPath(oldFP): src.key})
+	if _, err := Restore(bytes.NewReader(bad), testPass, RestoreOptions{DataDir: t.TempDir()}); !errors.Is(err, ErrDamaged) {
+		t.Fatalf("mislabelled retired key: %v", err)
+	}
+}
