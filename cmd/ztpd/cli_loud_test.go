@@ -21,6 +21,7 @@ import (
 	"github.com/ztpd/ztpd/internal/app"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/testenv/inproc"
 )
 
 // loudResult is one run of the real binary.
@@ -204,12 +205,14 @@ func loudEnv(t *testing.T) []string {
 	return env
 }
 
-// loudServeWithCluster starts the real server with a Kubernetes version and
-// a cluster "c1" made through the CLI, and returns its data directory.
-func loudServeWithCluster(t *testing.T, env []string, extra ...string) string {
+// loudServeWithCluster serves ztpd in-process (so the test can stand in for
+// the cluster's API server answering ztpd's watch) with a Kubernetes version
+// and a Running cluster "c1" made with the real CLI through the admin
+// socket, and returns the data directory.
+func loudServeWithCluster(t *testing.T, env []string) string {
 	t.Helper()
-	data := filepath.Join(t.TempDir(), "data")
-	startServe(t, buildZtpd(t), data, extra...)
+	_, cfg, a := inproc.ServeApp(t, nil)
+	data := cfg.DataDir
 	iso := filepath.Join(t.TempDir(), "k8s.iso")
 	if err := os.WriteFile(iso, bytes.Repeat([]byte("CD001"), 4096), 0o644); err != nil {
 		t.Fatal(err)
@@ -217,8 +220,14 @@ func loudServeWithCluster(t *testing.T, env []string, extra ...string) string {
 	if r := loudRun(t, env, "--data-dir", data, "kube-version", "add", "--iso", iso, "--semver", "1.31.4"); r.code != 0 {
 		t.Fatalf("kube-version add: %s", r.stderr)
 	}
-	if r := loudRun(t, env, "--data-dir", data, "cluster", "create", "c1", "--version", "1.31.4"); r.code != 0 {
-		t.Fatalf("cluster create: %s", r.stderr)
+	r := loudRun(t, env, "--data-dir", data, "cluster", "create", "c1", "--version", "1.31.4", "-o", "json")
+	var c csCluster
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &c) != nil {
+		t.Fatalf("cluster create: %s%s", r.stdout, r.stderr)
+	}
+	inproc.Healthy(t, a, c.ID)
+	if st := loudClusterState(t, env, data, "c1"); st != "Running" {
+		t.Fatalf("cluster c1 is %s, want Running", st)
 	}
 	return data
 }
@@ -253,8 +262,8 @@ func TestLoudDestructiveCommandsNeedYes(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "--yes") || !strings.Contains(r.stderr, "CA is destroyed") {
 		t.Fatalf("cluster delete without --yes: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	if st := loudClusterState(t, env, data, "c1"); st == "" || st == "Destroying" || st == "Destroyed" {
-		t.Fatalf("cluster after a refused delete: %q", st)
+	if st := loudClusterState(t, env, data, "c1"); st != "Running" {
+		t.Fatalf("cluster after a refused delete: %q, want Running", st)
 	}
 	// Every destructive command refuses the same way, before it acts.
 	for _, args := range [][]string{
@@ -275,42 +284,47 @@ func TestLoudDestructiveCommandsNeedYes(t *testing.T) {
 
 	// On a terminal: "n" keeps the cluster, "y" goes ahead. script(1) gives
 	// the command a pseudo-terminal.
-	script, err := exec.LookPath("script")
-	if err != nil {
-		t.Skip("script(1) not installed: the terminal prompt is not tested")
-	}
-	onTerminal := func(answer string, args ...string) string {
-		line := buildZtpd(t)
-		for _, a := range args {
-			line += " '" + a + "'"
+	if script, err := exec.LookPath("script"); err != nil {
+		t.Log("script(1) not installed: the terminal prompt is not tested")
+		if r := loudRun(t, env, "--data-dir", data, "cluster", "delete", "c1", "--yes"); r.code != 0 {
+			t.Fatalf("cluster delete --yes: exit %d\n%s", r.code, r.stderr)
 		}
-		cmd := exec.Command(script, "-qec", line, "/dev/null")
-		cmd.Env = env
-		cmd.Stdin = strings.NewReader(answer + "\n")
-		out, _ := cmd.CombinedOutput()
-		return string(out)
+	} else {
+		onTerminal := func(answer string, args ...string) string {
+			line := buildZtpd(t)
+			for _, a := range args {
+				line += " '" + a + "'"
+			}
+			cmd := exec.Command(script, "-qec", line, "/dev/null")
+			cmd.Env = env
+			cmd.Stdin = strings.NewReader(answer + "\n")
+			out, _ := cmd.CombinedOutput()
+			return string(out)
+		}
+		out := onTerminal("n", "--data-dir", data, "cluster", "delete", "c1")
+		if !strings.Contains(out, "[y/N]") || !strings.Contains(out, "not confirmed") {
+			t.Fatalf("terminal, answer n:\n%s", out)
+		}
+		if st := loudClusterState(t, env, data, "c1"); st != "Running" {
+			t.Fatalf("cluster after answering n: %q, want Running", st)
+		}
+		out = onTerminal("y", "--data-dir", data, "cluster", "delete", "c1")
+		if !strings.Contains(out, "[y/N]") || strings.Contains(out, "not confirmed") {
+			t.Fatalf("terminal, answer y:\n%s", out)
+		}
 	}
-	out := onTerminal("n", "--data-dir", data, "cluster", "delete", "c1")
-	if !strings.Contains(out, "[y/N]") || !strings.Contains(out, "not confirmed") {
-		t.Fatalf("terminal, answer n:\n%s", out)
+	if st := loudClusterState(t, env, data, "c1"); st != "" {
+		t.Fatalf("cluster after a confirmed delete: %q, want deleted", st)
 	}
-	if st := loudClusterState(t, env, data, "c1"); st == "" {
-		t.Fatal("cluster deleted after answering n")
+	// --yes and -y go ahead without asking.
+	if r := loudRun(t, env, "--data-dir", data, "kube-version", "delete", "v1.31.4", "--yes"); r.code != 0 {
+		t.Fatalf("kube-version delete --yes: exit %d\n%s", r.code, r.stderr)
 	}
-	// A Starting cluster cannot be deleted (CloudStack's rule): the answer
-	// y and --yes both reach the server, which says so.
-	out = onTerminal("y", "--data-dir", data, "cluster", "delete", "c1")
-	if !strings.Contains(out, "[y/N]") || !strings.Contains(out, "cannot be deleted") {
-		t.Fatalf("terminal, answer y:\n%s", out)
+	if r := loudRun(t, env, "--data-dir", data, "image", "rm", "-y", "v1.31.4.iso"); r.code != 0 {
+		t.Fatalf("image rm -y: exit %d\n%s", r.code, r.stderr)
 	}
-	r = loudRun(t, env, "--data-dir", data, "cluster", "delete", "c1", "--yes")
-	if r.code == 0 || !strings.Contains(r.stderr, "cannot be deleted") {
-		t.Fatalf("cluster delete --yes did not reach the server: exit %d\n%s", r.code, r.stderr)
-	}
-	// -y: the image store refuses to remove an ISO a version uses.
-	r = loudRun(t, env, "--data-dir", data, "image", "rm", "-y", "v1.31.4.iso")
-	if r.code == 0 || strings.Contains(r.stderr, "--yes") {
-		t.Fatalf("image rm -y did not reach the store: exit %d\n%s", r.code, r.stderr)
+	if r := loudRun(t, env, "--data-dir", data, "image", "list", "-o", "json"); strings.Contains(r.stdout, "v1.31.4.iso") {
+		t.Fatalf("image still listed after rm -y:\n%s", r.stdout)
 	}
 }
 
