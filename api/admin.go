@@ -23,6 +23,9 @@ import (
 type ISOStore interface {
 	Add(ctx context.Context, r io.Reader, m imagestore.Meta, wantSHA string) (core.Image, bool, error)
 	Remove(ref string) (core.Image, error)
+	// Resolve finds an image by sha256, any of its names, or a unique
+	// sha256 prefix.
+	Resolve(ref string) (core.Image, error)
 }
 
 // AdminDeps are what the local admin routes need.
@@ -84,6 +87,14 @@ func MountAdmin(mux *http.ServeMux, d AdminDeps, log *slog.Logger) {
 	mux.HandleFunc("POST /admin/versions", func(w http.ResponseWriter, r *http.Request) {
 		res, err := addVersionFromISO(r.Context(), d, r)
 		answer(w, r, http.StatusCreated, res, err)
+	})
+	// An image by reference, resolved as serving resolves a profile's
+	// sonic.image (the image list names each image once; an image added
+	// again under another name answers to both). `ztpd profile check`
+	// uses it to say which image a switch gets.
+	mux.HandleFunc("GET /admin/images/{ref}", func(w http.ResponseWriter, r *http.Request) {
+		im, err := d.ISOs.Resolve(r.PathValue("ref"))
+		answer(w, r, http.StatusOK, im, err)
 	})
 }
 

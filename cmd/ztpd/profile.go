@@ -2,18 +2,25 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/ztpd/ztpd/internal/app"
+	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/profile"
+	"github.com/ztpd/ztpd/internal/store/boltstore"
 	"github.com/ztpd/ztpd/ztp/content"
 	"github.com/ztpd/ztpd/ztp/endpoints"
 )
@@ -44,37 +51,62 @@ type checkFlags struct {
 }
 
 type checkResult struct {
-	Profiles []string          `json:"profiles"` // in precedence order
-	Device   profile.Facts     `json:"device"`
-	Matched  string            `json:"matched"`
-	Default  bool              `json:"default,omitempty"` // matched through ztp.default_profile
-	ZTPJSON  json.RawMessage   `json:"ztp_json,omitempty"`
-	ConfigDB json.RawMessage   `json:"config_db,omitempty"`
-	UserData string            `json:"user_data,omitempty"`
-	Metadata map[string]string `json:"meta_data,omitempty"`
-	Notes    []string          `json:"notes,omitempty"`
+	Profiles  []string          `json:"profiles"` // in precedence order
+	Device    profile.Facts     `json:"device"`
+	Matched   string            `json:"matched"`
+	Default   bool              `json:"default,omitempty"` // matched through ztp.default_profile
+	Fetches   []content.Fetch   `json:"fetches"`
+	ZTPJSON   json.RawMessage   `json:"ztp_json,omitempty"`
+	ConfigDB  json.RawMessage   `json:"config_db,omitempty"`
+	Installer *core.Image       `json:"installer,omitempty"`
+	UserData  string            `json:"user_data,omitempty"`
+	Metadata  map[string]string `json:"meta_data,omitempty"`
+	Store     string            `json:"store"` // where clusters and images were read, or why not
+	Notes     []string          `json:"notes,omitempty"`
+	Warnings  []string          `json:"warnings,omitempty"`
 }
 
 func newProfileCheckCmd(opts *rootOptions) *cobra.Command {
 	f := &checkFlags{}
 	cmd := &cobra.Command{
 		Use:   "check",
-		Short: "Validate all profiles and render them for a sample device",
-		Long: `Load every profile named by the configuration (or --profiles), report
-every error with its file, line, profile and field, then pick the profile
-for a sample device and print the ztp.json and config_db.json it would get
-(user-data and meta-data for a VM).
+		Short: "Validate all profiles and preview what a device of each kind fetches",
+		Long: `Load every profile named by the configuration (or --profiles) and report
+every problem of every file at once, each as
 
-Device facts not given by flags come from a built-in sample switch
-(serial SAMPLE0001, Accton-AS7712-32X, 192.0.2.10). Nothing is written and no
-running server is needed; the image store is not consulted, so firmware URLs
-name the profile's image rather than its sha256, and the joiner's section is
-left out.
+  FILE:LINE:COLUMN: profile "NAME": FIELD: PROBLEM
 
-Exit status 1 when a profile is invalid or fails to render for the device.`,
+with the field named as written in YAML and "did you mean" for misspelt
+fields, template fields ({{ .Serail }}) and template functions. Then pick
+the profile for a sample device and show exactly what that kind of device
+fetches, with the facts that kind of device has:
+
+  --kind sonic  (default) ztp.json (DHCP option 67), the firmware image when
+                its SONiC version differs, config_db.json; facts: serial,
+                product, platform, SONiC version, mac, ip, subnet
+  --kind onie   the installer image (DHCP option 114, /onie/installer); facts:
+                serial, platform, mac, ip, subnet
+  --kind vm     CloudStack meta-data entries and user-data (cloud-init);
+                facts: mac, ip, subnet
+  --kind unknown  DHCP points it nowhere; what it would get if it asked
+
+A fact flag a kind of device never reports (--serial with --kind vm) is an
+error. Facts not given by flags come from a sample device of the kind
+(serial SAMPLE0001, Accton-AS7712-32X, 192.0.2.10).
+
+When the data directory has a store (a running server's admin socket, or
+the store opened read-only in-process), the check also warns about every
+profile naming a cluster that does not exist or a SONiC image or version
+that is not in the image store, and shows which stored image a switch
+would get. Nothing is written. Join sections and secrets, made at serve
+time, are left out.
+
+Exit status 1 when a profile is invalid or fails to render for the device;
+warnings do not change it.`,
 		Example: `  ztpd profile check --config /etc/ztpd/ztpd.yaml
   ztpd profile check --profiles examples/profiles --serial LEAF0010 \
       --product Accton-AS7712-32X --ip 10.99.40.10 --sonic-version SONiC.202311.1
+  ztpd profile check --profiles examples/profiles --kind onie --ip 10.99.40.10
   ztpd profile check --profiles examples/profiles --kind vm --mac 1e:00:42:00:00:07 --ip 10.99.42.7 -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -92,11 +124,17 @@ Exit status 1 when a profile is invalid or fails to render for the device.`,
 			if len(paths) == 0 {
 				return fmt.Errorf("no profiles: list them under \"profiles:\" in --config or pass --profiles")
 			}
+			d, err := checkDevice(f, cmd)
+			if err != nil {
+				return err
+			}
 			set, err := profile.Load(paths)
 			if err != nil {
 				return err
 			}
-			res, err := checkProfiles(set, f, cmd, cfg.AdvertiseAddr, cfg.HTTP.Addr, cfg.ZTP.DefaultProfile)
+			st := profileCheckStore(opts, cfg)
+			defer st.close()
+			res, err := checkProfiles(set, d, f.profileName, cfg, st)
 			if err != nil {
 				return err
 			}
@@ -105,55 +143,185 @@ Exit status 1 when a profile is invalid or fails to render for the device.`,
 	}
 	fl := cmd.Flags()
 	fl.StringArrayVar(&f.profiles, "profiles", nil, "profile file or directory (repeatable; default: profiles of --config)")
-	fl.StringVar(&f.serial, "serial", "", "device serial number")
+	fl.StringVar(&f.serial, "serial", "", "device serial number (sonic, onie)")
 	fl.StringVar(&f.mac, "mac", "", "device MAC address (its id)")
-	fl.StringVar(&f.product, "product", "", "SONiC product name")
-	fl.StringVar(&f.kind, "kind", "", "sonic, onie, vm or unknown")
-	fl.StringVar(&f.platform, "platform", "", "ONIE platform, e.g. x86_64-accton_as7712_32x-r0")
+	fl.StringVar(&f.product, "product", "", "SONiC product name (sonic)")
+	fl.StringVar(&f.kind, "kind", "sonic", "sonic, onie, vm or unknown")
+	fl.StringVar(&f.platform, "platform", "", "ONIE platform, e.g. x86_64-accton_as7712_32x-r0 (sonic, onie)")
 	fl.StringVar(&f.ip, "ip", "", "device address")
 	fl.StringVar(&f.subnet, "subnet", "", "DHCP subnet name")
-	fl.StringVar(&f.sonicVer, "sonic-version", "", "SONiC-VERSION the switch reports (N.A = unknown)")
+	fl.StringVar(&f.sonicVer, "sonic-version", "", "SONiC-VERSION the switch reports, N.A = unknown (sonic)")
 	fl.StringVar(&f.profileName, "profile", "", "render this profile instead of the matching one")
 	return cmd
 }
 
-// checkProfiles previews what the described device would be served, through
-// the same selection and rendering as the server (content.PreviewDevice).
-func checkProfiles(set *profile.Set, f *checkFlags, cmd *cobra.Command, advertise, httpAddr, defaultProfile string) (*checkResult, error) {
-	facts := profile.SampleFacts()
-	set1 := func(name string, dst *string, v string) {
-		if cmd.Flags().Changed(name) {
-			*dst = v
-		}
+// checkDevice is the previewed device: the sample of its kind with the
+// flags' facts over it. A fact its kind never reports is an error.
+func checkDevice(f *checkFlags, cmd *cobra.Command) (core.Device, error) {
+	kind := core.DeviceKind(f.kind)
+	switch kind {
+	case core.KindSONiC, core.KindONIE, core.KindVM, core.KindUnknown:
+	default:
+		return core.Device{}, fmt.Errorf("--kind %q: use sonic, onie, vm or unknown", f.kind)
 	}
-	set1("serial", &facts.Serial, f.serial)
-	set1("product", &facts.Product, f.product)
-	set1("kind", &facts.Kind, f.kind)
-	set1("platform", &facts.Platform, f.platform)
-	set1("ip", &facts.IP, f.ip)
-	set1("subnet", &facts.Subnet, f.subnet)
-	set1("sonic-version", &facts.SONiCVersion, f.sonicVer)
+	d := content.SampleDevice(kind)
+	has := map[string]bool{}
+	for _, k := range content.KindFacts(kind) {
+		has[k] = true
+	}
+	for _, fact := range []struct {
+		flag string
+		dst  *string
+		v    string
+	}{{"serial", &d.Serial, f.serial}, {"product", &d.Product, f.product}, {"platform", &d.Platform, f.platform},
+		{"ip", &d.IP, f.ip}, {"subnet", &d.Subnet, f.subnet}, {"sonic-version", &d.SONiCVer, f.sonicVer}} {
+		if !cmd.Flags().Changed(fact.flag) {
+			continue
+		}
+		if !has[fact.flag] {
+			return d, fmt.Errorf("--%s: a device of kind %s does not report it (its facts: %s)", fact.flag, kind, strings.Join(content.KindFacts(kind), ", "))
+		}
+		*fact.dst = fact.v
+	}
+	if kind == core.KindONIE && cmd.Flags().Changed("platform") {
+		d.VendorClass = "onie_vendor:" + d.Platform // what ONIE's DHCP request says
+	}
 	if cmd.Flags().Changed("mac") {
 		m, err := core.NormalizeMAC(f.mac)
 		if err != nil {
-			return nil, err
+			return d, err
 		}
-		facts.MAC, facts.ID = m, m
+		d.MAC, d.ID = m, m
 	}
-	// The device record these facts come from (content.Facts is its inverse).
-	d := core.Device{ID: facts.ID, MAC: facts.MAC, Serial: facts.Serial, Product: facts.Product, Platform: facts.Platform,
-		Kind: core.DeviceKind(facts.Kind), IP: facts.IP, Subnet: facts.Subnet, SONiCVer: facts.SONiCVersion,
-		VendorClass: facts.VendorClass, Hostname: facts.DHCPHostname, Labels: facts.Labels}
-	res := &checkResult{Device: *content.Facts(&d)}
+	return d, nil
+}
+
+// profileCheckStore is read access to the data directory's clusters and
+// images: through a running server's admin socket, else the store opened
+// in-process, else nothing (no store there yet).
+type profileCheckStoreAccess struct {
+	images   *profileCheckImages // nil: not consulted
+	clusters []content.ClusterRef
+	where    string // what was consulted, or why nothing was
+	close    func() error
+}
+
+func profileCheckStore(opts *rootOptions, cfg config.Config) *profileCheckStoreAccess {
+	st := &profileCheckStoreAccess{close: func() error { return nil }}
+	sock := filepath.Join(cfg.DataDir, app.AdminSocketName)
+	running := false
+	if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
+		c.Close()
+		running = true // (a socket file left by a server that died is not)
+	}
+	if !running && !fileExists(filepath.Join(cfg.DataDir, boltstore.FileName)) {
+		st.where = fmt.Sprintf("not consulted: no store in data directory %s (clusters and images not checked)", cfg.DataDir)
+		return st
+	}
+	s, err := openAdmin(opts)
+	if err != nil {
+		st.where = fmt.Sprintf("not consulted: data directory %s: %v (clusters and images not checked)", cfg.DataDir, err)
+		return st
+	}
+	st.close = s.close
+	var imgs []core.Image
+	if err := s.do("GET", "/admin/images", nil, &imgs); err != nil {
+		st.where = fmt.Sprintf("not consulted: image list: %v", err)
+		return st
+	}
+	var clusters []content.ClusterRef
+	cursor := ""
+	for {
+		var page struct {
+			Items []struct {
+				ID   string `json:"id"`
+				Name string `json:"name"`
+			} `json:"items"`
+			NextCursor string `json:"next_cursor"`
+		}
+		q := url.Values{"listall": {"true"}, "limit": {"1000"}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		if err := s.do("GET", "/api/v1/clusters?"+q.Encode(), nil, &page); err != nil {
+			st.where = fmt.Sprintf("not consulted: cluster list: %v", err)
+			return st
+		}
+		for _, c := range page.Items {
+			clusters = append(clusters, content.ClusterRef{ID: c.ID, Name: c.Name})
+		}
+		if cursor = page.NextCursor; cursor == "" {
+			break
+		}
+	}
+	if clusters == nil {
+		clusters = []content.ClusterRef{}
+	}
+	st.images, st.clusters = &profileCheckImages{s: s, list: imgs}, clusters
+	st.where = fmt.Sprintf("data directory %s (%d images, %d clusters)", cfg.DataDir, len(imgs), len(clusters))
+	if running {
+		st.where = fmt.Sprintf("running server at %s (%d images, %d clusters)", sock, len(imgs), len(clusters))
+	}
+	return st
+}
+
+// profileCheckImages is the image store read through an admin session:
+// references resolve as serving resolves them (any name of an image), the
+// list is the admin image list.
+type profileCheckImages struct {
+	s    *adminSession
+	list []core.Image
+}
+
+func (im *profileCheckImages) Resolve(ref string) (core.Image, error) {
+	var out core.Image
+	if err := im.s.do("GET", "/admin/images/"+url.PathEscape(ref), nil, &out); err != nil {
+		return out, fmt.Errorf("image %q: %w", ref, err)
+	}
+	return out, nil
+}
+
+func (im *profileCheckImages) List(kind string) ([]core.Image, error) {
+	var out []core.Image
+	for _, i := range im.list {
+		if kind == "" || i.Kind == kind {
+			out = append(out, i)
+		}
+	}
+	return out, nil
+}
+
+func (im *profileCheckImages) Open(core.Image) (*os.File, error) {
+	return nil, errors.New("profile check reads no image content")
+}
+
+// checkProfiles previews what device d would fetch, through the same
+// selection and rendering as the server (content.PreviewDevice), and lists
+// what the profiles name that the store lacks.
+func checkProfiles(set *profile.Set, d core.Device, profileName string, cfg config.Config, st *profileCheckStoreAccess) (*checkResult, error) {
+	res := &checkResult{Device: *content.Facts(&d), Store: st.where}
 	for _, p := range set.Profiles() {
 		res.Profiles = append(res.Profiles, p.Name)
 	}
-	pv, err := content.PreviewDevice(set, defaultProfile, f.profileName, &d, checkBaseURL(advertise, httpAddr))
+	mdBase, mdNote := checkMetadataBase(cfg.HTTP.MetadataAddr, cfg.HTTP.Addr)
+	opt := content.PreviewOptions{DefaultProfile: cfg.ZTP.DefaultProfile, ProfileName: profileName,
+		Base: checkBaseURL(cfg.AdvertiseAddr, cfg.HTTP.Addr), MetadataBase: mdBase}
+	if st.images != nil {
+		opt.Images = st.images
+	}
+	pv, err := content.PreviewDevice(set, &d, opt)
 	if err != nil {
 		return nil, err
 	}
-	res.Matched, res.Default, res.Notes = pv.Profile, pv.ByDefault, pv.Notes
-	res.ZTPJSON, res.ConfigDB, res.UserData, res.Metadata = pv.ZTPJSON, pv.ConfigDB, string(pv.UserData), pv.Metadata
+	res.Matched, res.Default, res.Notes, res.Warnings = pv.Profile, pv.ByDefault, pv.Notes, pv.Warnings
+	res.Fetches, res.Installer, res.Metadata = pv.Fetches, pv.Installer, pv.Metadata
+	res.ZTPJSON, res.ConfigDB, res.UserData = pv.ZTPJSON, pv.ConfigDB, string(pv.UserData)
+	if d.Kind == core.KindVM && mdNote != "" {
+		res.Notes = append(res.Notes, mdNote)
+	}
+	if st.images != nil {
+		res.Warnings = append(res.Warnings, content.CheckReferences(set, st.images, st.clusters)...)
+	}
 	return res, nil
 }
 
@@ -172,11 +340,33 @@ func checkBaseURL(advertise, httpAddr string) string {
 	return ep.Base(netip.Addr{})
 }
 
+// checkMetadataBase is where a VM's cloud-init asks for meta-data: the DHCP
+// server's address on port 80, which ztpd answers on http.metadata_addr (or
+// http.addr when that is on port 80).
+func checkMetadataBase(metadataAddr, httpAddr string) (base, note string) {
+	for _, a := range []string{metadataAddr, httpAddr} {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil || port != "80" {
+			continue
+		}
+		if ip, err := netip.ParseAddr(host); err == nil && !ip.IsUnspecified() {
+			return "http://" + host, ""
+		}
+		return "http://<dhcp-server-addr>", ""
+	}
+	return "http://<dhcp-server-addr>", "cloud-init asks the DHCP server's address on port 80, and ztpd listens there only with http.metadata_addr (or http.addr on port 80): set one for VMs to get this"
+}
+
 func printCheck(tw *tabwriter.Writer, w io.Writer, res *checkResult) {
 	row(tw, "profiles (precedence order)", strings.Join(res.Profiles, ", "))
 	d := res.Device
-	row(tw, "device", fmt.Sprintf("kind=%s serial=%s mac=%s product=%s platform=%s ip=%s subnet=%s sonic-version=%s",
-		d.Kind, d.Serial, d.MAC, d.Product, d.Platform, d.IP, d.Subnet, d.SONiCVersion))
+	facts := []string{"kind=" + d.Kind}
+	for _, k := range content.KindFacts(core.DeviceKind(d.Kind)) {
+		v := map[string]string{"mac": d.MAC, "ip": d.IP, "subnet": d.Subnet, "serial": d.Serial, "product": d.Product,
+			"platform": d.Platform, "sonic-version": d.SONiCVersion}[k]
+		facts = append(facts, k+"="+v)
+	}
+	row(tw, "device", strings.Join(facts, " "))
 	matched := res.Matched
 	if matched == "" {
 		matched = "(none)"
@@ -184,17 +374,30 @@ func printCheck(tw *tabwriter.Writer, w io.Writer, res *checkResult) {
 		matched += " (ztp.default_profile)"
 	}
 	row(tw, "matched", matched)
+	row(tw, "store", res.Store)
+	for i, f := range res.Fetches {
+		label := ""
+		if i == 0 {
+			label = "fetches"
+		}
+		row(tw, label, f.URL+"  "+f.What)
+	}
 	for _, n := range res.Notes {
 		row(tw, "note", n)
+	}
+	for _, n := range res.Warnings {
+		row(tw, "warning", n)
 	}
 	tw.Flush()
 	if res.ZTPJSON != nil {
 		fmt.Fprintf(w, "\n--- ztp.json\n%s", res.ZTPJSON)
+	}
+	if res.ConfigDB != nil {
 		fmt.Fprintf(w, "\n--- config_db.json\n%s", res.ConfigDB)
 	}
 	if res.Metadata != nil {
 		fmt.Fprintln(w, "\n--- meta-data")
-		for _, k := range content.MetadataPreviewKeys {
+		for _, k := range content.MetadataKeys {
 			fmt.Fprintf(w, "%s: %s\n", k, res.Metadata[k])
 		}
 		fmt.Fprintf(w, "\n--- user-data\n%s", res.UserData)

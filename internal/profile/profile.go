@@ -783,6 +783,16 @@ func isCloudConfig(src string) bool {
 	return strings.HasPrefix(strings.TrimLeft(src, " \t\r\n"), "#cloud-config")
 }
 
+// Where is "file:line" of field's value in the profile (mgmt.prefix,
+// cluster), or of the profile itself when the field is not written.
+func (p *Profile) Where(field string) string {
+	at := p.at.of(field)
+	if at.line == 0 {
+		at.line = p.Line
+	}
+	return fmt.Sprintf("%s:%d", p.File, at.line)
+}
+
 // Matches reports whether every given match field matches f.
 func (p *Profile) Matches(f *Facts) bool {
 	m := &p.Match

@@ -5,6 +5,10 @@ import (
 	"strings"
 )
 
+// Suggest returns the known name closest to word (a cluster a profile
+// names, say), or "" when none is close enough to be a likely typo.
+func Suggest(word string, known []string) string { return suggest(word, known) }
+
 // suggest returns the known name closest to word, or "" when none is close
 // enough to be a likely typo. Case is ignored (serial finds Serial), and a
 // swap of two neighbouring letters counts as one edit (Serail finds Serial).

@@ -16,9 +16,15 @@ import (
 // exact platform match (candidates in order, onie-installer before
 // sonic-installer) beats an image without a platform; newest wins a tie.
 func (s *Service) pickInstaller(platforms []string, ok func(core.Image) bool) (core.Image, error) {
+	return pickInstaller(s.opt.Images, platforms, ok)
+}
+
+// pickInstaller is Service.pickInstaller over any image store (the preview
+// of `ztpd profile check` chooses as serving does).
+func pickInstaller(images Images, platforms []string, ok func(core.Image) bool) (core.Image, error) {
 	var all []core.Image
 	for _, k := range []string{"onie-installer", "sonic-installer"} {
-		l, err := s.opt.Images.List(k)
+		l, err := images.List(k)
 		if err != nil {
 			return core.Image{}, err
 		}
@@ -86,17 +92,10 @@ func (s *Service) ONIEInstaller(ctx context.Context, c *Client, hint string) (co
 			return im, dev, nil
 		}
 	}
-	var plats []string
-	if o := c.ONIE; o != nil {
-		plats = append(plats, o.Platform())
-		if o.MachineRev != "" {
-			plats = append(plats, (&ONIE{Arch: o.Arch, Machine: o.Machine}).Platform())
-		}
-	}
-	plats = append(plats, hint, f.Platform)
+	plats := oniePlatforms(c.ONIE, hint, f.Platform)
 	im, err := s.pickInstaller(plats, func(core.Image) bool { return true })
 	if err != nil {
-		return im, dev, notFound("no ONIE installer stored for platform %q (ztpd image add FILE --kind onie-installer --platform P)", firstNonEmpty(plats))
+		return im, dev, noInstaller(plats)
 	}
 	if dev.ID != "" {
 		name := ""
@@ -106,6 +105,24 @@ func (s *Service) ONIEInstaller(ctx context.Context, c *Client, hint string) (co
 		s.progress(c, dev, name, core.StateImageServed, "onie.installer.served", map[string]string{"image": im.Name})
 	}
 	return im, dev, nil
+}
+
+// oniePlatforms are the platforms an ONIE request names, in the order an
+// installer is chosen by: its headers' platform, that without the machine
+// revision, the platform its file name asks for (hint), the device's.
+func oniePlatforms(o *ONIE, hint, devicePlatform string) []string {
+	var plats []string
+	if o != nil {
+		plats = append(plats, o.Platform())
+		if o.MachineRev != "" {
+			plats = append(plats, (&ONIE{Arch: o.Arch, Machine: o.Machine}).Platform())
+		}
+	}
+	return append(plats, hint, devicePlatform)
+}
+
+func noInstaller(plats []string) error {
+	return notFound("no ONIE installer stored for platform %q (ztpd image add FILE --kind onie-installer --platform P)", firstNonEmpty(plats))
 }
 
 // platformIs matches a stored platform against a requested one; a request

@@ -56,14 +56,20 @@ func (s *Service) sonicImage(r *profile.Result, f *profile.Facts) (core.Image, e
 	if s.opt.Images == nil {
 		return core.Image{}, unavailable("no image store")
 	}
+	return sonicImage(s.opt.Images, func(ref string) (core.Image, error) { return s.imgs.resolve(s.opt.Images, ref) }, r, f)
+}
+
+// sonicImage is Service.sonicImage over any image store; resolve finds an
+// image by name or sha256 (through the service's cache when serving).
+func sonicImage(images Images, resolve func(ref string) (core.Image, error), r *profile.Result, f *profile.Facts) (core.Image, error) {
 	if r.SONiC.Image != "" {
-		im, err := s.imgs.resolve(s.opt.Images, r.SONiC.Image)
+		im, err := resolve(r.SONiC.Image)
 		if err != nil {
 			return im, unavailable("profile %q wants SONiC image %q, which is not in the image store (ztpd image add)", r.Profile, r.SONiC.Image)
 		}
 		return im, nil
 	}
-	im, err := s.pickInstaller([]string{f.Platform}, func(im core.Image) bool {
+	im, err := pickInstaller(images, []string{f.Platform}, func(im core.Image) bool {
 		return profile.BuildVersion(im.Version) == r.SONiC.Version
 	})
 	if err != nil {

@@ -91,10 +91,16 @@ func (s *Service) UserData(ctx context.Context, c *Client) ([]byte, error) {
 	case r.UserData != nil:
 		body = r.UserData
 	default:
-		body = []byte(fmt.Sprintf("#cloud-config\nhostname: %s\npreserve_hostname: false\n", r.Hostname))
+		body = DefaultUserData(r.Hostname)
 	}
 	s.progress(c, vm.Device, r.Profile, core.StateZTPServed, "userdata.served", nil)
 	return body, nil
+}
+
+// DefaultUserData is the user-data of a VM whose profile gives none and
+// names no cluster: a cloud-config that sets the host name.
+func DefaultUserData(hostname string) []byte {
+	return []byte(fmt.Sprintf("#cloud-config\nhostname: %s\npreserve_hostname: false\n", hostname))
 }
 
 // InstanceID is the stable cloud-init instance id of a VM: its
