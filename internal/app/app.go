@@ -211,7 +211,11 @@ func (a *App) build() error {
 			return err
 		}
 		a.profiles.Store(set)
-		return ztp.SetProfiles(set)
+		if err := ztp.SetProfiles(set); err != nil {
+			return err
+		}
+		a.warnStartup(set)
+		return nil
 	})
 	zh := ztphttp.New(ztp, a.Log)
 	zh.Register(a.HTTPMux)
