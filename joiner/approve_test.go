@@ -99,3 +99,25 @@ func TestApproveWithoutProfilesApproves(t *testing.T) {
 		t.Fatalf("%+v %v", d, err)
 	}
 }
+
+// A device seen on DHCP only has not yet said the serial a profile may match
+// on: pre-approving it is not refused, and it is refused once it has fetched
+// and still matches nothing.
+func TestApproveBeforeFirstFetchIsAccepted(t *testing.T) {
+	e := newEnv(t, Options{ProfileOf: func(core.Device) (string, string, bool) { return "", "", true }})
+	early, fetched := mac(1), mac(2)
+	if err := e.store.Update(func(tx core.Tx) error {
+		if err := tx.Devices().Put(core.Device{ID: early, MAC: early, Kind: core.KindSONiC, State: core.StateLeased}); err != nil {
+			return err
+		}
+		return tx.Devices().Put(core.Device{ID: fetched, MAC: fetched, Kind: core.KindSONiC, State: core.StateZTPServed})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := e.svc.Approve(bg, early, ""); err != nil || !d.Approved {
+		t.Fatalf("pre-approval of a device seen on DHCP only: %+v %v", d, err)
+	}
+	if _, err := e.svc.Approve(bg, fetched, ""); err == nil || !strings.Contains(err.Error(), "matches no profile") {
+		t.Fatalf("approval of a fetched device matching no profile: %v", err)
+	}
+}

@@ -410,6 +410,12 @@ func (s *Service) approvalTakesEffect(tx core.Tx, d core.Device, clusterRef, clu
 		return "", nil
 	}
 	switch {
+	case name == "" && !statedFacts(d):
+		// Seen on DHCP only: the serial or platform a profile may match on
+		// comes with its first ZTP fetch, so pre-approving it is not
+		// refused; the approval takes effect if a profile with a cluster
+		// then matches.
+		return "", nil
 	case name == "":
 		return "", core.Errorf(core.KindState, "device %s matches no profile, so it is told to join no cluster and approving it would change nothing; "+
 			"a profile that matches it must name the cluster (cluster: NAME; ztpd device show %s says why it was refused)", d.ID, d.ID)
@@ -429,6 +435,12 @@ func (s *Service) approvalTakesEffect(tx core.Tx, d core.Device, clusterRef, clu
 			"approve it without --cluster, or change the profile", d.ID, name, c.Name, c.Name, clusterRef)
 	}
 	return c.ID, nil
+}
+
+// statedFacts reports whether d has told ztpd about itself (a ZTP fetch or a
+// serial), so that the profile it matches is final.
+func statedFacts(d core.Device) bool {
+	return d.Serial != "" || core.StateRank(d.State) >= core.StateRank(core.StateZTPServed)
 }
 
 // deviceByRef finds a device by id (MAC in any notation) or serial number.
