@@ -17,9 +17,31 @@ import (
 	"github.com/ztpd/ztpd/internal/config"
 )
 
-// loadConfig reads --config and applies the global flags over it.
+// systemConfigFile is the packaged configuration. Commands use it when
+// neither --config nor ZTPD_CONFIG says otherwise, so `ztpd device list` on
+// an installed appliance reads the service's data directory instead of
+// creating an empty ./ztpd-data.
+const systemConfigFile = "/etc/ztpd/ztpd.yaml"
+
+// configFile is the configuration file commands read: --config, else
+// ZTPD_CONFIG (set but empty: none), else systemConfigFile when it exists,
+// else none (the embedded default).
+func configFile(opts *rootOptions) string {
+	if opts.configPath != "" {
+		return opts.configPath
+	}
+	if v, ok := os.LookupEnv("ZTPD_CONFIG"); ok {
+		return v
+	}
+	if _, err := os.Stat(systemConfigFile); err == nil {
+		return systemConfigFile
+	}
+	return ""
+}
+
+// loadConfig reads the configuration file and applies the global flags over it.
 func loadConfig(opts *rootOptions) (config.Config, error) {
-	cfg, err := config.Load(opts.configPath)
+	cfg, err := config.Load(configFile(opts))
 	if err != nil {
 		return cfg, err
 	}

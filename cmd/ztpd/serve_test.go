@@ -165,6 +165,10 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
+	// The tests never read the host's packaged configuration (the package
+	// test installs one while others run): no configuration file unless a
+	// test names one.
+	os.Setenv("ZTPD_CONFIG", "")
 	code := m.Run()
 	e2etest.Cleanup()
 	if builtZtpd != "" {

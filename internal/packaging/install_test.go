@@ -194,10 +194,25 @@ func TestDebInstallStartsService(t *testing.T) {
 		}
 	}
 	// The CLI on the appliance, as root, reaches the running service through
-	// its admin socket, found through the installed configuration.
+	// its admin socket, found through the installed configuration: named,
+	// and by default (no --config, no ZTPD_CONFIG).
 	cli, err := exec.Command(BinaryPath, "--config", ConfigPath, "apikey", "list").CombinedOutput()
 	if err != nil || !bytes.Contains(cli, apiKey[1]) {
 		t.Errorf("ztpd --config %s apikey list: %v\n%s\n(want the admin key %s)", ConfigPath, err, cli, apiKey[1])
+	}
+	bare := exec.Command(BinaryPath, "apikey", "list")
+	bare.Dir = t.TempDir()
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ZTPD_CONFIG=") {
+			bare.Env = append(bare.Env, kv)
+		}
+	}
+	cli, err = bare.CombinedOutput()
+	if err != nil || !bytes.Contains(cli, apiKey[1]) {
+		t.Errorf("ztpd apikey list (the packaged config by default): %v\n%s\n(want the admin key %s)", err, cli, apiKey[1])
+	}
+	if _, err := os.Stat(filepath.Join(bare.Dir, "ztpd-data")); err == nil {
+		t.Errorf("ztpd apikey list on the appliance created ./ztpd-data instead of using %s", ConfigPath)
 	}
 
 	code, logs := stop()
