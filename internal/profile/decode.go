@@ -60,8 +60,9 @@ type decoder struct {
 	budget   int
 }
 
-func newDecoder(raw []byte) *decoder {
-	return &decoder{lines: strings.Split(string(raw), "\n"), at: fieldPos{}, bad: map[string]bool{},
+// newDecoder decodes one document of a file whose lines are lines.
+func newDecoder(lines []string) *decoder {
+	return &decoder{lines: lines, at: fieldPos{}, bad: map[string]bool{},
 		text: map[string]Template{}, budget: maxNodes}
 }
 

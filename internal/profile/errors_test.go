@@ -240,7 +240,7 @@ func specByNodes(src string) ([]spec, []problem) {
 		}
 		var s spec
 		if len(doc.Content) > 0 {
-			d := newDecoder([]byte(src))
+			d := newDecoder(strings.Split(src, "\n"))
 			d.decode(doc.Content[0], reflect.ValueOf(&s).Elem(), "")
 			probs = append(probs, d.problems...)
 		}
@@ -368,4 +368,37 @@ func hasNull(src string) bool {
 			return true
 		}
 	}
+}
+
+// FuzzCheckTemplate: the load-time check of a template never panics,
+// places every problem inside the template, agrees with text/template on
+// what parses, and leaves nothing for execution to find about field names:
+// a template it passes never fails with "can't evaluate field".
+func FuzzCheckTemplate(f *testing.F) {
+	for _, s := range []string{"{{ .Serial }}", "{{ .Serail }}", "{{ .Mgmt.IP }}{{ .Mgmt.Ip }}", "{{ $.Labels.a }}",
+		"{{ with .Mgmt }}{{ .Prefix }}{{ .Nope }}{{ end }}", "{{ $x := .Mgmt }}{{ $x.Gateway }}{{ $x.Gw }}",
+		"{{ .Serial | lowr }}", "{{ if .IP }}{{ .IP.X }}{{ end }}", "{{ (.Mgmt).CIDR }}", "{{ .Mgmt.CIDR.Foo }}",
+		"{{ index .Labels \"a\" | default .Hostname }}", "{{ .Serial ", "{{ end }}", "{{ define \"x\" }}{{ .Y }}{{ end }}"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		probs := checkTemplate("t", src)
+		for _, p := range probs {
+			if p.off > len(src) || p.msg == "" {
+				t.Fatalf("problem %+v outside %q", p, src)
+			}
+		}
+		_, err := newTmpl("t", src)
+		if len(probs) == 0 && err != nil {
+			t.Fatalf("check passed %q, text/template refused: %v", src, err)
+		}
+		if len(probs) > 0 || strings.Contains(src, "range") || strings.Contains(src, "template") {
+			return // not run: a range or template call may run long
+		}
+		tp, _ := newTmpl("t", src)
+		d := &Data{Labels: map[string]string{}}
+		if _, err := tp.exec(d); err != nil && strings.Contains(err.Error(), "can't evaluate field") {
+			t.Fatalf("check passed %q, execution: %v", src, err)
+		}
+	})
 }

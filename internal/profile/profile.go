@@ -416,6 +416,7 @@ func Parse(file string, raw []byte) ([]*Profile, Errors) {
 // parseDocs is Parse that also returns every document's profile, valid or not.
 func parseDocs(file string, raw []byte) (valid, all []*Profile, errs Errors) {
 	docs := yaml.NewDecoder(bytes.NewReader(raw))
+	var lines []string // of raw, split once a document needs them
 	for {
 		var doc yaml.Node
 		err := docs.Decode(&doc)
@@ -431,7 +432,10 @@ func parseDocs(file string, raw []byte) (valid, all []*Profile, errs Errors) {
 		}
 		root := doc.Content[0]
 		p := &Profile{File: file, Line: root.Line}
-		d := newDecoder(raw)
+		if lines == nil {
+			lines = strings.Split(string(raw), "\n")
+		}
+		d := newDecoder(lines)
 		d.decode(root, reflect.ValueOf(&p.spec).Elem(), "")
 		p.at = d.at
 		all = append(all, p)

@@ -239,6 +239,16 @@ func (c *tmplChecker) arg(a parse.Node, dot reflect.Type, vars map[string]reflec
 		return dot
 	case *parse.StringNode:
 		return reflect.TypeFor[string]()
+	case *parse.BoolNode:
+		return reflect.TypeFor[bool]()
+	case *parse.NumberNode:
+		switch {
+		case x.IsInt:
+			return reflect.TypeFor[int]()
+		case x.IsFloat:
+			return reflect.TypeFor[float64]()
+		}
+		return reflect.TypeFor[complex128]()
 	}
 	return nil
 }
@@ -303,7 +313,7 @@ func kindName(t reflect.Type) string {
 	switch t.Kind() {
 	case reflect.String:
 		return "text"
-	case reflect.Int, reflect.Int64:
+	case reflect.Int, reflect.Int64, reflect.Float64, reflect.Complex128:
 		return "number"
 	case reflect.Bool:
 		return "true/false"
