@@ -414,3 +414,20 @@ func TestVisibilityLocalReadsAndNames(t *testing.T) {
 	check("through the admin socket")
 	visStop(t, srv)
 }
+
+// TestVisibilityNoLocalAccessOffTheAppliance: without API credentials and
+// without a data directory (not the appliance), an API command says what
+// to pass and creates nothing, instead of answering from an empty store.
+func TestVisibilityNoLocalAccessOffTheAppliance(t *testing.T) {
+	bin := buildZtpd(t)
+	data := filepath.Join(t.TempDir(), "nothing-here")
+	cmd := exec.Command(bin, "--data-dir", data, "device", "list")
+	cmd.Env = visEnv(t)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "no ztpd data directory at "+data) || !strings.Contains(string(out), "--api-key") {
+		t.Fatalf("device list off the appliance: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		t.Fatalf("the command created %s: %v", data, err)
+	}
+}
