@@ -40,7 +40,11 @@ func newLeaseCmd(opts *rootOptions) *cobra.Command {
 			return printResult(opts, os.Stdout, leases, func(tw *tabwriter.Writer) {
 				row(tw, "IP", "MAC", "STATE", "SUBNET", "HOSTNAME", "EXPIRES", "RESERVED")
 				for _, l := range leases {
-					row(tw, l.IP, l.MAC, l.State, l.Subnet, dash(l.Hostname), l.Expiry.Format(time.RFC3339), l.Reserved)
+					exp := l.Expiry.Local().Format("2006-01-02 15:04:05")
+					if d := time.Until(l.Expiry); d > 0 {
+						exp += " (in " + d.Round(time.Second).String() + ")"
+					}
+					row(tw, l.IP, l.MAC, l.State, l.Subnet, dash(l.Hostname), exp, l.Reserved)
 				}
 			})
 		},

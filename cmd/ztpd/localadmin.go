@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"os"
 	"text/tabwriter"
-	"time"
 
 	"github.com/ztpd/ztpd/internal/app"
 	"github.com/ztpd/ztpd/internal/core"
@@ -63,9 +62,9 @@ func printMembers(opts *rootOptions, list []core.Membership) error {
 		list = []core.Membership{}
 	}
 	return printResult(opts, os.Stdout, list, func(tw *tabwriter.Writer) {
-		row(tw, "DEVICE", "ROLE", "STATE", "VERSION", "SINCE")
+		row(tw, "DEVICE", "NODE", "ROLE", "STATE", "VERSION", "SINCE")
 		for _, m := range list {
-			row(tw, m.Device, m.Role, m.State, dash(m.Version), m.UpdatedAt.Format(time.RFC3339))
+			row(tw, m.Device, dash(m.NodeName), m.Role, m.State, dash(m.Version), visWhen(m.UpdatedAt))
 		}
 	})
 }
