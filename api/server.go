@@ -17,6 +17,10 @@
 //     body digest; or, over TLS only, "Authorization: Bearer <key>:<secret>",
 //     checked against the secret's stored hash.
 //
+// The admin socket (<data-dir>/ztpd.sock, mode 0600) serves the same routes
+// through LocalHandler, as the local administrator and without signatures:
+// the socket's file mode is the access control (local.go).
+//
 // Failed authentications are counted per client address; past
 // auth_failures_per_minute the address gets 429 until its budget refills.
 // Failures are logged with address, API key and reason, never a signature
