@@ -55,6 +55,7 @@ Quick start (no root, no external services):
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()
 	failLoudly(root)
+	completeNames(root, opts)
 	return root
 }
 
