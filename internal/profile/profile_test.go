@@ -26,8 +26,8 @@ func TestExamplesLoad(t *testing.T) {
 	for _, p := range set.Profiles() {
 		names = append(names, p.Name)
 	}
-	// priority 20, 15, 10, 0, -100
-	if got := strings.Join(names, ","); got != "spine,fabric-control-plane,leaf,vm-worker,default-sonic" {
+	// priority 20, 15, 10, 10 (by file name), 0, -100
+	if got := strings.Join(names, ","); got != "spine,fabric-control-plane,leaf,leaf-onie,vm-worker,default-sonic" {
 		t.Fatalf("precedence order %s", got)
 	}
 }
