@@ -48,6 +48,7 @@ type checkFlags struct {
 	profiles                                                   []string
 	serial, mac, product, kind, platform, ip, subnet, sonicVer string
 	profileName                                                string
+	device                                                     string // --device: a recorded device's facts
 }
 
 type checkResult struct {
@@ -92,7 +93,9 @@ fetches, with the facts that kind of device has:
 
 A fact flag a kind of device never reports (--serial with --kind vm) is an
 error. Facts not given by flags come from a sample device of the kind
-(serial SAMPLE0001, Accton-AS7712-32X, 192.0.2.10).
+(serial SAMPLE0001, Accton-AS7712-32X, 192.0.2.10), or, with --device MAC or
+SERIAL, from what ztpd recorded of that device: the facts serving matches on,
+so a switch that gets no config shows which profile misses it and why.
 
 When the data directory has a store (a running server's admin socket, or
 the store opened read-only in-process), the check also warns about every
@@ -104,6 +107,7 @@ time, are left out.
 Exit status 1 when a profile is invalid or fails to render for the device;
 warnings do not change it.`,
 		Example: `  ztpd profile check --config /etc/ztpd/ztpd.yaml
+  ztpd profile check --device LEAF0001      # why does this switch get what it gets (or nothing)?
   ztpd profile check --profiles examples/profiles --serial LEAF0010 \
       --product Accton-AS7712-32X --ip 10.99.40.10 --sonic-version SONiC.202311.1
   ztpd profile check --profiles examples/profiles --kind onie --ip 10.99.40.10
@@ -124,16 +128,22 @@ warnings do not change it.`,
 			if len(paths) == 0 {
 				return fmt.Errorf("no profiles: list them under \"profiles:\" in --config or pass --profiles")
 			}
-			d, err := checkDevice(f, cmd)
-			if err != nil {
-				return err
-			}
 			set, err := profile.Load(paths)
 			if err != nil {
 				return err
 			}
 			st := profileCheckStore(opts, cfg)
 			defer st.close()
+			var recorded *core.Device
+			if f.device != "" {
+				if recorded, err = checkRecordedDevice(st, f.device); err != nil {
+					return err
+				}
+			}
+			d, err := checkDevice(f, cmd, recorded)
+			if err != nil {
+				return err
+			}
 			res, err := checkProfiles(set, d, f.profileName, cfg, st)
 			if err != nil {
 				return err
@@ -152,19 +162,28 @@ warnings do not change it.`,
 	fl.StringVar(&f.subnet, "subnet", "", "DHCP subnet name")
 	fl.StringVar(&f.sonicVer, "sonic-version", "", "SONiC-VERSION the switch reports, N.A = unknown (sonic)")
 	fl.StringVar(&f.profileName, "profile", "", "render this profile instead of the matching one")
+	fl.StringVar(&f.device, "device", "", "preview for this device ztpd has seen (MAC or serial), with its recorded facts; fact flags override them")
 	return cmd
 }
 
-// checkDevice is the previewed device: the sample of its kind with the
-// flags' facts over it. A fact its kind never reports is an error.
-func checkDevice(f *checkFlags, cmd *cobra.Command) (core.Device, error) {
+// checkDevice is the previewed device: the recorded device (--device), else
+// the sample of its kind, with the flags' facts over it. A fact its kind
+// never reports is an error.
+func checkDevice(f *checkFlags, cmd *cobra.Command, recorded *core.Device) (core.Device, error) {
 	kind := core.DeviceKind(f.kind)
+	if recorded != nil && !cmd.Flags().Changed("kind") {
+		kind = recorded.Kind
+	}
 	switch kind {
 	case core.KindSONiC, core.KindONIE, core.KindVM, core.KindUnknown:
 	default:
 		return core.Device{}, fmt.Errorf("--kind %q: use sonic, onie, vm or unknown", f.kind)
 	}
 	d := content.SampleDevice(kind)
+	if recorded != nil {
+		d = *recorded
+		d.Kind = kind
+	}
 	has := map[string]bool{}
 	for _, k := range content.KindFacts(kind) {
 		has[k] = true
@@ -194,6 +213,23 @@ func checkDevice(f *checkFlags, cmd *cobra.Command) (core.Device, error) {
 		d.MAC, d.ID = m, m
 	}
 	return d, nil
+}
+
+// checkRecordedDevice reads the record of a device ztpd has seen (MAC or
+// serial), whose facts are what serving matches profiles on: "why does my
+// switch get no config" is answered with its own facts, not a sample's.
+func checkRecordedDevice(st *profileCheckStoreAccess, ref string) (*core.Device, error) {
+	if st.images == nil {
+		return nil, fmt.Errorf("--device %s: the device records are in the data directory's store, which was %s", ref, strings.TrimPrefix(st.where, "not consulted: "))
+	}
+	var rec struct {
+		core.Device
+		Refusal json.RawMessage `json:"refusal"` // the REST view's; not a fact
+	}
+	if err := st.images.s.do("GET", "/api/v1/devices/"+url.PathEscape(ref), nil, &rec); err != nil {
+		return nil, fmt.Errorf("--device %s: %w (ztpd device list shows the devices ztpd has seen)", ref, err)
+	}
+	return &rec.Device, nil
 }
 
 // profileCheckStore is read access to the data directory's clusters and
