@@ -18,7 +18,7 @@ func TestProfileCheckRecordedDevice(t *testing.T) {
 		t.Skip("curl not installed: the switch's ztp.json fetch needs it")
 	}
 	bin := buildZtpd(t)
-	env := visEnv(t)
+	env := cliEnv(t)
 	dir := t.TempDir()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -71,6 +71,9 @@ func TestProfileCheckRecordedDevice(t *testing.T) {
 		}
 		if strings.Contains(got, "SAMPLE0001") || !strings.Contains(got, "no profile matches") {
 			t.Errorf("%s: profile check --device LEAF0042 should say no profile matches its recorded facts:\n%s", when, got)
+		}
+		if why := `profile leaf does not match: match.product: the device's "Accton-AS7712-32X" is not "Accton-AS7726-32X"`; !strings.Contains(got, why) {
+			t.Errorf("%s: profile check --device LEAF0042 does not say why leaf misses it (%s):\n%s", when, why, got)
 		}
 		// The corrected profile, checked before it is installed.
 		fixed := filepath.Join(dir, "fixed-"+strings.ReplaceAll(when, " ", "-"))

@@ -798,21 +798,41 @@ func (p *Profile) Where(field string) string {
 }
 
 // Matches reports whether every given match field matches f.
-func (p *Profile) Matches(f *Facts) bool {
+func (p *Profile) Matches(f *Facts) bool { return p.match(f, nil) }
+
+// WhyNot says, one line per match field, why p does not match f (nil when
+// it does): what `ztpd profile check --device` shows for a device that
+// gets no profile.
+func (p *Profile) WhyNot(f *Facts) []string {
+	var why []string
+	p.match(f, &why)
+	return why
+}
+
+// match checks every given match field against f. Without why it stops at
+// the first mismatch (the serving path); with why it notes every one.
+func (p *Profile) match(f *Facts, why *[]string) bool {
 	m := &p.Match
-	if len(m.Kind) > 0 && !anyEqual(m.Kind, f.Kind) {
+	miss := func(field, v string, want []string) bool {
+		if why == nil {
+			return false
+		}
+		*why = append(*why, fmt.Sprintf("match.%s: the device's %q is not %s", field, v, oneOf(want)))
+		return true
+	}
+	if len(m.Kind) > 0 && !anyEqual(m.Kind, f.Kind) && !miss("kind", f.Kind, m.Kind) {
 		return false
 	}
-	if len(m.Serial) > 0 && !anyGlob(m.Serial, f.Serial) {
+	if len(m.Serial) > 0 && !anyGlob(m.Serial, f.Serial) && !miss("serial", f.Serial, m.Serial) {
 		return false
 	}
-	if len(p.macs) > 0 && !anyGlob(p.macs, f.MAC) {
+	if len(p.macs) > 0 && !anyGlob(p.macs, f.MAC) && !miss("mac", f.MAC, p.macs) {
 		return false
 	}
-	if len(m.Product) > 0 && !anyGlob(m.Product, f.Product) {
+	if len(m.Product) > 0 && !anyGlob(m.Product, f.Product) && !miss("product", f.Product, m.Product) {
 		return false
 	}
-	if len(m.Platform) > 0 && !anyGlob(m.Platform, f.Platform) {
+	if len(m.Platform) > 0 && !anyGlob(m.Platform, f.Platform) && !miss("platform", f.Platform, m.Platform) {
 		return false
 	}
 	if len(m.Subnet) > 0 {
@@ -827,11 +847,27 @@ func (p *Profile) Matches(f *Facts) bool {
 				}
 			}
 		}
-		if !ok {
+		where := f.IP
+		if f.Subnet != "" {
+			where += " in subnet " + f.Subnet
+		}
+		if !ok && !miss("subnet", where, m.Subnet) {
 			return false
 		}
 	}
-	return true
+	return why == nil || len(*why) == 0
+}
+
+// oneOf renders the values a match field accepts.
+func oneOf(vals []string) string {
+	if len(vals) == 1 {
+		return fmt.Sprintf("%q", vals[0])
+	}
+	q := make([]string, len(vals))
+	for i, v := range vals {
+		q[i] = fmt.Sprintf("%q", v)
+	}
+	return "one of " + strings.Join(q, ", ")
 }
 
 func anyEqual(vals []string, v string) bool {

@@ -210,3 +210,32 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// WhyNot names every match field a device misses, and nothing for a device
+// the profile matches; Matches agrees with it.
+func TestWhyNot(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "a.yaml", `
+name: leaf
+match:
+  kind: [sonic]
+  product: [Accton-AS7726-32X]
+  subnet: 10.99.40.0/24
+`)
+	set, err := Load([]string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := set.Get("leaf")
+	miss := &Facts{Kind: "sonic", Product: "Accton-AS7712-32X", IP: "10.99.77.10", Subnet: "zd0"}
+	why := p.WhyNot(miss)
+	if p.Matches(miss) || len(why) != 2 ||
+		why[0] != `match.product: the device's "Accton-AS7712-32X" is not "Accton-AS7726-32X"` ||
+		why[1] != `match.subnet: the device's "10.99.77.10 in subnet zd0" is not "10.99.40.0/24"` {
+		t.Fatalf("WhyNot = %q", why)
+	}
+	hit := &Facts{Kind: "sonic", Product: "Accton-AS7726-32X", IP: "10.99.40.7"}
+	if !p.Matches(hit) || p.WhyNot(hit) != nil {
+		t.Fatalf("matching device: Matches %v, WhyNot %q", p.Matches(hit), p.WhyNot(hit))
+	}
+}

@@ -113,6 +113,12 @@ func PreviewDevice(set *profile.Set, d *core.Device, opt PreviewOptions) (*Previ
 	}
 	if p != nil {
 		pv.Profile = p.Name
+	} else {
+		// Why none matched, profile by profile: the answer to "my switch
+		// gets no config" when its facts are the recorded ones.
+		for _, q := range set.Profiles() {
+			pv.note("profile %s does not match: %s", q.Name, strings.Join(q.WhyNot(f), "; "))
+		}
 	}
 	switch d.Kind {
 	case core.KindONIE:
