@@ -191,20 +191,6 @@ func TestLoudServeStartsAfterBinding(t *testing.T) {
 	}
 }
 
-// loudEnv is the environment for CLI runs against a local server: no API
-// credentials from the user running the test, so commands use the data
-// directory's admin socket.
-func loudEnv(t *testing.T) []string {
-	t.Helper()
-	env := []string{"XDG_CONFIG_HOME=" + t.TempDir(), "HOME=" + t.TempDir()}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "ZTPD_") && !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
 // loudServeWithCluster serves ztpd in-process (so the test can stand in for
 // the cluster's API server answering ztpd's watch) with a Kubernetes version
 // and a Running cluster "c1" made with the real CLI through the admin
@@ -255,7 +241,7 @@ func loudClusterState(t *testing.T, env []string, data, name string) string {
 // Destructive commands refuse without a terminal unless --yes is given, ask
 // on a terminal, and go ahead with --yes.
 func TestLoudDestructiveCommandsNeedYes(t *testing.T) {
-	env := loudEnv(t)
+	env := cliEnv(t)
 	data := loudServeWithCluster(t, env)
 
 	r := loudRun(t, env, "--data-dir", data, "cluster", "delete", "c1")
@@ -333,7 +319,7 @@ func TestLoudDestructiveCommandsNeedYes(t *testing.T) {
 // Kubernetes cluster ID". The device really fetches its ztp.json from the
 // real server first, so the server knows its profile.
 func TestLoudApproveRefusesWhatCannotTakeEffect(t *testing.T) {
-	env := loudEnv(t)
+	env := cliEnv(t)
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	profiles := filepath.Join(dir, "profiles")
@@ -455,7 +441,7 @@ func TestLoudISOInspectShowsSHA256AndHumanSizes(t *testing.T) {
 // Issue 15 item 5: --semver v1.31.4 was refused; sizes of stored images
 // were raw bytes in tables.
 func TestLoudSemverWithVAndImageSizes(t *testing.T) {
-	env := loudEnv(t)
+	env := cliEnv(t)
 	data := filepath.Join(t.TempDir(), "data")
 	startServe(t, buildZtpd(t), data)
 	iso := filepath.Join(t.TempDir(), "k8s.iso")
@@ -509,7 +495,7 @@ func TestLoudMissingDHCPInterface(t *testing.T) {
 // A Kubernetes version ztpd cannot provision is refused when added, so no
 // cluster of it is created only to fail into Error.
 func TestLoudUnprovisionableVersionRefused(t *testing.T) {
-	env := loudEnv(t)
+	env := cliEnv(t)
 	data := filepath.Join(t.TempDir(), "data")
 	startServe(t, buildZtpd(t), data)
 	r := loudRun(t, env, "--data-dir", data, "kube-version", "add", "--semver", "2.0.0", "--url", "http://10.99.0.1:8080/isos/k.iso")

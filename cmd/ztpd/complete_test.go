@@ -10,7 +10,7 @@ import (
 // the real binary (`ztpd __complete ...`, what cobra's bash, zsh and fish
 // scripts run on TAB); names come live from the server's admin socket.
 func TestCompletionOfNames(t *testing.T) {
-	env := loudEnv(t)
+	env := cliEnv(t)
 	data := loudServeWithCluster(t, env)
 	complete := func(args ...string) []string {
 		t.Helper()

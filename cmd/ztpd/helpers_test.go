@@ -3,8 +3,27 @@ package main
 import (
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
+
+// cliEnv is the environment of a run of the real binary as an operator on
+// the appliance without API credentials: none of the user's ZTPD_ variables
+// or ~/.config/ztpd/cli.yaml (local commands use the data directory's admin
+// socket), and no configuration file unless the test names one (never the
+// host's /etc/ztpd/ztpd.yaml, which the package test installs).
+func cliEnv(t *testing.T) []string {
+	t.Helper()
+	home := t.TempDir()
+	env := []string{"HOME=" + home, "XDG_CONFIG_HOME=" + filepath.Join(home, ".config"), "ZTPD_CONFIG="}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ZTPD_") && !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
 
 // runCLI runs the root command in-process with args and returns stdout.
 func runCLI(t *testing.T, args ...string) (string, error) {

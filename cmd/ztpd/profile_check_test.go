@@ -22,24 +22,11 @@ type profileCheckResult struct {
 	code           int
 }
 
-// profileCheckEnv is the environment without API credentials of the user
-// running the test (local commands use the data directory).
-func profileCheckEnv(t *testing.T) []string {
-	t.Helper()
-	env := []string{"HOME=" + t.TempDir(), "XDG_CONFIG_HOME=" + t.TempDir()}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "ZTPD_") && !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
 // profileCheckRun runs the real binary in dir.
 func profileCheckRun(t *testing.T, dir string, args ...string) profileCheckResult {
 	t.Helper()
 	cmd := exec.Command(buildZtpd(t), args...)
-	cmd.Dir, cmd.Env = dir, profileCheckEnv(t)
+	cmd.Dir, cmd.Env = dir, cliEnv(t)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

@@ -64,20 +64,6 @@ func (l *visLog) visWait(t *testing.T, what string, re *regexp.Regexp) string {
 	}
 }
 
-// visEnv is the environment of CLI runs without API credentials: no key
-// variables, no ~/.config/ztpd/cli.yaml.
-func visEnv(t *testing.T) []string {
-	home := t.TempDir()
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "ZTPD_") || strings.HasPrefix(kv, "HOME=") || strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return append(env, "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
-}
-
 // visRun runs the real binary without API credentials and returns its
 // standard output; it fails the test when the command fails.
 func visRun(t *testing.T, bin string, env []string, args ...string) string {
@@ -184,7 +170,7 @@ func TestVisibilityRefusedSwitch(t *testing.T) {
 	dir := t.TempDir()
 	addr := freePort(t)
 	cfg := visConfig(t, dir, addr)
-	env := visEnv(t)
+	env := cliEnv(t)
 	srv, log := visServe(t, bin, cfg, addr, env)
 	log.visWait(t, "the no-profiles warning", regexp.MustCompile(`level=WARN .*no device profiles are loaded.*--profiles DIR`))
 	log.visWait(t, "the loopback advertise warning", regexp.MustCompile(`level=WARN .*URLs handed to devices use 127\.0\.0\.1.*--advertise-addr`))
@@ -316,7 +302,7 @@ func TestVisibilityServeProfilesFlag(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	env := visEnv(t)
+	env := cliEnv(t)
 	_, log := visServe(t, bin, cfg, addr, env, "--profiles", profiles, "--advertise-addr", "10.99.0.1")
 	log.visWait(t, "the missing cluster warning", regexp.MustCompile(`level=WARN .*edge\.yaml:\d+: profile \\?"edge\\?": cluster \\?"nosuch\\?" does not exist`))
 	if code := visCurl(t, "127.0.0.2", addr, "/ztp/ztp.json"); code != "200" {
@@ -373,7 +359,7 @@ func TestVisibilityLocalReadsAndNames(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	env := visEnv(t)
+	env := cliEnv(t)
 	c := []string{"--config", cfgPath}
 	check := func(how string) {
 		t.Helper()
@@ -422,7 +408,7 @@ func TestVisibilityNoLocalAccessOffTheAppliance(t *testing.T) {
 	bin := buildZtpd(t)
 	data := filepath.Join(t.TempDir(), "nothing-here")
 	cmd := exec.Command(bin, "--data-dir", data, "device", "list")
-	cmd.Env = visEnv(t)
+	cmd.Env = cliEnv(t)
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "no ztpd data directory at "+data) || !strings.Contains(string(out), "--api-key") {
 		t.Fatalf("device list off the appliance: %v\n%s", err, out)
