@@ -3,6 +3,7 @@ package dhcp
 import (
 	"bytes"
 	"encoding/binary"
+	"net/netip"
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
@@ -113,9 +114,29 @@ func (s *Server) stepSubnet(x *exchange) bool {
 	}
 	if x.sn == nil {
 		dropNoSubnet.Inc()
+		if req.GIAddr != ([4]byte{}) {
+			s.logDrop(x, "relay "+netip.AddrFrom4(req.GIAddr).String(),
+				"relayed DHCP request left unanswered: the relay's address (or its link selection) is in no subnet under dhcp.subnets; declare the relayed subnet there",
+				"mac", macText(req.HWAddr()), "giaddr", netip.AddrFrom4(req.GIAddr), "link_selection", netip.AddrFrom4(sel))
+		}
 		return false
 	}
 	return true
+}
+
+// dropLogEvery is how often one key (a relay, a client) may log why its
+// requests go unanswered.
+const dropLogEvery = 30 * time.Second
+
+// logDrop says at info, at most once per key every dropLogEvery, why a
+// request gets no reply when the operator can do something about it.
+func (s *Server) logDrop(x *exchange, key, msg string, args ...any) {
+	if ok, n := s.dropLog.Allow(key, x.now); ok {
+		if n > 0 {
+			args = append(args, "suppressed", n)
+		}
+		s.log.Info(msg, args...)
+	}
 }
 
 // stepIdentify keys the client (client id, else hardware address),
@@ -286,6 +307,9 @@ func (s *Server) request(x *exchange) bool {
 				return s.nak(x, "requested address is in use")
 			}
 			dropUnknown.Inc()
+			s.logDrop(x, "client "+macText(x.hw),
+				"client asks to keep an address ztpd has no lease of (a lease from another server, or from a store that was reset): left unanswered as RFC 2131 requires; the client falls back to DISCOVER after its own timeout",
+				"mac", macText(x.hw), "requested", addrOf(ip), "subnet", x.sn.name)
 			return false
 		}
 	case req.CIAddr != [4]byte{}:

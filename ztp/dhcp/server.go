@@ -57,6 +57,9 @@ type Server struct {
 	kick      chan struct{}
 	pacer     *pacer
 	sendWarn  rate.Sometimes // rate-limits the send-failure warning
+	// dropLog rate-limits, per key, the info lines for requests left
+	// unanswered for a reason the operator can act on.
+	dropLog *devices.KeyLimiter
 }
 
 var (
@@ -115,6 +118,7 @@ func New(opt Options) (*Server, error) {
 		store: opt.Store, devices: opt.Devices, log: log.With("component", "dhcp"),
 		byIP: map[uint32]*binding{}, devs: map[string]*device{}, kick: make(chan struct{}, 1), pacer: newPacer(),
 		sendWarn: rate.Sometimes{Interval: 10 * time.Second},
+		dropLog:  devices.NewKeyLimiter(1, dropLogEvery, 4096),
 		workers:  max(1, runtime.GOMAXPROCS(0)),
 	}
 	s.advertise = opt.Advertise
