@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/app"
-	"github.com/ztpd/ztpd/internal/clusters"
+	"github.com/ztpd/ztpd/internal/clusters/clusterstest"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/joiner"
@@ -43,21 +43,7 @@ func TestClusterKubeconfigAndDeviceApproveCLI(t *testing.T) {
 	j := a.Joiner
 	// The cluster is created as the API creates it: through the clusters
 	// service, which has the joiner provision its CA.
-	v, err := a.Clusters.AddVersion(ctx, clusters.LocalAdmin, clusters.VersionSpec{SemVer: "1.31.2",
-		URL: "http://10.99.0.1:8080/isos/v1.31.2.iso"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	prod, job, err := a.Clusters.CreateCluster(ctx, clusters.LocalAdmin, clusters.ClusterSpec{Name: "prod", ZoneID: a.Clusters.Zone().ID,
-		VersionID: v.ID, ServiceOfferingID: clusters.Offerings[0].ID, Size: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if done, err := a.Clusters.WaitJob(wctx, job.ID); err != nil || done.Status != core.JobSucceeded {
-		t.Fatalf("create cluster: %+v %v", done, err)
-	}
+	prod := clusterstest.Cluster(t, a.Clusters, "http://10.99.0.1:8080", "1.31.2", "prod", 2)
 	// The first control plane is approved by MAC, joins, and reports back.
 	cp := "02:00:00:00:00:01"
 	if _, err := j.Approve(ctx, mustDevice(t, a, cp), ""); err != nil {

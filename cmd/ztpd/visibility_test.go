@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/app"
-	"github.com/ztpd/ztpd/internal/clusters"
+	"github.com/ztpd/ztpd/internal/clusters/clusterstest"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/joiner"
@@ -333,20 +333,7 @@ func TestVisibilityLocalReadsAndNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	v, err := a.Clusters.AddVersion(ctx, clusters.LocalAdmin, clusters.VersionSpec{SemVer: "1.31.2", URL: "http://10.99.0.1:8080/isos/v1.31.2.iso"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	edge, job, err := a.Clusters.CreateCluster(ctx, clusters.LocalAdmin, clusters.ClusterSpec{Name: "edge-1", ZoneID: a.Clusters.Zone().ID,
-		VersionID: v.ID, ServiceOfferingID: clusters.Offerings[0].ID, Size: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if done, err := a.Clusters.WaitJob(wctx, job.ID); err != nil || done.Status != core.JobSucceeded {
-		t.Fatalf("create cluster: %+v %v", done, err)
-	}
+	edge := clusterstest.Cluster(t, a.Clusters, "http://10.99.0.1:8080", "1.31.2", "edge-1", 2)
 	const mac = "02:00:00:00:15:02"
 	mustDevice(t, a, mac)
 	if _, err := a.Joiner.Approve(ctx, mac, "edge-1"); err != nil {

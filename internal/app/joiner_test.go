@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ztpd/ztpd/internal/clusters"
+	"github.com/ztpd/ztpd/internal/clusters/clusterstest"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/ztp/content"
@@ -39,21 +39,7 @@ func TestVMUserDataComesFromTheJoiner(t *testing.T) {
 	ctx := context.Background()
 	// The cluster is created as the API creates it: through the clusters
 	// service, which has the joiner provision its CA.
-	v, err := a.Clusters.AddVersion(ctx, clusters.LocalAdmin, clusters.VersionSpec{SemVer: "1.30.4",
-		URL: "http://10.99.42.1:8080/isos/v1.30.4.iso"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, job, err := a.Clusters.CreateCluster(ctx, clusters.LocalAdmin, clusters.ClusterSpec{Name: "prod", ZoneID: a.Clusters.Zone().ID,
-		VersionID: v.ID, ServiceOfferingID: clusters.Offerings[0].ID, Size: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if done, err := a.Clusters.WaitJob(wctx, job.ID); err != nil || done.Status != core.JobSucceeded {
-		t.Fatalf("create cluster: %+v %v", done, err)
-	}
+	clusterstest.Cluster(t, a.Clusters, "http://10.99.42.1:8080", "1.30.4", "prod", 2)
 	now := time.Now().UTC()
 	vm := func(i int) *content.Client {
 		ip := netip.AddrFrom4([4]byte{10, 99, 42, byte(10 + i)})

@@ -9,11 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/apikeys"
-	"github.com/ztpd/ztpd/internal/clusters"
+	"github.com/ztpd/ztpd/internal/clusters/clusterstest"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/secretbox"
@@ -115,21 +114,7 @@ func TestKeyCheckOfAStoreWithoutRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	fp := a.Keys.Fingerprint()
-	ctx := context.Background()
-	v, err := a.Clusters.AddVersion(ctx, clusters.LocalAdmin, clusters.VersionSpec{SemVer: "1.30.4", URL: "http://10.99.42.1:8080/isos/v1.30.4.iso"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, job, err := a.Clusters.CreateCluster(ctx, clusters.LocalAdmin, clusters.ClusterSpec{Name: "prod", ZoneID: a.Clusters.Zone().ID,
-		VersionID: v.ID, ServiceOfferingID: clusters.Offerings[0].ID, Size: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if done, err := a.Clusters.WaitJob(wctx, job.ID); err != nil || done.Status != core.JobSucceeded {
-		t.Fatalf("create cluster: %+v %v", done, err)
-	}
+	clusterstest.Cluster(t, a.Clusters, "http://10.99.42.1:8080", "1.30.4", "prod", 1)
 	var census SealedCensus
 	a.Store.View(func(tx core.Tx) error { census, err = CensusOf(tx); return err })
 	if err != nil || census.Owners["cluster"] != 1 || census.KeyIDs[secretbox.KeyIDOf(fp)] != 3 || census.APIKeys != 0 {
