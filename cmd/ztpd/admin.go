@@ -3,7 +3,10 @@ package main
 import (
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
+	"path/filepath"
+	"time"
 
 	"github.com/ztpd/ztpd/internal/app"
 )
@@ -63,4 +66,15 @@ func (s *adminSession) do(method, path string, body io.Reader, out any) error {
 		return json.Unmarshal(raw, out)
 	}
 	return nil
+}
+
+// serverRunning reports whether a ztpd serves the data directory: its admin
+// socket answers (a socket file left by a server that died does not).
+func serverRunning(dataDir string) bool {
+	c, err := net.DialTimeout("unix", filepath.Join(dataDir, app.AdminSocketName), time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }

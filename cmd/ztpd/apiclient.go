@@ -139,6 +139,12 @@ func newLocalAPIClient(opts *rootOptions, f *apiFlags, cfg config.Config) (*apiC
 		return nil, fmt.Errorf("no API credentials, and no ztpd data directory at %s to use locally: on the appliance pass --data-dir or --config; "+
 			"elsewhere pass --api-url, --api-key and --secret-key (or ZTPD_API_URL, ZTPD_API_KEY, ZTPD_SECRET_KEY, ~/.config/ztpd/cli.yaml)", cfg.DataDir)
 	}
+	if f.noWait && !serverRunning(cfg.DataDir) {
+		// Without a server the job runs inside this command, which closes
+		// the store when it exits: it must wait for the job to finish.
+		fmt.Fprintln(os.Stderr, "ztpd: --no-wait ignored: no server runs on "+cfg.DataDir+", so the job runs in this command and ends with it")
+		f.noWait = false
+	}
 	hc, closeFn, err := app.AdminClient(cfg, newLogger(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("no API credentials given, and the local admin socket of %s cannot be used: %w "+

@@ -503,3 +503,25 @@ func TestLoudUnprovisionableVersionRefused(t *testing.T) {
 		t.Fatalf("kube-version add --semver 2.0.0: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// Without a running server, API commands run their jobs inside the command:
+// --no-wait would cut the job off when the command closes the store, so it
+// is ignored (said on stderr) and the job finishes.
+func TestLoudNoWaitWithoutServerFinishesTheJob(t *testing.T) {
+	env := cliEnv(t)
+	data := filepath.Join(t.TempDir(), "data")
+	iso := filepath.Join(t.TempDir(), "k8s.iso")
+	if err := os.WriteFile(iso, bytes.Repeat([]byte("CD001"), 4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := loudRun(t, env, "--data-dir", data, "kube-version", "add", "--iso", iso, "--semver", "1.31.4"); r.code != 0 {
+		t.Fatalf("kube-version add: %s", r.stderr)
+	}
+	r := loudRun(t, env, "--data-dir", data, "cluster", "create", "c1", "--version", "1.31.4", "--no-wait")
+	if r.code != 0 || !strings.Contains(r.stderr, "--no-wait ignored") {
+		t.Fatalf("cluster create --no-wait without a server: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if st := loudClusterState(t, env, data, "c1"); st != "Starting" {
+		t.Fatalf("cluster c1 is %q after an offline create, want Starting (its job done: CA made, waiting for its API server)", st)
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -245,11 +244,7 @@ type profileCheckStoreAccess struct {
 func profileCheckStore(opts *rootOptions, cfg config.Config) *profileCheckStoreAccess {
 	st := &profileCheckStoreAccess{close: func() error { return nil }}
 	sock := filepath.Join(cfg.DataDir, app.AdminSocketName)
-	running := false
-	if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
-		c.Close()
-		running = true // (a socket file left by a server that died is not)
-	}
+	running := serverRunning(cfg.DataDir)
 	if !running && !fileExists(filepath.Join(cfg.DataDir, boltstore.FileName)) {
 		st.where = fmt.Sprintf("not consulted: no store in data directory %s (clusters and images not checked)", cfg.DataDir)
 		return st
