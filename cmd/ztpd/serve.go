@@ -56,7 +56,11 @@ network, give --advertise-addr.
 Flags override the same settings in the --config file. The configuration is
 validated before anything starts; every error names its field.
 
-Only one ztpd may use a data directory; a second one fails at once.`,
+Only one ztpd may use a data directory; a second one fails at once.
+
+SIGHUP (systemctl reload ztpd) reads the profile files again: a valid set
+replaces the one in use, one with errors is refused as a whole (every error
+logged) and the profiles in use keep serving. Other settings need a restart.`,
 		Example: `  # try it out, no root
   ztpd serve
 
@@ -96,6 +100,7 @@ Only one ztpd may use a data directory; a second one fails at once.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			reloadOnHangup(ctx, a)
 			apiAddr, apiTLS := cfg.APIListener()
 			a.OnServing(func() {
 				log.Info("ztpd started", "version", version, "data_dir", cfg.DataDir, "http", cfg.HTTP.Addr,
@@ -124,6 +129,24 @@ Only one ztpd may use a data directory; a second one fails at once.`,
 	fl.DurationVar(&f.grace, "shutdown-grace", 10*time.Second, "how long to let in-flight requests finish on shutdown")
 	fl.StringArrayVar(&f.profiles, "profiles", nil, "device profile YAML file or directory (repeatable; replaces profiles: of --config)")
 	return cmd
+}
+
+// reloadOnHangup reloads the profiles on every SIGHUP (systemctl reload
+// ztpd) until ctx ends.
+func reloadOnHangup(ctx context.Context, a *app.App) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				_ = a.ReloadProfiles() // logged; the profiles in use stay
+			}
+		}
+	}()
 }
 
 // serveGCPercent is the GOGC a server runs with unless GOGC is set. The live

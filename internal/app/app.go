@@ -205,18 +205,7 @@ func (a *App) build() error {
 	}
 	a.ZTP = ztp
 	a.OnClose(ztp.Close)
-	a.OnStart(func() error {
-		set, err := profile.Load(a.Cfg.Profiles)
-		if err != nil {
-			return err
-		}
-		a.profiles.Store(set)
-		if err := ztp.SetProfiles(set); err != nil {
-			return err
-		}
-		a.warnStartup(set)
-		return nil
-	})
+	a.OnStart(a.loadProfiles)
 	zh := ztphttp.New(ztp, a.Log)
 	zh.Register(a.HTTPMux)
 	if a.Cfg.HTTP.MetadataAddr != "" {
@@ -247,6 +236,35 @@ func (a *App) Start() error {
 			return err
 		}
 	}
+	return nil
+}
+
+// loadProfiles loads the configured profile files and, when every one is
+// valid, swaps them in for serving and the joiner's labels; on any error
+// the profiles in use stay.
+func (a *App) loadProfiles() error {
+	set, err := profile.Load(a.Cfg.Profiles)
+	if err != nil {
+		return err
+	}
+	if err := a.ZTP.SetProfiles(set); err != nil {
+		return err
+	}
+	a.profiles.Store(set)
+	a.warnStartup(set)
+	return nil
+}
+
+// ReloadProfiles reads the profile files again (SIGHUP, systemctl reload
+// ztpd): a change takes effect without a restart, and a file with errors
+// is refused as a whole, with every error logged, while the profiles in
+// use keep serving.
+func (a *App) ReloadProfiles() error {
+	if err := a.loadProfiles(); err != nil {
+		a.Log.Error("profiles not reloaded: the profiles in use stay", "profiles", a.Cfg.Profiles, "err", err)
+		return err
+	}
+	a.Log.Info("profiles reloaded", "profiles", a.Cfg.Profiles, "loaded", len(a.profiles.Load().Profiles()))
 	return nil
 }
 

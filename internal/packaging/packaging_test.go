@@ -170,6 +170,7 @@ func TestUnitHardening(t *testing.T) {
 		"Service.User":                    ServiceUserName,
 		"Service.Group":                   ServiceUserName,
 		"Service.ExecStart":               BinaryPath + " serve --config " + ConfigPath + " --data-dir " + StateDir,
+		"Service.ExecReload":              "/bin/kill -HUP $MAINPID",
 		"Service.StateDirectory":          "ztpd",
 		"Service.ConfigurationDirectory":  "ztpd",
 		"Service.AmbientCapabilities":     "CAP_NET_BIND_SERVICE CAP_NET_RAW",
