@@ -90,3 +90,11 @@ func BenchmarkRESTDevicesRender(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRESTEventsTail: `ztpd events` (the newest 50 of both streams)
+// over a full log of 200,000 device events and 20,000 audit events.
+func BenchmarkRESTEventsTail(b *testing.B) {
+	e := benchEnv(b)
+	benchEvents(b, e, 200000)
+	benchREST(b, e, "/api/v1/events", url.Values{"tail": {"50"}}, e.admin.APIKey, e.adminSec)
+}

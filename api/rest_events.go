@@ -114,26 +114,24 @@ func (s *Server) appendEventsTail(buf []byte, streams []core.EventStream, n int,
 		scanned := after
 		var newest []core.Event
 		for _, st := range streams {
-			ring := make([]core.Event, 0, n)
-			next := 0 // where the next kept event goes once ring is full
-			err := tx.Events().List(st, after, func(e core.Event) (bool, error) {
+			// Newest first, so only as much of the log is read as the
+			// answer needs (a device's recent events, not all 200,000).
+			kept := 0
+			err := tx.Events().ListBackward(st, 0, func(e core.Event) (bool, error) {
+				if e.Seq <= after {
+					return false, nil
+				}
 				scanned = max(scanned, e.Seq)
 				if keep != nil && !keep(e) {
 					return true, nil
 				}
-				if len(ring) < n {
-					ring = append(ring, e)
-				} else {
-					ring[next] = e
-					next = (next + 1) % n
-				}
-				return true, nil
+				newest = append(newest, e)
+				kept++
+				return kept < n, nil
 			})
 			if err != nil {
 				return err
 			}
-			newest = append(newest, ring[next:]...)
-			newest = append(newest, ring[:next]...)
 		}
 		slices.SortFunc(newest, func(a, b core.Event) int { return cmp.Compare(a.Seq, b.Seq) })
 		newest = newest[max(0, len(newest)-n):]

@@ -186,6 +186,10 @@ type Events interface {
 	Append(e Event) (uint64, error)
 	// List visits stream's events with sequence numbers above after.
 	List(stream EventStream, after uint64, fn Visit[Event]) error
+	// ListBackward visits stream's events with sequence numbers below
+	// before (all when before is 0), newest first: the newest n without
+	// reading the whole log.
+	ListBackward(stream EventStream, before uint64, fn Visit[Event]) error
 	Count(stream EventStream) (int, error)
 	// Prune deletes the oldest events of stream so that at most keep
 	// remain, in bounded steps: more reports that some are left to prune.

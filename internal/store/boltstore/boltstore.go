@@ -408,6 +408,29 @@ func (t rawTx) Scan(b kv.Bucket, after string, fn func(string, []byte) (bool, er
 	return nil
 }
 
+func (t rawTx) ScanReverse(b kv.Bucket, before string, fn func(string, []byte) (bool, error)) error {
+	bk, err := t.bucket(b)
+	if err != nil {
+		return err
+	}
+	c := bk.Cursor()
+	var k, v []byte
+	if before == "" {
+		k, v = c.Last()
+	} else if k, _ = c.Seek([]byte(before)); k == nil {
+		k, v = c.Last() // every key is below before
+	} else {
+		k, v = c.Prev() // Seek lands on the first key >= before
+	}
+	for ; k != nil; k, v = c.Prev() {
+		more, err := fn(string(k), v)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
 func (t rawTx) ScanPrefix(b kv.Bucket, prefix string, fn func(string, []byte) (bool, error)) error {
 	bk, err := t.bucket(b)
 	if err != nil {

@@ -50,6 +50,10 @@ type Raw interface {
 	// Scan calls fn for every key greater than after (all keys when after
 	// is ""), in byte order, until fn returns false or an error.
 	Scan(b Bucket, after string, fn func(key string, value []byte) (bool, error)) error
+	// ScanReverse calls fn for every key less than before (all keys when
+	// before is ""), in reverse byte order, until fn returns false or an
+	// error: the newest events first, without reading the older ones.
+	ScanReverse(b Bucket, before string, fn func(key string, value []byte) (bool, error)) error
 	// ScanPrefix calls fn for every key starting with prefix, in byte order.
 	ScanPrefix(b Bucket, prefix string, fn func(key string, value []byte) (bool, error)) error
 	// Count returns the number of keys in b.
@@ -291,8 +295,20 @@ func (c *decodeCache[T]) decodeMiss(b Bucket, key string, raw []byte) (v T, err 
 // user's devices) read the same records over and over. fresh makes the
 // shared cached value safe to hand out (clones its maps).
 func scanCached[T any](t *Tx, c *decodeCache[T], b Bucket, after string, fresh func(T) T, fn core.Visit[T]) error {
+	return decodeScan(t.raw.Scan, c, b, after, fresh, fn)
+}
+
+// scanCachedReverse is scanCached newest first, below before.
+func scanCachedReverse[T any](t *Tx, c *decodeCache[T], b Bucket, before string, fresh func(T) T, fn core.Visit[T]) error {
+	return decodeScan(t.raw.ScanReverse, c, b, before, fresh, fn)
+}
+
+// decodeScan runs scan over b from bound and visits the decoded values;
+// undecodable records are collected into one corruption error.
+func decodeScan[T any](scan func(Bucket, string, func(string, []byte) (bool, error)) error,
+	c *decodeCache[T], b Bucket, bound string, fresh func(T) T, fn core.Visit[T]) error {
 	var bad corrupt
-	err := t.raw.Scan(b, after, func(k string, raw []byte) (bool, error) {
+	err := scan(b, bound, func(k string, raw []byte) (bool, error) {
 		v, err := c.decode(b, k, raw)
 		if err != nil {
 			bad.add(k, err)

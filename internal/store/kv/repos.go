@@ -457,6 +457,14 @@ func (r events) List(s core.EventStream, after uint64, fn core.Visit[core.Event]
 	return scanCached(r.t, &r.t.c.events, streamBucket(s), from, freshEvent, fn)
 }
 
+func (r events) ListBackward(s core.EventStream, before uint64, fn core.Visit[core.Event]) error {
+	to := ""
+	if before > 0 {
+		to = eventKey(before)
+	}
+	return scanCachedReverse(r.t, &r.t.c.events, streamBucket(s), to, freshEvent, fn)
+}
+
 // freshEvent is a cached event safe to change: its fields are its own.
 func freshEvent(e core.Event) core.Event {
 	e.Fields = maps.Clone(e.Fields)

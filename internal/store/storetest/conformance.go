@@ -398,6 +398,20 @@ func eventsContract(t *testing.T, st core.Store) {
 		wantEqual(t, "device stream", list(tx, core.DeviceEvents, 0), []string{"dhcp.ack", "ztp.served", "dhcp.release"})
 		wantEqual(t, "audit stream", list(tx, core.AuditEvents, 0), []string{"cluster.created", "join.issued"})
 		wantEqual(t, "device stream after a sequence", list(tx, core.DeviceEvents, seqs[2]), []string{"dhcp.release"})
+		back := func(s core.EventStream, before uint64, max int) (out []string) {
+			must(t, tx.Events().ListBackward(s, before, func(e core.Event) (bool, error) {
+				out = append(out, e.Type)
+				return len(out) < max, nil
+			}))
+			return out
+		}
+		wantEqual(t, "device stream newest first", back(core.DeviceEvents, 0, 10), []string{"dhcp.release", "ztp.served", "dhcp.ack"})
+		wantEqual(t, "audit stream newest first", back(core.AuditEvents, 0, 10), []string{"join.issued", "cluster.created"})
+		wantEqual(t, "newest first below a sequence of the stream", back(core.DeviceEvents, seqs[4], 10), []string{"ztp.served", "dhcp.ack"})
+		wantEqual(t, "newest first below another stream's sequence", back(core.DeviceEvents, seqs[3], 10), []string{"ztp.served", "dhcp.ack"})
+		wantEqual(t, "newest first below the first", back(core.DeviceEvents, seqs[0], 10), []string(nil))
+		wantEqual(t, "newest first below a sequence past the end", back(core.DeviceEvents, seqs[4]+100, 10), []string{"dhcp.release", "ztp.served", "dhcp.ack"})
+		wantEqual(t, "newest first, stopped after one", back(core.DeviceEvents, 0, 1), []string{"dhcp.release"})
 		for range 2 { // listed events are the caller's own copies
 			var first core.Event
 			must(t, tx.Events().List(core.DeviceEvents, 0, func(e core.Event) (bool, error) { first = e; return false, nil }))
