@@ -580,3 +580,27 @@ func TestRestoreRetiredKeys(t *testing.T) {
 		t.Fatalf("mislabelled retired key: %v", err)
 	}
 }
+
+// A restore killed part way leaves its staging directory and half-written
+// files; the next restore (holding the store's lock) removes them.
+func TestRestoreRemovesWhatAKilledRestoreLeft(t *testing.T) {
+	src := backupNewSource(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.MkdirAll(filepath.Join(dir, ".restore-123", "images"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{filepath.Join(dir, ".restore-123", "ztpd.db"), filepath.Join(dir, ".secret.key.restore-456")} {
+		if err := os.WriteFile(f, []byte("half"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Restore(bytes.NewReader(src.archive(t, true, true)), testPass, backupRestoreOpts(dir)); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".") {
+			t.Errorf("left behind %s", e.Name())
+		}
+	}
+}

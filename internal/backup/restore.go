@@ -231,7 +231,25 @@ func (rs *restore) lock() error {
 		return fmt.Errorf("%w: %s is locked (pid %s); stop it first, then restore", ErrServerRunning, path, strings.TrimSpace(string(pid)))
 	}
 	rs.lockFile = f
+	rs.removeLeftovers()
 	return nil
+}
+
+// removeLeftovers deletes what a restore killed part way left behind (its
+// staging directory, half-written files): with the store's lock held, no
+// other restore or server is using them.
+func (rs *restore) removeLeftovers() {
+	key := rs.o.keyFile()
+	for _, pattern := range []string{
+		filepath.Join(rs.o.DataDir, ".restore-*"),
+		filepath.Join(rs.o.DataDir, ".*.restore-*"),
+		filepath.Join(filepath.Dir(key), "."+filepath.Base(key)+".restore-*"),
+	} {
+		stale, _ := filepath.Glob(pattern)
+		for _, p := range stale {
+			os.RemoveAll(p)
+		}
+	}
 }
 
 // planKey decides what happens to the at-rest key, before anything is
