@@ -525,3 +525,27 @@ func TestLoudNoWaitWithoutServerFinishesTheJob(t *testing.T) {
 		t.Fatalf("cluster c1 is %q after an offline create, want Starting (its job done: CA made, waiting for its API server)", st)
 	}
 }
+
+// A bad API certificate (api.tls.cert_file) fails serve before anything is
+// created, like a busy port (it was found only once serving started, after
+// the data directory, the key and an admin key existed).
+func TestLoudServeWithBadAPICertificateCreatesNothing(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	keyFile := filepath.Join(dir, "admin.yaml")
+	cfg := filepath.Join(dir, "ztpd.yaml")
+	body := "api:\n  addr: " + freePort(t) + "\n  tls: {enabled: true, cert_file: " + filepath.Join(dir, "missing.crt") +
+		", key_file: " + filepath.Join(dir, "missing.key") + "}\n"
+	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := loudRun(t, nil, "--config", cfg, "serve", "--data-dir", data, "--http-addr", freePort(t), "--admin-key-file", keyFile)
+	if r.code == 0 || !strings.Contains(r.stderr, "api.tls") || !strings.Contains(r.stderr, "missing.crt") {
+		t.Fatalf("serve with a missing API certificate: exit %d\n%s", r.code, r.stderr)
+	}
+	for _, p := range []string{data, keyFile} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s was created (%v)", p, err)
+		}
+	}
+}

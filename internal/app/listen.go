@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -25,6 +26,14 @@ type Listeners struct {
 // it); on any failure it closes what it opened and names the listener.
 // DHCP's own sockets open in Serve, which checks again.
 func Bind(cfg config.Config) (*Listeners, error) {
+	// The operator's API certificate too: a bad one fails before anything
+	// is created, like a busy port. (The self-signed one is made in the
+	// data directory, so it comes later.)
+	if _, useTLS := cfg.APIListener(); useTLS && cfg.API.TLS.CertFile != "" {
+		if _, err := tls.LoadX509KeyPair(cfg.API.TLS.CertFile, cfg.API.TLS.KeyFile); err != nil {
+			return nil, fmt.Errorf("api.tls: %w", err)
+		}
+	}
 	l := &Listeners{}
 	if err := l.bind(cfg, true); err != nil {
 		l.Close()
