@@ -388,13 +388,28 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 // mainHandler is the http.addr listener: device routes (ZTP content, join,
 // metadata, healthz, metrics) behind the device guard, and the API behind
 // its own guard when it is served here; otherwise the API paths answer 404
-// with where the API is.
+// with where the API is. The web console goes with the API: when it is
+// served here, so are the console's pages, except that "/" stays the
+// CloudStack password server's for the requests that name themselves as
+// such (DomU_Request).
 func (a *App) mainHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/", a.deviceGuard("http").Wrap(a.HTTPMux))
+	devices := a.deviceGuard("http").Wrap(a.HTTPMux)
+	mux.Handle("/", devices)
 	apiHandler := a.apiOnMain
 	if apiHandler != nil {
 		apiHandler = a.apiGuard("http").Wrap(apiHandler)
+		for _, p := range api.ConsolePaths {
+			mux.Handle(p, apiHandler)
+		}
+		console := apiHandler
+		mux.Handle("/{$}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("DomU_Request") != "" {
+				devices.ServeHTTP(w, r)
+				return
+			}
+			console.ServeHTTP(w, r)
+		}))
 	} else {
 		apiHandler = http.HandlerFunc(a.apiElsewhere)
 	}
