@@ -17,6 +17,11 @@ func TestLabRelayAndClientsWithReferenceServer(t *testing.T) {
 	if err := netns.Check(); err != nil {
 		t.Skip(err)
 	}
+	for _, tool := range []string{"dnsmasq", "dhclient", "busybox", "curl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("the lab needs %s", tool)
+		}
+	}
 	work := t.TempDir()
 	topo, err := Build("zlt", 120, work)
 	if err != nil {
