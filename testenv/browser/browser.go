@@ -302,15 +302,33 @@ func (t *Tab) WaitText(css, text string) (string, error) {
 }
 
 // WaitJS polls a JavaScript expression until it returns a non-empty
-// string, and returns it.
+// string, and returns it. It survives navigations on the way (an
+// evaluation cut off by one is retried).
 func (t *Tab) WaitJS(expr, what string) (string, error) {
-	ctx, cancel := t.timeout()
-	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Poll[string](expr, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(t.Timeout)))
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", what, err)
+	deadline := time.Now().Add(t.Timeout)
+	var last error
+	for {
+		ctx, cancel := context.WithTimeout(t.Ctx, time.Until(deadline))
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr, chromedp.EvalAwaitPromise))
+		cancel()
+		if err == nil && v != "" {
+			return v, nil
+		}
+		if err != nil {
+			last = err
+		}
+		if time.Now().After(deadline) {
+			if last != nil {
+				return "", fmt.Errorf("%s: not after %s (last error: %w)", what, t.Timeout, last)
+			}
+			return "", fmt.Errorf("%s: not after %s", what, t.Timeout)
+		}
+		select {
+		case <-t.Ctx.Done():
+			return "", t.Ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	return v, nil
 }
 
 // TextOf is the text content of the first element matching css.
