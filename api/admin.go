@@ -68,13 +68,9 @@ func MountAdmin(mux *http.ServeMux, d AdminDeps, log *slog.Logger) {
 		httpserve.WriteJSON(w, code, v)
 	}
 	mux.HandleFunc("POST /admin/apikeys", func(w http.ResponseWriter, r *http.Request) {
-		role, err := apikeys.ParseRole(r.URL.Query().Get("role"))
-		if err != nil {
-			answer(w, r, 0, nil, err)
-			return
-		}
-		info, secret, err := d.Keys.CreateInAccount(r.URL.Query().Get("name"), r.URL.Query().Get("account"), role)
-		answer(w, r, http.StatusCreated, NewKeyResult{Info: info, SecretKey: secret}, err)
+		q := r.URL.Query()
+		res, err := createKey(d.Keys, q.Get("name"), q.Get("account"), q.Get("role"))
+		answer(w, r, http.StatusCreated, res, err)
 	})
 	mux.HandleFunc("GET /admin/apikeys", func(w http.ResponseWriter, r *http.Request) {
 		list, err := d.Keys.List()
@@ -130,9 +126,10 @@ func addVersionFromISO(ctx context.Context, d AdminDeps, r *http.Request) (Versi
 	if err != nil {
 		return VersionAddResult{}, core.WrapError(core.KindInvalid, err.Error(), err)
 	}
-	res := VersionAddResult{Image: im, URL: d.ISOBaseURL + isoName, Checksum: "{SHA-256}" + im.SHA256}
-	v, err := d.Clusters.AddVersion(ctx, clusters.LocalAdmin, clusters.VersionSpec{Name: name, SemVer: sv.String(),
-		URL: res.URL, Checksum: res.Checksum, MinCPU: minCPU, MinMemoryMB: minMem, ImageID: im.SHA256, ISOName: isoName})
+	spec := isoVersionSpec(clusters.VersionSpec{Name: name, SemVer: sv.String(), MinCPU: minCPU, MinMemoryMB: minMem},
+		d.ISOBaseURL, isoName, im)
+	res := VersionAddResult{Image: im, URL: spec.URL, Checksum: spec.Checksum}
+	v, err := d.Clusters.AddVersion(ctx, clusters.LocalAdmin, spec)
 	if err != nil {
 		if !existed {
 			_, _ = d.ISOs.Remove(im.SHA256) // do not keep an ISO no version uses

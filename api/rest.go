@@ -59,4 +59,5 @@ func (s *Server) routeREST(e *gin.Engine) {
 	g.POST("/tokens/:id/revoke", admin, s.revokeToken)
 	g.GET("/events", s.listEvents)
 	g.GET("/refusals", admin, s.listRefusals)
+	s.routeConsoleREST(e, g)
 }

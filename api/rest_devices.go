@@ -89,6 +89,7 @@ func (s *Server) listDevices(c *gin.Context) {
 		return
 	}
 	state, kind, cluster, subnet, approved := c.Query("state"), c.Query("kind"), c.Query("cluster"), c.Query("subnet"), c.Query("approved")
+	search := strings.ToLower(c.Query("q"))
 	if approved != "" && approved != "true" && approved != "false" {
 		restRefuse(c, core.KindInvalid, "approved must be true or false")
 		return
@@ -104,12 +105,12 @@ func (s *Server) listDevices(c *gin.Context) {
 	if unmatched {
 		state = ""
 	}
-	if state != "" || unmatched || kind != "" || cluster != "" || subnet != "" || approved != "" || own != nil {
+	if state != "" || unmatched || kind != "" || cluster != "" || subnet != "" || approved != "" || own != nil || search != "" {
 		keep = func(d core.Device) bool {
 			return (own == nil || own[d.Cluster]) && (state == "" || string(d.State) == state) && (!unmatched || d.Refusal.Refused()) &&
 				(kind == "" || string(d.Kind) == kind) &&
 				(cluster == "" || d.Cluster == cluster) && (subnet == "" || d.Subnet == subnet) &&
-				(approved == "" || strconv.FormatBool(d.Approved) == approved)
+				(approved == "" || strconv.FormatBool(d.Approved) == approved) && (search == "" || deviceMatches(d, search))
 		}
 	}
 	fill := func(buf []byte) ([]byte, error) {
@@ -125,6 +126,18 @@ func (s *Server) listDevices(c *gin.Context) {
 		return
 	}
 	s.writeAppended(c, fill, core.AggDevices)
+}
+
+// deviceMatches reports whether any of what an operator searches a device
+// by (serial, MAC, IP, hostname, product, profile, ID) contains lower, a
+// lowercase text.
+func deviceMatches(d core.Device, lower string) bool {
+	for _, f := range [...]string{d.Serial, d.MAC, d.IP, d.Hostname, d.Product, d.Profile, d.ID} {
+		if strings.Contains(strings.ToLower(f), lower) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) getDevice(c *gin.Context) {

@@ -1,8 +1,48 @@
 package api
 
 import (
+	"cmp"
+	"context"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/httpserve"
 )
+
+// consoleDeps are the parts only the web console's REST additions use
+// (Deps has their description).
+type consoleDeps struct {
+	pools      PoolLister
+	preview    DevicePreviewer
+	imageStore ISOStore
+	isoBaseURL string
+	config     func() any
+	warnings   func() []string
+}
+
+// routeConsoleREST registers the REST routes the web console added
+// (issue 16): the overview, pool use, device previews, API keys, image
+// upload and deletion, the effective configuration and the warnings.
+func (s *Server) routeConsoleREST(e *gin.Engine, g *gin.RouterGroup) {
+	admin := requireAdmin
+	g.GET("/overview", s.overview)
+	g.GET("/pools", s.listPools)
+	g.GET("/devices/:id/preview", admin, s.previewDevice)
+	g.GET("/apikeys", admin, s.listAPIKeys)
+	g.POST("/apikeys", admin, s.createAPIKey)
+	g.DELETE("/apikeys/:key", admin, s.revokeAPIKey)
+	// The upload streams its body: it is not read by restAuth (see
+	// holdUploadBody), so it is registered outside the group.
+	e.POST(RESTPath+"images", s.holdUploadBody, s.restAuth, admin, s.uploadImage)
+	g.DELETE("/images/:ref", admin, s.deleteImage)
+	g.GET("/settings/config", admin, s.settingsConfig)
+	g.GET("/warnings", s.listWarnings)
+}
 
 // deviceCounts is the device summary of the overview (openapi.json
 // DeviceCounts), also sent with every console stream update.
@@ -34,4 +74,144 @@ func (s *Server) deviceCounts(own map[string]bool) (deviceCounts, error) {
 		})
 	})
 	return n, err
+}
+
+// Onboarding histogram: devices becoming joined over the last hour.
+const (
+	onboardingBucket  = 5 * time.Minute
+	onboardingBuckets = 12
+	// joinedEvent marks a member whose Node became Ready: its device's
+	// state is joined from then on (joiner/observe.go).
+	joinedEvent = "member." + string(core.StateJoined)
+	// onboardingScanMax bounds the events an overview reads back: a boot
+	// storm's hour is at most this many events deep for the histogram.
+	onboardingScanMax = 500_000
+)
+
+// restOnboarding is the onboarding rate (openapi.json Onboarding).
+type restOnboarding struct {
+	BucketSeconds int       `json:"bucket_seconds"`
+	Joined        []int     `json:"joined"` // oldest bucket first
+	From          time.Time `json:"from"`
+}
+
+// restClusterHealth is a cluster's line in the overview.
+type restClusterHealth struct {
+	ID             string            `json:"id"`
+	Name           string            `json:"name"`
+	State          core.ClusterState `json:"state"`
+	MembersReady   int               `json:"members_ready"`
+	MembersDesired int               `json:"members_desired"`
+}
+
+// restOverview is GET /api/v1/overview (openapi.json Overview).
+type restOverview struct {
+	Devices    deviceCounts        `json:"devices"`
+	Onboarding restOnboarding      `json:"onboarding"`
+	Pools      []PoolUse           `json:"pools"`
+	Clusters   []restClusterHealth `json:"clusters"`
+	Events     []restEvent         `json:"events"` // newest first
+	Warnings   []string            `json:"warnings"`
+}
+
+// overview is the console's first page in one answer. A user key sees
+// its account's clusters and their devices and events only (as
+// listDevices and listEvents); pools and warnings are the appliance's.
+func (s *Server) overview(c *gin.Context) {
+	own, ok := s.ownClusters(c)
+	if !ok {
+		return
+	}
+	out := restOverview{Pools: s.poolUse(), Clusters: []restClusterHealth{}, Events: []restEvent{}, Warnings: s.currentWarnings()}
+	var err error
+	if out.Devices, err = s.deviceCounts(own); err != nil {
+		s.restFail(c, err)
+		return
+	}
+	keep := s.eventFilter(c, own)
+	if out.Onboarding, out.Events, err = s.recentEvents(keep, 10); err != nil {
+		s.restFail(c, err)
+		return
+	}
+	ctx := context.WithoutCancel(c.Request.Context())
+	views, _, err := s.clusters.ListClusters(ctx, callerOf(c), clusters.ClusterFilter{ListAll: credOf(c).IsAdmin()}, 0, 0)
+	if err != nil {
+		s.restFail(c, err)
+		return
+	}
+	for _, v := range views {
+		h := restClusterHealth{ID: v.Cluster.ID, Name: v.Cluster.Name, State: v.Cluster.State, MembersDesired: v.Nodes()}
+		for _, m := range v.Members {
+			if m.State == core.StateJoined {
+				h.MembersReady++
+			}
+		}
+		out.Clusters = append(out.Clusters, h)
+	}
+	httpserve.WriteJSON(c.Writer, http.StatusOK, out)
+}
+
+// eventFilter is what events the caller sees: all for admin keys; for a
+// user key those of its clusters and those naming its account (listEvents).
+func (s *Server) eventFilter(c *gin.Context, own map[string]bool) func(core.Event) bool {
+	if own == nil {
+		return nil
+	}
+	account := callerOf(c).AccountName()
+	return func(e core.Event) bool {
+		return (e.Cluster != "" && own[e.Cluster]) || e.Fields["account"] == account
+	}
+}
+
+// recentEvents reads the event log back from its newest event: the
+// onboarding histogram of the last hour (device stream) and the newest n
+// events of both streams, newest first, that keep accepts.
+func (s *Server) recentEvents(keep func(core.Event) bool, n int) (restOnboarding, []restEvent, error) {
+	now := s.now().UTC()
+	from := now.Add(-onboardingBuckets * onboardingBucket).Truncate(time.Second)
+	ob := restOnboarding{BucketSeconds: int(onboardingBucket / time.Second), Joined: make([]int, onboardingBuckets), From: from}
+	var newest []core.Event
+	err := s.st.View(func(tx core.Tx) error {
+		for _, st := range []core.EventStream{core.DeviceEvents, core.AuditEvents} {
+			kept, scanned := 0, 0
+			err := tx.Events().ListBackward(st, 0, func(e core.Event) (bool, error) {
+				scanned++
+				ok := keep == nil || keep(e)
+				if ok && kept < n {
+					newest = append(newest, e)
+					kept++
+				}
+				histogram := st == core.DeviceEvents && !e.Time.Before(from)
+				if histogram && ok && e.Type == joinedEvent {
+					if i := int(e.Time.Sub(from) / onboardingBucket); i >= 0 && i < onboardingBuckets {
+						ob.Joined[i]++
+					}
+				}
+				return kept < n || histogram && scanned < onboardingScanMax, nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	// Both streams share one sequence: newest first across them.
+	slices.SortFunc(newest, func(a, b core.Event) int { return cmp.Compare(b.Seq, a.Seq) })
+	out := make([]restEvent, 0, n)
+	for _, e := range newest[:min(n, len(newest))] {
+		out = append(out, restEventOf(e))
+	}
+	return ob, out, err
+}
+
+// currentWarnings are the startup warnings as they stand now.
+func (s *Server) currentWarnings() []string {
+	var w []string
+	if s.console.warnings != nil {
+		w = s.console.warnings()
+	}
+	if w == nil {
+		w = []string{}
+	}
+	return w
 }

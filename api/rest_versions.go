@@ -76,12 +76,20 @@ func (s *Server) addVersion(c *gin.Context) {
 		Checksum    string `json:"checksum"`
 		MinCPU      int    `json:"min_cpu"`
 		MinMemoryMB int    `json:"min_memory_mb"`
+		// Image is a stored binaries ISO (name or sha256) instead of
+		// url and checksum.
+		Image string `json:"image"`
 	}
 	if !bindBody(c, &req) {
 		return
 	}
-	v, err := s.clusters.AddVersion(c.Request.Context(), callerOf(c), clusters.VersionSpec{Name: req.Name, SemVer: req.SemVer,
-		URL: req.URL, Checksum: req.Checksum, MinCPU: req.MinCPU, MinMemoryMB: req.MinMemoryMB})
+	spec := clusters.VersionSpec{Name: req.Name, SemVer: req.SemVer, URL: req.URL, Checksum: req.Checksum,
+		MinCPU: req.MinCPU, MinMemoryMB: req.MinMemoryMB}
+	if req.Image != "" {
+		s.addVersionFromImage(c, req.Image, spec)
+		return
+	}
+	v, err := s.clusters.AddVersion(c.Request.Context(), callerOf(c), spec)
 	if err != nil {
 		s.restFail(c, err)
 		return

@@ -3,12 +3,23 @@ package app
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
+	"regexp"
+	"strings"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/ztpd/ztpd/api"
+	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/profile"
+	"github.com/ztpd/ztpd/ztp/content"
+	"github.com/ztpd/ztpd/ztp/dhcp"
 )
 
 // buildAPI wires API keys, the clusters service and the API front ends.
@@ -34,8 +45,14 @@ func (a *App) buildAPI() error {
 	sigs.RequireExpiryREST = a.Cfg.API.RequireExpiryREST
 	sigs.RequireExpiryCloudStack = a.Cfg.API.RequireExpiryCloudStack
 	sigs.MaxLifetime = a.Cfg.API.MaxSignatureLifetime.D()
-	srv := api.New(api.Deps{Log: a.Log.With("part", "api"), Store: a.Store, Clusters: cs, Keys: a.APIKeys,
-		Images: a.Images, Refusals: a.ZTP, AuthFailuresPerMinute: a.Cfg.API.AuthFailuresPerMinute, Signatures: &sigs})
+	deps := api.Deps{Log: a.Log.With("part", "api"), Store: a.Store, Clusters: cs, Keys: a.APIKeys,
+		Images: a.Images, Refusals: a.ZTP, AuthFailuresPerMinute: a.Cfg.API.AuthFailuresPerMinute, Signatures: &sigs,
+		Preview: profilePreviewer{a}, ImageStore: a.Images, ISOBaseURL: a.Endpoints.ISOs(), Config: a.redactedConfig,
+		Warnings: a.Warnings}
+	if a.DHCP != nil {
+		deps.Pools = dhcpPools{a.DHCP}
+	}
+	srv := api.New(deps)
 	a.apiLocal = srv.LocalHandler()
 	// Off loopback the API gets a listener of its own, with TLS unless the
 	// operator opted out (config.APIListener); Serve runs it. Otherwise the
@@ -68,3 +85,104 @@ type runnerFunc struct {
 
 func (r runnerFunc) Name() string                  { return r.name }
 func (r runnerFunc) Run(ctx context.Context) error { return r.run(ctx) }
+
+// dhcpPools is the DHCP server's pool use as the API shows it.
+type dhcpPools struct{ srv *dhcp.Server }
+
+func (p dhcpPools) Pools() []api.PoolUse {
+	var out []api.PoolUse
+	for _, u := range p.srv.Pools() {
+		out = append(out, api.PoolUse{Name: u.Name, Subnet: u.Prefix, RangeStart: u.RangeStart, RangeEnd: u.RangeEnd,
+			Size: u.Size, Used: u.Used, Reserved: u.Reserved, Free: u.Free})
+	}
+	return out
+}
+
+// profilePreviewer is the profiles in use as the API needs them: device
+// previews rendered as serving renders them (the same options as "ztpd
+// profile check --device", resolved from this process's configuration),
+// and which profiles name an image.
+type profilePreviewer struct{ a *App }
+
+func (p profilePreviewer) PreviewDevice(d core.Device) (*content.Preview, error) {
+	a := p.a
+	opt := content.PreviewOptions{DefaultProfile: a.Cfg.ZTP.DefaultProfile, Base: a.Endpoints.Base(netip.Addr{}),
+		MetadataBase: a.metadataBase(), Images: a.Images}
+	return content.PreviewDevice(a.profiles.Load(), &d, opt)
+}
+
+// metadataBase is where a VM's cloud-init asks for meta-data: the DHCP
+// server's address on port 80 (http.metadata_addr, or http.addr on port
+// 80), which is the advertised address unless a listener names its own.
+func (a *App) metadataBase() string {
+	for _, addr := range []string{a.Cfg.HTTP.MetadataAddr, a.Cfg.HTTP.Addr} {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil || port != "80" {
+			continue
+		}
+		if ip, err := netip.ParseAddr(host); err == nil && !ip.IsUnspecified() {
+			return "http://" + host
+		}
+		break
+	}
+	if adv := a.Endpoints.Advertise(); adv.IsValid() && !adv.IsUnspecified() {
+		return "http://" + adv.String()
+	}
+	return "http://<dhcp-server-addr>"
+}
+
+func (p profilePreviewer) ProfilesNaming(im core.Image) []string {
+	var out []string
+	installer := im.Kind == imagestore.KindSONiCInstaller || im.Kind == imagestore.KindONIEInstaller
+	for _, pr := range p.a.profiles.Load().Profiles() {
+		sc := pr.SONiC()
+		switch {
+		case sc == nil:
+		case sc.Image != "":
+			if named, err := p.a.Images.Resolve(sc.Image); err == nil && named.SHA256 == im.SHA256 {
+				out = append(out, pr.Name)
+			}
+		case installer && sc.Version != "" && profile.BuildVersion(im.Version) == sc.Version:
+			out = append(out, pr.Name)
+		}
+	}
+	return out
+}
+
+// secretSetting names configuration keys whose values are secrets. The
+// configuration holds none today (key material lives in files it names,
+// and paths are shown); any such key added later is redacted here.
+var secretSetting = regexp.MustCompile(`(?i)(password|passphrase|secret|psk|community|(^|_)token$|(^|_)key$)`)
+
+// redactedConfig is the effective configuration (defaults applied) as
+// the API shows it, read only: the YAML keys of the config file, with
+// the value of every secret-named key replaced by "********".
+func (a *App) redactedConfig() any {
+	raw, err := yaml.Marshal(a.Cfg)
+	if err != nil {
+		return map[string]any{"error": "configuration could not be encoded"}
+	}
+	var v any
+	if err := yaml.Unmarshal(raw, &v); err != nil {
+		return map[string]any{"error": "configuration could not be encoded"}
+	}
+	return redactSettings(v)
+}
+
+func redactSettings(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, val := range t {
+			if secretSetting.MatchString(k) && !strings.HasSuffix(k, "_file") && val != nil && val != "" {
+				t[k] = "********"
+				continue
+			}
+			t[k] = redactSettings(val)
+		}
+	case []any:
+		for i := range t {
+			t[i] = redactSettings(t[i])
+		}
+	}
+	return v
+}

@@ -426,10 +426,11 @@ func (a *App) deviceGuard(listener string) httpserve.Guard {
 }
 
 // apiGuard caps API request bodies and answers refusals in the REST error
-// shape.
+// shape. An image upload streams its body (api.StreamedBody) under its own
+// cap, so the 1 MiB cap holds for every other request.
 func (a *App) apiGuard(listener string) httpserve.Guard {
 	return httpserve.Guard{Listener: listener, MaxBody: httpserve.APIMaxBody,
-		BodyTimeout: a.Cfg.HTTP.ReadBodyTimeout.D(), Log: a.Log}
+		BodyTimeout: a.Cfg.HTTP.ReadBodyTimeout.D(), Streamed: api.StreamedBody, Log: a.Log}
 }
 
 // apiElsewhere answers API paths on the main listener when the API has a

@@ -9,15 +9,41 @@ import (
 	"github.com/ztpd/ztpd/ztp/content"
 )
 
-// warnStartup logs, once the profiles are loaded at Start, what lets ztpd
-// run while no device can get what it needs: no profiles at all (every
-// device is refused with "no profile matches"), profiles naming clusters
-// or images that do not exist (content.CheckReferences, the check of
-// "ztpd profile check"), and device-facing URLs on a loopback address.
+// startupWarning is one thing that lets ztpd run while devices cannot get
+// what they need; attrs are the log line's details.
+type startupWarning struct {
+	msg   string
+	attrs []any
+}
+
+// warnStartup logs, once the profiles are loaded at Start (and at each
+// reload), the startup warnings.
 func (a *App) warnStartup(set *profile.Set) {
+	for _, w := range a.startupWarnings(set) {
+		a.Log.Warn(w.msg, w.attrs...)
+	}
+}
+
+// Warnings are the startup warnings as they stand now, recomputed on each
+// call over the profiles in use (the web console shows them live).
+func (a *App) Warnings() []string {
+	ws := a.startupWarnings(a.profiles.Load())
+	out := make([]string, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, w.msg)
+	}
+	return out
+}
+
+// startupWarnings: no profiles at all (every device is refused with "no
+// profile matches"), profiles naming clusters or images that do not exist
+// (content.CheckReferences, the check of "ztpd profile check"), and
+// device-facing URLs on a loopback address.
+func (a *App) startupWarnings(set *profile.Set) []startupWarning {
+	var out []startupWarning
 	if len(set.Profiles()) == 0 {
-		a.Log.Warn(`no device profiles are loaded: every device that asks for its ZTP content is refused with "no profile matches"; `+
-			"give a profile directory with --profiles DIR (profiles: in the config file)", "profiles", a.Cfg.Profiles)
+		out = append(out, startupWarning{`no device profiles are loaded: every device that asks for its ZTP content is refused with "no profile matches"; ` +
+			"give a profile directory with --profiles DIR (profiles: in the config file)", []any{"profiles", a.Cfg.Profiles}})
 	} else {
 		var clusters []content.ClusterRef
 		err := a.Store.View(func(tx core.Tx) error {
@@ -27,13 +53,13 @@ func (a *App) warnStartup(set *profile.Set) {
 			})
 		})
 		if err != nil {
-			a.Log.Warn("cannot check the profiles' clusters", "err", err)
+			out = append(out, startupWarning{"cannot check the profiles' clusters: " + err.Error(), nil})
 			clusters = nil
 		} else if clusters == nil {
 			clusters = []content.ClusterRef{} // none exist: every cluster named is missing
 		}
 		for _, w := range content.CheckReferences(set, a.Images, clusters) {
-			a.Log.Warn("profile refers to what does not exist: " + w)
+			out = append(out, startupWarning{"profile refers to what does not exist: " + w, nil})
 		}
 	}
 	// Join and ISO URLs (and ZTP URLs of requests whose local address is
@@ -41,9 +67,10 @@ func (a *App) warnStartup(set *profile.Set) {
 	// 127.0.0.1.
 	if u, err := url.Parse(a.Endpoints.Join()); err == nil {
 		if ip, err := netip.ParseAddr(u.Hostname()); err == nil && (ip.IsLoopback() || ip.IsUnspecified()) {
-			a.Log.Warn("URLs handed to devices use "+ip.String()+", which no switch can reach: "+
+			out = append(out, startupWarning{"URLs handed to devices use " + ip.String() + ", which no switch can reach: " +
 				"set --advertise-addr (advertise_addr) to this host's address on the devices' network",
-				"advertise_addr", a.Cfg.AdvertiseAddr, "http_addr", a.Cfg.HTTP.Addr, "join_url", a.Endpoints.Join())
+				[]any{"advertise_addr", a.Cfg.AdvertiseAddr, "http_addr", a.Cfg.HTTP.Addr, "join_url", a.Endpoints.Join()}})
 		}
 	}
+	return out
 }

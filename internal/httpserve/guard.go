@@ -40,7 +40,13 @@ type Guard struct {
 	// device-facing handlers: devices never see server paths or internal
 	// error text.
 	HideErrors bool
-	Log        *slog.Logger
+	// Streamed names the requests whose handler reads the body as a
+	// stream (an image upload), answering their size cap (0: not
+	// streamed). Their body is not read into memory: it is capped at that
+	// size, and BodyTimeout bounds each read rather than the whole
+	// transfer (a multi-GiB upload takes minutes).
+	Streamed func(*http.Request) int64
+	Log      *slog.Logger
 }
 
 // Wrap returns h behind the guard.
@@ -63,8 +69,16 @@ type guard struct {
 }
 
 func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Body != nil && r.Body != http.NoBody && !g.readBody(w, r) {
-		return
+	if r.Body != nil && r.Body != http.NoBody {
+		if n := g.streamed(r); n > 0 {
+			if r.ContentLength > n {
+				g.refuse(w, r, http.StatusRequestEntityTooLarge, "request body of "+strconv.FormatInt(r.ContentLength, 10)+" bytes is over the "+sizeText(n)+" limit of "+r.URL.Path)
+				return
+			}
+			r.Body = &idleReader{body: http.MaxBytesReader(w, r.Body, n), rc: http.NewResponseController(w), timeout: g.BodyTimeout}
+		} else if !g.readBody(w, r) {
+			return
+		}
 	}
 	if !g.HideErrors {
 		g.next.ServeHTTP(w, r)
@@ -76,6 +90,32 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.answerHidden(w, r, gw)
 	}
 }
+
+func (g *guard) streamed(r *http.Request) int64 {
+	if g.Streamed == nil {
+		return 0
+	}
+	return g.Streamed(r)
+}
+
+// idleReader bounds the wait for each read of a streamed body by timeout.
+type idleReader struct {
+	body    io.ReadCloser
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (r *idleReader) Read(p []byte) (int, error) {
+	_ = r.rc.SetReadDeadline(time.Now().Add(r.timeout))
+	n, err := r.body.Read(p)
+	if err != nil {
+		// Back to no deadline, as readBody does, once the body is done.
+		_ = r.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+func (r *idleReader) Close() error { return r.body.Close() }
 
 // readBody reads the whole body (at most MaxBody bytes, within
 // BodyTimeout) into memory and puts it back on r, or answers 413/408/400

@@ -1,0 +1,256 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"regexp"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/httpserve"
+	"github.com/ztpd/ztpd/ztp/content"
+)
+
+// DevicePreviewer is the loaded profile set as the API needs it
+// (internal/app implements it over the profiles in use).
+type DevicePreviewer interface {
+	// PreviewDevice is what d fetches under the loaded profiles
+	// (content.PreviewDevice with the server's options and image store).
+	PreviewDevice(d core.Device) (*content.Preview, error)
+	// ProfilesNaming names the loaded profiles that serve image im: by
+	// sonic.image, or an installer of the SONiC version they pin.
+	ProfilesNaming(im core.Image) []string
+}
+
+// restPreview is what a device fetches (openapi.json DevicePreview),
+// secrets masked.
+type restPreview struct {
+	Kind      core.DeviceKind `json:"kind"`
+	Profile   string          `json:"profile"`
+	ByDefault bool            `json:"by_default,omitempty"`
+	Fetches   []content.Fetch `json:"fetches"`
+	Documents []restDocument  `json:"documents"`
+	Installer *restImage      `json:"installer,omitempty"`
+	Notes     []string        `json:"notes"`
+	Warnings  []string        `json:"warnings"`
+}
+
+// restDocument is one document a device gets, as text.
+type restDocument struct {
+	Name        string `json:"name"`
+	ContentType string `json:"content_type"`
+	Body        string `json:"body"`
+}
+
+// previewDevice answers what a device fetches, rendered by the same code
+// that serves it, with every secret masked: the console shows it to any
+// admin looking over an operator's shoulder.
+func (s *Server) previewDevice(c *gin.Context) {
+	if s.console.preview == nil {
+		restRefuse(c, core.KindUnavailable, "device previews are not available: no profiles are loaded in this process")
+		return
+	}
+	ref := c.Param("id")
+	d, err := s.lookupDevice(ref)
+	if errors.Is(err, core.ErrNotFound) {
+		restRefuse(c, core.KindNotFound, "device "+ref+" not found")
+		return
+	}
+	if err != nil {
+		s.restFail(c, err)
+		return
+	}
+	pv, err := s.console.preview.PreviewDevice(d)
+	if err != nil {
+		restRefuse(c, core.KindInvalid, "preview of "+ref+": "+err.Error())
+		return
+	}
+	out := restPreview{Kind: pv.Kind, Profile: pv.Profile, ByDefault: pv.ByDefault, Fetches: pv.Fetches,
+		Documents: []restDocument{}, Notes: nonNil(pv.Notes), Warnings: nonNil(pv.Warnings)}
+	if out.Fetches == nil {
+		out.Fetches = []content.Fetch{}
+	}
+	for i := range out.Fetches {
+		out.Fetches[i].URL = maskText(out.Fetches[i].URL)
+	}
+	addJSON := func(name string, doc []byte) {
+		if doc != nil {
+			out.Documents = append(out.Documents, restDocument{Name: name, ContentType: "application/json", Body: maskJSON(doc)})
+		}
+	}
+	addJSON("ztp.json", pv.ZTPJSON)
+	addJSON("config_db.json", pv.ConfigDB)
+	if pv.Metadata != nil {
+		md, err := json.Marshal(pv.Metadata)
+		if err != nil {
+			s.restFail(c, err)
+			return
+		}
+		addJSON("meta-data", md)
+	}
+	if pv.UserData != nil {
+		out.Documents = append(out.Documents, restDocument{Name: "user-data", ContentType: "text/plain", Body: maskText(string(pv.UserData))})
+	}
+	if im := pv.Installer; im != nil {
+		out.Installer = &restImage{SHA256: im.SHA256, Name: im.Name, Kind: im.Kind, Platform: im.Platform, Version: im.Version,
+			Size: im.Size, Created: im.Created}
+	}
+	httpserve.WriteJSON(c.Writer, http.StatusOK, out)
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// lookupDevice finds a device by ID, MAC or serial number (as getDevice).
+func (s *Server) lookupDevice(ref string) (core.Device, error) {
+	id := ref
+	if mac, err := core.NormalizeMAC(ref); err == nil {
+		id = mac
+	}
+	var d core.Device
+	err := s.st.View(func(tx core.Tx) error {
+		var err error
+		if d, err = tx.Devices().Get(id); errors.Is(err, core.ErrNotFound) {
+			d, err = tx.Devices().BySerial(ref)
+		}
+		return err
+	})
+	return d, err
+}
+
+// masked replaces every secret a preview shows.
+const masked = "********"
+
+var (
+	// secretName: a JSON or YAML key whose value is a secret (password,
+	// passkey, token, private key, community string, ...). Conservative:
+	// masking a public key costs less than showing a private one.
+	secretName = regexp.MustCompile(`(?i)(pass(word|wd|phrase|key)|secret|token|private|credential|community|psk|(^|[-_])keys?$|certificate[-_]?key|api[-_]?key)`)
+	// In free text: PEM private keys, kubeadm bootstrap tokens, and the
+	// value after a secret's name ("password: x", "--token x", "token=x").
+	pemPrivate     = regexp.MustCompile(`(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|$)`)
+	bootstrapToken = regexp.MustCompile(`\b[a-z0-9]{6}\.[a-z0-9]{16}\b`)
+	namedSecret    = regexp.MustCompile(`(?i)\b(password|passwd|passphrase|passkey|secret|token|certificate[-_]key|api[-_]?key|private[-_]?key|psk)(["']?[ \t]*[:=][ \t]*|[ \t]+)(["']?)([^\s"',;&}]+)`)
+)
+
+// maskText masks the secrets free text (user-data, URLs, JSON strings)
+// shows.
+func maskText(s string) string {
+	s = pemPrivate.ReplaceAllString(s, masked)
+	s = bootstrapToken.ReplaceAllString(s, masked)
+	return namedSecret.ReplaceAllString(s, "${1}${2}${3}"+masked)
+}
+
+// maskJSON re-encodes a JSON document, indented and in its own key order,
+// with the value of every secret-named key and the secrets inside every
+// string masked. A document that is not JSON is masked as text.
+func maskJSON(doc []byte) string {
+	var buf bytes.Buffer
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	if err := maskValue(dec, &buf); err != nil {
+		return maskText(string(doc))
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, buf.Bytes(), "", "  "); err != nil {
+		return maskText(string(doc))
+	}
+	return out.String()
+}
+
+// maskValue copies the next JSON value from dec to w, masking as maskJSON.
+func maskValue(dec *json.Decoder, w *bytes.Buffer) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			w.WriteByte('{')
+			for i := 0; dec.More(); i++ {
+				kt, err := dec.Token()
+				if err != nil {
+					return err
+				}
+				key, _ := kt.(string)
+				if i > 0 {
+					w.WriteByte(',')
+				}
+				writeJSONString(w, key)
+				w.WriteByte(':')
+				if secretName.MatchString(key) {
+					if err := skipValue(dec); err != nil {
+						return err
+					}
+					writeJSONString(w, masked)
+					continue
+				}
+				if err := maskValue(dec, w); err != nil {
+					return err
+				}
+			}
+			if _, err := dec.Token(); err != nil { // '}'
+				return err
+			}
+			w.WriteByte('}')
+		case '[':
+			w.WriteByte('[')
+			for i := 0; dec.More(); i++ {
+				if i > 0 {
+					w.WriteByte(',')
+				}
+				if err := maskValue(dec, w); err != nil {
+					return err
+				}
+			}
+			if _, err := dec.Token(); err != nil { // ']'
+				return err
+			}
+			w.WriteByte(']')
+		}
+	case string:
+		writeJSONString(w, maskText(t))
+	case json.Number:
+		w.WriteString(t.String())
+	case bool:
+		if t {
+			w.WriteString("true")
+		} else {
+			w.WriteString("false")
+		}
+	case nil:
+		w.WriteString("null")
+	}
+	return nil
+}
+
+// skipValue consumes the next JSON value.
+func skipValue(dec *json.Decoder) error {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		if err == io.EOF {
+			return io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	return nil
+}
+
+// writeJSONString writes s as a JSON string, leaving <, > and & as they
+// are (the console shows the text; it never becomes HTML).
+func writeJSONString(w *bytes.Buffer, s string) {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	w.Truncate(w.Len() - 1) // Encode's newline
+}
