@@ -629,14 +629,16 @@
     try { await load(); } catch (e) { showError(e); return; }
     loadEvents().catch(showError);
     versionOptions($('#cluster-upgrade').elements.version, c.version && c.version.id).catch(showError);
+    let gone = false; // deleted: nothing more to fetch
     const run = async (what, method, path, body) => {
       formError(ops, null);
       try {
         const r = await api('/clusters/' + enc(id) + path, { method, body });
-        const j = await followJob(r.job, jobStatus, what, clusterProgress);
+        gone = method === 'DELETE';
+        const j = await followJob(r.job, jobStatus, what, gone ? null : clusterProgress);
         if (method === 'DELETE') { location.assign('/clusters'); return; }
         if (j.cluster) { c = j.cluster; render(); loaded(); } else await load();
-      } catch (e) { formError(ops, e); load().catch(() => {}); }
+      } catch (e) { gone = false; formError(ops, e); load().catch(() => {}); }
     };
     $('#cluster-scale').addEventListener('submit', (e) => {
       e.preventDefault();
@@ -672,7 +674,7 @@
         kc.dataset.downloaded = String(Number(kc.dataset.downloaded || 0) + 1);
       } catch (err) { formError(ops, err); }
     });
-    const refresh = throttle(() => Promise.all([load(), loadEvents()]), 2000);
+    const refresh = throttle(() => (gone ? null : Promise.all([load(), loadEvents()])), 2000);
     openStream((m) => {
       if ((m.events || []).some((e) => e.cluster === id) || (m.devices || []).some((d) => d.cluster === id)) refresh();
     });
