@@ -74,9 +74,16 @@ func (s *Server) restAuth(c *gin.Context) {
 		}
 	}
 	var cred apikeys.Credential
-	if local {
+	switch {
+	case local:
 		cred = localAdmin // the admin socket: its file mode is the access control
-	} else {
+	case r.Header.Get("Authorization") == "" && hasSessionCookie(r):
+		// The web console: its session cookie, and its CSRF token on writes.
+		var ok bool
+		if cred, ok = s.consoleAuth(c); !ok {
+			return
+		}
+	default:
 		cred, err = s.verifyREST(r, q, body)
 	}
 	if errors.Is(err, errReplayFull) {
