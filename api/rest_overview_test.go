@@ -168,9 +168,9 @@ func TestRESTDeviceSearch(t *testing.T) {
 		"02:00:00:00:00:0A": 1,  // MAC
 		"10.99.2.":          0,
 		"10.99.1.25":        2, // 10.99.1.25 and 10.99.1.250
-		"leaf-0":            1,  // hostname
-		"as7326":            1,  // product
-		"LEAVES":            1,  // profile
+		"leaf-0":            1, // hostname
+		"as7326":            1, // product
+		"LEAVES":            1, // profile
 		"nothing-like-this": 0,
 	} {
 		r := a.do("GET", "/api/v1/devices?limit=1000&q="+strings.ReplaceAll(q, ":", "%3A"), nil)

@@ -179,6 +179,12 @@ func redactSettings(v any) any {
 			}
 			t[k] = redactSettings(val)
 		}
+	case map[any]any: // a mapping with keys that are not all strings
+		m := make(map[string]any, len(t))
+		for k, val := range t {
+			m[fmt.Sprint(k)] = val
+		}
+		return redactSettings(m)
 	case []any:
 		for i := range t {
 			t[i] = redactSettings(t[i])
