@@ -79,6 +79,9 @@ func Launch(ctx context.Context) (*Browser, error) {
 		chromedp.WindowSize(1280, 900),
 		// Console pages talk to 127.0.0.1 only; nothing else to fetch.
 		chromedp.Flag("no-proxy-server", true),
+		// The appliances under test serve their API (and console) with the
+		// self-signed certificate ztpd makes when none is configured.
+		chromedp.IgnoreCertErrors,
 	)
 	if os.Geteuid() == 0 {
 		opts = append(opts, chromedp.NoSandbox)

@@ -39,6 +39,14 @@ type Options struct {
 	// Kubeletsim is the testenv/kubeletsim/cmd/kubeletsim binary the
 	// devices' simulated kubelets run.
 	Kubeletsim string
+	// EditConfig, if set, changes the appliance configuration before ztpd
+	// starts (a test that wants a device to wait for approval narrows
+	// joiner.auto_approve).
+	EditConfig func(config string) string
+	// OnStarted, if set, runs once ztpd serves and the clusters exist,
+	// before any device starts (a test attaches its watchers there); its
+	// error ends Open.
+	OnStarted func(*Lab) error
 }
 
 // Result is the checked end state.
@@ -192,6 +200,9 @@ func Open(ctx context.Context, s Scenario, o Options) (*Lab, error) {
 	if err != nil {
 		return l, err
 	}
+	if o.EditConfig != nil {
+		cfg = o.EditConfig(cfg)
+	}
 	app, err := topo.StartAppliance(ctx, o.Bin, cfg)
 	if err != nil {
 		return l, err
@@ -207,6 +218,11 @@ func Open(ctx context.Context, s Scenario, o Options) (*Lab, error) {
 	}
 	if err := createClusters(ctx, app, devs, s.Clusters, kube.Bins.Version); err != nil {
 		return l, err
+	}
+	if o.OnStarted != nil {
+		if err := o.OnStarted(l); err != nil {
+			return l, err
+		}
 	}
 
 	steps := newStepTable(devs)

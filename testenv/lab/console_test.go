@@ -1,0 +1,409 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/ztpd/ztpd/testenv/browser"
+	"github.com/ztpd/ztpd/testenv/controlplane"
+	"github.com/ztpd/ztpd/testenv/kubebin"
+	"github.com/ztpd/ztpd/testenv/netns"
+)
+
+// TestConsoleLiveOnboarding watches the web console while the lab onboards
+// 2 SONiC switches and 2 VMs into one real cluster: chromium (on the host,
+// through a forwarder into the appliance's namespace) keeps the devices
+// page open and every device's row reaches joined without a reload; sw1,
+// which no auto_approve rule covers, waits until it is approved from its
+// device page, then joins; the kubeconfig downloaded from the cluster page
+// lists the cluster's Nodes with kubectl against the real API server.
+func TestConsoleLiveOnboarding(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end lab skipped in -short mode")
+	}
+	if err := netns.Check(); err != nil {
+		t.Skip(err)
+	}
+	if err := controlplane.Check(); err != nil {
+		t.Skip(err)
+	}
+	for _, tool := range []string{"dnsmasq", "dhclient", "busybox", "curl", "python3", "kubectl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s", tool)
+		}
+	}
+	if !HaveCloudInit() {
+		t.Skipf("needs Debian's cloud-init for %s", CloudInitPython)
+	}
+	if _, err := browser.Path(); err != nil {
+		t.Skip(err)
+	}
+	version, err := LabKubernetesVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubebin.Require(t, version)
+	kubebin.RequireEtcd(t)
+	bin := filepath.Join(t.TempDir(), "ztpd")
+	ksim := filepath.Join(t.TempDir(), "kubeletsim")
+	for out, pkg := range map[string]string{bin: "github.com/ztpd/ztpd/cmd/ztpd", ksim: "github.com/ztpd/ztpd/testenv/kubeletsim/cmd/kubeletsim"} {
+		if msg, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", pkg, err, msg)
+		}
+	}
+	shots := t.TempDir()
+	if d := os.Getenv("ZTPD_SCREENSHOTS"); d != "" {
+		if shots, err = filepath.Abs(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := browser.New(t)
+
+	scenario := Scenario{Switches: 2, VMs: 2, Clusters: 1}
+	const waiter = "sw1"
+	var waiterMAC string
+	var approvedMACs []string
+	for _, d := range scenario.Plan() {
+		if d.Name == waiter {
+			waiterMAC = d.MAC
+		} else {
+			approvedMACs = append(approvedMACs, `"`+d.MAC+`"`)
+		}
+	}
+	// The lab's rule approves both subnets; naming every MAC but sw1's
+	// leaves sw1 waiting for an operator.
+	editConfig := func(cfg string) string {
+		rule := "  auto_approve:\n    - {subnets: ["
+		if !strings.Contains(cfg, rule) {
+			t.Errorf("the lab configuration has no %q to narrow:\n%s", rule, cfg)
+			return cfg
+		}
+		return strings.Replace(cfg, rule, "  auto_approve:\n    - {macs: ["+strings.Join(approvedMACs, ", ")+"], subnets: [", 1)
+	}
+
+	var w *consoleWatch
+	work := t.TempDir()
+	var log strings.Builder
+	l, err := Open(context.Background(), scenario, Options{Prefix: "zlc", Octet: 150, WorkDir: work, Bin: bin, Kubeletsim: ksim,
+		Out: &log, Timeout: 6 * time.Minute, EditConfig: editConfig,
+		OnStarted: func(l *Lab) error {
+			var err error
+			w, err = watchConsole(t, b, l, waiterMAC)
+			return err
+		}})
+	if w != nil {
+		defer w.close()
+	}
+	if l != nil {
+		defer func() {
+			l.Close()
+			if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), "zlc-") {
+				t.Errorf("lab left namespaces behind:\n%s", out)
+			}
+		}()
+	}
+	t.Log("progress:\n" + log.String())
+	if err != nil {
+		if b, rerr := os.ReadFile(filepath.Join(work, "ztpd.out")); rerr == nil {
+			t.Logf("ztpd.out (tail):\n%s", tail(string(b), 4000))
+		}
+		if w != nil {
+			t.Logf("the devices page saw: %s", w.seenSummary())
+		}
+		t.Fatal(err)
+	}
+	// Every device's row reaches joined on the page that was opened before
+	// the first device booted, without a reload (the sampler reads the rows
+	// every 250 ms).
+	ids := map[string]string{} // planned name -> device id
+	for _, d := range l.Plan {
+		ids[d.Name] = l.device(t, d.Name)
+	}
+	allJoined := func() bool {
+		seen := w.seen()
+		for _, id := range ids {
+			if s := seen[id]; len(s) == 0 || s[len(s)-1] != "joined" {
+				return false
+			}
+		}
+		return true
+	}
+	for start := time.Now(); !allJoined() && time.Since(start) < 30*time.Second; {
+		time.Sleep(250 * time.Millisecond)
+	}
+	w.stop()
+	if w.approveErr != nil {
+		t.Fatalf("approving %s from its page: %v", waiter, w.approveErr)
+	}
+	if w.approvedAt.IsZero() {
+		t.Fatalf("%s never showed waiting on the devices page, nothing to approve: %s", waiter, w.seenSummary())
+	}
+	t.Logf("%s approved from its device page %s after its row showed waiting", waiter, w.approvedAfter.Round(100*time.Millisecond))
+	tab := w.devices
+	if at, err := tab.LoadedAt(); err != nil || at != w.loadedAt {
+		t.Errorf("the devices page reloaded while the fleet onboarded: ztpdLoadedAt %v -> %v (%v)", w.loadedAt, at, err)
+	}
+	seen := w.seen()
+	for name, id := range ids {
+		states := seen[id]
+		if len(states) < 2 || states[len(states)-1] != "joined" {
+			t.Errorf("%s: its row on the devices page showed %v, not a progression to joined", name, states)
+		}
+		if name == waiter && !slices.Contains(states, "waiting") {
+			t.Errorf("%s never showed waiting on the devices page: %v", name, states)
+		}
+	}
+	t.Logf("the devices page saw, live: %s", w.seenSummary())
+	for _, wd := range []int{1280, 390} {
+		if err := tab.Screenshot(filepath.Join(shots, fmt.Sprintf("lab-devices-joined-%d.png", wd)), wd); err != nil {
+			t.Error(err)
+		}
+	}
+
+	// The kubeconfig from the cluster page works against the real API
+	// server (kubectl from the appliance's namespace, where the lab's
+	// clusters are reachable).
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := l.Cluster(ctx, "lab-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct := w.other
+	if err := ct.Navigate(w.base + "/clusters/" + c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := ct.WaitFor("body[data-loaded]"); err != nil {
+		t.Fatal(err)
+	}
+	for _, wd := range []int{1280, 390} {
+		if err := ct.Screenshot(filepath.Join(shots, fmt.Sprintf("lab-cluster-%d.png", wd)), wd); err != nil {
+			t.Error(err)
+		}
+	}
+	kc, err := ct.Download("a#kubeconfig", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := l.Topo.App.Command(ctx, "kubectl", "--kubeconfig", kc, "--request-timeout=10s", "get", "nodes", "-o", "json")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kubectl --kubeconfig <from the cluster page> get nodes: %v: %s", err, stderr.String())
+	}
+	nodes, err := ParseNodes(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := 0
+	for _, n := range nodes {
+		if n.Ready == "True" {
+			ready++
+		}
+	}
+	if len(nodes) != len(l.Plan) || ready != len(nodes) {
+		t.Fatalf("kubectl with the page's kubeconfig: %d Nodes, %d Ready, want %d: %+v", len(nodes), ready, len(l.Plan), nodes)
+	}
+	t.Logf("kubectl with the kubeconfig downloaded from the cluster page: %d Nodes, all Ready; screenshots in %s", len(nodes), shots)
+}
+
+// consoleWatch is the browser side of the live test: the devices page,
+// open from before the first device boots, sampled for each row's state;
+// and a second tab that approves the waiting device from its page.
+type consoleWatch struct {
+	base     string
+	fw       *browser.Forwarder
+	devices  *browser.Tab
+	other    *browser.Tab
+	loadedAt float64
+	cancel   context.CancelFunc
+	done     sync.WaitGroup
+	stopOnce sync.Once
+
+	mu     sync.Mutex
+	states map[string][]string // device id -> distinct states its row showed, in order
+
+	approveErr    error
+	approvedAt    time.Time
+	approvedAfter time.Duration
+}
+
+// watchConsole signs in through a forwarder into the appliance's
+// namespace, opens the devices page and starts the sampler and the
+// approver. It runs inside Open (OnStarted), before the devices start.
+func watchConsole(t *testing.T, b *browser.Browser, l *Lab, waiterMAC string) (*consoleWatch, error) {
+	api, err := url.Parse(l.App.APIBase)
+	if err != nil {
+		return nil, err
+	}
+	fw, err := browser.ForwardNS(l.Topo.App, api.Host)
+	if err != nil {
+		return nil, err
+	}
+	w := &consoleWatch{base: api.Scheme + "://" + fw.Addr, fw: fw, states: map[string][]string{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel = cancel
+	out, err := l.App.CLI(ctx, "apikey", "create", "--role", "admin", "--name", "console-test", "-o", "json")
+	if err != nil {
+		fw.Close()
+		return nil, err
+	}
+	var key struct {
+		APIKey    string `json:"api_key"`
+		SecretKey string `json:"secret_key"`
+	}
+	if err := json.Unmarshal(out, &key); err != nil {
+		fw.Close()
+		return nil, err
+	}
+	w.devices, w.other = b.Tab(t), b.Tab(t)
+	for _, tab := range []*browser.Tab{w.devices, w.other} {
+		if err := tab.SignIn(w.base, key.APIKey, key.SecretKey); err != nil {
+			fw.Close()
+			return nil, err
+		}
+	}
+	if err := w.devices.Navigate(w.base + "/devices"); err != nil {
+		fw.Close()
+		return nil, err
+	}
+	if err := w.devices.WaitFor("body[data-loaded]"); err != nil {
+		fw.Close()
+		return nil, err
+	}
+	if w.loadedAt, err = w.devices.LoadedAt(); err != nil || w.loadedAt == 0 {
+		fw.Close()
+		return nil, fmt.Errorf("window.ztpdLoadedAt on /devices: %v %v", w.loadedAt, err)
+	}
+	w.done.Add(2)
+	go w.sample(ctx)
+	go w.approve(ctx, waiterMAC)
+	return w, nil
+}
+
+// sample records every state each row of the devices table shows.
+func (w *consoleWatch) sample(ctx context.Context) {
+	defer w.done.Done()
+	for ctx.Err() == nil {
+		rows, err := browser.Eval[[][2]string](w.devices, `[...document.querySelectorAll("table#devices tbody tr[data-id]")].map(r => [r.dataset.id, (r.querySelector("td.state") || {textContent: ""}).textContent.trim()])`)
+		if err == nil {
+			w.mu.Lock()
+			for _, r := range rows {
+				if s := w.states[r[0]]; r[1] != "" && (len(s) == 0 || s[len(s)-1] != r[1]) {
+					w.states[r[0]] = append(s, r[1])
+				}
+			}
+			w.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// approve waits for the device with mac to wait for approval (as the
+// devices page shows it), then approves it from its own page.
+func (w *consoleWatch) approve(ctx context.Context, mac string) {
+	defer w.done.Done()
+	var id string
+	var waitingSince time.Time
+	for ctx.Err() == nil && w.approvedAt.IsZero() {
+		if id == "" {
+			status, body, err := w.other.Fetch("/api/v1/devices?limit=1000", "{}")
+			if err == nil && status == 200 {
+				var page struct {
+					Items []struct {
+						ID  string `json:"id"`
+						MAC string `json:"mac"`
+					} `json:"items"`
+				}
+				json.Unmarshal([]byte(body), &page)
+				for _, d := range page.Items {
+					if strings.EqualFold(d.MAC, mac) {
+						id = d.ID
+					}
+				}
+			}
+		}
+		if id != "" {
+			w.mu.Lock()
+			s := w.states[id]
+			w.mu.Unlock()
+			if len(s) > 0 && s[len(s)-1] == "waiting" {
+				if waitingSince.IsZero() {
+					waitingSince = time.Now()
+				}
+				w.approveErr = w.approveFromPage(id)
+				w.approvedAt, w.approvedAfter = time.Now(), time.Since(waitingSince)
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func (w *consoleWatch) approveFromPage(id string) error {
+	tab := w.other
+	if err := tab.Navigate(w.base + "/devices/" + url.PathEscape(id)); err != nil {
+		return err
+	}
+	if err := tab.WaitFor("#device-approve"); err != nil {
+		return err
+	}
+	if err := tab.Do(chromedp.Click(chromedp.CSS("#device-approve"))); err != nil {
+		return err
+	}
+	// The REST answer is the device, approved.
+	_, err := tab.WaitJS(fmt.Sprintf(`fetch("/api/v1/devices/%s").then(r => r.json()).then(d => d.approved ? "y" : "")`, url.PathEscape(id)), "device approved")
+	return err
+}
+
+func (w *consoleWatch) seen() map[string][]string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string][]string{}
+	for k, v := range w.states {
+		out[k] = slices.Clone(v)
+	}
+	return out
+}
+
+func (w *consoleWatch) seenSummary() string {
+	var parts []string
+	for id, s := range w.seen() {
+		parts = append(parts, id+": "+strings.Join(s, " > "))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, "; ")
+}
+
+// stop ends the sampler and the approver; the tabs stay usable.
+func (w *consoleWatch) stop() {
+	w.stopOnce.Do(func() {
+		w.cancel()
+		w.done.Wait()
+	})
+}
+
+// close stops watching and closes the forwarder.
+func (w *consoleWatch) close() {
+	w.stop()
+	w.fw.Close()
+}
