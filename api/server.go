@@ -84,6 +84,23 @@ type Deps struct {
 	Signatures *SignaturePolicy
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
+
+	// For the web console (issue 16); each may be nil, which answers
+	// none or refuses what needs it.
+	// Pools is the DHCP pools' use (ztp/dhcp).
+	Pools PoolLister
+	// Preview renders what a device fetches under the loaded profiles.
+	Preview DevicePreviewer
+	// ImageStore adds and removes images: uploads, versions from a stored
+	// ISO (images/imagestore).
+	ImageStore ISOStore
+	// ISOBaseURL is where devices and CloudStack fetch ISOs
+	// (endpoints.Endpoints.ISOs).
+	ISOBaseURL string
+	// Config is the effective configuration with secrets redacted.
+	Config func() any
+	// Warnings are the startup warnings as they stand now.
+	Warnings func() []string
 }
 
 // Server is the API front end.
@@ -102,6 +119,7 @@ type Server struct {
 	commands map[string]*command
 	renders  renderCache
 	bodies   *bodyCache
+	console  consoleDeps   // the console's REST additions (rest_overview.go)
 	sessions *sessionTable // console sessions (console_session.go)
 	hub      *streamHub    // the console's live stream (console_stream.go)
 }
@@ -128,6 +146,8 @@ func New(d Deps) *Server {
 	s := &Server{log: d.Log, st: d.Store, clusters: d.Clusters, keys: d.Keys, images: d.Images, refusals: d.Refusals,
 		limiter: newFailLimiter(d.AuthFailuresPerMinute), sigs: sigs, replay: newReplayGuard(sigs.ReplayMemory),
 		now: d.Now, bodies: newBodyCache(64 << 20)}
+	s.console = consoleDeps{pools: d.Pools, preview: d.Preview, imageStore: d.ImageStore, isoBaseURL: d.ISOBaseURL,
+		config: d.Config, warnings: d.Warnings}
 	s.commands = s.commandTable()
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
