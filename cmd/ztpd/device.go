@@ -19,7 +19,7 @@ func newDeviceCmd(opts *rootOptions) *cobra.Command {
 	f := &apiFlags{}
 	cmd := &cobra.Command{
 		Use:   "device",
-		Short: "List, show and approve devices (REST API)",
+		Short: "List, show, approve and reset devices",
 		Long: `Devices are the switches and VMs ztpd has seen on DHCP or HTTP, keyed by MAC
 address, with their onboarding state (discovered, leased, ztp-served, ...,
 waiting, join-issued, joined). A device waiting for approval joins its cluster

@@ -17,7 +17,7 @@ func newLeaseCmd(opts *rootOptions) *cobra.Command {
 	f := &apiFlags{}
 	cmd := &cobra.Command{
 		Use:     "lease",
-		Short:   "List DHCP leases (REST API)",
+		Short:   "List DHCP leases",
 		Example: "  ztpd lease list --state active\n  ztpd lease list --mac 52:54:00:12:34:56 -o json",
 	}
 	addAPIFlags(cmd, f)

@@ -38,7 +38,14 @@ join credentials, and exposes a CloudStack-compatible API for cluster operations
 
 Quick start (no root, no external services):
   ztpd serve                      # state in ./ztpd-data, HTTP on 127.0.0.1:8080
-  curl 127.0.0.1:8080/healthz`,
+  curl 127.0.0.1:8080/healthz
+
+On an appliance installed from the package (config /etc/ztpd/ztpd.yaml, read by
+default; commands run as root reach the service through its admin socket, no key):
+  sudo ztpd device list --state unmatched   # devices refused, with the reason
+  sudo ztpd events --follow                 # what every device is doing
+  sudo ztpd profile check --device MAC      # what a device gets, and why not
+  man ztpd                                  # every command`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

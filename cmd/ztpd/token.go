@@ -30,7 +30,7 @@ func newTokenCmd(opts *rootOptions) *cobra.Command {
 	f := &apiFlags{}
 	cmd := &cobra.Command{
 		Use:   "token",
-		Short: "List and revoke join tokens (REST API, admin key)",
+		Short: "List and revoke join tokens (admin)",
 		Long: `Join tokens are the credentials devices use to join clusters (kubeadm
 bootstrap tokens, k3s tokens, enrollment tokens). Only their IDs and metadata
 are shown; secrets are never stored in clear and never shown.`,
