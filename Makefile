@@ -7,7 +7,7 @@ LAB_BIN ?= bin/ztpd-lab
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: package k8s-bins build test test-short lint fuzz bench bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed lab clean
+.PHONY: package k8s-bins build test test-short lint fuzz bench bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed bench-webui lab clean
 
 # The product (ztpd) and the namespace lab (ztpd-lab), side by side: ztpd-lab
 # runs the ztpd next to it, and the simulated kubelet (kubeletsim) next to it.
@@ -62,7 +62,7 @@ fuzz:
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg || exit 1; \
 	  done; done
 
-bench: bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed
+bench: bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed bench-webui
 
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
@@ -73,6 +73,12 @@ lab: build
 
 bench-storm:
 	bash bench/boot-storm.sh
+
+# The web console under a 10,000-switch boot storm (root, chromium): the
+# devices page's first render with 10,000 devices, SSE messages and device
+# updates per second, the tab's memory.
+bench-webui:
+	bash bench/webui.sh
 
 # N (500) simulated kubelets join a real kube-apiserver with the switches'
 # ztpd certificates while ztpd watches: time until ztpd shows all joined next

@@ -359,6 +359,16 @@ func (t *Tab) LoadedAt() (float64, error) {
 	return Eval[float64](t, `Number(window.ztpdLoadedAt || 0)`)
 }
 
+// OnNewDocument runs the JavaScript source in every document the tab
+// loads from now on, before the page's own scripts (instrumentation: a
+// benchmark counts what the page's EventSource receives).
+func (t *Tab) OnNewDocument(source string) error {
+	ctx, cancel := t.timeout()
+	defer cancel()
+	_, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: source})
+	return err
+}
+
 // Location is the tab's URL.
 func (t *Tab) Location() (string, error) {
 	ctx, cancel := t.timeout()
