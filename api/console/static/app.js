@@ -358,7 +358,7 @@
     target.replaceChildren(...pools.map((p) => {
       const label = `${p.subnet}: ${p.used} of ${p.size} used, ${p.reserved} reserved, ${p.free} free`;
       return el('div', { class: 'pool', data: { subnet: p.subnet } },
-        el('div', { class: 'pool-head' }, el('strong', { text: p.subnet }), el('span', { class: 'muted', text: ` ${p.range_start} – ${p.range_end}` })),
+        el('div', { class: 'pool-head' }, el('strong', { text: p.name ? `${p.name} ${p.subnet}` : p.subnet }), el('span', { class: 'muted', text: ` ${p.range_start} – ${p.range_end}` })),
         meter(p.used, p.size, label),
         el('div', { class: 'muted small', text: `${p.used} used · ${p.reserved} reserved · ${p.free} free of ${p.size}` }));
     }));
