@@ -156,6 +156,7 @@ func New(d Deps) *Server {
 	e.POST(CloudStackPath, s.cloudStack)
 	s.routeREST(e)
 	s.routeConsoleSession(e)
+	s.routeConsolePages(e)
 	e.NoRoute(func(c *gin.Context) {
 		restRefuse(c, core.KindNotFound, "no such API path: "+c.Request.URL.Path)
 	})
