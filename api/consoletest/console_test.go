@@ -442,9 +442,6 @@ func TestConsoleInBrowser(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	// The page's own refresh may ask for the cluster once more while it
-	// goes: the browser logs that 404 (the page handles it).
-	tab.IgnoreErrors("404 (Not Found) (" + z.Base + "/api/v1/clusters/" + c.ID + ":")
 	eventually(t, 30*time.Second, "web-c1 gone after delete from its page", func() bool {
 		c, ok := clusterNamed(t, tab, "web-c1")
 		return !ok || c.State == "Destroyed"
