@@ -62,6 +62,7 @@ func newStreamHub(s *Server) *streamHub {
 
 // streamSub is one connected stream: its filter and its pending update.
 type streamSub struct {
+	sid    sessionID
 	cred   apikeys.Credential
 	srv    *http.Server // the server the stream came through; nil unknown
 	notify chan struct{}
@@ -228,9 +229,19 @@ func (h *streamHub) run() {
 			h.pollMu.Unlock()
 			return
 		}
-		subs := slices.Collect(maps.Keys(h.subs))
+		all := slices.Collect(maps.Keys(h.subs))
 		after := h.lastSeq
 		h.mu.Unlock()
+		// A stream ends within an interval of its session: signed out,
+		// expired, or its key revoked.
+		subs := all[:0]
+		for _, sub := range all {
+			if _, _, ok := h.s.sessionByID(sub.sid, false); ok {
+				subs = append(subs, sub)
+			} else {
+				sub.end()
+			}
+		}
 		last, err := h.poll(after, subs)
 		if err != nil {
 			h.s.log.Error("console stream: reading the event log", "err", err)
@@ -394,7 +405,7 @@ func (s *Server) consoleStream(c *gin.Context) {
 		sessionRefuse(c)
 		return
 	}
-	sub := &streamSub{cred: cred, notify: make(chan struct{}, 1), stop: make(chan struct{})}
+	sub := &streamSub{sid: id, cred: cred, notify: make(chan struct{}, 1), stop: make(chan struct{})}
 	sub.srv, _ = r.Context().Value(http.ServerContextKey).(*http.Server)
 	seq, err := s.hub.subscribe(sub)
 	if err != nil {
