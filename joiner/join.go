@@ -351,14 +351,22 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	}
 	if wait != "" {
 		res.wait = wait
-		if m.State != core.StateWaiting || m.WaitReason != wait {
+		started := m.State != core.StateWaiting || m.WaitReason != wait
+		if started {
 			m.WaitReason = wait
 			if err := s.transition(tx, &m, core.StateWaiting, wait, now); err != nil {
 				return err
 			}
 		}
-		_, err := s.recordDevice(tx, dev.ID, req, now, placement{cluster: c.ID, state: core.StateWaiting})
-		return err
+		if _, err := s.recordDevice(tx, dev.ID, req, now, placement{cluster: c.ID, state: core.StateWaiting}); err != nil {
+			return err
+		}
+		if !started {
+			return nil // a waiting device asking again is no news
+		}
+		// Every change of a device's state is an event: its timeline and
+		// the console's live stream (which follows the event log) see it.
+		return s.event(tx, now, "join.waiting", dev.ID, c.ID, wait, nil)
 	}
 
 	// 6. Credentials for the node.

@@ -513,6 +513,24 @@ func TestApprovalRules(t *testing.T) {
 	if ms.State != core.StateWaiting {
 		t.Fatalf("waiting membership state %s", ms.State)
 	}
+	// Starting to wait is an event naming the device (its timeline and the
+	// console's stream follow the event log); asking again while waiting
+	// is not.
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: m, RemoteIP: "10.99.1.5"}); !waits(err) {
+		t.Fatalf("unapproved device asking again: %v", err)
+	}
+	var waitingEvents []core.Event
+	e.store.View(func(tx core.Tx) error {
+		return tx.Events().List(core.StreamOf("join.waiting"), 0, func(ev core.Event) (bool, error) {
+			if ev.Type == "join.waiting" && ev.Device == m {
+				waitingEvents = append(waitingEvents, ev)
+			}
+			return true, nil
+		})
+	})
+	if len(waitingEvents) != 1 || !strings.Contains(waitingEvents[0].Message, "approv") {
+		t.Fatalf("join.waiting events for %s: %+v", m, waitingEvents)
+	}
 	if d, err := e.svc.Approve(bg, m, ""); err != nil || !d.Approved {
 		t.Fatal(err)
 	}
