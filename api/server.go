@@ -17,6 +17,13 @@
 //     body digest; or, over TLS only, "Authorization: Bearer <key>:<secret>",
 //     checked against the secret's stored hash.
 //
+// The web console (console_pages.go, console_session.go) signs in with an
+// API key and its secret at POST /ui/signin and gets a session cookie;
+// restAuth accepts that session on /api/v1 when a request carries no
+// Authorization header, and every write must carry the session's CSRF token
+// (X-CSRF-Token). The console's pages fetch all their data through these
+// same REST routes.
+//
 // The admin socket (<data-dir>/ztpd.sock, mode 0600) serves the same routes
 // through LocalHandler, as the local administrator and without signatures:
 // the socket's file mode is the access control (local.go).
