@@ -56,24 +56,24 @@ type deviceCounts struct {
 // deviceCounts counts the devices by state and kind; own, when not nil,
 // keeps only the devices of those clusters (a user key's view, see
 // ownClusters). Unmatched are the devices whose last ZTP request got no
-// content, whatever their state (listDevices' state=unmatched).
+// content, whatever their state (listDevices' state=unmatched). The counts
+// come from the tally of the current generation of the devices (one scan
+// per device write shared by every view: console_counts.go).
 func (s *Server) deviceCounts(own map[string]bool) (deviceCounts, error) {
-	n := deviceCounts{ByState: map[string]int{}, ByKind: map[string]int{}}
-	err := s.st.View(func(tx core.Tx) error {
-		return tx.Devices().List("", func(d core.Device) (bool, error) {
-			if own != nil && !own[d.Cluster] {
-				return true, nil
-			}
-			n.Total++
-			n.ByState[string(d.State)]++
-			n.ByKind[string(d.Kind)]++
-			if d.Refusal.Refused() {
-				n.Unmatched++
-			}
-			return true, nil
-		})
-	})
-	return n, err
+	t, err := s.deviceTally()
+	if err != nil {
+		return deviceCounts{}, err
+	}
+	if own == nil {
+		return t.all.clone(), nil
+	}
+	n := newDeviceCounts()
+	for id, ok := range own {
+		if c := t.byCluster[id]; ok && c != nil {
+			n.add(c)
+		}
+	}
+	return n, nil
 }
 
 // Onboarding histogram: devices becoming joined over the last hour.
@@ -83,8 +83,9 @@ const (
 	// joinedEvent marks a member whose Node became Ready: its device's
 	// state is joined from then on (joiner/observe.go).
 	joinedEvent = "member." + string(core.StateJoined)
-	// onboardingScanMax bounds the events an overview reads back: a boot
-	// storm's hour is at most this many events deep for the histogram.
+	// onboardingScanMax bounds the events read back: a boot storm's hour
+	// is at most this many events deep for the histogram, and a user
+	// key's newest events are looked for that deep.
 	onboardingScanMax = 500_000
 )
 
@@ -163,31 +164,29 @@ func (s *Server) eventFilter(c *gin.Context, own map[string]bool) func(core.Even
 	}
 }
 
-// recentEvents reads the event log back from its newest event: the
-// onboarding histogram of the last hour (device stream) and the newest n
-// events of both streams, newest first, that keep accepts.
+// recentEvents is the onboarding histogram of the last hour (device
+// stream, from the marks kept between calls: console_counts.go) and the
+// newest n events of both streams, newest first, that keep accepts (read
+// back at most onboardingScanMax events per stream).
 func (s *Server) recentEvents(keep func(core.Event) bool, n int) (restOnboarding, []restEvent, error) {
 	now := s.now().UTC()
 	from := now.Add(-onboardingBuckets * onboardingBucket).Truncate(time.Second)
-	ob := restOnboarding{BucketSeconds: int(onboardingBucket / time.Second), Joined: make([]int, onboardingBuckets), From: from}
+	ob := restOnboarding{BucketSeconds: int(onboardingBucket / time.Second), From: from}
+	var err error
+	if ob.Joined, err = s.onboardingJoined(from, keep); err != nil {
+		return ob, nil, err
+	}
 	var newest []core.Event
-	err := s.st.View(func(tx core.Tx) error {
+	err = s.st.View(func(tx core.Tx) error {
 		for _, st := range []core.EventStream{core.DeviceEvents, core.AuditEvents} {
 			kept, scanned := 0, 0
 			err := tx.Events().ListBackward(st, 0, func(e core.Event) (bool, error) {
 				scanned++
-				ok := keep == nil || keep(e)
-				if ok && kept < n {
+				if keep == nil || keep(e) {
 					newest = append(newest, e)
 					kept++
 				}
-				histogram := st == core.DeviceEvents && !e.Time.Before(from)
-				if histogram && ok && e.Type == joinedEvent {
-					if i := int(e.Time.Sub(from) / onboardingBucket); i >= 0 && i < onboardingBuckets {
-						ob.Joined[i]++
-					}
-				}
-				return kept < n || histogram && scanned < onboardingScanMax, nil
+				return kept < n && scanned < onboardingScanMax, nil
 			})
 			if err != nil {
 				return err

@@ -129,6 +129,7 @@ type Server struct {
 	console  consoleDeps   // the console's REST additions (rest_overview.go)
 	sessions *sessionTable // console sessions (console_session.go)
 	hub      *streamHub    // the console's live stream (console_stream.go)
+	counts   consoleCounts // device tally and onboarding marks (console_counts.go)
 }
 
 // New builds the API and its routes.
