@@ -3,6 +3,7 @@ package consoletest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -291,6 +292,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		if ok, _ := tab.Exists("table#devices"); ok {
 			t.Fatal("/devices without a session shows the devices table")
 		}
+		checkPage(t, tab, "the sign-in form", 0)
 		shoot(t, tab, shots, "signin")
 	})
 
@@ -389,7 +391,55 @@ func TestConsoleInBrowser(t *testing.T) {
 		})
 	}
 
-	// Every page, at both widths, with data in it.
+	// A binaries ISO uploaded from the images page (streamed, its sha256
+	// shown) and a version added from it on the versions page, which then
+	// shows the ISO's size and sha256.
+	iso := filepath.Join(t.TempDir(), "k8s-v1.32.1-binaries.iso")
+	isoBody := bytes.Repeat([]byte("ztpd binaries ISO\n"), 3<<20/18)
+	if err := os.WriteFile(iso, isoBody, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	isoSum := fmt.Sprintf("%x", sha256.Sum256(isoBody))
+	open(t, tab, z.Base, "/images")
+	if err := tab.Do(
+		chromedp.SetUploadFiles(chromedp.CSS(`#image-upload [name=file]`), []string{iso}),
+		chromedp.SetValue(chromedp.CSS(`#image-upload [name=name]`), "k8s-v1.32.1-binaries.iso"),
+		chromedp.SetValue(chromedp.CSS(`#image-upload [name=kind]`), "binaries-iso"),
+		chromedp.Click(chromedp.CSS(`#image-upload button[type=submit]`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tab.WaitText("#upload-sha256", isoSum); err != nil || strings.TrimSpace(got) != isoSum {
+		t.Fatalf("#upload-sha256 after uploading from the page: %q %v, want %s", got, err, isoSum)
+	}
+	if err := tab.WaitFor(`table#images tbody tr[data-id="` + isoSum + `"]`); err != nil {
+		t.Fatal(err)
+	}
+	open(t, tab, z.Base, "/versions")
+	if _, err := tab.WaitJS(`document.querySelector('#version-add [name=image] option[value="`+isoSum+`"]') ? "y" : ""`, "the stored ISO offered by the add-version form"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tab.Do(
+		chromedp.SetValue(chromedp.CSS(`#version-add [name=name]`), "v1.32.1"),
+		chromedp.SetValue(chromedp.CSS(`#version-add [name=semver]`), "1.32.1"),
+		chromedp.SetValue(chromedp.CSS(`#version-add [name=image]`), isoSum),
+		chromedp.Click(chromedp.CSS(`#version-add button[type=submit]`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	row := `table#versions tbody tr:has(td:first-child)`
+	if _, err := tab.WaitJS(`[...document.querySelectorAll("`+row+`")].some(r => r.cells[0].textContent === "v1.32.1") ? "y" : ""`, "v1.32.1 listed"); err != nil {
+		t.Fatal(err)
+	}
+	var shown struct{ Size, SHA string }
+	shown, err = browser.Eval[struct{ Size, SHA string }](tab, `(() => { const r = [...document.querySelectorAll("`+row+`")].find(r => r.cells[0].textContent === "v1.32.1");
+	  const h = r.querySelector("td.iso-sha256 code"); return {Size: r.querySelector("td.iso-size").textContent, SHA: h ? h.title : ""}; })()`)
+	if err != nil || shown.Size != "3.00 MiB" || shown.SHA != isoSum {
+		t.Errorf("the versions page shows v1.32.1's ISO as size %q sha256 %q (%v), want 3.00 MiB and %s", shown.Size, shown.SHA, err, isoSum)
+	}
+
+	// Every page, at both widths, with data in it; every form control
+	// labelled, every time local with its UTC value as title.
 	var devID string
 	if err := tab.Navigate(z.Base + "/devices"); err != nil {
 		t.Fatal(err)
@@ -401,15 +451,19 @@ func TestConsoleInBrowser(t *testing.T) {
 	if st, err := tab.TextOf(`table#devices tbody tr[data-id="02:00:00:00:16:01"] td.state`); err != nil || st != "config-served" {
 		t.Errorf("the leaf's state cell: %q %v", st, err)
 	}
-	for _, p := range []struct{ name, path string }{
-		{"overview", "/"}, {"devices", "/devices"}, {"device", "/devices/" + devID}, {"clusters", "/clusters"},
-		{"cluster", "/clusters/" + c.ID}, {"versions", "/versions"}, {"images", "/images"}, {"leases", "/leases"}, {"settings", "/settings"},
+	for _, p := range []struct {
+		name, path string
+		times      int // at least, in the page's data
+	}{
+		{"overview", "/", 10}, {"devices", "/devices", 3}, {"device", "/devices/" + devID, 5}, {"clusters", "/clusters", 1},
+		{"cluster", "/clusters/" + c.ID, 10}, {"versions", "/versions", 2}, {"images", "/images", 1}, {"leases", "/leases", 6}, {"settings", "/settings", 1},
 	} {
 		open(t, tab, z.Base, p.path)
 		page, err := browser.Eval[string](tab, `document.querySelector("main").dataset.page || ""`)
 		if err != nil || page == "" {
 			t.Errorf("%s: main[data-page] %q %v", p.path, page, err)
 		}
+		checkPage(t, tab, p.path, p.times)
 		shoot(t, tab, shots, p.name)
 	}
 
@@ -501,6 +555,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		if ok, _ := ut.Exists("#apikey-create"); ok {
 			t.Error("/settings for a user key shows the API key form")
 		}
+		checkPage(t, ut, "/settings for a user key", 0)
 		shoot(t, ut, shots, "settings-user-403")
 		for _, p := range []string{"/api/v1/tokens", "/api/v1/apikeys", "/api/v1/settings/config"} {
 			if st, body, _ := ut.Fetch(p, "{}"); st != http.StatusForbidden && st != http.StatusNotFound {

@@ -114,14 +114,26 @@
   }
 
   const fmtLong = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'medium' });
-  const fmtShort = new Intl.DateTimeFormat(undefined, { dateStyle: 'short', timeStyle: 'medium' });
-  // timeEl shows a time in the browser's zone; its title is the UTC value.
+  const fmtTime = new Intl.DateTimeFormat(undefined, { timeStyle: 'medium' });
+  const fmtDay = new Intl.DateTimeFormat(undefined, { month: 'short', day: 'numeric', hour: 'numeric', minute: '2-digit', second: '2-digit' });
+  const fmtYear = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'short' });
+  // fmtCompact is for tables and event lists: the time alone today, the
+  // day and time this year, else the date.
+  function fmtCompact(d) {
+    const now = new Date();
+    if (d.toDateString() === now.toDateString()) return fmtTime.format(d);
+    if (d.getFullYear() === now.getFullYear()) return fmtDay.format(d);
+    return fmtYear.format(d);
+  }
+  // timeEl shows a time in the browser's zone (compact in tables and
+  // lists, in full in facts); its title is the UTC value.
   function timeEl(iso, short) {
     if (!iso || iso.startsWith('0001-')) return el('span', { class: 'muted', text: '—' });
     const d = new Date(iso);
     if (isNaN(d)) return el('span', { text: iso });
     const utc = d.toISOString();
-    return el('time', { datetime: utc, title: utc, text: (short ? fmtShort : fmtLong).format(d) });
+    const text = short ? fmtCompact(d) : fmtLong.format(d);
+    return el('time', { datetime: utc, title: utc, text });
   }
 
   function humanSize(n) {
@@ -134,11 +146,21 @@
   }
 
   const dash = (v) => (v === undefined || v === null || v === '' ? '—' : String(v));
-  const td = (v, cls) => el('td', { class: cls }, v instanceof Node ? v : dash(v));
+  // td is a table cell; an empty one says so with a dash (and class empty:
+  // the narrow layout, where each row is a card, leaves it out).
+  const td = (v, cls) => {
+    const none = v instanceof Node ? v.textContent === '—' : dash(v) === '—';
+    return el('td', { class: [cls, none ? 'empty' : ''].filter(Boolean).join(' ') || null }, v instanceof Node ? v : dash(v));
+  };
   const stateBadge = (s) => el('span', { class: 'badge st-' + String(s || '').toLowerCase(), text: dash(s) });
   const deviceLink = (id, text) => el('a', { href: '/devices/' + enc(id), text: text || id });
   const clusterLink = (id, text) => el('a', { href: '/clusters/' + enc(id), text: text || id });
-  const hash = (h) => (h ? el('code', { class: 'hash', title: h, text: h }) : '—');
+  // hash shows a digest cut to fit (the whole in its title, and copied
+  // whole), or in full over two lines where the page is about digests.
+  const hash = (h, full) => (h ? el('code', { class: full ? 'hash full' : 'hash', title: h, text: h }) : '—');
+  // versionLabel names a Kubernetes version once when its name is its
+  // semver ("v1.31.4"), else as "name (semver)".
+  const versionLabel = (v) => (!v || !v.name ? '' : v.name.replace(/^v/, '') === v.semver ? v.name : `${v.name} (${v.semver})`);
 
   // meter is a horizontal bar of used out of total.
   function meter(used, total, label) {
@@ -149,7 +171,7 @@
   }
 
   // barChart is a small SVG bar chart (values oldest first).
-  function barChart(values, labels, what) {
+  function barChart(values, labels, what, utc) {
     const NS = 'http://www.w3.org/2000/svg';
     const svgEl = (tag, attrs, text) => {
       const n = document.createElementNS(NS, tag);
@@ -165,7 +187,7 @@
     values.forEach((v, i) => {
       const bh = Math.round((v / max) * h);
       const g = svgEl('g');
-      g.append(svgEl('title', null, `${labels[i]}: ${v}`));
+      g.append(svgEl('title', null, `${labels[i]} (${utc ? utc[i] : ''}): ${v} joined`));
       g.append(svgEl('rect', { x: i * step + 3, y: top + h - bh, width: step - 6, height: Math.max(bh, 1), class: v ? 'bar' : 'bar zero' }));
       if (v) g.append(svgEl('text', { x: i * step + step / 2, y: top + h - bh - 3, 'text-anchor': 'middle', class: 'val' }, String(v)));
       svg.append(g);
@@ -215,8 +237,8 @@
     if (!window.EventSource) return;
     const live = $('#live');
     const es = new EventSource('/ui/stream');
-    es.addEventListener('open', () => { if (live) { live.className = 'live on'; live.title = 'Live updates: connected'; } });
-    es.addEventListener('error', () => { if (live) { live.className = 'live off'; live.title = 'Live updates: reconnecting'; } });
+    es.addEventListener('open', () => { if (live) { live.className = 'live on'; live.title = 'Live updates: connected'; live.setAttribute('aria-label', live.title); } });
+    es.addEventListener('error', () => { if (live) { live.className = 'live off'; live.title = 'Live updates: reconnecting'; live.setAttribute('aria-label', live.title); } });
     es.addEventListener('update', (ev) => {
       let m;
       try { m = JSON.parse(ev.data); } catch (e) { return; }
@@ -257,6 +279,18 @@
     return { ready: ms.filter((m) => m.state === 'joined').length, desired: (c.size || 0) + (c.control_nodes || 0) };
   }
 
+  // setPager enables the pager's buttons; the focus, when on a button that
+  // gets disabled (Next on reaching the last page), moves to the other one
+  // rather than falling out of the page.
+  function setPager(prevOff, nextOff) {
+    const prev = $('#page-prev'), next = $('#page-next');
+    const had = document.activeElement;
+    prev.disabled = prevOff;
+    next.disabled = nextOff;
+    if (had === next && nextOff && !prevOff) prev.focus();
+    else if (had === prev && prevOff && !nextOff) next.focus();
+  }
+
   function fillSelect(sel, options, keepFirst) {
     const first = keepFirst ? [...sel.options].slice(0, keepFirst) : [];
     sel.replaceChildren(...first, ...options.map(([value, text]) => el('option', { value, text })));
@@ -268,14 +302,38 @@
     return out;
   }
 
+  const uuidRE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+  const isoRE = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$/;
+
+  // withTimes splits text at the RFC 3339 times in it and shows those as
+  // times (local, UTC on hover), the rest as text.
+  const isoInRE = /(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d))/;
+  const withTimes = (text) => String(text).split(isoInRE).map((part, i) => (i % 2 ? timeEl(part, true) : part)).filter((p) => p !== '');
+
+  // eventFields are an event's fields less what its line already says: a
+  // value its message contains, the device or cluster it names, and the
+  // key of a key that has a name (the name is shown).
+  function eventFields(e) {
+    const fs = e.fields || {};
+    const msg = e.message || '';
+    return Object.entries(fs).filter(([k, v]) => v !== '' && v != null && !msg.includes(String(v)) &&
+      !(k === 'device' && v === e.device) && !(k === 'cluster' && v === e.cluster) && !(k === 'api_key' && fs.key_name) &&
+      !(msg && uuidRE.test(String(v)))) // an ID the message names the thing of
+      .map(([k, v]) => [k === 'key_name' ? 'by' : k.replace(/_/g, ' '), String(v)]);
+  }
+
   function eventItem(e, opts = {}) {
     const li = el('li', { data: { seq: e.seq } });
     li.append(timeEl(e.time, true), ' ', el('span', { class: 'etype', text: e.type }));
     if (e.device && !opts.noDevice) li.append(' ', deviceLink(e.device));
     if (e.cluster && opts.clusterNames) li.append(' ', clusterLink(e.cluster, opts.clusterNames.get(e.cluster)));
-    if (e.message) li.append(' ', el('span', { class: 'emsg', text: e.message }));
-    const f = e.fields ? Object.entries(e.fields) : [];
-    if (f.length) li.append(el('span', { class: 'efields', text: f.map(([k, v]) => `${k}=${v}`).join(' ') }));
+    if (e.message) li.append(' ', el('span', { class: 'emsg' }, withTimes(e.message)));
+    const f = eventFields(e);
+    if (f.length) {
+      // A field that is a time is shown as one (local, UTC on hover).
+      const parts = f.flatMap(([k, v], i) => [i ? ' · ' : '', `${k} `, isoRE.test(v) ? timeEl(v, true) : v]);
+      li.append(el('span', { class: 'efields' }, parts));
+    }
     return li;
   }
 
@@ -325,15 +383,20 @@
       const o = data.onboarding || { joined: [], bucket_seconds: 300 };
       const from = o.from ? new Date(o.from).getTime() : Date.now() - 3600e3;
       const tf = new Intl.DateTimeFormat(undefined, { timeStyle: 'short' });
-      const labels = (o.joined || []).map((_, i) => tf.format(new Date(from + i * o.bucket_seconds * 1000)));
-      $('#ov-onboarding').replaceChildren(barChart(o.joined || [], labels, `devices joined per ${Math.round(o.bucket_seconds / 60)} minutes`),
-        el('p', { class: 'muted', text: `Devices joined per ${Math.round(o.bucket_seconds / 60)} minutes.` }));
+      const joined = o.joined || [];
+      const mins = Math.round(o.bucket_seconds / 60);
+      const labels = joined.map((_, i) => tf.format(new Date(from + i * o.bucket_seconds * 1000)));
+      const utc = joined.map((_, i) => new Date(from + i * o.bucket_seconds * 1000).toISOString());
+      const total = joined.reduce((a, b) => a + b, 0);
+      $('#ov-onboarding').replaceChildren(barChart(joined, labels, `devices joined per ${mins} minutes`, utc),
+        el('p', { class: 'muted', id: 'ov-onboarding-total',
+          text: total ? `${total} joined in the last hour (bars: ${mins} minutes each).` : 'No device joined in the last hour.' }));
       renderPools($('#ov-pools'), data.pools || []);
       const cl = data.clusters || [];
       $('#ov-clusters').replaceChildren(cl.length ? el('div', { class: 'table-wrap' }, el('table', { class: 'data', id: 'ov-cluster-table' },
         el('thead', null, el('tr', null, el('th', { scope: 'col', text: 'Name' }), el('th', { scope: 'col', text: 'State' }), el('th', { scope: 'col', text: 'Ready' }))),
         el('tbody', null, cl.map((c) => el('tr', { data: { id: c.id } }, td(clusterLink(c.id, c.name)), td(stateBadge(c.state)),
-          td(`${c.members_ready}/${c.members_desired}`)))))) : el('p', { class: 'muted', text: 'No clusters.' }));
+          td(`${c.members_ready}/${c.members_desired}`)))))) : el('p', { class: 'muted', text: 'No clusters yet.' }));
       const w = data.warnings || [];
       $('#ov-warnings').replaceChildren(...(w.length ? w.map((t) => el('li', { text: t })) : [el('li', { class: 'muted ok', text: 'No warnings.' })]));
       renderEvents();
@@ -354,7 +417,10 @@
   }
 
   function renderPools(target, pools) {
-    if (!pools.length) { target.replaceChildren(el('p', { class: 'muted', text: 'No DHCP pools.' })); return; }
+    if (!pools.length) {
+      target.replaceChildren(el('p', { class: 'muted', text: 'No DHCP pools: this ztpd hands out no addresses (no dhcp.subnets or --dhcp-range in its configuration).' }));
+      return;
+    }
     target.replaceChildren(...pools.map((p) => {
       const label = `${p.subnet}: ${p.used} of ${p.size} used, ${p.reserved} reserved, ${p.free} free`;
       return el('div', { class: 'pool', data: { subnet: p.subnet } },
@@ -417,10 +483,13 @@
         rows.set(d.id, tr);
         frag.append(tr);
       }
-      if (!list.length) frag.append(el('tr', null, el('td', { colspan: 11, class: 'muted', text: 'No devices match.' })));
+      if (!list.length) {
+        const any = Object.keys(f).length > 0;
+        frag.append(el('tr', null, el('td', { colspan: 11, class: 'muted',
+          text: any ? 'No devices match.' : 'No devices yet: a device appears here when it first asks ztpd for an address or its ZTP content.' })));
+      }
       tbody.replaceChildren(frag);
-      $('#page-prev').disabled = idx === 0;
-      $('#page-next').disabled = !next;
+      setPager(idx === 0, !next);
       $('#page-info').textContent = list.length ? `Page ${idx + 1}: devices ${idx * 100 + 1}–${idx * 100 + list.length}${next ? '' : ' (last page)'}` : '';
       const qs = new URLSearchParams(f).toString();
       history.replaceState(null, '', location.pathname + (qs ? '?' + qs : ''));
@@ -466,7 +535,7 @@
       const r = dev.refusal && (dev.refusal.reason || dev.refusal.kind) ? dev.refusal : null;
       $('#device-title').textContent = `Device ${dev.serial || dev.mac || dev.id}`;
       facts($('#device-facts'), [
-        ['State', el('span', { class: 'state st-' + dev.state, id: 'device-state', text: dev.state })],
+        ['State', el('span', { class: 'state badge st-' + dev.state, id: 'device-state', text: dev.state })],
         ['Refused', r ? `${r.reason || r.kind}${r.what ? ' (' + r.what + ')' : ''}` : ''],
         ['Refused at', r && r.at ? timeEl(r.at) : ''],
         ['Kind', dev.kind], ['ID', dev.id], ['MAC', dev.mac], ['Serial', dev.serial], ['Product', dev.product],
@@ -478,6 +547,15 @@
         ['Labels', dev.labels ? Object.entries(dev.labels).map(([k, v]) => `${k}=${v}`).join(', ') : ''],
         ['First seen', timeEl(dev.first_seen)], ['Last seen', timeEl(dev.last_seen)], ['Updated', timeEl(dev.updated_at)],
       ]);
+      // Approve is the action of a device that waits for it; once approved
+      // it says so.
+      const ab = $('#device-approve');
+      if (ab) {
+        ab.disabled = !!dev.approved;
+        ab.textContent = dev.approved ? 'Approved' : 'Approve';
+        ab.classList.toggle('primary', !dev.approved);
+        $('#approve-cluster').disabled = !!dev.approved;
+      }
     };
     const loadLease = async () => {
       const ls = items(await api('/leases?mac=' + enc(dev.mac)));
@@ -485,20 +563,20 @@
         el('dt', { text: 'IP' }), el('dd', { text: l.ip }), el('dt', { text: 'State' }), el('dd', { text: l.state }),
         el('dt', { text: 'Subnet' }), el('dd', { text: l.subnet }), el('dt', { text: 'Start' }), el('dd', null, timeEl(l.start)),
         el('dt', { text: 'Expiry' }), el('dd', null, timeEl(l.expiry)), l.reserved ? el('dt', { text: 'Reserved' }) : null,
-        l.reserved ? el('dd', { text: 'yes' }) : null)) : [el('p', { class: 'muted', text: 'No lease.' })]));
+        l.reserved ? el('dd', { text: 'yes' }) : null)) : [el('p', { class: 'muted', text: 'No lease: ztpd has not given this device an address.' })]));
     };
     const timeline = $('#device-timeline');
     const loadTimeline = async () => {
       const evs = items(await api('/events?device=' + enc(dev.id) + '&tail=200'));
       timeline.replaceChildren(...evs.reverse().map((e) => eventItem(e, { noDevice: true, clusterNames: names })));
-      if (!evs.length) timeline.append(el('li', { class: 'muted', text: 'No events.' }));
+      if (!evs.length) timeline.append(el('li', { class: 'muted', text: 'No events recorded for this device.' }));
     };
     const preview = $('#device-preview');
     const loadPreview = async () => {
       if (!preview) return;
       try {
         const p = await api('/devices/' + enc(dev.id) + '/preview');
-        const kids = [el('p', null, `Kind ${dash(p.kind)}, profile ${dash(p.profile)}.`)];
+        const kids = [el('p', null, p.profile ? `A ${dash(p.kind)} device under profile ${p.profile}.` : `A ${dash(p.kind)} device that no profile matches.`)];
         if ((p.warnings || []).length) kids.push(el('ul', { class: 'warnings' }, p.warnings.map((w) => el('li', { text: w }))));
         if ((p.notes || []).length) kids.push(el('ul', { class: 'notes' }, p.notes.map((w) => el('li', { text: w }))));
         if ((p.fetches || []).length) kids.push(el('h3', { text: 'Fetches' }), el('ol', null, p.fetches.map((f) => el('li', null, el('strong', { text: f.what }), ' ', el('code', { text: f.url })))));
@@ -511,8 +589,8 @@
       }
     };
     renderFacts();
-    await Promise.all([loadLease().catch(showError), loadTimeline().catch(showError), loadPreview()]);
-    loaded();
+    // The actions work as soon as the device is shown, not only once its
+    // lease, timeline and preview are in.
     const form = $('#device-approve-form');
     if (form) {
       fillSelect(form.elements.cluster, [...names].map(([cid, name]) => [cid, name]), 1);
@@ -529,6 +607,8 @@
       form.addEventListener('submit', (e) => { e.preventDefault(); act('Approve', '/approve', { cluster: form.elements.cluster.value }); });
       $('#device-reset').addEventListener('click', () => act('Reset', '/reset', {}));
     }
+    await Promise.all([loadLease().catch(showError), loadTimeline().catch(showError), loadPreview()]);
+    loaded();
     const refreshSide = throttle(() => Promise.all([loadLease(), loadPreview()]), 3000);
     openStream((m) => {
       let changed = false;
@@ -548,7 +628,7 @@
 
   async function versionOptions(sel, current) {
     const vs = items(await api('/versions'));
-    fillSelect(sel, vs.filter((v) => v.state === 'Enabled' || v.id === current).map((v) => [v.id, `${v.name} (${v.semver})`]));
+    fillSelect(sel, vs.filter((v) => v.state === 'Enabled' || v.id === current).map((v) => [v.id, versionLabel(v)]));
     if (current) sel.value = current;
     return vs;
   }
@@ -561,10 +641,10 @@
       tbody.replaceChildren(...cl.map((c) => {
         const r = membersReady(c);
         return el('tr', { data: { id: c.id } }, td(clusterLink(c.id, c.name)), el('td', { class: 'state' }, stateBadge(c.state)),
-          td(c.version ? `${c.version.name} (${c.version.semver})` : ''), td(`${r.ready}/${r.desired}`, 'ready'), td(c.size),
+          td(versionLabel(c.version)), td(`${r.ready}/${r.desired}`, 'ready'), td(c.size),
           td(c.control_nodes), td(c.join_method), td(c.account), td(timeEl(c.created, true)));
       }));
-      if (!cl.length) tbody.append(el('tr', null, el('td', { colspan: 9, class: 'muted', text: 'No clusters yet.' })));
+      if (!cl.length) tbody.append(el('tr', null, el('td', { colspan: 9, class: 'muted', text: 'No clusters yet: create one below.' })));
       loaded();
     };
     const [, , offs] = await Promise.all([load().catch(showError), versionOptions(form.elements.version).catch(showError),
@@ -607,27 +687,33 @@
       facts($('#cluster-facts'), [
         ['State', el('span', { class: 'state', id: 'cluster-state' }, stateBadge(c.state))],
         ['Waiting for', c.waiting], ['Members ready', `${r.ready}/${r.desired}`],
-        ['Version', c.version ? `${c.version.name} (${c.version.semver})` : ''], ['Workers', c.size],
+        ['Version', versionLabel(c.version)], ['Workers', c.size],
         ['Control planes', c.control_nodes], ['Offering', c.offering_name], ['Join method', c.join_method],
         ['Endpoint', c.endpoint], ['Account', c.account], ['Description', c.description], ['ID', c.id],
         ['Created', timeEl(c.created)], ['Updated', timeEl(c.updated_at)],
       ]);
+      // The workers field follows the cluster's size, but a refresh that
+      // does not change the size leaves what the operator typed alone.
       const scale = $('#cluster-scale').elements.size;
-      if (document.activeElement !== scale) scale.value = c.size;
+      if (document.activeElement !== scale && scale.dataset.shown !== String(c.size)) {
+        scale.value = c.size;
+        scale.dataset.shown = String(c.size);
+      }
       $('#members tbody').replaceChildren(...(c.members || []).map((m) => el('tr', { data: { id: m.device } },
         td(deviceLink(m.device)), td(m.role), el('td', { class: 'state st-' + m.state, text: m.state }), td(m.ip, 'mono'),
         td(m.hostname), td(m.node_name), td(m.version))));
-      if (!(c.members || []).length) $('#members tbody').append(el('tr', null, el('td', { colspan: 7, class: 'muted', text: 'No members yet.' })));
+      if (!(c.members || []).length) $('#members tbody').append(el('tr', null, el('td', { colspan: 7, class: 'muted', text: 'No members yet: devices join once their profile names this cluster and they are approved.' })));
     };
     const events = $('#cluster-events');
     const loadEvents = async () => {
       const evs = items(await api('/events?cluster=' + enc(id) + '&tail=50'));
       events.replaceChildren(...evs.reverse().map((e) => eventItem(e)));
-      if (!evs.length) events.append(el('li', { class: 'muted', text: 'No events.' }));
+      if (!evs.length) events.append(el('li', { class: 'muted', text: 'No events for this cluster.' }));
     };
-    const load = async () => { c = await api('/clusters/' + enc(id)); render(); loaded(); };
-    try { await load(); } catch (e) { showError(e); return; }
-    loadEvents().catch(showError);
+    const fetchCluster = async () => { c = await api('/clusters/' + enc(id)); render(); };
+    const load = async () => { await fetchCluster(); loaded(); };
+    // The first render counts once the cluster and its events are shown.
+    try { await Promise.all([fetchCluster(), loadEvents().catch(showError)]); loaded(); } catch (e) { showError(e); return; }
     versionOptions($('#cluster-upgrade').elements.version, c.version && c.version.id).catch(showError);
     let gone = false; // deleted: nothing more to fetch
     const run = async (what, method, path, body) => {
@@ -691,9 +777,15 @@
       const bySha = new Map(items(isos).map((i) => [i.sha256, i]));
       tbody.replaceChildren(...items(vs).map((v) => {
         const iso = bySha.get(v.image_id) || null;
+        // A stored ISO has a known size and sha256; an ISO at a URL is not
+        // downloaded by ztpd (devices fetch it), so only a checksum given
+        // with it is known.
+        const size = iso ? td(humanSize(iso.size), 'num iso-size') : el('td', { class: 'num iso-size muted', title: 'ztpd does not download an ISO at a URL: devices fetch it' }, 'not stored');
+        const sum = v.image_id || v.checksum;
         const row = el('tr', { data: { id: v.id } }, td(v.name), td(v.semver), el('td', { class: 'state' }, stateBadge(v.state)),
-          td(v.iso_name || (iso && iso.name) || v.iso_url), td(iso ? humanSize(iso.size) : ''),
-          td(hash(v.image_id || v.checksum)), td(timeEl(v.created, true)));
+          td(v.image_id ? (v.iso_name || (iso && iso.name) || 'stored ISO') : v.iso_url, 'iso'), size,
+          sum ? td(hash(sum, true), 'iso-sha256') : el('td', { class: 'iso-sha256 muted', title: 'no checksum was given with the URL' }, 'not given'),
+          td(timeEl(v.created, true)));
         if (isAdmin) {
           const enabled = v.state === 'Enabled';
           row.append(el('td', { class: 'actions' },
@@ -710,11 +802,12 @@
         }
         return row;
       }));
-      if (!items(vs).length) tbody.append(el('tr', null, el('td', { colspan: 8, class: 'muted', text: 'No versions yet.' })));
+      if (!items(vs).length) tbody.append(el('tr', null, el('td', { colspan: 8, class: 'muted', text: isAdmin ? 'No Kubernetes versions yet: a cluster needs one; add one below.' : 'No Kubernetes versions yet.' })));
       if (form) {
         const sel = form.elements.image;
         const cur = sel.value;
-        fillSelect(sel, items(isos).map((i) => [i.sha256, `${i.name} (${humanSize(i.size)})`]));
+        fillSelect(sel, items(isos).map((i) => [i.sha256, `${i.name} (${humanSize(i.size)}, sha256 ${i.sha256.slice(0, 12)}…)`]));
+        if (!sel.options.length) sel.append(el('option', { value: '', disabled: true, selected: true, text: 'no binaries ISO stored: upload one on the Images page' }));
         if (cur) sel.value = cur;
       }
       loaded();
@@ -778,7 +871,7 @@
       const list = items(await api('/images'));
       tbody.replaceChildren(...list.map((i) => {
         const row = el('tr', { data: { id: i.sha256 } }, td(i.name), td(i.kind), td(i.platform), td(i.version),
-          td(humanSize(i.size), 'num'), td(hash(i.sha256)), td(timeEl(i.created, true)));
+          td(humanSize(i.size), 'num'), td(hash(i.sha256, true)), td(timeEl(i.created, true)));
         if (isAdmin) {
           row.append(el('td', { class: 'actions' }, confirmButton('Delete', async () => {
             try {
@@ -790,7 +883,7 @@
         }
         return row;
       }));
-      if (!list.length) tbody.append(el('tr', null, el('td', { colspan: 8, class: 'muted', text: 'No images yet.' })));
+      if (!list.length) tbody.append(el('tr', null, el('td', { colspan: 8, class: 'muted', text: isAdmin ? 'No images stored: upload SONiC installers and binaries ISOs below.' : 'No images stored.' })));
       loaded();
     };
     await load().catch(showError);
@@ -809,6 +902,8 @@
       const btn = $('button[type=submit]', form);
       btn.disabled = true;
       $('#upload-sha256').textContent = '';
+      $('#upload-done').hidden = true;
+      $('#upload-box').hidden = false;
       const started = Date.now();
       try {
         const im = await uploadImage(f, q, (done, total) => {
@@ -819,6 +914,7 @@
         bar.value = 100;
         st.textContent = `Uploaded ${im.name}, ${humanSize(im.size)}`;
         $('#upload-sha256').textContent = im.sha256;
+        $('#upload-done').hidden = false;
         form.reset();
         await load();
       } catch (err) {
@@ -851,8 +947,7 @@
       tbody.replaceChildren(...list.map(row));
       if (!list.length) tbody.append(el('tr', null, el('td', { colspan: 8, class: 'muted', text: 'No leases match.' })));
       $('#page-info').textContent = info;
-      $('#page-prev').disabled = idx === 0 || !!form.elements.q.value.trim();
-      $('#page-next').disabled = !next;
+      setPager(idx === 0 || !!form.elements.q.value.trim(), !next);
       loaded();
     };
     const load = async () => {
@@ -963,6 +1058,29 @@
       toggle.setAttribute('aria-expanded', String(open));
     });
   }
+  // In the narrow layout each row of a table.cards is a card whose cells
+  // carry their column's name (data-label, which the stylesheet shows).
+  for (const table of document.querySelectorAll('table.cards')) {
+    const heads = [...table.querySelectorAll('thead th')].map((th) => th.textContent.trim());
+    const body = table.tBodies[0];
+    const label = () => {
+      for (const tr of body.rows) {
+        [...tr.cells].forEach((c, i) => { if (heads[i] && c.dataset.label !== heads[i]) c.dataset.label = heads[i]; });
+      }
+    };
+    new MutationObserver(label).observe(body, { childList: true, subtree: true });
+  }
+  // The page's forms act through the API once the page has wired them
+  // (their own listeners cancel the browser's submit); a form sent before
+  // that, its data still loading, must not be sent by the browser as a GET
+  // of the page itself, which would reload it and drop the action. The
+  // sign-in form and search forms are plain submits and may.
+  document.addEventListener('submit', (e) => {
+    const f = e.target;
+    if (e.defaultPrevented || !f.closest('main') || f.matches('#signin-form, [role=search]')) return;
+    e.preventDefault();
+    setStatus('The page is still loading: try again in a moment.', 'busy');
+  });
   const pages = { overview: overviewPage, devices: devicesPage, device: devicePage, clusters: clustersPage, cluster: clusterPage,
     versions: versionsPage, images: imagesPage, leases: leasesPage, settings: settingsPage };
   const run = pages[pageName];
