@@ -26,9 +26,12 @@ import (
 // 2 SONiC switches and 2 VMs into one real cluster: chromium (on the host,
 // through a forwarder into the appliance's namespace) keeps the devices
 // page open and every device's row reaches joined without a reload; sw1,
-// which no auto_approve rule covers, waits until it is approved from its
-// device page, then joins; the kubeconfig downloaded from the cluster page
-// lists the cluster's Nodes with kubectl against the real API server.
+// which no auto_approve rule covers, waits, its row says so from the live
+// stream (within 10 s of ztpd's REST API; no one acts before), it is
+// approved from its device page, then joins; the kubeconfig downloaded
+// from the cluster page lists the cluster's Nodes with kubectl against the
+// real API server. With ZTPD_SCREENSHOTS the devices, cluster, overview
+// and sw1's pages are photographed at 1280 and 390 px.
 func TestConsoleLiveOnboarding(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end lab skipped in -short mode")
@@ -120,7 +123,10 @@ func TestConsoleLiveOnboarding(t *testing.T) {
 			t.Logf("ztpd.out (tail):\n%s", tail(string(b), 4000))
 		}
 		if w != nil {
+			w.stop()
 			t.Logf("the devices page saw: %s", w.seenSummary())
+			t.Logf("approver: approved at %v (%s after ztpd said waiting), error %v; waiting shown on the devices page after %v",
+				w.approvedAt.Format(time.RFC3339Nano), w.approvedAfter, w.approveErr, w.waitingShown)
 		}
 		t.Fatal(err)
 	}
@@ -149,6 +155,11 @@ func TestConsoleLiveOnboarding(t *testing.T) {
 	}
 	if w.approvedAt.IsZero() {
 		t.Fatalf("%s never waited for approval, nothing to approve: %s", waiter, w.seenSummary())
+	}
+	if w.waitingShown < 0 {
+		t.Errorf("%s waited in ztpd, but its row on the devices page did not say waiting within %s (not delivered live): %s", waiter, waitingShownWithin, w.seenSummary())
+	} else {
+		t.Logf("%s waiting: shown on the devices page %s after ztpd's REST API said so", waiter, w.waitingShown.Round(10*time.Millisecond))
 	}
 	t.Logf("%s approved from its device page in %s once it waited", waiter, w.approvedAfter.Round(100*time.Millisecond))
 	tab := w.devices
@@ -192,6 +203,26 @@ func TestConsoleLiveOnboarding(t *testing.T) {
 		if err := ct.Screenshot(filepath.Join(shots, fmt.Sprintf("lab-cluster-%d.png", wd)), wd); err != nil {
 			t.Error(err)
 		}
+	}
+	// The overview and the approved device's page, with the lab's data.
+	for name, path := range map[string]string{"lab-overview": "/", "lab-device-" + waiter: "/devices/" + url.PathEscape(ids[waiter])} {
+		if err := ct.Navigate(w.base + path); err != nil {
+			t.Fatal(err)
+		}
+		if err := ct.WaitFor("body[data-loaded]"); err != nil {
+			t.Fatal(err)
+		}
+		for _, wd := range []int{1280, 390} {
+			if err := ct.Screenshot(filepath.Join(shots, fmt.Sprintf("%s-%d.png", name, wd)), wd); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	if err := ct.Navigate(w.base + "/clusters/" + c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := ct.WaitFor("body[data-loaded]"); err != nil {
+		t.Fatal(err)
 	}
 	kc, err := ct.Download("a#kubeconfig", t.TempDir())
 	if err != nil {
@@ -239,7 +270,16 @@ type consoleWatch struct {
 	approveErr    error
 	approvedAt    time.Time
 	approvedAfter time.Duration
+	// waitingShown is how long after ztpd's REST API said the device
+	// waits its row on the devices page said so too; -1: not within
+	// waitingShownWithin.
+	waitingShown time.Duration
 }
+
+// waitingShownWithin is how long the devices page may take to show, from
+// the live stream, a device that ztpd says waits (the stream sends at most
+// every 500 ms; the sampler reads the page every 250 ms).
+const waitingShownWithin = 10 * time.Second
 
 // watchConsole signs in through a forwarder into the appliance's
 // namespace, opens the devices page and starts the sampler and the
@@ -333,9 +373,14 @@ func (w *consoleWatch) approve(ctx context.Context, mac string) {
 			json.Unmarshal([]byte(body), &page)
 			for _, d := range page.Items {
 				if strings.EqualFold(d.MAC, mac) && d.State == "waiting" {
+					// Nobody acts before the devices page, open since
+					// before the device booted, shows it waiting: that
+					// transition must arrive live.
 					since := time.Now()
+					shown := w.waitShown(ctx, d.ID, "waiting", waitingShownWithin)
 					err := w.approveFromPage(d.ID)
 					w.mu.Lock()
+					w.waitingShown = shown
 					w.approveErr, w.approvedAt, w.approvedAfter = err, time.Now(), time.Since(since)
 					w.mu.Unlock()
 					return
@@ -349,12 +394,26 @@ func (w *consoleWatch) approve(ctx context.Context, mac string) {
 	}
 }
 
+// waitShown waits until the devices page's row of id has shown state; it
+// returns how long that took, or -1 when it did not within limit.
+func (w *consoleWatch) waitShown(ctx context.Context, id, state string, limit time.Duration) time.Duration {
+	start := time.Now()
+	for ctx.Err() == nil && time.Since(start) < limit {
+		if slices.Contains(w.seen()[id], state) {
+			return time.Since(start)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return -1
+}
+
 func (w *consoleWatch) approveFromPage(id string) error {
 	tab := w.other
 	if err := tab.Navigate(w.base + "/devices/" + url.PathEscape(id)); err != nil {
 		return err
 	}
-	if err := tab.WaitFor("#device-approve"); err != nil {
+	// The device shown (#device-state) is when its actions are wired.
+	if err := tab.WaitFor("#device-state"); err != nil {
 		return err
 	}
 	if err := tab.Do(chromedp.Click(chromedp.CSS("#device-approve"))); err != nil {
