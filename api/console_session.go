@@ -426,6 +426,12 @@ func (s *Server) consoleSignIn(c *gin.Context) {
 		s.sessions.remove(old) // signing in again replaces this browser's session
 	}
 	now := s.now()
+	// The audit trail says who used the console from where; a sign-in
+	// that cannot be recorded is refused.
+	if err := s.auditConsole("api.console.signin", "console sign-in", cred, ip, now); err != nil {
+		s.restFail(c, err)
+		return
+	}
 	s.sessions.add(id, &sessionEntry{apiKey: cred.APIKey, csrf: csrf, created: now, lastUsed: now, expires: now.Add(sessionTTL)}, now)
 	s.log.Info("console signed in", "api", "console", "client", ip, "api_key", cred.APIKey, "name", cred.Name, "role", string(cred.Role))
 	http.SetCookie(c.Writer, &http.Cookie{Name: sessionCookieName, Value: value, Path: "/", HttpOnly: true,
@@ -456,6 +462,11 @@ func (s *Server) consoleSignOut(c *gin.Context) {
 				return
 			}
 			s.log.Info("console signed out", "api", "console", "client", clientIP(r), "api_key", sess.APIKey)
+			if cred, err := s.keys.Lookup(sess.APIKey); err == nil {
+				if err := s.auditConsole("api.console.signout", "console sign-out", cred, clientIP(r), s.now()); err != nil {
+					s.log.Warn("console sign-out not recorded in the audit trail", "api_key", sess.APIKey, "err", err)
+				}
+			}
 		}
 		s.sessions.remove(id)
 	}
@@ -481,4 +492,15 @@ func sessionRefuse(c *gin.Context) {
 	c.Header("Cache-Control", "no-store")
 	httpserve.WriteErrorCode(c.Writer, http.StatusUnauthorized, core.KindAuth, "sign in to the console first")
 	c.Abort()
+}
+
+// auditConsole appends a console sign-in or sign-out to the audit trail,
+// with the key's account so that a user key sees its own (listEvents).
+func (s *Server) auditConsole(typ, what string, cred apikeys.Credential, client string, now time.Time) error {
+	return s.st.Update(func(tx core.Tx) error {
+		_, err := tx.Events().Append(core.Event{Time: now.UTC(), Type: typ,
+			Message: what + " with API key " + cred.APIKey + " (" + cred.Name + ") from " + client,
+			Fields:  map[string]string{"api_key": cred.APIKey, "name": cred.Name, "role": string(cred.Role), "account": callerFromCred(cred).AccountName(), "client": client}})
+		return err
+	})
 }

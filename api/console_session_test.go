@@ -353,6 +353,22 @@ func TestConsoleSignOut(t *testing.T) {
 	if r := b.do(http.MethodGet, "/api/v1/devices", nil); r.status != http.StatusUnauthorized {
 		t.Fatalf("after sign-out: %d %s", r.status, r.body)
 	}
+	// Both are in the audit trail, with the key, its account and the client.
+	var got []string
+	e.st.View(func(tx core.Tx) error {
+		return tx.Events().List(core.AuditEvents, 0, func(ev core.Event) (bool, error) {
+			if strings.HasPrefix(ev.Type, "api.console.") {
+				if ev.Fields["api_key"] != e.admin.APIKey || ev.Fields["account"] == "" || ev.Fields["client"] == "" {
+					t.Errorf("%s event fields %v", ev.Type, ev.Fields)
+				}
+				got = append(got, ev.Type)
+			}
+			return true, nil
+		})
+	})
+	if strings.Join(got, ",") != "api.console.signin,api.console.signout" {
+		t.Fatalf("console audit events %v", got)
+	}
 }
 
 // TestConsoleSessionRevokedKey: revoking the key ends its sessions at
