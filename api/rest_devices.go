@@ -142,18 +142,7 @@ func deviceMatches(d core.Device, lower string) bool {
 
 func (s *Server) getDevice(c *gin.Context) {
 	ref := c.Param("id")
-	id := ref
-	if mac, err := core.NormalizeMAC(ref); err == nil {
-		id = mac
-	}
-	var d core.Device
-	err := s.st.View(func(tx core.Tx) error {
-		var err error
-		if d, err = tx.Devices().Get(id); errors.Is(err, core.ErrNotFound) {
-			d, err = tx.Devices().BySerial(ref)
-		}
-		return err
-	})
+	d, err := s.lookupDevice(ref)
 	if err != nil && !errors.Is(err, core.ErrNotFound) {
 		s.restFail(c, err)
 		return
