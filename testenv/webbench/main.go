@@ -11,14 +11,24 @@
 //     heap (Performance.getMetrics JSHeapUsedSize) and renderer RSS (/proc);
 //   - then, with the N devices stored, the time from navigation start to the
 //     devices table's first page rendered (body[data-loaded] with rows),
-//     median of 5 fresh loads.
+//     median of 5 fresh loads;
+//   - the storm's own time (the fleet's clock) and its p99 time to the
+//     accepted report, so a page-less run gives the reference.
+//
+// With -page=false the setup is the same (fresh ztpd, config, clusters,
+// console key, fleet) but no browser starts: only the storm is timed, the
+// reference the console's cost on onboarding is measured against.
 //
 // The last line is
 //
-//	RESULT webui first_page_ms=<n> devices=<n> sse_msgs_per_s=<x> sse_device_updates_per_s=<x> tab_mb=<n>
+//	RESULT webui first_page_ms=<n> devices=<n> sse_msgs_per_s=<x> sse_device_updates_per_s=<x> tab_mb=<n> storm_s=<x> p99_ms=<x>
+//
+// or, page-less,
+//
+//	RESULT webui_ref devices=<n> storm_s=<x> p99_ms=<x>
 //
 // tab_mb is the renderer's largest RSS (the JS heap when /proc has none).
-// It needs root (namespaces) and chromium.
+// It needs root (namespaces) and, with the page, chromium.
 package main
 
 import (
@@ -36,6 +46,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/testenv/browser"
+	"github.com/ztpd/ztpd/testenv/fleet"
 	"github.com/ztpd/ztpd/testenv/lab"
 	"github.com/ztpd/ztpd/testenv/netns"
 )
@@ -49,6 +60,7 @@ type options struct {
 	n, clusters, conc int
 	bin, storm, work  string
 	loads             int
+	page              bool // the devices page open in chromium during the storm
 }
 
 func main() {
@@ -60,6 +72,7 @@ func main() {
 	flag.StringVar(&o.bin, "ztpd", "bin/ztpd", "ztpd binary")
 	flag.StringVar(&o.storm, "bootstorm", "bin/bootstorm", "the bootstorm binary (its -fleet mode is the fleet)")
 	flag.StringVar(&o.work, "work", "", "work directory (default: a temp dir, removed)")
+	flag.BoolVar(&o.page, "page", true, "keep the devices page open in chromium (false: only time the storm, the reference)")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "webbench:", err)
@@ -106,8 +119,10 @@ func run(o options) error {
 	if err := netns.Check(); err != nil {
 		return err
 	}
-	if _, err := browser.Path(); err != nil {
-		return err
+	if o.page {
+		if _, err := browser.Path(); err != nil {
+			return err
+		}
 	}
 	if o.n/o.clusters > 1000 {
 		return fmt.Errorf("%d switches in %d clusters is more than 1000 per cluster", o.n, o.clusters)
@@ -162,6 +177,22 @@ func run(o options) error {
 	key, secret, err := consoleKey(ctx, app)
 	if err != nil {
 		return err
+	}
+	if !o.page {
+		fmt.Fprintf(os.Stderr, "boot storm: %d SONiC switches, %d clusters, concurrency %d, no browser\n", o.n, o.clusters, o.conc)
+		res, err := runStorm(ctx, cli, o)
+		if err != nil {
+			return err
+		}
+		stored, err := countDevices(ctx, app)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("RESULT webui_ref devices=%d storm_s=%.2f p99_ms=%.1f\n", stored, res.Elapsed.Seconds(), ms(res.P99))
+		if res.Failed > 0 {
+			return fmt.Errorf("%d switches failed to onboard", res.Failed)
+		}
+		return nil
 	}
 
 	// The browser reaches the API listener (the console's) through a
@@ -234,27 +265,19 @@ func run(o options) error {
 			}
 		}
 	}()
-	resPath := filepath.Join(o.work, "fleet.json")
-	cmd := cli.Command(ctx, o.storm, "-fleet", "-n", strconv.Itoa(o.n), "-clusters", strconv.Itoa(o.clusters),
-		"-concurrency", strconv.Itoa(o.conc), "-fleet-out", resPath)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	pageStart, err := browser.Eval[float64](tab, `performance.now()`)
 	if err != nil {
 		return err
 	}
 	stormStart := time.Now()
-	stormErr := cmd.Run()
+	stormRes, stormErr := runStorm(ctx, cli, o)
 	stormTime := time.Since(stormStart)
 	// The last coalesced messages arrive within a second.
 	time.Sleep(1500 * time.Millisecond)
 	close(stop)
 	<-sampled
 	if stormErr != nil {
-		return fmt.Errorf("fleet: %w", stormErr)
-	}
-	var fleet struct{ Devices, Failed int }
-	if raw, err := os.ReadFile(resPath); err == nil {
-		json.Unmarshal(raw, &fleet)
+		return stormErr
 	}
 	sse, err := browser.Eval[sseCount](tab, `window.__sse`)
 	if err != nil {
@@ -263,7 +286,6 @@ func run(o options) error {
 	if at, _ := tab.LoadedAt(); at != loadedAt {
 		return fmt.Errorf("the devices page reloaded during the storm")
 	}
-	fmt.Printf("storm: %d switches (%d failed) in %.1f s\n", fleet.Devices, fleet.Failed, stormTime.Seconds())
 	// The rates are over the time from the storm's start to the last
 	// message the page received (the stream trails the storm by up to one
 	// coalescing interval).
@@ -306,15 +328,44 @@ func run(o options) error {
 	if tabMB == 0 {
 		tabMB = mb(peak.JSHeapUsed)
 	}
-	fmt.Printf("RESULT webui first_page_ms=%.0f devices=%d sse_msgs_per_s=%.2f sse_device_updates_per_s=%.0f tab_mb=%.0f\n",
-		median, stored, float64(sse.Msgs)/secs, float64(sse.Devices)/secs, tabMB)
-	if fleet.Failed > 0 {
-		return fmt.Errorf("%d switches failed to onboard", fleet.Failed)
+	fmt.Printf("RESULT webui first_page_ms=%.0f devices=%d sse_msgs_per_s=%.2f sse_device_updates_per_s=%.0f tab_mb=%.0f storm_s=%.2f p99_ms=%.1f\n",
+		median, stored, float64(sse.Msgs)/secs, float64(sse.Devices)/secs, tabMB, stormRes.Elapsed.Seconds(), ms(stormRes.P99))
+	if stormRes.Failed > 0 {
+		return fmt.Errorf("%d switches failed to onboard", stormRes.Failed)
 	}
 	return nil
 }
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// runStorm runs the bootstorm fleet in cli and returns its result; the
+// storm's time is the fleet's own clock (from its first switch to its last
+// report), so the fleet process's start is not in it.
+func runStorm(ctx context.Context, cli *netns.NS, o options) (fleet.StormResult, error) {
+	resPath := filepath.Join(o.work, "fleet.json")
+	cmd := cli.Command(ctx, o.storm, "-fleet", "-n", strconv.Itoa(o.n), "-clusters", strconv.Itoa(o.clusters),
+		"-concurrency", strconv.Itoa(o.conc), "-fleet-out", resPath)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fleet.StormResult{}, fmt.Errorf("fleet: %w", err)
+	}
+	var res fleet.StormResult
+	raw, err := os.ReadFile(resPath)
+	if err == nil {
+		err = json.Unmarshal(raw, &res)
+	}
+	if err != nil {
+		return res, fmt.Errorf("fleet result: %w", err)
+	}
+	fmt.Printf("storm: %d switches (%d failed) in %.2f s, time to the accepted report p50 %.1f ms p99 %.1f ms\n",
+		res.Devices, res.Failed, res.Elapsed.Seconds(), ms(res.P50), ms(res.P99))
+	for _, e := range res.Errors {
+		fmt.Println("  fleet error:", e)
+	}
+	return res, nil
+}
 
 // consoleKey creates the admin key the browser signs in with.
 func consoleKey(ctx context.Context, app *lab.Appliance) (string, string, error) {
