@@ -17,9 +17,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/ztpd/ztpd/testenv/browser"
-	"github.com/ztpd/ztpd/testenv/controlplane"
-	"github.com/ztpd/ztpd/testenv/kubebin"
-	"github.com/ztpd/ztpd/testenv/netns"
 )
 
 // TestConsoleLiveOnboarding watches the web console while the lab onboards
@@ -33,39 +30,11 @@ import (
 // real API server. With ZTPD_SCREENSHOTS the devices, cluster, overview
 // and sw1's pages are photographed at 1280 and 390 px.
 func TestConsoleLiveOnboarding(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end lab skipped in -short mode")
-	}
-	if err := netns.Check(); err != nil {
-		t.Skip(err)
-	}
-	if err := controlplane.Check(); err != nil {
-		t.Skip(err)
-	}
-	for _, tool := range []string{"dnsmasq", "dhclient", "busybox", "curl", "python3", "kubectl"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s", tool)
-		}
-	}
-	if !HaveCloudInit() {
-		t.Skipf("needs Debian's cloud-init for %s", CloudInitPython)
-	}
 	if _, err := browser.Path(); err != nil {
 		t.Skip(err)
 	}
-	version, err := LabKubernetesVersion()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubebin.Require(t, version)
-	kubebin.RequireEtcd(t)
-	bin := filepath.Join(t.TempDir(), "ztpd")
-	ksim := filepath.Join(t.TempDir(), "kubeletsim")
-	for out, pkg := range map[string]string{bin: "github.com/ztpd/ztpd/cmd/ztpd", ksim: "github.com/ztpd/ztpd/testenv/kubeletsim/cmd/kubeletsim"} {
-		if msg, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", pkg, err, msg)
-		}
-	}
+	bin, ksim := requireLabFleet(t)
+	var err error
 	shots := t.TempDir()
 	if d := os.Getenv("ZTPD_SCREENSHOTS"); d != "" {
 		if shots, err = filepath.Abs(d); err != nil {

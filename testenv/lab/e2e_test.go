@@ -13,8 +13,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ztpd/ztpd/testenv/controlplane"
-	"github.com/ztpd/ztpd/testenv/kubebin"
-	"github.com/ztpd/ztpd/testenv/netns"
 )
 
 // TestEndToEndOnboarding is the product in one test: 4 SONiC switches across
@@ -31,37 +29,7 @@ import (
 // by the API server; an API server stopped for longer than the alert time
 // moves its cluster to Alert, and started again back to Running.
 func TestEndToEndOnboarding(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end lab skipped in -short mode")
-	}
-	if err := netns.Check(); err != nil {
-		t.Skip(err)
-	}
-	if err := controlplane.Check(); err != nil {
-		t.Skip(err)
-	}
-	for _, tool := range []string{"dnsmasq", "dhclient", "busybox", "curl", "python3", "kubectl"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s", tool)
-		}
-	}
-	// VMs run cloud-init's own CloudStack datasource (Debian's cloud-init).
-	if !HaveCloudInit() {
-		t.Skipf("needs Debian's cloud-init for %s", CloudInitPython)
-	}
-	version, err := LabKubernetesVersion()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubebin.Require(t, version)
-	kubebin.RequireEtcd(t)
-	bin := filepath.Join(t.TempDir(), "ztpd")
-	ksim := filepath.Join(t.TempDir(), "kubeletsim")
-	for out, pkg := range map[string]string{bin: "github.com/ztpd/ztpd/cmd/ztpd", ksim: "github.com/ztpd/ztpd/testenv/kubeletsim/cmd/kubeletsim"} {
-		if msg, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", pkg, err, msg)
-		}
-	}
+	bin, ksim := requireLabFleet(t)
 	work := t.TempDir()
 	var log strings.Builder
 	l, err := Open(context.Background(), Scenario{Switches: 4, ONIE: 1, VMs: 3, Clusters: 2},

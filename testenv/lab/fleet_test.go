@@ -1,0 +1,51 @@
+package lab
+
+import (
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/ztpd/ztpd/testenv/controlplane"
+	"github.com/ztpd/ztpd/testenv/kubebin"
+	"github.com/ztpd/ztpd/testenv/netns"
+)
+
+// requireLabFleet skips t unless the whole lab can run here (root and
+// namespaces, the real control plane's binaries, every client the devices
+// run, Debian's cloud-init), then builds ztpd and the simulated kubelet
+// into t's temporary directory and returns their paths.
+func requireLabFleet(t *testing.T) (bin, kubeletsim string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end lab skipped in -short mode")
+	}
+	if err := netns.Check(); err != nil {
+		t.Skip(err)
+	}
+	if err := controlplane.Check(); err != nil {
+		t.Skip(err)
+	}
+	for _, tool := range []string{"dnsmasq", "dhclient", "busybox", "curl", "python3", "kubectl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s", tool)
+		}
+	}
+	// VMs run cloud-init's own CloudStack datasource (Debian's cloud-init).
+	if !HaveCloudInit() {
+		t.Skipf("needs Debian's cloud-init for %s", CloudInitPython)
+	}
+	version, err := LabKubernetesVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubebin.Require(t, version)
+	kubebin.RequireEtcd(t)
+	bin = filepath.Join(t.TempDir(), "ztpd")
+	kubeletsim = filepath.Join(t.TempDir(), "kubeletsim")
+	for out, pkg := range map[string]string{bin: "github.com/ztpd/ztpd/cmd/ztpd", kubeletsim: "github.com/ztpd/ztpd/testenv/kubeletsim/cmd/kubeletsim"} {
+		if msg, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", pkg, err, msg)
+		}
+	}
+	return bin, kubeletsim
+}
