@@ -317,11 +317,11 @@ func createCluster(ctx context.Context, app *lab.Appliance, o options) (string, 
 	}
 	var ver struct{ ID string }
 	json.Unmarshal(v["kubernetessupportedversion"], &ver)
-	zone, err := firstID(ctx, app, "listZones", "zone")
+	zone, err := app.FirstID(ctx, "listZones", "zone")
 	if err != nil {
 		return "", err
 	}
-	offering, err := firstID(ctx, app, "listServiceOfferings", "serviceoffering")
+	offering, err := app.FirstID(ctx, "listServiceOfferings", "serviceoffering")
 	if err != nil {
 		return "", err
 	}
@@ -340,19 +340,6 @@ func createCluster(ctx context.Context, app *lab.Appliance, o options) (string, 
 		return "", fmt.Errorf("createKubernetesCluster returned no cluster id: %v", res)
 	}
 	return c.ID, nil
-}
-
-func firstID(ctx context.Context, app *lab.Appliance, cmd, key string) (string, error) {
-	r, err := app.CloudStack(ctx, cmd, nil)
-	if err != nil {
-		return "", err
-	}
-	var list []struct{ ID string }
-	json.Unmarshal(r[key], &list)
-	if len(list) == 0 {
-		return "", fmt.Errorf("%s returned nothing", cmd)
-	}
-	return list[0].ID, nil
 }
 
 // ---- the client side, inside oj-cli ----

@@ -171,7 +171,7 @@ func run(o options) error {
 	if err := app.UseAdminKey(ctx); err != nil {
 		return err
 	}
-	if err := createClusters(ctx, app, o.clusters, (o.n+o.clusters-1)/o.clusters); err != nil {
+	if err := app.CreateStormClusters(ctx, o.clusters, (o.n+o.clusters-1)/o.clusters); err != nil {
 		return err
 	}
 	key, secret, err := consoleKey(ctx, app)
@@ -409,48 +409,6 @@ profiles: [%s]
 joiner:
   auto_approve: [{subnets: [10.99.0.0/16], roles: [control-plane, worker]}]
 `, filepath.Join(o.work, "data"), poolFirst, poolLast, filepath.Join(o.work, "profiles"))
-}
-
-// createClusters makes the storm's clusters with an external load balancer
-// address, so switches join without waiting for a control plane VM.
-func createClusters(ctx context.Context, app *lab.Appliance, n, size int) error {
-	v, err := app.CloudStack(ctx, "addKubernetesSupportedVersion", url.Values{
-		"semanticversion": {"1.31.4"}, "name": {"v1.31.4"}, "url": {"http://storm.invalid/k8s.iso"}})
-	if err != nil {
-		return err
-	}
-	var ver struct{ ID string }
-	json.Unmarshal(v["kubernetessupportedversion"], &ver)
-	zone, err := firstID(ctx, app, "listZones", "zone")
-	if err != nil {
-		return err
-	}
-	offering, err := firstID(ctx, app, "listServiceOfferings", "serviceoffering")
-	if err != nil {
-		return err
-	}
-	for c := 0; c < n; c++ {
-		if _, err := app.CloudStack(ctx, "createKubernetesCluster", url.Values{
-			"name": {fmt.Sprintf("storm-%02d", c)}, "kubernetesversionid": {ver.ID}, "size": {strconv.Itoa(size)},
-			"controlnodes": {"3"}, "externalloadbalanceripaddress": {"10.99.0.250"},
-			"zoneid": {zone}, "serviceofferingid": {offering}}); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func firstID(ctx context.Context, app *lab.Appliance, cmd, key string) (string, error) {
-	r, err := app.CloudStack(ctx, cmd, nil)
-	if err != nil {
-		return "", err
-	}
-	var list []struct{ ID string }
-	json.Unmarshal(r[key], &list)
-	if len(list) == 0 {
-		return "", fmt.Errorf("%s returned nothing", cmd)
-	}
-	return list[0].ID, nil
 }
 
 // countDevices pages through the REST devices list.
