@@ -463,6 +463,13 @@ func TestConsoleInBrowser(t *testing.T) {
 		if err != nil || page == "" {
 			t.Errorf("%s: main[data-page] %q %v", p.path, page, err)
 		}
+		if p.path == "/" {
+			// The device no profile matches is a warning with a way to it.
+			w, err := tab.WaitJS(`(document.querySelector("#ov-warning-unmatched") || {}).textContent || ""`, "#ov-warning-unmatched")
+			if err != nil || !strings.HasPrefix(w, "1 device asked for content and got none") {
+				t.Errorf("overview warning for the unmatched device: %q %v", w, err)
+			}
+		}
 		checkPage(t, tab, p.path, p.times)
 		shoot(t, tab, shots, p.name)
 	}

@@ -397,8 +397,15 @@
         el('thead', null, el('tr', null, el('th', { scope: 'col', text: 'Name' }), el('th', { scope: 'col', text: 'State' }), el('th', { scope: 'col', text: 'Ready' }))),
         el('tbody', null, cl.map((c) => el('tr', { data: { id: c.id } }, td(clusterLink(c.id, c.name)), td(stateBadge(c.state)),
           td(`${c.members_ready}/${c.members_desired}`)))))) : el('p', { class: 'muted', text: 'No clusters yet.' }));
-      const w = data.warnings || [];
-      $('#ov-warnings').replaceChildren(...(w.length ? w.map((t) => el('li', { text: t })) : [el('li', { class: 'muted ok', text: 'No warnings.' })]));
+      const w = (data.warnings || []).map((t) => el('li', { text: t }));
+      // Devices whose last ZTP request got no content are a warning too:
+      // each one waits for the operator (a profile, an image, a binding).
+      const un = (data.devices || {}).unmatched || 0;
+      if (un) {
+        w.unshift(el('li', { id: 'ov-warning-unmatched' }, `${un} device${un === 1 ? '' : 's'} asked for content and got none: `,
+          el('a', { href: '/devices?state=unmatched', text: 'see why' })));
+      }
+      $('#ov-warnings').replaceChildren(...(w.length ? w : [el('li', { class: 'muted ok', text: 'No warnings.' })]));
       renderEvents();
     };
     const load = async () => { data = await api('/overview'); render(); loaded(); };
