@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -131,22 +132,79 @@ const masked = "********"
 
 var (
 	// secretName: a JSON or YAML key whose value is a secret (password,
-	// passkey, token, private key, community string, ...). Conservative:
-	// masking a public key costs less than showing a private one.
-	secretName = regexp.MustCompile(`(?i)(pass(word|wd|phrase|key)|secret|token|private|credential|community|psk|(^|[-_])keys?$|certificate[-_]?key|api[-_]?key)`)
-	// In free text: PEM private keys, kubeadm bootstrap tokens, and the
-	// value after a secret's name ("password: x", "--token x", "token=x").
+	// passkey, token, private key, community string, MACsec CAK, ...).
+	// Conservative: masking a public key costs less than showing a
+	// private one.
+	secretName = regexp.MustCompile(`(?i)(pass(word|wd|phrase|key)|secret|token|private|credential|community|psk|(^|[-_])keys?$|certificate[-_]?key|api[-_]?key|(^|[-_])cak$|authorization)`)
+	// In free text: PEM private keys, kubeadm bootstrap tokens, a URL's
+	// user information, and the value after a secret's name ("password:
+	// x", "--token x", "K3S_TOKEN=x", "hashed_passwd: x", quoted values
+	// with spaces whole).
 	pemPrivate     = regexp.MustCompile(`(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|$)`)
 	bootstrapToken = regexp.MustCompile(`\b[a-z0-9]{6}\.[a-z0-9]{16}\b`)
-	namedSecret    = regexp.MustCompile(`(?i)\b(password|passwd|passphrase|passkey|secret|token|certificate[-_]key|api[-_]?key|private[-_]?key|psk)(["']?[ \t]*[:=][ \t]*|[ \t]+)(["']?)([^\s"',;&}]+)`)
+	urlUserinfo    = regexp.MustCompile(`(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@"'<>]+@`)
+	namedSecret    = regexp.MustCompile(`(?i)(` + secretWord + `)(["']?[ \t]*[:=][ \t]*|[ \t]+)("[^"\n]*"|'[^'\n]*'|[^\s"',;&}]+)`)
+	// secretFlag is a command line's flag whose next argument is a secret
+	// (["--password", "x"] in a JSON argument array).
+	secretFlag = regexp.MustCompile(`(?i)^-{1,2}` + secretWord + `$`)
+	// yamlKey is a YAML mapping line: indent (with a sequence dash), key,
+	// and the value after the colon.
+	yamlKey = regexp.MustCompile(`^([ \t]*(?:-[ \t]+)?)["']?([^\s:"'#][^:"'#]*?)["']?[ \t]*:(?:[ \t]+(.*))?$`)
+	// yamlBlock is a block scalar's indicator ("|", ">-", "|2+").
+	yamlBlock = regexp.MustCompile(`^[|>][-+0-9]*([ \t]+#.*)?$`)
 )
+
+// secretWord is a secret's name in free text, with any prefix
+// (hashed_passwd, K3S_TOKEN, access_token, --discovery-token).
+const secretWord = `[A-Za-z0-9_.-]*(?:password|passwd|passphrase|passkey|secret|token|certificate[-_]key|api[-_]?key|private[-_]?key|psk)`
 
 // maskText masks the secrets free text (user-data, URLs, JSON strings)
 // shows.
 func maskText(s string) string {
 	s = pemPrivate.ReplaceAllString(s, masked)
 	s = bootstrapToken.ReplaceAllString(s, masked)
-	return namedSecret.ReplaceAllString(s, "${1}${2}${3}"+masked)
+	s = urlUserinfo.ReplaceAllString(s, "${1}"+masked+"@")
+	s = maskYAML(s)
+	return namedSecret.ReplaceAllStringFunc(s, func(m string) string {
+		g := namedSecret.FindStringSubmatch(m)
+		v := masked
+		if q := g[3][0]; q == '"' || q == '\'' {
+			v = string(q) + masked + string(q)
+		}
+		return g[1] + g[2] + v
+	})
+}
+
+// maskYAML masks, line by line, the value of every secret-named YAML key:
+// a scalar on its line whole, and a block scalar ("password: |") or a
+// nested block ("chpasswd:" and its list) on the lines below it.
+func maskYAML(s string) string {
+	lines := strings.Split(s, "\n")
+	block := -1 // while >= 0: the column of the key whose block is masked
+	for i, ln := range lines {
+		trimmed := strings.TrimLeft(ln, " \t")
+		indent := len(ln) - len(trimmed)
+		if block >= 0 {
+			if strings.TrimSpace(trimmed) == "" {
+				continue
+			}
+			if indent > block || (indent == block && strings.HasPrefix(trimmed, "- ")) {
+				lines[i] = ln[:indent] + masked
+				continue
+			}
+			block = -1
+		}
+		m := yamlKey.FindStringSubmatchIndex(ln)
+		if m == nil || !secretName.MatchString(ln[m[4]:m[5]]) {
+			continue
+		}
+		if m[6] < 0 || yamlBlock.MatchString(strings.TrimSpace(ln[m[6]:m[7]])) || strings.TrimSpace(ln[m[6]:m[7]]) == "" {
+			block = m[3] // the key's column: its indent and dash
+			continue
+		}
+		lines[i] = ln[:m[6]] + masked
+	}
+	return strings.Join(lines, "\n")
 }
 
 // maskJSON re-encodes a JSON document, indented and in its own key order,
@@ -205,13 +263,25 @@ func maskValue(dec *json.Decoder, w *bytes.Buffer) error {
 			w.WriteByte('}')
 		case '[':
 			w.WriteByte('[')
+			afterFlag := false // the previous element was "--password"
 			for i := 0; dec.More(); i++ {
 				if i > 0 {
 					w.WriteByte(',')
 				}
+				if afterFlag {
+					afterFlag = false
+					if err := skipValue(dec); err != nil {
+						return err
+					}
+					writeJSONString(w, masked)
+					continue
+				}
+				start := w.Len()
 				if err := maskValue(dec, w); err != nil {
 					return err
 				}
+				var elem string
+				afterFlag = json.Unmarshal(w.Bytes()[start:], &elem) == nil && secretFlag.MatchString(elem)
 			}
 			if _, err := dec.Token(); err != nil { // ']'
 				return err

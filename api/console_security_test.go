@@ -1,0 +1,53 @@
+package api
+
+import (
+	"strings"
+	"testing"
+)
+
+// Security review of the console (issue 16): attacks that once worked,
+// each kept as a test.
+
+// A profile's user-data, ztp.json or a firmware URL may carry a secret in
+// a form the first masking missed: a YAML block scalar, a prefixed name
+// (hashed_passwd, K3S_TOKEN, join_token), a quoted value with spaces, a
+// URL's user information, a command line's argument array.
+func TestPreviewMaskingAttacks(t *testing.T) {
+	texts := []struct{ doc, secret string }{
+		{"#cloud-config\npassword: |\n  block-secret-1\n  block-secret-1b\nruncmd:\n  - echo ok\n", "block-secret-1"},
+		{"#cloud-config\nchpasswd:\n  expire: false\n  list: |\n    root:chpasswd-secret-2\n", "chpasswd-secret-2"},
+		{"users:\n  - name: ops\n    hashed_passwd: $6$rounds=4096$hashed-secret-3\n", "hashed-secret-3"},
+		{"runcmd:\n  - curl -sfL https://get.k3s.io | K3S_TOKEN=k3s-secret-4 sh -\n", "k3s-secret-4"},
+		{"join_token: join-secret-5\n", "join-secret-5"},
+		{"password: \"correct horse secret-6\"\n", "secret-6"},
+		{"image: https://ops:url-secret-7@repo.example/sonic.bin\n", "url-secret-7"},
+		{"ssh_keys:\n  rsa_private: >-\n    folded-secret-8\n", "folded-secret-8"},
+		{"http://10.99.0.1/join?access_token=query-secret-9&x=1", "query-secret-9"},
+	}
+	for _, tc := range texts {
+		if got := maskText(tc.doc); strings.Contains(got, tc.secret) {
+			t.Errorf("maskText shows %q:\n%s", tc.secret, got)
+		}
+	}
+	jsons := []struct{ doc, secret string }{
+		{`{"MACSEC_PROFILE":{"p1":{"primary_cak":"cak-secret-10","cipher_suite":"GCM-AES-128"}}}`, "cak-secret-10"},
+		{`{"ztp":{"01-join":{"args":["join","--password","argv-secret-11","--discovery-token","argv-secret-12"]}}}`, "argv-secret-1"},
+		{`{"ztp":{"01-fw":{"url":{"source":"https://admin:json-url-secret-13@10.0.0.5/fw.bin"}}}}`, "json-url-secret-13"},
+		{`{"x":{"cmd":"mysql --password='quoted secret-14' db"}}`, "secret-14"},
+	}
+	for _, tc := range jsons {
+		if got := maskJSON([]byte(tc.doc)); strings.Contains(got, tc.secret) {
+			t.Errorf("maskJSON shows %q:\n%s", tc.secret, got)
+		}
+	}
+	// What is not secret stays readable.
+	keep := maskText("#cloud-config\nhostname: leaf-1\npassword: |\n  x\nruncmd:\n  - echo ok\nimage: https://repo.example/sonic.bin\n")
+	for _, s := range []string{"hostname: leaf-1", "runcmd:", "echo ok", "https://repo.example/sonic.bin"} {
+		if !strings.Contains(keep, s) {
+			t.Errorf("maskText lost %q:\n%s", s, keep)
+		}
+	}
+	if got := maskJSON([]byte(`{"MACSEC_PROFILE":{"p1":{"cipher_suite":"GCM-AES-128"}}}`)); !strings.Contains(got, "GCM-AES-128") {
+		t.Errorf("maskJSON lost the cipher suite: %s", got)
+	}
+}
