@@ -49,6 +49,15 @@ func (s *Server) routeConsolePages(e *gin.Engine) {
 	e.GET(console.StaticPrefix+":hash/:name", pgStatic)
 }
 
+// pgSecurityHeaders puts pgHeaders on every answer of the API's engine
+// before its handler runs, so that refusals (404 on a console path, which
+// reflects the path, 405, 401, a static asset not found) carry them too.
+// They cost a JSON answer nothing.
+func pgSecurityHeaders(c *gin.Context) {
+	pgHeaders(c.Writer.Header())
+	c.Next()
+}
+
 // pgHeaders are the security headers of every console answer.
 func pgHeaders(h http.Header) {
 	h.Set("Content-Security-Policy", consoleCSP)

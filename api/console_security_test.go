@@ -1,6 +1,7 @@
 package api
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -49,5 +50,34 @@ func TestPreviewMaskingAttacks(t *testing.T) {
 	}
 	if got := maskJSON([]byte(`{"MACSEC_PROFILE":{"p1":{"cipher_suite":"GCM-AES-128"}}}`)); !strings.Contains(got, "GCM-AES-128") {
 		t.Errorf("maskJSON lost the cipher suite: %s", got)
+	}
+}
+
+// Every answer on a console path carries the console's CSP (with
+// frame-ancestors 'none'), X-Frame-Options and nosniff: error answers
+// too, which reflect the path they refuse.
+func TestConsoleErrorAnswersCarryCSP(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	hc := pgClient(t, e)
+	for _, tc := range []struct{ method, path string }{
+		{"GET", "/ui/no-such-page<script>"}, {"GET", "/devices/a/b"}, {"GET", "/ui/static/0000/app.js"},
+		{"GET", "/ui/static/x/no-such.js"}, {"POST", "/devices"}, {"GET", ConsoleSignOutPath},
+		{"GET", ConsoleStreamPath}, {"GET", "/api/v1/no-such-path"}, {"GET", "/"},
+	} {
+		req, _ := http.NewRequest(tc.method, e.ts.URL+tc.path, nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		h := resp.Header
+		if !strings.Contains(h.Get("Content-Security-Policy"), "frame-ancestors 'none'") || h.Get("X-Frame-Options") != "DENY" ||
+			h.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s %s: %d without the console's security headers: CSP %q, XFO %q, XCTO %q", tc.method, tc.path,
+				resp.StatusCode, h.Get("Content-Security-Policy"), h.Get("X-Frame-Options"), h.Get("X-Content-Type-Options"))
+		}
+		if h.Get("Access-Control-Allow-Origin") != "" {
+			t.Errorf("%s %s: Access-Control-Allow-Origin %q", tc.method, tc.path, h.Get("Access-Control-Allow-Origin"))
+		}
 	}
 }

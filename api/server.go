@@ -159,7 +159,7 @@ func New(d Deps) *Server {
 	s.commands = s.commandTable()
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
-	e.Use(s.recoverAndObserve())
+	e.Use(s.recoverAndObserve(), pgSecurityHeaders)
 	e.GET(CloudStackPath, s.cloudStack)
 	e.POST(CloudStackPath, s.cloudStack)
 	s.routeREST(e)
