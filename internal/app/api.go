@@ -189,6 +189,11 @@ func redactSettings(v any) any {
 		for i := range t {
 			t[i] = redactSettings(t[i])
 		}
+	case string: // a URL's user and password (a DHCP option's server URL)
+		return settingUserinfo.ReplaceAllString(t, "${1}********@")
 	}
 	return v
 }
+
+// settingUserinfo is the user information of a URL in a setting's value.
+var settingUserinfo = regexp.MustCompile(`(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@"'<>]+@`)
