@@ -7,7 +7,7 @@ LAB_BIN ?= bin/ztpd-lab
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: package k8s-bins build test test-short lint fuzz bench bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed bench-webui lab clean
+.PHONY: package k8s-bins build test test-short lint fuzz bench bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed bench-webui bench-scale lab clean
 
 # The product (ztpd) and the namespace lab (ztpd-lab), side by side: ztpd-lab
 # runs the ztpd next to it, and the simulated kubelet (kubeletsim) next to it.
@@ -73,6 +73,12 @@ lab: build
 
 bench-storm:
 	bash bench/boot-storm.sh
+
+# How cost grows with the fleet (root, wrk; long, so not in `make bench`):
+# boot storm, RSS, CPU and store bytes per device, restart, backup and the
+# API under wrk at SIZES (10000 30000 65000) with EVENTS (1000000) events.
+bench-scale:
+	bash bench/scale.sh
 
 # The web console under a 10,000-switch boot storm (root, chromium): the
 # devices page's first render with 10,000 devices, SSE messages and device

@@ -1,0 +1,777 @@
+// Command scalebench measures how ztpd's cost grows with the fleet (issue
+// 19): per fleet size, a real `ztpd serve` with durable state (the default
+// configuration, events.keep raised to hold -events) takes the boot storm
+// of testenv/bootstorm's fleet, then is stopped, given -events device events
+// and started again, and answers the API under wrk. Per size it prints one
+// "size" line: storm wall time and p50/p99 time to the accepted report, peak
+// RSS (VmHWM) and CPU seconds (utime+stime) of ztpd over the storm, the
+// store file's size, restart and backup times, and req/s and p99 of
+// listKubernetesClusters, GET /api/v1/devices?state=join-issued&limit=100
+// and GET /api/v1/events?device=<mac>. Then a "growth" line (per-device CPU
+// and bytes relative to the smallest size) and
+//
+//	RESULT scale devices=<n> storm_s=<s> p99_ms=<ms> rss_mb=<m> api_p99_ms=<ms> restart_s=<s>
+//
+// for the largest size (api_p99_ms: the worst of the three queries).
+//
+// It needs root and wrk. ztpd runs in namespace sc-srv (10.99.0.1/16), the
+// fleet (bootstorm -fleet, the same binary the boot storm uses) in sc-cli
+// (10.99.0.2/16), joined by a veth pair; every /24 of 10.99.1.0 -
+// 10.99.255.0 is the pool, so at most 255*256-1 = 65279 devices fit the
+// lab's 10.99.0.0/16.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ztpd/ztpd/api/signing"
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/store/boltstore"
+	"github.com/ztpd/ztpd/testenv/fleet"
+	"github.com/ztpd/ztpd/testenv/lab"
+	"github.com/ztpd/ztpd/testenv/netns"
+)
+
+const (
+	poolFirst, poolLast = 1, 255 // pool 10.99.<first>.0 - 10.99.<last>.254
+	maxDevices          = (poolLast-poolFirst+1)*256 - 2
+	perCluster          = 1000 // the storm's clusters take at most 1000 workers each
+	srvAddr             = "10.99.0.1"
+	// defaultEventsKeep is config.Default's events.keep: the device stream
+	// is pruned to it, so a larger -events raises it.
+	defaultEventsKeep = 200000
+)
+
+type options struct {
+	sizes      []int
+	events     int
+	conc       int
+	bin, storm string
+	work       string
+	duration   string
+	conns      int
+	profileDir string
+}
+
+// sizeResult is what one fleet size measured.
+type sizeResult struct {
+	N                int
+	Failed           int
+	StormS           float64
+	P50ms, P99ms     float64
+	RSSMB            float64 // VmHWM over the storm
+	CPUS             float64 // utime+stime over the storm
+	StoreBytes       int64
+	Events           int // device events in the store when the API was measured
+	StormEvents      int // device events the storm itself wrote
+	StopS, RestartS  float64
+	RestartRSSMB     float64
+	BackupS          float64
+	BackupBytes      int64
+	API              map[string]wrkResult
+	Floor            wrkResult
+	Issued, Restored int // devices join-issued after the storm and after the restart
+}
+
+func (r sizeResult) cpuPerDevice() float64   { return r.CPUS / float64(r.N) }
+func (r sizeResult) bytesPerDevice() float64 { return float64(r.StoreBytes) / float64(r.N) }
+
+type wrkResult struct {
+	RPS      float64
+	P99ms    float64
+	Timeouts int     // requests wrk gave up on (--timeout 30s)
+	Singlems float64 // one request alone, before wrk
+}
+
+var apiNames = []string{"clusters", "devices", "events"}
+
+func main() {
+	var o options
+	sizes := flag.String("sizes", "10000 30000", "fleet sizes, space or comma separated (at most 65278: the pool in 10.99.0.0/16)")
+	flag.IntVar(&o.events, "events", 1000000, "device events in the store when the API is measured")
+	flag.IntVar(&o.conc, "concurrency", 256, "switches onboarding at the same time")
+	flag.StringVar(&o.bin, "ztpd", "bin/ztpd", "ztpd binary")
+	flag.StringVar(&o.storm, "bootstorm", "bin/bootstorm", "bootstorm binary (its -fleet mode is the fleet)")
+	flag.StringVar(&o.work, "work", "", "work directory (default: a temp dir, removed)")
+	flag.StringVar(&o.duration, "duration", "10s", "wrk duration per query")
+	flag.IntVar(&o.conns, "conns", 32, "wrk connections")
+	flag.StringVar(&o.profileDir, "cpuprofile-dir", "", "write ztpd's CPU profile of each storm here (storm-<n>.pprof)")
+	flag.Parse()
+	for _, f := range strings.FieldsFunc(*sizes, func(r rune) bool { return r == ' ' || r == ',' }) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > maxDevices {
+			fmt.Fprintf(os.Stderr, "scalebench: size %q: want 1..%d (the pool in 10.99.0.0/16)\n", f, maxDevices)
+			os.Exit(2)
+		}
+		o.sizes = append(o.sizes, n)
+	}
+	if len(o.sizes) == 0 || o.events < 0 {
+		fmt.Fprintln(os.Stderr, "scalebench: no sizes, or negative -events")
+		os.Exit(2)
+	}
+	sort.Ints(o.sizes)
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "scalebench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	if err := netns.Check(); err != nil {
+		return err
+	}
+	if _, err := exec.LookPath("wrk"); err != nil {
+		return fmt.Errorf("wrk is not installed (apt-get install wrk)")
+	}
+	for _, p := range []*string{&o.bin, &o.storm} {
+		*p, _ = filepath.Abs(*p)
+	}
+	if o.work == "" {
+		d, err := os.MkdirTemp("", "scalebench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		o.work = d
+	}
+	fmt.Println("renewals: skipped - testenv/fleet's relay client does DORA only (no RENEWING/REBINDING REQUEST), so the fleet cannot renew at T1")
+	var results []sizeResult
+	for _, n := range o.sizes {
+		r, err := runSize(o, n)
+		if err != nil {
+			return fmt.Errorf("%d devices: %w", n, err)
+		}
+		printSize(r)
+		results = append(results, r)
+	}
+	base := results[0]
+	var cpu, bytes []string
+	for _, r := range results {
+		cpu = append(cpu, fmt.Sprintf("%d=%.2f", r.N, r.cpuPerDevice()/base.cpuPerDevice()))
+		bytes = append(bytes, fmt.Sprintf("%d=%.2f", r.N, r.bytesPerDevice()/base.bytesPerDevice()))
+	}
+	fmt.Printf("growth vs %d (goal <= 1.5): cpu_s_per_device %s; bytes_per_device %s\n",
+		base.N, strings.Join(cpu, " "), strings.Join(bytes, " "))
+	last := results[len(results)-1]
+	apiP99 := 0.0
+	for _, name := range apiNames {
+		apiP99 = max(apiP99, last.API[name].P99ms)
+	}
+	fmt.Printf("RESULT scale devices=%d storm_s=%.2f p99_ms=%.1f rss_mb=%.0f api_p99_ms=%.2f restart_s=%.2f\n",
+		last.N, last.StormS, last.P99ms, last.RSSMB, apiP99, last.RestartS)
+	return nil
+}
+
+func printSize(r sizeResult) {
+	fmt.Printf("size devices=%d failed=%d storm_s=%.2f p50_ms=%.1f p99_ms=%.1f rss_mb=%.0f cpu_s=%.1f cpu_ms_per_device=%.3f "+
+		"store_mb=%.1f bytes_per_device=%.0f storm_events=%d events=%d stop_s=%.2f restart_s=%.2f restart_rss_mb=%.0f "+
+		"backup_s=%.2f backup_mb=%.1f issued=%d after_restart=%d\n",
+		r.N, r.Failed, r.StormS, r.P50ms, r.P99ms, r.RSSMB, r.CPUS, 1000*r.cpuPerDevice(),
+		float64(r.StoreBytes)/(1<<20), r.bytesPerDevice(), r.StormEvents, r.Events, r.StopS, r.RestartS, r.RestartRSSMB,
+		r.BackupS, float64(r.BackupBytes)/(1<<20), r.Issued, r.Restored)
+	fmt.Printf("  api devices=%d events=%d: healthz(floor, HTTP listener) %.0f req/s p99 %.2f ms", r.N, r.Events, r.Floor.RPS, r.Floor.P99ms)
+	for _, name := range apiNames {
+		a := r.API[name]
+		fmt.Printf("; %s %.1f req/s p99 %.2f ms alone %.2f ms", name, a.RPS, a.P99ms, a.Singlems)
+		if a.Timeouts > 0 {
+			fmt.Printf(" (%d timed out)", a.Timeouts)
+		}
+	}
+	fmt.Println()
+}
+
+// bench is one size's namespaces and appliance.
+type bench struct {
+	o        options
+	n        int
+	clusters int
+	work     string
+	srv, cli *netns.NS
+	app      *lab.Appliance
+	key      string
+	secret   []byte
+	api      *http.Client
+}
+
+func runSize(o options, n int) (sizeResult, error) {
+	ctx := context.Background()
+	b := &bench{o: o, n: n, clusters: (n + perCluster - 1) / perCluster, work: filepath.Join(o.work, strconv.Itoa(n))}
+	res := sizeResult{N: n, API: map[string]wrkResult{}}
+	if err := os.MkdirAll(b.work, 0o755); err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(b.work)
+	if err := b.network(); err != nil {
+		return res, err
+	}
+	defer b.cli.Close()
+	defer b.srv.Close()
+	if err := writeProfiles(b.work, b.clusters); err != nil {
+		return res, err
+	}
+	var err error
+	if b.app, err = b.start(ctx); err != nil {
+		return res, err
+	}
+	defer func() { b.app.Close() }()
+	if err := b.apiKey(ctx); err != nil {
+		return res, err
+	}
+	if err := b.app.CreateStormClusters(ctx, b.clusters, (n+b.clusters-1)/b.clusters); err != nil {
+		return res, err
+	}
+
+	// The storm, with ztpd's CPU time and peak RSS around it.
+	pid := b.app.Proc.Cmd.Process.Pid
+	// `ip netns exec` execs ztpd in place: the pid is ztpd's own.
+	if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err != nil || strings.TrimSpace(string(comm)) != filepath.Base(o.bin) {
+		return res, fmt.Errorf("pid %d is %q, not %s: %v", pid, comm, filepath.Base(o.bin), err)
+	}
+	cpu0, err := cpuSeconds(pid)
+	if err != nil {
+		return res, err
+	}
+	fmt.Fprintf(os.Stderr, "scalebench: %d devices, %d clusters: boot storm ...\n", n, b.clusters)
+	stopProf := b.profile(ctx)
+	storm, err := b.storm(ctx)
+	stopProf()
+	if err != nil {
+		return res, err
+	}
+	cpu1, err := cpuSeconds(pid)
+	if err != nil {
+		return res, err
+	}
+	res.CPUS = cpu1 - cpu0
+	if res.RSSMB, err = peakRSSMB(pid); err != nil {
+		return res, err
+	}
+	res.Failed, res.StormS = storm.Failed, storm.Elapsed.Seconds()
+	res.P50ms, res.P99ms = ms(storm.P50), ms(storm.P99)
+	if res.Issued, err = countIssued(ctx, b.app); err != nil {
+		return res, err
+	}
+	if storm.Failed > 0 || res.Issued != n {
+		return res, fmt.Errorf("storm: %d failed, %d of %d with their bundle issued; first errors %v", storm.Failed, res.Issued, n, storm.Errors)
+	}
+
+	// Stop, fill the event log up to -events, start again on the same data.
+	t0 := time.Now()
+	b.app.Close()
+	res.StopS = time.Since(t0).Seconds()
+	if res.StormEvents, res.Events, err = b.seedEvents(); err != nil {
+		return res, err
+	}
+	if st, err := os.Stat(filepath.Join(b.app.DataDir, boltstore.FileName)); err == nil {
+		res.StoreBytes = st.Size()
+	} else {
+		return res, err
+	}
+	fmt.Fprintf(os.Stderr, "scalebench: %d devices: restart with %d device events ...\n", n, res.Events)
+	t0 = time.Now()
+	if b.app, err = b.start(ctx); err != nil {
+		return res, err
+	}
+	if err := b.firstDevicesPage(ctx); err != nil {
+		return res, err
+	}
+	res.RestartS = time.Since(t0).Seconds()
+	if res.RestartRSSMB, err = peakRSSMB(b.app.Proc.Cmd.Process.Pid); err != nil {
+		return res, err
+	}
+	if err := b.app.UseAdminKey(ctx); err != nil {
+		return res, err
+	}
+	if res.Restored, err = countIssued(ctx, b.app); err != nil {
+		return res, err
+	}
+	if res.Restored != n {
+		return res, fmt.Errorf("after the restart %d of %d devices are join-issued", res.Restored, n)
+	}
+
+	if err := b.measureAPI(ctx, &res); err != nil {
+		return res, err
+	}
+	res.BackupS, res.BackupBytes, err = b.backup(ctx)
+	return res, err
+}
+
+// network makes sc-srv and sc-cli: a veth pair, every pool /24 local in
+// sc-cli (each switch talks HTTP from its leased address) and routed to it
+// from sc-srv.
+func (b *bench) network() error {
+	var err error
+	if b.srv, err = netns.Add("sc-srv"); err != nil {
+		return err
+	}
+	if b.cli, err = netns.Add("sc-cli"); err != nil {
+		b.srv.Close()
+		return err
+	}
+	if err := netns.Veth(b.srv, "s0", srvAddr+"/16", b.cli, "c0", "10.99.0.2/16"); err != nil {
+		b.cli.Close()
+		b.srv.Close()
+		return err
+	}
+	for i := poolFirst; i <= poolLast; i++ {
+		p := fmt.Sprintf("10.99.%d.0/24", i)
+		if err := b.cli.IP("route", "add", "local", p, "dev", "lo"); err != nil {
+			return err
+		}
+		if err := b.srv.IP("route", "add", p, "via", "10.99.0.2"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *bench) start(ctx context.Context) (*lab.Appliance, error) {
+	return lab.StartAppliance(ctx, b.srv, b.o.bin, b.work, b.config(), "http://"+srvAddr+":8080")
+}
+
+// config is bootstorm's, with the whole /16 as the pool, events.keep
+// large enough for -events and the pprof listener.
+func (b *bench) config() string {
+	keep := max(defaultEventsKeep, b.o.events)
+	return fmt.Sprintf(`data_dir: %s
+advertise_addr: %s
+log: {level: warn, format: json}
+debug: {pprof_addr: "%s:6060"}
+http: {addr: "%s:8080"}
+dhcp:
+  interfaces: [s0]
+  lease_time: 1h
+  subnets:
+    - {name: storm, subnet: 10.99.0.0/16, interface: s0, pools: ["10.99.%d.0-10.99.%d.254"], router: %s}
+profiles: [%s]
+events: {keep: %d}
+joiner:
+  auto_approve: [{subnets: [10.99.0.0/16], roles: [control-plane, worker]}]
+`, filepath.Join(b.work, "data"), srvAddr, srvAddr, srvAddr, poolFirst, poolLast, srvAddr, filepath.Join(b.work, "profiles"), keep)
+}
+
+// writeProfiles is bootstorm's: cluster c takes the serials STORM-<c>-*.
+func writeProfiles(work string, clusters int) error {
+	pdir := filepath.Join(work, "profiles")
+	if err := os.MkdirAll(pdir, 0o755); err != nil {
+		return err
+	}
+	var prof strings.Builder
+	for c := 0; c < clusters; c++ {
+		fmt.Fprintf(&prof, "---\nname: storm-%02d\nmatch:\n  serial: \"STORM-%02d-*\"\nhostname: 'sw-{{ .Serial | lower }}'\ncluster: storm-%02d\nrole: sonic\n", c, c, c)
+	}
+	return os.WriteFile(filepath.Join(pdir, "storm.yaml"), []byte(prof.String()), 0o644)
+}
+
+// apiKey creates the admin key the appliance's own calls use and a second
+// one whose secret signs the wrk requests.
+func (b *bench) apiKey(ctx context.Context) error {
+	if err := b.app.UseAdminKey(ctx); err != nil {
+		return err
+	}
+	out, err := b.app.CLI(ctx, "apikey", "create", "--role", "admin", "--name", "scalebench", "-o", "json")
+	if err != nil {
+		return err
+	}
+	var k struct {
+		APIKey    string `json:"api_key"`
+		SecretKey string `json:"secret_key"`
+	}
+	if err := json.Unmarshal(out, &k); err != nil || k.APIKey == "" {
+		return fmt.Errorf("apikey create answered %q: %v", out, err)
+	}
+	b.key, b.secret = k.APIKey, []byte(k.SecretKey)
+	return nil
+}
+
+// storm runs bootstorm's fleet mode inside sc-cli and reads its result.
+func (b *bench) storm(ctx context.Context) (fleet.StormResult, error) {
+	var res fleet.StormResult
+	out := filepath.Join(b.work, "fleet.json")
+	cmd := b.cli.Command(ctx, b.o.storm, "-fleet", "-n", strconv.Itoa(b.n), "-clusters", strconv.Itoa(b.clusters),
+		"-concurrency", strconv.Itoa(b.o.conc), "-fleet-out", out)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return res, fmt.Errorf("fleet: %w", err)
+	}
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		return res, err
+	}
+	return res, json.Unmarshal(raw, &res)
+}
+
+// profile records ztpd's CPU profile in back-to-back 5 s pieces until the
+// returned stop is called, then merges them into storm-<n>.pprof (go tool
+// pprof -proto). It does nothing without -cpuprofile-dir.
+func (b *bench) profile(ctx context.Context) (stop func()) {
+	if b.o.profileDir == "" {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var parts []string
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		hc := lab.NSClient(b.srv)
+		hc.Timeout = time.Minute
+		for i := 0; ctx.Err() == nil; i++ {
+			p := filepath.Join(b.work, fmt.Sprintf("cpu-%d.pprof", i))
+			if err := fetchTo(hc, "http://"+srvAddr+":6060/debug/pprof/profile?seconds=5", p); err != nil {
+				fmt.Fprintln(os.Stderr, "scalebench: cpu profile:", err)
+				return
+			}
+			parts = append(parts, p)
+		}
+	}()
+	return func() {
+		cancel()
+		wg.Wait()
+		if len(parts) == 0 {
+			return
+		}
+		dst := filepath.Join(b.o.profileDir, fmt.Sprintf("storm-%d.pprof", b.n))
+		cmd := exec.Command("go", append([]string{"tool", "pprof", "-proto", "-output", dst}, parts...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "scalebench: merging profiles: %v %s\n", err, out)
+		}
+	}
+}
+
+func fetchTo(hc *http.Client, u, path string) error {
+	resp, err := hc.Get(u)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("GET %s: HTTP %d", u, resp.StatusCode)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}
+
+// seedEvents appends device events (alternating dhcp.ack and ztp.served,
+// spread round-robin over the fleet's MACs) until the device stream holds
+// -events. ztpd must be stopped: it opens the store directly.
+func (b *bench) seedEvents() (storm, total int, err error) {
+	st, err := boltstore.Open(b.app.DataDir, boltstore.Options{})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer st.Close()
+	err = st.View(func(tx core.Tx) error {
+		storm, err = tx.Events().Count(core.DeviceEvents)
+		return err
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	macs := make([]string, b.n)
+	for i := range macs {
+		macs[i] = fleet.MAC(i).String()
+	}
+	const batch = 20000
+	now := time.Now().UTC()
+	for done := storm; done < b.o.events; {
+		err := st.Update(func(tx core.Tx) error {
+			for end := min(done+batch, b.o.events); done < end; done++ {
+				e := core.Event{Time: now, Type: "dhcp.ack", Device: macs[done%b.n], Message: "scalebench seeded event",
+					Fields: map[string]string{"ip": "10.99.1.1"}}
+				if done%2 == 1 {
+					e.Type, e.Fields = "ztp.served", map[string]string{"path": "/ztp/ztp.json"}
+				}
+				if _, err := tx.Events().Append(e); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+	return storm, max(storm, b.o.events), nil
+}
+
+// firstDevicesPage waits until the REST API lists a page of the storm's
+// devices (the restart's end: the store is open and the API answers from
+// it).
+func (b *bench) firstDevicesPage(ctx context.Context) error {
+	deadline := time.Now().Add(time.Minute)
+	q := url.Values{"state": {"join-issued"}, "limit": {"100"}}
+	for {
+		body, code, err := b.get(ctx, "/api/v1/devices", q)
+		if err == nil && code == 200 && strings.Contains(string(body), `"items":[{`) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no devices listed a minute after the restart: HTTP %d %v %.200s", code, err, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// get does a GET on the API signed with the bench key.
+func (b *bench) get(ctx context.Context, path string, q url.Values) ([]byte, int, error) {
+	req, _ := http.NewRequestWithContext(ctx, "GET", b.app.APIBase+path+"?"+q.Encode(), nil)
+	req.Header.Set("Authorization", b.restAuth(path, q))
+	resp, err := b.apiClient().Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return body, resp.StatusCode, err
+}
+
+func (b *bench) restAuth(path string, q url.Values) string {
+	// Signatures may lie at most api.max_signature_lifetime (20 minutes by
+	// default) ahead; wrk repeats one for its whole run.
+	return signing.RESTAuthorization("GET", path, q, nil, b.key, b.secret, time.Now().Add(15*time.Minute))
+}
+
+// apiClient reaches the API listener from the root namespace, trusting
+// the appliance's self-signed certificate (<data dir>/api-tls/cert.pem).
+func (b *bench) apiClient() *http.Client {
+	if b.api != nil {
+		return b.api
+	}
+	roots := x509.NewCertPool()
+	if pem, err := os.ReadFile(filepath.Join(b.app.DataDir, "api-tls", "cert.pem")); err == nil {
+		roots.AppendCertsFromPEM(pem)
+	}
+	b.api = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := b.srv.Do(func() error {
+				var d net.Dialer
+				var err error
+				c, err = d.DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		}}}
+	return b.api
+}
+
+// measureAPI runs wrk (inside sc-srv, on CPU 0, ztpd on CPU 1 as
+// bench/api.sh does) on /healthz (the floor; it is on the HTTP listener,
+// the API on its own TLS one) and the three queries.
+func (b *bench) measureAPI(ctx context.Context, res *sizeResult) error {
+	if out, err := lab.Pin(b.app.Proc, "1"); err != nil {
+		return fmt.Errorf("taskset: %v %s", err, out)
+	}
+	mac := fleet.MAC(b.n / 2).String()
+	cs := b.app.APIBase + "/client/api?" + signing.SignQuery(url.Values{"command": {"listKubernetesClusters"}, "response": {"json"}},
+		b.key, b.secret, time.Now().Add(15*time.Minute))
+	dq := url.Values{"state": {"join-issued"}, "limit": {"100"}}
+	eq := url.Values{"device": {mac}}
+	type query struct {
+		name, url, auth, want string
+	}
+	queries := []query{
+		{"clusters", cs, "", fmt.Sprintf(`"count":%d`, b.clusters)},
+		{"devices", b.app.APIBase + "/api/v1/devices?" + dq.Encode(), b.restAuth("/api/v1/devices", dq), `"next_cursor"`},
+		{"events", b.app.APIBase + "/api/v1/events?" + eq.Encode(), b.restAuth("/api/v1/events", eq), `"device":"` + mac + `"`},
+	}
+	// Each query is checked once first: signed right, and answering what
+	// is measured.
+	hc := b.apiClient()
+	alone := map[string]float64{}
+	for _, q := range queries {
+		t0 := time.Now()
+		req, _ := http.NewRequestWithContext(ctx, "GET", q.url, nil)
+		if q.auth != "" {
+			req.Header.Set("Authorization", q.auth)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return fmt.Errorf("%s: %w", q.name, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), q.want) {
+			return fmt.Errorf("%s: HTTP %d, no %s in %.300s", q.name, resp.StatusCode, q.want, body)
+		}
+		alone[q.name] = ms(time.Since(t0))
+	}
+	var err error
+	if res.Floor, err = b.wrk(ctx, b.app.Base+"/healthz", ""); err != nil {
+		return fmt.Errorf("healthz: %w", err)
+	}
+	for _, q := range queries {
+		fmt.Fprintf(os.Stderr, "scalebench: %d devices: wrk %s ...\n", b.n, q.name)
+		r, err := b.wrk(ctx, q.url, q.auth)
+		if err != nil {
+			return fmt.Errorf("%s: %w", q.name, err)
+		}
+		r.Singlems = alone[q.name]
+		res.API[q.name] = r
+	}
+	return nil
+}
+
+func (b *bench) wrk(ctx context.Context, u, auth string) (wrkResult, error) {
+	args := []string{"-c", "0", "wrk", "-t2", "-c" + strconv.Itoa(b.o.conns), "-d" + b.o.duration, "--timeout", "30s", "--latency"}
+	if auth != "" {
+		args = append(args, "-H", "Authorization: "+auth)
+	}
+	out, err := b.srv.Command(ctx, "taskset", append(args, u)...).CombinedOutput()
+	if err != nil {
+		return wrkResult{}, fmt.Errorf("wrk: %v: %s", err, out)
+	}
+	return parseWrk(string(out))
+}
+
+// parseWrk reads Requests/sec, the 99% latency and the timeouts of wrk
+// --latency output; non-2xx answers or other socket errors fail the run.
+func parseWrk(out string) (wrkResult, error) {
+	var r wrkResult
+	var haveRPS, haveP99 bool
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 2 && f[0] == "Requests/sec:":
+			v, err := strconv.ParseFloat(f[1], 64)
+			r.RPS, haveRPS = v, err == nil
+		case len(f) >= 2 && f[0] == "99%":
+			d, err := wrkDuration(f[1])
+			r.P99ms, haveP99 = d, err == nil
+		case strings.Contains(line, "Socket errors:"):
+			// Socket errors: connect 0, read 0, write 0, timeout 12
+			var c, rd, w int
+			if _, err := fmt.Sscanf(strings.TrimSpace(line), "Socket errors: connect %d, read %d, write %d, timeout %d", &c, &rd, &w, &r.Timeouts); err != nil {
+				return r, fmt.Errorf("wrk: %q: %v", line, err)
+			}
+			if c+rd+w > 0 {
+				return r, fmt.Errorf("wrk: %s", strings.TrimSpace(line))
+			}
+		case strings.Contains(line, "Non-2xx"):
+			return r, fmt.Errorf("wrk: %s", strings.TrimSpace(line))
+		}
+	}
+	if !haveRPS || !haveP99 {
+		return r, fmt.Errorf("unreadable wrk output: %s", out)
+	}
+	return r, nil
+}
+
+// wrkDuration converts wrk's "812.00us", "3.21ms", "1.02s", "2.00m" to ms.
+func wrkDuration(s string) (float64, error) {
+	for _, u := range []struct {
+		suffix string
+		ms     float64
+	}{{"us", 0.001}, {"ms", 1}, {"s", 1000}, {"m", 60000}} {
+		if v, ok := strings.CutSuffix(s, u.suffix); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return f * u.ms, err
+		}
+	}
+	return 0, fmt.Errorf("wrk duration %q", s)
+}
+
+// backup times `ztpd backup` of the running appliance's store.
+func (b *bench) backup(ctx context.Context) (float64, int64, error) {
+	dst := filepath.Join(b.work, "scale.ztpdbak")
+	pass := filepath.Join(b.work, "backup.pass")
+	if err := os.WriteFile(pass, []byte("scalebench-passphrase\n"), 0o600); err != nil {
+		return 0, 0, err
+	}
+	t0 := time.Now()
+	if _, err := b.app.CLI(ctx, "backup", dst, "--passphrase-file", pass); err != nil {
+		return 0, 0, err
+	}
+	secs := time.Since(t0).Seconds()
+	st, err := os.Stat(dst)
+	if err != nil {
+		return 0, 0, err
+	}
+	return secs, st.Size(), nil
+}
+
+// countIssued pages through the REST devices list for the switches whose
+// join bundle was issued (join-issued: the clusters have no Nodes).
+func countIssued(ctx context.Context, app *lab.Appliance) (int, error) {
+	n, cursor := 0, ""
+	for {
+		q := url.Values{"limit": {"1000"}, "state": {"join-issued"}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		var page struct {
+			Items      []json.RawMessage `json:"items"`
+			NextCursor string            `json:"next_cursor"`
+		}
+		if err := app.REST(ctx, "/api/v1/devices", q, &page); err != nil {
+			return 0, err
+		}
+		n += len(page.Items)
+		if page.NextCursor == "" {
+			return n, nil
+		}
+		cursor = page.NextCursor
+	}
+}
+
+// cpuSeconds is utime+stime of pid (fields 14 and 15 of /proc/<pid>/stat,
+// in clock ticks of 1/100 s on Linux).
+func cpuSeconds(pid int) (float64, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces: count after its ')'.
+	s := string(raw)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: too short", pid)
+	}
+	ut, err1 := strconv.ParseFloat(f[11], 64)
+	st, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
+	}
+	return (ut + st) / 100, nil
+}
+
+// peakRSSMB is VmHWM of pid, in MiB.
+func peakRSSMB(pid int) (float64, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024, err
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no VmHWM", pid)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
