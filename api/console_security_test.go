@@ -1,9 +1,16 @@
 package api
 
 import (
+	"bufio"
+	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/ztp/content"
 )
 
 // Security review of the console (issue 16): attacks that once worked,
@@ -79,5 +86,56 @@ func TestConsoleErrorAnswersCarryCSP(t *testing.T) {
 		if h.Get("Access-Control-Allow-Origin") != "" {
 			t.Errorf("%s %s: Access-Control-Allow-Origin %q", tc.method, tc.path, h.Get("Access-Control-Allow-Origin"))
 		}
+	}
+}
+
+// No answer of the console sends the browser to another site: not the
+// router's trailing-slash redirect of a path that starts with two
+// slashes ("//evil.example/devices/" must not become
+// "//evil.example/devices", which a browser reads as another host). The
+// request line is written as a browser sends it (Go's client would turn
+// "//host/..." into a proxy request). A guard: gin's router finds no
+// route for such paths, so it never redirects them.
+func TestConsoleNoOpenRedirect(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	for _, p := range []string{"//evil.example/", "//evil.example/devices/", "/\\evil.example/devices/", "///evil.example/devices/",
+		"/devices/", "/ui/", "/%2Fevil.example/devices/", "/api/v1//evil.example/"} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(e.ts.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: ztpd.example\r\nConnection: close\r\n\r\n", p)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		conn.Close()
+		loc := resp.Header.Get("Location")
+		if u, err := url.Parse(strings.ReplaceAll(loc, "\\", "/")); loc != "" && (err != nil || u.Host != "") {
+			t.Errorf("GET %s: %d to %q, another site", p, resp.StatusCode, loc)
+		}
+	}
+}
+
+// The preview's notes and warnings are free text built from the profile
+// (a refusal naming the firmware URL, say): masked like the documents.
+func TestPreviewMasksNotesAndWarnings(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	seed(t, e.st, 2)
+	e.srv.console.preview = &raPreviewer{pv: content.Preview{Kind: core.KindSONiC, Profile: "leaves",
+		Notes:    []string{"firmware: https://fw:note-secret-1@10.99.0.5/sonic.bin"},
+		Warnings: []string{"ztp.json would be refused: HTTP 502: fetching https://fw:warn-secret-2@10.99.0.5/sonic.bin"}}}
+	r := e.rest(e.admin.APIKey, e.adminSec).do("GET", "/api/v1/devices/SN00001/preview", nil)
+	if r.status != 200 {
+		t.Fatalf("preview: %d %s", r.status, r.raw)
+	}
+	for _, s := range []string{"note-secret-1", "warn-secret-2"} {
+		if strings.Contains(string(r.raw), s) {
+			t.Errorf("the preview shows %q: %s", s, r.raw)
+		}
+	}
+	if !strings.Contains(string(r.raw), "10.99.0.5/sonic.bin") {
+		t.Errorf("the preview lost the URL: %s", r.raw)
 	}
 }

@@ -78,6 +78,8 @@ func (s *Server) previewDevice(c *gin.Context) {
 	for i := range out.Fetches {
 		out.Fetches[i].URL = maskText(out.Fetches[i].URL)
 	}
+	// Notes and warnings quote the profile (a refused firmware URL).
+	out.Notes, out.Warnings = maskTexts(out.Notes), maskTexts(out.Warnings)
 	addJSON := func(name string, doc []byte) {
 		if doc != nil {
 			out.Documents = append(out.Documents, restDocument{Name: name, ContentType: "application/json", Body: maskJSON(doc)})
@@ -101,6 +103,15 @@ func (s *Server) previewDevice(c *gin.Context) {
 			Size: im.Size, Created: im.Created}
 	}
 	httpserve.WriteJSON(c.Writer, http.StatusOK, out)
+}
+
+// maskTexts is texts masked, in a new slice.
+func maskTexts(texts []string) []string {
+	out := make([]string, len(texts))
+	for i, t := range texts {
+		out[i] = maskText(t)
+	}
+	return out
 }
 
 func nonNil(s []string) []string {
