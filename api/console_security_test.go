@@ -2,13 +2,17 @@ package api
 
 import (
 	"bufio"
+	"bytes"
+	"crypto/sha256"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/ztpd/ztpd/api/console"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/ztp/content"
 )
@@ -137,5 +141,123 @@ func TestPreviewMasksNotesAndWarnings(t *testing.T) {
 	}
 	if !strings.Contains(string(r.raw), "10.99.0.5/sonic.bin") {
 		t.Errorf("the preview lost the URL: %s", r.raw)
+	}
+}
+
+// Session attacks: a cookie value planted before sign-in is never the
+// session's (fixation), signing in again changes the value and ends the
+// old one, a GET cannot sign out, failed sign-ins add no sessions.
+func TestConsoleSessionAttacks(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	b := sessNewBrowser(t, e)
+	planted, _, err := newSessionValue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(e.ts.URL)
+	b.http.Jar.SetCookies(u, []*http.Cookie{{Name: sessionCookieName, Value: planted, Path: "/"}})
+	r := b.signIn(e.admin.APIKey, e.adminSec, "/")
+	if r.cookie == nil || r.cookie.Value == planted {
+		t.Fatalf("sign-in kept the planted cookie value: %+v", r.cookie)
+	}
+	if _, ok := parseSessionCookie(planted); !ok {
+		t.Fatal("planted value not well formed")
+	}
+	if _, _, ok := e.srv.sessionByID(sha256Of(planted), false); ok {
+		t.Fatal("the planted value is a session")
+	}
+	first := r.cookie.Value
+	r = b.signIn(e.admin.APIKey, e.adminSec, "/")
+	if r.cookie == nil || r.cookie.Value == first {
+		t.Fatalf("signing in again kept the value: %+v", r.cookie)
+	}
+	if _, _, ok := e.srv.sessionByID(sha256Of(first), false); ok {
+		t.Error("the replaced session still works")
+	}
+	if n := e.srv.sessions.len(); n != 1 {
+		t.Errorf("%d sessions after two sign-ins of one browser", n)
+	}
+	// A GET (an <img src="/ui/signout"> on another page) signs nobody out.
+	if r := b.do(http.MethodGet, ConsoleSignOutPath, nil); r.status != http.StatusMethodNotAllowed {
+		t.Errorf("GET sign-out: %d", r.status)
+	}
+	if r := b.do(http.MethodGet, "/api/v1/devices", nil); r.status != http.StatusOK {
+		t.Errorf("after GET sign-out the session is gone: %d", r.status)
+	}
+	// Failed sign-ins (a wrong secret, until rate limited) add no session.
+	for i := 0; i < 30; i++ {
+		sessNewBrowser(t, e).signIn(e.admin.APIKey, "wrong-secret", "/")
+	}
+	if n := e.srv.sessions.len(); n != 1 {
+		t.Errorf("%d sessions after failed sign-ins", n)
+	}
+}
+
+func sha256Of(v string) sessionID { return sha256.Sum256([]byte(v)) }
+
+// Upload attacks through a console session: a user session cannot upload
+// (and nothing is stored), an admin session without the CSRF token
+// cannot, and a name with a path is refused.
+func TestConsoleUploadAttacks(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	st := raStore(t, e)
+	body := []byte("installer bytes")
+	upload := func(b *sessBrowser, name string, csrf bool) sessResp {
+		q := url.Values{"name": {name}, "kind": {"file"}}
+		req, _ := http.NewRequest(http.MethodPost, e.ts.URL+"/api/v1/images?"+q.Encode(), bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/octet-stream")
+		if csrf {
+			req.Header.Set(csrfHeader, b.csrf)
+		}
+		return b.send(req)
+	}
+	user := sessNewBrowser(t, e)
+	user.mustSignIn(e, e.user.APIKey, e.userSec)
+	if r := upload(user, "evil.bin", true); r.status != http.StatusForbidden {
+		t.Errorf("user session upload: %d %s", r.status, r.body)
+	}
+	admin := sessNewBrowser(t, e)
+	admin.mustSignIn(e, e.admin.APIKey, e.adminSec)
+	if r := upload(admin, "evil.bin", false); r.status != http.StatusForbidden {
+		t.Errorf("admin session upload without CSRF token: %d %s", r.status, r.body)
+	}
+	for _, name := range []string{"../../etc/passwd", "a/b", "..", ".hidden", `a\b`} {
+		if r := upload(admin, name, true); r.status != http.StatusBadRequest {
+			t.Errorf("upload named %q: %d %s", name, r.status, r.body)
+		}
+	}
+	if l, _ := st.List(""); len(l) != 0 {
+		t.Errorf("stored: %+v", l)
+	}
+	if r := upload(admin, "ok.bin", true); r.status != http.StatusCreated {
+		t.Errorf("admin session upload: %d %s", r.status, r.body)
+	}
+}
+
+// app.js puts data in the page as text only: no HTML parsing sink, no
+// eval, no script URL built from data. A guard on the source (the
+// chromium tests cover the rendering).
+func TestConsoleScriptHasNoHTMLSinks(t *testing.T) {
+	a, ok := console.StaticAsset("app.js")
+	if !ok {
+		t.Fatal("no app.js")
+	}
+	src := string(a.Body)
+	for _, sink := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function",
+		"setTimeout('", `setTimeout("`, "srcdoc", "javascript:", "createContextualFragment", "DOMParser"} {
+		if strings.Contains(src, sink) {
+			t.Errorf("app.js uses %s", sink)
+		}
+	}
+	// Every href is a fixed local path plus encoded parts, or a blob: URL.
+	hrefs := regexp.MustCompile(`href(?::| =)\s*([^,})]+)`).FindAllStringSubmatch(src, -1)
+	if len(hrefs) < 4 {
+		t.Fatalf("found %d hrefs in app.js: the check no longer reads it", len(hrefs))
+	}
+	for _, m := range hrefs {
+		v := strings.TrimSpace(m[1])
+		if !strings.HasPrefix(v, "'/") && !strings.HasPrefix(v, "`/") && v != "url" && v != "href" {
+			t.Errorf("app.js sets href from %s", v)
+		}
 	}
 }
