@@ -35,6 +35,9 @@ func TestPreviewMaskingAttacks(t *testing.T) {
 		{"image: https://ops:url-secret-7@repo.example/sonic.bin\n", "url-secret-7"},
 		{"ssh_keys:\n  rsa_private: >-\n    folded-secret-8\n", "folded-secret-8"},
 		{"http://10.99.0.1/join?access_token=query-secret-9&x=1", "query-secret-9"},
+		{"runcmd:\n  - export AWS_SECRET_ACCESS_KEY=aws-secret-15\n", "aws-secret-15"},
+		{"runcmd:\n  - ENCRYPTION_KEY=enc-secret-16 /usr/bin/start\n", "enc-secret-16"},
+		{"vault login -method=userpass password_hash=hash-secret-17", "hash-secret-17"},
 	}
 	for _, tc := range texts {
 		if got := maskText(tc.doc); strings.Contains(got, tc.secret) {

@@ -165,9 +165,10 @@ var (
 	yamlBlock = regexp.MustCompile(`^[|>][-+0-9]*([ \t]+#.*)?$`)
 )
 
-// secretWord is a secret's name in free text, with any prefix
-// (hashed_passwd, K3S_TOKEN, access_token, --discovery-token).
-const secretWord = `[A-Za-z0-9_.-]*(?:password|passwd|passphrase|passkey|secret|token|certificate[-_]key|api[-_]?key|private[-_]?key|psk)`
+// secretWord is a secret's name in free text, with any prefix and suffix
+// (hashed_passwd, K3S_TOKEN, access_token, --discovery-token,
+// AWS_SECRET_ACCESS_KEY, password_hash, ENCRYPTION_KEY).
+const secretWord = `[A-Za-z0-9_.-]*(?:password|passwd|passphrase|passkey|secret|token|certificate[-_]key|api[-_]?key|private[-_]?key|psk|[-_]keys?\b)[A-Za-z0-9_.-]*`
 
 // maskText masks the secrets free text (user-data, URLs, JSON strings)
 // shows.
