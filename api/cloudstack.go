@@ -248,10 +248,27 @@ func (s *Server) authFailed(c *gin.Context, api, ip, apiKey, what string, err er
 	}
 	s.limiter.failed(ip, s.now())
 	authFailures.WithLabelValues(api, "failed").Inc()
-	if len(apiKey) > 64 {
-		apiKey = apiKey[:64] + "..."
+	s.log.Warn("API authentication failed", "api", api, "client", ip, "api_key", loggedKey(s.keys, apiKey), "op", what, "reason", err.Error())
+}
+
+// loggedKey is how a failed authentication's API key is logged: a known
+// key as it is, anything else cut to its first 6 characters. Keys and
+// secrets look alike (43 characters), and an operator who swaps the
+// console's two fields, or a client that sends its secret as its key,
+// must not leave the secret in the log.
+func loggedKey(keys *apikeys.Service, apiKey string) string {
+	if apiKey == "" {
+		return ""
 	}
-	s.log.Warn("API authentication failed", "api", api, "client", ip, "api_key", apiKey, "op", what, "reason", err.Error())
+	if keys != nil {
+		if _, err := keys.Lookup(apiKey); err == nil {
+			return apiKey
+		}
+	}
+	if len(apiKey) > 6 {
+		return apiKey[:6] + "... (unknown)"
+	}
+	return apiKey + " (unknown)"
 }
 
 // csWrite answers with a CloudStack error body and HTTP status = errorcode.

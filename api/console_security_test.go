@@ -264,3 +264,22 @@ func TestConsoleScriptHasNoHTMLSinks(t *testing.T) {
 		}
 	}
 }
+
+// An operator who swaps the two fields of the sign-in form (key and
+// secret look alike: 43 characters each) must not find the secret in the
+// log: a failed sign-in logs the API key only when it is a known key.
+func TestConsoleSignInSwappedFieldsNotLogged(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	r := sessNewBrowser(t, e).signIn(e.adminSec, e.admin.APIKey, "/")
+	if r.cookie != nil || !strings.HasPrefix(r.header.Get("Location"), "/?signin=failed") {
+		t.Fatalf("swapped fields signed in: %d %v", r.status, r.header)
+	}
+	if strings.Contains(e.logs.String(), e.adminSec) {
+		t.Fatalf("the secret typed in the API key field was logged:\n%s", e.logs.String())
+	}
+	// A known key with a wrong secret is still logged by its key.
+	sessNewBrowser(t, e).signIn(e.admin.APIKey, "wrong", "/")
+	if !strings.Contains(e.logs.String(), "api_key="+e.admin.APIKey) {
+		t.Errorf("a known key's failure is not logged with its key:\n%s", e.logs.String())
+	}
+}
