@@ -102,6 +102,7 @@ type wrkResult struct {
 	P99ms    float64
 	Timeouts int     // requests wrk gave up on (--timeout 30s)
 	Singlems float64 // one request alone, before wrk
+	Bytes    int     // that request's body
 }
 
 // Completed reports whether wrk saw any answer; when none came within the
@@ -214,9 +215,9 @@ func printSize(r sizeResult) {
 	for _, name := range apiNames {
 		a := r.API[name]
 		if a.Completed() {
-			fmt.Printf("; %s %.1f req/s p99 %.2f ms alone %.2f ms", name, a.RPS, a.P99ms, a.Singlems)
+			fmt.Printf("; %s %.1f req/s p99 %.2f ms alone %.2f ms %d B", name, a.RPS, a.P99ms, a.Singlems, a.Bytes)
 		} else {
-			fmt.Printf("; %s: no request completed under wrk, alone %.2f ms", name, a.Singlems)
+			fmt.Printf("; %s: no request completed under wrk, alone %.2f ms %d B", name, a.Singlems, a.Bytes)
 		}
 		if a.Timeouts > 0 {
 			fmt.Printf(" (%d timed out)", a.Timeouts)
@@ -641,7 +642,7 @@ func (b *bench) measureAPI(ctx context.Context, res *sizeResult) error {
 	// Each query is checked once first: signed right, and answering what
 	// is measured.
 	hc := b.apiClient()
-	alone := map[string]float64{}
+	alone, size := map[string]float64{}, map[string]int{}
 	for _, q := range queries {
 		t0 := time.Now()
 		req, _ := http.NewRequestWithContext(ctx, "GET", q.url, nil)
@@ -657,7 +658,7 @@ func (b *bench) measureAPI(ctx context.Context, res *sizeResult) error {
 		if resp.StatusCode != 200 || !strings.Contains(string(body), q.want) {
 			return fmt.Errorf("%s: HTTP %d, no %s in %.300s", q.name, resp.StatusCode, q.want, body)
 		}
-		alone[q.name] = ms(time.Since(t0))
+		alone[q.name], size[q.name] = ms(time.Since(t0)), len(body)
 	}
 	var err error
 	if res.Floor, err = b.wrk(ctx, b.app.Base+"/healthz", ""); err != nil {
@@ -669,7 +670,7 @@ func (b *bench) measureAPI(ctx context.Context, res *sizeResult) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", q.name, err)
 		}
-		r.Singlems = alone[q.name]
+		r.Singlems, r.Bytes = alone[q.name], size[q.name]
 		res.API[q.name] = r
 	}
 	return nil
