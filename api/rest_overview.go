@@ -41,7 +41,9 @@ func (s *Server) routeConsoleREST(e *gin.Engine, g *gin.RouterGroup) {
 	e.POST(RESTPath+"images", s.holdUploadBody, s.restAuth, admin, s.uploadImage)
 	g.DELETE("/images/:ref", admin, s.deleteImage)
 	g.GET("/settings/config", admin, s.settingsConfig)
-	g.GET("/warnings", s.listWarnings)
+	// Warnings name profiles, clusters and images of every account: the
+	// appliance's administrators' business.
+	g.GET("/warnings", admin, s.listWarnings)
 }
 
 // deviceCounts is the device summary of the overview (openapi.json
@@ -117,13 +119,17 @@ type restOverview struct {
 
 // overview is the console's first page in one answer. A user key sees
 // its account's clusters and their devices and events only (as
-// listDevices and listEvents); pools and warnings are the appliance's.
+// listDevices and listEvents) and no warnings (they name other accounts'
+// clusters); pools are the appliance's.
 func (s *Server) overview(c *gin.Context) {
 	own, ok := s.ownClusters(c)
 	if !ok {
 		return
 	}
-	out := restOverview{Pools: s.poolUse(), Clusters: []restClusterHealth{}, Events: []restEvent{}, Warnings: s.currentWarnings()}
+	out := restOverview{Pools: s.poolUse(), Clusters: []restClusterHealth{}, Events: []restEvent{}, Warnings: []string{}}
+	if own == nil { // an admin key
+		out.Warnings = s.currentWarnings()
+	}
 	var err error
 	if out.Devices, err = s.deviceCounts(own); err != nil {
 		s.restFail(c, err)

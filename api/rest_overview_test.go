@@ -91,6 +91,10 @@ func TestRESTOverview(t *testing.T) {
 	if len(ov.Clusters) != 1 || ov.Clusters[0].ID != mine.ID {
 		t.Errorf("user clusters: %+v", ov.Clusters)
 	}
+	// Warnings name every account's profiles, clusters and images.
+	if len(ov.Warnings) != 0 {
+		t.Errorf("user sees the appliance's warnings: %q", ov.Warnings)
+	}
 	if sum(ov.Onboarding.Joined) != 1 || ov.Onboarding.Joined[10] != 1 {
 		t.Errorf("user onboarding: %+v", ov.Onboarding)
 	}
@@ -133,11 +137,14 @@ func TestRESTPoolsWarningsAndConfig(t *testing.T) {
 	e.srv.console.warnings = func() []string { n++; return []string{fmt.Sprintf("warning %d", n)} }
 	for i := 1; i <= 2; i++ {
 		var w []string
-		r := u.do("GET", "/api/v1/warnings", nil)
+		r := a.do("GET", "/api/v1/warnings", nil)
 		r.decode(t, &w)
 		if len(w) != 1 || w[0] != fmt.Sprintf("warning %d", i) {
 			t.Errorf("warnings call %d: %s", i, r.raw)
 		}
+	}
+	if r := u.do("GET", "/api/v1/warnings", nil); r.status != 403 {
+		t.Errorf("user reads the warnings: %d %s", r.status, r.raw)
 	}
 	e.srv.console.config = func() any { return map[string]any{"data_dir": "/var/lib/ztpd", "api": map[string]any{"addr": ":8443"}} }
 	if r := u.do("GET", "/api/v1/settings/config", nil); r.status != 403 {
