@@ -83,6 +83,7 @@ type sizeResult struct {
 	StoreBytes       int64   // the store file after the storm
 	SeededBytes      int64   // the store file with -events
 	TotalS           float64
+	BackupErr        string
 	Events           int // device events in the store when the API was measured
 	StormEvents      int // device events the storm itself wrote
 	StopS, RestartS  float64
@@ -211,6 +212,9 @@ func printSize(r sizeResult) {
 		r.N, r.Failed, r.StormS, r.P50ms, r.P99ms, r.RSSMB, r.CPUS, 1000*r.cpuPerDevice(),
 		float64(r.StoreBytes)/(1<<20), r.bytesPerDevice(), float64(r.SeededBytes)/(1<<20), r.StormEvents, r.Events, r.StopS, r.RestartS, r.RestartRSSMB,
 		r.BackupS, float64(r.BackupBytes)/(1<<20), r.Issued, r.Restored, r.TotalS)
+	if r.BackupErr != "" {
+		fmt.Printf("  backup FAILED: %s\n", r.BackupErr)
+	}
 	fmt.Printf("  api devices=%d events=%d: healthz(floor, HTTP listener) %.0f req/s p99 %.2f ms", r.N, r.Events, r.Floor.RPS, r.Floor.P99ms)
 	for _, name := range apiNames {
 		a := r.API[name]
@@ -340,9 +344,12 @@ func runSize(o options, n int) (sizeResult, error) {
 	if err := b.measureAPI(ctx, &res); err != nil {
 		return res, err
 	}
-	res.BackupS, res.BackupBytes, err = b.backup(ctx)
+	// A failed backup is a finding of the run, not the end of it.
+	if res.BackupS, res.BackupBytes, err = b.backup(ctx); err != nil {
+		res.BackupErr = err.Error()
+	}
 	res.TotalS = time.Since(began).Seconds()
-	return res, err
+	return res, nil
 }
 
 func fileSize(path string) (int64, error) {
