@@ -135,6 +135,14 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	a := &App{Cfg: cfg, Log: log, Store: st, HTTPMux: http.NewServeMux(), AdminMux: http.NewServeMux()}
+	// A backup killed part way leaves its store snapshot; the store's lock,
+	// held now, says no other backup of this data directory runs.
+	if stale, _ := filepath.Glob(filepath.Join(cfg.DataDir, backupSnapshotPrefix+"*")); len(stale) > 0 {
+		for _, f := range stale {
+			os.Remove(f)
+		}
+		log.Info("removed what an interrupted backup left", "files", stale)
+	}
 	if err := a.build(); err != nil {
 		a.Close()
 		return nil, err

@@ -54,6 +54,10 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// backupSnapshotPrefix names the store snapshot a backup copies before it
+// writes the archive; one left by a killed backup is removed at start.
+const backupSnapshotPrefix = ".backup-store-"
+
 // WriteBackup writes a backup payload to w; start runs just before the
 // first byte. Everything reported before it was called is in. What the manifest says and the store file agree exactly
 // (one read transaction); blobs are opened inside it, so an image removed
@@ -101,15 +105,29 @@ func (a *App) WriteBackup(w io.Writer, withImages, withKey bool, start func()) e
 		}
 	}()
 	var tw *backup.TarWriter
-	err := a.Store.Snapshot(func(tx core.Tx, size int64, writeTo func(io.Writer) (int64, error)) error {
+	// The store's snapshot is copied once, hashed as it is copied, into a
+	// file beside the store, and the archive is written from that copy.
+	// Reading the live file twice (once to hash, once to send) gave
+	// different bytes whenever a concurrent write reused a free page inside
+	// the file: the snapshot's records were the same, its free pages not,
+	// and the backup failed with "changed while it was read".
+	snap, err := os.CreateTemp(a.Cfg.DataDir, backupSnapshotPrefix+"*")
+	if err != nil {
+		return fmt.Errorf("backup: a file for the store's snapshot: %w", err)
+	}
+	defer func() {
+		snap.Close()
+		os.Remove(snap.Name())
+	}()
+	err = a.Store.Snapshot(func(tx core.Tx, size int64, writeTo func(io.Writer) (int64, error)) error {
 		census, err := CensusOf(tx)
 		if err != nil {
 			return err
 		}
 		m.Store.SealedRecords, m.Store.Sealed = census.Total(), census.String()
 		h := sha256.New()
-		if _, err := writeTo(h); err != nil {
-			return err
+		if _, err := writeTo(io.MultiWriter(snap, h)); err != nil {
+			return fmt.Errorf("backup: copying the store's snapshot to %s: %w", snap.Name(), err)
 		}
 		m.Members = append(m.Members, backup.Member{Path: backup.StorePath, Size: size, SHA256: hex.EncodeToString(h.Sum(nil))})
 		err = tx.Images().List("", func(im core.Image) (bool, error) {
@@ -138,16 +156,21 @@ func (a *App) WriteBackup(w io.Writer, withImages, withKey bool, start func()) e
 				m.Members = append(m.Members, keyMember(backup.RetiredKeyPath(fp), keys[i+1]))
 			}
 		}
-		if start != nil {
-			start()
-		}
-		if tw, err = backup.NewTarWriter(w, m); err != nil {
-			return err
-		}
-		// The same transaction writes the same bytes it hashed.
-		return tw.AddFrom(backup.StorePath, func(w io.Writer) error { _, err := writeTo(w); return err })
+		return nil
 	})
 	if err != nil {
+		return err
+	}
+	if start != nil {
+		start()
+	}
+	if tw, err = backup.NewTarWriter(w, m); err != nil {
+		return err
+	}
+	if _, err := snap.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	if err := tw.Add(backup.StorePath, snap); err != nil {
 		return err
 	}
 	// Blobs and keys after the transaction: a long read transaction would
