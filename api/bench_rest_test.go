@@ -91,6 +91,23 @@ func BenchmarkRESTDevicesRender(b *testing.B) {
 	}
 }
 
+// BenchmarkRESTEventsByDevice: one device's events (`ztpd events
+// --device`) over the log of BenchmarkRESTEventsTail: read through the
+// device index, not by a scan of the log (issue 19).
+func BenchmarkRESTEventsByDevice(b *testing.B) {
+	e := benchEnv(b)
+	benchEvents(b, e, 200000)
+	benchREST(b, e, "/api/v1/events", url.Values{"device": {"02:5e:00:00:12:34"}, "limit": {"100"}}, e.admin.APIKey, e.adminSec)
+}
+
+// BenchmarkRESTEventsByDeviceTail: a device's timeline (`ztpd device
+// show`: its newest events) over the same log.
+func BenchmarkRESTEventsByDeviceTail(b *testing.B) {
+	e := benchEnv(b)
+	benchEvents(b, e, 200000)
+	benchREST(b, e, "/api/v1/events", url.Values{"device": {"02:5e:00:00:12:34"}, "tail": {"20"}}, e.admin.APIKey, e.adminSec)
+}
+
 // BenchmarkRESTEventsTail: `ztpd events` (the newest 50 of both streams)
 // over a full log of 200,000 device events and 20,000 audit events.
 func BenchmarkRESTEventsTail(b *testing.B) {

@@ -101,15 +101,88 @@ func (s *Server) listEvents(c *gin.Context) {
 	}
 	// Events change all the time: not worth keeping in the response cache.
 	if tail > 0 {
-		s.writeAppended(c, func(buf []byte) ([]byte, error) { return s.appendEventsTail(buf, streams, tail, after, keep) })
+		s.writeAppended(c, func(buf []byte) ([]byte, error) {
+			return s.appendEventsTail(buf, streams, device, tail, after, keep)
+		})
 		return
 	}
-	s.writeAppended(c, func(buf []byte) ([]byte, error) { return s.appendEventsPage(buf, streams, limit, after, keep) })
+	s.writeAppended(c, func(buf []byte) ([]byte, error) {
+		return s.appendEventsPage(buf, streams, device, limit, after, keep)
+	})
+}
+
+// Query plan of ?device= (issue 19). Without it a listing reads the
+// stream's log from its cursor (or, for tail, from its newest end) and
+// keep filters; with it, listStream and listStreamBackward walk the device
+// index instead (kv: one key range per stream and device, in sequence
+// order) and read only that device's events: O(the device's events), not
+// O(the log), which was 4 s a request at 1,000,000 events. keep still
+// filters each of them (type, cluster, from, a user key's clusters).
+//
+// The answers stay those of the whole-log scan: besides the device's
+// events, that scan visits other devices' events, which keep rejects but
+// which move last_seq and, on a full page, make next_cursor. Of those only
+// the stream's newest matters (the scan ends there), so the index listings
+// visit it too, where the scan would have reached it: after the device's
+// events forward, before them backward. keep must therefore reject events
+// of other devices, which it does whenever device is set.
+
+// listStream visits st's events after sequence number after in order:
+// all of them, or with device set the device's and then the stream's
+// newest (see the query plan above).
+func listStream(tx core.Tx, st core.EventStream, device string, after uint64, fn core.Visit[core.Event]) error {
+	if device == "" {
+		return tx.Events().List(st, after, fn)
+	}
+	visited, stopped := after, false
+	err := tx.Events().ListDevice(st, device, after, func(e core.Event) (bool, error) {
+		visited = e.Seq
+		ok, err := fn(e)
+		stopped = !ok || err != nil
+		return ok, err
+	})
+	if err != nil || stopped {
+		return err
+	}
+	newest, ok, err := newestEvent(tx, st)
+	if err != nil || !ok || newest.Seq <= visited || newest.Device == device {
+		return err
+	}
+	_, err = fn(newest)
+	return err
+}
+
+// listStreamBackward visits st's events newest first: all of them, or
+// with device set the stream's newest and then the device's.
+func listStreamBackward(tx core.Tx, st core.EventStream, device string, fn core.Visit[core.Event]) error {
+	if device == "" {
+		return tx.Events().ListBackward(st, 0, fn)
+	}
+	newest, ok, err := newestEvent(tx, st)
+	if err != nil {
+		return err
+	}
+	if ok && newest.Device != device {
+		if ok, err := fn(newest); !ok || err != nil {
+			return err
+		}
+	}
+	return tx.Events().ListDeviceBackward(st, device, 0, fn)
+}
+
+// newestEvent is st's newest event; ok is false when st is empty.
+func newestEvent(tx core.Tx, st core.EventStream) (newest core.Event, ok bool, err error) {
+	err = tx.Events().ListBackward(st, 0, func(e core.Event) (bool, error) {
+		newest, ok = e, true
+		return false, nil
+	})
+	return newest, ok, err
 }
 
 // appendEventsTail appends the newest n events after sequence number after
 // that keep accepts, oldest first, and last_seq.
-func (s *Server) appendEventsTail(buf []byte, streams []core.EventStream, n int, after uint64, keep func(core.Event) bool) ([]byte, error) {
+func (s *Server) appendEventsTail(buf []byte, streams []core.EventStream, device string, n int, after uint64,
+	keep func(core.Event) bool) ([]byte, error) {
 	err := s.st.View(func(tx core.Tx) error {
 		scanned := after
 		var newest []core.Event
@@ -117,7 +190,7 @@ func (s *Server) appendEventsTail(buf []byte, streams []core.EventStream, n int,
 			// Newest first, so only as much of the log is read as the
 			// answer needs (a device's recent events, not all 200,000).
 			kept := 0
-			err := tx.Events().ListBackward(st, 0, func(e core.Event) (bool, error) {
+			err := listStreamBackward(tx, st, device, func(e core.Event) (bool, error) {
 				if e.Seq <= after {
 					return false, nil
 				}
@@ -161,7 +234,8 @@ func appendLastSeq(buf []byte, seq uint64) []byte {
 // after. From one stream it is an ordinary listing; from several, whose
 // sequence numbers share one order, each contributes up to limit+1 kept
 // events and the page is their merge in sequence order.
-func (s *Server) appendEventsPage(buf []byte, streams []core.EventStream, limit int, after uint64, keep func(core.Event) bool) ([]byte, error) {
+func (s *Server) appendEventsPage(buf []byte, streams []core.EventStream, device string, limit int, after uint64,
+	keep func(core.Event) bool) ([]byte, error) {
 	err := s.st.View(func(tx core.Tx) error {
 		// scanned: the newest event considered; a page that ends the
 		// listing carries it as last_seq.
@@ -170,7 +244,7 @@ func (s *Server) appendEventsPage(buf []byte, streams []core.EventStream, limit 
 			more := false
 			list := func(pos string, fn core.Visit[core.Event]) error {
 				after, _ := parseEventPos(pos)
-				return tx.Events().List(streams[0], after, func(e core.Event) (bool, error) {
+				return listStream(tx, streams[0], device, after, func(e core.Event) (bool, error) {
 					ok, err := fn(e)
 					if ok && err == nil {
 						scanned = max(scanned, e.Seq)
@@ -191,7 +265,7 @@ func (s *Server) appendEventsPage(buf []byte, streams []core.EventStream, limit 
 		lists := make([][]core.Event, len(streams))
 		for i, st := range streams {
 			lists[i] = make([]core.Event, 0, limit+1)
-			err := tx.Events().List(st, after, func(e core.Event) (bool, error) {
+			err := listStream(tx, st, device, after, func(e core.Event) (bool, error) {
 				scanned = max(scanned, e.Seq)
 				if keep != nil && !keep(e) {
 					return true, nil

@@ -258,7 +258,7 @@ func TestMergedEventsPage(t *testing.T) {
 	for _, keep := range []func(core.Event) bool{nil, audit, even, func(core.Event) bool { return false }} {
 		for _, limit := range []int{1, 2, 5, 59, 60, 61, 100} {
 			for _, after := range []uint64{0, 1, 30, 59, 60} {
-				got, err := s.appendEventsPage(nil, both, limit, after, keep)
+				got, err := s.appendEventsPage(nil, both, "", limit, after, keep)
 				if w := want(limit, after, keep); err != nil || !bytes.Equal(got, w) {
 					t.Fatalf("limit %d after %d: %v\ngot  %s\nwant %s", limit, after, err, got, w)
 				}

@@ -190,6 +190,13 @@ type Events interface {
 	// before (all when before is 0), newest first: the newest n without
 	// reading the whole log.
 	ListBackward(stream EventStream, before uint64, fn Visit[Event]) error
+	// ListDevice visits stream's events naming device (Event.Device) with
+	// sequence numbers above after, in order, through an index: it reads
+	// that device's events only, not the log.
+	ListDevice(stream EventStream, device string, after uint64, fn Visit[Event]) error
+	// ListDeviceBackward is ListDevice newest first, below before (all
+	// when before is 0).
+	ListDeviceBackward(stream EventStream, device string, before uint64, fn Visit[Event]) error
 	Count(stream EventStream) (int, error)
 	// Prune deletes the oldest events of stream so that at most keep
 	// remain, in bounded steps: more reports that some are left to prune.

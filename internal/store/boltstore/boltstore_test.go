@@ -452,6 +452,118 @@ func TestAuditEventsMoveToTheirBucket(t *testing.T) {
 	}
 }
 
+// deviceIndex is every device event index key in the store.
+func deviceIndex(t *testing.T, s *Store) (keys []string) {
+	t.Helper()
+	err := s.db.View(func(btx *bolt.Tx) error {
+		return btx.Bucket([]byte(kv.BucketIndex)).ForEach(func(k, _ []byte) error {
+			if strings.HasPrefix(string(k), "device-event/") {
+				keys = append(keys, string(k))
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// TestPruneRemovesDeviceIndexEntries: pruned events leave no index entry
+// behind (the index would otherwise grow without bound).
+func TestPruneRemovesDeviceIndexEntries(t *testing.T) {
+	s, _ := openTemp(t)
+	err := s.Update(func(tx core.Tx) error {
+		for i := range 10 {
+			if _, err := tx.Events().Append(core.Event{Type: "dhcp.ack", Device: fmt.Sprintf("aa:%02d", i%3)}); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Events().Append(core.Event{Type: "device.approved", Device: "aa:00"})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(deviceIndex(t, s)); n != 11 {
+		t.Fatalf("%d index entries for 11 events", n)
+	}
+	err = s.Update(func(tx core.Tx) error {
+		_, _, err := tx.Events().Prune(core.DeviceEvents, 4)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(deviceIndex(t, s), ",")
+	// Events 7..10 remain (devices aa:00, aa:01, aa:02, aa:00) and the audit one.
+	if want := "device-event/audit/aa:00/00000000000000000011,device-event/events/aa:00/00000000000000000007," +
+		"device-event/events/aa:00/00000000000000000010,device-event/events/aa:01/00000000000000000008," +
+		"device-event/events/aa:02/00000000000000000009"; got != want {
+		t.Fatalf("index after prune: %s", got)
+	}
+}
+
+// TestDeviceEventIndexIsBuiltAtOpen: a store of schema 2 (events, no
+// device index) gets the index when it is opened, and opening it again
+// (the migration run twice) changes nothing.
+func TestDeviceEventIndexIsBuiltAtOpen(t *testing.T) {
+	s, dir := openTemp(t)
+	err := s.Update(func(tx core.Tx) error {
+		for _, e := range []core.Event{{Type: "dhcp.ack", Device: "aa:01"}, {Type: "dhcp.ack", Device: "aa:02"},
+			{Type: "device.approved", Device: "aa:01"}, {Type: "dhcp.ack"}, {Type: "ztp.served", Device: "aa:01"}} {
+			if _, err := tx.Events().Append(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Join(deviceIndex(t, s), ",")
+	keys := deviceIndex(t, s)
+	err = s.db.Update(func(btx *bolt.Tx) error {
+		for _, k := range keys {
+			if err := btx.Bucket([]byte(kv.BucketIndex)).Delete([]byte(k)); err != nil {
+				return err
+			}
+		}
+		return btx.Bucket([]byte(kv.BucketMeta)).Put([]byte(schemaKey), []byte("2"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(deviceIndex(t, s)); n != 0 {
+		t.Fatalf("%d index entries left", n)
+	}
+	for range 2 {
+		s.Close()
+		if s, err = Open(dir, Options{}); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(deviceIndex(t, s), ","); got != want {
+			t.Fatalf("index after open:\n%s\nwant\n%s", got, want)
+		}
+		var seqs []uint64
+		s.View(func(tx core.Tx) error {
+			return tx.Events().ListDeviceBackward(core.DeviceEvents, "aa:01", 0, func(e core.Event) (bool, error) {
+				seqs = append(seqs, e.Seq)
+				return true, nil
+			})
+		})
+		if fmt.Sprint(seqs) != "[5 1]" {
+			t.Fatalf("aa:01 newest first: %v", seqs)
+		}
+		if v, _ := s.Schema(); v != SchemaVersion {
+			t.Fatalf("schema %d", v)
+		}
+		// Run the migration once more over the migrated store: idempotent.
+		s.db.Update(func(btx *bolt.Tx) error { return btx.Bucket([]byte(kv.BucketMeta)).Put([]byte(schemaKey), []byte("2")) })
+	}
+	s.Close()
+}
+
 // The repository contract every store must keep (storetest.Conformance)
 // lives in storetest, which imports this package; conformance_test.go in
 // package boltstore_test runs it.

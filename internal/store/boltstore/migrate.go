@@ -62,6 +62,10 @@ var migrations = []func(*bolt.Tx) error{
 		}
 		return nil
 	},
+	// 2 -> 3: events are indexed by the device they name (issue 19). The
+	// whole migration is one transaction (migrate), and it only adds
+	// entries, so a crash leaves schema 2 and running it again is safe.
+	func(btx *bolt.Tx) error { return kv.IndexDeviceEvents(rawTx{btx}) },
 }
 
 func (s *Store) migrate() error {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,6 +39,18 @@ func eventKey(seq uint64) string {
 		seq /= 10
 	}
 	return string(b[:])
+}
+
+// deviceEventKey indexes an event of stream s by the device it names
+// (Event.Device): one device's events are a contiguous key range in
+// sequence order, so its newest events are read without the rest of the
+// log (issue 19). The value is the event's key.
+func deviceEventKey(s core.EventStream, device string, seq uint64) string {
+	return deviceEventPrefix(s, device) + eventKey(seq)
+}
+
+func deviceEventPrefix(s core.EventStream, device string) string {
+	return "device-event/" + string(streamBucket(s)) + "/" + device + "/"
 }
 
 // --- devices ---
@@ -445,8 +458,68 @@ func (r events) Append(e core.Event) (uint64, error) {
 	if e.Time.IsZero() {
 		e.Time = time.Now().UTC()
 	}
+	s := core.StreamOf(e.Type)
+	if e.Device != "" {
+		if err := r.t.indexPut(core.AggEvents, deviceEventKey(s, e.Device, seq), eventKey(seq)); err != nil {
+			return 0, err
+		}
+	}
 	r.t.buf = appendEvent(r.t.buf[:0], &e)
-	return seq, r.t.putRaw(core.AggEvents, streamBucket(core.StreamOf(e.Type)), eventKey(seq), r.t.buf)
+	return seq, r.t.putRaw(core.AggEvents, streamBucket(s), eventKey(seq), r.t.buf)
+}
+
+// ListDevice and ListDeviceBackward walk the device's index range and read
+// each event it names. An index key whose rest is not a sequence belongs
+// to a device whose ID merely starts with this one and a "/" (never a
+// MAC): it is skipped. An entry whose event is gone (not expected: Prune
+// removes both) is skipped too.
+func (r events) ListDevice(s core.EventStream, device string, after uint64, fn core.Visit[core.Event]) error {
+	prefix := deviceEventPrefix(s, device)
+	from := prefix
+	if after > 0 {
+		from = prefix + eventKey(after)
+	}
+	return r.visitDevice(s, prefix, fn, func(visit func(string, []byte) (bool, error)) error {
+		return r.t.raw.Scan(BucketIndex, from, visit)
+	})
+}
+
+func (r events) ListDeviceBackward(s core.EventStream, device string, before uint64, fn core.Visit[core.Event]) error {
+	prefix := deviceEventPrefix(s, device)
+	to := prefix + ":" // ':' sorts right after the digits: past every sequence
+	if before > 0 {
+		to = prefix + eventKey(before)
+	}
+	return r.visitDevice(s, prefix, fn, func(visit func(string, []byte) (bool, error)) error {
+		return r.t.raw.ScanReverse(BucketIndex, to, visit)
+	})
+}
+
+func (r events) visitDevice(s core.EventStream, prefix string, fn core.Visit[core.Event],
+	scan func(func(string, []byte) (bool, error)) error) error {
+	b := streamBucket(s)
+	c := &r.t.c.events
+	var bad corrupt
+	err := scan(func(k string, _ []byte) (bool, error) {
+		if !strings.HasPrefix(k, prefix) {
+			return false, nil // past the device's range
+		}
+		key := k[len(prefix):]
+		if len(key) != len(eventKey(0)) || strings.Contains(key, "/") {
+			return true, nil
+		}
+		raw, err := r.t.raw.Get(b, key)
+		if err != nil || raw == nil {
+			return err == nil, err
+		}
+		e, err := c.decode(b, key, raw)
+		if err != nil {
+			bad.add(key, err)
+			return true, nil
+		}
+		return fn(freshEvent(e))
+	})
+	return bad.result(b, err)
 }
 
 func (r events) List(s core.EventStream, after uint64, fn core.Visit[core.Event]) error {
@@ -481,9 +554,12 @@ func (r events) Prune(s core.EventStream, keep int) (n int, more bool, err error
 		return 0, false, err
 	}
 	excess := total - keep
-	var doomed []string
-	err = r.t.raw.Scan(b, "", func(k string, _ []byte) (bool, error) {
+	var doomed, indexed []string
+	err = r.t.raw.Scan(b, "", func(k string, raw []byte) (bool, error) {
 		doomed = append(doomed, k)
+		if ik := deviceEventIndexOf(s, k, raw); ik != "" {
+			indexed = append(indexed, ik)
+		}
 		return len(doomed) < min(excess, maxPrune), nil
 	})
 	if err != nil {
@@ -494,7 +570,51 @@ func (r events) Prune(s core.EventStream, keep int) (n int, more bool, err error
 			return 0, false, err
 		}
 	}
+	for _, k := range indexed {
+		if err := r.t.indexDel(core.AggEvents, k); err != nil {
+			return 0, false, err
+		}
+	}
 	return len(doomed), excess > len(doomed), nil
+}
+
+// deviceEventIndexOf is the device index key of the event of stream s
+// stored at key as raw, or "" when it names no device (or cannot be
+// decoded: an index entry left behind is skipped by the listings).
+func deviceEventIndexOf(s core.EventStream, key string, raw []byte) string {
+	var e struct {
+		Device string `json:"device"`
+	}
+	if json.Unmarshal(raw, &e) != nil || e.Device == "" {
+		return ""
+	}
+	return deviceEventPrefix(s, e.Device) + key
+}
+
+// IndexDeviceEvents adds the device index entry of every stored event
+// that lacks one (schema migration to the device event index). It only
+// puts, so running it again, or after a crash, gives the same index.
+func IndexDeviceEvents(raw Raw) error {
+	for _, s := range []core.EventStream{core.DeviceEvents, core.AuditEvents} {
+		var keys []string
+		err := raw.Scan(streamBucket(s), "", func(k string, v []byte) (bool, error) {
+			if ik := deviceEventIndexOf(s, k, v); ik != "" {
+				keys = append(keys, ik)
+			}
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		slices.Sort(keys) // in key order: the engine's writes stay sequential
+		for _, ik := range keys {
+			value, _ := json.Marshal(ik[strings.LastIndexByte(ik, '/')+1:])
+			if err := raw.Put(BucketIndex, ik, value); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // --- images ---

@@ -28,6 +28,7 @@ func Conformance(t *testing.T, open func(t *testing.T) core.Store) {
 		{"Tokens", tokensContract},
 		{"Secrets", secretsContract},
 		{"Events", eventsContract},
+		{"DeviceEvents", deviceEventsContract},
 		{"Images", imagesContract},
 		{"APIKeys", apiKeysContract},
 		{"Jobs", jobsContract},
@@ -432,6 +433,94 @@ func eventsContract(t *testing.T, st core.Store) {
 		n, err := tx.Events().Count(core.AuditEvents)
 		must(t, err)
 		wantEqual(t, "audit stream untouched by a device prune", n, 2)
+		return nil
+	})
+}
+
+// deviceEventsContract: a device's events, listed through the device
+// index, are exactly the events naming it, in either direction, from
+// either cursor; pruned events leave the listings.
+func deviceEventsContract(t *testing.T, st core.Store) {
+	type ev struct{ typ, device string }
+	var seqs []uint64
+	Update(t, st, func(tx core.Tx) error {
+		// "aa:01/x" starts with "aa:01" and a "/": it must never show up
+		// as aa:01's.
+		for _, e := range []ev{{"dhcp.ack", "aa:01"}, {"dhcp.ack", "aa:02"}, {"ztp.served", "aa:01"}, {"dhcp.ack", ""},
+			{"device.approved", "aa:01"}, {"ztp.served", "aa:01/x"}, {"ztp.served", "aa:0"}, {"dhcp.release", "aa:01"}} {
+			seq, err := tx.Events().Append(core.Event{Time: t0, Type: e.typ, Device: e.device})
+			must(t, err)
+			seqs = append(seqs, seq)
+		}
+		return nil
+	})
+	type listing func(tx core.Tx) []string
+	fwd := func(s core.EventStream, device string, after uint64, max int) listing {
+		return func(tx core.Tx) (out []string) {
+			must(t, tx.Events().ListDevice(s, device, after, func(e core.Event) (bool, error) {
+				if e.Device != device {
+					t.Errorf("ListDevice(%q) visited an event of %q", device, e.Device)
+				}
+				out = append(out, fmt.Sprint(e.Seq, " ", e.Type))
+				return len(out) < max, nil
+			}))
+			return out
+		}
+	}
+	back := func(s core.EventStream, device string, before uint64, max int) listing {
+		return func(tx core.Tx) (out []string) {
+			must(t, tx.Events().ListDeviceBackward(s, device, before, func(e core.Event) (bool, error) {
+				if e.Device != device {
+					t.Errorf("ListDeviceBackward(%q) visited an event of %q", device, e.Device)
+				}
+				out = append(out, fmt.Sprint(e.Seq, " ", e.Type))
+				return len(out) < max, nil
+			}))
+			return out
+		}
+	}
+	at := func(i int, typ string) string { return fmt.Sprint(seqs[i], " ", typ) }
+	View(t, st, func(tx core.Tx) error {
+		wantEqual(t, "aa:01 device stream", fwd(core.DeviceEvents, "aa:01", 0, 100)(tx),
+			[]string{at(0, "dhcp.ack"), at(2, "ztp.served"), at(7, "dhcp.release")})
+		wantEqual(t, "aa:01 audit stream", fwd(core.AuditEvents, "aa:01", 0, 100)(tx), []string{at(4, "device.approved")})
+		wantEqual(t, "aa:01 after a cursor", fwd(core.DeviceEvents, "aa:01", seqs[2], 100)(tx), []string{at(7, "dhcp.release")})
+		wantEqual(t, "aa:01 after another device's sequence", fwd(core.DeviceEvents, "aa:01", seqs[1], 100)(tx),
+			[]string{at(2, "ztp.served"), at(7, "dhcp.release")})
+		wantEqual(t, "aa:01 stopped after one", fwd(core.DeviceEvents, "aa:01", 0, 1)(tx), []string{at(0, "dhcp.ack")})
+		wantEqual(t, "aa:01 after the last", fwd(core.DeviceEvents, "aa:01", seqs[7], 100)(tx), []string(nil))
+		wantEqual(t, "aa:01 newest first", back(core.DeviceEvents, "aa:01", 0, 100)(tx),
+			[]string{at(7, "dhcp.release"), at(2, "ztp.served"), at(0, "dhcp.ack")})
+		wantEqual(t, "aa:01 newest first below a cursor", back(core.DeviceEvents, "aa:01", seqs[7], 100)(tx),
+			[]string{at(2, "ztp.served"), at(0, "dhcp.ack")})
+		wantEqual(t, "aa:01 newest first, stopped after two", back(core.DeviceEvents, "aa:01", 0, 2)(tx),
+			[]string{at(7, "dhcp.release"), at(2, "ztp.served")})
+		wantEqual(t, "aa:01 newest first below the first", back(core.DeviceEvents, "aa:01", seqs[0], 100)(tx), []string(nil))
+		wantEqual(t, "aa:01/x", fwd(core.DeviceEvents, "aa:01/x", 0, 100)(tx), []string{at(5, "ztp.served")})
+		wantEqual(t, "aa:0 (a prefix of aa:01)", back(core.DeviceEvents, "aa:0", 0, 100)(tx), []string{at(6, "ztp.served")})
+		wantEqual(t, "unknown device", fwd(core.DeviceEvents, "aa:03", 0, 100)(tx), []string(nil))
+		wantEqual(t, "unknown device newest first", back(core.AuditEvents, "aa:03", 0, 100)(tx), []string(nil))
+		return nil
+	})
+	Update(t, st, func(tx core.Tx) error {
+		n, more, err := tx.Events().Prune(core.DeviceEvents, 2)
+		must(t, err)
+		wantEqual(t, "pruned", fmt.Sprint(n, more), "5 false")
+		return nil
+	})
+	View(t, st, func(tx core.Tx) error {
+		wantEqual(t, "aa:01 after prune", fwd(core.DeviceEvents, "aa:01", 0, 100)(tx), []string{at(7, "dhcp.release")})
+		wantEqual(t, "aa:01 newest first after prune", back(core.DeviceEvents, "aa:01", 0, 100)(tx), []string{at(7, "dhcp.release")})
+		wantEqual(t, "aa:02 after prune", fwd(core.DeviceEvents, "aa:02", 0, 100)(tx), []string(nil))
+		wantEqual(t, "aa:01 audit untouched by a device prune", back(core.AuditEvents, "aa:01", 0, 100)(tx), []string{at(4, "device.approved")})
+		return nil
+	})
+	Update(t, st, func(tx core.Tx) error {
+		_, err := tx.Events().Append(core.Event{Time: t0, Type: "dhcp.ack", Device: "aa:02"})
+		return err
+	})
+	View(t, st, func(tx core.Tx) error {
+		wantEqual(t, "aa:02 appended after prune", len(fwd(core.DeviceEvents, "aa:02", 0, 100)(tx)), 1)
 		return nil
 	})
 }
