@@ -23,7 +23,6 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -175,7 +174,7 @@ func run(o options) error {
 	if err := json.Unmarshal(raw, &res); err != nil {
 		return err
 	}
-	joined, err := countIssued(ctx, app)
+	joined, err := app.CountDevices(ctx, "join-issued")
 	if err != nil {
 		return err
 	}
@@ -260,31 +259,6 @@ joiner:
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// countIssued pages through the REST devices list for the switches whose
-// join bundle was issued (join-issued: the cluster has no Nodes to make
-// them joined).
-func countIssued(ctx context.Context, app *lab.Appliance) (int, error) {
-	joined, cursor := 0, ""
-	for {
-		q := url.Values{"limit": {"1000"}, "state": {"join-issued"}}
-		if cursor != "" {
-			q.Set("cursor", cursor)
-		}
-		var page struct {
-			Items      []json.RawMessage `json:"items"`
-			NextCursor string            `json:"next_cursor"`
-		}
-		if err := app.REST(ctx, "/api/v1/devices", q, &page); err != nil {
-			return 0, err
-		}
-		joined += len(page.Items)
-		if page.NextCursor == "" {
-			return joined, nil
-		}
-		cursor = page.NextCursor
-	}
-}
 
 func saveProfile(c *http.Client, path string) error {
 	c.Timeout = time.Minute

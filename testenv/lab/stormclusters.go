@@ -58,3 +58,31 @@ func (a *Appliance) CreateStormClusters(ctx context.Context, n, size int) error 
 	}
 	return nil
 }
+
+// CountDevices pages through the REST devices list and counts the devices
+// in state ("" for all); the boot storms count the switches whose join
+// bundle was issued ("join-issued": their clusters have no Nodes).
+func (a *Appliance) CountDevices(ctx context.Context, state string) (int, error) {
+	n, cursor := 0, ""
+	for {
+		q := url.Values{"limit": {"1000"}}
+		if state != "" {
+			q.Set("state", state)
+		}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		var page struct {
+			Items      []json.RawMessage `json:"items"`
+			NextCursor string            `json:"next_cursor"`
+		}
+		if err := a.REST(ctx, "/api/v1/devices", q, &page); err != nil {
+			return 0, err
+		}
+		n += len(page.Items)
+		if page.NextCursor == "" {
+			return n, nil
+		}
+		cursor = page.NextCursor
+	}
+}

@@ -299,7 +299,7 @@ func runSize(o options, n int) (sizeResult, error) {
 	}
 	res.Failed, res.StormS = storm.Failed, storm.Elapsed.Seconds()
 	res.P50ms, res.P99ms = ms(storm.P50), ms(storm.P99)
-	if res.Issued, err = countIssued(ctx, b.app); err != nil {
+	if res.Issued, err = b.app.CountDevices(ctx, "join-issued"); err != nil {
 		return res, err
 	}
 	if storm.Failed > 0 || res.Issued != n {
@@ -334,7 +334,7 @@ func runSize(o options, n int) (sizeResult, error) {
 	if err := b.app.UseAdminKey(ctx); err != nil {
 		return res, err
 	}
-	if res.Restored, err = countIssued(ctx, b.app); err != nil {
+	if res.Restored, err = b.app.CountDevices(ctx, "join-issued"); err != nil {
 		return res, err
 	}
 	if res.Restored != n {
@@ -759,30 +759,6 @@ func (b *bench) backup(ctx context.Context) (float64, int64, error) {
 		return 0, 0, err
 	}
 	return secs, st.Size(), nil
-}
-
-// countIssued pages through the REST devices list for the switches whose
-// join bundle was issued (join-issued: the clusters have no Nodes).
-func countIssued(ctx context.Context, app *lab.Appliance) (int, error) {
-	n, cursor := 0, ""
-	for {
-		q := url.Values{"limit": {"1000"}, "state": {"join-issued"}}
-		if cursor != "" {
-			q.Set("cursor", cursor)
-		}
-		var page struct {
-			Items      []json.RawMessage `json:"items"`
-			NextCursor string            `json:"next_cursor"`
-		}
-		if err := app.REST(ctx, "/api/v1/devices", q, &page); err != nil {
-			return 0, err
-		}
-		n += len(page.Items)
-		if page.NextCursor == "" {
-			return n, nil
-		}
-		cursor = page.NextCursor
-	}
 }
 
 // cpuSeconds is utime+stime of pid (fields 14 and 15 of /proc/<pid>/stat,

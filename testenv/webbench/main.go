@@ -184,7 +184,7 @@ func run(o options) error {
 		if err != nil {
 			return err
 		}
-		stored, err := countDevices(ctx, app)
+		stored, err := app.CountDevices(ctx, "")
 		if err != nil {
 			return err
 		}
@@ -295,7 +295,7 @@ func run(o options) error {
 	fmt.Printf("tab memory during the storm: JS heap peak %.1f MB, renderer RSS peak %.1f MB\n", mb(peak.JSHeapUsed), mb(peak.RendererRSS))
 
 	// First page with every device stored: fresh loads, median.
-	stored, err := countDevices(ctx, app)
+	stored, err := app.CountDevices(ctx, "")
 	if err != nil {
 		return err
 	}
@@ -409,27 +409,4 @@ profiles: [%s]
 joiner:
   auto_approve: [{subnets: [10.99.0.0/16], roles: [control-plane, worker]}]
 `, filepath.Join(o.work, "data"), poolFirst, poolLast, filepath.Join(o.work, "profiles"))
-}
-
-// countDevices pages through the REST devices list.
-func countDevices(ctx context.Context, app *lab.Appliance) (int, error) {
-	n, cursor := 0, ""
-	for {
-		q := url.Values{"limit": {"1000"}}
-		if cursor != "" {
-			q.Set("cursor", cursor)
-		}
-		var page struct {
-			Items      []json.RawMessage `json:"items"`
-			NextCursor string            `json:"next_cursor"`
-		}
-		if err := app.REST(ctx, "/api/v1/devices", q, &page); err != nil {
-			return 0, err
-		}
-		n += len(page.Items)
-		if page.NextCursor == "" {
-			return n, nil
-		}
-		cursor = page.NextCursor
-	}
 }
