@@ -270,12 +270,11 @@ func TestLoudDestructiveCommandsNeedYes(t *testing.T) {
 
 	// On a terminal: "n" keeps the cluster, "y" goes ahead. script(1) gives
 	// the command a pseudo-terminal.
-	if script, err := exec.LookPath("script"); err != nil {
-		t.Log("script(1) not installed: the terminal prompt is not tested")
-		if r := loudRun(t, env, "--data-dir", data, "cluster", "delete", "c1", "--yes"); r.code != 0 {
-			t.Fatalf("cluster delete --yes: exit %d\n%s", r.code, r.stderr)
+	script, scriptErr := exec.LookPath("script")
+	t.Run("terminal prompt", func(t *testing.T) {
+		if scriptErr != nil {
+			t.Skip("needs script(1) to give the command a pseudo-terminal")
 		}
-	} else {
 		onTerminal := func(answer string, args ...string) string {
 			line := buildZtpd(t)
 			for _, a := range args {
@@ -297,6 +296,12 @@ func TestLoudDestructiveCommandsNeedYes(t *testing.T) {
 		out = onTerminal("y", "--data-dir", data, "cluster", "delete", "c1")
 		if !strings.Contains(out, "[y/N]") || strings.Contains(out, "not confirmed") {
 			t.Fatalf("terminal, answer y:\n%s", out)
+		}
+
+	})
+	if scriptErr != nil { // not deleted on a terminal: delete it with --yes
+		if r := loudRun(t, env, "--data-dir", data, "cluster", "delete", "c1", "--yes"); r.code != 0 {
+			t.Fatalf("cluster delete --yes: exit %d\n%s", r.code, r.stderr)
 		}
 	}
 	if st := loudClusterState(t, env, data, "c1"); st != "" {
