@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"testing"
@@ -226,5 +228,36 @@ func TestAdminKeyFile(t *testing.T) {
 	ls, err := exec.Command(bin, "--data-dir", data2, "apikey", "list", "-o", "json").CombinedOutput()
 	if err != nil || strings.TrimSpace(string(ls)) != "[]" {
 		t.Fatalf("keys after the refused start: %v %s", err, ls)
+	}
+}
+
+func TestMemoryLimitFollowsALowerCgroupLimit(t *testing.T) {
+	for _, c := range []struct{ cgroup, want int64 }{
+		{0, serveMemoryLimit},
+		{8 << 30, serveMemoryLimit},
+		{512 << 20, 512 << 20 * 8 / 10},
+	} {
+		if got := memoryLimit(c.cgroup); got != c.want {
+			t.Errorf("memoryLimit(%d) = %d, want %d", c.cgroup, got, c.want)
+		}
+	}
+}
+
+// A server started without GOMEMLIMIT runs with the soft limit; one given
+// GOMEMLIMIT keeps it.
+func TestTuneGCSetsTheSoftMemoryLimit(t *testing.T) {
+	old := debug.SetMemoryLimit(-1)
+	defer debug.SetMemoryLimit(old)
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	t.Setenv("GOMEMLIMIT", "")
+	tuneGC(slog.New(slog.DiscardHandler))
+	if got := debug.SetMemoryLimit(-1); got != memoryLimit(cgroupMemoryMax()) {
+		t.Errorf("memory limit %d, want %d", got, memoryLimit(cgroupMemoryMax()))
+	}
+	debug.SetMemoryLimit(1 << 40)
+	t.Setenv("GOMEMLIMIT", "1TiB")
+	tuneGC(slog.New(slog.DiscardHandler))
+	if got := debug.SetMemoryLimit(-1); got != 1<<40 {
+		t.Errorf("GOMEMLIMIT set: memory limit changed to %d", got)
 	}
 }
