@@ -354,8 +354,19 @@ func (t rawTx) bucket(b kv.Bucket) (*bolt.Bucket, error) {
 	if bk == nil {
 		return nil, fmt.Errorf("store has no bucket %q", b)
 	}
+	if b == kv.BucketEvents || b == kv.BucketAudit {
+		// Keys are increasing sequences: a split page never gets another
+		// key, so bbolt's default split at half a page left these buckets
+		// half empty (events + audit were 26 of the 88 MB of pages at
+		// 10,000 devices, for 11 MB of records).
+		bk.FillPercent = appendFillPercent
+	}
 	return bk, nil
 }
+
+// appendFillPercent is how full bbolt fills a page of an append-only bucket
+// before splitting it.
+const appendFillPercent = 0.95
 
 func (t rawTx) Writable() bool { return t.b.Writable() }
 

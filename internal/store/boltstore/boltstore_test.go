@@ -598,3 +598,36 @@ func TestCorruptRecordCostsOnlyItself(t *testing.T) {
 		t.Fatalf("get of a corrupt record: %v, want a decode error", err)
 	}
 }
+
+// Appended events fill their pages: bbolt's default split at half a page
+// left the append-only buckets half empty (issue 19).
+func TestAppendedEventsFillTheirPages(t *testing.T) {
+	s, _ := openTemp(t)
+	for i := 0; i < 20; i++ {
+		if err := s.Update(func(tx core.Tx) error {
+			for j := 0; j < 500; j++ {
+				e := core.Event{Type: "dhcp.ack", Device: fmt.Sprintf("02:00:00:00:%02x:%02x", i, j%256), Message: "lease granted"}
+				if _, err := tx.Events().Append(e); err != nil {
+					return err
+				}
+				if _, err := tx.Events().Append(core.Event{Type: "apikey.created", Message: "API key created"}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.db.View(func(tx *bolt.Tx) error {
+		for _, b := range []kv.Bucket{kv.BucketEvents, kv.BucketAudit} {
+			st := tx.Bucket([]byte(b)).Stats()
+			if fill := float64(st.LeafInuse) / float64(st.LeafAlloc); fill < 0.85 {
+				t.Errorf("bucket %s: leaf pages %.0f%% full (%d of %d bytes), want >= 85%%", b, 100*fill, st.LeafInuse, st.LeafAlloc)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
