@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/ztpd/ztpd/internal/httpserve"
 )
 
 var (
@@ -43,6 +45,16 @@ type bodyEntry struct {
 	body []byte
 	err  error
 	size int // bytes counted in bodyCache.bytes (set under bodyCache.mu)
+
+	gzOnce sync.Once
+	gz     []byte // body gzip-compressed, made on the first request that accepts it
+}
+
+// cachedBody is a cached answer and, for clients that accept it, its
+// gzip form (see httpserve.WriteCachedJSON).
+type cachedBody struct {
+	raw     []byte
+	gzipped func() []byte
 }
 
 func newBodyCache(maxBytes int) *bodyCache {
@@ -53,12 +65,40 @@ func newBodyCache(maxBytes int) *bodyCache {
 // with build when there is none. Errors are handed to the requests waiting
 // for that rendering but not kept.
 func (c *bodyCache) get(key string, gen uint64, build func() ([]byte, error)) ([]byte, error) {
+	b, err := c.getBody(key, gen, build)
+	return b.raw, err
+}
+
+// getBody is get with the body's gzip form, compressed once per body.
+func (c *bodyCache) getBody(key string, gen uint64, build func() ([]byte, error)) (cachedBody, error) {
+	e, err := c.entry(key, gen, build)
+	if err != nil {
+		return cachedBody{}, err
+	}
+	return cachedBody{raw: e.body, gzipped: func() []byte { return c.gzipped(key, e) }}, nil
+}
+
+// gzipped compresses e's body once and counts it in the cache's size.
+func (c *bodyCache) gzipped(key string, e *bodyEntry) []byte {
+	e.gzOnce.Do(func() {
+		e.gz = httpserve.Gzip(e.body)
+		c.mu.Lock()
+		if c.m[key] == e && e.size > 0 {
+			e.size += len(e.gz)
+			c.bytes += len(e.gz)
+		}
+		c.mu.Unlock()
+	})
+	return e.gz
+}
+
+func (c *bodyCache) entry(key string, gen uint64, build func() ([]byte, error)) (*bodyEntry, error) {
 	c.mu.Lock()
 	if e := c.m[key]; e != nil && e.gen >= gen {
 		c.mu.Unlock()
 		responseCacheHit.Inc()
 		<-e.done
-		return e.body, e.err
+		return e, e.err
 	}
 	e := &bodyEntry{gen: gen, done: make(chan struct{})}
 	if old := c.m[key]; old != nil {
@@ -85,7 +125,7 @@ func (c *bodyCache) get(key string, gen uint64, build func() ([]byte, error)) ([
 		c.keep(key, e)
 	}
 	close(e.done)
-	return e.body, e.err
+	return e, e.err
 }
 
 // keep counts e's body if e is still key's entry, starting over when the

@@ -287,7 +287,7 @@ func (s *Server) csWrite(c *gin.Context, key string, e *csError) {
 
 func (s *Server) csWriteOK(c *gin.Context, key string, body any) {
 	if whole, ok := body.(wholeBody); ok {
-		httpserve.WriteJSONBody(c.Writer, http.StatusOK, whole)
+		httpserve.WriteCachedJSON(c.Writer, c.Request, http.StatusOK, whole.raw, whole.gzipped)
 		return
 	}
 	httpserve.WriteJSON(c.Writer, http.StatusOK, map[string]any{key: body})

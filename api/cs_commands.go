@@ -440,12 +440,12 @@ func (s *Server) csListClusters(r *csRequest) (any, *csError) {
 	gen, ok := s.clusters.ViewsGeneration()
 	if !ok {
 		b, e := s.renderClusterList(r, f, page, size)
-		return wholeBody(b), e
+		return wholeBody{raw: b}, e
 	}
 	// Keyed by the caller's key too: what a key may see is the key's.
 	key := cacheKey(r.cmd.Name, r.cred.APIKey, string(r.cred.Role), f.ID, f.Name, f.State, f.Keyword,
 		strconv.FormatBool(f.ListAll), f.Account, strconv.Itoa(page), strconv.Itoa(size))
-	b, err := s.bodies.get(key, gen, func() ([]byte, error) {
+	b, err := s.bodies.getBody(key, gen, func() ([]byte, error) {
 		b, e := s.renderClusterList(r, f, page, size)
 		if e != nil {
 			return nil, e
@@ -516,8 +516,9 @@ func cacheKey(parts ...string) string {
 	return string(b)
 }
 
-// wholeBody is a complete response body, envelope included (see csWriteOK).
-type wholeBody []byte
+// wholeBody is a complete response body, envelope included (see csWriteOK),
+// gzipped too when it came from the response cache.
+type wholeBody cachedBody
 
 // renderCache keeps each cluster's encoded kubernetescluster object by the
 // view's fingerprint, which changes with any record the view was built

@@ -174,20 +174,20 @@ func (s *Server) listClusters(c *gin.Context) {
 		}
 		return encodeJSON(out)
 	}
-	var body []byte
+	var body cachedBody
 	var err error
 	if gen, ok := s.clusters.ViewsGeneration(); ok {
 		cred := credOf(c)
 		key := cacheKey(c.Request.Method, c.Request.URL.Path, c.Request.URL.RawQuery, cred.APIKey, string(cred.Role))
-		body, err = s.bodies.get(key, gen, render)
+		body, err = s.bodies.getBody(key, gen, render)
 	} else {
-		body, err = render()
+		body.raw, err = render()
 	}
 	if err != nil {
 		s.restFail(c, err)
 		return
 	}
-	httpserve.WriteJSONBody(c.Writer, http.StatusOK, body)
+	httpserve.WriteCachedJSON(c.Writer, c.Request, http.StatusOK, body.raw, body.gzipped)
 }
 
 func (s *Server) getCluster(c *gin.Context) {

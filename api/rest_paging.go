@@ -114,12 +114,12 @@ func (s *Server) writeAppended(c *gin.Context, fill func(buf []byte) ([]byte, er
 	gen := g.Generation(aggs...) // before reading: see core.Generations
 	cred := credOf(c)
 	key := cacheKey(c.Request.Method, c.Request.URL.Path, c.Request.URL.RawQuery, cred.APIKey, string(cred.Role))
-	body, err := s.bodies.get(key, gen, func() ([]byte, error) { return renderBody(fill) })
+	body, err := s.bodies.getBody(key, gen, func() ([]byte, error) { return renderBody(fill) })
 	if err != nil {
 		s.restFail(c, err)
 		return
 	}
-	httpserve.WriteJSONBody(c.Writer, http.StatusOK, body)
+	httpserve.WriteCachedJSON(c.Writer, c.Request, http.StatusOK, body.raw, body.gzipped)
 }
 
 // encodeJSON is v's JSON (with a final newline, as httpserve.WriteJSON

@@ -1,0 +1,137 @@
+package api
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/apache/cloudstack-go/v2/cloudstack"
+
+	"github.com/ztpd/ztpd/api/signing"
+	"github.com/ztpd/ztpd/internal/clusters"
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/httpserve"
+)
+
+// bigClusterEnv is one cluster of 400 joined members: its
+// listKubernetesClusters answer (~150 KB) is past httpserve.CompressMin.
+func bigClusterEnv(t *testing.T) (*env, string) {
+	t.Helper()
+	e := newEnv(t, envOpts{noJoiner: true})
+	ctx := context.Background()
+	v, err := e.clusters.AddVersion(ctx, clusters.LocalAdmin, clusters.VersionSpec{SemVer: "1.31.4", URL: "http://x/y.iso"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, j, err := e.clusters.CreateCluster(ctx, clusters.LocalAdmin, clusters.ClusterSpec{Name: "big",
+		ZoneID: e.clusters.Zone().ID, VersionID: v.ID, ServiceOfferingID: "ztpd-medium", Size: 399})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clusters.WaitJob(ctx, j.ID)
+	now := time.Now().UTC()
+	err = e.st.Update(func(tx core.Tx) error {
+		for i := 0; i < 400; i++ {
+			mac := fmt.Sprintf("02:5e:00:00:%02x:%02x", i>>8&255, i&255)
+			d := core.Device{ID: mac, Kind: core.KindSONiC, MAC: mac, Serial: fmt.Sprintf("SN%07d", i), Hostname: fmt.Sprintf("leaf-%05d", i),
+				IP: fmt.Sprintf("10.99.%d.%d", 1+i/250, 1+i%250), Subnet: "fabric", State: core.StateJoined, FirstSeen: now, LastSeen: now, UpdatedAt: now}
+			if err := tx.Devices().Put(d); err != nil {
+				return err
+			}
+			if err := tx.Memberships().Put(core.Membership{Device: mac, Cluster: cl.ID, Role: "worker", State: core.StateJoined}); err != nil {
+				return err
+			}
+			if err := tx.Memberships().Enlist(cl.ID, mac, "worker"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, cl.ID
+}
+
+// A big cached answer goes gzipped to a client that accepts gzip (Go's
+// transport, the SDK, browsers, CloudMonkey's requests all do) and as is to
+// one that does not; both are the same JSON.
+func TestBigListingsAreGzippedForClientsThatAcceptIt(t *testing.T) {
+	e, _ := bigClusterEnv(t)
+	q := signing.SignQuery(url.Values{"command": {"listKubernetesClusters"}, "response": {"json"}}, e.admin.APIKey, []byte(e.adminSec), time.Now().Add(10*time.Minute))
+	rq := url.Values{"limit": {"200"}}
+	restAuth := signing.RESTAuthorization("GET", "/api/v1/devices", rq, nil, e.admin.APIKey, []byte(e.adminSec), time.Now().Add(10*time.Minute))
+	for _, target := range []struct{ name, url, auth string }{
+		{"listKubernetesClusters", e.ts.URL + "/client/api?" + q, ""},
+		{"REST devices", e.ts.URL + "/api/v1/devices?" + rq.Encode(), restAuth},
+	} {
+		get := func(acceptEncoding string) (*http.Response, []byte) {
+			t.Helper()
+			req, _ := http.NewRequest("GET", target.url, nil)
+			if acceptEncoding != "" {
+				req.Header.Set("Accept-Encoding", acceptEncoding)
+			}
+			if target.auth != "" {
+				req.Header.Set("Authorization", target.auth)
+			}
+			resp, err := (&http.Transport{DisableCompression: true}).RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("%s (Accept-Encoding %q): HTTP %d %v %.200s", target.name, acceptEncoding, resp.StatusCode, err, body)
+			}
+			return resp, body
+		}
+		plainResp, plain := get("")
+		if len(plain) < httpserve.CompressMin || plainResp.Header.Get("Content-Encoding") != "" || plainResp.Header.Get("Vary") != "Accept-Encoding" {
+			t.Fatalf("%s without Accept-Encoding: %d bytes, Content-Encoding %q, Vary %q", target.name, len(plain),
+				plainResp.Header.Get("Content-Encoding"), plainResp.Header.Get("Vary"))
+		}
+		for _, ae := range []string{"gzip", "br, gzip;q=0.5", "deflate, *", "GZIP"} {
+			resp, gz := get(ae)
+			if resp.Header.Get("Content-Encoding") != "gzip" || len(gz)*5 > len(plain) {
+				t.Fatalf("%s (Accept-Encoding %q): Content-Encoding %q, %d bytes for %d", target.name, ae, resp.Header.Get("Content-Encoding"), len(gz), len(plain))
+			}
+			zr, err := gzip.NewReader(bytes.NewReader(gz))
+			if err != nil {
+				t.Fatal(err)
+			}
+			inflated, err := io.ReadAll(zr)
+			if err != nil || !bytes.Equal(inflated, plain) {
+				t.Fatalf("%s (Accept-Encoding %q): inflated answer differs (%v)", target.name, ae, err)
+			}
+		}
+		for _, ae := range []string{"identity", "gzip;q=0", "br", "gzip;q=x"} {
+			if resp, body := get(ae); resp.Header.Get("Content-Encoding") != "" || !bytes.Equal(body, plain) {
+				t.Fatalf("%s (Accept-Encoding %q): Content-Encoding %q", target.name, ae, resp.Header.Get("Content-Encoding"))
+			}
+		}
+	}
+
+	// The SDK (Go's transport: gzip asked for and inflated) reads every member.
+	sdk := cloudstack.NewAsyncClient(e.ts.URL+"/client/api", e.admin.APIKey, e.adminSec, false)
+	l, err := sdk.Kubernetes.ListKubernetesClusters(sdk.Kubernetes.NewListKubernetesClustersParams())
+	if err != nil || l.Count != 1 || len(l.KubernetesClusters[0].Virtualmachines) != 400 {
+		t.Fatalf("SDK listKubernetesClusters: %v %+v", err, l)
+	}
+}
+
+func TestAcceptsGzip(t *testing.T) {
+	for v, want := range map[string]bool{
+		"": false, "gzip": true, "gzip, deflate, br": true, "br;q=1, gzip;q=0.1": true, "*": true, "x-gzip": true,
+		"gzip;q=0": false, "gzip; q=0.0": false, "identity": false, "br": false, "gzip;q=nope": false, "*;q=0": false,
+	} {
+		if got := httpserve.AcceptsGzip([]string{v}); got != want {
+			t.Errorf("AcceptsGzip(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
