@@ -113,10 +113,21 @@ func (s *Server) listDevices(c *gin.Context) {
 				(approved == "" || strconv.FormatBool(d.Approved) == approved) && (search == "" || deviceMatches(d, search))
 		}
 	}
+	// Query plan: with state=, the devices-by-state index from the cursor
+	// (core.Devices.ListState: a page reads its own devices plus those the
+	// other filters skip); without it, the devices in ID order from the
+	// cursor. Either way the walk stops at limit+1 kept devices, and the
+	// page is then kept in the response cache until a device changes.
 	fill := func(buf []byte) ([]byte, error) {
 		err := s.st.View(func(tx core.Tx) error {
+			list := tx.Devices().List
+			if state != "" {
+				list = func(after string, fn core.Visit[core.Device]) error {
+					return tx.Devices().ListState(core.DeviceState(state), after, fn)
+				}
+			}
 			var err error
-			buf, err = appendPage(buf, tx.Devices().List, after, limit, devicePos, keep, appendDeviceView)
+			buf, err = appendPage(buf, list, after, limit, devicePos, keep, appendDeviceView)
 			return err
 		})
 		return buf, err

@@ -66,6 +66,9 @@ type Devices interface {
 	// ByFixedIP is the device an operator bound to ip (approved or not).
 	ByFixedIP(ip string) (Device, error)
 	List(after string, fn Visit[Device]) error
+	// ListState visits the devices in state, in ID order after after,
+	// through an index: the cost is the devices visited, not the fleet.
+	ListState(state DeviceState, after string, fn Visit[Device]) error
 	Count() (int, error)
 }
 

@@ -631,3 +631,62 @@ func TestAppendedEventsFillTheirPages(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDeviceStateIndexIsBuiltAtOpen: a store of schema 3 (devices, no
+// state index) gets the index when it is opened, twice over (idempotent).
+func TestDeviceStateIndexIsBuiltAtOpen(t *testing.T) {
+	s, dir := openTemp(t)
+	err := s.Update(func(tx core.Tx) error {
+		for i, st := range []core.DeviceState{core.StateJoined, core.StateLeased, core.StateJoined} {
+			id := fmt.Sprintf("aa:%02d", i)
+			if err := tx.Devices().Put(core.Device{ID: id, MAC: id, State: st}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := func() string {
+		var ids []string
+		if err := s.View(func(tx core.Tx) error {
+			return tx.Devices().ListState(core.StateJoined, "", func(d core.Device) (bool, error) {
+				ids = append(ids, d.ID)
+				return true, nil
+			})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(ids, ",")
+	}
+	if got := joined(); got != "aa:00,aa:02" {
+		t.Fatalf("joined: %s", got)
+	}
+	err = s.db.Update(func(btx *bolt.Tx) error {
+		c := btx.Bucket([]byte(kv.BucketIndex)).Cursor()
+		for k, _ := c.Seek([]byte("device-state/")); k != nil && bytes.HasPrefix(k, []byte("device-state/")); k, _ = c.Seek([]byte("device-state/")) {
+			if err := c.Delete(); err != nil {
+				return err
+			}
+		}
+		return btx.Bucket([]byte(kv.BucketMeta)).Put([]byte(schemaKey), []byte("3"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := joined(); got != "" {
+		t.Fatalf("joined without the index: %s", got)
+	}
+	for range 2 {
+		s.Close()
+		if s, err = Open(dir, Options{}); err != nil {
+			t.Fatal(err)
+		}
+		if got := joined(); got != "aa:00,aa:02" {
+			t.Fatalf("joined after open: %s", got)
+		}
+		s.db.Update(func(btx *bolt.Tx) error { return btx.Bucket([]byte(kv.BucketMeta)).Put([]byte(schemaKey), []byte("3")) })
+	}
+	s.Close()
+}

@@ -66,6 +66,8 @@ var migrations = []func(*bolt.Tx) error{
 	// whole migration is one transaction (migrate), and it only adds
 	// entries, so a crash leaves schema 2 and running it again is safe.
 	func(btx *bolt.Tx) error { return kv.IndexDeviceEvents(rawTx{btx}) },
+	// 3 -> 4: devices are indexed by state (issue 19); adds entries only.
+	func(btx *bolt.Tx) error { return kv.IndexDeviceStates(rawTx{btx}) },
 }
 
 func (s *Store) migrate() error {

@@ -15,6 +15,15 @@ import (
 // migration.
 func serialKey(serial string) string       { return "serial/" + serial }
 func fixedIPKey(ip string) string          { return "fixed-ip/" + ip }
+
+// deviceStateKey is device id's entry in the devices-by-state index
+// (value: the ID): a state-filtered device page walks the state's range
+// instead of every device (issue 19).
+func deviceStateKey(state core.DeviceState, id string) string {
+	return deviceStatePrefix(state) + id
+}
+
+func deviceStatePrefix(state core.DeviceState) string { return "device-state/" + string(state) + "/" }
 func clusterNameKey(name string) string    { return "cluster-name/" + name }
 func imageNameKey(name string) string      { return "image-name/" + name }
 func poolKey(cluster, token string) string { return "pool/" + cluster + "/" + token }
@@ -89,6 +98,16 @@ func (r devices) Put(d core.Device) error {
 			return err
 		}
 	}
+	if had && old.State != d.State {
+		if err := t.indexDel(core.AggDevices, deviceStateKey(old.State, d.ID)); err != nil {
+			return err
+		}
+	}
+	if !had || old.State != d.State {
+		if err := t.indexPut(core.AggDevices, deviceStateKey(d.State, d.ID), d.ID); err != nil {
+			return err
+		}
+	}
 	if had && old.FixedIP != "" && old.FixedIP != d.FixedIP {
 		if err := t.indexDel(core.AggDevices, fixedIPKey(old.FixedIP)); err != nil {
 			return err
@@ -124,6 +143,9 @@ func (r devices) Delete(id string) error {
 			}
 		}
 	}
+	if err := t.indexDel(core.AggDevices, deviceStateKey(old.State, id)); err != nil {
+		return err
+	}
 	if old.FixedIP != "" {
 		if err := t.indexDel(core.AggDevices, fixedIPKey(old.FixedIP)); err != nil {
 			return err
@@ -156,6 +178,65 @@ func (r devices) ByFixedIP(ip string) (core.Device, error) {
 
 func (r devices) List(after string, fn core.Visit[core.Device]) error {
 	return scanCached(r.t, &r.t.c.devices, BucketDevices, after, freshDevice, fn)
+}
+
+// ListState walks the state's range of the index from after and reads
+// each device it names: a page of k devices costs k index entries and k
+// reads, however many devices are in other states.
+func (r devices) ListState(state core.DeviceState, after string, fn core.Visit[core.Device]) error {
+	prefix := deviceStatePrefix(state)
+	from := prefix
+	if after != "" {
+		from = prefix + after
+	}
+	c := &r.t.c.devices
+	return r.t.raw.Scan(BucketIndex, from, func(k string, _ []byte) (bool, error) {
+		if !strings.HasPrefix(k, prefix) {
+			return false, nil // past the state's range
+		}
+		id := k[len(prefix):]
+		raw, err := r.t.raw.Get(BucketDevices, id)
+		if err != nil || raw == nil {
+			return err == nil, err // an entry without its device: not expected, skipped
+		}
+		d, err := c.decode(BucketDevices, id, raw)
+		if err != nil {
+			return false, fmt.Errorf("corrupt device %s: %w", id, err)
+		}
+		if d.State != state {
+			return true, nil // an entry left behind: not expected, skipped
+		}
+		return fn(freshDevice(d))
+	})
+}
+
+// IndexDeviceStates builds the devices-by-state index of a store written
+// before it existed (the 3 -> 4 migration); it only adds entries.
+func IndexDeviceStates(raw Raw) error {
+	type entry struct{ key, id string }
+	var entries []entry
+	err := raw.Scan(BucketDevices, "", func(k string, v []byte) (bool, error) {
+		var d struct {
+			State core.DeviceState `json:"state"`
+		}
+		if err := json.Unmarshal(v, &d); err != nil {
+			return false, fmt.Errorf("device %s: %w", k, err)
+		}
+		entries = append(entries, entry{deviceStateKey(d.State, k), k})
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	// In key order: the engine's writes stay sequential.
+	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.key, b.key) })
+	for _, e := range entries {
+		value, _ := json.Marshal(e.id)
+		if err := raw.Put(BucketIndex, e.key, value); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // freshDevice is a cached device safe to change: its labels are its own.

@@ -131,6 +131,59 @@ func devicesContract(t *testing.T, st core.Store) {
 	Update(t, st, func(tx core.Tx) error { // its address is free again
 		return tx.Devices().Put(core.Device{ID: "02:00:00:00:00:02", MAC: "02:00:00:00:00:02", FixedIP: "10.99.7.7"})
 	})
+	devicesByStateContract(t, st)
+}
+
+// devicesByStateContract: ListState follows every state change, delete
+// and cursor.
+func devicesByStateContract(t *testing.T, st core.Store) {
+	byState := func(tx core.Tx, s core.DeviceState, after string) []string {
+		var ids []string
+		must(t, tx.Devices().ListState(s, after, func(d core.Device) (bool, error) {
+			if d.State != s {
+				t.Errorf("ListState(%s) visited %s in state %s", s, d.ID, d.State)
+			}
+			ids = append(ids, d.ID)
+			return true, nil
+		}))
+		return ids
+	}
+	Update(t, st, func(tx core.Tx) error {
+		for i, s := range []core.DeviceState{core.StateLeased, core.StateJoined, core.StateLeased, core.StateJoined, core.StateLeased} {
+			id := fmt.Sprintf("02:00:00:00:01:%02x", i)
+			must(t, tx.Devices().Put(core.Device{ID: id, MAC: id, State: s, FirstSeen: t0, LastSeen: t0, UpdatedAt: t0}))
+		}
+		// Seen inside the writing transaction too.
+		wantEqual(t, "leased devices in the writing transaction", byState(tx, core.StateLeased, ""),
+			[]string{"02:00:00:00:01:00", "02:00:00:00:01:02", "02:00:00:00:01:04"})
+		return nil
+	})
+	Update(t, st, func(tx core.Tx) error {
+		d, err := tx.Devices().Get("02:00:00:00:01:02")
+		must(t, err)
+		d.State = core.StateJoined
+		must(t, tx.Devices().Put(d))
+		d, err = tx.Devices().Get("02:00:00:00:01:00")
+		must(t, err)
+		d.Hostname = "same state, other fields"
+		must(t, tx.Devices().Put(d))
+		return tx.Devices().Delete("02:00:00:00:01:04")
+	})
+	View(t, st, func(tx core.Tx) error {
+		wantEqual(t, "leased devices", byState(tx, core.StateLeased, ""), []string{"02:00:00:00:01:00"})
+		wantEqual(t, "joined devices", byState(tx, core.StateJoined, ""),
+			[]string{"02:00:00:00:01:01", "02:00:00:00:01:02", "02:00:00:00:01:03"})
+		wantEqual(t, "joined devices after a cursor", byState(tx, core.StateJoined, "02:00:00:00:01:01"),
+			[]string{"02:00:00:00:01:02", "02:00:00:00:01:03"})
+		wantEqual(t, "failed devices", byState(tx, core.StateFailed, ""), []string(nil))
+		var first []string
+		must(t, tx.Devices().ListState(core.StateJoined, "", func(d core.Device) (bool, error) {
+			first = append(first, d.ID)
+			return false, nil
+		}))
+		wantEqual(t, "joined devices, stopped after one", first, []string{"02:00:00:00:01:01"})
+		return nil
+	})
 }
 
 func leasesContract(t *testing.T, st core.Store) {
