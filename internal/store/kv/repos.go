@@ -13,8 +13,8 @@ import (
 
 // Index key formats. Stored data depends on them: change only with a
 // migration.
-func serialKey(serial string) string       { return "serial/" + serial }
-func fixedIPKey(ip string) string          { return "fixed-ip/" + ip }
+func serialKey(serial string) string { return "serial/" + serial }
+func fixedIPKey(ip string) string    { return "fixed-ip/" + ip }
 
 // deviceStateKey is device id's entry in the devices-by-state index
 // (value: the ID): a state-filtered device page walks the state's range
@@ -24,9 +24,9 @@ func deviceStateKey(state core.DeviceState, id string) string {
 }
 
 func deviceStatePrefix(state core.DeviceState) string { return "device-state/" + string(state) + "/" }
-func clusterNameKey(name string) string    { return "cluster-name/" + name }
-func imageNameKey(name string) string      { return "image-name/" + name }
-func poolKey(cluster, token string) string { return "pool/" + cluster + "/" + token }
+func clusterNameKey(name string) string               { return "cluster-name/" + name }
+func imageNameKey(name string) string                 { return "image-name/" + name }
+func poolKey(cluster, token string) string            { return "pool/" + cluster + "/" + token }
 func memberKey(cluster, device string) string {
 	return "member/" + cluster + "/" + device
 }
