@@ -13,20 +13,11 @@ import (
 
 // Index key formats. Stored data depends on them: change only with a
 // migration.
-func serialKey(serial string) string { return "serial/" + serial }
-func fixedIPKey(ip string) string    { return "fixed-ip/" + ip }
-
-// deviceStateKey is device id's entry in the devices-by-state index
-// (value: the ID): a state-filtered device page walks the state's range
-// instead of every device (issue 19).
-func deviceStateKey(state core.DeviceState, id string) string {
-	return deviceStatePrefix(state) + id
-}
-
-func deviceStatePrefix(state core.DeviceState) string { return "device-state/" + string(state) + "/" }
-func clusterNameKey(name string) string               { return "cluster-name/" + name }
-func imageNameKey(name string) string                 { return "image-name/" + name }
-func poolKey(cluster, token string) string            { return "pool/" + cluster + "/" + token }
+func serialKey(serial string) string       { return "serial/" + serial }
+func fixedIPKey(ip string) string          { return "fixed-ip/" + ip }
+func clusterNameKey(name string) string    { return "cluster-name/" + name }
+func imageNameKey(name string) string      { return "image-name/" + name }
+func poolKey(cluster, token string) string { return "pool/" + cluster + "/" + token }
 func memberKey(cluster, device string) string {
 	return "member/" + cluster + "/" + device
 }
@@ -38,6 +29,15 @@ func enrollKey(k core.EnrollmentKey) string {
 }
 func tokenKey(kind, id string) string    { return kind + "/" + id }
 func joinStateKey(cluster string) string { return "joiner/cluster/" + cluster }
+
+// deviceStateKey is device id's entry in the devices-by-state index
+// (value: the ID): a state-filtered device page walks the state's range
+// instead of every device (issue 19).
+func deviceStateKey(state core.DeviceState, id string) string {
+	return deviceStatePrefix(state) + id
+}
+
+func deviceStatePrefix(state core.DeviceState) string { return "device-state/" + string(state) + "/" }
 
 // eventKey is fmt.Sprintf("%020d", seq), without fmt: every event write
 // formats one.
