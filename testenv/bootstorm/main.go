@@ -13,6 +13,10 @@
 // switch talks HTTP from the address it leased, as a real one does (ztpd
 // hands join material only to the address a switch holds): the pool's /24s
 // are "local" routes in bs-cli and routed to 10.99.0.2 from bs-srv.
+//
+// Its -fleet mode (the fleet alone, in the fleet's namespace) is also what
+// testenv/scalebench runs, and its -renew mode renews a -fleet run's leases
+// at T1 (each switch a RENEWING client unicasting from its address).
 package main
 
 import (
@@ -44,6 +48,8 @@ type options struct {
 	fleetProfile      string
 	fleetOut          string // fleet mode: write the result here
 	profileDelay      time.Duration
+	renewLeases       string // renew mode: the storm's fleet result, with each switch's lease
+	renewWindow       time.Duration
 }
 
 const poolFirst, poolLast = 1, 200 // pool 10.99.<first>.0 - 10.99.<last>.254
@@ -51,6 +57,9 @@ const poolFirst, poolLast = 1, 200 // pool 10.99.<first>.0 - 10.99.<last>.254
 func main() {
 	var o options
 	fleetMode := flag.Bool("fleet", false, "internal: run only the fleet (inside bs-cli)")
+	renewMode := flag.Bool("renew", false, "internal: renew the leases of -renew-leases at T1 (inside the fleet's namespace)")
+	flag.StringVar(&o.renewLeases, "renew-leases", "", "internal: a -fleet-out result of the storm whose leases -renew renews")
+	flag.DurationVar(&o.renewWindow, "renew-window", time.Minute, "internal: -renew spreads the fleet's REQUESTs uniformly over this window")
 	flag.IntVar(&o.n, "n", 10000, "switches")
 	flag.IntVar(&o.clusters, "clusters", 10, "clusters (at most 1000 workers each)")
 	flag.IntVar(&o.conc, "concurrency", 256, "switches onboarding at the same time")
@@ -64,9 +73,12 @@ func main() {
 	flag.StringVar(&o.fleetOut, "fleet-out", "", "internal: fleet result file")
 	flag.Parse()
 	var err error
-	if *fleetMode {
+	switch {
+	case *renewMode:
+		err = runRenew(o)
+	case *fleetMode:
 		err = runFleet(o)
-	} else {
+	default:
 		err = run(o)
 	}
 	if err != nil {
@@ -210,12 +222,7 @@ func runFleet(o options) error {
 		return err
 	}
 	defer relay.Close()
-	switches := make([]fleet.Switch, o.n)
-	for i := range switches {
-		switches[i] = fleet.Switch{N: i, MAC: fleet.MAC(i).String(), Product: "Accton-AS7712-32X",
-			Serial: fmt.Sprintf("STORM-%02d-%06d", i%o.clusters, i)}
-	}
-	storm := &fleet.Storm{Relay: relay, Concurrency: o.conc, Switches: switches,
+	storm := &fleet.Storm{Relay: relay, Concurrency: o.conc, Switches: switches(o),
 		Progress: func(done, failed int) {
 			if done%1000 == 0 {
 				fmt.Fprintf(os.Stderr, "  %d/%d onboarded (%d failed)\n", done, o.n, failed)
@@ -227,6 +234,58 @@ func runFleet(o options) error {
 		return err
 	}
 	return os.WriteFile(o.fleetOut, raw, 0o644)
+}
+
+// switches is the storm's fleet: switch i has MAC fleet.MAC(i) and serial
+// STORM-<i mod clusters>-<i>.
+func switches(o options) []fleet.Switch {
+	sws := make([]fleet.Switch, o.n)
+	for i := range sws {
+		sws[i] = fleet.Switch{N: i, MAC: fleet.MAC(i).String(), Product: "Accton-AS7712-32X",
+			Serial: fmt.Sprintf("STORM-%02d-%06d", i%o.clusters, i)}
+	}
+	return sws
+}
+
+// runRenew renews the storm fleet's leases at T1 (inside the fleet's
+// namespace, where the leased addresses are local): each switch unicasts a
+// RENEWING DHCPREQUEST from its address to the server, the fleet spread
+// over -renew-window. It writes a fleet.RenewResult to -fleet-out.
+func runRenew(o options) error {
+	raw, err := os.ReadFile(o.renewLeases)
+	if err != nil {
+		return err
+	}
+	var storm fleet.StormResult
+	if err := json.Unmarshal(raw, &storm); err != nil {
+		return fmt.Errorf("%s: %w", o.renewLeases, err)
+	}
+	sws := switches(o)
+	if len(storm.Leases) != len(sws) {
+		return fmt.Errorf("%s holds %d leases for %d switches (-n and -clusters must be the storm's)", o.renewLeases, len(storm.Leases), len(sws))
+	}
+	var clients []fleet.Renewal
+	for i, sw := range sws {
+		if storm.Leases[i] == "" {
+			continue // its DORA failed: nothing to renew
+		}
+		ip, err := netip.ParseAddr(storm.Leases[i])
+		if err != nil {
+			return fmt.Errorf("%s: lease of %s: %w", o.renewLeases, sw.MAC, err)
+		}
+		id, err := sw.Identity()
+		if err != nil {
+			return err
+		}
+		clients = append(clients, fleet.Renewal{ID: id, IP: ip})
+	}
+	fmt.Fprintf(os.Stderr, "  renewing %d leases over %s\n", len(clients), o.renewWindow)
+	rs := &fleet.RenewStorm{Server: netip.MustParseAddr("10.99.0.1"), Clients: clients, Window: o.renewWindow, Seed: uint64(o.n)}
+	out, err := json.Marshal(rs.Run(context.Background()))
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(o.fleetOut, out, 0o644)
 }
 
 func writeProfiles(o options) error {

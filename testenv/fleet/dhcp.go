@@ -2,6 +2,8 @@
 // process. DHCP runs in relay mode: every packet carries giaddr = the fleet's
 // own address and the server answers to giaddr:67, so thousands of MACs need
 // no interfaces. HTTP steps then identify each device by its SONiC headers.
+// Renewals at T1 (renew.go) go as a real client's do: unicast from each
+// leased address, no relay.
 package fleet
 
 import (
@@ -149,12 +151,10 @@ var requested = func() []dhcpv4.OptionCode {
 	return out
 }()
 
-// DORA runs DISCOVER/OFFER/REQUEST/ACK for one identity through the relay.
-func (r *Relay) DORA(ctx context.Context, id Identity) (Lease, error) {
-	mods := []dhcpv4.Modifier{
-		dhcpv4.WithGatewayIP(r.addr.AsSlice()),
-		dhcpv4.WithRequestedOptions(requested...),
-	}
+// modifiers are the options the identity sends in every request (the
+// same at DORA and at each renewal, as dhclient's "send" lines are).
+func (id Identity) modifiers() []dhcpv4.Modifier {
+	mods := []dhcpv4.Modifier{dhcpv4.WithRequestedOptions(requested...)}
 	if id.Hostname != "" {
 		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptHostName(id.Hostname)))
 	}
@@ -167,6 +167,12 @@ func (r *Relay) DORA(ctx context.Context, id Identity) (Lease, error) {
 	if id.VendorClass != "" {
 		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptClassIdentifier(id.VendorClass)))
 	}
+	return mods
+}
+
+// DORA runs DISCOVER/OFFER/REQUEST/ACK for one identity through the relay.
+func (r *Relay) DORA(ctx context.Context, id Identity) (Lease, error) {
+	mods := append(id.modifiers(), dhcpv4.WithGatewayIP(r.addr.AsSlice()))
 	start := time.Now()
 	disc, err := dhcpv4.NewDiscovery(id.MAC, mods...)
 	if err != nil {

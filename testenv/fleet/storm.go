@@ -52,12 +52,26 @@ type StormResult struct {
 	P50, P99 time.Duration // time to the accepted joined report per device
 	PerStep  map[string]time.Duration
 	Errors   []string // first few
+	// Leases holds each switch's leased address, in Switches' order
+	// ("" when its DORA failed): what the fleet renews later.
+	Leases []string `json:"leases,omitempty"`
+}
+
+// Identity is what sw says about itself on DHCP, as SONiC's dhclient does.
+func (sw Switch) Identity() (Identity, error) {
+	hw, err := parseMAC(sw.MAC)
+	if err != nil {
+		return Identity{}, err
+	}
+	return Identity{MAC: hw, Hostname: "sonic", UserClass: "SONiC-ZTP",
+		ClientID: "SONiC##" + sw.Product + "##" + sw.Serial}, nil
 }
 
 // Run onboards every switch and returns the timings.
 func (s *Storm) Run(ctx context.Context) StormResult {
 	start := time.Now()
 	lat := make([]time.Duration, len(s.Switches))
+	leases := make([]string, len(s.Switches))
 	var next, done, failed atomic.Int64
 	var mu sync.Mutex
 	var errs []string
@@ -73,7 +87,7 @@ func (s *Storm) Run(ctx context.Context) StormResult {
 					return
 				}
 				t0 := time.Now()
-				st, err := s.onboard(ctx, s.Switches[i])
+				st, err := s.onboard(ctx, s.Switches[i], &leases[i])
 				lat[i] = time.Since(t0)
 				mu.Lock()
 				for k, v := range st {
@@ -95,7 +109,7 @@ func (s *Storm) Run(ctx context.Context) StormResult {
 		}()
 	}
 	wg.Wait()
-	res := StormResult{Devices: len(s.Switches), Failed: int(failed.Load()), Elapsed: time.Since(start), Errors: errs, PerStep: steps}
+	res := StormResult{Devices: len(s.Switches), Failed: int(failed.Load()), Elapsed: time.Since(start), Errors: errs, PerStep: steps, Leases: leases}
 	var ok []time.Duration
 	for _, l := range lat {
 		if l >= 0 {
@@ -113,21 +127,22 @@ func (s *Storm) Run(ctx context.Context) StormResult {
 	return res
 }
 
-// onboard runs one switch through every step; it returns time per step.
-func (s *Storm) onboard(ctx context.Context, sw Switch) (map[string]time.Duration, error) {
+// onboard runs one switch through every step; it returns time per step
+// and sets *leased to the address its DORA got.
+func (s *Storm) onboard(ctx context.Context, sw Switch, leased *string) (map[string]time.Duration, error) {
 	steps := map[string]time.Duration{}
 	mark := func(step string, t0 time.Time) { steps[step] += time.Since(t0) }
 	t0 := time.Now()
-	hw, err := parseMAC(sw.MAC)
+	id, err := sw.Identity()
 	if err != nil {
 		return steps, err
 	}
-	lease, err := s.Relay.DORA(ctx, Identity{MAC: hw, Hostname: "sonic", UserClass: "SONiC-ZTP",
-		ClientID: "SONiC##" + sw.Product + "##" + sw.Serial})
+	lease, err := s.Relay.DORA(ctx, id)
 	mark("dhcp", t0)
 	if err != nil {
 		return steps, err
 	}
+	*leased = lease.IP.String()
 	ztpURL := string(lease.Options.Get(dhcpv4.OptionBootfileName))
 	if ztpURL == "" {
 		return steps, fmt.Errorf("%s: ACK without option 67", sw.MAC)
