@@ -1,14 +1,27 @@
 // Command scalebench measures how ztpd's cost grows with the fleet (issue
 // 19): per fleet size, a real `ztpd serve` with durable state (the default
-// configuration, events.keep raised to hold -events) takes the boot storm
-// of testenv/bootstorm's fleet, then is stopped, given -events device events
-// and started again, and answers the API under wrk. Per size it prints one
-// "size" line: storm wall time and p50/p99 time to the accepted report, peak
-// RSS (VmHWM) and CPU seconds (utime+stime) of ztpd over the storm, the
-// store file's size, restart and backup times, and req/s and p99 of
-// listKubernetesClusters, GET /api/v1/devices?state=join-issued&limit=100
-// and GET /api/v1/events?device=<mac>. Then a "growth" line (per-device CPU
-// and bytes relative to the smallest size) and
+// configuration, events.keep raised to hold -events, dhcp.lease_time
+// -lease-time) takes the boot storm of testenv/bootstorm's fleet, sees the
+// whole fleet renew its leases at T1 (bootstorm -renew: each switch
+// unicasts a RENEWING DHCPREQUEST from its leased address, the fleet spread
+// uniformly over -renew-window), then is stopped, given -events device
+// events and started again, and answers the API under wrk.
+//
+// T1 is compressed: the lease is -lease-time (6m) and the fleet renews once
+// every lease is past ztpd's lease cache (a quarter of the lease; REQUESTs
+// for younger leases are answered without a write), so each renewal costs
+// what it costs at a real T1. A size fails unless every ACKed renewal moved
+// its lease's expiry in the store and the restart kept it.
+//
+// Per size it prints one "size" line: storm wall time and p50/p99 time to
+// the accepted report, peak RSS (VmHWM) and CPU seconds (utime+stime) of
+// ztpd over the storm, the store file's size, restart and backup times; an
+// "api" line: req/s and p99 of listKubernetesClusters, GET
+// /api/v1/devices?state=join-issued&limit=100 and GET
+// /api/v1/events?device=<mac>; a "renewals" line: acked, NAKed, dropped
+// (no answer after the retransmissions), p50/p99 REQUEST->ACK, ACKs per
+// second, ztpd's CPU seconds. Then a "growth" line (per-device CPU and
+// bytes relative to the smallest size) and
 //
 //	RESULT scale devices=<n> storm_s=<s> p99_ms=<ms> rss_mb=<m> api_p99_ms=<ms> restart_s=<s>
 //
@@ -70,6 +83,8 @@ type options struct {
 	duration   string
 	conns      int
 	profileDir string
+	leaseTime  time.Duration
+	window     time.Duration
 }
 
 // sizeResult is what one fleet size measured.
@@ -93,6 +108,23 @@ type sizeResult struct {
 	API              map[string]wrkResult
 	Floor            wrkResult
 	Issued, Restored int // devices join-issued after the storm and after the restart
+	Renew            renewResult
+}
+
+// renewResult is the fleet renewing at T1, and what the store says of it.
+type renewResult struct {
+	fleet.RenewResult
+	Lease  time.Duration // dhcp.lease_time
+	Waited time.Duration // from the storm's end to the first renewal
+	CPUS   float64       // ztpd's utime+stime over the renewals
+	// IdleCPUS is ztpd's CPU time over the idle wait before them (the
+	// storm's written-behind tail, sweeps), scaled to the renewals' run:
+	// roughly the part of CPUS the renewals did not cause.
+	IdleCPUS float64
+	Extended int // leases whose stored expiry moved to a full lease from the renewal
+	// ExpiredEarly is set when a renewed lease ran out before the size's
+	// API measurement ended (the sweep's writes then fell into it).
+	ExpiredEarly bool
 }
 
 func (r sizeResult) cpuPerDevice() float64   { return r.CPUS / float64(r.N) }
@@ -131,6 +163,8 @@ func main() {
 	flag.StringVar(&o.duration, "duration", "10s", "wrk duration per query")
 	flag.IntVar(&o.conns, "conns", 32, "wrk connections")
 	flag.StringVar(&o.profileDir, "cpuprofile-dir", "", "write ztpd's CPU profile of each storm here (storm-<n>.pprof)")
+	flag.DurationVar(&o.leaseTime, "lease-time", 6*time.Minute, "ztpd's dhcp.lease_time: the fleet renews once its leases are a quarter of it old, so short (at least 1m)")
+	flag.DurationVar(&o.window, "renew-window", time.Minute, "the fleet's renewals start uniformly over this window")
 	flag.Parse()
 	for _, f := range strings.FieldsFunc(*sizes, func(r rune) bool { return r == ' ' || r == ',' }) {
 		n, err := strconv.Atoi(f)
@@ -142,6 +176,10 @@ func main() {
 	}
 	if len(o.sizes) == 0 || o.events < 0 {
 		fmt.Fprintln(os.Stderr, "scalebench: no sizes, or negative -events")
+		os.Exit(2)
+	}
+	if o.leaseTime < time.Minute || o.window < 0 {
+		fmt.Fprintln(os.Stderr, "scalebench: -lease-time under 1m (ztpd refuses it) or negative -renew-window")
 		os.Exit(2)
 	}
 	sort.Ints(o.sizes)
@@ -169,7 +207,6 @@ func run(o options) error {
 		defer os.RemoveAll(d)
 		o.work = d
 	}
-	fmt.Println("renewals: skipped - testenv/fleet's relay client does DORA only (no RENEWING/REBINDING REQUEST), so the fleet cannot renew at T1")
 	var results []sizeResult
 	for _, n := range o.sizes {
 		r, err := runSize(o, n)
@@ -214,6 +251,17 @@ func printSize(r sizeResult) {
 		r.BackupS, float64(r.BackupBytes)/(1<<20), r.Issued, r.Restored, r.TotalS)
 	if r.BackupErr != "" {
 		fmt.Printf("  backup FAILED: %s\n", r.BackupErr)
+	}
+	rn := r.Renew
+	fmt.Printf("  renewals devices=%d window_s=%.0f acked=%d naks=%d drops=%d failed=%d retransmits=%d p50_ms=%.1f p99_ms=%.1f max_ms=%.1f rate_per_s=%.0f cpu_s=%.1f idle_cpu_s=%.1f extended_in_store=%d "+
+		"(T1 compressed: a real fleet renews at T1 = 30 min of a 1h lease; here lease_time=%s and each switch renews once its lease is past ztpd's lease cache, %.0f-%.0f s old)\n",
+		rn.Devices, rn.Window.Seconds(), rn.Acked, rn.NAKs, rn.Drops, rn.Failed, rn.Retransmits, ms(rn.P50), ms(rn.P99), ms(rn.Max), rn.Rate(), rn.CPUS, rn.IdleCPUS, rn.Extended,
+		rn.Lease, rn.Waited.Seconds(), (rn.Waited+rn.Window).Seconds()+r.StormS)
+	for _, e := range rn.Errors {
+		fmt.Println("  renewal error:", e)
+	}
+	if rn.ExpiredEarly {
+		fmt.Println("  note: renewed leases expired before the API measurement ended (their expiry writes fell into it); raise -lease-time")
 	}
 	fmt.Printf("  api devices=%d events=%d: healthz(floor, HTTP listener) %.0f req/s p99 %.2f ms", r.N, r.Events, r.Floor.RPS, r.Floor.P99ms)
 	for _, name := range apiNames {
@@ -286,6 +334,7 @@ func runSize(o options, n int) (sizeResult, error) {
 	stopProf := b.profile(ctx)
 	storm, err := b.storm(ctx)
 	stopProf()
+	stormEnd := time.Now()
 	if err != nil {
 		return res, err
 	}
@@ -304,6 +353,12 @@ func runSize(o options, n int) (sizeResult, error) {
 	}
 	if storm.Failed > 0 || res.Issued != n {
 		return res, fmt.Errorf("storm: %d failed, %d of %d with their bundle issued; first errors %v", storm.Failed, res.Issued, n, storm.Errors)
+	}
+
+	// The fleet renews at T1; the store must hold every renewal.
+	renewed, err := b.renew(ctx, storm, stormEnd, pid, &res.Renew)
+	if err != nil {
+		return res, err
 	}
 
 	// Stop, fill the event log up to -events, start again on the same data.
@@ -340,9 +395,18 @@ func runSize(o options, n int) (sizeResult, error) {
 	if res.Restored != n {
 		return res, fmt.Errorf("after the restart %d of %d devices are join-issued", res.Restored, n)
 	}
+	if err := b.checkLeasesKept(ctx, renewed); err != nil {
+		return res, err
+	}
 
 	if err := b.measureAPI(ctx, &res); err != nil {
 		return res, err
+	}
+	for _, l := range renewed {
+		if !l.Expiry.After(time.Now()) {
+			res.Renew.ExpiredEarly = true
+			break
+		}
 	}
 	// A failed backup is a finding of the run, not the end of it.
 	if res.BackupS, res.BackupBytes, err = b.backup(ctx); err != nil {
@@ -394,7 +458,7 @@ func (b *bench) start(ctx context.Context) (*lab.Appliance, error) {
 }
 
 // config is bootstorm's, with the whole /16 as the pool, events.keep
-// large enough for -events and the pprof listener.
+// large enough for -events, the pprof listener and -lease-time.
 func (b *bench) config() string {
 	keep := max(defaultEventsKeep, b.o.events)
 	return fmt.Sprintf(`data_dir: %s
@@ -404,14 +468,14 @@ debug: {pprof_addr: "%s:6060"}
 http: {addr: "%s:8080"}
 dhcp:
   interfaces: [s0]
-  lease_time: 1h
+  lease_time: %s
   subnets:
     - {name: storm, subnet: 10.99.0.0/16, interface: s0, pools: ["10.99.%d.0-10.99.%d.254"], router: %s}
 profiles: [%s]
 events: {keep: %d}
 joiner:
   auto_approve: [{subnets: [10.99.0.0/16], roles: [control-plane, worker]}]
-`, filepath.Join(b.work, "data"), srvAddr, srvAddr, srvAddr, poolFirst, poolLast, srvAddr, filepath.Join(b.work, "profiles"), keep)
+`, filepath.Join(b.work, "data"), srvAddr, srvAddr, srvAddr, b.o.leaseTime, poolFirst, poolLast, srvAddr, filepath.Join(b.work, "profiles"), keep)
 }
 
 // writeProfiles is bootstorm's: cluster c takes the serials STORM-<c>-*.
@@ -463,6 +527,136 @@ func (b *bench) storm(ctx context.Context) (fleet.StormResult, error) {
 		return res, err
 	}
 	return res, json.Unmarshal(raw, &res)
+}
+
+// storedLease is what GET /api/v1/leases says of one address.
+type storedLease struct {
+	IP     string          `json:"ip"`
+	MAC    string          `json:"mac"`
+	State  core.LeaseState `json:"state"`
+	Expiry time.Time       `json:"expiry"`
+}
+
+// leases pages through GET /api/v1/leases: the API reads the store, so
+// what it lists is committed.
+func (b *bench) leases(ctx context.Context) (map[string]storedLease, error) {
+	out := map[string]storedLease{}
+	cursor := ""
+	for {
+		q := url.Values{"limit": {"1000"}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		var page struct {
+			Items      []storedLease `json:"items"`
+			NextCursor string        `json:"next_cursor"`
+		}
+		if err := b.app.REST(ctx, "/api/v1/leases", q, &page); err != nil {
+			return nil, err
+		}
+		for _, l := range page.Items {
+			out[l.IP] = l
+		}
+		if page.NextCursor == "" {
+			return out, nil
+		}
+		cursor = page.NextCursor
+	}
+}
+
+// renew has the storm's fleet renew at T1 (bootstorm -renew in sc-cli) and
+// checks the store: every ACKed renewal must have moved its lease's expiry
+// to a full lease time from the renewal, owned by the same switch. ztpd
+// answers a REQUEST for a lease younger than a quarter of the lease time
+// from its lease cache, without a write; at a real T1 (half the lease) no
+// lease is that young, so the fleet waits until every lease of the storm
+// is past that quarter. It returns the renewed leases as stored.
+func (b *bench) renew(ctx context.Context, storm fleet.StormResult, stormEnd time.Time, pid int, res *renewResult) (map[string]storedLease, error) {
+	lease := b.o.leaseTime
+	res.Lease = lease
+	before, err := b.leases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i, ip := range storm.Leases {
+		if l, ok := before[ip]; !ok || l.MAC != fleet.MAC(i).String() || l.State != core.LeaseActive {
+			return nil, fmt.Errorf("after the storm the store has no active lease of %s for %s: %+v", ip, fleet.MAC(i), l)
+		}
+	}
+	// The storm's first lease began no earlier than the storm; its last
+	// renewal must come before T2 (7/8 of the lease), when a real client
+	// would have stopped renewing and rebound.
+	firstRenewal := stormEnd.Add(lease/4 + 2*time.Second)
+	if oldest := firstRenewal.Add(b.o.window).Sub(stormEnd) + storm.Elapsed; oldest >= lease*7/8 {
+		return nil, fmt.Errorf("the oldest lease would be %s old at its renewal, past T2 of a %s lease: raise -lease-time", oldest.Round(time.Second), lease)
+	}
+	fmt.Fprintf(os.Stderr, "scalebench: %d devices: renewals in %s, over %s ...\n", b.n, time.Until(firstRenewal).Round(time.Second), b.o.window)
+	idle0, idleFrom := 0.0, time.Now()
+	if idle0, err = cpuSeconds(pid); err != nil {
+		return nil, err
+	}
+	time.Sleep(time.Until(firstRenewal))
+	res.Waited = time.Since(stormEnd)
+	cpu0, err := cpuSeconds(pid)
+	if err != nil {
+		return nil, err
+	}
+	idleRate := (cpu0 - idle0) / time.Since(idleFrom).Seconds()
+	out := filepath.Join(b.work, "renew.json")
+	cmd := b.cli.Command(ctx, b.o.storm, "-renew", "-n", strconv.Itoa(b.n), "-clusters", strconv.Itoa(b.clusters),
+		"-renew-leases", filepath.Join(b.work, "fleet.json"), "-renew-window", b.o.window.String(), "-fleet-out", out)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("renewals: %w", err)
+	}
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(raw, &res.RenewResult); err != nil {
+		return nil, err
+	}
+	cpu1, err := cpuSeconds(pid)
+	if err != nil {
+		return nil, err
+	}
+	res.CPUS = cpu1 - cpu0
+	res.IdleCPUS = idleRate * res.Elapsed.Seconds()
+	after, err := b.leases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	renewed := map[string]storedLease{}
+	// A renewal sent at t is stored with expiry t + lease; the earliest
+	// was sent at Started.
+	floor := res.Started.Add(lease).Add(-time.Second)
+	for i, ip := range storm.Leases {
+		l := after[ip]
+		if l.MAC == fleet.MAC(i).String() && l.State == core.LeaseActive && l.Expiry.After(before[ip].Expiry) && !l.Expiry.Before(floor) {
+			res.Extended++
+			renewed[ip] = l
+		}
+	}
+	if res.Extended != res.Acked || res.LeaseMin != lease {
+		return nil, fmt.Errorf("renewals: %d ACKed (lease %s-%s), but %d leases extended by a full %s in the store",
+			res.Acked, res.LeaseMin, res.LeaseMax, res.Extended, lease)
+	}
+	return renewed, nil
+}
+
+// checkLeasesKept compares the renewed leases with the store after the
+// restart: a renewal that was ACKed must have been durable.
+func (b *bench) checkLeasesKept(ctx context.Context, renewed map[string]storedLease) error {
+	now, err := b.leases(ctx)
+	if err != nil {
+		return err
+	}
+	for ip, l := range renewed {
+		if got := now[ip]; got.MAC != l.MAC || !got.Expiry.Equal(l.Expiry) {
+			return fmt.Errorf("after the restart the lease of %s is %+v, before it %+v", ip, got, l)
+		}
+	}
+	return nil
 }
 
 // profile records ztpd's CPU profile in back-to-back 5 s pieces until the
