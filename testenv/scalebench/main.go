@@ -50,6 +50,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -85,6 +86,7 @@ type options struct {
 	profileDir string
 	leaseTime  time.Duration
 	window     time.Duration
+	maxStormed int
 }
 
 // sizeResult is what one fleet size measured.
@@ -93,8 +95,13 @@ type sizeResult struct {
 	Failed           int
 	StormS           float64
 	P50ms, P99ms     float64
+	Stormed          int     // devices the storm onboarded (N, or the pool's maxDevices: see extend.go)
 	RSSMB            float64 // VmHWM over the storm
+	AnonMB           float64 // the highest RssAnon sampled over the storm: ztpd's own memory, without the store's mapped pages
 	CPUS             float64 // utime+stime over the storm
+	FleetCPUS        float64 // the fleet's (bootstorm -fleet) utime+stime over the storm
+	RestartAnonMB    float64 // RssAnon once the restarted ztpd answered
+	LeasesChecked    int     // active leases checked for an address given twice
 	StoreBytes       int64   // the store file after the storm
 	SeededBytes      int64   // the store file with -events
 	TotalS           float64
@@ -127,7 +134,7 @@ type renewResult struct {
 	ExpiredEarly bool
 }
 
-func (r sizeResult) cpuPerDevice() float64   { return r.CPUS / float64(r.N) }
+func (r sizeResult) cpuPerDevice() float64   { return r.CPUS / float64(r.Stormed) }
 func (r sizeResult) bytesPerDevice() float64 { return float64(r.StoreBytes) / float64(r.N) }
 
 type wrkResult struct {
@@ -154,7 +161,7 @@ var apiNames = []string{"clusters", "devices", "events"}
 
 func main() {
 	var o options
-	sizes := flag.String("sizes", "10000 30000", "fleet sizes, space or comma separated (at most 65278: the pool in 10.99.0.0/16)")
+	sizes := flag.String("sizes", "10000 30000", "fleet sizes, space or comma separated (past 65278, the pool in 10.99.0.0/16, the rest is written into the store: see extend.go)")
 	flag.IntVar(&o.events, "events", 1000000, "device events in the store when the API is measured")
 	flag.IntVar(&o.conc, "concurrency", 256, "switches onboarding at the same time")
 	flag.StringVar(&o.bin, "ztpd", "bin/ztpd", "ztpd binary")
@@ -165,11 +172,12 @@ func main() {
 	flag.StringVar(&o.profileDir, "cpuprofile-dir", "", "write ztpd's CPU profile of each storm here (storm-<n>.pprof)")
 	flag.DurationVar(&o.leaseTime, "lease-time", 6*time.Minute, "ztpd's dhcp.lease_time: the fleet renews once its leases are a quarter of it old, so short (at least 1m)")
 	flag.DurationVar(&o.window, "renew-window", time.Minute, "the fleet's renewals start uniformly over this window")
+	flag.IntVar(&o.maxStormed, "max-stormed", maxDevices, "storm at most this many devices of a size, write the rest into the store (extend.go; to try that path on a small fleet)")
 	flag.Parse()
 	for _, f := range strings.FieldsFunc(*sizes, func(r rune) bool { return r == ' ' || r == ',' }) {
 		n, err := strconv.Atoi(f)
-		if err != nil || n < 1 || n > maxDevices {
-			fmt.Fprintf(os.Stderr, "scalebench: size %q: want 1..%d (the pool in 10.99.0.0/16)\n", f, maxDevices)
+		if err != nil || n < 1 || n > 1_000_000 {
+			fmt.Fprintf(os.Stderr, "scalebench: size %q: want 1..1000000\n", f)
 			os.Exit(2)
 		}
 		o.sizes = append(o.sizes, n)
@@ -217,14 +225,15 @@ func run(o options) error {
 		results = append(results, r)
 	}
 	base := results[0]
-	var cpu, bytes, rss []string
+	var cpu, bytes, rss, restartRSS []string
 	for _, r := range results {
-		rss = append(rss, fmt.Sprintf("%d=%.2f", r.N, (r.RSSMB/float64(r.N))/(base.RSSMB/float64(base.N))))
+		rss = append(rss, fmt.Sprintf("%d=%.2f", r.N, (r.AnonMB/float64(r.Stormed))/(base.AnonMB/float64(base.Stormed))))
+		restartRSS = append(restartRSS, fmt.Sprintf("%d=%.2f", r.N, (r.RestartAnonMB/float64(r.N))/(base.RestartAnonMB/float64(base.N))))
 		cpu = append(cpu, fmt.Sprintf("%d=%.2f", r.N, r.cpuPerDevice()/base.cpuPerDevice()))
 		bytes = append(bytes, fmt.Sprintf("%d=%.2f", r.N, r.bytesPerDevice()/base.bytesPerDevice()))
 	}
-	fmt.Printf("growth vs %d (goal <= 1.5): cpu_s_per_device %s; bytes_per_device %s; rss_per_device %s\n",
-		base.N, strings.Join(cpu, " "), strings.Join(bytes, " "), strings.Join(rss, " "))
+	fmt.Printf("growth vs %d (goal <= 1.5): cpu_s_per_device %s; bytes_per_device %s; anon_rss_per_device storm %s, after restart %s\n",
+		base.N, strings.Join(cpu, " "), strings.Join(bytes, " "), strings.Join(rss, " "), strings.Join(restartRSS, " "))
 	last := results[len(results)-1]
 	apiP99, worst := 0.0, ""
 	for _, name := range apiNames {
@@ -237,18 +246,24 @@ func run(o options) error {
 		note = " (lower bound: no " + worst + " request completed under wrk)"
 	}
 	fmt.Printf("api_p99_ms is the %s query's%s\n", worst, note)
-	fmt.Printf("RESULT scale devices=%d storm_s=%.2f p99_ms=%.1f rss_mb=%.0f api_p99_ms=%.2f restart_s=%.2f\n",
-		last.N, last.StormS, last.P99ms, last.RSSMB, apiP99, last.RestartS)
+	if last.Stormed < last.N {
+		fmt.Printf("storm_s and p99_ms are the storm of %d of the %d devices (the pool in 10.99.0.0/16); the rest were written into the store (extend.go)\n", last.Stormed, last.N)
+	}
+	fmt.Println("rss_mb is ztpd's anonymous memory (RssAnon), the highest of the storm's and after the restart; rss_hwm_mb adds the store's mapped file pages (VmHWM)")
+	fmt.Printf("RESULT scale devices=%d storm_s=%.2f p99_ms=%.1f rss_mb=%.0f api_p99_ms=%.2f restart_s=%.2f stormed=%d rss_hwm_mb=%.0f\n",
+		last.N, last.StormS, last.P99ms, max(last.AnonMB, last.RestartAnonMB), apiP99, last.RestartS, last.Stormed, max(last.RSSMB, last.RestartRSSMB))
 	return nil
 }
 
 func printSize(r sizeResult) {
-	fmt.Printf("size devices=%d failed=%d storm_s=%.2f p50_ms=%.1f p99_ms=%.1f rss_mb=%.0f cpu_s=%.1f cpu_ms_per_device=%.3f "+
-		"store_mb=%.1f bytes_per_device=%.0f store_with_events_mb=%.1f storm_events=%d events=%d stop_s=%.2f restart_s=%.2f restart_rss_mb=%.0f "+
-		"backup_s=%.2f backup_mb=%.1f issued=%d after_restart=%d total_s=%.0f\n",
-		r.N, r.Failed, r.StormS, r.P50ms, r.P99ms, r.RSSMB, r.CPUS, 1000*r.cpuPerDevice(),
-		float64(r.StoreBytes)/(1<<20), r.bytesPerDevice(), float64(r.SeededBytes)/(1<<20), r.StormEvents, r.Events, r.StopS, r.RestartS, r.RestartRSSMB,
-		r.BackupS, float64(r.BackupBytes)/(1<<20), r.Issued, r.Restored, r.TotalS)
+	fmt.Printf("size devices=%d stormed=%d failed=%d storm_s=%.2f p50_ms=%.1f p99_ms=%.1f anon_mb=%.0f rss_hwm_mb=%.0f cpu_s=%.1f cpu_ms_per_device=%.3f "+
+		"fleet_cpu_s=%.1f cpu_floor_s=%.2f "+
+		"store_mb=%.1f bytes_per_device=%.0f store_with_events_mb=%.1f storm_events=%d events=%d stop_s=%.2f restart_s=%.2f restart_anon_mb=%.0f restart_rss_hwm_mb=%.0f "+
+		"backup_s=%.2f backup_mb=%.1f issued=%d leases_unique=%d after_restart=%d total_s=%.0f\n",
+		r.N, r.Stormed, r.Failed, r.StormS, r.P50ms, r.P99ms, r.AnonMB, r.RSSMB, r.CPUS, 1000*r.cpuPerDevice(),
+		r.FleetCPUS, (r.CPUS+r.FleetCPUS)/float64(runtime.NumCPU()),
+		float64(r.StoreBytes)/(1<<20), r.bytesPerDevice(), float64(r.SeededBytes)/(1<<20), r.StormEvents, r.Events, r.StopS, r.RestartS, r.RestartAnonMB, r.RestartRSSMB,
+		r.BackupS, float64(r.BackupBytes)/(1<<20), r.Issued, r.LeasesChecked, r.Restored, r.TotalS)
 	if r.BackupErr != "" {
 		fmt.Printf("  backup FAILED: %s\n", r.BackupErr)
 	}
@@ -282,20 +297,24 @@ func printSize(r sizeResult) {
 type bench struct {
 	o        options
 	n        int
-	clusters int
-	work     string
-	srv, cli *netns.NS
-	app      *lab.Appliance
-	key      string
-	secret   []byte
-	api      *http.Client
+	clusters int // the storm's
+	// stormed is the devices the storm onboards, extraClusters the
+	// clusters of the rest (extend.go).
+	stormed, extraClusters int
+	work                   string
+	srv, cli               *netns.NS
+	app                    *lab.Appliance
+	key                    string
+	secret                 []byte
+	api                    *http.Client
 }
 
 func runSize(o options, n int) (sizeResult, error) {
 	began := time.Now()
 	ctx := context.Background()
-	b := &bench{o: o, n: n, clusters: (n + perCluster - 1) / perCluster, work: filepath.Join(o.work, strconv.Itoa(n))}
-	res := sizeResult{N: n, API: map[string]wrkResult{}}
+	b := &bench{o: o, n: n, work: filepath.Join(o.work, strconv.Itoa(n))}
+	b.stormed, b.clusters, b.extraClusters = split(n, o.maxStormed)
+	res := sizeResult{N: n, Stormed: b.stormed, API: map[string]wrkResult{}}
 	if err := os.MkdirAll(b.work, 0o755); err != nil {
 		return res, err
 	}
@@ -316,7 +335,7 @@ func runSize(o options, n int) (sizeResult, error) {
 	if err := b.apiKey(ctx); err != nil {
 		return res, err
 	}
-	if err := b.app.CreateStormClusters(ctx, b.clusters, (n+b.clusters-1)/b.clusters); err != nil {
+	if err := b.app.CreateStormClusters(ctx, b.clusters+b.extraClusters, (b.stormed+b.clusters-1)/b.clusters); err != nil {
 		return res, err
 	}
 
@@ -330,10 +349,13 @@ func runSize(o options, n int) (sizeResult, error) {
 	if err != nil {
 		return res, err
 	}
-	fmt.Fprintf(os.Stderr, "scalebench: %d devices, %d clusters: boot storm ...\n", n, b.clusters)
+	fmt.Fprintf(os.Stderr, "scalebench: %d devices, %d clusters: boot storm of %d ...\n", n, b.clusters, b.stormed)
 	stopProf := b.profile(ctx)
-	storm, err := b.storm(ctx)
+	stopAnon := sampleAnon(pid, &res.AnonMB)
+	storm, fleetCPU, err := b.storm(ctx)
+	stopAnon()
 	stopProf()
+	res.FleetCPUS = fleetCPU
 	stormEnd := time.Now()
 	if err != nil {
 		return res, err
@@ -351,8 +373,11 @@ func runSize(o options, n int) (sizeResult, error) {
 	if res.Issued, err = b.app.CountDevices(ctx, "join-issued"); err != nil {
 		return res, err
 	}
-	if storm.Failed > 0 || res.Issued != n {
-		return res, fmt.Errorf("storm: %d failed, %d of %d with their bundle issued; first errors %v", storm.Failed, res.Issued, n, storm.Errors)
+	if storm.Failed > 0 || res.Issued != b.stormed {
+		return res, fmt.Errorf("storm: %d failed, %d of %d with their bundle issued; first errors %v", storm.Failed, res.Issued, b.stormed, storm.Errors)
+	}
+	if res.LeasesChecked, err = b.checkAddressesUnique(ctx, storm); err != nil {
+		return res, err
 	}
 
 	// The fleet renews at T1; the store must hold every renewal.
@@ -365,6 +390,9 @@ func runSize(o options, n int) (sizeResult, error) {
 	t0 := time.Now()
 	b.app.Close()
 	res.StopS = time.Since(t0).Seconds()
+	if err := b.extendFleet(); err != nil {
+		return res, fmt.Errorf("extending the fleet to %d: %w", n, err)
+	}
 	if res.StoreBytes, err = fileSize(filepath.Join(b.app.DataDir, boltstore.FileName)); err != nil {
 		return res, err
 	}
@@ -384,6 +412,9 @@ func runSize(o options, n int) (sizeResult, error) {
 	}
 	res.RestartS = time.Since(t0).Seconds()
 	if res.RestartRSSMB, err = peakRSSMB(b.app.Proc.Cmd.Process.Pid); err != nil {
+		return res, err
+	}
+	if res.RestartAnonMB, err = statusMB(b.app.Proc.Cmd.Process.Pid, "RssAnon:"); err != nil {
 		return res, err
 	}
 	if err := b.app.UseAdminKey(ctx); err != nil {
@@ -513,20 +544,56 @@ func (b *bench) apiKey(ctx context.Context) error {
 }
 
 // storm runs bootstorm's fleet mode inside sc-cli and reads its result.
-func (b *bench) storm(ctx context.Context) (fleet.StormResult, error) {
+// It also returns the fleet process's CPU seconds.
+func (b *bench) storm(ctx context.Context) (fleet.StormResult, float64, error) {
 	var res fleet.StormResult
 	out := filepath.Join(b.work, "fleet.json")
-	cmd := b.cli.Command(ctx, b.o.storm, "-fleet", "-n", strconv.Itoa(b.n), "-clusters", strconv.Itoa(b.clusters),
+	cmd := b.cli.Command(ctx, b.o.storm, "-fleet", "-n", strconv.Itoa(b.stormed), "-clusters", strconv.Itoa(b.clusters),
 		"-concurrency", strconv.Itoa(b.o.conc), "-fleet-out", out)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return res, fmt.Errorf("fleet: %w", err)
+		return res, 0, fmt.Errorf("fleet: %w", err)
 	}
+	cpu := (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
 	raw, err := os.ReadFile(out)
 	if err != nil {
-		return res, err
+		return res, cpu, err
 	}
-	return res, json.Unmarshal(raw, &res)
+	return res, cpu, json.Unmarshal(raw, &res)
+}
+
+// checkAddressesUnique: after the storm, no address was given twice. The
+// store's active leases are one per switch, each the address its DORA got,
+// and no two switches got the same address.
+func (b *bench) checkAddressesUnique(ctx context.Context, storm fleet.StormResult) (int, error) {
+	leases, err := b.leases(ctx)
+	if err != nil {
+		return 0, err
+	}
+	holder := map[string]string{} // MAC -> IP
+	for ip, l := range leases {
+		if l.State != core.LeaseActive {
+			continue
+		}
+		if other, ok := holder[l.MAC]; ok {
+			return 0, fmt.Errorf("switch %s holds two active leases: %s and %s", l.MAC, other, ip)
+		}
+		holder[l.MAC] = ip
+	}
+	if len(holder) != b.stormed {
+		return 0, fmt.Errorf("%d active leases after a storm of %d switches", len(holder), b.stormed)
+	}
+	got := map[string]bool{}
+	for _, ip := range storm.Leases {
+		if got[ip] {
+			return 0, fmt.Errorf("address %s was given to two switches", ip)
+		}
+		got[ip] = true
+		if leases[ip].State != core.LeaseActive {
+			return 0, fmt.Errorf("address %s, given to a switch, has no active lease", ip)
+		}
+	}
+	return len(holder), nil
 }
 
 // storedLease is what GET /api/v1/leases says of one address.
@@ -590,7 +657,7 @@ func (b *bench) renew(ctx context.Context, storm fleet.StormResult, stormEnd tim
 	if oldest := firstRenewal.Add(b.o.window).Sub(stormEnd) + storm.Elapsed; oldest >= lease*7/8 {
 		return nil, fmt.Errorf("the oldest lease would be %s old at its renewal, past T2 of a %s lease: raise -lease-time", oldest.Round(time.Second), lease)
 	}
-	fmt.Fprintf(os.Stderr, "scalebench: %d devices: renewals in %s, over %s ...\n", b.n, time.Until(firstRenewal).Round(time.Second), b.o.window)
+	fmt.Fprintf(os.Stderr, "scalebench: %d stormed devices: renewals in %s, over %s ...\n", b.n, time.Until(firstRenewal).Round(time.Second), b.o.window)
 	idle0, idleFrom := 0.0, time.Now()
 	if idle0, err = cpuSeconds(pid); err != nil {
 		return nil, err
@@ -603,7 +670,7 @@ func (b *bench) renew(ctx context.Context, storm fleet.StormResult, stormEnd tim
 	}
 	idleRate := (cpu0 - idle0) / time.Since(idleFrom).Seconds()
 	out := filepath.Join(b.work, "renew.json")
-	cmd := b.cli.Command(ctx, b.o.storm, "-renew", "-n", strconv.Itoa(b.n), "-clusters", strconv.Itoa(b.clusters),
+	cmd := b.cli.Command(ctx, b.o.storm, "-renew", "-n", strconv.Itoa(b.stormed), "-clusters", strconv.Itoa(b.clusters),
 		"-renew-leases", filepath.Join(b.work, "fleet.json"), "-renew-window", b.o.window.String(), "-fleet-out", out)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
@@ -836,7 +903,7 @@ func (b *bench) measureAPI(ctx context.Context, res *sizeResult) error {
 		name, url, auth, want string
 	}
 	queries := []query{
-		{"clusters", cs, "", fmt.Sprintf(`"count":%d`, b.clusters)},
+		{"clusters", cs, "", fmt.Sprintf(`"count":%d`, b.clusters+b.extraClusters)},
 		{"devices", b.app.APIBase + "/api/v1/devices?" + dq.Encode(), b.restAuth("/api/v1/devices", dq), `"next_cursor"`},
 		{"events", b.app.APIBase + "/api/v1/events?" + eq.Encode(), b.restAuth("/api/v1/events", eq), `"device":"` + mac + `"`},
 	}
@@ -878,7 +945,10 @@ func (b *bench) measureAPI(ctx context.Context, res *sizeResult) error {
 }
 
 func (b *bench) wrk(ctx context.Context, u, auth string) (wrkResult, error) {
-	args := []string{"-c", "0", "wrk", "-t2", "-c" + strconv.Itoa(b.o.conns), "-d" + b.o.duration, "--timeout", "30s", "--latency"}
+	// Accept-Encoding as the API's clients send it (Go's transport, so the
+	// cloudstack-go SDK and ztpd's CLI; browsers; CloudMonkey's requests).
+	args := []string{"-c", "0", "wrk", "-t2", "-c" + strconv.Itoa(b.o.conns), "-d" + b.o.duration, "--timeout", "30s", "--latency",
+		"-H", "Accept-Encoding: gzip"}
 	if auth != "" {
 		args = append(args, "-H", "Authorization: "+auth)
 	}
@@ -977,6 +1047,45 @@ func cpuSeconds(pid int) (float64, error) {
 }
 
 // peakRSSMB is VmHWM of pid, in MiB.
+// sampleAnon keeps *peak at the highest RssAnon of pid, sampled every
+// 200 ms until the returned stop is called: VmHWM counts the store's
+// mapped file pages too (page cache the kernel may drop), RssAnon is
+// ztpd's own memory.
+func sampleAnon(pid int, peak *float64) (stop func()) {
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if mb, err := statusMB(pid, "RssAnon:"); err == nil && mb > *peak {
+				*peak = mb
+			}
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
+}
+
+// statusMB is a kB field of /proc/<pid>/status in MB.
+func statusMB(pid int, field string) (float64, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, field); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024, err
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no %s", pid, field)
+}
+
 func peakRSSMB(pid int) (float64, error) {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
