@@ -114,3 +114,99 @@ func BenchmarkVerifyCloudStack(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRESTDeviceEvents is GET /api/v1/events?device= of one device
+// with 100 events among 200,000 (bench/scale.sh's query, smaller).
+func BenchmarkRESTDeviceEvents(b *testing.B) {
+	e := benchEnv(b)
+	now := time.Now().UTC()
+	for start := 0; start < 200000; start += 20000 {
+		err := e.st.Update(func(tx core.Tx) error {
+			for i := start; i < start+20000; i++ {
+				mac := fmt.Sprintf("02:5e:00:00:%02x:%02x", (i%2000)>>8&255, i%2000&255)
+				ev := core.Event{Time: now, Type: "dhcp.ack", Device: mac, Message: "seeded", Fields: map[string]string{"ip": "10.99.1.1"}}
+				if i%2 == 1 {
+					ev.Type, ev.Fields = "ztp.served", map[string]string{"path": "/ztp/ztp.json"}
+				}
+				if _, err := tx.Events().Append(ev); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	q := url.Values{"device": {"02:5e:00:00:03:e8"}}
+	req := httptest.NewRequest("GET", "/api/v1/events?"+q.Encode(), nil)
+	req.Header.Set("Authorization", signing.RESTAuthorization("GET", "/api/v1/events", q, nil, e.admin.APIKey, []byte(e.adminSec), time.Now().Add(10*time.Minute)))
+	benchRequest(b, e.srv.Handler(), req)
+}
+
+// BenchmarkListKubernetesClustersRender is a listKubernetesClusters of 5
+// clusters of 1,000 members rendered afresh each time (a write between
+// requests, as during a storm or after a cluster's state changes): the
+// cost a request pays after the cache is invalidated.
+func BenchmarkListKubernetesClustersRender(b *testing.B) {
+	e := newEnv(&testing.T{}, envOpts{noJoiner: true})
+	b.Cleanup(func() { e.ts.Close(); e.clusters.Close(context.Background()); e.st.Close() })
+	ctx := context.Background()
+	v, err := e.clusters.AddVersion(ctx, clusters.LocalAdmin, clusters.VersionSpec{SemVer: "1.31.4", URL: "http://x/y.iso"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now().UTC()
+	for c := 0; c < 5; c++ {
+		cl, j, err := e.clusters.CreateCluster(ctx, clusters.LocalAdmin, clusters.ClusterSpec{Name: fmt.Sprintf("r%d", c),
+			ZoneID: e.clusters.Zone().ID, VersionID: v.ID, ServiceOfferingID: "ztpd-medium", Size: 1000})
+		if err != nil {
+			b.Fatal(err)
+		}
+		e.clusters.WaitJob(ctx, j.ID)
+		err = e.st.Update(func(tx core.Tx) error {
+			for m := 0; m < 1000; m++ {
+				i := c*1000 + m
+				mac := fmt.Sprintf("02:5e:00:00:%02x:%02x", i>>8&255, i&255)
+				d := core.Device{ID: mac, Kind: core.KindSONiC, MAC: mac, Serial: fmt.Sprintf("SN%07d", i), Hostname: fmt.Sprintf("leaf-%05d", i),
+					IP: fmt.Sprintf("10.99.%d.%d", 1+i/250, 1+i%250), Subnet: "fabric", State: core.StateJoinIssued, FirstSeen: now, LastSeen: now, UpdatedAt: now}
+				if err := tx.Devices().Put(d); err != nil {
+					return err
+				}
+				ms := core.Membership{Device: mac, Cluster: cl.ID, Role: "worker", State: core.StateJoinIssued, NodeName: d.Hostname,
+					Created: now, UpdatedAt: now, History: []core.StateTransition{{State: core.StateJoinIssued, At: now, Reason: "bundle issued"}}}
+				if err := tx.Memberships().Put(ms); err != nil {
+					return err
+				}
+				if err := tx.Memberships().Enlist(cl.ID, mac, "worker"); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	q := signing.SignQuery(url.Values{"command": {"listKubernetesClusters"}, "response": {"json"}}, e.admin.APIKey, []byte(e.adminSec), time.Now().Add(10*time.Minute))
+	h := e.srv.Handler()
+	b.ReportAllocs()
+	for b.Loop() {
+		// A write to an aggregate the views read: the cached answer is stale.
+		if err := e.st.Update(func(tx core.Tx) error {
+			d, err := tx.Devices().Get("02:5e:00:00:00:00")
+			if err != nil {
+				return err
+			}
+			d.LastSeen = time.Now()
+			return tx.Devices().Put(d)
+		}); err != nil {
+			b.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/client/api?"+q, nil))
+		if rec.Code != 200 {
+			b.Fatalf("HTTP %d", rec.Code)
+		}
+	}
+}

@@ -399,12 +399,25 @@ func (r versions) List(after string, fn core.Visit[core.Version]) error {
 type memberships struct{ t *Tx }
 
 func (r memberships) Get(device string) (core.Membership, error) {
-	var m core.Membership
-	ok, err := r.t.get(BucketMemberships, device, &m)
-	if err == nil && !ok {
-		err = notFound("membership of device", device)
+	m, ok, err := r.t.c.memberships.get(r.t, BucketMemberships, device)
+	if err != nil {
+		return m, err
 	}
-	return m, err
+	if !ok {
+		return m, notFound("membership of device", device)
+	}
+	return freshMembership(m), nil // the cached value is shared
+}
+
+// freshMembership is a cached membership safe to change: its history and
+// Node observation are its own.
+func freshMembership(m core.Membership) core.Membership {
+	m.History = slices.Clone(m.History)
+	if m.Node != nil {
+		n := *m.Node
+		m.Node = &n
+	}
+	return m
 }
 
 func (r memberships) Put(m core.Membership) error {
@@ -419,7 +432,7 @@ func (r memberships) Delete(device string) error {
 }
 
 func (r memberships) List(after string, fn core.Visit[core.Membership]) error {
-	return scan(r.t, BucketMemberships, after, fn)
+	return scanCached(r.t, &r.t.c.memberships, BucketMemberships, after, freshMembership, fn)
 }
 
 func (r memberships) Enlist(cluster, device, role string) error {

@@ -301,7 +301,8 @@ func versionsContract(t *testing.T, st core.Store) {
 func membershipsContract(t *testing.T, st core.Store) {
 	m := core.Membership{Device: "d1", Cluster: "c1", Role: "worker", State: core.StateJoinIssued,
 		History: []core.StateTransition{{State: core.StateJoinIssued, At: t0, Reason: "approved"}},
-		Created: t0, UpdatedAt: t0, Method: "kubeadm", TokenID: "abcdef", IssuedAt: t0}
+		Created: t0, UpdatedAt: t0, Method: "kubeadm", TokenID: "abcdef", IssuedAt: t0,
+		Node: &core.NodeObservation{Ready: "True", Seen: t0}}
 	Update(t, st, func(tx core.Tx) error {
 		must(t, tx.Memberships().Put(m))
 		must(t, tx.Memberships().Enlist("c1", "d2", "control-plane"))
@@ -313,6 +314,20 @@ func membershipsContract(t *testing.T, st core.Store) {
 		got, err := tx.Memberships().Get("d1")
 		must(t, err)
 		wantEqual(t, "membership", got, m)
+		// A caller's change must not reach the store or its cache.
+		got.History[0].Reason = "changed"
+		got.History = append(got.History, core.StateTransition{State: core.StateJoined})
+		got.Node.Ready = "False"
+		again, err := tx.Memberships().Get("d1")
+		must(t, err)
+		wantEqual(t, "membership after caller changed its copy", again, m)
+		for range 2 {
+			must(t, tx.Memberships().List("", func(l core.Membership) (bool, error) {
+				wantEqual(t, "listed membership", l, m)
+				l.History[0].Reason = "changed"
+				return true, nil
+			}))
+		}
 		var roster []string
 		must(t, tx.Memberships().Roster("c1", func(d, r string) (bool, error) { roster = append(roster, d+"="+r); return true, nil }))
 		wantEqual(t, "roster", roster, []string{"d1=worker", "d2=control-plane"})
