@@ -67,6 +67,7 @@ func (s *Service) ObserveHealth(clusterID string, h Health) error {
 		if to == "" && !changed {
 			return nil
 		}
+		obs.StoredAt = h.At
 		c.Observed = &obs
 		if to == "" {
 			return tx.Clusters().Put(c)
@@ -124,10 +125,17 @@ func (s *Service) observe(c core.Cluster, h Health) (obs core.ClusterObservation
 		// already late.
 		obs.UnhealthySince = h.At
 	}
-	changed = prev.APIReachable != obs.APIReachable || prev.Error != obs.Error || prev.Nodes != obs.Nodes ||
+	// A change of reachability, counts or health is stored at once; one of
+	// the texts alone at most every storeSeenEvery: an unreachable API
+	// server's error text alternates between probes and watches (timeouts,
+	// refusals, the informer that failed last), and every write of a
+	// cluster re-renders every cluster listing (at 100,000 members, seconds
+	// of CPU each; issue 19).
+	structural := prev.APIReachable != obs.APIReachable || (prev.Error == "") != (obs.Error == "") || prev.Nodes != obs.Nodes ||
 		prev.ReadyNodes != obs.ReadyNodes || prev.ControlPlanes != obs.ControlPlanes ||
-		prev.ReadyControlPlanes != obs.ReadyControlPlanes || !prev.UnhealthySince.Equal(obs.UnhealthySince) ||
-		prev.Waiting != obs.Waiting || obs.LastSeen.Sub(prev.LastSeen) >= storeSeenEvery
+		prev.ReadyControlPlanes != obs.ReadyControlPlanes || !prev.UnhealthySince.Equal(obs.UnhealthySince)
+	texts := prev.Error != obs.Error || prev.Waiting != obs.Waiting
+	changed = structural || texts && h.At.Sub(prev.StoredAt) >= storeSeenEvery || obs.LastSeen.Sub(prev.LastSeen) >= storeSeenEvery
 	return obs, to, reason, changed
 }
 

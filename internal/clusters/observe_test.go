@@ -112,3 +112,58 @@ func TestObservedStates(t *testing.T) {
 		t.Fatalf("state events: %s", got)
 	}
 }
+
+// TestObservedErrorTextIsStoredAtMostEvery30s: an unreachable API server's
+// error text changes from probe to probe; each change alone is written at
+// most every storeSeenEvery (every write of a cluster re-renders the
+// cluster listings), while a change of reachability is written at once.
+func TestObservedErrorTextIsStoredAtMostEvery30s(t *testing.T) {
+	f := storetest.Open(t)
+	s, err := New(f.Store, nil, Options{AlertAfter: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	ctx := context.Background()
+	v := addVersion(t, s, "1.30.2")
+	c, j, err := s.CreateCluster(ctx, user, ClusterSpec{Name: "k", ZoneID: s.Zone().ID, VersionID: v.ID,
+		ServiceOfferingID: Offerings[0].ID, Size: 2, ControlNodes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, s, j)
+	stored := func() string {
+		t.Helper()
+		var got core.Cluster
+		if err := s.st.View(func(tx core.Tx) error { got, err = tx.Clusters().Get(c.ID); return err }); err != nil {
+			t.Fatal(err)
+		}
+		if got.Observed == nil {
+			return ""
+		}
+		return got.Observed.Error
+	}
+	t0 := time.Now()
+	errs := []string{"dial tcp 10.99.0.5:6443: i/o timeout", "watch: failed to list *v1.Node: context deadline exceeded"}
+	for i := 0; i < 10; i++ { // every 2 s for 20 s
+		if err := s.ObserveHealth(c.ID, Health{Err: errs[i%2], At: t0.Add(time.Duration(2*i) * time.Second)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := stored(); got != errs[0] {
+		t.Fatalf("within 30 s of the first error, stored %q; want the first, %q", got, errs[0])
+	}
+	if err := s.ObserveHealth(c.ID, Health{Err: errs[1], At: t0.Add(31 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(); got != errs[1] {
+		t.Fatalf("31 s after: stored %q, want %q", got, errs[1])
+	}
+	// Reachable again: at once.
+	if err := s.ObserveHealth(c.ID, Health{APIReachable: true, At: t0.Add(32 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(); got != "" {
+		t.Fatalf("reachable again: error %q still stored", got)
+	}
+}

@@ -216,6 +216,9 @@ type ClusterObservation struct {
 	UnhealthySince time.Time `json:"unhealthy_since,omitzero"`
 	// Waiting says what a Starting cluster still waits for.
 	Waiting string `json:"waiting,omitempty"`
+	// StoredAt is when this observation was last written: a change of
+	// only its texts (Error, Waiting) waits for storeSeenEvery after it.
+	StoredAt time.Time `json:"stored_at,omitzero"`
 }
 
 // AdminAccount is the account of admin API keys (unless given another) and
