@@ -194,6 +194,8 @@ type Service struct {
 	zone   Zone
 	domain Domain
 
+	members memberCache // of views: see views
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	jobsWG sync.WaitGroup

@@ -3,10 +3,12 @@ package clusters
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"hash/fnv"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -18,12 +20,14 @@ type ClusterView struct {
 	Offering Offering     // zero when unknown
 	Zone     Zone
 	Domain   Domain
-	Members  []Member // devices in the cluster (left members excluded)
+	// Members are the devices in the cluster (left members excluded),
+	// shared with other views of the same data: read only.
+	Members []Member
 	// Fingerprint changes whenever any record the view was built from
-	// may have changed (it follows ViewsGeneration); 0 means unknown (a
-	// store that does not count writes, or a view of a cluster not read
-	// from the store). Front ends may cache renderings by (cluster ID,
-	// Fingerprint).
+	// may have changed (the cluster's record, its version's, or any
+	// membership or device); 0 means unknown (a store that does not count
+	// writes, or a view of a cluster not read from the store). Front ends
+	// may cache renderings by (cluster ID, Fingerprint).
 	Fingerprint uint64
 }
 
@@ -63,10 +67,26 @@ func (v ClusterView) Endpoint() (url, ip string) {
 // views renders clusters with versions, offerings and their members (the
 // clusters' rosters, as the joiner keeps them). fromStore: the clusters were
 // read from the store after gen was noted, so the views get fingerprints.
+//
+// Members are kept per cluster for the generation of memberships and
+// devices they were read at (s.members) and shared by the views that
+// reuse them: a write to clusters alone (a health observation, a state)
+// then costs the cluster records, not every member again (issue 19: at
+// 100,000 members a listing read them for seconds). Fingerprints follow
+// the cluster's own record and that generation, so a front end's
+// rendering of an unchanged cluster survives other clusters' writes.
 func (s *Service) views(ctx context.Context, cs []core.Cluster, gen uint64, fromStore bool) ([]ClusterView, error) {
 	out := make([]ClusterView, len(cs))
 	if len(cs) == 0 {
 		return out, nil
+	}
+	// Noted before reading, as gen: a cached member list is at least as
+	// new as anything the reading transaction could see.
+	var mgen uint64
+	g, counted := s.st.(core.Generations)
+	counted = counted && fromStore && gen != 0
+	if counted {
+		mgen = g.Generation(core.AggMemberships, core.AggDevices)
 	}
 	err := s.st.View(func(tx core.Tx) error {
 		versions := map[string]core.Version{}
@@ -80,52 +100,111 @@ func (s *Service) views(ctx context.Context, cs []core.Cluster, gen uint64, from
 				versions[c.VersionID] = v
 			}
 			off, _ := OfferingByID(c.ServiceOfferingID)
-			view := ClusterView{Cluster: c, Version: v, Offering: off, Zone: s.zone, Domain: s.domain, Members: []Member{}}
-			var ms []Member
-			err := tx.Memberships().Roster(c.ID, func(device, _ string) (bool, error) {
-				m, err := tx.Memberships().Get(device)
-				if errors.Is(err, core.ErrNotFound) {
-					return true, nil
-				}
-				if err != nil {
-					return false, err
-				}
-				if m.Cluster == c.ID && m.State != core.StateLeft {
-					ms = append(ms, Member{Membership: m})
-				}
-				return true, nil
-			})
-			if err != nil {
-				return err
-			}
-			sort.Slice(ms, func(a, b int) bool {
-				if ms[a].Role != ms[b].Role {
-					return ms[a].Role == "control-plane"
-				}
-				return ms[a].Membership.Device < ms[b].Membership.Device
-			})
-			for _, m := range ms {
-				d, err := tx.Devices().Get(m.Membership.Device)
-				if err == nil {
-					m.Device = &d
-				} else if !errors.Is(err, core.ErrNotFound) {
+			view := ClusterView{Cluster: c, Version: v, Offering: off, Zone: s.zone, Domain: s.domain}
+			members, cached := s.members.get(c.ID, mgen, counted)
+			if !cached {
+				var err error
+				if members, err = readMembers(tx, c.ID); err != nil {
 					return err
 				}
-				view.Members = append(view.Members, m)
+				if counted {
+					s.members.put(c.ID, mgen, members)
+				}
 			}
-			if fromStore && gen != 0 {
-				h := fnv.New64a()
-				var b [8]byte
-				binary.LittleEndian.PutUint64(b[:], gen)
-				h.Write(b[:])
-				h.Write([]byte(c.ID))
-				view.Fingerprint = h.Sum64()
+			view.Members = members
+			if counted {
+				view.Fingerprint = fingerprint(mgen, c, v)
 			}
 			out[i] = view
 		}
 		return nil
 	})
 	return out, err
+}
+
+// readMembers reads cluster's roster: control planes first, then by device.
+func readMembers(tx core.Tx, cluster string) ([]Member, error) {
+	var ms []Member
+	err := tx.Memberships().Roster(cluster, func(device, _ string) (bool, error) {
+		m, err := tx.Memberships().Get(device)
+		if errors.Is(err, core.ErrNotFound) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if m.Cluster == cluster && m.State != core.StateLeft {
+			ms = append(ms, Member{Membership: m})
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(ms, func(a, b int) bool {
+		if ms[a].Role != ms[b].Role {
+			return ms[a].Role == "control-plane"
+		}
+		return ms[a].Membership.Device < ms[b].Membership.Device
+	})
+	out := make([]Member, 0, len(ms))
+	for _, m := range ms {
+		d, err := tx.Devices().Get(m.Membership.Device)
+		if err == nil {
+			m.Device = &d
+		} else if !errors.Is(err, core.ErrNotFound) {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// fingerprint is a view's: its members' generation, its cluster record and
+// its version record.
+func fingerprint(mgen uint64, c core.Cluster, v core.Version) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], mgen)
+	h.Write(b[:])
+	enc := json.NewEncoder(h)
+	_ = enc.Encode(c) // records always encode; an error would only weaken the cache
+	_ = enc.Encode(v)
+	return h.Sum64()
+}
+
+// memberCache keeps each cluster's members for one generation of
+// memberships and devices; a newer generation starts it over.
+type memberCache struct {
+	mu  sync.Mutex
+	gen uint64
+	m   map[string][]Member
+}
+
+// get returns cluster's members read at gen (shared: read only).
+func (c *memberCache) get(cluster string, gen uint64, counted bool) ([]Member, bool) {
+	if !counted {
+		return nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen != gen {
+		return nil, false
+	}
+	ms, ok := c.m[cluster]
+	return ms, ok
+}
+
+func (c *memberCache) put(cluster string, gen uint64, ms []Member) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if gen < c.gen {
+		return // an older reading: the cache already holds newer members
+	}
+	if gen != c.gen || c.m == nil {
+		c.gen, c.m = gen, map[string][]Member{}
+	}
+	c.m[cluster] = ms
 }
 
 // ClusterFilter selects clusters; empty fields match all.
