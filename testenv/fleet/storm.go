@@ -55,6 +55,9 @@ type StormResult struct {
 	// Leases holds each switch's leased address, in Switches' order
 	// ("" when its DORA failed): what the fleet renews later.
 	Leases []string `json:"leases,omitempty"`
+	// Bundled says, in Switches' order, which switches received their join
+	// bundle: what ztpd answered, so what its store must keep.
+	Bundled []bool `json:"bundled,omitempty"`
 }
 
 // Identity is what sw says about itself on DHCP, as SONiC's dhclient does.
@@ -72,6 +75,7 @@ func (s *Storm) Run(ctx context.Context) StormResult {
 	start := time.Now()
 	lat := make([]time.Duration, len(s.Switches))
 	leases := make([]string, len(s.Switches))
+	bundled := make([]bool, len(s.Switches))
 	var next, done, failed atomic.Int64
 	var mu sync.Mutex
 	var errs []string
@@ -87,7 +91,7 @@ func (s *Storm) Run(ctx context.Context) StormResult {
 					return
 				}
 				t0 := time.Now()
-				st, err := s.onboard(ctx, s.Switches[i], &leases[i])
+				st, err := s.onboard(ctx, s.Switches[i], &leases[i], &bundled[i])
 				lat[i] = time.Since(t0)
 				mu.Lock()
 				for k, v := range st {
@@ -109,7 +113,7 @@ func (s *Storm) Run(ctx context.Context) StormResult {
 		}()
 	}
 	wg.Wait()
-	res := StormResult{Devices: len(s.Switches), Failed: int(failed.Load()), Elapsed: time.Since(start), Errors: errs, PerStep: steps, Leases: leases}
+	res := StormResult{Devices: len(s.Switches), Failed: int(failed.Load()), Elapsed: time.Since(start), Errors: errs, PerStep: steps, Leases: leases, Bundled: bundled}
 	var ok []time.Duration
 	for _, l := range lat {
 		if l >= 0 {
@@ -128,8 +132,9 @@ func (s *Storm) Run(ctx context.Context) StormResult {
 }
 
 // onboard runs one switch through every step; it returns time per step
-// and sets *leased to the address its DORA got.
-func (s *Storm) onboard(ctx context.Context, sw Switch, leased *string) (map[string]time.Duration, error) {
+// and sets *leased to the address its DORA got and *bundled once its join
+// bundle came.
+func (s *Storm) onboard(ctx context.Context, sw Switch, leased *string, bundled *bool) (map[string]time.Duration, error) {
 	steps := map[string]time.Duration{}
 	mark := func(step string, t0 time.Time) { steps[step] += time.Since(t0) }
 	t0 := time.Now()
@@ -224,6 +229,7 @@ func (s *Storm) onboard(ctx context.Context, sw Switch, leased *string) (map[str
 		time.Sleep(min(retry, 2*time.Second))
 	}
 	mark("join", t0)
+	*bundled = true
 	if err := json.Unmarshal(delivery, &bundle); err != nil {
 		return steps, fmt.Errorf("%s: join bundle: %w", sw.MAC, err)
 	}

@@ -37,6 +37,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -169,7 +170,7 @@ func main() {
 	flag.StringVar(&o.work, "work", "", "work directory (default: a temp dir, removed)")
 	flag.StringVar(&o.duration, "duration", "10s", "wrk duration per query")
 	flag.IntVar(&o.conns, "conns", 32, "wrk connections")
-	flag.StringVar(&o.profileDir, "cpuprofile-dir", "", "write ztpd's CPU profile of each storm here (storm-<n>.pprof)")
+	flag.StringVar(&o.profileDir, "cpuprofile-dir", "", "write ztpd's CPU profiles of each storm and each wrk query here (storm-<n>.pprof, api-<n>-<query>.pprof)")
 	flag.DurationVar(&o.leaseTime, "lease-time", 6*time.Minute, "ztpd's dhcp.lease_time: the fleet renews once its leases are a quarter of it old, so short (at least 1m)")
 	flag.DurationVar(&o.window, "renew-window", time.Minute, "the fleet's renewals start uniformly over this window")
 	flag.IntVar(&o.maxStormed, "max-stormed", maxDevices, "storm at most this many devices of a size, write the rest into the store (extend.go; to try that path on a small fleet)")
@@ -301,6 +302,7 @@ type bench struct {
 	// stormed is the devices the storm onboards, extraClusters the
 	// clusters of the rest (extend.go).
 	stormed, extraClusters int
+	nsPrefix               string // of the namespaces <prefix>-srv and <prefix>-cli; "" is "sc"
 	work                   string
 	srv, cli               *netns.NS
 	app                    *lab.Appliance
@@ -319,6 +321,13 @@ func runSize(o options, n int) (sizeResult, error) {
 		return res, err
 	}
 	defer os.RemoveAll(b.work)
+	if o.profileDir != "" { // ztpd's log beside its profiles
+		defer func() {
+			if raw, err := os.ReadFile(filepath.Join(b.work, "ztpd.out")); err == nil {
+				_ = os.WriteFile(filepath.Join(o.profileDir, fmt.Sprintf("ztpd-%d.out", n)), raw, 0o644)
+			}
+		}()
+	}
 	if err := b.network(); err != nil {
 		return res, err
 	}
@@ -350,7 +359,7 @@ func runSize(o options, n int) (sizeResult, error) {
 		return res, err
 	}
 	fmt.Fprintf(os.Stderr, "scalebench: %d devices, %d clusters: boot storm of %d ...\n", n, b.clusters, b.stormed)
-	stopProf := b.profile(ctx)
+	stopProf := b.profile(ctx, fmt.Sprintf("storm-%d", n))
 	stopAnon := sampleAnon(pid, &res.AnonMB)
 	storm, fleetCPU, err := b.storm(ctx)
 	stopAnon()
@@ -460,10 +469,11 @@ func fileSize(path string) (int64, error) {
 // from sc-srv.
 func (b *bench) network() error {
 	var err error
-	if b.srv, err = netns.Add("sc-srv"); err != nil {
+	prefix := cmp.Or(b.nsPrefix, "sc")
+	if b.srv, err = netns.Add(prefix + "-srv"); err != nil {
 		return err
 	}
-	if b.cli, err = netns.Add("sc-cli"); err != nil {
+	if b.cli, err = netns.Add(prefix + "-cli"); err != nil {
 		b.srv.Close()
 		return err
 	}
@@ -729,7 +739,7 @@ func (b *bench) checkLeasesKept(ctx context.Context, renewed map[string]storedLe
 // profile records ztpd's CPU profile in back-to-back 5 s pieces until the
 // returned stop is called, then merges them into storm-<n>.pprof (go tool
 // pprof -proto). It does nothing without -cpuprofile-dir.
-func (b *bench) profile(ctx context.Context) (stop func()) {
+func (b *bench) profile(ctx context.Context, name string) (stop func()) {
 	if b.o.profileDir == "" {
 		return func() {}
 	}
@@ -742,7 +752,7 @@ func (b *bench) profile(ctx context.Context) (stop func()) {
 		hc := lab.NSClient(b.srv)
 		hc.Timeout = time.Minute
 		for i := 0; ctx.Err() == nil; i++ {
-			p := filepath.Join(b.work, fmt.Sprintf("cpu-%d.pprof", i))
+			p := filepath.Join(b.work, fmt.Sprintf("cpu-%s-%d.pprof", name, i))
 			if err := fetchTo(hc, "http://"+srvAddr+":6060/debug/pprof/profile?seconds=5", p); err != nil {
 				fmt.Fprintln(os.Stderr, "scalebench: cpu profile:", err)
 				return
@@ -756,7 +766,7 @@ func (b *bench) profile(ctx context.Context) (stop func()) {
 		if len(parts) == 0 {
 			return
 		}
-		dst := filepath.Join(b.o.profileDir, fmt.Sprintf("storm-%d.pprof", b.n))
+		dst := filepath.Join(b.o.profileDir, name+".pprof")
 		cmd := exec.Command("go", append([]string{"tool", "pprof", "-proto", "-output", dst}, parts...)...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "scalebench: merging profiles: %v %s\n", err, out)
@@ -934,7 +944,9 @@ func (b *bench) measureAPI(ctx context.Context, res *sizeResult) error {
 	}
 	for _, q := range queries {
 		fmt.Fprintf(os.Stderr, "scalebench: %d devices: wrk %s ...\n", b.n, q.name)
+		stopProf := b.profile(ctx, fmt.Sprintf("api-%d-%s", b.n, q.name))
 		r, err := b.wrk(ctx, q.url, q.auth)
+		stopProf()
 		if err != nil {
 			return fmt.Errorf("%s: %w", q.name, err)
 		}
