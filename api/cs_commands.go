@@ -430,6 +430,14 @@ func (s *Server) csUpgradeCluster(r *csRequest) (any, *csError) {
 	return asyncJob(s.clusters.UpgradeCluster(r.ctx, r.caller, r.str("id"), r.str("kubernetesversionid")))
 }
 
+// csListClusters. Query plan: the clusters (one record each) filtered in
+// memory, then for each cluster on the page its roster index
+// (member/<cluster>/<device>) and each member's membership and device
+// record: the work grows with the members listed, which CloudStack's answer
+// carries in full (virtualmachines). The rendered answer is kept for the
+// store generation it read (bodyCache), each cluster's JSON for its
+// fingerprint (renderCache), and its gzip form is made once: while nothing
+// changes, a request costs a cache lookup and the write of the body.
 func (s *Server) csListClusters(r *csRequest) (any, *csError) {
 	page, size, e := paging(r)
 	if e != nil {
