@@ -262,9 +262,10 @@ func (s *Server) appendEventsPage(buf []byte, streams []core.EventStream, device
 			return err
 		}
 		// Each stream is in sequence order already: merge, do not sort.
+		// The lists grow as needed: a device has few events, and reserving
+		// limit+1 per stream was half of what a request allocated (issue 19).
 		lists := make([][]core.Event, len(streams))
 		for i, st := range streams {
-			lists[i] = make([]core.Event, 0, limit+1)
 			err := listStream(tx, st, device, after, func(e core.Event) (bool, error) {
 				scanned = max(scanned, e.Seq)
 				if keep != nil && !keep(e) {
