@@ -20,7 +20,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -38,6 +37,7 @@ import (
 	"github.com/ztpd/ztpd/testenv/fleet"
 	"github.com/ztpd/ztpd/testenv/lab"
 	"github.com/ztpd/ztpd/testenv/netns"
+	"github.com/ztpd/ztpd/testenv/procstat"
 )
 
 type options struct {
@@ -160,7 +160,7 @@ func run(o options) error {
 		profDone <- nil
 	}
 	fmt.Fprintf(os.Stderr, "boot storm: %d SONiC switches, %d clusters, concurrency %d\n", o.n, o.clusters, o.conc)
-	cpu0 := procCPUSeconds(app.Proc.Cmd.Process.Pid)
+	cpu0, _ := procstat.CPU(app.Proc.Cmd.Process.Pid) // `ip netns exec` execs ztpd in place: the pid is its own
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -193,7 +193,8 @@ func run(o options) error {
 		return err
 	}
 	secs := res.Elapsed.Seconds()
-	cpu := procCPUSeconds(app.Proc.Cmd.Process.Pid) - cpu0
+	cpu1, _ := procstat.CPU(app.Proc.Cmd.Process.Pid)
+	cpu := (cpu1 - cpu0).Seconds()
 	fmt.Printf("devices %d, failed %d, with their bundle issued in the store %d\n", res.Devices, res.Failed, joined)
 	fmt.Printf("elapsed %.2f s, %.0f devices/s, time to the accepted report p50 %.1f ms p99 %.1f ms\n",
 		secs, float64(res.Devices-res.Failed)/secs, ms(res.P50), ms(res.P99))
@@ -337,21 +338,4 @@ func saveProfile(c *http.Client, path string) error {
 	defer f.Close()
 	_, err = io.Copy(f, resp.Body)
 	return err
-}
-
-// procCPUSeconds is pid's utime+stime (0 when unreadable; `ip netns exec`
-// execs ztpd in place, so the pid is ztpd's).
-func procCPUSeconds(pid int) float64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The fields after the command name, which is in parentheses.
-	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100 // USER_HZ
 }

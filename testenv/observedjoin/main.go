@@ -75,6 +75,7 @@ import (
 	"github.com/ztpd/ztpd/testenv/kubeletsim"
 	"github.com/ztpd/ztpd/testenv/lab"
 	"github.com/ztpd/ztpd/testenv/netns"
+	"github.com/ztpd/ztpd/testenv/procstat"
 )
 
 type options struct {
@@ -560,45 +561,17 @@ type procStat struct {
 
 func readProc(pid int) (procStat, error) {
 	var s procStat
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	var err error
+	if s.cpu, err = procstat.CPU(pid); err != nil {
+		return s, err
+	}
+	kb, err := procstat.StatusKB(pid)
 	if err != nil {
 		return s, err
 	}
-	// Fields after the command name (which may hold spaces): state is
-	// field 3, utime 14, stime 15.
-	i := bytes.LastIndexByte(raw, ')')
-	if i < 0 {
-		return s, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	f := strings.Fields(string(raw[i+1:]))
-	if len(f) < 13 {
-		return s, fmt.Errorf("/proc/%d/stat: short", pid)
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	s.cpu = time.Duration(ut+st) * time.Second / clockTicks
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return s, err
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		switch k {
-		case "VmHWM":
-			s.hwmKB = kb
-		case "VmRSS":
-			s.rssKB = kb
-		}
-	}
+	s.hwmKB, s.rssKB = kb["VmHWM"], kb["VmRSS"]
 	return s, nil
 }
-
-// clockTicks is USER_HZ, 100 on every Linux architecture Go supports.
-const clockTicks = 100
 
 type watched struct {
 	name string

@@ -64,6 +64,7 @@ import (
 	"github.com/ztpd/ztpd/testenv/fleet"
 	"github.com/ztpd/ztpd/testenv/lab"
 	"github.com/ztpd/ztpd/testenv/netns"
+	"github.com/ztpd/ztpd/testenv/procstat"
 )
 
 const (
@@ -423,7 +424,7 @@ func runSize(o options, n int) (sizeResult, error) {
 	if res.RestartRSSMB, err = peakRSSMB(b.app.Proc.Cmd.Process.Pid); err != nil {
 		return res, err
 	}
-	if res.RestartAnonMB, err = statusMB(b.app.Proc.Cmd.Process.Pid, "RssAnon:"); err != nil {
+	if res.RestartAnonMB, err = procstat.StatusMB(b.app.Proc.Cmd.Process.Pid, "RssAnon"); err != nil {
 		return res, err
 	}
 	if err := b.app.UseAdminKey(ctx); err != nil {
@@ -1037,28 +1038,12 @@ func (b *bench) backup(ctx context.Context) (float64, int64, error) {
 	return secs, st.Size(), nil
 }
 
-// cpuSeconds is utime+stime of pid (fields 14 and 15 of /proc/<pid>/stat,
-// in clock ticks of 1/100 s on Linux).
+// cpuSeconds is utime+stime of pid in seconds.
 func cpuSeconds(pid int) (float64, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) may hold spaces: count after its ')'.
-	s := string(raw)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: too short", pid)
-	}
-	ut, err1 := strconv.ParseFloat(f[11], 64)
-	st, err2 := strconv.ParseFloat(f[12], 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
-	}
-	return (ut + st) / 100, nil
+	d, err := procstat.CPU(pid)
+	return d.Seconds(), err
 }
 
-// peakRSSMB is VmHWM of pid, in MiB.
 // sampleAnon keeps *peak at the highest RssAnon of pid, sampled every
 // 200 ms until the returned stop is called: VmHWM counts the store's
 // mapped file pages too (page cache the kernel may drop), RssAnon is
@@ -1070,7 +1055,7 @@ func sampleAnon(pid int, peak *float64) (stop func()) {
 		t := time.NewTicker(200 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if mb, err := statusMB(pid, "RssAnon:"); err == nil && mb > *peak {
+			if mb, err := procstat.StatusMB(pid, "RssAnon"); err == nil && mb > *peak {
 				*peak = mb
 			}
 			select {
@@ -1083,33 +1068,7 @@ func sampleAnon(pid int, peak *float64) (stop func()) {
 	return func() { close(done); <-exited }
 }
 
-// statusMB is a kB field of /proc/<pid>/status in MB.
-func statusMB(pid int, field string) (float64, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, field); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb / 1024, err
-		}
-	}
-	return 0, fmt.Errorf("/proc/%d/status: no %s", pid, field)
-}
-
-func peakRSSMB(pid int) (float64, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb / 1024, err
-		}
-	}
-	return 0, fmt.Errorf("/proc/%d/status: no VmHWM", pid)
-}
+// peakRSSMB is VmHWM of pid, in MiB.
+func peakRSSMB(pid int) (float64, error) { return procstat.StatusMB(pid, "VmHWM") }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
