@@ -185,19 +185,29 @@ func (a *Appliance) CLI(ctx context.Context, args ...string) ([]byte, error) {
 
 // UseAdminKey creates an admin API key and uses it for API calls.
 func (a *Appliance) UseAdminKey(ctx context.Context) error {
-	out, err := a.CLI(ctx, "apikey", "create", "--role", "admin", "--name", "lab", "-o", "json")
+	key, secret, err := a.CreateAPIKey(ctx, "admin", "lab")
 	if err != nil {
 		return err
+	}
+	a.key, a.secret = key, []byte(secret)
+	return nil
+}
+
+// CreateAPIKey creates an API key of role named name with `ztpd apikey
+// create` and returns it and its secret.
+func (a *Appliance) CreateAPIKey(ctx context.Context, role, name string) (key, secret string, err error) {
+	out, err := a.CLI(ctx, "apikey", "create", "--role", role, "--name", name, "-o", "json")
+	if err != nil {
+		return "", "", err
 	}
 	var k struct {
 		APIKey    string `json:"api_key"`
 		SecretKey string `json:"secret_key"`
 	}
 	if err := json.Unmarshal(out, &k); err != nil || k.APIKey == "" {
-		return fmt.Errorf("apikey create answered %q: %v", out, err)
+		return "", "", fmt.Errorf("apikey create answered %q: %v", out, err)
 	}
-	a.key, a.secret = k.APIKey, []byte(k.SecretKey)
-	return nil
+	return k.APIKey, k.SecretKey, nil
 }
 
 // CloudStack calls a command on /client/api, signed, and returns the inner

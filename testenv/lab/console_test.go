@@ -265,22 +265,14 @@ func watchConsole(t *testing.T, b *browser.Browser, l *Lab, waiterMAC string) (*
 	w := &consoleWatch{base: api.Scheme + "://" + fw.Addr, fw: fw, states: map[string][]string{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	w.cancel = cancel
-	out, err := l.App.CLI(ctx, "apikey", "create", "--role", "admin", "--name", "console-test", "-o", "json")
+	apiKey, secretKey, err := l.App.CreateAPIKey(ctx, "admin", "console-test")
 	if err != nil {
-		fw.Close()
-		return nil, err
-	}
-	var key struct {
-		APIKey    string `json:"api_key"`
-		SecretKey string `json:"secret_key"`
-	}
-	if err := json.Unmarshal(out, &key); err != nil {
 		fw.Close()
 		return nil, err
 	}
 	w.devices, w.other = b.Tab(t), b.Tab(t)
 	for _, tab := range []*browser.Tab{w.devices, w.other} {
-		if err := tab.SignIn(w.base, key.APIKey, key.SecretKey); err != nil {
+		if err := tab.SignIn(w.base, apiKey, secretKey); err != nil {
 			fw.Close()
 			return nil, err
 		}

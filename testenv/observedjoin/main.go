@@ -225,16 +225,9 @@ func run(o options) error {
 	fmt.Fprintf(os.Stderr, "observed join: ztpd %s, cluster oj (%s), %d switches, Kubernetes %s\n", o.bin, clusterID, o.n, o.version)
 
 	// An admin key of the client's own, through its environment, not argv.
-	raw, err := app.CLI(ctx, "apikey", "create", "--role", "admin", "--name", "observedjoin", "-o", "json")
+	apiKey, secretKey, err := app.CreateAPIKey(ctx, "admin", "observedjoin")
 	if err != nil {
 		return err
-	}
-	var k struct {
-		APIKey    string `json:"api_key"`
-		SecretKey string `json:"secret_key"`
-	}
-	if err := json.Unmarshal(raw, &k); err != nil || k.APIKey == "" {
-		return fmt.Errorf("apikey create answered %q: %v", raw, err)
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -246,7 +239,7 @@ func run(o options) error {
 		"-cluster", clusterID, "-ztpd-pid", strconv.Itoa(app.Proc.Cmd.Process.Pid),
 		"-api-base", app.APIBase, "-api-ca", filepath.Join(app.DataDir, "api-tls", "cert.pem"), "-out", out}
 	cmd := cli.Command(ctx, self, args...)
-	cmd.Env = append(os.Environ(), "OJ_API_KEY="+k.APIKey, "OJ_API_SECRET="+k.SecretKey)
+	cmd.Env = append(os.Environ(), "OJ_API_KEY="+apiKey, "OJ_API_SECRET="+secretKey)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	runErr := cmd.Run()
 	// The report is printed here, after the client stopped its control

@@ -539,18 +539,11 @@ func (b *bench) apiKey(ctx context.Context) error {
 	if err := b.app.UseAdminKey(ctx); err != nil {
 		return err
 	}
-	out, err := b.app.CLI(ctx, "apikey", "create", "--role", "admin", "--name", "scalebench", "-o", "json")
+	key, secret, err := b.app.CreateAPIKey(ctx, "admin", "scalebench")
 	if err != nil {
 		return err
 	}
-	var k struct {
-		APIKey    string `json:"api_key"`
-		SecretKey string `json:"secret_key"`
-	}
-	if err := json.Unmarshal(out, &k); err != nil || k.APIKey == "" {
-		return fmt.Errorf("apikey create answered %q: %v", out, err)
-	}
-	b.key, b.secret = k.APIKey, []byte(k.SecretKey)
+	b.key, b.secret = key, []byte(secret)
 	return nil
 }
 

@@ -369,18 +369,7 @@ func runStorm(ctx context.Context, cli *netns.NS, o options) (fleet.StormResult,
 
 // consoleKey creates the admin key the browser signs in with.
 func consoleKey(ctx context.Context, app *lab.Appliance) (string, string, error) {
-	out, err := app.CLI(ctx, "apikey", "create", "--role", "admin", "--name", "webbench", "-o", "json")
-	if err != nil {
-		return "", "", err
-	}
-	var k struct {
-		APIKey    string `json:"api_key"`
-		SecretKey string `json:"secret_key"`
-	}
-	if err := json.Unmarshal(out, &k); err != nil || k.APIKey == "" {
-		return "", "", fmt.Errorf("apikey create answered %q: %v", out, err)
-	}
-	return k.APIKey, k.SecretKey, nil
+	return app.CreateAPIKey(ctx, "admin", "webbench")
 }
 
 func writeProfiles(o options) error {
