@@ -163,37 +163,8 @@ func BenchmarkListKubernetesClustersRender(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	now := time.Now().UTC()
 	for c := 0; c < 5; c++ {
-		cl, j, err := e.clusters.CreateCluster(ctx, clusters.LocalAdmin, clusters.ClusterSpec{Name: fmt.Sprintf("r%d", c),
-			ZoneID: e.clusters.Zone().ID, VersionID: v.ID, ServiceOfferingID: "ztpd-medium", Size: 1000})
-		if err != nil {
-			b.Fatal(err)
-		}
-		e.clusters.WaitJob(ctx, j.ID)
-		err = e.st.Update(func(tx core.Tx) error {
-			for m := 0; m < 1000; m++ {
-				i := c*1000 + m
-				mac := fmt.Sprintf("02:5e:00:00:%02x:%02x", i>>8&255, i&255)
-				d := core.Device{ID: mac, Kind: core.KindSONiC, MAC: mac, Serial: fmt.Sprintf("SN%07d", i), Hostname: fmt.Sprintf("leaf-%05d", i),
-					IP: fmt.Sprintf("10.99.%d.%d", 1+i/250, 1+i%250), Subnet: "fabric", State: core.StateJoinIssued, FirstSeen: now, LastSeen: now, UpdatedAt: now}
-				if err := tx.Devices().Put(d); err != nil {
-					return err
-				}
-				ms := core.Membership{Device: mac, Cluster: cl.ID, Role: "worker", State: core.StateJoinIssued, NodeName: d.Hostname,
-					Created: now, UpdatedAt: now, History: []core.StateTransition{{State: core.StateJoinIssued, At: now, Reason: "bundle issued"}}}
-				if err := tx.Memberships().Put(ms); err != nil {
-					return err
-				}
-				if err := tx.Memberships().Enlist(cl.ID, mac, "worker"); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
+		addMemberCluster(b, e, v.ID, fmt.Sprintf("r%d", c), c*1000, 1000, core.StateJoinIssued)
 	}
 	q := signing.SignQuery(url.Values{"command": {"listKubernetesClusters"}, "response": {"json"}}, e.admin.APIKey, []byte(e.adminSec), time.Now().Add(10*time.Minute))
 	h := e.srv.Handler()

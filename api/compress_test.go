@@ -24,27 +24,37 @@ import (
 func bigClusterEnv(t *testing.T) (*env, string) {
 	t.Helper()
 	e := newEnv(t, envOpts{noJoiner: true})
-	ctx := context.Background()
-	v, err := e.clusters.AddVersion(ctx, clusters.LocalAdmin, clusters.VersionSpec{SemVer: "1.31.4", URL: "http://x/y.iso"})
+	v, err := e.clusters.AddVersion(context.Background(), clusters.LocalAdmin, clusters.VersionSpec{SemVer: "1.31.4", URL: "http://x/y.iso"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, j, err := e.clusters.CreateCluster(ctx, clusters.LocalAdmin, clusters.ClusterSpec{Name: "big",
-		ZoneID: e.clusters.Zone().ID, VersionID: v.ID, ServiceOfferingID: "ztpd-medium", Size: 399})
+	return e, addMemberCluster(t, e, v.ID, "big", 0, 400, core.StateJoined)
+}
+
+// addMemberCluster creates cluster name (the local admin's, at version)
+// and stores n member devices numbered from first, in state, on its
+// roster. It returns the cluster's ID.
+func addMemberCluster(tb testing.TB, e *env, version, name string, first, n int, state core.DeviceState) string {
+	tb.Helper()
+	ctx := context.Background()
+	cl, j, err := e.clusters.CreateCluster(ctx, clusters.LocalAdmin, clusters.ClusterSpec{Name: name,
+		ZoneID: e.clusters.Zone().ID, VersionID: version, ServiceOfferingID: "ztpd-medium", Size: n - 1})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	e.clusters.WaitJob(ctx, j.ID)
 	now := time.Now().UTC()
 	err = e.st.Update(func(tx core.Tx) error {
-		for i := 0; i < 400; i++ {
+		for i := first; i < first+n; i++ {
 			mac := fmt.Sprintf("02:5e:00:00:%02x:%02x", i>>8&255, i&255)
 			d := core.Device{ID: mac, Kind: core.KindSONiC, MAC: mac, Serial: fmt.Sprintf("SN%07d", i), Hostname: fmt.Sprintf("leaf-%05d", i),
-				IP: fmt.Sprintf("10.99.%d.%d", 1+i/250, 1+i%250), Subnet: "fabric", State: core.StateJoined, FirstSeen: now, LastSeen: now, UpdatedAt: now}
+				IP: fmt.Sprintf("10.99.%d.%d", 1+i/250, 1+i%250), Subnet: "fabric", State: state, FirstSeen: now, LastSeen: now, UpdatedAt: now}
 			if err := tx.Devices().Put(d); err != nil {
 				return err
 			}
-			if err := tx.Memberships().Put(core.Membership{Device: mac, Cluster: cl.ID, Role: "worker", State: core.StateJoined}); err != nil {
+			m := core.Membership{Device: mac, Cluster: cl.ID, Role: "worker", State: state, NodeName: d.Hostname,
+				Created: now, UpdatedAt: now, History: []core.StateTransition{{State: state, At: now}}}
+			if err := tx.Memberships().Put(m); err != nil {
 				return err
 			}
 			if err := tx.Memberships().Enlist(cl.ID, mac, "worker"); err != nil {
@@ -54,9 +64,9 @@ func bigClusterEnv(t *testing.T) (*env, string) {
 		return nil
 	})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	return e, cl.ID
+	return cl.ID
 }
 
 // A big cached answer goes gzipped to a client that accepts gzip (Go's
