@@ -13,22 +13,9 @@ import (
 // TestObservedStates walks Starting -> Running -> Alert -> Running from
 // observations alone, with the alert time honoured in both directions.
 func TestObservedStates(t *testing.T) {
-	f := storetest.Open(t)
-	s, err := New(f.Store, nil, Options{AlertAfter: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(context.Background()) })
+	s, _ := observedCluster(t)
 	ctx := context.Background()
-	v := addVersion(t, s, "1.30.2")
-	_, j, err := s.CreateCluster(ctx, user, ClusterSpec{Name: "k", ZoneID: s.Zone().ID, VersionID: v.ID,
-		ServiceOfferingID: Offerings[0].ID, Size: 2, ControlNodes: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if j = wait(t, s, j); j.Cluster == nil || j.Cluster.State != core.ClusterStarting {
-		t.Fatalf("create job ends Starting: %+v", j)
-	}
+	var err error
 	get := func() core.Cluster {
 		t.Helper()
 		var c core.Cluster
@@ -118,20 +105,8 @@ func TestObservedStates(t *testing.T) {
 // most every storeSeenEvery (every write of a cluster re-renders the
 // cluster listings), while a change of reachability is written at once.
 func TestObservedErrorTextIsStoredAtMostEvery30s(t *testing.T) {
-	f := storetest.Open(t)
-	s, err := New(f.Store, nil, Options{AlertAfter: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(context.Background()) })
-	ctx := context.Background()
-	v := addVersion(t, s, "1.30.2")
-	c, j, err := s.CreateCluster(ctx, user, ClusterSpec{Name: "k", ZoneID: s.Zone().ID, VersionID: v.ID,
-		ServiceOfferingID: Offerings[0].ID, Size: 2, ControlNodes: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait(t, s, j)
+	s, c := observedCluster(t)
+	var err error
 	stored := func() string {
 		t.Helper()
 		var got core.Cluster
@@ -166,4 +141,26 @@ func TestObservedErrorTextIsStoredAtMostEvery30s(t *testing.T) {
 	if got := stored(); got != "" {
 		t.Fatalf("reachable again: error %q still stored", got)
 	}
+}
+
+// observedCluster is a Service (alert time 1 minute) with user's cluster
+// "k" (1 control plane, 2 workers), created and Starting.
+func observedCluster(t *testing.T) (*Service, core.Cluster) {
+	t.Helper()
+	f := storetest.Open(t)
+	s, err := New(f.Store, nil, Options{AlertAfter: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	v := addVersion(t, s, "1.30.2")
+	c, j, err := s.CreateCluster(context.Background(), user, ClusterSpec{Name: "k", ZoneID: s.Zone().ID, VersionID: v.ID,
+		ServiceOfferingID: Offerings[0].ID, Size: 2, ControlNodes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j = wait(t, s, j); j.Cluster == nil || j.Cluster.State != core.ClusterStarting {
+		t.Fatalf("create job ends Starting: %+v", j)
+	}
+	return s, c
 }
