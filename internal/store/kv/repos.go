@@ -213,8 +213,7 @@ func (r devices) ListState(state core.DeviceState, after string, fn core.Visit[c
 // IndexDeviceStates builds the devices-by-state index of a store written
 // before it existed (the 3 -> 4 migration); it only adds entries.
 func IndexDeviceStates(raw Raw) error {
-	type entry struct{ key, id string }
-	var entries []entry
+	var entries []indexEntry
 	err := raw.Scan(BucketDevices, "", func(k string, v []byte) (bool, error) {
 		var d struct {
 			State core.DeviceState `json:"state"`
@@ -222,14 +221,22 @@ func IndexDeviceStates(raw Raw) error {
 		if err := json.Unmarshal(v, &d); err != nil {
 			return false, fmt.Errorf("device %s: %w", k, err)
 		}
-		entries = append(entries, entry{deviceStateKey(d.State, k), k})
+		entries = append(entries, indexEntry{deviceStateKey(d.State, k), k})
 		return true, nil
 	})
 	if err != nil {
 		return err
 	}
-	// In key order: the engine's writes stay sequential.
-	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.key, b.key) })
+	return putIndexEntries(raw, entries)
+}
+
+// indexEntry is an index key and the primary key it names.
+type indexEntry struct{ key, id string }
+
+// putIndexEntries writes a migration's index entries in key order, so the
+// engine's writes stay sequential.
+func putIndexEntries(raw Raw, entries []indexEntry) error {
+	slices.SortFunc(entries, func(a, b indexEntry) int { return strings.Compare(a.key, b.key) })
 	for _, e := range entries {
 		value, _ := json.Marshal(e.id)
 		if err := raw.Put(BucketIndex, e.key, value); err != nil {
@@ -690,22 +697,18 @@ func deviceEventIndexOf(s core.EventStream, key string, raw []byte) string {
 // puts, so running it again, or after a crash, gives the same index.
 func IndexDeviceEvents(raw Raw) error {
 	for _, s := range []core.EventStream{core.DeviceEvents, core.AuditEvents} {
-		var keys []string
+		var entries []indexEntry
 		err := raw.Scan(streamBucket(s), "", func(k string, v []byte) (bool, error) {
 			if ik := deviceEventIndexOf(s, k, v); ik != "" {
-				keys = append(keys, ik)
+				entries = append(entries, indexEntry{ik, k})
 			}
 			return true, nil
 		})
 		if err != nil {
 			return err
 		}
-		slices.Sort(keys) // in key order: the engine's writes stay sequential
-		for _, ik := range keys {
-			value, _ := json.Marshal(ik[strings.LastIndexByte(ik, '/')+1:])
-			if err := raw.Put(BucketIndex, ik, value); err != nil {
-				return err
-			}
+		if err := putIndexEntries(raw, entries); err != nil {
+			return err
 		}
 	}
 	return nil
