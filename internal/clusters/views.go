@@ -101,7 +101,11 @@ func (s *Service) views(ctx context.Context, cs []core.Cluster, gen uint64, from
 			}
 			off, _ := OfferingByID(c.ServiceOfferingID)
 			view := ClusterView{Cluster: c, Version: v, Offering: off, Zone: s.zone, Domain: s.domain}
-			members, cached := s.members.get(c.ID, mgen, counted)
+			var members []Member
+			cached := false
+			if counted {
+				members, cached = s.members.get(c.ID, mgen)
+			}
 			if !cached {
 				var err error
 				if members, err = readMembers(tx, c.ID); err != nil {
@@ -182,10 +186,7 @@ type memberCache struct {
 }
 
 // get returns cluster's members read at gen (shared: read only).
-func (c *memberCache) get(cluster string, gen uint64, counted bool) ([]Member, bool) {
-	if !counted {
-		return nil, false
-	}
+func (c *memberCache) get(cluster string, gen uint64) ([]Member, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.gen != gen {
