@@ -221,11 +221,15 @@ func (s *RenewStorm) Run(ctx context.Context) RenewResult {
 	res.Retransmits = int(retrans.Load())
 	// Clients never started (the context ended) count as failed.
 	res.Failed += res.Devices - res.Acked - res.NAKs - res.Drops - res.Failed
-	slices.Sort(lat)
-	if len(lat) > 0 {
-		res.P50 = lat[len(lat)/2]
-		res.P99 = lat[min(len(lat)-1, len(lat)*99/100)]
-		res.Max = lat[len(lat)-1]
-	}
+	res.P50, res.P99, res.Max = quantiles(lat)
 	return res
+}
+
+// quantiles sorts lat and returns its p50, p99 and maximum (0 when empty).
+func quantiles(lat []time.Duration) (p50, p99, highest time.Duration) {
+	if len(lat) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(lat)
+	return lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*99/100)], lat[len(lat)-1]
 }

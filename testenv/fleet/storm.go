@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -120,11 +119,7 @@ func (s *Storm) Run(ctx context.Context) StormResult {
 			ok = append(ok, l)
 		}
 	}
-	sort.Slice(ok, func(i, j int) bool { return ok[i] < ok[j] })
-	if len(ok) > 0 {
-		res.P50 = ok[len(ok)/2]
-		res.P99 = ok[min(len(ok)-1, len(ok)*99/100)]
-	}
+	res.P50, res.P99, _ = quantiles(ok)
 	for k, v := range res.PerStep {
 		res.PerStep[k] = v / time.Duration(max(len(s.Switches), 1))
 	}
