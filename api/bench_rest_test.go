@@ -13,10 +13,15 @@ import (
 )
 
 // benchEvents adds n DHCP events (device stream) and n/10 audit events.
-func benchEvents(b *testing.B, e *env, n int) {
+func benchEvents(b *testing.B, e *env, n int) { benchEventsOver(b, e, n, 1<<16) }
+
+// benchEventsOver is benchEvents with the device events spread round-robin
+// over the first devices MACs (at most 65,536).
+func benchEventsOver(b *testing.B, e *env, n, devices int) {
 	err := e.st.Update(func(tx core.Tx) error {
 		for i := 0; i < n; i++ {
-			mac := fmt.Sprintf("02:5e:00:00:%02x:%02x", i>>8&255, i&255)
+			d := i % devices
+			mac := fmt.Sprintf("02:5e:00:00:%02x:%02x", d>>8&255, d&255)
 			if _, err := tx.Events().Append(core.Event{Type: "dhcp.ack", Device: mac, Message: "lease 10.99.1.1",
 				Fields: map[string]string{"ip": "10.99.1.1", "subnet": "fabric"}}); err != nil {
 				return err

@@ -118,35 +118,13 @@ func BenchmarkVerifyCloudStack(b *testing.B) {
 // BenchmarkRESTDeviceEvents is GET /api/v1/events?device= of one device
 // among 200,000 events (bench/scale.sh's query, smaller): with 100 events
 // of its own (10,000 devices and 1,000,000 events) and with 10 (100,000).
+// BenchmarkRESTEventsByDevice is the same query at ~3 events a device.
 func BenchmarkRESTDeviceEvents(b *testing.B) {
 	for _, per := range []int{100, 10} {
 		b.Run(fmt.Sprintf("%d-events", per), func(b *testing.B) {
 			e := benchEnv(b)
-			now := time.Now().UTC()
-			devices := 200000 / per
-			for start := 0; start < 200000; start += 20000 {
-				err := e.st.Update(func(tx core.Tx) error {
-					for i := start; i < start+20000; i++ {
-						d := i % devices
-						mac := fmt.Sprintf("02:5e:00:%02x:%02x:%02x", d>>16&255, d>>8&255, d&255)
-						ev := core.Event{Time: now, Type: "dhcp.ack", Device: mac, Message: "seeded", Fields: map[string]string{"ip": "10.99.1.1"}}
-						if i%2 == 1 {
-							ev.Type, ev.Fields = "ztp.served", map[string]string{"path": "/ztp/ztp.json"}
-						}
-						if _, err := tx.Events().Append(ev); err != nil {
-							return err
-						}
-					}
-					return nil
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
-			}
-			q := url.Values{"device": {"02:5e:00:00:00:07"}}
-			req := httptest.NewRequest("GET", "/api/v1/events?"+q.Encode(), nil)
-			req.Header.Set("Authorization", signing.RESTAuthorization("GET", "/api/v1/events", q, nil, e.admin.APIKey, []byte(e.adminSec), time.Now().Add(10*time.Minute)))
-			benchRequest(b, e.srv.Handler(), req)
+			benchEventsOver(b, e, 200000, 200000/per)
+			benchREST(b, e, "/api/v1/events", url.Values{"device": {"02:5e:00:00:00:07"}}, e.admin.APIKey, e.adminSec)
 		})
 	}
 }
