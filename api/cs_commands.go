@@ -248,17 +248,15 @@ func renderCluster(v clusters.ClusterView) csCluster {
 		out.ZTPDWaiting = clusters.StartingReason(c)
 	}
 	for _, m := range v.Members {
-		vm := csVM{ID: m.Membership.Device, Name: m.Membership.Device, DisplayName: m.Membership.Device,
+		vm := csVM{ID: m.DeviceID, Name: m.DeviceID, DisplayName: m.DeviceID,
 			State: vmState(m.State), ZoneID: v.Zone.ID, ZoneName: v.Zone.Name, Created: csTime(m.Created),
 			ZTPDRole: m.Role, ZTPDState: string(m.State), ZTPDNode: m.NodeName}
 		if n := m.Node; n != nil && !n.Deleted {
 			vm.ZTPDNodeReady, vm.ZTPDNodeSeen = n.Ready, csTime(n.Seen)
 		}
-		if d := m.Device; d != nil {
-			vm.IPAddress = d.IP
-			if d.Hostname != "" {
-				vm.Name, vm.DisplayName, vm.Hostname = d.Hostname, d.Hostname, d.Hostname
-			}
+		vm.IPAddress = m.IP
+		if m.Hostname != "" {
+			vm.Name, vm.DisplayName, vm.Hostname = m.Hostname, m.Hostname, m.Hostname
 		}
 		out.VirtualMachines = append(out.VirtualMachines, vm)
 	}

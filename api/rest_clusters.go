@@ -75,11 +75,8 @@ func restClusterOf(v clusters.ClusterView) restCluster {
 		out.Waiting = clusters.StartingReason(c)
 	}
 	for _, m := range v.Members {
-		rm := restMember{Device: m.Membership.Device, Role: m.Role, State: m.State, Version: m.Version,
-			NodeName: m.NodeName, Node: m.Node, Reported: m.Reported}
-		if m.Device != nil {
-			rm.IP, rm.Hostname = m.Device.IP, m.Device.Hostname
-		}
+		rm := restMember{Device: m.DeviceID, Role: m.Role, State: m.State, Version: m.Version,
+			NodeName: m.NodeName, Node: m.Node, Reported: m.Reported, IP: m.IP, Hostname: m.Hostname}
 		out.Members = append(out.Members, rm)
 	}
 	return out

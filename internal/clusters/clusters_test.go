@@ -586,7 +586,7 @@ func TestListAndMembersFromStore(t *testing.T) {
 		t.Fatalf("page 1: %d %v", total, err)
 	}
 	c1 := all[1]
-	if len(c1.Members) != 2 || c1.Members[0].Role != "control-plane" || c1.Members[0].Device.IP != "10.99.1.10" {
+	if len(c1.Members) != 2 || c1.Members[0].Role != "control-plane" || c1.Members[0].IP != "10.99.1.10" {
 		t.Fatalf("members: %+v", c1.Members)
 	}
 	if url, ip := c1.Endpoint(); url != "https://10.99.1.10:6443/" || ip != "10.99.1.10" {
@@ -607,8 +607,8 @@ func TestListAndMembersFromStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, _ := s.GetCluster(ctx, admin, "c1"); v.Members[0].Device.IP != "10.99.1.99" {
-		t.Fatalf("stale device after change: %+v", v.Members[0].Device)
+	if v, _ := s.GetCluster(ctx, admin, "c1"); v.Members[0].IP != "10.99.1.99" {
+		t.Fatalf("stale device after change: %+v", v.Members[0])
 	}
 	p2, _, _ := s.ListClusters(ctx, admin, ClusterFilter{ListAll: true}, 2, 2)
 	if len(p2) != 1 || p2[0].Cluster.Name != "c2" {
