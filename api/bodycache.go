@@ -47,7 +47,16 @@ type bodyEntry struct {
 	size int // bytes counted in bodyCache.bytes (set under bodyCache.mu)
 
 	gzOnce sync.Once
-	gz     []byte // body gzip-compressed, made on the first request that accepts it
+	gz     []byte        // body gzip-compressed, made on the first request that accepts it
+	gzip   func() []byte // how, when the rendering knows better than compressing body whole
+}
+
+// rendering is what a cached answer's build returns: the body and, when it
+// was assembled from parts that keep their compressed form, how to gzip it
+// from those (nil: the body is compressed whole, once).
+type rendering struct {
+	body []byte
+	gzip func() []byte
 }
 
 // cachedBody is a cached answer and, for clients that accept it, its
@@ -71,6 +80,14 @@ func (c *bodyCache) get(key string, gen uint64, build func() ([]byte, error)) ([
 
 // getBody is get with the body's gzip form, compressed once per body.
 func (c *bodyCache) getBody(key string, gen uint64, build func() ([]byte, error)) (cachedBody, error) {
+	return c.getRendering(key, gen, func() (rendering, error) {
+		b, err := build()
+		return rendering{body: b}, err
+	})
+}
+
+// getRendering is getBody for a build that knows how to gzip its body.
+func (c *bodyCache) getRendering(key string, gen uint64, build func() (rendering, error)) (cachedBody, error) {
 	e, err := c.entry(key, gen, build)
 	if err != nil {
 		return cachedBody{}, err
@@ -81,7 +98,11 @@ func (c *bodyCache) getBody(key string, gen uint64, build func() ([]byte, error)
 // gzipped compresses e's body once and counts it in the cache's size.
 func (c *bodyCache) gzipped(key string, e *bodyEntry) []byte {
 	e.gzOnce.Do(func() {
-		e.gz = httpserve.Gzip(e.body)
+		if e.gzip != nil {
+			e.gz = e.gzip()
+		} else {
+			e.gz = httpserve.Gzip(e.body)
+		}
 		c.mu.Lock()
 		if c.m[key] == e && e.size > 0 {
 			e.size += len(e.gz)
@@ -92,7 +113,7 @@ func (c *bodyCache) gzipped(key string, e *bodyEntry) []byte {
 	return e.gz
 }
 
-func (c *bodyCache) entry(key string, gen uint64, build func() ([]byte, error)) (*bodyEntry, error) {
+func (c *bodyCache) entry(key string, gen uint64, build func() (rendering, error)) (*bodyEntry, error) {
 	c.mu.Lock()
 	if e := c.m[key]; e != nil && e.gen >= gen {
 		c.mu.Unlock()
@@ -117,7 +138,9 @@ func (c *bodyCache) entry(key string, gen uint64, build func() ([]byte, error)) 
 			close(e.done)
 		}
 	}()
-	e.body, e.err = build()
+	var r rendering
+	r, e.err = build()
+	e.body, e.gzip = r.body, r.gzip
 	finished = true
 	if e.err != nil {
 		c.drop(key, e)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"testing"
@@ -142,6 +143,85 @@ func TestAcceptsGzip(t *testing.T) {
 	} {
 		if got := httpserve.AcceptsGzip([]string{v}); got != want {
 			t.Errorf("AcceptsGzip(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
+// A listing of several clusters is gzipped by joining each cluster's
+// cached segment: after one member of one cluster changes, the gzipped
+// answer is the new plain one, and only the changed cluster was compressed
+// again (the others' segments are the very ones cached before).
+func TestClusterListingGzipJoinsCachedClusterSegments(t *testing.T) {
+	e, _ := bigClusterEnv(t)
+	v, err := e.clusters.AddVersion(context.Background(), clusters.LocalAdmin, clusters.VersionSpec{SemVer: "1.32.1", URL: "http://x/z.iso"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addMemberCluster(t, e, v.ID, "second", 1000, 300, core.StateJoined)
+	changed := addMemberCluster(t, e, v.ID, "third", 2000, 300, core.StateJoined)
+	q := signing.SignQuery(url.Values{"command": {"listKubernetesClusters"}, "response": {"json"}}, e.admin.APIKey, []byte(e.adminSec), time.Now().Add(10*time.Minute))
+	get := func(acceptEncoding string) []byte {
+		t.Helper()
+		req, _ := http.NewRequest("GET", e.ts.URL+"/client/api?"+q, nil)
+		req.Header.Set("Accept-Encoding", acceptEncoding)
+		resp, err := (&http.Transport{DisableCompression: true}).RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("HTTP %d %v %.200s", resp.StatusCode, err, body)
+		}
+		if acceptEncoding == "gzip" {
+			if resp.Header.Get("Content-Encoding") != "gzip" {
+				t.Fatalf("Content-Encoding %q", resp.Header.Get("Content-Encoding"))
+			}
+			zr, err := gzip.NewReader(bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			zr.Multistream(false)
+			if body, err = io.ReadAll(zr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return body
+	}
+	segments := func() map[string]*renderEntry {
+		e.srv.renders.mu.Lock()
+		defer e.srv.renders.mu.Unlock()
+		return maps.Clone(e.srv.renders.m)
+	}
+	before := get("identity")
+	if gz := get("gzip"); !bytes.Equal(gz, before) {
+		t.Fatal("the gzipped listing inflates to something else")
+	}
+	cached := segments()
+	if len(cached) != 3 {
+		t.Fatalf("%d clusters rendered, want 3", len(cached))
+	}
+	// One member of the third cluster gets a new hostname.
+	if err := e.st.Update(func(tx core.Tx) error {
+		d, err := tx.Devices().Get("02:5e:00:00:07:d0") // number 2000
+		if err != nil {
+			return err
+		}
+		d.Hostname = "renamed-leaf"
+		return tx.Devices().Put(d)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	after := get("identity")
+	if bytes.Equal(after, before) || !bytes.Contains(after, []byte("renamed-leaf")) {
+		t.Fatal("the listing does not show the change")
+	}
+	if gz := get("gzip"); !bytes.Equal(gz, after) {
+		t.Fatal("after the change, the gzipped listing inflates to something else")
+	}
+	for id, seg := range segments() {
+		if reused := cached[id] == seg; reused == (id == changed) {
+			t.Errorf("cluster %s (changed %v): segment reused %v", id, id == changed, reused)
 		}
 	}
 }

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"hash/fnv"
+	"hash/maphash"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -25,9 +27,9 @@ type ClusterView struct {
 	// Members are the devices in the cluster (left members excluded),
 	// shared with other views of the same data: read only.
 	Members []Member
-	// Fingerprint changes whenever any record the view was built from
-	// may have changed (the cluster's record, its version's, or any
-	// membership or device); 0 means unknown (a store that does not count
+	// Fingerprint changes whenever anything the view holds may have
+	// changed (the cluster's record, its version's, or what a member
+	// shows); 0 means unknown (a store that does not count
 	// writes, or a view of a cluster not read from the store). Front ends
 	// may cache renderings by (cluster ID, Fingerprint).
 	Fingerprint uint64
@@ -87,8 +89,10 @@ func (v ClusterView) Endpoint() (url, ip string) {
 // reuse them: a write to clusters alone (a health observation, a state)
 // then costs the cluster records, not every member again (issue 19: at
 // 100,000 members a listing read them for seconds). Fingerprints follow
-// the cluster's own record and that generation, so a front end's
-// rendering of an unchanged cluster survives other clusters' writes.
+// the cluster's own record and what its members show, so a front end's
+// rendering of an unchanged cluster survives other clusters' writes and
+// writes to devices that are not its members or that change nothing it
+// shows (a renewal's last-seen).
 func (s *Service) views(ctx context.Context, cs []core.Cluster, gen uint64, fromStore bool) ([]ClusterView, error) {
 	out := make([]ClusterView, len(cs))
 	if len(cs) == 0 {
@@ -115,23 +119,24 @@ func (s *Service) views(ctx context.Context, cs []core.Cluster, gen uint64, from
 			}
 			off, _ := OfferingByID(c.ServiceOfferingID)
 			view := ClusterView{Cluster: c, Version: v, Offering: off, Zone: s.zone, Domain: s.domain}
-			var members []Member
+			var r roster
 			cached := false
 			if counted {
-				members, cached = s.members.get(c.ID, mgen)
+				r, cached = s.members.get(c.ID, mgen)
 			}
 			if !cached {
-				var err error
-				if members, err = readMembers(tx, c.ID); err != nil {
+				ms, err := readMembers(tx, c.ID)
+				if err != nil {
 					return err
 				}
+				r = roster{members: ms, sum: sumMembers(ms)}
 				if counted {
-					s.members.put(c.ID, mgen, members)
+					s.members.put(c.ID, mgen, r)
 				}
 			}
-			view.Members = members
+			view.Members = r.members
 			if counted {
-				view.Fingerprint = fingerprint(mgen, c, v)
+				view.Fingerprint = fingerprint(r.sum, c, v)
 			}
 			out[i] = view
 		}
@@ -177,12 +182,12 @@ func readMembers(tx core.Tx, cluster string) ([]Member, error) {
 	return slices.Clip(ms), nil
 }
 
-// fingerprint is a view's: its members' generation, its cluster record and
-// its version record.
-func fingerprint(mgen uint64, c core.Cluster, v core.Version) uint64 {
+// fingerprint is a view's: what its members show (sumMembers), its
+// cluster record and its version record.
+func fingerprint(members uint64, c core.Cluster, v core.Version) uint64 {
 	h := fnv.New64a()
 	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], mgen)
+	binary.LittleEndian.PutUint64(b[:], members)
 	h.Write(b[:])
 	enc := json.NewEncoder(h)
 	_ = enc.Encode(c) // records always encode; an error would only weaken the cache
@@ -190,35 +195,89 @@ func fingerprint(mgen uint64, c core.Cluster, v core.Version) uint64 {
 	return h.Sum64()
 }
 
-// memberCache keeps each cluster's members for one generation of
+// roster is a cluster's members and the hash of what they show.
+type roster struct {
+	members []Member
+	sum     uint64
+}
+
+var memberSeed = maphash.MakeSeed()
+
+// sumMembers hashes every field of the members, in order: equal sums
+// mean views that render the same (within this process).
+func sumMembers(ms []Member) uint64 {
+	var h maphash.Hash
+	h.SetSeed(memberSeed)
+	var b [8]byte
+	num := func(n uint64) {
+		binary.LittleEndian.PutUint64(b[:], n)
+		h.Write(b[:])
+	}
+	str := func(s string) {
+		num(uint64(len(s)))
+		h.WriteString(s)
+	}
+	at := func(t time.Time) {
+		num(uint64(t.Unix()))
+		num(uint64(t.Nanosecond()))
+	}
+	for _, m := range ms {
+		str(m.DeviceID)
+		str(m.Role)
+		str(string(m.State))
+		str(m.Version)
+		str(m.NodeName)
+		str(m.Reported)
+		at(m.Created)
+		str(m.IP)
+		str(m.Hostname)
+		if m.DeviceKnown {
+			str("known")
+		} else {
+			str("")
+		}
+		if n := m.Node; n != nil {
+			str(n.Ready)
+			str(n.Reason)
+			at(n.Registered)
+			at(n.Seen)
+			str(strconv.FormatBool(n.ControlPlane) + strconv.FormatBool(n.Deleted))
+		} else {
+			str("no node")
+		}
+	}
+	return h.Sum64()
+}
+
+// memberCache keeps each cluster's roster for one generation of
 // memberships and devices; a newer generation starts it over.
 type memberCache struct {
 	mu  sync.Mutex
 	gen uint64
-	m   map[string][]Member
+	m   map[string]roster
 }
 
-// get returns cluster's members read at gen (shared: read only).
-func (c *memberCache) get(cluster string, gen uint64) ([]Member, bool) {
+// get returns cluster's roster read at gen (shared: read only).
+func (c *memberCache) get(cluster string, gen uint64) (roster, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.gen != gen {
-		return nil, false
+		return roster{}, false
 	}
-	ms, ok := c.m[cluster]
-	return ms, ok
+	r, ok := c.m[cluster]
+	return r, ok
 }
 
-func (c *memberCache) put(cluster string, gen uint64, ms []Member) {
+func (c *memberCache) put(cluster string, gen uint64, r roster) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if gen < c.gen {
 		return // an older reading: the cache already holds newer members
 	}
 	if gen != c.gen || c.m == nil {
-		c.gen, c.m = gen, map[string][]Member{}
+		c.gen, c.m = gen, map[string]roster{}
 	}
-	c.m[cluster] = ms
+	c.m[cluster] = r
 }
 
 // ClusterFilter selects clusters; empty fields match all.

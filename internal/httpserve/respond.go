@@ -2,8 +2,11 @@ package httpserve
 
 import (
 	"bytes"
+	"compress/flate"
 	"compress/gzip"
+	"encoding/binary"
 	"encoding/json"
+	"hash/crc32"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -196,6 +199,57 @@ func qualityOf(params string) (float64, bool) {
 		}
 	}
 	return 1, false
+}
+
+// DeflateSegment compresses p (fastest level) into raw DEFLATE blocks that
+// end on a byte boundary (a sync flush) with no final block: segments
+// compressed apart join into one valid stream, so a big answer made of
+// cached parts is gzipped by joining the parts' cached segments
+// (GzipJoin) instead of compressing it all again when one part changes.
+func DeflateSegment(p []byte) []byte {
+	var b bytes.Buffer
+	b.Grow(len(p)/8 + 16)
+	zw, _ := flate.NewWriter(&b, flate.BestSpeed)
+	if _, err := zw.Write(p); err != nil {
+		return nil
+	}
+	if err := zw.Flush(); err != nil { // not Close: no final block
+		return nil
+	}
+	return b.Bytes()
+}
+
+// GzipJoin is the gzip form of the concatenation of parts: one member
+// (RFC 1952) whose DEFLATE stream is the parts' segments in order, then
+// an empty final block. segs[i] is DeflateSegment(parts[i]), or nil to
+// have it compressed here. The trailer's CRC-32 is computed over the parts.
+func GzipJoin(parts, segs [][]byte) []byte {
+	n, size := 20, 0
+	for i, p := range parts {
+		size += len(p)
+		if segs[i] != nil {
+			n += len(segs[i])
+		} else {
+			n += len(p)/8 + 16
+		}
+	}
+	out := make([]byte, 0, n)
+	// ID1 ID2, CM deflate, no flags, no mtime, XFL 0, OS unknown (as Go's gzip).
+	out = append(out, 0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255)
+	crc := uint32(0)
+	for i, p := range parts {
+		seg := segs[i]
+		if seg == nil {
+			if seg = DeflateSegment(p); seg == nil {
+				return nil
+			}
+		}
+		out = append(out, seg...)
+		crc = crc32.Update(crc, crc32.IEEETable, p)
+	}
+	out = append(out, 0x03, 0x00) // empty final block, fixed Huffman codes
+	out = binary.LittleEndian.AppendUint32(out, crc)
+	return binary.LittleEndian.AppendUint32(out, uint32(size))
 }
 
 // Gzip compresses body (fastest level: it runs once per cached body, on a

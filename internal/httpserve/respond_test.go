@@ -2,12 +2,16 @@ package httpserve
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	mathrand "math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -92,5 +96,59 @@ func TestWriteJSONAndBody(t *testing.T) {
 	WriteJSONBody(rec, 200, []byte(`{"items":[]}`))
 	if rec.Code != 200 || rec.Body.String() != `{"items":[]}` || rec.Header().Get("Content-Type") != "application/json" {
 		t.Fatalf("%d %q %v", rec.Code, rec.Body.String(), rec.Header())
+	}
+}
+
+// A body gzipped by joining its parts' segments is one gzip member that
+// Go's reader and the real gzip tool both read back as the parts joined,
+// whichever parts were compressed beforehand, including empty ones.
+func TestGzipJoinIsOneValidMember(t *testing.T) {
+	rnd := mathrand.New(mathrand.NewPCG(1, 2))
+	var parts [][]byte
+	for i := range 40 {
+		p := make([]byte, rnd.IntN(70000))
+		for j := range p {
+			p[j] = "{}\",:abcdefghij0123456789"[rnd.IntN(25)]
+		}
+		if i%9 == 0 {
+			p = nil
+		}
+		parts = append(parts, p)
+	}
+	want := bytes.Join(parts, nil)
+	for _, pre := range []int{0, 1, 2} { // none, every other, all precompressed
+		segs := make([][]byte, len(parts))
+		for i := range parts {
+			if pre == 2 || pre == 1 && i%2 == 0 {
+				segs[i] = DeflateSegment(parts[i])
+			}
+		}
+		gz := GzipJoin(parts, segs)
+		br := bytes.NewReader(gz)
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			t.Fatal(err)
+		}
+		zr.Multistream(false) // one member, not several
+		got, err := io.ReadAll(zr)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("precompressed %d: %v, %d bytes back, want %d", pre, err, len(got), len(want))
+		}
+		if br.Len() != 0 {
+			t.Fatalf("%d bytes after the member", br.Len())
+		}
+		if len(gz) > len(want)*3/4 { // 25 symbols: 4.6 bits of 8
+			t.Fatalf("%d bytes gzipped from %d", len(gz), len(want))
+		}
+		tool, err := exec.LookPath("gzip")
+		if err != nil {
+			t.Skip("gzip is not installed (apt-get install gzip)")
+		}
+		cmd := exec.Command(tool, "-dc")
+		cmd.Stdin = bytes.NewReader(gz)
+		out, err := cmd.Output()
+		if err != nil || !bytes.Equal(out, want) {
+			t.Fatalf("gzip -dc: %v, %d bytes, want %d", err, len(out), len(want))
+		}
 	}
 }
