@@ -145,6 +145,10 @@ type wrkResult struct {
 	Timeouts int     // requests wrk gave up on (--timeout 30s)
 	Singlems float64 // one request alone, before wrk
 	Bytes    int     // that request's body
+	// CPU use over the run, in percent of one core: ztpd's (pinned to one
+	// core) and wrk's (pinned to the other). wrk near 100 means the client
+	// is the bottleneck and the latencies are partly its own.
+	ServerCPU, ClientCPU float64
 }
 
 // Completed reports whether wrk saw any answer; when none came within the
@@ -280,11 +284,12 @@ func printSize(r sizeResult) {
 	if rn.ExpiredEarly {
 		fmt.Println("  note: renewed leases expired before the API measurement ended (their expiry writes fell into it); raise -lease-time")
 	}
-	fmt.Printf("  api devices=%d events=%d: healthz(floor, HTTP listener) %.0f req/s p99 %.2f ms", r.N, r.Events, r.Floor.RPS, r.Floor.P99ms)
+	fmt.Printf("  api devices=%d events=%d: healthz(floor, HTTP listener) %.0f req/s p99 %.2f ms cpu ztpd %.0f%% wrk %.0f%%",
+		r.N, r.Events, r.Floor.RPS, r.Floor.P99ms, r.Floor.ServerCPU, r.Floor.ClientCPU)
 	for _, name := range apiNames {
 		a := r.API[name]
 		if a.Completed() {
-			fmt.Printf("; %s %.1f req/s p99 %.2f ms alone %.2f ms %d B", name, a.RPS, a.P99ms, a.Singlems, a.Bytes)
+			fmt.Printf("; %s %.1f req/s p99 %.2f ms alone %.2f ms %d B cpu ztpd %.0f%% wrk %.0f%%", name, a.RPS, a.P99ms, a.Singlems, a.Bytes, a.ServerCPU, a.ClientCPU)
 		} else {
 			fmt.Printf("; %s: no request completed under wrk, alone %.2f ms %d B", name, a.Singlems, a.Bytes)
 		}
@@ -365,6 +370,7 @@ func runSize(o options, n int) (sizeResult, error) {
 	storm, fleetCPU, err := b.storm(ctx)
 	stopAnon()
 	stopProf()
+	b.heapProfile(fmt.Sprintf("heap-storm-%d", n))
 	res.FleetCPUS = fleetCPU
 	stormEnd := time.Now()
 	if err != nil {
@@ -730,6 +736,20 @@ func (b *bench) checkLeasesKept(ctx context.Context, renewed map[string]storedLe
 	return nil
 }
 
+// heapProfile writes ztpd's heap profile (in use and allocated since
+// start) as <name>.pprof beside the CPU profiles; nothing without
+// -cpuprofile-dir.
+func (b *bench) heapProfile(name string) {
+	if b.o.profileDir == "" {
+		return
+	}
+	hc := lab.NSClient(b.srv)
+	hc.Timeout = time.Minute
+	if err := fetchTo(hc, "http://"+srvAddr+":6060/debug/pprof/heap", filepath.Join(b.o.profileDir, name+".pprof")); err != nil {
+		fmt.Fprintln(os.Stderr, "scalebench: heap profile:", err)
+	}
+}
+
 // profile records ztpd's CPU profile in back-to-back 5 s pieces until the
 // returned stop is called, then merges them into storm-<n>.pprof (go tool
 // pprof -proto). It does nothing without -cpuprofile-dir.
@@ -947,6 +967,7 @@ func (b *bench) measureAPI(ctx context.Context, res *sizeResult) error {
 		r.Singlems, r.Bytes = alone[q.name], size[q.name]
 		res.API[q.name] = r
 	}
+	b.heapProfile(fmt.Sprintf("heap-api-%d", b.n))
 	return nil
 }
 
@@ -958,11 +979,24 @@ func (b *bench) wrk(ctx context.Context, u, auth string) (wrkResult, error) {
 	if auth != "" {
 		args = append(args, "-H", "Authorization: "+auth)
 	}
-	out, err := b.srv.Command(ctx, "taskset", append(args, u)...).CombinedOutput()
+	cmd := b.srv.Command(ctx, "taskset", append(args, u)...)
+	cpu0, cpuErr := cpuSeconds(b.app.Proc.Cmd.Process.Pid)
+	t0 := time.Now()
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return wrkResult{}, fmt.Errorf("wrk: %v: %s", err, out)
 	}
-	return parseWrk(string(out))
+	wall := time.Since(t0).Seconds()
+	r, err := parseWrk(string(out))
+	if err != nil {
+		return r, err
+	}
+	// ip netns exec and taskset exec in place: the process waited for is wrk.
+	r.ClientCPU = 100 * (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds() / wall
+	if cpu1, err := cpuSeconds(b.app.Proc.Cmd.Process.Pid); err == nil && cpuErr == nil {
+		r.ServerCPU = 100 * (cpu1 - cpu0) / wall
+	}
+	return r, nil
 }
 
 // parseWrk reads Requests/sec, the 99% latency and the timeouts of wrk
