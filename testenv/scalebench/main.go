@@ -145,6 +145,8 @@ type wrkResult struct {
 	Timeouts int     // requests wrk gave up on (--timeout 30s)
 	Singlems float64 // one request alone, before wrk
 	Bytes    int     // that request's body
+	// WireBytes is the body as wrk gets it (gzipped when ztpd compresses it).
+	WireBytes int
 	// CPU use over the run, in percent of one core: ztpd's (pinned to one
 	// core) and wrk's (pinned to the other). wrk near 100 means the client
 	// is the bottleneck and the latencies are partly its own.
@@ -289,7 +291,8 @@ func printSize(r sizeResult) {
 	for _, name := range apiNames {
 		a := r.API[name]
 		if a.Completed() {
-			fmt.Printf("; %s %.1f req/s p99 %.2f ms alone %.2f ms %d B cpu ztpd %.0f%% wrk %.0f%%", name, a.RPS, a.P99ms, a.Singlems, a.Bytes, a.ServerCPU, a.ClientCPU)
+			fmt.Printf("; %s %.1f req/s p99 %.2f ms alone %.2f ms %d B (%d B on the wire: %.0f MB/s) cpu ztpd %.0f%% wrk %.0f%%", name, a.RPS, a.P99ms, a.Singlems, a.Bytes,
+				a.WireBytes, a.RPS*float64(a.WireBytes)/1e6, a.ServerCPU, a.ClientCPU)
 		} else {
 			fmt.Printf("; %s: no request completed under wrk, alone %.2f ms %d B", name, a.Singlems, a.Bytes)
 		}
@@ -934,7 +937,7 @@ func (b *bench) measureAPI(ctx context.Context, res *sizeResult) error {
 	// Each query is checked once first: signed right, and answering what
 	// is measured.
 	hc := b.apiClient()
-	alone, size := map[string]float64{}, map[string]int{}
+	alone, size, wire := map[string]float64{}, map[string]int{}, map[string]int{}
 	for _, q := range queries {
 		t0 := time.Now()
 		req, _ := http.NewRequestWithContext(ctx, "GET", q.url, nil)
@@ -951,6 +954,19 @@ func (b *bench) measureAPI(ctx context.Context, res *sizeResult) error {
 			return fmt.Errorf("%s: HTTP %d, no %s in %.300s", q.name, resp.StatusCode, q.want, body)
 		}
 		alone[q.name], size[q.name] = ms(time.Since(t0)), len(body)
+		// Again as wrk asks (Accept-Encoding set by hand: Go's client then
+		// leaves the body as sent), for the bytes on the wire.
+		req, _ = http.NewRequestWithContext(ctx, "GET", q.url, nil)
+		req.Header.Set("Accept-Encoding", "gzip")
+		if q.auth != "" {
+			req.Header.Set("Authorization", q.auth)
+		}
+		if resp, err = hc.Do(req); err != nil {
+			return fmt.Errorf("%s: %w", q.name, err)
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		wire[q.name] = int(n)
 	}
 	var err error
 	if res.Floor, err = b.wrk(ctx, b.app.Base+"/healthz", ""); err != nil {
@@ -964,7 +980,7 @@ func (b *bench) measureAPI(ctx context.Context, res *sizeResult) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", q.name, err)
 		}
-		r.Singlems, r.Bytes = alone[q.name], size[q.name]
+		r.Singlems, r.Bytes, r.WireBytes = alone[q.name], size[q.name], wire[q.name]
 		res.API[q.name] = r
 	}
 	b.heapProfile(fmt.Sprintf("heap-api-%d", b.n))
