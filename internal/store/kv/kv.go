@@ -71,6 +71,10 @@ type Caches struct {
 	// memberships: a cluster listing reads every member's (issue 19:
 	// decoding them was 39 % of listKubernetesClusters' rendering).
 	memberships decodeCache[core.Membership]
+	// clusters: every ZTP fetch, join and report resolves its cluster
+	// (issue 19: decoding them was 5 % of a boot storm's CPU).
+	clusters   decodeCache[core.Cluster]
+	joinStates decodeCache[core.JoinState]
 	// events never change once written, and API pages read the newest
 	// over and over; the log itself is large, so fewer are kept.
 	events decodeCache[core.Event]

@@ -287,12 +287,24 @@ func (r leases) Count() (int, error) { return r.t.raw.Count(BucketLeases) }
 type clusters struct{ t *Tx }
 
 func (r clusters) Get(id string) (core.Cluster, error) {
-	var c core.Cluster
-	ok, err := r.t.get(BucketClusters, id, &c)
-	if err == nil && !ok {
-		err = notFound("cluster", id)
+	c, ok, err := r.t.c.clusters.get(r.t, BucketClusters, id)
+	if err != nil {
+		return core.Cluster{}, err
 	}
-	return c, err
+	if !ok {
+		return core.Cluster{}, notFound("cluster", id)
+	}
+	return freshCluster(c), nil // the cached value is shared
+}
+
+// freshCluster is a cached cluster safe to change: its observation is its
+// own.
+func freshCluster(c core.Cluster) core.Cluster {
+	if c.Observed != nil {
+		o := *c.Observed
+		c.Observed = &o
+	}
+	return c
 }
 
 func (r clusters) Put(c core.Cluster) error {
@@ -300,8 +312,7 @@ func (r clusters) Put(c core.Cluster) error {
 		return fmt.Errorf("cluster needs an id and a name")
 	}
 	t := r.t
-	var old core.Cluster
-	had, err := t.get(BucketClusters, c.ID, &old)
+	old, had, err := t.c.clusters.get(t, BucketClusters, c.ID)
 	if err != nil {
 		return err
 	}
@@ -344,16 +355,15 @@ func (r clusters) ByName(name string) (core.Cluster, error) {
 }
 
 func (r clusters) List(after string, fn core.Visit[core.Cluster]) error {
-	return scan(r.t, BucketClusters, after, fn)
+	return scanCached(r.t, &r.t.c.clusters, BucketClusters, after, freshCluster, fn)
 }
 
 func (r clusters) JoinState(cluster string) (core.JoinState, error) {
-	var st core.JoinState
-	ok, err := r.t.get(BucketMeta, joinStateKey(cluster), &st)
+	st, ok, err := r.t.c.joinStates.get(r.t, BucketMeta, joinStateKey(cluster))
 	if err == nil && !ok {
 		err = notFound("join state of cluster", cluster)
 	}
-	return st, err
+	return st, err // a value without references: the cached one is safe to hand out
 }
 
 func (r clusters) PutJoinState(cluster string, st core.JoinState) error {

@@ -251,6 +251,35 @@ func clustersContract(t *testing.T, st core.Store) {
 		wantEqual(t, "cluster by name", got, c)
 		return nil
 	})
+	// An observation is read back whole, and a caller's change to its copy
+	// reaches neither the store nor a cache; a changed record reads back
+	// changed.
+	c.Observed = &core.ClusterObservation{APIReachable: true, Nodes: 3, ReadyNodes: 2, LastSeen: t0}
+	Update(t, st, func(tx core.Tx) error { return tx.Clusters().Put(c) })
+	for range 2 {
+		View(t, st, func(tx core.Tx) error {
+			got, err := tx.Clusters().Get("c1")
+			must(t, err)
+			wantEqual(t, "observed cluster", got, c)
+			got.Observed.ReadyNodes, got.Name = 0, "changed"
+			must(t, tx.Clusters().List("", func(l core.Cluster) (bool, error) {
+				if l.ID == "c1" {
+					wantEqual(t, "listed cluster", l, c)
+					l.Observed.Nodes = 0
+				}
+				return true, nil
+			}))
+			return nil
+		})
+	}
+	c.Observed.ReadyNodes = 3
+	Update(t, st, func(tx core.Tx) error { return tx.Clusters().Put(c) })
+	View(t, st, func(tx core.Tx) error {
+		got, err := tx.Clusters().Get("c1")
+		must(t, err)
+		wantEqual(t, "cluster after its observation changed", got, c)
+		return nil
+	})
 	Update(t, st, func(tx core.Tx) error { // rename frees the old name
 		c.Name = "prod2"
 		must(t, tx.Clusters().Put(c))
@@ -262,6 +291,11 @@ func clustersContract(t *testing.T, st core.Store) {
 		got, err := tx.Clusters().JoinState("c1")
 		must(t, err)
 		wantEqual(t, "join state", got, js)
+		js.Workers, js.Suspended = 3, true // a changed join state reads back changed
+		must(t, tx.Clusters().PutJoinState("c1", js))
+		got, err = tx.Clusters().JoinState("c1")
+		must(t, err)
+		wantEqual(t, "changed join state", got, js)
 		_, err = tx.Clusters().JoinState("c2")
 		wantNotFound(t, "missing join state", err)
 		var ids []string
