@@ -67,14 +67,7 @@ func deviceEventPrefix(s core.EventStream, device string) string {
 type devices struct{ t *Tx }
 
 func (r devices) Get(id string) (core.Device, error) {
-	d, ok, err := r.t.c.devices.get(r.t, BucketDevices, id)
-	if err != nil {
-		return d, err
-	}
-	if !ok {
-		return d, notFound("device", id)
-	}
-	return freshDevice(d), nil // the cached value is shared
+	return r.t.c.devices.getFresh(r.t, BucketDevices, id, "device", id, freshDevice)
 }
 
 func (r devices) Put(d core.Device) error {
@@ -259,11 +252,7 @@ func (r devices) Count() (int, error) { return r.t.raw.Count(BucketDevices) }
 type leases struct{ t *Tx }
 
 func (r leases) Get(ip string) (core.Lease, error) {
-	l, ok, err := r.t.c.leases.get(r.t, BucketLeases, ip)
-	if err == nil && !ok {
-		err = notFound("lease", ip)
-	}
-	return l, err
+	return r.t.c.leases.getFresh(r.t, BucketLeases, ip, "lease", ip, nil)
 }
 
 func (r leases) Put(l core.Lease) error {
@@ -287,14 +276,7 @@ func (r leases) Count() (int, error) { return r.t.raw.Count(BucketLeases) }
 type clusters struct{ t *Tx }
 
 func (r clusters) Get(id string) (core.Cluster, error) {
-	c, ok, err := r.t.c.clusters.get(r.t, BucketClusters, id)
-	if err != nil {
-		return core.Cluster{}, err
-	}
-	if !ok {
-		return core.Cluster{}, notFound("cluster", id)
-	}
-	return freshCluster(c), nil // the cached value is shared
+	return r.t.c.clusters.getFresh(r.t, BucketClusters, id, "cluster", id, freshCluster)
 }
 
 // freshCluster is a cached cluster safe to change: its observation is its
@@ -359,11 +341,8 @@ func (r clusters) List(after string, fn core.Visit[core.Cluster]) error {
 }
 
 func (r clusters) JoinState(cluster string) (core.JoinState, error) {
-	st, ok, err := r.t.c.joinStates.get(r.t, BucketMeta, joinStateKey(cluster))
-	if err == nil && !ok {
-		err = notFound("join state of cluster", cluster)
-	}
-	return st, err // a value without references: the cached one is safe to hand out
+	// A JoinState has no references: the cached value is safe to hand out.
+	return r.t.c.joinStates.getFresh(r.t, BucketMeta, joinStateKey(cluster), "join state of cluster", cluster, nil)
 }
 
 func (r clusters) PutJoinState(cluster string, st core.JoinState) error {
@@ -416,14 +395,7 @@ func (r versions) List(after string, fn core.Visit[core.Version]) error {
 type memberships struct{ t *Tx }
 
 func (r memberships) Get(device string) (core.Membership, error) {
-	m, ok, err := r.t.c.memberships.get(r.t, BucketMemberships, device)
-	if err != nil {
-		return m, err
-	}
-	if !ok {
-		return m, notFound("membership of device", device)
-	}
-	return freshMembership(m), nil // the cached value is shared
+	return r.t.c.memberships.getFresh(r.t, BucketMemberships, device, "membership of device", device, freshMembership)
 }
 
 // freshMembership is a cached membership safe to change: its history and
