@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -35,8 +34,8 @@ func TestRenewAgainstZtpd(t *testing.T) {
 	}
 	work := t.TempDir()
 	bin := filepath.Join(work, "ztpd")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/ztpd/ztpd/cmd/ztpd").CombinedOutput(); err != nil {
-		t.Fatalf("build ztpd: %v\n%s", err, out)
+	if err := lab.BuildBinaries(map[string]string{bin: "github.com/ztpd/ztpd/cmd/ztpd"}); err != nil {
+		t.Fatal(err)
 	}
 	const lease = time.Minute // the shortest ztpd takes
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -42,10 +42,8 @@ func requireLabFleet(t *testing.T) (bin, kubeletsim string) {
 	kubebin.RequireEtcd(t)
 	bin = filepath.Join(t.TempDir(), "ztpd")
 	kubeletsim = filepath.Join(t.TempDir(), "kubeletsim")
-	for out, pkg := range map[string]string{bin: "github.com/ztpd/ztpd/cmd/ztpd", kubeletsim: "github.com/ztpd/ztpd/testenv/kubeletsim/cmd/kubeletsim"} {
-		if msg, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", pkg, err, msg)
-		}
+	if err := BuildBinaries(map[string]string{bin: "github.com/ztpd/ztpd/cmd/ztpd", kubeletsim: "github.com/ztpd/ztpd/testenv/kubeletsim/cmd/kubeletsim"}); err != nil {
+		t.Fatal(err)
 	}
 	return bin, kubeletsim
 }

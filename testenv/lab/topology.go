@@ -200,6 +200,18 @@ func StartProc(cmd *exec.Cmd) (*Proc, error) {
 	return p, nil
 }
 
+// BuildBinaries builds each Go package into its path (keys are output
+// paths, values import paths), as the namespace tests and benchmarks run
+// the real binaries.
+func BuildBinaries(bins map[string]string) error {
+	for out, pkg := range bins {
+		if msg, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+			return fmt.Errorf("build %s: %v\n%s", pkg, err, msg)
+		}
+	}
+	return nil
+}
+
 // Pin binds every thread of the process to cpus (a taskset list).
 func Pin(p *Proc, cpus string) ([]byte, error) {
 	return exec.Command("taskset", "-a", "-p", "-c", cpus, fmt.Sprint(p.Cmd.Process.Pid)).CombinedOutput()

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/ztpd/ztpd/testenv/fleet"
+	"github.com/ztpd/ztpd/testenv/lab"
 	"github.com/ztpd/ztpd/testenv/netns"
 )
 
@@ -33,10 +33,8 @@ func TestStormSurvivesKill9InTheMiddle(t *testing.T) {
 	work := t.TempDir()
 	o := options{conc: 256, bin: filepath.Join(work, "ztpd"), storm: filepath.Join(work, "bootstorm"), work: work,
 		leaseTime: time.Hour, maxStormed: maxDevices}
-	for bin, pkg := range map[string]string{o.bin: "github.com/ztpd/ztpd/cmd/ztpd", o.storm: "github.com/ztpd/ztpd/testenv/bootstorm"} {
-		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", pkg, err, out)
-		}
+	if err := lab.BuildBinaries(map[string]string{o.bin: "github.com/ztpd/ztpd/cmd/ztpd", o.storm: "github.com/ztpd/ztpd/testenv/bootstorm"}); err != nil {
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
