@@ -41,14 +41,13 @@ type bodyCache struct {
 
 type bodyEntry struct {
 	gen  uint64
-	done chan struct{} // closed once body or err is set
-	body []byte
+	done chan struct{} // closed once the rendering or err is set
+	rendering
 	err  error
 	size int // bytes counted in bodyCache.bytes (set under bodyCache.mu)
 
 	gzOnce sync.Once
-	gz     []byte        // body gzip-compressed, made on the first request that accepts it
-	gzip   func() []byte // how, when the rendering knows better than compressing body whole
+	gz     []byte // body gzip-compressed, made on the first request that accepts it
 }
 
 // rendering is what a cached answer's build returns: the body and, when it
@@ -138,9 +137,7 @@ func (c *bodyCache) entry(key string, gen uint64, build func() (rendering, error
 			close(e.done)
 		}
 	}()
-	var r rendering
-	r, e.err = build()
-	e.body, e.gzip = r.body, r.gzip
+	e.rendering, e.err = build()
 	finished = true
 	if e.err != nil {
 		c.drop(key, e)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -488,42 +489,34 @@ func (s *Server) renderClusterList(r *csRequest, f clusters.ClusterFilter, page,
 		return rendering{body: []byte(`{"` + key + `":{}}`)}, nil
 	}
 	items := make([]*renderEntry, 0, len(views))
-	n := 0
 	for _, v := range views {
 		e, err := s.renders.get(v)
 		if err != nil {
 			return rendering{}, domainError(err)
 		}
 		items = append(items, e)
-		n += len(e.json) + 1
 	}
 	// Assembled by hand: the items are already valid JSON, and encoding a
 	// []json.RawMessage would re-scan every byte of them. parts are the
-	// body's pieces in order, for the gzip form.
-	head := []byte(`{"` + key + `":{"count":` + strconv.Itoa(total) + `,"kubernetescluster":[`)
+	// body's pieces in order: head, item, comma, item, ..., tail.
 	parts := make([][]byte, 0, 2*len(items)+1)
-	parts = append(parts, head)
-	buf := make([]byte, 0, len(head)+n+3)
-	buf = append(buf, head...)
+	parts = append(parts, []byte(`{"`+key+`":{"count":`+strconv.Itoa(total)+`,"kubernetescluster":[`))
 	for i, it := range items {
 		if i > 0 {
-			buf = append(buf, ',')
 			parts = append(parts, comma)
 		}
-		buf = append(buf, it.json...)
 		parts = append(parts, it.json)
 	}
-	buf = append(buf, "]}}"...)
 	parts = append(parts, tail)
-	return rendering{body: buf, gzip: func() []byte {
-		segs := make([][]byte, len(parts))
+	return rendering{body: bytes.Join(parts, nil), gzip: func() []byte {
+		segs := make([][]byte, len(parts)) // the head's is made by GzipJoin
 		for i, it := range items {
 			segs[2*i+1] = it.deflated()
 		}
-		segs[len(segs)-1] = tailSegment
 		for i := 2; i < len(segs)-1; i += 2 {
 			segs[i] = commaSegment
 		}
+		segs[len(segs)-1] = tailSegment
 		return httpserve.GzipJoin(parts, segs)
 	}}, nil
 }
