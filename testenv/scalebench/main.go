@@ -937,36 +937,43 @@ func (b *bench) measureAPI(ctx context.Context, res *sizeResult) error {
 	// Each query is checked once first: signed right, and answering what
 	// is measured.
 	hc := b.apiClient()
-	alone, size, wire := map[string]float64{}, map[string]int{}, map[string]int{}
-	for _, q := range queries {
-		t0 := time.Now()
+	// get fetches q; with acceptEncoding set by hand Go's client leaves the
+	// body as sent, as wrk gets it.
+	get := func(q query, acceptEncoding string) ([]byte, error) {
 		req, _ := http.NewRequestWithContext(ctx, "GET", q.url, nil)
+		if acceptEncoding != "" {
+			req.Header.Set("Accept-Encoding", acceptEncoding)
+		}
 		if q.auth != "" {
 			req.Header.Set("Authorization", q.auth)
 		}
 		resp, err := hc.Do(req)
 		if err != nil {
-			return fmt.Errorf("%s: %w", q.name, err)
+			return nil, fmt.Errorf("%s: %w", q.name, err)
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || !strings.Contains(string(body), q.want) {
-			return fmt.Errorf("%s: HTTP %d, no %s in %.300s", q.name, resp.StatusCode, q.want, body)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != 200 {
+			return nil, fmt.Errorf("%s: HTTP %d %v %.300s", q.name, resp.StatusCode, err, body)
+		}
+		return body, nil
+	}
+	alone, size, wire := map[string]float64{}, map[string]int{}, map[string]int{}
+	for _, q := range queries {
+		t0 := time.Now()
+		body, err := get(q, "")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(body), q.want) {
+			return fmt.Errorf("%s: no %s in %.300s", q.name, q.want, body)
 		}
 		alone[q.name], size[q.name] = ms(time.Since(t0)), len(body)
-		// Again as wrk asks (Accept-Encoding set by hand: Go's client then
-		// leaves the body as sent), for the bytes on the wire.
-		req, _ = http.NewRequestWithContext(ctx, "GET", q.url, nil)
-		req.Header.Set("Accept-Encoding", "gzip")
-		if q.auth != "" {
-			req.Header.Set("Authorization", q.auth)
+		// Again as wrk asks, for the bytes on the wire.
+		if body, err = get(q, "gzip"); err != nil {
+			return err
 		}
-		if resp, err = hc.Do(req); err != nil {
-			return fmt.Errorf("%s: %w", q.name, err)
-		}
-		n, _ := io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		wire[q.name] = int(n)
+		wire[q.name] = len(body)
 	}
 	var err error
 	if res.Floor, err = b.wrk(ctx, b.app.Base+"/healthz", ""); err != nil {
