@@ -43,6 +43,8 @@ type Tx interface {
 	APIKeys() APIKeys
 	Jobs() Jobs
 	Settings() Settings
+	Desired() DesiredStates
+	Rollouts() Rollouts
 	// Writable reports whether the transaction may write.
 	Writable() bool
 }
@@ -240,6 +242,24 @@ type Jobs interface {
 	List(fn Visit[Job]) error
 }
 
+// DesiredStates is the repository of devices' desired states, by device
+// ID.
+type DesiredStates interface {
+	Get(device string) (DesiredState, error)
+	Put(d DesiredState) error
+	Delete(device string) error
+	List(after string, fn Visit[DesiredState]) error
+}
+
+// Rollouts is the repository of rollouts, by ID.
+type Rollouts interface {
+	Get(id string) (Rollout, error)
+	Put(r Rollout) error
+	Delete(id string) error
+	// List visits every rollout in ID order (IDs sort by creation).
+	List(after string, fn Visit[Rollout]) error
+}
+
 // Settings holds appliance-wide values that are chosen once and kept (for
 // example the CloudStack zone ID), by name.
 type Settings interface {
@@ -263,6 +283,8 @@ const (
 	AggAPIKeys
 	AggJobs
 	AggSettings
+	AggDesired
+	AggRollouts
 	NumAggregates
 )
 

@@ -68,6 +68,15 @@ var migrations = []func(*bolt.Tx) error{
 	func(btx *bolt.Tx) error { return kv.IndexDeviceEvents(rawTx{btx}) },
 	// 3 -> 4: devices are indexed by state (issue 19); adds entries only.
 	func(btx *bolt.Tx) error { return kv.IndexDeviceStates(rawTx{btx}) },
+	// 4 -> 5: devices' desired states and rollouts (issue 17).
+	func(btx *bolt.Tx) error {
+		for _, b := range []kv.Bucket{kv.BucketDesired, kv.BucketRollouts} {
+			if _, err := btx.CreateBucketIfNotExists([]byte(b)); err != nil {
+				return err
+			}
+		}
+		return nil
+	},
 }
 
 func (s *Store) migrate() error {

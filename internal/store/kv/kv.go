@@ -32,11 +32,13 @@ const (
 	BucketJobs        Bucket = "jobs"        // Job by ID
 	BucketIndex       Bucket = "index"       // secondary indexes, "<name>/<value>" -> primary key
 	BucketMeta        Bucket = "meta"        // schema version, settings, join states
+	BucketDesired     Bucket = "desired"     // DesiredState by device ID
+	BucketRollouts    Bucket = "rollouts"    // Rollout by ID
 )
 
 // Buckets is every bucket an engine must provide.
 var Buckets = []Bucket{BucketDevices, BucketLeases, BucketClusters, BucketVersions, BucketTokens, BucketEvents, BucketMemberships,
-	BucketImages, BucketAPIKeys, BucketSecrets, BucketJobs, BucketIndex, BucketMeta, BucketAudit}
+	BucketImages, BucketAPIKeys, BucketSecrets, BucketJobs, BucketIndex, BucketMeta, BucketAudit, BucketDesired, BucketRollouts}
 
 // Raw is one engine transaction: byte values in named buckets.
 type Raw interface {
@@ -115,6 +117,8 @@ func (t *Tx) Images() core.Images           { return images{t} }
 func (t *Tx) APIKeys() core.APIKeys         { return apiKeys{t} }
 func (t *Tx) Jobs() core.Jobs               { return jobs{t} }
 func (t *Tx) Settings() core.Settings       { return settings{t} }
+func (t *Tx) Desired() core.DesiredStates   { return desired{t} }
+func (t *Tx) Rollouts() core.Rollouts       { return rollouts{t} }
 
 func (t *Tx) mark(a core.Aggregate) { t.dirty |= 1 << a }
 

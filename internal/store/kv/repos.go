@@ -798,6 +798,60 @@ func (r jobs) Delete(id string) error { return r.t.del(core.AggJobs, BucketJobs,
 
 func (r jobs) List(fn core.Visit[core.Job]) error { return scan(r.t, BucketJobs, "", fn) }
 
+// --- desired states ---
+
+type desired struct{ t *Tx }
+
+func (r desired) Get(device string) (core.DesiredState, error) {
+	var d core.DesiredState
+	ok, err := r.t.get(BucketDesired, device, &d)
+	if err == nil && !ok {
+		err = notFound("desired state of device", device)
+	}
+	return d, err
+}
+
+func (r desired) Put(d core.DesiredState) error {
+	if d.Device == "" {
+		return fmt.Errorf("desired state without device")
+	}
+	return r.t.put(core.AggDesired, BucketDesired, d.Device, d)
+}
+
+func (r desired) Delete(device string) error {
+	return r.t.del(core.AggDesired, BucketDesired, device)
+}
+
+func (r desired) List(after string, fn core.Visit[core.DesiredState]) error {
+	return scan(r.t, BucketDesired, after, fn)
+}
+
+// --- rollouts ---
+
+type rollouts struct{ t *Tx }
+
+func (r rollouts) Get(id string) (core.Rollout, error) {
+	var ro core.Rollout
+	ok, err := r.t.get(BucketRollouts, id, &ro)
+	if err == nil && !ok {
+		err = notFound("rollout", id)
+	}
+	return ro, err
+}
+
+func (r rollouts) Put(ro core.Rollout) error {
+	if ro.ID == "" {
+		return fmt.Errorf("rollout without id")
+	}
+	return r.t.put(core.AggRollouts, BucketRollouts, ro.ID, ro)
+}
+
+func (r rollouts) Delete(id string) error { return r.t.del(core.AggRollouts, BucketRollouts, id) }
+
+func (r rollouts) List(after string, fn core.Visit[core.Rollout]) error {
+	return scan(r.t, BucketRollouts, after, fn)
+}
+
 // --- settings ---
 
 type settings struct{ t *Tx }

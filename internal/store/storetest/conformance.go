@@ -33,6 +33,8 @@ func Conformance(t *testing.T, open func(t *testing.T) core.Store) {
 		{"APIKeys", apiKeysContract},
 		{"Jobs", jobsContract},
 		{"Settings", settingsContract},
+		{"DesiredStates", desiredContract},
+		{"Rollouts", rolloutsContract},
 		{"Atomicity", atomicityContract},
 		{"Batch", batchContract},
 		{"Generations", generationsContract},
@@ -706,6 +708,75 @@ func jobsContract(t *testing.T, st core.Store) {
 	View(t, st, func(tx core.Tx) error {
 		_, err := tx.Jobs().Get("j1")
 		wantNotFound(t, "deleted job", err)
+		return nil
+	})
+}
+
+func desiredContract(t *testing.T, st core.Store) {
+	d := core.DesiredState{Device: "02:00:00:00:00:01", Mode: core.ModeCluster, Cluster: "c1", Role: "worker",
+		Image: "sonic-202411", KubernetesVersion: "v1.37.2", Labels: map[string]string{"rack": "r1"},
+		Hooks: map[string]string{core.HookPreUpgrade: "snapshot-bgp"}, Generation: 3, UpdatedAt: t0, UpdatedBy: "admin",
+		Operation: &core.AgentOperation{ID: "op-1", Kind: core.OpUpgradeKubernetes, Rollout: "r1", State: core.StepRunning,
+			Created: t0, Steps: []core.AgentStep{
+				{Name: "upgrade", Action: "kubeadm-upgrade", Args: map[string]string{"version": "v1.37.2"}, State: core.StepSucceeded,
+					ExitCode: 0, Output: "ok", Started: t0, Finished: t0, Attempts: 2},
+				{Name: "post_upgrade", Action: "hook", State: core.StepPending}}},
+		Agent: core.AgentStatus{LastSeen: t0, IP: "10.99.0.10", BootID: "b", Version: "1"}}
+	d2 := core.DesiredState{Device: "02:00:00:00:00:02", Mode: core.ModeStandalone, Generation: 1, UpdatedAt: t0}
+	Update(t, st, func(tx core.Tx) error {
+		if err := tx.Desired().Put(core.DesiredState{}); err == nil {
+			t.Fatal("a desired state without a device was stored")
+		}
+		must(t, tx.Desired().Put(d2))
+		return tx.Desired().Put(d)
+	})
+	View(t, st, func(tx core.Tx) error {
+		got, err := tx.Desired().Get(d.Device)
+		must(t, err)
+		wantEqual(t, "desired state", got, d)
+		var ids []string
+		must(t, tx.Desired().List("", func(x core.DesiredState) (bool, error) { ids = append(ids, x.Device); return true, nil }))
+		wantEqual(t, "desired states listed", ids, []string{d.Device, d2.Device})
+		ids = nil
+		must(t, tx.Desired().List(d.Device, func(x core.DesiredState) (bool, error) { ids = append(ids, x.Device); return true, nil }))
+		wantEqual(t, "desired states after a cursor", ids, []string{d2.Device})
+		return nil
+	})
+	Update(t, st, func(tx core.Tx) error { return tx.Desired().Delete(d.Device) })
+	View(t, st, func(tx core.Tx) error {
+		_, err := tx.Desired().Get(d.Device)
+		wantNotFound(t, "deleted desired state", err)
+		return nil
+	})
+}
+
+func rolloutsContract(t *testing.T, st core.Store) {
+	r := core.Rollout{ID: "ro-1", Cluster: "c1", Kind: core.RolloutKubernetes, State: core.RolloutPaused, Reason: "paused by admin",
+		Target: "v1.37.2", TargetID: "v2", MaxUnavailable: 10, DrainTimeout: core.Duration(2 * time.Minute),
+		StepTimeout: core.Duration(15 * time.Minute), Hooks: map[string]string{core.HookPostUpgrade: "compare-bgp"},
+		ContinueOnHookFailure: true, Job: "j1", CreatedBy: "admin", Created: t0, UpdatedAt: t0,
+		Nodes: []core.RolloutNode{{Device: "02:00:00:00:00:01", NodeName: "n1", Role: "control-plane", Phase: core.NodeDone,
+			Operation: "op-1", Cordoned: true, Started: t0, Finished: t0}, {Device: "02:00:00:00:00:02", Phase: core.NodePending}}}
+	Update(t, st, func(tx core.Tx) error {
+		if err := tx.Rollouts().Put(core.Rollout{}); err == nil {
+			t.Fatal("a rollout without an id was stored")
+		}
+		must(t, tx.Rollouts().Put(r))
+		return tx.Rollouts().Put(core.Rollout{ID: "ro-2", Kind: core.RolloutRemove, State: core.RolloutSucceeded, Created: t0})
+	})
+	View(t, st, func(tx core.Tx) error {
+		got, err := tx.Rollouts().Get("ro-1")
+		must(t, err)
+		wantEqual(t, "rollout", got, r)
+		var ids []string
+		must(t, tx.Rollouts().List("", func(x core.Rollout) (bool, error) { ids = append(ids, x.ID); return true, nil }))
+		wantEqual(t, "rollouts listed", ids, []string{"ro-1", "ro-2"})
+		return nil
+	})
+	Update(t, st, func(tx core.Tx) error { return tx.Rollouts().Delete("ro-1") })
+	View(t, st, func(tx core.Tx) error {
+		_, err := tx.Rollouts().Get("ro-1")
+		wantNotFound(t, "deleted rollout", err)
 		return nil
 	})
 }
