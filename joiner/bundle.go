@@ -42,6 +42,9 @@ type Bundle struct {
 
 	ReportURL   string
 	reportToken string
+	// agentFiles install the device agent (Options.AgentFiles); the
+	// kubeadm cloud-config carries them itself.
+	agentFiles []bundle.File
 }
 
 // ReportToken is the node's credential for Report.
@@ -88,6 +91,9 @@ type Delivery struct {
 	Files             []DeliveredFile   `json:"files,omitempty"`
 	ReportURL         string            `json:"report_url,omitempty"`
 	ReportToken       string            `json:"report_token,omitempty"`
+	// Agent: Files install the device agent; the join plugin enables its
+	// timer.
+	Agent bool `json:"agent,omitempty"`
 }
 
 // Deliver renders the device's document, secrets included. Call it only to
@@ -109,6 +115,12 @@ func (b *Bundle) Deliver() Delivery {
 	if b.K3s != nil {
 		add(b.K3s.Config)
 		add(b.K3s.Env)
+	}
+	if len(b.agentFiles) > 0 && b.CloudConfig == nil {
+		for _, f := range b.agentFiles {
+			add(f)
+		}
+		d.Agent = true
 	}
 	return d
 }
@@ -134,6 +146,11 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 		b.ReportURL, b.reportToken = s.opts.ReportURL, res.report.Reveal()
 		report = &bundle.Report{URL: s.opts.ReportURL, Token: b.reportToken}
 	}
+	if s.opts.AgentFiles != nil {
+		if b.agentFiles, err = s.opts.AgentFiles(res.agent.Reveal()); err != nil {
+			return nil, fmt.Errorf("device agent: %w", err)
+		}
+	}
 	nodeName := res.nodeName
 	labels := NodeLabels(res.device, res.role, s.profileLabels(res.device.Profile))
 	b.NodeName, b.NodeLabels = nodeName, labels
@@ -151,7 +168,7 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 	switch res.method {
 	case MethodKubeadm:
 		var plan bundle.KubeadmPlan
-		cc := bundle.CloudConfigParams{Report: report}
+		cc := bundle.CloudConfigParams{Report: report, Agent: b.agentFiles}
 		switch {
 		case res.first:
 			var toks []bundle.Token

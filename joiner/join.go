@@ -159,6 +159,7 @@ type joinResult struct {
 	tokenExp   time.Time
 	initTokens []core.Token
 	report     tokens.Credential
+	agent      tokens.Credential // zero without Options.AgentFiles
 	ip         string
 	nodeName   string // the member's node name (core.Membership.NodeName)
 }
@@ -190,10 +191,16 @@ func (s *Service) Join(ctx context.Context, req JoinRequest) (*Bundle, error) {
 	if err != nil {
 		return nil, err
 	}
+	var agent tokens.Credential
+	if s.opts.AgentFiles != nil {
+		if agent, err = tokens.NewAgentCredential(); err != nil {
+			return nil, err
+		}
+	}
 	now := s.now().UTC()
 	var res joinResult
 	err = s.store.Batch(func(tx core.Tx) error {
-		res = joinResult{report: report} // Batch may run fn more than once
+		res = joinResult{report: report, agent: agent} // Batch may run fn more than once
 		return s.admit(tx, cred, req, now, &res)
 	})
 	if err != nil {
@@ -305,7 +312,9 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 		}
 	}
 	if !had || m.Cluster != c.ID || m.State == core.StateLeft {
-		m = core.Membership{Device: dev.ID, Cluster: c.ID, Created: now}
+		// A new membership; the device's agent credential, if any, is
+		// replaced at issue (issueAgentCredential), so it is carried over.
+		m = core.Membership{Device: dev.ID, Cluster: c.ID, Created: now, AgentID: m.AgentID}
 	}
 
 	method := MethodKubeadm
@@ -411,6 +420,11 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 			return err
 		}
 		m.ReportID = rec.ID
+	}
+	if s.opts.AgentFiles != nil {
+		if err := s.issueAgentCredential(tx, &m, res.agent, now); err != nil {
+			return err
+		}
 	}
 
 	// 7. Record: the secret is used, the slot is taken, the history grows.

@@ -37,6 +37,7 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/secretbox"
+	"github.com/ztpd/ztpd/joiner/bundle"
 	"github.com/ztpd/ztpd/joiner/pki"
 	"github.com/ztpd/ztpd/joiner/tokens"
 )
@@ -134,6 +135,11 @@ type Options struct {
 	// ReportURL is where nodes POST joined/failed; default BaseURL +
 	// /join/report. Empty (and no BaseURL): bundles carry no report step.
 	ReportURL string
+	// AgentFiles renders the device agent's installation (script, units,
+	// its configuration with the credential, the pinned appliance CA) for
+	// one credential; nil: bundles install no agent and issue no agent
+	// credential.
+	AgentFiles func(credential string) ([]bundle.File, error)
 	// Devices records the device records and events the joiner changes,
 	// inside its own transactions (the devices service); required.
 	Devices devices.Recorder

@@ -8,7 +8,7 @@ import "strings"
 // refusals). They are kept apart so that device noise, however loud, never
 // pushes the audit trail out: each has its own retention.
 var auditPrefixes = []string{"apikey.", "cluster.", "version.", "token.", "kubeconfig.", "join.", "api.",
-	"device.approved", "device.reset", "device.declared"}
+	"device.approved", "device.reset", "device.declared", "desired.", "rollout."}
 
 // IsAudit reports whether events of type typ belong to the audit trail.
 func IsAudit(typ string) bool {

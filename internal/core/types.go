@@ -303,8 +303,11 @@ type Membership struct {
 	Impostor      string `json:"impostor,omitempty"`
 	TokenID       string `json:"token_id,omitempty"`
 	ReportID      string `json:"report_id,omitempty"`
-	IP            string `json:"ip,omitempty"`
-	WaitReason    string `json:"wait_reason,omitempty"`
+	// AgentID is the device agent's credential (issue 17); it outlives
+	// the membership when the device stays under ztpd's care standalone.
+	AgentID    string `json:"agent_id,omitempty"`
+	IP         string `json:"ip,omitempty"`
+	WaitReason string `json:"wait_reason,omitempty"`
 	// IssuedAt is when the bundle was first handed out: re-issues are
 	// allowed only within the joiner's reissue window of it.
 	IssuedAt time.Time `json:"issued_at,omitzero"`

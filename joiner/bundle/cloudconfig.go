@@ -42,6 +42,9 @@ type CloudConfigParams struct {
 	// for example RBAC letting SONiC switches read kube-root-ca.crt.
 	ExtraManifests map[string][]byte // file name -> content
 	Report         *Report
+	// Agent are the device agent's files (issue 17): written with the
+	// rest, and its timer enabled once the node is set up.
+	Agent []File
 }
 
 // Paths on the node. The ISO layout and install steps are CloudStack's
@@ -144,6 +147,12 @@ func RenderCloudConfig(p CloudConfigParams) ([]byte, error) {
 		writeFile{Path: deployPath, Permissions: "0700", Owner: "root:root", Content: deployScript(first, p.Plan, manifests)},
 		writeFile{Path: deployUnitPath, Permissions: "0644", Owner: "root:root", Content: deployUnit, static: true},
 	)
+	for _, f := range p.Agent {
+		if !strings.HasPrefix(f.Path, "/") || strings.ContainsAny(f.Path, "\n\r") {
+			return nil, fmt.Errorf("cloud-config: bad agent file path %q", f.Path)
+		}
+		cc.WriteFiles = append(cc.WriteFiles, writeFile{Path: f.Path, Permissions: fmt.Sprintf("%04o", f.Mode), Owner: "root:root", Content: string(f.Content)})
+	}
 	if len(p.SSHAuthorizedKeys) > 0 {
 		cc.RunCmd = append(cc.RunCmd, "chown -R cloud:cloud /home/cloud/.ssh")
 	}
@@ -154,6 +163,9 @@ func RenderCloudConfig(p CloudConfigParams) ([]byte, error) {
 		"systemctl daemon-reload",
 		"systemctl start deploy-kube-system",
 	)
+	if len(p.Agent) > 0 {
+		cc.RunCmd = append(cc.RunCmd, "systemctl enable --now ztpd-agent.timer")
+	}
 	return []byte(cc.render()), nil
 }
 

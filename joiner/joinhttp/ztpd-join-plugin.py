@@ -8,7 +8,9 @@ SONiC ZTP runs it as `ztpd-join-plugin <input.json>`, where input.json is
 this switch's join bundle; the plugin installs its files (client
 certificate and key for sonic-ctrmgrd, the cluster CA for the trust store,
 or a k3s agent configuration) and, for the SONiC method, writes
-KUBERNETES_MASTER|SERVER into CONFIG_DB so ctrmgrd joins with them.
+KUBERNETES_MASTER|SERVER into CONFIG_DB so ctrmgrd joins with them. When
+the bundle carries the device agent ("agent": true, its files among the
+others), the plugin enables the agent's systemd timer.
 
 Exit 0 on success, non-zero on failure (ZTP records the section FAILED).
 ZTPD_ROOT prefixes every written path (for tests); ZTPD_MAX_WAIT bounds the
@@ -120,6 +122,11 @@ def main():
         run(["config", "save", "-y"])
     if bundle.get("method") == "k3s":
         run(["systemctl", "restart", "k3s-agent"])
+    if bundle.get("agent"):
+        # The device agent (installed with the files above) polls ztpd for
+        # day-2 operations from now on; its timer survives reboots.
+        run(["systemctl", "daemon-reload"])
+        run(["systemctl", "enable", "--now", "ztpd-agent.timer"])
     return 0
 
 

@@ -14,6 +14,9 @@ import (
 const (
 	// KindReport is the per-member credential a node reports joined/failed with.
 	KindReport Kind = "report"
+	// KindAgent is the per-device credential the device agent polls its
+	// desired state and reports its steps with (issue 17).
+	KindAgent Kind = "agent"
 )
 
 // ztpd credentials are "<prefix>.<id>.<secret>": a recognisable, versioned
@@ -22,12 +25,13 @@ const (
 const (
 	enrollmentPrefix = "ztpe1"
 	reportPrefix     = "ztpr1"
+	agentPrefix      = "ztpa1"
 	credIDLen        = 12
 	credSecretLen    = 32
 	alphabet         = "0123456789abcdefghijklmnopqrstuvwxyz"
 )
 
-// Credential is an enrollment secret or a report credential.
+// Credential is an enrollment secret, a report or an agent credential.
 type Credential struct {
 	kind   Kind
 	id     string
@@ -39,6 +43,22 @@ func NewEnrollmentSecret() (Credential, error) { return newCredential(KindEnroll
 
 // NewReportCredential makes a node's report credential.
 func NewReportCredential() (Credential, error) { return newCredential(KindReport) }
+
+// NewAgentCredential makes a device agent's credential.
+func NewAgentCredential() (Credential, error) { return newCredential(KindAgent) }
+
+// credentialPrefix is kind's text prefix ("" for kinds without one).
+func credentialPrefix(kind Kind) string {
+	switch kind {
+	case KindEnrollment:
+		return enrollmentPrefix
+	case KindReport:
+		return reportPrefix
+	case KindAgent:
+		return agentPrefix
+	}
+	return ""
+}
 
 func newCredential(kind Kind) (Credential, error) {
 	id, err := RandomString(credIDLen)
@@ -55,10 +75,8 @@ func newCredential(kind Kind) (Credential, error) {
 // ParseCredential parses an enrollment secret or report credential of the
 // expected kind. The error never repeats the secret.
 func ParseCredential(kind Kind, s string) (Credential, error) {
-	prefix := enrollmentPrefix
-	if kind == KindReport {
-		prefix = reportPrefix
-	} else if kind != KindEnrollment {
+	prefix := credentialPrefix(kind)
+	if prefix == "" {
 		return Credential{}, fmt.Errorf("tokens: no credential format for kind %q", kind)
 	}
 	rest, ok := strings.CutPrefix(s, prefix+".")
@@ -86,11 +104,7 @@ func (c Credential) Matches(hash []byte) bool { return secretMatches(hash, c.kin
 
 // Reveal returns the credential text, for the one device it is for.
 func (c Credential) Reveal() string {
-	prefix := enrollmentPrefix
-	if c.kind == KindReport {
-		prefix = reportPrefix
-	}
-	return prefix + "." + c.id + "." + c.secret
+	return credentialPrefix(c.kind) + "." + c.id + "." + c.secret
 }
 
 // String shows the id only.

@@ -13,13 +13,13 @@ import (
 )
 
 func TestCredentials(t *testing.T) {
-	for _, kind := range []Kind{KindEnrollment, KindReport} {
+	for _, kind := range []Kind{KindEnrollment, KindReport, KindAgent} {
 		c, err := newCredential(kind)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s := c.Reveal()
-		if !regexp.MustCompile(`^ztp[er]1\.[a-z0-9]{12}\.[a-z0-9]{32}$`).MatchString(s) {
+		if !regexp.MustCompile(`^ztp[era]1\.[a-z0-9]{12}\.[a-z0-9]{32}$`).MatchString(s) {
 			t.Fatalf("credential %q", s)
 		}
 		back, err := ParseCredential(kind, s)
@@ -109,7 +109,7 @@ func FuzzParseCredential(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		for _, kind := range []Kind{KindEnrollment, KindReport} {
+		for _, kind := range []Kind{KindEnrollment, KindReport, KindAgent} {
 			c, err := ParseCredential(kind, s)
 			if err != nil {
 				continue

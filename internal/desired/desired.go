@@ -1,0 +1,630 @@
+// Package desired owns each device's desired state (issue 17): what the
+// operator wants it to run (mode, cluster and role, SONiC image,
+// Kubernetes version, labels, hooks) and the one operation its agent is
+// asked to do now, with what the agent reported of each step.
+//
+// Operators change the targets (Set); rollouts hand out and take back
+// operations (Assign, Withdraw) once they have cordoned and drained the
+// device's Node; device agents read their document and report steps
+// (AgentDocument, AgentReport), authenticated by the credential issued at
+// join and the address they ask from. Every change is an event.
+package desired
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/semver"
+)
+
+// Authenticator says which device an agent's request comes from (the
+// joiner: the credential issued at join, checked against the holder of
+// the request's address).
+type Authenticator interface {
+	AuthenticateAgent(ctx context.Context, credential string, remote netip.Addr) (device string, err error)
+}
+
+// Options configure the service.
+type Options struct {
+	// Auth authenticates agents; nil refuses every agent.
+	Auth Authenticator
+	// ImageURL is the device-facing URL of an image store blob by sha256.
+	ImageURL func(sha string) string
+	// PollInterval is how often agents are told to poll (default 60 s).
+	PollInterval time.Duration
+	Now          func() time.Time
+	Log          *slog.Logger
+}
+
+// Service is the owner of desired states.
+type Service struct {
+	st   core.Store
+	opts Options
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced on every agent report
+}
+
+// New builds the service.
+func New(st core.Store, opts Options) *Service {
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = time.Minute
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.ImageURL == nil {
+		opts.ImageURL = func(string) string { return "" }
+	}
+	return &Service{st: st, opts: opts, changed: make(chan struct{})}
+}
+
+// MaxOutput bounds the step output kept (the agent sends its tail).
+const MaxOutput = 16 << 10
+
+// Errors agents and callers see.
+var (
+	// ErrStaleOperation: a report for an operation that is not the
+	// device's current one (withdrawn, or replaced); the agent drops it.
+	ErrStaleOperation = &core.Error{Kind: core.KindConflict, Msg: "operation is not this device's current one"}
+	// ErrBusy: the device's agent is still doing another operation.
+	ErrBusy = &core.Error{Kind: core.KindConflict, Msg: "device has an operation in progress"}
+)
+
+// Get is a device's desired state; a device nobody set one for has the
+// zero state (generation 0) with its ID.
+func (s *Service) Get(device string) (core.DesiredState, error) {
+	var d core.DesiredState
+	err := s.st.View(func(tx core.Tx) error {
+		var err error
+		d, err = s.get(tx, device)
+		return err
+	})
+	return d, err
+}
+
+func (s *Service) get(tx core.Tx, device string) (core.DesiredState, error) {
+	d, err := tx.Desired().Get(device)
+	if errors.Is(err, core.ErrNotFound) {
+		if _, err := tx.Devices().Get(device); err != nil {
+			if errors.Is(err, core.ErrNotFound) {
+				return d, core.Errorf(core.KindNotFound, "device %s not found", device)
+			}
+			return d, err
+		}
+		return core.DesiredState{Device: device}, nil
+	}
+	return d, err
+}
+
+// List visits the stored desired states in device order after after.
+func (s *Service) List(after string, fn func(core.DesiredState) bool) error {
+	return s.st.View(func(tx core.Tx) error {
+		return tx.Desired().List(after, func(d core.DesiredState) (bool, error) { return fn(d), nil })
+	})
+}
+
+// Change is an operator's change of a desired state; nil fields are left
+// as they are, an empty string clears a target.
+type Change struct {
+	Mode              *core.DeviceMode
+	Cluster           *string
+	Role              *string
+	Image             *string
+	KubernetesVersion *string
+	// Labels and Hooks replace the whole map when not nil.
+	Labels map[string]string
+	Hooks  map[string]string
+}
+
+// Set applies an operator's change (by names who, for the audit trail).
+func (s *Service) Set(ctx context.Context, by, device string, ch Change) (core.DesiredState, error) {
+	if err := ctx.Err(); err != nil {
+		return core.DesiredState{}, err
+	}
+	var out core.DesiredState
+	err := s.st.Update(func(tx core.Tx) error {
+		d, err := s.get(tx, device)
+		if err != nil {
+			return err
+		}
+		old := d
+		if err := applyChange(tx, &d, ch); err != nil {
+			return err
+		}
+		what := describeChange(old, d)
+		if what == "" {
+			out = d
+			return nil // nothing changes: no new generation, no event
+		}
+		d.Generation++
+		d.UpdatedAt, d.UpdatedBy = s.opts.Now().UTC(), by
+		if err := tx.Desired().Put(d); err != nil {
+			return err
+		}
+		out = d
+		_, err = tx.Events().Append(core.Event{Type: "desired.changed", Device: device, Cluster: d.Cluster,
+			Message: fmt.Sprintf("desired state of %s (generation %d): %s", device, d.Generation, what),
+			Fields:  map[string]string{"by": by, "generation": fmt.Sprint(d.Generation)},
+			Time:    d.UpdatedAt,
+		})
+		return err
+	})
+	if err == nil {
+		s.opts.Log.Info("desired state changed", "device", device, "generation", out.Generation, "by", by)
+	}
+	return out, err
+}
+
+func applyChange(tx core.Tx, d *core.DesiredState, ch Change) error {
+	if ch.Mode != nil {
+		switch *ch.Mode {
+		case core.ModeCluster, core.ModeStandalone, "":
+			d.Mode = *ch.Mode
+		default:
+			return core.Errorf(core.KindInvalid, "mode %q: want cluster or standalone", *ch.Mode)
+		}
+	}
+	if ch.Cluster != nil {
+		if *ch.Cluster != "" {
+			c, err := tx.Clusters().Get(*ch.Cluster)
+			if errors.Is(err, core.ErrNotFound) {
+				if c, err = tx.Clusters().ByName(*ch.Cluster); errors.Is(err, core.ErrNotFound) {
+					return core.Errorf(core.KindInvalid, "cluster %q not found", *ch.Cluster)
+				}
+			}
+			if err != nil {
+				return err
+			}
+			d.Cluster = c.ID
+		} else {
+			d.Cluster = ""
+		}
+	}
+	if ch.Role != nil {
+		switch *ch.Role {
+		case "", "control-plane", "worker":
+			d.Role = *ch.Role
+		default:
+			return core.Errorf(core.KindInvalid, "role %q: want control-plane or worker", *ch.Role)
+		}
+	}
+	if ch.Image != nil {
+		if *ch.Image != "" {
+			if _, err := ResolveImage(tx, *ch.Image); err != nil {
+				return err
+			}
+		}
+		d.Image = *ch.Image
+	}
+	if ch.KubernetesVersion != nil {
+		if v := *ch.KubernetesVersion; v != "" {
+			sv, err := semver.Parse(v)
+			if err != nil {
+				return core.Errorf(core.KindInvalid, "kubernetes version %q: %v", v, err)
+			}
+			d.KubernetesVersion = sv.Tag()
+		} else {
+			d.KubernetesVersion = ""
+		}
+	}
+	if ch.Labels != nil {
+		for k, v := range ch.Labels {
+			if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+				return core.Errorf(core.KindInvalid, "label key %q: %s", k, strings.Join(errs, "; "))
+			}
+			if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+				return core.Errorf(core.KindInvalid, "label %s value %q: %s", k, v, strings.Join(errs, "; "))
+			}
+		}
+		d.Labels = maps.Clone(ch.Labels)
+		if len(d.Labels) == 0 {
+			d.Labels = nil
+		}
+	}
+	if ch.Hooks != nil {
+		if err := CheckHooks(tx, ch.Hooks); err != nil {
+			return err
+		}
+		d.Hooks = maps.Clone(ch.Hooks)
+		if len(d.Hooks) == 0 {
+			d.Hooks = nil
+		}
+	}
+	if d.Mode == core.ModeStandalone && d.Cluster != "" {
+		return core.Errorf(core.KindInvalid, "a standalone device names no cluster (%s)", d.Cluster)
+	}
+	return nil
+}
+
+// CheckHooks validates hook phases and that each names a stored image.
+func CheckHooks(tx core.Tx, hooks map[string]string) error {
+	for phase, image := range hooks {
+		if !slices.Contains(core.HookPhases, phase) {
+			return core.Errorf(core.KindInvalid, "hook phase %q: want one of %s", phase, strings.Join(core.HookPhases, ", "))
+		}
+		if _, err := ResolveImage(tx, image); err != nil {
+			return fmt.Errorf("hook %s: %w", phase, err)
+		}
+	}
+	return nil
+}
+
+// ResolveImage finds an image store entry by name or sha256.
+func ResolveImage(tx core.Tx, ref string) (core.Image, error) {
+	sha := ref
+	if s, err := tx.Images().ByName(ref); err == nil {
+		sha = s
+	} else if !errors.Is(err, core.ErrNotFound) {
+		return core.Image{}, err
+	}
+	im, err := tx.Images().Get(sha)
+	if errors.Is(err, core.ErrNotFound) {
+		return im, core.Errorf(core.KindInvalid, "image %q is not in the image store", ref)
+	}
+	return im, err
+}
+
+// describeChange says what differs between two desired states ("" when
+// nothing does).
+func describeChange(a, b core.DesiredState) string {
+	var parts []string
+	diff := func(what, x, y string) {
+		if x != y {
+			parts = append(parts, fmt.Sprintf("%s %s -> %s", what, orNone(x), orNone(y)))
+		}
+	}
+	diff("mode", string(a.Mode), string(b.Mode))
+	diff("cluster", a.Cluster, b.Cluster)
+	diff("role", a.Role, b.Role)
+	diff("image", a.Image, b.Image)
+	diff("kubernetes", a.KubernetesVersion, b.KubernetesVersion)
+	if !maps.Equal(a.Labels, b.Labels) {
+		parts = append(parts, "labels")
+	}
+	if !maps.Equal(a.Hooks, b.Hooks) {
+		parts = append(parts, "hooks")
+	}
+	return strings.Join(parts, ", ")
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+// Assign hands an operation to a device's agent, after mutate (optional)
+// set the targets it moves the device to. A device whose agent has an
+// unfinished operation is refused (ErrBusy), unless it is the same one
+// (a rollout resumed after a restart).
+func (s *Service) Assign(ctx context.Context, by, device string, op core.AgentOperation, mutate func(*core.DesiredState)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := s.opts.Now().UTC()
+	op.State, op.Created, op.Finished, op.Reason = core.StepPending, now, time.Time{}, ""
+	for i := range op.Steps {
+		op.Steps[i].State = core.StepPending
+	}
+	return s.st.Update(func(tx core.Tx) error {
+		d, err := s.get(tx, device)
+		if err != nil {
+			return err
+		}
+		if cur := d.Operation; cur != nil && !cur.Done() {
+			if cur.ID == op.ID {
+				return nil
+			}
+			return fmt.Errorf("%w: %s (%s)", ErrBusy, cur.ID, cur.Kind)
+		}
+		if mutate != nil {
+			mutate(&d)
+		}
+		d.Operation = &op
+		d.Generation++
+		d.UpdatedAt, d.UpdatedBy = now, by
+		if err := tx.Desired().Put(d); err != nil {
+			return err
+		}
+		names := make([]string, len(op.Steps))
+		for i, st := range op.Steps {
+			names[i] = st.Name
+		}
+		_, err = tx.Events().Append(core.Event{Type: "desired.operation", Device: device, Cluster: d.Cluster, Time: now,
+			Message: fmt.Sprintf("operation %s (%s) handed to the agent of %s: %s", op.ID, op.Kind, device, strings.Join(names, ", ")),
+			Fields:  map[string]string{"operation": op.ID, "kind": op.Kind, "rollout": op.Rollout, "by": by}})
+		return err
+	})
+}
+
+// Withdraw takes an unfinished operation back (an aborted rollout): the
+// agent's next report is answered "stale" and it stops.
+func (s *Service) Withdraw(ctx context.Context, device, opID, reason string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := s.opts.Now().UTC()
+	return s.st.Update(func(tx core.Tx) error {
+		d, err := s.get(tx, device)
+		if err != nil {
+			return err
+		}
+		op := d.Operation
+		if op == nil || op.ID != opID || op.Done() {
+			return nil
+		}
+		op.State, op.Reason, op.Finished = core.OpWithdrawn, reason, now
+		d.Generation++
+		d.UpdatedAt = now
+		if err := tx.Desired().Put(d); err != nil {
+			return err
+		}
+		_, err = tx.Events().Append(core.Event{Type: "desired.withdrawn", Device: device, Cluster: d.Cluster, Time: now,
+			Message: fmt.Sprintf("operation %s withdrawn from %s: %s", opID, device, reason)})
+		return err
+	})
+}
+
+// Operation is a device's current (or last) operation, nil when none.
+func (s *Service) Operation(device string) (*core.AgentOperation, error) {
+	d, err := s.Get(device)
+	if err != nil {
+		return nil, err
+	}
+	return d.Operation, nil
+}
+
+// Changed is closed at the next agent report: waiters re-read then.
+func (s *Service) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+func (s *Service) notify() {
+	s.mu.Lock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// WaitOperation waits until the device's operation opID has ended (or is
+// no longer the device's) and returns it as it ended.
+func (s *Service) WaitOperation(ctx context.Context, device, opID string) (*core.AgentOperation, error) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		ch := s.Changed()
+		op, err := s.Operation(device)
+		if err != nil {
+			return nil, err
+		}
+		if op == nil || op.ID != opID {
+			return op, ErrStaleOperation
+		}
+		if op.Done() {
+			return op, nil
+		}
+		select {
+		case <-ctx.Done():
+			return op, ctx.Err()
+		case <-ch:
+		case <-tick.C:
+		}
+	}
+}
+
+// Document is what an agent reads: its targets and the operation to do
+// now, with every URL it needs.
+type Document struct {
+	Device            string            `json:"device"`
+	Generation        uint64            `json:"generation"`
+	Mode              core.DeviceMode   `json:"mode,omitempty"`
+	Cluster           string            `json:"cluster,omitempty"`
+	Role              string            `json:"role,omitempty"`
+	KubernetesVersion string            `json:"kubernetes_version,omitempty"`
+	Image             *DocumentImage    `json:"image"`
+	Labels            map[string]string `json:"labels,omitempty"`
+	PollSeconds       int               `json:"poll_seconds"`
+	Operation         *DocumentOp       `json:"operation"`
+}
+
+// DocumentImage is the target image and where to fetch it.
+type DocumentImage struct {
+	Name   string `json:"name"`
+	SHA256 string `json:"sha256"`
+	URL    string `json:"url"`
+}
+
+// DocumentOp is the operation as the agent runs it.
+type DocumentOp struct {
+	ID    string         `json:"id"`
+	Kind  string         `json:"kind"`
+	Steps []DocumentStep `json:"steps"`
+}
+
+// DocumentStep is one step: an action and its arguments.
+type DocumentStep struct {
+	Name   string            `json:"name"`
+	Action string            `json:"action"`
+	Args   map[string]string `json:"args,omitempty"`
+}
+
+// agentSeenEvery bounds how often a poll alone is written down.
+const agentSeenEvery = 5 * time.Minute
+
+// AgentDocument authenticates an agent and answers its document.
+func (s *Service) AgentDocument(ctx context.Context, credential string, remote netip.Addr) (Document, error) {
+	device, err := s.authenticate(ctx, credential, remote)
+	if err != nil {
+		return Document{}, err
+	}
+	now := s.opts.Now().UTC()
+	var doc Document
+	var seen bool
+	err = s.st.View(func(tx core.Tx) error {
+		d, err := s.get(tx, device)
+		if err != nil {
+			return err
+		}
+		seen = now.Sub(d.Agent.LastSeen) >= agentSeenEvery || d.Agent.IP != remote.String()
+		doc = Document{Device: device, Generation: d.Generation, Mode: d.Mode, Cluster: d.Cluster, Role: d.Role,
+			KubernetesVersion: d.KubernetesVersion, Labels: d.Labels, PollSeconds: int(s.opts.PollInterval / time.Second)}
+		if d.Image != "" {
+			if im, err := ResolveImage(tx, d.Image); err == nil {
+				doc.Image = &DocumentImage{Name: im.Name, SHA256: im.SHA256, URL: s.opts.ImageURL(im.SHA256)}
+			}
+		}
+		if op := d.Operation; op != nil && !op.Done() {
+			dop := &DocumentOp{ID: op.ID, Kind: op.Kind}
+			for _, st := range op.Steps {
+				args := maps.Clone(st.Args)
+				if sha := args["sha256"]; sha != "" && args["url"] == "" {
+					if args == nil {
+						args = map[string]string{}
+					}
+					args["url"] = s.opts.ImageURL(sha)
+				}
+				dop.Steps = append(dop.Steps, DocumentStep{Name: st.Name, Action: st.Action, Args: args})
+			}
+			doc.Operation = dop
+		}
+		return nil
+	})
+	if err == nil && seen {
+		err = s.st.Update(func(tx core.Tx) error {
+			d, err := s.get(tx, device)
+			if err != nil {
+				return err
+			}
+			d.Agent.LastSeen, d.Agent.IP = now, remote.String()
+			return tx.Desired().Put(d)
+		})
+	}
+	return doc, err
+}
+
+func (s *Service) authenticate(ctx context.Context, credential string, remote netip.Addr) (string, error) {
+	if s.opts.Auth == nil {
+		return "", core.Errorf(core.KindRefused, "agent credential refused")
+	}
+	device, err := s.opts.Auth.AuthenticateAgent(ctx, credential, remote)
+	if err != nil {
+		s.opts.Log.Info("agent refused", "remote", remote, "reason", err.Error())
+		return "", err
+	}
+	return device, nil
+}
+
+// Report is one step report from an agent.
+type Report struct {
+	Operation    string `json:"operation"`
+	Step         string `json:"step"`
+	State        string `json:"state"` // running | succeeded | failed
+	ExitCode     int    `json:"exit_code"`
+	Output       string `json:"output"`
+	BootID       string `json:"boot_id"`
+	AgentVersion string `json:"agent_version"`
+}
+
+// AgentReport authenticates an agent and records its step report.
+func (s *Service) AgentReport(ctx context.Context, credential string, remote netip.Addr, r Report) error {
+	device, err := s.authenticate(ctx, credential, remote)
+	if err != nil {
+		return err
+	}
+	switch r.State {
+	case core.StepRunning, core.StepSucceeded, core.StepFailed:
+	default:
+		return core.Errorf(core.KindInvalid, "state %q: want running, succeeded or failed", r.State)
+	}
+	if len(r.Output) > MaxOutput {
+		r.Output = r.Output[len(r.Output)-MaxOutput:]
+	}
+	r.Output = strings.ToValidUTF8(r.Output, "\uFFFD")
+	if !utf8.ValidString(r.BootID) || len(r.BootID) > 64 || len(r.AgentVersion) > 32 {
+		return core.Errorf(core.KindInvalid, "boot_id or agent_version malformed")
+	}
+	now := s.opts.Now().UTC()
+	var msg string
+	err = s.st.Update(func(tx core.Tx) error {
+		d, err := s.get(tx, device)
+		if err != nil {
+			return err
+		}
+		op := d.Operation
+		if op == nil || op.ID != r.Operation || op.Done() {
+			return ErrStaleOperation
+		}
+		st, ok := op.Step(r.Step)
+		if !ok {
+			return core.Errorf(core.KindInvalid, "operation %s has no step %q", op.ID, r.Step)
+		}
+		st.State, st.ExitCode, st.Output = r.State, r.ExitCode, r.Output
+		switch r.State {
+		case core.StepRunning:
+			st.Attempts++
+			if st.Started.IsZero() {
+				st.Started = now
+			}
+			st.Finished = time.Time{}
+			op.State = core.StepRunning
+			msg = fmt.Sprintf("step %s (%s) running", st.Name, st.Action)
+			if st.Attempts > 1 {
+				msg += fmt.Sprintf(" again (attempt %d: resumed after an interruption)", st.Attempts)
+			}
+		case core.StepSucceeded:
+			st.Finished = now
+			msg = fmt.Sprintf("step %s (%s) succeeded", st.Name, st.Action)
+			if allSucceeded(op) {
+				op.State, op.Finished = core.StepSucceeded, now
+				msg += "; operation done"
+			}
+		case core.StepFailed:
+			st.Finished = now
+			op.State, op.Finished = core.StepFailed, now
+			op.Reason = fmt.Sprintf("step %s (%s) failed with exit status %d", st.Name, st.Action, r.ExitCode)
+			msg = op.Reason
+		}
+		d.Agent = core.AgentStatus{LastSeen: now, IP: remote.String(), BootID: r.BootID, Version: r.AgentVersion}
+		if err := tx.Desired().Put(d); err != nil {
+			return err
+		}
+		_, err = tx.Events().Append(core.Event{Type: "agent.step", Device: device, Cluster: d.Cluster, Time: now,
+			Message: fmt.Sprintf("%s: operation %s (%s) %s", device, op.ID, op.Kind, msg),
+			Fields:  map[string]string{"operation": op.ID, "step": st.Name, "state": r.State, "exit_code": fmt.Sprint(r.ExitCode)}})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	s.opts.Log.Info("agent step", "device", device, "operation", r.Operation, "step", r.Step, "state", r.State, "exit_code", r.ExitCode)
+	s.notify()
+	return nil
+}
+
+func allSucceeded(op *core.AgentOperation) bool {
+	for _, st := range op.Steps {
+		if st.State != core.StepSucceeded {
+			return false
+		}
+	}
+	return true
+}
