@@ -1,0 +1,743 @@
+#!/usr/bin/env python3
+"""ztpd device agent (day-2 operations, protocol v1).
+
+Installed at join (see joiner/agent) and run by ztpd-agent.timer as
+`ztpd-agent once`: deliver the reports a previous run could not, ask ztpd
+for this device's desired state, and run or resume the current operation's
+steps. `ztpd-agent run` loops (foreground, tests); `ztpd-agent status`
+prints the state file.
+
+Exit codes: 0 ok, 1 transient error (the timer retries), 2 usage or
+configuration error, 3 the server failed TLS verification, 4 ztpd refused
+the credential. Nothing is acted on after 3 or 4.
+
+python3 standard library only (SONiC images have nothing else). ZTPD_ROOT
+prefixes every path the agent reads or writes (tests); commands are always
+taken from PATH.
+"""
+import argparse
+import fcntl
+import hashlib
+import http.client
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+AGENT_VERSION = "1"
+ROOT = os.environ.get("ZTPD_ROOT", "")
+CONFIG_PATH = "/etc/ztpd/agent.json"
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+OUTPUT_TAIL = 16 * 1024  # bytes of a step's output kept and reported
+MAX_PENDING = 200        # undelivered reports kept (oldest dropped first)
+HTTP_TIMEOUT = 30
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+VERSION_RE = re.compile(r"^v\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$")
+FEATURE_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+
+EXIT_OK, EXIT_TRANSIENT, EXIT_USAGE, EXIT_UNVERIFIED, EXIT_REFUSED = 0, 1, 2, 3, 4
+# exit_code reported when the agent itself failed the step (bad arguments,
+# checksum mismatch) without a command deciding it.
+AGENT_FAILED = -1
+
+
+def log(msg):
+    print("ztpd-agent: " + msg, flush=True)
+
+
+def rooted(path):
+    return ROOT + path
+
+
+class Exit(Exception):
+    """Ends the run with an exit code and a logged reason."""
+
+    def __init__(self, code, msg):
+        super().__init__(msg)
+        self.code = code
+
+
+class Unreachable(Exception):
+    """ztpd (or a download) could not be reached, or answered 5xx: retry later."""
+
+
+class StepFailed(Exception):
+    """The agent failed a step itself; the message goes into its output."""
+
+
+def write_atomic(path, data, mode):
+    """tmp + fsync + rename + fsync of the directory."""
+    d = os.path.dirname(path)
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".ztpd-agent-")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    dfd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_boot_id():
+    try:
+        with open(rooted(BOOT_ID_PATH)) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def os_release_id():
+    try:
+        with open(rooted("/etc/os-release")) as f:
+            for line in f:
+                if line.startswith("ID="):
+                    return line[3:].strip().strip('"')
+    except OSError:
+        pass
+    return ""
+
+
+def load_config(path):
+    try:
+        with open(rooted(path)) as f:
+            cfg = json.load(f)
+    except (OSError, ValueError) as e:
+        raise Exit(EXIT_USAGE, "cannot read %s: %s" % (path, e))
+    if not isinstance(cfg, dict):
+        raise Exit(EXIT_USAGE, "%s is not a JSON object" % path)
+    url = cfg.get("url")
+    parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
+    if parts is None or parts.scheme != "https" or not parts.hostname:
+        raise Exit(EXIT_USAGE, "refusing url %r: only https:// is allowed" % (url,))
+    if not isinstance(cfg.get("credential"), str) or not cfg["credential"]:
+        raise Exit(EXIT_USAGE, "%s has no credential" % path)
+    cfg["url"] = url.rstrip("/")
+    cfg.setdefault("ca_file", "/etc/ztpd/appliance-ca.pem")
+    cfg.setdefault("state_dir", "/var/lib/ztpd-agent")
+    cfg.setdefault("device", "")
+    interval = cfg.get("interval", 60)
+    if not isinstance(interval, int) or interval < 1:
+        raise Exit(EXIT_USAGE, "interval must be a positive number of seconds")
+    cfg["interval"] = interval
+    return cfg
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Requests carrying the credential never follow a redirect."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+class Client:
+    """HTTPS to ztpd, verified against the pinned CA file."""
+
+    def __init__(self, cfg):
+        self.base = cfg["url"]
+        self.origin = urllib.parse.urlsplit(self.base)[:2]
+        self.credential = cfg["credential"]
+        ca = rooted(cfg["ca_file"])
+        try:
+            self.ctx = ssl.create_default_context(cafile=ca)
+            # Downloads elsewhere (image mirrors) may use public CAs; their
+            # content is pinned by sha256 anyway.
+            self.download_ctx = ssl.create_default_context()
+            self.download_ctx.load_verify_locations(cafile=ca)
+        except (OSError, ssl.SSLError) as e:
+            raise Exit(EXIT_USAGE, "cannot load ca_file %s: %s" % (cfg["ca_file"], e))
+        self.api = urllib.request.build_opener(urllib.request.HTTPSHandler(context=self.ctx), NoRedirect)
+        self.public = urllib.request.build_opener(urllib.request.HTTPSHandler(context=self.download_ctx))
+
+    def open(self, url, data=None, authenticated=True):
+        """Returns (status, response or error body stream). Raises Unreachable
+        when there is no answer. With the credential (talking to ztpd): Exit 3
+        on a TLS verification failure, Exit 4 on 401/403; without it (a
+        download elsewhere) a verification failure fails the step."""
+        headers = {"User-Agent": "ztpd-agent/" + AGENT_VERSION}
+        if authenticated:
+            headers["Authorization"] = "Bearer " + self.credential
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        req = urllib.request.Request(url, data=data, headers=headers, method="POST" if data is not None else "GET")
+        opener = self.api if authenticated else self.public
+        try:
+            resp = opener.open(req, timeout=HTTP_TIMEOUT)
+        except urllib.error.HTTPError as e:
+            if authenticated and e.code in (401, 403):
+                raise Exit(EXIT_REFUSED, "credential refused (HTTP %d): %s" % (e.code, error_message(e.read())))
+            return e.code, e
+        except urllib.error.URLError as e:
+            if isinstance(e.reason, ssl.SSLCertVerificationError):
+                self.unverified(url, e.reason, authenticated)
+            raise Unreachable("cannot reach %s: %s" % (url, e.reason))
+        except ssl.SSLCertVerificationError as e:
+            self.unverified(url, e, authenticated)
+        except (OSError, http.client.HTTPException) as e:
+            raise Unreachable("cannot reach %s: %s" % (url, e))
+        return resp.status, resp
+
+    @staticmethod
+    def unverified(url, err, authenticated):
+        if authenticated:
+            raise Exit(EXIT_UNVERIFIED, "refusing unverified server: %s" % err)
+        raise StepFailed("refusing unverified server %s: %s" % (url, err))
+
+    def call(self, path, body=None):
+        """An API call: (status, parsed JSON answer or {})."""
+        data = None if body is None else json.dumps(body).encode()
+        status, resp = self.open(self.base + path, data)
+        try:
+            raw = resp.read()
+        except (OSError, http.client.HTTPException) as e:
+            raise Unreachable("reading %s: %s" % (path, e))
+        finally:
+            resp.close()
+        if status >= 500 or status == 429:
+            raise Unreachable("%s: HTTP %d: %s" % (path, status, error_message(raw)))
+        try:
+            doc = json.loads(raw) if raw else {}
+        except ValueError:
+            doc = {"_raw": raw[:200].decode("utf-8", "replace")}
+        return status, doc
+
+    def download(self, url, dest, sha256, mode):
+        """Fetches url into dest atomically; a given sha256 must match."""
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise StepFailed("refusing to download %r: not an http(s) URL" % url)
+        if sha256 and not SHA256_RE.match(sha256):
+            raise StepFailed("bad sha256 %r" % sha256)
+        # The credential goes only to ztpd's own origin.
+        status, resp = self.open(url, authenticated=parts[:2] == self.origin)
+        try:
+            if status >= 500 or status == 429:
+                raise Unreachable("downloading %s: HTTP %d" % (url, status))
+            if status != 200:
+                raise StepFailed("downloading %s: HTTP %d" % (url, status))
+            d = os.path.dirname(dest)
+            os.makedirs(d, mode=0o700, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=d, prefix=".ztpd-agent-")
+            h = hashlib.sha256()
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    for chunk in iter(lambda: resp.read(1 << 20), b""):
+                        h.update(chunk)
+                        f.write(chunk)
+                    f.flush()
+                    os.fsync(f.fileno())
+                if sha256 and h.hexdigest() != sha256:
+                    raise StepFailed("sha256 mismatch for %s: got %s, want %s" % (url, h.hexdigest(), sha256))
+                os.chmod(tmp, mode)
+                os.rename(tmp, dest)
+            except (OSError, http.client.HTTPException) as e:
+                os.unlink(tmp)
+                raise Unreachable("downloading %s: %s" % (url, e))
+            except BaseException:
+                os.unlink(tmp)
+                raise
+        finally:
+            resp.close()
+
+
+def error_message(raw):
+    """ztpd's error body {"error": {"message": ...}}, else the text."""
+    try:
+        doc = json.loads(raw)
+        return str(doc["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return raw[:200].decode("utf-8", "replace").strip() if isinstance(raw, bytes) else str(raw)
+
+
+class Tail:
+    """The last OUTPUT_TAIL bytes written (commands write from a reader thread)."""
+
+    def __init__(self):
+        self.buf = bytearray()
+        self.lock = threading.Lock()
+
+    def write(self, data):
+        if isinstance(data, str):
+            data = data.encode()
+        with self.lock:
+            self.buf += data
+            if len(self.buf) > 2 * OUTPUT_TAIL:
+                del self.buf[:-OUTPUT_TAIL]
+
+    def text(self):
+        with self.lock:
+            return bytes(self.buf[-OUTPUT_TAIL:]).decode("utf-8", "replace")
+
+
+def run_command(argv, timeout, out, env=None):
+    """Runs argv in its own process group, output into out; on timeout the
+    whole group is killed. Returns the exit status (-N: killed by signal N)."""
+    out.write("$ %s\n" % " ".join(argv))
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=env)
+    except OSError as e:
+        out.write("ztpd-agent: cannot run %s: %s\n" % (argv[0], e))
+        return 127
+
+    def pump():
+        fd = proc.stdout.fileno()
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return
+            out.write(chunk)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    timed_out = False
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        code = proc.wait()
+    # A background child that kept the pipe open does not hold the step.
+    reader.join(5)
+    if timed_out:
+        out.write("\nztpd-agent: %s timed out after %ds; killed its process group\n" % (argv[0], timeout))
+    return code
+
+
+def arg_timeout(args, default):
+    raw = args.get("timeout", "")
+    if raw == "":
+        return default
+    try:
+        t = int(raw)
+    except ValueError:
+        raise StepFailed("bad timeout %r" % raw)
+    if t < 1:
+        raise StepFailed("bad timeout %r" % raw)
+    return t
+
+
+# Actions: fn(agent, op, step, args, out) -> exit status (0 = succeeded).
+
+def act_hook(agent, op, step, args, out):
+    sha = args.get("sha256", "")
+    if not SHA256_RE.match(sha):
+        raise StepFailed("hook needs a sha256 (64 lower-case hex digits), got %r" % sha)
+    if not args.get("url"):
+        raise StepFailed("hook needs a url")
+    timeout = arg_timeout(args, 300)
+    path = os.path.join(agent.state_dir, "hooks", sha)
+    if not (os.path.exists(path) and sha256_file(path) == sha):
+        agent.client.download(args["url"], path, sha, 0o700)
+    env = dict(os.environ, ZTPD_OPERATION=op["id"], ZTPD_STEP=step["name"], ZTPD_DEVICE=str(agent.cfg["device"]))
+    return run_command([path], timeout, out, env)
+
+
+def act_kubeadm_upgrade(agent, op, step, args, out):
+    phase = args.get("phase", "node")
+    version = args.get("version", "")
+    if phase not in ("apply", "node"):
+        raise StepFailed("phase must be apply or node, got %r" % phase)
+    if phase == "apply" and not VERSION_RE.match(version):
+        raise StepFailed("bad kubernetes version %r" % version)
+    timeout = arg_timeout(args, 900)
+    if args.get("binaries_url"):
+        base = args["binaries_url"].rstrip("/")
+        for name in ("kubeadm", "kubelet"):
+            agent.client.download(base + "/" + name, rooted("/usr/local/bin/" + name), args.get(name + "_sha256", ""), 0o755)
+            out.write("ztpd-agent: installed /usr/local/bin/%s\n" % name)
+    if phase == "apply":
+        argv = ["kubeadm", "upgrade", "apply", "-y", version]
+    else:
+        argv = ["kubeadm", "upgrade", "node"]
+    code = run_command(argv, timeout, out)
+    if code != 0:
+        return code
+    return run_command(["systemctl", "restart", "kubelet"], timeout, out)
+
+
+def act_kube_reset(agent, op, step, args, out):
+    timeout = arg_timeout(args, 600)
+    features = [f.strip() for f in args.get("features", "").split(",") if f.strip()]
+    for f in features:
+        if not FEATURE_RE.match(f):
+            raise StepFailed("bad feature name %r" % f)
+    if args.get("platform") == "sonic" or os_release_id() == "sonic":
+        cmds = [["config", "kube", "server", "disable", "on"]]
+        cmds += [["config", "feature", "owner", f, "local"] for f in features]
+        for argv in cmds:
+            code = run_command(argv, timeout, out)
+            if code != 0:
+                return code
+    if shutil.which("kubeadm"):
+        code = run_command(["kubeadm", "reset", "-f"], timeout, out)
+        if code != 0:
+            return code
+    for path in ("/etc/kubernetes/kubelet.conf", "/var/lib/kubelet/pki"):
+        p = rooted(path)
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p)
+        elif os.path.lexists(p):
+            os.unlink(p)
+        else:
+            continue
+        out.write("ztpd-agent: removed %s\n" % path)
+    return 0
+
+
+def act_sonic_install(agent, op, step, args, out):
+    url = args.get("url", "")
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        raise StepFailed("sonic-install needs an http(s) url, got %r" % url)
+    timeout = arg_timeout(args, 1800)
+    image, target = None, url
+    if args.get("sha256"):
+        # sonic-installer does not check a digest: fetch and verify first.
+        image = target = os.path.join(agent.state_dir, "sonic-image.bin")
+        agent.client.download(url, image, args["sha256"], 0o600)
+        out.write("ztpd-agent: image sha256 verified\n")
+    try:
+        return run_command(["sonic-installer", "install", "-y", target], timeout, out)
+    finally:
+        if image and os.path.exists(image):
+            os.unlink(image)
+
+
+def act_join(agent, op, step, args, out):
+    if not args.get("enrollment") or not args.get("join_url"):
+        raise StepFailed("join needs enrollment and join_url")
+    timeout = arg_timeout(args, 2100)
+    plugin = rooted("/usr/local/bin/ztpd-join-plugin")
+    if not os.path.exists(plugin):
+        if not args.get("plugin_url"):
+            raise StepFailed("no join plugin installed and no plugin_url")
+        plugin = os.path.join(agent.state_dir, "ztpd-join-plugin")
+        agent.client.download(args["plugin_url"], plugin, args.get("plugin_sha256", ""), 0o700)
+    section = {"enrollment": args["enrollment"], "join-url": args["join_url"]}
+    for k in ("mac", "serial", "hostname"):
+        if args.get(k):
+            section[k] = args[k]
+    # The same shape SONiC ZTP hands the plugin: {"<section>": {...}}.
+    path = os.path.join(agent.state_dir, "join-section.json")
+    write_atomic(path, json.dumps({"ztpd-join": section}).encode(), 0o600)
+    try:
+        return run_command([plugin, path], timeout, out)
+    finally:
+        os.unlink(path)  # it holds the enrollment secret
+
+
+ACTIONS = {
+    "hook": act_hook,
+    "kubeadm-upgrade": act_kubeadm_upgrade,
+    "kube-reset": act_kube_reset,
+    "sonic-install": act_sonic_install,
+    "join": act_join,
+}
+
+
+def fresh_state(operation=None, kind=None, pending=None):
+    return {"operation": operation, "kind": kind, "done": [], "running": None, "failed": None,
+            "complete": False, "abandoned": False, "pending_reports": pending or []}
+
+
+def check_operation(op):
+    """The operation as ztpd sent it, checked enough to act on safely."""
+    if not isinstance(op, dict) or not isinstance(op.get("id"), str) or not op["id"]:
+        raise Exit(EXIT_TRANSIENT, "ztpd sent an operation without an id")
+    steps = op.get("steps")
+    if not isinstance(steps, list):
+        raise Exit(EXIT_TRANSIENT, "operation %s has no steps list" % op["id"])
+    seen = set()
+    for s in steps:
+        if not isinstance(s, dict) or not isinstance(s.get("name"), str) or not s["name"] or s["name"] in seen:
+            raise Exit(EXIT_TRANSIENT, "operation %s has a step without a unique name" % op["id"])
+        seen.add(s["name"])
+        args = s.get("args") or {}
+        if not isinstance(args, dict):
+            raise Exit(EXIT_TRANSIENT, "operation %s step %s: args is not an object" % (op["id"], s["name"]))
+        s["args"] = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in args.items()}
+        s["action"] = str(s.get("action", ""))
+    return op
+
+
+class Agent:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.client = Client(cfg)
+        self.state_dir = rooted(cfg["state_dir"])
+        self.state_path = os.path.join(self.state_dir, "state.json")
+        self.boot_id = read_boot_id()
+        self.offline = False  # a delivery failed this run: queue the rest
+        self.poll_seconds = cfg["interval"]
+        self.state = None
+
+    def lock(self):
+        os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
+        self.lock_fd = os.open(os.path.join(self.state_dir, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Exit(EXIT_OK, "another ztpd-agent run is in progress")
+
+    def load(self):
+        try:
+            with open(self.state_path) as f:
+                st = json.load(f)
+            if not isinstance(st, dict):
+                raise ValueError("not an object")
+        except FileNotFoundError:
+            st = {}
+        except (OSError, ValueError) as e:
+            log("state file unreadable (%s); starting afresh" % e)
+            st = {}
+        base = fresh_state()
+        base.update(st)
+        self.state = base
+
+    def save(self):
+        write_atomic(self.state_path, (json.dumps(self.state, indent=1) + "\n").encode(), 0o600)
+
+    def queue_report(self, step, state, exit_code=0, output=""):
+        pending = self.state["pending_reports"]
+        pending.append({"operation": self.state["operation"], "step": step, "state": state, "exit_code": exit_code,
+                        "output": output, "boot_id": self.boot_id, "agent_version": AGENT_VERSION})
+        if len(pending) > MAX_PENDING:
+            log("dropping %d undelivered reports (more than %d)" % (len(pending) - MAX_PENDING, MAX_PENDING))
+            del pending[:-MAX_PENDING]
+
+    def flush(self):
+        """Delivers pending reports in order. Returns False when ztpd answered
+        409 for the current operation (it is abandoned)."""
+        pending = self.state["pending_reports"]
+        current = True
+        while pending and not self.offline:
+            r = pending[0]
+            try:
+                status, doc = self.client.call("/report", r)
+            except Unreachable as e:
+                log("report %s/%s %s kept for later: %s" % (r["operation"], r["step"], r["state"], e))
+                self.offline = True
+                break
+            pending.pop(0)
+            if status == 409:
+                log("operation %s is no longer current (409); stopping it" % r["operation"])
+                pending[:] = [p for p in pending if p["operation"] != r["operation"]]
+                if r["operation"] == self.state["operation"]:
+                    self.state.update(fresh_state(r["operation"], self.state["kind"], pending))
+                    self.state["abandoned"] = True
+                    current = False
+            elif not 200 <= status < 300:
+                log("report %s/%s dropped: HTTP %d: %s" % (r["operation"], r["step"], status, doc))
+            else:
+                log("reported %s %s" % (r["step"], r["state"]))
+            self.save()
+        return current
+
+    def report(self, step, state, exit_code=0, output=""):
+        """Records the report durably with whatever state change preceded it, then tries to deliver."""
+        self.queue_report(step, state, exit_code, output)
+        self.save()
+        return self.flush()
+
+    def once(self):
+        self.lock()
+        self.load()
+        if self.state["pending_reports"]:
+            self.flush()
+            if self.offline:
+                return EXIT_TRANSIENT
+        status, desired = self.client.call("/desired")
+        if status != 200 or not isinstance(desired, dict):
+            raise Exit(EXIT_TRANSIENT, "GET desired: HTTP %d: %s" % (status, desired))
+        if isinstance(desired.get("poll_seconds"), int) and desired["poll_seconds"] > 0:
+            self.poll_seconds = desired["poll_seconds"]
+        op = desired.get("operation")
+        st = self.state
+        if not op:
+            if st["operation"] and not (st["complete"] or st["failed"] or st["abandoned"]):
+                log("operation %s withdrawn by ztpd; forgetting it" % st["operation"])
+                self.state = fresh_state(pending=st["pending_reports"])
+                self.save()
+            else:
+                log("no operation (generation %s)" % desired.get("generation"))
+            return EXIT_OK
+        op = check_operation(op)
+        if op["id"] != st["operation"]:
+            log("new operation %s (%s, %d steps)" % (op["id"], op.get("kind"), len(op["steps"])))
+            self.state = st = fresh_state(op["id"], op.get("kind"), st["pending_reports"])
+            self.save()
+        for flag in ("complete", "failed", "abandoned"):
+            if st[flag]:
+                log("operation %s is %s; nothing to do" % (op["id"], flag))
+                return EXIT_OK
+        self.run_operation(op)
+        return EXIT_TRANSIENT if self.state["pending_reports"] else EXIT_OK
+
+    def run_operation(self, op):
+        st = self.state
+        for step in op["steps"]:
+            name, action = step["name"], step["action"]
+            if name in st["done"]:
+                continue
+            running = st["running"]
+            if running and running.get("step") == name:
+                if action == "reboot" and self.boot_id and running.get("boot_id") != self.boot_id:
+                    log("step %s: rebooted (boot id changed)" % name)
+                    if not self.finish(name, 0, "rebooted: boot id %s -> %s\n" % (running.get("boot_id"), self.boot_id)):
+                        return
+                    continue
+                if action == "reboot" and running.get("rebooting"):
+                    if time.time() - running.get("started", 0) < arg_timeout_or(step["args"], 3600):
+                        log("step %s: waiting for the reboot" % name)
+                        return
+                    self.finish(name, AGENT_FAILED, "no reboot happened within the timeout (boot id unchanged)\n")
+                    return
+                log("step %s was interrupted; running it again" % name)
+            st["running"] = {"step": name, "boot_id": self.boot_id, "started": int(time.time())}
+            log("step %s (%s): running" % (name, action))
+            if not self.report(name, "running"):
+                return
+            out = Tail()
+            try:
+                if action == "reboot":
+                    # "timeout" bounds the wait for the new boot, not this command.
+                    code = run_command(["reboot"], 120, out)
+                    if code == 0:
+                        st["running"]["rebooting"] = True
+                        self.save()
+                        log("step %s: rebooting" % name)
+                        return
+                elif action in ACTIONS:
+                    code = ACTIONS[action](self, op, step, step["args"], out)
+                else:
+                    raise StepFailed("unknown action %s" % action)
+            except StepFailed as e:
+                out.write("ztpd-agent: %s\n" % e)
+                code = AGENT_FAILED
+            except Unreachable as e:
+                # The step stays running: the next run starts it again.
+                raise Exit(EXIT_TRANSIENT, "step %s: %s" % (name, e))
+            except OSError as e:
+                out.write("ztpd-agent: %s\n" % e)
+                code = AGENT_FAILED
+            if not self.finish(name, code, out.text()) or code != 0:
+                return
+        st["complete"] = True
+        self.save()
+        log("operation %s complete" % op["id"])
+
+    def finish(self, name, code, output):
+        st = self.state
+        st["running"] = None
+        if code == 0:
+            st["done"].append(name)
+            log("step %s: succeeded" % name)
+        else:
+            st["failed"] = {"step": name, "exit_code": code}
+            log("step %s: failed (exit %d); stopping operation %s" % (name, code, st["operation"]))
+        return self.report(name, "succeeded" if code == 0 else "failed", code, output)
+
+
+def arg_timeout_or(args, default):
+    try:
+        return arg_timeout(args, default)
+    except StepFailed:
+        return default
+
+
+def run_once(config_path):
+    """One poll; returns the exit code."""
+    agent = None
+    try:
+        agent = Agent(load_config(config_path))
+        code = agent.once()
+    except Exit as e:
+        log(str(e))
+        code = e.code
+    except Unreachable as e:
+        log(str(e))
+        code = EXIT_TRANSIENT
+    return code, agent
+
+
+def cmd_run(config_path, count, interval):
+    n = 0
+    while True:
+        code, agent = run_once(config_path)
+        n += 1
+        if code == EXIT_USAGE or (count and n >= count):
+            return code
+        wait = interval or (agent.poll_seconds if agent else 60)
+        time.sleep(wait + random.uniform(0, wait / 2))
+
+
+def cmd_status(config_path):
+    try:
+        cfg = load_config(config_path)
+    except Exit as e:
+        log(str(e))
+        return e.code
+    try:
+        with open(os.path.join(rooted(cfg["state_dir"]), "state.json")) as f:
+            state = json.load(f)
+    except FileNotFoundError:
+        state = fresh_state()
+    except (OSError, ValueError) as e:
+        log("cannot read the state file: %s" % e)
+        return EXIT_TRANSIENT
+    print(json.dumps(state, indent=2, sort_keys=True))
+    return EXIT_OK
+
+
+def main(argv):
+    p = argparse.ArgumentParser(prog="ztpd-agent", description="ztpd device agent (day-2 operations)")
+    p.add_argument("--config", default=CONFIG_PATH, help="agent configuration (default %(default)s)")
+    sub = p.add_subparsers(dest="command")
+    sub.add_parser("once", help="one poll: deliver reports, fetch desired state, run the operation")
+    r = sub.add_parser("run", help="poll in a loop (foreground)")
+    r.add_argument("--count", type=int, default=0, help="stop after this many polls (0: never)")
+    r.add_argument("--interval", type=int, default=0, help="seconds between polls (default: from ztpd)")
+    sub.add_parser("status", help="print the state file as JSON")
+    args = p.parse_args(argv)
+    if args.command == "once":
+        return run_once(args.config)[0]
+    if args.command == "run":
+        return cmd_run(args.config, args.count, args.interval)
+    if args.command == "status":
+        return cmd_status(args.config)
+    p.print_usage(sys.stderr)
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
