@@ -8,7 +8,9 @@
 //
 // There is no container runtime on the lab machines, so a real kubelet
 // cannot run; this is the only simulated part of the lab's Kubernetes.
-// Nothing here runs pods, answers on :10250, or watches pods and services.
+// Nothing here answers on :10250 or watches services. With Config.RunPods a
+// kubelet plays its part in a pod's life without running anything: the
+// pods bound to its Node are reported Running and removed once deleted.
 //
 // One process runs hundreds of kubelets (the bench runs 500): bootstraps
 // that share credentials share one client-go transport (its transport cache
@@ -27,6 +29,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,7 +92,13 @@ type Config struct {
 	// InternalIP is reported as the InternalIP address (--node-ip).
 	InternalIP string
 	// KubeletVersion is nodeInfo.kubeletVersion; empty: DefaultKubeletVersion.
+	// Kubelet.SetVersion changes it at run time.
 	KubeletVersion string
+	// VersionFile, when set, is read at every status update: while the
+	// file exists, its trimmed contents are the version reported, so a
+	// test's fake kubeadm or kubelet package "installs" a new kubelet by
+	// writing it (see also Kubelet.SetVersion and Restart).
+	VersionFile string
 	// ContainerRuntimeVersion is nodeInfo.containerRuntimeVersion;
 	// empty: "containerd://2.1.4".
 	ContainerRuntimeVersion string
@@ -104,6 +114,14 @@ type Config struct {
 	// renew interval, a quarter of it unless set.
 	LeaseDuration time.Duration
 	LeaseEvery    time.Duration
+
+	// RunPods makes the kubelet act on the pods bound to its Node, through
+	// one watch of them selected by spec.nodeName as a kubelet's: a new pod
+	// is reported Running and Ready, and a pod being deleted is removed
+	// (grace period 0) after min(its grace period, 200 ms), as a kubelet
+	// does once its containers stopped. Without it bound pods stay Pending
+	// and deleted ones Terminating, as on a node without a kubelet.
+	RunPods bool
 
 	// BootstrapTimeout bounds waiting for the CSR to be approved and
 	// signed; RegisterTimeout bounds registration retries (a real kubelet
@@ -189,6 +207,10 @@ type Kubelet struct {
 	err        error         // set before failed is closed
 
 	ready atomic.Bool
+	// version is SetVersion's kubelet version (nil: Config's);
+	// statusKick asks the status loop for an update now.
+	version    atomic.Pointer[string]
+	statusKick chan struct{}
 
 	// Set by the bootstrap, then read-only.
 	identity  nodeIdentity
@@ -205,6 +227,8 @@ type Kubelet struct {
 	leaseRenewals  atomic.Int64
 	heartbeatFails atomic.Int64
 	nodeDeleted    atomic.Bool
+	podsStarted    atomic.Int64
+	podsRemoved    atomic.Int64
 
 	mu       sync.Mutex
 	runStop  context.CancelFunc // stops the node loops of the current run
@@ -235,6 +259,7 @@ func (p *Pool) Start(ctx context.Context, cfg Config) (*Kubelet, error) {
 		registered: make(chan struct{}),
 		failed:     make(chan struct{}),
 		identity:   newNodeIdentity(cfg.NodeName),
+		statusKick: make(chan struct{}, 1),
 	}
 	k.ready.Store(true)
 	go k.run()
@@ -355,6 +380,45 @@ func (k *Kubelet) SetReady(ready bool) {
 	}
 }
 
+// SetVersion changes the kubelet version the Node reports
+// (status.nodeInfo.kubeletVersion), as a kubelet upgraded in place would
+// after its restart; the status is updated at once, not at the next
+// period. A Config.VersionFile that exists takes precedence.
+func (k *Kubelet) SetVersion(v string) {
+	old := k.cfg.KubeletVersion
+	if p := k.version.Swap(&v); p != nil {
+		old = *p
+	}
+	if old != v {
+		k.log.Info("kubelet version changed", "from", old, "to", v)
+	}
+	k.kickStatus()
+}
+
+// kubeletVersion is the version to report now: Config.VersionFile's
+// contents while that file exists, else SetVersion's or Config's.
+func (k *Kubelet) kubeletVersion() string {
+	if k.cfg.VersionFile != "" {
+		if b, err := os.ReadFile(k.cfg.VersionFile); err == nil {
+			if v := strings.TrimSpace(string(b)); v != "" {
+				return v
+			}
+		}
+	}
+	if v := k.version.Load(); v != nil {
+		return *v
+	}
+	return k.cfg.KubeletVersion
+}
+
+// kickStatus asks the status loop to run now; one pending kick is enough.
+func (k *Kubelet) kickStatus() {
+	select {
+	case k.statusKick <- struct{}{}:
+	default:
+	}
+}
+
 // Stop stops the status updates and lease renewals and closes the node's
 // connection; the Node and its Lease stay, as after a kubelet crash, and
 // the node controller marks it Unknown after its grace period. Stop waits
@@ -399,6 +463,8 @@ type Stats struct {
 	LeaseRenewals  int64         `json:"lease_renewals"`
 	HeartbeatFails int64         `json:"heartbeat_failures"`
 	NodeDeleted    bool          `json:"node_deleted,omitempty"`
+	PodsStarted    int64         `json:"pods_started,omitempty"` // reported Running (RunPods)
+	PodsRemoved    int64         `json:"pods_removed,omitempty"` // deletions finished (RunPods)
 	Error          string        `json:"error,omitempty"`
 }
 
@@ -410,6 +476,8 @@ func (k *Kubelet) Stats() Stats {
 		LeaseRenewals:  k.leaseRenewals.Load(),
 		HeartbeatFails: k.heartbeatFails.Load(),
 		NodeDeleted:    k.nodeDeleted.Load(),
+		PodsStarted:    k.podsStarted.Load(),
+		PodsRemoved:    k.podsRemoved.Load(),
 	}
 	select {
 	case <-k.registered:

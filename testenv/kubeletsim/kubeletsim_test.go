@@ -121,6 +121,8 @@ func TestKubeletSim(t *testing.T) {
 	t.Run("NotApproved", c.testNotApproved)
 	t.Run("RestrictedLabel", c.testRestrictedLabel)
 	t.Run("DeletedNode", c.testDeletedNode)
+	t.Run("Pods", c.testPods)
+	t.Run("Version", c.testVersion)
 	t.Run("Fifty", c.testFifty)
 	t.Run("Command", c.testCommand)
 }

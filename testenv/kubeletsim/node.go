@@ -146,7 +146,7 @@ func (k *Kubelet) setNodeStatus(n *corev1.Node) {
 	s.NodeInfo.KernelVersion = k.identity.kernel
 	s.NodeInfo.OSImage = k.identity.osImage
 	s.NodeInfo.ContainerRuntimeVersion = k.cfg.ContainerRuntimeVersion
-	s.NodeInfo.KubeletVersion = k.cfg.KubeletVersion
+	s.NodeInfo.KubeletVersion = k.kubeletVersion()
 	s.NodeInfo.OperatingSystem = "linux"
 	s.NodeInfo.Architecture = "amd64"
 	s.DaemonEndpoints.KubeletEndpoint.Port = 10250
@@ -265,12 +265,15 @@ func (k *Kubelet) startNode() error {
 	k.runWG.Add(2)
 	go func() {
 		defer k.runWG.Done()
-		k.every(ctx, k.cfg.StatusEvery, func() { k.syncNodeStatus(ctx, loop) })
+		k.every(ctx, k.cfg.StatusEvery, k.statusKick, func() { k.syncNodeStatus(ctx, loop) })
 	}()
 	go func() {
 		defer k.runWG.Done()
-		k.every(ctx, k.cfg.LeaseEvery, func() { k.syncLease(ctx, loop.lease) })
+		k.every(ctx, k.cfg.LeaseEvery, nil, func() { k.syncLease(ctx, loop.lease) })
 	}()
+	if k.cfg.RunPods {
+		k.startPods(ctx)
+	}
 	return nil
 }
 
@@ -290,8 +293,9 @@ func (k *Kubelet) stopNode() {
 	k.log.Info("kubelet stopped: no more status updates or lease renewals; the Node stays")
 }
 
-// every is wait.JitterUntil with sliding=true: f, then a jittered pause.
-func (k *Kubelet) every(ctx context.Context, period time.Duration, f func()) {
+// every is wait.JitterUntil with sliding=true: f, then a jittered pause,
+// cut short by a kick (nil: none).
+func (k *Kubelet) every(ctx context.Context, period time.Duration, kick <-chan struct{}, f func()) {
 	for {
 		f()
 		t := time.NewTimer(jitter(period, heartbeatJitter))
@@ -299,6 +303,8 @@ func (k *Kubelet) every(ctx context.Context, period time.Duration, f func()) {
 		case <-ctx.Done():
 			t.Stop()
 			return
+		case <-kick:
+			t.Stop()
 		case <-t.C:
 		}
 	}

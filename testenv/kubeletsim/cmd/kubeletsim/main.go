@@ -51,6 +51,8 @@ type options struct {
 	labels               string
 	nodeIP               string
 	kubeletVersion       string
+	kubeletVersionFile   string
+	runPods              bool
 	statusEvery          time.Duration
 	statusReportEvery    time.Duration
 	leaseDurationSeconds int
@@ -79,6 +81,8 @@ func run(args []string) (int, error) {
 	fs.StringVar(&o.labels, "node-labels", "", "labels to register with, k=v,k=v (kubelet --node-labels)")
 	fs.StringVar(&o.nodeIP, "node-ip", "", "InternalIP to report; with --count > 1 each node takes the next address")
 	fs.StringVar(&o.kubeletVersion, "kubelet-version", kubeletsim.DefaultKubeletVersion, "nodeInfo.kubeletVersion")
+	fs.StringVar(&o.kubeletVersionFile, "kubelet-version-file", "", "file whose contents, while it exists, are the kubelet version reported (read at every status update; an upgrade writes it)")
+	fs.BoolVar(&o.runPods, "run-pods", false, "report the pods bound to each Node Running and finish their deletion, as a kubelet (one pod watch per node)")
 	fs.DurationVar(&o.statusEvery, "node-status-update-frequency", 0, "how often the status is computed (kubelet default 10s)")
 	fs.DurationVar(&o.statusReportEvery, "node-status-report-frequency", 0, "how often an unchanged status is patched (kubelet default 5m, or the update frequency when that is set)")
 	fs.IntVar(&o.leaseDurationSeconds, "node-lease-duration-seconds", 40, "lease duration")
@@ -230,6 +234,8 @@ func (o options) configs() ([]kubeletsim.Config, error) {
 		return nil, err
 	}
 	base.KubeletVersion = o.kubeletVersion
+	base.VersionFile = o.kubeletVersionFile
+	base.RunPods = o.runPods
 	base.StatusEvery = o.statusEvery
 	base.StatusReportEvery = o.statusReportEvery
 	base.LeaseDuration = time.Duration(o.leaseDurationSeconds) * time.Second
