@@ -133,3 +133,27 @@ func (s *Service) RevokeAgent(ctx context.Context, device, reason string) error 
 			map[string]string{"kind": string(tokens.KindAgent), "id": rec.ID})
 	})
 }
+
+// MemberLeft ends a member's membership once ztpd has taken it out of its
+// cluster (drained, reset by its agent, its Node deleted): its slot is
+// freed and its join tokens revoked. The agent credential is not: a
+// device going standalone stays under ztpd's care (RevokeAgent).
+func (s *Service) MemberLeft(ctx context.Context, device, reason string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := s.now().UTC()
+	return s.store.Update(func(tx core.Tx) error {
+		m, err := tx.Memberships().Get(device)
+		if errors.Is(err, core.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := s.leave(tx, m, reason, now); err != nil {
+			return err
+		}
+		return s.event(tx, now, "join.left", device, m.Cluster, "left cluster: "+reason, nil)
+	})
+}

@@ -136,6 +136,9 @@ const (
 	// RolloutRemove takes each node out of its cluster (scale-down,
 	// delete, a switch going standalone).
 	RolloutRemove RolloutKind = "remove"
+	// RolloutJoin brings standalone devices into a cluster through the
+	// normal join path (a switch going back to cluster mode).
+	RolloutJoin RolloutKind = "join"
 )
 
 // RolloutState is where a rollout is.

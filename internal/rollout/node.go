@@ -1,0 +1,404 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/joiner/tokens"
+)
+
+// errWithdrawn: an aborted rollout took the node's operation back before
+// its agent started it.
+var errWithdrawn = errors.New("operation withdrawn: the rollout was aborted before the agent started it")
+
+// node does the rollout's work on one node.
+func (e *Engine) node(ctx context.Context, r core.Rollout, n core.RolloutNode) error {
+	e.setNode(r.ID, n.Device, func(x *core.RolloutNode) string {
+		x.Started = e.now()
+		return ""
+	})
+	var err error
+	switch r.Kind {
+	case core.RolloutKubernetes:
+		err = e.upgradeKubernetes(ctx, r, n)
+	case core.RolloutImage:
+		err = e.upgradeImage(ctx, r, n)
+	case core.RolloutRemove:
+		err = e.remove(ctx, r, n)
+	case core.RolloutJoin:
+		err = e.join(ctx, r, n)
+	default:
+		err = fmt.Errorf("unknown rollout kind %q", r.Kind)
+	}
+	if errors.Is(err, errWithdrawn) {
+		e.setNode(r.ID, n.Device, func(x *core.RolloutNode) string {
+			x.Phase, x.Reason, x.Finished = core.NodeWithdrawn, err.Error(), e.now()
+			return "withdrawn"
+		})
+		return nil
+	}
+	return err
+}
+
+func (e *Engine) phase(r core.Rollout, device, phase, why string) {
+	e.setNode(r.ID, device, func(x *core.RolloutNode) string {
+		x.Phase = phase
+		return why
+	})
+}
+
+func (e *Engine) done(r core.Rollout, device, phase, why string) {
+	e.setNode(r.ID, device, func(x *core.RolloutNode) string {
+		x.Phase, x.Reason, x.Finished = phase, why, e.now()
+		return why
+	})
+}
+
+// cordonDrain cordons and drains the node's Node.
+func (e *Engine) cordonDrain(ctx context.Context, r core.Rollout, n core.RolloutNode) (ours bool, err error) {
+	if ours, err = e.opts.Nodes.Cordon(ctx, r.Cluster, n.NodeName, r.ID); err != nil {
+		return false, fmt.Errorf("cordon: %w", err)
+	}
+	e.setNode(r.ID, n.Device, func(x *core.RolloutNode) string {
+		x.Phase, x.Cordoned = core.NodeCordoned, ours
+		return "cordoned"
+	})
+	if err := e.opts.Nodes.Drain(ctx, r.Cluster, n.NodeName, time.Duration(r.DrainTimeout)); err != nil {
+		return ours, err
+	}
+	e.phase(r, n.Device, core.NodeDrained, "drained")
+	return ours, nil
+}
+
+// hookSteps are the steps running the rollout's hook for phase (none when
+// it names none).
+func (e *Engine) hookSteps(r core.Rollout, phase string) []core.AgentStep {
+	name := r.Hooks[phase]
+	if name == "" {
+		return nil
+	}
+	var args map[string]string
+	e.st.View(func(tx core.Tx) error {
+		sha, err := tx.Images().ByName(name)
+		if err != nil {
+			sha = name
+		}
+		args = map[string]string{"image": name, "sha256": sha, "timeout": strconv.Itoa(int(time.Duration(r.StepTimeout) / time.Second))}
+		return nil
+	})
+	return []core.AgentStep{{Name: phase, Action: "hook", Args: args}}
+}
+
+// runOperation hands the agent its operation and waits for it. A failed
+// hook is a *hookError; an operation the rollout's abort withdrew before
+// the agent started it is errWithdrawn.
+func (e *Engine) runOperation(ctx context.Context, r core.Rollout, n core.RolloutNode, kind string, steps []core.AgentStep,
+	mutate func(*core.DesiredState)) error {
+	id, err := tokens.RandomString(12)
+	if err != nil {
+		return err
+	}
+	op := core.AgentOperation{ID: "op-" + id, Kind: kind, Rollout: r.ID, Steps: steps}
+	if err := e.opts.Agents.Assign(ctx, "rollout "+r.ID, n.Device, op, mutate); err != nil {
+		return fmt.Errorf("hand the operation to the agent: %w", err)
+	}
+	e.setNode(r.ID, n.Device, func(x *core.RolloutNode) string {
+		x.Phase, x.Operation = core.NodeAgent, op.ID
+		return fmt.Sprintf("operation %s handed to the agent (%s)", op.ID, stepNames(steps))
+	})
+	deadline := time.Now().Add(time.Duration(r.StepTimeout) * time.Duration(len(steps)))
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		got, err := e.opts.Agents.WaitOperation(wctx, n.Device, op.ID)
+		cancel()
+		switch {
+		case err == nil:
+			return operationOutcome(got)
+		case !errors.Is(err, context.DeadlineExceeded):
+			return fmt.Errorf("agent operation %s: %w", op.ID, err)
+		}
+		if cur, gerr := e.Get(r.ID); gerr == nil && cur.State == core.RolloutAborted && got != nil && got.State == core.StepPending {
+			if err := e.opts.Agents.Withdraw(ctx, n.Device, op.ID, "rollout "+r.ID+" aborted"); err != nil {
+				return err
+			}
+			return errWithdrawn
+		}
+		if time.Now().After(deadline) {
+			state := "never reported"
+			if got != nil && got.State != core.StepPending {
+				state = "still " + got.State
+			}
+			return fmt.Errorf("agent operation %s: no result within %s (%s; agent of %s last reachable?)",
+				op.ID, time.Duration(r.StepTimeout)*time.Duration(len(steps)), state, n.Device)
+		}
+	}
+}
+
+func operationOutcome(op *core.AgentOperation) error {
+	switch op.State {
+	case core.StepSucceeded:
+		return nil
+	case core.OpWithdrawn:
+		return errWithdrawn
+	}
+	for _, st := range op.Steps {
+		if st.State != core.StepFailed {
+			continue
+		}
+		msg := fmt.Sprintf("agent step %s (%s) failed with exit status %d", st.Name, st.Action, st.ExitCode)
+		if tail := lastLine(st.Output); tail != "" {
+			msg += ": " + tail
+		}
+		if st.Action == "hook" {
+			return &hookError{msg: msg}
+		}
+		return errors.New(msg)
+	}
+	return fmt.Errorf("agent operation %s %s: %s", op.ID, op.State, op.Reason)
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	if len(s) > 200 {
+		s = s[len(s)-200:]
+	}
+	return s
+}
+
+func stepNames(steps []core.AgentStep) string {
+	names := make([]string, len(steps))
+	for i, s := range steps {
+		names[i] = s.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// upgradeKubernetes: cordon, drain, the agent's kubeadm upgrade between
+// the hooks, the Node Ready at the new kubelet version, uncordon.
+func (e *Engine) upgradeKubernetes(ctx context.Context, r core.Rollout, n core.RolloutNode) error {
+	if n.NodeName == "" {
+		return fmt.Errorf("device %s has no Node name (never joined)", n.Device)
+	}
+	info, ok, err := e.opts.Nodes.Node(ctx, r.Cluster, n.NodeName)
+	if err != nil {
+		return fmt.Errorf("read Node: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("Node %s is not in the cluster", n.NodeName)
+	}
+	if info.KubeletVersion == r.Target && info.Ready && !info.Unschedulable {
+		e.done(r, n.Device, core.NodeSkipped, "already Ready at "+r.Target)
+		return nil
+	}
+	ours, err := e.cordonDrain(ctx, r, n)
+	if err != nil {
+		return err
+	}
+	phase := "node"
+	if n.Role == "control-plane" && e.isFirst(r, n) {
+		phase = "apply"
+	}
+	args := map[string]string{"version": r.Target, "phase": phase,
+		"timeout": strconv.Itoa(int(time.Duration(r.StepTimeout) / time.Second))}
+	if e.opts.BinariesURL != nil {
+		if u := e.opts.BinariesURL(r.Target); u != "" {
+			args["binaries_url"] = u
+		}
+	}
+	steps := e.hookSteps(r, core.HookPreUpgrade)
+	steps = append(steps, core.AgentStep{Name: "upgrade", Action: "kubeadm-upgrade", Args: args})
+	steps = append(steps, e.hookSteps(r, core.HookPostUpgrade)...)
+	if err := e.runOperation(ctx, r, n, core.OpUpgradeKubernetes, steps, func(d *core.DesiredState) {
+		d.KubernetesVersion = r.Target
+	}); err != nil {
+		return err
+	}
+	e.phase(r, n.Device, core.NodeWaiting, "waiting for the Node Ready at "+r.Target)
+	if err := e.opts.Nodes.WaitReady(ctx, r.Cluster, n.NodeName, r.Target, time.Duration(r.StepTimeout)); err != nil {
+		return err
+	}
+	if ours {
+		if err := e.opts.Nodes.Uncordon(ctx, r.Cluster, n.NodeName); err != nil {
+			return fmt.Errorf("uncordon: %w", err)
+		}
+	}
+	e.done(r, n.Device, core.NodeDone, "Ready at "+r.Target+", uncordoned")
+	return nil
+}
+
+// isFirst reports whether the node is the cluster's first control plane
+// (the one kubeadm init ran on: kubeadm upgrade apply runs there).
+func (e *Engine) isFirst(r core.Rollout, n core.RolloutNode) bool {
+	first := false
+	e.st.View(func(tx core.Tx) error {
+		js, err := tx.Clusters().JoinState(r.Cluster)
+		first = err == nil && js.FirstControlPlane == n.Device
+		return nil
+	})
+	return first
+}
+
+// upgradeImage installs the target SONiC image. A cluster member is
+// cordoned and drained, leaves, installs, reboots and rejoins through the
+// same enrollment rules; a standalone switch runs the hooks and the image
+// only.
+func (e *Engine) upgradeImage(ctx context.Context, r core.Rollout, n core.RolloutNode) error {
+	var sha string
+	e.st.View(func(tx core.Tx) error {
+		if s, err := tx.Images().ByName(r.Target); err == nil {
+			sha = s
+		} else {
+			sha = r.Target
+		}
+		return nil
+	})
+	install := []core.AgentStep{
+		{Name: "install", Action: "sonic-install", Args: map[string]string{"image": r.Target, "sha256": sha,
+			"timeout": strconv.Itoa(int(time.Duration(r.StepTimeout) / time.Second))}},
+		{Name: "reboot", Action: "reboot"},
+	}
+	setImage := func(d *core.DesiredState) { d.Image = r.Target }
+	if n.NodeName == "" {
+		steps := e.hookSteps(r, core.HookPreUpgrade)
+		steps = append(steps, install...)
+		steps = append(steps, e.hookSteps(r, core.HookPostUpgrade)...)
+		if err := e.runOperation(ctx, r, n, core.OpUpgradeImage, steps, setImage); err != nil {
+			return err
+		}
+		e.done(r, n.Device, core.NodeDone, "image "+r.Target+" installed")
+		return nil
+	}
+	ours, err := e.cordonDrain(ctx, r, n)
+	if err != nil {
+		return err
+	}
+	// The member leaves ztpd's books before its agent resets it, so the
+	// join step's enrollment admits it again.
+	if _, err := e.opts.Members.ResetDevice(ctx, n.Device); err != nil {
+		return fmt.Errorf("end the membership before the rejoin: %w", err)
+	}
+	steps := e.hookSteps(r, core.HookPreUpgrade)
+	steps = append(steps, e.hookSteps(r, core.HookPreLeave)...)
+	steps = append(steps, core.AgentStep{Name: "leave", Action: "kube-reset", Args: map[string]string{"platform": "sonic"}})
+	steps = append(steps, install...)
+	steps = append(steps, core.AgentStep{Name: "join", Action: "join", Args: map[string]string{"cluster": r.Cluster}})
+	steps = append(steps, e.hookSteps(r, core.HookPostJoin)...)
+	steps = append(steps, e.hookSteps(r, core.HookPostUpgrade)...)
+	if err := e.runOperation(ctx, r, n, core.OpUpgradeImage, steps, setImage); err != nil {
+		return err
+	}
+	e.phase(r, n.Device, core.NodeWaiting, "waiting for the Node Ready again")
+	if err := e.opts.Nodes.WaitReady(ctx, r.Cluster, n.NodeName, "", time.Duration(r.StepTimeout)); err != nil {
+		return err
+	}
+	if ours {
+		if err := e.opts.Nodes.Uncordon(ctx, r.Cluster, n.NodeName); err != nil {
+			return fmt.Errorf("uncordon: %w", err)
+		}
+	}
+	e.done(r, n.Device, core.NodeDone, "image "+r.Target+" installed, rejoined, uncordoned")
+	return nil
+}
+
+// remove takes a member out of its cluster: cordon, drain, the agent's
+// reset (a switch gives its features back to local ownership), the Node
+// deleted, the membership ended; its agent credential is revoked unless
+// the device stays managed standalone.
+func (e *Engine) remove(ctx context.Context, r core.Rollout, n core.RolloutNode) error {
+	exists := false
+	if n.NodeName != "" {
+		_, ok, err := e.opts.Nodes.Node(ctx, r.Cluster, n.NodeName)
+		if err != nil {
+			return fmt.Errorf("read Node: %w", err)
+		}
+		exists = ok
+	}
+	if exists {
+		if _, err := e.cordonDrain(ctx, r, n); err != nil {
+			return err
+		}
+	}
+	platform := ""
+	if e.isSONiC(n.Device) {
+		platform = "sonic"
+	}
+	steps := e.hookSteps(r, core.HookPreLeave)
+	steps = append(steps, core.AgentStep{Name: "leave", Action: "kube-reset", Args: map[string]string{"platform": platform}})
+	standalone := r.Mode == core.ModeStandalone
+	if err := e.runOperation(ctx, r, n, core.OpLeave, steps, func(d *core.DesiredState) {
+		if standalone {
+			d.Mode, d.Cluster, d.Role = core.ModeStandalone, "", ""
+		}
+	}); err != nil {
+		return err
+	}
+	if exists {
+		if err := e.opts.Nodes.DeleteNode(ctx, r.Cluster, n.NodeName); err != nil {
+			return fmt.Errorf("delete Node: %w", err)
+		}
+	}
+	reason := "removed by rollout " + r.ID
+	if standalone {
+		reason = "switched to standalone by rollout " + r.ID
+	}
+	if err := e.opts.Members.MemberLeft(ctx, n.Device, reason); err != nil {
+		return fmt.Errorf("mark left: %w", err)
+	}
+	if !standalone {
+		if err := e.opts.Members.RevokeAgent(ctx, n.Device, reason); err != nil {
+			return fmt.Errorf("revoke the agent credential: %w", err)
+		}
+	}
+	e.done(r, n.Device, core.NodeDone, "left the cluster")
+	return nil
+}
+
+// join brings a standalone device into the cluster through the normal
+// join path: its agent runs the join plugin with an enrollment the
+// device's document carries; the rollout waits for its Node Ready.
+func (e *Engine) join(ctx context.Context, r core.Rollout, n core.RolloutNode) error {
+	steps := []core.AgentStep{{Name: "join", Action: "join", Args: map[string]string{"cluster": r.Cluster}}}
+	steps = append(steps, e.hookSteps(r, core.HookPostJoin)...)
+	if err := e.runOperation(ctx, r, n, core.OpJoin, steps, func(d *core.DesiredState) {
+		d.Mode, d.Cluster = core.ModeCluster, r.Cluster
+	}); err != nil {
+		return err
+	}
+	var node string
+	e.st.View(func(tx core.Tx) error {
+		if m, err := tx.Memberships().Get(n.Device); err == nil && m.Cluster == r.Cluster {
+			node = m.NodeName
+		}
+		return nil
+	})
+	if node == "" {
+		return fmt.Errorf("the agent's join succeeded but %s is not a member of the cluster", n.Device)
+	}
+	e.setNode(r.ID, n.Device, func(x *core.RolloutNode) string {
+		x.NodeName, x.Phase = node, core.NodeWaiting
+		return "joined; waiting for its Node Ready"
+	})
+	if err := e.opts.Nodes.WaitReady(ctx, r.Cluster, node, "", time.Duration(r.StepTimeout)); err != nil {
+		return err
+	}
+	e.done(r, n.Device, core.NodeDone, "joined, Node Ready")
+	return nil
+}
+
+func (e *Engine) isSONiC(device string) bool {
+	sonic := false
+	e.st.View(func(tx core.Tx) error {
+		d, err := tx.Devices().Get(device)
+		sonic = err == nil && d.Kind == core.KindSONiC
+		return nil
+	})
+	return sonic
+}

@@ -1,0 +1,593 @@
+// Package rollout runs operations over a cluster's nodes a few at a time
+// (issue 17): a Kubernetes upgrade, a SONiC image upgrade, or taking
+// members out (scale-down, delete, a switch going standalone). Control
+// planes go first, one by one; then workers, MaxUnavailable at once. Per
+// node: cordon and drain the Node through the cluster's API server (the
+// eviction API, so PodDisruptionBudgets hold), hand the device's agent its
+// operation (hooks, kubeadm upgrade, image install and reboot, reset),
+// wait for the agent's steps and then for the Node Ready at the target (or
+// gone), uncordon. A failed node stops the rollout with the reason; it can
+// be paused, resumed and aborted. The rollout record is the one place its
+// progress is kept: every phase change is stored and is an event.
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/joiner/tokens"
+)
+
+// NodeOps is what the engine does to a cluster's Nodes, as ztpd's operator
+// identity in that cluster.
+type NodeOps interface {
+	// Node is the Node as the cluster shows it (ok false: no such Node).
+	Node(ctx context.Context, cluster, node string) (n NodeInfo, ok bool, err error)
+	// Cordon marks the Node unschedulable for owner (a rollout); ours
+	// reports whether ztpd cordoned it (now or in an earlier rollout), so
+	// only those are uncordoned.
+	Cordon(ctx context.Context, cluster, node, owner string) (ours bool, err error)
+	Uncordon(ctx context.Context, cluster, node string) error
+	// Drain evicts the Node's pods through the eviction API, within
+	// timeout; a PodDisruptionBudget that does not allow it is an error
+	// naming the pod and the budget.
+	Drain(ctx context.Context, cluster, node string, timeout time.Duration) error
+	// WaitReady waits until the Node is Ready with kubelet version
+	// version ("" any), within timeout.
+	WaitReady(ctx context.Context, cluster, node, version string, timeout time.Duration) error
+	DeleteNode(ctx context.Context, cluster, node string) error
+}
+
+// NodeInfo is what the engine reads of a Node.
+type NodeInfo struct {
+	KubeletVersion string
+	Ready          bool
+	Unschedulable  bool
+}
+
+// Agents hands operations to device agents and waits for them (the
+// desired-state owner).
+type Agents interface {
+	Assign(ctx context.Context, by, device string, op core.AgentOperation, mutate func(*core.DesiredState)) error
+	WaitOperation(ctx context.Context, device, opID string) (*core.AgentOperation, error)
+	Withdraw(ctx context.Context, device, opID, reason string) error
+}
+
+// Members ends memberships and credentials (the joiner).
+type Members interface {
+	MemberLeft(ctx context.Context, device, reason string) error
+	RevokeAgent(ctx context.Context, device, reason string) error
+	ResetDevice(ctx context.Context, device string) (core.Device, error)
+}
+
+// Options configure the engine.
+type Options struct {
+	Nodes   NodeOps
+	Agents  Agents
+	Members Members
+	// BinariesURL is where agents fetch a version's binaries (the
+	// appliance's HTTP copy of its ISO), by version tag; nil: none.
+	BinariesURL func(version string) string
+	Now         func() time.Time
+	Log         *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultDrainTimeout = 5 * time.Minute
+	DefaultStepTimeout  = 15 * time.Minute
+)
+
+// Engine runs rollouts; one per appliance (issue 18 will elect it).
+type Engine struct {
+	st   core.Store
+	opts Options
+
+	mu   sync.Mutex
+	runs map[string]*run
+}
+
+// run is a rollout running in this process.
+type run struct {
+	wake chan struct{} // pause, resume, abort
+	done chan struct{} // closed when the rollout ended
+}
+
+// New builds the engine. Rollouts a restart interrupted are recorded as
+// failed, as jobs are: running one again skips the nodes already done.
+func New(st core.Store, opts Options) (*Engine, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	e := &Engine{st: st, opts: opts, runs: map[string]*run{}}
+	var stale []string
+	err := st.View(func(tx core.Tx) error {
+		return tx.Rollouts().List("", func(r core.Rollout) (bool, error) {
+			if !r.State.Ended() {
+				stale = append(stale, r.ID)
+			}
+			return true, nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range stale {
+		if err := e.update(id, func(r *core.Rollout) (string, error) {
+			r.State, r.Reason, r.Finished = core.RolloutFailed, "interrupted by a restart of ztpd; start it again to continue", e.now()
+			return "interrupted by a restart", nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+func (e *Engine) now() time.Time { return e.opts.Now().UTC() }
+
+// Spec is a rollout to start.
+type Spec struct {
+	Cluster string
+	Kind    core.RolloutKind
+	// Target is the version tag (kubernetes) or image ref (image);
+	// TargetID its record's ID.
+	Target, TargetID string
+	// Devices names the devices (all the cluster's members when empty).
+	Devices               []string
+	Mode                  core.DeviceMode // remove: standalone keeps the device managed
+	MaxUnavailable        int
+	DrainTimeout          time.Duration
+	StepTimeout           time.Duration
+	Hooks                 map[string]string
+	ContinueOnHookFailure bool
+	Job                   string
+	By                    string
+}
+
+// member is one device in the plan.
+type member struct {
+	device, node, role string
+	first              bool // the cluster's first control plane: kubeadm upgrade apply
+	sonic              bool
+}
+
+// Start plans and starts a rollout.
+func (e *Engine) Start(ctx context.Context, spec Spec) (core.Rollout, error) {
+	if spec.MaxUnavailable <= 0 {
+		spec.MaxUnavailable = 1
+	}
+	if spec.DrainTimeout <= 0 {
+		spec.DrainTimeout = DefaultDrainTimeout
+	}
+	if spec.StepTimeout <= 0 {
+		spec.StepTimeout = DefaultStepTimeout
+	}
+	id, err := tokens.RandomString(10)
+	if err != nil {
+		return core.Rollout{}, err
+	}
+	now := e.now()
+	r := core.Rollout{ID: "ro-" + now.Format("20060102T150405") + "-" + id, Cluster: spec.Cluster, Kind: spec.Kind,
+		State: core.RolloutRunning, Target: spec.Target, TargetID: spec.TargetID, Mode: spec.Mode,
+		MaxUnavailable: spec.MaxUnavailable, DrainTimeout: core.Duration(spec.DrainTimeout), StepTimeout: core.Duration(spec.StepTimeout),
+		Hooks: spec.Hooks, ContinueOnHookFailure: spec.ContinueOnHookFailure, Job: spec.Job, CreatedBy: spec.By,
+		Created: now, UpdatedAt: now}
+	err = e.st.Update(func(tx core.Tx) error {
+		ms, err := plan(tx, spec)
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			r.Nodes = append(r.Nodes, core.RolloutNode{Device: m.device, NodeName: m.node, Role: m.role, Phase: core.NodePending})
+		}
+		if err := busy(tx, r); err != nil {
+			return err
+		}
+		if err := tx.Rollouts().Put(r); err != nil {
+			return err
+		}
+		_, err = tx.Events().Append(core.Event{Type: "rollout.started", Cluster: r.Cluster, Time: now,
+			Message: fmt.Sprintf("rollout %s (%s %s) started by %s over %d nodes, %d at a time", r.ID, r.Kind, r.Target, spec.By,
+				len(r.Nodes), r.MaxUnavailable), Fields: map[string]string{"rollout": r.ID}})
+		return err
+	})
+	if err != nil {
+		return core.Rollout{}, err
+	}
+	e.launch(r.ID)
+	return r, nil
+}
+
+// busy refuses a second rollout over the same cluster while one runs.
+func busy(tx core.Tx, r core.Rollout) error {
+	return tx.Rollouts().List("", func(o core.Rollout) (bool, error) {
+		if !o.State.Ended() && r.Cluster != "" && o.Cluster == r.Cluster {
+			return false, core.Errorf(core.KindState, "rollout %s (%s) is %s on this cluster; pause, resume or abort it first", o.ID, o.Kind, o.State)
+		}
+		return true, nil
+	})
+}
+
+// plan lists the rollout's members: control planes first (the first one
+// first), then workers, each group in device order.
+func plan(tx core.Tx, spec Spec) ([]member, error) {
+	first := ""
+	if spec.Cluster != "" {
+		if _, err := tx.Clusters().Get(spec.Cluster); err != nil {
+			return nil, err
+		}
+		if js, err := tx.Clusters().JoinState(spec.Cluster); err == nil {
+			first = js.FirstControlPlane
+		}
+	}
+	devs := spec.Devices
+	if len(devs) == 0 {
+		if spec.Cluster == "" {
+			return nil, core.Errorf(core.KindInvalid, "a rollout names a cluster or devices")
+		}
+		err := tx.Memberships().Roster(spec.Cluster, func(device, _ string) (bool, error) {
+			devs = append(devs, device)
+			return true, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	var out []member
+	for _, id := range devs {
+		d, err := tx.Devices().Get(id)
+		if errors.Is(err, core.ErrNotFound) {
+			return nil, core.Errorf(core.KindInvalid, "device %s not found", id)
+		}
+		if err != nil {
+			return nil, err
+		}
+		m := member{device: d.ID, sonic: d.Kind == core.KindSONiC, first: d.ID == first}
+		ms, err := tx.Memberships().Get(d.ID)
+		switch {
+		case err == nil && (spec.Cluster == "" || ms.Cluster == spec.Cluster) && ms.State != core.StateLeft:
+			m.node, m.role = ms.NodeName, ms.Role
+		case (spec.Kind == core.RolloutImage || spec.Kind == core.RolloutJoin) && (err == nil || errors.Is(err, core.ErrNotFound)):
+			// A standalone switch: hooks and image only, or its join.
+		case err != nil && !errors.Is(err, core.ErrNotFound):
+			return nil, err
+		default:
+			return nil, core.Errorf(core.KindInvalid, "device %s is not a member of cluster %s", d.ID, spec.Cluster)
+		}
+		if spec.Kind == core.RolloutImage && !m.sonic {
+			return nil, core.Errorf(core.KindInvalid, "device %s is not a SONiC switch", d.ID)
+		}
+		out = append(out, m)
+	}
+	if len(out) == 0 {
+		return nil, core.Errorf(core.KindInvalid, "the rollout has no nodes")
+	}
+	rank := func(m member) int {
+		switch {
+		case m.first:
+			return 0
+		case m.role == "control-plane":
+			return 1
+		}
+		return 2
+	}
+	slices.SortStableFunc(out, func(a, b member) int { return rank(a) - rank(b) })
+	return out, nil
+}
+
+// Get is one rollout.
+func (e *Engine) Get(id string) (core.Rollout, error) {
+	var r core.Rollout
+	err := e.st.View(func(tx core.Tx) error {
+		var err error
+		r, err = tx.Rollouts().Get(id)
+		if errors.Is(err, core.ErrNotFound) {
+			return core.Errorf(core.KindNotFound, "rollout %s not found", id)
+		}
+		return err
+	})
+	return r, err
+}
+
+// List visits rollouts, newest first.
+func (e *Engine) List(fn func(core.Rollout) bool) error {
+	var all []core.Rollout
+	err := e.st.View(func(tx core.Tx) error {
+		return tx.Rollouts().List("", func(r core.Rollout) (bool, error) { all = append(all, r); return true, nil })
+	})
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(all, func(a, b core.Rollout) int { return b.Created.Compare(a.Created) })
+	for _, r := range all {
+		if !fn(r) {
+			break
+		}
+	}
+	return nil
+}
+
+// Pause stops starting nodes; nodes underway finish.
+func (e *Engine) Pause(id, by string) (core.Rollout, error) {
+	return e.control(id, by, "paused", func(r *core.Rollout) error {
+		if r.State != core.RolloutRunning {
+			return core.Errorf(core.KindState, "rollout %s is %s, not running", r.ID, r.State)
+		}
+		r.State, r.Reason = core.RolloutPaused, "paused by "+by
+		return nil
+	})
+}
+
+// Resume continues a paused rollout.
+func (e *Engine) Resume(id, by string) (core.Rollout, error) {
+	return e.control(id, by, "resumed", func(r *core.Rollout) error {
+		if r.State != core.RolloutPaused {
+			return core.Errorf(core.KindState, "rollout %s is %s, not paused", r.ID, r.State)
+		}
+		r.State, r.Reason = core.RolloutRunning, ""
+		return nil
+	})
+}
+
+// Abort ends a rollout: no node starts, operations handed out but not yet
+// started by their agents are withdrawn, nodes underway finish their
+// current phase and are left as they are (cordoned ones stay cordoned).
+func (e *Engine) Abort(id, by string) (core.Rollout, error) {
+	return e.control(id, by, "aborted", func(r *core.Rollout) error {
+		if r.State.Ended() {
+			return core.Errorf(core.KindState, "rollout %s has ended (%s)", r.ID, r.State)
+		}
+		r.State, r.Reason = core.RolloutAborted, "aborted by "+by
+		return nil
+	})
+}
+
+func (e *Engine) control(id, by, what string, fn func(*core.Rollout) error) (core.Rollout, error) {
+	var out core.Rollout
+	err := e.update(id, func(r *core.Rollout) (string, error) {
+		if err := fn(r); err != nil {
+			return "", err
+		}
+		out = *r
+		return what + " by " + by, nil
+	})
+	if err != nil {
+		return out, err
+	}
+	e.mu.Lock()
+	if rn := e.runs[id]; rn != nil {
+		select {
+		case rn.wake <- struct{}{}:
+		default:
+		}
+	}
+	e.mu.Unlock()
+	e.opts.Log.Info("rollout "+what, "rollout", id, "by", by)
+	return out, nil
+}
+
+// Wait waits until the rollout has ended and returns it.
+func (e *Engine) Wait(ctx context.Context, id string) (core.Rollout, error) {
+	e.mu.Lock()
+	rn := e.runs[id]
+	e.mu.Unlock()
+	if rn != nil {
+		select {
+		case <-rn.done:
+		case <-ctx.Done():
+			return core.Rollout{}, ctx.Err()
+		}
+	}
+	return e.Get(id)
+}
+
+// update changes a stored rollout in one transaction; event (when fn
+// returns one) is recorded with it.
+func (e *Engine) update(id string, fn func(*core.Rollout) (event string, err error)) error {
+	return e.st.Update(func(tx core.Tx) error {
+		r, err := tx.Rollouts().Get(id)
+		if err != nil {
+			return err
+		}
+		ev, err := fn(&r)
+		if err != nil {
+			return err
+		}
+		r.UpdatedAt = e.now()
+		if err := tx.Rollouts().Put(r); err != nil {
+			return err
+		}
+		if ev == "" {
+			return nil
+		}
+		_, err = tx.Events().Append(core.Event{Type: "rollout.progress", Cluster: r.Cluster, Time: r.UpdatedAt,
+			Message: fmt.Sprintf("rollout %s: %s", r.ID, ev), Fields: map[string]string{"rollout": r.ID, "state": string(r.State)}})
+		return err
+	})
+}
+
+// setNode changes one node's record (and says so in the event log).
+func (e *Engine) setNode(id, device string, fn func(n *core.RolloutNode) string) error {
+	return e.update(id, func(r *core.Rollout) (string, error) {
+		for i := range r.Nodes {
+			if r.Nodes[i].Device == device {
+				ev := fn(&r.Nodes[i])
+				if ev == "" {
+					return "", nil
+				}
+				name := r.Nodes[i].NodeName
+				if name == "" {
+					name = device
+				}
+				return fmt.Sprintf("%s (%s): %s", name, device, ev), nil
+			}
+		}
+		return "", fmt.Errorf("rollout %s has no device %s", id, device)
+	})
+}
+
+func (e *Engine) launch(id string) {
+	rn := &run{wake: make(chan struct{}, 1), done: make(chan struct{})}
+	e.mu.Lock()
+	e.runs[id] = rn
+	e.mu.Unlock()
+	go func() {
+		defer close(rn.done)
+		e.loop(id, rn)
+		e.mu.Lock()
+		delete(e.runs, id)
+		e.mu.Unlock()
+	}()
+}
+
+// nodeResult is how one node's work ended.
+type nodeResult struct {
+	device string
+	err    error
+	hook   bool // the failure was an operator hook's
+}
+
+// loop schedules the rollout's nodes until it ends.
+func (e *Engine) loop(id string, rn *run) {
+	ctx := context.Background()
+	results := make(chan nodeResult)
+	inFlight := map[string]bool{}
+	var failure string
+	for {
+		r, err := e.Get(id)
+		if err != nil {
+			e.opts.Log.Error("rollout lost", "rollout", id, "err", err)
+			return
+		}
+		stopping := r.State != core.RolloutRunning || failure != ""
+		if !stopping {
+			for _, n := range e.next(r, inFlight) {
+				inFlight[n.Device] = true
+				go func(n core.RolloutNode) {
+					err := e.node(ctx, r, n)
+					var he *hookError
+					results <- nodeResult{device: n.Device, err: err, hook: errors.As(err, &he)}
+				}(n)
+			}
+		}
+		if len(inFlight) == 0 {
+			if r.State == core.RolloutPaused && failure == "" {
+				<-rn.wake
+				continue
+			}
+			e.finish(id, failure)
+			return
+		}
+		select {
+		case res := <-results:
+			delete(inFlight, res.device)
+			if res.err != nil {
+				msg := res.err.Error()
+				e.setNode(id, res.device, func(n *core.RolloutNode) string {
+					n.Phase, n.Reason, n.Finished = core.NodeFailed, msg, e.now()
+					return "failed: " + msg
+				})
+				if !(res.hook && r.ContinueOnHookFailure) && failure == "" {
+					failure = fmt.Sprintf("node %s failed: %s", nodeName(r, res.device), msg)
+				}
+			}
+		case <-rn.wake:
+		}
+	}
+}
+
+// next is the nodes to start now: control planes one at a time before
+// any worker, then workers up to MaxUnavailable in flight.
+func (e *Engine) next(r core.Rollout, inFlight map[string]bool) []core.RolloutNode {
+	var out []core.RolloutNode
+	cpBusy := false
+	cpLeft := false
+	for _, n := range r.Nodes {
+		if n.Role == "control-plane" && (inFlight[n.Device] || n.Phase == core.NodePending) {
+			cpLeft = true
+			cpBusy = cpBusy || inFlight[n.Device]
+		}
+	}
+	room := r.MaxUnavailable - len(inFlight)
+	for _, n := range r.Nodes {
+		if n.Phase != core.NodePending || inFlight[n.Device] || room <= 0 {
+			continue
+		}
+		if n.Role == "control-plane" {
+			if cpBusy {
+				continue
+			}
+			cpBusy = true
+		} else if cpLeft {
+			continue
+		}
+		out = append(out, n)
+		room--
+		if n.Role == "control-plane" {
+			break
+		}
+	}
+	return out
+}
+
+// finish records how the rollout ended.
+func (e *Engine) finish(id, failure string) {
+	e.update(id, func(r *core.Rollout) (string, error) {
+		r.Finished = e.now()
+		switch {
+		case r.State == core.RolloutAborted:
+			return fmt.Sprintf("aborted (%s)", summary(*r)), nil
+		case failure != "":
+			r.State, r.Reason = core.RolloutFailed, failure
+			return fmt.Sprintf("failed: %s (%s)", failure, summary(*r)), nil
+		}
+		r.State = core.RolloutSucceeded
+		for _, n := range r.Nodes {
+			if n.Phase == core.NodeFailed {
+				r.Reason = "done; some devices failed their hooks and were left cordoned"
+			}
+		}
+		return fmt.Sprintf("succeeded (%s)", summary(*r)), nil
+	})
+	r, _ := e.Get(id)
+	e.opts.Log.Info("rollout ended", "rollout", id, "state", r.State, "reason", r.Reason)
+}
+
+func summary(r core.Rollout) string {
+	counts := map[string]int{}
+	for _, n := range r.Nodes {
+		counts[n.Phase]++
+	}
+	var parts []string
+	for _, p := range []string{core.NodeDone, core.NodeSkipped, core.NodeFailed, core.NodePending, core.NodeWithdrawn} {
+		if counts[p] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", counts[p], p))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func nodeName(r core.Rollout, device string) string {
+	for _, n := range r.Nodes {
+		if n.Device == device && n.NodeName != "" {
+			return n.NodeName
+		}
+	}
+	return device
+}
+
+// hookError is a failed operator hook (ContinueOnHookFailure may let the
+// rollout go on).
+type hookError struct{ msg string }
+
+func (e *hookError) Error() string { return e.msg }

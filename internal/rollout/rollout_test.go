@@ -1,0 +1,479 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/desired"
+	"github.com/ztpd/ztpd/internal/store/storetest"
+)
+
+// These tests drive the engine with the real desired-state owner and
+// store, a fake cluster (fakeNodes: what the API server would show) and
+// fake agents that poll and report through the same calls the agents'
+// HTTP endpoint makes. The real API server and the real agent are in the
+// lab test (internal/app).
+
+type fakeNode struct {
+	version       string
+	ready         bool
+	unschedulable bool
+	ours          bool
+	deleted       bool
+}
+
+type fakeNodes struct {
+	mu         sync.Mutex
+	nodes      map[string]*fakeNode
+	cordoned   int // now
+	maxCordon  int // at once, ever
+	log        []string
+	drainBlock string // a drain of this node fails
+}
+
+func (f *fakeNodes) Node(_ context.Context, _, node string) (NodeInfo, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, ok := f.nodes[node]
+	if !ok || n.deleted {
+		return NodeInfo{}, false, nil
+	}
+	return NodeInfo{KubeletVersion: n.version, Ready: n.ready, Unschedulable: n.unschedulable}, true, nil
+}
+
+func (f *fakeNodes) Cordon(_ context.Context, _, node, _ string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.nodes[node]
+	if !n.unschedulable {
+		n.unschedulable, n.ours = true, true
+		f.cordoned++
+		f.maxCordon = max(f.maxCordon, f.cordoned)
+	}
+	f.log = append(f.log, "cordon "+node)
+	return n.ours, nil
+}
+
+func (f *fakeNodes) Uncordon(_ context.Context, _, node string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.nodes[node]
+	if n.unschedulable {
+		n.unschedulable, n.ours = false, false
+		f.cordoned--
+	}
+	f.log = append(f.log, "uncordon "+node)
+	return nil
+}
+
+func (f *fakeNodes) Drain(_ context.Context, _, node string, _ time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.log = append(f.log, "drain "+node)
+	if node == f.drainBlock {
+		return fmt.Errorf("drain of node %s: eviction of pod default/web-1 blocked by PodDisruptionBudget web", node)
+	}
+	return nil
+}
+
+func (f *fakeNodes) WaitReady(ctx context.Context, _, node, version string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		f.mu.Lock()
+		n := f.nodes[node]
+		ok := n != nil && !n.deleted && n.ready && (version == "" || n.version == version)
+		f.mu.Unlock()
+		if ok {
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return fmt.Errorf("node %s not Ready at %s", node, version)
+}
+
+func (f *fakeNodes) DeleteNode(_ context.Context, _, node string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n := f.nodes[node]; n != nil {
+		if n.unschedulable {
+			f.cordoned--
+		}
+		n.deleted = true
+	}
+	f.log = append(f.log, "delete "+node)
+	return nil
+}
+
+type fakeMembers struct {
+	mu      sync.Mutex
+	left    []string
+	revoked []string
+}
+
+func (m *fakeMembers) MemberLeft(_ context.Context, device, _ string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.left = append(m.left, device)
+	return nil
+}
+
+func (m *fakeMembers) RevokeAgent(_ context.Context, device, _ string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.revoked = append(m.revoked, device)
+	return nil
+}
+
+func (m *fakeMembers) ResetDevice(_ context.Context, device string) (core.Device, error) {
+	return core.Device{ID: device}, nil
+}
+
+// credentialIsDevice: the fake agents' credential is their device ID.
+type credentialIsDevice struct{}
+
+func (credentialIsDevice) AuthenticateAgent(_ context.Context, cred string, _ netip.Addr) (string, error) {
+	return cred, nil
+}
+
+type env struct {
+	t       *testing.T
+	st      core.Store
+	nodes   *fakeNodes
+	members *fakeMembers
+	des     *desired.Service
+	eng     *Engine
+	// fail makes the agent fail a step: device -> step name.
+	failMu sync.Mutex
+	fail   map[string]string
+}
+
+const cluster = "c1"
+
+func device(i int) string { return fmt.Sprintf("02:00:00:00:00:%02x", i) }
+
+// newEnv: a cluster of one control plane and workers workers at v1.36.3,
+// each with an agent that upgrades its fake Node when told to.
+func newEnv(t *testing.T, workers int) *env {
+	f := storetest.Open(t)
+	e := &env{t: t, st: f.Store, nodes: &fakeNodes{nodes: map[string]*fakeNode{}}, members: &fakeMembers{}, fail: map[string]string{}}
+	storetest.Update(t, e.st, func(tx core.Tx) error {
+		if err := tx.Clusters().Put(core.Cluster{ID: cluster, Name: "prod", State: core.ClusterRunning}); err != nil {
+			return err
+		}
+		if err := tx.Clusters().PutJoinState(cluster, core.JoinState{FirstControlPlane: device(0)}); err != nil {
+			return err
+		}
+		for i := 0; i <= workers; i++ {
+			role := "worker"
+			if i == 0 {
+				role = "control-plane"
+			}
+			id := device(i)
+			if err := tx.Devices().Put(core.Device{ID: id, MAC: id, Kind: core.KindVM, State: core.StateJoined}); err != nil {
+				return err
+			}
+			m := core.Membership{Device: id, Cluster: cluster, Role: role, State: core.StateJoined, NodeName: fmt.Sprintf("node-%d", i),
+				Created: time.Unix(int64(i), 0)}
+			if err := tx.Memberships().Put(m); err != nil {
+				return err
+			}
+			if err := tx.Memberships().Enlist(cluster, id, role); err != nil {
+				return err
+			}
+			e.nodes.nodes[m.NodeName] = &fakeNode{version: "v1.36.3", ready: true}
+		}
+		return nil
+	})
+	e.des = desired.New(e.st, desired.Options{Auth: credentialIsDevice{}})
+	var err error
+	e.eng, err = New(e.st, Options{Nodes: e.nodes, Agents: e.des, Members: e.members})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	for i := 0; i <= workers; i++ {
+		go e.agent(ctx, i)
+	}
+	return e
+}
+
+// agent polls its document and runs each step by reporting it, as the
+// real agent does; kubeadm-upgrade moves its Node to the version.
+func (e *env) agent(ctx context.Context, i int) {
+	id := device(i)
+	node := fmt.Sprintf("node-%d", i)
+	addr := netip.MustParseAddr("10.99.0.10")
+	for ctx.Err() == nil {
+		time.Sleep(3 * time.Millisecond)
+		doc, err := e.des.AgentDocument(ctx, id, addr)
+		if err != nil || doc.Operation == nil {
+			continue
+		}
+		op := doc.Operation
+		for _, st := range op.Steps {
+			rep := desired.Report{Operation: op.ID, Step: st.Name, State: core.StepRunning}
+			if err := e.des.AgentReport(ctx, id, addr, rep); err != nil {
+				break
+			}
+			e.failMu.Lock()
+			failing := e.fail[id] == st.Name
+			e.failMu.Unlock()
+			if failing {
+				rep.State, rep.ExitCode, rep.Output = core.StepFailed, 3, "snapshot of BGP state failed\nbgp: neighbor 10.0.0.1 down"
+				e.des.AgentReport(ctx, id, addr, rep)
+				break
+			}
+			if st.Action == "kubeadm-upgrade" {
+				e.nodes.mu.Lock()
+				e.nodes.nodes[node].version = st.Args["version"]
+				e.nodes.mu.Unlock()
+			}
+			rep.State, rep.Output = core.StepSucceeded, st.Action+" done"
+			if e.des.AgentReport(ctx, id, addr, rep) != nil {
+				break
+			}
+		}
+	}
+}
+
+func (e *env) wait(id string) core.Rollout {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r, err := e.eng.Wait(ctx, id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r
+}
+
+func (e *env) start(spec Spec) core.Rollout {
+	e.t.Helper()
+	spec.By = "admin"
+	if spec.Cluster == "" {
+		spec.Cluster = cluster
+	}
+	r, err := e.eng.Start(context.Background(), spec)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r
+}
+
+func TestUpgradeOneNodeAtATimeControlPlaneFirst(t *testing.T) {
+	e := newEnv(t, 3)
+	r := e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2"})
+	if r.Nodes[0].Device != device(0) || r.Nodes[0].Role != "control-plane" {
+		t.Fatalf("plan does not start with the control plane: %+v", r.Nodes)
+	}
+	r = e.wait(r.ID)
+	if r.State != core.RolloutSucceeded {
+		t.Fatalf("rollout %s: %s", r.State, r.Reason)
+	}
+	for _, n := range r.Nodes {
+		if n.Phase != core.NodeDone {
+			t.Fatalf("node %+v", n)
+		}
+	}
+	for name, n := range e.nodes.nodes {
+		if n.version != "v1.37.2" || n.unschedulable {
+			t.Fatalf("%s after the rollout: %+v", name, n)
+		}
+	}
+	if e.nodes.maxCordon != 1 {
+		t.Fatalf("%d nodes cordoned at once, want 1", e.nodes.maxCordon)
+	}
+	if !strings.HasPrefix(strings.Join(e.nodes.log, ","), "cordon node-0,drain node-0,uncordon node-0,") {
+		t.Fatalf("control plane not first: %v", e.nodes.log)
+	}
+	// The first control plane ran kubeadm upgrade apply, the others node.
+	for i, want := range []string{"apply", "node"} {
+		d, _ := e.des.Get(device(i))
+		if d.KubernetesVersion != "v1.37.2" || d.Operation.Steps[0].Args["phase"] != want {
+			t.Fatalf("desired state of %s: %+v", device(i), d)
+		}
+	}
+	// Running it again skips every node.
+	r = e.wait(e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2"}).ID)
+	if r.State != core.RolloutSucceeded || summary(r) != "4 skipped" {
+		t.Fatalf("second rollout %s: %s", r.State, summary(r))
+	}
+}
+
+func TestMaxUnavailable(t *testing.T) {
+	e := newEnv(t, 6)
+	r := e.wait(e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2", MaxUnavailable: 3}).ID)
+	if r.State != core.RolloutSucceeded {
+		t.Fatalf("rollout %s: %s", r.State, r.Reason)
+	}
+	if e.nodes.maxCordon > 3 || e.nodes.maxCordon < 2 {
+		t.Fatalf("%d nodes cordoned at once with maxUnavailable 3", e.nodes.maxCordon)
+	}
+}
+
+func TestBlockedDrainStopsTheRollout(t *testing.T) {
+	e := newEnv(t, 3)
+	e.nodes.drainBlock = "node-1"
+	r := e.wait(e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2"}).ID)
+	if r.State != core.RolloutFailed || !strings.Contains(r.Reason, "PodDisruptionBudget web") {
+		t.Fatalf("rollout %s: %q", r.State, r.Reason)
+	}
+	if r.Nodes[1].Phase != core.NodeFailed || r.Nodes[2].Phase != core.NodePending || r.Nodes[3].Phase != core.NodePending {
+		t.Fatalf("nodes after the failure: %+v", r.Nodes)
+	}
+	if !e.nodes.nodes["node-1"].unschedulable {
+		t.Fatal("the failed node was uncordoned")
+	}
+	// Lifted: running it again continues where it stopped.
+	e.nodes.drainBlock = ""
+	r = e.wait(e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2"}).ID)
+	if r.State != core.RolloutSucceeded || summary(r) != "3 done, 1 skipped" {
+		t.Fatalf("rollout again %s: %s %s", r.State, r.Reason, summary(r))
+	}
+	if e.nodes.nodes["node-1"].unschedulable {
+		t.Fatal("the node ztpd cordoned stayed cordoned")
+	}
+}
+
+func TestFailingHookStopsTheRollout(t *testing.T) {
+	e := newEnv(t, 2)
+	storetest.Update(t, e.st, func(tx core.Tx) error {
+		if err := tx.Images().Put(core.Image{SHA256: strings.Repeat("a", 64), Name: "snapshot-bgp", Kind: "file"}); err != nil {
+			return err
+		}
+		return tx.Images().SetName("snapshot-bgp", strings.Repeat("a", 64))
+	})
+	e.fail[device(1)] = core.HookPreUpgrade
+	r := e.wait(e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2", Hooks: map[string]string{core.HookPreUpgrade: "snapshot-bgp"}}).ID)
+	if r.State != core.RolloutFailed || !strings.Contains(r.Reason, "pre_upgrade (hook) failed with exit status 3: bgp: neighbor 10.0.0.1 down") {
+		t.Fatalf("rollout %s: %q", r.State, r.Reason)
+	}
+	if e.nodes.nodes["node-1"].version != "v1.36.3" || r.Nodes[2].Phase != core.NodePending {
+		t.Fatalf("the rollout went past a failed hook: %+v", r.Nodes)
+	}
+	d, _ := e.des.Get(device(1))
+	if st, _ := d.Operation.Step(core.HookPreUpgrade); st.State != core.StepFailed || !strings.Contains(st.Output, "snapshot") {
+		t.Fatalf("hook step stored %+v", st)
+	}
+	// Told to continue past failed hooks: the other nodes are upgraded.
+	r = e.wait(e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2", ContinueOnHookFailure: true,
+		Hooks: map[string]string{core.HookPreUpgrade: "snapshot-bgp"}}).ID)
+	if r.State != core.RolloutSucceeded || summary(r) != "1 done, 1 skipped, 1 failed" {
+		t.Fatalf("continue on hook failure: %s %s", r.State, summary(r))
+	}
+}
+
+func TestPauseResumeAbort(t *testing.T) {
+	e := newEnv(t, 3)
+	e.nodes.mu.Lock()
+	e.nodes.drainBlock = ""
+	e.nodes.mu.Unlock()
+	r := e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2"})
+	if _, err := e.eng.Pause(r.ID, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	got, _ := e.eng.Get(r.ID)
+	done := 0
+	for _, n := range got.Nodes {
+		if n.Phase == core.NodeDone {
+			done++
+		}
+	}
+	if got.State != core.RolloutPaused || done > 1 {
+		t.Fatalf("paused rollout %s with %d nodes done", got.State, done)
+	}
+	if _, err := e.eng.Pause(r.ID, "admin"); err == nil || core.KindOf(err) != core.KindState {
+		t.Fatalf("pause of a paused rollout: %v", err)
+	}
+	if _, err := e.eng.Resume(r.ID, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	if r = e.wait(r.ID); r.State != core.RolloutSucceeded {
+		t.Fatalf("resumed rollout %s: %s", r.State, r.Reason)
+	}
+	// Abort: no further node starts.
+	r = e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.38.0"})
+	if _, err := e.eng.Abort(r.ID, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	r = e.wait(r.ID)
+	if r.State != core.RolloutAborted {
+		t.Fatalf("aborted rollout %s", r.State)
+	}
+	pending := 0
+	for _, n := range r.Nodes {
+		if n.Phase == core.NodePending {
+			pending++
+		}
+	}
+	if pending < 3 {
+		t.Fatalf("abort let nodes start: %s", summary(r))
+	}
+	if _, err := e.eng.Resume(r.ID, "admin"); err == nil {
+		t.Fatal("an aborted rollout resumed")
+	}
+}
+
+func TestRemoveAndStandalone(t *testing.T) {
+	e := newEnv(t, 2)
+	r := e.wait(e.start(Spec{Kind: core.RolloutRemove, Devices: []string{device(2)}}).ID)
+	if r.State != core.RolloutSucceeded {
+		t.Fatalf("remove: %s %s", r.State, r.Reason)
+	}
+	if !e.nodes.nodes["node-2"].deleted || len(e.members.left) != 1 || len(e.members.revoked) != 1 {
+		t.Fatalf("removed node: %+v left %v revoked %v", e.nodes.nodes["node-2"], e.members.left, e.members.revoked)
+	}
+	d, _ := e.des.Get(device(2))
+	if d.Operation.Kind != core.OpLeave || d.Operation.Steps[0].Action != "kube-reset" {
+		t.Fatalf("leave operation %+v", d.Operation)
+	}
+	// Going standalone keeps the agent credential and records the mode.
+	r = e.wait(e.start(Spec{Kind: core.RolloutRemove, Devices: []string{device(1)}, Mode: core.ModeStandalone}).ID)
+	if r.State != core.RolloutSucceeded || len(e.members.revoked) != 1 {
+		t.Fatalf("standalone: %s %s revoked %v", r.State, r.Reason, e.members.revoked)
+	}
+	if d, _ := e.des.Get(device(1)); d.Mode != core.ModeStandalone || d.Cluster != "" {
+		t.Fatalf("desired state after going standalone: %+v", d)
+	}
+}
+
+func TestOneRolloutPerCluster(t *testing.T) {
+	e := newEnv(t, 1)
+	e.nodes.drainBlock = "node-1"
+	r := e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2"})
+	_, err := e.eng.Start(context.Background(), Spec{Cluster: cluster, Kind: core.RolloutKubernetes, Target: "v1.37.2"})
+	ended, _ := e.eng.Get(r.ID)
+	if !ended.State.Ended() && (err == nil || core.KindOf(err) != core.KindState) {
+		t.Fatalf("second rollout on a busy cluster: %v", err)
+	}
+	e.wait(r.ID)
+	if _, err := e.eng.Start(context.Background(), Spec{Cluster: cluster, Kind: core.RolloutRemove, Devices: []string{"02:00:00:00:00:99"}}); err == nil {
+		t.Fatal("a rollout over an unknown device started")
+	}
+}
+
+func TestRestartFailsInterruptedRollouts(t *testing.T) {
+	e := newEnv(t, 1)
+	storetest.Update(t, e.st, func(tx core.Tx) error {
+		return tx.Rollouts().Put(core.Rollout{ID: "ro-old", Cluster: cluster, Kind: core.RolloutKubernetes, State: core.RolloutRunning})
+	})
+	if _, err := New(e.st, Options{Nodes: e.nodes, Agents: e.des, Members: e.members}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.eng.Get("ro-old")
+	if err != nil || r.State != core.RolloutFailed || !strings.Contains(r.Reason, "restart") {
+		t.Fatalf("interrupted rollout after a restart: %+v %v", r, err)
+	}
+	if _, err := e.eng.Get("ro-nope"); !errors.Is(err, err) || core.KindOf(err) != core.KindNotFound {
+		t.Fatalf("unknown rollout: %v", err)
+	}
+}
