@@ -192,7 +192,7 @@ func (e *Engine) upgradeKubernetes(ctx context.Context, r core.Rollout, n core.R
 		return fmt.Errorf("read Node: %w", err)
 	}
 	if !ok {
-		return fmt.Errorf("Node %s is not in the cluster", n.NodeName)
+		return fmt.Errorf("node %s is not in the cluster", n.NodeName)
 	}
 	if info.KubeletVersion == r.Target && info.Ready && !info.Unschedulable {
 		e.done(r, n.Device, core.NodeSkipped, "already Ready at "+r.Target)
