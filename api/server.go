@@ -52,7 +52,9 @@ import (
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/desired"
 	"github.com/ztpd/ztpd/internal/httpserve"
+	"github.com/ztpd/ztpd/internal/rollout"
 )
 
 var (
@@ -108,6 +110,12 @@ type Deps struct {
 	Config func() any
 	// Warnings are the startup warnings as they stand now.
 	Warnings func() []string
+
+	// Day-2 operations (issue 17); nil serves none of their routes.
+	// Desired owns devices' desired states and answers device agents.
+	Desired *desired.Service
+	// Rollouts runs operations over clusters' nodes.
+	Rollouts *rollout.Engine
 }
 
 // Server is the API front end.
@@ -130,6 +138,8 @@ type Server struct {
 	sessions *sessionTable // console sessions (console_session.go)
 	hub      *streamHub    // the console's live stream (console_stream.go)
 	counts   consoleCounts // device tally and onboarding marks (console_counts.go)
+	desired  *desired.Service
+	rollouts *rollout.Engine
 }
 
 // New builds the API and its routes.
@@ -153,7 +163,7 @@ func New(d Deps) *Server {
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{log: d.Log, st: d.Store, clusters: d.Clusters, keys: d.Keys, images: d.Images, refusals: d.Refusals,
 		limiter: newFailLimiter(d.AuthFailuresPerMinute), sigs: sigs, replay: newReplayGuard(sigs.ReplayMemory),
-		now: d.Now, bodies: newBodyCache(64 << 20)}
+		now: d.Now, bodies: newBodyCache(64 << 20), desired: d.Desired, rollouts: d.Rollouts}
 	s.console = consoleDeps{pools: d.Pools, preview: d.Preview, imageStore: d.ImageStore, isoBaseURL: d.ISOBaseURL,
 		config: d.Config, warnings: d.Warnings}
 	s.commands = s.commandTable()
@@ -163,6 +173,7 @@ func New(d Deps) *Server {
 	e.GET(CloudStackPath, s.cloudStack)
 	e.POST(CloudStackPath, s.cloudStack)
 	s.routeREST(e)
+	s.routeAgent(e)
 	s.routeConsoleSession(e)
 	s.routeConsolePages(e)
 	e.NoRoute(func(c *gin.Context) {

@@ -82,6 +82,8 @@ var (
 	// ErrStaleOperation: a report for an operation that is not the
 	// device's current one (withdrawn, or replaced); the agent drops it.
 	ErrStaleOperation = &core.Error{Kind: core.KindConflict, Msg: "operation is not this device's current one"}
+	// ErrAgentRefused is every refusal an agent sees.
+	ErrAgentRefused = &core.Error{Kind: core.KindRefused, Msg: "agent credential refused"}
 	// ErrBusy: the device's agent is still doing another operation.
 	ErrBusy = &core.Error{Kind: core.KindConflict, Msg: "device has an operation in progress"}
 )
@@ -523,12 +525,16 @@ func (s *Service) AgentDocument(ctx context.Context, credential string, remote n
 
 func (s *Service) authenticate(ctx context.Context, credential string, remote netip.Addr) (string, error) {
 	if s.opts.Auth == nil {
-		return "", core.Errorf(core.KindRefused, "agent credential refused")
+		return "", ErrAgentRefused
 	}
 	device, err := s.opts.Auth.AuthenticateAgent(ctx, credential, remote)
 	if err != nil {
+		if core.KindOf(err) != core.KindRefused {
+			return "", err
+		}
+		// The agent learns only that it was refused; the log says why.
 		s.opts.Log.Info("agent refused", "remote", remote, "reason", err.Error())
-		return "", err
+		return "", ErrAgentRefused
 	}
 	return device, nil
 }
