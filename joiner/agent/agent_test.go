@@ -241,6 +241,7 @@ func (r *rig) agent(args ...string) (int, string) {
 	if strings.Contains(string(out), testCredential) || strings.Contains(string(out), "s3cret") {
 		r.t.Fatalf("agent printed the credential:\n%s", out)
 	}
+	r.t.Logf("ztpd-agent %s: exit %d\n%s", strings.Join(args, " "), code, out)
 	return code, string(out)
 }
 
@@ -550,6 +551,10 @@ func TestInterruptedStepRunsAgain(t *testing.T) {
 	if st := r.state(); st.Running == nil || st.Running.Step != "drain" {
 		t.Fatalf("state while the hook runs: %+v", st)
 	}
+	// A second poll meanwhile (the timer and an operator) does nothing.
+	if out := r.once(0); !strings.Contains(out, "another ztpd-agent run is in progress") || len(r.ztpd.got()) != 3 {
+		t.Fatalf("concurrent poll: %v\n%s", states(r.ztpd.got()), out)
+	}
 	cmd.Process.Kill()
 	cmd.Wait()
 	syscall.Kill(pid, syscall.SIGKILL) // the rest of the "power loss"
@@ -775,6 +780,17 @@ func TestJoin(t *testing.T) {
 	r.once(0)
 	requireEqual(t, "commands", r.recorded(), []string{"ztpd-join-plugin " + section})
 	requireEqual(t, "reports", states(r.ztpd.got()[2:]), []string{"join running", "join succeeded"})
+}
+
+// TestRunLoop: `run` polls repeatedly (the foreground form of the timer).
+func TestRunLoop(t *testing.T) {
+	r := newRig(t)
+	if code, out := r.agent("run", "--count", "2", "--interval", "1"); code != 0 || r.ztpd.gets() != 2 {
+		t.Fatalf("run: exit %d, %d polls\n%s", code, r.ztpd.gets(), out)
+	}
+	if code, _ := r.agent("bogus"); code != 2 {
+		t.Fatalf("unknown command: exit %d, want 2", code)
+	}
 }
 
 // TestUnknownAction fails the step with the action named.

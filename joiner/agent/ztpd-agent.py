@@ -500,6 +500,7 @@ class Agent:
         self.offline = False  # a delivery failed this run: queue the rest
         self.poll_seconds = cfg["interval"]
         self.state = None
+        self.lock_fd = None
 
     def lock(self):
         os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
@@ -508,6 +509,11 @@ class Agent:
             fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise Exit(EXIT_OK, "another ztpd-agent run is in progress")
+
+    def unlock(self):
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
 
     def load(self):
         try:
@@ -601,7 +607,10 @@ class Agent:
                 log("operation %s is %s; nothing to do" % (op["id"], flag))
                 return EXIT_OK
         self.run_operation(op)
-        return EXIT_TRANSIENT if self.state["pending_reports"] else EXIT_OK
+        if self.state["pending_reports"]:
+            log("%d reports kept for the next run" % len(self.state["pending_reports"]))
+            return EXIT_TRANSIENT
+        return EXIT_OK
 
     def run_operation(self, op):
         st = self.state
@@ -687,6 +696,9 @@ def run_once(config_path):
     except Unreachable as e:
         log(str(e))
         code = EXIT_TRANSIENT
+    finally:
+        if agent:
+            agent.unlock()
     return code, agent
 
 
