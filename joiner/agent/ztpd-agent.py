@@ -329,6 +329,8 @@ def run_command(argv, timeout, out, env=None):
         code = proc.wait()
     # A background child that kept the pipe open does not hold the step.
     reader.join(5)
+    if not reader.is_alive():
+        proc.stdout.close()
     if timed_out:
         out.write("\nztpd-agent: %s timed out after %ds; killed its process group\n" % (argv[0], timeout))
     return code
