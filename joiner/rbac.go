@@ -50,6 +50,18 @@ type Observer struct {
 // cluster, valid for validity, with the cluster's API endpoint and CA.
 // Nothing is stored: the watch asks again before it expires.
 func (s *Service) ObserverCredentials(clusterID string, validity time.Duration) (endpoint string, caPEM, certPEM, keyPEM []byte, err error) {
+	o := s.opts.Observer
+	if o.User == "" {
+		return "", nil, nil, nil, fmt.Errorf("%w: no observer identity is configured", ErrClusterUnavailable)
+	}
+	return s.ClientCredentials(clusterID, o.User, o.Groups, validity)
+}
+
+// ClientCredentials issues a client certificate of one of ztpd's own
+// identities in a cluster (the observer, the node operator of day-2
+// operations) from the cluster's CA: its API endpoint, the CA, and the
+// certificate and key for user in groups.
+func (s *Service) ClientCredentials(clusterID, user string, groups []string, validity time.Duration) (endpoint string, caPEM, certPEM, keyPEM []byte, err error) {
 	c, rt, err := s.clusterState(clusterID)
 	if err != nil {
 		return "", nil, nil, nil, err
@@ -61,11 +73,7 @@ func (s *Service) ObserverCredentials(clusterID string, validity time.Duration) 
 	if err != nil {
 		return "", nil, nil, nil, err
 	}
-	o := s.opts.Observer
-	if o.User == "" {
-		return "", nil, nil, nil, fmt.Errorf("%w: no observer identity is configured", ErrClusterUnavailable)
-	}
-	creds, err := kubeconfig.IssueUser(keys.ca, c.Name, "https://"+rt.APIEndpoint, o.User, o.Groups, validity, s.now())
+	creds, err := kubeconfig.IssueUser(keys.ca, c.Name, "https://"+rt.APIEndpoint, user, groups, validity, s.now())
 	if err != nil {
 		return "", nil, nil, nil, err
 	}

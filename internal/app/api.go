@@ -27,7 +27,7 @@ func (a *App) buildAPI() error {
 	a.APIKeys = apikeys.New(a.Store, a.Keys)
 	var mem clusters.Membership
 	if a.Joiner != nil {
-		mem = a.Joiner
+		mem = nodeMembership{Service: a.Joiner, a: a}
 	}
 	cs, err := clusters.New(a.Store, mem, clusters.Options{Log: a.Log.With("part", "clusters"), Images: a.Images,
 		KubeconfigTTL: a.Cfg.API.KubeconfigTTL.D(), AlertAfter: a.Cfg.API.ClusterAlertAfter.D()})
@@ -48,7 +48,7 @@ func (a *App) buildAPI() error {
 	deps := api.Deps{Log: a.Log.With("part", "api"), Store: a.Store, Clusters: cs, Keys: a.APIKeys,
 		Images: a.Images, Refusals: a.ZTP, AuthFailuresPerMinute: a.Cfg.API.AuthFailuresPerMinute, Signatures: &sigs,
 		Preview: profilePreviewer{a}, ImageStore: a.Images, ISOBaseURL: a.Endpoints.ISOs(), Config: a.redactedConfig,
-		Warnings: a.Warnings}
+		Warnings: a.Warnings, Desired: a.Desired, Rollouts: a.Rollouts}
 	if a.DHCP != nil {
 		deps.Pools = dhcpPools{a.DHCP}
 	}

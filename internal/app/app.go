@@ -23,10 +23,12 @@ import (
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/desired"
 	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/httpserve"
 	"github.com/ztpd/ztpd/internal/kubewatch"
 	"github.com/ztpd/ztpd/internal/profile"
+	"github.com/ztpd/ztpd/internal/rollout"
 	"github.com/ztpd/ztpd/internal/secretbox"
 	"github.com/ztpd/ztpd/internal/store/boltstore"
 	"github.com/ztpd/ztpd/joiner"
@@ -93,6 +95,11 @@ type App struct {
 	Joiner *joiner.Service
 	// Watch observes every cluster's API server and Nodes (kubewatch).
 	Watch *kubewatch.Manager
+	// Desired owns devices' desired states and answers their agents;
+	// Rollouts operates clusters' nodes (issue 17).
+	Desired  *desired.Service
+	Rollouts *rollout.Engine
+	nodeOps  *clusterNodes
 
 	// HTTPMux is the ZTP content listener's router; transports mount on it.
 	HTTPMux *http.ServeMux
@@ -184,6 +191,10 @@ func (a *App) build() error {
 	a.AddRunner(a.Devices)
 
 	if err := a.buildJoiner(); err != nil {
+		return err
+	}
+	a.buildDayOps()
+	if err := a.buildRollouts(); err != nil {
 		return err
 	}
 	if a.Cfg.DHCP.Enabled() {

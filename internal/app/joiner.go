@@ -42,6 +42,7 @@ func (a *App) buildJoiner() error {
 		Log:           a.Log.With("part", "joiner"),
 		ProfileLabels: a.profileLabels,
 		ProfileOf:     a.profileOf,
+		AgentFiles:    a.agentFiles(),
 	})
 	if err != nil {
 		return err
