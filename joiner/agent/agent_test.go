@@ -131,7 +131,9 @@ func (f *fakeZTPD) report(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var rep report
-	if err := json.NewDecoder(r.Body).Decode(&rep); err != nil || r.Header.Get("Content-Type") != "application/json" {
+	// ztpd reads at most 64 KiB of a report (api.maxAgentReport).
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 64<<10+1))
+	if err := json.Unmarshal(body, &rep); err != nil || len(body) > 64<<10 || r.Header.Get("Content-Type") != "application/json" {
 		writeError(w, http.StatusBadRequest, "bad_request", "bad report")
 		return
 	}
@@ -407,6 +409,20 @@ func TestUpgradeOperation(t *testing.T) {
 	var status agentState
 	if code != 0 || json.Unmarshal([]byte(out), &status) != nil || status.Operation != "op-1" || !status.Complete {
 		t.Fatalf("status: %d\n%s", code, out)
+	}
+}
+
+// TestBinaryOutput: a step's output is its last 16 KiB, and binary output
+// still fits ztpd's 64 KiB report limit.
+func TestBinaryOutput(t *testing.T) {
+	r := newRig(t)
+	url, sum := r.hook("noisy", "head -c 100000 /dev/urandom\nhead -c 20000 /dev/zero\nprintf 'last words'")
+	r.offer("op-1", "upgrade-kubernetes", step("pre_upgrade", "hook", map[string]string{"url": url, "sha256": sum}))
+	r.once(0)
+	reps := r.ztpd.got()
+	requireEqual(t, "reports", states(reps), []string{"pre_upgrade running", "pre_upgrade succeeded"})
+	if out := reps[1].Output; !strings.HasSuffix(out, "last words") || len([]rune(out)) > 16<<10 {
+		t.Fatalf("output: %d runes, ends %q", len([]rune(out)), out[max(0, len(out)-40):])
 	}
 }
 

@@ -45,6 +45,7 @@ HTTP_TIMEOUT = 30
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 VERSION_RE = re.compile(r"^v\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$")
 FEATURE_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+CONTROL_CHARS = {c: "?" for c in list(range(32)) + [127] if chr(c) not in "\n\t"}
 
 EXIT_OK, EXIT_TRANSIENT, EXIT_USAGE, EXIT_UNVERIFIED, EXIT_REFUSED = 0, 1, 2, 3, 4
 # exit_code reported when the agent itself failed the step (bad arguments,
@@ -212,7 +213,7 @@ class Client:
 
     def call(self, path, body=None):
         """An API call: (status, parsed JSON answer or {})."""
-        data = None if body is None else json.dumps(body).encode()
+        data = None if body is None else json.dumps(body, ensure_ascii=False).encode()
         status, resp = self.open(self.base + path, data)
         try:
             raw = resp.read()
@@ -292,8 +293,12 @@ class Tail:
                 del self.buf[:-OUTPUT_TAIL]
 
     def text(self):
+        """The tail as text for a report: binary output cannot inflate it
+        past ztpd's 64 KiB report limit (control characters become "?",
+        which JSON would escape to six bytes each)."""
         with self.lock:
-            return bytes(self.buf[-OUTPUT_TAIL:]).decode("utf-8", "replace")
+            text = bytes(self.buf[-OUTPUT_TAIL:]).decode("utf-8", "replace")
+        return text.translate(CONTROL_CHARS)
 
 
 def run_command(argv, timeout, out, env=None):
