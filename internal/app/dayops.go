@@ -78,6 +78,7 @@ func (a *App) buildDayOps() {
 // rollouts a restart interrupted).
 func (a *App) buildRollouts() error {
 	eng, err := rollout.New(a.Store, rollout.Options{Nodes: a.nodeOps, Agents: a.Desired, Members: a.Joiner,
+		DrainTimeout: a.Cfg.Rollout.DrainTimeout.D(), StepTimeout: a.Cfg.Rollout.StepTimeout.D(),
 		Log: a.Log.With("part", "rollout")})
 	if err != nil {
 		return err

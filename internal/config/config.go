@@ -32,8 +32,19 @@ type Config struct {
 	ZTP           ZTP      `yaml:"ztp"`
 	Events        Events   `yaml:"events"`
 	Joiner        Joiner   `yaml:"joiner"`
+	Rollout       Rollout  `yaml:"rollout"`
 	Profiles      []string `yaml:"profiles"` // profile YAML files or directories
 	Debug         Debug    `yaml:"debug"`
+}
+
+// Rollout bounds each node's steps in rollouts (issue 17: upgrades,
+// scale-down, delete, mode switches).
+type Rollout struct {
+	// DrainTimeout is how long a Node's drain may wait for evictions a
+	// PodDisruptionBudget refuses before the rollout stops.
+	DrainTimeout Duration `yaml:"drain_timeout"`
+	// StepTimeout bounds each agent step and the Node's return to Ready.
+	StepTimeout Duration `yaml:"step_timeout"`
 }
 
 // Debug holds diagnostics that are off by default.
@@ -247,8 +258,9 @@ func Default() Config {
 			OfferHold:         Duration(30 * time.Second),
 			DeclineQuarantine: Duration(10 * time.Minute),
 		},
-		Events: Events{Keep: 200000, AuditKeep: 1000000},
-		Joiner: Joiner{EnrollmentTTL: Duration(time.Hour), TokenTTL: Duration(24 * time.Hour)},
+		Events:  Events{Keep: 200000, AuditKeep: 1000000},
+		Joiner:  Joiner{EnrollmentTTL: Duration(time.Hour), TokenTTL: Duration(24 * time.Hour)},
+		Rollout: Rollout{DrainTimeout: Duration(5 * time.Minute), StepTimeout: Duration(15 * time.Minute)},
 	}
 }
 
@@ -331,6 +343,12 @@ func (c *Config) Validate() error {
 	}
 	if d := c.API.KubeconfigTTL.D(); d < 5*time.Minute || d > 365*24*time.Hour {
 		errs.add("api.kubeconfig_ttl", "%s is outside 5m..8760h (one year)", d)
+	}
+	if d := c.Rollout.DrainTimeout.D(); d < time.Second || d > 24*time.Hour {
+		errs.add("rollout.drain_timeout", "%s is outside 1s..24h", d)
+	}
+	if d := c.Rollout.StepTimeout.D(); d < time.Second || d > 24*time.Hour {
+		errs.add("rollout.step_timeout", "%s is outside 1s..24h", d)
 	}
 	if d := c.API.ClusterAlertAfter.D(); d < time.Second || d > 24*time.Hour {
 		errs.add("api.cluster_alert_after", "%s is outside 1s..24h", d)

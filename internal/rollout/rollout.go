@@ -75,8 +75,11 @@ type Options struct {
 	// BinariesURL is where agents fetch a version's binaries (the
 	// appliance's HTTP copy of its ISO), by version tag; nil: none.
 	BinariesURL func(version string) string
-	Now         func() time.Time
-	Log         *slog.Logger
+	// DrainTimeout and StepTimeout are a Spec's when it names none
+	// (default DefaultDrainTimeout, DefaultStepTimeout).
+	DrainTimeout, StepTimeout time.Duration
+	Now                       func() time.Time
+	Log                       *slog.Logger
 }
 
 // Defaults.
@@ -108,6 +111,12 @@ func New(st core.Store, opts Options) (*Engine, error) {
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.DrainTimeout <= 0 {
+		opts.DrainTimeout = DefaultDrainTimeout
+	}
+	if opts.StepTimeout <= 0 {
+		opts.StepTimeout = DefaultStepTimeout
 	}
 	e := &Engine{st: st, opts: opts, runs: map[string]*run{}}
 	var stale []string
@@ -167,10 +176,10 @@ func (e *Engine) Start(ctx context.Context, spec Spec) (core.Rollout, error) {
 		spec.MaxUnavailable = 1
 	}
 	if spec.DrainTimeout <= 0 {
-		spec.DrainTimeout = DefaultDrainTimeout
+		spec.DrainTimeout = e.opts.DrainTimeout
 	}
 	if spec.StepTimeout <= 0 {
-		spec.StepTimeout = DefaultStepTimeout
+		spec.StepTimeout = e.opts.StepTimeout
 	}
 	id, err := tokens.RandomString(10)
 	if err != nil {
