@@ -7,7 +7,7 @@ LAB_BIN ?= bin/ztpd-lab
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: package k8s-bins build test test-short lint fuzz bench bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed bench-webui bench-scale lab clean
+.PHONY: package k8s-bins build test test-short lint fuzz bench bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed bench-webui bench-scale bench-rollout lab clean
 
 # The product (ztpd) and the namespace lab (ztpd-lab), side by side: ztpd-lab
 # runs the ztpd next to it, and the simulated kubelet (kubeletsim) next to it.
@@ -62,7 +62,7 @@ fuzz:
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg || exit 1; \
 	  done; done
 
-bench: bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed bench-webui
+bench: bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed bench-webui bench-rollout
 
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
@@ -104,6 +104,12 @@ bench-api: build
 
 bench-joins: build
 	bash bench/joins.sh
+
+# A rolling Kubernetes upgrade of 200 simulated nodes, 10 at a time (the
+# real engine, desired-state owner and store; times scaled by SCALE, 0.1):
+# wall time against the floor, the sum of the steps over the parallelism.
+bench-rollout:
+	bash bench/rollout.sh
 
 bench-tftp: build
 	bash bench/tftp-rate.sh
