@@ -22,6 +22,8 @@ import (
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/desired"
+	"github.com/ztpd/ztpd/internal/rollout"
 	"github.com/ztpd/ztpd/internal/store/boltstore"
 	"github.com/ztpd/ztpd/internal/store/storetest"
 )
@@ -270,6 +272,12 @@ type env struct {
 	user     apikeys.Info
 	userSec  string
 	clock    *fakeClock
+	// Day-2 operations over fake Nodes and members (rest_dayops_test.go);
+	// agents are the tests' own loops (runAgents).
+	desired  *desired.Service
+	rollouts *rollout.Engine
+	nodes    *testNodes
+	members  *testMembers
 }
 
 type syncBuffer struct {
@@ -333,8 +341,14 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if e.user, e.userSec, err = e.keys.Create("dev", apikeys.RoleUser); err != nil {
 		t.Fatal(err)
 	}
+	e.nodes, e.members = &testNodes{}, &testMembers{st: e.st}
+	e.desired = desired.New(e.st, desired.Options{Auth: credentialIsDevice{}, Log: log})
+	if e.rollouts, err = rollout.New(e.st, rollout.Options{Nodes: e.nodes, Agents: e.desired, Members: e.members, Log: log}); err != nil {
+		t.Fatal(err)
+	}
 	e.srv = New(Deps{Log: log, Store: e.st, Clusters: e.clusters, Keys: e.keys,
-		AuthFailuresPerMinute: o.failuresPerMinute, Now: e.clock.now, Signatures: o.sigs})
+		AuthFailuresPerMinute: o.failuresPerMinute, Now: e.clock.now, Signatures: o.sigs,
+		Desired: e.desired, Rollouts: e.rollouts})
 	if o.tls {
 		e.ts = httptest.NewTLSServer(e.srv.Handler())
 	} else {

@@ -12,7 +12,7 @@ import (
 // roles, request bodies and the one error writer), rest_paging.go (pages,
 // cursors, the response cache), and one file per resource with its view
 // types: devices and leases, clusters and jobs, versions and offerings,
-// images, tokens, events. Answers are mapped from domain values to those
+// images, tokens, events, desired states and rollouts (rest_dayops.go). Answers are mapped from domain values to those
 // view types explicitly, so the storage format never leaks into the API:
 // openapi.json is the contract.
 
@@ -59,5 +59,6 @@ func (s *Server) routeREST(e *gin.Engine) {
 	g.POST("/tokens/:id/revoke", admin, s.revokeToken)
 	g.GET("/events", s.listEvents)
 	g.GET("/refusals", admin, s.listRefusals)
+	s.routeDayOps(g)
 	s.routeConsoleREST(e, g)
 }
