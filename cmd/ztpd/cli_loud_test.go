@@ -68,6 +68,8 @@ func TestLoudMistypedSubcommandsExitNonZero(t *testing.T) {
 		{[]string{"kube-version", "lst"}, "list"},
 		{[]string{"token", "lst"}, "list"},
 		{[]string{"device", "aprove", "00:11:22:33:44:55"}, "approve"},
+		{[]string{"rollout", "strat"}, "start"},
+		{[]string{"device", "desired", "gte", "00:11:22:33:44:55"}, "get"},
 		{[]string{"clustr", "list"}, "cluster"},
 		{[]string{"help", "clustr"}, "cluster"},
 		{[]string{"completion", "bsh"}, "bash"},
@@ -258,6 +260,7 @@ func TestLoudDestructiveCommandsNeedYes(t *testing.T) {
 		{"apikey", "revoke", "AKsomekey"},
 		{"token", "revoke", "abcdef"},
 		{"device", "reset", "02:00:00:00:00:01"},
+		{"rollout", "abort", "ro-20260301T101500-abcdefghij"},
 	} {
 		r := loudRun(t, env, append([]string{"--data-dir", data}, args...)...)
 		if r.code == 0 || !strings.Contains(r.stderr, "pass --yes") {

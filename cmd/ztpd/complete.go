@@ -1,7 +1,7 @@
 package main
 
 // Shell completion of the names commands take: clusters, devices, versions,
-// images, tokens and API keys, listed live from the server (the admin socket
+// images, tokens, rollouts and API keys, listed live from the server (the admin socket
 // on the appliance, the API elsewhere), and the fixed values of enum flags.
 
 import (
@@ -49,6 +49,7 @@ var (
 	versionNames = restNames("/api/v1/versions", func(v named) []string { return []string{v.Name} })
 	imageNames   = restNames("/api/v1/images", func(v named) []string { return []string{v.Name} })
 	tokenIDs     = restNames("/api/v1/tokens", func(v named) []string { return []string{v.ID} })
+	rolloutIDs   = restNames("/api/v1/rollouts", func(v named) []string { return []string{v.ID} })
 	deviceNames  = restNames("/api/v1/devices", func(d core.Device) []string {
 		if d.Serial != "" {
 			return []string{d.ID, d.Serial}
@@ -74,6 +75,9 @@ var argNames = map[string]nameSource{
 	"cluster scale": clusterNames, "cluster upgrade": clusterNames, "cluster start": clusterNames,
 	"cluster stop": clusterNames, "cluster delete": clusterNames,
 	"device show": deviceNames, "device approve": deviceNames, "device reset": deviceNames,
+	"device desired get": deviceNames, "device desired set": deviceNames,
+	"rollout show": rolloutIDs, "rollout watch": rolloutIDs, "rollout pause": rolloutIDs,
+	"rollout resume": rolloutIDs, "rollout abort": rolloutIDs,
 	"kube-version delete": versionNames, "kube-version enable": versionNames, "kube-version disable": versionNames,
 	"image rm":      imageNames,
 	"token revoke":  tokenIDs,
@@ -98,6 +102,13 @@ var flagNames = map[string]nameSource{
 	"token revoke --kind":          fixed("kubeadm", "k3s", "enrollment", "certificate-key"),
 	"apikey create --role":         fixed("admin", "user"),
 	"cluster create --join-method": fixed("kubeadm", "k3s", "sonic"),
+	"device desired set --mode":    fixed("cluster", "standalone"),
+	"device desired set --role":    fixed("control-plane", "worker"),
+	"device desired set --image":   imageNames,
+	"rollout start --kind":         fixed("image", "kubernetes", "remove"),
+	"rollout start --mode":         fixed("standalone"),
+	"rollout start --devices":      deviceNames,
+	"rollout list --state":         fixed("running", "paused", "aborted", "failed", "succeeded"),
 }
 
 func fixed(values ...string) nameSource {

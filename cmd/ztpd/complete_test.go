@@ -38,6 +38,9 @@ func TestCompletionOfNames(t *testing.T) {
 		{[]string{"device", "list", "--state", "un"}, "unmatched"},
 		{[]string{"lease", "list", "--state", ""}, "active"},
 		{[]string{"image", "add", "f", "--kind", "onie"}, "onie-installer"},
+		{[]string{"rollout", "start", "--kind", ""}, "kubernetes"},
+		{[]string{"rollout", "start", "--cluster", ""}, "c1"},
+		{[]string{"device", "desired", "set", "02:00:00:00:00:01", "--mode", "st"}, "standalone"},
 	} {
 		got := complete(c.args...)
 		if !slices.ContainsFunc(got, func(s string) bool { return strings.Contains(s, c.want) }) {

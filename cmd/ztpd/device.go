@@ -19,21 +19,25 @@ func newDeviceCmd(opts *rootOptions) *cobra.Command {
 	f := &apiFlags{}
 	cmd := &cobra.Command{
 		Use:   "device",
-		Short: "List, show, approve and reset devices",
+		Short: "List, show, approve and reset devices; show and change what they should run",
 		Long: `Devices are the switches and VMs ztpd has seen on DHCP or HTTP, keyed by MAC
 address, with their onboarding state (discovered, leased, ztp-served, ...,
 waiting, join-issued, joined). A device waiting for approval joins its cluster
 once approved. "device show" tells a device's story (its events); "device list
 --state unmatched" lists the devices whose last ZTP request got no content, and
-"--state refused" the addresses without a lease that asked for it.`,
+"--state refused" the addresses without a lease that asked for it. "device
+desired" shows and changes what a device should run (mode, image, Kubernetes
+version, labels, hooks) and what its agent last did.`,
 		Example: `  ztpd device list --state waiting
   ztpd device list --state unmatched
   ztpd device show 52:54:00:12:34:56
   ztpd device approve 52:54:00:12:34:56 --cluster edge-1
-  ztpd device reset 52:54:00:12:34:56`,
+  ztpd device reset 52:54:00:12:34:56
+  ztpd device desired set 52:54:00:12:34:56 --image sonic-202411.bin`,
 	}
 	addAPIFlags(cmd, f)
-	cmd.AddCommand(newDeviceListCmd(opts, f), newDeviceShowCmd(opts, f), newDeviceApproveCmd(opts, f), newDeviceResetCmd(opts, f))
+	cmd.AddCommand(newDeviceListCmd(opts, f), newDeviceShowCmd(opts, f), newDeviceApproveCmd(opts, f), newDeviceResetCmd(opts, f),
+		newDeviceDesiredCmd(opts, f))
 	return cmd
 }
 

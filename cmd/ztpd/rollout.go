@@ -1,0 +1,480 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+func init() { register(newRolloutCmd) }
+
+// rolloutView is a rollout as the API answers it, with its cluster's name
+// beside the ID for -o json.
+type rolloutView struct {
+	ID                    string            `json:"id"`
+	Cluster               string            `json:"cluster,omitempty"`
+	ClusterName           string            `json:"cluster_name,omitempty"`
+	Kind                  string            `json:"kind"`
+	State                 string            `json:"state"`
+	Reason                string            `json:"reason,omitempty"`
+	Target                string            `json:"target,omitempty"`
+	TargetID              string            `json:"target_id,omitempty"`
+	Mode                  string            `json:"mode,omitempty"`
+	MaxUnavailable        int               `json:"max_unavailable"`
+	DrainTimeout          string            `json:"drain_timeout"`
+	StepTimeout           string            `json:"step_timeout"`
+	Hooks                 map[string]string `json:"hooks"`
+	ContinueOnHookFailure bool              `json:"continue_on_hook_failure"`
+	Job                   string            `json:"job,omitempty"`
+	CreatedBy             string            `json:"created_by,omitempty"`
+	Created               time.Time         `json:"created"`
+	UpdatedAt             time.Time         `json:"updated_at"`
+	Finished              time.Time         `json:"finished,omitzero"`
+	Nodes                 []rolloutNodeView `json:"nodes"`
+	Counts                map[string]int    `json:"counts"`
+}
+
+type rolloutNodeView struct {
+	Device    string    `json:"device"`
+	NodeName  string    `json:"node_name,omitempty"`
+	Role      string    `json:"role,omitempty"`
+	Phase     string    `json:"phase"`
+	Reason    string    `json:"reason,omitempty"`
+	Operation string    `json:"operation,omitempty"`
+	Cordoned  bool      `json:"cordoned"`
+	Started   time.Time `json:"started,omitzero"`
+	Finished  time.Time `json:"finished,omitzero"`
+}
+
+// name is how tables name the node: its Node, else its device.
+func (n rolloutNodeView) name() string {
+	if n.NodeName != "" {
+		return n.NodeName
+	}
+	return n.Device
+}
+
+// rolloutPhases orders the phases progress lines count.
+var rolloutPhases = []string{core.NodeDone, core.NodeSkipped, core.NodeFailed, core.NodeWithdrawn, core.NodeCordoned,
+	core.NodeDrained, core.NodeAgent, core.NodeWaiting, core.NodePending}
+
+// progress is "2/5 done: 2 done, 1 agent, 2 pending".
+func (r rolloutView) progress() string {
+	finished := r.Counts[core.NodeDone] + r.Counts[core.NodeSkipped]
+	var parts []string
+	for _, p := range rolloutPhases {
+		if n := r.Counts[p]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, p))
+		}
+	}
+	return fmt.Sprintf("%d/%d done: %s", finished, len(r.Nodes), strings.Join(parts, ", "))
+}
+
+func newRolloutCmd(opts *rootOptions) *cobra.Command {
+	f := &apiFlags{}
+	cmd := &cobra.Command{
+		Use:   "rollout",
+		Short: "Start, follow, pause, resume and abort rollouts over a cluster's nodes",
+		Long: `A rollout operates a cluster's nodes a few at a time: a SONiC image upgrade
+(kind image), a Kubernetes upgrade (kind kubernetes; "ztpd cluster upgrade"
+starts one too), or taking nodes out (kind remove). Control planes go first, one
+by one, then workers, --max-unavailable at once. Each node is cordoned and
+drained (PodDisruptionBudgets hold), its agent runs the operation between the
+operator's hooks, ztpd waits for the Node Ready at the target and uncordons it.
+A failed node stops the rollout with the reason; "rollout show" says which node
+and why. One rollout runs per cluster at a time. Starting, pausing, resuming and
+aborting need an admin key (or the admin socket).`,
+		Example: `  ztpd rollout start --cluster fabric-1 --kind image --target sonic-202411.bin --max-unavailable 2
+  ztpd rollout list --cluster fabric-1
+  ztpd rollout watch ro-20260301T101500-abcdefghij
+  ztpd rollout pause ro-20260301T101500-abcdefghij`,
+	}
+	addAPIFlags(cmd, f)
+	cmd.AddCommand(newRolloutListCmd(opts, f), newRolloutShowCmd(opts, f), newRolloutStartCmd(opts, f),
+		newRolloutControlCmd(opts, f, "pause"), newRolloutControlCmd(opts, f, "resume"), newRolloutControlCmd(opts, f, "abort"),
+		newRolloutWatchCmd(opts, f))
+	return cmd
+}
+
+func rolloutPath(id string) string { return "/api/v1/rollouts/" + url.PathEscape(id) }
+
+func newRolloutListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
+	var cluster, state string
+	var limit int
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List rollouts, newest first, with their progress",
+		Example: `  ztpd rollout list
+  ztpd rollout list --cluster fabric-1 --state running
+  ztpd rollout list -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := newAPIClient(opts, f)
+			if err != nil {
+				return err
+			}
+			clusterID, err := visClusterRef(c, cluster)
+			if err != nil {
+				return err
+			}
+			list, err := restAll[rolloutView](c, "/api/v1/rollouts", url.Values{"cluster": {clusterID}, "state": {state}}, limit)
+			if err != nil {
+				return err
+			}
+			names := visClusterNames(c)
+			for i := range list {
+				list[i].ClusterName = names[list[i].Cluster]
+			}
+			return printResult(opts, os.Stdout, list, func(tw *tabwriter.Writer) {
+				row(tw, "ID", "CLUSTER", "KIND", "TARGET", "STATE", "PROGRESS", "STARTED", "BY")
+				for _, r := range list {
+					row(tw, r.ID, dash(names.cluster(r.Cluster)), r.Kind, dash(r.Target), r.State, r.progress(), ago(r.Created), dash(r.CreatedBy))
+				}
+			})
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&cluster, "cluster", "", "only this cluster's rollouts (name or ID)")
+	fl.StringVar(&state, "state", "", "only rollouts in this state: running, paused, aborted, failed or succeeded")
+	fl.IntVar(&limit, "limit", 0, "at most this many rollouts (0: all)")
+	return cmd
+}
+
+func newRolloutShowCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show ID",
+		Short: "Show a rollout: its state, progress and every node's phase and reason",
+		Example: `  ztpd rollout show ro-20260301T101500-abcdefghij
+  ztpd rollout show ro-20260301T101500-abcdefghij -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newAPIClient(opts, f)
+			if err != nil {
+				return err
+			}
+			var r rolloutView
+			if err := c.rest("GET", rolloutPath(args[0]), nil, nil, &r); err != nil {
+				return err
+			}
+			return printRollout(opts, c, r)
+		},
+	}
+}
+
+// printRollout prints one rollout: -o json its record, else its facts and
+// a table of its nodes.
+func printRollout(opts *rootOptions, c *apiClient, r rolloutView) error {
+	names := visClusterNames(c)
+	r.ClusterName = names[r.Cluster]
+	return printResult(opts, os.Stdout, r, func(tw *tabwriter.Writer) {
+		row(tw, "id", r.ID)
+		cluster := r.Cluster
+		if r.ClusterName != "" && r.ClusterName != r.Cluster {
+			cluster = r.ClusterName + " (" + r.Cluster + ")"
+		}
+		row(tw, "cluster", dash(cluster))
+		kind := r.Kind
+		if r.Mode != "" {
+			kind += " (devices stay " + r.Mode + ")"
+		}
+		row(tw, "kind", kind)
+		if r.Target != "" {
+			row(tw, "target", r.Target)
+		}
+		state := r.State
+		if r.Reason != "" {
+			state += ": " + r.Reason
+		}
+		row(tw, "state", state)
+		row(tw, "progress", r.progress())
+		row(tw, "at once", fmt.Sprintf("%d (control planes one by one)", r.MaxUnavailable))
+		row(tw, "timeouts", fmt.Sprintf("drain %s, agent step %s", r.DrainTimeout, r.StepTimeout))
+		if len(r.Hooks) > 0 {
+			hooks := joinMap(r.Hooks)
+			if r.ContinueOnHookFailure {
+				hooks += " (a failed hook leaves its device failed and cordoned; the rollout goes on)"
+			}
+			row(tw, "hooks", hooks)
+		}
+		row(tw, "started", fmt.Sprintf("%s by %s", visWhen(r.Created), dash(r.CreatedBy)))
+		if !r.Finished.IsZero() {
+			row(tw, "finished", visWhen(r.Finished))
+		}
+		tw.Flush()
+		fmt.Fprintln(tw)
+		row(tw, "NODE", "DEVICE", "ROLE", "PHASE", "STARTED", "FINISHED", "REASON")
+		for _, n := range r.Nodes {
+			row(tw, n.name(), n.Device, dash(n.Role), n.Phase, clock(n.Started), clock(n.Finished), dash(n.Reason))
+		}
+	})
+}
+
+func newRolloutStartCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
+	var cluster, kind, target, mode string
+	var devices, hooks []string
+	var maxUnavailable int
+	var drain, step time.Duration
+	var continueOnHook, watch bool
+	cmd := &cobra.Command{
+		Use:   "start --cluster NAME --kind image|kubernetes|remove [--target T] [flags]",
+		Short: "Start a rollout over a cluster's nodes (admin key)",
+		Long: `Start a rollout. --kind image installs the SONiC image --target (an image
+store name or sha256) on each switch: a cluster member is drained, leaves,
+installs, reboots and rejoins; a standalone switch (--devices without
+--cluster) runs the hooks and the image only. --kind kubernetes upgrades each
+node to the registered version --target. --kind remove takes the nodes out of
+the cluster (--mode standalone keeps switches managed, standalone).
+
+Without --devices every member of the cluster takes part. Hooks (--hook
+PHASE=IMAGE, repeatable) are image store entries the agent runs at pre_upgrade,
+pre_leave, post_join or post_upgrade; a failed hook stops the rollout unless
+--continue-on-hook-failure, which leaves that device failed and cordoned and
+goes on. The command prints the rollout as it started; --watch follows it to
+the end like "ztpd rollout watch".`,
+		Example: `  ztpd rollout start --cluster fabric-1 --kind image --target sonic-202411.bin
+  ztpd rollout start --cluster fabric-1 --kind image --target sonic-202411.bin --max-unavailable 3 \
+      --hook pre_upgrade=snapshot-bgp.sh --hook post_upgrade=check-bgp.sh --watch
+  ztpd rollout start --kind image --target sonic-202411.bin --devices 52:54:00:00:00:01,52:54:00:00:00:02
+  ztpd rollout start --cluster edge-1 --kind kubernetes --target v1.37.2 --drain-timeout 10m
+  ztpd rollout start --cluster fabric-1 --kind remove --devices leaf-7-serial --mode standalone`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch kind {
+			case "image", "kubernetes", "remove":
+			default:
+				return fmt.Errorf("--kind %q: use image, kubernetes or remove", kind)
+			}
+			hookMap, err := keyValues("--hook", "PHASE=IMAGE", hooks)
+			if err != nil {
+				return err
+			}
+			body := map[string]any{"kind": kind}
+			fl := cmd.Flags()
+			for flag, v := range map[string]string{"cluster": cluster, "target": target, "mode": mode} {
+				if fl.Changed(flag) {
+					body[flag] = v
+				}
+			}
+			if len(devices) > 0 {
+				body["devices"] = devices
+			}
+			if fl.Changed("max-unavailable") {
+				body["max_unavailable"] = maxUnavailable
+			}
+			if fl.Changed("drain-timeout") {
+				body["drain_timeout"] = drain.String()
+			}
+			if fl.Changed("step-timeout") {
+				body["step_timeout"] = step.String()
+			}
+			if hookMap != nil {
+				body["hooks"] = hookMap
+			}
+			if continueOnHook {
+				body["continue_on_hook_failure"] = true
+			}
+			c, err := newAPIClient(opts, f)
+			if err != nil {
+				return err
+			}
+			if err := needsServer(opts, c, "a rollout"); err != nil {
+				return err
+			}
+			var r rolloutView
+			if err := c.rest("POST", "/api/v1/rollouts", nil, body, &r); err != nil {
+				return err
+			}
+			if watch {
+				return watchRollout(cmd.Context(), opts, c, r.ID, time.Second, os.Stdout)
+			}
+			if opts.output != "json" {
+				fmt.Fprintf(os.Stderr, "rollout %s started; follow it with: ztpd rollout watch %s\n", r.ID, r.ID)
+			}
+			return printRollout(opts, c, r)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&cluster, "cluster", "", "cluster name or ID (required but for an image rollout over standalone --devices)")
+	fl.StringVar(&kind, "kind", "", "image, kubernetes or remove (required)")
+	fl.StringVar(&target, "target", "", "image: image store name or sha256; kubernetes: registered version (v1.37.2)")
+	fl.StringSliceVar(&devices, "devices", nil, "only these devices: MAC addresses or serials, comma-separated (default: every member)")
+	fl.StringVar(&mode, "mode", "", "remove only: standalone keeps the devices managed, standalone")
+	fl.IntVar(&maxUnavailable, "max-unavailable", 1, "workers operated at once (control planes always one by one)")
+	fl.StringArrayVar(&hooks, "hook", nil, "PHASE=IMAGE hook: pre_upgrade, pre_leave, post_join or post_upgrade (repeatable)")
+	fl.BoolVar(&continueOnHook, "continue-on-hook-failure", false, "go on past a device whose hook failed (it stays failed and cordoned)")
+	fl.DurationVar(&drain, "drain-timeout", 5*time.Minute, "how long a node's drain may take")
+	fl.DurationVar(&step, "step-timeout", 15*time.Minute, "how long each agent step may take")
+	fl.BoolVar(&watch, "watch", false, "follow the rollout until it ends (exit status as ztpd rollout watch)")
+	_ = cmd.MarkFlagRequired("kind")
+	return cmd
+}
+
+func newRolloutControlCmd(opts *rootOptions, f *apiFlags, op string) *cobra.Command {
+	short := map[string]string{
+		"pause":  "Pause a running rollout: no node starts, nodes underway finish (admin key)",
+		"resume": "Resume a paused rollout (admin key)",
+		"abort":  "Abort a rollout: no node starts, operations not yet started are withdrawn (admin key)",
+	}[op]
+	var yes bool
+	cmd := &cobra.Command{
+		Use:     op + " ID",
+		Short:   short,
+		Example: fmt.Sprintf("  ztpd rollout %s ro-20260301T101500-abcdefghij", op),
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if op == "abort" {
+				what := "abort rollout " + args[0] + ": it cannot be resumed, and nodes underway are left as they are (cordoned ones stay cordoned)"
+				if err := confirm(cmd, what, yes); err != nil {
+					return err
+				}
+			}
+			c, err := newAPIClient(opts, f)
+			if err != nil {
+				return err
+			}
+			var r rolloutView
+			if err := c.rest("POST", rolloutPath(args[0])+"/"+op, nil, map[string]string{}, &r); err != nil {
+				return err
+			}
+			return printRollout(opts, c, r)
+		},
+	}
+	if op == "abort" {
+		cmd.Long = `Abort a rollout: no node starts; operations handed to agents that have not
+started them are withdrawn; nodes underway finish their current phase and are
+left as they are (cordoned ones stay cordoned: uncordon them with kubectl once
+checked). An aborted rollout cannot be resumed; start a new one, which skips
+nodes already at the target.`
+		addYesFlag(cmd, &yes)
+	}
+	return cmd
+}
+
+func newRolloutWatchCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
+	var every time.Duration
+	cmd := &cobra.Command{
+		Use:   "watch ID",
+		Short: "Follow a rollout: a line per node phase change; exit 0 when it succeeds, 1 when it fails or is aborted",
+		Long: `Follow a rollout until it ends, asking every --interval: one line each time a
+node changes phase (pending, cordoned, drained, agent, waiting, done, failed,
+skipped, withdrawn) and each time the rollout changes state. The exit status is
+0 when it succeeded and 1 when it failed or was aborted, so scripts can wait on
+it. With -o json every line is a JSON object. Ctrl-C stops watching (the
+rollout goes on).`,
+		Example: `  ztpd rollout watch ro-20260301T101500-abcdefghij
+  ztpd rollout watch ro-20260301T101500-abcdefghij -o json | jq .`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if every <= 0 {
+				return fmt.Errorf("--interval %s: give a positive duration", every)
+			}
+			c, err := newAPIClient(opts, f)
+			if err != nil {
+				return err
+			}
+			return watchRollout(cmd.Context(), opts, c, args[0], every, os.Stdout)
+		},
+	}
+	cmd.Flags().DurationVar(&every, "interval", time.Second, "how often to ask")
+	return cmd
+}
+
+// rolloutChange is one line of "rollout watch -o json": a node's new
+// phase, or (node empty) the rollout's new state.
+type rolloutChange struct {
+	Time     time.Time      `json:"time"`
+	Rollout  string         `json:"rollout"`
+	Device   string         `json:"device,omitempty"`
+	NodeName string         `json:"node_name,omitempty"`
+	Role     string         `json:"role,omitempty"`
+	Phase    string         `json:"phase,omitempty"`
+	State    string         `json:"state,omitempty"`
+	Reason   string         `json:"reason,omitempty"`
+	Counts   map[string]int `json:"counts,omitempty"`
+}
+
+// watchRollout polls a rollout every interval and prints what changed,
+// until it ends: nil when it succeeded, an error when it failed or was
+// aborted (or watching stopped).
+func watchRollout(ctx context.Context, opts *rootOptions, c *apiClient, id string, every time.Duration, w io.Writer) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	enc := json.NewEncoder(w)
+	emit := func(ch rolloutChange) {
+		if opts.output == "json" {
+			_ = enc.Encode(ch)
+			return
+		}
+		ts := ch.Time.Local().Format("15:04:05")
+		if ch.Device == "" {
+			line := fmt.Sprintf("%s  rollout %s %s", ts, ch.Rollout, ch.State)
+			if ch.Reason != "" {
+				line += ": " + ch.Reason
+			}
+			fmt.Fprintln(w, line)
+			return
+		}
+		name, device := ch.NodeName, ch.Device
+		if name == "" { // a standalone switch: no Node
+			name, device = ch.Device, "-"
+		}
+		line := fmt.Sprintf("%s  %-20s %-17s %-13s %-9s", ts, name, device, dash(ch.Role), ch.Phase)
+		if ch.Reason != "" {
+			line += "  " + ch.Reason
+		}
+		fmt.Fprintln(w, strings.TrimRight(line, " "))
+	}
+	phases := map[string]string{}
+	state := ""
+	for {
+		var r rolloutView
+		if err := c.rest("GET", rolloutPath(id), nil, nil, &r); err != nil {
+			return err
+		}
+		now := time.Now()
+		for _, n := range r.Nodes {
+			if phases[n.Device] != n.Phase {
+				phases[n.Device] = n.Phase
+				emit(rolloutChange{Time: now, Rollout: r.ID, Device: n.Device, NodeName: n.NodeName, Role: n.Role, Phase: n.Phase, Reason: n.Reason})
+			}
+		}
+		if r.State != state {
+			state = r.State
+			emit(rolloutChange{Time: now, Rollout: r.ID, State: r.State, Reason: r.Reason, Counts: r.Counts})
+			if opts.output != "json" {
+				fmt.Fprintf(w, "          progress %s\n", r.progress())
+			}
+		}
+		switch core.RolloutState(r.State) {
+		case core.RolloutSucceeded:
+			return nil
+		case core.RolloutFailed, core.RolloutAborted:
+			msg := fmt.Sprintf("rollout %s %s", r.ID, r.State)
+			if r.Reason != "" {
+				msg += ": " + r.Reason
+			}
+			return fmt.Errorf("%s (%s; ztpd rollout show %s)", msg, r.progress(), r.ID)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stopped watching; rollout %s is %s and goes on (ztpd rollout show %s)", r.ID, r.State, r.ID)
+		case <-time.After(every):
+		}
+	}
+}
