@@ -278,9 +278,11 @@ func plan(tx core.Tx, spec Spec) ([]member, error) {
 		}
 		out = append(out, m)
 	}
-	if len(out) == 0 {
+	if len(out) == 0 && len(spec.Devices) > 0 {
 		return nil, core.Errorf(core.KindInvalid, "the rollout has no nodes")
 	}
+	// A cluster without members has nothing to roll out: the rollout
+	// succeeds at once (an upgrade of a cluster no device joined yet).
 	rank := func(m member) int {
 		switch {
 		case m.first:

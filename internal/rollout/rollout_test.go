@@ -477,3 +477,14 @@ func TestRestartFailsInterruptedRollouts(t *testing.T) {
 		t.Fatalf("unknown rollout: %v", err)
 	}
 }
+
+func TestRolloutOfAnEmptyClusterSucceeds(t *testing.T) {
+	e := newEnv(t, 0)
+	storetest.Update(t, e.st, func(tx core.Tx) error {
+		return tx.Clusters().Put(core.Cluster{ID: "c2", Name: "empty", State: core.ClusterRunning})
+	})
+	r := e.wait(e.start(Spec{Cluster: "c2", Kind: core.RolloutKubernetes, Target: "v1.37.2"}).ID)
+	if r.State != core.RolloutSucceeded || len(r.Nodes) != 0 {
+		t.Fatalf("rollout of an empty cluster: %s %s %d nodes", r.State, r.Reason, len(r.Nodes))
+	}
+}
