@@ -27,6 +27,7 @@ import (
 	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/joiner/agent"
 	"github.com/ztpd/ztpd/joiner/bundle"
+	"github.com/ztpd/ztpd/joiner/joinhttp"
 )
 
 // Day-2 operations (issue 17): the device agents' channel (desired
@@ -63,15 +64,50 @@ func (a *App) agentFiles() func(credential string) ([]bundle.File, error) {
 		if err != nil {
 			return nil, fmt.Errorf("the API certificate agents pin: %w", err)
 		}
-		return agent.Files(agent.InstallConfig{URL: url, Credential: credential, CAPEM: string(ca)})
+		files, err := agent.Files(agent.InstallConfig{URL: url, Credential: credential, CAPEM: string(ca)})
+		if err != nil {
+			return nil, err
+		}
+		// The join plugin beside it: a switch rejoins (an image upgrade,
+		// back from standalone) by running it from the agent.
+		return append(files, bundle.File{Path: "/usr/local/bin/ztpd-join-plugin", Mode: 0o755, Content: joinhttp.Plugin()}), nil
 	}
 }
 
 // buildDayOps builds the desired-state owner and the rollout engine.
 func (a *App) buildDayOps() {
 	a.Desired = desired.New(a.Store, desired.Options{Auth: a.Joiner, Log: a.Log.With("part", "desired"),
-		ImageURL: func(sha string) string { return a.Endpoints.Image(netip.Addr{}, sha) }})
+		JoinSection: a.joinSection,
+		ImageURL:    func(sha string) string { return a.Endpoints.Image(netip.Addr{}, sha) }})
 	a.nodeOps = &clusterNodes{j: a.Joiner, clients: map[string]*nodeClient{}}
+}
+
+// joinSection is the join step's arguments for a device's agent: the
+// same section SONiC ZTP gets in ztp.json (a fresh enrollment bound to the
+// device), as strings.
+func (a *App) joinSection(ctx context.Context, device, cluster string) (map[string]string, error) {
+	var dev core.Device
+	if err := a.Store.View(func(tx core.Tx) error {
+		var err error
+		dev, err = tx.Devices().Get(device)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	sec, err := a.Joiner.ZTPSection(ctx, dev, cluster, dev.Hostname)
+	if err != nil {
+		return nil, err
+	}
+	if sec == nil {
+		return nil, core.Errorf(core.KindState, "device %s may not join cluster %s now", device, cluster)
+	}
+	out := map[string]string{}
+	for k, arg := range map[string]string{"enrollment": "enrollment", "join-url": "join_url", "mac": "mac", "serial": "serial", "hostname": "hostname"} {
+		if v, ok := sec[k].(string); ok && v != "" {
+			out[arg] = v
+		}
+	}
+	return out, nil
 }
 
 // buildRollouts starts the engine (after the store is open: it marks

@@ -42,6 +42,13 @@ type Options struct {
 	Auth Authenticator
 	// ImageURL is the device-facing URL of an image store blob by sha256.
 	ImageURL func(sha string) string
+	// JoinSection mints what a device's join step needs to join cluster
+	// through the normal join path (a fresh enrollment secret bound to the
+	// device, the join URL, its MAC, serial and hostname): the arguments
+	// are added to the document the device's own agent fetches and are
+	// never stored (the joiner keeps the secret's hash). Nil: join steps
+	// carry no enrollment and fail.
+	JoinSection func(ctx context.Context, device, cluster string) (map[string]string, error)
 	// PollInterval is how often agents are told to poll (default 60 s).
 	PollInterval time.Duration
 	Now          func() time.Time
@@ -510,6 +517,9 @@ func (s *Service) AgentDocument(ctx context.Context, credential string, remote n
 		}
 		return nil
 	})
+	if err == nil && doc.Operation != nil && s.opts.JoinSection != nil {
+		err = s.addJoinSection(ctx, device, &doc)
+	}
 	if err == nil && seen {
 		err = s.st.Update(func(tx core.Tx) error {
 			d, err := s.get(tx, device)
@@ -521,6 +531,44 @@ func (s *Service) AgentDocument(ctx context.Context, credential string, remote n
 		})
 	}
 	return doc, err
+}
+
+// addJoinSection gives the operation's pending join step its enrollment.
+// A device that may not join now gets the step without one (the agent
+// fails it, saying so) and the reason is logged.
+func (s *Service) addJoinSection(ctx context.Context, device string, doc *Document) error {
+	for i := range doc.Operation.Steps {
+		st := &doc.Operation.Steps[i]
+		if st.Action != "join" {
+			continue
+		}
+		if done, err := s.stepDone(device, doc.Operation.ID, st.Name); err != nil || done {
+			return err
+		}
+		sec, err := s.opts.JoinSection(ctx, device, st.Args["cluster"])
+		if err != nil {
+			if core.KindOf(err) == core.KindInternal {
+				return err
+			}
+			s.opts.Log.Info("join step without an enrollment", "device", device, "reason", err.Error())
+			return nil
+		}
+		if st.Args == nil {
+			st.Args = map[string]string{}
+		}
+		maps.Copy(st.Args, sec)
+		return nil
+	}
+	return nil
+}
+
+func (s *Service) stepDone(device, opID, step string) (bool, error) {
+	op, err := s.Operation(device)
+	if err != nil || op == nil || op.ID != opID {
+		return true, err
+	}
+	st, ok := op.Step(step)
+	return !ok || st.State == core.StepSucceeded, nil
 }
 
 func (s *Service) authenticate(ctx context.Context, credential string, remote netip.Addr) (string, error) {

@@ -17,6 +17,7 @@
 package joinhttp
 
 import (
+	"bytes"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -46,6 +47,10 @@ const maxBody = 64 << 10
 //
 //go:embed ztpd-join-plugin.py
 var sonicPlugin []byte
+
+// Plugin is the SONiC ZTP join plugin (the device agent installs it too,
+// for a later rejoin).
+func Plugin() []byte { return bytes.Clone(sonicPlugin) }
 
 // Handler serves the join endpoints.
 type Handler struct {
