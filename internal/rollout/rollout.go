@@ -95,12 +95,21 @@ type Engine struct {
 
 	mu   sync.Mutex
 	runs map[string]*run
+
+	// involved counts, per device, the rollouts running here that have
+	// not finished its node (pending or in flight): Involved answers
+	// every agent poll from it, so it has a lock of its own.
+	involvedMu sync.RWMutex
+	involved   map[string]int
 }
 
 // run is a rollout running in this process.
 type run struct {
 	wake chan struct{} // pause, resume, abort
 	done chan struct{} // closed when the rollout ended
+	// unfinished are its devices whose node has not finished (guarded
+	// by Engine.involvedMu).
+	unfinished map[string]bool
 }
 
 // New builds the engine. Rollouts a restart interrupted are recorded as
@@ -118,7 +127,7 @@ func New(st core.Store, opts Options) (*Engine, error) {
 	if opts.StepTimeout <= 0 {
 		opts.StepTimeout = DefaultStepTimeout
 	}
-	e := &Engine{st: st, opts: opts, runs: map[string]*run{}}
+	e := &Engine{st: st, opts: opts, runs: map[string]*run{}, involved: map[string]int{}}
 	var stale []string
 	err := st.View(func(tx core.Tx) error {
 		return tx.Rollouts().List("", func(r core.Rollout) (bool, error) {
@@ -213,7 +222,7 @@ func (e *Engine) Start(ctx context.Context, spec Spec) (core.Rollout, error) {
 	if err != nil {
 		return core.Rollout{}, err
 	}
-	e.launch(r.ID)
+	e.launch(r)
 	return r, nil
 }
 
@@ -447,18 +456,60 @@ func (e *Engine) setNode(id, device string, fn func(n *core.RolloutNode) string)
 	})
 }
 
-func (e *Engine) launch(id string) {
-	rn := &run{wake: make(chan struct{}, 1), done: make(chan struct{})}
+func (e *Engine) launch(r core.Rollout) {
+	rn := &run{wake: make(chan struct{}, 1), done: make(chan struct{}), unfinished: map[string]bool{}}
+	e.involvedMu.Lock()
+	for _, n := range r.Nodes {
+		if n.Phase == core.NodePending && !rn.unfinished[n.Device] {
+			rn.unfinished[n.Device] = true
+			e.involved[n.Device]++
+		}
+	}
+	e.involvedMu.Unlock()
 	e.mu.Lock()
-	e.runs[id] = rn
+	e.runs[r.ID] = rn
 	e.mu.Unlock()
 	go func() {
 		defer close(rn.done)
-		e.loop(id, rn)
+		e.loop(r.ID, rn)
+		e.involvedMu.Lock()
+		for device := range rn.unfinished {
+			e.release(rn, device)
+		}
+		e.involvedMu.Unlock()
 		e.mu.Lock()
-		delete(e.runs, id)
+		delete(e.runs, r.ID)
 		e.mu.Unlock()
 	}()
+}
+
+// Involved reports whether device is a node of a rollout running in this
+// process that has not finished it (pending, or in flight): its agent is
+// told to poll fast (desired.Options.FastPoll). A map lookup: it answers
+// every agent poll.
+func (e *Engine) Involved(device string) bool {
+	e.involvedMu.RLock()
+	defer e.involvedMu.RUnlock()
+	return e.involved[device] > 0
+}
+
+// nodeFinished: the rollout is done with device's node (whatever the
+// outcome).
+func (e *Engine) nodeFinished(rn *run, device string) {
+	e.involvedMu.Lock()
+	e.release(rn, device)
+	e.involvedMu.Unlock()
+}
+
+// release drops device from the run's unfinished nodes; involvedMu held.
+func (e *Engine) release(rn *run, device string) {
+	if !rn.unfinished[device] {
+		return
+	}
+	delete(rn.unfinished, device)
+	if e.involved[device]--; e.involved[device] <= 0 {
+		delete(e.involved, device)
+	}
 }
 
 // nodeResult is how one node's work ended.
@@ -502,6 +553,7 @@ func (e *Engine) loop(id string, rn *run) {
 		select {
 		case res := <-results:
 			delete(inFlight, res.device)
+			e.nodeFinished(rn, res.device)
 			if res.err != nil {
 				msg := res.err.Error()
 				e.setNode(id, res.device, func(n *core.RolloutNode) string {

@@ -36,6 +36,9 @@ type fakeNodes struct {
 	maxCordon  int // at once, ever
 	log        []string
 	drainBlock string // a drain of this node fails
+	// drainGate, when set, holds the drain of gateNode until it is closed.
+	gateNode  string
+	drainGate chan struct{}
 }
 
 func (f *fakeNodes) Node(_ context.Context, _, node string) (NodeInfo, bool, error) {
@@ -74,6 +77,15 @@ func (f *fakeNodes) Uncordon(_ context.Context, _, node string) error {
 }
 
 func (f *fakeNodes) Drain(_ context.Context, _, node string, _ time.Duration) error {
+	f.mu.Lock()
+	gate := f.drainGate
+	if node != f.gateNode {
+		gate = nil
+	}
+	f.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.log = append(f.log, "drain "+node)
@@ -486,5 +498,72 @@ func TestRolloutOfAnEmptyClusterSucceeds(t *testing.T) {
 	r := e.wait(e.start(Spec{Cluster: "c2", Kind: core.RolloutKubernetes, Target: "v1.37.2"}).ID)
 	if r.State != core.RolloutSucceeded || len(r.Nodes) != 0 {
 		t.Fatalf("rollout of an empty cluster: %s %s %d nodes", r.State, r.Reason, len(r.Nodes))
+	}
+}
+
+// TestInvolved: a device is involved from the rollout's start until the
+// engine finished its node; a node done, a device outside the rollout and
+// every node of an ended rollout (even those it never started) are not.
+func TestInvolved(t *testing.T) {
+	e := newEnv(t, 3)
+	gate := make(chan struct{})
+	e.nodes.mu.Lock()
+	e.nodes.gateNode, e.nodes.drainGate = "node-2", gate
+	e.nodes.mu.Unlock()
+	for i := 0; i <= 3; i++ {
+		if e.eng.Involved(device(i)) {
+			t.Fatalf("%s involved before any rollout", device(i))
+		}
+	}
+	r := e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2"})
+	for i := 0; i <= 3; i++ {
+		if !e.eng.Involved(device(i)) {
+			t.Fatalf("%s (pending) not involved once the rollout started", device(i))
+		}
+	}
+	if e.eng.Involved("02:00:00:00:00:99") {
+		t.Fatal("a device outside the rollout is involved")
+	}
+	// node-2 is held in its drain: nodes 0 and 1 are done by then.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, _ := e.eng.Get(r.ID)
+		if got.Nodes[2].Phase == core.NodeCordoned {
+			if got.Nodes[0].Phase != core.NodeDone || got.Nodes[1].Phase != core.NodeDone {
+				t.Fatalf("nodes before node-2's drain: %+v", got.Nodes)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node-2 never reached its drain: %+v", got.Nodes)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for i, want := range []bool{false, false, true, true} {
+		if got := e.eng.Involved(device(i)); got != want {
+			t.Fatalf("during node-2's drain: Involved(%s) = %v, want %v", device(i), got, want)
+		}
+	}
+	close(gate)
+	if r = e.wait(r.ID); r.State != core.RolloutSucceeded {
+		t.Fatalf("rollout %s: %s", r.State, r.Reason)
+	}
+	for i := 0; i <= 3; i++ {
+		if e.eng.Involved(device(i)) {
+			t.Fatalf("%s involved after the rollout ended", device(i))
+		}
+	}
+	// A failed rollout lets go of the nodes it never started.
+	e.nodes.mu.Lock()
+	e.nodes.drainBlock = "node-1"
+	e.nodes.mu.Unlock()
+	r = e.wait(e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.38.0"}).ID)
+	if r.State != core.RolloutFailed || r.Nodes[3].Phase != core.NodePending {
+		t.Fatalf("rollout %s: %s", r.State, summary(r))
+	}
+	for i := 0; i <= 3; i++ {
+		if e.eng.Involved(device(i)) {
+			t.Fatalf("%s involved after the rollout failed", device(i))
+		}
 	}
 }
