@@ -51,8 +51,16 @@ type Options struct {
 	JoinSection func(ctx context.Context, device, cluster string) (map[string]string, error)
 	// PollInterval is how often agents are told to poll (default 60 s).
 	PollInterval time.Duration
-	Now          func() time.Time
-	Log          *slog.Logger
+	// FastPoll says whether a device's agent should poll every
+	// FastPollInterval instead (its node is in a running rollout: the
+	// rollout waits for the agent to notice its operation). Nil: never.
+	// It is asked at every poll of every agent, so it must be cheap.
+	FastPoll func(device string) bool
+	// FastPollInterval is that shorter interval (default 5 s, whole
+	// seconds, at least 1 s).
+	FastPollInterval time.Duration
+	Now              func() time.Time
+	Log              *slog.Logger
 }
 
 // Service is the owner of desired states.
@@ -69,6 +77,11 @@ func New(st core.Store, opts Options) *Service {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = time.Minute
 	}
+	if opts.FastPollInterval <= 0 {
+		opts.FastPollInterval = DefaultFastPollInterval
+	}
+	// The document carries whole seconds.
+	opts.FastPollInterval = max(opts.FastPollInterval.Round(time.Second), time.Second)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -80,6 +93,9 @@ func New(st core.Store, opts Options) *Service {
 	}
 	return &Service{st: st, opts: opts, changed: make(chan struct{})}
 }
+
+// DefaultFastPollInterval is Options.FastPollInterval's default.
+const DefaultFastPollInterval = 5 * time.Second
 
 // MaxOutput bounds the step output kept (the agent sends its tail).
 const MaxOutput = 16 << 10
@@ -495,7 +511,7 @@ func (s *Service) AgentDocument(ctx context.Context, credential string, remote n
 		}
 		seen = now.Sub(d.Agent.LastSeen) >= agentSeenEvery || d.Agent.IP != remote.String()
 		doc = Document{Device: device, Generation: d.Generation, Mode: d.Mode, Cluster: d.Cluster, Role: d.Role,
-			KubernetesVersion: d.KubernetesVersion, Labels: d.Labels, PollSeconds: int(s.opts.PollInterval / time.Second)}
+			KubernetesVersion: d.KubernetesVersion, Labels: d.Labels, PollSeconds: s.pollSeconds(device)}
 		if d.Image != "" {
 			if im, err := ResolveImage(tx, d.Image); err == nil {
 				doc.Image = &DocumentImage{Name: im.Name, SHA256: im.SHA256, URL: s.opts.ImageURL(im.SHA256)}
@@ -569,6 +585,15 @@ func (s *Service) stepDone(device, opID, step string) (bool, error) {
 	}
 	st, ok := op.Step(step)
 	return !ok || st.State == core.StepSucceeded, nil
+}
+
+// pollSeconds is the interval device's agent is told to poll at.
+func (s *Service) pollSeconds(device string) int {
+	every := s.opts.PollInterval
+	if s.opts.FastPoll != nil && s.opts.FastPollInterval < every && s.opts.FastPoll(device) {
+		every = s.opts.FastPollInterval
+	}
+	return int(every / time.Second)
 }
 
 func (s *Service) authenticate(ctx context.Context, credential string, remote netip.Addr) (string, error) {
