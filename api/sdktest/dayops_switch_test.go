@@ -1,0 +1,379 @@
+package sdktest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ztpd/ztpd/internal/app"
+	"github.com/ztpd/ztpd/internal/clusters"
+	"github.com/ztpd/ztpd/internal/config"
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/joiner"
+	"github.com/ztpd/ztpd/joiner/bundle"
+	"github.com/ztpd/ztpd/testenv/controlplane"
+	"github.com/ztpd/ztpd/testenv/inproc"
+	"github.com/ztpd/ztpd/testenv/kubebin"
+	"github.com/ztpd/ztpd/testenv/kubeletsim"
+	"github.com/ztpd/ztpd/testenv/netns"
+)
+
+// TestSwitchModeRealControlPlane (issue 17): a SONiC switch that joined a
+// real cluster with its certificate moves cluster -> standalone ->
+// cluster through its desired state (PUT /api/v1/devices/{id}/desired on
+// the admin socket). Standalone: ztpd cordons and drains its Node, the
+// switch's agent disables KUBERNETES_MASTER|SERVER (`config kube server
+// disable on`), the Node is deleted and the member left, and the switch
+// keeps its agent. Back to cluster: its agent runs the join plugin with
+// an enrollment minted into its own document (the normal join path and
+// admission rules), the switch gets a new certificate and its Node comes
+// back Ready. Simulated: the switch's kubelet and its `config` command.
+func TestSwitchModeRealControlPlane(t *testing.T) {
+	if err := controlplane.Check(); err != nil {
+		t.Skip("skipping:", err)
+	}
+	if err := netns.Check(); err != nil {
+		t.Skip("skipping:", err)
+	}
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("skipping: python3 is not installed (the device agent)")
+	}
+	const version = "v1.37.2"
+	bins := kubebin.Require(t, version)
+	etcd := kubebin.RequireEtcd(t)
+	// The control plane in namespace 0, the switch in namespace 2.
+	ns0, mac0 := d2Namespace(t, 0)
+	nsSw, macSw := d2Namespace(t, 2)
+	deviceAddr := freeAddr(t, d2Host(0))
+	_, apiPort, _ := net.SplitHostPort(freeAddr(t, "0.0.0.0"))
+	var plane *controlplane.ControlPlane
+	t.Cleanup(func() {
+		if plane != nil {
+			if err := plane.Stop(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	deviceBase, cfg, ztpd := inproc.ServeApp(t, func(c *config.Config) {
+		c.HTTP.Addr = deviceAddr
+		c.AdvertiseAddr = d2Host(0)
+		c.API.Addr, c.API.TLS.Enabled = "0.0.0.0:"+apiPort, true
+		c.API.ClusterProbeInterval = config.Duration(500 * time.Millisecond)
+		c.Joiner.AutoApprove = []config.Rule{{Subnets: []string{"10.99.218.0/24"}, Roles: []string{"control-plane", "worker"}}}
+		c.Rollout.DrainTimeout = config.Duration(10 * time.Second)
+		c.Rollout.StepTimeout = config.Duration(2 * time.Minute)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	admin := clusters.LocalAdmin
+	v, err := ztpd.Clusters.AddVersion(ctx, admin, clusters.VersionSpec{SemVer: strings.TrimPrefix(version, "v"), URL: deviceBase + "/isos/" + version + ".iso"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, j, err := ztpd.Clusters.CreateCluster(ctx, admin, clusters.ClusterSpec{Name: "fabric", ZoneID: ztpd.Clusters.Zone().ID, VersionID: v.ID,
+		ServiceOfferingID: clusters.Offerings[0].ID, Size: 1, ControlNodes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, ctx, ztpd.Clusters, j, core.JobSucceeded)
+
+	lease := func(ip, mac string) {
+		t.Helper()
+		now := time.Now().UTC()
+		if err := ztpd.Store.Update(func(tx core.Tx) error {
+			return tx.Leases().Put(core.Lease{IP: ip, MAC: mac, State: core.LeaseActive, Start: now, Expiry: now.Add(time.Hour)})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	post := func(ns *netns.NS, body map[string]string) joiner.Delivery {
+		t.Helper()
+		hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: controlplane.NetnsDial(ns)}}
+		b, _ := json.Marshal(body)
+		resp, err := hc.Post(deviceBase+"/join", "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var d joiner.Delivery
+		if err := json.NewDecoder(resp.Body).Decode(&d); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("POST /join: %d %v", resp.StatusCode, err)
+		}
+		return d
+	}
+
+	// The control plane.
+	lease(d2Node(0), mac0)
+	sec, err := ztpd.Joiner.Enroll(ctx, joiner.EnrollRequest{Cluster: cl.ID, MAC: mac0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d0 := post(ns0, map[string]string{"enrollment": sec.Reveal(), "mac": mac0, "hostname": "fabric-cp", "kind": "vm"})
+	root0 := filepath.Join(t.TempDir(), "cp")
+	d2WriteFiles(t, []byte(d0.CloudConfig), root0)
+	kubeadmConfig, caCert, caKey, manifests, err := controlplane.InputsFromRoot(root0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plane, err = controlplane.Start(ctx, controlplane.Config{Kubernetes: bins, Etcd: etcd, KubeadmConfig: kubeadmConfig,
+		CACert: caCert, CAKey: caKey, Manifests: manifests, Dir: filepath.Join(t.TempDir(), "plane"),
+		Run: controlplane.NetnsRun(ns0), Dial: controlplane.NetnsDial(ns0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := kubeletsim.NewPool(kubeletsim.PoolOptions{Dial: kubeletsim.DialFunc(controlplane.NetnsDial(ns0))})
+	log := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	kubeletConf, err := os.ReadFile(filepath.Join(plane.KubernetesDir(), "kubelet.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpKubelet, err := pool.Start(context.Background(), kubeletsim.Config{NodeName: d0.NodeName, BootstrapKubeconfig: kubeletConf,
+		Labels: d0.NodeLabels, InternalIP: d2Node(0), KubeletVersion: version, RunPods: true, StatusEvery: time.Second, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cpKubelet.Stop)
+	if err := cpKubelet.WaitRegistered(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := plane.MarkControlPlane(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The switch joins with its certificate, as its ZTP join plugin would.
+	if err := ztpd.Store.Update(func(tx core.Tx) error {
+		return tx.Devices().Put(core.Device{ID: macSw, MAC: macSw, Kind: core.KindSONiC, Serial: "SN-LEAF-9", Hostname: "leaf-9",
+			Product: "Accton-AS7712-32X", State: core.StateLeased})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	lease(d2Node(2), macSw)
+	sec, err = ztpd.Joiner.Enroll(ctx, joiner.EnrollRequest{Cluster: cl.ID, MAC: macSw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, func() error { // the switch waits for the first control plane's endpoint
+		c, err := ztpd.Clusters.GetCluster(ctx, admin, cl.ID)
+		if err != nil || c.Cluster.State != core.ClusterRunning {
+			return fmt.Errorf("cluster %v %v", c.Cluster.State, err)
+		}
+		return nil
+	})
+	dsw := post(nsSw, map[string]string{"enrollment": sec.Reveal(), "mac": macSw, "serial": "SN-LEAF-9", "hostname": "leaf-9", "kind": "sonic"})
+	if dsw.Method != "sonic" || !dsw.Agent {
+		t.Fatalf("switch bundle: method %q agent %v", dsw.Method, dsw.Agent)
+	}
+	rootSw := filepath.Join(t.TempDir(), "leaf")
+	installDelivery(t, dsw, rootSw)
+	var swKubelet *kubeletsim.Kubelet
+	startSwitchKubelet := func() {
+		t.Helper()
+		cert, _ := os.ReadFile(filepath.Join(rootSw, bundle.SonicClientCertPath))
+		key, _ := os.ReadFile(filepath.Join(rootSw, bundle.SonicClientKeyPath))
+		ca, _ := os.ReadFile(filepath.Join(rootSw, fmt.Sprintf(bundle.SonicCAPathPattern, cl.ID)))
+		k, err := pool.Start(context.Background(), kubeletsim.Config{NodeName: dsw.NodeName, ClientCertPEM: cert, ClientKeyPEM: key,
+			APIServer: "https://" + d2Node(0) + ":6443", CACertPEM: ca, Labels: dsw.NodeLabels, InternalIP: d2Node(2),
+			KubeletVersion: version, RunPods: true, StatusEvery: time.Second, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(k.Stop)
+		if err := k.WaitRegistered(ctx); err != nil {
+			t.Fatal(err)
+		}
+		swKubelet = k
+	}
+	startSwitchKubelet()
+	memberState := func() core.DeviceState {
+		m, err := ztpd.Joiner.Membership(ctx, macSw)
+		if err != nil {
+			return ""
+		}
+		return m.State
+	}
+	eventually(t, time.Minute, func() error {
+		if st := memberState(); st != core.StateJoined {
+			return fmt.Errorf("switch member %s", st)
+		}
+		return nil
+	})
+
+	rc, err := clientcmd.BuildConfigFromFlags("", plane.AdminKubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Dial = controlplane.NetnsDial(ns0)
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := startSwitchAgent(t, ctx, python, nsSw, rootSw)
+	// The switch's `config kube server disable on` makes ctrmgrd stop its
+	// kubelet: the simulated kubelet stops.
+	go func() {
+		for ctx.Err() == nil {
+			time.Sleep(200 * time.Millisecond)
+			if d2Exists(filepath.Join(rootSw, "reset-requested")) && !d2Exists(filepath.Join(rootSw, "reset-done")) {
+				swKubelet.Stop()
+				os.WriteFile(filepath.Join(rootSw, "reset-done"), nil, 0o644)
+			}
+		}
+	}()
+
+	// cluster -> standalone.
+	code, body := adminREST(t, cfg, http.MethodPut, "/api/v1/devices/"+macSw+"/desired", `{"mode":"standalone"}`)
+	var ans struct {
+		Rollout struct {
+			ID string `json:"id"`
+		} `json:"rollout"`
+	}
+	if err := json.Unmarshal(body, &ans); err != nil || code != http.StatusAccepted || ans.Rollout.ID == "" {
+		t.Fatalf("switch to standalone: %d %s", code, body)
+	}
+	r, err := ztpd.Rollouts.Wait(ctx, ans.Rollout.ID)
+	if err != nil || r.State != core.RolloutSucceeded {
+		t.Fatalf("standalone rollout: %v %s %s", err, r.State, r.Reason)
+	}
+	if _, err := kube.CoreV1().Nodes().Get(ctx, dsw.NodeName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the standalone switch's Node: %v", err)
+	}
+	if st := memberState(); st != core.StateLeft {
+		t.Fatalf("standalone switch's membership: %s", st)
+	}
+	if d, err := ztpd.Desired.Get(macSw); err != nil || d.Mode != core.ModeStandalone || d.Cluster != "" {
+		t.Fatalf("desired state after standalone: %+v %v", d, err)
+	}
+	if calls := agent.calls(); !strings.Contains(calls, "config kube server disable on") {
+		t.Fatalf("the switch's agent ran:\n%s", calls)
+	}
+	time.Sleep(time.Second)
+	if code := agent.lastExit(); code != 0 {
+		t.Fatalf("the standalone switch's agent exits %d (its credential must stay valid)", code)
+	}
+
+	// standalone -> cluster: the normal join path, from the agent.
+	back := time.Now()
+	code, body = adminREST(t, cfg, http.MethodPut, "/api/v1/devices/"+macSw+"/desired", `{"mode":"cluster","cluster":"`+cl.ID+`"}`)
+	if err := json.Unmarshal(body, &ans); err != nil || code != http.StatusAccepted || ans.Rollout.ID == "" {
+		t.Fatalf("switch back to cluster: %d %s", code, body)
+	}
+	// The plugin the agent runs installs a new certificate: ctrmgrd's
+	// kubelet starts with it.
+	go func() {
+		certPath := filepath.Join(rootSw, bundle.SonicClientCertPath)
+		for ctx.Err() == nil {
+			time.Sleep(200 * time.Millisecond)
+			if fi, err := os.Stat(certPath); err == nil && fi.ModTime().After(back) {
+				startSwitchKubelet()
+				return
+			}
+		}
+	}()
+	r, err = ztpd.Rollouts.Wait(ctx, ans.Rollout.ID)
+	if err != nil || r.State != core.RolloutSucceeded {
+		t.Fatalf("join rollout: %v %s %s\nagent:\n%s", err, r.State, r.Reason, agent.output())
+	}
+	nd, err := kube.CoreV1().Nodes().Get(ctx, dsw.NodeName, metav1.GetOptions{})
+	if err != nil || !d2Ready(nd) {
+		t.Fatalf("the switch's Node after rejoining: %v", err)
+	}
+	eventually(t, time.Minute, func() error {
+		if st := memberState(); st != core.StateJoined {
+			return fmt.Errorf("switch member %s", st)
+		}
+		return nil
+	})
+	if d, _ := ztpd.Desired.Get(macSw); d.Mode != core.ModeCluster || d.Cluster != cl.ID {
+		t.Fatalf("desired state after rejoining: %+v", d)
+	}
+	// The agent goes on with the credential of its new bundle.
+	eventually(t, 30*time.Second, func() error {
+		if code := agent.lastExit(); code != 0 {
+			return fmt.Errorf("the rejoined switch's agent exits %d", code)
+		}
+		return nil
+	})
+}
+
+// installDelivery writes a switch's delivered files under root, as its
+// join plugin does.
+func installDelivery(t *testing.T, d joiner.Delivery, root string) {
+	t.Helper()
+	for _, f := range d.Files {
+		var mode uint32 = 0o600
+		fmt.Sscanf(f.Mode, "%o", &mode)
+		dst := filepath.Join(root, filepath.Clean("/"+f.Path))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, []byte(f.Content), os.FileMode(mode)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// adminREST calls the REST API through the admin socket, as the CLI does
+// on the appliance.
+func adminREST(t *testing.T, cfg config.Config, method, path, body string) (int, []byte) {
+	t.Helper()
+	sock := filepath.Join(cfg.DataDir, app.AdminSocketName)
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	req, err := http.NewRequest(method, "http://ztpd"+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// switchAgent is d2Agent with a SONiC switch's fake `config` (recorded;
+// `kube server disable on` waits for the harness to stop the kubelet).
+type switchAgent struct{ *d2Agent }
+
+func (a switchAgent) output() string { return a.calls() }
+
+func startSwitchAgent(t *testing.T, ctx context.Context, python string, ns *netns.NS, root string) switchAgent {
+	t.Helper()
+	bin := filepath.Join(root, "fakebin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfgScript := `#!/bin/sh
+echo "config $*" >> "$ZTPD_ROOT/calls.log"
+if [ "$1 $2 $3 $4" = "kube server disable on" ]; then
+	touch "$ZTPD_ROOT/reset-requested"
+	while [ ! -e "$ZTPD_ROOT/reset-done" ]; do sleep 0.2; done
+fi
+exit 0
+`
+	if err := os.WriteFile(filepath.Join(bin, "config"), []byte(cfgScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// startD2Agent writes its own fakes (kubeadm, systemctl) beside it.
+	return switchAgent{startD2Agent(t, ctx, python, ns, root, "")}
+}
