@@ -247,9 +247,9 @@ func (e *Engine) isFirst(r core.Rollout, n core.RolloutNode) bool {
 }
 
 // upgradeImage installs the target SONiC image. A cluster member is
-// cordoned and drained, leaves, installs, reboots and rejoins through the
-// same enrollment rules; a standalone switch runs the hooks and the image
-// only.
+// cordoned and drained and leaves (its Node deleted), then installs,
+// reboots and rejoins through the same enrollment rules as a new Node; a
+// standalone switch runs the hooks and the image only.
 func (e *Engine) upgradeImage(ctx context.Context, r core.Rollout, n core.RolloutNode) error {
 	var sha string
 	e.st.View(func(tx core.Tx) error {
@@ -276,19 +276,26 @@ func (e *Engine) upgradeImage(ctx context.Context, r core.Rollout, n core.Rollou
 		e.done(r, n.Device, core.NodeDone, "image "+r.Target+" installed")
 		return nil
 	}
-	ours, err := e.cordonDrain(ctx, r, n)
-	if err != nil {
+	if _, err := e.cordonDrain(ctx, r, n); err != nil {
 		return err
 	}
-	// The member leaves ztpd's books before its agent resets it, so the
-	// join step's enrollment admits it again.
+	// First it leaves: hooks, then its agent resets Kubernetes on it; the
+	// Node is deleted and the membership ended, so the rejoin is a new
+	// member through the same enrollment rules and a new Node.
+	leave := e.hookSteps(r, core.HookPreUpgrade)
+	leave = append(leave, e.hookSteps(r, core.HookPreLeave)...)
+	leave = append(leave, core.AgentStep{Name: "leave", Action: "kube-reset", Args: map[string]string{"platform": "sonic"}})
+	if err := e.runOperation(ctx, r, n, core.OpLeave, leave, nil); err != nil {
+		return err
+	}
+	if err := e.opts.Nodes.DeleteNode(ctx, r.Cluster, n.NodeName); err != nil {
+		return fmt.Errorf("delete Node: %w", err)
+	}
 	if _, err := e.opts.Members.ResetDevice(ctx, n.Device); err != nil {
 		return fmt.Errorf("end the membership before the rejoin: %w", err)
 	}
-	steps := e.hookSteps(r, core.HookPreUpgrade)
-	steps = append(steps, e.hookSteps(r, core.HookPreLeave)...)
-	steps = append(steps, core.AgentStep{Name: "leave", Action: "kube-reset", Args: map[string]string{"platform": "sonic"}})
-	steps = append(steps, install...)
+	// Then the image, the reboot, the rejoin and the remaining hooks.
+	steps := append([]core.AgentStep{}, install...)
 	steps = append(steps, core.AgentStep{Name: "join", Action: "join", Args: map[string]string{"cluster": r.Cluster}})
 	steps = append(steps, e.hookSteps(r, core.HookPostJoin)...)
 	steps = append(steps, e.hookSteps(r, core.HookPostUpgrade)...)
@@ -299,12 +306,7 @@ func (e *Engine) upgradeImage(ctx context.Context, r core.Rollout, n core.Rollou
 	if err := e.opts.Nodes.WaitReady(ctx, r.Cluster, n.NodeName, "", time.Duration(r.StepTimeout)); err != nil {
 		return err
 	}
-	if ours {
-		if err := e.opts.Nodes.Uncordon(ctx, r.Cluster, n.NodeName); err != nil {
-			return fmt.Errorf("uncordon: %w", err)
-		}
-	}
-	e.done(r, n.Device, core.NodeDone, "image "+r.Target+" installed, rejoined, uncordoned")
+	e.done(r, n.Device, core.NodeDone, "image "+r.Target+" installed, rejoined, Node Ready")
 	return nil
 }
 

@@ -243,6 +243,11 @@ func (e *env) agent(ctx context.Context, i int) {
 				e.des.AgentReport(ctx, id, addr, rep)
 				break
 			}
+			if st.Action == "join" { // a new registration of the same Node
+				e.nodes.mu.Lock()
+				e.nodes.nodes[node].deleted, e.nodes.nodes[node].ready = false, true
+				e.nodes.mu.Unlock()
+			}
 			if st.Action == "kubeadm-upgrade" {
 				e.nodes.mu.Lock()
 				e.nodes.nodes[node].version = st.Args["version"]
@@ -565,5 +570,45 @@ func TestInvolved(t *testing.T) {
 		if e.eng.Involved(device(i)) {
 			t.Fatalf("%s involved after the rollout failed", device(i))
 		}
+	}
+}
+
+func TestImageUpgradeOfASwitchInACluster(t *testing.T) {
+	e := newEnv(t, 1)
+	sha := strings.Repeat("b", 64)
+	storetest.Update(t, e.st, func(tx core.Tx) error {
+		d, err := tx.Devices().Get(device(1))
+		if err != nil {
+			return err
+		}
+		d.Kind = core.KindSONiC
+		if err := tx.Devices().Put(d); err != nil {
+			return err
+		}
+		if err := tx.Images().Put(core.Image{SHA256: sha, Name: "sonic-new", Kind: "sonic-installer"}); err != nil {
+			return err
+		}
+		return tx.Images().SetName("sonic-new", sha)
+	})
+	r := e.wait(e.start(Spec{Kind: core.RolloutImage, Target: "sonic-new", Devices: []string{device(1)}}).ID)
+	if r.State != core.RolloutSucceeded {
+		t.Fatalf("image rollout: %s %s", r.State, r.Reason)
+	}
+	if !strings.Contains(strings.Join(e.nodes.log, ","), "cordon node-1,drain node-1,delete node-1") {
+		t.Fatalf("the switch was not drained and its Node deleted before the install: %v", e.nodes.log)
+	}
+	d, _ := e.des.Get(device(1))
+	var steps []string
+	for _, st := range d.Operation.Steps {
+		steps = append(steps, st.Action)
+	}
+	if d.Image != "sonic-new" || strings.Join(steps, ",") != "sonic-install,reboot,join" || d.Operation.Steps[0].Args["sha256"] != sha {
+		t.Fatalf("desired state after the image rollout: image %q steps %v", d.Image, steps)
+	}
+	if n := e.nodes.nodes["node-1"]; n.deleted || !n.ready {
+		t.Fatalf("the switch's Node after rejoining: %+v", n)
+	}
+	if _, err := e.eng.Start(context.Background(), Spec{Cluster: cluster, Kind: core.RolloutImage, Target: "sonic-new", Devices: []string{device(0)}}); err == nil {
+		t.Fatal("an image rollout over a VM started")
 	}
 }
