@@ -38,6 +38,10 @@ const (
 	TimerUnit = "ztpd-agent.timer"
 	// DefaultInterval is the poll interval when InstallConfig leaves it zero.
 	DefaultInterval = time.Minute
+	// OperationTimeout is what systemd allows a run for its operation; the
+	// service's TimeoutStartSec is that plus the interval, which a run may
+	// spend polling on while ztpd asks for faster polls.
+	OperationTimeout = 4 * time.Hour
 )
 
 //go:embed ztpd-agent.py
@@ -104,9 +108,11 @@ func Files(cfg InstallConfig) ([]bundle.File, error) {
 		return nil, err
 	}
 	timer := strings.NewReplacer("@INTERVAL@", strconv.Itoa(seconds), "@JITTER@", strconv.Itoa(max(seconds/2, 1))).Replace(timerUnit)
+	// A run may poll on for up to an interval before an operation appears.
+	service := strings.ReplaceAll(serviceUnit, "@TIMEOUT@", strconv.Itoa(int(OperationTimeout/time.Second)+seconds))
 	return []bundle.File{
 		{Path: ScriptPath, Mode: 0o755, Content: bytes.Clone(script)},
-		{Path: ServicePath, Mode: 0o644, Content: []byte(serviceUnit)},
+		{Path: ServicePath, Mode: 0o644, Content: []byte(service)},
 		{Path: TimerPath, Mode: 0o644, Content: []byte(timer)},
 		{Path: ConfigPath, Mode: 0o600, Content: append(doc, '\n'), Secret: true},
 		{Path: CAPath, Mode: 0o644, Content: []byte(cfg.CAPEM)},

@@ -59,6 +59,8 @@ type fakeZTPD struct {
 	reportStatus int               // answer reports with this status (0: 200)
 	dropReports  bool              // close the connection on reports (unreachable)
 	reports      []report          // reports answered 200
+	reportedAt   []time.Time       // when each of reports arrived
+	pollSeconds  int               // the documents' poll_seconds (0: 60)
 	desiredGets  int               // GET desired requests answered
 	files        map[string][]byte // served at /files/<name>
 }
@@ -109,10 +111,14 @@ func (f *fakeZTPD) desired(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.desiredGets++
+	poll := f.pollSeconds
+	if poll == 0 {
+		poll = 60
+	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(map[string]any{
 		"device": testDevice, "generation": 7, "mode": "cluster", "cluster": "c1", "role": "worker",
-		"kubernetes_version": "v1.37.2", "image": nil, "labels": map[string]string{}, "poll_seconds": 60,
+		"kubernetes_version": "v1.37.2", "image": nil, "labels": map[string]string{}, "poll_seconds": poll,
 		"operation": f.operation,
 	})
 }
@@ -142,6 +148,7 @@ func (f *fakeZTPD) report(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.reports = append(f.reports, rep)
+	f.reportedAt = append(f.reportedAt, time.Now())
 	w.Header().Set("Content-Type", "application/json")
 	w.Write([]byte(`{"ok":true}` + "\n"))
 }
@@ -854,7 +861,8 @@ func TestFiles(t *testing.T) {
 			t.Fatalf("timer lacks %s:\n%s", want, byPath[TimerPath])
 		}
 	}
-	for _, want := range []string{"Type=oneshot", "ExecStart=/usr/bin/python3 /usr/local/bin/ztpd-agent once"} {
+	// 4h for an operation plus the 90 s a run may poll on before it.
+	for _, want := range []string{"Type=oneshot", "ExecStart=/usr/bin/python3 /usr/local/bin/ztpd-agent once", "TimeoutStartSec=14490s"} {
 		if !strings.Contains(byPath[ServicePath], want) || strings.Contains(byPath[ServicePath], "Restart=") {
 			t.Fatalf("service:\n%s", byPath[ServicePath])
 		}
@@ -894,4 +902,92 @@ func (f *fakeZTPD) gets() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.desiredGets
+}
+
+// setInterval rewrites the installed agent.json with interval seconds
+// (below what Files allows: the tests' timer never runs).
+func (r *rig) setInterval(seconds int) {
+	r.t.Helper()
+	b, err := os.ReadFile(r.root + ConfigPath)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		r.t.Fatal(err)
+	}
+	cfg["interval"] = seconds
+	b, _ = json.Marshal(cfg)
+	r.write(ConfigPath, string(b), 0o600)
+}
+
+// TestOnceFollowsFastPolls: while ztpd's document asks for polls every
+// second (poll_seconds 1, interval 10), one `once` run polls on, runs the
+// operation that appears 2 s into the run, and exits before the interval
+// is over (the timer's next tick takes over); a concurrent run meanwhile
+// exits at once. With poll_seconds equal to the interval a run is one
+// poll.
+func TestOnceFollowsFastPolls(t *testing.T) {
+	r := newRig(t)
+	r.setInterval(10)
+	r.ztpd.set(func(f *fakeZTPD) { f.pollSeconds = 1 })
+	url, sum := r.hook("h", r.recordLine("hook $ZTPD_STEP"))
+
+	cmd := r.command("once")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	time.Sleep(2 * time.Second)
+	r.offer("op-1", "upgrade-kubernetes", step("pre_upgrade", "hook", map[string]string{"url": url, "sha256": sum}))
+	// The lock is held between the polls: a concurrent run does nothing.
+	if code, cout := r.agent("once"); code != 0 || !strings.Contains(cout, "another ztpd-agent run is in progress") {
+		t.Fatalf("concurrent run: exit %d\n%s", code, cout)
+	}
+	var err error
+	select {
+	case err = <-exited:
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("the run did not exit within 30 s\n%s", out.String())
+	}
+	took := time.Since(start)
+	t.Logf("ztpd-agent once: %v after %v\n%s", err, took.Round(time.Millisecond), out.String())
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	requireEqual(t, "commands", r.recorded(), []string{"hook pre_upgrade"})
+	requireEqual(t, "reports", states(r.ztpd.got()), []string{"pre_upgrade running", "pre_upgrade succeeded"})
+	r.ztpd.mu.Lock()
+	ranAt := r.ztpd.reportedAt[1].Sub(start)
+	gets := r.ztpd.desiredGets
+	r.ztpd.mu.Unlock()
+	// Offered at 2 s, picked up by a poll within 1.1 s (plus the time a poll takes).
+	if ranAt < 2*time.Second || ranAt > 4500*time.Millisecond || ranAt >= took {
+		t.Fatalf("operation offered at 2s finished at %v, the run exited at %v", ranAt, took)
+	}
+	// Polls until 10 s less the 2 s margin, then leaves the rest to the timer.
+	if took < 6*time.Second || took > 10*time.Second {
+		t.Fatalf("the run lasted %v, want about the interval (8..10 s)", took)
+	}
+	if gets < 5 || !strings.Contains(out.String(), "ztpd asks for a poll every 1s") {
+		t.Fatalf("%d polls in the run", gets)
+	}
+	if st := r.state(); !st.Complete {
+		t.Fatalf("state %+v", st)
+	}
+
+	// poll_seconds == interval: one poll, as before.
+	r.ztpd.set(func(f *fakeZTPD) { f.pollSeconds, f.desiredGets = 10, 0 })
+	start = time.Now()
+	if out := r.once(0); strings.Contains(out, "asks for a poll") {
+		t.Fatalf("lingered at poll_seconds == interval:\n%s", out)
+	}
+	if took := time.Since(start); took > 3*time.Second || r.ztpd.gets() != 1 {
+		t.Fatalf("run with poll_seconds == interval: %v, %d polls", took, r.ztpd.gets())
+	}
 }

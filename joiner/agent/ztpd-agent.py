@@ -4,8 +4,11 @@
 Installed at join (see joiner/agent) and run by ztpd-agent.timer as
 `ztpd-agent once`: deliver the reports a previous run could not, ask ztpd
 for this device's desired state, and run or resume the current operation's
-steps. `ztpd-agent run` loops (foreground, tests); `ztpd-agent status`
-prints the state file.
+steps. When ztpd asks for polls more often than the configured interval
+(poll_seconds: the device is in a running rollout), the run keeps polling
+at that pace until it has lasted about the interval, then leaves the next
+poll to the timer. `ztpd-agent run` loops (foreground, tests);
+`ztpd-agent status` prints the state file.
 
 Exit codes: 0 ok, 1 transient error (the timer retries), 2 usage or
 configuration error, 3 the server failed TLS verification, 4 ztpd refused
@@ -582,9 +585,53 @@ class Agent:
         self.save()
         return self.flush()
 
-    def once(self):
+    def once(self, started, linger):
+        """One run: a poll, then (linger) more while ztpd asks for them.
+        The run lock is held throughout, so a concurrent run exits."""
         self.lock()
-        self.load()
+        code = self.attempt()
+        if linger:
+            code = self.linger(started, code)
+        return code
+
+    def attempt(self):
+        """A poll; a transient failure is logged and is its exit code."""
+        try:
+            self.offline = False
+            self.load()
+            return self.poll()
+        except Exit as e:
+            if e.code != EXIT_TRANSIENT:
+                raise
+            log(str(e))
+        except Unreachable as e:
+            log(str(e))
+        return EXIT_TRANSIENT
+
+    def linger(self, started, code):
+        """While ztpd's poll_seconds is shorter than the configured interval,
+        polls every poll_seconds (plus up to a tenth) until the run has lasted
+        the interval less a margin: the timer's next tick takes over from
+        there. Returns the last poll's exit code."""
+        interval = self.cfg["interval"]
+        deadline = started + interval - linger_margin(interval)
+        announced = False
+        while self.poll_seconds < interval and not self.rebooting():
+            wait = self.poll_seconds + random.uniform(0, self.poll_seconds / 10)
+            if time.monotonic() + wait > deadline:
+                break
+            if not announced:
+                log("ztpd asks for a poll every %ds: polling for %ds more" % (self.poll_seconds, deadline - time.monotonic()))
+                announced = True
+            time.sleep(wait)
+            code = self.attempt()
+        return code
+
+    def rebooting(self):
+        running = self.state and self.state.get("running")
+        return bool(running and running.get("rebooting"))
+
+    def poll(self):
         if self.state["pending_reports"]:
             self.flush()
             if self.offline:
@@ -691,12 +738,18 @@ def arg_timeout_or(args, default):
         return default
 
 
-def run_once(config_path):
-    """One poll; returns the exit code."""
+def linger_margin(interval):
+    """How long before the interval's end a lingering run stops polling."""
+    return max(2, interval // 10)
+
+
+def run_once(config_path, linger=False):
+    """One run; returns the exit code and the agent."""
+    started = time.monotonic()
     agent = None
     try:
         agent = Agent(load_config(config_path))
-        code = agent.once()
+        code = agent.once(started, linger)
     except Exit as e:
         log(str(e))
         code = e.code
@@ -742,14 +795,15 @@ def main(argv):
     p = argparse.ArgumentParser(prog="ztpd-agent", description="ztpd device agent (day-2 operations)")
     p.add_argument("--config", default=CONFIG_PATH, help="agent configuration (default %(default)s)")
     sub = p.add_subparsers(dest="command")
-    sub.add_parser("once", help="one poll: deliver reports, fetch desired state, run the operation")
+    sub.add_parser("once", help="one run: deliver reports, fetch desired state, run the operation "
+                   "(polling on while ztpd asks for faster polls)")
     r = sub.add_parser("run", help="poll in a loop (foreground)")
     r.add_argument("--count", type=int, default=0, help="stop after this many polls (0: never)")
     r.add_argument("--interval", type=int, default=0, help="seconds between polls (default: from ztpd)")
     sub.add_parser("status", help="print the state file as JSON")
     args = p.parse_args(argv)
     if args.command == "once":
-        return run_once(args.config)[0]
+        return run_once(args.config, linger=True)[0]
     if args.command == "run":
         return cmd_run(args.config, args.count, args.interval)
     if args.command == "status":
