@@ -78,7 +78,10 @@ func (a *App) agentFiles() func(credential string) ([]bundle.File, error) {
 func (a *App) buildDayOps() {
 	a.Desired = desired.New(a.Store, desired.Options{Auth: a.Joiner, Log: a.Log.With("part", "desired"),
 		JoinSection: a.joinSection,
-		ImageURL:    func(sha string) string { return a.Endpoints.Image(netip.Addr{}, sha) }})
+		ImageURL:    func(sha string) string { return a.Endpoints.Image(netip.Addr{}, sha) },
+		// A running rollout's nodes poll fast; the engine is built after
+		// this service (it is given it), so it is looked up at each poll.
+		FastPoll: func(device string) bool { return a.Rollouts != nil && a.Rollouts.Involved(device) }})
 	a.nodeOps = &clusterNodes{j: a.Joiner, clients: map[string]*nodeClient{}}
 }
 
@@ -172,27 +175,113 @@ func (m nodeMembership) Destroy(ctx context.Context, c core.Cluster) error {
 	return m.Service.Destroy(ctx, c)
 }
 
+var _ clusters.ForceDestroyer = nodeMembership{}
+
+// DestroyForce is Destroy for a forced delete: the remove rollout is
+// tried as for Destroy (bounded by its drain and step timeouts), and the
+// members it did not take out are abandoned: the cluster is destroyed all
+// the same (the joiner's Destroy ends their memberships and revokes their
+// agents' credentials with the cluster's other tokens), their Nodes and
+// devices left as they are. It returns them with why.
+func (m nodeMembership) DestroyForce(ctx context.Context, c core.Cluster) ([]core.AbandonedNode, error) {
+	members, err := m.members(c, "")
+	if err != nil {
+		return nil, err
+	}
+	var abandoned []core.AbandonedNode
+	if len(members) > 0 {
+		abandoned, err = m.tryRemove(ctx, c, members)
+		if err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := afterRollout(ctx)
+	defer cancel()
+	if err := m.Service.Destroy(ctx, c); err != nil {
+		return nil, err
+	}
+	if len(abandoned) > 0 {
+		m.a.Log.Warn("cluster deleted with force; members abandoned on their nodes", "cluster", c.ID, "abandoned", len(abandoned))
+	}
+	return abandoned, nil
+}
+
+// tryRemove runs the remove rollout over members and returns those still
+// in the cluster when it ended, with why: the node's failure, or that the
+// rollout stopped before it (or never started).
+func (m nodeMembership) tryRemove(ctx context.Context, c core.Cluster, members []core.Membership) ([]core.AbandonedNode, error) {
+	why := map[string]string{}
+	r, err := m.a.Rollouts.Start(ctx, rollout.Spec{Cluster: c.ID, Kind: core.RolloutRemove, Devices: devicesOf(members),
+		By: "deleteKubernetesCluster --force", MaxUnavailable: len(members)})
+	if err == nil {
+		r, err = m.a.Rollouts.Wait(context.WithoutCancel(ctx), r.ID)
+	}
+	if err != nil {
+		for _, ms := range members {
+			why[ms.Device] = "the remove rollout did not run: " + err.Error()
+		}
+	} else {
+		for _, n := range r.Nodes {
+			switch n.Phase {
+			case core.NodeDone, core.NodeSkipped:
+			case core.NodeFailed, core.NodeWithdrawn:
+				why[n.Device] = n.Reason
+			default:
+				why[n.Device] = fmt.Sprintf("not taken out (%s): rollout %s %s: %s", n.Phase, r.ID, r.State, r.Reason)
+			}
+		}
+	}
+	// Only members the cluster still has are abandoned (a node whose last
+	// step failed after it left is not).
+	still, err := m.members(c, "")
+	if err != nil {
+		return nil, err
+	}
+	var out []core.AbandonedNode
+	for _, ms := range still {
+		if reason, ok := why[ms.Device]; ok {
+			out = append(out, core.AbandonedNode{Device: ms.Device, Node: ms.NodeName, Reason: reason})
+		}
+	}
+	return out, nil
+}
+
 // removeMembers runs a remove rollout over the cluster's members in state
 // (any state but left when ""), and waits for it.
 func (m nodeMembership) removeMembers(ctx context.Context, c core.Cluster, state core.DeviceState, by string) error {
-	var devs []string
-	err := m.a.Store.View(func(tx core.Tx) error {
-		return tx.Memberships().List("", func(ms core.Membership) (bool, error) {
-			if ms.Cluster == c.ID && ms.State != core.StateLeft && (state == "" || ms.State == state) {
-				devs = append(devs, ms.Device)
-			}
-			return true, nil
-		})
-	})
-	if err != nil || len(devs) == 0 {
+	members, err := m.members(c, state)
+	if err != nil || len(members) == 0 {
 		return err
 	}
-	r, err := m.a.Rollouts.Start(ctx, rollout.Spec{Cluster: c.ID, Kind: core.RolloutRemove, Devices: devs, By: by,
-		MaxUnavailable: len(devs)})
+	r, err := m.a.Rollouts.Start(ctx, rollout.Spec{Cluster: c.ID, Kind: core.RolloutRemove, Devices: devicesOf(members), By: by,
+		MaxUnavailable: len(members)})
 	if err != nil {
 		return err
 	}
 	return m.wait(ctx, r.ID)
+}
+
+// members are the cluster's memberships in state (any state but left
+// when "").
+func (m nodeMembership) members(c core.Cluster, state core.DeviceState) ([]core.Membership, error) {
+	var out []core.Membership
+	err := m.a.Store.View(func(tx core.Tx) error {
+		return tx.Memberships().List("", func(ms core.Membership) (bool, error) {
+			if ms.Cluster == c.ID && ms.State != core.StateLeft && (state == "" || ms.State == state) {
+				out = append(out, ms)
+			}
+			return true, nil
+		})
+	})
+	return out, err
+}
+
+func devicesOf(ms []core.Membership) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.Device
+	}
+	return out
 }
 
 func (m nodeMembership) Stop(ctx context.Context, c core.Cluster) error {
