@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/app"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/config"
@@ -58,10 +60,12 @@ func TestSwitchModeRealControlPlane(t *testing.T) {
 	const version = "v1.37.2"
 	bins := kubebin.Require(t, version)
 	etcd := kubebin.RequireEtcd(t)
-	// The control plane in namespace 0, the switch in namespace 2.
-	ns0, mac0 := d2Namespace(t, 0)
-	nsSw, macSw := d2Namespace(t, 2)
-	deviceAddr := freeAddr(t, d2Host(0))
+	// The control plane in namespace 10, the switch in namespace 12
+	// (addresses apart from TestDayTwoRealControlPlane's 0-2).
+	const cpI, swI = 10, 12
+	ns0, mac0 := d2Namespace(t, cpI)
+	nsSw, macSw := d2Namespace(t, swI)
+	deviceAddr := freeAddr(t, d2Host(cpI))
 	_, apiPort, _ := net.SplitHostPort(freeAddr(t, "0.0.0.0"))
 	var plane *controlplane.ControlPlane
 	t.Cleanup(func() {
@@ -73,7 +77,7 @@ func TestSwitchModeRealControlPlane(t *testing.T) {
 	})
 	deviceBase, cfg, ztpd := inproc.ServeApp(t, func(c *config.Config) {
 		c.HTTP.Addr = deviceAddr
-		c.AdvertiseAddr = d2Host(0)
+		c.AdvertiseAddr = d2Host(cpI)
 		c.API.Addr, c.API.TLS.Enabled = "0.0.0.0:"+apiPort, true
 		c.API.ClusterProbeInterval = config.Duration(500 * time.Millisecond)
 		c.Joiner.AutoApprove = []config.Rule{{Subnets: []string{"10.99.218.0/24"}, Roles: []string{"control-plane", "worker"}}}
@@ -120,7 +124,7 @@ func TestSwitchModeRealControlPlane(t *testing.T) {
 	}
 
 	// The control plane.
-	lease(d2Node(0), mac0)
+	lease(d2Node(cpI), mac0)
 	sec, err := ztpd.Joiner.Enroll(ctx, joiner.EnrollRequest{Cluster: cl.ID, MAC: mac0})
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +149,7 @@ func TestSwitchModeRealControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	cpKubelet, err := pool.Start(context.Background(), kubeletsim.Config{NodeName: d0.NodeName, BootstrapKubeconfig: kubeletConf,
-		Labels: d0.NodeLabels, InternalIP: d2Node(0), KubeletVersion: version, RunPods: true, StatusEvery: time.Second, Logger: log})
+		Labels: d0.NodeLabels, InternalIP: d2Node(cpI), KubeletVersion: version, RunPods: true, StatusEvery: time.Second, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +168,7 @@ func TestSwitchModeRealControlPlane(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	lease(d2Node(2), macSw)
+	lease(d2Node(swI), macSw)
 	sec, err = ztpd.Joiner.Enroll(ctx, joiner.EnrollRequest{Cluster: cl.ID, MAC: macSw})
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +193,7 @@ func TestSwitchModeRealControlPlane(t *testing.T) {
 		key, _ := os.ReadFile(filepath.Join(rootSw, bundle.SonicClientKeyPath))
 		ca, _ := os.ReadFile(filepath.Join(rootSw, fmt.Sprintf(bundle.SonicCAPathPattern, cl.ID)))
 		k, err := pool.Start(context.Background(), kubeletsim.Config{NodeName: dsw.NodeName, ClientCertPEM: cert, ClientKeyPEM: key,
-			APIServer: "https://" + d2Node(0) + ":6443", CACertPEM: ca, Labels: dsw.NodeLabels, InternalIP: d2Node(2),
+			APIServer: "https://" + d2Node(cpI) + ":6443", CACertPEM: ca, Labels: dsw.NodeLabels, InternalIP: d2Node(swI),
 			KubeletVersion: version, RunPods: true, StatusEvery: time.Second, Logger: log})
 		if err != nil {
 			t.Fatal(err)
@@ -263,9 +267,9 @@ func TestSwitchModeRealControlPlane(t *testing.T) {
 	if calls := agent.calls(); !strings.Contains(calls, "config kube server disable on") {
 		t.Fatalf("the switch's agent ran:\n%s", calls)
 	}
-	time.Sleep(time.Second)
-	if code := agent.lastExit(); code != 0 {
-		t.Fatalf("the standalone switch's agent exits %d (its credential must stay valid)", code)
+	oldCred := agentCredential(t, rootSw)
+	if dev, err := ztpd.Joiner.AuthenticateAgent(ctx, oldCred, netip.MustParseAddr(d2Node(swI))); err != nil || dev != macSw {
+		t.Fatalf("the standalone switch's agent credential: %q %v (it must stay valid)", dev, err)
 	}
 
 	// standalone -> cluster: the normal join path, from the agent.
@@ -303,13 +307,99 @@ func TestSwitchModeRealControlPlane(t *testing.T) {
 	if d, _ := ztpd.Desired.Get(macSw); d.Mode != core.ModeCluster || d.Cluster != cl.ID {
 		t.Fatalf("desired state after rejoining: %+v", d)
 	}
-	// The agent goes on with the credential of its new bundle.
-	eventually(t, 30*time.Second, func() error {
-		if code := agent.lastExit(); code != 0 {
-			return fmt.Errorf("the rejoined switch's agent exits %d", code)
+	// The agent goes on with the credential of its new bundle; the old
+	// one is gone.
+	newCred := agentCredential(t, rootSw)
+	if dev, err := ztpd.Joiner.AuthenticateAgent(ctx, newCred, netip.MustParseAddr(d2Node(swI))); err != nil || dev != macSw || newCred == oldCred {
+		t.Fatalf("the rejoined switch's new agent credential: %q %v", dev, err)
+	}
+	if _, err := ztpd.Joiner.AuthenticateAgent(ctx, oldCred, netip.MustParseAddr(d2Node(swI))); err == nil {
+		t.Fatal("the switch's previous agent credential still works")
+	}
+
+	// A SONiC image upgrade of the switch in its cluster, with hooks from
+	// the image store: drained, pre_upgrade, leave (Node deleted), the
+	// image installed (its sha256 checked), reboot, rejoin, post_upgrade.
+	os.Remove(filepath.Join(rootSw, "reset-requested"))
+	os.Remove(filepath.Join(rootSw, "reset-done"))
+	addImage := func(name, kind, content string) {
+		t.Helper()
+		if _, _, err := ztpd.Images.Add(ctx, strings.NewReader(content), imagestore.Meta{Name: name, Kind: kind}, ""); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	})
+	}
+	addImage("snapshot-bgp", "file", "#!/bin/sh\necho \"snapshot $ZTPD_STEP\" >> \"$ZTPD_ROOT/hooks.log\"\n")
+	addImage("compare-bgp", "file", "#!/bin/sh\necho \"compare $ZTPD_STEP\" >> \"$ZTPD_ROOT/hooks.log\"\n")
+	addImage("sonic-202505", "sonic-installer", "SONiC 202505 image "+strings.Repeat("x", 4096))
+	bootID := filepath.Join(rootSw, "proc/sys/kernel/random/boot_id")
+	if err := os.MkdirAll(filepath.Dir(bootID), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(bootID, []byte("boot-1\n"), 0o644)
+	for name, script := range map[string]string{
+		"sonic-installer": "#!/bin/sh\necho \"sonic-installer $*\" >> \"$ZTPD_ROOT/calls.log\"\n",
+		// A reboot: the next run of the agent is in a new boot.
+		"reboot": "#!/bin/sh\necho reboot >> \"$ZTPD_ROOT/calls.log\"\necho boot-2 > \"$ZTPD_ROOT/proc/sys/kernel/random/boot_id\"\n",
+	} {
+		if err := os.WriteFile(filepath.Join(rootSw, "fakebin", name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	upgradeStart := time.Now()
+	go func() {
+		certPath := filepath.Join(rootSw, bundle.SonicClientCertPath)
+		for ctx.Err() == nil {
+			time.Sleep(200 * time.Millisecond)
+			if fi, err := os.Stat(certPath); err == nil && fi.ModTime().After(upgradeStart) {
+				startSwitchKubelet()
+				return
+			}
+		}
+	}()
+	code, body = adminREST(t, cfg, http.MethodPost, "/api/v1/rollouts", `{"cluster":"`+cl.ID+`","kind":"image","target":"sonic-202505",`+
+		`"devices":["`+macSw+`"],"hooks":{"pre_upgrade":"snapshot-bgp","post_upgrade":"compare-bgp"}}`)
+	var started struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(body, &started); err != nil || code != http.StatusAccepted || started.ID == "" {
+		t.Fatalf("image rollout: %d %s", code, body)
+	}
+	r, err = ztpd.Rollouts.Wait(ctx, started.ID)
+	if err != nil || r.State != core.RolloutSucceeded {
+		t.Fatalf("image rollout: %v %s %s\nagent:\n%s", err, r.State, r.Reason, agent.output())
+	}
+	calls := agent.calls()
+	install := strings.Index(calls, "sonic-installer install -y")
+	if install < 0 || strings.LastIndex(calls, "config kube server disable on") > install || !strings.Contains(calls[install:], "reboot") {
+		t.Fatalf("the switch's agent ran:\n%s", calls)
+	}
+	hooks, _ := os.ReadFile(filepath.Join(rootSw, "hooks.log"))
+	if string(hooks) != "snapshot pre_upgrade\ncompare post_upgrade\n" {
+		t.Fatalf("hooks ran: %q", hooks)
+	}
+	nd, err = kube.CoreV1().Nodes().Get(ctx, dsw.NodeName, metav1.GetOptions{})
+	if err != nil || !d2Ready(nd) || nd.Spec.Unschedulable {
+		t.Fatalf("the switch's Node after its image upgrade: %v", err)
+	}
+	if d, _ := ztpd.Desired.Get(macSw); d.Image != "sonic-202505" {
+		t.Fatalf("desired image after the upgrade: %q", d.Image)
+	}
+}
+
+// agentCredential is the credential in the agent's installed config.
+func agentCredential(t *testing.T, root string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "etc/ztpd/agent.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Credential string `json:"credential"`
+	}
+	if err := json.Unmarshal(b, &c); err != nil || c.Credential == "" {
+		t.Fatalf("agent.json: %v", err)
+	}
+	return c.Credential
 }
 
 // installDelivery writes a switch's delivered files under root, as its
