@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -409,7 +410,9 @@ func (s *Server) csStopCluster(r *csRequest) (any, *csError) {
 }
 
 func (s *Server) csDeleteCluster(r *csRequest) (any, *csError) {
-	return asyncJob(s.clusters.DeleteCluster(r.ctx, r.caller, r.str("id")))
+	// CloudStack has no force: a delete whose members cannot be taken out
+	// fails (the REST API's ?force=true goes on).
+	return asyncJob(s.clusters.DeleteCluster(r.ctx, r.caller, r.str("id"), clusters.DeleteOptions{}))
 }
 
 func (s *Server) csScaleCluster(r *csRequest) (any, *csError) {
@@ -635,7 +638,7 @@ func (s *Server) csQueryJob(r *csRequest) (any, *csError) {
 	case core.JobSucceeded:
 		switch {
 		case j.Success:
-			result = map[string]any{"success": true, "displaytext": successText(j.Command)}
+			result = map[string]any{"success": true, "displaytext": successText(j)}
 		case j.Cluster != nil:
 			v, err := s.clusters.View(r.ctx, *j.Cluster)
 			if err != nil {
@@ -657,11 +660,23 @@ func (s *Server) csQueryJob(r *csRequest) (any, *csError) {
 	return out, nil
 }
 
-func successText(command string) string {
-	switch command {
+func successText(j core.Job) string {
+	switch j.Command {
 	case "stopKubernetesCluster":
 		return "Kubernetes cluster stopped"
 	case "deleteKubernetesCluster":
+		if len(j.Abandoned) > 0 {
+			// A forced delete (REST or CLI) queried through CloudStack.
+			parts := make([]string, len(j.Abandoned))
+			for i, a := range j.Abandoned {
+				parts[i] = fmt.Sprintf("%s (device %s): %s", cmp.Or(a.Node, "no Node"), a.Device, a.Reason)
+			}
+			nodes := "nodes"
+			if len(parts) == 1 {
+				nodes = "node"
+			}
+			return fmt.Sprintf("Kubernetes cluster deleted; %d %s abandoned: %s", len(parts), nodes, strings.Join(parts, "; "))
+		}
 		return "Kubernetes cluster deleted"
 	case "deleteKubernetesSupportedVersion":
 		return "Kubernetes version deleted"

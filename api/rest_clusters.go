@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -91,12 +92,25 @@ type restJob struct {
 	InstanceID   string                 `json:"instance_id"`
 	Error        *httpserve.ErrorDetail `json:"error,omitempty"`
 	Cluster      *restCluster           `json:"cluster,omitempty"`
-	Created      time.Time              `json:"created"`
-	Completed    *time.Time             `json:"completed,omitempty"`
+	// Abandoned names the members a forced delete left on their nodes.
+	Abandoned []restAbandonedNode `json:"abandoned,omitempty"`
+	Created   time.Time           `json:"created"`
+	Completed *time.Time          `json:"completed,omitempty"`
+}
+
+// restAbandonedNode is a member a forced delete could not take out of its
+// cluster (openapi.json AbandonedNode).
+type restAbandonedNode struct {
+	Device string `json:"device"`
+	Node   string `json:"node,omitempty"`
+	Reason string `json:"reason"`
 }
 
 func (s *Server) restJobOf(c *gin.Context, j core.Job) (restJob, error) {
 	out := restJob{ID: j.ID, Command: j.Command, InstanceType: j.InstanceType, InstanceID: j.InstanceID, Created: j.Created}
+	for _, a := range j.Abandoned {
+		out.Abandoned = append(out.Abandoned, restAbandonedNode{Device: a.Device, Node: a.Node, Reason: a.Reason})
+	}
 	switch j.Status {
 	case core.JobPending:
 		out.Status = "pending"
@@ -226,7 +240,15 @@ func (s *Server) createCluster(c *gin.Context) {
 func (s *Server) clusterOp(c *gin.Context) {
 	ctx, caller, id := c.Request.Context(), callerOf(c), c.Param("id")
 	if c.Request.Method == http.MethodDelete {
-		j, err := s.clusters.DeleteCluster(ctx, caller, id)
+		var opts clusters.DeleteOptions
+		if f := c.Query("force"); f != "" {
+			var err error
+			if opts.Force, err = strconv.ParseBool(f); err != nil {
+				restRefuse(c, core.KindInvalid, "force must be true or false, not "+strconv.Quote(f))
+				return
+			}
+		}
+		j, err := s.clusters.DeleteCluster(ctx, caller, id, opts)
 		s.accepted(c, j, err)
 		return
 	}

@@ -21,7 +21,9 @@
 //	         Start re-enables the tokens and admits waiting devices up to size.
 //	delete   -> Destroying -> Destroyed: Destroy revokes every token, moves
 //	         every membership to left and destroys the CA key; the record is
-//	         then removed, freeing the name.
+//	         then removed, freeing the name. With DeleteOptions.Force a
+//	         ForceDestroyer goes on when its members could not be taken off
+//	         their nodes, and the job names them (abandoned).
 //
 // The joiner is built first and handed to New. Without one (nil: tests and
 // tools that only need the records) the same transitions happen on the
@@ -76,6 +78,17 @@ type Membership interface {
 	ResetDevice(ctx context.Context, deviceID string) (core.Device, error)
 	// RevokeToken revokes one join token by its ID.
 	RevokeToken(ctx context.Context, tokenID string) error
+}
+
+// ForceDestroyer is a Membership whose Destroy first takes the cluster's
+// members out of it on their nodes (the app's: a remove rollout), and
+// fails when that fails. DestroyForce still tries that, but when it fails
+// destroys the cluster all the same and returns the members it could not
+// take out; its error is only the destruction's own. The clusters service
+// calls it for a delete with DeleteOptions.Force; a Membership without it
+// gets Destroy.
+type ForceDestroyer interface {
+	DestroyForce(ctx context.Context, c core.Cluster) (abandoned []core.AbandonedNode, err error)
 }
 
 // ImageRemover deletes a binaries ISO from the image store (deleteiso=true).

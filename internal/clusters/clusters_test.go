@@ -385,7 +385,7 @@ func TestClusterLifecycleDrivesMembership(t *testing.T) {
 		t.Fatalf("kubeconfig: %q %v", cfg, err)
 	}
 
-	j, err = s.DeleteCluster(ctx, user, "prod")
+	j, err = s.DeleteCluster(ctx, user, "prod", DeleteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +431,7 @@ func TestFailuresLeadToErrorAndAlert(t *testing.T) {
 	if _, err := s.StartCluster(ctx, user, "a"); core.KindOf(err) != core.KindState {
 		t.Fatalf("start from Error: %v", err)
 	}
-	j, _ = s.DeleteCluster(ctx, user, "a")
+	j, _ = s.DeleteCluster(ctx, user, "a", DeleteOptions{})
 	if j = wait(t, s, j); j.Status != core.JobSucceeded {
 		t.Fatalf("delete from Error: %+v", j)
 	}
@@ -452,12 +452,12 @@ func TestFailuresLeadToErrorAndAlert(t *testing.T) {
 	}
 	// A failed destroy leaves Alert, and the delete can be retried.
 	rec.setFail("destroy", errors.New("token revocation failed"))
-	j, _ = s.DeleteCluster(ctx, user, "a")
+	j, _ = s.DeleteCluster(ctx, user, "a", DeleteOptions{})
 	if j = wait(t, s, j); j.Status != core.JobFailed || state(t, s, "a") != core.ClusterAlert {
 		t.Fatalf("failed delete: %+v", j)
 	}
 	rec.setFail("destroy", nil)
-	j, _ = s.DeleteCluster(ctx, user, "a")
+	j, _ = s.DeleteCluster(ctx, user, "a", DeleteOptions{})
 	if j = wait(t, s, j); j.Status != core.JobSucceeded {
 		t.Fatalf("retried delete: %+v", j)
 	}
@@ -816,7 +816,7 @@ func TestTenancy(t *testing.T) {
 		missing(err, ref)
 		_, err = s.UpgradeCluster(ctx, alice, ref, "1.31.0")
 		missing(err, ref)
-		_, err = s.DeleteCluster(ctx, alice, ref)
+		_, err = s.DeleteCluster(ctx, alice, ref, DeleteOptions{})
 		missing(err, ref)
 		_, _, err = s.Kubeconfig(ctx, alice, ref)
 		missing(err, ref)
@@ -923,4 +923,123 @@ func TestRecordEndpoint(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// forcer is a test Membership that takes members off their nodes before
+// destroying (a ForceDestroyer): DestroyForce records the call and leaves
+// abandoned behind, or fails as destroy does.
+type forcer struct {
+	*recorder
+	abandoned []core.AbandonedNode
+}
+
+func (f *forcer) DestroyForce(_ context.Context, c core.Cluster) ([]core.AbandonedNode, error) {
+	if err := f.do("destroyforce", c); err != nil {
+		return nil, err
+	}
+	return f.abandoned, nil
+}
+
+// TestForcedDeleteRecordsAbandonedMembers: a delete with Force reaches
+// DestroyForce, succeeds though members were left on their nodes, names
+// them in the job and in one audit event with the deletion; without Force
+// the same Membership gets Destroy, whose failure fails the job and leaves
+// the cluster in Alert; a Membership that is no ForceDestroyer gets
+// Destroy even with Force.
+func TestForcedDeleteRecordsAbandonedMembers(t *testing.T) {
+	f := &forcer{recorder: &recorder{}, abandoned: []core.AbandonedNode{
+		{Device: "02:00:00:00:00:01", Node: "worker-1", Reason: "drain: Cannot evict pod default/db-0: disruption budget db-pdb allows 0"},
+		{Device: "02:00:00:00:00:02", Node: "worker-2", Reason: "not taken out (pending): rollout ro-1 failed"},
+	}}
+	s, st := newSvc(t, f)
+	ctx := context.Background()
+	v := addVersion(t, s, "1.30.2")
+	create := func(name string) {
+		t.Helper()
+		_, j, err := s.CreateCluster(ctx, user, ClusterSpec{Name: name, ZoneID: s.Zone().ID, VersionID: v.ID,
+			ServiceOfferingID: Offerings[0].ID, Size: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, s, j)
+		healthy(t, s, name)
+	}
+	create("prod")
+
+	// Without force: Destroy, whose failure (the members could not be
+	// taken out) fails the job and leaves Alert.
+	f.setFail("destroy", errors.New("rollout ro-1 failed: node worker-1 failed: drain"))
+	j, err := s.DeleteCluster(ctx, user, "prod", DeleteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j = wait(t, s, j); j.Status != core.JobFailed || j.Params.Force || !strings.HasPrefix(f.last(), "destroy prod") ||
+		state(t, s, "prod") != core.ClusterAlert || len(j.Abandoned) != 0 {
+		t.Fatalf("delete without force: %+v last %q state %s", j, f.last(), state(t, s, "prod"))
+	}
+
+	// With force: DestroyForce; the job succeeds and names the abandoned.
+	j, err = s.DeleteCluster(ctx, user, "prod", DeleteOptions{Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !j.Params.Force {
+		t.Fatalf("accepted job without force: %+v", j.Params)
+	}
+	if j = wait(t, s, j); j.Status != core.JobSucceeded || !j.Success || !strings.HasPrefix(f.last(), "destroyforce prod") {
+		t.Fatalf("forced delete: %+v last %q", j, f.last())
+	}
+	if len(j.Abandoned) != 2 || j.Abandoned[0] != f.abandoned[0] || j.Abandoned[1] != f.abandoned[1] {
+		t.Fatalf("job's abandoned: %+v", j.Abandoned)
+	}
+	if stored, err := s.GetJob(ctx, user, j.ID); err != nil || len(stored.Abandoned) != 2 {
+		t.Fatalf("stored job: %+v %v", stored, err)
+	}
+	if _, err := s.GetCluster(ctx, admin, "prod"); core.KindOf(err) != core.KindNotFound {
+		t.Fatalf("force-deleted cluster still there: %v", err)
+	}
+	var abandonedEvents []core.Event
+	storetest.View(t, st, func(tx core.Tx) error {
+		return tx.Events().List(core.AuditEvents, 0, func(e core.Event) (bool, error) {
+			if e.Type == "cluster.abandoned" {
+				abandonedEvents = append(abandonedEvents, e)
+			}
+			return true, nil
+		})
+	})
+	if len(abandonedEvents) != 1 {
+		t.Fatalf("%d cluster.abandoned events, want 1: %+v", len(abandonedEvents), abandonedEvents)
+	}
+	e := abandonedEvents[0]
+	for _, want := range []string{"prod", "2 members abandoned", "worker-1 (device 02:00:00:00:00:01): drain: Cannot evict pod default/db-0",
+		"worker-2 (device 02:00:00:00:00:02): not taken out (pending)"} {
+		if !strings.Contains(e.Message, want) {
+			t.Errorf("abandoned event lacks %q: %s", want, e.Message)
+		}
+	}
+	if e.Fields["devices"] != "02:00:00:00:00:01,02:00:00:00:00:02" || e.Fields["nodes"] != "worker-1,worker-2" ||
+		e.Fields["job"] != j.ID || e.Fields["api_key"] != user.APIKey {
+		t.Errorf("abandoned event fields: %v", e.Fields)
+	}
+
+	// A forced delete whose destruction itself fails still fails (Alert).
+	create("edge")
+	f.setFail("destroyforce", errors.New("key material deletion failed"))
+	j, _ = s.DeleteCluster(ctx, user, "edge", DeleteOptions{Force: true})
+	if j = wait(t, s, j); j.Status != core.JobFailed || state(t, s, "edge") != core.ClusterAlert || len(j.Abandoned) != 0 {
+		t.Fatalf("failed forced delete: %+v state %s", j, state(t, s, "edge"))
+	}
+
+	// A Membership that does not act on nodes: Force changes nothing.
+	rec := &recorder{}
+	s2, _ := newSvc(t, rec)
+	v2 := addVersion(t, s2, "1.30.2")
+	_, j, _ = s2.CreateCluster(ctx, user, ClusterSpec{Name: "plain", ZoneID: s2.Zone().ID, VersionID: v2.ID,
+		ServiceOfferingID: Offerings[0].ID, Size: 1})
+	wait(t, s2, j)
+	healthy(t, s2, "plain")
+	j, _ = s2.DeleteCluster(ctx, user, "plain", DeleteOptions{Force: true})
+	if j = wait(t, s2, j); j.Status != core.JobSucceeded || !strings.HasPrefix(rec.last(), "destroy plain") || len(j.Abandoned) != 0 {
+		t.Fatalf("forced delete through a plain Membership: %+v %q", j, rec.last())
+	}
 }

@@ -3,6 +3,7 @@ package clusters
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -31,8 +32,10 @@ type operation struct {
 	// it is accepted (create: the cluster is returned Created).
 	atRun  bool
 	reason string // why the state changes, for the transient state's event
-	// call is the joiner's part, made with the cluster as the job changes it.
-	call func(ctx context.Context, m Membership, c core.Cluster, v core.Version) error
+	// call is the joiner's part, made with the cluster as the job changes it;
+	// it may record its outcome in the job (a forced delete's abandoned
+	// members).
+	call func(ctx context.Context, m Membership, c core.Cluster, v core.Version, j *core.Job) error
 	// failed names the step in the error of a failed call.
 	failed func(j *core.Job, v core.Version) string
 	// apply makes the job's changes to the cluster record.
@@ -56,7 +59,7 @@ var (
 		// watch sees its API server answer and its control-plane Nodes
 		// Ready (ObserveHealth), which takes devices booting.
 		target: core.ClusterStarting, fail: core.ClusterError, atRun: true, reason: "provisioning",
-		call: func(ctx context.Context, m Membership, c core.Cluster, _ core.Version) error {
+		call: func(ctx context.Context, m Membership, c core.Cluster, _ core.Version, _ *core.Job) error {
 			return m.Provision(ctx, c)
 		},
 		failed: func(*core.Job, core.Version) string { return "provisioning cluster CA and tokens" },
@@ -70,7 +73,9 @@ var (
 			core.ClusterRunning: core.ClusterScaling},
 		refused: "Kubernetes cluster ID: %[1]s is in %[2]s state",
 		target:  core.ClusterRunning, fail: core.ClusterAlert,
-		call:   func(ctx context.Context, m Membership, c core.Cluster, _ core.Version) error { return m.Resize(ctx, c) },
+		call: func(ctx context.Context, m Membership, c core.Cluster, _ core.Version, _ *core.Job) error {
+			return m.Resize(ctx, c)
+		},
 		failed: func(*core.Job, core.Version) string { return "resizing" },
 		apply: func(c *core.Cluster, j *core.Job, _ core.Version) {
 			if j.Params.Size > 0 {
@@ -98,7 +103,7 @@ var (
 		accept:  map[core.ClusterState]core.ClusterState{core.ClusterRunning: core.ClusterUpgrading},
 		refused: "Kubernetes cluster ID: %[1]s is not in running state",
 		target:  core.ClusterRunning, fail: core.ClusterAlert,
-		call: func(ctx context.Context, m Membership, c core.Cluster, v core.Version) error {
+		call: func(ctx context.Context, m Membership, c core.Cluster, v core.Version, _ *core.Job) error {
 			return m.SetVersion(ctx, c, v)
 		},
 		failed: func(_ *core.Job, v core.Version) string { return "setting version " + v.SemVer },
@@ -113,7 +118,9 @@ var (
 			core.ClusterStopped: "", core.ClusterStopping: ""},
 		refused: "Kubernetes cluster ID: %[1]s is in %[2]s state and cannot be stopped",
 		target:  core.ClusterStopped, fail: core.ClusterAlert,
-		call:   func(ctx context.Context, m Membership, c core.Cluster, _ core.Version) error { return m.Stop(ctx, c) },
+		call: func(ctx context.Context, m Membership, c core.Cluster, _ core.Version, _ *core.Job) error {
+			return m.Stop(ctx, c)
+		},
 		failed: func(j *core.Job, _ core.Version) string { return j.Command },
 		done:   func(core.Cluster, core.Cluster, core.Version) string { return "tokens suspended; members kept" },
 		plain:  true,
@@ -130,9 +137,11 @@ var (
 		// as after create; a recovered one is Running, and the watch moves
 		// it back to Alert if it is not healthy for AlertAfter.
 		targetFrom: map[core.ClusterState]core.ClusterState{core.ClusterStarting: core.ClusterStarting},
-		call:       func(ctx context.Context, m Membership, c core.Cluster, _ core.Version) error { return m.Start(ctx, c) },
-		failed:     func(j *core.Job, _ core.Version) string { return j.Command },
-		done:       func(core.Cluster, core.Cluster, core.Version) string { return "tokens re-enabled" },
+		call: func(ctx context.Context, m Membership, c core.Cluster, _ core.Version, _ *core.Job) error {
+			return m.Start(ctx, c)
+		},
+		failed: func(j *core.Job, _ core.Version) string { return j.Command },
+		done:   func(core.Cluster, core.Cluster, core.Version) string { return "tokens re-enabled" },
 	}
 	opDelete = &operation{
 		command: "deleteKubernetesCluster",
@@ -141,8 +150,20 @@ var (
 			core.ClusterError: core.ClusterDestroying},
 		refused: "Kubernetes cluster ID: %[1]s is in %[2]s state and cannot be deleted",
 		target:  core.ClusterDestroyed, fail: core.ClusterAlert,
-		call: func(ctx context.Context, m Membership, c core.Cluster, _ core.Version) error {
-			return m.Destroy(ctx, c)
+		// With force, a Membership that takes members off their nodes
+		// first (ForceDestroyer) destroys the cluster even when that
+		// failed, and the members it left are recorded in the job.
+		call: func(ctx context.Context, m Membership, c core.Cluster, _ core.Version, j *core.Job) error {
+			fd, ok := m.(ForceDestroyer)
+			if !j.Params.Force || !ok {
+				return m.Destroy(ctx, c)
+			}
+			abandoned, err := fd.DestroyForce(ctx, c)
+			if err != nil {
+				return err
+			}
+			j.Abandoned = abandoned
+			return nil
 		},
 		failed: func(*core.Job, core.Version) string { return "destroying" },
 		done: func(core.Cluster, core.Cluster, core.Version) string {
@@ -237,7 +258,7 @@ func (s *Service) run(ctx context.Context, op *operation, j *core.Job) error {
 		op.apply(&c, j, v)
 	}
 	if entered && s.mem != nil && op.call != nil {
-		if err := s.call(ctx, func(ctx context.Context) error { return op.call(ctx, s.mem, c, v) }); err != nil {
+		if err := s.call(ctx, func(ctx context.Context) error { return op.call(ctx, s.mem, c, v, j) }); err != nil {
 			return s.failJob(j, fmt.Errorf("%s: %w", op.failed(j, v), err))
 		}
 	}
@@ -268,6 +289,11 @@ func (s *Service) run(ctx context.Context, op *operation, j *core.Job) error {
 		}
 		if err != nil {
 			return err
+		}
+		if len(j.Abandoned) > 0 {
+			if err := appendAbandoned(tx, cur, j); err != nil {
+				return err
+			}
 		}
 		c = cur
 		if op.remove {
@@ -349,10 +375,55 @@ func (s *Service) StartCluster(ctx context.Context, caller Caller, ref string) (
 	return s.accept(caller, ref, opStart, nil)
 }
 
-// DeleteCluster destroys a cluster: tokens revoked, members left, CA key
+// DeleteOptions are how a cluster is deleted.
+type DeleteOptions struct {
+	// Force destroys the cluster even when its members cannot be taken out
+	// of it first (ForceDestroyer): the job succeeds, names the members
+	// left on their nodes (core.Job.Abandoned) and a "cluster.abandoned"
+	// event records them. CloudStack's deleteKubernetesCluster has no such
+	// parameter; the REST API and the CLI set it.
+	Force bool
+}
+
+// DeleteCluster destroys a cluster: members taken out of it (by a
+// Membership that acts on nodes), tokens revoked, members left, CA key
 // destroyed, record removed.
-func (s *Service) DeleteCluster(ctx context.Context, caller Caller, ref string) (core.Job, error) {
-	return s.accept(caller, ref, opDelete, nil)
+func (s *Service) DeleteCluster(ctx context.Context, caller Caller, ref string, opts DeleteOptions) (core.Job, error) {
+	return s.accept(caller, ref, opDelete, func(_ core.Tx, _ *core.Cluster, j *core.Job) (bool, error) {
+		j.Params.Force = opts.Force
+		return true, nil
+	})
+}
+
+// appendAbandoned records, with the deletion, the members a forced delete
+// left on their nodes: one event naming each (device, Node, why) and who
+// asked.
+func appendAbandoned(tx core.Tx, c core.Cluster, j *core.Job) error {
+	parts := make([]string, 0, len(j.Abandoned))
+	devices := make([]string, 0, len(j.Abandoned))
+	nodes := make([]string, 0, len(j.Abandoned))
+	for _, a := range j.Abandoned {
+		node := a.Node
+		if node == "" {
+			node = "no Node"
+		}
+		parts = append(parts, fmt.Sprintf("%s (device %s): %s", node, a.Device, a.Reason))
+		devices = append(devices, a.Device)
+		nodes = append(nodes, a.Node)
+	}
+	_, err := tx.Events().Append(core.Event{Type: "cluster.abandoned", Cluster: c.ID,
+		Message: fmt.Sprintf("Kubernetes cluster %s deleted with force; %d %s abandoned, left as they were: %s",
+			c.Name, len(j.Abandoned), plural(len(j.Abandoned), "member", "members"), strings.Join(parts, "; ")),
+		Fields: map[string]string{"job": j.ID, "api_key": j.Owner, "account": j.Account,
+			"devices": strings.Join(devices, ","), "nodes": strings.Join(nodes, ",")}})
+	return err
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // call runs one Membership call bounded by the operation timeout.

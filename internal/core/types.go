@@ -379,9 +379,13 @@ type Job struct {
 	// Cluster is the cluster as the job left it (cluster jobs that keep it).
 	Cluster *Cluster `json:"cluster,omitempty"`
 	// Success marks jobs whose result is a plain success (stop, delete).
-	Success   bool      `json:"success,omitempty"`
-	Created   time.Time `json:"created"`
-	Completed time.Time `json:"completed,omitzero"`
+	Success bool `json:"success,omitempty"`
+	// Abandoned names the members a forced delete could not take out of
+	// their cluster: the cluster was destroyed with their nodes left as
+	// they were.
+	Abandoned []AbandonedNode `json:"abandoned,omitempty"`
+	Created   time.Time       `json:"created"`
+	Completed time.Time       `json:"completed,omitzero"`
 
 	// What the job does and how a crash mid-way is resolved.
 	Params    JobParams    `json:"params"`
@@ -394,8 +398,19 @@ type JobParams struct {
 	OfferingID string `json:"offering_id,omitempty"`
 	VersionID  string `json:"version_id,omitempty"`
 	DeleteISO  bool   `json:"delete_iso,omitempty"`
+	// Force deletes a cluster even when its members cannot be taken out
+	// of it first (they are recorded as abandoned).
+	Force bool `json:"force,omitempty"`
 	// Target is the state the job moves the cluster to on success.
 	Target ClusterState `json:"target,omitempty"`
+}
+
+// AbandonedNode is a member a forced delete left on its node: the
+// device, its Node's name, and why taking it out failed.
+type AbandonedNode struct {
+	Device string `json:"device"`
+	Node   string `json:"node,omitempty"`
+	Reason string `json:"reason"`
 }
 
 // Done reports whether the job has ended.
