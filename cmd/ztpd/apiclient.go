@@ -325,6 +325,14 @@ func (c *apiClient) async(command string, params url.Values, what string) (json.
 	if c.flags.noWait {
 		return nil, jobID, nil
 	}
+	res, err := c.waitJob(command, jobID, what)
+	return res, jobID, err
+}
+
+// waitJob waits for an asynchronous job (started through either API) by
+// CloudStack's queryAsyncJobResult, showing a spinner on a terminal, and
+// returns its result.
+func (c *apiClient) waitJob(command, jobID, what string) (json.RawMessage, error) {
 	var bar *progressbar.ProgressBar
 	if term.IsTerminal(int(os.Stderr.Fd())) && c.opts.output != "json" {
 		bar = progressbar.NewOptions(-1, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSpinnerType(14),
@@ -335,20 +343,20 @@ func (c *apiClient) async(command string, params url.Values, what string) (json.
 	for delay := 100 * time.Millisecond; ; delay = min(delay*2, 2*time.Second) {
 		j, err := c.cs("queryAsyncJobResult", url.Values{"jobid": {jobID}})
 		if err != nil {
-			return nil, jobID, err
+			return nil, err
 		}
 		var status int
 		_ = json.Unmarshal(j["jobstatus"], &status)
 		switch status {
 		case 1:
-			return j["jobresult"], jobID, nil
+			return j["jobresult"], nil
 		case 2:
 			var e csError
 			_ = json.Unmarshal(j["jobresult"], &e)
-			return nil, jobID, fmt.Errorf("%s job %s failed: %w", command, jobID, &e)
+			return nil, fmt.Errorf("%s job %s failed: %w", command, jobID, &e)
 		}
 		if time.Now().After(deadline) {
-			return nil, jobID, fmt.Errorf("%s job %s still running after %s; check later with the job ID", command, jobID, c.flags.timeout)
+			return nil, fmt.Errorf("%s job %s still running after %s; check later with the job ID", command, jobID, c.flags.timeout)
 		}
 		if bar != nil {
 			_ = bar.Add(1)

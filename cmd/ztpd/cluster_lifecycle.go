@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -156,7 +157,7 @@ func newClusterSimpleCmd(opts *rootOptions, f *apiFlags, op string) *cobra.Comma
 		"delete": "Delete a cluster (tokens revoked, members left, CA destroyed)",
 	}[op]
 	command := op + "KubernetesCluster"
-	var yes bool
+	var yes, force bool
 	cmd := &cobra.Command{
 		Use:   op + " NAME",
 		Short: short,
@@ -171,10 +172,16 @@ func newClusterSimpleCmd(opts *rootOptions, f *apiFlags, op string) *cobra.Comma
 				return err
 			}
 			if op == "delete" {
-				what := fmt.Sprintf("delete cluster %q (%s): its join tokens are revoked, its members leave and its CA is destroyed, which cannot be undone", args[0], id)
+				what := fmt.Sprintf("delete cluster %q (%s): its members are taken out of it, its join tokens are revoked and its CA is destroyed, which cannot be undone", args[0], id)
+				if force {
+					what += "; with --force also when members cannot be taken out, which are then left on their nodes as they are"
+				}
 				if err := confirm(cmd, what, yes); err != nil {
 					return err
 				}
+			}
+			if force {
+				return forceDelete(opts, f, c, id, args[0])
 			}
 			res, job, err := c.async(command, url.Values{"id": {id}}, op+" "+args[0])
 			if err != nil {
@@ -200,8 +207,72 @@ func newClusterSimpleCmd(opts *rootOptions, f *apiFlags, op string) *cobra.Comma
 	}
 	if op == "delete" {
 		addYesFlag(cmd, &yes)
+		cmd.Flags().BoolVar(&force, "force", false, "delete the cluster even if its members cannot be taken out of it first (drained, reset by their agents, Nodes deleted); those are left on their nodes as they are and named in the result")
+		cmd.Long = `Delete a cluster: every member is taken out of it on its node (cordoned, drained,
+reset by its device agent, its Node deleted, its agent credential revoked), then its
+join tokens are revoked and its CA is destroyed. If a member cannot be taken out
+(a PodDisruptionBudget, an agent that does not answer) the delete fails and the
+cluster goes to Alert; with --force the cluster is deleted all the same, and the
+members left on their nodes are listed with why (an audit event records them).`
 	}
 	return cmd
+}
+
+// abandonedNode is a member a forced delete left on its node.
+type abandonedNode struct {
+	Device string `json:"device"`
+	Node   string `json:"node,omitempty"`
+	Reason string `json:"reason"`
+}
+
+// forceDelete deletes a cluster with force through the REST API (CloudStack
+// has no such parameter), waits for its job and prints the members it
+// abandoned.
+func forceDelete(opts *rootOptions, f *apiFlags, c *apiClient, id, name string) error {
+	const command = "deleteKubernetesCluster"
+	var started struct {
+		Job struct {
+			ID string `json:"id"`
+		} `json:"job"`
+	}
+	path := "/api/v1/clusters/" + url.PathEscape(id)
+	if err := c.rest("DELETE", path, url.Values{"force": {"true"}}, nil, &started); err != nil {
+		return err
+	}
+	if f.noWait {
+		return printJob(opts, command, started.Job.ID)
+	}
+	if _, err := c.waitJob(command, started.Job.ID, "delete "+name); err != nil {
+		return err
+	}
+	var job struct {
+		Abandoned []abandonedNode `json:"abandoned"`
+	}
+	if err := c.rest("GET", "/api/v1/jobs/"+url.PathEscape(started.Job.ID), nil, nil, &job); err != nil {
+		return err
+	}
+	text := "Kubernetes cluster deleted"
+	switch n := len(job.Abandoned); n {
+	case 0:
+	case 1:
+		text += "; 1 member abandoned on its node"
+	default:
+		text += fmt.Sprintf("; %d members abandoned on their nodes", n)
+	}
+	if job.Abandoned == nil {
+		job.Abandoned = []abandonedNode{}
+	}
+	return printResult(opts, os.Stdout, map[string]any{"id": id, "name": name, "success": true, "displaytext": text, "abandoned": job.Abandoned},
+		func(tw *tabwriter.Writer) {
+			row(tw, name, text)
+			if len(job.Abandoned) > 0 {
+				row(tw)
+				row(tw, "DEVICE", "NODE", "WHY")
+				for _, a := range job.Abandoned {
+					row(tw, a.Device, cmp.Or(a.Node, "-"), a.Reason)
+				}
+			}
+		})
 }
 
 // clusterJob runs an asynchronous cluster command and prints the cluster as
