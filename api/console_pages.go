@@ -19,7 +19,8 @@ import (
 // ConsolePaths are the path patterns (net/http ServeMux syntax) of the
 // console besides "/" itself: internal/app routes them to the API's
 // handler on the main listener when the API is served there.
-var ConsolePaths = []string{"/ui/", "/devices", "/devices/", "/clusters", "/clusters/", "/versions", "/images", "/leases", "/settings"}
+var ConsolePaths = []string{"/ui/", "/devices", "/devices/", "/clusters", "/clusters/", "/rollouts", "/rollouts/", "/versions", "/images",
+	"/leases", "/settings"}
 
 // consoleCSP allows the console's own script, style and images (and data:
 // images) only: no inline script or style, no framing.
@@ -36,6 +37,8 @@ var consolePages = []consolePage{
 	{"/devices/:id", "device", "devices", "Device", false},
 	{"/clusters", "clusters", "clusters", "Clusters", false},
 	{"/clusters/:id", "cluster", "clusters", "Cluster", false},
+	{"/rollouts", "rollouts", "rollouts", "Rollouts", false},
+	{"/rollouts/:id", "rollout", "rollouts", "Rollout", false},
 	{"/versions", "versions", "versions", "Versions", false},
 	{"/images", "images", "images", "Images", false},
 	{"/leases", "leases", "leases", "Leases", false},

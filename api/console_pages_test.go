@@ -16,8 +16,8 @@ import (
 // pgPaths are the console's pages, each with its <main data-page>.
 var pgPaths = []struct{ path, page string }{
 	{"/", "overview"}, {"/devices", "devices"}, {"/devices/aa:bb:cc:00:00:01", "device"}, {"/clusters", "clusters"},
-	{"/clusters/some-id", "cluster"}, {"/versions", "versions"}, {"/images", "images"}, {"/leases", "leases"},
-	{"/settings", "settings"},
+	{"/clusters/some-id", "cluster"}, {"/rollouts", "rollouts"}, {"/rollouts/ro-some-id", "rollout"}, {"/versions", "versions"},
+	{"/images", "images"}, {"/leases", "leases"}, {"/settings", "settings"},
 }
 
 // pgClient is a browser-like client of e's server: a cookie jar, no
@@ -252,7 +252,7 @@ func TestConsolePagesEscapeHostileText(t *testing.T) {
 	hc := pgClient(t, e)
 	pgSignIn(t, e, hc, e.admin.APIKey, e.adminSec)
 	hostileID := `"><img src=x onerror=alert(1)><script>x` // no "/": it is one path segment
-	for _, path := range []string{"/devices/" + url.PathEscape(hostileID), "/clusters/" + url.PathEscape(hostileID)} {
+	for _, path := range []string{"/devices/" + url.PathEscape(hostileID), "/clusters/" + url.PathEscape(hostileID), "/rollouts/" + url.PathEscape(hostileID)} {
 		resp, body := pgGet(t, hc, e.ts.URL+path)
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("%s: %d", path, resp.StatusCode)

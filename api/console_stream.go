@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,7 +24,12 @@ import (
 // subscribed, and merges what changed into each subscriber's pending
 // update: the current records of the devices the new events name (at most
 // streamMaxDevices, else more=true and the page refetches its table), the
-// newest streamMaxEvents events, and the device counts. A subscriber's
+// newest streamMaxEvents events, the device counts, and the IDs of the
+// rollouts whose progress the new events record (at most
+// streamMaxRollouts, else rollouts_more=true): a rollout's page refetches
+// it from REST when its ID comes, so its progress reaches the page even
+// when a storm of device events pushes the rollout.* events themselves out
+// of the newest 50. A subscriber's
 // handler sends its pending update at most once per streamInterval; while
 // it is slow to write, new changes merge into the pending update instead of
 // queueing, so memory per subscriber stays bounded however loud the storm.
@@ -35,6 +41,8 @@ const (
 	streamKeepalive  = 15 * time.Second
 	streamMaxDevices = 500
 	streamMaxEvents  = 50
+	// streamMaxRollouts bounds the rollout IDs an update names.
+	streamMaxRollouts = 100
 	// streamMaxLoads bounds the device records read per poll; past it every
 	// subscriber is told more=true (refetch) instead.
 	streamMaxLoads = 2000
@@ -81,6 +89,10 @@ type streamUpdate struct {
 	more    bool
 	events  []core.Event // newest streamMaxEvents, in seq order once trimmed
 	counts  *deviceCounts
+	// rollouts are the rollouts whose progress was recorded (rollout.*
+	// events); rolloutsMore says more than streamMaxRollouts were.
+	rollouts     map[string]struct{}
+	rolloutsMore bool
 }
 
 func (u *streamUpdate) addEvent(e core.Event) {
@@ -110,8 +122,29 @@ func (u *streamUpdate) addDevice(d core.Device) {
 	u.devices[d.ID] = d
 }
 
+func (u *streamUpdate) addRollout(id string) {
+	if u.rollouts == nil {
+		u.rollouts = map[string]struct{}{}
+	}
+	if _, ok := u.rollouts[id]; !ok && len(u.rollouts) >= streamMaxRollouts {
+		u.rolloutsMore = true
+		return
+	}
+	u.rollouts[id] = struct{}{}
+}
+
+// rolloutOf is the rollout an event records the progress of ("" none):
+// rollout.started, rollout.progress and any later rollout.* event that
+// names its rollout.
+func rolloutOf(e core.Event) string {
+	if !strings.HasPrefix(e.Type, "rollout.") {
+		return ""
+	}
+	return e.Fields["rollout"]
+}
+
 func (u *streamUpdate) empty() bool {
-	return len(u.devices) == 0 && len(u.events) == 0 && !u.more
+	return len(u.devices) == 0 && len(u.events) == 0 && !u.more && len(u.rollouts) == 0 && !u.rolloutsMore
 }
 
 // merge folds a poll's update into the pending one.
@@ -125,6 +158,10 @@ func (u *streamUpdate) merge(v streamUpdate) {
 		u.addEvent(e)
 	}
 	u.trimEvents()
+	u.rolloutsMore = u.rolloutsMore || v.rolloutsMore
+	for id := range v.rollouts {
+		u.addRollout(id)
+	}
 	if v.counts != nil {
 		u.counts = v.counts
 	}
@@ -305,10 +342,14 @@ func (h *streamHub) poll(after uint64, subs []*streamSub) (uint64, error) {
 						}
 					}
 				}
+				ro := rolloutOf(e)
 				for i, v := range viewOf {
 					// listEvents' filter for user keys.
 					if v.own == nil || (e.Cluster != "" && v.own[e.Cluster]) || e.Fields["account"] == v.account {
 						updates[i].addEvent(e)
+						if ro != "" {
+							updates[i].addRollout(ro)
+						}
 					}
 				}
 				return true, nil
@@ -524,5 +565,16 @@ func appendStreamUpdate(buf []byte, u streamUpdate) ([]byte, error) {
 		return buf, err
 	}
 	buf = append(buf, raw...)
+	buf = append(buf, `,"rollouts":`...)
+	ids := slices.Sorted(maps.Keys(u.rollouts))
+	if ids == nil {
+		ids = []string{}
+	}
+	if raw, err = json.Marshal(ids); err != nil {
+		return buf, err
+	}
+	buf = append(buf, raw...)
+	buf = append(buf, `,"rollouts_more":`...)
+	buf = strconv.AppendBool(buf, u.rolloutsMore)
 	return append(buf, "}\n\n"...), nil
 }

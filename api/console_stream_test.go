@@ -25,11 +25,13 @@ type sessMessage struct {
 }
 
 type sessUpdate struct {
-	LastSeq uint64         `json:"last_seq"`
-	Devices []restDevice   `json:"devices"`
-	More    bool           `json:"more"`
-	Events  []restEvent    `json:"events"`
-	Counts  map[string]any `json:"counts"`
+	LastSeq      uint64         `json:"last_seq"`
+	Devices      []restDevice   `json:"devices"`
+	More         bool           `json:"more"`
+	Events       []restEvent    `json:"events"`
+	Counts       map[string]any `json:"counts"`
+	Rollouts     []string       `json:"rollouts"`
+	RolloutsMore bool           `json:"rollouts_more"`
 }
 
 // sessStream is an open /ui/stream: its messages arrive on msgs, which is

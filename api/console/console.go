@@ -41,7 +41,7 @@ func (a Asset) URL() string { return StaticPrefix + a.Hash + "/" + a.Name }
 // View is what a page shell shows: never device or cluster data (app.js
 // fetches that), only who is signed in and which page this is.
 type View struct {
-	Page  string // <main data-page>: overview, devices, device, ..., signin, forbidden
+	Page  string // <main data-page>: overview, devices, device, ..., rollouts, rollout, signin, forbidden
 	Nav   string // the nav entry marked current
 	Title string
 	// The signed-in key; zero on the sign-in form.
@@ -50,7 +50,7 @@ type View struct {
 	Role   string
 	Admin  bool
 	CSRF   string
-	// ID is the device or cluster a detail page shows (<main data-id>).
+	// ID is the device, cluster or rollout a detail page shows (<main data-id>).
 	ID string
 	// Sign-in form: where to go after, and whether the last try failed.
 	Next         string

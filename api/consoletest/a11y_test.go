@@ -242,7 +242,7 @@ func TestConsoleKeyboard(t *testing.T) {
 			nav[s.Href] = true
 		}
 	}
-	for _, p := range []string{"/", "/devices", "/clusters", "/versions", "/images", "/leases", "/settings"} {
+	for _, p := range []string{"/", "/devices", "/clusters", "/rollouts", "/versions", "/images", "/leases", "/settings"} {
 		if !nav[p] {
 			t.Errorf("Tab never reached the nav link to %s: %v", p, stops)
 		}

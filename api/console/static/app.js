@@ -213,10 +213,11 @@
     return fire;
   }
 
-  // confirmButton asks for a second click within 5 s before running act.
-  function confirmButton(label, act, cls) {
+  // confirmButton asks for a second click within 5 s before running act;
+  // it makes the button, or wires the page's own (existing).
+  function confirmButton(label, act, cls, existing) {
     let armed = null;
-    const b = el('button', { type: 'button', class: cls, text: label });
+    const b = existing || el('button', { type: 'button', class: cls, text: label });
     b.addEventListener('click', async () => {
       if (!armed) {
         b.textContent = 'Confirm ' + label.toLowerCase();
@@ -227,18 +228,21 @@
       clearTimeout(armed);
       armed = null;
       b.disabled = true;
-      try { await act(); } finally { b.disabled = false; b.textContent = label; b.classList.remove('armed'); }
+      try { await act(); } finally { b.disabled = !!b.dataset.off; b.textContent = label; b.classList.remove('armed'); }
     });
     return b;
   }
 
-  // openStream follows /ui/stream; onUpdate gets each coalesced update.
-  function openStream(onUpdate) {
+  // openStream follows /ui/stream; onUpdate gets each coalesced update,
+  // onHello (optional) each (re)connection: what changed between the
+  // page's first fetch and the stream's start is only seen by fetching.
+  function openStream(onUpdate, onHello) {
     if (!window.EventSource) return;
     const live = $('#live');
     const es = new EventSource('/ui/stream');
     es.addEventListener('open', () => { if (live) { live.className = 'live on'; live.title = 'Live updates: connected'; live.setAttribute('aria-label', live.title); } });
     es.addEventListener('error', () => { if (live) { live.className = 'live off'; live.title = 'Live updates: reconnecting'; live.setAttribute('aria-label', live.title); } });
+    if (onHello) es.addEventListener('hello', () => { try { onHello(); } catch (e) { showError(e); } });
     es.addEventListener('update', (ev) => {
       let m;
       try { m = JSON.parse(ev.data); } catch (e) { return; }
@@ -717,10 +721,21 @@
       events.replaceChildren(...evs.reverse().map((e) => eventItem(e)));
       if (!evs.length) events.append(el('li', { class: 'muted', text: 'No events for this cluster.' }));
     };
+    const rolloutRows = $('#cluster-rollouts tbody');
+    $('#cluster-rollouts-all').href = '/rollouts?cluster=' + enc(id);
+    const loadRollouts = async () => {
+      let list;
+      try { list = items(await api('/rollouts?limit=5&cluster=' + enc(id))); } catch (e) {
+        rolloutRows.replaceChildren(el('tr', null, el('td', { colspan: 6, class: 'muted', text: e.message })));
+        return;
+      }
+      rolloutRows.replaceChildren(...list.map((r) => rolloutRow(r, null, false)));
+      if (!list.length) rolloutRows.append(el('tr', null, el('td', { colspan: 6, class: 'muted', text: 'No rollouts yet: an upgrade or a scale-down runs one over the nodes.' })));
+    };
     const fetchCluster = async () => { c = await api('/clusters/' + enc(id)); render(); };
     const load = async () => { await fetchCluster(); loaded(); };
-    // The first render counts once the cluster and its events are shown.
-    try { await Promise.all([fetchCluster(), loadEvents().catch(showError)]); loaded(); } catch (e) { showError(e); return; }
+    // The first render counts once the cluster, its events and rollouts are shown.
+    try { await Promise.all([fetchCluster(), loadEvents().catch(showError), loadRollouts()]); loaded(); } catch (e) { showError(e); return; }
     versionOptions($('#cluster-upgrade').elements.version, c.version && c.version.id).catch(showError);
     let gone = false; // deleted: nothing more to fetch
     const run = async (what, method, path, body) => {
@@ -767,10 +782,206 @@
         kc.dataset.downloaded = String(Number(kc.dataset.downloaded || 0) + 1);
       } catch (err) { formError(ops, err); }
     });
-    const refresh = throttle(() => (gone ? null : Promise.all([load(), loadEvents()])), 2000);
+    const refresh = throttle(() => (gone ? null : Promise.all([load(), loadEvents(), loadRollouts()])), 2000);
     openStream((m) => {
-      if ((m.events || []).some((e) => e.cluster === id) || (m.devices || []).some((d) => d.cluster === id)) refresh();
+      if ((m.events || []).some((e) => e.cluster === id) || (m.devices || []).some((d) => d.cluster === id) ||
+        (m.rollouts || []).length || m.rollouts_more) refresh();
     });
+  }
+
+  // ---- rollouts ---------------------------------------------------------
+
+  // A node's phases in the order it goes through them; failed, skipped and
+  // withdrawn end it elsewhere.
+  const phaseOrder = ['pending', 'cordoned', 'drained', 'agent', 'waiting', 'done'];
+  const phaseHelp = {
+    pending: 'not started yet', cordoned: 'cordoned: no new pods are scheduled on its Node',
+    drained: "drained: its pods were evicted (PodDisruptionBudgets hold)", agent: "the device's agent runs its operation",
+    waiting: 'waiting for its Node to be Ready at the target', done: 'done', failed: 'failed: the rollout stops here',
+    skipped: 'skipped: already at the target', withdrawn: 'withdrawn: the rollout was aborted before its agent started',
+  };
+  const rolloutEnded = (r) => ['succeeded', 'failed', 'aborted'].includes(r.state);
+  // rolloutDone is how many nodes are through (done, or already there).
+  const rolloutDone = (r) => (r.nodes || []).filter((n) => n.phase === 'done' || n.phase === 'skipped').length;
+  function rolloutProgressText(r) {
+    const c = r.counts || {};
+    const total = (r.nodes || []).length;
+    let t = `${rolloutDone(r)} of ${total} done`;
+    if (c.failed) t += `, ${c.failed} failed`;
+    const busy = ['cordoned', 'drained', 'agent', 'waiting'].reduce((a, p) => a + (c[p] || 0), 0);
+    if (busy) t += `, ${busy} underway`;
+    return t;
+  }
+  const rolloutLink = (id) => el('a', { href: '/rollouts/' + enc(id), class: 'mono', text: id });
+  const rolloutTarget = (r) => (r.kind === 'remove' ? (r.mode === 'standalone' ? 'to standalone' : 'out of the cluster') : r.target);
+  // phaseCell shows a node's phase as a badge (its text is the phase) and
+  // a track of the steps it went through.
+  function phaseCell(phase) {
+    const i = phaseOrder.indexOf(phase);
+    const track = el('span', { class: 'track', 'aria-hidden': 'true' }, phaseOrder.slice(1).map((p, k) =>
+      el('span', { class: 'dot' + (i > k + 1 || phase === 'done' ? ' past' : i === k + 1 ? ' now' : '') })));
+    return el('td', { class: 'phase ph-' + phase }, el('span', { class: 'badge ph-' + phase, title: phaseHelp[phase] || phase, text: phase }),
+      i > 0 && phase !== 'done' ? track : null);
+  }
+  function rolloutRow(r, names, withCluster) {
+    const total = (r.nodes || []).length;
+    return el('tr', { data: { id: r.id } }, td(rolloutLink(r.id)),
+      withCluster ? td(r.cluster ? clusterLink(r.cluster, names.get(r.cluster)) : 'standalone devices') : null,
+      td(r.kind), td(rolloutTarget(r)), el('td', { class: 'state' }, stateBadge(r.state)),
+      el('td', { class: 'progress' }, el('span', { class: 'ptext', text: rolloutProgressText(r) }),
+        meter(rolloutDone(r), total, rolloutProgressText(r))),
+      td(timeEl(r.created, true)));
+  }
+
+  async function rolloutsPage() {
+    const form = $('#rollout-filter');
+    const tbody = $('#rollouts tbody');
+    const names = await clusterNameMap();
+    fillSelect(form.elements.cluster, [...names].map(([id, name]) => [id, name]), 1);
+    const initial = new URLSearchParams(location.search);
+    for (const k of ['cluster', 'state']) if (initial.get(k)) form.elements[k].value = initial.get(k);
+    let cursors = [''], idx = 0, next = '', seq = 0;
+    const load = async () => {
+      const my = ++seq;
+      const f = formValues(form);
+      const q = new URLSearchParams();
+      for (const k of ['cluster', 'state']) if (f[k]) q.set(k, f[k]);
+      history.replaceState(null, '', location.pathname + (q.toString() ? '?' + q : ''));
+      q.set('limit', '50');
+      if (cursors[idx]) q.set('cursor', cursors[idx]);
+      const r = await api('/rollouts?' + q);
+      if (my !== seq) return;
+      next = r.next_cursor || '';
+      const list = items(r);
+      tbody.replaceChildren(...list.map((ro) => rolloutRow(ro, names, true)));
+      if (!list.length) {
+        tbody.append(el('tr', null, el('td', { colspan: 7, class: 'muted', text: f.cluster || f.state ? 'No rollouts match.'
+          : "No rollouts yet: upgrading a cluster (its page's Upgrade, or ztpd rollout start) starts one." })));
+      }
+      setPager(idx === 0, !next);
+      $('#page-info').textContent = list.length ? `Page ${idx + 1}: rollouts ${idx * 50 + 1}–${idx * 50 + list.length}` : '';
+      setStatus('');
+      loaded();
+    };
+    const reload = () => { cursors = ['']; idx = 0; return load().catch(showError); };
+    form.addEventListener('submit', (e) => { e.preventDefault(); reload(); });
+    for (const k of ['cluster', 'state']) form.elements[k].addEventListener('change', reload);
+    $('#page-next').addEventListener('click', () => { if (!next) return; cursors[idx + 1] = next; idx++; load().catch(showError); });
+    $('#page-prev').addEventListener('click', () => { if (idx === 0) return; idx--; load().catch(showError); });
+    await reload();
+    const refetch = throttle(load, 1500);
+    openStream((m) => { if ((m.rollouts || []).length || m.rollouts_more) refetch(); }, refetch);
+  }
+
+  async function rolloutPage() {
+    const id = main.dataset.id;
+    let r;
+    try { r = await api('/rollouts/' + enc(id)); } catch (e) { showError(e); return; }
+    const names = await clusterNameMap();
+    // steps: the newest agent.step of each of the rollout's operations.
+    const steps = new Map();
+    const events = $('#rollout-events');
+    const ops = () => new Set((r.nodes || []).map((n) => n.operation).filter(Boolean));
+    const devs = () => new Set((r.nodes || []).map((n) => n.device));
+    const mine = (e) => {
+      const f = e.fields || {};
+      return (e.type.startsWith('rollout.') && f.rollout === id) || (e.type === 'agent.step' && ops().has(f.operation));
+    };
+    // An agent's first report can come in the same update as the phase
+    // change that names its operation, before the refetch brings the
+    // operation: such steps of the rollout's devices wait here (bounded)
+    // until the rollout names their operation.
+    let stray = [];
+    const noteStep = (e) => {
+      const f = e.fields || {};
+      if (e.type !== 'agent.step' || !f.operation) return;
+      const had = steps.get(f.operation);
+      if (!had || had.seq < e.seq) steps.set(f.operation, { seq: e.seq, text: `${f.step} ${f.state}${f.state === 'failed' && f.exit_code ? ' (exit ' + f.exit_code + ')' : ''}` });
+    };
+    const buttons = { pause: $('#rollout-pause'), resume: $('#rollout-resume'), abort: $('#rollout-abort') };
+    const render = () => {
+      $('#rollout-title').textContent = `Rollout ${r.id}`;
+      document.title = `${r.id} · ztpd`;
+      const hooks = Object.entries(r.hooks || {}).map(([k, v]) => `${k}=${v}`).join(', ');
+      facts($('#rollout-facts'), [
+        ['State', el('span', { class: 'state', id: 'rollout-state' }, stateBadge(r.state))],
+        ['Reason', r.reason], ['Cluster', r.cluster ? clusterLink(r.cluster, names.get(r.cluster)) : 'standalone devices'],
+        ['Kind', r.kind], ['Target', rolloutTarget(r)], ['At a time', r.max_unavailable],
+        ['Drain timeout', r.drain_timeout], ['Step timeout', r.step_timeout], ['Hooks', hooks],
+        ['Hook failures', r.continue_on_hook_failure ? 'continue past them' : ''], ['Job', r.job], ['Started by', r.created_by],
+        ['Started', timeEl(r.created)], ['Updated', timeEl(r.updated_at)], ['Finished', timeEl(r.finished)], ['ID', r.id],
+      ]);
+      const total = (r.nodes || []).length;
+      $('#rollout-progress').replaceChildren(el('p', { id: 'rollout-progress-text', text: rolloutProgressText(r) }),
+        meter(rolloutDone(r), total, rolloutProgressText(r)));
+      const c = r.counts || {};
+      const phases = [...phaseOrder, 'failed', 'skipped', 'withdrawn'].filter((p) => c[p]);
+      $('#rollout-counts').replaceChildren(...phases.map((p) => el('span', { class: 'stat ph-' + p, data: { phase: p } },
+        el('span', { class: 'n', text: String(c[p]) }), el('span', { class: 'l', text: p }))));
+      $('#rollout-nodes tbody').replaceChildren(...(r.nodes || []).map((n, i) => {
+        const step = n.operation && steps.get(n.operation);
+        return el('tr', { class: n.phase === 'failed' ? 'ph-row-failed' : null, data: { device: n.device, phase: n.phase } }, td(String(i + 1), 'num'), td(n.node_name), td(deviceLink(n.device), 'mono'),
+          td(n.role), phaseCell(n.phase), td(step ? step.text : '', 'step'),
+          n.reason ? el('td', { class: 'reason', text: n.reason }) : td(''),
+          td(timeEl(n.started, true)), td(timeEl(n.finished, true)));
+      }));
+      if (!total) $('#rollout-nodes tbody').append(el('tr', null, el('td', { colspan: 9, class: 'muted', text: 'No nodes: the cluster had no members when the rollout started.' })));
+      // What an action said holds until the rollout's state moves on.
+      const said = $('#action-status');
+      if (said && said.dataset.state && said.dataset.state !== r.state) { setStatus('', '', said); delete said.dataset.state; }
+      const can = { pause: r.state === 'running', resume: r.state === 'paused', abort: !rolloutEnded(r) };
+      for (const [k, b] of Object.entries(buttons)) {
+        if (!b) continue;
+        b.disabled = !can[k];
+        if (can[k]) delete b.dataset.off; else b.dataset.off = '1';
+      }
+    };
+    const addEvent = (e) => {
+      noteStep(e);
+      if ($(`li[data-seq="${Number(e.seq)}"]`, events)) return;
+      const placeholder = $('li.muted', events);
+      if (placeholder) placeholder.remove();
+      events.prepend(eventItem(e, { clusterNames: names }));
+    };
+    const loadEvents = async () => {
+      const q = r.cluster ? 'cluster=' + enc(r.cluster) : 'type=rollout.progress';
+      const evs = items(await api('/events?' + q + '&tail=500')).filter(mine);
+      evs.forEach(noteStep);
+      events.replaceChildren(...evs.reverse().map((e) => eventItem(e, { clusterNames: names })));
+      if (!evs.length) events.append(el('li', { class: 'muted', text: 'No activity recorded for this rollout yet.' }));
+    };
+    render();
+    await loadEvents().catch(showError);
+    render();
+    loaded();
+    const st = $('#action-status');
+    const act = async (what) => {
+      setStatus(`${what}…`, 'busy', st);
+      try {
+        r = await api('/rollouts/' + enc(id) + '/' + what, { method: 'POST' });
+        render();
+        setStatus(`${what === 'abort' ? 'Aborted' : what === 'pause' ? 'Paused' : 'Resumed'}: the rollout is ${r.state}.`, 'ok', st);
+        st.dataset.state = r.state;
+        loaded();
+      } catch (e) { showError(e, st); }
+    };
+    if (buttons.pause) buttons.pause.addEventListener('click', () => act('pause'));
+    if (buttons.resume) buttons.resume.addEventListener('click', () => act('resume'));
+    if (buttons.abort) confirmButton('Abort', () => act('abort'), 'danger', buttons.abort);
+    const adoptStray = () => {
+      const known = ops();
+      for (const e of stray) if (known.has(e.fields.operation)) addEvent(e);
+      stray = stray.filter((e) => !known.has(e.fields.operation));
+    };
+    const refetch = throttle(async () => { r = await api('/rollouts/' + enc(id)); adoptStray(); render(); loaded(); }, 1000);
+    openStream((m) => {
+      let changed = false;
+      for (const e of m.events || []) {
+        if (mine(e)) { addEvent(e); changed = true; } else if (e.type === 'agent.step' && e.fields && devs().has(e.device)) stray = [...stray, e].slice(-200);
+      }
+      if ((m.rollouts || []).includes(id) || m.rollouts_more) refetch();
+      else if (changed) { render(); loaded(); }
+    }, refetch);
   }
 
   // ---- versions ---------------------------------------------------------
@@ -1089,7 +1300,7 @@
     setStatus('The page is still loading: try again in a moment.', 'busy');
   });
   const pages = { overview: overviewPage, devices: devicesPage, device: devicePage, clusters: clustersPage, cluster: clusterPage,
-    versions: versionsPage, images: imagesPage, leases: leasesPage, settings: settingsPage };
+    rollouts: rolloutsPage, rollout: rolloutPage, versions: versionsPage, images: imagesPage, leases: leasesPage, settings: settingsPage };
   const run = pages[pageName];
   if (run && csrf) run().catch((e) => showError(e));
   else loaded(); // sign-in and forbidden pages have nothing to fetch
