@@ -5,7 +5,10 @@
 # workers) MAX_UNAVAILABLE at a time; simulated NodeOps take the per-node
 # step times (cordon 50ms, drain 2s, agent kubeadm upgrade 5s, Node Ready 1s
 # after the kubelet restart, each ±20% per node) and NODES simulated agents
-# poll every 2s + 0..1s and report their steps. Every time is multiplied by
+# that behave as ztpd-agent under its timer: a run every 60s + 0..30s (the
+# agent's real default), and, while ztpd's document says poll_seconds 5 (the
+# rollout's nodes), polls every 5s + 0..0.5s within the run until 6s before
+# its minute is over. Every time is multiplied by
 # SCALE (0.1: ten times faster than real). Reports the wall time against the
 # floor (the control plane's steps + the workers' steps / MAX_UNAVAILABLE),
 # wall/floor and the engine's overhead per node, (wall - floor) x
@@ -13,7 +16,8 @@
 # uncordoned and at the target (or maxUnavailable was exceeded), never on a
 # time. No root needed.
 # Knobs (env): NODES (200) MAX_UNAVAILABLE (10) SCALE (0.1) ARGS (more
-#   rolloutbench flags, e.g. "-poll 60s -drain 30s")
+#   rolloutbench flags, e.g. "-poll 2s -drain 30s"; "-fast-poll 0": the
+#   rollout's nodes poll no faster than the others)
 # Last line: RESULT rollout nodes=<n> seconds=<s> floor_s=<f>
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -13,11 +13,15 @@
 // write fsynced, as in ztpd). What is simulated: the cluster's API server
 // (NodeOps: cordon and drain take their time, a Node turns Ready -ready
 // after its kubelet restarted) and the device agents, one goroutine per
-// node that polls its document through AgentDocument every -poll plus a
-// random 0..-poll/2 (as ztpd-agent.py's loop and its systemd timer do)
-// and, handed the kubeadm-upgrade step, reports it running through
+// node that behaves as ztpd-agent.py under its systemd timer: a run starts
+// -poll plus a random 0..-poll/2 after the previous one started (or when
+// it ended, if later); it polls its document through AgentDocument and,
+// handed the kubeadm-upgrade step, reports it running through
 // AgentReport, takes -agent, moves its Node to the version and reports it
-// succeeded.
+// succeeded; while the document's poll_seconds is shorter than -poll (the
+// engine's nodes get -fast-poll, as ztpd's desired-state owner is wired
+// to the engine), the run polls on every poll_seconds plus up to a tenth
+// until it has lasted -poll less the agent's margin (max(2 s, -poll/10)).
 //
 // Every duration flag is a real-world time, multiplied by -scale; each
 // node's step times are drawn uniformly within ±-spread of the flags
@@ -56,6 +60,7 @@ import (
 	"github.com/ztpd/ztpd/internal/desired"
 	"github.com/ztpd/ztpd/internal/rollout"
 	"github.com/ztpd/ztpd/internal/store/boltstore"
+	"github.com/ztpd/ztpd/joiner/agent"
 )
 
 const (
@@ -69,6 +74,7 @@ type config struct {
 	scale, spread                        float64
 	seed                                 uint64
 	cordon, drain, agent, ready, poll    time.Duration
+	fastPoll                             time.Duration
 	timeout                              time.Duration
 	breakNode                            int
 	dir                                  string
@@ -87,7 +93,8 @@ func main() {
 	flag.DurationVar(&c.drain, "drain", 2*time.Second, "time to drain a Node (real world)")
 	flag.DurationVar(&c.agent, "agent", 5*time.Second, "time of the agent's kubeadm upgrade (real world)")
 	flag.DurationVar(&c.ready, "ready", time.Second, "time from the kubelet restart to the Node Ready (real world)")
-	flag.DurationVar(&c.poll, "poll", 2*time.Second, "agents' poll interval, plus a random 0..poll/2 (real world; ztpd's default is 1m)")
+	flag.DurationVar(&c.poll, "poll", agent.DefaultInterval, "agents' poll interval (their timer's), plus a random 0..poll/2 (real world)")
+	flag.DurationVar(&c.fastPoll, "fast-poll", desired.DefaultFastPollInterval, "the poll interval ztpd gives the agents of the rollout's nodes (real world, whole seconds; 0: none)")
 	flag.DurationVar(&c.timeout, "timeout", time.Hour, "give up waiting for the rollout after this (measured time; a hang guard, not a limit)")
 	flag.IntVar(&c.breakNode, "break-node", -1, "the agent of this node (index) fails its upgrade: shows the bench fails then")
 	flag.StringVar(&c.dir, "dir", "", "store directory (default: a temporary one, removed)")
@@ -119,6 +126,8 @@ func (c *config) check() error {
 		return errors.New("step times cannot be negative")
 	case c.poll <= 0:
 		return fmt.Errorf("-poll %v: want more than 0", c.poll)
+	case c.fastPoll < 0:
+		return fmt.Errorf("-fast-poll %v: want 0 (none) or more", c.fastPoll)
 	}
 	return nil
 }
@@ -283,58 +292,111 @@ func (noMembers) ResetDevice(context.Context, string) (core.Device, error) {
 
 // agents are the simulated device agents.
 type agents struct {
-	des     *desired.Service
-	cl      *cluster
-	poll    time.Duration
-	broken  string // this device's agent fails its upgrade
-	polls   atomic.Int64
-	errs    atomic.Int64
-	lastErr atomic.Value // string
+	des *desired.Service
+	cl  *cluster
+	// poll is the timer's interval, margin how long before its end a run
+	// stops polling on (both scaled); scale scales the documents'
+	// poll_seconds.
+	poll, margin time.Duration
+	scale        func(time.Duration) time.Duration
+	broken       string // this device's agent fails its upgrade
+	polls        atomic.Int64
+	fastPolls    atomic.Int64 // polls a run made on, at the document's pace
+	errs         atomic.Int64
+	lastErr      atomic.Value // string
 }
 
-// run is one agent: poll, and run the operation its document carries.
+// agentMargin is ztpd-agent.py's linger_margin: a run polling on stops
+// max(2 s, interval/10) (whole seconds) before its interval is over.
+func agentMargin(interval time.Duration) time.Duration {
+	return max(2*time.Second, (interval / 10).Truncate(time.Second))
+}
+
+// run is one agent under its timer: runs start -poll + 0..-poll/2 apart
+// (OnUnitActiveSec, RandomizedDelaySec); each polls, runs the operation
+// its document carries, and polls on at the document's pace while that is
+// faster than the timer's, until the run has lasted -poll less the margin.
 func (a *agents) run(ctx context.Context, i int) {
 	dev, node := deviceID(i), nodeName(i)
 	addr := netip.AddrFrom4([4]byte{10, 99, byte(1 + i>>8), byte(i)})
 	// Agents booted at different times: their timers are out of step.
-	wait := rand.N(a.poll)
+	next := time.Now().Add(rand.N(a.poll))
 	for {
-		select {
-		case <-ctx.Done():
+		if !sleep(ctx, time.Until(next)) {
 			return
-		case <-time.After(wait):
 		}
-		wait = a.poll + rand.N(a.poll/2+1)
-		a.polls.Add(1)
-		doc, err := a.des.AgentDocument(ctx, dev, addr)
-		if err != nil {
-			a.fail(dev, "poll", err)
-			continue
+		started := time.Now()
+		deadline := started.Add(a.poll - a.margin)
+		every := a.poll
+		if d, ok := a.pollOnce(ctx, dev, node, addr); ok {
+			every = d
 		}
-		if doc.Operation == nil {
-			continue
-		}
-		op := doc.Operation
-		for _, st := range op.Steps {
-			rep := desired.Report{Operation: op.ID, Step: st.Name, State: core.StepRunning, AgentVersion: "rolloutbench"}
-			if err := a.des.AgentReport(ctx, dev, addr, rep); err != nil {
-				a.fail(dev, "report running", err)
+		for every < a.poll {
+			wait := every + rand.N(every/10+1)
+			if time.Now().Add(wait).After(deadline) || !sleep(ctx, wait) {
 				break
 			}
-			rep.State, rep.Output = core.StepSucceeded, st.Action+" done"
-			if dev == a.broken {
-				rep.State, rep.ExitCode, rep.Output = core.StepFailed, 1, "kubeadm upgrade failed (-break-node)"
-			} else if st.Action == "kubeadm-upgrade" {
-				a.cl.mu.Lock()
-				d := a.cl.nodes[node].steps.agent
-				a.cl.mu.Unlock()
-				time.Sleep(d)
-				a.cl.upgraded(node, st.Args["version"])
+			a.fastPolls.Add(1)
+			if d, ok := a.pollOnce(ctx, dev, node, addr); ok {
+				every = d
 			}
-			if err := a.des.AgentReport(ctx, dev, addr, rep); err != nil {
-				a.fail(dev, "report succeeded", err)
-				break
-			}
+		}
+		// A run that outlasted the timer's next tick: the tick's start
+		// waited for it.
+		next = started.Add(a.poll + rand.N(a.poll/2+1))
+		if now := time.Now(); now.After(next) {
+			next = now
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// pollOnce reads the document and runs its operation; it returns the
+// document's poll interval (scaled).
+func (a *agents) pollOnce(ctx context.Context, dev, node string, addr netip.Addr) (time.Duration, bool) {
+	a.polls.Add(1)
+	doc, err := a.des.AgentDocument(ctx, dev, addr)
+	if err != nil {
+		a.fail(dev, "poll", err)
+		return 0, false
+	}
+	every := a.scale(time.Duration(doc.PollSeconds) * time.Second)
+	if doc.Operation != nil {
+		a.runOperation(ctx, dev, node, addr, doc.Operation)
+	}
+	return every, true
+}
+
+// runOperation runs the steps as the agent does: running, the work,
+// succeeded (a kubeadm upgrade moves the Node).
+func (a *agents) runOperation(ctx context.Context, dev, node string, addr netip.Addr, op *desired.DocumentOp) {
+	for _, st := range op.Steps {
+		rep := desired.Report{Operation: op.ID, Step: st.Name, State: core.StepRunning, AgentVersion: "rolloutbench"}
+		if err := a.des.AgentReport(ctx, dev, addr, rep); err != nil {
+			a.fail(dev, "report running", err)
+			break
+		}
+		rep.State, rep.Output = core.StepSucceeded, st.Action+" done"
+		if dev == a.broken {
+			rep.State, rep.ExitCode, rep.Output = core.StepFailed, 1, "kubeadm upgrade failed (-break-node)"
+		} else if st.Action == "kubeadm-upgrade" {
+			a.cl.mu.Lock()
+			d := a.cl.nodes[node].steps.agent
+			a.cl.mu.Unlock()
+			time.Sleep(d)
+			a.cl.upgraded(node, st.Args["version"])
+		}
+		if err := a.des.AgentReport(ctx, dev, addr, rep); err != nil {
+			a.fail(dev, "report succeeded", err)
+			break
 		}
 	}
 }
@@ -382,12 +444,19 @@ func run(c config) error {
 	if c.verbose {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	des := desired.New(st, desired.Options{Auth: credentialIsDevice{}, PollInterval: c.poll, Log: log})
-	eng, err := rollout.New(st, rollout.Options{Nodes: cl, Agents: des, Members: noMembers{}, Log: log})
+	// As ztpd wires them: the rollout's nodes poll fast (the engine is
+	// built after the owner it is given).
+	var eng *rollout.Engine
+	dopts := desired.Options{Auth: credentialIsDevice{}, PollInterval: c.poll, FastPollInterval: c.fastPoll, Log: log}
+	if c.fastPoll > 0 {
+		dopts.FastPoll = func(device string) bool { return eng != nil && eng.Involved(device) }
+	}
+	des := desired.New(st, dopts)
+	eng, err = rollout.New(st, rollout.Options{Nodes: cl, Agents: des, Members: noMembers{}, Log: log})
 	if err != nil {
 		return err
 	}
-	ag := &agents{des: des, cl: cl, poll: c.scaled(c.poll)}
+	ag := &agents{des: des, cl: cl, poll: c.scaled(c.poll), margin: c.scaled(agentMargin(c.poll)), scale: c.scaled}
 	if c.breakNode >= 0 {
 		ag.broken = deviceID(c.breakNode)
 	}
@@ -473,8 +542,12 @@ func run(c config) error {
 		fromVersion, target, c.nodes, c.nodes-workers, workers, c.maxUnavailable, c.scale)
 	fmt.Printf("steps per node (scaled, mean of the drawn times, spread ±%.0f%%): cordon %s, drain %s, agent upgrade %s, Node Ready %s = %s\n",
 		100*c.spread, ms(mean.cordon), ms(mean.drain), ms(mean.agent), ms(mean.ready), ms(mean.total()))
-	fmt.Printf("agents poll every %s + 0..%s (scaled); load average %s, %d cpus\n",
-		ms(ag.poll), ms(ag.poll/2), loadavg(), runtime.NumCPU())
+	fast := "none"
+	if c.fastPoll > 0 {
+		fast = ms(c.scaled(c.fastPoll.Round(time.Second)))
+	}
+	fmt.Printf("agents' runs start every %s + 0..%s; the rollout's nodes poll on every %s within a run (scaled); load average %s, %d cpus\n",
+		ms(ag.poll), ms(ag.poll/2), fast, loadavg(), runtime.NumCPU())
 	fmt.Println()
 	fmt.Printf("%6s %12s %8s %8s %11s %17s\n", "nodes", "maxUnavail", "wall_s", "floor_s", "wall/floor", "overhead/node_ms")
 	overhead := (wall - floor) * time.Duration(par) / k
@@ -486,10 +559,10 @@ func run(c config) error {
 		ms(pct(beyond, 50)), ms(avg(beyond)), ms(pct(beyond, 99)), ms(pct(beyond, 100)))
 	fmt.Printf("  of which the agent's pickup (operation handed -> running): p50 %s, mean %s, p99 %s, max %s\n",
 		ms(pct(pickup, 50)), ms(avg(pickup)), ms(pct(pickup, 99)), ms(pct(pickup, 100)))
-	fmt.Printf("store: %d commits (%.1f per node), %d events (%.1f per node); agent polls %d (%.0f/s); "+
+	fmt.Printf("store: %d commits (%.1f per node), %d events (%.1f per node); agent polls %d (%.0f/s, %d of them fast); "+
 		"CPU %.2f s (%.1f ms per node: engine, store and simulated agents)\n",
 		commitCount, float64(commitCount)/float64(c.nodes), eventsAfter-eventsBefore, float64(eventsAfter-eventsBefore)/float64(c.nodes),
-		ag.polls.Load(), float64(ag.polls.Load())/wall.Seconds(), cpu.Seconds(), float64(cpu)/float64(time.Millisecond)/float64(c.nodes))
+		ag.polls.Load(), float64(ag.polls.Load())/wall.Seconds(), ag.fastPolls.Load(), cpu.Seconds(), float64(cpu)/float64(time.Millisecond)/float64(c.nodes))
 	if n := ag.errs.Load(); n > 0 {
 		fmt.Printf("agent calls that failed: %d (last: %s)\n", n, ag.lastErr.Load())
 	}
