@@ -246,16 +246,34 @@ func TestDayTwoRealControlPlane(t *testing.T) {
 	for i := range agents {
 		agents[i] = startD2Agent(t, ctx, python, nss[i], roots[i], newV)
 	}
-	// kubeadm upgrade apply on the first control plane: the harness lets
-	// the fake kubeadm finish (the control plane's own binaries stay at
-	// v1.36.3 here: restarting kube-apiserver with v1.37.2 under the
-	// watch's open connections is not reliable in this harness yet), and
-	// kubeadm reset stops the node's kubelet, as a real reset does.
+	// kubeadm upgrade apply on the first control plane moves the real
+	// control plane to v1.37.2 (kube-apiserver and kube-controller-manager
+	// restarted on the new binaries under ztpd's, the kubelets' and the
+	// controllers' open watches) before the fake kubeadm finishes; kubeadm
+	// reset stops the node's kubelet, as a real reset does. The goroutine
+	// ends before the test does (it may report an error).
+	type planeUpgrade struct {
+		err  error
+		took time.Duration
+	}
+	upgraded := make(chan planeUpgrade, 1)
+	harnessDone := make(chan struct{})
+	defer func() { cancel(); <-harnessDone }()
 	go func() {
+		defer close(harnessDone)
 		for ctx.Err() == nil {
 			time.Sleep(200 * time.Millisecond)
 			for i, r := range roots {
 				if d2Exists(filepath.Join(r, "apply-requested")) && !d2Exists(filepath.Join(r, "apply-done")) {
+					begin := time.Now()
+					err := plane.UpgradeTo(ctx, newV)
+					if err != nil && ctx.Err() == nil {
+						t.Errorf("kubeadm upgrade apply on node %d: %v", i, err)
+					}
+					select {
+					case upgraded <- planeUpgrade{err, time.Since(begin)}:
+					default:
+					}
 					os.WriteFile(filepath.Join(r, "apply-done"), nil, 0o644)
 				}
 				if d2Exists(filepath.Join(r, "reset-requested")) && !d2Exists(filepath.Join(r, "reset-done")) {
@@ -375,6 +393,22 @@ func TestDayTwoRealControlPlane(t *testing.T) {
 	hist.Unlock()
 	if _, err := kube.CoreV1().Pods("default").Get(ctx, "web-1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("pod web-1 after its node's drain: %v", err)
+	}
+	// The control plane itself was upgraded, by the first node's apply.
+	select {
+	case u := <-upgraded:
+		if u.err != nil {
+			t.Fatalf("control plane upgrade: %v", u.err)
+		}
+		t.Logf("control plane %s -> %s in %v", oldV, newV, u.took.Round(time.Millisecond))
+	default:
+		t.Fatal("kubeadm upgrade apply never asked for the control plane's upgrade")
+	}
+	if v, err := plane.ServerVersion(ctx); err != nil || v != newV {
+		t.Fatalf("/version after the upgrade: %q, %v; want %s", v, err, newV)
+	}
+	if b := plane.Binaries(); b.Version != newV {
+		t.Fatalf("the control plane runs the %s binaries, want %s", b.Version, newV)
 	}
 	for i, a := range agents {
 		calls := a.calls()

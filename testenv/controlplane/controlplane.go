@@ -21,7 +21,9 @@
 // for a join): kubeadm's configuration and the components' flags stay
 // exactly as kubeadm writes them, and each control plane has its own files.
 // The only flag rewritten is etcd's --data-dir (/var/lib/etcd in kubeadm's
-// manifest), which goes to <dir>/etcd-data. Empty mount points
+// manifest), which goes to <dir>/etcd-data; kube-apiserver gets a bounded
+// --shutdown-watch-termination-grace-period when kubeadm's manifest sets
+// none (see apiServerWatchGrace). Empty mount points
 // /etc/kubernetes and /var/lib/kubelet are created on the host if missing;
 // nothing is written through them outside a private mount namespace.
 //
@@ -238,6 +240,7 @@ func (cp *ControlPlane) start(ctx context.Context, ic initConfig) error {
 			argv = setFlag(argv, "data-dir", filepath.Join(cfg.Dir, "etcd-data"))
 		case APIServer:
 			argv[0] = cfg.Kubernetes.APIServer
+			argv = withDefaultFlag(argv, "shutdown-watch-termination-grace-period", apiServerWatchGrace)
 		case ControllerManager:
 			argv[0] = cfg.Kubernetes.ControllerManager
 		}
@@ -411,8 +414,8 @@ func (cp *ControlPlane) waitClusterInfoSigned(ctx context.Context) error {
 	}
 }
 
-// StopAPIServer stops kube-apiserver (SIGTERM, then SIGKILL after 15 s);
-// etcd and kube-controller-manager keep running.
+// StopAPIServer stops kube-apiserver (SIGTERM, then SIGKILL after 15 s,
+// reported as an error); etcd and kube-controller-manager keep running.
 func (cp *ControlPlane) StopAPIServer() error { return cp.stopProc(APIServer) }
 
 // StartAPIServer starts kube-apiserver again with the same command line and
@@ -540,28 +543,41 @@ func (cp *ControlPlane) spawnLocked(name string, c *component) error {
 	return nil
 }
 
+// stopProc stops a component: SIGTERM, and SIGKILL after 15 s, which is
+// an error (the component did not shut down as it should).
 func (cp *ControlPlane) stopProc(name string) error {
+	killed, err := cp.terminate(name, 15*time.Second)
+	if err == nil && killed {
+		err = fmt.Errorf("controlplane: %s ignored SIGTERM for 15 s and was killed (log %s)", name, cp.LogFile(name))
+	}
+	return err
+}
+
+// terminate stops a component and keeps it stopped: SIGTERM to its process
+// group, SIGKILL once grace is over. It reports whether SIGKILL was needed;
+// only a process that survives SIGKILL is an error.
+func (cp *ControlPlane) terminate(name string, grace time.Duration) (killed bool, err error) {
 	cp.mu.Lock()
 	c := cp.comp(name)
 	c.want = false
 	p := c.cur
 	cp.mu.Unlock()
 	if !p.running() {
-		return nil
+		return false, nil
 	}
 	pgid := p.cmd.Process.Pid
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
 	select {
 	case <-p.done:
-		return nil
-	case <-time.After(15 * time.Second):
+		return false, nil
+	case <-time.After(grace):
 	}
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	select {
 	case <-p.done:
-		return fmt.Errorf("controlplane: %s ignored SIGTERM for 15 s and was killed", name)
+		return true, nil
 	case <-time.After(10 * time.Second):
-		return fmt.Errorf("controlplane: %s (pid %d) did not exit after SIGKILL", name, pgid)
+		return true, fmt.Errorf("controlplane: %s (pid %d) did not exit after SIGKILL", name, pgid)
 	}
 }
 
@@ -837,6 +853,26 @@ func manifestCommand(path string) ([]string, error) {
 	}
 	c := pod.Spec.Containers[0]
 	return append(append([]string(nil), c.Command...), c.Args...), nil
+}
+
+// apiServerWatchGrace is kube-apiserver's
+// --shutdown-watch-termination-grace-period. Without it (kubeadm sets
+// none), SIGTERM closes the listener at once but the process then waits
+// for the open watches (the controller manager's and kubelets' informers,
+// ztpd's) to end, bounded only by its shutdown timeout: one kubectl watch
+// kept it alive past 15 s while clients got "connection refused". With it,
+// the server ends the watches (clients watch again) and exits in about a
+// second.
+const apiServerWatchGrace = "2s"
+
+// withDefaultFlag adds --name=value to argv unless argv sets the flag.
+func withDefaultFlag(argv []string, name, value string) []string {
+	for _, a := range argv {
+		if a == "--"+name || strings.HasPrefix(a, "--"+name+"=") {
+			return argv
+		}
+	}
+	return append(argv, "--"+name+"="+value)
 }
 
 // setFlag replaces the value of --name=... in argv (or appends it).

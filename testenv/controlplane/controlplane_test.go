@@ -1,9 +1,12 @@
 package controlplane
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -226,10 +229,36 @@ func testControlPlane(t *testing.T, version string) {
 	}
 
 	// The API server can be stopped for a while and comes back with the
-	// cluster's state (etcd kept running).
+	// cluster's state (etcd kept running). It stops promptly under an open
+	// watch (without a bounded watch termination grace it kept the watch
+	// for its 60 s shutdown timeout, ignoring SIGTERM).
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch := cp.cfg.Run(ctx, kubectl, "--kubeconfig", cp.AdminKubeconfig(), "get", "configmaps", "-A", "--watch")
+	listed, err := watch.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Wait()
+	defer watch.Process.Kill()
+	// The list comes first, then kubectl opens the watch.
+	if _, err := bufio.NewReader(listed).ReadString('\n'); err != nil {
+		t.Fatalf("kubectl get --watch: %v", err)
+	}
+	go io.Copy(io.Discard, listed)
+	time.Sleep(time.Second)
 	apiPID := cp.PID(APIServer)
+	stopping := time.Now()
 	if err := cp.StopAPIServer(); err != nil {
 		t.Fatal(err)
+	}
+	if d := time.Since(stopping); d > 10*time.Second {
+		t.Errorf("StopAPIServer under an open watch took %v", d)
 	}
 	if cp.Healthy(ctx) {
 		t.Error("API server still answers after StopAPIServer")

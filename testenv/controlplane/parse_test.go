@@ -90,6 +90,13 @@ func TestManifestHelpers(t *testing.T) {
 	if docs := splitYAML([]byte("---\na: 1\n---\n\n---  \nb: 2\n")); len(docs) != 2 || string(docs[1]) != "b: 2\n" {
 		t.Errorf("splitYAML: %q", docs)
 	}
+	if argv := withDefaultFlag([]string{"kube-apiserver", "--secure-port=6443"}, "shutdown-watch-termination-grace-period", "2s"); strings.Join(argv, " ") != "kube-apiserver --secure-port=6443 --shutdown-watch-termination-grace-period=2s" {
+		t.Errorf("withDefaultFlag added: %v", argv)
+	}
+	// A value kubeadm's manifest sets (extraArgs) is kept.
+	if argv := withDefaultFlag([]string{"kube-apiserver", "--shutdown-watch-termination-grace-period=30s"}, "shutdown-watch-termination-grace-period", "2s"); strings.Join(argv, " ") != "kube-apiserver --shutdown-watch-termination-grace-period=30s" {
+		t.Errorf("withDefaultFlag kept: %v", argv)
+	}
 }
 
 func FuzzParseKubeadmConfig(f *testing.F) {

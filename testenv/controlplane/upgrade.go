@@ -23,8 +23,10 @@ import (
 // raised, the new version's kubeadm writes the static pod manifests
 // (`kubeadm init phase control-plane all`, the same generator the upgrade
 // uses), kube-apiserver and then kube-controller-manager are restarted one
-// at a time with the new binaries and the new manifests' command lines,
-// and the kubeadm-config and kubelet-config ConfigMaps are uploaded at the
+// at a time with the new binaries and the new manifests' command lines
+// (as the kubelet replaces a static pod: SIGTERM, SIGKILL after
+// restartGrace; etcd holds the state, so a kill loses nothing), and the
+// kubeadm-config and kubelet-config ConfigMaps are uploaded at the
 // new version. It returns once the API server is ready and /version
 // reports the new gitVersion.
 //
@@ -78,10 +80,15 @@ func (cp *ControlPlane) UpgradeTo(ctx context.Context, version string) error {
 			return err
 		}
 		argv[0] = bins.APIServer
-		if c == ControllerManager {
+		if c == APIServer {
+			argv = withDefaultFlag(argv, "shutdown-watch-termination-grace-period", apiServerWatchGrace)
+		} else {
 			argv[0] = bins.ControllerManager
 		}
-		if err := cp.stopProc(c); err != nil {
+		// A stop that needed SIGKILL is no reason to stop here: the
+		// component would stay down (an upgrade that gave up after the
+		// old API server was killed left the cluster without one).
+		if _, err := cp.terminate(c, restartGrace); err != nil {
 			return err
 		}
 		cp.mu.Lock()
@@ -92,12 +99,17 @@ func (cp *ControlPlane) UpgradeTo(ctx context.Context, version string) error {
 		}
 		if c == APIServer {
 			if err := cp.waitVersion(ctx, to.Tag()); err != nil {
-				return err
+				return fmt.Errorf("controlplane: upgrading to %s: %w", to.Tag(), err)
 			}
 		}
 	}
 	return cp.kubeadm(ctx, "init", "phase", "upload-config", "all", "--config", kcfg)
 }
+
+// restartGrace is how long UpgradeTo lets a component shut down before it
+// kills it (the kubelet's default terminationGracePeriodSeconds is 30 s;
+// the API server needs about a second with apiServerWatchGrace).
+const restartGrace = 10 * time.Second
 
 // Binaries are the Kubernetes binaries the control plane runs (the newest
 // UpgradeTo's).
@@ -141,7 +153,7 @@ func (cp *ControlPlane) waitVersion(ctx context.Context, version string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("controlplane: the API server reports %s, want %s", last, version)
+			return fmt.Errorf("controlplane: the API server reports %s, want %s (log %s)", last, version, cp.LogFile(APIServer))
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
