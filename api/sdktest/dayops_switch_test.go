@@ -339,7 +339,7 @@ func TestSwitchModeRealControlPlane(t *testing.T) {
 	for name, script := range map[string]string{
 		"sonic-installer": "#!/bin/sh\necho \"sonic-installer $*\" >> \"$ZTPD_ROOT/calls.log\"\n",
 		// A reboot: the next run of the agent is in a new boot.
-		"reboot": "#!/bin/sh\necho reboot >> \"$ZTPD_ROOT/calls.log\"\necho boot-2 > \"$ZTPD_ROOT/proc/sys/kernel/random/boot_id\"\n",
+		"reboot": "#!/bin/sh\necho reboot >> \"$ZTPD_ROOT/calls.log\"\necho boot-$(date +%s%N) > \"$ZTPD_ROOT/proc/sys/kernel/random/boot_id\"\n",
 	} {
 		if err := os.WriteFile(filepath.Join(rootSw, "fakebin", name), []byte(script), 0o755); err != nil {
 			t.Fatal(err)
@@ -383,6 +383,100 @@ func TestSwitchModeRealControlPlane(t *testing.T) {
 	}
 	if d, _ := ztpd.Desired.Get(macSw); d.Image != "sonic-202505" {
 		t.Fatalf("desired image after the upgrade: %q", d.Image)
+	}
+
+	// Rollout controls on the same switch.
+	startImage := func(hook string) string {
+		t.Helper()
+		os.Remove(filepath.Join(rootSw, "reset-requested"))
+		os.Remove(filepath.Join(rootSw, "reset-done"))
+		upgradeStart = time.Now()
+		go func(since time.Time) {
+			certPath := filepath.Join(rootSw, bundle.SonicClientCertPath)
+			for ctx.Err() == nil {
+				time.Sleep(200 * time.Millisecond)
+				if fi, err := os.Stat(certPath); err == nil && fi.ModTime().After(since) {
+					startSwitchKubelet()
+					return
+				}
+			}
+		}(upgradeStart)
+		code, body := adminREST(t, cfg, http.MethodPost, "/api/v1/rollouts", `{"cluster":"`+cl.ID+`","kind":"image","target":"sonic-202505",`+
+			`"devices":["`+macSw+`"],"hooks":{"pre_upgrade":"`+hook+`"}}`)
+		var started struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(body, &started); err != nil || code != http.StatusAccepted {
+			t.Fatalf("image rollout: %d %s", code, body)
+		}
+		return started.ID
+	}
+	// A failing pre_upgrade hook stops the rollout with its output; the
+	// switch is left cordoned, in its cluster.
+	addImage("check-bgp", "file", "#!/bin/sh\necho 'bgp: neighbor 10.0.0.1 is down'\nexit 3\n")
+	r, err = ztpd.Rollouts.Wait(ctx, startImage("check-bgp"))
+	if err != nil || r.State != core.RolloutFailed || !strings.Contains(r.Reason, "pre_upgrade (hook) failed with exit status 3: bgp: neighbor 10.0.0.1 is down") {
+		t.Fatalf("rollout with a failing hook: %v %s %q", err, r.State, r.Reason)
+	}
+	if nd, err := kube.CoreV1().Nodes().Get(ctx, dsw.NodeName, metav1.GetOptions{}); err != nil || !nd.Spec.Unschedulable {
+		t.Fatalf("the switch after its failed hook: %v (want it cordoned, still a Node)", err)
+	}
+	// The agent killed mid-step (power lost during a slow hook): its next
+	// run runs the step again and the rollout completes. Paused meanwhile:
+	// the node underway finishes, nothing more starts until resumed.
+	addImage("slow-snapshot", "file", "#!/bin/sh\necho \"slow $ZTPD_STEP start\" >> \"$ZTPD_ROOT/hooks.log\"\nsleep 3\necho \"slow $ZTPD_STEP end\" >> \"$ZTPD_ROOT/hooks.log\"\n")
+	os.Remove(filepath.Join(rootSw, "hooks.log"))
+	id := startImage("slow-snapshot")
+	eventually(t, time.Minute, func() error {
+		b, _ := os.ReadFile(filepath.Join(rootSw, "hooks.log"))
+		if !strings.Contains(string(b), "slow pre_upgrade start") {
+			return fmt.Errorf("the slow hook has not started: %q", b)
+		}
+		return nil
+	})
+	if out, err := exec.Command("pkill", "-9", "-f", filepath.Join(rootSw, "usr/local/bin/ztpd-agent")).CombinedOutput(); err != nil {
+		t.Fatalf("killing the agent: %v %s", err, out)
+	}
+	if _, err := ztpd.Rollouts.Pause(id, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, func() error {
+		r, err := ztpd.Rollouts.Get(id)
+		if err != nil || r.Nodes[0].Phase != core.NodeDone || r.State != core.RolloutPaused {
+			return fmt.Errorf("paused rollout: %v %s, node %s", err, r.State, r.Nodes[0].Phase)
+		}
+		return nil
+	})
+	if _, err := ztpd.Rollouts.Resume(id, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = ztpd.Rollouts.Wait(ctx, id); err != nil || r.State != core.RolloutSucceeded {
+		t.Fatalf("resumed rollout: %v %s %s", err, r.State, r.Reason)
+	}
+	resumed := false
+	if err := ztpd.Store.View(func(tx core.Tx) error {
+		return tx.Events().ListDevice(core.DeviceEvents, macSw, 0, func(e core.Event) (bool, error) {
+			resumed = resumed || (e.Type == "agent.step" && strings.Contains(e.Message, "pre_upgrade (hook) running again"))
+			return true, nil
+		})
+	}); err != nil || !resumed {
+		t.Fatalf("no event says the interrupted hook ran again (%v)", err)
+	}
+	// Aborted before its node starts: nothing happens to the switch.
+	before := agent.calls()
+	id = startImage("snapshot-bgp")
+	if _, err := ztpd.Rollouts.Abort(id, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = ztpd.Rollouts.Wait(ctx, id); err != nil || r.State != core.RolloutAborted {
+		t.Fatalf("aborted rollout: %v %s", err, r.State)
+	}
+	if r.Nodes[0].Phase == core.NodePending || r.Nodes[0].Phase == core.NodeWithdrawn {
+		if agent.calls() != before {
+			t.Fatalf("the switch acted on an aborted rollout:\n%s", strings.TrimPrefix(agent.calls(), before))
+		}
+	} else if r.Nodes[0].Phase != core.NodeDone {
+		t.Fatalf("node of the aborted rollout: %s %s", r.Nodes[0].Phase, r.Nodes[0].Reason)
 	}
 }
 

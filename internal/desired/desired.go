@@ -3,11 +3,14 @@
 // Kubernetes version, labels, hooks) and the one operation its agent is
 // asked to do now, with what the agent reported of each step.
 //
-// Operators change the targets (Set); rollouts hand out and take back
-// operations (Assign, Withdraw) once they have cordoned and drained the
-// device's Node; device agents read their document and report steps
-// (AgentDocument, AgentReport), authenticated by the credential issued at
-// join and the address they ask from. Every change is an event.
+// Operators change the targets (Set), over the defaults of the device's
+// profile (Options.Defaults, its desired: block), which what is set on
+// the device overrides field by field (Overlay); rollouts hand out and
+// take back operations (Assign, Withdraw) once they have cordoned and
+// drained the device's Node; device agents read their document and
+// report steps (AgentDocument, AgentReport), authenticated by the
+// credential issued at join and the address they ask from. Every change
+// is an event.
 package desired
 
 import (
@@ -59,8 +62,14 @@ type Options struct {
 	// FastPollInterval is that shorter interval (default 5 s, whole
 	// seconds, at least 1 s).
 	FastPollInterval time.Duration
-	Now              func() time.Time
-	Log              *slog.Logger
+	// Defaults is a device's desired-state defaults and the name of the
+	// profile they come from (its desired: block): what an operator sets
+	// on the device itself wins over them, field by field (Overlay). Nil,
+	// or a zero state: none. Asked outside any store transaction, at
+	// every read of a device's state and every poll of its agent.
+	Defaults func(device string) (defaults core.DesiredState, profile string)
+	Now      func() time.Time
+	Log      *slog.Logger
 }
 
 // Service is the owner of desired states.
@@ -107,20 +116,86 @@ var (
 	ErrStaleOperation = &core.Error{Kind: core.KindConflict, Msg: "operation is not this device's current one"}
 	// ErrAgentRefused is every refusal an agent sees.
 	ErrAgentRefused = &core.Error{Kind: core.KindRefused, Msg: "agent credential refused"}
+	// ErrStarted: the agent has started the operation; it is not
+	// withdrawn.
+	ErrStarted = &core.Error{Kind: core.KindState, Msg: "the agent has started the operation"}
 	// ErrBusy: the device's agent is still doing another operation.
 	ErrBusy = &core.Error{Kind: core.KindConflict, Msg: "device has an operation in progress"}
 )
 
-// Get is a device's desired state; a device nobody set one for has the
-// zero state (generation 0) with its ID.
+// Get is a device's effective desired state: what was set on the device
+// over its profile's defaults (Layers). A device nobody set one for has
+// its profile's defaults, or the zero state, at generation 0.
 func (s *Service) Get(device string) (core.DesiredState, error) {
-	var d core.DesiredState
+	l, err := s.Layers(device)
+	return l.Effective, err
+}
+
+// Layers is how a device's desired state is made.
+type Layers struct {
+	// Effective is Explicit over Defaults (Overlay): what the device is
+	// shown and its agent's document carries.
+	Effective core.DesiredState
+	// Explicit is what operators and rollouts set on the device (the
+	// stored state; what Set changes).
+	Explicit core.DesiredState
+	// Defaults is the desired: block of the device's profile, named by
+	// Profile ("" and zero without one).
+	Defaults core.DesiredState
+	Profile  string
+}
+
+// Layers reads a device's desired state with its profile's defaults.
+func (s *Service) Layers(device string) (Layers, error) {
+	var l Layers
+	l.Defaults, l.Profile = s.defaults(device) // outside the transaction
 	err := s.st.View(func(tx core.Tx) error {
 		var err error
-		d, err = s.get(tx, device)
+		l.Explicit, err = s.get(tx, device)
 		return err
 	})
-	return d, err
+	l.Effective = Overlay(l.Defaults, l.Explicit)
+	return l, err
+}
+
+// defaults are Options.Defaults for device (none without it).
+func (s *Service) defaults(device string) (core.DesiredState, string) {
+	if s.opts.Defaults == nil {
+		return core.DesiredState{}, ""
+	}
+	d, profile := s.opts.Defaults(device)
+	return d, profile
+}
+
+// Overlay is explicit over defaults, field by field: the mode, image and
+// Kubernetes version explicit sets win, the others are the defaults'
+// (a device whose state names a cluster does not take a standalone
+// default); labels and hooks merge key by key, explicit's winning.
+// Everything else (cluster, role, generation, the operation, the agent)
+// is explicit's.
+func Overlay(defaults, explicit core.DesiredState) core.DesiredState {
+	out := explicit
+	if out.Mode == "" && !(defaults.Mode == core.ModeStandalone && out.Cluster != "") {
+		out.Mode = defaults.Mode
+	}
+	if out.Image == "" {
+		out.Image = defaults.Image
+	}
+	if out.KubernetesVersion == "" {
+		out.KubernetesVersion = defaults.KubernetesVersion
+	}
+	out.Labels = overlayMap(defaults.Labels, explicit.Labels)
+	out.Hooks = overlayMap(defaults.Hooks, explicit.Hooks)
+	return out
+}
+
+func overlayMap(defaults, explicit map[string]string) map[string]string {
+	if len(defaults) == 0 {
+		return explicit
+	}
+	out := maps.Clone(defaults)
+	maps.Copy(out, explicit)
+	return out
 }
 
 func (s *Service) get(tx core.Tx, device string) (core.DesiredState, error) {
@@ -379,8 +454,10 @@ func (s *Service) Assign(ctx context.Context, by, device string, op core.AgentOp
 	})
 }
 
-// Withdraw takes an unfinished operation back (an aborted rollout): the
-// agent's next report is answered "stale" and it stops.
+// Withdraw takes back an operation the agent has not started (an aborted
+// rollout): the agent's first report is answered "stale" and it runs
+// nothing. One the agent has started is not withdrawn (ErrStarted): a step
+// half done is worse than a step finished.
 func (s *Service) Withdraw(ctx context.Context, device, opID, reason string) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -394,6 +471,9 @@ func (s *Service) Withdraw(ctx context.Context, device, opID, reason string) err
 		op := d.Operation
 		if op == nil || op.ID != opID || op.Done() {
 			return nil
+		}
+		if op.State != core.StepPending {
+			return ErrStarted // the agent is at it: it finishes
 		}
 		op.State, op.Reason, op.Finished = core.OpWithdrawn, reason, now
 		d.Generation++
@@ -409,7 +489,12 @@ func (s *Service) Withdraw(ctx context.Context, device, opID, reason string) err
 
 // Operation is a device's current (or last) operation, nil when none.
 func (s *Service) Operation(device string) (*core.AgentOperation, error) {
-	d, err := s.Get(device)
+	var d core.DesiredState
+	err := s.st.View(func(tx core.Tx) error {
+		var err error
+		d, err = s.get(tx, device) // operations are the device's own, never a profile's
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -495,20 +580,24 @@ type DocumentStep struct {
 // agentSeenEvery bounds how often a poll alone is written down.
 const agentSeenEvery = 5 * time.Minute
 
-// AgentDocument authenticates an agent and answers its document.
+// AgentDocument authenticates an agent and answers its document: the
+// device's effective targets (its profile's defaults under what was set
+// on it) and its operation.
 func (s *Service) AgentDocument(ctx context.Context, credential string, remote netip.Addr) (Document, error) {
 	device, err := s.authenticate(ctx, credential, remote)
 	if err != nil {
 		return Document{}, err
 	}
 	now := s.opts.Now().UTC()
+	defaults, _ := s.defaults(device) // outside the transaction
 	var doc Document
 	var seen bool
 	err = s.st.View(func(tx core.Tx) error {
-		d, err := s.get(tx, device)
+		explicit, err := s.get(tx, device)
 		if err != nil {
 			return err
 		}
+		d := Overlay(defaults, explicit)
 		seen = now.Sub(d.Agent.LastSeen) >= agentSeenEvery || d.Agent.IP != remote.String()
 		doc = Document{Device: device, Generation: d.Generation, Mode: d.Mode, Cluster: d.Cluster, Role: d.Role,
 			KubernetesVersion: d.KubernetesVersion, Labels: d.Labels, PollSeconds: s.pollSeconds(device)}

@@ -123,10 +123,14 @@ func (e *Engine) runOperation(ctx context.Context, r core.Rollout, n core.Rollou
 			return fmt.Errorf("agent operation %s: %w", op.ID, err)
 		}
 		if cur, gerr := e.Get(r.ID); gerr == nil && cur.State == core.RolloutAborted && got != nil && got.State == core.StepPending {
-			if err := e.opts.Agents.Withdraw(ctx, n.Device, op.ID, "rollout "+r.ID+" aborted"); err != nil {
+			err := e.opts.Agents.Withdraw(ctx, n.Device, op.ID, "rollout "+r.ID+" aborted")
+			if err == nil {
+				return errWithdrawn
+			}
+			if core.KindOf(err) != core.KindState {
 				return err
 			}
-			return errWithdrawn
+			// Started meanwhile: the node finishes its operation.
 		}
 		if time.Now().After(deadline) {
 			state := "never reported"
