@@ -55,6 +55,35 @@ type restDesired struct {
 	UpdatedBy         string            `json:"updated_by,omitempty"`
 	Operation         *restOperation    `json:"operation,omitempty"`
 	Agent             *restAgent        `json:"agent,omitempty"`
+	// Profile names the profile whose desired: block gives the device
+	// defaults; Explicit is then what was set on the device itself (what
+	// PUT changes), which wins over them. The fields above are the two
+	// overlaid.
+	Profile  string          `json:"profile,omitempty"`
+	Explicit *restDesiredSet `json:"explicit,omitempty"`
+}
+
+// restDesiredSet is what was set on a device itself, of what a profile
+// may default (openapi.json DesiredState.explicit).
+type restDesiredSet struct {
+	Mode              core.DeviceMode   `json:"mode,omitempty"`
+	Image             string            `json:"image,omitempty"`
+	KubernetesVersion string            `json:"kubernetes_version,omitempty"`
+	Labels            map[string]string `json:"labels"`
+	Hooks             map[string]string `json:"hooks"`
+}
+
+// restDesiredOfLayers is a device's effective desired state, with the
+// profile that gives it defaults and what was set on the device.
+func restDesiredOfLayers(l desired.Layers) restDesired {
+	out := restDesiredOf(l.Effective)
+	if l.Profile != "" {
+		out.Profile = l.Profile
+		e := l.Explicit
+		out.Explicit = &restDesiredSet{Mode: e.Mode, Image: e.Image, KubernetesVersion: e.KubernetesVersion,
+			Labels: copyMap(e.Labels), Hooks: copyMap(e.Hooks)}
+	}
+	return out
 }
 
 // restOperation is the work handed to a device's agent (openapi.json
@@ -211,12 +240,12 @@ func (s *Server) getDesired(c *gin.Context) {
 	if !ok {
 		return
 	}
-	ds, err := s.desired.Get(d.ID)
+	l, err := s.desired.Layers(d.ID)
 	if err != nil {
 		s.restFail(c, err)
 		return
 	}
-	httpserve.WriteJSON(c.Writer, http.StatusOK, restDesiredOf(ds))
+	httpserve.WriteJSON(c.Writer, http.StatusOK, restDesiredOfLayers(l))
 }
 
 // optString is a body field that may be absent (unchanged), null or ""
@@ -319,9 +348,8 @@ func (s *Server) putDesired(c *gin.Context) {
 			return
 		}
 	}
-	var ds core.DesiredState
 	if spec == nil || changes(ch) {
-		if ds, err = s.desired.Set(ctx, by, d.ID, ch); err != nil {
+		if _, err = s.desired.Set(ctx, by, d.ID, ch); err != nil {
 			s.restFail(c, err)
 			return
 		}
@@ -340,12 +368,13 @@ func (s *Server) putDesired(c *gin.Context) {
 		rv := restRolloutOf(r)
 		out.Rollout, status = &rv, http.StatusAccepted
 		c.Header("Location", RESTPath+"rollouts/"+r.ID)
-		if ds, err = s.desired.Get(d.ID); err != nil {
-			s.restFail(c, err)
-			return
-		}
 	}
-	out.Desired = restDesiredOf(ds)
+	l, err := s.desired.Layers(d.ID)
+	if err != nil {
+		s.restFail(c, err)
+		return
+	}
+	out.Desired = restDesiredOfLayers(l)
 	httpserve.WriteJSON(c.Writer, status, out)
 }
 
@@ -353,17 +382,18 @@ func (s *Server) putDesired(c *gin.Context) {
 // takes the mode and cluster out of ch when the rollout sets them.
 func (s *Server) modeSwitch(device string, req desiredBody, ch *desired.Change) (*rollout.Spec, error) {
 	var member *core.Membership
-	var cur core.DesiredState
 	var target core.Cluster
-	err := s.st.View(func(tx core.Tx) error {
+	// The mode the device has now, its profile's default included.
+	cur, err := s.desired.Get(device)
+	if err != nil {
+		return nil, err
+	}
+	err = s.st.View(func(tx core.Tx) error {
 		m, err := tx.Memberships().Get(device)
 		switch {
 		case err == nil && m.State != core.StateLeft:
 			member = &m
 		case err != nil && !errors.Is(err, core.ErrNotFound):
-			return err
-		}
-		if cur, err = tx.Desired().Get(device); err != nil && !errors.Is(err, core.ErrNotFound) {
 			return err
 		}
 		if req.Cluster.v != "" {

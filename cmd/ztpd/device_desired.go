@@ -36,6 +36,18 @@ type desiredView struct {
 	UpdatedBy         string            `json:"updated_by,omitempty"`
 	Operation         *desiredOperation `json:"operation,omitempty"`
 	Agent             *desiredAgent     `json:"agent,omitempty"`
+	// Profile gives the device defaults (its desired: block); Explicit is
+	// what was set on the device itself, over them.
+	Profile  string           `json:"profile,omitempty"`
+	Explicit *desiredExplicit `json:"explicit,omitempty"`
+}
+
+type desiredExplicit struct {
+	Mode              string            `json:"mode,omitempty"`
+	Image             string            `json:"image,omitempty"`
+	KubernetesVersion string            `json:"kubernetes_version,omitempty"`
+	Labels            map[string]string `json:"labels"`
+	Hooks             map[string]string `json:"hooks"`
 }
 
 type desiredOperation struct {
@@ -85,6 +97,11 @@ its labels and the hook scripts its agent runs around an operation. The device's
 agent (installed with its join bundle) polls it and converges; "desired get"
 also shows the operation its agent was handed last, step by step, and when the
 agent was last heard from.
+
+A profile's desired: block gives its devices defaults; what is set on a device
+wins, field by field (labels and hooks key by key), and a target cleared on the
+device falls back to the profile's. "desired get" shows the effective values
+and which come from the profile.
 
 Switching a cluster member to standalone, or a standalone switch back into a
 cluster, is work on the device: "desired set --mode" starts a rollout (remove
@@ -192,10 +209,15 @@ add --kind file) run at pre_upgrade, pre_leave, post_join or post_upgrade.`,
 			}
 			if addLabels != nil || addHooks != nil || clearLabels || clearHooks {
 				// The API replaces the maps whole: start from what the
-				// device has unless told to clear it.
+				// device has unless told to clear it; what was set on the
+				// device itself, not its profile's defaults, which stay
+				// defaults.
 				var cur desiredView
 				if err := c.rest("GET", desiredPath(args[0]), nil, nil, &cur); err != nil {
 					return err
+				}
+				if e := cur.Explicit; e != nil {
+					cur.Labels, cur.Hooks = e.Labels, e.Hooks
 				}
 				if addLabels != nil || clearLabels {
 					body["labels"] = merged(cur.Labels, addLabels, clearLabels)
@@ -290,6 +312,9 @@ func desiredRows(tw *tabwriter.Writer, d desiredView) {
 	row(tw, "kubernetes", dash(d.KubernetesVersion))
 	row(tw, "labels", dash(joinMap(d.Labels)))
 	row(tw, "hooks", dash(joinMap(d.Hooks)))
+	if d.Profile != "" {
+		row(tw, "profile", fmt.Sprintf("%s gives defaults: %s", d.Profile, dash(strings.Join(inherited(d), ", "))))
+	}
 	if d.Generation == 0 {
 		row(tw, "generation", "0 (never set)")
 	} else {
@@ -331,6 +356,34 @@ func desiredRows(tw *tabwriter.Writer, d desiredView) {
 			}
 		}
 	}
+}
+
+// inherited names the targets a device has from its profile's defaults,
+// not from what was set on it: mode, image, kubernetes, and labels and
+// hooks by key.
+func inherited(d desiredView) []string {
+	e := d.Explicit
+	if e == nil {
+		return nil
+	}
+	var out []string
+	for _, f := range []struct{ name, eff, set string }{{"mode", d.Mode, e.Mode}, {"image", d.Image, e.Image},
+		{"kubernetes", d.KubernetesVersion, e.KubernetesVersion}} {
+		if f.eff != "" && f.set == "" {
+			out = append(out, f.name)
+		}
+	}
+	for _, m := range []struct {
+		name     string
+		eff, set map[string]string
+	}{{"label", d.Labels, e.Labels}, {"hook", d.Hooks, e.Hooks}} {
+		for _, k := range slices.Sorted(maps.Keys(m.eff)) {
+			if _, ok := m.set[k]; !ok {
+				out = append(out, m.name+" "+k)
+			}
+		}
+	}
+	return out
 }
 
 // joinMap is k=v pairs in key order.

@@ -20,3 +20,31 @@ func (a *App) profileOf(d core.Device) (name, cluster string, known bool) {
 	}
 	return p.Name, p.Cluster, true
 }
+
+// desiredDefaults are the desired-state defaults of device's profile (the
+// one profileOf picks): its desired: block, and its name. None before
+// Start loads the profiles, for a device ztpd does not know, or for a
+// profile without the block.
+func (a *App) desiredDefaults(device string) (core.DesiredState, string) {
+	if a.profiles.Load() == nil {
+		return core.DesiredState{}, ""
+	}
+	var d core.Device
+	if err := a.Store.View(func(tx core.Tx) error {
+		var err error
+		d, err = tx.Devices().Get(device)
+		return err
+	}); err != nil {
+		return core.DesiredState{}, ""
+	}
+	name, _, _ := a.profileOf(d)
+	p := a.profiles.Load().Get(name)
+	if p == nil {
+		return core.DesiredState{}, ""
+	}
+	ds, ok := p.Desired()
+	if !ok {
+		return core.DesiredState{}, ""
+	}
+	return ds, p.Name
+}

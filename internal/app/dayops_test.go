@@ -63,7 +63,9 @@ func (f *fakeClusterNodes) Drain(_ context.Context, _, node string, _ time.Durat
 	return nil
 }
 
-func (f *fakeClusterNodes) WaitReady(context.Context, string, string, string, time.Duration) error { return nil }
+func (f *fakeClusterNodes) WaitReady(context.Context, string, string, string, time.Duration) error {
+	return nil
+}
 
 func (f *fakeClusterNodes) DeleteNode(_ context.Context, _, node string) error {
 	f.mu.Lock()

@@ -103,6 +103,7 @@ type spec struct {
 	Sections   []sectionSpec     `yaml:"sections"`
 	ZTPOptions map[string]bool   `yaml:"ztp_options"`
 	Labels     map[string]string `yaml:"labels"`
+	Desired    *desiredSpec      `yaml:"desired"`
 	VM         *struct {
 		UserData struct {
 			File   string `yaml:"file"`
@@ -651,6 +652,7 @@ func (p *Profile) compile(dir string, d *decoder) Errors {
 	if p.Role != "" && p.Cluster == "" {
 		c.add("role", "role without a cluster")
 	}
+	c.checkDesired()
 	opts := make([]string, 0, len(ztpOptions))
 	for k := range ztpOptions {
 		opts = append(opts, k)

@@ -312,6 +312,36 @@ func previewVM(pv *Preview, p *profile.Profile, d *core.Device, f *profile.Facts
 	return nil
 }
 
+// desiredReferences are the images a profile's desired: block names
+// (the target image, the hooks' scripts) that the image store lacks.
+// Loading the profile checks only their form: the store changes while
+// profiles stay loaded, so a missing one is a warning, and where it is
+// used (the agent's document) it is left out.
+func desiredReferences(p *profile.Profile, images Images) []string {
+	ds, ok := p.Desired()
+	if !ok {
+		return nil
+	}
+	var out []string
+	if ds.Image != "" {
+		if _, err := images.Resolve(ds.Image); err != nil {
+			out = append(out, fmt.Sprintf("%s: profile %q: desired image %q is not in the image store: its devices' agents are given no target image until it is (ztpd image add FILE --name %s --kind sonic-installer)",
+				p.Where("desired.image"), p.Name, ds.Image, ds.Image))
+		}
+	}
+	for _, phase := range core.HookPhases {
+		img, ok := ds.Hooks[phase]
+		if !ok {
+			continue
+		}
+		if _, err := images.Resolve(img); err != nil {
+			out = append(out, fmt.Sprintf("%s: profile %q: hook %s script %q is not in the image store (ztpd image add FILE --name %s --kind file)",
+				p.Where("desired.hooks."+phase), p.Name, phase, img, img))
+		}
+	}
+	return out
+}
+
 // ClusterRef is a cluster that exists, by the names a profile may use.
 type ClusterRef struct{ ID, Name string }
 
@@ -336,6 +366,9 @@ func CheckReferences(set *profile.Set, images Images, clusters []ClusterRef) []s
 			}
 			out = append(out, fmt.Sprintf("%s: profile %q: cluster %q does not exist%s: its devices get a 503 for ztp.json, config_db.json and user-data until it does (ztpd cluster create %s ...)",
 				p.Where("cluster"), p.Name, c, hint, c))
+		}
+		if images != nil {
+			out = append(out, desiredReferences(p, images)...)
 		}
 		sc := p.SONiC()
 		if sc == nil || images == nil {
