@@ -264,7 +264,8 @@ func TestSwitchModeRealControlPlane(t *testing.T) {
 	if d, err := ztpd.Desired.Get(macSw); err != nil || d.Mode != core.ModeStandalone || d.Cluster != "" {
 		t.Fatalf("desired state after standalone: %+v %v", d, err)
 	}
-	if calls := agent.calls(); !strings.Contains(calls, "config kube server disable on") {
+	if calls := agent.calls(); !strings.Contains(calls, "config kube server disable on") ||
+		!strings.Contains(calls, "config feature owner telemetry local") || strings.Contains(calls, "owner snmp") {
 		t.Fatalf("the switch's agent ran:\n%s", calls)
 	}
 	oldCred := agentCredential(t, rootSw)
@@ -556,6 +557,17 @@ fi
 exit 0
 `
 	if err := os.WriteFile(filepath.Join(bin, "config"), []byte(cfgScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// CONFIG_DB's FEATURE table: telemetry is owned by Kubernetes.
+	db := `#!/bin/sh
+case "$2 $3 $4" in
+"KEYS FEATURE|* ") printf 'FEATURE|telemetry\nFEATURE|snmp\n' ;;
+"HGET FEATURE|telemetry set_owner") echo kube ;;
+"HGET FEATURE|snmp set_owner") echo local ;;
+esac
+`
+	if err := os.WriteFile(filepath.Join(bin, "sonic-db-cli"), []byte(db), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	// startD2Agent writes its own fakes (kubeadm, systemctl) beside it.

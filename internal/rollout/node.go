@@ -18,6 +18,10 @@ var errWithdrawn = errors.New("operation withdrawn: the rollout was aborted befo
 
 // node does the rollout's work on one node.
 func (e *Engine) node(ctx context.Context, r core.Rollout, n core.RolloutNode) error {
+	if e.aborted(r.ID) {
+		e.done(r, n.Device, core.NodeWithdrawn, "rollout aborted before the node started")
+		return nil
+	}
 	e.setNode(r.ID, n.Device, func(x *core.RolloutNode) string {
 		x.Started = e.now()
 		return ""
@@ -104,6 +108,9 @@ func (e *Engine) runOperation(ctx context.Context, r core.Rollout, n core.Rollou
 		return err
 	}
 	op := core.AgentOperation{ID: "op-" + id, Kind: kind, Rollout: r.ID, Steps: steps}
+	if e.aborted(r.ID) {
+		return errWithdrawn // aborted while the node was being drained
+	}
 	if err := e.opts.Agents.Assign(ctx, "rollout "+r.ID, n.Device, op, mutate); err != nil {
 		return fmt.Errorf("hand the operation to the agent: %w", err)
 	}
@@ -112,7 +119,12 @@ func (e *Engine) runOperation(ctx context.Context, r core.Rollout, n core.Rollou
 		return fmt.Sprintf("operation %s handed to the agent (%s)", op.ID, stepNames(steps))
 	})
 	deadline := time.Now().Add(time.Duration(r.StepTimeout) * time.Duration(len(steps)))
-	for {
+	for first := true; ; first = false {
+		if first && e.aborted(r.ID) {
+			if err := e.opts.Agents.Withdraw(ctx, n.Device, op.ID, "rollout "+r.ID+" aborted"); err == nil {
+				return errWithdrawn
+			}
+		}
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		got, err := e.opts.Agents.WaitOperation(wctx, n.Device, op.ID)
 		cancel()
@@ -141,6 +153,12 @@ func (e *Engine) runOperation(ctx context.Context, r core.Rollout, n core.Rollou
 				op.ID, time.Duration(r.StepTimeout)*time.Duration(len(steps)), state, n.Device)
 		}
 	}
+}
+
+// aborted reports whether the rollout has been aborted.
+func (e *Engine) aborted(id string) bool {
+	cur, err := e.Get(id)
+	return err == nil && cur.State == core.RolloutAborted
 }
 
 func operationOutcome(op *core.AgentOperation) error {

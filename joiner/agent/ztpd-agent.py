@@ -403,6 +403,9 @@ def act_kube_reset(agent, op, step, args, out):
         if not FEATURE_RE.match(f):
             raise StepFailed("bad feature name %r" % f)
     if args.get("platform") == "sonic" or os_release_id() == "sonic":
+        if not features:
+            # The features Kubernetes owns now go back to local ownership.
+            features = kube_owned_features(timeout, out)
         cmds = [["config", "kube", "server", "disable", "on"]]
         cmds += [["config", "feature", "owner", f, "local"] for f in features]
         for argv in cmds:
@@ -423,6 +426,24 @@ def act_kube_reset(agent, op, step, args, out):
             continue
         out.write("ztpd-agent: removed %s\n" % path)
     return 0
+
+
+def kube_owned_features(timeout, out):
+    """The FEATURE table entries whose set_owner is kube (CONFIG_DB)."""
+    if shutil.which("sonic-db-cli") is None:
+        out.write("ztpd-agent: no sonic-db-cli: feature owners left as they are\n")
+        return []
+    def db(*argv):
+        r = subprocess.run(["sonic-db-cli", "CONFIG_DB"] + list(argv), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=timeout)
+        return r.stdout.decode(errors="replace").split()
+    owned = []
+    for key in db("KEYS", "FEATURE|*"):
+        name = key.split("|", 1)[-1]
+        if FEATURE_RE.match(name) and db("HGET", key, "set_owner") == ["kube"]:
+            owned.append(name)
+    out.write("ztpd-agent: features owned by kube: %s\n" % (", ".join(sorted(owned)) or "none"))
+    return sorted(owned)
 
 
 def act_sonic_install(agent, op, step, args, out):
