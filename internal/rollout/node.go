@@ -79,10 +79,17 @@ func (e *Engine) cordonDrain(ctx context.Context, r core.Rollout, n core.Rollout
 	return ours, nil
 }
 
-// hookSteps are the steps running the rollout's hook for phase (none when
-// it names none).
-func (e *Engine) hookSteps(r core.Rollout, phase string) []core.AgentStep {
+// hookSteps are the steps running the hook for phase: the rollout's, else
+// the device's desired one (none when neither names one).
+func (e *Engine) hookSteps(r core.Rollout, device, phase string) []core.AgentStep {
 	name := r.Hooks[phase]
+	if name == "" {
+		// The rollout names none: the device's own (its desired state,
+		// its profile's defaults included).
+		if d, err := e.opts.Agents.Get(device); err == nil {
+			name = d.Hooks[phase]
+		}
+	}
 	if name == "" {
 		return nil
 	}
@@ -235,9 +242,9 @@ func (e *Engine) upgradeKubernetes(ctx context.Context, r core.Rollout, n core.R
 			args["binaries_url"] = u
 		}
 	}
-	steps := e.hookSteps(r, core.HookPreUpgrade)
+	steps := e.hookSteps(r, n.Device, core.HookPreUpgrade)
 	steps = append(steps, core.AgentStep{Name: "upgrade", Action: "kubeadm-upgrade", Args: args})
-	steps = append(steps, e.hookSteps(r, core.HookPostUpgrade)...)
+	steps = append(steps, e.hookSteps(r, n.Device, core.HookPostUpgrade)...)
 	if err := e.runOperation(ctx, r, n, core.OpUpgradeKubernetes, steps, func(d *core.DesiredState) {
 		d.KubernetesVersion = r.Target
 	}); err != nil {
@@ -289,9 +296,9 @@ func (e *Engine) upgradeImage(ctx context.Context, r core.Rollout, n core.Rollou
 	}
 	setImage := func(d *core.DesiredState) { d.Image = r.Target }
 	if n.NodeName == "" {
-		steps := e.hookSteps(r, core.HookPreUpgrade)
+		steps := e.hookSteps(r, n.Device, core.HookPreUpgrade)
 		steps = append(steps, install...)
-		steps = append(steps, e.hookSteps(r, core.HookPostUpgrade)...)
+		steps = append(steps, e.hookSteps(r, n.Device, core.HookPostUpgrade)...)
 		if err := e.runOperation(ctx, r, n, core.OpUpgradeImage, steps, setImage); err != nil {
 			return err
 		}
@@ -304,8 +311,8 @@ func (e *Engine) upgradeImage(ctx context.Context, r core.Rollout, n core.Rollou
 	// First it leaves: hooks, then its agent resets Kubernetes on it; the
 	// Node is deleted and the membership ended, so the rejoin is a new
 	// member through the same enrollment rules and a new Node.
-	leave := e.hookSteps(r, core.HookPreUpgrade)
-	leave = append(leave, e.hookSteps(r, core.HookPreLeave)...)
+	leave := e.hookSteps(r, n.Device, core.HookPreUpgrade)
+	leave = append(leave, e.hookSteps(r, n.Device, core.HookPreLeave)...)
 	leave = append(leave, core.AgentStep{Name: "leave", Action: "kube-reset", Args: map[string]string{"platform": "sonic"}})
 	if err := e.runOperation(ctx, r, n, core.OpLeave, leave, nil); err != nil {
 		return err
@@ -319,8 +326,8 @@ func (e *Engine) upgradeImage(ctx context.Context, r core.Rollout, n core.Rollou
 	// Then the image, the reboot, the rejoin and the remaining hooks.
 	steps := append([]core.AgentStep{}, install...)
 	steps = append(steps, core.AgentStep{Name: "join", Action: "join", Args: map[string]string{"cluster": r.Cluster}})
-	steps = append(steps, e.hookSteps(r, core.HookPostJoin)...)
-	steps = append(steps, e.hookSteps(r, core.HookPostUpgrade)...)
+	steps = append(steps, e.hookSteps(r, n.Device, core.HookPostJoin)...)
+	steps = append(steps, e.hookSteps(r, n.Device, core.HookPostUpgrade)...)
 	if err := e.runOperation(ctx, r, n, core.OpUpgradeImage, steps, setImage); err != nil {
 		return err
 	}
@@ -354,7 +361,7 @@ func (e *Engine) remove(ctx context.Context, r core.Rollout, n core.RolloutNode)
 	if e.isSONiC(n.Device) {
 		platform = "sonic"
 	}
-	steps := e.hookSteps(r, core.HookPreLeave)
+	steps := e.hookSteps(r, n.Device, core.HookPreLeave)
 	steps = append(steps, core.AgentStep{Name: "leave", Action: "kube-reset", Args: map[string]string{"platform": platform}})
 	standalone := r.Mode == core.ModeStandalone
 	if err := e.runOperation(ctx, r, n, core.OpLeave, steps, func(d *core.DesiredState) {
@@ -390,7 +397,7 @@ func (e *Engine) remove(ctx context.Context, r core.Rollout, n core.RolloutNode)
 // device's document carries; the rollout waits for its Node Ready.
 func (e *Engine) join(ctx context.Context, r core.Rollout, n core.RolloutNode) error {
 	steps := []core.AgentStep{{Name: "join", Action: "join", Args: map[string]string{"cluster": r.Cluster}}}
-	steps = append(steps, e.hookSteps(r, core.HookPostJoin)...)
+	steps = append(steps, e.hookSteps(r, n.Device, core.HookPostJoin)...)
 	if err := e.runOperation(ctx, r, n, core.OpJoin, steps, func(d *core.DesiredState) {
 		d.Mode, d.Cluster = core.ModeCluster, r.Cluster
 	}); err != nil {

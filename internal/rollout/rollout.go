@@ -55,6 +55,9 @@ type NodeInfo struct {
 // Agents hands operations to device agents and waits for them (the
 // desired-state owner).
 type Agents interface {
+	// Get is the device's desired state (its hooks, when a rollout names
+	// none).
+	Get(device string) (core.DesiredState, error)
 	Assign(ctx context.Context, by, device string, op core.AgentOperation, mutate func(*core.DesiredState)) error
 	WaitOperation(ctx context.Context, device, opID string) (*core.AgentOperation, error)
 	Withdraw(ctx context.Context, device, opID, reason string) error

@@ -612,3 +612,25 @@ func TestImageUpgradeOfASwitchInACluster(t *testing.T) {
 		t.Fatal("an image rollout over a VM started")
 	}
 }
+
+func TestDeviceHooksApplyWhenTheRolloutNamesNone(t *testing.T) {
+	e := newEnv(t, 2)
+	storetest.Update(t, e.st, func(tx core.Tx) error {
+		if err := tx.Images().Put(core.Image{SHA256: strings.Repeat("c", 64), Name: "drain-bgp", Kind: "file"}); err != nil {
+			return err
+		}
+		return tx.Images().SetName("drain-bgp", strings.Repeat("c", 64))
+	})
+	if _, err := e.des.Set(context.Background(), "admin", device(2), desired.Change{Hooks: map[string]string{core.HookPreUpgrade: "drain-bgp"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.fail[device(2)] = core.HookPreUpgrade
+	r := e.wait(e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2"}).ID)
+	if r.State != core.RolloutFailed || !strings.Contains(r.Reason, "pre_upgrade (hook) failed") || r.Nodes[2].Device != device(2) {
+		t.Fatalf("rollout with a device's own hook: %s %q", r.State, r.Reason)
+	}
+	d, _ := e.des.Get(device(1))
+	if _, ok := d.Operation.Step(core.HookPreUpgrade); ok {
+		t.Fatal("a device without hooks got one")
+	}
+}
