@@ -162,10 +162,12 @@
   // semver ("v1.31.4"), else as "name (semver)".
   const versionLabel = (v) => (!v || !v.name ? '' : v.name.replace(/^v/, '') === v.semver ? v.name : `${v.name} (${v.semver})`);
 
-  // meter is a horizontal bar of used out of total.
-  function meter(used, total, label) {
+  // meter is a horizontal bar of used out of total; progress bars (done
+  // out of all) are not coloured as filling up.
+  function meter(used, total, label, progress) {
     const pct = total > 0 ? Math.min(100, (used * 100) / total) : 0;
-    const fill = el('span', { class: 'meter-fill' + (pct >= 90 ? ' hot' : pct >= 75 ? ' warm' : '') });
+    const heat = progress ? (pct >= 100 ? ' full' : '') : pct >= 90 ? ' hot' : pct >= 75 ? ' warm' : '';
+    const fill = el('span', { class: 'meter-fill' + heat });
     fill.style.width = pct.toFixed(1) + '%'; // CSSOM: allowed by the CSP, unlike style=""
     return el('span', { class: 'meter', role: 'img', 'aria-label': label, title: label }, fill);
   }
@@ -829,7 +831,7 @@
       withCluster ? td(r.cluster ? clusterLink(r.cluster, names.get(r.cluster)) : 'standalone devices') : null,
       td(r.kind), td(rolloutTarget(r)), el('td', { class: 'state' }, stateBadge(r.state)),
       el('td', { class: 'progress' }, el('span', { class: 'ptext', text: rolloutProgressText(r) }),
-        meter(rolloutDone(r), total, rolloutProgressText(r))),
+        meter(rolloutDone(r), total, rolloutProgressText(r), true)),
       td(timeEl(r.created, true)));
   }
 
@@ -913,7 +915,7 @@
       ]);
       const total = (r.nodes || []).length;
       $('#rollout-progress').replaceChildren(el('p', { id: 'rollout-progress-text', text: rolloutProgressText(r) }),
-        meter(rolloutDone(r), total, rolloutProgressText(r)));
+        meter(rolloutDone(r), total, rolloutProgressText(r), true));
       const c = r.counts || {};
       const phases = [...phaseOrder, 'failed', 'skipped', 'withdrawn'].filter((p) => c[p]);
       $('#rollout-counts').replaceChildren(...phases.map((p) => el('span', { class: 'stat ph-' + p, data: { phase: p } },
@@ -922,7 +924,7 @@
         const step = n.operation && steps.get(n.operation);
         return el('tr', { class: n.phase === 'failed' ? 'ph-row-failed' : null, data: { device: n.device, phase: n.phase } }, td(String(i + 1), 'num'), td(n.node_name), td(deviceLink(n.device), 'mono'),
           td(n.role), phaseCell(n.phase), td(step ? step.text : '', 'step'),
-          n.reason ? el('td', { class: 'reason', text: n.reason }) : td(''),
+          n.reason ? el('td', { class: n.phase === 'failed' ? 'reason' : 'note', text: n.reason }) : td(''),
           td(timeEl(n.started, true)), td(timeEl(n.finished, true)));
       }));
       if (!total) $('#rollout-nodes tbody').append(el('tr', null, el('td', { colspan: 9, class: 'muted', text: 'No nodes: the cluster had no members when the rollout started.' })));
