@@ -26,10 +26,21 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/semver"
+)
+
+var (
+	agentReports = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "ztpd_agent_step_reports_total", Help: "Device agents' step reports recorded, by state.",
+	}, []string{"state"})
+	agentsRefused = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "ztpd_agent_refused_total", Help: "Device agent requests refused (credential unknown, wrong, revoked or from another address).",
+	})
 )
 
 // Authenticator says which device an agent's request comes from (the
@@ -696,6 +707,7 @@ func (s *Service) authenticate(ctx context.Context, credential string, remote ne
 		}
 		// The agent learns only that it was refused; the log says why.
 		s.opts.Log.Info("agent refused", "remote", remote, "reason", err.Error())
+		agentsRefused.Inc()
 		return "", ErrAgentRefused
 	}
 	return device, nil
@@ -784,6 +796,7 @@ func (s *Service) AgentReport(ctx context.Context, credential string, remote net
 		return err
 	}
 	s.opts.Log.Info("agent step", "device", device, "operation", r.Operation, "step", r.Step, "state", r.State, "exit_code", r.ExitCode)
+	agentReports.WithLabelValues(r.State).Inc()
 	s.notify()
 	return nil
 }

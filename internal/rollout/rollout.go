@@ -448,9 +448,17 @@ func (e *Engine) setNode(id, device string, fn func(n *core.RolloutNode) string)
 				if ev == "" {
 					return "", nil
 				}
-				name := r.Nodes[i].NodeName
+				x := r.Nodes[i]
+				name := x.NodeName
 				if name == "" {
 					name = device
+				}
+				e.opts.Log.Info("rollout node", "rollout", id, "node", name, "device", device, "phase", x.Phase, "what", ev)
+				if !x.Finished.IsZero() {
+					nodesEnded.WithLabelValues(string(r.Kind), x.Phase).Inc()
+					if x.Phase == core.NodeDone && !x.Started.IsZero() {
+						nodeSeconds.WithLabelValues(string(r.Kind)).Observe(x.Finished.Sub(x.Started).Seconds())
+					}
 				}
 				return fmt.Sprintf("%s (%s): %s", name, device, ev), nil
 			}
@@ -472,8 +480,10 @@ func (e *Engine) launch(r core.Rollout) {
 	e.mu.Lock()
 	e.runs[r.ID] = rn
 	e.mu.Unlock()
+	rolloutsRunning.Inc()
 	go func() {
 		defer close(rn.done)
+		defer rolloutsRunning.Dec()
 		e.loop(r.ID, rn)
 		e.involvedMu.Lock()
 		for device := range rn.unfinished {
@@ -626,7 +636,8 @@ func (e *Engine) finish(id, failure string) {
 		return fmt.Sprintf("succeeded (%s)", summary(*r)), nil
 	})
 	r, _ := e.Get(id)
-	e.opts.Log.Info("rollout ended", "rollout", id, "state", r.State, "reason", r.Reason)
+	rolloutsEnded.WithLabelValues(string(r.Kind), string(r.State)).Inc()
+	e.opts.Log.Info("rollout ended", "rollout", id, "kind", r.Kind, "state", r.State, "reason", r.Reason, "summary", summary(r))
 }
 
 func summary(r core.Rollout) string {

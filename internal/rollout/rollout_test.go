@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/desired"
 	"github.com/ztpd/ztpd/internal/store/storetest"
@@ -633,4 +636,31 @@ func TestDeviceHooksApplyWhenTheRolloutNamesNone(t *testing.T) {
 	if _, ok := d.Operation.Step(core.HookPreUpgrade); ok {
 		t.Fatal("a device without hooks got one")
 	}
+}
+
+func TestMetrics(t *testing.T) {
+	e := newEnv(t, 1)
+	before := metricValue(rolloutsEnded.WithLabelValues("kubernetes", "succeeded"))
+	done := metricValue(nodesEnded.WithLabelValues("kubernetes", core.NodeDone))
+	e.wait(e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2"}).ID)
+	if got := metricValue(rolloutsEnded.WithLabelValues("kubernetes", "succeeded")); got != before+1 {
+		t.Fatalf("ztpd_rollouts_total{succeeded} %v, want %v", got, before+1)
+	}
+	if got := metricValue(nodesEnded.WithLabelValues("kubernetes", core.NodeDone)); got != done+2 {
+		t.Fatalf("ztpd_rollout_nodes_total{done} %v, want %v", got, done+2)
+	}
+	if got := metricValue(rolloutsRunning); got < 0 {
+		t.Fatalf("ztpd_rollouts_running %v", got)
+	}
+}
+
+func metricValue(c prometheus.Metric) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return -1
+	}
+	if m.Counter != nil {
+		return m.Counter.GetValue()
+	}
+	return m.Gauge.GetValue()
 }
