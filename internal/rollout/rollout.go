@@ -144,11 +144,28 @@ func New(st core.Store, opts Options) (*Engine, error) {
 		return nil, err
 	}
 	for _, id := range stale {
+		var handedOut []core.RolloutNode
 		if err := e.update(id, func(r *core.Rollout) (string, error) {
 			r.State, r.Reason, r.Finished = core.RolloutFailed, "interrupted by a restart of ztpd; start it again to continue", e.now()
+			for _, n := range r.Nodes {
+				if n.Phase == core.NodeAgent && n.Operation != "" {
+					handedOut = append(handedOut, n)
+				}
+			}
 			return "interrupted by a restart", nil
 		}); err != nil {
 			return nil, err
+		}
+		// Operations no agent has started yet are taken back: nothing
+		// waits for them any more. Started ones finish on the device.
+		for _, n := range handedOut {
+			if opts.Agents == nil {
+				break
+			}
+			err := opts.Agents.Withdraw(context.Background(), n.Device, n.Operation, "rollout "+id+" interrupted by a restart of ztpd")
+			if err != nil && core.KindOf(err) != core.KindState {
+				return nil, err
+			}
 		}
 	}
 	return e, nil

@@ -483,8 +483,16 @@ func TestOneRolloutPerCluster(t *testing.T) {
 
 func TestRestartFailsInterruptedRollouts(t *testing.T) {
 	e := newEnv(t, 1)
+	// An operation handed out but not started when ztpd stopped.
+	pending := core.AgentOperation{ID: "op-old", Kind: core.OpUpgradeKubernetes, Steps: []core.AgentStep{{Name: "upgrade", Action: "kubeadm-upgrade"}}}
 	storetest.Update(t, e.st, func(tx core.Tx) error {
-		return tx.Rollouts().Put(core.Rollout{ID: "ro-old", Cluster: cluster, Kind: core.RolloutKubernetes, State: core.RolloutRunning})
+		pending.State = core.StepPending
+		// device 9 has no agent running in this test: nothing starts it.
+		if err := tx.Desired().Put(core.DesiredState{Device: device(9), Operation: &pending}); err != nil {
+			return err
+		}
+		return tx.Rollouts().Put(core.Rollout{ID: "ro-old", Cluster: cluster, Kind: core.RolloutKubernetes, State: core.RolloutRunning,
+			Nodes: []core.RolloutNode{{Device: device(9), NodeName: "node-9", Phase: core.NodeAgent, Operation: "op-old"}}})
 	})
 	if _, err := New(e.st, Options{Nodes: e.nodes, Agents: e.des, Members: e.members}); err != nil {
 		t.Fatal(err)
@@ -492,6 +500,9 @@ func TestRestartFailsInterruptedRollouts(t *testing.T) {
 	r, err := e.eng.Get("ro-old")
 	if err != nil || r.State != core.RolloutFailed || !strings.Contains(r.Reason, "restart") {
 		t.Fatalf("interrupted rollout after a restart: %+v %v", r, err)
+	}
+	if op, _ := e.des.Operation(device(9)); op == nil || op.State != core.OpWithdrawn {
+		t.Fatalf("the interrupted rollout's pending operation: %+v", op)
 	}
 	if _, err := e.eng.Get("ro-nope"); !errors.Is(err, err) || core.KindOf(err) != core.KindNotFound {
 		t.Fatalf("unknown rollout: %v", err)
