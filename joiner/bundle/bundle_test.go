@@ -597,3 +597,57 @@ func TestNodeLabelsInKubeletExtraArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestCloudConfigInstallsTheAgent: the device agent's files land in
+// write_files byte for byte (PyYAML, cloud-init's loader, reads them the
+// same), its timer is enabled last, and cloud-init's own schema check
+// accepts the document.
+func TestCloudConfigInstallsTheAgent(t *testing.T) {
+	joinPlan, err := PlanJoin(JoinParams{Version: MustVersion("1.28.4"), APIServerEndpoint: "10.99.1.10:6443", Token: tokA, CACertHashes: []string{caHash}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentFiles := []File{
+		{Path: "/usr/local/bin/ztpd-agent", Mode: 0o755, Content: []byte("#!/usr/bin/env python3\n# a: 'b' \"c\" #d\nprint('x: y')\n\n\tindented\n")},
+		{Path: "/etc/ztpd/agent.json", Mode: 0o600, Content: []byte(`{"credential": "ztpa1.aaaaaaaaaaaa.bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", "url": "https://10.99.0.1:8443/agent/v1"}`), Secret: true},
+		{Path: "/etc/systemd/system/ztpd-agent.timer", Mode: 0o644, Content: []byte("[Timer]\nOnBootSec=30s\n")},
+	}
+	doc, err := RenderCloudConfig(CloudConfigParams{Role: RoleWorker, Plan: joinPlan, Agent: agentFiles})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cc cloudConfig
+	if err := yaml3.Unmarshal(doc, &cc); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]writeFile{}
+	for _, f := range cc.WriteFiles {
+		files[f.Path] = f
+	}
+	for _, f := range agentFiles {
+		got := files[f.Path]
+		if got.Content != string(f.Content) || got.Permissions != fmt.Sprintf("%04o", f.Mode) {
+			t.Fatalf("agent file %s: %+v", f.Path, got)
+		}
+	}
+	if last := cc.RunCmd[len(cc.RunCmd)-1]; last != "systemctl enable --now ztpd-agent.timer" {
+		t.Fatalf("runcmd ends %q", last)
+	}
+	t.Run("PyYAML", func(t *testing.T) { pyYAMLAgrees(t, "agent", doc, cc) })
+	t.Run("cloud-init schema", func(t *testing.T) {
+		ci, err := exec.LookPath("cloud-init")
+		if err != nil {
+			t.Skip("cloud-init not installed: cannot run its schema check")
+		}
+		path := filepath.Join(t.TempDir(), "user-data")
+		if err := os.WriteFile(path, doc, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(ci, "schema", "--config-file", path).CombinedOutput(); err != nil {
+			t.Fatalf("cloud-init schema: %v\n%s", err, out)
+		}
+	})
+	if _, err := RenderCloudConfig(CloudConfigParams{Role: RoleWorker, Plan: joinPlan, Agent: []File{{Path: "relative/x"}}}); err == nil {
+		t.Fatal("a relative agent file path was accepted")
+	}
+}
