@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -25,6 +27,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/ztpd/ztpd/testenv/browser"
 	"github.com/ztpd/ztpd/testenv/lab"
 )
 
@@ -37,7 +40,7 @@ func main() {
 
 func newRootCmd(stdout io.Writer) *cobra.Command {
 	var s lab.Scenario
-	var prefix, work, ztpd, kubeletsim, output string
+	var prefix, work, ztpd, kubeletsim, output, consoleAddr, upgrade string
 	var octet int
 	var timeout time.Duration
 	cmd := &cobra.Command{
@@ -77,12 +80,35 @@ Everything is torn down on exit or Ctrl-C. Needs root, ip, dnsmasq, dhclient,
 busybox, curl, python3, kubectl, unshare and the Kubernetes binaries.
 Addresses are 10.99.<octet>.0/24 and 10.99.<octet+1>.0/24.
 
+--upgrade: the clusters start at the Kubernetes version before the newest
+built, and once every device joined each cluster is upgraded to the newest
+with upgradeKubernetesCluster: ztpd rolls it out one node at a time (cordon
+and drain through the real API server, the device's agent runs kubeadm
+upgrade, the Node Ready at the new version, uncordon), and the table's STEP
+column shows each device's phase; the lab then checks every Node Ready at the
+new version. --upgrade=manual prepares the same but leaves starting it to you
+(Upgrade on the cluster's page, or ztpd cluster upgrade; ztpd rollout start
+works too), keeps the lab up until Ctrl-C and shows every rollout you start
+in the table. Real: the rollout engine, the API servers,
+each device's agent (the python3 script its join bundle installed, polling
+ztpd over TLS with its own credential from the device's address, every 2 s).
+Simulated: the devices' kubeadm and systemctl (they record the call and
+"install" the new kubelet version, which the simulated kubelet reports);
+the control planes' own binaries stay at the old version.
+
+--console ADDR: the web console (on ztpd's API listener in the lab's
+namespace) is forwarded to ADDR on this host, its URL and an admin key to
+sign in with are printed before the devices boot, and the lab stays up after
+its checks until Ctrl-C. Open Devices to watch the onboarding, Rollouts to
+watch the upgrade device by device (Pause, Resume and Abort work there).
+
 The ztpd binary is --ztpd, by default the ztpd next to ztpd-lab (make build
 puts both in bin/), else the one on PATH; kubeletsim likewise (--kubeletsim).`,
 		Example: `  make build && sudo bin/ztpd-lab
   sudo ztpd-lab --switches 8 --onie 2 --vms 6 --clusters 3
   sudo ztpd-lab --ztpd ./bin/ztpd --work-dir /tmp/lab   # keep configs and logs
-  sudo ztpd-lab -o json > lab-result.json`,
+  sudo ztpd-lab -o json > lab-result.json
+  sudo ztpd-lab --upgrade --console 127.0.0.1:8443   # then open https://127.0.0.1:8443/rollouts`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -102,6 +128,18 @@ puts both in bin/), else the one on PATH; kubeletsim likewise (--kubeletsim).`,
 			if octet < 0 || octet > 253 {
 				return fmt.Errorf("--octet %d: use 0..253", octet)
 			}
+			switch upgrade {
+			case "", "auto":
+			case "manual":
+			default:
+				return fmt.Errorf("--upgrade %q: use --upgrade (auto) or --upgrade=manual", upgrade)
+			}
+			s.Upgrade = upgrade != ""
+			if consoleAddr != "" {
+				if _, _, err := net.SplitHostPort(consoleAddr); err != nil {
+					return fmt.Errorf("--console %q: want host:port, e.g. 127.0.0.1:8443: %v", consoleAddr, err)
+				}
+			}
 			bin, err := findNextTo("ztpd", "--ztpd", ztpd, "make build")
 			if err != nil {
 				return err
@@ -118,18 +156,62 @@ puts both in bin/), else the one on PATH; kubeletsim likewise (--kubeletsim).`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			o := lab.Options{Prefix: prefix, Octet: octet, WorkDir: filepath.Clean(work), Bin: bin, Kubeletsim: ksim, Timeout: timeout}
+			o := lab.Options{Prefix: prefix, Octet: octet, WorkDir: filepath.Clean(work), Bin: bin, Kubeletsim: ksim, Timeout: timeout,
+				UpgradeByHand: upgrade == "manual"}
 			if output == "table" {
 				o.Out = stdout
 				f, ok := stdout.(*os.File)
 				o.Live = ok && term.IsTerminal(int(f.Fd()))
 			}
-			res, err := lab.Run(ctx, s, o)
-			if res != nil {
-				// The result is printed on failure too: it shows how far
-				// each device and cluster got.
-				err = errors.Join(err, printResult(stdout, output, res))
+			// Notes for the person at the terminal: on standard error
+			// when standard output is JSON.
+			notes := stdout
+			if output == "json" {
+				notes = cmd.ErrOrStderr()
 			}
+			var console *consoleForward
+			if consoleAddr != "" {
+				o.OnStarted = func(l *lab.Lab) (err error) {
+					console, err = serveConsole(l, consoleAddr, notes)
+					return err
+				}
+			}
+			l, err := lab.Open(ctx, s, o)
+			if l == nil {
+				return err
+			}
+			defer l.Close()
+			if console != nil {
+				defer console.fwd.Close()
+			}
+			// The result is printed on failure too: it shows how far each
+			// device and cluster got.
+			err = errors.Join(err, printResult(stdout, output, l.Result))
+			if ctx.Err() != nil || (console == nil && !o.UpgradeByHand) {
+				return err
+			}
+			// The lab stays up for a person: the console, a rollout to
+			// start by hand.
+			fmt.Fprintln(notes)
+			if console != nil {
+				fmt.Fprintf(notes, "The lab stays up for the console at %s (sign in with API key %s).\n", console.url, console.key)
+			}
+			if o.UpgradeByHand && err == nil {
+				fmt.Fprintf(notes, "Upgrade a cluster to %s: Upgrade on its page", l.UpgradeTo)
+				if console != nil {
+					fmt.Fprintf(notes, " (%sclusters)", console.url)
+				}
+				fmt.Fprintf(notes, ", or\n  ztpd --config %s cluster upgrade lab-0 --version %s\n", l.App.Config, l.UpgradeTo)
+				fmt.Fprintln(notes, "Every rollout started from now on shows in the table below, device by device.")
+			}
+			fmt.Fprintln(notes, "Ctrl-C tears the lab down.")
+			if o.UpgradeByHand && err == nil {
+				if rs := l.FollowRollouts(ctx); len(rs) > 0 && output == "table" {
+					l.Result.Rollouts = rs
+					err = errors.Join(err, printResult(stdout, output, l.Result))
+				}
+			}
+			<-ctx.Done()
 			return err
 		},
 	}
@@ -145,6 +227,9 @@ puts both in bin/), else the one on PATH; kubeletsim likewise (--kubeletsim).`,
 	fl.StringVar(&ztpd, "ztpd", "", "the ztpd binary to run (default: ztpd next to ztpd-lab, else on PATH)")
 	fl.StringVar(&kubeletsim, "kubeletsim", "", "the simulated kubelet binary (default: kubeletsim next to ztpd-lab, else on PATH)")
 	fl.StringVarP(&output, "output", "o", "table", "output format: table or json")
+	fl.StringVar(&upgrade, "upgrade", "", "start the clusters at the Kubernetes version before the newest built and, once onboarded, upgrade them node by node (a rollout each); =manual: leave starting it to you")
+	fl.Lookup("upgrade").NoOptDefVal = "auto"
+	fl.StringVar(&consoleAddr, "console", "", "forward the web console to this host:port, print how to sign in, and keep the lab up until Ctrl-C")
 	return cmd
 }
 
@@ -200,6 +285,52 @@ func printResult(w io.Writer, output string, res *lab.Result) error {
 		fmt.Fprintf(w, "  %s on %s (netns %s) at %s, up in %s; files %s\n", p.Cluster, p.Device, p.Namespace, p.URL, p.Started.Round(100*time.Millisecond), p.Dir)
 	}
 	fmt.Fprintln(w, "Simulated: the kubelets (kubeletsim in each device's namespace: TLS bootstrap, Node, status, Lease; no pods).")
+	if len(res.Rollouts) > 0 {
+		fmt.Fprintln(w, "Rollouts (ztpd's engine over the real API servers, the devices' real agents; their kubeadm and systemctl simulated, the control planes' binaries not upgraded):")
+		for _, r := range res.Rollouts {
+			fmt.Fprintf(w, "  %s %s to %s: %s in %s, at most %d node(s) underway at a time\n", r.Cluster, r.ID, r.Target, r.State, r.Elapsed.Round(100*time.Millisecond), r.MaxUnderway)
+			for i, n := range r.Nodes {
+				fmt.Fprintf(w, "    %d. %s (%s): %s\n", i+1, n.Device, n.Node, strings.Join(n.Phases, " > "))
+			}
+		}
+	}
 	fmt.Fprintf(w, "devices %d, elapsed %s\n", len(res.Devices), res.Elapsed.Truncate(time.Millisecond))
 	return nil
+}
+
+// consoleForward is the web console forwarded to the host for a person.
+type consoleForward struct {
+	fwd      *browser.Forwarder
+	url, key string
+}
+
+// serveConsole forwards addr on this host to ztpd's API listener in the
+// lab's namespace (where the console is served), makes an admin key for a
+// person to sign in with, and says so on w. The key and its secret are
+// shown once, here; they end with the lab's data directory.
+func serveConsole(l *lab.Lab, addr string, w io.Writer) (*consoleForward, error) {
+	api, err := url.Parse(l.App.APIBase)
+	if err != nil {
+		return nil, err
+	}
+	fwd, err := browser.ForwardNSOn(addr, l.Topo.App, api.Host)
+	if err != nil {
+		return nil, fmt.Errorf("--console %s: %w", addr, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key, secret, err := l.App.CreateAPIKey(ctx, "admin", "console")
+	if err != nil {
+		fwd.Close()
+		return nil, err
+	}
+	c := &consoleForward{fwd: fwd, url: api.Scheme + "://" + fwd.Addr + "/", key: key}
+	fmt.Fprintf(w, "Web console: %s", c.url)
+	if api.Scheme == "https" {
+		fmt.Fprint(w, " (ztpd's self-signed API certificate: accept it in the browser)")
+	}
+	fmt.Fprintf(w, "\n  sign in with API key %s and secret %s (an admin key of this lab's ztpd, gone with it)\n", key, secret)
+	fmt.Fprintf(w, "  devices onboarding: %sdevices   rollouts: %srollouts\n", c.url, c.url)
+	fmt.Fprintf(w, "  the CLI: ztpd --config %s rollout list|show|watch|pause|resume|abort\n\n", l.App.Config)
+	return c, nil
 }

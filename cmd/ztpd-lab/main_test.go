@@ -33,6 +33,8 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"-o", "yaml"}, `--output "yaml"`},
 		{[]string{"--ztpd", filepath.Join(t.TempDir(), "no-ztpd")}, "--ztpd"},
 		{[]string{"extra"}, "unknown command"},
+		{[]string{"--upgrade=later"}, `--upgrade "later"`},
+		{[]string{"--console", "8443"}, `--console "8443": want host:port`},
 	} {
 		if _, err := run(c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: got %v, want an error with %q", c.args, err, c.want)
@@ -45,7 +47,7 @@ func TestHelpShowsExamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"sudo ztpd-lab -o json", "--ztpd", "--switches"} {
+	for _, want := range []string{"sudo ztpd-lab -o json", "--ztpd", "--switches", "--upgrade --console 127.0.0.1:8443", "--upgrade=manual"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("help lacks %q:\n%s", want, out)
 		}

@@ -27,7 +27,13 @@ type Forwarder struct {
 // Forward listens on 127.0.0.1:0 and forwards every connection to what
 // dial connects to.
 func Forward(dial func(ctx context.Context) (net.Conn, error)) (*Forwarder, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return ForwardOn("127.0.0.1:0", dial)
+}
+
+// ForwardOn is Forward listening on listen (host:port; port 0 picks one):
+// ztpd-lab serves the console to a person's browser at an address given.
+func ForwardOn(listen string, dial func(ctx context.Context) (net.Conn, error)) (*Forwarder, error) {
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, err
 	}
@@ -39,7 +45,12 @@ func Forward(dial func(ctx context.Context) (net.Conn, error)) (*Forwarder, erro
 
 // ForwardNS forwards to addr (host:port) dialled inside ns.
 func ForwardNS(ns *netns.NS, addr string) (*Forwarder, error) {
-	return Forward(func(ctx context.Context) (net.Conn, error) {
+	return ForwardNSOn("127.0.0.1:0", ns, addr)
+}
+
+// ForwardNSOn is ForwardNS listening on listen.
+func ForwardNSOn(listen string, ns *netns.NS, addr string) (*Forwarder, error) {
+	return ForwardOn(listen, func(ctx context.Context) (net.Conn, error) {
 		var c net.Conn
 		err := ns.Do(func() error {
 			var d net.Dialer
@@ -51,7 +62,7 @@ func ForwardNS(ns *netns.NS, addr string) (*Forwarder, error) {
 	})
 }
 
-// URL is http://<Addr>.
+// URL is http://<Addr> (a forwarded TLS server is at https://<Addr>).
 func (f *Forwarder) URL() string { return "http://" + f.Addr }
 
 func (f *Forwarder) serve() {

@@ -22,6 +22,8 @@ type NodeState struct {
 	Ready        string            `json:"ready"` // the Ready condition: True, False, Unknown
 	ControlPlane bool              `json:"control_plane"`
 	Labels       map[string]string `json:"labels"`
+	// KubeletVersion is status.nodeInfo.kubeletVersion.
+	KubeletVersion string `json:"kubelet_version"`
 }
 
 // MemberState is a member as ztpd's REST API shows it
@@ -169,8 +171,8 @@ func (r *clusterReader) nodes(ctx context.Context, id string) ([]NodeState, erro
 }
 
 // ParseNodes reads `kubectl get nodes -o json`: each Node's name, labels,
-// Ready condition (Unknown when it has none) and control-plane role, in
-// name order.
+// Ready condition (Unknown when it has none), control-plane role and
+// kubelet version, in name order.
 func ParseNodes(kubectlJSON []byte) ([]NodeState, error) {
 	var list struct {
 		Items []struct {
@@ -183,6 +185,9 @@ func ParseNodes(kubectlJSON []byte) ([]NodeState, error) {
 					Type   string `json:"type"`
 					Status string `json:"status"`
 				} `json:"conditions"`
+				NodeInfo struct {
+					KubeletVersion string `json:"kubeletVersion"`
+				} `json:"nodeInfo"`
 			} `json:"status"`
 		} `json:"items"`
 	}
@@ -191,7 +196,7 @@ func ParseNodes(kubectlJSON []byte) ([]NodeState, error) {
 	}
 	var ns []NodeState
 	for _, it := range list.Items {
-		n := NodeState{Name: it.Metadata.Name, Ready: "Unknown", Labels: it.Metadata.Labels}
+		n := NodeState{Name: it.Metadata.Name, Ready: "Unknown", Labels: it.Metadata.Labels, KubeletVersion: it.Status.NodeInfo.KubeletVersion}
 		_, n.ControlPlane = it.Metadata.Labels["node-role.kubernetes.io/control-plane"]
 		for _, c := range it.Status.Conditions {
 			if c.Type == "Ready" {

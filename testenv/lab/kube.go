@@ -33,9 +33,13 @@ import (
 // which does the kubelet's API traffic: TLS bootstrap, Node registration,
 // status and Lease.
 type Kube struct {
-	Bins       kubebin.Set // the lab's Kubernetes version (the newest built)
+	Bins       kubebin.Set // the lab's Kubernetes version (the newest built, or the one before with Scenario.Upgrade)
 	Etcd       string
 	Kubeletsim string // testenv/kubeletsim/cmd/kubeletsim binary
+	// StatusEvery is the simulated kubelets' status update frequency (zero:
+	// the kubelet's 10 s); an upgrade waits for a Node to report its new
+	// version, so the lab's upgrade runs them every 2 s.
+	StatusEvery time.Duration
 
 	topo *Topology
 
@@ -87,6 +91,12 @@ func NewKube(kubeletsim string) (*Kube, error) {
 	if err != nil {
 		return nil, err
 	}
+	return NewKubeAt(kubeletsim, v)
+}
+
+// NewKubeAt is NewKube with the clusters at version v (one of
+// testenv/k8sbin/versions).
+func NewKubeAt(kubeletsim, v string) (*Kube, error) {
 	bins, err := kubebin.Kubernetes(v)
 	if err != nil {
 		return nil, err
@@ -172,7 +182,8 @@ func (k *Kube) startFirstControlPlane(ctx context.Context, ns *netns.NS, dir, ro
 	k.mu.Unlock()
 	progress(d.Name, fmt.Sprintf("control plane up in %s at %s; kubelet (simulated)", cp.StartDuration.Round(100*time.Millisecond), cp.URL()))
 	kubeconf := filepath.Join(cp.KubernetesDir(), "kubelet.conf")
-	kl, err := k.startKubelet(d.Name, ns, kubeletArgs{name: reg.Name, labels: reg.Labels, nodeIP: ip, kubeconfig: kubeconf})
+	kl, err := k.startKubelet(d.Name, ns, kubeletArgs{name: reg.Name, labels: reg.Labels, nodeIP: ip, kubeconfig: kubeconf,
+		versionFile: filepath.Join(root, KubeletVersionFile)})
 	if err != nil {
 		return err
 	}
@@ -219,7 +230,8 @@ func (k *Kube) joinNode(ctx context.Context, ns *netns.NS, dir, root string, d D
 		}
 	}
 	progress(d.Name, "kubelet (simulated) TLS bootstrap with the bootstrap token")
-	kl, err := k.startKubelet(d.Name, ns, kubeletArgs{name: name, labels: labels, nodeIP: ip, kubeconfig: j.BootstrapKubeconfig})
+	kl, err := k.startKubelet(d.Name, ns, kubeletArgs{name: name, labels: labels, nodeIP: ip, kubeconfig: j.BootstrapKubeconfig,
+		versionFile: filepath.Join(root, KubeletVersionFile)})
 	if err != nil {
 		return err
 	}
@@ -252,7 +264,7 @@ func (k *Kube) joinSwitch(ctx context.Context, ns *netns.NS, root string, d Devi
 	progress(d.Name, "kubelet (simulated) TLS bootstrap with the switch certificate")
 	kl, err := k.startKubelet(d.Name, ns, kubeletArgs{name: del.NodeName, labels: del.NodeLabels, nodeIP: ip,
 		cert: filepath.Join(root, bundle.SonicClientCertPath), key: filepath.Join(root, bundle.SonicClientKeyPath),
-		server: del.Server(), ca: ca})
+		server: del.Server(), ca: ca, versionFile: filepath.Join(root, KubeletVersionFile)})
 	if err != nil {
 		return err
 	}
@@ -326,12 +338,26 @@ type kubeletArgs struct {
 	kubeconfig   string
 	cert, key    string
 	server, ca   string
+	// versionFile "installs" another kubelet: while it exists, its
+	// contents are the version the kubelet reports (the lab's fake kubeadm
+	// and systemctl write it in an upgrade); until then the cluster's.
+	versionFile string
 }
+
+// KubeletVersionFile is where, under a lab device's root, the version its
+// simulated kubelet reports is "installed" (see kubeletArgs.versionFile).
+const KubeletVersionFile = "/var/lib/kubelet/lab-kubelet-version"
 
 // startKubelet starts cmd/kubeletsim for one node inside ns; the topology
 // stops it when the lab closes.
 func (k *Kube) startKubelet(device string, ns *netns.NS, a kubeletArgs) (*Kubelet, error) {
-	args := []string{"--name", a.name, "--log-level", "info", "--progress-every", "1h"}
+	args := []string{"--name", a.name, "--log-level", "info", "--progress-every", "1h", "--kubelet-version", k.Bins.Version}
+	if a.versionFile != "" {
+		args = append(args, "--kubelet-version-file", a.versionFile)
+	}
+	if k.StatusEvery > 0 {
+		args = append(args, "--node-status-update-frequency", k.StatusEvery.String())
+	}
 	cred := a.kubeconfig
 	if a.kubeconfig != "" {
 		args = append(args, "--bootstrap-kubeconfig", a.kubeconfig)

@@ -25,6 +25,11 @@ type Scenario struct {
 	ONIE     int // switches that first install SONiC through ONIE
 	VMs      int // CloudStack VMs, alternating between subnets
 	Clusters int // clusters; VM i < Clusters is cluster i's control plane
+	// Upgrade starts the clusters at the Kubernetes version before the
+	// newest built and, once every device joined, upgrades them to the
+	// newest node by node (upgrade.go: a rollout per cluster, the devices'
+	// real agents, simulated kubeadm and kubelets).
+	Upgrade bool
 }
 
 // Options tune Run.
@@ -47,6 +52,11 @@ type Options struct {
 	// before any device starts (a test attaches its watchers there); its
 	// error ends Open.
 	OnStarted func(*Lab) error
+	// UpgradeByHand, with Scenario.Upgrade, prepares the upgrade (the
+	// newest version registered, the devices' agents running) but leaves
+	// starting it to a person (the cluster's page, or ztpd cluster
+	// upgrade); Lab.FollowRollouts shows it in the table.
+	UpgradeByHand bool
 }
 
 // Result is the checked end state.
@@ -58,6 +68,10 @@ type Result struct {
 	KubernetesVersion string `json:"kubernetes_version"`
 	// ControlPlanes are the real control planes, by cluster.
 	ControlPlanes []ControlPlaneInfo `json:"control_planes"`
+	// Rollouts are the clusters' upgrades (Scenario.Upgrade), by cluster;
+	// UpgradedTo the version they went to.
+	Rollouts   []RolloutResult `json:"rollouts,omitempty"`
+	UpgradedTo string          `json:"upgraded_to,omitempty"`
 }
 
 // ControlPlaneInfo says where a cluster's real control plane runs.
@@ -157,6 +171,12 @@ type Lab struct {
 	Plan     []Device
 	Result   *Result
 	clusters *clusterReader
+
+	opts  Options
+	start time.Time
+	steps *stepTable
+	// UpgradeTo is the version the lab's upgrade goes to (Scenario.Upgrade).
+	UpgradeTo string
 }
 
 // Close stops everything the lab started and removes its namespaces.
@@ -185,8 +205,19 @@ func Open(ctx context.Context, s Scenario, o Options) (*Lab, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	start := time.Now()
-	kube, err := NewKube(o.Kubeletsim)
-	if err != nil {
+	var kube *Kube
+	var err error
+	var upgradeTo string
+	if s.Upgrade {
+		var from string
+		if from, upgradeTo, err = UpgradeVersions(); err != nil {
+			return nil, err
+		}
+		if kube, err = NewKubeAt(o.Kubeletsim, from); err != nil {
+			return nil, err
+		}
+		kube.StatusEvery = 2 * time.Second
+	} else if kube, err = NewKube(o.Kubeletsim); err != nil {
 		return nil, err
 	}
 	topo, err := Build(o.Prefix, o.Octet, o.WorkDir)
@@ -194,7 +225,8 @@ func Open(ctx context.Context, s Scenario, o Options) (*Lab, error) {
 		return nil, err
 	}
 	kube.attach(topo)
-	l := &Lab{Topo: topo, Kube: kube, Plan: s.Plan(), Result: &Result{KubernetesVersion: kube.Bins.Version}}
+	l := &Lab{Topo: topo, Kube: kube, Plan: s.Plan(), Result: &Result{KubernetesVersion: kube.Bins.Version},
+		opts: o, start: start, UpgradeTo: upgradeTo}
 	devs := l.Plan
 	cfg, err := topo.Config(devs)
 	if err != nil {
@@ -226,6 +258,7 @@ func Open(ctx context.Context, s Scenario, o Options) (*Lab, error) {
 	}
 
 	steps := newStepTable(devs)
+	l.steps = steps
 	var wg sync.WaitGroup
 	errs := make([]error, len(devs))
 	for i := range devs {
@@ -295,6 +328,14 @@ func Open(ctx context.Context, s Scenario, o Options) (*Lab, error) {
 	// The devices are done; the clusters turn Running and ztpd shows every
 	// member joined once its watch has seen the Nodes Ready.
 	err = l.clusters.settle(ctx, res, devs, 2*time.Minute)
+	if err == nil && s.Upgrade {
+		if o.UpgradeByHand {
+			_, err = l.prepareUpgrade(ctx)
+		} else {
+			res.UpgradedTo = upgradeTo
+			err = l.upgrade(ctx)
+		}
+	}
 	res.Elapsed = time.Since(start)
 	if o.Out != nil {
 		steps.print(o.Out, res.Devices, res.Clusters, false, res.Elapsed)
@@ -447,6 +488,9 @@ func (s *stepTable) print(w io.Writer, devices []core.Device, clusters []Cluster
 			ready[n.Name] = "Ready=" + n.Ready
 			if n.ControlPlane {
 				ready[n.Name] += ",control-plane"
+			}
+			if n.KubeletVersion != "" {
+				ready[n.Name] += " " + n.KubeletVersion
 			}
 		}
 		for _, m := range c.Members {
