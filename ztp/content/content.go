@@ -61,6 +61,9 @@ type Options struct {
 	// Devices records each fetch (device progress and events).
 	Devices *devices.Service
 	Images  Images
+	// Binaries reads Kubernetes versions' binaries from their ISOs
+	// (images/binaries.Service); nil: none are served.
+	Binaries Binaries
 	// Join supplies cluster-join sections; nil: profiles that name a
 	// cluster get no join section.
 	Join JoinProvider

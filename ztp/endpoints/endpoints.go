@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 )
 
 // Device-facing paths of the ZTP HTTP listener.
@@ -18,8 +19,9 @@ const (
 	ONIEInstallerPath  = "/onie/installer" // ONIE option 114
 	MetadataPath       = "/latest/meta-data/"
 	UserDataPath       = "/latest/user-data"
-	ImagesPath         = "/images/" // + <sha256|name>
-	ISOsPath           = "/isos/"   // + <name>.iso
+	ImagesPath         = "/images/"   // + <sha256|name>
+	ISOsPath           = "/isos/"     // + <name>.iso
+	BinariesPath       = "/binaries/" // + <version tag>/<kubeadm|kubelet|kubectl|SHA256SUMS>
 	JoinPath           = "/join/"
 	FilesPath          = "/files/"
 	ProvisionShellPath = "/ztp/provision.sh" // SONiC option 239 fallback script
@@ -117,6 +119,13 @@ func (e Endpoints) Image(local netip.Addr, ref string) string {
 // ISOs is the URL prefix of binaries ISOs (+ <name>.iso), for CloudStack
 // and devices.
 func (e Endpoints) ISOs() string { return e.Base(netip.Addr{}) + ISOsPath }
+
+// Binaries is the URL of a Kubernetes version's binaries (version tag,
+// e.g. v1.37.2), read from its ISO: + /kubeadm, /kubelet, /kubectl or
+// /SHA256SUMS. The agents' kubeadm-upgrade steps fetch from it.
+func (e Endpoints) Binaries(tag string) string {
+	return e.Base(netip.Addr{}) + BinariesPath + url.PathEscape(tag)
+}
 
 // Join is the joiner's device-facing base (the join paths hang off it).
 func (e Endpoints) Join() string { return e.Base(netip.Addr{}) }

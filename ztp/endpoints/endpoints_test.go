@@ -38,6 +38,9 @@ func TestOneBaseURL(t *testing.T) {
 		e.ISOs() != "http://10.99.0.1:8080/isos/" || e.Config(local, "52:54:00:00:00:01") != "http://10.99.0.1:8080/ztp/config/52:54:00:00:00:01/config_db.json" {
 		t.Fatalf("urls: %s %s %s", e.ZTPJSON(netip.Addr{}), e.ONIEInstaller(local), e.ISOs())
 	}
+	if got := e.Binaries("v1.37.2"); got != "http://10.99.0.1:8080/binaries/v1.37.2" {
+		t.Fatalf("binaries: %s", got)
+	}
 	for _, bad := range [][2]string{{"", "nohostport"}, {"not-an-ip", ":80"}} {
 		if _, err := New(bad[0], bad[1]); err == nil {
 			t.Errorf("New(%q, %q) accepted", bad[0], bad[1])

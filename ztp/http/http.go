@@ -57,7 +57,7 @@ func New(svc *content.Service, log *slog.Logger) *Server {
 }
 
 // Register mounts every ZTP route on mux: ztp.json and configs, ONIE, images,
-// ISOs, files, the cloud-init metadata paths, and the answer to CloudStack's
+// ISOs, Kubernetes versions' binaries, files, the cloud-init metadata paths, and the answer to CloudStack's
 // password-server request (port 8080 of the DHCP server, "/" with a
 // DomU_Request header).
 func (s *Server) Register(mux *http.ServeMux) {
@@ -66,6 +66,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 	s.handle(mux, "GET "+endpoints.ONIEInstallerPath, "onie-installer", s.onieInstaller)
 	s.handle(mux, "GET "+endpoints.ImagesPath+"{ref}", "images", s.image(""))
 	s.handle(mux, "GET "+endpoints.ISOsPath+"{name}", "isos", s.iso)
+	s.handle(mux, "GET "+endpoints.BinariesPath+"{version}/{name}", "binaries", s.binary)
 	s.handle(mux, "GET "+endpoints.FilesPath+"{path...}", "files", s.file)
 	s.registerMetadata(mux)
 }
