@@ -227,20 +227,34 @@ func (e *Engine) upgradeKubernetes(ctx context.Context, r core.Rollout, n core.R
 		e.done(r, n.Device, core.NodeSkipped, "already Ready at "+r.Target)
 		return nil
 	}
-	ours, err := e.cordonDrain(ctx, r, n)
-	if err != nil {
-		return err
-	}
 	phase := "node"
 	if n.Role == "control-plane" && e.isFirst(r, n) {
 		phase = "apply"
 	}
 	args := map[string]string{"version": r.Target, "phase": phase,
 		"timeout": strconv.Itoa(int(time.Duration(r.StepTimeout) / time.Second))}
-	if e.opts.BinariesURL != nil {
-		if u := e.opts.BinariesURL(r.Target); u != "" {
-			args["binaries_url"] = u
+	// The binaries before the cordon: a version whose binaries cannot be
+	// served fails the node while it still runs its pods.
+	if e.opts.Binaries != nil {
+		u, sums, err := e.opts.Binaries(r.Target)
+		if err != nil {
+			return fmt.Errorf("binaries of %s: %w", r.Target, err)
 		}
+		if u != "" {
+			args["binaries_url"] = u
+			for _, name := range []string{"kubeadm", "kubelet"} {
+				if sums[name] != "" {
+					args[name+"_sha256"] = sums[name]
+				}
+			}
+		} else {
+			e.opts.Log.Warn("no binaries served for the version: the agent upgrades with the kubeadm the node has",
+				"rollout", r.ID, "device", n.Device, "version", r.Target)
+		}
+	}
+	ours, err := e.cordonDrain(ctx, r, n)
+	if err != nil {
+		return err
 	}
 	steps := e.hookSteps(r, n.Device, core.HookPreUpgrade)
 	steps = append(steps, core.AgentStep{Name: "upgrade", Action: "kubeadm-upgrade", Args: args})

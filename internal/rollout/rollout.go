@@ -75,9 +75,13 @@ type Options struct {
 	Nodes   NodeOps
 	Agents  Agents
 	Members Members
-	// BinariesURL is where agents fetch a version's binaries (the
-	// appliance's HTTP copy of its ISO), by version tag; nil: none.
-	BinariesURL func(version string) string
+	// Binaries says where agents fetch a version's kubeadm and kubelet
+	// (the appliance's HTTP copy of them, read from the version's ISO) by
+	// version tag: the URL they hang off (url + "/kubeadm") and their
+	// sha256s by name when known. An empty url: none (the agent upgrades
+	// with the kubeadm the node has); an error fails the node before it
+	// is cordoned. nil: none.
+	Binaries func(version string) (url string, sha256 map[string]string, err error)
 	// DrainTimeout and StepTimeout are a Spec's when it names none
 	// (default DefaultDrainTimeout, DefaultStepTimeout).
 	DrainTimeout, StepTimeout time.Duration
