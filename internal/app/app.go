@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/api"
+	"github.com/ztpd/ztpd/images/binaries"
 	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
@@ -66,6 +67,9 @@ type App struct {
 
 	// Images is the content-addressed artifact store.
 	Images *imagestore.Store
+	// Binaries are Kubernetes versions' kubeadm, kubelet and kubectl read
+	// from their ISOs in Images (served to devices, named in rollouts).
+	Binaries *binaries.Service
 
 	// Endpoints are every device-facing URL, resolved once from
 	// advertise_addr and http.addr: DHCP, content, the joiner and the API
@@ -176,6 +180,7 @@ func (a *App) build() error {
 	}
 	a.Images = images
 	a.OnStart(a.warnMissingImageBlobs)
+	a.Binaries = binaries.New(a.Store, a.Images)
 
 	if a.Endpoints, err = endpoints.New(a.Cfg.AdvertiseAddr, a.Cfg.HTTP.Addr); err != nil {
 		return err
@@ -212,7 +217,7 @@ func (a *App) build() error {
 
 	// ZTP content over HTTP (and the cloud-init metadata listener) and TFTP.
 	// Profiles load at Start, so offline CLI commands do not depend on them.
-	opt := content.Options{Store: a.Store, Devices: a.Devices, Images: a.Images, Join: ztpJoin{a.Joiner}, Log: a.Log,
+	opt := content.Options{Store: a.Store, Devices: a.Devices, Images: a.Images, Binaries: a.Binaries, Join: ztpJoin{a.Joiner}, Log: a.Log,
 		Endpoints: a.Endpoints, DefaultProfile: a.Cfg.ZTP.DefaultProfile,
 		FilesDir: filepath.Join(a.Cfg.DataDir, "files"), Bindings: a.bindings}
 	if a.DHCP != nil {

@@ -118,6 +118,7 @@ func (a *App) joinSection(ctx context.Context, device, cluster string) (map[stri
 // rollouts a restart interrupted).
 func (a *App) buildRollouts() error {
 	eng, err := rollout.New(a.Store, rollout.Options{Nodes: a.nodeOps, Agents: a.Desired, Members: a.Joiner,
+		Binaries:     a.rolloutBinaries,
 		DrainTimeout: a.Cfg.Rollout.DrainTimeout.D(), StepTimeout: a.Cfg.Rollout.StepTimeout.D(),
 		Log: a.Log.With("part", "rollout")})
 	if err != nil {
@@ -125,6 +126,27 @@ func (a *App) buildRollouts() error {
 	}
 	a.Rollouts = eng
 	return nil
+}
+
+// rolloutBinaries is the rollout engine's Binaries: a version's kubeadm
+// and kubelet from its ISO on the ZTP listener, with their sha256s; for a
+// version ztpd holds no ISO of, none (the node's own kubeadm, as the
+// engine warns).
+func (a *App) rolloutBinaries(version string) (string, map[string]string, error) {
+	set, err := a.Binaries.Sums(context.Background(), version)
+	if core.KindOf(err) == core.KindNotFound {
+		return "", nil, nil
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	sums := set.SHA256()
+	for _, name := range []string{"kubeadm", "kubelet"} {
+		if sums[name] == "" {
+			return "", nil, fmt.Errorf("the ISO of Kubernetes %s (%s) holds no k8s/%s", version, set.ISO.Name, name)
+		}
+	}
+	return a.Endpoints.Binaries(version), sums, nil
 }
 
 // nodeMembership is the joiner as the clusters service's Membership, with
