@@ -87,6 +87,8 @@ func (doneAgents) WaitOperation(_ context.Context, _, opID string) (*core.AgentO
 
 func (doneAgents) Withdraw(context.Context, string, string, string) error { return nil }
 
+func (doneAgents) Get(device string) (core.DesiredState, error) { return core.DesiredState{Device: device}, nil }
+
 // TestDeleteForceAbandonsWhatTheRemoveRolloutLeaves: a delete of a
 // cluster whose worker's drain a PodDisruptionBudget blocks fails without
 // force (the other members taken out, the cluster in Alert, its CA kept);
