@@ -117,6 +117,9 @@ func (l *Lab) startAgents(target string) error {
 		if err := writeFakeTools(bin, target); err != nil {
 			return err
 		}
+		if p := l.Kube.Plane(d.Cluster); p != nil && p.Device == d.Name {
+			go l.upgradePlaneOnApply(p, root, target)
+		}
 		cmd := kl.NS.Command(context.Background(), python, script, "run", "--interval", fmt.Sprint(agentPollSeconds))
 		cmd.Env = append(os.Environ(), "ZTPD_ROOT="+root, "PATH="+bin+":"+os.Getenv("PATH"))
 		if _, err := l.Topo.StartProc(cmd, "agent-"+d.Name); err != nil {
@@ -124,6 +127,26 @@ func (l *Lab) startAgents(target string) error {
 		}
 	}
 	return nil
+}
+
+// upgradePlaneOnApply waits for the first control plane's kubeadm upgrade
+// apply and moves the cluster's real control plane to target
+// (controlplane.UpgradeTo); a failure is what kubeadm prints.
+func (l *Lab) upgradePlaneOnApply(p *Plane, root, target string) {
+	req, done := filepath.Join(root, "lab-apply-requested"), filepath.Join(root, "lab-apply-done")
+	for {
+		if _, err := os.Stat(req); err == nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var msg []byte
+	if err := p.CP.UpgradeTo(ctx, target); err != nil {
+		msg = []byte("control plane upgrade: " + err.Error() + "\n")
+	}
+	os.WriteFile(done, msg, 0o644)
 }
 
 // writeFakeTools writes a device's kubeadm and systemctl: they record
@@ -141,7 +164,13 @@ func writeFakeTools(bin, target string) error {
 echo "kubeadm $*" >> "$ZTPD_ROOT/lab-calls.log"
 mkdir -p "$ZTPD_ROOT/var/lib/kubelet"
 case "$1 $2" in
-"upgrade apply") echo "$4" > "` + staged + `" ;;
+"upgrade apply")
+	# The lab moves the cluster's real control plane (kube-apiserver and
+	# kube-controller-manager on the new binaries), as kubeadm would.
+	touch "$ZTPD_ROOT/lab-apply-requested"
+	while [ ! -e "$ZTPD_ROOT/lab-apply-done" ]; do sleep 0.2; done
+	if [ -s "$ZTPD_ROOT/lab-apply-done" ]; then cat "$ZTPD_ROOT/lab-apply-done" >&2; exit 1; fi
+	echo "$4" > "` + staged + `" ;;
 "upgrade node") echo ` + target + ` > "` + staged + `" ;;
 esac
 exit 0
@@ -259,6 +288,11 @@ func (l *Lab) upgrade(ctx context.Context) error {
 		}
 		if rc.Version.Name != to {
 			bad = append(bad, fmt.Sprintf("ztpd shows cluster %s at %q, want %s", c.Name, rc.Version.Name, to))
+		}
+		if p := l.Kube.Plane(c.Name); p != nil {
+			if v, err := p.CP.ServerVersion(ctx); err != nil || v != to {
+				bad = append(bad, fmt.Sprintf("cluster %s: its API server reports %q (%v), want %s", c.Name, v, err, to))
+			}
 		}
 	}
 	if len(bad) > 0 {
