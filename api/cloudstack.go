@@ -74,7 +74,7 @@ func domainError(err error) *csError {
 // paramDef describes one command parameter (validation and listApis).
 type paramDef struct {
 	Name     string
-	Type     string // string, uuid, integer, long, boolean
+	Type     string // string, uuid, integer, long, boolean, list (comma-separated)
 	Required bool
 	Desc     string
 }

@@ -105,7 +105,8 @@ func (s *Server) commandTable() map[string]*command {
 			Params: []paramDef{idParam, {"size", "long", false, "the new number of worker nodes"},
 				{"serviceofferingid", "uuid", false, "a new, not smaller, service offering"},
 				{"autoscalingenabled", "boolean", false, "not supported (must be false)"},
-				{"minsize", "long", false, "not supported"}, {"maxsize", "long", false, "not supported"}},
+				{"minsize", "long", false, "not supported"}, {"maxsize", "long", false, "not supported"},
+				{"nodeids", "list", false, "the IDs of the worker nodes to remove (comma-separated; their virtualmachines IDs)"}},
 			Response: asyncFields, run: (*Server).csScaleCluster},
 		{Name: "upgradeKubernetesCluster", Desc: "Upgrade a running Kubernetes cluster", Async: true,
 			JavaClass: javaUserK8s + "cluster.UpgradeKubernetesClusterCmd",
@@ -426,7 +427,13 @@ func (s *Server) csScaleCluster(r *csRequest) (any, *csError) {
 	if r.has("size") && size < 1 {
 		return nil, &csError{code: csParamError, cscode: csInvalidValue, text: fmt.Sprintf("Kubernetes cluster ID: %s cannot be scaled for size, %d", r.str("id"), size)}
 	}
-	return asyncJob(s.clusters.ScaleCluster(r.ctx, r.caller, r.str("id"), size, r.str("serviceofferingid")))
+	var remove []string
+	for _, id := range strings.Split(r.str("nodeids"), ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			remove = append(remove, id)
+		}
+	}
+	return asyncJob(s.clusters.ScaleCluster(r.ctx, r.caller, r.str("id"), size, r.str("serviceofferingid"), remove...))
 }
 
 func (s *Server) csUpgradeCluster(r *csRequest) (any, *csError) {

@@ -257,8 +257,9 @@ func (s *Server) clusterOp(c *gin.Context) {
 	switch op := c.FullPath()[strings.LastIndexByte(c.FullPath(), '/')+1:]; op {
 	case "scale":
 		var req struct {
-			Size     int    `json:"size"`
-			Offering string `json:"offering"`
+			Size     int      `json:"size"`
+			Offering string   `json:"offering"`
+			Remove   []string `json:"remove"` // worker members to take out (device IDs)
 		}
 		if !bindBody(c, &req) {
 			return
@@ -267,7 +268,7 @@ func (s *Server) clusterOp(c *gin.Context) {
 			restRefuse(c, core.KindInvalid, "size must be at least 1")
 			return
 		}
-		j, err = s.clusters.ScaleCluster(ctx, caller, id, req.Size, req.Offering)
+		j, err = s.clusters.ScaleCluster(ctx, caller, id, req.Size, req.Offering, req.Remove...)
 	case "upgrade":
 		var req struct {
 			Version string `json:"version"`

@@ -10,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ztpd/ztpd/internal/clusters"
@@ -253,6 +254,42 @@ func (s *Service) Resize(ctx context.Context, c core.Cluster) error {
 			return err
 		}
 		return s.event(tx, now, "cluster.scaled", "", c.ID, fmt.Sprintf("size %d, %d leaving", c.Size, leaving), nil)
+	})
+}
+
+// RemoveMembers is a scale-down that names its members (CloudStack's
+// nodeids): each named worker is marked leaving and its tokens revoked, as
+// Resize does for the newest; the caller takes them off their nodes.
+func (s *Service) RemoveMembers(ctx context.Context, c core.Cluster, devices []string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := s.now().UTC()
+	return s.store.Update(func(tx core.Tx) error {
+		rt, err := joinState(tx, c.ID)
+		if err != nil {
+			return err
+		}
+		for _, id := range devices {
+			m, err := tx.Memberships().Get(id)
+			if err != nil {
+				return fmt.Errorf("member %s: %w", id, err)
+			}
+			if m.Cluster != c.ID || m.Role == RoleControlPlane || !holdsSlot(m.State) {
+				return fmt.Errorf("%w: %s is not a worker member of %s (%s)", ErrInvalid, id, c.Name, m.State)
+			}
+			if err := s.transition(tx, &m, core.StateLeaving, "removed by name: scale down to "+strconv.Itoa(c.Size), now); err != nil {
+				return err
+			}
+			rt.Workers--
+			if err := s.revokeMemberTokens(tx, m); err != nil {
+				return err
+			}
+		}
+		if err := tx.Clusters().PutJoinState(c.ID, rt); err != nil {
+			return err
+		}
+		return s.event(tx, now, "cluster.scaled", "", c.ID, fmt.Sprintf("size %d, %s leaving", c.Size, strings.Join(devices, ", ")), nil)
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -78,18 +79,22 @@ func newClusterCreateCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 func newClusterScaleCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 	var size int
 	var offering string
+	var remove []string
 	cmd := &cobra.Command{
 		Use:   "scale NAME",
 		Short: "Change the number of workers (Created or Running) or the offering",
 		Long: `Change the desired number of worker nodes. On a Running cluster the joiner
-admits waiting devices or marks surplus members leaving. A Stopped cluster may
-change its offering but not its size.`,
+admits waiting devices; a smaller size takes the newest workers out (drained,
+reset by their agents, their Nodes deleted, their credentials revoked), or the
+ones --remove names. A Stopped cluster may change its offering but not its
+size.`,
 		Example: `  ztpd cluster scale edge-1 --size 5
-  ztpd cluster scale edge-1 --offering ztpd-large`,
+  ztpd cluster scale edge-1 --offering ztpd-large
+  ztpd cluster scale edge-1 --remove 52:54:00:12:34:56`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if size == 0 && offering == "" {
-				return fmt.Errorf("give --size, --offering or both")
+			if size == 0 && offering == "" && len(remove) == 0 {
+				return fmt.Errorf("give --size, --offering, --remove or a combination")
 			}
 			c, err := newAPIClient(opts, f)
 			if err != nil {
@@ -102,6 +107,9 @@ change its offering but not its size.`,
 			p := url.Values{"id": {id}}
 			if size != 0 {
 				p.Set("size", strconv.Itoa(size))
+			}
+			if len(remove) > 0 {
+				p.Set("nodeids", strings.Join(remove, ","))
 			}
 			if offering != "" {
 				var offs []struct {
@@ -120,6 +128,7 @@ change its offering but not its size.`,
 	}
 	cmd.Flags().IntVar(&size, "size", 0, "new number of worker nodes")
 	cmd.Flags().StringVar(&offering, "offering", "", "new (not smaller) service offering name")
+	cmd.Flags().StringSliceVar(&remove, "remove", nil, "worker devices to take out (drained, reset by their agents, their Nodes deleted), instead of the newest")
 	return cmd
 }
 

@@ -159,7 +159,10 @@ type nodeMembership struct {
 	a *App
 }
 
-var _ clusters.Membership = nodeMembership{}
+var (
+	_ clusters.Membership   = nodeMembership{}
+	_ clusters.NamedRemover = nodeMembership{}
+)
 
 // afterRollout bounds what a job does once its rollout ended: the job's
 // own deadline (clusters.Options.OpTimeout) bounds calls, not rollouts,
@@ -184,6 +187,15 @@ func (m nodeMembership) SetVersion(ctx context.Context, c core.Cluster, v core.V
 
 func (m nodeMembership) Resize(ctx context.Context, c core.Cluster) error {
 	if err := m.Service.Resize(ctx, c); err != nil {
+		return err
+	}
+	return m.removeMembers(ctx, c, core.StateLeaving, "scaleKubernetesCluster")
+}
+
+// RemoveMembers is a scale-down naming its members: they are marked
+// leaving, then taken off their nodes like the newest are by Resize.
+func (m nodeMembership) RemoveMembers(ctx context.Context, c core.Cluster, devices []string) error {
+	if err := m.Service.RemoveMembers(ctx, c, devices); err != nil {
 		return err
 	}
 	return m.removeMembers(ctx, c, core.StateLeaving, "scaleKubernetesCluster")

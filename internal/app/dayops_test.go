@@ -87,7 +87,9 @@ func (doneAgents) WaitOperation(_ context.Context, _, opID string) (*core.AgentO
 
 func (doneAgents) Withdraw(context.Context, string, string, string) error { return nil }
 
-func (doneAgents) Get(device string) (core.DesiredState, error) { return core.DesiredState{Device: device}, nil }
+func (doneAgents) Get(device string) (core.DesiredState, error) {
+	return core.DesiredState{Device: device}, nil
+}
 
 // TestDeleteForceAbandonsWhatTheRemoveRolloutLeaves: a delete of a
 // cluster whose worker's drain a PodDisruptionBudget blocks fails without
@@ -235,4 +237,92 @@ func mustJoinState(tx core.Tx, cluster, first string) core.JoinState {
 	js, _ := tx.Clusters().JoinState(cluster)
 	js.FirstControlPlane = first
 	return js
+}
+
+// TestScaleDownByName: scaleKubernetesCluster with nodeids takes out the
+// named worker, not the newest: drained, its Node deleted, its membership
+// left, its agent credential revoked, the size one less; control planes,
+// strangers and a last worker are refused before anything changes.
+func TestScaleDownByName(t *testing.T) {
+	a, err := New(keysTestConfig(t), NewLogger(io.Discard, "error", "text"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	nodes := &fakeClusterNodes{nodes: map[string]*fakeClusterNode{}}
+	if a.Rollouts, err = rollout.New(a.Store, rollout.Options{Nodes: nodes, Agents: doneAgents{}, Members: a.Joiner,
+		DrainTimeout: time.Second, StepTimeout: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c := clusterstest.Cluster(t, a.Clusters, "http://10.99.43.1:8080", "1.36.3", "prod", 2)
+	if err := a.Clusters.ObserveHealth(c.ID, clusters.Health{APIReachable: true, Nodes: 3, ReadyNodes: 3,
+		ControlPlanes: 1, ReadyControlPlanes: 1}); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"cp-0", "worker-1", "worker-2"}
+	dev := func(i int) string { return fmt.Sprintf("02:00:00:00:02:%02x", i) }
+	err = a.Store.Update(func(tx core.Tx) error {
+		js := mustJoinState(tx, c.ID, dev(0))
+		js.ControlPlanes, js.Workers = 1, 2
+		if err := tx.Clusters().PutJoinState(c.ID, js); err != nil {
+			return err
+		}
+		for i, name := range names {
+			role := "worker"
+			if i == 0 {
+				role = "control-plane"
+			}
+			if err := tx.Devices().Put(core.Device{ID: dev(i), MAC: dev(i), Kind: core.KindVM, State: core.StateJoined, Cluster: c.ID}); err != nil {
+				return err
+			}
+			agent := "agent" + name
+			if err := tx.Tokens().Put(core.Token{ID: agent, Kind: string(tokens.KindAgent), Cluster: c.ID, Device: dev(i),
+				SecretHash: "00", Created: time.Now()}); err != nil {
+				return err
+			}
+			if err := tx.Memberships().Put(core.Membership{Device: dev(i), Cluster: c.ID, Role: role, State: core.StateJoined,
+				NodeName: name, AgentID: agent, Created: time.Unix(int64(i+1), 0)}); err != nil {
+				return err
+			}
+			if err := tx.Memberships().Enlist(c.ID, dev(i), role); err != nil {
+				return err
+			}
+			nodes.nodes[name] = &fakeClusterNode{}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range [][]string{{dev(0)}, {"02:00:00:00:09:99"}, {dev(1), dev(1)}, {dev(1), dev(2)}} {
+		if _, err := a.Clusters.ScaleCluster(ctx, clusters.LocalAdmin, "prod", 0, "", bad...); core.KindOf(err) != core.KindInvalid {
+			t.Fatalf("scale-down naming %v: %v", bad, err)
+		}
+	}
+	if _, err := a.Clusters.ScaleCluster(ctx, clusters.LocalAdmin, "prod", 2, "", dev(1)); core.KindOf(err) != core.KindInvalid {
+		t.Fatalf("a size that disagrees with the nodes named: %v", err)
+	}
+	j, err := a.Clusters.ScaleCluster(ctx, clusters.LocalAdmin, "prod", 0, "", strings.ToUpper(dev(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if j, err = a.Clusters.WaitJob(wctx, j.ID); err != nil || j.Status != core.JobSucceeded {
+		t.Fatalf("scale-down by name: %+v %v", j, err)
+	}
+	if !nodes.nodes["worker-1"].deleted || nodes.nodes["worker-2"].deleted || nodes.nodes["cp-0"].deleted {
+		t.Fatalf("Nodes deleted: worker-1 %v worker-2 %v cp-0 %v", nodes.nodes["worker-1"].deleted, nodes.nodes["worker-2"].deleted, nodes.nodes["cp-0"].deleted)
+	}
+	a.Store.View(func(tx core.Tx) error {
+		m, _ := tx.Memberships().Get(dev(1))
+		tok, _ := tx.Tokens().Get(string(tokens.KindAgent), "agentworker-1")
+		cl, _ := tx.Clusters().Get(c.ID)
+		js, _ := tx.Clusters().JoinState(c.ID)
+		if m.State != core.StateLeft || !tok.Revoked || cl.Size != 1 || js.Workers != 1 {
+			t.Errorf("after: membership %s, agent token revoked %v, size %d, workers %d", m.State, tok.Revoked, cl.Size, js.Workers)
+		}
+		return nil
+	})
 }

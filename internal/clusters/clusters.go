@@ -91,6 +91,12 @@ type ForceDestroyer interface {
 	DestroyForce(ctx context.Context, c core.Cluster) (abandoned []core.AbandonedNode, err error)
 }
 
+// NamedRemover takes the named worker members out of a cluster (a
+// scale-down with CloudStack's nodeids); c.Size is already the new size.
+type NamedRemover interface {
+	RemoveMembers(ctx context.Context, c core.Cluster, devices []string) error
+}
+
 // ImageRemover deletes a binaries ISO from the image store (deleteiso=true).
 type ImageRemover interface {
 	Remove(ref string) (core.Image, error)

@@ -73,8 +73,15 @@ var (
 			core.ClusterRunning: core.ClusterScaling},
 		refused: "Kubernetes cluster ID: %[1]s is in %[2]s state",
 		target:  core.ClusterRunning, fail: core.ClusterAlert,
-		call: func(ctx context.Context, m Membership, c core.Cluster, _ core.Version, _ *core.Job) error {
-			return m.Resize(ctx, c)
+		call: func(ctx context.Context, m Membership, c core.Cluster, _ core.Version, j *core.Job) error {
+			if len(j.Params.Remove) == 0 {
+				return m.Resize(ctx, c)
+			}
+			nr, ok := m.(NamedRemover)
+			if !ok {
+				return core.Errorf(core.KindUnavailable, "this appliance cannot remove named nodes")
+			}
+			return nr.RemoveMembers(ctx, c, j.Params.Remove)
 		},
 		failed: func(*core.Job, core.Version) string { return "resizing" },
 		apply: func(c *core.Cluster, j *core.Job, _ core.Version) {
@@ -311,8 +318,13 @@ func (s *Service) run(ctx context.Context, op *operation, j *core.Job) error {
 }
 
 // ScaleCluster changes the desired size and/or the service offering.
-// size <= 0 leaves the size; offering "" leaves the offering.
-func (s *Service) ScaleCluster(ctx context.Context, caller Caller, ref string, size int, offering string) (core.Job, error) {
+// size <= 0 leaves the size; offering "" leaves the offering. remove names
+// the worker members to take out (CloudStack's nodeids: device IDs); the
+// size then shrinks by as many (a size given must agree).
+func (s *Service) ScaleCluster(ctx context.Context, caller Caller, ref string, size int, offering string, remove ...string) (core.Job, error) {
+	if len(remove) > 0 {
+		return s.scaleRemoving(caller, ref, size, offering, remove)
+	}
 	if size == 0 && offering == "" {
 		return core.Job{}, core.Errorf(core.KindInvalid, "Kubernetes cluster %s cannot be scaled, either a new service offering or a new cluster size must be passed", ref)
 	}
@@ -338,6 +350,49 @@ func (s *Service) ScaleCluster(ctx context.Context, caller Caller, ref string, s
 		}
 		j.Params = core.JobParams{Size: size, OfferingID: off.ID}
 		return c.State == core.ClusterRunning && size > 0 && size != c.Size, nil
+	})
+}
+
+// scaleRemoving is a scale-down that names its members: each must be a
+// distinct worker member of the Running cluster, and one worker at least
+// must stay.
+func (s *Service) scaleRemoving(caller Caller, ref string, size int, offering string, remove []string) (core.Job, error) {
+	if offering != "" {
+		return core.Job{}, core.Errorf(core.KindInvalid, "Kubernetes cluster %s: nodeids and serviceofferingid cannot be passed together", ref)
+	}
+	return s.accept(caller, ref, opScale, func(tx core.Tx, c *core.Cluster, j *core.Job) (bool, error) {
+		if c.State != core.ClusterRunning {
+			return false, core.Errorf(core.KindState, "Kubernetes cluster ID: %s is in %s state; nodes can be removed only while it is Running", c.ID, c.State)
+		}
+		seen := map[string]bool{}
+		var ids []string
+		for _, ref := range remove {
+			id, err := core.NormalizeMAC(ref)
+			if err != nil {
+				id = ref
+			}
+			m, err := tx.Memberships().Get(id)
+			if err != nil || m.Cluster != c.ID || m.State == core.StateLeft || m.State == core.StateLeaving {
+				return false, core.Errorf(core.KindInvalid, "Kubernetes cluster %s has no node %s", c.Name, ref)
+			}
+			if m.Role == "control-plane" {
+				return false, core.Errorf(core.KindInvalid, "node %s of Kubernetes cluster %s is a control plane; only worker nodes can be removed", ref, c.Name)
+			}
+			if seen[id] {
+				return false, core.Errorf(core.KindInvalid, "node %s is named twice", ref)
+			}
+			seen[id] = true
+			ids = append(ids, id)
+		}
+		newSize := c.Size - len(ids)
+		if newSize < 1 {
+			return false, core.Errorf(core.KindInvalid, "Kubernetes cluster %s cannot be scaled below 1 worker (size %d, %d nodes named)", c.Name, c.Size, len(ids))
+		}
+		if size > 0 && size != newSize {
+			return false, core.Errorf(core.KindInvalid, "Kubernetes cluster %s: removing %d of its %d workers leaves %d, not the size %d given", c.Name, len(ids), c.Size, newSize, size)
+		}
+		j.Params = core.JobParams{Size: newSize, Remove: ids}
+		return true, nil
 	})
 }
 

@@ -401,6 +401,9 @@ type JobParams struct {
 	// Force deletes a cluster even when its members cannot be taken out
 	// of it first (they are recorded as abandoned).
 	Force bool `json:"force,omitempty"`
+	// Remove names the worker members a scale-down takes out (CloudStack's
+	// nodeids), instead of the newest.
+	Remove []string `json:"remove,omitempty"`
 	// Target is the state the job moves the cluster to on success.
 	Target ClusterState `json:"target,omitempty"`
 }
