@@ -176,6 +176,7 @@ type restRollout struct {
 	DrainTimeout          string            `json:"drain_timeout"`
 	StepTimeout           string            `json:"step_timeout"`
 	Hooks                 map[string]string `json:"hooks"`
+	Selector              map[string]string `json:"selector,omitempty"`
 	ContinueOnHookFailure bool              `json:"continue_on_hook_failure"`
 	Job                   string            `json:"job,omitempty"`
 	CreatedBy             string            `json:"created_by,omitempty"`
@@ -205,7 +206,7 @@ func restRolloutOf(r core.Rollout) restRollout {
 	out := restRollout{ID: r.ID, Cluster: r.Cluster, Kind: r.Kind, State: r.State, Reason: r.Reason, Target: r.Target,
 		TargetID: r.TargetID, Mode: r.Mode, MaxUnavailable: r.MaxUnavailable,
 		DrainTimeout: time.Duration(r.DrainTimeout).String(), StepTimeout: time.Duration(r.StepTimeout).String(),
-		Hooks: copyMap(r.Hooks), ContinueOnHookFailure: r.ContinueOnHookFailure, Job: r.Job, CreatedBy: r.CreatedBy,
+		Hooks: copyMap(r.Hooks), Selector: r.Selector, ContinueOnHookFailure: r.ContinueOnHookFailure, Job: r.Job, CreatedBy: r.CreatedBy,
 		Created: r.Created, UpdatedAt: r.UpdatedAt, Finished: r.Finished,
 		Nodes: make([]restRolloutNode, 0, len(r.Nodes)), Counts: map[string]int{}}
 	for _, n := range r.Nodes {
@@ -536,6 +537,7 @@ type rolloutBody struct {
 	Kind                  string            `json:"kind"`
 	Target                string            `json:"target"`
 	Devices               []string          `json:"devices"`
+	Selector              map[string]string `json:"selector"`
 	Mode                  string            `json:"mode"`
 	MaxUnavailable        int               `json:"max_unavailable"`
 	DrainTimeout          string            `json:"drain_timeout"`
@@ -569,7 +571,7 @@ func (s *Server) startRollout(c *gin.Context) {
 // image, the hooks to stored images.
 func (s *Server) rolloutSpec(ctx context.Context, req rolloutBody) (rollout.Spec, error) {
 	spec := rollout.Spec{Kind: core.RolloutKind(req.Kind), MaxUnavailable: req.MaxUnavailable, Hooks: req.Hooks,
-		ContinueOnHookFailure: req.ContinueOnHookFailure, Mode: core.DeviceMode(req.Mode)}
+		ContinueOnHookFailure: req.ContinueOnHookFailure, Mode: core.DeviceMode(req.Mode), Selector: req.Selector}
 	invalid := func(format string, args ...any) (rollout.Spec, error) {
 		return spec, core.Errorf(core.KindInvalid, format, args...)
 	}

@@ -224,7 +224,7 @@ func printRollout(opts *rootOptions, c *apiClient, r rolloutView) error {
 
 func newRolloutStartCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 	var cluster, kind, target, mode string
-	var devices, hooks []string
+	var devices, hooks, selector []string
 	var maxUnavailable int
 	var drain, step time.Duration
 	var continueOnHook, watch bool
@@ -248,6 +248,7 @@ the end like "ztpd rollout watch".`,
   ztpd rollout start --cluster fabric-1 --kind image --target sonic-202411.bin --max-unavailable 3 \
       --hook pre_upgrade=snapshot-bgp.sh --hook post_upgrade=check-bgp.sh --watch
   ztpd rollout start --kind image --target sonic-202411.bin --devices 52:54:00:00:00:01,52:54:00:00:00:02
+  ztpd rollout start --cluster fabric-1 --kind image --target sonic-as7712.bin --selector ztpd.io/hwsku=as7712
   ztpd rollout start --cluster edge-1 --kind kubernetes --target v1.37.2 --drain-timeout 10m
   ztpd rollout start --cluster fabric-1 --kind remove --devices leaf-7-serial --mode standalone`,
 		Args: cobra.NoArgs,
@@ -270,6 +271,13 @@ the end like "ztpd rollout watch".`,
 			}
 			if len(devices) > 0 {
 				body["devices"] = devices
+			}
+			if len(selector) > 0 {
+				sel, err := keyValues("--selector", "LABEL=VALUE", selector)
+				if err != nil {
+					return err
+				}
+				body["selector"] = sel
 			}
 			if fl.Changed("max-unavailable") {
 				body["max_unavailable"] = maxUnavailable
@@ -311,6 +319,7 @@ the end like "ztpd rollout watch".`,
 	fl.StringVar(&kind, "kind", "", "image, kubernetes or remove (required)")
 	fl.StringVar(&target, "target", "", "image: image store name or sha256; kubernetes: registered version (v1.37.2)")
 	fl.StringSliceVar(&devices, "devices", nil, "only these devices: MAC addresses or serials, comma-separated (default: every member)")
+	fl.StringArrayVar(&selector, "selector", nil, "LABEL=VALUE: only devices with this label (repeatable; all must match): e.g. one SONiC image per hwsku")
 	fl.StringVar(&mode, "mode", "", "remove only: standalone keeps the devices managed, standalone")
 	fl.IntVar(&maxUnavailable, "max-unavailable", 1, "workers operated at once (control planes always one by one)")
 	fl.StringArrayVar(&hooks, "hook", nil, "PHASE=IMAGE hook: pre_upgrade, pre_leave, post_join or post_upgrade (repeatable)")

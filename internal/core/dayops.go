@@ -190,6 +190,9 @@ type Rollout struct {
 	DrainTimeout   Duration          `json:"drain_timeout"`
 	StepTimeout    Duration          `json:"step_timeout"`
 	Hooks          map[string]string `json:"hooks,omitempty"`
+	// Selector keeps only devices with all these labels (a cluster may run
+	// different SONiC images on different switches).
+	Selector map[string]string `json:"selector,omitempty"`
 	// ContinueOnHookFailure keeps the rollout going past a device whose
 	// hook failed (that device is left failed and cordoned).
 	ContinueOnHookFailure bool          `json:"continue_on_hook_failure,omitempty"`

@@ -185,7 +185,10 @@ type Spec struct {
 	// TargetID its record's ID.
 	Target, TargetID string
 	// Devices names the devices (all the cluster's members when empty).
-	Devices               []string
+	Devices []string
+	// Selector keeps only the devices whose labels (their record's and
+	// their desired state's) include all of these.
+	Selector              map[string]string
 	Mode                  core.DeviceMode // remove: standalone keeps the device managed
 	MaxUnavailable        int
 	DrainTimeout          time.Duration
@@ -222,7 +225,7 @@ func (e *Engine) Start(ctx context.Context, spec Spec) (core.Rollout, error) {
 	r := core.Rollout{ID: "ro-" + now.Format("20060102T150405") + "-" + id, Cluster: spec.Cluster, Kind: spec.Kind,
 		State: core.RolloutRunning, Target: spec.Target, TargetID: spec.TargetID, Mode: spec.Mode,
 		MaxUnavailable: spec.MaxUnavailable, DrainTimeout: core.Duration(spec.DrainTimeout), StepTimeout: core.Duration(spec.StepTimeout),
-		Hooks: spec.Hooks, ContinueOnHookFailure: spec.ContinueOnHookFailure, Job: spec.Job, CreatedBy: spec.By,
+		Hooks: spec.Hooks, Selector: spec.Selector, ContinueOnHookFailure: spec.ContinueOnHookFailure, Job: spec.Job, CreatedBy: spec.By,
 		Created: now, UpdatedAt: now}
 	err = e.st.Update(func(tx core.Tx) error {
 		ms, err := plan(tx, spec)
@@ -306,10 +309,16 @@ func plan(tx core.Tx, spec Spec) ([]member, error) {
 		default:
 			return nil, core.Errorf(core.KindInvalid, "device %s is not a member of cluster %s", d.ID, spec.Cluster)
 		}
+		if !selected(tx, d, spec.Selector) {
+			continue
+		}
 		if spec.Kind == core.RolloutImage && !m.sonic {
 			return nil, core.Errorf(core.KindInvalid, "device %s is not a SONiC switch", d.ID)
 		}
 		out = append(out, m)
+	}
+	if len(out) == 0 && len(spec.Selector) > 0 {
+		return nil, core.Errorf(core.KindInvalid, "no device of the rollout has the labels %v", spec.Selector)
 	}
 	if len(out) == 0 && len(spec.Devices) > 0 {
 		return nil, core.Errorf(core.KindInvalid, "the rollout has no nodes")
@@ -327,6 +336,24 @@ func plan(tx core.Tx, spec Spec) ([]member, error) {
 	}
 	slices.SortStableFunc(out, func(a, b member) int { return rank(a) - rank(b) })
 	return out, nil
+}
+
+// selected reports whether device d carries every label of sel, on its
+// record or in its desired state.
+func selected(tx core.Tx, d core.Device, sel map[string]string) bool {
+	if len(sel) == 0 {
+		return true
+	}
+	var want map[string]string
+	if ds, err := tx.Desired().Get(d.ID); err == nil {
+		want = ds.Labels
+	}
+	for k, v := range sel {
+		if d.Labels[k] != v && want[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // Get is one rollout.

@@ -675,3 +675,47 @@ func metricValue(c prometheus.Metric) float64 {
 	}
 	return m.Gauge.GetValue()
 }
+
+func TestSelectorPicksSwitchesByLabel(t *testing.T) {
+	e := newEnv(t, 3)
+	sha := strings.Repeat("d", 64)
+	storetest.Update(t, e.st, func(tx core.Tx) error {
+		for i := 1; i <= 3; i++ {
+			d, err := tx.Devices().Get(device(i))
+			if err != nil {
+				return err
+			}
+			d.Kind = core.KindSONiC
+			if i == 2 {
+				d.Labels = map[string]string{"ztpd.io/hwsku": "as7712"}
+			}
+			if err := tx.Devices().Put(d); err != nil {
+				return err
+			}
+		}
+		if err := tx.Images().Put(core.Image{SHA256: sha, Name: "sonic-as7712", Kind: "sonic-installer"}); err != nil {
+			return err
+		}
+		return tx.Images().SetName("sonic-as7712", sha)
+	})
+	// Device 3's label is in its desired state, not its record.
+	if _, err := e.des.Set(context.Background(), "admin", device(3), desired.Change{Labels: map[string]string{"ztpd.io/hwsku": "as7712"}}); err != nil {
+		t.Fatal(err)
+	}
+	sel := map[string]string{"ztpd.io/hwsku": "as7712"}
+	r := e.start(Spec{Kind: core.RolloutImage, Target: "sonic-as7712", Selector: sel})
+	var got []string
+	for _, n := range r.Nodes {
+		got = append(got, n.Device)
+	}
+	if strings.Join(got, ",") != device(2)+","+device(3) || r.Selector["ztpd.io/hwsku"] != "as7712" {
+		t.Fatalf("selected %v (selector %v)", got, r.Selector)
+	}
+	if r = e.wait(r.ID); r.State != core.RolloutSucceeded {
+		t.Fatalf("rollout: %s %s", r.State, r.Reason)
+	}
+	if _, err := e.eng.Start(context.Background(), Spec{Cluster: cluster, Kind: core.RolloutImage, Target: "sonic-as7712",
+		Selector: map[string]string{"ztpd.io/hwsku": "nope"}}); core.KindOf(err) != core.KindInvalid {
+		t.Fatalf("a selector nothing matches: %v", err)
+	}
+}

@@ -755,6 +755,7 @@ func rolloutsContract(t *testing.T, st core.Store) {
 		Target: "v1.37.2", TargetID: "v2", MaxUnavailable: 10, DrainTimeout: core.Duration(2 * time.Minute),
 		StepTimeout: core.Duration(15 * time.Minute), Hooks: map[string]string{core.HookPostUpgrade: "compare-bgp"},
 		ContinueOnHookFailure: true, Job: "j1", CreatedBy: "admin", Created: t0, UpdatedAt: t0,
+		Selector: map[string]string{"ztpd.io/hwsku": "as7712"},
 		Nodes: []core.RolloutNode{{Device: "02:00:00:00:00:01", NodeName: "n1", Role: "control-plane", Phase: core.NodeDone,
 			Operation: "op-1", Cordoned: true, Started: t0, Finished: t0}, {Device: "02:00:00:00:00:02", Phase: core.NodePending}}}
 	Update(t, st, func(tx core.Tx) error {
