@@ -51,6 +51,10 @@ type restClient struct {
 	secret string
 	http   *http.Client
 	router routers.Router
+	// sent counts requests: each is signed with its own expiry, so the
+	// same write twice in one second is two signatures, as a real client
+	// signs every write afresh (the replay guard refuses a repeat).
+	sent int
 }
 
 func (c *restClient) authorization(method, path string, q url.Values, body []byte, exp time.Time) string {
@@ -98,7 +102,9 @@ func (c *restClient) do(method, pathAndQuery string, body any) restResp {
 	}
 	req, _ := http.NewRequest(method, u.String(), bytes.NewReader(raw))
 	if c.apiKey != "" {
-		req.Header.Set("Authorization", c.authorization(method, u.EscapedPath(), u.Query(), raw, time.Now().Add(5*time.Minute)))
+		c.sent++
+		exp := time.Now().Add(5*time.Minute + time.Duration(c.sent%600)*time.Second)
+		req.Header.Set("Authorization", c.authorization(method, u.EscapedPath(), u.Query(), raw, exp))
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
