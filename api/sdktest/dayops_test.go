@@ -450,6 +450,67 @@ func TestDayTwoRealControlPlane(t *testing.T) {
 	if code := agents[1].lastExit(); code != 0 {
 		t.Fatalf("a remaining worker's agent exits %d", code)
 	}
+
+	// 4. Stop cordons every Node (joins suspended); start uncordons them.
+	schedulable := func() map[string]bool {
+		nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, nd := range nodes.Items {
+			out[nd.Name] = !nd.Spec.Unschedulable
+		}
+		return out
+	}
+	j, err = ztpd.Clusters.StopCluster(ctx, admin, cl.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, ctx, ztpd.Clusters, j, core.JobSucceeded)
+	if got := schedulable(); len(got) != 2 || got[ds[0].NodeName] || got[ds[1].NodeName] {
+		t.Fatalf("Nodes schedulable after stop: %v", got)
+	}
+	if c := clusterState(); c.State != core.ClusterStopped {
+		t.Fatalf("cluster after stop: %s", c.State)
+	}
+	j, err = ztpd.Clusters.StartCluster(ctx, admin, cl.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, ctx, ztpd.Clusters, j, core.JobSucceeded)
+	if got := schedulable(); !got[ds[0].NodeName] || !got[ds[1].NodeName] {
+		t.Fatalf("Nodes schedulable after start: %v", got)
+	}
+
+	// 5. Delete takes every member out (its Node deleted, its agent
+	// refused) before the cluster and its CA are gone.
+	j, err = ztpd.Clusters.DeleteCluster(ctx, admin, cl.ID, clusters.DeleteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, ctx, ztpd.Clusters, j, core.JobSucceeded)
+	if nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil || len(nodes.Items) != 0 {
+		t.Fatalf("Nodes after delete: %v %d", err, len(nodes.Items))
+	}
+	if _, err := ztpd.Clusters.GetCluster(ctx, admin, cl.ID); core.KindOf(err) != core.KindNotFound {
+		t.Fatalf("the deleted cluster: %v", err)
+	}
+	for i := 0; i < 2; i++ {
+		if !strings.Contains(agents[i].calls(), "kubeadm reset -f") {
+			t.Fatalf("node %d's agent did not reset it:\n%s", i, agents[i].calls())
+		}
+		m, err := ztpd.Joiner.Membership(ctx, macs[i])
+		if err != nil || m.State != core.StateLeft {
+			t.Fatalf("membership of node %d after delete: %v %s", i, err, m.State)
+		}
+	}
+	eventually(t, 90*time.Second, func() error {
+		if code := agents[0].lastExit(); code != 4 {
+			return fmt.Errorf("the deleted cluster's control plane agent last exited %d, want 4 (refused)", code)
+		}
+		return nil
+	})
 }
 
 // d2Agent runs a node's installed agent every 300 ms, as its timer would.
