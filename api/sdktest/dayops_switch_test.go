@@ -273,6 +273,56 @@ func TestSwitchModeRealControlPlane(t *testing.T) {
 		t.Fatalf("the standalone switch's agent credential: %q %v (it must stay valid)", dev, err)
 	}
 
+	// A standalone switch's image upgrade: hooks and the image only, no
+	// Kubernetes step and no Node. Its fakes are installed here (the later
+	// upgrade in its cluster uses them too).
+	addImage := func(name, kind, content string) {
+		t.Helper()
+		if _, _, err := ztpd.Images.Add(ctx, strings.NewReader(content), imagestore.Meta{Name: name, Kind: kind}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addImage("snapshot-bgp", "file", "#!/bin/sh\necho \"snapshot $ZTPD_STEP\" >> \"$ZTPD_ROOT/hooks.log\"\n")
+	addImage("compare-bgp", "file", "#!/bin/sh\necho \"compare $ZTPD_STEP\" >> \"$ZTPD_ROOT/hooks.log\"\n")
+	addImage("sonic-202505", "sonic-installer", "SONiC 202505 image "+strings.Repeat("x", 4096))
+	bootID := filepath.Join(rootSw, "proc/sys/kernel/random/boot_id")
+	if err := os.MkdirAll(filepath.Dir(bootID), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(bootID, []byte("boot-1\n"), 0o644)
+	for name, script := range map[string]string{
+		"sonic-installer": "#!/bin/sh\necho \"sonic-installer $*\" >> \"$ZTPD_ROOT/calls.log\"\n",
+		// A reboot: the next run of the agent is in a new boot.
+		"reboot": "#!/bin/sh\necho reboot >> \"$ZTPD_ROOT/calls.log\"\necho boot-$(date +%s%N) > \"$ZTPD_ROOT/proc/sys/kernel/random/boot_id\"\n",
+	} {
+		if err := os.WriteFile(filepath.Join(rootSw, "fakebin", name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := agent.calls()
+	code, body = adminREST(t, cfg, http.MethodPost, "/api/v1/rollouts", `{"kind":"image","target":"sonic-202505","devices":["`+macSw+`"],`+
+		`"hooks":{"pre_upgrade":"snapshot-bgp","post_upgrade":"compare-bgp"}}`)
+	var standaloneImage struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(body, &standaloneImage); err != nil || code != http.StatusAccepted {
+		t.Fatalf("standalone image rollout: %d %s", code, body)
+	}
+	if r, err = ztpd.Rollouts.Wait(ctx, standaloneImage.ID); err != nil || r.State != core.RolloutSucceeded {
+		t.Fatalf("standalone image rollout: %v %s %s", err, r.State, r.Reason)
+	}
+	if did := strings.TrimPrefix(agent.calls(), before); !strings.Contains(did, "sonic-installer install -y") || !strings.Contains(did, "reboot") ||
+		strings.Contains(did, "config kube") || strings.Contains(did, "kubeadm") {
+		t.Fatalf("the standalone switch's agent ran:\n%s", did)
+	}
+	if hooks, _ := os.ReadFile(filepath.Join(rootSw, "hooks.log")); string(hooks) != "snapshot pre_upgrade\ncompare post_upgrade\n" {
+		t.Fatalf("hooks of the standalone upgrade: %q", hooks)
+	}
+	if st := memberState(); st != core.StateLeft {
+		t.Fatalf("the standalone switch's membership after its image upgrade: %s", st)
+	}
+	os.Remove(filepath.Join(rootSw, "hooks.log"))
+
 	// standalone -> cluster: the normal join path, from the agent.
 	back := time.Now()
 	code, body = adminREST(t, cfg, http.MethodPut, "/api/v1/devices/"+macSw+"/desired", `{"mode":"cluster","cluster":"`+cl.ID+`"}`)
@@ -323,30 +373,7 @@ func TestSwitchModeRealControlPlane(t *testing.T) {
 	// image installed (its sha256 checked), reboot, rejoin, post_upgrade.
 	os.Remove(filepath.Join(rootSw, "reset-requested"))
 	os.Remove(filepath.Join(rootSw, "reset-done"))
-	addImage := func(name, kind, content string) {
-		t.Helper()
-		if _, _, err := ztpd.Images.Add(ctx, strings.NewReader(content), imagestore.Meta{Name: name, Kind: kind}, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
-	addImage("snapshot-bgp", "file", "#!/bin/sh\necho \"snapshot $ZTPD_STEP\" >> \"$ZTPD_ROOT/hooks.log\"\n")
-	addImage("compare-bgp", "file", "#!/bin/sh\necho \"compare $ZTPD_STEP\" >> \"$ZTPD_ROOT/hooks.log\"\n")
-	addImage("sonic-202505", "sonic-installer", "SONiC 202505 image "+strings.Repeat("x", 4096))
-	bootID := filepath.Join(rootSw, "proc/sys/kernel/random/boot_id")
-	if err := os.MkdirAll(filepath.Dir(bootID), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(bootID, []byte("boot-1\n"), 0o644)
-	for name, script := range map[string]string{
-		"sonic-installer": "#!/bin/sh\necho \"sonic-installer $*\" >> \"$ZTPD_ROOT/calls.log\"\n",
-		// A reboot: the next run of the agent is in a new boot.
-		"reboot": "#!/bin/sh\necho reboot >> \"$ZTPD_ROOT/calls.log\"\necho boot-$(date +%s%N) > \"$ZTPD_ROOT/proc/sys/kernel/random/boot_id\"\n",
-	} {
-		if err := os.WriteFile(filepath.Join(rootSw, "fakebin", name), []byte(script), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	upgradeStart := time.Now()
+	upgradeStart, callsBefore := time.Now(), agent.calls()
 	go func() {
 		certPath := filepath.Join(rootSw, bundle.SonicClientCertPath)
 		for ctx.Err() == nil {
@@ -369,9 +396,10 @@ func TestSwitchModeRealControlPlane(t *testing.T) {
 	if err != nil || r.State != core.RolloutSucceeded {
 		t.Fatalf("image rollout: %v %s %s\nagent:\n%s", err, r.State, r.Reason, agent.output())
 	}
-	calls := agent.calls()
+	calls := strings.TrimPrefix(agent.calls(), callsBefore)
 	install := strings.Index(calls, "sonic-installer install -y")
-	if install < 0 || strings.LastIndex(calls, "config kube server disable on") > install || !strings.Contains(calls[install:], "reboot") {
+	if install < 0 || !strings.Contains(calls[:install], "config kube server disable on") ||
+		strings.LastIndex(calls, "config kube server disable on") > install || !strings.Contains(calls[install:], "reboot") {
 		t.Fatalf("the switch's agent ran:\n%s", calls)
 	}
 	hooks, _ := os.ReadFile(filepath.Join(rootSw, "hooks.log"))
@@ -464,7 +492,7 @@ func TestSwitchModeRealControlPlane(t *testing.T) {
 		t.Fatalf("no event says the interrupted hook ran again (%v)", err)
 	}
 	// Aborted before its node starts: nothing happens to the switch.
-	before := agent.calls()
+	before = agent.calls()
 	id = startImage("snapshot-bgp")
 	if _, err := ztpd.Rollouts.Abort(id, "admin"); err != nil {
 		t.Fatal(err)
