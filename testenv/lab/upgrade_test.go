@@ -58,12 +58,15 @@ func TestConsoleLiveUpgrade(t *testing.T) {
 				w, err = watchRollouts(t, b, l)
 				return err
 			}})
-	if w != nil {
-		defer w.close()
-	}
-	if l != nil {
-		defer l.Close()
-	}
+	// The tab closes before the lab (see TestConsoleLiveOnboarding).
+	defer func() {
+		if w != nil {
+			w.close()
+		}
+		if l != nil {
+			l.Close()
+		}
+	}()
 	t.Log("progress:\n" + tail(log.String(), 6000))
 	if err != nil {
 		for _, f := range []string{"ztpd.out", "agent-vm1.out", "agent-sw1.out"} {
@@ -324,5 +327,6 @@ func (w *rolloutWatch) stop() {
 
 func (w *rolloutWatch) close() {
 	w.stop()
+	w.tab.Close()
 	w.fw.Close()
 }
