@@ -127,7 +127,21 @@ func (t *Topology) build() error {
 		"--pid-file=", "--port=0", "--user=root", "--interface=br1", "--bind-interfaces",
 		"--dhcp-relay="+t.RelayGW.String()+","+t.AppAddr.String(), "--log-dhcp",
 		"--log-facility="+filepath.Join(t.WorkDir, "relay.log"))
-	return t.Start(relay, "relay")
+	if err := t.Start(relay, "relay"); err != nil {
+		return err
+	}
+	// Devices on subnet B boot only once the relay relays: dnsmasq logs
+	// its relay when its sockets are ready.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if b, _ := os.ReadFile(filepath.Join(t.WorkDir, "relay.log")); strings.Contains(string(b), "DHCP relay from") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the DHCP relay (dnsmasq) did not start within 15 s: see %s", filepath.Join(t.WorkDir, "relay.out"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // plug creates a veth from ns (named ifn, with addr) whose peer is enslaved
