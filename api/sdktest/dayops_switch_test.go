@@ -3,6 +3,7 @@ package sdktest
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -189,8 +190,17 @@ func TestSwitchModeRealControlPlane(t *testing.T) {
 	var swKubelet *kubeletsim.Kubelet
 	startSwitchKubelet := func() {
 		t.Helper()
-		cert, _ := os.ReadFile(filepath.Join(rootSw, bundle.SonicClientCertPath))
-		key, _ := os.ReadFile(filepath.Join(rootSw, bundle.SonicClientKeyPath))
+		// The plugin installs the certificate, then the key: wait until
+		// they are a pair.
+		var cert, key []byte
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			cert, _ = os.ReadFile(filepath.Join(rootSw, bundle.SonicClientCertPath))
+			key, _ = os.ReadFile(filepath.Join(rootSw, bundle.SonicClientKeyPath))
+			if _, err := tls.X509KeyPair(cert, key); err == nil || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 		ca, _ := os.ReadFile(filepath.Join(rootSw, fmt.Sprintf(bundle.SonicCAPathPattern, cl.ID)))
 		k, err := pool.Start(context.Background(), kubeletsim.Config{NodeName: dsw.NodeName, ClientCertPEM: cert, ClientKeyPEM: key,
 			APIServer: "https://" + d2Node(cpI) + ":6443", CACertPEM: ca, Labels: dsw.NodeLabels, InternalIP: d2Node(swI),
