@@ -117,39 +117,8 @@ func TestDeleteForceAbandonsWhatTheRemoveRolloutLeaves(t *testing.T) {
 	}
 	// Three members with Nodes and agent credentials: the first control
 	// plane and two workers.
-	names := []string{"cp-0", "worker-1", "worker-2"}
 	dev := func(i int) string { return fmt.Sprintf("02:00:00:00:01:%02x", i) }
-	err = a.Store.Update(func(tx core.Tx) error {
-		if err := tx.Clusters().PutJoinState(c.ID, mustJoinState(tx, c.ID, dev(0))); err != nil {
-			return err
-		}
-		for i, name := range names {
-			role := "worker"
-			if i == 0 {
-				role = "control-plane"
-			}
-			if err := tx.Devices().Put(core.Device{ID: dev(i), MAC: dev(i), Kind: core.KindVM, State: core.StateJoined, Cluster: c.ID}); err != nil {
-				return err
-			}
-			agent := "agent" + name
-			if err := tx.Tokens().Put(core.Token{ID: agent, Kind: string(tokens.KindAgent), Cluster: c.ID, Device: dev(i),
-				SecretHash: "00", Created: time.Now()}); err != nil {
-				return err
-			}
-			if err := tx.Memberships().Put(core.Membership{Device: dev(i), Cluster: c.ID, Role: role, State: core.StateJoined,
-				NodeName: name, AgentID: agent, Created: time.Unix(int64(i+1), 0)}); err != nil {
-				return err
-			}
-			if err := tx.Memberships().Enlist(c.ID, dev(i), role); err != nil {
-				return err
-			}
-			nodes.nodes[name] = &fakeClusterNode{}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	threeMembers(t, a, c.ID, nodes, dev, false)
 	waitJob := func(j core.Job, err error) core.Job {
 		t.Helper()
 		if err != nil {
@@ -260,41 +229,8 @@ func TestScaleDownByName(t *testing.T) {
 		ControlPlanes: 1, ReadyControlPlanes: 1}); err != nil {
 		t.Fatal(err)
 	}
-	names := []string{"cp-0", "worker-1", "worker-2"}
 	dev := func(i int) string { return fmt.Sprintf("02:00:00:00:02:%02x", i) }
-	err = a.Store.Update(func(tx core.Tx) error {
-		js := mustJoinState(tx, c.ID, dev(0))
-		js.ControlPlanes, js.Workers = 1, 2
-		if err := tx.Clusters().PutJoinState(c.ID, js); err != nil {
-			return err
-		}
-		for i, name := range names {
-			role := "worker"
-			if i == 0 {
-				role = "control-plane"
-			}
-			if err := tx.Devices().Put(core.Device{ID: dev(i), MAC: dev(i), Kind: core.KindVM, State: core.StateJoined, Cluster: c.ID}); err != nil {
-				return err
-			}
-			agent := "agent" + name
-			if err := tx.Tokens().Put(core.Token{ID: agent, Kind: string(tokens.KindAgent), Cluster: c.ID, Device: dev(i),
-				SecretHash: "00", Created: time.Now()}); err != nil {
-				return err
-			}
-			if err := tx.Memberships().Put(core.Membership{Device: dev(i), Cluster: c.ID, Role: role, State: core.StateJoined,
-				NodeName: name, AgentID: agent, Created: time.Unix(int64(i+1), 0)}); err != nil {
-				return err
-			}
-			if err := tx.Memberships().Enlist(c.ID, dev(i), role); err != nil {
-				return err
-			}
-			nodes.nodes[name] = &fakeClusterNode{}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	threeMembers(t, a, c.ID, nodes, dev, true)
 	for _, bad := range [][]string{{dev(0)}, {"02:00:00:00:09:99"}, {dev(1), dev(1)}, {dev(1), dev(2)}} {
 		if _, err := a.Clusters.ScaleCluster(ctx, clusters.LocalAdmin, "prod", 0, "", bad...); core.KindOf(err) != core.KindInvalid {
 			t.Fatalf("scale-down naming %v: %v", bad, err)
@@ -325,4 +261,46 @@ func TestScaleDownByName(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// threeMembers stores a first control plane (cp-0) and two workers
+// (worker-1, worker-2, in joining order) of cluster with Nodes in nodes and
+// agent credentials; counted in the join state when counted.
+func threeMembers(t *testing.T, a *App, cluster string, nodes *fakeClusterNodes, dev func(int) string, counted bool) {
+	t.Helper()
+	err := a.Store.Update(func(tx core.Tx) error {
+		js := mustJoinState(tx, cluster, dev(0))
+		if counted {
+			js.ControlPlanes, js.Workers = 1, 2
+		}
+		if err := tx.Clusters().PutJoinState(cluster, js); err != nil {
+			return err
+		}
+		for i, name := range []string{"cp-0", "worker-1", "worker-2"} {
+			role := "worker"
+			if i == 0 {
+				role = "control-plane"
+			}
+			if err := tx.Devices().Put(core.Device{ID: dev(i), MAC: dev(i), Kind: core.KindVM, State: core.StateJoined, Cluster: cluster}); err != nil {
+				return err
+			}
+			agent := "agent" + name
+			if err := tx.Tokens().Put(core.Token{ID: agent, Kind: string(tokens.KindAgent), Cluster: cluster, Device: dev(i),
+				SecretHash: "00", Created: time.Now()}); err != nil {
+				return err
+			}
+			if err := tx.Memberships().Put(core.Membership{Device: dev(i), Cluster: cluster, Role: role, State: core.StateJoined,
+				NodeName: name, AgentID: agent, Created: time.Unix(int64(i+1), 0)}); err != nil {
+				return err
+			}
+			if err := tx.Memberships().Enlist(cluster, dev(i), role); err != nil {
+				return err
+			}
+			nodes.nodes[name] = &fakeClusterNode{}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
