@@ -482,6 +482,13 @@ func TestDayTwoRealControlPlane(t *testing.T) {
 	if got := schedulable(); !got[ds[0].NodeName] || !got[ds[1].NodeName] {
 		t.Fatalf("Nodes schedulable after start: %v", got)
 	}
+	// A started cluster is Starting until the watch sees it healthy.
+	eventually(t, time.Minute, func() error {
+		if c := clusterState(); c.State != core.ClusterRunning {
+			return fmt.Errorf("cluster %s after start", c.State)
+		}
+		return nil
+	})
 
 	// 5. Delete takes every member out (its Node deleted, its agent
 	// refused) before the cluster and its CA are gone.

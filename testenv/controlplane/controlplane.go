@@ -267,7 +267,16 @@ func (cp *ControlPlane) start(ctx context.Context, ic initConfig) error {
 		if err := os.WriteFile(p, m, 0o600); err != nil {
 			return err
 		}
-		if out, err := cp.Kubectl(ctx, "apply", "-f", p); err != nil {
+		// Applied as kubeadm's deploy script does, while the cluster's
+		// first watchers may create the same objects (ztpd creates its
+		// admin binding once the API server answers): kubectl apply's
+		// read-then-create loses that race with AlreadyExists, and a second
+		// apply then updates what is there.
+		out, err := cp.Kubectl(ctx, "apply", "-f", p)
+		if err != nil && strings.Contains(string(out), "AlreadyExists") {
+			out, err = cp.Kubectl(ctx, "apply", "-f", p)
+		}
+		if err != nil {
 			return fmt.Errorf("controlplane: kubectl apply %s: %w\n%s", p, err, out)
 		}
 	}
