@@ -31,7 +31,6 @@ import (
 	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/joiner/bundle"
 	"github.com/ztpd/ztpd/testenv/controlplane"
-	"github.com/ztpd/ztpd/testenv/inproc"
 	"github.com/ztpd/ztpd/testenv/kubebin"
 	"github.com/ztpd/ztpd/testenv/kubeletsim"
 	"github.com/ztpd/ztpd/testenv/netns"
@@ -66,8 +65,6 @@ func TestSwitchModeRealControlPlane(t *testing.T) {
 	const cpI, swI = 10, 12
 	ns0, mac0 := d2Namespace(t, cpI)
 	nsSw, macSw := d2Namespace(t, swI)
-	deviceAddr := freeAddr(t, d2Host(cpI))
-	_, apiPort, _ := net.SplitHostPort(freeAddr(t, "0.0.0.0"))
 	var plane *controlplane.ControlPlane
 	t.Cleanup(func() {
 		if plane != nil {
@@ -76,15 +73,7 @@ func TestSwitchModeRealControlPlane(t *testing.T) {
 			}
 		}
 	})
-	deviceBase, cfg, ztpd := inproc.ServeApp(t, func(c *config.Config) {
-		c.HTTP.Addr = deviceAddr
-		c.AdvertiseAddr = d2Host(cpI)
-		c.API.Addr, c.API.TLS.Enabled = "0.0.0.0:"+apiPort, true
-		c.API.ClusterProbeInterval = config.Duration(500 * time.Millisecond)
-		c.Joiner.AutoApprove = []config.Rule{{Subnets: []string{"10.99.218.0/24"}, Roles: []string{"control-plane", "worker"}}}
-		c.Rollout.DrainTimeout = config.Duration(10 * time.Second)
-		c.Rollout.StepTimeout = config.Duration(2 * time.Minute)
-	})
+	deviceBase, cfg, _, ztpd := serveDayTwo(t, cpI, 10*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	admin := clusters.LocalAdmin

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ztpd/ztpd/internal/app"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
@@ -76,8 +77,6 @@ func TestDayTwoRealControlPlane(t *testing.T) {
 	for i := range nss {
 		nss[i], macs[i] = d2Namespace(t, i)
 	}
-	deviceAddr := freeAddr(t, d2Host(0))
-	_, apiPort, _ := net.SplitHostPort(freeAddr(t, "0.0.0.0"))
 	var plane *controlplane.ControlPlane
 	t.Cleanup(func() {
 		if plane != nil {
@@ -86,15 +85,7 @@ func TestDayTwoRealControlPlane(t *testing.T) {
 			}
 		}
 	})
-	deviceBase, _, ztpd := inproc.ServeApp(t, func(c *config.Config) {
-		c.HTTP.Addr = deviceAddr
-		c.AdvertiseAddr = d2Host(0)
-		c.API.Addr, c.API.TLS.Enabled = "0.0.0.0:"+apiPort, true
-		c.API.ClusterProbeInterval = config.Duration(500 * time.Millisecond)
-		c.Joiner.AutoApprove = []config.Rule{{Subnets: []string{"10.99.218.0/24"}, Roles: []string{"control-plane", "worker"}}}
-		c.Rollout.DrainTimeout = config.Duration(6 * time.Second)
-		c.Rollout.StepTimeout = config.Duration(2 * time.Minute)
-	})
+	deviceBase, _, apiPort, ztpd := serveDayTwo(t, 0, 6*time.Second)
 	eventually(t, 10*time.Second, func() error {
 		c, err := net.Dial("tcp", "127.0.0.1:"+apiPort)
 		if err == nil {
@@ -518,6 +509,28 @@ func TestDayTwoRealControlPlane(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// serveDayTwo runs ztpd in-process for the day-2 tests: devices served on
+// the host end of namespace cpI's link (the advertised address), the API
+// with TLS on every address (agents poll it from their namespaces), every
+// device of 10.99.218.0/24 auto-approved, rollouts with the given drain
+// timeout. Register the control plane's cleanup before it, so the plane
+// stops after ztpd.
+func serveDayTwo(t *testing.T, cpI int, drain time.Duration) (deviceBase string, cfg config.Config, apiPort string, a *app.App) {
+	t.Helper()
+	deviceAddr := freeAddr(t, d2Host(cpI))
+	_, apiPort, _ = net.SplitHostPort(freeAddr(t, "0.0.0.0"))
+	deviceBase, cfg, a = inproc.ServeApp(t, func(c *config.Config) {
+		c.HTTP.Addr = deviceAddr
+		c.AdvertiseAddr = d2Host(cpI)
+		c.API.Addr, c.API.TLS.Enabled = "0.0.0.0:"+apiPort, true
+		c.API.ClusterProbeInterval = config.Duration(500 * time.Millisecond)
+		c.Joiner.AutoApprove = []config.Rule{{Subnets: []string{"10.99.218.0/24"}, Roles: []string{"control-plane", "worker"}}}
+		c.Rollout.DrainTimeout = config.Duration(drain)
+		c.Rollout.StepTimeout = config.Duration(2 * time.Minute)
+	})
+	return deviceBase, cfg, apiPort, a
 }
 
 // d2Agent runs a node's installed agent every 300 ms, as its timer would.
