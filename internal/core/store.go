@@ -16,8 +16,11 @@ var ErrNotFound = errors.New("not found")
 type Store interface {
 	// View runs fn in a read-only, consistent snapshot.
 	View(fn func(Tx) error) error
-	// Update runs fn in a read-write transaction and makes it durable (fsync)
-	// before returning nil.
+	// Update runs fn in a read-write transaction and makes it durable (fsync,
+	// or a quorum's) before returning nil. On a store shared by several
+	// appliances (etcd) fn runs again when another appliance changed what
+	// it read, so it must only touch the Tx and set, not accumulate, what
+	// it hands back.
 	Update(fn func(Tx) error) error
 	// Batch is Update for hot paths: concurrent callers share one durable
 	// commit. fn may run more than once, so it must only touch the Tx.

@@ -20,8 +20,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
@@ -37,19 +35,7 @@ const pidFileName = "ztpd.pid"
 // ErrLocked means another process holds the data directory.
 var ErrLocked = errors.New("data directory is in use by another ztpd")
 
-var (
-	commitsTotal = promauto.NewCounter(prometheus.CounterOpts{
-		Name: "ztpd_store_commits_total", Help: "Durable store commits.",
-	})
-	batchSize = promauto.NewHistogram(prometheus.HistogramOpts{
-		Name: "ztpd_store_batch_size", Help: "Callers joined per group commit.",
-		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024},
-	})
-	commitSeconds = promauto.NewHistogram(prometheus.HistogramOpts{
-		Name: "ztpd_store_commit_seconds", Help: "Time to commit and fsync one transaction.",
-		Buckets: prometheus.ExponentialBuckets(0.0002, 2, 14),
-	})
-)
+const defaultLockTimeout = 200 * time.Millisecond
 
 // Options tune Open.
 type Options struct {
@@ -66,10 +52,7 @@ type Options struct {
 type Store struct {
 	db       *bolt.DB
 	dir      string
-	maxBatch int
-	reqs     chan *batchReq
-	quit     chan struct{}
-	wg       sync.WaitGroup
+	group    *kv.Group // Batch's group committer (nil when read-only)
 	closeMu  sync.Once
 	closeErr error
 
@@ -109,18 +92,13 @@ func (s *Store) bump(t *kv.Tx) {
 	}
 }
 
-type batchReq struct {
-	fn   func(core.Tx) error
-	done chan error
-}
-
 // Open opens (creating if needed) the store in dir, takes its lock, and brings
 // its schema up to date.
 const initialMmapSize = 1 << 30
 
 func Open(dir string, opts Options) (*Store, error) {
 	if opts.LockTimeout <= 0 {
-		opts.LockTimeout = 200 * time.Millisecond
+		opts.LockTimeout = defaultLockTimeout
 	}
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = 4096
@@ -148,15 +126,14 @@ func Open(dir string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	s := &Store{db: db, dir: dir, maxBatch: opts.MaxBatch, reqs: make(chan *batchReq, opts.MaxBatch), quit: make(chan struct{})}
+	s := &Store{db: db, dir: dir}
 	if !opts.ReadOnly {
 		if err := s.migrate(); err != nil {
 			db.Close()
 			return nil, err
 		}
 		_ = os.WriteFile(filepath.Join(dir, pidFileName), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
-		s.wg.Add(1)
-		go s.commitLoop()
+		s.group = kv.NewGroup(opts.MaxBatch, s.commit)
 	}
 	return s, nil
 }
@@ -175,9 +152,8 @@ func (s *Store) Dir() string { return s.dir }
 // Close stops the group committer, then closes the file and releases the lock.
 func (s *Store) Close() error {
 	s.closeMu.Do(func() {
-		if !s.db.IsReadOnly() {
-			close(s.quit)
-			s.wg.Wait()
+		if s.group != nil {
+			s.group.Close()
 			_ = os.Remove(filepath.Join(s.dir, pidFileName))
 		}
 		s.closeErr = s.db.Close()
@@ -193,102 +169,37 @@ func (s *Store) View(fn func(core.Tx) error) error {
 // Update implements core.Store.
 func (s *Store) Update(fn func(core.Tx) error) error {
 	start := time.Now()
-	var t *kv.Tx
-	err := s.db.Update(func(btx *bolt.Tx) error { t = kv.NewTx(rawTx{btx}, &s.caches); return fn(t) })
-	s.bump(t)
+	_, err := s.commit([]func(core.Tx) error{fn})
 	if err == nil {
-		commitsTotal.Inc()
-		batchSize.Observe(1)
-		commitSeconds.Observe(time.Since(start).Seconds())
+		kv.ObserveCommit(1, start)
 	}
 	return err
 }
 
-// Batch implements core.Store with group commit.
+// Batch implements core.Store with group commit (kv.Group).
 func (s *Store) Batch(fn func(core.Tx) error) error {
-	r := &batchReq{fn: fn, done: make(chan error, 1)}
-	select {
-	case s.reqs <- r:
-	case <-s.quit:
-		return errors.New("store is closed")
+	if s.group == nil {
+		return errors.New("store is open read-only")
 	}
-	return <-r.done
+	return s.group.Batch(fn)
 }
 
-// commitLoop takes whatever is queued when it becomes free and commits it as
-// one transaction: no timer, so an idle store commits a lone caller at once.
-func (s *Store) commitLoop() {
-	defer s.wg.Done()
-	for {
-		var first *batchReq
-		select {
-		case first = <-s.reqs:
-		case <-s.quit:
-			s.drain()
-			return
-		}
-		batch := []*batchReq{first}
-	fill:
-		for len(batch) < s.maxBatch {
-			select {
-			case r := <-s.reqs:
-				batch = append(batch, r)
-			default:
-				break fill
+// commit runs fns in one bbolt write transaction (kv.CommitFunc).
+func (s *Store) commit(fns []func(core.Tx) error) (int, error) {
+	failed := -1
+	var t *kv.Tx
+	err := s.db.Update(func(btx *bolt.Tx) error {
+		t = kv.NewTx(rawTx{btx}, &s.caches)
+		for i, fn := range fns {
+			if err := fn(t); err != nil {
+				failed = i
+				return err
 			}
 		}
-		s.commit(batch)
-	}
-}
-
-func (s *Store) drain() {
-	for {
-		select {
-		case r := <-s.reqs:
-			s.commit([]*batchReq{r})
-		default:
-			return
-		}
-	}
-}
-
-// commit runs batch in one transaction. A caller whose fn fails is taken out
-// and retried alone, so its error is its own and the others still commit.
-func (s *Store) commit(batch []*batchReq) {
-	for len(batch) > 0 {
-		failed := -1
-		start := time.Now()
-		var t *kv.Tx
-		err := s.db.Update(func(btx *bolt.Tx) error {
-			t = kv.NewTx(rawTx{btx}, &s.caches)
-			for i, r := range batch {
-				if err := r.fn(t); err != nil {
-					failed = i
-					return err
-				}
-			}
-			return nil
-		})
-		s.bump(t)
-		if err == nil {
-			commitsTotal.Inc()
-			batchSize.Observe(float64(len(batch)))
-			commitSeconds.Observe(time.Since(start).Seconds())
-			for _, r := range batch {
-				r.done <- nil
-			}
-			return
-		}
-		if failed < 0 { // commit itself failed (disk full, I/O error): everyone hears it
-			for _, r := range batch {
-				r.done <- err
-			}
-			return
-		}
-		bad := batch[failed]
-		batch = append(batch[:failed:failed], batch[failed+1:]...)
-		bad.done <- s.Update(bad.fn)
-	}
+		return nil
+	})
+	s.bump(t)
+	return failed, err
 }
 
 // Backup implements core.Store: a consistent hot copy from one read transaction.
@@ -472,6 +383,14 @@ func (t rawTx) NextSequence(b kv.Bucket) (uint64, error) {
 		return 0, err
 	}
 	return bk.NextSequence()
+}
+
+func (t rawTx) Sequence(b kv.Bucket) (uint64, error) {
+	bk, err := t.bucket(b)
+	if err != nil {
+		return 0, err
+	}
+	return bk.Sequence(), nil
 }
 
 // PutRaw stores value at key of bucket b in the closed store in dir,

@@ -62,6 +62,9 @@ type Raw interface {
 	Count(b Bucket) (int, error)
 	// NextSequence returns a new, monotonically increasing integer for b.
 	NextSequence(b Bucket) (uint64, error)
+	// Sequence returns b's sequence as it is, without advancing it
+	// (copying a store carries it over).
+	Sequence(b Bucket) (uint64, error)
 	Writable() bool
 }
 
