@@ -25,7 +25,6 @@ import (
 	"github.com/ztpd/ztpd/api/signing"
 	"github.com/ztpd/ztpd/internal/app"
 	"github.com/ztpd/ztpd/internal/config"
-	"github.com/ztpd/ztpd/internal/store/boltstore"
 )
 
 // apiFlags are the connection flags of the API command groups (cluster,
@@ -135,7 +134,7 @@ type apiClient struct {
 func newLocalAPIClient(opts *rootOptions, f *apiFlags, cfg config.Config) (*apiClient, error) {
 	// Not the appliance (no store, no socket): an API command must not
 	// create an empty data directory and answer from it.
-	if !fileExists(filepath.Join(cfg.DataDir, boltstore.FileName)) && !fileExists(filepath.Join(cfg.DataDir, app.AdminSocketName)) {
+	if !app.HasStore(cfg) && !fileExists(filepath.Join(cfg.DataDir, app.AdminSocketName)) {
 		return nil, fmt.Errorf("no API credentials, and no ztpd data directory at %s to use locally: on the appliance pass --data-dir or --config; "+
 			"elsewhere pass --api-url, --api-key and --secret-key (or ZTPD_API_URL, ZTPD_API_KEY, ZTPD_SECRET_KEY, ~/.config/ztpd/cli.yaml)", cfg.DataDir)
 	}

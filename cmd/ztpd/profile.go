@@ -19,7 +19,6 @@ import (
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/profile"
-	"github.com/ztpd/ztpd/internal/store/boltstore"
 	"github.com/ztpd/ztpd/ztp/content"
 	"github.com/ztpd/ztpd/ztp/endpoints"
 )
@@ -245,7 +244,7 @@ func profileCheckStore(opts *rootOptions, cfg config.Config) *profileCheckStoreA
 	st := &profileCheckStoreAccess{close: func() error { return nil }}
 	sock := filepath.Join(cfg.DataDir, app.AdminSocketName)
 	running := serverRunning(cfg.DataDir)
-	if !running && !fileExists(filepath.Join(cfg.DataDir, boltstore.FileName)) {
+	if !running && !app.HasStore(cfg) {
 		st.where = fmt.Sprintf("not consulted: no store in data directory %s (clusters and images not checked)", cfg.DataDir)
 		return st
 	}

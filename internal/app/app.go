@@ -31,7 +31,9 @@ import (
 	"github.com/ztpd/ztpd/internal/profile"
 	"github.com/ztpd/ztpd/internal/rollout"
 	"github.com/ztpd/ztpd/internal/secretbox"
+	"github.com/ztpd/ztpd/internal/store"
 	"github.com/ztpd/ztpd/internal/store/boltstore"
+	"github.com/ztpd/ztpd/internal/store/etcdstore"
 	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/ztp/content"
 	"github.com/ztpd/ztpd/ztp/dhcp"
@@ -60,7 +62,7 @@ type Runner interface {
 type App struct {
 	Cfg   config.Config
 	Log   *slog.Logger
-	Store *boltstore.Store
+	Store store.Store
 
 	// Keys seals secrets at rest: cluster CA keys, token seeds, API secrets.
 	Keys *secretbox.Keyring
@@ -141,7 +143,7 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	st, err := boltstore.Open(cfg.DataDir, boltstore.Options{})
+	st, err := OpenStore(cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -529,4 +531,7 @@ func CopyAtomic(path string, r io.Reader, mode os.FileMode) (int64, error) {
 	return n, err
 }
 
-var _ core.Store = (*boltstore.Store)(nil)
+var (
+	_ store.Store = (*boltstore.Store)(nil)
+	_ store.Store = (*etcdstore.Store)(nil)
+)

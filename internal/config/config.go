@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -33,6 +34,7 @@ type Config struct {
 	Events        Events   `yaml:"events"`
 	Joiner        Joiner   `yaml:"joiner"`
 	Rollout       Rollout  `yaml:"rollout"`
+	Store         Store    `yaml:"store"`
 	Profiles      []string `yaml:"profiles"` // profile YAML files or directories
 	Debug         Debug    `yaml:"debug"`
 }
@@ -45,6 +47,51 @@ type Rollout struct {
 	DrainTimeout Duration `yaml:"drain_timeout"`
 	// StepTimeout bounds each agent step and the Node's return to Ready.
 	StepTimeout Duration `yaml:"step_timeout"`
+}
+
+// Store is where ztpd keeps its state (issue 18): one bbolt file in the
+// data directory (backend bolt, the one-box default), an external etcd
+// cluster (etcd), or an etcd member embedded in each appliance
+// (etcd-embedded: three appliances and nothing else).
+type Store struct {
+	Backend string `yaml:"backend"` // bolt | etcd | etcd-embedded
+	// Prefix of ztpd's keys in etcd (default /ztpd/).
+	Prefix string `yaml:"prefix"`
+	// Endpoints of the external etcd cluster (https://host:2379).
+	Endpoints []string `yaml:"endpoints"`
+	// TLS: the appliance's certificate and key, and the CA that signed the
+	// etcd servers' (external) or every appliance's (embedded: peers and
+	// clients present certificates it signed, mutual TLS).
+	TLS StoreTLS `yaml:"tls"`
+	// MaxTxnOps is the etcd cluster's --max-txn-ops (external default 128,
+	// embedded 16384): past half of it a transaction's reads are compared
+	// per bucket.
+	MaxTxnOps int `yaml:"max_txn_ops"`
+	// Name is this appliance's name: its etcd member's (embedded) and the
+	// one its state changes are marked with.
+	Name string `yaml:"name"`
+	// Peers are every appliance's etcd member, this one's included
+	// (embedded): name and peer URL (https://<address>:2380).
+	Peers []StorePeer `yaml:"peers"`
+	// ClientURL is where the embedded member also serves etcd's client API
+	// (etcdctl, an external backup); default https://127.0.0.1:2379.
+	ClientURL string `yaml:"client_url"`
+}
+
+// StoreTLS names the files of the store's TLS.
+type StoreTLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	CAFile   string `yaml:"ca_file"`
+}
+
+// Enabled reports whether any file is named.
+func (t StoreTLS) Enabled() bool { return t.CertFile != "" || t.KeyFile != "" || t.CAFile != "" }
+
+// StorePeer is one appliance's embedded etcd member.
+type StorePeer struct {
+	Name string `yaml:"name"`
+	URL  string `yaml:"url"`
 }
 
 // Debug holds diagnostics that are off by default.
@@ -291,6 +338,73 @@ func Load(path string) (Config, error) {
 	return cfg, nil
 }
 
+func (s *Store) validate(errs *Errors) {
+	if s.TLS.Enabled() && (s.TLS.CertFile == "" || s.TLS.KeyFile == "" || s.TLS.CAFile == "") {
+		errs.add("store.tls", "cert_file, key_file and ca_file must be given together")
+	}
+	if s.MaxTxnOps < 0 {
+		errs.add("store.max_txn_ops", "must not be negative")
+	}
+	if s.Prefix != "" && !strings.HasPrefix(s.Prefix, "/") {
+		errs.add("store.prefix", "%q must start with /", s.Prefix)
+	}
+	switch s.Backend {
+	case "", "bolt":
+		s.Backend = "bolt"
+		if len(s.Endpoints) > 0 || len(s.Peers) > 0 {
+			errs.add("store.backend", "endpoints and peers need backend etcd or etcd-embedded")
+		}
+	case "etcd":
+		if len(s.Endpoints) == 0 {
+			errs.add("store.endpoints", "backend etcd needs the etcd cluster's client URLs")
+		}
+		for i, e := range s.Endpoints {
+			u, err := url.Parse(e)
+			if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+				errs.add(fmt.Sprintf("store.endpoints[%d]", i), "%q is not an http(s)://host:port URL", e)
+			} else if u.Scheme == "https" != s.TLS.Enabled() {
+				errs.add(fmt.Sprintf("store.endpoints[%d]", i), "%q: https:// exactly when store.tls is set", e)
+			}
+		}
+	case "etcd-embedded":
+		if s.Name == "" {
+			errs.add("store.name", "backend etcd-embedded needs this appliance's member name")
+		}
+		seen := map[string]bool{}
+		mine := false
+		for i, p := range s.Peers {
+			f := fmt.Sprintf("store.peers[%d]", i)
+			if p.Name == "" || seen[p.Name] {
+				errs.add(f+".name", "%q is empty or repeated", p.Name)
+			}
+			seen[p.Name] = true
+			mine = mine || p.Name == s.Name
+			u, err := url.Parse(p.URL)
+			if err != nil || u.Hostname() == "" || u.Port() == "" || (u.Scheme != "http" && u.Scheme != "https") {
+				errs.add(f+".url", "%q is not an http(s)://address:port URL", p.URL)
+				continue
+			}
+			if u.Scheme == "https" != s.TLS.Enabled() {
+				errs.add(f+".url", "%q: https:// exactly when store.tls is set", p.URL)
+			}
+			if ip, err := netip.ParseAddr(u.Hostname()); u.Scheme == "http" && (err != nil || !ip.IsLoopback()) {
+				errs.add(f+".url", "%q: appliances talk over the network with mutual TLS: use https and store.tls (plain http is for loopback only)", p.URL)
+			}
+		}
+		if s.Name != "" && len(s.Peers) > 0 && !mine {
+			errs.add("store.peers", "this appliance (store.name %q) is not among the peers", s.Name)
+		}
+		if len(s.Peers) == 0 {
+			errs.add("store.peers", "backend etcd-embedded needs every appliance's member (usually three)")
+		}
+		if len(s.Endpoints) > 0 {
+			errs.add("store.endpoints", "backend etcd-embedded runs its own member; endpoints are for backend etcd")
+		}
+	default:
+		errs.add("store.backend", "%q is not one of bolt, etcd, etcd-embedded", s.Backend)
+	}
+}
+
 // FieldError is a validation problem at a field path.
 type FieldError struct {
 	Field   string
@@ -361,6 +475,7 @@ func (c *Config) Validate() error {
 	}
 	c.HTTP.validateLimits(&errs)
 	c.validateAPIListener(&errs)
+	c.Store.validate(&errs)
 	if c.TFTP.Enabled {
 		checkHostPort(&errs, "tftp.addr", c.TFTP.Addr, true)
 	}

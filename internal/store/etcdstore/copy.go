@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -55,34 +56,45 @@ func (s *Store) Backup(w io.Writer) (int64, error) {
 }
 
 // Loader writes records into the store in transactions of at most
-// MaxTxnOps puts: `ztpd store migrate --to etcd`. The destination must be
-// empty but for its schema version (Empty), and nobody may use it until
-// Flush returned.
+// MaxTxnOps puts: `ztpd store migrate --to etcd`, into a store opened with
+// InitNone over an empty prefix (Empty). The schema version is written by
+// Finish, last, so appliances waiting for the store (InitWait) start only
+// on a whole copy.
 func (s *Store) Loader() *Loader { return &Loader{s: s} }
 
-// Empty reports whether the store holds no record (only its schema).
+// Empty reports whether the prefix holds nothing but change markers.
 func (s *Store) Empty() (bool, error) {
-	raw := s.newRaw(s.ctx, false)
-	for _, b := range kv.Buckets {
-		n, err := raw.Count(b)
-		if err != nil {
-			return false, err
-		}
-		if b == kv.BucketMeta {
-			n-- // the schema version
-		}
-		if n > 0 {
-			return false, nil
-		}
+	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
+	defer cancel()
+	all, err := s.cli.Get(ctx, s.p, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return false, fmt.Errorf("etcd store: %w", err)
 	}
-	return true, nil
+	marks, err := s.cli.Get(ctx, s.p+genDir, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(all.Header.Revision))
+	if err != nil {
+		return false, fmt.Errorf("etcd store: %w", err)
+	}
+	return all.Count == marks.Count, nil
+}
+
+// Clear deletes everything under the prefix (store migrate --replace).
+func (s *Store) Clear() (int64, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
+	defer cancel()
+	resp, err := s.cli.Delete(ctx, s.p, clientv3.WithPrefix())
+	if err != nil {
+		return 0, fmt.Errorf("etcd store: clear %s: %w", s.p, err)
+	}
+	s.bumpAll()
+	return resp.Deleted, nil
 }
 
 // Loader is the etcd side of kv.Copy.
 type Loader struct {
-	s   *Store
-	ops []clientv3.Op
-	n   int
+	s      *Store
+	ops    []clientv3.Op
+	n      int
+	schema []byte
 }
 
 func (l *Loader) add(op clientv3.Op) error {
@@ -94,12 +106,36 @@ func (l *Loader) add(op clientv3.Op) error {
 }
 
 func (l *Loader) Put(b kv.Bucket, key string, value []byte) error {
+	if b == kv.BucketMeta && key == schemaKey {
+		l.schema = append([]byte(nil), value...)
+		return nil
+	}
 	return l.add(clientv3.OpPut(l.s.key(b, key), string(value)))
 }
 
 func (l *Loader) SetSequence(b kv.Bucket, n uint64) error {
 	return l.add(clientv3.OpPut(l.s.p+seqDir+string(b), strconv.FormatUint(n, 10)))
 }
+
+// Finish commits what is buffered, then the schema version.
+func (l *Loader) Finish() error {
+	if err := l.Flush(); err != nil {
+		return err
+	}
+	if l.schema == nil {
+		return errors.New("etcd store: load: the copy had no schema version")
+	}
+	if err := checkSchema(l.schema); err != nil {
+		return err
+	}
+	if err := l.add(clientv3.OpPut(l.s.key(kv.BucketMeta, schemaKey), string(l.schema))); err != nil {
+		return err
+	}
+	return l.Flush()
+}
+
+// Written is the number of keys the loader committed.
+func (l *Loader) Written() int { return l.n }
 
 // Flush commits what is buffered, and marks every aggregate changed.
 func (l *Loader) Flush() error {

@@ -88,8 +88,26 @@ type Options struct {
 	// (embedded): reads are then served by it without a quorum round trip,
 	// and see every write this process committed.
 	LocalMember bool
-	Log         *slog.Logger
+	// Init says what Open does with a prefix that holds no store yet.
+	Init InitMode
+	Log  *slog.Logger
 }
+
+// InitMode is what Open does when the prefix holds no schema version.
+type InitMode int
+
+const (
+	// InitCreate records the schema version in an empty prefix: the store
+	// starts empty.
+	InitCreate InitMode = iota
+	// InitWait waits (logging) until another appliance has created the
+	// store or loaded one into it (store migrate), so appliances started
+	// together do not each write a first-start state.
+	InitWait
+	// InitNone leaves an empty prefix as it is: the destination of a copy,
+	// which records the schema version last.
+	InitNone
+)
 
 // Store is an etcd-backed core.Store.
 type Store struct {
@@ -140,7 +158,7 @@ func Open(opts Options) (*Store, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Store{cli: opts.Client, p: opts.Prefix, name: opts.Name, tmpDir: opts.TempDir, maxOps: opts.MaxTxnOps,
 		timeout: opts.Timeout, local: opts.LocalMember, log: opts.Log, ctx: ctx, cancel: cancel}
-	rev, err := s.initSchema()
+	rev, err := s.initSchema(opts.Init)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -153,49 +171,77 @@ func Open(opts Options) (*Store, error) {
 
 const schemaKey = "schema_version"
 
-// initSchema records the schema version in an empty prefix (once, even if
-// three appliances start together) and refuses a store of another schema.
-// It returns the revision the change watch starts after.
-func (s *Store) initSchema() (int64, error) {
-	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
-	defer cancel()
+// initSchema records the schema version in an empty prefix (InitCreate:
+// once, even if several appliances start together), or waits for it
+// (InitWait), and refuses a store of another schema. It returns the
+// revision the change watch starts after.
+func (s *Store) initSchema(mode InitMode) (int64, error) {
 	key := s.key(kv.BucketMeta, schemaKey)
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpGet(s.p, clientv3.WithPrefix(), clientv3.WithCountOnly())).
-		Else(clientv3.OpGet(key)).Commit()
-	if err != nil {
-		return 0, fmt.Errorf("etcd store at %q: %w", s.p, err)
-	}
-	if resp.Succeeded {
-		if n := resp.Responses[0].GetResponseRange().Count; n > 0 {
-			return 0, fmt.Errorf("etcd prefix %q holds %d keys but no ztpd schema version: not a ztpd store (use another prefix)", s.p, n)
+	start := time.Now()
+	logged := start
+	for {
+		ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
+		resp, err := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpGet(s.p, clientv3.WithPrefix(), clientv3.WithCountOnly())).
+			Else(clientv3.OpGet(key)).Commit()
+		cancel()
+		if err != nil {
+			return 0, fmt.Errorf("etcd store at %q: %w", s.p, err)
 		}
+		if !resp.Succeeded {
+			kvs := resp.Responses[0].GetResponseRange().Kvs
+			if len(kvs) == 0 {
+				return 0, fmt.Errorf("etcd store at %q: schema version vanished", s.p)
+			}
+			return resp.Header.Revision, checkSchema(kvs[0].Value)
+		}
+		n := resp.Responses[0].GetResponseRange().Count
+		switch mode {
+		case InitNone:
+			return resp.Header.Revision, nil
+		case InitWait:
+			if time.Since(logged) >= 5*time.Second {
+				logged = time.Now()
+				s.log.Info("waiting for the first appliance to create the store (ztpd serve or ztpd store migrate there)",
+					"prefix", s.p, "waited", time.Since(start).Round(time.Second))
+			}
+			select {
+			case <-s.ctx.Done():
+				return 0, s.ctx.Err()
+			case <-time.After(500 * time.Millisecond):
+			}
+			continue
+		}
+		if n > 0 {
+			return 0, fmt.Errorf("etcd prefix %q holds %d keys but no ztpd schema version: not a ztpd store, or a copy into it was interrupted (use another prefix, or clear it with etcdctl del --prefix)", s.p, n)
+		}
+		ctx, cancel = context.WithTimeout(s.ctx, s.timeout)
 		put, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(clientv3.OpPut(key, strconv.Itoa(boltstore.SchemaVersion))).Commit()
+		cancel()
 		if err != nil {
 			return 0, fmt.Errorf("etcd store at %q: record schema: %w", s.p, err)
 		}
 		if put.Succeeded {
 			return put.Header.Revision, nil
 		}
-		return s.initSchema() // another appliance recorded it first
+		// another appliance recorded it first: read it on the next turn
 	}
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 {
-		return 0, fmt.Errorf("etcd store at %q: schema version vanished", s.p)
-	}
-	v, err := strconv.Atoi(string(kvs[0].Value))
+}
+
+func checkSchema(raw []byte) error {
+	v, err := strconv.Atoi(string(raw))
 	if err != nil {
-		return 0, fmt.Errorf("etcd store at %q: schema version %q is not a number", s.p, kvs[0].Value)
+		return fmt.Errorf("etcd store: schema version %q is not a number", raw)
 	}
 	switch {
 	case v > boltstore.SchemaVersion:
-		return 0, fmt.Errorf("etcd store schema version %d is newer than this ztpd supports (%d); upgrade ztpd", v, boltstore.SchemaVersion)
+		return fmt.Errorf("etcd store schema version %d is newer than this ztpd supports (%d); upgrade ztpd", v, boltstore.SchemaVersion)
 	case v < boltstore.SchemaVersion:
-		return 0, fmt.Errorf("etcd store schema version %d is older than this ztpd's (%d): migrate it through bbolt (ztpd store migrate --to bolt, then --to etcd)", v, boltstore.SchemaVersion)
+		return fmt.Errorf("etcd store schema version %d is older than this ztpd's (%d): migrate it through bbolt (ztpd store migrate --to bolt, then --to etcd)", v, boltstore.SchemaVersion)
 	}
-	return resp.Header.Revision, nil
+	return nil
 }
 
 // Schema returns the schema version recorded in the store.
