@@ -55,8 +55,20 @@ const (
 	tenancyLBIP   = "127.0.7.20"
 )
 
-func TestCloudStackSDKLifecycle(t *testing.T) {
-	base, cfg, ztpd := inproc.ServeApp(t, nil)
+func TestCloudStackSDKLifecycle(t *testing.T) { sdkLifecycle(t, nil) }
+
+// TestCloudStackSDKLifecycleOnEtcd is the same lifecycle against an
+// appliance whose store is an embedded etcd member (issue 18).
+func TestCloudStackSDKLifecycleOnEtcd(t *testing.T) {
+	sdkLifecycle(t, func(c *config.Config) {
+		c.Store = config.Store{Backend: "etcd-embedded", Name: "a1",
+			Peers:     []config.StorePeer{{Name: "a1", URL: "http://" + freeAddr(t, "127.0.0.1")}},
+			ClientURL: "http://" + freeAddr(t, "127.0.0.1")}
+	})
+}
+
+func sdkLifecycle(t *testing.T, configure func(*config.Config)) {
+	base, cfg, ztpd := inproc.ServeApp(t, configure)
 	adminKey, adminSecret := newKey(t, cfg, "admin")
 	userKey, userSecret := newKey(t, cfg, "user")
 	admin := cloudstack.NewAsyncClient(base+"/client/api", adminKey, adminSecret, true)
