@@ -20,18 +20,25 @@ import (
 // rawStore opens a store on a one-member embedded cluster of its own.
 func rawStore(t *testing.T) *Store {
 	t.Helper()
-	url := func() string {
+	// Both ports are taken before either is let go, so they differ.
+	var urls []string
+	var ls []net.Listener
+	for range 2 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer l.Close()
-		return "http://" + l.Addr().String()
+		ls = append(ls, l)
+		urls = append(urls, "http://"+l.Addr().String())
 	}
+	for _, l := range ls {
+		l.Close()
+	}
+	peerURL, clientURL := urls[0], urls[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	m, err := StartMember(ctx, MemberConfig{Name: "r1", Dir: filepath.Join(t.TempDir(), "etcd"),
-		Peers: map[string]string{"r1": url()}, ClientURL: url()})
+		Peers: map[string]string{"r1": peerURL}, ClientURL: clientURL})
 	if err != nil {
 		t.Fatal(err)
 	}
