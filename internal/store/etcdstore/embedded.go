@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -53,6 +54,7 @@ type Member struct {
 	etcd   *embed.Etcd
 	Client *clientv3.Client
 	cfg    MemberConfig
+	once   sync.Once
 }
 
 // Embedded defaults: transactions big enough for a group commit of a boot
@@ -193,7 +195,9 @@ func (m *Member) Err() <-chan error { return m.etcd.Err() }
 
 // Close stops the client and the member.
 func (m *Member) Close() error {
-	m.Client.Close()
-	m.etcd.Close()
+	m.once.Do(func() {
+		m.Client.Close()
+		m.etcd.Close()
+	})
 	return nil
 }
