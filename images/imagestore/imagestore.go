@@ -126,18 +126,10 @@ func (s *Store) Add(ctx context.Context, r io.Reader, m Meta, wantSHA string) (c
 		return core.Image{}, false, fmt.Errorf("image store: %w", err)
 	}
 	defer os.Remove(tmp.Name())
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(tmp, h), ctxReader{ctx, r})
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
+	sha, n, err := fill(ctx, tmp, r)
 	if err != nil {
 		return core.Image{}, false, fmt.Errorf("storing %s: %w", m.Name, err)
 	}
-	sha := hex.EncodeToString(h.Sum(nil))
 	if wantSHA != "" && sha != wantSHA {
 		return core.Image{}, false, core.Errorf(core.KindInvalid, "checksum mismatch for %s: expected sha256 %s, got %s", m.Name, wantSHA, sha)
 	}
@@ -184,6 +176,83 @@ func (s *Store) Add(ctx context.Context, r io.Reader, m Meta, wantSHA string) (c
 		return core.Image{}, false, err
 	}
 	return im, existed, nil
+}
+
+// fill copies r into tmp while hashing it, fsyncs and closes tmp, and
+// returns the content's sha256 and length.
+func fill(ctx context.Context, tmp *os.File, r io.Reader) (string, int64, error) {
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, h), ctxReader{ctx, r})
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, err
+}
+
+// Errors of InstallBlob when the content is not what the record says.
+var (
+	ErrSizeMismatch   = errors.New("blob size differs from its image record")
+	ErrDigestMismatch = errors.New("blob sha256 differs from its image record")
+)
+
+// InstallBlob streams r into the tmp directory and moves it to sha's blob
+// path only when it is exactly size bytes whose sha256 is sha; it reads at
+// most size+1 bytes of r. It writes no record: it brings the content of an
+// image whose record is already in the store (added on another appliance
+// sharing the store), and refuses (core.ErrNotFound) when there is no such
+// record, so it leaves no orphan blob behind. Content that is already in
+// place is kept.
+func (s *Store) InstallBlob(ctx context.Context, r io.Reader, sha string, size int64) (int64, error) {
+	if !shaRE.MatchString(sha) {
+		return 0, core.Errorf(core.KindInvalid, "checksum %q is not a sha256 hex digest", sha)
+	}
+	if size < 0 {
+		return 0, core.Errorf(core.KindInvalid, "blob %s: size %d is negative", sha, size)
+	}
+	tmp, err := os.CreateTemp(s.tmpDir(), "blob-*")
+	if err != nil {
+		return 0, fmt.Errorf("image store: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	got, n, err := fill(ctx, tmp, io.LimitReader(r, size+1))
+	if err != nil {
+		return n, fmt.Errorf("storing blob %s: %w", sha, err)
+	}
+	if n != size {
+		more := ""
+		if n > size {
+			more = "more than "
+		}
+		return n, fmt.Errorf("blob %s: got %s%d bytes, want %d: %w", sha, more, n, size, ErrSizeMismatch)
+	}
+	if got != sha {
+		return n, fmt.Errorf("blob %s: content hashes to sha256 %s: %w", sha, got, ErrDigestMismatch)
+	}
+	s.link.Lock()
+	defer s.link.Unlock()
+	// Under link, so a Remove of the record cannot run between this check and
+	// the rename.
+	err = s.db.View(func(tx core.Tx) error {
+		_, err := tx.Images().Get(sha)
+		return err
+	})
+	if err != nil {
+		return n, fmt.Errorf("installing blob %s: %w", sha, err)
+	}
+	if st, err := os.Stat(s.BlobPath(sha)); err == nil && st.Mode().IsRegular() && st.Size() == size {
+		return n, nil
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return n, err
+	}
+	if err := os.Rename(tmp.Name(), s.BlobPath(sha)); err != nil {
+		return n, fmt.Errorf("installing blob %s: %w", sha, err)
+	}
+	syncDir(s.blobDir())
+	return n, nil
 }
 
 // nameFree checks that name is unused or already names sha.
