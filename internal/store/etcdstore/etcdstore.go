@@ -11,8 +11,9 @@
 //   - every range it scanned has no key modified after the snapshot
 //     (a range compare, which catches inserts and updates);
 //   - deletions leave no key to compare, so a delete also writes a marker,
-//     _del/<bucket>/<first key segment>, and a scan compares the markers of
-//     what it covered.
+//     _del/<bucket>/<key's directory>, and a scan compares the markers of
+//     the directories of the keys it saw (a key it saw that is gone now was
+//     deleted after the snapshot, so its directory's marker moved).
 //
 // A conflict runs the transaction again on a new snapshot, so Update and
 // Batch callers' fns may run more than once (core.Store says so). One
@@ -328,7 +329,7 @@ func (s *Store) watchChanges(rev int64) {
 // bookkeeping in directories no bucket is named like.
 const (
 	genDir = "_gen/" // _gen/<aggregate>: written by every commit that changed it
-	delDir = "_del/" // _del/<bucket>/<first key segment>: written by deletes
+	delDir = "_del/" // _del/<bucket>/<markerDir(key)>: written by deletes
 	seqDir = "_seq/" // _seq/<bucket>: the bucket's sequence
 )
 
@@ -337,15 +338,25 @@ func (s *Store) key(b kv.Bucket, k string) string { return s.p + string(b) + "/"
 // bucketEnd is the end of b's key range (exclusive): '0' follows '/'.
 func (s *Store) bucketEnd(b kv.Bucket) string { return s.p + string(b) + "0" }
 
-// segment is a key's first path segment ("" without a slash): index keys
-// are "<index name>/<value>", so a deletion in one index does not conflict
-// with scans of another.
-func segment(k string) string {
-	if i := strings.IndexByte(k, '/'); i >= 0 {
-		return k[:i]
+// markerDir is the directory whose delete marker a deletion of k moves: k
+// up to its last '/', at most two segments deep ("" without a slash). So
+// index keys "<index name>/<value>" and "<index name>/<group>/<id>" get
+// one marker per index or per group (device state, cluster), and the
+// markers stay few however many keys are deleted.
+func markerDir(k string) string {
+	i := strings.IndexByte(k, '/')
+	if i < 0 {
+		return ""
 	}
-	return ""
+	if j := strings.IndexByte(k[i+1:], '/'); j >= 0 {
+		return k[:i+1+j]
+	}
+	return k[:i]
 }
+
+// maxMarkerCompares bounds the single-marker compares of one scan: past
+// it the scan compares its bucket's whole marker directory.
+const maxMarkerCompares = 8
 
 // View implements core.Store: one consistent snapshot.
 func (s *Store) View(fn func(core.Tx) error) error {
@@ -570,11 +581,19 @@ func (t *rawTx) scan(b kv.Bucket, lo, hi string, desc bool, prefix string, fn fu
 		end = t.s.key(b, hi)
 	}
 	base := len(t.s.key(b, ""))
-	var pending []string // this transaction's writes in range, in visiting order
+	// This transaction's writes in range as the scan begins (mine), and
+	// their keys in visiting order (pending): the visit may write into b,
+	// and what it writes does not change the walk under way.
+	var pending []string
+	var mine map[string]change
 	if t.write {
-		for k := range t.over[b] {
+		for k, c := range t.over[b] {
 			if k >= lo && (hi == "" || k < hi) {
 				pending = append(pending, k)
+				if mine == nil {
+					mine = map[string]change{}
+				}
+				mine[k] = c
 			}
 		}
 		sort.Strings(pending)
@@ -584,9 +603,11 @@ func (t *rawTx) scan(b kv.Bucket, lo, hi string, desc bool, prefix string, fn fu
 			}
 		}
 	}
-	// covered is how far the visit got, for the recorded range.
+	// covered is how far the visit got, for the recorded range; seen are
+	// the marker directories of the stored keys it reached.
 	covered := ""
 	stopped := false
+	seen := map[string]bool{}
 	defer func() {
 		if !t.write {
 			return
@@ -600,7 +621,7 @@ func (t *rawTx) scan(b kv.Bucket, lo, hi string, desc bool, prefix string, fn fu
 			}
 		}
 		t.ranges = append(t.ranges, r)
-		t.noteDeletes(b, prefix)
+		t.noteDeletes(b, seen)
 	}()
 	// emit visits one key; it reports whether to go on.
 	emit := func(k string, v []byte) (bool, error) {
@@ -621,7 +642,7 @@ func (t *rawTx) scan(b kv.Bucket, lo, hi string, desc bool, prefix string, fn fu
 				return true, nil
 			}
 			pending = pending[1:]
-			if c := t.over[b][p]; !c.del {
+			if c := mine[p]; !c.del {
 				if more, err := emit(p, c.v); !more {
 					return false, err
 				}
@@ -642,10 +663,13 @@ func (t *rawTx) scan(b kv.Bucket, lo, hi string, desc bool, prefix string, fn fu
 		}
 		for _, e := range resp.Kvs {
 			k := string(e.Key[base:])
+			if t.write && len(seen) <= maxMarkerCompares {
+				seen[markerDir(k)] = true
+			}
 			if more, err := flush(k, false); !more {
 				return err
 			}
-			if c, mine := t.over[b][k]; t.write && mine {
+			if c, ok := mine[k]; ok {
 				pending = pending[1:] // flush stopped at it: this transaction's version wins
 				if c.del {
 					continue
@@ -674,14 +698,17 @@ func (t *rawTx) scan(b kv.Bucket, lo, hi string, desc bool, prefix string, fn fu
 }
 
 // noteDeletes records, for the commit, the delete markers a scan of b
-// (under prefix, when it names one key segment) depends on.
-func (t *rawTx) noteDeletes(b kv.Bucket, prefix string) {
+// depends on: those of the directories of the stored keys it saw (seen),
+// or, when they are many or unknown (nil: a count), all of b's.
+func (t *rawTx) noteDeletes(b kv.Bucket, seen map[string]bool) {
 	dir := t.s.p + delDir + string(b) + "/"
-	if strings.Contains(prefix, "/") {
-		t.ranges = append(t.ranges, span{from: dir + segment(prefix)})
+	if seen == nil || len(seen) > maxMarkerCompares {
+		t.ranges = append(t.ranges, span{from: dir, end: prefixEnd(dir)})
 		return
 	}
-	t.ranges = append(t.ranges, span{from: dir, end: prefixEnd(dir)})
+	for d := range seen {
+		t.ranges = append(t.ranges, span{from: dir + d})
+	}
 }
 
 func (t *rawTx) Count(b kv.Bucket) (int, error) {
@@ -696,7 +723,7 @@ func (t *rawTx) Count(b kv.Bucket) (int, error) {
 	}
 	if t.write {
 		t.ranges = append(t.ranges, span{from: t.s.key(b, ""), end: t.s.bucketEnd(b)})
-		t.noteDeletes(b, "")
+		t.noteDeletes(b, nil)
 	}
 	return int(resp.Count), nil
 }
@@ -761,7 +788,7 @@ func (t *rawTx) commit(dirty uint64) (bool, error) {
 			full := t.s.key(b, k)
 			if c.del {
 				ops = append(ops, clientv3.OpDelete(full))
-				dels[t.s.p+delDir+string(b)+"/"+segment(k)] = true
+				dels[t.s.p+delDir+string(b)+"/"+markerDir(k)] = true
 			} else {
 				ops = append(ops, clientv3.OpPut(full, string(c.v)))
 			}
@@ -825,9 +852,15 @@ func (t *rawTx) compares() []clientv3.Cmp {
 		return cmps
 	}
 	// Coarse: one range per directory (bucket, or engine directory) read.
+	// A range compare does not see a key deleted since the snapshot, so a
+	// bucket whose keys were read also compares its delete markers.
 	dirs := map[string]bool{}
 	for k := range t.reads {
-		dirs[dirOf(t.s.p, k)] = true
+		d := dirOf(t.s.p, k)
+		dirs[d] = true
+		if rest := d[len(t.s.p):]; !strings.HasPrefix(rest, "_") {
+			dirs[t.s.p+delDir+rest] = true
+		}
 	}
 	for _, r := range t.ranges {
 		dirs[dirOf(t.s.p, r.from)] = true
