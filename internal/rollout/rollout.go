@@ -150,6 +150,7 @@ func New(st core.Store, opts Options) (*Engine, error) {
 	for _, id := range stale {
 		var handedOut []core.RolloutNode
 		if err := e.update(id, func(r *core.Rollout) (string, error) {
+			handedOut = nil // fn may run again (a shared store)
 			r.State, r.Reason, r.Finished = core.RolloutFailed, "interrupted by a restart of ztpd; start it again to continue", e.now()
 			for _, n := range r.Nodes {
 				if n.Phase == core.NodeAgent && n.Operation != "" {
@@ -228,6 +229,7 @@ func (e *Engine) Start(ctx context.Context, spec Spec) (core.Rollout, error) {
 		Hooks: spec.Hooks, Selector: spec.Selector, ContinueOnHookFailure: spec.ContinueOnHookFailure, Job: spec.Job, CreatedBy: spec.By,
 		Created: now, UpdatedAt: now}
 	err = e.st.Update(func(tx core.Tx) error {
+		r.Nodes = nil // fn may run again (a shared store): plan afresh
 		ms, err := plan(tx, spec)
 		if err != nil {
 			return err
@@ -487,32 +489,43 @@ func (e *Engine) update(id string, fn func(*core.Rollout) (event string, err err
 	})
 }
 
-// setNode changes one node's record (and says so in the event log).
+// setNode changes one node's record (and says so in the event log). The
+// change is logged and counted once committed: fn may run again (a shared
+// store).
 func (e *Engine) setNode(id, device string, fn func(n *core.RolloutNode) string) error {
-	return e.update(id, func(r *core.Rollout) (string, error) {
+	var (
+		ev, name string
+		x        core.RolloutNode
+		kind     core.RolloutKind
+	)
+	err := e.update(id, func(r *core.Rollout) (string, error) {
+		ev = ""
 		for i := range r.Nodes {
 			if r.Nodes[i].Device == device {
-				ev := fn(&r.Nodes[i])
-				if ev == "" {
+				if ev = fn(&r.Nodes[i]); ev == "" {
 					return "", nil
 				}
-				x := r.Nodes[i]
-				name := x.NodeName
+				x, kind = r.Nodes[i], r.Kind
+				name = x.NodeName
 				if name == "" {
 					name = device
-				}
-				e.opts.Log.Info("rollout node", "rollout", id, "node", name, "device", device, "phase", x.Phase, "what", ev)
-				if !x.Finished.IsZero() {
-					nodesEnded.WithLabelValues(string(r.Kind), x.Phase).Inc()
-					if x.Phase == core.NodeDone && !x.Started.IsZero() {
-						nodeSeconds.WithLabelValues(string(r.Kind)).Observe(x.Finished.Sub(x.Started).Seconds())
-					}
 				}
 				return fmt.Sprintf("%s (%s): %s", name, device, ev), nil
 			}
 		}
 		return "", fmt.Errorf("rollout %s has no device %s", id, device)
 	})
+	if err != nil || ev == "" {
+		return err
+	}
+	e.opts.Log.Info("rollout node", "rollout", id, "node", name, "device", device, "phase", x.Phase, "what", ev)
+	if !x.Finished.IsZero() {
+		nodesEnded.WithLabelValues(string(kind), x.Phase).Inc()
+		if x.Phase == core.NodeDone && !x.Started.IsZero() {
+			nodeSeconds.WithLabelValues(string(kind)).Observe(x.Finished.Sub(x.Started).Seconds())
+		}
+	}
+	return nil
 }
 
 func (e *Engine) launch(r core.Rollout) {

@@ -176,8 +176,17 @@ func device(i int) string { return fmt.Sprintf("02:00:00:00:00:%02x", i) }
 // newEnv: a cluster of one control plane and workers workers at v1.36.3,
 // each with an agent that upgrades its fake Node when told to.
 func newEnv(t *testing.T, workers int) *env {
-	f := storetest.Open(t)
-	e := &env{t: t, st: f.Store, nodes: &fakeNodes{nodes: map[string]*fakeNode{}}, members: &fakeMembers{}, fail: map[string]string{}}
+	return newEnvOver(t, storetest.Store(t), workers)
+}
+
+// newRerunningEnv is newEnv over a store that runs every transaction twice
+// (storetest.Rerunning), as a store shared by several appliances may.
+func newRerunningEnv(t *testing.T, workers int) *env {
+	return newEnvOver(t, storetest.Rerunning(storetest.Store(t)), workers)
+}
+
+func newEnvOver(t *testing.T, st core.Store, workers int) *env {
+	e := &env{t: t, st: st, nodes: &fakeNodes{nodes: map[string]*fakeNode{}}, members: &fakeMembers{}, fail: map[string]string{}}
 	storetest.Update(t, e.st, func(tx core.Tx) error {
 		if err := tx.Clusters().Put(core.Cluster{ID: cluster, Name: "prod", State: core.ClusterRunning}); err != nil {
 			return err
@@ -289,10 +298,10 @@ func (e *env) start(spec Spec) core.Rollout {
 }
 
 func TestUpgradeOneNodeAtATimeControlPlaneFirst(t *testing.T) {
-	e := newEnv(t, 3)
+	e := newRerunningEnv(t, 3)
 	r := e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2"})
-	if r.Nodes[0].Device != device(0) || r.Nodes[0].Role != "control-plane" {
-		t.Fatalf("plan does not start with the control plane: %+v", r.Nodes)
+	if len(r.Nodes) != 4 || r.Nodes[0].Device != device(0) || r.Nodes[0].Role != "control-plane" {
+		t.Fatalf("plan is not the 4 nodes, control plane first: %+v", r.Nodes)
 	}
 	r = e.wait(r.ID)
 	if r.State != core.RolloutSucceeded {
@@ -649,8 +658,10 @@ func TestDeviceHooksApplyWhenTheRolloutNamesNone(t *testing.T) {
 	}
 }
 
+// TestMetrics runs its transactions twice (storetest.Rerunning): a node
+// is counted once it has committed, not per run.
 func TestMetrics(t *testing.T) {
-	e := newEnv(t, 1)
+	e := newRerunningEnv(t, 1)
 	before := metricValue(rolloutsEnded.WithLabelValues("kubernetes", "succeeded"))
 	done := metricValue(nodesEnded.WithLabelValues("kubernetes", core.NodeDone))
 	e.wait(e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2"}).ID)
