@@ -35,7 +35,11 @@ func (s *Service) Provision(ctx context.Context, c core.Cluster) error {
 		return err
 	}
 	now := s.now().UTC()
-	return s.store.Update(func(tx core.Tx) error {
+	// The keys are cached once committed: fn may run again (a shared
+	// store) and find the cluster set up by then, or make other keys.
+	var keys *clusterKeys
+	err := s.store.Update(func(tx core.Tx) error {
+		keys = nil
 		cur, err := tx.Clusters().Get(c.ID)
 		if err != nil {
 			return err
@@ -47,38 +51,46 @@ func (s *Service) Provision(ctx context.Context, c core.Cluster) error {
 		if err != nil {
 			return err
 		}
-		return s.setup(tx, cur, v.SemVer, now)
+		keys, err = s.setup(tx, cur, v.SemVer, now)
+		return err
 	})
+	if err == nil && keys != nil {
+		s.mu.Lock()
+		s.cache[c.ID] = keys
+		s.mu.Unlock()
+	}
+	return err
 }
 
 // setup writes a cluster's secrets, join state and first pool of bootstrap
-// tokens. The cluster's rules (sizes, HA, endpoint) are the clusters
-// service's, checked when it was created; what is checked here is what the
-// joiner can provision: a release kubeadm supports, a kubeadm or k3s join.
-func (s *Service) setup(tx core.Tx, c core.Cluster, version string, now time.Time) error {
+// tokens, and returns the keys it sealed. The cluster's rules (sizes, HA,
+// endpoint) are the clusters service's, checked when it was created; what
+// is checked here is what the joiner can provision: a release kubeadm
+// supports, a kubeadm or k3s join.
+func (s *Service) setup(tx core.Tx, c core.Cluster, version string, now time.Time) (*clusterKeys, error) {
 	if c.JoinMethod == "" {
 		c.JoinMethod = MethodKubeadm
 	}
 	v, err := bundle.ParseVersion(version)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if _, err := bundle.KubeadmAPIFor(v); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	// A sonic cluster (a switch fabric) is a kubeadm cluster: its control
 	// plane is the first non-switch device admitted with the control-plane
 	// role (a VM or server running kubeadm init from its bundle), and its
 	// switches join with client certificates.
 	if c.JoinMethod != MethodKubeadm && c.JoinMethod != MethodK3s && c.JoinMethod != MethodSONiC {
-		return fmt.Errorf("%w: join method %q (want kubeadm, k3s or sonic)", ErrInvalid, c.JoinMethod)
+		return nil, fmt.Errorf("%w: join method %q (want kubeadm, k3s or sonic)", ErrInvalid, c.JoinMethod)
 	}
 	alg := caAlgorithm(c.JoinMethod, v)
 	rt := core.JoinState{KubernetesVersion: v.Tag(), Algorithm: string(alg)}
 	if c.Endpoint != "" {
 		hp, err := clusters.EndpointHostPort(c.Endpoint)
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalid, err)
+			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
 		rt.APIEndpoint = hp
 	} else if c.ExternalLBIP != "" {
@@ -86,56 +98,57 @@ func (s *Service) setup(tx core.Tx, c core.Cluster, version string, now time.Tim
 	}
 	ca, err := pki.NewCA("kubernetes", alg, now)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	certKey, err := tokens.GenerateCertificateKey()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	seed := make([]byte, 32)
 	if _, err := rand.Read(seed); err != nil {
-		return err
+		return nil, err
 	}
 	ctx := secretsOwner(c.ID)
 	sec := clusterSecrets{}
 	if sec.CA, err = ca.Seal(s.keys, ctx); err != nil {
-		return err
+		return nil, err
 	}
 	if sec.CertKey, err = s.keys.Seal([]byte(certKey.Reveal()), []byte(ctx+"/certificate-key")); err != nil {
-		return err
+		return nil, err
 	}
 	if sec.TokenSeed, err = s.keys.Seal(seed, []byte(ctx+"/token-seed")); err != nil {
-		return err
+		return nil, err
 	}
 	raw, err := json.Marshal(sec)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := tx.Secrets().Put(ctx, raw); err != nil {
-		return err
+		return nil, err
 	}
 	if err := tx.Clusters().PutJoinState(c.ID, rt); err != nil {
-		return err
+		return nil, err
 	}
 	// One token per expected node besides the first control plane: the
 	// first control plane creates them all at kubeadm init.
 	switch c.JoinMethod {
 	case MethodKubeadm:
 		if err := s.fillPool(tx, c, seed, c.Size+c.ControlNodes-1, now); err != nil {
-			return err
+			return nil, err
 		}
 	case MethodSONiC: // switches join with certificates: tokens only for extra control planes
 		if c.ControlNodes > 1 {
 			if err := s.fillPool(tx, c, seed, c.ControlNodes-1, now); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
-	s.mu.Lock()
-	s.cache[c.ID] = &clusterKeys{ca: ca, certKey: certKey, seed: seed}
-	s.mu.Unlock()
-	return s.event(tx, now, "cluster.created", "", c.ID, "cluster PKI and join tokens created",
+	err = s.event(tx, now, "cluster.created", "", c.ID, "cluster PKI and join tokens created",
 		map[string]string{"version": v.Tag(), "ca": string(alg), "ca_hash": ca.DiscoveryHash()})
+	if err != nil {
+		return nil, err
+	}
+	return &clusterKeys{ca: ca, certKey: certKey, seed: seed}, nil
 }
 
 // caAlgorithm picks the CA key type: ECDSA P-256 where kubeadm supports it

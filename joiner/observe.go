@@ -114,7 +114,11 @@ func (s *Service) NodeSeen(clusterID string, n ObservedNode) error {
 	}); err != nil || unchanged {
 		return err
 	}
-	return s.store.Batch(func(tx core.Tx) error {
+	// Logged once committed: fn may run again (Batch, a shared store).
+	moved := "" // the device whose state changed
+	var from core.DeviceState
+	err := s.store.Batch(func(tx core.Tx) error {
+		moved = ""
 		m, ok, err := s.memberByNode(tx, clusterID, n.Name)
 		if err != nil || !ok {
 			return err
@@ -142,13 +146,17 @@ func (s *Service) NodeSeen(clusterID string, n ObservedNode) error {
 		if n.Reason != "" {
 			reason += " (" + n.Reason + ")"
 		}
-		from := m.State
+		from = m.State
 		if err := s.transition(tx, &m, st, reason, now); err != nil {
 			return err
 		}
-		s.log.Info("member state from its Node", "cluster", clusterID, "device", m.Device, "node", n.Name, "from", from, "to", st, "reason", n.Reason)
+		moved = m.Device
 		return s.event(tx, now, "member."+string(st), m.Device, clusterID, reason, map[string]string{"node": n.Name})
 	})
+	if err == nil && moved != "" {
+		s.log.Info("member state from its Node", "cluster", clusterID, "device", moved, "node", n.Name, "from", from, "to", st, "reason", n.Reason)
+	}
+	return err
 }
 
 // NodeGone records that a member's Node was deleted from the cluster: the
@@ -156,7 +164,9 @@ func (s *Service) NodeSeen(clusterID string, n ObservedNode) error {
 // scale-down). A Node deleted before it ever registered was not ztpd's.
 func (s *Service) NodeGone(clusterID, name string) error {
 	now := s.now().UTC()
-	return s.store.Batch(func(tx core.Tx) error {
+	left := "" // the device, logged once committed
+	err := s.store.Batch(func(tx core.Tx) error {
+		left = ""
 		m, ok, err := s.memberByNode(tx, clusterID, name)
 		if err != nil || !ok || m.Node == nil {
 			return err
@@ -166,9 +176,13 @@ func (s *Service) NodeGone(clusterID, name string) error {
 		if err := s.leave(tx, m, reason, now); err != nil {
 			return err
 		}
-		s.log.Info("member left: its Node was deleted", "cluster", clusterID, "device", m.Device, "node", name)
+		left = m.Device
 		return s.event(tx, now, "member.left", m.Device, clusterID, reason, map[string]string{"node": name})
 	})
+	if err == nil && left != "" {
+		s.log.Info("member left: its Node was deleted", "cluster", clusterID, "device", left, "node", name)
+	}
+	return err
 }
 
 // APISeen records that the cluster's API server answered ztpd: the cluster
@@ -177,6 +191,7 @@ func (s *Service) NodeGone(clusterID, name string) error {
 func (s *Service) APISeen(clusterID string) error {
 	var kick bool
 	err := s.store.Batch(func(tx core.Tx) error {
+		kick = false // fn may run again on a newer state
 		rt, err := tx.Clusters().JoinState(clusterID)
 		if errors.Is(err, core.ErrNotFound) {
 			return nil
@@ -221,12 +236,15 @@ func expectedRequester(m core.Membership) string {
 // itself (system:node:<name>) are its own.
 func (s *Service) CSRSeen(clusterID, node, requester string) error {
 	now := s.now().UTC()
-	return s.store.Batch(func(tx core.Tx) error {
+	impostor := "" // the device, warned about once committed
+	var want string
+	err := s.store.Batch(func(tx core.Tx) error {
+		impostor = ""
 		m, ok, err := s.memberByNode(tx, clusterID, node)
 		if err != nil || !ok || m.State == core.StateLeft || m.KubeletCertBy == requester || m.Impostor == requester {
 			return err
 		}
-		want := expectedRequester(m)
+		want = expectedRequester(m)
 		if want == "" || requester == want || requester == "system:node:"+node {
 			m.KubeletCertBy, m.UpdatedAt = requester, now
 			return tx.Memberships().Put(m)
@@ -234,11 +252,15 @@ func (s *Service) CSRSeen(clusterID, node, requester string) error {
 		m.Impostor = requester
 		reason := fmt.Sprintf("Node %s's kubelet certificate was requested by %s, not by the credential ztpd issued to this device (%s): not counted as this member",
 			node, requester, want)
-		s.log.Warn("kubelet certificate requested by another identity", "cluster", clusterID, "device", m.Device, "node", node,
-			"requester", requester, "expected", want)
 		if err := s.transition(tx, &m, core.StateFailed, reason, now); err != nil {
 			return err
 		}
+		impostor = m.Device
 		return s.event(tx, now, "member.impostor", m.Device, clusterID, reason, map[string]string{"node": node, "requester": requester})
 	})
+	if err == nil && impostor != "" {
+		s.log.Warn("kubelet certificate requested by another identity", "cluster", clusterID, "device", impostor, "node", node,
+			"requester", requester, "expected", want)
+	}
+	return err
 }

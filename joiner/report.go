@@ -106,6 +106,8 @@ func (s *Service) Revoke(ctx context.Context, kind tokens.Kind, id string) error
 		inCluster bool
 	)
 	err := s.store.Update(func(tx core.Tx) error {
+		// fn may run again on a newer state: nothing from a run before.
+		cluster, rt, inCluster = core.Cluster{}, core.JoinState{}, false
 		var err error
 		rec, err = tx.Tokens().Get(string(kind), id)
 		if errors.Is(err, core.ErrNotFound) {

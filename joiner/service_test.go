@@ -43,28 +43,68 @@ func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unloc
 type env struct {
 	t     *testing.T
 	dir   string
-	store *boltstore.Store
+	store core.Store
 	svc   *Service
 	cl    *clusters.Service
 	clk   *clock
+	logs  *logCount // the joiner's log, when opts.Log was nil
 }
 
 func newEnv(t *testing.T, opts Options) *env {
 	t.Helper()
 	f := storetest.Open(t)
+	return newEnvOver(t, f, f.Store, opts)
+}
+
+// newRerunningEnv is newEnv over a store that runs every transaction twice
+// (storetest.Rerunning), as a store shared by several appliances may.
+func newRerunningEnv(t *testing.T, opts Options) *env {
+	t.Helper()
+	f := storetest.Open(t)
+	return newEnvOver(t, f, storetest.Rerunning(f.Store), opts)
+}
+
+func newEnvOver(t *testing.T, f *storetest.Fixture, st core.Store, opts Options) *env {
+	t.Helper()
 	clk := &clock{t: time.Now().UTC().Truncate(time.Second)} // real time: TLS peers check certificate validity
 	opts.Now = clk.now
-	opts.Devices = recorder(t, f.Store)
-	svc, err := New(f.Store, f.Keys, opts)
+	opts.Devices = recorder(t, st)
+	logs := &logCount{n: map[string]int{}}
+	if opts.Log == nil {
+		opts.Log = slog.New(logs)
+	}
+	svc, err := New(st, f.Keys, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := clusters.New(f.Store, svc, clusters.Options{})
+	cl, err := clusters.New(st, svc, clusters.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cl.Close(context.Background()) })
-	return &env{t: t, dir: f.Dir, store: f.Store, svc: svc, cl: cl, clk: clk}
+	return &env{t: t, dir: f.Dir, store: st, svc: svc, cl: cl, clk: clk, logs: logs}
+}
+
+// logCount counts log records by message.
+type logCount struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (l *logCount) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logCount) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logCount) WithGroup(string) slog.Handler            { return l }
+func (l *logCount) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	l.n[r.Message]++
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *logCount) count(msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n[msg]
 }
 
 // recorder is the devices service over st, as the app builds it for the
@@ -612,8 +652,10 @@ func TestConcurrentJoinsNeverExceedDesiredSize(t *testing.T) {
 	}
 }
 
+// TestScaleReportAndSweep runs its transactions twice
+// (storetest.Rerunning): what each says, and logs, is what one run does.
 func TestScaleReportAndSweep(t *testing.T) {
-	e := newEnv(t, Options{AutoApprove: approveAll, ReportURL: "http://10.99.0.1:8080/join/report", TokenTTL: 2 * time.Hour})
+	e := newRerunningEnv(t, Options{AutoApprove: approveAll, ReportURL: "http://10.99.0.1:8080/join/report", TokenTTL: 2 * time.Hour})
 	c := e.cluster(clusterSpec{Name: "prod", Size: 3})
 	var bundles []*Bundle
 	for i := 1; i <= 4; i++ {
@@ -660,6 +702,9 @@ func TestScaleReportAndSweep(t *testing.T) {
 	}
 	if m := e.nodeReady(bundles[0], "True"); m.State != core.StateJoined {
 		t.Fatalf("Ready again: %s", m.State)
+	}
+	if n := e.logs.count("member state from its Node"); n != 4 {
+		t.Fatalf("%d member state changes logged, want 4 (joined, not-ready, lost, joined)", n)
 	}
 	ms, err := e.svc.Report(bg, bundles[1].ReportToken(), ReportFailed, "kubeadm step 1 failed")
 	if err != nil || ms.State != core.StateFailed || !strings.Contains(ms.History[len(ms.History)-1].Reason, "kubeadm step 1 failed") {
@@ -912,7 +957,7 @@ func TestSONiCJoinMethodCluster(t *testing.T) {
 // issued to that member (or renewed by the node itself); another device's
 // token asking for this member's node name makes it an impostor's.
 func TestKubeletCertificateRequesterMustBeTheMember(t *testing.T) {
-	e := newEnv(t, Options{AutoApprove: approveAll})
+	e := newRerunningEnv(t, Options{AutoApprove: approveAll})
 	c := e.cluster(clusterSpec{Name: "prod", Size: 2})
 	cp := e.must(e.join("prod", 1))
 	w1 := e.must(e.join("prod", 2))
@@ -952,5 +997,8 @@ func TestKubeletCertificateRequesterMustBeTheMember(t *testing.T) {
 	}
 	if d := e.device(w2.Device); d.State != core.StateFailed {
 		t.Fatalf("device %s", d.State)
+	}
+	if n := e.logs.count("kubelet certificate requested by another identity"); n != 1 {
+		t.Fatalf("impostor warned about %d times, want once", n)
 	}
 }
