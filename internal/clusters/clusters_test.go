@@ -85,6 +85,18 @@ func newSvc(t *testing.T, m Membership) (*Service, *boltstore.Store) {
 	return s, st
 }
 
+// newRerunningSvc is newSvc over a store that runs every transaction twice
+// (storetest.Rerunning), as a store shared by several appliances may.
+func newRerunningSvc(t *testing.T, m Membership) *Service {
+	t.Helper()
+	s, err := New(storetest.Rerunning(storetest.Store(t)), m, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return s
+}
+
 var admin = Caller{APIKey: "admin-key", Admin: true}
 var user = Caller{APIKey: "user-key"}
 
@@ -412,9 +424,11 @@ func TestClusterLifecycleDrivesMembership(t *testing.T) {
 	}
 }
 
+// TestFailuresLeadToErrorAndAlert runs its transactions twice
+// (storetest.Rerunning): a job fails, and its cluster moves, once.
 func TestFailuresLeadToErrorAndAlert(t *testing.T) {
 	rec := &recorder{}
-	s, _ := newSvc(t, rec)
+	s := newRerunningSvc(t, rec)
 	ctx := context.Background()
 	v := addVersion(t, s, "1.30.2")
 	spec := ClusterSpec{Name: "a", ZoneID: s.Zone().ID, VersionID: v.ID, ServiceOfferingID: Offerings[0].ID, Size: 1}

@@ -105,7 +105,9 @@ func (s *Service) fail(j *core.Job, cause error) error {
 	j.ErrorKind = core.KindOf(cause)
 	j.Error = cause.Error()
 	j.Completed = now()
+	cluster := j.Cluster
 	return s.st.Update(func(tx core.Tx) error {
+		j.Cluster = cluster // fn may run again (a shared store): not a run's cluster before
 		if j.InstanceType == InstanceCluster && j.FailState != "" {
 			c, err := tx.Clusters().Get(j.InstanceID)
 			if err == nil && c.State != j.FailState && CanTransition(c.State, j.FailState) {

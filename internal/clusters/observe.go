@@ -55,7 +55,12 @@ func (s *Service) ObserveHealth(clusterID string, h Health) error {
 	if err != nil {
 		return err
 	}
-	return s.st.Update(func(tx core.Tx) error {
+	// A change of state is logged once committed: fn may run again (a
+	// shared store).
+	var name, reason string
+	var from, to core.ClusterState
+	err = s.st.Update(func(tx core.Tx) error {
+		to = ""
 		c, err := tx.Clusters().Get(clusterID)
 		if errors.Is(err, core.ErrNotFound) {
 			return nil
@@ -63,18 +68,22 @@ func (s *Service) ObserveHealth(clusterID string, h Health) error {
 		if err != nil {
 			return err
 		}
-		obs, to, reason, changed := s.observe(c, h)
-		if to == "" && !changed {
+		obs, next, why, changed := s.observe(c, h)
+		if next == "" && !changed {
 			return nil
 		}
 		obs.StoredAt = h.At
 		c.Observed = &obs
-		if to == "" {
+		if next == "" {
 			return tx.Clusters().Put(c)
 		}
-		s.log.Info("cluster state from its API server", "cluster", c.Name, "from", c.State, "to", to, "reason", reason)
+		name, from, to, reason = c.Name, c.State, next, why
 		return s.setState(tx, &c, to, reason)
 	})
+	if err == nil && to != "" {
+		s.log.Info("cluster state from its API server", "cluster", name, "from", from, "to", to, "reason", reason)
+	}
+	return err
 }
 
 // observe applies h to c's last observation: the new observation, the

@@ -2,7 +2,9 @@ package clusters
 
 import (
 	"context"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,8 +14,12 @@ import (
 
 // TestObservedStates walks Starting -> Running -> Alert -> Running from
 // observations alone, with the alert time honoured in both directions.
+//
+// Its transactions run twice (storetest.Rerunning): each move is logged
+// once.
 func TestObservedStates(t *testing.T) {
-	s, _ := observedCluster(t)
+	logs := &logCount{n: map[string]int{}}
+	s, _ := observedClusterOver(t, storetest.Rerunning(storetest.Store(t)), slog.New(logs))
 	ctx := context.Background()
 	var err error
 	get := func() core.Cluster {
@@ -98,6 +104,9 @@ func TestObservedStates(t *testing.T) {
 	if got := strings.Join(moves, " "); got != "Created>Starting Starting>Running Running>Alert Alert>Running" {
 		t.Fatalf("state events: %s", got)
 	}
+	if n := logs.count("cluster state from its API server"); n != 3 {
+		t.Fatalf("%d observed moves logged, want 3", n)
+	}
 }
 
 // TestObservedErrorTextIsStoredAtMostEvery30s: an unreachable API server's
@@ -147,8 +156,14 @@ func TestObservedErrorTextIsStoredAtMostEvery30s(t *testing.T) {
 // "k" (1 control plane, 2 workers), created and Starting.
 func observedCluster(t *testing.T) (*Service, core.Cluster) {
 	t.Helper()
-	f := storetest.Open(t)
-	s, err := New(f.Store, nil, Options{AlertAfter: time.Minute})
+	return observedClusterOver(t, storetest.Store(t), nil)
+}
+
+// observedClusterOver is observedCluster over st, logging to log (nil:
+// nowhere).
+func observedClusterOver(t *testing.T, st core.Store, log *slog.Logger) (*Service, core.Cluster) {
+	t.Helper()
+	s, err := New(st, nil, Options{AlertAfter: time.Minute, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,4 +178,26 @@ func observedCluster(t *testing.T) (*Service, core.Cluster) {
 		t.Fatalf("create job ends Starting: %+v", j)
 	}
 	return s, c
+}
+
+// logCount counts log records by message.
+type logCount struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (l *logCount) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logCount) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logCount) WithGroup(string) slog.Handler            { return l }
+func (l *logCount) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	l.n[r.Message]++
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *logCount) count(msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n[msg]
 }
