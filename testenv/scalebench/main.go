@@ -832,11 +832,14 @@ func (b *bench) seedEvents() (storm, total int, err error) {
 	const batch = 20000
 	now := time.Now().UTC()
 	for done := storm; done < b.o.events; {
+		end := min(done+batch, b.o.events)
 		err := st.Update(func(tx core.Tx) error {
-			for end := min(done+batch, b.o.events); done < end; done++ {
-				e := core.Event{Time: now, Type: "dhcp.ack", Device: macs[done%b.n], Message: "scalebench seeded event",
+			// fn may run again: it counts from done, which moves on only
+			// once the batch has committed.
+			for i := done; i < end; i++ {
+				e := core.Event{Time: now, Type: "dhcp.ack", Device: macs[i%b.n], Message: "scalebench seeded event",
 					Fields: map[string]string{"ip": "10.99.1.1"}}
-				if done%2 == 1 {
+				if i%2 == 1 {
 					e.Type, e.Fields = "ztp.served", map[string]string{"path": "/ztp/ztp.json"}
 				}
 				if _, err := tx.Events().Append(e); err != nil {
@@ -848,6 +851,7 @@ func (b *bench) seedEvents() (storm, total int, err error) {
 		if err != nil {
 			return 0, 0, err
 		}
+		done = end
 	}
 	return storm, max(storm, b.o.events), nil
 }
