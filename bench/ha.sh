@@ -463,6 +463,11 @@ run_rung() {
       recv+="${recv:+ }${v:--1}"
     done
   fi
+  if [[ $a == ztpd_ha ]]; then # each appliance's metrics after the rung, for diagnosis
+    for (( i = 1; i <= n; i++ )); do
+      ip netns exec "$(srv_ns $i)" curl -s -m 2 "http://$(srv_ip $i):8080/metrics" > "$dir/${SET_NAMES[i-1]}.metrics" 2>/dev/null
+    done
+  fi
   stop_set
   local out hz; hz=$(getconf CLK_TCK)
   out=$(awk -v rate="$rate" -v dur="$DURATION" -v thr="$DROP_PCT" -v alive=$alive -v prc=$prc \

@@ -100,7 +100,11 @@ func (a *App) healthz(w http.ResponseWriter, r *http.Request) {
 		httpserve.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unhealthy", "error": err.Error()})
 		return
 	}
-	httpserve.WriteJSON(w, http.StatusOK, map[string]any{"status": "ok", "schema": schema})
+	body := map[string]any{"status": "ok", "schema": schema, "store": a.Cfg.Store.Backend}
+	if g := a.groupStatus(); g != nil {
+		body["group"] = g
+	}
+	httpserve.WriteJSON(w, http.StatusOK, body)
 }
 
 // adminErrorMessage is the message of an admin error answer (httpserve's

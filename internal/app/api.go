@@ -62,7 +62,7 @@ func (a *App) buildAPI() error {
 	} else {
 		a.apiOwn = &apiListen{addr: addr, useTLS: useTLS, handler: a.apiGuard("api").Wrap(srv.Handler())}
 	}
-	a.AddRunner(runnerFunc{"job-pruner", func(ctx context.Context) error { return cs.RunPruner(ctx, time.Hour) }})
+	a.AddSingleton(runnerFunc{"job-pruner", func(ctx context.Context) error { return cs.RunPruner(ctx, time.Hour) }})
 
 	a.OnStart(func() error {
 		n, err := cs.Recover()

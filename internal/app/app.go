@@ -31,6 +31,7 @@ import (
 	"github.com/ztpd/ztpd/internal/profile"
 	"github.com/ztpd/ztpd/internal/rollout"
 	"github.com/ztpd/ztpd/internal/secretbox"
+	"github.com/ztpd/ztpd/internal/ha"
 	"github.com/ztpd/ztpd/internal/store"
 	"github.com/ztpd/ztpd/internal/store/boltstore"
 	"github.com/ztpd/ztpd/internal/store/etcdstore"
@@ -126,6 +127,11 @@ type App struct {
 	// it with the shutdown grace.
 	tftp *ztptftp.Options
 
+	// Group is this appliance's part in a group sharing the store (nil on
+	// one box); leaseFeed the stored leases as a stream for its DHCP.
+	Group     *ha.Coordinator
+	leaseFeed *etcdstore.LeaseFeed
+
 	runners  []Runner
 	starters []func() error
 	// profiles is the loaded profile set (Start), for the joiner's Node labels.
@@ -191,11 +197,15 @@ func (a *App) build() error {
 	// the joiner alike.
 	a.bindings = bindingsOf(&a.Cfg)
 	// Closed after every reporter (closers run in reverse), before the store.
+	if err := a.buildGroup(); err != nil {
+		return err
+	}
 	a.Devices = devices.New(devices.Options{Store: a.Store, Log: a.Log.With("part", "devices"),
 		Keep: a.Cfg.Events.Keep, AuditKeep: a.Cfg.Events.AuditKeep})
 	a.OnClose(a.Devices.Close)
-	// Event retention runs whatever transports are enabled.
-	a.AddRunner(a.Devices)
+	// Event retention runs whatever transports are enabled, on one
+	// appliance of a group.
+	a.AddSingleton(a.Devices)
 
 	if err := a.buildJoiner(); err != nil {
 		return err

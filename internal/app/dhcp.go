@@ -21,6 +21,9 @@ func (a *App) dhcpOptions() (dhcp.Options, error) {
 		return dhcp.Options{}, err
 	}
 	opt.Store, opt.Devices, opt.Log = a.Store, a.Devices, a.Log
+	if a.Group != nil {
+		opt.Partition, opt.Feed = a.Group, a.leaseFeed
+	}
 	opt.Advertise = a.Endpoints.Advertise()
 	opt.ZTPJSONURL = a.Endpoints.ZTPJSON(netip.Addr{})
 	opt.ONIEInstallerURL = a.Endpoints.ONIEInstaller(netip.Addr{})

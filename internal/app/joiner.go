@@ -49,7 +49,7 @@ func (a *App) buildJoiner() error {
 	}
 	a.Joiner = j // passed to content (Options.Join) and clusters (buildAPI)
 	joinhttp.New(j, a.Log.With("part", "join")).Mount(a.HTTPMux)
-	a.AddRunner(runnerFunc{"token-sweeper", func(ctx context.Context) error { return j.RunSweeper(ctx, 5*time.Minute) }})
+	a.AddSingleton(runnerFunc{"token-sweeper", func(ctx context.Context) error { return j.RunSweeper(ctx, 5*time.Minute) }})
 	return nil
 }
 

@@ -42,7 +42,7 @@ func (a *App) buildWatch() error {
 		return err
 	}
 	a.Watch = m
-	a.AddRunner(runnerFunc{"kubewatch", m.Run})
+	a.AddSingleton(runnerFunc{"kubewatch", m.Run})
 	return nil
 }
 

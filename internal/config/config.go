@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -76,6 +77,35 @@ type Store struct {
 	// ClientURL is where the embedded member also serves etcd's client API
 	// (etcdctl, an external backup); default https://127.0.0.1:2379.
 	ClientURL string `yaml:"client_url"`
+	// Appliances names every appliance sharing an external etcd store
+	// (backend etcd), this one's (name) included; with etcd-embedded they
+	// are the peers. Two or more make the appliances split DHCP by client
+	// hash and run the singletons on one of them (issue 18).
+	Appliances []string `yaml:"appliances"`
+	// SessionTTL bounds how long a dead appliance's DHCP clients go
+	// unanswered before the others take them over (default 5s).
+	SessionTTL Duration `yaml:"session_ttl"`
+	// PeerAddr is where this appliance serves image blobs to the others,
+	// with mutual TLS (store.tls); default <advertise_addr>:8444.
+	PeerAddr string `yaml:"peer_addr"`
+}
+
+// Group is every appliance sharing the store, in configured order, when
+// there are two or more; nil on one box.
+func (s Store) Group() []string {
+	var names []string
+	switch s.Backend {
+	case "etcd-embedded":
+		for _, p := range s.Peers {
+			names = append(names, p.Name)
+		}
+	case "etcd":
+		names = s.Appliances
+	}
+	if len(names) < 2 {
+		return nil
+	}
+	return names
 }
 
 // StoreTLS names the files of the store's TLS.
@@ -344,6 +374,20 @@ func (s *Store) validate(errs *Errors) {
 	}
 	if s.MaxTxnOps < 0 {
 		errs.add("store.max_txn_ops", "must not be negative")
+	}
+	if d := s.SessionTTL.D(); d != 0 && (d < 2*time.Second || d > time.Minute) {
+		errs.add("store.session_ttl", "%s is outside 2s..1m", d)
+	}
+	if s.PeerAddr != "" {
+		checkHostPort(errs, "store.peer_addr", s.PeerAddr, true)
+	}
+	if len(s.Appliances) > 0 {
+		if s.Backend != "etcd" {
+			errs.add("store.appliances", "for backend etcd only (etcd-embedded appliances are its peers)")
+		}
+		if !slices.Contains(s.Appliances, s.Name) {
+			errs.add("store.appliances", "this appliance (store.name %q) is not among them", s.Name)
+		}
 	}
 	if s.Prefix != "" && !strings.HasPrefix(s.Prefix, "/") {
 		errs.add("store.prefix", "%q must start with /", s.Prefix)

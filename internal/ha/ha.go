@@ -42,6 +42,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ztpd/ztpd/internal/core"
 )
 
 // Buckets is the number of load-balancing buckets (RFC 3074).
@@ -123,11 +125,13 @@ type Coordinator struct {
 	// leaderCh is closed when leadership is lost (replaced each term)
 	leaderCh chan struct{}
 	changed  chan struct{} // closed and replaced on every change
+
+	closed   sync.Once
+	closeErr error
 }
 
-// Start opens the session and begins following the group. It returns once
-// the session exists; buckets follow within HandBack.
-func Start(ctx context.Context, cfg Config) (*Coordinator, error) {
+// New checks cfg; nothing is opened until Run (or Start).
+func New(cfg Config) (*Coordinator, error) {
 	if cfg.Client == nil || cfg.Name == "" {
 		return nil, errors.New("ha: client and name are required")
 	}
@@ -158,15 +162,74 @@ func Start(ctx context.Context, cfg Config) (*Coordinator, error) {
 	c := &Coordinator{cfg: cfg, cli: cfg.Client, log: cfg.Log, live: map[string]bool{}, infos: map[string]Info{},
 		claims: map[string]string{}, held: map[string]bool{}, leaderCh: make(chan struct{}), changed: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	return c, nil
+}
+
+// Start is New, then the session opened and the group followed; it
+// returns once the session exists (buckets follow within HandBack).
+func Start(ctx context.Context, cfg Config) (*Coordinator, error) {
+	c, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
 	if err := c.openSession(ctx); err != nil {
 		c.cancel()
 		return nil, err
 	}
+	c.begin()
+	return c, nil
+}
+
+func (c *Coordinator) begin() {
 	c.wg.Add(3)
 	go c.keepAlive()
 	go c.follow()
 	go c.campaign()
-	return c, nil
+}
+
+// Name implements the app's Runner.
+func (c *Coordinator) Name() string { return "ha" }
+
+// Run opens the session (retrying while etcd cannot be reached), follows
+// the group until ctx ends, then gives everything up (Close).
+func (c *Coordinator) Run(ctx context.Context) error {
+	for {
+		octx, cancel := context.WithTimeout(ctx, c.cfg.TTL)
+		err := c.openSession(octx)
+		cancel()
+		if err == nil {
+			break
+		}
+		c.log.Warn("appliance session not opened yet; retrying", "appliance", c.cfg.Name, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+	c.begin()
+	<-ctx.Done()
+	return c.Close()
+}
+
+// Fence fails unless this appliance's session key holds its session in
+// tx: a commit that calls it cannot succeed once the session expired
+// (the store compares what a transaction read when it commits).
+func (c *Coordinator) Fence(tx core.Tx) error {
+	c.mu.RLock()
+	id, alive := c.lease, time.Now().Before(c.deadline)
+	c.mu.RUnlock()
+	if !alive {
+		return errors.New("appliance session not alive")
+	}
+	v, ok, err := tx.Settings().Get(SessionSetting(c.cfg.Name))
+	if err != nil {
+		return err
+	}
+	if !ok || v != strconv.FormatInt(int64(id), 16) {
+		return errors.New("appliance session expired in the store")
+	}
+	return nil
 }
 
 // Keys under the store prefix.
@@ -475,14 +538,17 @@ func (c *Coordinator) recompute(rev int64) {
 func (c *Coordinator) acquire(gain []int, rev int64, seen map[string]bool) {
 	defer c.wg.Done()
 	start := time.Now()
-	if c.cfg.CaughtUp != nil && rev > 0 {
-		ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
+	for c.cfg.CaughtUp != nil && rev > 0 {
+		ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
 		err := c.cfg.CaughtUp(ctx, rev)
 		cancel()
-		if err != nil {
-			c.log.Warn("ha: lease mirror did not catch up; buckets not taken", "rev", rev, "err", err)
+		if err == nil {
+			break
+		}
+		if c.ctx.Err() != nil {
 			return
 		}
+		c.log.Warn("ha: lease mirror has not caught up yet; buckets wait", "rev", rev, "err", err)
 	}
 	returning := false
 	for _, b := range gain {
@@ -677,6 +743,11 @@ func (c *Coordinator) Kill() {
 // Close gives everything up at once (the lease is revoked), so the others
 // take over without waiting for the TTL: a graceful stop.
 func (c *Coordinator) Close() error {
+	c.closed.Do(c.close)
+	return c.closeErr
+}
+
+func (c *Coordinator) close() {
 	c.cancel()
 	c.wg.Wait()
 	c.mu.Lock()
@@ -688,8 +759,12 @@ func (c *Coordinator) Close() error {
 	c.mu.Unlock()
 	sessionValid.Set(0)
 	bucketsOwned.Set(0)
+	if id == 0 {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	_, err := c.cli.Revoke(ctx, id)
-	return err
+	if _, err := c.cli.Revoke(ctx, id); err != nil {
+		c.closeErr = fmt.Errorf("ha: give up session: %w", err)
+	}
 }

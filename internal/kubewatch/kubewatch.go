@@ -195,6 +195,11 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	m.running = true
 	m.mu.Unlock()
+	defer func() { // runs again for a later leadership term (several appliances)
+		m.mu.Lock()
+		m.running = false
+		m.mu.Unlock()
+	}()
 
 	tick := time.NewTicker(m.opt.RefreshInterval)
 	defer tick.Stop()

@@ -204,7 +204,7 @@ func (s *Server) allocate(x *exchange) *binding {
 	}
 	if x.hasRequested {
 		ip := u32(x.requested)
-		if sn.contains(ip) && sn.poolOf(ip) != nil && !sn.fixed(ip) && s.freeFor(x, ip) {
+		if sn.contains(ip) && sn.poolOf(ip) != nil && !sn.fixed(ip) && s.freeFor(x, ip) && s.mayAllocate(sn, ip) {
 			return s.bindingAt(sn, ip, x)
 		}
 	}
@@ -215,7 +215,7 @@ func (s *Server) allocate(x *exchange) *binding {
 				if !ok {
 					break
 				}
-				if !s.freeFor(x, ip) {
+				if !s.freeFor(x, ip) || !s.mayAllocate(sn, ip) {
 					p.set(ip)
 					continue
 				}
@@ -226,6 +226,12 @@ func (s *Server) allocate(x *exchange) *binding {
 			break
 		}
 		s.reclaim(sn, x.now)
+	}
+	if s.part != nil {
+		select { // the blocks held are used up: claim another now
+		case s.needBlock <- struct{}{}:
+		default:
+		}
 	}
 	return nil
 }
@@ -242,7 +248,7 @@ func (s *Server) reclaim(sn *subnet, now time.Time) {
 				w &^= bit
 				off := uint32(wi)*64 + uint32(bits.TrailingZeros64(bit))
 				ip := p.start + off
-				if b := s.byIP[ip]; b != nil && !b.busy(now) {
+				if b := s.byIP[ip]; b != nil && !b.busy(now) && s.mayAllocate(sn, ip) {
 					p.clear(ip)
 				}
 			}
@@ -267,6 +273,11 @@ func (s *Server) claim(x *exchange, ip uint32) *binding {
 		return b
 	}
 	if !s.freeFor(x, ip) {
+		return nil
+	}
+	if (x.res == nil || x.res.ip != ip) && !s.mayAllocate(sn, ip) {
+		// An address this client does not hold, in another appliance's
+		// block: that appliance may be offering it right now.
 		return nil
 	}
 	b := s.bindingAt(sn, ip, x)
@@ -305,7 +316,11 @@ func (s *Server) sweep(now time.Time) {
 				s.disown(b)
 			}
 			b.state = core.LeaseExpired
-			s.markDirty(b)
+			// With several appliances, the one answering the client records
+			// the expiry; the others would overwrite its renewals.
+			if s.part == nil || b.key == "" || s.part.Serves(bucketOf(b.key)) {
+				s.markDirty(b)
+			}
 		}
 		if b.busy(now) {
 			if b.sn.poolOf(b.ip) != nil {

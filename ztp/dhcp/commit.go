@@ -226,6 +226,9 @@ type snapshot struct {
 	evs      []core.Event
 	recs     devices.Batch // device and event records carried by this commit
 	acks     []pendingAck
+	// fence checks this appliance's session before leases are written
+	// (several appliances; nil on one box).
+	fence func(core.Tx) error
 }
 
 func (sn *snapshot) empty() bool {
@@ -299,6 +302,11 @@ func (s *Server) handOver(snap *snapshot) (more bool) {
 
 // write stores snap in one transaction.
 func (snap *snapshot) write(tx core.Tx) error {
+	if snap.fence != nil && len(snap.leases) > 0 {
+		if err := snap.fence(tx); err != nil {
+			return err
+		}
+	}
 	for i := range snap.leases {
 		if err := tx.Leases().Put(snap.leases[i].lease()); err != nil {
 			return err
@@ -383,6 +391,9 @@ func (s *Server) flush(snap *snapshot, lastErr *time.Time) bool {
 	s.take(snap, time.Now())
 	s.mu.Unlock()
 	more := s.handOver(snap)
+	if s.part != nil {
+		snap.fence = s.fence
+	}
 	if snap.empty() {
 		return false
 	}
@@ -424,7 +435,7 @@ func (s *Server) commitSnapshot(snap *snapshot) error {
 		if snap.recs.Len() == 0 {
 			return err
 		}
-		leases := &snapshot{leases: snap.leases}
+		leases := &snapshot{leases: snap.leases, fence: snap.fence}
 		if lerr := s.store.Batch(leases.write); lerr != nil {
 			s.devices.Return(&snap.recs)
 			return err

@@ -57,6 +57,7 @@ var steps = [...]step{
 	{"message", (*Server).stepMessage},         // a client message type we answer
 	{"subnet", (*Server).stepSubnet},           // relay link selection, giaddr, ciaddr, interface
 	{"identify", (*Server).stepIdentify},       // client key, class, reservation
+	{"partition", (*Server).stepPartition},     // several appliances: only this one's buckets
 	{"lease", (*Server).stepLease},             // offer, ack/nak, decline, release, inform
 	{"device", (*Server).stepDevice},           // device record of a lease holder (write-behind)
 	{"options", (*Server).stepOptions},         // per class and overrides, request-list order, size cap

@@ -65,6 +65,16 @@ var (
 	dropCommit     = droppedTotal.WithLabelValues("commit_failed")
 	dropSendFailed = droppedTotal.WithLabelValues("send_failed")
 	dropStale      = droppedTotal.WithLabelValues("superseded")
+	// another appliance's bucket (several appliances, loadbalance.go)
+	dropNotMine = droppedTotal.WithLabelValues("other_appliance")
+)
+
+// Several appliances (loadbalance.go).
+var (
+	blocksClaimed = promauto.NewCounter(prometheus.CounterOpts{Name: "ztpd_dhcp_blocks_claimed_total",
+		Help: "Address blocks this appliance claimed to allocate from (several appliances)."})
+	remoteLeases = promauto.NewCounter(prometheus.CounterOpts{Name: "ztpd_dhcp_feed_leases_total",
+		Help: "Stored leases applied from the lease feed (other appliances' commits and this one's own)."})
 )
 
 func init() {

@@ -60,6 +60,13 @@ type Server struct {
 	// dropLog rate-limits, per key, the info lines for requests left
 	// unanswered for a reason the operator can act on.
 	dropLog *devices.KeyLimiter
+
+	// part and feed are set when several appliances share the store
+	// (loadbalance.go); needBlock asks for an address block now.
+	part      Partition
+	feed      LeaseFeed
+	feedRev   int64
+	needBlock chan struct{}
 }
 
 var (
@@ -97,6 +104,11 @@ type Options struct {
 	// CloudStack VMs without a reservation.
 	VMMACPrefixes   []net.HardwareAddr
 	VMVendorClasses []string
+
+	// Partition and Feed, together, make this server one of several
+	// appliances sharing the store (loadbalance.go); nil on one box.
+	Partition Partition
+	Feed      LeaseFeed
 }
 
 // New builds the server. It opens no socket and reads no lease; Listen
@@ -120,6 +132,10 @@ func New(opt Options) (*Server, error) {
 		sendWarn: rate.Sometimes{Interval: 10 * time.Second},
 		dropLog:  devices.NewKeyLimiter(1, dropLogEvery, 4096),
 		workers:  max(1, runtime.GOMAXPROCS(0)),
+		part:     opt.Partition, feed: opt.Feed, needBlock: make(chan struct{}, 1),
+	}
+	if (opt.Partition == nil) != (opt.Feed == nil) {
+		return nil, errors.New("dhcp: a partition and a lease feed go together")
 	}
 	s.advertise = opt.Advertise
 	s.urls = urls{ztpJSON: opt.ZTPJSONURL, onie: opt.ONIEInstallerURL, advertise: opt.Advertise.String()}
@@ -204,53 +220,24 @@ func (s *Server) closeIfaces() {
 // load rebuilds the bindings from the stored leases: the store is the
 // durable truth, memory is an index over it.
 func (s *Server) load(now time.Time) error {
+	if s.feed != nil {
+		rev, err := s.loadFeed(now)
+		s.feedRev = rev
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var loaded, outside, bad int
 	err := s.store.View(func(tx core.Tx) error {
 		return tx.Leases().List("", func(l core.Lease) (bool, error) {
-			a, err := netip.ParseAddr(l.IP)
-			if err != nil || !a.Is4() {
+			switch s.adoptStored(l, now) {
+			case adoptBad:
 				bad++
-				return true, nil
-			}
-			sn := s.subnetFor(a.As4())
-			if sn == nil {
+			case adoptOutside:
 				outside++
-				return true, nil
+			default:
+				loaded++
 			}
-			hw, _ := parseHexColon(l.MAC)
-			var cid []byte
-			if l.ClientID != "" {
-				cid = parseClientIDText(l.ClientID)
-			}
-			b := &binding{ip: u32Addr(a), sn: sn, hw: string(hw), clientID: string(cid), hostname: l.Hostname,
-				state: l.State, start: l.Start, expiry: l.Expiry, reserved: l.Reserved}
-			if l.State == core.LeaseActive {
-				b.durable = l.Expiry
-			}
-			s.byIP[b.ip] = b
-			var key string
-			switch {
-			case len(cid) > 0:
-				key = "i" + string(cid)
-			case len(hw) > 0:
-				key = "h" + string(hw)
-			}
-			if key != "" && l.State != core.LeaseDeclined {
-				if cur := sn.clients[key]; cur == nil || cur.start.Before(b.start) {
-					if cur != nil {
-						s.disown(cur)
-					}
-					b.key = key
-					sn.clients[key] = b
-					sn.byHW[b.hw] = b
-				}
-			}
-			if b.busy(now) {
-				s.occupy(sn, b.ip)
-			}
-			loaded++
 			return true, nil
 		})
 	})
@@ -268,6 +255,98 @@ func (s *Server) load(now time.Time) error {
 	}
 	s.log.Info("leases loaded", "leases", loaded, "outside_subnets", outside, "unreadable", bad)
 	return nil
+}
+
+// loadFeed loads every stored lease from the feed (several appliances),
+// replacing what memory holds, and returns the feed's revision.
+func (s *Server) loadFeed(now time.Time) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var loaded, outside, bad int
+	rev, err := s.feed.Load(func(l core.Lease) {
+		if a, err := netip.ParseAddr(l.IP); err == nil && a.Is4() {
+			if cur := s.byIP[u32Addr(a)]; cur != nil && cur.dirty {
+				return
+			}
+		}
+		switch s.adoptStored(l, now) {
+		case adoptBad:
+			bad++
+		case adoptOutside:
+			outside++
+		default:
+			loaded++
+		}
+	})
+	if err != nil {
+		return 0, fmt.Errorf("dhcp: load leases: %w", err)
+	}
+	s.log.Info("leases loaded", "leases", loaded, "outside_subnets", outside, "unreadable", bad, "revision", rev)
+	return rev, nil
+}
+
+type adoptResult int
+
+const (
+	adopted adoptResult = iota
+	adoptBad
+	adoptOutside
+)
+
+// adoptStored binds a stored lease in memory (the caller holds s.mu).
+func (s *Server) adoptStored(l core.Lease, now time.Time) adoptResult {
+	a, err := netip.ParseAddr(l.IP)
+	if err != nil || !a.Is4() {
+		return adoptBad
+	}
+	sn := s.subnetFor(a.As4())
+	if sn == nil {
+		return adoptOutside
+	}
+	if cur := s.byIP[u32Addr(a)]; cur != nil {
+		s.disown(cur)
+		delete(s.byIP, cur.ip)
+	}
+	s.adopt(sn, l, now)
+	return adopted
+}
+
+// adopt makes a stored lease the binding of its address in sn.
+func (s *Server) adopt(sn *subnet, l core.Lease, now time.Time) {
+	a, _ := netip.ParseAddr(l.IP)
+	hw, _ := parseHexColon(l.MAC)
+	var cid []byte
+	if l.ClientID != "" {
+		cid = parseClientIDText(l.ClientID)
+	}
+	b := &binding{ip: u32Addr(a), sn: sn, hw: string(hw), clientID: string(cid), hostname: l.Hostname,
+		state: l.State, start: l.Start, expiry: l.Expiry, reserved: l.Reserved}
+	if l.State == core.LeaseActive {
+		b.durable = l.Expiry
+	}
+	s.byIP[b.ip] = b
+	var key string
+	switch {
+	case len(cid) > 0:
+		key = "i" + string(cid)
+	case len(hw) > 0:
+		key = "h" + string(hw)
+	}
+	if key != "" && l.State != core.LeaseDeclined {
+		if cur := sn.clients[key]; cur == nil || cur.start.Before(b.start) || !cur.busy(now) {
+			if cur != nil {
+				s.disown(cur)
+			}
+			b.key = key
+			sn.clients[key] = b
+			sn.byHW[b.hw] = b
+		}
+	}
+	if b.busy(now) {
+		s.occupy(sn, b.ip)
+	} else {
+		s.release(sn, b.ip)
+	}
 }
 
 // Run serves until ctx ends, then stops reading, commits what is pending,
@@ -292,6 +371,14 @@ func (s *Server) Run(ctx context.Context) error {
 	go s.pacer.run(s, stopPacer, pacerDone)
 	sweepDone := make(chan struct{})
 	go s.sweepLoop(ctx, sweepDone)
+	followDone, blocksDone := make(chan struct{}), make(chan struct{})
+	if s.part != nil {
+		go s.follow(ctx, s.feedRev, followDone)
+		go s.keepBlocks(ctx, blocksDone)
+	} else {
+		close(followDone)
+		close(blocksDone)
+	}
 	var wg sync.WaitGroup
 	for _, ifc := range s.ifaces {
 		for range s.workers {
@@ -312,6 +399,8 @@ func (s *Server) Run(ctx context.Context) error {
 	close(stopPacer)
 	<-pacerDone
 	<-sweepDone
+	<-followDone
+	<-blocksDone
 	s.closeIfaces()
 	s.listening = false
 	return nil

@@ -880,3 +880,9 @@ func dirOf(p, full string) string {
 	}
 	return full
 }
+
+// Client is the store's etcd client (the appliance group shares it).
+func (s *Store) Client() *clientv3.Client { return s.cli }
+
+// Prefix is the store's key prefix.
+func (s *Store) Prefix() string { return s.p }

@@ -1,0 +1,64 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/ztpd/ztpd/internal/ha"
+)
+
+// buildGroup makes this appliance one of several sharing the store
+// (store.Group): a coordinator (internal/ha) that Serve runs, and the
+// lease feed DHCP follows. On one box it does nothing.
+func (a *App) buildGroup() error {
+	members := a.Cfg.Store.Group()
+	if members == nil {
+		return nil
+	}
+	cs, ok := a.Store.(*closingStore)
+	if !ok {
+		return fmt.Errorf("store.%s needs an etcd store", "appliances")
+	}
+	a.leaseFeed = cs.LeaseFeed()
+	info := ha.Info{Name: a.Cfg.Store.Name}
+	if a.Cfg.Store.TLS.Enabled() {
+		info.PeerURL = "https://" + a.peerAddr()
+	}
+	c, err := ha.New(ha.Config{Client: cs.Client(), Prefix: cs.Prefix(), Name: a.Cfg.Store.Name, Members: members,
+		TTL: a.Cfg.Store.SessionTTL.D(), Info: info, CaughtUp: a.leaseFeed.CaughtUp, Log: a.Log.With("part", "ha")})
+	if err != nil {
+		return err
+	}
+	a.Group = c
+	a.AddRunner(c)
+	return nil
+}
+
+// peerAddr is where this appliance serves image blobs to the others.
+func (a *App) peerAddr() string {
+	if a.Cfg.Store.PeerAddr != "" {
+		return a.Cfg.Store.PeerAddr
+	}
+	return net.JoinHostPort(a.Endpoints.Advertise().String(), "8444")
+}
+
+// AddSingleton registers a runner that runs on one appliance at a time
+// (the group's leader), or always on one box. r.Run must return when its
+// context ends and be safe to call again for a later term.
+func (a *App) AddSingleton(r Runner) {
+	if a.Group == nil {
+		a.AddRunner(r)
+		return
+	}
+	a.AddRunner(runnerFunc{r.Name(), func(ctx context.Context) error { return a.Group.RunSingleton(ctx, r.Name(), r.Run) }})
+}
+
+// groupStatus is the group part of /healthz.
+func (a *App) groupStatus() any {
+	if a.Group == nil {
+		return nil
+	}
+	return a.Group.Status()
+}
+

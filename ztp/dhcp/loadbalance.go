@@ -1,0 +1,300 @@
+package dhcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// Several appliances serving the same subnets (issue 18) split the work as
+// Kea's HA load balancing does: each client hashes (RFC 3074) to one of 256
+// buckets, and only the appliance that holds the bucket answers it. New
+// addresses come only from address blocks the appliance has claimed, so two
+// appliances never offer one address, and every lease commit reads the
+// appliance's session (the fence), so an appliance whose session expired
+// can make nothing durable and hence ACKs nothing. Leases committed by the
+// others reach this server through the lease feed, so a survivor knows
+// every lease a dead appliance gave.
+
+// Partition is this appliance's share of the work (internal/ha).
+type Partition interface {
+	// Serves reports whether this appliance answers clients of bucket b.
+	Serves(b uint8) bool
+	// Claim takes an address block for this appliance, if nobody holds
+	// it; Holds and Holder report claims as this appliance sees them.
+	Claim(ctx context.Context, name string) (bool, error)
+	Holds(name string) bool
+	Holder(name string) (string, bool)
+	// Fence fails unless this appliance's session is alive in tx: every
+	// lease commit calls it, so an appliance cut off commits nothing.
+	Fence(tx core.Tx) error
+}
+
+// LeaseFeed is the stored leases as a stream (the etcd store): every
+// lease any appliance commits, in commit order.
+type LeaseFeed interface {
+	// Load visits every stored lease as of one revision, and returns it.
+	Load(fn func(core.Lease)) (rev int64, err error)
+	// Follow calls fn for every lease written or deleted after rev, in
+	// order, until ctx ends (deleted leases carry only their IP).
+	Follow(ctx context.Context, rev int64, fn func(l core.Lease, deleted bool)) error
+}
+
+// lbTable is RFC 3074's permutation for its Pearson hash.
+var lbTable = [256]uint8{
+	251, 175, 119, 215, 81, 14, 79, 191, 103, 49, 181, 143, 186, 157, 0,
+	232, 31, 32, 55, 60, 152, 58, 17, 237, 174, 70, 160, 144, 220, 90, 57,
+	223, 59, 3, 18, 140, 111, 166, 203, 196, 134, 243, 124, 95, 222, 179,
+	197, 65, 180, 48, 36, 15, 107, 46, 233, 130, 165, 30, 123, 161, 209, 23,
+	97, 16, 40, 91, 219, 61, 100, 10, 210, 109, 250, 127, 22, 138, 29, 108,
+	244, 67, 207, 9, 178, 204, 74, 98, 126, 249, 167, 116, 34, 77, 193,
+	200, 121, 5, 20, 113, 71, 35, 128, 13, 182, 94, 25, 226, 227, 199, 75,
+	27, 41, 245, 230, 224, 43, 225, 177, 26, 155, 150, 212, 142, 218, 115,
+	241, 73, 88, 105, 39, 114, 62, 255, 192, 201, 145, 214, 168, 158, 221,
+	148, 154, 122, 12, 84, 82, 163, 44, 139, 228, 236, 205, 242, 217, 11,
+	187, 146, 159, 64, 86, 239, 195, 42, 106, 198, 118, 112, 184, 172, 87,
+	2, 173, 117, 176, 229, 247, 253, 137, 185, 99, 164, 102, 147, 45, 66,
+	231, 52, 141, 211, 194, 206, 246, 238, 56, 110, 78, 248, 63, 240, 189,
+	93, 92, 51, 53, 183, 19, 171, 72, 50, 33, 104, 101, 69, 8, 252, 83, 120,
+	76, 135, 85, 54, 202, 125, 188, 213, 96, 235, 136, 208, 162, 129, 190,
+	132, 156, 38, 47, 1, 7, 254, 24, 4, 216, 131, 89, 21, 28, 133, 37, 153,
+	149, 80, 170, 68, 6, 169, 234, 151,
+}
+
+// LBHash is RFC 3074's hash of a client's key: its client identifier when
+// it sends one, else its hardware address (what Kea hashes too).
+func LBHash(key []byte) uint8 {
+	h := uint8(len(key))
+	for i := len(key); i > 0; {
+		i--
+		h = lbTable[h^key[i]]
+	}
+	return h
+}
+
+// bucketOf is the bucket of a client key ('i'+client id or 'h'+hardware
+// address).
+func bucketOf(key string) uint8 { return LBHash([]byte(key[1:])) }
+
+// stepPartition leaves clients of other appliances' buckets to them.
+func (s *Server) stepPartition(x *exchange) bool {
+	if s.part == nil {
+		return true
+	}
+	if s.part.Serves(LBHash(x.key[1:])) {
+		return true
+	}
+	dropNotMine.Inc()
+	return false
+}
+
+// blockSize is how many addresses one claim gives an appliance.
+const blockSize = 256
+
+// lowWater is how few free addresses in its blocks make an appliance claim
+// another block of that pool.
+const lowWater = blockSize / 4
+
+// blockOf names ip's address block in pool p of sn: "<subnet>/<first address>".
+func blockOf(sn *subnet, p *pool, ip uint32) (name string, first uint32) {
+	first = p.start + (ip-p.start)/blockSize*blockSize
+	return sn.name + "/" + addrOf(first).String(), first
+}
+
+// mayAllocate reports whether a new client may get ip: always on one box,
+// and with several appliances only from a block this one holds.
+func (s *Server) mayAllocate(sn *subnet, ip uint32) bool {
+	if s.part == nil {
+		return true
+	}
+	p := sn.poolOf(ip)
+	if p == nil {
+		return true // a reservation: fixed to its client everywhere
+	}
+	name, _ := blockOf(sn, p, ip)
+	return s.part.Holds(name)
+}
+
+// keepBlocks claims address blocks while the free addresses in the blocks
+// this appliance holds run low, pool by pool, until ctx ends.
+func (s *Server) keepBlocks(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		s.claimBlocks(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-s.needBlock:
+		}
+	}
+}
+
+type poolRef struct {
+	sn *subnet
+	p  *pool
+}
+
+// claimBlocks claims one more block for every pool whose held blocks have
+// fewer than lowWater free addresses.
+func (s *Server) claimBlocks(ctx context.Context) {
+	var low []poolRef
+	s.mu.Lock()
+	now := time.Now()
+	for _, sn := range s.subnets {
+		for _, p := range sn.pools {
+			if s.freeInHeld(sn, p, now) < lowWater {
+				low = append(low, poolRef{sn, p})
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, r := range low {
+		s.claimOne(ctx, r.sn, r.p)
+	}
+}
+
+// freeInHeld counts the addresses a new client could get in pool p.
+func (s *Server) freeInHeld(sn *subnet, p *pool, now time.Time) int {
+	free := 0
+	for first := p.start; first <= p.end && first >= p.start; first += blockSize {
+		name, _ := blockOf(sn, p, first)
+		if !s.part.Holds(name) {
+			continue
+		}
+		for ip := first; ip < first+blockSize && ip <= p.end; ip++ {
+			if sn.fixed(ip) {
+				continue
+			}
+			if b := s.byIP[ip]; b == nil || !b.busy(now) {
+				free++
+			}
+		}
+		if free >= lowWater {
+			return free
+		}
+	}
+	return free
+}
+
+// claimOne claims the first block of p nobody holds and opens its free
+// addresses to the allocator. A pool whose every block is held by someone
+// has nothing more for this appliance: its DISCOVERs then count as
+// exhausted.
+func (s *Server) claimOne(ctx context.Context, sn *subnet, p *pool) {
+	for first := p.start; first <= p.end && first >= p.start; first += blockSize {
+		name, _ := blockOf(sn, p, first)
+		if _, held := s.part.Holder(name); held {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		ok, err := s.part.Claim(cctx, name)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("could not claim an address block", "block", name, "err", err)
+			}
+			return
+		}
+		if !ok {
+			continue
+		}
+		s.mu.Lock()
+		now := time.Now()
+		for ip := first; ip < first+blockSize && ip <= p.end; ip++ {
+			if b := s.byIP[ip]; !sn.fixed(ip) && (b == nil || !b.busy(now)) {
+				p.clear(ip)
+			}
+		}
+		s.mu.Unlock()
+		blocksClaimed.Inc()
+		s.log.Info("address block claimed", "block", name, "subnet", sn.name)
+		return
+	}
+}
+
+// fence is what every lease commit checks first when appliances share the
+// store.
+func (s *Server) fence(tx core.Tx) error {
+	if s.part == nil {
+		return nil
+	}
+	if err := s.part.Fence(tx); err != nil {
+		return fmt.Errorf("%w: %v", errFenced, err)
+	}
+	return nil
+}
+
+// errFenced: this appliance's session is gone, so it may commit no lease.
+var errFenced = errors.New("this appliance's session expired: no lease may be committed")
+
+// follow applies the leases the other appliances commit, from rev on.
+func (s *Server) follow(ctx context.Context, rev int64, done chan<- struct{}) {
+	defer close(done)
+	for ctx.Err() == nil {
+		err := s.feed.Follow(ctx, rev, s.applyRemote)
+		if ctx.Err() != nil {
+			return
+		}
+		// The feed lost its place (compaction): load everything again.
+		s.log.Warn("lease feed interrupted; loading the leases again", "err", err)
+		time.Sleep(time.Second)
+		if r, err := s.loadFeed(time.Now()); err == nil {
+			rev = r
+		}
+	}
+}
+
+func hwOf(l core.Lease) string {
+	hw, _ := parseHexColon(l.MAC)
+	return string(hw)
+}
+
+// applyRemote brings one stored lease into memory: another appliance's
+// commit, or this one's own coming back (which changes nothing). A binding
+// with a write of this server pending keeps what this server decided; the
+// write follows.
+func (s *Server) applyRemote(l core.Lease, deleted bool) {
+	a, err := netip.ParseAddr(l.IP)
+	if err != nil || !a.Is4() {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ip := u32Addr(a)
+	cur := s.byIP[ip]
+	if cur != nil && cur.dirty {
+		return
+	}
+	remoteLeases.Inc()
+	if deleted {
+		if cur != nil {
+			s.forget(cur)
+		}
+		return
+	}
+	sn := s.subnetFor(a.As4())
+	if sn == nil {
+		return
+	}
+	if cur != nil && cur.state == l.State && cur.expiry.Equal(l.Expiry) && cur.hw == hwOf(l) {
+		// This server's own commit coming back: nothing changes.
+		if l.State == core.LeaseActive {
+			cur.durable = l.Expiry
+		}
+		return
+	}
+	if cur != nil {
+		s.disown(cur)
+		if s.byIP[ip] == cur {
+			delete(s.byIP, ip)
+		}
+	}
+	s.adopt(sn, l, time.Now())
+}
