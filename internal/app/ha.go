@@ -61,4 +61,3 @@ func (a *App) groupStatus() any {
 	}
 	return a.Group.Status()
 }
-

@@ -233,11 +233,13 @@ func (c *Coordinator) Fence(tx core.Tx) error {
 }
 
 // Keys under the store prefix.
-func (c *Coordinator) sessionKey(name string) string { return c.cfg.Prefix + "meta/" + SessionSetting(name) }
-func (c *Coordinator) sessionDir() string            { return c.cfg.Prefix + "meta/" + SessionSetting("") }
-func (c *Coordinator) infoKey(name string) string    { return c.cfg.Prefix + "_ha/info/" + name }
-func (c *Coordinator) claimDir() string              { return c.cfg.Prefix + "_ha/claims/" }
-func (c *Coordinator) leaderKey() string             { return c.cfg.Prefix + "_ha/leader" }
+func (c *Coordinator) sessionKey(name string) string {
+	return c.cfg.Prefix + "meta/" + SessionSetting(name)
+}
+func (c *Coordinator) sessionDir() string         { return c.cfg.Prefix + "meta/" + SessionSetting("") }
+func (c *Coordinator) infoKey(name string) string { return c.cfg.Prefix + "_ha/info/" + name }
+func (c *Coordinator) claimDir() string           { return c.cfg.Prefix + "_ha/claims/" }
+func (c *Coordinator) leaderKey() string          { return c.cfg.Prefix + "_ha/leader" }
 
 // SessionValue is the fence's expected value: the session key holds it
 // while this appliance's session lives.
