@@ -60,6 +60,11 @@ type streamHub struct {
 	closed  bool
 	done    chan struct{} // closed by Close: every stream ends
 	lastSeq uint64        // the newest event polled
+	// recent are the events already delivered within the store's late
+	// window (lateEvents): on a store shared by several appliances an
+	// event can appear a little below the newest read, so each poll reads
+	// back that far and skips what it delivered.
+	recent map[uint64]struct{}
 	// servers whose Shutdown ends their streams (RegisterOnShutdown).
 	servers map[*http.Server]bool
 }
@@ -301,6 +306,10 @@ type streamView struct {
 // poll reads the events after seq after, merges each subscriber's share
 // into its pending update and wakes it. It returns the newest sequence
 // number read.
+// lateEvents is a store whose events may appear up to LateWindow sequence
+// numbers below the newest one (etcdstore: several appliances append).
+type lateEvents interface{ LateWindow() uint64 }
+
 func (h *streamHub) poll(after uint64, subs []*streamSub) (uint64, error) {
 	s := h.s
 	views := map[string]*streamView{} // by account; "" for admins
@@ -328,10 +337,25 @@ func (h *streamHub) poll(after uint64, subs []*streamSub) (uint64, error) {
 	updates := make([]streamUpdate, len(subs))
 	changed := map[string]struct{}{}
 	overflow := false
-	last := after
+	last, read := after, 0
+	from, window := after, uint64(0)
+	if l, ok := s.st.(lateEvents); ok {
+		window = l.LateWindow()
+		from = after - min(after, window)
+		if h.recent == nil {
+			h.recent = map[uint64]struct{}{}
+		}
+	}
 	err := s.st.View(func(tx core.Tx) error {
 		for _, stream := range []core.EventStream{core.DeviceEvents, core.AuditEvents} {
-			err := tx.Events().List(stream, after, func(e core.Event) (bool, error) {
+			err := tx.Events().List(stream, from, func(e core.Event) (bool, error) {
+				if window > 0 {
+					if _, done := h.recent[e.Seq]; done {
+						return true, nil
+					}
+					h.recent[e.Seq] = struct{}{}
+				}
+				read++
 				last = max(last, e.Seq)
 				if e.Device != "" {
 					if _, ok := changed[e.Device]; !ok {
@@ -378,7 +402,12 @@ func (h *streamHub) poll(after uint64, subs []*streamSub) (uint64, error) {
 	if err != nil {
 		return after, err
 	}
-	if last == after {
+	for seq := range h.recent {
+		if seq+window < last {
+			delete(h.recent, seq)
+		}
+	}
+	if read == 0 {
 		return last, nil
 	}
 	for i, sub := range subs {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -86,6 +87,9 @@ func openStore(cfg config.Config, log *slog.Logger, forCopy bool) (store.Store, 
 	}
 	opts := etcdstore.Options{Prefix: sc.Prefix, Name: applianceName(sc), TempDir: cfg.DataDir, MaxTxnOps: sc.MaxTxnOps,
 		Log: log.With("part", "store")}
+	if g := sc.Group(); g != nil {
+		opts.SequenceID = slices.Index(g, sc.Name)
+	}
 	switch {
 	case forCopy:
 		opts.Init = etcdstore.InitNone

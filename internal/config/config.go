@@ -381,6 +381,9 @@ func (s *Store) validate(errs *Errors) {
 	if s.PeerAddr != "" {
 		checkHostPort(errs, "store.peer_addr", s.PeerAddr, true)
 	}
+	if g := s.Group(); len(g) > 8 {
+		errs.add("store", "%d appliances: at most 8 share one store", len(g))
+	}
 	if len(s.Appliances) > 0 {
 		if s.Backend != "etcd" {
 			errs.add("store.appliances", "for backend etcd only (etcd-embedded appliances are its peers)")

@@ -92,16 +92,19 @@ func (s *Server) stepPartition(x *exchange) bool {
 	return false
 }
 
-// blockSize is how many addresses one claim gives an appliance.
-const blockSize = 256
+// blockSize is how many addresses of pool p one claim gives an appliance:
+// a thirty-second of the pool, 16 to 1,024, so a /24 still splits among
+// several appliances and a /16 needs few claims in a boot storm.
+func blockSize(p *pool) uint32 { return min(1024, max(16, p.size()/32)) }
 
-// lowWater is how few free addresses in its blocks make an appliance claim
-// another block of that pool.
-const lowWater = blockSize / 4
+// lowWater is how few free addresses in its blocks of p make an appliance
+// claim another block of it.
+func lowWater(p *pool) int { return int(blockSize(p)) / 2 }
 
 // blockOf names ip's address block in pool p of sn: "<subnet>/<first address>".
 func blockOf(sn *subnet, p *pool, ip uint32) (name string, first uint32) {
-	first = p.start + (ip-p.start)/blockSize*blockSize
+	bs := blockSize(p)
+	first = p.start + (ip-p.start)/bs*bs
 	return sn.name + "/" + addrOf(first).String(), first
 }
 
@@ -136,39 +139,33 @@ func (s *Server) keepBlocks(ctx context.Context, done chan<- struct{}) {
 	}
 }
 
-type poolRef struct {
-	sn *subnet
-	p  *pool
-}
-
-// claimBlocks claims one more block for every pool whose held blocks have
-// fewer than lowWater free addresses.
+// claimBlocks claims blocks for every pool whose held blocks have fewer
+// than lowWater free addresses, until they have that many or nothing is
+// left to claim.
 func (s *Server) claimBlocks(ctx context.Context) {
-	var low []poolRef
-	s.mu.Lock()
-	now := time.Now()
 	for _, sn := range s.subnets {
 		for _, p := range sn.pools {
-			if s.freeInHeld(sn, p, now) < lowWater {
-				low = append(low, poolRef{sn, p})
+			for ctx.Err() == nil {
+				s.mu.Lock()
+				low := s.freeInHeld(sn, p, time.Now()) < lowWater(p)
+				s.mu.Unlock()
+				if !low || !s.claimOne(ctx, sn, p) {
+					break
+				}
 			}
 		}
-	}
-	s.mu.Unlock()
-	for _, r := range low {
-		s.claimOne(ctx, r.sn, r.p)
 	}
 }
 
 // freeInHeld counts the addresses a new client could get in pool p.
 func (s *Server) freeInHeld(sn *subnet, p *pool, now time.Time) int {
-	free := 0
-	for first := p.start; first <= p.end && first >= p.start; first += blockSize {
+	free, bs := 0, blockSize(p)
+	for first := p.start; first <= p.end && first >= p.start; first += bs {
 		name, _ := blockOf(sn, p, first)
 		if !s.part.Holds(name) {
 			continue
 		}
-		for ip := first; ip < first+blockSize && ip <= p.end; ip++ {
+		for ip := first; ip < first+bs && ip <= p.end; ip++ {
 			if sn.fixed(ip) {
 				continue
 			}
@@ -176,7 +173,7 @@ func (s *Server) freeInHeld(sn *subnet, p *pool, now time.Time) int {
 				free++
 			}
 		}
-		if free >= lowWater {
+		if free >= lowWater(p) {
 			return free
 		}
 	}
@@ -186,9 +183,10 @@ func (s *Server) freeInHeld(sn *subnet, p *pool, now time.Time) int {
 // claimOne claims the first block of p nobody holds and opens its free
 // addresses to the allocator. A pool whose every block is held by someone
 // has nothing more for this appliance: its DISCOVERs then count as
-// exhausted.
-func (s *Server) claimOne(ctx context.Context, sn *subnet, p *pool) {
-	for first := p.start; first <= p.end && first >= p.start; first += blockSize {
+// exhausted. It reports whether it claimed one.
+func (s *Server) claimOne(ctx context.Context, sn *subnet, p *pool) bool {
+	bs := blockSize(p)
+	for first := p.start; first <= p.end && first >= p.start; first += bs {
 		name, _ := blockOf(sn, p, first)
 		if _, held := s.part.Holder(name); held {
 			continue
@@ -200,14 +198,14 @@ func (s *Server) claimOne(ctx context.Context, sn *subnet, p *pool) {
 			if ctx.Err() == nil {
 				s.log.Warn("could not claim an address block", "block", name, "err", err)
 			}
-			return
+			return false
 		}
 		if !ok {
 			continue
 		}
 		s.mu.Lock()
 		now := time.Now()
-		for ip := first; ip < first+blockSize && ip <= p.end; ip++ {
+		for ip := first; ip < first+bs && ip <= p.end; ip++ {
 			if b := s.byIP[ip]; !sn.fixed(ip) && (b == nil || !b.busy(now)) {
 				p.clear(ip)
 			}
@@ -215,8 +213,9 @@ func (s *Server) claimOne(ctx context.Context, sn *subnet, p *pool) {
 		s.mu.Unlock()
 		blocksClaimed.Inc()
 		s.log.Info("address block claimed", "block", name, "subnet", sn.name)
-		return
+		return true
 	}
+	return false
 }
 
 // fence is what every lease commit checks first when appliances share the

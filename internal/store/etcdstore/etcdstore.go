@@ -91,6 +91,9 @@ type Options struct {
 	LocalMember bool
 	// Init says what Open does with a prefix that holds no store yet.
 	Init InitMode
+	// SequenceID (0..7) makes this appliance's event sequence numbers
+	// distinct from the others' (see timeSequence).
+	SequenceID int
 	Log  *slog.Logger
 }
 
@@ -130,6 +133,10 @@ type Store struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	once   sync.Once
+
+	seqMu  sync.Mutex
+	seqID  uint64
+	seqTop uint64 // the last event sequence number handed out
 }
 
 // Open checks (or, on an empty prefix, records) the schema version and
@@ -159,10 +166,21 @@ func Open(opts Options) (*Store, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Store{cli: opts.Client, p: opts.Prefix, name: opts.Name, tmpDir: opts.TempDir, maxOps: opts.MaxTxnOps,
 		timeout: opts.Timeout, local: opts.LocalMember, log: opts.Log, ctx: ctx, cancel: cancel}
+	if opts.SequenceID < 0 || opts.SequenceID >= seqSlots {
+		cancel()
+		return nil, fmt.Errorf("etcdstore: sequence id %d is outside 0..%d", opts.SequenceID, seqSlots-1)
+	}
+	s.seqID = uint64(opts.SequenceID)
 	rev, err := s.initSchema(opts.Init)
 	if err != nil {
 		cancel()
 		return nil, err
+	}
+	if opts.Init != InitNone {
+		if s.seqTop, err = s.newestEvent(); err != nil {
+			cancel()
+			return nil, err
+		}
 	}
 	s.wg.Add(1)
 	go s.watchChanges(rev)
@@ -761,6 +779,9 @@ func (t *rawTx) NextSequence(b kv.Bucket) (uint64, error) {
 	if !t.write {
 		return 0, errors.New("etcd store: sequence in a read-only transaction")
 	}
+	if b == kv.BucketEvents {
+		return t.s.timeSequence(), nil
+	}
 	sq, err := t.loadSequence(b)
 	if err != nil {
 		return 0, err
@@ -774,7 +795,69 @@ func (t *rawTx) Sequence(b kv.Bucket) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if b == kv.BucketEvents {
+		// Event numbers come from timeSequence: the newest stored is the
+		// sequence a copy must go on from.
+		for _, eb := range []kv.Bucket{kv.BucketEvents, kv.BucketAudit} {
+			err := t.ScanReverse(eb, "", func(k string, _ []byte) (bool, error) {
+				if n, err := strconv.ParseUint(k, 10, 64); err == nil && n > sq.next {
+					sq.next = n
+				}
+				return false, nil
+			})
+			if err != nil {
+				return 0, err
+			}
+		}
+	}
 	return sq.next, nil
+}
+
+// Event sequence numbers. Every appliance appends events all the time, and
+// one shared counter read by every commit made the appliances' commits
+// conflict with each other (most of them, under a boot storm). So an event
+// number is the time in microseconds since seqEpoch, times seqSlots, plus
+// this appliance's slot: unique without coordination, increasing on each
+// appliance, and across appliances ordered by their clocks. A reader that
+// follows the log (the console's live stream) may therefore see an event
+// appear a little below the newest it has read: it reads back LateWindow.
+const seqSlots = 8
+
+var seqEpoch = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// LateWindow bounds, in sequence numbers, how far below the newest event
+// another appliance's event can still appear (clock skew plus commit time,
+// 3 s): core.LateEvents.
+func (s *Store) LateWindow() uint64 { return uint64(3*time.Second/time.Microsecond) * seqSlots }
+
+func (s *Store) timeSequence() uint64 {
+	s.seqMu.Lock()
+	defer s.seqMu.Unlock()
+	n := uint64(time.Since(seqEpoch)/time.Microsecond)*seqSlots + s.seqID
+	if n <= s.seqTop {
+		n = s.seqTop - s.seqTop%seqSlots + seqSlots + s.seqID
+	}
+	s.seqTop = n
+	return n
+}
+
+// newestEvent is the highest event number stored, so this appliance's
+// numbers go on above it even if its clock went back.
+func (s *Store) newestEvent() (uint64, error) {
+	raw := s.newRaw(s.ctx, false)
+	var top uint64
+	for _, b := range []kv.Bucket{kv.BucketEvents, kv.BucketAudit} {
+		err := raw.ScanReverse(b, "", func(k string, _ []byte) (bool, error) {
+			if n, err := strconv.ParseUint(k, 10, 64); err == nil {
+				top = max(top, n)
+			}
+			return false, nil
+		})
+		if err != nil {
+			return 0, err
+		}
+	}
+	return top, nil
 }
 
 // commit sends the transaction: compares for everything read, then every

@@ -283,13 +283,15 @@ func TestOverlayMatchesModel(t *testing.T) {
 				delete(want[small], k)
 			}
 		default:
-			got, err := tx.NextSequence(kv.BucketEvents)
+			// (The events bucket's numbers are time-ordered, timeSequence;
+			// every other bucket's sequence is a counter.)
+			got, err := tx.NextSequence(kv.BucketJobs)
 			check(step, "NextSequence", err)
 			seq++
 			if got != seq {
 				t.Fatalf("NextSequence = %d, want %d", got, seq)
 			}
-			if cur, err := tx.Sequence(kv.BucketEvents); err != nil || cur != seq {
+			if cur, err := tx.Sequence(kv.BucketJobs); err != nil || cur != seq {
 				t.Fatalf("Sequence = %d, %v; want %d", cur, err, seq)
 			}
 		}
@@ -319,7 +321,7 @@ func TestOverlayMatchesModel(t *testing.T) {
 			t.Fatalf("committed %s: Count %d, %v; want %d", b, n, err, len(want[b]))
 		}
 	}
-	if got, err := after.Sequence(kv.BucketEvents); err != nil || got != seq {
+	if got, err := after.Sequence(kv.BucketJobs); err != nil || got != seq {
 		t.Fatalf("committed sequence %d, %v; want %d", got, err, seq)
 	}
 	if !bytes.Equal([]byte(want[big]["p/0000"]), mustGet(t, after, big, "p/0000")) {
