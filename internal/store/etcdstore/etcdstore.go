@@ -94,7 +94,7 @@ type Options struct {
 	// SequenceID (0..7) makes this appliance's event sequence numbers
 	// distinct from the others' (see timeSequence).
 	SequenceID int
-	Log  *slog.Logger
+	Log        *slog.Logger
 }
 
 // InitMode is what Open does when the prefix holds no schema version.
