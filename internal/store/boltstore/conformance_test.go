@@ -18,3 +18,16 @@ func TestConformance(t *testing.T) {
 		return s
 	})
 }
+
+// TestConformanceRerunning: the contract holds when every transaction runs
+// twice (the first run thrown away), as on a store shared by appliances.
+func TestConformanceRerunning(t *testing.T) {
+	storetest.Conformance(t, func(t *testing.T) core.Store {
+		s, err := boltstore.Open(t.TempDir(), boltstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return storetest.Rerunning(s)
+	})
+}
