@@ -20,9 +20,11 @@
 # for kea_ha each server's pkt4-received statistic over what perfdhcp sent (column
 # "seen%", 100/100: both servers receive every DISCOVER and REQUEST).
 #
-# Servers (ANCHORS, default "ztpd_ha kea_ha"):
+# Servers (ANCHORS, default "ztpd ztpd_ha kea_ha"):
+#   ztpd      one ztpd on bbolt (the one-box default), in server namespace 1
 #   ztpd_ha   ZTPD_N (3) appliances started from ZTPD_HA_CMD, one per server namespace;
-#             skipped with a note (RESULT fields NA) while ZTPD_HA_CMD is empty
+#             by default bench/ha/appliance.sh: embedded etcd, mutual TLS, the
+#             default configuration otherwise; skipped (RESULT fields NA) if set empty
 #   kea_ha    two kea-dhcp4 2.2 in HA load-balancing (kea1 primary on 10.99.0.1,
 #             kea2 secondary on 10.99.0.3), memfile persisted to CSV (lfc off),
 #             HA timers at their defaults (heartbeat 10 s, max-response-delay 60 s,
@@ -96,7 +98,7 @@
 # the single server gets in dhcp-rate.sh. SERVER_CPUS= CLIENT_CPUS= disables pinning.
 #
 # Output: a table, the fail-over summary, and the last line
-#   RESULT ha dora_per_s=<ztpd_ha> kea_ha=<n> ratio=<ztpd_ha/kea_ha> failover_s=<ztpd_ha> storm_s=<ztpd_ha> kea_failover_s=<s> [kea=<n>] [kea_mt=<n>]
+#   RESULT ha dora_per_s=<ztpd_ha> kea_ha=<n> ratio=<ztpd_ha/kea_ha> failover_s=<ztpd_ha> storm_s=<ztpd_ha> kea_failover_s=<s> [kea=<n>] [kea_mt=<n>] [ztpd_bolt=<n>]
 # DORA figures are the highest offered rate that passed; anything not measured is NA.
 #
 # Knobs (env): ANCHORS LADDER DURATION(<=10) CLIENTS DROP_PCT REFINE RETRY_FAIL STOP_ON_FAIL
@@ -106,7 +108,7 @@
 #   WORK KEEP_RUNS READY_TIMEOUT HA_READY_TIMEOUT READY_PORT NS_PREFIX
 set -uo pipefail
 
-ANCHORS=${ANCHORS-"ztpd_ha kea_ha"}
+ANCHORS=${ANCHORS-"ztpd ztpd_ha kea_ha"}
 LADDER=${LADDER:-"250 500 1000 2000 3000 4000 6000 8000 12000 16000"}
 DURATION=${DURATION:-10}
 CLIENTS=${CLIENTS:-50000}
@@ -128,8 +130,11 @@ FO_WARMUP=${FO_WARMUP:-15}
 FO_TIMEOUT=${FO_TIMEOUT:-150}
 FO_AFTER=${FO_AFTER:-5}
 FO_VICTIM=${FO_VICTIM:-1}
-ZTPD_HA_CMD=${ZTPD_HA_CMD:-}
-ZTPD_HA_READY=${ZTPD_HA_READY:-}
+# Default: ztpd's own appliances on embedded etcd (bench/ha/appliance.sh), each
+# ready once /healthz says it answers DHCP buckets.
+HERE=$(cd "$(dirname "$0")" && pwd)
+ZTPD_HA_CMD=${ZTPD_HA_CMD-"exec $HERE/ha/appliance.sh {name} {ip} {members} {dir} {iface} {pool_start} {pool_end} $LEASE_TIME"}
+ZTPD_HA_READY=${ZTPD_HA_READY-'curl -sf http://{ip}:8080/healthz | grep -q "\"buckets\":[1-9]"'}
 ZTPD_HA_STORM_CMD=${ZTPD_HA_STORM_CMD:-}
 ZTPD_N=${ZTPD_N:-3}
 WORK=${WORK:-/tmp/ztpd-bench/ha}
@@ -151,13 +156,17 @@ log() { echo "[$(date +%T)] $*" >&2; }
 (( DURATION >= 1 && DURATION <= 10 )) || die "DURATION must be 1..10 s"
 (( ZTPD_N >= 1 && ZTPD_N <= 200 )) || die "ZTPD_N must be 1..200"
 for t in ip perfdhcp timeout setsid ss awk curl jq nft; do command -v $t >/dev/null || die "missing $t"; done
+# ztpd's binary: bin/ztpd, built when missing (ZTPD_BIN overrides)
+if [[ " $ANCHORS " == *" ztpd"* && -z ${ZTPD_BIN:-} && ! -x $HERE/../bin/ztpd ]]; then
+  (cd "$HERE/.." && PATH=$PATH:/usr/local/go/bin go build -o bin/ztpd ./cmd/ztpd) || die "go build failed"
+fi
 [[ -n $CLIENT_CPUS || -n $SERVER_CPUS ]] && { command -v taskset >/dev/null || die "missing taskset"; }
 [[ $FAILOVER == 1 ]] && { command -v tcpdump >/dev/null || die "missing tcpdump (FAILOVER=0 skips the fail-over run)"; }
 
 srv_ip() { if (( $1 == 1 )); then echo 10.99.0.1; else echo "10.99.0.$(( $1 + 1 ))"; fi; }
 srv_ns() { echo "$NS_PREFIX-s$1"; }
 set_size() {                 # servers in the set of anchor $1
-  case $1 in kea_ha) echo 2 ;; ztpd_ha) echo "$ZTPD_N" ;; kea|kea-mt) echo 1 ;; *) die "unknown anchor $1" ;; esac
+  case $1 in kea_ha) echo 2 ;; ztpd_ha) echo "$ZTPD_N" ;; kea|kea-mt|ztpd) echo 1 ;; *) die "unknown anchor $1" ;; esac
 }
 
 # what runs: ztpd_ha only with a template
@@ -423,6 +432,10 @@ start_set() {                # $1 anchor, $2 run dir (fresh) ; sets SET_PGIDS/SE
       kea)    kea_conf "$d" single;     start_member "$i" "$n" "$d" "exec kea-dhcp4 -c $d/kea-dhcp4.json" ;;
       kea-mt) kea_conf "$d" mt;         start_member "$i" "$n" "$d" "exec kea-dhcp4 -c $d/kea-dhcp4.json" ;;
       ztpd_ha) start_member "$i" "$n" "$d" "$(subst "$ZTPD_HA_CMD" "$i" "$n" "$d")" ;;
+      ztpd)   # one box: bbolt, the default configuration but for the DHCP range
+        printf 'dhcp:\n  lease_time: %ss\nevents:\n  keep: 1000000\n' "$LEASE_TIME" > "$d/ztpd.yaml"
+        start_member "$i" "$n" "$d" "exec ${ZTPD_BIN:-$HERE/../bin/ztpd} serve --config $d/ztpd.yaml --data-dir $d/data --log-level warn \
+          --dhcp-interface ha0 --dhcp-range 10.99.1.0-10.99.254.254 --http-addr $(srv_ip 1):8080 --advertise-addr $(srv_ip 1)" ;;
     esac
   done
   wait_ready "$a" "$dir"
@@ -694,5 +707,6 @@ ratio=$(awk -v z="$z" -v k="$k" 'BEGIN{ if (z!="NA" && k!="NA" && k>0) printf "%
 extra=""
 [[ " ${RUN[*]} " == *" kea "* ]] && extra+=" kea=$(best kea)"
 [[ " ${RUN[*]} " == *" kea-mt "* ]] && extra+=" kea_mt=$(best kea-mt)"
+[[ " ${RUN[*]} " == *" ztpd "* ]] && extra+=" ztpd_bolt=$(best ztpd)"
 echo
 echo "RESULT ha dora_per_s=$z kea_ha=$k ratio=$ratio failover_s=$(fo_val ztpd_ha) storm_s=$STORM_S kea_failover_s=$(fo_val kea_ha)$extra"
