@@ -129,6 +129,7 @@ func (s *Service) CreateCluster(ctx context.Context, caller Caller, spec Cluster
 			return err
 		}
 		j = newJob(opCreate.command, InstanceCluster, c.ID, caller)
+		j.Appliance = s.opts.Appliance
 		j.FailState, j.Params.Target = opCreate.fail, opCreate.target
 		if err := appendWrite(tx, caller, j.Command, c.ID, "", fmt.Sprintf("createKubernetesCluster %s accepted (job %s)", c.Name, j.ID),
 			map[string]string{"job": j.ID}); err != nil {

@@ -200,6 +200,9 @@ type Options struct {
 	// not answering, fewer Ready Nodes than desired) before it moves to
 	// Alert. Default 5 minutes.
 	AlertAfter time.Duration
+	// Appliance names this appliance when several share the store: its
+	// jobs carry it, and Recover touches only its own.
+	Appliance string
 }
 
 // Service is the clusters and versions domain service.

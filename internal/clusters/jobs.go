@@ -125,10 +125,23 @@ func (s *Service) fail(j *core.Job, cause error) error {
 // failed (CloudStack errorcode 530) and its cluster leaves the transient
 // state for the job's failure state. Call it once at start, before serving.
 func (s *Service) Recover() (int, error) {
+	return s.failUnfinished(func(j core.Job) bool { return j.Appliance == s.opts.Appliance },
+		"job interrupted by a restart of ztpd before it finished; the operation may be retried")
+}
+
+// FailOrphans marks failed the unfinished jobs of appliances that are gone
+// (alive says which are not): several appliances share the store, and the
+// one running a job died with it. The group's leader calls it.
+func (s *Service) FailOrphans(alive func(appliance string) bool) (int, error) {
+	return s.failUnfinished(func(j core.Job) bool { return j.Appliance != "" && !alive(j.Appliance) },
+		"the appliance running this job stopped before it finished; the operation may be retried")
+}
+
+func (s *Service) failUnfinished(match func(core.Job) bool, why string) (int, error) {
 	var pending []core.Job
 	err := s.st.View(func(tx core.Tx) error {
 		return tx.Jobs().List(func(j core.Job) (bool, error) {
-			if !j.Done() {
+			if !j.Done() && match(j) {
 				pending = append(pending, j)
 			}
 			return true, nil
@@ -139,11 +152,11 @@ func (s *Service) Recover() (int, error) {
 	}
 	for i := range pending {
 		j := &pending[i]
-		cause := core.Errorf(core.KindInternal, "job interrupted by a restart of ztpd before it finished; the operation may be retried")
-		if err := s.fail(j, cause); err != nil {
+		if err := s.fail(j, core.Errorf(core.KindInternal, "%s", why)); err != nil {
 			return i, err
 		}
-		s.log.Warn("job interrupted by restart marked failed", "job", j.ID, "command", j.Command, "instance", j.InstanceID)
+		s.log.Warn("unfinished job marked failed", "job", j.ID, "command", j.Command, "instance", j.InstanceID,
+			"appliance", j.Appliance, "why", why)
 	}
 	return len(pending), nil
 }

@@ -195,6 +195,7 @@ func (s *Service) accept(caller Caller, ref string, op *operation, check checkFu
 			return err
 		}
 		j = newJob(op.command, InstanceCluster, c.ID, caller)
+		j.Appliance = s.opts.Appliance
 		enter, ok := op.accept[c.State]
 		if !ok {
 			return core.Errorf(core.KindState, op.refused, c.ID, c.State)

@@ -290,6 +290,7 @@ func (s *Service) DeleteVersion(ctx context.Context, caller Caller, ref string, 
 			return core.Errorf(core.KindInUse, "Unable to delete Kubernetes version ID: %s. Existing clusters currently using the version: %s", v.ID, strings.Join(users, ", "))
 		}
 		j = newJob("deleteKubernetesSupportedVersion", InstanceVersion, v.ID, caller)
+		j.Appliance = s.opts.Appliance
 		j.Params.DeleteISO = deleteISO
 		if err := appendWrite(tx, caller, j.Command, "", "", "deletion of Kubernetes version "+v.Name+" accepted (job "+j.ID+")",
 			map[string]string{"version": v.ID, "job": j.ID}); err != nil {

@@ -174,11 +174,13 @@ const (
 // switches), a few at a time: control planes first, one by one, then
 // workers, MaxUnavailable at once.
 type Rollout struct {
-	ID      string       `json:"id"`
-	Cluster string       `json:"cluster,omitempty"`
-	Kind    RolloutKind  `json:"kind"`
-	State   RolloutState `json:"state"`
-	Reason  string       `json:"reason,omitempty"`
+	ID string `json:"id"`
+	// Appliance runs the rollout (several appliances; "" on one box).
+	Appliance string       `json:"appliance,omitempty"`
+	Cluster   string       `json:"cluster,omitempty"`
+	Kind      RolloutKind  `json:"kind"`
+	State     RolloutState `json:"state"`
+	Reason    string       `json:"reason,omitempty"`
 	// Target is the version (v1.37.2) or image the nodes move to;
 	// TargetID the version's or image's ID.
 	Target   string `json:"target,omitempty"`

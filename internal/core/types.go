@@ -386,6 +386,10 @@ type Job struct {
 	Abandoned []AbandonedNode `json:"abandoned,omitempty"`
 	Created   time.Time       `json:"created"`
 	Completed time.Time       `json:"completed,omitzero"`
+	// Appliance is the appliance running the job (several appliances
+	// share a store; "" on one box): only it recovers the job at its
+	// restart, and the others fail it when that appliance is gone.
+	Appliance string `json:"appliance,omitempty"`
 
 	// What the job does and how a crash mid-way is resolved.
 	Params    JobParams    `json:"params"`

@@ -690,6 +690,15 @@ func (c *Coordinator) Holder(name string) (string, bool) {
 	return h, ok
 }
 
+// IsLive reports whether appliance name's session is alive, as this one
+// sees it. An appliance that cannot see the group answers false for
+// everyone but itself, so callers act on it only as the leader.
+func (c *Coordinator) IsLive(name string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.live[name]
+}
+
 // Peers are the other live appliances' published infos.
 func (c *Coordinator) Peers() []Info {
 	c.mu.RLock()

@@ -72,9 +72,12 @@ type Members interface {
 
 // Options configure the engine.
 type Options struct {
-	Nodes   NodeOps
-	Agents  Agents
-	Members Members
+	// Appliance names this appliance when several share the store: its
+	// rollouts carry it, and a restart fails only its own.
+	Appliance string
+	Nodes     NodeOps
+	Agents    Agents
+	Members   Members
 	// Binaries says where agents fetch a version's kubeadm and kubelet
 	// (the appliance's HTTP copy of them, read from the version's ISO) by
 	// version tag: the URL they hang off (url + "/kubeadm") and their
@@ -135,31 +138,50 @@ func New(st core.Store, opts Options) (*Engine, error) {
 		opts.StepTimeout = DefaultStepTimeout
 	}
 	e := &Engine{st: st, opts: opts, runs: map[string]*run{}, involved: map[string]int{}}
+	if _, err := e.failUnfinished(func(r core.Rollout) bool { return r.Appliance == opts.Appliance },
+		"interrupted by a restart of ztpd; start it again to continue"); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// FailOrphans fails the unfinished rollouts of appliances that are gone
+// (several appliances share the store; the group's leader calls it).
+func (e *Engine) FailOrphans(alive func(appliance string) bool) (int, error) {
+	return e.failUnfinished(func(r core.Rollout) bool { return r.Appliance != "" && !alive(r.Appliance) },
+		"the appliance running it stopped; start it again to continue")
+}
+
+// failUnfinished records the unfinished rollouts match picks as failed
+// (running one again skips the nodes already done) and takes back the
+// operations no agent has started.
+func (e *Engine) failUnfinished(match func(core.Rollout) bool, why string) (int, error) {
+	opts := e.opts
 	var stale []string
-	err := st.View(func(tx core.Tx) error {
+	err := e.st.View(func(tx core.Tx) error {
 		return tx.Rollouts().List("", func(r core.Rollout) (bool, error) {
-			if !r.State.Ended() {
+			if !r.State.Ended() && match(r) {
 				stale = append(stale, r.ID)
 			}
 			return true, nil
 		})
 	})
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	for _, id := range stale {
 		var handedOut []core.RolloutNode
 		if err := e.update(id, func(r *core.Rollout) (string, error) {
 			handedOut = nil // fn may run again (a shared store)
-			r.State, r.Reason, r.Finished = core.RolloutFailed, "interrupted by a restart of ztpd; start it again to continue", e.now()
+			r.State, r.Reason, r.Finished = core.RolloutFailed, why, e.now()
 			for _, n := range r.Nodes {
 				if n.Phase == core.NodeAgent && n.Operation != "" {
 					handedOut = append(handedOut, n)
 				}
 			}
-			return "interrupted by a restart", nil
+			return why, nil
 		}); err != nil {
-			return nil, err
+			return 0, err
 		}
 		// Operations no agent has started yet are taken back: nothing
 		// waits for them any more. Started ones finish on the device.
@@ -167,13 +189,13 @@ func New(st core.Store, opts Options) (*Engine, error) {
 			if opts.Agents == nil {
 				break
 			}
-			err := opts.Agents.Withdraw(context.Background(), n.Device, n.Operation, "rollout "+id+" interrupted by a restart of ztpd")
+			err := opts.Agents.Withdraw(context.Background(), n.Device, n.Operation, "rollout "+id+": "+why)
 			if err != nil && core.KindOf(err) != core.KindState {
-				return nil, err
+				return 0, err
 			}
 		}
 	}
-	return e, nil
+	return len(stale), nil
 }
 
 func (e *Engine) now() time.Time { return e.opts.Now().UTC() }
@@ -223,7 +245,7 @@ func (e *Engine) Start(ctx context.Context, spec Spec) (core.Rollout, error) {
 		return core.Rollout{}, err
 	}
 	now := e.now()
-	r := core.Rollout{ID: "ro-" + now.Format("20060102T150405") + "-" + id, Cluster: spec.Cluster, Kind: spec.Kind,
+	r := core.Rollout{ID: "ro-" + now.Format("20060102T150405") + "-" + id, Appliance: e.opts.Appliance, Cluster: spec.Cluster, Kind: spec.Kind,
 		State: core.RolloutRunning, Target: spec.Target, TargetID: spec.TargetID, Mode: spec.Mode,
 		MaxUnavailable: spec.MaxUnavailable, DrainTimeout: core.Duration(spec.DrainTimeout), StepTimeout: core.Duration(spec.StepTimeout),
 		Hooks: spec.Hooks, Selector: spec.Selector, ContinueOnHookFailure: spec.ContinueOnHookFailure, Job: spec.Job, CreatedBy: spec.By,

@@ -730,3 +730,39 @@ func TestSelectorPicksSwitchesByLabel(t *testing.T) {
 		t.Fatalf("a selector nothing matches: %v", err)
 	}
 }
+
+// TestRolloutsBelongToTheirAppliance: with several appliances on one
+// store, a restart fails only the restarting appliance's rollouts, and
+// FailOrphans those of an appliance that is gone.
+func TestRolloutsBelongToTheirAppliance(t *testing.T) {
+	e := newEnv(t, 1)
+	storetest.Update(t, e.st, func(tx core.Tx) error {
+		for _, a := range []string{"a1", "a2", "a3"} {
+			err := tx.Rollouts().Put(core.Rollout{ID: "ro-" + a, Appliance: a, Cluster: cluster + a, Kind: core.RolloutKubernetes, State: core.RolloutRunning})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	eng, err := New(e.st, Options{Appliance: "a2", Nodes: e.nodes, Agents: e.des, Members: e.members})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := func(id string) core.RolloutState {
+		r, err := eng.Get(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.State
+	}
+	if state("ro-a2") != core.RolloutFailed || state("ro-a1") != core.RolloutRunning || state("ro-a3") != core.RolloutRunning {
+		t.Fatalf("after a2's restart: a1 %s a2 %s a3 %s", state("ro-a1"), state("ro-a2"), state("ro-a3"))
+	}
+	if n, err := eng.FailOrphans(func(a string) bool { return a == "a1" || a == "a2" }); err != nil || n != 1 {
+		t.Fatalf("orphans: %d %v", n, err)
+	}
+	if state("ro-a3") != core.RolloutFailed || state("ro-a1") != core.RolloutRunning {
+		t.Fatalf("after a3 went: a1 %s a3 %s", state("ro-a1"), state("ro-a3"))
+	}
+}
