@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -54,6 +55,14 @@ var ErrInUse = errors.New("image is in use")
 
 // Store is the artifact store.
 type Store struct {
+	// Fetch, when set, brings an image's blob that is not on this
+	// appliance's disk before Open opens it: an appliance of a group
+	// sharing the store fetches it from a peer that holds it (issue 18,
+	// images/peerblobs). A failure is returned with the missing blob's
+	// error. Nil on one box: a missing blob is an error at once. Set it
+	// before the store is shared between goroutines.
+	Fetch func(ctx context.Context, im core.Image) error
+
 	db   core.Store
 	root string
 	// link serialises "blob in place + record written" against "record
@@ -379,10 +388,26 @@ func (s *Store) Installer(kind, platform string) (core.Image, error) {
 	return *best, nil
 }
 
-// Open opens an image's content for reading.
+// Open opens an image's content for reading (OpenContext without a
+// deadline).
 func (s *Store) Open(im core.Image) (*os.File, error) {
+	return s.OpenContext(context.Background(), im)
+}
+
+// OpenContext opens an image's content for reading. When the blob is not on
+// this disk and Fetch is set, Fetch brings it first (ctx bounds the wait);
+// if Fetch fails the error is the missing blob's (errors.Is fs.ErrNotExist)
+// joined with Fetch's.
+func (s *Store) OpenContext(ctx context.Context, im core.Image) (*os.File, error) {
 	if !shaRE.MatchString(im.SHA256) {
 		return nil, fmt.Errorf("invalid image digest %q", im.SHA256)
+	}
+	f, err := os.Open(s.BlobPath(im.SHA256))
+	if err == nil || s.Fetch == nil || !errors.Is(err, fs.ErrNotExist) {
+		return f, err
+	}
+	if ferr := s.Fetch(ctx, im); ferr != nil {
+		return nil, fmt.Errorf("%w; fetching it from the peer appliances: %w", err, ferr)
 	}
 	return os.Open(s.BlobPath(im.SHA256))
 }

@@ -131,6 +131,8 @@ type App struct {
 	// one box); leaseFeed the stored leases as a stream for its DHCP.
 	Group     *ha.Coordinator
 	leaseFeed *etcdstore.LeaseFeed
+	// peer is the image blob listener for the group's other appliances.
+	peer *peerServe
 
 	runners  []Runner
 	starters []func() error
@@ -198,6 +200,9 @@ func (a *App) build() error {
 	a.bindings = bindingsOf(&a.Cfg)
 	// Closed after every reporter (closers run in reverse), before the store.
 	if err := a.buildGroup(); err != nil {
+		return err
+	}
+	if err := a.buildPeerBlobs(); err != nil {
 		return err
 	}
 	a.Devices = devices.New(devices.Options{Store: a.Store, Log: a.Log.With("part", "devices"),
@@ -399,6 +404,9 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 		runners = append(runners, tftpRunner{ztptftp.New(a.ZTP, opt), bound.TFTP})
 	} else if bound.TFTP != nil {
 		bound.TFTP.Close()
+	}
+	if r := a.peerRunner(bound.Peer, lim, grace); r != nil {
+		runners = append(runners, r)
 	}
 	runners = append(runners, a.runners...)
 	for _, f := range a.serving {

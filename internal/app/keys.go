@@ -272,7 +272,8 @@ func neededKey(c SealedCensus, kr *secretbox.Keyring) string {
 
 // warnMissingImageBlobs warns at start about images whose content is not
 // in the data directory (a store restored without its blobs): devices
-// asking for them get 503 until they are added again.
+// asking for them get 503 until they are added again. In a group that
+// fetches blobs from its peers it only says how many will be fetched.
 func (a *App) warnMissingImageBlobs() error {
 	list, err := a.Images.List("")
 	if err != nil {
@@ -289,6 +290,13 @@ func (a *App) warnMissingImageBlobs() error {
 		return nil
 	}
 	first := missing[:min(len(missing), 5)]
+	if a.Images.Fetch != nil {
+		// In a group a blob added on another appliance is expected to be
+		// missing here until fetched (blobPrefetch, or a device's request).
+		a.Log.Info("images whose content is not on this appliance yet: it is fetched from the peer appliances in the background, or when a device asks for it",
+			"count", len(missing), "first", strings.Join(first, ", "))
+		return nil
+	}
 	a.Log.Warn("images without their content: devices asking for them get 503 until they are added again (ztpd image add FILE --kind KIND --name NAME) or restored from a backup made with --with-images",
 		"count", len(missing), "first", strings.Join(first, ", "), "dir", filepath.Join(a.Cfg.DataDir, "images"))
 	return nil

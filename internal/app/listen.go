@@ -18,7 +18,10 @@ import (
 // says it started. Serve hands them to the runners.
 type Listeners struct {
 	HTTP, Metadata, API, Pprof net.Listener
-	TFTP                       *net.UDPConn
+	// Peer serves image blobs to the other appliances of a group
+	// (store.peer_addr; see peerListenAddr).
+	Peer net.Listener
+	TFTP *net.UDPConn
 }
 
 // Bind opens every TCP and UDP listener cfg asks for and checks that each
@@ -71,6 +74,7 @@ func (l *Listeners) bind(cfg config.Config, checkDHCP bool) error {
 		{&l.Metadata, "metadata", "http.metadata_addr, --metadata-addr", cfg.HTTP.MetadataAddr},
 		{&l.API, "api", "api.addr, --api-addr", apiAddr},
 		{&l.Pprof, "pprof", "debug.pprof_addr, --pprof-addr", cfg.Debug.PprofAddr},
+		{&l.Peer, "peer", "store.peer_addr", peerListenAddr(cfg)},
 	} {
 		if err := tcp(b.ln, b.name, b.field, b.addr); err != nil {
 			return err
@@ -92,7 +96,7 @@ func (l *Listeners) Close() error {
 		return nil
 	}
 	var errs []error
-	for _, ln := range []*net.Listener{&l.HTTP, &l.Metadata, &l.API, &l.Pprof} {
+	for _, ln := range []*net.Listener{&l.HTTP, &l.Metadata, &l.API, &l.Pprof, &l.Peer} {
 		if *ln != nil {
 			errs = append(errs, (*ln).Close())
 			*ln = nil
