@@ -521,7 +521,7 @@ func (g *group) capture(path string) func() (dropped int) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return func() int {
-		time.Sleep(300 * time.Millisecond) // the last replies in flight
+		time.Sleep(time.Second) // the last replies in flight
 		_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGINT)
 		select {
 		case <-p.Done():
