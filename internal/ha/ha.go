@@ -172,7 +172,7 @@ func Start(ctx context.Context, cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := c.openSession(ctx); err != nil {
+	if _, err := c.openSession(ctx); err != nil {
 		c.cancel()
 		return nil, err
 	}
@@ -195,7 +195,7 @@ func (c *Coordinator) Name() string { return "ha" }
 func (c *Coordinator) Run(ctx context.Context) error {
 	for {
 		octx, cancel := context.WithTimeout(ctx, c.cfg.TTL)
-		err := c.openSession(octx)
+		_, err := c.openSession(octx)
 		cancel()
 		if err == nil {
 			break
@@ -254,22 +254,23 @@ func sessionValue(id clientv3.LeaseID) string {
 	return string(raw)
 }
 
-// openSession grants a lease and writes the session and info keys on it.
-func (c *Coordinator) openSession(ctx context.Context) error {
+// openSession grants a lease and writes the session and info keys on it;
+// it returns the revision of that write.
+func (c *Coordinator) openSession(ctx context.Context) (int64, error) {
 	ttl := int64(c.cfg.TTL / time.Second)
 	sent := time.Now()
 	g, err := c.cli.Grant(ctx, ttl)
 	if err != nil {
-		return fmt.Errorf("ha: open session: %w", err)
+		return 0, fmt.Errorf("ha: open session: %w", err)
 	}
 	info, _ := json.Marshal(c.cfg.Info)
-	_, err = c.cli.Txn(ctx).Then(
+	resp, err := c.cli.Txn(ctx).Then(
 		clientv3.OpPut(c.sessionKey(c.cfg.Name), sessionValue(g.ID), clientv3.WithLease(g.ID)),
 		clientv3.OpPut(c.infoKey(c.cfg.Name), string(info), clientv3.WithLease(g.ID)),
 	).Commit()
 	if err != nil {
 		c.cli.Revoke(context.Background(), g.ID)
-		return fmt.Errorf("ha: open session: %w", err)
+		return 0, fmt.Errorf("ha: open session: %w", err)
 	}
 	c.mu.Lock()
 	c.lease = g.ID
@@ -277,7 +278,7 @@ func (c *Coordinator) openSession(ctx context.Context) error {
 	c.mu.Unlock()
 	sessionValid.Set(1)
 	c.log.Info("appliance session opened", "appliance", c.cfg.Name, "ttl", c.cfg.TTL)
-	return nil
+	return resp.Header.Revision, nil
 }
 
 // Alive reports whether this appliance's session is certainly alive now.
@@ -320,11 +321,15 @@ func (c *Coordinator) keepAlive() {
 		}
 		c.lost(err)
 		ctx, cancel = context.WithTimeout(c.ctx, c.cfg.TTL)
-		if err := c.openSession(ctx); err != nil {
+		rev, err := c.openSession(ctx)
+		if err != nil {
 			c.log.Warn("appliance session lost; answering nothing until it is back", "appliance", c.cfg.Name, "err", err)
 		}
 		cancel()
-		c.recompute(0)
+		// Buckets come back only once the lease mirror has applied what
+		// the others committed while this appliance was away (everything
+		// before its new session key), not merely after HandBack.
+		c.recompute(rev)
 	}
 }
 
