@@ -29,7 +29,7 @@ func (a *App) buildAPI() error {
 	if a.Joiner != nil {
 		mem = nodeMembership{Service: a.Joiner, a: a}
 	}
-	cs, err := clusters.New(a.Store, mem, clusters.Options{Log: a.Log.With("part", "clusters"), Images: a.Images,
+	cs, err := clusters.New(a.Store, mem, clusters.Options{Log: a.Log.With("part", "clusters"), Images: a.Images, Appliance: a.applianceName(),
 		KubeconfigTTL: a.Cfg.API.KubeconfigTTL.D(), AlertAfter: a.Cfg.API.ClusterAlertAfter.D()})
 	if err != nil {
 		return err
@@ -63,6 +63,7 @@ func (a *App) buildAPI() error {
 		a.apiOwn = &apiListen{addr: addr, useTLS: useTLS, handler: a.apiGuard("api").Wrap(srv.Handler())}
 	}
 	a.AddSingleton(runnerFunc{"job-pruner", func(ctx context.Context) error { return cs.RunPruner(ctx, time.Hour) }})
+	a.addOrphanReaper(cs)
 
 	a.OnStart(func() error {
 		n, err := cs.Recover()

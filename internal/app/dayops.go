@@ -117,7 +117,7 @@ func (a *App) joinSection(ctx context.Context, device, cluster string) (map[stri
 // buildRollouts starts the engine (after the store is open: it marks
 // rollouts a restart interrupted).
 func (a *App) buildRollouts() error {
-	eng, err := rollout.New(a.Store, rollout.Options{Nodes: a.nodeOps, Agents: a.Desired, Members: a.Joiner,
+	eng, err := rollout.New(a.Store, rollout.Options{Appliance: a.applianceName(), Nodes: a.nodeOps, Agents: a.Desired, Members: a.Joiner,
 		Binaries:     a.rolloutBinaries,
 		DrainTimeout: a.Cfg.Rollout.DrainTimeout.D(), StepTimeout: a.Cfg.Rollout.StepTimeout.D(),
 		Log: a.Log.With("part", "rollout")})

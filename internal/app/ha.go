@@ -2,7 +2,10 @@ package app
 
 import (
 	"context"
+	"time"
+
 	"fmt"
+	"github.com/ztpd/ztpd/internal/clusters"
 	"net"
 
 	"github.com/ztpd/ztpd/internal/ha"
@@ -60,4 +63,41 @@ func (a *App) groupStatus() any {
 		return nil
 	}
 	return a.Group.Status()
+}
+
+// applianceName names this appliance on the jobs and rollouts it runs
+// when several share the store; "" on one box.
+func (a *App) applianceName() string {
+	if a.Cfg.Store.Group() == nil {
+		return ""
+	}
+	return a.Cfg.Store.Name
+}
+
+// addOrphanReaper makes the group's leader fail, every few seconds, the
+// jobs and rollouts of appliances that are gone: nobody else would finish
+// them, and a restart of the dead appliance only recovers its own.
+func (a *App) addOrphanReaper(cs *clusters.Service) {
+	if a.Group == nil {
+		return
+	}
+	a.AddSingleton(runnerFunc{"orphans", func(ctx context.Context) error {
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+			if _, err := cs.FailOrphans(a.Group.IsLive); err != nil {
+				a.Log.Warn("failing a gone appliance's jobs", "err", err)
+			}
+			if a.Rollouts != nil {
+				if _, err := a.Rollouts.FailOrphans(a.Group.IsLive); err != nil {
+					a.Log.Warn("failing a gone appliance's rollouts", "err", err)
+				}
+			}
+		}
+	}})
 }
