@@ -2,12 +2,12 @@ package app
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"net/netip"
 	"time"
 
-	"fmt"
 	"github.com/ztpd/ztpd/internal/clusters"
-	"net"
-
 	"github.com/ztpd/ztpd/internal/ha"
 )
 
@@ -25,8 +25,8 @@ func (a *App) buildGroup() error {
 	}
 	a.leaseFeed = cs.LeaseFeed()
 	info := ha.Info{Name: a.Cfg.Store.Name}
-	if a.Cfg.Store.TLS.Enabled() {
-		info.PeerURL = "https://" + a.peerAddr()
+	if addr := peerListenAddr(a.Cfg); addr != "" {
+		info.PeerURL = "https://" + a.reachable(addr)
 	}
 	c, err := ha.New(ha.Config{Client: cs.Client(), Prefix: cs.Prefix(), Name: a.Cfg.Store.Name, Members: members,
 		TTL: a.Cfg.Store.SessionTTL.D(), Info: info, CaughtUp: a.leaseFeed.CaughtUp, Log: a.Log.With("part", "ha")})
@@ -38,12 +38,17 @@ func (a *App) buildGroup() error {
 	return nil
 }
 
-// peerAddr is where this appliance serves image blobs to the others.
-func (a *App) peerAddr() string {
-	if a.Cfg.Store.PeerAddr != "" {
-		return a.Cfg.Store.PeerAddr
+// reachable is the peer listener's address as the other appliances dial
+// it: a wildcard host (peer_addr 0.0.0.0:8444) becomes advertise_addr.
+func (a *App) reachable(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
 	}
-	return net.JoinHostPort(a.Endpoints.Advertise().String(), "8444")
+	if ip, err := netip.ParseAddr(host); host == "" || err == nil && ip.IsUnspecified() {
+		return net.JoinHostPort(a.Endpoints.Advertise().String(), port)
+	}
+	return listen
 }
 
 // AddSingleton registers a runner that runs on one appliance at a time

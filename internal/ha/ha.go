@@ -337,16 +337,22 @@ func (c *Coordinator) keepAlive() {
 func (c *Coordinator) lost(err error) {
 	c.mu.Lock()
 	had := c.countOwned()
+	c.dropLocked()
+	c.mu.Unlock()
+	c.log.Warn("appliance session expired: stopped answering DHCP and running singletons", "appliance", c.cfg.Name,
+		"buckets_dropped", had, "err", err)
+}
+
+// dropLocked gives up, in this process, every bucket, claim and the
+// leadership (the session's keys in etcd are the caller's business).
+func (c *Coordinator) dropLocked() {
 	c.owned = [Buckets]bool{}
 	clear(c.held)
 	c.loseLeadershipLocked()
 	c.notifyLocked()
-	c.mu.Unlock()
 	sessionValid.Set(0)
 	bucketsOwned.Set(0)
 	claimsHeld.Set(0)
-	c.log.Warn("appliance session expired: stopped answering DHCP and running singletons", "appliance", c.cfg.Name,
-		"buckets_dropped", had, "err", err)
 }
 
 func (c *Coordinator) countOwned() int {
@@ -745,15 +751,18 @@ func (c *Coordinator) Status() Status {
 // Kill stops following and renewing without giving anything up, as a
 // kill -9 of the appliance would: the others take over once the session
 // expires. For fault tests.
-func (c *Coordinator) Kill() {
+func (c *Coordinator) Kill() { c.stop() }
+
+// stop ends the loops and drops everything held, returning the session's
+// lease (still alive in etcd).
+func (c *Coordinator) stop() clientv3.LeaseID {
 	c.cancel()
 	c.wg.Wait()
 	c.mu.Lock()
-	c.owned = [Buckets]bool{}
-	clear(c.held)
-	c.loseLeadershipLocked()
+	defer c.mu.Unlock()
+	c.dropLocked()
 	c.deadline = time.Time{}
-	c.mu.Unlock()
+	return c.lease
 }
 
 // Close gives everything up at once (the lease is revoked), so the others
@@ -764,17 +773,7 @@ func (c *Coordinator) Close() error {
 }
 
 func (c *Coordinator) close() {
-	c.cancel()
-	c.wg.Wait()
-	c.mu.Lock()
-	id := c.lease
-	c.owned = [Buckets]bool{}
-	clear(c.held)
-	c.loseLeadershipLocked()
-	c.deadline = time.Time{}
-	c.mu.Unlock()
-	sessionValid.Set(0)
-	bucketsOwned.Set(0)
+	id := c.stop()
 	if id == 0 {
 		return
 	}

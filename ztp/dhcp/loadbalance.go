@@ -278,10 +278,6 @@ func (s *Server) applyRemote(l core.Lease, deleted bool) {
 		}
 		return
 	}
-	sn := s.subnetFor(a.As4())
-	if sn == nil {
-		return
-	}
 	if cur != nil && cur.state == l.State && cur.expiry.Equal(l.Expiry) && cur.hw == hwOf(l) {
 		// This server's own commit coming back: nothing changes.
 		if l.State == core.LeaseActive {
@@ -289,11 +285,5 @@ func (s *Server) applyRemote(l core.Lease, deleted bool) {
 		}
 		return
 	}
-	if cur != nil {
-		s.disown(cur)
-		if s.byIP[ip] == cur {
-			delete(s.byIP, ip)
-		}
-	}
-	s.adopt(sn, l, time.Now())
+	s.adoptStored(l, time.Now())
 }

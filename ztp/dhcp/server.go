@@ -227,17 +227,10 @@ func (s *Server) load(now time.Time) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var loaded, outside, bad int
+	var n loadCount
 	err := s.store.View(func(tx core.Tx) error {
 		return tx.Leases().List("", func(l core.Lease) (bool, error) {
-			switch s.adoptStored(l, now) {
-			case adoptBad:
-				bad++
-			case adoptOutside:
-				outside++
-			default:
-				loaded++
-			}
+			n.add(s.adoptStored(l, now))
 			return true, nil
 		})
 	})
@@ -246,14 +239,14 @@ func (s *Server) load(now time.Time) error {
 	// the operator reads which keys in the log.
 	var corrupt *core.CorruptError
 	if errors.As(err, &corrupt) {
-		bad += corrupt.Count
+		n.bad += corrupt.Count
 		s.log.Warn("unreadable lease records skipped", "count", corrupt.Count, "first", corrupt.Keys, "err", corrupt.Err)
 		err = nil
 	}
 	if err != nil {
 		return fmt.Errorf("dhcp: load leases: %w", err)
 	}
-	s.log.Info("leases loaded", "leases", loaded, "outside_subnets", outside, "unreadable", bad)
+	s.log.Info("leases loaded", "leases", n.loaded, "outside_subnets", n.outside, "unreadable", n.bad)
 	return nil
 }
 
@@ -262,27 +255,34 @@ func (s *Server) load(now time.Time) error {
 func (s *Server) loadFeed(now time.Time) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var loaded, outside, bad int
+	var n loadCount
 	rev, err := s.feed.Load(func(l core.Lease) {
 		if a, err := netip.ParseAddr(l.IP); err == nil && a.Is4() {
 			if cur := s.byIP[u32Addr(a)]; cur != nil && cur.dirty {
 				return
 			}
 		}
-		switch s.adoptStored(l, now) {
-		case adoptBad:
-			bad++
-		case adoptOutside:
-			outside++
-		default:
-			loaded++
-		}
+		n.add(s.adoptStored(l, now))
 	})
 	if err != nil {
 		return 0, fmt.Errorf("dhcp: load leases: %w", err)
 	}
-	s.log.Info("leases loaded", "leases", loaded, "outside_subnets", outside, "unreadable", bad, "revision", rev)
+	s.log.Info("leases loaded", "leases", n.loaded, "outside_subnets", n.outside, "unreadable", n.bad, "revision", rev)
 	return rev, nil
+}
+
+// loadCount counts what a load did with the stored leases.
+type loadCount struct{ loaded, outside, bad int }
+
+func (n *loadCount) add(r adoptResult) {
+	switch r {
+	case adoptBad:
+		n.bad++
+	case adoptOutside:
+		n.outside++
+	default:
+		n.loaded++
+	}
 }
 
 type adoptResult int
