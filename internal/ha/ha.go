@@ -212,21 +212,38 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	return c.Close()
 }
 
-// Fence fails unless this appliance's session key holds its session in
-// tx: a commit that calls it cannot succeed once the session expired
-// (the store compares what a transaction read when it commits).
-func (c *Coordinator) Fence(tx core.Tx) error {
+// Session is this appliance's session while it is certainly alive, else
+// 0. Work decided under one session is committed only under that session
+// (Fence): an appliance that lost its session and opened another drops
+// what it decided before instead of committing it late.
+func (c *Coordinator) Session() int64 {
 	c.mu.RLock()
-	id, alive := c.lease, time.Now().Before(c.deadline)
-	c.mu.RUnlock()
-	if !alive {
+	defer c.mu.RUnlock()
+	if !time.Now().Before(c.deadline) {
+		return 0
+	}
+	return int64(c.lease)
+}
+
+// Fence fails unless session is this appliance's live session and its
+// session key holds it in tx: a commit that calls it cannot succeed once
+// that session expired (the store compares what a transaction read when it
+// commits), also when the transaction is rerun after a new session opened.
+func (c *Coordinator) Fence(tx core.Tx, session int64) error {
+	if session == 0 {
 		return errors.New("appliance session not alive")
+	}
+	switch cur := c.Session(); {
+	case cur == 0:
+		return errors.New("appliance session not alive")
+	case cur != session:
+		return errors.New("appliance session replaced by a newer one")
 	}
 	v, ok, err := tx.Settings().Get(SessionSetting(c.cfg.Name))
 	if err != nil {
 		return err
 	}
-	if !ok || v != strconv.FormatInt(int64(id), 16) {
+	if !ok || v != strconv.FormatInt(session, 16) {
 		return errors.New("appliance session expired in the store")
 	}
 	return nil

@@ -5,10 +5,14 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/ha"
 	"github.com/ztpd/ztpd/internal/store/etcdstore"
 )
@@ -301,5 +305,52 @@ func TestOwnerIsDeterministicAndSpreads(t *testing.T) {
 	}
 	if ha.Owner(members, map[string]bool{}, 3) != "" {
 		t.Fatal("owner with nobody alive")
+	}
+}
+
+// TestFenceHoldsOnlyForTheSessionItNames: a commit fenced with a session
+// fails once that session is gone from the store (before this appliance
+// notices) and after a newer one replaced it, also in a transaction that
+// runs again; the newer session's own fence passes.
+func TestFenceHoldsOnlyForTheSessionItNames(t *testing.T) {
+	g := startGroup(t, 2*time.Second)
+	c := g.coords[0]
+	st, err := etcdstore.Open(etcdstore.Options{Client: g.members[0].Client, Prefix: "/ztpd/", Name: "a1",
+		TempDir: t.TempDir(), LocalMember: true, Init: etcdstore.InitNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	fenced := func(session int64) error {
+		return st.Update(func(tx core.Tx) error { return c.Fence(tx, session) })
+	}
+	first := c.Session()
+	if first == 0 {
+		t.Fatal("no session after Start")
+	}
+	if err := fenced(first); err != nil {
+		t.Fatalf("fence with the live session: %v", err)
+	}
+	if err := fenced(0); err == nil {
+		t.Fatal("fence with no session passed")
+	}
+	if _, err := g.members[0].Client.Revoke(context.Background(), clientv3.LeaseID(first)); err != nil {
+		t.Fatal(err)
+	}
+	if err := fenced(first); err == nil || !strings.Contains(err.Error(), "expired in the store") {
+		t.Fatalf("fence with a session revoked in the store: %v", err)
+	}
+	var second int64
+	waitFor(t, 10*time.Second, "a new session", func() error {
+		if second = c.Session(); second == 0 || second == first {
+			return fmt.Errorf("session %x", second)
+		}
+		return nil
+	})
+	if err := fenced(first); err == nil || !strings.Contains(err.Error(), "replaced") {
+		t.Fatalf("fence with the old session under the new one: %v", err)
+	}
+	if err := fenced(second); err != nil {
+		t.Fatalf("fence with the new session: %v", err)
 	}
 }

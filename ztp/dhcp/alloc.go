@@ -27,6 +27,14 @@ type binding struct {
 	// durable is the expiry of the active lease as committed to the store;
 	// zero while a write of the binding is pending or it is not active.
 	durable time.Time
+	// pending: the binding carries a decision not yet known to be durable
+	// (dirty, or in a commit under way). With several appliances it was
+	// decided under session, and is committed only under that session;
+	// stored is the lease as the store last showed it (nil: none), what
+	// the binding goes back to when that session ends first.
+	pending bool
+	session int64
+	stored  *core.Lease
 }
 
 // busy reports whether the address is taken for anyone but its owner.
@@ -50,6 +58,24 @@ func (s *Server) markDirty(b *binding) {
 		b.dirty = true
 		s.dirty = append(s.dirty, b)
 	}
+	if !b.pending {
+		// A binding already pending keeps the session of its first
+		// undurable decision: what it holds now builds on that one.
+		b.pending, b.session = true, s.session()
+	}
+}
+
+// revert drops the undurable decisions of b, made under a session that
+// has ended: the address goes back to the lease the store holds, or to
+// nobody.
+func (s *Server) revert(b *binding, now time.Time) {
+	staleDecisions.Inc()
+	b.pending, b.dirty = false, false
+	if b.stored != nil {
+		s.adoptStored(*b.stored, now)
+		return
+	}
+	s.forget(b)
 }
 
 // lookupClient finds the client's binding in its subnet: by client key, or,

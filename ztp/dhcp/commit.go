@@ -226,9 +226,12 @@ type snapshot struct {
 	evs      []core.Event
 	recs     devices.Batch // device and event records carried by this commit
 	acks     []pendingAck
-	// fence checks this appliance's session before leases are written
-	// (several appliances; nil on one box).
-	fence func(core.Tx) error
+	// fence checks, before leases are written, that session (the one
+	// every lease of the snapshot was decided under) is still this
+	// appliance's (several appliances; nil on one box).
+	fence   func(core.Tx) error
+	session int64
+	stale   int // decisions of an ended session dropped by take
 }
 
 func (sn *snapshot) empty() bool {
@@ -236,13 +239,26 @@ func (sn *snapshot) empty() bool {
 }
 
 // take moves the pending changes into snap (reusing its slices): every
-// dirty lease, waiting ACK, device change and event.
+// dirty lease, waiting ACK, device change and event. With several
+// appliances, a lease decided under a session that has since ended is not
+// taken: the binding goes back to what the store holds (its ACK, if any,
+// is dropped), so a cut-off appliance never commits its old decisions
+// under its next session over what the others gave meanwhile.
 func (s *Server) take(snap *snapshot, now time.Time) {
 	snap.bindings, snap.leases = snap.bindings[:0], snap.leases[:0]
 	snap.devices, snap.devs, snap.states = snap.devices[:0], snap.devs[:0], snap.states[:0]
 	snap.events, snap.acks = snap.events[:0], snap.acks[:0]
+	snap.session, snap.fence, snap.stale = s.session(), s.fenceFor(s.session()), 0
 	for _, b := range s.dirty {
 		b.dirty = false
+		if s.part != nil && b.pending && b.session != snap.session {
+			if s.byIP[b.ip] == b {
+				s.revert(b, now)
+				snap.stale++
+			}
+			b.pending = false
+			continue
+		}
 		if cur := s.byIP[b.ip]; cur != b && cur != nil {
 			continue // superseded by a newer binding of the address
 		}
@@ -316,10 +332,14 @@ func (snap *snapshot) write(tx core.Tx) error {
 }
 
 // restore marks a failed snapshot's leases dirty again so the next commit
-// retries them; its ACKs are dropped (the clients retry their REQUEST).
+// retries them (under the session they were decided under, or not at
+// all); its ACKs are dropped (the clients retry their REQUEST).
 func (s *Server) restore(snap *snapshot) {
 	for _, b := range snap.bindings {
-		s.markDirty(b)
+		if s.byIP[b.ip] == b && b.pending && !b.dirty {
+			b.dirty = true
+			s.dirty = append(s.dirty, b)
+		}
 	}
 }
 
@@ -378,7 +398,15 @@ func (s *Server) committed(snap *snapshot) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, b := range snap.bindings {
-		if !b.dirty && snap.leases[i].state == core.LeaseActive {
+		if s.part != nil {
+			l := snap.leases[i].lease()
+			b.stored = &l
+		}
+		if b.dirty {
+			continue // changed again since: its next write is pending
+		}
+		b.pending = false
+		if snap.leases[i].state == core.LeaseActive {
 			b.durable = snap.leases[i].expiry
 		}
 	}
@@ -390,10 +418,11 @@ func (s *Server) flush(snap *snapshot, lastErr *time.Time) bool {
 	s.mu.Lock()
 	s.take(snap, time.Now())
 	s.mu.Unlock()
-	more := s.handOver(snap)
-	if s.part != nil {
-		snap.fence = s.fence
+	if snap.stale > 0 {
+		s.log.Warn("dropped lease decisions made under an ended appliance session; their addresses went back to what the store holds",
+			"decisions", snap.stale, "session", snap.session)
 	}
+	more := s.handOver(snap)
 	if snap.empty() {
 		return false
 	}

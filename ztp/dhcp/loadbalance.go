@@ -29,9 +29,13 @@ type Partition interface {
 	Claim(ctx context.Context, name string) (bool, error)
 	Holds(name string) bool
 	Holder(name string) (string, bool)
-	// Fence fails unless this appliance's session is alive in tx: every
-	// lease commit calls it, so an appliance cut off commits nothing.
-	Fence(tx core.Tx) error
+	// Session is this appliance's live session, 0 when it has none.
+	Session() int64
+	// Fence fails unless session is still this appliance's live session in
+	// tx: every lease commit calls it with the session its leases were
+	// decided under, so an appliance cut off commits nothing, and nothing
+	// decided before it lost a session is committed under the next one.
+	Fence(tx core.Tx, session int64) error
 }
 
 // LeaseFeed is the stored leases as a stream (the etcd store): every
@@ -218,16 +222,26 @@ func (s *Server) claimOne(ctx context.Context, sn *subnet, p *pool) bool {
 	return false
 }
 
-// fence is what every lease commit checks first when appliances share the
-// store.
-func (s *Server) fence(tx core.Tx) error {
+// fenceFor is what a lease commit of decisions made under session checks
+// first when appliances share the store (nil on one box).
+func (s *Server) fenceFor(session int64) func(core.Tx) error {
 	if s.part == nil {
 		return nil
 	}
-	if err := s.part.Fence(tx); err != nil {
-		return fmt.Errorf("%w: %v", errFenced, err)
+	return func(tx core.Tx) error {
+		if err := s.part.Fence(tx, session); err != nil {
+			return fmt.Errorf("%w: %v", errFenced, err)
+		}
+		return nil
 	}
-	return nil
+}
+
+// session is the session decisions made now belong to (0 on one box).
+func (s *Server) session() int64 {
+	if s.part == nil {
+		return 0
+	}
+	return s.part.Session()
 }
 
 // errFenced: this appliance's session is gone, so it may commit no lease.
@@ -257,8 +271,9 @@ func hwOf(l core.Lease) string {
 
 // applyRemote brings one stored lease into memory: another appliance's
 // commit, or this one's own coming back (which changes nothing). A binding
-// with a write of this server pending keeps what this server decided; the
-// write follows.
+// with a write of this server pending keeps what this server decided
+// under its live session (the write follows); one decided under an ended
+// session gives way to the store.
 func (s *Server) applyRemote(l core.Lease, deleted bool) {
 	a, err := netip.ParseAddr(l.IP)
 	if err != nil || !a.Is4() {
@@ -268,7 +283,14 @@ func (s *Server) applyRemote(l core.Lease, deleted bool) {
 	defer s.mu.Unlock()
 	ip := u32Addr(a)
 	cur := s.byIP[ip]
-	if cur != nil && cur.dirty {
+	if cur != nil && cur.dirty && cur.session == s.session() {
+		// This server's own decision, its write pending: it stands; the
+		// store's lease is what it goes back to should its session end.
+		if deleted {
+			cur.stored = nil
+		} else {
+			cur.stored = &l
+		}
 		return
 	}
 	remoteLeases.Inc()
@@ -283,6 +305,7 @@ func (s *Server) applyRemote(l core.Lease, deleted bool) {
 		if l.State == core.LeaseActive {
 			cur.durable = l.Expiry
 		}
+		cur.stored = &l
 		return
 	}
 	s.adoptStored(l, time.Now())

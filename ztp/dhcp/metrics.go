@@ -75,6 +75,8 @@ var (
 		Help: "Address blocks this appliance claimed to allocate from (several appliances)."})
 	remoteLeases = promauto.NewCounter(prometheus.CounterOpts{Name: "ztpd_dhcp_feed_leases_total",
 		Help: "Stored leases applied from the lease feed (other appliances' commits and this one's own)."})
+	staleDecisions = promauto.NewCounter(prometheus.CounterOpts{Name: "ztpd_dhcp_stale_decisions_dropped_total",
+		Help: "Lease decisions dropped uncommitted because the session they were made under ended (several appliances); the binding went back to what the store holds."})
 )
 
 func init() {

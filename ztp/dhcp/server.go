@@ -258,7 +258,8 @@ func (s *Server) loadFeed(now time.Time) (int64, error) {
 	var n loadCount
 	rev, err := s.feed.Load(func(l core.Lease) {
 		if a, err := netip.ParseAddr(l.IP); err == nil && a.Is4() {
-			if cur := s.byIP[u32Addr(a)]; cur != nil && cur.dirty {
+			if cur := s.byIP[u32Addr(a)]; cur != nil && cur.dirty && cur.session == s.session() {
+				cur.stored = &l // a live decision stands (see applyRemote)
 				return
 			}
 		}
@@ -323,6 +324,9 @@ func (s *Server) adopt(sn *subnet, l core.Lease, now time.Time) {
 		state: l.State, start: l.Start, expiry: l.Expiry, reserved: l.Reserved}
 	if l.State == core.LeaseActive {
 		b.durable = l.Expiry
+	}
+	if s.part != nil {
+		b.stored = &l
 	}
 	s.byIP[b.ip] = b
 	var key string

@@ -55,6 +55,7 @@ type Group struct {
 	maxBatch int
 	reqs     chan *batchReq
 	quit     chan struct{}
+	stopped  chan struct{} // closed once the loop has drained and returned
 	wg       sync.WaitGroup
 	stop     sync.Once
 }
@@ -69,21 +70,39 @@ func NewGroup(maxBatch int, commit CommitFunc) *Group {
 	if maxBatch <= 0 {
 		maxBatch = 4096
 	}
-	g := &Group{commit: commit, maxBatch: maxBatch, reqs: make(chan *batchReq, maxBatch), quit: make(chan struct{})}
+	g := &Group{commit: commit, maxBatch: maxBatch, reqs: make(chan *batchReq, maxBatch), quit: make(chan struct{}),
+		stopped: make(chan struct{})}
 	g.wg.Add(1)
 	go g.loop()
 	return g
 }
 
-// Batch queues fn for the next commit and waits for its outcome.
+// Batch queues fn for the next commit and waits for its outcome. On a
+// closed group it returns ErrClosed: a caller racing Close never waits
+// for a loop that has already returned.
 func (g *Group) Batch(fn func(core.Tx) error) error {
 	r := &batchReq{fn: fn, done: make(chan error, 1)}
+	select {
+	case <-g.quit:
+		return ErrClosed
+	default:
+	}
 	select {
 	case g.reqs <- r:
 	case <-g.quit:
 		return ErrClosed
 	}
-	return <-r.done
+	select {
+	case err := <-r.done:
+		return err
+	case <-g.stopped:
+		select { // drained before the loop stopped, or never seen
+		case err := <-r.done:
+			return err
+		default:
+			return ErrClosed
+		}
+	}
 }
 
 // Close commits what is queued and stops the loop.
@@ -94,6 +113,7 @@ func (g *Group) Close() {
 
 func (g *Group) loop() {
 	defer g.wg.Done()
+	defer close(g.stopped)
 	for {
 		var first *batchReq
 		select {
