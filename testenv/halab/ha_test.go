@@ -292,14 +292,6 @@ func readTail(path string) string {
 // get two addresses, and the store must hold every address for the client
 // its last ACK went to.
 func TestPartitionedApplianceStopsAnswering(t *testing.T) {
-	// Known open defect of issue 18: a cut-off appliance commits the lease
-	// decisions it made before its deadline under its next session, after
-	// the partition heals, over the survivors' leases (the fence compares
-	// the current session, not the one a decision was made under). This
-	// test finds it on every run; it runs again once that is fixed.
-	if os.Getenv("HALAB_PARTITION") == "" {
-		t.Skip("known defect (issue 18, open): stale lease decisions are committed under the next session after a partition; set HALAB_PARTITION=1 to run")
-	}
 	bin := requireLab(t, "nft")
 	began := time.Now()
 	g := startGroup(t, bin, "p", 3)
