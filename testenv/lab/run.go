@@ -311,7 +311,7 @@ func Open(ctx context.Context, s Scenario, o Options) (*Lab, error) {
 	var failed []string
 	for i, err := range errs {
 		if err != nil {
-			failed = append(failed, fmt.Sprintf("%s: %v", devs[i].Name, err))
+			failed = append(failed, fmt.Sprintf("%s (%s): %v%s", devs[i].Name, devs[i].MAC, err, evidence(topo.WorkDir, devs[i].MAC)))
 		}
 	}
 	res := l.Result
@@ -550,4 +550,36 @@ func dashIfEmpty(s string) string {
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
+}
+
+// evidence is what the appliance and the relay logged about a failed
+// device (the last lines naming its MAC, and the relay's last lines), so a
+// failure report read from CI's tail says why without the work directory.
+func evidence(work, mac string) string {
+	var b strings.Builder
+	last := func(file, what string, n int, keep func(string) bool) {
+		raw, err := os.ReadFile(filepath.Join(work, file))
+		if err != nil {
+			return
+		}
+		var lines []string
+		for _, l := range strings.Split(string(raw), "\n") {
+			if l != "" && keep(l) {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) > n {
+			lines = lines[len(lines)-n:]
+		}
+		fmt.Fprintf(&b, "\n    %s, last %d lines%s:", file, len(lines), what)
+		for _, l := range lines {
+			if len(l) > 400 {
+				l = l[:400] + "..."
+			}
+			b.WriteString("\n      " + l)
+		}
+	}
+	last("ztpd.out", " naming "+mac, 12, func(l string) bool { return strings.Contains(strings.ToLower(l), strings.ToLower(mac)) })
+	last("relay.log", "", 8, func(string) bool { return true })
+	return b.String()
 }
