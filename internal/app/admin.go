@@ -96,15 +96,19 @@ func (a *App) answer(w http.ResponseWriter, r *http.Request, v any, err error) {
 
 func (a *App) healthz(w http.ResponseWriter, r *http.Request) {
 	schema, err := a.Store.Schema()
-	if err != nil {
-		httpserve.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unhealthy", "error": err.Error()})
-		return
-	}
 	body := map[string]any{"status": "ok", "schema": schema, "store": a.Cfg.Store.Backend}
+	code := http.StatusOK
+	if err != nil {
+		code = http.StatusServiceUnavailable
+		body = map[string]any{"status": "unhealthy", "error": err.Error(), "store": a.Cfg.Store.Backend}
+	}
+	// The group part also when the store cannot be read: what this
+	// appliance holds (nothing, once its session lapsed) is what an
+	// operator looking at a partitioned appliance needs.
 	if g := a.groupStatus(); g != nil {
 		body["group"] = g
 	}
-	httpserve.WriteJSON(w, http.StatusOK, body)
+	httpserve.WriteJSON(w, code, body)
 }
 
 // adminErrorMessage is the message of an admin error answer (httpserve's

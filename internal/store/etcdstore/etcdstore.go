@@ -46,6 +46,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/store/boltstore"
@@ -61,6 +63,11 @@ const DefaultMaxTxnOps = 128
 // ErrConflict means a transaction kept conflicting with other appliances'
 // writes and gave up.
 var ErrConflict = errors.New("store transaction kept conflicting with other appliances' writes")
+
+var commitResends = promauto.NewCounter(prometheus.CounterOpts{
+	Name: "ztpd_store_commit_resends_total",
+	Help: "etcd commits sent again after a send whose outcome was unknown (a timeout, a lost leader); at most one send applies.",
+})
 
 var conflictsTotal = promauto.NewCounter(prometheus.CounterOpts{
 	Name: "ztpd_store_conflicts_total",
@@ -125,6 +132,9 @@ type Store struct {
 	log     *slog.Logger
 
 	writeMu sync.Mutex // one writer per process
+	// The commit marker's revision as this process last saw it (writeMu).
+	markRev   int64
+	markKnown bool
 	group   *kv.Group
 	caches  kv.Caches
 	gens    [core.NumAggregates]atomic.Uint64
@@ -263,9 +273,11 @@ func checkSchema(raw []byte) error {
 	return nil
 }
 
-// Schema returns the schema version recorded in the store.
+// Schema returns the schema version recorded in the store: a quorum
+// read, bounded by one attempt's time, so /healthz answers promptly when
+// this appliance has no quorum.
 func (s *Store) Schema() (int, error) {
-	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
+	ctx, cancel := context.WithTimeout(s.ctx, s.attemptTimeout())
 	defer cancel()
 	resp, err := s.cli.Get(ctx, s.key(kv.BucketMeta, schemaKey))
 	if err != nil {
@@ -893,21 +905,110 @@ func (t *rawTx) commit(dirty uint64) (bool, error) {
 		d &^= 1 << i
 		ops = append(ops, clientv3.OpPut(t.s.p+genDir+strconv.Itoa(i), t.s.name))
 	}
-	if len(ops) > t.s.maxOps {
+	if len(ops)+1 > t.s.maxOps {
 		return false, fmt.Errorf("%w: a transaction of %d writes exceeds the etcd cluster's --max-txn-ops (%d): raise it (store.max_txn_ops must match)",
-			kv.ErrTxnTooLarge, len(ops), t.s.maxOps)
+			kv.ErrTxnTooLarge, len(ops)+1, t.s.maxOps)
 	}
-	cmps := t.compares()
-	ctx, cancel := context.WithTimeout(t.ctx, t.s.timeout)
-	defer cancel()
-	resp, err := t.s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
-	if err != nil {
+	return t.s.send(t.ctx, t.compares(), ops)
+}
+
+// The commit marker _txn/<appliance>: every write transaction of this
+// appliance compares its revision and replaces its value with an id of
+// the transaction. Of several sends of one transaction (a resend after a
+// send whose outcome is unknown: the etcd leader died, or the reply was
+// lost) at most one applies, and a send that finds the marker holding its
+// own id knows an earlier one did. So a commit is resent after a short
+// attempt time rather than waiting out etcd's request timeout (7 s after
+// a leader dies), and never applied twice.
+const txnDir = "_txn/"
+
+// attemptTimeout bounds one send of a commit.
+func (s *Store) attemptTimeout() time.Duration { return min(s.timeout, 2*time.Second) }
+
+// send commits ops if cmps hold, resending while the outcome is unknown,
+// for up to the store's timeout. ok is false on a conflict. The caller
+// holds writeMu (the marker's revision is this process's).
+func (s *Store) send(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.Op) (bool, error) {
+	return s.sendAs(ctx, cmps, ops, strconv.FormatUint(rand.Uint64(), 16))
+}
+
+// sendAs is send with the transaction's marker id given.
+func (s *Store) sendAs(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.Op, id string) (bool, error) {
+	mark := s.p + txnDir + s.name
+	if !s.markKnown {
+		rctx, cancel := context.WithTimeout(ctx, s.timeout)
+		resp, err := s.cli.Get(rctx, mark)
+		cancel()
+		if err != nil {
+			return false, fmt.Errorf("etcd store: commit: %w", err)
+		}
+		s.markRev = 0
+		if len(resp.Kvs) == 1 {
+			s.markRev = resp.Kvs[0].ModRevision
+		}
+		s.markKnown = true
+	}
+	cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(mark), "=", s.markRev))
+	ops = append(ops, clientv3.OpPut(mark, id))
+	first := time.Now()
+	for {
+		actx, cancel := context.WithTimeout(ctx, s.attemptTimeout())
+		resp, err := s.cli.Txn(actx).If(cmps...).Then(ops...).Else(clientv3.OpGet(mark)).Commit()
+		cancel()
+		if err == nil {
+			if resp.Succeeded {
+				s.markRev = resp.Header.Revision
+				return true, nil
+			}
+			kvs := resp.Responses[0].GetResponseRange().Kvs
+			s.markRev = 0
+			if len(kvs) == 1 {
+				s.markRev = kvs[0].ModRevision
+				if string(kvs[0].Value) == id {
+					return true, nil // an earlier send of this transaction applied
+				}
+			}
+			return false, nil
+		}
 		if errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrRequestTooLarge) {
 			return false, fmt.Errorf("%w: %v", kv.ErrTxnTooLarge, err)
 		}
-		return false, fmt.Errorf("etcd store: commit: %w", err)
+		if !unknownOutcome(err) || ctx.Err() != nil || time.Since(first)+s.attemptTimeout() > s.timeout {
+			// An unanswered send may still apply: the next commit's
+			// compare of the marker then fails, and it reads the marker
+			// again.
+			s.markKnown = false
+			return false, fmt.Errorf("etcd store: commit: %w", err)
+		}
+		commitResends.Inc()
+		s.log.Warn("etcd commit unanswered; sending it again", "after", time.Since(first).Round(time.Millisecond), "err", err)
+		select {
+		case <-ctx.Done():
+			s.markKnown = false
+			return false, fmt.Errorf("etcd store: commit: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	return resp.Succeeded, nil
+}
+
+// unknownOutcome reports a commit error after which the transaction may
+// or may not have applied, and a later send may succeed: a timeout, a lost
+// connection or leader, a leader election under way.
+func unknownOutcome(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	for _, e := range []error{rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost,
+		rpctypes.ErrLeaderChanged, rpctypes.ErrNoLeader, rpctypes.ErrStopped} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return false
 }
 
 // compares are the conditions the commit needs. Past half of

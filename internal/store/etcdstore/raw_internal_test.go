@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/store/kv"
 )
@@ -336,4 +339,66 @@ func mustGet(t *testing.T, tx *rawTx, b kv.Bucket, k string) []byte {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// TestResendAppliesAtMostOnce: the commit marker lets a resend learn that
+// an earlier send of the same transaction applied (its reply was lost), and
+// keeps a resend from applying after another transaction of this
+// appliance did.
+func TestResendAppliesAtMostOnce(t *testing.T) {
+	s := rawStore(t)
+	ctx := context.Background()
+	put := func(k, v string) []clientv3.Op { return []clientv3.Op{clientv3.OpPut(s.p+"x/"+k, v)} }
+	get := func(k string) string {
+		resp, err := s.cli.Get(ctx, s.p+"x/"+k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) == 0 {
+			return ""
+		}
+		return string(resp.Kvs[0].Value)
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	if ok, err := s.sendAs(ctx, nil, put("a", "1"), "t1"); !ok || err != nil {
+		t.Fatalf("first send: %v %v", ok, err)
+	}
+	mark := s.p + txnDir + s.name
+	// An earlier send of transaction t2 applied, its reply lost: what
+	// etcd holds then (the marker names t2).
+	if _, err := s.cli.Txn(ctx).Then(append(put("b", "2"), clientv3.OpPut(mark, "t2"))...).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.sendAs(ctx, nil, put("b", "2"), "t2"); !ok || err != nil {
+		t.Fatalf("resend of an applied transaction: ok=%v err=%v, want it known as applied", ok, err)
+	}
+	// A resend of t3 after t4 applied (t3's own first send never did) is a
+	// conflict: t3's writes must not land on top of t4's.
+	if _, err := s.cli.Txn(ctx).Then(append(put("c", "t4"), clientv3.OpPut(mark, "t4"))...).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.sendAs(ctx, nil, put("c", "t3"), "t3"); ok || err != nil {
+		t.Fatalf("send after another transaction applied: ok=%v err=%v, want a conflict", ok, err)
+	}
+	if v := get("c"); v != "t4" {
+		t.Fatalf("c = %q, want t4's", v)
+	}
+	// The conflict taught it the marker's revision: the next send applies.
+	if ok, err := s.sendAs(ctx, nil, put("d", "5"), "t5"); !ok || err != nil {
+		t.Fatalf("send after the conflict: %v %v", ok, err)
+	}
+	if v := get("d"); v != "5" {
+		t.Fatalf("d = %q", v)
+	}
+	for _, e := range []error{context.DeadlineExceeded, rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrNoLeader} {
+		if !unknownOutcome(e) {
+			t.Errorf("%v: not taken for an unknown outcome", e)
+		}
+	}
+	for _, e := range []error{rpctypes.ErrTooManyOps, rpctypes.ErrPermissionDenied, context.Canceled} {
+		if unknownOutcome(e) {
+			t.Errorf("%v: taken for an unknown outcome", e)
+		}
+	}
 }
