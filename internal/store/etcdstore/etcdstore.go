@@ -135,9 +135,9 @@ type Store struct {
 	// The commit marker's revision as this process last saw it (writeMu).
 	markRev   int64
 	markKnown bool
-	group   *kv.Group
-	caches  kv.Caches
-	gens    [core.NumAggregates]atomic.Uint64
+	group     *kv.Group
+	caches    kv.Caches
+	gens      [core.NumAggregates]atomic.Uint64
 
 	ctx    context.Context
 	cancel context.CancelFunc
