@@ -1,7 +1,6 @@
 package halab
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -43,76 +42,53 @@ func TestThreeAppliancesSurviveKill(t *testing.T) {
 	g := startGroup(t, bin, "k", 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	first := g.apps[0]
-	if err := first.app.UseAdminKey(ctx); err != nil {
+	first := g.Apps[0]
+	if err := first.App.UseAdminKey(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := first.app.CreateStormClusters(ctx, stormClusters, (stormSize+stormClusters-1)/stormClusters); err != nil {
+	if err := first.App.CreateStormClusters(ctx, StormClusters, (stormSize+StormClusters-1)/StormClusters); err != nil {
 		t.Fatal(err)
 	}
-	victim := g.raftLeader()
-	victimRoles := g.roles(victim)
-	var survivors []*appliance
-	for _, a := range g.apps {
+	victim := raftLeader(t, g)
+	victimRoles := g.Roles(victim)
+	var survivors []*Appliance
+	for _, a := range g.Apps {
 		if a != victim {
 			survivors = append(survivors, a)
 		}
 	}
-	pcap := filepath.Join(g.work, "replies.pcap")
-	stopCapture := g.capture(pcap)
+	pcap := filepath.Join(g.Work, "replies.pcap")
+	stopCapture := capture(t, g, pcap)
 
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := fleetSpec{N: stormSize, Concurrency: 128, Relay: relayAddr, Server: broadcastAddr,
-		Deadline: time.Now().Add(110 * time.Second), Out: filepath.Join(g.work, "fleet.json")}
-	specPath := filepath.Join(g.work, "fleet-spec.json")
-	raw, _ := json.Marshal(spec)
-	if err := os.WriteFile(specPath, raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := g.cli.Command(ctx, exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), fleetEnv+"="+specPath)
-	stderr, err := os.Create(filepath.Join(g.work, "fleet.err"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stderr.Close()
-	cmd.Stderr = stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stormStart := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("storm of %d switches started; %s (%s, %s) dies with SIGKILL once %d are through",
-		stormSize, victim.name, victim.ip, victimRoles, stormSize/3)
+	t.Logf("storm of %d switches starts; %s (%s, %s) dies with SIGKILL once %d are through",
+		stormSize, victim.Name, victim.IP, victimRoles, stormSize/3)
 	var tKill time.Time
 	healed := make(chan time.Duration, 1)
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		var done int
-		if _, err := fmt.Sscanf(sc.Text(), "done %d", &done); err != nil || !tKill.IsZero() || done < stormSize/3 {
-			continue
+	stormStart := time.Now()
+	res, err := g.RunFleet(ctx, []string{exe, "-test.run=^$"}, FleetSpec{N: stormSize, Concurrency: 128,
+		Deadline: time.Now().Add(110 * time.Second)}, func(done int) {
+		if !tKill.IsZero() || done < stormSize/3 {
+			return
 		}
 		tKill = time.Now()
-		if err := victim.kill(); err != nil {
+		if err := victim.Kill(); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s killed %.1fs into the storm, %d switches through", victim.name, tKill.Sub(stormStart).Seconds(), done)
+		t.Logf("%s killed %.1fs into the storm, %d switches through", victim.Name, tKill.Sub(stormStart).Seconds(), done)
 		go func() {
-			err := g.waitBuckets(30*time.Second, survivors, nil)
+			err := g.WaitBuckets(30*time.Second, survivors, nil)
 			if err != nil {
 				t.Errorf("after the kill the survivors never answered every bucket: %v", err)
 			}
 			healed <- time.Since(tKill)
 		}()
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("fleet: %v\n%s", err, readTail(filepath.Join(g.work, "fleet.err")))
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	stormTook := time.Since(stormStart)
 	if tKill.IsZero() {
@@ -121,12 +97,6 @@ func TestThreeAppliancesSurviveKill(t *testing.T) {
 	healthTakeover := <-healed
 	dropped := stopCapture()
 
-	var res fleetResult
-	if raw, err := os.ReadFile(spec.Out); err != nil {
-		t.Fatal(err)
-	} else if err := json.Unmarshal(raw, &res); err != nil {
-		t.Fatal(err)
-	}
 	notDone, retried := 0, 0
 	for i, ok := range res.Done {
 		if !ok {
@@ -153,21 +123,21 @@ func TestThreeAppliancesSurviveKill(t *testing.T) {
 	if dropped > 0 {
 		t.Errorf("tcpdump dropped %d packets: the capture is incomplete", dropped)
 	}
-	all := acks(rs)
+	all := Acks(rs)
 	t.Logf("capture: %d replies, %d ACKs", len(rs), len(all))
-	errorList(t, "address given twice", doubleGrants(rs))
+	errorList(t, "address given twice", DoubleGrants(rs))
 	ips := map[string]netip.Addr{}
-	for _, a := range g.apps {
-		ips[a.name] = netip.MustParseAddr(a.ip)
+	for _, a := range g.Apps {
+		ips[a.Name] = netip.MustParseAddr(a.IP)
 	}
-	errorList(t, "reply before the kill not from the bucket's primary", misrouted(rs, g.names(), ips, tKill))
-	vip := ips[victim.name]
+	errorList(t, "reply before the kill not from the bucket's primary", misrouted(rs, g.Names(), ips, tKill))
+	vip := ips[victim.Name]
 	last, ok := lastFrom(rs, vip, time.Now(), dhcpv4.MessageTypeAck)
 	if !ok {
-		t.Fatalf("%s sent no ACK before it was killed", victim.name)
+		t.Fatalf("%s sent no ACK before it was killed", victim.Name)
 	}
 	if last.Time.After(tKill) {
-		t.Errorf("%s ACKed %s at %s, after it was killed at %s", victim.name, last.ChAddr, clock(last.Time), clock(tKill))
+		t.Errorf("%s ACKed %s at %s, after it was killed at %s", victim.Name, last.ChAddr, clock(last.Time), clock(tKill))
 	}
 	victimACKed := map[string]bool{}
 	for _, r := range all {
@@ -176,28 +146,28 @@ func TestThreeAppliancesSurviveKill(t *testing.T) {
 		}
 	}
 	inVictimBuckets := func(r Reply) bool {
-		return r.Server != vip && ha.Primary(g.names(), bucketOf(r)) == victim.name
+		return r.Server != vip && ha.Primary(g.Names(), bucketOf(r)) == victim.Name
 	}
 	firstTaken, ok := firstAfter(rs, last.Time, dhcpv4.MessageTypeAck, inVictimBuckets)
 	if !ok {
-		t.Fatalf("no survivor ever ACKed a client of %s's buckets after its last ACK", victim.name)
+		t.Fatalf("no survivor ever ACKed a client of %s's buckets after its last ACK", victim.Name)
 	}
 	firstOffer, _ := firstAfter(rs, tKill, dhcpv4.MessageTypeOffer, inVictimBuckets)
 	firstKnown, knownOK := firstAfter(rs, last.Time, dhcpv4.MessageTypeAck, func(r Reply) bool { return r.Server != vip && victimACKed[r.ChAddr] })
 	takeover := firstTaken.Time.Sub(last.Time)
 	t.Logf("take-over: %s's last ACK %s (%.2fs before the kill); first survivor OFFER for its buckets %.2fs after the kill (%s by %s); "+
 		"first survivor ACK for its buckets %s by %s: take-over %.2fs after its last ACK (%.2fs after the kill)",
-		victim.name, clock(last.Time), tKill.Sub(last.Time).Seconds(), firstOffer.Time.Sub(tKill).Seconds(), firstOffer.ChAddr, firstOffer.Server,
+		victim.Name, clock(last.Time), tKill.Sub(last.Time).Seconds(), firstOffer.Time.Sub(tKill).Seconds(), firstOffer.ChAddr, firstOffer.Server,
 		firstTaken.ChAddr, firstTaken.Server, takeover.Seconds(), firstTaken.Time.Sub(tKill).Seconds())
 	if knownOK {
 		t.Logf("first survivor ACK for a client %s had ACKed before: %s by %s, %.2fs after its last ACK (same address: %s)",
-			victim.name, firstKnown.ChAddr, firstKnown.Server, firstKnown.Time.Sub(last.Time).Seconds(), firstKnown.YIAddr)
+			victim.Name, firstKnown.ChAddr, firstKnown.Server, firstKnown.Time.Sub(last.Time).Seconds(), firstKnown.YIAddr)
 	}
-	if limit := sessionTTL + 5*time.Second; takeover >= limit {
+	if limit := SessionTTL + 5*time.Second; takeover >= limit {
 		t.Errorf("take-over took %.2fs, not below session_ttl + 5s = %s", takeover.Seconds(), limit)
 	}
 	t.Logf("replies per second around the kill (t=0):\n%s", strings.Join(timeline(rs, tKill, -2, 8,
-		[]string{g.apps[0].ip, g.apps[1].ip, g.apps[2].ip}), "\n"))
+		[]string{g.Apps[0].IP, g.Apps[1].IP, g.Apps[2].IP}), "\n"))
 
 	// The fleet's own records, and each survivor's store.
 	byIP := map[string]int{}
@@ -212,20 +182,20 @@ func TestThreeAppliancesSurviveKill(t *testing.T) {
 	}
 	var lists [][]core.Lease
 	for _, a := range survivors {
-		out, err := a.app.CLI(ctx, "lease", "list", "-o", "json")
+		out, err := a.App.CLI(ctx, "lease", "list", "-o", "json")
 		if err != nil {
-			t.Fatalf("%s: %v", a.name, err)
+			t.Fatalf("%s: %v", a.Name, err)
 		}
 		var leases []core.Lease
 		if err := json.Unmarshal(out, &leases); err != nil {
-			t.Fatalf("%s lease list: %v", a.name, err)
+			t.Fatalf("%s lease list: %v", a.Name, err)
 		}
 		lists = append(lists, leases)
 		active := map[string]string{}
 		seenIP := map[string]bool{}
 		for _, l := range leases {
 			if seenIP[l.IP] {
-				t.Errorf("%s: the lease table lists %s twice", a.name, l.IP)
+				t.Errorf("%s: the lease table lists %s twice", a.Name, l.IP)
 			}
 			seenIP[l.IP] = true
 			if l.State != core.LeaseActive {
@@ -233,7 +203,7 @@ func TestThreeAppliancesSurviveKill(t *testing.T) {
 			}
 			mac := strings.ToLower(l.MAC)
 			if other, ok := active[mac]; ok {
-				t.Errorf("%s: %s holds two active leases, %s and %s", a.name, mac, other, l.IP)
+				t.Errorf("%s: %s holds two active leases, %s and %s", a.Name, mac, other, l.IP)
 			}
 			active[mac] = l.IP
 		}
@@ -249,33 +219,28 @@ func TestThreeAppliancesSurviveKill(t *testing.T) {
 			case got != ip:
 				wrong++
 				if wrong <= 5 {
-					t.Errorf("%s: switch %d onboarded with %s, the store has %s", a.name, i, ip, got)
+					t.Errorf("%s: switch %d onboarded with %s, the store has %s", a.Name, i, ip, got)
 				}
 			}
 		}
 		if missing > 0 || wrong > 0 {
-			t.Errorf("%s: %d switches without an active lease, %d with another address than they onboarded with", a.name, missing, wrong)
+			t.Errorf("%s: %d switches without an active lease, %d with another address than they onboarded with", a.Name, missing, wrong)
 		}
-		t.Logf("%s's store: %d leases, %d active, %d MACs with one each", a.name, len(leases), len(active), len(active))
+		t.Logf("%s's store: %d leases, %d active, %d MACs with one each", a.Name, len(leases), len(active), len(active))
 	}
 	if len(lists) == 2 && len(lists[0]) != len(lists[1]) {
 		t.Errorf("the survivors list %d and %d leases", len(lists[0]), len(lists[1]))
 	}
 	s := survivors[0]
-	if err := s.app.UseAdminKey(ctx); err != nil {
+	if err := s.App.UseAdminKey(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if issued, err := s.app.CountDevices(ctx, "join-issued"); err != nil {
+	if issued, err := s.App.CountDevices(ctx, "join-issued"); err != nil {
 		t.Fatal(err)
 	} else if issued != stormSize {
 		t.Errorf("%d of %d switches join-issued in the store", issued, stormSize)
 	}
 	t.Logf("test took %.1fs", time.Since(began).Seconds())
-}
-
-func readTail(path string) string {
-	b, _ := os.ReadFile(path)
-	return tailLines(string(b), 20)
 }
 
 // TestPartitionedApplianceStopsAnswering: DHCP clients keep running DORAs
@@ -295,18 +260,18 @@ func TestPartitionedApplianceStopsAnswering(t *testing.T) {
 	bin := requireLab(t, "nft")
 	began := time.Now()
 	g := startGroup(t, bin, "p", 3)
-	victim := g.raftLeader()
-	victimRoles := g.roles(victim)
-	var survivors []*appliance
-	for _, a := range g.apps {
+	victim := raftLeader(t, g)
+	victimRoles := g.Roles(victim)
+	var survivors []*Appliance
+	for _, a := range g.Apps {
 		if a != victim {
 			survivors = append(survivors, a)
 		}
 	}
-	pcap := filepath.Join(g.work, "replies.pcap")
-	stopCapture := g.capture(pcap)
+	pcap := filepath.Join(g.Work, "replies.pcap")
+	stopCapture := capture(t, g, pcap)
 	const clients, rate = 600, 150
-	load, err := startDORALoad(g.cli, 1<<20, clients, rate)
+	load, err := startDORALoad(g.Fleet, 1<<20, clients, rate)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,10 +287,10 @@ func TestPartitionedApplianceStopsAnswering(t *testing.T) {
   chain in { type filter hook input priority 0; ip saddr { %[1]s, %[2]s } drop; }
   chain out { type filter hook output priority 0; ip daddr { %[1]s, %[2]s } drop; }
 }
-`, survivors[0].ip, survivors[1].ip)
+`, survivors[0].IP, survivors[1].IP)
 	nft := func(args ...string) {
 		t.Helper()
-		cmd := victim.ns.Command(context.Background(), "nft", args...)
+		cmd := victim.NS.Command(context.Background(), "nft", args...)
 		if len(args) == 2 && args[1] == "-" {
 			cmd.Stdin = strings.NewReader(rules)
 		}
@@ -335,8 +300,8 @@ func TestPartitionedApplianceStopsAnswering(t *testing.T) {
 	}
 	nft("-f", "-")
 	tCut := time.Now()
-	t.Logf("%s (%s, %s) cut off from %s and %s; its clients still reach it", victim.name, victim.ip, victimRoles,
-		survivors[0].name, survivors[1].name)
+	t.Logf("%s (%s, %s) cut off from %s and %s; its clients still reach it", victim.Name, victim.IP, victimRoles,
+		survivors[0].Name, survivors[1].Name)
 
 	// The survivors take every bucket (their /healthz); the victim says it
 	// holds none (its /metrics: its /healthz answers 503 without the group
@@ -344,47 +309,47 @@ func TestPartitionedApplianceStopsAnswering(t *testing.T) {
 	taken := make(chan error, 1)
 	var tTaken time.Time
 	go func() {
-		err := g.waitBuckets(sessionTTL+10*time.Second, survivors, nil)
+		err := g.WaitBuckets(SessionTTL+10*time.Second, survivors, nil)
 		tTaken = time.Now()
 		taken <- err
 	}()
 	var tStopped time.Time
-	for time.Since(tCut) < sessionTTL+10*time.Second {
-		if m, err := victim.metrics(); err == nil && m["ztpd_ha_buckets_owned"] == 0 && m["ztpd_ha_session_valid"] == 0 {
+	for time.Since(tCut) < SessionTTL+10*time.Second {
+		if m, err := victim.Metrics(); err == nil && m["ztpd_ha_buckets_owned"] == 0 && m["ztpd_ha_session_valid"] == 0 {
 			tStopped = time.Now()
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	if err := <-taken; err != nil {
-		t.Errorf("the survivors never answered every bucket while %s was cut off: %v", victim.name, err)
+		t.Errorf("the survivors never answered every bucket while %s was cut off: %v", victim.Name, err)
 	}
 	if tStopped.IsZero() {
-		t.Errorf("%s's /metrics never showed it holding no bucket with its session dead", victim.name)
+		t.Errorf("%s's /metrics never showed it holding no bucket with its session dead", victim.Name)
 	}
 	t.Logf("%s's /metrics: no bucket, session dead %.2fs after the cut; the survivors' /healthz: all 256 buckets answered %.2fs after it (%s)",
-		victim.name, tStopped.Sub(tCut).Seconds(), tTaken.Sub(tCut).Seconds(), g.statusLine(survivors))
+		victim.Name, tStopped.Sub(tCut).Seconds(), tTaken.Sub(tCut).Seconds(), g.StatusLine(survivors))
 	// Clients keep asking the victim for a while after its deadline, and
 	// the survivors, allocating for new clients, come to reuse the address
 	// blocks the victim held.
-	if d := time.Until(tCut.Add(sessionTTL + 2*time.Second + 10*time.Second)); d > 0 {
+	if d := time.Until(tCut.Add(SessionTTL + 2*time.Second + 10*time.Second)); d > 0 {
 		time.Sleep(d)
 	}
 
 	nft("delete", "table", "inet", "halab")
 	tHeal := time.Now()
-	want := g.primaries(victim)
-	if err := g.waitBuckets(45*time.Second, g.apps, func(sts map[string]ha.Status) error {
-		if st := sts[victim.name]; st.Buckets != want {
-			return fmt.Errorf("%s answers %d buckets, its own are %d", victim.name, st.Buckets, want)
+	want := g.Primaries(victim)
+	if err := g.WaitBuckets(45*time.Second, g.Apps, func(sts map[string]ha.Status) error {
+		if st := sts[victim.Name]; st.Buckets != want {
+			return fmt.Errorf("%s answers %d buckets, its own are %d", victim.Name, st.Buckets, want)
 		}
 		return nil
 	}); err != nil {
 		t.Errorf("after the heal: %v", err)
 	}
 	tBack := time.Now()
-	t.Logf("healed: %s answers its %d buckets again %.2fs after the heal (%s)", victim.name, want, tBack.Sub(tHeal).Seconds(),
-		g.statusLine(g.apps))
+	t.Logf("healed: %s answers its %d buckets again %.2fs after the heal (%s)", victim.Name, want, tBack.Sub(tHeal).Seconds(),
+		g.StatusLine(g.Apps))
 	time.Sleep(5 * time.Second)
 	load.Stop()
 	loadStopped = true
@@ -398,7 +363,7 @@ func TestPartitionedApplianceStopsAnswering(t *testing.T) {
 		t.Errorf("tcpdump dropped %d packets: the capture is incomplete", dropped)
 	}
 	load.mu.Lock()
-	t.Logf("load: %d DORAs ACKed, %d failed (four tries each); capture: %d replies, %d ACKs", load.ok, load.failed, len(rs), len(acks(rs)))
+	t.Logf("load: %d DORAs ACKed, %d failed (four tries each); capture: %d replies, %d ACKs", load.ok, load.failed, len(rs), len(Acks(rs)))
 	var twice []string
 	for c, ips := range load.leases {
 		if len(ips) > 1 {
@@ -407,18 +372,18 @@ func TestPartitionedApplianceStopsAnswering(t *testing.T) {
 	}
 	load.mu.Unlock()
 	errorList(t, "client with two addresses (the load's own records)", twice)
-	errorList(t, "address given twice", doubleGrants(rs))
+	errorList(t, "address given twice", DoubleGrants(rs))
 	ips := map[string]netip.Addr{}
-	for _, a := range g.apps {
-		ips[a.name] = netip.MustParseAddr(a.ip)
+	for _, a := range g.Apps {
+		ips[a.Name] = netip.MustParseAddr(a.IP)
 	}
-	errorList(t, "reply before the cut not from the bucket's primary", misrouted(rs, g.names(), ips, tCut))
+	errorList(t, "reply before the cut not from the bucket's primary", misrouted(rs, g.Names(), ips, tCut))
 	// The store must hold, for every address, the client its last ACK went
 	// to: a write decided by the victim before the cut and committed after
 	// the heal would overwrite a survivor's lease.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := survivors[0].app.CLI(ctx, "lease", "list", "-o", "json")
+	out, err := survivors[0].App.CLI(ctx, "lease", "list", "-o", "json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +396,7 @@ func TestPartitionedApplianceStopsAnswering(t *testing.T) {
 		stored[l.IP] = l
 	}
 	latest := map[string]Reply{}
-	for _, r := range acks(rs) {
+	for _, r := range Acks(rs) {
 		latest[r.YIAddr.String()] = r
 	}
 	var overwritten []string
@@ -464,7 +429,7 @@ func TestPartitionedApplianceStopsAnswering(t *testing.T) {
 	// durable then, and must not be later (a lease committed at the cut
 	// itself may have lost only its answer, hence the margin).
 	acked := map[string]bool{}
-	for _, r := range acks(rs) {
+	for _, r := range Acks(rs) {
 		acked[strings.ToLower(r.ChAddr)+"/"+r.YIAddr.String()] = true
 	}
 	var phantom []string
@@ -475,9 +440,9 @@ func TestPartitionedApplianceStopsAnswering(t *testing.T) {
 		}
 	}
 	errorList(t, "lease started while the victim was cut off that no client was ACKed", phantom)
-	t.Logf("%s's store: %d leases; %d addresses ACKed, each stored for the client its last ACK went to unless listed above", survivors[0].name, len(leases), len(latest))
-	vip := ips[victim.name]
-	limit := tCut.Add(sessionTTL + 2*time.Second)
+	t.Logf("%s's store: %d leases; %d addresses ACKed, each stored for the client its last ACK went to unless listed above", survivors[0].Name, len(leases), len(latest))
+	vip := ips[victim.Name]
+	limit := tCut.Add(SessionTTL + 2*time.Second)
 	durable := map[string]bool{} // chaddr/yiaddr ACKed before the cut
 	var lastReply, lastACK Reply
 	late, nonDurable := 0, 0
@@ -495,7 +460,7 @@ func TestPartitionedApplianceStopsAnswering(t *testing.T) {
 		if r.Time.After(limit) {
 			late++
 			if late <= 5 {
-				t.Errorf("%s sent %s to %s at %.2fs after the cut (bucket %d)", victim.name, r.Type, r.ChAddr, r.Time.Sub(tCut).Seconds(), bucketOf(r))
+				t.Errorf("%s sent %s to %s at %.2fs after the cut (bucket %d)", victim.Name, r.Type, r.ChAddr, r.Time.Sub(tCut).Seconds(), bucketOf(r))
 			}
 		}
 		if r.Type == dhcpv4.MessageTypeAck {
@@ -505,17 +470,17 @@ func TestPartitionedApplianceStopsAnswering(t *testing.T) {
 			// lease committed before the cut.
 			if r.Time.After(tCut.Add(100*time.Millisecond)) && !durable[r.ChAddr+"/"+r.YIAddr.String()] {
 				nonDurable++
-				t.Errorf("%s ACKed %s to %s %.2fs after the cut: a lease it could not have committed", victim.name, r.YIAddr, r.ChAddr, r.Time.Sub(tCut).Seconds())
+				t.Errorf("%s ACKed %s to %s %.2fs after the cut: a lease it could not have committed", victim.Name, r.YIAddr, r.ChAddr, r.Time.Sub(tCut).Seconds())
 			}
 		}
 	}
 	if late > 0 {
-		t.Errorf("%s sent %d replies later than session_ttl + 2s after the cut", victim.name, late)
+		t.Errorf("%s sent %d replies later than session_ttl + 2s after the cut", victim.Name, late)
 	}
 	if lastReply.Time.IsZero() {
-		t.Logf("%s sent nothing after the cut", victim.name)
+		t.Logf("%s sent nothing after the cut", victim.Name)
 	} else {
-		t.Logf("%s's last reply after the cut: %s %.2fs after it; last ACK: %s", victim.name, lastReply.Type,
+		t.Logf("%s's last reply after the cut: %s %.2fs after it; last ACK: %s", victim.Name, lastReply.Type,
 			lastReply.Time.Sub(tCut).Seconds(), func() string {
 				if lastACK.Time.IsZero() {
 					return "none"
@@ -523,31 +488,31 @@ func TestPartitionedApplianceStopsAnswering(t *testing.T) {
 				return fmt.Sprintf("%.2fs after it", lastACK.Time.Sub(tCut).Seconds())
 			}())
 	}
-	inVictimBuckets := func(r Reply) bool { return ha.Primary(g.names(), bucketOf(r)) == victim.name }
+	inVictimBuckets := func(r Reply) bool { return ha.Primary(g.Names(), bucketOf(r)) == victim.Name }
 	if r, ok := firstAfter(rs, tCut, dhcpv4.MessageTypeAck, func(r Reply) bool { return r.Server != vip && inVictimBuckets(r) }); !ok || r.Time.After(tHeal) {
-		t.Errorf("no survivor ACKed a client of %s's buckets while it was cut off", victim.name)
+		t.Errorf("no survivor ACKed a client of %s's buckets while it was cut off", victim.Name)
 	} else {
-		t.Logf("first survivor ACK for %s's buckets: %.2fs after the cut (%s by %s)", victim.name, r.Time.Sub(tCut).Seconds(), r.ChAddr, r.Server)
+		t.Logf("first survivor ACK for %s's buckets: %.2fs after the cut (%s by %s)", victim.Name, r.Time.Sub(tCut).Seconds(), r.ChAddr, r.Server)
 	}
 	if r, ok := firstAfter(rs, tBack, dhcpv4.MessageTypeAck, func(r Reply) bool { return r.Server == vip && inVictimBuckets(r) }); !ok {
-		t.Errorf("%s ACKed none of its clients after it took its buckets back", victim.name)
+		t.Errorf("%s ACKed none of its clients after it took its buckets back", victim.Name)
 	} else {
-		t.Logf("%s ACKed its clients again: first %.2fs after the heal", victim.name, r.Time.Sub(tHeal).Seconds())
+		t.Logf("%s ACKed its clients again: first %.2fs after the heal", victim.Name, r.Time.Sub(tHeal).Seconds())
 	}
 	var foreign []string
 	for _, r := range rs {
 		switch {
 		case r.Time.After(tBack) && r.Server != vip && inVictimBuckets(r):
 			foreign = append(foreign, fmt.Sprintf("%s sent %s to %s (bucket of %s) %.2fs after %s took its buckets back",
-				r.Server, r.Type, r.ChAddr, victim.name, r.Time.Sub(tBack).Seconds(), victim.name))
+				r.Server, r.Type, r.ChAddr, victim.Name, r.Time.Sub(tBack).Seconds(), victim.Name))
 		case r.Time.After(tHeal) && r.Server == vip && !inVictimBuckets(r):
 			foreign = append(foreign, fmt.Sprintf("%s sent %s to %s (bucket %d, not one of its own) %.2fs after the heal",
-				victim.name, r.Type, r.ChAddr, bucketOf(r), r.Time.Sub(tHeal).Seconds()))
+				victim.Name, r.Type, r.ChAddr, bucketOf(r), r.Time.Sub(tHeal).Seconds()))
 		}
 	}
 	errorList(t, "reply for another appliance's bucket after the heal", foreign)
 	t.Logf("replies per second around the cut (t=0):\n%s", strings.Join(timeline(rs, tCut, -1, int(tHeal.Sub(tCut)/time.Second)+3,
-		[]string{g.apps[0].ip, g.apps[1].ip, g.apps[2].ip}), "\n"))
+		[]string{g.Apps[0].IP, g.Apps[1].IP, g.Apps[2].IP}), "\n"))
 	t.Logf("test took %.1fs", time.Since(began).Seconds())
 }
 
