@@ -80,9 +80,25 @@
 #   ZTPD_HA_READY='curl -sf http://{ip}:8080/api/v1/... | grep -q ...' (optional)
 #     run with bash -c inside each appliance's namespace every 0.5 s until all N exit 0
 #     (HA_READY_TIMEOUT s); use it to wait for the cluster (etcd quorum, leader).
-#   ZTPD_HA_STORM_CMD='...' (optional) run once with bash -c in the client namespace
-#     against a fresh, ready set; its output must contain storm_s=<seconds> (last one
-#     wins), which becomes RESULT's storm_s. Placeholders as below; {servers} = all IPs.
+#   ZTPD_HA_STORM_CMD='...' the boot storm, run once with bash -c; its output must contain
+#     storm_s=<seconds> (last one wins; NA allowed), which becomes RESULT's storm_s, and may
+#     contain storm_kill_s=<seconds> (RESULT's storm_kill_s). With ZTPD_HA_STORM_SET=1 it runs
+#     in the client namespace against a fresh, ready set. Placeholders as below; {servers} = all IPs.
+#     Default (empty disables): bin/hastorm (testenv/halab/cmd/hastorm, built here), which
+#     builds its own group (ZTPD_HA_STORM_SET=0: run in the root namespace, no set started):
+#     ZTPD_N appliances on embedded etcd (mutual TLS, session_ttl 3s), each in its own
+#     namespace hastorm<pid>{a,k}-a<i> on a bridge, the fleet behind a relay broadcasting to
+#     all of them; STORM_N (10000) SONiC switches of testenv/bootstorm (DORA, ztp.json,
+#     config_db.json, join bundle, joined report; a failed one starts over after 1 s, its
+#     DHCP gives up after 4 tries, 2+4+8+16 s) onboard twice on a fresh group: every
+#     appliance alive (storm_s), then with the etcd leader SIGKILLed once a third are
+#     through (storm_kill_s). A run is NA unless every switch onboarded, no address was
+#     ACKed to two clients (tcpdump of every reply) and the store holds every switch's
+#     lease and issued bundle; what failed is printed in the report.
+#     STORM_ONE=1 (default) also runs testenv/bootstorm (one ztpd on bbolt, bench/boot-storm.sh)
+#     with the same STORM_N: RESULT's storm_one_s, the single-box reference.
+#     STORM_CLUSTERS (10) STORM_CONCURRENCY (256) as bootstorm's; STORM_SERVER_CPUS and
+#     STORM_FLEET_CPUS pin the appliances / the fleet (default: none, as bench/boot-storm.sh).
 #   Placeholders (also exported as HA_NAME HA_INDEX HA_N HA_IP HA_PEERS HA_MEMBERS
 #   HA_DIR SRV_IFACE SRV_PREFIX SRV_CIDR POOL_START POOL_END RELAY_IP):
 #     {name} ztpd<i>   {index} i   {n} ZTPD_N   {ip} 10.99.0.x   {dir} empty per-appliance dir
@@ -98,13 +114,14 @@
 # the single server gets in dhcp-rate.sh. SERVER_CPUS= CLIENT_CPUS= disables pinning.
 #
 # Output: a table, the fail-over summary, and the last line
-#   RESULT ha dora_per_s=<ztpd_ha> kea_ha=<n> ratio=<ztpd_ha/kea_ha> failover_s=<ztpd_ha> storm_s=<ztpd_ha> kea_failover_s=<s> [kea=<n>] [kea_mt=<n>] [ztpd_bolt=<n>]
+#   RESULT ha dora_per_s=<ztpd_ha> kea_ha=<n> ratio=<ztpd_ha/kea_ha> failover_s=<ztpd_ha> storm_s=<ztpd_ha> storm_kill_s=<ztpd_ha> storm_one_s=<ztpd> kea_failover_s=<s> [kea=<n>] [kea_mt=<n>] [ztpd_bolt=<n>]
 # DORA figures are the highest offered rate that passed; anything not measured is NA.
 #
 # Knobs (env): ANCHORS LADDER DURATION(<=10) CLIENTS DROP_PCT REFINE RETRY_FAIL STOP_ON_FAIL
 #   CLIENT_CPUS SERVER_CPUS PERF_THREADS LEASE_TIME KEA_THREADS KEA_QUEUE HA_PORT
 #   FAILOVER FO_RATE FO_CLIENTS FO_WARMUP FO_TIMEOUT FO_AFTER FO_VICTIM
-#   ZTPD_HA_CMD ZTPD_HA_READY ZTPD_HA_STORM_CMD ZTPD_N
+#   ZTPD_HA_CMD ZTPD_HA_READY ZTPD_HA_STORM_CMD ZTPD_HA_STORM_SET ZTPD_N
+#   STORM_N STORM_CLUSTERS STORM_CONCURRENCY STORM_SERVER_CPUS STORM_FLEET_CPUS STORM_ONE
 #   WORK KEEP_RUNS READY_TIMEOUT HA_READY_TIMEOUT READY_PORT NS_PREFIX
 set -uo pipefail
 
@@ -135,7 +152,18 @@ FO_VICTIM=${FO_VICTIM:-1}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ZTPD_HA_CMD=${ZTPD_HA_CMD-"exec $HERE/ha/appliance.sh {name} {ip} {members} {dir} {iface} {pool_start} {pool_end} $LEASE_TIME"}
 ZTPD_HA_READY=${ZTPD_HA_READY-'curl -sf http://{ip}:8080/healthz | grep -q "\"buckets\":[1-9]"'}
-ZTPD_HA_STORM_CMD=${ZTPD_HA_STORM_CMD:-}
+STORM_N=${STORM_N:-10000}
+STORM_CLUSTERS=${STORM_CLUSTERS:-10}
+STORM_CONCURRENCY=${STORM_CONCURRENCY:-256}
+STORM_SERVER_CPUS=${STORM_SERVER_CPUS:-}
+STORM_FLEET_CPUS=${STORM_FLEET_CPUS:-}
+STORM_ONE=${STORM_ONE:-1}
+if [[ -z ${ZTPD_HA_STORM_CMD+set} ]]; then  # unset: hastorm (set empty: no storm)
+  ZTPD_HA_STORM_CMD="exec $HERE/../bin/hastorm -n $STORM_N -clusters $STORM_CLUSTERS -concurrency $STORM_CONCURRENCY \
+    -appliances {n} -ztpd ${ZTPD_BIN:-$HERE/../bin/ztpd} -work {dir}/hastorm -server-cpus '$STORM_SERVER_CPUS' -fleet-cpus '$STORM_FLEET_CPUS'"
+  ZTPD_HA_STORM_SET=${ZTPD_HA_STORM_SET:-0}
+fi
+ZTPD_HA_STORM_SET=${ZTPD_HA_STORM_SET:-1}
 ZTPD_N=${ZTPD_N:-3}
 WORK=${WORK:-/tmp/ztpd-bench/ha}
 KEEP_RUNS=${KEEP_RUNS:-0}
@@ -650,19 +678,45 @@ run_failover() {             # $1 anchor
 }
 
 # ---------- storm (ztpd hook only) ----------
-STORM_S=NA
+STORM_S=NA STORM_KILL_S=NA STORM_ONE_S=NA
 run_storm() {
   local dir="$WORK/storm" n out pin=()
   rm -rf "$dir"; mkdir -p "$dir"; n=$(set_size ztpd_ha)
-  start_set ztpd_ha "$dir" || { log "storm: ztpd_ha did not start"; stop_set; return 1; }
-  [[ -n $CLIENT_CPUS ]] && pin=(taskset -c "$CLIENT_CPUS")
-  log "ztpd_ha: ZTPD_HA_STORM_CMD"
-  # shellcheck disable=SC2046
-  ip netns exec $NS_CLI env $(member_env 1 "$n" "$dir") "${pin[@]}" \
-    bash -c "$(subst "$ZTPD_HA_STORM_CMD" 1 "$n" "$dir")" > "$dir/storm.out" 2>&1 < /dev/null
-  stop_set
-  out=$(grep -o 'storm_s=[0-9.]*' "$dir/storm.out" | tail -1 | cut -d= -f2)
+  if [[ $ZTPD_HA_STORM_CMD == "exec $HERE/../bin/hastorm "* ]]; then
+    (cd "$HERE/.." && PATH=$PATH:/usr/local/go/bin go build -o bin/hastorm ./testenv/halab/cmd/hastorm) ||
+      { log "storm: go build of testenv/halab/cmd/hastorm failed"; return 1; }
+  fi
+  if [[ $ZTPD_HA_STORM_SET == 1 ]]; then
+    start_set ztpd_ha "$dir" || { log "storm: ztpd_ha did not start"; stop_set; return 1; }
+    [[ -n $CLIENT_CPUS ]] && pin=(taskset -c "$CLIENT_CPUS")
+    log "ztpd_ha: ZTPD_HA_STORM_CMD"
+    # shellcheck disable=SC2046
+    ip netns exec $NS_CLI env $(member_env 1 "$n" "$dir") "${pin[@]}" \
+      bash -c "$(subst "$ZTPD_HA_STORM_CMD" 1 "$n" "$dir")" > "$dir/storm.out" 2>&1 < /dev/null
+    stop_set
+  else
+    log "ztpd_ha: ZTPD_HA_STORM_CMD ($STORM_N switches; the command builds its own appliances): $dir/storm.out"
+    bash -c "$(subst "$ZTPD_HA_STORM_CMD" 1 "$n" "$dir")" > "$dir/storm.out" 2>&1 < /dev/null ||
+      log "storm: ZTPD_HA_STORM_CMD exited $? (see $dir/storm.out)"
+  fi
+  [[ $KEEP_RUNS == 1 ]] || rm -rf "$dir/hastorm"
+  out=$(grep -oE '\<storm_s=([0-9.]+|NA)' "$dir/storm.out" | tail -1 | cut -d= -f2)
   if [[ -n $out ]]; then STORM_S=$out; else log "storm: no storm_s=<x> in $dir/storm.out"; tail -5 "$dir/storm.out" >&2; fi
+  out=$(grep -oE '\<storm_kill_s=([0-9.]+|NA)' "$dir/storm.out" | tail -1 | cut -d= -f2)
+  [[ -n $out ]] && STORM_KILL_S=$out
+  [[ $STORM_ONE == 1 ]] || return 0
+  # the single-box reference: one ztpd on bbolt, the same fleet (bench/boot-storm.sh)
+  (cd "$HERE/.." && PATH=$PATH:/usr/local/go/bin go build -o bin/bootstorm ./testenv/bootstorm) ||
+    { log "storm: go build of testenv/bootstorm failed"; return 1; }
+  log "ztpd: boot storm of $STORM_N switches through one ztpd on bbolt (testenv/bootstorm): $dir/bootstorm.out"
+  if "$HERE/../bin/bootstorm" -n "$STORM_N" -clusters "$STORM_CLUSTERS" -concurrency "$STORM_CONCURRENCY" \
+      -ztpd "${ZTPD_BIN:-$HERE/../bin/ztpd}" -server-cpus "$STORM_SERVER_CPUS" -fleet-cpus "$STORM_FLEET_CPUS" \
+      > "$dir/bootstorm.out" 2>&1 < /dev/null; then
+    STORM_ONE_S=$(sed -n 's/^RESULT boot_storm .* seconds=\([0-9.]*\).*/\1/p' "$dir/bootstorm.out" | tail -1)
+    STORM_ONE_S=${STORM_ONE_S:-NA}
+  else
+    log "storm: bootstorm failed (storm_one_s=NA):"; tail -5 "$dir/bootstorm.out" >&2
+  fi
 }
 
 # ---------- main ----------
@@ -698,6 +752,13 @@ if [[ -s $FO_RESULTS ]]; then
   for a in "${RUN[@]}"; do [[ -f $WORK/failover-$a/summary.txt ]] && cat "$WORK/failover-$a/summary.txt"; done
   echo "(rows: $FO_RESULTS)"
 fi
+if [[ -s $WORK/storm/storm.out ]]; then
+  echo
+  echo "Boot storm ($STORM_N SONiC switches; storm_s: every appliance alive, storm_kill_s: the etcd leader SIGKILLed a third through;"
+  echo " storm_one_s: one ztpd on bbolt; output: $WORK/storm/storm.out, bootstorm.out):"
+  grep -E '^hastorm:|^  \[|^RESULT' "$WORK/storm/storm.out" | grep -v 'failed attempt' | sed 's/^/  /'
+  grep -E '^devices|^elapsed|^ztpd CPU|^RESULT' "$WORK/storm/bootstorm.out" 2>/dev/null | sed 's/^/  one ztpd: /'
+fi
 best() {                     # highest passing rate of $1, NA when not run or nothing passed
   awk -F'\t' -v s="$1" '$1==s {run=1} $1==s && $15=="PASS" && $2+0>b {b=$2+0} END{if (run && b>0) print b; else print "NA"}' "$RESULTS"
 }
@@ -709,4 +770,4 @@ extra=""
 [[ " ${RUN[*]} " == *" kea-mt "* ]] && extra+=" kea_mt=$(best kea-mt)"
 [[ " ${RUN[*]} " == *" ztpd "* ]] && extra+=" ztpd_bolt=$(best ztpd)"
 echo
-echo "RESULT ha dora_per_s=$z kea_ha=$k ratio=$ratio failover_s=$(fo_val ztpd_ha) storm_s=$STORM_S kea_failover_s=$(fo_val kea_ha)$extra"
+echo "RESULT ha dora_per_s=$z kea_ha=$k ratio=$ratio failover_s=$(fo_val ztpd_ha) storm_s=$STORM_S storm_kill_s=$STORM_KILL_S storm_one_s=$STORM_ONE_S kea_failover_s=$(fo_val kea_ha)$extra"
