@@ -20,9 +20,9 @@ func init() { register(newStoreCmd) }
 func newStoreCmd(opts *rootOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "store",
-		Short: "Move the store between bbolt (one box) and etcd (several appliances)",
+		Short: "Move the store between bbolt (one box) and etcd (several appliances); the appliances' etcd members",
 	}
-	cmd.AddCommand(newStoreMigrateCmd(opts))
+	cmd.AddCommand(newStoreMigrateCmd(opts), newStoreMemberCmd(opts))
 	return cmd
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/store/boltstore"
+	"github.com/ztpd/ztpd/internal/store/etcdstore"
 	"github.com/ztpd/ztpd/internal/store/kv"
 )
 
@@ -174,5 +176,54 @@ store:
 	}
 	if seq != want.seqs["events"]+1 {
 		t.Fatalf("next event sequence %d, want %d", seq, want.seqs["events"]+1)
+	}
+}
+
+// TestStoreMemberCommands: `store member list` reads the running member
+// through store.client_url; replace refuses this appliance, a name not
+// among the peers, and a one-box store (etcdstore's test replaces a member
+// of a three-member cluster).
+func TestStoreMemberCommands(t *testing.T) {
+	dir := t.TempDir()
+	peer, client := freeLoopbackURL(t), freeLoopbackURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := etcdstore.StartMember(ctx, etcdstore.MemberConfig{Name: "a1", Dir: filepath.Join(dir, "etcd"),
+		Peers: map[string]string{"a1": peer}, ClientURL: client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	cfg := filepath.Join(dir, "ztpd.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`data_dir: %s
+store:
+  backend: etcd-embedded
+  name: a1
+  peers: [{name: a1, url: "%s"}]
+  client_url: %s
+`, filepath.Join(dir, "data"), peer, client)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runCLI(t, "--config", cfg, "store", "member", "list", "-o", "json")
+	if err != nil {
+		t.Fatalf("member list: %v\n%s", err, out)
+	}
+	var ms []etcdstore.MemberInfo
+	if err := json.Unmarshal([]byte(out), &ms); err != nil || len(ms) != 1 || ms[0].Name != "a1" || !ms[0].Started ||
+		len(ms[0].PeerURLs) != 1 || ms[0].PeerURLs[0] != peer {
+		t.Fatalf("member list: %v %s", err, out)
+	}
+	if _, err := runCLI(t, "--config", cfg, "store", "member", "replace", "a1", "--yes"); err == nil || !strings.Contains(err.Error(), "this appliance") {
+		t.Fatalf("replace of this appliance: %v", err)
+	}
+	if _, err := runCLI(t, "--config", cfg, "store", "member", "replace", "a9", "--yes"); err == nil || !strings.Contains(err.Error(), "not among store.peers") {
+		t.Fatalf("replace of an unknown name: %v", err)
+	}
+	bolt := filepath.Join(dir, "bolt.yaml")
+	if err := os.WriteFile(bolt, []byte("data_dir: "+filepath.Join(dir, "bolt")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runCLI(t, "--config", bolt, "store", "member", "list"); err == nil || !strings.Contains(err.Error(), "etcd-embedded") {
+		t.Fatalf("member list on a one-box store: %v", err)
 	}
 }

@@ -222,3 +222,22 @@ func HasStore(cfg config.Config) bool {
 	_, err := os.Stat(filepath.Join(cfg.DataDir, boltstore.FileName))
 	return err == nil
 }
+
+// EtcdMemberClient connects to this appliance's embedded etcd member
+// through its client URL (store.client_url) with the appliance's
+// certificate, for membership commands run beside `ztpd serve`.
+func EtcdMemberClient(cfg config.Config) (*clientv3.Client, error) {
+	sc := cfg.Store
+	if sc.Backend != store.BackendEtcdEmbedded {
+		return nil, fmt.Errorf("store.backend is %q: member commands are for etcd-embedded appliances (an external etcd cluster's members are managed with etcdctl)", sc.Backend)
+	}
+	u := sc.ClientURL
+	if u == "" {
+		u = "http://127.0.0.1:2379"
+		if sc.TLS.Enabled() {
+			u = "https://127.0.0.1:2379"
+		}
+	}
+	sc.Endpoints = []string{u}
+	return etcdClient(sc)
+}

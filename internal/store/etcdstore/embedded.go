@@ -146,6 +146,11 @@ func StartMember(ctx context.Context, c MemberConfig) (*Member, error) {
 	cfg.InitialCluster = strings.Join(ic, ",")
 	cfg.InitialClusterToken = c.Token
 	cfg.ClusterState = embed.ClusterStateFlagNew
+	if !hasData(c.Dir) && len(c.Peers) > 1 {
+		if cfg.ClusterState, err = peerState(c); err != nil {
+			return nil, err
+		}
+	}
 	cfg.MaxTxnOps = uint(c.MaxTxnOps)
 	cfg.MaxRequestBytes = uint(c.MaxRequestBytes)
 	cfg.QuotaBackendBytes = c.QuotaBytes
