@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -70,6 +71,9 @@ type Options struct {
 	// ServerCPUs, if set, pins every appliance to these CPUs (a taskset
 	// list).
 	ServerCPUs string
+	// Pprof serves net/http/pprof on every appliance's <ip>:6060 (see
+	// Appliance.CPUProfile).
+	Pprof bool
 	// Logf, if set, receives what the lab did (start-up times, statuses).
 	Logf func(format string, args ...any)
 }
@@ -387,6 +391,10 @@ func writePEM(path, typ string, der []byte, mode os.FileMode) error {
 // config is appliance a's configuration: the boot storm's (bench
 // bootstorm) with the store of bench/ha/appliance.sh.
 func (g *Group) config(a *Appliance) string {
+	debug := ""
+	if g.o.Pprof {
+		debug = fmt.Sprintf("debug: {pprof_addr: \"%s:6060\"}\n", a.IP)
+	}
 	var peers strings.Builder
 	for _, m := range g.Apps {
 		fmt.Fprintf(&peers, "    - {name: %s, url: \"https://%s:2380\"}\n", m.Name, m.IP)
@@ -413,8 +421,8 @@ store:
   peer_addr: %[2]s:8444
   tls: {cert_file: %[1]s/cert.pem, key_file: %[1]s/key.pem, ca_file: %[9]s}
   peers:
-%[10]s`, a.Work, a.IP, poolFirst, g.o.PoolLast, RelayAddr, filepath.Join(g.Work, "profiles"), a.Name, SessionTTL,
-		filepath.Join(g.Work, "ca.pem"), peers.String(), g.o.LogLevel)
+%[10]s%[12]s`, a.Work, a.IP, poolFirst, g.o.PoolLast, RelayAddr, filepath.Join(g.Work, "profiles"), a.Name, SessionTTL,
+		filepath.Join(g.Work, "ca.pem"), peers.String(), g.o.LogLevel, debug)
 }
 
 // Health is the group part of a's /healthz.
@@ -434,6 +442,30 @@ func (a *Appliance) Health() (ha.Status, error) {
 		return ha.Status{}, fmt.Errorf("%s /healthz has no group", a.Name)
 	}
 	return *body.Group, nil
+}
+
+// CPUProfile writes a's CPU profile of the next d to path (the group
+// must have been started with Pprof).
+func (a *Appliance) CPUProfile(path string, d time.Duration) error {
+	c := lab.NSClient(a.NS)
+	c.Timeout = d + 30*time.Second
+	resp, err := c.Get(fmt.Sprintf("http://%s:6060/debug/pprof/profile?seconds=%d", a.IP, int(d.Seconds())))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s pprof: HTTP %d", a.Name, resp.StatusCode)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // Primaries counts the buckets whose primary is a (its share when all are

@@ -37,6 +37,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -60,6 +61,8 @@ type options struct {
 	serverCPUs, fleetCPUs         string
 	logLevel                      string
 	timeout                       time.Duration
+	cpuProfile                    string
+	profileDelay                  time.Duration
 }
 
 // poolLast is the pool's last /24: 10.99.1.0 - 10.99.200.254, as bench
@@ -88,6 +91,8 @@ func main() {
 	flag.StringVar(&o.fleetCPUs, "fleet-cpus", "", "taskset CPU list for the fleet (empty: no pinning)")
 	flag.StringVar(&o.logLevel, "log-level", "warn", "the appliances' log level (bench bootstorm's is warn)")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "a run's fleet gives up after this long")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write each appliance's CPU profile of 10 s of the all-alive run to <this>.<appliance>")
+	flag.DurationVar(&o.profileDelay, "cpuprofile-delay", 5*time.Second, "start the profiles this long into the storm")
 	flag.Parse()
 	ok, err := run(o)
 	if err != nil {
@@ -207,7 +212,7 @@ func stormRun(ctx context.Context, o options, kill bool) (outcome, error) {
 	t0 := time.Now()
 	g, err := halab.Start(ctx, halab.Options{Prefix: fmt.Sprintf("hastorm%x%s", os.Getpid()&0xffff, tag), Work: work,
 		Bin: o.bin, Appliances: o.appliances, PoolLast: poolLast, Clusters: o.clusters, LogLevel: o.logLevel,
-		ServerCPUs: o.serverCPUs, Logf: logf})
+		ServerCPUs: o.serverCPUs, Pprof: o.cpuProfile != "" && !kill, Logf: logf})
 	if err != nil {
 		return out, err
 	}
@@ -248,6 +253,29 @@ func stormRun(ctx context.Context, o options, kill bool) (outcome, error) {
 	for _, a := range g.Apps {
 		cpu0[a], _ = procstat.CPU(a.App.Proc.Cmd.Process.Pid)
 	}
+	profiled := make(chan struct{})
+	if o.cpuProfile != "" && !kill {
+		go func() {
+			defer close(profiled)
+			time.Sleep(o.profileDelay)
+			var wg sync.WaitGroup
+			for _, a := range g.Apps {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					path := o.cpuProfile + "." + a.Name
+					if err := a.CPUProfile(path, 10*time.Second); err != nil {
+						logf("cpu profile of %s: %v", a.Name, err)
+					} else {
+						logf("cpu profile of %s, 10 s from %s into the storm: %s", a.Name, o.profileDelay, path)
+					}
+				}()
+			}
+			wg.Wait()
+		}()
+	} else {
+		close(profiled)
+	}
 	var tKill time.Time
 	killAt := int(math.Ceil(o.killAfter * float64(o.n)))
 	healed := make(chan error, 1)
@@ -279,6 +307,7 @@ func stormRun(ctx context.Context, o options, kill bool) (outcome, error) {
 		return out, fmt.Errorf("%w\n%s", err, g.LogTails(20))
 	}
 	dropped := stopCapture()
+	<-profiled
 	out.res = res
 	out.seconds = res.Elapsed.Seconds()
 	var cpu time.Duration
