@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -321,7 +322,7 @@ func (im *profileCheckImages) List(kind string) ([]core.Image, error) {
 	return out, nil
 }
 
-func (im *profileCheckImages) Open(core.Image) (*os.File, error) {
+func (im *profileCheckImages) OpenContext(context.Context, core.Image) (*os.File, error) {
 	return nil, errors.New("profile check reads no image content")
 }
 

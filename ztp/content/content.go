@@ -52,7 +52,10 @@ type JoinProvider interface {
 type Images interface {
 	Resolve(ref string) (core.Image, error)
 	List(kind string) ([]core.Image, error)
-	Open(im core.Image) (*os.File, error)
+	// OpenContext opens an image's content; with several appliances it
+	// may first fetch a missing blob from a peer, for as long as ctx lets
+	// it (the device's request).
+	OpenContext(ctx context.Context, im core.Image) (*os.File, error)
 }
 
 // Options configure a Service: resolved values and the parts it uses.

@@ -3,6 +3,7 @@ package content
 // Stored images and the files directory, served by name.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -12,8 +13,9 @@ import (
 )
 
 // Image resolves a stored image by sha256, unique prefix or name; kind, when
-// not empty, restricts it.
-func (s *Service) Image(ref, kind string) (core.Image, *os.File, error) {
+// not empty, restricts it. ctx bounds the wait for a blob this appliance
+// fetches from a peer first.
+func (s *Service) Image(ctx context.Context, ref, kind string) (core.Image, *os.File, error) {
 	if s.opt.Images == nil {
 		return core.Image{}, nil, notFound("no image store")
 	}
@@ -27,7 +29,7 @@ func (s *Service) Image(ref, kind string) (core.Image, *os.File, error) {
 	if kind != "" && im.Kind != kind {
 		return im, nil, notFound("no %s %q", kind, ref)
 	}
-	f, err := s.opt.Images.Open(im)
+	f, err := s.opt.Images.OpenContext(ctx, im)
 	if err != nil {
 		// The device learns which image; the path is for the log.
 		return im, nil, &Error{Status: 503, Reason: fmt.Sprintf("image %s is not available on this server (its content is missing)", im.Name),

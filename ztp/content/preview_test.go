@@ -235,4 +235,6 @@ func (l listedImages) List(kind string) ([]core.Image, error) {
 	return out, nil
 }
 
-func (l listedImages) Open(core.Image) (*os.File, error) { return nil, os.ErrNotExist }
+func (l listedImages) OpenContext(context.Context, core.Image) (*os.File, error) {
+	return nil, os.ErrNotExist
+}

@@ -223,7 +223,7 @@ func (s *Server) serveONIE(w http.ResponseWriter, r *http.Request, hint string) 
 		s.fail(w, r, err)
 		return
 	}
-	_, f, err := s.svc.Image(im.SHA256, "")
+	_, f, err := s.svc.Image(r.Context(), im.SHA256, "")
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -243,7 +243,7 @@ func (s *Server) image(kind string) http.HandlerFunc {
 func (s *Server) iso(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if !strings.HasSuffix(name, ".iso") {
-		if im, f, err := s.svc.Image(name+".iso", "binaries-iso"); err == nil {
+		if im, f, err := s.svc.Image(r.Context(), name+".iso", "binaries-iso"); err == nil {
 			defer f.Close()
 			s.sendImage(w, r, im, f)
 			return
@@ -257,7 +257,7 @@ func (s *Server) serveStored(w http.ResponseWriter, r *http.Request, ref, kind s
 		s.fail(w, r, &content.Error{Status: http.StatusForbidden, Reason: "refused path " + strconv.Quote(ref)})
 		return
 	}
-	im, f, err := s.svc.Image(ref, kind)
+	im, f, err := s.svc.Image(r.Context(), ref, kind)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -57,6 +57,10 @@ import (
 	"github.com/ztpd/ztpd/ztp/content"
 )
 
+// peerFetchWait bounds how long a TFTP read waits for an image blob this
+// appliance fetches from a peer appliance first (several appliances).
+const peerFetchWait = time.Minute
+
 var (
 	transfers = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "ztpd_tftp_transfers_total",
@@ -318,7 +322,12 @@ func (s *Server) image(ref, kind string, c *content.Client) (*payload, error) {
 	if strings.Contains(ref, "/") {
 		return nil, &content.Error{Status: 404, Reason: "no image " + ref}
 	}
-	im, f, err := s.svc.Image(ref, kind)
+	// A TFTP read has no context of its own: a blob fetched from a peer
+	// appliance first is waited for at most peerFetchWait (the client
+	// retransmits its request meanwhile; repeats join the same fetch).
+	ctx, cancel := context.WithTimeout(context.Background(), peerFetchWait)
+	defer cancel()
+	im, f, err := s.svc.Image(ctx, ref, kind)
 	if err != nil {
 		return nil, err
 	}
