@@ -99,8 +99,12 @@ func (a *App) healthz(w http.ResponseWriter, r *http.Request) {
 	body := map[string]any{"status": "ok", "schema": schema, "store": a.Cfg.Store.Backend}
 	code := http.StatusOK
 	if err != nil {
+		// The body says what an operator or a load balancer needs and no
+		// internal detail (the log has it), so it passes the guard as is.
 		code = http.StatusServiceUnavailable
-		body = map[string]any{"status": "unhealthy", "error": err.Error(), "store": a.Cfg.Store.Backend}
+		body = map[string]any{"status": "unhealthy", "error": "the store cannot be read", "store": a.Cfg.Store.Backend}
+		a.healthWarn.Do(func() { a.Log.Warn("/healthz: the store cannot be read", "err", err) })
+		httpserve.MarkPublic(w)
 	}
 	// The group part also when the store cannot be read: what this
 	// appliance holds (nothing, once its session lapsed) is what an

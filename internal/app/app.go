@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/ztpd/ztpd/api"
 	"github.com/ztpd/ztpd/images/binaries"
 	"github.com/ztpd/ztpd/images/imagestore"
@@ -64,6 +66,9 @@ type App struct {
 	Cfg   config.Config
 	Log   *slog.Logger
 	Store store.Store
+	// healthWarn rate-limits /healthz's warning that the store cannot be
+	// read (it is polled every few seconds).
+	healthWarn rate.Sometimes
 
 	// Keys seals secrets at rest: cluster CA keys, token seeds, API secrets.
 	Keys *secretbox.Keyring
@@ -155,7 +160,8 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &App{Cfg: cfg, Log: log, Store: st, HTTPMux: http.NewServeMux(), AdminMux: http.NewServeMux()}
+	a := &App{Cfg: cfg, Log: log, Store: st, HTTPMux: http.NewServeMux(), AdminMux: http.NewServeMux(),
+		healthWarn: rate.Sometimes{Interval: 10 * time.Second}}
 	// A backup killed part way leaves its store snapshot; the store's lock,
 	// held now, says no other backup of this data directory runs.
 	if stale, _ := filepath.Glob(filepath.Join(cfg.DataDir, backupSnapshotPrefix+"*")); len(stale) > 0 {

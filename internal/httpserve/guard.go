@@ -231,7 +231,24 @@ type guardWriter struct {
 
 const heldBodyMax = 4 << 10
 
+// publicBodyHeader marks (in this process only: the guard removes it) a
+// 5xx answer whose body was written for the client, such as /healthz's
+// status when the store cannot be read.
+const publicBodyHeader = "X-Ztpd-Public-Body"
+
+// MarkPublic lets the next 5xx answer on w through the guard as written:
+// the handler vouches that its body holds nothing internal.
+func MarkPublic(w http.ResponseWriter) { w.Header().Set(publicBodyHeader, "1") }
+
 func (w *guardWriter) WriteHeader(code int) {
+	if w.Header().Get(publicBodyHeader) != "" {
+		w.Header().Del(publicBodyHeader)
+		if w.code == 0 {
+			w.code = code
+		}
+		w.ResponseWriter.WriteHeader(code)
+		return
+	}
 	if w.code == 0 && code >= 500 {
 		w.code, w.held = code, true
 		return

@@ -324,6 +324,27 @@ func TestGuardHidesServerErrorDetail(t *testing.T) {
 	}
 }
 
+// TestGuardPassesAMarkedPublicBody: a handler that wrote its 5xx body for
+// the client (MarkPublic: /healthz without a store) gets it through as
+// written, and the marker never reaches the client.
+func TestGuardPassesAMarkedPublicBody(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		MarkPublic(w)
+		WriteJSON(w, 503, map[string]any{"status": "unhealthy", "group": map[string]int{"buckets": 0}})
+	})
+	g := Guard{Listener: "t", HideErrors: true, Log: slog.New(slog.DiscardHandler)}.Wrap(h)
+	addr, _, _ := serve(t, "t-public", g, Limits{}, time.Second)
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !strings.Contains(string(raw), `"group":{"buckets":0}`) || resp.Header.Get(publicBodyHeader) != "" {
+		t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, raw)
+	}
+}
+
 func TestShutdownGrace(t *testing.T) {
 	started := make(chan struct{}, 1)
 	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -304,8 +304,8 @@ func TestPartitionedApplianceStopsAnswering(t *testing.T) {
 		survivors[0].Name, survivors[1].Name)
 
 	// The survivors take every bucket (their /healthz); the victim says it
-	// holds none (its /metrics: its /healthz answers 503 without the group
-	// once its store has no quorum).
+	// holds none (its /metrics, and its /healthz: 503 once its store has no
+	// quorum, with the group part).
 	taken := make(chan error, 1)
 	var tTaken time.Time
 	go func() {
@@ -326,6 +326,14 @@ func TestPartitionedApplianceStopsAnswering(t *testing.T) {
 	}
 	if tStopped.IsZero() {
 		t.Errorf("%s's /metrics never showed it holding no bucket with its session dead", victim.Name)
+	}
+	// Its /healthz, without a quorum, answers within a few seconds (503),
+	// still saying what it holds: nothing.
+	asked := time.Now()
+	st, err := victim.Health()
+	if took := time.Since(asked); err != nil || st.Alive || st.Buckets != 0 || took > 4*time.Second {
+		t.Errorf("%s's /healthz while cut off: %+v, %v, in %s; want its group part, no bucket, no session, within 4 s",
+			victim.Name, st, err, took.Round(time.Millisecond))
 	}
 	t.Logf("%s's /metrics: no bucket, session dead %.2fs after the cut; the survivors' /healthz: all 256 buckets answered %.2fs after it (%s)",
 		victim.Name, tStopped.Sub(tCut).Seconds(), tTaken.Sub(tCut).Seconds(), g.StatusLine(survivors))
