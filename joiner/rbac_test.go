@@ -17,6 +17,7 @@ import (
 	"github.com/ztpd/ztpd/internal/kubewatch"
 	"github.com/ztpd/ztpd/joiner/bundle"
 	"github.com/ztpd/ztpd/testenv/certcheck"
+	"github.com/ztpd/ztpd/testenv/freeport"
 )
 
 func runtimeOf(t *testing.T, e *env, id string) core.JoinState {
@@ -49,12 +50,7 @@ func TestKubeconfigIdentityAndAdminBinding(t *testing.T) {
 	bindingJSON, _ := json.Marshal(binding)
 	e := newEnv(t, Options{AutoApprove: approveAll, Observer: Observer{User: kubewatch.ObserverUser,
 		Groups: []string{kubewatch.ObserverGroup}, RBAC: [][]byte{roleJSON, bindingJSON}}})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // the API server is not up yet
+	addr := freeport.Addr(t) // the API server is not up yet
 	c := e.cluster(clusterSpec{Name: "prod", Size: 1, Endpoint: "https://" + addr + "/"})
 	cp := e.must(e.join("prod", 1))
 	if got := cloudFiles(t, cp)["/etc/ztpd/manifests/ztpd-cluster-admins.yaml"]; got != bundle.ClusterAdminsRBAC {
@@ -74,6 +70,7 @@ func TestKubeconfigIdentityAndAdminBinding(t *testing.T) {
 
 	// The API server comes up; the sweeper loop (as `ztpd serve` runs it)
 	// creates the binding.
+	var ln net.Listener
 	for i := 0; ; i++ {
 		if ln, err = net.Listen("tcp", addr); err == nil {
 			break

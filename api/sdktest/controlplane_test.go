@@ -23,6 +23,7 @@ import (
 	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/joiner/bundle"
 	"github.com/ztpd/ztpd/testenv/controlplane"
+	"github.com/ztpd/ztpd/testenv/freeport"
 	"github.com/ztpd/ztpd/testenv/inproc"
 	"github.com/ztpd/ztpd/testenv/kubebin"
 	"github.com/ztpd/ztpd/testenv/kubeletsim"
@@ -75,7 +76,7 @@ func TestCloudStackSDKRealControlPlane(t *testing.T) {
 	// ztpd serves devices on the host end of the VM's link (the VM posts
 	// /join from its own address, which its lease ties to its MAC) and the
 	// API on loopback, as an appliance keeps its API off the device network.
-	deviceAddr, apiAddr := freeAddr(t, vmHostAddr), freeAddr(t, "127.0.0.1")
+	deviceAddr, apiAddr := freeport.On(t, vmHostAddr), freeport.On(t, "127.0.0.1")
 	// The control plane stops after ztpd (cleanups run last-in first-out):
 	// kube-apiserver does not finish its SIGTERM shutdown while ztpd's
 	// Node watch is open, and Stop would wait 15 s to kill it.
@@ -335,17 +336,6 @@ func vmNamespace(t *testing.T) (*netns.NS, string) {
 		t.Fatal(err)
 	}
 	return ns, mac
-}
-
-// freeAddr returns host:port with a port free on host now.
-func freeAddr(t *testing.T, host string) string {
-	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // writeCloudConfigFiles writes the write_files of a #cloud-config under

@@ -33,6 +33,7 @@ import (
 	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/joiner/bundle"
 	"github.com/ztpd/ztpd/testenv/controlplane"
+	"github.com/ztpd/ztpd/testenv/freeport"
 	"github.com/ztpd/ztpd/testenv/inproc"
 	"github.com/ztpd/ztpd/testenv/kubebin"
 	"github.com/ztpd/ztpd/testenv/kubeletsim"
@@ -519,8 +520,8 @@ func TestDayTwoRealControlPlane(t *testing.T) {
 // stops after ztpd.
 func serveDayTwo(t *testing.T, cpI int, drain time.Duration) (deviceBase string, cfg config.Config, apiPort string, a *app.App) {
 	t.Helper()
-	deviceAddr := freeAddr(t, d2Host(cpI))
-	_, apiPort, _ = net.SplitHostPort(freeAddr(t, "0.0.0.0"))
+	deviceAddr := freeport.On(t, d2Host(cpI))
+	_, apiPort, _ = net.SplitHostPort(freeport.On(t, "0.0.0.0"))
 	deviceBase, cfg, a = inproc.ServeApp(t, func(c *config.Config) {
 		c.HTTP.Addr = deviceAddr
 		c.AdvertiseAddr = d2Host(cpI)

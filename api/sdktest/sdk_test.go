@@ -20,6 +20,7 @@ import (
 	"github.com/ztpd/ztpd/internal/app"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/testenv/certcheck"
+	"github.com/ztpd/ztpd/testenv/freeport"
 	"github.com/ztpd/ztpd/testenv/inproc"
 )
 
@@ -62,8 +63,8 @@ func TestCloudStackSDKLifecycle(t *testing.T) { sdkLifecycle(t, nil) }
 func TestCloudStackSDKLifecycleOnEtcd(t *testing.T) {
 	sdkLifecycle(t, func(c *config.Config) {
 		c.Store = config.Store{Backend: "etcd-embedded", Name: "a1",
-			Peers:     []config.StorePeer{{Name: "a1", URL: "http://" + freeAddr(t, "127.0.0.1")}},
-			ClientURL: "http://" + freeAddr(t, "127.0.0.1")}
+			Peers:     []config.StorePeer{{Name: "a1", URL: "http://" + freeport.On(t, "127.0.0.1")}},
+			ClientURL: "http://" + freeport.On(t, "127.0.0.1")}
 	})
 }
 

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ztpd/ztpd/testenv/freeport"
 )
 
 // Issue 15 item 3: "ztpd backup" copied ztpd.db only; restored into a fresh
@@ -281,7 +283,7 @@ func TestBackupServeRefusesWithoutItsKey(t *testing.T) {
 	keyPath := filepath.Join(st.data, "secret.key")
 	orig, _ := os.ReadFile(keyPath)
 	os.Remove(keyPath)
-	out, stderr, err := backupRun(t, nil, "serve", "--config", st.lab.cfg, "--data-dir", st.data, "--http-addr", freePort(t))
+	out, stderr, err := backupRun(t, nil, "serve", "--config", st.lab.cfg, "--data-dir", st.data, "--http-addr", freeport.Addr(t))
 	if err == nil || !strings.Contains(stderr, "at-rest key missing") || !strings.Contains(stderr, st.fingerprint) || !strings.Contains(stderr, keyPath) {
 		t.Fatalf("serve without its key: %v\n%s%s", err, out, stderr)
 	}
@@ -294,7 +296,7 @@ func TestBackupServeRefusesWithoutItsKey(t *testing.T) {
 	// Another key: refused as a mismatch, and left alone.
 	other := bytes.Repeat([]byte{0x5a}, 32)
 	os.WriteFile(keyPath, other, 0o600)
-	_, stderr, err = backupRun(t, nil, "serve", "--config", st.lab.cfg, "--data-dir", st.data, "--http-addr", freePort(t))
+	_, stderr, err = backupRun(t, nil, "serve", "--config", st.lab.cfg, "--data-dir", st.data, "--http-addr", freeport.Addr(t))
 	if err == nil || !strings.Contains(stderr, "at-rest key mismatch") || !strings.Contains(stderr, st.fingerprint) {
 		t.Fatalf("serve with another key: %v\n%s", err, stderr)
 	}
@@ -383,7 +385,7 @@ func TestBackupMissingImageContent(t *testing.T) {
 	if err != nil || !strings.Contains(stderr, "image sonic.bin has no content here") {
 		t.Fatalf("restore without blobs: %v\n%s", err, stderr)
 	}
-	tftpAddr := freePort(t) // a free TCP port number; the UDP one is almost surely free too
+	tftpAddr := freeport.Addr(t) // a free TCP port number; the UDP one is almost surely free too
 	s := startServe(t, buildZtpd(t), fresh, "--config", st.lab.cfg, "--tftp", "--tftp-addr", tftpAddr)
 	blob := filepath.Join(fresh, "images", "sha256", st.imageSHA)
 

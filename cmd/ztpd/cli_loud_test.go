@@ -21,6 +21,7 @@ import (
 	"github.com/ztpd/ztpd/internal/app"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/testenv/freeport"
 	"github.com/ztpd/ztpd/testenv/inproc"
 )
 
@@ -132,8 +133,8 @@ func TestLoudServeOnBusyPortCreatesNothing(t *testing.T) {
 		args func(busy string) []string
 	}{
 		{"http", func(busy string) []string { return []string{"--http-addr", busy} }},
-		{"pprof", func(busy string) []string { return []string{"--http-addr", freePort(t), "--pprof-addr", busy} }},
-		{"metadata", func(busy string) []string { return []string{"--http-addr", freePort(t), "--metadata-addr", busy} }},
+		{"pprof", func(busy string) []string { return []string{"--http-addr", freeport.Addr(t), "--pprof-addr", busy} }},
+		{"metadata", func(busy string) []string { return []string{"--http-addr", freeport.Addr(t), "--metadata-addr", busy} }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			busy := loudHoldPort(t)
@@ -171,7 +172,7 @@ func TestLoudServeOnBusyTFTPPortCreatesNothing(t *testing.T) {
 	defer pc.Close()
 	busy := pc.LocalAddr().String()
 	data := filepath.Join(t.TempDir(), "data")
-	r := loudRun(t, nil, "serve", "--data-dir", data, "--http-addr", freePort(t), "--tftp", "--tftp-addr", busy)
+	r := loudRun(t, nil, "serve", "--data-dir", data, "--http-addr", freeport.Addr(t), "--tftp", "--tftp-addr", busy)
 	if r.code == 0 || !strings.Contains(r.stderr, "tftp listener") || !strings.Contains(r.stderr, busy) {
 		t.Fatalf("serve on a busy TFTP port: exit %d\n%s", r.code, r.stderr)
 	}
@@ -183,7 +184,7 @@ func TestLoudServeOnBusyTFTPPortCreatesNothing(t *testing.T) {
 // A serve that binds everything still logs "started", after its listeners.
 func TestLoudServeStartsAfterBinding(t *testing.T) {
 	bin := buildZtpd(t)
-	s := startServe(t, bin, filepath.Join(t.TempDir(), "data"), "--pprof-addr", freePort(t))
+	s := startServe(t, bin, filepath.Join(t.TempDir(), "data"), "--pprof-addr", freeport.Addr(t))
 	deadline := time.Now().Add(5 * time.Second)
 	for !strings.Contains(s.stderr.String(), "ztpd started") && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
@@ -489,7 +490,7 @@ func TestLoudSemverWithVAndImageSizes(t *testing.T) {
 // nothing.
 func TestLoudMissingDHCPInterface(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "data")
-	r := loudRun(t, nil, "serve", "--data-dir", data, "--http-addr", freePort(t),
+	r := loudRun(t, nil, "serve", "--data-dir", data, "--http-addr", freeport.Addr(t),
 		"--dhcp-interface", "nosuch0", "--dhcp-range", "10.99.1.10-10.99.1.20")
 	if r.code == 0 || !strings.Contains(r.stderr, `interface "nosuch0" does not exist on this host (it has: `) ||
 		!strings.Contains(r.stderr, "lo") || strings.Contains(r.stderr, "no IPv4 address") {
@@ -542,12 +543,12 @@ func TestLoudServeWithBadAPICertificateCreatesNothing(t *testing.T) {
 	data := filepath.Join(dir, "data")
 	keyFile := filepath.Join(dir, "admin.yaml")
 	cfg := filepath.Join(dir, "ztpd.yaml")
-	body := "api:\n  addr: " + freePort(t) + "\n  tls: {enabled: true, cert_file: " + filepath.Join(dir, "missing.crt") +
+	body := "api:\n  addr: " + freeport.Addr(t) + "\n  tls: {enabled: true, cert_file: " + filepath.Join(dir, "missing.crt") +
 		", key_file: " + filepath.Join(dir, "missing.key") + "}\n"
 	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := loudRun(t, nil, "--config", cfg, "serve", "--data-dir", data, "--http-addr", freePort(t), "--admin-key-file", keyFile)
+	r := loudRun(t, nil, "--config", cfg, "serve", "--data-dir", data, "--http-addr", freeport.Addr(t), "--admin-key-file", keyFile)
 	if r.code == 0 || !strings.Contains(r.stderr, "api.tls") || !strings.Contains(r.stderr, "missing.crt") {
 		t.Fatalf("serve with a missing API certificate: exit %d\n%s", r.code, r.stderr)
 	}

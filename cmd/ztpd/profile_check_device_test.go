@@ -1,13 +1,14 @@
 package main
 
 import (
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ztpd/ztpd/testenv/freeport"
 )
 
 // "My switch gets no config": profile check --device previews with the
@@ -20,12 +21,7 @@ func TestProfileCheckRecordedDevice(t *testing.T) {
 	bin := buildZtpd(t)
 	env := cliEnv(t)
 	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeport.Addr(t)
 	cfg := visConfig(t, dir, addr)
 	profiles := filepath.Join(dir, "profiles")
 	if err := os.MkdirAll(profiles, 0o755); err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ztpd/ztpd/testenv/freeport"
 )
 
 // SIGHUP (systemctl reload ztpd) reads the profiles again: a new profile
@@ -21,12 +22,7 @@ func TestReloadProfilesOnHangup(t *testing.T) {
 	bin := buildZtpd(t)
 	env := cliEnv(t)
 	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeport.Addr(t)
 	cfg := visConfig(t, dir, addr)
 	profiles := filepath.Join(dir, "profiles")
 	if err := os.MkdirAll(profiles, 0o755); err != nil {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/testenv/e2etest"
+	"github.com/ztpd/ztpd/testenv/freeport"
 )
 
 // buildZtpd compiles the real binary once per test binary run.
@@ -42,16 +42,6 @@ func buildZtpd(t *testing.T) string {
 	return bin
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 type runningServer struct {
 	cmd    *exec.Cmd
 	addr   string
@@ -60,7 +50,7 @@ type runningServer struct {
 
 func startServe(t *testing.T, bin, dataDir string, extra ...string) *runningServer {
 	t.Helper()
-	addr := freePort(t)
+	addr := freeport.Addr(t)
 	args := append([]string{"serve", "--data-dir", dataDir, "--http-addr", addr}, extra...)
 	cmd := exec.Command(bin, args...)
 	var stderr bytes.Buffer
@@ -139,7 +129,7 @@ func TestSecondInstanceOnSameDataDirFailsAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	out, err := exec.CommandContext(ctx, bin, "serve", "--data-dir", data, "--http-addr", freePort(t)).CombinedOutput()
+	out, err := exec.CommandContext(ctx, bin, "serve", "--data-dir", data, "--http-addr", freeport.Addr(t)).CombinedOutput()
 	if err == nil {
 		t.Fatal("second serve succeeded")
 	}
@@ -218,7 +208,7 @@ func TestAdminKeyFile(t *testing.T) {
 
 	// A new data directory with the file still there: refused, no key made.
 	data2 := filepath.Join(dir, "data2")
-	out, err := exec.Command(bin, "serve", "--data-dir", data2, "--http-addr", freePort(t), "--admin-key-file", keyFile).CombinedOutput()
+	out, err := exec.Command(bin, "serve", "--data-dir", data2, "--http-addr", freeport.Addr(t), "--admin-key-file", keyFile).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "exists already") || strings.Contains(string(out), "secret key:") {
 		t.Fatalf("existing key file: %v\n%s", err, out)
 	}

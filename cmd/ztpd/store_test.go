@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -16,6 +15,7 @@ import (
 	"github.com/ztpd/ztpd/internal/store/boltstore"
 	"github.com/ztpd/ztpd/internal/store/etcdstore"
 	"github.com/ztpd/ztpd/internal/store/kv"
+	"github.com/ztpd/ztpd/testenv/freeport"
 )
 
 // dump is every record and sequence of a store, for comparing copies.
@@ -91,16 +91,6 @@ func seedStore(t *testing.T, dir string) {
 	}
 }
 
-func freeLoopbackURL(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return "http://" + l.Addr().String()
-}
-
 // TestStoreMigrateRoundTrip copies a bbolt store into an embedded etcd
 // member and back, and requires the copy to equal the original record for
 // record and sequence for sequence.
@@ -115,7 +105,7 @@ store:
   name: a1
   peers: [{name: a1, url: "%s"}]
   client_url: %s
-`, filepath.Join(dir, "data"), freeLoopbackURL(t), freeLoopbackURL(t))), 0o600); err != nil {
+`, filepath.Join(dir, "data"), freeport.URL(t, "http"), freeport.URL(t, "http"))), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out, err := runCLI(t, "--config", cfg, "store", "migrate", "--to", "etcd", "--from", old, "-o", "json")
@@ -185,7 +175,7 @@ store:
 // of a three-member cluster).
 func TestStoreMemberCommands(t *testing.T) {
 	dir := t.TempDir()
-	peer, client := freeLoopbackURL(t), freeLoopbackURL(t)
+	peer, client := freeport.URL(t, "http"), freeport.URL(t, "http")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	m, err := etcdstore.StartMember(ctx, etcdstore.MemberConfig{Name: "a1", Dir: filepath.Join(dir, "etcd"),

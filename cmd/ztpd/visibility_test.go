@@ -22,6 +22,7 @@ import (
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/joiner"
+	"github.com/ztpd/ztpd/testenv/freeport"
 )
 
 // Visibility and local access (issue 15, items 1 and 5), with the real
@@ -168,7 +169,7 @@ func TestVisibilityRefusedSwitch(t *testing.T) {
 	}
 	bin := buildZtpd(t)
 	dir := t.TempDir()
-	addr := freePort(t)
+	addr := freeport.Addr(t)
 	cfg := visConfig(t, dir, addr)
 	env := cliEnv(t)
 	srv, log := visServe(t, bin, cfg, addr, env)
@@ -288,7 +289,7 @@ func TestVisibilityServeProfilesFlag(t *testing.T) {
 	}
 	bin := buildZtpd(t)
 	dir := t.TempDir()
-	addr := freePort(t)
+	addr := freeport.Addr(t)
 	cfg := visConfig(t, dir, addr)
 	profiles := filepath.Join(dir, "profiles")
 	if err := os.MkdirAll(profiles, 0o755); err != nil {
@@ -322,7 +323,7 @@ func TestVisibilityServeProfilesFlag(t *testing.T) {
 func TestVisibilityLocalReadsAndNames(t *testing.T) {
 	bin := buildZtpd(t)
 	dir := t.TempDir()
-	addr := freePort(t)
+	addr := freeport.Addr(t)
 	cfgPath := visConfig(t, dir, addr)
 	cfg, err := config.Load(cfgPath)
 	if err != nil {

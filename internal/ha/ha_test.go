@@ -3,7 +3,6 @@ package ha_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,17 +14,8 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/ha"
 	"github.com/ztpd/ztpd/internal/store/etcdstore"
+	"github.com/ztpd/ztpd/testenv/freeport"
 )
-
-func freeURL(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return "http://" + l.Addr().String()
-}
 
 // group is three embedded etcd members in this process and a coordinator
 // on each.
@@ -40,7 +30,7 @@ func startGroup(t *testing.T, ttl time.Duration) *group {
 	g := &group{names: []string{"a1", "a2", "a3"}}
 	peers := map[string]string{}
 	for _, n := range g.names {
-		peers[n] = freeURL(t)
+		peers[n] = freeport.URL(t, "http")
 	}
 	dir := t.TempDir()
 	g.members = make([]*etcdstore.Member, 3)
@@ -53,7 +43,7 @@ func startGroup(t *testing.T, ttl time.Duration) *group {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			g.members[i], errs[i] = etcdstore.StartMember(ctx, etcdstore.MemberConfig{Name: n, Dir: filepath.Join(dir, n),
-				Peers: peers, ClientURL: freeURL(t), Token: "t-" + t.Name()})
+				Peers: peers, ClientURL: freeport.URL(t, "http"), Token: "t-" + t.Name()})
 		}()
 	}
 	wg.Wait()

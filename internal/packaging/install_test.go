@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -20,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/testenv/freeport"
 	"github.com/ztpd/ztpd/testenv/netns"
 )
 
@@ -114,7 +114,7 @@ func TestDebInstallStartsService(t *testing.T) {
 	}
 
 	// The operator's first edit: the HTTP port (8080 may be taken here).
-	addr := freeLoopbackAddr(t)
+	addr := freeport.Addr(t)
 	conf, err := os.ReadFile(ConfigPath)
 	if err != nil {
 		t.Fatal(err)
@@ -312,17 +312,6 @@ func checkOwned(t *testing.T, path string, uid, gid int, mode fs.FileMode) {
 	if int(s.Uid) != uid || int(s.Gid) != gid || st.Mode().Perm() != mode {
 		t.Errorf("%s: owner %d:%d mode %v, want %d:%d %v", path, s.Uid, s.Gid, st.Mode().Perm(), uid, gid, mode)
 	}
-}
-
-// freeLoopbackAddr is a loopback TCP address nothing listens on now.
-func freeLoopbackAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // syncBuffer is a bytes.Buffer safe to read while a process writes it.

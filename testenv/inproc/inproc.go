@@ -6,7 +6,6 @@ package inproc
 import (
 	"context"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/testenv/freeport"
 )
 
 // Serve starts ztpd with the default configuration, a temp data dir and a
@@ -36,12 +36,7 @@ func ServeApp(t testing.TB, mutate func(*config.Config)) (base string, cfg confi
 	t.Helper()
 	cfg = config.Default()
 	cfg.DataDir = t.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.HTTP.Addr = l.Addr().String()
-	l.Close()
+	cfg.HTTP.Addr = freeport.Addr(t)
 	cfg.Log.Level = "error"
 	if mutate != nil {
 		mutate(&cfg)
@@ -49,7 +44,7 @@ func ServeApp(t testing.TB, mutate func(*config.Config)) (base string, cfg confi
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	a, err = app.New(cfg, slog.New(slog.DiscardHandler))
+	a, err := app.New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

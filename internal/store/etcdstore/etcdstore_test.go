@@ -3,7 +3,6 @@ package etcdstore_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,19 +15,9 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/store/etcdstore"
 	"github.com/ztpd/ztpd/internal/store/storetest"
+	"github.com/ztpd/ztpd/testenv/freeport"
 	"github.com/ztpd/ztpd/testenv/kubebin"
 )
-
-// freeURL is an http URL on a loopback port nobody listens on now.
-func freeURL(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return "http://" + l.Addr().String()
-}
 
 // embeddedMember starts a one-member embedded cluster for the test.
 func embeddedMember(t testing.TB) *etcdstore.Member {
@@ -37,7 +26,7 @@ func embeddedMember(t testing.TB) *etcdstore.Member {
 	defer cancel()
 	m, err := etcdstore.StartMember(ctx, etcdstore.MemberConfig{
 		Name: "a1", Dir: filepath.Join(t.TempDir(), "etcd"),
-		Peers: map[string]string{"a1": freeURL(t)}, ClientURL: freeURL(t),
+		Peers: map[string]string{"a1": freeport.URL(t, "http")}, ClientURL: freeport.URL(t, "http"),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +41,7 @@ func externalEtcd(t testing.TB) *clientv3.Client {
 	t.Helper()
 	bin := kubebin.RequireEtcd(t)
 	dir := t.TempDir()
-	client, peer := freeURL(t), freeURL(t)
+	client, peer := freeport.URL(t, "http"), freeport.URL(t, "http")
 	cmd := exec.Command(bin, "--name=x1", "--data-dir="+filepath.Join(dir, "data"),
 		"--listen-client-urls="+client, "--advertise-client-urls="+client,
 		"--listen-peer-urls="+peer, "--initial-advertise-peer-urls="+peer, "--initial-cluster=x1="+peer,

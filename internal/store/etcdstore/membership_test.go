@@ -12,6 +12,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/store/etcdstore"
+	"github.com/ztpd/ztpd/testenv/freeport"
 )
 
 // TestReplacedApplianceRejoins: an appliance whose etcd data is gone (a
@@ -26,11 +27,11 @@ func TestReplacedApplianceRejoins(t *testing.T) {
 	names := []string{"a1", "a2", "a3"}
 	peers := map[string]string{}
 	for _, n := range names {
-		peers[n] = freeURL(t)
+		peers[n] = freeport.URL(t, "http")
 	}
 	root := t.TempDir()
 	cfg := func(n string) etcdstore.MemberConfig {
-		return etcdstore.MemberConfig{Name: n, Dir: filepath.Join(root, n), Peers: peers, ClientURL: freeURL(t), Token: "t-replace"}
+		return etcdstore.MemberConfig{Name: n, Dir: filepath.Join(root, n), Peers: peers, ClientURL: freeport.URL(t, "http"), Token: "t-replace"}
 	}
 	start := func(n string, wait time.Duration) (*etcdstore.Member, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), wait)

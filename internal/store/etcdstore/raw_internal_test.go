@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -18,26 +17,13 @@ import (
 
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/store/kv"
+	"github.com/ztpd/ztpd/testenv/freeport"
 )
 
 // rawStore opens a store on a one-member embedded cluster of its own.
 func rawStore(t *testing.T) *Store {
 	t.Helper()
-	// Both ports are taken before either is let go, so they differ.
-	var urls []string
-	var ls []net.Listener
-	for range 2 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		urls = append(urls, "http://"+l.Addr().String())
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	peerURL, clientURL := urls[0], urls[1]
+	peerURL, clientURL := freeport.URL(t, "http"), freeport.URL(t, "http")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	m, err := StartMember(ctx, MemberConfig{Name: "r1", Dir: filepath.Join(t.TempDir(), "etcd"),
