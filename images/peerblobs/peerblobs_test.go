@@ -30,6 +30,8 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/httpserve"
 	"github.com/ztpd/ztpd/internal/store/storetest"
+	"github.com/ztpd/ztpd/testenv/freeport"
+	"github.com/ztpd/ztpd/testenv/testpki"
 )
 
 // appliance is one ztpd appliance's blob side: its store, image store and
@@ -37,21 +39,21 @@ import (
 type appliance struct {
 	fx       *storetest.Fixture
 	ims      *imagestore.Store
-	cert     issued
+	cert     *testpki.Cert
 	srv      *httptest.Server
 	requests atomic.Int64
 }
 
 // newAppliance starts the peer listener with Handler, wrapped by wrap when
 // it is not nil (to count, hold or falsify answers).
-func newAppliance(t *testing.T, ca *testCA, name string, wrap func(http.Handler) http.Handler) *appliance {
+func newAppliance(t *testing.T, ca *testpki.TestCA, name string, wrap func(http.Handler) http.Handler) *appliance {
 	t.Helper()
 	a := &appliance{fx: storetest.Open(t)}
 	var err error
 	if a.ims, err = imagestore.Open(a.fx.Store, a.fx.Dir); err != nil {
 		t.Fatal(err)
 	}
-	a.cert = ca.issue(t, name, loopback)
+	a.cert = ca.Issue(name, loopback)
 	h := Handler(a.ims)
 	if wrap != nil {
 		h = wrap(h)
@@ -65,12 +67,12 @@ func newAppliance(t *testing.T, ca *testCA, name string, wrap func(http.Handler)
 
 // startPeer serves h over TLS with cert, requiring client certificates
 // issued by ca.
-func startPeer(t *testing.T, ca *testCA, cert issued, h http.Handler) *httptest.Server {
+func startPeer(t *testing.T, ca *testpki.TestCA, cert *testpki.Cert, h http.Handler) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(h)
 	srv.TLS = &tls.Config{
-		Certificates: []tls.Certificate{cert.tls},
-		ClientCAs:    ca.pool,
+		Certificates: []tls.Certificate{cert.TLS},
+		ClientCAs:    ca.Pool,
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		MinVersion:   tls.VersionTLS12,
 	}
@@ -79,6 +81,9 @@ func startPeer(t *testing.T, ca *testCA, cert issued, h http.Handler) *httptest.
 	t.Cleanup(srv.Close)
 	return srv
 }
+
+// loopback is the IP SAN of the appliances' certificates.
+var loopback = net.ParseIP("127.0.0.1")
 
 // quietLog drops the server's handshake-failure lines the refusal tests
 // cause on purpose.
@@ -111,14 +116,14 @@ func (a *appliance) shareRecord(t *testing.T, im core.Image) {
 }
 
 // fetcher is a's Fetcher over peers, authenticated with a's certificate.
-func (a *appliance) fetcher(ca *testCA, logs io.Writer, peers ...string) *Fetcher {
+func (a *appliance) fetcher(ca *testpki.TestCA, logs io.Writer, peers ...string) *Fetcher {
 	if logs == nil {
 		logs = io.Discard
 	}
 	return &Fetcher{
 		Store: a.ims,
 		Peers: func() []string { return peers },
-		TLS:   &tls.Config{Certificates: []tls.Certificate{a.cert.tls}, RootCAs: ca.pool},
+		TLS:   &tls.Config{Certificates: []tls.Certificate{a.cert.TLS}, RootCAs: ca.Pool},
 		Log:   slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	}
 }
@@ -195,7 +200,7 @@ func leftovers(t *testing.T, a *appliance) []string {
 }
 
 func TestEnsureFetchesFromPeerOverMutualTLS(t *testing.T) {
-	ca := newCA(t, "appliances")
+	ca := testpki.New(t, "appliances")
 	holder := newAppliance(t, ca, "holder", nil)
 	empty := newAppliance(t, ca, "empty", nil)
 	im, _ := holder.addBlob(t, "sonic-202405.bin", 3<<20+17)
@@ -246,7 +251,7 @@ func TestEnsureFetchesFromPeerOverMutualTLS(t *testing.T) {
 }
 
 func TestEnsureSkipsBadPeersAndUsesTheNextGoodOne(t *testing.T) {
-	ca := newCA(t, "appliances")
+	ca := testpki.New(t, "appliances")
 	holder := newAppliance(t, ca, "holder", nil)
 	empty := newAppliance(t, ca, "empty", nil)
 	other := newAppliance(t, ca, "other", nil) // holds nothing: 404
@@ -256,28 +261,23 @@ func TestEnsureSkipsBadPeersAndUsesTheNextGoodOne(t *testing.T) {
 	// Right length, wrong bytes: only the sha256 can tell.
 	forged := append([]byte(nil), content...)
 	forged[len(forged)/2] ^= 0xff
-	liar := startPeer(t, ca, ca.issue(t, "liar", loopback), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	liar := startPeer(t, ca, ca.Issue("liar", loopback), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", "1048576")
 		_, _ = w.Write(forged)
 	}))
 	// Announces another length.
-	short := startPeer(t, ca, ca.issue(t, "short", loopback), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	short := startPeer(t, ca, ca.Issue("short", loopback), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(content[:1000])
 	}))
 	// No Content-Length (chunked), and more bytes than the image has.
-	flood := startPeer(t, ca, ca.issue(t, "flood", loopback), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	flood := startPeer(t, ca, ca.Issue("flood", loopback), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.(http.Flusher).Flush()
 		for range 3 {
 			_, _ = w.Write(content)
 		}
 	}))
 	// Refuses connections: a port that was just closed.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := "https://" + ln.Addr().String()
-	ln.Close()
+	refused := freeport.URL(t, "https")
 
 	before := counts(t)
 	var logs syncBuffer
@@ -313,7 +313,7 @@ func TestEnsureSkipsBadPeersAndUsesTheNextGoodOne(t *testing.T) {
 }
 
 func TestEnsureFailsWhenNoPeerGivesTheBlob(t *testing.T) {
-	ca := newCA(t, "appliances")
+	ca := testpki.New(t, "appliances")
 	holder := newAppliance(t, ca, "holder", nil)
 	empty := newAppliance(t, ca, "empty", nil)
 	other := newAppliance(t, ca, "other", nil)
@@ -346,7 +346,7 @@ func TestEnsureFailsWhenNoPeerGivesTheBlob(t *testing.T) {
 }
 
 func TestFetcherVerifiesThePeerCertificate(t *testing.T) {
-	ca := newCA(t, "appliances")
+	ca := testpki.New(t, "appliances")
 	empty := newAppliance(t, ca, "empty", nil)
 	im := core.Image{SHA256: strings.Repeat("ab", 32), Name: "x.bin", Size: 10}
 	empty.shareRecord(t, im)
@@ -355,10 +355,10 @@ func TestFetcherVerifiesThePeerCertificate(t *testing.T) {
 
 	// An appliance certificate for another address: its SAN is checked
 	// against the peer's URL.
-	elsewhere := startPeer(t, ca, ca.issue(t, "elsewhere", net.ParseIP("10.99.0.3")), serve)
+	elsewhere := startPeer(t, ca, ca.Issue("elsewhere", net.ParseIP("10.99.0.3")), serve)
 	// The right address, but not the appliances' CA.
-	stranger := newCA(t, "stranger")
-	impostor := startPeer(t, ca, stranger.issue(t, "impostor", loopback), serve)
+	stranger := testpki.New(t, "stranger")
+	impostor := startPeer(t, ca, stranger.Issue("impostor", loopback), serve)
 
 	var logs syncBuffer
 	err := empty.fetcher(ca, &logs, elsewhere.URL, impostor.URL).Ensure(context.Background(), im)
@@ -379,9 +379,9 @@ func TestFetcherVerifiesThePeerCertificate(t *testing.T) {
 	}
 	// Configurations that cannot authenticate are refused before any dial.
 	for name, cfg := range map[string]*tls.Config{
-		"insecure":  {InsecureSkipVerify: true, RootCAs: ca.pool, Certificates: []tls.Certificate{empty.cert.tls}},
-		"no roots":  {Certificates: []tls.Certificate{empty.cert.tls}},
-		"no client": {RootCAs: ca.pool},
+		"insecure":  {InsecureSkipVerify: true, RootCAs: ca.Pool, Certificates: []tls.Certificate{empty.cert.TLS}},
+		"no roots":  {Certificates: []tls.Certificate{empty.cert.TLS}},
+		"no client": {RootCAs: ca.Pool},
 	} {
 		f := empty.fetcher(ca, nil, elsewhere.URL)
 		f.TLS = cfg
@@ -392,7 +392,7 @@ func TestFetcherVerifiesThePeerCertificate(t *testing.T) {
 }
 
 func TestPeerListenerRefusesClientsWithoutAnApplianceCertificate(t *testing.T) {
-	ca := newCA(t, "appliances")
+	ca := testpki.New(t, "appliances")
 	holder := newAppliance(t, ca, "holder", nil)
 	im, _ := holder.addBlob(t, "blob.bin", 2048)
 	url := holder.srv.URL + PathPrefix + im.SHA256
@@ -401,7 +401,7 @@ func TestPeerListenerRefusesClientsWithoutAnApplianceCertificate(t *testing.T) {
 	// client would otherwise send nothing that the server's CAs did not
 	// issue); nil presents none.
 	get := func(cert *tls.Certificate) error {
-		cfg := &tls.Config{RootCAs: ca.pool}
+		cfg := &tls.Config{RootCAs: ca.Pool}
 		if cert != nil {
 			cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
 		}
@@ -417,8 +417,8 @@ func TestPeerListenerRefusesClientsWithoutAnApplianceCertificate(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "tls: certificate required") {
 		t.Fatalf("without a certificate: want a TLS refusal, got %v", err)
 	}
-	stranger := newCA(t, "stranger")
-	foreign := stranger.issue(t, "stranger", loopback).tls
+	stranger := testpki.New(t, "stranger")
+	foreign := stranger.Issue("stranger", loopback).TLS
 	err = get(&foreign)
 	if err == nil || !strings.Contains(err.Error(), "tls: unknown certificate authority") {
 		t.Fatalf("with another CA's certificate: want a TLS refusal, got %v", err)
@@ -435,7 +435,7 @@ func TestPeerListenerRefusesClientsWithoutAnApplianceCertificate(t *testing.T) {
 	if err := f.Ensure(context.Background(), im); err == nil || !strings.Contains(err.Error(), "unknown certificate authority") {
 		t.Fatalf("fetcher with another CA's certificate: %v", err)
 	}
-	if err := get(&empty.cert.tls); err != nil {
+	if err := get(&empty.cert.TLS); err != nil {
 		t.Fatalf("with an appliance certificate: %v", err)
 	}
 }
@@ -480,11 +480,11 @@ func errorCode(t *testing.T, body []byte) string {
 }
 
 func TestHandlerPaths(t *testing.T) {
-	ca := newCA(t, "appliances")
+	ca := testpki.New(t, "appliances")
 	holder := newAppliance(t, ca, "holder", nil)
 	im, content := holder.addBlob(t, "blob.bin", 70000)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
-		RootCAs: ca.pool, Certificates: []tls.Certificate{ca.issue(t, "client", loopback).tls}}}}
+		RootCAs: ca.Pool, Certificates: []tls.Certificate{ca.Issue("client", loopback).TLS}}}}
 	defer client.CloseIdleConnections()
 
 	do := func(method, path string) (*http.Response, []byte) {
@@ -546,7 +546,7 @@ func TestHandlerPaths(t *testing.T) {
 }
 
 func TestConcurrentEnsureSharesOneDownload(t *testing.T) {
-	ca := newCA(t, "appliances")
+	ca := testpki.New(t, "appliances")
 	release := make(chan struct{})
 	holder := newAppliance(t, ca, "holder", func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -600,7 +600,7 @@ func TestConcurrentEnsureSharesOneDownload(t *testing.T) {
 }
 
 func TestDownloadStopsWhenEveryCallerGivesUp(t *testing.T) {
-	ca := newCA(t, "appliances")
+	ca := testpki.New(t, "appliances")
 	gone := make(chan struct{})
 	holder := newAppliance(t, ca, "holder", func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -626,12 +626,12 @@ func TestDownloadStopsWhenEveryCallerGivesUp(t *testing.T) {
 }
 
 func TestStalledPeerIsSkipped(t *testing.T) {
-	ca := newCA(t, "appliances")
+	ca := testpki.New(t, "appliances")
 	holder := newAppliance(t, ca, "holder", nil)
 	empty := newAppliance(t, ca, "empty", nil)
 	im, content := holder.addBlob(t, "iso.bin", 1<<20)
 	empty.shareRecord(t, im)
-	staller := startPeer(t, ca, ca.issue(t, "staller", loopback), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	staller := startPeer(t, ca, ca.Issue("staller", loopback), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", "1048576")
 		_, _ = w.Write(content[:4096])
 		w.(http.Flusher).Flush()
@@ -653,7 +653,7 @@ func TestStalledPeerIsSkipped(t *testing.T) {
 }
 
 func TestInstallBlobNeedsTheRecordAndKeepsNothingBad(t *testing.T) {
-	ca := newCA(t, "appliances")
+	ca := testpki.New(t, "appliances")
 	a := newAppliance(t, ca, "a", nil)
 	content := []byte("the content of an image")
 	sum := sha256.Sum256(content)
@@ -693,20 +693,17 @@ func TestCurlFetchesWithACertificateAndIsRefusedWithout(t *testing.T) {
 	if err != nil {
 		t.Skip("curl is not installed: the real-client check needs it")
 	}
-	ca := newCA(t, "appliances")
+	ca := testpki.New(t, "appliances")
 	holder := newAppliance(t, ca, "holder", nil)
 	im, _ := holder.addBlob(t, "blob.bin", 300000)
 	dir := t.TempDir()
-	caFile := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	client := ca.issue(t, "curl-client", loopback)
+	caFile := ca.File
+	client := ca.Issue("curl-client", loopback)
 	url := holder.srv.URL + PathPrefix + im.SHA256
 	out := filepath.Join(dir, "blob")
 
 	cmd := exec.Command(curl, "-sS", "--fail", "--max-time", "20", "--cacert", caFile,
-		"--cert", client.certFile, "--key", client.keyFile, "-o", out, url)
+		"--cert", client.CertFile, "--key", client.KeyFile, "-o", out, url)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("curl with a certificate: %v\n%s", err, b)
 	}
@@ -731,9 +728,9 @@ func TestCurlFetchesWithACertificateAndIsRefusedWithout(t *testing.T) {
 	}
 	t.Logf("curl without a certificate: exit %d: %s", exit.ExitCode(), strings.TrimSpace(string(b)))
 
-	foreign := newCA(t, "stranger").issue(t, "curl-stranger", loopback)
+	foreign := testpki.New(t, "stranger").Issue("curl-stranger", loopback)
 	cmd = exec.Command(curl, "-sS", "--fail", "--max-time", "20", "--cacert", caFile,
-		"--cert", foreign.certFile, "--key", foreign.keyFile, "-o", out, url)
+		"--cert", foreign.CertFile, "--key", foreign.KeyFile, "-o", out, url)
 	b, err = cmd.CombinedOutput()
 	if !errors.As(err, &exit) || exit.ExitCode() == 22 {
 		t.Fatalf("curl with another CA's certificate: want a TLS failure, got %v\n%s", err, b)

@@ -3,20 +3,14 @@ package app
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"io"
 	"io/fs"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -31,85 +25,9 @@ import (
 	"github.com/ztpd/ztpd/images/peerblobs"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/store/etcdstore"
+	"github.com/ztpd/ztpd/testenv/freeport"
+	"github.com/ztpd/ztpd/testenv/testpki"
 )
-
-// groupPKI is the appliances' CA made in the test and a certificate per
-// name (server and client use, IP SAN 127.0.0.1), as PEM files.
-type groupPKI struct {
-	dir    string
-	caFile string
-	ca     *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-	pool   *x509.CertPool
-	serial int64
-}
-
-func newGroupPKI(t *testing.T) *groupPKI {
-	t.Helper()
-	p := &groupPKI{dir: t.TempDir()}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ztpd appliances"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.ca, err = x509.ParseCertificate(der); err != nil {
-		t.Fatal(err)
-	}
-	p.caKey, p.serial = key, 1
-	p.pool = x509.NewCertPool()
-	p.pool.AddCert(p.ca)
-	p.caFile = filepath.Join(p.dir, "ca.pem")
-	if err := os.WriteFile(p.caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// issue returns the certificate and key files of name.
-func (p *groupPKI) issue(t *testing.T, name string) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.serial++
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(p.dir, name+".crt"), filepath.Join(p.dir, name+".key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile
-}
-
-func freeLoopbackAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // syncBuffer is a log sink the test reads while the app writes it.
 type syncBuffer struct {
@@ -141,16 +59,16 @@ type groupAppliance struct {
 // appliances (a, b) sharing it as a group (store.appliances), each with its
 // own data directory, certificate and peer listener on loopback, served as
 // `ztpd serve` serves them (listeners bound by Serve).
-func startTwoAppliances(t *testing.T) (*groupPKI, []*groupAppliance) {
+func startTwoAppliances(t *testing.T) (*testpki.TestCA, []*groupAppliance) {
 	t.Helper()
-	pki := newGroupPKI(t)
-	etcdCert, etcdKey := pki.issue(t, "etcd")
-	clientURL := "https://" + freeLoopbackAddr(t)
+	pki := testpki.New(t, "ztpd appliances")
+	etcd := pki.Issue("etcd")
+	clientURL := freeport.URL(t, "https")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	m, err := etcdstore.StartMember(ctx, etcdstore.MemberConfig{Name: "etcd", Dir: filepath.Join(t.TempDir(), "etcd"),
-		Peers: map[string]string{"etcd": "https://" + freeLoopbackAddr(t)}, ClientURL: clientURL,
-		CertFile: etcdCert, KeyFile: etcdKey, CAFile: pki.caFile, Token: "t-" + t.Name()})
+		Peers: map[string]string{"etcd": freeport.URL(t, "https")}, ClientURL: clientURL,
+		CertFile: etcd.CertFile, KeyFile: etcd.KeyFile, CAFile: pki.File, Token: "t-" + t.Name()})
 	if err != nil {
 		t.Fatalf("etcd member: %v", err)
 	}
@@ -158,14 +76,14 @@ func startTwoAppliances(t *testing.T) (*groupPKI, []*groupAppliance) {
 
 	var apps []*groupAppliance
 	for _, name := range []string{"a", "b"} {
-		certFile, keyFile := pki.issue(t, name)
+		cert := pki.Issue(name)
 		cfg := config.Default()
 		cfg.DataDir = filepath.Join(t.TempDir(), "data")
-		cfg.HTTP.Addr = freeLoopbackAddr(t)
+		cfg.HTTP.Addr = freeport.Addr(t)
 		cfg.AdvertiseAddr = "127.0.0.1"
 		cfg.Store = config.Store{Backend: "etcd", Endpoints: []string{clientURL}, Name: name, Appliances: []string{"a", "b"},
-			SessionTTL: config.Duration(2 * time.Second), PeerAddr: freeLoopbackAddr(t),
-			TLS: config.StoreTLS{CertFile: certFile, KeyFile: keyFile, CAFile: pki.caFile}}
+			SessionTTL: config.Duration(2 * time.Second), PeerAddr: freeport.Addr(t),
+			TLS: config.StoreTLS{CertFile: cert.CertFile, KeyFile: cert.KeyFile, CAFile: pki.File}}
 		if len(apps) > 0 { // one at-rest key for the shared store
 			cfg.KeyFile = filepath.Join(apps[0].cfg.DataDir, SecretKeyFile)
 		}
@@ -333,17 +251,17 @@ func TestApplianceFetchesABlobFromItsPeer(t *testing.T) {
 	}
 
 	// The peer listener serves only a client with a certificate of the CA.
-	noCert := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.pool}}}
+	noCert := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.Pool}}}
 	if resp, err := noCert.Get("https://" + a.cfg.Store.PeerAddr + peerblobs.PathPrefix + im.SHA256); err == nil {
 		resp.Body.Close()
 		t.Fatalf("a's peer listener answered a client without a certificate: %s", resp.Status)
 	}
-	certFile, keyFile := pki.issue(t, "client")
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	client := pki.Issue("client")
+	cert, err := tls.LoadX509KeyPair(client.CertFile, client.KeyFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	withCert := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.pool, Certificates: []tls.Certificate{cert}}}}
+	withCert := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.Pool, Certificates: []tls.Certificate{cert}}}}
 	resp, err := withCert.Get("https://" + a.cfg.Store.PeerAddr + peerblobs.PathPrefix + im.SHA256)
 	if err != nil {
 		t.Fatal(err)
@@ -365,7 +283,7 @@ func TestPeerListenerBoundFirst(t *testing.T) {
 	}
 	defer busy.Close()
 	cfg := config.Default()
-	cfg.HTTP.Addr = freeLoopbackAddr(t)
+	cfg.HTTP.Addr = freeport.Addr(t)
 	cfg.Store = config.Store{Backend: "etcd", Name: "a", Appliances: []string{"a", "b"}, PeerAddr: busy.Addr().String(),
 		TLS: config.StoreTLS{CertFile: "c", KeyFile: "k", CAFile: "ca"}}
 	_, err = Bind(cfg)
@@ -378,7 +296,7 @@ func TestPeerListenerBoundFirst(t *testing.T) {
 	if got := peerListenAddr(cfg); got != "127.0.0.1:8444" {
 		t.Fatalf("default peer address: %q", got)
 	}
-	cfg.Store.PeerAddr = freeLoopbackAddr(t)
+	cfg.Store.PeerAddr = freeport.Addr(t)
 	l, err := Bind(cfg)
 	if err != nil {
 		t.Fatal(err)
