@@ -27,6 +27,7 @@ import (
 	"github.com/ztpd/ztpd/internal/store/storetest"
 	"github.com/ztpd/ztpd/joiner/pki"
 	"github.com/ztpd/ztpd/joiner/tokens"
+	"github.com/ztpd/ztpd/testenv/logcount"
 )
 
 var bg = context.Background()
@@ -47,7 +48,7 @@ type env struct {
 	svc   *Service
 	cl    *clusters.Service
 	clk   *clock
-	logs  *logCount // the joiner's log, when opts.Log was nil
+	logs  *logcount.Handler // the joiner's log, when opts.Log was nil
 }
 
 func newEnv(t *testing.T, opts Options) *env {
@@ -69,7 +70,7 @@ func newEnvOver(t *testing.T, f *storetest.Fixture, st core.Store, opts Options)
 	clk := &clock{t: time.Now().UTC().Truncate(time.Second)} // real time: TLS peers check certificate validity
 	opts.Now = clk.now
 	opts.Devices = recorder(t, st)
-	logs := &logCount{n: map[string]int{}}
+	logs := &logcount.Handler{}
 	if opts.Log == nil {
 		opts.Log = slog.New(logs)
 	}
@@ -83,28 +84,6 @@ func newEnvOver(t *testing.T, f *storetest.Fixture, st core.Store, opts Options)
 	}
 	t.Cleanup(func() { cl.Close(context.Background()) })
 	return &env{t: t, dir: f.Dir, store: st, svc: svc, cl: cl, clk: clk, logs: logs}
-}
-
-// logCount counts log records by message.
-type logCount struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (l *logCount) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logCount) WithAttrs([]slog.Attr) slog.Handler       { return l }
-func (l *logCount) WithGroup(string) slog.Handler            { return l }
-func (l *logCount) Handle(_ context.Context, r slog.Record) error {
-	l.mu.Lock()
-	l.n[r.Message]++
-	l.mu.Unlock()
-	return nil
-}
-
-func (l *logCount) count(msg string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.n[msg]
 }
 
 // recorder is the devices service over st, as the app builds it for the
@@ -703,7 +682,7 @@ func TestScaleReportAndSweep(t *testing.T) {
 	if m := e.nodeReady(bundles[0], "True"); m.State != core.StateJoined {
 		t.Fatalf("Ready again: %s", m.State)
 	}
-	if n := e.logs.count("member state from its Node"); n != 4 {
+	if n := e.logs.Count("member state from its Node"); n != 4 {
 		t.Fatalf("%d member state changes logged, want 4 (joined, not-ready, lost, joined)", n)
 	}
 	ms, err := e.svc.Report(bg, bundles[1].ReportToken(), ReportFailed, "kubeadm step 1 failed")
@@ -998,7 +977,7 @@ func TestKubeletCertificateRequesterMustBeTheMember(t *testing.T) {
 	if d := e.device(w2.Device); d.State != core.StateFailed {
 		t.Fatalf("device %s", d.State)
 	}
-	if n := e.logs.count("kubelet certificate requested by another identity"); n != 1 {
+	if n := e.logs.Count("kubelet certificate requested by another identity"); n != 1 {
 		t.Fatalf("impostor warned about %d times, want once", n)
 	}
 }

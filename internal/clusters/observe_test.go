@@ -4,12 +4,12 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/store/storetest"
+	"github.com/ztpd/ztpd/testenv/logcount"
 )
 
 // TestObservedStates walks Starting -> Running -> Alert -> Running from
@@ -18,7 +18,7 @@ import (
 // Its transactions run twice (storetest.Rerunning): each move is logged
 // once.
 func TestObservedStates(t *testing.T) {
-	logs := &logCount{n: map[string]int{}}
+	logs := &logcount.Handler{}
 	s, _ := observedClusterOver(t, storetest.Rerunning(storetest.Store(t)), slog.New(logs))
 	ctx := context.Background()
 	var err error
@@ -104,7 +104,7 @@ func TestObservedStates(t *testing.T) {
 	if got := strings.Join(moves, " "); got != "Created>Starting Starting>Running Running>Alert Alert>Running" {
 		t.Fatalf("state events: %s", got)
 	}
-	if n := logs.count("cluster state from its API server"); n != 3 {
+	if n := logs.Count("cluster state from its API server"); n != 3 {
 		t.Fatalf("%d observed moves logged, want 3", n)
 	}
 }
@@ -178,26 +178,4 @@ func observedClusterOver(t *testing.T, st core.Store, log *slog.Logger) (*Servic
 		t.Fatalf("create job ends Starting: %+v", j)
 	}
 	return s, c
-}
-
-// logCount counts log records by message.
-type logCount struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (l *logCount) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logCount) WithAttrs([]slog.Attr) slog.Handler       { return l }
-func (l *logCount) WithGroup(string) slog.Handler            { return l }
-func (l *logCount) Handle(_ context.Context, r slog.Record) error {
-	l.mu.Lock()
-	l.n[r.Message]++
-	l.mu.Unlock()
-	return nil
-}
-
-func (l *logCount) count(msg string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.n[msg]
 }
