@@ -3,17 +3,11 @@ package halab
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -26,6 +20,7 @@ import (
 	"github.com/ztpd/ztpd/internal/ha"
 	"github.com/ztpd/ztpd/testenv/lab"
 	"github.com/ztpd/ztpd/testenv/netns"
+	"github.com/ztpd/ztpd/testenv/testpki"
 )
 
 // The lab: a bridge namespace with one port per appliance and one for the
@@ -327,47 +322,17 @@ func procAlive(pid16 int, exe string) bool {
 // key (each appliance gets a copy) and the boot storm's profiles, as
 // bench/ha/appliance.sh does with openssl.
 func (g *Group) writeShared() error {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := testpki.Create(g.Work, "ztpd appliances")
 	if err != nil {
-		return err
-	}
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ztpd appliances"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return err
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	if err := writePEM(filepath.Join(g.Work, "ca.pem"), "CERTIFICATE", caDER, 0o644); err != nil {
 		return err
 	}
 	secret := make([]byte, 32)
 	if _, err := rand.Read(secret); err != nil {
 		return err
 	}
-	for i, a := range g.Apps {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return err
-		}
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(int64(i + 2)), Subject: pkix.Name{CommonName: a.Name},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-			IPAddresses: []net.IP{net.ParseIP(a.IP), net.IPv4(127, 0, 0, 1)},
-			KeyUsage:    x509.KeyUsageDigitalSignature,
-			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			return err
-		}
-		if err := writePEM(filepath.Join(a.Work, "cert.pem"), "CERTIFICATE", der, 0o644); err != nil {
-			return err
-		}
-		kder, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			return err
-		}
-		if err := writePEM(filepath.Join(a.Work, "key.pem"), "EC PRIVATE KEY", kder, 0o600); err != nil {
+	for _, a := range g.Apps {
+		if _, err := ca.IssueFiles(filepath.Join(a.Work, "cert.pem"), filepath.Join(a.Work, "key.pem"), a.Name,
+			net.ParseIP(a.IP), net.IPv4(127, 0, 0, 1)); err != nil {
 			return err
 		}
 		if err := os.WriteFile(filepath.Join(a.Work, "secret.key"), secret, 0o600); err != nil {
@@ -382,10 +347,6 @@ func (g *Group) writeShared() error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(g.Work, "profiles", "storm.yaml"), []byte(prof.String()), 0o644)
-}
-
-func writePEM(path, typ string, der []byte, mode os.FileMode) error {
-	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), mode)
 }
 
 // config is appliance a's configuration: the boot storm's (bench
