@@ -300,9 +300,20 @@ func TestRealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Status.Conditions = append(req.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
-		Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "Test", Message: "approved by the test"})
-	if _, err := admin.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, req.Name, req, metav1.UpdateOptions{}); err != nil {
+	// Approved as kubectl certificate approve does: on the latest version,
+	// again on a conflict (the controller manager may have touched the
+	// request since it was created).
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := admin.CertificatesV1().CertificateSigningRequests().Get(ctx, req.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Status.Conditions = append(cur.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+			Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "Test", Message: "approved by the test"})
+		_, err = admin.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, cur.Name, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "w-9's CSR seen", func() bool {
