@@ -66,6 +66,8 @@ var (
 		Help: "Buckets this appliance took over from another."})
 	claimsHeld = promauto.NewGauge(prometheus.GaugeOpts{Name: "ztpd_ha_claims_held",
 		Help: "Claims (DHCP address blocks) this appliance holds."})
+	singletonRunning = promauto.NewGaugeVec(prometheus.GaugeOpts{Name: "ztpd_ha_singleton_running",
+		Help: "1 while this appliance runs the singleton (cluster watch, retention, ...), else 0."}, []string{"singleton"})
 )
 
 // Info is what an appliance publishes about itself.
@@ -122,6 +124,7 @@ type Coordinator struct {
 	owned    [Buckets]bool
 	held     map[string]bool
 	isLeader bool
+	running  map[string]bool // singletons running here now
 	// leaderCh is closed when leadership is lost (replaced each term)
 	leaderCh chan struct{}
 	changed  chan struct{} // closed and replaced on every change
@@ -747,9 +750,13 @@ type Status struct {
 	Alive     bool     `json:"session_alive"`
 	Live      []string `json:"live"`
 	Buckets   int      `json:"buckets"`
-	Leader    string   `json:"leader"`
-	IsLeader  bool     `json:"is_leader"`
-	Claims    int      `json:"claims"`
+	// Owned lists the buckets (0-255) this appliance answers.
+	Owned    []int  `json:"owned_buckets"`
+	Leader   string `json:"leader"`
+	IsLeader bool   `json:"is_leader"`
+	// Singletons lists the singletons running on this appliance now.
+	Singletons []string `json:"singletons"`
+	Claims     int      `json:"claims"`
 }
 
 // Status reports what this appliance holds and sees.
@@ -758,9 +765,14 @@ func (c *Coordinator) Status() Status {
 	defer c.mu.RUnlock()
 	alive := time.Now().Before(c.deadline)
 	st := Status{Appliance: c.cfg.Name, Alive: alive, Live: sortedNames(c.live), Leader: c.leader,
-		IsLeader: c.isLeader && alive, Claims: len(c.held)}
+		IsLeader: c.isLeader && alive, Claims: len(c.held), Owned: []int{}, Singletons: append([]string{}, sortedNames(c.running)...)}
 	if alive {
 		st.Buckets = c.countOwned()
+		for b, o := range c.owned {
+			if o {
+				st.Owned = append(st.Owned, b)
+			}
+		}
 	}
 	return st
 }

@@ -2,6 +2,7 @@ package ha_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -343,4 +344,63 @@ func TestFenceHoldsOnlyForTheSessionItNames(t *testing.T) {
 	if err := fenced(second); err != nil {
 		t.Fatalf("fence with the new session: %v", err)
 	}
+}
+
+// TestStatusSaysWhichBucketsAndSingletons: /healthz's group part lists the
+// buckets each appliance answers (together every bucket once) and the
+// singletons running on it (on the leader only, and on the next leader
+// once it closes).
+func TestStatusSaysWhichBucketsAndSingletons(t *testing.T) {
+	g := startGroup(t, 2*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, c := range g.coords {
+		go c.RunSingleton(ctx, "sweeper", func(ctx context.Context) error { <-ctx.Done(); return nil })
+	}
+	runner := func(alive []bool) (int, error) {
+		at, seen := -1, map[int]bool{}
+		for i, c := range g.coords {
+			if !alive[i] {
+				continue
+			}
+			st := c.Status()
+			if len(st.Owned) != st.Buckets {
+				return -1, fmt.Errorf("%s: %d owned buckets listed, %d counted", g.names[i], len(st.Owned), st.Buckets)
+			}
+			for _, b := range st.Owned {
+				if seen[b] {
+					return -1, fmt.Errorf("bucket %d listed twice", b)
+				}
+				seen[b] = true
+			}
+			switch {
+			case len(st.Singletons) == 1 && st.Singletons[0] == "sweeper" && st.IsLeader:
+				if at >= 0 {
+					return -1, fmt.Errorf("the singleton runs on %s and %s", g.names[at], g.names[i])
+				}
+				at = i
+			case len(st.Singletons) != 0:
+				return -1, fmt.Errorf("%s: singletons %v (leader %v)", g.names[i], st.Singletons, st.IsLeader)
+			}
+		}
+		if len(seen) != ha.Buckets {
+			return -1, fmt.Errorf("%d buckets listed", len(seen))
+		}
+		if at < 0 {
+			return -1, errors.New("the singleton runs nowhere")
+		}
+		return at, nil
+	}
+	alive := []bool{true, true, true}
+	var first int
+	waitFor(t, 10*time.Second, "the singleton on the leader, every bucket listed once", func() (err error) {
+		first, err = runner(alive)
+		return err
+	})
+	g.coords[first].Close()
+	alive[first] = false
+	waitFor(t, 10*time.Second, "the singleton on the next leader", func() error {
+		_, err := runner(alive)
+		return err
+	})
 }

@@ -113,7 +113,9 @@ func (c *Coordinator) RunSingleton(ctx context.Context, name string, run func(co
 			continue
 		}
 		c.log.Info("singleton started", "singleton", name, "appliance", c.cfg.Name)
+		c.setRunning(name, true)
 		err := run(tctx)
+		c.setRunning(name, false)
 		cancel()
 		if ctx.Err() != nil {
 			return err
@@ -129,4 +131,20 @@ func (c *Coordinator) RunSingleton(ctx context.Context, name string, run func(co
 		}
 	}
 	return nil
+}
+
+// setRunning records whether singleton name runs here (Status, metrics).
+func (c *Coordinator) setRunning(name string, on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running == nil {
+		c.running = map[string]bool{}
+	}
+	if on {
+		c.running[name] = true
+		singletonRunning.WithLabelValues(name).Set(1)
+	} else {
+		delete(c.running, name)
+		singletonRunning.WithLabelValues(name).Set(0)
+	}
 }
