@@ -54,15 +54,32 @@ func (b *binding) busy(now time.Time) bool {
 func (b *binding) unbound() bool { return b.state == "" }
 
 func (s *Server) markDirty(b *binding) {
-	if !b.dirty {
-		b.dirty = true
-		s.dirty = append(s.dirty, b)
-	}
+	s.queueDirty(b)
 	if !b.pending {
 		// A binding already pending keeps the session of its first
 		// undurable decision: what it holds now builds on that one.
 		b.pending, b.session = true, s.session()
 	}
+}
+
+// queueDirty queues b's write for the next commit, once.
+func (s *Server) queueDirty(b *binding) {
+	if !b.dirty {
+		b.dirty = true
+		s.dirty = append(s.dirty, b)
+	}
+}
+
+// keepsLiveDecision reports whether cur holds this server's own decision,
+// its write pending, made under its live session: it stands over the
+// stored lease l (nil: deleted), which becomes what it goes back to should
+// that session end first.
+func (s *Server) keepsLiveDecision(cur *binding, l *core.Lease) bool {
+	if cur == nil || !cur.dirty || cur.session != s.session() {
+		return false
+	}
+	cur.stored = l
+	return true
 }
 
 // revert drops the undurable decisions of b, made under a session that

@@ -248,7 +248,8 @@ func (s *Server) take(snap *snapshot, now time.Time) {
 	snap.bindings, snap.leases = snap.bindings[:0], snap.leases[:0]
 	snap.devices, snap.devs, snap.states = snap.devices[:0], snap.devs[:0], snap.states[:0]
 	snap.events, snap.acks = snap.events[:0], snap.acks[:0]
-	snap.session, snap.fence, snap.stale = s.session(), s.fenceFor(s.session()), 0
+	snap.session, snap.stale = s.session(), 0
+	snap.fence = s.fenceFor(snap.session)
 	for _, b := range s.dirty {
 		b.dirty = false
 		if s.part != nil && b.pending && b.session != snap.session {
@@ -336,9 +337,8 @@ func (snap *snapshot) write(tx core.Tx) error {
 // all); its ACKs are dropped (the clients retry their REQUEST).
 func (s *Server) restore(snap *snapshot) {
 	for _, b := range snap.bindings {
-		if s.byIP[b.ip] == b && b.pending && !b.dirty {
-			b.dirty = true
-			s.dirty = append(s.dirty, b)
+		if s.byIP[b.ip] == b && b.pending {
+			s.queueDirty(b)
 		}
 	}
 }

@@ -283,14 +283,11 @@ func (s *Server) applyRemote(l core.Lease, deleted bool) {
 	defer s.mu.Unlock()
 	ip := u32Addr(a)
 	cur := s.byIP[ip]
-	if cur != nil && cur.dirty && cur.session == s.session() {
-		// This server's own decision, its write pending: it stands; the
-		// store's lease is what it goes back to should its session end.
-		if deleted {
-			cur.stored = nil
-		} else {
-			cur.stored = &l
-		}
+	stored := &l
+	if deleted {
+		stored = nil
+	}
+	if s.keepsLiveDecision(cur, stored) {
 		return
 	}
 	remoteLeases.Inc()

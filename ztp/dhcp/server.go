@@ -258,8 +258,7 @@ func (s *Server) loadFeed(now time.Time) (int64, error) {
 	var n loadCount
 	rev, err := s.feed.Load(func(l core.Lease) {
 		if a, err := netip.ParseAddr(l.IP); err == nil && a.Is4() {
-			if cur := s.byIP[u32Addr(a)]; cur != nil && cur.dirty && cur.session == s.session() {
-				cur.stored = &l // a live decision stands (see applyRemote)
+			if s.keepsLiveDecision(s.byIP[u32Addr(a)], &l) {
 				return
 			}
 		}
