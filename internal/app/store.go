@@ -233,10 +233,7 @@ func EtcdMemberClient(cfg config.Config) (*clientv3.Client, error) {
 	}
 	u := sc.ClientURL
 	if u == "" {
-		u = "http://127.0.0.1:2379"
-		if sc.TLS.Enabled() {
-			u = "https://127.0.0.1:2379"
-		}
+		u = etcdstore.DefaultClientURL(sc.TLS.Enabled())
 	}
 	sc.Endpoints = []string{u}
 	return etcdClient(sc)

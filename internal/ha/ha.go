@@ -767,12 +767,12 @@ func (c *Coordinator) Status() Status {
 	st := Status{Appliance: c.cfg.Name, Alive: alive, Live: sortedNames(c.live), Leader: c.leader,
 		IsLeader: c.isLeader && alive, Claims: len(c.held), Owned: []int{}, Singletons: append([]string{}, sortedNames(c.running)...)}
 	if alive {
-		st.Buckets = c.countOwned()
 		for b, o := range c.owned {
 			if o {
 				st.Owned = append(st.Owned, b)
 			}
 		}
+		st.Buckets = len(st.Owned)
 	}
 	return st
 }

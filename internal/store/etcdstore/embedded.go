@@ -65,6 +65,15 @@ const (
 	embeddedQuota           = 8 << 30
 )
 
+// DefaultClientURL is where a member serves etcd's client API when no
+// client URL is configured: loopback, https when certificates are set.
+func DefaultClientURL(secure bool) string {
+	if secure {
+		return "https://127.0.0.1:2379"
+	}
+	return "http://127.0.0.1:2379"
+}
+
 func (c *MemberConfig) check() error {
 	if c.Name == "" {
 		return errors.New("embedded etcd: no member name")
@@ -121,10 +130,7 @@ func StartMember(ctx context.Context, c MemberConfig) (*Member, error) {
 	}
 	secure := c.CertFile != ""
 	if c.ClientURL == "" {
-		c.ClientURL = "http://127.0.0.1:2379"
-		if secure {
-			c.ClientURL = "https://127.0.0.1:2379"
-		}
+		c.ClientURL = DefaultClientURL(secure)
 	}
 	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("embedded etcd: %w", err)

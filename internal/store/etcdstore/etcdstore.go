@@ -44,6 +44,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -132,12 +133,12 @@ type Store struct {
 	log     *slog.Logger
 
 	writeMu sync.Mutex // one writer per process
-	// The commit marker's revision as this process last saw it (writeMu).
-	markRev   int64
-	markKnown bool
-	group     *kv.Group
-	caches    kv.Caches
-	gens      [core.NumAggregates]atomic.Uint64
+	// markRev is the commit marker's revision as this process last saw it
+	// (0: no marker yet, -1: to be read again; writeMu).
+	markRev int64
+	group   *kv.Group
+	caches  kv.Caches
+	gens    [core.NumAggregates]atomic.Uint64
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -175,7 +176,7 @@ func Open(opts Options) (*Store, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Store{cli: opts.Client, p: opts.Prefix, name: opts.Name, tmpDir: opts.TempDir, maxOps: opts.MaxTxnOps,
-		timeout: opts.Timeout, local: opts.LocalMember, log: opts.Log, ctx: ctx, cancel: cancel}
+		timeout: opts.Timeout, local: opts.LocalMember, log: opts.Log, ctx: ctx, cancel: cancel, markRev: -1}
 	if opts.SequenceID < 0 || opts.SequenceID >= seqSlots {
 		cancel()
 		return nil, fmt.Errorf("etcdstore: sequence id %d is outside 0..%d", opts.SequenceID, seqSlots-1)
@@ -935,18 +936,14 @@ func (s *Store) send(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.Op
 // sendAs is send with the transaction's marker id given.
 func (s *Store) sendAs(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.Op, id string) (bool, error) {
 	mark := s.p + txnDir + s.name
-	if !s.markKnown {
+	if s.markRev < 0 {
 		rctx, cancel := context.WithTimeout(ctx, s.timeout)
 		resp, err := s.cli.Get(rctx, mark)
 		cancel()
 		if err != nil {
 			return false, fmt.Errorf("etcd store: commit: %w", err)
 		}
-		s.markRev = 0
-		if len(resp.Kvs) == 1 {
-			s.markRev = resp.Kvs[0].ModRevision
-		}
-		s.markKnown = true
+		s.markRev = revOf(resp.Kvs)
 	}
 	cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(mark), "=", s.markRev))
 	ops = append(ops, clientv3.OpPut(mark, id))
@@ -961,12 +958,9 @@ func (s *Store) sendAs(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.
 				return true, nil
 			}
 			kvs := resp.Responses[0].GetResponseRange().Kvs
-			s.markRev = 0
-			if len(kvs) == 1 {
-				s.markRev = kvs[0].ModRevision
-				if string(kvs[0].Value) == id {
-					return true, nil // an earlier send of this transaction applied
-				}
+			s.markRev = revOf(kvs)
+			if len(kvs) == 1 && string(kvs[0].Value) == id {
+				return true, nil // an earlier send of this transaction applied
 			}
 			return false, nil
 		}
@@ -977,18 +971,26 @@ func (s *Store) sendAs(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.
 			// An unanswered send may still apply: the next commit's
 			// compare of the marker then fails, and it reads the marker
 			// again.
-			s.markKnown = false
+			s.markRev = -1
 			return false, fmt.Errorf("etcd store: commit: %w", err)
 		}
 		commitResends.Inc()
 		s.log.Warn("etcd commit unanswered; sending it again", "after", time.Since(first).Round(time.Millisecond), "err", err)
 		select {
 		case <-ctx.Done():
-			s.markKnown = false
+			s.markRev = -1
 			return false, fmt.Errorf("etcd store: commit: %w", ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// revOf is the revision of the one key kvs holds, 0 when it is absent.
+func revOf(kvs []*mvccpb.KeyValue) int64 {
+	if len(kvs) == 1 {
+		return kvs[0].ModRevision
+	}
+	return 0
 }
 
 // unknownOutcome reports a commit error after which the transaction may
