@@ -91,13 +91,11 @@ func seedStore(t *testing.T, dir string) {
 	}
 }
 
-// TestStoreMigrateRoundTrip copies a bbolt store into an embedded etcd
-// member and back, and requires the copy to equal the original record for
-// record and sequence for sequence.
-func TestStoreMigrateRoundTrip(t *testing.T) {
-	dir := t.TempDir()
-	old, back := filepath.Join(dir, "old"), filepath.Join(dir, "back")
-	seedStore(t, old)
+// writeOneMemberConfig writes dir/ztpd.yaml: appliance a1 on a one-member
+// embedded etcd at peer (peer URL) and client (client URL), data in
+// dir/data; it returns the file's path.
+func writeOneMemberConfig(t *testing.T, dir, peer, client string) string {
+	t.Helper()
 	cfg := filepath.Join(dir, "ztpd.yaml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`data_dir: %s
 store:
@@ -105,9 +103,20 @@ store:
   name: a1
   peers: [{name: a1, url: "%s"}]
   client_url: %s
-`, filepath.Join(dir, "data"), freeport.URL(t, "http"), freeport.URL(t, "http"))), 0o600); err != nil {
+`, filepath.Join(dir, "data"), peer, client)), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return cfg
+}
+
+// TestStoreMigrateRoundTrip copies a bbolt store into an embedded etcd
+// member and back, and requires the copy to equal the original record for
+// record and sequence for sequence.
+func TestStoreMigrateRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	old, back := filepath.Join(dir, "old"), filepath.Join(dir, "back")
+	seedStore(t, old)
+	cfg := writeOneMemberConfig(t, dir, freeport.URL(t, "http"), freeport.URL(t, "http"))
 	out, err := runCLI(t, "--config", cfg, "store", "migrate", "--to", "etcd", "--from", old, "-o", "json")
 	if err != nil {
 		t.Fatalf("migrate --to etcd: %v\n%s", err, out)
@@ -184,16 +193,7 @@ func TestStoreMemberCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	cfg := filepath.Join(dir, "ztpd.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`data_dir: %s
-store:
-  backend: etcd-embedded
-  name: a1
-  peers: [{name: a1, url: "%s"}]
-  client_url: %s
-`, filepath.Join(dir, "data"), peer, client)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeOneMemberConfig(t, dir, peer, client)
 	out, err := runCLI(t, "--config", cfg, "store", "member", "list", "-o", "json")
 	if err != nil {
 		t.Fatalf("member list: %v\n%s", err, out)
