@@ -18,7 +18,12 @@ func raScanCounts(t *testing.T, e *env, own map[string]bool) deviceCounts {
 	err := e.st.View(func(tx core.Tx) error {
 		return tx.Devices().List("", func(d core.Device) (bool, error) {
 			if own == nil || own[d.Cluster] {
-				n.count(&d)
+				n.Total++
+				n.ByState[string(d.State)]++
+				n.ByKind[string(d.Kind)]++
+				if d.Refusal.Refused() {
+					n.Unmatched++
+				}
 			}
 			return true, nil
 		})

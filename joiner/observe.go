@@ -40,6 +40,15 @@ type nodeIndex struct {
 	gen   uint64
 	valid bool
 	byKey map[string]map[string]string // cluster -> node name -> device ("" when two members claim it)
+	// read is each cluster's members' node names as last read, by device,
+	// with their membership's Stamp: a rebuild decodes only the
+	// memberships that changed since (issue 19).
+	read map[string]map[string]stampedName
+}
+
+type stampedName struct {
+	stamp core.Stamp
+	name  string
 }
 
 // memberByNode finds the member of cluster whose bundle named node.
@@ -55,21 +64,31 @@ func (s *Service) memberByNode(tx core.Tx, cluster, node string) (core.Membershi
 	names, ok := s.nodes.byKey[cluster]
 	if !cached || !ok {
 		names = map[string]string{}
+		prev := s.nodes.read[cluster]
+		read := make(map[string]stampedName, len(prev))
 		err := tx.Memberships().Roster(cluster, func(device, _ string) (bool, error) {
-			m, err := tx.Memberships().Get(device)
-			if err != nil {
-				if errors.Is(err, core.ErrNotFound) {
-					return true, nil
-				}
+			st, err := tx.Memberships().Stamp(device)
+			if errors.Is(err, core.ErrNotFound) {
+				return true, nil
+			} else if err != nil {
 				return false, err
 			}
-			if m.NodeName == "" {
+			n, ok := prev[device]
+			if !ok || n.stamp != st {
+				m, err := tx.Memberships().Get(device)
+				if err != nil {
+					return false, err
+				}
+				n = stampedName{st, m.NodeName}
+			}
+			read[device] = n
+			if n.name == "" {
 				return true, nil
 			}
-			if _, dup := names[m.NodeName]; dup {
-				names[m.NodeName] = "" // ambiguous: match neither
+			if _, dup := names[n.name]; dup {
+				names[n.name] = "" // ambiguous: match neither
 			} else {
-				names[m.NodeName] = device
+				names[n.name] = device
 			}
 			return true, nil
 		})
@@ -78,6 +97,10 @@ func (s *Service) memberByNode(tx core.Tx, cluster, node string) (core.Membershi
 		}
 		if cached {
 			s.nodes.byKey[cluster] = names
+			if s.nodes.read == nil {
+				s.nodes.read = map[string]map[string]stampedName{}
+			}
+			s.nodes.read[cluster] = read
 		}
 	}
 	dev := names[node]

@@ -313,6 +313,7 @@ func (s *Service) run(ctx context.Context, op *operation, j *core.Job) error {
 		return s.failJob(j, err)
 	}
 	if op.remove {
+		s.members.forget(c.ID)
 		return s.succeed(j, nil, op.plain)
 	}
 	return s.succeed(j, &c, op.plain)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"hash/fnv"
 	"hash/maphash"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -88,7 +87,9 @@ func (v ClusterView) Endpoint() (url, ip string) {
 // devices they were read at (s.members) and shared by the views that
 // reuse them: a write to clusters alone (a health observation, a state)
 // then costs the cluster records, not every member again (issue 19: at
-// 100,000 members a listing read them for seconds). Fingerprints follow
+// 100,000 members a listing read them for seconds); after a write to
+// memberships or devices only the members whose records changed are
+// decoded (readMembers). Fingerprints follow
 // the cluster's own record and what its members show, so a front end's
 // rendering of an unchanged cluster survives other clusters' writes and
 // writes to devices that are not its members or that change nothing it
@@ -120,18 +121,18 @@ func (s *Service) views(ctx context.Context, cs []core.Cluster, gen uint64, from
 			off, _ := OfferingByID(c.ServiceOfferingID)
 			view := ClusterView{Cluster: c, Version: v, Offering: off, Zone: s.zone, Domain: s.domain}
 			var r roster
-			cached := false
+			current := false
 			if counted {
-				r, cached = s.members.get(c.ID, mgen)
+				r, current = s.members.get(c.ID, mgen)
 			}
-			if !cached {
-				ms, err := readMembers(tx, c.ID)
-				if err != nil {
+			if !current {
+				var err error
+				if r, err = readMembers(tx, c.ID, r); err != nil {
 					return err
 				}
-				r = roster{members: ms, sum: sumMembers(ms)}
 				if counted {
-					s.members.put(c.ID, mgen, r)
+					r.gen = mgen
+					s.members.put(c.ID, r)
 				}
 			}
 			view.Members = r.members
@@ -145,41 +146,72 @@ func (s *Service) views(ctx context.Context, cs []core.Cluster, gen uint64, from
 	return out, err
 }
 
-// readMembers reads cluster's roster: control planes first, then by device.
-func readMembers(tx core.Tx, cluster string) ([]Member, error) {
-	var ms []Member
+// readMembers reads cluster's roster: control planes first, then by
+// device. A member whose membership and device records have the Stamps
+// they had in base is base's Member as it was; only the others are
+// decoded. So a roster of 100,000 is read again after a few devices
+// changed at the cost of stamping the records (hashing stored bytes), not
+// decoding them, and without the store caching every decoded member
+// (issue 19).
+func readMembers(tx core.Tx, cluster string, base roster) (roster, error) {
+	prev := make(map[string]int, len(base.members))
+	for i, m := range base.members {
+		prev[m.DeviceID] = i
+	}
+	type entry struct {
+		m  Member
+		st memberStamps
+	}
+	var es []entry
 	err := tx.Memberships().Roster(cluster, func(device, _ string) (bool, error) {
-		m, err := tx.Memberships().Get(device)
-		if errors.Is(err, core.ErrNotFound) {
+		var st memberStamps
+		var err error
+		if st.membership, err = tx.Memberships().Stamp(device); errors.Is(err, core.ErrNotFound) {
+			return true, nil
+		} else if err != nil {
+			return false, err
+		}
+		if st.device, err = tx.Devices().Stamp(device); err != nil && !errors.Is(err, core.ErrNotFound) {
+			return false, err
+		}
+		if i, ok := prev[device]; ok && base.stamps[i] == st {
+			es = append(es, entry{base.members[i], st})
 			return true, nil
 		}
+		m, err := tx.Memberships().Get(device)
 		if err != nil {
 			return false, err
 		}
-		if m.Cluster == cluster && m.State != core.StateLeft {
-			ms = append(ms, Member{DeviceID: m.Device, Role: m.Role, State: m.State, Version: m.Version,
-				NodeName: m.NodeName, Reported: m.Reported, Created: m.Created, Node: m.Node})
+		if m.Cluster != cluster || m.State == core.StateLeft {
+			return true, nil
 		}
+		e := entry{Member{DeviceID: m.Device, Role: m.Role, State: m.State, Version: m.Version,
+			NodeName: m.NodeName, Reported: m.Reported, Created: m.Created, Node: m.Node}, st}
+		if st.device != (core.Stamp{}) {
+			d, err := tx.Devices().Get(device)
+			if err != nil {
+				return false, err
+			}
+			e.m.DeviceKnown, e.m.IP, e.m.Hostname = true, d.IP, d.Hostname
+		}
+		es = append(es, e)
 		return true, nil
 	})
 	if err != nil {
-		return nil, err
+		return roster{}, err
 	}
-	sort.Slice(ms, func(a, b int) bool {
-		if ms[a].Role != ms[b].Role {
-			return ms[a].Role == "control-plane"
+	sort.Slice(es, func(a, b int) bool {
+		if es[a].m.Role != es[b].m.Role {
+			return es[a].m.Role == "control-plane"
 		}
-		return ms[a].DeviceID < ms[b].DeviceID
+		return es[a].m.DeviceID < es[b].m.DeviceID
 	})
-	for i := range ms {
-		d, err := tx.Devices().Get(ms[i].DeviceID)
-		if err == nil {
-			ms[i].DeviceKnown, ms[i].IP, ms[i].Hostname = true, d.IP, d.Hostname
-		} else if !errors.Is(err, core.ErrNotFound) {
-			return nil, err
-		}
+	r := roster{members: make([]Member, len(es)), stamps: make([]memberStamps, len(es))}
+	for i, e := range es {
+		r.members[i], r.stamps[i] = e.m, e.st
 	}
-	return slices.Clip(ms), nil
+	r.sum = sumMembers(r.members)
+	return r, nil
 }
 
 // fingerprint is a view's: what its members show (sumMembers), its
@@ -195,11 +227,17 @@ func fingerprint(members uint64, c core.Cluster, v core.Version) uint64 {
 	return h.Sum64()
 }
 
-// roster is a cluster's members and the hash of what they show.
+// roster is a cluster's members, the Stamps of the records each was read
+// from, the hash of what they show, and the generation of memberships and
+// devices they were read at.
 type roster struct {
 	members []Member
+	stamps  []memberStamps // members[i]'s
 	sum     uint64
+	gen     uint64
 }
+
+type memberStamps struct{ membership, device core.Stamp }
 
 var memberSeed = maphash.MakeSeed()
 
@@ -249,35 +287,41 @@ func sumMembers(ms []Member) uint64 {
 	return h.Sum64()
 }
 
-// memberCache keeps each cluster's roster for one generation of
-// memberships and devices; a newer generation starts it over.
+// memberCache keeps each cluster's newest roster: current while the
+// generation of memberships and devices is the one it was read at, and the
+// base the next reading reuses unchanged members from after that.
 type memberCache struct {
-	mu  sync.Mutex
-	gen uint64
-	m   map[string]roster
+	mu sync.Mutex
+	m  map[string]roster
 }
 
-// get returns cluster's roster read at gen (shared: read only).
+// get returns cluster's newest roster (shared: read only) and whether it
+// was read at gen.
 func (c *memberCache) get(cluster string, gen uint64) (roster, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.gen != gen {
-		return roster{}, false
-	}
-	r, ok := c.m[cluster]
-	return r, ok
+	r := c.m[cluster]
+	return r, r.members != nil && r.gen == gen
 }
 
-func (c *memberCache) put(cluster string, gen uint64, r roster) {
+func (c *memberCache) put(cluster string, r roster) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if gen < c.gen {
+	if old, ok := c.m[cluster]; ok && old.gen > r.gen {
 		return // an older reading: the cache already holds newer members
 	}
-	if gen != c.gen || c.m == nil {
-		c.gen, c.m = gen, map[string]roster{}
+	if c.m == nil {
+		c.m = map[string]roster{}
 	}
 	c.m[cluster] = r
+}
+
+// forget drops a deleted cluster's roster. (A cluster a peer appliance
+// deleted keeps its roster here until this process restarts.)
+func (c *memberCache) forget(cluster string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, cluster)
 }
 
 // ClusterFilter selects clusters; empty fields match all.

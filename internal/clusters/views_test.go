@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/store/storetest"
 )
 
 // sumMembers lists Member's fields (and the Node's) by hand, for speed: a
@@ -47,5 +48,105 @@ func TestMemberSumCoversEveryField(t *testing.T) {
 		if sumMembers([]Member{m}) == base {
 			t.Errorf("Member.%s does not move the sum", mt.Field(i).Name)
 		}
+	}
+}
+
+// A roster read again keeps the Members whose membership and device
+// records are unchanged (the very values: nothing decoded) and reads the
+// others: a device's new address, a member's new state, a device record
+// gone, a member that left or lost its membership.
+func TestRosterReadsOnlyChangedMembers(t *testing.T) {
+	st := storetest.Store(t)
+	ids := []string{"02:00:00:00:00:01", "02:00:00:00:00:02", "02:00:00:00:00:03", "02:00:00:00:00:04", "02:00:00:00:00:05"}
+	update := func(fn func(tx core.Tx) error) {
+		t.Helper()
+		if err := st.Update(fn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	update(func(tx core.Tx) error {
+		for i, id := range ids {
+			role := "worker"
+			if i == 4 {
+				role = "control-plane"
+			}
+			if err := tx.Devices().Put(core.Device{ID: id, MAC: id, IP: "10.99.1.1" + string(rune('0'+i)), State: core.StateJoined}); err != nil {
+				return err
+			}
+			m := core.Membership{Device: id, Cluster: "cx", Role: role, State: core.StateJoined, Node: &core.NodeObservation{Ready: "True"}}
+			if err := tx.Memberships().Put(m); err != nil {
+				return err
+			}
+			if err := tx.Memberships().Enlist("cx", id, role); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	read := func(base roster) roster {
+		t.Helper()
+		var r roster
+		if err := st.View(func(tx core.Tx) (err error) { r, err = readMembers(tx, "cx", base); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	first := read(roster{})
+	if len(first.members) != 5 || first.members[0].DeviceID != ids[4] || first.members[1].DeviceID != ids[0] {
+		t.Fatalf("first reading: %+v", first.members)
+	}
+	if again := read(first); again.sum != first.sum || again.members[1].Node != first.members[1].Node {
+		t.Fatal("an unchanged roster read again is not the same")
+	}
+	update(func(tx core.Tx) error {
+		d, err := tx.Devices().Get(ids[1])
+		if err != nil {
+			return err
+		}
+		d.IP = "10.99.1.99"
+		if err := tx.Devices().Put(d); err != nil {
+			return err
+		}
+		m, err := tx.Memberships().Get(ids[2])
+		if err != nil {
+			return err
+		}
+		m.State = core.StateNotReady
+		if err := tx.Memberships().Put(m); err != nil {
+			return err
+		}
+		if err := tx.Devices().Delete(ids[3]); err != nil {
+			return err
+		}
+		m, err = tx.Memberships().Get(ids[4])
+		if err != nil {
+			return err
+		}
+		m.State = core.StateLeft
+		return tx.Memberships().Put(m)
+	})
+	second := read(first)
+	byID := map[string]Member{}
+	for _, m := range second.members {
+		byID[m.DeviceID] = m
+	}
+	if len(second.members) != 4 || second.sum == first.sum {
+		t.Fatalf("after the writes: %+v", second.members)
+	}
+	if m := byID[ids[0]]; m.Node != first.members[1].Node {
+		t.Error("an unchanged member was read again")
+	}
+	if m := byID[ids[1]]; m.IP != "10.99.1.99" || m.Node == first.members[2].Node {
+		t.Errorf("a changed device: %+v", m)
+	}
+	if m := byID[ids[2]]; m.State != core.StateNotReady {
+		t.Errorf("a changed membership: %+v", m)
+	}
+	if m := byID[ids[3]]; m.DeviceKnown || m.IP != "" {
+		t.Errorf("a member whose device is gone: %+v", m)
+	}
+	update(func(tx core.Tx) error { return tx.Memberships().Delete(ids[0]) })
+	if third := read(second); len(third.members) != 3 || third.members[0].DeviceID != ids[1] {
+		t.Fatalf("after a membership was deleted: %+v", third.members)
 	}
 }

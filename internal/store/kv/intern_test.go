@@ -53,3 +53,44 @@ func TestInternTableIsBounded(t *testing.T) {
 		t.Fatal("a long string was kept")
 	}
 }
+
+// The decode cache holds a working set: past decodeCacheMax records a new
+// one evicts one other (the rest stay hits), and what it returns is always
+// the record's current bytes decoded.
+func TestDecodeCacheIsBounded(t *testing.T) {
+	var c decodeCache[core.Device]
+	raw := func(id, ip string) []byte {
+		b, _ := json.Marshal(core.Device{ID: id, MAC: id, IP: ip})
+		return b
+	}
+	n := decodeCacheMax + 100
+	for i := range n {
+		id := fmt.Sprint("d", i)
+		if d, err := c.decode(BucketDevices, id, raw(id, "10.99.0.1")); err != nil || d.ID != id {
+			t.Fatalf("decode %s: %+v %v", id, d, err)
+		}
+	}
+	if len(c.m) != decodeCacheMax {
+		t.Fatalf("%d records cached, want %d", len(c.m), decodeCacheMax)
+	}
+	kept := 0
+	for i := range n {
+		if _, ok := c.m[fmt.Sprint("d", i)]; ok {
+			kept++
+		}
+	}
+	if kept != decodeCacheMax {
+		t.Fatalf("%d of the decoded records kept, want %d", kept, decodeCacheMax)
+	}
+	// A cached record rewritten decodes to its new bytes, without growing
+	// the cache.
+	for id := range c.m {
+		if d, err := c.decode(BucketDevices, id, raw(id, "10.99.0.2")); err != nil || d.IP != "10.99.0.2" {
+			t.Fatalf("rewritten %s decoded as %+v %v", id, d, err)
+		}
+		break
+	}
+	if len(c.m) != decodeCacheMax {
+		t.Fatalf("%d records cached after a rewrite, want %d", len(c.m), decodeCacheMax)
+	}
+}

@@ -82,7 +82,7 @@ type Caches struct {
 	clusters   decodeCache[core.Cluster]
 	joinStates decodeCache[core.JoinState]
 	// events never change once written, and API pages read the newest
-	// over and over; the log itself is large, so fewer are kept.
+	// over and over.
 	events decodeCache[core.Event]
 }
 
@@ -237,6 +237,18 @@ func (t *Tx) indexScan(prefix string, fn func(rest, value string) (bool, error))
 // yet (every new device), so it is built without fmt.
 func notFound(what, id string) error { return &notFoundError{what: what, id: id} }
 
+// stamp is the core.Stamp of the record at key in b, or notFound(what, id).
+func (t *Tx) stamp(b Bucket, key, what, id string) (core.Stamp, error) {
+	raw, err := t.raw.Get(b, key)
+	if err != nil {
+		return core.Stamp{}, err
+	}
+	if raw == nil {
+		return core.Stamp{}, notFound(what, id)
+	}
+	return sumRecord(raw), nil
+}
+
 type notFoundError struct{ what, id string }
 
 func (e *notFoundError) Error() string { return e.what + " " + e.id + ": " + core.ErrNotFound.Error() }
@@ -246,45 +258,42 @@ func (e *notFoundError) Unwrap() error { return core.ErrNotFound }
 // stored bytes hash to: a lookup still reads the record in the caller's
 // transaction (never stale) but decodes JSON only when the bytes changed,
 // which on the ZTP request path (every fetch reads its lease and its
-// device) is most of a lookup's cost. It forgets everything at once past
-// 200,000 entries.
+// device) is most of a lookup's cost.
 //
-// A hash rather than a copy of the bytes: at 100,000 devices the copies
-// were a fifth of the heap (issue 19). The hash is 128 bits under seeds
-// drawn at start and never shown, so a stale hit needs a record's new
-// encoding to collide with its old one in 128 bits that nobody can compute
-// outside the process.
+// It holds a working set, not the fleet: at most decodeCacheMax records,
+// and a new one past that evicts one at random. Readers of every record
+// (rosters, counts) keep what they derive by core.Stamp instead (issue 19:
+// at 100,000 devices decoded copies of every device, membership and lease
+// were a third of the heap, and the collector marking them on the pinned
+// API core set its p99).
+//
+// A hash rather than a copy of the bytes: the copies were a fifth of the
+// heap (issue 19). The hash is 128 bits under seeds drawn at start and
+// never shown, so a stale hit needs a record's new encoding to collide with
+// its old one in 128 bits that nobody can compute outside the process.
 type decodeCache[T any] struct {
 	mu sync.RWMutex
 	m  map[string]cachedRecord[T]
 }
 
 type cachedRecord[T any] struct {
-	sum recordSum
+	sum core.Stamp
 	v   T
 }
 
-// recordSum identifies a record's stored bytes (see decodeCache).
-type recordSum [2]uint64
-
 var recordSeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
 
-func sumRecord(raw []byte) recordSum {
-	return recordSum{maphash.Bytes(recordSeeds[0], raw), maphash.Bytes(recordSeeds[1], raw)}
+// sumRecord is the core.Stamp of a record's stored bytes (see decodeCache).
+func sumRecord(raw []byte) core.Stamp {
+	return core.Stamp{maphash.Bytes(recordSeeds[0], raw), maphash.Bytes(recordSeeds[1], raw)}
 }
 
-const decodeCacheMax = 200000
-
-// eventCacheMax bounds the event cache (some ten megabytes): the log is
-// large, and what is read again and again is its newest pages.
-const eventCacheMax = 20000
-
-func cacheLimit(b Bucket) int {
-	if b == BucketEvents || b == BucketAudit {
-		return eventCacheMax
-	}
-	return decodeCacheMax
-}
+// decodeCacheMax bounds each decode cache: the records a boot storm has in
+// flight (256 switches onboarding, each reading its lease, device,
+// membership and cluster a few times), an API page's, the newest events'.
+// A miss costs one decode (a few microseconds); a boot storm spends over a
+// millisecond of CPU per switch.
+const decodeCacheMax = 4096
 
 func (c *decodeCache[T]) get(t *Tx, b Bucket, key string) (v T, ok bool, err error) {
 	raw, err := t.raw.Get(b, key)
@@ -327,14 +336,19 @@ func (c *decodeCache[T]) decode(b Bucket, key string, raw []byte) (T, error) {
 
 // decodeMiss decodes and keeps raw. (Apart from decode, so that the value
 // a hit returns is not moved to the heap for json.Unmarshal's sake.)
-func (c *decodeCache[T]) decodeMiss(b Bucket, key string, raw []byte, sum recordSum) (v T, err error) {
+func (c *decodeCache[T]) decodeMiss(b Bucket, key string, raw []byte, sum core.Stamp) (v T, err error) {
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return v, fmt.Errorf("corrupt record %s/%s: %w", b, key, err)
 	}
 	internStrings(&v)
 	c.mu.Lock()
-	if c.m == nil || len(c.m) >= cacheLimit(b) {
+	if c.m == nil {
 		c.m = make(map[string]cachedRecord[T])
+	} else if _, had := c.m[key]; !had && len(c.m) >= decodeCacheMax {
+		for k := range c.m { // map iteration starts anywhere: a random victim
+			delete(c.m, k)
+			break
+		}
 	}
 	c.m[key] = cachedRecord[T]{sum: sum, v: v}
 	c.mu.Unlock()

@@ -169,6 +169,16 @@ func (r devices) ByFixedIP(ip string) (core.Device, error) {
 	return r.Get(id)
 }
 
+func (r devices) Stamp(id string) (core.Stamp, error) {
+	return r.t.stamp(BucketDevices, id, "device", id)
+}
+
+func (r devices) ListStamps(after string, fn func(id string, s core.Stamp) (bool, error)) error {
+	return r.t.raw.Scan(BucketDevices, after, func(id string, raw []byte) (bool, error) {
+		return fn(id, sumRecord(raw))
+	})
+}
+
 func (r devices) List(after string, fn core.Visit[core.Device]) error {
 	return scanCached(r.t, &r.t.c.devices, BucketDevices, after, freshDevice, fn)
 }
@@ -434,6 +444,10 @@ func (r memberships) Delist(cluster, device string) error {
 
 func (r memberships) Roster(cluster string, fn func(device, role string) (bool, error)) error {
 	return r.t.indexScan(memberKey(cluster, ""), fn)
+}
+
+func (r memberships) Stamp(device string) (core.Stamp, error) {
+	return r.t.stamp(BucketMemberships, device, "membership of device", device)
 }
 
 // --- tokens ---

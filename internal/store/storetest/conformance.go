@@ -38,6 +38,7 @@ func Conformance(t *testing.T, open func(t *testing.T) core.Store) {
 		{"Atomicity", atomicityContract},
 		{"Batch", batchContract},
 		{"Generations", generationsContract},
+		{"Stamps", stampsContract},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, open(t)) })
@@ -880,4 +881,78 @@ func generationsContract(t *testing.T, st core.Store) {
 	if g.Generation(core.AggLeases) != l0 {
 		t.Fatal("a read moved the lease generation")
 	}
+}
+
+// stampsContract: a record's Stamp stays while the record does (reads and
+// writes of other records leave it) and moves when it is rewritten with a
+// change; a missing record has none; ListStamps gives every device's, in
+// ID order, equal to Stamp's.
+func stampsContract(t *testing.T, st core.Store) {
+	ids := []string{"02:00:00:00:00:01", "02:00:00:00:00:02", "02:00:00:00:00:03"}
+	Update(t, st, func(tx core.Tx) error {
+		for _, id := range ids {
+			must(t, tx.Devices().Put(core.Device{ID: id, MAC: id, State: core.StateLeased, UpdatedAt: t0}))
+		}
+		return tx.Memberships().Put(core.Membership{Device: ids[0], Cluster: "c1", Role: "worker", State: core.StateJoined, Created: t0})
+	})
+	stamps := func() (map[string]core.Stamp, core.Stamp) {
+		got := map[string]core.Stamp{}
+		var ms core.Stamp
+		View(t, st, func(tx core.Tx) error {
+			var order []string
+			must(t, tx.Devices().ListStamps("", func(id string, s core.Stamp) (bool, error) {
+				order = append(order, id)
+				got[id] = s
+				one, err := tx.Devices().Stamp(id)
+				must(t, err)
+				if one != s || s == (core.Stamp{}) {
+					t.Fatalf("device %s: listed stamp %x, Stamp %x", id, s, one)
+				}
+				return true, nil
+			}))
+			wantEqual(t, "stamped devices", order, ids)
+			var after []string
+			must(t, tx.Devices().ListStamps(ids[0], func(id string, _ core.Stamp) (bool, error) {
+				after = append(after, id)
+				return true, nil
+			}))
+			wantEqual(t, "stamped devices after the first", after, ids[1:])
+			var err error
+			ms, err = tx.Memberships().Stamp(ids[0])
+			must(t, err)
+			_, err = tx.Devices().Stamp("02:00:00:00:00:09")
+			wantNotFound(t, "stamp of a missing device", err)
+			_, err = tx.Memberships().Stamp(ids[1])
+			wantNotFound(t, "stamp of a missing membership", err)
+			_, err = tx.Devices().Get(ids[1]) // a read moves nothing
+			return err
+		})
+		return got, ms
+	}
+	before, mBefore := stamps()
+	Update(t, st, func(tx core.Tx) error {
+		d, err := tx.Devices().Get(ids[1])
+		must(t, err)
+		d.IP = "10.99.0.2"
+		must(t, tx.Devices().Put(d))
+		m, err := tx.Memberships().Get(ids[0])
+		must(t, err)
+		m.State = core.StateNotReady
+		return tx.Memberships().Put(m)
+	})
+	after, mAfter := stamps()
+	for _, id := range ids {
+		if changed := id == ids[1]; (before[id] != after[id]) != changed {
+			t.Errorf("device %s: stamp %x -> %x; changed: %v", id, before[id], after[id], changed)
+		}
+	}
+	if mBefore == mAfter {
+		t.Error("a membership's stamp stayed when it changed")
+	}
+	Update(t, st, func(tx core.Tx) error { return tx.Devices().Delete(ids[2]) })
+	View(t, st, func(tx core.Tx) error {
+		_, err := tx.Devices().Stamp(ids[2])
+		wantNotFound(t, "stamp of a deleted device", err)
+		return nil
+	})
 }
