@@ -34,6 +34,7 @@ type deviceTally struct {
 	all       deviceCounts
 	byCluster map[string]*deviceCounts
 	marks     map[string]deviceMark // by device ID
+	pass      uint32                // the count that made it; marks of this count carry it
 }
 
 // deviceMark is what the tally counted of one device record.
@@ -41,6 +42,7 @@ type deviceMark struct {
 	stamp                core.Stamp
 	cluster, state, kind string
 	refused              bool
+	pass                 uint32
 }
 
 func newDeviceCounts() deviceCounts {
@@ -93,18 +95,21 @@ func (s *Server) deviceTally() (*deviceTally, error) {
 
 // countDevices counts every device: from prev's mark when the device's
 // record has the Stamp it had then (prev may be nil), else from the record.
+// prev's marks are taken over and updated in place (100,000 of them are
+// some 20 MB to build again; the caller holds tallyMu).
 func (s *Server) countDevices(prev *deviceTally) (*deviceTally, error) {
-	var marks map[string]deviceMark
-	if prev != nil {
-		marks = prev.marks
+	t := &deviceTally{all: newDeviceCounts(), byCluster: map[string]*deviceCounts{}}
+	if prev != nil && prev.marks != nil {
+		t.marks, t.pass = prev.marks, prev.pass+1
+		prev.marks = nil // a failed count leaves prev without them: it is not reused
+	} else {
+		t.marks = map[string]deviceMark{}
 	}
-	t := &deviceTally{all: newDeviceCounts(), byCluster: map[string]*deviceCounts{},
-		marks: make(map[string]deviceMark, len(marks))}
 	err := s.st.View(func(tx core.Tx) error {
 		var last string // devices of one cluster often come in a row
 		var c *deviceCounts
 		return tx.Devices().ListStamps("", func(id string, st core.Stamp) (bool, error) {
-			m, ok := marks[id]
+			m, ok := t.marks[id]
 			if !ok || m.stamp != st {
 				d, err := tx.Devices().Get(id)
 				if err != nil {
@@ -112,6 +117,7 @@ func (s *Server) countDevices(prev *deviceTally) (*deviceTally, error) {
 				}
 				m = deviceMark{stamp: st, cluster: d.Cluster, state: string(d.State), kind: string(d.Kind), refused: d.Refusal.Refused()}
 			}
+			m.pass = t.pass
 			t.marks[id] = m
 			if c == nil || m.cluster != last {
 				if c = t.byCluster[m.cluster]; c == nil {
@@ -125,10 +131,18 @@ func (s *Server) countDevices(prev *deviceTally) (*deviceTally, error) {
 			return true, nil
 		})
 	})
+	if err != nil {
+		return t, err
+	}
+	for id, m := range t.marks {
+		if m.pass != t.pass {
+			delete(t.marks, id) // a device deleted since
+		}
+	}
 	for _, c := range t.byCluster {
 		t.all.add(c)
 	}
-	return t, err
+	return t, nil
 }
 
 // onboardingMarks are the member.joined events of the last hour, read
