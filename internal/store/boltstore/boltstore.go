@@ -163,7 +163,7 @@ func (s *Store) Close() error {
 
 // View implements core.Store.
 func (s *Store) View(fn func(core.Tx) error) error {
-	return s.db.View(func(btx *bolt.Tx) error { return fn(kv.NewTx(rawTx{btx}, &s.caches)) })
+	return s.db.View(func(btx *bolt.Tx) error { return fn(kv.NewTx(newRawTx(btx), &s.caches)) })
 }
 
 // Update implements core.Store.
@@ -189,7 +189,7 @@ func (s *Store) commit(fns []func(core.Tx) error) (int, error) {
 	failed := -1
 	var t *kv.Tx
 	err := s.db.Update(func(btx *bolt.Tx) error {
-		t = kv.NewTx(rawTx{btx}, &s.caches)
+		t = kv.NewTx(newRawTx(btx), &s.caches)
 		for i, fn := range fns {
 			if err := fn(t); err != nil {
 				failed = i
@@ -226,7 +226,7 @@ func (s *Store) BackupSized(w io.Writer, size func(int64)) (int64, error) {
 // backup's file and what it says about the records agree exactly.
 func (s *Store) Snapshot(fn func(tx core.Tx, size int64, writeTo func(io.Writer) (int64, error)) error) error {
 	return s.db.View(func(btx *bolt.Tx) error {
-		return fn(kv.NewTx(rawTx{btx}, &s.caches), btx.Size(), btx.WriteTo)
+		return fn(kv.NewTx(newRawTx(btx), &s.caches), btx.Size(), btx.WriteTo)
 	})
 }
 
@@ -257,10 +257,32 @@ func (s *Store) BackupToFile(path string) (int64, error) {
 	return n, nil
 }
 
-// rawTx is one bbolt transaction as kv.Raw.
-type rawTx struct{ b *bolt.Tx }
+// rawTx is a bolt transaction as kv.Raw. It keeps the buckets it opened:
+// bbolt keeps them only for writable transactions, so a read opened its
+// bucket again for every Get (a seek in the root and a Bucket allocated:
+// an events page of a device's 13 events opened 14; issue 19).
+type rawTx struct {
+	b    *bolt.Tx
+	open [4]openBucket // the most recently opened first
+}
 
-func (t rawTx) bucket(b kv.Bucket) (*bolt.Bucket, error) {
+type openBucket struct {
+	name kv.Bucket
+	bk   *bolt.Bucket
+}
+
+func newRawTx(btx *bolt.Tx) *rawTx { return &rawTx{b: btx} }
+
+func (t *rawTx) bucket(b kv.Bucket) (*bolt.Bucket, error) {
+	for i, o := range t.open {
+		if o.name == b && o.bk != nil {
+			if i > 0 {
+				copy(t.open[1:i+1], t.open[:i])
+				t.open[0] = o
+			}
+			return o.bk, nil
+		}
+	}
 	bk := t.b.Bucket([]byte(b))
 	if bk == nil {
 		return nil, fmt.Errorf("store has no bucket %q", b)
@@ -272,6 +294,8 @@ func (t rawTx) bucket(b kv.Bucket) (*bolt.Bucket, error) {
 		// 10,000 devices, for 11 MB of records).
 		bk.FillPercent = appendFillPercent
 	}
+	copy(t.open[1:], t.open[:len(t.open)-1])
+	t.open[0] = openBucket{b, bk}
 	return bk, nil
 }
 
@@ -279,9 +303,9 @@ func (t rawTx) bucket(b kv.Bucket) (*bolt.Bucket, error) {
 // before splitting it.
 const appendFillPercent = 0.95
 
-func (t rawTx) Writable() bool { return t.b.Writable() }
+func (t *rawTx) Writable() bool { return t.b.Writable() }
 
-func (t rawTx) Get(b kv.Bucket, key string) ([]byte, error) {
+func (t *rawTx) Get(b kv.Bucket, key string) ([]byte, error) {
 	bk, err := t.bucket(b)
 	if err != nil {
 		return nil, err
@@ -289,7 +313,7 @@ func (t rawTx) Get(b kv.Bucket, key string) ([]byte, error) {
 	return bk.Get([]byte(key)), nil
 }
 
-func (t rawTx) Put(b kv.Bucket, key string, value []byte) error {
+func (t *rawTx) Put(b kv.Bucket, key string, value []byte) error {
 	bk, err := t.bucket(b)
 	if err != nil {
 		return err
@@ -298,7 +322,7 @@ func (t rawTx) Put(b kv.Bucket, key string, value []byte) error {
 	return bk.Put([]byte(key), bytes.Clone(value))
 }
 
-func (t rawTx) Delete(b kv.Bucket, key string) error {
+func (t *rawTx) Delete(b kv.Bucket, key string) error {
 	bk, err := t.bucket(b)
 	if err != nil {
 		return err
@@ -306,7 +330,7 @@ func (t rawTx) Delete(b kv.Bucket, key string) error {
 	return bk.Delete([]byte(key))
 }
 
-func (t rawTx) Scan(b kv.Bucket, after string, fn func(string, []byte) (bool, error)) error {
+func (t *rawTx) Scan(b kv.Bucket, after string, fn func(string, []byte) (bool, error)) error {
 	bk, err := t.bucket(b)
 	if err != nil {
 		return err
@@ -330,7 +354,7 @@ func (t rawTx) Scan(b kv.Bucket, after string, fn func(string, []byte) (bool, er
 	return nil
 }
 
-func (t rawTx) ScanReverse(b kv.Bucket, before string, fn func(string, []byte) (bool, error)) error {
+func (t *rawTx) ScanReverse(b kv.Bucket, before string, fn func(string, []byte) (bool, error)) error {
 	bk, err := t.bucket(b)
 	if err != nil {
 		return err
@@ -353,7 +377,7 @@ func (t rawTx) ScanReverse(b kv.Bucket, before string, fn func(string, []byte) (
 	return nil
 }
 
-func (t rawTx) ScanPrefix(b kv.Bucket, prefix string, fn func(string, []byte) (bool, error)) error {
+func (t *rawTx) ScanPrefix(b kv.Bucket, prefix string, fn func(string, []byte) (bool, error)) error {
 	bk, err := t.bucket(b)
 	if err != nil {
 		return err
@@ -369,7 +393,7 @@ func (t rawTx) ScanPrefix(b kv.Bucket, prefix string, fn func(string, []byte) (b
 	return nil
 }
 
-func (t rawTx) Count(b kv.Bucket) (int, error) {
+func (t *rawTx) Count(b kv.Bucket) (int, error) {
 	bk, err := t.bucket(b)
 	if err != nil {
 		return 0, err
@@ -377,7 +401,7 @@ func (t rawTx) Count(b kv.Bucket) (int, error) {
 	return bk.Stats().KeyN, nil
 }
 
-func (t rawTx) NextSequence(b kv.Bucket) (uint64, error) {
+func (t *rawTx) NextSequence(b kv.Bucket) (uint64, error) {
 	bk, err := t.bucket(b)
 	if err != nil {
 		return 0, err
@@ -385,7 +409,7 @@ func (t rawTx) NextSequence(b kv.Bucket) (uint64, error) {
 	return bk.NextSequence()
 }
 
-func (t rawTx) Sequence(b kv.Bucket) (uint64, error) {
+func (t *rawTx) Sequence(b kv.Bucket) (uint64, error) {
 	bk, err := t.bucket(b)
 	if err != nil {
 		return 0, err

@@ -690,3 +690,45 @@ func TestDeviceStateIndexIsBuiltAtOpen(t *testing.T) {
 	}
 	s.Close()
 }
+
+// A transaction keeps the buckets it opened (a few, most recent first):
+// reads and writes that move between more buckets than it keeps still reach
+// the right one, in a read transaction and in a write.
+func TestTransactionReachesEveryBucketItKeepsOrNot(t *testing.T) {
+	s, _ := openTemp(t)
+	buckets := []kv.Bucket{kv.BucketDevices, kv.BucketLeases, kv.BucketClusters, kv.BucketVersions,
+		kv.BucketTokens, kv.BucketMemberships, kv.BucketImages}
+	order := []int{0, 1, 0, 2, 3, 4, 5, 6, 0, 6, 1, 5, 2, 4, 3, 3, 0}
+	err := s.db.Update(func(btx *bolt.Tx) error {
+		raw := newRawTx(btx)
+		for _, i := range order {
+			if err := raw.Put(buckets[i], "k", []byte(buckets[i])); err != nil {
+				return err
+			}
+			if v, err := raw.Get(buckets[i], "k"); err != nil || string(v) != string(buckets[i]) {
+				return fmt.Errorf("write: %s holds %q %v", buckets[i], v, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.db.View(func(btx *bolt.Tx) error {
+		raw := newRawTx(btx)
+		for range 2 {
+			for _, i := range order {
+				if v, err := raw.Get(buckets[i], "k"); err != nil || string(v) != string(buckets[i]) {
+					return fmt.Errorf("read: %s holds %q %v", buckets[i], v, err)
+				}
+			}
+		}
+		if _, err := raw.Get("no-such-bucket", "k"); err == nil {
+			return errors.New("a missing bucket was opened")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

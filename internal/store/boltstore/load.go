@@ -36,7 +36,7 @@ func Load(dir string, fill func(kv.Loader) error) error {
 				return err
 			}
 		}
-		return fill(loader{rawTx{btx}})
+		return fill(loader{newRawTx(btx)})
 	})
 	if cerr := db.Close(); err == nil {
 		err = cerr
@@ -49,7 +49,7 @@ func Load(dir string, fill func(kv.Loader) error) error {
 }
 
 // loader is a bbolt write transaction as kv.Loader.
-type loader struct{ t rawTx }
+type loader struct{ t *rawTx }
 
 func (l loader) Put(b kv.Bucket, key string, value []byte) error { return l.t.Put(b, key, value) }
 
@@ -67,7 +67,7 @@ func (s *Store) Copy(dst kv.Loader, progress func(b kv.Bucket, n int)) (int, err
 	var n int
 	err := s.db.View(func(btx *bolt.Tx) error {
 		var err error
-		n, err = kv.Copy(rawTx{btx}, dst, progress)
+		n, err = kv.Copy(newRawTx(btx), dst, progress)
 		return err
 	})
 	return n, err

@@ -65,9 +65,9 @@ var migrations = []func(*bolt.Tx) error{
 	// 2 -> 3: events are indexed by the device they name (issue 19). The
 	// whole migration is one transaction (migrate), and it only adds
 	// entries, so a crash leaves schema 2 and running it again is safe.
-	func(btx *bolt.Tx) error { return kv.IndexDeviceEvents(rawTx{btx}) },
+	func(btx *bolt.Tx) error { return kv.IndexDeviceEvents(newRawTx(btx)) },
 	// 3 -> 4: devices are indexed by state (issue 19); adds entries only.
-	func(btx *bolt.Tx) error { return kv.IndexDeviceStates(rawTx{btx}) },
+	func(btx *bolt.Tx) error { return kv.IndexDeviceStates(newRawTx(btx)) },
 	// 4 -> 5: devices' desired states and rollouts (issue 17).
 	func(btx *bolt.Tx) error {
 		for _, b := range []kv.Bucket{kv.BucketDesired, kv.BucketRollouts} {
