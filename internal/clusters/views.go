@@ -101,9 +101,14 @@ func (s *Service) views(ctx context.Context, cs []core.Cluster, gen uint64, from
 	}
 	// Noted before reading, as gen: a cached member list is at least as
 	// new as anything the reading transaction could see.
+	// Generation 0 (a store opened and not yet written) counts like any
+	// other: the first listing after a restart keeps its members, so the
+	// next one after a write reads only what changed (issue 19: at
+	// 100,000 members the first counted listing decoded them all while
+	// every request waited).
 	var mgen uint64
 	g, counted := s.st.(core.Generations)
-	counted = counted && fromStore && gen != 0
+	counted = counted && fromStore
 	if counted {
 		mgen = g.Generation(core.AggMemberships, core.AggDevices)
 	}

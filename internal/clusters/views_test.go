@@ -1,6 +1,7 @@
 package clusters
 
 import (
+	"context"
 	"reflect"
 	"testing"
 	"time"
@@ -148,5 +149,73 @@ func TestRosterReadsOnlyChangedMembers(t *testing.T) {
 	update(func(tx core.Tx) error { return tx.Memberships().Delete(ids[0]) })
 	if third := read(second); len(third.members) != 3 || third.members[0].DeviceID != ids[1] {
 		t.Fatalf("after a membership was deleted: %+v", third.members)
+	}
+}
+
+// The first listing after a restart (generation 0: nothing written since
+// the store opened) keeps the cluster's members: the next listing reads
+// none of them again, and one after a device write only that device.
+func TestRosterOfTheFirstListingAfterARestartIsKept(t *testing.T) {
+	dir := t.TempDir()
+	f := storetest.OpenIn(t, dir)
+	s, err := New(f.Store, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := addVersion(t, s, "1.30.2")
+	c, j, err := s.CreateCluster(context.Background(), user, ClusterSpec{Name: "c0", ZoneID: s.Zone().ID, VersionID: v.ID,
+		ServiceOfferingID: Offerings[1].ID, Size: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, s, j)
+	storetest.Update(t, f.Store, func(tx core.Tx) error {
+		for _, id := range []string{"02:00:00:00:00:01", "02:00:00:00:00:02"} {
+			if err := tx.Devices().Put(core.Device{ID: id, MAC: id, State: core.StateJoined}); err != nil {
+				return err
+			}
+			if err := tx.Memberships().Put(core.Membership{Device: id, Cluster: c.ID, Role: "worker", State: core.StateJoined,
+				Node: &core.NodeObservation{Ready: "True"}}); err != nil {
+				return err
+			}
+			if err := tx.Memberships().Enlist(c.ID, id, "worker"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	s.Close(context.Background())
+	f.Store.Close()
+
+	f = storetest.OpenIn(t, dir) // generation 0 again
+	if g := f.Store.Generation(core.AggMemberships, core.AggDevices); g != 0 {
+		t.Fatalf("a reopened store is at generation %d", g)
+	}
+	s, err = New(f.Store, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	list := func() []Member {
+		t.Helper()
+		vs, _, err := s.ListClusters(context.Background(), admin, ClusterFilter{ListAll: true}, 0, 0)
+		if err != nil || len(vs) != 1 || len(vs[0].Members) != 2 {
+			t.Fatalf("listing: %+v %v", vs, err)
+		}
+		return vs[0].Members
+	}
+	first := list()
+	if _, current := s.members.get(c.ID, 0); !current {
+		t.Fatal("the first listing after a restart did not keep its members")
+	}
+	if again := list(); again[0].Node != first[0].Node || again[1].Node != first[1].Node {
+		t.Fatal("members read again without a write")
+	}
+	storetest.Update(t, f.Store, func(tx core.Tx) error {
+		return tx.Devices().Put(core.Device{ID: "02:00:00:00:00:02", MAC: "02:00:00:00:00:02", IP: "10.99.1.2", State: core.StateJoined})
+	})
+	after := list()
+	if after[0].Node != first[0].Node || after[1].IP != "10.99.1.2" || after[1].Node == first[1].Node {
+		t.Fatalf("after one device's write: %+v", after)
 	}
 }
