@@ -21,6 +21,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ztpd/ztpd/joiner/bundle"
@@ -89,8 +90,11 @@ func Files(cfg InstallConfig) ([]bundle.File, error) {
 	if strings.ContainsFunc(cfg.Credential, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
 		return nil, errors.New("agent: credential has spaces or non-printable characters")
 	}
-	if err := checkCA(cfg.CAPEM); err != nil {
-		return nil, err
+	if p := checkedCA.Load(); p == nil || *p != cfg.CAPEM {
+		if err := checkCA(cfg.CAPEM); err != nil {
+			return nil, err
+		}
+		checkedCA.Store(&cfg.CAPEM)
 	}
 	interval := cfg.Interval
 	if interval == 0 {
@@ -134,6 +138,11 @@ func checkURL(raw string) error {
 }
 
 // checkCA requires one or more PEM certificates and nothing else.
+// checkedCA is the CA PEM checkCA accepted last: Files runs for every
+// bundle with the same certificate, and parsing it each time was 1.4 % of a
+// boot storm's CPU (issue 19).
+var checkedCA atomic.Pointer[string]
+
 func checkCA(p string) error {
 	rest := []byte(p)
 	n := 0

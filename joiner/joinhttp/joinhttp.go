@@ -128,7 +128,13 @@ func (h *Handler) join(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	httpserve.WriteJSON(w, http.StatusOK, b.Deliver())
+	d := b.Deliver()
+	doc, err := d.AppendJSON(make([]byte, 0, 64<<10))
+	if err != nil {
+		httpserve.WriteError(w, r, h.log, err)
+		return
+	}
+	httpserve.WriteJSONBody(w, http.StatusOK, append(doc, '\n'))
 }
 
 func (h *Handler) cloudConfig(w http.ResponseWriter, r *http.Request) {
