@@ -137,12 +137,12 @@ func checkURL(raw string) error {
 	return nil
 }
 
-// checkCA requires one or more PEM certificates and nothing else.
 // checkedCA is the CA PEM checkCA accepted last: Files runs for every
 // bundle with the same certificate, and parsing it each time was 1.4 % of a
 // boot storm's CPU (issue 19).
 var checkedCA atomic.Pointer[string]
 
+// checkCA requires one or more PEM certificates and nothing else.
 func checkCA(p string) error {
 	rest := []byte(p)
 	n := 0
