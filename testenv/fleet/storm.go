@@ -158,6 +158,9 @@ func (s *Storm) onboard(ctx context.Context, sw Switch, leased *string, bundled 
 		"Base-Mac-Address": {sw.MAC}, "Sonic-Version": {"N.A"}}
 
 	t0 = time.Now()
+	// One typed decode per document: a switch's own CPU is not the
+	// appliance's, so the simulator spends as little of the shared cores as
+	// the checks allow.
 	var doc struct {
 		ZTP map[string]json.RawMessage `json:"ztp"`
 	}
@@ -166,27 +169,21 @@ func (s *Storm) onboard(ctx context.Context, sw Switch, leased *string, bundled 
 	}
 	mark("ztp.json", t0)
 	var cfgURL string
-	var join struct {
-		Enrollment string `json:"enrollment"`
-		JoinURL    string `json:"join-url"`
-		MAC        string `json:"mac"`
-		Serial     string `json:"serial"`
-		Hostname   string `json:"hostname"`
-	}
+	var join ztpSection
 	for name, raw := range doc.ZTP {
-		var sec map[string]json.RawMessage
-		if json.Unmarshal(raw, &sec) != nil {
-			continue
+		var sec ztpSection
+		if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &sec) != nil {
+			continue // "ztp-json-version" and the like
 		}
-		if _, ok := sec["enrollment"]; ok {
-			json.Unmarshal(raw, &join)
+		if sec.Enrollment != "" {
+			join = sec
 		}
-		if u, ok := sec["url"]; ok && len(name) > 3 && name[3:] == "configdb-json" {
+		if len(sec.URL) > 0 && len(name) > 3 && name[3:] == "configdb-json" {
 			var obj struct {
 				Source string `json:"source"`
 			}
-			if json.Unmarshal(u, &obj) != nil || obj.Source == "" {
-				json.Unmarshal(u, &obj.Source)
+			if json.Unmarshal(sec.URL, &obj) != nil || obj.Source == "" {
+				json.Unmarshal(sec.URL, &obj.Source)
 			}
 			cfgURL = obj.Source
 		}
@@ -195,9 +192,12 @@ func (s *Storm) onboard(ctx context.Context, sw Switch, leased *string, bundled 
 		return steps, fmt.Errorf("%s: ztp.json lacks a configdb-json url or a join section", sw.MAC)
 	}
 	t0 = time.Now()
-	var cfg map[string]any
+	var cfg map[string]json.RawMessage
 	if err := getJSON(ctx, hc, cfgURL, hdr, &cfg); err != nil {
 		return steps, fmt.Errorf("%s: config_db.json: %w", sw.MAC, err)
+	}
+	if len(cfg) == 0 {
+		return steps, fmt.Errorf("%s: config_db.json has no table", sw.MAC)
 	}
 	mark("config", t0)
 
@@ -207,15 +207,18 @@ func (s *Storm) onboard(ctx context.Context, sw Switch, leased *string, bundled 
 	var bundle struct {
 		ReportURL   string `json:"report_url"`
 		ReportToken string `json:"report_token"`
-		Files       []any  `json:"files"`
+		Files       []struct {
+			Path string `json:"path"`
+		} `json:"files"`
 	}
-	var delivery json.RawMessage
+	var delivery []byte
 	for try := 0; ; try++ {
-		code, retry, err := post(ctx, hc, join.JoinURL, "", body, &delivery)
+		code, retry, raw, err := post(ctx, hc, join.JoinURL, "", body)
 		if err != nil {
 			return steps, fmt.Errorf("%s: join: %w", sw.MAC, err)
 		}
 		if code == http.StatusOK {
+			delivery = raw
 			break
 		}
 		if code != http.StatusAccepted || try > 20 {
@@ -231,11 +234,16 @@ func (s *Storm) onboard(ctx context.Context, sw Switch, leased *string, bundled 
 	if s.Bundle != nil {
 		s.Bundle(sw, delivery)
 	}
+	for _, f := range bundle.Files {
+		if f.Path == "" {
+			return steps, fmt.Errorf("%s: join bundle has a file without a path", sw.MAC)
+		}
+	}
 	if bundle.ReportToken == "" || len(bundle.Files) == 0 {
 		return steps, fmt.Errorf("%s: join bundle without files or report token", sw.MAC)
 	}
 	t0 = time.Now()
-	if code, _, err := post(ctx, hc, bundle.ReportURL, bundle.ReportToken, []byte(`{"state":"joined"}`), nil); err != nil || code != 200 {
+	if code, _, _, err := post(ctx, hc, bundle.ReportURL, bundle.ReportToken, []byte(`{"state":"joined"}`)); err != nil || code != 200 {
 		return steps, fmt.Errorf("%s: report: %d %v", sw.MAC, code, err)
 	}
 	mark("report", t0)
@@ -263,10 +271,11 @@ func getJSON(ctx context.Context, hc *http.Client, url string, hdr http.Header, 
 	return json.Unmarshal(raw, out)
 }
 
-func post(ctx context.Context, hc *http.Client, url, bearer string, body []byte, out any) (int, time.Duration, error) {
+// post returns the answer's status, its Retry-After and, on 200, its body.
+func post(ctx context.Context, hc *http.Client, url, bearer string, body []byte) (int, time.Duration, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(body))
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "SONiC-ZTP/0.1")
@@ -275,21 +284,30 @@ func post(ctx context.Context, hc *http.Client, url, bearer string, body []byte,
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	retry, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
-	if resp.StatusCode == 200 && out != nil {
-		if err := json.Unmarshal(raw, out); err != nil {
-			return resp.StatusCode, 0, err
-		}
-	}
 	if resp.StatusCode >= 400 {
-		return resp.StatusCode, 0, errors.New(string(bytes.TrimSpace(raw)))
+		return resp.StatusCode, 0, nil, errors.New(string(bytes.TrimSpace(raw)))
 	}
-	return resp.StatusCode, time.Duration(retry) * time.Second, nil
+	if resp.StatusCode != 200 {
+		raw = nil
+	}
+	return resp.StatusCode, time.Duration(retry) * time.Second, raw, nil
+}
+
+// ztpSection is any section of ztp.json with the fields the fleet reads:
+// the join plugin's and configdb-json's url.
+type ztpSection struct {
+	Enrollment string          `json:"enrollment"`
+	JoinURL    string          `json:"join-url"`
+	MAC        string          `json:"mac"`
+	Serial     string          `json:"serial"`
+	Hostname   string          `json:"hostname"`
+	URL        json.RawMessage `json:"url"`
 }
