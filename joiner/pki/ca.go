@@ -22,6 +22,7 @@ import (
 	"math/big"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ztpd/ztpd/internal/secretbox"
 )
@@ -54,6 +55,7 @@ type CA struct {
 	certPEM []byte
 	alg     Algorithm
 	key     crypto.Signer
+	shape   *shapeCell
 }
 
 // NewCA creates a self-signed CA valid for ten years from now.
@@ -88,7 +90,7 @@ func NewCA(commonName string, alg Algorithm, now time.Time) (*CA, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &CA{cert: cert, certPEM: encodeCertPEM(der), alg: alg, key: key}, nil
+	return &CA{cert: cert, certPEM: encodeCertPEM(der), alg: alg, key: key, shape: new(shapeCell)}, nil
 }
 
 // Certificate is the parsed CA certificate.
@@ -173,7 +175,7 @@ func OpenCA(s SealedCA, kr *secretbox.Keyring, context string) (*CA, error) {
 	if !publicKeysEqual(cert.PublicKey, key.Public()) {
 		return nil, fmt.Errorf("pki: CA key for %s does not match its certificate", context)
 	}
-	return &CA{cert: cert, certPEM: append([]byte(nil), s.CertPEM...), alg: s.Algorithm, key: key}, nil
+	return &CA{cert: cert, certPEM: append([]byte(nil), s.CertPEM...), alg: s.Algorithm, key: key, shape: new(shapeCell)}, nil
 }
 
 func caAAD(context string) []byte { return []byte("ztpd ca key\x00" + context) }
@@ -221,18 +223,20 @@ func (ca *CA) IssueClient(req ClientCertRequest, now time.Time) (*KeyPair, error
 	if notAfter.After(ca.cert.NotAfter) {
 		notAfter = ca.cert.NotAfter
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: req.CommonName, Organization: req.Organizations},
-		NotBefore:             now.Add(-backdate).UTC(),
-		NotAfter:              notAfter,
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		BasicConstraintsValid: true,
+	subject := pkix.Name{CommonName: req.CommonName, Organization: req.Organizations}
+	notBefore := now.Add(-backdate).UTC()
+	var der []byte
+	signed := false
+	if shape := ca.clientShape(); shape != nil {
+		if der, signed, err = ca.signClient(shape, serial, subject, notBefore, notAfter, key.Public()); err != nil {
+			return nil, fmt.Errorf("pki: sign client certificate: %w", err)
+		}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
-	if err != nil {
-		return nil, fmt.Errorf("pki: sign client certificate: %w", err)
+	if !signed {
+		tmpl := clientTemplate(serial, subject, notBefore, notAfter)
+		if der, err = x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key); err != nil {
+			return nil, fmt.Errorf("pki: sign client certificate: %w", err)
+		}
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
@@ -355,14 +359,17 @@ func publicKeysEqual(a, b crypto.PublicKey) bool {
 }
 
 // validateSubjectField rejects values that would make a confusing or
-// invalid certificate subject (empty, control characters, over 64 bytes as
-// RFC 5280's upper bounds for CN and O).
+// invalid certificate subject (empty, not UTF-8, control characters,
+// over 64 bytes as RFC 5280's upper bounds for CN and O).
 func validateSubjectField(what, v string) error {
 	if v == "" {
 		return fmt.Errorf("pki: %s is empty", what)
 	}
 	if len(v) > 64 {
 		return fmt.Errorf("pki: %s %q is longer than 64 bytes", what, v)
+	}
+	if !utf8.ValidString(v) {
+		return fmt.Errorf("pki: %s %q is not valid UTF-8", what, v)
 	}
 	for _, r := range v {
 		if r < 0x20 || r == 0x7f {

@@ -254,6 +254,8 @@ func TestIssueClientRejectsBadSubjects(t *testing.T) {
 		{CommonName: "a\nb"},
 		{CommonName: strings.Repeat("a", 65)},
 		{CommonName: "ok", Organizations: []string{""}},
+		{CommonName: "\xff\xfe"},
+		{CommonName: "ok", Organizations: []string{"o\xc3"}},
 	} {
 		if _, err := ca.IssueClient(req, testNow); err == nil {
 			t.Fatalf("accepted %+v", req)
