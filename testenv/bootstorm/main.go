@@ -161,6 +161,10 @@ func run(o options) error {
 	}
 	fmt.Fprintf(os.Stderr, "boot storm: %d SONiC switches, %d clusters, concurrency %d\n", o.n, o.clusters, o.conc)
 	cpu0, _ := procstat.CPU(app.Proc.Cmd.Process.Pid) // `ip netns exec` execs ztpd in place: the pid is its own
+	commits0, callers0, err := storeCommits(lab.NSClient(srv))
+	if err != nil {
+		return err
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -199,6 +203,10 @@ func run(o options) error {
 	fmt.Printf("elapsed %.2f s, %.0f devices/s, time to the accepted report p50 %.1f ms p99 %.1f ms\n",
 		secs, float64(res.Devices-res.Failed)/secs, ms(res.P50), ms(res.P99))
 	fmt.Printf("ztpd CPU %.1f s, %.3f ms per device\n", cpu, 1000*cpu/float64(max(res.Devices, 1)))
+	if commits1, callers1, err := storeCommits(lab.NSClient(srv)); err == nil && commits1 > commits0 {
+		c := commits1 - commits0
+		fmt.Printf("store commits %.0f, %.2f per device, %.1f writers per commit\n", c, c/float64(max(res.Devices, 1)), (callers1-callers0)/c)
+	}
 	for _, step := range []string{"dhcp", "ztp.json", "config", "join", "report"} {
 		fmt.Printf("  mean %-9s %.1f ms\n", step, ms(res.PerStep[step]))
 	}
@@ -320,6 +328,31 @@ profiles: [%s]
 joiner:
   auto_approve: [{subnets: [10.99.0.0/16], roles: [control-plane, worker]}]
 `, filepath.Join(o.work, "data"), poolFirst, poolLast, filepath.Join(o.work, "profiles"))
+}
+
+// storeCommits reads ztpd's durable commits and the writers they carried
+// from its metrics.
+func storeCommits(c *http.Client) (commits, writers float64, err error) {
+	resp, err := c.Get("http://10.99.0.1:8080/metrics")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		name, value, _ := strings.Cut(line, " ")
+		v, _ := strconv.ParseFloat(value, 64)
+		switch name {
+		case "ztpd_store_commits_total":
+			commits = v
+		case "ztpd_store_batch_size_sum":
+			writers = v
+		}
+	}
+	return commits, writers, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
