@@ -1,7 +1,10 @@
 package joiner
 
 import (
+	"compress/gzip"
+	"encoding/base64"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 )
@@ -27,6 +30,13 @@ func TestDeliveryEncodesAsEncodingJSON(t *testing.T) {
 			}},
 		{NodeLabels: map[string]string{}, Files: []DeliveredFile{}},
 	}
+	// The same files compressed for a device that accepts gzip+base64.
+	packed := cases[3]
+	packed.Files = append([]DeliveredFile(nil), packed.Files...)
+	if err := packed.CompressFiles(); err != nil {
+		t.Fatal(err)
+	}
+	cases = append(cases, packed)
 	for i, d := range cases {
 		want, err := json.Marshal(d)
 		if err != nil {
@@ -42,6 +52,30 @@ func TestDeliveryEncodesAsEncodingJSON(t *testing.T) {
 			}
 		}
 	}
+	for i, f := range packed.Files {
+		plain := cases[3].Files[i]
+		if (i == 0) != (f.Encoding == FileEncodingGzip) {
+			t.Errorf("%s: encoding %q (only the large non-secret file is compressed)", f.Path, f.Encoding)
+		}
+		if i == 0 {
+			zr, err := gzip.NewReader(base64.NewDecoder(base64.StdEncoding, strings.NewReader(f.Content)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := io.ReadAll(zr); err != nil || string(got) != plain.Content {
+				t.Errorf("compressed agent script does not decode to the original: %v", err)
+			}
+		} else if f.Content != plain.Content {
+			t.Errorf("%s: content changed without an encoding", f.Path)
+		}
+	}
+	compressedContent.mu.Lock()
+	for s := range compressedContent.m {
+		if strings.HasSuffix(s, "secret") {
+			t.Error("a secret file was compressed and kept")
+		}
+	}
+	compressedContent.mu.Unlock()
 	staticContent.mu.Lock()
 	defer staticContent.mu.Unlock()
 	if _, ok := staticContent.m[big]; !ok {

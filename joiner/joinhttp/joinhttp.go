@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -94,6 +95,8 @@ type joinBody struct {
 	Product      string `json:"product"`
 	SONiCVersion string `json:"sonic_version"`
 	Kind         string `json:"kind"` // sonic | vm
+	// FileEncodings the device can decode (joiner.FileEncodingGzip).
+	FileEncodings []string `json:"file_encodings"`
 }
 
 func (h *Handler) join(w http.ResponseWriter, r *http.Request) {
@@ -129,6 +132,12 @@ func (h *Handler) join(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := b.Deliver()
+	if slices.Contains(body.FileEncodings, joiner.FileEncodingGzip) {
+		if err := d.CompressFiles(); err != nil {
+			httpserve.WriteError(w, r, h.log, err)
+			return
+		}
+	}
 	doc, err := d.AppendJSON(make([]byte, 0, 64<<10))
 	if err != nil {
 		httpserve.WriteError(w, r, h.log, err)

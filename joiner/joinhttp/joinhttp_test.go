@@ -1,9 +1,13 @@
 package joinhttp
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
+	"io"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -18,6 +22,9 @@ import (
 	"github.com/ztpd/ztpd/internal/store/boltstore"
 	"github.com/ztpd/ztpd/internal/store/storetest"
 	"github.com/ztpd/ztpd/joiner"
+	"github.com/ztpd/ztpd/joiner/agent"
+	"github.com/ztpd/ztpd/joiner/bundle"
+	"github.com/ztpd/ztpd/joiner/pki"
 )
 
 type fixture struct {
@@ -49,8 +56,16 @@ func setup(t *testing.T, rules []joiner.Rule) *fixture {
 	var err error
 	dev := devices.New(devices.Options{Store: fs.Store})
 	t.Cleanup(func() { dev.Close() })
+	applianceCA, err := pki.NewCA("ztpd appliance", pki.ECDSAP256, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentFiles := func(credential string) ([]bundle.File, error) { // the device agent, as ztpd installs it
+		return agent.Files(agent.InstallConfig{URL: "https://127.0.0.1:8443/agent/v1", Credential: credential,
+			CAPEM: string(applianceCA.CertPEM())})
+	}
 	f.svc, err = joiner.New(fs.Store, fs.Keys, joiner.Options{AutoApprove: rules, BaseURL: "http://" + f.srv.Listener.Addr().String(),
-		Devices: dev})
+		Devices: dev, AgentFiles: agentFiles})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +84,7 @@ func setup(t *testing.T, rules []joiner.Rule) *fixture {
 		t.Fatal(err)
 	}
 	_, j, err := cl.CreateCluster(ctx, clusters.LocalAdmin, clusters.ClusterSpec{Name: "prod", ZoneID: cl.Zone().ID, VersionID: v.ID,
-		ServiceOfferingID: clusters.Offerings[0].ID, Size: 1})
+		ServiceOfferingID: clusters.Offerings[0].ID, Size: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +196,8 @@ func TestSONiCJoinAndReportWithCurl(t *testing.T) {
 	if err := json.Unmarshal([]byte(body[strings.Index(body, "{"):]), &d); err != nil {
 		t.Fatal(err)
 	}
-	if d.Method != "sonic" || len(d.Files) != 3 || !strings.Contains(d.Files[1].Content, "PRIVATE KEY") || d.ReportToken == "" {
+	// The switch's three files, then the device agent's five.
+	if d.Method != "sonic" || len(d.Files) != 3+5 || !d.Agent || !strings.Contains(d.Files[1].Content, "PRIVATE KEY") || d.ReportToken == "" {
 		t.Fatalf("delivery %+v", d)
 	}
 	var db map[string]map[string]map[string]string
@@ -270,6 +286,14 @@ func TestSONiCZTPPluginEndToEnd(t *testing.T) {
 			t.Fatalf("%s: %v mode %v\n%s", path, err, fi, out)
 		}
 	}
+	// The agent script came gzip+base64 encoded (the plugin asks for it)
+	// and is installed as it is.
+	if got, err := os.ReadFile(root + agent.ScriptPath); err != nil || !bytes.Equal(got, agent.Script()) {
+		t.Fatalf("installed agent script: %v, %d bytes, want the %d of agent.Script()", err, len(got), len(agent.Script()))
+	}
+	if fi, err := os.Stat(root + agent.ScriptPath); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("agent script mode: %v %v", fi, err)
+	}
 	crt, _ := os.ReadFile(root + "/etc/sonic/credentials/restapiserver.crt")
 	key, _ := os.ReadFile(root + "/etc/sonic/credentials/restapiserver.key")
 	if _, err := tls.X509KeyPair(crt, key); err != nil {
@@ -283,5 +307,92 @@ func TestSONiCZTPPluginEndToEnd(t *testing.T) {
 	cmd.Env = append(os.Environ(), "ZTPD_ROOT="+root, "ZTPD_MAX_WAIT=5")
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "refused (403)") {
 		t.Fatalf("replayed section: %v\n%s", err, out)
+	}
+}
+
+// TestJoinCompressesFilesOnlyForDevicesThatAsk: a device that lists
+// gzip+base64 in file_encodings gets its large non-secret files so; one
+// that does not, and every secret, gets them as they are.
+func TestJoinCompressesFilesOnlyForDevicesThatAsk(t *testing.T) {
+	f := setup(t, []joiner.Rule{{MACs: []string{"02:00:00:00:00:01"}, ControlPlane: true}, {MACs: []string{"0c:29:ef:00:00:01", "0c:29:ef:00:00:02", "0c:29:ef:00:00:03"}}})
+	f.hold(t, "127.0.0.2", "02:00:00:00:00:01")
+	cp := f.enroll(t, "02:00:00:00:00:01", "")
+	if code, _, b := curl(t, "--interface", "127.0.0.2", "-X", "POST", "--data", `{"enrollment":"`+cp+`","mac":"02:00:00:00:00:01"}`, f.srv.URL+"/join"); code != 200 {
+		t.Fatalf("control plane: %d %s", code, b)
+	}
+	f.running(t)
+	type file struct {
+		Path, Mode, Content, Encoding string
+	}
+	join := func(ip, mac, extra string) []file {
+		t.Helper()
+		f.hold(t, ip, mac)
+		tok := f.enroll(t, mac, "")
+		code, _, b := curl(t, "--interface", ip, "-X", "POST", "-H", "User-Agent: SONiC-ZTP/0.1",
+			"--data", `{"enrollment":"`+tok+`","mac":"`+mac+`","kind":"sonic"`+extra+`}`, f.srv.URL+"/join")
+		if code != 200 {
+			t.Fatalf("join %s: %d %s", mac, code, b)
+		}
+		var d struct{ Files []file }
+		t.Logf("%s%s: bundle of %d bytes", mac, extra, len(b)-strings.Index(b, "{"))
+		if err := json.Unmarshal([]byte(b[strings.Index(b, "{"):]), &d); err != nil {
+			t.Fatal(err)
+		}
+		return d.Files
+	}
+	plain := join("127.0.0.3", "0c:29:ef:00:00:01", "")
+	packed := join("127.0.0.4", "0c:29:ef:00:00:02", `,"file_encodings":["gzip+base64"]`)
+	if len(plain) != len(packed) || len(plain) < 5 {
+		t.Fatalf("%d files plain, %d compressed", len(plain), len(packed))
+	}
+	compressed := 0
+	for i, p := range plain {
+		c := packed[i]
+		if p.Encoding != "" {
+			t.Fatalf("%s: encoded %q for a device that did not ask", p.Path, p.Encoding)
+		}
+		if c.Path != p.Path || c.Mode != p.Mode {
+			t.Fatalf("file %d: %s %s vs %s %s", i, c.Path, c.Mode, p.Path, p.Mode)
+		}
+		if c.Encoding == "" {
+			if len(c.Content) >= 4096 && c.Path != agent.ConfigPath {
+				t.Fatalf("%s: %d bytes sent as they are", c.Path, len(c.Content))
+			}
+			continue
+		}
+		if c.Encoding != joiner.FileEncodingGzip {
+			t.Fatalf("%s: encoding %q", c.Path, c.Encoding)
+		}
+		if c.Path == agent.ConfigPath || strings.Contains(c.Path, ".key") {
+			t.Fatalf("%s: a secret was compressed", c.Path)
+		}
+		zr, err := gzip.NewReader(base64.NewDecoder(base64.StdEncoding, strings.NewReader(c.Content)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(zr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Path == agent.ScriptPath && !bytes.Equal(got, agent.Script()) {
+			t.Fatalf("agent script decodes to %d bytes, not agent.Script()", len(got))
+		}
+		if string(got) != p.Content {
+			t.Fatalf("%s: decodes to other content than the plain bundle's", c.Path)
+		}
+		if len(c.Content) > len(p.Content)/2 {
+			t.Fatalf("%s: %d bytes compressed from %d", c.Path, len(c.Content), len(p.Content))
+		}
+		compressed++
+	}
+	if compressed == 0 {
+		t.Fatal("nothing compressed: the agent script is over 30 KB")
+	}
+	// An encoding it does not know is no encoding: the plain bundle.
+	other := join("127.0.0.5", "0c:29:ef:00:00:03", `,"file_encodings":["zstd"]`)
+	for _, c := range other {
+		if c.Encoding != "" {
+			t.Fatalf("%s: encoding %q for a device that asked for zstd", c.Path, c.Encoding)
+		}
 	}
 }

@@ -5,7 +5,8 @@ SONiC ZTP runs it as `ztpd-join-plugin <input.json>`, where input.json is
 {"<section name>": {...section...}}. The section (rendered by ztpd) carries
 "enrollment" (a one-time secret bound to this switch), "join-url", "mac",
 "serial" and "hostname". The plugin posts them to ztpd, which answers with
-this switch's join bundle; the plugin installs its files (client
+this switch's join bundle (asking for large files gzip+base64 encoded,
+a third of their size); the plugin installs its files (client
 certificate and key for sonic-ctrmgrd, the cluster CA for the trust store,
 or a k3s agent configuration) and, for the SONiC method, writes
 KUBERNETES_MASTER|SERVER into CONFIG_DB so ctrmgrd joins with them. When
@@ -16,6 +17,8 @@ Exit 0 on success, non-zero on failure (ZTP records the section FAILED).
 ZTPD_ROOT prefixes every written path (for tests); ZTPD_MAX_WAIT bounds the
 seconds spent waiting for admission (default 1800).
 """
+import base64
+import gzip
 import json
 import os
 import shutil
@@ -45,7 +48,7 @@ def section_data(path):
 
 
 def request_bundle(sec):
-    body = {"enrollment": sec["enrollment"], "kind": "sonic"}
+    body = {"enrollment": sec["enrollment"], "kind": "sonic", "file_encodings": ["gzip+base64"]}
     for k in ("mac", "serial", "hostname"):
         if sec.get(k):
             body[k] = sec[k]
@@ -77,13 +80,25 @@ def request_bundle(sec):
         time.sleep(max(1, min(wait, 300)))
 
 
+def file_content(f):
+    """A bundle file's content as bytes, decoded as its "encoding" says."""
+    enc = f.get("encoding", "")
+    if enc == "gzip+base64":
+        return gzip.decompress(base64.b64decode(f["content"], validate=True))
+    if enc:
+        raise SystemExit("ztpd-join: %s: unknown encoding %r" % (f["path"], enc))
+    return f["content"].encode()
+
+
 def install(path, content, mode):
+    if isinstance(content, str):
+        content = content.encode()
     dest = ROOT + path
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest), prefix=".ztpd-")
     try:
         os.fchmod(fd, mode)
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb") as f:
             f.write(content)
             f.flush()
             os.fsync(f.fileno())
@@ -109,7 +124,7 @@ def main():
     log("admitted to cluster %s as %s (%s)" % (bundle.get("cluster_name"), bundle.get("role"), bundle.get("method")))
     trust_store = False
     for f in bundle.get("files", []):
-        install(f["path"], f["content"], int(f["mode"], 8))
+        install(f["path"], file_content(f), int(f["mode"], 8))
         trust_store = trust_store or f["path"].startswith("/usr/local/share/ca-certificates/")
     if trust_store:
         run(["update-ca-certificates"])

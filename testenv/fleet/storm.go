@@ -202,8 +202,8 @@ func (s *Storm) onboard(ctx context.Context, sw Switch, leased *string, bundled 
 	mark("config", t0)
 
 	t0 = time.Now()
-	body, _ := json.Marshal(map[string]string{"enrollment": join.Enrollment, "kind": "sonic",
-		"mac": join.MAC, "serial": join.Serial, "hostname": join.Hostname})
+	body, _ := json.Marshal(map[string]any{"enrollment": join.Enrollment, "kind": "sonic",
+		"mac": join.MAC, "serial": join.Serial, "hostname": join.Hostname, "file_encodings": []string{"gzip+base64"}})
 	var bundle struct {
 		ReportURL   string `json:"report_url"`
 		ReportToken string `json:"report_token"`

@@ -3,10 +3,13 @@ package lab
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,6 +21,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/joiner/bundle"
 	"github.com/ztpd/ztpd/testenv/controlplane"
 	"github.com/ztpd/ztpd/testenv/kubebin"
@@ -283,8 +287,9 @@ type SonicDelivery struct {
 		Master map[string]map[string]string `json:"KUBERNETES_MASTER"`
 	} `json:"config_db"`
 	Files []struct {
-		Path    string `json:"path"`
-		Content string `json:"content"`
+		Path     string `json:"path"`
+		Content  string `json:"content"`
+		Encoding string `json:"encoding"` // "" or gzip+base64
 	} `json:"files"`
 }
 
@@ -314,9 +319,18 @@ func (d *SonicDelivery) Server() string {
 // File is the content of the delivered file at path, if there is one.
 func (d *SonicDelivery) File(path string) ([]byte, bool) {
 	for _, f := range d.Files {
-		if f.Path == path {
+		if f.Path != path {
+			continue
+		}
+		if f.Encoding != joiner.FileEncodingGzip {
 			return []byte(f.Content), true
 		}
+		zr, err := gzip.NewReader(base64.NewDecoder(base64.StdEncoding, strings.NewReader(f.Content)))
+		if err != nil {
+			return nil, false
+		}
+		b, err := io.ReadAll(zr)
+		return b, err == nil
 	}
 	return nil, false
 }
@@ -326,9 +340,13 @@ func (d *SonicDelivery) File(path string) ([]byte, bool) {
 func (d *SonicDelivery) CAFile() (path string, content []byte) {
 	for _, f := range d.Files {
 		if strings.HasPrefix(f.Path, "/usr/local/share/ca-certificates/") {
-			path, content = f.Path, []byte(f.Content)
+			path = f.Path
 		}
 	}
+	if path == "" {
+		return "", nil
+	}
+	content, _ = d.File(path)
 	return path, content
 }
 
