@@ -99,7 +99,7 @@ func (d *Delivery) CompressFiles() error {
 		if f.secret || f.Encoding != "" || len(f.Content) < staticContentMin {
 			continue
 		}
-		enc, err := compressedContent.get(f.Content)
+		enc, err := compressedContent.get(f.Content, gzipBase64)
 		if err != nil {
 			return err
 		}
@@ -214,7 +214,8 @@ func (d *Delivery) AppendJSON(dst []byte) ([]byte, error) {
 			if f.secret || len(f.Content) < staticContentMin {
 				dst = jsontext.AppendString(dst, f.Content)
 			} else {
-				dst = staticContent.appendString(dst, f.Content)
+				enc, _ := staticContent.get(f.Content, jsonString) // jsonString cannot fail
+				dst = append(dst, enc...)
 			}
 			if f.Encoding != "" {
 				dst = append(dst, `,"encoding":`...)
@@ -239,48 +240,42 @@ const staticContentMin = 4096
 // staticContent keeps the JSON encoding of large non-secret file contents,
 // keyed by the content itself (so a hit is always the right encoding), a
 // few of them: the agent's files change only with ztpd.
-var staticContent = &encodedStrings{max: 16}
+var staticContent = &contentCache[[]byte]{max: 16}
 
-type encodedStrings struct {
+// compressedContent keeps their gzip+base64 form the same way.
+var compressedContent = &contentCache[string]{max: 16}
+
+// contentCache keeps what is derived from a few large contents, keyed by
+// the content; once full it starts again.
+type contentCache[V any] struct {
 	mu  sync.Mutex
 	max int
-	m   map[string][]byte
+	m   map[string]V
 }
 
-func (c *encodedStrings) appendString(dst []byte, s string) []byte {
+func (c *contentCache[V]) get(s string, derive func(string) (V, error)) (V, error) {
 	c.mu.Lock()
-	enc, ok := c.m[s]
+	v, ok := c.m[s]
 	c.mu.Unlock()
 	if ok {
-		return append(dst, enc...)
+		return v, nil
 	}
-	enc = jsontext.AppendString(nil, s)
+	v, err := derive(s)
+	if err != nil {
+		return v, err
+	}
 	c.mu.Lock()
 	if c.m == nil || len(c.m) >= c.max {
-		c.m = map[string][]byte{}
+		c.m = map[string]V{}
 	}
-	c.m[s] = enc
+	c.m[s] = v
 	c.mu.Unlock()
-	return append(dst, enc...)
+	return v, nil
 }
 
-// compressedContent keeps the gzip+base64 form of large non-secret file
-// contents, keyed by the content, as staticContent does their JSON.
-var compressedContent = &compressedStrings{max: 16}
+func jsonString(s string) ([]byte, error) { return jsontext.AppendString(nil, s), nil }
 
-type compressedStrings struct {
-	mu  sync.Mutex
-	max int
-	m   map[string]string
-}
-
-func (c *compressedStrings) get(s string) (string, error) {
-	c.mu.Lock()
-	enc, ok := c.m[s]
-	c.mu.Unlock()
-	if ok {
-		return enc, nil
-	}
+func gzipBase64(s string) (string, error) {
 	var buf bytes.Buffer
 	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
 	if err != nil {
@@ -292,14 +287,7 @@ func (c *compressedStrings) get(s string) (string, error) {
 	if err := zw.Close(); err != nil {
 		return "", err
 	}
-	enc = base64.StdEncoding.EncodeToString(buf.Bytes())
-	c.mu.Lock()
-	if c.m == nil || len(c.m) >= c.max {
-		c.m = map[string]string{}
-	}
-	c.m[s] = enc
-	c.mu.Unlock()
-	return enc, nil
+	return base64.StdEncoding.EncodeToString(buf.Bytes()), nil
 }
 
 // render builds the bundle from the committed admission result. It runs
