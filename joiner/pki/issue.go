@@ -105,9 +105,9 @@ func cutClientShape(ca *CA) *clientShape {
 	return &clientShape{sigAlg: []byte(sigAlg), extensions: []byte(extensions), hash: hash}
 }
 
-// validity is RFC 5280's Validity as encoding/asn1 writes it for x509:
+// asn1Validity is RFC 5280's Validity as encoding/asn1 writes it for x509:
 // UTCTime through 2049, GeneralizedTime after.
-type validity struct {
+type asn1Validity struct {
 	NotBefore, NotAfter time.Time
 }
 
@@ -121,7 +121,7 @@ func (ca *CA) signClient(shape *clientShape, serial *big.Int, subject pkix.Name,
 	if err != nil {
 		return nil, false, err
 	}
-	validityDER, err := asn1.Marshal(validity{notBefore.UTC(), notAfter.UTC()})
+	validityDER, err := asn1.Marshal(asn1Validity{notBefore.UTC(), notAfter.UTC()})
 	if err != nil {
 		return nil, false, err
 	}
