@@ -95,11 +95,16 @@ func (t *Topology) build() error {
 	if t.Relay, err = netns.Add(t.Prefix + "-relay"); err != nil {
 		return err
 	}
+	// A bridge without an address of its own takes the lowest MAC of its
+	// ports, so it changed as devices were plugged in, and the relay's ARP
+	// entry for the appliance went stale: relayed requests then arrived
+	// addressed to another host and were dropped for up to a minute. Real
+	// routers keep one MAC; so do these.
 	steps := [][]string{
-		{t.App.Name, "link", "add", "br0", "type", "bridge"},
+		{t.App.Name, "link", "add", "br0", "address", bridgeMAC(t.AppAddr), "type", "bridge"},
 		{t.App.Name, "addr", "add", t.AppAddr.String() + "/24", "dev", "br0"},
 		{t.App.Name, "link", "set", "br0", "up"},
-		{t.Relay.Name, "link", "add", "br1", "type", "bridge"},
+		{t.Relay.Name, "link", "add", "br1", "address", bridgeMAC(t.RelayGW), "type", "bridge"},
 		{t.Relay.Name, "addr", "add", t.RelayGW.String() + "/24", "dev", "br1"},
 		{t.Relay.Name, "link", "set", "br1", "up"},
 	}
@@ -142,6 +147,13 @@ func (t *Topology) build() error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// bridgeMAC is a fixed, locally administered MAC for the bridge that holds
+// addr: 02:99 and the address's four bytes.
+func bridgeMAC(addr netip.Addr) string {
+	a := addr.As4()
+	return fmt.Sprintf("02:99:%02x:%02x:%02x:%02x", a[0], a[1], a[2], a[3])
 }
 
 // plug creates a veth from ns (named ifn, with addr) whose peer is enslaved

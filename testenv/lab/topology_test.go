@@ -67,6 +67,35 @@ func TestLabRelayAndClientsWithReferenceServer(t *testing.T) {
 	if out, err := vm.Command(ctx, "busybox", "ping", "-c1", "-W2", "10.99.120.1").CombinedOutput(); err != nil {
 		t.Fatalf("relayed device cannot reach the appliance: %v %s", err, out)
 	}
+
+	// The relay has the appliance's MAC in its ARP cache now. A port with
+	// the lowest MAC there is joins the appliance's bridge (a bridge
+	// without a MAC of its own would take it); relayed requests must
+	// still reach the appliance.
+	if err := ipIn(topo.App.Name, "link", "add", "lowport", "address", "00:00:00:00:00:01", "type", "veth", "peer", "name", "lowpeer"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ipIn(topo.App.Name, "link", "set", "lowport", "master", "br0", "up"); err != nil {
+		t.Fatal(err)
+	}
+	for ns, br := range map[string]string{topo.App.Name: "br0", topo.Relay.Name: "br1"} {
+		out, err := exec.Command("ip", "-n", ns, "-br", "link", "show", br).Output()
+		want := map[string]string{"br0": bridgeMAC(topo.AppAddr), "br1": bridgeMAC(topo.RelayGW)}[br]
+		if err != nil || !strings.Contains(string(out), want) {
+			t.Errorf("%s in %s: want MAC %s, got %s (%v)", br, ns, want, out, err)
+		}
+	}
+	sw2, err := topo.AddDevice("sw2", SubnetB, "02:00:00:00:78:02")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err = Dhclient(ctx, sw2, filepath.Join(work, "sw2"), SONiCDhclientConf("Force10-S6000", "SN2"))
+	if err != nil {
+		t.Fatalf("relayed dhclient after the appliance's bridge gained a port: %v", err)
+	}
+	if !strings.HasPrefix(l.IP(), "10.99.121.") {
+		t.Fatalf("relayed dhclient lease: %v", l)
+	}
 	topo.Close()
 	if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), "zlt-") {
 		t.Fatalf("namespaces left behind:\n%s", out)
