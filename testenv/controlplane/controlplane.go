@@ -557,7 +557,8 @@ func (cp *ControlPlane) spawnLocked(name string, c *component) error {
 func (cp *ControlPlane) stopProc(name string) error {
 	killed, err := cp.terminate(name, 15*time.Second)
 	if err == nil && killed {
-		err = fmt.Errorf("controlplane: %s ignored SIGTERM for 15 s and was killed (log %s)", name, cp.LogFile(name))
+		err = fmt.Errorf("controlplane: %s ignored SIGTERM for 15 s and was killed (log %s, which a test's temporary folder does not keep; its end:)\n%s",
+			name, cp.LogFile(name), tail(cp.LogFile(name), 6144))
 	}
 	return err
 }
