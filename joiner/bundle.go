@@ -89,6 +89,22 @@ type DeliveredFile struct {
 // the join plugin asks for it in its request.
 const FileEncodingGzip = "gzip+base64"
 
+// Decoded is the file's content as the device writes it: Content decoded
+// as Encoding says (the join plugin's file_content, in Go).
+func (f DeliveredFile) Decoded() ([]byte, error) {
+	switch f.Encoding {
+	case "":
+		return []byte(f.Content), nil
+	case FileEncodingGzip:
+		zr, err := gzip.NewReader(base64.NewDecoder(base64.StdEncoding, strings.NewReader(f.Content)))
+		if err != nil {
+			return nil, fmt.Errorf("joiner: %s: %w", f.Path, err)
+		}
+		return io.ReadAll(zr)
+	}
+	return nil, fmt.Errorf("joiner: %s: unknown encoding %q", f.Path, f.Encoding)
+}
+
 // CompressFiles gzips the large non-secret files (the device agent's
 // script), for a device that accepts FileEncodingGzip: the SONiC bundle
 // goes from ~42 KB to ~19 KB, which was a tenth of ztpd's CPU in a boot

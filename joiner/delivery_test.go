@@ -1,10 +1,7 @@
 package joiner
 
 import (
-	"compress/gzip"
-	"encoding/base64"
 	"encoding/json"
-	"io"
 	"strings"
 	"testing"
 )
@@ -58,16 +55,15 @@ func TestDeliveryEncodesAsEncodingJSON(t *testing.T) {
 			t.Errorf("%s: encoding %q (only the large non-secret file is compressed)", f.Path, f.Encoding)
 		}
 		if i == 0 {
-			zr, err := gzip.NewReader(base64.NewDecoder(base64.StdEncoding, strings.NewReader(f.Content)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got, err := io.ReadAll(zr); err != nil || string(got) != plain.Content {
+			if got, err := f.Decoded(); err != nil || string(got) != plain.Content {
 				t.Errorf("compressed agent script does not decode to the original: %v", err)
 			}
 		} else if f.Content != plain.Content {
 			t.Errorf("%s: content changed without an encoding", f.Path)
 		}
+	}
+	if _, err := (DeliveredFile{Path: "/x", Content: "abc", Encoding: "zstd"}).Decoded(); err == nil {
+		t.Error("an unknown encoding decoded")
 	}
 	compressedContent.mu.Lock()
 	for s := range compressedContent.m {

@@ -2,12 +2,9 @@ package joinhttp
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/tls"
-	"encoding/base64"
 	"encoding/json"
-	"io"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -321,10 +318,7 @@ func TestJoinCompressesFilesOnlyForDevicesThatAsk(t *testing.T) {
 		t.Fatalf("control plane: %d %s", code, b)
 	}
 	f.running(t)
-	type file struct {
-		Path, Mode, Content, Encoding string
-	}
-	join := func(ip, mac, extra string) []file {
+	join := func(ip, mac, extra string) []joiner.DeliveredFile {
 		t.Helper()
 		f.hold(t, ip, mac)
 		tok := f.enroll(t, mac, "")
@@ -333,7 +327,7 @@ func TestJoinCompressesFilesOnlyForDevicesThatAsk(t *testing.T) {
 		if code != 200 {
 			t.Fatalf("join %s: %d %s", mac, code, b)
 		}
-		var d struct{ Files []file }
+		var d struct{ Files []joiner.DeliveredFile }
 		t.Logf("%s%s: bundle of %d bytes", mac, extra, len(b)-strings.Index(b, "{"))
 		if err := json.Unmarshal([]byte(b[strings.Index(b, "{"):]), &d); err != nil {
 			t.Fatal(err)
@@ -366,11 +360,7 @@ func TestJoinCompressesFilesOnlyForDevicesThatAsk(t *testing.T) {
 		if c.Path == agent.ConfigPath || strings.Contains(c.Path, ".key") {
 			t.Fatalf("%s: a secret was compressed", c.Path)
 		}
-		zr, err := gzip.NewReader(base64.NewDecoder(base64.StdEncoding, strings.NewReader(c.Content)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := io.ReadAll(zr)
+		got, err := c.Decoded()
 		if err != nil {
 			t.Fatal(err)
 		}

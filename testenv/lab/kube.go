@@ -3,13 +3,10 @@ package lab
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -286,11 +283,7 @@ type SonicDelivery struct {
 	ConfigDB   struct {
 		Master map[string]map[string]string `json:"KUBERNETES_MASTER"`
 	} `json:"config_db"`
-	Files []struct {
-		Path     string `json:"path"`
-		Content  string `json:"content"`
-		Encoding string `json:"encoding"` // "" or gzip+base64
-	} `json:"files"`
+	Files []joiner.DeliveredFile `json:"files"`
 }
 
 // ParseSonicDelivery decodes a SONiC join delivery and checks it is one:
@@ -319,18 +312,10 @@ func (d *SonicDelivery) Server() string {
 // File is the content of the delivered file at path, if there is one.
 func (d *SonicDelivery) File(path string) ([]byte, bool) {
 	for _, f := range d.Files {
-		if f.Path != path {
-			continue
+		if f.Path == path {
+			b, err := f.Decoded()
+			return b, err == nil
 		}
-		if f.Encoding != joiner.FileEncodingGzip {
-			return []byte(f.Content), true
-		}
-		zr, err := gzip.NewReader(base64.NewDecoder(base64.StdEncoding, strings.NewReader(f.Content)))
-		if err != nil {
-			return nil, false
-		}
-		b, err := io.ReadAll(zr)
-		return b, err == nil
 	}
 	return nil, false
 }
