@@ -38,6 +38,7 @@ import (
 	"github.com/ztpd/ztpd/testenv/lab"
 	"github.com/ztpd/ztpd/testenv/netns"
 	"github.com/ztpd/ztpd/testenv/procstat"
+	"github.com/ztpd/ztpd/testenv/promtext"
 )
 
 type options struct {
@@ -333,26 +334,8 @@ joiner:
 // storeCommits reads ztpd's durable commits and the writers they carried
 // from its metrics.
 func storeCommits(c *http.Client) (commits, writers float64, err error) {
-	resp, err := c.Get("http://10.99.0.1:8080/metrics")
-	if err != nil {
-		return 0, 0, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, line := range strings.Split(string(body), "\n") {
-		name, value, _ := strings.Cut(line, " ")
-		v, _ := strconv.ParseFloat(value, 64)
-		switch name {
-		case "ztpd_store_commits_total":
-			commits = v
-		case "ztpd_store_batch_size_sum":
-			writers = v
-		}
-	}
-	return commits, writers, nil
+	m, err := promtext.Unlabelled(c, "http://10.99.0.1:8080/metrics")
+	return m["ztpd_store_commits_total"], m["ztpd_store_batch_size_sum"], err
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

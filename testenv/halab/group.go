@@ -1,7 +1,6 @@
 package halab
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -20,6 +19,7 @@ import (
 	"github.com/ztpd/ztpd/internal/ha"
 	"github.com/ztpd/ztpd/testenv/lab"
 	"github.com/ztpd/ztpd/testenv/netns"
+	"github.com/ztpd/ztpd/testenv/promtext"
 	"github.com/ztpd/ztpd/testenv/testpki"
 )
 
@@ -600,26 +600,7 @@ func TailLines(s string, n int) string {
 // embedded etcd member's; /metrics reads no store, so it answers while the
 // appliance is cut off).
 func (a *Appliance) Metrics() (map[string]float64, error) {
-	resp, err := a.http.Get("http://" + a.IP + ":8080/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' || strings.Contains(line, "{") {
-			continue
-		}
-		var name string
-		var v float64
-		if _, err := fmt.Sscanf(line, "%s %g", &name, &v); err == nil {
-			out[name] = v
-		}
-	}
-	return out, sc.Err()
+	return promtext.Unlabelled(a.http, "http://"+a.IP+":8080/metrics")
 }
 
 // RaftLeader is the appliance whose etcd member leads the cluster.
