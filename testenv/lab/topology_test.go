@@ -78,11 +78,13 @@ func TestLabRelayAndClientsWithReferenceServer(t *testing.T) {
 	if err := ipIn(topo.App.Name, "link", "set", "lowport", "master", "br0", "up"); err != nil {
 		t.Fatal(err)
 	}
-	for ns, br := range map[string]string{topo.App.Name: "br0", topo.Relay.Name: "br1"} {
-		out, err := exec.Command("ip", "-n", ns, "-br", "link", "show", br).Output()
-		want := map[string]string{"br0": bridgeMAC(topo.AppAddr), "br1": bridgeMAC(topo.RelayGW)}[br]
-		if err != nil || !strings.Contains(string(out), want) {
-			t.Errorf("%s in %s: want MAC %s, got %s (%v)", br, ns, want, out, err)
+	for _, b := range []struct{ ns, br, mac string }{
+		{topo.App.Name, "br0", bridgeMAC(topo.AppAddr)},
+		{topo.Relay.Name, "br1", bridgeMAC(topo.RelayGW)},
+	} {
+		out, err := exec.Command("ip", "-n", b.ns, "-br", "link", "show", b.br).Output()
+		if err != nil || !strings.Contains(string(out), b.mac) {
+			t.Errorf("%s in %s: want MAC %s, got %s (%v)", b.br, b.ns, b.mac, out, err)
 		}
 	}
 	sw2, err := topo.AddDevice("sw2", SubnetB, "02:00:00:00:78:02")
