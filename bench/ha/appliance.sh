@@ -49,4 +49,5 @@ fi
 } > "$dir/ztpd.yaml"
 
 exec "$bin" serve --config "$dir/ztpd.yaml" --log-level "${LOG_LEVEL:-warn}" \
-  --dhcp-interface "$iface" --dhcp-range "$pool_start-$pool_end" --http-addr "$ip:8080"
+  --dhcp-interface "$iface" --dhcp-range "$pool_start-$pool_end" --http-addr "$ip:8080" \
+  --dhcp-relay "${DHCP_RELAY:-10.99.0.2}"

@@ -233,7 +233,7 @@ func (s *Server) allocate(x *exchange) *binding {
 	sn := x.sn
 	if ip, ok := s.reservedIP(x); ok {
 		b := s.bindingAt(sn, ip, x)
-		b.reserved = true
+		b.reserved = x.resByMAC
 		return b
 	}
 	if x.res != nil {
@@ -324,7 +324,7 @@ func (s *Server) claim(x *exchange, ip uint32) *binding {
 		return nil
 	}
 	b := s.bindingAt(sn, ip, x)
-	b.reserved = x.res != nil && x.res.ip == ip
+	b.reserved = x.resByMAC && x.res.ip == ip
 	return b
 }
 
