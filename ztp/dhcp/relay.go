@@ -82,8 +82,7 @@ func (s *Server) stepRelay(x *exchange) bool {
 			"mac", macText(req.HWAddr()), "source", x.src, "interface", x.ifc.name)
 		return false
 	}
-	src := x.src.As4()
-	if x.src.Is4() && s.relays.trusts(src, x.ifc.name, req.GIAddr) {
+	if x.src.Is4() && s.relays.trusts(x.src.As4(), x.ifc.name, req.GIAddr) {
 		return true
 	}
 	dropUntrustedRelay.Inc()
