@@ -30,9 +30,10 @@ type DHCP struct {
 }
 
 // Relay declares one DHCP relay agent. Address is where it sends from and
-// the giaddr it sets; a relay whose giaddrs (its client-side interfaces)
-// differ from the address it sends from (ISC dhcrelay and dnsmasq send from
-// their server-side interface) lists them under giaddrs.
+// a giaddr it sets (dnsmasq --dhcp-relay sends from its giaddr); a relay
+// whose giaddrs (its client-side interfaces) differ from the address it
+// sends from (ISC dhcrelay sends from its server-side interface) lists them
+// under giaddrs.
 type Relay struct {
 	Address   string   `yaml:"address"`
 	GIAddrs   []string `yaml:"giaddrs"`   // further giaddrs it sets

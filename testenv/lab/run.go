@@ -152,10 +152,10 @@ dhcp:
   interfaces: [br0]
   lease_time: 1h
   vm: {mac_prefixes: ["1e:00"]}
-  # dnsmasq relays subnet B from its uplink (giaddr: its br1 address; the
-  # source is its uplink address, by the route to the appliance)
+  # dnsmasq relays subnet B: giaddr is its br1 address, and it sends from
+  # that address too (through its uplink on br0)
   relays:
-    - {address: %[11]s, giaddrs: [%[7]s], sources: [%[7]s], interface: br0}
+    - {address: %[7]s, interface: br0}
   subnets:
     - {name: lab-a, subnet: %[3]s, interface: br0, pools: ["%[4]s"], router: %[2]s}
     - {name: lab-b, subnet: %[5]s, pools: ["%[6]s"], router: %[7]s}
@@ -163,7 +163,7 @@ profiles: [%[8]s]
 joiner:
   auto_approve:
     - {subnets: [%[3]s, %[5]s], roles: [control-plane, worker]}
-`, filepath.Join(t.WorkDir, "data"), t.AppAddr, a, pool(pa), b, pool(pb), t.RelayGW, pdir, labProbeInterval, LabAlertAfter, t.RelayUp), nil
+`, filepath.Join(t.WorkDir, "data"), t.AppAddr, a, pool(pa), b, pool(pb), t.RelayGW, pdir, labProbeInterval, LabAlertAfter), nil
 }
 
 // Lab is an onboarded lab whose appliance, control planes and kubelets

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/testenv/netns"
 )
 
@@ -60,32 +62,7 @@ func relayInfo(circuit string) string {
 // is counted.
 func TestRealDhcrelayTrustedForgedRelayDropped(t *testing.T) {
 	needTools(t, "dhcrelay", "busybox", "python3")
-	l := newLabNS(t, "rly", 40)
-	// The relay's namespace is b0 (10.99.40.2, its uplink); its client
-	// side is r1 (10.99.41.1) towards a client namespace.
-	cli, err := netns.Add(l.pair.B.Name + "c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	if err := netns.Veth(l.pair.B, "r1", "10.99.41.1/24", cli, "c0", ""); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.pair.A.IP("route", "add", "10.99.41.0/24", "via", "10.99.40.2"); err != nil {
-		t.Fatal(err)
-	}
-	// The attacker shares the appliance's link with the relay.
-	if err := l.pair.B.IP("addr", "add", "10.99.40.66/24", "dev", "b0"); err != nil {
-		t.Fatal(err)
-	}
-	l.start(func(o *Options) {
-		o.Subnets = append(o.Subnets, Subnet{Name: "rack", Prefix: prefix("10.99.41.0/24"),
-			Pools: pools("10.99.41.10-10.99.41.20"), Router: addr("10.99.41.1"), LeaseTime: time.Hour})
-		// dhcrelay sends from its uplink address with its client-side
-		// address as giaddr.
-		o.Relays = []Relay{{Sources: addrs("10.99.40.2"), GIAddrs: addrs("10.99.41.1"), Interface: "a0"}}
-	})
-
+	l, cli := relayLab(t, "rly", 40, false)
 	ctx, cancel := context.WithCancel(context.Background())
 	relay := l.pair.B.Command(ctx, "dhcrelay", "-4", "-d", "-a", "-iu", "b0", "-id", "r1", "10.99.40.1")
 	var relayOut syncBuffer
@@ -101,18 +78,8 @@ func TestRealDhcrelayTrustedForgedRelayDropped(t *testing.T) {
 		}
 	})
 
-	dir := t.TempDir()
-	env := filepath.Join(dir, "env")
-	script := writeFile(t, filepath.Join(dir, "script"), "#!/bin/sh\n"+
-		`[ "$1" = bound ] && env > "`+env+`.tmp" && mv "`+env+`.tmp" "`+env+`"`+"\nexit 0\n", 0o755)
-	runUntil(t, cli, 40*time.Second, func() bool { return fileContains(env, "ip=") },
-		"busybox", "udhcpc", "-f", "-q", "-n", "-t", "10", "-T", "2", "-A", "1", "-i", "c0", "-s", script)
-	got := readEnv(t, env)["ip"]
-	if !strings.HasPrefix(got, "10.99.41.") {
-		t.Fatalf("client behind dhcrelay got %q, want an address of the relayed subnet", got)
-	}
-	mac, _ := cli.MAC("c0")
-	if d := l.device(mac); d.CircuitID != "r1" || d.RelayAddr != "10.99.41.1" {
+	d := leaseBehindRelay(t, l, cli, 41)
+	if d.CircuitID != "r1" || d.RelayAddr != "10.99.41.1" {
 		t.Fatalf("declared relay's information not recorded: circuit %q relay %q", d.CircuitID, d.RelayAddr)
 	}
 
@@ -184,5 +151,84 @@ func TestRealUdhcpcClientIDNotTakenOver(t *testing.T) {
 	lease, ok := l.srv.LeaseByIP(netip.MustParseAddr(victimIP))
 	if !ok || lease.MAC != victim {
 		t.Fatalf("udhcpc's lease of %s now %+v", victimIP, lease)
+	}
+}
+
+// relayLab is a lab whose b0 namespace is also a relay: its uplink is b0
+// (10.99.<n>.2), its client side r1 (10.99.<n+1>.1/24) towards a client
+// namespace returned with it (interface c0). The server serves the
+// relayed subnet (pool .10-.20) and trusts the relay with giaddr = its
+// client-side address, sending from the uplink (as ISC dhcrelay does) or,
+// with fromGIAddr, from the giaddr itself (as dnsmasq does). 10.99.<n>.66
+// on b0 is free for an attacker on the appliance's link.
+func relayLab(t *testing.T, name string, n int, fromGIAddr bool) (*lab, *netns.NS) {
+	t.Helper()
+	l := newLabNS(t, name, n)
+	cli, err := netns.Add(l.pair.B.Name + "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	relayed := fmt.Sprintf("10.99.%d", n+1)
+	if err := netns.Veth(l.pair.B, "r1", relayed+".1/24", cli, "c0", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.pair.A.IP("route", "add", relayed+".0/24", "via", l.ip(2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.pair.B.IP("addr", "add", l.ip(66)+"/24", "dev", "b0"); err != nil {
+		t.Fatal(err)
+	}
+	l.start(func(o *Options) {
+		o.Subnets = append(o.Subnets, Subnet{Name: "rack", Prefix: prefix(relayed + ".0/24"),
+			Pools: pools(relayed + ".10-" + relayed + ".20"), Router: addr(relayed + ".1"), LeaseTime: time.Hour})
+		src := l.ip(2)
+		if fromGIAddr {
+			src = relayed + ".1"
+		}
+		o.Relays = []Relay{{Sources: addrs(src), GIAddrs: addrs(relayed + ".1"), Interface: "a0"}}
+	})
+	return l, cli
+}
+
+// leaseBehindRelay runs busybox udhcpc in cli until it holds an address of
+// the relayed subnet 10.99.<third>.0/24 and returns its device record.
+func leaseBehindRelay(t *testing.T, l *lab, cli *netns.NS, third int) core.Device {
+	t.Helper()
+	dir := t.TempDir()
+	env := filepath.Join(dir, "env")
+	script := writeFile(t, filepath.Join(dir, "script"), "#!/bin/sh\n"+
+		`[ "$1" = bound ] && env > "`+env+`.tmp" && mv "`+env+`.tmp" "`+env+`"`+"\nexit 0\n", 0o755)
+	runUntil(t, cli, 40*time.Second, func() bool { return fileContains(env, "ip=") },
+		"busybox", "udhcpc", "-f", "-q", "-n", "-t", "10", "-T", "2", "-A", "1", "-i", "c0", "-s", script)
+	if got := readEnv(t, env)["ip"]; !strings.HasPrefix(got, fmt.Sprintf("10.99.%d.", third)) {
+		t.Fatalf("client behind the relay got %q, want an address of 10.99.%d.0/24", got, third)
+	}
+	mac, _ := cli.MAC("c0")
+	return l.device(mac)
+}
+
+// dnsmasq --dhcp-relay (no option 82) sends from the giaddr itself, not
+// from its uplink: declared so, it is served.
+func TestRealDnsmasqRelayTrusted(t *testing.T) {
+	needTools(t, "dnsmasq", "busybox")
+	l, cli := relayLab(t, "dnr", 43, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	relay := l.pair.B.Command(ctx, "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--pid-file=",
+		"--port=0", "--interface=r1", "--dhcp-relay=10.99.44.1,10.99.43.1", "--log-dhcp", "--log-facility=-")
+	var relayOut syncBuffer
+	relay.Stdout, relay.Stderr = &relayOut, &relayOut
+	if err := relay.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		relay.Wait()
+		if t.Failed() {
+			t.Logf("dnsmasq:\n%s", relayOut.String())
+		}
+	})
+	if d := leaseBehindRelay(t, l, cli, 44); d.RelayAddr != "10.99.44.1" {
+		t.Fatalf("relay address recorded %q", d.RelayAddr)
 	}
 }

@@ -72,8 +72,8 @@ type OptionValues map[uint8][]byte
 // packet's source address and the interface it arrived on are what say a
 // relay sent it.
 type Relay struct {
-	// Sources are the addresses the relay sends from (ISC dhcrelay and
-	// dnsmasq send from their upstream interface's address).
+	// Sources are the addresses the relay sends from: ISC dhcrelay sends
+	// from its server-side interface's address, dnsmasq from the giaddr.
 	Sources []netip.Addr
 	// GIAddrs are the giaddrs it may set (the addresses of its client-side
 	// interfaces).
