@@ -237,7 +237,9 @@ func (s *Server) allocate(x *exchange) *binding {
 		return b
 	}
 	if x.res != nil {
-		s.log.Warn("reserved address is in use by another client; offering a pool address",
+		// Any host can repeat a reserved serial or client id: say it once
+		// per address every dropLogEvery, not per packet.
+		s.logDrop(x, "reserved "+addrOf(x.res.ip).String(), "reserved address is in use by another client; offering a pool address",
 			"subnet", sn.name, "reserved", addrOf(x.res.ip), "mac", macText(x.hw))
 	}
 	if b := s.lookupClient(x); b != nil && b.state != core.LeaseDeclined && s.servable(x, b.ip) {
