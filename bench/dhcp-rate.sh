@@ -179,7 +179,7 @@ anchor_cmd() {               # $1 name, $2 run dir -> echo template
       local bin; bin=$(ztpd_bin) || exit 1
       printf 'dhcp:\n  lease_time: %ss\nevents:\n  keep: 1000000\n' "$LEASE_TIME" > "$2/ztpd.yaml"
       echo "exec $bin serve --config {dir}/ztpd.yaml --data-dir {dir}/data --log-level warn" \
-           "--dhcp-interface {iface} --dhcp-range {pool_start}-{pool_end} --http-addr {ip}:8080" ;;
+           "--dhcp-interface {iface} --dhcp-range {pool_start}-{pool_end} --dhcp-relay $CLI_IP --http-addr {ip}:8080" ;;
     dnsmasq|dnsmasq-ro)
       command -v dnsmasq >/dev/null || die "dnsmasq not installed"
       local lf="--dhcp-leasefile={dir}/dnsmasq.leases"; [[ $1 == dnsmasq-ro ]] && lf="--leasefile-ro"

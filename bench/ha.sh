@@ -463,7 +463,7 @@ start_set() {                # $1 anchor, $2 run dir (fresh) ; sets SET_PGIDS/SE
       ztpd)   # one box: bbolt, the default configuration but for the DHCP range
         printf 'dhcp:\n  lease_time: %ss\nevents:\n  keep: 1000000\n' "$LEASE_TIME" > "$d/ztpd.yaml"
         start_member "$i" "$n" "$d" "exec ${ZTPD_BIN:-$HERE/../bin/ztpd} serve --config $d/ztpd.yaml --data-dir $d/data --log-level warn \
-          --dhcp-interface ha0 --dhcp-range 10.99.1.0-10.99.254.254 --http-addr $(srv_ip 1):8080 --advertise-addr $(srv_ip 1)" ;;
+          --dhcp-interface ha0 --dhcp-range 10.99.1.0-10.99.254.254 --dhcp-relay $CLI_IP --http-addr $(srv_ip 1):8080 --advertise-addr $(srv_ip 1)" ;;
     esac
   done
   wait_ready "$a" "$dir"

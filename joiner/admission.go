@@ -82,7 +82,7 @@ func (r *compiledRule) matches(d core.Device, c core.Cluster, h core.Holder) boo
 		return false
 	case !in(r.macs, h.MAC), !in(r.CircuitIDs, d.CircuitID), !in(r.RemoteIDs, d.RemoteID):
 		return false
-	case r.Reserved && !(h.Binding != nil || h.Lease != nil && h.Lease.Reserved):
+	case r.Reserved && !reservedByMAC(h):
 		return false
 	case len(r.subnets) > 0 && !slices.ContainsFunc(r.subnets, func(p netip.Prefix) bool { return p.Contains(h.Addr) }):
 		return false
@@ -90,6 +90,16 @@ func (r *compiledRule) matches(d core.Device, c core.Cluster, h core.Holder) boo
 		return false
 	}
 	return true
+}
+
+// reservedByMAC reports whether h holds its address through a reservation
+// the network proves: one by hardware address. A reservation by serial or
+// client id is matched on the client's own word, which any host can repeat.
+func reservedByMAC(h core.Holder) bool {
+	if h.Lease != nil {
+		return h.Lease.Reserved // the DHCP server marks only MAC reservations so
+	}
+	return h.Binding != nil && h.Binding.MAC != ""
 }
 
 // holdsSlot reports whether a member in state st counts against the

@@ -89,7 +89,9 @@ func (e *WaitError) Error() string { return "waiting: " + e.Reason }
 // proves: the address the device holds (core.HolderOf), the MAC it leased
 // with, the relay agent information its DHCP requests carried, a reserved
 // address. AssertedSerials and AssertedProducts are what the device says
-// about itself, matched only where a rule names them. A rule approves worker
+// about itself, matched only where a rule names them. Reserved counts only
+// reservations by MAC; relay agent information only reaches a device record
+// from relays declared under dhcp.relays. A rule approves worker
 // roles; ControlPlane lets it approve control planes too (never implied).
 type Rule struct {
 	Subnets          []string // CIDRs

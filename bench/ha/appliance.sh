@@ -48,5 +48,7 @@ fi
   for m in "${ms[@]}"; do printf '    - {name: %s, url: "https://%s:2380"}\n' "${m%%=*}" "${m#*=}"; done
 } > "$dir/ztpd.yaml"
 
+# perfdhcp relays from 10.99.0.2 (bench/ha.sh's client namespace): a declared relay.
 exec "$bin" serve --config "$dir/ztpd.yaml" --log-level "${LOG_LEVEL:-warn}" \
-  --dhcp-interface "$iface" --dhcp-range "$pool_start-$pool_end" --http-addr "$ip:8080"
+  --dhcp-interface "$iface" --dhcp-range "$pool_start-$pool_end" --http-addr "$ip:8080" \
+  --dhcp-relay "${DHCP_RELAY:-10.99.0.2}"

@@ -28,6 +28,7 @@ type serveFlags struct {
 	advertiseAddr string
 	dhcpIfaces    []string
 	dhcpRanges    []string
+	dhcpRelays    []string
 	tftp          bool
 	tftpAddr      string
 	pprofAddr     string
@@ -129,6 +130,7 @@ logged) and the profiles in use keep serving. Other settings need a restart.`,
 	fl.StringVar(&f.advertiseAddr, "advertise-addr", "", "IP address in the URLs handed to devices (default: the first --dhcp-interface's address; without DHCP, see above: often 127.0.0.1, which no device reaches)")
 	fl.StringArrayVar(&f.dhcpIfaces, "dhcp-interface", nil, "serve DHCP on this interface (repeatable)")
 	fl.StringArrayVar(&f.dhcpRanges, "dhcp-range", nil, "dynamic pool A-B inside a DHCP interface's subnet (repeatable)")
+	fl.StringArrayVar(&f.dhcpRelays, "dhcp-relay", nil, "trust this relay agent: it sends from this address and sets it as giaddr (repeatable; dhcp.relays for more)")
 	fl.BoolVar(&f.tftp, "tftp", false, "serve ZTP content over TFTP")
 	fl.StringVar(&f.tftpAddr, "tftp-addr", "", "TFTP listen address (default :69)")
 	fl.StringVar(&f.pprofAddr, "pprof-addr", "", "serve Go runtime profiles (net/http/pprof) here, e.g. 127.0.0.1:6060")
@@ -235,6 +237,9 @@ func applyServeFlags(cmd *cobra.Command, f *serveFlags, cfg *config.Config) {
 	}
 	if fl.Changed("dhcp-range") {
 		cfg.DHCP.Ranges = append(cfg.DHCP.Ranges, f.dhcpRanges...)
+	}
+	for _, r := range f.dhcpRelays {
+		cfg.DHCP.Relays = append(cfg.DHCP.Relays, config.Relay{Address: r})
 	}
 	if fl.Changed("tftp") {
 		cfg.TFTP.Enabled = f.tftp

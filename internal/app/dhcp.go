@@ -46,6 +46,9 @@ func resolveDHCP(d *config.DHCP) (dhcp.Options, error) {
 		OfferHold:  d.OfferHold.D(), DeclineQuarantine: d.DeclineQuarantine.D(),
 		VMVendorClasses: slices.Clone(d.VM.VendorClasses),
 	}
+	for _, r := range d.Relays {
+		opt.Relays = append(opt.Relays, dhcp.Relay{Sources: slices.Clone(r.Source), GIAddrs: slices.Clone(r.GIAddr), Interface: r.Interface})
+	}
 	for i, p := range d.VM.MACPrefixes {
 		hw, err := config.ParseMACPrefix(p)
 		if err != nil {

@@ -153,3 +153,25 @@ func TestDHCPOptionErrorsNameTheField(t *testing.T) {
 		}
 	}
 }
+
+// Declared relays reach the DHCP server as the addresses they send from
+// and the giaddrs they set.
+func TestResolveDHCPRelays(t *testing.T) {
+	c := config.Default()
+	c.AdvertiseAddr = "127.0.0.1"
+	c.DHCP.Interfaces = []string{"lo"}
+	c.DHCP.Ranges = []string{"127.0.0.10-127.0.0.20"}
+	c.DHCP.Relays = []config.Relay{{Address: "10.99.0.2", GIAddrs: []string{"10.99.5.1"}, Interface: "lo"}}
+	if err := c.Validate(); err != nil {
+		t.Skipf("skipping: lo has no IPv4 address here: %v", err)
+	}
+	got, err := resolveDHCP(&c.DHCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := netip.MustParseAddr
+	want := []dhcp.Relay{{Sources: []netip.Addr{a("10.99.0.2")}, GIAddrs: []netip.Addr{a("10.99.0.2"), a("10.99.5.1")}, Interface: "lo"}}
+	if !reflect.DeepEqual(got.Relays, want) {
+		t.Fatalf("relays = %+v, want %+v", got.Relays, want)
+	}
+}

@@ -23,6 +23,10 @@ func (a *App) buildJoiner() error {
 			Reserved: r.Reserved, AssertedSerials: r.Asserted.Serials, AssertedProducts: r.Asserted.Products,
 			ControlPlane: slices.Contains(r.Roles, "control-plane"), Cluster: r.Cluster})
 	}
+	for _, i := range a.Cfg.RelayInfoNeedsRelays() {
+		a.Log.Warn("an auto_approve rule matches circuit or remote ids but no relay is declared under dhcp.relays: relayed requests are dropped and the rule admits nobody",
+			"rule", i)
+	}
 	observer, err := observerIdentity()
 	if err != nil {
 		return err

@@ -24,6 +24,71 @@ type DHCP struct {
 	Options      Options            `yaml:"options"`
 	ClassOptions map[string]Options `yaml:"class_options"` // keyed by sonic|onie|vm|unknown
 	Subnets      []Subnet           `yaml:"subnets"`
+	// Relays are the relay agents whose packets may set giaddr and carry
+	// option 82; relayed packets from anyone else are dropped.
+	Relays []Relay `yaml:"relays"`
+}
+
+// Relay declares one DHCP relay agent. Address is where it sends from and
+// a giaddr it sets (dnsmasq --dhcp-relay sends from its giaddr); a relay
+// whose giaddrs (its client-side interfaces) differ from the address it
+// sends from (ISC dhcrelay sends from its server-side interface) lists them
+// under giaddrs.
+type Relay struct {
+	Address   string   `yaml:"address"`
+	GIAddrs   []string `yaml:"giaddrs"`   // further giaddrs it sets
+	Sources   []string `yaml:"sources"`   // further addresses it sends from
+	Interface string   `yaml:"interface"` // the DHCP interface its packets arrive on; "" = any
+
+	Source []netip.Addr `yaml:"-"` // Address and Sources, parsed
+	GIAddr []netip.Addr `yaml:"-"` // Address and GIAddrs, parsed
+}
+
+// RelayInfoNeedsRelays reports the auto_approve rules (by index) that match
+// relay agent information (circuit or remote ids) while no relay is
+// declared: with none, every relayed packet is dropped, and such a rule
+// admits nobody.
+func (c *Config) RelayInfoNeedsRelays() []int {
+	if len(c.DHCP.Relays) > 0 {
+		return nil
+	}
+	var idx []int
+	for i, r := range c.Joiner.AutoApprove {
+		if len(r.CircuitIDs) > 0 || len(r.RemoteIDs) > 0 {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+func (r *Relay) validate(errs *Errors, f string, d *DHCP) {
+	parse := func(field, s string) (netip.Addr, bool) {
+		a, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil || !a.Is4() || a.IsUnspecified() {
+			errs.add(field, "%q is not an IPv4 address", s)
+			return netip.Addr{}, false
+		}
+		return a, true
+	}
+	r.Source, r.GIAddr = r.Source[:0], r.GIAddr[:0]
+	if r.Address == "" {
+		errs.add(f+".address", "required: the address the relay sends from")
+	} else if a, ok := parse(f+".address", r.Address); ok {
+		r.Source, r.GIAddr = append(r.Source, a), append(r.GIAddr, a)
+	}
+	for i, s := range r.GIAddrs {
+		if a, ok := parse(fmt.Sprintf("%s.giaddrs[%d]", f, i), s); ok {
+			r.GIAddr = append(r.GIAddr, a)
+		}
+	}
+	for i, s := range r.Sources {
+		if a, ok := parse(fmt.Sprintf("%s.sources[%d]", f, i), s); ok {
+			r.Source = append(r.Source, a)
+		}
+	}
+	if r.Interface != "" && !containsStr(d.Interfaces, r.Interface) {
+		errs.add(f+".interface", "%q is not one of dhcp.interfaces %v", r.Interface, d.Interfaces)
+	}
 }
 
 // VMMatch lists what marks a client as a CloudStack VM.
@@ -153,6 +218,9 @@ func (d *DHCP) validate(errs *Errors) (ifacesExist bool) {
 	}
 	if d.Enabled() && len(d.Subnets) == 0 && ifacesExist {
 		errs.add("dhcp.subnets", "DHCP interfaces are set but no subnet or --dhcp-range is configured")
+	}
+	for i := range d.Relays {
+		d.Relays[i].validate(errs, fmt.Sprintf("dhcp.relays[%d]", i), d)
 	}
 	names := map[string]bool{}
 	for i := range d.Subnets {

@@ -322,6 +322,7 @@ debug: {pprof_addr: "10.99.0.1:6060"}
 http: {addr: "10.99.0.1:8080"}
 dhcp:
   interfaces: [s0]
+  relays: [{address: 10.99.0.2}] # the fleet relays from its own address
   lease_time: 1h
   subnets:
     - {name: storm, subnet: 10.99.0.0/16, interface: s0, pools: ["10.99.%d.0-10.99.%d.254"], router: 10.99.0.1}

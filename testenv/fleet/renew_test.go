@@ -46,6 +46,7 @@ log: {level: warn}
 http: {addr: "10.99.0.1:8080"}
 dhcp:
   interfaces: [a0]
+  relays: [{address: 10.99.0.2}] # the fleet relays from its own address
   lease_time: %s
   subnets:
     - {name: renew, subnet: 10.99.0.0/16, interface: a0, pools: ["10.99.1.10-10.99.1.20"], router: 10.99.0.1}

@@ -367,6 +367,7 @@ log: {level: %[11]s, format: json}
 http: {addr: "%[2]s:8080"}
 dhcp:
   interfaces: [ha0]
+  relays: [{address: 10.99.0.2}] # the fleet relays from its own address
   lease_time: 1h
   subnets:
     - {name: lab, subnet: 10.99.0.0/16, interface: ha0, pools: ["10.99.%[3]d.0-10.99.%[4]d.254"], router: %[5]s}

@@ -152,6 +152,10 @@ dhcp:
   interfaces: [br0]
   lease_time: 1h
   vm: {mac_prefixes: ["1e:00"]}
+  # dnsmasq relays subnet B: giaddr is its br1 address, and it sends from
+  # that address too (through its uplink on br0)
+  relays:
+    - {address: %[7]s, interface: br0}
   subnets:
     - {name: lab-a, subnet: %[3]s, interface: br0, pools: ["%[4]s"], router: %[2]s}
     - {name: lab-b, subnet: %[5]s, pools: ["%[6]s"], router: %[7]s}

@@ -290,6 +290,7 @@ advertise_addr: %s
 http: {addr: "%s:8080"}
 %sdhcp:
   interfaces: [s0]
+  relays: [{address: 10.99.0.2}] # the fleet relays from its own address
   lease_time: 1h
   vm: {mac_prefixes: ["1e:00"]}
   subnets:

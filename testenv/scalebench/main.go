@@ -519,6 +519,7 @@ debug: {pprof_addr: "%s:6060"}
 http: {addr: "%s:8080"}
 dhcp:
   interfaces: [s0]
+  relays: [{address: 10.99.0.2}] # the fleet relays from its own address
   lease_time: %s
   subnets:
     - {name: storm, subnet: 10.99.0.0/16, interface: s0, pools: ["10.99.%d.0-10.99.%d.254"], router: %s}

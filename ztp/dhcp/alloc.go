@@ -233,11 +233,13 @@ func (s *Server) allocate(x *exchange) *binding {
 	sn := x.sn
 	if ip, ok := s.reservedIP(x); ok {
 		b := s.bindingAt(sn, ip, x)
-		b.reserved = true
+		b.reserved = x.resByMAC
 		return b
 	}
 	if x.res != nil {
-		s.log.Warn("reserved address is in use by another client; offering a pool address",
+		// Any host can repeat a reserved serial or client id: say it once
+		// per address every dropLogEvery, not per packet.
+		s.logDrop(x, "reserved "+addrOf(x.res.ip).String(), "reserved address is in use by another client; offering a pool address",
 			"subnet", sn.name, "reserved", addrOf(x.res.ip), "mac", macText(x.hw))
 	}
 	if b := s.lookupClient(x); b != nil && b.state != core.LeaseDeclined && s.servable(x, b.ip) {
@@ -324,7 +326,7 @@ func (s *Server) claim(x *exchange, ip uint32) *binding {
 		return nil
 	}
 	b := s.bindingAt(sn, ip, x)
-	b.reserved = x.res != nil && x.res.ip == ip
+	b.reserved = x.resByMAC && x.res.ip == ip
 	return b
 }
 

@@ -1,6 +1,7 @@
 package dhcp
 
 import (
+	"net/netip"
 	"syscall"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ func BenchmarkDORA(b *testing.B) {
 			dhcpv4.WithRequestedOptions(dhcpv4.OptionSubnetMask, dhcpv4.OptionRouter, dhcpv4.OptionDomainNameServer))
 		reqs[i] = r.ToBytes()
 	}
-	x := &exchange{ifc: h.ifc, req: &Packet{}, out: make([]byte, 0, 1500), opts: make([]option, 0, 64)}
+	x := &exchange{ifc: h.ifc, src: netip.AddrFrom4([4]byte(relay)), req: &Packet{}, out: make([]byte, 0, 1500), opts: make([]option, 0, 64)}
 	run := func(p []byte, want uint8) {
 		if err := x.req.Parse(p); err != nil {
 			b.Fatal(err)

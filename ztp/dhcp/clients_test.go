@@ -141,6 +141,7 @@ func TestRealPerfdhcpRelay(t *testing.T) {
 	l := newLab(t, "relay", 14, func(c *Options) {
 		c.Subnets = append(c.Subnets, Subnet{Name: "rack1", Prefix: prefix("10.99.15.0/24"),
 			Pools: pools("10.99.15.10-10.99.15.250"), Router: addr("10.99.15.1"), LeaseTime: time.Hour})
+		c.Relays = append(c.Relays, Relay{Sources: addrs("10.99.15.1"), GIAddrs: addrs("10.99.15.1")})
 	})
 	if err := l.pair.B.IP("addr", "add", "10.99.15.1/24", "dev", "b0"); err != nil {
 		t.Fatal(err)

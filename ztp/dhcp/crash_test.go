@@ -91,6 +91,7 @@ http:
   addr: 10.99.17.1:8080
 dhcp:
   interfaces: [a0]
+  relays: [{address: 10.99.24.1}]
   subnets:
     - name: link
       subnet: 10.99.17.0/24
@@ -265,7 +266,7 @@ func TestSecondInstanceRefused(t *testing.T) {
 	dir := t.TempDir()
 	args := func(data string) []string {
 		return []string{"--data-dir", filepath.Join(dir, data), "--dhcp-interface", "a0",
-			"--dhcp-range", "10.99.19.100-10.99.19.199", "--http-addr", "10.99.19.1:0"}
+			"--dhcp-range", "10.99.19.100-10.99.19.199", "--dhcp-relay", "10.99.19.2", "--http-addr", "10.99.19.1:0"}
 	}
 	first := startZtpd(t, l.pair.A, args("one")...)
 	rc := newRelayClient(t, l.pair.B, "10.99.19.2", "10.99.19.1")

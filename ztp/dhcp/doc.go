@@ -7,14 +7,18 @@
 // Each request runs through the steps listed in handle.go, in order:
 //
 //  1. message     - DISCOVER, REQUEST, DECLINE, RELEASE or INFORM; anything else is dropped
-//  2. subnet      - relay link selection (RFC 3527, option 118), else giaddr,
+//  2. relay       - giaddr only from a relay declared in Options.Relays (its
+//     source address, giaddr and interface); option 82 or 118 without
+//     giaddr is the client's own and dropped (relay.go)
+//  3. subnet      - relay link selection (RFC 3527, option 118), else giaddr,
 //     else ciaddr (unicast renewals), else the receiving interface's subnet
-//  3. identify    - client key (client id, else MAC), class, reservation
-//  4. device      - the device record, written behind
-//  5. lease       - offer, ack or nak (RFC 2131 §4.3.2), decline, release, inform
-//  6. options     - built-in, global, class, subnet, subnet-class, reservation;
+//  4. identify    - client key (client id, else MAC), class, reservation
+//  5. partition   - several appliances: only this one's buckets
+//  6. lease       - offer, ack or nak (RFC 2131 §4.3.2), decline, release, inform
+//  7. device      - the device record, written behind
+//  8. options     - built-in, global, class, subnet, subnet-class, reservation;
 //     in the client's request-list order, cut to its maximum message size
-//  7. destination - RFC 2131 §4.1 (reply.go), then encode
+//  9. destination - RFC 2131 §4.1 (reply.go), then encode
 //
 // Classes: SONiC sends option 77 "SONiC-ZTP" (raw text; the RFC 3004 form is
 // accepted too) and option 61 "SONiC##<product>##<serial>" (either marks it);
@@ -25,7 +29,11 @@
 // A client is identified by its client identifier when it sends one, else by
 // its hardware address. A client whose key has no binding takes over the
 // binding of the same MAC in the subnet when either identity is the bare MAC,
-// so an ONIE install and the SONiC it installs keep one address.
+// so an ONIE install and the SONiC it installs keep one address. A client id
+// is the client's word: one that another hardware address holds a live
+// lease under does not key this client (it is keyed by its own MAC), so
+// repeating a client id or a SONiC serial never moves another device's
+// lease, and only a reservation by MAC marks a lease reserved.
 //
 // # Durability
 //

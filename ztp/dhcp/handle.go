@@ -13,6 +13,7 @@ import (
 // built. Each worker owns one and reuses it, so the path allocates little.
 type exchange struct {
 	ifc *iface
+	src netip.Addr // the packet's source address
 	req *Packet
 	now time.Time
 	mt  uint8
@@ -24,6 +25,7 @@ type exchange struct {
 	keyBuf       [1 + 255 + 16]byte
 	kind         core.DeviceKind
 	res          *reservation
+	resByMAC     bool // res names the client's hardware address (not only its word)
 	product      string
 	serial       string
 	platform     string
@@ -55,6 +57,7 @@ type step struct {
 // steps is the whole request path, in order. They run under Server.mu.
 var steps = [...]step{
 	{"message", (*Server).stepMessage},         // a client message type we answer
+	{"relay", (*Server).stepRelay},             // giaddr and relay information only from declared relays
 	{"subnet", (*Server).stepSubnet},           // relay link selection, giaddr, ciaddr, interface
 	{"identify", (*Server).stepIdentify},       // client key, class, reservation
 	{"partition", (*Server).stepPartition},     // several appliances: only this one's buckets
@@ -154,6 +157,20 @@ func (s *Server) stepIdentify(x *exchange) bool {
 		dropMalformed.Inc()
 		return false
 	}
+	sn := x.sn
+	if len(x.clientID) > 0 {
+		// A client id is the client's word: it never moves a live binding
+		// from the hardware address holding it (a copied "01:<MAC>" or
+		// "SONiC##product##serial"). Such a client is keyed by its own
+		// hardware address instead, a client apart.
+		if b := sn.clients[string(x.key)]; b != nil && b.hw != string(x.hw) && b.busy(x.now) {
+			x.key = append(append(x.keyBuf[:0], 'h'), x.hw...)
+			clientIDInUse.Inc()
+			s.logDrop(x, "client id "+macText(x.hw),
+				"client id already held by another hardware address with a live lease: the client is served by its own hardware address",
+				"mac", macText(x.hw), "holder", macText([]byte(b.hw)), "ip", addrOf(b.ip))
+		}
+	}
 	x.requested, x.hasRequested = req.optIP(optRequestedIP)
 
 	uc, _ := req.Opt(optUserClass)
@@ -164,8 +181,8 @@ func (s *Server) stepIdentify(x *exchange) bool {
 	var onie bool
 	x.platform, onie = onieVendor(vc)
 
-	sn := x.sn
 	x.res = sn.resByHW[string(x.hw)]
+	x.resByMAC = x.res != nil
 	if x.res == nil && len(x.clientID) > 0 {
 		x.res = sn.resByID[string(x.clientID)]
 	}
@@ -319,9 +336,25 @@ func (s *Server) request(x *exchange) bool {
 		dropMalformed.Inc()
 		return false
 	}
+	if req.GIAddr == ([4]byte{}) && x.sn != x.ifc.direct {
+		// Not relayed, yet for an address of another subnet (a unicast
+		// renewal): only the client holding that address renews it. A
+		// host on the link gets no new lease in a relayed subnet by
+		// naming one of its addresses.
+		if b := s.lookupClient(x); b == nil || b.ip != ip {
+			dropUnknown.Inc()
+			return false
+		}
+	}
 	b := s.claim(x, ip)
 	if b == nil {
 		return s.nak(x, "requested address is not available")
+	}
+	if r := x.resByMAC && x.res.ip == ip; b.reserved != r {
+		// Only a reservation by hardware address marks the lease reserved
+		// (what approval rules take as network proof).
+		b.reserved = r
+		s.markDirty(b)
 	}
 	x.b, x.withLease, x.lease = b, true, x.sn.leaseTime
 	x.reply.msgType = msgAck

@@ -35,6 +35,9 @@ type harness struct {
 	ifc  *iface
 	now  time.Time
 	logs *syncBuffer
+	// src is the source address of the packets sent; unset, a relayed
+	// packet comes from its giaddr and any other from 0.0.0.0.
+	src netip.Addr
 }
 
 type syncBuffer struct {
@@ -67,7 +70,11 @@ func testOptions(t testing.TB) Options {
 				Router: addr("10.99.0.1"), DNS: addrs("10.99.0.53"), Domain: "lab.example", LeaseTime: time.Hour},
 			{Name: "relayed", Prefix: prefix("10.99.5.0/24"), Pools: pools("10.99.5.10-10.99.5.20"), Router: addr("10.99.5.1"),
 				LeaseTime: time.Hour},
-		}}
+		},
+		// The relays the tests send through, each from its giaddr; 10.99.77.1
+		// relays from a subnet nobody configured.
+		Relays: []Relay{{Sources: addrs("10.99.5.1"), GIAddrs: addrs("10.99.5.1")},
+			{Sources: addrs("10.99.77.1"), GIAddrs: addrs("10.99.77.1")}, {Sources: addrs("10.64.0.1"), GIAddrs: addrs("10.64.0.1")}}}
 	withEndpoints(t, &opt, "10.99.0.1", "10.99.0.1:8080")
 	return opt
 }
@@ -147,6 +154,14 @@ func (h *harness) raw(b []byte) ([]byte, dest) {
 		return nil, dest{}
 	}
 	x.now = h.now
+	switch {
+	case h.src.IsValid():
+		x.src = h.src
+	case x.req.GIAddr != [4]byte{}:
+		x.src = netip.AddrFrom4(x.req.GIAddr)
+	default:
+		x.src = netip.IPv4Unspecified()
+	}
 	if !h.s.decide(x) {
 		return nil, dest{}
 	}

@@ -55,7 +55,9 @@ func labOptions(t testing.TB, n int) Options {
 	server := fmt.Sprintf("10.99.%d.1", n)
 	opt := Options{Interfaces: []string{"a0"}, OfferHold: 30 * time.Second, DeclineQuarantine: 10 * time.Minute,
 		Subnets: []Subnet{{Name: "lab", Prefix: prefix(fmt.Sprintf("10.99.%d.0/24", n)), Interface: "a0",
-			Pools: pools(fmt.Sprintf("10.99.%d.100-10.99.%d.199", n, n)), Router: addr(server), LeaseTime: time.Hour}}}
+			Pools: pools(fmt.Sprintf("10.99.%d.100-10.99.%d.199", n, n)), Router: addr(server), LeaseTime: time.Hour}},
+		// relayClient in b0 relays from its own address
+		Relays: []Relay{{Sources: addrs(fmt.Sprintf("10.99.%d.2", n)), GIAddrs: addrs(fmt.Sprintf("10.99.%d.2", n))}}}
 	withEndpoints(t, &opt, server, server+":8080")
 	return opt
 }

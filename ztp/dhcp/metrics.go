@@ -40,6 +40,10 @@ var (
 	commitErrors = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "ztpd_dhcp_commit_errors_total", Help: "Failed lease commits (their ACKs were not sent).",
 	})
+	clientIDInUse = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "ztpd_dhcp_client_id_in_use_total",
+		Help: "Requests whose client id another hardware address holds a live lease under; served by their own hardware address instead.",
+	})
 	factsRefused = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "ztpd_dhcp_facts_refused_total",
 		Help: "Device facts from DHCP options not stored: outside the allowed characters, or contradicting the record.",
@@ -65,6 +69,11 @@ var (
 	dropCommit     = droppedTotal.WithLabelValues("commit_failed")
 	dropSendFailed = droppedTotal.WithLabelValues("send_failed")
 	dropStale      = droppedTotal.WithLabelValues("superseded")
+	// giaddr set by a sender not declared under dhcp.relays (or not with
+	// that giaddr, or on another interface)
+	dropUntrustedRelay = droppedTotal.WithLabelValues("untrusted_relay")
+	// option 82 or 118 in a packet without giaddr: only relays add them
+	dropClientRelayInfo = droppedTotal.WithLabelValues("relay_info_from_client")
 	// another appliance's bucket (several appliances, loadbalance.go)
 	dropNotMine = droppedTotal.WithLabelValues("other_appliance")
 )

@@ -42,6 +42,7 @@ type Server struct {
 	advertise  netip.Addr
 	vmPrefixes [][]byte
 	vmVendors  [][]byte
+	relays     relayTable
 	workers    int
 
 	mu       sync.Mutex // guards everything below and all bindings
@@ -104,6 +105,10 @@ type Options struct {
 	// CloudStack VMs without a reservation.
 	VMMACPrefixes   []net.HardwareAddr
 	VMVendorClasses []string
+	// Relays are the relay agents whose packets may set giaddr and carry
+	// relay agent information; relayed packets from anyone else are
+	// dropped.
+	Relays []Relay
 
 	// Partition and Feed, together, make this server one of several
 	// appliances sharing the store (loadbalance.go); nil on one box.
@@ -144,6 +149,10 @@ func New(opt Options) (*Server, error) {
 	}
 	for _, v := range opt.VMVendorClasses {
 		s.vmVendors = append(s.vmVendors, []byte(v))
+	}
+	var err error
+	if s.relays, err = buildRelays(opt.Relays); err != nil {
+		return nil, err
 	}
 	for i := range opt.Subnets {
 		sn, err := buildSubnet(&opt, i, s.urls)
@@ -416,7 +425,7 @@ func (s *Server) worker(ifc *iface) {
 	x := &exchange{ifc: ifc, req: &Packet{}, out: make([]byte, 0, 1500), opts: make([]option, 0, 64)}
 	w := &sender{}
 	for {
-		n, _, err := ifc.conn.ReadFromUDPAddrPort(buf)
+		n, from, err := ifc.conn.ReadFromUDPAddrPort(buf)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -424,6 +433,7 @@ func (s *Server) worker(ifc *iface) {
 			s.log.Debug("read failed", "interface", ifc.name, "err", err)
 			continue
 		}
+		x.src = from.Addr().Unmap()
 		s.handle(x, w, buf[:n])
 	}
 }

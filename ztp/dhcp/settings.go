@@ -65,3 +65,19 @@ type Reservation struct {
 // the wire (EncodeOption). A nil value removes the option a lower layer
 // set.
 type OptionValues map[uint8][]byte
+
+// Relay is a relay agent the operator declared: only its packets may set
+// giaddr and carry relay agent information (option 82), link selection or
+// subnet selection (option 118). Anyone can write those fields; the
+// packet's source address and the interface it arrived on are what say a
+// relay sent it.
+type Relay struct {
+	// Sources are the addresses the relay sends from: ISC dhcrelay sends
+	// from its server-side interface's address, dnsmasq from the giaddr.
+	Sources []netip.Addr
+	// GIAddrs are the giaddrs it may set (the addresses of its client-side
+	// interfaces).
+	GIAddrs []netip.Addr
+	// Interface is the interface its packets arrive on; "" = any.
+	Interface string
+}

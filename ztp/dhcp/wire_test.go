@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -229,6 +230,9 @@ func FuzzHandle(f *testing.F) {
 			return
 		}
 		x.now = time.Now()
+		if x.req.GIAddr != [4]byte{} {
+			x.src = netip.AddrFrom4(x.req.GIAddr) // a relay sends from its giaddr
+		}
 		if !h.s.decide(x) {
 			return
 		}
