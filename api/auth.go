@@ -39,6 +39,11 @@ type SignaturePolicy struct {
 	// ReplayMemory bounds the signatures of recent writes kept to refuse
 	// replays; when it is full of unexpired ones, writes are refused.
 	ReplayMemory int
+	// AllowUnversionedCloudStackWrites accepts CloudStack writes signed
+	// without signatureversion=3 and expires, for old clients. Such a
+	// signature never expires, so each is remembered in the store for good
+	// (UnversionedWritesPerKey per API key) and refused if it comes again.
+	AllowUnversionedCloudStackWrites bool
 }
 
 // Signature policy defaults: the cloudstack-go SDK signs for 15 minutes;
@@ -57,7 +62,9 @@ func DefaultSignaturePolicy() SignaturePolicy {
 // verifyCloudStack checks a CloudStack-signed request (every parameter except
 // signature, see package signing) and returns the caller's credential. The
 // parameter names must have passed signing.CheckNames. A write's signature
-// is remembered until it expires and refused if it comes again.
+// is remembered until it expires and refused if it comes again; a write
+// without expiry (unversioned) is refused unless the policy allows it, and
+// then remembered for good (replay.go).
 //
 // Every request is verified afresh; verified signatures are not cached.
 // Verification (canonical string plus HMAC-SHA1, signing.Verify) costs about
@@ -101,8 +108,6 @@ func (s *Server) verifyCloudStack(form url.Values, write bool) (apikeys.Credenti
 	case s.sigs.RequireExpiryCloudStack:
 		return apikeys.Credential{}, &authError{reason: "unversioned signature (no signatureversion=3 and expires) refused by api.require_expiry_cloudstack",
 			hint: "sign with signatureversion=3 and expires"}
-	default:
-		until = now.Add(s.sigs.MaxLifetime)
 	}
 	cred, err := s.keys.Lookup(apiKey)
 	if err != nil {
@@ -114,7 +119,16 @@ func (s *Server) verifyCloudStack(form url.Values, write bool) (apikeys.Credenti
 	if !signing.Verify(cred.Secret, signing.Params(form), signature) {
 		return apikeys.Credential{}, authFail("signature mismatch")
 	}
-	if write {
+	switch {
+	case !write:
+	case until.IsZero() && !s.sigs.AllowUnversionedCloudStackWrites:
+		// Checked after the signature, so only the key's holder learns why.
+		return apikeys.Credential{}, errUnversionedWrite
+	case until.IsZero():
+		if err := s.rememberForGood(apiKey, signature); err != nil {
+			return apikeys.Credential{}, err
+		}
+	default:
 		if err := s.remember(apiKey, signature, until, now); err != nil {
 			return apikeys.Credential{}, err
 		}

@@ -189,6 +189,20 @@ func (s *Server) cloudStack(c *gin.Context) {
 			text: "too many signed writes within the signature lifetime; retry in a minute"})
 		return
 	}
+	if errors.Is(err, errUnversionedWrite) || errors.Is(err, errUnversionedFull) {
+		// A correct old client, not a failed login: counted, logged,
+		// never rate-limited as one.
+		reason := "unversioned_write"
+		if errors.Is(err, errUnversionedFull) {
+			reason = "unversioned_memory_full"
+		}
+		authFailures.WithLabelValues("cloudstack", reason).Inc()
+		if s.unversionedLog.allow(p["apikey"], s.now()) {
+			s.log.Info("API write refused", "api", "cloudstack", "client", ip, "api_key", p["apikey"], "op", cmdName, "reason", err.Error())
+		}
+		s.csWrite(c, key, &csError{code: csUnauthorized, cscode: csServerAPIError, text: err.Error()})
+		return
+	}
 	if err != nil {
 		s.authFailed(c, "cloudstack", ip, p["apikey"], cmdName, err)
 		text := authFailedText

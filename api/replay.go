@@ -2,9 +2,16 @@ package api
 
 import (
 	"container/heap"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/ztpd/ztpd/api/signing"
+	"github.com/ztpd/ztpd/internal/core"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -24,6 +31,80 @@ var (
 	errReplayed   = errors.New("request signature already used")
 	errReplayFull = errors.New("too many signed writes within the signature lifetime")
 )
+
+// errUnversionedWrite: a CloudStack write signed without signatureversion=3
+// and expires, refused by default. errUnversionedFull: the API key made as
+// many unversioned writes as ztpd remembers for one key.
+var (
+	errUnversionedWrite = errors.New("CloudStack write signed without signatureversion=3 and expires; such a signature never expires, " +
+		"so it could be replayed at any time later: sign with signatureversion=3 and expires, " +
+		"or allow old clients with api.cloudstack_unversioned_writes: allow")
+	errUnversionedFull = fmt.Errorf("this API key made %d unversioned CloudStack writes, as many as ztpd remembers for one key "+
+		"(a forgotten one could be replayed): sign with signatureversion=3 and expires, or use a new API key", UnversionedWritesPerKey)
+)
+
+// UnversionedWritesPerKey is how many unversioned CloudStack write
+// signatures ztpd remembers for one API key; beyond it that key's
+// unversioned writes are refused, never an older one forgotten.
+const UnversionedWritesPerKey = 4096
+
+// unversionedSetting is the setting that holds an API key's remembered
+// unversioned write signatures: each a fixed-width digest
+// (unversionedDigestLen characters), concatenated.
+func unversionedSetting(apiKey string) string { return "api.unversioned_writes." + apiKey }
+
+const unversionedDigestLen = 22 // 16 bytes of SHA-256, unpadded base64url
+
+func unversionedDigest(sig string) string {
+	h := sha256.Sum256([]byte(signing.NormalizeSignature(sig)))
+	return base64.RawURLEncoding.EncodeToString(h[:16])
+}
+
+// rememberForGood records an accepted unversioned write's signature in the
+// store (so it outlives a restart, and every appliance sharing the store
+// sees it), or refuses it when it is recorded already or the key's share
+// is full. A signature without expiry stays valid as long as its key, so
+// it is never forgotten.
+func (s *Server) rememberForGood(apiKey, signature string) error {
+	digest := unversionedDigest(signature)
+	name := unversionedSetting(apiKey)
+	err := s.st.Update(func(tx core.Tx) error {
+		seen, _, err := tx.Settings().Get(name)
+		if err != nil {
+			return err
+		}
+		n := len(seen) / unversionedDigestLen
+		for i := range n {
+			if seen[i*unversionedDigestLen:(i+1)*unversionedDigestLen] == digest {
+				return errReplayed
+			}
+		}
+		if n >= UnversionedWritesPerKey {
+			return errUnversionedFull
+		}
+		return tx.Settings().Put(name, seen[:n*unversionedDigestLen]+digest)
+	})
+	switch {
+	case errors.Is(err, errReplayed):
+		return &authError{reason: "replayed unversioned signature: this signed write was already accepted",
+			hint: "request signature already used; sign every write afresh"}
+	case err != nil:
+		return err
+	}
+	return nil
+}
+
+// unversionedRemembered is how many unversioned write signatures of apiKey
+// the store holds.
+func (s *Server) unversionedRemembered(apiKey string) (int, error) {
+	var n int
+	err := s.st.View(func(tx core.Tx) error {
+		seen, _, err := tx.Settings().Get(unversionedSetting(apiKey))
+		n = len(strings.TrimSpace(seen)) / unversionedDigestLen
+		return err
+	})
+	return n, err
+}
 
 // replayGuard remembers the signatures of accepted writes until they
 // expire, so a captured write cannot be sent again while its signature is
@@ -95,4 +176,23 @@ func (h *expiryHeap) Pop() any {
 	e := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return e
+}
+
+// keyLogLimit lets one log line per key through every minute.
+type keyLogLimit struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+func (l *keyLogLimit) allow(key string, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t, ok := l.last[key]; ok && now.Sub(t) < time.Minute {
+		return false
+	}
+	if l.last == nil || len(l.last) >= 1024 {
+		l.last = make(map[string]time.Time) // bounded: forget everyone at once
+	}
+	l.last[key] = now
+	return true
 }

@@ -140,6 +140,8 @@ type Server struct {
 	counts   consoleCounts // device tally and onboarding marks (console_counts.go)
 	desired  *desired.Service
 	rollouts *rollout.Engine
+
+	unversionedLog keyLogLimit // refused unversioned CloudStack writes, logged once a minute per key
 }
 
 // New builds the API and its routes.

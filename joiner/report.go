@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -12,6 +13,10 @@ import (
 	"github.com/ztpd/ztpd/joiner/tokens"
 )
 
+// reportEventEvery is how often a node repeating the same report makes an
+// event of it.
+const reportEventEvery = time.Minute
+
 // Outcomes a node reports.
 const (
 	ReportJoined = "joined"
@@ -19,12 +24,15 @@ const (
 )
 
 // Report records a node's own word on its join, authenticated by the
-// report credential from its bundle. It is a hint, kept on the membership
+// report credential from its bundle and the address it comes from, which
+// the member's device must hold (an active lease or an operator-declared
+// binding, core.HolderOf): a token copied off a node is worthless
+// anywhere else. It is a hint, kept on the membership
 // and as an event: whether a member joined is what its cluster shows (its
 // Node registered and Ready, see NodeSeen), never what the device says. A
 // failed report moves a member the cluster has not registered yet to
 // failed, so its bundle may be retried; it does not touch a registered one.
-func (s *Service) Report(ctx context.Context, credential, state, detail string) (core.Membership, error) {
+func (s *Service) Report(ctx context.Context, credential string, remote netip.Addr, state, detail string) (core.Membership, error) {
 	if err := ctx.Err(); err != nil {
 		return core.Membership{}, err
 	}
@@ -40,6 +48,7 @@ func (s *Service) Report(ctx context.Context, credential, state, detail string) 
 	if len(detail) > 512 {
 		detail = detail[:512]
 	}
+	detail = core.PrintableText(detail) // it lands in events: pages, terminals
 	now := s.now().UTC()
 	var out core.Membership
 	err = s.store.Batch(func(tx core.Tx) error {
@@ -61,6 +70,9 @@ func (s *Service) Report(ctx context.Context, credential, state, detail string) 
 		if !ok || m.ReportID != rec.ID || m.Cluster != rec.Cluster {
 			return ErrReportInvalid // superseded by a re-issued bundle
 		}
+		if err := holdsFor(tx, remote, now, s.opts.Bindings, m.Device); err != nil {
+			return err
+		}
 		if !holdsSlot(m.State) {
 			return fmt.Errorf("%w: membership is %s", ErrInvalid, m.State)
 		}
@@ -68,9 +80,13 @@ func (s *Service) Report(ctx context.Context, credential, state, detail string) 
 		if detail != "" {
 			reason += ": " + detail
 		}
+		// The same word again within reportEventEvery is no news: the
+		// node may repeat itself, but not fill the device's timeline.
+		news := m.Reported != state || now.Sub(m.ReportedAt) >= reportEventEvery
 		m.Reported, m.ReportedAt = state, now
 		registered := m.Node != nil && !m.Node.Deleted
 		if state == ReportFailed && !registered && m.State != core.StateFailed {
+			news = true
 			if err := s.transition(tx, &m, core.StateFailed, reason, now); err != nil {
 				return err
 			}
@@ -81,12 +97,50 @@ func (s *Service) Report(ctx context.Context, credential, state, detail string) 
 			}
 		}
 		out = m
+		if !news {
+			return nil
+		}
 		return s.event(tx, now, "join."+state, m.Device, m.Cluster, reason, nil)
 	})
 	if err == nil {
 		reports.WithLabelValues(state).Inc()
+	} else if IsUnauthorized(err) {
+		why := "credential"
+		if errors.Is(err, ErrNotHolder) || errors.Is(err, ErrWrongHolder) {
+			why = "not-holder"
+		}
+		reportsRefused.WithLabelValues(why).Inc()
+		if s.reportLog.allow(remote, now) {
+			s.log.Info("join report refused", "report_token", cred.ID(), "remote", remote.String(), "reason", err.Error())
+		}
 	}
 	return out, err
+}
+
+// holdsFor checks that the device is the holder of remote: its lease or
+// binding, or a binding declared by serial only that names the device's
+// serial.
+func holdsFor(tx core.Tx, remote netip.Addr, now time.Time, b core.Bindings, device string) error {
+	h, err := core.HolderOf(tx, remote.Unmap(), now, b)
+	if errors.Is(err, core.ErrNoHolder) {
+		return fmt.Errorf("%w: %s", ErrNotHolder, remote)
+	}
+	if err != nil {
+		return err
+	}
+	if h.MAC == device {
+		return nil
+	}
+	if h.MAC == "" && h.Binding != nil && h.Binding.Serial != "" {
+		d, err := tx.Devices().Get(device)
+		if err != nil && !errors.Is(err, core.ErrNotFound) {
+			return err
+		}
+		if err == nil && d.Serial == h.Binding.Serial {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: asked from %s, which %s holds", ErrWrongHolder, remote, holderName(h))
 }
 
 // Revoke marks a token revoked (kind kubeadm, k3s, enrollment or report).

@@ -57,6 +57,7 @@ var (
 	ErrInvalid            = joinError(core.KindInvalid, "invalid request")
 	ErrNotHolder          = joinError(core.KindRefused, "the request's address holds no lease and no operator-declared binding")
 	ErrAlreadyIssued      = joinError(core.KindRefused, "join material was already issued to this device")
+	ErrWrongHolder        = joinError(core.KindRefused, "the request's address is not held by the credential's device")
 )
 
 func joinError(k core.ErrorKind, msg string) error { return &core.Error{Kind: k, Msg: msg} }
@@ -64,7 +65,7 @@ func joinError(k core.ErrorKind, msg string) error { return &core.Error{Kind: k,
 // IsUnauthorized reports whether err is a credential failure.
 func IsUnauthorized(err error) bool {
 	for _, e := range []error{ErrEnrollmentInvalid, ErrEnrollmentUsed, ErrEnrollmentExpired, ErrRevoked, ErrBindingMismatch,
-		ErrReportInvalid, ErrNotHolder, ErrAlreadyIssued} {
+		ErrReportInvalid, ErrNotHolder, ErrWrongHolder, ErrAlreadyIssued} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -165,6 +166,8 @@ type Service struct {
 
 	// bindKick asks the sweeper loop to create a cluster's admin binding.
 	bindKick chan string
+
+	reportLog logLimit // refused reports, logged at most once per address a while
 }
 
 // New builds the service over an opened store and keyring.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -113,6 +114,9 @@ func (e *env) hold(ip, m string) string {
 }
 
 func addrOf(i int) string { return fmt.Sprintf("10.99.%d.%d", 1+i/250, 1+i%250) }
+
+// at is addrOf(i) as a request's address.
+func at(i int) netip.Addr { return netip.MustParseAddr(addrOf(i)) }
 
 // clusterSpec is a cluster the tests create through the clusters service,
 // as the API does.
@@ -645,7 +649,7 @@ func TestScaleReportAndSweep(t *testing.T) {
 	// cluster shows (its Node Ready), and the cluster record is the
 	// clusters service's alone.
 	before := e.getCluster(c.ID)
-	if _, err := e.svc.Report(bg, bundles[0].ReportToken(), ReportJoined, ""); err != nil {
+	if _, err := e.svc.Report(bg, bundles[0].ReportToken(), at(1), ReportJoined, ""); err != nil {
 		t.Fatal(err)
 	}
 	if cl := e.getCluster(c.ID); !reflect.DeepEqual(cl, before) {
@@ -676,7 +680,7 @@ func TestScaleReportAndSweep(t *testing.T) {
 	if m := e.nodeReady(bundles[0], "Unknown"); m.State != core.StateLost {
 		t.Fatalf("Unknown node: %s", m.State)
 	}
-	if m, err := e.svc.Report(bg, bundles[0].ReportToken(), ReportFailed, "late"); err != nil || m.State != core.StateLost {
+	if m, err := e.svc.Report(bg, bundles[0].ReportToken(), at(1), ReportFailed, "late"); err != nil || m.State != core.StateLost {
 		t.Fatalf("failed report of a registered member: %v %s", err, m.State)
 	}
 	if m := e.nodeReady(bundles[0], "True"); m.State != core.StateJoined {
@@ -685,14 +689,14 @@ func TestScaleReportAndSweep(t *testing.T) {
 	if n := e.logs.Count("member state from its Node"); n != 4 {
 		t.Fatalf("%d member state changes logged, want 4 (joined, not-ready, lost, joined)", n)
 	}
-	ms, err := e.svc.Report(bg, bundles[1].ReportToken(), ReportFailed, "kubeadm step 1 failed")
+	ms, err := e.svc.Report(bg, bundles[1].ReportToken(), at(2), ReportFailed, "kubeadm step 1 failed")
 	if err != nil || ms.State != core.StateFailed || !strings.Contains(ms.History[len(ms.History)-1].Reason, "kubeadm step 1 failed") {
 		t.Fatalf("failed report: %v %+v", err, ms)
 	}
-	if _, err := e.svc.Report(bg, bundles[2].ReportToken()[:20]+strings.Repeat("x", 25), ReportJoined, ""); !errors.Is(err, ErrReportInvalid) {
+	if _, err := e.svc.Report(bg, bundles[2].ReportToken()[:20]+strings.Repeat("x", 25), at(3), ReportJoined, ""); !errors.Is(err, ErrReportInvalid) {
 		t.Fatalf("forged report: %v", err)
 	}
-	if _, err := e.svc.Report(bg, bundles[2].ReportToken(), "exploded", ""); !errors.Is(err, ErrInvalid) {
+	if _, err := e.svc.Report(bg, bundles[2].ReportToken(), at(3), "exploded", ""); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("bad state: %v", err)
 	}
 

@@ -98,7 +98,7 @@ func TestJoinRetryWindow(t *testing.T) {
 		t.Fatalf("join after joined: %v", err)
 	}
 	// The reset revoked the first bundle's report credential.
-	if _, err := e.svc.Report(bg, b2.ReportToken(), ReportJoined, ""); !errors.Is(err, ErrReportInvalid) {
+	if _, err := e.svc.Report(bg, b2.ReportToken(), at(2), ReportJoined, ""); !errors.Is(err, ErrReportInvalid) {
 		t.Fatalf("report with a credential from before the reset: %v", err)
 	}
 }

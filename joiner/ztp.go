@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
@@ -24,6 +25,9 @@ const PluginPath = "/join/sonic-plugin"
 func (s *Service) ZTPSection(ctx context.Context, dev core.Device, clusterRef, hostname string) (map[string]any, error) {
 	if s.opts.BaseURL == "" {
 		return nil, errors.New("joiner: no base URL configured for device-facing links")
+	}
+	if err := s.profileCluster(clusterRef); err != nil {
+		return nil, err
 	}
 	if ok, reason, err := s.Issuable(ctx, dev.ID, clusterRef, false); err != nil {
 		return nil, err
@@ -63,6 +67,9 @@ func (s *Service) KubernetesMaster(ctx context.Context, dev core.Device, cluster
 	if dev.Kind != core.KindSONiC {
 		return "", 0, false, nil
 	}
+	if err := s.profileCluster(clusterRef); err != nil {
+		return "", 0, false, err
+	}
 	c, rt, err := s.clusterState(clusterRef)
 	if err != nil {
 		return "", 0, false, err
@@ -89,6 +96,9 @@ func (s *Service) KubernetesMaster(ctx context.Context, dev core.Device, cluster
 // or once joined) a VM's user-data is a cloud-config without key material;
 // cloud-init fetches user-data at every boot, so this is not an error.
 func (s *Service) UserData(ctx context.Context, dev core.Device, clusterRef, role, hostname string) ([]byte, error) {
+	if err := s.profileCluster(clusterRef); err != nil {
+		return nil, err
+	}
 	if ok, reason, err := s.Issuable(ctx, dev.ID, clusterRef, true); err != nil {
 		return nil, err
 	} else if !ok {
@@ -123,4 +133,30 @@ func issuedCloudConfig(id, hostname string) []byte {
 		b = append(b, "hostname: "+hostname+"\npreserve_hostname: false\n"...)
 	}
 	return b
+}
+
+// ErrClusterByName: a profile names by name a cluster an account other
+// than admin created.
+var ErrClusterByName = joinError(core.KindRefused, "a profile names another account's cluster by name")
+
+// profileCluster checks the cluster a profile names for its devices (what
+// the operator configured). Names are first come, first served, and any
+// API key may create a cluster: a user key that creates a cluster under the
+// name a profile uses, before the operator does, must not receive the
+// profile's devices (their nodes would run that account's workloads). So
+// a name resolves only to a cluster of the admin account; a profile puts
+// devices into another account's cluster by that cluster's id, which
+// nobody can choose.
+func (s *Service) profileCluster(ref string) error {
+	return s.store.View(func(tx core.Tx) error {
+		c, err := clusters.ByRef(tx, ref)
+		if err != nil {
+			return err
+		}
+		if c.ID != ref && core.ClusterAccount(c) != core.AdminAccount {
+			return fmt.Errorf("%w: cluster %q belongs to account %s; name it by its id (%s) in the profile if its devices are meant for it",
+				ErrClusterByName, ref, core.ClusterAccount(c), c.ID)
+		}
+		return nil
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,7 +64,7 @@ func TestClusterKubeconfigAndDeviceApproveCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := j.Report(ctx, b.ReportToken(), joiner.ReportJoined, ""); err != nil {
+	if _, err := j.Report(ctx, b.ReportToken(), netip.MustParseAddr("10.99.1.10"), joiner.ReportJoined, ""); err != nil {
 		t.Fatal(err)
 	}
 	// The report is only a hint: ztpd's watch of the cluster's API server

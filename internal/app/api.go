@@ -44,6 +44,7 @@ func (a *App) buildAPI() error {
 	sigs := api.DefaultSignaturePolicy()
 	sigs.RequireExpiryREST = a.Cfg.API.RequireExpiryREST
 	sigs.RequireExpiryCloudStack = a.Cfg.API.RequireExpiryCloudStack
+	sigs.AllowUnversionedCloudStackWrites = a.Cfg.API.CloudStackUnversionedWrites == "allow"
 	sigs.MaxLifetime = a.Cfg.API.MaxSignatureLifetime.D()
 	deps := api.Deps{Log: a.Log.With("part", "api"), Store: a.Store, Clusters: cs, Keys: a.APIKeys,
 		Images: a.Images, Refusals: a.ZTP, AuthFailuresPerMinute: a.Cfg.API.AuthFailuresPerMinute, Signatures: &sigs,

@@ -182,6 +182,11 @@ type API struct {
 	// signatureversion=3 and expires. Off by default: CloudStack accepts
 	// them, and so must a drop-in replacement.
 	RequireExpiryCloudStack bool `yaml:"require_expiry_cloudstack"`
+	// CloudStackUnversionedWrites is "refuse" (the default) or "allow":
+	// whether CloudStack writes signed without signatureversion=3 and
+	// expires are accepted. Such a signature never expires; when allowed,
+	// each is remembered in the store for good and accepted once.
+	CloudStackUnversionedWrites string `yaml:"cloudstack_unversioned_writes"`
 	// MaxSignatureLifetime is the furthest ahead a signature's expires may
 	// lie (the cloudstack-go SDK signs for 15 minutes).
 	MaxSignatureLifetime Duration `yaml:"max_signature_lifetime"`
@@ -344,7 +349,7 @@ func Default() Config {
 // defaultAPI: TLS on the API's own listener, REST signatures must expire,
 // signatures last at most 20 minutes, kubeconfigs 24 hours.
 func defaultAPI() API {
-	return API{AuthFailuresPerMinute: 20, TLS: TLS{Enabled: true}, RequireExpiryREST: true,
+	return API{AuthFailuresPerMinute: 20, TLS: TLS{Enabled: true}, RequireExpiryREST: true, CloudStackUnversionedWrites: "refuse",
 		MaxSignatureLifetime: Duration(20 * time.Minute), KubeconfigTTL: Duration(24 * time.Hour),
 		ClusterAlertAfter: Duration(5 * time.Minute), ClusterProbeInterval: Duration(5 * time.Second)}
 }
@@ -498,6 +503,9 @@ func (c *Config) Validate() error {
 	checkHostPort(&errs, "debug.pprof_addr", c.Debug.PprofAddr, false)
 	if c.API.TLS.CertFile != "" && c.API.TLS.KeyFile == "" || c.API.TLS.CertFile == "" && c.API.TLS.KeyFile != "" {
 		errs.add("api.tls", "cert_file and key_file must be given together")
+	}
+	if w := c.API.CloudStackUnversionedWrites; w != "refuse" && w != "allow" {
+		errs.add("api.cloudstack_unversioned_writes", "%q is neither refuse nor allow", w)
 	}
 	if d := c.API.MaxSignatureLifetime.D(); d < time.Minute || d > 24*time.Hour {
 		errs.add("api.max_signature_lifetime", "%s is outside 1m..24h", d)

@@ -216,3 +216,76 @@ func TestRefusedAgentsLearnNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayedReportsDoNotRegress: an agent report sent again (a captured
+// one, or one whose answer the agent lost) cannot move an operation
+// backwards: a finished step stays finished, a step is not reported before
+// the steps ahead of it succeeded, and an exact repeat of a finished
+// step's report is accepted without changing anything or adding an event.
+func TestReplayedReportsDoNotRegress(t *testing.T) {
+	s := newService(t, Options{})
+	ctx := context.Background()
+	a := op("pre", "upgrade", "post")
+	if err := s.Assign(ctx, "ro-1", dev, a, nil); err != nil {
+		t.Fatal(err)
+	}
+	report := func(step, state string, code int) error {
+		return s.AgentReport(ctx, dev, home, Report{Operation: a.ID, Step: step, State: state, ExitCode: code, Output: step + " " + state, BootID: "b1"})
+	}
+	events := func() int {
+		n := 0
+		storetest.View(t, s.st, func(tx core.Tx) error {
+			return tx.Events().List(core.StreamOf("agent.step"), 0, func(e core.Event) (bool, error) {
+				if e.Type == "agent.step" {
+					n++
+				}
+				return true, nil
+			})
+		})
+		return n
+	}
+	if err := report("upgrade", core.StepSucceeded, 0); core.KindOf(err) != core.KindInvalid {
+		t.Fatalf("a step reported before the one ahead of it: %v", err)
+	}
+	for _, r := range []struct{ step, state string }{{"pre", core.StepRunning}, {"pre", core.StepSucceeded}, {"upgrade", core.StepRunning}} {
+		if err := report(r.step, r.state, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := events()
+	// The replayed "pre running" would have set pre back to running, and
+	// the operation could never complete.
+	if err := report("pre", core.StepRunning, 0); core.KindOf(err) != core.KindInvalid {
+		t.Fatalf("replayed running report of a succeeded step: %v", err)
+	}
+	if err := report("pre", core.StepFailed, 3); core.KindOf(err) != core.KindInvalid {
+		t.Fatalf("failed report of a succeeded step: %v", err)
+	}
+	if err := report("pre", core.StepSucceeded, 0); err != nil {
+		t.Fatalf("the same succeeded report again: %v", err)
+	}
+	if n := events(); n != before {
+		t.Fatalf("refused and repeated reports made %d events", n-before)
+	}
+	got, err := s.Operation(dev)
+	pre, _ := got.Step("pre")
+	if err != nil || pre.State != core.StepSucceeded || pre.Attempts != 1 || got.State != core.StepRunning {
+		t.Fatalf("after the replays: operation %s, pre %+v (%v)", got.State, pre, err)
+	}
+	for _, r := range []struct{ step, state string }{{"upgrade", core.StepSucceeded}, {"post", core.StepRunning}, {"post", core.StepSucceeded}} {
+		if err := report(r.step, r.state, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := s.Operation(dev); got.State != core.StepSucceeded {
+		t.Fatalf("operation after every step succeeded: %s", got.State)
+	}
+	// The last report repeated after the operation finished: accepted
+	// (the agent must not abandon a finished operation for a lost answer).
+	if err := report("post", core.StepSucceeded, 0); err != nil {
+		t.Fatalf("the last report again: %v", err)
+	}
+	if err := report("pre", core.StepRunning, 0); !errors.Is(err, ErrStaleOperation) {
+		t.Fatalf("a report on a finished operation: %v", err)
+	}
+}

@@ -738,24 +738,44 @@ func (s *Service) AgentReport(ctx context.Context, credential string, remote net
 	if len(r.Output) > MaxOutput {
 		r.Output = r.Output[len(r.Output)-MaxOutput:]
 	}
-	r.Output = strings.ToValidUTF8(r.Output, "\uFFFD")
+	// Shown in terminals (ztpd device show) and pages: no control
+	// sequences; the tail kept within MaxOutput, whole runes.
+	r.Output = core.PrintableText(r.Output)
+	for len(r.Output) > MaxOutput {
+		_, n := utf8.DecodeRuneInString(r.Output)
+		r.Output = r.Output[n:]
+	}
 	if !utf8.ValidString(r.BootID) || len(r.BootID) > 64 || len(r.AgentVersion) > 32 {
 		return core.Errorf(core.KindInvalid, "boot_id or agent_version malformed")
 	}
 	now := s.opts.Now().UTC()
 	var msg string
+	repeated := false
 	err = s.st.Update(func(tx core.Tx) error {
+		repeated = false // fn may run again
 		d, err := s.get(tx, device)
 		if err != nil {
 			return err
 		}
 		op := d.Operation
-		if op == nil || op.ID != r.Operation || op.Done() {
+		if op == nil || op.ID != r.Operation {
 			return ErrStaleOperation
 		}
 		st, ok := op.Step(r.Step)
 		if !ok {
 			return core.Errorf(core.KindInvalid, "operation %s has no step %q", op.ID, r.Step)
+		}
+		if finished(st.State) && st.State == r.State && st.ExitCode == r.ExitCode {
+			// The agent resends a report whose answer it lost: accepted,
+			// changing nothing.
+			repeated = true
+			return nil
+		}
+		if op.Done() {
+			return ErrStaleOperation
+		}
+		if err := reportInOrder(op, st, r); err != nil {
+			return err
 		}
 		st.State, st.ExitCode, st.Output = r.State, r.ExitCode, r.Output
 		switch r.State {
@@ -792,12 +812,34 @@ func (s *Service) AgentReport(ctx context.Context, credential string, remote net
 			Fields:  map[string]string{"operation": op.ID, "step": st.Name, "state": r.State, "exit_code": fmt.Sprint(r.ExitCode)}})
 		return err
 	})
-	if err != nil {
+	if err != nil || repeated {
 		return err
 	}
 	s.opts.Log.Info("agent step", "device", device, "operation", r.Operation, "step", r.Step, "state", r.State, "exit_code", r.ExitCode)
 	agentReports.WithLabelValues(r.State).Inc()
 	s.notify()
+	return nil
+}
+
+func finished(state string) bool { return state == core.StepSucceeded || state == core.StepFailed }
+
+// reportInOrder refuses a report that would move an operation backwards:
+// the agent runs steps in order and never runs a succeeded one again, so a
+// report on a finished step, or on a step whose predecessors have not all
+// succeeded, is an old report sent again (or made up), never news.
+func reportInOrder(op *core.AgentOperation, st *core.AgentStep, r Report) error {
+	if finished(st.State) {
+		return core.Errorf(core.KindInvalid, "step %s of operation %s already %s; a %s report of it is stale", st.Name, op.ID, st.State, r.State)
+	}
+	for i := range op.Steps {
+		prev := &op.Steps[i]
+		if prev == st {
+			return nil
+		}
+		if prev.State != core.StepSucceeded {
+			return core.Errorf(core.KindInvalid, "step %s of operation %s reported before step %s succeeded", st.Name, op.ID, prev.Name)
+		}
+	}
 	return nil
 }
 

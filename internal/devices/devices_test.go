@@ -235,7 +235,7 @@ func TestRecorderInCallersTransaction(t *testing.T) {
 		if err != nil || !reflect.DeepEqual(d, want) {
 			t.Fatalf("created %+v, %v; want %+v", d, err, want)
 		}
-		return s.Record(tx, core.Event{Time: t0, Type: "join.waiting", Device: id})
+		return s.Record(tx, core.Event{Time: t0, Type: "join.issued", Device: id})
 	})
 	if d := device(t, st, id); d.Cluster != "c1" || d.State != core.StateDiscovered || d.Kind != core.KindUnknown || !d.FirstSeen.Equal(t0) {
 		t.Fatalf("stored %+v", d)

@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,7 +40,7 @@ import (
 // Service is what the adapter needs from the joiner.
 type Service interface {
 	Join(ctx context.Context, req joiner.JoinRequest) (*joiner.Bundle, error)
-	Report(ctx context.Context, credential, state, detail string) (core.Membership, error)
+	Report(ctx context.Context, credential string, remote netip.Addr, state, detail string) (core.Membership, error)
 }
 
 const maxBody = 64 << 10
@@ -181,7 +182,8 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 		httpserve.WriteErrorCode(w, http.StatusBadRequest, core.KindInvalid, "request body: "+err.Error())
 		return
 	}
-	m, err := h.svc.Report(r.Context(), bearer(r), body.State, body.Detail)
+	remote, _ := netip.ParseAddr(remoteIP(r)) // invalid: no holder, refused
+	m, err := h.svc.Report(r.Context(), bearer(r), remote, body.State, body.Detail)
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -386,3 +386,42 @@ func TestJoinCompressesFilesOnlyForDevicesThatAsk(t *testing.T) {
 		}
 	}
 }
+
+// TestReportFromAnotherAddressIsRefused: a report token is worth something
+// only from the address the member's device holds, like every other device
+// credential: from an address nobody holds, or another device's, the
+// report is refused (403) and changes nothing.
+func TestReportFromAnotherAddressIsRefused(t *testing.T) {
+	f := setup(t, []joiner.Rule{{ControlPlane: true}})
+	f.hold(t, "127.0.0.2", "02:00:00:00:00:01")
+	f.hold(t, "127.0.0.4", "02:00:00:00:00:04") // another device
+	cp := f.enroll(t, "02:00:00:00:00:01", "")
+	code, _, body := curl(t, "--interface", "127.0.0.2", "-X", "POST", "--data",
+		`{"enrollment":"`+cp+`","mac":"02:00:00:00:00:01","hostname":"cp-1"}`, f.srv.URL+"/join")
+	if code != 200 {
+		t.Fatalf("control plane: %d %s", code, body)
+	}
+	var d joiner.Delivery
+	if err := json.Unmarshal([]byte(body[strings.Index(body, "{"):]), &d); err != nil {
+		t.Fatal(err)
+	}
+	before, err := f.svc.Membership(context.Background(), "02:00:00:00:00:01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, from := range []string{"127.0.0.3", "127.0.0.4"} { // nobody's; another device's
+		code, _, body := curl(t, "--interface", from, "-X", "POST", "-H", "Authorization: Bearer "+d.ReportToken,
+			"--data", `{"state":"failed","detail":"forged"}`, d.ReportURL)
+		if code != 403 {
+			t.Fatalf("report from %s: %d %s", from, code, body)
+		}
+	}
+	if m, _ := f.svc.Membership(context.Background(), "02:00:00:00:00:01"); m.State != before.State || m.Reported != "" || len(m.History) != len(before.History) {
+		t.Fatalf("refused reports changed the membership: %+v", m)
+	}
+	code, _, body = curl(t, "--interface", "127.0.0.2", "-X", "POST", "-H", "Authorization: Bearer "+d.ReportToken,
+		"--data", `{"state":"failed","detail":"kubeadm init failed"}`, d.ReportURL)
+	if code != 200 || !strings.Contains(body, `"state":"failed"`) {
+		t.Fatalf("report from the member's address: %d %s", code, body)
+	}
+}
