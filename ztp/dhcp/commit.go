@@ -191,6 +191,27 @@ func (s *Server) touchDevice(x *exchange, leased bool) {
 	}
 }
 
+// forgetDevices drops this server's view of the devices that no binding
+// names any more (their address released and given to another client, or
+// expired and forgotten), so made-up hardware addresses cannot grow it: it
+// stays within the bindings, which the pools bound. Only needed when there
+// are more views than bindings. A device that comes back starts a new view
+// (its record is in the store). The caller holds s.mu.
+func (s *Server) forgetDevices() {
+	if len(s.devs) <= len(s.byIP) {
+		return
+	}
+	named := make(map[string]struct{}, len(s.byIP))
+	for _, b := range s.byIP {
+		named[b.hw] = struct{}{}
+	}
+	for hw, dv := range s.devs {
+		if _, ok := named[hw]; !ok && !dv.queued {
+			delete(s.devs, hw)
+		}
+	}
+}
+
 // deviceLeased records a new lease on the device; it is written in the same
 // commit as the lease.
 func (s *Server) deviceLeased(x *exchange, b *binding) {

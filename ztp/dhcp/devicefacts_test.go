@@ -159,6 +159,14 @@ func TestMadeUpMACsArePruned(t *testing.T) {
 	if c := count(); c != n+1 {
 		t.Fatalf("%d records after %d exchanges, want %d", c, n, n+1)
 	}
+	// The server's in-memory view of devices stays within its bindings.
+	h.sweep()
+	if len(h.s.devs) > len(h.s.byIP) {
+		t.Fatalf("%d device views kept in memory for %d bindings", len(h.s.devs), len(h.s.byIP))
+	}
+	if h.s.devs[string(keeper)] == nil {
+		t.Fatal("the keeper's view was dropped while it holds its lease")
+	}
 	const maxUnleased = 100
 	r := devices.New(devices.Options{Store: h.st, Log: h.s.log, UnleasedExpiry: time.Hour, MaxUnleased: maxUnleased})
 	defer r.Close()
