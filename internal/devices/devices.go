@@ -1,8 +1,13 @@
 // Package devices owns device records: how what each part learns about a
 // device is merged into its record, the one write-behind queue through
 // which DHCP and content serving record devices and events in group
-// commits, and the retention of the event log (events.keep,
-// events.audit_keep), whatever transports are enabled.
+// commits, the retention of the event log (events.keep,
+// events.audit_keep) and of records of devices that never got past a lease
+// (devices.unleased_expiry, devices.max_unleased), whatever transports are
+// enabled. The one merge rule (merge.go) decides what a device's statements
+// may change: they fill in, refine a kind, never replace an identity fact
+// and never take a serial another device holds; a contradiction is an
+// event.
 //
 // Parts report and never write device records themselves:
 //   - the DHCP server hands its view of a client (ObserveDHCP) and its
@@ -111,6 +116,9 @@ type Service struct {
 
 	// states logs committed state changes at info (nil when info is off).
 	states *stateLog
+
+	conflictLogged time.Time // last log of contradicting statements (rate limit)
+	conflictsQuiet int       // contradictions not logged since
 }
 
 // item is one device's pending changes, merged into its record in order.
@@ -294,6 +302,9 @@ type Batch struct {
 	// batch is committed (Done).
 	states *stateLog
 	trans  []transition
+	// conflicts: the contradictions Write recorded, logged once the batch
+	// is committed (Done).
+	conflicts []core.Event
 }
 
 // Len is the number of device and event records in b.
@@ -339,6 +350,7 @@ func dropFront[T any](q []T, n int) []T {
 // the events appended. It may run more than once (Store.Batch).
 func (b *Batch) Write(tx core.Tx) error {
 	b.trans = b.trans[:0] // a retried commit starts over
+	b.conflicts = b.conflicts[:0]
 	for _, it := range b.items {
 		if err := it.write(tx, b.now, b); err != nil {
 			return err
@@ -363,7 +375,10 @@ func (s *Service) Done(b *Batch, err error) {
 		s.writeApart(b, err)
 	} else {
 		s.states.add(b.trans)
+		s.logConflicts(b.conflicts)
 	}
+	clear(b.conflicts)
+	b.conflicts = b.conflicts[:0]
 	clear(b.trans)
 	b.trans = b.trans[:0]
 	s.mu.Lock()
@@ -565,6 +580,9 @@ func (it *item) write(tx core.Tx, now time.Time, b *Batch) error {
 			return err
 		}
 	}
+	if b != nil {
+		b.conflicts = append(b.conflicts, conf.events...)
+	}
 	return nil
 }
 
@@ -722,4 +740,31 @@ func (s *Service) Prune(ctx context.Context) {
 			eventsPruned.WithLabelValues(st.name).Add(float64(n))
 		}
 	}
+}
+
+// conflictLogEvery rate-limits the log of contradicting statements: a
+// device (or an attacker quoting one) can repeat them at will; each is an
+// event and counted (ztpd_device_fact_conflicts_total) anyway.
+const conflictLogEvery = 10 * time.Second
+
+// logConflicts logs committed contradictions at info, at most one line
+// every conflictLogEvery with the count of those not logged.
+func (s *Service) logConflicts(evs []core.Event) {
+	if len(evs) == 0 {
+		return
+	}
+	s.mu.Lock()
+	now := time.Now()
+	if now.Sub(s.conflictLogged) < conflictLogEvery {
+		s.conflictsQuiet += len(evs)
+		s.mu.Unlock()
+		return
+	}
+	s.conflictLogged = now
+	quiet := s.conflictsQuiet
+	s.conflictsQuiet = 0
+	s.mu.Unlock()
+	e := evs[0]
+	s.log.Info("a device statement contradicts a record; the record is kept", "device", e.Device, "event", e.Type,
+		"reason", e.Message, "more", len(evs)-1+quiet)
 }
