@@ -47,10 +47,11 @@ func (h *harness) renew(hw net.HardwareAddr, addr net.IP, mods ...dhcpv4.Modifie
 	return rep
 }
 
-// TestSpoofedPacketsChangeNoRecord: a DISCOVER and an INFORM quoting an
-// established SONiC switch's hardware address with another kind (ONIE),
-// hostname, vendor class and relay change nothing in its record (what its
-// config_db.json is rendered from); only its lease exchanges do.
+// TestSpoofedPacketsChangeNoRecord: a DISCOVER, a NAKed REQUEST and an
+// INFORM quoting an established SONiC switch's hardware address with
+// another kind (ONIE), hostname, vendor class and relay change nothing in
+// its record (what its config_db.json is rendered from); only its lease
+// exchanges do.
 func TestSpoofedPacketsChangeNoRecord(t *testing.T) {
 	h := newHarness(t, nil)
 	victim := mac(0x301)
@@ -68,6 +69,12 @@ func TestSpoofedPacketsChangeNoRecord(t *testing.T) {
 	}
 	if offer, _ := h.exchange(discover(victim, append(evil, dhcpv4.WithRelay(ip("10.99.5.1")))...)); offer == nil {
 		t.Fatal("no OFFER to the spoofed relayed DISCOVER")
+	}
+	// A REQUEST the server NAKs (an address outside the pool).
+	nak, _ := dhcpv4.New(append([]dhcpv4.Modifier{dhcpv4.WithHwAddr(victim), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
+		dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(ip("10.99.0.20"))), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(serverIP))}, evil...)...)
+	if rep, _ := h.exchange(nak); rep == nil || rep.MessageType() != dhcpv4.MessageTypeNak {
+		t.Fatalf("REQUEST for another address: %v", rep)
 	}
 	inf, _ := dhcpv4.NewInform(victim, ack.YourIPAddr, evil...)
 	if rep, _ := h.exchange(inf); rep == nil || rep.MessageType() != dhcpv4.MessageTypeAck {
