@@ -39,9 +39,12 @@ type restDevice struct {
 	Profile     string            `json:"profile,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`
 	Refusal     restRefusal       `json:"refusal,omitzero"`
-	FirstSeen   time.Time         `json:"first_seen"`
-	LastSeen    time.Time         `json:"last_seen"`
-	UpdatedAt   time.Time         `json:"updated_at"`
+	// SerialConflict: other devices stated this device's serial (or it
+	// stated theirs); the serial resolves to no device until resolved.
+	SerialConflict *restSerialConflict `json:"serial_conflict,omitempty"`
+	FirstSeen      time.Time           `json:"first_seen"`
+	LastSeen       time.Time           `json:"last_seen"`
+	UpdatedAt      time.Time           `json:"updated_at"`
 }
 
 // restRefusal is why a device's last ZTP request got no content
@@ -53,8 +56,22 @@ type restRefusal struct {
 	At     time.Time `json:"at"`
 }
 
+// restSerialConflict is a serial several devices stated (openapi.json
+// SerialConflict).
+type restSerialConflict struct {
+	Serial string   `json:"serial"`
+	With   []string `json:"with"`
+}
+
+func restSerialConflictOf(c *core.SerialConflict) *restSerialConflict {
+	if c == nil {
+		return nil
+	}
+	return &restSerialConflict{Serial: c.Serial, With: c.With}
+}
+
 func restDeviceOf(d core.Device) restDevice {
-	return restDevice{ID: d.ID, Kind: d.Kind, MAC: d.MAC, Serial: d.Serial, Product: d.Product, Platform: d.Platform,
+	return restDevice{SerialConflict: restSerialConflictOf(d.SerialConflict), ID: d.ID, Kind: d.Kind, MAC: d.MAC, Serial: d.Serial, Product: d.Product, Platform: d.Platform,
 		Hostname: d.Hostname, ClientID: d.ClientID, VendorClass: d.VendorClass, SONiCVer: d.SONiCVer, IP: d.IP,
 		Subnet: d.Subnet, RelayAddr: d.RelayAddr, CircuitID: d.CircuitID, RemoteID: d.RemoteID, BaseMAC: d.BaseMAC,
 		FixedIP: d.FixedIP, State: d.State, Approved: d.Approved, Cluster: d.Cluster, Role: d.Role, Profile: d.Profile,

@@ -114,6 +114,18 @@ func (d restDevice) appendJSON(buf []byte) ([]byte, error) {
 		}
 		buf = append(buf, '}')
 	}
+	if c := d.SerialConflict; c != nil {
+		buf = append(buf, `,"serial_conflict":{"serial":`...)
+		buf = jsontext.AppendString(buf, c.Serial)
+		buf = append(buf, `,"with":[`...)
+		for i, w := range c.With {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			buf = jsontext.AppendString(buf, w)
+		}
+		buf = append(buf, "]}"...)
+	}
 	if buf, err = appendTimeField(buf, `,"first_seen":`, d.FirstSeen); err != nil {
 		return buf, err
 	}

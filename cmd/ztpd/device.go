@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -216,6 +217,10 @@ func deviceRows(tw *tabwriter.Writer, v deviceView) {
 		if kv[1] != "" {
 			row(tw, kv[0], kv[1])
 		}
+	}
+	if c := d.SerialConflict; c != nil {
+		row(tw, "serial conflict", fmt.Sprintf("serial %q is stated by %s too: actions by this serial are refused, act by MAC",
+			c.Serial, strings.Join(c.With, ", ")))
 	}
 	if r := d.Refusal; r.Refused() {
 		row(tw, "last refused", fmt.Sprintf("%s %s: %s (%s)", visWhen(r.At), r.What, r.Reason, r.Kind))

@@ -212,7 +212,8 @@ func (a *App) build() error {
 		return err
 	}
 	a.Devices = devices.New(devices.Options{Store: a.Store, Log: a.Log.With("part", "devices"),
-		Keep: a.Cfg.Events.Keep, AuditKeep: a.Cfg.Events.AuditKeep})
+		Keep: a.Cfg.Events.Keep, AuditKeep: a.Cfg.Events.AuditKeep,
+		UnleasedExpiry: time.Duration(a.Cfg.Devices.UnleasedExpiry), MaxUnleased: a.Cfg.Devices.MaxUnleased})
 	a.OnClose(a.Devices.Close)
 	// Event retention runs whatever transports are enabled, on one
 	// appliance of a group.

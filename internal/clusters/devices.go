@@ -24,7 +24,9 @@ func (s *Service) ApproveDevice(ctx context.Context, caller Caller, deviceID, cl
 	var clusterID string
 	err := s.st.View(func(tx core.Tx) error {
 		if _, err := tx.Devices().Get(deviceID); err != nil {
-			if _, err := tx.Devices().BySerial(deviceID); err != nil {
+			if _, err := tx.Devices().BySerial(deviceID); core.KindOf(err) == core.KindConflict {
+				return err // an ambiguous serial: the candidates are named
+			} else if err != nil {
 				return core.Errorf(core.KindNotFound, "device %s not found", deviceID)
 			}
 		}
@@ -73,7 +75,9 @@ func (s *Service) ResetDevice(ctx context.Context, caller Caller, deviceID strin
 	}
 	err := s.st.View(func(tx core.Tx) error {
 		if _, err := tx.Devices().Get(deviceID); err != nil {
-			if _, err := tx.Devices().BySerial(deviceID); err != nil {
+			if _, err := tx.Devices().BySerial(deviceID); core.KindOf(err) == core.KindConflict {
+				return err // an ambiguous serial: the candidates are named
+			} else if err != nil {
 				return core.Errorf(core.KindNotFound, "device %s not found", deviceID)
 			}
 		}

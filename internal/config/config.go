@@ -33,6 +33,7 @@ type Config struct {
 	DHCP          DHCP     `yaml:"dhcp"`
 	ZTP           ZTP      `yaml:"ztp"`
 	Events        Events   `yaml:"events"`
+	Devices       Devices  `yaml:"devices"`
 	Joiner        Joiner   `yaml:"joiner"`
 	Rollout       Rollout  `yaml:"rollout"`
 	Store         Store    `yaml:"store"`
@@ -259,6 +260,18 @@ type Events struct {
 	AuditKeep int `yaml:"audit_keep"` // newest audit events kept
 }
 
+// Devices bounds the records of devices that never got past a released or
+// expired lease (never served content, never approved): made-up hardware
+// addresses must not grow the store without bound.
+type Devices struct {
+	// UnleasedExpiry: such a record is deleted once unseen for this long
+	// (0 keeps them).
+	UnleasedExpiry Duration `yaml:"unleased_expiry"`
+	// MaxUnleased caps how many such records are kept, the oldest deleted
+	// first (0: no cap).
+	MaxUnleased int `yaml:"max_unleased"`
+}
+
 // Joiner tunes credential issue.
 type Joiner struct {
 	EnrollmentTTL Duration `yaml:"enrollment_ttl"`
@@ -341,6 +354,7 @@ func Default() Config {
 			DeclineQuarantine: Duration(10 * time.Minute),
 		},
 		Events:  Events{Keep: 200000, AuditKeep: 1000000},
+		Devices: Devices{UnleasedExpiry: Duration(24 * time.Hour), MaxUnleased: 10000},
 		Joiner:  Joiner{EnrollmentTTL: Duration(time.Hour), TokenTTL: Duration(24 * time.Hour)},
 		Rollout: Rollout{DrainTimeout: Duration(5 * time.Minute), StepTimeout: Duration(15 * time.Minute)},
 	}
@@ -562,6 +576,14 @@ func (c *Config) Validate() error {
 	}
 	if c.Events.AuditKeep < 0 {
 		errs.add("events.audit_keep", "must not be negative")
+	}
+	if c.Devices.UnleasedExpiry < 0 {
+		errs.add("devices.unleased_expiry", "must not be negative")
+	} else if c.Devices.UnleasedExpiry > 0 && time.Duration(c.Devices.UnleasedExpiry) < 10*time.Minute {
+		errs.add("devices.unleased_expiry", "%s is shorter than 10m: a device between its lease and its first fetch would lose its record", time.Duration(c.Devices.UnleasedExpiry))
+	}
+	if c.Devices.MaxUnleased < 0 {
+		errs.add("devices.max_unleased", "must not be negative")
 	}
 	for i, r := range c.Joiner.AutoApprove {
 		for j, s := range r.Subnets {

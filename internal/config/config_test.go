@@ -216,3 +216,28 @@ func TestMACPrefixes(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestDevicesRetentionDefaultsAndValidation: unleased records expire after
+// a day and are capped at 10,000 by default; a negative bound or an expiry
+// shorter than a device's way from its lease to its first fetch is refused.
+func TestDevicesRetentionDefaultsAndValidation(t *testing.T) {
+	if d := Default().Devices; d.UnleasedExpiry.D() != 24*time.Hour || d.MaxUnleased != 10000 {
+		t.Fatalf("devices defaults: %+v", d)
+	}
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(path, []byte("devices:\n  unleased_expiry: 1m\n  max_unleased: -1\n"), 0o644)
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Validate()
+	for _, want := range []string{"devices.unleased_expiry: 1m0s is shorter than 10m", "devices.max_unleased: must not be negative"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+	os.WriteFile(path, []byte("devices:\n  unleased_expiry: 0s\n  max_unleased: 0\n"), 0o644)
+	if c, _ = Load(path); c.Validate() != nil {
+		t.Fatalf("both bounds off: %v", c.Validate())
+	}
+}

@@ -182,3 +182,31 @@ func CheckHostname(v string) error {
 	}
 	return nil
 }
+
+// AmbiguousSerial is the refusal to resolve a serial several devices
+// stated: an operator's action by serial could reach the wrong one (a
+// device that states a victim's serial). It names every candidate so the
+// operator can act by MAC instead.
+func AmbiguousSerial(serial string, candidates []Device) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "serial %q is ambiguous: %d devices stated it; act on one by its MAC:", serial, len(candidates))
+	for i, d := range candidates {
+		if i > 0 {
+			b.WriteByte(';')
+		}
+		ip := d.IP
+		if ip == "" {
+			ip = "no address"
+		}
+		seen := "never seen"
+		if !d.LastSeen.IsZero() {
+			seen = "last seen " + d.LastSeen.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(&b, " %s (%s, %s", d.MAC, ip, seen)
+		if d.Serial == serial {
+			b.WriteString(", holds the serial")
+		}
+		b.WriteByte(')')
+	}
+	return Errorf(KindConflict, "%s", b.String())
+}

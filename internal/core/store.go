@@ -67,7 +67,15 @@ type Devices interface {
 	// current; a fixed address already bound to another device is refused.
 	Put(d Device) error
 	Delete(id string) error
+	// BySerial is the device that holds serial. A serial other devices
+	// stated too (Device.SerialConflict) is refused as ambiguous
+	// (KindConflict, naming every candidate): an action by serial could
+	// reach the wrong device.
 	BySerial(serial string) (Device, error)
+	// SerialHolder is the ID of the device whose record holds serial (the
+	// index's entry, if that device still carries it). Put never moves the
+	// entry away from such a device.
+	SerialHolder(serial string) (id string, ok bool, err error)
 	// ByFixedIP is the device an operator bound to ip (approved or not).
 	ByFixedIP(ip string) (Device, error)
 	List(after string, fn Visit[Device]) error

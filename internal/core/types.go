@@ -97,10 +97,16 @@ type Device struct {
 	// Refusal is why the device's last ZTP request got no content (no
 	// profile matches it, a stated fact contradicts its record, ...); zero
 	// once it is served again.
-	Refusal   Refusal   `json:"refusal,omitzero"`
-	FirstSeen time.Time `json:"first_seen"`
-	LastSeen  time.Time `json:"last_seen"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Refusal Refusal `json:"refusal,omitzero"`
+	// SerialConflict, when set, says that another device stated this
+	// device's serial, or that this device stated a serial another device
+	// holds. The serial stays with the device that held it first and
+	// resolving the serial is refused as ambiguous (AmbiguousSerial).
+	// Rare, hence a pointer; treated as immutable (replaced, never changed).
+	SerialConflict *SerialConflict `json:"serial_conflict,omitempty"`
+	FirstSeen      time.Time       `json:"first_seen"`
+	LastSeen       time.Time       `json:"last_seen"`
+	UpdatedAt      time.Time       `json:"updated_at"`
 }
 
 // Refusal is a ZTP request a device (the holder of its address) made and
@@ -110,6 +116,12 @@ type Refusal struct {
 	Kind   string    `json:"kind"`   // no-profile, mismatch, bad-fact, forbidden
 	Reason string    `json:"reason"` // what the device was told
 	At     time.Time `json:"at"`     // when it was recorded (at most every 30 s for a device retrying)
+}
+
+// SerialConflict is a serial that several devices stated.
+type SerialConflict struct {
+	Serial string   `json:"serial"`
+	With   []string `json:"with"` // the other devices' IDs
 }
 
 // Refused reports whether r records a refusal.

@@ -1,8 +1,13 @@
 // Package devices owns device records: how what each part learns about a
 // device is merged into its record, the one write-behind queue through
 // which DHCP and content serving record devices and events in group
-// commits, and the retention of the event log (events.keep,
-// events.audit_keep), whatever transports are enabled.
+// commits, the retention of the event log (events.keep,
+// events.audit_keep) and of records of devices that never got past a lease
+// (devices.unleased_expiry, devices.max_unleased), whatever transports are
+// enabled. The one merge rule (merge.go) decides what a device's statements
+// may change: they fill in, refine a kind, never replace an identity fact
+// and never take a serial another device holds; a contradiction is an
+// event.
 //
 // Parts report and never write device records themselves:
 //   - the DHCP server hands its view of a client (ObserveDHCP) and its
@@ -74,6 +79,11 @@ type Options struct {
 	// Keep and AuditKeep bound the device and audit event streams
 	// (events.keep, events.audit_keep); 0 keeps everything.
 	Keep, AuditKeep int
+	// UnleasedExpiry and MaxUnleased bound the records of devices that
+	// never got past a released or expired lease (devices.unleased_expiry,
+	// devices.max_unleased; see PruneDevices); 0 disables a bound.
+	UnleasedExpiry time.Duration
+	MaxUnleased    int
 	// RetentionEvery overrides RetentionEvery (tests).
 	RetentionEvery time.Duration
 }
@@ -84,6 +94,9 @@ type Service struct {
 	log       *slog.Logger
 	keep      [2]int // by core.EventStream
 	retention time.Duration
+
+	unleasedExpiry time.Duration
+	maxUnleased    int
 
 	mu       sync.Mutex
 	changed  sync.Cond // signalled when records are committed or dropped (Flush, backpressure)
@@ -103,6 +116,9 @@ type Service struct {
 
 	// states logs committed state changes at info (nil when info is off).
 	states *stateLog
+
+	conflictLogged time.Time // last log of contradicting statements (rate limit)
+	conflictsQuiet int       // contradictions not logged since
 }
 
 // item is one device's pending changes, merged into its record in order.
@@ -111,12 +127,14 @@ type item struct {
 	dhcp    core.Device // DHCP's latest view (cumulative: a newer one replaces it)
 	hasDHCP bool
 	leased  bool
+	kindSrc Source // who stated dhcp.Kind
 	steps   []Progress
 }
 
 // New starts the Service's writer; Close stops it.
 func New(opt Options) *Service {
 	s := &Service{store: opt.Store, log: opt.Log, retention: opt.RetentionEvery,
+		unleasedExpiry: opt.UnleasedExpiry, maxUnleased: opt.MaxUnleased,
 		byID: map[string]*item{}, kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -147,13 +165,19 @@ func (s *Service) Close() error {
 	return nil
 }
 
-// ObserveDHCP records what the DHCP server knows about device d (its
-// cumulative view: identity facts, options, address); leased says it has
-// just been acknowledged a lease. Written behind.
-func (s *Service) ObserveDHCP(d core.Device, leased bool) {
+// ObserveDHCP records what the DHCP server learnt about device d from an
+// exchange that granted or renewed its lease (identity facts it stated,
+// options, address); leased says the lease is new. The device's kind is
+// its own statement (ObserveDHCPAs for an operator's). Written behind,
+// merged by the one rule (MergeKind, fill-in facts).
+func (s *Service) ObserveDHCP(d core.Device, leased bool) { s.ObserveDHCPAs(d, leased, SourceDevice) }
+
+// ObserveDHCPAs is ObserveDHCP with the source of d.Kind (an operator's
+// reservation declares it).
+func (s *Service) ObserveDHCPAs(d core.Device, leased bool, kindFrom Source) {
 	s.mu.Lock()
 	it := s.itemLocked(d.ID)
-	it.dhcp, it.hasDHCP = d, true
+	it.dhcp, it.hasDHCP, it.kindSrc = d, true, kindFrom
 	it.leased = it.leased || leased
 	s.queuedLocked()
 	s.mu.Unlock()
@@ -278,6 +302,9 @@ type Batch struct {
 	// batch is committed (Done).
 	states *stateLog
 	trans  []transition
+	// conflicts: the contradictions Write recorded, logged once the batch
+	// is committed (Done).
+	conflicts []core.Event
 }
 
 // Len is the number of device and event records in b.
@@ -323,6 +350,7 @@ func dropFront[T any](q []T, n int) []T {
 // the events appended. It may run more than once (Store.Batch).
 func (b *Batch) Write(tx core.Tx) error {
 	b.trans = b.trans[:0] // a retried commit starts over
+	b.conflicts = b.conflicts[:0]
 	for _, it := range b.items {
 		if err := it.write(tx, b.now, b); err != nil {
 			return err
@@ -347,7 +375,10 @@ func (s *Service) Done(b *Batch, err error) {
 		s.writeApart(b, err)
 	} else {
 		s.states.add(b.trans)
+		s.logConflicts(b.conflicts)
 	}
+	clear(b.conflicts)
+	b.conflicts = b.conflicts[:0]
 	clear(b.trans)
 	b.trans = b.trans[:0]
 	s.mu.Lock()
@@ -425,7 +456,7 @@ func (s *Service) requeue(b *Batch) {
 		if cur := s.byID[it.id]; cur != nil {
 			// Newer changes queued meanwhile apply after the old ones.
 			if cur.hasDHCP {
-				it.dhcp, it.hasDHCP = cur.dhcp, true
+				it.dhcp, it.hasDHCP, it.kindSrc = cur.dhcp, true, cur.kindSrc
 			}
 			it.leased = it.leased || cur.leased
 			it.steps = append(it.steps, cur.steps...)
@@ -503,16 +534,18 @@ func (it *item) write(tx core.Tx, now time.Time, b *Batch) error {
 		}
 	}
 	dirty := false
+	var conf conflicts
+	serial := cur.Serial // what the record held: a serial stated now is settled below
 	if it.hasDHCP {
 		from := cur.State
-		mergeDHCP(&cur, had, &it.dhcp, it.leased)
+		mergeDHCP(&cur, had, &it.dhcp, it.leased, it.kindSrc, &conf)
 		had, dirty = true, true
 		changed(from, "dhcp", "lease acknowledged")
 	}
 	for i := range it.steps {
 		p := &it.steps[i]
 		from := cur.State
-		ch := mergeProgress(&cur, had, p)
+		ch := mergeProgress(&cur, had, p, &conf)
 		had, dirty = true, dirty || ch
 		if p.Event.Fields == nil {
 			p.Event.Fields = map[string]string{}
@@ -527,6 +560,9 @@ func (it *item) write(tx core.Tx, now time.Time, b *Batch) error {
 		}
 	}
 	if dirty {
+		if err := settleSerial(tx, &cur, serial, now, &conf); err != nil {
+			return err
+		}
 		if it.hasDHCP {
 			cur.UpdatedAt = now
 		}
@@ -539,24 +575,32 @@ func (it *item) write(tx core.Tx, now time.Time, b *Batch) error {
 			return err
 		}
 	}
+	for i := range conf.events {
+		if _, err := tx.Events().Append(conf.events[i]); err != nil {
+			return err
+		}
+	}
+	if b != nil {
+		b.conflicts = append(b.conflicts, conf.events...)
+	}
 	return nil
 }
 
-// mergeDHCP folds what DHCP learned into the stored device, keeping what
-// other parts set (approval, cluster, profile, labels, later states).
-func mergeDHCP(cur *core.Device, had bool, d *core.Device, leased bool) {
+// mergeDHCP folds what DHCP learned from a lease exchange into the stored
+// device, keeping what other parts set (approval, cluster, profile,
+// labels, later states). Identity facts follow the merge rule (a
+// contradiction is noted in conf, the record kept); the rest follow the
+// client that holds the lease.
+func mergeDHCP(cur *core.Device, had bool, d *core.Device, leased bool, kindFrom Source, conf *conflicts) {
 	if !had {
 		*cur = core.Device{ID: d.ID, FirstSeen: d.FirstSeen, State: core.StateDiscovered}
 	}
 	cur.MAC = d.MAC
-	if d.Kind != core.KindUnknown || cur.Kind == "" {
-		cur.Kind = d.Kind
-	}
-	// Identity facts are kept once known (another part may have recorded
-	// them first); the rest follow the client.
-	setEmpty(&cur.Serial, d.Serial)
-	setEmpty(&cur.Product, d.Product)
-	setEmpty(&cur.Platform, d.Platform)
+	now := d.LastSeen
+	conf.mergeKind(cur, d.Kind, kindFrom, now, "dhcp")
+	conf.mergeFact(cur, &cur.Serial, "serial", d.Serial, nil, now, "dhcp")
+	conf.mergeFact(cur, &cur.Product, "product", d.Product, nil, now, "dhcp")
+	conf.mergeFact(cur, &cur.Platform, "platform", d.Platform, samePlatform, now, "dhcp")
 	setIf(&cur.Hostname, d.Hostname)
 	setIf(&cur.ClientID, d.ClientID)
 	setIf(&cur.VendorClass, d.VendorClass)
@@ -578,14 +622,15 @@ func mergeDHCP(cur *core.Device, had bool, d *core.Device, leased bool) {
 
 // mergeProgress applies one fetch to the record and reports whether it must
 // be written.
-func mergeProgress(cur *core.Device, had bool, p *Progress) bool {
+func mergeProgress(cur *core.Device, had bool, p *Progress, conf *conflicts) bool {
 	now := p.Event.Time
 	if !had {
 		*cur = p.Device
 		cur.State, cur.FirstSeen = core.StateDiscovered, now
+		cur.Serial, cur.SerialConflict = "", nil // stated, settled by the merge
 	}
 	before := *cur
-	Learn(cur, &p.Device)
+	learn(cur, &p.Device, conf, now)
 	if p.Next != "" {
 		cur.State = core.Advance(cur.State, p.Next)
 		cur.Refusal = core.Refusal{} // served again
@@ -603,23 +648,21 @@ func mergeProgress(cur *core.Device, had bool, p *Progress) bool {
 	return true
 }
 
-// Learn merges into cur what a request proved and stated about the device
-// (seen): identity facts only where cur has none (a stated fact never
-// replaces a recorded one), the SONiC version and address follow the
-// device, and a kind is refined (unknown to ONIE or SONiC, ONIE to SONiC
-// once ONIE installed SONiC).
-func Learn(cur *core.Device, seen *core.Device) {
-	switch {
-	case cur.Kind == "" || cur.Kind == core.KindUnknown:
-		if seen.Kind != "" {
-			cur.Kind = seen.Kind
-		}
-	case cur.Kind == core.KindONIE && seen.Kind == core.KindSONiC:
-		cur.Kind = core.KindSONiC
+// learn merges into cur what a request proved and stated about the device
+// (seen) by the merge rule: identity facts only where cur has none (a
+// contradiction is noted in conf), the SONiC version and address follow
+// the device, a kind is refined (MergeKind). A serial seen stated but did
+// not take (another device holds it: seen.SerialConflict) is stated again
+// here, for the caller's settleSerial.
+func learn(cur *core.Device, seen *core.Device, conf *conflicts, now time.Time) {
+	conf.mergeKind(cur, seen.Kind, SourceDevice, now, "ztp")
+	stated := seen.Serial
+	if c := seen.SerialConflict; stated == "" && c != nil {
+		stated = c.Serial
 	}
-	setEmpty(&cur.Serial, seen.Serial)
-	setEmpty(&cur.Product, seen.Product)
-	setEmpty(&cur.Platform, seen.Platform)
+	conf.mergeFact(cur, &cur.Serial, "serial", stated, nil, now, "ztp")
+	conf.mergeFact(cur, &cur.Product, "product", seen.Product, nil, now, "ztp")
+	conf.mergeFact(cur, &cur.Platform, "platform", seen.Platform, samePlatform, now, "ztp")
 	setEmpty(&cur.BaseMAC, seen.BaseMAC)
 	setIf(&cur.SONiCVer, seen.SONiCVer)
 	setIf(&cur.IP, seen.IP)
@@ -652,17 +695,19 @@ func sameDevice(a, b *core.Device) bool {
 }
 
 // Name implements the app's Runner: the Service's long-running part is
-// event retention.
+// retention of events and unleased device records.
 func (s *Service) Name() string { return "event-retention" }
 
-// Run keeps each event stream within its bound until ctx ends: device
-// noise never evicts the audit trail, and whatever transports run (DHCP or
-// not) the log stays bounded.
+// Run keeps each event stream within its bound, and the records of
+// devices that never got past a lease within theirs, until ctx ends:
+// device noise never evicts the audit trail, and whatever transports run
+// (DHCP or not) the log and the device records stay bounded.
 func (s *Service) Run(ctx context.Context) error {
 	t := time.NewTicker(s.retention)
 	defer t.Stop()
 	for {
 		s.Prune(ctx)
+		s.PruneDevices(ctx, time.Now())
 		select {
 		case <-ctx.Done():
 			return nil
@@ -695,4 +740,31 @@ func (s *Service) Prune(ctx context.Context) {
 			eventsPruned.WithLabelValues(st.name).Add(float64(n))
 		}
 	}
+}
+
+// conflictLogEvery rate-limits the log of contradicting statements: a
+// device (or an attacker quoting one) can repeat them at will; each is an
+// event and counted (ztpd_device_fact_conflicts_total) anyway.
+const conflictLogEvery = 10 * time.Second
+
+// logConflicts logs committed contradictions at info, at most one line
+// every conflictLogEvery with the count of those not logged.
+func (s *Service) logConflicts(evs []core.Event) {
+	if len(evs) == 0 {
+		return
+	}
+	s.mu.Lock()
+	now := time.Now()
+	if now.Sub(s.conflictLogged) < conflictLogEvery {
+		s.conflictsQuiet += len(evs)
+		s.mu.Unlock()
+		return
+	}
+	s.conflictLogged = now
+	quiet := s.conflictsQuiet
+	s.conflictsQuiet = 0
+	s.mu.Unlock()
+	e := evs[0]
+	s.log.Info("a device statement contradicts a record; the record is kept", "device", e.Device, "event", e.Type,
+		"reason", e.Message, "more", len(evs)-1+quiet)
 }

@@ -170,7 +170,9 @@ func TestMergeKeepsEveryPartsFacts(t *testing.T) {
 	storetest.View(t, st, func(tx core.Tx) error {
 		return tx.Events().List(core.DeviceEvents, 0, func(e core.Event) (bool, error) { evs = append(evs, e); return true, nil })
 	})
-	if len(evs) != 1 || evs[0].Fields["state"] != string(core.StateZTPServed) {
+	// The contradicting serial is an event, not a silent drop.
+	if len(evs) != 2 || evs[0].Fields["state"] != string(core.StateZTPServed) ||
+		evs[1].Type != EventFactConflict || evs[1].Fields["fact"] != "serial" || evs[1].Fields["stated"] != "OTHER" {
 		t.Fatalf("events: %+v", evs)
 	}
 }

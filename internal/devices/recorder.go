@@ -54,13 +54,22 @@ func (s *Service) ChangeOrCreate(tx core.Tx, id string, now time.Time, fn func(*
 }
 
 func change(tx core.Tx, d *core.Device, now time.Time, fn func(*core.Device) error) error {
-	prev := d.State
+	prev, serial := d.State, d.Serial
 	if err := fn(d); err != nil {
 		return err
 	}
 	d.UpdatedAt = now
+	var conf conflicts
+	if err := settleSerial(tx, d, serial, now, &conf); err != nil {
+		return err
+	}
 	if err := tx.Devices().Put(*d); err != nil {
 		return err
+	}
+	for _, e := range conf.events {
+		if _, err := tx.Events().Append(e); err != nil {
+			return err
+		}
 	}
 	if rt, ok := tx.(*recTx); ok && d.State != prev {
 		rt.trans = append(rt.trans, transition{device: d.ID, from: prev, to: d.State, ip: d.IP,

@@ -155,6 +155,9 @@ type Client struct {
 	Serial, BaseMAC, Product, SONiCVersion string
 	// ONIE headers.
 	ONIE *ONIE
+	// serialHolder is the device that holds the serial the request states,
+	// when that is not the requester (set by identify, read by learn).
+	serialHolder string
 }
 
 // ONIE is what the ONIE installer tells about itself in its HTTP headers.

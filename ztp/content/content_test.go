@@ -745,3 +745,53 @@ func TestONIEInstallerName(t *testing.T) {
 		}
 	}
 }
+
+// TestStatedSerialNeverRedirects: a device fetches ztp.json from its own
+// lease stating the serial of a switch that waits for approval. It is
+// served as itself; the serial index still names the switch, the
+// requester's record does not take the serial, and resolving the serial
+// is refused as ambiguous, naming both.
+func TestStatedSerialNeverRedirects(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil, "default-sonic")
+	victim := core.Device{ID: "52:54:00:40:00:30", MAC: "52:54:00:40:00:30", Kind: core.KindSONiC, Serial: "VICTIM01", IP: "10.99.40.30"}
+	e.putDevice(t, victim, "10.99.40.30")
+	attacker := core.Device{ID: "52:54:00:40:00:31", MAC: "52:54:00:40:00:31", Kind: core.KindUnknown, IP: "10.99.40.31"}
+	e.putDevice(t, attacker, "10.99.40.31")
+	served, err := e.svc.ZTPJSON(ctx, sonicClient("10.99.40.31", "VICTIM01", "", "", ""))
+	if err != nil {
+		t.Fatalf("the requester is served as itself: %v", err)
+	}
+	if served.Device.ID != attacker.ID || served.Device.Serial != "" {
+		t.Fatalf("served as %+v", served.Device)
+	}
+	if a := e.device(t, attacker.ID); a.Serial != "" || a.SerialConflict == nil || a.SerialConflict.Serial != "VICTIM01" {
+		t.Fatalf("requester's record took the serial: %+v", a)
+	}
+	if v := e.device(t, victim.ID); v.Serial != "VICTIM01" || v.SerialConflict == nil {
+		t.Fatalf("victim's record: %+v", v)
+	}
+	err = e.db.View(func(tx core.Tx) error {
+		holder, _, err := tx.Devices().SerialHolder("VICTIM01")
+		if err != nil || holder != victim.ID {
+			t.Fatalf("serial index names %q (%v), want the victim", holder, err)
+		}
+		_, err = tx.Devices().BySerial("VICTIM01")
+		if core.KindOf(err) != core.KindConflict || !strings.Contains(err.Error(), victim.ID) || !strings.Contains(err.Error(), attacker.ID) {
+			t.Fatalf("ambiguous serial: %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conflicts int
+	for _, ev := range e.events(t) {
+		if ev.Type == "device.serial_conflict" {
+			conflicts++
+		}
+	}
+	if conflicts != 2 {
+		t.Fatalf("%d serial conflict events, want one on each device", conflicts)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/profile"
 )
 
@@ -49,7 +50,31 @@ func (s *Service) identify(tx core.Tx, c *Client) (dev core.Device, stored bool,
 	if err != nil {
 		return dev, stored, err
 	}
-	return dev, stored, check(&dev, h.Binding, c)
+	if err := check(&dev, h.Binding, c); err != nil {
+		return dev, stored, err
+	}
+	return dev, stored, noteSerialHolder(tx, &dev, c)
+}
+
+// noteSerialHolder notes in c which device holds the serial c states, when
+// dev has none yet: learn gives dev only a serial nobody else holds.
+func noteSerialHolder(tx core.Tx, dev *core.Device, c *Client) error {
+	c.serialHolder = ""
+	serial := c.Serial
+	if serial == "" && c.ONIE != nil {
+		serial = c.ONIE.Serial
+	}
+	if serial == "" || dev.Serial != "" {
+		return nil
+	}
+	holder, held, err := tx.Devices().SerialHolder(serial)
+	if err != nil {
+		return err
+	}
+	if held && holder != dev.ID {
+		c.serialHolder = holder
+	}
+	return nil
 }
 
 // firstContact is the record of a holder the store does not know yet: what
@@ -79,6 +104,10 @@ func (s *Service) boundBySerial(tx core.Tx, b *core.Binding, c *Client) (core.De
 		d, err := tx.Devices().BySerial(b.Serial)
 		if err == nil {
 			return d, true, nil
+		}
+		if core.KindOf(err) == core.KindConflict {
+			return d, false, &Error{Status: 403, Kind: RefusedMismatch,
+				Reason: fmt.Sprintf("%s is reserved for serial %q, which several devices stated: an operator must resolve it", b.IP, b.Serial)}
 		}
 		if !errors.Is(err, core.ErrNotFound) {
 			return d, false, err
@@ -179,10 +208,10 @@ func addrString(a netip.Addr) string {
 // has already refused anything that contradicts d. The SONiC version is the
 // one fact that follows the device (it changes with each image).
 func learn(d *core.Device, c *Client) {
-	if c.hasSONiCHeaders() && (d.Kind == "" || d.Kind == core.KindUnknown || d.Kind == core.KindONIE) {
-		d.Kind = core.KindSONiC // ONIE installed SONiC on this switch
+	if c.hasSONiCHeaders() {
+		d.Kind, _ = devices.MergeKind(d.Kind, core.KindSONiC, devices.SourceDevice) // ONIE installed SONiC
 	}
-	setEmpty(&d.Serial, c.Serial)
+	learnSerial(d, c, c.Serial)
 	setEmpty(&d.Product, c.Product)
 	if v := strings.TrimSpace(c.SONiCVersion); v != "" && profile.BuildVersion(v) != "" {
 		d.SONiCVer = v
@@ -193,10 +222,8 @@ func learn(d *core.Device, c *Client) {
 		}
 	}
 	if o := c.ONIE; o != nil {
-		if d.Kind == "" || d.Kind == core.KindUnknown {
-			d.Kind = core.KindONIE
-		}
-		setEmpty(&d.Serial, o.Serial)
+		d.Kind, _ = devices.MergeKind(d.Kind, core.KindONIE, devices.SourceDevice)
+		learnSerial(d, c, o.Serial)
 		setEmpty(&d.Platform, o.Platform())
 		if nm, err := core.NormalizeMAC(o.MAC); err == nil {
 			setEmpty(&d.BaseMAC, nm)
@@ -211,6 +238,22 @@ func learn(d *core.Device, c *Client) {
 	if c.Addr.IsValid() {
 		d.IP = c.Addr.Unmap().String() // identify proved it holds this address
 	}
+}
+
+// learnSerial gives d the serial its request stated when d has none and no
+// other device holds it (identify looked: c.serialHolder). A serial
+// another device holds is not d's: it selects nothing here (no profile or
+// binding of that serial), and it is carried as a claim (SerialConflict)
+// for the devices service to record the conflict on both records.
+func learnSerial(d *core.Device, c *Client, serial string) {
+	if serial == "" || d.Serial != "" {
+		return
+	}
+	if h := c.serialHolder; h != "" && h != d.ID {
+		d.SerialConflict = &core.SerialConflict{Serial: serial, With: []string{h}}
+		return
+	}
+	d.Serial = serial
 }
 
 func setEmpty(dst *string, v string) {

@@ -378,6 +378,7 @@ func (s *Server) sweep(now time.Time) {
 			}
 		}
 	}
+	s.forgetDevices()
 	for _, sn := range s.subnets {
 		size := sn.poolSize()
 		poolSize.WithLabelValues(sn.name).Set(float64(size))

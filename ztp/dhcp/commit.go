@@ -63,17 +63,24 @@ type device struct {
 	rawCircuit  string  // option 82 sub-options as last seen
 	rawRemote   string
 	warned      time.Time // last conflicting-claim warning
+	// kindStated is the kind the latest lease exchange stated (unknown:
+	// none), and kindDeclared whether an operator's reservation declared
+	// it: what the devices service merges into the record by its rule. d.Kind
+	// is this server's cumulative view (for DeviceByIP).
+	kindStated   core.DeviceKind
+	kindDeclared bool
 }
 
 // warnClaim logs (at most once a minute per device) a client that states a
-// fact different from the one on record: the record is kept.
+// fact different from the one it stated before; the devices service keeps
+// the record and notes the contradiction as an event.
 func (s *Server) warnClaim(x *exchange, dv *device, fact, have, claimed string) {
 	if x.now.Sub(dv.warned) < time.Minute {
 		return
 	}
 	dv.warned = x.now
 	s.log.Warn("DHCP client states a different "+fact+" than its record; the record is kept",
-		"mac", dv.d.MAC, "recorded", have, "claimed", claimed, "interface", x.ifc.name)
+		"mac", dv.d.MAC, "stated before", have, "claimed", claimed, "interface", x.ifc.name)
 }
 
 func (s *Server) enqueueAck(x *exchange) bool {
@@ -92,15 +99,17 @@ func (s *Server) enqueueAck(x *exchange) bool {
 	return true
 }
 
-// touchDevice records what this request says about its device. A write is
-// queued when something changed, or last_seen is older than lastSeenEvery.
-// A device without a record gets one only when leased is true (this reply
-// ACKs a lease). Facts the client states are checked against the character
-// sets of core before they are kept; a serial, product or platform already
-// known is never replaced by a different one (a new claim on a known MAC is
-// logged).
+// touchDevice records what this request says about its device, only when
+// leased is true (this reply ACKs a lease: one granted or renewed to the
+// client that holds it). A DISCOVER, an INFORM or a NAKed REQUEST may quote
+// any hardware address and proves nothing: it changes no record. A write
+// is queued when something changed, or last_seen is older than
+// lastSeenEvery. Facts the client states are checked against the character
+// sets of core; the devices service merges them into the record by its one
+// rule (a kind is refined, never changed; a serial, product or platform
+// fills in and never replaces; a contradiction is an event).
 func (s *Server) touchDevice(x *exchange, leased bool) {
-	if len(x.hw) == 0 {
+	if len(x.hw) == 0 || !leased {
 		// Device records are keyed by hardware address; a client without one
 		// (hlen 0, known by its client id alone) gets leases but no record.
 		return
@@ -108,17 +117,20 @@ func (s *Server) touchDevice(x *exchange, leased bool) {
 	dv := s.devs[string(x.hw)]
 	changed := false
 	if dv == nil {
-		if !leased {
-			return
-		}
 		mac := macText(x.hw)
 		dv = &device{d: core.Device{ID: mac, MAC: mac, FirstSeen: x.now}, state: core.StateDiscovered}
 		s.devs[string(x.hw)] = dv
 		changed = true
 	}
 	d := &dv.d
-	if x.kind != core.KindUnknown && d.Kind != x.kind || d.Kind == "" {
-		d.Kind, changed = x.kind, true
+	declared := x.res != nil && x.res.kind != ""
+	if dv.kindStated != x.kind || dv.kindDeclared != declared {
+		dv.kindStated, dv.kindDeclared, changed = x.kind, declared, true
+		src := devices.SourceDevice
+		if declared {
+			src = devices.SourceOperator
+		}
+		d.Kind, _ = devices.MergeKind(d.Kind, x.kind, src)
 	}
 	setStr := func(dst *string, v string) {
 		if v != "" && *dst != v {
@@ -134,8 +146,10 @@ func (s *Server) touchDevice(x *exchange, leased bool) {
 			factsRefused.WithLabelValues(fact).Inc()
 			s.log.Debug("device fact refused", "mac", d.MAC, "fact", fact, "err", err)
 		case *dst != "":
-			factsRefused.WithLabelValues(fact).Inc()
+			// Handed on as stated: the devices service keeps the record's
+			// and records the contradiction.
 			s.warnClaim(x, dv, fact, *dst, v)
+			*dst, changed = v, true
 		default:
 			*dst, changed = v, true
 		}
@@ -174,6 +188,27 @@ func (s *Server) touchDevice(x *exchange, leased bool) {
 	d.LastSeen = x.now
 	if changed || x.now.Sub(dv.written) >= lastSeenEvery {
 		s.queueDevice(dv)
+	}
+}
+
+// forgetDevices drops this server's view of the devices that no binding
+// names any more (their address released and given to another client, or
+// expired and forgotten), so made-up hardware addresses cannot grow it: it
+// stays within the bindings, which the pools bound. Only needed when there
+// are more views than bindings. A device that comes back starts a new view
+// (its record is in the store). The caller holds s.mu.
+func (s *Server) forgetDevices() {
+	if len(s.devs) <= len(s.byIP) {
+		return
+	}
+	named := make(map[string]struct{}, len(s.byIP))
+	for _, b := range s.byIP {
+		named[b.hw] = struct{}{}
+	}
+	for hw, dv := range s.devs {
+		if _, ok := named[hw]; !ok && !dv.queued {
+			delete(s.devs, hw)
+		}
 	}
 }
 
@@ -221,6 +256,7 @@ type snapshot struct {
 	leases   []leaseRec
 	devices  []*device
 	devs     []core.Device
+	declared []bool // devs[i].Kind is an operator's declaration
 	states   []core.DeviceState
 	events   []eventRec
 	evs      []core.Event
@@ -247,6 +283,7 @@ func (sn *snapshot) empty() bool {
 func (s *Server) take(snap *snapshot, now time.Time) {
 	snap.bindings, snap.leases = snap.bindings[:0], snap.leases[:0]
 	snap.devices, snap.devs, snap.states = snap.devices[:0], snap.devs[:0], snap.states[:0]
+	snap.declared = snap.declared[:0]
 	snap.events, snap.acks = snap.events[:0], snap.acks[:0]
 	snap.session, snap.stale = s.session(), 0
 	snap.fence = s.fenceFor(snap.session)
@@ -277,6 +314,8 @@ func (s *Server) take(snap *snapshot, now time.Time) {
 		dv.written = now
 		snap.devices = append(snap.devices, dv)
 		snap.devs = append(snap.devs, dv.d)
+		snap.devs[len(snap.devs)-1].Kind = dv.kindStated
+		snap.declared = append(snap.declared, dv.kindDeclared)
 		snap.states = append(snap.states, dv.state)
 		dv.state = ""
 	}
@@ -302,7 +341,11 @@ func (s *Server) take(snap *snapshot, now time.Time) {
 // commit. It reports whether records are left for another commit.
 func (s *Server) handOver(snap *snapshot) (more bool) {
 	for i := range snap.devs {
-		s.devices.ObserveDHCP(snap.devs[i], snap.states[i] == core.StateLeased)
+		src := devices.SourceDevice
+		if snap.declared[i] {
+			src = devices.SourceOperator
+		}
+		s.devices.ObserveDHCPAs(snap.devs[i], snap.states[i] == core.StateLeased, src)
 	}
 	snap.evs = snap.evs[:0]
 	for i := range snap.events {

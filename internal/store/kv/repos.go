@@ -2,6 +2,7 @@ package kv
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -82,13 +83,22 @@ func (r devices) Put(d core.Device) error {
 		return err
 	}
 	if had && old.Serial != "" && old.Serial != d.Serial {
-		if err := t.indexDel(core.AggDevices, serialKey(old.Serial)); err != nil {
+		if err := r.unindexSerial(old.Serial, d.ID); err != nil {
 			return err
 		}
 	}
 	if d.Serial != "" && (!had || old.Serial != d.Serial) {
-		if err := t.indexPut(core.AggDevices, serialKey(d.Serial), d.ID); err != nil {
+		// The index stays with a device whose record holds the serial:
+		// another device stating it never moves it (devices records the
+		// conflict on both).
+		holder, ok, err := r.SerialHolder(d.Serial)
+		if err != nil {
 			return err
+		}
+		if !ok || holder == d.ID {
+			if err := t.indexPut(core.AggDevices, serialKey(d.Serial), d.ID); err != nil {
+				return err
+			}
 		}
 	}
 	if had && old.State != d.State {
@@ -128,12 +138,8 @@ func (r devices) Delete(id string) error {
 		return err
 	}
 	if old.Serial != "" {
-		if cur, ok, err := t.indexGet(serialKey(old.Serial)); err != nil {
+		if err := r.unindexSerial(old.Serial, id); err != nil {
 			return err
-		} else if ok && cur == id {
-			if err := t.indexDel(core.AggDevices, serialKey(old.Serial)); err != nil {
-				return err
-			}
 		}
 	}
 	if err := t.indexDel(core.AggDevices, deviceStateKey(old.State, id)); err != nil {
@@ -147,6 +153,30 @@ func (r devices) Delete(id string) error {
 	return t.del(core.AggDevices, BucketDevices, id)
 }
 
+// unindexSerial removes serial's index entry if it names id.
+func (r devices) unindexSerial(serial, id string) error {
+	cur, ok, err := r.t.indexGet(serialKey(serial))
+	if err != nil || !ok || cur != id {
+		return err
+	}
+	return r.t.indexDel(core.AggDevices, serialKey(serial))
+}
+
+// SerialHolder is the device whose record holds serial, as the index
+// names it; an entry whose device no longer carries the serial counts as
+// none.
+func (r devices) SerialHolder(serial string) (string, bool, error) {
+	id, ok, err := r.t.indexGet(serialKey(serial))
+	if err != nil || !ok {
+		return "", false, err
+	}
+	d, had, err := r.t.c.devices.get(r.t, BucketDevices, id)
+	if err != nil || !had {
+		return "", false, err
+	}
+	return id, d.Serial == serial, nil
+}
+
 func (r devices) BySerial(serial string) (core.Device, error) {
 	id, ok, err := r.t.indexGet(serialKey(serial))
 	if err != nil {
@@ -155,7 +185,27 @@ func (r devices) BySerial(serial string) (core.Device, error) {
 	if !ok {
 		return core.Device{}, fmt.Errorf("device with serial %q: %w", serial, core.ErrNotFound)
 	}
-	return r.Get(id)
+	d, err := r.Get(id)
+	if err != nil {
+		return d, err
+	}
+	if c := d.SerialConflict; c != nil && c.Serial == serial && len(c.With) > 0 {
+		candidates := []core.Device{d}
+		for _, other := range c.With {
+			o, err := r.Get(other)
+			if errors.Is(err, core.ErrNotFound) {
+				continue // pruned or deleted since
+			}
+			if err != nil {
+				return core.Device{}, err
+			}
+			candidates = append(candidates, o)
+		}
+		if len(candidates) > 1 {
+			return core.Device{}, core.AmbiguousSerial(serial, candidates)
+		}
+	}
+	return d, nil
 }
 
 func (r devices) ByFixedIP(ip string) (core.Device, error) {
@@ -252,6 +302,9 @@ func putIndexEntries(raw Raw, entries []indexEntry) error {
 // freshDevice is a cached device safe to change: its labels are its own.
 func freshDevice(d core.Device) core.Device {
 	d.Labels = maps.Clone(d.Labels)
+	if c := d.SerialConflict; c != nil {
+		d.SerialConflict = &core.SerialConflict{Serial: c.Serial, With: slices.Clone(c.With)}
+	}
 	return d
 }
 

@@ -21,6 +21,7 @@ func Conformance(t *testing.T, open func(t *testing.T) core.Store) {
 		fn   func(*testing.T, core.Store)
 	}{
 		{"Devices", devicesContract},
+		{"SerialIndex", serialIndexContract},
 		{"Leases", leasesContract},
 		{"Clusters", clustersContract},
 		{"Versions", versionsContract},
@@ -953,6 +954,45 @@ func stampsContract(t *testing.T, st core.Store) {
 	View(t, st, func(tx core.Tx) error {
 		_, err := tx.Devices().Stamp(ids[2])
 		wantNotFound(t, "stamp of a deleted device", err)
+		return nil
+	})
+}
+
+// serialIndexContract: the serial index stays with the device whose record
+// holds the serial; another device put with the same serial never moves it
+// and, deleted or changed, never removes it. A serial in conflict
+// (Device.SerialConflict) is refused by BySerial, naming the candidates.
+func serialIndexContract(t *testing.T, st core.Store) {
+	a := core.Device{ID: "02:00:00:00:00:0a", MAC: "02:00:00:00:00:0a", Serial: "S1", IP: "10.99.0.10", FirstSeen: t0, LastSeen: t0, UpdatedAt: t0}
+	b := core.Device{ID: "02:00:00:00:00:0b", MAC: "02:00:00:00:00:0b", Serial: "S1", FirstSeen: t0, LastSeen: t0, UpdatedAt: t0}
+	Update(t, st, func(tx core.Tx) error {
+		must(t, tx.Devices().Put(a))
+		must(t, tx.Devices().Put(b))
+		id, held, err := tx.Devices().SerialHolder("S1")
+		must(t, err)
+		if !held || id != a.ID {
+			t.Fatalf("serial holder %q (%v), want %s", id, held, a.ID)
+		}
+		b.Serial = "S2"
+		must(t, tx.Devices().Put(b)) // b's old serial was never indexed to it
+		must(t, tx.Devices().Delete(b.ID))
+		d, err := tx.Devices().BySerial("S1")
+		must(t, err)
+		wantEqual(t, "device by serial", d.ID, a.ID)
+		return nil
+	})
+	Update(t, st, func(tx core.Tx) error {
+		b.Serial = ""
+		must(t, tx.Devices().Put(b))
+		a.SerialConflict = &core.SerialConflict{Serial: "S1", With: []string{b.ID}}
+		must(t, tx.Devices().Put(a))
+		_, err := tx.Devices().BySerial("S1")
+		if core.KindOf(err) != core.KindConflict || !strings.Contains(err.Error(), a.ID) || !strings.Contains(err.Error(), b.ID) {
+			t.Fatalf("ambiguous serial: %v", err)
+		}
+		got, err := tx.Devices().Get(a.ID)
+		must(t, err)
+		wantEqual(t, "device with a serial conflict", got, a)
 		return nil
 	})
 }
