@@ -153,12 +153,16 @@ type HTTP struct {
 	IdleTimeout       Duration `yaml:"idle_timeout"`        // a kept-alive connection between requests
 	MaxHeaderBytes    int      `yaml:"max_header_bytes"`    // request line and headers
 	MaxConns          int      `yaml:"max_conns"`           // connections served at once, per listener
+	// MaxConnsPerSource is what one client address may hold of a
+	// listener; 0: 256 or half of max_conns, whichever is smaller.
+	MaxConnsPerSource int `yaml:"max_conns_per_source"`
 }
 
 // Limits are the listener limits as internal/httpserve takes them.
 func (h HTTP) Limits() httpserve.Limits {
 	return httpserve.Limits{ReadHeaderTimeout: h.ReadHeaderTimeout.D(), ReadBodyTimeout: h.ReadBodyTimeout.D(),
-		WriteTimeout: h.WriteTimeout.D(), IdleTimeout: h.IdleTimeout.D(), MaxHeaderBytes: h.MaxHeaderBytes, MaxConns: h.MaxConns}
+		WriteTimeout: h.WriteTimeout.D(), IdleTimeout: h.IdleTimeout.D(), MaxHeaderBytes: h.MaxHeaderBytes, MaxConns: h.MaxConns,
+		MaxConnsPerSource: h.MaxConnsPerSource}
 }
 
 // API is the REST and CloudStack-compatible API listener.
@@ -611,6 +615,9 @@ func (h HTTP) validateLimits(errs *Errors) {
 	}
 	if h.MaxConns < 1 || h.MaxConns > 1<<20 {
 		errs.add("http.max_conns", "%d is outside 1..1048576", h.MaxConns)
+	}
+	if h.MaxConnsPerSource < 0 || h.MaxConnsPerSource > max(1, h.MaxConns) {
+		errs.add("http.max_conns_per_source", "%d is outside 0..%d (http.max_conns; 0: the smaller of 256 and half of it)", h.MaxConnsPerSource, max(1, h.MaxConns))
 	}
 }
 
