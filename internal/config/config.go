@@ -629,8 +629,8 @@ func (h HTTP) validateLimits(errs *Errors) {
 	if h.MaxConns < 1 || h.MaxConns > 1<<20 {
 		errs.add("http.max_conns", "%d is outside 1..1048576", h.MaxConns)
 	}
-	if h.MaxConnsPerSource < 0 || h.MaxConnsPerSource > max(1, h.MaxConns) {
-		errs.add("http.max_conns_per_source", "%d is outside 0..%d (http.max_conns; 0: the smaller of 256 and half of it)", h.MaxConnsPerSource, max(1, h.MaxConns))
+	if h.MaxConnsPerSource < 0 || h.MaxConnsPerSource > 1<<20 {
+		errs.add("http.max_conns_per_source", "%d is outside 0..1048576 (0: the smaller of 256 and half of http.max_conns)", h.MaxConnsPerSource)
 	}
 	// Below the API's body cap, an API request with a full body could
 	// never be served.

@@ -2,7 +2,10 @@ package httpserve
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"testing"
@@ -86,5 +89,58 @@ func TestOneSourceCannotHoldTheListener(t *testing.T) {
 	}
 	if got := gathered(t, "ztpd_http_connections_refused_total", "t-source") - before; got != maxConns/2 {
 		t.Fatalf("ztpd_http_connections_refused_total rose by %v, want %d", got, maxConns/2)
+	}
+}
+
+// The peer listener's shape (mutual TLS): a client that connects and never
+// completes a handshake holds its slot for the header timeout at most, and
+// one address's connections past its share are closed at accept, before any
+// handshake work.
+func TestTLSListenerBoundsHandshakesWithoutProgress(t *testing.T) {
+	certPath, keyPath, _, err := SelfSignedCert(t.TempDir(), "peer", []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.LoadX509KeyPair(certPath, keyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &Listener{Name: "t-peer", Ln: ln, Handler: okHandler, Log: slog.New(slog.DiscardHandler), Grace: time.Second,
+		TLS:    &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAnyClientCert},
+		Limits: Limits{MaxConns: 8, ReadHeaderTimeout: time.Second}}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { l.Run(ctx); close(stopped) }()
+	defer func() { cancel(); <-stopped }()
+	addr := ln.Addr().String()
+
+	var conns []net.Conn
+	for range 8 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns = append(conns, c)
+	}
+	start := time.Now()
+	closed := 0
+	for _, c := range conns[4:] {
+		if d := closedWithin(t, c, 3*time.Second); d < 500*time.Millisecond {
+			closed++
+		}
+	}
+	if closed != 4 {
+		t.Errorf("%d of the 4 connections past max_conns/2 closed at once, want 4", closed)
+	}
+	for _, c := range conns[:4] {
+		closedWithin(t, c, 3*time.Second)
+	}
+	if d := time.Since(start); d < 800*time.Millisecond || d > 2500*time.Millisecond {
+		t.Errorf("handshakes without progress closed after %s, want about the 1s header timeout", d)
 	}
 }
