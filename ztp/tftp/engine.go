@@ -611,7 +611,7 @@ func (t *transfer) expireLocked(now time.Time) {
 		if t.unheard {
 			unanswered.Inc()
 		}
-		t.finishLocked(t.giveUpResult(), fmt.Sprintf("no ACK after %d retransmissions", t.e.cfg.retransmits))
+		t.finishLocked(t.giveUpResult(), fmt.Sprintf("no ACK after %d retransmissions", t.w.triesLimit()))
 		return
 	}
 	t.pumpLocked(now)
