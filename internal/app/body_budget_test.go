@@ -126,3 +126,54 @@ func TestBodyBudgetRefusesUnread(t *testing.T) {
 		t.Errorf("after the held requests ended: %d, want 204", code)
 	}
 }
+
+// With the default configuration one address may have 8 MiB of bodies in
+// flight: eight 1 MiB API requests whose handler has not finished, not a
+// ninth (before, the guard read every one of them into memory).
+func TestOneAddressHoldsAtMostEightMiBOfBodies(t *testing.T) {
+	a := &App{Cfg: config.Default(), Log: NewLogger(io.Discard, "error", "text")}
+	hold := make(chan struct{})
+	var entered atomic.Int64
+	h := a.apiGuard("t-budget-default").Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered.Add(1)
+		<-hold
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	body := bytes.Repeat([]byte("x"), 1<<20)
+	client := clientFrom("127.0.0.1")
+	codes := make(chan int, 9)
+	for range 9 {
+		go func() {
+			req, _ := http.NewRequest(http.MethodPost, srv.URL+"/api/v1/versions", bytes.NewReader(body))
+			req.Header.Set("Expect", "100-continue")
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Error(err)
+				codes <- 0
+				return
+			}
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	select {
+	case code := <-codes:
+		if code != http.StatusTooManyRequests {
+			t.Errorf("first answer while 8 bodies are held: %d, want 429", code)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("no request refused with 9 MiB of bodies in flight from one address (%d reached the handler)", entered.Load())
+	}
+	if n := entered.Load(); n > 8 {
+		t.Errorf("%d requests from one address reached the handler, want 8", n)
+	}
+	close(hold)
+	for range 8 {
+		if code := <-codes; code != http.StatusNoContent {
+			t.Errorf("held request: %d", code)
+		}
+	}
+}
