@@ -149,45 +149,58 @@ func (s *Server) remember(apiKey, signature string, until, now time.Time) error 
 	return nil
 }
 
-// verifyREST checks a REST request's Authorization header. q must have
-// passed signing.CheckNames.
-func (s *Server) verifyREST(r *http.Request, q url.Values, body []byte) (apikeys.Credential, error) {
+// restSigned is what a REST request's Authorization header proved before
+// its body was read: the caller's credential, and for a signature what
+// verifyRESTSignature checks with the body.
+type restSigned struct {
+	cred      apikeys.Credential
+	bearer    bool // the secret itself was checked: nothing left to verify
+	apiKey    string
+	expires   string
+	signature string
+	until     time.Time // when the signature expires (the replay memory's horizon)
+}
+
+// restHeader checks what a REST request's Authorization header proves on
+// its own: a bearer secret, or a signature's scheme, expiry and key. It
+// never reads the body, so a request refused here costs none.
+func (s *Server) restHeader(r *http.Request) (restSigned, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
-		return apikeys.Credential{}, authFail("missing Authorization header")
+		return restSigned{}, authFail("missing Authorization header")
 	}
 	if rest, ok := strings.CutPrefix(h, "Bearer "); ok {
 		// The secret itself travels in the header: accepted over TLS only,
 		// and checked against the stored hash.
 		if r.TLS == nil {
-			return apikeys.Credential{}, authFail("bearer credentials sent without TLS")
+			return restSigned{}, authFail("bearer credentials sent without TLS")
 		}
 		key, secret, ok := strings.Cut(strings.TrimSpace(rest), ":")
 		if !ok {
-			return apikeys.Credential{}, authFail("malformed bearer credentials")
+			return restSigned{}, authFail("malformed bearer credentials")
 		}
 		cred, err := s.keys.VerifySecret(key, secret)
 		if err != nil {
 			if errors.Is(err, apikeys.ErrUnknownKey) {
-				return cred, authFail("unknown API key or wrong secret")
+				return restSigned{}, authFail("unknown API key or wrong secret")
 			}
-			return cred, err
+			return restSigned{}, err
 		}
-		return cred, nil
+		return restSigned{cred: cred, bearer: true}, nil
 	}
 	apiKey, expires, signature, err := signing.ParseRESTAuthorization(h)
 	if err != nil {
-		return apikeys.Credential{}, authFail(err.Error())
+		return restSigned{}, authFail(err.Error())
 	}
 	now := s.now()
 	var until time.Time
 	switch {
 	case expires != "":
 		if until, err = s.checkExpires(expires, now); err != nil {
-			return apikeys.Credential{}, err
+			return restSigned{}, err
 		}
 	case s.sigs.RequireExpiryREST:
-		return apikeys.Credential{}, &authError{reason: "unversioned signature (no expires) refused by api.require_expiry_rest",
+		return restSigned{}, &authError{reason: "unversioned signature (no expires) refused by api.require_expiry_rest",
 			hint: "sign with an expires field"}
 	default:
 		until = now.Add(s.sigs.MaxLifetime)
@@ -195,20 +208,30 @@ func (s *Server) verifyREST(r *http.Request, q url.Values, body []byte) (apikeys
 	cred, err := s.keys.Lookup(apiKey)
 	if err != nil {
 		if errors.Is(err, apikeys.ErrUnknownKey) {
-			return cred, authFail("unknown API key")
+			return restSigned{}, authFail("unknown API key")
 		}
-		return cred, err
+		return restSigned{}, err
 	}
-	ps := signing.RESTParams(r.Method, r.URL.EscapedPath(), q, apiKey, expires, signing.BodySHA256(body))
-	if !signing.VerifyREST(cred.Secret, ps, signature) {
+	return restSigned{cred: cred, apiKey: apiKey, expires: expires, signature: signature, until: until}, nil
+}
+
+// verifyRESTSignature checks a signature restHeader accepted against the
+// request and its body's hex SHA-256 (bodySHA, "" for no body), and
+// remembers a write's. q must have passed signing.CheckNames.
+func (s *Server) verifyRESTSignature(r *http.Request, q url.Values, h restSigned, bodySHA string) (apikeys.Credential, error) {
+	if h.bearer {
+		return h.cred, nil
+	}
+	ps := signing.RESTParams(r.Method, r.URL.EscapedPath(), q, h.apiKey, h.expires, bodySHA)
+	if !signing.VerifyREST(h.cred.Secret, ps, h.signature) {
 		return apikeys.Credential{}, authFail("signature mismatch")
 	}
 	if isWriteMethod(r.Method) {
-		if err := s.remember(apiKey, signature, until, now); err != nil {
+		if err := s.remember(h.apiKey, h.signature, h.until, s.now()); err != nil {
 			return apikeys.Credential{}, err
 		}
 	}
-	return cred, nil
+	return h.cred, nil
 }
 
 func isWriteMethod(m string) bool {

@@ -133,13 +133,24 @@ func (r *csRequest) boolean(name string) bool { return strings.EqualFold(r.p[nam
 // cloudStack serves /client/api.
 func (s *Server) cloudStack(c *gin.Context) {
 	req := c.Request
+	ip := clientIP(req)
+	local := isLocal(req)
+	// CloudStack signs the form, which may be the body: the limiter is
+	// consulted before reading it, and the guard has bounded what it holds.
+	if blocked, wait := s.limiter.blocked(ip, s.now()); blocked && !local {
+		authFailures.WithLabelValues("cloudstack", "rate_limited").Inc()
+		c.Header("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+		c.Header("Connection", "close") // the body is never read
+		s.csWrite(c, "errorresponse", &csError{code: csRateLimited, cscode: csServerAPIError,
+			text: fmt.Sprintf("too many failed authentications from %s; retry in %d seconds", ip, int(wait.Seconds())+1)})
+		return
+	}
 	req.Body = http.MaxBytesReader(c.Writer, req.Body, 1<<20)
 	if err := req.ParseForm(); err != nil {
 		s.csWrite(c, "errorresponse", &csError{code: csMalformed, cscode: csServerAPIError, text: "malformed request: " + err.Error()})
 		return
 	}
 	form := req.Form
-	ip := clientIP(req)
 	if err := signing.CheckNames(form); err != nil {
 		// A malformed name could reshape what was signed: refused before
 		// anything reads the parameters, and counted like a failed login.
@@ -167,14 +178,6 @@ func (s *Server) cloudStack(c *gin.Context) {
 		c.Set("op", "unknown")
 	}
 
-	local := isLocal(req)
-	if blocked, wait := s.limiter.blocked(ip, s.now()); blocked && !local {
-		authFailures.WithLabelValues("cloudstack", "rate_limited").Inc()
-		c.Header("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
-		s.csWrite(c, "errorresponse", &csError{code: csRateLimited, cscode: csServerAPIError,
-			text: fmt.Sprintf("too many failed authentications from %s; retry in %d seconds", ip, int(wait.Seconds())+1)})
-		return
-	}
 	var cred apikeys.Credential
 	var err error
 	if local {

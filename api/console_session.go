@@ -378,22 +378,25 @@ func (s *Server) consoleSignIn(c *gin.Context) {
 		restRefuse(c, core.KindPermission, "sign-in refused: the form was posted from another site")
 		return
 	}
-	form, ok := consoleForm(c)
-	if !ok {
-		return
-	}
-	next := localNext(form.Get("next"))
+	next := "/"
 	failed := func() {
 		c.Header("Cache-Control", "no-store")
 		c.Redirect(http.StatusSeeOther, "/?signin=failed&next="+url.QueryEscape(next))
 	}
+	// Before the form is read: an address over its failures costs no body.
 	if blocked, wait := s.limiter.blocked(ip, s.now()); blocked {
 		authFailures.WithLabelValues("console", "rate_limited").Inc()
 		s.log.Warn("console sign-in refused: too many failed authentications", "api", "console", "client", ip)
 		c.Header("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+		c.Header("Connection", "close") // the form is never read
 		failed()
 		return
 	}
+	form, ok := consoleForm(c)
+	if !ok {
+		return
+	}
+	next = localNext(form.Get("next"))
 	apiKey, secret := strings.TrimSpace(form.Get("api_key")), strings.TrimSpace(form.Get("secret_key"))
 	var cred apikeys.Credential
 	var err error

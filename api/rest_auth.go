@@ -1,6 +1,9 @@
 package api
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -35,26 +38,28 @@ func restRefuse(c *gin.Context, k core.ErrorKind, msg string) {
 	c.Abort()
 }
 
-// restAuth authenticates every /api/v1 request and keeps the body for handlers.
+// restAuth authenticates every /api/v1 request and keeps the body for
+// handlers. What the headers prove is checked before the body is read: the
+// failure limiter, and for a signed request its key, expiry and scheme, so
+// a request nobody can authenticate costs no body (the guard reserves its
+// size, then lets it go unread). The signature over the body is checked
+// against the SHA-256 taken as the body arrives.
 func (s *Server) restAuth(c *gin.Context) {
 	r := c.Request
 	ip := clientIP(r)
 	local := isLocal(r)
+	hasBody := r.Body != nil && r.Body != http.NoBody && r.Method != http.MethodGet && r.Method != http.MethodHead
+	if hasBody {
+		// A refusal before the body is read whole closes the connection
+		// rather than reading the rest to keep it.
+		c.Header("Connection", "close")
+	}
 	if blocked, wait := s.limiter.blocked(ip, s.now()); blocked && !local {
 		authFailures.WithLabelValues("rest", "rate_limited").Inc()
 		c.Header("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
 		httpserve.WriteRefusal(c.Writer, http.StatusTooManyRequests, httpserve.CodeRateLimited, "too many failed authentications from "+ip)
 		c.Abort()
 		return
-	}
-	var body []byte
-	if r.Body != nil && r.Method != http.MethodGet && r.Method != http.MethodHead {
-		var err error
-		body, err = io.ReadAll(http.MaxBytesReader(c.Writer, r.Body, maxBody))
-		if err != nil {
-			restRefuse(c, core.KindTooLarge, "request body over 1 MiB")
-			return
-		}
 	}
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err == nil {
@@ -74,17 +79,32 @@ func (s *Server) restAuth(c *gin.Context) {
 		}
 	}
 	var cred apikeys.Credential
+	var body []byte
+	var sum string
+	ok := true
+	read := func() bool {
+		if body, sum, ok = readRESTBody(c, hasBody); ok && hasBody {
+			c.Writer.Header().Del("Connection") // read whole: the connection may be kept
+		}
+		return ok
+	}
 	switch {
 	case local:
 		cred = localAdmin // the admin socket: its file mode is the access control
+		read()
 	case r.Header.Get("Authorization") == "" && hasSessionCookie(r):
 		// The web console: its session cookie, and its CSRF token on writes.
-		var ok bool
-		if cred, ok = s.consoleAuth(c); !ok {
-			return
+		if cred, ok = s.consoleAuth(c); ok {
+			read()
 		}
 	default:
-		cred, err = s.verifyREST(r, q, body)
+		var signed restSigned
+		if signed, err = s.restHeader(r); err == nil && read() {
+			cred, err = s.verifyRESTSignature(r, q, signed, sum)
+		}
+	}
+	if !ok {
+		return
 	}
 	if errors.Is(err, errReplayFull) {
 		s.log.Warn("API write refused: replay memory full", "api", "rest", "client", ip, "op", r.Method+" "+r.URL.Path)
@@ -107,6 +127,40 @@ func (s *Server) restAuth(c *gin.Context) {
 	c.Set("cred", cred)
 	c.Set("body", body)
 	c.Next()
+}
+
+// readRESTBody reads the request body whole (at most maxBody) when the
+// request has one, with its hex SHA-256 ("" when empty, as
+// signing.BodySHA256) taken as it arrives, or answers why it could not and
+// reports false.
+func readRESTBody(c *gin.Context, hasBody bool) ([]byte, string, bool) {
+	if !hasBody {
+		return nil, "", true
+	}
+	r := c.Request
+	buf := bytes.NewBuffer(make([]byte, 0, max(0, min(r.ContentLength, maxBody))+bytes.MinRead))
+	h := sha256.New()
+	_, err := buf.ReadFrom(io.TeeReader(http.MaxBytesReader(c.Writer, r.Body, maxBody), h))
+	if err != nil {
+		var be *httpserve.BodyError
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &be) && be.Status == http.StatusRequestTimeout:
+			httpserve.WriteRefusal(c.Writer, be.Status, httpserve.CodeTimeout, be.Reason)
+			c.Abort()
+		case errors.As(err, &be) && be.Status != http.StatusRequestEntityTooLarge:
+			restRefuse(c, core.KindInvalid, be.Reason)
+		case errors.As(err, &be) || errors.As(err, &tooLarge):
+			restRefuse(c, core.KindTooLarge, "request body over 1 MiB")
+		default:
+			restRefuse(c, core.KindInvalid, "request body could not be read")
+		}
+		return nil, "", false
+	}
+	if buf.Len() == 0 {
+		return nil, "", true
+	}
+	return buf.Bytes(), hex.EncodeToString(h.Sum(nil)), true
 }
 
 func credOf(c *gin.Context) apikeys.Credential {

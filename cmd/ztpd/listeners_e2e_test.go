@@ -62,6 +62,7 @@ http:
   read_header_timeout: 2s
   write_timeout: 2s
   max_conns: 4
+  max_conns_per_source: 8   # the client namespace is one address: let it reach max_conns
 `, srv)
 	lab.Start(cfg)
 	cfgPath := filepath.Join(lab.Dir, "ztpd.yaml")

@@ -128,6 +128,9 @@ type App struct {
 	// apiLocal is the same API for the admin socket, acting as the local
 	// administrator (api.Server.LocalHandler).
 	apiLocal http.Handler
+	// bodyBudget bounds the request bodies every listener's guard holds
+	// at once (http.max_body_bytes_*); made on first use.
+	bodyBudget *httpserve.BodyBudget
 	// tftp is the TFTP listener's settings when tftp.enabled; Serve starts
 	// it with the shutdown grace.
 	tftp *ztptftp.Options
@@ -392,7 +395,7 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 	}
 	if a.Cfg.Debug.PprofAddr != "" {
 		runners = append(runners, listener("pprof", a.Cfg.Debug.PprofAddr, bound.Pprof,
-			httpserve.Guard{Listener: "pprof", BodyTimeout: lim.ReadBodyTimeout, Log: a.Log}.Wrap(pprofMux())))
+			httpserve.Guard{Listener: "pprof", BodyTimeout: lim.ReadBodyTimeout, Budget: a.bodies(), Log: a.Log}.Wrap(pprofMux())))
 	}
 	if l := a.apiOwn; l != nil {
 		runners = append(runners, &httpRunner{httpserve.Listener{Name: "api", Addr: l.addr, Ln: bound.API, Handler: l.handler, TLS: apiTLS,
@@ -473,15 +476,26 @@ func (a *App) mainHandler() http.Handler {
 // the log.
 func (a *App) deviceGuard(listener string) httpserve.Guard {
 	return httpserve.Guard{Listener: listener, MaxBody: httpserve.DeviceMaxBody,
-		BodyTimeout: a.Cfg.HTTP.ReadBodyTimeout.D(), HideErrors: true, Log: a.Log}
+		BodyTimeout: a.Cfg.HTTP.ReadBodyTimeout.D(), HideErrors: true, Budget: a.bodies(), Log: a.Log}
 }
 
 // apiGuard caps API request bodies and answers refusals in the REST error
 // shape. An image upload streams its body (api.StreamedBody) under its own
-// cap, so the 1 MiB cap holds for every other request.
+// cap, so the 1 MiB cap holds for every other request. The API reads every
+// other body itself, after what the headers prove (the failure limiter, a
+// signature's key and expiry), so one nobody can authenticate is not read.
 func (a *App) apiGuard(listener string) httpserve.Guard {
 	return httpserve.Guard{Listener: listener, MaxBody: httpserve.APIMaxBody,
-		BodyTimeout: a.Cfg.HTTP.ReadBodyTimeout.D(), Streamed: api.StreamedBody, Log: a.Log}
+		BodyTimeout: a.Cfg.HTTP.ReadBodyTimeout.D(), Streamed: api.StreamedBody,
+		ReadByHandler: func(*http.Request) bool { return true }, Budget: a.bodies(), Log: a.Log}
+}
+
+// bodies is the body budget every guard shares.
+func (a *App) bodies() *httpserve.BodyBudget {
+	if a.bodyBudget == nil {
+		a.bodyBudget = a.Cfg.HTTP.BodyBudget()
+	}
+	return a.bodyBudget
 }
 
 // apiElsewhere answers API paths on the main listener when the API has a

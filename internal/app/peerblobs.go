@@ -95,7 +95,7 @@ func (a *App) buildPeerBlobs() error {
 				ClientCAs: pool, MinVersion: tls.VersionTLS12},
 			// Peers send no bodies: the device cap and body timeout.
 			handler: httpserve.Guard{Listener: "peer", MaxBody: httpserve.DeviceMaxBody, BodyTimeout: lim.ReadBodyTimeout,
-				Log: a.Log}.Wrap(peerblobs.Handler(a.Images))}
+				Budget: a.bodies(), Log: a.Log}.Wrap(peerblobs.Handler(a.Images))}
 	} else {
 		log.Warn("this appliance serves no image blobs to the others: set store.peer_addr or advertise_addr")
 	}

@@ -154,12 +154,27 @@ type HTTP struct {
 	IdleTimeout       Duration `yaml:"idle_timeout"`        // a kept-alive connection between requests
 	MaxHeaderBytes    int      `yaml:"max_header_bytes"`    // request line and headers
 	MaxConns          int      `yaml:"max_conns"`           // connections served at once, per listener
+	// MaxConnsPerSource is what one client address may hold of a
+	// listener; 0: 256 or half of max_conns, whichever is smaller.
+	MaxConnsPerSource int `yaml:"max_conns_per_source"`
+	// Request bodies held in memory at once (a request reserves its
+	// Content-Length, or its cap when chunked, before any of it is read;
+	// one that does not fit is refused unread): by every listener
+	// together, and by one client address's requests.
+	MaxBodyBytesInFlight  int64 `yaml:"max_body_bytes_in_flight"`
+	MaxBodyBytesPerSource int64 `yaml:"max_body_bytes_per_source"`
+}
+
+// BodyBudget is the bound of request bodies in flight the listeners share.
+func (h HTTP) BodyBudget() *httpserve.BodyBudget {
+	return httpserve.NewBodyBudget(h.MaxBodyBytesInFlight, h.MaxBodyBytesPerSource)
 }
 
 // Limits are the listener limits as internal/httpserve takes them.
 func (h HTTP) Limits() httpserve.Limits {
 	return httpserve.Limits{ReadHeaderTimeout: h.ReadHeaderTimeout.D(), ReadBodyTimeout: h.ReadBodyTimeout.D(),
-		WriteTimeout: h.WriteTimeout.D(), IdleTimeout: h.IdleTimeout.D(), MaxHeaderBytes: h.MaxHeaderBytes, MaxConns: h.MaxConns}
+		WriteTimeout: h.WriteTimeout.D(), IdleTimeout: h.IdleTimeout.D(), MaxHeaderBytes: h.MaxHeaderBytes, MaxConns: h.MaxConns,
+		MaxConnsPerSource: h.MaxConnsPerSource}
 }
 
 // API is the REST and CloudStack-compatible API listener.
@@ -339,12 +354,14 @@ func Default() Config {
 		DataDir: "ztpd-data",
 		Log:     Log{Level: "info", Format: "text"},
 		HTTP: HTTP{Addr: "127.0.0.1:8080",
-			ReadHeaderTimeout: Duration(httpserve.DefaultReadHeaderTimeout),
-			ReadBodyTimeout:   Duration(httpserve.DefaultReadBodyTimeout),
-			WriteTimeout:      Duration(httpserve.DefaultWriteTimeout),
-			IdleTimeout:       Duration(httpserve.DefaultIdleTimeout),
-			MaxHeaderBytes:    httpserve.DefaultMaxHeaderBytes,
-			MaxConns:          httpserve.DefaultMaxConns},
+			ReadHeaderTimeout:     Duration(httpserve.DefaultReadHeaderTimeout),
+			ReadBodyTimeout:       Duration(httpserve.DefaultReadBodyTimeout),
+			WriteTimeout:          Duration(httpserve.DefaultWriteTimeout),
+			IdleTimeout:           Duration(httpserve.DefaultIdleTimeout),
+			MaxHeaderBytes:        httpserve.DefaultMaxHeaderBytes,
+			MaxConns:              httpserve.DefaultMaxConns,
+			MaxBodyBytesInFlight:  httpserve.DefaultMaxBodyBytesInFlight,
+			MaxBodyBytesPerSource: httpserve.DefaultMaxBodyBytesPerSource},
 		API: defaultAPI(), // TLS on the API's own listener by default
 		TFTP: TFTP{Addr: ":69", Window: 8, RetransmitTimeout: Duration(time.Second), MaxRetransmits: 5,
 			MaxTransfers: 256, MaxTransfersPerSource: 4},
@@ -641,6 +658,17 @@ func (h HTTP) validateLimits(errs *Errors) {
 	}
 	if h.MaxConns < 1 || h.MaxConns > 1<<20 {
 		errs.add("http.max_conns", "%d is outside 1..1048576", h.MaxConns)
+	}
+	if h.MaxConnsPerSource < 0 || h.MaxConnsPerSource > 1<<20 {
+		errs.add("http.max_conns_per_source", "%d is outside 0..1048576 (0: the smaller of 256 and half of http.max_conns)", h.MaxConnsPerSource)
+	}
+	// Below the API's body cap, an API request with a full body could
+	// never be served.
+	if h.MaxBodyBytesInFlight < httpserve.APIMaxBody || h.MaxBodyBytesInFlight > 64<<30 {
+		errs.add("http.max_body_bytes_in_flight", "%d is outside %d..%d (1 MiB, the API's body cap, to 64 GiB)", h.MaxBodyBytesInFlight, httpserve.APIMaxBody, int64(64<<30))
+	}
+	if h.MaxBodyBytesPerSource < httpserve.APIMaxBody || h.MaxBodyBytesPerSource > max(httpserve.APIMaxBody, h.MaxBodyBytesInFlight) {
+		errs.add("http.max_body_bytes_per_source", "%d is outside %d..%d (1 MiB to http.max_body_bytes_in_flight)", h.MaxBodyBytesPerSource, httpserve.APIMaxBody, max(httpserve.APIMaxBody, h.MaxBodyBytesInFlight))
 	}
 }
 

@@ -70,3 +70,29 @@ func TestAPIListenerDefaultsToTLSOffLoopback(t *testing.T) {
 		}
 	}
 }
+
+func TestHTTPSourceLimitsDefaultsAndErrors(t *testing.T) {
+	c := Default()
+	if c.HTTP.MaxBodyBytesInFlight != 64<<20 || c.HTTP.MaxBodyBytesPerSource != 8<<20 || c.HTTP.MaxConnsPerSource != 0 {
+		t.Fatalf("defaults %+v", c.HTTP)
+	}
+	if l := c.HTTP.Limits(); l.WithDefaults().MaxConnsPerSource != 256 {
+		t.Fatalf("max_conns_per_source 0 with max_conns 4096: %d, want 256", l.WithDefaults().MaxConnsPerSource)
+	}
+	c = load(t, "http:\n  max_conns: 8\n")
+	if err := c.Validate(); err != nil || c.HTTP.Limits().WithDefaults().MaxConnsPerSource != 4 {
+		t.Fatalf("%v: max_conns_per_source with max_conns 8: %d, want 4", err, c.HTTP.Limits().WithDefaults().MaxConnsPerSource)
+	}
+	c = load(t, "http:\n  max_conns_per_source: -1\n  max_body_bytes_in_flight: 1000\n  max_body_bytes_per_source: 4096\n")
+	err := c.Validate()
+	for _, want := range []string{"http.max_conns_per_source: -1 is outside", "http.max_body_bytes_in_flight: 1000 is outside",
+		"http.max_body_bytes_per_source: 4096 is outside"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in %v", want, err)
+		}
+	}
+	c = load(t, "http:\n  max_body_bytes_in_flight: 16777216\n  max_body_bytes_per_source: 33554432\n")
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "http.max_body_bytes_per_source: 33554432 is outside") {
+		t.Errorf("per source over in flight: %v", err)
+	}
+}

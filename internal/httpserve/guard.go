@@ -46,7 +46,19 @@ type Guard struct {
 	// size, and BodyTimeout bounds each read rather than the whole
 	// transfer (a multi-GiB upload takes minutes).
 	Streamed func(*http.Request) int64
-	Log      *slog.Logger
+	// ReadByHandler names the requests whose handler reads the body
+	// itself, after checking what the headers prove (the API: the failure
+	// limiter, a signature's key and expiry), so that a body nobody
+	// authenticated is never read. Their body is still capped at MaxBody
+	// and must arrive within BodyTimeout; a read past either fails with a
+	// *BodyError.
+	ReadByHandler func(*http.Request) bool
+	// Budget bounds the bodies of requests being served (nil: unbounded):
+	// a request reserves its body's size before any of it is read, and is
+	// refused unread (429, 503) when that does not fit. Streamed bodies go
+	// to disk, not memory, and reserve nothing.
+	Budget *BodyBudget
+	Log    *slog.Logger
 }
 
 // Wrap returns h behind the guard.
@@ -76,8 +88,22 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			r.Body = &idleReader{body: http.MaxBytesReader(w, r.Body, n), rc: http.NewResponseController(w), timeout: g.BodyTimeout}
-		} else if !g.readBody(w, r) {
-			return
+		} else {
+			if r.ContentLength > g.MaxBody {
+				g.refuse(w, r, http.StatusRequestEntityTooLarge, "request body of "+strconv.FormatInt(r.ContentLength, 10)+" bytes is over the "+sizeText(g.MaxBody)+" limit of "+r.URL.Path)
+				return
+			}
+			release, ok := g.reserve(w, r)
+			if !ok {
+				return
+			}
+			defer release()
+			if g.ReadByHandler != nil && g.ReadByHandler(r) {
+				r.Body = &handlerBody{body: http.MaxBytesReader(w, r.Body, g.MaxBody), rc: http.NewResponseController(w),
+					timeout: g.BodyTimeout, max: g.MaxBody, path: r.URL.Path}
+			} else if !g.readBody(w, r) {
+				return
+			}
 		}
 	}
 	if !g.HideErrors {
@@ -117,14 +143,68 @@ func (r *idleReader) Read(p []byte) (int, error) {
 
 func (r *idleReader) Close() error { return r.body.Close() }
 
+// BodyError is why a body a handler reads (Guard.ReadByHandler) could not
+// be read whole: Status is what the guard would have answered (413, 408,
+// 400) and Reason says why, for the client.
+type BodyError struct {
+	Status int
+	Reason string
+	Err    error
+}
+
+func (e *BodyError) Error() string { return e.Reason }
+func (e *BodyError) Unwrap() error { return e.Err }
+
+// bodyError classifies a failed read of a body capped at max.
+func bodyError(err error, max int64, timeout time.Duration, path string) *BodyError {
+	var tooLarge *http.MaxBytesError
+	var ne net.Error
+	switch {
+	case errors.As(err, &tooLarge):
+		return &BodyError{http.StatusRequestEntityTooLarge, "request body is over the " + sizeText(max) + " limit of " + path, err}
+	case errors.As(err, &ne) && ne.Timeout():
+		return &BodyError{http.StatusRequestTimeout, "request body not received within " + timeout.String(), err}
+	}
+	return &BodyError{http.StatusBadRequest, "request body could not be read", err}
+}
+
+// handlerBody is a body the handler reads: timeout bounds reading it
+// whole, from the first read; errors are *BodyError.
+type handlerBody struct {
+	body    io.ReadCloser
+	rc      *http.ResponseController
+	timeout time.Duration
+	max     int64
+	path    string
+	started bool
+	ended   bool
+}
+
+func (b *handlerBody) Read(p []byte) (int, error) {
+	if !b.started {
+		b.started = true
+		_ = b.rc.SetReadDeadline(time.Now().Add(b.timeout))
+	}
+	n, err := b.body.Read(p)
+	if err != nil {
+		if !b.ended {
+			// Back to no deadline, as readBody does.
+			b.ended = true
+			_ = b.rc.SetReadDeadline(time.Time{})
+		}
+		if err != io.EOF {
+			err = bodyError(err, b.max, b.timeout, b.path)
+		}
+	}
+	return n, err
+}
+
+func (b *handlerBody) Close() error { return b.body.Close() }
+
 // readBody reads the whole body (at most MaxBody bytes, within
 // BodyTimeout) into memory and puts it back on r, or answers 413/408/400
 // and reports false.
 func (g *guard) readBody(w http.ResponseWriter, r *http.Request) bool {
-	if r.ContentLength > g.MaxBody {
-		g.refuse(w, r, http.StatusRequestEntityTooLarge, "request body of "+strconv.FormatInt(r.ContentLength, 10)+" bytes is over the "+sizeText(g.MaxBody)+" limit of "+r.URL.Path)
-		return false
-	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(g.BodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.MaxBody))
@@ -132,16 +212,8 @@ func (g *guard) readBody(w http.ResponseWriter, r *http.Request) bool {
 	// out while the handler answers (it would cancel the request context).
 	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
-		var tooLarge *http.MaxBytesError
-		var ne net.Error
-		switch {
-		case errors.As(err, &tooLarge):
-			g.refuse(w, r, http.StatusRequestEntityTooLarge, "request body is over the "+sizeText(g.MaxBody)+" limit of "+r.URL.Path)
-		case errors.As(err, &ne) && ne.Timeout():
-			g.refuse(w, r, http.StatusRequestTimeout, "request body not received within "+g.BodyTimeout.String())
-		default:
-			g.refuse(w, r, http.StatusBadRequest, "request body could not be read")
-		}
+		be := bodyError(err, g.MaxBody, g.BodyTimeout, r.URL.Path)
+		g.refuse(w, r, be.Status, be.Reason)
 		return false
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))

@@ -36,6 +36,11 @@ type Limits struct {
 	// MaxConns is the number of connections served at once; a further
 	// connection is held unanswered until one closes.
 	MaxConns int
+	// MaxConnsPerSource is the number of connections one client address
+	// may hold at once; a further one is closed at accept, so one host
+	// cannot take the whole listener from the others. Zero means
+	// DefaultMaxConnsPerSource or half of MaxConns, whichever is smaller.
+	MaxConnsPerSource int
 }
 
 // Defaults of Limits, also the defaults of the http: configuration keys.
@@ -46,6 +51,7 @@ const (
 	DefaultIdleTimeout       = 60 * time.Second
 	DefaultMaxHeaderBytes    = 64 << 10
 	DefaultMaxConns          = 4096
+	DefaultMaxConnsPerSource = 256
 )
 
 // WithDefaults fills every zero field with its default.
@@ -67,6 +73,9 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.MaxConns <= 0 {
 		l.MaxConns = DefaultMaxConns
+	}
+	if l.MaxConnsPerSource <= 0 {
+		l.MaxConnsPerSource = min(DefaultMaxConnsPerSource, max(1, l.MaxConns/2))
 	}
 	return l
 }
@@ -110,7 +119,7 @@ func (l *Listener) Run(ctx context.Context) error {
 	}
 	srv := NewServer(l.Handler, lim, log)
 	log.Info("listening", "listener", l.Name, "addr", ln.Addr().String(), "scheme", scheme,
-		"max_conns", lim.MaxConns, "idle_timeout", lim.IdleTimeout.String(), "write_timeout", lim.WriteTimeout.String())
+		"max_conns", lim.MaxConns, "max_conns_per_source", lim.MaxConnsPerSource, "idle_timeout", lim.IdleTimeout.String(), "write_timeout", lim.WriteTimeout.String())
 	return Serve(ctx, srv, ln, l.Grace)
 }
 

@@ -110,7 +110,7 @@ func TestSlowlorisCutOffAtHeaderTimeout(t *testing.T) {
 }
 
 func TestConnectionLimitHoldsAndCounts(t *testing.T) {
-	addr, _, _ := serve(t, "t-limit", okHandler, Limits{MaxConns: 2, IdleTimeout: time.Minute}, time.Second)
+	addr, _, _ := serve(t, "t-limit", okHandler, Limits{MaxConns: 2, MaxConnsPerSource: 3, IdleTimeout: time.Minute}, time.Second)
 	held := connsHeld.WithLabelValues("t-limit")
 	before := value(held)
 	get := func(c net.Conn) error {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,10 @@ var (
 		Name: "ztpd_http_connections_held_total",
 		Help: "Connections accepted while the listener was at http.max_conns, held unanswered until another closed, by listener.",
 	}, []string{"listener"})
+	connsRefusedSource = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "ztpd_http_connections_refused_total",
+		Help: "Connections closed at accept because their client address already held http.max_conns_per_source, by listener.",
+	}, []string{"listener"})
 	writeTimeouts = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "ztpd_http_write_timeouts_total",
 		Help: "Connections closed because the client took no data for http.write_timeout, by listener.",
@@ -37,7 +42,10 @@ const WriteChunk = 256 << 10
 // gives every connection a write deadline that moves with progress
 // (lim.WriteTimeout per WriteChunk). A connection accepted at the limit is
 // held, unanswered, until another closes (the kernel queues those behind
-// it); each one held is counted in ztpd_http_connections_held_total.
+// it); each one held is counted in ztpd_http_connections_held_total. A TCP
+// client address holding lim.MaxConnsPerSource connections has its next one
+// closed at once (ztpd_http_connections_refused_total), before it can wait
+// for a slot, so one host never holds the listener against the others.
 func LimitListener(ln net.Listener, name string, lim Limits, log *slog.Logger) net.Listener {
 	lim = lim.WithDefaults()
 	if log == nil {
@@ -45,8 +53,9 @@ func LimitListener(ln net.Listener, name string, lim Limits, log *slog.Logger) n
 	}
 	return &limitListener{Listener: ln, name: name, log: log, sem: make(chan struct{}, lim.MaxConns),
 		done: make(chan struct{}), write: lim.WriteTimeout,
+		perSourceMax: lim.MaxConnsPerSource, perSource: map[netip.Addr]int{},
 		open: connsOpen.WithLabelValues(name), held: connsHeld.WithLabelValues(name),
-		timeouts: writeTimeouts.WithLabelValues(name)}
+		refused: connsRefusedSource.WithLabelValues(name), timeouts: writeTimeouts.WithLabelValues(name)}
 }
 
 type limitListener struct {
@@ -59,35 +68,90 @@ type limitListener struct {
 	write     time.Duration
 	open      prometheus.Gauge
 	held      prometheus.Counter
+	refused   prometheus.Counter
 	timeouts  prometheus.Counter
 	lastWarn  atomic.Int64 // unix nanos of the last "at the limit" warning
+	lastInfo  atomic.Int64 // unix nanos of the last "per-source limit" line
+
+	perSourceMax int
+	mu           sync.Mutex
+	perSource    map[netip.Addr]int // connections open or held, by TCP client address
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	select {
-	case l.sem <- struct{}{}:
-	default:
-		l.held.Inc()
-		if now := time.Now().UnixNano(); now-l.lastWarn.Load() > int64(10*time.Second) {
-			l.lastWarn.Store(now)
-			l.log.Warn("connection limit reached; new connections wait for a free slot",
-				"listener", l.name, "max_conns", cap(l.sem), "client", c.RemoteAddr().String())
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		src, counted := tcpSource(c)
+		if counted && !l.admitSource(src) {
+			l.refused.Inc()
+			if now := time.Now().UnixNano(); now-l.lastInfo.Load() > int64(10*time.Second) {
+				l.lastInfo.Store(now)
+				l.log.Info("connection refused: its client address holds too many connections",
+					"listener", l.name, "client", src.String(), "max_conns_per_source", l.perSourceMax)
+			}
+			c.Close()
+			continue
 		}
 		select {
 		case l.sem <- struct{}{}:
-		case <-l.done:
-			c.Close()
-			return nil, net.ErrClosed
+		default:
+			l.held.Inc()
+			if now := time.Now().UnixNano(); now-l.lastWarn.Load() > int64(10*time.Second) {
+				l.lastWarn.Store(now)
+				l.log.Warn("connection limit reached; new connections wait for a free slot",
+					"listener", l.name, "max_conns", cap(l.sem), "client", c.RemoteAddr().String())
+			}
+			select {
+			case l.sem <- struct{}{}:
+			case <-l.done:
+				c.Close()
+				if counted {
+					l.releaseSource(src)
+				}
+				return nil, net.ErrClosed
+			}
 		}
+		l.open.Inc()
+		lc := &limitConn{Conn: c, l: l, src: src, counted: counted}
+		lc.rf, _ = c.(io.ReaderFrom)
+		return lc, nil
 	}
-	l.open.Inc()
-	lc := &limitConn{Conn: c, l: l}
-	lc.rf, _ = c.(io.ReaderFrom)
-	return lc, nil
+}
+
+// tcpSource is c's client address; false for connections without one (the
+// admin socket), which no per-source limit applies to.
+func tcpSource(c net.Conn) (netip.Addr, bool) {
+	a, ok := c.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return netip.Addr{}, false
+	}
+	return a.AddrPort().Addr().Unmap(), true
+}
+
+// admitSource counts one more connection of src, or reports false when src
+// already holds perSourceMax.
+func (l *limitListener) admitSource(src netip.Addr) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.perSource[src]
+	if n >= l.perSourceMax {
+		return false
+	}
+	l.perSource[src] = n + 1
+	return true
+}
+
+func (l *limitListener) releaseSource(src netip.Addr) {
+	l.mu.Lock()
+	if n := l.perSource[src] - 1; n > 0 {
+		l.perSource[src] = n
+	} else {
+		delete(l.perSource, src)
+	}
+	l.mu.Unlock()
 }
 
 func (l *limitListener) Close() error {
@@ -101,6 +165,8 @@ type limitConn struct {
 	net.Conn
 	l         *limitListener
 	rf        io.ReaderFrom // the TCP connection's sendfile/splice path
+	src       netip.Addr
+	counted   bool // src is counted in l.perSource
 	closeOnce sync.Once
 	armedAt   atomic.Int64 // unix nanos when the write deadline was last moved
 }
@@ -110,6 +176,9 @@ func (c *limitConn) Close() error {
 	c.closeOnce.Do(func() {
 		c.l.open.Dec()
 		<-c.l.sem
+		if c.counted {
+			c.l.releaseSource(c.src)
+		}
 	})
 	return err
 }

@@ -110,7 +110,59 @@ type engine struct {
 	closing   bool
 	active    map[netip.AddrPort]*transfer // by client address and port as received
 	perSource map[netip.Addr]int
-	wg        sync.WaitGroup
+	// unheardActive counts the transfers awaiting the first ACK of an
+	// address not heard from lately; at most 3/4 of max_transfers, so
+	// requests with forged sources cannot take every slot from the
+	// devices that answer.
+	unheardActive int
+	wg            sync.WaitGroup
+
+	heard heardSources
+}
+
+// unheardRetransmits is how many times a transfer to a client address that
+// has not acknowledged anything lately is sent again before its first ACK.
+// Such an address may be forged: the request then makes ztpd send two
+// datagrams to whoever holds it, not max_retransmits+1. A client that lost
+// both asks again, and a client heard before keeps max_retransmits.
+const unheardRetransmits = 1
+
+// heardSources remembers the client addresses that acknowledged a transfer
+// within heardFor, at most heardMax of them.
+type heardSources struct {
+	mu sync.Mutex
+	m  map[netip.Addr]time.Time
+}
+
+const (
+	heardFor = time.Hour
+	heardMax = 1 << 16
+)
+
+func (h *heardSources) known(a netip.Addr, now time.Time) bool {
+	h.mu.Lock()
+	at, ok := h.m[a]
+	h.mu.Unlock()
+	return ok && now.Sub(at) < heardFor
+}
+
+func (h *heardSources) note(a netip.Addr, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = map[netip.Addr]time.Time{}
+	}
+	if _, ok := h.m[a]; !ok && len(h.m) >= heardMax {
+		for k, at := range h.m {
+			if now.Sub(at) >= heardFor {
+				delete(h.m, k)
+			}
+		}
+		if len(h.m) >= heardMax {
+			return // full of recent clients: this one stays unheard until they age out
+		}
+	}
+	h.m[a] = now
 }
 
 func newEngine(cfg engineConfig, open opener, log *slog.Logger) *engine {
@@ -246,6 +298,7 @@ func (e *engine) request(p []byte, truncated bool, peer netip.AddrPort, local ne
 		return
 	}
 	client := peer.Addr().Unmap()
+	unheard := !e.heard.known(client, time.Now())
 	e.mu.Lock()
 	if old := e.active[peer]; old != nil {
 		if bytes.Equal(old.raw, p) {
@@ -273,6 +326,9 @@ func (e *engine) request(p []byte, truncated bool, peer netip.AddrPort, local ne
 	case len(e.active) >= e.cfg.maxTransfers:
 		busy = &refusal{code: errUndefined, reason: "busy_global",
 			msg: fmt.Sprintf("server busy: %d transfers running (tftp.max_transfers); try again later", len(e.active))}
+	case unheard && e.unheardActive >= e.cfg.maxTransfers-e.cfg.maxTransfers/4:
+		busy = &refusal{code: errUndefined, reason: "busy_unheard",
+			msg: fmt.Sprintf("server busy: %d transfers await a first ACK (3/4 of tftp.max_transfers); try again later", e.unheardActive)}
 	}
 	if busy != nil {
 		e.mu.Unlock()
@@ -280,9 +336,12 @@ func (e *engine) request(p []byte, truncated bool, peer netip.AddrPort, local ne
 		return
 	}
 	t := &transfer{e: e, peer: peer, client: client, local: local, ifindex: ifindex,
-		raw: bytes.Clone(p), req: req, started: time.Now()}
+		raw: bytes.Clone(p), req: req, started: time.Now(), unheard: unheard}
 	e.active[peer] = t
 	e.perSource[client]++
+	if unheard {
+		e.unheardActive++
+	}
 	e.wg.Add(1)
 	e.mu.Unlock()
 	activeTransfers.Inc()
@@ -313,10 +372,24 @@ func (e *engine) logf(level slog.Level, key, msg string, args ...any) {
 	e.log.Log(context.Background(), level, msg, args...)
 }
 
+// heardFrom records t's first ACK: its address is known to answer.
+// Called with t.mu held.
+func (e *engine) heardFrom(t *transfer) {
+	e.heard.note(t.client, time.Now())
+	e.mu.Lock()
+	t.unheard = false
+	e.unheardActive--
+	e.mu.Unlock()
+}
+
 func (e *engine) release(t *transfer) {
 	e.mu.Lock()
 	if e.active[t.peer] == t {
 		delete(e.active, t.peer)
+	}
+	if t.unheard {
+		t.unheard = false
+		e.unheardActive--
 	}
 	if n := e.perSource[t.client] - 1; n > 0 {
 		e.perSource[t.client] = n
@@ -372,6 +445,10 @@ type transfer struct {
 	blksize  int
 	buf      []byte // DATA packet being sent
 	oack     []byte
+	// unheard: the client address had not acknowledged anything lately
+	// when the transfer was requested, until its first ACK here (set and
+	// cleared under e.mu; it counts in e.unheardActive).
+	unheard bool
 }
 
 // Name is the requested file name as the client sent it.
@@ -437,6 +514,9 @@ func (t *transfer) start() {
 		t.oack = appendOACK(nil, p.oack)
 	}
 	t.w = newWindow(p.window, p.oack != nil, last, e.cfg.timeout, e.cfg.retransmits)
+	if t.unheard {
+		t.w.unheardTries = unheardRetransmits
+	}
 	t.pumpLocked(time.Now())
 	if t.finished || e.cfg.singlePort {
 		if !t.finished {
@@ -503,7 +583,11 @@ func (t *transfer) onPacketLocked(p []byte, at time.Time) {
 		if t.w == nil {
 			return // nothing sent yet
 		}
-		switch t.w.ack(binary.BigEndian.Uint16(p[2:]), at) {
+		r := t.w.ack(binary.BigEndian.Uint16(p[2:]), at)
+		if t.unheard && t.w.heard {
+			t.e.heardFrom(t)
+		}
+		switch r {
 		case ackDone:
 			t.finishLocked(resultOK, "")
 			return
@@ -524,7 +608,10 @@ func (t *transfer) onPacketLocked(p []byte, at time.Time) {
 
 func (t *transfer) expireLocked(now time.Time) {
 	if !t.w.expire(now) {
-		t.finishLocked(t.giveUpResult(), fmt.Sprintf("no ACK after %d retransmissions", t.e.cfg.retransmits))
+		if t.unheard {
+			unanswered.Inc()
+		}
+		t.finishLocked(t.giveUpResult(), fmt.Sprintf("no ACK after %d retransmissions", t.w.triesLimit()))
 		return
 	}
 	t.pumpLocked(now)

@@ -334,25 +334,36 @@ func TestEngineWindowOnlyWhenAsked(t *testing.T) {
 }
 
 // A client that never answers (a forged source) gets one datagram per
-// retransmit timeout, max_retransmits+1 in all, and the transfer ends.
+// retransmit timeout, and the transfer ends: two datagrams in all when its
+// address never acknowledged anything (the request may carry a forged
+// source), max_retransmits+1 when it did lately.
 func TestEngineNeverAckingClient(t *testing.T) {
 	for _, single := range []bool{false, true} {
 		for _, opts := range [][]string{nil, {"blksize", "1468", "windowsize", "8"}} {
-			t.Run(fmt.Sprintf("single=%v/options=%v", single, opts != nil), func(t *testing.T) {
-				t.Parallel()
-				neverAck(t, single, opts)
-			})
+			for _, heardBefore := range []bool{false, true} {
+				t.Run(fmt.Sprintf("single=%v/options=%v/heard=%v", single, opts != nil, heardBefore), func(t *testing.T) {
+					t.Parallel()
+					neverAck(t, single, opts, heardBefore)
+				})
+			}
 		}
 	}
 }
 
-func neverAck(t *testing.T, single bool, opts []string) {
+func neverAck(t *testing.T, single bool, opts []string, heardBefore bool) {
 	cfg := testCfg()
 	cfg.singlePort = single
 	cfg.timeout, cfg.retransmits = 300*time.Millisecond, 3
-	s := startEngine(t, cfg, map[string][]byte{"f": randomBytes(1 << 20)})
+	s := startEngine(t, cfg, map[string][]byte{"f": randomBytes(1 << 20), "small": randomBytes(1000)})
 	failed := counterValue(transfers.WithLabelValues(resultFailed))
+	unansweredBefore := counterValue(unanswered)
 	c := newClient(t, "127.0.0.1")
+	if heardBefore {
+		if got, _ := c.fetch(s.addr, "small"); len(got) != 1000 {
+			t.Fatalf("first fetch: %d bytes", len(got))
+		}
+		s.waitIdle(t, time.Second)
+	}
 	start := time.Now()
 	c.rrq(s.addr, "f", opts...)
 	var got []pkt
@@ -367,8 +378,12 @@ func neverAck(t *testing.T, single bool, opts []string) {
 	if opts != nil {
 		want = opOACK
 	}
-	if len(got) != 4 {
-		t.Fatalf("single %v opts %v: %d datagrams, want 4 (1 + 3 retransmissions)", single, opts, len(got))
+	sends := 2 // 1 + unheardRetransmits
+	if heardBefore {
+		sends = 4 // 1 + max_retransmits
+	}
+	if len(got) != sends {
+		t.Fatalf("single %v opts %v heard before %v: %d datagrams, want %d", single, opts, heardBefore, len(got), sends)
 	}
 	for i, p := range got {
 		if p.op != want || p.op == opDATA && p.block != 1 {
@@ -383,6 +398,11 @@ func neverAck(t *testing.T, single bool, opts []string) {
 	}
 	if d := counterValue(transfers.WithLabelValues(resultFailed)) - failed; d < 1 {
 		t.Errorf("failed transfers +%v", d)
+	}
+	if !heardBefore {
+		if d := counterValue(unanswered) - unansweredBefore; d < 1 {
+			t.Errorf("ztpd_tftp_unanswered_total +%v", d)
+		}
 	}
 }
 
@@ -685,4 +705,41 @@ func TestEngineShutdownAbandonsSilentTransfers(t *testing.T) {
 	c2 := newClient(t, "127.0.0.1")
 	c2.rrq(addr, "f")
 	c2.quiet(200*time.Millisecond, "answer after shutdown")
+}
+
+// Requests from many addresses that never answer (forged sources) take at
+// most 3/4 of max_transfers: a device that answered before still gets a
+// transfer.
+func TestEngineUnheardSourcesLeaveRoom(t *testing.T) {
+	cfg := testCfg()
+	cfg.maxTransfers, cfg.maxPerSource = 8, 4
+	cfg.timeout, cfg.retransmits = 500*time.Millisecond, 3
+	s := startEngine(t, cfg, map[string][]byte{"f": randomBytes(10000)})
+	device := newClient(t, "127.0.0.1")
+	if got, _ := device.fetch(s.addr, "f"); len(got) != 10000 {
+		t.Fatalf("device's first fetch: %d bytes", len(got))
+	}
+	s.waitIdle(t, time.Second)
+	busy := counterValue(refused.WithLabelValues("busy_unheard"))
+	// Eight forged sources, one request each.
+	refusedN := 0
+	for i := range 8 {
+		c := newClient(t, fmt.Sprintf("127.0.1.%d", i+1))
+		c.rrq(s.addr, "f")
+		p, ok := c.recv(time.Second)
+		if !ok {
+			t.Fatalf("forged source %d: no answer", i)
+		}
+		if p.op == opERROR {
+			refusedN++
+		}
+	}
+	if refusedN != 2 || counterValue(refused.WithLabelValues("busy_unheard"))-busy != 2 {
+		t.Fatalf("%d of 8 unheard requests refused (busy_unheard +%v), want 2 (max_transfers 8 less a quarter)",
+			refusedN, counterValue(refused.WithLabelValues("busy_unheard"))-busy)
+	}
+	// The device that answered before still gets its file meanwhile.
+	if got, _ := device.fetch(s.addr, "f"); len(got) != 10000 {
+		t.Fatalf("device's fetch while forged requests wait: %d bytes", len(got))
+	}
 }

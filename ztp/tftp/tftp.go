@@ -27,9 +27,10 @@
 //   - Retransmission: the timeout follows the measured round trip (floor
 //     200 ms) up to tftp.retransmit_timeout, which is also the timeout
 //     before the first ACK; one datagram per timeout; a transfer that gets
-//     no ACK for tftp.max_retransmits retransmissions is abandoned. A
-//     never-answering (or forged) client thus gets at most
-//     max_retransmits+1 datagrams over (max_retransmits+1) x timeout.
+//     no ACK for tftp.max_retransmits retransmissions is abandoned. Before
+//     its first ACK, a transfer to an address that acknowledged nothing in
+//     the last hour is sent once more only: a never-answering (or forged)
+//     client gets at most 2 datagrams over 2 x timeout.
 //   - At most tftp.max_transfers concurrent transfers, and
 //     tftp.max_transfers_per_source per client address; the next request
 //     gets a TFTP ERROR.
@@ -78,8 +79,12 @@ var (
 	})
 	refused = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "ztpd_tftp_refused_total",
-		Help: "TFTP requests refused, by reason (path, write, malformed, mode, busy_source, busy_global, shutdown, error, a content status such as 404), and stray datagrams (stray).",
+		Help: "TFTP requests refused, by reason (path, write, malformed, mode, busy_source, busy_global, busy_unheard, shutdown, error, a content status such as 404), and stray datagrams (stray).",
 	}, []string{"reason"})
+	unanswered = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "ztpd_tftp_unanswered_total",
+		Help: "TFTP transfers abandoned without any ACK from a client address not heard from lately, after one retransmission (a forged or dead source).",
+	})
 	activeTransfers = promauto.NewGauge(prometheus.GaugeOpts{
 		Name: "ztpd_tftp_active_transfers", Help: "TFTP transfers running (requests being resolved included).",
 	})

@@ -46,7 +46,8 @@ const minRTO = 200 * time.Millisecond
 //   - On timeout only the first unacknowledged block is sent again (one
 //     datagram per timeout, whatever the window), and the timeout doubles up
 //     to its ceiling. After maxTries retransmissions without progress the
-//     transfer is abandoned.
+//     transfer is abandoned; before the first ACK, after unheardTries (a
+//     source never heard from may be forged: see unheardRetransmits).
 //   - The timeout follows the measured round trip (RFC 6298 estimator, no
 //     samples from retransmitted blocks), between minRTO and the configured
 //     ceiling, which is also the timeout before any round trip is measured.
@@ -59,6 +60,10 @@ type window struct {
 	probing  bool  // after a timeout: one block until an ACK arrives
 	tries    int   // retransmissions since the last progress
 	maxTries int
+	// unheardTries replaces maxTries until the first ACK that moves the
+	// window: a source not known to answer (possibly forged) gets fewer.
+	unheardTries int
+	heard        bool // an ACK has moved the window
 
 	maxRTO, rto  time.Duration
 	srtt, rttvar time.Duration
@@ -94,7 +99,8 @@ const (
 // and the window opens with ACK 0. last is the final block when the
 // payload size is known (size/blksize + 1), else 0.
 func newWindow(size int, oack bool, last int64, timeout time.Duration, maxTries int) *window {
-	w := &window{size: int64(max(1, size)), last: last, maxTries: maxTries, maxRTO: timeout, rto: timeout, maxSent: -1, probe: -1}
+	w := &window{size: int64(max(1, size)), last: last, maxTries: maxTries, unheardTries: maxTries,
+		maxRTO: timeout, rto: timeout, maxSent: -1, probe: -1}
 	if oack {
 		w.acked, w.next = -1, 0
 	} else {
@@ -168,7 +174,7 @@ func (w *window) ack(n uint16, now time.Time) ackResult {
 			w.sample(now.Sub(w.firstTx[i]))
 		}
 		w.acked, w.next = k, max(w.next, k+1)
-		w.probing, w.tries = false, 0
+		w.probing, w.tries, w.heard = false, 0, true
 		// The timer restarts with progress and runs on while blocks are
 		// in flight.
 		w.armed, w.armAt = w.maxSent > k, now
@@ -285,12 +291,20 @@ func (w *window) expire(now time.Time) bool {
 		return true
 	}
 	w.tries++
-	if w.tries > w.maxTries {
+	if w.tries > w.triesLimit() {
 		return false
 	}
 	w.rto = min(2*w.rto, w.maxRTO)
 	w.next, w.probing, w.armed, w.gapAt, w.probe = w.acked+1, true, false, time.Time{}, -1
 	return true
+}
+
+// triesLimit is how many retransmissions without progress are allowed now.
+func (w *window) triesLimit() int {
+	if !w.heard {
+		return min(w.maxTries, w.unheardTries)
+	}
+	return w.maxTries
 }
 
 // maxSpin bounds busy-polling for an ACK (see sock).
