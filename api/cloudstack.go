@@ -200,7 +200,7 @@ func (s *Server) cloudStack(c *gin.Context) {
 			reason = "unversioned_memory_full"
 		}
 		authFailures.WithLabelValues("cloudstack", reason).Inc()
-		if s.unversionedLog.allow(p["apikey"], s.now()) {
+		if ok, _ := s.unversionedLog.Allow(p["apikey"], s.now()); ok {
 			s.log.Info("API write refused", "api", "cloudstack", "client", ip, "api_key", p["apikey"], "op", cmdName, "reason", err.Error())
 		}
 		s.csWrite(c, key, &csError{code: csUnauthorized, cscode: csServerAPIError, text: err.Error()})

@@ -177,22 +177,3 @@ func (h *expiryHeap) Pop() any {
 	*h = old[:len(old)-1]
 	return e
 }
-
-// keyLogLimit lets one log line per key through every minute.
-type keyLogLimit struct {
-	mu   sync.Mutex
-	last map[string]time.Time
-}
-
-func (l *keyLogLimit) allow(key string, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if t, ok := l.last[key]; ok && now.Sub(t) < time.Minute {
-		return false
-	}
-	if l.last == nil || len(l.last) >= 1024 {
-		l.last = make(map[string]time.Time) // bounded: forget everyone at once
-	}
-	l.last[key] = now
-	return true
-}

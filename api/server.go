@@ -54,6 +54,7 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/desired"
 	"github.com/ztpd/ztpd/internal/httpserve"
+	"github.com/ztpd/ztpd/internal/ratelimit"
 	"github.com/ztpd/ztpd/internal/rollout"
 )
 
@@ -141,7 +142,7 @@ type Server struct {
 	desired  *desired.Service
 	rollouts *rollout.Engine
 
-	unversionedLog keyLogLimit // refused unversioned CloudStack writes, logged once a minute per key
+	unversionedLog *ratelimit.Keyed // refused unversioned CloudStack writes, logged once a minute per key
 }
 
 // New builds the API and its routes.
@@ -163,7 +164,7 @@ func New(d Deps) *Server {
 		sigs.ReplayMemory = DefaultReplayMemory
 	}
 	gin.SetMode(gin.ReleaseMode)
-	s := &Server{log: d.Log, st: d.Store, clusters: d.Clusters, keys: d.Keys, images: d.Images, refusals: d.Refusals,
+	s := &Server{unversionedLog: ratelimit.New(1, time.Minute, 1024), log: d.Log, st: d.Store, clusters: d.Clusters, keys: d.Keys, images: d.Images, refusals: d.Refusals,
 		limiter: newFailLimiter(d.AuthFailuresPerMinute), sigs: sigs, replay: newReplayGuard(sigs.ReplayMemory),
 		now: d.Now, bodies: newBodyCache(64 << 20), desired: d.Desired, rollouts: d.Rollouts}
 	s.console = consoleDeps{pools: d.Pools, preview: d.Preview, imageStore: d.ImageStore, isoBaseURL: d.ISOBaseURL,

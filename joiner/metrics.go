@@ -2,8 +2,6 @@ package joiner
 
 import (
 	"errors"
-	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,25 +29,6 @@ var (
 // refusalLogEvery is how often one address may log a refused request: a
 // prober is visible without flooding the log.
 const refusalLogEvery = 30 * time.Second
-
-// logLimit lets one log line per address through every refusalLogEvery.
-type logLimit struct {
-	mu   sync.Mutex
-	last map[netip.Addr]time.Time
-}
-
-func (l *logLimit) allow(a netip.Addr, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if t, ok := l.last[a]; ok && now.Sub(t) < refusalLogEvery {
-		return false
-	}
-	if l.last == nil || len(l.last) >= 4096 {
-		l.last = make(map[netip.Addr]time.Time) // bounded: forget everyone at once
-	}
-	l.last[a] = now
-	return true
-}
 
 // refusalReason names a refused join for the metric's label.
 func refusalReason(err error) string {

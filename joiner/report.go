@@ -110,7 +110,7 @@ func (s *Service) Report(ctx context.Context, credential string, remote netip.Ad
 			why = "not-holder"
 		}
 		reportsRefused.WithLabelValues(why).Inc()
-		if s.reportLog.allow(remote, now) {
+		if ok, _ := s.reportLog.Allow(remote.String(), now); ok {
 			s.log.Info("join report refused", "report_token", cred.ID(), "remote", remote.String(), "reason", err.Error())
 		}
 	}

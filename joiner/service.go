@@ -36,6 +36,7 @@ import (
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
+	"github.com/ztpd/ztpd/internal/ratelimit"
 	"github.com/ztpd/ztpd/internal/secretbox"
 	"github.com/ztpd/ztpd/joiner/bundle"
 	"github.com/ztpd/ztpd/joiner/pki"
@@ -167,7 +168,7 @@ type Service struct {
 	// bindKick asks the sweeper loop to create a cluster's admin binding.
 	bindKick chan string
 
-	reportLog logLimit // refused reports, logged at most once per address a while
+	reportLog *ratelimit.Keyed // refused reports, logged at most once per address a while
 }
 
 // New builds the service over an opened store and keyring.
@@ -201,7 +202,7 @@ func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, err
 	if err != nil {
 		return nil, err
 	}
-	return &Service{store: store, keys: keys, devices: opts.Devices, opts: opts, rules: rules, now: opts.Now, log: opts.Log,
+	return &Service{reportLog: ratelimit.New(1, refusalLogEvery, 4096), store: store, keys: keys, devices: opts.Devices, opts: opts, rules: rules, now: opts.Now, log: opts.Log,
 		cache: map[string]*clusterKeys{}, bindKick: make(chan string, 64)}, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/ratelimit"
 )
 
 // Every change of a device's state is logged at info once it is committed:
@@ -49,7 +50,7 @@ type transition struct {
 // stateLog writes transitions at info.
 type stateLog struct {
 	log   *slog.Logger
-	limit *KeyLimiter
+	limit *ratelimit.Keyed
 
 	mu      sync.Mutex
 	queue   []transition
@@ -66,7 +67,7 @@ func newStateLog(log *slog.Logger) *stateLog {
 	if !log.Enabled(context.Background(), slog.LevelInfo) {
 		return nil
 	}
-	l := &stateLog{log: log, limit: NewKeyLimiter(stateLogBurst, stateLogEvery, stateLogKeys),
+	l := &stateLog{log: log, limit: ratelimit.New(stateLogBurst, stateLogEvery, stateLogKeys),
 		kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	go l.run()
 	return l
@@ -171,74 +172,4 @@ func clusterName(tx core.Tx, id string) string {
 		return c.Name
 	}
 	return id
-}
-
-// KeyLimiter lets through, per key, burst events at once and then one
-// every interval (a token bucket per key). It remembers at most maxKeys
-// keys: when full, it forgets the keys whose bucket has refilled, and if
-// none has, all of them (a flood of new keys must not grow it).
-type KeyLimiter struct {
-	burst    float64
-	interval time.Duration
-	maxKeys  int
-
-	mu sync.Mutex
-	m  map[string]*keyBucket
-}
-
-type keyBucket struct {
-	tokens     float64
-	last       time.Time
-	suppressed int
-}
-
-// NewKeyLimiter returns a limiter of burst events per key, refilled one
-// every interval.
-func NewKeyLimiter(burst int, interval time.Duration, maxKeys int) *KeyLimiter {
-	return &KeyLimiter{burst: float64(max(burst, 1)), interval: interval, maxKeys: max(maxKeys, 1), m: map[string]*keyBucket{}}
-}
-
-// Allow reports whether key may have an event at now and, when it may, how
-// many of its events were refused since its last allowed one.
-func (k *KeyLimiter) Allow(key string, now time.Time) (ok bool, suppressed int) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	b := k.m[key]
-	if b == nil {
-		if len(k.m) >= k.maxKeys {
-			k.sweep(now)
-		}
-		b = &keyBucket{tokens: k.burst, last: now}
-		k.m[key] = b
-	}
-	if el := now.Sub(b.last); el > 0 {
-		b.tokens = min(k.burst, b.tokens+float64(el)/float64(k.interval))
-		b.last = now
-	}
-	if b.tokens < 1 {
-		b.suppressed++
-		return false, 0
-	}
-	b.tokens--
-	suppressed, b.suppressed = b.suppressed, 0
-	return true, suppressed
-}
-
-// Len is the number of keys remembered.
-func (k *KeyLimiter) Len() int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return len(k.m)
-}
-
-func (k *KeyLimiter) sweep(now time.Time) {
-	full := time.Duration(k.burst * float64(k.interval))
-	for key, b := range k.m {
-		if now.Sub(b.last) >= full && b.suppressed == 0 {
-			delete(k.m, key)
-		}
-	}
-	if len(k.m) >= k.maxKeys {
-		clear(k.m)
-	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/profile"
+	"github.com/ztpd/ztpd/internal/ratelimit"
 	"github.com/ztpd/ztpd/ztp/endpoints"
 )
 
@@ -95,13 +96,13 @@ type Service struct {
 	files    *os.Root
 	now      func() time.Time
 
-	logRefusal rateLimit
+	logRefusal *ratelimit.Keyed
 	recent     refusalTable // refusals of addresses that hold no lease (refusal.go)
 }
 
 // New builds a Service. Profiles are set with SetProfiles.
 func New(opt Options) (*Service, error) {
-	s := &Service{opt: opt, log: opt.Log, now: func() time.Time { return time.Now().UTC() }}
+	s := &Service{logRefusal: ratelimit.New(1, refuseLogEvery, 4096), opt: opt, log: opt.Log, now: func() time.Time { return time.Now().UTC() }}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -36,7 +36,7 @@ func (s *Service) refused(c *Client, dev core.Device, what string, reason error)
 	}
 	refusedTotal.WithLabelValues(what, why).Inc()
 	now := s.now()
-	if s.logRefusal.allow(c.Addr, now) {
+	if ok, _ := s.logRefusal.Allow(c.Addr.String(), now); ok {
 		s.log.Info("device refused", "what", what, "addr", addrString(c.Addr), "transport", c.Transport,
 			"device", dev.ID, "reason", e.Reason)
 	}
@@ -141,22 +141,3 @@ var (
 // refuseLogEvery is how often one address may log a refusal: a device that
 // retries every few seconds is visible without flooding the log.
 const refuseLogEvery = 30 * time.Second
-
-// rateLimit lets one event per key through every refuseLogEvery.
-type rateLimit struct {
-	mu   sync.Mutex
-	last map[netip.Addr]time.Time
-}
-
-func (l *rateLimit) allow(a netip.Addr, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if t, ok := l.last[a]; ok && now.Sub(t) < refuseLogEvery {
-		return false
-	}
-	if l.last == nil || len(l.last) >= 4096 {
-		l.last = make(map[netip.Addr]time.Time) // bounded: forget everyone at once
-	}
-	l.last[a] = now
-	return true
-}

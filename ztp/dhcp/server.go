@@ -18,6 +18,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
+	"github.com/ztpd/ztpd/internal/ratelimit"
 )
 
 // LeaseFinder is what other parts may ask the running DHCP server without
@@ -60,7 +61,7 @@ type Server struct {
 	sendWarn  rate.Sometimes // rate-limits the send-failure warning
 	// dropLog rate-limits, per key, the info lines for requests left
 	// unanswered for a reason the operator can act on.
-	dropLog *devices.KeyLimiter
+	dropLog *ratelimit.Keyed
 
 	// part and feed are set when several appliances share the store
 	// (loadbalance.go); needBlock asks for an address block now.
@@ -135,7 +136,7 @@ func New(opt Options) (*Server, error) {
 		store: opt.Store, devices: opt.Devices, log: log.With("component", "dhcp"),
 		byIP: map[uint32]*binding{}, devs: map[string]*device{}, kick: make(chan struct{}, 1), pacer: newPacer(),
 		sendWarn: rate.Sometimes{Interval: 10 * time.Second},
-		dropLog:  devices.NewKeyLimiter(1, dropLogEvery, 4096),
+		dropLog:  ratelimit.New(1, dropLogEvery, 4096),
 		workers:  max(1, runtime.GOMAXPROCS(0)),
 		part:     opt.Partition, feed: opt.Feed, needBlock: make(chan struct{}, 1),
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ztpd/ztpd/internal/ratelimit"
 )
 
 // engineConfig is what the transfer engine takes from config.TFTP.
@@ -104,7 +106,7 @@ type engine struct {
 	// wildcard: conn is bound to an unspecified address, so replies sent on
 	// it name their source (IP_PKTINFO): the address the client asked.
 	wildcard bool
-	logs     logLimiter
+	logs     *ratelimit.Keyed
 
 	mu        sync.Mutex
 	closing   bool
@@ -168,7 +170,7 @@ func (h *heardSources) note(a netip.Addr, now time.Time) {
 func newEngine(cfg engineConfig, open opener, log *slog.Logger) *engine {
 	cfg.fill()
 	return &engine{cfg: cfg, open: open, log: log, active: map[netip.AddrPort]*transfer{},
-		perSource: map[netip.Addr]int{}, logs: logLimiter{quotas: map[string]*logQuota{}}}
+		perSource: map[netip.Addr]int{}, logs: ratelimit.New(logBurst, time.Second/logPerSecond, 256)}
 }
 
 // serve reads conn until ctx ends, then stops taking requests, lets running
@@ -355,6 +357,12 @@ func (e *engine) refuse(peer netip.AddrPort, local netip.Addr, file string, r *r
 	e.logf(r.level, "refused:"+r.reason, "tftp request refused", r.logArgs(peer, file)...)
 }
 
+// A burst of logBurst log lines per key, then logPerSecond a second.
+const (
+	logBurst     = 10
+	logPerSecond = 2
+)
+
 // logf logs at level, at most a few lines a second per key (a flood of
 // forged requests must not flood the log); the next line that gets through
 // says how many were left out.
@@ -362,7 +370,7 @@ func (e *engine) logf(level slog.Level, key, msg string, args ...any) {
 	if !e.log.Enabled(context.Background(), level) {
 		return
 	}
-	ok, suppressed := e.logs.allow(key, time.Now())
+	ok, suppressed := e.logs.Allow(key, time.Now())
 	if !ok {
 		return
 	}
@@ -741,42 +749,4 @@ func (t *transfer) finishLocked(result, reason string) {
 		return
 	}
 	t.e.logf(slog.LevelInfo, "transfer:"+result, "tftp transfer "+result, append(args, "reason", reason)...)
-}
-
-// logLimiter is a token bucket per key: a burst of logBurst lines, then
-// logPerSecond.
-type logLimiter struct {
-	mu     sync.Mutex
-	quotas map[string]*logQuota // keys are a small fixed set (reasons)
-}
-
-type logQuota struct {
-	tokens     float64
-	at         time.Time
-	suppressed int
-}
-
-const (
-	logBurst     = 10
-	logPerSecond = 2
-)
-
-func (l *logLimiter) allow(key string, now time.Time) (bool, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b := l.quotas[key]
-	if b == nil {
-		b = &logQuota{tokens: logBurst, at: now}
-		l.quotas[key] = b
-	}
-	b.tokens = min(logBurst, b.tokens+now.Sub(b.at).Seconds()*logPerSecond)
-	b.at = now
-	if b.tokens < 1 {
-		b.suppressed++
-		return false, 0
-	}
-	b.tokens--
-	s := b.suppressed
-	b.suppressed = 0
-	return true, s
 }
