@@ -194,12 +194,16 @@ func TestUnleasedRecordsPruned(t *testing.T) {
 			{ID: mac(101), State: core.StateZTPServed},                 // fetched content
 			{ID: mac(102), State: core.StateLeased, Approved: true},    // approved
 			{ID: mac(103), State: core.StateDiscovered, Labels: map[string]string{"rack": "1"}},
+			{ID: mac(104), State: core.StateLeased, IP: "10.99.0.204"}, // a lease without an expiry holds
 		}
 		for _, d := range keep {
 			d.MAC, d.Kind, d.FirstSeen, d.LastSeen = d.ID, core.KindSONiC, t0, t0
 			if err := tx.Devices().Put(d); err != nil {
 				return err
 			}
+		}
+		if err := tx.Leases().Put(core.Lease{IP: "10.99.0.204", MAC: mac(104), Subnet: "lab", State: core.LeaseActive}); err != nil {
+			return err
 		}
 		return tx.Leases().Put(core.Lease{IP: "10.99.0.200", MAC: mac(100), Subnet: "lab", State: core.LeaseActive,
 			Start: t0, Expiry: t0.Add(48 * time.Hour)})
@@ -222,7 +226,7 @@ func TestUnleasedRecordsPruned(t *testing.T) {
 	if n := s.PruneDevices(context.Background(), t0.Add(30*time.Minute)); n != 15 {
 		t.Fatalf("pruned %d over the cap, want 15", n)
 	}
-	want := []string{mac(15), mac(16), mac(17), mac(18), mac(19), mac(100), mac(101), mac(102), mac(103)}
+	want := []string{mac(15), mac(16), mac(17), mac(18), mac(19), mac(100), mac(101), mac(102), mac(103), mac(104)}
 	if got := ids(); !slices.Equal(got, want) {
 		t.Fatalf("kept %v, want %v", got, want)
 	}
@@ -239,7 +243,7 @@ func TestUnleasedRecordsPruned(t *testing.T) {
 	if n := s.PruneDevices(context.Background(), t0.Add(3*time.Hour)); n != 5 {
 		t.Fatalf("pruned %d expired, want 5", n)
 	}
-	if got, want := ids(), []string{mac(100), mac(101), mac(102), mac(103)}; !slices.Equal(got, want) {
+	if got, want := ids(), []string{mac(100), mac(101), mac(102), mac(103), mac(104)}; !slices.Equal(got, want) {
 		t.Fatalf("kept %v, want %v", got, want)
 	}
 }

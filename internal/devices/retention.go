@@ -36,8 +36,8 @@ func unleased(d *core.Device) bool {
 		!d.Approved && d.Cluster == "" && d.FixedIP == "" && d.Profile == "" && d.Role == "" && len(d.Labels) == 0
 }
 
-// holdsLease reports whether d holds an active lease at its address (or a
-// reservation's).
+// holdsLease reports whether d holds its address by the identity rule's
+// own test (core.LeaseHolds: a lease without an expiry holds for good).
 func holdsLease(tx core.Tx, d *core.Device, now time.Time) (bool, error) {
 	if d.IP == "" {
 		return false, nil
@@ -49,7 +49,7 @@ func holdsLease(tx core.Tx, d *core.Device, now time.Time) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return l.MAC == d.MAC && (l.Reserved || l.State == core.LeaseActive && l.Expiry.After(now)), nil
+	return l.MAC == d.MAC && core.LeaseHolds(l, now), nil
 }
 
 type pruneCandidate struct {
