@@ -197,3 +197,23 @@ func containsAll(s string, subs ...string) bool {
 	}
 	return true
 }
+
+// TestRelayedSubnetWithoutRelaysWarns: a subnet reached only through relays
+// while no relay is declared is named at start, so an operator upgrading
+// from a release that believed any giaddr learns why its relayed devices
+// get nothing; with a relay declared, nothing is said.
+func TestRelayedSubnetWithoutRelaysWarns(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.Relays = nil })
+	h.s.warnRelayedWithoutRelays()
+	if !containsAll(h.logs.String(), "level=WARN", "no relay is declared", "dhcp.relays", "subnet=relayed") {
+		t.Fatalf("no warning for the relayed subnet:\n%s", h.logs)
+	}
+	if strings.Contains(h.logs.String(), "subnet=lab") {
+		t.Fatalf("the directly attached subnet was named:\n%s", h.logs)
+	}
+	h2 := newHarness(t, nil)
+	h2.s.warnRelayedWithoutRelays()
+	if strings.Contains(h2.logs.String(), "no relay is declared") {
+		t.Fatalf("warned with a relay declared:\n%s", h2.logs)
+	}
+}

@@ -205,12 +205,33 @@ func (s *Server) Listen() error {
 		s.log.Info("serving DHCP", "interface", name, "server_id", netip.AddrFrom4(ifc.addr),
 			"subnet", subnetName(ifc.direct), "raw_replies", ifc.raw >= 0)
 	}
+	s.warnRelayedWithoutRelays()
 	if err := s.load(time.Now()); err != nil {
 		s.closeIfaces()
 		return err
 	}
 	s.listening = true
 	return nil
+}
+
+// warnRelayedWithoutRelays says at start which subnets no request can
+// reach: a subnet served through relays while no relay is declared (every
+// relayed packet is then dropped), as after an upgrade from a release that
+// believed any giaddr.
+func (s *Server) warnRelayedWithoutRelays() {
+	if len(s.relays) > 0 {
+		return
+	}
+	for _, sn := range s.subnets {
+		direct := false
+		for _, ifc := range s.ifaces {
+			direct = direct || ifc.direct == sn
+		}
+		if !direct {
+			s.log.Warn("subnet is served through relays but no relay is declared: its requests will be dropped; declare each relay (its source address, giaddr and interface) under dhcp.relays",
+				"subnet", sn.name)
+		}
+	}
 }
 
 func subnetName(sn *subnet) string {
