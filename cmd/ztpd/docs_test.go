@@ -678,3 +678,65 @@ func TestDocHealthzSample(t *testing.T) {
 		}
 	}
 }
+
+// docs/commands.md names every command and its subcommands, and every man
+// page the docs name ("man ztpd-cluster-create") is one gendocs writes.
+func TestDocCommandsPageListsEveryCommand(t *testing.T) {
+	root := newRootCmd()
+	files := docFiles(t)
+	var page []*docFile
+	for _, f := range files {
+		if f.rel == "docs/commands.md" {
+			page = append(page, f)
+		}
+	}
+	if len(page) != 1 {
+		t.Fatal("docs/commands.md not found")
+	}
+	shown := map[string]bool{}
+	for _, sc := range shownCommands(page) {
+		// Expand "a|b" alternatives into every path they name.
+		paths := []string{"ztpd"}
+		for _, w := range sc.words[1:] {
+			w = cleanWord(w)
+			if w == "" || strings.HasPrefix(w, "-") || isStop(w) {
+				break
+			}
+			var next []string
+			for _, p := range paths {
+				for _, alt := range strings.Split(w, "|") {
+					next = append(next, p+" "+alt)
+				}
+			}
+			paths = next
+			for _, p := range paths {
+				shown[p] = true
+			}
+		}
+	}
+	manPages := map[string]bool{"ztpd": true}
+	var visit func(c *cobra.Command, depth int)
+	visit = func(c *cobra.Command, depth int) {
+		for _, sub := range c.Commands() {
+			if !sub.IsAvailableCommand() || sub.Name() == "help" {
+				continue
+			}
+			manPages[strings.ReplaceAll(sub.CommandPath(), " ", "-")] = true
+			if depth < 2 && !shown[sub.CommandPath()] {
+				t.Errorf("docs/commands.md does not name %q (%s)", sub.CommandPath(), sub.Short)
+			}
+			visit(sub, depth+1)
+		}
+	}
+	visit(root, 0)
+	man := regexp.MustCompile(`man (ztpd(?:-[a-z0-9]+)*)`)
+	for _, f := range files {
+		text := strings.Join(f.lines, "\n")
+		for _, m := range man.FindAllStringSubmatchIndex(text, -1) {
+			name := text[m[2]:m[3]]
+			if !manPages[name] {
+				t.Errorf("%s:%d: man %s: gendocs writes no such page", f.rel, lineOf(text, m[0]), name)
+			}
+		}
+	}
+}

@@ -50,7 +50,7 @@ default; commands run as root reach the service through its admin socket, no key
 		SilenceErrors: true,
 	}
 	pf := root.PersistentFlags()
-	pf.StringVar(&opts.configPath, "config", "", "YAML configuration file (default: $ZTPD_CONFIG, else /etc/ztpd/ztpd.yaml when it exists, else built-in defaults; see README, \"Configuration\")")
+	pf.StringVar(&opts.configPath, "config", "", "YAML configuration file (default: $ZTPD_CONFIG, else /etc/ztpd/ztpd.yaml when it exists, else built-in defaults; every setting: docs/configuration.md)")
 	pf.StringVar(&opts.dataDir, "data-dir", "", "state directory holding the bbolt store and image files (default ./ztpd-data)")
 	pf.StringVarP(&opts.output, "output", "o", "table", "output format: table or json")
 	pf.StringVar(&opts.logLevel, "log-level", "", "log level: debug, info, warn or error")
