@@ -740,3 +740,36 @@ func TestDocCommandsPageListsEveryCommand(t *testing.T) {
 		}
 	}
 }
+
+// foreignFlags are flags the docs name in prose that belong to other
+// programs: ztpd-lab's, the kubelet's, atftp's and etcd's.
+var foreignFlags = map[string]bool{
+	"--ztpd": true, "--kubeletsim": true, "--upgrade": true, "--console": true, "--switches": true,
+	"--onie": true, "--vms": true, "--clusters": true,
+	"--node-labels": true, "--option": true, "--max-txn-ops": true,
+}
+
+// A flag named in prose (`--force`) is a flag of some ztpd command.
+func TestDocProseFlagsExist(t *testing.T) {
+	all := map[string]bool{"--help": true}
+	var visit func(c *cobra.Command)
+	visit = func(c *cobra.Command) {
+		for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
+			fs.VisitAll(func(f *pflag.Flag) { all["--"+f.Name] = true })
+		}
+		for _, sub := range c.Commands() {
+			visit(sub)
+		}
+	}
+	visit(newRootCmd())
+	flag := regexp.MustCompile("`(--[a-z][a-z0-9-]*)")
+	for _, f := range docFiles(t) {
+		text := f.prose()
+		for _, m := range flag.FindAllStringSubmatchIndex(text, -1) {
+			name := text[m[2]:m[3]]
+			if !all[name] && !foreignFlags[name] {
+				t.Errorf("%s:%d: no ztpd command has the flag %s", f.rel, lineOf(text, m[0]), name)
+			}
+		}
+	}
+}
