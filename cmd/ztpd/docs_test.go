@@ -773,3 +773,45 @@ func TestDocProseFlagsExist(t *testing.T) {
 		}
 	}
 }
+
+// Every metric the docs name (ztpd_dhcp_dropped_total) is one the code
+// registers: its name is a string in the product's source.
+func TestDocMetricsExist(t *testing.T) {
+	var src strings.Builder
+	err := filepath.WalkDir(repoRoot, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		src.Write(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := src.String()
+	metric := regexp.MustCompile(`\bztpd_[a-z_]+[a-z]\b`)
+	n := 0
+	for _, f := range docFiles(t) {
+		text := strings.Join(f.lines, "\n")
+		for _, m := range metric.FindAllStringIndex(text, -1) {
+			name := text[m[0]:m[1]]
+			if strings.HasPrefix(text[m[1]:], "=") {
+				continue // a benchmark's RESULT field
+			}
+			n++
+			if !strings.Contains(code, `"`+name+`"`) {
+				t.Errorf("%s:%d: no metric %s in the code", f.rel, lineOf(text, m[0]), name)
+			}
+		}
+	}
+	if n < 10 {
+		t.Errorf("only %d metric names found in the docs: is the pattern broken?", n)
+	}
+}
