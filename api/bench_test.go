@@ -109,7 +109,7 @@ func BenchmarkVerifyCloudStack(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := e.srv.verifyCloudStack(form, false); err != nil {
+		if _, err := e.srv.verifier.VerifyCloudStack(form, false); err != nil {
 			b.Fatal(err)
 		}
 	}

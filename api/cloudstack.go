@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ztpd/ztpd/api/auth"
 	"net/http"
 	"strconv"
 	"strings"
@@ -133,11 +134,11 @@ func (r *csRequest) boolean(name string) bool { return strings.EqualFold(r.p[nam
 // cloudStack serves /client/api.
 func (s *Server) cloudStack(c *gin.Context) {
 	req := c.Request
-	ip := clientIP(req)
+	ip := auth.ClientIP(req)
 	local := isLocal(req)
 	// CloudStack signs the form, which may be the body: the limiter is
 	// consulted before reading it, and the guard has bounded what it holds.
-	if blocked, wait := s.limiter.blocked(ip, s.now()); blocked && !local {
+	if blocked, wait := s.limiter.Blocked(ip, s.now()); blocked && !local {
 		authFailures.WithLabelValues("cloudstack", "rate_limited").Inc()
 		c.Header("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
 		c.Header("Connection", "close") // the body is never read
@@ -154,7 +155,7 @@ func (s *Server) cloudStack(c *gin.Context) {
 	if err := signing.CheckNames(form); err != nil {
 		// A malformed name could reshape what was signed: refused before
 		// anything reads the parameters, and counted like a failed login.
-		s.limiter.failed(ip, s.now())
+		s.limiter.Failed(ip, s.now())
 		authFailures.WithLabelValues("cloudstack", "bad_parameter_name").Inc()
 		s.log.Warn("API request refused: bad parameter name", "api", "cloudstack", "client", ip, "reason", err.Error())
 		s.csWrite(c, "errorresponse", &csError{code: csMalformed, cscode: csServerAPIError, text: "malformed request: " + err.Error()})
@@ -183,20 +184,20 @@ func (s *Server) cloudStack(c *gin.Context) {
 	if local {
 		cred = localAdmin // the admin socket: its file mode is the access control
 	} else {
-		cred, err = s.verifyCloudStack(form, cmd != nil && cmd.writes())
+		cred, err = s.verifier.VerifyCloudStack(form, cmd != nil && cmd.writes())
 	}
-	if errors.Is(err, errReplayFull) {
+	if errors.Is(err, auth.ErrReplayFull) {
 		s.log.Warn("API write refused: replay memory full", "api", "cloudstack", "client", ip, "api_key", p["apikey"], "op", cmdName)
 		c.Header("Retry-After", "60")
 		s.csWrite(c, key, &csError{code: csRateLimited, cscode: csServerAPIError,
 			text: "too many signed writes within the signature lifetime; retry in a minute"})
 		return
 	}
-	if errors.Is(err, errUnversionedWrite) || errors.Is(err, errUnversionedFull) {
+	if errors.Is(err, auth.ErrUnversionedWrite) || errors.Is(err, auth.ErrUnversionedFull) {
 		// A correct old client, not a failed login: counted, logged,
 		// never rate-limited as one.
 		reason := "unversioned_write"
-		if errors.Is(err, errUnversionedFull) {
+		if errors.Is(err, auth.ErrUnversionedFull) {
 			reason = "unversioned_memory_full"
 		}
 		authFailures.WithLabelValues("cloudstack", reason).Inc()
@@ -209,8 +210,8 @@ func (s *Server) cloudStack(c *gin.Context) {
 	if err != nil {
 		s.authFailed(c, "cloudstack", ip, p["apikey"], cmdName, err)
 		text := authFailedText
-		if ae, ok := err.(*authError); ok && ae.hint != "" {
-			text += ": " + ae.hint
+		if ae, ok := err.(*auth.Error); ok && ae.Hint != "" {
+			text += ": " + ae.Hint
 		}
 		s.csWrite(c, key, &csError{code: csUnauthorized, cscode: csServerAPIError, text: text})
 		return
@@ -260,10 +261,10 @@ func accountName(cred apikeys.Credential) string {
 
 // authFailed counts, logs and rate-limits one failed authentication.
 func (s *Server) authFailed(c *gin.Context, api, ip, apiKey, what string, err error) {
-	if _, ok := err.(*authError); !ok {
+	if _, ok := err.(*auth.Error); !ok {
 		s.log.Error("API authentication error", "api", api, "client", ip, "err", err)
 	}
-	s.limiter.failed(ip, s.now())
+	s.limiter.Failed(ip, s.now())
 	authFailures.WithLabelValues(api, "failed").Inc()
 	s.log.Warn("API authentication failed", "api", api, "client", ip, "api_key", loggedKey(s.keys, apiKey), "op", what, "reason", err.Error())
 }

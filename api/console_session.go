@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
+	"github.com/ztpd/ztpd/api/auth"
 	"net"
 	"net/http"
 	"net/url"
@@ -251,7 +252,7 @@ func (s *Server) consoleAuth(c *gin.Context) (apikeys.Credential, bool) {
 	r := c.Request
 	if !sameOriginFetch(r) {
 		s.log.Warn("API request refused: cross-site request with a console session", "api", "console",
-			"client", clientIP(r), "op", r.Method+" "+r.URL.Path, "sec_fetch_site", r.Header.Get("Sec-Fetch-Site"))
+			"client", auth.ClientIP(r), "op", r.Method+" "+r.URL.Path, "sec_fetch_site", r.Header.Get("Sec-Fetch-Site"))
 		authFailures.WithLabelValues("console", "cross_site").Inc()
 		restRefuse(c, core.KindPermission, "cross-site request refused")
 		return apikeys.Credential{}, false
@@ -262,7 +263,7 @@ func (s *Server) consoleAuth(c *gin.Context) (apikeys.Credential, bool) {
 		// guessed, and a tab left open past expiry must not lock its
 		// operator out of signing in again.
 		authFailures.WithLabelValues("console", "session_invalid").Inc()
-		s.log.Info("API request refused: no live console session", "api", "console", "client", clientIP(r),
+		s.log.Info("API request refused: no live console session", "api", "console", "client", auth.ClientIP(r),
 			"op", r.Method+" "+r.URL.Path)
 		c.Header("WWW-Authenticate", "ztpd-session")
 		restRefuse(c, core.KindAuth, "console session expired or signed out: sign in again")
@@ -270,7 +271,7 @@ func (s *Server) consoleAuth(c *gin.Context) (apikeys.Credential, bool) {
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead && !csrfMatches(sess.CSRF, r.Header.Get(csrfHeader)) {
 		authFailures.WithLabelValues("console", "csrf").Inc()
-		s.log.Warn("API write refused: missing or wrong CSRF token", "api", "console", "client", clientIP(r),
+		s.log.Warn("API write refused: missing or wrong CSRF token", "api", "console", "client", auth.ClientIP(r),
 			"api_key", sess.APIKey, "op", r.Method+" "+r.URL.Path)
 		restRefuse(c, core.KindPermission, "missing or wrong CSRF token")
 		return apikeys.Credential{}, false
@@ -370,7 +371,7 @@ func consoleForm(c *gin.Context) (url.Values, bool) {
 func (s *Server) consoleSignIn(c *gin.Context) {
 	c.Set("op", "console.signin")
 	r := c.Request
-	ip := clientIP(r)
+	ip := auth.ClientIP(r)
 	if !sameOrigin(r) || !sameOriginFetch(r) {
 		authFailures.WithLabelValues("console", "cross_site").Inc()
 		s.log.Warn("console sign-in refused: posted from another site", "api", "console", "client", ip,
@@ -384,7 +385,7 @@ func (s *Server) consoleSignIn(c *gin.Context) {
 		c.Redirect(http.StatusSeeOther, "/?signin=failed&next="+url.QueryEscape(next))
 	}
 	// Before the form is read: an address over its failures costs no body.
-	if blocked, wait := s.limiter.blocked(ip, s.now()); blocked {
+	if blocked, wait := s.limiter.Blocked(ip, s.now()); blocked {
 		authFailures.WithLabelValues("console", "rate_limited").Inc()
 		s.log.Warn("console sign-in refused: too many failed authentications", "api", "console", "client", ip)
 		c.Header("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
@@ -402,12 +403,12 @@ func (s *Server) consoleSignIn(c *gin.Context) {
 	var err error
 	switch {
 	case apiKey == "" || secret == "":
-		err = authFail("missing API key or secret")
+		err = auth.Fail("missing API key or secret")
 	case len(secret) > 256:
-		err = authFail("secret too long")
+		err = auth.Fail("secret too long")
 	default:
 		if cred, err = s.keys.VerifySecret(apiKey, secret); errors.Is(err, apikeys.ErrUnknownKey) {
-			err = authFail("unknown API key or wrong secret")
+			err = auth.Fail("unknown API key or wrong secret")
 		}
 	}
 	if err != nil {
@@ -460,13 +461,13 @@ func (s *Server) consoleSignOut(c *gin.Context) {
 			}
 			if !csrfMatches(sess.CSRF, token) {
 				authFailures.WithLabelValues("console", "csrf").Inc()
-				s.log.Warn("console sign-out refused: missing or wrong CSRF token", "api", "console", "client", clientIP(r), "api_key", sess.APIKey)
+				s.log.Warn("console sign-out refused: missing or wrong CSRF token", "api", "console", "client", auth.ClientIP(r), "api_key", sess.APIKey)
 				restRefuse(c, core.KindPermission, "missing or wrong CSRF token")
 				return
 			}
-			s.log.Info("console signed out", "api", "console", "client", clientIP(r), "api_key", sess.APIKey)
+			s.log.Info("console signed out", "api", "console", "client", auth.ClientIP(r), "api_key", sess.APIKey)
 			if cred, err := s.keys.Lookup(sess.APIKey); err == nil {
-				if err := s.auditConsole("api.console.signout", "console sign-out", cred, clientIP(r), s.now()); err != nil {
+				if err := s.auditConsole("api.console.signout", "console sign-out", cred, auth.ClientIP(r), s.now()); err != nil {
 					s.log.Warn("console sign-out not recorded in the audit trail", "api_key", sess.APIKey, "err", err)
 				}
 			}

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/ztpd/ztpd/api/auth"
 	"io"
 	"log/slog"
 	"net/http"
@@ -318,7 +319,7 @@ type envOpts struct {
 	failuresPerMinute int
 	noJoiner          bool
 	tls               bool
-	sigs              *SignaturePolicy
+	sigs              *auth.SignaturePolicy
 }
 
 func newEnv(t *testing.T, o envOpts) *env {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"github.com/ztpd/ztpd/api/auth"
 	"io"
 	"net/http"
 	"net/url"
@@ -46,7 +47,7 @@ func restRefuse(c *gin.Context, k core.ErrorKind, msg string) {
 // against the SHA-256 taken as the body arrives.
 func (s *Server) restAuth(c *gin.Context) {
 	r := c.Request
-	ip := clientIP(r)
+	ip := auth.ClientIP(r)
 	local := isLocal(r)
 	hasBody := r.Body != nil && r.Body != http.NoBody && r.Method != http.MethodGet && r.Method != http.MethodHead
 	if hasBody {
@@ -54,7 +55,7 @@ func (s *Server) restAuth(c *gin.Context) {
 		// rather than reading the rest to keep it.
 		c.Header("Connection", "close")
 	}
-	if blocked, wait := s.limiter.blocked(ip, s.now()); blocked && !local {
+	if blocked, wait := s.limiter.Blocked(ip, s.now()); blocked && !local {
 		authFailures.WithLabelValues("rest", "rate_limited").Inc()
 		c.Header("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
 		httpserve.WriteRefusal(c.Writer, http.StatusTooManyRequests, httpserve.CodeRateLimited, "too many failed authentications from "+ip)
@@ -66,7 +67,7 @@ func (s *Server) restAuth(c *gin.Context) {
 		err = signing.CheckNames(q)
 	}
 	if err != nil {
-		s.limiter.failed(ip, s.now())
+		s.limiter.Failed(ip, s.now())
 		authFailures.WithLabelValues("rest", "bad_parameter_name").Inc()
 		s.log.Warn("API request refused: bad query", "api", "rest", "client", ip, "reason", err.Error())
 		restRefuse(c, core.KindInvalid, "malformed query: "+err.Error())
@@ -98,15 +99,15 @@ func (s *Server) restAuth(c *gin.Context) {
 			read()
 		}
 	default:
-		var signed restSigned
-		if signed, err = s.restHeader(r); err == nil && read() {
-			cred, err = s.verifyRESTSignature(r, q, signed, sum)
+		var signed auth.RESTSigned
+		if signed, err = s.verifier.RESTHeader(r); err == nil && read() {
+			cred, err = s.verifier.VerifyRESTSignature(r, q, signed, sum)
 		}
 	}
 	if !ok {
 		return
 	}
-	if errors.Is(err, errReplayFull) {
+	if errors.Is(err, auth.ErrReplayFull) {
 		s.log.Warn("API write refused: replay memory full", "api", "rest", "client", ip, "op", r.Method+" "+r.URL.Path)
 		c.Header("Retry-After", "60")
 		httpserve.WriteRefusal(c.Writer, http.StatusTooManyRequests, httpserve.CodeRateLimited, "too many signed writes within the signature lifetime; retry in a minute")
@@ -118,8 +119,8 @@ func (s *Server) restAuth(c *gin.Context) {
 		s.authFailed(c, "rest", ip, apiKey, r.Method+" "+r.URL.Path, err)
 		c.Header("WWW-Authenticate", signing.RESTScheme)
 		text := authFailedText
-		if ae, ok := err.(*authError); ok && ae.hint != "" {
-			text += ": " + ae.hint
+		if ae, ok := err.(*auth.Error); ok && ae.Hint != "" {
+			text += ": " + ae.Hint
 		}
 		restRefuse(c, core.KindAuth, text)
 		return

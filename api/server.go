@@ -40,6 +40,7 @@ package api
 
 import (
 	"context"
+	"github.com/ztpd/ztpd/api/auth"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -91,7 +92,7 @@ type Deps struct {
 	AuthFailuresPerMinute int
 	// Signatures is what signatures are accepted; nil means
 	// DefaultSignaturePolicy.
-	Signatures *SignaturePolicy
+	Signatures *auth.SignaturePolicy
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 
@@ -127,9 +128,8 @@ type Server struct {
 	keys     *apikeys.Service
 	images   ImageLister
 	refusals RefusalLister
-	limiter  *failLimiter
-	sigs     SignaturePolicy
-	replay   *replayGuard
+	limiter  *auth.FailLimiter
+	verifier *auth.Verifier
 	now      func() time.Time
 	engine   *gin.Engine
 	commands map[string]*command
@@ -153,19 +153,13 @@ func New(d Deps) *Server {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
-	sigs := DefaultSignaturePolicy()
+	sigs := auth.DefaultSignaturePolicy()
 	if d.Signatures != nil {
 		sigs = *d.Signatures
 	}
-	if sigs.MaxLifetime <= 0 {
-		sigs.MaxLifetime = DefaultMaxSignatureLifetime
-	}
-	if sigs.ReplayMemory <= 0 {
-		sigs.ReplayMemory = DefaultReplayMemory
-	}
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{unversionedLog: ratelimit.New(1, time.Minute, 1024), log: d.Log, st: d.Store, clusters: d.Clusters, keys: d.Keys, images: d.Images, refusals: d.Refusals,
-		limiter: newFailLimiter(d.AuthFailuresPerMinute), sigs: sigs, replay: newReplayGuard(sigs.ReplayMemory),
+		limiter: auth.NewFailLimiter(d.AuthFailuresPerMinute), verifier: auth.NewVerifier(d.Keys, d.Store, sigs, d.Now),
 		now: d.Now, bodies: newBodyCache(64 << 20), desired: d.Desired, rollouts: d.Rollouts}
 	s.console = consoleDeps{pools: d.Pools, preview: d.Preview, imageStore: d.ImageStore, isoBaseURL: d.ISOBaseURL,
 		config: d.Config, warnings: d.Warnings}
@@ -224,7 +218,7 @@ func (s *Server) recoverAndObserve() gin.HandlerFunc {
 			requestSeconds.WithLabelValues(api).Observe(time.Since(start).Seconds())
 			if s.log.Enabled(context.Background(), slog.LevelDebug) {
 				s.log.Debug("api request", "method", c.Request.Method, "path", c.Request.URL.Path, "op", op,
-					"status", code, "client", clientIP(c.Request), "duration", time.Since(start))
+					"status", code, "client", auth.ClientIP(c.Request), "duration", time.Since(start))
 			}
 		}()
 		c.Next()

@@ -49,7 +49,7 @@ func FuzzCloudStackRequestVerification(f *testing.F) {
 		if err != nil || signing.CheckNames(form) != nil {
 			return // the server answers 430 before verifying
 		}
-		if _, err := srv.verifyCloudStack(form, false); err != nil {
+		if _, err := srv.verifier.VerifyCloudStack(form, false); err != nil {
 			return
 		}
 		// The seed itself is expired, so anything accepted was reshaped.

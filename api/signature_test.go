@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"github.com/ztpd/ztpd/api/auth"
 	"io"
 	"net/http"
 	"net/url"
@@ -213,7 +214,7 @@ func TestReplayedWritesAreRefused(t *testing.T) {
 // refused (never forgotten early) while other keys still write; as they
 // expire, room comes back.
 func TestReplayMemoryRefusesWhenFull(t *testing.T) {
-	e := newEnv(t, envOpts{sigs: &SignaturePolicy{RequireExpiryREST: true, MaxLifetime: 20 * time.Minute, ReplayMemory: 32}})
+	e := newEnv(t, envOpts{sigs: &auth.SignaturePolicy{RequireExpiryREST: true, MaxLifetime: 20 * time.Minute, ReplayMemory: 32}})
 	write := func(key, secret string, size int) (int, string, http.Header) {
 		q := signedCS(url.Values{"apiKey": {key}, "command": {"scaleKubernetesCluster"}, "id": {"none"},
 			"size": {fmt.Sprint(size)}, "response": {"json"}, "signatureversion": {"3"},
@@ -236,7 +237,7 @@ func TestReplayMemoryRefusesWhenFull(t *testing.T) {
 	if code, body, _ := write(e.user.APIKey, e.userSec, 4); code != 431 {
 		t.Fatalf("write after the remembered ones expired: %d %s", code, body)
 	}
-	if n := e.srv.replay.len(); n != 1 {
+	if n := e.srv.verifier.RememberedWrites(); n != 1 {
 		t.Fatalf("%d signatures remembered, want 1", n)
 	}
 }
@@ -270,12 +271,12 @@ func TestUnversionedSignatures(t *testing.T) {
 		t.Fatalf("default: unversioned CloudStack: %d %s", code, body)
 	}
 
-	relaxed := newEnv(t, envOpts{sigs: &SignaturePolicy{RequireExpiryREST: false}})
+	relaxed := newEnv(t, envOpts{sigs: &auth.SignaturePolicy{RequireExpiryREST: false}})
 	if code, body := unversionedREST(relaxed); code != 200 {
 		t.Fatalf("require_expiry_rest off: unversioned REST: %d %s", code, body)
 	}
 
-	strict := newEnv(t, envOpts{sigs: &SignaturePolicy{RequireExpiryREST: true, RequireExpiryCloudStack: true}})
+	strict := newEnv(t, envOpts{sigs: &auth.SignaturePolicy{RequireExpiryREST: true, RequireExpiryCloudStack: true}})
 	if code, body := unversionedCS(strict); code != 401 || !strings.Contains(body, "signatureversion=3") {
 		t.Fatalf("require_expiry_cloudstack on: unversioned CloudStack: %d %s", code, body)
 	}

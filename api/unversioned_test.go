@@ -1,6 +1,7 @@
 package api
 
 import (
+	"github.com/ztpd/ztpd/api/auth"
 	"net/http/httptest"
 	"net/url"
 	"strings"
@@ -54,7 +55,7 @@ func TestUnversionedCloudStackWriteRefusedByDefault(t *testing.T) {
 // refused however much later it comes (its signature never expires) and
 // after a restart (the memory is in the store).
 func TestUnversionedCloudStackWriteReplayedLater(t *testing.T) {
-	sigs := DefaultSignaturePolicy()
+	sigs := auth.DefaultSignaturePolicy()
 	sigs.AllowUnversionedCloudStackWrites = true
 	e := newEnv(t, envOpts{sigs: &sigs})
 	c := makeCluster(t, e, adminCaller(e), "prod")
@@ -86,21 +87,21 @@ func TestUnversionedCloudStackWriteReplayedLater(t *testing.T) {
 	if code, body, _ := rawGet(t, e, "/client/api?"+start, nil); code == 401 {
 		t.Fatalf("a new unversioned write: %d %s", code, body)
 	}
-	if n, err := e.srv.unversionedRemembered(e.admin.APIKey); err != nil || n != 2 {
+	if n, err := e.srv.verifier.UnversionedRemembered(e.admin.APIKey); err != nil || n != 2 {
 		t.Fatalf("%d unversioned signatures remembered (%v), want 2", n, err)
 	}
 
 	// A key's memory full: its next unversioned write is refused, nothing
 	// remembered is forgotten, and other keys are unaffected.
 	err = e.st.Update(func(tx core.Tx) error {
-		seen, _, err := tx.Settings().Get(unversionedSetting(e.admin.APIKey))
+		seen, _, err := tx.Settings().Get(auth.UnversionedSetting(e.admin.APIKey))
 		if err != nil {
 			return err
 		}
-		for i := 2; i < UnversionedWritesPerKey; i++ {
-			seen += unversionedDigest(strings.Repeat("x", i))
+		for i := 2; i < auth.UnversionedWritesPerKey; i++ {
+			seen += auth.UnversionedDigest(strings.Repeat("x", i))
 		}
-		return tx.Settings().Put(unversionedSetting(e.admin.APIKey), seen)
+		return tx.Settings().Put(auth.UnversionedSetting(e.admin.APIKey), seen)
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ztpd/ztpd/api"
+	"github.com/ztpd/ztpd/api/auth"
 	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
@@ -41,7 +42,7 @@ func (a *App) buildAPI() error {
 		return cs.Close(ctx)
 	})
 
-	sigs := api.DefaultSignaturePolicy()
+	sigs := auth.DefaultSignaturePolicy()
 	sigs.RequireExpiryREST = a.Cfg.API.RequireExpiryREST
 	sigs.RequireExpiryCloudStack = a.Cfg.API.RequireExpiryCloudStack
 	sigs.AllowUnversionedCloudStackWrites = a.Cfg.API.CloudStackUnversionedWrites == "allow"

@@ -1,4 +1,4 @@
-package api
+package auth
 
 import (
 	"container/heap"
@@ -21,25 +21,25 @@ var replayEntries = promauto.NewGauge(prometheus.GaugeOpts{
 	Name: "ztpd_api_replay_memory_entries", Help: "Signatures of recent API writes remembered to refuse replays.",
 })
 
-// errReplayed: the same signed write was accepted before, within its
-// validity. errReplayFull: the memory holds as many unexpired signatures as
+// ErrReplayed: the same signed write was accepted before, within its
+// validity. ErrReplayFull: the memory holds as many unexpired signatures as
 // it may (in all, or of this API key: one key may fill a sixteenth, so a
 // busy or hostile key cannot block every other key's writes), so a new
 // write cannot be remembered and is refused rather than letting an older
 // one be forgotten (and replayable).
 var (
-	errReplayed   = errors.New("request signature already used")
-	errReplayFull = errors.New("too many signed writes within the signature lifetime")
+	ErrReplayed   = errors.New("request signature already used")
+	ErrReplayFull = errors.New("too many signed writes within the signature lifetime")
 )
 
-// errUnversionedWrite: a CloudStack write signed without signatureversion=3
-// and expires, refused by default. errUnversionedFull: the API key made as
+// ErrUnversionedWrite: a CloudStack write signed without signatureversion=3
+// and expires, refused by default. ErrUnversionedFull: the API key made as
 // many unversioned writes as ztpd remembers for one key.
 var (
-	errUnversionedWrite = errors.New("CloudStack write signed without signatureversion=3 and expires; such a signature never expires, " +
+	ErrUnversionedWrite = errors.New("CloudStack write signed without signatureversion=3 and expires; such a signature never expires, " +
 		"so it could be replayed at any time later: sign with signatureversion=3 and expires, " +
 		"or allow old clients with api.cloudstack_unversioned_writes: allow")
-	errUnversionedFull = fmt.Errorf("this API key made %d unversioned CloudStack writes, as many as ztpd remembers for one key "+
+	ErrUnversionedFull = fmt.Errorf("this API key made %d unversioned CloudStack writes, as many as ztpd remembers for one key "+
 		"(a forgotten one could be replayed): sign with signatureversion=3 and expires, or use a new API key", UnversionedWritesPerKey)
 )
 
@@ -48,14 +48,15 @@ var (
 // unversioned writes are refused, never an older one forgotten.
 const UnversionedWritesPerKey = 4096
 
-// unversionedSetting is the setting that holds an API key's remembered
+// UnversionedSetting is the setting that holds an API key's remembered
 // unversioned write signatures: each a fixed-width digest
 // (unversionedDigestLen characters), concatenated.
-func unversionedSetting(apiKey string) string { return "api.unversioned_writes." + apiKey }
+func UnversionedSetting(apiKey string) string { return "api.unversioned_writes." + apiKey }
 
 const unversionedDigestLen = 22 // 16 bytes of SHA-256, unpadded base64url
 
-func unversionedDigest(sig string) string {
+// UnversionedDigest is how one remembered signature is stored.
+func UnversionedDigest(sig string) string {
 	h := sha256.Sum256([]byte(signing.NormalizeSignature(sig)))
 	return base64.RawURLEncoding.EncodeToString(h[:16])
 }
@@ -65,10 +66,10 @@ func unversionedDigest(sig string) string {
 // sees it), or refuses it when it is recorded already or the key's share
 // is full. A signature without expiry stays valid as long as its key, so
 // it is never forgotten.
-func (s *Server) rememberForGood(apiKey, signature string) error {
-	digest := unversionedDigest(signature)
-	name := unversionedSetting(apiKey)
-	err := s.st.Update(func(tx core.Tx) error {
+func (s *Verifier) rememberForGood(apiKey, signature string) error {
+	digest := UnversionedDigest(signature)
+	name := UnversionedSetting(apiKey)
+	err := s.store.Update(func(tx core.Tx) error {
 		seen, _, err := tx.Settings().Get(name)
 		if err != nil {
 			return err
@@ -76,30 +77,30 @@ func (s *Server) rememberForGood(apiKey, signature string) error {
 		n := len(seen) / unversionedDigestLen
 		for i := range n {
 			if seen[i*unversionedDigestLen:(i+1)*unversionedDigestLen] == digest {
-				return errReplayed
+				return ErrReplayed
 			}
 		}
 		if n >= UnversionedWritesPerKey {
-			return errUnversionedFull
+			return ErrUnversionedFull
 		}
 		return tx.Settings().Put(name, seen[:n*unversionedDigestLen]+digest)
 	})
 	switch {
-	case errors.Is(err, errReplayed):
-		return &authError{reason: "replayed unversioned signature: this signed write was already accepted",
-			hint: "request signature already used; sign every write afresh"}
+	case errors.Is(err, ErrReplayed):
+		return &Error{Reason: "replayed unversioned signature: this signed write was already accepted",
+			Hint: "request signature already used; sign every write afresh"}
 	case err != nil:
 		return err
 	}
 	return nil
 }
 
-// unversionedRemembered is how many unversioned write signatures of apiKey
+// UnversionedRemembered is how many unversioned write signatures of apiKey
 // the store holds.
-func (s *Server) unversionedRemembered(apiKey string) (int, error) {
+func (s *Verifier) UnversionedRemembered(apiKey string) (int, error) {
 	var n int
-	err := s.st.View(func(tx core.Tx) error {
-		seen, _, err := tx.Settings().Get(unversionedSetting(apiKey))
+	err := s.store.View(func(tx core.Tx) error {
+		seen, _, err := tx.Settings().Get(UnversionedSetting(apiKey))
 		n = len(strings.TrimSpace(seen)) / unversionedDigestLen
 		return err
 	})
@@ -141,10 +142,10 @@ func (g *replayGuard) admit(apiKey, sig string, until, now time.Time) error {
 	}
 	defer func() { replayEntries.Set(float64(len(g.seen))) }()
 	if t, ok := g.seen[key]; ok && t.After(now) {
-		return errReplayed
+		return ErrReplayed
 	}
 	if len(g.seen) >= g.max || g.byKey[apiKey] >= g.perKey {
-		return errReplayFull
+		return ErrReplayFull
 	}
 	g.seen[key] = until
 	g.byKey[apiKey]++

@@ -1,4 +1,9 @@
-package api
+// Package auth is what every API door shares to authenticate a caller:
+// the signature policy, CloudStack and REST signature verification, the
+// replay memory of signed writes, and the per-address limit of failed
+// authentications. The doors (CloudStack, REST, console) decide what a
+// failure answers; this package decides whether a request is who it says.
+package auth
 
 import (
 	"errors"
@@ -14,17 +19,19 @@ import (
 
 	"github.com/ztpd/ztpd/api/signing"
 	"github.com/ztpd/ztpd/internal/apikeys"
+	"github.com/ztpd/ztpd/internal/core"
 )
 
-// authError says why a request was not authenticated. Its reason goes to
+// Error says why a request was not authenticated. Its Reason goes to
 // the log (with the client address and API key); the client learns only
-// that authentication failed, plus hint when set (for refusals a correct
+// that authentication failed, plus Hint when set (for refusals a correct
 // client can run into, such as a replayed write).
-type authError struct{ reason, hint string }
+type Error struct{ Reason, Hint string }
 
-func (e *authError) Error() string { return e.reason }
+func (e *Error) Error() string { return e.Reason }
 
-func authFail(reason string) error { return &authError{reason: reason} }
+// Fail is an Error without a hint.
+func Fail(reason string) error { return &Error{Reason: reason} }
 
 // SignaturePolicy says which signatures the API accepts.
 type SignaturePolicy struct {
@@ -59,7 +66,32 @@ func DefaultSignaturePolicy() SignaturePolicy {
 	return SignaturePolicy{RequireExpiryREST: true, MaxLifetime: DefaultMaxSignatureLifetime, ReplayMemory: DefaultReplayMemory}
 }
 
-// verifyCloudStack checks a CloudStack-signed request (every parameter except
+// Verifier checks signed requests against the API keys and remembers
+// accepted writes' signatures so they are not accepted twice.
+type Verifier struct {
+	keys   *apikeys.Service
+	store  core.Store // unversioned CloudStack writes remembered for good
+	sigs   SignaturePolicy
+	replay *replayGuard
+	now    func() time.Time
+}
+
+// NewVerifier builds a Verifier; zero MaxLifetime or ReplayMemory take the
+// defaults, nil now is time.Now.
+func NewVerifier(keys *apikeys.Service, st core.Store, sigs SignaturePolicy, now func() time.Time) *Verifier {
+	if now == nil {
+		now = time.Now
+	}
+	if sigs.MaxLifetime <= 0 {
+		sigs.MaxLifetime = DefaultMaxSignatureLifetime
+	}
+	if sigs.ReplayMemory <= 0 {
+		sigs.ReplayMemory = DefaultReplayMemory
+	}
+	return &Verifier{keys: keys, store: st, sigs: sigs, replay: newReplayGuard(sigs.ReplayMemory), now: now}
+}
+
+// VerifyCloudStack checks a CloudStack-signed request (every parameter except
 // signature, see package signing) and returns the caller's credential. The
 // parameter names must have passed signing.CheckNames. A write's signature
 // is remembered until it expires and refused if it comes again; a write
@@ -73,7 +105,7 @@ func DefaultSignaturePolicy() SignaturePolicy {
 // could save under 3% while adding per-query state that any holder of a key
 // could grow. The secret itself comes from apikeys' in-memory map, not from
 // the store.
-func (s *Server) verifyCloudStack(form url.Values, write bool) (apikeys.Credential, error) {
+func (s *Verifier) VerifyCloudStack(form url.Values, write bool) (apikeys.Credential, error) {
 	var apiKey, signature, sigVersion, expires string
 	var hasExpires bool
 	for name, vals := range form {
@@ -92,38 +124,28 @@ func (s *Server) verifyCloudStack(form url.Values, write bool) (apikeys.Credenti
 		}
 	}
 	if apiKey == "" || signature == "" {
-		return apikeys.Credential{}, authFail("missing apiKey or signature")
+		return apikeys.Credential{}, Fail("missing apiKey or signature")
 	}
 	now := s.now()
-	var until time.Time
-	switch {
-	case sigVersion == "3" || hasExpires:
-		// An expires is honoured whatever the version says: a client that
-		// sent one meant it.
-		t, err := s.checkExpires(expires, now)
-		if err != nil {
-			return apikeys.Credential{}, err
-		}
-		until = t
-	case s.sigs.RequireExpiryCloudStack:
-		return apikeys.Credential{}, &authError{reason: "unversioned signature (no signatureversion=3 and expires) refused by api.require_expiry_cloudstack",
-			hint: "sign with signatureversion=3 and expires"}
+	var unversioned *Error
+	if s.sigs.RequireExpiryCloudStack {
+		unversioned = &Error{Reason: "unversioned signature (no signatureversion=3 and expires) refused by api.require_expiry_cloudstack",
+			Hint: "sign with signatureversion=3 and expires"}
 	}
-	cred, err := s.keys.Lookup(apiKey)
+	// An expires is honoured whatever the version says: a client that sent
+	// one meant it.
+	cred, until, err := s.checkSigned(apiKey, expires, sigVersion == "3" || hasExpires, unversioned, now)
 	if err != nil {
-		if errors.Is(err, apikeys.ErrUnknownKey) {
-			return cred, authFail("unknown API key")
-		}
-		return cred, err
+		return apikeys.Credential{}, err
 	}
 	if !signing.Verify(cred.Secret, signing.Params(form), signature) {
-		return apikeys.Credential{}, authFail("signature mismatch")
+		return apikeys.Credential{}, Fail("signature mismatch")
 	}
 	switch {
 	case !write:
 	case until.IsZero() && !s.sigs.AllowUnversionedCloudStackWrites:
 		// Checked after the signature, so only the key's holder learns why.
-		return apikeys.Credential{}, errUnversionedWrite
+		return apikeys.Credential{}, ErrUnversionedWrite
 	case until.IsZero():
 		if err := s.rememberForGood(apiKey, signature); err != nil {
 			return apikeys.Credential{}, err
@@ -137,22 +159,22 @@ func (s *Server) verifyCloudStack(form url.Values, write bool) (apikeys.Credenti
 }
 
 // remember admits a verified write's signature into the replay memory.
-func (s *Server) remember(apiKey, signature string, until, now time.Time) error {
+func (s *Verifier) remember(apiKey, signature string, until, now time.Time) error {
 	err := s.replay.admit(apiKey, signing.NormalizeSignature(signature), until, now)
 	switch {
-	case errors.Is(err, errReplayed):
-		return &authError{reason: "replayed signature: this signed write was already accepted",
-			hint: "request signature already used; sign every write afresh"}
+	case errors.Is(err, ErrReplayed):
+		return &Error{Reason: "replayed signature: this signed write was already accepted",
+			Hint: "request signature already used; sign every write afresh"}
 	case err != nil:
 		return err
 	}
 	return nil
 }
 
-// restSigned is what a REST request's Authorization header proved before
+// RESTSigned is what a REST request's Authorization header proved before
 // its body was read: the caller's credential, and for a signature what
-// verifyRESTSignature checks with the body.
-type restSigned struct {
+// VerifyRESTSignature checks with the body.
+type RESTSigned struct {
 	cred      apikeys.Credential
 	bearer    bool // the secret itself was checked: nothing left to verify
 	apiKey    string
@@ -161,72 +183,67 @@ type restSigned struct {
 	until     time.Time // when the signature expires (the replay memory's horizon)
 }
 
-// restHeader checks what a REST request's Authorization header proves on
+// RESTHeader checks what a REST request's Authorization header proves on
 // its own: a bearer secret, or a signature's scheme, expiry and key. It
 // never reads the body, so a request refused here costs none.
-func (s *Server) restHeader(r *http.Request) (restSigned, error) {
+func (s *Verifier) RESTHeader(r *http.Request) (RESTSigned, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
-		return restSigned{}, authFail("missing Authorization header")
+		return RESTSigned{}, Fail("missing Authorization header")
 	}
 	if rest, ok := strings.CutPrefix(h, "Bearer "); ok {
 		// The secret itself travels in the header: accepted over TLS only,
 		// and checked against the stored hash.
 		if r.TLS == nil {
-			return restSigned{}, authFail("bearer credentials sent without TLS")
+			return RESTSigned{}, Fail("bearer credentials sent without TLS")
 		}
 		key, secret, ok := strings.Cut(strings.TrimSpace(rest), ":")
 		if !ok {
-			return restSigned{}, authFail("malformed bearer credentials")
+			return RESTSigned{}, Fail("malformed bearer credentials")
 		}
 		cred, err := s.keys.VerifySecret(key, secret)
 		if err != nil {
 			if errors.Is(err, apikeys.ErrUnknownKey) {
-				return restSigned{}, authFail("unknown API key or wrong secret")
+				return RESTSigned{}, Fail("unknown API key or wrong secret")
 			}
-			return restSigned{}, err
+			return RESTSigned{}, err
 		}
-		return restSigned{cred: cred, bearer: true}, nil
+		return RESTSigned{cred: cred, bearer: true}, nil
 	}
 	apiKey, expires, signature, err := signing.ParseRESTAuthorization(h)
 	if err != nil {
-		return restSigned{}, authFail(err.Error())
+		return RESTSigned{}, Fail(err.Error())
 	}
 	now := s.now()
-	var until time.Time
-	switch {
-	case expires != "":
-		if until, err = s.checkExpires(expires, now); err != nil {
-			return restSigned{}, err
-		}
-	case s.sigs.RequireExpiryREST:
-		return restSigned{}, &authError{reason: "unversioned signature (no expires) refused by api.require_expiry_rest",
-			hint: "sign with an expires field"}
-	default:
+	var unversioned *Error
+	if s.sigs.RequireExpiryREST {
+		unversioned = &Error{Reason: "unversioned signature (no expires) refused by api.require_expiry_rest",
+			Hint: "sign with an expires field"}
+	}
+	cred, until, err := s.checkSigned(apiKey, expires, expires != "", unversioned, now)
+	if err != nil {
+		return RESTSigned{}, err
+	}
+	if until.IsZero() {
+		// An unversioned REST signature is remembered as long as the
+		// longest one allowed.
 		until = now.Add(s.sigs.MaxLifetime)
 	}
-	cred, err := s.keys.Lookup(apiKey)
-	if err != nil {
-		if errors.Is(err, apikeys.ErrUnknownKey) {
-			return restSigned{}, authFail("unknown API key")
-		}
-		return restSigned{}, err
-	}
-	return restSigned{cred: cred, apiKey: apiKey, expires: expires, signature: signature, until: until}, nil
+	return RESTSigned{cred: cred, apiKey: apiKey, expires: expires, signature: signature, until: until}, nil
 }
 
-// verifyRESTSignature checks a signature restHeader accepted against the
+// VerifyRESTSignature checks a signature RESTHeader accepted against the
 // request and its body's hex SHA-256 (bodySHA, "" for no body), and
 // remembers a write's. q must have passed signing.CheckNames.
-func (s *Server) verifyRESTSignature(r *http.Request, q url.Values, h restSigned, bodySHA string) (apikeys.Credential, error) {
+func (s *Verifier) VerifyRESTSignature(r *http.Request, q url.Values, h RESTSigned, bodySHA string) (apikeys.Credential, error) {
 	if h.bearer {
 		return h.cred, nil
 	}
 	ps := signing.RESTParams(r.Method, r.URL.EscapedPath(), q, h.apiKey, h.expires, bodySHA)
 	if !signing.VerifyREST(h.cred.Secret, ps, h.signature) {
-		return apikeys.Credential{}, authFail("signature mismatch")
+		return apikeys.Credential{}, Fail("signature mismatch")
 	}
-	if isWriteMethod(r.Method) {
+	if IsWriteMethod(r.Method) {
 		if err := s.remember(h.apiKey, h.signature, h.until, s.now()); err != nil {
 			return apikeys.Credential{}, err
 		}
@@ -234,35 +251,64 @@ func (s *Server) verifyRESTSignature(r *http.Request, q url.Values, h restSigned
 	return h.cred, nil
 }
 
-func isWriteMethod(m string) bool {
+// checkSigned is the check both signature schemes make before their HMAC:
+// the expiry against the policy, then the API key. withExpiry says the
+// request carries an expiry (checked against the policy, returned as until);
+// without one, unversioned is the refusal when the door requires an expiry,
+// nil when it accepts none (until is then zero).
+func (s *Verifier) checkSigned(apiKey, expires string, withExpiry bool, unversioned *Error, now time.Time) (apikeys.Credential, time.Time, error) {
+	var until time.Time
+	switch {
+	case withExpiry:
+		t, err := s.checkExpires(expires, now)
+		if err != nil {
+			return apikeys.Credential{}, time.Time{}, err
+		}
+		until = t
+	case unversioned != nil:
+		return apikeys.Credential{}, time.Time{}, unversioned
+	}
+	cred, err := s.keys.Lookup(apiKey)
+	if err != nil {
+		if errors.Is(err, apikeys.ErrUnknownKey) {
+			return apikeys.Credential{}, time.Time{}, Fail("unknown API key")
+		}
+		return apikeys.Credential{}, time.Time{}, err
+	}
+	return cred, until, nil
+}
+
+// IsWriteMethod reports whether an HTTP method may change something (its
+// signature is then accepted once).
+func IsWriteMethod(m string) bool {
 	return m != http.MethodGet && m != http.MethodHead && m != http.MethodOptions
 }
 
 // checkExpires parses expires and refuses it when past, or further in the
 // future than the policy's MaxLifetime (a signature minted to last a year).
-func (s *Server) checkExpires(expires string, now time.Time) (time.Time, error) {
+func (s *Verifier) checkExpires(expires string, now time.Time) (time.Time, error) {
 	if expires == "" {
-		return time.Time{}, authFail("signatureversion 3 without expires")
+		return time.Time{}, Fail("signatureversion 3 without expires")
 	}
 	t, err := signing.ParseExpires(expires)
 	if err != nil {
-		return t, authFail("malformed expires")
+		return t, Fail("malformed expires")
 	}
 	if !now.Before(t) {
-		return t, authFail("request expired at " + t.UTC().Format(time.RFC3339))
+		return t, Fail("request expired at " + t.UTC().Format(time.RFC3339))
 	}
 	if t.Sub(now) > s.sigs.MaxLifetime {
-		return t, &authError{reason: fmt.Sprintf("expires %s is more than %s ahead (api.max_signature_lifetime)", t.UTC().Format(time.RFC3339), s.sigs.MaxLifetime),
-			hint: fmt.Sprintf("expires must be at most %s ahead", s.sigs.MaxLifetime)}
+		return t, &Error{Reason: fmt.Sprintf("expires %s is more than %s ahead (api.max_signature_lifetime)", t.UTC().Format(time.RFC3339), s.sigs.MaxLifetime),
+			Hint: fmt.Sprintf("expires must be at most %s ahead", s.sigs.MaxLifetime)}
 	}
 	return t, nil
 }
 
-// failLimiter bounds failed authentications per client address: each failure
+// FailLimiter bounds failed authentications per client address: each failure
 // takes a token from the address's bucket (perMinute per minute, burst
 // perMinute); with the bucket empty, the address's requests are refused
 // before any verification until it refills.
-type failLimiter struct {
+type FailLimiter struct {
 	perMinute int
 	mu        sync.Mutex
 	m         map[string]*failEntry
@@ -273,12 +319,12 @@ type failEntry struct {
 	seen time.Time
 }
 
-func newFailLimiter(perMinute int) *failLimiter {
-	return &failLimiter{perMinute: perMinute, m: map[string]*failEntry{}}
+func NewFailLimiter(perMinute int) *FailLimiter {
+	return &FailLimiter{perMinute: perMinute, m: map[string]*failEntry{}}
 }
 
-// blocked reports whether ip has no failures left, and for how long.
-func (f *failLimiter) blocked(ip string, now time.Time) (bool, time.Duration) {
+// Blocked reports whether ip has no failures left, and for how long.
+func (f *FailLimiter) Blocked(ip string, now time.Time) (bool, time.Duration) {
 	if f.perMinute <= 0 {
 		return false, 0
 	}
@@ -296,8 +342,8 @@ func (f *failLimiter) blocked(ip string, now time.Time) (bool, time.Duration) {
 	return true, wait
 }
 
-// failed records one failed authentication from ip.
-func (f *failLimiter) failed(ip string, now time.Time) {
+// Failed records one failed authentication from ip.
+func (f *FailLimiter) Failed(ip string, now time.Time) {
 	if f.perMinute <= 0 {
 		return
 	}
@@ -316,7 +362,7 @@ func (f *failLimiter) failed(ip string, now time.Time) {
 }
 
 // sweep forgets addresses whose bucket has refilled (idle over a minute).
-func (f *failLimiter) sweep(now time.Time) {
+func (f *FailLimiter) sweep(now time.Time) {
 	for ip, e := range f.m {
 		if now.Sub(e.seen) > time.Minute {
 			delete(f.m, ip)
@@ -324,12 +370,15 @@ func (f *failLimiter) sweep(now time.Time) {
 	}
 }
 
-// clientIP is the peer address of the connection. Forwarding headers are
+// ClientIP is the peer address of the connection. Forwarding headers are
 // not trusted: a client could set them to dodge the limiter.
-func clientIP(r *http.Request) string {
+func ClientIP(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		return r.RemoteAddr
 	}
 	return host
 }
+
+// RememberedWrites is how many signed writes the replay memory holds now.
+func (s *Verifier) RememberedWrites() int { return s.replay.len() }
