@@ -195,10 +195,7 @@ func (s *Service) ObserveLease(l Lease) {
 // rather than a report (tests, simulations).
 func (s *Service) ObserveDHCP(d core.Device, leased bool) {
 	s.ObserveLease(Lease{Device: d.ID, FirstSeen: d.FirstSeen, LastSeen: d.LastSeen, New: leased,
-		Facts: Facts{Source: SourceDHCP, Kind: d.Kind, Serial: d.Serial, Product: d.Product, Platform: d.Platform,
-			BaseMAC: d.BaseMAC, Hostname: d.Hostname, SONiCVer: d.SONiCVer, IP: d.IP, Subnet: d.Subnet,
-			ClientID: d.ClientID, VendorClass: d.VendorClass, RelayAddr: d.RelayAddr, CircuitID: d.CircuitID,
-			RemoteID: d.RemoteID}})
+		Facts: FactsOf(&d, SourceDHCP)})
 }
 
 // Progress is one fetch of a device's content: what the request stated
@@ -206,7 +203,8 @@ func (s *Service) ObserveDHCP(d core.Device, leased bool) {
 type Progress struct {
 	// Device is the device as the request saw it (the record, or what
 	// DHCP, the lease or a binding says of a device not stored yet): a
-	// device without a record starts from it.
+	// device without a record starts from it, a record lacking its facts
+	// learns them (FactsOf, by the one rule).
 	Device core.Device
 	// Facts is what the request stated (Source SourceContent), merged into
 	// the record by the one rule; none for a request refused for them.
@@ -639,6 +637,8 @@ func mergeProgress(cur *core.Device, had bool, p *Progress, conf *conflicts) boo
 		cur.State, cur.FirstSeen, cur.SerialConflict = core.StateDiscovered, now, nil
 	}
 	before := *cur
+	seen := FactsOf(&p.Device, p.Facts.Source)
+	conf.merge(cur, &seen, now)
 	conf.merge(cur, &p.Facts, now)
 	if p.Next != "" {
 		cur.State = core.Advance(cur.State, p.Next)

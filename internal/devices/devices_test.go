@@ -155,8 +155,7 @@ func TestMergeKeepsEveryPartsFacts(t *testing.T) {
 	// Content serves it: its state moves forward, a stated serial does not
 	// replace the recorded one, the SONiC version follows the device.
 	seen := core.Device{ID: id, MAC: id, Kind: core.KindSONiC, Serial: "OTHER", Product: "P1", SONiCVer: "SONiC.1", IP: "10.99.0.10"}
-	s.Progress(Progress{Device: seen, Facts: Facts{Source: SourceContent, Kind: seen.Kind, Serial: seen.Serial,
-		Product: seen.Product, SONiCVer: seen.SONiCVer, IP: seen.IP}, Profile: "leaf", Next: core.StateZTPServed,
+	s.Progress(Progress{Device: seen, Profile: "leaf", Next: core.StateZTPServed,
 		Event: core.Event{Time: t0.Add(time.Minute), Type: "ztp.json.served", Device: id}})
 	// A later DHCP renewal does not move it back to leased.
 	s.ObserveDHCP(core.Device{ID: id, MAC: id, Kind: core.KindSONiC, Hostname: "sw1b", IP: "10.99.0.10",

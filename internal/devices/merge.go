@@ -141,6 +141,19 @@ type Facts struct {
 	RemoteID    string
 }
 
+// FactsOf is what a view of a device d (what a part knows of it) states,
+// as src states it: for records learnt from such a view.
+func FactsOf(d *core.Device, src Source) Facts {
+	f := Facts{Source: src, Kind: d.Kind, Serial: d.Serial, Product: d.Product, Platform: d.Platform,
+		BaseMAC: d.BaseMAC, Hostname: d.Hostname, SONiCVer: d.SONiCVer, IP: d.IP, Subnet: d.Subnet,
+		ClientID: d.ClientID, VendorClass: d.VendorClass, RelayAddr: d.RelayAddr, CircuitID: d.CircuitID,
+		RemoteID: d.RemoteID}
+	if c := d.SerialConflict; f.Serial == "" && c != nil {
+		f.Serial = c.Serial // claimed, settled by the devices service
+	}
+	return f
+}
+
 // FactSet is a set of identity facts, e.g. those a statement contradicts.
 type FactSet uint8
 

@@ -193,8 +193,7 @@ func TestStatedSerialNeverMovesTheIndex(t *testing.T) {
 	s.ObserveDHCP(core.Device{ID: b, MAC: b, IP: "10.99.0.11", FirstSeen: t0, LastSeen: t0}, true)
 	s.Flush()
 	for i := range 2 { // a second statement adds nothing
-		s.Progress(Progress{Device: core.Device{ID: b, MAC: b},
-			Facts:   Facts{Source: SourceContent, Kind: core.KindSONiC, Serial: "VICTIM01", IP: "10.99.0.11"},
+		s.Progress(Progress{Device: core.Device{ID: b, MAC: b, Kind: core.KindSONiC, Serial: "VICTIM01", IP: "10.99.0.11"},
 			Profile: "leaf", Next: core.StateZTPServed,
 			Event: core.Event{Time: t0.Add(time.Duration(i+1) * time.Minute), Type: "ztp.json.served", Device: b}})
 		s.Flush()
@@ -223,7 +222,7 @@ func TestStatedSerialNeverMovesTheIndex(t *testing.T) {
 		t.Fatalf("serial conflict events: %+v", evs)
 	}
 	// A serial nobody else holds is taken as before.
-	s.Progress(Progress{Device: core.Device{ID: b, MAC: b}, Facts: Facts{Source: SourceContent, Serial: "OWN01"}, Next: core.StateZTPServed,
+	s.Progress(Progress{Device: core.Device{ID: b, MAC: b, Serial: "OWN01"}, Next: core.StateZTPServed,
 		Event: core.Event{Time: t0.Add(5 * time.Minute), Type: "ztp.json.served", Device: b}})
 	s.Flush()
 	storetest.View(t, st, func(tx core.Tx) error {
@@ -275,7 +274,7 @@ func TestUnleasedRecordsPruned(t *testing.T) {
 			Start: t0, Expiry: t0.Add(48 * time.Hour)})
 	})
 	// Device 0's serial is stated by a kept device: a conflict on both.
-	s.Progress(Progress{Device: core.Device{ID: mac(101)}, Facts: Facts{Source: SourceContent, Serial: "S0"}, Next: core.StateZTPServed,
+	s.Progress(Progress{Device: core.Device{ID: mac(101), Serial: "S0"}, Next: core.StateZTPServed,
 		Event: core.Event{Time: t0, Type: "ztp.json.served", Device: mac(101)}})
 	s.Flush()
 	if d := device(t, st, mac(101)); d.SerialConflict == nil {
