@@ -154,6 +154,26 @@ func FactsOf(d *core.Device, src Source) Facts {
 	return f
 }
 
+// Update makes f the latest statement of each fact: every fact newer
+// states replaces f's (a reporter that coalesces several statements of one
+// device before handing them in, as DHCP between two commits). Unlike
+// Merge it judges nothing: the record's rule applies when f is merged.
+func (f *Facts) Update(newer *Facts) {
+	f.Source = newer.Source
+	if newer.Kind != "" {
+		f.Kind, f.KindDeclared = newer.Kind, newer.KindDeclared
+	}
+	for _, p := range [...]struct{ dst, v *string }{
+		{&f.Serial, &newer.Serial}, {&f.Product, &newer.Product}, {&f.Platform, &newer.Platform},
+		{&f.BaseMAC, &newer.BaseMAC}, {&f.Hostname, &newer.Hostname}, {&f.SONiCVer, &newer.SONiCVer},
+		{&f.IP, &newer.IP}, {&f.Subnet, &newer.Subnet}, {&f.ClientID, &newer.ClientID},
+		{&f.VendorClass, &newer.VendorClass}, {&f.RelayAddr, &newer.RelayAddr}, {&f.CircuitID, &newer.CircuitID},
+		{&f.RemoteID, &newer.RemoteID},
+	} {
+		follow(p.dst, *p.v)
+	}
+}
+
 // FactSet is a set of identity facts, e.g. those a statement contradicts.
 type FactSet uint8
 
