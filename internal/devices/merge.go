@@ -292,17 +292,17 @@ func CheckFact(fact, v string) error {
 // first failure (a *core.FactError), nil when all pass.
 func (f *Facts) Check(refused func(fact string, err error)) error {
 	var first error
-	for _, c := range [...]struct {
-		fact string
-		v    *string
-	}{{"serial", &f.Serial}, {"product", &f.Product}, {"platform", &f.Platform}, {"hostname", &f.Hostname}, {"version", &f.SONiCVer}} {
-		if *c.v == "" {
+	// Names and fields apart: a pointer beside a name that leaks would
+	// make f escape (DHCP checks on its hot path).
+	names := [...]string{"serial", "product", "platform", "hostname", "version"}
+	for i, v := range [...]*string{&f.Serial, &f.Product, &f.Platform, &f.Hostname, &f.SONiCVer} {
+		if *v == "" {
 			continue
 		}
-		if err := CheckFact(c.fact, *c.v); err != nil {
-			*c.v = ""
+		if err := CheckFact(names[i], *v); err != nil {
+			*v = ""
 			if refused != nil {
-				refused(c.fact, err)
+				refused(names[i], err)
 			}
 			if first == nil {
 				first = err
