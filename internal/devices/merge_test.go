@@ -312,3 +312,39 @@ func TestUnleasedRecordsPruned(t *testing.T) {
 		t.Fatalf("kept %v, want %v", got, want)
 	}
 }
+
+// TestReportersHandFacts: a lease report and a fetch's facts reach the
+// record through the one merge; a declared kind is the operator's, each
+// contradiction names the source that stated it.
+func TestReportersHandFacts(t *testing.T) {
+	st := storetest.Store(t)
+	s := New(Options{Store: st, Log: quiet()})
+	defer s.Close()
+	const id = "52:54:00:00:00:41"
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	s.ObserveLease(Lease{Device: id, FirstSeen: t0, LastSeen: t0, New: true,
+		Facts: Facts{Source: SourceDHCP, Kind: core.KindONIE, Platform: "x86_64-accton_as7326_56x", Hostname: "sw"}})
+	s.Flush()
+	if d := device(t, st, id); d.Kind != core.KindONIE || d.State != core.StateLeased || d.Platform != "x86_64-accton_as7326_56x" ||
+		d.Hostname != "sw" || d.MAC != id || !d.FirstSeen.Equal(t0) {
+		t.Fatalf("after the lease: %+v", d)
+	}
+	// A reservation declares the kind: it is set, not a conflict.
+	s.ObserveLease(Lease{Device: id, LastSeen: t0.Add(time.Minute),
+		Facts: Facts{Source: SourceDHCP, Kind: core.KindVM, KindDeclared: true}})
+	s.Flush()
+	if d := device(t, st, id); d.Kind != core.KindVM {
+		t.Fatalf("a declared kind was not set: %+v", d)
+	}
+	s.Progress(Progress{Device: core.Device{ID: id}, Facts: Facts{Source: SourceContent, Kind: core.KindSONiC, Serial: "S1", SONiCVer: "SONiC.1"},
+		Next: core.StateZTPServed, Event: core.Event{Time: t0.Add(2 * time.Minute), Type: "ztp.json.served", Device: id}})
+	s.Flush()
+	d := device(t, st, id)
+	if d.Kind != core.KindVM || d.Serial != "S1" || d.SONiCVer != "SONiC.1" || d.State != core.StateZTPServed {
+		t.Fatalf("after the fetch: %+v", d)
+	}
+	evs := events(t, st, EventFactConflict)
+	if len(evs) != 1 || evs[0].Fields["fact"] != "kind" || evs[0].Fields["stated"] != "sonic" || evs[0].Fields["source"] != "ztp" {
+		t.Fatalf("conflict events: %+v", evs)
+	}
+}
