@@ -207,7 +207,8 @@ type Progress struct {
 	// learns them (FactsOf, by the one rule).
 	Device core.Device
 	// Facts is what the request stated (Source SourceContent), merged into
-	// the record by the one rule; none for a request refused for them.
+	// the record by the one rule; none for a request refused for them, or
+	// one whose statements do not count (a VM's, known by its address).
 	Facts   Facts
 	Profile string
 	// Next is the state the fetch moves the device to; "" records only the
@@ -637,7 +638,7 @@ func mergeProgress(cur *core.Device, had bool, p *Progress, conf *conflicts) boo
 		cur.State, cur.FirstSeen, cur.SerialConflict = core.StateDiscovered, now, nil
 	}
 	before := *cur
-	seen := FactsOf(&p.Device, p.Facts.Source)
+	seen := FactsOf(&p.Device, SourceContent)
 	conf.merge(cur, &seen, now)
 	conf.merge(cur, &p.Facts, now)
 	if p.Next != "" {

@@ -40,8 +40,9 @@ type Source int
 
 const (
 	// SourceDHCP: a lease exchange (options 12, 60, 61, 82, a
-	// reservation's kind when Facts.KindDeclared).
-	SourceDHCP Source = iota
+	// reservation's kind when Facts.KindDeclared). The zero Source is
+	// none: Facts that state nothing need not name one.
+	SourceDHCP Source = iota + 1
 	// SourceContent: a ZTP request (SONiC and ONIE headers), over HTTP or
 	// TFTP.
 	SourceContent
