@@ -348,3 +348,14 @@ func TestReportersHandFacts(t *testing.T) {
 		t.Fatalf("conflict events: %+v", evs)
 	}
 }
+
+// TestFactsUpdate: a coalescing reporter keeps the latest statement of
+// each fact; a statement of none keeps the earlier one.
+func TestFactsUpdate(t *testing.T) {
+	f := Facts{Source: SourceDHCP, Kind: core.KindVM, KindDeclared: true, Serial: "S1", Hostname: "a", IP: "10.0.0.1"}
+	f.Update(&Facts{Source: SourceDHCP, Kind: core.KindSONiC, Serial: "S2", Product: "P1"})
+	want := Facts{Source: SourceDHCP, Kind: core.KindSONiC, Serial: "S2", Product: "P1", Hostname: "a", IP: "10.0.0.1"}
+	if f != want {
+		t.Fatalf("updated %+v, want %+v", f, want)
+	}
+}
