@@ -184,8 +184,10 @@ func (s *Service) Join(ctx context.Context, req JoinRequest) (*Bundle, error) {
 	if req.RemoteIP != "" && net.ParseIP(req.RemoteIP) == nil {
 		return nil, fmt.Errorf("%w: remote address %q", ErrInvalid, req.RemoteIP)
 	}
-	if err := checkFacts(req); err != nil {
-		return nil, err
+	// The facts a request states are checked here, where they enter.
+	stated := requestFacts(req)
+	if err := stated.Check(nil); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	report, err := tokens.NewReportCredential()
 	if err != nil {
@@ -501,8 +503,8 @@ func (s *Service) loadDevice(tx core.Tx, mac string, req JoinRequest, now time.T
 	} else if err != nil {
 		return d, err
 	}
-	stated := statedDevice(req)
-	if !devices.LearnJoin(&d, &stated, now) {
+	stated := requestFacts(req)
+	if !learnStated(&d, &stated, now) {
 		return d, ErrBindingMismatch
 	}
 	return d, nil
@@ -520,8 +522,8 @@ type placement struct {
 // the request tells about it learnt (as loadDevice did), then placed.
 func (s *Service) recordDevice(tx core.Tx, id string, req JoinRequest, now time.Time, p placement) (core.Device, error) {
 	return s.devices.ChangeOrCreate(tx, id, now, func(d *core.Device) error {
-		stated := statedDevice(req)
-		if !devices.LearnJoin(d, &stated, now) {
+		stated := requestFacts(req)
+		if !learnStated(d, &stated, now) {
 			return ErrBindingMismatch
 		}
 		d.Cluster = p.cluster
@@ -533,36 +535,29 @@ func (s *Service) recordDevice(tx core.Tx, id string, req JoinRequest, now time.
 	})
 }
 
-// statedDevice is what a join request says about the device. The kind
-// counts only when nothing classified the device; a request stating none
-// comes from a VM.
-func statedDevice(req JoinRequest) core.Device {
-	d := core.Device{Kind: req.Kind, Serial: req.Serial, Product: req.Product, Hostname: req.Hostname,
-		SONiCVer: req.SONiCVersion, IP: req.RemoteIP}
-	if d.Kind == "" {
-		d.Kind = core.KindVM
+// requestFacts is what a join request says about the device. Its kind
+// classifies only a device nothing classified (devices.MergeKind); a
+// request stating none comes from a VM.
+func requestFacts(req JoinRequest) devices.Facts {
+	f := devices.Facts{Source: devices.SourceJoin, Kind: req.Kind, Serial: req.Serial, Product: req.Product,
+		Hostname: req.Hostname, SONiCVer: req.SONiCVersion, IP: req.RemoteIP}
+	if f.Kind == "" {
+		f.Kind = core.KindVM
 	}
-	return d
+	return f
 }
 
-// checkFacts refuses a request whose stated facts fall outside the
-// character sets of core (they would reach records and documents).
-func checkFacts(req JoinRequest) error {
-	for _, f := range []struct {
-		v     string
-		check func(string) error
-	}{
-		{req.Serial, core.CheckSerial}, {req.Product, core.CheckProduct},
-		{req.Hostname, core.CheckHostname}, {req.SONiCVersion, core.CheckVersion},
-	} {
-		if f.v == "" {
-			continue
-		}
-		if err := f.check(f.v); err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalid, err)
-		}
+// learnStated merges what a join request states into d by the one rule
+// (devices.Merge) and notes d seen at now. A serial or product that
+// contradicts d's is not merged: the request is refused (false) and d is
+// left as it was.
+func learnStated(d *core.Device, stated *devices.Facts, now time.Time) bool {
+	if devices.Contradicts(d, stated).Has(devices.FactSerial | devices.FactProduct) {
+		return false
 	}
-	return nil
+	devices.Merge(d, stated)
+	d.LastSeen, d.UpdatedAt = now, now
+	return true
 }
 
 // holder identifies the device a join comes from: the holder of the

@@ -4,19 +4,20 @@
 // commits, the retention of the event log (events.keep,
 // events.audit_keep) and of records of devices that never got past a lease
 // (devices.unleased_expiry, devices.max_unleased), whatever transports are
-// enabled. The one merge rule (merge.go) decides what a device's statements
-// may change: they fill in, refine a kind, never replace an identity fact
-// and never take a serial another device holds; a contradiction is an
-// event.
+// enabled. The one merge rule (merge.go: Merge, MergeKind) decides what a
+// device's statements may change: they fill in, refine a kind, never
+// replace an identity fact and never take a serial another device holds;
+// a contradiction is an event.
 //
-// Parts report and never write device records themselves:
-//   - the DHCP server hands its view of a client (ObserveDHCP) and its
-//     events (Event), and carries queued records in its own lease commits
-//     (Take, Batch.Write, Done), so a device's record usually lands in the
-//     commit of its lease;
-//   - content serving reports each fetch (Progress);
+// Parts report Facts and never merge or write device records themselves:
+//   - the DHCP server hands what each lease exchange stated
+//     (ObserveLease) and its events (Event), and carries queued records in
+//     its own lease commits (Take, Batch.Write, Done), so a device's record
+//     usually lands in the commit of its lease;
+//   - content serving reports each fetch with what it stated (Progress);
 //   - the joiner changes records inside its own transactions (Recorder),
-//     so a membership and its device commit together.
+//     merging what a join request states with Merge, so a membership and
+//     its device commit together.
 package devices
 
 import (
@@ -124,10 +125,9 @@ type Service struct {
 // item is one device's pending changes, merged into its record in order.
 type item struct {
 	id      string
-	dhcp    core.Device // DHCP's latest view (cumulative: a newer one replaces it)
+	lease   Lease // what lease exchanges stated (cumulative: a newer report replaces it)
 	hasDHCP bool
 	leased  bool
-	kindSrc Source // who stated dhcp.Kind
 	steps   []Progress
 }
 
@@ -165,30 +165,51 @@ func (s *Service) Close() error {
 	return nil
 }
 
-// ObserveDHCP records what the DHCP server learnt about device d from an
-// exchange that granted or renewed its lease (identity facts it stated,
-// options, address); leased says the lease is new. The device's kind is
-// its own statement (ObserveDHCPAs for an operator's). Written behind,
-// merged by the one rule (MergeKind, fill-in facts).
-func (s *Service) ObserveDHCP(d core.Device, leased bool) { s.ObserveDHCPAs(d, leased, SourceDevice) }
+// Lease is what the DHCP server reports about a client's device from the
+// exchanges that granted or renewed its lease.
+type Lease struct {
+	// Device is the device's ID, its MAC address.
+	Device string
+	// Facts is what the exchanges stated (cumulative: the DHCP server
+	// keeps the latest statement of each), Source SourceDHCP.
+	Facts Facts
+	// FirstSeen and LastSeen bound the exchanges.
+	FirstSeen, LastSeen time.Time
+	// New: the lease is new (the device advances to leased).
+	New bool
+}
 
-// ObserveDHCPAs is ObserveDHCP with the source of d.Kind (an operator's
-// reservation declares it).
-func (s *Service) ObserveDHCPAs(d core.Device, leased bool, kindFrom Source) {
+// ObserveLease records a lease report, written behind and merged into the
+// device's record by the one rule (Merge).
+func (s *Service) ObserveLease(l Lease) {
 	s.mu.Lock()
-	it := s.itemLocked(d.ID)
-	it.dhcp, it.hasDHCP, it.kindSrc = d, true, kindFrom
-	it.leased = it.leased || leased
+	it := s.itemLocked(l.Device)
+	leased := it.leased || l.New
+	it.lease, it.hasDHCP, it.leased = l, true, leased
 	s.queuedLocked()
 	s.mu.Unlock()
 }
 
-// Progress is one fetch of a device's content: what the request proved and
-// stated about the device, the state it reached and its event.
+// ObserveDHCP is ObserveLease for a lease exchange told as the device it
+// describes (d's kind its own statement): for callers that hold a device
+// rather than a report (tests, simulations).
+func (s *Service) ObserveDHCP(d core.Device, leased bool) {
+	s.ObserveLease(Lease{Device: d.ID, FirstSeen: d.FirstSeen, LastSeen: d.LastSeen, New: leased,
+		Facts: FactsOf(&d, SourceDHCP)})
+}
+
+// Progress is one fetch of a device's content: what the request stated
+// about the device, the state it reached and its event.
 type Progress struct {
-	// Device is the record as the request saw it, with what the request
-	// stated merged in; facts the stored record lacks are learnt from it.
-	Device  core.Device
+	// Device is the device as the request saw it (the record, or what
+	// DHCP, the lease or a binding says of a device not stored yet): a
+	// device without a record starts from it, a record lacking its facts
+	// learns them (FactsOf, by the one rule).
+	Device core.Device
+	// Facts is what the request stated (Source SourceContent), merged into
+	// the record by the one rule; none for a request refused for them, or
+	// one whose statements do not count (a VM's, known by its address).
+	Facts   Facts
 	Profile string
 	// Next is the state the fetch moves the device to; "" records only the
 	// event (a refused request).
@@ -456,7 +477,7 @@ func (s *Service) requeue(b *Batch) {
 		if cur := s.byID[it.id]; cur != nil {
 			// Newer changes queued meanwhile apply after the old ones.
 			if cur.hasDHCP {
-				it.dhcp, it.hasDHCP, it.kindSrc = cur.dhcp, true, cur.kindSrc
+				it.lease, it.hasDHCP = cur.lease, true
 			}
 			it.leased = it.leased || cur.leased
 			it.steps = append(it.steps, cur.steps...)
@@ -538,7 +559,7 @@ func (it *item) write(tx core.Tx, now time.Time, b *Batch) error {
 	serial := cur.Serial // what the record held: a serial stated now is settled below
 	if it.hasDHCP {
 		from := cur.State
-		mergeDHCP(&cur, had, &it.dhcp, it.leased, it.kindSrc, &conf)
+		mergeLease(&cur, had, &it.lease, it.leased, &conf)
 		had, dirty = true, true
 		changed(from, "dhcp", "lease acknowledged")
 	}
@@ -586,37 +607,24 @@ func (it *item) write(tx core.Tx, now time.Time, b *Batch) error {
 	return nil
 }
 
-// mergeDHCP folds what DHCP learned from a lease exchange into the stored
-// device, keeping what other parts set (approval, cluster, profile,
-// labels, later states). Identity facts follow the merge rule (a
-// contradiction is noted in conf, the record kept); the rest follow the
-// client that holds the lease.
-func mergeDHCP(cur *core.Device, had bool, d *core.Device, leased bool, kindFrom Source, conf *conflicts) {
+// mergeLease folds a lease report into the stored device, keeping what
+// other parts set (approval, cluster, profile, labels, later states): its
+// facts by the one rule (a contradiction is noted in conf, the record
+// kept).
+func mergeLease(cur *core.Device, had bool, l *Lease, leased bool, conf *conflicts) {
 	if !had {
-		*cur = core.Device{ID: d.ID, FirstSeen: d.FirstSeen, State: core.StateDiscovered}
+		*cur = core.Device{ID: l.Device, FirstSeen: l.FirstSeen, State: core.StateDiscovered}
 	}
-	cur.MAC = d.MAC
-	now := d.LastSeen
-	conf.mergeKind(cur, d.Kind, kindFrom, now, "dhcp")
-	conf.mergeFact(cur, &cur.Serial, "serial", d.Serial, nil, now, "dhcp")
-	conf.mergeFact(cur, &cur.Product, "product", d.Product, nil, now, "dhcp")
-	conf.mergeFact(cur, &cur.Platform, "platform", d.Platform, samePlatform, now, "dhcp")
-	setIf(&cur.Hostname, d.Hostname)
-	setIf(&cur.ClientID, d.ClientID)
-	setIf(&cur.VendorClass, d.VendorClass)
-	setIf(&cur.IP, d.IP)
-	setIf(&cur.Subnet, d.Subnet)
-	setIf(&cur.RelayAddr, d.RelayAddr)
-	setIf(&cur.CircuitID, d.CircuitID)
-	setIf(&cur.RemoteID, d.RemoteID)
+	cur.MAC = l.Device
+	conf.merge(cur, &l.Facts, l.LastSeen)
 	if leased {
 		cur.State = core.Advance(cur.State, core.StateLeased)
 	}
-	if cur.FirstSeen.IsZero() || (!d.FirstSeen.IsZero() && d.FirstSeen.Before(cur.FirstSeen)) {
-		cur.FirstSeen = d.FirstSeen
+	if cur.FirstSeen.IsZero() || (!l.FirstSeen.IsZero() && l.FirstSeen.Before(cur.FirstSeen)) {
+		cur.FirstSeen = l.FirstSeen
 	}
-	if d.LastSeen.After(cur.LastSeen) {
-		cur.LastSeen = d.LastSeen
+	if l.LastSeen.After(cur.LastSeen) {
+		cur.LastSeen = l.LastSeen
 	}
 }
 
@@ -625,12 +633,14 @@ func mergeDHCP(cur *core.Device, had bool, d *core.Device, leased bool, kindFrom
 func mergeProgress(cur *core.Device, had bool, p *Progress, conf *conflicts) bool {
 	now := p.Event.Time
 	if !had {
+		// The serial of the view is settled as a statement of this merge.
 		*cur = p.Device
-		cur.State, cur.FirstSeen = core.StateDiscovered, now
-		cur.Serial, cur.SerialConflict = "", nil // stated, settled by the merge
+		cur.State, cur.FirstSeen, cur.SerialConflict = core.StateDiscovered, now, nil
 	}
 	before := *cur
-	learn(cur, &p.Device, conf, now)
+	seen := FactsOf(&p.Device, SourceContent)
+	conf.merge(cur, &seen, now)
+	conf.merge(cur, &p.Facts, now)
 	if p.Next != "" {
 		cur.State = core.Advance(cur.State, p.Next)
 		cur.Refusal = core.Refusal{} // served again
@@ -646,46 +656,6 @@ func mergeProgress(cur *core.Device, had bool, p *Progress, conf *conflicts) boo
 	}
 	cur.LastSeen, cur.UpdatedAt = now, now
 	return true
-}
-
-// learn merges into cur what a request proved and stated about the device
-// (seen) by the merge rule: identity facts only where cur has none (a
-// contradiction is noted in conf), the SONiC version and address follow
-// the device, a kind is refined (MergeKind). A serial seen stated but did
-// not take (another device holds it: seen.SerialConflict) is stated again
-// here, for the caller's settleSerial.
-func learn(cur *core.Device, seen *core.Device, conf *conflicts, now time.Time) {
-	conf.mergeKind(cur, seen.Kind, SourceDevice, now, "ztp")
-	stated := seen.Serial
-	if c := seen.SerialConflict; stated == "" && c != nil {
-		stated = c.Serial
-	}
-	conf.mergeFact(cur, &cur.Serial, "serial", stated, nil, now, "ztp")
-	conf.mergeFact(cur, &cur.Product, "product", seen.Product, nil, now, "ztp")
-	conf.mergeFact(cur, &cur.Platform, "platform", seen.Platform, samePlatform, now, "ztp")
-	setEmpty(&cur.BaseMAC, seen.BaseMAC)
-	setIf(&cur.SONiCVer, seen.SONiCVer)
-	setIf(&cur.IP, seen.IP)
-	if cur.Kind == "" {
-		cur.Kind = core.KindUnknown
-	}
-	if cur.MAC == "" {
-		cur.MAC = cur.ID
-	}
-}
-
-// setIf sets a fact that follows the device; setEmpty one that is kept
-// once known.
-func setIf(dst *string, v string) {
-	if v != "" {
-		*dst = v
-	}
-}
-
-func setEmpty(dst *string, v string) {
-	if *dst == "" {
-		*dst = v
-	}
 }
 
 func sameDevice(a, b *core.Device) bool {

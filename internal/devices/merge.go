@@ -12,43 +12,86 @@ import (
 )
 
 // The one merge rule for what parts learn about a device. A device's
-// statements (DHCP options, ZTP headers, join requests) fill in facts its
-// record lacks; they never replace an identity fact the record holds (kind,
-// serial, product, platform) and never take a serial another device holds.
-// A contradiction is an event on the device, the record is kept.
+// statements (DHCP options, ZTP headers, join requests, agent reports) reach
+// this package as Facts, each with its Source, and Merge is the only code
+// that applies them to a record: they fill in facts its record lacks; they
+// never replace an identity fact the record holds (kind, serial, product,
+// platform, base MAC) and never take a serial another device holds. A
+// contradiction is an event on the device, the record is kept.
 
 var factConflicts = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "ztpd_device_fact_conflicts_total",
-	Help: "Device statements that contradicted the device's record and were not applied, by fact (kind, serial, product, platform).",
+	Help: "Device statements that contradicted the device's record and were not applied, by fact (kind, serial, product, platform, base_mac).",
 }, []string{"fact"})
 
 // Event types of the merge rule.
 const (
-	// EventFactConflict: a device stated a kind, serial, product or
-	// platform that contradicts its record; the record is kept.
+	// EventFactConflict: a device stated a kind, serial, product, platform
+	// or base MAC that contradicts its record; the record is kept.
 	EventFactConflict = "device.fact_conflict"
 	// EventSerialConflict: a device stated a serial another device holds;
 	// the serial stays with its holder and both records note the conflict.
 	EventSerialConflict = "device.serial_conflict"
 )
 
-// Source is who states a fact, for the kind rule.
+// Source is who states a fact: one of the parts that hear devices, or an
+// operator.
 type Source int
 
 const (
-	// SourceDevice is the device itself: DHCP options, ZTP headers, a join
-	// request. It refines a kind, never changes one.
-	SourceDevice Source = iota
-	// SourceOperator is an operator's declaration (a reservation's kind):
-	// it sets the kind.
+	// SourceDHCP: a lease exchange (options 12, 60, 61, 82, a
+	// reservation's kind when Facts.KindDeclared). The zero Source is
+	// none: Facts that state nothing need not name one.
+	SourceDHCP Source = iota + 1
+	// SourceContent: a ZTP request (SONiC and ONIE headers), over HTTP or
+	// TFTP.
+	SourceContent
+	// SourceJoin: a join request. Its kind says which bundle the device
+	// asks for: it classifies a device nothing classified and is otherwise
+	// not a statement about the record.
+	SourceJoin
+	// SourceAgent: the node agent's reports.
+	SourceAgent
+	// SourceOperator: an operator's declaration (a reservation's or a
+	// binding's kind). It sets the kind.
 	SourceOperator
 )
 
+// Sources is every Source, for tables.
+var Sources = []Source{SourceDHCP, SourceContent, SourceJoin, SourceAgent, SourceOperator}
+
+// String is the source as events name it (Fields["source"]).
+func (s Source) String() string {
+	switch s {
+	case SourceDHCP:
+		return "dhcp"
+	case SourceContent:
+		return "ztp"
+	case SourceJoin:
+		return "join"
+	case SourceAgent:
+		return "agent"
+	case SourceOperator:
+		return "operator"
+	}
+	return "unknown"
+}
+
 // MergeKind is the kind a record holding old takes when src states stated,
-// and whether the statement contradicts the record (then old is kept). An
-// unknown kind is refined to any; ONIE is refined to SONiC (ONIE installed
-// SONiC on the switch); nothing a device states turns a SONiC switch into
-// ONIE, or a switch into a VM or back. An operator's declaration wins.
+// and whether the statement contradicts the record (then old is kept).
+// The rule, for every source:
+//   - stating no kind (or unknown) changes nothing; a record without one
+//     is unknown;
+//   - an unknown (or missing) kind takes the stated one, and stating the
+//     recorded kind changes nothing;
+//   - an operator's declaration (SourceOperator) sets the kind;
+//   - a join request's kind (SourceJoin) classifies only an unknown
+//     device: for a classified one it is neither taken nor a conflict;
+//   - the device's own statements (SourceDHCP, SourceContent,
+//     SourceAgent) refine ONIE to SONiC (ONIE installed SONiC on the
+//     switch); every other change they state is a conflict and the record
+//     keeps its kind: nothing a device states turns a SONiC switch into
+//     ONIE, or a switch into a VM or back.
 func MergeKind(old, stated core.DeviceKind, src Source) (kind core.DeviceKind, conflict bool) {
 	switch {
 	case stated == "" || stated == core.KindUnknown:
@@ -60,10 +103,214 @@ func MergeKind(old, stated core.DeviceKind, src Source) (kind core.DeviceKind, c
 		return stated, false
 	case src == SourceOperator:
 		return stated, false
+	case src == SourceJoin:
+		return old, false
 	case old == core.KindONIE && stated == core.KindSONiC:
 		return core.KindSONiC, false
 	}
 	return old, true
+}
+
+// Facts is what one report states about a device: the value type every
+// part that hears devices hands in, never a record. Empty fields state
+// nothing. Each is checked at the edge it enters (Check); Merge applies
+// them.
+type Facts struct {
+	// Source is who states them.
+	Source Source
+	// KindDeclared: Kind is an operator's declaration (a DHCP reservation's
+	// kind), not the device's statement (MergeKind with SourceOperator).
+	KindDeclared bool
+
+	// Identity facts: they fill in a record that lacks them and never
+	// replace what it holds.
+	Kind     core.DeviceKind
+	Serial   string
+	Product  string
+	Platform string
+	BaseMAC  string // normalised
+
+	// Facts that follow the device: the latest statement wins.
+	Hostname    string
+	SONiCVer    string
+	IP          string
+	Subnet      string
+	ClientID    string
+	VendorClass string
+	RelayAddr   string
+	CircuitID   string
+	RemoteID    string
+}
+
+// FactsOf is what a view of a device d (what a part knows of it) states,
+// as src states it: for records learnt from such a view.
+func FactsOf(d *core.Device, src Source) Facts {
+	f := Facts{Source: src, Kind: d.Kind, Serial: d.Serial, Product: d.Product, Platform: d.Platform,
+		BaseMAC: d.BaseMAC, Hostname: d.Hostname, SONiCVer: d.SONiCVer, IP: d.IP, Subnet: d.Subnet,
+		ClientID: d.ClientID, VendorClass: d.VendorClass, RelayAddr: d.RelayAddr, CircuitID: d.CircuitID,
+		RemoteID: d.RemoteID}
+	if c := d.SerialConflict; f.Serial == "" && c != nil {
+		f.Serial = c.Serial // claimed, settled by the devices service
+	}
+	return f
+}
+
+// Update makes f the latest statement of each fact: every fact newer
+// states replaces f's (a reporter that coalesces several statements of one
+// device before handing them in, as DHCP between two commits). Unlike
+// Merge it judges nothing: the record's rule applies when f is merged.
+func (f *Facts) Update(newer *Facts) {
+	f.Source = newer.Source
+	if newer.Kind != "" {
+		f.Kind, f.KindDeclared = newer.Kind, newer.KindDeclared
+	}
+	for _, p := range [...]struct{ dst, v *string }{
+		{&f.Serial, &newer.Serial}, {&f.Product, &newer.Product}, {&f.Platform, &newer.Platform},
+		{&f.BaseMAC, &newer.BaseMAC}, {&f.Hostname, &newer.Hostname}, {&f.SONiCVer, &newer.SONiCVer},
+		{&f.IP, &newer.IP}, {&f.Subnet, &newer.Subnet}, {&f.ClientID, &newer.ClientID},
+		{&f.VendorClass, &newer.VendorClass}, {&f.RelayAddr, &newer.RelayAddr}, {&f.CircuitID, &newer.CircuitID},
+		{&f.RemoteID, &newer.RemoteID},
+	} {
+		follow(p.dst, *p.v)
+	}
+}
+
+// FactSet is a set of identity facts, e.g. those a statement contradicts.
+type FactSet uint8
+
+// The identity facts.
+const (
+	FactKind FactSet = 1 << iota
+	FactSerial
+	FactProduct
+	FactPlatform
+	FactBaseMAC
+)
+
+// Has reports whether s holds any of t.
+func (s FactSet) Has(t FactSet) bool { return s&t != 0 }
+
+// factNames are the identity facts by bit, as events and metrics name
+// them.
+var factNames = [...]string{"kind", "serial", "product", "platform", "base_mac"}
+
+func (f *Facts) kindSource() Source {
+	if f.KindDeclared {
+		return SourceOperator
+	}
+	return f.Source
+}
+
+// Contradicts is the set of identity facts f states that d holds
+// otherwise (Merge keeps d's). A platform named with and without its
+// revision suffix is the same one.
+func Contradicts(d *core.Device, f *Facts) FactSet {
+	var s FactSet
+	if _, conflict := MergeKind(d.Kind, f.Kind, f.kindSource()); conflict {
+		s |= FactKind
+	}
+	differs := func(have, stated string) bool { return have != "" && stated != "" && have != stated }
+	if differs(d.Serial, f.Serial) {
+		s |= FactSerial
+	}
+	if differs(d.Product, f.Product) {
+		s |= FactProduct
+	}
+	if differs(d.Platform, f.Platform) && !samePlatform(d.Platform, f.Platform) {
+		s |= FactPlatform
+	}
+	if differs(d.BaseMAC, f.BaseMAC) {
+		s |= FactBaseMAC
+	}
+	return s
+}
+
+// Merge applies f to d by the one rule and returns the facts it did not
+// apply because they contradict d (Contradicts): the kind by MergeKind,
+// other identity facts only where d has none, the rest follow the device.
+// It is pure: the devices service, and parts keeping a view of a device
+// for their answers (DHCP's cache, content's rendering), call it alike. A
+// serial taken here is settled against other records by the devices
+// service when it writes.
+func Merge(d *core.Device, f *Facts) (contradicted FactSet) {
+	contradicted = Contradicts(d, f)
+	d.Kind, _ = MergeKind(d.Kind, f.Kind, f.kindSource())
+	fill(&d.Serial, f.Serial)
+	fill(&d.Product, f.Product)
+	fill(&d.Platform, f.Platform)
+	fill(&d.BaseMAC, f.BaseMAC)
+	follow(&d.Hostname, f.Hostname)
+	follow(&d.SONiCVer, f.SONiCVer)
+	follow(&d.IP, f.IP)
+	follow(&d.Subnet, f.Subnet)
+	follow(&d.ClientID, f.ClientID)
+	follow(&d.VendorClass, f.VendorClass)
+	follow(&d.RelayAddr, f.RelayAddr)
+	follow(&d.CircuitID, f.CircuitID)
+	follow(&d.RemoteID, f.RemoteID)
+	if d.MAC == "" {
+		d.MAC = d.ID
+	}
+	return contradicted
+}
+
+// fill sets an identity fact a record lacks; follow one that follows the
+// device.
+func fill(dst *string, v string) {
+	if *dst == "" {
+		*dst = v
+	}
+}
+
+func follow(dst *string, v string) {
+	if v != "" {
+		*dst = v
+	}
+}
+
+// CheckFact validates one fact a device states, by its name ("serial",
+// "product", "platform", "hostname", "version") with core's character
+// sets: the one check of device-stated facts, run at the edge each enters
+// (a DHCP exchange, a ZTP request's headers, a join request).
+func CheckFact(fact, v string) error {
+	switch fact {
+	case "serial":
+		return core.CheckSerial(v)
+	case "product":
+		return core.CheckProduct(v)
+	case "platform":
+		return core.CheckPlatform(v)
+	case "hostname":
+		return core.CheckHostname(v)
+	case "version":
+		return core.CheckVersion(v)
+	}
+	return &core.FactError{Fact: fact, Value: v, Want: "a known fact"}
+}
+
+// Check validates every fact f states (CheckFact). Each that fails is
+// cleared and, when refused is not nil, handed to it; Check returns the
+// first failure (a *core.FactError), nil when all pass.
+func (f *Facts) Check(refused func(fact string, err error)) error {
+	var first error
+	// Names and fields apart: a pointer beside a name that leaks would
+	// make f escape (DHCP checks on its hot path).
+	names := [...]string{"serial", "product", "platform", "hostname", "version"}
+	for i, v := range [...]*string{&f.Serial, &f.Product, &f.Platform, &f.Hostname, &f.SONiCVer} {
+		if *v == "" {
+			continue
+		}
+		if err := CheckFact(names[i], *v); err != nil {
+			*v = ""
+			if refused != nil {
+				refused(names[i], err)
+			}
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	return first
 }
 
 // samePlatform reports whether two statements of an ONIE platform name the
@@ -92,27 +339,30 @@ func (c *conflicts) note(d *core.Device, now time.Time, fact, recorded, stated, 
 
 func quote(s string) string { return `"` + s + `"` }
 
-// mergeKind applies MergeKind to cur, noting a contradiction.
-func (c *conflicts) mergeKind(cur *core.Device, stated core.DeviceKind, src Source, now time.Time, source string) {
-	k, conflict := MergeKind(cur.Kind, stated, src)
-	if conflict && c != nil {
-		c.note(cur, now, "kind", string(cur.Kind), string(stated), source)
+// merge applies f to cur (Merge), noting each contradiction; the record
+// kept its own value of each.
+func (c *conflicts) merge(cur *core.Device, f *Facts, now time.Time) {
+	bad := Merge(cur, f)
+	if bad == 0 || c == nil {
+		return
 	}
-	cur.Kind = k
-}
-
-// mergeFact fills *dst with stated when it is empty; a different stated
-// value is a contradiction (same decides what differs).
-func (c *conflicts) mergeFact(cur *core.Device, dst *string, fact, stated string, same func(a, b string) bool, now time.Time, source string) {
-	switch {
-	case stated == "" || *dst == stated:
-	case *dst == "":
-		*dst = stated
-	case same != nil && same(*dst, stated):
-	default:
-		if c != nil {
-			c.note(cur, now, fact, *dst, stated, source)
+	for i, name := range factNames {
+		fact := FactSet(1) << i
+		if !bad.Has(fact) {
+			continue
 		}
+		recorded, stated := cur.BaseMAC, f.BaseMAC
+		switch fact {
+		case FactKind:
+			recorded, stated = string(cur.Kind), string(f.Kind)
+		case FactSerial:
+			recorded, stated = cur.Serial, f.Serial
+		case FactProduct:
+			recorded, stated = cur.Product, f.Product
+		case FactPlatform:
+			recorded, stated = cur.Platform, f.Platform
+		}
+		c.note(cur, now, name, recorded, stated, f.Source.String())
 	}
 }
 

@@ -2,7 +2,9 @@ package devices
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -12,10 +14,11 @@ import (
 	"github.com/ztpd/ztpd/internal/store/storetest"
 )
 
-// TestMergeKindTable: every pair of recorded and stated kind, from the
-// device and from an operator. A device refines unknown to anything and
+// TestMergeKindTable: every pair of recorded and stated kind, from every
+// source. A device (DHCP, content, agent) refines unknown to anything and
 // ONIE to SONiC; every other change it states is a conflict and the record
-// keeps its kind; an operator's declaration sets it.
+// keeps its kind. A join request classifies only an unknown device and
+// never conflicts. An operator's declaration sets the kind.
 func TestMergeKindTable(t *testing.T) {
 	const (
 		none  = core.DeviceKind("")
@@ -29,7 +32,7 @@ func TestMergeKindTable(t *testing.T) {
 		kind     core.DeviceKind
 		conflict bool
 	}
-	// device[old][stated], for SourceDevice.
+	// device[old][stated], for the device's own statements.
 	device := map[core.DeviceKind]map[core.DeviceKind]want{
 		none:  {none: {unk, false}, unk: {unk, false}, onie: {onie, false}, sonic: {sonic, false}, vm: {vm, false}},
 		unk:   {none: {unk, false}, unk: {unk, false}, onie: {onie, false}, sonic: {sonic, false}, vm: {vm, false}},
@@ -37,22 +40,84 @@ func TestMergeKindTable(t *testing.T) {
 		sonic: {none: {sonic, false}, unk: {sonic, false}, onie: {sonic, true}, sonic: {sonic, false}, vm: {sonic, true}},
 		vm:    {none: {vm, false}, unk: {vm, false}, onie: {vm, true}, sonic: {vm, true}, vm: {vm, false}},
 	}
-	for _, old := range kinds {
-		for _, stated := range kinds {
-			w := device[old][stated]
-			if k, c := MergeKind(old, stated, SourceDevice); k != w.kind || c != w.conflict {
-				t.Errorf("device: recorded %q, stated %q: got %q (conflict %v), want %q (conflict %v)", old, stated, k, c, w.kind, w.conflict)
-			}
-			// An operator's declaration of a kind sets it; declaring none
-			// changes nothing.
-			w = want{stated, false}
-			if stated == none || stated == unk {
-				w = device[old][stated]
-			}
-			if k, c := MergeKind(old, stated, SourceOperator); k != w.kind || c != w.conflict {
-				t.Errorf("operator: recorded %q, stated %q: got %q (conflict %v), want %q (conflict %v)", old, stated, k, c, w.kind, w.conflict)
+	join := map[core.DeviceKind]map[core.DeviceKind]want{
+		none:  {none: {unk, false}, unk: {unk, false}, onie: {onie, false}, sonic: {sonic, false}, vm: {vm, false}},
+		unk:   {none: {unk, false}, unk: {unk, false}, onie: {onie, false}, sonic: {sonic, false}, vm: {vm, false}},
+		onie:  {none: {onie, false}, unk: {onie, false}, onie: {onie, false}, sonic: {onie, false}, vm: {onie, false}},
+		sonic: {none: {sonic, false}, unk: {sonic, false}, onie: {sonic, false}, sonic: {sonic, false}, vm: {sonic, false}},
+		vm:    {none: {vm, false}, unk: {vm, false}, onie: {vm, false}, sonic: {vm, false}, vm: {vm, false}},
+	}
+	operator := map[core.DeviceKind]map[core.DeviceKind]want{
+		none:  {none: {unk, false}, unk: {unk, false}, onie: {onie, false}, sonic: {sonic, false}, vm: {vm, false}},
+		unk:   {none: {unk, false}, unk: {unk, false}, onie: {onie, false}, sonic: {sonic, false}, vm: {vm, false}},
+		onie:  {none: {onie, false}, unk: {onie, false}, onie: {onie, false}, sonic: {sonic, false}, vm: {vm, false}},
+		sonic: {none: {sonic, false}, unk: {sonic, false}, onie: {onie, false}, sonic: {sonic, false}, vm: {vm, false}},
+		vm:    {none: {vm, false}, unk: {vm, false}, onie: {onie, false}, sonic: {sonic, false}, vm: {vm, false}},
+	}
+	bySource := map[Source]map[core.DeviceKind]map[core.DeviceKind]want{
+		SourceDHCP: device, SourceContent: device, SourceAgent: device, SourceJoin: join, SourceOperator: operator,
+	}
+	if len(bySource) != len(Sources) {
+		t.Fatalf("the table covers %d of %d sources", len(bySource), len(Sources))
+	}
+	for _, src := range Sources {
+		table := bySource[src]
+		for _, old := range kinds {
+			for _, stated := range kinds {
+				w := table[old][stated]
+				if k, c := MergeKind(old, stated, src); k != w.kind || c != w.conflict {
+					t.Errorf("%s: recorded %q, stated %q: got %q (conflict %v), want %q (conflict %v)", src, old, stated, k, c, w.kind, w.conflict)
+				}
+				// Merge applies the same rule, a declared kind as the
+				// operator's.
+				d := core.Device{ID: "m", Kind: old}
+				bad := Merge(&d, &Facts{Source: src, Kind: stated})
+				if d.Kind != w.kind || bad.Has(FactKind) != w.conflict {
+					t.Errorf("Merge %s: recorded %q, stated %q: got %q (contradicts %v), want %q (conflict %v)", src, old, stated, d.Kind, bad, w.kind, w.conflict)
+				}
+				d = core.Device{ID: "m", Kind: old}
+				w = operator[old][stated]
+				if Merge(&d, &Facts{Source: src, Kind: stated, KindDeclared: true}); d.Kind != w.kind {
+					t.Errorf("declared by %s: recorded %q, stated %q: got %q, want %q", src, old, stated, d.Kind, w.kind)
+				}
 			}
 		}
+	}
+}
+
+// TestMergeFacts: identity facts fill in and never replace (a
+// contradiction is reported, the record keeps its value; a platform's
+// revision suffix is no contradiction); the rest follow the device.
+func TestMergeFacts(t *testing.T) {
+	d := core.Device{ID: "m", Kind: core.KindSONiC, Serial: "S1", Platform: "x86_64-accton_as7326_56x", Hostname: "old", IP: "10.0.0.1"}
+	bad := Merge(&d, &Facts{Source: SourceContent, Serial: "S2", Product: "P1", Platform: "x86_64-accton_as7326_56x-r0",
+		BaseMAC: "02:00:00:00:00:01", Hostname: "new", SONiCVer: "SONiC.1", IP: "10.0.0.2"})
+	want := core.Device{ID: "m", MAC: "m", Kind: core.KindSONiC, Serial: "S1", Product: "P1", Platform: "x86_64-accton_as7326_56x",
+		BaseMAC: "02:00:00:00:00:01", Hostname: "new", SONiCVer: "SONiC.1", IP: "10.0.0.2"}
+	if bad != FactSerial || !reflect.DeepEqual(d, want) {
+		t.Fatalf("merged %+v (contradicts %b), want %+v (serial)", d, bad, want)
+	}
+	if bad := Contradicts(&d, &Facts{Product: "P2", BaseMAC: "02:00:00:00:00:02", Platform: "other", Kind: core.KindVM}); bad != FactKind|FactProduct|FactPlatform|FactBaseMAC {
+		t.Fatalf("contradicts %b", bad)
+	}
+}
+
+// TestFactsCheck: each stated fact is checked by core's character sets; a
+// failing one is cleared and reported, the others kept.
+func TestFactsCheck(t *testing.T) {
+	f := Facts{Serial: "S1", Product: "bad\nproduct", Hostname: "-bad", SONiCVer: "SONiC.1", Platform: "x86_64-a"}
+	var refused []string
+	err := f.Check(func(fact string, err error) { refused = append(refused, fact) })
+	var fe *core.FactError
+	if !errors.As(err, &fe) || fe.Fact != "product" {
+		t.Fatalf("first failure %v", err)
+	}
+	if !slices.Equal(refused, []string{"product", "hostname"}) || f.Product != "" || f.Hostname != "" ||
+		f.Serial != "S1" || f.SONiCVer != "SONiC.1" || f.Platform != "x86_64-a" {
+		t.Fatalf("refused %v, left %+v", refused, f)
+	}
+	if err := (&Facts{Serial: "S1"}).Check(nil); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -245,5 +310,52 @@ func TestUnleasedRecordsPruned(t *testing.T) {
 	}
 	if got, want := ids(), []string{mac(100), mac(101), mac(102), mac(103), mac(104)}; !slices.Equal(got, want) {
 		t.Fatalf("kept %v, want %v", got, want)
+	}
+}
+
+// TestReportersHandFacts: a lease report and a fetch's facts reach the
+// record through the one merge; a declared kind is the operator's, each
+// contradiction names the source that stated it.
+func TestReportersHandFacts(t *testing.T) {
+	st := storetest.Store(t)
+	s := New(Options{Store: st, Log: quiet()})
+	defer s.Close()
+	const id = "52:54:00:00:00:41"
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	s.ObserveLease(Lease{Device: id, FirstSeen: t0, LastSeen: t0, New: true,
+		Facts: Facts{Source: SourceDHCP, Kind: core.KindONIE, Platform: "x86_64-accton_as7326_56x", Hostname: "sw"}})
+	s.Flush()
+	if d := device(t, st, id); d.Kind != core.KindONIE || d.State != core.StateLeased || d.Platform != "x86_64-accton_as7326_56x" ||
+		d.Hostname != "sw" || d.MAC != id || !d.FirstSeen.Equal(t0) {
+		t.Fatalf("after the lease: %+v", d)
+	}
+	// A reservation declares the kind: it is set, not a conflict.
+	s.ObserveLease(Lease{Device: id, LastSeen: t0.Add(time.Minute),
+		Facts: Facts{Source: SourceDHCP, Kind: core.KindVM, KindDeclared: true}})
+	s.Flush()
+	if d := device(t, st, id); d.Kind != core.KindVM {
+		t.Fatalf("a declared kind was not set: %+v", d)
+	}
+	s.Progress(Progress{Device: core.Device{ID: id}, Facts: Facts{Source: SourceContent, Kind: core.KindSONiC, Serial: "S1", SONiCVer: "SONiC.1"},
+		Next: core.StateZTPServed, Event: core.Event{Time: t0.Add(2 * time.Minute), Type: "ztp.json.served", Device: id}})
+	s.Flush()
+	d := device(t, st, id)
+	if d.Kind != core.KindVM || d.Serial != "S1" || d.SONiCVer != "SONiC.1" || d.State != core.StateZTPServed {
+		t.Fatalf("after the fetch: %+v", d)
+	}
+	evs := events(t, st, EventFactConflict)
+	if len(evs) != 1 || evs[0].Fields["fact"] != "kind" || evs[0].Fields["stated"] != "sonic" || evs[0].Fields["source"] != "ztp" {
+		t.Fatalf("conflict events: %+v", evs)
+	}
+}
+
+// TestFactsUpdate: a coalescing reporter keeps the latest statement of
+// each fact; a statement of none keeps the earlier one.
+func TestFactsUpdate(t *testing.T) {
+	f := Facts{Source: SourceDHCP, Kind: core.KindVM, KindDeclared: true, Serial: "S1", Hostname: "a", IP: "10.0.0.1"}
+	f.Update(&Facts{Source: SourceDHCP, Kind: core.KindSONiC, Serial: "S2", Product: "P1"})
+	want := Facts{Source: SourceDHCP, Kind: core.KindSONiC, Serial: "S2", Product: "P1", Hostname: "a", IP: "10.0.0.1"}
+	if f != want {
+		t.Fatalf("updated %+v, want %+v", f, want)
 	}
 }

@@ -149,27 +149,3 @@ type recTx struct {
 	core.Tx
 	trans []transition
 }
-
-// LearnJoin merges into cur what a device states about itself when it asks
-// to join a cluster (stated: kind, serial, product, hostname, SONiC
-// version, address) and notes it seen at now. The kind is taken only when
-// nothing classified the device; a serial or product fills in a missing
-// one and never replaces a recorded one: LearnJoin reports false, changing
-// nothing, when either contradicts the record. The hostname, SONiC version
-// and address follow the device.
-func LearnJoin(cur *core.Device, stated *core.Device, now time.Time) bool {
-	if stated.Serial != "" && cur.Serial != "" && stated.Serial != cur.Serial ||
-		stated.Product != "" && cur.Product != "" && stated.Product != cur.Product {
-		return false
-	}
-	if cur.Kind == "" || cur.Kind == core.KindUnknown {
-		cur.Kind = stated.Kind
-	}
-	setEmpty(&cur.Serial, stated.Serial)
-	setEmpty(&cur.Product, stated.Product)
-	setIf(&cur.Hostname, stated.Hostname)
-	setIf(&cur.SONiCVer, stated.SONiCVer)
-	setIf(&cur.IP, stated.IP)
-	cur.LastSeen, cur.UpdatedAt = now, now
-	return true
-}

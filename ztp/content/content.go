@@ -156,8 +156,11 @@ type Client struct {
 	Serial, BaseMAC, Product, SONiCVersion string
 	// ONIE headers.
 	ONIE *ONIE
-	// serialHolder is the device that holds the serial the request states,
-	// when that is not the requester (set by identify, read by learn).
+	// stated is what the request states about its device, once identify
+	// has checked it (none before, or when it was refused); serialHolder
+	// the device that holds the serial it states, when that is not the
+	// requester. Set by identify, read by learn and the records.
+	stated       devices.Facts
 	serialHolder string
 }
 
@@ -310,7 +313,7 @@ func (s *Service) progress(c *Client, dev core.Device, profileName string, next 
 	for k, v := range fields {
 		ev.Fields[k] = v
 	}
-	s.opt.Devices.Progress(devices.Progress{Device: dev, Profile: profileName, Next: next, Event: ev})
+	s.opt.Devices.Progress(devices.Progress{Device: dev, Facts: c.stated, Profile: profileName, Next: next, Event: ev})
 }
 
 // Flush waits until every fetch so far is recorded in the store.

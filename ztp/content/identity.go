@@ -21,6 +21,7 @@ import (
 // What c says about itself is then checked against that device (check):
 // headers select, they never widen.
 func (s *Service) identify(tx core.Tx, c *Client) (dev core.Device, stored bool, err error) {
+	c.stated, c.serialHolder = devices.Facts{}, ""
 	h, err := core.HolderOf(tx, c.Addr, s.now(), s.opt.Bindings)
 	if err != nil {
 		if errors.Is(err, core.ErrNoHolder) {
@@ -53,17 +54,14 @@ func (s *Service) identify(tx core.Tx, c *Client) (dev core.Device, stored bool,
 	if err := check(&dev, h.Binding, c); err != nil {
 		return dev, stored, err
 	}
+	c.stated = statedFacts(c)
 	return dev, stored, noteSerialHolder(tx, &dev, c)
 }
 
 // noteSerialHolder notes in c which device holds the serial c states, when
 // dev has none yet: learn gives dev only a serial nobody else holds.
 func noteSerialHolder(tx core.Tx, dev *core.Device, c *Client) error {
-	c.serialHolder = ""
-	serial := c.Serial
-	if serial == "" && c.ONIE != nil {
-		serial = c.ONIE.Serial
-	}
+	serial := c.stated.Serial
 	if serial == "" || dev.Serial != "" {
 		return nil
 	}
@@ -129,38 +127,73 @@ func (s *Service) boundBySerial(tx core.Tx, b *core.Binding, c *Client) (core.De
 	return d, false, nil
 }
 
+// statedFacts is what c's headers state about its device, as the facts
+// the devices service merges: the SONiC headers' serial and base MAC before
+// the ONIE headers', a kind of SONiC when any SONiC header is present,
+// else ONIE. A MAC that is not one and a SONiC version that names no build
+// state nothing (check refuses the former).
+func statedFacts(c *Client) devices.Facts {
+	f := devices.Facts{Source: devices.SourceContent, Serial: c.Serial, Product: c.Product}
+	if c.hasSONiCHeaders() {
+		f.Kind = core.KindSONiC
+	}
+	if v := strings.TrimSpace(c.SONiCVersion); v != "" && profile.BuildVersion(v) != "" {
+		f.SONiCVer = v
+	}
+	if nm, err := core.NormalizeMAC(c.BaseMAC); c.BaseMAC != "" && err == nil {
+		f.BaseMAC = nm
+	}
+	if o := c.ONIE; o != nil {
+		if f.Kind == "" {
+			f.Kind = core.KindONIE
+		}
+		if f.Serial == "" {
+			f.Serial = o.Serial
+		}
+		f.Platform = o.Platform()
+		if nm, err := core.NormalizeMAC(o.MAC); f.BaseMAC == "" && err == nil {
+			f.BaseMAC = nm
+		}
+	}
+	if c.Addr.IsValid() {
+		f.IP = c.Addr.Unmap().String() // identify proved it holds this address
+	}
+	return f
+}
+
 // check refuses a request whose self-description contradicts the device it
-// comes from (or the binding of its address), and any stated fact outside
-// its character set. Facts the record does not have yet are learnt later
-// (learn); none is ever replaced.
+// comes from (or the binding of its address) by the merge rule
+// (devices.Contradicts), and any stated fact outside its character set
+// (devices.CheckFact), naming the header that carried it. Facts the record
+// does not have yet are learnt later (learn); none is ever replaced.
 func check(d *core.Device, b *core.Binding, c *Client) error {
 	type claim struct {
-		fact, header, v, have string
-		valid                 func(string) error
+		fact, header, v string
+		as              devices.Facts // v as the identity fact it states (none for a version)
 	}
 	claims := []claim{
-		{"serial", "SERIAL-NUMBER", c.Serial, d.Serial, core.CheckSerial},
-		{"product", "PRODUCT-NAME", c.Product, d.Product, core.CheckProduct},
-		{"version", "SONiC-VERSION", c.SONiCVersion, "", checkSONiCVersion},
+		{"serial", "SERIAL-NUMBER", c.Serial, devices.Facts{Serial: c.Serial}},
+		{"product", "PRODUCT-NAME", c.Product, devices.Facts{Product: c.Product}},
+		{"version", "SONiC-VERSION", sonicVersion(c.SONiCVersion), devices.Facts{}},
 	}
 	if o := c.ONIE; o != nil {
 		claims = append(claims,
-			claim{"serial", "ONIE-SERIAL-NUMBER", o.Serial, d.Serial, core.CheckSerial},
-			claim{"platform", "ONIE-MACHINE", o.Platform(), d.Platform, core.CheckPlatform},
-			claim{"version", "ONIE-VERSION", o.Version, "", core.CheckVersion})
-	}
-	if b != nil && b.Serial != "" {
-		claims = append(claims, claim{"serial", "SERIAL-NUMBER", c.Serial, b.Serial, core.CheckSerial})
+			claim{"serial", "ONIE-SERIAL-NUMBER", o.Serial, devices.Facts{Serial: o.Serial}},
+			claim{"platform", "ONIE-MACHINE", o.Platform(), devices.Facts{Platform: o.Platform()}},
+			claim{"version", "ONIE-VERSION", o.Version, devices.Facts{}})
 	}
 	for _, cl := range claims {
 		if cl.v == "" {
 			continue
 		}
-		if err := cl.valid(cl.v); err != nil {
+		if err := devices.CheckFact(cl.fact, cl.v); err != nil {
 			return &Error{Status: 400, Kind: RefusedFact, Reason: cl.header + ": " + err.Error()}
 		}
-		if cl.have != "" && cl.have != cl.v && !(cl.fact == "platform" && platformIs(cl.have, cl.v)) {
-			return mismatch(d, cl.header, cl.have, cl.v)
+		if bad := devices.Contradicts(d, &cl.as); bad != 0 {
+			return mismatch(d, cl.header, recorded(d, bad), cl.v)
+		}
+		if b != nil && b.Serial != "" && cl.header == "SERIAL-NUMBER" && b.Serial != cl.v {
+			return mismatch(d, cl.header, b.Serial, cl.v)
 		}
 	}
 	for _, m := range []struct{ header, v string }{{"BASE-MAC-ADDRESS", c.BaseMAC}, {"ONIE-ETH-ADDR", onieMAC(c)}} {
@@ -171,11 +204,24 @@ func check(d *core.Device, b *core.Binding, c *Client) error {
 		if err != nil {
 			return &Error{Status: 400, Kind: RefusedFact, Reason: m.header + ": " + err.Error()}
 		}
-		if d.BaseMAC != "" && d.BaseMAC != nm {
+		if devices.Contradicts(d, &devices.Facts{BaseMAC: nm}) != 0 {
 			return mismatch(d, m.header, d.BaseMAC, nm)
 		}
 	}
 	return nil
+}
+
+// recorded is d's value of the identity fact f.
+func recorded(d *core.Device, f devices.FactSet) string {
+	switch f {
+	case devices.FactSerial:
+		return d.Serial
+	case devices.FactProduct:
+		return d.Product
+	case devices.FactPlatform:
+		return d.Platform
+	}
+	return ""
 }
 
 func onieMAC(c *Client) string {
@@ -185,11 +231,13 @@ func onieMAC(c *Client) string {
 	return c.ONIE.MAC
 }
 
-func checkSONiCVersion(v string) error {
+// sonicVersion is the SONiC-VERSION a device states: "N.A" (a build that
+// names none) states nothing.
+func sonicVersion(v string) string {
 	if strings.EqualFold(v, "N.A") || strings.EqualFold(v, "N/A") {
-		return nil
+		return ""
 	}
-	return core.CheckVersion(v)
+	return v
 }
 
 func mismatch(d *core.Device, header, have, claimed string) error {
@@ -204,62 +252,20 @@ func addrString(a netip.Addr) string {
 	return a.Unmap().String()
 }
 
-// learn adds to d what c says about itself and d does not know yet; check
-// has already refused anything that contradicts d. The SONiC version is the
-// one fact that follows the device (it changes with each image).
+// learn merges what c states about its device (identify checked it) into
+// d, the view the request is answered from, by the one rule
+// (devices.Merge): check has already refused anything that contradicts d.
+// A serial another device holds (identify looked: c.serialHolder) is not
+// d's: it selects nothing here (no profile or binding of that serial), and
+// d carries it as a claim (SerialConflict); the devices service records
+// the conflict on both records.
 func learn(d *core.Device, c *Client) {
-	if c.hasSONiCHeaders() {
-		d.Kind, _ = devices.MergeKind(d.Kind, core.KindSONiC, devices.SourceDevice) // ONIE installed SONiC
+	f := c.stated
+	if h := c.serialHolder; h != "" && h != d.ID && d.Serial == "" && f.Serial != "" {
+		d.SerialConflict = &core.SerialConflict{Serial: f.Serial, With: []string{h}}
+		f.Serial = ""
 	}
-	learnSerial(d, c, c.Serial)
-	setEmpty(&d.Product, c.Product)
-	if v := strings.TrimSpace(c.SONiCVersion); v != "" && profile.BuildVersion(v) != "" {
-		d.SONiCVer = v
-	}
-	if c.BaseMAC != "" {
-		if nm, err := core.NormalizeMAC(c.BaseMAC); err == nil {
-			setEmpty(&d.BaseMAC, nm)
-		}
-	}
-	if o := c.ONIE; o != nil {
-		d.Kind, _ = devices.MergeKind(d.Kind, core.KindONIE, devices.SourceDevice)
-		learnSerial(d, c, o.Serial)
-		setEmpty(&d.Platform, o.Platform())
-		if nm, err := core.NormalizeMAC(o.MAC); err == nil {
-			setEmpty(&d.BaseMAC, nm)
-		}
-	}
-	if d.Kind == "" {
-		d.Kind = core.KindUnknown
-	}
-	if d.MAC == "" {
-		d.MAC = d.ID
-	}
-	if c.Addr.IsValid() {
-		d.IP = c.Addr.Unmap().String() // identify proved it holds this address
-	}
-}
-
-// learnSerial gives d the serial its request stated when d has none and no
-// other device holds it (identify looked: c.serialHolder). A serial
-// another device holds is not d's: it selects nothing here (no profile or
-// binding of that serial), and it is carried as a claim (SerialConflict)
-// for the devices service to record the conflict on both records.
-func learnSerial(d *core.Device, c *Client, serial string) {
-	if serial == "" || d.Serial != "" {
-		return
-	}
-	if h := c.serialHolder; h != "" && h != d.ID {
-		d.SerialConflict = &core.SerialConflict{Serial: serial, With: []string{h}}
-		return
-	}
-	d.Serial = serial
-}
-
-func setEmpty(dst *string, v string) {
-	if *dst == "" {
-		*dst = v
-	}
+	devices.Merge(d, &f)
 }
 
 // Facts turns a device record into template facts.

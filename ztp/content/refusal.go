@@ -52,7 +52,7 @@ func (s *Service) refused(c *Client, dev core.Device, what string, reason error)
 		Fields: map[string]string{"what": what, "transport": c.Transport, "addr": addrString(c.Addr)}}
 	// The device holds its address: the refusal stays on its record
 	// ("device list --state unmatched") until it is served.
-	s.opt.Devices.Progress(devices.Progress{Device: dev, Event: ev,
+	s.opt.Devices.Progress(devices.Progress{Device: dev, Facts: c.stated, Event: ev,
 		Refusal: core.Refusal{What: what, Kind: why, Reason: e.Reason, At: now}})
 }
 

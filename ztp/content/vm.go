@@ -28,16 +28,19 @@ type VM struct {
 // renders its profile. userData asks for the user-data template too.
 func (s *Service) VM(ctx context.Context, c *Client, userData bool) (*VM, error) {
 	var dev core.Device
+	// A VM is known by its address alone: what its request may say about
+	// itself is neither checked nor learnt.
+	byAddr := &Client{Addr: c.Addr}
 	err := s.opt.Store.View(func(tx core.Tx) error {
 		var err error
-		dev, _, err = s.identify(tx, &Client{Addr: c.Addr})
+		dev, _, err = s.identify(tx, byAddr)
 		return err
 	})
 	if err != nil {
 		s.refused(c, dev, "meta-data", err)
 		return nil, err
 	}
-	learn(&dev, c)
+	learn(&dev, byAddr)
 	f := Facts(&dev)
 	p, err := s.pick(f)
 	if err != nil {

@@ -51,10 +51,14 @@ type pendingAck struct {
 	queued time.Time
 }
 
-// device is this server's view of one device: what the next commit hands
-// the devices service to merge into the stored record.
+// device is this server's view of one device. facts is what its lease
+// exchanges stated (the latest statement of each), what the next commit
+// hands the devices service; d is those facts merged by the devices
+// service's rule (devices.Merge), what this server answers before the
+// record is stored (DeviceByIP).
 type device struct {
 	d           core.Device
+	facts       devices.Facts
 	state       core.DeviceState // a transition to apply with the next write
 	written     time.Time
 	queued      bool
@@ -63,12 +67,6 @@ type device struct {
 	rawCircuit  string  // option 82 sub-options as last seen
 	rawRemote   string
 	warned      time.Time // last conflicting-claim warning
-	// kindStated is the kind the latest lease exchange stated (unknown:
-	// none), and kindDeclared whether an operator's reservation declared
-	// it: what the devices service merges into the record by its rule. d.Kind
-	// is this server's cumulative view (for DeviceByIP).
-	kindStated   core.DeviceKind
-	kindDeclared bool
 }
 
 // warnClaim logs (at most once a minute per device) a client that states a
@@ -104,10 +102,12 @@ func (s *Server) enqueueAck(x *exchange) bool {
 // client that holds it). A DISCOVER, an INFORM or a NAKed REQUEST may quote
 // any hardware address and proves nothing: it changes no record. A write
 // is queued when something changed, or last_seen is older than
-// lastSeenEvery. Facts the client states are checked against the character
-// sets of core; the devices service merges them into the record by its one
-// rule (a kind is refined, never changed; a serial, product or platform
-// fills in and never replaces; a contradiction is an event).
+// lastSeenEvery. What the client states anew is checked here, where it
+// enters (devices.Facts.Check: a fact that fails is dropped and counted);
+// the devices service merges it into the record by its one rule (a kind is
+// refined, never changed; a serial, product or platform fills in and never
+// replaces; a contradiction is an event). Only values that changed are
+// converted and checked: most ACKs are renewals that state nothing new.
 func (s *Server) touchDevice(x *exchange, leased bool) {
 	if len(x.hw) == 0 || !leased {
 		// Device records are keyed by hardware address; a client without one
@@ -122,70 +122,68 @@ func (s *Server) touchDevice(x *exchange, leased bool) {
 		s.devs[string(x.hw)] = dv
 		changed = true
 	}
-	d := &dv.d
-	declared := x.res != nil && x.res.kind != ""
-	if dv.kindStated != x.kind || dv.kindDeclared != declared {
-		dv.kindStated, dv.kindDeclared, changed = x.kind, declared, true
-		src := devices.SourceDevice
-		if declared {
-			src = devices.SourceOperator
-		}
-		d.Kind, _ = devices.MergeKind(d.Kind, x.kind, src)
+	was := &dv.facts
+	stated := devices.Facts{Source: devices.SourceDHCP, Kind: x.kind, KindDeclared: x.res != nil && x.res.kind != ""}
+	if was.Kind != stated.Kind || was.KindDeclared != stated.KindDeclared {
+		changed = true
 	}
-	setStr := func(dst *string, v string) {
-		if v != "" && *dst != v {
-			*dst, changed = v, true
+	anew := func(v, was string) string {
+		if v == was {
+			return ""
 		}
+		return v
 	}
-	keep := func(dst *string, fact, v string, check func(string) error) {
-		if v == "" || *dst == v {
-			return
-		}
-		switch err := check(v); {
-		case err != nil:
-			factsRefused.WithLabelValues(fact).Inc()
-			s.log.Debug("device fact refused", "mac", d.MAC, "fact", fact, "err", err)
-		case *dst != "":
-			// Handed on as stated: the devices service keeps the record's
-			// and records the contradiction.
-			s.warnClaim(x, dv, fact, *dst, v)
-			*dst, changed = v, true
-		default:
-			*dst, changed = v, true
-		}
-	}
-	keep(&d.Serial, "serial", x.serial, core.CheckSerial)
-	keep(&d.Product, "product", x.product, core.CheckProduct)
-	keep(&d.Platform, "platform", x.platform, core.CheckPlatform)
-	if h, ok := x.req.Opt(optHostname); ok && string(h) != d.Hostname {
-		if err := core.CheckHostname(string(h)); err != nil {
-			factsRefused.WithLabelValues("hostname").Inc()
-		} else {
-			d.Hostname, changed = string(h), true
-		}
+	stated.Serial = anew(x.serial, was.Serial)
+	stated.Product = anew(x.product, was.Product)
+	stated.Platform = anew(x.platform, was.Platform)
+	if h, ok := x.req.Opt(optHostname); ok && string(h) != was.Hostname {
+		stated.Hostname = string(h)
 	}
 	if len(x.clientID) > 0 && string(x.clientID) != dv.rawClientID {
 		dv.rawClientID = string(x.clientID)
-		setStr(&d.ClientID, clientIDText(x.clientID))
+		stated.ClientID = anew(clientIDText(x.clientID), was.ClientID)
 	}
-	if vc, ok := x.req.Opt(optVendorClass); ok && string(vc) != d.VendorClass {
-		setStr(&d.VendorClass, printable(vc))
+	if vc, ok := x.req.Opt(optVendorClass); ok && string(vc) != was.VendorClass {
+		stated.VendorClass = printable(vc)
 	}
 	if x.req.GIAddr != ([4]byte{}) && x.req.GIAddr != dv.relay {
 		dv.relay = x.req.GIAddr
-		setStr(&d.RelayAddr, ip4String(x.req.GIAddr))
+		stated.RelayAddr = anew(ip4String(x.req.GIAddr), was.RelayAddr)
 	}
 	if x.req.GIAddr != ([4]byte{}) {
 		if v, ok := x.req.relaySubOpt(relayCircuitID); ok && string(v) != dv.rawCircuit {
 			dv.rawCircuit = string(v)
-			setStr(&d.CircuitID, clientIDText(v))
+			stated.CircuitID = anew(clientIDText(v), was.CircuitID)
 		}
 		if v, ok := x.req.relaySubOpt(relayRemoteID); ok && string(v) != dv.rawRemote {
 			dv.rawRemote = string(v)
-			setStr(&d.RemoteID, clientIDText(v))
+			stated.RemoteID = anew(clientIDText(v), was.RemoteID)
 		}
 	}
-	d.LastSeen = x.now
+	if kindOnly := (devices.Facts{Source: stated.Source, Kind: stated.Kind, KindDeclared: stated.KindDeclared}); stated != kindOnly {
+		stated.Check(func(fact string, err error) {
+			factsRefused.WithLabelValues(fact).Inc()
+			s.log.Debug("device fact refused", "mac", dv.d.MAC, "fact", fact, "err", err)
+		})
+		changed = changed || stated != kindOnly
+	}
+	if changed {
+		bad := devices.Merge(&dv.d, &stated)
+		for _, c := range [...]struct {
+			fact      devices.FactSet
+			name      string
+			have, new string
+		}{{devices.FactSerial, "serial", dv.d.Serial, stated.Serial}, {devices.FactProduct, "product", dv.d.Product, stated.Product},
+			{devices.FactPlatform, "platform", dv.d.Platform, stated.Platform}} {
+			if bad.Has(c.fact) {
+				// Handed on as stated: the devices service keeps the
+				// record's and records the contradiction.
+				s.warnClaim(x, dv, c.name, c.have, c.new)
+			}
+		}
+		was.Update(&stated)
+	}
+	dv.d.LastSeen = x.now
 	if changed || x.now.Sub(dv.written) >= lastSeenEvery {
 		s.queueDevice(dv)
 	}
@@ -221,6 +219,7 @@ func (s *Server) deviceLeased(x *exchange, b *binding) {
 	}
 	ip := addrOf(b.ip).String()
 	dv.d.IP, dv.d.Subnet = ip, b.sn.name
+	dv.facts.IP, dv.facts.Subnet = ip, b.sn.name
 	dv.state = core.StateLeased
 	s.queueDevice(dv)
 }
@@ -255,9 +254,7 @@ type snapshot struct {
 	bindings []*binding
 	leases   []leaseRec
 	devices  []*device
-	devs     []core.Device
-	declared []bool // devs[i].Kind is an operator's declaration
-	states   []core.DeviceState
+	reports  []devices.Lease
 	events   []eventRec
 	evs      []core.Event
 	recs     devices.Batch // device and event records carried by this commit
@@ -282,8 +279,7 @@ func (sn *snapshot) empty() bool {
 // under its next session over what the others gave meanwhile.
 func (s *Server) take(snap *snapshot, now time.Time) {
 	snap.bindings, snap.leases = snap.bindings[:0], snap.leases[:0]
-	snap.devices, snap.devs, snap.states = snap.devices[:0], snap.devs[:0], snap.states[:0]
-	snap.declared = snap.declared[:0]
+	snap.devices, snap.reports = snap.devices[:0], snap.reports[:0]
 	snap.events, snap.acks = snap.events[:0], snap.acks[:0]
 	snap.session, snap.stale = s.session(), 0
 	snap.fence = s.fenceFor(snap.session)
@@ -313,10 +309,8 @@ func (s *Server) take(snap *snapshot, now time.Time) {
 		dv.queued = false
 		dv.written = now
 		snap.devices = append(snap.devices, dv)
-		snap.devs = append(snap.devs, dv.d)
-		snap.devs[len(snap.devs)-1].Kind = dv.kindStated
-		snap.declared = append(snap.declared, dv.kindDeclared)
-		snap.states = append(snap.states, dv.state)
+		snap.reports = append(snap.reports, devices.Lease{Device: dv.d.ID, Facts: dv.facts,
+			FirstSeen: dv.d.FirstSeen, LastSeen: dv.d.LastSeen, New: dv.state == core.StateLeased})
 		dv.state = ""
 	}
 	clear(s.devQueue)
@@ -340,12 +334,8 @@ func (s *Server) take(snap *snapshot, now time.Time) {
 // service (outside Server.mu) and takes back a chunk of its queue for this
 // commit. It reports whether records are left for another commit.
 func (s *Server) handOver(snap *snapshot) (more bool) {
-	for i := range snap.devs {
-		src := devices.SourceDevice
-		if snap.declared[i] {
-			src = devices.SourceOperator
-		}
-		s.devices.ObserveDHCPAs(snap.devs[i], snap.states[i] == core.StateLeased, src)
+	for i := range snap.reports {
+		s.devices.ObserveLease(snap.reports[i])
 	}
 	snap.evs = snap.evs[:0]
 	for i := range snap.events {
