@@ -12,6 +12,7 @@ import (
 	"github.com/ztpd/ztpd/testenv/fleet"
 	"github.com/ztpd/ztpd/testenv/lab"
 	"github.com/ztpd/ztpd/testenv/netns"
+	"github.com/ztpd/ztpd/testenv/stormlab"
 )
 
 // TestStormSurvivesKill9InTheMiddle: ztpd is killed (SIGKILL) while a
@@ -48,7 +49,7 @@ func TestStormSurvivesKill9InTheMiddle(t *testing.T) {
 	}
 	defer b.cli.Close()
 	defer b.srv.Close()
-	if err := writeProfiles(b.work, b.clusters); err != nil {
+	if err := stormlab.WriteProfiles(b.work, b.clusters); err != nil {
 		t.Fatal(err)
 	}
 	var err error
