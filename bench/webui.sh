@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# webui.sh - the web console under a boot storm (testenv/webbench): a real
+# webui.sh - the web console under a boot storm (testenv/cmd/webbench): a real
 # `ztpd serve` (namespace wb-srv) takes N simulated SONiC switches at once
 # (the bootstorm fleet in wb-cli) while Debian's chromium, headless on the
 # host, keeps the devices page open through a forwarder into wb-srv.
@@ -29,8 +29,8 @@ N=${N:-10000} CLUSTERS=${CLUSTERS:-10} CONCURRENCY=${CONCURRENCY:-256} LOADS=${L
 [[ -x ${ZTPD_CHROMIUM:-/usr/bin/chromium} ]] || command -v chromium >/dev/null || { echo "webui: needs chromium (apt-get install chromium)" >&2; exit 1; }
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "webui: ROUNDS must be a positive integer" >&2; exit 1; }
 go build -o bin/ztpd ./cmd/ztpd
-go build -o bin/bootstorm ./testenv/bootstorm
-go build -o bin/webbench ./testenv/webbench
+go build -o bin/bootstorm ./testenv/cmd/bootstorm
+go build -o bin/webbench ./testenv/cmd/webbench
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 

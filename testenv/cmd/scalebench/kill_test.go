@@ -34,7 +34,7 @@ func TestStormSurvivesKill9InTheMiddle(t *testing.T) {
 	work := t.TempDir()
 	o := options{conc: 256, bin: filepath.Join(work, "ztpd"), storm: filepath.Join(work, "bootstorm"), work: work,
 		leaseTime: time.Hour, maxStormed: maxDevices}
-	if err := lab.BuildBinaries(map[string]string{o.bin: "github.com/ztpd/ztpd/cmd/ztpd", o.storm: "github.com/ztpd/ztpd/testenv/bootstorm"}); err != nil {
+	if err := lab.BuildBinaries(map[string]string{o.bin: "github.com/ztpd/ztpd/cmd/ztpd", o.storm: "github.com/ztpd/ztpd/testenv/cmd/bootstorm"}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)

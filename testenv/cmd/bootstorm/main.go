@@ -15,7 +15,7 @@
 // are "local" routes in bs-cli and routed to 10.99.0.2 from bs-srv.
 //
 // Its -fleet mode (the fleet alone, in the fleet's namespace) is also what
-// testenv/scalebench runs, and its -renew mode renews a -fleet run's leases
+// testenv/cmd/scalebench runs, and its -renew mode renews a -fleet run's leases
 // at T1 (each switch a RENEWING client unicasting from its address).
 package main
 
