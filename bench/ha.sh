@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ha.sh - DHCPv4 DORA/s and fail-over time of DHCP servers in HA (issue 18):
+# ha.sh - DHCPv4 DORA/s and fail-over time of DHCP servers in HA:
 # N ztpd appliances (ZTPD_HA_CMD, a template until ztpd's HA mode exists)
 # against a Kea 2.2 HA load-balancing pair (libdhcp_lease_cmds.so + libdhcp_ha.so).
 # Root required (network namespaces). Modelled on bench/dhcp-rate.sh.

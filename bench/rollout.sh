@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# rollout.sh - a rolling Kubernetes upgrade of a simulated cluster (issue 17,
-# section 4): the real rollout engine, desired-state owner and bbolt store
+# rollout.sh - a rolling Kubernetes upgrade of a simulated cluster:
+# the real rollout engine, desired-state owner and bbolt store
 # (testenv/cmd/rolloutbench) upgrade NODES nodes (1 control plane, the rest
 # workers) MAX_UNAVAILABLE at a time; simulated NodeOps take the per-node
 # step times (cordon 50ms, drain 2s, agent kubeadm upgrade 5s, Node Ready 1s

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scale.sh - how ztpd's cost grows with the fleet (issue 19): per fleet size,
+# scale.sh - how ztpd's cost grows with the fleet: per fleet size,
 # a real `ztpd serve` with durable state takes the boot storm of
 # testenv/cmd/bootstorm's fleet (peak RSS, CPU s per device, store bytes per
 # device), renews every lease at T1 (each switch unicasts a RENEWING

@@ -5,9 +5,9 @@
 # host, keeps the devices page open through a forwarder into wb-srv.
 # Measured: SSE update messages/s and device updates/s the page's
 # EventSource received during the storm, the tab's peak JS heap and
-# renderer RSS meanwhile (issue 16: under 300 MB), then, with the N devices
+# renderer RSS meanwhile (the target: under 300 MB), then, with the N devices
 # stored, the time from navigation start to the devices table's first page
-# rendered, median of LOADS fresh loads (issue 16: under 1 s).
+# rendered, median of LOADS fresh loads (the target: under 1 s).
 # Reference, in the same run: the identical storm (fresh ztpd, same config,
 # clusters and fleet) with no browser at all (webbench -page=false). Each of
 # ROUNDS rounds runs the page-less storm first, then the one with the page;
