@@ -14,7 +14,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/ztpd
 	$(GO) build -trimpath -ldflags '-s -w' -o $(LAB_BIN) ./cmd/ztpd-lab
-	$(GO) build -trimpath -ldflags '-s -w' -o $(dir $(LAB_BIN))kubeletsim ./testenv/kubeletsim/cmd/kubeletsim
+	$(GO) build -trimpath -ldflags '-s -w' -o $(dir $(LAB_BIN))kubeletsim ./testenv/cmd/kubeletsim
 
 # The Debian package dist/ztpd_<version>_<arch>.deb: a static binary, the
 # hardened unit, /etc/ztpd/ztpd.yaml, man pages and completions generated
@@ -34,7 +34,7 @@ package:
 # The one test command (README, .ci/run): unit, real-client and namespace
 # tests; it ends by listing every skipped test and why.
 test: build
-	@set -o pipefail; $(GO) test -count=1 -timeout 20m -json ./... | $(GO) run ./internal/testsummary
+	@set -o pipefail; $(GO) test -count=1 -timeout 20m -json ./... | $(GO) run ./testenv/cmd/testsummary
 
 # The real kube-apiserver, kube-controller-manager and kubeadm of every
 # version in testenv/k8sbin/versions, and etcd, built from the Go module
@@ -63,6 +63,9 @@ fuzz:
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg || exit 1; \
 	  done; done
 
+# The bench-* targets run the shell drivers in bench/; the Go load
+# generators they build are testenv/cmd/<command> (ARCHITECTURE.md,
+# "Test-only code").
 bench: bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed bench-webui bench-rollout
 
 bench-go:

@@ -33,7 +33,7 @@ trap cleanup EXIT
 if [ ! -x "$BIN" ] || [ -n "${REBUILD:-}" ]; then
 	$GO build -trimpath -o "$BIN" ./cmd/ztpd
 fi
-$GO build -o "$WORK/apiseed" ./testenv/apiseed
+$GO build -o "$WORK/apiseed" ./testenv/cmd/apiseed
 
 echo "seeding $DEVICES devices, $CLUSTERS clusters x $MEMBERS members ..." >&2
 eval "$("$WORK/apiseed" -data-dir "$WORK/data" -devices "$DEVICES" -clusters "$CLUSTERS" -members "$MEMBERS")"

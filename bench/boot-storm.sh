@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # boot-storm.sh - 10,000 simulated SONiC switches onboard through a real
 # `ztpd serve` at once: DORA through a relay address, ztp.json,
-# config_db.json, join bundle, joined report (a hint; no Kubernetes here) (testenv/bootstorm).
+# config_db.json, join bundle, joined report (a hint; no Kubernetes here) (testenv/cmd/bootstorm).
 # Root required (network namespaces bs-srv / bs-cli, 10.99.0.0/16).
 # Knobs (env): N (10000) CLUSTERS (10) CONCURRENCY (256) SERVER_CPUS (taskset list, empty = none)
 # Last line: RESULT boot_storm devices=<n> seconds=<n> p99_ms=<n>
@@ -11,5 +11,5 @@ export PATH=$PATH:/usr/local/go/bin
 N=${N:-10000} CLUSTERS=${CLUSTERS:-10} CONCURRENCY=${CONCURRENCY:-256} SERVER_CPUS=${SERVER_CPUS:-}
 [[ $EUID -eq 0 ]] || { echo "boot-storm: must run as root (namespaces)" >&2; exit 1; }
 go build -o bin/ztpd ./cmd/ztpd
-go build -o bin/bootstorm ./testenv/bootstorm
+go build -o bin/bootstorm ./testenv/cmd/bootstorm
 bin/bootstorm -n "$N" -clusters "$CLUSTERS" -concurrency "$CONCURRENCY" -ztpd bin/ztpd -server-cpus "$SERVER_CPUS"

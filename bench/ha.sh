@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ha.sh - DHCPv4 DORA/s and fail-over time of DHCP servers in HA (issue 18):
+# ha.sh - DHCPv4 DORA/s and fail-over time of DHCP servers in HA:
 # N ztpd appliances (ZTPD_HA_CMD, a template until ztpd's HA mode exists)
 # against a Kea 2.2 HA load-balancing pair (libdhcp_lease_cmds.so + libdhcp_ha.so).
 # Root required (network namespaces). Modelled on bench/dhcp-rate.sh.
@@ -84,18 +84,18 @@
 #     storm_s=<seconds> (last one wins; NA allowed), which becomes RESULT's storm_s, and may
 #     contain storm_kill_s=<seconds> (RESULT's storm_kill_s). With ZTPD_HA_STORM_SET=1 it runs
 #     in the client namespace against a fresh, ready set. Placeholders as below; {servers} = all IPs.
-#     Default (empty disables): bin/hastorm (testenv/halab/cmd/hastorm, built here), which
+#     Default (empty disables): bin/hastorm (testenv/cmd/hastorm, built here), which
 #     builds its own group (ZTPD_HA_STORM_SET=0: run in the root namespace, no set started):
 #     ZTPD_N appliances on embedded etcd (mutual TLS, session_ttl 3s), each in its own
 #     namespace hastorm<pid>{a,k}-a<i> on a bridge, the fleet behind a relay broadcasting to
-#     all of them; STORM_N (10000) SONiC switches of testenv/bootstorm (DORA, ztp.json,
+#     all of them; STORM_N (10000) SONiC switches of testenv/cmd/bootstorm (DORA, ztp.json,
 #     config_db.json, join bundle, joined report; a failed one starts over after 1 s, its
 #     DHCP gives up after 4 tries, 2+4+8+16 s) onboard twice on a fresh group: every
 #     appliance alive (storm_s), then with the etcd leader SIGKILLed once a third are
 #     through (storm_kill_s). A run is NA unless every switch onboarded, no address was
 #     ACKed to two clients (tcpdump of every reply) and the store holds every switch's
 #     lease and issued bundle; what failed is printed in the report.
-#     STORM_ONE=1 (default) also runs testenv/bootstorm (one ztpd on bbolt, bench/boot-storm.sh)
+#     STORM_ONE=1 (default) also runs testenv/cmd/bootstorm (one ztpd on bbolt, bench/boot-storm.sh)
 #     with the same STORM_N: RESULT's storm_one_s, the single-box reference.
 #     STORM_CLUSTERS (10) STORM_CONCURRENCY (256) as bootstorm's; STORM_SERVER_CPUS and
 #     STORM_FLEET_CPUS pin the appliances / the fleet (default: none, as bench/boot-storm.sh).
@@ -683,8 +683,8 @@ run_storm() {
   local dir="$WORK/storm" n out pin=()
   rm -rf "$dir"; mkdir -p "$dir"; n=$(set_size ztpd_ha)
   if [[ $ZTPD_HA_STORM_CMD == "exec $HERE/../bin/hastorm "* ]]; then
-    (cd "$HERE/.." && PATH=$PATH:/usr/local/go/bin go build -o bin/hastorm ./testenv/halab/cmd/hastorm) ||
-      { log "storm: go build of testenv/halab/cmd/hastorm failed"; return 1; }
+    (cd "$HERE/.." && PATH=$PATH:/usr/local/go/bin go build -o bin/hastorm ./testenv/cmd/hastorm) ||
+      { log "storm: go build of testenv/cmd/hastorm failed"; return 1; }
   fi
   if [[ $ZTPD_HA_STORM_SET == 1 ]]; then
     start_set ztpd_ha "$dir" || { log "storm: ztpd_ha did not start"; stop_set; return 1; }
@@ -706,9 +706,9 @@ run_storm() {
   [[ -n $out ]] && STORM_KILL_S=$out
   [[ $STORM_ONE == 1 ]] || return 0
   # the single-box reference: one ztpd on bbolt, the same fleet (bench/boot-storm.sh)
-  (cd "$HERE/.." && PATH=$PATH:/usr/local/go/bin go build -o bin/bootstorm ./testenv/bootstorm) ||
-    { log "storm: go build of testenv/bootstorm failed"; return 1; }
-  log "ztpd: boot storm of $STORM_N switches through one ztpd on bbolt (testenv/bootstorm): $dir/bootstorm.out"
+  (cd "$HERE/.." && PATH=$PATH:/usr/local/go/bin go build -o bin/bootstorm ./testenv/cmd/bootstorm) ||
+    { log "storm: go build of testenv/cmd/bootstorm failed"; return 1; }
+  log "ztpd: boot storm of $STORM_N switches through one ztpd on bbolt (testenv/cmd/bootstorm): $dir/bootstorm.out"
   if "$HERE/../bin/bootstorm" -n "$STORM_N" -clusters "$STORM_CLUSTERS" -concurrency "$STORM_CONCURRENCY" \
       -ztpd "${ZTPD_BIN:-$HERE/../bin/ztpd}" -server-cpus "$STORM_SERVER_CPUS" -fleet-cpus "$STORM_FLEET_CPUS" \
       > "$dir/bootstorm.out" 2>&1 < /dev/null; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Join bundles issued and durably recorded per second (issue 5, section 9).
+# Join bundles issued and durably recorded per second.
 #
 # Runs the joiner's Go benchmark on a real bbolt file in a temp directory:
 # 64 devices join at once; each join checks its enrollment secret, admits the

@@ -3,7 +3,7 @@
 # through TLS bootstrap (their ztpd client certificates, CSRs approved and
 # signed by the real kube-controller-manager) against a real kube-apiserver
 # whose first control plane a VM brought up from ztpd's bundle, while a
-# real `ztpd serve` watches the cluster (testenv/observedjoin). Reference
+# real `ztpd serve` watches the cluster (testenv/cmd/observedjoin). Reference
 # in the same run: the API server's own view (every Node Ready, from a Node
 # informer) next to ztpd's (every member "joined" in GET
 # /api/v1/clusters/{id}); plus CPU seconds and peak RSS of ztpd,
@@ -21,6 +21,6 @@ N=${N:-500} KUBE_VERSION=${KUBE_VERSION:-} PROBE_INTERVAL=${PROBE_INTERVAL:-}
 CONCURRENCY=${CONCURRENCY:-64} BOOTSTRAP_CONCURRENCY=${BOOTSTRAP_CONCURRENCY:-0}
 [[ $EUID -eq 0 ]] || { echo "observed-join: skipped: must run as root (namespaces, mount namespaces for kubeadm)" >&2; exit 1; }
 go build -o bin/ztpd ./cmd/ztpd
-go build -o bin/observedjoin ./testenv/observedjoin
+go build -o bin/observedjoin ./testenv/cmd/observedjoin
 exec bin/observedjoin -n "$N" -kubernetes "$KUBE_VERSION" -probe-interval "$PROBE_INTERVAL" \
   -concurrency "$CONCURRENCY" -bootstrap-concurrency "$BOOTSTRAP_CONCURRENCY" -ztpd bin/ztpd

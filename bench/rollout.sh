@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# rollout.sh - a rolling Kubernetes upgrade of a simulated cluster (issue 17,
-# section 4): the real rollout engine, desired-state owner and bbolt store
-# (testenv/rolloutbench) upgrade NODES nodes (1 control plane, the rest
+# rollout.sh - a rolling Kubernetes upgrade of a simulated cluster:
+# the real rollout engine, desired-state owner and bbolt store
+# (testenv/cmd/rolloutbench) upgrade NODES nodes (1 control plane, the rest
 # workers) MAX_UNAVAILABLE at a time; simulated NodeOps take the per-node
 # step times (cordon 50ms, drain 2s, agent kubeadm upgrade 5s, Node Ready 1s
 # after the kubelet restart, each ±20% per node) and NODES simulated agents
@@ -25,6 +25,6 @@ export PATH=$PATH:/usr/local/go/bin
 NODES=${NODES:-200} MAX_UNAVAILABLE=${MAX_UNAVAILABLE:-10} SCALE=${SCALE:-0.1} ARGS=${ARGS:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-go build -o "$tmp/rolloutbench" ./testenv/rolloutbench
+go build -o "$tmp/rolloutbench" ./testenv/cmd/rolloutbench
 # shellcheck disable=SC2086 # ARGS is a list of flags
 "$tmp/rolloutbench" -nodes "$NODES" -max-unavailable "$MAX_UNAVAILABLE" -scale "$SCALE" $ARGS

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# scale.sh - how ztpd's cost grows with the fleet (issue 19): per fleet size,
+# scale.sh - how ztpd's cost grows with the fleet: per fleet size,
 # a real `ztpd serve` with durable state takes the boot storm of
-# testenv/bootstorm's fleet (peak RSS, CPU s per device, store bytes per
+# testenv/cmd/bootstorm's fleet (peak RSS, CPU s per device, store bytes per
 # device), renews every lease at T1 (each switch unicasts a RENEWING
 # DHCPREQUEST from its address, the fleet spread uniformly over RENEW_WINDOW;
 # acked, NAKed, dropped, p50/p99 REQUEST->ACK, and the check that the store
@@ -10,10 +10,10 @@
 # of at 30 min of a 1h lease), is restarted on its data (the renewed leases
 # must be there) with EVENTS device events in the store,
 # answers listKubernetesClusters, GET /api/v1/devices?state=&limit=100 and
-# GET /api/v1/events?device= under wrk, and is backed up (testenv/scalebench).
+# GET /api/v1/events?device= under wrk, and is backed up (testenv/cmd/scalebench).
 # Root required (namespaces sc-srv / sc-cli, 10.99.0.0/16: at most 65,278
 # devices fit its pool; a larger size storms 65,278 and writes the rest into
-# the store as copies of the storm's records, see testenv/scalebench/extend.go).
+# the store as copies of the storm's records, see testenv/cmd/scalebench/extend.go).
 # Long (~40 min for the default sizes): not part of `make bench`.
 # Knobs (env): SIZES ("10000 30000 100000") EVENTS (1000000) CONCURRENCY (256)
 #   DURATION (wrk, 10s) CONNS (32) PROFILES (dir for ztpd's CPU profile of each storm)
@@ -30,8 +30,8 @@ LEASE_TIME=${LEASE_TIME:-6m} RENEW_WINDOW=${RENEW_WINDOW:-60s}
 [[ $EUID -eq 0 ]] || { echo "scale: must run as root (namespaces)" >&2; exit 1; }
 command -v wrk >/dev/null || { echo "scale: wrk is not installed (apt-get install wrk)" >&2; exit 1; }
 go build -o bin/ztpd ./cmd/ztpd
-go build -o bin/bootstorm ./testenv/bootstorm
-go build -o bin/scalebench ./testenv/scalebench
+go build -o bin/bootstorm ./testenv/cmd/bootstorm
+go build -o bin/scalebench ./testenv/cmd/scalebench
 [ -z "$PROFILES" ] || mkdir -p "$PROFILES"
 bin/scalebench -sizes "$SIZES" -events "$EVENTS" -concurrency "$CONCURRENCY" -duration "$DURATION" -conns "$CONNS" \
 	-lease-time "$LEASE_TIME" -renew-window "$RENEW_WINDOW" -ztpd bin/ztpd -bootstorm bin/bootstorm -cpuprofile-dir "$PROFILES"

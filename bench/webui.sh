@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# webui.sh - the web console under a boot storm (testenv/webbench): a real
+# webui.sh - the web console under a boot storm (testenv/cmd/webbench): a real
 # `ztpd serve` (namespace wb-srv) takes N simulated SONiC switches at once
 # (the bootstorm fleet in wb-cli) while Debian's chromium, headless on the
 # host, keeps the devices page open through a forwarder into wb-srv.
 # Measured: SSE update messages/s and device updates/s the page's
 # EventSource received during the storm, the tab's peak JS heap and
-# renderer RSS meanwhile (issue 16: under 300 MB), then, with the N devices
+# renderer RSS meanwhile (the target: under 300 MB), then, with the N devices
 # stored, the time from navigation start to the devices table's first page
-# rendered, median of LOADS fresh loads (issue 16: under 1 s).
+# rendered, median of LOADS fresh loads (the target: under 1 s).
 # Reference, in the same run: the identical storm (fresh ztpd, same config,
 # clusters and fleet) with no browser at all (webbench -page=false). Each of
 # ROUNDS rounds runs the page-less storm first, then the one with the page;
@@ -29,8 +29,8 @@ N=${N:-10000} CLUSTERS=${CLUSTERS:-10} CONCURRENCY=${CONCURRENCY:-256} LOADS=${L
 [[ -x ${ZTPD_CHROMIUM:-/usr/bin/chromium} ]] || command -v chromium >/dev/null || { echo "webui: needs chromium (apt-get install chromium)" >&2; exit 1; }
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "webui: ROUNDS must be a positive integer" >&2; exit 1; }
 go build -o bin/ztpd ./cmd/ztpd
-go build -o bin/bootstorm ./testenv/bootstorm
-go build -o bin/webbench ./testenv/webbench
+go build -o bin/bootstorm ./testenv/cmd/bootstorm
+go build -o bin/webbench ./testenv/cmd/webbench
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 

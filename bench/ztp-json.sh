@@ -6,7 +6,7 @@
 # ztpd serves them the bench profile (bench/profiles/bench.yaml: firmware,
 # configdb-json, snmp and connectivity-check sections, templated per device).
 # ztpd identifies a switch by the address it asks from (its lease), so every
-# switch asks from its own leased address: bench/ztpload (wrk cannot pick a
+# switch asks from its own leased address: testenv/cmd/ztpload (wrk cannot pick a
 # source address per request) keeps one HTTP/1.1 connection per switch from
 # 10.99.(100+k/250).(1+k%250), with the headers sonic-ztp sends, over CONNS
 # workers, for DURATION. Every request does the full work: identify the
@@ -66,7 +66,7 @@ if [[ -z ${ZTPD:-} ]]; then
   log "building ztpd"
   (cd "$REPO" && go build -trimpath -o "$ZTPD" ./cmd/ztpd) || die "go build failed"
 fi
-(cd "$REPO" && go build -o "$WORK/ztpseed" ./bench/ztpseed && go build -o "$WORK/ztpload" ./bench/ztpload) || die "go build ztpseed/ztpload failed"
+(cd "$REPO" && go build -o "$WORK/ztpseed" ./testenv/cmd/ztpseed && go build -o "$WORK/ztpload" ./testenv/cmd/ztpload) || die "go build ztpseed/ztpload failed"
 cat > "$WORK/ztpd.yaml" <<CFG
 advertise_addr: 10.99.0.1
 http:
@@ -125,7 +125,9 @@ measure() {
 measure "$ZTPD" ztpd "$WORK/ztpseed"
 if [[ -n ${BASE_SRC:-} ]]; then
   log "building the base version from $BASE_SRC"
-  (cd "$BASE_SRC" && go build -trimpath -o "$WORK/ztpd-base" ./cmd/ztpd && go build -o "$WORK/ztpseed-base" ./bench/ztpseed) || die "base build failed"
+  seed=./testenv/cmd/ztpseed
+  [[ -d $BASE_SRC/$seed ]] || seed=./bench/ztpseed # where releases before testenv/cmd kept it
+  (cd "$BASE_SRC" && go build -trimpath -o "$WORK/ztpd-base" ./cmd/ztpd && go build -o "$WORK/ztpseed-base" "$seed") || die "base build failed"
   measure "$WORK/ztpd-base" base "$WORK/ztpseed-base"
 fi
 hz=$(awk '/Requests\/sec/{print $2}' <<<"$hzout")

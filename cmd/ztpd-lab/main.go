@@ -144,7 +144,7 @@ puts both in bin/), else the one on PATH; kubeletsim likewise (--kubeletsim).`,
 			if err != nil {
 				return err
 			}
-			ksim, err := findNextTo("kubeletsim", "--kubeletsim", kubeletsim, "make build, or go build ./testenv/kubeletsim/cmd/kubeletsim")
+			ksim, err := findNextTo("kubeletsim", "--kubeletsim", kubeletsim, "make build, or go build ./testenv/cmd/kubeletsim")
 			if err != nil {
 				return err
 			}

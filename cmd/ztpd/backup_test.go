@@ -21,7 +21,7 @@ import (
 	"github.com/ztpd/ztpd/testenv/freeport"
 )
 
-// Issue 15 item 3: "ztpd backup" copied ztpd.db only; restored into a fresh
+// Regression: "ztpd backup" copied ztpd.db only; restored into a fresh
 // directory, serve made a new secret.key, every API key failed with a
 // generic 401, and images answered 503 showing devices the server's path.
 // These tests run the real binary, with curl and tftp-hpa as the devices.

@@ -53,7 +53,7 @@ func loudRun(t *testing.T, env []string, args ...string) loudResult {
 	return r
 }
 
-// Issue 15 item 2: every mistyped subcommand printed its group's help and
+// Regression: every mistyped subcommand printed its group's help and
 // exited 0.
 func TestLoudMistypedSubcommandsExitNonZero(t *testing.T) {
 	cases := []struct {
@@ -124,7 +124,7 @@ func loudHoldPort(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// Issue 15 item 4: a second serve on a busy port created a data directory,
+// Regression: a second serve on a busy port created a data directory,
 // an at-rest key and an admin key, logged "started", and only then failed to
 // bind. Every listener is checked first; nothing is created.
 func TestLoudServeOnBusyPortCreatesNothing(t *testing.T) {
@@ -240,7 +240,7 @@ func loudClusterState(t *testing.T, env []string, data, name string) string {
 	return ""
 }
 
-// Issue 15 item 4: cluster delete destroyed the CA without confirmation.
+// Regression: cluster delete destroyed the CA without confirmation.
 // Destructive commands refuse without a terminal unless --yes is given, ask
 // on a terminal, and go ahead with --yes.
 func TestLoudDestructiveCommandsNeedYes(t *testing.T) {
@@ -323,7 +323,7 @@ func TestLoudDestructiveCommandsNeedYes(t *testing.T) {
 	}
 }
 
-// Issue 15 items 4 and 5: device approve of a device whose profile names no
+// Regression: device approve of a device whose profile names no
 // cluster was accepted and changed nothing; --cluster nosuch said "Invalid
 // Kubernetes cluster ID". The device really fetches its ztp.json from the
 // real server first, so the server knows its profile.
@@ -400,7 +400,7 @@ func TestLoudApproveRefusesWhatCannotTakeEffect(t *testing.T) {
 	}
 }
 
-// Issue 15 item 5: iso inspect printed an empty SHA256 column, and sizes were
+// Regression: iso inspect printed an empty SHA256 column, and sizes were
 // raw byte counts. The table shows every file's sha256 and human sizes;
 // -o json keeps exact bytes. The ISO is made by xorriso.
 func TestLoudISOInspectShowsSHA256AndHumanSizes(t *testing.T) {
@@ -447,7 +447,7 @@ func TestLoudISOInspectShowsSHA256AndHumanSizes(t *testing.T) {
 	}
 }
 
-// Issue 15 item 5: --semver v1.31.4 was refused; sizes of stored images
+// Regression: --semver v1.31.4 was refused; sizes of stored images
 // were raw bytes in tables.
 func TestLoudSemverWithVAndImageSizes(t *testing.T) {
 	env := cliEnv(t)
@@ -485,7 +485,7 @@ func TestLoudSemverWithVAndImageSizes(t *testing.T) {
 	}
 }
 
-// Issue 15 item 5: --dhcp-interface nosuch0 said "has no IPv4 address"; it
+// Regression: --dhcp-interface nosuch0 said "has no IPv4 address"; it
 // says the interface does not exist, lists those that do, and creates
 // nothing.
 func TestLoudMissingDHCPInterface(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// Issue 15 item 7: shell completion did not complete names. The shells ask
+// Regression: shell completion did not complete names. The shells ask
 // the real binary (`ztpd __complete ...`, what cobra's bash, zsh and fish
 // scripts run on TAB); names come live from the server's admin socket.
 func TestCompletionOfNames(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"github.com/ztpd/ztpd/testenv/inproc"
 )
 
-// Day-2 commands (issue 17) against a serving ztpd: "device desired get|set"
+// Day-2 commands against a serving ztpd: "device desired get|set"
 // and "rollout list|show|start|pause|resume|abort|watch". The cluster, its
 // member and the images are put in the server's store directly (nothing
 // here runs a real control plane or a device agent): a rollout the engine

@@ -3,9 +3,9 @@ package main
 import (
 	"io"
 	"os"
-	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/ztpd/ztpd/testenv/hermetic"
 )
 
 // cliEnv is the environment of a run of the real binary as an operator on
@@ -15,14 +15,7 @@ import (
 // host's /etc/ztpd/ztpd.yaml, which the package test installs).
 func cliEnv(t *testing.T) []string {
 	t.Helper()
-	home := t.TempDir()
-	env := []string{"HOME=" + home, "XDG_CONFIG_HOME=" + filepath.Join(home, ".config"), "ZTPD_CONFIG="}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "ZTPD_") && !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
-			env = append(env, kv)
-		}
-	}
-	return env
+	return hermetic.TestEnv(t)
 }
 
 // runCLI runs the root command in-process with args and returns stdout.

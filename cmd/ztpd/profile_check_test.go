@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// Issue 15 item 6: profile errors came one round at a time, under Go type
+// Regression: profile errors came one round at a time, under Go type
 // names, at the document's first line; `profile check` previewed VMs and
 // ONIE switches with switch facts and documents they never fetch.
 

@@ -167,7 +167,7 @@ const serveGCPercent = 400
 // serveMemoryLimit is the soft heap limit (GOMEMLIMIT) a server runs with
 // unless GOMEMLIMIT is set: GOGC=400 alone lets the heap grow to 5x the live
 // heap, which at 30,000 devices was ~1 GB of anonymous memory for ~150 MB
-// live (issue 19). Under the limit the collector runs sooner instead; above
+// live. Under the limit the collector runs sooner instead; above
 // it, when the live heap itself is larger, the runtime caps GC at about half
 // the CPU rather than failing. A cgroup memory limit (systemd MemoryMax=)
 // lowers it to 80% of that limit.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ztpd/ztpd/testenv/e2etest"
 	"github.com/ztpd/ztpd/testenv/freeport"
+	"github.com/ztpd/ztpd/testenv/hermetic"
 )
 
 // buildZtpd compiles the real binary once per test binary run.
@@ -158,9 +159,9 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 
 func TestMain(m *testing.M) {
 	// The tests never read the host's packaged configuration (the package
-	// test installs one while others run): no configuration file unless a
-	// test names one.
-	os.Setenv("ZTPD_CONFIG", "")
+	// test installs one while others run) or an operator's ZTPD_ variables:
+	// no configuration file unless a test names one.
+	hermetic.Isolate()
 	code := m.Run()
 	e2etest.Cleanup()
 	if builtZtpd != "" {

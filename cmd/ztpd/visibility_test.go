@@ -25,7 +25,7 @@ import (
 	"github.com/ztpd/ztpd/testenv/freeport"
 )
 
-// Visibility and local access (issue 15, items 1 and 5), with the real
+// Visibility and local access, with the real
 // binary: what a refused switch looks like in the log, in "device list",
 // "device show" and "ztpd events"; read commands on the appliance without
 // API keys, through the admin socket or the store opened in-process.

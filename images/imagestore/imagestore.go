@@ -57,8 +57,8 @@ var ErrInUse = errors.New("image is in use")
 type Store struct {
 	// Fetch, when set, brings an image's blob that is not on this
 	// appliance's disk before Open opens it: an appliance of a group
-	// sharing the store fetches it from a peer that holds it (issue 18,
-	// images/peerblobs). A failure is returned with the missing blob's
+	// sharing the store fetches it from a peer that holds it
+	// (images/peerblobs). A failure is returned with the missing blob's
 	// error. Nil on one box: a missing blob is an error at once. Set it
 	// before the store is shared between goroutines.
 	Fetch func(ctx context.Context, im core.Image) error

@@ -1,5 +1,5 @@
 // Package peerblobs moves image blobs between appliances that share one
-// store (issue 18). Image records are in the shared store, but each
+// store. Image records are in the shared store, but each
 // appliance keeps blobs on its own disk (images/imagestore), so an
 // appliance that lacks a blob fetches it from a peer that has it before it
 // serves it: Handler is the serving side, Fetcher the fetching side.

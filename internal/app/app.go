@@ -108,7 +108,7 @@ type App struct {
 	// Watch observes every cluster's API server and Nodes (kubewatch).
 	Watch *kubewatch.Manager
 	// Desired owns devices' desired states and answers their agents;
-	// Rollouts operates clusters' nodes (issue 17).
+	// Rollouts operates clusters' nodes (upgrades, scale-down, delete).
 	Desired  *desired.Service
 	Rollouts *rollout.Engine
 	nodeOps  *clusterNodes

@@ -30,7 +30,7 @@ import (
 	"github.com/ztpd/ztpd/joiner/joinhttp"
 )
 
-// Day-2 operations (issue 17): the device agents' channel (desired
+// Day-2 operations: the device agents' channel (desired
 // states, served on the API listener), the rollout engine, and the
 // cluster operations that act on nodes through them.
 
@@ -77,7 +77,7 @@ func (a *App) agentFiles() func(credential string) ([]bundle.File, error) {
 
 // changedFile is a small file's content, read again only when its size or
 // modification time changed: the API certificate goes into every bundle,
-// and reading it each time was 1.4 % of a boot storm's CPU (issue 19).
+// and reading it each time was 1.4 % of a boot storm's CPU.
 type changedFile struct {
 	mu     sync.Mutex
 	loaded bool

@@ -19,7 +19,7 @@ import (
 	"github.com/ztpd/ztpd/internal/httpserve"
 )
 
-// Image blobs in a group (issue 18): records are in the shared store, blobs
+// Image blobs in a group of appliances: records are in the shared store, blobs
 // on each appliance's disk. Each appliance serves its blobs to the others
 // on its peer listener (store.peer_addr, mutual TLS under store.tls), and
 // fetches a blob it lacks from them before serving it (imagestore.Fetch)

@@ -133,7 +133,7 @@ func startTwoAppliances(t *testing.T) (*testpki.TestCA, []*groupAppliance) {
 
 func sha256Hex(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
 
-// TestApplianceFetchesABlobFromItsPeer (issue 18): an image added on
+// TestApplianceFetchesABlobFromItsPeer: an image added on
 // appliance a (its blob on a's disk, its record in the shared store) is
 // served by appliance b over b's ZTP content listener with a's bytes,
 // fetched over the peer listeners' mutual TLS and kept on b's disk; an

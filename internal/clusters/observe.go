@@ -139,7 +139,7 @@ func (s *Service) observe(c core.Cluster, h Health) (obs core.ClusterObservation
 	// server's error text alternates between probes and watches (timeouts,
 	// refusals, the informer that failed last), and every write of a
 	// cluster re-renders every cluster listing (at 100,000 members, seconds
-	// of CPU each; issue 19).
+	// of CPU each).
 	structural := prev.APIReachable != obs.APIReachable || (prev.Error == "") != (obs.Error == "") || prev.Nodes != obs.Nodes ||
 		prev.ReadyNodes != obs.ReadyNodes || prev.ControlPlanes != obs.ControlPlanes ||
 		prev.ReadyControlPlanes != obs.ReadyControlPlanes || !prev.UnhealthySince.Equal(obs.UnhealthySince)

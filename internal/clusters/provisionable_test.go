@@ -7,7 +7,7 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 )
 
-// Issue 15: a cluster of a version ztpd cannot provision was created, then
+// Regression: a cluster of a version ztpd cannot provision was created, then
 // failed into Error. The version is refused when added, and a cluster of such
 // a version already in the store is refused before anything is stored.
 func TestUnprovisionableVersionRefusedBeforeState(t *testing.T) {

@@ -36,7 +36,7 @@ type ClusterView struct {
 
 // Member is one device of a cluster's roster as views render it: the parts
 // of its membership and of its device record they show. A cached roster
-// holds these rather than both records (issue 19: the copies were a sixth
+// holds these rather than both records (the copies were a sixth
 // of the heap at 100,000 members).
 type Member struct {
 	DeviceID string
@@ -86,7 +86,7 @@ func (v ClusterView) Endpoint() (url, ip string) {
 // Members are kept per cluster for the generation of memberships and
 // devices they were read at (s.members) and shared by the views that
 // reuse them: a write to clusters alone (a health observation, a state)
-// then costs the cluster records, not every member again (issue 19: at
+// then costs the cluster records, not every member again (at
 // 100,000 members a listing read them for seconds); after a write to
 // memberships or devices only the members whose records changed are
 // decoded (readMembers). Fingerprints follow
@@ -103,7 +103,7 @@ func (s *Service) views(ctx context.Context, cs []core.Cluster, gen uint64, from
 	// new as anything the reading transaction could see.
 	// Generation 0 (a store opened and not yet written) counts like any
 	// other: the first listing after a restart keeps its members, so the
-	// next one after a write reads only what changed (issue 19: at
+	// next one after a write reads only what changed (at
 	// 100,000 members the first counted listing decoded them all while
 	// every request waited).
 	var mgen uint64
@@ -157,7 +157,7 @@ func (s *Service) views(ctx context.Context, cs []core.Cluster, gen uint64, from
 // decoded. So a roster of 100,000 is read again after a few devices
 // changed at the cost of stamping the records (hashing stored bytes), not
 // decoding them, and without the store caching every decoded member
-// (issue 19).
+// (such caches were a third of the heap at 100,000 devices).
 func readMembers(tx core.Tx, cluster string, base roster) (roster, error) {
 	prev := make(map[string]int, len(base.members))
 	for i, m := range base.members {

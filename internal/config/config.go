@@ -41,7 +41,7 @@ type Config struct {
 	Debug         Debug    `yaml:"debug"`
 }
 
-// Rollout bounds each node's steps in rollouts (issue 17: upgrades,
+// Rollout bounds each node's steps in rollouts (upgrades,
 // scale-down, delete, mode switches).
 type Rollout struct {
 	// DrainTimeout is how long a Node's drain may wait for evictions a
@@ -51,7 +51,7 @@ type Rollout struct {
 	StepTimeout Duration `yaml:"step_timeout"`
 }
 
-// Store is where ztpd keeps its state (issue 18): one bbolt file in the
+// Store is where ztpd keeps its state: one bbolt file in the
 // data directory (backend bolt, the one-box default), an external etcd
 // cluster (etcd), or an etcd member embedded in each appliance
 // (etcd-embedded: three appliances and nothing else).
@@ -81,7 +81,7 @@ type Store struct {
 	// Appliances names every appliance sharing an external etcd store
 	// (backend etcd), this one's (name) included; with etcd-embedded they
 	// are the peers. Two or more make the appliances split DHCP by client
-	// hash and run the singletons on one of them (issue 18).
+	// hash and run the singletons on one of them.
 	Appliances []string `yaml:"appliances"`
 	// SessionTTL bounds how long a dead appliance's DHCP clients go
 	// unanswered before the others take them over (default 5s).

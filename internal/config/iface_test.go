@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// Issue 15: --dhcp-interface nosuch0 said "has no IPv4 address" (and Go's
+// Regression: --dhcp-interface nosuch0 said "has no IPv4 address" (and Go's
 // "route ip+net: no such network interface"); the error says the interface
 // does not exist and lists those that do, and nothing derived from it is
 // reported as a second, misleading error.

@@ -145,7 +145,7 @@ type Memberships interface {
 // a record's Stamp is unchanged, so is the record. Whoever keeps something
 // derived from many records (a cluster's roster, the console's device
 // counts) compares Stamps and decodes only the records that moved, instead
-// of the store caching every decoded record (issue 19: at 100,000 devices
+// of the store caching every decoded record (at 100,000 devices
 // those caches were a third of the heap, and marking them on every
 // collection set the API's tail latency). The zero Stamp is no record.
 type Stamp [2]uint64

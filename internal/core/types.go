@@ -315,7 +315,7 @@ type Membership struct {
 	Impostor      string `json:"impostor,omitempty"`
 	TokenID       string `json:"token_id,omitempty"`
 	ReportID      string `json:"report_id,omitempty"`
-	// AgentID is the device agent's credential (issue 17); it outlives
+	// AgentID is the device agent's credential; it outlives
 	// the membership when the device stays under ztpd's care standalone.
 	AgentID    string `json:"agent_id,omitempty"`
 	IP         string `json:"ip,omitempty"`

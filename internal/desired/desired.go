@@ -1,4 +1,4 @@
-// Package desired owns each device's desired state (issue 17): what the
+// Package desired owns each device's desired state: what the
 // operator wants it to run (mode, cluster and role, SONiC image,
 // Kubernetes version, labels, hooks) and the one operation its agent is
 // asked to do now, with what the agent reported of each step.

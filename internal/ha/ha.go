@@ -1,4 +1,4 @@
-// Package ha coordinates appliances that share one etcd store (issue 18):
+// Package ha coordinates appliances that share one etcd store:
 // who is alive, which of the 256 DHCP load-balancing buckets (RFC 3074)
 // each one answers, which address blocks each may allocate from, and which
 // one runs the singletons (cluster watch, rollouts, retention).

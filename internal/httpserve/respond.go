@@ -144,8 +144,7 @@ func errorJSON(code, msg, id string) []byte {
 // sent gzip-compressed to a client that accepts it. Smaller answers are not
 // worth a client's inflate; the big ones (listKubernetesClusters of a
 // 1,000-member cluster is ~400 KB) compress about 20 times, and at 30,000
-// members their cost was the TLS encryption of the whole body per request
-// (issue 19).
+// members their cost was the TLS encryption of the whole body per request.
 const CompressMin = 32 << 10
 
 // WriteCachedJSON answers body, which is already JSON, with status code; when

@@ -1,5 +1,5 @@
 // Package kubeops is what ztpd does to the Nodes of a cluster it onboarded
-// for day-2 operations (issue 17): cordon, drain (policy/v1 evictions that
+// for day-2 operations: cordon, drain (policy/v1 evictions that
 // respect PodDisruptionBudgets), wait for a Node to come back Ready at a new
 // kubelet version, uncordon, delete. It works through any
 // kubernetes.Interface; the rights it needs are RBAC() (the operator

@@ -13,7 +13,7 @@ import (
 )
 
 // desiredSpec is a profile's desired: block, the desired-state defaults
-// of the devices that get the profile (issue 17): what an operator set on
+// of the devices that get the profile: what an operator set on
 // a device itself wins over it, field by field (labels and hooks key by
 // key).
 type desiredSpec struct {

@@ -11,7 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// hostile is what issue 12 found pasted into config_db.json: a serial that
+// hostile is an injection once found pasted into config_db.json: a serial that
 // closes the string and its table and opens a TACACS server table.
 const hostile = `X"}}, "TACPLUS_SERVER": {"10.6.6.6": {"priority": "1"}}, "Y": {"z": "`
 

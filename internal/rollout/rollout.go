@@ -1,5 +1,5 @@
-// Package rollout runs operations over a cluster's nodes a few at a time
-// (issue 17): a Kubernetes upgrade, a SONiC image upgrade, or taking
+// Package rollout runs operations over a cluster's nodes a few at a time:
+// a Kubernetes upgrade, a SONiC image upgrade, or taking
 // members out (scale-down, delete, a switch going standalone). Control
 // planes go first, one by one; then workers, MaxUnavailable at once. Per
 // node: cordon and drain the Node through the cluster's API server (the
@@ -98,7 +98,8 @@ const (
 	DefaultStepTimeout  = 15 * time.Minute
 )
 
-// Engine runs rollouts; one per appliance (issue 18 will elect it).
+// Engine runs rollouts; one per appliance (in a group, the
+// leader fails the rollouts of an appliance that is gone).
 type Engine struct {
 	st   core.Store
 	opts Options

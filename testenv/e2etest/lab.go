@@ -19,6 +19,7 @@ import (
 
 	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/store/boltstore"
+	"github.com/ztpd/ztpd/testenv/hermetic"
 )
 
 // RequireRoot skips t unless it runs as root with every tool on PATH.
@@ -176,6 +177,7 @@ func (l *Lab) Start(cfgYAML string, extra ...string) {
 	}
 	args := append([]string{"netns", "exec", l.Srv, Ztpd(l.t), "serve", "--config", cfg, "--data-dir", l.DataDir, "--log-level", "debug"}, extra...)
 	l.cmd = exec.Command("ip", args...)
+	l.cmd.Env = hermetic.TestEnv(l.t) // ztpd sees only its --config, not the host's
 	l.out = &syncBuffer{}
 	l.cmd.Stdout, l.cmd.Stderr = l.out, l.out
 	if err := l.cmd.Start(); err != nil {

@@ -568,7 +568,7 @@ func (c *cluster) testFifty(t *testing.T) {
 	})
 }
 
-// testCommand runs cmd/kubeletsim inside the control plane's network
+// testCommand runs testenv/cmd/kubeletsim inside the control plane's network
 // namespace, as the lab and the bench do. KUBELETSIM_COMMAND_COUNT sets how
 // many kubelets it runs (default 20; the bench runs 500).
 func (c *cluster) testCommand(t *testing.T) {
@@ -580,7 +580,7 @@ func (c *cluster) testCommand(t *testing.T) {
 		}
 	}
 	bin := filepath.Join(t.TempDir(), "kubeletsim")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/kubeletsim").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/ztpd/ztpd/testenv/cmd/kubeletsim").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	kc := filepath.Join(t.TempDir(), "bootstrap-kubelet.conf")

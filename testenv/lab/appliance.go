@@ -19,6 +19,7 @@ import (
 
 	"github.com/ztpd/ztpd/api/signing"
 	ztpdconfig "github.com/ztpd/ztpd/internal/config"
+	"github.com/ztpd/ztpd/testenv/hermetic"
 	"github.com/ztpd/ztpd/testenv/netns"
 )
 
@@ -36,6 +37,7 @@ type Appliance struct {
 	Proc    *Proc
 
 	ns     *netns.NS
+	home   string // HOME of ztpd's processes: no user's ~/.config/ztpd
 	http   *http.Client
 	api    *http.Client
 	key    string
@@ -85,8 +87,11 @@ func (t *Topology) StartAppliance(ctx context.Context, bin, config string) (*App
 // until base answers /healthz. Its output goes to <work>/ztpd.out.
 func StartAppliance(ctx context.Context, ns *netns.NS, bin, work, config, base string) (*Appliance, error) {
 	a := &Appliance{Bin: bin, DataDir: filepath.Join(work, "data"), Config: filepath.Join(work, "ztpd.yaml"),
-		Base: base, ns: ns, http: NSClient(ns)}
+		Base: base, ns: ns, home: filepath.Join(work, "home"), http: NSClient(ns)}
 	if err := os.WriteFile(a.Config, []byte(config), 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(a.home, 0o700); err != nil {
 		return nil, err
 	}
 	logPath := filepath.Join(work, "ztpd.out")
@@ -96,6 +101,7 @@ func StartAppliance(ctx context.Context, ns *netns.NS, bin, work, config, base s
 	}
 	defer logf.Close()
 	cmd := ns.Command(context.Background(), bin, "serve", "--config", a.Config)
+	cmd.Env = hermetic.Env(a.home) // only the lab's configuration, not the host's
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if a.Proc, err = StartProc(cmd); err != nil {
 		return nil, err
@@ -174,6 +180,7 @@ func (a *Appliance) Close() { a.Proc.Stop(15 * time.Second) }
 // reaches the server through the admin socket) and returns stdout.
 func (a *Appliance) CLI(ctx context.Context, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, a.Bin, append([]string{"--config", a.Config}, args...)...)
+	cmd.Env = hermetic.Env(a.home)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -299,7 +306,7 @@ func (a *Appliance) REST(ctx context.Context, path string, query url.Values, out
 // API's self-signed certificate, and returns its standard output.
 func (a *Appliance) APICLI(ctx context.Context, args ...string) ([]byte, error) {
 	cmd := a.ns.Command(ctx, a.Bin, append([]string{"--config", a.Config}, args...)...)
-	cmd.Env = append(os.Environ(), "ZTPD_API_URL="+a.APIBase, "ZTPD_API_KEY="+a.key, "ZTPD_SECRET_KEY="+string(a.secret),
+	cmd.Env = hermetic.Env(a.home, "ZTPD_API_URL="+a.APIBase, "ZTPD_API_KEY="+a.key, "ZTPD_SECRET_KEY="+string(a.secret),
 		"ZTPD_API_CA="+filepath.Join(a.DataDir, "api-tls", "cert.pem"))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

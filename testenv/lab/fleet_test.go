@@ -42,7 +42,7 @@ func requireLabFleet(t *testing.T) (bin, kubeletsim string) {
 	kubebin.RequireEtcd(t)
 	bin = filepath.Join(t.TempDir(), "ztpd")
 	kubeletsim = filepath.Join(t.TempDir(), "kubeletsim")
-	if err := BuildBinaries(map[string]string{bin: "github.com/ztpd/ztpd/cmd/ztpd", kubeletsim: "github.com/ztpd/ztpd/testenv/kubeletsim/cmd/kubeletsim"}); err != nil {
+	if err := BuildBinaries(map[string]string{bin: "github.com/ztpd/ztpd/cmd/ztpd", kubeletsim: "github.com/ztpd/ztpd/testenv/cmd/kubeletsim"}); err != nil {
 		t.Fatal(err)
 	}
 	return bin, kubeletsim

@@ -36,7 +36,7 @@ import (
 type Kube struct {
 	Bins       kubebin.Set // the lab's Kubernetes version (the newest built, or the one before with Scenario.Upgrade)
 	Etcd       string
-	Kubeletsim string // testenv/kubeletsim/cmd/kubeletsim binary
+	Kubeletsim string // testenv/cmd/kubeletsim binary
 	// StatusEvery is the simulated kubelets' status update frequency (zero:
 	// the kubelet's 10 s); an upgrade waits for a Node to report its new
 	// version, so the lab's upgrade runs them every 2 s.
@@ -107,7 +107,7 @@ func NewKubeAt(kubeletsim, v string) (*Kube, error) {
 		return nil, err
 	}
 	if kubeletsim == "" {
-		return nil, errors.New("lab: no kubeletsim binary (go build ./testenv/kubeletsim/cmd/kubeletsim)")
+		return nil, errors.New("lab: no kubeletsim binary (go build ./testenv/cmd/kubeletsim)")
 	}
 	return &Kube{Bins: bins, Etcd: etcd, Kubeletsim: kubeletsim,
 		planes: map[string]*Plane{}, kubelets: map[string]*Kubelet{}}, nil

@@ -41,7 +41,7 @@ type Options struct {
 	Out     io.Writer // live progress table; nil for none
 	Live    bool      // redraw the table in place (a terminal)
 	Timeout time.Duration
-	// Kubeletsim is the testenv/kubeletsim/cmd/kubeletsim binary the
+	// Kubeletsim is the testenv/cmd/kubeletsim binary the
 	// devices' simulated kubelets run.
 	Kubeletsim string
 	// EditConfig, if set, changes the appliance configuration before ztpd

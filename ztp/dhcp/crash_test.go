@@ -18,6 +18,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/store/boltstore"
+	"github.com/ztpd/ztpd/testenv/hermetic"
 	"github.com/ztpd/ztpd/testenv/netns"
 )
 
@@ -38,8 +39,12 @@ func startZtpd(t *testing.T, ns *netns.NS, args ...string) *ztpdProc {
 		t.Fatal(err)
 	}
 	p := &ztpdProc{out: &syncBuffer{}, done: make(chan error, 1)}
-	// `ip netns exec` execs in place: the PID is ztpd's.
-	p.cmd = ns.Command(context.Background(), bin, append([]string{"serve"}, args...)...)
+	// `ip netns exec` execs in place: the PID is ztpd's. Its own empty
+	// configuration file and environment: the flags are the whole set-up,
+	// whatever ztpd is installed on the host.
+	cfg := hermetic.Config(t, "")
+	p.cmd = ns.Command(context.Background(), bin, append([]string{"serve", "--config", cfg}, args...)...)
+	p.cmd.Env = hermetic.TestEnv(t)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 )
 
-// Issue 15: a request ztpd leaves unanswered for a reason the operator can
+// Regression: a request ztpd leaves unanswered for a reason the operator can
 // fix was only counted (ztpd_dhcp_dropped_total). A relay from a subnet
 // nobody declared and a client asking to keep an address ztpd never leased
 // are said at info, once per relay or client every dropLogEvery.

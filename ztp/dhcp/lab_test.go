@@ -20,6 +20,7 @@ import (
 	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/store/boltstore"
 	"github.com/ztpd/ztpd/internal/store/storetest"
+	"github.com/ztpd/ztpd/testenv/hermetic"
 	"github.com/ztpd/ztpd/testenv/netns"
 )
 
@@ -191,6 +192,7 @@ func runUntil(t *testing.T, ns *netns.NS, timeout time.Duration, check func() bo
 var binDir string
 
 func TestMain(m *testing.M) {
+	hermetic.Isolate()
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)

@@ -10,7 +10,7 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 )
 
-// Several appliances serving the same subnets (issue 18) split the work as
+// Several appliances serving the same subnets (a group on one etcd store) split the work as
 // Kea's HA load balancing does: each client hashes (RFC 3074) to one of 256
 // buckets, and only the appliance that holds the bucket answers it. New
 // addresses come only from address blocks the appliance has claimed, so two

@@ -133,7 +133,7 @@ func u32Addr4(ip net.IP) uint32 {
 	return uint32(v[0])<<24 | uint32(v[1])<<16 | uint32(v[2])<<8 | uint32(v[3])
 }
 
-// TestDecisionOfAnEndedSessionIsNeverCommitted is issue 18's partition
+// TestDecisionOfAnEndedSessionIsNeverCommitted is the HA partition
 // defect in miniature: an appliance decides a lease, cannot commit it
 // (cut off: the fence fails), and gets a new session after the heal. The
 // old decision must not be committed under the new session; the address

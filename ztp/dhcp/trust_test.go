@@ -20,7 +20,7 @@ func (h *harness) devices() int {
 
 // TestOnlyLeaseHoldersAreStored: DISCOVERs from made-up hardware addresses
 // are answered (that is DHCP) but leave no device record; the client that
-// takes its lease gets one (issue 12, finding 8).
+// takes its lease gets one.
 func TestOnlyLeaseHoldersAreStored(t *testing.T) {
 	h := newHarness(t, nil)
 	for i := 0; i < 50; i++ {

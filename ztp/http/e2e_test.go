@@ -355,7 +355,7 @@ func TestRefusals(t *testing.T) {
 // TestSpoofedSwitchGetsNothing: a second host on the management network
 // quoting a switch's serial and base MAC (headers sonic-ztp would send) gets
 // 403 for ztp.json and config_db.json, and nothing stored changes; the same
-// headers from the lease holder work (issue 12, finding 1).
+// headers from the lease holder work.
 func TestSpoofedSwitchGetsNothing(t *testing.T) {
 	lab, _ := setupLab(t)
 	base := "http://" + lab.SrvIP + ":8080"

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/testenv/e2etest"
+	"github.com/ztpd/ztpd/testenv/hermetic"
 	"github.com/ztpd/ztpd/testenv/netns"
 )
 
@@ -62,6 +63,7 @@ func (l *zlab) start(name, ip string, args ...string) *bytes.Buffer {
 	l.t.Helper()
 	out := &bytes.Buffer{}
 	cmd := l.pair.A.Command(context.Background(), args[0], args[1:]...)
+	cmd.Env = hermetic.TestEnv(l.t) // ztpd sees only its --config, not the host's
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

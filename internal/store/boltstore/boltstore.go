@@ -260,7 +260,7 @@ func (s *Store) BackupToFile(path string) (int64, error) {
 // rawTx is a bolt transaction as kv.Raw. It keeps the buckets it opened:
 // bbolt keeps them only for writable transactions, so a read opened its
 // bucket again for every Get (a seek in the root and a Bucket allocated:
-// an events page of a device's 13 events opened 14; issue 19).
+// an events page of a device's 13 events opened 14).
 type rawTx struct {
 	b    *bolt.Tx
 	open [4]openBucket // the most recently opened first

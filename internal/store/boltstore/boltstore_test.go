@@ -600,7 +600,7 @@ func TestCorruptRecordCostsOnlyItself(t *testing.T) {
 }
 
 // Appended events fill their pages: bbolt's default split at half a page
-// left the append-only buckets half empty (issue 19).
+// left the append-only buckets half empty.
 func TestAppendedEventsFillTheirPages(t *testing.T) {
 	s, _ := openTemp(t)
 	for i := 0; i < 20; i++ {

@@ -62,13 +62,15 @@ var migrations = []func(*bolt.Tx) error{
 		}
 		return nil
 	},
-	// 2 -> 3: events are indexed by the device they name (issue 19). The
+	// 2 -> 3: events are indexed by the device they name (a device's events page
+	// reads only its own). The
 	// whole migration is one transaction (migrate), and it only adds
 	// entries, so a crash leaves schema 2 and running it again is safe.
 	func(btx *bolt.Tx) error { return kv.IndexDeviceEvents(newRawTx(btx)) },
-	// 3 -> 4: devices are indexed by state (issue 19); adds entries only.
+	// 3 -> 4: devices are indexed by state (a state's page walks only
+	// its range); adds entries only.
 	func(btx *bolt.Tx) error { return kv.IndexDeviceStates(newRawTx(btx)) },
-	// 4 -> 5: devices' desired states and rollouts (issue 17).
+	// 4 -> 5: devices' desired states and rollouts (day-2 operations).
 	func(btx *bolt.Tx) error {
 		for _, b := range []kv.Bucket{kv.BucketDesired, kv.BucketRollouts} {
 			if _, err := btx.CreateBucketIfNotExists([]byte(b)); err != nil {

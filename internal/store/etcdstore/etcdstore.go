@@ -1,4 +1,4 @@
-// Package etcdstore implements core.Store on etcd (issue 18), so several
+// Package etcdstore implements core.Store on etcd, so several
 // appliances share one store: an external etcd cluster, or one embedded
 // member per appliance (embedded.go). The schema is kv's, as on bbolt;
 // this package only supplies kv.Raw.

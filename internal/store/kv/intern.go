@@ -11,7 +11,7 @@ import (
 // label keys and values): JSON decoding allocates each one anew, and the
 // decode caches hold every device, lease and membership, so at 100,000
 // devices the repeats were millions of small objects for the collector to
-// walk (issue 19). Only short strings are kept, and the table starts over
+// walk. Only short strings are kept, and the table starts over
 // once it holds internMax of them, so a device stating a new hostname with
 // every request cannot grow it.
 type internTable struct {

@@ -73,11 +73,11 @@ type Raw interface {
 type Caches struct {
 	devices decodeCache[core.Device]
 	leases  decodeCache[core.Lease]
-	// memberships: a cluster listing reads every member's (issue 19:
-	// decoding them was 39 % of listKubernetesClusters' rendering).
+	// memberships: a cluster listing reads every member's
+	// (decoding them was 39 % of listKubernetesClusters' rendering).
 	memberships decodeCache[core.Membership]
 	// clusters and their join states: every ZTP fetch, join and report
-	// resolves its cluster (issue 19: decoding them was 6 % of a boot
+	// resolves its cluster (decoding them was 6 % of a boot
 	// storm's CPU).
 	clusters   decodeCache[core.Cluster]
 	joinStates decodeCache[core.JoinState]
@@ -262,13 +262,13 @@ func (e *notFoundError) Unwrap() error { return core.ErrNotFound }
 //
 // It holds a working set, not the fleet: at most decodeCacheMax records,
 // and a new one past that evicts one at random. Readers of every record
-// (rosters, counts) keep what they derive by core.Stamp instead (issue 19:
-// at 100,000 devices decoded copies of every device, membership and lease
+// (rosters, counts) keep what they derive by core.Stamp instead
+// (at 100,000 devices decoded copies of every device, membership and lease
 // were a third of the heap, and the collector marking them on the pinned
 // API core set its p99).
 //
 // A hash rather than a copy of the bytes: the copies were a fifth of the
-// heap (issue 19). The hash is 128 bits under seeds drawn at start and
+// heap. The hash is 128 bits under seeds drawn at start and
 // never shown, so a stale hit needs a record's new encoding to collide with
 // its old one in 128 bits that nobody can compute outside the process.
 type decodeCache[T any] struct {

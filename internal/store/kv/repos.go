@@ -33,7 +33,7 @@ func joinStateKey(cluster string) string { return "joiner/cluster/" + cluster }
 
 // deviceStateKey is device id's entry in the devices-by-state index
 // (value: the ID): a state-filtered device page walks the state's range
-// instead of every device (issue 19).
+// instead of every device.
 func deviceStateKey(state core.DeviceState, id string) string {
 	return deviceStatePrefix(state) + id
 }
@@ -54,7 +54,7 @@ func eventKey(seq uint64) string {
 // deviceEventKey indexes an event of stream s by the device it names
 // (Event.Device): one device's events are a contiguous key range in
 // sequence order, so its newest events are read without the rest of the
-// log (issue 19). The value is the event's key.
+// log. The value is the event's key.
 func deviceEventKey(s core.EventStream, device string, seq uint64) string {
 	return deviceEventPrefix(s, device) + eventKey(seq)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/ztpd/ztpd/testenv/fleet"
 	"github.com/ztpd/ztpd/testenv/lab"
 	"github.com/ztpd/ztpd/testenv/netns"
+	"github.com/ztpd/ztpd/testenv/stormlab"
 )
 
 // TestStormSurvivesKill9InTheMiddle: ztpd is killed (SIGKILL) while a
@@ -33,7 +34,7 @@ func TestStormSurvivesKill9InTheMiddle(t *testing.T) {
 	work := t.TempDir()
 	o := options{conc: 256, bin: filepath.Join(work, "ztpd"), storm: filepath.Join(work, "bootstorm"), work: work,
 		leaseTime: time.Hour, maxStormed: maxDevices}
-	if err := lab.BuildBinaries(map[string]string{o.bin: "github.com/ztpd/ztpd/cmd/ztpd", o.storm: "github.com/ztpd/ztpd/testenv/bootstorm"}); err != nil {
+	if err := lab.BuildBinaries(map[string]string{o.bin: "github.com/ztpd/ztpd/cmd/ztpd", o.storm: "github.com/ztpd/ztpd/testenv/cmd/bootstorm"}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -48,7 +49,7 @@ func TestStormSurvivesKill9InTheMiddle(t *testing.T) {
 	}
 	defer b.cli.Close()
 	defer b.srv.Close()
-	if err := writeProfiles(b.work, b.clusters); err != nil {
+	if err := stormlab.WriteProfiles(b.work, b.clusters); err != nil {
 		t.Fatal(err)
 	}
 	var err error

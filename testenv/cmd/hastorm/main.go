@@ -1,4 +1,4 @@
-// Command hastorm is the boot storm against three appliances (issue 18):
+// Command hastorm is the boot storm against three appliances on one etcd store:
 // the 10,000 simulated SONiC switches of bench bootstorm onboard (DORA
 // through a relay, ztp.json, config_db.json, the join bundle, the joined
 // report) through three `ztpd serve` on embedded etcd, built by

@@ -4,7 +4,7 @@
 // of skipped tests with their reasons, so a tool missing on a machine is
 // visible rather than silent. It exits 1 when anything failed.
 //
-//	go test -json ./... | go run ./internal/testsummary
+//	go test -json ./... | go run ./testenv/cmd/testsummary
 package main
 
 import (

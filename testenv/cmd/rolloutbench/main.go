@@ -1,5 +1,5 @@
 // Command rolloutbench is the rolling-upgrade benchmark
-// (bench/rollout.sh, issue 17): the rollout engine upgrades the
+// (bench/rollout.sh): the rollout engine upgrades the
 // Kubernetes version of a simulated cluster of -nodes nodes
 // (-control-planes of them control planes, the rest workers)
 // -max-unavailable at a time, and it reports the wall time against the

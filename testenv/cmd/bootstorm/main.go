@@ -15,7 +15,7 @@
 // are "local" routes in bs-cli and routed to 10.99.0.2 from bs-srv.
 //
 // Its -fleet mode (the fleet alone, in the fleet's namespace) is also what
-// testenv/scalebench runs, and its -renew mode renews a -fleet run's leases
+// testenv/cmd/scalebench runs, and its -renew mode renews a -fleet run's leases
 // at T1 (each switch a RENEWING client unicasting from its address).
 package main
 
@@ -31,7 +31,6 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ztpd/ztpd/testenv/fleet"
@@ -39,6 +38,7 @@ import (
 	"github.com/ztpd/ztpd/testenv/netns"
 	"github.com/ztpd/ztpd/testenv/procstat"
 	"github.com/ztpd/ztpd/testenv/promtext"
+	"github.com/ztpd/ztpd/testenv/stormlab"
 )
 
 type options struct {
@@ -108,47 +108,22 @@ func run(o options) error {
 		defer os.RemoveAll(d)
 		o.work = d
 	}
-	srv, err := netns.Add("bs-srv")
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
-	cli, err := netns.Add("bs-cli")
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	if err := netns.Veth(srv, "s0", "10.99.0.1/16", cli, "c0", "10.99.0.2/16"); err != nil {
-		return err
-	}
-	for i := poolFirst; i <= poolLast; i++ {
-		p := fmt.Sprintf("10.99.%d.0/24", i)
-		if err := cli.IP("route", "add", "local", p, "dev", "lo"); err != nil {
-			return err
-		}
-		if err := srv.IP("route", "add", p, "via", "10.99.0.2"); err != nil {
-			return err
-		}
-	}
-	if err := writeProfiles(o); err != nil {
-		return err
-	}
 	ctx := context.Background()
-	app, err := lab.StartAppliance(ctx, srv, o.bin, o.work, config(o), "http://10.99.0.1:8080")
+	st, err := stormlab.Start(ctx, stormlab.StormOptions{
+		Net:    stormlab.NetOptions{Prefix: "bs", PoolFirst: poolFirst, PoolLast: poolLast},
+		Config: stormlab.ConfigOptions{Pprof: true},
+		Bin:    o.bin, Work: o.work,
+		Clusters: o.clusters, PerCluster: (o.n + o.clusters - 1) / o.clusters,
+	})
 	if err != nil {
 		return err
 	}
-	defer app.Close()
+	defer st.Close()
+	srv, cli, app := st.Srv, st.Cli, st.App
 	if o.serverCPUs != "" {
 		if out, err := lab.Pin(app.Proc, o.serverCPUs); err != nil {
 			return fmt.Errorf("taskset: %v %s", err, out)
 		}
-	}
-	if err := app.UseAdminKey(ctx); err != nil {
-		return err
-	}
-	if err := app.CreateStormClusters(ctx, o.clusters, (o.n+o.clusters-1)/o.clusters); err != nil {
-		return err
 	}
 
 	profDone := make(chan error, 1)
@@ -300,36 +275,6 @@ func runRenew(o options) error {
 		return err
 	}
 	return os.WriteFile(o.fleetOut, out, 0o644)
-}
-
-func writeProfiles(o options) error {
-	pdir := filepath.Join(o.work, "profiles")
-	if err := os.MkdirAll(pdir, 0o755); err != nil {
-		return err
-	}
-	var prof strings.Builder
-	for c := 0; c < o.clusters; c++ {
-		fmt.Fprintf(&prof, "---\nname: storm-%02d\nmatch:\n  serial: \"STORM-%02d-*\"\nhostname: 'sw-{{ .Serial | lower }}'\ncluster: storm-%02d\nrole: sonic\n", c, c, c)
-	}
-	return os.WriteFile(filepath.Join(pdir, "storm.yaml"), []byte(prof.String()), 0o644)
-}
-
-func config(o options) string {
-	return fmt.Sprintf(`data_dir: %s
-advertise_addr: 10.99.0.1
-log: {level: warn, format: json}
-debug: {pprof_addr: "10.99.0.1:6060"}
-http: {addr: "10.99.0.1:8080"}
-dhcp:
-  interfaces: [s0]
-  relays: [{address: 10.99.0.2}] # the fleet relays from its own address
-  lease_time: 1h
-  subnets:
-    - {name: storm, subnet: 10.99.0.0/16, interface: s0, pools: ["10.99.%d.0-10.99.%d.254"], router: 10.99.0.1}
-profiles: [%s]
-joiner:
-  auto_approve: [{subnets: [10.99.0.0/16], roles: [control-plane, worker]}]
-`, filepath.Join(o.work, "data"), poolFirst, poolLast, filepath.Join(o.work, "profiles"))
 }
 
 // storeCommits reads ztpd's durable commits and the writers they carried

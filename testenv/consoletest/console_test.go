@@ -22,10 +22,12 @@ import (
 	"github.com/ztpd/ztpd/internal/store/boltstore"
 	"github.com/ztpd/ztpd/testenv/browser"
 	"github.com/ztpd/ztpd/testenv/e2etest"
+	"github.com/ztpd/ztpd/testenv/hermetic"
 	"github.com/ztpd/ztpd/testenv/inproc"
 )
 
 func TestMain(m *testing.M) {
+	hermetic.Isolate()
 	code := m.Run()
 	e2etest.Cleanup()
 	os.Exit(code)
@@ -52,12 +54,7 @@ func serveZtpd(t *testing.T, seed func(tx core.Tx) error) *ztpd {
 	z := &ztpd{t: t, bin: e2etest.Ztpd(t)}
 	// A clean environment for the CLI: no ZTPD_* credentials,
 	// configuration or cli.yaml of the user running the tests.
-	z.env = []string{"HOME=" + work, "XDG_CONFIG_HOME=" + filepath.Join(work, ".config"), "ZTPD_CONFIG="}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "ZTPD_") && !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
-			z.env = append(z.env, kv)
-		}
-	}
+	z.env = hermetic.Env(work)
 	var seedErr error
 	z.Base, _, z.App = inproc.ServeApp(t, func(cfg *config.Config) {
 		z.dir = cfg.DataDir

@@ -76,6 +76,7 @@ import (
 	"github.com/ztpd/ztpd/testenv/lab"
 	"github.com/ztpd/ztpd/testenv/netns"
 	"github.com/ztpd/ztpd/testenv/procstat"
+	"github.com/ztpd/ztpd/testenv/stormlab"
 )
 
 type options struct {
@@ -176,36 +177,12 @@ func run(o options) error {
 		defer os.RemoveAll(d)
 		o.work = d
 	}
-	for _, name := range []string{"oj-srv", "oj-cli"} { // left behind by a killed run
-		_ = (&netns.NS{Name: name}).Close()
-	}
-	srv, err := netns.Add("oj-srv")
+	n, err := stormlab.NewNet(stormlab.NetOptions{Prefix: "oj", ServerAddr: srvAddr, PoolFirst: poolFirst, PoolLast: poolLast(o.n), DefaultRoute: true})
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-	cli, err := netns.Add("oj-cli")
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	if err := netns.Veth(srv, "s0", srvAddr+"/16", cli, "c0", relayAddr+"/16"); err != nil {
-		return err
-	}
-	// The router the DHCP options name: a VM has its default route, and
-	// kubeadm looks for one even with an advertise address.
-	if err := cli.IP("route", "add", "default", "via", srvAddr); err != nil {
-		return err
-	}
-	for i := poolFirst; i <= poolLast(o.n); i++ {
-		p := fmt.Sprintf("10.99.%d.0/24", i)
-		if err := cli.IP("route", "add", "local", p, "dev", "lo"); err != nil {
-			return err
-		}
-		if err := srv.IP("route", "add", p, "via", relayAddr); err != nil {
-			return err
-		}
-	}
+	defer n.Close()
+	srv, cli := n.Srv, n.Cli
 	if err := writeProfiles(o); err != nil {
 		return err
 	}

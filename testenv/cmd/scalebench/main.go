@@ -1,7 +1,7 @@
 // Command scalebench measures how ztpd's cost grows with the fleet (issue
 // 19): per fleet size, a real `ztpd serve` with durable state (the default
 // configuration, events.keep raised to hold -events, dhcp.lease_time
-// -lease-time) takes the boot storm of testenv/bootstorm's fleet, sees the
+// -lease-time) takes the boot storm of testenv/cmd/bootstorm's fleet, sees the
 // whole fleet renew its leases at T1 (bootstorm -renew: each switch
 // unicasts a RENEWING DHCPREQUEST from its leased address, the fleet spread
 // uniformly over -renew-window), then is stopped, given -events device
@@ -65,6 +65,7 @@ import (
 	"github.com/ztpd/ztpd/testenv/lab"
 	"github.com/ztpd/ztpd/testenv/netns"
 	"github.com/ztpd/ztpd/testenv/procstat"
+	"github.com/ztpd/ztpd/testenv/stormlab"
 )
 
 const (
@@ -342,7 +343,7 @@ func runSize(o options, n int) (sizeResult, error) {
 	}
 	defer b.cli.Close()
 	defer b.srv.Close()
-	if err := writeProfiles(b.work, b.clusters); err != nil {
+	if err := stormlab.WriteProfiles(b.work, b.clusters); err != nil {
 		return res, err
 	}
 	var err error
@@ -474,33 +475,14 @@ func fileSize(path string) (int64, error) {
 	return st.Size(), nil
 }
 
-// network makes sc-srv and sc-cli: a veth pair, every pool /24 local in
-// sc-cli (each switch talks HTTP from its leased address) and routed to it
-// from sc-srv.
+// network makes <prefix>-srv and <prefix>-cli (stormlab's set-up; "sc"
+// unless a test picks its own prefix).
 func (b *bench) network() error {
-	var err error
-	prefix := cmp.Or(b.nsPrefix, "sc")
-	if b.srv, err = netns.Add(prefix + "-srv"); err != nil {
+	n, err := stormlab.NewNet(stormlab.NetOptions{Prefix: cmp.Or(b.nsPrefix, "sc"), ServerAddr: srvAddr, PoolFirst: poolFirst, PoolLast: poolLast})
+	if err != nil {
 		return err
 	}
-	if b.cli, err = netns.Add(prefix + "-cli"); err != nil {
-		b.srv.Close()
-		return err
-	}
-	if err := netns.Veth(b.srv, "s0", srvAddr+"/16", b.cli, "c0", "10.99.0.2/16"); err != nil {
-		b.cli.Close()
-		b.srv.Close()
-		return err
-	}
-	for i := poolFirst; i <= poolLast; i++ {
-		p := fmt.Sprintf("10.99.%d.0/24", i)
-		if err := b.cli.IP("route", "add", "local", p, "dev", "lo"); err != nil {
-			return err
-		}
-		if err := b.srv.IP("route", "add", p, "via", "10.99.0.2"); err != nil {
-			return err
-		}
-	}
+	b.srv, b.cli = n.Srv, n.Cli
 	return nil
 }
 
@@ -508,39 +490,11 @@ func (b *bench) start(ctx context.Context) (*lab.Appliance, error) {
 	return lab.StartAppliance(ctx, b.srv, b.o.bin, b.work, b.config(), "http://"+srvAddr+":8080")
 }
 
-// config is bootstorm's, with the whole /16 as the pool, events.keep
+// config is the storm's, with the whole /16 as the pool, events.keep
 // large enough for -events, the pprof listener and -lease-time.
 func (b *bench) config() string {
-	keep := max(defaultEventsKeep, b.o.events)
-	return fmt.Sprintf(`data_dir: %s
-advertise_addr: %s
-log: {level: warn, format: json}
-debug: {pprof_addr: "%s:6060"}
-http: {addr: "%s:8080"}
-dhcp:
-  interfaces: [s0]
-  relays: [{address: 10.99.0.2}] # the fleet relays from its own address
-  lease_time: %s
-  subnets:
-    - {name: storm, subnet: 10.99.0.0/16, interface: s0, pools: ["10.99.%d.0-10.99.%d.254"], router: %s}
-profiles: [%s]
-events: {keep: %d}
-joiner:
-  auto_approve: [{subnets: [10.99.0.0/16], roles: [control-plane, worker]}]
-`, filepath.Join(b.work, "data"), srvAddr, srvAddr, srvAddr, b.o.leaseTime, poolFirst, poolLast, srvAddr, filepath.Join(b.work, "profiles"), keep)
-}
-
-// writeProfiles is bootstorm's: cluster c takes the serials STORM-<c>-*.
-func writeProfiles(work string, clusters int) error {
-	pdir := filepath.Join(work, "profiles")
-	if err := os.MkdirAll(pdir, 0o755); err != nil {
-		return err
-	}
-	var prof strings.Builder
-	for c := 0; c < clusters; c++ {
-		fmt.Fprintf(&prof, "---\nname: storm-%02d\nmatch:\n  serial: \"STORM-%02d-*\"\nhostname: 'sw-{{ .Serial | lower }}'\ncluster: storm-%02d\nrole: sonic\n", c, c, c)
-	}
-	return os.WriteFile(filepath.Join(pdir, "storm.yaml"), []byte(prof.String()), 0o644)
+	return stormlab.Config(stormlab.ConfigOptions{Work: b.work, ServerAddr: srvAddr, PoolFirst: poolFirst, PoolLast: poolLast,
+		LeaseTime: b.o.leaseTime, Pprof: true, EventsKeep: max(defaultEventsKeep, b.o.events)})
 }
 
 // apiKey creates the admin key the appliance's own calls use and a second

@@ -49,6 +49,7 @@ import (
 	"github.com/ztpd/ztpd/testenv/fleet"
 	"github.com/ztpd/ztpd/testenv/lab"
 	"github.com/ztpd/ztpd/testenv/netns"
+	"github.com/ztpd/ztpd/testenv/stormlab"
 )
 
 // The bootstorm fleet's fixed plan: ztpd at 10.99.0.1, relay 10.99.0.2,
@@ -137,43 +138,17 @@ func run(o options) error {
 		defer os.RemoveAll(d)
 		o.work = d
 	}
-	srv, err := netns.Add("wb-srv")
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
-	cli, err := netns.Add("wb-cli")
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	if err := netns.Veth(srv, "s0", "10.99.0.1/16", cli, "c0", "10.99.0.2/16"); err != nil {
-		return err
-	}
-	for i := poolFirst; i <= poolLast; i++ {
-		p := fmt.Sprintf("10.99.%d.0/24", i)
-		if err := cli.IP("route", "add", "local", p, "dev", "lo"); err != nil {
-			return err
-		}
-		if err := srv.IP("route", "add", p, "via", "10.99.0.2"); err != nil {
-			return err
-		}
-	}
-	if err := writeProfiles(o); err != nil {
-		return err
-	}
 	ctx := context.Background()
-	app, err := lab.StartAppliance(ctx, srv, o.bin, o.work, config(o), "http://10.99.0.1:8080")
+	st, err := stormlab.Start(ctx, stormlab.StormOptions{
+		Net: stormlab.NetOptions{Prefix: "wb", PoolFirst: poolFirst, PoolLast: poolLast},
+		Bin: o.bin, Work: o.work,
+		Clusters: o.clusters, PerCluster: (o.n + o.clusters - 1) / o.clusters,
+	})
 	if err != nil {
 		return err
 	}
-	defer app.Close()
-	if err := app.UseAdminKey(ctx); err != nil {
-		return err
-	}
-	if err := app.CreateStormClusters(ctx, o.clusters, (o.n+o.clusters-1)/o.clusters); err != nil {
-		return err
-	}
+	defer st.Close()
+	srv, cli, app := st.Srv, st.Cli, st.App
 	key, secret, err := consoleKey(ctx, app)
 	if err != nil {
 		return err
@@ -370,33 +345,4 @@ func runStorm(ctx context.Context, cli *netns.NS, o options) (fleet.StormResult,
 // consoleKey creates the admin key the browser signs in with.
 func consoleKey(ctx context.Context, app *lab.Appliance) (string, string, error) {
 	return app.CreateAPIKey(ctx, "admin", "webbench")
-}
-
-func writeProfiles(o options) error {
-	pdir := filepath.Join(o.work, "profiles")
-	if err := os.MkdirAll(pdir, 0o755); err != nil {
-		return err
-	}
-	var prof strings.Builder
-	for c := 0; c < o.clusters; c++ {
-		fmt.Fprintf(&prof, "---\nname: storm-%02d\nmatch:\n  serial: \"STORM-%02d-*\"\nhostname: 'sw-{{ .Serial | lower }}'\ncluster: storm-%02d\nrole: sonic\n", c, c, c)
-	}
-	return os.WriteFile(filepath.Join(pdir, "storm.yaml"), []byte(prof.String()), 0o644)
-}
-
-func config(o options) string {
-	return fmt.Sprintf(`data_dir: %s
-advertise_addr: 10.99.0.1
-log: {level: warn, format: json}
-http: {addr: "10.99.0.1:8080"}
-dhcp:
-  interfaces: [s0]
-  relays: [{address: 10.99.0.2}] # the fleet relays from its own address
-  lease_time: 1h
-  subnets:
-    - {name: storm, subnet: 10.99.0.0/16, interface: s0, pools: ["10.99.%d.0-10.99.%d.254"], router: 10.99.0.1}
-profiles: [%s]
-joiner:
-  auto_approve: [{subnets: [10.99.0.0/16], roles: [control-plane, worker]}]
-`, filepath.Join(o.work, "data"), poolFirst, poolLast, filepath.Join(o.work, "profiles"))
 }

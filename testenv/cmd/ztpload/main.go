@@ -3,7 +3,7 @@
 // do. (wrk cannot choose a source address per request, and ztpd identifies a
 // switch by the address it asks from, so a load from one address would be
 // one switch.) Switch k asks from 10.99.(100+k/250).(1+k%250), the address
-// bench/ztpseed leased to it, with the headers sonic-ztp sends; the bench
+// testenv/cmd/ztpseed leased to it, with the headers sonic-ztp sends; the bench
 // makes those addresses local in its namespace.
 //
 // Each switch keeps one HTTP/1.1 connection (raw TCP, a pre-built request,
