@@ -85,7 +85,12 @@ type WaitError struct {
 	recorded bool
 }
 
-func (e *WaitError) Error() string { return "waiting: " + e.Reason }
+func (e *WaitError) Error() string {
+	if strings.HasPrefix(e.Reason, "waiting") {
+		return e.Reason
+	}
+	return "waiting: " + e.Reason
+}
 
 // Unwrap makes core.KindOf (and errors.As to *core.Error) see a wait.
 func (e *WaitError) Unwrap() error {

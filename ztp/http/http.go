@@ -379,6 +379,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch k := core.KindOf(err); {
 	case k == core.KindInternal:
 		// WriteError logs it with the request id it answers.
+	case k == core.KindWaiting:
+		// No failure: the content service logs a wait once per change.
+		s.log.Debug("ztp request told to wait", "path", r.URL.Path, "addr", r.RemoteAddr, "reason", err.Error())
 	case httpserve.StatusOf(k) >= 500:
 		s.log.Error("ztp request failed", "path", r.URL.Path, "addr", r.RemoteAddr, "err", err)
 	default:
