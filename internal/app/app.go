@@ -257,7 +257,7 @@ func (a *App) build() error {
 	a.ZTP = ztp
 	a.OnClose(ztp.Close)
 	a.OnStart(a.loadProfiles)
-	zh := ztphttp.New(ztp, a.Log)
+	zh := ztphttp.New(ztp, a.Log, a.frontDoor())
 	zh.Register(a.HTTPMux)
 	if a.Cfg.HTTP.MetadataAddr != "" {
 		a.metadata = zh.MetadataHandler()
@@ -502,18 +502,39 @@ func (a *App) bodies() *httpserve.BodyBudget {
 // listener of its own.
 func (a *App) apiElsewhere(w http.ResponseWriter, r *http.Request) {
 	where := "its own listener (api.addr)"
-	if a.apiOwn != nil {
-		scheme := "http"
-		if a.apiOwn.useTLS {
-			scheme = "https"
-		}
-		host, port, _ := net.SplitHostPort(a.apiOwn.addr)
-		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-			host = firstNonEmpty(a.Cfg.AdvertiseAddr, "<this host>")
-		}
-		where = scheme + "://" + net.JoinHostPort(host, port) + " (api.addr)"
+	if base := a.apiBase(); base != "" {
+		where = base + " (api.addr)"
 	}
 	httpserve.WriteErrorCode(w, http.StatusNotFound, core.KindNotFound, "the API is not served on this listener; it is at "+where)
+}
+
+// apiBase is scheme://host:port of the API's own listener, "" when the
+// main listener serves the API.
+func (a *App) apiBase() string {
+	addr, useTLS := a.Cfg.APIListener()
+	if addr == "" {
+		return ""
+	}
+	scheme := "http"
+	if useTLS {
+		scheme = "https"
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = firstNonEmpty(a.Cfg.AdvertiseAddr, "<this host>")
+	}
+	return scheme + "://" + net.JoinHostPort(host, port)
+}
+
+// frontDoor is what "/" on the device port tells a person when the console
+// and the API have a listener of their own (with them on the main
+// listener, "/" is the console itself).
+func (a *App) frontDoor() ztphttp.FrontDoor {
+	base := a.apiBase()
+	if base == "" {
+		return ztphttp.FrontDoor{}
+	}
+	return ztphttp.FrontDoor{ConsoleURL: base + "/", APIURL: base + api.RESTPath}
 }
 
 func firstNonEmpty(vals ...string) string {
