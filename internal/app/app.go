@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -422,21 +423,112 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 	for _, f := range a.serving {
 		f()
 	}
+	if len(runners) == 0 {
+		return nil
+	}
 	errc := make(chan error, len(runners))
-	var wg sync.WaitGroup
+	running := newRunning()
 	for _, r := range runners {
-		wg.Add(1)
+		running.add(r.Name())
 		go func(r Runner) {
-			defer wg.Done()
+			defer running.done(r.Name())
 			if err := r.Run(ctx); err != nil {
 				errc <- fmt.Errorf("%s: %w", r.Name(), err)
 				cancel()
 			}
 		}(r)
 	}
-	wg.Wait()
-	close(errc)
-	return <-errc
+	select {
+	case <-running.all:
+	case <-ctx.Done():
+		a.awaitStop(running, grace)
+	}
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// shutdownNote is how often a stop that is still waiting says for what.
+const shutdownNote = 2 * time.Second
+
+// awaitStop waits, at most grace, for the runners to return once Serve's
+// context is done, saying at INFO what it waits for as it waits: a stop
+// that hangs on one listener, job or cluster watch names it. Past grace it
+// stops waiting (the process is exiting) and says which were left.
+func (a *App) awaitStop(running *runningSet, grace time.Duration) {
+	start := time.Now()
+	a.Log.Info("shutting down", "grace", grace.String(), "waiting_for", running.names())
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	note := time.NewTicker(shutdownNote)
+	defer note.Stop()
+	for {
+		select {
+		case <-running.all:
+			a.Log.Info("every listener and job stopped", "after", time.Since(start).Round(time.Millisecond).String())
+			return
+		case name := <-running.stopped:
+			a.Log.Info("stopped", "runner", name, "after", time.Since(start).Round(time.Millisecond).String(),
+				"waiting_for", running.names())
+		case <-note.C:
+			a.Log.Info("shutdown still waiting", "waiting_for", running.names(), "after", time.Since(start).Round(time.Second).String())
+		case <-deadline.C:
+			a.Log.Warn("shutdown grace over: not waiting any longer", "grace", grace.String(), "left", running.names())
+			return
+		}
+	}
+}
+
+// runningSet is the runners Serve started that have not returned.
+type runningSet struct {
+	mu      sync.Mutex
+	m       map[string]int
+	n       int
+	all     chan struct{} // closed when the last one returns
+	stopped chan string   // each one's name as it returns (dropped when nobody reads)
+}
+
+func newRunning() *runningSet {
+	return &runningSet{m: map[string]int{}, all: make(chan struct{}), stopped: make(chan string, 64)}
+}
+
+func (r *runningSet) add(name string) {
+	r.mu.Lock()
+	r.m[name]++
+	r.n++
+	r.mu.Unlock()
+}
+
+func (r *runningSet) done(name string) {
+	r.mu.Lock()
+	if r.m[name]--; r.m[name] <= 0 {
+		delete(r.m, name)
+	}
+	r.n--
+	last := r.n == 0
+	r.mu.Unlock()
+	select {
+	case r.stopped <- name:
+	default:
+	}
+	if last {
+		close(r.all)
+	}
+}
+
+// names lists the runners still running, sorted.
+func (r *runningSet) names() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.m))
+	for n := range r.m {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // mainHandler is the http.addr listener: device routes (ZTP content, join,
