@@ -129,6 +129,9 @@ type App struct {
 	// apiLocal is the same API for the admin socket, acting as the local
 	// administrator (api.Server.LocalHandler).
 	apiLocal http.Handler
+	// stopGrace is Serve's grace (--shutdown-grace), which also bounds the
+	// wait for running cluster jobs at Close; 0 before Serve.
+	stopGrace time.Duration
 	// bodyBudget bounds the request bodies every listener's guard holds
 	// at once (http.max_body_bytes_*); made on first use.
 	bodyBudget *httpserve.BodyBudget
@@ -423,9 +426,7 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 	for _, f := range a.serving {
 		f()
 	}
-	if len(runners) == 0 {
-		return nil
-	}
+	a.stopGrace = grace
 	errc := make(chan error, len(runners))
 	running := newRunning()
 	for _, r := range runners {
@@ -449,6 +450,33 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 	default:
 		return nil
 	}
+}
+
+// closeClusters stops the clusters service, waiting for its running jobs
+// at most the shutdown grace (10 s without one) and saying so when they
+// take a while: a job talking to a cluster that does not answer would
+// otherwise hold the stop silently.
+func (a *App) closeClusters(cs *clusters.Service) error {
+	wait := a.stopGrace
+	if wait <= 0 {
+		wait = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cs.Close(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(200 * time.Millisecond):
+		a.Log.Info("waiting for the running cluster jobs to stop", "at_most", wait.String())
+	}
+	err := <-done
+	if err != nil {
+		// The jobs of a stopped appliance are marked failed at its next start.
+		a.Log.Warn("cluster jobs still running at the end of the shutdown grace; not waiting any longer", "grace", wait.String())
+	}
+	return err
 }
 
 // shutdownNote is how often a stop that is still waiting says for what.
