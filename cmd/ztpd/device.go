@@ -157,7 +157,7 @@ func newDeviceShowCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 was refused (if it was), and its timeline: its newest events, oldest first
 (lease, ZTP fetches and refusals, approval, join, Node). For the whole history
 use "ztpd events --device MAC".`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := newAPIClient(opts, f)
 			if err != nil {
@@ -271,7 +271,7 @@ func newDeviceApproveCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 		Long: `Approve a device: the joiner admits it, into --cluster when given, and issues
 its join credentials when its cluster has room. Without API credentials, on the
 appliance itself, this goes through the admin socket of the data directory.`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := newAPIClient(opts, f)
 			if err != nil {
@@ -313,7 +313,7 @@ Without API credentials, on the appliance itself, this goes through the admin
 socket of the data directory.`,
 		Example: `  ztpd device reset 52:54:00:12:34:56
   ztpd device reset SN1234 -o json`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := confirm(cmd, "reset device "+args[0]+": its membership ends and its credentials are revoked", yes); err != nil {
 				return err

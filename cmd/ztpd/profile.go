@@ -245,6 +245,10 @@ func profileCheckStore(opts *rootOptions, cfg config.Config) *profileCheckStoreA
 	st := &profileCheckStoreAccess{close: func() error { return nil }}
 	sock := filepath.Join(cfg.DataDir, app.AdminSocketName)
 	running := serverRunning(cfg.DataDir)
+	if err := deniedDataDir(cfg.DataDir); err != nil {
+		st.where = fmt.Sprintf("not consulted: %v (clusters and images not checked)", err)
+		return st
+	}
 	if !running && !app.HasStore(cfg) {
 		st.where = fmt.Sprintf("not consulted: no store in data directory %s (clusters and images not checked)", cfg.DataDir)
 		return st
