@@ -99,7 +99,8 @@ for them): see "ztpd device list --state refused".`,
 				q.Set("from", from.UTC().Format(time.RFC3339Nano))
 			}
 			names := visClusterNames(c)
-			out := &eventsOut{opts: opts, w: os.Stdout, names: names, lines: follow}
+			out := &eventsOut{opts: opts, w: os.Stdout, names: names, lines: follow,
+				refresh: func() visNames { return visClusterNames(c) }}
 			first := url.Values{}
 			maps.Copy(first, q)
 			first.Set("tail", strconv.Itoa(limit))
@@ -175,14 +176,34 @@ type eventsOut struct {
 	w     io.Writer
 	names visNames
 	lines bool
+	// refresh reads the cluster names again, when an event names a
+	// cluster unknown to names (created since they were read); nil: never.
+	refresh func() visNames
+	// unnamed are the cluster IDs a refresh did not name (deleted, or not
+	// visible to the caller): not asked about again.
+	unnamed map[string]bool
 }
 
 func (o *eventsOut) named(list []eventView) []eventView {
 	for i := range list {
-		if list[i].Cluster != "" {
-			if name := o.names[list[i].Cluster]; name != "" {
-				list[i].ClusterName = name
+		id := list[i].Cluster
+		if id == "" {
+			continue
+		}
+		if _, known := o.names[id]; !known && o.refresh != nil && !o.unnamed[id] {
+			if o.names == nil {
+				o.names = visNames{}
 			}
+			maps.Copy(o.names, o.refresh()) // a failed read keeps the names known
+			if _, known := o.names[id]; !known {
+				if o.unnamed == nil {
+					o.unnamed = map[string]bool{}
+				}
+				o.unnamed[id] = true
+			}
+		}
+		if name := o.names[id]; name != "" {
+			list[i].ClusterName = name
 		}
 	}
 	return list
