@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -135,10 +136,14 @@ for them): see "ztpd device list --state refused".`,
 }
 
 // eventsFollow polls for events after seq (every page of each poll, then
-// since=last_seq), so that none is lost or printed twice, until stop.
+// since=last_seq), so that none is lost or printed twice, until stop. A
+// server that stops answering (ztpd restarting: its admin socket is gone
+// for a moment) is waited for, said once on status, and followed again
+// from seq when it is back.
 func eventsFollow(c *apiClient, q url.Values, seq uint64, out *eventsOut, stop <-chan os.Signal) error {
 	tick := time.NewTicker(eventsFollowEvery)
 	defer tick.Stop()
+	lost := false
 	for {
 		select {
 		case <-stop:
@@ -152,7 +157,19 @@ func eventsFollow(c *apiClient, q url.Values, seq uint64, out *eventsOut, stop <
 		for {
 			var p eventsPage
 			if err := c.rest("GET", "/api/v1/events", pq, nil, &p); err != nil {
-				return err
+				var ue *url.Error
+				if !errors.As(err, &ue) {
+					return err // an answer: not a connection lost
+				}
+				if !lost {
+					lost = true
+					fmt.Fprintf(os.Stderr, "ztpd: ztpd stopped answering (restarting?); reconnecting (%v)\n", err)
+				}
+				break
+			}
+			if lost {
+				lost = false
+				fmt.Fprintln(os.Stderr, "ztpd: reconnected")
 			}
 			if err := out.write(p.Items); err != nil {
 				return err
