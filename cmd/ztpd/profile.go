@@ -245,8 +245,9 @@ func profileCheckStore(opts *rootOptions, cfg config.Config) *profileCheckStoreA
 	st := &profileCheckStoreAccess{close: func() error { return nil }}
 	sock := filepath.Join(cfg.DataDir, app.AdminSocketName)
 	running := serverRunning(cfg.DataDir)
-	if err := deniedDataDir(cfg.DataDir); err != nil {
-		st.where = fmt.Sprintf("not consulted: %v (clusters and images not checked)", err)
+	if deniedDataDir(cfg.DataDir) != nil {
+		st.where = fmt.Sprintf("not consulted: not readable by this user (permission denied on the data directory %s: run the command with sudo; "+
+			"clusters and images not checked)", cfg.DataDir)
 		return st
 	}
 	if !running && !app.HasStore(cfg) {
