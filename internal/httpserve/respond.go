@@ -98,8 +98,8 @@ const DefaultRetryAfter = 30 * time.Second
 
 // writeWait answers a wait: 503 with Retry-After and the wait's own
 // reason. A wait is no server error, so a guard that hides 5xx detail
-// lets it through (MarkPublic): the waiting client, and the operator
-// reading its logs, learn what it waits for.
+// lets it through as written (answerHidden): the waiting client learns
+// what it waits for.
 func writeWait(w http.ResponseWriter, err error) {
 	msg, after := err.Error(), DefaultRetryAfter
 	var ce *core.Error
@@ -110,7 +110,6 @@ func writeWait(w http.ResponseWriter, err error) {
 		}
 	}
 	w.Header().Set("Retry-After", strconv.Itoa(int(max(after.Round(time.Second), time.Second)/time.Second)))
-	MarkPublic(w)
 	writeBody(w, http.StatusServiceUnavailable, errorJSON(core.KindWaiting.String(), msg, ""))
 }
 
