@@ -66,7 +66,7 @@ func domainError(err error) *csError {
 		return &csError{code: csInUse, cscode: csServerAPIError, text: msg}
 	case core.KindPermission:
 		return &csError{code: csUnsupported, cscode: csServerAPIError, text: msg, generic: true}
-	case core.KindUnavailable:
+	case core.KindUnavailable, core.KindWaiting:
 		return &csError{code: csInternal, cscode: csServerAPIError, text: msg}
 	}
 	return &csError{code: csInternal, cscode: csServerAPIError, text: "Internal error executing command: " + msg}

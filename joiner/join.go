@@ -148,6 +148,7 @@ type JoinRequest struct {
 // joinResult is what the admission transaction decided.
 type joinResult struct {
 	wait       string
+	waitNews   bool // the wait is new or changed: logged once
 	cluster    core.Cluster
 	rt         core.JoinState
 	device     core.Device
@@ -218,7 +219,10 @@ func (s *Service) Join(ctx context.Context, req JoinRequest) (*Bundle, error) {
 		if res.wait == waitFirstControlPlane || res.wait == waitControlPlaneUp {
 			retry = waitRetryFirstCP
 		}
-		return nil, &WaitError{Reason: res.wait, RetryAfter: retry}
+		if res.waitNews {
+			s.log.Info("device waiting", "device", res.device.ID, "cluster", res.cluster.Name, "reason", res.wait)
+		}
+		return nil, &WaitError{Reason: res.wait, RetryAfter: retry, recorded: true}
 	}
 	b, err := s.render(ctx, &res, now)
 	if err != nil {
@@ -369,12 +373,13 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 				return err
 			}
 		}
-		if _, err := s.recordDevice(tx, dev.ID, req, now, placement{cluster: c.ID, state: core.StateWaiting}); err != nil {
+		if _, err := s.recordDevice(tx, dev.ID, req, now, placement{cluster: c.ID, state: core.StateWaiting, wait: wait}); err != nil {
 			return err
 		}
 		if !started {
 			return nil // a waiting device asking again is no news
 		}
+		res.waitNews = true
 		// Every change of a device's state is an event: its timeline and
 		// the console's live stream (which follows the event log) see it.
 		return s.event(tx, now, "join.waiting", dev.ID, c.ID, wait, nil)
@@ -516,6 +521,7 @@ type placement struct {
 	cluster, role string
 	setRole       bool
 	state         core.DeviceState
+	wait          string // what the device waits for; "" once admitted
 }
 
 // recordDevice stores device id's record through the devices service: what
@@ -531,6 +537,16 @@ func (s *Service) recordDevice(tx core.Tx, id string, req JoinRequest, now time.
 			d.Role = p.role
 		}
 		d.State = core.Advance(d.State, p.state)
+		// The wait is the device's current reason ("device show", "device
+		// list --state unmatched", the console) until it is admitted.
+		switch {
+		case p.wait != "":
+			if d.Refusal.Kind != core.RefusalWaiting || d.Refusal.Reason != p.wait {
+				d.Refusal = core.Refusal{What: "join", Kind: core.RefusalWaiting, Reason: p.wait, At: now}
+			}
+		case d.Refusal.Kind == core.RefusalWaiting:
+			d.Refusal = core.Refusal{}
+		}
 		return nil
 	})
 }

@@ -74,14 +74,33 @@ func IsUnauthorized(err error) bool {
 	return false
 }
 
-// WaitError means the device was admitted to the queue but cannot join yet
-// (awaiting approval, no room, no control plane yet). It should retry.
+// WaitError means the device cannot join yet (awaiting approval, no room,
+// no control plane yet, the profile's cluster not created yet). It should
+// retry. It is a wait in the one error model (core.KindWaiting).
 type WaitError struct {
 	Reason     string
 	RetryAfter time.Duration
+	// recorded: admission already put the wait on the device's record
+	// and, when it changed, in the event log (join.waiting).
+	recorded bool
 }
 
-func (e *WaitError) Error() string { return "waiting: " + e.Reason }
+func (e *WaitError) Error() string {
+	if strings.HasPrefix(e.Reason, "waiting") {
+		return e.Reason
+	}
+	return "waiting: " + e.Reason
+}
+
+// Unwrap makes core.KindOf (and errors.As to *core.Error) see a wait.
+func (e *WaitError) Unwrap() error {
+	return &core.Error{Kind: core.KindWaiting, Msg: e.Reason, RetryAfter: e.RetryAfter}
+}
+
+// Recorded reports whether the joiner has already recorded the wait on the
+// device (its reason and, once per change, its event), so a door that
+// answers it records nothing more.
+func (e *WaitError) Recorded() bool { return e.recorded }
 
 // Rule auto-approves devices. An empty field matches anything; a device must
 // match every non-empty field. Cluster, when set, limits the rule to that

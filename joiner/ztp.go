@@ -150,6 +150,12 @@ var ErrClusterByName = joinError(core.KindRefused, "a profile names another acco
 func (s *Service) profileCluster(ref string) error {
 	return s.store.View(func(tx core.Tx) error {
 		c, err := clusters.ByRef(tx, ref)
+		if errors.Is(err, core.ErrNotFound) {
+			// The operator creates the cluster after writing the profile
+			// (or not yet): its devices wait for it, they are not refused.
+			return &WaitError{Reason: fmt.Sprintf("waiting for Kubernetes cluster %q, which does not exist yet (ztpd cluster create %s)", ref, ref),
+				RetryAfter: waitRetry}
+		}
 		if err != nil {
 			return err
 		}

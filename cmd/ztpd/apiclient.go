@@ -134,6 +134,9 @@ type apiClient struct {
 func newLocalAPIClient(opts *rootOptions, f *apiFlags, cfg config.Config) (*apiClient, error) {
 	// Not the appliance (no store, no socket): an API command must not
 	// create an empty data directory and answer from it.
+	if err := deniedDataDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
 	if !app.HasStore(cfg) && !fileExists(filepath.Join(cfg.DataDir, app.AdminSocketName)) {
 		return nil, fmt.Errorf("no API credentials, and no ztpd data directory at %s to use locally: on the appliance pass --data-dir or --config; "+
 			"elsewhere pass --api-url, --api-key and --secret-key (or ZTPD_API_URL, ZTPD_API_KEY, ZTPD_SECRET_KEY, ~/.config/ztpd/cli.yaml)", cfg.DataDir)

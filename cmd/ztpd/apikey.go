@@ -91,7 +91,7 @@ SHA-256 hash; it never appears in lists, events or logs.`,
 		Use:     "revoke APIKEY",
 		Aliases: []string{"delete"},
 		Short:   "Revoke a key (the last admin key cannot be revoked)",
-		Args:    cobra.ExactArgs(1),
+		Args:    oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := confirm(cmd, fmt.Sprintf("revoke API key %s: every client using it is refused from now on", args[0]), yes); err != nil {
 				return err

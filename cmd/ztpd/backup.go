@@ -70,7 +70,7 @@ complete, checked archive or untouched. Restore with "ztpd restore FILE".`,
 		Example: `  ztpd backup /var/backups/ztpd-$(date +%F).ztpdbak --passphrase-file /root/backup.pass
   ZTPD_BACKUP_PASSPHRASE=... ztpd backup --with-key --with-images /mnt/usb/ztpd.ztpdbak
   ztpd --data-dir /srv/ztpd backup -o json /tmp/ztpd.ztpdbak`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutputFormat(opts); err != nil {
 				return err

@@ -31,7 +31,7 @@ With API credentials this uses getKubernetesClusterConfig; without them, on
 the appliance itself, it uses the admin socket of the data directory.`,
 		Example: `  ztpd cluster kubeconfig edge-1 > edge-1.kubeconfig
   ztpd cluster kubeconfig edge-1 -f ~/.kube/edge-1 && kubectl --kubeconfig ~/.kube/edge-1 get nodes`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !apiCredentialsGiven(f) {
 				return localKubeconfig(opts, args[0], out)
@@ -79,7 +79,7 @@ func newClusterMembersCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 		Use:     "members NAME|ID",
 		Short:   "List a cluster's members: device, role, state, version (admin socket, on the appliance)",
 		Example: "  ztpd cluster members prod\n  ztpd cluster members prod -o json",
-		Args:    cobra.ExactArgs(1),
+		Args:    oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return localMembers(opts, args[0])
 		},

@@ -24,7 +24,7 @@ func newClusterCreateCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 		Short: "Create a cluster and wait until it is Running (CA and join tokens provisioned)",
 		Example: `  ztpd cluster create edge-1 --version 1.31.4 --size 3
   ztpd cluster create core --version v1.31.4 --size 10 --control-nodes 3 --offering ztpd-large`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := newAPIClient(opts, f)
 			if err != nil {
@@ -91,7 +91,7 @@ size.`,
 		Example: `  ztpd cluster scale edge-1 --size 5
   ztpd cluster scale edge-1 --offering ztpd-large
   ztpd cluster scale edge-1 --remove 52:54:00:12:34:56`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if size == 0 && offering == "" && len(remove) == 0 {
 				return fmt.Errorf("give --size, --offering, --remove or a combination")
@@ -137,7 +137,7 @@ func newClusterUpgradeCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "upgrade NAME",
 		Short: "Upgrade a Running cluster (same major, minor +1 at most, never down)",
-		Args:  cobra.ExactArgs(1),
+		Args:  oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := newAPIClient(opts, f)
 			if err != nil {
@@ -170,7 +170,7 @@ func newClusterSimpleCmd(opts *rootOptions, f *apiFlags, op string) *cobra.Comma
 	cmd := &cobra.Command{
 		Use:   op + " NAME",
 		Short: short,
-		Args:  cobra.ExactArgs(1),
+		Args:  oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := newAPIClient(opts, f)
 			if err != nil {

@@ -62,7 +62,7 @@ func newClusterShowCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "show NAME",
 		Short: "Show one cluster with its members",
-		Args:  cobra.ExactArgs(1),
+		Args:  oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := newAPIClient(opts, f)
 			if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -144,4 +145,36 @@ func confirm(cmd *cobra.Command, what string, yes bool) error {
 		return nil
 	}
 	return fmt.Errorf("%s: not confirmed (answer y to go ahead, or pass --yes)", what)
+}
+
+// oneArg is the Args of every command that takes one argument: a missing
+// or extra argument is said in the command's own terms (the argument's
+// name from its Use line, the usage), not as cobra's "accepts 1 arg(s),
+// received 0".
+func oneArg(cmd *cobra.Command, args []string) error {
+	name := "an argument"
+	if f := strings.Fields(cmd.Use); len(f) > 1 {
+		name = f[1]
+	}
+	usage := cmd.CommandPath() + " " + strings.Join(strings.Fields(cmd.Use)[1:], " ")
+	switch {
+	case len(args) == 0:
+		return fmt.Errorf("missing %s: usage: %s (%s --help)", name, usage, cmd.CommandPath())
+	case len(args) > 1:
+		return fmt.Errorf("%s takes one %s, given %d (%s): usage: %s", cmd.CommandPath(), name, len(args), strings.Join(args, " "), usage)
+	}
+	return nil
+}
+
+// deniedDataDir is the error for a data directory this user may not look
+// into (ztpd's own, mode 0700): without it a store and socket that only
+// seem absent would hide the real cause. nil when the directory is
+// readable or absent.
+func deniedDataDir(dir string) error {
+	_, err := os.Stat(filepath.Join(dir, app.AdminSocketName))
+	if !os.IsPermission(err) {
+		return nil
+	}
+	return fmt.Errorf("permission denied: this user may not read the ztpd data directory %s; run the command with sudo (sudo ztpd ...), "+
+		"or pass --api-url, --api-key and --secret-key", dir)
 }

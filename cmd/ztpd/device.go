@@ -157,7 +157,7 @@ func newDeviceShowCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 was refused (if it was), and its timeline: its newest events, oldest first
 (lease, ZTP fetches and refusals, approval, join, Node). For the whole history
 use "ztpd events --device MAC".`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := newAPIClient(opts, f)
 			if err != nil {
@@ -196,9 +196,15 @@ use "ztpd events --device MAC".`,
 	}
 }
 
-// printDevice prints a device an operation answered (approve, reset).
-func printDevice(opts *rootOptions, d core.Device) error {
-	return printResult(opts, os.Stdout, d, func(tw *tabwriter.Writer) { deviceRows(tw, deviceView{Device: d}) })
+// printDevice prints a device an operation answered (approve, reset), its
+// cluster by name: the names are read now, after the operation, so a
+// cluster created a moment ago is named too.
+func printDevice(opts *rootOptions, c *apiClient, d core.Device) error {
+	v := deviceView{Device: d}
+	if d.Cluster != "" && opts.output != "json" {
+		v.ClusterName = visClusterNames(c)[d.Cluster]
+	}
+	return printResult(opts, os.Stdout, d, func(tw *tabwriter.Writer) { deviceRows(tw, v) })
 }
 
 func deviceRows(tw *tabwriter.Writer, v deviceView) {
@@ -222,7 +228,9 @@ func deviceRows(tw *tabwriter.Writer, v deviceView) {
 		row(tw, "serial conflict", fmt.Sprintf("serial %q is stated by %s too: actions by this serial are refused, act by MAC",
 			c.Serial, strings.Join(c.With, ", ")))
 	}
-	if r := d.Refusal; r.Refused() {
+	if r := d.Refusal; r.Kind == core.RefusalWaiting {
+		row(tw, "waiting", fmt.Sprintf("%s %s: %s", visWhen(r.At), r.What, r.Reason))
+	} else if r.Refused() {
 		row(tw, "last refused", fmt.Sprintf("%s %s: %s (%s)", visWhen(r.At), r.What, r.Reason, r.Kind))
 	}
 	row(tw, "first seen", visWhen(d.FirstSeen))
@@ -271,7 +279,7 @@ func newDeviceApproveCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 		Long: `Approve a device: the joiner admits it, into --cluster when given, and issues
 its join credentials when its cluster has room. Without API credentials, on the
 appliance itself, this goes through the admin socket of the data directory.`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := newAPIClient(opts, f)
 			if err != nil {
@@ -289,7 +297,7 @@ appliance itself, this goes through the admin socket of the data directory.`,
 			if err := c.rest("POST", "/api/v1/devices/"+url.PathEscape(args[0])+"/approve", nil, body, &d); err != nil {
 				return err
 			}
-			return printDevice(opts, d)
+			return printDevice(opts, c, d)
 		},
 	}
 	cmd.Flags().StringVar(&cluster, "cluster", "", "cluster name or ID to admit the device into")
@@ -313,7 +321,7 @@ Without API credentials, on the appliance itself, this goes through the admin
 socket of the data directory.`,
 		Example: `  ztpd device reset 52:54:00:12:34:56
   ztpd device reset SN1234 -o json`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := confirm(cmd, "reset device "+args[0]+": its membership ends and its credentials are revoked", yes); err != nil {
 				return err
@@ -326,7 +334,7 @@ socket of the data directory.`,
 			if err := c.rest("POST", "/api/v1/devices/"+url.PathEscape(args[0])+"/reset", nil, map[string]string{}, &d); err != nil {
 				return err
 			}
-			return printDevice(opts, d)
+			return printDevice(opts, c, d)
 		},
 	}
 	addYesFlag(cmd, &yes)

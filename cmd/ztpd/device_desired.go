@@ -122,7 +122,7 @@ func newDesiredGetCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 		Short: "Show a device's desired state, its agent's last operation and last contact",
 		Example: `  ztpd device desired get 52:54:00:12:34:56
   ztpd device desired get SN1234 -o json`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := newAPIClient(opts, f)
 			if err != nil {
@@ -164,7 +164,7 @@ add --kind file) run at pre_upgrade, pre_leave, post_join or post_upgrade.`,
   ztpd device desired set 52:54:00:12:34:56 --clear-hooks --image ""
   ztpd device desired set 52:54:00:12:34:56 --mode standalone
   ztpd device desired set 52:54:00:12:34:56 --mode cluster --cluster edge-1 --role worker`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fl := cmd.Flags()
 			body := map[string]any{}

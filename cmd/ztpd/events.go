@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -99,7 +100,8 @@ for them): see "ztpd device list --state refused".`,
 				q.Set("from", from.UTC().Format(time.RFC3339Nano))
 			}
 			names := visClusterNames(c)
-			out := &eventsOut{opts: opts, w: os.Stdout, names: names, lines: follow}
+			out := &eventsOut{opts: opts, w: os.Stdout, names: names, lines: follow,
+				refresh: func() visNames { return visClusterNames(c) }}
 			first := url.Values{}
 			maps.Copy(first, q)
 			first.Set("tail", strconv.Itoa(limit))
@@ -134,10 +136,14 @@ for them): see "ztpd device list --state refused".`,
 }
 
 // eventsFollow polls for events after seq (every page of each poll, then
-// since=last_seq), so that none is lost or printed twice, until stop.
+// since=last_seq), so that none is lost or printed twice, until stop. A
+// server that stops answering (ztpd restarting: its admin socket is gone
+// for a moment) is waited for, said once on status, and followed again
+// from seq when it is back.
 func eventsFollow(c *apiClient, q url.Values, seq uint64, out *eventsOut, stop <-chan os.Signal) error {
 	tick := time.NewTicker(eventsFollowEvery)
 	defer tick.Stop()
+	lost := false
 	for {
 		select {
 		case <-stop:
@@ -151,7 +157,19 @@ func eventsFollow(c *apiClient, q url.Values, seq uint64, out *eventsOut, stop <
 		for {
 			var p eventsPage
 			if err := c.rest("GET", "/api/v1/events", pq, nil, &p); err != nil {
-				return err
+				var ue *url.Error
+				if !errors.As(err, &ue) {
+					return err // an answer: not a connection lost
+				}
+				if !lost {
+					lost = true
+					fmt.Fprintf(os.Stderr, "ztpd: ztpd stopped answering (restarting?); reconnecting (%v)\n", err)
+				}
+				break
+			}
+			if lost {
+				lost = false
+				fmt.Fprintln(os.Stderr, "ztpd: reconnected")
 			}
 			if err := out.write(p.Items); err != nil {
 				return err
@@ -175,14 +193,34 @@ type eventsOut struct {
 	w     io.Writer
 	names visNames
 	lines bool
+	// refresh reads the cluster names again, when an event names a
+	// cluster unknown to names (created since they were read); nil: never.
+	refresh func() visNames
+	// unnamed are the cluster IDs a refresh did not name (deleted, or not
+	// visible to the caller): not asked about again.
+	unnamed map[string]bool
 }
 
 func (o *eventsOut) named(list []eventView) []eventView {
 	for i := range list {
-		if list[i].Cluster != "" {
-			if name := o.names[list[i].Cluster]; name != "" {
-				list[i].ClusterName = name
+		id := list[i].Cluster
+		if id == "" {
+			continue
+		}
+		if _, known := o.names[id]; !known && o.refresh != nil && !o.unnamed[id] {
+			if o.names == nil {
+				o.names = visNames{}
 			}
+			maps.Copy(o.names, o.refresh()) // a failed read keeps the names known
+			if _, known := o.names[id]; !known {
+				if o.unnamed == nil {
+					o.unnamed = map[string]bool{}
+				}
+				o.unnamed[id] = true
+			}
+		}
+		if name := o.names[id]; name != "" {
+			list[i].ClusterName = name
 		}
 	}
 	return list

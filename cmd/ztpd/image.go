@@ -39,7 +39,7 @@ func newImageAddCmd(opts *rootOptions) *cobra.Command {
 		Example: `  ztpd image add sonic-broadcom.bin --kind onie-installer --platform x86_64-accton_as7712_32x-r0 --version 202405
   ztpd image add kubernetes-1.31.4.iso --kind binaries-iso --name k8s-1.31.4
   ztpd image add motd.txt --kind file --sha256 9f86d08...`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutputFormat(opts); err != nil {
 				return err
@@ -129,7 +129,7 @@ func newImageRmCmd(opts *rootOptions) *cobra.Command {
 		Use:     "rm NAME|SHA256",
 		Aliases: []string{"remove", "delete"},
 		Short:   "Remove an artifact (refused while a Kubernetes version uses it)",
-		Args:    cobra.ExactArgs(1),
+		Args:    oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := confirm(cmd, fmt.Sprintf("remove image %q from the image store", args[0]), yes); err != nil {
 				return err

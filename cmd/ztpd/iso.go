@@ -244,7 +244,7 @@ func newISOInspectCmd(opts *rootOptions) *cobra.Command {
 skips the hashing (faster on a large image) and leaves the sha256 out.`,
 		Example: `  ztpd iso inspect kubernetes-1.31.4-amd64.iso
   ztpd iso inspect --hash=false setup-v1.31.4-x86_64.iso -o json`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutputFormat(opts); err != nil {
 				return err

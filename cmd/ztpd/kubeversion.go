@@ -249,7 +249,7 @@ func newVersionStateCmd(opts *rootOptions, f *apiFlags, op string) *cobra.Comman
 	return &cobra.Command{
 		Use:   op + " NAME",
 		Short: map[string]string{"enable": "Enable a version", "disable": "Disable a version: no new clusters or upgrades to it"}[op],
-		Args:  cobra.ExactArgs(1),
+		Args:  oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := newAPIClient(opts, f)
 			if err != nil {
@@ -277,7 +277,7 @@ func newVersionDeleteCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "delete NAME",
 		Short: "Delete a version no cluster uses",
-		Args:  cobra.ExactArgs(1),
+		Args:  oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := newAPIClient(opts, f)
 			if err != nil {

@@ -245,6 +245,11 @@ func profileCheckStore(opts *rootOptions, cfg config.Config) *profileCheckStoreA
 	st := &profileCheckStoreAccess{close: func() error { return nil }}
 	sock := filepath.Join(cfg.DataDir, app.AdminSocketName)
 	running := serverRunning(cfg.DataDir)
+	if deniedDataDir(cfg.DataDir) != nil {
+		st.where = fmt.Sprintf("not consulted: not readable by this user (permission denied on the data directory %s: run the command with sudo; "+
+			"clusters and images not checked)", cfg.DataDir)
+		return st
+	}
 	if !running && !app.HasStore(cfg) {
 		st.where = fmt.Sprintf("not consulted: no store in data directory %s (clusters and images not checked)", cfg.DataDir)
 		return st

@@ -48,7 +48,7 @@ Images whose blobs were not in the archive are listed; add them again with
   ztpd restore /var/backups/ztpd-2026-12-01.ztpdbak --passphrase-file /root/backup.pass
   ztpd restore --data-dir /var/lib/ztpd --force /mnt/usb/ztpd.ztpdbak
   ztpd restore --verify-only /var/backups/ztpd-2026-12-01.ztpdbak`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutputFormat(opts); err != nil {
 				return err

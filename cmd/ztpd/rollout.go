@@ -159,7 +159,7 @@ func newRolloutShowCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 		Short: "Show a rollout: its state, progress and every node's phase and reason",
 		Example: `  ztpd rollout show ro-20260301T101500-abcdefghij
   ztpd rollout show ro-20260301T101500-abcdefghij -o json`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := newAPIClient(opts, f)
 			if err != nil {
@@ -342,7 +342,7 @@ func newRolloutControlCmd(opts *rootOptions, f *apiFlags, op string) *cobra.Comm
 		Use:     op + " ID",
 		Short:   short,
 		Example: fmt.Sprintf("  ztpd rollout %s ro-20260301T101500-abcdefghij", op),
-		Args:    cobra.ExactArgs(1),
+		Args:    oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if op == "abort" {
 				what := "abort rollout " + args[0] + ": it cannot be resumed, and nodes underway are left as they are (cordoned ones stay cordoned)"
@@ -385,7 +385,7 @@ it. With -o json every line is a JSON object. Ctrl-C stops watching (the
 rollout goes on).`,
 		Example: `  ztpd rollout watch ro-20260301T101500-abcdefghij
   ztpd rollout watch ro-20260301T101500-abcdefghij -o json | jq .`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if every <= 0 {
 				return fmt.Errorf("--interval %s: give a positive duration", every)

@@ -101,7 +101,12 @@ logged) and the profiles in use keep serving. Other settings need a restart.`,
 			if err != nil {
 				return err
 			}
-			defer a.Close()
+			closed := false
+			defer func() {
+				if !closed {
+					a.Close()
+				}
+			}()
 			a.UseListeners(lns)
 			if err := a.Start(); err != nil {
 				return err
@@ -116,6 +121,13 @@ logged) and the profiles in use keep serving. Other settings need a restart.`,
 					"dhcp_interfaces", cfg.DHCP.Interfaces, "advertise", cfg.AdvertiseAddr)
 			})
 			err = a.Serve(ctx, f.grace)
+			// Closing (write-behind records flushed, cluster jobs stopped,
+			// the store closed) is part of the stop: "ztpd stopped" comes
+			// after it.
+			closed = true
+			if cerr := a.Close(); cerr != nil {
+				log.Warn("closing after the stop", "err", cerr)
+			}
 			log.Info("ztpd stopped")
 			if err != nil {
 				return fmt.Errorf("serve: %w", err)

@@ -76,7 +76,7 @@ the cluster without a quorum.`,
   ztpd store member replace a2 --config /etc/ztpd/ztpd.yaml
   # then on the new a2 (empty /var/lib/ztpd, same ztpd.yaml and secret.key):
   systemctl start ztpd`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutputFormat(opts); err != nil {
 				return err

@@ -99,7 +99,7 @@ func newTokenRevokeCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "revoke ID",
 		Short: "Revoke a token: it cannot be used to join any more",
-		Args:  cobra.ExactArgs(1),
+		Args:  oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := confirm(cmd, "revoke join token "+args[0]+": it cannot be used to join any more", yes); err != nil {
 				return err

@@ -36,11 +36,7 @@ func (a *App) buildAPI() error {
 		return err
 	}
 	a.Clusters = cs
-	a.OnClose(func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		return cs.Close(ctx)
-	})
+	a.OnClose(func() error { return a.closeClusters(cs) })
 
 	sigs := auth.DefaultSignaturePolicy()
 	sigs.RequireExpiryREST = a.Cfg.API.RequireExpiryREST

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,6 +129,9 @@ type App struct {
 	// apiLocal is the same API for the admin socket, acting as the local
 	// administrator (api.Server.LocalHandler).
 	apiLocal http.Handler
+	// stopGrace is Serve's grace (--shutdown-grace), which also bounds the
+	// wait for running cluster jobs at Close; 0 before Serve.
+	stopGrace time.Duration
 	// bodyBudget bounds the request bodies every listener's guard holds
 	// at once (http.max_body_bytes_*); made on first use.
 	bodyBudget *httpserve.BodyBudget
@@ -257,7 +261,7 @@ func (a *App) build() error {
 	a.ZTP = ztp
 	a.OnClose(ztp.Close)
 	a.OnStart(a.loadProfiles)
-	zh := ztphttp.New(ztp, a.Log)
+	zh := ztphttp.New(ztp, a.Log, a.frontDoor())
 	zh.Register(a.HTTPMux)
 	if a.Cfg.HTTP.MetadataAddr != "" {
 		a.metadata = zh.MetadataHandler()
@@ -422,21 +426,137 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 	for _, f := range a.serving {
 		f()
 	}
+	a.stopGrace = grace
 	errc := make(chan error, len(runners))
-	var wg sync.WaitGroup
+	running := newRunning()
 	for _, r := range runners {
-		wg.Add(1)
+		running.add(r.Name())
 		go func(r Runner) {
-			defer wg.Done()
+			defer running.done(r.Name())
 			if err := r.Run(ctx); err != nil {
 				errc <- fmt.Errorf("%s: %w", r.Name(), err)
 				cancel()
 			}
 		}(r)
 	}
-	wg.Wait()
-	close(errc)
-	return <-errc
+	select {
+	case <-running.all:
+	case <-ctx.Done():
+		a.awaitStop(running, grace)
+	}
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// closeClusters stops the clusters service, waiting for its running jobs
+// at most the shutdown grace (10 s without one) and saying so when they
+// take a while: a job talking to a cluster that does not answer would
+// otherwise hold the stop silently.
+func (a *App) closeClusters(cs *clusters.Service) error {
+	wait := a.stopGrace
+	if wait <= 0 {
+		wait = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cs.Close(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(200 * time.Millisecond):
+		a.Log.Info("waiting for the running cluster jobs to stop", "at_most", wait.String())
+	}
+	err := <-done
+	if err != nil {
+		// The jobs of a stopped appliance are marked failed at its next start.
+		a.Log.Warn("cluster jobs still running at the end of the shutdown grace; not waiting any longer", "grace", wait.String())
+	}
+	return err
+}
+
+// shutdownNote is how often a stop that is still waiting says for what.
+const shutdownNote = 2 * time.Second
+
+// awaitStop waits, at most grace, for the runners to return once Serve's
+// context is done, saying at INFO what it waits for as it waits: a stop
+// that hangs on one listener, job or cluster watch names it. Past grace it
+// stops waiting (the process is exiting) and says which were left.
+func (a *App) awaitStop(running *runningSet, grace time.Duration) {
+	start := time.Now()
+	a.Log.Info("shutting down", "grace", grace.String(), "waiting_for", running.names())
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	note := time.NewTicker(shutdownNote)
+	defer note.Stop()
+	for {
+		select {
+		case <-running.all:
+			a.Log.Info("every listener and job stopped", "after", time.Since(start).Round(time.Millisecond).String())
+			return
+		case name := <-running.stopped:
+			a.Log.Info("stopped", "runner", name, "after", time.Since(start).Round(time.Millisecond).String(),
+				"waiting_for", running.names())
+		case <-note.C:
+			a.Log.Info("shutdown still waiting", "waiting_for", running.names(), "after", time.Since(start).Round(time.Second).String())
+		case <-deadline.C:
+			a.Log.Warn("shutdown grace over: not waiting any longer", "grace", grace.String(), "left", running.names())
+			return
+		}
+	}
+}
+
+// runningSet is the runners Serve started that have not returned.
+type runningSet struct {
+	mu      sync.Mutex
+	m       map[string]int
+	n       int
+	all     chan struct{} // closed when the last one returns
+	stopped chan string   // each one's name as it returns (dropped when nobody reads)
+}
+
+func newRunning() *runningSet {
+	return &runningSet{m: map[string]int{}, all: make(chan struct{}), stopped: make(chan string, 64)}
+}
+
+func (r *runningSet) add(name string) {
+	r.mu.Lock()
+	r.m[name]++
+	r.n++
+	r.mu.Unlock()
+}
+
+func (r *runningSet) done(name string) {
+	r.mu.Lock()
+	if r.m[name]--; r.m[name] <= 0 {
+		delete(r.m, name)
+	}
+	r.n--
+	last := r.n == 0
+	r.mu.Unlock()
+	select {
+	case r.stopped <- name:
+	default:
+	}
+	if last {
+		close(r.all)
+	}
+}
+
+// names lists the runners still running, sorted.
+func (r *runningSet) names() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.m))
+	for n := range r.m {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // mainHandler is the http.addr listener: device routes (ZTP content, join,
@@ -502,18 +622,39 @@ func (a *App) bodies() *httpserve.BodyBudget {
 // listener of its own.
 func (a *App) apiElsewhere(w http.ResponseWriter, r *http.Request) {
 	where := "its own listener (api.addr)"
-	if a.apiOwn != nil {
-		scheme := "http"
-		if a.apiOwn.useTLS {
-			scheme = "https"
-		}
-		host, port, _ := net.SplitHostPort(a.apiOwn.addr)
-		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-			host = firstNonEmpty(a.Cfg.AdvertiseAddr, "<this host>")
-		}
-		where = scheme + "://" + net.JoinHostPort(host, port) + " (api.addr)"
+	if base := a.apiBase(); base != "" {
+		where = base + " (api.addr)"
 	}
 	httpserve.WriteErrorCode(w, http.StatusNotFound, core.KindNotFound, "the API is not served on this listener; it is at "+where)
+}
+
+// apiBase is scheme://host:port of the API's own listener, "" when the
+// main listener serves the API.
+func (a *App) apiBase() string {
+	addr, useTLS := a.Cfg.APIListener()
+	if addr == "" {
+		return ""
+	}
+	scheme := "http"
+	if useTLS {
+		scheme = "https"
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = firstNonEmpty(a.Cfg.AdvertiseAddr, "<this host>")
+	}
+	return scheme + "://" + net.JoinHostPort(host, port)
+}
+
+// frontDoor is what "/" on the device port tells a person when the console
+// and the API have a listener of their own (with them on the main
+// listener, "/" is the console itself).
+func (a *App) frontDoor() ztphttp.FrontDoor {
+	base := a.apiBase()
+	if base == "" {
+		return ztphttp.FrontDoor{}
+	}
+	return ztphttp.FrontDoor{ConsoleURL: base + "/", APIURL: base + api.RESTPath}
 }
 
 func firstNonEmpty(vals ...string) string {

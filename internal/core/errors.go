@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ErrorKind classifies domain errors so that every front end (REST,
@@ -21,10 +22,11 @@ const (
 	KindRefused                      // a device asked for what it is not entitled to
 	KindTooLarge                     // a request body or value over its limit
 	KindAuth                         // no or bad credentials
+	KindWaiting                      // not ready yet for this caller: ask again later (a device waiting for its cluster, approval, an image)
 )
 
 var kindNames = [...]string{"internal", "invalid", "not_found", "state", "in_use", "forbidden",
-	"unavailable", "conflict", "refused", "too_large", "unauthorized"}
+	"unavailable", "conflict", "refused", "too_large", "unauthorized", "waiting"}
 
 // String is the kind's stable name, as error bodies carry it.
 func (k ErrorKind) String() string {
@@ -39,6 +41,9 @@ type Error struct {
 	Kind ErrorKind
 	Msg  string
 	Err  error
+	// RetryAfter, for KindWaiting, is when to ask again; 0 leaves it to
+	// the answering door.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -58,6 +63,12 @@ func Errorf(k ErrorKind, format string, args ...any) error {
 // WrapError classifies err under k, keeping it for errors.Is/As.
 func WrapError(k ErrorKind, msg string, err error) error {
 	return &Error{Kind: k, Msg: msg, Err: err}
+}
+
+// Waiting is a KindWaiting error: reason says what the caller waits for,
+// in words it may read (it is answered as is, never hidden as internal).
+func Waiting(reason string, retryAfter time.Duration) error {
+	return &Error{Kind: KindWaiting, Msg: reason, RetryAfter: retryAfter}
 }
 
 // KindOf classifies err: a classified error's kind, ErrNotFound as not

@@ -113,7 +113,7 @@ type Device struct {
 // got no content for.
 type Refusal struct {
 	What   string    `json:"what"`   // the document asked for: ztp.json, config_db.json, meta-data, ...
-	Kind   string    `json:"kind"`   // no-profile, mismatch, bad-fact, forbidden
+	Kind   string    `json:"kind"`   // no-profile, mismatch, bad-fact, forbidden, waiting (RefusalWaiting)
 	Reason string    `json:"reason"` // what the device was told
 	At     time.Time `json:"at"`     // when it was recorded (at most every 30 s for a device retrying)
 }
@@ -123,6 +123,11 @@ type SerialConflict struct {
 	Serial string   `json:"serial"`
 	With   []string `json:"with"` // the other devices' IDs
 }
+
+// RefusalWaiting is the Refusal kind of a device told to come back later
+// (its cluster does not exist yet, it awaits approval, its image is not
+// stored yet): Reason says what it waits for.
+const RefusalWaiting = "waiting"
 
 // Refused reports whether r records a refusal.
 func (r Refusal) Refused() bool { return r.Kind != "" || r.Reason != "" }

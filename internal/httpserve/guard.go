@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ztpd/ztpd/internal/core"
 )
 
 // Request body caps: device-facing routes (join, report, metadata) take small
@@ -244,6 +246,12 @@ func (g *guard) answerHidden(w http.ResponseWriter, r *http.Request, gw *guardWr
 			reason = text
 		} else if json.Unmarshal(doc.Error, &body) == nil && body.Message != "" {
 			reason = body.Message
+			if body.Code == core.KindWaiting.String() && gw.code == http.StatusServiceUnavailable {
+				// A wait (WriteError's): no server error, and its reason is
+				// written for the client. Retry-After is already set.
+				writeBody(w, gw.code, gw.body)
+				return
+			}
 		}
 	}
 	g.Log.Error("server error answered", "listener", g.Listener, "request_id", id, "status", gw.code,

@@ -5,11 +5,13 @@ import (
 	"compress/flate"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"hash/crc32"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -21,7 +23,8 @@ import (
 //	{"error": {"code": "<kind>", "message": "<text>", "request_id": "<id>"}}
 //
 // code is the core.ErrorKind name; request_id is set on internal errors,
-// whose detail goes to the log only.
+// whose detail goes to the log only. A wait (core.KindWaiting) is 503 with
+// Retry-After and says what it waits for.
 
 // ErrorBody is the JSON body of every error answer.
 type ErrorBody struct {
@@ -46,7 +49,7 @@ func StatusOf(k core.ErrorKind) int {
 		return http.StatusConflict
 	case core.KindPermission, core.KindRefused:
 		return http.StatusForbidden
-	case core.KindUnavailable:
+	case core.KindUnavailable, core.KindWaiting:
 		return http.StatusServiceUnavailable
 	case core.KindTooLarge:
 		return http.StatusRequestEntityTooLarge
@@ -83,7 +86,31 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		writeBody(w, http.StatusInternalServerError, errorJSON(k.String(), PublicReason("", id), id))
 		return
 	}
+	if k == core.KindWaiting {
+		writeWait(w, err)
+		return
+	}
 	WriteErrorCode(w, StatusOf(k), k, err.Error())
+}
+
+// DefaultRetryAfter is the Retry-After of a wait that names none.
+const DefaultRetryAfter = 30 * time.Second
+
+// writeWait answers a wait: 503 with Retry-After and the wait's own
+// reason. A wait is no server error, so a guard that hides 5xx detail
+// lets it through as written (answerHidden): the waiting client learns
+// what it waits for.
+func writeWait(w http.ResponseWriter, err error) {
+	msg, after := err.Error(), DefaultRetryAfter
+	var ce *core.Error
+	if errors.As(err, &ce) && ce.Kind == core.KindWaiting {
+		msg = ce.Error()
+		if ce.RetryAfter > 0 {
+			after = ce.RetryAfter
+		}
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(int(max(after.Round(time.Second), time.Second)/time.Second)))
+	writeBody(w, http.StatusServiceUnavailable, errorJSON(core.KindWaiting.String(), msg, ""))
 }
 
 // WriteErrorCode answers an error of kind k with an explicit status and

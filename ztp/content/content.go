@@ -98,6 +98,7 @@ type Service struct {
 
 	logRefusal *ratelimit.Keyed
 	recent     refusalTable // refusals of addresses that hold no lease (refusal.go)
+	waits      waitTable    // what each waiting device was last told (waiting.go)
 }
 
 // New builds a Service. Profiles are set with SetProfiles.
@@ -194,6 +195,9 @@ type Error struct {
 	// Detail is for the server's log only (paths, system errors): Reason is
 	// what a device may read.
 	Detail string
+	// Wait, on a 503, says the device only has to come back later (its
+	// image is not stored yet): a wait (core.KindWaiting), not a failure.
+	Wait bool
 }
 
 // Why identity refused a request.
@@ -222,6 +226,9 @@ func (e *Error) ErrorKind() core.ErrorKind {
 	case 404:
 		return core.KindNotFound
 	case 503:
+		if e.Wait {
+			return core.KindWaiting
+		}
 		return core.KindUnavailable
 	}
 	return core.KindInternal
@@ -237,6 +244,12 @@ func notFound(format string, args ...any) error {
 
 func forbidden(format string, args ...any) error {
 	return &Error{Status: 403, Reason: fmt.Sprintf(format, args...)}
+}
+
+// waitFor is a 503 that tells the device what it waits for, the operator
+// having yet to provide it (an image); the device retries.
+func waitFor(format string, args ...any) error {
+	return &Error{Status: 503, Reason: fmt.Sprintf(format, args...), Wait: true}
 }
 
 // unavailable is a server-side problem the operator must fix (missing image,
@@ -314,6 +327,7 @@ func (s *Service) progress(c *Client, dev core.Device, profileName string, next 
 		ev.Fields[k] = v
 	}
 	s.opt.Devices.Progress(devices.Progress{Device: dev, Facts: c.stated, Profile: profileName, Next: next, Event: ev})
+	s.waits.over(dev.ID)
 }
 
 // Flush waits until every fetch so far is recorded in the store.

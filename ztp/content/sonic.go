@@ -30,6 +30,7 @@ func (s *Service) ZTPJSON(ctx context.Context, c *Client) (*Served, error) {
 	if NeedsFirmware(r, in.ReportedVersion) {
 		im, err := s.sonicImage(r, f)
 		if err != nil {
+			s.waited(c, dev, "ztp.json", err)
 			return nil, err
 		}
 		in.FirmwareURL = base + endpoints.ImagesPath + im.SHA256
@@ -38,6 +39,9 @@ func (s *Service) ZTPJSON(ctx context.Context, c *Client) (*Served, error) {
 		// The join section carries an enrollment secret; identify has
 		// established that c holds the device's address.
 		if in.Join, err = s.opt.Join.ZTPSection(ctx, dev, *r); err != nil {
+			if s.waited(c, dev, "ztp.json", err) {
+				return nil, err
+			}
 			return nil, unavailable("join section for cluster %q: %v", r.Cluster, err)
 		}
 	}
@@ -65,7 +69,7 @@ func sonicImage(images Images, resolve func(ref string) (core.Image, error), r *
 	if r.SONiC.Image != "" {
 		im, err := resolve(r.SONiC.Image)
 		if err != nil {
-			return im, unavailable("profile %q wants SONiC image %q, which is not in the image store (ztpd image add)", r.Profile, r.SONiC.Image)
+			return im, waitFor("profile %q wants SONiC image %q, which is not in the image store (ztpd image add)", r.Profile, r.SONiC.Image)
 		}
 		return im, nil
 	}
@@ -73,7 +77,7 @@ func sonicImage(images Images, resolve func(ref string) (core.Image, error), r *
 		return profile.BuildVersion(im.Version) == r.SONiC.Version
 	})
 	if err != nil {
-		return im, unavailable("profile %q wants SONiC %s, but no sonic-installer image with --version %s for platform %q is stored",
+		return im, waitFor("profile %q wants SONiC %s, but no sonic-installer image with --version %s for platform %q is stored",
 			r.Profile, r.SONiC.Version, r.SONiC.Version, f.Platform)
 	}
 	return im, nil
@@ -114,6 +118,9 @@ func (s *Service) ConfigDB(ctx context.Context, c *Client, id string) (*Served, 
 	var km *KubeMaster
 	if r.Cluster != "" && s.opt.Join != nil {
 		if km, err = s.opt.Join.KubernetesMaster(ctx, target, *r); err != nil {
+			if s.waited(c, target, "config_db.json", err) {
+				return nil, err
+			}
 			return nil, unavailable("kubernetes master for cluster %q: %v", r.Cluster, err)
 		}
 	}

@@ -89,6 +89,9 @@ func (s *Service) UserData(ctx context.Context, c *Client) ([]byte, error) {
 	switch {
 	case r.Cluster != "" && s.opt.Join != nil:
 		if body, err = s.opt.Join.UserData(ctx, vm.Device, *r); err != nil {
+			if s.waited(c, vm.Device, "user-data", err) {
+				return nil, err
+			}
 			return nil, unavailable("user-data for cluster %q: %v", r.Cluster, err)
 		}
 	case r.UserData != nil:

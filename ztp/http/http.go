@@ -44,16 +44,18 @@ var (
 
 // Server is the HTTP front end of the content service.
 type Server struct {
-	svc *content.Service
-	log *slog.Logger
+	svc  *content.Service
+	log  *slog.Logger
+	door FrontDoor
 }
 
-// New returns the HTTP front end for svc.
-func New(svc *content.Service, log *slog.Logger) *Server {
+// New returns the HTTP front end for svc; door is what "/" tells a person
+// (frontdoor.go).
+func New(svc *content.Service, log *slog.Logger, door FrontDoor) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{svc: svc, log: log}
+	return &Server{svc: svc, log: log, door: door}
 }
 
 // Register mounts every ZTP route on mux: ztp.json and configs, ONIE, images,
@@ -358,8 +360,13 @@ func (s *Server) userData(w http.ResponseWriter, r *http.Request) {
 // "DomU_Request: send_my_password"). ztpd never hands out passwords: VMs get
 // SSH keys through public-keys and user-data. "saved_password" is the
 // protocol's "nothing for you", on which clients stop without an error.
+// Without that header "/" is a person's: the front door.
 func (s *Server) password(w http.ResponseWriter, r *http.Request) {
 	req := r.Header.Get("DomU_Request")
+	if req == "" && s.door.APIURL != "" {
+		s.frontDoor(w, r)
+		return
+	}
 	if req == "" {
 		s.fail(w, r, &content.Error{Status: http.StatusNotFound, Reason: "not found"})
 		return
@@ -379,6 +386,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch k := core.KindOf(err); {
 	case k == core.KindInternal:
 		// WriteError logs it with the request id it answers.
+	case k == core.KindWaiting:
+		// No failure: the content service logs a wait once per change.
+		s.log.Debug("ztp request told to wait", "path", r.URL.Path, "addr", r.RemoteAddr, "reason", err.Error())
 	case httpserve.StatusOf(k) >= 500:
 		s.log.Error("ztp request failed", "path", r.URL.Path, "addr", r.RemoteAddr, "err", err)
 	default:

@@ -549,8 +549,9 @@
       $('#device-title').textContent = `Device ${dev.serial || dev.mac || dev.id}`;
       facts($('#device-facts'), [
         ['State', el('span', { class: 'state badge st-' + dev.state, id: 'device-state', text: dev.state })],
-        ['Refused', r ? `${r.reason || r.kind}${r.what ? ' (' + r.what + ')' : ''}` : ''],
-        ['Refused at', r && r.at ? timeEl(r.at) : ''],
+        // A wait (kind "waiting") is no refusal: the device is told what it waits for.
+        [r && r.kind === 'waiting' ? 'Waiting' : 'Refused', r ? `${r.reason || r.kind}${r.what ? ' (' + r.what + ')' : ''}` : ''],
+        [r && r.kind === 'waiting' ? 'Waiting since' : 'Refused at', r && r.at ? timeEl(r.at) : ''],
         ['Serial conflict', dev.serial_conflict ? `serial ${dev.serial_conflict.serial} is stated by ${(dev.serial_conflict.with || []).join(', ')} too: actions by this serial are refused, act by MAC` : ''],
         ['Kind', dev.kind], ['ID', dev.id], ['MAC', dev.mac], ['Serial', dev.serial], ['Product', dev.product],
         ['Platform', dev.platform], ['Hostname', dev.hostname], ['SONiC', dev.sonic_version], ['IP', dev.ip],
