@@ -1,4 +1,7 @@
-package api
+// Package caller is who an API request acts as, the same for every door:
+// the local administrator of the admin socket, and the clusters service's
+// view of an API key.
+package caller
 
 import (
 	"context"
@@ -14,27 +17,37 @@ import (
 // is one implementation of each. The socket's file mode is the access
 // control: a request that came through it acts as the local administrator
 // (clusters.LocalAdmin) and carries no signature. The mark is a context
-// value set only by LocalHandler, so nothing a network client sends can
-// set it.
+// value set only by AsLocal, so nothing a network client sends can set it.
 
 type localKey struct{}
 
-// localAdmin is the credential of requests through the admin socket: the
+// LocalAdmin is the credential of requests through the admin socket: the
 // same principal as the admin routes (clusters.LocalAdmin), with no secret.
-var localAdmin = apikeys.Credential{APIKey: clusters.LocalAdmin.APIKey, Name: clusters.LocalAdmin.Name,
+var LocalAdmin = apikeys.Credential{APIKey: clusters.LocalAdmin.APIKey, Name: clusters.LocalAdmin.Name,
 	Account: clusters.LocalAdmin.Account, Role: apikeys.RoleAdmin}
 
-// LocalHandler is the API for the admin socket: every request acts as the
-// local administrator without authentication. Never serve it on a network
-// listener.
-func (s *Server) LocalHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.engine.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), localKey{}, true)))
-	})
+// AsLocal marks r as having come through the admin socket. Only the admin
+// socket's handler may call it.
+func AsLocal(r *http.Request) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), localKey{}, true))
 }
 
-// isLocal reports whether r came through LocalHandler.
-func isLocal(r *http.Request) bool {
+// IsLocal reports whether r came through the admin socket (AsLocal).
+func IsLocal(r *http.Request) bool {
 	v, _ := r.Context().Value(localKey{}).(bool)
 	return v
+}
+
+// Of is the clusters service's view of an API key.
+func Of(cred apikeys.Credential) clusters.Caller {
+	return clusters.Caller{APIKey: cred.APIKey, Name: cred.Name, Account: cred.Account, Admin: cred.IsAdmin()}
+}
+
+// AccountName is the name a key acts under in answers and records: its
+// name, else the key itself.
+func AccountName(cred apikeys.Credential) string {
+	if cred.Name != "" {
+		return cred.Name
+	}
+	return cred.APIKey
 }
