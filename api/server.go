@@ -1,6 +1,8 @@
-// Package api is ztpd's API front end (gin): the CloudStack-compatible
-// endpoint /client/api and the REST API /api/v1/, both thin adapters over
-// the clusters domain service and the store, authenticated with API keys.
+// Package api is ztpd's API front end (gin): it composes the doors on one
+// engine, the CloudStack-compatible endpoint /client/api (package
+// cloudstack) and the REST API /api/v1/ with the console, all thin
+// adapters over the clusters domain service and the store, authenticated
+// with API keys (package auth).
 //
 // Authentication:
 //   - /client/api: CloudStack request signing (package signing), including
@@ -26,7 +28,7 @@
 //
 // The admin socket (<data-dir>/ztpd.sock, mode 0600) serves the same routes
 // through LocalHandler, as the local administrator and without signatures:
-// the socket's file mode is the access control (local.go).
+// the socket's file mode is the access control (package caller).
 //
 // Failed authentications are counted per client address; past
 // auth_failures_per_minute the address gets 429 until its budget refills.

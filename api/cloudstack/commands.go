@@ -446,7 +446,7 @@ func (d *Door) csUpgradeCluster(r *csRequest) (any, *csError) {
 // (member/<cluster>/<device>) and each member's membership and device
 // record: the work grows with the members listed, which CloudStack's answer
 // carries in full (virtualmachines). The rendered answer is kept for the
-// store generation it read (bodyCache), each cluster's JSON for its
+// store generation it read (bodycache.Cache), each cluster's JSON for its
 // fingerprint (renderCache), and its gzip form is made once: while nothing
 // changes, a request costs a cache lookup and the write of the body.
 func (d *Door) csListClusters(r *csRequest) (any, *csError) {
@@ -487,7 +487,7 @@ func (d *Door) csListClusters(r *csRequest) (any, *csError) {
 // gzip form is joined from each cluster's cached compressed segment: at
 // 100,000 members the answer is 31 MB of JSON, and compressing it whole
 // again whenever one cluster's status changed took ~0.8 s, which every
-// request for it waited out (issue 19).
+// request for it waited out.
 func (d *Door) renderClusterList(r *csRequest, f clusters.ClusterFilter, page, size int) (bodycache.Rendering, *csError) {
 	// The request may end before a rendering that others wait for.
 	ctx := context.WithoutCancel(r.ctx)
