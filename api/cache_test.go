@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/api/auth"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -68,9 +69,9 @@ func testClusterListCache(t *testing.T, e *env) {
 		t.Fatalf("empty store lists %v", got)
 	}
 	// Unchanged data: the second identical list is not rendered again.
-	before := e.srv.bodies.renders.Load()
+	before := e.srv.bodies.Renders()
 	listClusters(t, u, nil)
-	if e.srv.bodies.renders.Load() != before {
+	if e.srv.bodies.Renders() != before {
 		t.Fatalf("an unchanged list was rendered again")
 	}
 
@@ -220,17 +221,17 @@ func TestClusterListCacheKeepsAuthentication(t *testing.T) {
 	listClusters(t, u, nil)
 
 	bad := &csClient{t: t, base: e.ts.URL, apiKey: e.user.APIKey, secret: "wrong", http: e.ts.Client()}
-	errorBody(t, bad.call("listKubernetesClusters", nil, false), "listkubernetesclustersresponse", 401, 9999, authFailedText)
+	errorBody(t, bad.call("listKubernetesClusters", nil, false), "listkubernetesclustersresponse", 401, 9999, auth.FailedText)
 	old := &csClient{t: t, base: e.ts.URL, apiKey: e.user.APIKey, secret: e.userSec, http: e.ts.Client(),
 		expires: time.Now().UTC().Add(time.Minute)}
 	listClusters(t, old, nil)
 	e.clock.advance(2 * time.Minute)
-	errorBody(t, old.call("listKubernetesClusters", nil, false), "listkubernetesclustersresponse", 401, 9999, authFailedText)
+	errorBody(t, old.call("listKubernetesClusters", nil, false), "listkubernetesclustersresponse", 401, 9999, auth.FailedText)
 
 	if _, err := e.keys.Revoke(e.user.APIKey); err != nil {
 		t.Fatal(err)
 	}
-	errorBody(t, u.call("listKubernetesClusters", nil, false), "listkubernetesclustersresponse", 401, 9999, authFailedText)
+	errorBody(t, u.call("listKubernetesClusters", nil, false), "listkubernetesclustersresponse", 401, 9999, auth.FailedText)
 }
 
 // TestClusterListCacheUnderConcurrentWrites lists from many goroutines while
@@ -311,53 +312,6 @@ func TestClusterListCacheUnderConcurrentWrites(t *testing.T) {
 	}
 }
 
-func TestBodyCacheStaysBounded(t *testing.T) {
-	c := newBodyCache(100)
-	body := func(n int) func() ([]byte, error) {
-		return func() ([]byte, error) { return make([]byte, n), nil }
-	}
-	for i := 0; i < 50; i++ {
-		c.get(fmt.Sprint("k", i), 1, body(28))
-		if c.bytes > 100 {
-			t.Fatalf("cache holds %d bytes, bound 100", c.bytes)
-		}
-	}
-	// Too big to keep at all: served, not kept.
-	if b, _ := c.get("big", 1, body(500)); len(b) != 500 {
-		t.Fatal("big body not served")
-	}
-	if _, ok := c.m["big"]; ok {
-		t.Fatal("body over the bound kept")
-	}
-	// An error is shared with nobody later: the next call renders again.
-	calls := 0
-	fail := func() ([]byte, error) { calls++; return nil, &csError{code: 530} }
-	c.get("e", 1, fail)
-	c.get("e", 1, fail)
-	if calls != 2 {
-		t.Fatalf("an error was cached (%d renders)", calls)
-	}
-	// A newer generation renders again; an older request may use the newer body.
-	n := 0
-	count := func() ([]byte, error) { n++; return []byte{byte(n)}, nil }
-	c.get("g", 5, count)
-	c.get("g", 5, count)
-	c.get("g", 4, count)
-	if n != 1 {
-		t.Fatalf("same or older generation rendered again (%d)", n)
-	}
-	if b, _ := c.get("g", 6, count); n != 2 || b[0] != 2 {
-		t.Fatal("newer generation served an old body")
-	}
-	total := 0
-	for _, e := range c.m {
-		total += e.size
-	}
-	if total != c.bytes {
-		t.Fatalf("byte count %d, entries hold %d", c.bytes, total)
-	}
-}
-
 // TestDevicePageCacheFollowsEveryChange checks that a repeated device or
 // lease page is served from the response cache and that a device written,
 // changed or deleted, by any writer, shows in the very next page.
@@ -380,11 +334,11 @@ func TestDevicePageCacheFollowsEveryChange(t *testing.T) {
 	}
 	const first = "/api/v1/devices?limit=10"
 	p := get(first)
-	before := e.srv.bodies.renders.Load()
+	before := e.srv.bodies.Renders()
 	if q := get(first); len(q.Items) != 10 || q.NextCursor != p.NextCursor {
 		t.Fatalf("second read differs: %+v", q)
 	}
-	if e.srv.bodies.renders.Load() != before {
+	if e.srv.bodies.Renders() != before {
 		t.Fatal("an unchanged page was rendered again")
 	}
 	second := first + "&cursor=" + p.NextCursor
@@ -489,8 +443,8 @@ func TestRESTClusterListCacheFollowsChanges(t *testing.T) {
 		return p.Items[0]
 	}
 	list()
-	before := e.srv.bodies.renders.Load()
-	if got := list(); len(got.Members) != 0 || e.srv.bodies.renders.Load() != before {
+	before := e.srv.bodies.Renders()
+	if got := list(); len(got.Members) != 0 || e.srv.bodies.Renders() != before {
 		t.Fatalf("unchanged list rendered again or wrong: %+v", got)
 	}
 	if err := e.st.Update(func(tx core.Tx) error {

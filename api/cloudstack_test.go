@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/api/auth"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -239,13 +240,13 @@ func TestCloudStackErrors(t *testing.T) {
 
 	t.Run("wrong signature", func(t *testing.T) {
 		bad := &csClient{t: t, base: e.ts.URL, apiKey: e.admin.APIKey, secret: "not-the-secret", http: e.ts.Client()}
-		errorBody(t, bad.call("listKubernetesClusters", nil, false), "listkubernetesclustersresponse", 401, 9999, authFailedText)
-		errorBody(t, bad.call("createKubernetesCluster", map[string]string{"name": "x"}, true), "createkubernetesclusterresponse", 401, 9999, authFailedText)
+		errorBody(t, bad.call("listKubernetesClusters", nil, false), "listkubernetesclustersresponse", 401, 9999, auth.FailedText)
+		errorBody(t, bad.call("createKubernetesCluster", map[string]string{"name": "x"}, true), "createkubernetesclusterresponse", 401, 9999, auth.FailedText)
 	})
 	t.Run("expired request", func(t *testing.T) {
 		old := &csClient{t: t, base: e.ts.URL, apiKey: e.admin.APIKey, secret: e.adminSec, http: e.ts.Client(),
 			expires: time.Now().UTC().Add(-time.Minute)}
-		errorBody(t, old.call("listKubernetesClusters", nil, false), "listkubernetesclustersresponse", 401, 9999, authFailedText)
+		errorBody(t, old.call("listKubernetesClusters", nil, false), "listkubernetesclustersresponse", 401, 9999, auth.FailedText)
 	})
 	t.Run("signatureversion 3 without expires", func(t *testing.T) {
 		v := url.Values{"command": {"listZones"}, "apiKey": {e.admin.APIKey}, "response": {"json"}, "signatureversion": {"3"}}
@@ -261,7 +262,7 @@ func TestCloudStackErrors(t *testing.T) {
 	})
 	t.Run("unknown API key", func(t *testing.T) {
 		ghost := &csClient{t: t, base: e.ts.URL, apiKey: "nobody", secret: "x", http: e.ts.Client()}
-		errorBody(t, ghost.call("listZones", nil, false), "listzonesresponse", 401, 9999, authFailedText)
+		errorBody(t, ghost.call("listZones", nil, false), "listzonesresponse", 401, 9999, auth.FailedText)
 	})
 	t.Run("no credentials", func(t *testing.T) {
 		resp, err := http.Get(e.ts.URL + "/client/api?command=listZones&response=json")

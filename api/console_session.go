@@ -17,6 +17,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ztpd/ztpd/api/caller"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/httpserve"
@@ -412,7 +413,7 @@ func (s *Server) consoleSignIn(c *gin.Context) {
 		}
 	}
 	if err != nil {
-		s.authFailed(c, "console", ip, apiKey, "sign-in", err)
+		s.failures.Record("console", ip, apiKey, "sign-in", err)
 		failed()
 		return
 	}
@@ -504,7 +505,7 @@ func (s *Server) auditConsole(typ, what string, cred apikeys.Credential, client 
 	return s.st.Update(func(tx core.Tx) error {
 		_, err := tx.Events().Append(core.Event{Time: now.UTC(), Type: typ,
 			Message: what + " with API key " + cred.APIKey + " (" + cred.Name + ") from " + client,
-			Fields:  map[string]string{"api_key": cred.APIKey, "name": cred.Name, "role": string(cred.Role), "account": callerFromCred(cred).AccountName(), "client": client}})
+			Fields:  map[string]string{"api_key": cred.APIKey, "name": cred.Name, "role": string(cred.Role), "account": caller.Of(cred).AccountName(), "client": client}})
 		return err
 	})
 }

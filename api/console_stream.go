@@ -15,6 +15,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ztpd/ztpd/api/caller"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -317,13 +318,13 @@ func (h *streamHub) poll(after uint64, subs []*streamSub) (uint64, error) {
 	for i, sub := range subs {
 		key := ""
 		if !sub.cred.IsAdmin() {
-			key = "account:" + callerFromCred(sub.cred).AccountName()
+			key = "account:" + caller.Of(sub.cred).AccountName()
 		}
 		v := views[key]
 		if v == nil {
 			v = &streamView{}
 			if key != "" {
-				caller := callerFromCred(sub.cred)
+				caller := caller.Of(sub.cred)
 				own, err := s.clusters.AccountClusters(context.Background(), caller)
 				if err != nil {
 					return after, err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ztpd/ztpd/api/caller"
 	"github.com/ztpd/ztpd/api/signing"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
@@ -48,7 +49,7 @@ func restRefuse(c *gin.Context, k core.ErrorKind, msg string) {
 func (s *Server) restAuth(c *gin.Context) {
 	r := c.Request
 	ip := auth.ClientIP(r)
-	local := isLocal(r)
+	local := caller.IsLocal(r)
 	hasBody := r.Body != nil && r.Body != http.NoBody && r.Method != http.MethodGet && r.Method != http.MethodHead
 	if hasBody {
 		// A refusal before the body is read whole closes the connection
@@ -91,7 +92,7 @@ func (s *Server) restAuth(c *gin.Context) {
 	}
 	switch {
 	case local:
-		cred = localAdmin // the admin socket: its file mode is the access control
+		cred = caller.LocalAdmin // the admin socket: its file mode is the access control
 		read()
 	case r.Header.Get("Authorization") == "" && hasSessionCookie(r):
 		// The web console: its session cookie, and its CSRF token on writes.
@@ -116,9 +117,9 @@ func (s *Server) restAuth(c *gin.Context) {
 	}
 	if err != nil {
 		apiKey, _, _, _ := signing.ParseRESTAuthorization(r.Header.Get("Authorization"))
-		s.authFailed(c, "rest", ip, apiKey, r.Method+" "+r.URL.Path, err)
+		s.failures.Record("rest", ip, apiKey, r.Method+" "+r.URL.Path, err)
 		c.Header("WWW-Authenticate", signing.RESTScheme)
-		text := authFailedText
+		text := auth.FailedText
 		if ae, ok := err.(*auth.Error); ok && ae.Hint != "" {
 			text += ": " + ae.Hint
 		}
@@ -171,7 +172,7 @@ func credOf(c *gin.Context) apikeys.Credential {
 }
 
 func callerOf(c *gin.Context) clusters.Caller {
-	return callerFromCred(credOf(c))
+	return caller.Of(credOf(c))
 }
 
 func requireAdmin(c *gin.Context) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ztpd/ztpd/api/bodycache"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/httpserve"
@@ -185,20 +186,20 @@ func (s *Server) listClusters(c *gin.Context) {
 		}
 		return encodeJSON(out)
 	}
-	var body cachedBody
+	var body bodycache.Body
 	var err error
 	if gen, ok := s.clusters.ViewsGeneration(); ok {
 		cred := credOf(c)
-		key := cacheKey(c.Request.Method, c.Request.URL.Path, c.Request.URL.RawQuery, cred.APIKey, string(cred.Role))
-		body, err = s.bodies.getBody(key, gen, render)
+		key := bodycache.Key(c.Request.Method, c.Request.URL.Path, c.Request.URL.RawQuery, cred.APIKey, string(cred.Role))
+		body, err = s.bodies.GetBody(key, gen, render)
 	} else {
-		body.raw, err = render()
+		body.Raw, err = render()
 	}
 	if err != nil {
 		s.restFail(c, err)
 		return
 	}
-	httpserve.WriteCachedJSON(c.Writer, c.Request, http.StatusOK, body.raw, body.gzipped)
+	httpserve.WriteCachedJSON(c.Writer, c.Request, http.StatusOK, body.Raw, body.Gzipped)
 }
 
 func (s *Server) getCluster(c *gin.Context) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ztpd/ztpd/api/caller"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/desired"
@@ -320,7 +321,7 @@ func (s *Server) putDesired(c *gin.Context) {
 	if !ok {
 		return
 	}
-	ctx, by := c.Request.Context(), accountName(credOf(c))
+	ctx, by := c.Request.Context(), caller.AccountName(credOf(c))
 	mode := core.DeviceMode(req.Mode.v)
 	switch mode {
 	case "", core.ModeCluster, core.ModeStandalone:
@@ -556,7 +557,7 @@ func (s *Server) startRollout(c *gin.Context) {
 		s.restFail(c, err)
 		return
 	}
-	spec.By = accountName(credOf(c))
+	spec.By = caller.AccountName(credOf(c))
 	r, err := s.rollouts.Start(c.Request.Context(), spec)
 	if err != nil {
 		s.restFail(c, err)
@@ -685,7 +686,7 @@ func (s *Server) kubeVersion(ctx context.Context, ref string) (kubeVersionRef, e
 
 // controlRollout serves POST /rollouts/{id}/{pause,resume,abort}.
 func (s *Server) controlRollout(c *gin.Context) {
-	id, by := c.Param("id"), accountName(credOf(c))
+	id, by := c.Param("id"), caller.AccountName(credOf(c))
 	if _, ok := s.rolloutFor(c, id); !ok {
 		return
 	}

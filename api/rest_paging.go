@@ -11,6 +11,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ztpd/ztpd/api/bodycache"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/httpserve"
 )
@@ -113,13 +114,13 @@ func (s *Server) writeAppended(c *gin.Context, fill func(buf []byte) ([]byte, er
 	}
 	gen := g.Generation(aggs...) // before reading: see core.Generations
 	cred := credOf(c)
-	key := cacheKey(c.Request.Method, c.Request.URL.Path, c.Request.URL.RawQuery, cred.APIKey, string(cred.Role))
-	body, err := s.bodies.getBody(key, gen, func() ([]byte, error) { return renderBody(fill) })
+	key := bodycache.Key(c.Request.Method, c.Request.URL.Path, c.Request.URL.RawQuery, cred.APIKey, string(cred.Role))
+	body, err := s.bodies.GetBody(key, gen, func() ([]byte, error) { return renderBody(fill) })
 	if err != nil {
 		s.restFail(c, err)
 		return
 	}
-	httpserve.WriteCachedJSON(c.Writer, c.Request, http.StatusOK, body.raw, body.gzipped)
+	httpserve.WriteCachedJSON(c.Writer, c.Request, http.StatusOK, body.Raw, body.Gzipped)
 }
 
 // encodeJSON is v's JSON (with a final newline, as httpserve.WriteJSON

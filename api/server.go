@@ -1,6 +1,8 @@
-// Package api is ztpd's API front end (gin): the CloudStack-compatible
-// endpoint /client/api and the REST API /api/v1/, both thin adapters over
-// the clusters domain service and the store, authenticated with API keys.
+// Package api is ztpd's API front end (gin): it composes the doors on one
+// engine, the CloudStack-compatible endpoint /client/api (package
+// cloudstack) and the REST API /api/v1/ with the console, all thin
+// adapters over the clusters domain service and the store, authenticated
+// with API keys (package auth).
 //
 // Authentication:
 //   - /client/api: CloudStack request signing (package signing), including
@@ -26,7 +28,7 @@
 //
 // The admin socket (<data-dir>/ztpd.sock, mode 0600) serves the same routes
 // through LocalHandler, as the local administrator and without signatures:
-// the socket's file mode is the access control (local.go).
+// the socket's file mode is the access control (package caller).
 //
 // Failed authentications are counted per client address; past
 // auth_failures_per_minute the address gets 429 until its budget refills.
@@ -40,7 +42,6 @@ package api
 
 import (
 	"context"
-	"github.com/ztpd/ztpd/api/auth"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -50,12 +51,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/ztpd/ztpd/api/auth"
+	"github.com/ztpd/ztpd/api/bodycache"
+	"github.com/ztpd/ztpd/api/cloudstack"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/desired"
 	"github.com/ztpd/ztpd/internal/httpserve"
-	"github.com/ztpd/ztpd/internal/ratelimit"
 	"github.com/ztpd/ztpd/internal/rollout"
 )
 
@@ -132,17 +135,16 @@ type Server struct {
 	verifier *auth.Verifier
 	now      func() time.Time
 	engine   *gin.Engine
-	commands map[string]*command
-	renders  renderCache
-	bodies   *bodyCache
-	console  consoleDeps   // the console's REST additions (rest_overview.go)
-	sessions *sessionTable // console sessions (console_session.go)
-	hub      *streamHub    // the console's live stream (console_stream.go)
-	counts   consoleCounts // device tally and onboarding marks (console_counts.go)
-	desired  *desired.Service
-	rollouts *rollout.Engine
-
-	unversionedLog *ratelimit.Keyed // refused unversioned CloudStack writes, logged once a minute per key
+	// cloudStack is the CloudStack door (/client/api).
+	cloudStack *cloudstack.Door
+	failures   *auth.Failures
+	bodies     *bodycache.Cache
+	console    consoleDeps   // the console's REST additions (rest_overview.go)
+	sessions   *sessionTable // console sessions (console_session.go)
+	hub        *streamHub    // the console's live stream (console_stream.go)
+	counts     consoleCounts // device tally and onboarding marks (console_counts.go)
+	desired    *desired.Service
+	rollouts   *rollout.Engine
 }
 
 // New builds the API and its routes.
@@ -158,17 +160,19 @@ func New(d Deps) *Server {
 		sigs = *d.Signatures
 	}
 	gin.SetMode(gin.ReleaseMode)
-	s := &Server{unversionedLog: ratelimit.New(1, time.Minute, 1024), log: d.Log, st: d.Store, clusters: d.Clusters, keys: d.Keys, images: d.Images, refusals: d.Refusals,
+	s := &Server{log: d.Log, st: d.Store, clusters: d.Clusters, keys: d.Keys, images: d.Images, refusals: d.Refusals,
 		limiter: auth.NewFailLimiter(d.AuthFailuresPerMinute), verifier: auth.NewVerifier(d.Keys, d.Store, sigs, d.Now),
-		now: d.Now, bodies: newBodyCache(64 << 20), desired: d.Desired, rollouts: d.Rollouts}
+		now: d.Now, bodies: bodycache.New(64 << 20), desired: d.Desired, rollouts: d.Rollouts}
+	s.failures = auth.NewFailures(s.limiter, d.Keys, d.Log, authFailures, d.Now)
 	s.console = consoleDeps{pools: d.Pools, preview: d.Preview, imageStore: d.ImageStore, isoBaseURL: d.ISOBaseURL,
 		config: d.Config, warnings: d.Warnings}
-	s.commands = s.commandTable()
+	s.cloudStack = cloudstack.New(cloudstack.Deps{Log: d.Log, Clusters: d.Clusters, Verifier: s.verifier, Limiter: s.limiter,
+		Failures: s.failures, AuthFailures: authFailures, Bodies: s.bodies, Now: d.Now})
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.Use(s.recoverAndObserve(), pgSecurityHeaders)
-	e.GET(CloudStackPath, s.cloudStack)
-	e.POST(CloudStackPath, s.cloudStack)
+	e.GET(CloudStackPath, s.cloudStack.Serve)
+	e.POST(CloudStackPath, s.cloudStack.Serve)
 	s.routeREST(e)
 	s.routeAgent(e)
 	s.routeConsoleSession(e)

@@ -1,22 +1,82 @@
-package api
+// Package cloudstack is the CloudStack-compatible door, /client/api: the
+// Kubernetes service's commands (CKS) and the discovery commands its
+// clients call, signed as CloudStack signs them, answered in CloudStack's
+// JSON shapes and error codes, over the clusters service.
+package cloudstack
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ztpd/ztpd/api/auth"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ztpd/ztpd/api/auth"
+	"github.com/ztpd/ztpd/api/bodycache"
+	"github.com/ztpd/ztpd/api/caller"
 	"github.com/ztpd/ztpd/api/signing"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/httpserve"
+	"github.com/ztpd/ztpd/internal/ratelimit"
 )
+
+// Deps are what the CloudStack door needs; the API front end shares its
+// verifier, limiter, failure records and body cache with the other doors.
+type Deps struct {
+	Log      *slog.Logger
+	Clusters *clusters.Service
+	Verifier *auth.Verifier
+	Limiter  *auth.FailLimiter
+	Failures *auth.Failures
+	// AuthFailures counts refused authentications by api and outcome.
+	AuthFailures *prometheus.CounterVec
+	Bodies       *bodycache.Cache
+	Now          func() time.Time
+}
+
+// Door serves /client/api.
+type Door struct {
+	log          *slog.Logger
+	clusters     *clusters.Service
+	verifier     *auth.Verifier
+	limiter      *auth.FailLimiter
+	failures     *auth.Failures
+	authFailures *prometheus.CounterVec
+	bodies       *bodycache.Cache
+	now          func() time.Time
+	commands     map[string]*command
+	renders      renderCache
+
+	unversionedLog *ratelimit.Keyed // refused unversioned writes, logged once a minute per key
+}
+
+// New builds the door and its command table.
+func New(d Deps) *Door {
+	door := &Door{log: d.Log, clusters: d.Clusters, verifier: d.Verifier, limiter: d.Limiter, failures: d.Failures,
+		authFailures: d.AuthFailures, bodies: d.Bodies, now: d.Now, unversionedLog: ratelimit.New(1, time.Minute, 1024)}
+	door.commands = door.commandTable()
+	return door
+}
+
+// RenderedClusters is each cluster's rendered object as the door holds it
+// now (by cluster ID), for tests that check what a listing re-renders.
+func (d *Door) RenderedClusters() map[string]any {
+	d.renders.mu.Lock()
+	defer d.renders.mu.Unlock()
+	out := make(map[string]any, len(d.renders.m))
+	for id, e := range d.renders.m {
+		out[id] = e
+	}
+	return out
+}
 
 // CloudStack error codes (ApiErrorCode) and exception codes (CSExceptionErrorCode).
 const (
@@ -31,9 +91,6 @@ const (
 	csInvalidValue   = 4350 // InvalidParameterValueException
 	csServerAPIError = 9999 // ServerApiException
 )
-
-// authFailedText is CloudStack's exact text for every authentication failure.
-const authFailedText = "unable to verify user credentials and/or request signature"
 
 // csError is a CloudStack error answer.
 type csError struct {
@@ -89,7 +146,7 @@ type command struct {
 	JavaClass string
 	Params    []paramDef
 	Response  []string // response field names, for listApis
-	run       func(s *Server, r *csRequest) (any, *csError)
+	run       func(d *Door, r *csRequest) (any, *csError)
 }
 
 // writes reports whether the command changes anything: everything but
@@ -131,34 +188,34 @@ func (r *csRequest) integer(name string, def int) (int, *csError) {
 // boolean parses like Java's Boolean.valueOf: "true" (any case) is true.
 func (r *csRequest) boolean(name string) bool { return strings.EqualFold(r.p[name], "true") }
 
-// cloudStack serves /client/api.
-func (s *Server) cloudStack(c *gin.Context) {
+// Serve answers one call of /client/api.
+func (d *Door) Serve(c *gin.Context) {
 	req := c.Request
 	ip := auth.ClientIP(req)
-	local := isLocal(req)
+	local := caller.IsLocal(req)
 	// CloudStack signs the form, which may be the body: the limiter is
 	// consulted before reading it, and the guard has bounded what it holds.
-	if blocked, wait := s.limiter.Blocked(ip, s.now()); blocked && !local {
-		authFailures.WithLabelValues("cloudstack", "rate_limited").Inc()
+	if blocked, wait := d.limiter.Blocked(ip, d.now()); blocked && !local {
+		d.authFailures.WithLabelValues("cloudstack", "rate_limited").Inc()
 		c.Header("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
 		c.Header("Connection", "close") // the body is never read
-		s.csWrite(c, "errorresponse", &csError{code: csRateLimited, cscode: csServerAPIError,
+		d.csWrite(c, "errorresponse", &csError{code: csRateLimited, cscode: csServerAPIError,
 			text: fmt.Sprintf("too many failed authentications from %s; retry in %d seconds", ip, int(wait.Seconds())+1)})
 		return
 	}
 	req.Body = http.MaxBytesReader(c.Writer, req.Body, 1<<20)
 	if err := req.ParseForm(); err != nil {
-		s.csWrite(c, "errorresponse", &csError{code: csMalformed, cscode: csServerAPIError, text: "malformed request: " + err.Error()})
+		d.csWrite(c, "errorresponse", &csError{code: csMalformed, cscode: csServerAPIError, text: "malformed request: " + err.Error()})
 		return
 	}
 	form := req.Form
 	if err := signing.CheckNames(form); err != nil {
 		// A malformed name could reshape what was signed: refused before
 		// anything reads the parameters, and counted like a failed login.
-		s.limiter.Failed(ip, s.now())
-		authFailures.WithLabelValues("cloudstack", "bad_parameter_name").Inc()
-		s.log.Warn("API request refused: bad parameter name", "api", "cloudstack", "client", ip, "reason", err.Error())
-		s.csWrite(c, "errorresponse", &csError{code: csMalformed, cscode: csServerAPIError, text: "malformed request: " + err.Error()})
+		d.limiter.Failed(ip, d.now())
+		d.authFailures.WithLabelValues("cloudstack", "bad_parameter_name").Inc()
+		d.log.Warn("API request refused: bad parameter name", "api", "cloudstack", "client", ip, "reason", err.Error())
+		d.csWrite(c, "errorresponse", &csError{code: csMalformed, cscode: csServerAPIError, text: "malformed request: " + err.Error()})
 		return
 	}
 	p := make(map[string]string, len(form))
@@ -170,7 +227,7 @@ func (s *Server) cloudStack(c *gin.Context) {
 		}
 	}
 	cmdName := p["command"]
-	cmd := s.commands[strings.ToLower(cmdName)]
+	cmd := d.commands[strings.ToLower(cmdName)]
 	key := "errorresponse"
 	if cmd != nil {
 		key = cmd.responseKey()
@@ -182,14 +239,14 @@ func (s *Server) cloudStack(c *gin.Context) {
 	var cred apikeys.Credential
 	var err error
 	if local {
-		cred = localAdmin // the admin socket: its file mode is the access control
+		cred = caller.LocalAdmin // the admin socket: its file mode is the access control
 	} else {
-		cred, err = s.verifier.VerifyCloudStack(form, cmd != nil && cmd.writes())
+		cred, err = d.verifier.VerifyCloudStack(form, cmd != nil && cmd.writes())
 	}
 	if errors.Is(err, auth.ErrReplayFull) {
-		s.log.Warn("API write refused: replay memory full", "api", "cloudstack", "client", ip, "api_key", p["apikey"], "op", cmdName)
+		d.log.Warn("API write refused: replay memory full", "api", "cloudstack", "client", ip, "api_key", p["apikey"], "op", cmdName)
 		c.Header("Retry-After", "60")
-		s.csWrite(c, key, &csError{code: csRateLimited, cscode: csServerAPIError,
+		d.csWrite(c, key, &csError{code: csRateLimited, cscode: csServerAPIError,
 			text: "too many signed writes within the signature lifetime; retry in a minute"})
 		return
 	}
@@ -200,97 +257,55 @@ func (s *Server) cloudStack(c *gin.Context) {
 		if errors.Is(err, auth.ErrUnversionedFull) {
 			reason = "unversioned_memory_full"
 		}
-		authFailures.WithLabelValues("cloudstack", reason).Inc()
-		if ok, _ := s.unversionedLog.Allow(p["apikey"], s.now()); ok {
-			s.log.Info("API write refused", "api", "cloudstack", "client", ip, "api_key", p["apikey"], "op", cmdName, "reason", err.Error())
+		d.authFailures.WithLabelValues("cloudstack", reason).Inc()
+		if ok, _ := d.unversionedLog.Allow(p["apikey"], d.now()); ok {
+			d.log.Info("API write refused", "api", "cloudstack", "client", ip, "api_key", p["apikey"], "op", cmdName, "reason", err.Error())
 		}
-		s.csWrite(c, key, &csError{code: csUnauthorized, cscode: csServerAPIError, text: err.Error()})
+		d.csWrite(c, key, &csError{code: csUnauthorized, cscode: csServerAPIError, text: err.Error()})
 		return
 	}
 	if err != nil {
-		s.authFailed(c, "cloudstack", ip, p["apikey"], cmdName, err)
-		text := authFailedText
+		d.failures.Record("cloudstack", ip, p["apikey"], cmdName, err)
+		text := auth.FailedText
 		if ae, ok := err.(*auth.Error); ok && ae.Hint != "" {
 			text += ": " + ae.Hint
 		}
-		s.csWrite(c, key, &csError{code: csUnauthorized, cscode: csServerAPIError, text: text})
+		d.csWrite(c, key, &csError{code: csUnauthorized, cscode: csServerAPIError, text: text})
 		return
 	}
 	if cmd == nil {
-		s.csWrite(c, "errorresponse", &csError{code: csUnsupported, cscode: csServerAPIError, generic: true,
+		d.csWrite(c, "errorresponse", &csError{code: csUnsupported, cscode: csServerAPIError, generic: true,
 			text: fmt.Sprintf("The given command '%s' either does not exist or is not available for user", cmdName)})
 		return
 	}
 	if cmd.Admin && !cred.IsAdmin() {
-		s.log.Info("API command refused for role", "api_key", cred.APIKey, "role", cred.Role, "command", cmd.Name, "client", ip)
-		s.csWrite(c, "errorresponse", &csError{code: csUnsupported, cscode: csServerAPIError, generic: true,
-			text: fmt.Sprintf("The API [%s] does not exist or is not available for the account %s.", cmd.Name, accountName(cred))})
+		d.log.Info("API command refused for role", "api_key", cred.APIKey, "role", cred.Role, "command", cmd.Name, "client", ip)
+		d.csWrite(c, "errorresponse", &csError{code: csUnsupported, cscode: csServerAPIError, generic: true,
+			text: fmt.Sprintf("The API [%s] does not exist or is not available for the account %s.", cmd.Name, caller.AccountName(cred))})
 		return
 	}
 	if rt := p["response"]; rt != "" && !strings.EqualFold(rt, "json") {
-		s.csWrite(c, key, &csError{code: csUnsupported, cscode: csServerAPIError,
+		d.csWrite(c, key, &csError{code: csUnsupported, cscode: csServerAPIError,
 			text: fmt.Sprintf("response=%s is not supported by ztpd; use response=json", rt)})
 		return
 	}
 	for _, pd := range cmd.Params {
 		if pd.Required && p[pd.Name] == "" {
-			s.csWrite(c, key, paramMissing(cmd.Name, pd.Name))
+			d.csWrite(c, key, paramMissing(cmd.Name, pd.Name))
 			return
 		}
 	}
-	r := &csRequest{ctx: req.Context(), cmd: cmd, cred: cred, p: p, caller: callerFromCred(cred)}
-	body, cerr := cmd.run(s, r)
+	r := &csRequest{ctx: req.Context(), cmd: cmd, cred: cred, p: p, caller: caller.Of(cred)}
+	body, cerr := cmd.run(d, r)
 	if cerr != nil {
-		s.csWrite(c, key, cerr)
+		d.csWrite(c, key, cerr)
 		return
 	}
-	s.csWriteOK(c, key, body)
-}
-
-// callerFromCred is the clusters service's view of an API key.
-func callerFromCred(cred apikeys.Credential) clusters.Caller {
-	return clusters.Caller{APIKey: cred.APIKey, Name: cred.Name, Account: cred.Account, Admin: cred.IsAdmin()}
-}
-
-func accountName(cred apikeys.Credential) string {
-	if cred.Name != "" {
-		return cred.Name
-	}
-	return cred.APIKey
-}
-
-// authFailed counts, logs and rate-limits one failed authentication.
-func (s *Server) authFailed(c *gin.Context, api, ip, apiKey, what string, err error) {
-	if _, ok := err.(*auth.Error); !ok {
-		s.log.Error("API authentication error", "api", api, "client", ip, "err", err)
-	}
-	s.limiter.Failed(ip, s.now())
-	authFailures.WithLabelValues(api, "failed").Inc()
-	s.log.Warn("API authentication failed", "api", api, "client", ip, "api_key", loggedKey(s.keys, apiKey), "op", what, "reason", err.Error())
-}
-
-// loggedKey is how a failed authentication's API key is logged: a known
-// key as it is, anything else cut to its first 6 characters. Keys and
-// secrets look alike (43 characters), and an operator who swaps the
-// console's two fields, or a client that sends its secret as its key,
-// must not leave the secret in the log.
-func loggedKey(keys *apikeys.Service, apiKey string) string {
-	if apiKey == "" {
-		return ""
-	}
-	if keys != nil {
-		if _, err := keys.Lookup(apiKey); err == nil {
-			return apiKey
-		}
-	}
-	if len(apiKey) > 6 {
-		return apiKey[:6] + "... (unknown)"
-	}
-	return apiKey + " (unknown)"
+	d.csWriteOK(c, key, body)
 }
 
 // csWrite answers with a CloudStack error body and HTTP status = errorcode.
-func (s *Server) csWrite(c *gin.Context, key string, e *csError) {
+func (d *Door) csWrite(c *gin.Context, key string, e *csError) {
 	if e.generic {
 		key = "errorresponse"
 	}
@@ -303,9 +318,9 @@ func (s *Server) csWrite(c *gin.Context, key string, e *csError) {
 	httpserve.WriteJSON(c.Writer, e.code, body)
 }
 
-func (s *Server) csWriteOK(c *gin.Context, key string, body any) {
+func (d *Door) csWriteOK(c *gin.Context, key string, body any) {
 	if whole, ok := body.(wholeBody); ok {
-		httpserve.WriteCachedJSON(c.Writer, c.Request, http.StatusOK, whole.raw, whole.gzipped)
+		httpserve.WriteCachedJSON(c.Writer, c.Request, http.StatusOK, whole.Raw, whole.Gzipped)
 		return
 	}
 	httpserve.WriteJSON(c.Writer, http.StatusOK, map[string]any{key: body})

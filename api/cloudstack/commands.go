@@ -1,4 +1,4 @@
-package api
+package cloudstack
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ztpd/ztpd/api/bodycache"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/httpserve"
@@ -40,7 +41,7 @@ var versionFields = []string{"id", "name", "semanticversion", "isoid", "isoname"
 
 var asyncFields = []string{"jobid"}
 
-func (s *Server) commandTable() map[string]*command {
+func (d *Door) commandTable() map[string]*command {
 	page := []paramDef{{"page", "integer", false, "page number, from 1"}, {"pagesize", "integer", false, "items per page (-1: all)"}}
 	idParam := paramDef{"id", "uuid", true, "the ID of the Kubernetes cluster"}
 	cmds := []*command{
@@ -55,24 +56,24 @@ func (s *Server) commandTable() map[string]*command {
 				{"minmemory", "integer", false, "minimum memory per node in MiB (>= 2048)"},
 				{"zoneid", "uuid", false, "the zone the version is for"},
 				{"directdownload", "boolean", false, "ignored: ztpd serves ISOs itself"},
-			}, Response: versionFields, run: (*Server).csAddVersion},
+			}, Response: versionFields, run: (*Door).csAddVersion},
 		{Name: "deleteKubernetesSupportedVersion", Desc: "Delete a Kubernetes version", Admin: true, Async: true,
 			JavaClass: javaAdminK8s + "version.DeleteKubernetesSupportedVersionCmd",
 			Params: []paramDef{{"id", "uuid", true, "the ID of the Kubernetes version"},
 				{"deleteiso", "boolean", false, "also delete the binaries ISO from the image store"}},
-			Response: asyncFields, run: (*Server).csDeleteVersion},
+			Response: asyncFields, run: (*Door).csDeleteVersion},
 		{Name: "updateKubernetesSupportedVersion", Desc: "Enable or disable a Kubernetes version", Admin: true,
 			JavaClass: javaAdminK8s + "version.UpdateKubernetesSupportedVersionCmd",
 			Params: []paramDef{{"id", "uuid", true, "the ID of the Kubernetes version"},
 				{"state", "string", true, "Enabled or Disabled"}},
-			Response: versionFields, run: (*Server).csUpdateVersion},
+			Response: versionFields, run: (*Door).csUpdateVersion},
 		{Name: "listKubernetesSupportedVersions", Desc: "List supported Kubernetes versions",
 			JavaClass: javaUserK8s + "version.ListKubernetesSupportedVersionsCmd",
 			Params: append([]paramDef{{"id", "uuid", false, "the ID of the version"}, {"keyword", "string", false, "part of the name"},
 				{"zoneid", "uuid", false, "versions available in this zone"},
 				{"minimumsemanticversion", "string", false, "at least this version"},
 				{"minimumkubernetesversionid", "uuid", false, "at least this version's semantic version"}}, page...),
-			Response: versionFields, run: (*Server).csListVersions},
+			Response: versionFields, run: (*Door).csListVersions},
 		{Name: "createKubernetesCluster", Desc: "Create a Kubernetes cluster", Async: true,
 			JavaClass: javaUserK8s + "cluster.CreateKubernetesClusterCmd",
 			Params: []paramDef{
@@ -89,17 +90,17 @@ func (s *Server) commandTable() map[string]*command {
 				{"externalloadbalanceripaddress", "string", false, "external load balancer address for HA clusters"},
 				{"noderootdisksize", "long", false, "node root disk size in GiB (recorded)"},
 				{"joinmethod", "string", false, "ztpd: kubeadm (default), k3s or sonic (a switch fabric: a kubeadm cluster whose control plane is the first VM or server admitted as control-plane; its switches are the workers)"},
-			}, Response: append([]string{"id"}, asyncFields...), run: (*Server).csCreateCluster},
+			}, Response: append([]string{"id"}, asyncFields...), run: (*Door).csCreateCluster},
 		{Name: "startKubernetesCluster", Desc: "Start a stopped Kubernetes cluster (or recover one in Alert)", Async: true,
 			JavaClass: javaUserK8s + "cluster.StartKubernetesClusterCmd",
-			Params:    []paramDef{idParam}, Response: asyncFields, run: (*Server).csStartCluster},
+			Params:    []paramDef{idParam}, Response: asyncFields, run: (*Door).csStartCluster},
 		{Name: "stopKubernetesCluster", Desc: "Stop a running Kubernetes cluster", Async: true,
 			JavaClass: javaUserK8s + "cluster.StopKubernetesClusterCmd",
-			Params:    []paramDef{idParam}, Response: asyncFields, run: (*Server).csStopCluster},
+			Params:    []paramDef{idParam}, Response: asyncFields, run: (*Door).csStopCluster},
 		{Name: "deleteKubernetesCluster", Desc: "Delete a Kubernetes cluster", Async: true,
 			JavaClass: javaUserK8s + "cluster.DeleteKubernetesClusterCmd",
 			Params:    []paramDef{idParam, {"cleanup", "boolean", false, "ignored"}, {"expunge", "boolean", false, "ignored"}},
-			Response:  asyncFields, run: (*Server).csDeleteCluster},
+			Response:  asyncFields, run: (*Door).csDeleteCluster},
 		{Name: "scaleKubernetesCluster", Desc: "Scale a created, running or stopped Kubernetes cluster", Async: true,
 			JavaClass: javaUserK8s + "cluster.ScaleKubernetesClusterCmd",
 			Params: []paramDef{idParam, {"size", "long", false, "the new number of worker nodes"},
@@ -107,11 +108,11 @@ func (s *Server) commandTable() map[string]*command {
 				{"autoscalingenabled", "boolean", false, "not supported (must be false)"},
 				{"minsize", "long", false, "not supported"}, {"maxsize", "long", false, "not supported"},
 				{"nodeids", "list", false, "the IDs of the worker nodes to remove (comma-separated; their virtualmachines IDs)"}},
-			Response: asyncFields, run: (*Server).csScaleCluster},
+			Response: asyncFields, run: (*Door).csScaleCluster},
 		{Name: "upgradeKubernetesCluster", Desc: "Upgrade a running Kubernetes cluster", Async: true,
 			JavaClass: javaUserK8s + "cluster.UpgradeKubernetesClusterCmd",
 			Params:    []paramDef{idParam, {"kubernetesversionid", "uuid", true, "the version to upgrade to"}},
-			Response:  asyncFields, run: (*Server).csUpgradeCluster},
+			Response:  asyncFields, run: (*Door).csUpgradeCluster},
 		{Name: "listKubernetesClusters", Desc: "List Kubernetes clusters",
 			JavaClass: javaUserK8s + "cluster.ListKubernetesClustersCmd",
 			Params: append([]paramDef{{"id", "uuid", false, "the cluster ID"}, {"name", "string", false, "the cluster name"},
@@ -119,33 +120,33 @@ func (s *Server) commandTable() map[string]*command {
 				{"listall", "boolean", false, "admin keys: list every account's clusters (default: the key's account)"},
 				{"account", "string", false, "only this account's clusters (admin keys: any account)"},
 				{"domainid", "uuid", false, "ignored: ztpd has one domain, ROOT"}}, page...),
-			Response: clusterFields, run: (*Server).csListClusters},
+			Response: clusterFields, run: (*Door).csListClusters},
 		{Name: "getKubernetesClusterConfig", Desc: "Get the kubeconfig of a Kubernetes cluster",
 			JavaClass: javaUserK8s + "cluster.GetKubernetesClusterConfigCmd",
-			Params:    []paramDef{idParam}, Response: []string{"id", "name", "configdata"}, run: (*Server).csClusterConfig},
+			Params:    []paramDef{idParam}, Response: []string{"id", "name", "configdata"}, run: (*Door).csClusterConfig},
 		{Name: "queryAsyncJobResult", Desc: "Get the status and result of an asynchronous job",
 			JavaClass: "org.apache.cloudstack.api.command.user.job.QueryAsyncJobResultCmd",
 			Params:    []paramDef{{"jobid", "uuid", true, "the job ID"}},
 			Response: []string{"jobid", "jobstatus", "jobprocstatus", "jobresultcode", "jobresulttype", "jobresult",
 				"jobinstancetype", "jobinstanceid", "cmd", "created", "completed", "userid", "accountid"},
-			run: (*Server).csQueryJob},
+			run: (*Door).csQueryJob},
 		{Name: "listZones", Desc: "List availability zones (ztpd has one)",
 			JavaClass: "org.apache.cloudstack.api.command.user.zone.ListZonesCmd",
 			Params: append([]paramDef{{"id", "uuid", false, "the zone ID"}, {"name", "string", false, "the zone name"},
 				{"keyword", "string", false, "part of the name"}, {"available", "boolean", false, "ignored"}}, page...),
-			Response: []string{"id", "name", "allocationstate", "networktype"}, run: (*Server).csListZones},
+			Response: []string{"id", "name", "allocationstate", "networktype"}, run: (*Door).csListZones},
 		{Name: "listServiceOfferings", Desc: "List the node service offerings",
 			JavaClass: "org.apache.cloudstack.api.command.user.offering.ListServiceOfferingsCmd",
 			Params: append([]paramDef{{"id", "uuid", false, "the offering ID"}, {"name", "string", false, "the offering name"},
 				{"keyword", "string", false, "part of the name"}}, page...),
-			Response: []string{"id", "name", "displaytext", "cpunumber", "cpuspeed", "memory"}, run: (*Server).csListOfferings},
+			Response: []string{"id", "name", "displaytext", "cpunumber", "cpuspeed", "memory"}, run: (*Door).csListOfferings},
 		{Name: "listCapabilities", Desc: "List the capabilities of this API",
 			JavaClass: "org.apache.cloudstack.api.command.user.config.ListCapabilitiesCmd",
-			Response:  []string{"cloudstackversion", "kubernetesserviceenabled"}, run: (*Server).csCapabilities},
+			Response:  []string{"cloudstackversion", "kubernetesserviceenabled"}, run: (*Door).csCapabilities},
 		{Name: "listApis", Desc: "List the APIs available to the caller",
 			JavaClass: "org.apache.cloudstack.api.command.user.discovery.ListApisCmd",
 			Params:    []paramDef{{"name", "string", false, "one API by name"}},
-			Response:  []string{"name", "description", "isasync", "params", "response"}, run: (*Server).csListApis},
+			Response:  []string{"name", "description", "isasync", "params", "response"}, run: (*Door).csListApis},
 	}
 	m := make(map[string]*command, len(cmds))
 	for _, c := range cmds {
@@ -286,7 +287,7 @@ type csVersion struct {
 	Created             string `json:"created"`
 }
 
-func (s *Server) renderVersion(v core.Version) csVersion {
+func (d *Door) renderVersion(v core.Version) csVersion {
 	out := csVersion{ID: v.ID, Name: v.Name, SemanticVersion: v.SemVer, ISOID: v.ImageID, ISOName: v.ISOName,
 		ISOState: "Ready", ISOURL: v.ISOURL, State: v.State, MinCPUNumber: v.MinCPU, MinMemory: v.MinMemoryMB,
 		SupportsHA: clusters.SupportsHA(v.SemVer), SupportsAutoscaling: clusters.SupportsAutoscaling(v.SemVer),
@@ -295,7 +296,7 @@ func (s *Server) renderVersion(v core.Version) csVersion {
 		out.ISOName = v.Name + "-Kubernetes-Binaries-ISO"
 	}
 	if v.ZoneID != "" {
-		z := s.clusters.Zone()
+		z := d.clusters.Zone()
 		out.ZoneID, out.ZoneName = z.ID, z.Name
 	}
 	return out
@@ -303,7 +304,7 @@ func (s *Server) renderVersion(v core.Version) csVersion {
 
 // ---- versions ----
 
-func (s *Server) csAddVersion(r *csRequest) (any, *csError) {
+func (d *Door) csAddVersion(r *csRequest) (any, *csError) {
 	cpu, e := r.integer("mincpunumber", 0)
 	if e != nil {
 		return nil, e
@@ -314,30 +315,30 @@ func (s *Server) csAddVersion(r *csRequest) (any, *csError) {
 	}
 	spec := clusters.VersionSpec{Name: r.str("name"), SemVer: r.str("semanticversion"), URL: r.str("url"),
 		Checksum: r.str("checksum"), MinCPU: cpu, MinMemoryMB: mem, ZoneID: r.str("zoneid")}
-	v, err := s.clusters.AddVersion(r.ctx, r.caller, spec)
+	v, err := d.clusters.AddVersion(r.ctx, r.caller, spec)
 	if err != nil {
 		return nil, domainError(err)
 	}
-	return map[string]any{"kubernetessupportedversion": s.renderVersion(v)}, nil
+	return map[string]any{"kubernetessupportedversion": d.renderVersion(v)}, nil
 }
 
-func (s *Server) csUpdateVersion(r *csRequest) (any, *csError) {
-	v, err := s.clusters.SetVersionState(r.ctx, r.caller, r.str("id"), r.str("state"))
+func (d *Door) csUpdateVersion(r *csRequest) (any, *csError) {
+	v, err := d.clusters.SetVersionState(r.ctx, r.caller, r.str("id"), r.str("state"))
 	if err != nil {
 		return nil, domainError(err)
 	}
-	return map[string]any{"kubernetessupportedversion": s.renderVersion(v)}, nil
+	return map[string]any{"kubernetessupportedversion": d.renderVersion(v)}, nil
 }
 
-func (s *Server) csDeleteVersion(r *csRequest) (any, *csError) {
-	j, err := s.clusters.DeleteVersion(r.ctx, r.caller, r.str("id"), r.boolean("deleteiso"))
+func (d *Door) csDeleteVersion(r *csRequest) (any, *csError) {
+	j, err := d.clusters.DeleteVersion(r.ctx, r.caller, r.str("id"), r.boolean("deleteiso"))
 	if err != nil {
 		return nil, domainError(err)
 	}
 	return map[string]string{"jobid": j.ID}, nil
 }
 
-func (s *Server) csListVersions(r *csRequest) (any, *csError) {
+func (d *Door) csListVersions(r *csRequest) (any, *csError) {
 	page, size, e := paging(r)
 	if e != nil {
 		return nil, e
@@ -347,26 +348,26 @@ func (s *Server) csListVersions(r *csRequest) (any, *csError) {
 		if f.MinSemVer != "" {
 			return nil, &csError{code: csParamError, cscode: csInvalidValue, text: "Both parameters minimumsemanticversion and minimumkubernetesversionid can not be passed together"}
 		}
-		mv, err := s.clusters.GetVersion(r.ctx, id)
+		mv, err := d.clusters.GetVersion(r.ctx, id)
 		if err != nil {
 			return nil, &csError{code: csParamError, cscode: csInvalidValue, text: "Invalid minimumkubernetesversionid passed"}
 		}
 		f.MinSemVer = mv.SemVer
 	}
-	vs, err := s.clusters.ListVersions(r.ctx, f)
+	vs, err := d.clusters.ListVersions(r.ctx, f)
 	if err != nil {
 		return nil, domainError(err)
 	}
 	items := []csVersion{}
 	for _, v := range pageOf(vs, page, size) {
-		items = append(items, s.renderVersion(v))
+		items = append(items, d.renderVersion(v))
 	}
 	return listBody("kubernetessupportedversion", len(vs), items), nil
 }
 
 // ---- clusters ----
 
-func (s *Server) csCreateCluster(r *csRequest) (any, *csError) {
+func (d *Door) csCreateCluster(r *csRequest) (any, *csError) {
 	size, e := r.integer("size", 0)
 	if e != nil {
 		return nil, e
@@ -388,7 +389,7 @@ func (s *Server) csCreateCluster(r *csRequest) (any, *csError) {
 		VersionID: r.str("kubernetesversionid"), ServiceOfferingID: r.str("serviceofferingid"), Size: size,
 		ControlNodes: control, Keypair: r.str("keypair"), NetworkID: r.str("networkid"),
 		ExternalLBIP: r.str("externalloadbalanceripaddress"), NodeRootDiskSize: int64(disk), JoinMethod: r.str("joinmethod")}
-	c, j, err := s.clusters.CreateCluster(r.ctx, r.caller, spec)
+	c, j, err := d.clusters.CreateCluster(r.ctx, r.caller, spec)
 	if err != nil {
 		return nil, domainError(err)
 	}
@@ -402,21 +403,21 @@ func asyncJob(j core.Job, err error) (any, *csError) {
 	return map[string]string{"jobid": j.ID}, nil
 }
 
-func (s *Server) csStartCluster(r *csRequest) (any, *csError) {
-	return asyncJob(s.clusters.StartCluster(r.ctx, r.caller, r.str("id")))
+func (d *Door) csStartCluster(r *csRequest) (any, *csError) {
+	return asyncJob(d.clusters.StartCluster(r.ctx, r.caller, r.str("id")))
 }
 
-func (s *Server) csStopCluster(r *csRequest) (any, *csError) {
-	return asyncJob(s.clusters.StopCluster(r.ctx, r.caller, r.str("id")))
+func (d *Door) csStopCluster(r *csRequest) (any, *csError) {
+	return asyncJob(d.clusters.StopCluster(r.ctx, r.caller, r.str("id")))
 }
 
-func (s *Server) csDeleteCluster(r *csRequest) (any, *csError) {
+func (d *Door) csDeleteCluster(r *csRequest) (any, *csError) {
 	// CloudStack has no force: a delete whose members cannot be taken out
 	// fails (the REST API's ?force=true goes on).
-	return asyncJob(s.clusters.DeleteCluster(r.ctx, r.caller, r.str("id"), clusters.DeleteOptions{}))
+	return asyncJob(d.clusters.DeleteCluster(r.ctx, r.caller, r.str("id"), clusters.DeleteOptions{}))
 }
 
-func (s *Server) csScaleCluster(r *csRequest) (any, *csError) {
+func (d *Door) csScaleCluster(r *csRequest) (any, *csError) {
 	if r.boolean("autoscalingenabled") {
 		return nil, &csError{code: csParamError, cscode: csInvalidValue, text: "Autoscaling is not supported by ztpd: devices join by provisioning, not by VM deployment"}
 	}
@@ -433,11 +434,11 @@ func (s *Server) csScaleCluster(r *csRequest) (any, *csError) {
 			remove = append(remove, id)
 		}
 	}
-	return asyncJob(s.clusters.ScaleCluster(r.ctx, r.caller, r.str("id"), size, r.str("serviceofferingid"), remove...))
+	return asyncJob(d.clusters.ScaleCluster(r.ctx, r.caller, r.str("id"), size, r.str("serviceofferingid"), remove...))
 }
 
-func (s *Server) csUpgradeCluster(r *csRequest) (any, *csError) {
-	return asyncJob(s.clusters.UpgradeCluster(r.ctx, r.caller, r.str("id"), r.str("kubernetesversionid")))
+func (d *Door) csUpgradeCluster(r *csRequest) (any, *csError) {
+	return asyncJob(d.clusters.UpgradeCluster(r.ctx, r.caller, r.str("id"), r.str("kubernetesversionid")))
 }
 
 // csListClusters. Query plan: the clusters (one record each) filtered in
@@ -445,31 +446,31 @@ func (s *Server) csUpgradeCluster(r *csRequest) (any, *csError) {
 // (member/<cluster>/<device>) and each member's membership and device
 // record: the work grows with the members listed, which CloudStack's answer
 // carries in full (virtualmachines). The rendered answer is kept for the
-// store generation it read (bodyCache), each cluster's JSON for its
+// store generation it read (bodycache.Cache), each cluster's JSON for its
 // fingerprint (renderCache), and its gzip form is made once: while nothing
 // changes, a request costs a cache lookup and the write of the body.
-func (s *Server) csListClusters(r *csRequest) (any, *csError) {
+func (d *Door) csListClusters(r *csRequest) (any, *csError) {
 	page, size, e := paging(r)
 	if e != nil {
 		return nil, e
 	}
 	f := clusters.ClusterFilter{ID: r.str("id"), Name: r.str("name"), State: r.str("state"), Keyword: r.str("keyword"),
 		ListAll: r.boolean("listall"), Account: r.str("account")}
-	gen, ok := s.clusters.ViewsGeneration()
+	gen, ok := d.clusters.ViewsGeneration()
 	if !ok {
-		b, e := s.renderClusterList(r, f, page, size)
+		b, e := d.renderClusterList(r, f, page, size)
 		if e != nil {
 			return nil, e
 		}
-		return wholeBody{raw: b.body}, nil
+		return wholeBody{Raw: b.Body}, nil
 	}
 	// Keyed by the caller's key too: what a key may see is the key's.
-	key := cacheKey(r.cmd.Name, r.cred.APIKey, string(r.cred.Role), f.ID, f.Name, f.State, f.Keyword,
+	key := bodycache.Key(r.cmd.Name, r.cred.APIKey, string(r.cred.Role), f.ID, f.Name, f.State, f.Keyword,
 		strconv.FormatBool(f.ListAll), f.Account, strconv.Itoa(page), strconv.Itoa(size))
-	b, err := s.bodies.getRendering(key, gen, func() (rendering, error) {
-		b, e := s.renderClusterList(r, f, page, size)
+	b, err := d.bodies.GetRendering(key, gen, func() (bodycache.Rendering, error) {
+		b, e := d.renderClusterList(r, f, page, size)
 		if e != nil {
-			return rendering{}, e
+			return bodycache.Rendering{}, e
 		}
 		return b, nil
 	})
@@ -486,23 +487,23 @@ func (s *Server) csListClusters(r *csRequest) (any, *csError) {
 // gzip form is joined from each cluster's cached compressed segment: at
 // 100,000 members the answer is 31 MB of JSON, and compressing it whole
 // again whenever one cluster's status changed took ~0.8 s, which every
-// request for it waited out (issue 19).
-func (s *Server) renderClusterList(r *csRequest, f clusters.ClusterFilter, page, size int) (rendering, *csError) {
+// request for it waited out.
+func (d *Door) renderClusterList(r *csRequest, f clusters.ClusterFilter, page, size int) (bodycache.Rendering, *csError) {
 	// The request may end before a rendering that others wait for.
 	ctx := context.WithoutCancel(r.ctx)
-	views, total, err := s.clusters.ListClusters(ctx, r.caller, f, page, size)
+	views, total, err := d.clusters.ListClusters(ctx, r.caller, f, page, size)
 	if err != nil {
-		return rendering{}, domainError(err)
+		return bodycache.Rendering{}, domainError(err)
 	}
 	key := r.cmd.responseKey()
 	if total == 0 {
-		return rendering{body: []byte(`{"` + key + `":{}}`)}, nil
+		return bodycache.Rendering{Body: []byte(`{"` + key + `":{}}`)}, nil
 	}
 	items := make([]*renderEntry, 0, len(views))
 	for _, v := range views {
-		e, err := s.renders.get(v)
+		e, err := d.renders.get(v)
 		if err != nil {
-			return rendering{}, domainError(err)
+			return bodycache.Rendering{}, domainError(err)
 		}
 		items = append(items, e)
 	}
@@ -518,7 +519,7 @@ func (s *Server) renderClusterList(r *csRequest, f clusters.ClusterFilter, page,
 		parts = append(parts, it.json)
 	}
 	parts = append(parts, tail)
-	return rendering{body: bytes.Join(parts, nil), gzip: func() []byte {
+	return bodycache.Rendering{Body: bytes.Join(parts, nil), Gzip: func() []byte {
 		segs := make([][]byte, len(parts)) // the head's is made by GzipJoin
 		for i, it := range items {
 			segs[2*i+1] = it.deflated()
@@ -536,24 +537,9 @@ var (
 	commaSegment, tailSegment = httpserve.DeflateSegment(comma), httpserve.DeflateSegment(tail)
 )
 
-// cacheKey joins parts unambiguously (each length-prefixed).
-func cacheKey(parts ...string) string {
-	n := 0
-	for _, p := range parts {
-		n += len(p) + 4
-	}
-	b := make([]byte, 0, n)
-	for _, p := range parts {
-		b = strconv.AppendInt(b, int64(len(p)), 10)
-		b = append(b, ':')
-		b = append(b, p...)
-	}
-	return string(b)
-}
-
 // wholeBody is a complete response body, envelope included (see csWriteOK),
 // gzipped too when it came from the response cache.
-type wholeBody cachedBody
+type wholeBody bodycache.Body
 
 // renderCache keeps each cluster's encoded kubernetescluster object by the
 // view's fingerprint, which changes with any record the view was built
@@ -603,8 +589,8 @@ func (rc *renderCache) get(v clusters.ClusterView) (*renderEntry, error) {
 	return e, nil
 }
 
-func (s *Server) csClusterConfig(r *csRequest) (any, *csError) {
-	c, cfg, err := s.clusters.Kubeconfig(r.ctx, r.caller, r.str("id"))
+func (d *Door) csClusterConfig(r *csRequest) (any, *csError) {
+	c, cfg, err := d.clusters.Kubeconfig(r.ctx, r.caller, r.str("id"))
 	if err != nil {
 		return nil, domainError(err)
 	}
@@ -629,15 +615,15 @@ type csJob struct {
 	JobID           string          `json:"jobid"`
 }
 
-func (s *Server) csQueryJob(r *csRequest) (any, *csError) {
-	j, err := s.clusters.GetJob(r.ctx, r.caller, r.str("jobid"))
+func (d *Door) csQueryJob(r *csRequest) (any, *csError) {
+	j, err := d.clusters.GetJob(r.ctx, r.caller, r.str("jobid"))
 	if err != nil {
 		return nil, domainError(err)
 	}
 	out := csJob{AccountID: j.Owner, UserID: j.Owner, JobStatus: int(j.Status), JobResultType: "object",
 		JobInstanceType: j.InstanceType, JobInstanceID: j.InstanceID, Created: csTime(j.Created),
 		Completed: csTime(j.Completed), JobID: j.ID, Cmd: j.Command}
-	if c := s.commands[strings.ToLower(j.Command)]; c != nil {
+	if c := d.commands[strings.ToLower(j.Command)]; c != nil {
 		out.Cmd = c.JavaClass
 	}
 	var result any
@@ -647,7 +633,7 @@ func (s *Server) csQueryJob(r *csRequest) (any, *csError) {
 		case j.Success:
 			result = map[string]any{"success": true, "displaytext": successText(j)}
 		case j.Cluster != nil:
-			v, err := s.clusters.View(r.ctx, *j.Cluster)
+			v, err := d.clusters.View(r.ctx, *j.Cluster)
 			if err != nil {
 				return nil, domainError(err)
 			}
@@ -693,8 +679,8 @@ func successText(j core.Job) string {
 
 // ---- discovery ----
 
-func (s *Server) csListZones(r *csRequest) (any, *csError) {
-	z := s.clusters.Zone()
+func (d *Door) csListZones(r *csRequest) (any, *csError) {
+	z := d.clusters.Zone()
 	match := (!r.has("id") || r.str("id") == z.ID) && (!r.has("name") || strings.EqualFold(r.str("name"), z.Name)) &&
 		(!r.has("keyword") || strings.Contains(z.Name, strings.ToLower(r.str("keyword"))))
 	if !match {
@@ -705,7 +691,7 @@ func (s *Server) csListZones(r *csRequest) (any, *csError) {
 	return listBody("zone", 1, []any{zone}), nil
 }
 
-func (s *Server) csListOfferings(r *csRequest) (any, *csError) {
+func (d *Door) csListOfferings(r *csRequest) (any, *csError) {
 	page, size, e := paging(r)
 	if e != nil {
 		return nil, e
@@ -723,7 +709,7 @@ func (s *Server) csListOfferings(r *csRequest) (any, *csError) {
 	return listBody("serviceoffering", len(items), pageOf(items, page, size)), nil
 }
 
-func (s *Server) csCapabilities(r *csRequest) (any, *csError) {
+func (d *Door) csCapabilities(r *csRequest) (any, *csError) {
 	return map[string]any{"capability": map[string]any{
 		"cloudstackversion": "4.20.0 (ztpd)", "kubernetesserviceenabled": true,
 		"kubernetesclusterexperimentalfeaturesenabled": false, "apilimitinterval": 0, "apilimitmax": 0,
@@ -757,9 +743,9 @@ type csAPI struct {
 	Response    []csAPIResponse `json:"response"`
 }
 
-func (s *Server) csListApis(r *csRequest) (any, *csError) {
+func (d *Door) csListApis(r *csRequest) (any, *csError) {
 	var out []csAPI
-	for _, c := range s.commands {
+	for _, c := range d.commands {
 		if c.Admin && !r.cred.IsAdmin() {
 			continue
 		}

@@ -1,7 +1,10 @@
-package api
+// Package bodycache keeps whole rendered API answers by the data generation
+// they were rendered at, shared by every door that serves cacheable reads.
+package bodycache
 
 import (
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -20,7 +23,7 @@ var (
 	responseCacheRender = responseCache.WithLabelValues("render")
 )
 
-// bodyCache keeps whole response bodies of read-only requests, each tagged
+// Cache keeps whole response bodies of read-only requests, each tagged
 // with the data generation it was rendered at (see
 // clusters.Service.ViewsGeneration). A body is served only to a request
 // that read a generation no newer than the body's, so every answer holds
@@ -28,8 +31,8 @@ var (
 // guarantee as rendering afresh. Concurrent requests for the same key and
 // generation share one rendering. Only answers that every caller allowed
 // to make the request may see in full belong here, keyed by everything the
-// answer depends on (including the caller's key: see cacheKey).
-type bodyCache struct {
+// answer depends on (including the caller's key: see Key).
+type Cache struct {
 	mu    sync.Mutex
 	m     map[string]*bodyEntry
 	bytes int // sum of cached body and key sizes
@@ -42,65 +45,66 @@ type bodyCache struct {
 type bodyEntry struct {
 	gen  uint64
 	done chan struct{} // closed once the rendering or err is set
-	rendering
+	Rendering
 	err  error
-	size int // bytes counted in bodyCache.bytes (set under bodyCache.mu)
+	size int // bytes counted in Cache.bytes (set under Cache.mu)
 
 	gzOnce sync.Once
 	gz     []byte // body gzip-compressed, made on the first request that accepts it
 }
 
-// rendering is what a cached answer's build returns: the body and, when it
+// Rendering is what a cached answer's build returns: the body and, when it
 // was assembled from parts that keep their compressed form, how to gzip it
 // from those (nil: the body is compressed whole, once).
-type rendering struct {
-	body []byte
-	gzip func() []byte
+type Rendering struct {
+	Body []byte
+	Gzip func() []byte
 }
 
-// cachedBody is a cached answer and, for clients that accept it, its
+// Body is a cached answer and, for clients that accept it, its
 // gzip form (see httpserve.WriteCachedJSON).
-type cachedBody struct {
-	raw     []byte
-	gzipped func() []byte
+type Body struct {
+	Raw     []byte
+	Gzipped func() []byte
 }
 
-func newBodyCache(maxBytes int) *bodyCache {
-	return &bodyCache{m: map[string]*bodyEntry{}, maxBytes: maxBytes}
+// New is an empty cache that holds at most maxBytes of bodies and keys.
+func New(maxBytes int) *Cache {
+	return &Cache{m: map[string]*bodyEntry{}, maxBytes: maxBytes}
 }
 
-// get returns the body for key at generation gen (or newer), rendering it
+// Get returns the body for key at generation gen (or newer), rendering it
 // with build when there is none. Errors are handed to the requests waiting
 // for that rendering but not kept.
-func (c *bodyCache) get(key string, gen uint64, build func() ([]byte, error)) ([]byte, error) {
-	b, err := c.getBody(key, gen, build)
-	return b.raw, err
+func (c *Cache) Get(key string, gen uint64, build func() ([]byte, error)) ([]byte, error) {
+	b, err := c.GetBody(key, gen, build)
+	return b.Raw, err
 }
 
-// getBody is get with the body's gzip form, compressed once per body.
-func (c *bodyCache) getBody(key string, gen uint64, build func() ([]byte, error)) (cachedBody, error) {
-	return c.getRendering(key, gen, func() (rendering, error) {
+// GetBody is Get with the body's gzip form, compressed once per body.
+func (c *Cache) GetBody(key string, gen uint64, build func() ([]byte, error)) (Body, error) {
+	return c.GetRendering(key, gen, func() (Rendering, error) {
 		b, err := build()
-		return rendering{body: b}, err
+		return Rendering{Body: b}, err
 	})
 }
 
-// getRendering is getBody for a build that knows how to gzip its body.
-func (c *bodyCache) getRendering(key string, gen uint64, build func() (rendering, error)) (cachedBody, error) {
+// GetRendering is GetBody for a build that knows how to gzip its body.
+func (c *Cache) GetRendering(key string, gen uint64, build func() (Rendering, error)) (Body, error) {
 	e, err := c.entry(key, gen, build)
 	if err != nil {
-		return cachedBody{}, err
+		return Body{}, err
 	}
-	return cachedBody{raw: e.body, gzipped: func() []byte { return c.gzipped(key, e) }}, nil
+	return Body{Raw: e.Body, Gzipped: func() []byte { return c.gzipped(key, e) }}, nil
 }
 
 // gzipped compresses e's body once and counts it in the cache's size.
-func (c *bodyCache) gzipped(key string, e *bodyEntry) []byte {
+func (c *Cache) gzipped(key string, e *bodyEntry) []byte {
 	e.gzOnce.Do(func() {
-		if e.gzip != nil {
-			e.gz = e.gzip()
+		if e.Gzip != nil {
+			e.gz = e.Gzip()
 		} else {
-			e.gz = httpserve.Gzip(e.body)
+			e.gz = httpserve.Gzip(e.Body)
 		}
 		c.mu.Lock()
 		if c.m[key] == e && e.size > 0 {
@@ -112,7 +116,7 @@ func (c *bodyCache) gzipped(key string, e *bodyEntry) []byte {
 	return e.gz
 }
 
-func (c *bodyCache) entry(key string, gen uint64, build func() (rendering, error)) (*bodyEntry, error) {
+func (c *Cache) entry(key string, gen uint64, build func() (Rendering, error)) (*bodyEntry, error) {
 	c.mu.Lock()
 	if e := c.m[key]; e != nil && e.gen >= gen {
 		c.mu.Unlock()
@@ -137,7 +141,7 @@ func (c *bodyCache) entry(key string, gen uint64, build func() (rendering, error
 			close(e.done)
 		}
 	}()
-	e.rendering, e.err = build()
+	e.Rendering, e.err = build()
 	finished = true
 	if e.err != nil {
 		c.drop(key, e)
@@ -150,13 +154,13 @@ func (c *bodyCache) entry(key string, gen uint64, build func() (rendering, error
 
 // keep counts e's body if e is still key's entry, starting over when the
 // cache would grow past maxBytes.
-func (c *bodyCache) keep(key string, e *bodyEntry) {
+func (c *Cache) keep(key string, e *bodyEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m[key] != e {
 		return
 	}
-	size := len(e.body) + len(key)
+	size := len(e.Body) + len(key)
 	if c.bytes+size > c.maxBytes {
 		for k, old := range c.m {
 			if old != e {
@@ -175,7 +179,7 @@ func (c *bodyCache) keep(key string, e *bodyEntry) {
 var errRenderPanic = errors.New("internal error: rendering the answer failed")
 
 // drop removes e if it is still the entry for key.
-func (c *bodyCache) drop(key string, e *bodyEntry) {
+func (c *Cache) drop(key string, e *bodyEntry) {
 	c.mu.Lock()
 	if c.m[key] == e {
 		c.forget(key, e)
@@ -184,8 +188,27 @@ func (c *bodyCache) drop(key string, e *bodyEntry) {
 }
 
 // forget removes key's entry e. Called with mu held.
-func (c *bodyCache) forget(key string, e *bodyEntry) {
+func (c *Cache) forget(key string, e *bodyEntry) {
 	c.bytes -= e.size
 	e.size = 0
 	delete(c.m, key)
+}
+
+// Renders is how many renderings the cache has started.
+func (c *Cache) Renders() uint64 { return c.renders.Load() }
+
+// Key joins parts unambiguously (each length-prefixed), for a cache key
+// made of everything an answer depends on.
+func Key(parts ...string) string {
+	n := 0
+	for _, p := range parts {
+		n += len(p) + 4
+	}
+	b := make([]byte, 0, n)
+	for _, p := range parts {
+		b = strconv.AppendInt(b, int64(len(p)), 10)
+		b = append(b, ':')
+		b = append(b, p...)
+	}
+	return string(b)
 }
