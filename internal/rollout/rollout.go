@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
-	"github.com/ztpd/ztpd/joiner/tokens"
 )
 
 // NodeOps is what the engine does to a cluster's Nodes, as ztpd's operator
@@ -240,7 +239,7 @@ func (e *Engine) Start(ctx context.Context, spec Spec) (core.Rollout, error) {
 	if spec.StepTimeout <= 0 {
 		spec.StepTimeout = e.opts.StepTimeout
 	}
-	id, err := tokens.RandomString(10)
+	id, err := randomName(10)
 	if err != nil {
 		return core.Rollout{}, err
 	}
