@@ -18,6 +18,7 @@ import (
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/profile"
+	"github.com/ztpd/ztpd/internal/rollout"
 	"github.com/ztpd/ztpd/ztp/content"
 	"github.com/ztpd/ztpd/ztp/dhcp"
 )
@@ -27,7 +28,7 @@ func (a *App) buildAPI() error {
 	a.APIKeys = apikeys.New(a.Store, a.Keys)
 	var mem clusters.Membership
 	if a.Joiner != nil {
-		mem = nodeMembership{Service: a.Joiner, a: a}
+		mem = rollout.NewClusterMembership(a.Joiner, a.Rollouts, a.nodeOps, a.Log)
 	}
 	cs, err := clusters.New(a.Store, mem, clusters.Options{Log: a.Log.With("part", "clusters"), Images: a.Images, Appliance: a.applianceName(),
 		KubeconfigTTL: a.Cfg.API.KubeconfigTTL.D(), AlertAfter: a.Cfg.API.ClusterAlertAfter.D()})

@@ -111,7 +111,7 @@ type App struct {
 	// Rollouts operates clusters' nodes (issue 17).
 	Desired  *desired.Service
 	Rollouts *rollout.Engine
-	nodeOps  *clusterNodes
+	nodeOps  *rollout.KubeNodes
 
 	// HTTPMux is the ZTP content listener's router; transports mount on it.
 	HTTPMux *http.ServeMux
