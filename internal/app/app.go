@@ -23,6 +23,7 @@ import (
 	"github.com/ztpd/ztpd/images/binaries"
 	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/apikeys"
+	"github.com/ztpd/ztpd/internal/backup"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
@@ -167,10 +168,7 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 		healthWarn: rate.Sometimes{Interval: 10 * time.Second}}
 	// A backup killed part way leaves its store snapshot; the store's lock,
 	// held now, says no other backup of this data directory runs.
-	if stale, _ := filepath.Glob(filepath.Join(cfg.DataDir, backupSnapshotPrefix+"*")); len(stale) > 0 {
-		for _, f := range stale {
-			os.Remove(f)
-		}
+	if stale := backup.RemoveStaleSnapshots(cfg.DataDir); len(stale) > 0 {
 		log.Info("removed what an interrupted backup left", "files", stale)
 	}
 	if err := a.build(); err != nil {
