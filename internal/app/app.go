@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/ztpd/ztpd/api"
@@ -66,6 +67,9 @@ type Runner interface {
 type App struct {
 	Cfg   config.Config
 	Log   *slog.Logger
+	// Metrics is this App's metrics registry (newMetricsRegistry): every
+	// part registers its metrics on it, and /metrics serves it.
+	Metrics *prometheus.Registry
 	Store store.Store
 	// healthWarn rate-limits /healthz's warning that the store cannot be
 	// read (it is polled every few seconds).
@@ -160,11 +164,12 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	st, err := OpenStore(cfg, log)
+	metrics := newMetricsRegistry()
+	st, err := openStore(cfg, log, false, metrics)
 	if err != nil {
 		return nil, err
 	}
-	a := &App{Cfg: cfg, Log: log, Store: st, HTTPMux: http.NewServeMux(), AdminMux: http.NewServeMux(),
+	a := &App{Cfg: cfg, Log: log, Metrics: metrics, Store: st, HTTPMux: http.NewServeMux(), AdminMux: http.NewServeMux(),
 		healthWarn: rate.Sometimes{Interval: 10 * time.Second}}
 	// A backup killed part way leaves its store snapshot; the store's lock,
 	// held now, says no other backup of this data directory runs.
@@ -255,7 +260,7 @@ func (a *App) build() error {
 	a.ZTP = ztp
 	a.OnClose(ztp.Close)
 	a.OnStart(a.loadProfiles)
-	zh := ztphttp.New(ztp, a.Log)
+	zh := ztphttp.New(ztp, a.Log, a.Metrics)
 	zh.Register(a.HTTPMux)
 	if a.Cfg.HTTP.MetadataAddr != "" {
 		a.metadata = zh.MetadataHandler()

@@ -52,7 +52,7 @@ func TestRefusalsAnswerThroughTheOneErrorWriter(t *testing.T) {
 	}
 	svc.SetProfiles(set)
 	mux := http.NewServeMux()
-	ztphttp.New(svc, nil).Register(mux)
+	ztphttp.New(svc, nil, nil).Register(mux)
 	for _, c := range []struct {
 		from, path string
 		code       int
