@@ -21,6 +21,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ztpd/ztpd/internal/core"
 )
 
@@ -89,6 +91,8 @@ type Options struct {
 	DrainTimeout, StepTimeout time.Duration
 	Now                       func() time.Time
 	Log                       *slog.Logger
+	// Registerer takes the engine's metrics (nil: kept, not exported).
+	Registerer prometheus.Registerer
 }
 
 // Defaults.
@@ -99,8 +103,9 @@ const (
 
 // Engine runs rollouts; one per appliance (issue 18 will elect it).
 type Engine struct {
-	st   core.Store
-	opts Options
+	st      core.Store
+	opts    Options
+	metrics *metrics
 
 	mu   sync.Mutex
 	runs map[string]*run
@@ -136,7 +141,7 @@ func New(st core.Store, opts Options) (*Engine, error) {
 	if opts.StepTimeout <= 0 {
 		opts.StepTimeout = DefaultStepTimeout
 	}
-	e := &Engine{st: st, opts: opts, runs: map[string]*run{}, involved: map[string]int{}}
+	e := &Engine{st: st, opts: opts, metrics: newMetrics(opts.Registerer), runs: map[string]*run{}, involved: map[string]int{}}
 	if _, err := e.failUnfinished(func(r core.Rollout) bool { return r.Appliance == opts.Appliance },
 		"interrupted by a restart of ztpd; start it again to continue"); err != nil {
 		return nil, err
@@ -541,9 +546,9 @@ func (e *Engine) setNode(id, device string, fn func(n *core.RolloutNode) string)
 	}
 	e.opts.Log.Info("rollout node", "rollout", id, "node", name, "device", device, "phase", x.Phase, "what", ev)
 	if !x.Finished.IsZero() {
-		nodesEnded.WithLabelValues(string(kind), x.Phase).Inc()
+		e.metrics.nodesEnded.WithLabelValues(string(kind), x.Phase).Inc()
 		if x.Phase == core.NodeDone && !x.Started.IsZero() {
-			nodeSeconds.WithLabelValues(string(kind)).Observe(x.Finished.Sub(x.Started).Seconds())
+			e.metrics.nodeSeconds.WithLabelValues(string(kind)).Observe(x.Finished.Sub(x.Started).Seconds())
 		}
 	}
 	return nil
@@ -562,10 +567,10 @@ func (e *Engine) launch(r core.Rollout) {
 	e.mu.Lock()
 	e.runs[r.ID] = rn
 	e.mu.Unlock()
-	rolloutsRunning.Inc()
+	e.metrics.rolloutsRunning.Inc()
 	go func() {
 		defer close(rn.done)
-		defer rolloutsRunning.Dec()
+		defer e.metrics.rolloutsRunning.Dec()
 		e.loop(r.ID, rn)
 		e.involvedMu.Lock()
 		for device := range rn.unfinished {
@@ -718,7 +723,7 @@ func (e *Engine) finish(id, failure string) {
 		return fmt.Sprintf("succeeded (%s)", summary(*r)), nil
 	})
 	r, _ := e.Get(id)
-	rolloutsEnded.WithLabelValues(string(r.Kind), string(r.State)).Inc()
+	e.metrics.rolloutsEnded.WithLabelValues(string(r.Kind), string(r.State)).Inc()
 	e.opts.Log.Info("rollout ended", "rollout", id, "kind", r.Kind, "state", r.State, "reason", r.Reason, "summary", summary(r))
 }
 
