@@ -65,12 +65,12 @@ type Runner interface {
 
 // App holds the opened store, the domain services and the transports.
 type App struct {
-	Cfg   config.Config
-	Log   *slog.Logger
+	Cfg config.Config
+	Log *slog.Logger
 	// Metrics is this App's metrics registry (newMetricsRegistry): every
 	// part registers its metrics on it, and /metrics serves it.
 	Metrics *prometheus.Registry
-	Store store.Store
+	Store   store.Store
 	// healthWarn rate-limits /healthz's warning that the store cannot be
 	// read (it is polled every few seconds).
 	healthWarn rate.Sometimes

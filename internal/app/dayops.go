@@ -100,7 +100,8 @@ func (a *App) buildDayOps() {
 		ImageURL:    func(sha string) string { return a.Endpoints.Image(netip.Addr{}, sha) },
 		// A running rollout's nodes poll fast; the engine is built after
 		// this service (it is given it), so it is looked up at each poll.
-		FastPoll: func(device string) bool { return a.Rollouts != nil && a.Rollouts.Involved(device) }})
+		FastPoll:   func(device string) bool { return a.Rollouts != nil && a.Rollouts.Involved(device) },
+		Registerer: a.Metrics})
 	a.nodeOps = rollout.NewKubeNodes(a.Joiner)
 }
 
