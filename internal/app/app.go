@@ -237,6 +237,7 @@ func (a *App) build() error {
 		if err != nil {
 			return err
 		}
+		opt.Registerer = a.Metrics
 		srv, err := dhcp.New(opt)
 		if err != nil {
 			return err
@@ -268,7 +269,7 @@ func (a *App) build() error {
 	if t := a.Cfg.TFTP; t.Enabled {
 		a.tftp = &ztptftp.Options{Addr: t.Addr, SinglePort: t.SinglePort, MaxBlockSize: t.MaxBlockSize, Window: t.Window,
 			RetransmitTimeout: t.RetransmitTimeout.D(), MaxRetransmits: t.MaxRetransmits, MaxTransfers: t.MaxTransfers,
-			MaxTransfersPerSource: t.MaxTransfersPerSource, Log: a.Log}
+			MaxTransfersPerSource: t.MaxTransfersPerSource, Log: a.Log, Registerer: a.Metrics}
 	}
 	if err := a.buildAPI(); err != nil {
 		return err

@@ -85,7 +85,7 @@ func (s *Server) warnClaim(x *exchange, dv *device, fact, have, claimed string) 
 
 func (s *Server) enqueueAck(x *exchange) bool {
 	if len(s.acks) >= maxPendingAcks {
-		dropBacklog.Inc()
+		s.metrics.dropBacklog.Inc()
 		return false
 	}
 	pkt := make([]byte, len(x.out))
@@ -143,7 +143,7 @@ func (s *Server) touchDevice(x *exchange, leased bool) {
 		}
 		switch err := check(v); {
 		case err != nil:
-			factsRefused.WithLabelValues(fact).Inc()
+			s.metrics.factsRefused.WithLabelValues(fact).Inc()
 			s.log.Debug("device fact refused", "mac", d.MAC, "fact", fact, "err", err)
 		case *dst != "":
 			// Handed on as stated: the devices service keeps the record's
@@ -159,7 +159,7 @@ func (s *Server) touchDevice(x *exchange, leased bool) {
 	keep(&d.Platform, "platform", x.platform, core.CheckPlatform)
 	if h, ok := x.req.Opt(optHostname); ok && string(h) != d.Hostname {
 		if err := core.CheckHostname(string(h)); err != nil {
-			factsRefused.WithLabelValues("hostname").Inc()
+			s.metrics.factsRefused.WithLabelValues("hostname").Inc()
 		} else {
 			d.Hostname, changed = string(h), true
 		}
@@ -327,7 +327,7 @@ func (s *Server) take(snap *snapshot, now time.Time) {
 	for _, a := range s.acks {
 		b := a.b
 		if s.byIP[b.ip] != b || b.key != a.key || b.state != core.LeaseActive || b.expiry.Before(a.expiry) {
-			dropStale.Inc() // released, declined or taken over before it became durable
+			s.metrics.dropStale.Inc() // released, declined or taken over before it became durable
 			continue
 		}
 		snap.acks = append(snap.acks, a)
@@ -470,8 +470,8 @@ func (s *Server) flush(snap *snapshot, lastErr *time.Time) bool {
 		return false
 	}
 	if err := s.commitSnapshot(snap); err != nil {
-		commitErrors.Inc()
-		dropCommit.Add(float64(len(snap.acks)))
+		s.metrics.commitErrors.Inc()
+		s.metrics.dropCommit.Add(float64(len(snap.acks)))
 		if time.Since(*lastErr) > 5*time.Second {
 			*lastErr = time.Now()
 			s.log.Error("lease commit failed; ACKs withheld, will retry", "err", err,
@@ -484,9 +484,9 @@ func (s *Server) flush(snap *snapshot, lastErr *time.Time) bool {
 	}
 	now := time.Now()
 	if len(snap.acks) > 0 {
-		commitBatch.Observe(float64(len(snap.acks)))
+		s.metrics.commitBatch.Observe(float64(len(snap.acks)))
 		for i := range snap.acks {
-			commitSeconds.Observe(now.Sub(snap.acks[i].queued).Seconds())
+			s.metrics.commitSeconds.Observe(now.Sub(snap.acks[i].queued).Seconds())
 		}
 		s.pacer.push(snap.acks, now)
 		clear(snap.acks)
