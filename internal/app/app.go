@@ -70,7 +70,10 @@ type App struct {
 	// Metrics is this App's metrics registry (newMetricsRegistry): every
 	// part registers its metrics on it, and /metrics serves it.
 	Metrics *prometheus.Registry
-	Store   store.Store
+	// httpMetrics are the listeners', the body budget's and the guards'
+	// metrics, on Metrics.
+	httpMetrics *httpserve.Metrics
+	Store       store.Store
 	// healthWarn rate-limits /healthz's warning that the store cannot be
 	// read (it is polled every few seconds).
 	healthWarn rate.Sometimes
@@ -169,7 +172,7 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &App{Cfg: cfg, Log: log, Metrics: metrics, Store: st, HTTPMux: http.NewServeMux(), AdminMux: http.NewServeMux(),
+	a := &App{Cfg: cfg, Log: log, Metrics: metrics, httpMetrics: httpserve.NewMetrics(metrics), Store: st, HTTPMux: http.NewServeMux(), AdminMux: http.NewServeMux(),
 		healthWarn: rate.Sometimes{Interval: 10 * time.Second}}
 	// A backup killed part way leaves its store snapshot; the store's lock,
 	// held now, says no other backup of this data directory runs.
@@ -384,7 +387,7 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 	defer cancel()
 	lim := a.Cfg.HTTP.Limits()
 	listener := func(name, addr string, ln net.Listener, h http.Handler) Runner {
-		return &httpRunner{httpserve.Listener{Name: name, Addr: addr, Ln: ln, Handler: h, Limits: lim, Log: a.Log, Grace: grace}}
+		return &httpRunner{httpserve.Listener{Name: name, Addr: addr, Ln: ln, Handler: h, Limits: lim, Log: a.Log, Grace: grace, Metrics: a.httpMetrics}}
 	}
 	runners := []Runner{
 		listener("http", a.Cfg.HTTP.Addr, bound.HTTP, a.mainHandler()),
@@ -402,7 +405,7 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 			httpserve.Guard{Listener: "pprof", BodyTimeout: lim.ReadBodyTimeout, Budget: a.bodies(), Log: a.Log}.Wrap(pprofMux())))
 	}
 	if l := a.apiOwn; l != nil {
-		runners = append(runners, &httpRunner{httpserve.Listener{Name: "api", Addr: l.addr, Ln: bound.API, Handler: l.handler, TLS: apiTLS,
+		runners = append(runners, &httpRunner{httpserve.Listener{Name: "api", Addr: l.addr, Ln: bound.API, Handler: l.handler, TLS: apiTLS, Metrics: a.httpMetrics,
 			Limits: lim, Log: a.Log, Grace: grace}})
 	} else if bound.API != nil {
 		bound.API.Close()
@@ -497,7 +500,7 @@ func (a *App) apiGuard(listener string) httpserve.Guard {
 // bodies is the body budget every guard shares.
 func (a *App) bodies() *httpserve.BodyBudget {
 	if a.bodyBudget == nil {
-		a.bodyBudget = a.Cfg.HTTP.BodyBudget()
+		a.bodyBudget = a.Cfg.HTTP.BodyBudget(a.httpMetrics)
 	}
 	return a.bodyBudget
 }

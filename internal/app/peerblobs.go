@@ -143,7 +143,7 @@ func (a *App) peerRunner(ln net.Listener, lim httpserve.Limits, grace time.Durat
 		}
 		return nil
 	}
-	return &httpRunner{httpserve.Listener{Name: "peer", Addr: a.peer.addr, Ln: ln, Handler: a.peer.handler, TLS: a.peer.tls,
+	return &httpRunner{httpserve.Listener{Name: "peer", Addr: a.peer.addr, Ln: ln, Handler: a.peer.handler, TLS: a.peer.tls, Metrics: a.httpMetrics,
 		Limits: lim, Log: a.Log, Grace: grace}}
 }
 
