@@ -31,17 +31,6 @@ const (
 	ResultError        = "error"         // unreachable, TLS refused, timeout, bad answer
 )
 
-var (
-	fetchesTotal = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "ztpd_peer_blob_fetches_total",
-		Help: "Attempts to fetch an image blob from a peer appliance, by result (ok, not_found, size_mismatch, sha_mismatch, error).",
-	}, []string{"result"})
-	fetchedBytes = promauto.NewCounter(prometheus.CounterOpts{
-		Name: "ztpd_peer_blob_fetch_bytes_total",
-		Help: "Bytes of image blobs received from peer appliances, including downloads rejected by verification.",
-	})
-)
-
 // Defaults of Fetcher's timeouts.
 const (
 	DefaultTimeout      = 30 * time.Minute // a 4 GB ISO at ~20 Mbit/s
@@ -74,7 +63,10 @@ type Fetcher struct {
 	// StallTimeout ends a peer's attempt once its body sends nothing for
 	// this long (default DefaultStallTimeout).
 	StallTimeout time.Duration
+	// Registerer takes the fetcher's metrics (nil: kept, not exported).
+	Registerer prometheus.Registerer
 
+	metrics *metrics
 	once    sync.Once
 	client  *http.Client
 	initErr error
@@ -169,6 +161,7 @@ func (f *Fetcher) log() *slog.Logger {
 // init builds the HTTP client once from TLS.
 func (f *Fetcher) init() error {
 	f.once.Do(func() {
+		f.metrics = newMetrics(f.Registerer)
 		switch {
 		case f.TLS == nil:
 			f.initErr = errors.New("peer blob fetcher: no TLS configuration")
@@ -222,7 +215,7 @@ func (f *Fetcher) download(ctx context.Context, im core.Image) error {
 	var reasons []string
 	for _, peer := range peers {
 		result, err := f.fromPeer(ctx, peer, im)
-		fetchesTotal.WithLabelValues(result).Inc()
+		f.metrics.fetchesTotal.WithLabelValues(result).Inc()
 		if err == nil {
 			return nil
 		}
@@ -285,7 +278,7 @@ func (f *Fetcher) fromPeer(ctx context.Context, peer string, im core.Image) (str
 	watchdog := time.AfterFunc(stall, func() { cancel(errStalled) })
 	defer watchdog.Stop()
 	n, err := f.Store.InstallBlob(pctx, stallReader{resp.Body, watchdog, stall}, im.SHA256, im.Size)
-	fetchedBytes.Add(float64(n))
+	f.metrics.fetchedBytes.Add(float64(n))
 	switch {
 	case err == nil:
 		log.Info("fetched image blob from peer", "bytes", n, "seconds", time.Since(start).Seconds())
@@ -320,4 +313,28 @@ func (s stallReader) Read(p []byte) (int, error) {
 		s.timer.Reset(s.d)
 	}
 	return n, err
+}
+
+// metrics are a fetcher's metrics.
+type metrics struct {
+	fetchesTotal *prometheus.CounterVec
+	fetchedBytes prometheus.Counter
+}
+
+// newMetrics registers the metrics on reg (nil: kept, not exported).
+func newMetrics(reg prometheus.Registerer) *metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	f := promauto.With(reg)
+	return &metrics{
+		fetchesTotal: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ztpd_peer_blob_fetches_total",
+			Help: "Attempts to fetch an image blob from a peer appliance, by result (ok, not_found, size_mismatch, sha_mismatch, error).",
+		}, []string{"result"}),
+		fetchedBytes: f.NewCounter(prometheus.CounterOpts{
+			Name: "ztpd_peer_blob_fetch_bytes_total",
+			Help: "Bytes of image blobs received from peer appliances, including downloads rejected by verification.",
+		}),
+	}
 }

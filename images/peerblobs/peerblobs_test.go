@@ -18,13 +18,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/core"
@@ -125,7 +126,45 @@ func (a *appliance) fetcher(ca *testpki.TestCA, logs io.Writer, peers ...string)
 		Peers: func() []string { return peers },
 		TLS:   &tls.Config{Certificates: []tls.Certificate{a.cert.TLS}, RootCAs: ca.Pool},
 		Log:   slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"fetcher": strconv.FormatInt(fetchers.Add(1), 10)},
+			fetcherMetrics),
 	}
+}
+
+// fetcherMetrics holds every test fetcher's metrics, each labelled with
+// its fetcher.
+var (
+	fetcherMetrics = prometheus.NewRegistry()
+	fetchers       atomic.Int64
+)
+
+// metricSum sums the series of family name whose labels include want.
+func metricSum(t *testing.T, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := fetcherMetrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for k, v := range want {
+				found := false
+				for _, lp := range m.GetLabel() {
+					found = found || (lp.GetName() == k && lp.GetValue() == v)
+				}
+				if !found {
+					continue series
+				}
+			}
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
 }
 
 // hashFile is the sha256 of the file at path.
@@ -142,20 +181,12 @@ func hashFile(t *testing.T, path string) string {
 // count is the current ztpd_peer_blob_fetches_total{result}.
 func count(t *testing.T, result string) float64 {
 	t.Helper()
-	var m dto.Metric
-	if err := fetchesTotal.WithLabelValues(result).Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
+	return metricSum(t, "ztpd_peer_blob_fetches_total", map[string]string{"result": result})
 }
 
 func fetchedBytesNow(t *testing.T) float64 {
 	t.Helper()
-	var m dto.Metric
-	if err := fetchedBytes.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
+	return metricSum(t, "ztpd_peer_blob_fetch_bytes_total", nil)
 }
 
 // counts snapshots every result's counter.

@@ -19,6 +19,7 @@ import (
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/profile"
+	"github.com/ztpd/ztpd/internal/rollout"
 	"github.com/ztpd/ztpd/ztp/content"
 	"github.com/ztpd/ztpd/ztp/dhcp"
 )
@@ -28,7 +29,7 @@ func (a *App) buildAPI() error {
 	a.APIKeys = apikeys.New(a.Store, a.Keys)
 	var mem clusters.Membership
 	if a.Joiner != nil {
-		mem = nodeMembership{Service: a.Joiner, a: a}
+		mem = rollout.NewClusterMembership(a.Joiner, a.Rollouts, a.nodeOps, a.Log)
 	}
 	cs, err := clusters.New(a.Store, mem, clusters.Options{Log: a.Log.With("part", "clusters"), Images: a.Images, Appliance: a.applianceName(),
 		KubeconfigTTL: a.Cfg.API.KubeconfigTTL.D(), AlertAfter: a.Cfg.API.ClusterAlertAfter.D()})
@@ -50,6 +51,11 @@ func (a *App) buildAPI() error {
 	if a.DHCP != nil {
 		deps.Pools = dhcpPools{a.DHCP}
 	}
+	// The api package's own metrics (replay, body cache, requests) still
+	// register on the global registry, which /metrics serves beside
+	// a.Metrics (metricsGatherer); once api.Deps takes a Registerer, it
+	// gets a.Metrics here (with devices, joiner and content converted too,
+	// the global registry leaves /metrics).
 	srv := api.New(deps)
 	a.apiLocal = srv.LocalHandler()
 	// Off loopback the API gets a listener of its own, with TLS unless the

@@ -18,12 +18,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/ztpd/ztpd/api"
 	"github.com/ztpd/ztpd/images/binaries"
 	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/apikeys"
+	"github.com/ztpd/ztpd/internal/backup"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
@@ -64,9 +66,15 @@ type Runner interface {
 
 // App holds the opened store, the domain services and the transports.
 type App struct {
-	Cfg   config.Config
-	Log   *slog.Logger
-	Store store.Store
+	Cfg config.Config
+	Log *slog.Logger
+	// Metrics is this App's metrics registry (newMetricsRegistry): every
+	// part registers its metrics on it, and /metrics serves it.
+	Metrics *prometheus.Registry
+	// httpMetrics are the listeners', the body budget's and the guards'
+	// metrics, on Metrics.
+	httpMetrics *httpserve.Metrics
+	Store       store.Store
 	// healthWarn rate-limits /healthz's warning that the store cannot be
 	// read (it is polled every few seconds).
 	healthWarn rate.Sometimes
@@ -112,7 +120,7 @@ type App struct {
 	// Rollouts operates clusters' nodes (upgrades, scale-down, delete).
 	Desired  *desired.Service
 	Rollouts *rollout.Engine
-	nodeOps  *clusterNodes
+	nodeOps  *rollout.KubeNodes
 
 	// HTTPMux is the ZTP content listener's router; transports mount on it.
 	HTTPMux *http.ServeMux
@@ -163,18 +171,16 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	st, err := OpenStore(cfg, log)
+	metrics := newMetricsRegistry()
+	st, err := openStore(cfg, log, false, metrics)
 	if err != nil {
 		return nil, err
 	}
-	a := &App{Cfg: cfg, Log: log, Store: st, HTTPMux: http.NewServeMux(), AdminMux: http.NewServeMux(),
+	a := &App{Cfg: cfg, Log: log, Metrics: metrics, httpMetrics: httpserve.NewMetrics(metrics), Store: st, HTTPMux: http.NewServeMux(), AdminMux: http.NewServeMux(),
 		healthWarn: rate.Sometimes{Interval: 10 * time.Second}}
 	// A backup killed part way leaves its store snapshot; the store's lock,
 	// held now, says no other backup of this data directory runs.
-	if stale, _ := filepath.Glob(filepath.Join(cfg.DataDir, backupSnapshotPrefix+"*")); len(stale) > 0 {
-		for _, f := range stale {
-			os.Remove(f)
-		}
+	if stale := backup.RemoveStaleSnapshots(cfg.DataDir); len(stale) > 0 {
 		log.Info("removed what an interrupted backup left", "files", stale)
 	}
 	if err := a.build(); err != nil {
@@ -238,6 +244,7 @@ func (a *App) build() error {
 		if err != nil {
 			return err
 		}
+		opt.Registerer = a.Metrics
 		srv, err := dhcp.New(opt)
 		if err != nil {
 			return err
@@ -261,7 +268,7 @@ func (a *App) build() error {
 	a.ZTP = ztp
 	a.OnClose(ztp.Close)
 	a.OnStart(a.loadProfiles)
-	zh := ztphttp.New(ztp, a.Log, a.frontDoor())
+	zh := ztphttp.New(ztp, a.Log, a.frontDoor(), a.Metrics)
 	zh.Register(a.HTTPMux)
 	if a.Cfg.HTTP.MetadataAddr != "" {
 		a.metadata = zh.MetadataHandler()
@@ -269,7 +276,7 @@ func (a *App) build() error {
 	if t := a.Cfg.TFTP; t.Enabled {
 		a.tftp = &ztptftp.Options{Addr: t.Addr, SinglePort: t.SinglePort, MaxBlockSize: t.MaxBlockSize, Window: t.Window,
 			RetransmitTimeout: t.RetransmitTimeout.D(), MaxRetransmits: t.MaxRetransmits, MaxTransfers: t.MaxTransfers,
-			MaxTransfersPerSource: t.MaxTransfersPerSource, Log: a.Log}
+			MaxTransfersPerSource: t.MaxTransfersPerSource, Log: a.Log, Registerer: a.Metrics}
 	}
 	if err := a.buildAPI(); err != nil {
 		return err
@@ -384,7 +391,7 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 	defer cancel()
 	lim := a.Cfg.HTTP.Limits()
 	listener := func(name, addr string, ln net.Listener, h http.Handler) Runner {
-		return &httpRunner{httpserve.Listener{Name: name, Addr: addr, Ln: ln, Handler: h, Limits: lim, Log: a.Log, Grace: grace}}
+		return &httpRunner{httpserve.Listener{Name: name, Addr: addr, Ln: ln, Handler: h, Limits: lim, Log: a.Log, Grace: grace, Metrics: a.httpMetrics}}
 	}
 	runners := []Runner{
 		listener("http", a.Cfg.HTTP.Addr, bound.HTTP, a.mainHandler()),
@@ -402,7 +409,7 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 			httpserve.Guard{Listener: "pprof", BodyTimeout: lim.ReadBodyTimeout, Budget: a.bodies(), Log: a.Log}.Wrap(pprofMux())))
 	}
 	if l := a.apiOwn; l != nil {
-		runners = append(runners, &httpRunner{httpserve.Listener{Name: "api", Addr: l.addr, Ln: bound.API, Handler: l.handler, TLS: apiTLS,
+		runners = append(runners, &httpRunner{httpserve.Listener{Name: "api", Addr: l.addr, Ln: bound.API, Handler: l.handler, TLS: apiTLS, Metrics: a.httpMetrics,
 			Limits: lim, Log: a.Log, Grace: grace}})
 	} else if bound.API != nil {
 		bound.API.Close()
@@ -613,7 +620,7 @@ func (a *App) apiGuard(listener string) httpserve.Guard {
 // bodies is the body budget every guard shares.
 func (a *App) bodies() *httpserve.BodyBudget {
 	if a.bodyBudget == nil {
-		a.bodyBudget = a.Cfg.HTTP.BodyBudget()
+		a.bodyBudget = a.Cfg.HTTP.BodyBudget(a.httpMetrics)
 	}
 	return a.bodyBudget
 }

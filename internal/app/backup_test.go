@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/ztpd/ztpd/internal/backup"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
@@ -58,12 +59,12 @@ func TestBackupWhileTheStoreChanges(t *testing.T) {
 	}
 	stop.Store(true)
 	wg.Wait()
-	left, _ := filepath.Glob(filepath.Join(cfg.DataDir, backupSnapshotPrefix+"*"))
+	left, _ := filepath.Glob(filepath.Join(cfg.DataDir, backup.SnapshotPrefix+"*"))
 	if len(left) != 0 {
 		t.Fatalf("snapshot files left: %v", left)
 	}
 	a.Close()
-	stale := filepath.Join(cfg.DataDir, backupSnapshotPrefix+"123")
+	stale := filepath.Join(cfg.DataDir, backup.SnapshotPrefix+"123")
 	if err := os.WriteFile(stale, []byte("half a snapshot"), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -15,12 +15,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ztpd/ztpd/internal/config"
+	"github.com/ztpd/ztpd/internal/httpserve"
 )
 
 // bodyRefusals is ztpd_http_body_refused_total{listener, reason}.
-func bodyRefusals(t *testing.T, listener, reason string) float64 {
+func bodyRefusals(t *testing.T, g prometheus.Gatherer, listener, reason string) float64 {
 	t.Helper()
-	mfs, err := prometheus.DefaultGatherer.Gather()
+	mfs, err := g.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,8 @@ func TestBodyBudgetRefusesUnread(t *testing.T) {
 	cfg := config.Default()
 	cfg.HTTP.MaxBodyBytesPerSource = 2 << 20
 	cfg.HTTP.MaxBodyBytesInFlight = 4 << 20
-	a := &App{Cfg: cfg, Log: NewLogger(io.Discard, "error", "text")}
+	reg := prometheus.NewRegistry()
+	a := &App{Cfg: cfg, Log: NewLogger(io.Discard, "error", "text"), Metrics: reg, httpMetrics: httpserve.NewMetrics(reg)}
 	hold := make(chan struct{})
 	var entered, read atomic.Int64
 	h := a.apiGuard("t-budget").Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -100,7 +102,7 @@ func TestBodyBudgetRefusesUnread(t *testing.T) {
 			}
 		}
 	}
-	perSource, total := bodyRefusals(t, "t-budget", "per_source"), bodyRefusals(t, "t-budget", "total")
+	perSource, total := bodyRefusals(t, reg, "t-budget", "per_source"), bodyRefusals(t, reg, "t-budget", "total")
 	held("127.0.0.1", 1)
 	held("127.0.0.1", 2)
 	if code := post("127.0.0.1"); code != http.StatusTooManyRequests {
@@ -114,10 +116,10 @@ func TestBodyBudgetRefusesUnread(t *testing.T) {
 	if entered.Load() != 4 || read.Load() != 0 {
 		t.Errorf("%d requests reached the handler, %d body bytes read; want 4 and 0", entered.Load(), read.Load())
 	}
-	if d := bodyRefusals(t, "t-budget", "per_source") - perSource; d != 1 {
+	if d := bodyRefusals(t, reg, "t-budget", "per_source") - perSource; d != 1 {
 		t.Errorf("per_source refusals +%v, want 1", d)
 	}
-	if d := bodyRefusals(t, "t-budget", "total") - total; d != 1 {
+	if d := bodyRefusals(t, reg, "t-budget", "total") - total; d != 1 {
 		t.Errorf("total refusals +%v, want 1", d)
 	}
 	close(hold)

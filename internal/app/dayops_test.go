@@ -16,8 +16,8 @@ import (
 	"github.com/ztpd/ztpd/joiner/tokens"
 )
 
-// The cluster operations as the app wires them (nodeMembership: the
-// joiner, the rollout engine, the clusters service) over Nodes and agents
+// The cluster operations as the app wires them (rollout.ClusterMembership:
+// the joiner, the rollout engine, the clusters service) over Nodes and agents
 // that are fakes: the real API server and agent are in the lab tests.
 
 // fakeClusterNodes is rollout.NodeOps over Nodes in memory; a drain of
@@ -74,6 +74,37 @@ func (f *fakeClusterNodes) DeleteNode(_ context.Context, _, node string) error {
 	return nil
 }
 
+func (f *fakeClusterNodes) CordonOwner(_ context.Context, _, node string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.nodes[node].cordoned {
+		return "stop", nil
+	}
+	return "", nil
+}
+
+// clustersOverFakes is a clusters service wired as the app wires it (the
+// joiner's memberships, rollout.ClusterMembership), with a rollout engine
+// of its own over nodes and agents that finish every operation at once.
+func clustersOverFakes(t *testing.T, a *App, nodes *fakeClusterNodes) *clusters.Service {
+	t.Helper()
+	eng, err := rollout.New(a.Store, rollout.Options{Nodes: nodes, Agents: doneAgents{}, Members: a.Joiner,
+		DrainTimeout: time.Second, StepTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := clusters.New(a.Store, rollout.NewClusterMembership(a.Joiner, eng, nodes, a.Log), clusters.Options{Log: a.Log, Appliance: a.applianceName()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cs.Close(ctx)
+	})
+	return cs
+}
+
 // doneAgents is rollout.Agents whose agents finish every operation at once.
 type doneAgents struct{}
 
@@ -105,10 +136,7 @@ func TestDeleteForceAbandonsWhatTheRemoveRolloutLeaves(t *testing.T) {
 	}
 	defer a.Close()
 	nodes := &fakeClusterNodes{nodes: map[string]*fakeClusterNode{}, blocked: "worker-1"}
-	if a.Rollouts, err = rollout.New(a.Store, rollout.Options{Nodes: nodes, Agents: doneAgents{}, Members: a.Joiner,
-		DrainTimeout: time.Second, StepTimeout: time.Second}); err != nil {
-		t.Fatal(err)
-	}
+	a.Clusters = clustersOverFakes(t, a, nodes)
 	ctx := context.Background()
 	c := clusterstest.Cluster(t, a.Clusters, "http://10.99.42.1:8080", "1.36.3", "prod", 2)
 	if err := a.Clusters.ObserveHealth(c.ID, clusters.Health{APIReachable: true, Nodes: 3, ReadyNodes: 3,
@@ -219,10 +247,7 @@ func TestScaleDownByName(t *testing.T) {
 	}
 	defer a.Close()
 	nodes := &fakeClusterNodes{nodes: map[string]*fakeClusterNode{}}
-	if a.Rollouts, err = rollout.New(a.Store, rollout.Options{Nodes: nodes, Agents: doneAgents{}, Members: a.Joiner,
-		DrainTimeout: time.Second, StepTimeout: time.Second}); err != nil {
-		t.Fatal(err)
-	}
+	a.Clusters = clustersOverFakes(t, a, nodes)
 	ctx := context.Background()
 	c := clusterstest.Cluster(t, a.Clusters, "http://10.99.43.1:8080", "1.36.3", "prod", 2)
 	if err := a.Clusters.ObserveHealth(c.ID, clusters.Health{APIReachable: true, Nodes: 3, ReadyNodes: 3,

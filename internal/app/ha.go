@@ -29,7 +29,7 @@ func (a *App) buildGroup() error {
 		info.PeerURL = "https://" + a.reachable(addr)
 	}
 	c, err := ha.New(ha.Config{Client: cs.Client(), Prefix: cs.Prefix(), Name: a.Cfg.Store.Name, Members: members,
-		TTL: a.Cfg.Store.SessionTTL.D(), Info: info, CaughtUp: a.leaseFeed.CaughtUp, Log: a.Log.With("part", "ha")})
+		TTL: a.Cfg.Store.SessionTTL.D(), Info: info, CaughtUp: a.leaseFeed.CaughtUp, Log: a.Log.With("part", "ha"), Registerer: a.Metrics})
 	if err != nil {
 		return err
 	}

@@ -37,6 +37,7 @@ func (a *App) buildWatch() error {
 		RefreshInterval: 5 * time.Second,
 		// Labels follow device changes (a SONiC upgrade) within a minute.
 		ResyncPeriod: time.Minute,
+		Registerer:   a.Metrics,
 	})
 	if err != nil {
 		return err

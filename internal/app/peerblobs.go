@@ -100,7 +100,7 @@ func (a *App) buildPeerBlobs() error {
 		log.Warn("this appliance serves no image blobs to the others: set store.peer_addr or advertise_addr")
 	}
 	group := a.Group
-	f := &peerblobs.Fetcher{Store: a.Images, Log: log,
+	f := &peerblobs.Fetcher{Store: a.Images, Log: log, Registerer: a.Metrics,
 		TLS: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12},
 		Peers: func() []string {
 			var urls []string
@@ -143,7 +143,7 @@ func (a *App) peerRunner(ln net.Listener, lim httpserve.Limits, grace time.Durat
 		}
 		return nil
 	}
-	return &httpRunner{httpserve.Listener{Name: "peer", Addr: a.peer.addr, Ln: ln, Handler: a.peer.handler, TLS: a.peer.tls,
+	return &httpRunner{httpserve.Listener{Name: "peer", Addr: a.peer.addr, Ln: ln, Handler: a.peer.handler, TLS: a.peer.tls, Metrics: a.httpMetrics,
 		Limits: lim, Log: a.Log, Grace: grace}}
 }
 

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sys/unix"
 
@@ -38,7 +39,7 @@ var quorumWait = 10 * time.Minute
 // directory, or etcd (external, or this appliance's embedded member).
 // Closing it closes the client, the member and the directory lock too.
 func OpenStore(cfg config.Config, log *slog.Logger) (store.Store, error) {
-	return openStore(cfg, log, false)
+	return openStore(cfg, log, false, nil)
 }
 
 // OpenEtcdForCopy opens the configured etcd store as the source or the
@@ -47,7 +48,7 @@ func OpenEtcdForCopy(cfg config.Config, log *slog.Logger) (EtcdCopyStore, error)
 	if cfg.Store.Backend != store.BackendEtcd && cfg.Store.Backend != store.BackendEtcdEmbedded {
 		return nil, fmt.Errorf("store.backend is %q: the configuration names no etcd store (backend etcd or etcd-embedded)", cfg.Store.Backend)
 	}
-	st, err := openStore(cfg, log, true)
+	st, err := openStore(cfg, log, true, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -62,11 +63,13 @@ type EtcdCopyStore interface {
 	Loader() *etcdstore.Loader
 }
 
-func openStore(cfg config.Config, log *slog.Logger, forCopy bool) (store.Store, error) {
+// openStore opens the configured store; its metrics register on reg (nil:
+// kept, not exported).
+func openStore(cfg config.Config, log *slog.Logger, forCopy bool, reg prometheus.Registerer) (store.Store, error) {
 	sc := cfg.Store
 	switch sc.Backend {
 	case "", store.BackendBolt:
-		return boltstore.Open(cfg.DataDir, boltstore.Options{})
+		return boltstore.Open(cfg.DataDir, boltstore.Options{Registerer: reg})
 	case store.BackendEtcd, store.BackendEtcdEmbedded:
 	default:
 		return nil, fmt.Errorf("store.backend %q is not one of bolt, etcd, etcd-embedded", sc.Backend)
@@ -86,7 +89,7 @@ func openStore(cfg config.Config, log *slog.Logger, forCopy bool) (store.Store, 
 		return nil, err
 	}
 	opts := etcdstore.Options{Prefix: sc.Prefix, Name: applianceName(sc), TempDir: cfg.DataDir, MaxTxnOps: sc.MaxTxnOps,
-		Log: log.With("part", "store")}
+		Log: log.With("part", "store"), Registerer: reg}
 	if g := sc.Group(); g != nil {
 		opts.SequenceID = slices.Index(g, sc.Name)
 	}

@@ -165,9 +165,10 @@ type HTTP struct {
 	MaxBodyBytesPerSource int64 `yaml:"max_body_bytes_per_source"`
 }
 
-// BodyBudget is the bound of request bodies in flight the listeners share.
-func (h HTTP) BodyBudget() *httpserve.BodyBudget {
-	return httpserve.NewBodyBudget(h.MaxBodyBytesInFlight, h.MaxBodyBytesPerSource)
+// BodyBudget is the bound of request bodies in flight the listeners share,
+// counted in m.
+func (h HTTP) BodyBudget(m *httpserve.Metrics) *httpserve.BodyBudget {
+	return httpserve.NewBodyBudget(h.MaxBodyBytesInFlight, h.MaxBodyBytesPerSource, m)
 }
 
 // Limits are the listener limits as internal/httpserve takes them.

@@ -34,14 +34,26 @@ import (
 	"github.com/ztpd/ztpd/internal/semver"
 )
 
-var (
-	agentReports = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "ztpd_agent_step_reports_total", Help: "Device agents' step reports recorded, by state.",
-	}, []string{"state"})
-	agentsRefused = promauto.NewCounter(prometheus.CounterOpts{
-		Name: "ztpd_agent_refused_total", Help: "Device agent requests refused (credential unknown, wrong, revoked or from another address).",
-	})
-)
+// metrics are the agents' channel's metrics.
+type metrics struct {
+	agentReports  *prometheus.CounterVec
+	agentsRefused prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	f := promauto.With(reg)
+	return &metrics{
+		agentReports: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ztpd_agent_step_reports_total", Help: "Device agents' step reports recorded, by state.",
+		}, []string{"state"}),
+		agentsRefused: f.NewCounter(prometheus.CounterOpts{
+			Name: "ztpd_agent_refused_total", Help: "Device agent requests refused (credential unknown, wrong, revoked or from another address).",
+		}),
+	}
+}
 
 // Authenticator says which device an agent's request comes from (the
 // joiner: the credential issued at join, checked against the holder of
@@ -81,12 +93,15 @@ type Options struct {
 	Defaults func(device string) (defaults core.DesiredState, profile string)
 	Now      func() time.Time
 	Log      *slog.Logger
+	// Registerer takes the service's metrics (nil: kept, not exported).
+	Registerer prometheus.Registerer
 }
 
 // Service is the owner of desired states.
 type Service struct {
-	st   core.Store
-	opts Options
+	st      core.Store
+	opts    Options
+	metrics *metrics
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced on every agent report
@@ -111,7 +126,7 @@ func New(st core.Store, opts Options) *Service {
 	if opts.ImageURL == nil {
 		opts.ImageURL = func(string) string { return "" }
 	}
-	return &Service{st: st, opts: opts, changed: make(chan struct{})}
+	return &Service{st: st, opts: opts, metrics: newMetrics(opts.Registerer), changed: make(chan struct{})}
 }
 
 // DefaultFastPollInterval is Options.FastPollInterval's default.
@@ -707,7 +722,7 @@ func (s *Service) authenticate(ctx context.Context, credential string, remote ne
 		}
 		// The agent learns only that it was refused; the log says why.
 		s.opts.Log.Info("agent refused", "remote", remote, "reason", err.Error())
-		agentsRefused.Inc()
+		s.metrics.agentsRefused.Inc()
 		return "", ErrAgentRefused
 	}
 	return device, nil
@@ -816,7 +831,7 @@ func (s *Service) AgentReport(ctx context.Context, credential string, remote net
 		return err
 	}
 	s.opts.Log.Info("agent step", "device", device, "operation", r.Operation, "step", r.Step, "state", r.State, "exit_code", r.ExitCode)
-	agentReports.WithLabelValues(r.State).Inc()
+	s.metrics.agentReports.WithLabelValues(r.State).Inc()
 	s.notify()
 	return nil
 }

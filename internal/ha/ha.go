@@ -53,23 +53,6 @@ const Buckets = 256
 // session key; its value is the session's lease ID.
 func SessionSetting(name string) string { return "ha-session/" + name }
 
-var (
-	bucketsOwned = promauto.NewGauge(prometheus.GaugeOpts{Name: "ztpd_ha_buckets_owned",
-		Help: "DHCP load-balancing buckets (of 256) this appliance answers now."})
-	leaderGauge = promauto.NewGauge(prometheus.GaugeOpts{Name: "ztpd_ha_leader",
-		Help: "1 while this appliance runs the singletons (cluster watch, rollouts, retention)."})
-	membersLive = promauto.NewGauge(prometheus.GaugeOpts{Name: "ztpd_ha_members_live",
-		Help: "Appliances whose session is alive, as this one sees them."})
-	sessionValid = promauto.NewGauge(prometheus.GaugeOpts{Name: "ztpd_ha_session_valid",
-		Help: "1 while this appliance's session is known to be alive."})
-	takeovers = promauto.NewCounter(prometheus.CounterOpts{Name: "ztpd_ha_takeovers_total",
-		Help: "Buckets this appliance took over from another."})
-	claimsHeld = promauto.NewGauge(prometheus.GaugeOpts{Name: "ztpd_ha_claims_held",
-		Help: "Claims (DHCP address blocks) this appliance holds."})
-	singletonRunning = promauto.NewGaugeVec(prometheus.GaugeOpts{Name: "ztpd_ha_singleton_running",
-		Help: "1 while this appliance runs the singleton (cluster watch, retention, ...), else 0."}, []string{"singleton"})
-)
-
 // Info is what an appliance publishes about itself.
 type Info struct {
 	Name string `json:"name"`
@@ -100,16 +83,19 @@ type Config struct {
 	// from another appliance are used only after it.
 	CaughtUp func(ctx context.Context, rev int64) error
 	Log      *slog.Logger
+	// Registerer takes the coordinator's metrics (nil: kept, not exported).
+	Registerer prometheus.Registerer
 }
 
 // Coordinator is this appliance's part in the group.
 type Coordinator struct {
-	cfg    Config
-	cli    *clientv3.Client
-	log    *slog.Logger
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	cfg     Config
+	cli     *clientv3.Client
+	log     *slog.Logger
+	metrics *metrics
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 
 	mu sync.RWMutex
 	// session
@@ -162,7 +148,7 @@ func New(cfg Config) (*Coordinator, error) {
 	if !strings.HasSuffix(cfg.Prefix, "/") {
 		cfg.Prefix += "/"
 	}
-	c := &Coordinator{cfg: cfg, cli: cfg.Client, log: cfg.Log, live: map[string]bool{}, infos: map[string]Info{},
+	c := &Coordinator{cfg: cfg, cli: cfg.Client, log: cfg.Log, metrics: newMetrics(cfg.Registerer), live: map[string]bool{}, infos: map[string]Info{},
 		claims: map[string]string{}, held: map[string]bool{}, leaderCh: make(chan struct{}), changed: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c, nil
@@ -296,7 +282,7 @@ func (c *Coordinator) openSession(ctx context.Context) (int64, error) {
 	c.lease = g.ID
 	c.deadline = sent.Add(time.Duration(g.TTL) * time.Second)
 	c.mu.Unlock()
-	sessionValid.Set(1)
+	c.metrics.sessionValid.Set(1)
 	c.log.Info("appliance session opened", "appliance", c.cfg.Name, "ttl", c.cfg.TTL)
 	return resp.Header.Revision, nil
 }
@@ -330,7 +316,7 @@ func (c *Coordinator) keepAlive() {
 			c.mu.Lock()
 			c.deadline = sent.Add(time.Duration(resp.TTL) * time.Second)
 			c.mu.Unlock()
-			sessionValid.Set(1)
+			c.metrics.sessionValid.Set(1)
 			continue
 		}
 		if c.ctx.Err() != nil {
@@ -370,9 +356,9 @@ func (c *Coordinator) dropLocked() {
 	clear(c.held)
 	c.loseLeadershipLocked()
 	c.notifyLocked()
-	sessionValid.Set(0)
-	bucketsOwned.Set(0)
-	claimsHeld.Set(0)
+	c.metrics.sessionValid.Set(0)
+	c.metrics.bucketsOwned.Set(0)
+	c.metrics.claimsHeld.Set(0)
 }
 
 func (c *Coordinator) countOwned() int {
@@ -552,10 +538,10 @@ func (c *Coordinator) recompute(rev int64) {
 			lose++
 		}
 	}
-	membersLive.Set(float64(len(live)))
+	c.metrics.membersLive.Set(float64(len(live)))
 	if lose > 0 {
 		c.notifyLocked()
-		bucketsOwned.Set(float64(c.countOwned()))
+		c.metrics.bucketsOwned.Set(float64(c.countOwned()))
 		c.log.Info("DHCP buckets handed over", "appliance", c.cfg.Name, "dropped", lose, "live", sortedNames(live))
 	}
 	c.mu.Unlock()
@@ -611,14 +597,14 @@ func (c *Coordinator) acquire(gain []int, rev int64, seen map[string]bool) {
 		n++
 		if p := Primary(c.cfg.Members, b); p != c.cfg.Name {
 			from[p]++
-			takeovers.Inc()
+			c.metrics.takeovers.Inc()
 		}
 	}
 	if n == 0 {
 		return
 	}
 	c.notifyLocked()
-	bucketsOwned.Set(float64(c.countOwned()))
+	c.metrics.bucketsOwned.Set(float64(c.countOwned()))
 	c.log.Info("DHCP buckets answered", "appliance", c.cfg.Name, "gained", n, "taken_over_from", from,
 		"waited", time.Since(start).Round(time.Millisecond), "live", sortedNames(seen))
 }
@@ -701,7 +687,7 @@ func (c *Coordinator) Claim(ctx context.Context, name string) (bool, error) {
 	c.mu.Lock()
 	c.claims[name] = c.cfg.Name
 	c.held[name] = true
-	claimsHeld.Set(float64(len(c.held)))
+	c.metrics.claimsHeld.Set(float64(len(c.held)))
 	c.mu.Unlock()
 	return true, nil
 }
@@ -810,5 +796,40 @@ func (c *Coordinator) close() {
 	defer cancel()
 	if _, err := c.cli.Revoke(ctx, id); err != nil {
 		c.closeErr = fmt.Errorf("ha: give up session: %w", err)
+	}
+}
+
+// metrics are the coordinator's metrics.
+type metrics struct {
+	bucketsOwned     prometheus.Gauge
+	leaderGauge      prometheus.Gauge
+	membersLive      prometheus.Gauge
+	sessionValid     prometheus.Gauge
+	takeovers        prometheus.Counter
+	claimsHeld       prometheus.Gauge
+	singletonRunning *prometheus.GaugeVec
+}
+
+// newMetrics registers the metrics on reg (nil: kept, not exported).
+func newMetrics(reg prometheus.Registerer) *metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	f := promauto.With(reg)
+	return &metrics{
+		bucketsOwned: f.NewGauge(prometheus.GaugeOpts{Name: "ztpd_ha_buckets_owned",
+			Help: "DHCP load-balancing buckets (of 256) this appliance answers now."}),
+		leaderGauge: f.NewGauge(prometheus.GaugeOpts{Name: "ztpd_ha_leader",
+			Help: "1 while this appliance runs the singletons (cluster watch, rollouts, retention)."}),
+		membersLive: f.NewGauge(prometheus.GaugeOpts{Name: "ztpd_ha_members_live",
+			Help: "Appliances whose session is alive, as this one sees them."}),
+		sessionValid: f.NewGauge(prometheus.GaugeOpts{Name: "ztpd_ha_session_valid",
+			Help: "1 while this appliance's session is known to be alive."}),
+		takeovers: f.NewCounter(prometheus.CounterOpts{Name: "ztpd_ha_takeovers_total",
+			Help: "Buckets this appliance took over from another."}),
+		claimsHeld: f.NewGauge(prometheus.GaugeOpts{Name: "ztpd_ha_claims_held",
+			Help: "Claims (DHCP address blocks) this appliance holds."}),
+		singletonRunning: f.NewGaugeVec(prometheus.GaugeOpts{Name: "ztpd_ha_singleton_running",
+			Help: "1 while this appliance runs the singleton (cluster watch, retention, ...), else 0."}, []string{"singleton"}),
 	}
 }

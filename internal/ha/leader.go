@@ -38,7 +38,7 @@ func (c *Coordinator) campaign() {
 				if c.lease == id && time.Now().Before(c.deadline) {
 					c.leader = c.cfg.Name
 					c.isLeader = true
-					leaderGauge.Set(1)
+					c.metrics.leaderGauge.Set(1)
 					c.notifyLocked()
 					c.log.Info("this appliance runs the singletons now (cluster watch, rollouts, retention)", "appliance", c.cfg.Name)
 				}
@@ -64,7 +64,7 @@ func (c *Coordinator) loseLeadershipLocked() {
 		return
 	}
 	c.isLeader = false
-	leaderGauge.Set(0)
+	c.metrics.leaderGauge.Set(0)
 	close(c.leaderCh)
 	c.leaderCh = make(chan struct{})
 	c.log.Info("this appliance no longer runs the singletons", "appliance", c.cfg.Name)
@@ -142,9 +142,9 @@ func (c *Coordinator) setRunning(name string, on bool) {
 	}
 	if on {
 		c.running[name] = true
-		singletonRunning.WithLabelValues(name).Set(1)
+		c.metrics.singletonRunning.WithLabelValues(name).Set(1)
 	} else {
 		delete(c.running, name)
-		singletonRunning.WithLabelValues(name).Set(0)
+		c.metrics.singletonRunning.WithLabelValues(name).Set(0)
 	}
 }

@@ -7,20 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
-)
-
-var (
-	bodyBytesInFlight = promauto.NewGauge(prometheus.GaugeOpts{
-		Name: "ztpd_http_body_bytes_in_flight",
-		Help: "Request body bytes reserved by requests being served (their Content-Length, or the listener's body cap when chunked).",
-	})
-	bodyRefused = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "ztpd_http_body_refused_total",
-		Help: "Requests refused before their body was read because the bodies in flight were at http.max_body_bytes_per_source (per_source, 429) or http.max_body_bytes_in_flight (total, 503), by listener.",
-	}, []string{"listener", "reason"})
 )
 
 // Defaults of BodyBudget, also the defaults of the http: configuration keys.
@@ -44,18 +30,24 @@ type BodyBudget struct {
 	bySource map[string]int64
 
 	lastLog atomic.Int64 // unix nanos of the last refusal logged
+
+	metrics *Metrics
 }
 
 // NewBodyBudget is a budget of total bytes, perSource of them per client
-// address; zero means the default.
-func NewBodyBudget(total, perSource int64) *BodyBudget {
+// address; zero means the default. What it holds and refuses is counted
+// in m (nil: kept, not exported).
+func NewBodyBudget(total, perSource int64, m *Metrics) *BodyBudget {
 	if total <= 0 {
 		total = DefaultMaxBodyBytesInFlight
 	}
 	if perSource <= 0 {
 		perSource = DefaultMaxBodyBytesPerSource
 	}
-	return &BodyBudget{total: total, perSource: min(perSource, total), bySource: map[string]int64{}}
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	return &BodyBudget{total: total, perSource: min(perSource, total), bySource: map[string]int64{}, metrics: m}
 }
 
 // take reserves n bytes for src; the reason is "" when they were
@@ -72,7 +64,7 @@ func (b *BodyBudget) take(src string, n int64) string {
 	}
 	b.bySource[src] = have + n
 	b.used += n
-	bodyBytesInFlight.Add(float64(n))
+	b.metrics.bodyBytesInFlight.Add(float64(n))
 	return ""
 }
 
@@ -85,7 +77,7 @@ func (b *BodyBudget) give(src string, n int64) {
 	}
 	b.used -= n
 	b.mu.Unlock()
-	bodyBytesInFlight.Sub(float64(n))
+	b.metrics.bodyBytesInFlight.Sub(float64(n))
 }
 
 // reserve takes what r's body may hold from the guard's budget, or answers
@@ -108,7 +100,7 @@ func (g *guard) reserve(w http.ResponseWriter, r *http.Request) (release func(),
 	if reason == "" {
 		return func() { b.give(src, n) }, true
 	}
-	bodyRefused.WithLabelValues(g.Listener, reason).Inc()
+	b.metrics.bodyRefused.WithLabelValues(g.Listener, reason).Inc()
 	code, text, limit := http.StatusTooManyRequests, "too many request bytes in flight from "+src+"; retry shortly", b.perSource
 	if reason == "total" {
 		code, text, limit = http.StatusServiceUnavailable, "too many request bytes in flight; retry shortly", b.total

@@ -91,6 +91,8 @@ type Listener struct {
 	Limits  Limits
 	Log     *slog.Logger
 	Grace   time.Duration // --shutdown-grace
+	// Metrics takes the listener's counts (nil: kept, not exported).
+	Metrics *Metrics
 }
 
 // Run listens (unless Ln is set) and serves until ctx ends.
@@ -107,7 +109,7 @@ func (l *Listener) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	ln = LimitListener(ln, l.Name, lim, log)
+	ln = LimitListener(ln, l.Name, lim, log, l.Metrics)
 	scheme := "http"
 	if l.TLS != nil {
 		// HTTP/1.1 only: the write deadline that moves with progress is

@@ -39,7 +39,7 @@ func serve(t *testing.T, name string, h http.Handler, lim Limits, grace time.Dur
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &Listener{Name: name, Ln: ln, Handler: h, Limits: lim, Log: slog.New(slog.DiscardHandler), Grace: grace}
+	l := &Listener{Name: name, Ln: ln, Handler: h, Limits: lim, Log: slog.New(slog.DiscardHandler), Grace: grace, Metrics: testMetrics}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	stopped := make(chan struct{})
@@ -47,6 +47,12 @@ func serve(t *testing.T, name string, h http.Handler, lim Limits, grace time.Dur
 	t.Cleanup(func() { cancel(); <-stopped })
 	return ln.Addr().String(), cancel, done
 }
+
+// testRegistry holds the metrics of the listeners the tests serve.
+var (
+	testRegistry = prometheus.NewRegistry()
+	testMetrics  = NewMetrics(testRegistry)
+)
 
 var okHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 
@@ -111,7 +117,7 @@ func TestSlowlorisCutOffAtHeaderTimeout(t *testing.T) {
 
 func TestConnectionLimitHoldsAndCounts(t *testing.T) {
 	addr, _, _ := serve(t, "t-limit", okHandler, Limits{MaxConns: 2, MaxConnsPerSource: 3, IdleTimeout: time.Minute}, time.Second)
-	held := connsHeld.WithLabelValues("t-limit")
+	held := testMetrics.connsHeld.WithLabelValues("t-limit")
 	before := value(held)
 	get := func(c net.Conn) error {
 		io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -148,7 +154,7 @@ func TestConnectionLimitHoldsAndCounts(t *testing.T) {
 	if got := value(held) - before; got != 1 {
 		t.Fatalf("held counter rose by %v, want 1", got)
 	}
-	if got := value(connsOpen.WithLabelValues("t-limit")); got != 2 {
+	if got := value(testMetrics.connsOpen.WithLabelValues("t-limit")); got != 2 {
 		t.Fatalf("open gauge %v, want 2", got)
 	}
 	open[0].Close()
@@ -228,7 +234,7 @@ func TestSlowDownloadOutlivesWriteTimeout(t *testing.T) {
 func TestStalledReaderCutOff(t *testing.T) {
 	path, _ := bigFile(t, 32<<20)
 	addr, _, _ := serve(t, "t-stall", fileHandler(path), Limits{WriteTimeout: time.Second}, time.Second)
-	timeouts := writeTimeouts.WithLabelValues("t-stall")
+	timeouts := testMetrics.writeTimeouts.WithLabelValues("t-stall")
 	before := value(timeouts)
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -249,9 +255,9 @@ func TestStalledReaderCutOff(t *testing.T) {
 	}
 	// The timeout is counted as the write fails; the connection's close,
 	// which lowers the gauge, follows on the server's goroutine.
-	for deadline := time.Now().Add(time.Second); value(connsOpen.WithLabelValues("t-stall")) != 0; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Second); value(testMetrics.connsOpen.WithLabelValues("t-stall")) != 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("open gauge %v a second after the cut, want 0", value(connsOpen.WithLabelValues("t-stall")))
+			t.Fatalf("open gauge %v a second after the cut, want 0", value(testMetrics.connsOpen.WithLabelValues("t-stall")))
 		}
 	}
 }

@@ -15,23 +15,50 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
-var (
-	connsOpen = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "ztpd_http_connections_open", Help: "Connections being served, by listener.",
-	}, []string{"listener"})
-	connsHeld = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "ztpd_http_connections_held_total",
-		Help: "Connections accepted while the listener was at http.max_conns, held unanswered until another closed, by listener.",
-	}, []string{"listener"})
-	connsRefusedSource = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "ztpd_http_connections_refused_total",
-		Help: "Connections closed at accept because their client address already held http.max_conns_per_source, by listener.",
-	}, []string{"listener"})
-	writeTimeouts = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "ztpd_http_write_timeouts_total",
-		Help: "Connections closed because the client took no data for http.write_timeout, by listener.",
-	}, []string{"listener"})
-)
+// Metrics are the listeners' metrics: one set for all the listeners of
+// an App (labelled by listener), its body budget and its guards.
+type Metrics struct {
+	connsOpen          *prometheus.GaugeVec
+	connsHeld          *prometheus.CounterVec
+	connsRefusedSource *prometheus.CounterVec
+	writeTimeouts      *prometheus.CounterVec
+	bodyBytesInFlight  prometheus.Gauge
+	bodyRefused        *prometheus.CounterVec
+}
+
+// NewMetrics registers the listeners' metrics on reg (nil: kept, not
+// exported).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	f := promauto.With(reg)
+	return &Metrics{
+		connsOpen: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ztpd_http_connections_open", Help: "Connections being served, by listener.",
+		}, []string{"listener"}),
+		connsHeld: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ztpd_http_connections_held_total",
+			Help: "Connections accepted while the listener was at http.max_conns, held unanswered until another closed, by listener.",
+		}, []string{"listener"}),
+		connsRefusedSource: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ztpd_http_connections_refused_total",
+			Help: "Connections closed at accept because their client address already held http.max_conns_per_source, by listener.",
+		}, []string{"listener"}),
+		writeTimeouts: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ztpd_http_write_timeouts_total",
+			Help: "Connections closed because the client took no data for http.write_timeout, by listener.",
+		}, []string{"listener"}),
+		bodyBytesInFlight: f.NewGauge(prometheus.GaugeOpts{
+			Name: "ztpd_http_body_bytes_in_flight",
+			Help: "Request body bytes reserved by requests being served (their Content-Length, or the listener's body cap when chunked).",
+		}),
+		bodyRefused: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ztpd_http_body_refused_total",
+			Help: "Requests refused before their body was read because the bodies in flight were at http.max_body_bytes_per_source (per_source, 429) or http.max_body_bytes_in_flight (total, 503), by listener.",
+		}, []string{"listener", "reason"}),
+	}
+}
 
 // WriteChunk is the most a single write on a connection sends under one
 // write deadline: the client must take this much within the write timeout
@@ -46,16 +73,20 @@ const WriteChunk = 256 << 10
 // client address holding lim.MaxConnsPerSource connections has its next one
 // closed at once (ztpd_http_connections_refused_total), before it can wait
 // for a slot, so one host never holds the listener against the others.
-func LimitListener(ln net.Listener, name string, lim Limits, log *slog.Logger) net.Listener {
+// The counts go to m (nil: kept, not exported).
+func LimitListener(ln net.Listener, name string, lim Limits, log *slog.Logger, m *Metrics) net.Listener {
 	lim = lim.WithDefaults()
 	if log == nil {
 		log = slog.Default()
 	}
+	if m == nil {
+		m = NewMetrics(nil)
+	}
 	return &limitListener{Listener: ln, name: name, log: log, sem: make(chan struct{}, lim.MaxConns),
 		done: make(chan struct{}), write: lim.WriteTimeout,
 		perSourceMax: lim.MaxConnsPerSource, perSource: map[netip.Addr]int{},
-		open: connsOpen.WithLabelValues(name), held: connsHeld.WithLabelValues(name),
-		refused: connsRefusedSource.WithLabelValues(name), timeouts: writeTimeouts.WithLabelValues(name)}
+		open: m.connsOpen.WithLabelValues(name), held: m.connsHeld.WithLabelValues(name),
+		refused: m.connsRefusedSource.WithLabelValues(name), timeouts: m.writeTimeouts.WithLabelValues(name)}
 }
 
 type limitListener struct {

@@ -11,15 +11,13 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // gathered is the value of a sample of name with label listener=l in the
-// default registry (0 when absent).
+// tests' registry (0 when absent).
 func gathered(t *testing.T, name, l string) float64 {
 	t.Helper()
-	mfs, err := prometheus.DefaultGatherer.Gather()
+	mfs, err := testRegistry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +108,7 @@ func TestTLSListenerBoundsHandshakesWithoutProgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &Listener{Name: "t-peer", Ln: ln, Handler: okHandler, Log: slog.New(slog.DiscardHandler), Grace: time.Second,
+	l := &Listener{Name: "t-peer", Ln: ln, Handler: okHandler, Log: slog.New(slog.DiscardHandler), Grace: time.Second, Metrics: testMetrics,
 		TLS:    &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAnyClientCert},
 		Limits: Limits{MaxConns: 8, ReadHeaderTimeout: time.Second}}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -24,6 +24,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Readiness is the status of a Node's Ready condition.
@@ -122,12 +124,15 @@ type Options struct {
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	Now func() time.Time
+	// Registerer takes the watch's metrics (nil: kept, not exported).
+	Registerer prometheus.Registerer
 }
 
 // Manager runs one watcher per target cluster.
 type Manager struct {
 	opt     Options
 	log     *slog.Logger
+	metrics *metrics
 	connect connector
 
 	refresh chan struct{}
@@ -177,6 +182,7 @@ func New(opt Options) (*Manager, error) {
 	m := &Manager{
 		opt:      opt,
 		log:      opt.Logger.With("component", "kubewatch"),
+		metrics:  newMetrics(opt.Registerer),
 		refresh:  make(chan struct{}, 1),
 		watchers: map[string]*watcher{},
 	}
@@ -268,19 +274,19 @@ func (m *Manager) Watching() []string {
 func (m *Manager) sync(ctx context.Context) {
 	targets, err := m.opt.Targets.WatchTargets()
 	if err != nil {
-		errorsTotal.WithLabelValues("targets").Inc()
+		m.metrics.errorsTotal.WithLabelValues("targets").Inc()
 		m.log.Error("cannot read the clusters to watch; keeping the current watches", "err", err)
 		return
 	}
 	want := make(map[string]Target, len(targets))
 	for _, t := range targets {
 		if t.ClusterID == "" {
-			errorsTotal.WithLabelValues("targets").Inc()
+			m.metrics.errorsTotal.WithLabelValues("targets").Inc()
 			m.log.Error("watch target without a cluster ID ignored", "name", t.Name, "endpoint", t.Endpoint)
 			continue
 		}
 		if _, dup := want[t.ClusterID]; dup {
-			errorsTotal.WithLabelValues("targets").Inc()
+			m.metrics.errorsTotal.WithLabelValues("targets").Inc()
 			m.log.Error("watch target listed twice; the first is kept", "cluster", t.ClusterID)
 			continue
 		}

@@ -113,8 +113,8 @@ func (w *watcher) run(ctx context.Context) {
 	defer close(w.done)
 	w.setGauge("unreachable")
 	defer func() {
-		clustersWatched.WithLabelValues(w.gaugeState).Dec()
-		nodeCounts{}.publish(w.published)
+		w.m.metrics.clustersWatched.WithLabelValues(w.gaugeState).Dec()
+		nodeCounts{}.publish(w.published, w.m.metrics.nodesObserved)
 	}()
 	defer w.queue.ShutDown()
 
@@ -157,7 +157,7 @@ func (w *watcher) connect(ctx context.Context) *conn {
 			w.connectErr = ""
 			return c
 		}
-		errorsTotal.WithLabelValues("connect").Inc()
+		w.m.metrics.errorsTotal.WithLabelValues("connect").Inc()
 		if msg := errString(err); msg != w.connectErr {
 			w.connectErr = msg
 			w.log().Error("cannot connect to the cluster's API; retrying", "err", err)
@@ -230,7 +230,7 @@ func (w *watcher) watchFailed(err error) {
 	if errors.Is(err, io.EOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 		return
 	}
-	errorsTotal.WithLabelValues("watch").Inc()
+	w.m.metrics.errorsTotal.WithLabelValues("watch").Inc()
 	msg := "watch: " + errString(err)
 	w.emu.Lock()
 	was := w.watchErr
@@ -405,7 +405,7 @@ func (w *watcher) labelWorker(ctx context.Context, c *conn) {
 			return
 		}
 		if err := w.reconcileLabels(ctx, c, name); err != nil && ctx.Err() == nil {
-			errorsTotal.WithLabelValues("patch").Inc()
+			w.m.metrics.errorsTotal.WithLabelValues("patch").Inc()
 			if w.queue.NumRequeues(name) == 0 {
 				w.m.log.Warn("cannot update node labels; retrying", "cluster", w.clusterID, "node", name, "err", err)
 			}
@@ -432,7 +432,7 @@ func (w *watcher) reconcileLabels(ctx context.Context, c *conn, name string) err
 	}
 	changes, skipped := labelChanges(n.Labels, desired, w.m.opt.Prefixes)
 	if len(skipped) > 0 {
-		errorsTotal.WithLabelValues("label").Add(float64(len(skipped)))
+		w.m.metrics.errorsTotal.WithLabelValues("label").Add(float64(len(skipped)))
 		w.m.log.Warn("desired node labels not set", "cluster", w.clusterID, "node", name, "skipped", skipped)
 	}
 	if len(changes) == 0 {
@@ -449,7 +449,7 @@ func (w *watcher) reconcileLabels(ctx context.Context, c *conn, name string) err
 	if err != nil {
 		return err
 	}
-	labelPatches.Inc()
+	w.m.metrics.labelPatches.Inc()
 	set, removed := changeSummary(changes)
 	w.m.log.Info("node labels updated", "cluster", w.clusterID, "node", name, "set", set, "removed", removed)
 	return nil
@@ -475,7 +475,7 @@ func (w *watcher) renew(ctx context.Context, c *conn) {
 		w.credErr = errString(err)
 		w.emu.Unlock()
 		if err != nil {
-			errorsTotal.WithLabelValues("credentials").Inc()
+			w.m.metrics.errorsTotal.WithLabelValues("credentials").Inc()
 			w.log().Error("cannot renew the client certificate; retrying", "err", err)
 			at = now.Add(min(30*time.Second, max(w.m.opt.ProbeInterval, time.Second)))
 			continue
@@ -521,7 +521,7 @@ func (w *watcher) probe(ctx context.Context, c *conn) {
 	}
 	reachable := err == nil
 	if err != nil {
-		errorsTotal.WithLabelValues("probe").Inc()
+		w.m.metrics.errorsTotal.WithLabelValues("probe").Inc()
 	}
 	w.probeErr = ""
 	if err != nil {
@@ -551,9 +551,9 @@ func (w *watcher) setGauge(state string) {
 		return
 	}
 	if w.gaugeState != "" {
-		clustersWatched.WithLabelValues(w.gaugeState).Dec()
+		w.m.metrics.clustersWatched.WithLabelValues(w.gaugeState).Dec()
 	}
-	clustersWatched.WithLabelValues(state).Inc()
+	w.m.metrics.clustersWatched.WithLabelValues(state).Inc()
 	w.gaugeState = state
 }
 
@@ -591,7 +591,7 @@ func (w *watcher) report(inf cache.SharedIndexInformer) {
 			counts.unknown++
 		}
 	}
-	counts.publish(w.published)
+	counts.publish(w.published, w.m.metrics.nodesObserved)
 	w.published = counts
 	w.m.opt.Sink.ClusterSeen(w.clusterID, h)
 }

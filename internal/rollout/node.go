@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
-	"github.com/ztpd/ztpd/joiner/tokens"
 )
 
 // errWithdrawn: an aborted rollout took the node's operation back before
@@ -110,7 +109,7 @@ func (e *Engine) hookSteps(r core.Rollout, device, phase string) []core.AgentSte
 // the agent started it is errWithdrawn.
 func (e *Engine) runOperation(ctx context.Context, r core.Rollout, n core.RolloutNode, kind string, steps []core.AgentStep,
 	mutate func(*core.DesiredState)) error {
-	id, err := tokens.RandomString(12)
+	id, err := randomName(12)
 	if err != nil {
 		return err
 	}

@@ -21,8 +21,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ztpd/ztpd/internal/core"
-	"github.com/ztpd/ztpd/joiner/tokens"
 )
 
 // NodeOps is what the engine does to a cluster's Nodes, as ztpd's operator
@@ -90,6 +91,8 @@ type Options struct {
 	DrainTimeout, StepTimeout time.Duration
 	Now                       func() time.Time
 	Log                       *slog.Logger
+	// Registerer takes the engine's metrics (nil: kept, not exported).
+	Registerer prometheus.Registerer
 }
 
 // Defaults.
@@ -101,8 +104,9 @@ const (
 // Engine runs rollouts; one per appliance (in a group, the
 // leader fails the rollouts of an appliance that is gone).
 type Engine struct {
-	st   core.Store
-	opts Options
+	st      core.Store
+	opts    Options
+	metrics *metrics
 
 	mu   sync.Mutex
 	runs map[string]*run
@@ -138,7 +142,7 @@ func New(st core.Store, opts Options) (*Engine, error) {
 	if opts.StepTimeout <= 0 {
 		opts.StepTimeout = DefaultStepTimeout
 	}
-	e := &Engine{st: st, opts: opts, runs: map[string]*run{}, involved: map[string]int{}}
+	e := &Engine{st: st, opts: opts, metrics: newMetrics(opts.Registerer), runs: map[string]*run{}, involved: map[string]int{}}
 	if _, err := e.failUnfinished(func(r core.Rollout) bool { return r.Appliance == opts.Appliance },
 		"interrupted by a restart of ztpd; start it again to continue"); err != nil {
 		return nil, err
@@ -241,7 +245,7 @@ func (e *Engine) Start(ctx context.Context, spec Spec) (core.Rollout, error) {
 	if spec.StepTimeout <= 0 {
 		spec.StepTimeout = e.opts.StepTimeout
 	}
-	id, err := tokens.RandomString(10)
+	id, err := randomName(10)
 	if err != nil {
 		return core.Rollout{}, err
 	}
@@ -543,9 +547,9 @@ func (e *Engine) setNode(id, device string, fn func(n *core.RolloutNode) string)
 	}
 	e.opts.Log.Info("rollout node", "rollout", id, "node", name, "device", device, "phase", x.Phase, "what", ev)
 	if !x.Finished.IsZero() {
-		nodesEnded.WithLabelValues(string(kind), x.Phase).Inc()
+		e.metrics.nodesEnded.WithLabelValues(string(kind), x.Phase).Inc()
 		if x.Phase == core.NodeDone && !x.Started.IsZero() {
-			nodeSeconds.WithLabelValues(string(kind)).Observe(x.Finished.Sub(x.Started).Seconds())
+			e.metrics.nodeSeconds.WithLabelValues(string(kind)).Observe(x.Finished.Sub(x.Started).Seconds())
 		}
 	}
 	return nil
@@ -564,10 +568,10 @@ func (e *Engine) launch(r core.Rollout) {
 	e.mu.Lock()
 	e.runs[r.ID] = rn
 	e.mu.Unlock()
-	rolloutsRunning.Inc()
+	e.metrics.rolloutsRunning.Inc()
 	go func() {
 		defer close(rn.done)
-		defer rolloutsRunning.Dec()
+		defer e.metrics.rolloutsRunning.Dec()
 		e.loop(r.ID, rn)
 		e.involvedMu.Lock()
 		for device := range rn.unfinished {
@@ -720,7 +724,7 @@ func (e *Engine) finish(id, failure string) {
 		return fmt.Sprintf("succeeded (%s)", summary(*r)), nil
 	})
 	r, _ := e.Get(id)
-	rolloutsEnded.WithLabelValues(string(r.Kind), string(r.State)).Inc()
+	e.metrics.rolloutsEnded.WithLabelValues(string(r.Kind), string(r.State)).Inc()
 	e.opts.Log.Info("rollout ended", "rollout", id, "kind", r.Kind, "state", r.State, "reason", r.Reason, "summary", summary(r))
 }
 

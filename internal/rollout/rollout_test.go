@@ -662,16 +662,16 @@ func TestDeviceHooksApplyWhenTheRolloutNamesNone(t *testing.T) {
 // is counted once it has committed, not per run.
 func TestMetrics(t *testing.T) {
 	e := newRerunningEnv(t, 1)
-	before := metricValue(rolloutsEnded.WithLabelValues("kubernetes", "succeeded"))
-	done := metricValue(nodesEnded.WithLabelValues("kubernetes", core.NodeDone))
+	before := metricValue(e.eng.metrics.rolloutsEnded.WithLabelValues("kubernetes", "succeeded"))
+	done := metricValue(e.eng.metrics.nodesEnded.WithLabelValues("kubernetes", core.NodeDone))
 	e.wait(e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2"}).ID)
-	if got := metricValue(rolloutsEnded.WithLabelValues("kubernetes", "succeeded")); got != before+1 {
+	if got := metricValue(e.eng.metrics.rolloutsEnded.WithLabelValues("kubernetes", "succeeded")); got != before+1 {
 		t.Fatalf("ztpd_rollouts_total{succeeded} %v, want %v", got, before+1)
 	}
-	if got := metricValue(nodesEnded.WithLabelValues("kubernetes", core.NodeDone)); got != done+2 {
+	if got := metricValue(e.eng.metrics.nodesEnded.WithLabelValues("kubernetes", core.NodeDone)); got != done+2 {
 		t.Fatalf("ztpd_rollout_nodes_total{done} %v, want %v", got, done+2)
 	}
-	if got := metricValue(rolloutsRunning); got < 0 {
+	if got := metricValue(e.eng.metrics.rolloutsRunning); got < 0 {
 		t.Fatalf("ztpd_rollouts_running %v", got)
 	}
 }

@@ -86,7 +86,7 @@ func (s *Server) keepsLiveDecision(cur *binding, l *core.Lease) bool {
 // has ended: the address goes back to the lease the store holds, or to
 // nobody.
 func (s *Server) revert(b *binding, now time.Time) {
-	staleDecisions.Inc()
+	s.metrics.staleDecisions.Inc()
 	b.pending, b.dirty = false, false
 	if b.stored != nil {
 		s.adoptStored(*b.stored, now)
@@ -381,10 +381,10 @@ func (s *Server) sweep(now time.Time) {
 	s.forgetDevices()
 	for _, sn := range s.subnets {
 		size := sn.poolSize()
-		poolSize.WithLabelValues(sn.name).Set(float64(size))
-		poolUsed.WithLabelValues(sn.name).Set(float64(used[sn]))
+		s.metrics.poolSize.WithLabelValues(sn.name).Set(float64(size))
+		s.metrics.poolUsed.WithLabelValues(sn.name).Set(float64(used[sn]))
 		if size > 0 {
-			poolUtilization.WithLabelValues(sn.name).Set(float64(used[sn]) / float64(size))
+			s.metrics.poolUtilization.WithLabelValues(sn.name).Set(float64(used[sn]) / float64(size))
 		}
 	}
 }

@@ -192,7 +192,7 @@ func perfCounts(out, exchange string) (sent, recv int) {
 func TestMalformedPacketsDoNotCrash(t *testing.T) {
 	l := newLab(t, "junk", 16, nil)
 	rc := newRelayClient(t, l.pair.B, "10.99.16.2", "10.99.16.1")
-	before := counterValue(dropMalformed)
+	before := counterValue(l.srv.metrics.dropMalformed)
 	rng := rand.New(rand.NewPCG(1, 2))
 	valid := discover(mac(1)).ToBytes()
 	sentJunk := 0
@@ -219,7 +219,7 @@ func TestMalformedPacketsDoNotCrash(t *testing.T) {
 			t.Fatalf("DORA after garbage: %v %v", ip, err)
 		}
 	}
-	if got := counterValue(dropMalformed) - before; got < float64(sentJunk)*2/3 {
+	if got := counterValue(l.srv.metrics.dropMalformed) - before; got < float64(sentJunk)*2/3 {
 		t.Fatalf("malformed drops counted %v of %d junk packets", got, sentJunk)
 	}
 	if strings.Contains(l.logs.String(), "panic") {

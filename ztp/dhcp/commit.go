@@ -83,7 +83,7 @@ func (s *Server) warnClaim(x *exchange, dv *device, fact, have, claimed string) 
 
 func (s *Server) enqueueAck(x *exchange) bool {
 	if len(s.acks) >= maxPendingAcks {
-		dropBacklog.Inc()
+		s.metrics.dropBacklog.Inc()
 		return false
 	}
 	pkt := make([]byte, len(x.out))
@@ -162,7 +162,7 @@ func (s *Server) touchDevice(x *exchange, leased bool) {
 	}
 	if kindOnly := (devices.Facts{Source: stated.Source, Kind: stated.Kind, KindDeclared: stated.KindDeclared}); stated != kindOnly {
 		stated.Check(func(fact string, err error) {
-			factsRefused.WithLabelValues(fact).Inc()
+			s.metrics.factsRefused.WithLabelValues(fact).Inc()
 			s.log.Debug("device fact refused", "mac", dv.d.MAC, "fact", fact, "err", err)
 		})
 		changed = changed || stated != kindOnly
@@ -321,7 +321,7 @@ func (s *Server) take(snap *snapshot, now time.Time) {
 	for _, a := range s.acks {
 		b := a.b
 		if s.byIP[b.ip] != b || b.key != a.key || b.state != core.LeaseActive || b.expiry.Before(a.expiry) {
-			dropStale.Inc() // released, declined or taken over before it became durable
+			s.metrics.dropStale.Inc() // released, declined or taken over before it became durable
 			continue
 		}
 		snap.acks = append(snap.acks, a)
@@ -460,8 +460,8 @@ func (s *Server) flush(snap *snapshot, lastErr *time.Time) bool {
 		return false
 	}
 	if err := s.commitSnapshot(snap); err != nil {
-		commitErrors.Inc()
-		dropCommit.Add(float64(len(snap.acks)))
+		s.metrics.commitErrors.Inc()
+		s.metrics.dropCommit.Add(float64(len(snap.acks)))
 		if time.Since(*lastErr) > 5*time.Second {
 			*lastErr = time.Now()
 			s.log.Error("lease commit failed; ACKs withheld, will retry", "err", err,
@@ -474,9 +474,9 @@ func (s *Server) flush(snap *snapshot, lastErr *time.Time) bool {
 	}
 	now := time.Now()
 	if len(snap.acks) > 0 {
-		commitBatch.Observe(float64(len(snap.acks)))
+		s.metrics.commitBatch.Observe(float64(len(snap.acks)))
 		for i := range snap.acks {
-			commitSeconds.Observe(now.Sub(snap.acks[i].queued).Seconds())
+			s.metrics.commitSeconds.Observe(now.Sub(snap.acks[i].queued).Seconds())
 		}
 		s.pacer.push(snap.acks, now)
 		clear(snap.acks)

@@ -85,12 +85,12 @@ func (s *Server) decide(x *exchange) bool {
 
 func (s *Server) stepMessage(x *exchange) bool {
 	x.mt = x.req.MessageType()
-	countPacket(x.mt)
+	s.metrics.countPacket(x.mt)
 	switch x.mt {
 	case msgDiscover, msgRequest, msgDecline, msgRelease, msgInform:
 		return true
 	}
-	dropNoType.Inc()
+	s.metrics.dropNoType.Inc()
 	return false
 }
 
@@ -117,7 +117,7 @@ func (s *Server) stepSubnet(x *exchange) bool {
 		x.sn = x.ifc.direct
 	}
 	if x.sn == nil {
-		dropNoSubnet.Inc()
+		s.metrics.dropNoSubnet.Inc()
 		if req.GIAddr != ([4]byte{}) {
 			s.logDrop(x, "relay "+netip.AddrFrom4(req.GIAddr).String(),
 				"relayed DHCP request left unanswered: the relay's address (or its link selection) is in no subnet under dhcp.subnets; declare the relayed subnet there",
@@ -154,7 +154,7 @@ func (s *Server) stepIdentify(x *exchange) bool {
 	} else if len(x.hw) > 0 {
 		x.key = append(append(x.keyBuf[:0], 'h'), x.hw...)
 	} else {
-		dropMalformed.Inc()
+		s.metrics.dropMalformed.Inc()
 		return false
 	}
 	sn := x.sn
@@ -165,7 +165,7 @@ func (s *Server) stepIdentify(x *exchange) bool {
 		// hardware address instead, a client apart.
 		if b := sn.clients[string(x.key)]; b != nil && b.hw != string(x.hw) && b.busy(x.now) {
 			x.key = append(append(x.keyBuf[:0], 'h'), x.hw...)
-			clientIDInUse.Inc()
+			s.metrics.clientIDInUse.Inc()
 			s.logDrop(x, "client id "+macText(x.hw),
 				"client id already held by another hardware address with a live lease: the client is served by its own hardware address",
 				"mac", macText(x.hw), "holder", macText([]byte(b.hw)), "ip", addrOf(b.ip))
@@ -247,7 +247,7 @@ func (s *Server) stepLease(x *exchange) bool {
 		return false
 	case msgInform:
 		if x.req.CIAddr == ([4]byte{}) {
-			dropMalformed.Inc()
+			s.metrics.dropMalformed.Inc()
 			return false
 		}
 		x.reply.msgType = msgAck
@@ -274,8 +274,8 @@ func (s *Server) offer(x *exchange) bool {
 
 func (s *Server) exhausted(x *exchange) {
 	sn := x.sn
-	exhaustedTotal.WithLabelValues(sn.name).Inc()
-	dropExhausted.Inc()
+	s.metrics.exhaustedTotal.WithLabelValues(sn.name).Inc()
+	s.metrics.dropExhausted.Inc()
 	if x.now.Sub(sn.lastWarn) >= 10*time.Second {
 		sn.lastWarn = x.now
 		s.log.Warn("address pool exhausted: DISCOVER left unanswered", "subnet", sn.name,
@@ -301,7 +301,7 @@ func (s *Server) request(x *exchange) bool {
 					s.forget(b)
 				}
 			}
-			dropNotOurs.Inc()
+			s.metrics.dropNotOurs.Inc()
 			return false
 		}
 		switch {
@@ -310,7 +310,7 @@ func (s *Server) request(x *exchange) bool {
 		case req.CIAddr != [4]byte{}:
 			ip = u32(req.CIAddr)
 		default:
-			dropMalformed.Inc()
+			s.metrics.dropMalformed.Inc()
 			return false
 		}
 	case x.hasRequested && req.CIAddr == [4]byte{}:
@@ -324,7 +324,7 @@ func (s *Server) request(x *exchange) bool {
 			if o := s.byIP[ip]; o != nil && o.busy(x.now) {
 				return s.nak(x, "requested address is in use")
 			}
-			dropUnknown.Inc()
+			s.metrics.dropUnknown.Inc()
 			s.logDrop(x, "client "+macText(x.hw),
 				"client asks to keep an address ztpd has no lease of (a lease from another server, or from a store that was reset): left unanswered as RFC 2131 requires; the client falls back to DISCOVER after its own timeout",
 				"mac", macText(x.hw), "requested", addrOf(ip), "subnet", x.sn.name)
@@ -333,7 +333,7 @@ func (s *Server) request(x *exchange) bool {
 	case req.CIAddr != [4]byte{}:
 		ip = u32(req.CIAddr)
 	default:
-		dropMalformed.Inc()
+		s.metrics.dropMalformed.Inc()
 		return false
 	}
 	if req.GIAddr == ([4]byte{}) && x.sn != x.ifc.direct {
@@ -342,7 +342,7 @@ func (s *Server) request(x *exchange) bool {
 		// host on the link gets no new lease in a relayed subnet by
 		// naming one of its addresses.
 		if b := s.lookupClient(x); b == nil || b.ip != ip {
-			dropUnknown.Inc()
+			s.metrics.dropUnknown.Inc()
 			return false
 		}
 	}
@@ -408,17 +408,17 @@ func (s *Server) nak(x *exchange, why string) bool {
 // decline quarantines an address a client found in use (ARP).
 func (s *Server) decline(x *exchange) {
 	if sid, ok := x.req.optIP(optServerID); ok && !s.ourServerID(sid) {
-		dropNotOurs.Inc()
+		s.metrics.dropNotOurs.Inc()
 		return
 	}
 	if !x.hasRequested {
-		dropMalformed.Inc()
+		s.metrics.dropMalformed.Inc()
 		return
 	}
 	ip := u32(x.requested)
 	b := s.byIP[ip]
 	if b == nil || b.key != string(x.key) {
-		dropUnknown.Inc()
+		s.metrics.dropUnknown.Inc()
 		return
 	}
 	s.disown(b)
@@ -437,7 +437,7 @@ func (s *Server) releaseLease(x *exchange) {
 	ip := u32(x.req.CIAddr)
 	b := s.byIP[ip]
 	if b == nil || b.key != string(x.key) || b.state != core.LeaseActive {
-		dropUnknown.Inc()
+		s.metrics.dropUnknown.Inc()
 		return
 	}
 	b.state = core.LeaseReleased

@@ -92,7 +92,7 @@ func (s *Server) stepPartition(x *exchange) bool {
 	if s.part.Serves(LBHash(x.key[1:])) {
 		return true
 	}
-	dropNotMine.Inc()
+	s.metrics.dropNotMine.Inc()
 	return false
 }
 
@@ -215,7 +215,7 @@ func (s *Server) claimOne(ctx context.Context, sn *subnet, p *pool) bool {
 			}
 		}
 		s.mu.Unlock()
-		blocksClaimed.Inc()
+		s.metrics.blocksClaimed.Inc()
 		s.log.Info("address block claimed", "block", name, "subnet", sn.name)
 		return true
 	}
@@ -290,7 +290,7 @@ func (s *Server) applyRemote(l core.Lease, deleted bool) {
 	if s.keepsLiveDecision(cur, stored) {
 		return
 	}
-	remoteLeases.Inc()
+	s.metrics.remoteLeases.Inc()
 	if deleted {
 		if cur != nil {
 			s.forget(cur)

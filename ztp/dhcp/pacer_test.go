@@ -24,7 +24,7 @@ func TestPacerDeliversAll(t *testing.T) {
 	in.SetReadBuffer(1 << 20)
 	ifc := &iface{name: "lo", conn: out, raw: -1}
 	dst := dest{addr: netip.MustParseAddrPort(in.LocalAddr().String())}
-	s := &Server{}
+	s := &Server{metrics: newMetrics(nil)}
 	p := newPacer()
 	stop, done := make(chan struct{}), make(chan struct{})
 	go p.run(s, stop, done)

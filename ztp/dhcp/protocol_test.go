@@ -311,11 +311,11 @@ func TestRelayAndOption82(t *testing.T) {
 		t.Fatalf("link selection: got %v to %+v", offer, d)
 	}
 	// A relay from an unknown network gets nothing.
-	before := counterValue(dropNoSubnet)
+	before := counterValue(h.s.metrics.dropNoSubnet)
 	if r, _ := h.exchange(discover(mac(43), dhcpv4.WithRelay(ip("10.99.77.1")))); r != nil {
 		t.Fatal("unknown giaddr answered")
 	}
-	if counterValue(dropNoSubnet) != before+1 {
+	if counterValue(h.s.metrics.dropNoSubnet) != before+1 {
 		t.Fatal("no_subnet drop not counted")
 	}
 }
@@ -460,11 +460,11 @@ func TestExhaustedPool(t *testing.T) {
 	})
 	h.dora(mac(1))
 	h.dora(mac(2))
-	before := counterValue(exhaustedTotal.WithLabelValues("lab"))
+	before := counterValue(h.s.metrics.exhaustedTotal.WithLabelValues("lab"))
 	if o, _ := h.exchange(discover(mac(3))); o != nil {
 		t.Fatalf("exhausted pool offered %s", o.YourIPAddr)
 	}
-	if got := counterValue(exhaustedTotal.WithLabelValues("lab")); got != before+1 {
+	if got := counterValue(h.s.metrics.exhaustedTotal.WithLabelValues("lab")); got != before+1 {
 		t.Fatalf("exhausted counter %v, want %v", got, before+1)
 	}
 	if !strings.Contains(h.logs.String(), "level=WARN msg=\"address pool exhausted") {

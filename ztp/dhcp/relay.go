@@ -76,7 +76,7 @@ func (s *Server) stepRelay(x *exchange) bool {
 		if !req.carriesRelayInfo() {
 			return true
 		}
-		dropClientRelayInfo.Inc()
+		s.metrics.dropClientRelayInfo.Inc()
 		s.logDrop(x, "client "+macText(req.HWAddr()),
 			"DHCP request from a client on the link carries relay agent information (option 82 or 118), which only a relay may add: dropped; a switch inserting option 82 without setting giaddr (DHCP snooping) must stop inserting it",
 			"mac", macText(req.HWAddr()), "source", x.src, "interface", x.ifc.name)
@@ -85,7 +85,7 @@ func (s *Server) stepRelay(x *exchange) bool {
 	if x.src.Is4() && s.relays.trusts(x.src.As4(), x.ifc.name, req.GIAddr) {
 		return true
 	}
-	dropUntrustedRelay.Inc()
+	s.metrics.dropUntrustedRelay.Inc()
 	s.logDrop(x, "relay "+x.src.String(),
 		"relayed DHCP request from an undeclared relay dropped: declare the relay (its source address, giaddr and interface) under dhcp.relays",
 		"mac", macText(req.HWAddr()), "source", x.src, "giaddr", netip.AddrFrom4(req.GIAddr), "interface", x.ifc.name)

@@ -85,23 +85,23 @@ func TestRealDhcrelayTrustedForgedRelayDropped(t *testing.T) {
 
 	// The attacker: giaddr of the relay's subnet, option 82 with the
 	// circuit id an approval rule names, from its own address.
-	before := counterValue(dropUntrustedRelay)
+	before := counterValue(l.srv.metrics.dropUntrustedRelay)
 	forged := "02:00:00:00:40:66"
 	rawDHCP(t, l.pair.B, "--iface", "b0", "--src", "10.99.40.66", "--dst", "10.99.40.1", "--chaddr", forged,
 		"--giaddr", "10.99.41.1", "--opt", relayInfo("rack7/port3"), "--wait", "1")
 	rawDHCP(t, l.pair.B, "--iface", "b0", "--src", "10.99.40.66", "--dst", "10.99.40.1", "--chaddr", forged,
 		"--giaddr", "10.99.41.1", "--type", "request", "--requested", "10.99.41.11", "--opt", relayInfo("rack7/port3"), "--wait", "1")
-	if got := counterValue(dropUntrustedRelay) - before; got < 2 {
+	if got := counterValue(l.srv.metrics.dropUntrustedRelay) - before; got < 2 {
 		t.Fatalf("forged relayed packets: untrusted_relay drops %v, want 2", got)
 	}
 	// Option 82 and link selection without giaddr, from a client on the link.
-	before = counterValue(dropClientRelayInfo)
+	before = counterValue(l.srv.metrics.dropClientRelayInfo)
 	for _, opt := range []string{relayInfo("rack7/port3"), "82:0504" + "0a632900", "118:0a632900"} {
 		if rs := rawDHCP(t, l.pair.B, "--iface", "b0", "--chaddr", forged, "--opt", opt, "--wait", "1"); len(rs) > 0 {
 			t.Fatalf("client on the link with %s answered: %+v", opt, rs)
 		}
 	}
-	if got := counterValue(dropClientRelayInfo) - before; got < 3 {
+	if got := counterValue(l.srv.metrics.dropClientRelayInfo) - before; got < 3 {
 		t.Fatalf("relay information from a client: drops %v, want 3", got)
 	}
 	hw, _ := net.ParseMAC(forged)

@@ -20,7 +20,7 @@ func rackPort() dhcpv4.Modifier {
 func TestForgedGIAddrGetsNothing(t *testing.T) {
 	h := newHarness(t, nil)
 	h.src = addr("10.99.0.66") // the attacker's own address on the link
-	before := counterValue(dropUntrustedRelay)
+	before := counterValue(h.s.metrics.dropUntrustedRelay)
 	hw := mac(300)
 	mods := []dhcpv4.Modifier{dhcpv4.WithRelay(ip("10.99.5.1")), rackPort()}
 	if r, _ := h.exchange(discover(hw, mods...)); r != nil {
@@ -31,7 +31,7 @@ func TestForgedGIAddrGetsNothing(t *testing.T) {
 	if r, _ := h.exchange(req); r != nil {
 		t.Fatalf("forged giaddr REQUEST answered: %v", r)
 	}
-	if got := counterValue(dropUntrustedRelay) - before; got != 2 {
+	if got := counterValue(h.s.metrics.dropUntrustedRelay) - before; got != 2 {
 		t.Fatalf("untrusted_relay drops: %v, want 2", got)
 	}
 	h.commit()
@@ -74,7 +74,7 @@ func TestRelayInformationFromClientIsDropped(t *testing.T) {
 		"link selection":   linkSel,
 		"subnet selection": generic(optSubnetSelection, []byte{10, 99, 5, 0}),
 	} {
-		before := counterValue(dropClientRelayInfo)
+		before := counterValue(h.s.metrics.dropClientRelayInfo)
 		if r, _ := h.exchange(discover(mac(310), mod)); r != nil {
 			t.Fatalf("%s from a client answered: yiaddr %s", name, r.YourIPAddr)
 		}
@@ -83,7 +83,7 @@ func TestRelayInformationFromClientIsDropped(t *testing.T) {
 		if r, _ := h.exchange(req); r != nil {
 			t.Fatalf("%s REQUEST from a client answered: %v", name, r.MessageType())
 		}
-		if got := counterValue(dropClientRelayInfo) - before; got != 2 {
+		if got := counterValue(h.s.metrics.dropClientRelayInfo) - before; got != 2 {
 			t.Fatalf("%s: relay_info_from_client drops %v, want 2", name, got)
 		}
 	}
@@ -162,7 +162,7 @@ func TestClientIDDoesNotMoveALiveLease(t *testing.T) {
 	victim, attacker := mac(330), mac(331)
 	cid := generic(optClientID, append([]byte{1}, victim...))
 	va := h.dora(victim, cid)
-	before := counterValue(clientIDInUse)
+	before := counterValue(h.s.metrics.clientIDInUse)
 	offer, _ := h.exchange(discover(attacker, cid))
 	if offer != nil && offer.YourIPAddr.Equal(va.YourIPAddr) {
 		t.Fatalf("another MAC offered the victim's %s", va.YourIPAddr)
@@ -173,7 +173,7 @@ func TestClientIDDoesNotMoveALiveLease(t *testing.T) {
 			t.Fatalf("another MAC got the victim's %s ACKed", va.YourIPAddr)
 		}
 	}
-	if counterValue(clientIDInUse) == before {
+	if counterValue(h.s.metrics.clientIDInUse) == before {
 		t.Fatal("client id held by another MAC not counted")
 	}
 	h.commit()

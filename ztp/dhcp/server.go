@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/ztpd/ztpd/internal/core"
@@ -32,6 +33,7 @@ type LeaseFinder interface {
 // Server is the DHCPv4 server for every configured interface. It is one
 // app.Runner.
 type Server struct {
+	metrics    *metrics
 	interfaces []string
 	offerHold  time.Duration // how long an offered address stays held
 	quarantine time.Duration // how long a DECLINEd address is not offered
@@ -96,6 +98,8 @@ type Options struct {
 	Store   core.Store
 	Devices *devices.Service // device records and events are reported here
 	Log     *slog.Logger
+	// Registerer takes the server's metrics (nil: kept, not exported).
+	Registerer prometheus.Registerer
 	// Advertise is the appliance address handed out (server identifier of
 	// the URLs, option 66 for SONiC).
 	Advertise netip.Addr
@@ -132,6 +136,7 @@ func New(opt Options) (*Server, error) {
 			opt.OfferHold, opt.DeclineQuarantine)
 	}
 	s := &Server{
+		metrics:    newMetrics(opt.Registerer),
 		interfaces: slices.Clone(opt.Interfaces), offerHold: opt.OfferHold, quarantine: opt.DeclineQuarantine,
 		store: opt.Store, devices: opt.Devices, log: log.With("component", "dhcp"),
 		byIP: map[uint32]*binding{}, devs: map[string]*device{}, kick: make(chan struct{}, 1), pacer: newPacer(),
@@ -466,12 +471,12 @@ func (s *Server) worker(ifc *iface) {
 func (s *Server) handle(x *exchange, w *sender, b []byte) {
 	defer func() {
 		if r := recover(); r != nil {
-			dropMalformed.Inc()
+			s.metrics.dropMalformed.Inc()
 			s.log.Error("bug: panic while handling a DHCP packet", "panic", r, "packet", hex.EncodeToString(b))
 		}
 	}()
 	if err := x.req.Parse(b); err != nil {
-		dropMalformed.Inc()
+		s.metrics.dropMalformed.Inc()
 		return
 	}
 	x.now = time.Now()

@@ -181,14 +181,14 @@ func (w *sender) send(s *Server, ifc *iface, d dest, pkt []byte, mt uint8) {
 	if d.l2 {
 		if ifc.raw >= 0 && len(pkt) <= 1500-28 {
 			if err := w.sendL2(ifc, d, pkt); err == nil {
-				repliesByType[mt].Inc()
+				s.metrics.repliesByType[mt].Inc()
 				return
 			}
 		}
 		d = dest{addr: broadcast} // RFC 2131 §4.1: broadcast when unicast is impossible
 	}
 	if _, err := ifc.conn.WriteToUDPAddrPort(pkt, d.addr); err != nil {
-		dropSendFailed.Inc()
+		s.metrics.dropSendFailed.Inc()
 		// A reply that cannot leave (no route to a relay, ARP failure, full
 		// socket buffer) is an operator's problem: warn, at most every 10 s.
 		s.sendWarn.Do(func() {
@@ -196,7 +196,7 @@ func (w *sender) send(s *Server, ifc *iface, d dest, pkt []byte, mt uint8) {
 		})
 		return
 	}
-	repliesByType[mt].Inc()
+	s.metrics.repliesByType[mt].Inc()
 }
 
 // sendL2 wraps pkt in IPv4 and UDP headers and sends it to the client's

@@ -78,7 +78,7 @@ func binariesServer(t *testing.T) (*httptest.Server, map[string][]byte) {
 	}
 	t.Cleanup(func() { svc.Close() })
 	mux := http.NewServeMux()
-	ztphttp.New(svc, nil, ztphttp.FrontDoor{}).Register(mux)
+	ztphttp.New(svc, nil, ztphttp.FrontDoor{}, nil).Register(mux)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv, bins

@@ -30,7 +30,7 @@ func TestFrontDoor(t *testing.T) {
 	t.Cleanup(func() { svc.Close() })
 	door := ztphttp.FrontDoor{ConsoleURL: "https://<this host>:8443/", APIURL: "https://<this host>:8443/api/v1/"}
 	mux := http.NewServeMux()
-	ztphttp.New(svc, nil, door).Register(mux)
+	ztphttp.New(svc, nil, door, nil).Register(mux)
 	get := func(h http.Handler, hdr ...string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest("GET", "/", nil)
 		for i := 0; i+1 < len(hdr); i += 2 {
@@ -60,7 +60,7 @@ func TestFrontDoor(t *testing.T) {
 		t.Errorf("password server /: %d %q", rec.Code, rec.Body)
 	}
 	bare := http.NewServeMux()
-	ztphttp.New(svc, nil, ztphttp.FrontDoor{}).Register(bare)
+	ztphttp.New(svc, nil, ztphttp.FrontDoor{}, nil).Register(bare)
 	if rec := get(bare, "Accept", browser); rec.Code != 404 {
 		t.Errorf("/ without a front door: %d %s", rec.Code, rec.Body)
 	}

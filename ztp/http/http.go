@@ -32,30 +32,35 @@ import (
 	"github.com/ztpd/ztpd/ztp/endpoints"
 )
 
-var (
-	requests = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "ztpd_ztp_http_requests_total", Help: "ZTP content HTTP requests by route and status code.",
-	}, []string{"route", "code"})
-	duration = promauto.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "ztpd_ztp_http_request_seconds", Help: "Time to answer a ZTP content request (to the last byte for files).",
-		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
-	}, []string{"route"})
-)
-
 // Server is the HTTP front end of the content service.
 type Server struct {
 	svc  *content.Service
 	log  *slog.Logger
 	door FrontDoor
+
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
 }
 
 // New returns the HTTP front end for svc; door is what "/" tells a person
-// (frontdoor.go).
-func New(svc *content.Service, log *slog.Logger, door FrontDoor) *Server {
+// (frontdoor.go); its metrics register on reg (nil: kept, not exported).
+func New(svc *content.Service, log *slog.Logger, door FrontDoor, reg prometheus.Registerer) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{svc: svc, log: log, door: door}
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	f := promauto.With(reg)
+	return &Server{svc: svc, log: log, door: door,
+		requests: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ztpd_ztp_http_requests_total", Help: "ZTP content HTTP requests by route and status code.",
+		}, []string{"route", "code"}),
+		duration: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "ztpd_ztp_http_request_seconds", Help: "Time to answer a ZTP content request (to the last byte for files).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}, []string{"route"}),
+	}
 }
 
 // Register mounts every ZTP route on mux: ztp.json and configs, ONIE, images,
@@ -94,8 +99,8 @@ func (s *Server) registerMetadata(mux *http.ServeMux) {
 }
 
 func (s *Server) handle(mux *http.ServeMux, pattern, route string, h http.HandlerFunc) {
-	obs := duration.WithLabelValues(route)
-	ok := requests.WithLabelValues(route, "200")
+	obs := s.duration.WithLabelValues(route)
+	ok := s.requests.WithLabelValues(route, "200")
 	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
@@ -103,7 +108,7 @@ func (s *Server) handle(mux *http.ServeMux, pattern, route string, h http.Handle
 		if sw.code == 0 || sw.code == http.StatusOK {
 			ok.Inc()
 		} else {
-			requests.WithLabelValues(route, strconv.Itoa(sw.code)).Inc()
+			s.requests.WithLabelValues(route, strconv.Itoa(sw.code)).Inc()
 		}
 		obs.Observe(time.Since(start).Seconds())
 	})

@@ -52,7 +52,7 @@ func TestRefusalsAnswerThroughTheOneErrorWriter(t *testing.T) {
 	}
 	svc.SetProfiles(set)
 	mux := http.NewServeMux()
-	ztphttp.New(svc, nil, ztphttp.FrontDoor{}).Register(mux)
+	ztphttp.New(svc, nil, ztphttp.FrontDoor{}, nil).Register(mux)
 	for _, c := range []struct {
 		from, path string
 		code       int

@@ -20,6 +20,7 @@ import (
 
 // engineConfig is what the transfer engine takes from config.TFTP.
 type engineConfig struct {
+	metrics      *metrics // nil: kept, not exported
 	singlePort   bool
 	window       int           // largest windowsize granted; <= 1 never negotiates
 	timeout      time.Duration // retransmit timeout before an RTT is measured, and its ceiling
@@ -40,6 +41,9 @@ const (
 )
 
 func (c *engineConfig) fill() {
+	if c.metrics == nil {
+		c.metrics = newMetrics(nil)
+	}
 	if c.timeout <= 0 {
 		c.timeout = defaultTimeout
 	}
@@ -279,7 +283,7 @@ func (e *engine) handle(p []byte, truncated bool, peer netip.AddrPort, local net
 	}
 	// Not a request, and no transfer of ours: a late duplicate after a
 	// transfer ended, or noise. No answer (it could be forged).
-	refused.WithLabelValues("stray").Inc()
+	e.cfg.metrics.refused.WithLabelValues("stray").Inc()
 }
 
 // request starts a transfer for an RRQ, or refuses it.
@@ -346,13 +350,13 @@ func (e *engine) request(p []byte, truncated bool, peer netip.AddrPort, local ne
 	}
 	e.wg.Add(1)
 	e.mu.Unlock()
-	activeTransfers.Inc()
+	e.cfg.metrics.activeTransfers.Inc()
 	go t.start()
 }
 
 // refuse answers a request with an ERROR from the listening socket.
 func (e *engine) refuse(peer netip.AddrPort, local netip.Addr, file string, r *refusal) {
-	refused.WithLabelValues(r.reason).Inc()
+	e.cfg.metrics.refused.WithLabelValues(r.reason).Inc()
 	e.conn.sendTo(appendError(nil, r.code, r.msg), e.sourceOOB(local), peer)
 	e.logf(r.level, "refused:"+r.reason, "tftp request refused", r.logArgs(peer, file)...)
 }
@@ -405,7 +409,7 @@ func (e *engine) release(t *transfer) {
 		delete(e.perSource, t.client)
 	}
 	e.mu.Unlock()
-	activeTransfers.Dec()
+	e.cfg.metrics.activeTransfers.Dec()
 	e.wg.Done()
 }
 
@@ -500,7 +504,7 @@ func (t *transfer) start() {
 		} else {
 			e.logf(r.level, "refused:"+r.reason, "tftp request refused", r.logArgs(t.peer, t.req.filename)...)
 		}
-		refused.WithLabelValues(r.reason).Inc()
+		t.e.cfg.metrics.refused.WithLabelValues(r.reason).Inc()
 		t.send(appendError(nil, r.code, r.msg))
 		t.finishLocked("", "")
 		t.mu.Unlock()
@@ -617,7 +621,7 @@ func (t *transfer) onPacketLocked(p []byte, at time.Time) {
 func (t *transfer) expireLocked(now time.Time) {
 	if !t.w.expire(now) {
 		if t.unheard {
-			unanswered.Inc()
+			t.e.cfg.metrics.unanswered.Inc()
 		}
 		t.finishLocked(t.giveUpResult(), fmt.Sprintf("no ACK after %d retransmissions", t.w.triesLimit()))
 		return
@@ -655,7 +659,7 @@ func (t *transfer) pumpLocked(now time.Time) {
 			pkt, final = t.buf[:4+n], n < t.blksize
 		}
 		if k <= t.w.maxSent {
-			retransmissions.Inc()
+			t.e.cfg.metrics.retransmissions.Inc()
 		}
 		if err := t.send(pkt); err == unix.ECONNREFUSED {
 			t.finishLocked(t.giveUpResult(), "client port unreachable (ICMP)")
@@ -663,7 +667,7 @@ func (t *transfer) pumpLocked(now time.Time) {
 		}
 		// Other send errors (a full queue) count as a loss: the timer
 		// sends the block again.
-		datagrams.Inc()
+		t.e.cfg.metrics.datagrams.Inc()
 		t.w.sent(k, final, now)
 	}
 }
@@ -737,14 +741,14 @@ func (t *transfer) finishLocked(result, reason string) {
 	if result == "" {
 		return
 	}
-	transfers.WithLabelValues(result).Inc()
+	t.e.cfg.metrics.transfers.WithLabelValues(result).Inc()
 	d := time.Since(t.started)
 	args := []any{"client", t.peer, "file", t.req.filename, "blksize", t.blksize, "duration", d.Round(time.Millisecond)}
 	if t.w != nil {
 		args = append(args, "window", t.w.size, "blocks", max(t.w.acked, 0), "retransmissions", t.w.retransmissions)
 	}
 	if result == resultOK {
-		transferSeconds.Observe(d.Seconds())
+		t.e.cfg.metrics.transferSeconds.Observe(d.Seconds())
 		t.e.log.Debug("tftp transfer done", args...)
 		return
 	}

@@ -355,8 +355,8 @@ func neverAck(t *testing.T, single bool, opts []string, heardBefore bool) {
 	cfg.singlePort = single
 	cfg.timeout, cfg.retransmits = 300*time.Millisecond, 3
 	s := startEngine(t, cfg, map[string][]byte{"f": randomBytes(1 << 20), "small": randomBytes(1000)})
-	failed := counterValue(transfers.WithLabelValues(resultFailed))
-	unansweredBefore := counterValue(unanswered)
+	failed := counterValue(s.e.cfg.metrics.transfers.WithLabelValues(resultFailed))
+	unansweredBefore := counterValue(s.e.cfg.metrics.unanswered)
 	c := newClient(t, "127.0.0.1")
 	if heardBefore {
 		if got, _ := c.fetch(s.addr, "small"); len(got) != 1000 {
@@ -396,11 +396,11 @@ func neverAck(t *testing.T, single bool, opts []string, heardBefore bool) {
 	if s.active() != 0 {
 		t.Fatalf("transfer still running after %v", time.Since(start))
 	}
-	if d := counterValue(transfers.WithLabelValues(resultFailed)) - failed; d < 1 {
+	if d := counterValue(s.e.cfg.metrics.transfers.WithLabelValues(resultFailed)) - failed; d < 1 {
 		t.Errorf("failed transfers +%v", d)
 	}
 	if !heardBefore {
-		if d := counterValue(unanswered) - unansweredBefore; d < 1 {
+		if d := counterValue(s.e.cfg.metrics.unanswered) - unansweredBefore; d < 1 {
 			t.Errorf("ztpd_tftp_unanswered_total +%v", d)
 		}
 	}
@@ -413,8 +413,8 @@ func TestEngineTransferCaps(t *testing.T) {
 		cfg.maxPerSource, cfg.maxTransfers = 2, 3
 		cfg.timeout, cfg.retransmits = 200*time.Millisecond, 1
 		s := startEngine(t, cfg, map[string][]byte{"f": randomBytes(10000)})
-		busySrc := counterValue(refused.WithLabelValues("busy_source"))
-		busyAll := counterValue(refused.WithLabelValues("busy_global"))
+		busySrc := counterValue(s.e.cfg.metrics.refused.WithLabelValues("busy_source"))
+		busyAll := counterValue(s.e.cfg.metrics.refused.WithLabelValues("busy_global"))
 		start := func(ip string) *client {
 			c := newClient(t, ip)
 			c.rrq(s.addr, "f")
@@ -432,10 +432,10 @@ func TestEngineTransferCaps(t *testing.T) {
 		if !strings.Contains(string(e.data), "(tftp.max_transfers)") {
 			t.Fatalf("fourth overall: %q", e.data)
 		}
-		if d := counterValue(refused.WithLabelValues("busy_source")) - busySrc; d != 1 {
+		if d := counterValue(s.e.cfg.metrics.refused.WithLabelValues("busy_source")) - busySrc; d != 1 {
 			t.Errorf("busy_source +%v", d)
 		}
-		if d := counterValue(refused.WithLabelValues("busy_global")) - busyAll; d != 1 {
+		if d := counterValue(s.e.cfg.metrics.refused.WithLabelValues("busy_global")) - busyAll; d != 1 {
 			t.Errorf("busy_global +%v", d)
 		}
 		// The silent transfers end within (1+1) x 200 ms; then there is room.
@@ -565,14 +565,14 @@ func TestEngineICMPUnreachableEndsTransfer(t *testing.T) {
 	cfg := testCfg()
 	cfg.timeout = 3 * time.Second
 	s := startEngine(t, cfg, map[string][]byte{"f": randomBytes(100000)})
-	sent := counterValue(datagrams)
+	sent := counterValue(s.e.cfg.metrics.datagrams)
 	c := newClient(t, "127.0.0.1")
 	c.rrq(s.addr, "f")
 	c.conn.Close()
 	if d := s.waitIdle(t, 2900*time.Millisecond); d > 2500*time.Millisecond {
 		t.Fatalf("transfer ended after %v", d)
 	}
-	if n := counterValue(datagrams) - sent; n > 2 {
+	if n := counterValue(s.e.cfg.metrics.datagrams) - sent; n > 2 {
 		t.Fatalf("%v datagrams to a closed port", n)
 	}
 }
@@ -720,7 +720,7 @@ func TestEngineUnheardSourcesLeaveRoom(t *testing.T) {
 		t.Fatalf("device's first fetch: %d bytes", len(got))
 	}
 	s.waitIdle(t, time.Second)
-	busy := counterValue(refused.WithLabelValues("busy_unheard"))
+	busy := counterValue(s.e.cfg.metrics.refused.WithLabelValues("busy_unheard"))
 	// Eight forged sources, one request each.
 	refusedN := 0
 	for i := range 8 {
@@ -734,9 +734,9 @@ func TestEngineUnheardSourcesLeaveRoom(t *testing.T) {
 			refusedN++
 		}
 	}
-	if refusedN != 2 || counterValue(refused.WithLabelValues("busy_unheard"))-busy != 2 {
+	if refusedN != 2 || counterValue(s.e.cfg.metrics.refused.WithLabelValues("busy_unheard"))-busy != 2 {
 		t.Fatalf("%d of 8 unheard requests refused (busy_unheard +%v), want 2 (max_transfers 8 less a quarter)",
-			refusedN, counterValue(refused.WithLabelValues("busy_unheard"))-busy)
+			refusedN, counterValue(s.e.cfg.metrics.refused.WithLabelValues("busy_unheard"))-busy)
 	}
 	// The device that answered before still gets its file meanwhile.
 	if got, _ := device.fetch(s.addr, "f"); len(got) != 10000 {

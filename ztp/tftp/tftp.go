@@ -62,34 +62,6 @@ import (
 // appliance fetches from a peer appliance first (several appliances).
 const peerFetchWait = time.Minute
 
-var (
-	transfers = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "ztpd_tftp_transfers_total",
-		Help: "TFTP transfers by result: ok, unconfirmed (every block sent, the last never acknowledged), aborted (the client sent an ERROR), failed.",
-	}, []string{"result"})
-	transferSeconds = promauto.NewHistogram(prometheus.HistogramOpts{
-		Name: "ztpd_tftp_transfer_seconds", Help: "Duration of successful TFTP transfers.",
-		Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
-	})
-	datagrams = promauto.NewCounter(prometheus.CounterOpts{
-		Name: "ztpd_tftp_datagrams_sent_total", Help: "TFTP DATA/OACK datagrams sent, retransmissions included.",
-	})
-	retransmissions = promauto.NewCounter(prometheus.CounterOpts{
-		Name: "ztpd_tftp_retransmissions_total", Help: "TFTP DATA/OACK datagrams sent again (timeouts, late duplicate ACKs, RFC 7440 window restarts).",
-	})
-	refused = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "ztpd_tftp_refused_total",
-		Help: "TFTP requests refused, by reason (path, write, malformed, mode, busy_source, busy_global, busy_unheard, shutdown, error, a content status such as 404), and stray datagrams (stray).",
-	}, []string{"reason"})
-	unanswered = promauto.NewCounter(prometheus.CounterOpts{
-		Name: "ztpd_tftp_unanswered_total",
-		Help: "TFTP transfers abandoned without any ACK from a client address not heard from lately, after one retransmission (a forged or dead source).",
-	})
-	activeTransfers = promauto.NewGauge(prometheus.GaugeOpts{
-		Name: "ztpd_tftp_active_transfers", Help: "TFTP transfers running (requests being resolved included).",
-	})
-)
-
 // Options are the TFTP listener's resolved settings (the tftp: section and
 // --shutdown-grace).
 type Options struct {
@@ -108,13 +80,16 @@ type Options struct {
 	// (--shutdown-grace); 0 means 10s.
 	Grace time.Duration
 	Log   *slog.Logger
+	// Registerer takes the listener's metrics (nil: kept, not exported).
+	Registerer prometheus.Registerer
 }
 
 // Server is the TFTP listener; it implements the app's Runner.
 type Server struct {
-	svc *content.Service
-	cfg Options
-	log *slog.Logger
+	svc     *content.Service
+	cfg     Options
+	log     *slog.Logger
+	metrics *metrics
 }
 
 // New returns a TFTP server for svc.
@@ -125,7 +100,7 @@ func New(svc *content.Service, opt Options) *Server {
 	if opt.Grace <= 0 {
 		opt.Grace = 10 * time.Second
 	}
-	return &Server{svc: svc, cfg: opt, log: opt.Log}
+	return &Server{svc: svc, cfg: opt, log: opt.Log, metrics: newMetrics(opt.Registerer)}
 }
 
 // Name implements the app's Runner.
@@ -173,6 +148,7 @@ func (s *Server) Serve(ctx context.Context, conn *net.UDPConn) error {
 		maxTransfers: s.cfg.MaxTransfers,
 		maxPerSource: s.cfg.MaxTransfersPerSource,
 		blkCap:       mc.capFor,
+		metrics:      s.metrics,
 	}
 	e := newEngine(ec, s.open, s.log)
 	s.log.Info("listening", "listener", "tftp", "addr", addr, "single_port", ec.singlePort,
@@ -349,4 +325,50 @@ func filePayload(f *os.File) (*payload, error) {
 		return nil, err
 	}
 	return &payload{file: f, size: st.Size()}, nil
+}
+
+// metrics are the TFTP listener's metrics.
+type metrics struct {
+	transfers       *prometheus.CounterVec
+	transferSeconds prometheus.Histogram
+	datagrams       prometheus.Counter
+	retransmissions prometheus.Counter
+	refused         *prometheus.CounterVec
+	unanswered      prometheus.Counter
+	activeTransfers prometheus.Gauge
+}
+
+// newMetrics registers the metrics on reg (nil: kept, not exported).
+func newMetrics(reg prometheus.Registerer) *metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	f := promauto.With(reg)
+	return &metrics{
+		transfers: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ztpd_tftp_transfers_total",
+			Help: "TFTP transfers by result: ok, unconfirmed (every block sent, the last never acknowledged), aborted (the client sent an ERROR), failed.",
+		}, []string{"result"}),
+		transferSeconds: f.NewHistogram(prometheus.HistogramOpts{
+			Name: "ztpd_tftp_transfer_seconds", Help: "Duration of successful TFTP transfers.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+		datagrams: f.NewCounter(prometheus.CounterOpts{
+			Name: "ztpd_tftp_datagrams_sent_total", Help: "TFTP DATA/OACK datagrams sent, retransmissions included.",
+		}),
+		retransmissions: f.NewCounter(prometheus.CounterOpts{
+			Name: "ztpd_tftp_retransmissions_total", Help: "TFTP DATA/OACK datagrams sent again (timeouts, late duplicate ACKs, RFC 7440 window restarts).",
+		}),
+		refused: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ztpd_tftp_refused_total",
+			Help: "TFTP requests refused, by reason (path, write, malformed, mode, busy_source, busy_global, busy_unheard, shutdown, error, a content status such as 404), and stray datagrams (stray).",
+		}, []string{"reason"}),
+		unanswered: f.NewCounter(prometheus.CounterOpts{
+			Name: "ztpd_tftp_unanswered_total",
+			Help: "TFTP transfers abandoned without any ACK from a client address not heard from lately, after one retransmission (a forged or dead source).",
+		}),
+		activeTransfers: f.NewGauge(prometheus.GaugeOpts{
+			Name: "ztpd_tftp_active_transfers", Help: "TFTP transfers running (requests being resolved included).",
+		}),
+	}
 }

@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
@@ -46,6 +47,8 @@ type Options struct {
 	ReadOnly bool
 	// MaxBatch bounds callers per group commit. Default 4096.
 	MaxBatch int
+	// Registerer takes the commit metrics (nil: kept, not exported).
+	Registerer prometheus.Registerer
 }
 
 // Store is a bbolt-backed core.Store.
@@ -53,6 +56,7 @@ type Store struct {
 	db       *bolt.DB
 	dir      string
 	group    *kv.Group // Batch's group committer (nil when read-only)
+	metrics  *kv.CommitMetrics
 	closeMu  sync.Once
 	closeErr error
 
@@ -126,14 +130,14 @@ func Open(dir string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	s := &Store{db: db, dir: dir}
+	s := &Store{db: db, dir: dir, metrics: kv.NewCommitMetrics(opts.Registerer)}
 	if !opts.ReadOnly {
 		if err := s.migrate(); err != nil {
 			db.Close()
 			return nil, err
 		}
 		_ = os.WriteFile(filepath.Join(dir, pidFileName), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
-		s.group = kv.NewGroup(opts.MaxBatch, s.commit)
+		s.group = kv.NewGroup(opts.MaxBatch, s.commit, s.metrics)
 	}
 	return s, nil
 }
@@ -171,7 +175,7 @@ func (s *Store) Update(fn func(core.Tx) error) error {
 	start := time.Now()
 	_, err := s.commit([]func(core.Tx) error{fn})
 	if err == nil {
-		kv.ObserveCommit(1, start)
+		s.metrics.ObserveCommit(1, start)
 	}
 	return err
 }

@@ -33,8 +33,13 @@ import (
 func appliances(t *testing.T, cli *clientv3.Client, maxOps int) (a, b *etcdstore.Store) {
 	t.Helper()
 	p := fmt.Sprintf("/pair%d/", prefixes.Add(1))
-	return openPrefix(t, cli, p, true, maxOps), openPrefix(t, cli, p, true, maxOps)
+	return openMetered(t, cli, p, true, maxOps, prometheus.WrapRegistererWith(prometheus.Labels{"appliance": p + "a"}, applianceMetrics)),
+		openMetered(t, cli, p, true, maxOps, prometheus.WrapRegistererWith(prometheus.Labels{"appliance": p + "b"}, applianceMetrics))
 }
+
+// applianceMetrics holds the metrics of the stores appliances opens, each
+// labelled with its appliance.
+var applianceMetrics = prometheus.NewRegistry()
 
 func mac(i int) string { return fmt.Sprintf("02:00:00:00:%02x:%02x", i/256, i%256) }
 
@@ -67,16 +72,21 @@ func setting(t *testing.T, st core.Store, name string) string {
 	return v
 }
 
-// conflicts is the process's ztpd_store_conflicts_total.
+// conflicts is ztpd_store_conflicts_total over every store appliances
+// opened.
 func conflicts(t *testing.T) float64 {
 	t.Helper()
-	mfs, err := prometheus.DefaultGatherer.Gather()
+	mfs, err := applianceMetrics.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
 		if mf.GetName() == "ztpd_store_conflicts_total" {
-			return mf.GetMetric()[0].GetCounter().GetValue()
+			var sum float64
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+			return sum
 		}
 	}
 	t.Fatal("ztpd_store_conflicts_total is not registered")

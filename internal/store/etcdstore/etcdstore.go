@@ -65,15 +65,25 @@ const DefaultMaxTxnOps = 128
 // writes and gave up.
 var ErrConflict = errors.New("store transaction kept conflicting with other appliances' writes")
 
-var commitResends = promauto.NewCounter(prometheus.CounterOpts{
-	Name: "ztpd_store_commit_resends_total",
-	Help: "etcd commits sent again after a send whose outcome was unknown (a timeout, a lost leader); at most one send applies.",
-})
+// metrics are the etcd engine's own, beside kv's commit metrics.
+type metrics struct {
+	commitResends  prometheus.Counter
+	conflictsTotal prometheus.Counter
+}
 
-var conflictsTotal = promauto.NewCounter(prometheus.CounterOpts{
-	Name: "ztpd_store_conflicts_total",
-	Help: "Store transactions run again because another appliance changed what they read (etcd backend).",
-})
+func newMetrics(reg prometheus.Registerer) metrics {
+	f := promauto.With(reg)
+	return metrics{
+		commitResends: f.NewCounter(prometheus.CounterOpts{
+			Name: "ztpd_store_commit_resends_total",
+			Help: "etcd commits sent again after a send whose outcome was unknown (a timeout, a lost leader); at most one send applies.",
+		}),
+		conflictsTotal: f.NewCounter(prometheus.CounterOpts{
+			Name: "ztpd_store_conflicts_total",
+			Help: "Store transactions run again because another appliance changed what they read (etcd backend).",
+		}),
+	}
+}
 
 // Options configure Open.
 type Options struct {
@@ -103,6 +113,8 @@ type Options struct {
 	// distinct from the others' (see timeSequence).
 	SequenceID int
 	Log        *slog.Logger
+	// Registerer takes the store's metrics (nil: kept, not exported).
+	Registerer prometheus.Registerer
 }
 
 // InitMode is what Open does when the prefix holds no schema version.
@@ -131,6 +143,8 @@ type Store struct {
 	timeout time.Duration
 	local   bool
 	log     *slog.Logger
+	commits *kv.CommitMetrics
+	metrics metrics
 
 	writeMu sync.Mutex // one writer per process
 	// markRev is the commit marker's revision as this process last saw it
@@ -174,9 +188,13 @@ func Open(opts Options) (*Store, error) {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
+	if opts.Registerer == nil {
+		opts.Registerer = prometheus.NewRegistry()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Store{cli: opts.Client, p: opts.Prefix, name: opts.Name, tmpDir: opts.TempDir, maxOps: opts.MaxTxnOps,
-		timeout: opts.Timeout, local: opts.LocalMember, log: opts.Log, ctx: ctx, cancel: cancel, markRev: -1}
+		timeout: opts.Timeout, local: opts.LocalMember, log: opts.Log, ctx: ctx, cancel: cancel, markRev: -1,
+		commits: kv.NewCommitMetrics(opts.Registerer), metrics: newMetrics(opts.Registerer)}
 	if opts.SequenceID < 0 || opts.SequenceID >= seqSlots {
 		cancel()
 		return nil, fmt.Errorf("etcdstore: sequence id %d is outside 0..%d", opts.SequenceID, seqSlots-1)
@@ -195,7 +213,7 @@ func Open(opts Options) (*Store, error) {
 	}
 	s.wg.Add(1)
 	go s.watchChanges(rev)
-	s.group = kv.NewGroup(opts.MaxBatch, s.commit)
+	s.group = kv.NewGroup(opts.MaxBatch, s.commit, s.commits)
 	return s, nil
 }
 
@@ -401,7 +419,7 @@ func (s *Store) Update(fn func(core.Tx) error) error {
 	start := time.Now()
 	_, err := s.commit([]func(core.Tx) error{fn})
 	if err == nil {
-		kv.ObserveCommit(1, start)
+		s.commits.ObserveCommit(1, start)
 	}
 	return err
 }
@@ -436,7 +454,7 @@ func (s *Store) commit(fns []func(core.Tx) error) (int, error) {
 			s.bump(t.Dirty())
 			return -1, nil
 		}
-		conflictsTotal.Inc()
+		s.metrics.conflictsTotal.Inc()
 		if attempt == maxAttempts {
 			return -1, ErrConflict
 		}
@@ -974,7 +992,7 @@ func (s *Store) sendAs(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.
 			s.markRev = -1
 			return false, fmt.Errorf("etcd store: commit: %w", err)
 		}
-		commitResends.Inc()
+		s.metrics.commitResends.Inc()
 		s.log.Warn("etcd commit unanswered; sending it again", "after", time.Since(first).Round(time.Millisecond), "err", err)
 		select {
 		case <-ctx.Done():

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ztpd/ztpd/internal/core"
@@ -86,8 +87,14 @@ func openOn(t testing.TB, cli *clientv3.Client, local bool, maxOps int) *etcdsto
 
 func openPrefix(t testing.TB, cli *clientv3.Client, prefix string, local bool, maxOps int) *etcdstore.Store {
 	t.Helper()
+	return openMetered(t, cli, prefix, local, maxOps, nil)
+}
+
+// openMetered is openPrefix with the store's metrics on reg.
+func openMetered(t testing.TB, cli *clientv3.Client, prefix string, local bool, maxOps int, reg prometheus.Registerer) *etcdstore.Store {
+	t.Helper()
 	s, err := etcdstore.Open(etcdstore.Options{Client: cli, Prefix: prefix, Name: "test", TempDir: t.TempDir(),
-		LocalMember: local, MaxTxnOps: maxOps})
+		LocalMember: local, MaxTxnOps: maxOps, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,26 +11,40 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 )
 
-// The commit metrics of whichever engine the process runs.
-var (
-	commitsTotal = promauto.NewCounter(prometheus.CounterOpts{
-		Name: "ztpd_store_commits_total", Help: "Durable store commits.",
-	})
-	batchSize = promauto.NewHistogram(prometheus.HistogramOpts{
-		Name: "ztpd_store_batch_size", Help: "Callers joined per group commit.",
-		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024},
-	})
-	commitSeconds = promauto.NewHistogram(prometheus.HistogramOpts{
-		Name: "ztpd_store_commit_seconds", Help: "Time to commit one transaction durably.",
-		Buckets: prometheus.ExponentialBuckets(0.0002, 2, 14),
-	})
-)
+// CommitMetrics are a store's commit metrics, whichever engine it runs.
+type CommitMetrics struct {
+	commits prometheus.Counter
+	batch   prometheus.Histogram
+	seconds prometheus.Histogram
+}
+
+// NewCommitMetrics registers the commit metrics on reg (nil: kept, not
+// exported).
+func NewCommitMetrics(reg prometheus.Registerer) *CommitMetrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	f := promauto.With(reg)
+	return &CommitMetrics{
+		commits: f.NewCounter(prometheus.CounterOpts{
+			Name: "ztpd_store_commits_total", Help: "Durable store commits.",
+		}),
+		batch: f.NewHistogram(prometheus.HistogramOpts{
+			Name: "ztpd_store_batch_size", Help: "Callers joined per group commit.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024},
+		}),
+		seconds: f.NewHistogram(prometheus.HistogramOpts{
+			Name: "ztpd_store_commit_seconds", Help: "Time to commit one transaction durably.",
+			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 14),
+		}),
+	}
+}
 
 // ObserveCommit counts one durable commit of n callers that began at start.
-func ObserveCommit(n int, start time.Time) {
-	commitsTotal.Inc()
-	batchSize.Observe(float64(n))
-	commitSeconds.Observe(time.Since(start).Seconds())
+func (m *CommitMetrics) ObserveCommit(n int, start time.Time) {
+	m.commits.Inc()
+	m.batch.Observe(float64(n))
+	m.seconds.Observe(time.Since(start).Seconds())
 }
 
 // ErrTxnTooLarge is an engine's error for a transaction over its size
@@ -52,6 +66,7 @@ type CommitFunc func(fns []func(core.Tx) error) (failed int, err error)
 // commits a lone caller at once and throughput grows with concurrency.
 type Group struct {
 	commit   CommitFunc
+	metrics  *CommitMetrics
 	maxBatch int
 	reqs     chan *batchReq
 	quit     chan struct{}
@@ -65,12 +80,16 @@ type batchReq struct {
 	done chan error
 }
 
-// NewGroup starts the loop; maxBatch bounds callers per commit.
-func NewGroup(maxBatch int, commit CommitFunc) *Group {
+// NewGroup starts the loop; maxBatch bounds callers per commit, and each
+// commit is counted in metrics (nil: kept, not exported).
+func NewGroup(maxBatch int, commit CommitFunc, metrics *CommitMetrics) *Group {
 	if maxBatch <= 0 {
 		maxBatch = 4096
 	}
-	g := &Group{commit: commit, maxBatch: maxBatch, reqs: make(chan *batchReq, maxBatch), quit: make(chan struct{}),
+	if metrics == nil {
+		metrics = NewCommitMetrics(nil)
+	}
+	g := &Group{commit: commit, metrics: metrics, maxBatch: maxBatch, reqs: make(chan *batchReq, maxBatch), quit: make(chan struct{}),
 		stopped: make(chan struct{})}
 	g.wg.Add(1)
 	go g.loop()
@@ -158,7 +177,7 @@ func (g *Group) run(batch []*batchReq) {
 		start := time.Now()
 		failed, err := g.commit(fns)
 		if err == nil {
-			ObserveCommit(len(batch), start)
+			g.metrics.ObserveCommit(len(batch), start)
 			for _, r := range batch {
 				r.done <- nil
 			}
@@ -182,7 +201,7 @@ func (g *Group) run(batch []*batchReq) {
 		if _, err := g.commit(fns[failed : failed+1]); err != nil {
 			bad.done <- err
 		} else {
-			ObserveCommit(1, start)
+			g.metrics.ObserveCommit(1, start)
 			bad.done <- nil
 		}
 	}

@@ -21,7 +21,7 @@ func TestBatchRacingCloseNeverHangs(t *testing.T) {
 				}
 			}
 			return -1, nil
-		})
+		}, nil)
 		var wg sync.WaitGroup
 		errs := make(chan error, 16)
 		for range 16 {

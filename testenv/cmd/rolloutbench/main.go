@@ -419,7 +419,7 @@ func run(c config) error {
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
-	st, err := boltstore.Open(dir, boltstore.Options{})
+	st, err := boltstore.Open(dir, boltstore.Options{Registerer: storeMetrics})
 	if err != nil {
 		return err
 	}
@@ -666,9 +666,12 @@ func countEvents(st core.Store) (int, error) {
 	return n, err
 }
 
+// storeMetrics holds the bench store's metrics.
+var storeMetrics = prometheus.NewRegistry()
+
 // commits is boltstore's durable commit counter.
 func commits() int64 {
-	mfs, err := prometheus.DefaultGatherer.Gather()
+	mfs, err := storeMetrics.Gather()
 	if err != nil {
 		return 0
 	}
