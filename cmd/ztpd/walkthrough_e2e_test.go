@@ -348,4 +348,3 @@ func tailString(s string, n int) string {
 	}
 	return s
 }
-
