@@ -265,10 +265,26 @@ func TestReadmeWalkthrough(t *testing.T) {
 					t.Fatalf("the CloudStack VM %s is not kind vm (dhcp.vm.mac_prefixes' default):\n%s", vmMAC, got)
 				}
 			case "switch joins":
-				if _, err := kubebin.Versions(); err != nil {
-					t.Skipf("every step up to the join ran as written; the join needs the VM's real control plane (%v): make k8s-bins, or see it with ztpd-lab", err)
+				// Up to here ztpd needs nobody else. The approved VM's
+				// cloud-init asks again (a reboot) and its user-data
+				// enrolls it as fabric's first control plane.
+				ud := vm.Command(ctx, "curl", "-sf", "http://10.99.77.1/latest/user-data")
+				if out, err := ud.Output(); err != nil || !bytes.HasPrefix(out, []byte("#cloud-config")) {
+					t.Fatalf("the approved VM's user-data: %v\n%.300s", err, out)
 				}
-				t.Skip("every step up to the join ran as written; the VM's kubeadm init and the switch's kubelet run in testenv/lab's end-to-end test and ztpd-lab, not here")
+				members := cli("cluster", "members", "fabric")
+				t.Logf("cluster members fabric, before any control plane runs:\n%s", members)
+				if !strings.Contains(members, vmMAC) && !strings.Contains(members, "fabric-cp-1e007700000a") {
+					t.Fatalf("the approved control-plane VM is not a member of fabric:\n%s", members)
+				}
+				v, err := lab.LabKubernetesVersion()
+				if err == nil {
+					_, err = kubebin.Kubernetes(v)
+				}
+				if err != nil {
+					t.Skipf("every step up to the join ran as written; the join needs the VM's real control plane (%v): make k8s-bins, and see it with ztpd-lab", err)
+				}
+				t.Skip("every step up to the join ran as written; the VM's kubeadm init and the switch's kubelet against its API server run in testenv/lab's end-to-end test and ztpd-lab, not here")
 			default:
 				t.Fatalf("README.md:%d: unknown device step %q", s.line, s.arg)
 			}
