@@ -148,7 +148,10 @@ puts both in bin/), else the one on PATH; kubeletsim likewise (--kubeletsim).`,
 			if err != nil {
 				return err
 			}
-			if work == "" {
+			// A work directory of its own is removed on exit, so the last
+			// lines name no file in it.
+			kept := work != ""
+			if !kept {
 				if work, err = os.MkdirTemp("", "ztpd-lab-"); err != nil {
 					return err
 				}
@@ -186,7 +189,10 @@ puts both in bin/), else the one on PATH; kubeletsim likewise (--kubeletsim).`,
 			}
 			// The result is printed on failure too: it shows how far each
 			// device and cluster got.
-			err = errors.Join(err, printResult(stdout, output, l.Result))
+			err = errors.Join(err, printResult(stdout, output, l.Result, kept))
+			if err == nil && output == "table" {
+				fmt.Fprintln(stdout, passedLine(l.Result))
+			}
 			if ctx.Err() != nil || (console == nil && !o.UpgradeByHand) {
 				return err
 			}
@@ -208,7 +214,7 @@ puts both in bin/), else the one on PATH; kubeletsim likewise (--kubeletsim).`,
 			if o.UpgradeByHand && err == nil {
 				if rs := l.FollowRollouts(ctx); len(rs) > 0 && output == "table" {
 					l.Result.Rollouts = rs
-					err = errors.Join(err, printResult(stdout, output, l.Result))
+					err = errors.Join(err, printResult(stdout, output, l.Result, kept))
 				}
 			}
 			<-ctx.Done()
@@ -254,7 +260,14 @@ func findNextTo(name, flagName, flag, build string) (string, error) {
 	return "", fmt.Errorf("no %s binary next to ztpd-lab or on PATH: build it (%s) or give %s PATH", name, build, flagName)
 }
 
-func printResult(w io.Writer, output string, res *lab.Result) error {
+// passedLine is the lab's last word when every check held.
+func passedLine(res *lab.Result) string {
+	return fmt.Sprintf("all checks passed: %d devices Ready Nodes with ztpd's labels and joined in ztpd, %d clusters Running", len(res.Devices), len(res.Clusters))
+}
+
+// printResult prints the lab's end state; the control planes' files only
+// when the work directory outlives the lab (kept).
+func printResult(w io.Writer, output string, res *lab.Result, kept bool) error {
 	if output == "json" {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -282,7 +295,14 @@ func printResult(w io.Writer, output string, res *lab.Result) error {
 	tw.Flush()
 	fmt.Fprintf(w, "Real control planes (Kubernetes %s: kubeadm init phases, etcd, kube-apiserver, kube-controller-manager):\n", res.KubernetesVersion)
 	for _, p := range res.ControlPlanes {
-		fmt.Fprintf(w, "  %s on %s (netns %s) at %s, up in %s; files %s\n", p.Cluster, p.Device, p.Namespace, p.URL, p.Started.Round(100*time.Millisecond), p.Dir)
+		files := "; files " + p.Dir
+		if !kept {
+			files = ""
+		}
+		fmt.Fprintf(w, "  %s on %s (netns %s) at %s, up in %s%s\n", p.Cluster, p.Device, p.Namespace, p.URL, p.Started.Round(100*time.Millisecond), files)
+	}
+	if !kept && len(res.ControlPlanes) > 0 {
+		fmt.Fprintln(w, "  (their files, configs and logs go with the lab's temporary work directory; --work-dir DIR keeps them)")
 	}
 	fmt.Fprintln(w, "Simulated: the kubelets (kubeletsim in each device's namespace: TLS bootstrap, Node, status, Lease; no pods).")
 	if len(res.Rollouts) > 0 {

@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/testenv/lab"
 )
 
 func run(args ...string) (string, error) {
@@ -67,5 +70,29 @@ func TestExitStatus(t *testing.T) {
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.HasPrefix(stderr.String(), "ztpd-lab: --vms (0)") {
 		t.Fatalf("exit %v, stderr %q", err, stderr.String())
+	}
+}
+
+// The last lines name no file of a temporary work directory, which is gone
+// when they are read; with --work-dir they do. A lab whose checks held says
+// so in its last line.
+func TestResultNamesOnlyKeptFiles(t *testing.T) {
+	res := &lab.Result{KubernetesVersion: "v1.37.2", Devices: make([]core.Device, 3),
+		Clusters:      []lab.ClusterState{{Name: "lab-0", State: "Running"}},
+		ControlPlanes: []lab.ControlPlaneInfo{{Cluster: "lab-0", Device: "vm-0", Namespace: "ztpdlab-vm-0", URL: "https://10.99.100.10:6443", Dir: "/tmp/ztpd-lab-1/vm-0/etc-kubernetes"}}}
+	for _, kept := range []bool{false, true} {
+		var out bytes.Buffer
+		if err := printResult(&out, "table", res, kept); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(out.String(), "/tmp/ztpd-lab-1"); got != kept {
+			t.Errorf("kept=%v: names the work directory: %v\n%s", kept, got, out.String())
+		}
+		if !kept && !strings.Contains(out.String(), "--work-dir DIR keeps them") {
+			t.Errorf("temporary work directory: no word on keeping the files:\n%s", out.String())
+		}
+	}
+	if got := passedLine(res); !strings.HasPrefix(got, "all checks passed: 3 devices") || !strings.Contains(got, "1 clusters Running") {
+		t.Errorf("passed line %q", got)
 	}
 }

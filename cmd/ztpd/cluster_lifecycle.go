@@ -21,7 +21,16 @@ func newClusterCreateCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 	var size, control int
 	cmd := &cobra.Command{
 		Use:   "create NAME",
-		Short: "Create a cluster and wait until it is Running (CA and join tokens provisioned)",
+		Short: "Create a cluster: its CA and join tokens; it is Starting until its devices boot",
+		Long: `Create a cluster and wait for the create job (--no-wait: print the job ID).
+The job makes the cluster's CA and join tokens and ends with the cluster
+Starting: nothing has booted yet. It becomes Running once ztpd sees its API
+server answer and its control-plane Nodes Ready, after devices it admits
+have joined: the first control plane (a VM or server admitted with the
+control-plane role) runs kubeadm init from its join bundle, then workers and
+switches join. ztpd cluster show NAME and ztpd events --follow show the way.
+
+The version must be added first (ztpd kube-version add --semver ... --url ...).`,
 		Example: `  ztpd cluster create edge-1 --version 1.31.4 --size 3
   ztpd cluster create core --version v1.31.4 --size 10 --control-nodes 3 --offering ztpd-large`,
 		Args: oneArg,

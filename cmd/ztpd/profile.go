@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -355,10 +356,33 @@ func checkProfiles(set *profile.Set, d core.Device, profileName string, cfg conf
 	if d.Kind == core.KindVM && mdNote != "" {
 		res.Notes = append(res.Notes, mdNote)
 	}
+	if n := unknownKindNote(d, cfg.DHCP.VM); n != "" {
+		res.Notes = append(res.Notes, n)
+	}
 	if st.images != nil {
 		res.Warnings = append(res.Warnings, content.CheckReferences(set, st.images, st.clusters)...)
 	}
 	return res, nil
+}
+
+// unknownKindNote names the setting that would make a device of kind
+// unknown a VM: DHCP decides the kind at the lease, and a CloudStack guest
+// whose MAC no dhcp.vm.mac_prefixes entry covers gets no VM content.
+func unknownKindNote(d core.Device, vm config.VMMatch) string {
+	if d.Kind != core.KindUnknown {
+		return ""
+	}
+	hw, err := net.ParseMAC(d.MAC)
+	if err != nil || len(hw) < 2 {
+		return ""
+	}
+	for _, p := range vm.MACPrefixes {
+		if pre, err := config.ParseMACPrefix(p); err == nil && bytes.HasPrefix(hw, pre) {
+			return fmt.Sprintf("kind unknown, yet dhcp.vm.mac_prefixes %q covers %s: the configuration changed after its lease, and its next DHCP request makes it a vm", vm.MACPrefixes, d.MAC)
+		}
+	}
+	return fmt.Sprintf("kind unknown: neither SONiC's user class, ONIE's vendor class nor a VM match marked it at its lease; if it is a VM, add its MAC prefix %q to dhcp.vm.mac_prefixes (now %q) or its DHCP vendor class to dhcp.vm.vendor_classes, and it is a vm at its next DHCP request",
+		hw[:2].String(), vm.MACPrefixes)
 }
 
 // checkBaseURL is the base URL devices are told, built as the server builds

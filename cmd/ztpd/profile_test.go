@@ -30,7 +30,7 @@ func TestProfileCheckRendersSamples(t *testing.T) {
 	if _, ok := res.ZTPJSON["ztp"]["01-firmware"]; !ok {
 		t.Errorf("no firmware section for an unknown version: %v", res.ZTPJSON)
 	}
-	if lh := res.ConfigDB["DEVICE_METADATA"]["localhost"].(map[string]any); lh["hostname"] != "leaf-leaf0010" {
+	if lh := res.ConfigDB["DEVICE_METADATA"]["localhost"].(map[string]any); lh["hostname"] != "leaf0010" {
 		t.Errorf("config_db %v", res.ConfigDB)
 	}
 }

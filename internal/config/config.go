@@ -370,6 +370,11 @@ func Default() Config {
 			LeaseTime:         Duration(time.Hour),
 			OfferHold:         Duration(30 * time.Second),
 			DeclineQuarantine: Duration(10 * time.Minute),
+			// CloudStack gives guest NICs 1e:<mac.identifier>:..., the
+			// identifier 0 unless an operator set it; 1e is locally
+			// administered, so no vendor's burnt-in MAC starts with it, and
+			// SONiC's user class and ONIE's vendor class still win.
+			VM: VMMatch{MACPrefixes: []string{"1e:00"}},
 		},
 		Events:  Events{Keep: 200000, AuditKeep: 1000000},
 		Devices: Devices{UnleasedExpiry: Duration(24 * time.Hour), MaxUnleased: 10000},

@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -214,6 +215,32 @@ func TestMACPrefixes(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `dhcp.vm.mac_prefixes[1]: "1e:0" is not a MAC prefix like 1e:00`) ||
 		strings.Contains(err.Error(), "mac_prefixes[0]") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// CloudStack guest NICs are VMs out of the box (1e:<mac.identifier 0>);
+// a file's mac_prefixes replaces the default, and [] turns it off.
+func TestVMMACPrefixDefault(t *testing.T) {
+	if got := Default().DHCP.VM.MACPrefixes; !slices.Equal(got, []string{"1e:00"}) {
+		t.Fatalf("default dhcp.vm.mac_prefixes = %q, want [1e:00]", got)
+	}
+	dir := t.TempDir()
+	for body, want := range map[string][]string{
+		"dhcp:\n  lease_time: 2h\n":                     {"1e:00"},
+		"dhcp:\n  vm:\n    mac_prefixes: []\n":          {},
+		"dhcp:\n  vm:\n    mac_prefixes: [\"02:01\"]\n": {"02:01"},
+	} {
+		path := filepath.Join(dir, "c.yaml")
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.DHCP.VM.MACPrefixes; !slices.Equal(got, want) {
+			t.Errorf("%q: mac_prefixes = %q, want %q", body, got, want)
+		}
 	}
 }
 

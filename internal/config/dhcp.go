@@ -93,7 +93,7 @@ func (r *Relay) validate(errs *Errors, f string, d *DHCP) {
 
 // VMMatch lists what marks a client as a CloudStack VM.
 type VMMatch struct {
-	MACPrefixes   []string `yaml:"mac_prefixes"`   // e.g. "1e:00" (CloudStack's default guest MAC prefix)
+	MACPrefixes   []string `yaml:"mac_prefixes"`   // default ["1e:00"], CloudStack's guest MAC prefix; [] turns it off
 	VendorClasses []string `yaml:"vendor_classes"` // option 60 prefixes
 }
 

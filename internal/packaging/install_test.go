@@ -27,7 +27,8 @@ import (
 // starts as its own user with the unit's capabilities and answers /healthz,
 // its state belongs to that user, the first admin key is in its file and the
 // CLI reads the running server through the admin socket; the man pages and
-// bash completion work; dpkg --purge leaves nothing behind.
+// bash completion work; dpkg --purge leaves nothing behind, not even the
+// profiles the operator wrote under /etc/ztpd.
 //
 // When systemd is PID 1 it runs through systemctl; otherwise (containers,
 // this CI) the unit's ExecStart runs under setpriv as the unit's user with
@@ -288,6 +289,10 @@ printf 'reply:%s\n' "${COMPREPLY[@]}"`
 		}
 	}
 
+	// The operator's own profile, which dpkg alone would leave behind.
+	if err := os.WriteFile(filepath.Join(ProfilesDir, "leaf.yaml"), []byte("name: leaf\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := purge(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package profile
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -237,5 +238,52 @@ match:
 	hit := &Facts{Kind: "sonic", Product: "Accton-AS7726-32X", IP: "10.99.40.7"}
 	if !p.Matches(hit) || p.WhyNot(hit) != nil {
 		t.Fatalf("matching device: Matches %v, WhyNot %q", p.Matches(hit), p.WhyNot(hit))
+	}
+}
+
+// The shipped leaf profile moved to another rack by its subnet and gateway
+// alone: the connectivity check, NTP and syslog follow mgmt.gateway, and the
+// host name is the serial in lower case, "leaf" said once.
+func TestExampleLeafFollowsItsGateway(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"leaf.yaml", "leaf-config_db.json.tmpl"} {
+		b, err := os.ReadFile(filepath.Join("../../examples/profiles", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := strings.Replace(string(b), "subnet: 10.99.40.0/24", "subnet: 10.99.50.0/24", 1)
+		s = strings.Replace(s, "gateway: 10.99.40.1", "gateway: 10.99.50.1", 1)
+		write(t, dir, name, s)
+	}
+	set, err := Load([]string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for serial, host := range map[string]string{"LEAF0001": "leaf0001", "AB12345": "leaf-ab12345"} {
+		f := &Facts{ID: "02:99:50:00:00:01", MAC: "02:99:50:00:00:01", Serial: serial, Product: "Accton-AS7712-32X",
+			Kind: "sonic", IP: "10.99.50.10", Subnet: "rack50"}
+		p := set.Match(f)
+		if p == nil || p.Name != "leaf" {
+			t.Fatalf("%s: matched %v, want leaf", serial, p)
+		}
+		r, err := p.Render(f, Env{BaseURL: "http://10.99.50.2:8080"}, RenderAll)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Hostname != host {
+			t.Errorf("serial %s: hostname %q, want %q", serial, r.Hostname, host)
+		}
+		out, err := json.Marshal(map[string]any{"config_db": r.ConfigDB, "sections": r.Sections})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(out), "10.99.40.") {
+			t.Errorf("rendered for rack 10.99.50.0/24, still names 10.99.40.x:\n%s", out)
+		}
+		for _, want := range []string{`"NTP_SERVER":{"10.99.50.1":{}}`, `"SYSLOG_SERVER":{"10.99.50.1":{}}`, `"ping-hosts":["10.99.50.1"]`} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("rendered leaf lacks %s:\n%s", want, out)
+			}
+		}
 	}
 }

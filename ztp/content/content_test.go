@@ -535,7 +535,7 @@ func TestConfigIsBoundToItsDevice(t *testing.T) {
 	if err := json.Unmarshal(got.Body, &cfg); err != nil {
 		t.Fatal(err)
 	}
-	if cfg["DEVICE_METADATA"]["localhost"]["hostname"] != "leaf-leaf0031" {
+	if cfg["DEVICE_METADATA"]["localhost"]["hostname"] != "leaf0031" {
 		t.Errorf("hostname %v", cfg["DEVICE_METADATA"]["localhost"])
 	}
 	if _, ok := cfg["MGMT_INTERFACE"]["eth0|10.99.40.31/24"]; !ok {
