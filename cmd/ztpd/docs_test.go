@@ -272,8 +272,22 @@ func commandWords(line string) []string {
 func shownCommands(files []*docFile) []shownCommand {
 	var out []shownCommand
 	for _, f := range files {
+		// In a block that shows prompts ("$ ztpd ..."), the lines without
+		// one are the commands' output, not commands.
+		prompted := make([]bool, len(f.lines))
+		for i := 0; i < len(f.lines); {
+			j := i
+			has := false
+			for ; j < len(f.lines) && f.code[j] == f.code[i]; j++ {
+				has = has || strings.HasPrefix(strings.TrimSpace(f.lines[j]), "$ ")
+			}
+			for k := i; k < j; k++ {
+				prompted[k] = f.code[i] && has
+			}
+			i = j
+		}
 		for i := 0; i < len(f.lines); i++ {
-			if !f.code[i] {
+			if !f.code[i] || prompted[i] && !strings.HasPrefix(strings.TrimSpace(f.lines[i]), "$ ") {
 				continue
 			}
 			start, line := i, f.lines[i]
