@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/ztpd/ztpd/api/client"
 	"io"
 	"net/http"
 	"net/http/httptest"

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/ztpd/ztpd/api/client"
 	"net/http"
 	"slices"
 	"strings"
@@ -123,7 +124,7 @@ func TestConsoleStreamRollouts(t *testing.T) {
 		t.Fatalf("%d updates named the rollout, %d rollout.progress events came", named, progress)
 	}
 	got := b.do(http.MethodGet, RESTPath+"rollouts/"+r.ID, nil)
-	var view restRollout
+	var view client.Rollout
 	if err := json.Unmarshal(got.body, &view); err != nil || got.status != http.StatusOK {
 		t.Fatalf("GET the rollout with the session: %d %v %s", got.status, err, got.body)
 	}

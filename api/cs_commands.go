@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/ztpd/ztpd/api/client"
 	"sort"
 	"strconv"
 	"strings"
@@ -156,63 +157,6 @@ func (s *Server) commandTable() map[string]*command {
 
 // ---- object renderers ----
 
-type csVM struct {
-	ID          string `json:"id"`
-	Name        string `json:"name"`
-	DisplayName string `json:"displayname"`
-	Hostname    string `json:"hostname,omitempty"`
-	State       string `json:"state"`
-	IPAddress   string `json:"ipaddress,omitempty"`
-	ZoneID      string `json:"zoneid"`
-	ZoneName    string `json:"zonename"`
-	Created     string `json:"created,omitempty"`
-	// ztpd extensions: the membership as the joiner sees it.
-	ZTPDRole  string `json:"ztpdrole"`
-	ZTPDState string `json:"ztpdstate"`
-	// The member's Node as the cluster shows it: name, Ready condition
-	// (True, False, Unknown) and when ztpd saw it change.
-	ZTPDNode      string `json:"ztpdnode,omitempty"`
-	ZTPDNodeReady string `json:"ztpdnodeready,omitempty"`
-	ZTPDNodeSeen  string `json:"ztpdnodeseen,omitempty"`
-}
-
-type csCluster struct {
-	ID                    string `json:"id"`
-	Name                  string `json:"name"`
-	Description           string `json:"description"`
-	Account               string `json:"account"`
-	DomainID              string `json:"domainid"`
-	Domain                string `json:"domain"`
-	ZoneID                string `json:"zoneid"`
-	ZoneName              string `json:"zonename"`
-	KubernetesVersionID   string `json:"kubernetesversionid"`
-	KubernetesVersionName string `json:"kubernetesversionname"`
-	ServiceOfferingID     string `json:"serviceofferingid"`
-	ServiceOfferingName   string `json:"serviceofferingname"`
-	Size                  int    `json:"size"`
-	ControlNodes          int    `json:"controlnodes"`
-	MasterNodes           int    `json:"masternodes"`
-	CPUNumber             string `json:"cpunumber"`
-	Memory                string `json:"memory"`
-	State                 string `json:"state"`
-	Endpoint              string `json:"endpoint"`
-	Keypair               string `json:"keypair"`
-	NetworkID             string `json:"networkid"`
-	VirtualMachines       []csVM `json:"virtualmachines"`
-	IPAddress             string `json:"ipaddress"`
-	Created               string `json:"created"`
-	AutoscalingEnabled    bool   `json:"autoscalingenabled"`
-	MinSize               int    `json:"minsize"`
-	MaxSize               int    `json:"maxsize"`
-	ClusterType           string `json:"clustertype"`
-	// ztpd extensions: the cluster as ztpd's watch of its API server last
-	// saw it, and what a Starting cluster waits for.
-	ZTPDAPIReachable *bool  `json:"ztpdapireachable,omitempty"`
-	ZTPDLastSeen     string `json:"ztpdlastseen,omitempty"`
-	ZTPDReadyNodes   *int   `json:"ztpdreadynodes,omitempty"`
-	ZTPDWaiting      string `json:"ztpdwaiting,omitempty"`
-}
-
 // vmState maps a membership state to the VM state CloudStack clients know.
 func vmState(s core.DeviceState) string {
 	switch s {
@@ -230,17 +174,17 @@ func vmState(s core.DeviceState) string {
 	return "Starting"
 }
 
-func renderCluster(v clusters.ClusterView) csCluster {
+func renderCluster(v clusters.ClusterView) client.CSCluster {
 	c := v.Cluster
 	endpoint, ip := v.Endpoint()
-	out := csCluster{ID: c.ID, Name: c.Name, Description: c.Description, Account: core.ClusterAccount(c),
+	out := client.CSCluster{ID: c.ID, Name: c.Name, Description: c.Description, Account: core.ClusterAccount(c),
 		DomainID: v.Domain.ID, Domain: v.Domain.Name, ZoneID: v.Zone.ID, ZoneName: v.Zone.Name,
 		KubernetesVersionID: c.VersionID, KubernetesVersionName: v.Version.Name,
 		ServiceOfferingID: c.ServiceOfferingID, ServiceOfferingName: v.Offering.Name,
 		Size: c.Size, ControlNodes: c.ControlNodes, MasterNodes: c.ControlNodes,
 		CPUNumber: fmt.Sprint(v.Cores()), Memory: fmt.Sprint(v.MemoryMB()), State: string(c.State),
 		Endpoint: endpoint, Keypair: c.Keypair, NetworkID: c.NetworkID, IPAddress: ip,
-		Created: csTime(c.Created), ClusterType: "CloudManaged", VirtualMachines: make([]csVM, 0, len(v.Members))}
+		Created: csTime(c.Created), ClusterType: "CloudManaged", VirtualMachines: make([]client.CSVM, 0, len(v.Members))}
 	if o := c.Observed; o != nil {
 		reachable, ready := o.APIReachable, o.ReadyNodes
 		out.ZTPDAPIReachable, out.ZTPDReadyNodes = &reachable, &ready
@@ -252,7 +196,7 @@ func renderCluster(v clusters.ClusterView) csCluster {
 		out.ZTPDWaiting = clusters.StartingReason(c)
 	}
 	for _, m := range v.Members {
-		vm := csVM{ID: m.DeviceID, Name: m.DeviceID, DisplayName: m.DeviceID,
+		vm := client.CSVM{ID: m.DeviceID, Name: m.DeviceID, DisplayName: m.DeviceID,
 			State: vmState(m.State), ZoneID: v.Zone.ID, ZoneName: v.Zone.Name, Created: csTime(m.Created),
 			ZTPDRole: m.Role, ZTPDState: string(m.State), ZTPDNode: m.NodeName}
 		if n := m.Node; n != nil && !n.Deleted {
@@ -267,27 +211,8 @@ func renderCluster(v clusters.ClusterView) csCluster {
 	return out
 }
 
-type csVersion struct {
-	ID                  string `json:"id"`
-	Name                string `json:"name"`
-	SemanticVersion     string `json:"semanticversion"`
-	ISOID               string `json:"isoid"`
-	ISOName             string `json:"isoname"`
-	ISOState            string `json:"isostate"`
-	ISOURL              string `json:"isourl"`
-	ZoneID              string `json:"zoneid,omitempty"`
-	ZoneName            string `json:"zonename,omitempty"`
-	State               string `json:"state"`
-	MinCPUNumber        int    `json:"mincpunumber"`
-	MinMemory           int    `json:"minmemory"`
-	SupportsHA          bool   `json:"supportsha"`
-	SupportsAutoscaling bool   `json:"supportsautoscaling"`
-	DirectDownload      bool   `json:"directdownload"`
-	Created             string `json:"created"`
-}
-
-func (s *Server) renderVersion(v core.Version) csVersion {
-	out := csVersion{ID: v.ID, Name: v.Name, SemanticVersion: v.SemVer, ISOID: v.ImageID, ISOName: v.ISOName,
+func (s *Server) renderVersion(v core.Version) client.CSVersion {
+	out := client.CSVersion{ID: v.ID, Name: v.Name, SemanticVersion: v.SemVer, ISOID: v.ImageID, ISOName: v.ISOName,
 		ISOState: "Ready", ISOURL: v.ISOURL, State: v.State, MinCPUNumber: v.MinCPU, MinMemory: v.MinMemoryMB,
 		SupportsHA: clusters.SupportsHA(v.SemVer), SupportsAutoscaling: clusters.SupportsAutoscaling(v.SemVer),
 		Created: csTime(v.Created)}
@@ -357,7 +282,7 @@ func (s *Server) csListVersions(r *csRequest) (any, *csError) {
 	if err != nil {
 		return nil, domainError(err)
 	}
-	items := []csVersion{}
+	items := []client.CSVersion{}
 	for _, v := range pageOf(vs, page, size) {
 		items = append(items, s.renderVersion(v))
 	}
@@ -613,28 +538,12 @@ func (s *Server) csClusterConfig(r *csRequest) (any, *csError) {
 
 // ---- async jobs ----
 
-type csJob struct {
-	AccountID       string          `json:"accountid"`
-	UserID          string          `json:"userid"`
-	Cmd             string          `json:"cmd"`
-	JobStatus       int             `json:"jobstatus"`
-	JobProcStatus   int             `json:"jobprocstatus"`
-	JobResultCode   int             `json:"jobresultcode"`
-	JobResultType   string          `json:"jobresulttype"`
-	JobResult       json.RawMessage `json:"jobresult,omitempty"`
-	JobInstanceType string          `json:"jobinstancetype"`
-	JobInstanceID   string          `json:"jobinstanceid"`
-	Created         string          `json:"created"`
-	Completed       string          `json:"completed,omitempty"`
-	JobID           string          `json:"jobid"`
-}
-
 func (s *Server) csQueryJob(r *csRequest) (any, *csError) {
 	j, err := s.clusters.GetJob(r.ctx, r.caller, r.str("jobid"))
 	if err != nil {
 		return nil, domainError(err)
 	}
-	out := csJob{AccountID: j.Owner, UserID: j.Owner, JobStatus: int(j.Status), JobResultType: "object",
+	out := client.CSJob{AccountID: j.Owner, UserID: j.Owner, JobStatus: int(j.Status), JobResultType: "object",
 		JobInstanceType: j.InstanceType, JobInstanceID: j.InstanceID, Created: csTime(j.Created),
 		Completed: csTime(j.Completed), JobID: j.ID, Cmd: j.Command}
 	if c := s.commands[strings.ToLower(j.Command)]; c != nil {

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/ztpd/ztpd/api/client"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -16,9 +17,9 @@ import (
 
 // eventsAnswer is a page of /api/v1/events as a follower reads it.
 type eventsAnswer struct {
-	Items      []restEvent `json:"items"`
-	NextCursor string      `json:"next_cursor"`
-	LastSeq    *uint64     `json:"last_seq"`
+	Items      []client.Event `json:"items"`
+	NextCursor string         `json:"next_cursor"`
+	LastSeq    *uint64        `json:"last_seq"`
 }
 
 func getEvents(t *testing.T, base string, q url.Values) eventsAnswer {

@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"fmt"
+	"github.com/ztpd/ztpd/api/client"
 	"io"
 	"net/http"
 	"strings"
@@ -40,8 +41,8 @@ func (s *Server) holdUploadBody(c *gin.Context) {
 	c.Next()
 }
 
-func restImageOf(im core.Image) restImage {
-	return restImage{SHA256: im.SHA256, Name: im.Name, Kind: im.Kind, Platform: im.Platform, Version: im.Version,
+func restImageOf(im core.Image) client.Image {
+	return client.Image{SHA256: im.SHA256, Name: im.Name, Kind: im.Kind, Platform: im.Platform, Version: im.Version,
 		Size: im.Size, Created: im.Created}
 }
 

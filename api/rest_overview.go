@@ -3,6 +3,7 @@ package api
 import (
 	"cmp"
 	"context"
+	"github.com/ztpd/ztpd/api/client"
 	"net/http"
 	"slices"
 	"time"
@@ -113,7 +114,7 @@ type restOverview struct {
 	Onboarding restOnboarding      `json:"onboarding"`
 	Pools      []PoolUse           `json:"pools"`
 	Clusters   []restClusterHealth `json:"clusters"`
-	Events     []restEvent         `json:"events"` // newest first
+	Events     []client.Event      `json:"events"` // newest first
 	Warnings   []string            `json:"warnings"`
 }
 
@@ -126,7 +127,7 @@ func (s *Server) overview(c *gin.Context) {
 	if !ok {
 		return
 	}
-	out := restOverview{Pools: s.poolUse(), Clusters: []restClusterHealth{}, Events: []restEvent{}, Warnings: []string{}}
+	out := restOverview{Pools: s.poolUse(), Clusters: []restClusterHealth{}, Events: []client.Event{}, Warnings: []string{}}
 	if own == nil { // an admin key
 		out.Warnings = s.currentWarnings()
 	}
@@ -174,7 +175,7 @@ func (s *Server) eventFilter(c *gin.Context, own map[string]bool) func(core.Even
 // stream, from the marks kept between calls: console_counts.go) and the
 // newest n events of both streams, newest first, that keep accepts (read
 // back at most onboardingScanMax events per stream).
-func (s *Server) recentEvents(keep func(core.Event) bool, n int) (restOnboarding, []restEvent, error) {
+func (s *Server) recentEvents(keep func(core.Event) bool, n int) (restOnboarding, []client.Event, error) {
 	now := s.now().UTC()
 	from := now.Add(-onboardingBuckets * onboardingBucket).Truncate(time.Second)
 	ob := restOnboarding{BucketSeconds: int(onboardingBucket / time.Second), From: from}
@@ -202,7 +203,7 @@ func (s *Server) recentEvents(keep func(core.Event) bool, n int) (restOnboarding
 	})
 	// Both streams share one sequence: newest first across them.
 	slices.SortFunc(newest, func(a, b core.Event) int { return cmp.Compare(b.Seq, a.Seq) })
-	out := make([]restEvent, 0, n)
+	out := make([]client.Event, 0, n)
 	for _, e := range newest[:min(n, len(newest))] {
 		out = append(out, restEventOf(e))
 	}

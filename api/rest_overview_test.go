@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"github.com/ztpd/ztpd/api/client"
 	"strings"
 	"testing"
 	"time"
@@ -181,7 +182,7 @@ func TestRESTDeviceSearch(t *testing.T) {
 		"nothing-like-this": 0,
 	} {
 		r := a.do("GET", "/api/v1/devices?limit=1000&q="+strings.ReplaceAll(q, ":", "%3A"), nil)
-		var p page[restDevice]
+		var p client.Page[client.Device]
 		r.decode(t, &p)
 		if r.status != 200 || len(p.Items) != want {
 			t.Errorf("q=%s: %d devices (HTTP %d), want %d", q, len(p.Items), r.status, want)

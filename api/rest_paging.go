@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/ztpd/ztpd/api/client"
 	"net/http"
 	"strconv"
 	"sync"
@@ -20,12 +21,6 @@ const (
 	maxLimit     = 1000
 	maxBody      = 1 << 20
 )
-
-// page is one page of a list answer.
-type page[T any] struct {
-	Items      []T    `json:"items"`
-	NextCursor string `json:"next_cursor,omitempty"`
-}
 
 // listParams reads limit and cursor. Cursors are opaque to clients: the
 // listing position (a record's cursor in its repository) to resume after.
@@ -70,8 +65,8 @@ func parseEventPos(pos string) (uint64, bool) {
 // each mapped to its view. When a record is visited past a full page,
 // next_cursor is the position of the last record visited before it.
 func collect[T, V any](list func(after string, fn core.Visit[T]) error, after string, limit int,
-	pos func(T) string, keep func(T) bool, view func(T) V) (page[V], error) {
-	out := page[V]{Items: []V{}}
+	pos func(T) string, keep func(T) bool, view func(T) V) (client.Page[V], error) {
+	out := client.Page[V]{Items: []V{}}
 	var last string
 	more := false
 	err := list(after, func(v T) (bool, error) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/ztpd/ztpd/api/client"
 	"io"
 	"net/http"
 	"regexp"
@@ -35,7 +36,7 @@ type restPreview struct {
 	ByDefault bool            `json:"by_default,omitempty"`
 	Fetches   []content.Fetch `json:"fetches"`
 	Documents []restDocument  `json:"documents"`
-	Installer *restImage      `json:"installer,omitempty"`
+	Installer *client.Image   `json:"installer,omitempty"`
 	Notes     []string        `json:"notes"`
 	Warnings  []string        `json:"warnings"`
 }
@@ -99,7 +100,7 @@ func (s *Server) previewDevice(c *gin.Context) {
 		out.Documents = append(out.Documents, restDocument{Name: "user-data", ContentType: "text/plain", Body: maskText(string(pv.UserData))})
 	}
 	if im := pv.Installer; im != nil {
-		out.Installer = &restImage{SHA256: im.SHA256, Name: im.Name, Kind: im.Kind, Platform: im.Platform, Version: im.Version,
+		out.Installer = &client.Image{SHA256: im.SHA256, Name: im.Name, Kind: im.Kind, Platform: im.Platform, Version: im.Version,
 			Size: im.Size, Created: im.Created}
 	}
 	httpserve.WriteJSON(c.Writer, http.StatusOK, out)
