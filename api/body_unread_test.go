@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/ztpd/ztpd/api/client"
 	"io"
 	"net/http"
 	"net/http/httptest"

@@ -132,7 +132,7 @@ func TestJSONAppendersMatchEncodingJSON(t *testing.T) {
 	for i, tm := range hostileTimes() {
 		devs = append(devs, client.Device{FirstSeen: tm, LastSeen: tm.Add(time.Duration(i) * time.Millisecond), UpdatedAt: tm})
 		leases = append(leases, client.Lease{Start: tm, Expiry: tm.Add(time.Hour), UpdatedAt: tm})
-		events = append(events, client.Event{Time: tm}, appendEventJSON)
+		events = append(events, client.Event{Time: tm})
 	}
 	for _, m := range hostileMaps() {
 		devs = append(devs, client.Device{Labels: m})
