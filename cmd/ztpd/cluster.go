@@ -84,13 +84,13 @@ Operations wait for their job unless --no-wait is given.`,
 func clusterID(c *apiClient, ref string) (string, error) {
 	var list []csCluster
 	// listall: an admin key finds every account's clusters (a user key its own).
-	if err := c.list("listKubernetesClusters", "kubernetescluster", url.Values{"name": {ref}, "listall": {"true"}}, &list); err != nil {
+	if err := c.CSList("listKubernetesClusters", "kubernetescluster", url.Values{"name": {ref}, "listall": {"true"}}, &list); err != nil {
 		return "", err
 	}
 	if len(list) == 1 {
 		return list[0].ID, nil
 	}
-	if err := c.list("listKubernetesClusters", "kubernetescluster", url.Values{"id": {ref}, "listall": {"true"}}, &list); err == nil && len(list) == 1 {
+	if err := c.CSList("listKubernetesClusters", "kubernetescluster", url.Values{"id": {ref}, "listall": {"true"}}, &list); err == nil && len(list) == 1 {
 		return list[0].ID, nil
 	}
 	return "", fmt.Errorf("cluster %q not found (ztpd cluster list)", ref)

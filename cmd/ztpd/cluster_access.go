@@ -44,7 +44,7 @@ the appliance itself, it uses the admin socket of the data directory.`,
 			if err != nil {
 				return err
 			}
-			inner, err := c.cs("getKubernetesClusterConfig", url.Values{"id": {id}})
+			inner, err := c.CS("getKubernetesClusterConfig", url.Values{"id": {id}})
 			if err != nil {
 				return err
 			}

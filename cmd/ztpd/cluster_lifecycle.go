@@ -37,7 +37,7 @@ func newClusterCreateCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 			var zones []struct {
 				ID string `json:"id"`
 			}
-			if err := c.list("listZones", "zone", nil, &zones); err != nil {
+			if err := c.CSList("listZones", "zone", nil, &zones); err != nil {
 				return err
 			}
 			if len(zones) == 0 {
@@ -46,7 +46,7 @@ func newClusterCreateCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 			var offs []struct {
 				ID string `json:"id"`
 			}
-			if err := c.list("listServiceOfferings", "serviceoffering", url.Values{"name": {offering}}, &offs); err != nil {
+			if err := c.CSList("listServiceOfferings", "serviceoffering", url.Values{"name": {offering}}, &offs); err != nil {
 				return err
 			}
 			if len(offs) != 1 {
@@ -115,7 +115,7 @@ size.`,
 				var offs []struct {
 					ID string `json:"id"`
 				}
-				if err := c.list("listServiceOfferings", "serviceoffering", url.Values{"name": {offering}}, &offs); err != nil {
+				if err := c.CSList("listServiceOfferings", "serviceoffering", url.Values{"name": {offering}}, &offs); err != nil {
 					return err
 				}
 				if len(offs) != 1 {
@@ -245,7 +245,7 @@ func forceDelete(opts *rootOptions, f *apiFlags, c *apiClient, id, name string) 
 		} `json:"job"`
 	}
 	path := "/api/v1/clusters/" + url.PathEscape(id)
-	if err := c.rest("DELETE", path, url.Values{"force": {"true"}}, nil, &started); err != nil {
+	if err := c.REST("DELETE", path, url.Values{"force": {"true"}}, nil, &started); err != nil {
 		return err
 	}
 	if f.noWait {
@@ -257,7 +257,7 @@ func forceDelete(opts *rootOptions, f *apiFlags, c *apiClient, id, name string) 
 	var job struct {
 		Abandoned []abandonedNode `json:"abandoned"`
 	}
-	if err := c.rest("GET", "/api/v1/jobs/"+url.PathEscape(started.Job.ID), nil, nil, &job); err != nil {
+	if err := c.REST("GET", "/api/v1/jobs/"+url.PathEscape(started.Job.ID), nil, nil, &job); err != nil {
 		return err
 	}
 	text := "Kubernetes cluster deleted"

@@ -37,7 +37,7 @@ func newClusterListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 				p.Set("keyword", keyword)
 			}
 			var list []csCluster
-			if err := c.list("listKubernetesClusters", "kubernetescluster", p, &list); err != nil {
+			if err := c.CSList("listKubernetesClusters", "kubernetescluster", p, &list); err != nil {
 				return err
 			}
 			if list == nil {
@@ -73,7 +73,7 @@ func newClusterShowCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 				return err
 			}
 			var list []csCluster
-			if err := c.list("listKubernetesClusters", "kubernetescluster", url.Values{"id": {id}}, &list); err != nil {
+			if err := c.CSList("listKubernetesClusters", "kubernetescluster", url.Values{"id": {id}}, &list); err != nil {
 				return err
 			}
 			if len(list) != 1 {

@@ -5,6 +5,7 @@ package main
 // on the appliance, the API elsewhere), and the fixed values of enum flags.
 
 import (
+	"github.com/ztpd/ztpd/api/client"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -27,7 +28,7 @@ func restNames[T any](path string, names func(T) []string) nameSource {
 		if err != nil {
 			return nil, err
 		}
-		list, err := restAll[T](c, path, nil, maxCompletions)
+		list, err := client.All[T](c.Client, path, nil, maxCompletions)
 		if err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/ztpd/ztpd/api/client"
 	"net/url"
 	"os"
 	"strconv"
@@ -83,7 +84,7 @@ func newDeviceListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 				return err
 			}
 			q := url.Values{"state": {state}, "kind": {kind}, "cluster": {clusterID}, "subnet": {subnet}}
-			list, err := restAll[core.Device](c, "/api/v1/devices", q, limit)
+			list, err := client.All[core.Device](c.Client, "/api/v1/devices", q, limit)
 			if err != nil {
 				return err
 			}
@@ -164,12 +165,12 @@ use "ztpd events --device MAC".`,
 				return err
 			}
 			var d core.Device
-			if err := c.rest("GET", "/api/v1/devices/"+url.PathEscape(args[0]), nil, nil, &d); err != nil {
+			if err := c.REST("GET", "/api/v1/devices/"+url.PathEscape(args[0]), nil, nil, &d); err != nil {
 				return err
 			}
 			var p eventsPage
 			q := url.Values{"device": {d.ID}, "tail": {strconv.Itoa(deviceTimeline)}}
-			if err := c.rest("GET", "/api/v1/events", q, nil, &p); err != nil {
+			if err := c.REST("GET", "/api/v1/events", q, nil, &p); err != nil {
 				return err
 			}
 			names := visClusterNames(c)
@@ -245,7 +246,7 @@ func printRefused(opts *rootOptions, c *apiClient) error {
 			Last      time.Time `json:"last"`
 		} `json:"items"`
 	}
-	if err := c.rest("GET", "/api/v1/refusals", nil, nil, &r); err != nil {
+	if err := c.REST("GET", "/api/v1/refusals", nil, nil, &r); err != nil {
 		return err
 	}
 	if opts.output != "json" {
@@ -286,7 +287,7 @@ appliance itself, this goes through the admin socket of the data directory.`,
 				body["cluster"] = id
 			}
 			var d core.Device
-			if err := c.rest("POST", "/api/v1/devices/"+url.PathEscape(args[0])+"/approve", nil, body, &d); err != nil {
+			if err := c.REST("POST", "/api/v1/devices/"+url.PathEscape(args[0])+"/approve", nil, body, &d); err != nil {
 				return err
 			}
 			return printDevice(opts, d)
@@ -323,7 +324,7 @@ socket of the data directory.`,
 				return err
 			}
 			var d core.Device
-			if err := c.rest("POST", "/api/v1/devices/"+url.PathEscape(args[0])+"/reset", nil, map[string]string{}, &d); err != nil {
+			if err := c.REST("POST", "/api/v1/devices/"+url.PathEscape(args[0])+"/reset", nil, map[string]string{}, &d); err != nil {
 				return err
 			}
 			return printDevice(opts, d)

@@ -129,7 +129,7 @@ func newDesiredGetCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 				return err
 			}
 			var d desiredView
-			if err := c.rest("GET", desiredPath(args[0]), nil, nil, &d); err != nil {
+			if err := c.REST("GET", desiredPath(args[0]), nil, nil, &d); err != nil {
 				return err
 			}
 			d.ClusterName = visClusterNames(c)[d.Cluster]
@@ -213,7 +213,7 @@ add --kind file) run at pre_upgrade, pre_leave, post_join or post_upgrade.`,
 				// device itself, not its profile's defaults, which stay
 				// defaults.
 				var cur desiredView
-				if err := c.rest("GET", desiredPath(args[0]), nil, nil, &cur); err != nil {
+				if err := c.REST("GET", desiredPath(args[0]), nil, nil, &cur); err != nil {
 					return err
 				}
 				if e := cur.Explicit; e != nil {
@@ -227,7 +227,7 @@ add --kind file) run at pre_upgrade, pre_leave, post_join or post_upgrade.`,
 				}
 			}
 			var res desiredResult
-			if err := c.rest("PUT", desiredPath(args[0]), nil, body, &res); err != nil {
+			if err := c.REST("PUT", desiredPath(args[0]), nil, body, &res); err != nil {
 				return err
 			}
 			names := visClusterNames(c)
@@ -286,7 +286,7 @@ func merged(cur, add map[string]string, clear bool) map[string]string {
 // what starts a rollout: the rollout would run inside this command and be
 // cut off when it exits.
 func needsServer(opts *rootOptions, c *apiClient, what string) error {
-	if !c.local {
+	if !c.Local {
 		return nil
 	}
 	cfg, err := loadConfig(opts)

@@ -104,7 +104,7 @@ for them): see "ztpd device list --state refused".`,
 			maps.Copy(first, q)
 			first.Set("tail", strconv.Itoa(limit))
 			var p eventsPage
-			if err := c.rest("GET", "/api/v1/events", first, nil, &p); err != nil {
+			if err := c.REST("GET", "/api/v1/events", first, nil, &p); err != nil {
 				return err
 			}
 			if !follow {
@@ -150,7 +150,7 @@ func eventsFollow(c *apiClient, q url.Values, seq uint64, out *eventsOut, stop <
 		pq.Set("limit", "1000")
 		for {
 			var p eventsPage
-			if err := c.rest("GET", "/api/v1/events", pq, nil, &p); err != nil {
+			if err := c.REST("GET", "/api/v1/events", pq, nil, &p); err != nil {
 				return err
 			}
 			if err := out.write(p.Items); err != nil {

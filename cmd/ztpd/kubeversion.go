@@ -63,7 +63,7 @@ API (/client/api). For ztpd's own build version, see "ztpd version".`,
 // versionID resolves a Kubernetes version name, semantic version or ID.
 func versionID(c *apiClient, ref string) (string, error) {
 	var list []csVersion
-	if err := c.list("listKubernetesSupportedVersions", "kubernetessupportedversion", nil, &list); err != nil {
+	if err := c.CSList("listKubernetesSupportedVersions", "kubernetessupportedversion", nil, &list); err != nil {
 		return "", err
 	}
 	for _, v := range list {
@@ -136,7 +136,7 @@ elsewhere.`,
 			if minMem > 0 {
 				p.Set("minmemory", strconv.Itoa(minMem))
 			}
-			inner, err := c.cs("addKubernetesSupportedVersion", p)
+			inner, err := c.CS("addKubernetesSupportedVersion", p)
 			if err != nil {
 				return err
 			}
@@ -228,7 +228,7 @@ func newVersionListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 				return err
 			}
 			var list []csVersion
-			if err := c.list("listKubernetesSupportedVersions", "kubernetessupportedversion", nil, &list); err != nil {
+			if err := c.CSList("listKubernetesSupportedVersions", "kubernetessupportedversion", nil, &list); err != nil {
 				return err
 			}
 			if list == nil {
@@ -259,7 +259,7 @@ func newVersionStateCmd(opts *rootOptions, f *apiFlags, op string) *cobra.Comman
 			if err != nil {
 				return err
 			}
-			inner, err := c.cs("updateKubernetesSupportedVersion", url.Values{"id": {id}, "state": {state}})
+			inner, err := c.CS("updateKubernetesSupportedVersion", url.Values{"id": {id}, "state": {state}})
 			if err != nil {
 				return err
 			}

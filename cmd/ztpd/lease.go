@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/ztpd/ztpd/api/client"
 	"net/url"
 	"os"
 	"text/tabwriter"
@@ -33,7 +34,7 @@ func newLeaseCmd(opts *rootOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			leases, err := restAll[core.Lease](c, "/api/v1/leases", url.Values{"state": {state}, "subnet": {subnet}, "mac": {mac}}, limit)
+			leases, err := client.All[core.Lease](c.Client, "/api/v1/leases", url.Values{"state": {state}, "subnet": {subnet}, "mac": {mac}}, limit)
 			if err != nil {
 				return err
 			}

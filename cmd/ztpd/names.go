@@ -20,7 +20,7 @@ type visNames map[string]string
 // fails (a key that may not list clusters), tables fall back to IDs.
 func visClusterNames(c *apiClient) visNames {
 	var list []csCluster
-	if err := c.list("listKubernetesClusters", "kubernetescluster", url.Values{"listall": {"true"}}, &list); err != nil {
+	if err := c.CSList("listKubernetesClusters", "kubernetescluster", url.Values{"listall": {"true"}}, &list); err != nil {
 		return visNames{}
 	}
 	n := make(visNames, len(list))
@@ -58,7 +58,7 @@ func visDeviceRef(c *apiClient, ref string) (string, error) {
 		return mac, nil
 	}
 	var d core.Device
-	if err := c.rest("GET", "/api/v1/devices/"+url.PathEscape(ref), nil, nil, &d); err != nil {
+	if err := c.REST("GET", "/api/v1/devices/"+url.PathEscape(ref), nil, nil, &d); err != nil {
 		return "", fmt.Errorf("--device %s: not a MAC address, and %w", ref, err)
 	}
 	return d.ID, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/ztpd/ztpd/api/client"
 	"io"
 	"net/url"
 	"os"
@@ -130,7 +131,7 @@ func newRolloutListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			list, err := restAll[rolloutView](c, "/api/v1/rollouts", url.Values{"cluster": {clusterID}, "state": {state}}, limit)
+			list, err := client.All[rolloutView](c.Client, "/api/v1/rollouts", url.Values{"cluster": {clusterID}, "state": {state}}, limit)
 			if err != nil {
 				return err
 			}
@@ -166,7 +167,7 @@ func newRolloutShowCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 				return err
 			}
 			var r rolloutView
-			if err := c.rest("GET", rolloutPath(args[0]), nil, nil, &r); err != nil {
+			if err := c.REST("GET", rolloutPath(args[0]), nil, nil, &r); err != nil {
 				return err
 			}
 			return printRollout(opts, c, r)
@@ -302,7 +303,7 @@ the end like "ztpd rollout watch".`,
 				return err
 			}
 			var r rolloutView
-			if err := c.rest("POST", "/api/v1/rollouts", nil, body, &r); err != nil {
+			if err := c.REST("POST", "/api/v1/rollouts", nil, body, &r); err != nil {
 				return err
 			}
 			if watch {
@@ -355,7 +356,7 @@ func newRolloutControlCmd(opts *rootOptions, f *apiFlags, op string) *cobra.Comm
 				return err
 			}
 			var r rolloutView
-			if err := c.rest("POST", rolloutPath(args[0])+"/"+op, nil, map[string]string{}, &r); err != nil {
+			if err := c.REST("POST", rolloutPath(args[0])+"/"+op, nil, map[string]string{}, &r); err != nil {
 				return err
 			}
 			return printRollout(opts, c, r)
@@ -453,7 +454,7 @@ func watchRollout(ctx context.Context, opts *rootOptions, c *apiClient, id strin
 	state := ""
 	for {
 		var r rolloutView
-		if err := c.rest("GET", rolloutPath(id), nil, nil, &r); err != nil {
+		if err := c.REST("GET", rolloutPath(id), nil, nil, &r); err != nil {
 			return err
 		}
 		now := time.Now()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/ztpd/ztpd/api/client"
 	"net/url"
 	"os"
 	"text/tabwriter"
@@ -59,7 +60,7 @@ func newTokenListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			list, err := restAll[tokenInfo](c, "/api/v1/tokens", url.Values{"cluster": {clusterID}, "kind": {kind}, "revoked": {revoked}}, 0)
+			list, err := client.All[tokenInfo](c.Client, "/api/v1/tokens", url.Values{"cluster": {clusterID}, "kind": {kind}, "revoked": {revoked}}, 0)
 			if err != nil {
 				return err
 			}
@@ -113,7 +114,7 @@ func newTokenRevokeCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 				q.Set("kind", kind)
 			}
 			var t tokenInfo
-			if err := c.rest("POST", "/api/v1/tokens/"+url.PathEscape(args[0])+"/revoke", q, nil, &t); err != nil {
+			if err := c.REST("POST", "/api/v1/tokens/"+url.PathEscape(args[0])+"/revoke", q, nil, &t); err != nil {
 				return err
 			}
 			return printResult(opts, os.Stdout, t, func(tw *tabwriter.Writer) {
