@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"github.com/ztpd/ztpd/api/client"
 	"net/url"
 	"os"
 	"strconv"
@@ -200,9 +201,9 @@ func newClusterSimpleCmd(opts *rootOptions, f *apiFlags, op string) *cobra.Comma
 				return printJob(opts, command, job)
 			}
 			var r struct {
-				Cluster *csCluster `json:"kubernetescluster"`
-				Success bool       `json:"success"`
-				Text    string     `json:"displaytext"`
+				Cluster *client.CSCluster `json:"kubernetescluster"`
+				Success bool              `json:"success"`
+				Text    string            `json:"displaytext"`
 			}
 			if err := json.Unmarshal(res, &r); err != nil {
 				return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/ztpd/ztpd/api/client"
 	"net/url"
 	"os"
 	"text/tabwriter"
@@ -36,12 +37,12 @@ func newClusterListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 			if keyword != "" {
 				p.Set("keyword", keyword)
 			}
-			var list []csCluster
+			var list []client.CSCluster
 			if err := c.CSList("listKubernetesClusters", "kubernetescluster", p, &list); err != nil {
 				return err
 			}
 			if list == nil {
-				list = []csCluster{}
+				list = []client.CSCluster{}
 			}
 			return printResult(opts, os.Stdout, list, func(tw *tabwriter.Writer) {
 				row(tw, "NAME", "ACCOUNT", "STATE", "VERSION", "CONTROL", "WORKERS", "MEMBERS", "CPU", "MEMORY(MiB)", "ENDPOINT", "ID")
@@ -72,7 +73,7 @@ func newClusterShowCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var list []csCluster
+			var list []client.CSCluster
 			if err := c.CSList("listKubernetesClusters", "kubernetescluster", url.Values{"id": {id}}, &list); err != nil {
 				return err
 			}

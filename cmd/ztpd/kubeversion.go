@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/ztpd/ztpd/api/client"
 	"io"
 	"net/url"
 	"os"
@@ -22,20 +23,6 @@ import (
 // version is "ztpd version" (version.go).
 
 func init() { register(newKubeVersionCmd) }
-
-// csVersion is the CloudStack kubernetessupportedversion object.
-type csVersion struct {
-	ID              string `json:"id"`
-	Name            string `json:"name"`
-	SemanticVersion string `json:"semanticversion"`
-	ISOName         string `json:"isoname"`
-	ISOURL          string `json:"isourl"`
-	State           string `json:"state"`
-	MinCPU          int    `json:"mincpunumber"`
-	MinMemory       int    `json:"minmemory"`
-	SupportsHA      bool   `json:"supportsha"`
-	Created         string `json:"created"`
-}
 
 func newKubeVersionCmd(opts *rootOptions) *cobra.Command {
 	f := &apiFlags{}
@@ -62,7 +49,7 @@ API (/client/api). For ztpd's own build version, see "ztpd version".`,
 
 // versionID resolves a Kubernetes version name, semantic version or ID.
 func versionID(c *apiClient, ref string) (string, error) {
-	var list []csVersion
+	var list []client.CSVersion
 	if err := c.CSList("listKubernetesSupportedVersions", "kubernetessupportedversion", nil, &list); err != nil {
 		return "", err
 	}
@@ -140,7 +127,7 @@ elsewhere.`,
 			if err != nil {
 				return err
 			}
-			var v csVersion
+			var v client.CSVersion
 			if err := json.Unmarshal(inner["kubernetessupportedversion"], &v); err != nil {
 				return err
 			}
@@ -204,14 +191,14 @@ func addVersionFromISO(opts *rootOptions, iso, semver, name, sha string, minCPU,
 	})
 }
 
-func printVersion(opts *rootOptions, v csVersion) error {
+func printVersion(opts *rootOptions, v client.CSVersion) error {
 	return printResult(opts, os.Stdout, v, func(tw *tabwriter.Writer) {
 		row(tw, "name", v.Name)
 		row(tw, "id", v.ID)
 		row(tw, "semver", v.SemanticVersion)
 		row(tw, "state", v.State)
 		row(tw, "url", dash(v.ISOURL))
-		row(tw, "min cpu / memory", fmt.Sprintf("%d / %s", v.MinCPU, humanBytes(int64(v.MinMemory)<<20)))
+		row(tw, "min cpu / memory", fmt.Sprintf("%d / %s", v.MinCPUNumber, humanBytes(int64(v.MinMemory)<<20)))
 		row(tw, "supports HA", v.SupportsHA)
 	})
 }
@@ -227,17 +214,17 @@ func newVersionListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var list []csVersion
+			var list []client.CSVersion
 			if err := c.CSList("listKubernetesSupportedVersions", "kubernetessupportedversion", nil, &list); err != nil {
 				return err
 			}
 			if list == nil {
-				list = []csVersion{}
+				list = []client.CSVersion{}
 			}
 			return printResult(opts, os.Stdout, list, func(tw *tabwriter.Writer) {
 				row(tw, "NAME", "SEMVER", "STATE", "HA", "MIN CPU", "MIN MEM", "URL", "ID")
 				for _, v := range list {
-					row(tw, v.Name, v.SemanticVersion, v.State, v.SupportsHA, v.MinCPU, humanBytes(int64(v.MinMemory)<<20), dash(v.ISOURL), v.ID)
+					row(tw, v.Name, v.SemanticVersion, v.State, v.SupportsHA, v.MinCPUNumber, humanBytes(int64(v.MinMemory)<<20), dash(v.ISOURL), v.ID)
 				}
 			})
 		},
@@ -263,7 +250,7 @@ func newVersionStateCmd(opts *rootOptions, f *apiFlags, op string) *cobra.Comman
 			if err != nil {
 				return err
 			}
-			var v csVersion
+			var v client.CSVersion
 			if err := json.Unmarshal(inner["kubernetessupportedversion"], &v); err != nil {
 				return err
 			}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/ztpd/ztpd/api/client"
 	"net/url"
 	"time"
 
@@ -19,7 +20,7 @@ type visNames map[string]string
 // visClusterNames lists the clusters the caller may see, once. When that
 // fails (a key that may not list clusters), tables fall back to IDs.
 func visClusterNames(c *apiClient) visNames {
-	var list []csCluster
+	var list []client.CSCluster
 	if err := c.CSList("listKubernetesClusters", "kubernetescluster", url.Values{"listall": {"true"}}, &list); err != nil {
 		return visNames{}
 	}
