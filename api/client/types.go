@@ -150,6 +150,9 @@ type Refusal struct {
 
 // SerialConflict is a serial several devices stated (openapi.json
 // SerialConflict).
+// Refused reports whether the device's last request was refused.
+func (r Refusal) Refused() bool { return r.Kind != "" || r.Reason != "" }
+
 type SerialConflict struct {
 	Serial string   `json:"serial"`
 	With   []string `json:"with"`
@@ -459,4 +462,13 @@ type CSJob struct {
 type Page[T any] struct {
 	Items      []T    `json:"items"`
 	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// EventsPage is a page of /api/v1/events. A page without next_cursor
+// carries last_seq: every event up to it was considered, so
+// since=<last_seq> resumes with the next one.
+type EventsPage struct {
+	Items      []Event `json:"items"`
+	NextCursor string  `json:"next_cursor,omitempty"`
+	LastSeq    *uint64 `json:"last_seq,omitempty"`
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"github.com/ztpd/ztpd/api/client"
 	"strings"
 	"testing"
 	"time"
@@ -81,9 +82,9 @@ func TestClusterDeleteForce(t *testing.T) {
 		t.Fatal(err)
 	}
 	var res struct {
-		Success   bool            `json:"success"`
-		Text      string          `json:"displaytext"`
-		Abandoned []abandonedNode `json:"abandoned"`
+		Success   bool                   `json:"success"`
+		Text      string                 `json:"displaytext"`
+		Abandoned []client.AbandonedNode `json:"abandoned"`
 	}
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("%q: %v", out, err)

@@ -228,13 +228,6 @@ members left on their nodes are listed with why (an audit event records them).`
 	return cmd
 }
 
-// abandonedNode is a member a forced delete left on its node.
-type abandonedNode struct {
-	Device string `json:"device"`
-	Node   string `json:"node,omitempty"`
-	Reason string `json:"reason"`
-}
-
 // forceDelete deletes a cluster with force through the REST API (CloudStack
 // has no such parameter), waits for its job and prints the members it
 // abandoned.
@@ -256,7 +249,7 @@ func forceDelete(opts *rootOptions, f *apiFlags, c *apiClient, id, name string) 
 		return err
 	}
 	var job struct {
-		Abandoned []abandonedNode `json:"abandoned"`
+		Abandoned []client.AbandonedNode `json:"abandoned"`
 	}
 	if err := c.REST("GET", "/api/v1/jobs/"+url.PathEscape(started.Job.ID), nil, nil, &job); err != nil {
 		return err
@@ -270,7 +263,7 @@ func forceDelete(opts *rootOptions, f *apiFlags, c *apiClient, id, name string) 
 		text += fmt.Sprintf("; %d members abandoned on their nodes", n)
 	}
 	if job.Abandoned == nil {
-		job.Abandoned = []abandonedNode{}
+		job.Abandoned = []client.AbandonedNode{}
 	}
 	return printResult(opts, os.Stdout, map[string]any{"id": id, "name": name, "success": true, "displaytext": text, "abandoned": job.Abandoned},
 		func(tw *tabwriter.Writer) {

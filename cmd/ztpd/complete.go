@@ -51,7 +51,7 @@ var (
 	imageNames   = restNames("/api/v1/images", func(v named) []string { return []string{v.Name} })
 	tokenIDs     = restNames("/api/v1/tokens", func(v named) []string { return []string{v.ID} })
 	rolloutIDs   = restNames("/api/v1/rollouts", func(v named) []string { return []string{v.ID} })
-	deviceNames  = restNames("/api/v1/devices", func(d core.Device) []string {
+	deviceNames  = restNames("/api/v1/devices", func(d client.Device) []string {
 		if d.Serial != "" {
 			return []string{d.ID, d.Serial}
 		}

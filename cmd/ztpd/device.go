@@ -12,7 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ztpd/ztpd/internal/core"
 )
 
 func init() { register(newDeviceCmd) }
@@ -46,7 +45,7 @@ version, labels, hooks) and what its agent last did.`,
 // deviceView is a device as the CLI prints it with -o json: the API's
 // record with its cluster's name beside the ID.
 type deviceView struct {
-	core.Device
+	client.Device
 	ClusterName string `json:"cluster_name,omitempty"`
 }
 
@@ -84,7 +83,7 @@ func newDeviceListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 				return err
 			}
 			q := url.Values{"state": {state}, "kind": {kind}, "cluster": {clusterID}, "subnet": {subnet}}
-			list, err := client.All[core.Device](c.Client, "/api/v1/devices", q, limit)
+			list, err := client.All[client.Device](c.Client, "/api/v1/devices", q, limit)
 			if err != nil {
 				return err
 			}
@@ -164,17 +163,17 @@ use "ztpd events --device MAC".`,
 			if err != nil {
 				return err
 			}
-			var d core.Device
+			var d client.Device
 			if err := c.REST("GET", "/api/v1/devices/"+url.PathEscape(args[0]), nil, nil, &d); err != nil {
 				return err
 			}
-			var p eventsPage
+			var p client.EventsPage
 			q := url.Values{"device": {d.ID}, "tail": {strconv.Itoa(deviceTimeline)}}
 			if err := c.REST("GET", "/api/v1/events", q, nil, &p); err != nil {
 				return err
 			}
 			names := visClusterNames(c)
-			shown := deviceShown{deviceView: deviceView{Device: d, ClusterName: names[d.Cluster]}, Timeline: p.Items}
+			shown := deviceShown{deviceView: deviceView{Device: d, ClusterName: names[d.Cluster]}, Timeline: eventViews(p.Items)}
 			if shown.Timeline == nil {
 				shown.Timeline = []eventView{}
 			}
@@ -198,7 +197,7 @@ use "ztpd events --device MAC".`,
 }
 
 // printDevice prints a device an operation answered (approve, reset).
-func printDevice(opts *rootOptions, d core.Device) error {
+func printDevice(opts *rootOptions, d client.Device) error {
 	return printResult(opts, os.Stdout, d, func(tw *tabwriter.Writer) { deviceRows(tw, deviceView{Device: d}) })
 }
 
@@ -286,7 +285,7 @@ appliance itself, this goes through the admin socket of the data directory.`,
 				}
 				body["cluster"] = id
 			}
-			var d core.Device
+			var d client.Device
 			if err := c.REST("POST", "/api/v1/devices/"+url.PathEscape(args[0])+"/approve", nil, body, &d); err != nil {
 				return err
 			}
@@ -323,7 +322,7 @@ socket of the data directory.`,
 			if err != nil {
 				return err
 			}
-			var d core.Device
+			var d client.Device
 			if err := c.REST("POST", "/api/v1/devices/"+url.PathEscape(args[0])+"/reset", nil, map[string]string{}, &d); err != nil {
 				return err
 			}

@@ -58,7 +58,7 @@ func visDeviceRef(c *apiClient, ref string) (string, error) {
 	if mac, err := core.NormalizeMAC(ref); err == nil {
 		return mac, nil
 	}
-	var d core.Device
+	var d client.Device
 	if err := c.REST("GET", "/api/v1/devices/"+url.PathEscape(ref), nil, nil, &d); err != nil {
 		return "", fmt.Errorf("--device %s: not a MAC address, and %w", ref, err)
 	}

@@ -24,43 +24,12 @@ func init() { register(newRolloutCmd) }
 // rolloutView is a rollout as the API answers it, with its cluster's name
 // beside the ID for -o json.
 type rolloutView struct {
-	ID                    string            `json:"id"`
-	Cluster               string            `json:"cluster,omitempty"`
-	ClusterName           string            `json:"cluster_name,omitempty"`
-	Kind                  string            `json:"kind"`
-	State                 string            `json:"state"`
-	Reason                string            `json:"reason,omitempty"`
-	Target                string            `json:"target,omitempty"`
-	TargetID              string            `json:"target_id,omitempty"`
-	Mode                  string            `json:"mode,omitempty"`
-	MaxUnavailable        int               `json:"max_unavailable"`
-	DrainTimeout          string            `json:"drain_timeout"`
-	StepTimeout           string            `json:"step_timeout"`
-	Hooks                 map[string]string `json:"hooks"`
-	ContinueOnHookFailure bool              `json:"continue_on_hook_failure"`
-	Job                   string            `json:"job,omitempty"`
-	CreatedBy             string            `json:"created_by,omitempty"`
-	Created               time.Time         `json:"created"`
-	UpdatedAt             time.Time         `json:"updated_at"`
-	Finished              time.Time         `json:"finished,omitzero"`
-	Nodes                 []rolloutNodeView `json:"nodes"`
-	Counts                map[string]int    `json:"counts"`
+	client.Rollout
+	ClusterName string `json:"cluster_name,omitempty"`
 }
 
-type rolloutNodeView struct {
-	Device    string    `json:"device"`
-	NodeName  string    `json:"node_name,omitempty"`
-	Role      string    `json:"role,omitempty"`
-	Phase     string    `json:"phase"`
-	Reason    string    `json:"reason,omitempty"`
-	Operation string    `json:"operation,omitempty"`
-	Cordoned  bool      `json:"cordoned"`
-	Started   time.Time `json:"started,omitzero"`
-	Finished  time.Time `json:"finished,omitzero"`
-}
-
-// name is how tables name the node: its Node, else its device.
-func (n rolloutNodeView) name() string {
+// nodeName is how tables name the node: its Node, else its device.
+func nodeName(n client.RolloutNode) string {
 	if n.NodeName != "" {
 		return n.NodeName
 	}
@@ -187,15 +156,15 @@ func printRollout(opts *rootOptions, c *apiClient, r rolloutView) error {
 			cluster = r.ClusterName + " (" + r.Cluster + ")"
 		}
 		row(tw, "cluster", dash(cluster))
-		kind := r.Kind
+		kind := string(r.Kind)
 		if r.Mode != "" {
-			kind += " (devices stay " + r.Mode + ")"
+			kind += " (devices stay " + string(r.Mode) + ")"
 		}
 		row(tw, "kind", kind)
 		if r.Target != "" {
 			row(tw, "target", r.Target)
 		}
-		state := r.State
+		state := string(r.State)
 		if r.Reason != "" {
 			state += ": " + r.Reason
 		}
@@ -218,7 +187,7 @@ func printRollout(opts *rootOptions, c *apiClient, r rolloutView) error {
 		fmt.Fprintln(tw)
 		row(tw, "NODE", "DEVICE", "ROLE", "PHASE", "STARTED", "FINISHED", "REASON")
 		for _, n := range r.Nodes {
-			row(tw, n.name(), n.Device, dash(n.Role), n.Phase, clock(n.Started), clock(n.Finished), dash(n.Reason))
+			row(tw, nodeName(n), n.Device, dash(n.Role), n.Phase, clock(n.Started), clock(n.Finished), dash(n.Reason))
 		}
 	})
 }
@@ -464,9 +433,9 @@ func watchRollout(ctx context.Context, opts *rootOptions, c *apiClient, id strin
 				emit(rolloutChange{Time: now, Rollout: r.ID, Device: n.Device, NodeName: n.NodeName, Role: n.Role, Phase: n.Phase, Reason: n.Reason})
 			}
 		}
-		if r.State != state {
-			state = r.State
-			emit(rolloutChange{Time: now, Rollout: r.ID, State: r.State, Reason: r.Reason, Counts: r.Counts})
+		if string(r.State) != state {
+			state = string(r.State)
+			emit(rolloutChange{Time: now, Rollout: r.ID, State: string(r.State), Reason: r.Reason, Counts: r.Counts})
 			if opts.output != "json" {
 				fmt.Fprintf(w, "          progress %s\n", r.progress())
 			}

@@ -12,18 +12,10 @@ import (
 
 func init() { register(newTokenCmd) }
 
-// tokenInfo is a join token as the REST API shows it (never its secret).
+// tokenInfo is a join token as the REST API shows it (never its secret),
+// with its cluster's name beside the ID.
 type tokenInfo struct {
-	ID          string    `json:"id"`
-	Kind        string    `json:"kind"`
-	Cluster     string    `json:"cluster,omitempty"`
-	Device      string    `json:"device,omitempty"`
-	Description string    `json:"description,omitempty"`
-	Expires     time.Time `json:"expires,omitzero"`
-	UsedAt      time.Time `json:"used_at,omitzero"`
-	Revoked     bool      `json:"revoked"`
-	Created     time.Time `json:"created"`
-	// ClusterName is the CLI's: the cluster's name beside its ID.
+	client.Token
 	ClusterName string `json:"cluster_name,omitempty"`
 }
 
