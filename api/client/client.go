@@ -10,6 +10,7 @@ package client
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -101,6 +102,11 @@ func csErrorOf(b CSErrorBody, status int, requestID string) *Error {
 // CS calls a CloudStack command and returns the envelope's inner object.
 // A failure is an *Error wrapped with the command's name.
 func (c *Client) CS(command string, params url.Values) (map[string]json.RawMessage, error) {
+	return c.CSContext(context.Background(), command, params)
+}
+
+// CSContext is CS bounded by ctx.
+func (c *Client) CSContext(ctx context.Context, command string, params url.Values) (map[string]json.RawMessage, error) {
 	if params == nil {
 		params = url.Values{}
 	}
@@ -108,9 +114,9 @@ func (c *Client) CS(command string, params url.Values) (map[string]json.RawMessa
 	params.Set("response", "json")
 	q := params.Encode()
 	if !c.Local {
-		q = signing.SignQuery(params, c.Key, c.Secret, time.Now().Add(SignatureLifetime))
+		q = c.SignCS(params, time.Now().Add(SignatureLifetime))
 	}
-	req, err := http.NewRequest("POST", c.BaseURL+"/client/api", strings.NewReader(q))
+	req, err := http.NewRequestWithContext(ctx, "POST", c.BaseURL+"/client/api", strings.NewReader(q))
 	if err != nil {
 		return nil, err
 	}
@@ -197,6 +203,11 @@ func (c *Client) QueryJob(jobID string) (status int, result json.RawMessage, err
 // when nil) and decodes a success into out (unless nil). A failure is an
 // *Error.
 func (c *Client) REST(method, path string, query url.Values, body, out any) error {
+	return c.RESTContext(context.Background(), method, path, query, body, out)
+}
+
+// RESTContext is REST bounded by ctx.
+func (c *Client) RESTContext(ctx context.Context, method, path string, query url.Values, body, out any) error {
 	var raw []byte
 	if body != nil {
 		var err error
@@ -208,7 +219,7 @@ func (c *Client) REST(method, path string, query url.Values, body, out any) erro
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
-	req, err := http.NewRequest(method, u, bytes.NewReader(raw))
+	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(raw))
 	if err != nil {
 		return err
 	}
@@ -250,8 +261,21 @@ func (c *Client) SignREST(req *http.Request, body []byte) {
 	if c.Local {
 		return
 	}
-	req.Header.Set("Authorization", signing.RESTAuthorization(req.Method, req.URL.EscapedPath(), req.URL.Query(), body,
-		c.Key, c.Secret, time.Now().Add(SignatureLifetime)))
+	req.Header.Set("Authorization", c.RESTAuthorization(req.Method, req.URL.EscapedPath(), req.URL.Query(), body,
+		time.Now().Add(SignatureLifetime)))
+}
+
+// RESTAuthorization is the Authorization header of a REST request valid
+// until expires (the server refuses expiries further ahead than its
+// api.max_signature_lifetime).
+func (c *Client) RESTAuthorization(method, path string, query url.Values, body []byte, expires time.Time) string {
+	return signing.RESTAuthorization(method, path, query, body, c.Key, c.Secret, expires)
+}
+
+// SignCS returns the query string of a CloudStack request (params with
+// command and response set) signed to be valid until expires.
+func (c *Client) SignCS(params url.Values, expires time.Time) string {
+	return signing.SignQuery(params, c.Key, c.Secret, expires)
 }
 
 // All follows next_cursor through every page of a REST list (empty query
