@@ -1,6 +1,7 @@
 package api
 
 import (
+	"github.com/ztpd/ztpd/api/client"
 	"maps"
 	"slices"
 	"sync"
@@ -44,6 +45,10 @@ type deviceMark struct {
 	refused              bool
 	pass                 uint32
 }
+
+// deviceCounts is the overview's device counts as the tallies keep them:
+// the client package's view, with the counting methods.
+type deviceCounts client.DeviceCounts
 
 func newDeviceCounts() deviceCounts {
 	return deviceCounts{ByState: map[string]int{}, ByKind: map[string]int{}}

@@ -640,34 +640,8 @@ func (s *Server) csCapabilities(r *csRequest) (any, *csError) {
 	}}, nil
 }
 
-type csAPIParam struct {
-	Name        string `json:"name"`
-	Description string `json:"description"`
-	Type        string `json:"type"`
-	Required    bool   `json:"required"`
-	Length      int    `json:"length"`
-	Since       string `json:"since,omitempty"`
-}
-
-type csAPIResponse struct {
-	Name        string `json:"name"`
-	Description string `json:"description"`
-	Type        string `json:"type"`
-}
-
-type csAPI struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	IsAsync     bool            `json:"isasync"`
-	Since       string          `json:"since"`
-	Type        string          `json:"type"`
-	Related     string          `json:"related"`
-	Params      []csAPIParam    `json:"params"`
-	Response    []csAPIResponse `json:"response"`
-}
-
 func (s *Server) csListApis(r *csRequest) (any, *csError) {
-	var out []csAPI
+	var out []client.CSAPI
 	for _, c := range s.commands {
 		if c.Admin && !r.cred.IsAdmin() {
 			continue
@@ -675,13 +649,13 @@ func (s *Server) csListApis(r *csRequest) (any, *csError) {
 		if r.has("name") && !strings.EqualFold(r.str("name"), c.Name) {
 			continue
 		}
-		a := csAPI{Name: c.Name, Description: c.Desc, IsAsync: c.Async, Since: "4.14.0", Type: "object",
-			Params: []csAPIParam{}, Response: []csAPIResponse{}}
+		a := client.CSAPI{Name: c.Name, Description: c.Desc, IsAsync: c.Async, Since: "4.14.0", Type: "object",
+			Params: []client.CSAPIParam{}, Response: []client.CSAPIResponse{}}
 		for _, p := range c.Params {
-			a.Params = append(a.Params, csAPIParam{Name: p.Name, Description: p.Desc, Type: p.Type, Required: p.Required, Length: 255})
+			a.Params = append(a.Params, client.CSAPIParam{Name: p.Name, Description: p.Desc, Type: p.Type, Required: p.Required, Length: 255})
 		}
 		for _, f := range c.Response {
-			a.Response = append(a.Response, csAPIResponse{Name: f, Description: f, Type: "string"})
+			a.Response = append(a.Response, client.CSAPIResponse{Name: f, Description: f, Type: "string"})
 		}
 		out = append(out, a)
 	}

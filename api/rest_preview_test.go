@@ -1,6 +1,7 @@
 package api
 
 import (
+	"github.com/ztpd/ztpd/api/client"
 	"strings"
 	"testing"
 
@@ -63,7 +64,7 @@ func TestRESTDevicePreviewMasksSecrets(t *testing.T) {
 			t.Errorf("the preview lost %q:\n%s", s, body)
 		}
 	}
-	var pv restPreview
+	var pv client.Preview
 	r.decode(t, &pv)
 	var names []string
 	for _, d := range pv.Documents {

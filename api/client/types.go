@@ -472,3 +472,107 @@ type EventsPage struct {
 	NextCursor string  `json:"next_cursor,omitempty"`
 	LastSeq    *uint64 `json:"last_seq,omitempty"`
 }
+
+// DeviceCounts is the device summary of the overview (openapi.json
+// DeviceCounts), also sent with every console stream update.
+type DeviceCounts struct {
+	Total     int            `json:"total"`
+	ByState   map[string]int `json:"by_state"`
+	ByKind    map[string]int `json:"by_kind"`
+	Unmatched int            `json:"unmatched"`
+}
+
+// Onboarding is the onboarding rate (openapi.json Onboarding).
+type Onboarding struct {
+	BucketSeconds int       `json:"bucket_seconds"`
+	Joined        []int     `json:"joined"` // oldest bucket first
+	From          time.Time `json:"from"`
+}
+
+// ClusterHealth is a cluster's line in the overview.
+type ClusterHealth struct {
+	ID             string            `json:"id"`
+	Name           string            `json:"name"`
+	State          core.ClusterState `json:"state"`
+	MembersReady   int               `json:"members_ready"`
+	MembersDesired int               `json:"members_desired"`
+}
+
+// Overview is GET /api/v1/overview (openapi.json Overview).
+type Overview struct {
+	Devices    DeviceCounts    `json:"devices"`
+	Onboarding Onboarding      `json:"onboarding"`
+	Pools      []PoolUse       `json:"pools"`
+	Clusters   []ClusterHealth `json:"clusters"`
+	Events     []Event         `json:"events"` // newest first
+	Warnings   []string        `json:"warnings"`
+}
+
+// PoolUse is one DHCP subnet's dynamic pool use (openapi.json PoolUse).
+// Size counts the addresses the pools can hand out (network, broadcast
+// and router addresses excluded); Reserved the reservations' addresses
+// inside the pools; Used the other pool addresses held by a lease, an
+// offer or a decline quarantine; Free the rest: Size = Reserved + Used +
+// Free.
+type PoolUse struct {
+	Name       string `json:"name"`
+	Subnet     string `json:"subnet"`      // prefix, e.g. 10.99.1.0/24
+	RangeStart string `json:"range_start"` // first pool's start ("" without pools)
+	RangeEnd   string `json:"range_end"`   // last pool's end
+	Size       int    `json:"size"`
+	Used       int    `json:"used"`
+	Reserved   int    `json:"reserved"`
+	Free       int    `json:"free"`
+}
+
+// Preview is what a device fetches (openapi.json DevicePreview),
+// secrets masked.
+type Preview struct {
+	Kind      core.DeviceKind `json:"kind"`
+	Profile   string          `json:"profile"`
+	ByDefault bool            `json:"by_default,omitempty"`
+	Fetches   []Fetch         `json:"fetches"`
+	Documents []Document      `json:"documents"`
+	Installer *Image          `json:"installer,omitempty"`
+	Notes     []string        `json:"notes"`
+	Warnings  []string        `json:"warnings"`
+}
+
+// Document is one document a device gets, as text.
+type Document struct {
+	Name        string `json:"name"`
+	ContentType string `json:"content_type"`
+	Body        string `json:"body"`
+}
+
+type CSAPIParam struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Type        string `json:"type"`
+	Required    bool   `json:"required"`
+	Length      int    `json:"length"`
+	Since       string `json:"since,omitempty"`
+}
+
+type CSAPIResponse struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Type        string `json:"type"`
+}
+
+type CSAPI struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	IsAsync     bool            `json:"isasync"`
+	Since       string          `json:"since"`
+	Type        string          `json:"type"`
+	Related     string          `json:"related"`
+	Params      []CSAPIParam    `json:"params"`
+	Response    []CSAPIResponse `json:"response"`
+}
+
+// Fetch is one request a device makes, in order: what it is and its URL.
+type Fetch struct {
+	What string `json:"what"`
+	URL  string `json:"url"`
+}
