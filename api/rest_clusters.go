@@ -75,9 +75,7 @@ func (s *Server) accepted(c *gin.Context, j core.Job, err error) {
 		return
 	}
 	c.Header("Location", RESTPath+"jobs/"+j.ID)
-	httpserve.WriteJSON(c.Writer, http.StatusAccepted, struct {
-		Job client.Job `json:"job"`
-	}{rj})
+	httpserve.WriteJSON(c.Writer, http.StatusAccepted, client.JobAccepted{Job: rj})
 }
 
 func (s *Server) listClusters(c *gin.Context) {

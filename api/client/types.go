@@ -576,3 +576,23 @@ type Fetch struct {
 	What string `json:"what"`
 	URL  string `json:"url"`
 }
+
+// JobAccepted is the answer to a request that started an asynchronous job
+// (202, Location: the job).
+type JobAccepted struct {
+	Job Job `json:"job"`
+}
+
+// CSClusterConfig is getKubernetesClusterConfig's clusterconfig object.
+type CSClusterConfig struct {
+	ID         string `json:"id"`
+	Name       string `json:"name"`
+	ConfigData string `json:"configdata"`
+}
+
+// CSZone is listZones' zone object (the fields a client chooses by).
+type CSZone struct {
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Description string `json:"description"`
+}

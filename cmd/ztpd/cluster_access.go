@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/ztpd/ztpd/api/client"
 	"net/url"
 	"os"
 
@@ -48,17 +49,13 @@ the appliance itself, it uses the admin socket of the data directory.`,
 			if err != nil {
 				return err
 			}
-			var cc struct {
-				ID     string `json:"id"`
-				Name   string `json:"name"`
-				Config string `json:"configdata"`
-			}
+			var cc client.CSClusterConfig
 			if err := json.Unmarshal(inner["clusterconfig"], &cc); err != nil {
 				return err
 			}
 			if out != "" {
 				// A kubeconfig holds client credentials: owner-only.
-				if err := os.WriteFile(out, []byte(cc.Config), 0o600); err != nil {
+				if err := os.WriteFile(out, []byte(cc.ConfigData), 0o600); err != nil {
 					return err
 				}
 				return os.Chmod(out, 0o600)
@@ -66,7 +63,7 @@ the appliance itself, it uses the admin socket of the data directory.`,
 			if opts.output == "json" {
 				return printResult(opts, os.Stdout, cc, nil)
 			}
-			_, err = fmt.Fprint(os.Stdout, cc.Config)
+			_, err = fmt.Fprint(os.Stdout, cc.ConfigData)
 			return err
 		},
 	}

@@ -35,18 +35,14 @@ func newClusterCreateCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var zones []struct {
-				ID string `json:"id"`
-			}
+			var zones []client.CSZone
 			if err := c.CSList("listZones", "zone", nil, &zones); err != nil {
 				return err
 			}
 			if len(zones) == 0 {
 				return fmt.Errorf("the API lists no zone")
 			}
-			var offs []struct {
-				ID string `json:"id"`
-			}
+			var offs []client.Offering
 			if err := c.CSList("listServiceOfferings", "serviceoffering", url.Values{"name": {offering}}, &offs); err != nil {
 				return err
 			}
@@ -113,9 +109,7 @@ size.`,
 				p.Set("nodeids", strings.Join(remove, ","))
 			}
 			if offering != "" {
-				var offs []struct {
-					ID string `json:"id"`
-				}
+				var offs []client.Offering
 				if err := c.CSList("listServiceOfferings", "serviceoffering", url.Values{"name": {offering}}, &offs); err != nil {
 					return err
 				}
@@ -233,11 +227,7 @@ members left on their nodes are listed with why (an audit event records them).`
 // abandoned.
 func forceDelete(opts *rootOptions, f *apiFlags, c *apiClient, id, name string) error {
 	const command = "deleteKubernetesCluster"
-	var started struct {
-		Job struct {
-			ID string `json:"id"`
-		} `json:"job"`
-	}
+	var started client.JobAccepted
 	path := "/api/v1/clusters/" + url.PathEscape(id)
 	if err := c.REST("DELETE", path, url.Values{"force": {"true"}}, nil, &started); err != nil {
 		return err
@@ -248,9 +238,7 @@ func forceDelete(opts *rootOptions, f *apiFlags, c *apiClient, id, name string) 
 	if _, err := c.waitJob(command, started.Job.ID, "delete "+name); err != nil {
 		return err
 	}
-	var job struct {
-		Abandoned []client.AbandonedNode `json:"abandoned"`
-	}
+	var job client.Job
 	if err := c.REST("GET", "/api/v1/jobs/"+url.PathEscape(started.Job.ID), nil, nil, &job); err != nil {
 		return err
 	}

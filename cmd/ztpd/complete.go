@@ -40,17 +40,12 @@ func restNames[T any](path string, names func(T) []string) nameSource {
 	}
 }
 
-type named struct {
-	ID   string `json:"id"`
-	Name string `json:"name"`
-}
-
 var (
-	clusterNames = restNames("/api/v1/clusters", func(v named) []string { return []string{v.Name} })
-	versionNames = restNames("/api/v1/versions", func(v named) []string { return []string{v.Name} })
-	imageNames   = restNames("/api/v1/images", func(v named) []string { return []string{v.Name} })
-	tokenIDs     = restNames("/api/v1/tokens", func(v named) []string { return []string{v.ID} })
-	rolloutIDs   = restNames("/api/v1/rollouts", func(v named) []string { return []string{v.ID} })
+	clusterNames = restNames("/api/v1/clusters", func(v client.Cluster) []string { return []string{v.Name} })
+	versionNames = restNames("/api/v1/versions", func(v client.Version) []string { return []string{v.Name} })
+	imageNames   = restNames("/api/v1/images", func(v client.Image) []string { return []string{v.Name} })
+	tokenIDs     = restNames("/api/v1/tokens", func(v client.Token) []string { return []string{v.ID} })
+	rolloutIDs   = restNames("/api/v1/rollouts", func(v client.Rollout) []string { return []string{v.ID} })
 	deviceNames  = restNames("/api/v1/devices", func(d client.Device) []string {
 		if d.Serial != "" {
 			return []string{d.ID, d.Serial}

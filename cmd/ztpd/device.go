@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
 )
 
 func init() { register(newDeviceCmd) }
@@ -232,19 +231,7 @@ func deviceRows(tw *tabwriter.Writer, v deviceView) {
 // printRefused prints the addresses without a lease the running server
 // refused since it started ("device list --state refused").
 func printRefused(opts *rootOptions, c *apiClient) error {
-	var r struct {
-		Since time.Time `json:"since"`
-		Items []struct {
-			Addr      string    `json:"addr"`
-			What      string    `json:"what"`
-			Kind      string    `json:"kind"`
-			Reason    string    `json:"reason"`
-			Transport string    `json:"transport"`
-			Count     int       `json:"count"`
-			First     time.Time `json:"first"`
-			Last      time.Time `json:"last"`
-		} `json:"items"`
-	}
+	var r client.Refusals
 	if err := c.REST("GET", "/api/v1/refusals", nil, nil, &r); err != nil {
 		return err
 	}
