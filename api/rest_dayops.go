@@ -247,10 +247,7 @@ func (s *Server) putDesired(c *gin.Context) {
 			return
 		}
 	}
-	out := struct {
-		Desired client.Desired  `json:"desired"`
-		Rollout *client.Rollout `json:"rollout,omitempty"`
-	}{}
+	var out client.DesiredChanged
 	status := http.StatusOK
 	if spec != nil {
 		r, err := s.rollouts.Start(ctx, *spec)
@@ -423,23 +420,8 @@ func (s *Server) getRollout(c *gin.Context) {
 	httpserve.WriteJSON(c.Writer, http.StatusOK, restRolloutOf(r))
 }
 
-// rolloutBody is POST /rollouts (openapi.json RolloutStart).
-type rolloutBody struct {
-	Cluster               string            `json:"cluster"`
-	Kind                  string            `json:"kind"`
-	Target                string            `json:"target"`
-	Devices               []string          `json:"devices"`
-	Selector              map[string]string `json:"selector"`
-	Mode                  string            `json:"mode"`
-	MaxUnavailable        int               `json:"max_unavailable"`
-	DrainTimeout          string            `json:"drain_timeout"`
-	StepTimeout           string            `json:"step_timeout"`
-	Hooks                 map[string]string `json:"hooks"`
-	ContinueOnHookFailure bool              `json:"continue_on_hook_failure"`
-}
-
 func (s *Server) startRollout(c *gin.Context) {
-	var req rolloutBody
+	var req client.RolloutStart
 	if !bindBody(c, &req) {
 		return
 	}
@@ -461,7 +443,7 @@ func (s *Server) startRollout(c *gin.Context) {
 // rolloutSpec checks a start request and resolves what it names: the
 // cluster and devices to their IDs, the target to the version tag or the
 // image, the hooks to stored images.
-func (s *Server) rolloutSpec(ctx context.Context, req rolloutBody) (rollout.Spec, error) {
+func (s *Server) rolloutSpec(ctx context.Context, req client.RolloutStart) (rollout.Spec, error) {
 	spec := rollout.Spec{Kind: core.RolloutKind(req.Kind), MaxUnavailable: req.MaxUnavailable, Hooks: req.Hooks,
 		ContinueOnHookFailure: req.ContinueOnHookFailure, Mode: core.DeviceMode(req.Mode), Selector: req.Selector}
 	invalid := func(format string, args ...any) (rollout.Spec, error) {

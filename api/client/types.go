@@ -596,3 +596,27 @@ type CSZone struct {
 	Name        string `json:"name"`
 	Description string `json:"description"`
 }
+
+// RolloutStart is POST /api/v1/rollouts (openapi.json RolloutStart). A
+// field left out is the server's default; an empty map is sent, a nil one
+// is not.
+type RolloutStart struct {
+	Cluster               string            `json:"cluster,omitempty"`
+	Kind                  string            `json:"kind"`
+	Target                string            `json:"target,omitempty"`
+	Devices               []string          `json:"devices,omitzero"`
+	Selector              map[string]string `json:"selector,omitzero"`
+	Mode                  string            `json:"mode,omitempty"`
+	MaxUnavailable        int               `json:"max_unavailable,omitempty"`
+	DrainTimeout          string            `json:"drain_timeout,omitempty"`
+	StepTimeout           string            `json:"step_timeout,omitempty"`
+	Hooks                 map[string]string `json:"hooks,omitzero"`
+	ContinueOnHookFailure bool              `json:"continue_on_hook_failure,omitempty"`
+}
+
+// DesiredChanged is the answer to PUT /api/v1/devices/{id}/desired: the
+// new desired state and the rollout a change of mode started (202).
+type DesiredChanged struct {
+	Desired Desired  `json:"desired"`
+	Rollout *Rollout `json:"rollout,omitempty"`
+}

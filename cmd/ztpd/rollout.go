@@ -232,37 +232,28 @@ the end like "ztpd rollout watch".`,
 			if err != nil {
 				return err
 			}
-			body := map[string]any{"kind": kind}
+			// Only what was given: the server defaults the rest.
+			body := client.RolloutStart{Kind: kind, Cluster: cluster, Target: target, Mode: mode,
+				Hooks: hookMap, ContinueOnHookFailure: continueOnHook}
 			fl := cmd.Flags()
-			for flag, v := range map[string]string{"cluster": cluster, "target": target, "mode": mode} {
-				if fl.Changed(flag) {
-					body[flag] = v
-				}
-			}
 			if len(devices) > 0 {
-				body["devices"] = devices
+				body.Devices = devices
 			}
 			if len(selector) > 0 {
 				sel, err := keyValues("--selector", "LABEL=VALUE", selector)
 				if err != nil {
 					return err
 				}
-				body["selector"] = sel
+				body.Selector = sel
 			}
 			if fl.Changed("max-unavailable") {
-				body["max_unavailable"] = maxUnavailable
+				body.MaxUnavailable = maxUnavailable
 			}
 			if fl.Changed("drain-timeout") {
-				body["drain_timeout"] = drain.String()
+				body.DrainTimeout = drain.String()
 			}
 			if fl.Changed("step-timeout") {
-				body["step_timeout"] = step.String()
-			}
-			if hookMap != nil {
-				body["hooks"] = hookMap
-			}
-			if continueOnHook {
-				body["continue_on_hook_failure"] = true
+				body.StepTimeout = step.String()
 			}
 			c, err := newAPIClient(opts, f)
 			if err != nil {
