@@ -1,12 +1,12 @@
 package api
 
 import (
-	"github.com/ztpd/ztpd/api/client"
 	"maps"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 )
 

@@ -2,12 +2,12 @@ package api
 
 import (
 	"fmt"
-	"github.com/ztpd/ztpd/api/client"
 	"reflect"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 )
 

@@ -1,11 +1,11 @@
 package api
 
 import (
-	"github.com/ztpd/ztpd/api/client"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/httpserve"
 )

@@ -1,11 +1,11 @@
 package api
 
 import (
-	"github.com/ztpd/ztpd/api/client"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/apikeys"
 )
 

@@ -2,7 +2,6 @@ package api
 
 import (
 	"cmp"
-	"github.com/ztpd/ztpd/api/client"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 )
 

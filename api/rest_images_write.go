@@ -3,13 +3,13 @@ package api
 import (
 	"errors"
 	"fmt"
-	"github.com/ztpd/ztpd/api/client"
 	"io"
 	"net/http"
 	"strings"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/api/signing"
 	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/clusters"

@@ -1,10 +1,10 @@
 package api
 
 import (
-	"github.com/ztpd/ztpd/api/client"
 	"strconv"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/jsontext"
 )

@@ -3,13 +3,13 @@ package api
 import (
 	"cmp"
 	"context"
-	"github.com/ztpd/ztpd/api/client"
 	"net/http"
 	"slices"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/httpserve"

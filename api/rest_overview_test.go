@@ -2,11 +2,11 @@ package api
 
 import (
 	"fmt"
-	"github.com/ztpd/ztpd/api/client"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 )
 

@@ -2,12 +2,12 @@ package api
 
 import (
 	"encoding/json"
-	"github.com/ztpd/ztpd/api/client"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"

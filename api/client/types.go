@@ -33,12 +33,14 @@ type CSErrorBody struct {
 	ErrorText   string `json:"errortext"`
 }
 
+// VersionRef names a cluster's Kubernetes version.
 type VersionRef struct {
 	ID     string `json:"id"`
 	Name   string `json:"name"`
 	SemVer string `json:"semver"`
 }
 
+// Member is a device in a cluster as the REST API shows it.
 type Member struct {
 	Device   string           `json:"device"`
 	Role     string           `json:"role"`
@@ -148,11 +150,11 @@ type Refusal struct {
 	At     time.Time `json:"at"`
 }
 
-// SerialConflict is a serial several devices stated (openapi.json
-// SerialConflict).
 // Refused reports whether the device's last request was refused.
 func (r Refusal) Refused() bool { return r.Kind != "" || r.Reason != "" }
 
+// SerialConflict is a serial several devices stated (openapi.json
+// SerialConflict).
 type SerialConflict struct {
 	Serial string   `json:"serial"`
 	With   []string `json:"with"`
@@ -246,6 +248,7 @@ type Refusals struct {
 	Items []AddressRefusal `json:"items"`
 }
 
+// AddressRefusal is what was refused to an address without a lease.
 type AddressRefusal struct {
 	Addr      string    `json:"addr"`
 	What      string    `json:"what"`
@@ -366,6 +369,7 @@ type RolloutNode struct {
 	Finished  time.Time `json:"finished,omitzero"`
 }
 
+// CSVM is a cluster member as CloudStack's virtualmachines list shows it.
 type CSVM struct {
 	ID          string `json:"id"`
 	Name        string `json:"name"`
@@ -386,6 +390,7 @@ type CSVM struct {
 	ZTPDNodeSeen  string `json:"ztpdnodeseen,omitempty"`
 }
 
+// CSCluster is CloudStack's kubernetescluster object.
 type CSCluster struct {
 	ID                    string `json:"id"`
 	Name                  string `json:"name"`
@@ -423,6 +428,7 @@ type CSCluster struct {
 	ZTPDWaiting      string `json:"ztpdwaiting,omitempty"`
 }
 
+// CSVersion is CloudStack's kubernetessupportedversion object.
 type CSVersion struct {
 	ID                  string `json:"id"`
 	Name                string `json:"name"`
@@ -442,6 +448,7 @@ type CSVersion struct {
 	Created             string `json:"created"`
 }
 
+// CSJob is queryAsyncJobResult's answer.
 type CSJob struct {
 	AccountID       string          `json:"accountid"`
 	UserID          string          `json:"userid"`
@@ -458,7 +465,7 @@ type CSJob struct {
 	JobID           string          `json:"jobid"`
 }
 
-// Page is one Page of a list answer.
+// Page is one page of a list answer.
 type Page[T any] struct {
 	Items      []T    `json:"items"`
 	NextCursor string `json:"next_cursor,omitempty"`
@@ -545,6 +552,7 @@ type Document struct {
 	Body        string `json:"body"`
 }
 
+// CSAPIParam is a parameter of a command listApis describes.
 type CSAPIParam struct {
 	Name        string `json:"name"`
 	Description string `json:"description"`
@@ -554,12 +562,14 @@ type CSAPIParam struct {
 	Since       string `json:"since,omitempty"`
 }
 
+// CSAPIResponse is a field of a command's answer listApis describes.
 type CSAPIResponse struct {
 	Name        string `json:"name"`
 	Description string `json:"description"`
 	Type        string `json:"type"`
 }
 
+// CSAPI is one command as listApis describes it.
 type CSAPI struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`

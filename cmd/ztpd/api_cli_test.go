@@ -2,12 +2,12 @@ package main
 
 import (
 	"encoding/json"
-	"github.com/ztpd/ztpd/api/client"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/testenv/inproc"
 )
 

@@ -2,11 +2,11 @@ package main
 
 import (
 	"encoding/json"
-	"github.com/ztpd/ztpd/api/client"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/clusters/clusterstest"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/testenv/inproc"

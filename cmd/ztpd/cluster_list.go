@@ -2,12 +2,13 @@ package main
 
 import (
 	"fmt"
-	"github.com/ztpd/ztpd/api/client"
 	"net/url"
 	"os"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ztpd/ztpd/api/client"
 )
 
 // Reading clusters: list and show.

@@ -5,12 +5,12 @@ package main
 // on the appliance, the API elsewhere), and the fixed values of enum flags.
 
 import (
-	"github.com/ztpd/ztpd/api/client"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/core"
 )

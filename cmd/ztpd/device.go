@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"github.com/ztpd/ztpd/api/client"
 	"net/url"
 	"os"
 	"strconv"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ztpd/ztpd/api/client"
 )
 
 func init() { register(newDeviceCmd) }

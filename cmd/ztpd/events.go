@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/ztpd/ztpd/api/client"
 	"io"
 	"maps"
 	"net/url"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ztpd/ztpd/api/client"
 )
 
 func init() { register(newEventsCmd) }

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/ztpd/ztpd/api/client"
 	"io"
 	"net/url"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/ztpd/ztpd/api"
+	"github.com/ztpd/ztpd/api/client"
 )
 
 // Kubernetes version management: "ztpd kube-version". ztpd's own build

@@ -1,13 +1,14 @@
 package main
 
 import (
-	"github.com/ztpd/ztpd/api/client"
 	"net/url"
 	"os"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ztpd/ztpd/api/client"
 )
 
 func init() { register(newLeaseCmd) }

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"fmt"
-	"github.com/ztpd/ztpd/api/client"
 	"net"
 	"net/netip"
 	"os"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/ztpd/ztpd/api"
 	"github.com/ztpd/ztpd/api/auth"
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
