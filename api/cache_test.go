@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/api/auth"
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -319,7 +320,7 @@ func TestDevicePageCacheFollowsEveryChange(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	seed(t, e.st, 30)
 	c := e.rest(e.admin.APIKey, e.adminSec) // user keys' pages depend on their clusters and are not kept
-	get := func(path string) page[core.Device] {
+	get := func(path string) client.Page[core.Device] {
 		t.Helper()
 		r := c.do("GET", path, nil)
 		if r.status != 200 {
@@ -328,7 +329,7 @@ func TestDevicePageCacheFollowsEveryChange(t *testing.T) {
 		if r.header.Get("Content-Length") != fmt.Sprint(len(r.raw)) {
 			t.Fatalf("%s: Content-Length %q for %d bytes", path, r.header.Get("Content-Length"), len(r.raw))
 		}
-		var p page[core.Device]
+		var p client.Page[core.Device]
 		r.decode(t, &p)
 		return p
 	}
@@ -395,7 +396,7 @@ func TestDevicePageCacheFollowsEveryChange(t *testing.T) {
 	}
 
 	// Leases: same rule, own repository.
-	var lp page[core.Lease]
+	var lp client.Page[core.Lease]
 	c.do("GET", "/api/v1/leases?limit=5", nil).decode(t, &lp)
 	if err := e.st.Update(func(tx core.Tx) error {
 		return tx.Leases().Put(core.Lease{IP: "10.0.0.1", MAC: "02:00:00:00:00:aa", State: core.LeaseActive})
@@ -432,9 +433,9 @@ func TestRESTClusterListCacheFollowsChanges(t *testing.T) {
 	// Running (as ztpd's watch would find it), so it can be scaled below.
 	e.healthy(cl.ID)
 	c := e.rest(e.admin.APIKey, e.adminSec) // the cluster is the admin account's
-	list := func() restCluster {
+	list := func() client.Cluster {
 		t.Helper()
-		var p page[restCluster]
+		var p client.Page[client.Cluster]
 		r := c.do("GET", "/api/v1/clusters", nil)
 		r.decode(t, &p)
 		if r.status != 200 || len(p.Items) != 1 {

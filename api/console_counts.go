@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
@@ -44,6 +45,10 @@ type deviceMark struct {
 	refused              bool
 	pass                 uint32
 }
+
+// deviceCounts is the overview's device counts as the tallies keep them:
+// the client package's view, with the counting methods.
+type deviceCounts client.DeviceCounts
 
 func newDeviceCounts() deviceCounts {
 	return deviceCounts{ByState: map[string]int{}, ByKind: map[string]int{}}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
@@ -122,9 +123,9 @@ func TestConsoleOnboardingFollowsTheLog(t *testing.T) {
 	now := time.Now().UTC()
 	raEvent(t, e, "member.joined", "02:00:00:00:0a:01", mine.ID, now.Add(-28*time.Minute))
 	a, u := e.rest(e.admin.APIKey, e.adminSec), e.rest(e.user.APIKey, e.userSec)
-	onboarding := func(c *restClient) restOnboarding {
+	onboarding := func(c *restClient) client.Onboarding {
 		t.Helper()
-		var ov restOverview
+		var ov client.Overview
 		r := c.do("GET", "/api/v1/overview", nil)
 		if r.status != 200 {
 			t.Fatalf("overview: %d %s", r.status, r.raw)
@@ -148,7 +149,7 @@ func TestConsoleOnboardingFollowsTheLog(t *testing.T) {
 	// 40 minutes on, the join of 28 minutes ago has left the hour (the
 	// server's clock is moved, so its methods are called: a signature made
 	// now would have expired there).
-	later := func(keep func(core.Event) bool) restOnboarding {
+	later := func(keep func(core.Event) bool) client.Onboarding {
 		t.Helper()
 		ob, _, err := e.srv.recentEvents(keep, 10)
 		if err != nil {

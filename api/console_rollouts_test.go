@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/rollout"
 )
@@ -123,7 +124,7 @@ func TestConsoleStreamRollouts(t *testing.T) {
 		t.Fatalf("%d updates named the rollout, %d rollout.progress events came", named, progress)
 	}
 	got := b.do(http.MethodGet, RESTPath+"rollouts/"+r.ID, nil)
-	var view restRollout
+	var view client.Rollout
 	if err := json.Unmarshal(got.body, &view); err != nil || got.status != http.StatusOK {
 		t.Fatalf("GET the rollout with the session: %d %v %s", got.status, err, got.body)
 	}

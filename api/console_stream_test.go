@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/httpserve"
@@ -25,13 +26,13 @@ type sessMessage struct {
 }
 
 type sessUpdate struct {
-	LastSeq      uint64         `json:"last_seq"`
-	Devices      []restDevice   `json:"devices"`
-	More         bool           `json:"more"`
-	Events       []restEvent    `json:"events"`
-	Counts       map[string]any `json:"counts"`
-	Rollouts     []string       `json:"rollouts"`
-	RolloutsMore bool           `json:"rollouts_more"`
+	LastSeq      uint64          `json:"last_seq"`
+	Devices      []client.Device `json:"devices"`
+	More         bool            `json:"more"`
+	Events       []client.Event  `json:"events"`
+	Counts       map[string]any  `json:"counts"`
+	Rollouts     []string        `json:"rollouts"`
+	RolloutsMore bool            `json:"rollouts_more"`
 }
 
 // sessStream is an open /ui/stream: its messages arrive on msgs, which is
@@ -207,7 +208,7 @@ func TestConsoleStreamUpdates(t *testing.T) {
 		if u.LastSeq <= seq {
 			t.Errorf("update last_seq %d not after hello's %d", u.LastSeq, seq)
 		}
-		var got *restDevice
+		var got *client.Device
 		for i := range u.Devices {
 			if u.Devices[i].ID == mac {
 				got = &u.Devices[i]

@@ -5,6 +5,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/httpserve"
 )
@@ -31,7 +32,7 @@ func (s *Server) listAPIKeys(c *gin.Context) {
 	if list == nil {
 		list = []apikeys.Info{}
 	}
-	httpserve.WriteJSON(c.Writer, http.StatusOK, page[apikeys.Info]{Items: list})
+	httpserve.WriteJSON(c.Writer, http.StatusOK, client.Page[apikeys.Info]{Items: list})
 }
 
 // createAPIKey answers 201 with the new key and its secret, shown once.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/apikeys"
 )
 
@@ -35,7 +36,7 @@ func TestRESTAPIKeys(t *testing.T) {
 		t.Fatalf("new key: %d %s", r.status, r.raw)
 	}
 	r = a.do("GET", "/api/v1/apikeys", nil)
-	var list page[apikeys.Info]
+	var list client.Page[apikeys.Info]
 	r.decode(t, &list)
 	if r.status != 200 || len(list.Items) != 3 || strings.Contains(string(r.raw), nk.SecretKey) || strings.Contains(string(r.raw), "secret") {
 		t.Fatalf("list: %d %s", r.status, r.raw)

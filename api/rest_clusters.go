@@ -5,112 +5,40 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/ztpd/ztpd/api/bodycache"
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/httpserve"
 )
 
-type restVersionRef struct {
-	ID     string `json:"id"`
-	Name   string `json:"name"`
-	SemVer string `json:"semver"`
-}
-
-type restMember struct {
-	Device   string           `json:"device"`
-	Role     string           `json:"role"`
-	State    core.DeviceState `json:"state"`
-	Version  string           `json:"version,omitempty"`
-	IP       string           `json:"ip,omitempty"`
-	Hostname string           `json:"hostname,omitempty"`
-	// NodeName is the Node ztpd matches this member by; Node is that Node
-	// as the cluster last showed it; Reported is the device's own word.
-	NodeName string                `json:"node_name,omitempty"`
-	Node     *core.NodeObservation `json:"node,omitempty"`
-	Reported string                `json:"reported,omitempty"`
-}
-
-// restCluster is a cluster as the REST API shows it (openapi.json Cluster).
-type restCluster struct {
-	ID           string            `json:"id"`
-	Name         string            `json:"name"`
-	Description  string            `json:"description"`
-	Account      string            `json:"account"`
-	State        core.ClusterState `json:"state"`
-	Version      restVersionRef    `json:"version"`
-	Size         int               `json:"size"`
-	ControlNodes int               `json:"control_nodes"`
-	OfferingID   string            `json:"offering_id"`
-	OfferingName string            `json:"offering_name"`
-	CPU          int               `json:"cpu"`
-	MemoryMB     int               `json:"memory_mb"`
-	Endpoint     string            `json:"endpoint"`
-	JoinMethod   string            `json:"join_method"`
-	Keypair      string            `json:"keypair,omitempty"`
-	NetworkID    string            `json:"network_id,omitempty"`
-	ExternalLBIP string            `json:"external_lb_ip,omitempty"`
-	Members      []restMember      `json:"members"`
-	// Observed is the cluster as ztpd's watch of its API server last saw
-	// it (absent until ztpd first tried); Waiting says what a Starting
-	// cluster waits for.
-	Observed  *core.ClusterObservation `json:"observed,omitempty"`
-	Waiting   string                   `json:"waiting,omitempty"`
-	Created   time.Time                `json:"created"`
-	UpdatedAt time.Time                `json:"updated_at"`
-}
-
-func restClusterOf(v clusters.ClusterView) restCluster {
+func restClusterOf(v clusters.ClusterView) client.Cluster {
 	c := v.Cluster
 	ep, _ := v.Endpoint()
-	out := restCluster{ID: c.ID, Name: c.Name, Description: c.Description, Account: core.ClusterAccount(c), State: c.State,
-		Version: restVersionRef{ID: c.VersionID, Name: v.Version.Name, SemVer: v.Version.SemVer},
+	out := client.Cluster{ID: c.ID, Name: c.Name, Description: c.Description, Account: core.ClusterAccount(c), State: c.State,
+		Version: client.VersionRef{ID: c.VersionID, Name: v.Version.Name, SemVer: v.Version.SemVer},
 		Size:    c.Size, ControlNodes: c.ControlNodes, OfferingID: c.ServiceOfferingID, OfferingName: v.Offering.Name,
 		CPU: v.Cores(), MemoryMB: v.MemoryMB(), Endpoint: ep, JoinMethod: c.JoinMethod, Keypair: c.Keypair,
-		NetworkID: c.NetworkID, ExternalLBIP: c.ExternalLBIP, Members: []restMember{}, Created: c.Created, UpdatedAt: c.UpdatedAt,
+		NetworkID: c.NetworkID, ExternalLBIP: c.ExternalLBIP, Members: []client.Member{}, Created: c.Created, UpdatedAt: c.UpdatedAt,
 		Observed: c.Observed}
 	if c.State == core.ClusterStarting {
 		out.Waiting = clusters.StartingReason(c)
 	}
 	for _, m := range v.Members {
-		rm := restMember{Device: m.DeviceID, Role: m.Role, State: m.State, Version: m.Version,
+		rm := client.Member{Device: m.DeviceID, Role: m.Role, State: m.State, Version: m.Version,
 			NodeName: m.NodeName, Node: m.Node, Reported: m.Reported, IP: m.IP, Hostname: m.Hostname}
 		out.Members = append(out.Members, rm)
 	}
 	return out
 }
 
-// restJob is an asynchronous job as the REST API shows it (openapi.json Job).
-type restJob struct {
-	ID           string                 `json:"id"`
-	Command      string                 `json:"command"`
-	Status       string                 `json:"status"`
-	InstanceType string                 `json:"instance_type"`
-	InstanceID   string                 `json:"instance_id"`
-	Error        *httpserve.ErrorDetail `json:"error,omitempty"`
-	Cluster      *restCluster           `json:"cluster,omitempty"`
-	// Abandoned names the members a forced delete left on their nodes.
-	Abandoned []restAbandonedNode `json:"abandoned,omitempty"`
-	Created   time.Time           `json:"created"`
-	Completed *time.Time          `json:"completed,omitempty"`
-}
-
-// restAbandonedNode is a member a forced delete could not take out of its
-// cluster (openapi.json AbandonedNode).
-type restAbandonedNode struct {
-	Device string `json:"device"`
-	Node   string `json:"node,omitempty"`
-	Reason string `json:"reason"`
-}
-
-func (s *Server) restJobOf(c *gin.Context, j core.Job) (restJob, error) {
-	out := restJob{ID: j.ID, Command: j.Command, InstanceType: j.InstanceType, InstanceID: j.InstanceID, Created: j.Created}
+func (s *Server) restJobOf(c *gin.Context, j core.Job) (client.Job, error) {
+	out := client.Job{ID: j.ID, Command: j.Command, InstanceType: j.InstanceType, InstanceID: j.InstanceID, Created: j.Created}
 	for _, a := range j.Abandoned {
-		out.Abandoned = append(out.Abandoned, restAbandonedNode{Device: a.Device, Node: a.Node, Reason: a.Reason})
+		out.Abandoned = append(out.Abandoned, client.AbandonedNode{Device: a.Device, Node: a.Node, Reason: a.Reason})
 	}
 	switch j.Status {
 	case core.JobPending:
@@ -119,7 +47,7 @@ func (s *Server) restJobOf(c *gin.Context, j core.Job) (restJob, error) {
 		out.Status = "succeeded"
 	default:
 		out.Status = "failed"
-		out.Error = &httpserve.ErrorDetail{Code: j.ErrorKind.String(), Message: j.Error}
+		out.Error = &client.ErrorDetail{Code: j.ErrorKind.String(), Message: j.Error}
 	}
 	if !j.Completed.IsZero() {
 		t := j.Completed
@@ -148,9 +76,7 @@ func (s *Server) accepted(c *gin.Context, j core.Job, err error) {
 		return
 	}
 	c.Header("Location", RESTPath+"jobs/"+j.ID)
-	httpserve.WriteJSON(c.Writer, http.StatusAccepted, struct {
-		Job restJob `json:"job"`
-	}{rj})
+	httpserve.WriteJSON(c.Writer, http.StatusAccepted, client.JobAccepted{Job: rj})
 }
 
 func (s *Server) listClusters(c *gin.Context) {
@@ -166,7 +92,7 @@ func (s *Server) listClusters(c *gin.Context) {
 		if err != nil {
 			return nil, err
 		}
-		out := page[restCluster]{Items: []restCluster{}}
+		out := client.Page[client.Cluster]{Items: []client.Cluster{}}
 		start := 0
 		if after != "" {
 			start = len(views)

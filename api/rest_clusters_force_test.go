@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -55,14 +56,14 @@ func TestRESTDeleteForce(t *testing.T) {
 	_, router := loadDoc(t)
 	a := &restClient{t: t, base: ts.URL, apiKey: e.admin.APIKey, secret: e.adminSec, http: ts.Client(), router: router}
 
-	wait := func(r restResp) restJob {
+	wait := func(r restResp) client.Job {
 		t.Helper()
 		if r.status != 202 {
 			t.Fatalf("not accepted: %d %s", r.status, r.raw)
 		}
 		loc := r.header.Get("Location")
 		for range 500 {
-			var j restJob
+			var j client.Job
 			a.do("GET", loc, nil).decode(t, &j)
 			if j.Status != "pending" {
 				return j
@@ -70,7 +71,7 @@ func TestRESTDeleteForce(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		t.Fatal("job did not finish")
-		return restJob{}
+		return client.Job{}
 	}
 	if _, err := cs.AddVersion(context.Background(), clusters.LocalAdmin, clusters.VersionSpec{SemVer: "1.30.2",
 		URL: "http://10.99.0.1:8080/isos/v1.30.2.iso"}); err != nil {
@@ -99,7 +100,7 @@ func TestRESTDeleteForce(t *testing.T) {
 		t.Fatalf("after the failed delete the cluster is %s", got.Cluster.State)
 	}
 	j = wait(a.do("DELETE", "/api/v1/clusters/lab?force=true", nil))
-	if j.Status != "succeeded" || len(j.Abandoned) != 1 || j.Abandoned[0] != (restAbandonedNode(abandonedWorker)) {
+	if j.Status != "succeeded" || len(j.Abandoned) != 1 || j.Abandoned[0] != (client.AbandonedNode(abandonedWorker)) {
 		t.Fatalf("forced delete: %+v", j)
 	}
 	if r := a.do("GET", "/api/v1/clusters/lab", nil); r.status != 404 {

@@ -13,6 +13,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/ztpd/ztpd/api/caller"
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/desired"
@@ -40,86 +41,17 @@ func (s *Server) routeDayOps(g *gin.RouterGroup) {
 	}
 }
 
-// restDesired is a device's desired state as the REST API shows it
-// (openapi.json DesiredState).
-type restDesired struct {
-	Device            string            `json:"device"`
-	Mode              core.DeviceMode   `json:"mode,omitempty"`
-	Cluster           string            `json:"cluster,omitempty"`
-	Role              string            `json:"role,omitempty"`
-	Image             string            `json:"image,omitempty"`
-	KubernetesVersion string            `json:"kubernetes_version,omitempty"`
-	Labels            map[string]string `json:"labels"`
-	Hooks             map[string]string `json:"hooks"`
-	Generation        uint64            `json:"generation"`
-	UpdatedAt         time.Time         `json:"updated_at,omitzero"`
-	UpdatedBy         string            `json:"updated_by,omitempty"`
-	Operation         *restOperation    `json:"operation,omitempty"`
-	Agent             *restAgent        `json:"agent,omitempty"`
-	// Profile names the profile whose desired: block gives the device
-	// defaults; Explicit is then what was set on the device itself (what
-	// PUT changes), which wins over them. The fields above are the two
-	// overlaid.
-	Profile  string          `json:"profile,omitempty"`
-	Explicit *restDesiredSet `json:"explicit,omitempty"`
-}
-
-// restDesiredSet is what was set on a device itself, of what a profile
-// may default (openapi.json DesiredState.explicit).
-type restDesiredSet struct {
-	Mode              core.DeviceMode   `json:"mode,omitempty"`
-	Image             string            `json:"image,omitempty"`
-	KubernetesVersion string            `json:"kubernetes_version,omitempty"`
-	Labels            map[string]string `json:"labels"`
-	Hooks             map[string]string `json:"hooks"`
-}
-
 // restDesiredOfLayers is a device's effective desired state, with the
 // profile that gives it defaults and what was set on the device.
-func restDesiredOfLayers(l desired.Layers) restDesired {
+func restDesiredOfLayers(l desired.Layers) client.Desired {
 	out := restDesiredOf(l.Effective)
 	if l.Profile != "" {
 		out.Profile = l.Profile
 		e := l.Explicit
-		out.Explicit = &restDesiredSet{Mode: e.Mode, Image: e.Image, KubernetesVersion: e.KubernetesVersion,
+		out.Explicit = &client.DesiredSet{Mode: e.Mode, Image: e.Image, KubernetesVersion: e.KubernetesVersion,
 			Labels: copyMap(e.Labels), Hooks: copyMap(e.Hooks)}
 	}
 	return out
-}
-
-// restOperation is the work handed to a device's agent (openapi.json
-// AgentOperation).
-type restOperation struct {
-	ID       string     `json:"id"`
-	Kind     string     `json:"kind"`
-	Rollout  string     `json:"rollout,omitempty"`
-	State    string     `json:"state"`
-	Reason   string     `json:"reason,omitempty"`
-	Created  time.Time  `json:"created"`
-	Finished time.Time  `json:"finished,omitzero"`
-	Steps    []restStep `json:"steps"`
-}
-
-// restStep is one step of an operation and what the agent said of it
-// (openapi.json AgentStep).
-type restStep struct {
-	Name     string            `json:"name"`
-	Action   string            `json:"action"`
-	Args     map[string]string `json:"args,omitempty"`
-	State    string            `json:"state"`
-	ExitCode int               `json:"exit_code"`
-	Output   string            `json:"output,omitempty"`
-	Started  time.Time         `json:"started,omitzero"`
-	Finished time.Time         `json:"finished,omitzero"`
-	Attempts int               `json:"attempts"`
-}
-
-// restAgent is a device agent's last contact (openapi.json AgentStatus).
-type restAgent struct {
-	LastSeen time.Time `json:"last_seen"`
-	IP       string    `json:"ip,omitempty"`
-	BootID   string    `json:"boot_id,omitempty"`
-	Version  string    `json:"version,omitempty"`
 }
 
 // shownStepArgs are the step arguments an operator sees: what a step works
@@ -127,15 +59,15 @@ type restAgent struct {
 // kind may carry) stay between ztpd and the agent.
 var shownStepArgs = []string{"version", "phase", "image", "sha256", "timeout"}
 
-func restDesiredOf(d core.DesiredState) restDesired {
-	out := restDesired{Device: d.Device, Mode: d.Mode, Cluster: d.Cluster, Role: d.Role, Image: d.Image,
+func restDesiredOf(d core.DesiredState) client.Desired {
+	out := client.Desired{Device: d.Device, Mode: d.Mode, Cluster: d.Cluster, Role: d.Role, Image: d.Image,
 		KubernetesVersion: d.KubernetesVersion, Labels: copyMap(d.Labels), Hooks: copyMap(d.Hooks),
 		Generation: d.Generation, UpdatedAt: d.UpdatedAt, UpdatedBy: d.UpdatedBy}
 	if op := d.Operation; op != nil {
-		ro := &restOperation{ID: op.ID, Kind: op.Kind, Rollout: op.Rollout, State: op.State, Reason: op.Reason,
-			Created: op.Created, Finished: op.Finished, Steps: []restStep{}}
+		ro := &client.Operation{ID: op.ID, Kind: op.Kind, Rollout: op.Rollout, State: op.State, Reason: op.Reason,
+			Created: op.Created, Finished: op.Finished, Steps: []client.Step{}}
 		for _, st := range op.Steps {
-			rs := restStep{Name: st.Name, Action: st.Action, State: st.State, ExitCode: st.ExitCode, Output: st.Output,
+			rs := client.Step{Name: st.Name, Action: st.Action, State: st.State, ExitCode: st.ExitCode, Output: st.Output,
 				Started: st.Started, Finished: st.Finished, Attempts: st.Attempts}
 			for _, k := range shownStepArgs {
 				if v, ok := st.Args[k]; ok {
@@ -150,7 +82,7 @@ func restDesiredOf(d core.DesiredState) restDesired {
 		out.Operation = ro
 	}
 	if a := d.Agent; !a.LastSeen.IsZero() {
-		out.Agent = &restAgent{LastSeen: a.LastSeen, IP: a.IP, BootID: a.BootID, Version: a.Version}
+		out.Agent = &client.Agent{LastSeen: a.LastSeen, IP: a.IP, BootID: a.BootID, Version: a.Version}
 	}
 	return out
 }
@@ -163,55 +95,15 @@ func copyMap(m map[string]string) map[string]string {
 	return out
 }
 
-// restRollout is a rollout as the REST API shows it (openapi.json Rollout).
-type restRollout struct {
-	ID                    string            `json:"id"`
-	Cluster               string            `json:"cluster,omitempty"`
-	Kind                  core.RolloutKind  `json:"kind"`
-	State                 core.RolloutState `json:"state"`
-	Reason                string            `json:"reason,omitempty"`
-	Target                string            `json:"target,omitempty"`
-	TargetID              string            `json:"target_id,omitempty"`
-	Mode                  core.DeviceMode   `json:"mode,omitempty"`
-	MaxUnavailable        int               `json:"max_unavailable"`
-	DrainTimeout          string            `json:"drain_timeout"`
-	StepTimeout           string            `json:"step_timeout"`
-	Hooks                 map[string]string `json:"hooks"`
-	Selector              map[string]string `json:"selector,omitempty"`
-	ContinueOnHookFailure bool              `json:"continue_on_hook_failure"`
-	Job                   string            `json:"job,omitempty"`
-	CreatedBy             string            `json:"created_by,omitempty"`
-	Created               time.Time         `json:"created"`
-	UpdatedAt             time.Time         `json:"updated_at"`
-	Finished              time.Time         `json:"finished,omitzero"`
-	Nodes                 []restRolloutNode `json:"nodes"`
-	// Counts is the number of nodes in each phase that has any.
-	Counts map[string]int `json:"counts"`
-}
-
-// restRolloutNode is one device's progress through a rollout
-// (openapi.json RolloutNode).
-type restRolloutNode struct {
-	Device    string    `json:"device"`
-	NodeName  string    `json:"node_name,omitempty"`
-	Role      string    `json:"role,omitempty"`
-	Phase     string    `json:"phase"`
-	Reason    string    `json:"reason,omitempty"`
-	Operation string    `json:"operation,omitempty"`
-	Cordoned  bool      `json:"cordoned"`
-	Started   time.Time `json:"started,omitzero"`
-	Finished  time.Time `json:"finished,omitzero"`
-}
-
-func restRolloutOf(r core.Rollout) restRollout {
-	out := restRollout{ID: r.ID, Cluster: r.Cluster, Kind: r.Kind, State: r.State, Reason: r.Reason, Target: r.Target,
+func restRolloutOf(r core.Rollout) client.Rollout {
+	out := client.Rollout{ID: r.ID, Cluster: r.Cluster, Kind: r.Kind, State: r.State, Reason: r.Reason, Target: r.Target,
 		TargetID: r.TargetID, Mode: r.Mode, MaxUnavailable: r.MaxUnavailable,
 		DrainTimeout: time.Duration(r.DrainTimeout).String(), StepTimeout: time.Duration(r.StepTimeout).String(),
 		Hooks: copyMap(r.Hooks), Selector: r.Selector, ContinueOnHookFailure: r.ContinueOnHookFailure, Job: r.Job, CreatedBy: r.CreatedBy,
 		Created: r.Created, UpdatedAt: r.UpdatedAt, Finished: r.Finished,
-		Nodes: make([]restRolloutNode, 0, len(r.Nodes)), Counts: map[string]int{}}
+		Nodes: make([]client.RolloutNode, 0, len(r.Nodes)), Counts: map[string]int{}}
 	for _, n := range r.Nodes {
-		out.Nodes = append(out.Nodes, restRolloutNode{Device: n.Device, NodeName: n.NodeName, Role: n.Role, Phase: n.Phase,
+		out.Nodes = append(out.Nodes, client.RolloutNode{Device: n.Device, NodeName: n.NodeName, Role: n.Role, Phase: n.Phase,
 			Reason: n.Reason, Operation: n.Operation, Cordoned: n.Cordoned, Started: n.Started, Finished: n.Finished})
 		out.Counts[n.Phase]++
 	}
@@ -356,10 +248,7 @@ func (s *Server) putDesired(c *gin.Context) {
 			return
 		}
 	}
-	out := struct {
-		Desired restDesired  `json:"desired"`
-		Rollout *restRollout `json:"rollout,omitempty"`
-	}{}
+	var out client.DesiredChanged
 	status := http.StatusOK
 	if spec != nil {
 		r, err := s.rollouts.Start(ctx, *spec)
@@ -479,7 +368,7 @@ func (s *Server) listRollouts(c *gin.Context) {
 	if !ok {
 		return
 	}
-	out := page[restRollout]{Items: []restRollout{}}
+	out := client.Page[client.Rollout]{Items: []client.Rollout{}}
 	skipping := after != ""
 	var last string
 	err := s.rollouts.List(func(r core.Rollout) bool {
@@ -532,23 +421,8 @@ func (s *Server) getRollout(c *gin.Context) {
 	httpserve.WriteJSON(c.Writer, http.StatusOK, restRolloutOf(r))
 }
 
-// rolloutBody is POST /rollouts (openapi.json RolloutStart).
-type rolloutBody struct {
-	Cluster               string            `json:"cluster"`
-	Kind                  string            `json:"kind"`
-	Target                string            `json:"target"`
-	Devices               []string          `json:"devices"`
-	Selector              map[string]string `json:"selector"`
-	Mode                  string            `json:"mode"`
-	MaxUnavailable        int               `json:"max_unavailable"`
-	DrainTimeout          string            `json:"drain_timeout"`
-	StepTimeout           string            `json:"step_timeout"`
-	Hooks                 map[string]string `json:"hooks"`
-	ContinueOnHookFailure bool              `json:"continue_on_hook_failure"`
-}
-
 func (s *Server) startRollout(c *gin.Context) {
-	var req rolloutBody
+	var req client.RolloutStart
 	if !bindBody(c, &req) {
 		return
 	}
@@ -570,7 +444,7 @@ func (s *Server) startRollout(c *gin.Context) {
 // rolloutSpec checks a start request and resolves what it names: the
 // cluster and devices to their IDs, the target to the version tag or the
 // image, the hooks to stored images.
-func (s *Server) rolloutSpec(ctx context.Context, req rolloutBody) (rollout.Spec, error) {
+func (s *Server) rolloutSpec(ctx context.Context, req client.RolloutStart) (rollout.Spec, error) {
 	spec := rollout.Spec{Kind: core.RolloutKind(req.Kind), MaxUnavailable: req.MaxUnavailable, Hooks: req.Hooks,
 		ContinueOnHookFailure: req.ContinueOnHookFailure, Mode: core.DeviceMode(req.Mode), Selector: req.Selector}
 	invalid := func(format string, args ...any) (rollout.Spec, error) {

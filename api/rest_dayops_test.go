@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/desired"
 	"github.com/ztpd/ztpd/internal/rollout"
@@ -226,7 +227,7 @@ func TestRESTDesiredStateGetAndSet(t *testing.T) {
 	a := e.rest(e.admin.APIKey, e.adminSec)
 	dev := dayDevice(1)
 
-	var d restDesired
+	var d client.Desired
 	r := a.do("GET", "/api/v1/devices/"+dev+"/desired", nil)
 	into(t, r, &d)
 	if r.status != 200 || d.Device != dev || d.Generation != 0 || d.Labels == nil || d.Operation != nil || d.Agent != nil {
@@ -238,8 +239,8 @@ func TestRESTDesiredStateGetAndSet(t *testing.T) {
 	}
 
 	var put struct {
-		Desired restDesired
-		Rollout *restRollout
+		Desired client.Desired
+		Rollout *client.Rollout
 	}
 	r = a.do("PUT", "/api/v1/devices/"+dev+"/desired", map[string]any{"image": "sonic-202411.bin", "kubernetes_version": "1.37.2",
 		"role": "worker", "labels": map[string]string{"rack": "7"}, "hooks": map[string]string{"pre_upgrade": "snap.sh"}})
@@ -263,7 +264,7 @@ func TestRESTDesiredStateGetAndSet(t *testing.T) {
 	if put.Desired.Generation != 3 {
 		t.Fatalf("no-op change: generation %d", put.Desired.Generation)
 	}
-	var ev page[core.Event]
+	var ev client.Page[core.Event]
 	into(t, a.do("GET", "/api/v1/events?type=desired.changed&device="+dev, nil), &ev)
 	if len(ev.Items) != 3 || ev.Items[0].Fields["by"] != "ops" {
 		t.Fatalf("desired.changed events: %+v", ev.Items)
@@ -332,7 +333,7 @@ func TestRESTDesiredModeSwitch(t *testing.T) {
 	if r.status != 409 || !strings.Contains(string(r.raw), busy.ID) {
 		t.Fatalf("switch on a busy cluster: %d %s", r.status, r.raw)
 	}
-	var d restDesired
+	var d client.Desired
 	into(t, a.do("GET", "/api/v1/devices/"+dev+"/desired", nil), &d)
 	if d.Generation != 0 {
 		t.Fatalf("a refused switch changed the state: %+v", d)
@@ -342,8 +343,8 @@ func TestRESTDesiredModeSwitch(t *testing.T) {
 	}
 
 	var put struct {
-		Desired restDesired
-		Rollout *restRollout
+		Desired client.Desired
+		Rollout *client.Rollout
 	}
 	r = a.do("PUT", "/api/v1/devices/"+dev+"/desired", map[string]any{"mode": "standalone", "labels": map[string]string{"site": "a"}})
 	into(t, r, &put)
@@ -431,7 +432,7 @@ func TestRESTRollouts(t *testing.T) {
 		t.Fatalf("user starts a rollout: %d %s", r.status, r.raw)
 	}
 
-	var ro restRollout
+	var ro client.Rollout
 	r := a.do("POST", "/api/v1/rollouts", map[string]any{"cluster": "lab", "kind": "kubernetes", "target": "1.37.2",
 		"max_unavailable": 2, "drain_timeout": "1m", "step_timeout": "2m", "hooks": map[string]string{"pre_upgrade": "snap.sh"}})
 	into(t, r, &ro)
@@ -457,7 +458,7 @@ func TestRESTRollouts(t *testing.T) {
 		}
 	}
 	// The agent's operation shows the hook and upgrade arguments it may.
-	var d restDesired
+	var d client.Desired
 	into(t, a.do("GET", "/api/v1/devices/"+dayDevice(1)+"/desired", nil), &d)
 	if d.KubernetesVersion != "v1.37.2" || d.Operation == nil || d.Operation.Rollout != ro.ID || len(d.Operation.Steps) < 2 ||
 		d.Operation.Steps[0].Action != "hook" || d.Operation.Steps[0].Args["sha256"] != hookSHA {
@@ -494,7 +495,7 @@ func TestRESTRollouts(t *testing.T) {
 			}
 			continue
 		}
-		var got restRollout
+		var got client.Rollout
 		into(t, r, &got)
 		if r.status != 200 || string(got.State) != step.state || got.Counts[core.NodeAgent] != 1 {
 			t.Errorf("%s: %d %s", step.op, r.status, r.raw)
@@ -502,7 +503,7 @@ func TestRESTRollouts(t *testing.T) {
 	}
 
 	// Lists: newest first, filtered, paged.
-	var p page[restRollout]
+	var p client.Page[client.Rollout]
 	into(t, a.do("GET", "/api/v1/rollouts", nil), &p)
 	if len(p.Items) != 2 || p.Items[0].ID != rec.ID || p.Items[1].ID != ro.ID || p.NextCursor != "" {
 		t.Fatalf("list: %+v", p)
@@ -579,7 +580,7 @@ func TestAgentEndpointsMatchTheDocument(t *testing.T) {
 		t.Fatalf("no credential: %d %s", r.status, r.raw)
 	}
 	// The operator sees the step running, with the arguments it may.
-	var d restDesired
+	var d client.Desired
 	into(t, e.rest(e.admin.APIKey, e.adminSec).do("GET", "/api/v1/devices/"+dev+"/desired", nil), &d)
 	if d.Operation == nil || d.Operation.State != core.StepRunning || d.Operation.Steps[0].State != core.StepRunning ||
 		d.Operation.Steps[0].Args["sha256"] != imageSHA || d.Agent == nil || d.Agent.BootID != "b1" {

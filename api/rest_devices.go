@@ -5,95 +5,31 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/httpserve"
 )
 
-// restDevice is a device as the REST API shows it (openapi.json Device).
-type restDevice struct {
-	ID          string            `json:"id"`
-	Kind        core.DeviceKind   `json:"kind"`
-	MAC         string            `json:"mac"`
-	Serial      string            `json:"serial,omitempty"`
-	Product     string            `json:"product,omitempty"`
-	Platform    string            `json:"platform,omitempty"`
-	Hostname    string            `json:"hostname,omitempty"`
-	ClientID    string            `json:"client_id,omitempty"`
-	VendorClass string            `json:"vendor_class,omitempty"`
-	SONiCVer    string            `json:"sonic_version,omitempty"`
-	IP          string            `json:"ip,omitempty"`
-	Subnet      string            `json:"subnet,omitempty"`
-	RelayAddr   string            `json:"relay_addr,omitempty"`
-	CircuitID   string            `json:"circuit_id,omitempty"`
-	RemoteID    string            `json:"remote_id,omitempty"`
-	BaseMAC     string            `json:"base_mac,omitempty"`
-	FixedIP     string            `json:"fixed_ip,omitempty"`
-	State       core.DeviceState  `json:"state"`
-	Approved    bool              `json:"approved,omitempty"`
-	Cluster     string            `json:"cluster,omitempty"`
-	Role        string            `json:"role,omitempty"`
-	Profile     string            `json:"profile,omitempty"`
-	Labels      map[string]string `json:"labels,omitempty"`
-	Refusal     restRefusal       `json:"refusal,omitzero"`
-	// SerialConflict: other devices stated this device's serial (or it
-	// stated theirs); the serial resolves to no device until resolved.
-	SerialConflict *restSerialConflict `json:"serial_conflict,omitempty"`
-	FirstSeen      time.Time           `json:"first_seen"`
-	LastSeen       time.Time           `json:"last_seen"`
-	UpdatedAt      time.Time           `json:"updated_at"`
-}
-
-// restRefusal is why a device's last ZTP request got no content
-// (openapi.json DeviceRefusal).
-type restRefusal struct {
-	What   string    `json:"what"`
-	Kind   string    `json:"kind"`
-	Reason string    `json:"reason"`
-	At     time.Time `json:"at"`
-}
-
-// restSerialConflict is a serial several devices stated (openapi.json
-// SerialConflict).
-type restSerialConflict struct {
-	Serial string   `json:"serial"`
-	With   []string `json:"with"`
-}
-
-func restSerialConflictOf(c *core.SerialConflict) *restSerialConflict {
+func restSerialConflictOf(c *core.SerialConflict) *client.SerialConflict {
 	if c == nil {
 		return nil
 	}
-	return &restSerialConflict{Serial: c.Serial, With: c.With}
+	return &client.SerialConflict{Serial: c.Serial, With: c.With}
 }
 
-func restDeviceOf(d core.Device) restDevice {
-	return restDevice{SerialConflict: restSerialConflictOf(d.SerialConflict), ID: d.ID, Kind: d.Kind, MAC: d.MAC, Serial: d.Serial, Product: d.Product, Platform: d.Platform,
+func restDeviceOf(d core.Device) client.Device {
+	return client.Device{SerialConflict: restSerialConflictOf(d.SerialConflict), ID: d.ID, Kind: d.Kind, MAC: d.MAC, Serial: d.Serial, Product: d.Product, Platform: d.Platform,
 		Hostname: d.Hostname, ClientID: d.ClientID, VendorClass: d.VendorClass, SONiCVer: d.SONiCVer, IP: d.IP,
 		Subnet: d.Subnet, RelayAddr: d.RelayAddr, CircuitID: d.CircuitID, RemoteID: d.RemoteID, BaseMAC: d.BaseMAC,
 		FixedIP: d.FixedIP, State: d.State, Approved: d.Approved, Cluster: d.Cluster, Role: d.Role, Profile: d.Profile,
-		Labels: d.Labels, Refusal: restRefusal(d.Refusal), FirstSeen: d.FirstSeen, LastSeen: d.LastSeen, UpdatedAt: d.UpdatedAt}
+		Labels: d.Labels, Refusal: client.Refusal(d.Refusal), FirstSeen: d.FirstSeen, LastSeen: d.LastSeen, UpdatedAt: d.UpdatedAt}
 }
 
-// restLease is a lease as the REST API shows it (openapi.json Lease).
-type restLease struct {
-	IP        string          `json:"ip"`
-	MAC       string          `json:"mac"`
-	ClientID  string          `json:"client_id,omitempty"`
-	Hostname  string          `json:"hostname,omitempty"`
-	Subnet    string          `json:"subnet"`
-	State     core.LeaseState `json:"state"`
-	Start     time.Time       `json:"start"`
-	Expiry    time.Time       `json:"expiry"`
-	Reserved  bool            `json:"reserved,omitempty"`
-	UpdatedAt time.Time       `json:"updated_at"`
-}
-
-func restLeaseOf(l core.Lease) restLease {
-	return restLease{IP: l.IP, MAC: l.MAC, ClientID: l.ClientID, Hostname: l.Hostname, Subnet: l.Subnet, State: l.State,
+func restLeaseOf(l core.Lease) client.Lease {
+	return client.Lease{IP: l.IP, MAC: l.MAC, ClientID: l.ClientID, Hostname: l.Hostname, Subnet: l.Subnet, State: l.State,
 		Start: l.Start, Expiry: l.Expiry, Reserved: l.Reserved, UpdatedAt: l.UpdatedAt}
 }
 

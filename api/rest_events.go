@@ -9,22 +9,12 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
-// restEvent is an event as the REST API shows it (openapi.json Event).
-type restEvent struct {
-	Seq     uint64            `json:"seq"`
-	Time    time.Time         `json:"time"`
-	Type    string            `json:"type"`
-	Device  string            `json:"device,omitempty"`
-	Cluster string            `json:"cluster,omitempty"`
-	Message string            `json:"message,omitempty"`
-	Fields  map[string]string `json:"fields,omitempty"`
-}
-
-func restEventOf(e core.Event) restEvent {
-	return restEvent{Seq: e.Seq, Time: e.Time, Type: e.Type, Device: e.Device, Cluster: e.Cluster, Message: e.Message, Fields: e.Fields}
+func restEventOf(e core.Event) client.Event {
+	return client.Event{Seq: e.Seq, Time: e.Time, Type: e.Type, Device: e.Device, Cluster: e.Cluster, Message: e.Message, Fields: e.Fields}
 }
 
 // listEvents pages through the device and audit streams, alone or merged

@@ -11,14 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
 // eventsAnswer is a page of /api/v1/events as a follower reads it.
 type eventsAnswer struct {
-	Items      []restEvent `json:"items"`
-	NextCursor string      `json:"next_cursor"`
-	LastSeq    *uint64     `json:"last_seq"`
+	Items      []client.Event `json:"items"`
+	NextCursor string         `json:"next_cursor"`
+	LastSeq    *uint64        `json:"last_seq"`
 }
 
 func getEvents(t *testing.T, base string, q url.Values) eventsAnswer {

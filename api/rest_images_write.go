@@ -9,6 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/api/signing"
 	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/clusters"
@@ -40,8 +41,8 @@ func (s *Server) holdUploadBody(c *gin.Context) {
 	c.Next()
 }
 
-func restImageOf(im core.Image) restImage {
-	return restImage{SHA256: im.SHA256, Name: im.Name, Kind: im.Kind, Platform: im.Platform, Version: im.Version,
+func restImageOf(im core.Image) client.Image {
+	return client.Image{SHA256: im.SHA256, Name: im.Name, Kind: im.Kind, Platform: im.Platform, Version: im.Version,
 		Size: im.Size, Created: im.Created}
 }
 

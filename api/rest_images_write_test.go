@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -68,7 +69,7 @@ func TestRESTImageUploadAndDelete(t *testing.T) {
 	if r.status != 201 {
 		t.Fatalf("upload: %d %s", r.status, r.raw)
 	}
-	var im restImage
+	var im client.Image
 	r.decode(t, &im)
 	if im.SHA256 != raSHA(iso) || im.Size != int64(len(iso)) || im.Kind != "binaries-iso" || im.Name != "k8s-1.30.2.iso" {
 		t.Fatalf("stored: %s", r.raw)
@@ -83,7 +84,7 @@ func TestRESTImageUploadAndDelete(t *testing.T) {
 	if r.status != 201 {
 		t.Fatalf("version from image: %d %s", r.status, r.raw)
 	}
-	var v restVersion
+	var v client.Version
 	r.decode(t, &v)
 	if v.SemVer != "1.30.2" || v.ISOURL != "http://10.99.0.1:8080/isos/k8s-1.30.2.iso" || v.Checksum != "{SHA-256}"+im.SHA256 || v.ImageID != im.SHA256 {
 		t.Fatalf("version: %s", r.raw)

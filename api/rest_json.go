@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/jsontext"
 )
@@ -18,7 +19,7 @@ import (
 // storage format.
 
 // appendPage appends one page of a listing as JSON, as json.Marshal
-// writes the page[V] collect returns: up to limit records that keep
+// writes the client.Page[V] collect returns: up to limit records that keep
 // accepts (nil: all), each written by write (its view's appender), without
 // building the page in memory. When a record is visited past a full page,
 // next_cursor is the position of the last record visited before it.
@@ -54,10 +55,14 @@ func appendPage[T any](buf []byte, list func(after string, fn core.Visit[T]) err
 // The writers of appendPage: a record as its REST view. The view is passed
 // by value, so it stays on the stack.
 func appendDeviceView(buf []byte, d core.Device) ([]byte, error) {
-	return restDeviceOf(d).appendJSON(buf)
+	return appendDeviceJSON(buf, restDeviceOf(d))
 }
-func appendLeaseView(buf []byte, l core.Lease) ([]byte, error) { return restLeaseOf(l).appendJSON(buf) }
-func appendEventView(buf []byte, e core.Event) ([]byte, error) { return restEventOf(e).appendJSON(buf) }
+func appendLeaseView(buf []byte, l core.Lease) ([]byte, error) {
+	return appendLeaseJSON(buf, restLeaseOf(l))
+}
+func appendEventView(buf []byte, e core.Event) ([]byte, error) {
+	return appendEventJSON(buf, restEventOf(e))
+}
 
 func appendPageEnd(buf []byte, more bool, last string) []byte {
 	buf = append(buf, ']')
@@ -68,7 +73,7 @@ func appendPageEnd(buf []byte, more bool, last string) []byte {
 	return append(buf, '}')
 }
 
-func (d restDevice) appendJSON(buf []byte) ([]byte, error) {
+func appendDeviceJSON(buf []byte, d client.Device) ([]byte, error) {
 	buf = append(buf, `{"id":`...)
 	buf = jsontext.AppendString(buf, d.ID)
 	buf = append(buf, `,"kind":`...)
@@ -102,7 +107,7 @@ func (d restDevice) appendJSON(buf []byte) ([]byte, error) {
 		buf = jsontext.AppendStringMap(buf, d.Labels)
 	}
 	var err error
-	if r := &d.Refusal; *r != (restRefusal{}) {
+	if r := &d.Refusal; *r != (client.Refusal{}) {
 		buf = append(buf, `,"refusal":{"what":`...)
 		buf = jsontext.AppendString(buf, r.What)
 		buf = append(buf, `,"kind":`...)
@@ -138,7 +143,7 @@ func (d restDevice) appendJSON(buf []byte) ([]byte, error) {
 	return append(buf, '}'), nil
 }
 
-func (l restLease) appendJSON(buf []byte) ([]byte, error) {
+func appendLeaseJSON(buf []byte, l client.Lease) ([]byte, error) {
 	buf = append(buf, `{"ip":`...)
 	buf = jsontext.AppendString(buf, l.IP)
 	buf = append(buf, `,"mac":`...)
@@ -165,7 +170,7 @@ func (l restLease) appendJSON(buf []byte) ([]byte, error) {
 	return append(buf, '}'), nil
 }
 
-func (e restEvent) appendJSON(buf []byte) ([]byte, error) {
+func appendEventJSON(buf []byte, e client.Event) ([]byte, error) {
 	buf = append(buf, `{"seq":`...)
 	buf = strconv.AppendUint(buf, e.Seq, 10)
 	var err error

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/store/storetest"
 )
@@ -61,10 +62,10 @@ func hostileMaps() []map[string]string {
 
 // checkSame asserts that the hand-written encoding of a view is byte for
 // byte encoding/json's, or that both refuse it.
-func checkSame(t *testing.T, what string, v interface{ appendJSON([]byte) ([]byte, error) }) {
+func checkSame[V any](t *testing.T, what string, v V, appendJSON func([]byte, V) ([]byte, error)) {
 	t.Helper()
 	want, werr := json.Marshal(v)
-	got, gerr := v.appendJSON(nil)
+	got, gerr := appendJSON(nil, v)
 	if (werr != nil) != (gerr != nil) {
 		t.Fatalf("%s: encoding/json error %v, appender error %v", what, werr, gerr)
 	}
@@ -113,9 +114,9 @@ func checkPages[T, V any](t *testing.T, what string, recs []T, pos func(T) strin
 // refuses.
 func TestJSONAppendersMatchEncodingJSON(t *testing.T) {
 	t0 := time.Date(2026, 3, 4, 5, 6, 7, 891011121, time.UTC)
-	devs := []restDevice{restDeviceOf(fullDevice(t0)), restDeviceOf(core.Device{}), {Approved: true}}
-	var leases []restLease
-	events := []restEvent{{}, {Seq: math.MaxUint64, Time: t0, Type: "dhcp.ack", Fields: map[string]string{}}}
+	devs := []client.Device{restDeviceOf(fullDevice(t0)), restDeviceOf(core.Device{}), {Approved: true}}
+	var leases []client.Lease
+	events := []client.Event{{}, {Seq: math.MaxUint64, Time: t0, Type: "dhcp.ack", Fields: map[string]string{}}}
 	for i, s := range hostileStrings() {
 		d := restDeviceOf(fullDevice(t0))
 		for _, f := range []*string{&d.ID, &d.MAC, &d.Serial, &d.Product, &d.Platform, &d.Hostname, &d.ClientID, &d.VendorClass,
@@ -125,33 +126,33 @@ func TestJSONAppendersMatchEncodingJSON(t *testing.T) {
 		d.Kind, d.State, d.Approved = core.DeviceKind(s), core.DeviceState(s), i%2 == 0
 		d.Labels = map[string]string{s: s, "x" + s: ""}
 		devs = append(devs, d)
-		leases = append(leases, restLease{IP: s, MAC: s, ClientID: s, Hostname: s, Subnet: s, State: core.LeaseState(s), Reserved: i%2 == 1})
-		events = append(events, restEvent{Seq: uint64(i), Type: s, Device: s, Cluster: s, Message: s, Fields: map[string]string{s: s}})
+		leases = append(leases, client.Lease{IP: s, MAC: s, ClientID: s, Hostname: s, Subnet: s, State: core.LeaseState(s), Reserved: i%2 == 1})
+		events = append(events, client.Event{Seq: uint64(i), Type: s, Device: s, Cluster: s, Message: s, Fields: map[string]string{s: s}})
 	}
 	for i, tm := range hostileTimes() {
-		devs = append(devs, restDevice{FirstSeen: tm, LastSeen: tm.Add(time.Duration(i) * time.Millisecond), UpdatedAt: tm})
-		leases = append(leases, restLease{Start: tm, Expiry: tm.Add(time.Hour), UpdatedAt: tm})
-		events = append(events, restEvent{Time: tm})
+		devs = append(devs, client.Device{FirstSeen: tm, LastSeen: tm.Add(time.Duration(i) * time.Millisecond), UpdatedAt: tm})
+		leases = append(leases, client.Lease{Start: tm, Expiry: tm.Add(time.Hour), UpdatedAt: tm})
+		events = append(events, client.Event{Time: tm})
 	}
 	for _, m := range hostileMaps() {
-		devs = append(devs, restDevice{Labels: m})
-		events = append(events, restEvent{Fields: m})
+		devs = append(devs, client.Device{Labels: m})
+		events = append(events, client.Event{Fields: m})
 	}
 
 	for i, d := range devs {
-		checkSame(t, fmt.Sprintf("device %d", i), d)
+		checkSame(t, fmt.Sprintf("device %d", i), d, appendDeviceJSON)
 	}
 	for i, l := range leases {
-		checkSame(t, fmt.Sprintf("lease %d", i), l)
+		checkSame(t, fmt.Sprintf("lease %d", i), l, appendLeaseJSON)
 	}
 	for i, e := range events {
-		checkSame(t, fmt.Sprintf("event %d", i), e)
+		checkSame(t, fmt.Sprintf("event %d", i), e, appendEventJSON)
 	}
 	// Values MarshalJSON refuses are refused, wherever the time is.
 	for i, tm := range badTimes() {
-		checkSame(t, fmt.Sprintf("device, bad time %d", i), restDevice{UpdatedAt: tm})
-		checkSame(t, fmt.Sprintf("lease, bad time %d", i), restLease{Expiry: tm})
-		checkSame(t, fmt.Sprintf("event, bad time %d", i), restEvent{Time: tm})
+		checkSame(t, fmt.Sprintf("device, bad time %d", i), client.Device{UpdatedAt: tm}, appendDeviceJSON)
+		checkSame(t, fmt.Sprintf("lease, bad time %d", i), client.Lease{Expiry: tm}, appendLeaseJSON)
+		checkSame(t, fmt.Sprintf("event, bad time %d", i), client.Event{Time: tm}, appendEventJSON)
 	}
 }
 
@@ -232,10 +233,10 @@ func TestMergedEventsPage(t *testing.T) {
 		// A page that ends the listing says how far it looked (last_seq):
 		// the newest event after after, kept or not.
 		var p struct {
-			page[restEvent]
+			client.Page[client.Event]
 			LastSeq *uint64 `json:"last_seq,omitempty"`
 		}
-		p.Items = []restEvent{}
+		p.Items = []client.Event{}
 		for i, e := range all {
 			if i == limit {
 				p.NextCursor = cursorOf(eventPos(all[i-1].Seq))

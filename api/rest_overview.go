@@ -9,6 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/httpserve"
@@ -44,15 +45,6 @@ func (s *Server) routeConsoleREST(e *gin.Engine, g *gin.RouterGroup) {
 	// Warnings name profiles, clusters and images of every account: the
 	// appliance's administrators' business.
 	g.GET("/warnings", admin, s.listWarnings)
-}
-
-// deviceCounts is the device summary of the overview (openapi.json
-// DeviceCounts), also sent with every console stream update.
-type deviceCounts struct {
-	Total     int            `json:"total"`
-	ByState   map[string]int `json:"by_state"`
-	ByKind    map[string]int `json:"by_kind"`
-	Unmatched int            `json:"unmatched"`
 }
 
 // deviceCounts counts the devices by state and kind; own, when not nil,
@@ -91,32 +83,6 @@ const (
 	onboardingScanMax = 500_000
 )
 
-// restOnboarding is the onboarding rate (openapi.json Onboarding).
-type restOnboarding struct {
-	BucketSeconds int       `json:"bucket_seconds"`
-	Joined        []int     `json:"joined"` // oldest bucket first
-	From          time.Time `json:"from"`
-}
-
-// restClusterHealth is a cluster's line in the overview.
-type restClusterHealth struct {
-	ID             string            `json:"id"`
-	Name           string            `json:"name"`
-	State          core.ClusterState `json:"state"`
-	MembersReady   int               `json:"members_ready"`
-	MembersDesired int               `json:"members_desired"`
-}
-
-// restOverview is GET /api/v1/overview (openapi.json Overview).
-type restOverview struct {
-	Devices    deviceCounts        `json:"devices"`
-	Onboarding restOnboarding      `json:"onboarding"`
-	Pools      []PoolUse           `json:"pools"`
-	Clusters   []restClusterHealth `json:"clusters"`
-	Events     []restEvent         `json:"events"` // newest first
-	Warnings   []string            `json:"warnings"`
-}
-
 // overview is the console's first page in one answer. A user key sees
 // its account's clusters and their devices and events only (as
 // listDevices and listEvents) and no warnings (they name other accounts'
@@ -126,15 +92,16 @@ func (s *Server) overview(c *gin.Context) {
 	if !ok {
 		return
 	}
-	out := restOverview{Pools: s.poolUse(), Clusters: []restClusterHealth{}, Events: []restEvent{}, Warnings: []string{}}
+	out := client.Overview{Pools: s.poolUse(), Clusters: []client.ClusterHealth{}, Events: []client.Event{}, Warnings: []string{}}
 	if own == nil { // an admin key
 		out.Warnings = s.currentWarnings()
 	}
-	var err error
-	if out.Devices, err = s.deviceCounts(own); err != nil {
+	counts, err := s.deviceCounts(own)
+	if err != nil {
 		s.restFail(c, err)
 		return
 	}
+	out.Devices = client.DeviceCounts(counts)
 	keep := s.eventFilter(c, own)
 	if out.Onboarding, out.Events, err = s.recentEvents(keep, 10); err != nil {
 		s.restFail(c, err)
@@ -147,7 +114,7 @@ func (s *Server) overview(c *gin.Context) {
 		return
 	}
 	for _, v := range views {
-		h := restClusterHealth{ID: v.Cluster.ID, Name: v.Cluster.Name, State: v.Cluster.State, MembersDesired: v.Nodes()}
+		h := client.ClusterHealth{ID: v.Cluster.ID, Name: v.Cluster.Name, State: v.Cluster.State, MembersDesired: v.Nodes()}
 		for _, m := range v.Members {
 			if m.State == core.StateJoined {
 				h.MembersReady++
@@ -174,10 +141,10 @@ func (s *Server) eventFilter(c *gin.Context, own map[string]bool) func(core.Even
 // stream, from the marks kept between calls: console_counts.go) and the
 // newest n events of both streams, newest first, that keep accepts (read
 // back at most onboardingScanMax events per stream).
-func (s *Server) recentEvents(keep func(core.Event) bool, n int) (restOnboarding, []restEvent, error) {
+func (s *Server) recentEvents(keep func(core.Event) bool, n int) (client.Onboarding, []client.Event, error) {
 	now := s.now().UTC()
 	from := now.Add(-onboardingBuckets * onboardingBucket).Truncate(time.Second)
-	ob := restOnboarding{BucketSeconds: int(onboardingBucket / time.Second), From: from}
+	ob := client.Onboarding{BucketSeconds: int(onboardingBucket / time.Second), From: from}
 	var err error
 	if ob.Joined, err = s.onboardingJoined(from, keep); err != nil {
 		return ob, nil, err
@@ -202,7 +169,7 @@ func (s *Server) recentEvents(keep func(core.Event) bool, n int) (restOnboarding
 	})
 	// Both streams share one sequence: newest first across them.
 	slices.SortFunc(newest, func(a, b core.Event) int { return cmp.Compare(b.Seq, a.Seq) })
-	out := make([]restEvent, 0, n)
+	out := make([]client.Event, 0, n)
 	for _, e := range newest[:min(n, len(newest))] {
 		out = append(out, restEventOf(e))
 	}

@@ -6,13 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
 // raPools is a fixed pool report (the DHCP server's in ztpd serve).
-type raPools []PoolUse
+type raPools []client.PoolUse
 
-func (p raPools) Pools() []PoolUse { return p }
+func (p raPools) Pools() []client.PoolUse { return p }
 
 // raEvent appends an event of the device stream at t.
 func raEvent(t *testing.T, e *env, typ, device, cluster string, at time.Time) {
@@ -41,7 +42,7 @@ func TestRESTOverview(t *testing.T) {
 		raEvent(t, e, "dhcp.ack", fmt.Sprintf("02:00:00:00:00:%02x", i), "", now)
 	}
 
-	var ov restOverview
+	var ov client.Overview
 	a := e.rest(e.admin.APIKey, e.adminSec)
 	r := a.do("GET", "/api/v1/overview", nil)
 	if r.status != 200 {
@@ -83,7 +84,7 @@ func TestRESTOverview(t *testing.T) {
 	if r.status != 200 {
 		t.Fatalf("user overview: %d %s", r.status, r.raw)
 	}
-	ov = restOverview{}
+	ov = client.Overview{}
 	r.decode(t, &ov)
 	if ov.Devices.Total != 1 || ov.Devices.ByState["joined"] != 1 {
 		t.Errorf("user devices: %+v", ov.Devices)
@@ -126,7 +127,7 @@ func TestRESTPoolsWarningsAndConfig(t *testing.T) {
 		}
 	}
 	e.srv.console.pools = raPools{{Name: "lab", Subnet: "10.99.1.0/24", RangeStart: "10.99.1.10", RangeEnd: "10.99.1.20", Size: 11, Free: 11}}
-	var pools []PoolUse
+	var pools []client.PoolUse
 	r := u.do("GET", "/api/v1/pools", nil)
 	r.decode(t, &pools)
 	if r.status != 200 || len(pools) != 1 || pools[0].Free != 11 {
@@ -181,7 +182,7 @@ func TestRESTDeviceSearch(t *testing.T) {
 		"nothing-like-this": 0,
 	} {
 		r := a.do("GET", "/api/v1/devices?limit=1000&q="+strings.ReplaceAll(q, ":", "%3A"), nil)
-		var p page[restDevice]
+		var p client.Page[client.Device]
 		r.decode(t, &p)
 		if r.status != 200 || len(p.Items) != want {
 			t.Errorf("q=%s: %d devices (HTTP %d), want %d", q, len(p.Items), r.status, want)

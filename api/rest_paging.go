@@ -12,6 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/ztpd/ztpd/api/bodycache"
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/httpserve"
 )
@@ -21,12 +22,6 @@ const (
 	maxLimit     = 1000
 	maxBody      = 1 << 20
 )
-
-// page is one page of a list answer.
-type page[T any] struct {
-	Items      []T    `json:"items"`
-	NextCursor string `json:"next_cursor,omitempty"`
-}
 
 // listParams reads limit and cursor. Cursors are opaque to clients: the
 // listing position (a record's cursor in its repository) to resume after.
@@ -71,8 +66,8 @@ func parseEventPos(pos string) (uint64, bool) {
 // each mapped to its view. When a record is visited past a full page,
 // next_cursor is the position of the last record visited before it.
 func collect[T, V any](list func(after string, fn core.Visit[T]) error, after string, limit int,
-	pos func(T) string, keep func(T) bool, view func(T) V) (page[V], error) {
-	out := page[V]{Items: []V{}}
+	pos func(T) string, keep func(T) bool, view func(T) V) (client.Page[V], error) {
+	out := client.Page[V]{Items: []V{}}
 	var last string
 	more := false
 	err := list(after, func(v T) (bool, error) {

@@ -5,38 +5,22 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/httpserve"
 )
 
-// PoolUse is one DHCP subnet's dynamic pool use (openapi.json PoolUse).
-// Size counts the addresses the pools can hand out (network, broadcast
-// and router addresses excluded); Reserved the reservations' addresses
-// inside the pools; Used the other pool addresses held by a lease, an
-// offer or a decline quarantine; Free the rest: Size = Reserved + Used +
-// Free.
-type PoolUse struct {
-	Name       string `json:"name"`
-	Subnet     string `json:"subnet"`      // prefix, e.g. 10.99.1.0/24
-	RangeStart string `json:"range_start"` // first pool's start ("" without pools)
-	RangeEnd   string `json:"range_end"`   // last pool's end
-	Size       int    `json:"size"`
-	Used       int    `json:"used"`
-	Reserved   int    `json:"reserved"`
-	Free       int    `json:"free"`
-}
-
 // PoolLister reports the DHCP pools' use (internal/app adapts ztp/dhcp).
 type PoolLister interface {
-	Pools() []PoolUse
+	Pools() []client.PoolUse
 }
 
-func (s *Server) poolUse() []PoolUse {
-	var out []PoolUse
+func (s *Server) poolUse() []client.PoolUse {
+	var out []client.PoolUse
 	if s.console.pools != nil {
 		out = s.console.pools.Pools()
 	}
 	if out == nil {
-		out = []PoolUse{}
+		out = []client.PoolUse{}
 	}
 	return out
 }

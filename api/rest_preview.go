@@ -11,6 +11,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/httpserve"
 	"github.com/ztpd/ztpd/ztp/content"
@@ -25,26 +26,6 @@ type DevicePreviewer interface {
 	// ProfilesNaming names the loaded profiles that serve image im: by
 	// sonic.image, or an installer of the SONiC version they pin.
 	ProfilesNaming(im core.Image) []string
-}
-
-// restPreview is what a device fetches (openapi.json DevicePreview),
-// secrets masked.
-type restPreview struct {
-	Kind      core.DeviceKind `json:"kind"`
-	Profile   string          `json:"profile"`
-	ByDefault bool            `json:"by_default,omitempty"`
-	Fetches   []content.Fetch `json:"fetches"`
-	Documents []restDocument  `json:"documents"`
-	Installer *restImage      `json:"installer,omitempty"`
-	Notes     []string        `json:"notes"`
-	Warnings  []string        `json:"warnings"`
-}
-
-// restDocument is one document a device gets, as text.
-type restDocument struct {
-	Name        string `json:"name"`
-	ContentType string `json:"content_type"`
-	Body        string `json:"body"`
 }
 
 // previewDevice answers what a device fetches, rendered by the same code
@@ -70,19 +51,16 @@ func (s *Server) previewDevice(c *gin.Context) {
 		restRefuse(c, core.KindInvalid, "preview of "+ref+": "+err.Error())
 		return
 	}
-	out := restPreview{Kind: pv.Kind, Profile: pv.Profile, ByDefault: pv.ByDefault, Fetches: pv.Fetches,
-		Documents: []restDocument{}, Notes: nonNil(pv.Notes), Warnings: nonNil(pv.Warnings)}
-	if out.Fetches == nil {
-		out.Fetches = []content.Fetch{}
-	}
-	for i := range out.Fetches {
-		out.Fetches[i].URL = maskText(out.Fetches[i].URL)
+	out := client.Preview{Kind: pv.Kind, Profile: pv.Profile, ByDefault: pv.ByDefault, Fetches: []client.Fetch{},
+		Documents: []client.Document{}, Notes: nonNil(pv.Notes), Warnings: nonNil(pv.Warnings)}
+	for _, f := range pv.Fetches {
+		out.Fetches = append(out.Fetches, client.Fetch{What: f.What, URL: maskText(f.URL)})
 	}
 	// Notes and warnings quote the profile (a refused firmware URL).
 	out.Notes, out.Warnings = maskTexts(out.Notes), maskTexts(out.Warnings)
 	addJSON := func(name string, doc []byte) {
 		if doc != nil {
-			out.Documents = append(out.Documents, restDocument{Name: name, ContentType: "application/json", Body: maskJSON(doc)})
+			out.Documents = append(out.Documents, client.Document{Name: name, ContentType: "application/json", Body: maskJSON(doc)})
 		}
 	}
 	addJSON("ztp.json", pv.ZTPJSON)
@@ -96,10 +74,10 @@ func (s *Server) previewDevice(c *gin.Context) {
 		addJSON("meta-data", md)
 	}
 	if pv.UserData != nil {
-		out.Documents = append(out.Documents, restDocument{Name: "user-data", ContentType: "text/plain", Body: maskText(string(pv.UserData))})
+		out.Documents = append(out.Documents, client.Document{Name: "user-data", ContentType: "text/plain", Body: maskText(string(pv.UserData))})
 	}
 	if im := pv.Installer; im != nil {
-		out.Installer = &restImage{SHA256: im.SHA256, Name: im.Name, Kind: im.Kind, Platform: im.Platform, Version: im.Version,
+		out.Installer = &client.Image{SHA256: im.SHA256, Name: im.Name, Kind: im.Kind, Platform: im.Platform, Version: im.Version,
 			Size: im.Size, Created: im.Created}
 	}
 	httpserve.WriteJSON(c.Writer, http.StatusOK, out)

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/ztp/content"
 )
@@ -63,7 +64,7 @@ func TestRESTDevicePreviewMasksSecrets(t *testing.T) {
 			t.Errorf("the preview lost %q:\n%s", s, body)
 		}
 	}
-	var pv restPreview
+	var pv client.Preview
 	r.decode(t, &pv)
 	var names []string
 	for _, d := range pv.Documents {

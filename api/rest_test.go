@@ -21,6 +21,7 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
@@ -252,7 +253,7 @@ func TestRESTDevicesPagingAndFilters(t *testing.T) {
 		if r.status != 200 {
 			t.Fatalf("page %d: %d %s", pages, r.status, r.raw)
 		}
-		var p page[core.Device]
+		var p client.Page[core.Device]
 		r.decode(t, &p)
 		for _, d := range p.Items {
 			seen = append(seen, d.ID)
@@ -266,7 +267,7 @@ func TestRESTDevicesPagingAndFilters(t *testing.T) {
 	if len(seen) != 250 || pages != 3 || !sort.StringsAreSorted(seen) {
 		t.Fatalf("paged %d devices in %d pages", len(seen), pages)
 	}
-	var p page[core.Device]
+	var p client.Page[core.Device]
 	c.do("GET", "/api/v1/devices?kind=vm&limit=1000", nil).decode(t, &p)
 	if len(p.Items) != 84 {
 		t.Fatalf("kind filter: %d", len(p.Items))
@@ -285,12 +286,12 @@ func TestRESTDevicesPagingAndFilters(t *testing.T) {
 	if d.ID != "02:00:00:00:00:07" {
 		t.Fatalf("device by serial: %+v", d)
 	}
-	var lp page[core.Lease]
+	var lp client.Page[core.Lease]
 	c.do("GET", "/api/v1/leases?limit=10&mac=02:00:00:00:00:09", nil).decode(t, &lp)
 	if len(lp.Items) != 1 || lp.Items[0].MAC != "02:00:00:00:00:09" {
 		t.Fatalf("lease filter: %+v", lp)
 	}
-	var ep page[core.Event]
+	var ep client.Page[core.Event]
 	c.do("GET", "/api/v1/events?since=240&type=dhcp", nil).decode(t, &ep)
 	// Two apikey.created events come first, so dhcp events are 3..252.
 	if len(ep.Items) != 12 || ep.Items[0].Seq != 241 || ep.Items[0].Type != "dhcp.ack" {
@@ -399,7 +400,7 @@ func TestRESTClusterLifecycle(t *testing.T) {
 		t.Fatalf("old version: %d", r.status)
 	}
 
-	wait := func(r restResp, by ...*restClient) restJob {
+	wait := func(r restResp, by ...*restClient) client.Job {
 		t.Helper()
 		poller := u
 		if len(by) > 0 {
@@ -408,11 +409,11 @@ func TestRESTClusterLifecycle(t *testing.T) {
 		if r.status != 202 {
 			t.Fatalf("not accepted: %d %s", r.status, r.raw)
 		}
-		var acc struct{ Job restJob }
+		var acc struct{ Job client.Job }
 		r.decode(t, &acc)
 		loc := r.header.Get("Location")
 		for i := 0; i < 500; i++ {
-			var j restJob
+			var j client.Job
 			poller.do("GET", loc, nil).decode(t, &j)
 			if j.Status != "pending" {
 				return j
@@ -420,7 +421,7 @@ func TestRESTClusterLifecycle(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		t.Fatal("job did not finish")
-		return restJob{}
+		return client.Job{}
 	}
 	j := wait(u.do("POST", "/api/v1/clusters", map[string]any{"name": "lab", "version": "v1.30.2", "size": 2}))
 	if j.Status != "succeeded" || j.Cluster == nil || j.Cluster.State != core.ClusterStarting || j.Cluster.CPU != 6 {
@@ -432,9 +433,9 @@ func TestRESTClusterLifecycle(t *testing.T) {
 		!strings.Contains(string(r.raw), "Kubernetes cluster lab is Starting (waiting for its first control plane to start the API server") {
 		t.Fatalf("kubeconfig of a Starting cluster: %d %s", r.status, r.raw)
 	}
-	getLab := func() (restCluster, []byte) {
+	getLab := func() (client.Cluster, []byte) {
 		t.Helper()
-		var lab restCluster
+		var lab client.Cluster
 		r := u.do("GET", "/api/v1/clusters/lab", nil)
 		if r.status != 200 {
 			t.Fatalf("get: %d %s", r.status, r.raw)
@@ -475,7 +476,7 @@ func TestRESTClusterLifecycle(t *testing.T) {
 	if !strings.Contains(kc["kubeconfig"], "name: lab") {
 		t.Fatalf("kubeconfig: %v", kc)
 	}
-	var cp page[restCluster]
+	var cp client.Page[client.Cluster]
 	u.do("GET", "/api/v1/clusters?state=Running", nil).decode(t, &cp)
 	if len(cp.Items) != 1 {
 		t.Fatalf("clusters: %+v", cp)
@@ -499,7 +500,7 @@ func TestRESTClusterLifecycle(t *testing.T) {
 	u.do("GET", "/api/v1/versions/v1.30.2", nil)
 	// The user's writes are audit events naming its key and account, and
 	// stay visible to it after its cluster is gone.
-	var ev page[core.Event]
+	var ev client.Page[core.Event]
 	u.do("GET", "/api/v1/events?type=api.write", nil).decode(t, &ev)
 	if len(ev.Items) < 6 {
 		t.Fatalf("write events: %d", len(ev.Items))
@@ -511,19 +512,19 @@ func TestRESTClusterLifecycle(t *testing.T) {
 	}
 	// API writes are audit events: the device stream has none, and the
 	// merged stream pages in sequence order across both.
-	var dev page[core.Event]
+	var dev client.Page[core.Event]
 	u.do("GET", "/api/v1/events?type=api.write&stream=device", nil).decode(t, &dev)
 	if len(dev.Items) != 0 {
 		t.Fatalf("audit events in the device stream: %d", len(dev.Items))
 	}
-	var aud page[core.Event]
+	var aud client.Page[core.Event]
 	u.do("GET", "/api/v1/events?type=api.write&stream=audit", nil).decode(t, &aud)
 	if len(aud.Items) != len(ev.Items) {
 		t.Fatalf("audit stream %d, all %d", len(aud.Items), len(ev.Items))
 	}
 	var seqs []uint64
 	for cursor := ""; ; {
-		var p page[core.Event]
+		var p client.Page[core.Event]
 		u.do("GET", "/api/v1/events?limit=3&cursor="+cursor, nil).decode(t, &p)
 		for _, e := range p.Items {
 			seqs = append(seqs, e.Seq)
@@ -543,7 +544,7 @@ func TestRESTClusterLifecycle(t *testing.T) {
 	}
 	// Jobs are private to the key that started them.
 	r = a.do("DELETE", "/api/v1/versions/v1.31.0?delete_iso=true", nil)
-	var acc struct{ Job restJob }
+	var acc struct{ Job client.Job }
 	r.decode(t, &acc)
 	if r := u.do("GET", "/api/v1/jobs/"+acc.Job.ID, nil); r.status != 404 {
 		t.Fatalf("user reads an admin job: %d", r.status)

@@ -3,30 +3,16 @@ package api
 import (
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/httpserve"
 )
 
-// restToken is a token without its secret hash (openapi.json Token).
-type restToken struct {
-	ID          string    `json:"id"`
-	Kind        string    `json:"kind"`
-	Cluster     string    `json:"cluster,omitempty"`
-	Device      string    `json:"device,omitempty"`
-	Usages      []string  `json:"usages,omitempty"`
-	Description string    `json:"description,omitempty"`
-	Expires     time.Time `json:"expires,omitzero"`
-	UsedAt      time.Time `json:"used_at,omitzero"`
-	Revoked     bool      `json:"revoked"`
-	Created     time.Time `json:"created"`
-}
-
-func restTokenOf(t core.Token) restToken {
-	return restToken{ID: t.ID, Kind: t.Kind, Cluster: t.Cluster, Device: t.Device, Usages: t.Usages,
+func restTokenOf(t core.Token) client.Token {
+	return client.Token{ID: t.ID, Kind: t.Kind, Cluster: t.Cluster, Device: t.Device, Usages: t.Usages,
 		Description: t.Description, Expires: t.Expires, UsedAt: t.UsedAt, Revoked: t.Revoked, Created: t.Created}
 }
 
@@ -42,7 +28,7 @@ func (s *Server) listTokens(c *gin.Context) {
 		return (cluster == "" || t.Cluster == cluster) && (kind == "" || t.Kind == kind) &&
 			(revoked == "" || strconv.FormatBool(t.Revoked) == revoked)
 	}
-	var p page[restToken]
+	var p client.Page[client.Token]
 	err := s.st.View(func(tx core.Tx) error {
 		var err error
 		p, err = collect(tx.Tokens().List, after, limit, tokenPos, keep, restTokenOf)

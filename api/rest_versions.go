@@ -2,48 +2,19 @@ package api
 
 import (
 	"net/http"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/httpserve"
 )
 
-// restVersion is a Kubernetes version as the REST API shows it
-// (openapi.json Version).
-type restVersion struct {
-	ID          string    `json:"id"`
-	Name        string    `json:"name"`
-	SemVer      string    `json:"semver"`
-	ImageID     string    `json:"image_id,omitempty"`
-	ISOName     string    `json:"iso_name,omitempty"`
-	ISOURL      string    `json:"iso_url,omitempty"`
-	Checksum    string    `json:"checksum,omitempty"`
-	ZoneID      string    `json:"zone_id,omitempty"`
-	State       string    `json:"state"`
-	MinCPU      int       `json:"min_cpu"`
-	MinMemoryMB int       `json:"min_memory_mb"`
-	Created     time.Time `json:"created"`
-	UpdatedAt   time.Time `json:"updated_at"`
-}
-
-func restVersionOf(v core.Version) restVersion {
-	return restVersion{ID: v.ID, Name: v.Name, SemVer: v.SemVer, ImageID: v.ImageID, ISOName: v.ISOName, ISOURL: v.ISOURL,
+func restVersionOf(v core.Version) client.Version {
+	return client.Version{ID: v.ID, Name: v.Name, SemVer: v.SemVer, ImageID: v.ImageID, ISOName: v.ISOName, ISOURL: v.ISOURL,
 		Checksum: v.Checksum, ZoneID: v.ZoneID, State: v.State, MinCPU: v.MinCPU, MinMemoryMB: v.MinMemoryMB,
 		Created: v.Created, UpdatedAt: v.UpdatedAt}
-}
-
-// restOffering is a service offering (openapi.json Offering); its field
-// names are CloudStack's.
-type restOffering struct {
-	ID          string `json:"id"`
-	Name        string `json:"name"`
-	DisplayText string `json:"displaytext"`
-	CPU         int    `json:"cpunumber"`
-	MemoryMB    int    `json:"memory"`
-	CPUSpeedMHz int    `json:"cpuspeed"`
 }
 
 func (s *Server) listVersions(c *gin.Context) {
@@ -52,7 +23,7 @@ func (s *Server) listVersions(c *gin.Context) {
 		s.restFail(c, err)
 		return
 	}
-	out := page[restVersion]{Items: make([]restVersion, 0, len(vs))}
+	out := client.Page[client.Version]{Items: make([]client.Version, 0, len(vs))}
 	for i := range vs {
 		out.Items = append(out.Items, restVersionOf(vs[i]))
 	}
@@ -118,9 +89,9 @@ func (s *Server) deleteVersion(c *gin.Context) {
 }
 
 func (s *Server) listOfferings(c *gin.Context) {
-	out := page[restOffering]{Items: make([]restOffering, 0, len(clusters.Offerings))}
+	out := client.Page[client.Offering]{Items: make([]client.Offering, 0, len(clusters.Offerings))}
 	for _, o := range clusters.Offerings {
-		out.Items = append(out.Items, restOffering{ID: o.ID, Name: o.Name, DisplayText: o.DisplayText, CPU: o.CPU,
+		out.Items = append(out.Items, client.Offering{ID: o.ID, Name: o.Name, DisplayText: o.DisplayText, CPU: o.CPU,
 			MemoryMB: o.MemoryMB, CPUSpeedMHz: o.CPUSpeedMHz})
 	}
 	httpserve.WriteJSON(c.Writer, http.StatusOK, out)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/httpserve"
@@ -61,14 +62,14 @@ func TestRESTViewsKeepTheAnswersClientsKnow(t *testing.T) {
 		{"lease", restLeaseOf(l), l},
 		{"event", restEventOf(e), e},
 		{"version", restVersionOf(v), v},
-		{"image", restImage{SHA256: im.SHA256, Name: im.Name, Kind: im.Kind, Platform: im.Platform, Version: im.Version, Size: im.Size, Created: im.Created}, im},
+		{"image", client.Image{SHA256: im.SHA256, Name: im.Name, Kind: im.Kind, Platform: im.Platform, Version: im.Version, Size: im.Size, Created: im.Created}, im},
 	} {
 		if got, want := mustMarshal(t, c.view), mustMarshal(t, c.want); !bytes.Equal(got, want) {
 			t.Errorf("%s:\n got %s\nwant %s", c.what, got, want)
 		}
 	}
 	for _, o := range clusters.Offerings {
-		view := restOffering{ID: o.ID, Name: o.Name, DisplayText: o.DisplayText, CPU: o.CPU, MemoryMB: o.MemoryMB, CPUSpeedMHz: o.CPUSpeedMHz}
+		view := client.Offering{ID: o.ID, Name: o.Name, DisplayText: o.DisplayText, CPU: o.CPU, MemoryMB: o.MemoryMB, CPUSpeedMHz: o.CPUSpeedMHz}
 		if got, want := mustMarshal(t, view), mustMarshal(t, o); !bytes.Equal(got, want) {
 			t.Errorf("offering:\n got %s\nwant %s", got, want)
 		}
@@ -105,19 +106,19 @@ func TestRESTEventCursors(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	seed(t, e.st, 20) // events 3..22 (two apikey.created come first)
 	c := e.rest(e.admin.APIKey, e.adminSec)
-	var p page[core.Event]
+	var p client.Page[core.Event]
 	c.do("GET", "/api/v1/events?stream=device&limit=5", nil).decode(t, &p)
 	if len(p.Items) != 5 || p.Items[4].Seq != 7 || p.NextCursor != base64.RawURLEncoding.EncodeToString([]byte("00000000000000000007")) {
 		t.Fatalf("first page: %+v", p)
 	}
-	var next, since page[core.Event]
+	var next, since client.Page[core.Event]
 	c.do("GET", "/api/v1/events?stream=device&limit=5&cursor="+p.NextCursor, nil).decode(t, &next)
 	c.do("GET", "/api/v1/events?stream=device&limit=5&since=7", nil).decode(t, &since)
 	if len(next.Items) != 5 || next.Items[0].Seq != 8 || len(since.Items) != 5 || since.Items[0].Seq != 8 {
 		t.Fatalf("next page %+v, since %+v", next.Items, since.Items)
 	}
 	// The later of cursor and since wins.
-	var last page[core.Event]
+	var last client.Page[core.Event]
 	c.do("GET", "/api/v1/events?stream=all&limit=5&since=20&cursor="+p.NextCursor, nil).decode(t, &last)
 	if len(last.Items) != 2 || last.Items[0].Seq != 21 || last.NextCursor != "" {
 		t.Fatalf("since past the cursor: %+v", last)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
@@ -167,7 +168,7 @@ func TestRESTTenancy(t *testing.T) {
 
 	names := func(c *restClient, q string) string {
 		t.Helper()
-		var p page[restCluster]
+		var p client.Page[client.Cluster]
 		r := c.do("GET", "/api/v1/clusters"+q, nil)
 		r.decode(t, &p)
 		var out []string
@@ -209,13 +210,13 @@ func TestRESTTenancy(t *testing.T) {
 	if st := clusterState(t, e, theirs.ID); st != core.ClusterRunning {
 		t.Fatalf("their cluster is %s", st)
 	}
-	var rc restCluster
+	var rc client.Cluster
 	u.do("GET", "/api/v1/clusters/mine", nil).decode(t, &rc)
 	if rc.ID != mine.ID || rc.Account != e.user.Account {
 		t.Fatalf("own cluster %+v", rc)
 	}
 
-	var devs page[core.Device]
+	var devs client.Page[core.Device]
 	u.do("GET", "/api/v1/devices", nil).decode(t, &devs)
 	if len(devs.Items) != 1 || devs.Items[0].Cluster != mine.ID {
 		t.Fatalf("user sees devices %+v", devs.Items)
@@ -223,12 +224,12 @@ func TestRESTTenancy(t *testing.T) {
 	if r := u.do("GET", "/api/v1/devices/02:00:00:00:0b:01", nil); r.status != 404 {
 		t.Fatalf("user reads another account's device: %d", r.status)
 	}
-	var leases page[core.Lease]
+	var leases client.Page[core.Lease]
 	u.do("GET", "/api/v1/leases", nil).decode(t, &leases)
 	if len(leases.Items) != 1 || leases.Items[0].IP != "10.99.10.1" {
 		t.Fatalf("user sees leases %+v", leases.Items)
 	}
-	var evs page[core.Event]
+	var evs client.Page[core.Event]
 	u.do("GET", "/api/v1/events?limit=1000", nil).decode(t, &evs)
 	for _, ev := range evs.Items {
 		if ev.Cluster != mine.ID && ev.Fields["account"] != e.user.Account {

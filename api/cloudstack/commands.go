@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/api/bodycache"
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/httpserve"
@@ -157,63 +158,6 @@ func (d *Door) commandTable() map[string]*command {
 
 // ---- object renderers ----
 
-type csVM struct {
-	ID          string `json:"id"`
-	Name        string `json:"name"`
-	DisplayName string `json:"displayname"`
-	Hostname    string `json:"hostname,omitempty"`
-	State       string `json:"state"`
-	IPAddress   string `json:"ipaddress,omitempty"`
-	ZoneID      string `json:"zoneid"`
-	ZoneName    string `json:"zonename"`
-	Created     string `json:"created,omitempty"`
-	// ztpd extensions: the membership as the joiner sees it.
-	ZTPDRole  string `json:"ztpdrole"`
-	ZTPDState string `json:"ztpdstate"`
-	// The member's Node as the cluster shows it: name, Ready condition
-	// (True, False, Unknown) and when ztpd saw it change.
-	ZTPDNode      string `json:"ztpdnode,omitempty"`
-	ZTPDNodeReady string `json:"ztpdnodeready,omitempty"`
-	ZTPDNodeSeen  string `json:"ztpdnodeseen,omitempty"`
-}
-
-type csCluster struct {
-	ID                    string `json:"id"`
-	Name                  string `json:"name"`
-	Description           string `json:"description"`
-	Account               string `json:"account"`
-	DomainID              string `json:"domainid"`
-	Domain                string `json:"domain"`
-	ZoneID                string `json:"zoneid"`
-	ZoneName              string `json:"zonename"`
-	KubernetesVersionID   string `json:"kubernetesversionid"`
-	KubernetesVersionName string `json:"kubernetesversionname"`
-	ServiceOfferingID     string `json:"serviceofferingid"`
-	ServiceOfferingName   string `json:"serviceofferingname"`
-	Size                  int    `json:"size"`
-	ControlNodes          int    `json:"controlnodes"`
-	MasterNodes           int    `json:"masternodes"`
-	CPUNumber             string `json:"cpunumber"`
-	Memory                string `json:"memory"`
-	State                 string `json:"state"`
-	Endpoint              string `json:"endpoint"`
-	Keypair               string `json:"keypair"`
-	NetworkID             string `json:"networkid"`
-	VirtualMachines       []csVM `json:"virtualmachines"`
-	IPAddress             string `json:"ipaddress"`
-	Created               string `json:"created"`
-	AutoscalingEnabled    bool   `json:"autoscalingenabled"`
-	MinSize               int    `json:"minsize"`
-	MaxSize               int    `json:"maxsize"`
-	ClusterType           string `json:"clustertype"`
-	// ztpd extensions: the cluster as ztpd's watch of its API server last
-	// saw it, and what a Starting cluster waits for.
-	ZTPDAPIReachable *bool  `json:"ztpdapireachable,omitempty"`
-	ZTPDLastSeen     string `json:"ztpdlastseen,omitempty"`
-	ZTPDReadyNodes   *int   `json:"ztpdreadynodes,omitempty"`
-	ZTPDWaiting      string `json:"ztpdwaiting,omitempty"`
-}
-
 // vmState maps a membership state to the VM state CloudStack clients know.
 func vmState(s core.DeviceState) string {
 	switch s {
@@ -231,17 +175,17 @@ func vmState(s core.DeviceState) string {
 	return "Starting"
 }
 
-func renderCluster(v clusters.ClusterView) csCluster {
+func renderCluster(v clusters.ClusterView) client.CSCluster {
 	c := v.Cluster
 	endpoint, ip := v.Endpoint()
-	out := csCluster{ID: c.ID, Name: c.Name, Description: c.Description, Account: core.ClusterAccount(c),
+	out := client.CSCluster{ID: c.ID, Name: c.Name, Description: c.Description, Account: core.ClusterAccount(c),
 		DomainID: v.Domain.ID, Domain: v.Domain.Name, ZoneID: v.Zone.ID, ZoneName: v.Zone.Name,
 		KubernetesVersionID: c.VersionID, KubernetesVersionName: v.Version.Name,
 		ServiceOfferingID: c.ServiceOfferingID, ServiceOfferingName: v.Offering.Name,
 		Size: c.Size, ControlNodes: c.ControlNodes, MasterNodes: c.ControlNodes,
 		CPUNumber: fmt.Sprint(v.Cores()), Memory: fmt.Sprint(v.MemoryMB()), State: string(c.State),
 		Endpoint: endpoint, Keypair: c.Keypair, NetworkID: c.NetworkID, IPAddress: ip,
-		Created: csTime(c.Created), ClusterType: "CloudManaged", VirtualMachines: make([]csVM, 0, len(v.Members))}
+		Created: csTime(c.Created), ClusterType: "CloudManaged", VirtualMachines: make([]client.CSVM, 0, len(v.Members))}
 	if o := c.Observed; o != nil {
 		reachable, ready := o.APIReachable, o.ReadyNodes
 		out.ZTPDAPIReachable, out.ZTPDReadyNodes = &reachable, &ready
@@ -253,7 +197,7 @@ func renderCluster(v clusters.ClusterView) csCluster {
 		out.ZTPDWaiting = clusters.StartingReason(c)
 	}
 	for _, m := range v.Members {
-		vm := csVM{ID: m.DeviceID, Name: m.DeviceID, DisplayName: m.DeviceID,
+		vm := client.CSVM{ID: m.DeviceID, Name: m.DeviceID, DisplayName: m.DeviceID,
 			State: vmState(m.State), ZoneID: v.Zone.ID, ZoneName: v.Zone.Name, Created: csTime(m.Created),
 			ZTPDRole: m.Role, ZTPDState: string(m.State), ZTPDNode: m.NodeName}
 		if n := m.Node; n != nil && !n.Deleted {
@@ -268,27 +212,8 @@ func renderCluster(v clusters.ClusterView) csCluster {
 	return out
 }
 
-type csVersion struct {
-	ID                  string `json:"id"`
-	Name                string `json:"name"`
-	SemanticVersion     string `json:"semanticversion"`
-	ISOID               string `json:"isoid"`
-	ISOName             string `json:"isoname"`
-	ISOState            string `json:"isostate"`
-	ISOURL              string `json:"isourl"`
-	ZoneID              string `json:"zoneid,omitempty"`
-	ZoneName            string `json:"zonename,omitempty"`
-	State               string `json:"state"`
-	MinCPUNumber        int    `json:"mincpunumber"`
-	MinMemory           int    `json:"minmemory"`
-	SupportsHA          bool   `json:"supportsha"`
-	SupportsAutoscaling bool   `json:"supportsautoscaling"`
-	DirectDownload      bool   `json:"directdownload"`
-	Created             string `json:"created"`
-}
-
-func (d *Door) renderVersion(v core.Version) csVersion {
-	out := csVersion{ID: v.ID, Name: v.Name, SemanticVersion: v.SemVer, ISOID: v.ImageID, ISOName: v.ISOName,
+func (d *Door) renderVersion(v core.Version) client.CSVersion {
+	out := client.CSVersion{ID: v.ID, Name: v.Name, SemanticVersion: v.SemVer, ISOID: v.ImageID, ISOName: v.ISOName,
 		ISOState: "Ready", ISOURL: v.ISOURL, State: v.State, MinCPUNumber: v.MinCPU, MinMemory: v.MinMemoryMB,
 		SupportsHA: clusters.SupportsHA(v.SemVer), SupportsAutoscaling: clusters.SupportsAutoscaling(v.SemVer),
 		Created: csTime(v.Created)}
@@ -358,7 +283,7 @@ func (d *Door) csListVersions(r *csRequest) (any, *csError) {
 	if err != nil {
 		return nil, domainError(err)
 	}
-	items := []csVersion{}
+	items := []client.CSVersion{}
 	for _, v := range pageOf(vs, page, size) {
 		items = append(items, d.renderVersion(v))
 	}
@@ -599,28 +524,12 @@ func (d *Door) csClusterConfig(r *csRequest) (any, *csError) {
 
 // ---- async jobs ----
 
-type csJob struct {
-	AccountID       string          `json:"accountid"`
-	UserID          string          `json:"userid"`
-	Cmd             string          `json:"cmd"`
-	JobStatus       int             `json:"jobstatus"`
-	JobProcStatus   int             `json:"jobprocstatus"`
-	JobResultCode   int             `json:"jobresultcode"`
-	JobResultType   string          `json:"jobresulttype"`
-	JobResult       json.RawMessage `json:"jobresult,omitempty"`
-	JobInstanceType string          `json:"jobinstancetype"`
-	JobInstanceID   string          `json:"jobinstanceid"`
-	Created         string          `json:"created"`
-	Completed       string          `json:"completed,omitempty"`
-	JobID           string          `json:"jobid"`
-}
-
 func (d *Door) csQueryJob(r *csRequest) (any, *csError) {
 	j, err := d.clusters.GetJob(r.ctx, r.caller, r.str("jobid"))
 	if err != nil {
 		return nil, domainError(err)
 	}
-	out := csJob{AccountID: j.Owner, UserID: j.Owner, JobStatus: int(j.Status), JobResultType: "object",
+	out := client.CSJob{AccountID: j.Owner, UserID: j.Owner, JobStatus: int(j.Status), JobResultType: "object",
 		JobInstanceType: j.InstanceType, JobInstanceID: j.InstanceID, Created: csTime(j.Created),
 		Completed: csTime(j.Completed), JobID: j.ID, Cmd: j.Command}
 	if c := d.commands[strings.ToLower(j.Command)]; c != nil {
@@ -717,34 +626,8 @@ func (d *Door) csCapabilities(r *csRequest) (any, *csError) {
 	}}, nil
 }
 
-type csAPIParam struct {
-	Name        string `json:"name"`
-	Description string `json:"description"`
-	Type        string `json:"type"`
-	Required    bool   `json:"required"`
-	Length      int    `json:"length"`
-	Since       string `json:"since,omitempty"`
-}
-
-type csAPIResponse struct {
-	Name        string `json:"name"`
-	Description string `json:"description"`
-	Type        string `json:"type"`
-}
-
-type csAPI struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	IsAsync     bool            `json:"isasync"`
-	Since       string          `json:"since"`
-	Type        string          `json:"type"`
-	Related     string          `json:"related"`
-	Params      []csAPIParam    `json:"params"`
-	Response    []csAPIResponse `json:"response"`
-}
-
 func (d *Door) csListApis(r *csRequest) (any, *csError) {
-	var out []csAPI
+	var out []client.CSAPI
 	for _, c := range d.commands {
 		if c.Admin && !r.cred.IsAdmin() {
 			continue
@@ -752,13 +635,13 @@ func (d *Door) csListApis(r *csRequest) (any, *csError) {
 		if r.has("name") && !strings.EqualFold(r.str("name"), c.Name) {
 			continue
 		}
-		a := csAPI{Name: c.Name, Description: c.Desc, IsAsync: c.Async, Since: "4.14.0", Type: "object",
-			Params: []csAPIParam{}, Response: []csAPIResponse{}}
+		a := client.CSAPI{Name: c.Name, Description: c.Desc, IsAsync: c.Async, Since: "4.14.0", Type: "object",
+			Params: []client.CSAPIParam{}, Response: []client.CSAPIResponse{}}
 		for _, p := range c.Params {
-			a.Params = append(a.Params, csAPIParam{Name: p.Name, Description: p.Desc, Type: p.Type, Required: p.Required, Length: 255})
+			a.Params = append(a.Params, client.CSAPIParam{Name: p.Name, Description: p.Desc, Type: p.Type, Required: p.Required, Length: 255})
 		}
 		for _, f := range c.Response {
-			a.Response = append(a.Response, csAPIResponse{Name: f, Description: f, Type: "string"})
+			a.Response = append(a.Response, client.CSAPIResponse{Name: f, Description: f, Type: "string"})
 		}
 		out = append(out, a)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/testenv/inproc"
 )
 
@@ -80,7 +81,7 @@ func TestAPICommandGroups(t *testing.T) {
 	}
 
 	// Cluster lifecycle.
-	var c csCluster
+	var c client.CSCluster
 	mustCLI(&c, "cluster", "create", "c1", "--version", "1.31.4", "--size", "2", "--control-nodes", "3")
 	if c.State != "Starting" || c.Size != 2 || c.ControlNodes != 3 || c.CPUNumber != "10" {
 		t.Fatalf("cluster create: %+v", c)
@@ -95,7 +96,7 @@ func TestAPICommandGroups(t *testing.T) {
 	if c.State != "Running" {
 		t.Fatalf("after a healthy observation: %+v", c)
 	}
-	var list []csCluster
+	var list []client.CSCluster
 	mustCLI(&list, "cluster", "list")
 	if len(list) != 1 || list[0].Name != "c1" {
 		t.Fatalf("cluster list: %+v", list)
@@ -167,7 +168,7 @@ func TestAPICommandGroups(t *testing.T) {
 	}
 	mustCLI(nil, "cluster", "create", "a1", "--version", "1.32.0", "--size", "1")
 	namesOf := func(out string) string {
-		var l []csCluster
+		var l []client.CSCluster
 		if err := json.Unmarshal([]byte(out), &l); err != nil {
 			t.Fatalf("cluster list output %q: %v", out, err)
 		}

@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -22,7 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/term"
 
-	"github.com/ztpd/ztpd/api/signing"
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/app"
 	"github.com/ztpd/ztpd/internal/config"
 )
@@ -115,17 +114,14 @@ func readCLIFile() (cliFile, error) {
 	return f, nil
 }
 
-// apiClient talks to the ztpd API: over the network with a signed API
-// key, or (local) through the data directory's admin socket, which serves
-// the same API as the local administrator without signatures.
+// apiClient is the CLI's connection to the ztpd API: the client package's
+// Client (over the network with a signed API key, or through the data
+// directory's admin socket, which serves the same API as the local
+// administrator without signatures), and how the CLI waits for jobs.
 type apiClient struct {
-	base   string // scheme://host:port
-	key    string
-	secret []byte
-	http   *http.Client
-	flags  *apiFlags
-	opts   *rootOptions
-	local  bool
+	*client.Client
+	flags *apiFlags
+	opts  *rootOptions
 }
 
 // newLocalAPIClient reaches the API through the admin socket of cfg's data
@@ -153,7 +149,7 @@ func newLocalAPIClient(opts *rootOptions, f *apiFlags, cfg config.Config) (*apiC
 			"(run this on the appliance as the user ztpd runs as, or pass --api-key and --secret-key)", cfg.DataDir, err)
 	}
 	f.closers = append(f.closers, closeFn)
-	return &apiClient{base: "http://ztpd", http: hc, flags: f, opts: opts, local: true}, nil
+	return &apiClient{Client: client.NewLocal(hc), flags: f, opts: opts}, nil
 }
 
 func firstOf(vals ...string) string {
@@ -192,20 +188,19 @@ func newAPIClient(opts *rootOptions, f *apiFlags) (*apiClient, error) {
 		def = scheme + "://" + net.JoinHostPort(host, port)
 	}
 	explicitURL := firstOf(f.url, os.Getenv("ZTPD_API_URL"), file.APIURL)
-	c := &apiClient{flags: f, opts: opts,
-		base:   strings.TrimSuffix(strings.TrimSuffix(firstOf(explicitURL, def), "/"), "/client/api"),
-		key:    firstOf(f.key, os.Getenv("ZTPD_API_KEY"), file.APIKey),
-		secret: []byte(firstOf(f.secret, os.Getenv("ZTPD_SECRET_KEY"), file.SecretKey))}
-	if c.key == "" && len(c.secret) == 0 && explicitURL == "" {
+	c := &apiClient{flags: f, opts: opts, Client: client.New(firstOf(explicitURL, def),
+		firstOf(f.key, os.Getenv("ZTPD_API_KEY"), file.APIKey),
+		[]byte(firstOf(f.secret, os.Getenv("ZTPD_SECRET_KEY"), file.SecretKey)), nil)}
+	if c.Key == "" && len(c.Secret) == 0 && explicitURL == "" {
 		// On the appliance: the same API through the admin socket.
 		return newLocalAPIClient(opts, f, cfg)
 	}
-	if c.key == "" || len(c.secret) == 0 {
+	if c.Key == "" || len(c.Secret) == 0 {
 		return nil, errors.New("no API credentials: pass --api-key and --secret-key, set ZTPD_API_KEY and ZTPD_SECRET_KEY, or write ~/.config/ztpd/cli.yaml (create a key with: ztpd apikey create --role admin); on the appliance itself, without --api-url, commands use the data directory's admin socket and need no key")
 	}
-	u, err := url.Parse(c.base)
+	u, err := url.Parse(c.BaseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("--api-url %q: use http(s)://host:port", c.base)
+		return nil, fmt.Errorf("--api-url %q: use http(s)://host:port", c.BaseURL)
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if u.Scheme == "https" {
@@ -232,7 +227,7 @@ func newAPIClient(opts *rootOptions, f *apiFlags) (*apiClient, error) {
 		}
 		tr.TLSClientConfig = tc
 	}
-	c.http = &http.Client{Transport: tr, Timeout: time.Minute}
+	c.HTTP = &http.Client{Transport: tlsHinting{tr}, Timeout: time.Minute}
 	return c, nil
 }
 
@@ -248,82 +243,24 @@ func tlsHint(err error) error {
 	return err
 }
 
-// csError is a CloudStack error answer.
-type csError struct {
-	Code   int    `json:"errorcode"`
-	CSCode int    `json:"cserrorcode"`
-	Text   string `json:"errortext"`
-}
+// tlsHinting adds tlsHint to its transport's errors.
+type tlsHinting struct{ http.RoundTripper }
 
-func (e *csError) Error() string { return fmt.Sprintf("%s (error %d)", e.Text, e.Code) }
-
-// cs calls a CloudStack command and returns the envelope's inner object.
-func (c *apiClient) cs(command string, params url.Values) (map[string]json.RawMessage, error) {
-	if params == nil {
-		params = url.Values{}
-	}
-	params.Set("command", command)
-	params.Set("response", "json")
-	q := params.Encode()
-	if !c.local {
-		q = signing.SignQuery(params, c.key, c.secret, time.Now().Add(5*time.Minute))
-	}
-	req, err := http.NewRequest("POST", c.base+"/client/api", strings.NewReader(q))
+func (t tlsHinting) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.RoundTripper.RoundTrip(req)
 	if err != nil {
-		return nil, err
+		return nil, tlsHint(err)
 	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", command, tlsHint(err))
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return nil, err
-	}
-	var env map[string]map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &env); err != nil || len(env) != 1 {
-		return nil, fmt.Errorf("%s: HTTP %d, unexpected answer: %.200s", command, resp.StatusCode, raw)
-	}
-	for _, inner := range env {
-		if resp.StatusCode != http.StatusOK {
-			var e csError
-			if b, err := json.Marshal(inner); err == nil {
-				_ = json.Unmarshal(b, &e)
-			}
-			if e.Text == "" {
-				e = csError{Code: resp.StatusCode, Text: resp.Status}
-			}
-			return nil, fmt.Errorf("%s: %w", command, &e)
-		}
-		return inner, nil
-	}
-	return nil, nil
-}
-
-// list calls a list command and decodes its items (key: the object name).
-func (c *apiClient) list(command, key string, params url.Values, out any) error {
-	inner, err := c.cs(command, params)
-	if err != nil {
-		return err
-	}
-	raw := inner[key]
-	if len(raw) == 0 {
-		raw = json.RawMessage("[]")
-	}
-	return json.Unmarshal(raw, out)
+	return resp, nil
 }
 
 // async starts an asynchronous command and waits for its job (unless
 // --no-wait), showing a spinner on a terminal. It returns the job result.
 func (c *apiClient) async(command string, params url.Values, what string) (json.RawMessage, string, error) {
-	inner, err := c.cs(command, params)
+	jobID, err := c.CSStart(command, params)
 	if err != nil {
 		return nil, "", err
 	}
-	var jobID string
-	_ = json.Unmarshal(inner["jobid"], &jobID)
 	if c.flags.noWait {
 		return nil, jobID, nil
 	}
@@ -343,19 +280,14 @@ func (c *apiClient) waitJob(command, jobID, what string) (json.RawMessage, error
 	}
 	deadline := time.Now().Add(c.flags.timeout)
 	for delay := 100 * time.Millisecond; ; delay = min(delay*2, 2*time.Second) {
-		j, err := c.cs("queryAsyncJobResult", url.Values{"jobid": {jobID}})
-		if err != nil {
+		status, result, err := c.QueryJob(jobID)
+		switch {
+		case status == client.JobFailed:
+			return nil, fmt.Errorf("%s job %s failed: %w", command, jobID, err)
+		case err != nil:
 			return nil, err
-		}
-		var status int
-		_ = json.Unmarshal(j["jobstatus"], &status)
-		switch status {
-		case 1:
-			return j["jobresult"], nil
-		case 2:
-			var e csError
-			_ = json.Unmarshal(j["jobresult"], &e)
-			return nil, fmt.Errorf("%s job %s failed: %w", command, jobID, &e)
+		case status == client.JobSucceeded:
+			return result, nil
 		}
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("%s job %s still running after %s; check later with the job ID", command, jobID, c.flags.timeout)
@@ -365,92 +297,6 @@ func (c *apiClient) waitJob(command, jobID, what string) (json.RawMessage, error
 		}
 		time.Sleep(delay)
 	}
-}
-
-// restErr is the REST API's error body.
-type restErr struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
-// rest calls the REST API with a signed Authorization header.
-func (c *apiClient) rest(method, path string, query url.Values, body, out any) error {
-	var raw []byte
-	if body != nil {
-		var err error
-		if raw, err = json.Marshal(body); err != nil {
-			return err
-		}
-	}
-	u := c.base + path
-	if len(query) > 0 {
-		u += "?" + query.Encode()
-	}
-	req, err := http.NewRequest(method, u, bytes.NewReader(raw))
-	if err != nil {
-		return err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if !c.local {
-		req.Header.Set("Authorization", signing.RESTAuthorization(method, req.URL.EscapedPath(), req.URL.Query(), raw, c.key, c.secret, time.Now().Add(5*time.Minute)))
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return tlsHint(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode/100 != 2 {
-		var e restErr
-		if json.Unmarshal(data, &e) == nil && e.Error.Message != "" {
-			return fmt.Errorf("%s (%s, HTTP %d)", e.Error.Message, e.Error.Code, resp.StatusCode)
-		}
-		return fmt.Errorf("%s %s: HTTP %d: %.200s", method, path, resp.StatusCode, data)
-	}
-	if out != nil {
-		return json.Unmarshal(data, out)
-	}
-	return nil
-}
-
-// restAll follows next_cursor through every page of a REST list.
-func restAll[T any](c *apiClient, path string, query url.Values, max int) ([]T, error) {
-	var all []T
-	q := url.Values{}
-	for k, v := range query {
-		if len(v) > 0 && v[0] != "" {
-			q[k] = v
-		}
-	}
-	q.Set("limit", "1000")
-	for {
-		var p struct {
-			Items      []T    `json:"items"`
-			NextCursor string `json:"next_cursor"`
-		}
-		if err := c.rest("GET", path, q, nil, &p); err != nil {
-			return nil, err
-		}
-		all = append(all, p.Items...)
-		if p.NextCursor == "" || (max > 0 && len(all) >= max) {
-			break
-		}
-		q.Set("cursor", p.NextCursor)
-	}
-	if max > 0 && len(all) > max {
-		all = all[:max]
-	}
-	if all == nil {
-		all = []T{}
-	}
-	return all, nil
 }
 
 // printJob prints the job ID for --no-wait runs.

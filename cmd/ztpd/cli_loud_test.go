@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/app"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
@@ -210,7 +211,7 @@ func loudServeWithCluster(t *testing.T, env []string) string {
 		t.Fatalf("kube-version add: %s", r.stderr)
 	}
 	r := loudRun(t, env, "--data-dir", data, "cluster", "create", "c1", "--version", "1.31.4", "-o", "json")
-	var c csCluster
+	var c client.CSCluster
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &c) != nil {
 		t.Fatalf("cluster create: %s%s", r.stdout, r.stderr)
 	}
@@ -228,7 +229,7 @@ func loudClusterState(t *testing.T, env []string, data, name string) string {
 	if r.code != 0 {
 		t.Fatalf("cluster list: %s", r.stderr)
 	}
-	var list []csCluster
+	var list []client.CSCluster
 	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil {
 		t.Fatalf("cluster list: %v\n%s", err, r.stdout)
 	}

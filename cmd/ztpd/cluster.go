@@ -8,6 +8,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ztpd/ztpd/api/client"
 )
 
 // The cluster command group: clusters through the CloudStack-compatible API.
@@ -16,39 +18,6 @@ import (
 // cluster_access.go (kubeconfig, members).
 
 func init() { register(newClusterCmd) }
-
-// csCluster is the CloudStack kubernetescluster object (the fields the CLI shows).
-type csCluster struct {
-	ID                    string `json:"id"`
-	Name                  string `json:"name"`
-	Description           string `json:"description"`
-	Account               string `json:"account"`
-	KubernetesVersionID   string `json:"kubernetesversionid"`
-	KubernetesVersionName string `json:"kubernetesversionname"`
-	ServiceOfferingName   string `json:"serviceofferingname"`
-	Size                  int    `json:"size"`
-	ControlNodes          int    `json:"controlnodes"`
-	CPUNumber             string `json:"cpunumber"`
-	Memory                string `json:"memory"`
-	State                 string `json:"state"`
-	Endpoint              string `json:"endpoint"`
-	Created               string `json:"created"`
-	VirtualMachines       []struct {
-		ID        string `json:"id"`
-		Name      string `json:"name"`
-		State     string `json:"state"`
-		IPAddress string `json:"ipaddress"`
-		Role      string `json:"ztpdrole"`
-		ZTPDState string `json:"ztpdstate"`
-		Node      string `json:"ztpdnode,omitempty"`
-		NodeReady string `json:"ztpdnodeready,omitempty"`
-		NodeSeen  string `json:"ztpdnodeseen,omitempty"`
-	} `json:"virtualmachines"`
-	APIReachable *bool  `json:"ztpdapireachable,omitempty"`
-	LastSeen     string `json:"ztpdlastseen,omitempty"`
-	ReadyNodes   *int   `json:"ztpdreadynodes,omitempty"`
-	Waiting      string `json:"ztpdwaiting,omitempty"`
-}
 
 func newClusterCmd(opts *rootOptions) *cobra.Command {
 	f := &apiFlags{}
@@ -82,21 +51,21 @@ Operations wait for their job unless --no-wait is given.`,
 
 // clusterID resolves a cluster name or ID.
 func clusterID(c *apiClient, ref string) (string, error) {
-	var list []csCluster
+	var list []client.CSCluster
 	// listall: an admin key finds every account's clusters (a user key its own).
-	if err := c.list("listKubernetesClusters", "kubernetescluster", url.Values{"name": {ref}, "listall": {"true"}}, &list); err != nil {
+	if err := c.CSList("listKubernetesClusters", "kubernetescluster", url.Values{"name": {ref}, "listall": {"true"}}, &list); err != nil {
 		return "", err
 	}
 	if len(list) == 1 {
 		return list[0].ID, nil
 	}
-	if err := c.list("listKubernetesClusters", "kubernetescluster", url.Values{"id": {ref}, "listall": {"true"}}, &list); err == nil && len(list) == 1 {
+	if err := c.CSList("listKubernetesClusters", "kubernetescluster", url.Values{"id": {ref}, "listall": {"true"}}, &list); err == nil && len(list) == 1 {
 		return list[0].ID, nil
 	}
 	return "", fmt.Errorf("cluster %q not found (ztpd cluster list)", ref)
 }
 
-func printCluster(opts *rootOptions, c csCluster) error {
+func printCluster(opts *rootOptions, c client.CSCluster) error {
 	return printResult(opts, os.Stdout, c, func(tw *tabwriter.Writer) {
 		row(tw, "name", c.Name)
 		row(tw, "id", c.ID)
@@ -108,30 +77,30 @@ func printCluster(opts *rootOptions, c csCluster) error {
 		row(tw, "offering", c.ServiceOfferingName)
 		row(tw, "cpu / memory", c.CPUNumber+" vCPU / "+c.Memory+" MiB")
 		row(tw, "endpoint", dash(c.Endpoint))
-		if c.Waiting != "" {
-			row(tw, "waiting", c.Waiting)
+		if c.ZTPDWaiting != "" {
+			row(tw, "waiting", c.ZTPDWaiting)
 		}
 		switch {
-		case c.APIReachable == nil:
+		case c.ZTPDAPIReachable == nil:
 			row(tw, "api server", "not reached yet")
-		case *c.APIReachable:
-			row(tw, "api server", "answering, last seen "+c.LastSeen)
+		case *c.ZTPDAPIReachable:
+			row(tw, "api server", "answering, last seen "+c.ZTPDLastSeen)
 		default:
-			row(tw, "api server", "NOT answering, last seen "+dash(c.LastSeen))
+			row(tw, "api server", "NOT answering, last seen "+dash(c.ZTPDLastSeen))
 		}
-		if c.ReadyNodes != nil {
-			row(tw, "ready nodes", fmt.Sprintf("%d of %d", *c.ReadyNodes, c.ControlNodes+c.Size))
+		if c.ZTPDReadyNodes != nil {
+			row(tw, "ready nodes", fmt.Sprintf("%d of %d", *c.ZTPDReadyNodes, c.ControlNodes+c.Size))
 		}
 		if c.Description != "" {
 			row(tw, "description", c.Description)
 		}
 		row(tw, "members", len(c.VirtualMachines))
 		for _, vm := range c.VirtualMachines {
-			node := "node " + dash(vm.Node)
-			if vm.NodeReady != "" {
-				node += " Ready=" + vm.NodeReady + " (seen " + vm.NodeSeen + ")"
+			node := "node " + dash(vm.ZTPDNode)
+			if vm.ZTPDNodeReady != "" {
+				node += " Ready=" + vm.ZTPDNodeReady + " (seen " + vm.ZTPDNodeSeen + ")"
 			}
-			row(tw, "  "+vm.Name, vm.Role+" "+vm.ZTPDState+" "+dash(vm.IPAddress)+" "+node)
+			row(tw, "  "+vm.Name, vm.ZTPDRole+" "+vm.ZTPDState+" "+dash(vm.IPAddress)+" "+node)
 		}
 	})
 }
@@ -139,7 +108,7 @@ func printCluster(opts *rootOptions, c csCluster) error {
 // clusterResult decodes a job result {"kubernetescluster": {...}} and prints it.
 func clusterResult(opts *rootOptions, raw json.RawMessage) error {
 	var r struct {
-		Cluster csCluster `json:"kubernetescluster"`
+		Cluster client.CSCluster `json:"kubernetescluster"`
 	}
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return err

@@ -7,6 +7,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ztpd/ztpd/api/client"
 )
 
 // Access to a cluster: its kubeconfig (through the API or the admin socket)
@@ -44,21 +46,17 @@ the appliance itself, it uses the admin socket of the data directory.`,
 			if err != nil {
 				return err
 			}
-			inner, err := c.cs("getKubernetesClusterConfig", url.Values{"id": {id}})
+			inner, err := c.CS("getKubernetesClusterConfig", url.Values{"id": {id}})
 			if err != nil {
 				return err
 			}
-			var cc struct {
-				ID     string `json:"id"`
-				Name   string `json:"name"`
-				Config string `json:"configdata"`
-			}
+			var cc client.CSClusterConfig
 			if err := json.Unmarshal(inner["clusterconfig"], &cc); err != nil {
 				return err
 			}
 			if out != "" {
 				// A kubeconfig holds client credentials: owner-only.
-				if err := os.WriteFile(out, []byte(cc.Config), 0o600); err != nil {
+				if err := os.WriteFile(out, []byte(cc.ConfigData), 0o600); err != nil {
 					return err
 				}
 				return os.Chmod(out, 0o600)
@@ -66,7 +64,7 @@ the appliance itself, it uses the admin socket of the data directory.`,
 			if opts.output == "json" {
 				return printResult(opts, os.Stdout, cc, nil)
 			}
-			_, err = fmt.Fprint(os.Stdout, cc.Config)
+			_, err = fmt.Fprint(os.Stdout, cc.ConfigData)
 			return err
 		},
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/clusters/clusterstest"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/testenv/inproc"
@@ -81,9 +82,9 @@ func TestClusterDeleteForce(t *testing.T) {
 		t.Fatal(err)
 	}
 	var res struct {
-		Success   bool            `json:"success"`
-		Text      string          `json:"displaytext"`
-		Abandoned []abandonedNode `json:"abandoned"`
+		Success   bool                   `json:"success"`
+		Text      string                 `json:"displaytext"`
+		Abandoned []client.AbandonedNode `json:"abandoned"`
 	}
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("%q: %v", out, err)

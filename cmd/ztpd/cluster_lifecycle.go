@@ -11,6 +11,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ztpd/ztpd/api/client"
 )
 
 // Cluster lifecycle operations: each is a CloudStack asynchronous job the
@@ -43,19 +45,15 @@ The version must be added first (ztpd kube-version add --semver ... --url ...).`
 			if err != nil {
 				return err
 			}
-			var zones []struct {
-				ID string `json:"id"`
-			}
-			if err := c.list("listZones", "zone", nil, &zones); err != nil {
+			var zones []client.CSZone
+			if err := c.CSList("listZones", "zone", nil, &zones); err != nil {
 				return err
 			}
 			if len(zones) == 0 {
 				return fmt.Errorf("the API lists no zone")
 			}
-			var offs []struct {
-				ID string `json:"id"`
-			}
-			if err := c.list("listServiceOfferings", "serviceoffering", url.Values{"name": {offering}}, &offs); err != nil {
+			var offs []client.Offering
+			if err := c.CSList("listServiceOfferings", "serviceoffering", url.Values{"name": {offering}}, &offs); err != nil {
 				return err
 			}
 			if len(offs) != 1 {
@@ -121,10 +119,8 @@ size.`,
 				p.Set("nodeids", strings.Join(remove, ","))
 			}
 			if offering != "" {
-				var offs []struct {
-					ID string `json:"id"`
-				}
-				if err := c.list("listServiceOfferings", "serviceoffering", url.Values{"name": {offering}}, &offs); err != nil {
+				var offs []client.Offering
+				if err := c.CSList("listServiceOfferings", "serviceoffering", url.Values{"name": {offering}}, &offs); err != nil {
 					return err
 				}
 				if len(offs) != 1 {
@@ -209,9 +205,9 @@ func newClusterSimpleCmd(opts *rootOptions, f *apiFlags, op string) *cobra.Comma
 				return printJob(opts, command, job)
 			}
 			var r struct {
-				Cluster *csCluster `json:"kubernetescluster"`
-				Success bool       `json:"success"`
-				Text    string     `json:"displaytext"`
+				Cluster *client.CSCluster `json:"kubernetescluster"`
+				Success bool              `json:"success"`
+				Text    string            `json:"displaytext"`
 			}
 			if err := json.Unmarshal(res, &r); err != nil {
 				return err
@@ -236,25 +232,14 @@ members left on their nodes are listed with why (an audit event records them).`
 	return cmd
 }
 
-// abandonedNode is a member a forced delete left on its node.
-type abandonedNode struct {
-	Device string `json:"device"`
-	Node   string `json:"node,omitempty"`
-	Reason string `json:"reason"`
-}
-
 // forceDelete deletes a cluster with force through the REST API (CloudStack
 // has no such parameter), waits for its job and prints the members it
 // abandoned.
 func forceDelete(opts *rootOptions, f *apiFlags, c *apiClient, id, name string) error {
 	const command = "deleteKubernetesCluster"
-	var started struct {
-		Job struct {
-			ID string `json:"id"`
-		} `json:"job"`
-	}
+	var started client.JobAccepted
 	path := "/api/v1/clusters/" + url.PathEscape(id)
-	if err := c.rest("DELETE", path, url.Values{"force": {"true"}}, nil, &started); err != nil {
+	if err := c.REST("DELETE", path, url.Values{"force": {"true"}}, nil, &started); err != nil {
 		return err
 	}
 	if f.noWait {
@@ -263,10 +248,8 @@ func forceDelete(opts *rootOptions, f *apiFlags, c *apiClient, id, name string) 
 	if _, err := c.waitJob(command, started.Job.ID, "delete "+name); err != nil {
 		return err
 	}
-	var job struct {
-		Abandoned []abandonedNode `json:"abandoned"`
-	}
-	if err := c.rest("GET", "/api/v1/jobs/"+url.PathEscape(started.Job.ID), nil, nil, &job); err != nil {
+	var job client.Job
+	if err := c.REST("GET", "/api/v1/jobs/"+url.PathEscape(started.Job.ID), nil, nil, &job); err != nil {
 		return err
 	}
 	text := "Kubernetes cluster deleted"
@@ -278,7 +261,7 @@ func forceDelete(opts *rootOptions, f *apiFlags, c *apiClient, id, name string) 
 		text += fmt.Sprintf("; %d members abandoned on their nodes", n)
 	}
 	if job.Abandoned == nil {
-		job.Abandoned = []abandonedNode{}
+		job.Abandoned = []client.AbandonedNode{}
 	}
 	return printResult(opts, os.Stdout, map[string]any{"id": id, "name": name, "success": true, "displaytext": text, "abandoned": job.Abandoned},
 		func(tw *tabwriter.Writer) {

@@ -7,6 +7,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ztpd/ztpd/api/client"
 )
 
 // Reading clusters: list and show.
@@ -36,12 +38,12 @@ func newClusterListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 			if keyword != "" {
 				p.Set("keyword", keyword)
 			}
-			var list []csCluster
-			if err := c.list("listKubernetesClusters", "kubernetescluster", p, &list); err != nil {
+			var list []client.CSCluster
+			if err := c.CSList("listKubernetesClusters", "kubernetescluster", p, &list); err != nil {
 				return err
 			}
 			if list == nil {
-				list = []csCluster{}
+				list = []client.CSCluster{}
 			}
 			return printResult(opts, os.Stdout, list, func(tw *tabwriter.Writer) {
 				row(tw, "NAME", "ACCOUNT", "STATE", "VERSION", "CONTROL", "WORKERS", "MEMBERS", "CPU", "MEMORY(MiB)", "ENDPOINT", "ID")
@@ -72,8 +74,8 @@ func newClusterShowCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var list []csCluster
-			if err := c.list("listKubernetesClusters", "kubernetescluster", url.Values{"id": {id}}, &list); err != nil {
+			var list []client.CSCluster
+			if err := c.CSList("listKubernetesClusters", "kubernetescluster", url.Values{"id": {id}}, &list); err != nil {
 				return err
 			}
 			if len(list) != 1 {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -27,7 +28,7 @@ func restNames[T any](path string, names func(T) []string) nameSource {
 		if err != nil {
 			return nil, err
 		}
-		list, err := restAll[T](c, path, nil, maxCompletions)
+		list, err := client.All[T](c.Client, path, nil, maxCompletions)
 		if err != nil {
 			return nil, err
 		}
@@ -39,18 +40,13 @@ func restNames[T any](path string, names func(T) []string) nameSource {
 	}
 }
 
-type named struct {
-	ID   string `json:"id"`
-	Name string `json:"name"`
-}
-
 var (
-	clusterNames = restNames("/api/v1/clusters", func(v named) []string { return []string{v.Name} })
-	versionNames = restNames("/api/v1/versions", func(v named) []string { return []string{v.Name} })
-	imageNames   = restNames("/api/v1/images", func(v named) []string { return []string{v.Name} })
-	tokenIDs     = restNames("/api/v1/tokens", func(v named) []string { return []string{v.ID} })
-	rolloutIDs   = restNames("/api/v1/rollouts", func(v named) []string { return []string{v.ID} })
-	deviceNames  = restNames("/api/v1/devices", func(d core.Device) []string {
+	clusterNames = restNames("/api/v1/clusters", func(v client.Cluster) []string { return []string{v.Name} })
+	versionNames = restNames("/api/v1/versions", func(v client.Version) []string { return []string{v.Name} })
+	imageNames   = restNames("/api/v1/images", func(v client.Image) []string { return []string{v.Name} })
+	tokenIDs     = restNames("/api/v1/tokens", func(v client.Token) []string { return []string{v.ID} })
+	rolloutIDs   = restNames("/api/v1/rollouts", func(v client.Rollout) []string { return []string{v.ID} })
+	deviceNames  = restNames("/api/v1/devices", func(d client.Device) []string {
 		if d.Serial != "" {
 			return []string{d.ID, d.Serial}
 		}

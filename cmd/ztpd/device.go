@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
@@ -45,7 +46,7 @@ version, labels, hooks) and what its agent last did.`,
 // deviceView is a device as the CLI prints it with -o json: the API's
 // record with its cluster's name beside the ID.
 type deviceView struct {
-	core.Device
+	client.Device
 	ClusterName string `json:"cluster_name,omitempty"`
 }
 
@@ -83,7 +84,7 @@ func newDeviceListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 				return err
 			}
 			q := url.Values{"state": {state}, "kind": {kind}, "cluster": {clusterID}, "subnet": {subnet}}
-			list, err := restAll[core.Device](c, "/api/v1/devices", q, limit)
+			list, err := client.All[client.Device](c.Client, "/api/v1/devices", q, limit)
 			if err != nil {
 				return err
 			}
@@ -163,17 +164,17 @@ use "ztpd events --device MAC".`,
 			if err != nil {
 				return err
 			}
-			var d core.Device
-			if err := c.rest("GET", "/api/v1/devices/"+url.PathEscape(args[0]), nil, nil, &d); err != nil {
+			var d client.Device
+			if err := c.REST("GET", "/api/v1/devices/"+url.PathEscape(args[0]), nil, nil, &d); err != nil {
 				return err
 			}
-			var p eventsPage
+			var p client.EventsPage
 			q := url.Values{"device": {d.ID}, "tail": {strconv.Itoa(deviceTimeline)}}
-			if err := c.rest("GET", "/api/v1/events", q, nil, &p); err != nil {
+			if err := c.REST("GET", "/api/v1/events", q, nil, &p); err != nil {
 				return err
 			}
 			names := visClusterNames(c)
-			shown := deviceShown{deviceView: deviceView{Device: d, ClusterName: names[d.Cluster]}, Timeline: p.Items}
+			shown := deviceShown{deviceView: deviceView{Device: d, ClusterName: names[d.Cluster]}, Timeline: eventViews(p.Items)}
 			if shown.Timeline == nil {
 				shown.Timeline = []eventView{}
 			}
@@ -199,7 +200,7 @@ use "ztpd events --device MAC".`,
 // printDevice prints a device an operation answered (approve, reset), its
 // cluster by name: the names are read now, after the operation, so a
 // cluster created a moment ago is named too.
-func printDevice(opts *rootOptions, c *apiClient, d core.Device) error {
+func printDevice(opts *rootOptions, c *apiClient, d client.Device) error {
 	v := deviceView{Device: d}
 	if d.Cluster != "" && opts.output != "json" {
 		v.ClusterName = visClusterNames(c)[d.Cluster]
@@ -240,20 +241,8 @@ func deviceRows(tw *tabwriter.Writer, v deviceView) {
 // printRefused prints the addresses without a lease the running server
 // refused since it started ("device list --state refused").
 func printRefused(opts *rootOptions, c *apiClient) error {
-	var r struct {
-		Since time.Time `json:"since"`
-		Items []struct {
-			Addr      string    `json:"addr"`
-			What      string    `json:"what"`
-			Kind      string    `json:"kind"`
-			Reason    string    `json:"reason"`
-			Transport string    `json:"transport"`
-			Count     int       `json:"count"`
-			First     time.Time `json:"first"`
-			Last      time.Time `json:"last"`
-		} `json:"items"`
-	}
-	if err := c.rest("GET", "/api/v1/refusals", nil, nil, &r); err != nil {
+	var r client.Refusals
+	if err := c.REST("GET", "/api/v1/refusals", nil, nil, &r); err != nil {
 		return err
 	}
 	if opts.output != "json" {
@@ -293,8 +282,8 @@ appliance itself, this goes through the admin socket of the data directory.`,
 				}
 				body["cluster"] = id
 			}
-			var d core.Device
-			if err := c.rest("POST", "/api/v1/devices/"+url.PathEscape(args[0])+"/approve", nil, body, &d); err != nil {
+			var d client.Device
+			if err := c.REST("POST", "/api/v1/devices/"+url.PathEscape(args[0])+"/approve", nil, body, &d); err != nil {
 				return err
 			}
 			return printDevice(opts, c, d)
@@ -330,8 +319,8 @@ socket of the data directory.`,
 			if err != nil {
 				return err
 			}
-			var d core.Device
-			if err := c.rest("POST", "/api/v1/devices/"+url.PathEscape(args[0])+"/reset", nil, map[string]string{}, &d); err != nil {
+			var d client.Device
+			if err := c.REST("POST", "/api/v1/devices/"+url.PathEscape(args[0])+"/reset", nil, map[string]string{}, &d); err != nil {
 				return err
 			}
 			return printDevice(opts, c, d)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
@@ -22,62 +23,8 @@ import (
 // desiredView is a device's desired state as the API answers it, with its
 // cluster's name beside the ID for -o json.
 type desiredView struct {
-	Device            string            `json:"device"`
-	Mode              string            `json:"mode,omitempty"`
-	Cluster           string            `json:"cluster,omitempty"`
-	ClusterName       string            `json:"cluster_name,omitempty"`
-	Role              string            `json:"role,omitempty"`
-	Image             string            `json:"image,omitempty"`
-	KubernetesVersion string            `json:"kubernetes_version,omitempty"`
-	Labels            map[string]string `json:"labels"`
-	Hooks             map[string]string `json:"hooks"`
-	Generation        uint64            `json:"generation"`
-	UpdatedAt         time.Time         `json:"updated_at,omitzero"`
-	UpdatedBy         string            `json:"updated_by,omitempty"`
-	Operation         *desiredOperation `json:"operation,omitempty"`
-	Agent             *desiredAgent     `json:"agent,omitempty"`
-	// Profile gives the device defaults (its desired: block); Explicit is
-	// what was set on the device itself, over them.
-	Profile  string           `json:"profile,omitempty"`
-	Explicit *desiredExplicit `json:"explicit,omitempty"`
-}
-
-type desiredExplicit struct {
-	Mode              string            `json:"mode,omitempty"`
-	Image             string            `json:"image,omitempty"`
-	KubernetesVersion string            `json:"kubernetes_version,omitempty"`
-	Labels            map[string]string `json:"labels"`
-	Hooks             map[string]string `json:"hooks"`
-}
-
-type desiredOperation struct {
-	ID       string        `json:"id"`
-	Kind     string        `json:"kind"`
-	Rollout  string        `json:"rollout,omitempty"`
-	State    string        `json:"state"`
-	Reason   string        `json:"reason,omitempty"`
-	Created  time.Time     `json:"created"`
-	Finished time.Time     `json:"finished,omitzero"`
-	Steps    []desiredStep `json:"steps"`
-}
-
-type desiredStep struct {
-	Name     string            `json:"name"`
-	Action   string            `json:"action"`
-	Args     map[string]string `json:"args,omitempty"`
-	State    string            `json:"state"`
-	ExitCode int               `json:"exit_code"`
-	Output   string            `json:"output,omitempty"`
-	Started  time.Time         `json:"started,omitzero"`
-	Finished time.Time         `json:"finished,omitzero"`
-	Attempts int               `json:"attempts"`
-}
-
-type desiredAgent struct {
-	LastSeen time.Time `json:"last_seen"`
-	IP       string    `json:"ip,omitempty"`
-	BootID   string    `json:"boot_id,omitempty"`
-	Version  string    `json:"version,omitempty"`
+	client.Desired
+	ClusterName string `json:"cluster_name,omitempty"`
 }
 
 // desiredResult is what "device desired set" prints with -o json: the new
@@ -129,7 +76,7 @@ func newDesiredGetCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 				return err
 			}
 			var d desiredView
-			if err := c.rest("GET", desiredPath(args[0]), nil, nil, &d); err != nil {
+			if err := c.REST("GET", desiredPath(args[0]), nil, nil, &d); err != nil {
 				return err
 			}
 			d.ClusterName = visClusterNames(c)[d.Cluster]
@@ -213,7 +160,7 @@ add --kind file) run at pre_upgrade, pre_leave, post_join or post_upgrade.`,
 				// device itself, not its profile's defaults, which stay
 				// defaults.
 				var cur desiredView
-				if err := c.rest("GET", desiredPath(args[0]), nil, nil, &cur); err != nil {
+				if err := c.REST("GET", desiredPath(args[0]), nil, nil, &cur); err != nil {
 					return err
 				}
 				if e := cur.Explicit; e != nil {
@@ -227,7 +174,7 @@ add --kind file) run at pre_upgrade, pre_leave, post_join or post_upgrade.`,
 				}
 			}
 			var res desiredResult
-			if err := c.rest("PUT", desiredPath(args[0]), nil, body, &res); err != nil {
+			if err := c.REST("PUT", desiredPath(args[0]), nil, body, &res); err != nil {
 				return err
 			}
 			names := visClusterNames(c)
@@ -286,7 +233,7 @@ func merged(cur, add map[string]string, clear bool) map[string]string {
 // what starts a rollout: the rollout would run inside this command and be
 // cut off when it exits.
 func needsServer(opts *rootOptions, c *apiClient, what string) error {
-	if !c.local {
+	if !c.Local {
 		return nil
 	}
 	cfg, err := loadConfig(opts)
@@ -301,7 +248,7 @@ func needsServer(opts *rootOptions, c *apiClient, what string) error {
 
 func desiredRows(tw *tabwriter.Writer, d desiredView) {
 	row(tw, "device", d.Device)
-	row(tw, "mode", dash(d.Mode))
+	row(tw, "mode", dash(string(d.Mode)))
 	cluster := d.Cluster
 	if d.ClusterName != "" && d.ClusterName != d.Cluster {
 		cluster = d.ClusterName + " (" + d.Cluster + ")"
@@ -367,7 +314,7 @@ func inherited(d desiredView) []string {
 		return nil
 	}
 	var out []string
-	for _, f := range []struct{ name, eff, set string }{{"mode", d.Mode, e.Mode}, {"image", d.Image, e.Image},
+	for _, f := range []struct{ name, eff, set string }{{"mode", string(d.Mode), string(e.Mode)}, {"image", d.Image, e.Image},
 		{"kubernetes", d.KubernetesVersion, e.KubernetesVersion}} {
 		if f.eff != "" && f.set == "" {
 			out = append(out, f.name)

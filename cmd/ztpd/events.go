@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ztpd/ztpd/api/client"
 )
 
 func init() { register(newEventsCmd) }
@@ -23,21 +25,20 @@ func init() { register(newEventsCmd) }
 // eventView is an event as the REST API answers it, with its cluster's
 // name beside the ID.
 type eventView struct {
-	Seq         uint64            `json:"seq"`
-	Time        time.Time         `json:"time"`
-	Type        string            `json:"type"`
-	Device      string            `json:"device,omitempty"`
-	Cluster     string            `json:"cluster,omitempty"`
-	ClusterName string            `json:"cluster_name,omitempty"`
-	Message     string            `json:"message,omitempty"`
-	Fields      map[string]string `json:"fields,omitempty"`
+	client.Event
+	ClusterName string `json:"cluster_name,omitempty"`
 }
 
-// eventsPage is a page of /api/v1/events.
-type eventsPage struct {
-	Items      []eventView `json:"items"`
-	NextCursor string      `json:"next_cursor"`
-	LastSeq    *uint64     `json:"last_seq"`
+// eventViews are events to print, their clusters' names still unset.
+func eventViews(items []client.Event) []eventView {
+	if items == nil {
+		return nil
+	}
+	out := make([]eventView, len(items))
+	for i, e := range items {
+		out[i] = eventView{Event: e}
+	}
+	return out
 }
 
 // eventsFollowEvery is how often --follow asks for new events.
@@ -105,14 +106,14 @@ for them): see "ztpd device list --state refused".`,
 			first := url.Values{}
 			maps.Copy(first, q)
 			first.Set("tail", strconv.Itoa(limit))
-			var p eventsPage
-			if err := c.rest("GET", "/api/v1/events", first, nil, &p); err != nil {
+			var p client.EventsPage
+			if err := c.REST("GET", "/api/v1/events", first, nil, &p); err != nil {
 				return err
 			}
 			if !follow {
-				return out.all(p.Items)
+				return out.all(eventViews(p.Items))
 			}
-			if err := out.write(p.Items); err != nil {
+			if err := out.write(eventViews(p.Items)); err != nil {
 				return err
 			}
 			if p.LastSeq == nil {
@@ -155,8 +156,8 @@ func eventsFollow(c *apiClient, q url.Values, seq uint64, out *eventsOut, stop <
 		pq.Set("since", strconv.FormatUint(seq, 10))
 		pq.Set("limit", "1000")
 		for {
-			var p eventsPage
-			if err := c.rest("GET", "/api/v1/events", pq, nil, &p); err != nil {
+			var p client.EventsPage
+			if err := c.REST("GET", "/api/v1/events", pq, nil, &p); err != nil {
 				var ue *url.Error
 				if !errors.As(err, &ue) {
 					return err // an answer: not a connection lost
@@ -171,7 +172,7 @@ func eventsFollow(c *apiClient, q url.Values, seq uint64, out *eventsOut, stop <
 				lost = false
 				fmt.Fprintln(os.Stderr, "ztpd: reconnected")
 			}
-			if err := out.write(p.Items); err != nil {
+			if err := out.write(eventViews(p.Items)); err != nil {
 				return err
 			}
 			if p.NextCursor != "" {

@@ -16,26 +16,13 @@ import (
 	"golang.org/x/term"
 
 	"github.com/ztpd/ztpd/api"
+	"github.com/ztpd/ztpd/api/client"
 )
 
 // Kubernetes version management: "ztpd kube-version". ztpd's own build
 // version is "ztpd version" (version.go).
 
 func init() { register(newKubeVersionCmd) }
-
-// csVersion is the CloudStack kubernetessupportedversion object.
-type csVersion struct {
-	ID              string `json:"id"`
-	Name            string `json:"name"`
-	SemanticVersion string `json:"semanticversion"`
-	ISOName         string `json:"isoname"`
-	ISOURL          string `json:"isourl"`
-	State           string `json:"state"`
-	MinCPU          int    `json:"mincpunumber"`
-	MinMemory       int    `json:"minmemory"`
-	SupportsHA      bool   `json:"supportsha"`
-	Created         string `json:"created"`
-}
 
 func newKubeVersionCmd(opts *rootOptions) *cobra.Command {
 	f := &apiFlags{}
@@ -62,8 +49,8 @@ API (/client/api). For ztpd's own build version, see "ztpd version".`,
 
 // versionID resolves a Kubernetes version name, semantic version or ID.
 func versionID(c *apiClient, ref string) (string, error) {
-	var list []csVersion
-	if err := c.list("listKubernetesSupportedVersions", "kubernetessupportedversion", nil, &list); err != nil {
+	var list []client.CSVersion
+	if err := c.CSList("listKubernetesSupportedVersions", "kubernetessupportedversion", nil, &list); err != nil {
 		return "", err
 	}
 	for _, v := range list {
@@ -136,11 +123,11 @@ elsewhere.`,
 			if minMem > 0 {
 				p.Set("minmemory", strconv.Itoa(minMem))
 			}
-			inner, err := c.cs("addKubernetesSupportedVersion", p)
+			inner, err := c.CS("addKubernetesSupportedVersion", p)
 			if err != nil {
 				return err
 			}
-			var v csVersion
+			var v client.CSVersion
 			if err := json.Unmarshal(inner["kubernetessupportedversion"], &v); err != nil {
 				return err
 			}
@@ -204,14 +191,14 @@ func addVersionFromISO(opts *rootOptions, iso, semver, name, sha string, minCPU,
 	})
 }
 
-func printVersion(opts *rootOptions, v csVersion) error {
+func printVersion(opts *rootOptions, v client.CSVersion) error {
 	return printResult(opts, os.Stdout, v, func(tw *tabwriter.Writer) {
 		row(tw, "name", v.Name)
 		row(tw, "id", v.ID)
 		row(tw, "semver", v.SemanticVersion)
 		row(tw, "state", v.State)
 		row(tw, "url", dash(v.ISOURL))
-		row(tw, "min cpu / memory", fmt.Sprintf("%d / %s", v.MinCPU, humanBytes(int64(v.MinMemory)<<20)))
+		row(tw, "min cpu / memory", fmt.Sprintf("%d / %s", v.MinCPUNumber, humanBytes(int64(v.MinMemory)<<20)))
 		row(tw, "supports HA", v.SupportsHA)
 	})
 }
@@ -227,17 +214,17 @@ func newVersionListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var list []csVersion
-			if err := c.list("listKubernetesSupportedVersions", "kubernetessupportedversion", nil, &list); err != nil {
+			var list []client.CSVersion
+			if err := c.CSList("listKubernetesSupportedVersions", "kubernetessupportedversion", nil, &list); err != nil {
 				return err
 			}
 			if list == nil {
-				list = []csVersion{}
+				list = []client.CSVersion{}
 			}
 			return printResult(opts, os.Stdout, list, func(tw *tabwriter.Writer) {
 				row(tw, "NAME", "SEMVER", "STATE", "HA", "MIN CPU", "MIN MEM", "URL", "ID")
 				for _, v := range list {
-					row(tw, v.Name, v.SemanticVersion, v.State, v.SupportsHA, v.MinCPU, humanBytes(int64(v.MinMemory)<<20), dash(v.ISOURL), v.ID)
+					row(tw, v.Name, v.SemanticVersion, v.State, v.SupportsHA, v.MinCPUNumber, humanBytes(int64(v.MinMemory)<<20), dash(v.ISOURL), v.ID)
 				}
 			})
 		},
@@ -259,11 +246,11 @@ func newVersionStateCmd(opts *rootOptions, f *apiFlags, op string) *cobra.Comman
 			if err != nil {
 				return err
 			}
-			inner, err := c.cs("updateKubernetesSupportedVersion", url.Values{"id": {id}, "state": {state}})
+			inner, err := c.CS("updateKubernetesSupportedVersion", url.Values{"id": {id}, "state": {state}})
 			if err != nil {
 				return err
 			}
-			var v csVersion
+			var v client.CSVersion
 			if err := json.Unmarshal(inner["kubernetessupportedversion"], &v); err != nil {
 				return err
 			}

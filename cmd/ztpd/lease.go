@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/api/client"
 )
 
 func init() { register(newLeaseCmd) }
@@ -33,7 +33,7 @@ func newLeaseCmd(opts *rootOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			leases, err := restAll[core.Lease](c, "/api/v1/leases", url.Values{"state": {state}, "subnet": {subnet}, "mac": {mac}}, limit)
+			leases, err := client.All[client.Lease](c.Client, "/api/v1/leases", url.Values{"state": {state}, "subnet": {subnet}, "mac": {mac}}, limit)
 			if err != nil {
 				return err
 			}

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
@@ -19,8 +20,8 @@ type visNames map[string]string
 // visClusterNames lists the clusters the caller may see, once. When that
 // fails (a key that may not list clusters), tables fall back to IDs.
 func visClusterNames(c *apiClient) visNames {
-	var list []csCluster
-	if err := c.list("listKubernetesClusters", "kubernetescluster", url.Values{"listall": {"true"}}, &list); err != nil {
+	var list []client.CSCluster
+	if err := c.CSList("listKubernetesClusters", "kubernetescluster", url.Values{"listall": {"true"}}, &list); err != nil {
 		return visNames{}
 	}
 	n := make(visNames, len(list))
@@ -57,8 +58,8 @@ func visDeviceRef(c *apiClient, ref string) (string, error) {
 	if mac, err := core.NormalizeMAC(ref); err == nil {
 		return mac, nil
 	}
-	var d core.Device
-	if err := c.rest("GET", "/api/v1/devices/"+url.PathEscape(ref), nil, nil, &d); err != nil {
+	var d client.Device
+	if err := c.REST("GET", "/api/v1/devices/"+url.PathEscape(ref), nil, nil, &d); err != nil {
 		return "", fmt.Errorf("--device %s: not a MAC address, and %w", ref, err)
 	}
 	return d.ID, nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
@@ -23,43 +24,12 @@ func init() { register(newRolloutCmd) }
 // rolloutView is a rollout as the API answers it, with its cluster's name
 // beside the ID for -o json.
 type rolloutView struct {
-	ID                    string            `json:"id"`
-	Cluster               string            `json:"cluster,omitempty"`
-	ClusterName           string            `json:"cluster_name,omitempty"`
-	Kind                  string            `json:"kind"`
-	State                 string            `json:"state"`
-	Reason                string            `json:"reason,omitempty"`
-	Target                string            `json:"target,omitempty"`
-	TargetID              string            `json:"target_id,omitempty"`
-	Mode                  string            `json:"mode,omitempty"`
-	MaxUnavailable        int               `json:"max_unavailable"`
-	DrainTimeout          string            `json:"drain_timeout"`
-	StepTimeout           string            `json:"step_timeout"`
-	Hooks                 map[string]string `json:"hooks"`
-	ContinueOnHookFailure bool              `json:"continue_on_hook_failure"`
-	Job                   string            `json:"job,omitempty"`
-	CreatedBy             string            `json:"created_by,omitempty"`
-	Created               time.Time         `json:"created"`
-	UpdatedAt             time.Time         `json:"updated_at"`
-	Finished              time.Time         `json:"finished,omitzero"`
-	Nodes                 []rolloutNodeView `json:"nodes"`
-	Counts                map[string]int    `json:"counts"`
+	client.Rollout
+	ClusterName string `json:"cluster_name,omitempty"`
 }
 
-type rolloutNodeView struct {
-	Device    string    `json:"device"`
-	NodeName  string    `json:"node_name,omitempty"`
-	Role      string    `json:"role,omitempty"`
-	Phase     string    `json:"phase"`
-	Reason    string    `json:"reason,omitempty"`
-	Operation string    `json:"operation,omitempty"`
-	Cordoned  bool      `json:"cordoned"`
-	Started   time.Time `json:"started,omitzero"`
-	Finished  time.Time `json:"finished,omitzero"`
-}
-
-// name is how tables name the node: its Node, else its device.
-func (n rolloutNodeView) name() string {
+// nodeName is how tables name the node: its Node, else its device.
+func nodeName(n client.RolloutNode) string {
 	if n.NodeName != "" {
 		return n.NodeName
 	}
@@ -130,7 +100,7 @@ func newRolloutListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			list, err := restAll[rolloutView](c, "/api/v1/rollouts", url.Values{"cluster": {clusterID}, "state": {state}}, limit)
+			list, err := client.All[rolloutView](c.Client, "/api/v1/rollouts", url.Values{"cluster": {clusterID}, "state": {state}}, limit)
 			if err != nil {
 				return err
 			}
@@ -166,7 +136,7 @@ func newRolloutShowCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 				return err
 			}
 			var r rolloutView
-			if err := c.rest("GET", rolloutPath(args[0]), nil, nil, &r); err != nil {
+			if err := c.REST("GET", rolloutPath(args[0]), nil, nil, &r); err != nil {
 				return err
 			}
 			return printRollout(opts, c, r)
@@ -186,15 +156,15 @@ func printRollout(opts *rootOptions, c *apiClient, r rolloutView) error {
 			cluster = r.ClusterName + " (" + r.Cluster + ")"
 		}
 		row(tw, "cluster", dash(cluster))
-		kind := r.Kind
+		kind := string(r.Kind)
 		if r.Mode != "" {
-			kind += " (devices stay " + r.Mode + ")"
+			kind += " (devices stay " + string(r.Mode) + ")"
 		}
 		row(tw, "kind", kind)
 		if r.Target != "" {
 			row(tw, "target", r.Target)
 		}
-		state := r.State
+		state := string(r.State)
 		if r.Reason != "" {
 			state += ": " + r.Reason
 		}
@@ -217,7 +187,7 @@ func printRollout(opts *rootOptions, c *apiClient, r rolloutView) error {
 		fmt.Fprintln(tw)
 		row(tw, "NODE", "DEVICE", "ROLE", "PHASE", "STARTED", "FINISHED", "REASON")
 		for _, n := range r.Nodes {
-			row(tw, n.name(), n.Device, dash(n.Role), n.Phase, clock(n.Started), clock(n.Finished), dash(n.Reason))
+			row(tw, nodeName(n), n.Device, dash(n.Role), n.Phase, clock(n.Started), clock(n.Finished), dash(n.Reason))
 		}
 	})
 }
@@ -262,37 +232,28 @@ the end like "ztpd rollout watch".`,
 			if err != nil {
 				return err
 			}
-			body := map[string]any{"kind": kind}
+			// Only what was given: the server defaults the rest.
+			body := client.RolloutStart{Kind: kind, Cluster: cluster, Target: target, Mode: mode,
+				Hooks: hookMap, ContinueOnHookFailure: continueOnHook}
 			fl := cmd.Flags()
-			for flag, v := range map[string]string{"cluster": cluster, "target": target, "mode": mode} {
-				if fl.Changed(flag) {
-					body[flag] = v
-				}
-			}
 			if len(devices) > 0 {
-				body["devices"] = devices
+				body.Devices = devices
 			}
 			if len(selector) > 0 {
 				sel, err := keyValues("--selector", "LABEL=VALUE", selector)
 				if err != nil {
 					return err
 				}
-				body["selector"] = sel
+				body.Selector = sel
 			}
 			if fl.Changed("max-unavailable") {
-				body["max_unavailable"] = maxUnavailable
+				body.MaxUnavailable = maxUnavailable
 			}
 			if fl.Changed("drain-timeout") {
-				body["drain_timeout"] = drain.String()
+				body.DrainTimeout = drain.String()
 			}
 			if fl.Changed("step-timeout") {
-				body["step_timeout"] = step.String()
-			}
-			if hookMap != nil {
-				body["hooks"] = hookMap
-			}
-			if continueOnHook {
-				body["continue_on_hook_failure"] = true
+				body.StepTimeout = step.String()
 			}
 			c, err := newAPIClient(opts, f)
 			if err != nil {
@@ -302,7 +263,7 @@ the end like "ztpd rollout watch".`,
 				return err
 			}
 			var r rolloutView
-			if err := c.rest("POST", "/api/v1/rollouts", nil, body, &r); err != nil {
+			if err := c.REST("POST", "/api/v1/rollouts", nil, body, &r); err != nil {
 				return err
 			}
 			if watch {
@@ -355,7 +316,7 @@ func newRolloutControlCmd(opts *rootOptions, f *apiFlags, op string) *cobra.Comm
 				return err
 			}
 			var r rolloutView
-			if err := c.rest("POST", rolloutPath(args[0])+"/"+op, nil, map[string]string{}, &r); err != nil {
+			if err := c.REST("POST", rolloutPath(args[0])+"/"+op, nil, map[string]string{}, &r); err != nil {
 				return err
 			}
 			return printRollout(opts, c, r)
@@ -453,7 +414,7 @@ func watchRollout(ctx context.Context, opts *rootOptions, c *apiClient, id strin
 	state := ""
 	for {
 		var r rolloutView
-		if err := c.rest("GET", rolloutPath(id), nil, nil, &r); err != nil {
+		if err := c.REST("GET", rolloutPath(id), nil, nil, &r); err != nil {
 			return err
 		}
 		now := time.Now()
@@ -463,9 +424,9 @@ func watchRollout(ctx context.Context, opts *rootOptions, c *apiClient, id strin
 				emit(rolloutChange{Time: now, Rollout: r.ID, Device: n.Device, NodeName: n.NodeName, Role: n.Role, Phase: n.Phase, Reason: n.Reason})
 			}
 		}
-		if r.State != state {
-			state = r.State
-			emit(rolloutChange{Time: now, Rollout: r.ID, State: r.State, Reason: r.Reason, Counts: r.Counts})
+		if string(r.State) != state {
+			state = string(r.State)
+			emit(rolloutChange{Time: now, Rollout: r.ID, State: string(r.State), Reason: r.Reason, Counts: r.Counts})
 			if opts.output != "json" {
 				fmt.Fprintf(w, "          progress %s\n", r.progress())
 			}

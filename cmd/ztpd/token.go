@@ -7,22 +7,16 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ztpd/ztpd/api/client"
 )
 
 func init() { register(newTokenCmd) }
 
-// tokenInfo is a join token as the REST API shows it (never its secret).
+// tokenInfo is a join token as the REST API shows it (never its secret),
+// with its cluster's name beside the ID.
 type tokenInfo struct {
-	ID          string    `json:"id"`
-	Kind        string    `json:"kind"`
-	Cluster     string    `json:"cluster,omitempty"`
-	Device      string    `json:"device,omitempty"`
-	Description string    `json:"description,omitempty"`
-	Expires     time.Time `json:"expires,omitzero"`
-	UsedAt      time.Time `json:"used_at,omitzero"`
-	Revoked     bool      `json:"revoked"`
-	Created     time.Time `json:"created"`
-	// ClusterName is the CLI's: the cluster's name beside its ID.
+	client.Token
 	ClusterName string `json:"cluster_name,omitempty"`
 }
 
@@ -59,7 +53,7 @@ func newTokenListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			list, err := restAll[tokenInfo](c, "/api/v1/tokens", url.Values{"cluster": {clusterID}, "kind": {kind}, "revoked": {revoked}}, 0)
+			list, err := client.All[tokenInfo](c.Client, "/api/v1/tokens", url.Values{"cluster": {clusterID}, "kind": {kind}, "revoked": {revoked}}, 0)
 			if err != nil {
 				return err
 			}
@@ -113,7 +107,7 @@ func newTokenRevokeCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 				q.Set("kind", kind)
 			}
 			var t tokenInfo
-			if err := c.rest("POST", "/api/v1/tokens/"+url.PathEscape(args[0])+"/revoke", q, nil, &t); err != nil {
+			if err := c.REST("POST", "/api/v1/tokens/"+url.PathEscape(args[0])+"/revoke", q, nil, &t); err != nil {
 				return err
 			}
 			return printResult(opts, os.Stdout, t, func(tw *tabwriter.Writer) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ztpd/ztpd/api"
 	"github.com/ztpd/ztpd/api/auth"
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
@@ -94,10 +95,10 @@ func (r runnerFunc) Run(ctx context.Context) error { return r.run(ctx) }
 // dhcpPools is the DHCP server's pool use as the API shows it.
 type dhcpPools struct{ srv *dhcp.Server }
 
-func (p dhcpPools) Pools() []api.PoolUse {
-	var out []api.PoolUse
+func (p dhcpPools) Pools() []client.PoolUse {
+	var out []client.PoolUse
 	for _, u := range p.srv.Pools() {
-		out = append(out, api.PoolUse{Name: u.Name, Subnet: u.Prefix, RangeStart: u.RangeStart, RangeEnd: u.RangeEnd,
+		out = append(out, client.PoolUse{Name: u.Name, Subnet: u.Prefix, RangeStart: u.RangeStart, RangeEnd: u.RangeEnd,
 			Size: u.Size, Used: u.Used, Reserved: u.Reserved, Free: u.Free})
 	}
 	return out

@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -17,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ztpd/ztpd/api/signing"
+	"github.com/ztpd/ztpd/api/client"
 	ztpdconfig "github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/testenv/hermetic"
 	"github.com/ztpd/ztpd/testenv/netns"
@@ -258,47 +257,17 @@ func (a *Appliance) csOnce(ctx context.Context, command string, params url.Value
 	for k, v := range params {
 		q[k] = v
 	}
-	q.Set("command", command)
-	q.Set("response", "json")
-	u := a.APIBase + "/client/api?" + signing.SignQuery(q, a.key, a.secret, time.Now().Add(5*time.Minute))
-	req, _ := http.NewRequestWithContext(ctx, "GET", u, nil)
-	resp, err := a.api.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	var env map[string]map[string]json.RawMessage
-	if err := json.Unmarshal(body, &env); err != nil {
-		return nil, fmt.Errorf("%s: HTTP %d: %s", command, resp.StatusCode, body)
-	}
-	for _, inner := range env {
-		if resp.StatusCode != 200 {
-			return nil, fmt.Errorf("%s: HTTP %d: %s", command, resp.StatusCode, inner["errortext"])
-		}
-		return inner, nil
-	}
-	return nil, fmt.Errorf("%s: empty envelope", command)
+	return a.APIClient().CSContext(ctx, command, q)
+}
+
+// APIClient is a client of the appliance's API signing with the lab's key.
+func (a *Appliance) APIClient() *client.Client {
+	return client.New(a.APIBase, a.key, a.secret, a.api)
 }
 
 // REST does a signed GET on /api/v1 and decodes the answer into out.
 func (a *Appliance) REST(ctx context.Context, path string, query url.Values, out any) error {
-	u := a.APIBase + path
-	if len(query) > 0 {
-		u += "?" + query.Encode()
-	}
-	req, _ := http.NewRequestWithContext(ctx, "GET", u, nil)
-	req.Header.Set("Authorization", signing.RESTAuthorization("GET", path, query, nil, a.key, a.secret, time.Now().Add(5*time.Minute)))
-	resp, err := a.api.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		return fmt.Errorf("GET %s: HTTP %d: %s", path, resp.StatusCode, body)
-	}
-	return json.Unmarshal(body, out)
+	return a.APIClient().RESTContext(ctx, "GET", path, query, nil, out)
 }
 
 // APICLI runs a ztpd CLI command that talks to the API (token, cluster,

@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/ztpd/ztpd/api/signing"
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
@@ -124,8 +124,9 @@ func main() {
 	// Signatures may lie at most api.max_signature_lifetime (20 minutes by
 	// default) ahead; the benchmark's reads reuse these for its whole run.
 	far := time.Now().Add(15 * time.Minute)
-	q := signing.SignQuery(url.Values{"command": {"listKubernetesClusters"}, "response": {"json"}}, info.APIKey, []byte(secret), far)
+	signer := client.New("", info.APIKey, []byte(secret), nil)
+	q := signer.SignCS(url.Values{"command": {"listKubernetesClusters"}, "response": {"json"}}, far)
 	dq := url.Values{"limit": {fmt.Sprint(*limit)}}
-	auth := signing.RESTAuthorization("GET", "/api/v1/devices", dq, nil, info.APIKey, []byte(secret), far)
+	auth := signer.RESTAuthorization("GET", "/api/v1/devices", dq, nil, far)
 	fmt.Printf("CS_QUERY='%s'\nDEVICES_QUERY='%s'\nREST_AUTH='%s'\n", q, dq.Encode(), auth)
 }

@@ -67,7 +67,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
-	"github.com/ztpd/ztpd/api/signing"
+	apiclient "github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/joiner/bundle"
 	"github.com/ztpd/ztpd/testenv/controlplane"
 	"github.com/ztpd/ztpd/testenv/fleet"
@@ -785,30 +785,20 @@ func mustRead(p string) []byte {
 	return b
 }
 
-// clusterView is the part of GET /api/v1/clusters/{id} the bench reads.
-type clusterView struct {
-	State   string `json:"state"`
-	Members []struct {
-		Role     string `json:"role"`
-		State    string `json:"state"`
-		NodeName string `json:"node_name"`
-	} `json:"members"`
-}
-
-func (c *client) cluster(ctx context.Context) (clusterView, error) {
+func (c *client) cluster(ctx context.Context) (apiclient.Cluster, error) {
 	cl, _, err := c.clusterSized(ctx)
 	return cl, err
 }
 
 // clusterSized is cluster with the size of the answer.
-func (c *client) clusterSized(ctx context.Context) (clusterView, int, error) {
-	var cl clusterView
+func (c *client) clusterSized(ctx context.Context) (apiclient.Cluster, int, error) {
+	var cl apiclient.Cluster
 	path := "/api/v1/clusters/" + c.o.clusterID
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.o.apiBase+path, nil)
 	if err != nil {
 		return cl, 0, err
 	}
-	req.Header.Set("Authorization", signing.RESTAuthorization(http.MethodGet, path, nil, nil, c.key, c.secret, time.Now().Add(5*time.Minute)))
+	apiclient.New(c.o.apiBase, c.key, c.secret, c.api).SignREST(req, nil)
 	resp, err := c.api.Do(req)
 	if err != nil {
 		return cl, 0, err

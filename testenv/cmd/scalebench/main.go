@@ -58,7 +58,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ztpd/ztpd/api/signing"
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/store/boltstore"
 	"github.com/ztpd/ztpd/testenv/fleet"
@@ -845,7 +845,12 @@ func (b *bench) get(ctx context.Context, path string, q url.Values) ([]byte, int
 func (b *bench) restAuth(path string, q url.Values) string {
 	// Signatures may lie at most api.max_signature_lifetime (20 minutes by
 	// default) ahead; wrk repeats one for its whole run.
-	return signing.RESTAuthorization("GET", path, q, nil, b.key, b.secret, time.Now().Add(15*time.Minute))
+	return b.signer().RESTAuthorization("GET", path, q, nil, time.Now().Add(15*time.Minute))
+}
+
+// signer is a client of the appliance's API with the bench key.
+func (b *bench) signer() *client.Client {
+	return client.New(b.app.APIBase, b.key, b.secret, b.apiClient())
 }
 
 // apiClient reaches the API listener from the root namespace, trusting
@@ -881,8 +886,8 @@ func (b *bench) measureAPI(ctx context.Context, res *sizeResult) error {
 		return fmt.Errorf("taskset: %v %s", err, out)
 	}
 	mac := fleet.MAC(b.n / 2).String()
-	cs := b.app.APIBase + "/client/api?" + signing.SignQuery(url.Values{"command": {"listKubernetesClusters"}, "response": {"json"}},
-		b.key, b.secret, time.Now().Add(15*time.Minute))
+	cs := b.app.APIBase + "/client/api?" + b.signer().SignCS(url.Values{"command": {"listKubernetesClusters"}, "response": {"json"}},
+		time.Now().Add(15*time.Minute))
 	dq := url.Values{"state": {"join-issued"}, "limit": {"100"}}
 	eq := url.Values{"device": {mac}}
 	type query struct {

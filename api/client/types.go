@@ -1,0 +1,632 @@
+package client
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// The REST API's views (/api/v1) and the CloudStack API's objects
+// (/client/api): the JSON the server answers and the CLI decodes, declared
+// once. The server builds them from domain values; a field added here
+// appears on both sides.
+
+// ErrorBody is the REST API's error answer.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail says what went wrong: a stable code, a message, and the
+// request ID the server logged it under.
+type ErrorDetail struct {
+	Code      string `json:"code"`
+	Message   string `json:"message"`
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// CSErrorBody is a CloudStack error answer (inside the command's envelope,
+// or a failed job's jobresult).
+type CSErrorBody struct {
+	ErrorCode   int    `json:"errorcode"`
+	CSErrorCode int    `json:"cserrorcode"`
+	ErrorText   string `json:"errortext"`
+}
+
+// VersionRef names a cluster's Kubernetes version.
+type VersionRef struct {
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	SemVer string `json:"semver"`
+}
+
+// Member is a device in a cluster as the REST API shows it.
+type Member struct {
+	Device   string           `json:"device"`
+	Role     string           `json:"role"`
+	State    core.DeviceState `json:"state"`
+	Version  string           `json:"version,omitempty"`
+	IP       string           `json:"ip,omitempty"`
+	Hostname string           `json:"hostname,omitempty"`
+	// NodeName is the Node ztpd matches this member by; Node is that Node
+	// as the cluster last showed it; Reported is the device's own word.
+	NodeName string                `json:"node_name,omitempty"`
+	Node     *core.NodeObservation `json:"node,omitempty"`
+	Reported string                `json:"reported,omitempty"`
+}
+
+// Cluster is a cluster as the REST API shows it (openapi.json Cluster).
+type Cluster struct {
+	ID           string            `json:"id"`
+	Name         string            `json:"name"`
+	Description  string            `json:"description"`
+	Account      string            `json:"account"`
+	State        core.ClusterState `json:"state"`
+	Version      VersionRef        `json:"version"`
+	Size         int               `json:"size"`
+	ControlNodes int               `json:"control_nodes"`
+	OfferingID   string            `json:"offering_id"`
+	OfferingName string            `json:"offering_name"`
+	CPU          int               `json:"cpu"`
+	MemoryMB     int               `json:"memory_mb"`
+	Endpoint     string            `json:"endpoint"`
+	JoinMethod   string            `json:"join_method"`
+	Keypair      string            `json:"keypair,omitempty"`
+	NetworkID    string            `json:"network_id,omitempty"`
+	ExternalLBIP string            `json:"external_lb_ip,omitempty"`
+	Members      []Member          `json:"members"`
+	// Observed is the cluster as ztpd's watch of its API server last saw
+	// it (absent until ztpd first tried); Waiting says what a Starting
+	// cluster waits for.
+	Observed  *core.ClusterObservation `json:"observed,omitempty"`
+	Waiting   string                   `json:"waiting,omitempty"`
+	Created   time.Time                `json:"created"`
+	UpdatedAt time.Time                `json:"updated_at"`
+}
+
+// Job is an asynchronous job as the REST API shows it (openapi.json Job).
+type Job struct {
+	ID           string       `json:"id"`
+	Command      string       `json:"command"`
+	Status       string       `json:"status"`
+	InstanceType string       `json:"instance_type"`
+	InstanceID   string       `json:"instance_id"`
+	Error        *ErrorDetail `json:"error,omitempty"`
+	Cluster      *Cluster     `json:"cluster,omitempty"`
+	// Abandoned names the members a forced delete left on their nodes.
+	Abandoned []AbandonedNode `json:"abandoned,omitempty"`
+	Created   time.Time       `json:"created"`
+	Completed *time.Time      `json:"completed,omitempty"`
+}
+
+// AbandonedNode is a member a forced delete could not take out of its
+// cluster (openapi.json AbandonedNode).
+type AbandonedNode struct {
+	Device string `json:"device"`
+	Node   string `json:"node,omitempty"`
+	Reason string `json:"reason"`
+}
+
+// Device is a device as the REST API shows it (openapi.json Device).
+type Device struct {
+	ID          string            `json:"id"`
+	Kind        core.DeviceKind   `json:"kind"`
+	MAC         string            `json:"mac"`
+	Serial      string            `json:"serial,omitempty"`
+	Product     string            `json:"product,omitempty"`
+	Platform    string            `json:"platform,omitempty"`
+	Hostname    string            `json:"hostname,omitempty"`
+	ClientID    string            `json:"client_id,omitempty"`
+	VendorClass string            `json:"vendor_class,omitempty"`
+	SONiCVer    string            `json:"sonic_version,omitempty"`
+	IP          string            `json:"ip,omitempty"`
+	Subnet      string            `json:"subnet,omitempty"`
+	RelayAddr   string            `json:"relay_addr,omitempty"`
+	CircuitID   string            `json:"circuit_id,omitempty"`
+	RemoteID    string            `json:"remote_id,omitempty"`
+	BaseMAC     string            `json:"base_mac,omitempty"`
+	FixedIP     string            `json:"fixed_ip,omitempty"`
+	State       core.DeviceState  `json:"state"`
+	Approved    bool              `json:"approved,omitempty"`
+	Cluster     string            `json:"cluster,omitempty"`
+	Role        string            `json:"role,omitempty"`
+	Profile     string            `json:"profile,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Refusal     Refusal           `json:"refusal,omitzero"`
+	// SerialConflict: other devices stated this device's serial (or it
+	// stated theirs); the serial resolves to no device until resolved.
+	SerialConflict *SerialConflict `json:"serial_conflict,omitempty"`
+	FirstSeen      time.Time       `json:"first_seen"`
+	LastSeen       time.Time       `json:"last_seen"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+}
+
+// Refusal is why a device's last ZTP request got no content
+// (openapi.json DeviceRefusal).
+type Refusal struct {
+	What   string    `json:"what"`
+	Kind   string    `json:"kind"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
+
+// Refused reports whether the device's last request was refused.
+func (r Refusal) Refused() bool { return r.Kind != "" || r.Reason != "" }
+
+// SerialConflict is a serial several devices stated (openapi.json
+// SerialConflict).
+type SerialConflict struct {
+	Serial string   `json:"serial"`
+	With   []string `json:"with"`
+}
+
+// Lease is a lease as the REST API shows it (openapi.json Lease).
+type Lease struct {
+	IP        string          `json:"ip"`
+	MAC       string          `json:"mac"`
+	ClientID  string          `json:"client_id,omitempty"`
+	Hostname  string          `json:"hostname,omitempty"`
+	Subnet    string          `json:"subnet"`
+	State     core.LeaseState `json:"state"`
+	Start     time.Time       `json:"start"`
+	Expiry    time.Time       `json:"expiry"`
+	Reserved  bool            `json:"reserved,omitempty"`
+	UpdatedAt time.Time       `json:"updated_at"`
+}
+
+// Event is an event as the REST API shows it (openapi.json Event).
+type Event struct {
+	Seq     uint64            `json:"seq"`
+	Time    time.Time         `json:"time"`
+	Type    string            `json:"type"`
+	Device  string            `json:"device,omitempty"`
+	Cluster string            `json:"cluster,omitempty"`
+	Message string            `json:"message,omitempty"`
+	Fields  map[string]string `json:"fields,omitempty"`
+}
+
+// Image is an artifact of the image store as the REST API shows it
+// (openapi.json Image).
+type Image struct {
+	SHA256   string    `json:"sha256"`
+	Name     string    `json:"name"`
+	Kind     string    `json:"kind"`
+	Platform string    `json:"platform,omitempty"`
+	Version  string    `json:"version,omitempty"`
+	Size     int64     `json:"size"`
+	Created  time.Time `json:"created"`
+}
+
+// Token is a token without its secret hash (openapi.json Token).
+type Token struct {
+	ID          string    `json:"id"`
+	Kind        string    `json:"kind"`
+	Cluster     string    `json:"cluster,omitempty"`
+	Device      string    `json:"device,omitempty"`
+	Usages      []string  `json:"usages,omitempty"`
+	Description string    `json:"description,omitempty"`
+	Expires     time.Time `json:"expires,omitzero"`
+	UsedAt      time.Time `json:"used_at,omitzero"`
+	Revoked     bool      `json:"revoked"`
+	Created     time.Time `json:"created"`
+}
+
+// Version is a Kubernetes version as the REST API shows it
+// (openapi.json Version).
+type Version struct {
+	ID          string    `json:"id"`
+	Name        string    `json:"name"`
+	SemVer      string    `json:"semver"`
+	ImageID     string    `json:"image_id,omitempty"`
+	ISOName     string    `json:"iso_name,omitempty"`
+	ISOURL      string    `json:"iso_url,omitempty"`
+	Checksum    string    `json:"checksum,omitempty"`
+	ZoneID      string    `json:"zone_id,omitempty"`
+	State       string    `json:"state"`
+	MinCPU      int       `json:"min_cpu"`
+	MinMemoryMB int       `json:"min_memory_mb"`
+	Created     time.Time `json:"created"`
+	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+// Offering is a service offering (openapi.json Offering); its field
+// names are CloudStack's.
+type Offering struct {
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	DisplayText string `json:"displaytext"`
+	CPU         int    `json:"cpunumber"`
+	MemoryMB    int    `json:"memory"`
+	CPUSpeedMHz int    `json:"cpuspeed"`
+}
+
+// Refusals is the answer of /api/v1/refusals (openapi.json RefusalList).
+type Refusals struct {
+	// Since is when the server began recording them (its start); absent
+	// when nothing records them (no server runs on this data directory).
+	Since time.Time        `json:"since,omitzero"`
+	Items []AddressRefusal `json:"items"`
+}
+
+// AddressRefusal is what was refused to an address without a lease.
+type AddressRefusal struct {
+	Addr      string    `json:"addr"`
+	What      string    `json:"what"`
+	Kind      string    `json:"kind"`
+	Reason    string    `json:"reason"`
+	Transport string    `json:"transport"`
+	Count     int       `json:"count"`
+	First     time.Time `json:"first"`
+	Last      time.Time `json:"last"`
+}
+
+// Desired is a device's desired state as the REST API shows it
+// (openapi.json DesiredState).
+type Desired struct {
+	Device            string            `json:"device"`
+	Mode              core.DeviceMode   `json:"mode,omitempty"`
+	Cluster           string            `json:"cluster,omitempty"`
+	Role              string            `json:"role,omitempty"`
+	Image             string            `json:"image,omitempty"`
+	KubernetesVersion string            `json:"kubernetes_version,omitempty"`
+	Labels            map[string]string `json:"labels"`
+	Hooks             map[string]string `json:"hooks"`
+	Generation        uint64            `json:"generation"`
+	UpdatedAt         time.Time         `json:"updated_at,omitzero"`
+	UpdatedBy         string            `json:"updated_by,omitempty"`
+	Operation         *Operation        `json:"operation,omitempty"`
+	Agent             *Agent            `json:"agent,omitempty"`
+	// Profile names the profile whose desired: block gives the device
+	// defaults; Explicit is then what was set on the device itself (what
+	// PUT changes), which wins over them. The fields above are the two
+	// overlaid.
+	Profile  string      `json:"profile,omitempty"`
+	Explicit *DesiredSet `json:"explicit,omitempty"`
+}
+
+// DesiredSet is what was set on a device itself, of what a profile
+// may default (openapi.json DesiredState.explicit).
+type DesiredSet struct {
+	Mode              core.DeviceMode   `json:"mode,omitempty"`
+	Image             string            `json:"image,omitempty"`
+	KubernetesVersion string            `json:"kubernetes_version,omitempty"`
+	Labels            map[string]string `json:"labels"`
+	Hooks             map[string]string `json:"hooks"`
+}
+
+// Operation is the work handed to a device's agent (openapi.json
+// AgentOperation).
+type Operation struct {
+	ID       string    `json:"id"`
+	Kind     string    `json:"kind"`
+	Rollout  string    `json:"rollout,omitempty"`
+	State    string    `json:"state"`
+	Reason   string    `json:"reason,omitempty"`
+	Created  time.Time `json:"created"`
+	Finished time.Time `json:"finished,omitzero"`
+	Steps    []Step    `json:"steps"`
+}
+
+// Step is one step of an operation and what the agent said of it
+// (openapi.json AgentStep).
+type Step struct {
+	Name     string            `json:"name"`
+	Action   string            `json:"action"`
+	Args     map[string]string `json:"args,omitempty"`
+	State    string            `json:"state"`
+	ExitCode int               `json:"exit_code"`
+	Output   string            `json:"output,omitempty"`
+	Started  time.Time         `json:"started,omitzero"`
+	Finished time.Time         `json:"finished,omitzero"`
+	Attempts int               `json:"attempts"`
+}
+
+// Agent is a device agent's last contact (openapi.json AgentStatus).
+type Agent struct {
+	LastSeen time.Time `json:"last_seen"`
+	IP       string    `json:"ip,omitempty"`
+	BootID   string    `json:"boot_id,omitempty"`
+	Version  string    `json:"version,omitempty"`
+}
+
+// Rollout is a rollout as the REST API shows it (openapi.json Rollout).
+type Rollout struct {
+	ID                    string            `json:"id"`
+	Cluster               string            `json:"cluster,omitempty"`
+	Kind                  core.RolloutKind  `json:"kind"`
+	State                 core.RolloutState `json:"state"`
+	Reason                string            `json:"reason,omitempty"`
+	Target                string            `json:"target,omitempty"`
+	TargetID              string            `json:"target_id,omitempty"`
+	Mode                  core.DeviceMode   `json:"mode,omitempty"`
+	MaxUnavailable        int               `json:"max_unavailable"`
+	DrainTimeout          string            `json:"drain_timeout"`
+	StepTimeout           string            `json:"step_timeout"`
+	Hooks                 map[string]string `json:"hooks"`
+	Selector              map[string]string `json:"selector,omitempty"`
+	ContinueOnHookFailure bool              `json:"continue_on_hook_failure"`
+	Job                   string            `json:"job,omitempty"`
+	CreatedBy             string            `json:"created_by,omitempty"`
+	Created               time.Time         `json:"created"`
+	UpdatedAt             time.Time         `json:"updated_at"`
+	Finished              time.Time         `json:"finished,omitzero"`
+	Nodes                 []RolloutNode     `json:"nodes"`
+	// Counts is the number of nodes in each phase that has any.
+	Counts map[string]int `json:"counts"`
+}
+
+// RolloutNode is one device's progress through a rollout
+// (openapi.json RolloutNode).
+type RolloutNode struct {
+	Device    string    `json:"device"`
+	NodeName  string    `json:"node_name,omitempty"`
+	Role      string    `json:"role,omitempty"`
+	Phase     string    `json:"phase"`
+	Reason    string    `json:"reason,omitempty"`
+	Operation string    `json:"operation,omitempty"`
+	Cordoned  bool      `json:"cordoned"`
+	Started   time.Time `json:"started,omitzero"`
+	Finished  time.Time `json:"finished,omitzero"`
+}
+
+// CSVM is a cluster member as CloudStack's virtualmachines list shows it.
+type CSVM struct {
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	DisplayName string `json:"displayname"`
+	Hostname    string `json:"hostname,omitempty"`
+	State       string `json:"state"`
+	IPAddress   string `json:"ipaddress,omitempty"`
+	ZoneID      string `json:"zoneid"`
+	ZoneName    string `json:"zonename"`
+	Created     string `json:"created,omitempty"`
+	// ztpd extensions: the membership as the joiner sees it.
+	ZTPDRole  string `json:"ztpdrole"`
+	ZTPDState string `json:"ztpdstate"`
+	// The member's Node as the cluster shows it: name, Ready condition
+	// (True, False, Unknown) and when ztpd saw it change.
+	ZTPDNode      string `json:"ztpdnode,omitempty"`
+	ZTPDNodeReady string `json:"ztpdnodeready,omitempty"`
+	ZTPDNodeSeen  string `json:"ztpdnodeseen,omitempty"`
+}
+
+// CSCluster is CloudStack's kubernetescluster object.
+type CSCluster struct {
+	ID                    string `json:"id"`
+	Name                  string `json:"name"`
+	Description           string `json:"description"`
+	Account               string `json:"account"`
+	DomainID              string `json:"domainid"`
+	Domain                string `json:"domain"`
+	ZoneID                string `json:"zoneid"`
+	ZoneName              string `json:"zonename"`
+	KubernetesVersionID   string `json:"kubernetesversionid"`
+	KubernetesVersionName string `json:"kubernetesversionname"`
+	ServiceOfferingID     string `json:"serviceofferingid"`
+	ServiceOfferingName   string `json:"serviceofferingname"`
+	Size                  int    `json:"size"`
+	ControlNodes          int    `json:"controlnodes"`
+	MasterNodes           int    `json:"masternodes"`
+	CPUNumber             string `json:"cpunumber"`
+	Memory                string `json:"memory"`
+	State                 string `json:"state"`
+	Endpoint              string `json:"endpoint"`
+	Keypair               string `json:"keypair"`
+	NetworkID             string `json:"networkid"`
+	VirtualMachines       []CSVM `json:"virtualmachines"`
+	IPAddress             string `json:"ipaddress"`
+	Created               string `json:"created"`
+	AutoscalingEnabled    bool   `json:"autoscalingenabled"`
+	MinSize               int    `json:"minsize"`
+	MaxSize               int    `json:"maxsize"`
+	ClusterType           string `json:"clustertype"`
+	// ztpd extensions: the cluster as ztpd's watch of its API server last
+	// saw it, and what a Starting cluster waits for.
+	ZTPDAPIReachable *bool  `json:"ztpdapireachable,omitempty"`
+	ZTPDLastSeen     string `json:"ztpdlastseen,omitempty"`
+	ZTPDReadyNodes   *int   `json:"ztpdreadynodes,omitempty"`
+	ZTPDWaiting      string `json:"ztpdwaiting,omitempty"`
+}
+
+// CSVersion is CloudStack's kubernetessupportedversion object.
+type CSVersion struct {
+	ID                  string `json:"id"`
+	Name                string `json:"name"`
+	SemanticVersion     string `json:"semanticversion"`
+	ISOID               string `json:"isoid"`
+	ISOName             string `json:"isoname"`
+	ISOState            string `json:"isostate"`
+	ISOURL              string `json:"isourl"`
+	ZoneID              string `json:"zoneid,omitempty"`
+	ZoneName            string `json:"zonename,omitempty"`
+	State               string `json:"state"`
+	MinCPUNumber        int    `json:"mincpunumber"`
+	MinMemory           int    `json:"minmemory"`
+	SupportsHA          bool   `json:"supportsha"`
+	SupportsAutoscaling bool   `json:"supportsautoscaling"`
+	DirectDownload      bool   `json:"directdownload"`
+	Created             string `json:"created"`
+}
+
+// CSJob is queryAsyncJobResult's answer.
+type CSJob struct {
+	AccountID       string          `json:"accountid"`
+	UserID          string          `json:"userid"`
+	Cmd             string          `json:"cmd"`
+	JobStatus       int             `json:"jobstatus"`
+	JobProcStatus   int             `json:"jobprocstatus"`
+	JobResultCode   int             `json:"jobresultcode"`
+	JobResultType   string          `json:"jobresulttype"`
+	JobResult       json.RawMessage `json:"jobresult,omitempty"`
+	JobInstanceType string          `json:"jobinstancetype"`
+	JobInstanceID   string          `json:"jobinstanceid"`
+	Created         string          `json:"created"`
+	Completed       string          `json:"completed,omitempty"`
+	JobID           string          `json:"jobid"`
+}
+
+// Page is one page of a list answer.
+type Page[T any] struct {
+	Items      []T    `json:"items"`
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// EventsPage is a page of /api/v1/events. A page without next_cursor
+// carries last_seq: every event up to it was considered, so
+// since=<last_seq> resumes with the next one.
+type EventsPage struct {
+	Items      []Event `json:"items"`
+	NextCursor string  `json:"next_cursor,omitempty"`
+	LastSeq    *uint64 `json:"last_seq,omitempty"`
+}
+
+// DeviceCounts is the device summary of the overview (openapi.json
+// DeviceCounts), also sent with every console stream update.
+type DeviceCounts struct {
+	Total     int            `json:"total"`
+	ByState   map[string]int `json:"by_state"`
+	ByKind    map[string]int `json:"by_kind"`
+	Unmatched int            `json:"unmatched"`
+}
+
+// Onboarding is the onboarding rate (openapi.json Onboarding).
+type Onboarding struct {
+	BucketSeconds int       `json:"bucket_seconds"`
+	Joined        []int     `json:"joined"` // oldest bucket first
+	From          time.Time `json:"from"`
+}
+
+// ClusterHealth is a cluster's line in the overview.
+type ClusterHealth struct {
+	ID             string            `json:"id"`
+	Name           string            `json:"name"`
+	State          core.ClusterState `json:"state"`
+	MembersReady   int               `json:"members_ready"`
+	MembersDesired int               `json:"members_desired"`
+}
+
+// Overview is GET /api/v1/overview (openapi.json Overview).
+type Overview struct {
+	Devices    DeviceCounts    `json:"devices"`
+	Onboarding Onboarding      `json:"onboarding"`
+	Pools      []PoolUse       `json:"pools"`
+	Clusters   []ClusterHealth `json:"clusters"`
+	Events     []Event         `json:"events"` // newest first
+	Warnings   []string        `json:"warnings"`
+}
+
+// PoolUse is one DHCP subnet's dynamic pool use (openapi.json PoolUse).
+// Size counts the addresses the pools can hand out (network, broadcast
+// and router addresses excluded); Reserved the reservations' addresses
+// inside the pools; Used the other pool addresses held by a lease, an
+// offer or a decline quarantine; Free the rest: Size = Reserved + Used +
+// Free.
+type PoolUse struct {
+	Name       string `json:"name"`
+	Subnet     string `json:"subnet"`      // prefix, e.g. 10.99.1.0/24
+	RangeStart string `json:"range_start"` // first pool's start ("" without pools)
+	RangeEnd   string `json:"range_end"`   // last pool's end
+	Size       int    `json:"size"`
+	Used       int    `json:"used"`
+	Reserved   int    `json:"reserved"`
+	Free       int    `json:"free"`
+}
+
+// Preview is what a device fetches (openapi.json DevicePreview),
+// secrets masked.
+type Preview struct {
+	Kind      core.DeviceKind `json:"kind"`
+	Profile   string          `json:"profile"`
+	ByDefault bool            `json:"by_default,omitempty"`
+	Fetches   []Fetch         `json:"fetches"`
+	Documents []Document      `json:"documents"`
+	Installer *Image          `json:"installer,omitempty"`
+	Notes     []string        `json:"notes"`
+	Warnings  []string        `json:"warnings"`
+}
+
+// Document is one document a device gets, as text.
+type Document struct {
+	Name        string `json:"name"`
+	ContentType string `json:"content_type"`
+	Body        string `json:"body"`
+}
+
+// CSAPIParam is a parameter of a command listApis describes.
+type CSAPIParam struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Type        string `json:"type"`
+	Required    bool   `json:"required"`
+	Length      int    `json:"length"`
+	Since       string `json:"since,omitempty"`
+}
+
+// CSAPIResponse is a field of a command's answer listApis describes.
+type CSAPIResponse struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Type        string `json:"type"`
+}
+
+// CSAPI is one command as listApis describes it.
+type CSAPI struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	IsAsync     bool            `json:"isasync"`
+	Since       string          `json:"since"`
+	Type        string          `json:"type"`
+	Related     string          `json:"related"`
+	Params      []CSAPIParam    `json:"params"`
+	Response    []CSAPIResponse `json:"response"`
+}
+
+// Fetch is one request a device makes, in order: what it is and its URL.
+type Fetch struct {
+	What string `json:"what"`
+	URL  string `json:"url"`
+}
+
+// JobAccepted is the answer to a request that started an asynchronous job
+// (202, Location: the job).
+type JobAccepted struct {
+	Job Job `json:"job"`
+}
+
+// CSClusterConfig is getKubernetesClusterConfig's clusterconfig object.
+type CSClusterConfig struct {
+	ID         string `json:"id"`
+	Name       string `json:"name"`
+	ConfigData string `json:"configdata"`
+}
+
+// CSZone is listZones' zone object (the fields a client chooses by).
+type CSZone struct {
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Description string `json:"description"`
+}
+
+// RolloutStart is POST /api/v1/rollouts (openapi.json RolloutStart). A
+// field left out is the server's default; an empty map is sent, a nil one
+// is not.
+type RolloutStart struct {
+	Cluster               string            `json:"cluster,omitempty"`
+	Kind                  string            `json:"kind"`
+	Target                string            `json:"target,omitempty"`
+	Devices               []string          `json:"devices,omitzero"`
+	Selector              map[string]string `json:"selector,omitzero"`
+	Mode                  string            `json:"mode,omitempty"`
+	MaxUnavailable        int               `json:"max_unavailable,omitempty"`
+	DrainTimeout          string            `json:"drain_timeout,omitempty"`
+	StepTimeout           string            `json:"step_timeout,omitempty"`
+	Hooks                 map[string]string `json:"hooks,omitzero"`
+	ContinueOnHookFailure bool              `json:"continue_on_hook_failure,omitempty"`
+}
+
+// DesiredChanged is the answer to PUT /api/v1/devices/{id}/desired: the
+// new desired state and the rollout a change of mode started (202).
+type DesiredChanged struct {
+	Desired Desired  `json:"desired"`
+	Rollout *Rollout `json:"rollout,omitempty"`
+}
