@@ -501,10 +501,5 @@ func sessionRefuse(c *gin.Context) {
 // auditConsole appends a console sign-in or sign-out to the audit trail,
 // with the key's account so that a user key sees its own (listEvents).
 func (s *Server) auditConsole(typ, what string, cred apikeys.Credential, client string, now time.Time) error {
-	return s.st.Update(func(tx core.Tx) error {
-		_, err := tx.Events().Append(core.Event{Time: now.UTC(), Type: typ,
-			Message: what + " with API key " + cred.APIKey + " (" + cred.Name + ") from " + client,
-			Fields:  map[string]string{"api_key": cred.APIKey, "name": cred.Name, "role": string(cred.Role), "account": callerFromCred(cred).AccountName(), "client": client}})
-		return err
-	})
+	return s.keys.RecordSession(typ, what, cred, callerFromCred(cred).AccountName(), client, now)
 }

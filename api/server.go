@@ -159,7 +159,7 @@ func New(d Deps) *Server {
 	}
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{unversionedLog: ratelimit.New(1, time.Minute, 1024), log: d.Log, st: d.Store, clusters: d.Clusters, keys: d.Keys, images: d.Images, refusals: d.Refusals,
-		limiter: auth.NewFailLimiter(d.AuthFailuresPerMinute), verifier: auth.NewVerifier(d.Keys, d.Store, sigs, d.Now),
+		limiter: auth.NewFailLimiter(d.AuthFailuresPerMinute), verifier: auth.NewVerifier(d.Keys, sigs, d.Now),
 		now: d.Now, bodies: newBodyCache(64 << 20), desired: d.Desired, rollouts: d.Rollouts}
 	s.console = consoleDeps{pools: d.Pools, preview: d.Preview, imageStore: d.ImageStore, isoBaseURL: d.ISOBaseURL,
 		config: d.Config, warnings: d.Warnings}

@@ -6,12 +6,11 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/ztpd/ztpd/api/signing"
-	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/apikeys"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -51,7 +50,7 @@ const UnversionedWritesPerKey = 4096
 // UnversionedSetting is the setting that holds an API key's remembered
 // unversioned write signatures: each a fixed-width digest
 // (unversionedDigestLen characters), concatenated.
-func UnversionedSetting(apiKey string) string { return "api.unversioned_writes." + apiKey }
+func UnversionedSetting(apiKey string) string { return apikeys.RememberedSignaturesSetting(apiKey) }
 
 const unversionedDigestLen = 22 // 16 bytes of SHA-256, unpadded base64url
 
@@ -67,28 +66,13 @@ func UnversionedDigest(sig string) string {
 // is full. A signature without expiry stays valid as long as its key, so
 // it is never forgotten.
 func (s *Verifier) rememberForGood(apiKey, signature string) error {
-	digest := UnversionedDigest(signature)
-	name := UnversionedSetting(apiKey)
-	err := s.store.Update(func(tx core.Tx) error {
-		seen, _, err := tx.Settings().Get(name)
-		if err != nil {
-			return err
-		}
-		n := len(seen) / unversionedDigestLen
-		for i := range n {
-			if seen[i*unversionedDigestLen:(i+1)*unversionedDigestLen] == digest {
-				return ErrReplayed
-			}
-		}
-		if n >= UnversionedWritesPerKey {
-			return ErrUnversionedFull
-		}
-		return tx.Settings().Put(name, seen[:n*unversionedDigestLen]+digest)
-	})
+	err := s.keys.RememberSignature(apiKey, UnversionedDigest(signature), unversionedDigestLen, UnversionedWritesPerKey)
 	switch {
-	case errors.Is(err, ErrReplayed):
+	case errors.Is(err, apikeys.ErrSignatureSeen):
 		return &Error{Reason: "replayed unversioned signature: this signed write was already accepted",
 			Hint: "request signature already used; sign every write afresh"}
+	case errors.Is(err, apikeys.ErrSignaturesFull):
+		return ErrUnversionedFull
 	case err != nil:
 		return err
 	}
@@ -98,13 +82,7 @@ func (s *Verifier) rememberForGood(apiKey, signature string) error {
 // UnversionedRemembered is how many unversioned write signatures of apiKey
 // the store holds.
 func (s *Verifier) UnversionedRemembered(apiKey string) (int, error) {
-	var n int
-	err := s.store.View(func(tx core.Tx) error {
-		seen, _, err := tx.Settings().Get(UnversionedSetting(apiKey))
-		n = len(strings.TrimSpace(seen)) / unversionedDigestLen
-		return err
-	})
-	return n, err
+	return s.keys.RememberedSignatures(apiKey, unversionedDigestLen)
 }
 
 // replayGuard remembers the signatures of accepted writes until they
