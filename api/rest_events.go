@@ -10,6 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
 )
 
 // restEvent is an event as the REST API shows it (openapi.json Event).
@@ -73,15 +74,14 @@ func (s *Server) listEvents(c *gin.Context) {
 	typ, device, cluster := c.Query("type"), c.Query("device"), c.Query("cluster")
 	// A user key sees its clusters' events and those naming its account
 	// (its writes, also of clusters since deleted).
-	own, ok := s.ownClusters(c)
+	sc, ok := s.scopeOf(c)
 	if !ok {
 		return
 	}
-	account := callerOf(c).AccountName()
 	var keep func(core.Event) bool
-	if typ != "" || device != "" || cluster != "" || own != nil || !from.IsZero() {
+	if typ != "" || device != "" || cluster != "" || !sc.All() || !from.IsZero() {
 		keep = func(e core.Event) bool {
-			return (own == nil || (e.Cluster != "" && own[e.Cluster]) || e.Fields["account"] == account) &&
+			return sc.SeesEvent(e) &&
 				(typ == "" || e.Type == typ || strings.HasPrefix(e.Type, typ+".")) &&
 				(device == "" || e.Device == device) && (cluster == "" || e.Cluster == cluster) &&
 				(from.IsZero() || !e.Time.Before(from))
@@ -102,12 +102,12 @@ func (s *Server) listEvents(c *gin.Context) {
 	// Events change all the time: not worth keeping in the response cache.
 	if tail > 0 {
 		s.writeAppended(c, func(buf []byte) ([]byte, error) {
-			return s.appendEventsTail(buf, streams, device, tail, after, keep)
+			return s.appendEventsTail(buf, sc, streams, device, tail, after, keep)
 		})
 		return
 	}
 	s.writeAppended(c, func(buf []byte) ([]byte, error) {
-		return s.appendEventsPage(buf, streams, device, limit, after, keep)
+		return s.appendEventsPage(buf, sc, streams, device, limit, after, keep)
 	})
 }
 
@@ -130,12 +130,12 @@ func (s *Server) listEvents(c *gin.Context) {
 // listStream visits st's events after sequence number after in order:
 // all of them, or with device set the device's and then the stream's
 // newest (see the query plan above).
-func listStream(tx core.Tx, st core.EventStream, device string, after uint64, fn core.Visit[core.Event]) error {
+func listStream(r devices.Reader, st core.EventStream, device string, after uint64, fn core.Visit[core.Event]) error {
 	if device == "" {
-		return tx.Events().List(st, after, fn)
+		return r.Events(st, "", after, fn)
 	}
 	visited, stopped := after, false
-	err := tx.Events().ListDevice(st, device, after, func(e core.Event) (bool, error) {
+	err := r.Events(st, device, after, func(e core.Event) (bool, error) {
 		visited = e.Seq
 		ok, err := fn(e)
 		stopped = !ok || err != nil
@@ -144,7 +144,7 @@ func listStream(tx core.Tx, st core.EventStream, device string, after uint64, fn
 	if err != nil || stopped {
 		return err
 	}
-	newest, ok, err := newestEvent(tx, st)
+	newest, ok, err := newestEvent(r, st)
 	if err != nil || !ok || newest.Seq <= visited || newest.Device == device {
 		return err
 	}
@@ -154,11 +154,11 @@ func listStream(tx core.Tx, st core.EventStream, device string, after uint64, fn
 
 // listStreamBackward visits st's events newest first: all of them, or
 // with device set the stream's newest and then the device's.
-func listStreamBackward(tx core.Tx, st core.EventStream, device string, fn core.Visit[core.Event]) error {
+func listStreamBackward(r devices.Reader, st core.EventStream, device string, fn core.Visit[core.Event]) error {
 	if device == "" {
-		return tx.Events().ListBackward(st, 0, fn)
+		return r.EventsBackward(st, "", 0, fn)
 	}
-	newest, ok, err := newestEvent(tx, st)
+	newest, ok, err := newestEvent(r, st)
 	if err != nil {
 		return err
 	}
@@ -167,12 +167,12 @@ func listStreamBackward(tx core.Tx, st core.EventStream, device string, fn core.
 			return err
 		}
 	}
-	return tx.Events().ListDeviceBackward(st, device, 0, fn)
+	return r.EventsBackward(st, device, 0, fn)
 }
 
 // newestEvent is st's newest event; ok is false when st is empty.
-func newestEvent(tx core.Tx, st core.EventStream) (newest core.Event, ok bool, err error) {
-	err = tx.Events().ListBackward(st, 0, func(e core.Event) (bool, error) {
+func newestEvent(r devices.Reader, st core.EventStream) (newest core.Event, ok bool, err error) {
+	err = r.EventsBackward(st, "", 0, func(e core.Event) (bool, error) {
 		newest, ok = e, true
 		return false, nil
 	})
@@ -181,16 +181,16 @@ func newestEvent(tx core.Tx, st core.EventStream) (newest core.Event, ok bool, e
 
 // appendEventsTail appends the newest n events after sequence number after
 // that keep accepts, oldest first, and last_seq.
-func (s *Server) appendEventsTail(buf []byte, streams []core.EventStream, device string, n int, after uint64,
+func (s *Server) appendEventsTail(buf []byte, sc devices.Scope, streams []core.EventStream, device string, n int, after uint64,
 	keep func(core.Event) bool) ([]byte, error) {
-	err := s.st.View(func(tx core.Tx) error {
+	err := s.queries.ReadScoped(sc, func(r devices.Reader) error {
 		scanned := after
 		var newest []core.Event
 		for _, st := range streams {
 			// Newest first, so only as much of the log is read as the
 			// answer needs (a device's recent events, not all 200,000).
 			kept := 0
-			err := listStreamBackward(tx, st, device, func(e core.Event) (bool, error) {
+			err := listStreamBackward(r, st, device, func(e core.Event) (bool, error) {
 				if e.Seq <= after {
 					return false, nil
 				}
@@ -234,9 +234,9 @@ func appendLastSeq(buf []byte, seq uint64) []byte {
 // after. From one stream it is an ordinary listing; from several, whose
 // sequence numbers share one order, each contributes up to limit+1 kept
 // events and the page is their merge in sequence order.
-func (s *Server) appendEventsPage(buf []byte, streams []core.EventStream, device string, limit int, after uint64,
+func (s *Server) appendEventsPage(buf []byte, sc devices.Scope, streams []core.EventStream, device string, limit int, after uint64,
 	keep func(core.Event) bool) ([]byte, error) {
-	err := s.st.View(func(tx core.Tx) error {
+	err := s.queries.ReadScoped(sc, func(r devices.Reader) error {
 		// scanned: the newest event considered; a page that ends the
 		// listing carries it as last_seq.
 		scanned := after
@@ -244,7 +244,7 @@ func (s *Server) appendEventsPage(buf []byte, streams []core.EventStream, device
 			more := false
 			list := func(pos string, fn core.Visit[core.Event]) error {
 				after, _ := parseEventPos(pos)
-				return listStream(tx, streams[0], device, after, func(e core.Event) (bool, error) {
+				return listStream(r, streams[0], device, after, func(e core.Event) (bool, error) {
 					ok, err := fn(e)
 					if ok && err == nil {
 						scanned = max(scanned, e.Seq)
@@ -266,7 +266,7 @@ func (s *Server) appendEventsPage(buf []byte, streams []core.EventStream, device
 		// limit+1 per stream was half of what a request allocated (issue 19).
 		lists := make([][]core.Event, len(streams))
 		for i, st := range streams {
-			err := listStream(tx, st, device, after, func(e core.Event) (bool, error) {
+			err := listStream(r, st, device, after, func(e core.Event) (bool, error) {
 				scanned = max(scanned, e.Seq)
 				if keep != nil && !keep(e) {
 					return true, nil

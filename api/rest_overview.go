@@ -11,6 +11,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/httpserve"
 )
 
@@ -122,21 +123,21 @@ type restOverview struct {
 // listDevices and listEvents) and no warnings (they name other accounts'
 // clusters); pools are the appliance's.
 func (s *Server) overview(c *gin.Context) {
-	own, ok := s.ownClusters(c)
+	sc, ok := s.scopeOf(c)
 	if !ok {
 		return
 	}
 	out := restOverview{Pools: s.poolUse(), Clusters: []restClusterHealth{}, Events: []restEvent{}, Warnings: []string{}}
-	if own == nil { // an admin key
+	if sc.All() { // an admin key
 		out.Warnings = s.currentWarnings()
 	}
 	var err error
-	if out.Devices, err = s.deviceCounts(own); err != nil {
+	if out.Devices, err = s.deviceCounts(sc.Clusters()); err != nil {
 		s.restFail(c, err)
 		return
 	}
-	keep := s.eventFilter(c, own)
-	if out.Onboarding, out.Events, err = s.recentEvents(keep, 10); err != nil {
+	keep := eventFilter(sc)
+	if out.Onboarding, out.Events, err = s.recentEvents(sc, keep, 10); err != nil {
 		s.restFail(c, err)
 		return
 	}
@@ -160,21 +161,18 @@ func (s *Server) overview(c *gin.Context) {
 
 // eventFilter is what events the caller sees: all for admin keys; for a
 // user key those of its clusters and those naming its account (listEvents).
-func (s *Server) eventFilter(c *gin.Context, own map[string]bool) func(core.Event) bool {
-	if own == nil {
+func eventFilter(sc devices.Scope) func(core.Event) bool {
+	if sc.All() {
 		return nil
 	}
-	account := callerOf(c).AccountName()
-	return func(e core.Event) bool {
-		return (e.Cluster != "" && own[e.Cluster]) || e.Fields["account"] == account
-	}
+	return sc.SeesEvent
 }
 
 // recentEvents is the onboarding histogram of the last hour (device
 // stream, from the marks kept between calls: console_counts.go) and the
 // newest n events of both streams, newest first, that keep accepts (read
 // back at most onboardingScanMax events per stream).
-func (s *Server) recentEvents(keep func(core.Event) bool, n int) (restOnboarding, []restEvent, error) {
+func (s *Server) recentEvents(sc devices.Scope, keep func(core.Event) bool, n int) (restOnboarding, []restEvent, error) {
 	now := s.now().UTC()
 	from := now.Add(-onboardingBuckets * onboardingBucket).Truncate(time.Second)
 	ob := restOnboarding{BucketSeconds: int(onboardingBucket / time.Second), From: from}
@@ -183,10 +181,10 @@ func (s *Server) recentEvents(keep func(core.Event) bool, n int) (restOnboarding
 		return ob, nil, err
 	}
 	var newest []core.Event
-	err = s.st.View(func(tx core.Tx) error {
+	err = s.queries.ReadScoped(sc, func(r devices.Reader) error {
 		for _, st := range []core.EventStream{core.DeviceEvents, core.AuditEvents} {
 			kept, scanned := 0, 0
-			err := tx.Events().ListBackward(st, 0, func(e core.Event) (bool, error) {
+			err := r.EventsBackward(st, "", 0, func(e core.Event) (bool, error) {
 				scanned++
 				if keep == nil || keep(e) {
 					newest = append(newest, e)

@@ -54,6 +54,7 @@ import (
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/desired"
+	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/httpserve"
 	"github.com/ztpd/ztpd/internal/ratelimit"
 	"github.com/ztpd/ztpd/internal/rollout"
@@ -141,6 +142,7 @@ type Server struct {
 	counts   consoleCounts // device tally and onboarding marks (console_counts.go)
 	desired  *desired.Service
 	rollouts *rollout.Engine
+	queries  *devices.Queries // devices, leases, events and counts, in the caller's scope
 
 	unversionedLog *ratelimit.Keyed // refused unversioned CloudStack writes, logged once a minute per key
 }
@@ -160,7 +162,7 @@ func New(d Deps) *Server {
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{unversionedLog: ratelimit.New(1, time.Minute, 1024), log: d.Log, st: d.Store, clusters: d.Clusters, keys: d.Keys, images: d.Images, refusals: d.Refusals,
 		limiter: auth.NewFailLimiter(d.AuthFailuresPerMinute), verifier: auth.NewVerifier(d.Keys, sigs, d.Now),
-		now: d.Now, bodies: newBodyCache(64 << 20), desired: d.Desired, rollouts: d.Rollouts}
+		now: d.Now, bodies: newBodyCache(64 << 20), desired: d.Desired, rollouts: d.Rollouts, queries: devices.NewQueries(d.Store)}
 	s.console = consoleDeps{pools: d.Pools, preview: d.Preview, imageStore: d.ImageStore, isoBaseURL: d.ISOBaseURL,
 		config: d.Config, warnings: d.Warnings}
 	s.commands = s.commandTable()
