@@ -102,12 +102,12 @@ func (s *Server) listEvents(c *gin.Context) {
 	// Events change all the time: not worth keeping in the response cache.
 	if tail > 0 {
 		s.writeAppended(c, func(buf []byte) ([]byte, error) {
-			return s.appendEventsTail(buf, sc, streams, device, tail, after, keep)
+			return s.appendEventsTail(buf, streams, device, tail, after, keep)
 		})
 		return
 	}
 	s.writeAppended(c, func(buf []byte) ([]byte, error) {
-		return s.appendEventsPage(buf, sc, streams, device, limit, after, keep)
+		return s.appendEventsPage(buf, streams, device, limit, after, keep)
 	})
 }
 
@@ -181,9 +181,9 @@ func newestEvent(r devices.Reader, st core.EventStream) (newest core.Event, ok b
 
 // appendEventsTail appends the newest n events after sequence number after
 // that keep accepts, oldest first, and last_seq.
-func (s *Server) appendEventsTail(buf []byte, sc devices.Scope, streams []core.EventStream, device string, n int, after uint64,
+func (s *Server) appendEventsTail(buf []byte, streams []core.EventStream, device string, n int, after uint64,
 	keep func(core.Event) bool) ([]byte, error) {
-	err := s.queries.ReadScoped(sc, func(r devices.Reader) error {
+	err := s.queries.ReadScoped(devices.AllScope, func(r devices.Reader) error {
 		scanned := after
 		var newest []core.Event
 		for _, st := range streams {
@@ -234,9 +234,9 @@ func appendLastSeq(buf []byte, seq uint64) []byte {
 // after. From one stream it is an ordinary listing; from several, whose
 // sequence numbers share one order, each contributes up to limit+1 kept
 // events and the page is their merge in sequence order.
-func (s *Server) appendEventsPage(buf []byte, sc devices.Scope, streams []core.EventStream, device string, limit int, after uint64,
+func (s *Server) appendEventsPage(buf []byte, streams []core.EventStream, device string, limit int, after uint64,
 	keep func(core.Event) bool) ([]byte, error) {
-	err := s.queries.ReadScoped(sc, func(r devices.Reader) error {
+	err := s.queries.ReadScoped(devices.AllScope, func(r devices.Reader) error {
 		// scanned: the newest event considered; a page that ends the
 		// listing carries it as last_seq.
 		scanned := after

@@ -137,7 +137,7 @@ func (s *Server) overview(c *gin.Context) {
 		return
 	}
 	keep := eventFilter(sc)
-	if out.Onboarding, out.Events, err = s.recentEvents(sc, keep, 10); err != nil {
+	if out.Onboarding, out.Events, err = s.recentEvents(keep, 10); err != nil {
 		s.restFail(c, err)
 		return
 	}
@@ -172,7 +172,7 @@ func eventFilter(sc devices.Scope) func(core.Event) bool {
 // stream, from the marks kept between calls: console_counts.go) and the
 // newest n events of both streams, newest first, that keep accepts (read
 // back at most onboardingScanMax events per stream).
-func (s *Server) recentEvents(sc devices.Scope, keep func(core.Event) bool, n int) (restOnboarding, []restEvent, error) {
+func (s *Server) recentEvents(keep func(core.Event) bool, n int) (restOnboarding, []restEvent, error) {
 	now := s.now().UTC()
 	from := now.Add(-onboardingBuckets * onboardingBucket).Truncate(time.Second)
 	ob := restOnboarding{BucketSeconds: int(onboardingBucket / time.Second), From: from}
@@ -181,7 +181,7 @@ func (s *Server) recentEvents(sc devices.Scope, keep func(core.Event) bool, n in
 		return ob, nil, err
 	}
 	var newest []core.Event
-	err = s.queries.ReadScoped(sc, func(r devices.Reader) error {
+	err = s.queries.ReadScoped(devices.AllScope, func(r devices.Reader) error {
 		for _, st := range []core.EventStream{core.DeviceEvents, core.AuditEvents} {
 			kept, scanned := 0, 0
 			err := r.EventsBackward(st, "", 0, func(e core.Event) (bool, error) {
