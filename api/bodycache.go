@@ -6,18 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/ztpd/ztpd/internal/httpserve"
-)
-
-var (
-	responseCache = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "ztpd_api_response_cache_total",
-		Help: "Cacheable API answers by outcome: hit (a current body, or one being rendered, was shared) or render.",
-	}, []string{"result"})
-	responseCacheHit    = responseCache.WithLabelValues("hit")
-	responseCacheRender = responseCache.WithLabelValues("render")
 )
 
 // bodyCache keeps whole response bodies of read-only requests, each tagged
@@ -37,6 +27,9 @@ type bodyCache struct {
 	// starts over (cheaper than tracking recency, and rare).
 	maxBytes int
 	renders  atomic.Uint64 // renderings started (tests)
+	// hits and rendered count answers shared and rendered (nil: not
+	// counted).
+	hits, rendered prometheus.Counter
 }
 
 type bodyEntry struct {
@@ -116,7 +109,9 @@ func (c *bodyCache) entry(key string, gen uint64, build func() (rendering, error
 	c.mu.Lock()
 	if e := c.m[key]; e != nil && e.gen >= gen {
 		c.mu.Unlock()
-		responseCacheHit.Inc()
+		if c.hits != nil {
+			c.hits.Inc()
+		}
 		<-e.done
 		return e, e.err
 	}
@@ -126,7 +121,9 @@ func (c *bodyCache) entry(key string, gen uint64, build func() (rendering, error
 	}
 	c.m[key] = e
 	c.mu.Unlock()
-	responseCacheRender.Inc()
+	if c.rendered != nil {
+		c.rendered.Inc()
+	}
 	c.renders.Add(1)
 
 	finished := false

@@ -139,7 +139,7 @@ func (s *Server) cloudStack(c *gin.Context) {
 	// CloudStack signs the form, which may be the body: the limiter is
 	// consulted before reading it, and the guard has bounded what it holds.
 	if blocked, wait := s.limiter.Blocked(ip, s.now()); blocked && !local {
-		authFailures.WithLabelValues("cloudstack", "rate_limited").Inc()
+		s.metrics.authFailures.WithLabelValues("cloudstack", "rate_limited").Inc()
 		c.Header("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
 		c.Header("Connection", "close") // the body is never read
 		s.csWrite(c, "errorresponse", &csError{code: csRateLimited, cscode: csServerAPIError,
@@ -156,7 +156,7 @@ func (s *Server) cloudStack(c *gin.Context) {
 		// A malformed name could reshape what was signed: refused before
 		// anything reads the parameters, and counted like a failed login.
 		s.limiter.Failed(ip, s.now())
-		authFailures.WithLabelValues("cloudstack", "bad_parameter_name").Inc()
+		s.metrics.authFailures.WithLabelValues("cloudstack", "bad_parameter_name").Inc()
 		s.log.Warn("API request refused: bad parameter name", "api", "cloudstack", "client", ip, "reason", err.Error())
 		s.csWrite(c, "errorresponse", &csError{code: csMalformed, cscode: csServerAPIError, text: "malformed request: " + err.Error()})
 		return
@@ -200,7 +200,7 @@ func (s *Server) cloudStack(c *gin.Context) {
 		if errors.Is(err, auth.ErrUnversionedFull) {
 			reason = "unversioned_memory_full"
 		}
-		authFailures.WithLabelValues("cloudstack", reason).Inc()
+		s.metrics.authFailures.WithLabelValues("cloudstack", reason).Inc()
 		if ok, _ := s.unversionedLog.Allow(p["apikey"], s.now()); ok {
 			s.log.Info("API write refused", "api", "cloudstack", "client", ip, "api_key", p["apikey"], "op", cmdName, "reason", err.Error())
 		}
@@ -265,7 +265,7 @@ func (s *Server) authFailed(c *gin.Context, api, ip, apiKey, what string, err er
 		s.log.Error("API authentication error", "api", api, "client", ip, "err", err)
 	}
 	s.limiter.Failed(ip, s.now())
-	authFailures.WithLabelValues(api, "failed").Inc()
+	s.metrics.authFailures.WithLabelValues(api, "failed").Inc()
 	s.log.Warn("API authentication failed", "api", api, "client", ip, "api_key", loggedKey(s.keys, apiKey), "op", what, "reason", err.Error())
 }
 

@@ -459,7 +459,7 @@ func (s *Server) consoleStream(c *gin.Context) {
 	c.Set("op", "console.stream")
 	r := c.Request
 	if !sameOriginFetch(r) {
-		authFailures.WithLabelValues("console", "cross_site").Inc()
+		s.metrics.authFailures.WithLabelValues("console", "cross_site").Inc()
 		restRefuse(c, core.KindPermission, "cross-site request refused")
 		return
 	}

@@ -486,7 +486,7 @@ func (s *Server) csListClusters(r *csRequest) (any, *csError) {
 // gzip form is joined from each cluster's cached compressed segment: at
 // 100,000 members the answer is 31 MB of JSON, and compressing it whole
 // again whenever one cluster's status changed took ~0.8 s, which every
-// request for it waited out (issue 19).
+// request for it waited out.
 func (s *Server) renderClusterList(r *csRequest, f clusters.ClusterFilter, page, size int) (rendering, *csError) {
 	// The request may end before a rendering that others wait for.
 	ctx := context.WithoutCancel(r.ctx)

@@ -19,7 +19,7 @@ import (
 	"github.com/ztpd/ztpd/internal/semver"
 )
 
-// Day-2 operations (issue 17): devices' desired states and rollouts over
+// Day-2 operations: devices' desired states and rollouts over
 // clusters' nodes. Reads follow the devices' and clusters' tenancy (a user
 // key sees its account's); every write is admin only.
 

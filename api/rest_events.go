@@ -111,7 +111,8 @@ func (s *Server) listEvents(c *gin.Context) {
 	})
 }
 
-// Query plan of ?device= (issue 19). Without it a listing reads the
+// Query plan of ?device= (one device's events must not cost a scan of
+// the whole log). Without it a listing reads the
 // stream's log from its cursor (or, for tail, from its newest end) and
 // keep filters; with it, listStream and listStreamBackward walk the device
 // index instead (kv: one key range per stream and device, in sequence
@@ -263,7 +264,7 @@ func (s *Server) appendEventsPage(buf []byte, streams []core.EventStream, device
 		}
 		// Each stream is in sequence order already: merge, do not sort.
 		// The lists grow as needed: a device has few events, and reserving
-		// limit+1 per stream was half of what a request allocated (issue 19).
+		// limit+1 per stream was half of what a request allocated.
 		lists := make([][]core.Event, len(streams))
 		for i, st := range streams {
 			err := listStream(r, st, device, after, func(e core.Event) (bool, error) {

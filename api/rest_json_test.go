@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/store/storetest"
 )
 
@@ -193,7 +194,7 @@ func TestAppendPageMatchesCollect(t *testing.T) {
 // encoding/json gave, for every limit, start and filter.
 func TestMergedEventsPage(t *testing.T) {
 	f := storetest.Open(t)
-	s := &Server{st: f.Store}
+	s := &Server{st: f.Store, queries: devices.NewQueries(f.Store)}
 	strs := hostileStrings()
 	storetest.Update(t, f.Store, func(tx core.Tx) error {
 		for i := range 60 {

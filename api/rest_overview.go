@@ -26,8 +26,8 @@ type consoleDeps struct {
 	warnings   func() []string
 }
 
-// routeConsoleREST registers the REST routes the web console added
-// (issue 16): the overview, pool use, device previews, API keys, image
+// routeConsoleREST registers the REST routes the web console added:
+// the overview, pool use, device previews, API keys, image
 // upload and deletion, the effective configuration and the warnings.
 func (s *Server) routeConsoleREST(e *gin.Engine, g *gin.RouterGroup) {
 	admin := requireAdmin

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/ztpd/ztpd/api/signing"
@@ -76,7 +77,7 @@ type Verifier struct {
 
 // NewVerifier builds a Verifier; zero MaxLifetime or ReplayMemory take the
 // defaults, nil now is time.Now.
-func NewVerifier(keys *apikeys.Service, sigs SignaturePolicy, now func() time.Time) *Verifier {
+func NewVerifier(keys *apikeys.Service, sigs SignaturePolicy, now func() time.Time, reg prometheus.Registerer) *Verifier {
 	if now == nil {
 		now = time.Now
 	}
@@ -86,7 +87,9 @@ func NewVerifier(keys *apikeys.Service, sigs SignaturePolicy, now func() time.Ti
 	if sigs.ReplayMemory <= 0 {
 		sigs.ReplayMemory = DefaultReplayMemory
 	}
-	return &Verifier{keys: keys, sigs: sigs, replay: newReplayGuard(sigs.ReplayMemory), now: now}
+	replay := newReplayGuard(sigs.ReplayMemory)
+	replay.entries = newReplayEntries(reg)
+	return &Verifier{keys: keys, sigs: sigs, replay: replay, now: now}
 }
 
 // VerifyCloudStack checks a CloudStack-signed request (every parameter except

@@ -13,12 +13,17 @@ import (
 	"github.com/ztpd/ztpd/internal/apikeys"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
-var replayEntries = promauto.NewGauge(prometheus.GaugeOpts{
-	Name: "ztpd_api_replay_memory_entries", Help: "Signatures of recent API writes remembered to refuse replays.",
-})
+// newReplayEntries is the gauge of the replay memory's size, registered
+// on reg.
+func newReplayEntries(reg prometheus.Registerer) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ztpd_api_replay_memory_entries", Help: "Signatures of recent API writes remembered to refuse replays.",
+	})
+	reg.MustRegister(g)
+	return g
+}
 
 // ErrReplayed: the same signed write was accepted before, within its
 // validity. ErrReplayFull: the memory holds as many unexpired signatures as
@@ -96,6 +101,8 @@ type replayGuard struct {
 	seen   map[string]time.Time // api key + signature -> forget after
 	byKey  map[string]int       // api key -> entries in seen
 	exp    expiryHeap
+	// entries is the gauge of len(seen); nil: not measured.
+	entries prometheus.Gauge
 }
 
 func newReplayGuard(size int) *replayGuard {
@@ -118,7 +125,11 @@ func (g *replayGuard) admit(apiKey, sig string, until, now time.Time) error {
 			}
 		}
 	}
-	defer func() { replayEntries.Set(float64(len(g.seen))) }()
+	defer func() {
+		if g.entries != nil {
+			g.entries.Set(float64(len(g.seen)))
+		}
+	}()
 	if t, ok := g.seen[key]; ok && t.After(now) {
 		return ErrReplayed
 	}

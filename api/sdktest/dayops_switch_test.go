@@ -36,7 +36,7 @@ import (
 	"github.com/ztpd/ztpd/testenv/netns"
 )
 
-// TestSwitchModeRealControlPlane (issue 17): a SONiC switch that joined a
+// TestSwitchModeRealControlPlane (day-2 mode switches): a SONiC switch that joined a
 // real cluster with its certificate moves cluster -> standalone ->
 // cluster through its desired state (PUT /api/v1/devices/{id}/desired on
 // the admin socket). Standalone: ztpd cordons and drains its Node, the

@@ -45,7 +45,7 @@ import (
 func d2Host(i int) string { return fmt.Sprintf("10.99.218.%d", 4*i+1) }
 func d2Node(i int) string { return fmt.Sprintf("10.99.218.%d", 4*i+2) }
 
-// TestDayTwoRealControlPlane (issue 17): a three-node cluster (one control
+// TestDayTwoRealControlPlane (day-2 rollouts): a three-node cluster (one control
 // plane, two workers) on the real kube-apiserver, kube-controller-manager
 // and etcd, with simulated kubelets and the real device agent (python3,
 // installed from the bundle's cloud-config, polling ztpd over TLS from each

@@ -59,7 +59,8 @@ const (
 func TestCloudStackSDKLifecycle(t *testing.T) { sdkLifecycle(t, nil) }
 
 // TestCloudStackSDKLifecycleOnEtcd is the same lifecycle against an
-// appliance whose store is an embedded etcd member (issue 18).
+// appliance whose store is an embedded etcd member (several appliances
+// share one store).
 func TestCloudStackSDKLifecycleOnEtcd(t *testing.T) {
 	sdkLifecycle(t, func(c *config.Config) {
 		c.Store = config.Store{Backend: "etcd-embedded", Name: "a1",
