@@ -86,8 +86,11 @@ func newAPIMetrics(reg prometheus.Registerer) *apiMetrics {
 		Name: "ztpd_api_response_cache_total",
 		Help: "Cacheable API answers by outcome: hit (a current body, or one being rendered, was shared) or render.",
 	}, []string{"result"})
+	m.requests = auth.Register(reg, m.requests)
+	m.requestSeconds = auth.Register(reg, m.requestSeconds)
+	m.authFailures = auth.Register(reg, m.authFailures)
+	cache = auth.Register(reg, cache)
 	m.cacheHits, m.cacheRenders = cache.WithLabelValues("hit"), cache.WithLabelValues("render")
-	reg.MustRegister(m.requests, m.requestSeconds, m.authFailures, cache)
 	return m
 }
 
