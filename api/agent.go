@@ -16,7 +16,7 @@ import (
 )
 
 // AgentPath is where device agents poll their desired state and report
-// their steps (issue 17), on the API listener so that they talk TLS with
+// their steps (day-2 operations), on the API listener so that they talk TLS with
 // the certificate they pinned at join:
 //
 //	GET  /agent/v1/desired   Authorization: Bearer <agent credential>

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/desired"
 	"github.com/ztpd/ztpd/internal/store/storetest"
@@ -29,7 +31,7 @@ func FuzzAgentReport(f *testing.F) {
 	if err := des.Assign(context.Background(), "fuzz", dev, op, nil); err != nil {
 		f.Fatal(err)
 	}
-	srv := New(Deps{Log: slog.New(slog.DiscardHandler), Store: fx.Store, Desired: des})
+	srv := New(Deps{Metrics: prometheus.NewRegistry(), Log: slog.New(slog.DiscardHandler), Store: fx.Store, Desired: des})
 	for _, seed := range []string{
 		`{"operation":"op-f","step":"leave","state":"running","exit_code":0,"output":"x","boot_id":"b","agent_version":"1"}`,
 		`{"operation":"op-f","step":"leave","state":"failed","exit_code":-9,"output":"\u0000\ufffd"}`,

@@ -98,7 +98,7 @@ func BenchmarkRESTDevicesRender(b *testing.B) {
 
 // BenchmarkRESTEventsByDevice: one device's events (`ztpd events
 // --device`) over the log of BenchmarkRESTEventsTail: read through the
-// device index, not by a scan of the log (issue 19).
+// device index, not by a scan of the log.
 func BenchmarkRESTEventsByDevice(b *testing.B) {
 	e := benchEnv(b)
 	benchEvents(b, e, 200000)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
 )
 
 // What the overview and every console stream update summarise, kept
@@ -110,13 +111,13 @@ func (s *Server) countDevices(prev *deviceTally) (*deviceTally, error) {
 	} else {
 		t.marks = map[string]deviceMark{}
 	}
-	err := s.st.View(func(tx core.Tx) error {
+	err := s.queries.ReadScoped(devices.AllScope, func(r devices.Reader) error {
 		var last string // devices of one cluster often come in a row
 		var c *deviceCounts
-		return tx.Devices().ListStamps("", func(id string, st core.Stamp) (bool, error) {
+		return r.DeviceStamps(func(id string, st core.Stamp) (bool, error) {
 			m, ok := t.marks[id]
 			if !ok || m.stamp != st {
-				d, err := tx.Devices().Get(id)
+				d, err := r.DeviceByID(id)
 				if err != nil {
 					return false, err
 				}
@@ -182,11 +183,11 @@ func (s *Server) onboardingJoined(from time.Time, keep func(core.Event) bool) ([
 	s.counts.obMu.Lock()
 	defer s.counts.obMu.Unlock()
 	m := &s.counts.ob
-	err := s.st.View(func(tx core.Tx) error {
+	err := s.queries.ReadScoped(devices.AllScope, func(r devices.Reader) error {
 		if !m.started {
 			var back []core.Event
 			scanned := 0
-			err := tx.Events().ListBackward(core.DeviceEvents, 0, func(e core.Event) (bool, error) {
+			err := r.EventsBackward(core.DeviceEvents, "", 0, func(e core.Event) (bool, error) {
 				m.seq = max(m.seq, e.Seq)
 				if e.Time.Before(from) {
 					return false, nil
@@ -204,7 +205,7 @@ func (s *Server) onboardingJoined(from time.Time, keep func(core.Event) bool) ([
 			m.joined, m.started = back, true
 			return nil
 		}
-		return tx.Events().List(core.DeviceEvents, m.seq, func(e core.Event) (bool, error) {
+		return r.Events(core.DeviceEvents, "", m.seq, func(e core.Event) (bool, error) {
 			m.seq = max(m.seq, e.Seq)
 			if e.Type == joinedEvent && !e.Time.Before(from) {
 				m.joined = append(m.joined, joinedMark(e))

@@ -11,7 +11,7 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 )
 
-// The web console's pages (issue 16): server-rendered shells from package
+// The web console's pages: server-rendered shells from package
 // console, filled by its app.js from the REST API with the session cookie.
 // A page holds no data, so without a session each answers the sign-in form;
 // what a session may see is decided by the REST handlers, as for any key.

@@ -17,7 +17,7 @@ import (
 	"github.com/ztpd/ztpd/ztp/content"
 )
 
-// Security review of the console (issue 16): attacks that once worked,
+// Security review of the console: attacks that once worked,
 // each kept as a test.
 
 // A profile's user-data, ztp.json or a firmware URL may carry a secret in

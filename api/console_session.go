@@ -254,7 +254,7 @@ func (s *Server) consoleAuth(c *gin.Context) (apikeys.Credential, bool) {
 	if !sameOriginFetch(r) {
 		s.log.Warn("API request refused: cross-site request with a console session", "api", "console",
 			"client", auth.ClientIP(r), "op", r.Method+" "+r.URL.Path, "sec_fetch_site", r.Header.Get("Sec-Fetch-Site"))
-		authFailures.WithLabelValues("console", "cross_site").Inc()
+		s.metrics.authFailures.WithLabelValues("console", "cross_site").Inc()
 		restRefuse(c, core.KindPermission, "cross-site request refused")
 		return apikeys.Credential{}, false
 	}
@@ -263,7 +263,7 @@ func (s *Server) consoleAuth(c *gin.Context) (apikeys.Credential, bool) {
 		// Not counted against the address: a cookie value cannot be
 		// guessed, and a tab left open past expiry must not lock its
 		// operator out of signing in again.
-		authFailures.WithLabelValues("console", "session_invalid").Inc()
+		s.metrics.authFailures.WithLabelValues("console", "session_invalid").Inc()
 		s.log.Info("API request refused: no live console session", "api", "console", "client", auth.ClientIP(r),
 			"op", r.Method+" "+r.URL.Path)
 		c.Header("WWW-Authenticate", "ztpd-session")
@@ -271,7 +271,7 @@ func (s *Server) consoleAuth(c *gin.Context) (apikeys.Credential, bool) {
 		return apikeys.Credential{}, false
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead && !csrfMatches(sess.CSRF, r.Header.Get(csrfHeader)) {
-		authFailures.WithLabelValues("console", "csrf").Inc()
+		s.metrics.authFailures.WithLabelValues("console", "csrf").Inc()
 		s.log.Warn("API write refused: missing or wrong CSRF token", "api", "console", "client", auth.ClientIP(r),
 			"api_key", sess.APIKey, "op", r.Method+" "+r.URL.Path)
 		restRefuse(c, core.KindPermission, "missing or wrong CSRF token")
@@ -374,7 +374,7 @@ func (s *Server) consoleSignIn(c *gin.Context) {
 	r := c.Request
 	ip := auth.ClientIP(r)
 	if !sameOrigin(r) || !sameOriginFetch(r) {
-		authFailures.WithLabelValues("console", "cross_site").Inc()
+		s.metrics.authFailures.WithLabelValues("console", "cross_site").Inc()
 		s.log.Warn("console sign-in refused: posted from another site", "api", "console", "client", ip,
 			"origin", r.Header.Get("Origin"), "sec_fetch_site", r.Header.Get("Sec-Fetch-Site"))
 		restRefuse(c, core.KindPermission, "sign-in refused: the form was posted from another site")
@@ -387,7 +387,7 @@ func (s *Server) consoleSignIn(c *gin.Context) {
 	}
 	// Before the form is read: an address over its failures costs no body.
 	if blocked, wait := s.limiter.Blocked(ip, s.now()); blocked {
-		authFailures.WithLabelValues("console", "rate_limited").Inc()
+		s.metrics.authFailures.WithLabelValues("console", "rate_limited").Inc()
 		s.log.Warn("console sign-in refused: too many failed authentications", "api", "console", "client", ip)
 		c.Header("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
 		c.Header("Connection", "close") // the form is never read
@@ -461,7 +461,7 @@ func (s *Server) consoleSignOut(c *gin.Context) {
 				token = r.Header.Get(csrfHeader)
 			}
 			if !csrfMatches(sess.CSRF, token) {
-				authFailures.WithLabelValues("console", "csrf").Inc()
+				s.metrics.authFailures.WithLabelValues("console", "csrf").Inc()
 				s.log.Warn("console sign-out refused: missing or wrong CSRF token", "api", "console", "client", auth.ClientIP(r), "api_key", sess.APIKey)
 				restRefuse(c, core.KindPermission, "missing or wrong CSRF token")
 				return
@@ -502,10 +502,5 @@ func sessionRefuse(c *gin.Context) {
 // auditConsole appends a console sign-in or sign-out to the audit trail,
 // with the key's account so that a user key sees its own (listEvents).
 func (s *Server) auditConsole(typ, what string, cred apikeys.Credential, client string, now time.Time) error {
-	return s.st.Update(func(tx core.Tx) error {
-		_, err := tx.Events().Append(core.Event{Time: now.UTC(), Type: typ,
-			Message: what + " with API key " + cred.APIKey + " (" + cred.Name + ") from " + client,
-			Fields:  map[string]string{"api_key": cred.APIKey, "name": cred.Name, "role": string(cred.Role), "account": caller.Of(cred).AccountName(), "client": client}})
-		return err
-	})
+	return s.keys.RecordSession(typ, what, cred, caller.Of(cred).AccountName(), client, now)
 }

@@ -120,9 +120,9 @@ func sessErrorCode(t *testing.T, r sessResp) string {
 	return e.Error.Code
 }
 
-func sessFailures(outcome string) float64 {
+func sessFailures(srv *Server, outcome string) float64 {
 	var m dto.Metric
-	if err := authFailures.WithLabelValues("console", outcome).Write(&m); err != nil {
+	if err := srv.metrics.authFailures.WithLabelValues("console", outcome).Write(&m); err != nil {
 		panic(err)
 	}
 	return m.GetCounter().GetValue()
@@ -153,7 +153,7 @@ func TestConsoleSignIn(t *testing.T) {
 		t.Fatalf("%d sessions", got)
 	}
 
-	before := sessFailures("failed")
+	before := sessFailures(e.srv, "failed")
 	for _, tc := range []struct{ name, key, secret string }{
 		{"wrong secret", e.user.APIKey, "not-the-secret-" + e.userSec[:4]},
 		{"unknown key", "no-such-key", e.userSec},
@@ -168,7 +168,7 @@ func TestConsoleSignIn(t *testing.T) {
 			t.Errorf("%s: the secret was logged", tc.name)
 		}
 	}
-	if got := sessFailures("failed") - before; got != 3 {
+	if got := sessFailures(e.srv, "failed") - before; got != 3 {
 		t.Errorf("console failures counted: %v, want 3", got)
 	}
 	logs := e.logs.String()

@@ -2,7 +2,6 @@ package api
 
 import (
 	"cmp"
-	"context"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -18,6 +17,7 @@ import (
 	"github.com/ztpd/ztpd/api/caller"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
 )
 
 // The console's live stream (GET /ui/stream, Server-Sent Events). One hub
@@ -299,9 +299,8 @@ func (h *streamHub) run() {
 // streamView is one filter the poll serves: admins (own nil) or the
 // subscribers of one account.
 type streamView struct {
-	own     map[string]bool
-	account string
-	counts  *deviceCounts
+	scope  devices.Scope
+	counts *deviceCounts
 }
 
 // poll reads the events after seq after, merges each subscriber's share
@@ -322,14 +321,13 @@ func (h *streamHub) poll(after uint64, subs []*streamSub) (uint64, error) {
 		}
 		v := views[key]
 		if v == nil {
-			v = &streamView{}
+			v = &streamView{scope: devices.AllScope}
 			if key != "" {
-				caller := caller.Of(sub.cred)
-				own, err := s.clusters.AccountClusters(context.Background(), caller)
+				sc, err := s.queries.ScopeOf(caller.Of(sub.cred))
 				if err != nil {
 					return after, err
 				}
-				v.own, v.account = own, caller.AccountName()
+				v.scope = sc
 			}
 			views[key] = v
 		}
@@ -347,9 +345,9 @@ func (h *streamHub) poll(after uint64, subs []*streamSub) (uint64, error) {
 			h.recent = map[uint64]struct{}{}
 		}
 	}
-	err := s.st.View(func(tx core.Tx) error {
+	err := s.queries.ReadScoped(devices.AllScope, func(r devices.Reader) error {
 		for _, stream := range []core.EventStream{core.DeviceEvents, core.AuditEvents} {
-			err := tx.Events().List(stream, from, func(e core.Event) (bool, error) {
+			err := r.Events(stream, "", from, func(e core.Event) (bool, error) {
 				if window > 0 {
 					if _, done := h.recent[e.Seq]; done {
 						return true, nil
@@ -370,7 +368,7 @@ func (h *streamHub) poll(after uint64, subs []*streamSub) (uint64, error) {
 				ro := rolloutOf(e)
 				for i, v := range viewOf {
 					// listEvents' filter for user keys.
-					if v.own == nil || (e.Cluster != "" && v.own[e.Cluster]) || e.Fields["account"] == v.account {
+					if v.scope.SeesEvent(e) {
 						updates[i].addEvent(e)
 						if ro != "" {
 							updates[i].addRollout(ro)
@@ -385,7 +383,7 @@ func (h *streamHub) poll(after uint64, subs []*streamSub) (uint64, error) {
 		}
 		ids := slices.Sorted(maps.Keys(changed))
 		for _, id := range ids {
-			d, err := tx.Devices().Get(id)
+			d, err := r.DeviceByID(id)
 			if errors.Is(err, core.ErrNotFound) {
 				continue
 			}
@@ -393,7 +391,7 @@ func (h *streamHub) poll(after uint64, subs []*streamSub) (uint64, error) {
 				return err
 			}
 			for i, v := range viewOf {
-				if v.own == nil || v.own[d.Cluster] {
+				if v.scope.SeesDevice(d) {
 					updates[i].addDevice(d)
 				}
 			}
@@ -420,7 +418,7 @@ func (h *streamHub) poll(after uint64, subs []*streamSub) (uint64, error) {
 		}
 		v := viewOf[i]
 		if v.counts == nil {
-			c, err := s.deviceCounts(v.own)
+			c, err := s.deviceCounts(v.scope.Clusters())
 			if err != nil {
 				return last, err
 			}
@@ -442,9 +440,9 @@ func (h *streamHub) poll(after uint64, subs []*streamSub) (uint64, error) {
 // latestSeq is the newest event's sequence number (0 for an empty log).
 func (s *Server) latestSeq() (uint64, error) {
 	var seq uint64
-	err := s.st.View(func(tx core.Tx) error {
+	err := s.queries.ReadScoped(devices.AllScope, func(r devices.Reader) error {
 		for _, stream := range []core.EventStream{core.DeviceEvents, core.AuditEvents} {
-			err := tx.Events().ListBackward(stream, 0, func(e core.Event) (bool, error) {
+			err := r.EventsBackward(stream, "", 0, func(e core.Event) (bool, error) {
 				seq = max(seq, e.Seq)
 				return false, nil
 			})
@@ -462,7 +460,7 @@ func (s *Server) consoleStream(c *gin.Context) {
 	c.Set("op", "console.stream")
 	r := c.Request
 	if !sameOriginFetch(r) {
-		authFailures.WithLabelValues("console", "cross_site").Inc()
+		s.metrics.authFailures.WithLabelValues("console", "cross_site").Inc()
 		restRefuse(c, core.KindPermission, "cross-site request refused")
 		return
 	}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
@@ -367,7 +369,7 @@ func TestConsoleStreamEnds(t *testing.T) {
 
 	// Through httpserve as ztpd serve runs it: the listener's shutdown ends
 	// the stream at once.
-	srv := New(Deps{Store: e.st, Clusters: e.clusters, Keys: e.keys})
+	srv := New(Deps{Metrics: prometheus.NewRegistry(), Store: e.st, Clusters: e.clusters, Keys: e.keys})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
@@ -347,7 +349,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if e.rollouts, err = rollout.New(e.st, rollout.Options{Nodes: e.nodes, Agents: e.desired, Members: e.members, Log: log}); err != nil {
 		t.Fatal(err)
 	}
-	e.srv = New(Deps{Log: log, Store: e.st, Clusters: e.clusters, Keys: e.keys,
+	e.srv = New(Deps{Metrics: prometheus.NewRegistry(), Log: log, Store: e.st, Clusters: e.clusters, Keys: e.keys,
 		AuthFailuresPerMinute: o.failuresPerMinute, Now: e.clock.now, Signatures: o.sigs,
 		Desired: e.desired, Rollouts: e.rollouts})
 	if o.tls {

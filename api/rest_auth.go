@@ -57,7 +57,7 @@ func (s *Server) restAuth(c *gin.Context) {
 		c.Header("Connection", "close")
 	}
 	if blocked, wait := s.limiter.Blocked(ip, s.now()); blocked && !local {
-		authFailures.WithLabelValues("rest", "rate_limited").Inc()
+		s.metrics.authFailures.WithLabelValues("rest", "rate_limited").Inc()
 		c.Header("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
 		httpserve.WriteRefusal(c.Writer, http.StatusTooManyRequests, httpserve.CodeRateLimited, "too many failed authentications from "+ip)
 		c.Abort()
@@ -69,7 +69,7 @@ func (s *Server) restAuth(c *gin.Context) {
 	}
 	if err != nil {
 		s.limiter.Failed(ip, s.now())
-		authFailures.WithLabelValues("rest", "bad_parameter_name").Inc()
+		s.metrics.authFailures.WithLabelValues("rest", "bad_parameter_name").Inc()
 		s.log.Warn("API request refused: bad query", "api", "rest", "client", ip, "reason", err.Error())
 		restRefuse(c, core.KindInvalid, "malformed query: "+err.Error())
 		return

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
@@ -50,7 +52,7 @@ func TestRESTDeleteForce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cs.Close(context.Background()) })
-	ts := httptest.NewServer(New(Deps{Log: slog.New(slog.NewTextHandler(e.logs, nil)), Store: e.st, Clusters: cs, Keys: e.keys,
+	ts := httptest.NewServer(New(Deps{Metrics: prometheus.NewRegistry(), Log: slog.New(slog.NewTextHandler(e.logs, nil)), Store: e.st, Clusters: cs, Keys: e.keys,
 		Now: e.clock.now}).Handler())
 	t.Cleanup(ts.Close)
 	_, router := loadDoc(t)

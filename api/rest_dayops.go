@@ -14,7 +14,6 @@ import (
 
 	"github.com/ztpd/ztpd/api/caller"
 	"github.com/ztpd/ztpd/api/client"
-	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/desired"
 	"github.com/ztpd/ztpd/internal/httpserve"
@@ -22,7 +21,7 @@ import (
 	"github.com/ztpd/ztpd/internal/semver"
 )
 
-// Day-2 operations (issue 17): devices' desired states and rollouts over
+// Day-2 operations: devices' desired states and rollouts over
 // clusters' nodes. Reads follow the devices' and clusters' tenancy (a user
 // key sees its account's); every write is admin only.
 
@@ -113,17 +112,13 @@ func restRolloutOf(r core.Rollout) client.Rollout {
 // deviceFor resolves a device reference (MAC in any notation or serial)
 // the caller may see; ok is false when the answer was already written.
 func (s *Server) deviceFor(c *gin.Context, ref string) (core.Device, bool) {
-	d, err := s.lookupDevice(ref)
-	if err != nil && !errors.Is(err, core.ErrNotFound) {
-		s.restFail(c, err)
-		return d, false
-	}
-	own, ok := s.ownClusters(c)
-	if !ok {
-		return d, false
-	}
-	if err != nil || (own != nil && !own[d.Cluster]) {
+	d, err := s.lookupDevice(callerOf(c), ref)
+	if errors.Is(err, core.ErrNotFound) {
 		restRefuse(c, core.KindNotFound, "device "+ref+" not found")
+		return d, false
+	}
+	if err != nil {
+		s.restFail(c, err)
 		return d, false
 	}
 	return d, true
@@ -230,7 +225,7 @@ func (s *Server) putDesired(c *gin.Context) {
 	if req.Mode.set {
 		ch.Mode = &mode
 	}
-	spec, err := s.modeSwitch(d.ID, req, &ch)
+	spec, err := s.modeSwitch(callerOf(c), d.ID, req, &ch)
 	if err != nil {
 		s.restFail(c, err)
 		return
@@ -271,30 +266,13 @@ func (s *Server) putDesired(c *gin.Context) {
 
 // modeSwitch says which rollout a change of mode needs (nil: none) and
 // takes the mode and cluster out of ch when the rollout sets them.
-func (s *Server) modeSwitch(device string, req desiredBody, ch *desired.Change) (*rollout.Spec, error) {
-	var member *core.Membership
-	var target core.Cluster
+func (s *Server) modeSwitch(caller core.Caller, device string, req desiredBody, ch *desired.Change) (*rollout.Spec, error) {
 	// The mode the device has now, its profile's default included.
 	cur, err := s.desired.Get(device)
 	if err != nil {
 		return nil, err
 	}
-	err = s.st.View(func(tx core.Tx) error {
-		m, err := tx.Memberships().Get(device)
-		switch {
-		case err == nil && m.State != core.StateLeft:
-			member = &m
-		case err != nil && !errors.Is(err, core.ErrNotFound):
-			return err
-		}
-		if req.Cluster.v != "" {
-			if target, err = clusters.ByRef(tx, req.Cluster.v); errors.Is(err, core.ErrNotFound) {
-				return core.Errorf(core.KindInvalid, "cluster %q not found", req.Cluster.v)
-			}
-			return err
-		}
-		return nil
-	})
+	member, target, err := s.rollouts.Placement(caller, device, req.Cluster.v)
 	if err != nil {
 		return nil, err
 	}
@@ -357,26 +335,17 @@ func (s *Server) listRollouts(c *gin.Context) {
 		return
 	}
 	if cluster != "" {
-		_ = s.st.View(func(tx core.Tx) error {
-			if cl, err := clusters.ByRef(tx, cluster); err == nil {
-				cluster = cl.ID
-			}
-			return nil
-		})
-	}
-	own, ok := s.ownClusters(c)
-	if !ok {
-		return
+		cluster = s.rollouts.ClusterID(callerOf(c), cluster)
 	}
 	out := client.Page[client.Rollout]{Items: []client.Rollout{}}
 	skipping := after != ""
 	var last string
-	err := s.rollouts.List(func(r core.Rollout) bool {
+	err := s.rollouts.ListFor(callerOf(c), func(r core.Rollout) bool {
 		if skipping {
 			skipping = r.ID != after
 			return true
 		}
-		if (own != nil && !own[r.Cluster]) || (cluster != "" && r.Cluster != cluster) || (state != "" && string(r.State) != state) {
+		if (cluster != "" && r.Cluster != cluster) || (state != "" && string(r.State) != state) {
 			return true
 		}
 		if len(out.Items) == limit {
@@ -397,17 +366,9 @@ func (s *Server) listRollouts(c *gin.Context) {
 // rolloutFor is the rollout id the caller may see; ok is false when the
 // answer was already written.
 func (s *Server) rolloutFor(c *gin.Context, id string) (core.Rollout, bool) {
-	r, err := s.rollouts.Get(id)
+	r, err := s.rollouts.GetFor(callerOf(c), id)
 	if err != nil {
 		s.restFail(c, err)
-		return r, false
-	}
-	own, ok := s.ownClusters(c)
-	if !ok {
-		return r, false
-	}
-	if own != nil && !own[r.Cluster] {
-		restRefuse(c, core.KindNotFound, "rollout "+id+" not found")
 		return r, false
 	}
 	return r, true
@@ -426,7 +387,7 @@ func (s *Server) startRollout(c *gin.Context) {
 	if !bindBody(c, &req) {
 		return
 	}
-	spec, err := s.rolloutSpec(c.Request.Context(), req)
+	spec, err := s.rolloutSpec(c.Request.Context(), callerOf(c), req)
 	if err != nil {
 		s.restFail(c, err)
 		return
@@ -444,7 +405,7 @@ func (s *Server) startRollout(c *gin.Context) {
 // rolloutSpec checks a start request and resolves what it names: the
 // cluster and devices to their IDs, the target to the version tag or the
 // image, the hooks to stored images.
-func (s *Server) rolloutSpec(ctx context.Context, req client.RolloutStart) (rollout.Spec, error) {
+func (s *Server) rolloutSpec(ctx context.Context, caller core.Caller, req client.RolloutStart) (rollout.Spec, error) {
 	spec := rollout.Spec{Kind: core.RolloutKind(req.Kind), MaxUnavailable: req.MaxUnavailable, Hooks: req.Hooks,
 		ContinueOnHookFailure: req.ContinueOnHookFailure, Mode: core.DeviceMode(req.Mode), Selector: req.Selector}
 	invalid := func(format string, args ...any) (rollout.Spec, error) {
@@ -494,32 +455,13 @@ func (s *Server) rolloutSpec(ctx context.Context, req client.RolloutStart) (roll
 		}
 		spec.Target, spec.TargetID = v.tag, v.id
 	}
-	err := s.st.View(func(tx core.Tx) error {
-		if req.Cluster != "" {
-			cl, err := clusters.ByRef(tx, req.Cluster)
-			if errors.Is(err, core.ErrNotFound) {
-				return core.Errorf(core.KindInvalid, "cluster %q not found", req.Cluster)
-			}
-			if err != nil {
-				return err
-			}
-			spec.Cluster = cl.ID
-		}
-		if spec.Kind == core.RolloutImage {
-			im, err := desired.ResolveImage(tx, req.Target)
-			if err != nil {
-				return err
-			}
-			spec.Target, spec.TargetID = req.Target, im.SHA256
-		}
-		return desired.CheckHooks(tx, req.Hooks)
-	})
+	err := s.rollouts.Resolve(caller, &spec, req.Cluster, req.Target)
 	if err != nil {
 		return spec, err
 	}
 	seen := map[string]bool{}
 	for _, ref := range req.Devices {
-		d, err := s.lookupDevice(ref)
+		d, err := s.lookupDevice(caller, ref)
 		if errors.Is(err, core.ErrNotFound) {
 			return invalid("device %s not found", ref)
 		}

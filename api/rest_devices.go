@@ -10,6 +10,7 @@ import (
 
 	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/httpserve"
 )
 
@@ -47,7 +48,7 @@ func (s *Server) listDevices(c *gin.Context) {
 		restRefuse(c, core.KindInvalid, "approved must be true or false")
 		return
 	}
-	own, ok := s.ownClusters(c)
+	sc, ok := s.scopeOf(c)
 	if !ok {
 		return
 	}
@@ -58,9 +59,9 @@ func (s *Server) listDevices(c *gin.Context) {
 	if unmatched {
 		state = ""
 	}
-	if state != "" || unmatched || kind != "" || cluster != "" || subnet != "" || approved != "" || own != nil || search != "" {
+	if state != "" || unmatched || kind != "" || cluster != "" || subnet != "" || approved != "" || search != "" {
 		keep = func(d core.Device) bool {
-			return (own == nil || own[d.Cluster]) && (state == "" || string(d.State) == state) && (!unmatched || d.Refusal.Refused()) &&
+			return (state == "" || string(d.State) == state) && (!unmatched || d.Refusal.Refused()) &&
 				(kind == "" || string(d.Kind) == kind) &&
 				(cluster == "" || d.Cluster == cluster) && (subnet == "" || d.Subnet == subnet) &&
 				(approved == "" || strconv.FormatBool(d.Approved) == approved) && (search == "" || deviceMatches(d, search))
@@ -72,12 +73,9 @@ func (s *Server) listDevices(c *gin.Context) {
 	// cursor. Either way the walk stops at limit+1 kept devices, and the
 	// page is then kept in the response cache until a device changes.
 	fill := func(buf []byte) ([]byte, error) {
-		err := s.st.View(func(tx core.Tx) error {
-			list := tx.Devices().List
-			if state != "" {
-				list = func(after string, fn core.Visit[core.Device]) error {
-					return tx.Devices().ListState(core.DeviceState(state), after, fn)
-				}
+		err := s.queries.ReadScoped(sc, func(r devices.Reader) error {
+			list := func(after string, fn core.Visit[core.Device]) error {
+				return r.Devices(core.DeviceState(state), after, fn)
 			}
 			var err error
 			buf, err = appendPage(buf, list, after, limit, devicePos, keep, appendDeviceView)
@@ -85,7 +83,7 @@ func (s *Server) listDevices(c *gin.Context) {
 		})
 		return buf, err
 	}
-	if own != nil { // depends on the caller's clusters too: never kept
+	if !sc.All() { // depends on the caller's clusters too: never kept
 		s.writeAppended(c, fill)
 		return
 	}
@@ -106,58 +104,28 @@ func deviceMatches(d core.Device, lower string) bool {
 
 func (s *Server) getDevice(c *gin.Context) {
 	ref := c.Param("id")
-	d, err := s.lookupDevice(ref)
-	if err != nil && !errors.Is(err, core.ErrNotFound) {
-		s.restFail(c, err)
-		return
-	}
-	own, ok := s.ownClusters(c)
-	if !ok {
-		return
-	}
-	if err != nil || (own != nil && !own[d.Cluster]) {
+	d, err := s.lookupDevice(callerOf(c), ref)
+	if errors.Is(err, core.ErrNotFound) {
 		restRefuse(c, core.KindNotFound, "device "+ref+" not found")
+		return
+	}
+	if err != nil {
+		s.restFail(c, err)
 		return
 	}
 	httpserve.WriteJSON(c.Writer, http.StatusOK, restDeviceOf(d))
 }
 
-// ownClusters is nil for admin keys, else the IDs of the clusters of the
-// key's account: a user key sees only their devices, leases and events.
-// ok is false when the answer was already written.
-func (s *Server) ownClusters(c *gin.Context) (map[string]bool, bool) {
-	if credOf(c).IsAdmin() {
-		return nil, true
-	}
-	own, err := s.clusters.AccountClusters(c.Request.Context(), callerOf(c))
+// scopeOf is what the caller sees (devices.Queries decides it): the fleet
+// for admin keys, else the key's account's clusters and their devices,
+// leases and events. ok is false when the answer was already written.
+func (s *Server) scopeOf(c *gin.Context) (devices.Scope, bool) {
+	sc, err := s.queries.ScopeOf(callerOf(c))
 	if err != nil {
 		s.restFail(c, err)
-		return nil, false
+		return sc, false
 	}
-	return own, true
-}
-
-// ownMACs is nil for admin keys, else the MAC addresses of the devices in
-// the key's account's clusters.
-func (s *Server) ownMACs(c *gin.Context) (map[string]bool, bool) {
-	own, ok := s.ownClusters(c)
-	if own == nil || !ok {
-		return nil, ok
-	}
-	macs := map[string]bool{}
-	err := s.st.View(func(tx core.Tx) error {
-		return tx.Devices().List("", func(d core.Device) (bool, error) {
-			if own[d.Cluster] {
-				macs[d.MAC] = true
-			}
-			return true, nil
-		})
-	})
-	if err != nil {
-		s.restFail(c, err)
-		return nil, false
-	}
-	return macs, true
+	return sc, true
 }
 
 func (s *Server) approveDevice(c *gin.Context) {
@@ -190,25 +158,25 @@ func (s *Server) listLeases(c *gin.Context) {
 		return
 	}
 	state, subnet, mac := c.Query("state"), c.Query("subnet"), strings.ToLower(c.Query("mac"))
-	macs, ok := s.ownMACs(c)
+	sc, ok := s.scopeOf(c)
 	if !ok {
 		return
 	}
 	var keep func(core.Lease) bool
-	if state != "" || subnet != "" || mac != "" || macs != nil {
+	if state != "" || subnet != "" || mac != "" {
 		keep = func(l core.Lease) bool {
-			return (macs == nil || macs[l.MAC]) && (state == "" || string(l.State) == state) && (subnet == "" || l.Subnet == subnet) && (mac == "" || l.MAC == mac)
+			return (state == "" || string(l.State) == state) && (subnet == "" || l.Subnet == subnet) && (mac == "" || l.MAC == mac)
 		}
 	}
 	fill := func(buf []byte) ([]byte, error) {
-		err := s.st.View(func(tx core.Tx) error {
+		err := s.queries.ReadScoped(sc, func(r devices.Reader) error {
 			var err error
-			buf, err = appendPage(buf, tx.Leases().List, after, limit, leasePos, keep, appendLeaseView)
+			buf, err = appendPage(buf, r.Leases, after, limit, leasePos, keep, appendLeaseView)
 			return err
 		})
 		return buf, err
 	}
-	if macs != nil {
+	if !sc.All() {
 		s.writeAppended(c, fill)
 		return
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
 )
 
 func restEventOf(e core.Event) client.Event {
@@ -63,15 +64,14 @@ func (s *Server) listEvents(c *gin.Context) {
 	typ, device, cluster := c.Query("type"), c.Query("device"), c.Query("cluster")
 	// A user key sees its clusters' events and those naming its account
 	// (its writes, also of clusters since deleted).
-	own, ok := s.ownClusters(c)
+	sc, ok := s.scopeOf(c)
 	if !ok {
 		return
 	}
-	account := callerOf(c).AccountName()
 	var keep func(core.Event) bool
-	if typ != "" || device != "" || cluster != "" || own != nil || !from.IsZero() {
+	if typ != "" || device != "" || cluster != "" || !sc.All() || !from.IsZero() {
 		keep = func(e core.Event) bool {
-			return (own == nil || (e.Cluster != "" && own[e.Cluster]) || e.Fields["account"] == account) &&
+			return sc.SeesEvent(e) &&
 				(typ == "" || e.Type == typ || strings.HasPrefix(e.Type, typ+".")) &&
 				(device == "" || e.Device == device) && (cluster == "" || e.Cluster == cluster) &&
 				(from.IsZero() || !e.Time.Before(from))
@@ -101,7 +101,8 @@ func (s *Server) listEvents(c *gin.Context) {
 	})
 }
 
-// Query plan of ?device= (issue 19). Without it a listing reads the
+// Query plan of ?device= (one device's events must not cost a scan of
+// the whole log). Without it a listing reads the
 // stream's log from its cursor (or, for tail, from its newest end) and
 // keep filters; with it, listStream and listStreamBackward walk the device
 // index instead (kv: one key range per stream and device, in sequence
@@ -120,12 +121,12 @@ func (s *Server) listEvents(c *gin.Context) {
 // listStream visits st's events after sequence number after in order:
 // all of them, or with device set the device's and then the stream's
 // newest (see the query plan above).
-func listStream(tx core.Tx, st core.EventStream, device string, after uint64, fn core.Visit[core.Event]) error {
+func listStream(r devices.Reader, st core.EventStream, device string, after uint64, fn core.Visit[core.Event]) error {
 	if device == "" {
-		return tx.Events().List(st, after, fn)
+		return r.Events(st, "", after, fn)
 	}
 	visited, stopped := after, false
-	err := tx.Events().ListDevice(st, device, after, func(e core.Event) (bool, error) {
+	err := r.Events(st, device, after, func(e core.Event) (bool, error) {
 		visited = e.Seq
 		ok, err := fn(e)
 		stopped = !ok || err != nil
@@ -134,7 +135,7 @@ func listStream(tx core.Tx, st core.EventStream, device string, after uint64, fn
 	if err != nil || stopped {
 		return err
 	}
-	newest, ok, err := newestEvent(tx, st)
+	newest, ok, err := newestEvent(r, st)
 	if err != nil || !ok || newest.Seq <= visited || newest.Device == device {
 		return err
 	}
@@ -144,11 +145,11 @@ func listStream(tx core.Tx, st core.EventStream, device string, after uint64, fn
 
 // listStreamBackward visits st's events newest first: all of them, or
 // with device set the stream's newest and then the device's.
-func listStreamBackward(tx core.Tx, st core.EventStream, device string, fn core.Visit[core.Event]) error {
+func listStreamBackward(r devices.Reader, st core.EventStream, device string, fn core.Visit[core.Event]) error {
 	if device == "" {
-		return tx.Events().ListBackward(st, 0, fn)
+		return r.EventsBackward(st, "", 0, fn)
 	}
-	newest, ok, err := newestEvent(tx, st)
+	newest, ok, err := newestEvent(r, st)
 	if err != nil {
 		return err
 	}
@@ -157,12 +158,12 @@ func listStreamBackward(tx core.Tx, st core.EventStream, device string, fn core.
 			return err
 		}
 	}
-	return tx.Events().ListDeviceBackward(st, device, 0, fn)
+	return r.EventsBackward(st, device, 0, fn)
 }
 
 // newestEvent is st's newest event; ok is false when st is empty.
-func newestEvent(tx core.Tx, st core.EventStream) (newest core.Event, ok bool, err error) {
-	err = tx.Events().ListBackward(st, 0, func(e core.Event) (bool, error) {
+func newestEvent(r devices.Reader, st core.EventStream) (newest core.Event, ok bool, err error) {
+	err = r.EventsBackward(st, "", 0, func(e core.Event) (bool, error) {
 		newest, ok = e, true
 		return false, nil
 	})
@@ -173,14 +174,14 @@ func newestEvent(tx core.Tx, st core.EventStream) (newest core.Event, ok bool, e
 // that keep accepts, oldest first, and last_seq.
 func (s *Server) appendEventsTail(buf []byte, streams []core.EventStream, device string, n int, after uint64,
 	keep func(core.Event) bool) ([]byte, error) {
-	err := s.st.View(func(tx core.Tx) error {
+	err := s.queries.ReadScoped(devices.AllScope, func(r devices.Reader) error {
 		scanned := after
 		var newest []core.Event
 		for _, st := range streams {
 			// Newest first, so only as much of the log is read as the
 			// answer needs (a device's recent events, not all 200,000).
 			kept := 0
-			err := listStreamBackward(tx, st, device, func(e core.Event) (bool, error) {
+			err := listStreamBackward(r, st, device, func(e core.Event) (bool, error) {
 				if e.Seq <= after {
 					return false, nil
 				}
@@ -226,7 +227,7 @@ func appendLastSeq(buf []byte, seq uint64) []byte {
 // events and the page is their merge in sequence order.
 func (s *Server) appendEventsPage(buf []byte, streams []core.EventStream, device string, limit int, after uint64,
 	keep func(core.Event) bool) ([]byte, error) {
-	err := s.st.View(func(tx core.Tx) error {
+	err := s.queries.ReadScoped(devices.AllScope, func(r devices.Reader) error {
 		// scanned: the newest event considered; a page that ends the
 		// listing carries it as last_seq.
 		scanned := after
@@ -234,7 +235,7 @@ func (s *Server) appendEventsPage(buf []byte, streams []core.EventStream, device
 			more := false
 			list := func(pos string, fn core.Visit[core.Event]) error {
 				after, _ := parseEventPos(pos)
-				return listStream(tx, streams[0], device, after, func(e core.Event) (bool, error) {
+				return listStream(r, streams[0], device, after, func(e core.Event) (bool, error) {
 					ok, err := fn(e)
 					if ok && err == nil {
 						scanned = max(scanned, e.Seq)
@@ -253,10 +254,10 @@ func (s *Server) appendEventsPage(buf []byte, streams []core.EventStream, device
 		}
 		// Each stream is in sequence order already: merge, do not sort.
 		// The lists grow as needed: a device has few events, and reserving
-		// limit+1 per stream was half of what a request allocated (issue 19).
+		// limit+1 per stream was half of what a request allocated.
 		lists := make([][]core.Event, len(streams))
 		for i, st := range streams {
-			err := listStream(tx, st, device, after, func(e core.Event) (bool, error) {
+			err := listStream(r, st, device, after, func(e core.Event) (bool, error) {
 				scanned = max(scanned, e.Seq)
 				if keep != nil && !keep(e) {
 					return true, nil

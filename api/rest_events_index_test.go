@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/store/storetest"
 )
 
@@ -17,7 +18,7 @@ import (
 // device's own.
 func TestDeviceEventsThroughTheIndexAnswerAsTheScan(t *testing.T) {
 	f := storetest.Open(t)
-	s := &Server{st: f.Store}
+	s := &Server{st: f.Store, queries: devices.NewQueries(f.Store)}
 	devices := append(hostileStrings(), "aa:01", "aa:01/x", "aa:0")
 	appendEvents := func(from, to int) {
 		storetest.Update(t, f.Store, func(tx core.Tx) error {

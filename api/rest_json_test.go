@@ -13,6 +13,7 @@ import (
 
 	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/store/storetest"
 )
 
@@ -194,7 +195,7 @@ func TestAppendPageMatchesCollect(t *testing.T) {
 // encoding/json gave, for every limit, start and filter.
 func TestMergedEventsPage(t *testing.T) {
 	f := storetest.Open(t)
-	s := &Server{st: f.Store}
+	s := &Server{st: f.Store, queries: devices.NewQueries(f.Store)}
 	strs := hostileStrings()
 	storetest.Update(t, f.Store, func(tx core.Tx) error {
 		for i := range 60 {

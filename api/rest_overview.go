@@ -12,6 +12,7 @@ import (
 	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/httpserve"
 )
 
@@ -26,8 +27,8 @@ type consoleDeps struct {
 	warnings   func() []string
 }
 
-// routeConsoleREST registers the REST routes the web console added
-// (issue 16): the overview, pool use, device previews, API keys, image
+// routeConsoleREST registers the REST routes the web console added:
+// the overview, pool use, device previews, API keys, image
 // upload and deletion, the effective configuration and the warnings.
 func (s *Server) routeConsoleREST(e *gin.Engine, g *gin.RouterGroup) {
 	admin := requireAdmin
@@ -88,21 +89,21 @@ const (
 // listDevices and listEvents) and no warnings (they name other accounts'
 // clusters); pools are the appliance's.
 func (s *Server) overview(c *gin.Context) {
-	own, ok := s.ownClusters(c)
+	sc, ok := s.scopeOf(c)
 	if !ok {
 		return
 	}
 	out := client.Overview{Pools: s.poolUse(), Clusters: []client.ClusterHealth{}, Events: []client.Event{}, Warnings: []string{}}
-	if own == nil { // an admin key
+	if sc.All() { // an admin key
 		out.Warnings = s.currentWarnings()
 	}
-	counts, err := s.deviceCounts(own)
+	counts, err := s.deviceCounts(sc.Clusters())
 	if err != nil {
 		s.restFail(c, err)
 		return
 	}
 	out.Devices = client.DeviceCounts(counts)
-	keep := s.eventFilter(c, own)
+	keep := eventFilter(sc)
 	if out.Onboarding, out.Events, err = s.recentEvents(keep, 10); err != nil {
 		s.restFail(c, err)
 		return
@@ -127,14 +128,11 @@ func (s *Server) overview(c *gin.Context) {
 
 // eventFilter is what events the caller sees: all for admin keys; for a
 // user key those of its clusters and those naming its account (listEvents).
-func (s *Server) eventFilter(c *gin.Context, own map[string]bool) func(core.Event) bool {
-	if own == nil {
+func eventFilter(sc devices.Scope) func(core.Event) bool {
+	if sc.All() {
 		return nil
 	}
-	account := callerOf(c).AccountName()
-	return func(e core.Event) bool {
-		return (e.Cluster != "" && own[e.Cluster]) || e.Fields["account"] == account
-	}
+	return sc.SeesEvent
 }
 
 // recentEvents is the onboarding histogram of the last hour (device
@@ -150,10 +148,10 @@ func (s *Server) recentEvents(keep func(core.Event) bool, n int) (client.Onboard
 		return ob, nil, err
 	}
 	var newest []core.Event
-	err = s.st.View(func(tx core.Tx) error {
+	err = s.queries.ReadScoped(devices.AllScope, func(r devices.Reader) error {
 		for _, st := range []core.EventStream{core.DeviceEvents, core.AuditEvents} {
 			kept, scanned := 0, 0
-			err := tx.Events().ListBackward(st, 0, func(e core.Event) (bool, error) {
+			err := r.EventsBackward(st, "", 0, func(e core.Event) (bool, error) {
 				scanned++
 				if keep == nil || keep(e) {
 					newest = append(newest, e)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/httpserve"
 	"github.com/ztpd/ztpd/ztp/content"
 )
@@ -37,7 +38,7 @@ func (s *Server) previewDevice(c *gin.Context) {
 		return
 	}
 	ref := c.Param("id")
-	d, err := s.lookupDevice(ref)
+	d, err := s.lookupDevice(callerOf(c), ref)
 	if errors.Is(err, core.ErrNotFound) {
 		restRefuse(c, core.KindNotFound, "device "+ref+" not found")
 		return
@@ -99,18 +100,13 @@ func nonNil(s []string) []string {
 	return s
 }
 
-// lookupDevice finds a device by ID, MAC or serial number (as getDevice).
-func (s *Server) lookupDevice(ref string) (core.Device, error) {
-	id := ref
-	if mac, err := core.NormalizeMAC(ref); err == nil {
-		id = mac
-	}
+// lookupDevice finds a device caller sees by ID, MAC or serial number
+// (core.ErrNotFound for one it does not see).
+func (s *Server) lookupDevice(caller core.Caller, ref string) (core.Device, error) {
 	var d core.Device
-	err := s.st.View(func(tx core.Tx) error {
+	err := s.queries.Read(caller, func(r devices.Reader) error {
 		var err error
-		if d, err = tx.Devices().Get(id); errors.Is(err, core.ErrNotFound) {
-			d, err = tx.Devices().BySerial(ref)
-		}
+		d, err = r.Device(ref)
 		return err
 	})
 	return d, err

@@ -29,11 +29,10 @@ func (s *Server) listTokens(c *gin.Context) {
 			(revoked == "" || strconv.FormatBool(t.Revoked) == revoked)
 	}
 	var p client.Page[client.Token]
-	err := s.st.View(func(tx core.Tx) error {
-		var err error
-		p, err = collect(tx.Tokens().List, after, limit, tokenPos, keep, restTokenOf)
-		return err
-	})
+	list := func(after string, fn core.Visit[core.Token]) error {
+		return s.clusters.ListTokens(c.Request.Context(), callerOf(c), after, fn)
+	}
+	p, err := collect(list, after, limit, tokenPos, keep, restTokenOf)
 	if err != nil {
 		s.restFail(c, err)
 		return

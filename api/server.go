@@ -49,7 +49,6 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/ztpd/ztpd/api/auth"
 	"github.com/ztpd/ztpd/api/bodycache"
@@ -58,22 +57,45 @@ import (
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/desired"
+	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/httpserve"
 	"github.com/ztpd/ztpd/internal/rollout"
 )
 
-var (
-	requestsTotal = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "ztpd_api_requests_total", Help: "API requests by API, operation and HTTP status.",
-	}, []string{"api", "op", "code"})
-	requestSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "ztpd_api_request_seconds", Help: "API request latency.",
-		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
-	}, []string{"api"})
-	authFailures = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "ztpd_api_auth_failures_total", Help: "Failed API authentications by outcome.",
-	}, []string{"api", "outcome"})
-)
+// apiMetrics are the API's Prometheus metrics, registered on the
+// registerer its Deps name (never a global one: tests build many servers).
+type apiMetrics struct {
+	requests       *prometheus.CounterVec
+	requestSeconds *prometheus.HistogramVec
+	authFailures   *prometheus.CounterVec
+	cacheHits      prometheus.Counter
+	cacheRenders   prometheus.Counter
+}
+
+func newAPIMetrics(reg prometheus.Registerer) *apiMetrics {
+	m := &apiMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ztpd_api_requests_total", Help: "API requests by API, operation and HTTP status.",
+		}, []string{"api", "op", "code"}),
+		requestSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "ztpd_api_request_seconds", Help: "API request latency.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}, []string{"api"}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ztpd_api_auth_failures_total", Help: "Failed API authentications by outcome.",
+		}, []string{"api", "outcome"}),
+	}
+	cache := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ztpd_api_response_cache_total",
+		Help: "Cacheable API answers by outcome: hit (a current body, or one being rendered, was shared) or render.",
+	}, []string{"result"})
+	m.requests = auth.Register(reg, m.requests)
+	m.requestSeconds = auth.Register(reg, m.requestSeconds)
+	m.authFailures = auth.Register(reg, m.authFailures)
+	cache = auth.Register(reg, cache)
+	m.cacheHits, m.cacheRenders = cache.WithLabelValues("hit"), cache.WithLabelValues("render")
+	return m
+}
 
 // ImageLister lists the artifact store (images/imagestore satisfies it).
 type ImageLister interface {
@@ -82,7 +104,9 @@ type ImageLister interface {
 
 // Deps are what the API needs.
 type Deps struct {
-	Log      *slog.Logger
+	Log *slog.Logger
+	// Metrics registers the API's metrics (required).
+	Metrics  prometheus.Registerer
 	Store    core.Store
 	Clusters *clusters.Service
 	Keys     *apikeys.Service
@@ -99,7 +123,7 @@ type Deps struct {
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 
-	// For the web console (issue 16); each may be nil, which answers
+	// For the web console; each may be nil, which answers
 	// none or refuses what needs it.
 	// Pools is the DHCP pools' use (ztp/dhcp).
 	Pools PoolLister
@@ -116,7 +140,7 @@ type Deps struct {
 	// Warnings are the startup warnings as they stand now.
 	Warnings func() []string
 
-	// Day-2 operations (issue 17); nil serves none of their routes.
+	// Day-2 operations; nil serves none of their routes.
 	// Desired owns devices' desired states and answers device agents.
 	Desired *desired.Service
 	// Rollouts runs operations over clusters' nodes.
@@ -145,6 +169,8 @@ type Server struct {
 	counts     consoleCounts // device tally and onboarding marks (console_counts.go)
 	desired    *desired.Service
 	rollouts   *rollout.Engine
+	queries    *devices.Queries // devices, leases, events and counts, in the caller's scope
+	metrics    *apiMetrics
 }
 
 // New builds the API and its routes.
@@ -155,19 +181,24 @@ func New(d Deps) *Server {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
+	if d.Metrics == nil {
+		panic("api.New: Deps.Metrics is required (the registerer of the API's metrics)")
+	}
+	m := newAPIMetrics(d.Metrics)
 	sigs := auth.DefaultSignaturePolicy()
 	if d.Signatures != nil {
 		sigs = *d.Signatures
 	}
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{log: d.Log, st: d.Store, clusters: d.Clusters, keys: d.Keys, images: d.Images, refusals: d.Refusals,
-		limiter: auth.NewFailLimiter(d.AuthFailuresPerMinute), verifier: auth.NewVerifier(d.Keys, d.Store, sigs, d.Now),
-		now: d.Now, bodies: bodycache.New(64 << 20), desired: d.Desired, rollouts: d.Rollouts}
-	s.failures = auth.NewFailures(s.limiter, d.Keys, d.Log, authFailures, d.Now)
+		limiter: auth.NewFailLimiter(d.AuthFailuresPerMinute), verifier: auth.NewVerifier(d.Keys, sigs, d.Now, d.Metrics),
+		now: d.Now, bodies: bodycache.New(64<<20, m.cacheHits, m.cacheRenders), metrics: m, desired: d.Desired, rollouts: d.Rollouts,
+		queries: devices.NewQueries(d.Store)}
+	s.failures = auth.NewFailures(s.limiter, d.Keys, d.Log, m.authFailures, d.Now)
 	s.console = consoleDeps{pools: d.Pools, preview: d.Preview, imageStore: d.ImageStore, isoBaseURL: d.ISOBaseURL,
 		config: d.Config, warnings: d.Warnings}
 	s.cloudStack = cloudstack.New(cloudstack.Deps{Log: d.Log, Clusters: d.Clusters, Verifier: s.verifier, Limiter: s.limiter,
-		Failures: s.failures, AuthFailures: authFailures, Bodies: s.bodies, Now: d.Now})
+		Failures: s.failures, AuthFailures: m.authFailures, Bodies: s.bodies, Now: d.Now})
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.Use(s.recoverAndObserve(), pgSecurityHeaders)
@@ -218,8 +249,8 @@ func (s *Server) recoverAndObserve() gin.HandlerFunc {
 				op = c.FullPath()
 			}
 			code := c.Writer.Status()
-			requestsTotal.WithLabelValues(api, op, strconv.Itoa(code)).Inc()
-			requestSeconds.WithLabelValues(api).Observe(time.Since(start).Seconds())
+			s.metrics.requests.WithLabelValues(api, op, strconv.Itoa(code)).Inc()
+			s.metrics.requestSeconds.WithLabelValues(api).Observe(time.Since(start).Seconds())
 			if s.log.Enabled(context.Background(), slog.LevelDebug) {
 				s.log.Debug("api request", "method", c.Request.Method, "path", c.Request.URL.Path, "op", op,
 					"status", code, "client", auth.ClientIP(c.Request), "duration", time.Since(start))

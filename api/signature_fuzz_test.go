@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ztpd/ztpd/api/signing"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/store/storetest"
@@ -35,7 +37,7 @@ func FuzzCloudStackRequestVerification(f *testing.F) {
 		f.Fatal(err)
 	}
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	srv := New(Deps{Log: slog.New(slog.DiscardHandler), Store: st, Keys: keys, Now: func() time.Time { return clock }})
+	srv := New(Deps{Metrics: prometheus.NewRegistry(), Log: slog.New(slog.DiscardHandler), Store: st, Keys: keys, Now: func() time.Time { return clock }})
 	orig := url.Values{"command": {"deleteKubernetesCluster"}, "id": {"Prod-1"}, "response": {"json"}}
 	q := signing.SignQuery(orig, info.APIKey, []byte(secret), clock.Add(-time.Minute)) // expired
 	base, _ := url.ParseQuery(q)

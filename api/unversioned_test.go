@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ztpd/ztpd/internal/core"
 )
 
@@ -69,7 +71,7 @@ func TestUnversionedCloudStackWriteReplayedLater(t *testing.T) {
 		t.Fatalf("unversioned stop replayed 25 minutes later: %d %s", code, body)
 	}
 	// The same after a restart: a new server over the same store.
-	restarted := New(Deps{Store: e.st, Clusters: e.clusters, Keys: e.keys, Now: e.clock.now, Signatures: &sigs})
+	restarted := New(Deps{Metrics: prometheus.NewRegistry(), Store: e.st, Clusters: e.clusters, Keys: e.keys, Now: e.clock.now, Signatures: &sigs})
 	ts := httptest.NewServer(restarted.Handler())
 	defer ts.Close()
 	resp, err := ts.Client().Get(ts.URL + "/client/api?" + stop)

@@ -15,11 +15,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/ztpd/ztpd/api/signing"
 	"github.com/ztpd/ztpd/internal/apikeys"
-	"github.com/ztpd/ztpd/internal/core"
 )
 
 // Error says why a request was not authenticated. Its Reason goes to
@@ -70,7 +70,6 @@ func DefaultSignaturePolicy() SignaturePolicy {
 // accepted writes' signatures so they are not accepted twice.
 type Verifier struct {
 	keys   *apikeys.Service
-	store  core.Store // unversioned CloudStack writes remembered for good
 	sigs   SignaturePolicy
 	replay *replayGuard
 	now    func() time.Time
@@ -78,7 +77,7 @@ type Verifier struct {
 
 // NewVerifier builds a Verifier; zero MaxLifetime or ReplayMemory take the
 // defaults, nil now is time.Now.
-func NewVerifier(keys *apikeys.Service, st core.Store, sigs SignaturePolicy, now func() time.Time) *Verifier {
+func NewVerifier(keys *apikeys.Service, sigs SignaturePolicy, now func() time.Time, reg prometheus.Registerer) *Verifier {
 	if now == nil {
 		now = time.Now
 	}
@@ -88,7 +87,9 @@ func NewVerifier(keys *apikeys.Service, st core.Store, sigs SignaturePolicy, now
 	if sigs.ReplayMemory <= 0 {
 		sigs.ReplayMemory = DefaultReplayMemory
 	}
-	return &Verifier{keys: keys, store: st, sigs: sigs, replay: newReplayGuard(sigs.ReplayMemory), now: now}
+	replay := newReplayGuard(sigs.ReplayMemory)
+	replay.entries = newReplayEntries(reg)
+	return &Verifier{keys: keys, sigs: sigs, replay: replay, now: now}
 }
 
 // VerifyCloudStack checks a CloudStack-signed request (every parameter except

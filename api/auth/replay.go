@@ -6,20 +6,41 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/ztpd/ztpd/api/signing"
-	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/apikeys"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
-var replayEntries = promauto.NewGauge(prometheus.GaugeOpts{
-	Name: "ztpd_api_replay_memory_entries", Help: "Signatures of recent API writes remembered to refuse replays.",
-})
+// newReplayEntries is the gauge of the replay memory's size, registered
+// on reg.
+func newReplayEntries(reg prometheus.Registerer) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ztpd_api_replay_memory_entries", Help: "Signatures of recent API writes remembered to refuse replays.",
+	})
+	return Register(reg, g)
+}
+
+// Register registers c on reg, or answers the collector registered there
+// already under the same description: servers built one after another on
+// one registerer (the process-wide one) share their metrics, as they did
+// on promauto's global registry, instead of panicking.
+func Register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	err := reg.Register(c)
+	var dup prometheus.AlreadyRegisteredError
+	switch {
+	case err == nil:
+		return c
+	case errors.As(err, &dup):
+		if existing, ok := dup.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	panic(fmt.Errorf("register API metrics: %w", err))
+}
 
 // ErrReplayed: the same signed write was accepted before, within its
 // validity. ErrReplayFull: the memory holds as many unexpired signatures as
@@ -51,7 +72,7 @@ const UnversionedWritesPerKey = 4096
 // UnversionedSetting is the setting that holds an API key's remembered
 // unversioned write signatures: each a fixed-width digest
 // (unversionedDigestLen characters), concatenated.
-func UnversionedSetting(apiKey string) string { return "api.unversioned_writes." + apiKey }
+func UnversionedSetting(apiKey string) string { return apikeys.RememberedSignaturesSetting(apiKey) }
 
 const unversionedDigestLen = 22 // 16 bytes of SHA-256, unpadded base64url
 
@@ -67,28 +88,13 @@ func UnversionedDigest(sig string) string {
 // is full. A signature without expiry stays valid as long as its key, so
 // it is never forgotten.
 func (s *Verifier) rememberForGood(apiKey, signature string) error {
-	digest := UnversionedDigest(signature)
-	name := UnversionedSetting(apiKey)
-	err := s.store.Update(func(tx core.Tx) error {
-		seen, _, err := tx.Settings().Get(name)
-		if err != nil {
-			return err
-		}
-		n := len(seen) / unversionedDigestLen
-		for i := range n {
-			if seen[i*unversionedDigestLen:(i+1)*unversionedDigestLen] == digest {
-				return ErrReplayed
-			}
-		}
-		if n >= UnversionedWritesPerKey {
-			return ErrUnversionedFull
-		}
-		return tx.Settings().Put(name, seen[:n*unversionedDigestLen]+digest)
-	})
+	err := s.keys.RememberSignature(apiKey, UnversionedDigest(signature), unversionedDigestLen, UnversionedWritesPerKey)
 	switch {
-	case errors.Is(err, ErrReplayed):
+	case errors.Is(err, apikeys.ErrSignatureSeen):
 		return &Error{Reason: "replayed unversioned signature: this signed write was already accepted",
 			Hint: "request signature already used; sign every write afresh"}
+	case errors.Is(err, apikeys.ErrSignaturesFull):
+		return ErrUnversionedFull
 	case err != nil:
 		return err
 	}
@@ -98,13 +104,7 @@ func (s *Verifier) rememberForGood(apiKey, signature string) error {
 // UnversionedRemembered is how many unversioned write signatures of apiKey
 // the store holds.
 func (s *Verifier) UnversionedRemembered(apiKey string) (int, error) {
-	var n int
-	err := s.store.View(func(tx core.Tx) error {
-		seen, _, err := tx.Settings().Get(UnversionedSetting(apiKey))
-		n = len(strings.TrimSpace(seen)) / unversionedDigestLen
-		return err
-	})
-	return n, err
+	return s.keys.RememberedSignatures(apiKey, unversionedDigestLen)
 }
 
 // replayGuard remembers the signatures of accepted writes until they
@@ -118,6 +118,8 @@ type replayGuard struct {
 	seen   map[string]time.Time // api key + signature -> forget after
 	byKey  map[string]int       // api key -> entries in seen
 	exp    expiryHeap
+	// entries is the gauge of len(seen); nil: not measured.
+	entries prometheus.Gauge
 }
 
 func newReplayGuard(size int) *replayGuard {
@@ -140,7 +142,11 @@ func (g *replayGuard) admit(apiKey, sig string, until, now time.Time) error {
 			}
 		}
 	}
-	defer func() { replayEntries.Set(float64(len(g.seen))) }()
+	defer func() {
+		if g.entries != nil {
+			g.entries.Set(float64(len(g.seen)))
+		}
+	}()
 	if t, ok := g.seen[key]; ok && t.After(now) {
 		return ErrReplayed
 	}

@@ -9,18 +9,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/ztpd/ztpd/internal/httpserve"
-)
-
-var (
-	responseCache = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "ztpd_api_response_cache_total",
-		Help: "Cacheable API answers by outcome: hit (a current body, or one being rendered, was shared) or render.",
-	}, []string{"result"})
-	responseCacheHit    = responseCache.WithLabelValues("hit")
-	responseCacheRender = responseCache.WithLabelValues("render")
 )
 
 // Cache keeps whole response bodies of read-only requests, each tagged
@@ -40,6 +30,9 @@ type Cache struct {
 	// starts over (cheaper than tracking recency, and rare).
 	maxBytes int
 	renders  atomic.Uint64 // renderings started (tests)
+	// hits and rendered count answers shared and rendered (nil: not
+	// counted).
+	hits, rendered prometheus.Counter
 }
 
 type bodyEntry struct {
@@ -68,9 +61,10 @@ type Body struct {
 	Gzipped func() []byte
 }
 
-// New is an empty cache that holds at most maxBytes of bodies and keys.
-func New(maxBytes int) *Cache {
-	return &Cache{m: map[string]*bodyEntry{}, maxBytes: maxBytes}
+// New is an empty cache that holds at most maxBytes of bodies and keys;
+// hits and rendered count answers shared and rendered (nil: not counted).
+func New(maxBytes int, hits, rendered prometheus.Counter) *Cache {
+	return &Cache{m: map[string]*bodyEntry{}, maxBytes: maxBytes, hits: hits, rendered: rendered}
 }
 
 // Get returns the body for key at generation gen (or newer), rendering it
@@ -120,7 +114,9 @@ func (c *Cache) entry(key string, gen uint64, build func() (Rendering, error)) (
 	c.mu.Lock()
 	if e := c.m[key]; e != nil && e.gen >= gen {
 		c.mu.Unlock()
-		responseCacheHit.Inc()
+		if c.hits != nil {
+			c.hits.Inc()
+		}
 		<-e.done
 		return e, e.err
 	}
@@ -130,7 +126,9 @@ func (c *Cache) entry(key string, gen uint64, build func() (Rendering, error)) (
 	}
 	c.m[key] = e
 	c.mu.Unlock()
-	responseCacheRender.Inc()
+	if c.rendered != nil {
+		c.rendered.Inc()
+	}
 	c.renders.Add(1)
 
 	finished := false

@@ -7,7 +7,7 @@ import (
 )
 
 func TestBodyCacheStaysBounded(t *testing.T) {
-	c := New(100)
+	c := New(100, nil, nil)
 	body := func(n int) func() ([]byte, error) {
 		return func() ([]byte, error) { return make([]byte, n), nil }
 	}

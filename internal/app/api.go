@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ztpd/ztpd/api"
@@ -45,7 +47,8 @@ func (a *App) buildAPI() error {
 	sigs.RequireExpiryCloudStack = a.Cfg.API.RequireExpiryCloudStack
 	sigs.AllowUnversionedCloudStackWrites = a.Cfg.API.CloudStackUnversionedWrites == "allow"
 	sigs.MaxLifetime = a.Cfg.API.MaxSignatureLifetime.D()
-	deps := api.Deps{Log: a.Log.With("part", "api"), Store: a.Store, Clusters: cs, Keys: a.APIKeys,
+	// The process-wide registerer until the App has a registry of its own.
+	deps := api.Deps{Log: a.Log.With("part", "api"), Metrics: prometheus.DefaultRegisterer, Store: a.Store, Clusters: cs, Keys: a.APIKeys,
 		Images: a.Images, Refusals: a.ZTP, AuthFailuresPerMinute: a.Cfg.API.AuthFailuresPerMinute, Signatures: &sigs,
 		Preview: profilePreviewer{a}, ImageStore: a.Images, ISOBaseURL: a.Endpoints.ISOs(), Config: a.redactedConfig,
 		Warnings: a.Warnings, Desired: a.Desired, Rollouts: a.Rollouts}

@@ -247,7 +247,7 @@ func (s *Service) Kubeconfig(ctx context.Context, caller Caller, ref string) (co
 		return c, nil, &core.Error{Kind: core.KindUnavailable, Msg: fmt.Sprintf("Failed to retrieve kubeconfig of Kubernetes cluster %s: %v", c.Name, err), Err: err}
 	}
 	err = s.st.Update(func(tx core.Tx) error {
-		f := caller.auditFields()
+		f := caller.AuditFields()
 		f["user"], f["group"], f["serial"] = kc.User, kc.Group, kc.Serial
 		f["not_after"] = kc.NotAfter.UTC().Format(time.RFC3339)
 		_, err := tx.Events().Append(core.Event{Type: "kubeconfig.issued", Cluster: c.ID,

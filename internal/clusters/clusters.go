@@ -102,35 +102,9 @@ type ImageRemover interface {
 	Remove(ref string) (core.Image, error)
 }
 
-// Caller is who asks for an operation.
-type Caller struct {
-	APIKey  string // "local" for admin-socket operations
-	Name    string // the key's name: the user of kubeconfigs it fetches
-	Account string // the key's account; "" means AdminAccount for admins, the API key for users
-	Admin   bool
-}
-
-// AccountName is the account the caller acts for.
-func (c Caller) AccountName() string {
-	switch {
-	case c.Account != "":
-		return c.Account
-	case c.Admin:
-		return core.AdminAccount
-	}
-	return c.APIKey
-}
-
-// Sees reports whether the caller may see and operate cl: admins any,
-// others their account's.
-func (c Caller) Sees(cl core.Cluster) bool {
-	return c.Admin || core.ClusterAccount(cl) == c.AccountName()
-}
-
-// auditFields name the caller in events (never a secret).
-func (c Caller) auditFields() map[string]string {
-	return map[string]string{"api_key": c.APIKey, "key_name": c.Name, "account": c.AccountName()}
-}
+// Caller is who asks for an operation (the one caller type of every
+// service, defined in core so services below clusters take it too).
+type Caller = core.Caller
 
 // LocalAdmin is the caller of operations made through the admin socket.
 var LocalAdmin = Caller{APIKey: "local", Name: "local-admin", Account: core.AdminAccount, Admin: true}
@@ -176,7 +150,7 @@ func kubeconfigUser(c Caller) string {
 
 // appendWrite records an accepted API write with who asked for it.
 func appendWrite(tx core.Tx, caller Caller, command, cluster, device, message string, extra map[string]string) error {
-	f := caller.auditFields()
+	f := caller.AuditFields()
 	f["command"] = command
 	for k, v := range extra {
 		f[k] = v

@@ -154,3 +154,29 @@ func tokenByRef(tx core.Tx, ref string) (core.Token, error) {
 	}
 	return t, core.Errorf(core.KindInvalid, "token id %s is ambiguous; give <kind>/<id>", ref)
 }
+
+// ListTokens visits the credential records caller may see, in key order
+// after after: admins all of them, others those of their account's
+// clusters.
+func (s *Service) ListTokens(ctx context.Context, caller Caller, after string, fn core.Visit[core.Token]) error {
+	return s.st.View(func(tx core.Tx) error {
+		seen := map[string]bool{}
+		return tx.Tokens().List(after, func(t core.Token) (bool, error) {
+			if !caller.Admin {
+				sees, ok := seen[t.Cluster]
+				if !ok {
+					cl, err := tx.Clusters().Get(t.Cluster)
+					if err != nil && !errors.Is(err, core.ErrNotFound) {
+						return false, err
+					}
+					sees = err == nil && caller.Sees(cl)
+					seen[t.Cluster] = sees
+				}
+				if !sees {
+					return true, nil
+				}
+			}
+			return fn(t)
+		})
+	})
+}
