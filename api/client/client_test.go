@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ztpd/ztpd/api"
 	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/apikeys"
@@ -38,7 +40,7 @@ func server(t *testing.T) (*client.Client, *failing) {
 		t.Fatal(err)
 	}
 	st := &failing{Store: f.Store}
-	srv := api.New(api.Deps{Log: log, Store: st, Clusters: cl, Keys: keys})
+	srv := api.New(api.Deps{Log: log, Metrics: prometheus.NewRegistry(), Store: st, Clusters: cl, Keys: keys})
 	ts := httptest.NewServer(httpserve.Guard{Listener: "api", HideErrors: true, Log: log,
 		ReadByHandler: func(*http.Request) bool { return true }}.Wrap(srv.Handler()))
 	t.Cleanup(func() {
