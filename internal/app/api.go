@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ztpd/ztpd/api"
@@ -47,19 +45,13 @@ func (a *App) buildAPI() error {
 	sigs.RequireExpiryCloudStack = a.Cfg.API.RequireExpiryCloudStack
 	sigs.AllowUnversionedCloudStackWrites = a.Cfg.API.CloudStackUnversionedWrites == "allow"
 	sigs.MaxLifetime = a.Cfg.API.MaxSignatureLifetime.D()
-	// The process-wide registerer until the App has a registry of its own.
-	deps := api.Deps{Log: a.Log.With("part", "api"), Metrics: prometheus.DefaultRegisterer, Store: a.Store, Clusters: cs, Keys: a.APIKeys,
+	deps := api.Deps{Log: a.Log.With("part", "api"), Metrics: a.Metrics, Store: a.Store, Clusters: cs, Keys: a.APIKeys,
 		Images: a.Images, Refusals: a.ZTP, AuthFailuresPerMinute: a.Cfg.API.AuthFailuresPerMinute, Signatures: &sigs,
 		Preview: profilePreviewer{a}, ImageStore: a.Images, ISOBaseURL: a.Endpoints.ISOs(), Config: a.redactedConfig,
 		Warnings: a.Warnings, Desired: a.Desired, Rollouts: a.Rollouts}
 	if a.DHCP != nil {
 		deps.Pools = dhcpPools{a.DHCP}
 	}
-	// The api package's own metrics (replay, body cache, requests) still
-	// register on the global registry, which /metrics serves beside
-	// a.Metrics (metricsGatherer); once api.Deps takes a Registerer, it
-	// gets a.Metrics here (with devices, joiner and content converted too,
-	// the global registry leaves /metrics).
 	srv := api.New(deps)
 	a.apiLocal = srv.LocalHandler()
 	// Off loopback the API gets a listener of its own, with TLS unless the
