@@ -54,8 +54,7 @@ func (a *App) buildAPI() error {
 	// The api package's own metrics (replay, body cache, requests) still
 	// register on the global registry, which /metrics serves beside
 	// a.Metrics (metricsGatherer); once api.Deps takes a Registerer, it
-	// gets a.Metrics here (with devices, joiner and content converted too,
-	// the global registry leaves /metrics).
+	// gets a.Metrics here and the global registry leaves /metrics.
 	srv := api.New(deps)
 	a.apiLocal = srv.LocalHandler()
 	// Off loopback the API gets a listener of its own, with TLS unless the

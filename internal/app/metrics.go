@@ -20,8 +20,8 @@ func newMetricsRegistry() *prometheus.Registry {
 // now, the global one, without the runtime and process metrics the global
 // one registers by itself (the App's registry has them; a name gathered
 // twice fails the whole scrape). The global registry is still needed
-// because the metrics of api, devices, joiner and ztp/content register
-// there until they take the App's Registerer.
+// because the api package's metrics register there until it takes the
+// App's Registerer.
 func (a *App) metricsGatherer() prometheus.Gatherer {
 	global := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
 		mfs, err := prometheus.DefaultGatherer.Gather()
