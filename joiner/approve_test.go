@@ -7,7 +7,7 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 )
 
-// Issue 15: device approve for a device whose profile names no cluster was
+// A past bug: device approve for a device whose profile names no cluster was
 // accepted and changed nothing, and --cluster nosuch answered "Invalid
 // Kubernetes cluster ID". Approve refuses what would change nothing, with
 // the reason, and records nothing.

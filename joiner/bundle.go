@@ -108,7 +108,7 @@ func (f DeliveredFile) Decoded() ([]byte, error) {
 // CompressFiles gzips the large non-secret files (the device agent's
 // script), for a device that accepts FileEncodingGzip: the SONiC bundle
 // goes from ~42 KB to ~19 KB, which was a tenth of ztpd's CPU in a boot
-// storm, writing it to the socket (issue 19). The compressed forms are
+// storm, writing it to the socket. The compressed forms are
 // kept, like their JSON encodings; secrets are never compressed or kept.
 func (d *Delivery) CompressFiles() error {
 	for i, f := range d.Files {
@@ -179,7 +179,7 @@ func (b *Bundle) Deliver() Delivery {
 // AppendJSON appends d as encoding/json writes it (the device's plugin
 // reads either), without reflection, and with the encoding of large
 // non-secret file contents (the agent script, the join plugin) kept:
-// escaping them for every bundle was 5 % of a boot storm's CPU (issue 19).
+// escaping them for every bundle was 5 % of a boot storm's CPU.
 func (d *Delivery) AppendJSON(dst []byte) ([]byte, error) {
 	str := func(name, v string, omitEmpty bool) {
 		if omitEmpty && v == "" {

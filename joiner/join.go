@@ -207,14 +207,14 @@ func (s *Service) Join(ctx context.Context, req JoinRequest) (*Bundle, error) {
 		return s.admit(tx, cred, req, now, &res)
 	})
 	if err != nil {
-		joinsRefused.WithLabelValues(refusalReason(err)).Inc()
+		s.metrics.joinsRefused.WithLabelValues(refusalReason(err)).Inc()
 		if IsUnauthorized(err) {
 			s.log.Warn("join refused", "enrollment", cred.ID(), "mac", req.MAC, "serial", req.Serial, "remote", req.RemoteIP, "reason", err.Error())
 		}
 		return nil, err
 	}
 	if res.wait != "" {
-		joinsWaiting.Inc()
+		s.metrics.joinsWaiting.Inc()
 		retry := waitRetry
 		if res.wait == waitFirstControlPlane || res.wait == waitControlPlaneUp {
 			retry = waitRetryFirstCP
@@ -226,10 +226,10 @@ func (s *Service) Join(ctx context.Context, req JoinRequest) (*Bundle, error) {
 	}
 	b, err := s.render(ctx, &res, now)
 	if err != nil {
-		joinsRefused.WithLabelValues("error").Inc()
+		s.metrics.joinsRefused.WithLabelValues("error").Inc()
 		return nil, fmt.Errorf("join bundle for %s: %w", res.device.ID, err)
 	}
-	bundlesIssued.WithLabelValues(res.method, res.role).Inc()
+	s.metrics.bundlesIssued.WithLabelValues(res.method, res.role).Inc()
 	return b, nil
 }
 

@@ -42,7 +42,8 @@ type nodeIndex struct {
 	byKey map[string]map[string]string // cluster -> node name -> device ("" when two members claim it)
 	// read is each cluster's members' node names as last read, by device,
 	// with their membership's Stamp: a rebuild decodes only the
-	// memberships that changed since (issue 19).
+	// memberships that changed since, as decoding them all for each join
+	// of a boot storm cost much of its CPU.
 	read map[string]map[string]stampedName
 }
 

@@ -103,13 +103,13 @@ func (s *Service) Report(ctx context.Context, credential string, remote netip.Ad
 		return s.event(tx, now, "join."+state, m.Device, m.Cluster, reason, nil)
 	})
 	if err == nil {
-		reports.WithLabelValues(state).Inc()
+		s.metrics.reports.WithLabelValues(state).Inc()
 	} else if IsUnauthorized(err) {
 		why := "credential"
 		if errors.Is(err, ErrNotHolder) || errors.Is(err, ErrWrongHolder) {
 			why = "not-holder"
 		}
-		reportsRefused.WithLabelValues(why).Inc()
+		s.metrics.reportsRefused.WithLabelValues(why).Inc()
 		if ok, _ := s.reportLog.Allow(remote.String(), now); ok {
 			s.log.Info("join report refused", "report_token", cred.ID(), "remote", remote.String(), "reason", err.Error())
 		}

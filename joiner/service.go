@@ -33,6 +33,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
@@ -168,6 +170,8 @@ type Options struct {
 	Devices devices.Recorder
 	Now     func() time.Time
 	Log     *slog.Logger
+	// Registerer gets the joiner's metrics; nil keeps them unexported.
+	Registerer prometheus.Registerer
 }
 
 // Service is the joiner.
@@ -180,6 +184,7 @@ type Service struct {
 	rules   []compiledRule
 	now     func() time.Time
 	log     *slog.Logger
+	metrics *metrics
 
 	mu    sync.RWMutex
 	cache map[string]*clusterKeys // opened cluster secrets by cluster id
@@ -222,7 +227,7 @@ func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, err
 		return nil, err
 	}
 	return &Service{reportLog: ratelimit.New(1, refusalLogEvery, 4096), store: store, keys: keys, devices: opts.Devices, opts: opts, rules: rules, now: opts.Now, log: opts.Log,
-		cache: map[string]*clusterKeys{}, bindKick: make(chan string, 64)}, nil
+		metrics: newMetrics(opts.Registerer), cache: map[string]*clusterKeys{}, bindKick: make(chan string, 64)}, nil
 }
 
 // secretsOwner names a cluster's key material in the Secrets repository;

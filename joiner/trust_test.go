@@ -15,7 +15,7 @@ import (
 // carries the cluster CA key; a second fetch from the same address (any
 // pod SNAT'ed to the node could make it) gets a cloud-config without key
 // material, and so does every later one, until an operator resets the
-// device (issue 12, finding 3).
+// device: whoever fetches second must not get the cluster's CA key.
 func TestUserDataGivesKeyMaterialOnce(t *testing.T) {
 	e := newEnv(t, Options{AutoApprove: approveAll})
 	e.cluster(clusterSpec{Name: "prod", Size: 2})

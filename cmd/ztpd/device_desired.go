@@ -17,8 +17,8 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 )
 
-// "ztpd device desired": what the operator wants a device to run (issue
-// 17), through GET and PUT /api/v1/devices/{id}/desired.
+// "ztpd device desired": what the operator wants a device's agent to run
+// (day-2 operations), through GET and PUT /api/v1/devices/{id}/desired.
 
 // desiredView is a device's desired state as the API answers it, with its
 // cluster's name beside the ID for -o json.

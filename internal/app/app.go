@@ -226,7 +226,8 @@ func (a *App) build() error {
 	}
 	a.Devices = devices.New(devices.Options{Store: a.Store, Log: a.Log.With("part", "devices"),
 		Keep: a.Cfg.Events.Keep, AuditKeep: a.Cfg.Events.AuditKeep,
-		UnleasedExpiry: time.Duration(a.Cfg.Devices.UnleasedExpiry), MaxUnleased: a.Cfg.Devices.MaxUnleased})
+		UnleasedExpiry: time.Duration(a.Cfg.Devices.UnleasedExpiry), MaxUnleased: a.Cfg.Devices.MaxUnleased,
+		Registerer: a.Metrics})
 	a.OnClose(a.Devices.Close)
 	// Event retention runs whatever transports are enabled, on one
 	// appliance of a group.
@@ -257,7 +258,7 @@ func (a *App) build() error {
 	// Profiles load at Start, so offline CLI commands do not depend on them.
 	opt := content.Options{Store: a.Store, Devices: a.Devices, Images: a.Images, Binaries: a.Binaries, Join: ztpJoin{a.Joiner}, Log: a.Log,
 		Endpoints: a.Endpoints, DefaultProfile: a.Cfg.ZTP.DefaultProfile,
-		FilesDir: filepath.Join(a.Cfg.DataDir, "files"), Bindings: a.bindings}
+		FilesDir: filepath.Join(a.Cfg.DataDir, "files"), Bindings: a.bindings, Registerer: a.Metrics}
 	if a.DHCP != nil {
 		opt.Pending = a.DHCP // what DHCP knows before its device records are committed
 	}

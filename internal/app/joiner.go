@@ -47,6 +47,7 @@ func (a *App) buildJoiner() error {
 		ProfileLabels: a.profileLabels,
 		ProfileOf:     a.profileOf,
 		AgentFiles:    a.agentFiles(),
+		Registerer:    a.Metrics,
 	})
 	if err != nil {
 		return err

@@ -3,7 +3,6 @@ package app
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	dto "github.com/prometheus/client_model/go"
 )
 
 // newMetricsRegistry is one App's metrics registry: every service and
@@ -14,33 +13,4 @@ func newMetricsRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
-}
-
-// metricsGatherer is what /metrics serves: the App's registry and, for
-// now, the global one, without the runtime and process metrics the global
-// one registers by itself (the App's registry has them; a name gathered
-// twice fails the whole scrape). The global registry is still needed
-// because the metrics of devices, joiner and ztp/content register there
-// until they take the App's Registerer.
-func (a *App) metricsGatherer() prometheus.Gatherer {
-	global := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
-		mfs, err := prometheus.DefaultGatherer.Gather()
-		own, ownErr := a.Metrics.Gather()
-		if ownErr != nil {
-			// Gatherers reports the App registry's error itself.
-			own = nil
-		}
-		ours := make(map[string]bool, len(own))
-		for _, mf := range own {
-			ours[mf.GetName()] = true
-		}
-		kept := mfs[:0]
-		for _, mf := range mfs {
-			if !ours[mf.GetName()] {
-				kept = append(kept, mf)
-			}
-		}
-		return kept, err
-	})
-	return prometheus.Gatherers{a.Metrics, global}
 }

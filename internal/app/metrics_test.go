@@ -54,6 +54,15 @@ func TestTwoAppsOwnMetrics(t *testing.T) {
 	if got := counterSum(t, apps[1].Metrics, name); got != 0 {
 		t.Fatalf("the second App's %s is %v: it counted the first App's requests", name, got)
 	}
+	// Content serving's metrics are the App's too: the requests came from
+	// an address nobody holds, so each was refused.
+	const refused = "ztpd_ztp_refused_total"
+	if got := counterSum(t, apps[0].Metrics, refused); got != 3 {
+		t.Fatalf("the first App's %s is %v after its 3 refused requests", refused, got)
+	}
+	if got := counterSum(t, apps[1].Metrics, refused); got != 0 {
+		t.Fatalf("the second App's %s is %v: it counted the first App's refusals", refused, got)
+	}
 	for i, a := range apps {
 		rec := httptest.NewRecorder()
 		a.HTTPMux.ServeHTTP(rec, httptest.NewRequest("GET", MetricsPath, nil))

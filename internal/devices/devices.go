@@ -30,24 +30,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/ztpd/ztpd/internal/core"
-)
-
-var (
-	queued = promauto.NewGauge(prometheus.GaugeOpts{
-		Name: "ztpd_device_records_queued", Help: "Device and event records waiting for their group commit.",
-	})
-	recordErrors = promauto.NewCounter(prometheus.CounterOpts{
-		Name: "ztpd_device_record_errors_total", Help: "Device and event records that could not be stored and were dropped.",
-	})
-	eventsDropped = promauto.NewCounter(prometheus.CounterOpts{
-		Name: "ztpd_device_events_dropped_total", Help: "Events dropped because too many were waiting (the store failing for long).",
-	})
-	eventsPruned = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "ztpd_events_pruned_total", Help: "Events deleted by retention, by stream (device, audit).",
-	}, []string{"stream"})
 )
 
 const (
@@ -87,6 +71,8 @@ type Options struct {
 	MaxUnleased    int
 	// RetentionEvery overrides RetentionEvery (tests).
 	RetentionEvery time.Duration
+	// Registerer gets the package's metrics; nil keeps them unexported.
+	Registerer prometheus.Registerer
 }
 
 // Service owns device records and the event log's retention.
@@ -95,6 +81,7 @@ type Service struct {
 	log       *slog.Logger
 	keep      [2]int // by core.EventStream
 	retention time.Duration
+	metrics   *metrics
 
 	unleasedExpiry time.Duration
 	maxUnleased    int
@@ -133,7 +120,7 @@ type item struct {
 
 // New starts the Service's writer; Close stops it.
 func New(opt Options) *Service {
-	s := &Service{store: opt.Store, log: opt.Log, retention: opt.RetentionEvery,
+	s := &Service{store: opt.Store, log: opt.Log, retention: opt.RetentionEvery, metrics: newMetrics(opt.Registerer),
 		unleasedExpiry: opt.UnleasedExpiry, maxUnleased: opt.MaxUnleased,
 		byID: map[string]*item{}, kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	if s.log == nil {
@@ -144,7 +131,7 @@ func New(opt Options) *Service {
 	}
 	s.keep[core.DeviceEvents], s.keep[core.AuditEvents] = opt.Keep, opt.AuditKeep
 	s.changed.L = &s.mu
-	s.states = newStateLog(s.log)
+	s.states = newStateLog(s.log, s.metrics.stateLogDropped)
 	go s.writer()
 	return s
 }
@@ -246,7 +233,7 @@ func (s *Service) Event(e core.Event) {
 	s.mu.Lock()
 	if len(s.events) >= maxPendingEvents {
 		s.mu.Unlock()
-		eventsDropped.Inc()
+		s.metrics.eventsDropped.Inc()
 		return
 	}
 	s.events = append(s.events, e)
@@ -264,7 +251,7 @@ func (s *Service) Events(es []core.Event) {
 	}
 	s.mu.Unlock()
 	if n < len(es) {
-		eventsDropped.Add(float64(len(es) - n))
+		s.metrics.eventsDropped.Add(float64(len(es) - n))
 	}
 }
 
@@ -326,6 +313,8 @@ type Batch struct {
 	// conflicts: the contradictions Write recorded, logged once the batch
 	// is committed (Done).
 	conflicts []core.Event
+	// factConflicts counts them (the Service's metric, set by Take).
+	factConflicts *prometheus.CounterVec
 }
 
 // Len is the number of device and event records in b.
@@ -337,7 +326,7 @@ func (b *Batch) Len() int { return len(b.items) + len(b.events) }
 func (s *Service) Take(b *Batch, maxDevices, maxEvents int) (more bool) {
 	b.items, b.events = b.items[:0], b.events[:0]
 	b.now = time.Now().UTC()
-	b.states = s.states
+	b.states, b.factConflicts = s.states, s.metrics.factConflicts
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := min(len(s.order), maxDevices)
@@ -356,7 +345,7 @@ func (s *Service) Take(b *Batch, maxDevices, maxEvents int) (more bool) {
 	if !more {
 		s.oldest = time.Time{}
 	}
-	queued.Set(float64(len(s.order) + len(s.events)))
+	s.metrics.queued.Set(float64(len(s.order) + len(s.events)))
 	return more
 }
 
@@ -432,7 +421,7 @@ func (s *Service) Return(b *Batch) {
 func (s *Service) writeApart(b *Batch, cause error) {
 	dropped := 0
 	var retry Batch
-	one := &Batch{now: b.now, states: b.states}
+	one := &Batch{now: b.now, states: b.states, factConflicts: b.factConflicts}
 	for _, it := range b.items {
 		one.items, one.events = []*item{it}, nil
 		if err := s.store.Batch(one.Write); err != nil {
@@ -441,7 +430,7 @@ func (s *Service) writeApart(b *Batch, cause error) {
 				continue
 			}
 			dropped++
-			recordErrors.Inc()
+			s.metrics.recordErrors.Inc()
 			s.log.Error("device record cannot be stored; dropped", "device", it.id, "err", err)
 			continue
 		}
@@ -456,7 +445,7 @@ func (s *Service) writeApart(b *Batch, cause error) {
 				continue
 			}
 			dropped++
-			recordErrors.Inc()
+			s.metrics.recordErrors.Inc()
 			s.log.Error("event record cannot be stored; dropped", "type", b.events[i].Type, "err", err)
 		}
 	}
@@ -556,6 +545,9 @@ func (it *item) write(tx core.Tx, now time.Time, b *Batch) error {
 	}
 	dirty := false
 	var conf conflicts
+	if b != nil {
+		conf.counted = b.factConflicts
+	}
 	serial := cur.Serial // what the record held: a serial stated now is settled below
 	if it.hasDHCP {
 		from := cur.State
@@ -707,7 +699,7 @@ func (s *Service) Prune(ctx context.Context) {
 				s.log.Warn("pruning events failed", "stream", st.name, "err", err)
 				break
 			}
-			eventsPruned.WithLabelValues(st.name).Add(float64(n))
+			s.metrics.eventsPruned.WithLabelValues(st.name).Add(float64(n))
 		}
 	}
 }

@@ -26,7 +26,7 @@ func count(t *testing.T, st core.Store, s core.EventStream) (n int) {
 	return n
 }
 
-// TestRetentionRunsWithoutDHCP is the bug of issue 13: events.keep was
+// TestRetentionRunsWithoutDHCP guards against a past bug: events.keep was
 // enforced only by the DHCP sweep, so with DHCP off the event log grew
 // without limit. Here no DHCP server exists at all: content-style progress
 // records and refusals arrive through the Service, and its retention alone

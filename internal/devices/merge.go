@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -18,11 +17,6 @@ import (
 // never replace an identity fact the record holds (kind, serial, product,
 // platform, base MAC) and never take a serial another device holds. A
 // contradiction is an event on the device, the record is kept.
-
-var factConflicts = promauto.NewCounterVec(prometheus.CounterOpts{
-	Name: "ztpd_device_fact_conflicts_total",
-	Help: "Device statements that contradicted the device's record and were not applied, by fact (kind, serial, product, platform, base_mac).",
-}, []string{"fact"})
 
 // Event types of the merge rule.
 const (
@@ -328,10 +322,19 @@ func isRevisionOf(long, short string) bool {
 // conflicts collects the contradictions one merge meets.
 type conflicts struct {
 	events []core.Event
+	// counted is ztpd_device_fact_conflicts_total, by fact (nil: not
+	// counted, a Batch its Service did not fill).
+	counted *prometheus.CounterVec
+}
+
+func (c *conflicts) count(fact string) {
+	if c.counted != nil {
+		c.counted.WithLabelValues(fact).Inc()
+	}
 }
 
 func (c *conflicts) note(d *core.Device, now time.Time, fact, recorded, stated, source string) {
-	factConflicts.WithLabelValues(fact).Inc()
+	c.count(fact)
 	c.events = append(c.events, core.Event{Time: now, Type: EventFactConflict, Device: d.ID,
 		Message: "device " + d.ID + " stated " + fact + " " + quote(stated) + " but its record holds " + quote(recorded) + "; the record is kept",
 		Fields:  map[string]string{"fact": fact, "recorded": recorded, "stated": stated, "source": source}})
@@ -395,7 +398,7 @@ func settleSerial(tx core.Tx, d *core.Device, before string, now time.Time, out 
 	if !newHere {
 		return nil
 	}
-	factConflicts.WithLabelValues("serial").Inc()
+	out.count("serial")
 	msg := "devices " + holder + " (holds it) and " + d.ID + " (stated it) both claim serial " + quote(stated) +
 		"; the serial stays with " + holder + ", actions by this serial are refused until an operator resolves it"
 	for _, id := range []string{holder, d.ID} {

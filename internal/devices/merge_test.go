@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/store/storetest"
 )
@@ -140,7 +142,8 @@ func events(t *testing.T, st core.Store, typ string) []core.Event {
 // neither; each contradiction is an event. ONIE refined to SONiC is not.
 func TestEstablishedSONiCNeverBecomesONIEByDHCP(t *testing.T) {
 	st := storetest.Store(t)
-	s := New(Options{Store: st, Log: quiet()})
+	reg := prometheus.NewRegistry()
+	s := New(Options{Store: st, Log: quiet(), Registerer: reg})
 	defer s.Close()
 	const id = "52:54:00:00:00:31"
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -171,6 +174,10 @@ func TestEstablishedSONiCNeverBecomesONIEByDHCP(t *testing.T) {
 	if want := []string{"kind=onie", "platform=x86_64-evil_platform"}; !slices.Equal(facts, want) {
 		t.Fatalf("conflict events %v, want %v", facts, want)
 	}
+	// Each contradiction is counted, on the registry the Service was given.
+	if got := conflictsCounted(t, reg); got != "kind=1 platform=1" {
+		t.Fatalf("ztpd_device_fact_conflicts_total: %q, want kind=1 platform=1", got)
+	}
 	// The same revision of a platform with its suffix is no conflict.
 	s.ObserveDHCP(core.Device{ID: id, MAC: id, Platform: "x86_64-accton_as7326_56x-r0", LastSeen: t0.Add(3 * time.Minute)}, true)
 	s.Flush()
@@ -179,13 +186,39 @@ func TestEstablishedSONiCNeverBecomesONIEByDHCP(t *testing.T) {
 	}
 }
 
+// conflictsCounted is ztpd_device_fact_conflicts_total in reg, as
+// "fact=count" by fact, sorted.
+func conflictsCounted(t *testing.T, reg prometheus.Gatherer) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, mf := range mfs {
+		if mf.GetName() != "ztpd_device_fact_conflicts_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "fact" {
+					got = append(got, fmt.Sprintf("%s=%v", l.GetValue(), m.GetCounter().GetValue()))
+				}
+			}
+		}
+	}
+	slices.Sort(got)
+	return strings.Join(got, " ")
+}
+
 // TestStatedSerialNeverMovesTheIndex: device B states device A's serial
 // (a ZTP header from B's own lease). The serial stays A's, B does not take
 // it, both records carry the conflict, each gets one event, and resolving
 // the serial is refused naming both devices.
 func TestStatedSerialNeverMovesTheIndex(t *testing.T) {
 	st := storetest.Store(t)
-	s := New(Options{Store: st, Log: quiet()})
+	reg := prometheus.NewRegistry()
+	s := New(Options{Store: st, Log: quiet(), Registerer: reg})
 	defer s.Close()
 	const a, b = "52:54:00:00:00:0a", "52:54:00:00:00:0b"
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -220,6 +253,9 @@ func TestStatedSerialNeverMovesTheIndex(t *testing.T) {
 	evs := events(t, st, EventSerialConflict)
 	if len(evs) != 2 || evs[0].Device == evs[1].Device {
 		t.Fatalf("serial conflict events: %+v", evs)
+	}
+	if got := conflictsCounted(t, reg); got != "serial=1" {
+		t.Fatalf("ztpd_device_fact_conflicts_total: %q, want serial=1", got)
 	}
 	// A serial nobody else holds is taken as before.
 	s.Progress(Progress{Device: core.Device{ID: b, MAC: b, Serial: "OWN01"}, Next: core.StateZTPServed,

@@ -38,7 +38,7 @@ func (s *Service) Change(tx core.Tx, id string, now time.Time, fn func(*core.Dev
 	if err != nil {
 		return d, err
 	}
-	return d, change(tx, &d, now, fn)
+	return d, s.change(tx, &d, now, fn)
 }
 
 // ChangeOrCreate implements Recorder.
@@ -50,16 +50,16 @@ func (s *Service) ChangeOrCreate(tx core.Tx, id string, now time.Time, fn func(*
 	if err != nil {
 		return d, err
 	}
-	return d, change(tx, &d, now, fn)
+	return d, s.change(tx, &d, now, fn)
 }
 
-func change(tx core.Tx, d *core.Device, now time.Time, fn func(*core.Device) error) error {
+func (s *Service) change(tx core.Tx, d *core.Device, now time.Time, fn func(*core.Device) error) error {
 	prev, serial := d.State, d.Serial
 	if err := fn(d); err != nil {
 		return err
 	}
 	d.UpdatedAt = now
-	var conf conflicts
+	conf := conflicts{counted: s.metrics.factConflicts}
 	if err := settleSerial(tx, d, serial, now, &conf); err != nil {
 		return err
 	}

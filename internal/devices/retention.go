@@ -6,16 +6,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
-
 	"github.com/ztpd/ztpd/internal/core"
 )
-
-var devicesPruned = promauto.NewCounterVec(prometheus.CounterOpts{
-	Name: "ztpd_devices_pruned_total",
-	Help: "Device records deleted by retention because they never got past a released or expired lease, by reason (expired: unseen for devices.unleased_expiry; cap: beyond devices.max_unleased, oldest first).",
-}, []string{"reason"})
 
 const (
 	// DefaultUnleasedExpiry and DefaultMaxUnleased are the configuration's
@@ -152,7 +144,7 @@ func (s *Service) deleteUnleased(ctx context.Context, cands []pruneCandidate, no
 			return total
 		}
 		total += n
-		devicesPruned.WithLabelValues(reason).Add(float64(n))
+		s.metrics.devicesPruned.WithLabelValues(reason).Add(float64(n))
 	}
 	return total
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/ratelimit"
@@ -32,11 +31,6 @@ const (
 	stateLogQueue = 1 << 17
 )
 
-var stateLogDropped = promauto.NewCounter(prometheus.CounterOpts{
-	Name: "ztpd_device_state_log_dropped_total",
-	Help: "Device state changes not logged because the log could not keep up.",
-})
-
 // transition is one committed change of a device's state.
 type transition struct {
 	device   string
@@ -51,6 +45,9 @@ type transition struct {
 type stateLog struct {
 	log   *slog.Logger
 	limit *ratelimit.Keyed
+	// droppedTotal counts the changes left out because the log could not
+	// keep up.
+	droppedTotal prometheus.Counter
 
 	mu      sync.Mutex
 	queue   []transition
@@ -63,11 +60,11 @@ type stateLog struct {
 
 // newStateLog returns nil when info is not logged: then nothing is
 // collected at all.
-func newStateLog(log *slog.Logger) *stateLog {
+func newStateLog(log *slog.Logger, droppedTotal prometheus.Counter) *stateLog {
 	if !log.Enabled(context.Background(), slog.LevelInfo) {
 		return nil
 	}
-	l := &stateLog{log: log, limit: ratelimit.New(stateLogBurst, stateLogEvery, stateLogKeys),
+	l := &stateLog{log: log, droppedTotal: droppedTotal, limit: ratelimit.New(stateLogBurst, stateLogEvery, stateLogKeys),
 		kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	go l.run()
 	return l
@@ -84,7 +81,7 @@ func (l *stateLog) add(ts []transition) {
 	l.dropped += len(ts) - n
 	l.mu.Unlock()
 	if n < len(ts) {
-		stateLogDropped.Add(float64(len(ts) - n))
+		l.droppedTotal.Add(float64(len(ts) - n))
 	}
 	select {
 	case l.kick <- struct{}{}:

@@ -1,5 +1,5 @@
-// Package agent is ztpd's on-device agent for day-2 operations (protocol v1,
-// issue 17): the python3 script, its systemd service and timer, and the
+// Package agent is ztpd's on-device agent for day-2 operations (protocol
+// v1): the python3 script, its systemd service and timer, and the
 // files a device receives at join to run it. The join plugin (SONiC) and
 // the cloud-config (VMs) install what Files returns, then enable the timer
 // (TimerUnit).
@@ -139,7 +139,7 @@ func checkURL(raw string) error {
 
 // checkedCA is the CA PEM checkCA accepted last: Files runs for every
 // bundle with the same certificate, and parsing it each time was 1.4 % of a
-// boot storm's CPU (issue 19).
+// boot storm's CPU.
 var checkedCA atomic.Pointer[string]
 
 // checkCA requires one or more PEM certificates and nothing else.

@@ -42,8 +42,8 @@ type CloudConfigParams struct {
 	// for example RBAC letting SONiC switches read kube-root-ca.crt.
 	ExtraManifests map[string][]byte // file name -> content
 	Report         *Report
-	// Agent are the device agent's files (issue 17): written with the
-	// rest, and its timer enabled once the node is set up.
+	// Agent are the device agent's files (day-2 operations): written with
+	// the rest, and its timer enabled once the node is set up.
 	Agent []File
 }
 

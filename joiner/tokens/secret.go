@@ -15,7 +15,7 @@ const (
 	// KindReport is the per-member credential a node reports joined/failed with.
 	KindReport Kind = "report"
 	// KindAgent is the per-device credential the device agent polls its
-	// desired state and reports its steps with (issue 17).
+	// desired state and reports its steps with.
 	KindAgent Kind = "agent"
 )
 

@@ -27,6 +27,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/profile"
@@ -85,6 +87,8 @@ type Options struct {
 	// Bindings are the operator-declared addresses (DHCP reservations) that
 	// identify static devices without a lease; nil for none.
 	Bindings core.Bindings
+	// Registerer gets content serving's metrics; nil keeps them unexported.
+	Registerer prometheus.Registerer
 }
 
 // Service renders and serves ZTP content.
@@ -95,6 +99,7 @@ type Service struct {
 	imgs     imageCache
 	files    *os.Root
 	now      func() time.Time
+	metrics  *metrics
 
 	logRefusal *ratelimit.Keyed
 	recent     refusalTable // refusals of addresses that hold no lease (refusal.go)
@@ -103,7 +108,8 @@ type Service struct {
 
 // New builds a Service. Profiles are set with SetProfiles.
 func New(opt Options) (*Service, error) {
-	s := &Service{logRefusal: ratelimit.New(1, refuseLogEvery, 4096), opt: opt, log: opt.Log, now: func() time.Time { return time.Now().UTC() }}
+	s := &Service{logRefusal: ratelimit.New(1, refuseLogEvery, 4096), opt: opt, log: opt.Log, now: func() time.Time { return time.Now().UTC() },
+		metrics: newMetrics(opt.Registerer)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

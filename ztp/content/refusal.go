@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
 )
@@ -34,7 +32,7 @@ func (s *Service) refused(c *Client, dev core.Device, what string, reason error)
 			why = "no-profile"
 		}
 	}
-	refusedTotal.WithLabelValues(what, why).Inc()
+	s.metrics.refused.WithLabelValues(what, why).Inc()
 	now := s.now()
 	if ok, _ := s.logRefusal.Allow(c.Addr.String(), now); ok {
 		s.log.Info("device refused", "what", what, "addr", addrString(c.Addr), "transport", c.Transport,
@@ -130,13 +128,6 @@ func (t *refusalTable) list() (time.Time, []core.AddressRefusal) {
 	})
 	return since, list
 }
-
-var (
-	refusedTotal = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "ztpd_ztp_refused_total",
-		Help: "ZTP content requests refused, by document and reason (no-holder, mismatch, bad-fact, no-profile, forbidden).",
-	}, []string{"what", "reason"})
-)
 
 // refuseLogEvery is how often one address may log a refusal: a device that
 // retries every few seconds is visible without flooding the log.

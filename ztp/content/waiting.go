@@ -9,8 +9,6 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
 )
@@ -30,7 +28,7 @@ func (s *Service) waited(c *Client, dev core.Device, what string, err error) boo
 	if core.KindOf(err) != core.KindWaiting {
 		return false
 	}
-	waitsTotal.WithLabelValues(what).Inc()
+	s.metrics.waits.WithLabelValues(what).Inc()
 	var ce *core.Error
 	if dev.ID == "" || !errors.As(err, &ce) {
 		return true
@@ -93,8 +91,3 @@ func (t *waitTable) over(id string) {
 	}
 	t.mu.Unlock()
 }
-
-var waitsTotal = promauto.NewCounterVec(prometheus.CounterOpts{
-	Name: "ztpd_ztp_waiting_total",
-	Help: "ZTP content requests answered with a wait (503, Retry-After), by document.",
-}, []string{"what"})

@@ -1,11 +1,12 @@
-// Command scalebench measures how ztpd's cost grows with the fleet (issue
-// 19): per fleet size, a real `ztpd serve` with durable state (the default
-// configuration, events.keep raised to hold -events, dhcp.lease_time
-// -lease-time) takes the boot storm of testenv/cmd/bootstorm's fleet, sees the
-// whole fleet renew its leases at T1 (bootstorm -renew: each switch
-// unicasts a RENEWING DHCPREQUEST from its leased address, the fleet spread
-// uniformly over -renew-window), then is stopped, given -events device
-// events and started again, and answers the API under wrk.
+// Command scalebench measures how ztpd's cost grows with the fleet, so a
+// cost that grows faster than the fleet shows: per fleet size, a real `ztpd
+// serve` with durable state (the default configuration, events.keep raised
+// to hold -events, dhcp.lease_time -lease-time) takes the boot storm of
+// testenv/cmd/bootstorm's fleet, sees the whole fleet renew its leases at
+// T1 (bootstorm -renew: each switch unicasts a RENEWING DHCPREQUEST from
+// its leased address, the fleet spread uniformly over -renew-window), then
+// is stopped, given -events device events and started again, and answers
+// the API under wrk.
 //
 // T1 is compressed: the lease is -lease-time (6m) and the fleet renews once
 // every lease is past ztpd's lease cache (a quarter of the lease; REQUESTs
