@@ -237,7 +237,9 @@ func TestReadmeWalkthrough(t *testing.T) {
 		case "run":
 			for _, l := range strings.Split(s.body, "\n") {
 				if cmd, ok := strings.CutPrefix(l, "$ "); ok {
-					outputs[cmd] = sh(s, cmd)
+					// Keyed without the README's trailing comment.
+					key, _, _ := strings.Cut(cmd, "  #")
+					outputs[strings.TrimSpace(key)] = sh(s, cmd)
 				}
 			}
 		case "device":
@@ -289,6 +291,11 @@ func TestReadmeWalkthrough(t *testing.T) {
 			t.Fatalf("README.md:%d: unknown walkthrough step %q", s.line, s.kind)
 		}
 		checkWalkOutputs(t, outputs, serveLog.String())
+	}
+	for cmd := range walkOutputs {
+		if _, ran := outputs[cmd]; !ran {
+			t.Errorf("README walkthrough: %q, whose output this test checks, is not among its commands", cmd)
+		}
 	}
 }
 
@@ -379,19 +386,24 @@ func waitLong(t *testing.T, what string, ok func() bool) {
 	}
 }
 
+// walkOutputs is what each command the walkthrough shows must print, by
+// its command line (without a trailing comment).
+var walkOutputs = map[string]*regexp.Regexp{
+	"sudo journalctl -u ztpd": regexp.MustCompile(`no device profiles are loaded`),
+	"sudo ztpd cluster create fabric --version 1.37.2 --join-method sonic --size 1": regexp.MustCompile(`Starting`),
+	"sudo ztpd device list --state unmatched":                                       regexp.MustCompile(`02:99:77:00:00:01\s+sonic\s+leased\s+10\.99\.77\.10.*LEAF0001.*no profile matches`),
+	"sudo ztpd profile check --device LEAF0001":                                     regexp.MustCompile(`(?m)^matched\s+leaf\s*$`),
+	"sudo ztpd device list":                                                         regexp.MustCompile(`02:99:77:00:00:01\s+sonic\s+ztp-served\s+10\.99\.77\.10`),
+	"sudo ztpd device list --state waiting":                                         regexp.MustCompile(`1e:00:77:00:00:0a`),
+	"sudo ztpd events --device 02:99:77:00:00:01 --follow":                          regexp.MustCompile(`member\.joined\s+02:99:77:00:00:01 fabric Node leaf0001 is Ready`),
+	"sudo ztpd cluster members fabric":                                              regexp.MustCompile(`(?m)^02:99:77:00:00:01\s+leaf0001\s+sonic\s+joined\s`),
+}
+
 // checkWalkOutputs holds each command the walkthrough shows to what the
 // README says it prints, once it has run.
 func checkWalkOutputs(t *testing.T, outputs map[string]string, log string) {
 	t.Helper()
-	for cmd, want := range map[string]*regexp.Regexp{
-		"sudo journalctl -u ztpd": regexp.MustCompile(`no device profiles are loaded`),
-		"sudo ztpd cluster create fabric --version 1.37.2 --join-method sonic --size 1": regexp.MustCompile(`Starting`),
-		"sudo ztpd device list --state unmatched":                                       regexp.MustCompile(`02:99:77:00:00:01\s+sonic\s+leased\s+10\.99\.77\.10.*LEAF0001.*no profile matches`),
-		"sudo ztpd profile check --device LEAF0001":                                     regexp.MustCompile(`(?m)^matched\s+leaf\s*$`),
-		"sudo ztpd device list":                                                         regexp.MustCompile(`02:99:77:00:00:01\s+sonic\s+ztp-served\s+10\.99\.77\.10`),
-		"sudo ztpd device list --state waiting":                                         regexp.MustCompile(`1e:00:77:00:00:0a`),
-		"sudo ztpd cluster members fabric":                                              regexp.MustCompile(`(?m)^02:99:77:00:00:01\s+leaf0001\s+sonic\s+joined\s`),
-	} {
+	for cmd, want := range walkOutputs {
 		got, ran := outputs[cmd]
 		if ran && !want.MatchString(got) {
 			t.Fatalf("README walkthrough: %s printed\n%s\nwant it to match %s; ztpd's log:\n%s", cmd, got, want, tailString(log, 3000))
