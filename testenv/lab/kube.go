@@ -116,8 +116,8 @@ func NewKubeAt(kubeletsim, v string) (*Kube, error) {
 // NewKubeIn is NewKubeAt for devices in network namespaces of the caller's
 // own (a test that builds its network itself, not a lab Topology): the
 // simulated kubelets log under workDir, and stop with the control planes
-// when the returned close runs.
-func NewKubeIn(kubeletsim, v, workDir string) (k *Kube, close func() error, err error) {
+// when the returned stop runs.
+func NewKubeIn(kubeletsim, v, workDir string) (k *Kube, stop func() error, err error) {
 	if k, err = NewKubeAt(kubeletsim, v); err != nil {
 		return nil, nil, err
 	}
