@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ztpd/ztpd/internal/packaging"
+	"github.com/ztpd/ztpd/testenv/controlplane"
 	"github.com/ztpd/ztpd/testenv/kubebin"
 	"github.com/ztpd/ztpd/testenv/lab"
 	"github.com/ztpd/ztpd/testenv/netns"
@@ -77,9 +79,12 @@ func readmeWalkthrough(t *testing.T) []walkStep {
 // profiles it shows, and the devices it describes (a SONiC switch as
 // dhclient and curl, a CloudStack VM as udhcpc and its metadata fetch) in
 // namespaces of their own behind the appliance's zd0 (10.99.77.1/24). The
-// substitutions below are the only liberties taken. The join itself needs
-// a real control plane on the VM (make k8s-bins); without one the test
-// checks every step up to it and then skips, saying so.
+// substitutions below are the only liberties taken. The join runs as in
+// testenv/lab: the approved VM runs the real control plane from its
+// cloud-config (kubeadm init phases, etcd, kube-apiserver,
+// kube-controller-manager), the switch runs its join plugin, and only the
+// kubelets are simulated. Without the Kubernetes binaries (make k8s-bins)
+// the test checks every step up to the join and then skips, saying so.
 func TestReadmeWalkthrough(t *testing.T) {
 	if err := netns.Check(); err != nil {
 		t.Skip(err)
@@ -94,9 +99,12 @@ func TestReadmeWalkthrough(t *testing.T) {
 	root := t.TempDir()
 	cfgPath := filepath.Join(root, "etc/ztpd/ztpd.yaml")
 	// The only substitutions: the package's paths under a scratch root, the
-	// CLI with its configuration named, and the service manager's three
-	// commands on a ztpd serve this test runs.
-	paths := strings.NewReplacer("/etc/ztpd/", root+"/etc/ztpd/", "/var/lib/ztpd", root+"/var/lib/ztpd")
+	// CLI with its configuration named, the service manager's three
+	// commands on a ztpd serve this test runs, and the README's Kubernetes
+	// version by the newest one built here when it is not built (logged).
+	kubeVersion, kubeErr := walkKubernetesVersion(t)
+	paths := strings.NewReplacer("/etc/ztpd/", root+"/etc/ztpd/", "/var/lib/ztpd", root+"/var/lib/ztpd",
+		readmeKubernetesVersion, kubeVersion)
 	const (
 		startService  = "systemctl enable --now ztpd"
 		reloadService = "systemctl reload ztpd"
@@ -140,7 +148,7 @@ func TestReadmeWalkthrough(t *testing.T) {
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	env := cliEnv(t)
 	var serve *exec.Cmd
@@ -229,7 +237,9 @@ func TestReadmeWalkthrough(t *testing.T) {
 		case "run":
 			for _, l := range strings.Split(s.body, "\n") {
 				if cmd, ok := strings.CutPrefix(l, "$ "); ok {
-					outputs[cmd] = sh(s, cmd)
+					// Keyed without the README's trailing comment.
+					key, _, _ := strings.Cut(cmd, "  #")
+					outputs[strings.TrimSpace(key)] = sh(s, cmd)
 				}
 			}
 		case "device":
@@ -265,26 +275,15 @@ func TestReadmeWalkthrough(t *testing.T) {
 					t.Fatalf("the CloudStack VM %s is not kind vm (dhcp.vm.mac_prefixes' default):\n%s", vmMAC, got)
 				}
 			case "switch joins":
-				// Up to here ztpd needs nobody else. The approved VM's
-				// cloud-init asks again (a reboot) and its user-data
-				// enrolls it as fabric's first control plane.
-				ud := vm.Command(ctx, "curl", "-sf", "http://10.99.77.1/latest/user-data")
-				if out, err := ud.Output(); err != nil || !bytes.HasPrefix(out, []byte("#cloud-config")) {
-					t.Fatalf("the approved VM's user-data: %v\n%.300s", err, out)
+				if kubeErr == nil {
+					kubeErr = controlplane.Check()
 				}
-				members := cli("cluster", "members", "fabric")
-				t.Logf("cluster members fabric, before any control plane runs:\n%s", members)
-				if !strings.Contains(members, vmMAC) && !strings.Contains(members, "fabric-cp-1e007700000a") {
-					t.Fatalf("the approved control-plane VM is not a member of fabric:\n%s", members)
+				if kubeErr != nil {
+					t.Skipf("every step up to the join ran as written; the join needs the VM's real control plane: %v (make k8s-bins)", kubeErr)
 				}
-				v, err := lab.LabKubernetesVersion()
-				if err == nil {
-					_, err = kubebin.Kubernetes(v)
-				}
-				if err != nil {
-					t.Skipf("every step up to the join ran as written; the join needs the VM's real control plane (%v): make k8s-bins, and see it with ztpd-lab", err)
-				}
-				t.Skip("every step up to the join ran as written; the VM's kubeadm init and the switch's kubelet against its API server run in testenv/lab's end-to-end test and ztpd-lab, not here")
+				walkJoin(ctx, t, root, kubeVersion, vm, sw, lab.Device{Name: "fabric-cp", Kind: "vm", MAC: vmMAC, Cluster: "fabric", Role: "control-plane"},
+					lab.Device{Name: "leaf0001", Kind: "sonic", MAC: switchMAC, Serial: id.Serial, Product: id.Product, Cluster: "fabric", Role: "sonic"},
+					cli, serveLog.String)
 			default:
 				t.Fatalf("README.md:%d: unknown device step %q", s.line, s.arg)
 			}
@@ -293,20 +292,118 @@ func TestReadmeWalkthrough(t *testing.T) {
 		}
 		checkWalkOutputs(t, outputs, serveLog.String())
 	}
+	for cmd := range walkOutputs {
+		if _, ran := outputs[cmd]; !ran {
+			t.Errorf("README walkthrough: %q, whose output this test checks, is not among its commands", cmd)
+		}
+	}
+}
+
+// readmeKubernetesVersion is the version the walkthrough's cluster runs.
+const readmeKubernetesVersion = "1.37.2"
+
+// walkKubernetesVersion is the version the walkthrough's cluster runs here:
+// the README's when its binaries are built, else the newest pinned one that
+// is (a substitution the test logs); with none built, the README's and why
+// the join cannot run.
+func walkKubernetesVersion(t *testing.T) (string, error) {
+	t.Helper()
+	if _, err := kubebin.Etcd(); err != nil {
+		return readmeKubernetesVersion, err
+	}
+	_, err := kubebin.Kubernetes(readmeKubernetesVersion)
+	if err == nil || !errors.Is(err, kubebin.ErrNotBuilt) {
+		return readmeKubernetesVersion, err
+	}
+	vs, verr := kubebin.Versions()
+	if verr != nil {
+		return readmeKubernetesVersion, verr
+	}
+	for i := len(vs) - 1; i >= 0; i-- {
+		if _, berr := kubebin.Kubernetes(vs[i]); berr == nil {
+			v := strings.TrimPrefix(vs[i], "v")
+			t.Logf("substitution: Kubernetes %s for the README's %s, whose binaries are not built (%v)", v, readmeKubernetesVersion, err)
+			return v, nil
+		}
+	}
+	return readmeKubernetesVersion, err
+}
+
+// walkJoin is what the approved devices do once the README approves them,
+// with testenv/lab's pieces: the control-plane VM boots again, its
+// cloud-init fetches the user-data that now carries its join (handed out
+// once) and it runs the real control plane (lab.RunVM), then the
+// switch's SONiC ZTP runs its join plugin and its kubelet (simulated)
+// registers with the switch certificate (lab.RunSwitch). It returns once
+// the switch's Node is Ready in that API server and ztpd has seen it.
+func walkJoin(ctx context.Context, t *testing.T, root, version string, vm, sw *netns.NS, vmDev, swDev lab.Device, cli func(...string) string, log func() string) {
+	t.Helper()
+	kubeletsim := filepath.Join(root, "kubeletsim")
+	if err := lab.BuildBinaries(map[string]string{kubeletsim: "github.com/ztpd/ztpd/testenv/cmd/kubeletsim"}); err != nil {
+		t.Fatal(err)
+	}
+	k, closeKube, err := lab.NewKubeIn(kubeletsim, version, filepath.Join(root, "kube"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeKube() })
+	progress := func(device, step string) { t.Logf("%s: %s", device, step) }
+	if err := lab.RunVM(ctx, k, vm, filepath.Join(root, "vm"), vmDev, progress); err != nil {
+		t.Fatalf("the control-plane VM: %v\nztpd's log:\n%s", err, tailString(log(), 3000))
+	}
+	plane := k.Plane("fabric")
+	if plane == nil {
+		t.Fatal("the VM ran no control plane for fabric")
+	}
+	waitLong(t, "fabric Running", func() bool {
+		return regexp.MustCompile(`(?m)^state\s+Running\s*$`).MatchString(cli("cluster", "show", "fabric"))
+	})
+	if err := lab.RunSwitch(ctx, k, sw, filepath.Join(root, "switch"), swDev, progress); err != nil {
+		t.Fatalf("the switch: %v\nztpd's log:\n%s", err, tailString(log(), 3000))
+	}
+	var ready string
+	waitLong(t, "the switch's Node Ready in fabric's API server", func() bool {
+		out, _ := plane.CP.Kubectl(ctx, "get", "node", swDev.Name, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		ready = string(out)
+		return ready == "True"
+	})
+	nodes, _ := plane.CP.Kubectl(ctx, "get", "nodes", "-o", "wide")
+	t.Logf("kubectl get nodes (fabric's API server):\n%s", nodes)
+	for _, d := range []lab.Device{vmDev, swDev} {
+		waitLong(t, d.Name+"'s member joined", func() bool {
+			return regexp.MustCompile(`(?m)^` + d.MAC + `\s.*\sjoined\s`).MatchString(cli("cluster", "members", "fabric"))
+		})
+	}
+}
+
+// waitLong is waitFor with a join's patience: a minute and a half.
+func waitLong(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(90 * time.Second); !ok(); time.Sleep(time.Second) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after 90s", what)
+		}
+	}
+}
+
+// walkOutputs is what each command the walkthrough shows must print, by
+// its command line (without a trailing comment).
+var walkOutputs = map[string]*regexp.Regexp{
+	"sudo journalctl -u ztpd": regexp.MustCompile(`no device profiles are loaded`),
+	"sudo ztpd cluster create fabric --version 1.37.2 --join-method sonic --size 1": regexp.MustCompile(`Starting`),
+	"sudo ztpd device list --state unmatched":                                       regexp.MustCompile(`02:99:77:00:00:01\s+sonic\s+leased\s+10\.99\.77\.10.*LEAF0001.*no profile matches`),
+	"sudo ztpd profile check --device LEAF0001":                                     regexp.MustCompile(`(?m)^matched\s+leaf\s*$`),
+	"sudo ztpd device list":                                                         regexp.MustCompile(`02:99:77:00:00:01\s+sonic\s+ztp-served\s+10\.99\.77\.10`),
+	"sudo ztpd device list --state waiting":                                         regexp.MustCompile(`1e:00:77:00:00:0a`),
+	"sudo ztpd events --device 02:99:77:00:00:01 --follow":                          regexp.MustCompile(`member\.joined\s+02:99:77:00:00:01 fabric Node leaf0001 is Ready`),
+	"sudo ztpd cluster members fabric":                                              regexp.MustCompile(`(?m)^02:99:77:00:00:01\s+leaf0001\s+sonic\s+joined\s`),
 }
 
 // checkWalkOutputs holds each command the walkthrough shows to what the
 // README says it prints, once it has run.
 func checkWalkOutputs(t *testing.T, outputs map[string]string, log string) {
 	t.Helper()
-	for cmd, want := range map[string]*regexp.Regexp{
-		"sudo journalctl -u ztpd": regexp.MustCompile(`no device profiles are loaded`),
-		"sudo ztpd cluster create fabric --version 1.37.2 --join-method sonic --size 1": regexp.MustCompile(`Starting`),
-		"sudo ztpd device list --state unmatched":                                       regexp.MustCompile(`02:99:77:00:00:01\s+sonic\s+leased\s+10\.99\.77\.10.*LEAF0001.*no profile matches`),
-		"sudo ztpd profile check --device LEAF0001":                                     regexp.MustCompile(`(?m)^matched\s+leaf\s*$`),
-		"sudo ztpd device list":                                                         regexp.MustCompile(`02:99:77:00:00:01\s+sonic\s+ztp-served\s+10\.99\.77\.10`),
-		"sudo ztpd device list --state waiting":                                         regexp.MustCompile(`1e:00:77:00:00:0a`),
-	} {
+	for cmd, want := range walkOutputs {
 		got, ran := outputs[cmd]
 		if ran && !want.MatchString(got) {
 			t.Fatalf("README walkthrough: %s printed\n%s\nwant it to match %s; ztpd's log:\n%s", cmd, got, want, tailString(log, 3000))

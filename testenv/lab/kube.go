@@ -113,6 +113,22 @@ func NewKubeAt(kubeletsim, v string) (*Kube, error) {
 		planes: map[string]*Plane{}, kubelets: map[string]*Kubelet{}}, nil
 }
 
+// NewKubeIn is NewKubeAt for devices in network namespaces of the caller's
+// own (a test that builds its network itself, not a lab Topology): the
+// simulated kubelets log under workDir, and stop with the control planes
+// when the returned stop runs.
+func NewKubeIn(kubeletsim, v, workDir string) (k *Kube, stop func() error, err error) {
+	if k, err = NewKubeAt(kubeletsim, v); err != nil {
+		return nil, nil, err
+	}
+	if err := os.MkdirAll(workDir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	t := &Topology{WorkDir: workDir}
+	k.attach(t)
+	return k, t.Close, nil
+}
+
 // attach ties the Kube to a topology: its control planes stop when the
 // topology closes.
 func (k *Kube) attach(t *Topology) {
