@@ -27,7 +27,7 @@ const (
 // goes through httpserve's one writer (status from the core error kind).
 func (a *App) mountAdmin() {
 	a.HTTPMux.HandleFunc("GET "+HealthzPath, a.healthz)
-	a.HTTPMux.Handle("GET "+MetricsPath, promhttp.HandlerFor(a.Metrics, promhttp.HandlerOpts{}))
+	a.HTTPMux.Handle("GET "+MetricsPath, promhttp.HandlerFor(a.metricsGatherer(), promhttp.HandlerOpts{}))
 	m := a.AdminMux
 	m.HandleFunc("GET /admin/status", a.healthz)
 	m.HandleFunc("GET /admin/backup", a.adminBackup)
