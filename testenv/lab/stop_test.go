@@ -10,10 +10,12 @@ import (
 )
 
 // TestStopWithLiveCluster stops (SIGTERM) a ztpd serving a cluster whose
-// endpoint is a real kube-apiserver, with its members joined and their
-// agents polling: the stop takes about as long as without a cluster, and
-// the log says what it waited for, each listener, job and the cluster
-// watch by name.
+// endpoint is a real kube-apiserver, with its members joined, their agents
+// polling and an upgrade under way (its job waiting for its rollout, a
+// node's operation handed to its agent): the stop takes about as long as
+// without a cluster, and the log says what it waited for, each listener,
+// job and the cluster watch by name. The upgrade's job once held the stop
+// for the whole shutdown grace.
 func TestStopWithLiveCluster(t *testing.T) {
 	from, _, err := UpgradeVersions()
 	if err != nil {
@@ -36,12 +38,26 @@ func TestStopWithLiveCluster(t *testing.T) {
 		b, _ := os.ReadFile(logPath)
 		t.Fatalf("%v\nprogress:\n%s\nztpd.out (tail):\n%s", err, tail(progress.String(), 3000), tail(string(b), 3000))
 	}
-	before, err := os.ReadFile(logPath)
-	if err != nil {
-		t.Fatal(err)
+	// The upgrade's job waits for its rollout: SIGTERM once the first
+	// node's operation is with its agent.
+	go l.ZTPD(context.Background(), "cluster", "upgrade", "lab-0", "--version", l.UpgradeTo) // fails as ztpd stops
+	var before []byte
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if before, err = os.ReadFile(logPath); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(before), `"phase":"agent"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no node of the upgrade reached its agent within a minute:\n%s", tail(string(before), 3000))
+		}
 	}
 	if !strings.Contains(string(before), `"msg":"cluster API reachable"`) {
 		t.Fatalf("ztpd never reached the cluster's API server:\n%s", tail(string(before), 3000))
+	}
+	if strings.Contains(string(before), `"msg":"rollout ended"`) {
+		t.Errorf("the upgrade ended before the stop: the stop did not meet its job")
 	}
 
 	start := time.Now()
