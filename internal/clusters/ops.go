@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -485,9 +486,29 @@ func plural(n int, one, many string) string {
 
 // call runs one Membership call bounded by the operation timeout.
 func (s *Service) call(ctx context.Context, f func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.OpTimeout)
+	ctx, cancel := CallContext(ctx, s.opts.OpTimeout)
 	defer cancel()
 	return f(ctx)
+}
+
+type jobContextKey struct{}
+
+// CallContext is the context of one Membership call of the job running in
+// job: bounded by timeout, its JobContext job.
+func CallContext(job context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithValue(job, jobContextKey{}, job), timeout)
+}
+
+// JobContext is, for a Membership call, the context of the job it runs
+// in: without the call's deadline (Options.OpTimeout), cancelled when the
+// service closes. A call waiting for what outlives that deadline (a
+// rollout) waits on it, so a closing service still ends the wait. Outside
+// a job it is ctx.
+func JobContext(ctx context.Context) context.Context {
+	if j, ok := ctx.Value(jobContextKey{}).(context.Context); ok {
+		return j
+	}
+	return ctx
 }
 
 // transition moves a cluster to state `to` if the state machine allows it,

@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -59,6 +60,23 @@ func NewClusterMembership(members ClusterMembers, engine *Engine, nodes StopCord
 // which have per-node timeouts of their own.
 func afterRollout(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+}
+
+// untilCancelled is the job's context (clusters.JobContext) without its
+// deadline, for a job's wait for its rollout: a job's deadlines do not
+// bound a rollout (its nodes have timeouts of their own), but the job's
+// cancellation (ztpd stopping) ends the wait. The rollout itself carries
+// on and its job is failed at the next start; a wait deaf to the stop held
+// ztpd's stop for its whole grace.
+func untilCancelled(ctx context.Context) (context.Context, context.CancelFunc) {
+	job := clusters.JobContext(ctx)
+	wctx, cancel := context.WithCancel(context.WithoutCancel(job))
+	stop := context.AfterFunc(job, func() {
+		if errors.Is(job.Err(), context.Canceled) {
+			cancel()
+		}
+	})
+	return wctx, func() { stop(); cancel() }
 }
 
 func (m ClusterMembership) SetVersion(ctx context.Context, c core.Cluster, v core.Version) error {
@@ -137,7 +155,12 @@ func (m ClusterMembership) tryRemove(ctx context.Context, c core.Cluster, member
 	r, err := m.engine.Start(ctx, Spec{Cluster: c.ID, Kind: core.RolloutRemove, Devices: devicesOf(members),
 		By: "deleteKubernetesCluster --force", MaxUnavailable: len(members)})
 	if err == nil {
-		r, err = m.engine.Wait(context.WithoutCancel(ctx), r.ID)
+		wctx, cancel := untilCancelled(ctx)
+		r, err = m.engine.Wait(wctx, r.ID)
+		cancel()
+		if err != nil && errors.Is(clusters.JobContext(ctx).Err(), context.Canceled) {
+			return nil, err // ztpd stopping: nothing is abandoned, the job is failed at the next start
+		}
 	}
 	if err != nil {
 		for _, ms := range members {
@@ -260,7 +283,9 @@ func (m ClusterMembership) eachNode(ctx context.Context, c core.Cluster, fn func
 // wait waits for a rollout the job started and turns its end into the
 // job's outcome.
 func (m ClusterMembership) wait(ctx context.Context, id string) error {
-	r, err := m.engine.Wait(context.WithoutCancel(ctx), id)
+	wctx, cancel := untilCancelled(ctx)
+	defer cancel()
+	r, err := m.engine.Wait(wctx, id)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,17 @@ import (
 // into t's temporary directory and returns their paths.
 func requireLabFleet(t *testing.T) (bin, kubeletsim string) {
 	t.Helper()
+	version, err := LabKubernetesVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return requireLabFleetAt(t, version)
+}
+
+// requireLabFleetAt is requireLabFleet with the clusters at Kubernetes
+// version (one of testenv/k8sbin/versions) instead of the newest.
+func requireLabFleetAt(t *testing.T, version string) (bin, kubeletsim string) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end lab skipped in -short mode")
 	}
@@ -33,10 +44,6 @@ func requireLabFleet(t *testing.T) (bin, kubeletsim string) {
 	// VMs run cloud-init's own CloudStack datasource (Debian's cloud-init).
 	if !HaveCloudInit() {
 		t.Skipf("needs Debian's cloud-init for %s", CloudInitPython)
-	}
-	version, err := LabKubernetesVersion()
-	if err != nil {
-		t.Fatal(err)
 	}
 	kubebin.Require(t, version)
 	kubebin.RequireEtcd(t)
