@@ -41,9 +41,6 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
 	f := promauto.With(reg)
 	return &metrics{
 		agentReports: f.NewCounterVec(prometheus.CounterOpts{

@@ -29,9 +29,6 @@ type Metrics struct {
 // NewMetrics registers the listeners' metrics on reg (nil: kept, not
 // exported).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
 	f := promauto.With(reg)
 	return &Metrics{
 		connsOpen: f.NewGaugeVec(prometheus.GaugeOpts{

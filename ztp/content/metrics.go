@@ -14,9 +14,6 @@ type metrics struct {
 
 // newMetrics registers the metrics on reg (nil: kept, not exported).
 func newMetrics(reg prometheus.Registerer) *metrics {
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
 	f := promauto.With(reg)
 	return &metrics{
 		refused: f.NewCounterVec(prometheus.CounterOpts{

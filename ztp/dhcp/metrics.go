@@ -53,9 +53,6 @@ type metrics struct {
 // newMetrics registers the server's metrics on reg (nil: kept, not
 // exported).
 func newMetrics(reg prometheus.Registerer) *metrics {
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
 	f := promauto.With(reg)
 	m := &metrics{}
 	m.packetsTotal = f.NewCounterVec(prometheus.CounterOpts{

@@ -48,9 +48,6 @@ func New(svc *content.Service, log *slog.Logger, door FrontDoor, reg prometheus.
 	if log == nil {
 		log = slog.Default()
 	}
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
 	f := promauto.With(reg)
 	return &Server{svc: svc, log: log, door: door,
 		requests: f.NewCounterVec(prometheus.CounterOpts{

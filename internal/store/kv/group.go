@@ -21,9 +21,6 @@ type CommitMetrics struct {
 // NewCommitMetrics registers the commit metrics on reg (nil: kept, not
 // exported).
 func NewCommitMetrics(reg prometheus.Registerer) *CommitMetrics {
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
 	f := promauto.With(reg)
 	return &CommitMetrics{
 		commits: f.NewCounter(prometheus.CounterOpts{
