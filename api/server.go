@@ -49,6 +49,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/ztpd/ztpd/api/auth"
 	"github.com/ztpd/ztpd/api/bodycache"
@@ -73,28 +74,25 @@ type apiMetrics struct {
 }
 
 func newAPIMetrics(reg prometheus.Registerer) *apiMetrics {
-	m := &apiMetrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ztpd_api_requests_total", Help: "API requests by API, operation and HTTP status.",
-		}, []string{"api", "op", "code"}),
-		requestSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "ztpd_api_request_seconds", Help: "API request latency.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
-		}, []string{"api"}),
-		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ztpd_api_auth_failures_total", Help: "Failed API authentications by outcome.",
-		}, []string{"api", "outcome"}),
-	}
-	cache := prometheus.NewCounterVec(prometheus.CounterOpts{
+	f := promauto.With(reg)
+	cache := f.NewCounterVec(prometheus.CounterOpts{
 		Name: "ztpd_api_response_cache_total",
 		Help: "Cacheable API answers by outcome: hit (a current body, or one being rendered, was shared) or render.",
 	}, []string{"result"})
-	m.requests = auth.Register(reg, m.requests)
-	m.requestSeconds = auth.Register(reg, m.requestSeconds)
-	m.authFailures = auth.Register(reg, m.authFailures)
-	cache = auth.Register(reg, cache)
-	m.cacheHits, m.cacheRenders = cache.WithLabelValues("hit"), cache.WithLabelValues("render")
-	return m
+	return &apiMetrics{
+		requests: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ztpd_api_requests_total", Help: "API requests by API, operation and HTTP status.",
+		}, []string{"api", "op", "code"}),
+		requestSeconds: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "ztpd_api_request_seconds", Help: "API request latency.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}, []string{"api"}),
+		authFailures: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ztpd_api_auth_failures_total", Help: "Failed API authentications by outcome.",
+		}, []string{"api", "outcome"}),
+		cacheHits:    cache.WithLabelValues("hit"),
+		cacheRenders: cache.WithLabelValues("render"),
+	}
 }
 
 // ImageLister lists the artifact store (images/imagestore satisfies it).

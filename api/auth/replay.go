@@ -13,33 +13,15 @@ import (
 	"github.com/ztpd/ztpd/internal/apikeys"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // newReplayEntries is the gauge of the replay memory's size, registered
 // on reg.
 func newReplayEntries(reg prometheus.Registerer) prometheus.Gauge {
-	g := prometheus.NewGauge(prometheus.GaugeOpts{
+	return promauto.With(reg).NewGauge(prometheus.GaugeOpts{
 		Name: "ztpd_api_replay_memory_entries", Help: "Signatures of recent API writes remembered to refuse replays.",
 	})
-	return Register(reg, g)
-}
-
-// Register registers c on reg, or answers the collector registered there
-// already under the same description: servers built one after another on
-// one registerer (the process-wide one) share their metrics, as they did
-// on promauto's global registry, instead of panicking.
-func Register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	err := reg.Register(c)
-	var dup prometheus.AlreadyRegisteredError
-	switch {
-	case err == nil:
-		return c
-	case errors.As(err, &dup):
-		if existing, ok := dup.ExistingCollector.(C); ok {
-			return existing
-		}
-	}
-	panic(fmt.Errorf("register API metrics: %w", err))
 }
 
 // ErrReplayed: the same signed write was accepted before, within its
