@@ -32,3 +32,13 @@ func (s *Store) Regress(schema int, drop func(key string) bool) error {
 		return btx.Bucket([]byte(kv.BucketMeta)).Put([]byte(schemaKey), []byte(strconv.Itoa(schema)))
 	})
 }
+
+// TenancyIndexProblems is kv.TenancyIndexProblems of the store as it is
+// (storetest.CheckTenancyIndexes asks it).
+func (s *Store) TenancyIndexProblems() (problems []string, err error) {
+	err = s.db.View(func(btx *bolt.Tx) error {
+		problems, err = kv.TenancyIndexProblems(newRawTx(btx))
+		return err
+	})
+	return problems, err
+}

@@ -388,6 +388,59 @@ func IndexTenancy(raw Raw) error {
 	return putIndexEntries(raw, entries)
 }
 
+// TenancyIndexProblems lists how raw's devices-by-cluster and
+// leases-by-MAC indexes differ from what its records say: entries missing
+// and entries left behind. The listings skip an entry left behind, so only
+// this sees one (the tests of every engine ask it).
+func TenancyIndexProblems(raw Raw) ([]string, error) {
+	want := map[string]string{}
+	err := raw.Scan(BucketDevices, "", func(k string, v []byte) (bool, error) {
+		var d struct {
+			Cluster string `json:"cluster"`
+		}
+		if err := json.Unmarshal(v, &d); err == nil && d.Cluster != "" {
+			want[deviceClusterKey(d.Cluster, k)] = k
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = raw.Scan(BucketLeases, "", func(k string, v []byte) (bool, error) {
+		var l struct {
+			MAC string `json:"mac"`
+		}
+		if err := json.Unmarshal(v, &l); err == nil && l.MAC != "" {
+			want[leaseMACKey(l.MAC, k)] = k
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var problems []string
+	for _, prefix := range []string{"device-cluster/", "lease-mac/"} {
+		err := raw.ScanPrefix(BucketIndex, prefix, func(k string, v []byte) (bool, error) {
+			var id string
+			switch id0, ok := want[k]; {
+			case !ok:
+				problems = append(problems, "left behind: "+k)
+			case json.Unmarshal(v, &id) != nil || id != id0:
+				problems = append(problems, fmt.Sprintf("%s names %s, want %s", k, v, id0))
+			}
+			delete(want, k)
+			return true, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		problems = append(problems, "missing: "+k)
+	}
+	return problems, nil
+}
+
 // indexEntry is an index key and the primary key it names.
 type indexEntry struct{ key, id string }
 
