@@ -84,3 +84,39 @@ func TestTenancyIndexesAreBuiltAtOpen(t *testing.T) {
 	}
 	s.Close()
 }
+
+// TestTenancyMigrationPassesACorruptRecord: a record that does not decode
+// (a torn write) does not keep a schema-5 store from opening; the others
+// are indexed.
+func TestTenancyMigrationPassesACorruptRecord(t *testing.T) {
+	dir := t.TempDir()
+	s, err := boltstore.Open(dir, boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.Update(t, s, func(tx core.Tx) error {
+		if err := tx.Devices().Put(core.Device{ID: "02:00:00:00:05:01", MAC: "02:00:00:00:05:01", Cluster: "c1"}); err != nil {
+			return err
+		}
+		return tx.Leases().Put(core.Lease{IP: "10.99.5.1", MAC: "02:00:00:00:05:01"})
+	})
+	if err := s.Regress(5, func(string) bool { return true }); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	storetest.CorruptRecord(t, dir, storetest.LeaseRecords, "10.99.5.2")
+	storetest.CorruptRecord(t, dir, storetest.DeviceRecords, "02:00:00:00:05:02")
+	if s, err = boltstore.Open(dir, boltstore.Options{}); err != nil {
+		t.Fatalf("open a schema-5 store holding corrupt records: %v", err)
+	}
+	defer s.Close()
+	storetest.View(t, s, func(tx core.Tx) error {
+		if got := storetest.ClusterDevices(t, tx, "c1", ""); strings.Join(got, ",") != "02:00:00:00:05:01" {
+			t.Errorf("cluster c1: %v", got)
+		}
+		if got := storetest.MACLeases(t, tx, "02:00:00:00:05:01"); strings.Join(got, ",") != "10.99.5.1" {
+			t.Errorf("leases of 02:00:00:00:05:01: %v", got)
+		}
+		return nil
+	})
+}

@@ -352,17 +352,15 @@ func IndexDeviceStates(raw Raw) error {
 // IndexTenancy builds the devices-by-cluster and leases-by-MAC indexes of
 // a store written before they existed (the 5 -> 6 migration). It only
 // adds entries, so running it again, or after a crash, gives the same
-// indexes.
+// indexes. A record that does not decode is left out rather than keeping
+// the store from opening (the fleet's listings report it).
 func IndexTenancy(raw Raw) error {
 	var entries []indexEntry
 	err := raw.Scan(BucketDevices, "", func(k string, v []byte) (bool, error) {
 		var d struct {
 			Cluster string `json:"cluster"`
 		}
-		if err := json.Unmarshal(v, &d); err != nil {
-			return false, fmt.Errorf("device %s: %w", k, err)
-		}
-		if d.Cluster != "" {
+		if json.Unmarshal(v, &d) == nil && d.Cluster != "" {
 			entries = append(entries, indexEntry{deviceClusterKey(d.Cluster, k), k})
 		}
 		return true, nil
@@ -374,10 +372,7 @@ func IndexTenancy(raw Raw) error {
 		var l struct {
 			MAC string `json:"mac"`
 		}
-		if err := json.Unmarshal(v, &l); err != nil {
-			return false, fmt.Errorf("lease %s: %w", k, err)
-		}
-		if l.MAC != "" {
+		if json.Unmarshal(v, &l) == nil && l.MAC != "" {
 			entries = append(entries, indexEntry{leaseMACKey(l.MAC, k), k})
 		}
 		return true, nil
