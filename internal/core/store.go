@@ -82,6 +82,10 @@ type Devices interface {
 	// ListState visits the devices in state, in ID order after after,
 	// through an index: the cost is the devices visited, not the fleet.
 	ListState(state DeviceState, after string, fn Visit[Device]) error
+	// ListCluster visits the devices of cluster (ID), in ID order after
+	// after, through an index: the cost is the cluster's devices visited,
+	// not the fleet. Devices in no cluster are listed by no cluster.
+	ListCluster(cluster, after string, fn Visit[Device]) error
 	Count() (int, error)
 	// Stamp is device id's Stamp (ErrNotFound without one); ListStamps
 	// visits every device's ID and Stamp in ID order after after, without
@@ -96,6 +100,9 @@ type Leases interface {
 	Put(l Lease) error
 	Delete(ip string) error
 	List(after string, fn Visit[Lease]) error
+	// ListMAC visits the leases bound to mac, in address order, through
+	// an index: the cost is that MAC's leases, not every lease.
+	ListMAC(mac string, fn Visit[Lease]) error
 	Count() (int, error)
 }
 

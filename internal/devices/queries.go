@@ -2,6 +2,8 @@ package devices
 
 import (
 	"errors"
+	"slices"
+	"strings"
 
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -129,22 +131,101 @@ func (r Reader) Device(ref string) (core.Device, error) {
 }
 
 // Devices visits the devices the scope sees in ID order after after; with
-// state set only those in state, through the devices-by-state index (a
-// page reads its own devices plus those the scope or fn skips).
+// state set only those in state. The fleet's listing walks every device,
+// or with state the state's range of the devices-by-state index; a user's
+// walks the devices-by-cluster index of its clusters (ownDevices), so it
+// costs its own devices, however large the fleet.
 func (r Reader) Devices(state core.DeviceState, after string, fn core.Visit[core.Device]) error {
+	if r.scope.all {
+		if state != "" {
+			return r.tx.Devices().ListState(state, after, fn)
+		}
+		return r.tx.Devices().List(after, fn)
+	}
 	visit := fn
-	if !r.scope.all {
+	if state != "" {
 		visit = func(d core.Device) (bool, error) {
-			if !r.scope.SeesDevice(d) {
+			if d.State != state {
 				return true, nil
 			}
 			return fn(d)
 		}
 	}
-	if state != "" {
-		return r.tx.Devices().ListState(state, after, visit)
+	return r.ownDevices(after, visit)
+}
+
+// mergeChunk is how many devices ownDevices reads ahead of one cluster
+// while merging several: a page reads about its own devices plus a chunk
+// per cluster.
+const mergeChunk = 64
+
+// ownDevices visits the devices of the scope's clusters in ID order after
+// after: one cluster's index range as it is, several merged (each read a
+// chunk at a time, so a page does not read all of them).
+func (r Reader) ownDevices(after string, fn core.Visit[core.Device]) error {
+	if len(r.scope.own) == 1 {
+		var only string
+		for c := range r.scope.own {
+			only = c
+		}
+		return r.tx.Devices().ListCluster(only, after, fn)
 	}
-	return r.tx.Devices().List(after, visit)
+	heads := make([]*clusterHead, 0, len(r.scope.own))
+	for c := range r.scope.own {
+		heads = append(heads, &clusterHead{cluster: c, after: after})
+	}
+	for {
+		var next *clusterHead
+		for _, h := range heads {
+			if err := h.fill(r.tx); err != nil {
+				return err
+			}
+			if h.i < len(h.buf) && (next == nil || h.buf[h.i].ID < next.buf[next.i].ID) {
+				next = h
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		d := next.buf[next.i]
+		next.i++
+		if more, err := fn(d); err != nil || !more {
+			return err
+		}
+	}
+}
+
+// clusterHead is where a merge of several clusters' devices stands in one
+// cluster: the devices read ahead (buf, the next at i), and the cursor
+// past them.
+type clusterHead struct {
+	cluster, after string
+	buf            []core.Device
+	i              int
+	done           bool
+}
+
+// fill reads the cluster's next chunk once the last is used up.
+func (h *clusterHead) fill(tx core.Tx) error {
+	if h.i < len(h.buf) || h.done {
+		return nil
+	}
+	clear(h.buf)
+	h.buf, h.i = h.buf[:0], 0
+	err := tx.Devices().ListCluster(h.cluster, h.after, func(d core.Device) (bool, error) {
+		h.buf = append(h.buf, d)
+		return len(h.buf) < mergeChunk, nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(h.buf) < mergeChunk {
+		h.done = true
+	}
+	if len(h.buf) > 0 {
+		h.after = h.buf[len(h.buf)-1].ID
+	}
+	return nil
 }
 
 // DeviceStamps visits every device's ID and Stamp in ID order (the fleet's
@@ -168,33 +249,39 @@ func (r Reader) DeviceByID(id string) (core.Device, error) {
 }
 
 // Leases visits the leases the scope sees (those of its devices' MACs) in
-// address order after after.
+// address order after after. A user's are gathered through the
+// devices-by-cluster and leases-by-MAC indexes and sorted: the cost is its
+// devices and their leases, not every lease.
 func (r Reader) Leases(after string, fn core.Visit[core.Lease]) error {
 	if r.scope.all {
 		return r.tx.Leases().List(after, fn)
 	}
-	macs, err := r.ownMACs()
-	if err != nil {
-		return err
-	}
-	return r.tx.Leases().List(after, func(l core.Lease) (bool, error) {
-		if !macs[l.MAC] {
-			return true, nil
-		}
-		return fn(l)
-	})
-}
-
-// ownMACs are the MAC addresses of the devices of the scope's clusters.
-func (r Reader) ownMACs() (map[string]bool, error) {
+	var own []core.Lease
 	macs := map[string]bool{}
-	err := r.tx.Devices().List("", func(d core.Device) (bool, error) {
-		if r.scope.own[d.Cluster] {
+	for c := range r.scope.own {
+		err := r.tx.Devices().ListCluster(c, "", func(d core.Device) (bool, error) {
+			if macs[d.MAC] {
+				return true, nil
+			}
 			macs[d.MAC] = true
+			return true, r.tx.Leases().ListMAC(d.MAC, func(l core.Lease) (bool, error) {
+				if l.IP > after {
+					own = append(own, l)
+				}
+				return true, nil
+			})
+		})
+		if err != nil {
+			return err
 		}
-		return true, nil
-	})
-	return macs, err
+	}
+	slices.SortFunc(own, func(a, b core.Lease) int { return strings.Compare(a.IP, b.IP) })
+	for _, l := range own {
+		if more, err := fn(l); err != nil || !more {
+			return err
+		}
+	}
+	return nil
 }
 
 // Events visits stream's events after sequence number after, oldest

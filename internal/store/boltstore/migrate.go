@@ -79,6 +79,11 @@ var migrations = []func(*bolt.Tx) error{
 		}
 		return nil
 	},
+	// 5 -> 6: devices indexed by cluster and leases by MAC (a user's
+	// listing reads only its clusters' devices and their leases); adds
+	// entries only, so a crash leaves schema 5 and running it again is
+	// safe.
+	func(btx *bolt.Tx) error { return kv.IndexTenancy(newRawTx(btx)) },
 }
 
 func (s *Store) migrate() error {

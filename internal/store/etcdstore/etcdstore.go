@@ -129,7 +129,11 @@ const (
 	// together do not each write a first-start state.
 	InitWait
 	// InitNone leaves an empty prefix as it is: the destination of a copy,
-	// which records the schema version last.
+	// which records the schema version last. It also opens a store of an
+	// older schema, as the source of a copy: etcd stores are migrated
+	// through bbolt (store migrate --to bolt, whose file boltstore
+	// migrates when it opens it, then --to etcd), so that copy must read
+	// what this ztpd refuses to serve.
 	InitNone
 )
 
@@ -242,6 +246,9 @@ func (s *Store) initSchema(mode InitMode) (int64, error) {
 			if len(kvs) == 0 {
 				return 0, fmt.Errorf("etcd store at %q: schema version vanished", s.p)
 			}
+			if mode == InitNone {
+				return resp.Header.Revision, checkCopySchema(kvs[0].Value)
+			}
 			return resp.Header.Revision, checkSchema(kvs[0].Value)
 		}
 		n := resp.Responses[0].GetResponseRange().Count
@@ -279,17 +286,31 @@ func (s *Store) initSchema(mode InitMode) (int64, error) {
 }
 
 func checkSchema(raw []byte) error {
-	v, err := strconv.Atoi(string(raw))
-	if err != nil {
-		return fmt.Errorf("etcd store: schema version %q is not a number", raw)
-	}
-	switch {
-	case v > boltstore.SchemaVersion:
-		return fmt.Errorf("etcd store schema version %d is newer than this ztpd supports (%d); upgrade ztpd", v, boltstore.SchemaVersion)
-	case v < boltstore.SchemaVersion:
+	v, err := checkedSchema(raw)
+	if err == nil && v < boltstore.SchemaVersion {
 		return fmt.Errorf("etcd store schema version %d is older than this ztpd's (%d): migrate it through bbolt (ztpd store migrate --to bolt, then --to etcd)", v, boltstore.SchemaVersion)
 	}
-	return nil
+	return err
+}
+
+// checkCopySchema is checkSchema for the source of a copy (InitNone): an
+// older schema is what a migration through bbolt copies out.
+func checkCopySchema(raw []byte) error {
+	_, err := checkedSchema(raw)
+	return err
+}
+
+// checkedSchema is the schema version raw records, if this ztpd can read
+// it (it is not newer).
+func checkedSchema(raw []byte) (int, error) {
+	v, err := strconv.Atoi(string(raw))
+	if err != nil {
+		return 0, fmt.Errorf("etcd store: schema version %q is not a number", raw)
+	}
+	if v > boltstore.SchemaVersion {
+		return 0, fmt.Errorf("etcd store schema version %d is newer than this ztpd supports (%d); upgrade ztpd", v, boltstore.SchemaVersion)
+	}
+	return v, nil
 }
 
 // Schema returns the schema version recorded in the store: a quorum

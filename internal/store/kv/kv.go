@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/jsontext"
 )
 
 // Bucket names one collection of the schema.
@@ -215,8 +216,10 @@ func (t *Tx) indexGet(key string) (string, bool, error) {
 }
 
 func (t *Tx) indexPut(a core.Aggregate, key, id string) error {
-	raw, _ := json.Marshal(id)
-	return t.putRaw(a, BucketIndex, key, raw)
+	// Encoded into the scratch buffer, as encoding/json would: every
+	// lease and device write puts index entries.
+	t.buf = jsontext.AppendString(t.buf[:0], id)
+	return t.putRaw(a, BucketIndex, key, t.buf)
 }
 
 func (t *Tx) indexDel(a core.Aggregate, key string) error { return t.del(a, BucketIndex, key) }

@@ -40,6 +40,22 @@ func deviceStateKey(state core.DeviceState, id string) string {
 
 func deviceStatePrefix(state core.DeviceState) string { return "device-state/" + string(state) + "/" }
 
+// deviceClusterKey is device id's entry in the devices-by-cluster index
+// (value: the ID), kept for devices in a cluster: a user's listing walks
+// its clusters' ranges instead of the fleet.
+func deviceClusterKey(cluster, id string) string { return deviceClusterPrefix(cluster) + id }
+
+func deviceClusterPrefix(cluster string) string { return "device-cluster/" + cluster + "/" }
+
+// leaseMACKey is the lease of ip's entry in the leases-by-MAC index
+// (value: the address): a user's lease listing reads only its devices'
+// leases. MAC and address are joined by '@', not '/', so that on etcd a
+// deletion moves the index's one delete marker rather than one per MAC
+// (etcdstore's markerDir).
+func leaseMACKey(mac, ip string) string { return leaseMACPrefix(mac) + ip }
+
+func leaseMACPrefix(mac string) string { return "lease-mac/" + mac + "@" }
+
 // eventKey is fmt.Sprintf("%020d", seq), without fmt: every event write
 // formats one.
 func eventKey(seq uint64) string {
@@ -111,6 +127,16 @@ func (r devices) Put(d core.Device) error {
 			return err
 		}
 	}
+	if had && old.Cluster != "" && old.Cluster != d.Cluster {
+		if err := t.indexDel(core.AggDevices, deviceClusterKey(old.Cluster, d.ID)); err != nil {
+			return err
+		}
+	}
+	if d.Cluster != "" && (!had || old.Cluster != d.Cluster) {
+		if err := t.indexPut(core.AggDevices, deviceClusterKey(d.Cluster, d.ID), d.ID); err != nil {
+			return err
+		}
+	}
 	if had && old.FixedIP != "" && old.FixedIP != d.FixedIP {
 		if err := t.indexDel(core.AggDevices, fixedIPKey(old.FixedIP)); err != nil {
 			return err
@@ -144,6 +170,11 @@ func (r devices) Delete(id string) error {
 	}
 	if err := t.indexDel(core.AggDevices, deviceStateKey(old.State, id)); err != nil {
 		return err
+	}
+	if old.Cluster != "" {
+		if err := t.indexDel(core.AggDevices, deviceClusterKey(old.Cluster, id)); err != nil {
+			return err
+		}
 	}
 	if old.FixedIP != "" {
 		if err := t.indexDel(core.AggDevices, fixedIPKey(old.FixedIP)); err != nil {
@@ -263,6 +294,41 @@ func (r devices) ListState(state core.DeviceState, after string, fn core.Visit[c
 	})
 }
 
+// ListCluster walks the cluster's range of the devices-by-cluster index
+// from after and reads each device it names, as ListState does a state's:
+// a user's listing costs its clusters' devices, not the fleet.
+func (r devices) ListCluster(cluster, after string, fn core.Visit[core.Device]) error {
+	if cluster == "" {
+		return nil // devices in no cluster are not indexed
+	}
+	prefix := deviceClusterPrefix(cluster)
+	from := prefix
+	if after != "" {
+		from = prefix + after
+	}
+	c := &r.t.c.devices
+	return r.t.raw.Scan(BucketIndex, from, func(k string, _ []byte) (bool, error) {
+		if !strings.HasPrefix(k, prefix) {
+			return false, nil // past the cluster's range
+		}
+		id := k[len(prefix):]
+		raw, err := r.t.raw.Get(BucketDevices, id)
+		if err != nil || raw == nil {
+			return err == nil, err // an entry without its device: not expected, skipped
+		}
+		d, err := c.decode(BucketDevices, id, raw)
+		if err != nil {
+			return false, fmt.Errorf("corrupt device %s: %w", id, err)
+		}
+		if d.Cluster != cluster {
+			// An entry left behind (not expected), or one of a cluster
+			// whose ID extends this one past a '/': skipped.
+			return true, nil
+		}
+		return fn(freshDevice(d))
+	})
+}
+
 // IndexDeviceStates builds the devices-by-state index of a store written
 // before it existed (the 3 -> 4 migration); it only adds entries.
 func IndexDeviceStates(raw Raw) error {
@@ -281,6 +347,93 @@ func IndexDeviceStates(raw Raw) error {
 		return err
 	}
 	return putIndexEntries(raw, entries)
+}
+
+// IndexTenancy builds the devices-by-cluster and leases-by-MAC indexes of
+// a store written before they existed (the 5 -> 6 migration). It only
+// adds entries, so running it again, or after a crash, gives the same
+// indexes. A record that does not decode is left out rather than keeping
+// the store from opening (the fleet's listings report it).
+func IndexTenancy(raw Raw) error {
+	var entries []indexEntry
+	err := raw.Scan(BucketDevices, "", func(k string, v []byte) (bool, error) {
+		var d struct {
+			Cluster string `json:"cluster"`
+		}
+		if json.Unmarshal(v, &d) == nil && d.Cluster != "" {
+			entries = append(entries, indexEntry{deviceClusterKey(d.Cluster, k), k})
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	err = raw.Scan(BucketLeases, "", func(k string, v []byte) (bool, error) {
+		var l struct {
+			MAC string `json:"mac"`
+		}
+		if json.Unmarshal(v, &l) == nil && l.MAC != "" {
+			entries = append(entries, indexEntry{leaseMACKey(l.MAC, k), k})
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	return putIndexEntries(raw, entries)
+}
+
+// TenancyIndexProblems lists how raw's devices-by-cluster and
+// leases-by-MAC indexes differ from what its records say: entries missing
+// and entries left behind. The listings skip an entry left behind, so only
+// this sees one (the tests of every engine ask it).
+func TenancyIndexProblems(raw Raw) ([]string, error) {
+	want := map[string]string{}
+	err := raw.Scan(BucketDevices, "", func(k string, v []byte) (bool, error) {
+		var d struct {
+			Cluster string `json:"cluster"`
+		}
+		if err := json.Unmarshal(v, &d); err == nil && d.Cluster != "" {
+			want[deviceClusterKey(d.Cluster, k)] = k
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = raw.Scan(BucketLeases, "", func(k string, v []byte) (bool, error) {
+		var l struct {
+			MAC string `json:"mac"`
+		}
+		if err := json.Unmarshal(v, &l); err == nil && l.MAC != "" {
+			want[leaseMACKey(l.MAC, k)] = k
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var problems []string
+	for _, prefix := range []string{"device-cluster/", "lease-mac/"} {
+		err := raw.ScanPrefix(BucketIndex, prefix, func(k string, v []byte) (bool, error) {
+			var id string
+			switch id0, ok := want[k]; {
+			case !ok:
+				problems = append(problems, "left behind: "+k)
+			case json.Unmarshal(v, &id) != nil || id != id0:
+				problems = append(problems, fmt.Sprintf("%s names %s, want %s", k, v, id0))
+			}
+			delete(want, k)
+			return true, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		problems = append(problems, "missing: "+k)
+	}
+	return problems, nil
 }
 
 // indexEntry is an index key and the primary key it names.
@@ -322,11 +475,79 @@ func (r leases) Put(l core.Lease) error {
 	if l.IP == "" {
 		return fmt.Errorf("lease without address")
 	}
-	r.t.buf = appendLease(r.t.buf[:0], &l)
-	return r.t.putRaw(core.AggLeases, BucketLeases, l.IP, r.t.buf)
+	t := r.t
+	oldMAC, err := r.storedMAC(l.IP)
+	if err != nil {
+		return err
+	}
+	if oldMAC != "" && oldMAC != l.MAC {
+		if err := t.indexDel(core.AggLeases, leaseMACKey(oldMAC, l.IP)); err != nil {
+			return err
+		}
+	}
+	if l.MAC != "" && oldMAC != l.MAC {
+		if err := t.indexPut(core.AggLeases, leaseMACKey(l.MAC, l.IP), l.IP); err != nil {
+			return err
+		}
+	}
+	t.buf = appendLease(t.buf[:0], &l)
+	return t.putRaw(core.AggLeases, BucketLeases, l.IP, t.buf)
 }
 
-func (r leases) Delete(ip string) error { return r.t.del(core.AggLeases, BucketLeases, ip) }
+func (r leases) Delete(ip string) error {
+	oldMAC, err := r.storedMAC(ip)
+	if err != nil {
+		return err
+	}
+	if oldMAC != "" {
+		if err := r.t.indexDel(core.AggLeases, leaseMACKey(oldMAC, ip)); err != nil {
+			return err
+		}
+	}
+	return r.t.del(core.AggLeases, BucketLeases, ip)
+}
+
+// storedMAC is the MAC of the lease stored at ip, through the decode
+// cache: "" without one. A record that
+// does not decode is overwritten or deleted as before; the index entry it
+// may leave behind names a lease that no longer has that MAC, which
+// ListMAC skips.
+func (r leases) storedMAC(ip string) (string, error) {
+	raw, err := r.t.raw.Get(BucketLeases, ip)
+	if err != nil || raw == nil {
+		return "", err
+	}
+	l, err := r.t.c.leases.decode(BucketLeases, ip, raw)
+	if err != nil {
+		return "", nil
+	}
+	return l.MAC, nil
+}
+
+// ListMAC walks the MAC's range of the leases-by-MAC index and reads each
+// lease it names, in address order.
+func (r leases) ListMAC(mac string, fn core.Visit[core.Lease]) error {
+	if mac == "" {
+		return nil // leases without a MAC are not indexed
+	}
+	prefix := leaseMACPrefix(mac)
+	c := &r.t.c.leases
+	return r.t.raw.ScanPrefix(BucketIndex, prefix, func(k string, _ []byte) (bool, error) {
+		ip := k[len(prefix):]
+		raw, err := r.t.raw.Get(BucketLeases, ip)
+		if err != nil || raw == nil {
+			return err == nil, err // an entry without its lease: not expected, skipped
+		}
+		l, err := c.decode(BucketLeases, ip, raw)
+		if err != nil {
+			return false, fmt.Errorf("corrupt lease %s: %w", ip, err)
+		}
+		if l.MAC != mac {
+			return true, nil // an entry left behind: skipped
+		}
+		return fn(l)
+	})
+}
 
 func (r leases) List(after string, fn core.Visit[core.Lease]) error {
 	return scanCached(r.t, &r.t.c.leases, BucketLeases, after, func(l core.Lease) core.Lease { return l }, fn)

@@ -23,6 +23,7 @@ func Conformance(t *testing.T, open func(t *testing.T) core.Store) {
 		{"Devices", devicesContract},
 		{"SerialIndex", serialIndexContract},
 		{"Leases", leasesContract},
+		{"TenancyIndexes", tenancyIndexesContract},
 		{"Clusters", clustersContract},
 		{"Versions", versionsContract},
 		{"Memberships", membershipsContract},
@@ -48,21 +49,21 @@ func Conformance(t *testing.T, open func(t *testing.T) core.Store) {
 
 var t0 = time.Date(2026, 12, 3, 4, 5, 6, 789000000, time.UTC)
 
-func wantNotFound(t *testing.T, what string, err error) {
+func wantNotFound(t testing.TB, what string, err error) {
 	t.Helper()
 	if !errors.Is(err, core.ErrNotFound) {
 		t.Fatalf("%s: got %v, want ErrNotFound", what, err)
 	}
 }
 
-func wantEqual(t *testing.T, what string, got, want any) {
+func wantEqual(t testing.TB, what string, got, want any) {
 	t.Helper()
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("%s:\n got %+v\nwant %+v", what, got, want)
 	}
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
