@@ -55,9 +55,11 @@ func Start(ns *netns.NS, iface, path string) (*Capture, error) {
 		return nil, err
 	}
 	// Whole packets (-s 0), no name lookups, a large kernel buffer so a
-	// burst (a control plane's images) is not dropped, and root kept so
-	// the file stays writable where it is.
-	args := []string{"-i", iface, "-w", path, "-U", "-n", "-s", "0", "-B", "32768", "-Z", "root"}
+	// burst is not dropped, and root kept so the file stays writable where
+	// it is. Immediate mode: with the default buffering the kernel hands
+	// packets over in blocks once a second, and those of the last block
+	// are lost when the capture is interrupted.
+	args := []string{"-i", iface, "-w", path, "-U", "--immediate-mode", "-n", "-s", "0", "-B", "32768", "-Z", "root"}
 	var cmd *exec.Cmd
 	if ns != nil {
 		cmd = ns.Command(context.Background(), "tcpdump", args...)
