@@ -47,7 +47,8 @@ type Stats struct {
 	Captured, Dropped int // Dropped: by the kernel, the buffer full
 }
 
-// Start captures every packet on iface (inside ns; nil: this namespace)
+// Start captures every packet on iface ("any": every interface) inside ns
+// (nil: this namespace)
 // into path, packet-buffered (-U) so that what was captured is in the file
 // however the capture ends. It returns once tcpdump listens.
 func Start(ns *netns.NS, iface, path string) (*Capture, error) {
@@ -60,6 +61,11 @@ func Start(ns *netns.NS, iface, path string) (*Capture, error) {
 	// packets over in blocks once a second, and those of the last block
 	// are lost when the capture is interrupted.
 	args := []string{"-i", iface, "-w", path, "-U", "--immediate-mode", "-n", "-s", "0", "-B", "32768", "-Z", "root"}
+	if iface == "any" {
+		// Every interface of the namespace: the cooked header of version
+		// 1, which gopacket reads (tcpdump's default for "any" is v2).
+		args = append(args, "-y", "LINUX_SLL")
+	}
 	var cmd *exec.Cmd
 	if ns != nil {
 		cmd = ns.Command(context.Background(), "tcpdump", args...)

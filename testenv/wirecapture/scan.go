@@ -249,3 +249,44 @@ func safeText(b []byte) string {
 	flush(word)
 	return out.String()
 }
+
+// SecretsIn returns the secrets data holds by shape, also under the
+// encodings the scan undoes, as values to search the wire for: a test
+// reads them from what devices were given and finds them again wherever
+// they travel, in any shape. A PEM key is searched for by the first line
+// of its body (the header alone names no key).
+func SecretsIn(data []byte) []Secret {
+	var out []Secret
+	seen := map[string]bool{}
+	sc := &Scanner{}
+	expand("", data, 0, func(v view) {
+		for _, m := range sc.Scan(v.data) {
+			val := string(v.data[m.Start:m.End])
+			if m.Kind == PEMPrivateKey {
+				val = pemFirstLine(v.data[m.Start:m.End])
+			}
+			if len(val) >= minKnownSecret && !seen[val] {
+				seen[val] = true
+				out = append(out, Secret{Label: string(m.Kind), Value: val})
+			}
+		}
+	})
+	return out
+}
+
+// pemFirstLine is the first body line of a PEM block ("" when it has
+// none).
+func pemFirstLine(block []byte) string {
+	lines := strings.Split(strings.ReplaceAll(string(block), `\n`, "\n"), "\n")
+	for _, l := range lines[1:] {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.Contains(l, ":") {
+			continue // blank, or a header of a legacy encrypted PEM
+		}
+		if strings.HasPrefix(l, "-----") {
+			return ""
+		}
+		return l
+	}
+	return ""
+}

@@ -206,3 +206,21 @@ func FuzzScan(f *testing.F) {
 		}
 	})
 }
+
+func TestSecretsIn(t *testing.T) {
+	key := testKeyPEM(t)
+	line := strings.Split(key, "\n")[1]
+	const agent = "ztpa1.abcdefghijkl.0123456789abcdefghijklmnopqrstuv"
+	doc := []byte("agent: " + agent + "\nclient-key-data: " + base64.StdEncoding.EncodeToString([]byte(key)) + "\n" + key)
+	got := SecretsIn(doc)
+	want := []Secret{{Label: "agent-credential", Value: agent}, {Label: "pem-private-key", Value: line}}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %d secrets, want the credential and the key's first line", len(got))
+	}
+	// Found again on the wire, JSON-escaped: the key's first line is intact.
+	wire, _ := json.Marshal(map[string]string{"k": key})
+	ms := NewScanner(got).Scan(wire)
+	if len(ms) != 1 || ms[0].Kind != PEMPrivateKey || ms[0].Known != "pem-private-key" {
+		t.Errorf("matches on the wire: %+v", ms)
+	}
+}
