@@ -126,7 +126,7 @@ func httpViews(c *Conn, redact func(string) string, emit func(dir Flow, v view))
 		return
 	}
 	br = bufio.NewReader(bytes.NewReader(c.Server.Pieces[0]))
-	for i := 0; ; i++ {
+	for i := 0; ; {
 		var req *http.Request
 		if i < len(reqs) {
 			req = reqs[i]
@@ -135,6 +135,12 @@ func httpViews(c *Conn, redact func(string) string, emit func(dir Flow, v view))
 		if err != nil {
 			break
 		}
+		// An interim response (100 Continue, which curl asks for before a
+		// large body) precedes the request's own.
+		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+			continue
+		}
+		i++
 		label := "HTTP response"
 		if req != nil {
 			label += " to " + req.Method + " " + redact(req.URL.Path)

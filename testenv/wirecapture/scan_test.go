@@ -158,7 +158,7 @@ func TestHTTP(t *testing.T) {
 	chunked.WriteString("0\r\n\r\n")
 	req := "POST /join HTTP/1.1\r\nHost: 10.0.0.1\r\nContent-Length: 2\r\n\r\n{}" +
 		"GET /ztp.json?x=1 HTTP/1.1\r\nHost: 10.0.0.1\r\n\r\n"
-	resp := "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked.String() +
+	resp := "HTTP/1.1 100 Continue\r\n\r\n" + "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked.String() +
 		"HTTP/1.1 200 OK\r\nContent-Length: 31\r\n\r\n{\"t\":\"abcdef.0123456789abcdef\"}"
 	// The response arrives in small segments, out of order.
 	a := NewAssembler()
