@@ -57,10 +57,12 @@ func Start(ns *netns.NS, iface, path string) (*Capture, error) {
 	}
 	// Whole packets (-s 0), no name lookups, a large kernel buffer so a
 	// burst is not dropped, and root kept so the file stays writable where
-	// it is. Immediate mode: with the default buffering the kernel hands
-	// packets over in blocks once a second, and those of the last block
-	// are lost when the capture is interrupted.
-	args := []string{"-i", iface, "-w", path, "-U", "--immediate-mode", "-n", "-s", "0", "-B", "32768", "-Z", "root"}
+	// it is. Not --immediate-mode: libpcap then uses a ring of fixed slots
+	// as large as the snapshot length (256 KiB), 128 packets in 32 MiB,
+	// and a lab's bursts overflowed it; the default ring packs packets in
+	// blocks the kernel hands over when full or after the read timeout
+	// (Stop waits for the last one).
+	args := []string{"-i", iface, "-w", path, "-U", "-n", "-s", "0", "-B", "32768", "-Z", "root"}
 	if iface == "any" {
 		// Every interface of the namespace: the cooked header of version
 		// 1, which gopacket reads (tcpdump's default for "any" is v2).
@@ -93,6 +95,10 @@ func Start(ns *netns.NS, iface, path string) (*Capture, error) {
 	return c, nil
 }
 
+// blockTimeout is tcpdump's read timeout, which libpcap makes the kernel's
+// block retire timeout.
+const blockTimeout = time.Second
+
 var (
 	capturedRe = regexp.MustCompile(`(\d+) packets? captured`)
 	droppedRe  = regexp.MustCompile(`(\d+) packets? dropped by kernel`)
@@ -100,10 +106,15 @@ var (
 
 // Stop ends the capture as an operator would (SIGINT): tcpdump flushes the
 // file and prints its counts, which Stop returns. Stopping twice returns
-// the first result.
+// the first result. Packets sent up to Stop's call are in the file.
 func (c *Capture) Stop() (Stats, error) {
 	c.once.Do(func() {
 		var err error
+		// The kernel hands a block over when a timer of tcpdump's read
+		// timeout finds it active since its last tick: at most two
+		// timeouts after a packet. On SIGINT tcpdump reads no further, so
+		// the last block must have been handed over first.
+		time.Sleep(2*blockTimeout + 500*time.Millisecond)
 		_ = c.cmd.Process.Signal(syscall.SIGINT)
 		select {
 		case <-c.done:
