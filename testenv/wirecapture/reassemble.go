@@ -40,9 +40,6 @@ type Conn struct {
 	Client, Server *Stream
 }
 
-// ServerAddr is the connection's listening end.
-func (c *Conn) ServerAddr() netip.AddrPort { return c.Client.Flow.Dst }
-
 func (c *Conn) String() string { return c.Client.Flow.String() }
 
 // segment is one TCP segment's payload at its sequence number.
