@@ -9,6 +9,7 @@ require (
 	github.com/diskfs/go-diskfs v1.9.4
 	github.com/getkin/kin-openapi v0.153.0
 	github.com/gin-gonic/gin v1.12.0
+	github.com/google/gopacket v1.1.19
 	github.com/goreleaser/nfpm/v2 v2.46.3
 	github.com/insomniacslk/dhcp v0.0.0-20260901064844-234b97448fae
 	github.com/prometheus/client_golang v1.25.0

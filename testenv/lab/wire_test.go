@@ -1,0 +1,256 @@
+package lab
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ztpd/ztpd/testenv/kubebin"
+	"github.com/ztpd/ztpd/testenv/wirecapture"
+)
+
+// knownLeak is a secret still expected in clear on the management network
+// while its fix lands: the test fails on a finding no entry matches, and on
+// an entry no finding matches any more, so the list only shrinks and is
+// empty once no secret crosses the network in clear.
+type knownLeak struct {
+	kind wirecapture.Kind
+	// place matches wirecapture.Place of the finding: "<from port>→<to
+	// port> <where>", ephemeral ports as *.
+	place *regexp.Regexp
+	why   string
+}
+
+// knownLeaks are the leaks this test found on the release it was written
+// against (with knownLeaks empty it failed listing exactly these).
+var knownLeaks = []knownLeak{
+	{wirecapture.PEMPrivateKey, regexp.MustCompile(`^8080→\* HTTP response to POST /join body$`),
+		"each SONiC switch's Kubernetes client key, made by ztpd, in its join bundle: POST /join over plain HTTP"},
+	{wirecapture.AgentCredential, regexp.MustCompile(`^8080→\* HTTP response to POST /join body$`),
+		"each switch's agent credential in its join bundle: POST /join over plain HTTP"},
+	{wirecapture.ReportCredential, regexp.MustCompile(`^8080→\* HTTP response to POST /join body$`),
+		"each switch's report credential in its join bundle: POST /join over plain HTTP"},
+	{wirecapture.EnrollmentSecret, regexp.MustCompile(`^\*→8080 HTTP POST /join request body$`),
+		"each switch presents its enrollment secret in POST /join over plain HTTP"},
+	{wirecapture.EnrollmentSecret, regexp.MustCompile(`^8080→\* HTTP response to GET /ztp/ztp\.json body$`),
+		"each switch's enrollment secret in the join section of its ztp.json, served over plain HTTP"},
+	{wirecapture.ReportCredential, regexp.MustCompile(`^\*→8080 HTTP POST /join/report request header$`),
+		"every device reports its join with its report credential as a bearer token over plain HTTP"},
+	{wirecapture.PEMPrivateKey, regexp.MustCompile(`^80→\* HTTP response to GET /latest/user-data body$`),
+		"the cluster CA key in the first control plane's init user-data: CloudStack metadata over plain HTTP"},
+	{wirecapture.BootstrapToken, regexp.MustCompile(`^80→\* HTTP response to GET /latest/user-data body$`),
+		"each VM's kubeadm bootstrap token in its user-data (all of the cluster's in the first control plane's init configuration): plain HTTP"},
+	{wirecapture.AgentCredential, regexp.MustCompile(`^80→\* HTTP response to GET /latest/user-data body$`),
+		"each VM's agent credential in its user-data: plain HTTP"},
+	{wirecapture.ReportCredential, regexp.MustCompile(`^80→\* HTTP response to GET /latest/user-data body$`),
+		"each VM's report credential in its user-data: plain HTTP"},
+}
+
+// TestNoSecretsOnTheWire: tcpdump on every interface of the appliance's
+// namespace (its bridge, each device's port on it, the relay's uplink
+// that carries subnet B, and loopback) records a whole lab run: 2 SONiC
+// switches and 1 ONIE switch, 3 CloudStack VMs whose first is the real
+// control plane of the cluster, the cluster's rolling upgrade to the
+// newest Kubernetes, and a scale-down that takes a worker VM out. The
+// capture is reassembled and scanned (testenv/wirecapture): no private
+// key, bootstrap or k3s token, ztpd credential, or secret the test knows
+// by value (the API server's bootstrap tokens, every secret the devices
+// hold on disk, the cluster's CA key on its control plane) may cross in
+// clear, but those still in knownLeaks.
+func TestNoSecretsOnTheWire(t *testing.T) {
+	if err := wirecapture.Available(); err != nil {
+		t.Skip(err)
+	}
+	bin, ksim := requireLabFleet(t)
+	from, to, err := UpgradeVersions()
+	if err != nil {
+		t.Skip(err)
+	}
+	kubebin.Require(t, from)
+	work := t.TempDir()
+	pcap := filepath.Join(work, "wire.pcap")
+	var capture *wirecapture.Capture
+	var log strings.Builder
+	l, err := Open(context.Background(), Scenario{Switches: 2, ONIE: 1, VMs: 3, Clusters: 1, Upgrade: true},
+		Options{Prefix: "zlw", Octet: 174, WorkDir: work, Bin: bin, Kubeletsim: ksim, Out: &log, Timeout: 8 * time.Minute,
+			// ztpd serves and the cluster exists (created over the API's
+			// TLS listener); no device has booted yet.
+			OnStarted: func(l *Lab) error {
+				var err error
+				capture, err = wirecapture.Start(l.Topo.App, "any", pcap)
+				return err
+			}})
+	defer func() {
+		if capture != nil {
+			capture.Stop()
+		}
+		if l != nil {
+			l.Close()
+		}
+	}()
+	t.Log("progress:\n" + tail(log.String(), 6000))
+	if err != nil {
+		for _, f := range []string{"ztpd.out", "agent-vm1.out", "agent-sw1.out"} {
+			if b, rerr := os.ReadFile(filepath.Join(work, f)); rerr == nil {
+				t.Logf("%s (tail):\n%s", f, tail(string(b), 3000))
+			}
+		}
+		t.Fatal(err)
+	}
+	if l.Result.UpgradedTo != to {
+		t.Fatalf("upgraded to %q, want %s", l.Result.UpgradedTo, to)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	// The scale-down: vm2, a worker, taken out by name.
+	c, err := l.Cluster(ctx, "lab-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker := l.device(t, "vm2")
+	started := time.Now()
+	if _, err := l.App.CloudStack(ctx, "scaleKubernetesCluster", url.Values{"id": {c.ID}, "nodeids": {worker}}); err != nil {
+		t.Fatalf("scale-down taking vm2 out: %v", err)
+	}
+	if st := l.deviceState(ctx, t, worker); st != "left" {
+		t.Fatalf("after the scale-down vm2 is %q, want left", st)
+	}
+	t.Logf("scale-down: vm2 left the cluster in %s", time.Since(started).Round(100*time.Millisecond))
+
+	known := labSecrets(ctx, t, l)
+	// What crossed last (the scale-down's final reports) is on the wire
+	// before the capture stops.
+	time.Sleep(time.Second)
+	stats, err := capture.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats.Dropped > 0 {
+		t.Fatalf("tcpdump: %d of %d packets dropped by the kernel: the capture is not the whole run", stats.Dropped, stats.Captured)
+	}
+	report, err := wirecapture.ScanFile(pcap, wirecapture.NewScanner(known))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("tcpdump captured %d packets; %d secrets known by value\n%s", stats.Captured, len(known), report.Table())
+	if report.Conns == 0 {
+		t.Fatal("the capture holds no TCP connection")
+	}
+	matched := make([]int, len(knownLeaks))
+	var unexpected []string
+	for _, f := range report.Findings {
+		i := matchLeak(f)
+		if i < 0 {
+			unexpected = append(unexpected, f.String())
+			continue
+		}
+		matched[i]++
+	}
+	for i, k := range knownLeaks {
+		if matched[i] == 0 {
+			t.Errorf("known leak no longer found, remove it from knownLeaks: %s at %s (%s)", k.kind, k.place, k.why)
+		}
+	}
+	if len(unexpected) > 0 {
+		t.Errorf("%d secrets in clear on the management network that knownLeaks does not list:\n  %s\nthe findings as knownLeaks entries:\n%s",
+			len(unexpected), strings.Join(unexpected, "\n  "), leakTable(report))
+	}
+}
+
+// matchLeak is the index of the known leak f is, or -1.
+func matchLeak(f wirecapture.Finding) int {
+	place := wirecapture.Place(f)
+	for i, k := range knownLeaks {
+		if k.kind == f.Kind && k.place.MatchString(place) {
+			return i
+		}
+	}
+	return -1
+}
+
+// labSecrets are the secrets the test knows the run issued, by value: the
+// bootstrap tokens the cluster's API server holds (kube-system Secrets),
+// every secret the devices hold on disk and the control plane's keys
+// (the cluster CA's among them), and the lab's own API secret key. ztpd's
+// store keeps its tokens and credentials hashed and the CA keys sealed, so
+// they are read where they were delivered.
+func labSecrets(ctx context.Context, t *testing.T, l *Lab) []wirecapture.Secret {
+	t.Helper()
+	var out []wirecapture.Secret
+	raw, err := l.Kubectl(ctx, "lab-0", "get", "secrets", "-n", "kube-system",
+		"--field-selector", "type=bootstrap.kubernetes.io/token", "-o", "json")
+	if err != nil {
+		t.Fatalf("kubectl get bootstrap token secrets: %v %s", err, raw)
+	}
+	var list struct {
+		Items []struct {
+			Data map[string]string `json:"data"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(raw, &list); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range list.Items {
+		id, _ := base64.StdEncoding.DecodeString(s.Data["token-id"])
+		secret, _ := base64.StdEncoding.DecodeString(s.Data["token-secret"])
+		if len(id) > 0 && len(secret) > 0 {
+			out = append(out, wirecapture.Secret{Label: "bootstrap token " + string(id) + " (API server)", Value: string(id) + "." + string(secret)})
+		}
+	}
+	apiTokens := len(out)
+	dirs := []string{filepath.Join(l.Topo.WorkDir, "devices")}
+	for _, p := range l.Kube.Planes() {
+		dirs = append(dirs, p.CP.KubernetesDir())
+	}
+	files := 0
+	for _, dir := range dirs {
+		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || !d.Type().IsRegular() {
+				return nil
+			}
+			if info, err := d.Info(); err != nil || info.Size() > 1<<20 {
+				return nil
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return nil
+			}
+			rel, _ := filepath.Rel(l.Topo.WorkDir, path)
+			found := wirecapture.SecretsIn(b)
+			if len(found) > 0 {
+				files++
+			}
+			for _, s := range found {
+				out = append(out, wirecapture.Secret{Label: s.Label + " in " + rel, Value: s.Value})
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	out = append(out, wirecapture.Secret{Label: "the lab's API secret key", Value: string(l.App.secret)})
+	t.Logf("known secrets: %d bootstrap tokens from the API server, %d from %d files on the devices and the control plane, the API secret key",
+		apiTokens, len(out)-apiTokens-1, files)
+	return out
+}
+
+// leakTable prints knownLeaks as Go for a person updating the list from a
+// run's findings (kind and place of each).
+func leakTable(r wirecapture.Report) string {
+	var b strings.Builder
+	for _, c := range r.Counts() {
+		fmt.Fprintf(&b, "{%q, regexp.MustCompile(`^%s$`), \"...\"},\n", c.Kind, regexp.QuoteMeta(c.Where))
+	}
+	return b.String()
+}
