@@ -197,6 +197,13 @@ type Image struct {
 	Created  time.Time `json:"created"`
 }
 
+// ImageAdded is the admin socket's answer to an image added ("ztpd image
+// add"): the image, and whether that content was stored already.
+type ImageAdded struct {
+	Image   Image `json:"image"`
+	Existed bool  `json:"existed"`
+}
+
 // Token is a token without its secret hash (openapi.json Token).
 type Token struct {
 	ID          string    `json:"id"`
@@ -227,6 +234,33 @@ type Version struct {
 	MinMemoryMB int       `json:"min_memory_mb"`
 	Created     time.Time `json:"created"`
 	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+// APIKeyInfo is an API key as the REST API and the admin socket show it
+// (openapi.json APIKey): never its secret.
+type APIKeyInfo struct {
+	APIKey  string    `json:"api_key"`
+	Name    string    `json:"name,omitempty"`
+	Account string    `json:"account"`
+	Role    string    `json:"role"`
+	Created time.Time `json:"created"`
+}
+
+// NewAPIKey is the answer to an API key's creation: the only time its
+// secret is shown.
+type NewAPIKey struct {
+	APIKeyInfo
+	SecretKey string `json:"secret_key"`
+}
+
+// VersionAdded is the admin socket's answer to a Kubernetes version added
+// from an ISO ("ztpd kube-version add"): what a real CloudStack's
+// addKubernetesSupportedVersion needs (url and checksum).
+type VersionAdded struct {
+	Version  Version `json:"version"`
+	Image    Image   `json:"image"`
+	URL      string  `json:"url"`
+	Checksum string  `json:"checksum"` // CloudStack form: {SHA-256}<hex>
 }
 
 // Offering is a service offering (openapi.json Offering); its field

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/app"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
@@ -261,10 +262,14 @@ func profileCheckStore(opts *rootOptions, cfg config.Config) *profileCheckStoreA
 		return st
 	}
 	st.close = s.close
-	var imgs []core.Image
-	if err := s.do("GET", "/admin/images", nil, &imgs); err != nil {
+	var views []client.Image
+	if err := s.do("GET", "/admin/images", nil, &views); err != nil {
 		st.where = fmt.Sprintf("not consulted: image list: %v", err)
 		return st
+	}
+	var imgs []core.Image
+	for _, v := range views {
+		imgs = append(imgs, imageOf(v))
 	}
 	var clusters []content.ClusterRef
 	cursor := ""
@@ -311,11 +316,16 @@ type profileCheckImages struct {
 }
 
 func (im *profileCheckImages) Resolve(ref string) (core.Image, error) {
-	var out core.Image
+	var out client.Image
 	if err := im.s.do("GET", "/admin/images/"+url.PathEscape(ref), nil, &out); err != nil {
-		return out, fmt.Errorf("image %q: %w", ref, err)
+		return core.Image{}, fmt.Errorf("image %q: %w", ref, err)
 	}
-	return out, nil
+	return imageOf(out), nil
+}
+
+// imageOf is the image an admin answer shows, as the preview reads it.
+func imageOf(v client.Image) core.Image {
+	return core.Image{SHA256: v.SHA256, Name: v.Name, Kind: v.Kind, Platform: v.Platform, Version: v.Version, Size: v.Size, Created: v.Created}
 }
 
 func (im *profileCheckImages) List(kind string) ([]core.Image, error) {
