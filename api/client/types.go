@@ -627,18 +627,42 @@ type JobAccepted struct {
 	Job Job `json:"job"`
 }
 
+// The CloudStack objects below keep their fields in JSON name order:
+// ztpd answered them from maps, which encode sorted, and clients have
+// seen them so.
+
 // CSClusterConfig is getKubernetesClusterConfig's clusterconfig object.
 type CSClusterConfig struct {
+	ConfigData string `json:"configdata"`
 	ID         string `json:"id"`
 	Name       string `json:"name"`
-	ConfigData string `json:"configdata"`
 }
 
-// CSZone is listZones' zone object (the fields a client chooses by).
+// CSZone is listZones' zone object.
 type CSZone struct {
-	ID          string `json:"id"`
-	Name        string `json:"name"`
-	Description string `json:"description"`
+	AllocationState       string `json:"allocationstate"`
+	Description           string `json:"description"`
+	ID                    string `json:"id"`
+	LocalStorageEnabled   bool   `json:"localstorageenabled"`
+	Name                  string `json:"name"`
+	NetworkType           string `json:"networktype"`
+	SecurityGroupsEnabled bool   `json:"securitygroupsenabled"`
+	Type                  string `json:"type"`
+}
+
+// CSOffering is listServiceOfferings' serviceoffering object.
+type CSOffering struct {
+	CPUNumber    int    `json:"cpunumber"`
+	CPUSpeed     int    `json:"cpuspeed"`
+	DisplayText  string `json:"displaytext"`
+	ID           string `json:"id"`
+	IsCustomized bool   `json:"iscustomized"`
+	IsSystem     bool   `json:"issystem"`
+	Memory       int    `json:"memory"`
+	Name         string `json:"name"`
+	OfferHA      bool   `json:"offerha"`
+	State        string `json:"state"`
+	StorageType  string `json:"storagetype"`
 }
 
 // RolloutStart is POST /api/v1/rollouts (openapi.json RolloutStart). A
