@@ -682,9 +682,48 @@ type RolloutStart struct {
 	ContinueOnHookFailure bool              `json:"continue_on_hook_failure,omitempty"`
 }
 
+// DesiredChange is PUT /api/v1/devices/{id}/desired (openapi.json
+// DesiredChange): a field left out stays as it is; null or "" clears a
+// target, null or {} clears labels or hooks, a map replaces them whole.
+type DesiredChange struct {
+	Mode              Optional[core.DeviceMode]   `json:"mode,omitzero"`
+	Cluster           Optional[string]            `json:"cluster,omitzero"` // ID or name
+	Role              Optional[string]            `json:"role,omitzero"`
+	Image             Optional[string]            `json:"image,omitzero"`
+	KubernetesVersion Optional[string]            `json:"kubernetes_version,omitzero"`
+	Labels            Optional[map[string]string] `json:"labels,omitzero"`
+	Hooks             Optional[map[string]string] `json:"hooks,omitzero"`
+}
+
 // DesiredChanged is the answer to PUT /api/v1/devices/{id}/desired: the
 // new desired state and the rollout a change of mode started (202).
 type DesiredChanged struct {
 	Desired Desired  `json:"desired"`
 	Rollout *Rollout `json:"rollout,omitempty"`
+}
+
+// Optional is a request body field that may be left out (Set false: the
+// server keeps what it has), null (Set with the zero Value) or a value.
+// With omitzero, a field left out is not sent.
+type Optional[T any] struct {
+	Set   bool
+	Value T
+}
+
+// Some is an Optional set to v.
+func Some[T any](v T) Optional[T] { return Optional[T]{Set: true, Value: v} }
+
+// IsZero reports a field left out, for omitzero.
+func (o Optional[T]) IsZero() bool { return !o.Set }
+
+// MarshalJSON encodes the value (a nil map or pointer as null).
+func (o Optional[T]) MarshalJSON() ([]byte, error) { return json.Marshal(o.Value) }
+
+// UnmarshalJSON marks the field set: null leaves the zero value.
+func (o *Optional[T]) UnmarshalJSON(b []byte) error {
+	*o = Optional[T]{Set: true}
+	if string(b) == "null" {
+		return nil
+	}
+	return json.Unmarshal(b, &o.Value)
 }
