@@ -117,3 +117,180 @@ func TestServerRedeclaresNoView(t *testing.T) {
 		}
 	}
 }
+
+// goFiles parses a directory's non-test Go files.
+func goFiles(t *testing.T, dir string) map[string]*ast.File {
+	t.Helper()
+	fset := token.NewFileSet()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*ast.File{}
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, dir+"/"+e.Name(), nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[e.Name()] = f
+	}
+	return out
+}
+
+// clientType reports whether a type expression is a client package type,
+// or a slice, pointer or page of one.
+func clientType(e ast.Expr) bool {
+	switch x := e.(type) {
+	case *ast.SelectorExpr:
+		return types(x.X) == "client"
+	case *ast.StarExpr:
+		return clientType(x.X)
+	case *ast.ArrayType:
+		return clientType(x.Elt)
+	case *ast.IndexExpr:
+		return clientType(x.X) && clientType(x.Index)
+	}
+	return false
+}
+
+// declsIn maps each variable declared in body (var x T, or x, ... := f())
+// to its declarations in order, for resolving what a call passes.
+type varDecl struct {
+	pos  token.Pos
+	typ  ast.Expr // var x T
+	call ast.Expr // x, ... := f(...): the function called
+	lit  ast.Expr // x := T{...}: the literal's type
+}
+
+func declsIn(body ast.Node) map[string][]varDecl {
+	out := map[string][]varDecl{}
+	ast.Inspect(body, func(n ast.Node) bool {
+		switch x := n.(type) {
+		case *ast.ValueSpec:
+			for _, name := range x.Names {
+				out[name.Name] = append(out[name.Name], varDecl{pos: name.Pos(), typ: x.Type})
+			}
+		case *ast.AssignStmt:
+			if x.Tok != token.DEFINE || len(x.Rhs) != 1 {
+				return true
+			}
+			for _, l := range x.Lhs {
+				id, ok := l.(*ast.Ident)
+				if !ok {
+					continue
+				}
+				d := varDecl{pos: id.Pos()}
+				switch r := x.Rhs[0].(type) {
+				case *ast.CallExpr:
+					d.call = r.Fun
+				case *ast.CompositeLit:
+					d.lit = r.Type
+				}
+				out[id.Name] = append(out[id.Name], d)
+			}
+		}
+		return true
+	})
+	return out
+}
+
+// declAt is the last declaration of name before pos.
+func declAt(decls map[string][]varDecl, name string, pos token.Pos) (varDecl, bool) {
+	var found varDecl
+	ok := false
+	for _, d := range decls[name] {
+		if d.pos < pos {
+			found, ok = d, true
+		}
+	}
+	return found, ok
+}
+
+// cliDecodedExceptions are admin answers the CLI still decodes into a
+// domain type: the joiner's membership records (no view declares them).
+var cliDecodedExceptions = []string{"core.Membership"}
+
+// The CLI decodes the API's answers, the admin socket's included, into
+// the client package's types (or its own types extending them): not into
+// domain types, not into structs of its own.
+func TestCLIDecodesClientTypes(t *testing.T) {
+	extends := map[string]bool{}
+	for _, s := range jsonStructs(t, "../../cmd/ztpd") {
+		if slices.Contains(cliDocuments, s.name) || slices.ContainsFunc(s.embeds, func(e string) bool { return strings.HasPrefix(e, "client.") }) {
+			extends[s.name] = true
+		}
+	}
+	decoders := map[string]bool{"adminDo": true, "do": true, "REST": true, "RESTContext": true, "CSList": true}
+	for name, f := range goFiles(t, "../../cmd/ztpd") {
+		for _, fd := range f.Decls {
+			fn, ok := fd.(*ast.FuncDecl)
+			if !ok || fn.Body == nil {
+				continue
+			}
+			decls := declsIn(fn.Body)
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				call, ok := n.(*ast.CallExpr)
+				if !ok || len(call.Args) == 0 {
+					return true
+				}
+				callee := ""
+				switch fun := call.Fun.(type) {
+				case *ast.Ident:
+					callee = fun.Name
+				case *ast.SelectorExpr:
+					callee = fun.Sel.Name
+				}
+				if !decoders[callee] {
+					return true
+				}
+				out, ok := call.Args[len(call.Args)-1].(*ast.UnaryExpr)
+				if !ok || out.Op != token.AND {
+					return true
+				}
+				id, ok := out.X.(*ast.Ident)
+				if !ok {
+					return true
+				}
+				d, ok := declAt(decls, id.Name, id.Pos())
+				typ := d.typ
+				if typ == nil {
+					typ = d.lit
+				}
+				switch {
+				case !ok || typ == nil:
+					t.Errorf("cmd/ztpd/%s: %s decodes into %s, whose type this test cannot tell: declare it with var", name, callee, id.Name)
+				case clientType(typ) || extends[types(typ)] || slices.Contains(cliDecodedExceptions, types(typ)):
+				case isSliceOf(typ, func(e ast.Expr) bool { return extends[types(e)] || slices.Contains(cliDecodedExceptions, types(e)) }):
+				default:
+					t.Errorf("cmd/ztpd/%s: %s decodes an answer into %s: decode it into the api/client type", name, callee, exprString(typ))
+				}
+				return true
+			})
+		}
+	}
+}
+
+func isSliceOf(e ast.Expr, ok func(ast.Expr) bool) bool {
+	a, isSlice := e.(*ast.ArrayType)
+	return isSlice && ok(a.Elt)
+}
+
+func exprString(e ast.Expr) string {
+	switch x := e.(type) {
+	case *ast.StructType:
+		return "a struct of its own"
+	case *ast.MapType:
+		return "map[" + exprString(x.Key) + "]" + exprString(x.Value)
+	case *ast.ArrayType:
+		return "[]" + exprString(x.Elt)
+	case *ast.InterfaceType:
+		return "any"
+	}
+	if s := types(e); s != "" {
+		return s
+	}
+	return "an untyped value"
+}

@@ -223,14 +223,26 @@ func checkRecordedDevice(st *profileCheckStoreAccess, ref string) (*core.Device,
 	if st.images == nil {
 		return nil, fmt.Errorf("--device %s: the device records are in the data directory's store, which was %s", ref, strings.TrimPrefix(st.where, "not consulted: "))
 	}
-	var rec struct {
-		core.Device
-		Refusal json.RawMessage `json:"refusal"` // the REST view's; not a fact
-	}
+	var rec client.Device
 	if err := st.images.s.do("GET", "/api/v1/devices/"+url.PathEscape(ref), nil, &rec); err != nil {
 		return nil, fmt.Errorf("--device %s: %w (ztpd device list shows the devices ztpd has seen)", ref, err)
 	}
-	return &rec.Device, nil
+	d := recordedDevice(rec)
+	return &d, nil
+}
+
+// recordedDevice is the device a REST view shows, as the preview reads it
+// (its refusal is no fact, so it stays out).
+func recordedDevice(v client.Device) core.Device {
+	d := core.Device{ID: v.ID, Kind: v.Kind, MAC: v.MAC, Serial: v.Serial, Product: v.Product, Platform: v.Platform,
+		Hostname: v.Hostname, ClientID: v.ClientID, VendorClass: v.VendorClass, SONiCVer: v.SONiCVer, IP: v.IP, Subnet: v.Subnet,
+		RelayAddr: v.RelayAddr, CircuitID: v.CircuitID, RemoteID: v.RemoteID, BaseMAC: v.BaseMAC, FixedIP: v.FixedIP,
+		State: v.State, Approved: v.Approved, Cluster: v.Cluster, Role: v.Role, Profile: v.Profile, Labels: v.Labels,
+		FirstSeen: v.FirstSeen, LastSeen: v.LastSeen, UpdatedAt: v.UpdatedAt}
+	if c := v.SerialConflict; c != nil {
+		d.SerialConflict = &core.SerialConflict{Serial: c.Serial, With: c.With}
+	}
+	return d
 }
 
 // profileCheckStore is read access to the data directory's clusters and
@@ -274,13 +286,7 @@ func profileCheckStore(opts *rootOptions, cfg config.Config) *profileCheckStoreA
 	var clusters []content.ClusterRef
 	cursor := ""
 	for {
-		var page struct {
-			Items []struct {
-				ID   string `json:"id"`
-				Name string `json:"name"`
-			} `json:"items"`
-			NextCursor string `json:"next_cursor"`
-		}
+		var page client.Page[client.Cluster]
 		q := url.Values{"listall": {"true"}, "limit": {"1000"}}
 		if cursor != "" {
 			q.Set("cursor", cursor)
