@@ -7,8 +7,9 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 )
 
-// The REST API's views (/api/v1) and the CloudStack API's objects
-// (/client/api): the JSON the server answers and the CLI decodes, declared
+// The REST API's views (/api/v1), the CloudStack API's objects
+// (/client/api), the admin socket's answers and the request bodies the
+// CLI sends: the JSON the server answers and the CLI decodes, declared
 // once. The server builds them from domain values; a field added here
 // appears on both sides.
 
