@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
@@ -19,13 +20,16 @@ import (
 	"github.com/ztpd/ztpd/internal/httpserve"
 )
 
-// ISOStore stores binaries ISOs (images/imagestore satisfies it).
+// ISOStore is the image store (images/imagestore satisfies it): the
+// binaries ISOs of Kubernetes versions and every other artifact.
 type ISOStore interface {
 	Add(ctx context.Context, r io.Reader, m imagestore.Meta, wantSHA string) (core.Image, bool, error)
 	Remove(ref string) (core.Image, error)
 	// Resolve finds an image by sha256, any of its names, or a unique
 	// sha256 prefix.
 	Resolve(ref string) (core.Image, error)
+	// List is the images of a kind ("" for all).
+	List(kind string) ([]core.Image, error)
 }
 
 // AdminDeps are what the local admin routes need.
@@ -38,27 +42,13 @@ type AdminDeps struct {
 	ISOBaseURL string
 }
 
-// NewKeyResult is the answer to an API key creation: the only time the
-// secret is shown.
-type NewKeyResult struct {
-	apikeys.Info
-	SecretKey string `json:"secret_key"`
-}
-
-// VersionAddResult is the answer to a local "kube-version add": what a real
-// CloudStack's addKubernetesSupportedVersion needs (url and checksum).
-type VersionAddResult struct {
-	Version  core.Version `json:"version"`
-	Image    core.Image   `json:"image"`
-	URL      string       `json:"url"`
-	Checksum string       `json:"checksum"` // CloudStack form: {SHA-256}<hex>
-}
-
 // MountAdmin registers local admin operations on the admin socket's mux.
 // The socket's file mode is their access control, so they act as admin.
-// Answers and errors go through httpserve's one writer (status from the
-// core error kind). log records internal errors (answered with a request
-// id only).
+// Answers are api/client's views, never domain values (a field added to
+// a domain type does not reach the CLI unless a view gets it), and they
+// and errors go through httpserve's one writer (status from the core
+// error kind). log records internal errors (answered with a request id
+// only).
 func MountAdmin(mux *http.ServeMux, d AdminDeps, log *slog.Logger) {
 	answer := func(w http.ResponseWriter, r *http.Request, code int, v any, err error) {
 		if err != nil {
@@ -74,15 +64,37 @@ func MountAdmin(mux *http.ServeMux, d AdminDeps, log *slog.Logger) {
 	})
 	mux.HandleFunc("GET /admin/apikeys", func(w http.ResponseWriter, r *http.Request) {
 		list, err := d.Keys.List()
-		answer(w, r, http.StatusOK, list, err)
+		answer(w, r, http.StatusOK, apiKeysOf(list), err)
 	})
 	mux.HandleFunc("DELETE /admin/apikeys/{key}", func(w http.ResponseWriter, r *http.Request) {
 		info, err := d.Keys.Revoke(r.PathValue("key"))
-		answer(w, r, http.StatusOK, info, err)
+		answer(w, r, http.StatusOK, apiKeyOf(info), err)
 	})
 	mux.HandleFunc("POST /admin/versions", func(w http.ResponseWriter, r *http.Request) {
 		res, err := addVersionFromISO(r.Context(), d, r)
 		answer(w, r, http.StatusCreated, res, err)
+	})
+	mux.HandleFunc("POST /admin/images", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		meta := imagestore.Meta{Name: q.Get("name"), Kind: q.Get("kind"), Platform: q.Get("platform"), Version: q.Get("version")}
+		im, existed, err := d.ISOs.Add(r.Context(), r.Body, meta, q.Get("sha256"))
+		code := http.StatusCreated
+		if existed {
+			code = http.StatusOK
+		}
+		answer(w, r, code, client.ImageAdded{Image: restImageOf(im), Existed: existed}, err)
+	})
+	mux.HandleFunc("GET /admin/images", func(w http.ResponseWriter, r *http.Request) {
+		list, err := d.ISOs.List(r.URL.Query().Get("kind"))
+		var out []client.Image // null for none, as it always answered
+		for _, im := range list {
+			out = append(out, restImageOf(im))
+		}
+		answer(w, r, http.StatusOK, out, err)
+	})
+	mux.HandleFunc("DELETE /admin/images/{ref}", func(w http.ResponseWriter, r *http.Request) {
+		im, err := d.ISOs.Remove(r.PathValue("ref"))
+		answer(w, r, http.StatusOK, restImageOf(im), err)
 	})
 	// An image by reference, resolved as serving resolves a profile's
 	// sonic.image (the image list names each image once; an image added
@@ -90,21 +102,21 @@ func MountAdmin(mux *http.ServeMux, d AdminDeps, log *slog.Logger) {
 	// uses it to say which image a switch gets.
 	mux.HandleFunc("GET /admin/images/{ref}", func(w http.ResponseWriter, r *http.Request) {
 		im, err := d.ISOs.Resolve(r.PathValue("ref"))
-		answer(w, r, http.StatusOK, im, err)
+		answer(w, r, http.StatusOK, restImageOf(im), err)
 	})
 }
 
 // addVersionFromISO stores the uploaded ISO as <name>.iso (kind
 // binaries-iso) and registers the Kubernetes version that points at it.
-func addVersionFromISO(ctx context.Context, d AdminDeps, r *http.Request) (VersionAddResult, error) {
+func addVersionFromISO(ctx context.Context, d AdminDeps, r *http.Request) (client.VersionAdded, error) {
 	q := r.URL.Query()
 	sv, err := clusters.ParseSemVer(q.Get("semver"))
 	if err != nil {
-		return VersionAddResult{}, core.Errorf(core.KindInvalid, "%s", err)
+		return client.VersionAdded{}, core.Errorf(core.KindInvalid, "%s", err)
 	}
 	min, _ := clusters.ParseSemVer(clusters.MinVersion)
 	if sv.Compare(min) < 0 {
-		return VersionAddResult{}, core.Errorf(core.KindInvalid, "Kubernetes %s is older than the minimum %s", sv, clusters.MinVersion)
+		return client.VersionAdded{}, core.Errorf(core.KindInvalid, "Kubernetes %s is older than the minimum %s", sv, clusters.MinVersion)
 	}
 	name := q.Get("name")
 	if name == "" {
@@ -113,30 +125,30 @@ func addVersionFromISO(ctx context.Context, d AdminDeps, r *http.Request) (Versi
 	var minCPU, minMem int
 	if v := q.Get("min_cpu"); v != "" {
 		if minCPU, err = strconv.Atoi(v); err != nil {
-			return VersionAddResult{}, core.Errorf(core.KindInvalid, "min_cpu is not a number")
+			return client.VersionAdded{}, core.Errorf(core.KindInvalid, "min_cpu is not a number")
 		}
 	}
 	if v := q.Get("min_memory_mb"); v != "" {
 		if minMem, err = strconv.Atoi(v); err != nil {
-			return VersionAddResult{}, core.Errorf(core.KindInvalid, "min_memory_mb is not a number")
+			return client.VersionAdded{}, core.Errorf(core.KindInvalid, "min_memory_mb is not a number")
 		}
 	}
 	isoName := name + ".iso"
 	im, existed, err := d.ISOs.Add(ctx, r.Body, imagestore.Meta{Name: isoName, Kind: imagestore.KindBinariesISO, Version: sv.String()}, q.Get("sha256"))
 	if err != nil {
-		return VersionAddResult{}, core.WrapError(core.KindInvalid, err.Error(), err)
+		return client.VersionAdded{}, core.WrapError(core.KindInvalid, err.Error(), err)
 	}
 	spec := isoVersionSpec(clusters.VersionSpec{Name: name, SemVer: sv.String(), MinCPU: minCPU, MinMemoryMB: minMem},
 		d.ISOBaseURL, isoName, im)
-	res := VersionAddResult{Image: im, URL: spec.URL, Checksum: spec.Checksum}
+	res := client.VersionAdded{Image: restImageOf(im), URL: spec.URL, Checksum: spec.Checksum}
 	v, err := d.Clusters.AddVersion(ctx, clusters.LocalAdmin, spec)
 	if err != nil {
 		if !existed {
 			_, _ = d.ISOs.Remove(im.SHA256) // do not keep an ISO no version uses
 		}
-		return VersionAddResult{}, err
+		return client.VersionAdded{}, err
 	}
-	res.Version = v
+	res.Version = restVersionOf(v)
 	return res, nil
 }
 

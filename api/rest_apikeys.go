@@ -13,13 +13,27 @@ import (
 // createKey makes an API key from its name, account and role as given:
 // the one path of the admin socket (ztpd apikey create) and the REST API.
 // The secret is in the answer and nowhere else.
-func createKey(keys *apikeys.Service, name, account, role string) (NewKeyResult, error) {
+func createKey(keys *apikeys.Service, name, account, role string) (client.NewAPIKey, error) {
 	r, err := apikeys.ParseRole(role)
 	if err != nil {
-		return NewKeyResult{}, err
+		return client.NewAPIKey{}, err
 	}
 	info, secret, err := keys.CreateInAccount(name, account, r)
-	return NewKeyResult{Info: info, SecretKey: secret}, err
+	return client.NewAPIKey{APIKeyInfo: apiKeyOf(info), SecretKey: secret}, err
+}
+
+// apiKeyOf is the view of a key the REST API and the admin socket answer.
+func apiKeyOf(k apikeys.Info) client.APIKeyInfo {
+	return client.APIKeyInfo{APIKey: k.APIKey, Name: k.Name, Account: k.Account, Role: string(k.Role), Created: k.Created}
+}
+
+// apiKeysOf is the views of keys, [] for none.
+func apiKeysOf(list []apikeys.Info) []client.APIKeyInfo {
+	out := make([]client.APIKeyInfo, 0, len(list))
+	for _, k := range list {
+		out = append(out, apiKeyOf(k))
+	}
+	return out
 }
 
 // listAPIKeys answers every key's description (never a secret).
@@ -29,10 +43,7 @@ func (s *Server) listAPIKeys(c *gin.Context) {
 		s.restFail(c, err)
 		return
 	}
-	if list == nil {
-		list = []apikeys.Info{}
-	}
-	httpserve.WriteJSON(c.Writer, http.StatusOK, client.Page[apikeys.Info]{Items: list})
+	httpserve.WriteJSON(c.Writer, http.StatusOK, client.Page[client.APIKeyInfo]{Items: apiKeysOf(list)})
 }
 
 // createAPIKey answers 201 with the new key and its secret, shown once.
@@ -61,5 +72,5 @@ func (s *Server) revokeAPIKey(c *gin.Context) {
 		s.restFail(c, err)
 		return
 	}
-	httpserve.WriteJSON(c.Writer, http.StatusOK, info)
+	httpserve.WriteJSON(c.Writer, http.StatusOK, apiKeyOf(info))
 }

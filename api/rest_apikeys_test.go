@@ -25,9 +25,9 @@ func TestRESTAPIKeys(t *testing.T) {
 	if r.status != 201 {
 		t.Fatalf("create: %d %s", r.status, r.raw)
 	}
-	var nk NewKeyResult
+	var nk client.NewAPIKey
 	r.decode(t, &nk)
-	if nk.SecretKey == "" || nk.Role != apikeys.RoleUser || nk.Account != "team-a" || nk.Name != "ci" {
+	if nk.SecretKey == "" || nk.Role != string(apikeys.RoleUser) || nk.Account != "team-a" || nk.Name != "ci" {
 		t.Fatalf("new key: %s", r.raw)
 	}
 	// The new key works, and the list shows it without any secret.
@@ -36,7 +36,7 @@ func TestRESTAPIKeys(t *testing.T) {
 		t.Fatalf("new key: %d %s", r.status, r.raw)
 	}
 	r = a.do("GET", "/api/v1/apikeys", nil)
-	var list client.Page[apikeys.Info]
+	var list client.Page[client.APIKeyInfo]
 	r.decode(t, &list)
 	if r.status != 200 || len(list.Items) != 3 || strings.Contains(string(r.raw), nk.SecretKey) || strings.Contains(string(r.raw), "secret") {
 		t.Fatalf("list: %d %s", r.status, r.raw)

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -137,62 +136,26 @@ func (s *Server) getDesired(c *gin.Context) {
 	httpserve.WriteJSON(c.Writer, http.StatusOK, restDesiredOfLayers(l))
 }
 
-// optString is a body field that may be absent (unchanged), null or ""
-// (cleared), or a value.
-type optString struct {
-	set bool
-	v   string
-}
-
-func (o *optString) UnmarshalJSON(b []byte) error {
-	o.set = true
-	if string(b) == "null" {
-		o.v = ""
+// changedString is a string field of a desired change: nil when left
+// out, "" when cleared.
+func changedString(o client.Optional[string]) *string {
+	if !o.Set {
 		return nil
 	}
-	return json.Unmarshal(b, &o.v)
-}
-
-func (o optString) ptr() *string {
-	if !o.set {
-		return nil
-	}
-	v := o.v
+	v := o.Value
 	return &v
 }
 
-// optMap is a map body field: absent leaves the map, null or {} clears it,
-// a map replaces it whole.
-type optMap struct {
-	set bool
-	v   map[string]string
-}
-
-func (o *optMap) UnmarshalJSON(b []byte) error {
-	o.set = true
-	o.v = map[string]string{}
-	if string(b) == "null" {
+// changedMap is a map field of a desired change: nil when left out,
+// empty (cleared) when null or {}.
+func changedMap(o client.Optional[map[string]string]) map[string]string {
+	if !o.Set {
 		return nil
 	}
-	return json.Unmarshal(b, &o.v)
-}
-
-func (o optMap) value() map[string]string {
-	if !o.set {
-		return nil
+	if o.Value == nil {
+		return map[string]string{}
 	}
-	return o.v
-}
-
-// desiredBody is PUT /devices/{id}/desired (openapi.json DesiredChange).
-type desiredBody struct {
-	Mode              optString `json:"mode"`
-	Cluster           optString `json:"cluster"`
-	Role              optString `json:"role"`
-	Image             optString `json:"image"`
-	KubernetesVersion optString `json:"kubernetes_version"`
-	Labels            optMap    `json:"labels"`
-	Hooks             optMap    `json:"hooks"`
+	return o.Value
 }
 
 // putDesired changes a device's desired state. Switching a member to
@@ -200,7 +163,7 @@ type desiredBody struct {
 // of record but work on the device: it starts a rollout (remove or join)
 // that sets the mode when the device has done it, and answers 202.
 func (s *Server) putDesired(c *gin.Context) {
-	var req desiredBody
+	var req client.DesiredChange
 	if !bindBody(c, &req) {
 		return
 	}
@@ -209,20 +172,20 @@ func (s *Server) putDesired(c *gin.Context) {
 		return
 	}
 	ctx, by := c.Request.Context(), caller.AccountName(credOf(c))
-	mode := core.DeviceMode(req.Mode.v)
+	mode := req.Mode.Value
 	switch mode {
 	case "", core.ModeCluster, core.ModeStandalone:
 	default:
-		restRefuse(c, core.KindInvalid, fmt.Sprintf("mode %q: want cluster or standalone", req.Mode.v))
+		restRefuse(c, core.KindInvalid, fmt.Sprintf("mode %q: want cluster or standalone", mode))
 		return
 	}
-	if req.Mode.set && mode == core.ModeStandalone && req.Cluster.v != "" {
+	if req.Mode.Set && mode == core.ModeStandalone && req.Cluster.Value != "" {
 		restRefuse(c, core.KindInvalid, "a standalone device names no cluster: leave cluster out")
 		return
 	}
-	ch := desired.Change{Cluster: req.Cluster.ptr(), Role: req.Role.ptr(), Image: req.Image.ptr(),
-		KubernetesVersion: req.KubernetesVersion.ptr(), Labels: req.Labels.value(), Hooks: req.Hooks.value()}
-	if req.Mode.set {
+	ch := desired.Change{Cluster: changedString(req.Cluster), Role: changedString(req.Role), Image: changedString(req.Image),
+		KubernetesVersion: changedString(req.KubernetesVersion), Labels: changedMap(req.Labels), Hooks: changedMap(req.Hooks)}
+	if req.Mode.Set {
 		ch.Mode = &mode
 	}
 	spec, err := s.modeSwitch(callerOf(c), d.ID, req, &ch)
@@ -266,22 +229,22 @@ func (s *Server) putDesired(c *gin.Context) {
 
 // modeSwitch says which rollout a change of mode needs (nil: none) and
 // takes the mode and cluster out of ch when the rollout sets them.
-func (s *Server) modeSwitch(caller core.Caller, device string, req desiredBody, ch *desired.Change) (*rollout.Spec, error) {
+func (s *Server) modeSwitch(caller core.Caller, device string, req client.DesiredChange, ch *desired.Change) (*rollout.Spec, error) {
 	// The mode the device has now, its profile's default included.
 	cur, err := s.desired.Get(device)
 	if err != nil {
 		return nil, err
 	}
-	member, target, err := s.rollouts.Placement(caller, device, req.Cluster.v)
+	member, target, err := s.rollouts.Placement(caller, device, req.Cluster.Value)
 	if err != nil {
 		return nil, err
 	}
-	mode := core.DeviceMode(req.Mode.v)
+	mode := req.Mode.Value
 	switch {
 	case member != nil && target.ID != "" && target.ID != member.Cluster:
 		return nil, core.Errorf(core.KindState, "device %s is a member of cluster %s: switch it to standalone first, then to cluster mode in %s",
-			device, member.Cluster, req.Cluster.v)
-	case !req.Mode.set:
+			device, member.Cluster, req.Cluster.Value)
+	case !req.Mode.Set:
 		return nil, nil
 	case mode == core.ModeStandalone && member != nil:
 		ch.Mode, ch.Cluster = nil, nil

@@ -7,8 +7,9 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 )
 
-// The REST API's views (/api/v1) and the CloudStack API's objects
-// (/client/api): the JSON the server answers and the CLI decodes, declared
+// The REST API's views (/api/v1), the CloudStack API's objects
+// (/client/api), the admin socket's answers and the request bodies the
+// CLI sends: the JSON the server answers and the CLI decodes, declared
 // once. The server builds them from domain values; a field added here
 // appears on both sides.
 
@@ -197,6 +198,13 @@ type Image struct {
 	Created  time.Time `json:"created"`
 }
 
+// ImageAdded is the admin socket's answer to an image added ("ztpd image
+// add"): the image, and whether that content was stored already.
+type ImageAdded struct {
+	Image   Image `json:"image"`
+	Existed bool  `json:"existed"`
+}
+
 // Token is a token without its secret hash (openapi.json Token).
 type Token struct {
 	ID          string    `json:"id"`
@@ -227,6 +235,33 @@ type Version struct {
 	MinMemoryMB int       `json:"min_memory_mb"`
 	Created     time.Time `json:"created"`
 	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+// APIKeyInfo is an API key as the REST API and the admin socket show it
+// (openapi.json APIKey): never its secret.
+type APIKeyInfo struct {
+	APIKey  string    `json:"api_key"`
+	Name    string    `json:"name,omitempty"`
+	Account string    `json:"account"`
+	Role    string    `json:"role"`
+	Created time.Time `json:"created"`
+}
+
+// NewAPIKey is the answer to an API key's creation: the only time its
+// secret is shown.
+type NewAPIKey struct {
+	APIKeyInfo
+	SecretKey string `json:"secret_key"`
+}
+
+// VersionAdded is the admin socket's answer to a Kubernetes version added
+// from an ISO ("ztpd kube-version add"): what a real CloudStack's
+// addKubernetesSupportedVersion needs (url and checksum).
+type VersionAdded struct {
+	Version  Version `json:"version"`
+	Image    Image   `json:"image"`
+	URL      string  `json:"url"`
+	Checksum string  `json:"checksum"` // CloudStack form: {SHA-256}<hex>
 }
 
 // Offering is a service offering (openapi.json Offering); its field
@@ -593,18 +628,42 @@ type JobAccepted struct {
 	Job Job `json:"job"`
 }
 
+// The CloudStack objects below keep their fields in JSON name order:
+// ztpd answered them from maps, which encode sorted, and clients have
+// seen them so.
+
 // CSClusterConfig is getKubernetesClusterConfig's clusterconfig object.
 type CSClusterConfig struct {
+	ConfigData string `json:"configdata"`
 	ID         string `json:"id"`
 	Name       string `json:"name"`
-	ConfigData string `json:"configdata"`
 }
 
-// CSZone is listZones' zone object (the fields a client chooses by).
+// CSZone is listZones' zone object.
 type CSZone struct {
-	ID          string `json:"id"`
-	Name        string `json:"name"`
-	Description string `json:"description"`
+	AllocationState       string `json:"allocationstate"`
+	Description           string `json:"description"`
+	ID                    string `json:"id"`
+	LocalStorageEnabled   bool   `json:"localstorageenabled"`
+	Name                  string `json:"name"`
+	NetworkType           string `json:"networktype"`
+	SecurityGroupsEnabled bool   `json:"securitygroupsenabled"`
+	Type                  string `json:"type"`
+}
+
+// CSOffering is listServiceOfferings' serviceoffering object.
+type CSOffering struct {
+	CPUNumber    int    `json:"cpunumber"`
+	CPUSpeed     int    `json:"cpuspeed"`
+	DisplayText  string `json:"displaytext"`
+	ID           string `json:"id"`
+	IsCustomized bool   `json:"iscustomized"`
+	IsSystem     bool   `json:"issystem"`
+	Memory       int    `json:"memory"`
+	Name         string `json:"name"`
+	OfferHA      bool   `json:"offerha"`
+	State        string `json:"state"`
+	StorageType  string `json:"storagetype"`
 }
 
 // RolloutStart is POST /api/v1/rollouts (openapi.json RolloutStart). A
@@ -624,9 +683,48 @@ type RolloutStart struct {
 	ContinueOnHookFailure bool              `json:"continue_on_hook_failure,omitempty"`
 }
 
+// DesiredChange is PUT /api/v1/devices/{id}/desired (openapi.json
+// DesiredChange): a field left out stays as it is; null or "" clears a
+// target, null or {} clears labels or hooks, a map replaces them whole.
+type DesiredChange struct {
+	Mode              Optional[core.DeviceMode]   `json:"mode,omitzero"`
+	Cluster           Optional[string]            `json:"cluster,omitzero"` // ID or name
+	Role              Optional[string]            `json:"role,omitzero"`
+	Image             Optional[string]            `json:"image,omitzero"`
+	KubernetesVersion Optional[string]            `json:"kubernetes_version,omitzero"`
+	Labels            Optional[map[string]string] `json:"labels,omitzero"`
+	Hooks             Optional[map[string]string] `json:"hooks,omitzero"`
+}
+
 // DesiredChanged is the answer to PUT /api/v1/devices/{id}/desired: the
 // new desired state and the rollout a change of mode started (202).
 type DesiredChanged struct {
 	Desired Desired  `json:"desired"`
 	Rollout *Rollout `json:"rollout,omitempty"`
+}
+
+// Optional is a request body field that may be left out (Set false: the
+// server keeps what it has), null (Set with the zero Value) or a value.
+// With omitzero, a field left out is not sent.
+type Optional[T any] struct {
+	Set   bool
+	Value T
+}
+
+// Some is an Optional set to v.
+func Some[T any](v T) Optional[T] { return Optional[T]{Set: true, Value: v} }
+
+// IsZero reports a field left out, for omitzero.
+func (o Optional[T]) IsZero() bool { return !o.Set }
+
+// MarshalJSON encodes the value (a nil map or pointer as null).
+func (o Optional[T]) MarshalJSON() ([]byte, error) { return json.Marshal(o.Value) }
+
+// UnmarshalJSON marks the field set: null leaves the zero value.
+func (o *Optional[T]) UnmarshalJSON(b []byte) error {
+	*o = Optional[T]{Set: true}
+	if string(b) == "null" {
+		return nil
+	}
+	return json.Unmarshal(b, &o.Value)
 }

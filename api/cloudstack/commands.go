@@ -244,7 +244,7 @@ func (d *Door) csAddVersion(r *csRequest) (any, *csError) {
 	if err != nil {
 		return nil, domainError(err)
 	}
-	return map[string]any{"kubernetessupportedversion": d.renderVersion(v)}, nil
+	return versionAnswer{d.renderVersion(v)}, nil
 }
 
 func (d *Door) csUpdateVersion(r *csRequest) (any, *csError) {
@@ -252,15 +252,11 @@ func (d *Door) csUpdateVersion(r *csRequest) (any, *csError) {
 	if err != nil {
 		return nil, domainError(err)
 	}
-	return map[string]any{"kubernetessupportedversion": d.renderVersion(v)}, nil
+	return versionAnswer{d.renderVersion(v)}, nil
 }
 
 func (d *Door) csDeleteVersion(r *csRequest) (any, *csError) {
-	j, err := d.clusters.DeleteVersion(r.ctx, r.caller, r.str("id"), r.boolean("deleteiso"))
-	if err != nil {
-		return nil, domainError(err)
-	}
-	return map[string]string{"jobid": j.ID}, nil
+	return asyncJob(d.clusters.DeleteVersion(r.ctx, r.caller, r.str("id"), r.boolean("deleteiso")))
 }
 
 func (d *Door) csListVersions(r *csRequest) (any, *csError) {
@@ -318,14 +314,14 @@ func (d *Door) csCreateCluster(r *csRequest) (any, *csError) {
 	if err != nil {
 		return nil, domainError(err)
 	}
-	return map[string]string{"id": c.ID, "jobid": j.ID}, nil
+	return jobStarted{ID: c.ID, JobID: j.ID}, nil
 }
 
 func asyncJob(j core.Job, err error) (any, *csError) {
 	if err != nil {
 		return nil, domainError(err)
 	}
-	return map[string]string{"jobid": j.ID}, nil
+	return jobStarted{JobID: j.ID}, nil
 }
 
 func (d *Door) csStartCluster(r *csRequest) (any, *csError) {
@@ -519,7 +515,7 @@ func (d *Door) csClusterConfig(r *csRequest) (any, *csError) {
 	if err != nil {
 		return nil, domainError(err)
 	}
-	return map[string]any{"clusterconfig": map[string]string{"id": c.ID, "name": c.Name, "configdata": string(cfg)}}, nil
+	return clusterConfigAnswer{client.CSClusterConfig{ID: c.ID, Name: c.Name, ConfigData: string(cfg)}}, nil
 }
 
 // ---- async jobs ----
@@ -540,20 +536,20 @@ func (d *Door) csQueryJob(r *csRequest) (any, *csError) {
 	case core.JobSucceeded:
 		switch {
 		case j.Success:
-			result = map[string]any{"success": true, "displaytext": successText(j)}
+			result = jobSuccess{Success: true, DisplayText: successText(j)}
 		case j.Cluster != nil:
 			v, err := d.clusters.View(r.ctx, *j.Cluster)
 			if err != nil {
 				return nil, domainError(err)
 			}
-			result = map[string]any{"kubernetescluster": renderCluster(v)}
+			result = clusterAnswer{renderCluster(v)}
 		default:
-			result = map[string]any{"success": true}
+			result = jobSuccess{Success: true}
 		}
 	case core.JobFailed:
 		e := domainError(&core.Error{Kind: j.ErrorKind, Msg: j.Error})
 		out.JobResultCode = e.code
-		result = map[string]any{"errorcode": e.code, "errortext": j.Error}
+		result = jobFailure{ErrorCode: e.code, ErrorText: j.Error}
 	}
 	if result != nil {
 		raw, _ := json.Marshal(result)
@@ -595,9 +591,9 @@ func (d *Door) csListZones(r *csRequest) (any, *csError) {
 	if !match {
 		return listBody("zone", 0, nil), nil
 	}
-	zone := map[string]any{"id": z.ID, "name": z.Name, "description": "ztpd appliance", "allocationstate": "Enabled",
-		"networktype": "Advanced", "localstorageenabled": false, "securitygroupsenabled": false, "type": "Core"}
-	return listBody("zone", 1, []any{zone}), nil
+	zone := client.CSZone{ID: z.ID, Name: z.Name, Description: "ztpd appliance", AllocationState: "Enabled",
+		NetworkType: "Advanced", Type: "Core"}
+	return listBody("zone", 1, []client.CSZone{zone}), nil
 }
 
 func (d *Door) csListOfferings(r *csRequest) (any, *csError) {
@@ -605,25 +601,20 @@ func (d *Door) csListOfferings(r *csRequest) (any, *csError) {
 	if e != nil {
 		return nil, e
 	}
-	var items []map[string]any
+	var items []client.CSOffering
 	for _, o := range clusters.Offerings {
 		if r.has("id") && r.str("id") != o.ID || r.has("name") && r.str("name") != o.Name ||
 			r.has("keyword") && !strings.Contains(o.Name, strings.ToLower(r.str("keyword"))) {
 			continue
 		}
-		items = append(items, map[string]any{"id": o.ID, "name": o.Name, "displaytext": o.DisplayText,
-			"cpunumber": o.CPU, "cpuspeed": o.CPUSpeedMHz, "memory": o.MemoryMB, "iscustomized": false,
-			"offerha": false, "storagetype": "shared", "issystem": false, "state": "Active"})
+		items = append(items, client.CSOffering{ID: o.ID, Name: o.Name, DisplayText: o.DisplayText,
+			CPUNumber: o.CPU, CPUSpeed: o.CPUSpeedMHz, Memory: o.MemoryMB, StorageType: "shared", State: "Active"})
 	}
 	return listBody("serviceoffering", len(items), pageOf(items, page, size)), nil
 }
 
 func (d *Door) csCapabilities(r *csRequest) (any, *csError) {
-	return map[string]any{"capability": map[string]any{
-		"cloudstackversion": "4.20.0 (ztpd)", "kubernetesserviceenabled": true,
-		"kubernetesclusterexperimentalfeaturesenabled": false, "apilimitinterval": 0, "apilimitmax": 0,
-		"allowusercreateprojects": false, "userpublictemplateenabled": false,
-	}}, nil
+	return capabilityAnswer{capability{CloudStackVersion: "4.20.0 (ztpd)", KubernetesServiceEnabled: true}}, nil
 }
 
 func (d *Door) csListApis(r *csRequest) (any, *csError) {

@@ -9,8 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ztpd/ztpd/api"
-	"github.com/ztpd/ztpd/internal/apikeys"
+	"github.com/ztpd/ztpd/api/client"
 )
 
 func init() { register(newAPIKeyCmd) }
@@ -47,7 +46,7 @@ SHA-256 hash; it never appears in lists, events or logs.`,
 		Short: "Create a key and print its secret (shown only this once)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var res api.NewKeyResult
+			var res client.NewAPIKey
 			if err := adminDo(opts, "POST", "/admin/apikeys?"+url.Values{"role": {role}, "name": {name}, "account": {account}}.Encode(), nil, &res); err != nil {
 				return err
 			}
@@ -74,7 +73,7 @@ SHA-256 hash; it never appears in lists, events or logs.`,
 		Short:   "List keys (never their secrets)",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var keys []apikeys.Info
+			var keys []client.APIKeyInfo
 			if err := adminDo(opts, "GET", "/admin/apikeys", nil, &keys); err != nil {
 				return err
 			}
@@ -96,7 +95,7 @@ SHA-256 hash; it never appears in lists, events or logs.`,
 			if err := confirm(cmd, fmt.Sprintf("revoke API key %s: every client using it is refused from now on", args[0]), yes); err != nil {
 				return err
 			}
-			var k apikeys.Info
+			var k client.APIKeyInfo
 			if err := adminDo(opts, "DELETE", "/admin/apikeys/"+url.PathEscape(args[0]), nil, &k); err != nil {
 				return err
 			}

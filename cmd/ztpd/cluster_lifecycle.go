@@ -52,7 +52,7 @@ The version must be added first (ztpd kube-version add --semver ... --url ...).`
 			if len(zones) == 0 {
 				return fmt.Errorf("the API lists no zone")
 			}
-			var offs []client.Offering
+			var offs []client.CSOffering
 			if err := c.CSList("listServiceOfferings", "serviceoffering", url.Values{"name": {offering}}, &offs); err != nil {
 				return err
 			}
@@ -119,7 +119,7 @@ size.`,
 				p.Set("nodeids", strings.Join(remove, ","))
 			}
 			if offering != "" {
-				var offs []client.Offering
+				var offs []client.CSOffering
 				if err := c.CSList("listServiceOfferings", "serviceoffering", url.Values{"name": {offering}}, &offs); err != nil {
 					return err
 				}

@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ztpd/ztpd/api/client"
-	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
@@ -53,7 +52,7 @@ var (
 		return []string{d.ID}
 	})
 	apiKeyNames nameSource = func(opts *rootOptions, _ *apiFlags) ([]string, error) {
-		var keys []apikeys.Info
+		var keys []client.APIKeyInfo
 		if err := adminDo(opts, "GET", "/admin/apikeys", nil, &keys); err != nil {
 			return nil, err
 		}

@@ -114,12 +114,13 @@ add --kind file) run at pre_upgrade, pre_leave, post_join or post_upgrade.`,
 		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fl := cmd.Flags()
-			body := map[string]any{}
-			for flag, field := range map[string]string{"mode": "mode", "cluster": "cluster", "role": "role", "image": "image",
-				"kubernetes-version": "kubernetes_version"} {
+			var body client.DesiredChange
+			targets := false // a flag of a target was given
+			for flag, field := range map[string]*client.Optional[string]{"cluster": &body.Cluster, "role": &body.Role,
+				"image": &body.Image, "kubernetes-version": &body.KubernetesVersion} {
 				if fl.Changed(flag) {
 					v, _ := fl.GetString(flag)
-					body[field] = v
+					*field, targets = client.Some(v), true
 				}
 			}
 			if fl.Changed("mode") {
@@ -128,6 +129,7 @@ add --kind file) run at pre_upgrade, pre_leave, post_join or post_upgrade.`,
 				default:
 					return fmt.Errorf("--mode %q: use cluster or standalone", mode)
 				}
+				body.Mode, targets = client.Some(core.DeviceMode(mode)), true
 			}
 			addLabels, err := keyValues("--label", "KEY=VALUE", labels)
 			if err != nil {
@@ -142,7 +144,7 @@ add --kind file) run at pre_upgrade, pre_leave, post_join or post_upgrade.`,
 					return fmt.Errorf("--hook %s: the phase is one of %s", h, strings.Join(core.HookPhases, ", "))
 				}
 			}
-			if len(body) == 0 && addLabels == nil && addHooks == nil && !clearLabels && !clearHooks {
+			if !targets && addLabels == nil && addHooks == nil && !clearLabels && !clearHooks {
 				return errors.New("nothing to change: give --mode, --cluster, --role, --image, --kubernetes-version, --label, --hook, --clear-labels or --clear-hooks")
 			}
 			c, err := newAPIClient(opts, f)
@@ -167,10 +169,10 @@ add --kind file) run at pre_upgrade, pre_leave, post_join or post_upgrade.`,
 					cur.Labels, cur.Hooks = e.Labels, e.Hooks
 				}
 				if addLabels != nil || clearLabels {
-					body["labels"] = merged(cur.Labels, addLabels, clearLabels)
+					body.Labels = client.Some(merged(cur.Labels, addLabels, clearLabels))
 				}
 				if addHooks != nil || clearHooks {
-					body["hooks"] = merged(cur.Hooks, addHooks, clearHooks)
+					body.Hooks = client.Some(merged(cur.Hooks, addHooks, clearHooks))
 				}
 			}
 			var res desiredResult

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/api/client"
 )
 
 func init() { register(newImageCmd) }
@@ -68,10 +68,7 @@ func newImageAddCmd(opts *rootOptions) *cobra.Command {
 				defer bar.Finish()
 			}
 			q := url.Values{"name": {name}, "kind": {kind}, "platform": {platform}, "version": {ver}, "sha256": {sha}}
-			var res struct {
-				Image   core.Image `json:"image"`
-				Existed bool       `json:"existed"`
-			}
+			var res client.ImageAdded
 			if err := s.do("POST", "/admin/images?"+q.Encode(), body, &res); err != nil {
 				return fmt.Errorf("image add: %w", err)
 			}
@@ -104,12 +101,12 @@ func newImageListCmd(opts *rootOptions) *cobra.Command {
 		Short:   "List stored artifacts",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var list []core.Image
+			var list []client.Image
 			if err := adminDo(opts, "GET", "/admin/images?"+url.Values{"kind": {kind}}.Encode(), nil, &list); err != nil {
 				return err
 			}
 			if list == nil {
-				list = []core.Image{}
+				list = []client.Image{}
 			}
 			return printResult(opts, os.Stdout, list, func(tw *tabwriter.Writer) {
 				row(tw, "NAME", "KIND", "PLATFORM", "VERSION", "SIZE", "SHA256")
@@ -134,7 +131,7 @@ func newImageRmCmd(opts *rootOptions) *cobra.Command {
 			if err := confirm(cmd, fmt.Sprintf("remove image %q from the image store", args[0]), yes); err != nil {
 				return err
 			}
-			var im core.Image
+			var im client.Image
 			if err := adminDo(opts, "DELETE", "/admin/images/"+url.PathEscape(args[0]), nil, &im); err != nil {
 				return fmt.Errorf("image rm: %w", err)
 			}

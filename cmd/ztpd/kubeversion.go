@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/ztpd/ztpd/api"
 	"github.com/ztpd/ztpd/api/client"
 )
 
@@ -175,7 +174,7 @@ func addVersionFromISO(opts *rootOptions, iso, semver, name, sha string, minCPU,
 	if minMem > 0 {
 		q.Set("min_memory_mb", strconv.Itoa(minMem))
 	}
-	var res api.VersionAddResult
+	var res client.VersionAdded
 	if err := s.do("POST", "/admin/versions?"+q.Encode(), body, &res); err != nil {
 		return fmt.Errorf("kube-version add: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/app"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
@@ -222,14 +223,26 @@ func checkRecordedDevice(st *profileCheckStoreAccess, ref string) (*core.Device,
 	if st.images == nil {
 		return nil, fmt.Errorf("--device %s: the device records are in the data directory's store, which was %s", ref, strings.TrimPrefix(st.where, "not consulted: "))
 	}
-	var rec struct {
-		core.Device
-		Refusal json.RawMessage `json:"refusal"` // the REST view's; not a fact
-	}
+	var rec client.Device
 	if err := st.images.s.do("GET", "/api/v1/devices/"+url.PathEscape(ref), nil, &rec); err != nil {
 		return nil, fmt.Errorf("--device %s: %w (ztpd device list shows the devices ztpd has seen)", ref, err)
 	}
-	return &rec.Device, nil
+	d := recordedDevice(rec)
+	return &d, nil
+}
+
+// recordedDevice is the device a REST view shows, as the preview reads it
+// (its refusal is no fact, so it stays out).
+func recordedDevice(v client.Device) core.Device {
+	d := core.Device{ID: v.ID, Kind: v.Kind, MAC: v.MAC, Serial: v.Serial, Product: v.Product, Platform: v.Platform,
+		Hostname: v.Hostname, ClientID: v.ClientID, VendorClass: v.VendorClass, SONiCVer: v.SONiCVer, IP: v.IP, Subnet: v.Subnet,
+		RelayAddr: v.RelayAddr, CircuitID: v.CircuitID, RemoteID: v.RemoteID, BaseMAC: v.BaseMAC, FixedIP: v.FixedIP,
+		State: v.State, Approved: v.Approved, Cluster: v.Cluster, Role: v.Role, Profile: v.Profile, Labels: v.Labels,
+		FirstSeen: v.FirstSeen, LastSeen: v.LastSeen, UpdatedAt: v.UpdatedAt}
+	if c := v.SerialConflict; c != nil {
+		d.SerialConflict = &core.SerialConflict{Serial: c.Serial, With: c.With}
+	}
+	return d
 }
 
 // profileCheckStore is read access to the data directory's clusters and
@@ -261,21 +274,19 @@ func profileCheckStore(opts *rootOptions, cfg config.Config) *profileCheckStoreA
 		return st
 	}
 	st.close = s.close
-	var imgs []core.Image
-	if err := s.do("GET", "/admin/images", nil, &imgs); err != nil {
+	var views []client.Image
+	if err := s.do("GET", "/admin/images", nil, &views); err != nil {
 		st.where = fmt.Sprintf("not consulted: image list: %v", err)
 		return st
+	}
+	var imgs []core.Image
+	for _, v := range views {
+		imgs = append(imgs, imageOf(v))
 	}
 	var clusters []content.ClusterRef
 	cursor := ""
 	for {
-		var page struct {
-			Items []struct {
-				ID   string `json:"id"`
-				Name string `json:"name"`
-			} `json:"items"`
-			NextCursor string `json:"next_cursor"`
-		}
+		var page client.Page[client.Cluster]
 		q := url.Values{"listall": {"true"}, "limit": {"1000"}}
 		if cursor != "" {
 			q.Set("cursor", cursor)
@@ -311,11 +322,16 @@ type profileCheckImages struct {
 }
 
 func (im *profileCheckImages) Resolve(ref string) (core.Image, error) {
-	var out core.Image
+	var out client.Image
 	if err := im.s.do("GET", "/admin/images/"+url.PathEscape(ref), nil, &out); err != nil {
-		return out, fmt.Errorf("image %q: %w", ref, err)
+		return core.Image{}, fmt.Errorf("image %q: %w", ref, err)
 	}
-	return out, nil
+	return imageOf(out), nil
+}
+
+// imageOf is the image an admin answer shows, as the preview reads it.
+func imageOf(v client.Image) core.Image {
+	return core.Image{SHA256: v.SHA256, Name: v.Name, Kind: v.Kind, Platform: v.Platform, Version: v.Version, Size: v.Size, Created: v.Created}
 }
 
 func (im *profileCheckImages) List(kind string) ([]core.Image, error) {

@@ -8,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ztpd/ztpd/api"
-	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/httpserve"
@@ -31,29 +30,6 @@ func (a *App) mountAdmin() {
 	m := a.AdminMux
 	m.HandleFunc("GET /admin/status", a.healthz)
 	m.HandleFunc("GET /admin/backup", a.adminBackup)
-
-	m.HandleFunc("POST /admin/images", func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		meta := imagestore.Meta{Name: q.Get("name"), Kind: q.Get("kind"), Platform: q.Get("platform"), Version: q.Get("version")}
-		im, existed, err := a.Images.Add(r.Context(), r.Body, meta, q.Get("sha256"))
-		if err != nil {
-			httpserve.WriteError(w, r, a.Log, err)
-			return
-		}
-		code := http.StatusCreated
-		if existed {
-			code = http.StatusOK
-		}
-		httpserve.WriteJSON(w, code, map[string]any{"image": im, "existed": existed})
-	})
-	m.HandleFunc("GET /admin/images", func(w http.ResponseWriter, r *http.Request) {
-		list, err := a.Images.List(r.URL.Query().Get("kind"))
-		a.answer(w, r, list, err)
-	})
-	m.HandleFunc("DELETE /admin/images/{ref}", func(w http.ResponseWriter, r *http.Request) {
-		im, err := a.Images.Remove(r.PathValue("ref"))
-		a.answer(w, r, im, err)
-	})
 
 	// Clusters and devices: through the clusters service, the one place
 	// cluster rules live (it asks the joiner).
@@ -81,7 +57,7 @@ func (a *App) mountAdmin() {
 	m.Handle(api.RESTPath, a.apiLocal)
 	m.Handle(api.CloudStackPath, a.apiLocal)
 
-	// API keys, versions and ISOs of the CLI: api owns those handlers.
+	// API keys, versions and images of the CLI: api owns those handlers.
 	api.MountAdmin(m, api.AdminDeps{Keys: a.APIKeys, Clusters: a.Clusters, ISOs: a.Images, ISOBaseURL: a.Endpoints.ISOs()}, a.Log)
 }
 

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
@@ -129,9 +130,7 @@ func (r *clusterReader) Kubeconfig(ctx context.Context, id string) (string, erro
 	if err != nil {
 		return "", err
 	}
-	var cc struct {
-		ConfigData string `json:"configdata"`
-	}
+	var cc client.CSClusterConfig
 	if err := json.Unmarshal(inner["clusterconfig"], &cc); err != nil || cc.ConfigData == "" {
 		return "", fmt.Errorf("getKubernetesClusterConfig %s: no configdata (%v)", id, err)
 	}

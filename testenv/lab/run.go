@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
@@ -402,17 +403,13 @@ func createClusters(ctx context.Context, app *Appliance, devs []Device, n int, v
 	if err != nil {
 		return err
 	}
-	var ver struct {
-		ID string `json:"id"`
-	}
+	var ver client.CSVersion
 	json.Unmarshal(v["kubernetessupportedversion"], &ver)
 	zr, err := app.CloudStack(ctx, "listZones", nil)
 	if err != nil {
 		return err
 	}
-	var zones []struct {
-		ID string `json:"id"`
-	}
+	var zones []client.CSZone
 	json.Unmarshal(zr["zone"], &zones)
 	if len(zones) == 0 {
 		return fmt.Errorf("listZones returned none")
@@ -421,9 +418,7 @@ func createClusters(ctx context.Context, app *Appliance, devs []Device, n int, v
 	if err != nil {
 		return err
 	}
-	var offerings []struct {
-		ID string `json:"id"`
-	}
+	var offerings []client.CSOffering
 	json.Unmarshal(so["serviceoffering"], &offerings)
 	if len(offerings) == 0 {
 		return fmt.Errorf("listServiceOfferings returned none")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/apache/cloudstack-go/v2/cloudstack"
 
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/app"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/testenv/certcheck"
@@ -37,10 +38,7 @@ func newKey(t *testing.T, cfg config.Config, role string) (key, secret string) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var r struct {
-		APIKey    string `json:"api_key"`
-		SecretKey string `json:"secret_key"`
-	}
+	var r client.NewAPIKey
 	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || resp.StatusCode != http.StatusCreated || r.APIKey == "" || r.SecretKey == "" {
 		t.Fatalf("apikey create: %d %v %+v", resp.StatusCode, err, r)
 	}
@@ -334,10 +332,7 @@ func newNamedKey(t *testing.T, cfg config.Config, role, name string) (key, secre
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var r struct {
-		APIKey    string `json:"api_key"`
-		SecretKey string `json:"secret_key"`
-	}
+	var r client.NewAPIKey
 	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || resp.StatusCode != http.StatusCreated {
 		t.Fatalf("apikey create: %d %v", resp.StatusCode, err)
 	}
