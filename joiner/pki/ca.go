@@ -195,29 +195,41 @@ type KeyPair struct {
 }
 
 // IssueClient signs a client certificate (ExtKeyUsage clientAuth) with a
-// fresh ECDSA P-256 key. Leaf keys are ECDSA whatever the CA type: the
-// apiserver, kubectl, kubeadm and Python requests all accept them, and they
-// cost microseconds to generate where RSA costs ~100 ms.
+// fresh ECDSA P-256 key, for ztpd's own calls and the kubeconfigs it hands
+// to API callers; devices send a request instead (SignCSR) and keep their
+// key. Leaf keys are ECDSA whatever the CA type: the apiserver, kubectl,
+// kubeadm and Python requests all accept them, and they cost microseconds
+// to generate where RSA costs ~100 ms.
 func (ca *CA) IssueClient(req ClientCertRequest, now time.Time) (*KeyPair, error) {
-	if err := validateSubjectField("common name", req.CommonName); err != nil {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
 		return nil, err
+	}
+	cert, certPEM, err := ca.issueClient(req, key.Public(), now)
+	if err != nil {
+		return nil, err
+	}
+	return &KeyPair{cert: cert, certPEM: certPEM, key: key}, nil
+}
+
+// issueClient signs the client certificate req describes for pub: the one
+// profile of every client certificate, whoever made the key.
+func (ca *CA) issueClient(req ClientCertRequest, pub crypto.PublicKey, now time.Time) (*x509.Certificate, []byte, error) {
+	if err := validateSubjectField("common name", req.CommonName); err != nil {
+		return nil, nil, err
 	}
 	for _, o := range req.Organizations {
 		if err := validateSubjectField("organization", o); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	validity := req.Validity
 	if validity <= 0 {
 		validity = ClientValidity
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
 	serial, err := randomSerial()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	notAfter := now.Add(validity).UTC()
 	if notAfter.After(ca.cert.NotAfter) {
@@ -228,21 +240,21 @@ func (ca *CA) IssueClient(req ClientCertRequest, now time.Time) (*KeyPair, error
 	var der []byte
 	signed := false
 	if shape := ca.clientShape(); shape != nil {
-		if der, signed, err = ca.signClient(shape, serial, subject, notBefore, notAfter, key.Public()); err != nil {
-			return nil, fmt.Errorf("pki: sign client certificate: %w", err)
+		if der, signed, err = ca.signClient(shape, serial, subject, notBefore, notAfter, pub); err != nil {
+			return nil, nil, fmt.Errorf("pki: sign client certificate: %w", err)
 		}
 	}
 	if !signed {
 		tmpl := clientTemplate(serial, subject, notBefore, notAfter)
-		if der, err = x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key); err != nil {
-			return nil, fmt.Errorf("pki: sign client certificate: %w", err)
+		if der, err = x509.CreateCertificate(rand.Reader, tmpl, ca.cert, pub, ca.key); err != nil {
+			return nil, nil, fmt.Errorf("pki: sign client certificate: %w", err)
 		}
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &KeyPair{cert: cert, certPEM: encodeCertPEM(der), key: key}, nil
+	return cert, encodeCertPEM(der), nil
 }
 
 // Certificate is the parsed certificate.
