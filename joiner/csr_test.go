@@ -46,7 +46,9 @@ func TestSwitchCSRRefusals(t *testing.T) {
 	weakDER, _ := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, weak)
 	other, _ := rsa.GenerateKey(rand.Reader, 2048)
 	otherDER, _ := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:bootstrap:leaf-61"}}, other)
-	pemOf := func(der []byte) string { return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})) }
+	pemOf := func(der []byte) string {
+		return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
+	}
 
 	for _, c := range []struct {
 		name, csr string

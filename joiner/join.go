@@ -173,7 +173,6 @@ type joinResult struct {
 	csr        csrCheck
 }
 
-
 // Join admits a device and issues its join bundle. The enrollment secret is
 // used up only when a bundle is issued; a device told to wait may retry
 // with it until it expires.
