@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -229,6 +233,30 @@ func TestSONiCJoinAndReportWithCurl(t *testing.T) {
 	// plugin that sent it is older than ztpd.
 	if code, _, body := curl(t, args...); code != 400 || !strings.Contains(body, "this join plugin is too old") {
 		t.Fatalf("switch join without a CSR: %d\n%s", code, body)
+	}
+	// A request for a key ztpd does not certify: refused with the reason.
+	weak, _ := rsa.GenerateKey(rand.Reader, 1024)
+	weakDER, _ := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, weak)
+	weakBody, _ := json.Marshal(map[string]string{"csr": string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: weakDER}))})
+	if code, _, body := curl(t, append([]string{"-H", "Content-Type: application/json", "--data", string(weakBody)}, args...)...); code != 400 ||
+		!strings.Contains(body, "certificate signing request refused: RSA key of 1024 bits") {
+		t.Fatalf("switch join with an RSA-1024 CSR: %d\n%s", code, body)
+	}
+	// Both refusals are on the switch's audit trail; nothing was issued.
+	var refused []string
+	f.st.View(func(tx core.Tx) error {
+		return tx.Events().ListDevice(core.AuditEvents, "0c:29:ef:00:00:01", 0, func(ev core.Event) (bool, error) {
+			if ev.Type == "join.refused" {
+				refused = append(refused, ev.Fields["reason"]+": "+ev.Message)
+			}
+			return true, nil
+		})
+	})
+	if len(refused) != 2 || !strings.HasPrefix(refused[0], "no-csr: this join plugin is too old") || !strings.HasPrefix(refused[1], "bad-csr: ") {
+		t.Fatalf("join.refused events: %q", refused)
+	}
+	if _, err := f.svc.Membership(context.Background(), "0c:29:ef:00:00:01"); err == nil {
+		t.Fatal("a refused switch has a membership")
 	}
 	args = append([]string{"-H", "Content-Type: application/json", "--data", csrBody(t, map[string]any{})}, args...)
 	// The cluster is Starting: the switch waits (its kubelet would
