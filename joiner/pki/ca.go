@@ -1,6 +1,7 @@
 // Package pki holds a cluster's certificate authority: creation, client
-// certificates signed by it, the kubeadm discovery hash, and encryption of
-// private keys at rest. Types that hold a private key never print or marshal
+// certificates signed by it (for devices, from their own certificate
+// signing request, checked by CheckCSR), the kubeadm discovery hash, and
+// encryption of private keys at rest. Types that hold a private key never print or marshal
 // it; the plaintext key leaves only through an explicit PrivateKeyPEM call.
 package pki
 
