@@ -7,7 +7,7 @@
 # (group commit), and renders the bundle. Side by side in the same run:
 #   kubeadm-vm                  CloudStack VM bundles (cloud-config + kubeadm JoinConfiguration)
 #   kubeadm-vm-no-group-commit  the same with one fsynced commit per join (baseline)
-#   sonic-rsa-ca / sonic-ecdsa-ca  SONiC switch bundles (a client certificate signed per switch)
+#   sonic-rsa-ca / sonic-ecdsa-ca  SONiC switch bundles (the switch's CSR checked, a client certificate signed per switch)
 # cpu-us/join is CPU per join, which other load on a shared machine does not distort.
 #
 # Usage: bench/joins.sh            (JOINS=20000 by default)

@@ -93,7 +93,7 @@ func TestAgentFilesForSwitches(t *testing.T) {
 	e.must(e.join("fabric", 1))
 	sw := mac(50)
 	secret := e.enroll("fabric", sw, "")
-	b := e.must(e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: sw, RemoteIP: e.hold("10.99.5.1", sw), Kind: "sonic"}))
+	b := e.must(e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: sw, RemoteIP: e.hold("10.99.5.1", sw), Kind: "sonic", CSR: switchCSR(t)}))
 	d := b.Deliver()
 	if !d.Agent {
 		t.Fatal("delivery does not ask for the agent")

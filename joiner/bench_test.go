@@ -23,7 +23,8 @@ func (s noGroupCommit) Batch(fn func(core.Tx) error) error { return s.Store.Upda
 // commit with fsync before the bundle is returned) per second, with
 // concurrent devices as a fleet boots. Each op is one device: enrollment
 // check, admission, token, membership, event, commit, bundle rendering.
-// Enrollment secrets are issued before the timer starts.
+// Enrollment secrets are issued (and switches' certificate signing
+// requests made) before the timer starts.
 //
 //	go test -run '^$' -bench BenchmarkJoin -benchtime 20000x ./joiner/
 func BenchmarkJoin(b *testing.B) {
@@ -98,6 +99,9 @@ func benchJoin(b *testing.B, version string, kind core.DeviceKind, group bool) {
 		b.Fatal(err)
 	}
 	secrets := make([]string, n)
+	// Switches send a request for a key they made: made here, before the
+	// timer, as the switches' work.
+	csrs := make([]string, n)
 	err = bs.Update(func(tx core.Tx) error {
 		for i := range n {
 			m := mac(i)
@@ -124,6 +128,9 @@ func benchJoin(b *testing.B, version string, kind core.DeviceKind, group bool) {
 					return
 				}
 				secrets[i] = c.Reveal()
+				if kind == core.KindSONiC {
+					csrs[i] = switchCSR(b)
+				}
 			}
 		})
 	}
@@ -138,7 +145,7 @@ func benchJoin(b *testing.B, version string, kind core.DeviceKind, group bool) {
 	for range workers {
 		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				bd, err := svc.Join(ctx, JoinRequest{Enrollment: secrets[i], MAC: mac(i), RemoteIP: addr(i)})
+				bd, err := svc.Join(ctx, JoinRequest{Enrollment: secrets[i], MAC: mac(i), RemoteIP: addr(i), CSR: csrs[i]})
 				if err != nil || (bd.CloudConfig == nil && bd.SONiC == nil) {
 					failed.Add(1)
 				}

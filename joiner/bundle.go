@@ -422,7 +422,8 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 		host, port, _ := net.SplitHostPort(res.rt.APIEndpoint)
 		p := 6443
 		fmt.Sscan(port, &p)
-		sj, err := bundle.RenderSonic(bundle.SonicParams{ClusterID: res.cluster.ID, ServerHost: host, ServerPort: p, SwitchName: nodeName}, keys.ca, now)
+		sj, err := bundle.RenderSonic(bundle.SonicParams{ClusterID: res.cluster.ID, ServerHost: host, ServerPort: p, SwitchName: nodeName,
+			CSR: res.csr.csr}, keys.ca, now)
 		if err != nil {
 			return nil, err
 		}

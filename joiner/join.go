@@ -13,6 +13,7 @@ import (
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
+	"github.com/ztpd/ztpd/joiner/pki"
 	"github.com/ztpd/ztpd/joiner/tokens"
 )
 
@@ -143,6 +144,12 @@ type JoinRequest struct {
 	// Once refuses any re-issue: cloud-init's user-data, which it fetches
 	// at every boot but runs once per instance, gets join material once.
 	Once bool
+	// CSR is the device's PEM certificate signing request, for a join that
+	// issues it a client certificate (a SONiC switch joining by
+	// certificate): the device made the key and keeps it. Ignored by joins
+	// that issue no certificate (kubeadm's kubelet makes its own key by TLS
+	// bootstrap; k3s joins with a token).
+	CSR string
 }
 
 // joinResult is what the admission transaction decided.
@@ -163,6 +170,7 @@ type joinResult struct {
 	agent      tokens.Credential // zero without Options.AgentFiles
 	ip         string
 	nodeName   string // the member's node name (core.Membership.NodeName)
+	csr        csrCheck
 }
 
 // Join admits a device and issues its join bundle. The enrollment secret is
@@ -190,6 +198,12 @@ func (s *Service) Join(ctx context.Context, req JoinRequest) (*Bundle, error) {
 	if err := stated.Check(nil); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
+	// The request's signature is verified here, outside the transaction;
+	// admit refuses a bad one only to a device that proved who it is.
+	var csr csrCheck
+	if req.CSR != "" {
+		csr.csr, csr.err = pki.ParseCSR([]byte(req.CSR))
+	}
 	report, err := tokens.NewReportCredential()
 	if err != nil {
 		return nil, err
@@ -203,11 +217,14 @@ func (s *Service) Join(ctx context.Context, req JoinRequest) (*Bundle, error) {
 	now := s.now().UTC()
 	var res joinResult
 	err = s.store.Batch(func(tx core.Tx) error {
-		res = joinResult{report: report, agent: agent} // Batch may run fn more than once
+		res = joinResult{report: report, agent: agent, csr: csr} // Batch may run fn more than once
 		return s.admit(tx, cred, req, now, &res)
 	})
 	if err != nil {
 		s.metrics.joinsRefused.WithLabelValues(refusalReason(err)).Inc()
+		if errors.Is(err, ErrCSRRefused) || errors.Is(err, ErrCSRMissing) {
+			s.csrRefused(res.device.ID, res.cluster.ID, req, err, now)
+		}
 		if IsUnauthorized(err) {
 			s.log.Warn("join refused", "enrollment", cred.ID(), "mac", req.MAC, "serial", req.Serial, "remote", req.RemoteIP, "reason", err.Error())
 		}
@@ -332,6 +349,15 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	}
 	if reissue {
 		method = m.Method
+	}
+	if method == MethodSONiC {
+		name := m.NodeName
+		if name == "" || !reissue {
+			name = memberNodeName(dev, method)
+		}
+		if err := checkSwitchCSR(req.CSR, res.csr, name); err != nil {
+			return err
+		}
 	}
 
 	// 5. Admission: approval, then room.

@@ -52,7 +52,8 @@ func refusalReason(err error) string {
 	}{
 		{ErrEnrollmentInvalid, "invalid"}, {ErrEnrollmentUsed, "replayed"}, {ErrEnrollmentExpired, "expired"},
 		{ErrRevoked, "revoked"}, {ErrBindingMismatch, "wrong-device"}, {ErrClusterUnavailable, "cluster-unavailable"},
-		{ErrMemberElsewhere, "member-elsewhere"}, {ErrInvalid, "bad-request"},
+		{ErrMemberElsewhere, "member-elsewhere"}, {ErrCSRRefused, "bad-csr"}, {ErrCSRMissing, "no-csr"},
+		{ErrInvalid, "bad-request"},
 	} {
 		if errors.Is(err, r.err) {
 			return r.name

@@ -193,6 +193,10 @@ type Service struct {
 	bindKick chan string
 
 	reportLog *ratelimit.Keyed // refused reports, logged at most once per address a while
+	// csrLog bounds the refused certificate requests recorded per device:
+	// a device re-sending a bad one until its secret expires must not
+	// cycle the audit trail.
+	csrLog *ratelimit.Keyed
 }
 
 // New builds the service over an opened store and keyring.
@@ -226,7 +230,7 @@ func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, err
 	if err != nil {
 		return nil, err
 	}
-	return &Service{reportLog: ratelimit.New(1, refusalLogEvery, 4096), store: store, keys: keys, devices: opts.Devices, opts: opts, rules: rules, now: opts.Now, log: opts.Log,
+	return &Service{reportLog: ratelimit.New(1, refusalLogEvery, 4096), csrLog: ratelimit.New(3, refusalLogEvery, 4096), store: store, keys: keys, devices: opts.Devices, opts: opts, rules: rules, now: opts.Now, log: opts.Log,
 		metrics: newMetrics(opts.Registerer), cache: map[string]*clusterKeys{}, bindKick: make(chan string, 64)}, nil
 }
 

@@ -791,12 +791,13 @@ func TestSONiCSwitchJoin(t *testing.T) {
 	// A switch before any control plane waits.
 	sw := mac(50)
 	secret := e.enroll("fabric", "", "SN-LEAF-1")
+	leafCSR := switchCSR(t)
 	e.store.Update(func(tx core.Tx) error {
 		return tx.Devices().Put(core.Device{ID: sw, MAC: sw, Kind: core.KindSONiC, Serial: "SN-LEAF-1", Product: "Accton-AS7712-32X", Hostname: "leaf-1"})
 	})
 	e.hold("10.99.5.1", sw)
 	var we *WaitError
-	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: secret, Serial: "SN-LEAF-1", RemoteIP: "10.99.5.1"}); !errors.As(err, &we) || we.RetryAfter != waitRetryFirstCP {
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: secret, Serial: "SN-LEAF-1", RemoteIP: "10.99.5.1", CSR: leafCSR}); !errors.As(err, &we) || we.RetryAfter != waitRetryFirstCP {
 		t.Fatalf("switch before control plane: %v (asked to retry after %v)", err, we)
 	}
 	swDev := e.device(sw)
@@ -810,12 +811,13 @@ func TestSONiCSwitchJoin(t *testing.T) {
 	if _, _, ok, _ := e.svc.KubernetesMaster(bg, e.device(mac(1)), "fabric"); ok {
 		t.Fatal("a VM got a KUBERNETES_MASTER")
 	}
-	b := e.must(e.svc.Join(bg, JoinRequest{Enrollment: secret, Serial: "SN-LEAF-1", RemoteIP: "10.99.5.1"}))
+	b := e.must(e.svc.Join(bg, JoinRequest{Enrollment: secret, Serial: "SN-LEAF-1", RemoteIP: "10.99.5.1", CSR: leafCSR}))
 	if b.Method != MethodSONiC || b.SONiC == nil || b.CloudConfig != nil {
 		t.Fatalf("switch bundle %v", b)
 	}
 	d := b.Deliver()
-	if !strings.Contains(string(d.ConfigDB), `"ip": "10.99.1.2"`) || len(d.Files) != 3 {
+	// The certificate and the CA: the switch made its key and keeps it.
+	if !strings.Contains(string(d.ConfigDB), `"ip": "10.99.1.2"`) || len(d.Files) != 2 {
 		t.Fatalf("delivery %s", d.ConfigDB)
 	}
 	cert, err := pki.ParseCertPEM([]byte(d.Files[0].Content))
@@ -915,7 +917,7 @@ func TestSONiCJoinMethodCluster(t *testing.T) {
 			SONiCVer: "SONiC.202405.1", Hostname: "Leaf-2"})
 	})
 	e.hold("10.99.5.2", sw)
-	b := e.must(e.svc.Join(bg, JoinRequest{Enrollment: secret, Serial: "SN-LEAF-2", RemoteIP: "10.99.5.2"}))
+	b := e.must(e.svc.Join(bg, JoinRequest{Enrollment: secret, Serial: "SN-LEAF-2", RemoteIP: "10.99.5.2", CSR: switchCSR(t)}))
 	if b.Method != MethodSONiC || b.Role != RoleSONiC || b.NodeName != "leaf-2" ||
 		b.NodeLabels["ztpd.io/hwsku"] != "Accton-AS7712-32X" || b.NodeLabels["ztpd.io/sonic_version"] != "SONiC.202405.1" {
 		t.Fatalf("switch bundle %v name %q labels %v", b, b.NodeName, b.NodeLabels)

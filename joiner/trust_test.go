@@ -177,7 +177,7 @@ func TestSwitchJoiningBeforeItsRecord(t *testing.T) {
 	e.must(e.join("fabric", 1)) // the first control plane, so switches may join
 	m := mac(9)
 	ip := e.hold(addrOf(9), m)
-	b := e.must(e.svc.Join(bg, JoinRequest{Enrollment: e.enroll("fabric", m, "SN-9"), MAC: m, Serial: "SN-9", Kind: core.KindSONiC, RemoteIP: ip}))
+	b := e.must(e.svc.Join(bg, JoinRequest{Enrollment: e.enroll("fabric", m, "SN-9"), MAC: m, Serial: "SN-9", Kind: core.KindSONiC, RemoteIP: ip, CSR: switchCSR(t)}))
 	if b.Method != MethodSONiC || b.SONiC == nil || b.CloudConfig != nil {
 		t.Fatalf("switch without a record joined by %s", b.Method)
 	}

@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"bytes"
+	"crypto"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/ztpd/ztpd/joiner/pki"
 	"github.com/ztpd/ztpd/joiner/tokens"
+	"github.com/ztpd/ztpd/testenv/testpki"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -476,7 +478,15 @@ func TestSonicJoin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := RenderSonic(SonicParams{ClusterID: "4f7c2d1e-0b7a-4a55-9d1e-1c2b3a4d5e6f", ServerHost: "10.99.1.10", SwitchName: "Leaf-01"}, ca, time.Now())
+	_, csrPEM, err := testpki.DeviceCSR()
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr, err := pki.ParseCSR(csrPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := RenderSonic(SonicParams{ClusterID: "4f7c2d1e-0b7a-4a55-9d1e-1c2b3a4d5e6f", ServerHost: "10.99.1.10", SwitchName: "Leaf-01", CSR: csr}, ca, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -490,7 +500,7 @@ func TestSonicJoin(t *testing.T) {
 			t.Fatalf("config_db value %s is %T, config_db wants strings", k, v)
 		}
 	}
-	if j.UserName != "system:bootstrap:leaf-01" || len(j.Files) != 3 {
+	if j.UserName != "system:bootstrap:leaf-01" || len(j.Files) != 2 {
 		t.Fatalf("sonic join %+v", j)
 	}
 	cert, err := pki.ParseCertPEM(j.Files[0].Content)
@@ -504,15 +514,22 @@ func TestSonicJoin(t *testing.T) {
 	if err := cert.CheckSignatureFrom(ca.Certificate()); err != nil {
 		t.Fatal(err)
 	}
-	if j.Files[0].Path != SonicClientCertPath || j.Files[1].Path != SonicClientKeyPath || j.Files[1].Mode != 0o600 || !j.Files[1].Secret {
+	// The switch keeps its key: only the certificate for it and the CA go out.
+	if j.Files[0].Path != SonicClientCertPath || !strings.HasPrefix(j.Files[1].Path, "/usr/local/share/ca-certificates/") {
 		t.Fatalf("files %v", j.Files)
+	}
+	if !cert.PublicKey.(interface{ Equal(crypto.PublicKey) bool }).Equal(csr.PublicKey()) {
+		t.Fatal("switch certificate is not for the request's key")
 	}
 	out, _ := json.Marshal(j)
 	if bytes.Contains(out, []byte("PRIVATE KEY")) || strings.Contains(fmt.Sprintf("%v %+v %#v", j, j, j), "PRIVATE KEY") {
 		t.Fatal("switch key printed")
 	}
-	if _, err := RenderSonic(SonicParams{ClusterID: "c", ServerHost: "10.99.1.10", SwitchName: "bad name"}, ca, time.Now()); err == nil {
+	if _, err := RenderSonic(SonicParams{ClusterID: "c", ServerHost: "10.99.1.10", SwitchName: "bad name", CSR: csr}, ca, time.Now()); err == nil {
 		t.Fatal("bad switch name accepted")
+	}
+	if _, err := RenderSonic(SonicParams{ClusterID: "c", ServerHost: "10.99.1.10", SwitchName: "leaf-01"}, ca, time.Now()); err == nil {
+		t.Fatal("a switch without a request got a certificate")
 	}
 	var rbac []map[string]any
 	for _, doc := range strings.Split(SonicRBAC, "\n---\n") {

@@ -75,22 +75,38 @@ type SonicParams struct {
 	ServerPort int    // 0: 6443
 	SwitchName string // the switch's node name (its hostname, lower case)
 	Validity   time.Duration
+	// CSR is the switch's checked certificate signing request: its key
+	// was made on the switch and never leaves it.
+	CSR *pki.CSR
 }
 
 // SonicJoin is a switch's join material.
 type SonicJoin struct {
 	// ConfigDB is the config_db.json fragment with KUBERNETES_MASTER|SERVER.
 	ConfigDB []byte
-	// Files are the client certificate and key ctrmgrd presents, and the
-	// cluster CA for the switch's trust store.
+	// Files are the client certificate ctrmgrd presents (its key is the
+	// one the switch made for its request) and the cluster CA for the
+	// switch's trust store.
 	Files []File
 	// UserName is the Kubernetes user the certificate authenticates as.
 	UserName string
 }
 
-// RenderSonic issues the switch's client certificate (groups
+// SonicCertRequest is the client certificate a switch with node name
+// switchName gets: user SonicUserPrefix+switchName in groups
 // system:bootstrappers:kubeadm:default-node-token, system:bootstrappers and
-// SonicGroup) and builds its KUBERNETES_MASTER|SERVER configuration.
+// SonicGroup. A switch's request may name no more than this.
+func SonicCertRequest(switchName string, validity time.Duration) pki.ClientCertRequest {
+	return pki.ClientCertRequest{
+		CommonName:    SonicUserPrefix + strings.ToLower(switchName),
+		Organizations: []string{tokens.DefaultNodeGroup, "system:bootstrappers", SonicGroup},
+		Validity:      validity,
+	}
+}
+
+// RenderSonic signs the switch's client certificate for the key of its
+// request (SonicCertRequest) and builds its KUBERNETES_MASTER|SERVER
+// configuration.
 func RenderSonic(p SonicParams, ca *pki.CA, now time.Time) (SonicJoin, error) {
 	if p.ServerPort == 0 {
 		p.ServerPort = 6443
@@ -105,29 +121,23 @@ func RenderSonic(p SonicParams, ca *pki.CA, now time.Time) (SonicJoin, error) {
 	if !validNodeName(p.ClusterID) {
 		return SonicJoin{}, fmt.Errorf("cluster id %q cannot name a CA file", p.ClusterID)
 	}
+	if p.CSR == nil {
+		return SonicJoin{}, fmt.Errorf("SONiC switch %s sent no certificate signing request", name)
+	}
 	cfg, err := SonicConfigDB(p.ServerHost, p.ServerPort)
 	if err != nil {
 		return SonicJoin{}, err
 	}
-	user := SonicUserPrefix + name
-	kp, err := ca.IssueClient(pki.ClientCertRequest{
-		CommonName:    user,
-		Organizations: []string{tokens.DefaultNodeGroup, "system:bootstrappers", SonicGroup},
-		Validity:      p.Validity,
-	}, now)
-	if err != nil {
-		return SonicJoin{}, err
-	}
-	key, err := kp.PrivateKeyPEM()
+	req := SonicCertRequest(name, p.Validity)
+	cert, err := ca.SignCSR(req, p.CSR, now)
 	if err != nil {
 		return SonicJoin{}, err
 	}
 	return SonicJoin{
 		ConfigDB: cfg,
-		UserName: user,
+		UserName: req.CommonName,
 		Files: []File{
-			{Path: SonicClientCertPath, Mode: 0o644, Content: kp.CertPEM()},
-			{Path: SonicClientKeyPath, Mode: 0o600, Content: key, Secret: true},
+			{Path: SonicClientCertPath, Mode: 0o644, Content: cert.CertPEM()},
 			{Path: fmt.Sprintf(SonicCAPathPattern, p.ClusterID), Mode: 0o644, Content: ca.CertPEM()},
 		},
 	}, nil

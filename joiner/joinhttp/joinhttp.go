@@ -98,6 +98,9 @@ type joinBody struct {
 	Kind         string `json:"kind"` // sonic | vm
 	// FileEncodings the device can decode (joiner.FileEncodingGzip).
 	FileEncodings []string `json:"file_encodings"`
+	// CSR is the PEM certificate signing request for the key the device
+	// made (joiner.JoinRequest.CSR).
+	CSR string `json:"csr"`
 }
 
 func (h *Handler) join(w http.ResponseWriter, r *http.Request) {
@@ -119,6 +122,7 @@ func (h *Handler) join(w http.ResponseWriter, r *http.Request) {
 		SONiCVersion: first(body.SONiCVersion, sonicVersion(r.Header.Get("SONiC-VERSION"))),
 		Kind:         core.DeviceKind(body.Kind),
 		RemoteIP:     remoteIP(r),
+		CSR:          body.CSR,
 	}
 	if req.Kind == "" && (strings.HasPrefix(r.UserAgent(), "SONiC-ZTP") || r.Header.Get("SONiC-VERSION") != "") {
 		req.Kind = core.KindSONiC

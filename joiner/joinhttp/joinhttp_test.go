@@ -3,13 +3,24 @@ package joinhttp
 import (
 	"bytes"
 	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +33,7 @@ import (
 	"github.com/ztpd/ztpd/joiner/agent"
 	"github.com/ztpd/ztpd/joiner/bundle"
 	"github.com/ztpd/ztpd/joiner/pki"
+	"github.com/ztpd/ztpd/testenv/testpki"
 )
 
 type fixture struct {
@@ -30,6 +42,45 @@ type fixture struct {
 	st      *boltstore.Store
 	cl      *clusters.Service
 	cluster string
+
+	mu     sync.Mutex
+	bodies []string // every POST /join body, as the server received it
+}
+
+// recording keeps the body of every POST /join before h answers it.
+func (f *fixture) recording(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/join" {
+			b, _ := io.ReadAll(r.Body)
+			f.mu.Lock()
+			f.bodies = append(f.bodies, string(b))
+			f.mu.Unlock()
+			r.Body = io.NopCloser(bytes.NewReader(b))
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// joinBodies are the POST /join bodies received so far.
+func (f *fixture) joinBodies() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.bodies)
+}
+
+// csrBody is a switch's join body with a request for a key made for it.
+func csrBody(t *testing.T, fields map[string]any) string {
+	t.Helper()
+	_, csr, err := testpki.DeviceCSR()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields["csr"] = string(csr)
+	b, err := json.Marshal(fields)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // running feeds the clusters service what ztpd's watch reports once the
@@ -66,7 +117,7 @@ func setup(t *testing.T, rules []joiner.Rule) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.srv.Config.Handler = New(f.svc, nil)
+	f.srv.Config.Handler = f.recording(New(f.svc, nil))
 	f.srv.Start()
 	t.Cleanup(f.srv.Close)
 	// The cluster, created as the API creates it.
@@ -178,6 +229,36 @@ func TestSONiCJoinAndReportWithCurl(t *testing.T) {
 		"-H", "PRODUCT-NAME: Accton-AS7712-32X", "-H", "SERIAL-NUMBER: SN-LEAF-1",
 		"-H", "BASE-MAC-ADDRESS: 0c:29:ef:00:00:01", "-H", "SONiC-VERSION: N.A",
 		"-H", "Authorization: Bearer " + secret, f.srv.URL + "/join"}
+	// Without a request for a key the switch made, nothing is issued: the
+	// plugin that sent it is older than ztpd.
+	if code, _, body := curl(t, args...); code != 400 || !strings.Contains(body, "this join plugin is too old") {
+		t.Fatalf("switch join without a CSR: %d\n%s", code, body)
+	}
+	// A request for a key ztpd does not certify: refused with the reason.
+	weak, _ := rsa.GenerateKey(rand.Reader, 1024)
+	weakDER, _ := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, weak)
+	weakBody, _ := json.Marshal(map[string]string{"csr": string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: weakDER}))})
+	if code, _, body := curl(t, append([]string{"-H", "Content-Type: application/json", "--data", string(weakBody)}, args...)...); code != 400 ||
+		!strings.Contains(body, "certificate signing request refused: RSA key of 1024 bits") {
+		t.Fatalf("switch join with an RSA-1024 CSR: %d\n%s", code, body)
+	}
+	// Both refusals are on the switch's audit trail; nothing was issued.
+	var refused []string
+	f.st.View(func(tx core.Tx) error {
+		return tx.Events().ListDevice(core.AuditEvents, "0c:29:ef:00:00:01", 0, func(ev core.Event) (bool, error) {
+			if ev.Type == "join.refused" {
+				refused = append(refused, ev.Fields["reason"]+": "+ev.Message)
+			}
+			return true, nil
+		})
+	})
+	if len(refused) != 2 || !strings.HasPrefix(refused[0], "no-csr: this join plugin is too old") || !strings.HasPrefix(refused[1], "bad-csr: ") {
+		t.Fatalf("join.refused events: %q", refused)
+	}
+	if _, err := f.svc.Membership(context.Background(), "0c:29:ef:00:00:01"); err == nil {
+		t.Fatal("a refused switch has a membership")
+	}
+	args = append([]string{"-H", "Content-Type: application/json", "--data", csrBody(t, map[string]any{})}, args...)
 	// The cluster is Starting: the switch waits (its kubelet would
 	// bootstrap the moment it had its certificate).
 	code, hdr, body := curl(t, args...)
@@ -193,9 +274,13 @@ func TestSONiCJoinAndReportWithCurl(t *testing.T) {
 	if err := json.Unmarshal([]byte(body[strings.Index(body, "{"):]), &d); err != nil {
 		t.Fatal(err)
 	}
-	// The switch's three files, then the device agent's five.
-	if d.Method != "sonic" || len(d.Files) != 3+5 || !d.Agent || !strings.Contains(d.Files[1].Content, "PRIVATE KEY") || d.ReportToken == "" {
+	// The switch's two files (its certificate and the CA: it keeps its
+	// key), then the device agent's five.
+	if d.Method != "sonic" || len(d.Files) != 2+5 || !d.Agent || d.Files[0].Path != bundle.SonicClientCertPath || d.ReportToken == "" {
 		t.Fatalf("delivery %+v", d)
+	}
+	if strings.Contains(body, "PRIVATE KEY") {
+		t.Fatal("a switch's delivery carries a private key")
 	}
 	var db map[string]map[string]map[string]string
 	if err := json.Unmarshal(d.ConfigDB, &db); err != nil || db["KUBERNETES_MASTER"]["SERVER"]["port"] != "6443" {
@@ -250,7 +335,6 @@ func TestSONiCZTPPluginEndToEnd(t *testing.T) {
 	if code, _, b := curl(t, "--interface", "127.0.0.2", "-X", "POST", "--data", `{"enrollment":"`+cp+`","mac":"02:00:00:00:00:01"}`, f.srv.URL+"/join"); code != 200 {
 		t.Fatalf("control plane: %d %s", code, b)
 	}
-	f.running(t)
 	dev := core.Device{ID: "0c:29:ef:00:00:01", MAC: "0c:29:ef:00:00:01", Kind: core.KindSONiC, Serial: "SN-LEAF-1"}
 	if err := f.st.Update(func(tx core.Tx) error { return tx.Devices().Put(dev) }); err != nil {
 		t.Fatal(err)
@@ -268,7 +352,20 @@ func TestSONiCZTPPluginEndToEnd(t *testing.T) {
 	raw, _ := json.Marshal(map[string]any{"09-join": sec})
 	os.WriteFile(input, raw, 0o600)
 	root := filepath.Join(dir, "root")
+	keyPath := root + bundle.SonicClientKeyPath
+	// The cluster is Starting: the switch makes its key, asks, is told to
+	// wait longer than it may, and gives up; its key stays for the retry.
 	cmd := exec.Command("python3", plugin, input)
+	cmd.Env = append(os.Environ(), "ZTPD_ROOT="+root, "ZTPD_MAX_WAIT=1")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "gave up waiting") {
+		t.Fatalf("plugin while Starting: %v\n%s", err, out)
+	}
+	firstKey, err := os.ReadFile(keyPath)
+	if err != nil || !strings.Contains(string(firstKey), "BEGIN EC PRIVATE KEY") {
+		t.Fatalf("the switch's key after a first try: %v\n%s", err, firstKey)
+	}
+	f.running(t)
+	cmd = exec.Command("python3", plugin, input)
 	cmd.Env = append(os.Environ(), "ZTPD_ROOT="+root, "ZTPD_MAX_WAIT=5")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -292,12 +389,46 @@ func TestSONiCZTPPluginEndToEnd(t *testing.T) {
 		t.Fatalf("agent script mode: %v %v", fi, err)
 	}
 	crt, _ := os.ReadFile(root + "/etc/sonic/credentials/restapiserver.crt")
-	key, _ := os.ReadFile(root + "/etc/sonic/credentials/restapiserver.key")
+	key, _ := os.ReadFile(keyPath)
 	if _, err := tls.X509KeyPair(crt, key); err != nil {
 		t.Fatalf("installed certificate and key do not pair: %v", err)
 	}
+	if !bytes.Equal(key, firstKey) {
+		t.Fatal("the retry made a new key instead of using the switch's")
+	}
 	if !strings.Contains(string(out), "skipped: sonic-cfggen") {
 		t.Fatalf("plugin output:\n%s", out)
+	}
+	// What went over the wire: requests for the key, never the key.
+	var asked int
+	for _, b := range f.joinBodies() {
+		if !strings.Contains(b, `"csr"`) {
+			continue
+		}
+		asked++
+		var body struct{ CSR string }
+		if err := json.Unmarshal([]byte(b), &body); err != nil {
+			t.Fatal(err)
+		}
+		csr, err := pki.ParseCSR([]byte(body.CSR))
+		if err != nil {
+			t.Fatalf("the plugin's request: %v\n%s", err, body.CSR)
+		}
+		cert, _ := pki.ParseCertPEM(crt)
+		if !cert.PublicKey.(interface{ Equal(crypto.PublicKey) bool }).Equal(csr.PublicKey()) {
+			t.Fatal("the plugin asked for another key than the one it kept")
+		}
+		if strings.Contains(b, "PRIVATE KEY") {
+			t.Fatalf("a join body carries a private key:\n%s", b)
+		}
+		for _, line := range strings.Split(string(key), "\n") {
+			if len(line) > 16 && !strings.HasPrefix(line, "-----") && strings.Contains(b, line) {
+				t.Fatalf("a join body carries the switch's key material %q", line)
+			}
+		}
+	}
+	if asked != 2 {
+		t.Fatalf("%d join requests with a CSR, want the first try's and the retry's", asked)
 	}
 	// The section's secret is used up: running the plugin again is refused.
 	cmd = exec.Command("python3", plugin, input)
@@ -322,8 +453,13 @@ func TestJoinCompressesFilesOnlyForDevicesThatAsk(t *testing.T) {
 		t.Helper()
 		f.hold(t, ip, mac)
 		tok := f.enroll(t, mac, "")
+		_, csr, err := testpki.DeviceCSR()
+		if err != nil {
+			t.Fatal(err)
+		}
+		csrJSON, _ := json.Marshal(string(csr))
 		code, _, b := curl(t, "--interface", ip, "-X", "POST", "-H", "User-Agent: SONiC-ZTP/0.1",
-			"--data", `{"enrollment":"`+tok+`","mac":"`+mac+`","kind":"sonic"`+extra+`}`, f.srv.URL+"/join")
+			"--data", `{"enrollment":"`+tok+`","mac":"`+mac+`","kind":"sonic","csr":`+string(csrJSON)+extra+`}`, f.srv.URL+"/join")
 		if code != 200 {
 			t.Fatalf("join %s: %d %s", mac, code, b)
 		}
@@ -423,5 +559,88 @@ func TestReportFromAnotherAddressIsRefused(t *testing.T) {
 		"--data", `{"state":"failed","detail":"kubeadm init failed"}`, d.ReportURL)
 	if code != 200 || !strings.Contains(body, `"state":"failed"`) {
 		t.Fatalf("report from the member's address: %d %s", code, body)
+	}
+}
+
+// TestPluginPinnedTransport: with tls-pin and an https join URL the plugin
+// talks through curl with the server's key pinned. curl checks the pin
+// even with -k (no CA is trusted): a server with another key stops the
+// plugin at once, saying why, and sees nothing; one of the pins matching
+// (several, separated by ";") lets the join through.
+func TestPluginPinnedTransport(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 not installed")
+	}
+	if _, err := exec.LookPath("openssl"); err != nil {
+		t.Skip("openssl not installed")
+	}
+	f := setup(t, []joiner.Rule{{AssertedSerials: []string{"SN-LEAF-1"}}, {MACs: []string{"02:00:00:00:00:01"}, ControlPlane: true}})
+	f.hold(t, "127.0.0.2", "02:00:00:00:00:01")
+	f.hold(t, "127.0.0.1", "0c:29:ef:00:00:01")
+	cp := f.enroll(t, "02:00:00:00:00:01", "")
+	if code, _, b := curl(t, "--interface", "127.0.0.2", "-X", "POST", "--data", `{"enrollment":"`+cp+`","mac":"02:00:00:00:00:01"}`, f.srv.URL+"/join"); code != 200 {
+		t.Fatalf("control plane: %d %s", code, b)
+	}
+	f.running(t)
+	dev := core.Device{ID: "0c:29:ef:00:00:01", MAC: "0c:29:ef:00:00:01", Kind: core.KindSONiC, Serial: "SN-LEAF-1"}
+	if err := f.st.Update(func(tx core.Tx) error { return tx.Devices().Put(dev) }); err != nil {
+		t.Fatal(err)
+	}
+	tlsSrv := httptest.NewTLSServer(f.srv.Config.Handler) // its own self-signed certificate: no CA the switch knows
+	t.Cleanup(tlsSrv.Close)
+	pinOf := func(spki []byte) string {
+		sum := sha256.Sum256(spki)
+		return "sha256//" + base64.StdEncoding.EncodeToString(sum[:])
+	}
+	right := pinOf(tlsSrv.Certificate().RawSubjectPublicKeyInfo)
+	other, err := pki.NewCA("not ztpd", pki.ECDSAP256, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := pinOf(other.Certificate().RawSubjectPublicKeyInfo)
+
+	dir := t.TempDir()
+	plugin := filepath.Join(dir, "plugin")
+	if err := os.WriteFile(plugin, Plugin(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sec, err := f.svc.ZTPSection(context.Background(), dev, "prod", "leaf-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec["join-url"] = tlsSrv.URL + "/join"
+	run := func(pin string) (string, error) {
+		sec["tls-pin"] = pin
+		raw, _ := json.Marshal(map[string]any{"09-join": sec})
+		input := filepath.Join(dir, "input.json")
+		os.WriteFile(input, raw, 0o600)
+		cmd := exec.Command("python3", plugin, input)
+		cmd.Env = append(os.Environ(), "ZTPD_ROOT="+filepath.Join(dir, "root"), "ZTPD_MAX_WAIT=60")
+		start := time.Now()
+		out, err := cmd.CombinedOutput()
+		if time.Since(start) > 20*time.Second {
+			t.Errorf("the plugin took %s: it retried", time.Since(start))
+		}
+		return string(out), err
+	}
+	before := len(f.joinBodies())
+	out, err := run(wrong)
+	if err == nil || !strings.Contains(out, "matches no tls-pin") || strings.Contains(out, "retrying") || strings.Contains(out, "cannot reach") {
+		t.Fatalf("wrong pin: %v\n%s", err, out)
+	}
+	if n := len(f.joinBodies()); n != before {
+		t.Fatalf("the server behind a wrong pin received %d join requests", n-before)
+	}
+	out, err = run(wrong + ";" + right)
+	if err != nil || !strings.Contains(out, "admitted to cluster prod") {
+		t.Fatalf("right pin among two: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "root", bundle.SonicClientCertPath)); err != nil {
+		t.Fatal(err)
+	}
+	// The secret is used up: the refusal comes through the pinned
+	// connection with its status, not as a transport error.
+	if out, err := run(right); err == nil || !strings.Contains(out, "refused (403)") {
+		t.Fatalf("replay through the pinned connection: %v\n%s", err, out)
 	}
 }

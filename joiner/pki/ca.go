@@ -1,6 +1,7 @@
 // Package pki holds a cluster's certificate authority: creation, client
-// certificates signed by it, the kubeadm discovery hash, and encryption of
-// private keys at rest. Types that hold a private key never print or marshal
+// certificates signed by it (for devices, from their own certificate
+// signing request, checked by CheckCSR), the kubeadm discovery hash, and
+// encryption of private keys at rest. Types that hold a private key never print or marshal
 // it; the plaintext key leaves only through an explicit PrivateKeyPEM call.
 package pki
 
@@ -195,29 +196,41 @@ type KeyPair struct {
 }
 
 // IssueClient signs a client certificate (ExtKeyUsage clientAuth) with a
-// fresh ECDSA P-256 key. Leaf keys are ECDSA whatever the CA type: the
-// apiserver, kubectl, kubeadm and Python requests all accept them, and they
-// cost microseconds to generate where RSA costs ~100 ms.
+// fresh ECDSA P-256 key, for ztpd's own calls and the kubeconfigs it hands
+// to API callers; devices send a request instead (SignCSR) and keep their
+// key. Leaf keys are ECDSA whatever the CA type: the apiserver, kubectl,
+// kubeadm and Python requests all accept them, and they cost microseconds
+// to generate where RSA costs ~100 ms.
 func (ca *CA) IssueClient(req ClientCertRequest, now time.Time) (*KeyPair, error) {
-	if err := validateSubjectField("common name", req.CommonName); err != nil {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
 		return nil, err
+	}
+	cert, certPEM, err := ca.issueClient(req, key.Public(), now)
+	if err != nil {
+		return nil, err
+	}
+	return &KeyPair{cert: cert, certPEM: certPEM, key: key}, nil
+}
+
+// issueClient signs the client certificate req describes for pub: the one
+// profile of every client certificate, whoever made the key.
+func (ca *CA) issueClient(req ClientCertRequest, pub crypto.PublicKey, now time.Time) (*x509.Certificate, []byte, error) {
+	if err := validateSubjectField("common name", req.CommonName); err != nil {
+		return nil, nil, err
 	}
 	for _, o := range req.Organizations {
 		if err := validateSubjectField("organization", o); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	validity := req.Validity
 	if validity <= 0 {
 		validity = ClientValidity
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
 	serial, err := randomSerial()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	notAfter := now.Add(validity).UTC()
 	if notAfter.After(ca.cert.NotAfter) {
@@ -228,21 +241,21 @@ func (ca *CA) IssueClient(req ClientCertRequest, now time.Time) (*KeyPair, error
 	var der []byte
 	signed := false
 	if shape := ca.clientShape(); shape != nil {
-		if der, signed, err = ca.signClient(shape, serial, subject, notBefore, notAfter, key.Public()); err != nil {
-			return nil, fmt.Errorf("pki: sign client certificate: %w", err)
+		if der, signed, err = ca.signClient(shape, serial, subject, notBefore, notAfter, pub); err != nil {
+			return nil, nil, fmt.Errorf("pki: sign client certificate: %w", err)
 		}
 	}
 	if !signed {
 		tmpl := clientTemplate(serial, subject, notBefore, notAfter)
-		if der, err = x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key); err != nil {
-			return nil, fmt.Errorf("pki: sign client certificate: %w", err)
+		if der, err = x509.CreateCertificate(rand.Reader, tmpl, ca.cert, pub, ca.key); err != nil {
+			return nil, nil, fmt.Errorf("pki: sign client certificate: %w", err)
 		}
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &KeyPair{cert: cert, certPEM: encodeCertPEM(der), key: key}, nil
+	return cert, encodeCertPEM(der), nil
 }
 
 // Certificate is the parsed certificate.

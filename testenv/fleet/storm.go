@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+
+	"github.com/ztpd/ztpd/testenv/testpki"
 )
 
 // Switch is one simulated SONiC switch of a storm.
@@ -39,8 +41,9 @@ type Storm struct {
 	// Progress, if set, is called with the number of devices done so far.
 	Progress func(done, failed int)
 	// Bundle, if set, receives each switch's join bundle document (the
-	// joiner's Delivery JSON, secrets included) before the switch reports.
-	Bundle func(sw Switch, doc []byte)
+	// joiner's Delivery JSON, secrets included) and the key the switch
+	// made for its certificate, before the switch reports.
+	Bundle func(sw Switch, doc, keyPEM []byte)
 }
 
 // StormResult sums a storm up.
@@ -201,9 +204,16 @@ func (s *Storm) onboard(ctx context.Context, sw Switch, leased *string, bundled 
 	}
 	mark("config", t0)
 
+	// The switch makes its key, as the join plugin does, and asks for a
+	// certificate for it.
+	keyPEM, csrPEM, err := testpki.DeviceCSR()
+	if err != nil {
+		return steps, err
+	}
 	t0 = time.Now()
 	body, _ := json.Marshal(map[string]any{"enrollment": join.Enrollment, "kind": "sonic",
-		"mac": join.MAC, "serial": join.Serial, "hostname": join.Hostname, "file_encodings": []string{"gzip+base64"}})
+		"mac": join.MAC, "serial": join.Serial, "hostname": join.Hostname, "file_encodings": []string{"gzip+base64"},
+		"csr": string(csrPEM)})
 	var bundle struct {
 		ReportURL   string `json:"report_url"`
 		ReportToken string `json:"report_token"`
@@ -232,7 +242,7 @@ func (s *Storm) onboard(ctx context.Context, sw Switch, leased *string, bundled 
 		return steps, fmt.Errorf("%s: join bundle: %w", sw.MAC, err)
 	}
 	if s.Bundle != nil {
-		s.Bundle(sw, delivery)
+		s.Bundle(sw, delivery, keyPEM)
 	}
 	for _, f := range bundle.Files {
 		if f.Path == "" {

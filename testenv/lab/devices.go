@@ -138,8 +138,8 @@ loader = importlib.machinery.SourceFileLoader("ztpd_join_plugin", sys.argv[1])
 plugin = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
 loader.exec_module(plugin)
 request_bundle = plugin.request_bundle
-def keep(sec):
-    b = request_bundle(sec)
+def keep(*args):
+    b = request_bundle(*args)
     plugin.install("` + sonicJoinFile + `", json.dumps(b), 0o600)
     return b
 plugin.request_bundle = keep

@@ -36,7 +36,7 @@ func requireLabFleetAt(t *testing.T, version string) (bin, kubeletsim string) {
 	if err := controlplane.Check(); err != nil {
 		t.Skip(err)
 	}
-	for _, tool := range []string{"dnsmasq", "dhclient", "busybox", "curl", "python3", "kubectl"} {
+	for _, tool := range []string{"dnsmasq", "dhclient", "busybox", "curl", "python3", "openssl", "kubectl"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("needs %s", tool)
 		}

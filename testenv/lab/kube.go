@@ -277,6 +277,14 @@ func (k *Kube) joinSwitch(ctx context.Context, ns *netns.NS, root string, d Devi
 	if caPath == "" {
 		return errors.New("join delivery has no cluster CA for the trust store")
 	}
+	// The switch made its key and asked for a certificate for it: the
+	// delivery carries the certificate, never a key.
+	if _, ok := del.File(bundle.SonicClientKeyPath); ok || bytes.Contains(raw, []byte("PRIVATE KEY")) {
+		return errors.New("join delivery carries a private key: ztpd made the switch's key")
+	}
+	if fi, err := os.Stat(filepath.Join(root, bundle.SonicClientKeyPath)); err != nil || fi.Mode().Perm() != 0o600 {
+		return fmt.Errorf("the switch's own key: %v (%v)", err, fi)
+	}
 	ca := filepath.Join(root, caPath)
 	progress(d.Name, "kubelet (simulated) TLS bootstrap with the switch certificate")
 	kl, err := k.startKubelet(d.Name, ns, kubeletArgs{name: del.NodeName, labels: del.NodeLabels, nodeIP: ip,

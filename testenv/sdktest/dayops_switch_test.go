@@ -34,6 +34,7 @@ import (
 	"github.com/ztpd/ztpd/testenv/kubebin"
 	"github.com/ztpd/ztpd/testenv/kubeletsim"
 	"github.com/ztpd/ztpd/testenv/netns"
+	"github.com/ztpd/ztpd/testenv/testpki"
 )
 
 // TestSwitchModeRealControlPlane: a SONiC switch that joined a
@@ -170,11 +171,19 @@ func TestSwitchModeRealControlPlane(t *testing.T) {
 		}
 		return nil
 	})
-	dsw := post(nsSw, map[string]string{"enrollment": sec.Reveal(), "mac": macSw, "serial": "SN-LEAF-9", "hostname": "leaf-9", "kind": "sonic"})
+	// The switch makes its key, as its join plugin does, and asks for a
+	// certificate for it.
+	rootSw := filepath.Join(t.TempDir(), "leaf")
+	swKey, swCSR, err := testpki.DeviceCSR()
+	if err != nil {
+		t.Fatal(err)
+	}
+	installDelivery(t, joiner.Delivery{Files: []joiner.DeliveredFile{{Path: bundle.SonicClientKeyPath, Mode: "0600", Content: string(swKey)}}}, rootSw)
+	dsw := post(nsSw, map[string]string{"enrollment": sec.Reveal(), "mac": macSw, "serial": "SN-LEAF-9", "hostname": "leaf-9", "kind": "sonic",
+		"csr": string(swCSR)})
 	if dsw.Method != "sonic" || !dsw.Agent {
 		t.Fatalf("switch bundle: method %q agent %v", dsw.Method, dsw.Agent)
 	}
-	rootSw := filepath.Join(t.TempDir(), "leaf")
 	installDelivery(t, dsw, rootSw)
 	var swKubelet *kubeletsim.Kubelet
 	startSwitchKubelet := func() {

@@ -487,8 +487,8 @@ func (c *client) onboardSwitches(ctx context.Context) ([]sonicBundle, error) {
 	var mu sync.Mutex
 	var parseErrs []error
 	storm := &fleet.Storm{Relay: c.relay, Concurrency: c.o.conc, Switches: switches,
-		Bundle: func(sw fleet.Switch, doc []byte) {
-			b, err := parseSonicBundle(doc)
+		Bundle: func(sw fleet.Switch, doc, keyPEM []byte) {
+			b, err := parseSonicBundle(doc, keyPEM)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -508,17 +508,19 @@ func (c *client) onboardSwitches(ctx context.Context) ([]sonicBundle, error) {
 	return out, nil
 }
 
-func parseSonicBundle(doc []byte) (sonicBundle, error) {
+// parseSonicBundle reads a switch's delivery; keyPEM is the key the switch
+// made for its certificate.
+func parseSonicBundle(doc, keyPEM []byte) (sonicBundle, error) {
 	d, err := lab.ParseSonicDelivery(doc)
 	if err != nil {
 		return sonicBundle{}, err
 	}
 	b := sonicBundle{nodeName: d.NodeName, labels: d.NodeLabels, server: d.Server()}
 	b.cert, _ = d.File(bundle.SonicClientCertPath)
-	b.key, _ = d.File(bundle.SonicClientKeyPath)
+	b.key = keyPEM
 	_, b.ca = d.CAFile()
 	if b.cert == nil || b.key == nil || b.ca == nil {
-		return b, errors.New("bundle lacks the client certificate and key or the cluster CA")
+		return b, errors.New("bundle lacks the client certificate or the cluster CA")
 	}
 	return b, nil
 }
