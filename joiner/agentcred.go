@@ -51,8 +51,8 @@ func (s *Service) issueAgentCredential(tx core.Tx, m *core.Membership, cred toke
 
 // AuthenticateAgent is the device a device agent's request comes from: the
 // credential must be one ztpd issued and has not revoked, and the request's
-// address must be held by that same device (an active lease or an
-// operator-declared binding, core.HolderOf), so a credential copied off a
+// address must be held by that same device (holderOf: an active lease or
+// an operator-declared binding), so a credential copied off a
 // device is worthless anywhere else. A refusal wraps ErrAgentRefused in an
 // *AgentRefusal that says why.
 func (s *Service) AuthenticateAgent(ctx context.Context, credential string, remote netip.Addr) (string, error) {
@@ -79,28 +79,20 @@ func (s *Service) AuthenticateAgent(ctx context.Context, credential string, remo
 		if rec.Revoked {
 			return &AgentRefusal{ID: cred.ID(), Device: rec.Device, Reason: "credential revoked"}
 		}
-		h, err := core.HolderOf(tx, remote.Unmap(), now, s.opts.Bindings)
-		if errors.Is(err, core.ErrNoHolder) {
+		_, _, err = holderOf(tx, remote, now, s.opts.Bindings, asker{device: rec.Device})
+		var wrong *wrongHolderError
+		switch {
+		case errors.Is(err, ErrNotHolder):
 			return &AgentRefusal{ID: cred.ID(), Device: rec.Device, Reason: remote.String() + " holds no lease and no binding"}
-		}
-		if err != nil {
+		case errors.As(err, &wrong):
+			return &AgentRefusal{ID: cred.ID(), Device: rec.Device, Reason: wrong.detail()}
+		case err != nil:
 			return err
-		}
-		if h.MAC != rec.Device {
-			return &AgentRefusal{ID: cred.ID(), Device: rec.Device,
-				Reason: fmt.Sprintf("asked from %s, which %s holds", remote, holderName(h))}
 		}
 		device = rec.Device
 		return nil
 	})
 	return device, err
-}
-
-func holderName(h core.Holder) string {
-	if h.MAC != "" {
-		return "device " + h.MAC
-	}
-	return "a binding without a device"
 }
 
 // RevokeAgent revokes a device's agent credential (a scaled-down or

@@ -603,27 +603,14 @@ func learnStated(d *core.Device, stated *devices.Facts, now time.Time) bool {
 }
 
 // holder identifies the device a join comes from: the holder of the
-// request's address, and its MAC. A binding declared by serial only names
-// no MAC: the request's own MAC is taken when its serial is the binding's.
+// request's address and its device (holderOf), the request's MAC and
+// serial only selecting.
 func (s *Service) holder(tx core.Tx, req JoinRequest, now time.Time) (core.Holder, string, error) {
 	ip, err := netip.ParseAddr(req.RemoteIP)
 	if err != nil {
 		return core.Holder{}, "", fmt.Errorf("%w: the request's address is unknown", ErrNotHolder)
 	}
-	h, err := core.HolderOf(tx, ip, now, s.opts.Bindings)
-	if errors.Is(err, core.ErrNoHolder) {
-		return h, "", fmt.Errorf("%w: %s", ErrNotHolder, ip)
-	}
-	if err != nil {
-		return h, "", err
-	}
-	if h.MAC != "" {
-		return h, h.MAC, nil
-	}
-	if req.MAC == "" || req.Serial == "" || req.Serial != h.Binding.Serial {
-		return h, "", ErrBindingMismatch
-	}
-	return h, req.MAC, nil
+	return holderOf(tx, ip, now, s.opts.Bindings, asker{mac: req.MAC, serial: req.Serial})
 }
 
 // mayReissue reports whether a member's bundle may be handed out again:

@@ -70,7 +70,7 @@ func (s *Service) Report(ctx context.Context, credential string, remote netip.Ad
 		if !ok || m.ReportID != rec.ID || m.Cluster != rec.Cluster {
 			return ErrReportInvalid // superseded by a re-issued bundle
 		}
-		if err := holdsFor(tx, remote, now, s.opts.Bindings, m.Device); err != nil {
+		if _, _, err := holderOf(tx, remote, now, s.opts.Bindings, asker{device: m.Device}); err != nil {
 			return err
 		}
 		if !holdsSlot(m.State) {
@@ -115,32 +115,6 @@ func (s *Service) Report(ctx context.Context, credential string, remote netip.Ad
 		}
 	}
 	return out, err
-}
-
-// holdsFor checks that the device is the holder of remote: its lease or
-// binding, or a binding declared by serial only that names the device's
-// serial.
-func holdsFor(tx core.Tx, remote netip.Addr, now time.Time, b core.Bindings, device string) error {
-	h, err := core.HolderOf(tx, remote.Unmap(), now, b)
-	if errors.Is(err, core.ErrNoHolder) {
-		return fmt.Errorf("%w: %s", ErrNotHolder, remote)
-	}
-	if err != nil {
-		return err
-	}
-	if h.MAC == device {
-		return nil
-	}
-	if h.MAC == "" && h.Binding != nil && h.Binding.Serial != "" {
-		d, err := tx.Devices().Get(device)
-		if err != nil && !errors.Is(err, core.ErrNotFound) {
-			return err
-		}
-		if err == nil && d.Serial == h.Binding.Serial {
-			return nil
-		}
-	}
-	return fmt.Errorf("%w: asked from %s, which %s holds", ErrWrongHolder, remote, holderName(h))
 }
 
 // Revoke marks a token revoked (kind kubeadm, k3s, enrollment or report).

@@ -191,7 +191,9 @@ type Progress struct {
 	// Device is the device as the request saw it (the record, or what
 	// DHCP, the lease or a binding says of a device not stored yet): a
 	// device without a record starts from it, a record lacking its facts
-	// learns them (FactsOf, by the one rule).
+	// learns them (FactsOf, by the one rule). Written behind, it may be
+	// older than the record by then: a fact that follows the device is
+	// taken from it only where the record has none.
 	Device core.Device
 	// Facts is what the request stated (Source SourceContent), merged into
 	// the record by the one rule; none for a request refused for them, or
@@ -630,7 +632,7 @@ func mergeProgress(cur *core.Device, had bool, p *Progress, conf *conflicts) boo
 		cur.State, cur.FirstSeen, cur.SerialConflict = core.StateDiscovered, now, nil
 	}
 	before := *cur
-	seen := FactsOf(&p.Device, SourceContent)
+	seen := FactsOf(&p.Device, SourceContent).asViewOf(cur)
 	conf.merge(cur, &seen, now)
 	conf.merge(cur, &p.Facts, now)
 	if p.Next != "" {

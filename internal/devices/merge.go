@@ -149,6 +149,29 @@ func FactsOf(d *core.Device, src Source) Facts {
 	return f
 }
 
+// asViewOf is f, what a view of device d states (FactsOf: what a part
+// knew of it when it answered), as far as it may teach d's record: its
+// identity facts by the rule (Merge: they fill in, a contradiction is
+// noted), the facts that follow the device only where d has none. A view
+// can be older than what d's record learnt since it was taken (a join's
+// hostname written before the fetch that was answered from the view): those
+// facts follow the device's own statements, never an older view of it.
+func (f Facts) asViewOf(d *core.Device) Facts {
+	for _, p := range [...]struct {
+		have string
+		v    *string
+	}{
+		{d.Hostname, &f.Hostname}, {d.SONiCVer, &f.SONiCVer}, {d.IP, &f.IP}, {d.Subnet, &f.Subnet},
+		{d.ClientID, &f.ClientID}, {d.VendorClass, &f.VendorClass}, {d.RelayAddr, &f.RelayAddr},
+		{d.CircuitID, &f.CircuitID}, {d.RemoteID, &f.RemoteID},
+	} {
+		if p.have != "" {
+			*p.v = ""
+		}
+	}
+	return f
+}
+
 // Update makes f the latest statement of each fact: every fact newer
 // states replaces f's (a reporter that coalesces several statements of one
 // device before handing them in, as DHCP between two commits). Unlike
