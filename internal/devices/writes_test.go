@@ -16,26 +16,26 @@ type putCounter struct {
 }
 
 func (c *putCounter) Update(fn func(core.Tx) error) error {
-	return c.Store.Update(func(tx core.Tx) error { return fn(countingTx{tx, c}) })
+	return c.Store.Update(func(tx core.Tx) error { return fn(putCountingTx{tx, c}) })
 }
 
 func (c *putCounter) Batch(fn func(core.Tx) error) error {
-	return c.Store.Batch(func(tx core.Tx) error { return fn(countingTx{tx, c}) })
+	return c.Store.Batch(func(tx core.Tx) error { return fn(putCountingTx{tx, c}) })
 }
 
-type countingTx struct {
+type putCountingTx struct {
 	core.Tx
 	c *putCounter
 }
 
-func (t countingTx) Devices() core.Devices { return countingDevices{t.Tx.Devices(), t.c} }
+func (t putCountingTx) Devices() core.Devices { return putCountingDevices{t.Tx.Devices(), t.c} }
 
-type countingDevices struct {
+type putCountingDevices struct {
 	core.Devices
 	c *putCounter
 }
 
-func (d countingDevices) Put(dev core.Device) error {
+func (d putCountingDevices) Put(dev core.Device) error {
 	d.c.puts[dev.ID]++
 	return d.Devices.Put(dev)
 }
