@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ztpd/ztpd/api/rest"
 	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
@@ -19,30 +20,14 @@ import (
 	"github.com/ztpd/ztpd/internal/httpserve"
 )
 
-// ISOStore stores binaries ISOs (images/imagestore satisfies it).
-type ISOStore interface {
-	Add(ctx context.Context, r io.Reader, m imagestore.Meta, wantSHA string) (core.Image, bool, error)
-	Remove(ref string) (core.Image, error)
-	// Resolve finds an image by sha256, any of its names, or a unique
-	// sha256 prefix.
-	Resolve(ref string) (core.Image, error)
-}
-
 // AdminDeps are what the local admin routes need.
 type AdminDeps struct {
 	Keys     *apikeys.Service
 	Clusters *clusters.Service
-	ISOs     ISOStore
+	ISOs     rest.ISOStore
 	// ISOBaseURL is where devices and CloudStack fetch ISOs, e.g.
 	// http://10.99.0.1:8080/isos/ (endpoints.Endpoints.ISOs).
 	ISOBaseURL string
-}
-
-// NewKeyResult is the answer to an API key creation: the only time the
-// secret is shown.
-type NewKeyResult struct {
-	apikeys.Info
-	SecretKey string `json:"secret_key"`
 }
 
 // VersionAddResult is the answer to a local "kube-version add": what a real
@@ -69,7 +54,7 @@ func MountAdmin(mux *http.ServeMux, d AdminDeps, log *slog.Logger) {
 	}
 	mux.HandleFunc("POST /admin/apikeys", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
-		res, err := createKey(d.Keys, q.Get("name"), q.Get("account"), q.Get("role"))
+		res, err := rest.CreateKey(d.Keys, q.Get("name"), q.Get("account"), q.Get("role"))
 		answer(w, r, http.StatusCreated, res, err)
 	})
 	mux.HandleFunc("GET /admin/apikeys", func(w http.ResponseWriter, r *http.Request) {
@@ -126,7 +111,7 @@ func addVersionFromISO(ctx context.Context, d AdminDeps, r *http.Request) (Versi
 	if err != nil {
 		return VersionAddResult{}, core.WrapError(core.KindInvalid, err.Error(), err)
 	}
-	spec := isoVersionSpec(clusters.VersionSpec{Name: name, SemVer: sv.String(), MinCPU: minCPU, MinMemoryMB: minMem},
+	spec := rest.ISOVersionSpec(clusters.VersionSpec{Name: name, SemVer: sv.String(), MinCPU: minCPU, MinMemoryMB: minMem},
 		d.ISOBaseURL, isoName, im)
 	res := VersionAddResult{Image: im, URL: spec.URL, Checksum: spec.Checksum}
 	v, err := d.Clusters.AddVersion(ctx, clusters.LocalAdmin, spec)

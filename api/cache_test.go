@@ -226,7 +226,7 @@ func TestClusterListCacheKeepsAuthentication(t *testing.T) {
 	old := &csClient{t: t, base: e.ts.URL, apiKey: e.user.APIKey, secret: e.userSec, http: e.ts.Client(),
 		expires: time.Now().UTC().Add(time.Minute)}
 	listClusters(t, old, nil)
-	e.clock.advance(2 * time.Minute)
+	e.clock.Advance(2 * time.Minute)
 	errorBody(t, old.call("listKubernetesClusters", nil, false), "listkubernetesclustersresponse", 401, 9999, auth.FailedText)
 
 	if _, err := e.keys.Revoke(e.user.APIKey); err != nil {

@@ -388,7 +388,7 @@ func TestFailedAuthIsRateLimitedAndLoggedWithoutSecrets(t *testing.T) {
 		t.Fatalf("REST while blocked: %d %q", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 	// One failure's worth of time later (20 s at 3/min) one attempt is allowed.
-	e.clock.advance(21 * time.Second)
+	e.clock.Advance(21 * time.Second)
 	if r := good.call("listZones", nil, false); r.status != 200 {
 		t.Fatalf("after refill: %d %s", r.status, r.raw)
 	}

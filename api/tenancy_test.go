@@ -5,53 +5,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ztpd/ztpd/api/client"
-	"github.com/ztpd/ztpd/internal/apikeys"
-	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 )
-
-// tenancyEnv: the user key "dev" owns cluster "mine", another user key
-// "eve" (its own account) owns "theirs", and the admin owns "ops". One
-// device is a member of each of "mine" and "theirs", with a lease.
-func tenancyEnv(t *testing.T) (e *env, eve apikeys.Info, eveSec string, mine, theirs, ops core.Cluster) {
-	e = newEnv(t, envOpts{})
-	var err error
-	if eve, eveSec, err = e.keys.Create("eve", apikeys.RoleUser); err != nil {
-		t.Fatal(err)
-	}
-	mine = makeCluster(t, e, clusters.Caller{APIKey: e.user.APIKey, Name: "dev", Account: e.user.Account}, "mine")
-	theirs = makeCluster(t, e, clusters.Caller{APIKey: eve.APIKey, Name: "eve", Account: eve.Account}, "theirs")
-	ops = makeCluster(t, e, adminCaller(e), "ops")
-	now := time.Now().UTC()
-	err = e.st.Update(func(tx core.Tx) error {
-		for i, c := range []core.Cluster{mine, theirs} {
-			mac := []string{"02:00:00:00:0a:01", "02:00:00:00:0b:01"}[i]
-			ip := []string{"10.99.10.1", "10.99.11.1"}[i]
-			if err := tx.Devices().Put(core.Device{ID: mac, MAC: mac, Kind: core.KindVM, IP: ip, Cluster: c.ID,
-				State: core.StateJoined, FirstSeen: now, LastSeen: now, UpdatedAt: now}); err != nil {
-				return err
-			}
-			if err := tx.Memberships().Put(core.Membership{Device: mac, Cluster: c.ID, Role: "worker", State: core.StateJoined}); err != nil {
-				return err
-			}
-			if err := tx.Memberships().Enlist(c.ID, mac, "worker"); err != nil {
-				return err
-			}
-			if err := tx.Leases().Put(core.Lease{IP: ip, MAC: mac, Subnet: "lab", State: core.LeaseActive,
-				Start: now, Expiry: now.Add(time.Hour), UpdatedAt: now}); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return
-}
 
 func listedNames(t *testing.T, inner map[string]json.RawMessage) string {
 	t.Helper()

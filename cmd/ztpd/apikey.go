@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ztpd/ztpd/api"
+	"github.com/ztpd/ztpd/api/rest"
 	"github.com/ztpd/ztpd/internal/apikeys"
 )
 
@@ -47,7 +47,7 @@ SHA-256 hash; it never appears in lists, events or logs.`,
 		Short: "Create a key and print its secret (shown only this once)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var res api.NewKeyResult
+			var res rest.NewKeyResult
 			if err := adminDo(opts, "POST", "/admin/apikeys?"+url.Values{"role": {role}, "name": {name}, "account": {account}}.Encode(), nil, &res); err != nil {
 				return err
 			}
