@@ -10,7 +10,6 @@ import (
 
 	"github.com/ztpd/ztpd/api/auth"
 	"github.com/ztpd/ztpd/api/client"
-	"github.com/ztpd/ztpd/api/rest"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
@@ -84,12 +83,11 @@ func (s *Door) HasSession(r *http.Request) bool { return hasSessionCookie(r) }
 // (rest.Sessions).
 func (s *Door) Authenticate(c *gin.Context) (apikeys.Credential, bool) { return s.consoleAuth(c) }
 
-// restFail answers err in the REST error shape (the console's routes are
-// refused as REST's are) and stops the handler chain.
-func (s *Door) restFail(c *gin.Context, err error) {
+// fail answers err in the REST error shape (the console's routes are
+// refused as REST's are: rest.Refuse) and stops the handler chain.
+// Internal errors are logged with a request id, which is all the client
+// sees.
+func (s *Door) fail(c *gin.Context, err error) {
 	httpserve.WriteError(c.Writer, c.Request, s.log, err)
 	c.Abort()
 }
-
-// restRefuse answers a refusal of kind k in the REST error shape.
-func restRefuse(c *gin.Context, k core.ErrorKind, msg string) { rest.Refuse(c, k, msg) }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ztpd/ztpd/api/rest"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
@@ -90,7 +91,7 @@ func (s *Door) pgServe(p consolePage) gin.HandlerFunc {
 		}
 		var buf bytes.Buffer
 		if err := Render(&buf, v); err != nil {
-			s.restFail(c, core.Errorf(core.KindInternal, "console page %s: %v", v.Page, err))
+			s.fail(c, core.Errorf(core.KindInternal, "console page %s: %v", v.Page, err))
 			return
 		}
 		h := c.Writer.Header()
@@ -123,7 +124,7 @@ func pgStatic(c *gin.Context) {
 	c.Set("op", "console.static")
 	a, ok := StaticAsset(c.Param("name"))
 	if !ok || a.Hash != c.Param("hash") {
-		restRefuse(c, core.KindNotFound, "no such console asset: "+c.Request.URL.Path)
+		rest.Refuse(c, core.KindNotFound, "no such console asset: "+c.Request.URL.Path)
 		return
 	}
 	h := c.Writer.Header()

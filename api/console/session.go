@@ -6,7 +6,6 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
-	"github.com/ztpd/ztpd/api/auth"
 	"net"
 	"net/http"
 	"net/url"
@@ -14,6 +13,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ztpd/ztpd/api/auth"
+	"github.com/ztpd/ztpd/api/rest"
 
 	"github.com/gin-gonic/gin"
 
@@ -253,7 +255,7 @@ func (s *Door) consoleAuth(c *gin.Context) (apikeys.Credential, bool) {
 		s.log.Warn("API request refused: cross-site request with a console session", "api", "console",
 			"client", auth.ClientIP(r), "op", r.Method+" "+r.URL.Path, "sec_fetch_site", r.Header.Get("Sec-Fetch-Site"))
 		s.metrics.authFailures.WithLabelValues("console", "cross_site").Inc()
-		restRefuse(c, core.KindPermission, "cross-site request refused")
+		rest.Refuse(c, core.KindPermission, "cross-site request refused")
 		return apikeys.Credential{}, false
 	}
 	sess, cred, ok := s.sessionCred(r, true)
@@ -265,14 +267,14 @@ func (s *Door) consoleAuth(c *gin.Context) (apikeys.Credential, bool) {
 		s.log.Info("API request refused: no live console session", "api", "console", "client", auth.ClientIP(r),
 			"op", r.Method+" "+r.URL.Path)
 		c.Header("WWW-Authenticate", "ztpd-session")
-		restRefuse(c, core.KindAuth, "console session expired or signed out: sign in again")
+		rest.Refuse(c, core.KindAuth, "console session expired or signed out: sign in again")
 		return apikeys.Credential{}, false
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead && !csrfMatches(sess.CSRF, r.Header.Get(csrfHeader)) {
 		s.metrics.authFailures.WithLabelValues("console", "csrf").Inc()
 		s.log.Warn("API write refused: missing or wrong CSRF token", "api", "console", "client", auth.ClientIP(r),
 			"api_key", sess.APIKey, "op", r.Method+" "+r.URL.Path)
-		restRefuse(c, core.KindPermission, "missing or wrong CSRF token")
+		rest.Refuse(c, core.KindPermission, "missing or wrong CSRF token")
 		return apikeys.Credential{}, false
 	}
 	return cred, true
@@ -355,12 +357,12 @@ func consoleForm(c *gin.Context) (url.Values, bool) {
 	}
 	ct := r.Header.Get("Content-Type")
 	if ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/x-www-form-urlencoded") {
-		restRefuse(c, core.KindInvalid, "the form must be sent as application/x-www-form-urlencoded")
+		rest.Refuse(c, core.KindInvalid, "the form must be sent as application/x-www-form-urlencoded")
 		return nil, false
 	}
 	r.Body = http.MaxBytesReader(c.Writer, r.Body, maxSignInForm)
 	if err := r.ParseForm(); err != nil {
-		restRefuse(c, core.KindInvalid, "malformed form: "+err.Error())
+		rest.Refuse(c, core.KindInvalid, "malformed form: "+err.Error())
 		return nil, false
 	}
 	return r.PostForm, true
@@ -375,7 +377,7 @@ func (s *Door) consoleSignIn(c *gin.Context) {
 		s.metrics.authFailures.WithLabelValues("console", "cross_site").Inc()
 		s.log.Warn("console sign-in refused: posted from another site", "api", "console", "client", ip,
 			"origin", r.Header.Get("Origin"), "sec_fetch_site", r.Header.Get("Sec-Fetch-Site"))
-		restRefuse(c, core.KindPermission, "sign-in refused: the form was posted from another site")
+		rest.Refuse(c, core.KindPermission, "sign-in refused: the form was posted from another site")
 		return
 	}
 	next := "/"
@@ -417,12 +419,12 @@ func (s *Door) consoleSignIn(c *gin.Context) {
 	}
 	value, id, err := newSessionValue()
 	if err != nil {
-		s.restFail(c, err)
+		s.fail(c, err)
 		return
 	}
 	csrf, _, err := newSessionValue()
 	if err != nil {
-		s.restFail(c, err)
+		s.fail(c, err)
 		return
 	}
 	if old, ok := sessionIDOf(r); ok {
@@ -432,7 +434,7 @@ func (s *Door) consoleSignIn(c *gin.Context) {
 	// The audit trail says who used the console from where; a sign-in
 	// that cannot be recorded is refused.
 	if err := s.auditConsole("api.console.signin", "console sign-in", cred, ip, now); err != nil {
-		s.restFail(c, err)
+		s.fail(c, err)
 		return
 	}
 	s.sessions.add(id, &sessionEntry{apiKey: cred.APIKey, csrf: csrf, created: now, lastUsed: now, expires: now.Add(sessionTTL)}, now)
@@ -461,7 +463,7 @@ func (s *Door) consoleSignOut(c *gin.Context) {
 			if !csrfMatches(sess.CSRF, token) {
 				s.metrics.authFailures.WithLabelValues("console", "csrf").Inc()
 				s.log.Warn("console sign-out refused: missing or wrong CSRF token", "api", "console", "client", auth.ClientIP(r), "api_key", sess.APIKey)
-				restRefuse(c, core.KindPermission, "missing or wrong CSRF token")
+				rest.Refuse(c, core.KindPermission, "missing or wrong CSRF token")
 				return
 			}
 			s.log.Info("console signed out", "api", "console", "client", auth.ClientIP(r), "api_key", sess.APIKey)

@@ -463,7 +463,7 @@ func (s *Door) consoleStream(c *gin.Context) {
 	r := c.Request
 	if !sameOriginFetch(r) {
 		s.metrics.authFailures.WithLabelValues("console", "cross_site").Inc()
-		restRefuse(c, core.KindPermission, "cross-site request refused")
+		rest.Refuse(c, core.KindPermission, "cross-site request refused")
 		return
 	}
 	id, ok := sessionIDOf(r)
@@ -480,7 +480,7 @@ func (s *Door) consoleStream(c *gin.Context) {
 	sub.srv, _ = r.Context().Value(http.ServerContextKey).(*http.Server)
 	seq, err := s.hub.subscribe(sub)
 	if err != nil {
-		s.restFail(c, err)
+		s.fail(c, err)
 		return
 	}
 	defer s.hub.unsubscribe(sub)

@@ -53,7 +53,7 @@ func (s *Door) routeConsoleREST(e *gin.Engine, g *gin.RouterGroup) {
 // ownClusters). Unmatched are the devices whose last ZTP request got no
 // content, whatever their state (listDevices' state=unmatched). The counts
 // come from the tally of the current generation of the devices (one scan
-// per device write shared by every view: console_counts.go).
+// per device write shared by every view: counts.go).
 func (s *Door) deviceCounts(own map[string]bool) (deviceCounts, error) {
 	t, err := s.deviceTally()
 	if err != nil {
@@ -143,7 +143,7 @@ func eventFilter(sc devices.Scope) func(core.Event) bool {
 }
 
 // recentEvents is the onboarding histogram of the last hour (device
-// stream, from the marks kept between calls: console_counts.go) and the
+// stream, from the marks kept between calls: counts.go) and the
 // newest n events of both streams, newest first, that keep accepts (read
 // back at most onboardingScanMax events per stream).
 func (s *Door) recentEvents(keep func(core.Event) bool, n int) (client.Onboarding, []client.Event, error) {
