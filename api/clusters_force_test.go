@@ -14,6 +14,7 @@ import (
 
 	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/api/internal/apitest"
+	"github.com/ztpd/ztpd/api/rest"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -56,18 +57,18 @@ func TestRESTDeleteForce(t *testing.T) {
 	ts := httptest.NewServer(New(Deps{Metrics: prometheus.NewRegistry(), Log: slog.New(slog.NewTextHandler(e.logs, nil)), Store: e.st, Clusters: cs, Keys: e.keys,
 		Now: e.clock.Now}).Handler())
 	t.Cleanup(ts.Close)
-	_, router := loadDoc(t)
-	a := &restClient{t: t, base: ts.URL, apiKey: e.admin.APIKey, secret: e.adminSec, http: ts.Client(), router: router}
+	_, router := apitest.LoadDoc(t, rest.OpenAPI())
+	a := &apitest.RESTClient{T: t, Base: ts.URL, APIKey: e.admin.APIKey, Secret: e.adminSec, HTTP: ts.Client(), Router: router}
 
-	wait := func(r restResp) client.Job {
+	wait := func(r apitest.RESTResp) client.Job {
 		t.Helper()
-		if r.status != 202 {
-			t.Fatalf("not accepted: %d %s", r.status, r.raw)
+		if r.Status != 202 {
+			t.Fatalf("not accepted: %d %s", r.Status, r.Raw)
 		}
-		loc := r.header.Get("Location")
+		loc := r.Header.Get("Location")
 		for range 500 {
 			var j client.Job
-			a.do("GET", loc, nil).decode(t, &j)
+			a.Do("GET", loc, nil).Decode(t, &j)
 			if j.Status != "pending" {
 				return j
 			}
@@ -80,7 +81,7 @@ func TestRESTDeleteForce(t *testing.T) {
 		URL: "http://10.99.0.1:8080/isos/v1.30.2.iso"}); err != nil {
 		t.Fatal(err)
 	}
-	if j := wait(a.do("POST", "/api/v1/clusters", map[string]any{"name": "lab", "version": "v1.30.2", "size": 2})); j.Status != "succeeded" {
+	if j := wait(a.Do("POST", "/api/v1/clusters", map[string]any{"name": "lab", "version": "v1.30.2", "size": 2})); j.Status != "succeeded" {
 		t.Fatalf("create: %+v", j)
 	}
 	c, err := cs.GetCluster(context.Background(), clusters.LocalAdmin, "lab")
@@ -92,22 +93,22 @@ func TestRESTDeleteForce(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if r := a.do("DELETE", "/api/v1/clusters/lab?force=maybe", nil); r.status != 400 || !strings.Contains(string(r.raw), "force must be true or false") {
-		t.Fatalf("force=maybe: %d %s", r.status, r.raw)
+	if r := a.Do("DELETE", "/api/v1/clusters/lab?force=maybe", nil); r.Status != 400 || !strings.Contains(string(r.Raw), "force must be true or false") {
+		t.Fatalf("force=maybe: %d %s", r.Status, r.Raw)
 	}
-	j := wait(a.do("DELETE", "/api/v1/clusters/lab", nil))
+	j := wait(a.Do("DELETE", "/api/v1/clusters/lab", nil))
 	if j.Status != "failed" || j.Error == nil || !strings.Contains(j.Error.Message, "disruption budget db-pdb") || len(j.Abandoned) != 0 {
 		t.Fatalf("delete without force: %+v", j)
 	}
 	if got, _ := cs.GetCluster(context.Background(), clusters.LocalAdmin, "lab"); got.Cluster.State != core.ClusterAlert {
 		t.Fatalf("after the failed delete the cluster is %s", got.Cluster.State)
 	}
-	j = wait(a.do("DELETE", "/api/v1/clusters/lab?force=true", nil))
+	j = wait(a.Do("DELETE", "/api/v1/clusters/lab?force=true", nil))
 	if j.Status != "succeeded" || len(j.Abandoned) != 1 || j.Abandoned[0] != (client.AbandonedNode(abandonedWorker)) {
 		t.Fatalf("forced delete: %+v", j)
 	}
-	if r := a.do("GET", "/api/v1/clusters/lab", nil); r.status != 404 {
-		t.Fatalf("force-deleted cluster: %d %s", r.status, r.raw)
+	if r := a.Do("GET", "/api/v1/clusters/lab", nil); r.Status != 404 {
+		t.Fatalf("force-deleted cluster: %d %s", r.Status, r.Raw)
 	}
 	// The same job through CloudStack: a plain success whose text says
 	// what was abandoned.

@@ -9,16 +9,15 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/ztpd/ztpd/api/auth"
-	"github.com/ztpd/ztpd/api/internal/apitest"
-
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ztpd/ztpd/api/auth"
+	"github.com/ztpd/ztpd/api/internal/apitest"
+	"github.com/ztpd/ztpd/api/rest"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
@@ -39,36 +38,9 @@ type csClient struct {
 	http    *http.Client
 }
 
-// encodeValues mirrors the SDK: sort keys, url.QueryEscape each value, then
-// "+" -> "%20" and "%2A" -> "*".
-func encodeValues(v url.Values) string {
-	keys := make([]string, 0, len(v))
-	for k := range v {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var parts []string
-	for _, k := range keys {
-		for _, val := range v[k] {
-			e := url.QueryEscape(val)
-			e = strings.ReplaceAll(e, "+", "%20")
-			e = strings.ReplaceAll(e, "%2A", "*")
-			parts = append(parts, k+"="+e)
-		}
-	}
-	return strings.Join(parts, "&")
-}
-
 func hmacSig(secret, s string) string {
 	m := hmac.New(sha1.New, []byte(secret))
 	m.Write([]byte(strings.ToLower(s)))
-	return base64.StdEncoding.EncodeToString(m.Sum(nil))
-}
-
-// hmacExact is the REST signature: the same HMAC over the string as is.
-func hmacExact(secret, s string) string {
-	m := hmac.New(sha1.New, []byte(secret))
-	m.Write([]byte(s))
 	return base64.StdEncoding.EncodeToString(m.Sum(nil))
 }
 
@@ -113,7 +85,7 @@ func (c *csClient) call(command string, params map[string]string, post bool) csR
 		exp = time.Now().UTC().Add(15 * time.Minute)
 	}
 	v.Set("expires", exp.Format(time.RFC3339))
-	s := encodeValues(v)
+	s := apitest.EncodeValues(v)
 	sig := hmacSig(c.secret, s)
 	var resp *http.Response
 	var err error
@@ -269,4 +241,8 @@ func tenancyEnv(t *testing.T) (e *env, eve apikeys.Info, eveSec string, mine, th
 	e = newEnv(t, envOpts{})
 	eve, eveSec, mine, theirs, ops = e.fx.Tenancy(t)
 	return
+}
+
+func (e *env) rest(key, secret string) *apitest.RESTClient {
+	return apitest.NewRESTClient(e.t, e.ts, key, secret, rest.OpenAPI())
 }

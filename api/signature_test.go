@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/api/auth"
-
+	"github.com/ztpd/ztpd/api/internal/apitest"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -37,7 +37,7 @@ func rawGet(t *testing.T, e *env, pathAndQuery string, hdr http.Header) (int, st
 // signedCS is an SDK-style signed query (values URL-encoded, names as
 // they are, signature last), built apart from package signing.
 func signedCS(v url.Values, secret string) string {
-	s := encodeValues(v)
+	s := apitest.EncodeValues(v)
 	return s + "&signature=" + url.QueryEscape(hmacSig(secret, s))
 }
 
@@ -59,7 +59,7 @@ func TestReshapedExpiredSignatureIsRefused(t *testing.T) {
 	exp := e.clock.Now().UTC().Add(time.Minute).Format(time.RFC3339)
 	v := url.Values{"apiKey": {e.admin.APIKey}, "command": {"deleteKubernetesCluster"}, "id": {c.ID},
 		"response": {"json"}, "signatureversion": {"3"}, "expires": {exp}}
-	s := encodeValues(v)
+	s := apitest.EncodeValues(v)
 	sig := hmacSig(e.adminSec, s)
 	e.clock.Advance(2 * time.Minute)
 
@@ -69,7 +69,7 @@ func TestReshapedExpiredSignatureIsRefused(t *testing.T) {
 	reshaped := url.Values{"apiKey": {e.admin.APIKey}, "command": {"deleteKubernetesCluster"}, "id": {c.ID},
 		"expires": {exp}, "response=json&signatureversion": {"3"}}
 	// Same signed string: the attack needs no secret.
-	if rs := encodeValues(reshaped); hmacSig(e.adminSec, rs) != sig {
+	if rs := apitest.EncodeValues(reshaped); hmacSig(e.adminSec, rs) != sig {
 		t.Fatalf("reshaped request does not sign alike:\n%s\n%s", strings.ToLower(s), strings.ToLower(rs))
 	}
 	q := "apiKey=" + e.admin.APIKey + "&command=deleteKubernetesCluster&expires=" + url.QueryEscape(exp) + "&id=" + c.ID +
@@ -103,7 +103,7 @@ func TestCaseChangedRESTPathIsRefused(t *testing.T) {
 	makeCluster(t, e, adminCaller(e), "lab")
 	makeCluster(t, e, adminCaller(e), "LAB")
 	a := e.rest(e.admin.APIKey, e.adminSec)
-	auth := a.authorization("GET", "/api/v1/clusters/lab/kubeconfig", nil, nil, e.clock.Now().Add(5*time.Minute))
+	auth := a.Authorization("GET", "/api/v1/clusters/lab/kubeconfig", nil, nil, e.clock.Now().Add(5*time.Minute))
 	h := http.Header{"Authorization": {auth}}
 	if code, body, _ := rawGet(t, e, "/api/v1/clusters/lab/kubeconfig", h); code != 200 {
 		t.Fatalf("as signed: %d %s", code, body)
@@ -112,7 +112,7 @@ func TestCaseChangedRESTPathIsRefused(t *testing.T) {
 		t.Fatalf("path case changed: %d %s", code, body)
 	}
 	// Query values are bound exactly too.
-	auth = a.authorization("GET", "/api/v1/devices", url.Values{"state": {"joined"}}, nil, e.clock.Now().Add(5*time.Minute))
+	auth = a.Authorization("GET", "/api/v1/devices", url.Values{"state": {"joined"}}, nil, e.clock.Now().Add(5*time.Minute))
 	if code, body, _ := rawGet(t, e, "/api/v1/devices?state=JOINED", http.Header{"Authorization": {auth}}); code != 401 {
 		t.Fatalf("query value case changed: %d %s", code, body)
 	}
@@ -154,7 +154,7 @@ func TestReplayedWritesAreRefused(t *testing.T) {
 
 	// REST: a signed POST sent twice.
 	a := e.rest(e.admin.APIKey, e.adminSec)
-	auth := a.authorization("POST", "/api/v1/clusters/prod/stop", nil, nil, e.clock.Now().Add(5*time.Minute))
+	auth := a.Authorization("POST", "/api/v1/clusters/prod/stop", nil, nil, e.clock.Now().Add(5*time.Minute))
 	post := func() (int, string) {
 		req, _ := http.NewRequest("POST", e.ts.URL+"/api/v1/clusters/prod/stop", nil)
 		req.Header.Set("Authorization", auth)
@@ -211,7 +211,7 @@ func TestReplayMemoryRefusesWhenFull(t *testing.T) {
 // the header has no expires field.
 func restNoExpiry(key, secret, method, path string) string {
 	v := url.Values{"ztpd-method": {method}, "ztpd-path": {path}, "ztpd-expires": {""}, "ztpd-apikey": {key}}
-	return fmt.Sprintf("ZTPD-HMAC-SHA1 apikey=%s, signature=%s", key, hmacExact(secret, encodeValues(v)))
+	return fmt.Sprintf("ZTPD-HMAC-SHA1 apikey=%s, signature=%s", key, apitest.HMACExact(secret, apitest.EncodeValues(v)))
 }
 
 // TestUnversionedSignatures: REST refuses signatures without expires unless
@@ -260,7 +260,7 @@ func TestExpiresIsCapped(t *testing.T) {
 		t.Fatalf("expires a year ahead: %d %s", r.status, r.raw)
 	}
 	a := e.rest(e.admin.APIKey, e.adminSec)
-	auth := a.authorization("GET", "/api/v1/offerings", nil, nil, time.Now().AddDate(1, 0, 0))
+	auth := a.Authorization("GET", "/api/v1/offerings", nil, nil, time.Now().AddDate(1, 0, 0))
 	if code, body, _ := rawGet(t, e, "/api/v1/offerings", http.Header{"Authorization": {auth}}); code != 401 {
 		t.Fatalf("REST expires a year ahead: %d %s", code, body)
 	}

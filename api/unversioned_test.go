@@ -7,10 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ztpd/ztpd/api/auth"
-
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ztpd/ztpd/api/auth"
 	"github.com/ztpd/ztpd/internal/core"
 )
 

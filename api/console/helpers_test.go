@@ -1,28 +1,20 @@
 package console
 
 import (
-	"crypto/hmac"
-	"crypto/sha1"
-	"encoding/base64"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"sort"
-	"strings"
 	"testing"
 
 	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
 	"github.com/ztpd/ztpd/api/auth"
 	"github.com/ztpd/ztpd/api/bodycache"
 	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/api/internal/apitest"
 	"github.com/ztpd/ztpd/api/rest"
 	"github.com/ztpd/ztpd/images/imagestore"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
-
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
@@ -30,70 +22,6 @@ import (
 	"github.com/ztpd/ztpd/internal/rollout"
 	"github.com/ztpd/ztpd/internal/store/boltstore"
 )
-
-// encodeValues mirrors the SDK: sort keys, url.QueryEscape each value, then
-// "+" -> "%20" and "%2A" -> "*".
-func encodeValues(v url.Values) string {
-	keys := make([]string, 0, len(v))
-	for k := range v {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var parts []string
-	for _, k := range keys {
-		for _, val := range v[k] {
-			e := url.QueryEscape(val)
-			e = strings.ReplaceAll(e, "+", "%20")
-			e = strings.ReplaceAll(e, "%2A", "*")
-			parts = append(parts, k+"="+e)
-		}
-	}
-	return strings.Join(parts, "&")
-}
-
-// hmacExact is the REST signature: the same HMAC over the string as is.
-func hmacExact(secret, s string) string {
-	m := hmac.New(sha1.New, []byte(secret))
-	m.Write([]byte(s))
-	return base64.StdEncoding.EncodeToString(m.Sum(nil))
-}
-
-func mustJSON(t *testing.T, raw json.RawMessage, v any) {
-	t.Helper()
-	if err := json.Unmarshal(raw, v); err != nil {
-		t.Fatalf("decoding %s into %T: %v", raw, v, err)
-	}
-}
-
-// jsonKind reports the JSON type of a raw value.
-func jsonKind(raw json.RawMessage) string {
-	s := strings.TrimSpace(string(raw))
-	switch {
-	case s == "":
-		return "missing"
-	case s == "null":
-		return "null"
-	case s == "true" || s == "false":
-		return "bool"
-	case s[0] == '"':
-		return "string"
-	case s[0] == '[':
-		return "array"
-	case s[0] == '{':
-		return "object"
-	}
-	return "number"
-}
-
-// checkTypes asserts each listed field has the JSON type given.
-func checkTypes(t *testing.T, what string, obj map[string]json.RawMessage, types map[string]string) {
-	t.Helper()
-	for field, want := range types {
-		if got := jsonKind(obj[field]); got != want {
-			t.Errorf("%s.%s: JSON %s, want %s (value %s)", what, field, got, want, obj[field])
-		}
-	}
-}
 
 // testServer is the console's door and the REST door it fetches its data
 // from, on an engine composed as package api composes them: the security
@@ -167,7 +95,12 @@ func (e *env) compose(o envOpts) *testServer {
 	limiter := auth.NewFailLimiter(o.failuresPerMinute)
 	failures := auth.NewFailures(limiter, e.keys, f.Log, authFailures, e.clock.Now)
 	var srv *testServer
-	rdeps := rest.Deps{}
+	door := New(Deps{Log: f.Log, Store: e.st, Keys: e.keys, Limiter: limiter, Failures: failures, AuthFailures: authFailures, Now: e.clock.Now,
+		Counts: func(own map[string]bool) (client.DeviceCounts, error) { return srv.rest.DeviceCounts(own) }})
+	rdeps := rest.Deps{Log: f.Log, Store: e.st, Clusters: e.clusters, Keys: e.keys, Limiter: limiter,
+		Verifier: auth.NewVerifier(e.keys, sigs, e.clock.Now, reg), Failures: failures, AuthFailures: authFailures,
+		Bodies:   bodycache.New(64<<20, prometheus.NewCounter(prometheus.CounterOpts{Name: "hits"}), prometheus.NewCounter(prometheus.CounterOpts{Name: "renders"})),
+		Sessions: door, Now: e.clock.Now, Desired: e.desired, Rollouts: e.rollouts}
 	if o.images {
 		st, err := imagestore.Open(e.st, t.TempDir())
 		if err != nil {
@@ -176,13 +109,7 @@ func (e *env) compose(o envOpts) *testServer {
 		e.images = st
 		rdeps.Images, rdeps.ImageStore, rdeps.ISOBaseURL = st, st, "http://10.99.0.1:8080/isos/"
 	}
-	door := New(Deps{Log: f.Log, Store: e.st, Keys: e.keys, Limiter: limiter, Failures: failures, AuthFailures: authFailures, Now: e.clock.Now,
-		Counts: func(own map[string]bool) (client.DeviceCounts, error) { return srv.rest.DeviceCounts(own) }})
-	rd := rest.New(rest.Deps{Log: f.Log, Store: e.st, Clusters: e.clusters, Keys: e.keys, Limiter: limiter,
-		Verifier: auth.NewVerifier(e.keys, sigs, e.clock.Now, reg), Failures: failures, AuthFailures: authFailures,
-		Bodies:   bodycache.New(64<<20, prometheus.NewCounter(prometheus.CounterOpts{Name: "hits"}), prometheus.NewCounter(prometheus.CounterOpts{Name: "renders"})),
-		Sessions: door, Now: e.clock.Now, Desired: e.desired, Rollouts: e.rollouts,
-		Images: rdeps.Images, ImageStore: rdeps.ImageStore, ISOBaseURL: rdeps.ISOBaseURL})
+	rd := rest.New(rdeps)
 	gin.SetMode(gin.ReleaseMode)
 	eng := gin.New()
 	eng.HandleMethodNotAllowed = true
@@ -194,8 +121,6 @@ func (e *env) compose(o envOpts) *testServer {
 	srv = &testServer{Door: door, rest: rd, engine: eng}
 	return srv
 }
-
-func (e *env) healthy(ref string) { e.fx.Healthy(e.t, ref) }
 
 // tenancyEnv: the user key "dev" owns cluster "mine", another user key
 // "eve" (its own account) owns "theirs", and the admin owns "ops"
@@ -215,3 +140,7 @@ const labID = apitest.LabID
 func dayDevice(i int) string { return apitest.DayDevice(i) }
 
 func clusterState(t *testing.T, e *env, id string) core.ClusterState { return e.fx.ClusterState(t, id) }
+
+func (e *env) rest(key, secret string) *apitest.RESTClient {
+	return apitest.NewRESTClient(e.t, e.ts, key, secret, rest.OpenAPI())
+}

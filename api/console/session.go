@@ -14,12 +14,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ztpd/ztpd/api/auth"
-	"github.com/ztpd/ztpd/api/rest"
-
 	"github.com/gin-gonic/gin"
 
+	"github.com/ztpd/ztpd/api/auth"
 	"github.com/ztpd/ztpd/api/caller"
+	"github.com/ztpd/ztpd/api/rest"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/httpserve"

@@ -279,9 +279,9 @@ func TestConsoleSessionREST(t *testing.T) {
 
 	for _, path := range []string{"/api/v1/devices", "/api/v1/clusters", "/api/v1/leases", "/api/v1/devices/02:00:00:00:0b:01"} {
 		viaCookie := b.do(http.MethodGet, path, nil)
-		viaSig := signed.do(http.MethodGet, path, nil)
-		if viaCookie.status != viaSig.status || !bytes.Equal(viaCookie.body, viaSig.raw) {
-			t.Errorf("GET %s: cookie %d %s\nsigned %d %s", path, viaCookie.status, viaCookie.body, viaSig.status, viaSig.raw)
+		viaSig := signed.Do(http.MethodGet, path, nil)
+		if viaCookie.status != viaSig.Status || !bytes.Equal(viaCookie.body, viaSig.Raw) {
+			t.Errorf("GET %s: cookie %d %s\nsigned %d %s", path, viaCookie.status, viaCookie.body, viaSig.Status, viaSig.Raw)
 		}
 	}
 	r := b.do(http.MethodGet, "/api/v1/clusters", nil)

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"github.com/ztpd/ztpd/api/auth"
 	"io"
 	"net/http"
 	"net/url"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ztpd/ztpd/api/auth"
 	"github.com/ztpd/ztpd/api/caller"
 	"github.com/ztpd/ztpd/api/signing"
 	"github.com/ztpd/ztpd/internal/apikeys"

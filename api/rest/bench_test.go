@@ -3,11 +3,10 @@ package rest
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"net/url"
 	"testing"
 	"time"
-
-	"net/http/httptest"
 
 	"github.com/ztpd/ztpd/api/internal/apitest"
 	"github.com/ztpd/ztpd/api/signing"

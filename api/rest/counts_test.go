@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/api/client"
+	"github.com/ztpd/ztpd/api/internal/apitest"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
@@ -49,7 +50,7 @@ func raPutDevice(t *testing.T, e *env, d core.Device) {
 // callers during writes end on the exact counts.
 func TestConsoleCountsFollowWrites(t *testing.T) {
 	e, _, _, mine, theirs, _ := tenancyEnv(t)
-	seed(t, e.st, 30)
+	apitest.Seed(t, e.st, 30)
 	own := map[string]bool{mine.ID: true}
 	check := func(step string) {
 		t.Helper()
@@ -123,14 +124,14 @@ func TestConsoleOnboardingFollowsTheLog(t *testing.T) {
 	now := time.Now().UTC()
 	raEvent(t, e, "member.joined", "02:00:00:00:0a:01", mine.ID, now.Add(-28*time.Minute))
 	a, u := e.rest(e.admin.APIKey, e.adminSec), e.rest(e.user.APIKey, e.userSec)
-	onboarding := func(c *restClient) client.Onboarding {
+	onboarding := func(c *apitest.RESTClient) client.Onboarding {
 		t.Helper()
 		var ov client.Overview
-		r := c.do("GET", "/api/v1/overview", nil)
-		if r.status != 200 {
-			t.Fatalf("overview: %d %s", r.status, r.raw)
+		r := c.Do("GET", "/api/v1/overview", nil)
+		if r.Status != 200 {
+			t.Fatalf("overview: %d %s", r.Status, r.Raw)
 		}
-		r.decode(t, &ov)
+		r.Decode(t, &ov)
 		return ov.Onboarding
 	}
 	if ob := onboarding(a); sum(ob.Joined) != 1 || ob.Joined[6] != 1 {

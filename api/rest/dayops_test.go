@@ -44,7 +44,7 @@ func (e *env) waitRollout(id string) core.Rollout {
 }
 
 // errCode is an error answer's code.
-func errCode(t *testing.T, r restResp) string {
+func errCode(t *testing.T, r apitest.RESTResp) string {
 	t.Helper()
 	var body struct {
 		Error struct{ Code, Message string }
@@ -55,21 +55,21 @@ func errCode(t *testing.T, r restResp) string {
 
 // errMessage is an error answer's message ("" for an answer that is not
 // an error).
-func errMessage(r restResp) string {
+func errMessage(r apitest.RESTResp) string {
 	var body struct {
 		Error struct{ Code, Message string }
 	}
-	_ = json.Unmarshal(r.raw, &body)
+	_ = json.Unmarshal(r.Raw, &body)
 	return body.Error.Message
 }
 
 // into decodes r into a zeroed *v: decoding over an earlier answer would
 // keep the fields this one leaves out.
-func into[T any](t *testing.T, r restResp, v *T) restResp {
+func into[T any](t *testing.T, r apitest.RESTResp, v *T) apitest.RESTResp {
 	t.Helper()
 	var zero T
 	*v = zero
-	r.decode(t, v)
+	r.Decode(t, v)
 	return r
 }
 
@@ -80,44 +80,44 @@ func TestRESTDesiredStateGetAndSet(t *testing.T) {
 	dev := dayDevice(1)
 
 	var d client.Desired
-	r := a.do("GET", "/api/v1/devices/"+dev+"/desired", nil)
+	r := a.Do("GET", "/api/v1/devices/"+dev+"/desired", nil)
 	into(t, r, &d)
-	if r.status != 200 || d.Device != dev || d.Generation != 0 || d.Labels == nil || d.Operation != nil || d.Agent != nil {
-		t.Fatalf("desired state nobody set: %d %s", r.status, r.raw)
+	if r.Status != 200 || d.Device != dev || d.Generation != 0 || d.Labels == nil || d.Operation != nil || d.Agent != nil {
+		t.Fatalf("desired state nobody set: %d %s", r.Status, r.Raw)
 	}
 	// By serial too, like the device.
-	if r := a.do("GET", "/api/v1/devices/SN-D1/desired", nil); r.status != 200 {
-		t.Fatalf("by serial: %d %s", r.status, r.raw)
+	if r := a.Do("GET", "/api/v1/devices/SN-D1/desired", nil); r.Status != 200 {
+		t.Fatalf("by serial: %d %s", r.Status, r.Raw)
 	}
 
 	var put struct {
 		Desired client.Desired
 		Rollout *client.Rollout
 	}
-	r = a.do("PUT", "/api/v1/devices/"+dev+"/desired", map[string]any{"image": "sonic-202411.bin", "kubernetes_version": "1.37.2",
+	r = a.Do("PUT", "/api/v1/devices/"+dev+"/desired", map[string]any{"image": "sonic-202411.bin", "kubernetes_version": "1.37.2",
 		"role": "worker", "labels": map[string]string{"rack": "7"}, "hooks": map[string]string{"pre_upgrade": "snap.sh"}})
 	into(t, r, &put)
 	d = put.Desired
-	if r.status != 200 || put.Rollout != nil || d.Generation != 1 || d.Image != "sonic-202411.bin" || d.KubernetesVersion != "v1.37.2" ||
+	if r.Status != 200 || put.Rollout != nil || d.Generation != 1 || d.Image != "sonic-202411.bin" || d.KubernetesVersion != "v1.37.2" ||
 		d.Labels["rack"] != "7" || d.Hooks["pre_upgrade"] != "snap.sh" || d.UpdatedBy != "ops" || d.UpdatedAt.IsZero() {
-		t.Fatalf("set: %d %s", r.status, r.raw)
+		t.Fatalf("set: %d %s", r.Status, r.Raw)
 	}
 	// Absent fields stay; null and "" clear.
-	into(t, a.do("PUT", "/api/v1/devices/"+dev+"/desired", map[string]any{"image": nil, "kubernetes_version": ""}), &put)
+	into(t, a.Do("PUT", "/api/v1/devices/"+dev+"/desired", map[string]any{"image": nil, "kubernetes_version": ""}), &put)
 	if d = put.Desired; d.Image != "" || d.KubernetesVersion != "" || d.Labels["rack"] != "7" || d.Hooks["pre_upgrade"] != "snap.sh" || d.Generation != 2 {
 		t.Fatalf("cleared image and version: %+v", d)
 	}
-	into(t, a.do("PUT", "/api/v1/devices/"+dev+"/desired", map[string]any{"labels": nil, "hooks": map[string]string{}}), &put)
+	into(t, a.Do("PUT", "/api/v1/devices/"+dev+"/desired", map[string]any{"labels": nil, "hooks": map[string]string{}}), &put)
 	if d = put.Desired; len(d.Labels) != 0 || len(d.Hooks) != 0 || d.Role != "worker" || d.Generation != 3 {
 		t.Fatalf("cleared labels and hooks: %+v", d)
 	}
 	// A change that changes nothing is no new generation.
-	into(t, a.do("PUT", "/api/v1/devices/"+dev+"/desired", map[string]any{"role": "worker"}), &put)
+	into(t, a.Do("PUT", "/api/v1/devices/"+dev+"/desired", map[string]any{"role": "worker"}), &put)
 	if put.Desired.Generation != 3 {
 		t.Fatalf("no-op change: generation %d", put.Desired.Generation)
 	}
 	var ev client.Page[core.Event]
-	into(t, a.do("GET", "/api/v1/events?type=desired.changed&device="+dev, nil), &ev)
+	into(t, a.Do("GET", "/api/v1/events?type=desired.changed&device="+dev, nil), &ev)
 	if len(ev.Items) != 3 || ev.Items[0].Fields["by"] != "ops" {
 		t.Fatalf("desired.changed events: %+v", ev.Items)
 	}
@@ -138,29 +138,29 @@ func TestRESTDesiredStateGetAndSet(t *testing.T) {
 		{map[string]any{"imgae": "sonic-202411.bin"}, 400, `unknown field "imgae"`},
 		{map[string]any{"mode": "standalone", "cluster": "lab"}, 400, "a standalone device names no cluster"},
 	} {
-		r := a.do("PUT", "/api/v1/devices/"+dev+"/desired", c.body)
-		if r.status != c.code || !strings.Contains(errMessage(r), c.want) {
-			t.Errorf("%v: %d %s, want %d with %q", c.body, r.status, r.raw, c.code, c.want)
+		r := a.Do("PUT", "/api/v1/devices/"+dev+"/desired", c.body)
+		if r.Status != c.code || !strings.Contains(errMessage(r), c.want) {
+			t.Errorf("%v: %d %s, want %d with %q", c.body, r.Status, r.Raw, c.code, c.want)
 		}
 	}
-	if r := a.do("PUT", "/api/v1/devices/02:00:00:00:ff:ff/desired", map[string]any{"role": "worker"}); r.status != 404 {
-		t.Errorf("unknown device: %d %s", r.status, r.raw)
+	if r := a.Do("PUT", "/api/v1/devices/02:00:00:00:ff:ff/desired", map[string]any{"role": "worker"}); r.Status != 404 {
+		t.Errorf("unknown device: %d %s", r.Status, r.Raw)
 	}
-	if r := a.do("GET", "/api/v1/devices/02:00:00:00:ff:ff/desired", nil); r.status != 404 {
-		t.Errorf("unknown device: %d %s", r.status, r.raw)
+	if r := a.Do("GET", "/api/v1/devices/02:00:00:00:ff:ff/desired", nil); r.Status != 404 {
+		t.Errorf("unknown device: %d %s", r.Status, r.Raw)
 	}
-	into(t, a.do("GET", "/api/v1/devices/"+dev+"/desired", nil), &d)
+	into(t, a.Do("GET", "/api/v1/devices/"+dev+"/desired", nil), &d)
 	if d.Generation != 3 {
 		t.Fatalf("refused changes changed the state: generation %d", d.Generation)
 	}
 
 	// A user key changes nothing and sees only its account's devices.
 	u := e.rest(e.user.APIKey, e.userSec)
-	if r := u.do("PUT", "/api/v1/devices/"+dev+"/desired", map[string]any{"role": "worker"}); r.status != 403 || errCode(t, r) != "forbidden" {
-		t.Fatalf("user sets: %d %s", r.status, r.raw)
+	if r := u.Do("PUT", "/api/v1/devices/"+dev+"/desired", map[string]any{"role": "worker"}); r.Status != 403 || errCode(t, r) != "forbidden" {
+		t.Fatalf("user sets: %d %s", r.Status, r.Raw)
 	}
-	if r := u.do("GET", "/api/v1/devices/"+dev+"/desired", nil); r.status != 404 {
-		t.Fatalf("user reads another account's device: %d %s", r.status, r.raw)
+	if r := u.Do("GET", "/api/v1/devices/"+dev+"/desired", nil); r.Status != 404 {
+		t.Fatalf("user reads another account's device: %d %s", r.Status, r.Raw)
 	}
 }
 
@@ -181,34 +181,34 @@ func TestRESTDesiredModeSwitch(t *testing.T) {
 	if err := e.st.Update(func(tx core.Tx) error { return tx.Rollouts().Put(busy) }); err != nil {
 		t.Fatal(err)
 	}
-	r := a.do("PUT", "/api/v1/devices/"+dev+"/desired", map[string]any{"mode": "standalone", "role": "worker"})
-	if r.status != 409 || !strings.Contains(string(r.raw), busy.ID) {
-		t.Fatalf("switch on a busy cluster: %d %s", r.status, r.raw)
+	r := a.Do("PUT", "/api/v1/devices/"+dev+"/desired", map[string]any{"mode": "standalone", "role": "worker"})
+	if r.Status != 409 || !strings.Contains(string(r.Raw), busy.ID) {
+		t.Fatalf("switch on a busy cluster: %d %s", r.Status, r.Raw)
 	}
 	var d client.Desired
-	into(t, a.do("GET", "/api/v1/devices/"+dev+"/desired", nil), &d)
+	into(t, a.Do("GET", "/api/v1/devices/"+dev+"/desired", nil), &d)
 	if d.Generation != 0 {
 		t.Fatalf("a refused switch changed the state: %+v", d)
 	}
-	if r := a.do("POST", "/api/v1/rollouts/"+busy.ID+"/abort", nil); r.status != 200 {
-		t.Fatalf("abort: %d %s", r.status, r.raw)
+	if r := a.Do("POST", "/api/v1/rollouts/"+busy.ID+"/abort", nil); r.Status != 200 {
+		t.Fatalf("abort: %d %s", r.Status, r.Raw)
 	}
 
 	var put struct {
 		Desired client.Desired
 		Rollout *client.Rollout
 	}
-	r = a.do("PUT", "/api/v1/devices/"+dev+"/desired", map[string]any{"mode": "standalone", "labels": map[string]string{"site": "a"}})
+	r = a.Do("PUT", "/api/v1/devices/"+dev+"/desired", map[string]any{"mode": "standalone", "labels": map[string]string{"site": "a"}})
 	into(t, r, &put)
-	if r.status != 202 || put.Rollout == nil || put.Rollout.Kind != core.RolloutRemove || put.Rollout.Cluster != labID ||
+	if r.Status != 202 || put.Rollout == nil || put.Rollout.Kind != core.RolloutRemove || put.Rollout.Cluster != labID ||
 		put.Rollout.Mode != core.ModeStandalone || len(put.Rollout.Nodes) != 1 || put.Rollout.Nodes[0].Device != dev ||
-		r.header.Get("Location") != "/api/v1/rollouts/"+put.Rollout.ID || put.Desired.Labels["site"] != "a" || put.Desired.Mode == core.ModeStandalone {
-		t.Fatalf("switch to standalone: %d %s", r.status, r.raw)
+		r.Header.Get("Location") != "/api/v1/rollouts/"+put.Rollout.ID || put.Desired.Labels["site"] != "a" || put.Desired.Mode == core.ModeStandalone {
+		t.Fatalf("switch to standalone: %d %s", r.Status, r.Raw)
 	}
 	if ro := e.waitRollout(put.Rollout.ID); ro.State != core.RolloutSucceeded || ro.Nodes[0].Phase != core.NodeDone {
 		t.Fatalf("remove rollout: %+v", ro)
 	}
-	into(t, a.do("GET", "/api/v1/devices/"+dev+"/desired", nil), &d)
+	into(t, a.Do("GET", "/api/v1/devices/"+dev+"/desired", nil), &d)
 	if d.Mode != core.ModeStandalone || d.Cluster != "" || d.Operation == nil || d.Operation.Kind != core.OpLeave ||
 		d.Operation.State != core.StepSucceeded || d.Operation.Rollout != put.Rollout.ID || d.Agent == nil || d.Agent.BootID != "boot-1" {
 		t.Fatalf("after the remove rollout: %+v", d)
@@ -220,19 +220,19 @@ func TestRESTDesiredModeSwitch(t *testing.T) {
 	}
 
 	// Back into the cluster: a join rollout.
-	r = a.do("PUT", "/api/v1/devices/"+dev+"/desired", map[string]any{"mode": "cluster"})
-	if r.status != 400 || !strings.Contains(errMessage(r), "needs the cluster it joins") {
-		t.Fatalf("cluster mode without a cluster: %d %s", r.status, r.raw)
+	r = a.Do("PUT", "/api/v1/devices/"+dev+"/desired", map[string]any{"mode": "cluster"})
+	if r.Status != 400 || !strings.Contains(errMessage(r), "needs the cluster it joins") {
+		t.Fatalf("cluster mode without a cluster: %d %s", r.Status, r.Raw)
 	}
-	r = a.do("PUT", "/api/v1/devices/"+dev+"/desired", map[string]any{"mode": "cluster", "cluster": "lab"})
+	r = a.Do("PUT", "/api/v1/devices/"+dev+"/desired", map[string]any{"mode": "cluster", "cluster": "lab"})
 	into(t, r, &put)
-	if r.status != 202 || put.Rollout == nil || put.Rollout.Kind != core.RolloutJoin || put.Rollout.Cluster != labID {
-		t.Fatalf("switch to cluster: %d %s", r.status, r.raw)
+	if r.Status != 202 || put.Rollout == nil || put.Rollout.Kind != core.RolloutJoin || put.Rollout.Cluster != labID {
+		t.Fatalf("switch to cluster: %d %s", r.Status, r.Raw)
 	}
 	if ro := e.waitRollout(put.Rollout.ID); ro.State != core.RolloutSucceeded {
 		t.Fatalf("join rollout: %+v", ro)
 	}
-	into(t, a.do("GET", "/api/v1/devices/"+dev+"/desired", nil), &d)
+	into(t, a.Do("GET", "/api/v1/devices/"+dev+"/desired", nil), &d)
 	if d.Mode != core.ModeCluster || d.Cluster != labID || d.Operation.Kind != core.OpJoin {
 		t.Fatalf("after the join rollout: %+v", d)
 	}
@@ -243,9 +243,9 @@ func TestRESTDesiredModeSwitch(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	r = a.do("PUT", "/api/v1/devices/"+dayDevice(1)+"/desired", map[string]any{"mode": "cluster", "cluster": "other"})
-	if r.status != 409 || !strings.Contains(errMessage(r), "switch it to standalone first") {
-		t.Fatalf("member to another cluster: %d %s", r.status, r.raw)
+	r = a.Do("PUT", "/api/v1/devices/"+dayDevice(1)+"/desired", map[string]any{"mode": "cluster", "cluster": "other"})
+	if r.Status != 409 || !strings.Contains(errMessage(r), "switch it to standalone first") {
+		t.Fatalf("member to another cluster: %d %s", r.Status, r.Raw)
 	}
 }
 
@@ -275,34 +275,34 @@ func TestRESTRollouts(t *testing.T) {
 		{map[string]any{"cluster": "lab", "kind": "image", "target": "sonic-202411.bin", "devices": []string{dayDevice(0)}}, "not a SONiC switch"},
 		{map[string]any{"cluster": "lab", "kind": "image", "target": "sonic-202411.bin", "devices": []string{"02:00:00:00:ff:ff"}}, "device 02:00:00:00:ff:ff not found"},
 	} {
-		r := a.do("POST", "/api/v1/rollouts", c.body)
-		if r.status != 400 || !strings.Contains(errMessage(r), c.want) {
-			t.Errorf("%v: %d %s, want 400 with %q", c.body, r.status, r.raw, c.want)
+		r := a.Do("POST", "/api/v1/rollouts", c.body)
+		if r.Status != 400 || !strings.Contains(errMessage(r), c.want) {
+			t.Errorf("%v: %d %s, want 400 with %q", c.body, r.Status, r.Raw, c.want)
 		}
 	}
-	if r := u.do("POST", "/api/v1/rollouts", map[string]any{"cluster": "lab", "kind": "kubernetes", "target": "v1.37.2"}); r.status != 403 {
-		t.Fatalf("user starts a rollout: %d %s", r.status, r.raw)
+	if r := u.Do("POST", "/api/v1/rollouts", map[string]any{"cluster": "lab", "kind": "kubernetes", "target": "v1.37.2"}); r.Status != 403 {
+		t.Fatalf("user starts a rollout: %d %s", r.Status, r.Raw)
 	}
 
 	var ro client.Rollout
-	r := a.do("POST", "/api/v1/rollouts", map[string]any{"cluster": "lab", "kind": "kubernetes", "target": "1.37.2",
+	r := a.Do("POST", "/api/v1/rollouts", map[string]any{"cluster": "lab", "kind": "kubernetes", "target": "1.37.2",
 		"max_unavailable": 2, "drain_timeout": "1m", "step_timeout": "2m", "hooks": map[string]string{"pre_upgrade": "snap.sh"}})
 	into(t, r, &ro)
-	if r.status != 202 || ro.Kind != core.RolloutKubernetes || ro.Target != "v1.37.2" || ro.TargetID != "ver-1372" || ro.Cluster != labID ||
+	if r.Status != 202 || ro.Kind != core.RolloutKubernetes || ro.Target != "v1.37.2" || ro.TargetID != "ver-1372" || ro.Cluster != labID ||
 		ro.MaxUnavailable != 2 || ro.DrainTimeout != "1m0s" || ro.StepTimeout != "2m0s" || ro.Hooks["pre_upgrade"] != "snap.sh" ||
 		ro.CreatedBy != "ops" || len(ro.Nodes) != 3 || ro.Nodes[0].Device != dayDevice(0) || ro.Counts[core.NodePending] != 3 ||
-		r.header.Get("Location") != "/api/v1/rollouts/"+ro.ID {
-		t.Fatalf("start: %d %s", r.status, r.raw)
+		r.Header.Get("Location") != "/api/v1/rollouts/"+ro.ID {
+		t.Fatalf("start: %d %s", r.Status, r.Raw)
 	}
-	if r := a.do("POST", "/api/v1/rollouts", map[string]any{"cluster": "lab", "kind": "image", "target": "sonic-202411.bin",
-		"devices": []string{dayDevice(1)}}); r.status != 409 || !strings.Contains(errMessage(r), ro.ID) {
-		t.Errorf("a second rollout on the cluster: %d %s", r.status, r.raw)
+	if r := a.Do("POST", "/api/v1/rollouts", map[string]any{"cluster": "lab", "kind": "image", "target": "sonic-202411.bin",
+		"devices": []string{dayDevice(1)}}); r.Status != 409 || !strings.Contains(errMessage(r), ro.ID) {
+		t.Errorf("a second rollout on the cluster: %d %s", r.Status, r.Raw)
 	}
 	e.waitRollout(ro.ID)
-	r = a.do("GET", "/api/v1/rollouts/"+ro.ID, nil)
+	r = a.Do("GET", "/api/v1/rollouts/"+ro.ID, nil)
 	into(t, r, &ro)
-	if r.status != 200 || ro.State != core.RolloutSucceeded || ro.Counts[core.NodeDone] != 3 || len(ro.Counts) != 1 || ro.Finished.IsZero() {
-		t.Fatalf("after: %d %s", r.status, r.raw)
+	if r.Status != 200 || ro.State != core.RolloutSucceeded || ro.Counts[core.NodeDone] != 3 || len(ro.Counts) != 1 || ro.Finished.IsZero() {
+		t.Fatalf("after: %d %s", r.Status, r.Raw)
 	}
 	for _, n := range ro.Nodes {
 		if n.NodeName == "" || n.Operation == "" || !n.Cordoned || n.Started.IsZero() || n.Finished.IsZero() {
@@ -311,7 +311,7 @@ func TestRESTRollouts(t *testing.T) {
 	}
 	// The agent's operation shows the hook and upgrade arguments it may.
 	var d client.Desired
-	into(t, a.do("GET", "/api/v1/devices/"+dayDevice(1)+"/desired", nil), &d)
+	into(t, a.Do("GET", "/api/v1/devices/"+dayDevice(1)+"/desired", nil), &d)
 	if d.KubernetesVersion != "v1.37.2" || d.Operation == nil || d.Operation.Rollout != ro.ID || len(d.Operation.Steps) < 2 ||
 		d.Operation.Steps[0].Action != "hook" || d.Operation.Steps[0].Args["sha256"] != hookSHA {
 		t.Fatalf("device after the upgrade: %+v", d)
@@ -319,15 +319,15 @@ func TestRESTRollouts(t *testing.T) {
 
 	// An ended rollout can be neither paused, resumed nor aborted.
 	for _, op := range []string{"pause", "resume", "abort"} {
-		if r := a.do("POST", "/api/v1/rollouts/"+ro.ID+"/"+op, nil); r.status != 409 || errCode(t, r) != "state" {
-			t.Errorf("%s of an ended rollout: %d %s", op, r.status, r.raw)
+		if r := a.Do("POST", "/api/v1/rollouts/"+ro.ID+"/"+op, nil); r.Status != 409 || errCode(t, r) != "state" {
+			t.Errorf("%s of an ended rollout: %d %s", op, r.Status, r.Raw)
 		}
 	}
-	if r := a.do("POST", "/api/v1/rollouts/ro-nope/pause", nil); r.status != 404 {
-		t.Errorf("pause of an unknown rollout: %d %s", r.status, r.raw)
+	if r := a.Do("POST", "/api/v1/rollouts/ro-nope/pause", nil); r.Status != 404 {
+		t.Errorf("pause of an unknown rollout: %d %s", r.Status, r.Raw)
 	}
-	if r := a.do("GET", "/api/v1/rollouts/ro-nope", nil); r.status != 404 {
-		t.Errorf("unknown rollout: %d %s", r.status, r.raw)
+	if r := a.Do("GET", "/api/v1/rollouts/ro-nope", nil); r.Status != 404 {
+		t.Errorf("unknown rollout: %d %s", r.Status, r.Raw)
 	}
 
 	// A rollout running elsewhere (recorded, not in this process):
@@ -340,56 +340,56 @@ func TestRESTRollouts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, step := range []struct{ op, state string }{{"pause", "paused"}, {"pause", ""}, {"resume", "running"}, {"resume", ""}, {"abort", "aborted"}, {"pause", ""}} {
-		r := a.do("POST", "/api/v1/rollouts/"+rec.ID+"/"+step.op, nil)
+		r := a.Do("POST", "/api/v1/rollouts/"+rec.ID+"/"+step.op, nil)
 		if step.state == "" {
-			if r.status != 409 {
-				t.Errorf("%s: %d %s, want 409", step.op, r.status, r.raw)
+			if r.Status != 409 {
+				t.Errorf("%s: %d %s, want 409", step.op, r.Status, r.Raw)
 			}
 			continue
 		}
 		var got client.Rollout
 		into(t, r, &got)
-		if r.status != 200 || string(got.State) != step.state || got.Counts[core.NodeAgent] != 1 {
-			t.Errorf("%s: %d %s", step.op, r.status, r.raw)
+		if r.Status != 200 || string(got.State) != step.state || got.Counts[core.NodeAgent] != 1 {
+			t.Errorf("%s: %d %s", step.op, r.Status, r.Raw)
 		}
 	}
 
 	// Lists: newest first, filtered, paged.
 	var p client.Page[client.Rollout]
-	into(t, a.do("GET", "/api/v1/rollouts", nil), &p)
+	into(t, a.Do("GET", "/api/v1/rollouts", nil), &p)
 	if len(p.Items) != 2 || p.Items[0].ID != rec.ID || p.Items[1].ID != ro.ID || p.NextCursor != "" {
 		t.Fatalf("list: %+v", p)
 	}
-	into(t, a.do("GET", "/api/v1/rollouts?cluster=lab", nil), &p)
+	into(t, a.Do("GET", "/api/v1/rollouts?cluster=lab", nil), &p)
 	if len(p.Items) != 1 || p.Items[0].ID != ro.ID {
 		t.Fatalf("list by cluster name: %+v", p)
 	}
-	into(t, a.do("GET", "/api/v1/rollouts?state=aborted", nil), &p)
+	into(t, a.Do("GET", "/api/v1/rollouts?state=aborted", nil), &p)
 	if len(p.Items) != 1 || p.Items[0].ID != rec.ID {
 		t.Fatalf("list by state: %+v", p)
 	}
-	into(t, a.do("GET", "/api/v1/rollouts?limit=1", nil), &p)
+	into(t, a.Do("GET", "/api/v1/rollouts?limit=1", nil), &p)
 	if len(p.Items) != 1 || p.Items[0].ID != rec.ID || p.NextCursor != base64.RawURLEncoding.EncodeToString([]byte(rec.ID)) {
 		t.Fatalf("first page: %+v", p)
 	}
-	into(t, a.do("GET", "/api/v1/rollouts?limit=1&cursor="+p.NextCursor, nil), &p)
+	into(t, a.Do("GET", "/api/v1/rollouts?limit=1&cursor="+p.NextCursor, nil), &p)
 	if len(p.Items) != 1 || p.Items[0].ID != ro.ID || p.NextCursor != "" {
 		t.Fatalf("second page: %+v", p)
 	}
-	if r := a.do("GET", "/api/v1/rollouts?state=done", nil); r.status != 400 {
-		t.Fatalf("bad state: %d %s", r.status, r.raw)
+	if r := a.Do("GET", "/api/v1/rollouts?state=done", nil); r.Status != 400 {
+		t.Fatalf("bad state: %d %s", r.Status, r.Raw)
 	}
 
 	// A user key sees its account's rollouts only, and controls none.
-	into(t, u.do("GET", "/api/v1/rollouts", nil), &p)
+	into(t, u.Do("GET", "/api/v1/rollouts", nil), &p)
 	if len(p.Items) != 0 {
 		t.Fatalf("user lists: %+v", p)
 	}
-	if r := u.do("GET", "/api/v1/rollouts/"+ro.ID, nil); r.status != 404 {
-		t.Fatalf("user reads another account's rollout: %d %s", r.status, r.raw)
+	if r := u.Do("GET", "/api/v1/rollouts/"+ro.ID, nil); r.Status != 404 {
+		t.Fatalf("user reads another account's rollout: %d %s", r.Status, r.Raw)
 	}
-	if r := u.do("POST", "/api/v1/rollouts/"+rec.ID+"/resume", nil); r.status != 403 {
-		t.Fatalf("user resumes: %d %s", r.status, r.raw)
+	if r := u.Do("POST", "/api/v1/rollouts/"+rec.ID+"/resume", nil); r.Status != 403 {
+		t.Fatalf("user resumes: %d %s", r.Status, r.Raw)
 	}
 }
 
@@ -406,34 +406,34 @@ func TestAgentEndpointsMatchTheDocument(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := e.rest("", "")
-	agent := func(method, path, body string) restResp {
+	agent := func(method, path, body string) apitest.RESTResp {
 		t.Helper()
 		req, _ := http.NewRequest(method, e.ts.URL+path, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+dev)
 		if body != "" {
 			req.Header.Set("Content-Type", "application/json")
 		}
-		return c.send(req)
+		return c.Send(req)
 	}
-	if r := agent("GET", "/agent/v1/desired", ""); r.status != 200 || !strings.Contains(string(r.raw), `"op-test"`) || !strings.Contains(string(r.raw), imageSHA) {
-		t.Fatalf("document: %d %s", r.status, r.raw)
+	if r := agent("GET", "/agent/v1/desired", ""); r.Status != 200 || !strings.Contains(string(r.Raw), `"op-test"`) || !strings.Contains(string(r.Raw), imageSHA) {
+		t.Fatalf("document: %d %s", r.Status, r.Raw)
 	}
-	if r := agent("POST", "/agent/v1/report", `{"operation":"op-test","step":"install","state":"running","boot_id":"b1","agent_version":"1"}`); r.status != 200 {
-		t.Fatalf("report: %d %s", r.status, r.raw)
+	if r := agent("POST", "/agent/v1/report", `{"operation":"op-test","step":"install","state":"running","boot_id":"b1","agent_version":"1"}`); r.Status != 200 {
+		t.Fatalf("report: %d %s", r.Status, r.Raw)
 	}
-	if r := agent("POST", "/agent/v1/report", `{"operation":"op-old","step":"install","state":"running"}`); r.status != 409 {
-		t.Fatalf("stale report: %d %s", r.status, r.raw)
+	if r := agent("POST", "/agent/v1/report", `{"operation":"op-old","step":"install","state":"running"}`); r.Status != 409 {
+		t.Fatalf("stale report: %d %s", r.Status, r.Raw)
 	}
-	if r := agent("POST", "/agent/v1/report", `{"operation":"op-test","step":"install","state":"maybe"}`); r.status != 400 {
-		t.Fatalf("bad report: %d %s", r.status, r.raw)
+	if r := agent("POST", "/agent/v1/report", `{"operation":"op-test","step":"install","state":"maybe"}`); r.Status != 400 {
+		t.Fatalf("bad report: %d %s", r.Status, r.Raw)
 	}
 	req, _ := http.NewRequest("GET", e.ts.URL+"/agent/v1/desired", nil)
-	if r := c.send(req); r.status != 401 {
-		t.Fatalf("no credential: %d %s", r.status, r.raw)
+	if r := c.Send(req); r.Status != 401 {
+		t.Fatalf("no credential: %d %s", r.Status, r.Raw)
 	}
 	// The operator sees the step running, with the arguments it may.
 	var d client.Desired
-	into(t, e.rest(e.admin.APIKey, e.adminSec).do("GET", "/api/v1/devices/"+dev+"/desired", nil), &d)
+	into(t, e.rest(e.admin.APIKey, e.adminSec).Do("GET", "/api/v1/devices/"+dev+"/desired", nil), &d)
 	if d.Operation == nil || d.Operation.State != core.StepRunning || d.Operation.Steps[0].State != core.StepRunning ||
 		d.Operation.Steps[0].Args["sha256"] != imageSHA || d.Agent == nil || d.Agent.BootID != "b1" {
 		t.Fatalf("desired after the report: %+v", d)

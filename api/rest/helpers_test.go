@@ -1,27 +1,19 @@
 package rest
 
 import (
-	"crypto/hmac"
-	"crypto/sha1"
-	"encoding/base64"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"sort"
-	"strings"
 	"testing"
 
 	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
 	"github.com/ztpd/ztpd/api/agentdoor"
 	"github.com/ztpd/ztpd/api/auth"
 	"github.com/ztpd/ztpd/api/bodycache"
 	"github.com/ztpd/ztpd/api/caller"
 	"github.com/ztpd/ztpd/api/internal/apitest"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
-
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
@@ -29,70 +21,6 @@ import (
 	"github.com/ztpd/ztpd/internal/rollout"
 	"github.com/ztpd/ztpd/internal/store/boltstore"
 )
-
-// encodeValues mirrors the SDK: sort keys, url.QueryEscape each value, then
-// "+" -> "%20" and "%2A" -> "*".
-func encodeValues(v url.Values) string {
-	keys := make([]string, 0, len(v))
-	for k := range v {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var parts []string
-	for _, k := range keys {
-		for _, val := range v[k] {
-			e := url.QueryEscape(val)
-			e = strings.ReplaceAll(e, "+", "%20")
-			e = strings.ReplaceAll(e, "%2A", "*")
-			parts = append(parts, k+"="+e)
-		}
-	}
-	return strings.Join(parts, "&")
-}
-
-// hmacExact is the REST signature: the same HMAC over the string as is.
-func hmacExact(secret, s string) string {
-	m := hmac.New(sha1.New, []byte(secret))
-	m.Write([]byte(s))
-	return base64.StdEncoding.EncodeToString(m.Sum(nil))
-}
-
-func mustJSON(t *testing.T, raw json.RawMessage, v any) {
-	t.Helper()
-	if err := json.Unmarshal(raw, v); err != nil {
-		t.Fatalf("decoding %s into %T: %v", raw, v, err)
-	}
-}
-
-// jsonKind reports the JSON type of a raw value.
-func jsonKind(raw json.RawMessage) string {
-	s := strings.TrimSpace(string(raw))
-	switch {
-	case s == "":
-		return "missing"
-	case s == "null":
-		return "null"
-	case s == "true" || s == "false":
-		return "bool"
-	case s[0] == '"':
-		return "string"
-	case s[0] == '[':
-		return "array"
-	case s[0] == '{':
-		return "object"
-	}
-	return "number"
-}
-
-// checkTypes asserts each listed field has the JSON type given.
-func checkTypes(t *testing.T, what string, obj map[string]json.RawMessage, types map[string]string) {
-	t.Helper()
-	for field, want := range types {
-		if got := jsonKind(obj[field]); got != want {
-			t.Errorf("%s.%s: JSON %s, want %s (value %s)", what, field, got, want, obj[field])
-		}
-	}
-}
 
 // testServer is the REST door on an engine composed as package api
 // composes it (the same fallbacks for unknown paths and methods), with the
@@ -183,4 +111,8 @@ func tenancyEnv(t *testing.T) (e *env, eve apikeys.Info, eveSec string, mine, th
 	e = newEnv(t, envOpts{})
 	eve, eveSec, mine, theirs, ops = e.fx.Tenancy(t)
 	return
+}
+
+func (e *env) rest(key, secret string) *apitest.RESTClient {
+	return apitest.NewRESTClient(e.t, e.ts, key, secret, OpenAPI())
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/api/client"
+	"github.com/ztpd/ztpd/api/internal/apitest"
 	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -29,13 +30,13 @@ func raStore(t *testing.T, e *env) *imagestore.Store {
 
 // raUpload posts body as an image upload, signed as a client signs it:
 // over the query (sha256 included), without a body digest.
-func raUpload(c *restClient, q url.Values, body []byte) restResp {
-	c.t.Helper()
-	u, _ := url.Parse(c.base + "/api/v1/images?" + q.Encode())
+func raUpload(c *apitest.RESTClient, q url.Values, body []byte) apitest.RESTResp {
+	c.T.Helper()
+	u, _ := url.Parse(c.Base + "/api/v1/images?" + q.Encode())
 	req, _ := http.NewRequest("POST", u.String(), bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/octet-stream")
-	req.Header.Set("Authorization", c.authorization("POST", u.EscapedPath(), u.Query(), nil, time.Now().Add(5*time.Minute)))
-	return c.send(req)
+	req.Header.Set("Authorization", c.Authorization("POST", u.EscapedPath(), u.Query(), nil, time.Now().Add(5*time.Minute)))
+	return c.Send(req)
 }
 
 func raSHA(b []byte) string {
@@ -51,78 +52,78 @@ func TestRESTImageUploadAndDelete(t *testing.T) {
 	iso := bytes.Repeat([]byte("kubernetes binaries "), 3<<20/20)
 	q := url.Values{"name": {"k8s-1.30.2.iso"}, "kind": {"binaries-iso"}, "version": {"1.30.2"}}
 
-	if r := raUpload(a, q, iso); r.status != 400 || !strings.Contains(string(r.raw), "sha256 is required") {
-		t.Fatalf("signed upload without sha256: %d %s", r.status, r.raw)
+	if r := raUpload(a, q, iso); r.Status != 400 || !strings.Contains(string(r.Raw), "sha256 is required") {
+		t.Fatalf("signed upload without sha256: %d %s", r.Status, r.Raw)
 	}
 	q.Set("sha256", raSHA([]byte("other content")))
-	if r := raUpload(a, q, iso); r.status != 400 || !strings.Contains(string(r.raw), "checksum mismatch") {
-		t.Fatalf("wrong sha256: %d %s", r.status, r.raw)
+	if r := raUpload(a, q, iso); r.Status != 400 || !strings.Contains(string(r.Raw), "checksum mismatch") {
+		t.Fatalf("wrong sha256: %d %s", r.Status, r.Raw)
 	}
 	if l, _ := st.List(""); len(l) != 0 {
 		t.Fatalf("a refused upload was stored: %+v", l)
 	}
 	q.Set("sha256", raSHA(iso))
-	if r := raUpload(u, q, iso); r.status != 403 {
-		t.Fatalf("user uploads: %d %s", r.status, r.raw)
+	if r := raUpload(u, q, iso); r.Status != 403 {
+		t.Fatalf("user uploads: %d %s", r.Status, r.Raw)
 	}
 	r := raUpload(a, q, iso)
-	if r.status != 201 {
-		t.Fatalf("upload: %d %s", r.status, r.raw)
+	if r.Status != 201 {
+		t.Fatalf("upload: %d %s", r.Status, r.Raw)
 	}
 	var im client.Image
-	r.decode(t, &im)
+	r.Decode(t, &im)
 	if im.SHA256 != raSHA(iso) || im.Size != int64(len(iso)) || im.Kind != "binaries-iso" || im.Name != "k8s-1.30.2.iso" {
-		t.Fatalf("stored: %s", r.raw)
+		t.Fatalf("stored: %s", r.Raw)
 	}
 	time.Sleep(2 * time.Millisecond)
-	if r := raUpload(a, q, iso); r.status != 200 {
-		t.Fatalf("the same upload again: %d %s", r.status, r.raw)
+	if r := raUpload(a, q, iso); r.Status != 200 {
+		t.Fatalf("the same upload again: %d %s", r.Status, r.Raw)
 	}
 
 	// A version served from the stored ISO.
-	r = a.do("POST", "/api/v1/versions", map[string]any{"name": "v1.30.2", "image": "k8s-1.30.2.iso"})
-	if r.status != 201 {
-		t.Fatalf("version from image: %d %s", r.status, r.raw)
+	r = a.Do("POST", "/api/v1/versions", map[string]any{"name": "v1.30.2", "image": "k8s-1.30.2.iso"})
+	if r.Status != 201 {
+		t.Fatalf("version from image: %d %s", r.Status, r.Raw)
 	}
 	var v client.Version
-	r.decode(t, &v)
+	r.Decode(t, &v)
 	if v.SemVer != "1.30.2" || v.ISOURL != "http://10.99.0.1:8080/isos/k8s-1.30.2.iso" || v.Checksum != "{SHA-256}"+im.SHA256 || v.ImageID != im.SHA256 {
-		t.Fatalf("version: %s", r.raw)
+		t.Fatalf("version: %s", r.Raw)
 	}
-	if r := a.do("POST", "/api/v1/versions", map[string]any{"semver": "1.31.0", "image": "k8s-1.30.2.iso", "url": "http://x/y.iso"}); r.status != 400 {
-		t.Fatalf("image and url: %d %s", r.status, r.raw)
+	if r := a.Do("POST", "/api/v1/versions", map[string]any{"semver": "1.31.0", "image": "k8s-1.30.2.iso", "url": "http://x/y.iso"}); r.Status != 400 {
+		t.Fatalf("image and url: %d %s", r.Status, r.Raw)
 	}
-	if r := a.do("POST", "/api/v1/versions", map[string]any{"semver": "1.31.0", "image": "no-such.iso"}); r.status != 404 {
-		t.Fatalf("missing image: %d %s", r.status, r.raw)
+	if r := a.Do("POST", "/api/v1/versions", map[string]any{"semver": "1.31.0", "image": "no-such.iso"}); r.Status != 404 {
+		t.Fatalf("missing image: %d %s", r.Status, r.Raw)
 	}
 
 	// Deletion: refused while a version uses it or a profile names it.
-	if r := a.do("DELETE", "/api/v1/images/k8s-1.30.2.iso", nil); r.status != 409 || !strings.Contains(string(r.raw), "v1.30.2") {
-		t.Fatalf("delete an image a version uses: %d %s", r.status, r.raw)
+	if r := a.Do("DELETE", "/api/v1/images/k8s-1.30.2.iso", nil); r.Status != 409 || !strings.Contains(string(r.Raw), "v1.30.2") {
+		t.Fatalf("delete an image a version uses: %d %s", r.Status, r.Raw)
 	}
 	installer := []byte("#!/bin/sh\necho sonic installer\n")
 	iq := url.Values{"name": {"sonic-202405.1.bin"}, "kind": {"sonic-installer"}, "version": {"202405.1"}, "sha256": {raSHA(installer)}}
-	if r := raUpload(a, iq, installer); r.status != 201 {
-		t.Fatalf("upload installer: %d %s", r.status, r.raw)
+	if r := raUpload(a, iq, installer); r.Status != 201 {
+		t.Fatalf("upload installer: %d %s", r.Status, r.Raw)
 	}
 	e.srv.console.preview = &raPreviewer{names: map[string][]string{raSHA(installer): {"leaves"}}}
-	if r := a.do("DELETE", "/api/v1/images/sonic-202405.1.bin", nil); r.status != 409 || !strings.Contains(string(r.raw), `profile leaves`) {
-		t.Fatalf("delete an image a profile names: %d %s", r.status, r.raw)
+	if r := a.Do("DELETE", "/api/v1/images/sonic-202405.1.bin", nil); r.Status != 409 || !strings.Contains(string(r.Raw), `profile leaves`) {
+		t.Fatalf("delete an image a profile names: %d %s", r.Status, r.Raw)
 	}
-	if r := u.do("DELETE", "/api/v1/images/sonic-202405.1.bin", nil); r.status != 403 {
-		t.Fatalf("user deletes: %d", r.status)
+	if r := u.Do("DELETE", "/api/v1/images/sonic-202405.1.bin", nil); r.Status != 403 {
+		t.Fatalf("user deletes: %d", r.Status)
 	}
 	e.srv.console.preview = &raPreviewer{}
 	time.Sleep(2 * time.Millisecond) // the same write again signs anew
-	if r := a.do("DELETE", "/api/v1/images/sonic-202405.1.bin", nil); r.status != 200 {
-		t.Fatalf("delete an unused image: %d %s", r.status, r.raw)
+	if r := a.Do("DELETE", "/api/v1/images/sonic-202405.1.bin", nil); r.Status != 200 {
+		t.Fatalf("delete an unused image: %d %s", r.Status, r.Raw)
 	}
 	if _, err := st.Resolve("sonic-202405.1.bin"); core.KindOf(err) != core.KindNotFound {
 		t.Fatalf("deleted image still resolves: %v", err)
 	}
 	time.Sleep(2 * time.Millisecond)
-	if r := a.do("DELETE", "/api/v1/images/sonic-202405.1.bin", nil); r.status != 404 {
-		t.Fatalf("delete again: %d %s", r.status, r.raw)
+	if r := a.Do("DELETE", "/api/v1/images/sonic-202405.1.bin", nil); r.Status != 404 {
+		t.Fatalf("delete again: %d %s", r.Status, r.Raw)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/api/client"
+	"github.com/ztpd/ztpd/api/internal/apitest"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
@@ -29,7 +30,7 @@ func raEvent(t *testing.T, e *env, typ, device, cluster string, at time.Time) {
 
 func TestRESTOverview(t *testing.T) {
 	e, _, _, mine, theirs, _ := tenancyEnv(t)
-	seed(t, e.st, 20) // 20 leased devices in no cluster: 7 VMs, 13 SONiC
+	apitest.Seed(t, e.st, 20) // 20 leased devices in no cluster: 7 VMs, 13 SONiC
 	pools := raPools{{Name: "lab", Subnet: "10.99.1.0/24", RangeStart: "10.99.1.100", RangeEnd: "10.99.1.199", Size: 100, Used: 20, Reserved: 2, Free: 78}}
 	e.srv.console.pools = pools
 	e.srv.console.warnings = func() []string { return []string{"no device profiles are loaded"} }
@@ -44,11 +45,11 @@ func TestRESTOverview(t *testing.T) {
 
 	var ov client.Overview
 	a := e.rest(e.admin.APIKey, e.adminSec)
-	r := a.do("GET", "/api/v1/overview", nil)
-	if r.status != 200 {
-		t.Fatalf("overview: %d %s", r.status, r.raw)
+	r := a.Do("GET", "/api/v1/overview", nil)
+	if r.Status != 200 {
+		t.Fatalf("overview: %d %s", r.Status, r.Raw)
 	}
-	r.decode(t, &ov)
+	r.Decode(t, &ov)
 	d := ov.Devices
 	if d.Total != 22 || d.ByState["leased"] != 20 || d.ByState["joined"] != 2 || d.ByKind["vm"] != 9 || d.ByKind["sonic"] != 13 || d.Unmatched != 0 {
 		t.Errorf("devices: %+v", d)
@@ -80,12 +81,12 @@ func TestRESTOverview(t *testing.T) {
 
 	// A user key: its account's cluster, device and events only.
 	u := e.rest(e.user.APIKey, e.userSec)
-	r = u.do("GET", "/api/v1/overview", nil)
-	if r.status != 200 {
-		t.Fatalf("user overview: %d %s", r.status, r.raw)
+	r = u.Do("GET", "/api/v1/overview", nil)
+	if r.Status != 200 {
+		t.Fatalf("user overview: %d %s", r.Status, r.Raw)
 	}
 	ov = client.Overview{}
-	r.decode(t, &ov)
+	r.Decode(t, &ov)
 	if ov.Devices.Total != 1 || ov.Devices.ByState["joined"] != 1 {
 		t.Errorf("user devices: %+v", ov.Devices)
 	}
@@ -104,8 +105,8 @@ func TestRESTOverview(t *testing.T) {
 			t.Errorf("user sees event %+v", ev)
 		}
 	}
-	if strings.Contains(string(r.raw), theirs.ID) {
-		t.Errorf("user overview names another account's cluster: %s", r.raw)
+	if strings.Contains(string(r.Raw), theirs.ID) {
+		t.Errorf("user overview names another account's cluster: %s", r.Raw)
 	}
 }
 
@@ -122,43 +123,43 @@ func TestRESTPoolsWarningsAndConfig(t *testing.T) {
 	a, u := e.rest(e.admin.APIKey, e.adminSec), e.rest(e.user.APIKey, e.userSec)
 	// Without DHCP: no pools, no warnings, an empty configuration.
 	for path, want := range map[string]string{"/api/v1/pools": "[]", "/api/v1/warnings": "[]", "/api/v1/settings/config": "{}"} {
-		if r := a.do("GET", path, nil); r.status != 200 || strings.TrimSpace(string(r.raw)) != want {
-			t.Errorf("%s: %d %s, want %s", path, r.status, r.raw, want)
+		if r := a.Do("GET", path, nil); r.Status != 200 || strings.TrimSpace(string(r.Raw)) != want {
+			t.Errorf("%s: %d %s, want %s", path, r.Status, r.Raw, want)
 		}
 	}
 	e.srv.console.pools = raPools{{Name: "lab", Subnet: "10.99.1.0/24", RangeStart: "10.99.1.10", RangeEnd: "10.99.1.20", Size: 11, Free: 11}}
 	var pools []client.PoolUse
-	r := u.do("GET", "/api/v1/pools", nil)
-	r.decode(t, &pools)
-	if r.status != 200 || len(pools) != 1 || pools[0].Free != 11 {
-		t.Errorf("pools: %d %s", r.status, r.raw)
+	r := u.Do("GET", "/api/v1/pools", nil)
+	r.Decode(t, &pools)
+	if r.Status != 200 || len(pools) != 1 || pools[0].Free != 11 {
+		t.Errorf("pools: %d %s", r.Status, r.Raw)
 	}
 	// Warnings are computed on each call.
 	n := 0
 	e.srv.console.warnings = func() []string { n++; return []string{fmt.Sprintf("warning %d", n)} }
 	for i := 1; i <= 2; i++ {
 		var w []string
-		r := a.do("GET", "/api/v1/warnings", nil)
-		r.decode(t, &w)
+		r := a.Do("GET", "/api/v1/warnings", nil)
+		r.Decode(t, &w)
 		if len(w) != 1 || w[0] != fmt.Sprintf("warning %d", i) {
-			t.Errorf("warnings call %d: %s", i, r.raw)
+			t.Errorf("warnings call %d: %s", i, r.Raw)
 		}
 	}
-	if r := u.do("GET", "/api/v1/warnings", nil); r.status != 403 {
-		t.Errorf("user reads the warnings: %d %s", r.status, r.raw)
+	if r := u.Do("GET", "/api/v1/warnings", nil); r.Status != 403 {
+		t.Errorf("user reads the warnings: %d %s", r.Status, r.Raw)
 	}
 	e.srv.console.config = func() any { return map[string]any{"data_dir": "/var/lib/ztpd", "api": map[string]any{"addr": ":8443"}} }
-	if r := u.do("GET", "/api/v1/settings/config", nil); r.status != 403 {
-		t.Errorf("user reads the configuration: %d", r.status)
+	if r := u.Do("GET", "/api/v1/settings/config", nil); r.Status != 403 {
+		t.Errorf("user reads the configuration: %d", r.Status)
 	}
-	if r := a.do("GET", "/api/v1/settings/config", nil); r.status != 200 || !strings.Contains(string(r.raw), `"data_dir":"/var/lib/ztpd"`) {
-		t.Errorf("config: %d %s", r.status, r.raw)
+	if r := a.Do("GET", "/api/v1/settings/config", nil); r.Status != 200 || !strings.Contains(string(r.Raw), `"data_dir":"/var/lib/ztpd"`) {
+		t.Errorf("config: %d %s", r.Status, r.Raw)
 	}
 }
 
 func TestRESTDeviceSearch(t *testing.T) {
 	e := newEnv(t, envOpts{})
-	seed(t, e.st, 250)
+	apitest.Seed(t, e.st, 250)
 	err := e.st.Update(func(tx core.Tx) error {
 		d, err := tx.Devices().Get("02:00:00:00:00:07")
 		if err != nil {
@@ -181,11 +182,11 @@ func TestRESTDeviceSearch(t *testing.T) {
 		"LEAVES":            1, // profile
 		"nothing-like-this": 0,
 	} {
-		r := a.do("GET", "/api/v1/devices?limit=1000&q="+strings.ReplaceAll(q, ":", "%3A"), nil)
+		r := a.Do("GET", "/api/v1/devices?limit=1000&q="+strings.ReplaceAll(q, ":", "%3A"), nil)
 		var p client.Page[client.Device]
-		r.decode(t, &p)
-		if r.status != 200 || len(p.Items) != want {
-			t.Errorf("q=%s: %d devices (HTTP %d), want %d", q, len(p.Items), r.status, want)
+		r.Decode(t, &p)
+		if r.Status != 200 || len(p.Items) != want {
+			t.Errorf("q=%s: %d devices (HTTP %d), want %d", q, len(p.Items), r.Status, want)
 		}
 	}
 }

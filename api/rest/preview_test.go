@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ztpd/ztpd/api/client"
+	"github.com/ztpd/ztpd/api/internal/apitest"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/ztp/content"
 )
@@ -32,7 +33,7 @@ var raSecrets = []string{"hunter2-ztp", "tacacs-passkey-9", "snmp-rw-community",
 
 func TestRESTDevicePreviewMasksSecrets(t *testing.T) {
 	e := newEnv(t, envOpts{})
-	seed(t, e.st, 2)
+	apitest.Seed(t, e.st, 2)
 	pemKey := "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\nAAAA\n-----END PRIVATE KEY-----\n"
 	p := &raPreviewer{pv: content.Preview{Kind: core.KindSONiC, Profile: "leaves",
 		Fetches: []content.Fetch{{What: "ztp.json", URL: "http://10.99.0.1:8080/ztp/ztp.json"},
@@ -48,11 +49,11 @@ func TestRESTDevicePreviewMasksSecrets(t *testing.T) {
 		Notes:    []string{"cluster c (role worker): at serve time the joiner adds its join section"}}}
 	e.srv.console.preview = p
 	a := e.rest(e.admin.APIKey, e.adminSec)
-	r := a.do("GET", "/api/v1/devices/SN00001/preview", nil)
-	if r.status != 200 {
-		t.Fatalf("preview: %d %s", r.status, r.raw)
+	r := a.Do("GET", "/api/v1/devices/SN00001/preview", nil)
+	if r.Status != 200 {
+		t.Fatalf("preview: %d %s", r.Status, r.Raw)
 	}
-	body := string(r.raw)
+	body := string(r.Raw)
 	for _, s := range raSecrets {
 		if strings.Contains(body, s) {
 			t.Errorf("the preview shows the secret %q:\n%s", s, body)
@@ -65,7 +66,7 @@ func TestRESTDevicePreviewMasksSecrets(t *testing.T) {
 		}
 	}
 	var pv client.Preview
-	r.decode(t, &pv)
+	r.Decode(t, &pv)
 	var names []string
 	for _, d := range pv.Documents {
 		names = append(names, d.Name)
@@ -85,15 +86,15 @@ func TestRESTDevicePreviewMasksSecrets(t *testing.T) {
 		t.Errorf("previewed %v, want the device with serial SN00001", p.asked)
 	}
 
-	if r := a.do("GET", "/api/v1/devices/02:00:00:00:ff:ff/preview", nil); r.status != 404 {
-		t.Errorf("unknown device: %d %s", r.status, r.raw)
+	if r := a.Do("GET", "/api/v1/devices/02:00:00:00:ff:ff/preview", nil); r.Status != 404 {
+		t.Errorf("unknown device: %d %s", r.Status, r.Raw)
 	}
-	if r := e.rest(e.user.APIKey, e.userSec).do("GET", "/api/v1/devices/SN00001/preview", nil); r.status != 403 {
-		t.Errorf("user previews: %d", r.status)
+	if r := e.rest(e.user.APIKey, e.userSec).Do("GET", "/api/v1/devices/SN00001/preview", nil); r.Status != 403 {
+		t.Errorf("user previews: %d", r.Status)
 	}
 	e.srv.console.preview = nil
-	if r := a.do("GET", "/api/v1/devices/SN00001/preview", nil); r.status != 503 {
-		t.Errorf("without profiles: %d %s", r.status, r.raw)
+	if r := a.Do("GET", "/api/v1/devices/SN00001/preview", nil); r.Status != 503 {
+		t.Errorf("without profiles: %d %s", r.Status, r.Raw)
 	}
 }
 
@@ -101,21 +102,21 @@ func TestRESTDevicePreviewMasksSecrets(t *testing.T) {
 // (a refusal naming the firmware URL, say): masked like the documents.
 func TestPreviewMasksNotesAndWarnings(t *testing.T) {
 	e := newEnv(t, envOpts{})
-	seed(t, e.st, 2)
+	apitest.Seed(t, e.st, 2)
 	e.srv.console.preview = &raPreviewer{pv: content.Preview{Kind: core.KindSONiC, Profile: "leaves",
 		Notes:    []string{"firmware: https://fw:note-secret-1@10.99.0.5/sonic.bin"},
 		Warnings: []string{"ztp.json would be refused: HTTP 502: fetching https://fw:warn-secret-2@10.99.0.5/sonic.bin"}}}
-	r := e.rest(e.admin.APIKey, e.adminSec).do("GET", "/api/v1/devices/SN00001/preview", nil)
-	if r.status != 200 {
-		t.Fatalf("preview: %d %s", r.status, r.raw)
+	r := e.rest(e.admin.APIKey, e.adminSec).Do("GET", "/api/v1/devices/SN00001/preview", nil)
+	if r.Status != 200 {
+		t.Fatalf("preview: %d %s", r.Status, r.Raw)
 	}
 	for _, s := range []string{"note-secret-1", "warn-secret-2"} {
-		if strings.Contains(string(r.raw), s) {
-			t.Errorf("the preview shows %q: %s", s, r.raw)
+		if strings.Contains(string(r.Raw), s) {
+			t.Errorf("the preview shows %q: %s", s, r.Raw)
 		}
 	}
-	if !strings.Contains(string(r.raw), "10.99.0.5/sonic.bin") {
-		t.Errorf("the preview lost the URL: %s", r.raw)
+	if !strings.Contains(string(r.Raw), "10.99.0.5/sonic.bin") {
+		t.Errorf("the preview lost the URL: %s", r.Raw)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/api/internal/apitest"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
 )
@@ -16,7 +17,7 @@ import (
 // they were seen; A's record shows the conflict; acting by MAC still works.
 func TestRESTAmbiguousSerialIsRefused(t *testing.T) {
 	e := newEnv(t, envOpts{})
-	seed(t, e.st, 3) // 02:00:00:00:00:00 holds SN00000
+	apitest.Seed(t, e.st, 3) // 02:00:00:00:00:00 holds SN00000
 	const a, b = "02:00:00:00:00:00", "02:00:00:00:00:01"
 	svc := devices.New(devices.Options{Store: e.st})
 	defer svc.Close()
@@ -37,24 +38,24 @@ func TestRESTAmbiguousSerialIsRefused(t *testing.T) {
 		if req.method == "POST" {
 			body = map[string]string{}
 		}
-		r := c.do(req.method, req.path, body)
-		raw := string(r.raw)
-		if r.status != 409 || !strings.Contains(raw, `"conflict"`) || !strings.Contains(raw, a) || !strings.Contains(raw, b) ||
+		r := c.Do(req.method, req.path, body)
+		raw := string(r.Raw)
+		if r.Status != 409 || !strings.Contains(raw, `"conflict"`) || !strings.Contains(raw, a) || !strings.Contains(raw, b) ||
 			!strings.Contains(raw, "10.99.1.1") || !strings.Contains(raw, "10.99.1.2") || !strings.Contains(raw, "last seen") {
-			t.Fatalf("%s %s: %d %s; want a conflict naming both devices", req.method, req.path, r.status, raw)
+			t.Fatalf("%s %s: %d %s; want a conflict naming both devices", req.method, req.path, r.Status, raw)
 		}
 	}
 	var d core.Device
-	c.do("GET", "/api/v1/devices/"+a, nil).decode(t, &d)
+	c.Do("GET", "/api/v1/devices/"+a, nil).Decode(t, &d)
 	if d.Approved || d.Serial != "SN00000" || d.SerialConflict == nil || len(d.SerialConflict.With) != 1 || d.SerialConflict.With[0] != b {
 		t.Fatalf("holder's view: %+v", d)
 	}
 	d = core.Device{}
-	c.do("GET", "/api/v1/devices/"+b, nil).decode(t, &d)
+	c.Do("GET", "/api/v1/devices/"+b, nil).Decode(t, &d)
 	if d.Serial != "" || d.SerialConflict == nil || d.SerialConflict.Serial != "SN00000" {
 		t.Fatalf("claimant's view: %+v", d)
 	}
-	if r := c.do("POST", "/api/v1/devices/"+a+"/approve", map[string]string{}); r.status != 200 {
-		t.Fatalf("approve by MAC: %d %s", r.status, r.raw)
+	if r := c.Do("POST", "/api/v1/devices/"+a+"/approve", map[string]string{}); r.Status != 200 {
+		t.Fatalf("approve by MAC: %d %s", r.Status, r.Raw)
 	}
 }

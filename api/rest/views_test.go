@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/api/client"
+	"github.com/ztpd/ztpd/api/internal/apitest"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/httpserve"
@@ -87,12 +88,12 @@ func TestRESTDeviceAnswersMatchTheDocument(t *testing.T) {
 	}
 	c := e.rest(e.admin.APIKey, e.adminSec)
 	want := mustMarshal(t, d)
-	r := c.do("GET", "/api/v1/devices/"+d.ID, nil)
-	if r.status != 200 || !bytes.Equal(bytes.TrimSpace(r.raw), want) {
-		t.Fatalf("device: %d\n got %s\nwant %s", r.status, r.raw, want)
+	r := c.Do("GET", "/api/v1/devices/"+d.ID, nil)
+	if r.Status != 200 || !bytes.Equal(bytes.TrimSpace(r.Raw), want) {
+		t.Fatalf("device: %d\n got %s\nwant %s", r.Status, r.Raw, want)
 	}
 	var p struct{ Items []json.RawMessage }
-	c.do("GET", "/api/v1/devices", nil).decode(t, &p)
+	c.Do("GET", "/api/v1/devices", nil).Decode(t, &p)
 	if len(p.Items) != 1 || !bytes.Equal(p.Items[0], want) {
 		t.Fatalf("device list: %s", p.Items)
 	}
@@ -104,27 +105,27 @@ func TestRESTDeviceAnswersMatchTheDocument(t *testing.T) {
 // one is refused.
 func TestRESTEventCursors(t *testing.T) {
 	e := newEnv(t, envOpts{})
-	seed(t, e.st, 20) // events 3..22 (two apikey.created come first)
+	apitest.Seed(t, e.st, 20) // events 3..22 (two apikey.created come first)
 	c := e.rest(e.admin.APIKey, e.adminSec)
 	var p client.Page[core.Event]
-	c.do("GET", "/api/v1/events?stream=device&limit=5", nil).decode(t, &p)
+	c.Do("GET", "/api/v1/events?stream=device&limit=5", nil).Decode(t, &p)
 	if len(p.Items) != 5 || p.Items[4].Seq != 7 || p.NextCursor != base64.RawURLEncoding.EncodeToString([]byte("00000000000000000007")) {
 		t.Fatalf("first page: %+v", p)
 	}
 	var next, since client.Page[core.Event]
-	c.do("GET", "/api/v1/events?stream=device&limit=5&cursor="+p.NextCursor, nil).decode(t, &next)
-	c.do("GET", "/api/v1/events?stream=device&limit=5&since=7", nil).decode(t, &since)
+	c.Do("GET", "/api/v1/events?stream=device&limit=5&cursor="+p.NextCursor, nil).Decode(t, &next)
+	c.Do("GET", "/api/v1/events?stream=device&limit=5&since=7", nil).Decode(t, &since)
 	if len(next.Items) != 5 || next.Items[0].Seq != 8 || len(since.Items) != 5 || since.Items[0].Seq != 8 {
 		t.Fatalf("next page %+v, since %+v", next.Items, since.Items)
 	}
 	// The later of cursor and since wins.
 	var last client.Page[core.Event]
-	c.do("GET", "/api/v1/events?stream=all&limit=5&since=20&cursor="+p.NextCursor, nil).decode(t, &last)
+	c.Do("GET", "/api/v1/events?stream=all&limit=5&since=20&cursor="+p.NextCursor, nil).Decode(t, &last)
 	if len(last.Items) != 2 || last.Items[0].Seq != 21 || last.NextCursor != "" {
 		t.Fatalf("since past the cursor: %+v", last)
 	}
-	if r := c.do("GET", "/api/v1/events?cursor="+base64.RawURLEncoding.EncodeToString([]byte("devices/x")), nil); r.status != 400 {
-		t.Fatalf("a device cursor for events: %d %s", r.status, r.raw)
+	if r := c.Do("GET", "/api/v1/events?cursor="+base64.RawURLEncoding.EncodeToString([]byte("devices/x")), nil); r.Status != 400 {
+		t.Fatalf("a device cursor for events: %d %s", r.Status, r.Raw)
 	}
 }
 
@@ -133,15 +134,15 @@ func TestRESTEventCursors(t *testing.T) {
 func TestRESTInternalErrorsShowOnlyARequestID(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	u := e.rest(e.user.APIKey, e.userSec)
-	if r := u.do("GET", "/api/v1/leases", nil); r.status != 200 { // the key is looked up and kept
-		t.Fatalf("leases: %d %s", r.status, r.raw)
+	if r := u.Do("GET", "/api/v1/leases", nil); r.Status != 200 { // the key is looked up and kept
+		t.Fatalf("leases: %d %s", r.Status, r.Raw)
 	}
 	e.st.Close()
-	r := u.do("GET", "/api/v1/leases", nil)
+	r := u.Do("GET", "/api/v1/leases", nil)
 	var body httpserve.ErrorBody
-	r.decode(t, &body)
-	if r.status != 500 || body.Error.Code != "internal" || body.Error.RequestID == "" || strings.Contains(body.Error.Message, "database") {
-		t.Fatalf("storage failure: %d %s", r.status, r.raw)
+	r.Decode(t, &body)
+	if r.Status != 500 || body.Error.Code != "internal" || body.Error.RequestID == "" || strings.Contains(body.Error.Message, "database") {
+		t.Fatalf("storage failure: %d %s", r.Status, r.Raw)
 	}
 	if !strings.Contains(e.logs.String(), body.Error.RequestID) {
 		t.Fatalf("request id %s not in the log", body.Error.RequestID)
