@@ -158,7 +158,7 @@ func TestRateLimitedBodiesAreNotRead(t *testing.T) {
 	noRedirect := *ts.Client()
 	noRedirect.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	for range 4 {
-		if err := refusedUnread(&noRedirect, ts.URL+console.ConsoleSignInPath, "application/x-www-form-urlencoded", []byte(signin), http.StatusSeeOther, "Origin", ts.URL); err != nil {
+		if err := refusedUnread(&noRedirect, ts.URL+console.SignInPath, "application/x-www-form-urlencoded", []byte(signin), http.StatusSeeOther, "Origin", ts.URL); err != nil {
 			t.Errorf("sign-in from a rate-limited address: %v", err)
 		}
 	}

@@ -34,7 +34,7 @@ func pgClient(t *testing.T, e *env) *http.Client {
 // was let in.
 func pgSignIn(t *testing.T, e *env, hc *http.Client, key, secret string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, e.ts.URL+ConsoleSignInPath,
+	req, _ := http.NewRequest(http.MethodPost, e.ts.URL+SignInPath,
 		strings.NewReader(url.Values{"api_key": {key}, "secret_key": {secret}, "next": {"/devices"}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Origin", e.ts.URL)
@@ -216,7 +216,7 @@ func TestConsolePagesWithSession(t *testing.T) {
 	if token == nil {
 		t.Fatal("no CSRF token on the page")
 	}
-	req, _ := http.NewRequest(http.MethodPost, e.ts.URL+ConsoleSignOutPath, strings.NewReader(url.Values{"csrf": {token[1]}}.Encode()))
+	req, _ := http.NewRequest(http.MethodPost, e.ts.URL+SignOutPath, strings.NewReader(url.Values{"csrf": {token[1]}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Origin", e.ts.URL)
 	if resp, err := user.Do(req); err != nil {

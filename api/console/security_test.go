@@ -24,8 +24,8 @@ func TestConsoleErrorAnswersCarryCSP(t *testing.T) {
 	hc := pgClient(t, e)
 	for _, tc := range []struct{ method, path string }{
 		{"GET", "/ui/no-such-page<script>"}, {"GET", "/devices/a/b"}, {"GET", "/ui/static/0000/app.js"},
-		{"GET", "/ui/static/x/no-such.js"}, {"POST", "/devices"}, {"GET", ConsoleSignOutPath},
-		{"GET", ConsoleStreamPath}, {"GET", "/api/v1/no-such-path"}, {"GET", "/"},
+		{"GET", "/ui/static/x/no-such.js"}, {"POST", "/devices"}, {"GET", SignOutPath},
+		{"GET", StreamPath}, {"GET", "/api/v1/no-such-path"}, {"GET", "/"},
 	} {
 		req, _ := http.NewRequest(tc.method, e.ts.URL+tc.path, nil)
 		resp, err := hc.Do(req)
@@ -108,7 +108,7 @@ func TestConsoleSessionAttacks(t *testing.T) {
 		t.Errorf("%d sessions after two sign-ins of one browser", n)
 	}
 	// A GET (an <img src="/ui/signout"> on another page) signs nobody out.
-	if r := b.do(http.MethodGet, ConsoleSignOutPath, nil); r.status != http.StatusMethodNotAllowed {
+	if r := b.do(http.MethodGet, SignOutPath, nil); r.status != http.StatusMethodNotAllowed {
 		t.Errorf("GET sign-out: %d", r.status)
 	}
 	if r := b.do(http.MethodGet, "/api/v1/devices", nil); r.status != http.StatusOK {

@@ -34,9 +34,9 @@ import (
 
 // Console paths and names.
 const (
-	ConsoleSignInPath  = "/ui/signin"
-	ConsoleSignOutPath = "/ui/signout"
-	ConsoleStreamPath  = "/ui/stream"
+	SignInPath  = "/ui/signin"
+	SignOutPath = "/ui/signout"
+	StreamPath  = "/ui/stream"
 
 	sessionCookieName = "ztpd_session"
 	// csrfHeader carries the session's CSRF token on every write of the
@@ -177,9 +177,9 @@ func (t *sessionTable) len() int {
 
 // routeConsoleSession registers sign-in, sign-out and the live stream.
 func (s *Door) routeConsoleSession(e *gin.Engine) {
-	e.POST(ConsoleSignInPath, s.consoleSignIn)
-	e.POST(ConsoleSignOutPath, s.consoleSignOut)
-	e.GET(ConsoleStreamPath, s.consoleStream)
+	e.POST(SignInPath, s.consoleSignIn)
+	e.POST(SignOutPath, s.consoleSignOut)
+	e.GET(StreamPath, s.consoleStream)
 }
 
 // sessionIDOf is the table key of the request's session cookie, if it

@@ -65,7 +65,7 @@ func (b *sessBrowser) send(req *http.Request) sessResp {
 func (b *sessBrowser) signIn(key, secret, next string, hdr ...string) sessResp {
 	b.t.Helper()
 	form := url.Values{"api_key": {key}, "secret_key": {secret}, "next": {next}}
-	req, _ := http.NewRequest(http.MethodPost, b.base+ConsoleSignInPath, strings.NewReader(form.Encode()))
+	req, _ := http.NewRequest(http.MethodPost, b.base+SignInPath, strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
@@ -333,7 +333,7 @@ func TestConsoleSignOut(t *testing.T) {
 	b := sessNewBrowser(t, e)
 	b.mustSignIn(e, e.admin.APIKey, e.adminSec)
 	signOut := func(csrf string) sessResp {
-		req, _ := http.NewRequest(http.MethodPost, b.base+ConsoleSignOutPath, strings.NewReader(url.Values{"csrf": {csrf}}.Encode()))
+		req, _ := http.NewRequest(http.MethodPost, b.base+SignOutPath, strings.NewReader(url.Values{"csrf": {csrf}}.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		return b.send(req)
 	}

@@ -44,7 +44,7 @@ type sessStream struct {
 
 func (b *sessBrowser) stream(t *testing.T) *sessStream {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, b.base+ConsoleStreamPath, nil)
+	req, _ := http.NewRequest(http.MethodGet, b.base+StreamPath, nil)
 	req.Header.Set("Accept", "text/event-stream")
 	resp, err := b.http.Do(req)
 	if err != nil {
@@ -182,7 +182,7 @@ func sessMAC(prefix byte) func(int) string {
 func TestConsoleStreamUpdates(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	anon := sessNewBrowser(t, e)
-	if r := anon.do(http.MethodGet, ConsoleStreamPath, nil); r.status != http.StatusUnauthorized || sessErrorCode(t, r) != "unauthorized" {
+	if r := anon.do(http.MethodGet, StreamPath, nil); r.status != http.StatusUnauthorized || sessErrorCode(t, r) != "unauthorized" {
 		t.Fatalf("stream without a session: %d %s", r.status, r.body)
 	}
 	b := sessNewBrowser(t, e)
@@ -361,7 +361,7 @@ func TestConsoleStreamEnds(t *testing.T) {
 	if !cs.ended(2 * time.Second) {
 		t.Fatal("the stream did not end with the API")
 	}
-	if r := closed.do(http.MethodGet, ConsoleStreamPath, nil); r.status != http.StatusServiceUnavailable {
+	if r := closed.do(http.MethodGet, StreamPath, nil); r.status != http.StatusServiceUnavailable {
 		t.Fatalf("stream after Close: %d %s", r.status, r.body)
 	}
 
