@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/api/client"
+	"github.com/ztpd/ztpd/api/rest"
 	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
@@ -20,23 +21,11 @@ import (
 	"github.com/ztpd/ztpd/internal/httpserve"
 )
 
-// ISOStore is the image store (images/imagestore satisfies it): the
-// binaries ISOs of Kubernetes versions and every other artifact.
-type ISOStore interface {
-	Add(ctx context.Context, r io.Reader, m imagestore.Meta, wantSHA string) (core.Image, bool, error)
-	Remove(ref string) (core.Image, error)
-	// Resolve finds an image by sha256, any of its names, or a unique
-	// sha256 prefix.
-	Resolve(ref string) (core.Image, error)
-	// List is the images of a kind ("" for all).
-	List(kind string) ([]core.Image, error)
-}
-
 // AdminDeps are what the local admin routes need.
 type AdminDeps struct {
 	Keys     *apikeys.Service
 	Clusters *clusters.Service
-	ISOs     ISOStore
+	ISOs     rest.ISOStore
 	// ISOBaseURL is where devices and CloudStack fetch ISOs, e.g.
 	// http://10.99.0.1:8080/isos/ (endpoints.Endpoints.ISOs).
 	ISOBaseURL string
@@ -59,16 +48,16 @@ func MountAdmin(mux *http.ServeMux, d AdminDeps, log *slog.Logger) {
 	}
 	mux.HandleFunc("POST /admin/apikeys", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
-		res, err := createKey(d.Keys, q.Get("name"), q.Get("account"), q.Get("role"))
+		res, err := rest.CreateKey(d.Keys, q.Get("name"), q.Get("account"), q.Get("role"))
 		answer(w, r, http.StatusCreated, res, err)
 	})
 	mux.HandleFunc("GET /admin/apikeys", func(w http.ResponseWriter, r *http.Request) {
 		list, err := d.Keys.List()
-		answer(w, r, http.StatusOK, apiKeysOf(list), err)
+		answer(w, r, http.StatusOK, rest.APIKeysOf(list), err)
 	})
 	mux.HandleFunc("DELETE /admin/apikeys/{key}", func(w http.ResponseWriter, r *http.Request) {
 		info, err := d.Keys.Revoke(r.PathValue("key"))
-		answer(w, r, http.StatusOK, apiKeyOf(info), err)
+		answer(w, r, http.StatusOK, rest.APIKeyOf(info), err)
 	})
 	mux.HandleFunc("POST /admin/versions", func(w http.ResponseWriter, r *http.Request) {
 		res, err := addVersionFromISO(r.Context(), d, r)
@@ -82,19 +71,19 @@ func MountAdmin(mux *http.ServeMux, d AdminDeps, log *slog.Logger) {
 		if existed {
 			code = http.StatusOK
 		}
-		answer(w, r, code, client.ImageAdded{Image: restImageOf(im), Existed: existed}, err)
+		answer(w, r, code, client.ImageAdded{Image: rest.ImageOf(im), Existed: existed}, err)
 	})
 	mux.HandleFunc("GET /admin/images", func(w http.ResponseWriter, r *http.Request) {
 		list, err := d.ISOs.List(r.URL.Query().Get("kind"))
 		var out []client.Image // null for none, as it always answered
 		for _, im := range list {
-			out = append(out, restImageOf(im))
+			out = append(out, rest.ImageOf(im))
 		}
 		answer(w, r, http.StatusOK, out, err)
 	})
 	mux.HandleFunc("DELETE /admin/images/{ref}", func(w http.ResponseWriter, r *http.Request) {
 		im, err := d.ISOs.Remove(r.PathValue("ref"))
-		answer(w, r, http.StatusOK, restImageOf(im), err)
+		answer(w, r, http.StatusOK, rest.ImageOf(im), err)
 	})
 	// An image by reference, resolved as serving resolves a profile's
 	// sonic.image (the image list names each image once; an image added
@@ -102,7 +91,7 @@ func MountAdmin(mux *http.ServeMux, d AdminDeps, log *slog.Logger) {
 	// uses it to say which image a switch gets.
 	mux.HandleFunc("GET /admin/images/{ref}", func(w http.ResponseWriter, r *http.Request) {
 		im, err := d.ISOs.Resolve(r.PathValue("ref"))
-		answer(w, r, http.StatusOK, restImageOf(im), err)
+		answer(w, r, http.StatusOK, rest.ImageOf(im), err)
 	})
 }
 
@@ -138,9 +127,9 @@ func addVersionFromISO(ctx context.Context, d AdminDeps, r *http.Request) (clien
 	if err != nil {
 		return client.VersionAdded{}, core.WrapError(core.KindInvalid, err.Error(), err)
 	}
-	spec := isoVersionSpec(clusters.VersionSpec{Name: name, SemVer: sv.String(), MinCPU: minCPU, MinMemoryMB: minMem},
+	spec := rest.ISOVersionSpec(clusters.VersionSpec{Name: name, SemVer: sv.String(), MinCPU: minCPU, MinMemoryMB: minMem},
 		d.ISOBaseURL, isoName, im)
-	res := client.VersionAdded{Image: restImageOf(im), URL: spec.URL, Checksum: spec.Checksum}
+	res := client.VersionAdded{Image: rest.ImageOf(im), URL: spec.URL, Checksum: spec.Checksum}
 	v, err := d.Clusters.AddVersion(ctx, clusters.LocalAdmin, spec)
 	if err != nil {
 		if !existed {
@@ -148,7 +137,7 @@ func addVersionFromISO(ctx context.Context, d AdminDeps, r *http.Request) (clien
 		}
 		return client.VersionAdded{}, err
 	}
-	res.Version = restVersionOf(v)
+	res.Version = rest.VersionOf(v)
 	return res, nil
 }
 

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ztpd/ztpd/api/console"
 )
 
 // countingBody counts the request body bytes the handler behind it reads.
@@ -95,8 +97,8 @@ func TestRESTUnauthenticatedBodiesAreNotRead(t *testing.T) {
 	unknown := e.rest("nosuchkey0000000000000000000000000000000000", e.adminSec)
 	auths := map[string]func() string{
 		"none":    func() string { return "" },
-		"unknown": func() string { return unknown.authorization("POST", path, nil, big, time.Now().Add(time.Minute)) },
-		"expired": func() string { return valid.authorization("POST", path, nil, big, time.Now().Add(-time.Second)) },
+		"unknown": func() string { return unknown.Authorization("POST", path, nil, big, time.Now().Add(time.Minute)) },
+		"expired": func() string { return valid.Authorization("POST", path, nil, big, time.Now().Add(-time.Second)) },
 	}
 	const perKind = 8
 	var wg sync.WaitGroup
@@ -128,7 +130,7 @@ func TestRESTUnauthenticatedBodiesAreNotRead(t *testing.T) {
 	doc := []byte(`{"semver":"1.30.2","url":"http://10.99.0.1:8080/isos/v1.30.2.iso"}`)
 	signed := append(doc, big[len(doc):]...)
 	code := postBig(t, ts.Client(), ts.URL+path, "application/json", signed,
-		"Authorization", valid.authorization("POST", path, nil, signed, time.Now().Add(time.Minute)))
+		"Authorization", valid.Authorization("POST", path, nil, signed, time.Now().Add(time.Minute)))
 	if code/100 != 2 || read.Load() != int64(len(signed)) {
 		t.Fatalf("signed 1 MiB write: status %d, %d body bytes read, want 2xx and %d", code, read.Load(), len(signed))
 	}
@@ -156,7 +158,7 @@ func TestRateLimitedBodiesAreNotRead(t *testing.T) {
 	noRedirect := *ts.Client()
 	noRedirect.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	for range 4 {
-		if err := refusedUnread(&noRedirect, ts.URL+ConsoleSignInPath, "application/x-www-form-urlencoded", []byte(signin), http.StatusSeeOther, "Origin", ts.URL); err != nil {
+		if err := refusedUnread(&noRedirect, ts.URL+console.SignInPath, "application/x-www-form-urlencoded", []byte(signin), http.StatusSeeOther, "Origin", ts.URL); err != nil {
 			t.Errorf("sign-in from a rate-limited address: %v", err)
 		}
 	}

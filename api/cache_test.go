@@ -12,6 +12,7 @@ import (
 
 	"github.com/ztpd/ztpd/api/auth"
 	"github.com/ztpd/ztpd/api/client"
+	"github.com/ztpd/ztpd/api/internal/apitest"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -226,7 +227,7 @@ func TestClusterListCacheKeepsAuthentication(t *testing.T) {
 	old := &csClient{t: t, base: e.ts.URL, apiKey: e.user.APIKey, secret: e.userSec, http: e.ts.Client(),
 		expires: time.Now().UTC().Add(time.Minute)}
 	listClusters(t, old, nil)
-	e.clock.advance(2 * time.Minute)
+	e.clock.Advance(2 * time.Minute)
 	errorBody(t, old.call("listKubernetesClusters", nil, false), "listkubernetesclustersresponse", 401, 9999, auth.FailedText)
 
 	if _, err := e.keys.Revoke(e.user.APIKey); err != nil {
@@ -318,19 +319,19 @@ func TestClusterListCacheUnderConcurrentWrites(t *testing.T) {
 // changed or deleted, by any writer, shows in the very next page.
 func TestDevicePageCacheFollowsEveryChange(t *testing.T) {
 	e := newEnv(t, envOpts{})
-	seed(t, e.st, 30)
+	apitest.Seed(t, e.st, 30)
 	c := e.rest(e.admin.APIKey, e.adminSec) // user keys' pages depend on their clusters and are not kept
 	get := func(path string) client.Page[core.Device] {
 		t.Helper()
-		r := c.do("GET", path, nil)
-		if r.status != 200 {
-			t.Fatalf("%s: %d %s", path, r.status, r.raw)
+		r := c.Do("GET", path, nil)
+		if r.Status != 200 {
+			t.Fatalf("%s: %d %s", path, r.Status, r.Raw)
 		}
-		if r.header.Get("Content-Length") != fmt.Sprint(len(r.raw)) {
-			t.Fatalf("%s: Content-Length %q for %d bytes", path, r.header.Get("Content-Length"), len(r.raw))
+		if r.Header.Get("Content-Length") != fmt.Sprint(len(r.Raw)) {
+			t.Fatalf("%s: Content-Length %q for %d bytes", path, r.Header.Get("Content-Length"), len(r.Raw))
 		}
 		var p client.Page[core.Device]
-		r.decode(t, &p)
+		r.Decode(t, &p)
 		return p
 	}
 	const first = "/api/v1/devices?limit=10"
@@ -397,21 +398,21 @@ func TestDevicePageCacheFollowsEveryChange(t *testing.T) {
 
 	// Leases: same rule, own repository.
 	var lp client.Page[core.Lease]
-	c.do("GET", "/api/v1/leases?limit=5", nil).decode(t, &lp)
+	c.Do("GET", "/api/v1/leases?limit=5", nil).Decode(t, &lp)
 	if err := e.st.Update(func(tx core.Tx) error {
 		return tx.Leases().Put(core.Lease{IP: "10.0.0.1", MAC: "02:00:00:00:00:aa", State: core.LeaseActive})
 	}); err != nil {
 		t.Fatal(err)
 	}
-	c.do("GET", "/api/v1/leases?limit=5", nil).decode(t, &lp)
+	c.Do("GET", "/api/v1/leases?limit=5", nil).Decode(t, &lp)
 	if lp.Items[0].IP != "10.0.0.1" {
 		t.Fatalf("new lease not listed: %+v", lp.Items[0])
 	}
 
 	// Authentication still runs first: a bad signature gets 401, not the page.
 	bad := e.rest(e.user.APIKey, "wrong")
-	if r := bad.do("GET", first, nil); r.status != 401 {
-		t.Fatalf("bad signature: %d", r.status)
+	if r := bad.Do("GET", first, nil); r.Status != 401 {
+		t.Fatalf("bad signature: %d", r.Status)
 	}
 }
 
@@ -436,10 +437,10 @@ func TestRESTClusterListCacheFollowsChanges(t *testing.T) {
 	list := func() client.Cluster {
 		t.Helper()
 		var p client.Page[client.Cluster]
-		r := c.do("GET", "/api/v1/clusters", nil)
-		r.decode(t, &p)
-		if r.status != 200 || len(p.Items) != 1 {
-			t.Fatalf("clusters: %d %s", r.status, r.raw)
+		r := c.Do("GET", "/api/v1/clusters", nil)
+		r.Decode(t, &p)
+		if r.Status != 200 || len(p.Items) != 1 {
+			t.Fatalf("clusters: %d %s", r.Status, r.Raw)
 		}
 		return p.Items[0]
 	}

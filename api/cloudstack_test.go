@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/api/auth"
+	"github.com/ztpd/ztpd/api/internal/apitest"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -250,7 +251,7 @@ func TestCloudStackErrors(t *testing.T) {
 	})
 	t.Run("signatureversion 3 without expires", func(t *testing.T) {
 		v := url.Values{"command": {"listZones"}, "apiKey": {e.admin.APIKey}, "response": {"json"}, "signatureversion": {"3"}}
-		q := encodeValues(v)
+		q := apitest.EncodeValues(v)
 		resp, err := http.Get(e.ts.URL + "/client/api?" + q + "&signature=" + url.QueryEscape(hmacSig(e.adminSec, q)))
 		if err != nil {
 			t.Fatal(err)
@@ -388,7 +389,7 @@ func TestFailedAuthIsRateLimitedAndLoggedWithoutSecrets(t *testing.T) {
 		t.Fatalf("REST while blocked: %d %q", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 	// One failure's worth of time later (20 s at 3/min) one attempt is allowed.
-	e.clock.advance(21 * time.Second)
+	e.clock.Advance(21 * time.Second)
 	if r := good.call("listZones", nil, false); r.status != 200 {
 		t.Fatalf("after refill: %d %s", r.status, r.raw)
 	}

@@ -23,6 +23,9 @@ func TestDoorsOpenNoTransactions(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		if d.IsDir() && path == filepath.Join("internal", "apitest") {
+			return filepath.SkipDir // the doors' tests' fixtures: they seed the store as a test does
+		}
 		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return nil
 		}

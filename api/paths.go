@@ -1,9 +1,7 @@
 package api
 
-// URL paths the API serves (on its own listener, or on the main one).
-// Device-facing paths live in ztp/endpoints.
-const (
-	CloudStackPath = "/client/api"
-	RESTPath       = "/api/v1/"
-	OpenAPIPath    = RESTPath + "openapi.json"
-)
+// CloudStackPath is where the CloudStack door answers (on the API's own
+// listener, or on the main one). The other doors' paths are theirs:
+// rest.Path, agentdoor.Path, console.Paths; device-facing paths live in
+// ztp/endpoints.
+const CloudStackPath = "/client/api"

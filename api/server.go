@@ -1,43 +1,28 @@
-// Package api is ztpd's API front end (gin): it composes the doors on one
-// engine, the CloudStack-compatible endpoint /client/api (package
-// cloudstack) and the REST API /api/v1/ with the console, all thin
-// adapters over the clusters domain service and the store, authenticated
-// with API keys (package auth).
+// Package api is ztpd's API front end: it composes the doors on one gin
+// engine, with one middleware order (panic recovery and metrics first, then
+// the console's security headers on every answer) and one answer, in the
+// REST error shape, for a path or method no door serves. The doors are
+// thin adapters over the domain services, each in its own package:
 //
-// Authentication:
-//   - /client/api: CloudStack request signing (package signing), including
-//     signatureversion=3 with expires. Errors are CloudStack's: HTTP 401 with
-//     errortext "unable to verify user credentials and/or request signature".
-//   - Both APIs: parameter names are limited to [A-Za-z0-9_.-[]] and given
-//     once; expires may lie at most SignaturePolicy.MaxLifetime ahead; a
-//     write's signature is accepted once (remembered until it expires);
-//     signatures without expires are refused on REST (and on CloudStack when
-//     the policy says so).
-//   - /api/v1/: the header
-//     Authorization: ZTPD-HMAC-SHA1 apikey=<key>, expires=<RFC3339>, signature=<b64>
-//     signed with the same algorithm over the query, method, path, expiry and
-//     body digest; or, over TLS only, "Authorization: Bearer <key>:<secret>",
-//     checked against the secret's stored hash.
+//   - /client/api: the CloudStack-compatible API (package cloudstack);
+//   - /api/v1/: the REST API (package rest), whose openapi.json also
+//     documents the agents' routes;
+//   - /ui/ and the console's pages: the web console (package console),
+//     whose pages fetch all their data through the REST routes with the
+//     session cookie that REST accepts from it (rest.Sessions);
+//   - /agent/v1/: the device agents (package agentdoor).
 //
-// The web console (console_pages.go, console_session.go) signs in with an
-// API key and its secret at POST /ui/signin and gets a session cookie;
-// restAuth accepts that session on /api/v1 when a request carries no
-// Authorization header, and every write must carry the session's CSRF token
-// (X-CSRF-Token). The console's pages fetch all their data through these
-// same REST routes.
+// What several doors share is built here once and handed to each: the
+// failed-authentication limiter and log and the signature verifier
+// (package auth), the response cache (package bodycache) and the API's
+// metrics.
 //
-// The admin socket (<data-dir>/ztpd.sock, mode 0600) serves the same routes
-// through LocalHandler, as the local administrator and without signatures:
-// the socket's file mode is the access control (package caller).
-//
-// Failed authentications are counted per client address; past
-// auth_failures_per_minute the address gets 429 until its budget refills.
-// Failures are logged with address, API key and reason, never a signature
-// or secret.
-//
-// Roles: admin may do everything; user may manage clusters, read versions,
-// devices, leases, images, events and its own jobs. Version management,
-// device approval, tokens and API keys are admin only.
+// The admin socket (<data-dir>/ztpd.sock, mode 0600) serves the same
+// routes through LocalHandler, as the local administrator and without
+// signatures: the socket's file mode is the access control (package
+// caller). Its local-only operations (API key creation, versions from an
+// ISO) are MountAdmin's, which stay here beside LocalHandler: they answer
+// on the same socket and reuse REST's key creation and version spec.
 package api
 
 import (
@@ -51,15 +36,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/ztpd/ztpd/api/agentdoor"
 	"github.com/ztpd/ztpd/api/auth"
 	"github.com/ztpd/ztpd/api/bodycache"
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/api/cloudstack"
+	"github.com/ztpd/ztpd/api/console"
+	"github.com/ztpd/ztpd/api/rest"
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/desired"
-	"github.com/ztpd/ztpd/internal/devices"
-	"github.com/ztpd/ztpd/internal/httpserve"
 	"github.com/ztpd/ztpd/internal/rollout"
 )
 
@@ -95,11 +82,6 @@ func newAPIMetrics(reg prometheus.Registerer) *apiMetrics {
 	}
 }
 
-// ImageLister lists the artifact store (images/imagestore satisfies it).
-type ImageLister interface {
-	List(kind string) ([]core.Image, error)
-}
-
 // Deps are what the API needs.
 type Deps struct {
 	Log *slog.Logger
@@ -108,10 +90,10 @@ type Deps struct {
 	Store    core.Store
 	Clusters *clusters.Service
 	Keys     *apikeys.Service
-	Images   ImageLister
+	Images   rest.ImageLister
 	// Refusals lists recent refusals of addresses that hold no lease; nil
 	// answers none.
-	Refusals RefusalLister
+	Refusals rest.RefusalLister
 	// AuthFailuresPerMinute bounds failed authentications per client
 	// address; 0 disables the limit.
 	AuthFailuresPerMinute int
@@ -124,12 +106,12 @@ type Deps struct {
 	// For the web console; each may be nil, which answers
 	// none or refuses what needs it.
 	// Pools is the DHCP pools' use (ztp/dhcp).
-	Pools PoolLister
+	Pools rest.PoolLister
 	// Preview renders what a device fetches under the loaded profiles.
-	Preview DevicePreviewer
+	Preview rest.DevicePreviewer
 	// ImageStore adds and removes images: uploads, versions from a stored
 	// ISO (images/imagestore).
-	ImageStore ISOStore
+	ImageStore rest.ISOStore
 	// ISOBaseURL is where devices and CloudStack fetch ISOs
 	// (endpoints.Endpoints.ISOs).
 	ISOBaseURL string
@@ -147,27 +129,15 @@ type Deps struct {
 
 // Server is the API front end.
 type Server struct {
-	log      *slog.Logger
-	st       core.Store
-	clusters *clusters.Service
-	keys     *apikeys.Service
-	images   ImageLister
-	refusals RefusalLister
-	limiter  *auth.FailLimiter
-	verifier *auth.Verifier
-	now      func() time.Time
-	engine   *gin.Engine
+	log    *slog.Logger
+	engine *gin.Engine
 	// cloudStack is the CloudStack door (/client/api).
 	cloudStack *cloudstack.Door
-	failures   *auth.Failures
+	rest       *rest.Door
+	console    *console.Door
+	agents     *agentdoor.Door
+	verifier   *auth.Verifier
 	bodies     *bodycache.Cache
-	console    consoleDeps   // the console's REST additions (rest_overview.go)
-	sessions   *sessionTable // console sessions (console_session.go)
-	hub        *streamHub    // the console's live stream (console_stream.go)
-	counts     consoleCounts // device tally and onboarding marks (console_counts.go)
-	desired    *desired.Service
-	rollouts   *rollout.Engine
-	queries    *devices.Queries // devices, leases, events and counts, in the caller's scope
 	metrics    *apiMetrics
 }
 
@@ -188,34 +158,42 @@ func New(d Deps) *Server {
 		sigs = *d.Signatures
 	}
 	gin.SetMode(gin.ReleaseMode)
-	s := &Server{log: d.Log, st: d.Store, clusters: d.Clusters, keys: d.Keys, images: d.Images, refusals: d.Refusals,
-		limiter: auth.NewFailLimiter(d.AuthFailuresPerMinute), verifier: auth.NewVerifier(d.Keys, sigs, d.Now, d.Metrics),
-		now: d.Now, bodies: bodycache.New(64<<20, m.cacheHits, m.cacheRenders), metrics: m, desired: d.Desired, rollouts: d.Rollouts,
-		queries: devices.NewQueries(d.Store)}
-	s.failures = auth.NewFailures(s.limiter, d.Keys, d.Log, m.authFailures, d.Now)
-	s.console = consoleDeps{pools: d.Pools, preview: d.Preview, imageStore: d.ImageStore, isoBaseURL: d.ISOBaseURL,
-		config: d.Config, warnings: d.Warnings}
-	s.cloudStack = cloudstack.New(cloudstack.Deps{Log: d.Log, Clusters: d.Clusters, Verifier: s.verifier, Limiter: s.limiter,
-		Failures: s.failures, AuthFailures: m.authFailures, Bodies: s.bodies, Now: d.Now})
+	s := &Server{log: d.Log, verifier: auth.NewVerifier(d.Keys, sigs, d.Now, d.Metrics),
+		bodies: bodycache.New(64<<20, m.cacheHits, m.cacheRenders), metrics: m}
+	limiter := auth.NewFailLimiter(d.AuthFailuresPerMinute)
+	failures := auth.NewFailures(limiter, d.Keys, d.Log, m.authFailures, d.Now)
+	s.cloudStack = cloudstack.New(cloudstack.Deps{Log: d.Log, Clusters: d.Clusters, Verifier: s.verifier, Limiter: limiter,
+		Failures: failures, AuthFailures: m.authFailures, Bodies: s.bodies, Now: d.Now})
+	// The console's stream sends REST's device counts and REST accepts the
+	// console's sessions: the console is built first and reaches the REST
+	// door, built next, when its stream first asks.
+	s.console = console.New(console.Deps{Log: d.Log, Store: d.Store, Keys: d.Keys, Limiter: limiter, Failures: failures,
+		AuthFailures: m.authFailures, Now: d.Now,
+		Counts: func(own map[string]bool) (client.DeviceCounts, error) { return s.rest.DeviceCounts(own) }})
+	s.rest = rest.New(rest.Deps{Log: d.Log, Store: d.Store, Clusters: d.Clusters, Keys: d.Keys, Images: d.Images,
+		Refusals: d.Refusals, Limiter: limiter, Verifier: s.verifier, Failures: failures, AuthFailures: m.authFailures,
+		Bodies: s.bodies, Sessions: s.console, Now: d.Now,
+		Pools: d.Pools, Preview: d.Preview, ImageStore: d.ImageStore, ISOBaseURL: d.ISOBaseURL, Config: d.Config,
+		Warnings: d.Warnings, Desired: d.Desired, Rollouts: d.Rollouts})
+	s.agents = agentdoor.New(d.Desired, d.Log)
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
-	e.Use(s.recoverAndObserve(), pgSecurityHeaders)
+	e.Use(s.recoverAndObserve(), console.SecurityHeaders)
 	e.GET(CloudStackPath, s.cloudStack.Serve)
 	e.POST(CloudStackPath, s.cloudStack.Serve)
-	s.routeREST(e)
-	s.routeAgent(e)
-	s.routeConsoleSession(e)
-	s.routeConsolePages(e)
-	e.NoRoute(func(c *gin.Context) {
-		restRefuse(c, core.KindNotFound, "no such API path: "+c.Request.URL.Path)
-	})
-	e.NoMethod(func(c *gin.Context) {
-		httpserve.WriteRefusal(c.Writer, http.StatusMethodNotAllowed, httpserve.CodeMethodNotAllowed, c.Request.Method+" is not allowed on "+c.Request.URL.Path)
-		c.Abort()
-	})
+	s.rest.Route(e)
+	s.agents.Route(e)
+	s.console.Route(e)
+	e.NoRoute(rest.NoRoute)
+	e.NoMethod(rest.NoMethod)
 	s.engine = e
 	return s
 }
+
+// Close ends the console's live streams and stops their poller. A server
+// shutting down through http.Server.Shutdown ends the streams it serves
+// by itself; Close is for the API going away while its listener stays.
+func (s *Server) Close() { s.console.Close() }
 
 // Handler is the API as an http.Handler.
 func (s *Server) Handler() http.Handler { return s.engine }
@@ -223,7 +201,7 @@ func (s *Server) Handler() http.Handler { return s.engine }
 // Mount serves the API on mux (the ZTP HTTP listener's router).
 func (s *Server) Mount(mux *http.ServeMux) {
 	mux.Handle(CloudStackPath, s.engine)
-	mux.Handle(RESTPath, s.engine)
+	mux.Handle(rest.Path, s.engine)
 }
 
 // recoverAndObserve turns panics into 500s and records metrics and a debug
@@ -235,7 +213,7 @@ func (s *Server) recoverAndObserve() gin.HandlerFunc {
 			if v := recover(); v != nil {
 				s.log.Error("API handler panic", "path", c.Request.URL.Path, "panic", v)
 				if !c.Writer.Written() {
-					restRefuse(c, core.KindInternal, "internal error")
+					rest.Refuse(c, core.KindInternal, "internal error")
 				}
 			}
 			api := "rest"

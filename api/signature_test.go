@@ -1,9 +1,7 @@
 package api
 
 import (
-	"context"
 	"fmt"
-	"github.com/ztpd/ztpd/api/auth"
 	"io"
 	"net/http"
 	"net/url"
@@ -11,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ztpd/ztpd/api/auth"
+	"github.com/ztpd/ztpd/api/internal/apitest"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 )
@@ -37,50 +37,15 @@ func rawGet(t *testing.T, e *env, pathAndQuery string, hdr http.Header) (int, st
 // signedCS is an SDK-style signed query (values URL-encoded, names as
 // they are, signature last), built apart from package signing.
 func signedCS(v url.Values, secret string) string {
-	s := encodeValues(v)
+	s := apitest.EncodeValues(v)
 	return s + "&signature=" + url.QueryEscape(hmacSig(secret, s))
 }
 
-// makeCluster creates a Running cluster owned by caller through the
-// clusters service: the create job leaves it Starting, one healthy
-// observation (as ztpd's watch would feed) makes it Running.
 func makeCluster(t *testing.T, e *env, caller clusters.Caller, name string) core.Cluster {
-	t.Helper()
-	ctx := context.Background()
-	vs, _ := e.clusters.ListVersions(ctx, clusters.VersionFilter{})
-	var vid string
-	if len(vs) > 0 {
-		vid = vs[0].ID
-	} else {
-		v, err := e.clusters.AddVersion(ctx, clusters.LocalAdmin, clusters.VersionSpec{SemVer: "1.30.2", URL: "http://10.99.0.1/k.iso"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		vid = v.ID
-	}
-	c, j, err := e.clusters.CreateCluster(ctx, caller, clusters.ClusterSpec{Name: name, ZoneID: e.clusters.Zone().ID,
-		VersionID: vid, ServiceOfferingID: "ztpd-medium", Size: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if j, err = e.clusters.WaitJob(ctx, j.ID); err != nil || j.Status != core.JobSucceeded {
-		t.Fatalf("create %s: %v %+v", name, err, j)
-	}
-	e.healthy(c.ID)
-	if c.State = clusterState(t, e, c.ID); c.State != core.ClusterRunning {
-		t.Fatalf("cluster %s after a healthy observation: %s", name, c.State)
-	}
-	return c
+	return e.fx.MakeCluster(t, caller, name)
 }
 
-func clusterState(t *testing.T, e *env, id string) core.ClusterState {
-	t.Helper()
-	var c core.Cluster
-	if err := e.st.View(func(tx core.Tx) error { var err error; c, err = tx.Clusters().Get(id); return err }); err != nil {
-		t.Fatal(err)
-	}
-	return c.State
-}
+func clusterState(t *testing.T, e *env, id string) core.ClusterState { return e.fx.ClusterState(t, id) }
 
 // TestReshapedExpiredSignatureIsRefused: an expired signatureversion=3
 // request re-sent with "response" and "signatureversion" merged into one
@@ -91,12 +56,12 @@ func TestReshapedExpiredSignatureIsRefused(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	c := makeCluster(t, e, adminCaller(e), "prod")
 
-	exp := e.clock.now().UTC().Add(time.Minute).Format(time.RFC3339)
+	exp := e.clock.Now().UTC().Add(time.Minute).Format(time.RFC3339)
 	v := url.Values{"apiKey": {e.admin.APIKey}, "command": {"deleteKubernetesCluster"}, "id": {c.ID},
 		"response": {"json"}, "signatureversion": {"3"}, "expires": {exp}}
-	s := encodeValues(v)
+	s := apitest.EncodeValues(v)
 	sig := hmacSig(e.adminSec, s)
-	e.clock.advance(2 * time.Minute)
+	e.clock.Advance(2 * time.Minute)
 
 	if code, body, _ := rawGet(t, e, "/client/api?"+s+"&signature="+url.QueryEscape(sig), nil); code != 401 {
 		t.Fatalf("expired request as signed: %d %s", code, body)
@@ -104,7 +69,7 @@ func TestReshapedExpiredSignatureIsRefused(t *testing.T) {
 	reshaped := url.Values{"apiKey": {e.admin.APIKey}, "command": {"deleteKubernetesCluster"}, "id": {c.ID},
 		"expires": {exp}, "response=json&signatureversion": {"3"}}
 	// Same signed string: the attack needs no secret.
-	if rs := encodeValues(reshaped); hmacSig(e.adminSec, rs) != sig {
+	if rs := apitest.EncodeValues(reshaped); hmacSig(e.adminSec, rs) != sig {
 		t.Fatalf("reshaped request does not sign alike:\n%s\n%s", strings.ToLower(s), strings.ToLower(rs))
 	}
 	q := "apiKey=" + e.admin.APIKey + "&command=deleteKubernetesCluster&expires=" + url.QueryEscape(exp) + "&id=" + c.ID +
@@ -119,7 +84,7 @@ func TestReshapedExpiredSignatureIsRefused(t *testing.T) {
 	// The SDK's map parameters keep working.
 	ok := url.Values{"apiKey": {e.admin.APIKey}, "command": {"listZones"}, "response": {"json"},
 		"details[0].key": {"a"}, "details[0].value": {"b"}, "signatureversion": {"3"},
-		"expires": {e.clock.now().UTC().Add(time.Minute).Format(time.RFC3339)}}
+		"expires": {e.clock.Now().UTC().Add(time.Minute).Format(time.RFC3339)}}
 	if code, body, _ := rawGet(t, e, "/client/api?"+signedCS(ok, e.adminSec), nil); code != 200 {
 		t.Fatalf("map parameters refused: %d %s", code, body)
 	}
@@ -138,7 +103,7 @@ func TestCaseChangedRESTPathIsRefused(t *testing.T) {
 	makeCluster(t, e, adminCaller(e), "lab")
 	makeCluster(t, e, adminCaller(e), "LAB")
 	a := e.rest(e.admin.APIKey, e.adminSec)
-	auth := a.authorization("GET", "/api/v1/clusters/lab/kubeconfig", nil, nil, e.clock.now().Add(5*time.Minute))
+	auth := a.Authorization("GET", "/api/v1/clusters/lab/kubeconfig", nil, nil, e.clock.Now().Add(5*time.Minute))
 	h := http.Header{"Authorization": {auth}}
 	if code, body, _ := rawGet(t, e, "/api/v1/clusters/lab/kubeconfig", h); code != 200 {
 		t.Fatalf("as signed: %d %s", code, body)
@@ -147,7 +112,7 @@ func TestCaseChangedRESTPathIsRefused(t *testing.T) {
 		t.Fatalf("path case changed: %d %s", code, body)
 	}
 	// Query values are bound exactly too.
-	auth = a.authorization("GET", "/api/v1/devices", url.Values{"state": {"joined"}}, nil, e.clock.now().Add(5*time.Minute))
+	auth = a.Authorization("GET", "/api/v1/devices", url.Values{"state": {"joined"}}, nil, e.clock.Now().Add(5*time.Minute))
 	if code, body, _ := rawGet(t, e, "/api/v1/devices?state=JOINED", http.Header{"Authorization": {auth}}); code != 401 {
 		t.Fatalf("query value case changed: %d %s", code, body)
 	}
@@ -159,7 +124,7 @@ func TestReplayedWritesAreRefused(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	c := makeCluster(t, e, adminCaller(e), "prod")
 
-	exp := e.clock.now().UTC().Add(5 * time.Minute).Format(time.RFC3339)
+	exp := e.clock.Now().UTC().Add(5 * time.Minute).Format(time.RFC3339)
 	scale := signedCS(url.Values{"apiKey": {e.admin.APIKey}, "command": {"scaleKubernetesCluster"}, "id": {c.ID}, "size": {"3"},
 		"response": {"json"}, "signatureversion": {"3"}, "expires": {exp}}, e.adminSec)
 	if code, body, _ := rawGet(t, e, "/client/api?"+scale, nil); code != 200 {
@@ -189,7 +154,7 @@ func TestReplayedWritesAreRefused(t *testing.T) {
 
 	// REST: a signed POST sent twice.
 	a := e.rest(e.admin.APIKey, e.adminSec)
-	auth := a.authorization("POST", "/api/v1/clusters/prod/stop", nil, nil, e.clock.now().Add(5*time.Minute))
+	auth := a.Authorization("POST", "/api/v1/clusters/prod/stop", nil, nil, e.clock.Now().Add(5*time.Minute))
 	post := func() (int, string) {
 		req, _ := http.NewRequest("POST", e.ts.URL+"/api/v1/clusters/prod/stop", nil)
 		req.Header.Set("Authorization", auth)
@@ -218,7 +183,7 @@ func TestReplayMemoryRefusesWhenFull(t *testing.T) {
 	write := func(key, secret string, size int) (int, string, http.Header) {
 		q := signedCS(url.Values{"apiKey": {key}, "command": {"scaleKubernetesCluster"}, "id": {"none"},
 			"size": {fmt.Sprint(size)}, "response": {"json"}, "signatureversion": {"3"},
-			"expires": {e.clock.now().UTC().Add(time.Minute).Format(time.RFC3339)}}, secret)
+			"expires": {e.clock.Now().UTC().Add(time.Minute).Format(time.RFC3339)}}, secret)
 		return rawGet(t, e, "/client/api?"+q, nil)
 	}
 	for size := 1; size <= 2; size++ {
@@ -233,7 +198,7 @@ func TestReplayMemoryRefusesWhenFull(t *testing.T) {
 	if code, body, _ := write(e.admin.APIKey, e.adminSec, 3); code != 431 {
 		t.Fatalf("another key's write while one key's share is full: %d %s", code, body)
 	}
-	e.clock.advance(2 * time.Minute)
+	e.clock.Advance(2 * time.Minute)
 	if code, body, _ := write(e.user.APIKey, e.userSec, 4); code != 431 {
 		t.Fatalf("write after the remembered ones expired: %d %s", code, body)
 	}
@@ -246,7 +211,7 @@ func TestReplayMemoryRefusesWhenFull(t *testing.T) {
 // the header has no expires field.
 func restNoExpiry(key, secret, method, path string) string {
 	v := url.Values{"ztpd-method": {method}, "ztpd-path": {path}, "ztpd-expires": {""}, "ztpd-apikey": {key}}
-	return fmt.Sprintf("ZTPD-HMAC-SHA1 apikey=%s, signature=%s", key, hmacExact(secret, encodeValues(v)))
+	return fmt.Sprintf("ZTPD-HMAC-SHA1 apikey=%s, signature=%s", key, apitest.HMACExact(secret, apitest.EncodeValues(v)))
 }
 
 // TestUnversionedSignatures: REST refuses signatures without expires unless
@@ -295,14 +260,11 @@ func TestExpiresIsCapped(t *testing.T) {
 		t.Fatalf("expires a year ahead: %d %s", r.status, r.raw)
 	}
 	a := e.rest(e.admin.APIKey, e.adminSec)
-	auth := a.authorization("GET", "/api/v1/offerings", nil, nil, time.Now().AddDate(1, 0, 0))
+	auth := a.Authorization("GET", "/api/v1/offerings", nil, nil, time.Now().AddDate(1, 0, 0))
 	if code, body, _ := rawGet(t, e, "/api/v1/offerings", http.Header{"Authorization": {auth}}); code != 401 {
 		t.Fatalf("REST expires a year ahead: %d %s", code, body)
 	}
 	e.adminClient().ok("listZones", nil, false) // 15 minutes, as the SDK signs
 }
 
-// adminCaller is the admin key as the clusters service sees it.
-func adminCaller(e *env) clusters.Caller {
-	return clusters.Caller{APIKey: e.admin.APIKey, Name: e.admin.Name, Account: e.admin.Account, Admin: true}
-}
+func adminCaller(e *env) clusters.Caller { return e.fx.AdminCaller() }

@@ -5,53 +5,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ztpd/ztpd/api/client"
-	"github.com/ztpd/ztpd/internal/apikeys"
-	"github.com/ztpd/ztpd/internal/clusters"
+	"github.com/ztpd/ztpd/api/internal/apitest"
 	"github.com/ztpd/ztpd/internal/core"
 )
-
-// tenancyEnv: the user key "dev" owns cluster "mine", another user key
-// "eve" (its own account) owns "theirs", and the admin owns "ops". One
-// device is a member of each of "mine" and "theirs", with a lease.
-func tenancyEnv(t *testing.T) (e *env, eve apikeys.Info, eveSec string, mine, theirs, ops core.Cluster) {
-	e = newEnv(t, envOpts{})
-	var err error
-	if eve, eveSec, err = e.keys.Create("eve", apikeys.RoleUser); err != nil {
-		t.Fatal(err)
-	}
-	mine = makeCluster(t, e, clusters.Caller{APIKey: e.user.APIKey, Name: "dev", Account: e.user.Account}, "mine")
-	theirs = makeCluster(t, e, clusters.Caller{APIKey: eve.APIKey, Name: "eve", Account: eve.Account}, "theirs")
-	ops = makeCluster(t, e, adminCaller(e), "ops")
-	now := time.Now().UTC()
-	err = e.st.Update(func(tx core.Tx) error {
-		for i, c := range []core.Cluster{mine, theirs} {
-			mac := []string{"02:00:00:00:0a:01", "02:00:00:00:0b:01"}[i]
-			ip := []string{"10.99.10.1", "10.99.11.1"}[i]
-			if err := tx.Devices().Put(core.Device{ID: mac, MAC: mac, Kind: core.KindVM, IP: ip, Cluster: c.ID,
-				State: core.StateJoined, FirstSeen: now, LastSeen: now, UpdatedAt: now}); err != nil {
-				return err
-			}
-			if err := tx.Memberships().Put(core.Membership{Device: mac, Cluster: c.ID, Role: "worker", State: core.StateJoined}); err != nil {
-				return err
-			}
-			if err := tx.Memberships().Enlist(c.ID, mac, "worker"); err != nil {
-				return err
-			}
-			if err := tx.Leases().Put(core.Lease{IP: ip, MAC: mac, Subnet: "lab", State: core.LeaseActive,
-				Start: now, Expiry: now.Add(time.Hour), UpdatedAt: now}); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return
-}
 
 func listedNames(t *testing.T, inner map[string]json.RawMessage) string {
 	t.Helper()
@@ -166,11 +124,11 @@ func TestRESTTenancy(t *testing.T) {
 	u := e.rest(e.user.APIKey, e.userSec)
 	a := e.rest(e.admin.APIKey, e.adminSec)
 
-	names := func(c *restClient, q string) string {
+	names := func(c *apitest.RESTClient, q string) string {
 		t.Helper()
 		var p client.Page[client.Cluster]
-		r := c.do("GET", "/api/v1/clusters"+q, nil)
-		r.decode(t, &p)
+		r := c.Do("GET", "/api/v1/clusters"+q, nil)
+		r.Decode(t, &p)
 		var out []string
 		for _, cl := range p.Items {
 			out = append(out, cl.Name)
@@ -201,9 +159,9 @@ func TestRESTTenancy(t *testing.T) {
 			case "/upgrade":
 				body = map[string]string{"version": "v1.30.2"}
 			}
-			r := u.do(op.method, "/api/v1/clusters/"+ref+op.path, body)
-			if r.status != http.StatusNotFound || !strings.Contains(string(r.raw), "Invalid Kubernetes cluster ID: "+ref) {
-				t.Errorf("%s %s on another account's cluster: %d %s", op.method, op.path, r.status, r.raw)
+			r := u.Do(op.method, "/api/v1/clusters/"+ref+op.path, body)
+			if r.Status != http.StatusNotFound || !strings.Contains(string(r.Raw), "Invalid Kubernetes cluster ID: "+ref) {
+				t.Errorf("%s %s on another account's cluster: %d %s", op.method, op.path, r.Status, r.Raw)
 			}
 		}
 	}
@@ -211,26 +169,26 @@ func TestRESTTenancy(t *testing.T) {
 		t.Fatalf("their cluster is %s", st)
 	}
 	var rc client.Cluster
-	u.do("GET", "/api/v1/clusters/mine", nil).decode(t, &rc)
+	u.Do("GET", "/api/v1/clusters/mine", nil).Decode(t, &rc)
 	if rc.ID != mine.ID || rc.Account != e.user.Account {
 		t.Fatalf("own cluster %+v", rc)
 	}
 
 	var devs client.Page[core.Device]
-	u.do("GET", "/api/v1/devices", nil).decode(t, &devs)
+	u.Do("GET", "/api/v1/devices", nil).Decode(t, &devs)
 	if len(devs.Items) != 1 || devs.Items[0].Cluster != mine.ID {
 		t.Fatalf("user sees devices %+v", devs.Items)
 	}
-	if r := u.do("GET", "/api/v1/devices/02:00:00:00:0b:01", nil); r.status != 404 {
-		t.Fatalf("user reads another account's device: %d", r.status)
+	if r := u.Do("GET", "/api/v1/devices/02:00:00:00:0b:01", nil); r.Status != 404 {
+		t.Fatalf("user reads another account's device: %d", r.Status)
 	}
 	var leases client.Page[core.Lease]
-	u.do("GET", "/api/v1/leases", nil).decode(t, &leases)
+	u.Do("GET", "/api/v1/leases", nil).Decode(t, &leases)
 	if len(leases.Items) != 1 || leases.Items[0].IP != "10.99.10.1" {
 		t.Fatalf("user sees leases %+v", leases.Items)
 	}
 	var evs client.Page[core.Event]
-	u.do("GET", "/api/v1/events?limit=1000", nil).decode(t, &evs)
+	u.Do("GET", "/api/v1/events?limit=1000", nil).Decode(t, &evs)
 	for _, ev := range evs.Items {
 		if ev.Cluster != mine.ID && ev.Fields["account"] != e.user.Account {
 			t.Fatalf("user sees another account's event %+v", ev)
@@ -239,7 +197,7 @@ func TestRESTTenancy(t *testing.T) {
 	if len(evs.Items) == 0 {
 		t.Fatal("user sees none of its events")
 	}
-	a.do("GET", "/api/v1/devices", nil).decode(t, &devs)
+	a.Do("GET", "/api/v1/devices", nil).Decode(t, &devs)
 	if len(devs.Items) != 2 {
 		t.Fatalf("admin sees %d devices", len(devs.Items))
 	}

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"github.com/ztpd/ztpd/api/auth"
 	"net/http/httptest"
 	"net/url"
 	"strings"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ztpd/ztpd/api/auth"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
@@ -65,13 +65,13 @@ func TestUnversionedCloudStackWriteReplayedLater(t *testing.T) {
 	if code, body, _ := rawGet(t, e, "/client/api?"+stop, nil); code != 200 {
 		t.Fatalf("first unversioned stop: %d %s", code, body)
 	}
-	e.clock.advance(25 * time.Minute) // past the longest signature lifetime
+	e.clock.Advance(25 * time.Minute) // past the longest signature lifetime
 	code, body, _ := rawGet(t, e, "/client/api?"+stop, nil)
 	if code != 401 || !strings.Contains(body, "already used") {
 		t.Fatalf("unversioned stop replayed 25 minutes later: %d %s", code, body)
 	}
 	// The same after a restart: a new server over the same store.
-	restarted := New(Deps{Metrics: prometheus.NewRegistry(), Store: e.st, Clusters: e.clusters, Keys: e.keys, Now: e.clock.now, Signatures: &sigs})
+	restarted := New(Deps{Metrics: prometheus.NewRegistry(), Store: e.st, Clusters: e.clusters, Keys: e.keys, Now: e.clock.Now, Signatures: &sigs})
 	ts := httptest.NewServer(restarted.Handler())
 	defer ts.Close()
 	resp, err := ts.Client().Get(ts.URL + "/client/api?" + stop)
@@ -123,7 +123,7 @@ func TestUnversionedCloudStackWriteReplayedLater(t *testing.T) {
 	}
 	// Versioned writes of the full key still work.
 	versioned := e.adminClient()
-	versioned.expires = e.clock.now().Add(10 * time.Minute)
+	versioned.expires = e.clock.Now().Add(10 * time.Minute)
 	if r := versioned.call("scaleKubernetesCluster", map[string]string{"id": c.ID, "size": "2"}, false); r.status == 401 {
 		t.Fatalf("a versioned write of the key whose memory is full: %d %s", r.status, r.raw)
 	}

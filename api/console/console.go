@@ -1,8 +1,20 @@
-// Package console holds the web console's page shells (html/template) and
-// its static assets (app.js, style.css, the icon), embedded in the binary:
-// no front-end toolchain, no runtime fetch. Pages carry no data; app.js
-// fills them from the REST API with the session cookie. Package api serves
-// them (console_pages.go).
+// Package console is the web console's door. It holds the page shells
+// (html/template) and static assets (app.js, style.css, the icon),
+// embedded in the binary: no front-end toolchain, no runtime fetch. Pages
+// carry no data; app.js fills them from the REST API with the session
+// cookie, so roles and account ownership have one implementation (package
+// rest's).
+//
+// The door (door.go) serves the pages and assets (pages.go) with a strict
+// CSP, signs in with an API key and its secret at POST /ui/signin for an
+// in-memory session cookie and CSRF token (session.go), and streams what
+// changes in the event log to signed-in pages (stream.go, GET /ui/stream).
+// REST accepts the session on /api/v1 through rest.Sessions, which the
+// door satisfies; every write must carry the session's CSRF token
+// (X-CSRF-Token). Failed sign-ins count in the same per-address limiter
+// (package auth) as failed signatures. The stream sends REST's views of
+// devices and events and REST's device counts. Package api mounts the
+// door on the API's engine.
 package console
 
 import (

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ztpd/ztpd/api"
+	"github.com/ztpd/ztpd/api/rest"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/httpserve"
@@ -54,7 +55,7 @@ func (a *App) mountAdmin() {
 	// The REST and CloudStack APIs themselves, as the local administrator:
 	// every API command of the CLI works on the appliance without a key,
 	// through the same handlers as remote use.
-	m.Handle(api.RESTPath, a.apiLocal)
+	m.Handle(rest.Path, a.apiLocal)
 	m.Handle(api.CloudStackPath, a.apiLocal)
 
 	// API keys, versions and images of the CLI: api owns those handlers.

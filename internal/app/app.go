@@ -22,6 +22,8 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/ztpd/ztpd/api"
+	"github.com/ztpd/ztpd/api/console"
+	"github.com/ztpd/ztpd/api/rest"
 	"github.com/ztpd/ztpd/images/binaries"
 	"github.com/ztpd/ztpd/images/imagestore"
 	"github.com/ztpd/ztpd/internal/apikeys"
@@ -581,7 +583,7 @@ func (a *App) mainHandler() http.Handler {
 	apiHandler := a.apiOnMain
 	if apiHandler != nil {
 		apiHandler = a.apiGuard("http").Wrap(apiHandler)
-		for _, p := range api.ConsolePaths {
+		for _, p := range console.Paths {
 			mux.Handle(p, apiHandler)
 		}
 		console := apiHandler
@@ -596,7 +598,7 @@ func (a *App) mainHandler() http.Handler {
 		apiHandler = http.HandlerFunc(a.apiElsewhere)
 	}
 	mux.Handle(api.CloudStackPath, apiHandler)
-	mux.Handle(api.RESTPath, apiHandler)
+	mux.Handle(rest.Path, apiHandler)
 	return mux
 }
 
@@ -608,13 +610,13 @@ func (a *App) deviceGuard(listener string) httpserve.Guard {
 }
 
 // apiGuard caps API request bodies and answers refusals in the REST error
-// shape. An image upload streams its body (api.StreamedBody) under its own
+// shape. An image upload streams its body (rest.StreamedBody) under its own
 // cap, so the 1 MiB cap holds for every other request. The API reads every
 // other body itself, after what the headers prove (the failure limiter, a
 // signature's key and expiry), so one nobody can authenticate is not read.
 func (a *App) apiGuard(listener string) httpserve.Guard {
 	return httpserve.Guard{Listener: listener, MaxBody: httpserve.APIMaxBody,
-		BodyTimeout: a.Cfg.HTTP.ReadBodyTimeout.D(), Streamed: api.StreamedBody,
+		BodyTimeout: a.Cfg.HTTP.ReadBodyTimeout.D(), Streamed: rest.StreamedBody,
 		ReadByHandler: func(*http.Request) bool { return true }, Budget: a.bodies(), Log: a.Log}
 }
 
@@ -662,7 +664,7 @@ func (a *App) frontDoor() ztphttp.FrontDoor {
 	if base == "" {
 		return ztphttp.FrontDoor{}
 	}
-	return ztphttp.FrontDoor{ConsoleURL: base + "/", APIURL: base + api.RESTPath}
+	return ztphttp.FrontDoor{ConsoleURL: base + "/", APIURL: base + rest.Path}
 }
 
 func firstNonEmpty(vals ...string) string {

@@ -1,0 +1,244 @@
+package rest
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ztpd/ztpd/api/bodycache"
+	"github.com/ztpd/ztpd/api/client"
+	"github.com/ztpd/ztpd/internal/clusters"
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/httpserve"
+)
+
+func restClusterOf(v clusters.ClusterView) client.Cluster {
+	c := v.Cluster
+	ep, _ := v.Endpoint()
+	out := client.Cluster{ID: c.ID, Name: c.Name, Description: c.Description, Account: core.ClusterAccount(c), State: c.State,
+		Version: client.VersionRef{ID: c.VersionID, Name: v.Version.Name, SemVer: v.Version.SemVer},
+		Size:    c.Size, ControlNodes: c.ControlNodes, OfferingID: c.ServiceOfferingID, OfferingName: v.Offering.Name,
+		CPU: v.Cores(), MemoryMB: v.MemoryMB(), Endpoint: ep, JoinMethod: c.JoinMethod, Keypair: c.Keypair,
+		NetworkID: c.NetworkID, ExternalLBIP: c.ExternalLBIP, Members: []client.Member{}, Created: c.Created, UpdatedAt: c.UpdatedAt,
+		Observed: c.Observed}
+	if c.State == core.ClusterStarting {
+		out.Waiting = clusters.StartingReason(c)
+	}
+	for _, m := range v.Members {
+		rm := client.Member{Device: m.DeviceID, Role: m.Role, State: m.State, Version: m.Version,
+			NodeName: m.NodeName, Node: m.Node, Reported: m.Reported, IP: m.IP, Hostname: m.Hostname}
+		out.Members = append(out.Members, rm)
+	}
+	return out
+}
+
+func (s *Door) restJobOf(c *gin.Context, j core.Job) (client.Job, error) {
+	out := client.Job{ID: j.ID, Command: j.Command, InstanceType: j.InstanceType, InstanceID: j.InstanceID, Created: j.Created}
+	for _, a := range j.Abandoned {
+		out.Abandoned = append(out.Abandoned, client.AbandonedNode{Device: a.Device, Node: a.Node, Reason: a.Reason})
+	}
+	switch j.Status {
+	case core.JobPending:
+		out.Status = "pending"
+	case core.JobSucceeded:
+		out.Status = "succeeded"
+	default:
+		out.Status = "failed"
+		out.Error = &client.ErrorDetail{Code: j.ErrorKind.String(), Message: j.Error}
+	}
+	if !j.Completed.IsZero() {
+		t := j.Completed
+		out.Completed = &t
+	}
+	if j.Cluster != nil && j.Status == core.JobSucceeded {
+		v, err := s.clusters.View(c.Request.Context(), *j.Cluster)
+		if err != nil {
+			return out, err
+		}
+		rc := restClusterOf(v)
+		out.Cluster = &rc
+	}
+	return out, nil
+}
+
+// accepted answers 202 with the job and its URL.
+func (s *Door) accepted(c *gin.Context, j core.Job, err error) {
+	if err != nil {
+		s.restFail(c, err)
+		return
+	}
+	rj, err := s.restJobOf(c, j)
+	if err != nil {
+		s.restFail(c, err)
+		return
+	}
+	c.Header("Location", Path+"jobs/"+j.ID)
+	httpserve.WriteJSON(c.Writer, http.StatusAccepted, client.JobAccepted{Job: rj})
+}
+
+func (s *Door) listClusters(c *gin.Context) {
+	limit, after, ok := listParams(c)
+	if !ok {
+		return
+	}
+	f := clusters.ClusterFilter{State: c.Query("state"), Keyword: c.Query("keyword"), ListAll: c.Query("listall") == "true"}
+	ctx := context.WithoutCancel(c.Request.Context()) // others may wait for this rendering
+	caller := callerOf(c)
+	render := func() ([]byte, error) {
+		views, _, err := s.clusters.ListClusters(ctx, caller, f, 0, 0)
+		if err != nil {
+			return nil, err
+		}
+		out := client.Page[client.Cluster]{Items: []client.Cluster{}}
+		start := 0
+		if after != "" {
+			start = len(views)
+			for i, v := range views {
+				if v.Cluster.ID == after {
+					start = i + 1
+					break
+				}
+			}
+		}
+		for i := start; i < len(views); i++ {
+			if len(out.Items) == limit {
+				out.NextCursor = cursorOf(views[i-1].Cluster.ID)
+				break
+			}
+			out.Items = append(out.Items, restClusterOf(views[i]))
+		}
+		return encodeJSON(out)
+	}
+	var body bodycache.Body
+	var err error
+	if gen, ok := s.clusters.ViewsGeneration(); ok {
+		cred := credOf(c)
+		key := bodycache.Key(c.Request.Method, c.Request.URL.Path, c.Request.URL.RawQuery, cred.APIKey, string(cred.Role))
+		body, err = s.bodies.GetBody(key, gen, render)
+	} else {
+		body.Raw, err = render()
+	}
+	if err != nil {
+		s.restFail(c, err)
+		return
+	}
+	httpserve.WriteCachedJSON(c.Writer, c.Request, http.StatusOK, body.Raw, body.Gzipped)
+}
+
+func (s *Door) getCluster(c *gin.Context) {
+	v, err := s.clusters.GetCluster(c.Request.Context(), callerOf(c), c.Param("id"))
+	if err != nil {
+		s.restFail(c, err)
+		return
+	}
+	httpserve.WriteJSON(c.Writer, http.StatusOK, restClusterOf(v))
+}
+
+func (s *Door) createCluster(c *gin.Context) {
+	var req struct {
+		Name         string `json:"name"`
+		Description  string `json:"description"`
+		Version      string `json:"version"`
+		Offering     string `json:"offering"`
+		Size         int    `json:"size"`
+		ControlNodes int    `json:"control_nodes"`
+		JoinMethod   string `json:"join_method"`
+		Keypair      string `json:"keypair"`
+		NetworkID    string `json:"network_id"`
+		ExternalLBIP string `json:"external_lb_ip"`
+	}
+	if !bindBody(c, &req) {
+		return
+	}
+	if req.Offering == "" {
+		req.Offering = clusters.Offerings[0].ID
+	}
+	spec := clusters.ClusterSpec{Name: req.Name, Description: req.Description, ZoneID: s.clusters.Zone().ID,
+		VersionID: req.Version, ServiceOfferingID: req.Offering, Size: req.Size, ControlNodes: req.ControlNodes,
+		JoinMethod: req.JoinMethod, Keypair: req.Keypair, NetworkID: req.NetworkID, ExternalLBIP: req.ExternalLBIP}
+	_, j, err := s.clusters.CreateCluster(c.Request.Context(), callerOf(c), spec)
+	s.accepted(c, j, err)
+}
+
+// clusterOp serves DELETE /clusters/{id} and POST /clusters/{id}/{scale,upgrade,start,stop}.
+func (s *Door) clusterOp(c *gin.Context) {
+	ctx, caller, id := c.Request.Context(), callerOf(c), c.Param("id")
+	if c.Request.Method == http.MethodDelete {
+		var opts clusters.DeleteOptions
+		if f := c.Query("force"); f != "" {
+			var err error
+			if opts.Force, err = strconv.ParseBool(f); err != nil {
+				restRefuse(c, core.KindInvalid, "force must be true or false, not "+strconv.Quote(f))
+				return
+			}
+		}
+		j, err := s.clusters.DeleteCluster(ctx, caller, id, opts)
+		s.accepted(c, j, err)
+		return
+	}
+	var j core.Job
+	var err error
+	switch op := c.FullPath()[strings.LastIndexByte(c.FullPath(), '/')+1:]; op {
+	case "scale":
+		var req struct {
+			Size     int      `json:"size"`
+			Offering string   `json:"offering"`
+			Remove   []string `json:"remove"` // worker members to take out (device IDs)
+		}
+		if !bindBody(c, &req) {
+			return
+		}
+		if req.Size < 0 {
+			restRefuse(c, core.KindInvalid, "size must be at least 1")
+			return
+		}
+		j, err = s.clusters.ScaleCluster(ctx, caller, id, req.Size, req.Offering, req.Remove...)
+	case "upgrade":
+		var req struct {
+			Version string `json:"version"`
+		}
+		if !bindBody(c, &req) {
+			return
+		}
+		if req.Version == "" {
+			restRefuse(c, core.KindInvalid, "version is required")
+			return
+		}
+		j, err = s.clusters.UpgradeCluster(ctx, caller, id, req.Version)
+	case "start":
+		j, err = s.clusters.StartCluster(ctx, caller, id)
+	case "stop":
+		j, err = s.clusters.StopCluster(ctx, caller, id)
+	}
+	s.accepted(c, j, err)
+}
+
+func (s *Door) kubeconfig(c *gin.Context) {
+	cl, cfg, err := s.clusters.Kubeconfig(c.Request.Context(), callerOf(c), c.Param("id"))
+	if err != nil {
+		s.restFail(c, err)
+		return
+	}
+	httpserve.WriteJSON(c.Writer, http.StatusOK, struct {
+		ID         string `json:"id"`
+		Kubeconfig string `json:"kubeconfig"`
+		Name       string `json:"name"`
+	}{cl.ID, string(cfg), cl.Name})
+}
+
+func (s *Door) getJob(c *gin.Context) {
+	j, err := s.clusters.GetJob(c.Request.Context(), callerOf(c), c.Param("id"))
+	if err != nil {
+		s.restFail(c, err)
+		return
+	}
+	rj, err := s.restJobOf(c, j)
+	if err != nil {
+		s.restFail(c, err)
+		return
+	}
+	httpserve.WriteJSON(c.Writer, http.StatusOK, rj)
+}
