@@ -34,11 +34,6 @@ func (s *Door) restFail(c *gin.Context, err error) {
 	c.Abort()
 }
 
-// restRefuse answers a refusal of kind k, with the kind's status.
-func restRefuse(c *gin.Context, k core.ErrorKind, msg string) {
-	Refuse(c, k, msg)
-}
-
 // Refuse answers a refusal of kind k in the REST error shape, with the
 // kind's status, and stops the handler chain: the composer's answer to an
 // unknown path and the console's refusals are REST's.
@@ -91,12 +86,12 @@ func (s *Door) restAuth(c *gin.Context) {
 		s.limiter.Failed(ip, s.now())
 		s.metrics.authFailures.WithLabelValues("rest", "bad_parameter_name").Inc()
 		s.log.Warn("API request refused: bad query", "api", "rest", "client", ip, "reason", err.Error())
-		restRefuse(c, core.KindInvalid, "malformed query: "+err.Error())
+		Refuse(c, core.KindInvalid, "malformed query: "+err.Error())
 		return
 	}
 	for name := range q {
 		if len(name) >= 5 && strings.EqualFold(name[:5], "ztpd-") {
-			restRefuse(c, core.KindInvalid, "query parameters starting with ztpd- are reserved")
+			Refuse(c, core.KindInvalid, "query parameters starting with ztpd- are reserved")
 			return
 		}
 	}
@@ -143,7 +138,7 @@ func (s *Door) restAuth(c *gin.Context) {
 		if ae, ok := err.(*auth.Error); ok && ae.Hint != "" {
 			text += ": " + ae.Hint
 		}
-		restRefuse(c, core.KindAuth, text)
+		Refuse(c, core.KindAuth, text)
 		return
 	}
 	c.Set("cred", cred)
@@ -171,11 +166,11 @@ func readRESTBody(c *gin.Context, hasBody bool) ([]byte, string, bool) {
 			httpserve.WriteRefusal(c.Writer, be.Status, httpserve.CodeTimeout, be.Reason)
 			c.Abort()
 		case errors.As(err, &be) && be.Status != http.StatusRequestEntityTooLarge:
-			restRefuse(c, core.KindInvalid, be.Reason)
+			Refuse(c, core.KindInvalid, be.Reason)
 		case errors.As(err, &be) || errors.As(err, &tooLarge):
-			restRefuse(c, core.KindTooLarge, "request body over 1 MiB")
+			Refuse(c, core.KindTooLarge, "request body over 1 MiB")
 		default:
-			restRefuse(c, core.KindInvalid, "request body could not be read")
+			Refuse(c, core.KindInvalid, "request body could not be read")
 		}
 		return nil, "", false
 	}
@@ -197,7 +192,7 @@ func callerOf(c *gin.Context) clusters.Caller {
 
 func requireAdmin(c *gin.Context) {
 	if !credOf(c).IsAdmin() {
-		restRefuse(c, core.KindPermission, "this operation needs an admin API key")
+		Refuse(c, core.KindPermission, "this operation needs an admin API key")
 		return
 	}
 	c.Next()
@@ -214,7 +209,7 @@ func bindBody(c *gin.Context, v any) bool {
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		restRefuse(c, core.KindInvalid, "request body: "+err.Error())
+		Refuse(c, core.KindInvalid, "request body: "+err.Error())
 		return false
 	}
 	return true

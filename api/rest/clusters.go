@@ -171,7 +171,7 @@ func (s *Door) clusterOp(c *gin.Context) {
 		if f := c.Query("force"); f != "" {
 			var err error
 			if opts.Force, err = strconv.ParseBool(f); err != nil {
-				restRefuse(c, core.KindInvalid, "force must be true or false, not "+strconv.Quote(f))
+				Refuse(c, core.KindInvalid, "force must be true or false, not "+strconv.Quote(f))
 				return
 			}
 		}
@@ -192,7 +192,7 @@ func (s *Door) clusterOp(c *gin.Context) {
 			return
 		}
 		if req.Size < 0 {
-			restRefuse(c, core.KindInvalid, "size must be at least 1")
+			Refuse(c, core.KindInvalid, "size must be at least 1")
 			return
 		}
 		j, err = s.clusters.ScaleCluster(ctx, caller, id, req.Size, req.Offering, req.Remove...)
@@ -204,7 +204,7 @@ func (s *Door) clusterOp(c *gin.Context) {
 			return
 		}
 		if req.Version == "" {
-			restRefuse(c, core.KindInvalid, "version is required")
+			Refuse(c, core.KindInvalid, "version is required")
 			return
 		}
 		j, err = s.clusters.UpgradeCluster(ctx, caller, id, req.Version)

@@ -113,7 +113,7 @@ func restRolloutOf(r core.Rollout) client.Rollout {
 func (s *Door) deviceFor(c *gin.Context, ref string) (core.Device, bool) {
 	d, err := s.lookupDevice(callerOf(c), ref)
 	if errors.Is(err, core.ErrNotFound) {
-		restRefuse(c, core.KindNotFound, "device "+ref+" not found")
+		Refuse(c, core.KindNotFound, "device "+ref+" not found")
 		return d, false
 	}
 	if err != nil {
@@ -176,11 +176,11 @@ func (s *Door) putDesired(c *gin.Context) {
 	switch mode {
 	case "", core.ModeCluster, core.ModeStandalone:
 	default:
-		restRefuse(c, core.KindInvalid, fmt.Sprintf("mode %q: want cluster or standalone", mode))
+		Refuse(c, core.KindInvalid, fmt.Sprintf("mode %q: want cluster or standalone", mode))
 		return
 	}
 	if req.Mode.Set && mode == core.ModeStandalone && req.Cluster.Value != "" {
-		restRefuse(c, core.KindInvalid, "a standalone device names no cluster: leave cluster out")
+		Refuse(c, core.KindInvalid, "a standalone device names no cluster: leave cluster out")
 		return
 	}
 	ch := desired.Change{Cluster: changedString(req.Cluster), Role: changedString(req.Role), Image: changedString(req.Image),
@@ -294,7 +294,7 @@ func (s *Door) listRollouts(c *gin.Context) {
 	}
 	cluster, state := c.Query("cluster"), c.Query("state")
 	if state != "" && !slices.Contains(rolloutStates, core.RolloutState(state)) {
-		restRefuse(c, core.KindInvalid, fmt.Sprintf("state %q: want running, paused, aborted, failed or succeeded", state))
+		Refuse(c, core.KindInvalid, fmt.Sprintf("state %q: want running, paused, aborted, failed or succeeded", state))
 		return
 	}
 	if cluster != "" {

@@ -45,7 +45,7 @@ func (s *Door) listDevices(c *gin.Context) {
 	state, kind, cluster, subnet, approved := c.Query("state"), c.Query("kind"), c.Query("cluster"), c.Query("subnet"), c.Query("approved")
 	search := strings.ToLower(c.Query("q"))
 	if approved != "" && approved != "true" && approved != "false" {
-		restRefuse(c, core.KindInvalid, "approved must be true or false")
+		Refuse(c, core.KindInvalid, "approved must be true or false")
 		return
 	}
 	sc, ok := s.scopeOf(c)
@@ -106,7 +106,7 @@ func (s *Door) getDevice(c *gin.Context) {
 	ref := c.Param("id")
 	d, err := s.lookupDevice(callerOf(c), ref)
 	if errors.Is(err, core.ErrNotFound) {
-		restRefuse(c, core.KindNotFound, "device "+ref+" not found")
+		Refuse(c, core.KindNotFound, "device "+ref+" not found")
 		return
 	}
 	if err != nil {

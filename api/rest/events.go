@@ -32,13 +32,13 @@ func (s *Door) listEvents(c *gin.Context) {
 	}
 	after, ok := parseEventPos(pos)
 	if !ok {
-		restRefuse(c, core.KindInvalid, "malformed cursor")
+		Refuse(c, core.KindInvalid, "malformed cursor")
 		return
 	}
 	if v := c.Query("since"); v != "" {
 		seq, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			restRefuse(c, core.KindInvalid, "since must be an event sequence number")
+			Refuse(c, core.KindInvalid, "since must be an event sequence number")
 			return
 		}
 		after = max(after, seq)
@@ -47,7 +47,7 @@ func (s *Door) listEvents(c *gin.Context) {
 	if v := c.Query("tail"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxLimit {
-			restRefuse(c, core.KindInvalid, "tail must be 1.."+strconv.Itoa(maxLimit))
+			Refuse(c, core.KindInvalid, "tail must be 1.."+strconv.Itoa(maxLimit))
 			return
 		}
 		tail = n
@@ -56,7 +56,7 @@ func (s *Door) listEvents(c *gin.Context) {
 	if v := c.Query("from"); v != "" {
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
-			restRefuse(c, core.KindInvalid, "from must be an RFC 3339 time, e.g. 2026-12-03T10:00:00Z")
+			Refuse(c, core.KindInvalid, "from must be an RFC 3339 time, e.g. 2026-12-03T10:00:00Z")
 			return
 		}
 		from = t
@@ -86,7 +86,7 @@ func (s *Door) listEvents(c *gin.Context) {
 	case "audit":
 		streams = []core.EventStream{core.AuditEvents}
 	default:
-		restRefuse(c, core.KindInvalid, "stream must be all, device or audit")
+		Refuse(c, core.KindInvalid, "stream must be all, device or audit")
 		return
 	}
 	// Events change all the time: not worth keeping in the response cache.

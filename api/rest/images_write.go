@@ -56,13 +56,13 @@ func ImageOf(im core.Image) client.Image {
 // the image; 200 when that content was stored already.
 func (s *Door) uploadImage(c *gin.Context) {
 	if s.console.imageStore == nil {
-		restRefuse(c, core.KindUnavailable, "image uploads are not available in this process")
+		Refuse(c, core.KindUnavailable, "image uploads are not available in this process")
 		return
 	}
 	q := c.Request.URL.Query()
 	want := q.Get("sha256")
 	if want == "" && strings.HasPrefix(c.GetHeader("Authorization"), signing.RESTScheme) {
-		restRefuse(c, core.KindInvalid, "sha256 is required: a signed upload's signature cannot cover its streamed body, so the content is checked against the sha256 query parameter the signature covers")
+		Refuse(c, core.KindInvalid, "sha256 is required: a signed upload's signature cannot cover its streamed body, so the content is checked against the sha256 query parameter the signature covers")
 		return
 	}
 	v, _ := c.Get("upload")
@@ -75,7 +75,7 @@ func (s *Door) uploadImage(c *gin.Context) {
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
-		restRefuse(c, core.KindTooLarge, fmt.Sprintf("image over the %d GiB upload limit", MaxImageUpload>>30))
+		Refuse(c, core.KindTooLarge, fmt.Sprintf("image over the %d GiB upload limit", MaxImageUpload>>30))
 		return
 	case err != nil:
 		s.restFail(c, err)
@@ -92,7 +92,7 @@ func (s *Door) uploadImage(c *gin.Context) {
 // version uses it or a loaded profile names it (409 in_use, saying which).
 func (s *Door) deleteImage(c *gin.Context) {
 	if s.console.imageStore == nil {
-		restRefuse(c, core.KindUnavailable, "image deletion is not available in this process")
+		Refuse(c, core.KindUnavailable, "image deletion is not available in this process")
 		return
 	}
 	im, err := s.console.imageStore.Resolve(c.Param("ref"))
@@ -102,7 +102,7 @@ func (s *Door) deleteImage(c *gin.Context) {
 	}
 	if s.console.preview != nil {
 		if names := s.console.preview.ProfilesNaming(im); len(names) > 0 {
-			restRefuse(c, core.KindInUse, fmt.Sprintf("image %s is in use by profile %s; change the profile first", im.Name, strings.Join(names, ", ")))
+			Refuse(c, core.KindInUse, fmt.Sprintf("image %s is in use by profile %s; change the profile first", im.Name, strings.Join(names, ", ")))
 			return
 		}
 	}
@@ -128,11 +128,11 @@ func ISOVersionSpec(spec clusters.VersionSpec, isoBaseURL, isoName string, im co
 // the ISO's version.
 func (s *Door) addVersionFromImage(c *gin.Context, ref string, spec clusters.VersionSpec) {
 	if spec.URL != "" || spec.Checksum != "" {
-		restRefuse(c, core.KindInvalid, "give either image (a stored binaries ISO) or url and checksum, not both")
+		Refuse(c, core.KindInvalid, "give either image (a stored binaries ISO) or url and checksum, not both")
 		return
 	}
 	if s.console.imageStore == nil {
-		restRefuse(c, core.KindUnavailable, "the image store is not available in this process")
+		Refuse(c, core.KindUnavailable, "the image store is not available in this process")
 		return
 	}
 	im, err := s.console.imageStore.Resolve(ref)
@@ -141,7 +141,7 @@ func (s *Door) addVersionFromImage(c *gin.Context, ref string, spec clusters.Ver
 		return
 	}
 	if im.Kind != imagestore.KindBinariesISO {
-		restRefuse(c, core.KindInvalid, fmt.Sprintf("image %s is a %s, not a binaries-iso", im.Name, im.Kind))
+		Refuse(c, core.KindInvalid, fmt.Sprintf("image %s is a %s, not a binaries-iso", im.Name, im.Kind))
 		return
 	}
 	if spec.SemVer == "" {

@@ -30,7 +30,7 @@ func listParams(c *gin.Context) (limit int, after string, ok bool) {
 	if v := c.Query("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxLimit {
-			restRefuse(c, core.KindInvalid, "limit must be 1.."+strconv.Itoa(maxLimit))
+			Refuse(c, core.KindInvalid, "limit must be 1.."+strconv.Itoa(maxLimit))
 			return 0, "", false
 		}
 		limit = n
@@ -38,7 +38,7 @@ func listParams(c *gin.Context) (limit int, after string, ok bool) {
 	if v := c.Query("cursor"); v != "" {
 		b, err := base64.RawURLEncoding.DecodeString(v)
 		if err != nil {
-			restRefuse(c, core.KindInvalid, "malformed cursor")
+			Refuse(c, core.KindInvalid, "malformed cursor")
 			return 0, "", false
 		}
 		after = string(b)

@@ -34,13 +34,13 @@ type DevicePreviewer interface {
 // admin looking over an operator's shoulder.
 func (s *Door) previewDevice(c *gin.Context) {
 	if s.console.preview == nil {
-		restRefuse(c, core.KindUnavailable, "device previews are not available: no profiles are loaded in this process")
+		Refuse(c, core.KindUnavailable, "device previews are not available: no profiles are loaded in this process")
 		return
 	}
 	ref := c.Param("id")
 	d, err := s.lookupDevice(callerOf(c), ref)
 	if errors.Is(err, core.ErrNotFound) {
-		restRefuse(c, core.KindNotFound, "device "+ref+" not found")
+		Refuse(c, core.KindNotFound, "device "+ref+" not found")
 		return
 	}
 	if err != nil {
@@ -49,7 +49,7 @@ func (s *Door) previewDevice(c *gin.Context) {
 	}
 	pv, err := s.console.preview.PreviewDevice(d)
 	if err != nil {
-		restRefuse(c, core.KindInvalid, "preview of "+ref+": "+err.Error())
+		Refuse(c, core.KindInvalid, "preview of "+ref+": "+err.Error())
 		return
 	}
 	out := client.Preview{Kind: pv.Kind, Profile: pv.Profile, ByDefault: pv.ByDefault, Fetches: []client.Fetch{},
