@@ -67,11 +67,13 @@ func (s *Door) listDevices(c *gin.Context) {
 				(approved == "" || strconv.FormatBool(d.Approved) == approved) && (search == "" || deviceMatches(d, search))
 		}
 	}
-	// Query plan: with state=, the devices-by-state index from the cursor
-	// (core.Devices.ListState: a page reads its own devices plus those the
-	// other filters skip); without it, the devices in ID order from the
-	// cursor. Either way the walk stops at limit+1 kept devices, and the
-	// page is then kept in the response cache until a device changes.
+	// Query plan: a user key walks its clusters' ranges of the
+	// devices-by-cluster index, an admin the whole fleet; with state=,
+	// the devices-by-state index from the cursor (a page reads its own
+	// devices plus those the other filters skip); without it, the devices
+	// in ID order from the cursor. Either way the walk stops at limit+1
+	// kept devices, and the page is then kept in the response cache until
+	// a device changes.
 	fill := func(buf []byte) ([]byte, error) {
 		err := s.queries.ReadScoped(sc, func(r devices.Reader) error {
 			list := func(after string, fn core.Visit[core.Device]) error {
