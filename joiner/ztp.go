@@ -35,7 +35,9 @@ func (s *Service) ZTPSection(ctx context.Context, dev core.Device, clusterRef, h
 		s.log.Info("ztp.json without a join section", "device", dev.ID, "reason", reason)
 		return nil, nil
 	}
-	cred, err := s.Enroll(ctx, EnrollRequest{Cluster: clusterRef, MAC: dev.MAC, Serial: dev.Serial})
+	// Bound to the address the switch holds: dev is the holder of the
+	// address its ztp.json was fetched from.
+	cred, err := s.Enroll(ctx, EnrollRequest{Cluster: clusterRef, MAC: dev.MAC, Serial: dev.Serial, IP: dev.IP})
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +107,7 @@ func (s *Service) UserData(ctx context.Context, dev core.Device, clusterRef, rol
 		s.log.Info("user-data without join material", "device", dev.ID, "reason", reason)
 		return issuedCloudConfig(dev.ID, nodeName(hostname)), nil
 	}
-	cred, err := s.Enroll(ctx, EnrollRequest{Cluster: clusterRef, MAC: dev.MAC})
+	cred, err := s.Enroll(ctx, EnrollRequest{Cluster: clusterRef, MAC: dev.MAC, IP: dev.IP})
 	if err != nil {
 		return nil, err
 	}

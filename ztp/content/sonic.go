@@ -37,8 +37,13 @@ func (s *Service) ZTPJSON(ctx context.Context, c *Client) (*Served, error) {
 	}
 	if r.Cluster != "" && s.opt.Join != nil {
 		// The join section carries an enrollment secret; identify has
-		// established that c holds the device's address.
-		if in.Join, err = s.opt.Join.ZTPSection(ctx, dev, *r); err != nil {
+		// established that c holds the device's address, which the
+		// secret is bound to.
+		holder := dev
+		if c.Addr.IsValid() {
+			holder.IP = c.Addr.Unmap().String()
+		}
+		if in.Join, err = s.opt.Join.ZTPSection(ctx, holder, *r); err != nil {
 			if s.waited(c, dev, "ztp.json", err) {
 				return nil, err
 			}
