@@ -458,7 +458,7 @@ func Default() Config {
 		Devices: Devices{UnleasedExpiry: Duration(24 * time.Hour), MaxUnleased: 10000},
 		// enrollment_ttl: one ZTP run, from the ztp.json that carries the
 		// secret to the join plugin's last try (joiner.DefaultEnrollmentTTL).
-		Joiner: Joiner{EnrollmentTTL: Duration(45 * time.Minute), TokenTTL: Duration(24 * time.Hour)},
+		Joiner:  Joiner{EnrollmentTTL: Duration(45 * time.Minute), TokenTTL: Duration(24 * time.Hour)},
 		Rollout: Rollout{DrainTimeout: Duration(5 * time.Minute), StepTimeout: Duration(15 * time.Minute)},
 	}
 }
