@@ -134,3 +134,35 @@ func TestEnrollmentRefusalsAreBounded(t *testing.T) {
 		t.Fatalf("after the interval: %d events, last %v", len(got), got[len(got)-1].Fields)
 	}
 }
+
+// TestSectionNamesTheTLSListener: with the device HTTPS listener, the
+// section's join-url is on it and the section carries the pins; without,
+// join-url stays plain and there is no pin.
+func TestSectionNamesTheTLSListener(t *testing.T) {
+	pins := "sha256//AAAA;sha256//BBBB"
+	e := newEnv(t, Options{AutoApprove: approveAll, BaseURL: "http://10.99.0.1:8080", SecureBaseURL: "https://10.99.0.1/",
+		DevicePins: func() string { return pins }})
+	e.cluster(clusterSpec{Name: "fabric", Size: 4})
+	sw := core.Device{ID: mac(7), MAC: mac(7), Kind: core.KindSONiC, IP: e.hold(addrOf(7), mac(7))}
+	sec, err := e.svc.ZTPSection(bg, sw, "fabric", "leaf-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sec["join-url"] != "https://10.99.0.1/join" || sec["tls-pin"] != pins {
+		t.Fatalf("section %v", sec)
+	}
+	if sec["plugin"].(map[string]any)["url"] != "http://10.99.0.1:8080"+PluginPath {
+		t.Fatalf("plugin %v: the plugin itself is no secret and stays where SONiC ZTP fetches it", sec["plugin"])
+	}
+
+	plain := newEnv(t, Options{AutoApprove: approveAll, BaseURL: "http://10.99.0.1:8080"})
+	plain.cluster(clusterSpec{Name: "fabric", Size: 4})
+	sw.IP = plain.hold(addrOf(7), mac(7))
+	sec, err = plain.svc.ZTPSection(bg, sw, "fabric", "leaf-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := sec["tls-pin"]; ok || sec["join-url"] != "http://10.99.0.1:8080/join" {
+		t.Fatalf("plain section %v", sec)
+	}
+}

@@ -158,6 +158,13 @@ type Options struct {
 	// http://10.99.0.1:8080; links in ztp.json sections and the default
 	// ReportURL derive from it.
 	BaseURL string
+	// SecureBaseURL is the device HTTPS listener's base, e.g.
+	// https://10.99.0.1, and DevicePins the pins of its certificate as
+	// curl --pinnedpubkey takes them: with both, a ztp.json section's
+	// join-url is on that listener and the section names the pins
+	// ("tls-pin"). Empty: join-url stays on BaseURL.
+	SecureBaseURL string
+	DevicePins    func() string
 	// ReportURL is where nodes POST joined/failed; default BaseURL +
 	// /join/report. Empty (and no BaseURL): bundles carry no report step.
 	ReportURL string
@@ -217,6 +224,10 @@ func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, err
 		opts.ReportTTL = 7 * 24 * time.Hour
 	}
 	opts.BaseURL = strings.TrimSuffix(opts.BaseURL, "/")
+	opts.SecureBaseURL = strings.TrimSuffix(opts.SecureBaseURL, "/")
+	if opts.DevicePins == nil {
+		opts.SecureBaseURL = ""
+	}
 	if opts.ReportURL == "" && opts.BaseURL != "" {
 		opts.ReportURL = opts.BaseURL + "/join/report"
 	}

@@ -48,6 +48,14 @@ func (s *Service) ZTPSection(ctx context.Context, dev core.Device, clusterRef, h
 		"join-url":    s.opts.BaseURL + "/join",
 		"mac":         dev.MAC,
 	}
+	// With the device HTTPS listener, the bundle (secrets) is fetched over
+	// TLS pinned to the certificate this document names: what travels in
+	// clear is the one-time enrollment, bound to this switch's address,
+	// and the pin.
+	if s.opts.SecureBaseURL != "" {
+		sec["join-url"] = s.opts.SecureBaseURL + "/join"
+		sec["tls-pin"] = s.opts.DevicePins()
+	}
 	if dev.Serial != "" {
 		sec["serial"] = dev.Serial
 	}

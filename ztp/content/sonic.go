@@ -18,8 +18,9 @@ func (s *Service) ZTPJSON(ctx context.Context, c *Client) (*Served, error) {
 		return nil, err
 	}
 	f := Facts(&dev)
-	base := s.BaseURL(c)
-	r, err := p.Render(f, profile.Env{BaseURL: base}, profile.RenderSections)
+	env := s.env(c)
+	base := env.BaseURL
+	r, err := p.Render(f, env, profile.RenderSections)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +117,7 @@ func (s *Service) ConfigDB(ctx context.Context, c *Client, id string) (*Served, 
 	if err != nil {
 		return nil, err
 	}
-	r, err := p.Render(f, profile.Env{BaseURL: s.BaseURL(c)}, profile.RenderConfigDB)
+	r, err := p.Render(f, s.env(c), profile.RenderConfigDB)
 	if err != nil {
 		return nil, err
 	}
