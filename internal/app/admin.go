@@ -81,6 +81,8 @@ func (a *App) mountAdmin() {
 	m.Handle(api.RESTPath, a.apiLocal)
 	m.Handle(api.CloudStackPath, a.apiLocal)
 
+	a.mountDeviceTLS(m)
+
 	// API keys, versions and ISOs of the CLI: api owns those handlers.
 	api.MountAdmin(m, api.AdminDeps{Keys: a.APIKeys, Clusters: a.Clusters, ISOs: a.Images, ISOBaseURL: a.Endpoints.ISOs()}, a.Log)
 }
