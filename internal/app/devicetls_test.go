@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -167,4 +168,51 @@ func joinSection(t *testing.T, body []byte) map[string]any {
 	}
 	t.Fatalf("ztp.json has no join section:\n%s", body)
 	return nil
+}
+
+// TestGroupPresentsOneDeviceCertificate: two appliances sharing one store
+// (etcd) serve the same device certificate, so a document either one
+// served names a pin the other's listener matches; a rotation on one is
+// what the other names after its next refresh.
+func TestGroupPresentsOneDeviceCertificate(t *testing.T) {
+	_, apps := startTwoAppliances(t, func(c *config.Config) {
+		c.HTTP.TLS = config.DeviceTLS{Enabled: true, Addr: freeport.Addr(t)}
+	})
+	a, b := apps[0], apps[1]
+	if a.app.DeviceTLS.PinList() != b.app.DeviceTLS.PinList() {
+		t.Fatalf("appliances pin %s and %s", a.app.DeviceTLS.PinList(), b.app.DeviceTLS.PinList())
+	}
+	for _, ga := range apps {
+		if got := servedPin(t, ga.cfg.HTTP.TLS.Addr); got != a.app.DeviceTLS.PinList() {
+			t.Fatalf("appliance %s serves %s, documents pin %s", ga.name, got, a.app.DeviceTLS.PinList())
+		}
+	}
+	st, err := a.app.DeviceTLS.Rotate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.app.DeviceTLS.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.app.DeviceTLS.PinList(); got != strings.Join(st.Pins, ";") {
+		t.Fatalf("after a rotation on a, b pins %s, want %v", got, st.Pins)
+	}
+}
+
+// servedPin is the pin of the certificate the TLS listener at addr serves.
+func servedPin(t *testing.T, addr string) string {
+	t.Helper()
+	var conn *tls.Conn
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		conn, err = tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true}) // the pin is checked below
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	return devicetls.PinOf(conn.ConnectionState().PeerCertificates[0])
 }
