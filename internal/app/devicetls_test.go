@@ -47,7 +47,7 @@ func TestDeviceHTTPSListener(t *testing.T) {
 	cfg := config.Default()
 	cfg.DataDir = filepath.Join(dir, "data")
 	cfg.HTTP.Addr = freeport.Addr(t)
-	cfg.HTTP.TLS = config.DeviceTLS{Enabled: true, Addr: freeport.Addr(t)}
+	cfg.HTTP.TLS.Enabled, cfg.HTTP.TLS.Addr = true, freeport.Addr(t)
 	cfg.AdvertiseAddr = "127.0.0.1"
 	cfg.API.AdminKeyFile = filepath.Join(dir, "admin.key")
 	cfg.Profiles = []string{leaf}
@@ -176,7 +176,7 @@ func joinSection(t *testing.T, body []byte) map[string]any {
 // what the other names after its next refresh.
 func TestGroupPresentsOneDeviceCertificate(t *testing.T) {
 	_, apps := startTwoAppliances(t, func(c *config.Config) {
-		c.HTTP.TLS = config.DeviceTLS{Enabled: true, Addr: freeport.Addr(t)}
+		c.HTTP.TLS.Enabled, c.HTTP.TLS.Addr = true, freeport.Addr(t)
 	})
 	a, b := apps[0], apps[1]
 	if a.app.DeviceTLS.PinList() != b.app.DeviceTLS.PinList() {

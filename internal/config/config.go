@@ -185,7 +185,7 @@ type DeviceTLS struct {
 	KeyFile  string `yaml:"key_file"`
 	// RotationGrace is how long documents name both pins before the
 	// listener switches to a rotated key pair, and the old pin after
-	// (devicetls.DefaultGrace, 24h, when not set).
+	// (24h).
 	RotationGrace Duration `yaml:"rotation_grace"`
 }
 
@@ -212,7 +212,7 @@ func (c *Config) validateDeviceTLS(errs *Errors) {
 	if t.CertFile != "" && t.KeyFile == "" || t.CertFile == "" && t.KeyFile != "" {
 		errs.add("http.tls", "cert_file and key_file must be given together")
 	}
-	if d := t.RotationGrace.D(); d != 0 && (d < time.Minute || d > 30*24*time.Hour) {
+	if d := t.RotationGrace.D(); d < time.Minute || d > 30*24*time.Hour {
 		errs.add("http.tls.rotation_grace", "%s is outside 1m..720h (30 days)", d)
 	}
 	addr := c.DeviceTLSListener()
@@ -440,7 +440,10 @@ func Default() Config {
 			MaxHeaderBytes:        httpserve.DefaultMaxHeaderBytes,
 			MaxConns:              httpserve.DefaultMaxConns,
 			MaxBodyBytesInFlight:  httpserve.DefaultMaxBodyBytesInFlight,
-			MaxBodyBytesPerSource: httpserve.DefaultMaxBodyBytesPerSource},
+			MaxBodyBytesPerSource: httpserve.DefaultMaxBodyBytesPerSource,
+			// The device HTTPS listener's rotation overlap: see
+			// devicetls.DefaultGrace for why a day.
+			TLS: DeviceTLS{RotationGrace: Duration(24 * time.Hour)}},
 		API: defaultAPI(), // TLS on the API's own listener by default
 		TFTP: TFTP{Addr: ":69", Window: 8, RetransmitTimeout: Duration(time.Second), MaxRetransmits: 5,
 			MaxTransfers: 256, MaxTransfersPerSource: 4},
