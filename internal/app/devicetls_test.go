@@ -122,6 +122,16 @@ func TestDeviceHTTPSListener(t *testing.T) {
 		t.Fatalf("plain ztp.json: %d", resp.StatusCode)
 	}
 
+	// The agent door is on the listener too (it asks for a credential),
+	// and the API is not.
+	agent, _ := exec.Command("curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}", "--interface", swIP, "--pinnedpubkey", pin,
+		"https://"+cfg.HTTP.TLS.Addr+"/agent/v1/desired").Output()
+	rest, _ := exec.Command("curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}", "--interface", swIP, "--pinnedpubkey", pin,
+		"https://"+cfg.HTTP.TLS.Addr+"/api/v1/devices").Output()
+	if string(agent) != "401" || string(rest) != "404" {
+		t.Fatalf("agent door over https: %s (want 401), REST API: %s (want 404)", agent, rest)
+	}
+
 	// Rotation, through the admin socket's route: documents name both
 	// pins; the listener serves the old pair until the grace ends.
 	w := httptest.NewRecorder()
