@@ -208,12 +208,25 @@ func (s *Service) Load() error {
 		s.observe()
 		return nil
 	}
+	var rec record
+	var found bool
+	err := s.opt.Store.View(func(tx core.Tx) error {
+		var err error
+		rec, found, err = readRecord(tx)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("device TLS key pair: %w", err)
+	}
+	if found {
+		return s.loaded(rec, false)
+	}
+	var created bool
+	// None stored: make one, unless another appliance stores its own first.
 	fresh, err := s.newPairDoc(s.opt.Now())
 	if err != nil {
 		return err
 	}
-	var rec record
-	var created bool
 	err = s.opt.Store.Batch(func(tx core.Tx) error {
 		got, ok, err := readRecord(tx)
 		if err != nil {
@@ -229,6 +242,11 @@ func (s *Service) Load() error {
 	if err != nil {
 		return fmt.Errorf("device TLS key pair: %w", err)
 	}
+	return s.loaded(rec, created)
+}
+
+// loaded adopts the record Load read or created and says so.
+func (s *Service) loaded(rec record, created bool) error {
 	if err := s.adopt(rec); err != nil {
 		return err
 	}
