@@ -23,7 +23,11 @@ type EnrollRequest struct {
 	Cluster string // name or id
 	MAC     string
 	Serial  string
-	TTL     time.Duration // 0: Options.EnrollmentTTL
+	// IP is the address the device holds (the one its document was
+	// fetched from); the secret is redeemed only from it. Empty binds
+	// no address.
+	IP  string
+	TTL time.Duration // 0: Options.EnrollmentTTL
 }
 
 // Enroll issues an enrollment secret. Only its hash is stored; the secret
@@ -40,6 +44,14 @@ func (s *Service) Enroll(ctx context.Context, req EnrollRequest) (tokens.Credent
 		}
 	}
 	serial := strings.TrimSpace(req.Serial)
+	var ip string
+	if req.IP != "" {
+		a, err := netip.ParseAddr(req.IP)
+		if err != nil {
+			return tokens.Credential{}, fmt.Errorf("%w: address %q", ErrInvalid, req.IP)
+		}
+		ip = a.Unmap().String()
+	}
 	if mac == "" && serial == "" {
 		return tokens.Credential{}, fmt.Errorf("%w: an enrollment secret must be bound to a MAC address or a serial number", ErrInvalid)
 	}
@@ -68,7 +80,7 @@ func (s *Service) Enroll(ctx context.Context, req EnrollRequest) (tokens.Credent
 		rec := core.Token{
 			ID: cred.ID(), Kind: string(tokens.KindEnrollment), SecretHash: hex.EncodeToString(cred.Hash()),
 			Cluster: c.ID, Device: mac, Description: "enrollment", Expires: now.Add(ttl), Created: now,
-			BindMAC: mac, BindSerial: serial,
+			BindMAC: mac, BindSerial: serial, BindIP: ip,
 		}
 		// One live enrollment secret per device: a new one replaces the
 		// previous if it was not used, so re-fetched documents cannot pile
@@ -171,6 +183,9 @@ type joinResult struct {
 	ip         string
 	nodeName   string // the member's node name (core.Membership.NodeName)
 	csr        csrCheck
+	// enrollment is the stored enrollment the request named, when there
+	// is one: a refusal's event names its device.
+	enrollment *core.Token
 }
 
 // Join admits a device and issues its join bundle. The enrollment secret is
@@ -228,6 +243,7 @@ func (s *Service) Join(ctx context.Context, req JoinRequest) (*Bundle, error) {
 		if IsUnauthorized(err) {
 			s.log.Warn("join refused", "enrollment", cred.ID(), "mac", req.MAC, "serial", req.Serial, "remote", req.RemoteIP, "reason", err.Error())
 		}
+		s.enrollmentRefused(res.enrollment, cred.ID(), req, now, err)
 		return nil, err
 	}
 	if res.wait != "" {
@@ -258,6 +274,9 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	if err != nil && !errors.Is(err, core.ErrNotFound) {
 		return err
 	}
+	if err == nil {
+		res.enrollment = &enr
+	}
 	if err != nil || !cred.Matches(hexDecode(enr.SecretHash)) {
 		return ErrEnrollmentInvalid
 	}
@@ -268,6 +287,8 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 		return ErrEnrollmentUsed
 	case !enr.Expires.IsZero() && !now.Before(enr.Expires):
 		return ErrEnrollmentExpired
+	case enr.BindIP != "" && unmapped(req.RemoteIP) != enr.BindIP:
+		return ErrEnrollmentAddress
 	}
 
 	// 2. The device: the holder of the address the request comes from

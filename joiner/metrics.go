@@ -50,7 +50,7 @@ func refusalReason(err error) string {
 		err  error
 		name string
 	}{
-		{ErrEnrollmentInvalid, "invalid"}, {ErrEnrollmentUsed, "replayed"}, {ErrEnrollmentExpired, "expired"},
+		{ErrEnrollmentInvalid, "invalid"}, {ErrEnrollmentUsed, "replayed"}, {ErrEnrollmentExpired, "expired"}, {ErrEnrollmentAddress, "wrong-address"},
 		{ErrRevoked, "revoked"}, {ErrBindingMismatch, "wrong-device"}, {ErrClusterUnavailable, "cluster-unavailable"},
 		{ErrMemberElsewhere, "member-elsewhere"}, {ErrCSRRefused, "bad-csr"}, {ErrCSRMissing, "no-csr"},
 		{ErrInvalid, "bad-request"},

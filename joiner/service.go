@@ -52,6 +52,7 @@ var (
 	ErrEnrollmentInvalid  = joinError(core.KindRefused, "enrollment secret unknown or wrong")
 	ErrEnrollmentUsed     = joinError(core.KindRefused, "enrollment secret already used")
 	ErrEnrollmentExpired  = joinError(core.KindRefused, "enrollment secret expired")
+	ErrEnrollmentAddress  = joinError(core.KindRefused, "enrollment secret presented from an address other than its device's")
 	ErrRevoked            = joinError(core.KindRefused, "credential revoked")
 	ErrBindingMismatch    = joinError(core.KindRefused, "device does not match the enrollment secret's binding")
 	ErrReportInvalid      = joinError(core.KindRefused, "report credential unknown or wrong")
@@ -67,7 +68,7 @@ func joinError(k core.ErrorKind, msg string) error { return &core.Error{Kind: k,
 
 // IsUnauthorized reports whether err is a credential failure.
 func IsUnauthorized(err error) bool {
-	for _, e := range []error{ErrEnrollmentInvalid, ErrEnrollmentUsed, ErrEnrollmentExpired, ErrRevoked, ErrBindingMismatch,
+	for _, e := range []error{ErrEnrollmentInvalid, ErrEnrollmentUsed, ErrEnrollmentExpired, ErrEnrollmentAddress, ErrRevoked, ErrBindingMismatch,
 		ErrReportInvalid, ErrNotHolder, ErrWrongHolder, ErrAlreadyIssued} {
 		if errors.Is(err, e) {
 			return true
@@ -141,7 +142,7 @@ type Options struct {
 	// known is false when no profiles are loaded (offline CLI use); nil is
 	// never known. Approve refuses what it can tell would change nothing.
 	ProfileOf     func(d core.Device) (profile, cluster string, known bool)
-	EnrollmentTTL time.Duration // default 1h
+	EnrollmentTTL time.Duration // default DefaultEnrollmentTTL
 	TokenTTL      time.Duration // default 24h; 0 after defaulting is not allowed
 	ReportTTL     time.Duration // default 7 days
 	// ReissueWindow is how long after its first issue a member's bundle
@@ -157,6 +158,13 @@ type Options struct {
 	// http://10.99.0.1:8080; links in ztp.json sections and the default
 	// ReportURL derive from it.
 	BaseURL string
+	// SecureBaseURL is the device HTTPS listener's base, e.g.
+	// https://10.99.0.1, and DevicePins the pins of its certificate as
+	// curl --pinnedpubkey takes them: with both, a ztp.json section's
+	// join-url is on that listener and the section names the pins
+	// ("tls-pin"). Empty: join-url stays on BaseURL.
+	SecureBaseURL string
+	DevicePins    func() string
 	// ReportURL is where nodes POST joined/failed; default BaseURL +
 	// /join/report. Empty (and no BaseURL): bundles carry no report step.
 	ReportURL string
@@ -197,6 +205,9 @@ type Service struct {
 	// a device re-sending a bad one until its secret expires must not
 	// cycle the audit trail.
 	csrLog *ratelimit.Keyed
+	// enrollmentRefusals bounds the enrollment.refused events per
+	// enrollment: a replayed secret must not be able to cycle the audit trail.
+	enrollmentRefusals *ratelimit.Keyed
 }
 
 // New builds the service over an opened store and keyring.
@@ -205,7 +216,7 @@ func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, err
 		return nil, errors.New("joiner: store, keyring and device recorder are required")
 	}
 	if opts.EnrollmentTTL <= 0 {
-		opts.EnrollmentTTL = time.Hour
+		opts.EnrollmentTTL = DefaultEnrollmentTTL
 	}
 	if opts.TokenTTL <= 0 {
 		opts.TokenTTL = 24 * time.Hour
@@ -217,6 +228,10 @@ func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, err
 		opts.ReportTTL = 7 * 24 * time.Hour
 	}
 	opts.BaseURL = strings.TrimSuffix(opts.BaseURL, "/")
+	opts.SecureBaseURL = strings.TrimSuffix(opts.SecureBaseURL, "/")
+	if opts.DevicePins == nil {
+		opts.SecureBaseURL = ""
+	}
 	if opts.ReportURL == "" && opts.BaseURL != "" {
 		opts.ReportURL = opts.BaseURL + "/join/report"
 	}
@@ -230,9 +245,18 @@ func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, err
 	if err != nil {
 		return nil, err
 	}
-	return &Service{reportLog: ratelimit.New(1, refusalLogEvery, 4096), csrLog: ratelimit.New(3, refusalLogEvery, 4096), store: store, keys: keys, devices: opts.Devices, opts: opts, rules: rules, now: opts.Now, log: opts.Log,
+	return &Service{reportLog: ratelimit.New(1, refusalLogEvery, 4096), csrLog: ratelimit.New(3, refusalLogEvery, 4096),
+		enrollmentRefusals: ratelimit.New(3, refusalLogEvery, 4096), store: store, keys: keys, devices: opts.Devices, opts: opts, rules: rules, now: opts.Now, log: opts.Log,
 		metrics: newMetrics(opts.Registerer), cache: map[string]*clusterKeys{}, bindKick: make(chan string, 64)}, nil
 }
+
+// DefaultEnrollmentTTL is how long an enrollment secret lives. It need
+// only cover one ZTP run from the ztp.json that carries it to the join
+// plugin's last try: a firmware section before the join (download,
+// install, reboot; SONiC ZTP resumes with the ztp.json it saved) takes
+// some 15 minutes, and the plugin waits up to 30 for admission. A device
+// that fetches its ztp.json again gets a fresh secret.
+const DefaultEnrollmentTTL = 45 * time.Minute
 
 // secretsOwner names a cluster's key material in the Secrets repository;
 // it is also the sealing context.

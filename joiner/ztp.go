@@ -35,7 +35,9 @@ func (s *Service) ZTPSection(ctx context.Context, dev core.Device, clusterRef, h
 		s.log.Info("ztp.json without a join section", "device", dev.ID, "reason", reason)
 		return nil, nil
 	}
-	cred, err := s.Enroll(ctx, EnrollRequest{Cluster: clusterRef, MAC: dev.MAC, Serial: dev.Serial})
+	// Bound to the address the switch holds: dev is the holder of the
+	// address its ztp.json was fetched from.
+	cred, err := s.Enroll(ctx, EnrollRequest{Cluster: clusterRef, MAC: dev.MAC, Serial: dev.Serial, IP: dev.IP})
 	if err != nil {
 		return nil, err
 	}
@@ -45,6 +47,14 @@ func (s *Service) ZTPSection(ctx context.Context, dev core.Device, clusterRef, h
 		"enrollment":  cred.Reveal(),
 		"join-url":    s.opts.BaseURL + "/join",
 		"mac":         dev.MAC,
+	}
+	// With the device HTTPS listener, the bundle (secrets) is fetched over
+	// TLS pinned to the certificate this document names: what travels in
+	// clear is the one-time enrollment, bound to this switch's address,
+	// and the pin.
+	if s.opts.SecureBaseURL != "" {
+		sec["join-url"] = s.opts.SecureBaseURL + "/join"
+		sec["tls-pin"] = s.opts.DevicePins()
 	}
 	if dev.Serial != "" {
 		sec["serial"] = dev.Serial
@@ -105,7 +115,7 @@ func (s *Service) UserData(ctx context.Context, dev core.Device, clusterRef, rol
 		s.log.Info("user-data without join material", "device", dev.ID, "reason", reason)
 		return issuedCloudConfig(dev.ID, nodeName(hostname)), nil
 	}
-	cred, err := s.Enroll(ctx, EnrollRequest{Cluster: clusterRef, MAC: dev.MAC})
+	cred, err := s.Enroll(ctx, EnrollRequest{Cluster: clusterRef, MAC: dev.MAC, IP: dev.IP})
 	if err != nil {
 		return nil, err
 	}

@@ -58,6 +58,8 @@ func (a *App) mountAdmin() {
 	m.Handle(rest.Path, a.apiLocal)
 	m.Handle(api.CloudStackPath, a.apiLocal)
 
+	a.mountDeviceTLS(m)
+
 	// API keys, versions and images of the CLI: api owns those handlers.
 	api.MountAdmin(m, api.AdminDeps{Keys: a.APIKeys, Clusters: a.Clusters, ISOs: a.Images, ISOBaseURL: a.Endpoints.ISOs()}, a.Log)
 }

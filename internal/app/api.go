@@ -54,6 +54,7 @@ func (a *App) buildAPI() error {
 	}
 	srv := api.New(deps)
 	a.apiLocal = srv.LocalHandler()
+	a.apiDevice = srv.Handler()
 	// Off loopback the API gets a listener of its own, with TLS unless the
 	// operator opted out (config.APIListener); Serve runs it. Otherwise the
 	// main listener serves it.
@@ -109,6 +110,9 @@ func (p profilePreviewer) PreviewDevice(d core.Device) (*content.Preview, error)
 	a := p.a
 	opt := content.PreviewOptions{DefaultProfile: a.Cfg.ZTP.DefaultProfile, Base: a.Endpoints.Base(netip.Addr{}),
 		MetadataBase: a.metadataBase(), Images: a.Images}
+	if a.DeviceTLS != nil {
+		opt.SecureBase, opt.TLSPin = a.Endpoints.SecureBase(netip.Addr{}), a.DeviceTLS.PinList()
+	}
 	return content.PreviewDevice(a.profiles.Load(), &d, opt)
 }
 

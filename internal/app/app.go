@@ -33,6 +33,7 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/desired"
 	"github.com/ztpd/ztpd/internal/devices"
+	"github.com/ztpd/ztpd/internal/devicetls"
 	"github.com/ztpd/ztpd/internal/ha"
 	"github.com/ztpd/ztpd/internal/httpserve"
 	"github.com/ztpd/ztpd/internal/kubewatch"
@@ -83,6 +84,9 @@ type App struct {
 
 	// Keys seals secrets at rest: cluster CA keys, token seeds, API secrets.
 	Keys *secretbox.Keyring
+	// DeviceTLS is the device HTTPS listener's key pair and pins (nil
+	// when http.tls is off).
+	DeviceTLS *devicetls.Service
 
 	// Images is the content-addressed artifact store.
 	Images *imagestore.Store
@@ -136,6 +140,9 @@ type App struct {
 	// (api.addr, or <http.addr host>:8443 with TLS).
 	apiOnMain http.Handler
 	apiOwn    *apiListen
+	// apiDevice is the API's handler for its agent door on the device
+	// HTTPS listener.
+	apiDevice http.Handler
 	// apiLocal is the same API for the admin socket, acting as the local
 	// administrator (api.Server.LocalHandler).
 	apiLocal http.Handler
@@ -216,6 +223,9 @@ func (a *App) build() error {
 	if a.Endpoints, err = endpoints.New(a.Cfg.AdvertiseAddr, a.Cfg.HTTP.Addr); err != nil {
 		return err
 	}
+	if err := a.buildDeviceTLS(); err != nil {
+		return err
+	}
 	// The reservations' addresses as identity bindings, for content and
 	// the joiner alike.
 	a.bindings = bindingsOf(&a.Cfg)
@@ -260,7 +270,7 @@ func (a *App) build() error {
 	// Profiles load at Start, so offline CLI commands do not depend on them.
 	opt := content.Options{Store: a.Store, Devices: a.Devices, Images: a.Images, Binaries: a.Binaries, Join: ztpJoin{a.Joiner}, Log: a.Log,
 		Endpoints: a.Endpoints, DefaultProfile: a.Cfg.ZTP.DefaultProfile,
-		FilesDir: filepath.Join(a.Cfg.DataDir, "files"), Bindings: a.bindings, Registerer: a.Metrics}
+		FilesDir: filepath.Join(a.Cfg.DataDir, "files"), Bindings: a.bindings, Registerer: a.Metrics, DevicePins: a.devicePins()}
 	if a.DHCP != nil {
 		opt.Pending = a.DHCP // what DHCP knows before its device records are committed
 	}
@@ -401,6 +411,12 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 		// The admin socket takes image uploads of any size: no body guard;
 		// its mode (0600) is its access control.
 		listener("admin", "", admin, a.AdminMux),
+	}
+	if a.DeviceTLS != nil {
+		runners = append(runners, &httpRunner{httpserve.Listener{Name: "https", Addr: a.Cfg.DeviceTLSListener(), Ln: bound.DeviceTLS,
+			Handler: a.deviceTLSHandler(), TLS: a.DeviceTLS.TLSConfig(), Limits: lim, Log: a.Log, Grace: grace, Metrics: a.httpMetrics}})
+	} else if bound.DeviceTLS != nil {
+		bound.DeviceTLS.Close()
 	}
 	if a.metadata != nil {
 		runners = append(runners, listener("metadata", a.Cfg.HTTP.MetadataAddr, bound.Metadata, a.deviceGuard("metadata").Wrap(a.metadata)))

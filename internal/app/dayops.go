@@ -107,7 +107,8 @@ func (a *App) buildDayOps() {
 
 // joinSection is the join step's arguments for a device's agent: the
 // same section SONiC ZTP gets in ztp.json (a fresh enrollment bound to the
-// device), as strings.
+// device and the address its record holds; with the device HTTPS
+// listener, its URL and pins), as strings.
 func (a *App) joinSection(ctx context.Context, device, cluster string) (map[string]string, error) {
 	var dev core.Device
 	if err := a.Store.View(func(tx core.Tx) error {
@@ -125,7 +126,7 @@ func (a *App) joinSection(ctx context.Context, device, cluster string) (map[stri
 		return nil, core.Errorf(core.KindState, "device %s may not join cluster %s now", device, cluster)
 	}
 	out := map[string]string{}
-	for k, arg := range map[string]string{"enrollment": "enrollment", "join-url": "join_url", "mac": "mac", "serial": "serial", "hostname": "hostname"} {
+	for k, arg := range map[string]string{"enrollment": "enrollment", "join-url": "join_url", "tls-pin": "tls_pin", "mac": "mac", "serial": "serial", "hostname": "hostname"} {
 		if v, ok := sec[k].(string); ok && v != "" {
 			out[arg] = v
 		}

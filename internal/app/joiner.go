@@ -42,6 +42,8 @@ func (a *App) buildJoiner() error {
 		Bindings:      a.bindings,
 		AutoApprove:   rules,
 		BaseURL:       a.Endpoints.Join(),
+		SecureBaseURL: a.Endpoints.SecureJoin(),
+		DevicePins:    a.devicePins(),
 		Devices:       a.Devices, // built before the joiner
 		Log:           a.Log.With("part", "joiner"),
 		ProfileLabels: a.profileLabels,

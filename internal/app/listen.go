@@ -18,6 +18,8 @@ import (
 // says it started. Serve hands them to the runners.
 type Listeners struct {
 	HTTP, Metadata, API, Pprof net.Listener
+	// DeviceTLS is the device HTTPS listener (http.tls).
+	DeviceTLS net.Listener
 	// Peer serves image blobs to the other appliances of a group
 	// (store.peer_addr; see peerListenAddr).
 	Peer net.Listener
@@ -35,6 +37,11 @@ func Bind(cfg config.Config) (*Listeners, error) {
 	if _, useTLS := cfg.APIListener(); useTLS && cfg.API.TLS.CertFile != "" {
 		if _, err := tls.LoadX509KeyPair(cfg.API.TLS.CertFile, cfg.API.TLS.KeyFile); err != nil {
 			return nil, fmt.Errorf("api.tls: %w", err)
+		}
+	}
+	if cfg.DeviceTLSListener() != "" && cfg.HTTP.TLS.CertFile != "" {
+		if _, err := tls.LoadX509KeyPair(cfg.HTTP.TLS.CertFile, cfg.HTTP.TLS.KeyFile); err != nil {
+			return nil, fmt.Errorf("http.tls: %w", err)
 		}
 	}
 	l := &Listeners{}
@@ -72,6 +79,7 @@ func (l *Listeners) bind(cfg config.Config, checkDHCP bool) error {
 	}{
 		{&l.HTTP, "http", "http.addr, --http-addr", cfg.HTTP.Addr},
 		{&l.Metadata, "metadata", "http.metadata_addr, --metadata-addr", cfg.HTTP.MetadataAddr},
+		{&l.DeviceTLS, "device https", "http.tls.addr", cfg.DeviceTLSListener()},
 		{&l.API, "api", "api.addr, --api-addr", apiAddr},
 		{&l.Pprof, "pprof", "debug.pprof_addr, --pprof-addr", cfg.Debug.PprofAddr},
 		{&l.Peer, "peer", "store.peer_addr", peerListenAddr(cfg)},
@@ -96,7 +104,7 @@ func (l *Listeners) Close() error {
 		return nil
 	}
 	var errs []error
-	for _, ln := range []*net.Listener{&l.HTTP, &l.Metadata, &l.API, &l.Pprof, &l.Peer} {
+	for _, ln := range []*net.Listener{&l.HTTP, &l.Metadata, &l.DeviceTLS, &l.API, &l.Pprof, &l.Peer} {
 		if *ln != nil {
 			errs = append(errs, (*ln).Close())
 			*ln = nil

@@ -59,7 +59,9 @@ type groupAppliance struct {
 // appliances (a, b) sharing it as a group (store.appliances), each with its
 // own data directory, certificate and peer listener on loopback, served as
 // `ztpd serve` serves them (listeners bound by Serve).
-func startTwoAppliances(t *testing.T) (*testpki.TestCA, []*groupAppliance) {
+//
+// Each tune, if any, adjusts both appliances' configuration.
+func startTwoAppliances(t *testing.T, tune ...func(*config.Config)) (*testpki.TestCA, []*groupAppliance) {
 	t.Helper()
 	pki := testpki.New(t, "ztpd appliances")
 	etcd := pki.Issue("etcd")
@@ -84,6 +86,9 @@ func startTwoAppliances(t *testing.T) (*testpki.TestCA, []*groupAppliance) {
 		cfg.Store = config.Store{Backend: "etcd", Endpoints: []string{clientURL}, Name: name, Appliances: []string{"a", "b"},
 			SessionTTL: config.Duration(2 * time.Second), PeerAddr: freeport.Addr(t),
 			TLS: config.StoreTLS{CertFile: cert.CertFile, KeyFile: cert.KeyFile, CAFile: pki.File}}
+		for _, f := range tune {
+			f(&cfg)
+		}
 		if len(apps) > 0 { // one at-rest key for the shared store
 			cfg.KeyFile = filepath.Join(apps[0].cfg.DataDir, SecretKeyFile)
 		}

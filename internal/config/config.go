@@ -163,6 +163,82 @@ type HTTP struct {
 	// together, and by one client address's requests.
 	MaxBodyBytesInFlight  int64 `yaml:"max_body_bytes_in_flight"`
 	MaxBodyBytesPerSource int64 `yaml:"max_body_bytes_per_source"`
+
+	// TLS is the device-facing HTTPS listener: the same device routes
+	// (content, /join, the agent door) over TLS, its certificate's pin
+	// named in the documents devices fetch in clear.
+	TLS DeviceTLS `yaml:"tls"`
+}
+
+// DeviceTLS configures the device-facing HTTPS listener.
+type DeviceTLS struct {
+	// Enabled serves it. Off by default while the device clients (the
+	// SONiC join plugin, cloud-config) still fetch secrets over plain
+	// HTTP: with it on, ztp.json's join-url is the https URL.
+	Enabled bool `yaml:"enabled"`
+	// Addr is its address; default <http.addr host>:443.
+	Addr string `yaml:"addr"`
+	// CertFile and KeyFile are the operator's certificate; without them a
+	// key pair is generated once and kept sealed in the store, so every
+	// appliance of a group presents the same one.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// RotationGrace is how long documents name both pins before the
+	// listener switches to a rotated key pair, and the old pin after
+	// (24h).
+	RotationGrace Duration `yaml:"rotation_grace"`
+}
+
+// DeviceTLSDefaultPort is the device HTTPS listener's port when
+// http.tls.addr is not set.
+const DeviceTLSDefaultPort = "443"
+
+// DeviceTLSListener is the device HTTPS listener's address, "" when it is
+// off.
+func (c *Config) DeviceTLSListener() string {
+	if !c.HTTP.TLS.Enabled {
+		return ""
+	}
+	if c.HTTP.TLS.Addr != "" {
+		return c.HTTP.TLS.Addr
+	}
+	host, _, _ := net.SplitHostPort(c.HTTP.Addr)
+	return net.JoinHostPort(host, DeviceTLSDefaultPort)
+}
+
+func (c *Config) validateDeviceTLS(errs *Errors) {
+	t := c.HTTP.TLS
+	checkHostPort(errs, "http.tls.addr", t.Addr, false)
+	if t.CertFile != "" && t.KeyFile == "" || t.CertFile == "" && t.KeyFile != "" {
+		errs.add("http.tls", "cert_file and key_file must be given together")
+	}
+	if d := t.RotationGrace.D(); d < time.Minute || d > 30*24*time.Hour {
+		errs.add("http.tls.rotation_grace", "%s is outside 1m..720h (30 days)", d)
+	}
+	addr := c.DeviceTLSListener()
+	if addr == "" {
+		return
+	}
+	for _, other := range []struct{ field, addr string }{{"http.addr", c.HTTP.Addr}, {"http.metadata_addr", c.HTTP.MetadataAddr}} {
+		if other.addr != "" && sameListener(addr, other.addr) {
+			errs.add("http.tls.addr", "%s is the address of %s; give the device HTTPS listener its own port", addr, other.field)
+		}
+	}
+	if api, _ := c.APIListener(); api != "" && sameListener(addr, api) {
+		errs.add("http.tls.addr", "%s is the API's address; give the device HTTPS listener its own port", addr)
+	}
+}
+
+// sameListener reports whether two host:port addresses would bind the
+// same port on a shared address.
+func sameListener(a, b string) bool {
+	ha, pa, err1 := net.SplitHostPort(a)
+	hb, pb, err2 := net.SplitHostPort(b)
+	if err1 != nil || err2 != nil || pa != pb || pa == "0" { // 0: each gets a free port
+		return false
+	}
+	wild := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return ha == hb || wild(ha) || wild(hb)
 }
 
 // BodyBudget is the bound of request bodies in flight the listeners share,
@@ -290,6 +366,8 @@ type Devices struct {
 
 // Joiner tunes credential issue.
 type Joiner struct {
+	// EnrollmentTTL is how long the one-time enrollment secret of a
+	// device's document lives (45m).
 	EnrollmentTTL Duration `yaml:"enrollment_ttl"`
 	TokenTTL      Duration `yaml:"token_ttl"`
 	// ReissueWindow: how long after its first issue a member's join bundle
@@ -362,7 +440,10 @@ func Default() Config {
 			MaxHeaderBytes:        httpserve.DefaultMaxHeaderBytes,
 			MaxConns:              httpserve.DefaultMaxConns,
 			MaxBodyBytesInFlight:  httpserve.DefaultMaxBodyBytesInFlight,
-			MaxBodyBytesPerSource: httpserve.DefaultMaxBodyBytesPerSource},
+			MaxBodyBytesPerSource: httpserve.DefaultMaxBodyBytesPerSource,
+			// The device HTTPS listener's rotation overlap: see
+			// devicetls.DefaultGrace for why a day.
+			TLS: DeviceTLS{RotationGrace: Duration(24 * time.Hour)}},
 		API: defaultAPI(), // TLS on the API's own listener by default
 		TFTP: TFTP{Addr: ":69", Window: 8, RetransmitTimeout: Duration(time.Second), MaxRetransmits: 5,
 			MaxTransfers: 256, MaxTransfersPerSource: 4},
@@ -378,7 +459,9 @@ func Default() Config {
 		},
 		Events:  Events{Keep: 200000, AuditKeep: 1000000},
 		Devices: Devices{UnleasedExpiry: Duration(24 * time.Hour), MaxUnleased: 10000},
-		Joiner:  Joiner{EnrollmentTTL: Duration(time.Hour), TokenTTL: Duration(24 * time.Hour)},
+		// enrollment_ttl: one ZTP run, from the ztp.json that carries the
+		// secret to the join plugin's last try (joiner.DefaultEnrollmentTTL).
+		Joiner:  Joiner{EnrollmentTTL: Duration(45 * time.Minute), TokenTTL: Duration(24 * time.Hour)},
 		Rollout: Rollout{DrainTimeout: Duration(5 * time.Minute), StepTimeout: Duration(15 * time.Minute)},
 	}
 }
@@ -567,6 +650,7 @@ func (c *Config) Validate() error {
 	}
 	c.HTTP.validateLimits(&errs)
 	c.validateAPIListener(&errs)
+	c.validateDeviceTLS(&errs)
 	c.Store.validate(&errs)
 	if c.TFTP.Enabled {
 		checkHostPort(&errs, "tftp.addr", c.TFTP.Addr, true)

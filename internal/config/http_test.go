@@ -96,3 +96,29 @@ func TestHTTPSourceLimitsDefaultsAndErrors(t *testing.T) {
 		t.Errorf("per source over in flight: %v", err)
 	}
 }
+
+func TestDeviceTLSListener(t *testing.T) {
+	for _, c := range []struct {
+		yaml, addr, err string
+	}{
+		{"", "", ""}, // off by default
+		{"http: {addr: 10.99.70.1:8080, tls: {enabled: true}}\n", "10.99.70.1:443", ""},
+		{"http: {addr: \":8080\", tls: {enabled: true}}\n", ":443", ""},
+		{"http: {addr: 10.99.70.1:8080, tls: {enabled: true, addr: 10.99.70.1:8444}}\n", "10.99.70.1:8444", ""},
+		{"http: {addr: 10.99.70.1:8080, tls: {addr: 10.99.70.1:8444}}\n", "", ""}, // addr alone does not enable it
+		{"http: {addr: 10.99.70.1:8080, tls: {enabled: true, addr: 0.0.0.0:8080}}\n", "0.0.0.0:8080", "http.tls.addr: 0.0.0.0:8080 is the address of http.addr"},
+		{"http: {addr: 10.99.70.1:8080, tls: {enabled: true, addr: 10.99.70.1:8443}}\n", "10.99.70.1:8443", "http.tls.addr: 10.99.70.1:8443 is the API's address"},
+		{"http: {tls: {enabled: true, cert_file: /x.pem}}\n", "127.0.0.1:443", "http.tls: cert_file and key_file must be given together"},
+		{"http: {tls: {enabled: true, rotation_grace: 10s}}\n", "127.0.0.1:443", "http.tls.rotation_grace: 10s is outside"},
+		{"http: {tls: {enabled: true, addr: nothost}}\n", "nothost", "http.tls.addr: \"nothost\" is not host:port"},
+	} {
+		cfg := load(t, c.yaml)
+		if got := cfg.DeviceTLSListener(); got != c.addr {
+			t.Errorf("%q: device TLS at %q, want %q", c.yaml, got, c.addr)
+		}
+		err := cfg.Validate()
+		if c.err == "" && err != nil || c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("%q: %v, want %q", c.yaml, err, c.err)
+		}
+	}
+}

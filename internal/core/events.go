@@ -8,7 +8,7 @@ import "strings"
 // refusals). They are kept apart so that device noise, however loud, never
 // pushes the audit trail out: each has its own retention.
 var auditPrefixes = []string{"apikey.", "cluster.", "version.", "token.", "kubeconfig.", "join.", "api.",
-	"device.approved", "device.reset", "device.declared", "desired.", "rollout."}
+	"device.approved", "device.reset", "device.declared", "desired.", "rollout.", "enrollment."}
 
 // deviceCaused are events under an audit prefix that a device causes
 // unauthenticated or speaks for itself: waiting to join (every user-data or

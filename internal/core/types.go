@@ -285,6 +285,9 @@ type Token struct {
 	// BindMAC and BindSerial tie an enrollment to one device.
 	BindMAC    string `json:"bind_mac,omitempty"`
 	BindSerial string `json:"bind_serial,omitempty"`
+	// BindIP ties an enrollment to the address its device held when it
+	// was issued: the secret is worth nothing presented from elsewhere.
+	BindIP string `json:"bind_ip,omitempty"`
 	// InitIssued: the kubeadm token was in the first control plane's init
 	// configuration, so kubeadm init creates it in the cluster.
 	InitIssued bool `json:"init_issued,omitempty"`

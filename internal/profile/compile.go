@@ -215,7 +215,8 @@ func (c *compiler) trial() {
 	d := &Data{ID: f.ID, MAC: f.MAC, Serial: f.Serial, Product: f.Product, Platform: f.Platform,
 		Kind: f.Kind, IP: f.IP, Subnet: f.Subnet, SONiCVersion: f.SONiCVersion,
 		VendorClass: f.VendorClass, DHCPHostname: f.DHCPHostname, Labels: mergeLabels(f.Labels, p.spec.Labels),
-		Profile: p.Name, Cluster: p.Cluster, Role: p.Role, BaseURL: "http://192.0.2.1:8080"}
+		Profile: p.Name, Cluster: p.Cluster, Role: p.Role, BaseURL: "http://192.0.2.1:8080",
+		SecureBaseURL: "https://192.0.2.1", TLSPin: "sha256//47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU="}
 	run := func(field string, t *tmpl) ([]byte, bool) {
 		if t == nil {
 			return nil, true

@@ -60,11 +60,19 @@ type Data struct {
 	Role     string
 	Mgmt     Mgmt
 	BaseURL  string // http://<advertise>:<port>, for URLs in sections
+	// SecureBaseURL is the device HTTPS listener's https://<advertise>[:port]
+	// and TLSPin the pins of its certificate as curl --pinnedpubkey takes
+	// them ("sha256//A;sha256//B" during a rotation); both empty without
+	// the listener. Secrets are fetched from SecureBaseURL with TLSPin.
+	SecureBaseURL string
+	TLSPin        string
 }
 
 // Env carries what rendering needs from the serving side.
 type Env struct {
-	BaseURL string
+	BaseURL       string
+	SecureBaseURL string // "" without the device HTTPS listener
+	TLSPin        string
 }
 
 // Parts selects what Render produces beyond the cheap fields.
@@ -180,7 +188,7 @@ func (p *Profile) render(f *Facts, env Env, parts Parts, checkValues bool) (*Res
 	d := &Data{ID: f.ID, MAC: f.MAC, Serial: f.Serial, Product: f.Product, Platform: f.Platform,
 		Kind: f.Kind, IP: f.IP, Subnet: f.Subnet, SONiCVersion: f.SONiCVersion,
 		VendorClass: f.VendorClass, DHCPHostname: f.DHCPHostname, Labels: mergeLabels(f.Labels, p.spec.Labels),
-		Profile: p.Name, Cluster: p.Cluster, Role: p.Role, BaseURL: env.BaseURL}
+		Profile: p.Name, Cluster: p.Cluster, Role: p.Role, BaseURL: env.BaseURL, SecureBaseURL: env.SecureBaseURL, TLSPin: env.TLSPin}
 	r := &Result{Profile: p.Name, Cluster: p.Cluster, Role: p.Role, ZTPOptions: p.ZTPOptions, Labels: d.Labels,
 		ConfigMode: ModeMerge}
 	fail := func(field string, line int, err error) (*Result, error) {

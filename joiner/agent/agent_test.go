@@ -994,3 +994,22 @@ func TestOnceFollowsFastPolls(t *testing.T) {
 		t.Fatalf("run with poll_seconds == interval: %v, %d polls", took, r.ztpd.gets())
 	}
 }
+
+// TestJoinForwardsThePin: a join step's tls_pin (the device HTTPS
+// listener's pins) reaches the plugin's section as tls-pin, as ztp.json
+// names it.
+func TestJoinForwardsThePin(t *testing.T) {
+	r := newRig(t)
+	seen := filepath.Join(t.TempDir(), "section.json")
+	r.write("/usr/local/bin/ztpd-join-plugin", "#!/bin/sh\ncp \"$1\" "+seen+"\n", 0o755)
+	args := map[string]string{"join_url": "https://10.99.0.1/join", "enrollment": "enr-one-time", "tls_pin": "sha256//AAAA;sha256//BBBB"}
+	r.offer("op-1", "join", step("join", "join", args))
+	r.once(0)
+	b, _ := os.ReadFile(seen)
+	var got map[string]map[string]string
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("section %q: %v", b, err)
+	}
+	requireEqual(t, "section", got, map[string]map[string]string{"ztpd-join": {"enrollment": "enr-one-time", "join-url": "https://10.99.0.1/join",
+		"tls-pin": "sha256//AAAA;sha256//BBBB"}})
+}

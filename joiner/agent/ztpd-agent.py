@@ -478,6 +478,8 @@ def act_join(agent, op, step, args, out):
     for k in ("mac", "serial", "hostname"):
         if args.get(k):
             section[k] = args[k]
+    if args.get("tls_pin"):  # the device HTTPS listener's pins, as ztp.json names them
+        section["tls-pin"] = args["tls_pin"]
     # The same shape SONiC ZTP hands the plugin: {"<section>": {...}}.
     path = os.path.join(agent.state_dir, "join-section.json")
     write_atomic(path, json.dumps({"ztpd-join": section}).encode(), 0o600)

@@ -89,6 +89,10 @@ type Options struct {
 	Bindings core.Bindings
 	// Registerer gets content serving's metrics; nil keeps them unexported.
 	Registerer prometheus.Registerer
+	// DevicePins are the pins of the device HTTPS listener's certificate
+	// as curl --pinnedpubkey takes them; nil without the listener (then
+	// Endpoints has no secure base either).
+	DevicePins func() string
 }
 
 // Service renders and serves ZTP content.
@@ -271,6 +275,19 @@ func (s *Service) BaseURL(c *Client) string {
 		local = c.Local
 	}
 	return s.opt.Endpoints.Base(local)
+}
+
+// env is what templates rendered for the device behind c are given.
+func (s *Service) env(c *Client) profile.Env {
+	var local netip.Addr
+	if c != nil {
+		local = c.Local
+	}
+	e := profile.Env{BaseURL: s.opt.Endpoints.Base(local)}
+	if s.opt.DevicePins != nil {
+		e.SecureBaseURL, e.TLSPin = s.opt.Endpoints.SecureBase(local), s.opt.DevicePins()
+	}
+	return e
 }
 
 // pick returns the profile for f: the first match, else the default.

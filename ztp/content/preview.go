@@ -23,12 +23,20 @@ type PreviewOptions struct {
 	DefaultProfile string // ztp.default_profile
 	ProfileName    string // render this profile instead of the one chosen
 	Base           string // URL prefix handed to devices (Endpoints.Base)
+	// SecureBase and TLSPin are the device HTTPS listener's URL prefix and
+	// pins, as templates get them; empty without the listener.
+	SecureBase, TLSPin string
 	// MetadataBase is where VMs fetch meta-data and user-data: the DHCP
 	// server's address on port 80, or http.metadata_addr.
 	MetadataBase string
 	// Images is the image store, read only; nil when it is not consulted
 	// (firmware and installer choices are then described, not made).
 	Images Images
+}
+
+// env is what the preview's templates are given, as serving gives them.
+func (opt PreviewOptions) env() profile.Env {
+	return profile.Env{BaseURL: opt.Base, SecureBaseURL: opt.SecureBase, TLSPin: opt.TLSPin}
 }
 
 // Fetch is one thing a device asks ztpd for.
@@ -159,7 +167,7 @@ func previewSwitch(pv *Preview, p *profile.Profile, d *core.Device, f *profile.F
 		pv.note("no profile matches this device and no default profile is configured: ztp.json gets a 404")
 		return nil
 	}
-	r, err := p.Render(f, profile.Env{BaseURL: opt.Base}, profile.RenderAll)
+	r, err := p.Render(f, opt.env(), profile.RenderAll)
 	if err != nil {
 		return err
 	}
@@ -288,7 +296,7 @@ func previewVM(pv *Preview, p *profile.Profile, d *core.Device, f *profile.Facts
 		pv.note("no profile matches this device and no default profile is configured: meta-data and user-data get a 404")
 		return nil
 	}
-	r, err := p.Render(f, profile.Env{BaseURL: opt.Base}, profile.RenderUserData)
+	r, err := p.Render(f, opt.env(), profile.RenderUserData)
 	if err != nil {
 		return err
 	}

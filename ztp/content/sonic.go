@@ -18,8 +18,9 @@ func (s *Service) ZTPJSON(ctx context.Context, c *Client) (*Served, error) {
 		return nil, err
 	}
 	f := Facts(&dev)
-	base := s.BaseURL(c)
-	r, err := p.Render(f, profile.Env{BaseURL: base}, profile.RenderSections)
+	env := s.env(c)
+	base := env.BaseURL
+	r, err := p.Render(f, env, profile.RenderSections)
 	if err != nil {
 		return nil, err
 	}
@@ -37,8 +38,13 @@ func (s *Service) ZTPJSON(ctx context.Context, c *Client) (*Served, error) {
 	}
 	if r.Cluster != "" && s.opt.Join != nil {
 		// The join section carries an enrollment secret; identify has
-		// established that c holds the device's address.
-		if in.Join, err = s.opt.Join.ZTPSection(ctx, dev, *r); err != nil {
+		// established that c holds the device's address, which the
+		// secret is bound to.
+		holder := dev
+		if c.Addr.IsValid() {
+			holder.IP = c.Addr.Unmap().String()
+		}
+		if in.Join, err = s.opt.Join.ZTPSection(ctx, holder, *r); err != nil {
 			if s.waited(c, dev, "ztp.json", err) {
 				return nil, err
 			}
@@ -111,7 +117,7 @@ func (s *Service) ConfigDB(ctx context.Context, c *Client, id string) (*Served, 
 	if err != nil {
 		return nil, err
 	}
-	r, err := p.Render(f, profile.Env{BaseURL: s.BaseURL(c)}, profile.RenderConfigDB)
+	r, err := p.Render(f, s.env(c), profile.RenderConfigDB)
 	if err != nil {
 		return nil, err
 	}

@@ -51,7 +51,7 @@ func (s *Service) VM(ctx context.Context, c *Client, userData bool) (*VM, error)
 	if userData {
 		parts = profile.RenderUserData
 	}
-	r, err := p.Render(f, profile.Env{BaseURL: s.BaseURL(c)}, parts)
+	r, err := p.Render(f, s.env(c), parts)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"strings"
 )
 
 // Device-facing paths of the ZTP HTTP listener.
@@ -36,6 +37,8 @@ type Endpoints struct {
 	port      string
 	listen    string // http.addr's host when it names one, for requests without a local address
 	base      string // fixed base when advertise is set
+	// tlsPort is the device HTTPS listener's port, "" without one.
+	tlsPort string
 }
 
 // New resolves the endpoints of an appliance that advertises advertise
@@ -61,6 +64,40 @@ func New(advertise, httpAddr string) (Endpoints, error) {
 	}
 	return e, nil
 }
+
+// WithTLS is e with the device HTTPS listener at tlsAddr (host:port; its
+// host is the same appliance's, so URLs use the host Base would).
+func (e Endpoints) WithTLS(tlsAddr string) (Endpoints, error) {
+	_, port, err := net.SplitHostPort(tlsAddr)
+	if err != nil || port == "" {
+		return Endpoints{}, fmt.Errorf("http.tls.addr: %q is not host:port", tlsAddr)
+	}
+	e.tlsPort = port
+	return e, nil
+}
+
+// SecureBase is the https://host[:port] prefix of the device HTTPS
+// listener for a device whose request arrived on local, chosen as Base
+// chooses its host; "" when there is no such listener.
+func (e Endpoints) SecureBase(local netip.Addr) string {
+	if e.tlsPort == "" {
+		return ""
+	}
+	host := strings.TrimPrefix(e.Base(local), "http://")
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	} else {
+		host = strings.Trim(host, "[]")
+	}
+	if e.tlsPort == "443" {
+		return "https://" + bracket(host)
+	}
+	return "https://" + net.JoinHostPort(host, e.tlsPort)
+}
+
+// SecureJoin is the joiner's device-facing base over TLS, "" without the
+// device HTTPS listener.
+func (e Endpoints) SecureJoin() string { return e.SecureBase(netip.Addr{}) }
 
 // Advertise is the advertised address (invalid when none is configured).
 func (e Endpoints) Advertise() netip.Addr { return e.advertise }

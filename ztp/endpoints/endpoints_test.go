@@ -47,3 +47,31 @@ func TestOneBaseURL(t *testing.T) {
 		}
 	}
 }
+
+func TestSecureBase(t *testing.T) {
+	for _, c := range []struct{ adv, http, tls, local, want string }{
+		{"10.99.0.1", "0.0.0.0:8080", ":443", "", "https://10.99.0.1"},
+		{"10.99.0.1", "0.0.0.0:8080", "0.0.0.0:8443", "", "https://10.99.0.1:8443"},
+		{"", "0.0.0.0:80", ":8443", "10.99.0.7", "https://10.99.0.7:8443"},
+		{"fd00::1", "[::]:8080", "[::]:443", "", "https://[fd00::1]"},
+		{"fd00::1", "[::]:8080", "[::]:8443", "", "https://[fd00::1]:8443"},
+		{"10.99.0.1", "0.0.0.0:8080", "", "", ""},
+	} {
+		e, err := New(c.adv, c.http)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.tls != "" {
+			if e, err = e.WithTLS(c.tls); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var local netip.Addr
+		if c.local != "" {
+			local = netip.MustParseAddr(c.local)
+		}
+		if got := e.SecureBase(local); got != c.want {
+			t.Errorf("%+v: %q, want %q", c, got, c.want)
+		}
+	}
+}

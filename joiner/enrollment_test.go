@@ -1,0 +1,168 @@
+package joiner
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// refusals are the enrollment.refused events stored, oldest first.
+func (e *env) refusals() []core.Event {
+	e.t.Helper()
+	var out []core.Event
+	err := e.store.View(func(tx core.Tx) error {
+		return tx.Events().List(core.StreamOf(EnrollmentRefused), 0, func(ev core.Event) (bool, error) {
+			if ev.Type == EnrollmentRefused {
+				out = append(out, ev)
+			}
+			return true, nil
+		})
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+// TestEnrollmentBoundToAddress: the secret a switch's ztp.json carries is
+// bound to the address it was fetched from and the switch's MAC. From
+// another address, a second time, or late it is refused, each with an
+// audit event naming the reason on the device it was issued to; a switch
+// that asks again within the reissue window gets a fresh one that works.
+func TestEnrollmentBoundToAddress(t *testing.T) {
+	e := newEnv(t, Options{AutoApprove: approveAll, BaseURL: "http://10.99.0.1:8080", EnrollmentTTL: 10 * time.Minute})
+	e.cluster(clusterSpec{Name: "fabric", Size: 4})
+	e.must(e.join("fabric", 1)) // the first control plane: switches join after it
+	if !core.IsAudit(EnrollmentRefused) {
+		t.Fatal("enrollment.refused is not in the audit trail")
+	}
+	sw := core.Device{ID: mac(7), MAC: mac(7), Kind: core.KindSONiC, Serial: "SN-7", IP: e.hold(addrOf(7), mac(7))}
+	section := func() string {
+		t.Helper()
+		sec, err := e.svc.ZTPSection(bg, sw, "fabric", "leaf-7")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sec["enrollment"].(string)
+	}
+	secret := section()
+
+	// From another address, even one leased to the same MAC's claim.
+	other := e.hold(addrOf(8), mac(8))
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: sw.MAC, Serial: sw.Serial, Kind: core.KindSONiC, RemoteIP: other}); !errors.Is(err, ErrEnrollmentAddress) {
+		t.Fatalf("from another address: %v", err)
+	}
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: sw.MAC, Kind: core.KindSONiC, RemoteIP: "10.99.200.200"}); !errors.Is(err, ErrEnrollmentAddress) {
+		t.Fatalf("from an address nobody holds: %v", err)
+	}
+	// The refusals did not use it up: from its address it works.
+	b := e.must(e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: sw.MAC, Serial: sw.Serial, Kind: core.KindSONiC, RemoteIP: sw.IP}))
+	if b.Device != sw.ID {
+		t.Fatalf("bundle for %s", b.Device)
+	}
+	// A second time, from its own address: replayed.
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: sw.MAC, Serial: sw.Serial, Kind: core.KindSONiC, RemoteIP: sw.IP}); !errors.Is(err, ErrEnrollmentUsed) {
+		t.Fatalf("second use: %v", err)
+	}
+	// Within the reissue window the switch fetching its ztp.json again
+	// gets a fresh secret, which is bound and works like the first.
+	fresh := section()
+	if fresh == secret {
+		t.Fatal("the re-fetched section carries the used secret")
+	}
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: fresh, MAC: sw.MAC, Serial: sw.Serial, Kind: core.KindSONiC, RemoteIP: other}); !errors.Is(err, ErrEnrollmentAddress) {
+		t.Fatalf("fresh secret from another address: %v", err)
+	}
+	e.must(e.svc.Join(bg, JoinRequest{Enrollment: fresh, MAC: sw.MAC, Serial: sw.Serial, Kind: core.KindSONiC, RemoteIP: sw.IP}))
+
+	// Expired.
+	sw2 := core.Device{ID: mac(9), MAC: mac(9), Kind: core.KindSONiC, Serial: "SN-9", IP: e.hold(addrOf(9), mac(9))}
+	sec2, err := e.svc.ZTPSection(bg, sw2, "fabric", "leaf-9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clk.add(10 * time.Minute)
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: sec2["enrollment"].(string), MAC: sw2.MAC, Kind: core.KindSONiC, RemoteIP: sw2.IP}); !errors.Is(err, ErrEnrollmentExpired) {
+		t.Fatalf("expired: %v", err)
+	}
+	// A secret nobody issued names no device: refused, not stored.
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: "abcdef.0123456789abcdef", MAC: sw.MAC, RemoteIP: sw.IP}); !errors.Is(err, ErrEnrollmentInvalid) {
+		t.Fatalf("made-up secret: %v", err)
+	}
+
+	want := []struct{ device, reason, remote string }{
+		{sw.ID, RefusalWrongAddress, other}, {sw.ID, RefusalWrongAddress, "10.99.200.200"},
+		{sw.ID, RefusalReplayed, sw.IP}, {sw.ID, RefusalWrongAddress, other}, {sw2.ID, RefusalExpired, sw2.IP},
+	}
+	got := e.refusals()
+	if len(got) != len(want) {
+		t.Fatalf("%d enrollment.refused events, want %d: %+v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		ev := got[i]
+		if ev.Device != w.device || ev.Fields["reason"] != w.reason || ev.Fields["remote"] != w.remote || ev.Cluster == "" {
+			t.Errorf("event %d: %s %v, want %s reason %s from %s", i, ev.Device, ev.Fields, w.device, w.reason, w.remote)
+		}
+	}
+	if got[0].Fields["bound_to"] != sw.IP {
+		t.Errorf("event names the bound address %q, want %s", got[0].Fields["bound_to"], sw.IP)
+	}
+}
+
+// TestEnrollmentRefusalsAreBounded: replaying one secret over and over
+// stores a few events, then one every while with the count suppressed.
+func TestEnrollmentRefusalsAreBounded(t *testing.T) {
+	e := newEnv(t, Options{AutoApprove: approveAll, BaseURL: "http://10.99.0.1:8080"})
+	e.cluster(clusterSpec{Name: "fabric", Size: 4})
+	sw := core.Device{ID: mac(7), MAC: mac(7), Kind: core.KindSONiC, IP: e.hold(addrOf(7), mac(7))}
+	sec, err := e.svc.ZTPSection(bg, sw, "fabric", "leaf-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		e.svc.Join(bg, JoinRequest{Enrollment: sec["enrollment"].(string), MAC: sw.MAC, Kind: core.KindSONiC, RemoteIP: "10.99.200.1"})
+	}
+	if n := len(e.refusals()); n != 3 {
+		t.Fatalf("%d events for 50 replays, want 3 (the burst)", n)
+	}
+	e.clk.add(refusalLogEvery)
+	e.svc.Join(bg, JoinRequest{Enrollment: sec["enrollment"].(string), MAC: sw.MAC, Kind: core.KindSONiC, RemoteIP: "10.99.200.1"})
+	got := e.refusals()
+	if len(got) != 4 || got[3].Fields["suppressed"] != "47" {
+		t.Fatalf("after the interval: %d events, last %v", len(got), got[len(got)-1].Fields)
+	}
+}
+
+// TestSectionNamesTheTLSListener: with the device HTTPS listener, the
+// section's join-url is on it and the section carries the pins; without,
+// join-url stays plain and there is no pin.
+func TestSectionNamesTheTLSListener(t *testing.T) {
+	pins := "sha256//AAAA;sha256//BBBB"
+	e := newEnv(t, Options{AutoApprove: approveAll, BaseURL: "http://10.99.0.1:8080", SecureBaseURL: "https://10.99.0.1/",
+		DevicePins: func() string { return pins }})
+	e.cluster(clusterSpec{Name: "fabric", Size: 4})
+	sw := core.Device{ID: mac(7), MAC: mac(7), Kind: core.KindSONiC, IP: e.hold(addrOf(7), mac(7))}
+	sec, err := e.svc.ZTPSection(bg, sw, "fabric", "leaf-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sec["join-url"] != "https://10.99.0.1/join" || sec["tls-pin"] != pins {
+		t.Fatalf("section %v", sec)
+	}
+	if sec["plugin"].(map[string]any)["url"] != "http://10.99.0.1:8080"+PluginPath {
+		t.Fatalf("plugin %v: the plugin itself is no secret and stays where SONiC ZTP fetches it", sec["plugin"])
+	}
+
+	plain := newEnv(t, Options{AutoApprove: approveAll, BaseURL: "http://10.99.0.1:8080"})
+	plain.cluster(clusterSpec{Name: "fabric", Size: 4})
+	sw.IP = plain.hold(addrOf(7), mac(7))
+	sec, err = plain.svc.ZTPSection(bg, sw, "fabric", "leaf-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := sec["tls-pin"]; ok || sec["join-url"] != "http://10.99.0.1:8080/join" {
+		t.Fatalf("plain section %v", sec)
+	}
+}
