@@ -728,3 +728,22 @@ func (o *Optional[T]) UnmarshalJSON(b []byte) error {
 	}
 	return json.Unmarshal(b, &o.Value)
 }
+
+// DeviceTLS is the device HTTPS listener's key pair as the admin socket
+// shows it (ztpd device-tls show|rotate).
+type DeviceTLS struct {
+	// Source is "store" (generated, shared by the group) or "files".
+	Source string `json:"source"`
+	// Phase is the rotation's: steady, next or switched.
+	Phase string `json:"phase"`
+	// ServingPin is the pin of the certificate the listeners present.
+	ServingPin string `json:"serving_pin"`
+	// Pins are what documents name now, the serving one first.
+	Pins    []string  `json:"pins"`
+	Created time.Time `json:"created"`
+	// SwitchAt is when the listeners move to the next pair (phase next);
+	// OldPinUntil is when documents stop naming the old pin (switched).
+	SwitchAt    time.Time `json:"switch_at,omitzero"`
+	OldPinUntil time.Time `json:"old_pin_until,omitzero"`
+	Grace       string    `json:"grace"`
+}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ztpd/ztpd/internal/devicetls"
+	"github.com/ztpd/ztpd/api/client"
 )
 
 func init() { register(newDeviceTLSCmd) }
@@ -40,7 +40,7 @@ server's admin socket, or the store directly when no server runs).`,
 		Short: "The pin devices check, the documents' pins and the rotation under way",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var st devicetls.Status
+			var st client.DeviceTLS
 			if err := adminDo(opts, "GET", "/admin/device-tls", nil, &st); err != nil {
 				return err
 			}
@@ -52,7 +52,7 @@ server's admin socket, or the store directly when no server runs).`,
 		Short: "Make the next key pair: documents name both pins, the listener switches after the grace",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var st devicetls.Status
+			var st client.DeviceTLS
 			if err := adminDo(opts, "POST", "/admin/device-tls/rotate", nil, &st); err != nil {
 				return err
 			}
@@ -63,12 +63,12 @@ server's admin socket, or the store directly when no server runs).`,
 	return cmd
 }
 
-func deviceTLSRows(tw *tabwriter.Writer, st devicetls.Status) {
+func deviceTLSRows(tw *tabwriter.Writer, st client.DeviceTLS) {
 	row(tw, "source", st.Source)
-	row(tw, "serving pin", st.Serving)
+	row(tw, "serving pin", st.ServingPin)
 	row(tw, "created", st.Created.Format(time.RFC3339))
 	row(tw, "documents pin", strings.Join(st.Pins, ";"))
-	row(tw, "rotation", string(st.Phase))
+	row(tw, "rotation", st.Phase)
 	if !st.SwitchAt.IsZero() {
 		row(tw, "switch at", st.SwitchAt.Format(time.RFC3339))
 	}

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/ztpd/ztpd/api/agentdoor"
+	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devicetls"
 	"github.com/ztpd/ztpd/internal/httpserve"
@@ -71,7 +72,7 @@ func (a *App) mountDeviceTLS(m *http.ServeMux) {
 			httpserve.WriteError(w, r, a.Log, err)
 			return
 		}
-		a.answer(w, r, a.DeviceTLS.Status(), nil)
+		a.answer(w, r, deviceTLSView(a.DeviceTLS.Status()), nil)
 	})
 	m.HandleFunc("POST /admin/device-tls/rotate", func(w http.ResponseWriter, r *http.Request) {
 		if a.DeviceTLS == nil {
@@ -79,6 +80,13 @@ func (a *App) mountDeviceTLS(m *http.ServeMux) {
 			return
 		}
 		st, err := a.DeviceTLS.Rotate()
-		a.answer(w, r, st, err)
+		a.answer(w, r, deviceTLSView(st), err)
 	})
+}
+
+// deviceTLSView is the admin socket's answer: the api/client type, so a
+// field added to devicetls.Status is not on the wire until a view has it.
+func deviceTLSView(st devicetls.Status) client.DeviceTLS {
+	return client.DeviceTLS{Source: st.Source, Phase: string(st.Phase), ServingPin: st.Serving, Pins: st.Pins,
+		Created: st.Created, SwitchAt: st.SwitchAt, OldPinUntil: st.OldPinUntil, Grace: st.Grace}
 }
