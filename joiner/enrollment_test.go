@@ -48,22 +48,23 @@ func TestEnrollmentBoundToAddress(t *testing.T) {
 		return sec["enrollment"].(string)
 	}
 	secret := section()
+	csr := switchCSR(t)
 
 	// From another address, even one leased to the same MAC's claim.
 	other := e.hold(addrOf(8), mac(8))
-	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: sw.MAC, Serial: sw.Serial, Kind: core.KindSONiC, RemoteIP: other}); !errors.Is(err, ErrEnrollmentAddress) {
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: sw.MAC, Serial: sw.Serial, Kind: core.KindSONiC, RemoteIP: other, CSR: csr}); !errors.Is(err, ErrEnrollmentAddress) {
 		t.Fatalf("from another address: %v", err)
 	}
-	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: sw.MAC, Kind: core.KindSONiC, RemoteIP: "10.99.200.200"}); !errors.Is(err, ErrEnrollmentAddress) {
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: sw.MAC, Kind: core.KindSONiC, RemoteIP: "10.99.200.200", CSR: csr}); !errors.Is(err, ErrEnrollmentAddress) {
 		t.Fatalf("from an address nobody holds: %v", err)
 	}
 	// The refusals did not use it up: from its address it works.
-	b := e.must(e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: sw.MAC, Serial: sw.Serial, Kind: core.KindSONiC, RemoteIP: sw.IP}))
+	b := e.must(e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: sw.MAC, Serial: sw.Serial, Kind: core.KindSONiC, RemoteIP: sw.IP, CSR: csr}))
 	if b.Device != sw.ID {
 		t.Fatalf("bundle for %s", b.Device)
 	}
 	// A second time, from its own address: replayed.
-	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: sw.MAC, Serial: sw.Serial, Kind: core.KindSONiC, RemoteIP: sw.IP}); !errors.Is(err, ErrEnrollmentUsed) {
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: secret, MAC: sw.MAC, Serial: sw.Serial, Kind: core.KindSONiC, RemoteIP: sw.IP, CSR: csr}); !errors.Is(err, ErrEnrollmentUsed) {
 		t.Fatalf("second use: %v", err)
 	}
 	// Within the reissue window the switch fetching its ztp.json again
@@ -72,10 +73,10 @@ func TestEnrollmentBoundToAddress(t *testing.T) {
 	if fresh == secret {
 		t.Fatal("the re-fetched section carries the used secret")
 	}
-	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: fresh, MAC: sw.MAC, Serial: sw.Serial, Kind: core.KindSONiC, RemoteIP: other}); !errors.Is(err, ErrEnrollmentAddress) {
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: fresh, MAC: sw.MAC, Serial: sw.Serial, Kind: core.KindSONiC, RemoteIP: other, CSR: csr}); !errors.Is(err, ErrEnrollmentAddress) {
 		t.Fatalf("fresh secret from another address: %v", err)
 	}
-	e.must(e.svc.Join(bg, JoinRequest{Enrollment: fresh, MAC: sw.MAC, Serial: sw.Serial, Kind: core.KindSONiC, RemoteIP: sw.IP}))
+	e.must(e.svc.Join(bg, JoinRequest{Enrollment: fresh, MAC: sw.MAC, Serial: sw.Serial, Kind: core.KindSONiC, RemoteIP: sw.IP, CSR: csr}))
 
 	// Expired.
 	sw2 := core.Device{ID: mac(9), MAC: mac(9), Kind: core.KindSONiC, Serial: "SN-9", IP: e.hold(addrOf(9), mac(9))}
@@ -84,7 +85,7 @@ func TestEnrollmentBoundToAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.clk.add(10 * time.Minute)
-	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: sec2["enrollment"].(string), MAC: sw2.MAC, Kind: core.KindSONiC, RemoteIP: sw2.IP}); !errors.Is(err, ErrEnrollmentExpired) {
+	if _, err := e.svc.Join(bg, JoinRequest{Enrollment: sec2["enrollment"].(string), MAC: sw2.MAC, Kind: core.KindSONiC, RemoteIP: sw2.IP, CSR: csr}); !errors.Is(err, ErrEnrollmentExpired) {
 		t.Fatalf("expired: %v", err)
 	}
 	// A secret nobody issued names no device: refused, not stored.
@@ -122,13 +123,13 @@ func TestEnrollmentRefusalsAreBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 50 {
-		e.svc.Join(bg, JoinRequest{Enrollment: sec["enrollment"].(string), MAC: sw.MAC, Kind: core.KindSONiC, RemoteIP: "10.99.200.1"})
+		e.svc.Join(bg, JoinRequest{Enrollment: sec["enrollment"].(string), MAC: sw.MAC, Kind: core.KindSONiC, RemoteIP: "10.99.200.1", CSR: switchCSR(t)})
 	}
 	if n := len(e.refusals()); n != 3 {
 		t.Fatalf("%d events for 50 replays, want 3 (the burst)", n)
 	}
 	e.clk.add(refusalLogEvery)
-	e.svc.Join(bg, JoinRequest{Enrollment: sec["enrollment"].(string), MAC: sw.MAC, Kind: core.KindSONiC, RemoteIP: "10.99.200.1"})
+	e.svc.Join(bg, JoinRequest{Enrollment: sec["enrollment"].(string), MAC: sw.MAC, Kind: core.KindSONiC, RemoteIP: "10.99.200.1", CSR: switchCSR(t)})
 	got := e.refusals()
 	if len(got) != 4 || got[3].Fields["suppressed"] != "47" {
 		t.Fatalf("after the interval: %d events, last %v", len(got), got[len(got)-1].Fields)
