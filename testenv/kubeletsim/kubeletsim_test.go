@@ -32,6 +32,7 @@ import (
 	"github.com/ztpd/ztpd/joiner/tokens"
 	"github.com/ztpd/ztpd/testenv/controlplane"
 	"github.com/ztpd/ztpd/testenv/netns"
+	"github.com/ztpd/ztpd/testenv/testpki"
 )
 
 // The control plane's addresses inside the test's network namespace.
@@ -340,9 +341,18 @@ func (c *cluster) testBootstrapToken(t *testing.T) {
 
 func (c *cluster) testClientCertificate(t *testing.T) {
 	// A SONiC switch's bundle certificate: CN system:bootstrap:<name>,
-	// groups default-node-token, system:bootstrappers, ztpd:sonic-switches.
+	// groups default-node-token, system:bootstrappers, ztpd:sonic-switches,
+	// for the key the switch made (its CSR); the bundle carries no key.
+	keyPEM, csrPEM, err := testpki.DeviceCSR()
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr, err := pki.ParseCSR(csrPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
 	j, err := bundle.RenderSonic(bundle.SonicParams{
-		ClusterID: "kls", ServerHost: endpointIP, SwitchName: "sonic-1", Validity: time.Hour,
+		ClusterID: "kls", ServerHost: endpointIP, SwitchName: "sonic-1", Validity: time.Hour, CSR: csr,
 	}, c.ca, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -350,7 +360,7 @@ func (c *cluster) testClientCertificate(t *testing.T) {
 	k := c.start(t, Config{
 		NodeName:      "sonic-1",
 		ClientCertPEM: j.Files[0].Content,
-		ClientKeyPEM:  j.Files[1].Content,
+		ClientKeyPEM:  keyPEM,
 		APIServer:     c.cp.URL(),
 		CACertPEM:     c.ca.CertPEM(),
 		Labels:        map[string]string{"ztpd.io/kind": "sonic"},
