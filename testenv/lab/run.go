@@ -146,6 +146,8 @@ log: {level: info, format: json}
 http:
   addr: %[2]s:8080
   metadata_addr: %[2]s:80
+  # switches fetch their join answer over pinned HTTPS
+  tls: {enabled: true, addr: "%[2]s:8442"}
 api:
   cluster_probe_interval: %[9]s
   cluster_alert_after: %[10]s
