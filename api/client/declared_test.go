@@ -256,13 +256,7 @@ func TestCLIDecodesClientTypes(t *testing.T) {
 				if !ok || len(call.Args) == 0 {
 					return true
 				}
-				callee := ""
-				switch fun := call.Fun.(type) {
-				case *ast.Ident:
-					callee = fun.Name
-				case *ast.SelectorExpr:
-					callee = fun.Sel.Name
-				}
+				callee := calleeName(call.Fun)
 				if !decoders[callee] {
 					return true
 				}
