@@ -19,22 +19,15 @@ package devicetls
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
-	"net"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -43,6 +36,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/httpserve"
 	"github.com/ztpd/ztpd/internal/secretbox"
 )
 
@@ -489,31 +483,10 @@ func (s *Service) observe() {
 // newPairDoc generates a key pair and its self-signed certificate, the
 // key sealed.
 func (s *Service) newPairDoc(now time.Time) (pairDoc, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return pairDoc{}, err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return pairDoc{}, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: "ztpd device TLS", Organization: []string{"ztpd"}},
-		NotBefore:    now.Add(-time.Hour),
-		// Devices check the pin, not the dates (curl --pinnedpubkey with
-		// -k, python's ssl with the pin checked): the pair lasts until it
-		// is rotated, so the certificate does not end before that.
-		NotAfter:    now.AddDate(20, 0, 0),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	addNames(tmpl, s.opt.Names)
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return pairDoc{}, err
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
+	// Devices check the pin, not the dates (curl --pinnedpubkey with -k,
+	// python's ssl with the pin checked): the pair lasts until it is
+	// rotated, so the certificate does not end before that.
+	der, kder, err := httpserve.NewSelfSigned("ztpd device TLS", s.opt.Names, now, now.AddDate(20, 0, 0))
 	if err != nil {
 		return pairDoc{}, err
 	}
@@ -587,17 +560,4 @@ func pinOf(c *tls.Certificate) (string, error) {
 		return "", err
 	}
 	return PinOf(leaf), nil
-}
-
-// addNames puts names in the certificate as IP addresses or DNS names.
-func addNames(tmpl *x509.Certificate, names []string) {
-	for _, n := range names {
-		if ip := net.ParseIP(n); ip != nil {
-			if !slices.ContainsFunc(tmpl.IPAddresses, ip.Equal) {
-				tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-			}
-		} else if n != "" && !slices.Contains(tmpl.DNSNames, n) {
-			tmpl.DNSNames = append(tmpl.DNSNames, n)
-		}
-	}
 }

@@ -32,33 +32,8 @@ func SelfSignedCert(dir, commonName string, names []string) (certPath, keyPath s
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", "", false, err
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return "", "", false, err
-	}
-	serial, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: commonName, Organization: []string{"ztpd"}},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().AddDate(5, 0, 0),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	for _, n := range names {
-		if ip := net.ParseIP(n); ip != nil {
-			if !slices.ContainsFunc(tmpl.IPAddresses, ip.Equal) {
-				tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-			}
-		} else if !slices.Contains(tmpl.DNSNames, n) {
-			tmpl.DNSNames = append(tmpl.DNSNames, n)
-		}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return "", "", false, err
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
+	now := time.Now()
+	der, kder, err := NewSelfSigned(commonName, names, now, now.AddDate(5, 0, 0))
 	if err != nil {
 		return "", "", false, err
 	}
@@ -69,6 +44,45 @@ func SelfSignedCert(dir, commonName string, names []string) (certPath, keyPath s
 		return "", "", false, err
 	}
 	return certPath, keyPath, true, nil
+}
+
+// NewSelfSigned makes an ECDSA P-256 key and a self-signed server
+// certificate for it (subject commonName, organization ztpd) naming every
+// entry of names as an IP address or DNS name, valid from an hour before
+// now until notAfter: the certificate's DER and the key's SEC 1 DER.
+func NewSelfSigned(commonName string, names []string, now, notAfter time.Time) (certDER, keyDER []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: commonName, Organization: []string{"ztpd"}},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	for _, n := range names {
+		if ip := net.ParseIP(n); ip != nil {
+			if !slices.ContainsFunc(tmpl.IPAddresses, ip.Equal) {
+				tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+			}
+		} else if n != "" && !slices.Contains(tmpl.DNSNames, n) {
+			tmpl.DNSNames = append(tmpl.DNSNames, n)
+		}
+	}
+	if certDER, err = x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key); err != nil {
+		return nil, nil, err
+	}
+	if keyDER, err = x509.MarshalECPrivateKey(key); err != nil {
+		return nil, nil, err
+	}
+	return certDER, keyDER, nil
 }
 
 // covers reports whether the PEM certificate names every entry of names.
