@@ -27,8 +27,8 @@ type exchange struct {
 	product  string
 	serial   string
 	platform string
-	ias      []iana
-	iaBuf    [maxIAs]iana
+	ias      []iaNA
+	iaBuf    [maxIAs]iaNA
 
 	replyType uint8
 	results   []iaResult

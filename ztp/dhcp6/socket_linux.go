@@ -25,8 +25,16 @@ type iface struct {
 	mac    []byte
 	addrs  []netip.Addr // its IPv6 addresses, to find the directly attached subnet
 	direct *subnet      // subnet served to clients on this link (nil: relayed only)
-	conn   *net.UDPConn
+	conn   packetConn
 	lock   *net.UnixListener
+}
+
+// packetConn is what the server reads and writes an interface's packets
+// through (a *net.UDPConn; tests hand their own).
+type packetConn interface {
+	ReadFromUDPAddrPort(b []byte) (int, netip.AddrPort, error)
+	WriteToUDPAddrPort(b []byte, addr netip.AddrPort) (int, error)
+	Close() error
 }
 
 // LockName is the abstract unix socket a server holds for each interface

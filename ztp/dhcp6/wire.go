@@ -194,16 +194,16 @@ func findOpt(b []byte, code uint16) ([]byte, bool) {
 	return nil, false
 }
 
-// iana is one IA_NA of a client message: its IAID, and the addresses it
+// iaNA is one IA_NA of a client message: its IAID, and the addresses it
 // names (hints, or the addresses it holds).
-type iana struct {
+type iaNA struct {
 	id    [4]byte
 	addrs [][16]byte
 }
 
 // IANAs returns the message's IA_NA options (at most maxIAs), each with the
 // addresses its IA Address options name; a malformed IA_NA fails.
-func (p *Packet) IANAs(buf []iana) ([]iana, error) {
+func (p *Packet) IANAs(buf []iaNA) ([]iaNA, error) {
 	out := buf[:0]
 	err := walkOptions(p.opts, func(code uint16, v []byte) error {
 		if code != optIANA {
@@ -215,7 +215,7 @@ func (p *Packet) IANAs(buf []iana) ([]iana, error) {
 		if len(out) == maxIAs {
 			return nil
 		}
-		ia := iana{id: [4]byte(v[:4])}
+		ia := iaNA{id: [4]byte(v[:4])}
 		err := walkOptions(v[12:], func(code uint16, a []byte) error {
 			if code != optIAAddr {
 				return nil
