@@ -173,3 +173,23 @@ func macOfLinkLayer(v []byte) []byte {
 	}
 	return nil
 }
+
+// validDUID reports whether d is a DUID as RFC 8415 §11 shapes it: at most
+// 130 bytes, and long enough for its type's fixed fields and some data
+// (DUID-UUID exactly 18).
+func validDUID(d []byte) bool {
+	if len(d) < 3 || len(d) > maxDUID {
+		return false
+	}
+	switch binary.BigEndian.Uint16(d) {
+	case 1: // LLT: hardware type, time, link-layer address
+		return len(d) >= 9
+	case 2: // EN: enterprise number, identifier
+		return len(d) >= 7
+	case 3: // LL: hardware type, link-layer address
+		return len(d) >= 5
+	case 4: // UUID
+		return len(d) == 18
+	}
+	return true
+}

@@ -191,7 +191,7 @@ func (s *Server) stepIdentify(x *exchange) bool {
 	req := x.req
 	var ok bool
 	x.duid, ok = req.Opt(optClientID)
-	if !ok || len(x.duid) < 2 || len(x.duid) > maxDUID {
+	if !ok || !validDUID(x.duid) {
 		return s.drop("client_id")
 	}
 	x.mac = macOfDUID(x.duid)

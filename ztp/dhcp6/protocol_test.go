@@ -424,3 +424,20 @@ func TestRelayedFromUndeclaredRelayDropped(t *testing.T) {
 		t.Fatal("relays nested past the hop limit answered")
 	}
 }
+
+// A DUID longer than RFC 8415's 130 bytes, or too short for its type, is
+// no client identifier: the message is dropped.
+func TestMalformedDUIDsDropped(t *testing.T) {
+	h := newHarness(t, nil)
+	for _, d := range []dhcpv6.DUID{
+		&dhcpv6.DUIDOpaque{Type: 0x00ff, Data: bytes.Repeat([]byte{7}, 129)},
+		&dhcpv6.DUIDOpaque{Type: 3, Data: []byte{0, 1}},
+		&dhcpv6.DUIDOpaque{Type: 4, Data: []byte{1, 2, 3}},
+	} {
+		c := newClient("02:00:00:00:17:01")
+		c.duid = d
+		if r := h.exchange(c.msg(dhcpv6.MessageTypeSolicit, c.ia())); r != nil {
+			t.Fatalf("DUID %x answered", d.ToBytes())
+		}
+	}
+}
