@@ -246,16 +246,6 @@ func (p *Packet) ORO() []byte {
 	return v
 }
 
-// asks reports whether the client's ORO names code.
-func asks(oro []byte, code uint16) bool {
-	for i := 0; i+1 < len(oro); i += 2 {
-		if binary.BigEndian.Uint16(oro[i:]) == code {
-			return true
-		}
-	}
-	return false
-}
-
 // appendOpt appends one option.
 func appendOpt(b []byte, code uint16, v []byte) []byte {
 	b = binary.BigEndian.AppendUint16(b, code)
