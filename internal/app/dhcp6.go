@@ -94,7 +94,8 @@ func (a *App) advertise6() (netip.Addr, error) {
 // resolveDHCP6 turns the IPv6 part of a validated dhcp: section into the
 // DHCPv6 server's settings.
 func resolveDHCP6(d *config.DHCP) (dhcp6.Options, error) {
-	opt := dhcp6.Options{Interfaces: slices.Clone(d.Interfaces), OfferHold: d.OfferHold.D(), DeclineQuarantine: d.DeclineQuarantine.D()}
+	opt := dhcp6.Options{Interfaces: slices.Clone(d.Interfaces), OfferHold: d.OfferHold.D(), DeclineQuarantine: d.DeclineQuarantine.D(),
+		VMVendorClasses: slices.Clone(d.VM.VendorClasses)}
 	for i := range d.Relays {
 		r := &d.Relays[i]
 		if isIPv6Relay(r) {

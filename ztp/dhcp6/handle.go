@@ -221,7 +221,7 @@ func (s *Server) stepIdentify(x *exchange) bool {
 		x.kind = core.KindSONiC
 	case onie:
 		x.kind = core.KindONIE
-	case x.res != nil || s.vmMatch(x.mac):
+	case x.res != nil || s.vmMatch(x.mac, vc):
 		x.kind = core.KindVM
 	default:
 		x.kind = core.KindUnknown
@@ -483,8 +483,8 @@ func (s *Server) stepEncode(x *exchange) bool {
 		m = append(m, r.id[:]...)
 		secs := uint32(r.lifetime / time.Second)
 		if r.addr.IsValid() {
-			m = binary.BigEndian.AppendUint32(m, secs/2)
-			m = binary.BigEndian.AppendUint32(m, secs/5*4)
+			m = binary.BigEndian.AppendUint32(m, secs/2)                   // T1
+			m = binary.BigEndian.AppendUint32(m, uint32(uint64(secs)*4/5)) // T2
 		} else {
 			m = append(m, 0, 0, 0, 0, 0, 0, 0, 0)
 		}

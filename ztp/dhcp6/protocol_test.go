@@ -441,3 +441,14 @@ func TestMalformedDUIDsDropped(t *testing.T) {
 		}
 	}
 }
+
+func TestVMByVendorClass(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.VMVendorClasses = []string{"CloudStack"} })
+	vc := func(d dhcpv6.DHCPv6) {
+		d.AddOption(&dhcpv6.OptVendorClass{EnterpriseNumber: 9, Data: [][]byte{[]byte("CloudStack-guest")}})
+	}
+	rep := h.dora(newClient("02:00:00:00:18:01", vc))
+	if d, _ := h.s.DeviceByIP(addr(addrOf(rep))); d.Kind != core.KindVM {
+		t.Fatalf("kind = %q", d.Kind)
+	}
+}

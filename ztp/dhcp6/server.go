@@ -35,6 +35,7 @@ type Server struct {
 	log        *slog.Logger
 	subnets    []*subnet
 	vmPrefixes [][]byte
+	vmVendors  [][]byte
 	relays     []Relay
 	workers    int
 	duid       []byte // the server identifier, stored
@@ -77,6 +78,9 @@ type Options struct {
 	// VMMACPrefixes mark CloudStack VMs without a reservation (by the MAC a
 	// DUID or a relay tells).
 	VMMACPrefixes []net.HardwareAddr
+	// VMVendorClasses (dhcp.vm.vendor_classes) mark VMs whose vendor class
+	// (16) data starts with one of them.
+	VMVendorClasses []string
 	// Relays are the relay agents whose Relay-Forw messages are served;
 	// relayed messages from anyone else are dropped.
 	Relays []Relay
@@ -104,6 +108,9 @@ func New(opt Options) (*Server, error) {
 	}
 	for _, p := range opt.VMMACPrefixes {
 		s.vmPrefixes = append(s.vmPrefixes, []byte(p))
+	}
+	for _, v := range opt.VMVendorClasses {
+		s.vmVendors = append(s.vmVendors, []byte(v))
 	}
 	for i, r := range opt.Relays {
 		if len(r.Sources) == 0 || len(r.LinkAddrs) == 0 {
@@ -459,11 +466,21 @@ func (s *Server) trusted(src netip.Addr, ifname string, link netip.Addr) bool {
 	return false
 }
 
-func (s *Server) vmMatch(mac []byte) bool {
+func (s *Server) vmMatch(mac, vendorClass []byte) bool {
 	for _, p := range s.vmPrefixes {
 		if len(mac) > 0 && bytes.HasPrefix(mac, p) {
 			return true
 		}
 	}
-	return false
+	if len(s.vmVendors) == 0 || len(vendorClass) == 0 {
+		return false
+	}
+	return classData(vendorClass, 4, func(b []byte) bool {
+		for _, v := range s.vmVendors {
+			if bytes.HasPrefix(b, v) {
+				return true
+			}
+		}
+		return false
+	})
 }
