@@ -45,6 +45,9 @@ type Bundle struct {
 	SONiC       *bundle.SonicJoin  // SONiC switches
 	K3s         *bundle.K3sAgent   // k3s agents
 	Plan        bundle.KubeadmPlan // the kubeadm plan inside CloudConfig
+	// Node is what CloudConfig writes and runs, for the join waiter
+	// (NodeDelivery); set with CloudConfig.
+	Node *bundle.Node
 
 	ReportURL   string
 	reportToken string
@@ -145,6 +148,26 @@ type Delivery struct {
 	// Agent: Files install the device agent; the join plugin enables its
 	// timer.
 	Agent bool `json:"agent,omitempty"`
+	// Commands run in order once Files are written (NodeDelivery: what
+	// the cloud-config's runcmd would run).
+	Commands []string `json:"commands,omitempty"`
+}
+
+// NodeDelivery is a kubeadm VM's join data, the same files and commands
+// as its cloud-config, as the join waiter fetches them over pinned TLS;
+// ok is false for a bundle that joins otherwise. The report credential
+// is among the files (report.env), not beside them.
+func (b *Bundle) NodeDelivery() (d Delivery, ok bool) {
+	if b.Node == nil {
+		return Delivery{}, false
+	}
+	d = Delivery{Cluster: b.Cluster, ClusterName: b.ClusterName, Device: b.Device, Role: b.Role, Init: b.Init, Method: b.Method,
+		KubernetesVersion: b.KubernetesVersion, APIEndpoint: b.APIEndpoint, CAHash: b.CAHash,
+		NodeName: b.NodeName, NodeLabels: b.NodeLabels, Commands: b.Node.Commands()}
+	for _, f := range b.Node.Files() {
+		d.Files = append(d.Files, DeliveredFile{Path: f.Path, Mode: f.Mode, Content: f.Content, secret: f.Secret})
+	}
+	return d, true
 }
 
 // Deliver renders the device's document, secrets included. Call it only to
@@ -245,6 +268,16 @@ func (d *Delivery) AppendJSON(dst []byte) ([]byte, error) {
 	str("report_token", d.ReportToken, true)
 	if d.Agent {
 		dst = append(dst, `,"agent":true`...)
+	}
+	if len(d.Commands) > 0 {
+		dst = append(dst, `,"commands":[`...)
+		for i, c := range d.Commands {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = jsontext.AppendString(dst, c)
+		}
+		dst = append(dst, ']')
 	}
 	return append(dst, '}'), nil
 }
@@ -349,6 +382,12 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 	switch res.method {
 	case MethodKubeadm:
 		var plan bundle.KubeadmPlan
+		if report != nil && s.opts.SecureBaseURL != "" {
+			// The VM receives its join data over the device listener, so
+			// it reports there too, pinned: its credential stays in TLS.
+			report = &bundle.Report{URL: s.opts.SecureBaseURL + "/join/report", Token: report.Token, Pin: s.opts.DevicePins()}
+			b.ReportURL = report.URL
+		}
 		cc := bundle.CloudConfigParams{Report: report, Agent: b.agentFiles}
 		switch {
 		case res.first:
@@ -414,9 +453,10 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 			}
 		}
 		cc.Plan = plan
-		if b.CloudConfig, err = bundle.RenderCloudConfig(cc); err != nil {
+		if b.Node, err = bundle.BuildNode(cc); err != nil {
 			return nil, err
 		}
+		b.CloudConfig = b.Node.CloudConfig()
 		b.Plan = plan
 	case MethodSONiC:
 		host, port, _ := net.SplitHostPort(res.rt.APIEndpoint)

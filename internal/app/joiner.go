@@ -54,6 +54,10 @@ func (a *App) buildJoiner() error {
 	if err != nil {
 		return err
 	}
+	if a.Endpoints.SecureJoin() == "" {
+		a.Log.Warn("the device HTTPS listener is off (http.tls.enabled: false): VMs' user-data carries their join secrets " +
+			"(bootstrap tokens, the first control plane's cluster CA key, agent and report credentials) in clear over plain HTTP")
+	}
 	a.Joiner = j // passed to content (Options.Join) and clusters (buildAPI)
 	joinhttp.New(j, a.Log.With("part", "join")).Mount(a.HTTPMux)
 	a.AddSingleton(runnerFunc{"token-sweeper", func(ctx context.Context) error { return j.RunSweeper(ctx, 5*time.Minute) }})
@@ -77,6 +81,10 @@ func (z ztpJoin) KubernetesMaster(ctx context.Context, dev core.Device, r profil
 
 func (z ztpJoin) UserData(ctx context.Context, dev core.Device, r profile.Result) ([]byte, error) {
 	return z.j.UserData(ctx, dev, r.Cluster, r.Role, r.Hostname)
+}
+
+func (z ztpJoin) JoinData(ctx context.Context, dev core.Device, r profile.Result) ([]byte, error) {
+	return z.j.JoinData(ctx, dev, r.Cluster, r.Role, r.Hostname)
 }
 
 // profileLabels are the labels of the loaded profile name (none before

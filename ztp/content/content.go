@@ -49,6 +49,11 @@ type JoinProvider interface {
 	KubernetesMaster(ctx context.Context, dev core.Device, r profile.Result) (*KubeMaster, error)
 	// UserData returns the cloud-config that joins a VM to r.Cluster.
 	UserData(ctx context.Context, dev core.Device, r profile.Result) ([]byte, error)
+	// JoinData returns a VM's join data (JSON: its files and commands,
+	// secrets included), asked over the device HTTPS listener; a wait
+	// while the VM may not join yet, a core.KindState error once it was
+	// handed out for good.
+	JoinData(ctx context.Context, dev core.Device, r profile.Result) ([]byte, error)
 }
 
 // Images is the part of the image store the service uses.
@@ -163,6 +168,8 @@ type Client struct {
 	Addr      netip.Addr // source address
 	Local     netip.Addr // address the request arrived on
 	Transport string     // "http" or "tftp"
+	// Secure: the request came over the device HTTPS listener.
+	Secure bool
 	// SONiC ZTP headers.
 	Serial, BaseMAC, Product, SONiCVersion string
 	// ONIE headers.
@@ -226,7 +233,7 @@ func (e *Error) Error() string {
 
 // ErrorKind is the refusal in the one error model (core.ErrorKind), whose
 // HTTP status (httpserve.StatusOf) is e.Status: 400 invalid, 403 refused,
-// 404 not found, 503 unavailable.
+// 404 not found, 409 state, 503 unavailable.
 func (e *Error) ErrorKind() core.ErrorKind {
 	switch e.Status {
 	case 400:
@@ -235,6 +242,8 @@ func (e *Error) ErrorKind() core.ErrorKind {
 		return core.KindRefused
 	case 404:
 		return core.KindNotFound
+	case 409:
+		return core.KindState
 	case 503:
 		if e.Wait {
 			return core.KindWaiting

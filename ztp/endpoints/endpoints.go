@@ -15,11 +15,14 @@ import (
 
 // Device-facing paths of the ZTP HTTP listener.
 const (
-	ZTPJSONPath        = "/ztp/ztp.json"   // SONiC option 67
-	ZTPConfigPath      = "/ztp/config/"    // + <device-id>/config_db.json
-	ONIEInstallerPath  = "/onie/installer" // ONIE option 114
-	MetadataPath       = "/latest/meta-data/"
-	UserDataPath       = "/latest/user-data"
+	ZTPJSONPath       = "/ztp/ztp.json"   // SONiC option 67
+	ZTPConfigPath     = "/ztp/config/"    // + <device-id>/config_db.json
+	ONIEInstallerPath = "/onie/installer" // ONIE option 114
+	MetadataPath      = "/latest/meta-data/"
+	UserDataPath      = "/latest/user-data"
+	// JoinDataPath is a VM's join data (its secrets), served on the device
+	// HTTPS listener only; its public user-data names the URL.
+	JoinDataPath       = "/latest/join-data"
 	ImagesPath         = "/images/"   // + <sha256|name>
 	ISOsPath           = "/isos/"     // + <name>.iso
 	BinariesPath       = "/binaries/" // + <version tag>/<kubeadm|kubelet|kubectl|SHA256SUMS>
@@ -98,6 +101,15 @@ func (e Endpoints) SecureBase(local netip.Addr) string {
 // SecureJoin is the joiner's device-facing base over TLS, "" without the
 // device HTTPS listener.
 func (e Endpoints) SecureJoin() string { return e.SecureBase(netip.Addr{}) }
+
+// JoinData is the https URL of a VM's join data for a VM whose request
+// arrived on local, "" without the device HTTPS listener.
+func (e Endpoints) JoinData(local netip.Addr) string {
+	if b := e.SecureBase(local); b != "" {
+		return b + JoinDataPath
+	}
+	return ""
+}
 
 // Advertise is the advertised address (invalid when none is configured).
 func (e Endpoints) Advertise() netip.Addr { return e.advertise }
