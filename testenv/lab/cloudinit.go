@@ -68,3 +68,13 @@ func CloudInitCloudStack(ctx context.Context, ns *netns.NS, dir, vr string) (*Cl
 	}
 	return &r, nil
 }
+
+// CloudInitSchema runs cloud-init's own schema check on a user-data file
+// (`cloud-init schema -c FILE`), as cloud-init would validate it.
+func CloudInitSchema(ctx context.Context, path string) error {
+	out, err := exec.CommandContext(ctx, "cloud-init", "schema", "-c", path).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("cloud-init schema -c %s: %v: %s", path, err, tail(string(out), 1500))
+	}
+	return nil
+}

@@ -37,14 +37,6 @@ var knownLeaks = []knownLeak{
 		"each switch's enrollment secret in the join section of its ztp.json, served over plain HTTP"},
 	{wirecapture.ReportCredential, regexp.MustCompile(`^\*→8080 HTTP POST /join/report request header$`),
 		"every device reports its join with its report credential as a bearer token over plain HTTP"},
-	{wirecapture.PEMPrivateKey, regexp.MustCompile(`^80→\* HTTP response to GET /latest/user-data body$`),
-		"the cluster CA key in the first control plane's init user-data: CloudStack metadata over plain HTTP"},
-	{wirecapture.BootstrapToken, regexp.MustCompile(`^80→\* HTTP response to GET /latest/user-data body$`),
-		"each VM's kubeadm bootstrap token in its user-data (all of the cluster's in the first control plane's init configuration): plain HTTP"},
-	{wirecapture.AgentCredential, regexp.MustCompile(`^80→\* HTTP response to GET /latest/user-data body$`),
-		"each VM's agent credential in its user-data: plain HTTP"},
-	{wirecapture.ReportCredential, regexp.MustCompile(`^80→\* HTTP response to GET /latest/user-data body$`),
-		"each VM's report credential in its user-data: plain HTTP"},
 }
 
 // TestNoSecretsOnTheWire: tcpdump on every interface of the appliance's
