@@ -57,8 +57,10 @@ device's progress:
     joined;
   - ONIE switches: dhclient with onie_vendor:<platform> downloads the installer
     from option 114, then "reboots" as SONiC and continues as above;
-  - CloudStack VMs: busybox udhcpc, the cloud-init metadata service, user-data
-    with the kubeadm configuration; the first control plane of each cluster
+  - CloudStack VMs: busybox udhcpc, the cloud-init metadata service, public
+    user-data (checked with cloud-init schema) whose join waiter (python3)
+    fetches the kubeadm configuration over pinned HTTPS once the VM is
+    admitted (its systemd commands logged, not run); the first control plane of each cluster
     runs a REAL control plane from it (kubeadm init phases, etcd,
     kube-apiserver, kube-controller-manager as processes in its namespace,
     kubeadm mark-control-plane), every other VM runs the real kubeadm join
