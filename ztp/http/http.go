@@ -1,6 +1,7 @@
 // Package ztphttp serves ZTP content over HTTP: SONiC ztp.json and per-device
 // config_db.json, ONIE installers, cloud-init (CloudStack datasource)
-// metadata, and stored images and ISOs with Range, ETag and sendfile.
+// metadata, a VM's join data (answered on the device HTTPS listener only),
+// and stored images and ISOs with Range, ETag and sendfile.
 //
 // Devices are identified by the connection's source address and their own
 // headers (SONiC: SERIAL-NUMBER, BASE-MAC-ADDRESS, PRODUCT-NAME,
