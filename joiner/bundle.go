@@ -46,7 +46,10 @@ type Bundle struct {
 	K3s         *bundle.K3sAgent   // k3s agents
 	Plan        bundle.KubeadmPlan // the kubeadm plan inside CloudConfig
 
-	ReportURL   string
+	ReportURL string
+	// ReportPin is what the reporting client pins ReportURL to (curl
+	// --pinnedpubkey), "" over plain HTTP.
+	ReportPin   string
 	reportToken string
 	// agentFiles install the device agent (Options.AgentFiles); the
 	// kubeadm cloud-config carries them itself.
@@ -142,6 +145,7 @@ type Delivery struct {
 	Files             []DeliveredFile   `json:"files,omitempty"`
 	ReportURL         string            `json:"report_url,omitempty"`
 	ReportToken       string            `json:"report_token,omitempty"`
+	ReportPin         string            `json:"report_pin,omitempty"`
 	// Agent: Files install the device agent; the join plugin enables its
 	// timer.
 	Agent bool `json:"agent,omitempty"`
@@ -153,7 +157,7 @@ func (b *Bundle) Deliver() Delivery {
 	d := Delivery{Cluster: b.Cluster, ClusterName: b.ClusterName, Device: b.Device, Role: b.Role, Init: b.Init, Method: b.Method,
 		KubernetesVersion: b.KubernetesVersion, APIEndpoint: b.APIEndpoint, CAHash: b.CAHash,
 		NodeName: b.NodeName, NodeLabels: b.NodeLabels,
-		CloudConfig: string(b.CloudConfig), ReportURL: b.ReportURL, ReportToken: b.reportToken}
+		CloudConfig: string(b.CloudConfig), ReportURL: b.ReportURL, ReportToken: b.reportToken, ReportPin: b.ReportPin}
 	add := func(f bundle.File) {
 		d.Files = append(d.Files, DeliveredFile{Path: f.Path, Mode: fmt.Sprintf("%04o", f.Mode), Content: string(f.Content), secret: f.Secret})
 	}
@@ -243,6 +247,7 @@ func (d *Delivery) AppendJSON(dst []byte) ([]byte, error) {
 	}
 	str("report_url", d.ReportURL, true)
 	str("report_token", d.ReportToken, true)
+	str("report_pin", d.ReportPin, true)
 	if d.Agent {
 		dst = append(dst, `,"agent":true`...)
 	}
@@ -324,8 +329,9 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 	}
 	var report *bundle.Report
 	if s.opts.ReportURL != "" {
-		b.ReportURL, b.reportToken = s.opts.ReportURL, res.report.Reveal()
-		report = &bundle.Report{URL: s.opts.ReportURL, Token: b.reportToken}
+		b.ReportURL, b.ReportPin = s.reportTarget(res.method)
+		b.reportToken = res.report.Reveal()
+		report = &bundle.Report{URL: b.ReportURL, Token: b.reportToken}
 	}
 	if s.opts.AgentFiles != nil {
 		if b.agentFiles, err = s.opts.AgentFiles(res.agent.Reveal()); err != nil {

@@ -141,7 +141,7 @@ func TestEnrollmentRefusalsAreBounded(t *testing.T) {
 // join-url stays plain and there is no pin.
 func TestSectionNamesTheTLSListener(t *testing.T) {
 	pins := "sha256//AAAA;sha256//BBBB"
-	e := newEnv(t, Options{AutoApprove: approveAll, BaseURL: "http://10.99.0.1:8080", SecureBaseURL: "https://10.99.0.1/",
+	e := newEnv(t, Options{AutoApprove: approveAll, BaseURL: "http://10.99.0.1:8080", SecureBaseURL: func() string { return "https://10.99.0.1/" },
 		DevicePins: func() string { return pins }})
 	e.cluster(clusterSpec{Name: "fabric", Size: 4})
 	sw := core.Device{ID: mac(7), MAC: mac(7), Kind: core.KindSONiC, IP: e.hold(addrOf(7), mac(7))}

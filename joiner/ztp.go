@@ -52,8 +52,8 @@ func (s *Service) ZTPSection(ctx context.Context, dev core.Device, clusterRef, h
 	// TLS pinned to the certificate this document names: what travels in
 	// clear is the one-time enrollment, bound to this switch's address,
 	// and the pin.
-	if s.opts.SecureBaseURL != "" {
-		sec["join-url"] = s.opts.SecureBaseURL + "/join"
+	if base := s.secureBase(); base != "" {
+		sec["join-url"] = base + "/join"
 		sec["tls-pin"] = s.opts.DevicePins()
 	}
 	if dev.Serial != "" {

@@ -107,6 +107,10 @@ logged) and the profiles in use keep serving. Other settings need a restart.`,
 					a.Close()
 				}
 			}()
+			deviceHTTPS := "" // the address bound: with port 0 the system chose it
+			if lns.DeviceTLS != nil {
+				deviceHTTPS = lns.DeviceTLS.Addr().String()
+			}
 			a.UseListeners(lns)
 			if err := a.Start(); err != nil {
 				return err
@@ -117,7 +121,7 @@ logged) and the profiles in use keep serving. Other settings need a restart.`,
 			apiAddr, apiTLS := cfg.APIListener()
 			a.OnServing(func() {
 				log.Info("ztpd started", "version", version, "data_dir", cfg.DataDir, "http", cfg.HTTP.Addr,
-					"api", firstOf(apiAddr, cfg.HTTP.Addr), "api_tls", apiTLS,
+					"device_https", deviceHTTPS, "api", firstOf(apiAddr, cfg.HTTP.Addr), "api_tls", apiTLS,
 					"dhcp_interfaces", cfg.DHCP.Interfaces, "advertise", cfg.AdvertiseAddr)
 			})
 			err = a.Serve(ctx, f.grace)

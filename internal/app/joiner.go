@@ -42,7 +42,7 @@ func (a *App) buildJoiner() error {
 		Bindings:      a.bindings,
 		AutoApprove:   rules,
 		BaseURL:       a.Endpoints.Join(),
-		SecureBaseURL: a.Endpoints.SecureJoin(),
+		SecureBaseURL: a.Endpoints.SecureJoin, // the port may be bound later (port 0)
 		DevicePins:    a.devicePins(),
 		Devices:       a.Devices, // built before the joiner
 		Log:           a.Log.With("part", "joiner"),

@@ -252,9 +252,14 @@ def main():
     if trust_store:
         run(["update-ca-certificates"])
     if bundle.get("report_url") and bundle.get("report_token"):
-        # The node agent reports joined/failed with this once it has joined.
-        install("/etc/sonic/ztpd/report.env",
-                "ZTPD_REPORT_URL='%s'\nZTPD_REPORT_TOKEN='%s'\n" % (bundle["report_url"], bundle["report_token"]), 0o600)
+        # What reports joined/failed: POST {"state": ...} to the URL with
+        # the token as a bearer credential; with a pin (the https report
+        # URL), through curl -k --pinnedpubkey "$ZTPD_REPORT_PIN", so the
+        # credential never crosses in clear.
+        env = "ZTPD_REPORT_URL='%s'\nZTPD_REPORT_TOKEN='%s'\n" % (bundle["report_url"], bundle["report_token"])
+        if bundle.get("report_pin"):
+            env += "ZTPD_REPORT_PIN='%s'\n" % bundle["report_pin"]
+        install("/etc/sonic/ztpd/report.env", env, 0o600)
     if bundle.get("config_db"):
         run(["sonic-cfggen", "-a", json.dumps(bundle["config_db"]), "--write-to-db"])
         run(["config", "save", "-y"])

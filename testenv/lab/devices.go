@@ -317,8 +317,12 @@ func report(ctx context.Context, ns *netns.NS, dir string, d Device, envFile str
 		return fmt.Errorf("%s lacks ZTPD_REPORT_URL or ZTPD_REPORT_TOKEN", envFile)
 	}
 	progress(d.Name, "report joined")
-	out, err := ns.Command(ctx, "curl", "-f", "-s", "-S", "-X", "POST", "-H", "Content-Type: application/json",
-		"-H", "Authorization: Bearer "+tok, "--data", `{"state":"joined"}`, "--", u).CombinedOutput()
+	args := []string{"-f", "-s", "-S", "-X", "POST", "-H", "Content-Type: application/json",
+		"-H", "Authorization: Bearer " + tok, "--data", `{"state":"joined"}`}
+	if pin := env["ZTPD_REPORT_PIN"]; pin != "" {
+		args = append(args, "-k", "--pinnedpubkey", pin)
+	}
+	out, err := ns.Command(ctx, "curl", append(args, "--", u)...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("report: %v: %s", err, out)
 	}
