@@ -18,6 +18,9 @@ cluster CA for the trust store, or a k3s agent configuration) and, for the
 SONiC method, writes KUBERNETES_MASTER|SERVER into CONFIG_DB so ctrmgrd
 joins with them. When the bundle carries the device agent ("agent": true,
 its files among the others), the plugin enables the agent's systemd timer.
+The report URL, credential and, when the URL is ztpd's HTTPS listener, its
+pins go to /etc/sonic/ztpd/report.env (ZTPD_REPORT_URL, _TOKEN, _PIN):
+what reports the join posts with curl -k --pinnedpubkey "$ZTPD_REPORT_PIN".
 
 With "tls-pin" (curl's "sha256//<base64>" public key pins, several
 separated by ";") and an https join URL, the plugin talks to ztpd through
