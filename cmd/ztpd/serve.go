@@ -68,7 +68,17 @@ rarely while the heap is small and sooner as it nears the limit.
 
 SIGHUP (systemctl reload ztpd) reads the profile files again: a valid set
 replaces the one in use, one with errors is refused as a whole (every error
-logged) and the profiles in use keep serving. Other settings need a restart.`,
+logged) and the profiles in use keep serving. It also reads the device HTTPS
+listener's certificate files (http.tls.cert_file, key_file) again: a valid pair
+is served to the next connection and documents name its pin; one that does not
+load is refused and the certificate in use stays. Other settings need a
+restart.
+
+The device HTTPS listener (http.tls) is on by default, at port 443 of the
+--http-addr host, or a free port when that host is loopback; switches fetch
+their join answer and send their reports there, pinned to its certificate.
+With http.tls.enabled: false they cross the network in clear, and serve warns
+at every start.`,
 		Example: `  # try it out, no root
   ztpd serve
 
@@ -156,8 +166,8 @@ logged) and the profiles in use keep serving. Other settings need a restart.`,
 	return cmd
 }
 
-// reloadOnHangup reloads the profiles on every SIGHUP (systemctl reload
-// ztpd) until ctx ends.
+// reloadOnHangup reloads the profiles and the device HTTPS listener's
+// certificate files on every SIGHUP (systemctl reload ztpd) until ctx ends.
 func reloadOnHangup(ctx context.Context, a *app.App) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -168,7 +178,8 @@ func reloadOnHangup(ctx context.Context, a *app.App) {
 			case <-ctx.Done():
 				return
 			case <-hup:
-				_ = a.ReloadProfiles() // logged; the profiles in use stay
+				_ = a.ReloadProfiles()  // logged; the profiles in use stay
+				_ = a.ReloadDeviceTLS() // logged; the certificate in use stays
 			}
 		}
 	}()
