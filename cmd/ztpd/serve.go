@@ -117,9 +117,11 @@ at every start.`,
 					a.Close()
 				}
 			}()
-			deviceHTTPS := "" // the address bound: with port 0 the system chose it
-			if lns.DeviceTLS != nil {
-				deviceHTTPS = lns.DeviceTLS.Addr().String()
+			// The address bound (with port 0 the system chose it) and the
+			// pins documents name.
+			deviceHTTPS, devicePins := "", ""
+			if lns.DeviceTLS != nil && a.DeviceTLS != nil {
+				deviceHTTPS, devicePins = lns.DeviceTLS.Addr().String(), a.DeviceTLS.PinList()
 			}
 			a.UseListeners(lns)
 			if err := a.Start(); err != nil {
@@ -131,7 +133,7 @@ at every start.`,
 			apiAddr, apiTLS := cfg.APIListener()
 			a.OnServing(func() {
 				log.Info("ztpd started", "version", version, "data_dir", cfg.DataDir, "http", cfg.HTTP.Addr,
-					"device_https", deviceHTTPS, "api", firstOf(apiAddr, cfg.HTTP.Addr), "api_tls", apiTLS,
+					"device_https", deviceHTTPS, "device_tls_pin", devicePins, "api", firstOf(apiAddr, cfg.HTTP.Addr), "api_tls", apiTLS,
 					"dhcp_interfaces", cfg.DHCP.Interfaces, "advertise", cfg.AdvertiseAddr)
 			})
 			err = a.Serve(ctx, f.grace)

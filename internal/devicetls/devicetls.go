@@ -190,7 +190,9 @@ func (s *Service) Load() error {
 		s.mu.Lock()
 		s.files = p
 		s.mu.Unlock()
-		s.opt.Log.Info("device TLS uses the operator's certificate", "cert", s.opt.CertFile, "pin", p.pin)
+		// Debug: every offline command loads it too; serve's start line
+		// names the pins.
+		s.opt.Log.Debug("device TLS uses the operator's certificate", "cert", s.opt.CertFile, "pin", p.pin)
 		s.observe()
 		return nil
 	}
@@ -286,7 +288,7 @@ func (s *Service) loaded(rec record, created bool) error {
 	if created {
 		s.opt.Log.Info("device TLS key pair created; documents pin it", "pin", st.Serving)
 	} else {
-		s.opt.Log.Info("device TLS key pair loaded", "pin", st.Serving, "phase", st.Phase)
+		s.opt.Log.Debug("device TLS key pair loaded", "pin", st.Serving, "phase", st.Phase)
 	}
 	s.observe()
 	return nil
