@@ -215,8 +215,8 @@ func (c *Config) DeviceTLSListener() string {
 	return net.JoinHostPort(host, DeviceTLSDefaultPort)
 }
 
-// DeviceTLSOffWarning is logged at each start, and shown by `ztpd config`,
-// while the device HTTPS listener is off.
+// DeviceTLSOffWarning is logged at each start, and shown among the
+// console's warnings, while the device HTTPS listener is off.
 const DeviceTLSOffWarning = "the device HTTPS listener is off (http.tls.enabled: false): switches fetch their join answer " +
 	"(certificates, agent and report credentials) and send their reports over plain HTTP, where anyone on the management network can read them"
 
