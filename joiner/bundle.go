@@ -49,7 +49,10 @@ type Bundle struct {
 	// (NodeDelivery); set with CloudConfig.
 	Node *bundle.Node
 
-	ReportURL   string
+	ReportURL string
+	// ReportPin is what the reporting client pins ReportURL to (curl
+	// --pinnedpubkey), "" over plain HTTP.
+	ReportPin   string
 	reportToken string
 	// agentFiles install the device agent (Options.AgentFiles); the
 	// kubeadm cloud-config carries them itself.
@@ -145,6 +148,7 @@ type Delivery struct {
 	Files             []DeliveredFile   `json:"files,omitempty"`
 	ReportURL         string            `json:"report_url,omitempty"`
 	ReportToken       string            `json:"report_token,omitempty"`
+	ReportPin         string            `json:"report_pin,omitempty"`
 	// Agent: Files install the device agent; the join plugin enables its
 	// timer.
 	Agent bool `json:"agent,omitempty"`
@@ -176,7 +180,7 @@ func (b *Bundle) Deliver() Delivery {
 	d := Delivery{Cluster: b.Cluster, ClusterName: b.ClusterName, Device: b.Device, Role: b.Role, Init: b.Init, Method: b.Method,
 		KubernetesVersion: b.KubernetesVersion, APIEndpoint: b.APIEndpoint, CAHash: b.CAHash,
 		NodeName: b.NodeName, NodeLabels: b.NodeLabels,
-		CloudConfig: string(b.CloudConfig), ReportURL: b.ReportURL, ReportToken: b.reportToken}
+		CloudConfig: string(b.CloudConfig), ReportURL: b.ReportURL, ReportToken: b.reportToken, ReportPin: b.ReportPin}
 	add := func(f bundle.File) {
 		d.Files = append(d.Files, DeliveredFile{Path: f.Path, Mode: fmt.Sprintf("%04o", f.Mode), Content: string(f.Content), secret: f.Secret})
 	}
@@ -266,6 +270,7 @@ func (d *Delivery) AppendJSON(dst []byte) ([]byte, error) {
 	}
 	str("report_url", d.ReportURL, true)
 	str("report_token", d.ReportToken, true)
+	str("report_pin", d.ReportPin, true)
 	if d.Agent {
 		dst = append(dst, `,"agent":true`...)
 	}
@@ -357,8 +362,9 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 	}
 	var report *bundle.Report
 	if s.opts.ReportURL != "" {
-		b.ReportURL, b.reportToken = s.opts.ReportURL, res.report.Reveal()
-		report = &bundle.Report{URL: s.opts.ReportURL, Token: b.reportToken}
+		b.ReportURL, b.ReportPin = s.reportTarget()
+		b.reportToken = res.report.Reveal()
+		report = &bundle.Report{URL: b.ReportURL, Token: b.reportToken, Pin: b.ReportPin}
 	}
 	if s.opts.AgentFiles != nil {
 		if b.agentFiles, err = s.opts.AgentFiles(res.agent.Reveal()); err != nil {
@@ -382,12 +388,6 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 	switch res.method {
 	case MethodKubeadm:
 		var plan bundle.KubeadmPlan
-		if report != nil && s.opts.SecureBaseURL != "" {
-			// The VM receives its join data over the device listener, so
-			// it reports there too, pinned: its credential stays in TLS.
-			report = &bundle.Report{URL: s.opts.SecureBaseURL + "/join/report", Token: report.Token, Pin: s.opts.DevicePins()}
-			b.ReportURL = report.URL
-		}
 		cc := bundle.CloudConfigParams{Report: report, Agent: b.agentFiles}
 		switch {
 		case res.first:

@@ -33,7 +33,7 @@ type joinData struct {
 // to the TLS listener with the pins; once issued and past the reissue
 // window it is a state error that names the reset.
 func TestVMUserDataIsPublicWithTheTLSListener(t *testing.T) {
-	e := newEnv(t, Options{BaseURL: "http://10.99.0.1:8080", SecureBaseURL: "https://10.99.0.1:8442",
+	e := newEnv(t, Options{BaseURL: "http://10.99.0.1:8080", SecureBaseURL: func() string { return "https://10.99.0.1:8442" },
 		DevicePins: func() string { return testPins }, ReissueWindow: 10 * time.Minute}) // no auto-approval
 	m := mac(1)
 	ip := e.hold(addrOf(1), m)

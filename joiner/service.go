@@ -159,14 +159,17 @@ type Options struct {
 	// ReportURL derive from it.
 	BaseURL string
 	// SecureBaseURL is the device HTTPS listener's base, e.g.
-	// https://10.99.0.1, and DevicePins the pins of its certificate as
+	// https://10.99.0.1 (a func: the port may be known only once the
+	// listener is bound), and DevicePins the pins of its certificate as
 	// curl --pinnedpubkey takes them: with both, a ztp.json section's
 	// join-url is on that listener and the section names the pins
-	// ("tls-pin"). Empty: join-url stays on BaseURL.
-	SecureBaseURL string
+	// ("tls-pin"), and a switch's join answer gives the report URL on it
+	// with the pins. Nil or "": join-url stays on BaseURL.
+	SecureBaseURL func() string
 	DevicePins    func() string
 	// ReportURL is where nodes POST joined/failed; default BaseURL +
-	// /join/report. Empty (and no BaseURL): bundles carry no report step.
+	// /join/report (switches: SecureBaseURL's with the listener). Empty
+	// (and no BaseURL): bundles carry no report step.
 	ReportURL string
 	// AgentFiles renders the device agent's installation (script, units,
 	// its configuration with the credential, the pinned appliance CA) for
@@ -208,6 +211,9 @@ type Service struct {
 	// enrollmentRefusals bounds the enrollment.refused events per
 	// enrollment: a replayed secret must not be able to cycle the audit trail.
 	enrollmentRefusals *ratelimit.Keyed
+	// reportOnTLS: the report URL is the default one, so switches get the
+	// device HTTPS listener's (reportTarget).
+	reportOnTLS bool
 }
 
 // New builds the service over an opened store and keyring.
@@ -228,10 +234,10 @@ func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, err
 		opts.ReportTTL = 7 * 24 * time.Hour
 	}
 	opts.BaseURL = strings.TrimSuffix(opts.BaseURL, "/")
-	opts.SecureBaseURL = strings.TrimSuffix(opts.SecureBaseURL, "/")
 	if opts.DevicePins == nil {
-		opts.SecureBaseURL = ""
+		opts.SecureBaseURL = nil
 	}
+	reportOnTLS := opts.ReportURL == "" && opts.SecureBaseURL != nil
 	if opts.ReportURL == "" && opts.BaseURL != "" {
 		opts.ReportURL = opts.BaseURL + "/join/report"
 	}
@@ -247,7 +253,29 @@ func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, err
 	}
 	return &Service{reportLog: ratelimit.New(1, refusalLogEvery, 4096), csrLog: ratelimit.New(3, refusalLogEvery, 4096),
 		enrollmentRefusals: ratelimit.New(3, refusalLogEvery, 4096), store: store, keys: keys, devices: opts.Devices, opts: opts, rules: rules, now: opts.Now, log: opts.Log,
-		metrics: newMetrics(opts.Registerer), cache: map[string]*clusterKeys{}, bindKick: make(chan string, 64)}, nil
+		metrics: newMetrics(opts.Registerer), cache: map[string]*clusterKeys{}, bindKick: make(chan string, 64), reportOnTLS: reportOnTLS}, nil
+}
+
+// secureBase is the device HTTPS listener's base, "" without it.
+func (s *Service) secureBase() string {
+	if s.opts.SecureBaseURL == nil {
+		return ""
+	}
+	return strings.TrimSuffix(s.opts.SecureBaseURL(), "/")
+}
+
+// reportTarget is where a joining device reports, and the pins its client
+// must check ("" over plain HTTP). With the device HTTPS listener every
+// device reads its report credential over that listener (a switch in its
+// join answer, a VM in its join data), so it reports there too, pinned,
+// and the credential travels only inside TLS.
+func (s *Service) reportTarget() (url, pin string) {
+	if s.reportOnTLS {
+		if base := s.secureBase(); base != "" {
+			return base + "/join/report", s.opts.DevicePins()
+		}
+	}
+	return s.opts.ReportURL, ""
 }
 
 // DefaultEnrollmentTTL is how long an enrollment secret lives. It need

@@ -55,8 +55,8 @@ func (s *Service) ZTPSection(ctx context.Context, dev core.Device, clusterRef, h
 	// TLS pinned to the certificate this document names: what travels in
 	// clear is the one-time enrollment, bound to this switch's address,
 	// and the pin.
-	if s.opts.SecureBaseURL != "" {
-		sec["join-url"] = s.opts.SecureBaseURL + "/join"
+	if base := s.secureBase(); base != "" {
+		sec["join-url"] = base + "/join"
 		sec["tls-pin"] = s.opts.DevicePins()
 	}
 	if dev.Serial != "" {
@@ -120,11 +120,11 @@ const JoinDataPath = endpoints.JoinDataPath
 // the retry window or once joined, a cloud-config without key material;
 // cloud-init fetches user-data at every boot, so this is not an error.
 func (s *Service) UserData(ctx context.Context, dev core.Device, clusterRef, role, hostname string) ([]byte, error) {
-	if s.opts.SecureBaseURL != "" {
+	if base := s.secureBase(); base != "" {
 		if err := s.profileCluster(clusterRef); err != nil && core.KindOf(err) != core.KindWaiting {
 			return nil, err
 		}
-		return bundle.RenderWaiterCloudConfig(bundle.WaiterParams{URL: s.opts.SecureBaseURL + JoinDataPath,
+		return bundle.RenderWaiterCloudConfig(bundle.WaiterParams{URL: base + JoinDataPath,
 			Pins: s.opts.DevicePins(), Hostname: nodeName(hostname)})
 	}
 	if err := s.profileCluster(clusterRef); err != nil {

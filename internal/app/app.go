@@ -413,7 +413,9 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 		listener("admin", "", admin, a.AdminMux),
 	}
 	if a.DeviceTLS != nil {
-		runners = append(runners, &httpRunner{httpserve.Listener{Name: "https", Addr: a.Cfg.DeviceTLSListener(), Ln: bound.DeviceTLS,
+		// With port 0 the system chose it: documents name that one.
+		a.Endpoints.TLSBound(bound.DeviceTLS.Addr())
+		runners = append(runners, &httpRunner{httpserve.Listener{Name: "https", Addr: bound.DeviceTLS.Addr().String(), Ln: bound.DeviceTLS,
 			Handler: a.deviceTLSHandler(), TLS: a.DeviceTLS.TLSConfig(), Limits: lim, Log: a.Log, Grace: grace, Metrics: a.httpMetrics}})
 	} else if bound.DeviceTLS != nil {
 		bound.DeviceTLS.Close()

@@ -42,7 +42,7 @@ func (a *App) buildJoiner() error {
 		Bindings:      a.bindings,
 		AutoApprove:   rules,
 		BaseURL:       a.Endpoints.Join(),
-		SecureBaseURL: a.Endpoints.SecureJoin(),
+		SecureBaseURL: a.Endpoints.SecureJoin, // the port may be bound later (port 0)
 		DevicePins:    a.devicePins(),
 		Devices:       a.Devices, // built before the joiner
 		Log:           a.Log.With("part", "joiner"),
@@ -53,10 +53,6 @@ func (a *App) buildJoiner() error {
 	})
 	if err != nil {
 		return err
-	}
-	if a.Endpoints.SecureJoin() == "" {
-		a.Log.Warn("the device HTTPS listener is off (http.tls.enabled: false): VMs' user-data carries their join secrets " +
-			"(bootstrap tokens, the first control plane's cluster CA key, agent and report credentials) in clear over plain HTTP")
 	}
 	a.Joiner = j // passed to content (Options.Join) and clusters (buildAPI)
 	joinhttp.New(j, a.Log.With("part", "join")).Mount(a.HTTPMux)

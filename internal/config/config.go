@@ -172,11 +172,15 @@ type HTTP struct {
 
 // DeviceTLS configures the device-facing HTTPS listener.
 type DeviceTLS struct {
-	// Enabled serves it. Off by default while the device clients (the
-	// SONiC join plugin, cloud-config) still fetch secrets over plain
-	// HTTP: with it on, ztp.json's join-url is the https URL.
+	// Enabled serves it (the default): ztp.json's join-url and the report
+	// URL switches get are https, pinned to its certificate. Off, the join
+	// answer (certificates, agent and report credentials) and the reports
+	// cross the network in clear; ztpd warns at every start.
 	Enabled bool `yaml:"enabled"`
-	// Addr is its address; default <http.addr host>:443.
+	// Addr is its address; default <http.addr host>:443, or a free port
+	// on a loopback http.addr (trying ztpd out, no root, no device can
+	// reach it anyway). Port 0 takes a free port; documents name the port
+	// actually bound.
 	Addr string `yaml:"addr"`
 	// CertFile and KeyFile are the operator's certificate; without them a
 	// key pair is generated once and kept sealed in the store, so every
@@ -190,7 +194,7 @@ type DeviceTLS struct {
 }
 
 // DeviceTLSDefaultPort is the device HTTPS listener's port when
-// http.tls.addr is not set.
+// http.tls.addr is not set and http.addr is not loopback.
 const DeviceTLSDefaultPort = "443"
 
 // DeviceTLSListener is the device HTTPS listener's address, "" when it is
@@ -203,8 +207,19 @@ func (c *Config) DeviceTLSListener() string {
 		return c.HTTP.TLS.Addr
 	}
 	host, _, _ := net.SplitHostPort(c.HTTP.Addr)
+	if httpserve.IsLoopback(c.HTTP.Addr) && host != "" {
+		// Port 443 needs root or CAP_NET_BIND_SERVICE, which a trial run
+		// of `ztpd serve` has not; a free port serves it as well.
+		return net.JoinHostPort(host, "0")
+	}
 	return net.JoinHostPort(host, DeviceTLSDefaultPort)
 }
+
+// DeviceTLSOffWarning is logged at each start, and shown among the
+// console's warnings, while the device HTTPS listener is off.
+const DeviceTLSOffWarning = "the device HTTPS listener is off (http.tls.enabled: false): switches fetch their join answer " +
+	"(certificates, agent and report credentials) and send their reports over plain HTTP, and VMs' user-data carries their join secrets " +
+	"(bootstrap tokens, the first control plane's cluster CA key, agent and report credentials), where anyone on the management network can read them"
 
 func (c *Config) validateDeviceTLS(errs *Errors) {
 	t := c.HTTP.TLS
@@ -443,7 +458,7 @@ func Default() Config {
 			MaxBodyBytesPerSource: httpserve.DefaultMaxBodyBytesPerSource,
 			// The device HTTPS listener's rotation overlap: see
 			// devicetls.DefaultGrace for why a day.
-			TLS: DeviceTLS{RotationGrace: Duration(24 * time.Hour)}},
+			TLS: DeviceTLS{Enabled: true, RotationGrace: Duration(24 * time.Hour)}},
 		API: defaultAPI(), // TLS on the API's own listener by default
 		TFTP: TFTP{Addr: ":69", Window: 8, RetransmitTimeout: Duration(time.Second), MaxRetransmits: 5,
 			MaxTransfers: 256, MaxTransfersPerSource: 4},

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync/atomic"
 )
 
 // Device-facing paths of the ZTP HTTP listener.
@@ -40,8 +41,21 @@ type Endpoints struct {
 	port      string
 	listen    string // http.addr's host when it names one, for requests without a local address
 	base      string // fixed base when advertise is set
-	// tlsPort is the device HTTPS listener's port, "" without one.
-	tlsPort string
+	// tls is the device HTTPS listener's port, nil without one; shared by
+	// every copy, so a port bound after the copies were handed out
+	// (http.tls.addr with port 0) reaches them all.
+	tls *tlsPort
+}
+
+// tlsPort is the device HTTPS listener's port: configured, then the one
+// actually bound.
+type tlsPort struct{ port atomic.Pointer[string] }
+
+func (p *tlsPort) get() string {
+	if p == nil {
+		return ""
+	}
+	return *p.port.Load()
 }
 
 // New resolves the endpoints of an appliance that advertises advertise
@@ -75,15 +89,28 @@ func (e Endpoints) WithTLS(tlsAddr string) (Endpoints, error) {
 	if err != nil || port == "" {
 		return Endpoints{}, fmt.Errorf("http.tls.addr: %q is not host:port", tlsAddr)
 	}
-	e.tlsPort = port
+	e.tls = &tlsPort{}
+	e.tls.port.Store(&port)
 	return e, nil
+}
+
+// TLSBound records the address the device HTTPS listener actually bound:
+// with port 0 in http.tls.addr, URLs name the port the system chose.
+func (e Endpoints) TLSBound(addr net.Addr) {
+	if e.tls == nil || addr == nil {
+		return
+	}
+	if _, port, err := net.SplitHostPort(addr.String()); err == nil && port != "" {
+		e.tls.port.Store(&port)
+	}
 }
 
 // SecureBase is the https://host[:port] prefix of the device HTTPS
 // listener for a device whose request arrived on local, chosen as Base
 // chooses its host; "" when there is no such listener.
 func (e Endpoints) SecureBase(local netip.Addr) string {
-	if e.tlsPort == "" {
+	port := e.tls.get()
+	if port == "" {
 		return ""
 	}
 	host := strings.TrimPrefix(e.Base(local), "http://")
@@ -92,10 +119,10 @@ func (e Endpoints) SecureBase(local netip.Addr) string {
 	} else {
 		host = strings.Trim(host, "[]")
 	}
-	if e.tlsPort == "443" {
+	if port == "443" {
 		return "https://" + bracket(host)
 	}
-	return "https://" + net.JoinHostPort(host, e.tlsPort)
+	return "https://" + net.JoinHostPort(host, port)
 }
 
 // SecureJoin is the joiner's device-facing base over TLS, "" without the
