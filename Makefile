@@ -7,7 +7,7 @@ LAB_BIN ?= bin/ztpd-lab
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: package k8s-bins build test test-short lint fuzz bench bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed bench-webui bench-scale bench-rollout lab clean
+.PHONY: package k8s-bins build test test-short lint fuzz bench bench-go bench-dhcp bench-dhcp6 bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed bench-webui bench-scale bench-rollout lab clean
 
 # The product (ztpd) and the namespace lab (ztpd-lab), side by side: ztpd-lab
 # runs the ztpd next to it, and the simulated kubelet (kubeletsim) next to it.
@@ -66,7 +66,7 @@ fuzz:
 # The bench-* targets run the shell drivers in bench/; the Go load
 # generators they build are testenv/cmd/<command> (ARCHITECTURE.md,
 # "Test-only code").
-bench: bench-go bench-dhcp bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed bench-webui bench-rollout
+bench: bench-go bench-dhcp bench-dhcp6 bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed bench-webui bench-rollout
 
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
@@ -99,6 +99,9 @@ bench-observed:
 # DHCPv4 DORA/s of ztpd, Kea (memfile) and dnsmasq side by side (root; perfdhcp, kea-dhcp4, dnsmasq).
 bench-dhcp: build
 	ZTPD_BIN=$(CURDIR)/$(BIN) bash bench/dhcp-rate.sh
+
+bench-dhcp6: build
+	ZTPD_BIN=$(CURDIR)/$(BIN) bash bench/dhcp6-rate.sh
 
 bench-iso: build
 	ZTPD=$(CURDIR)/$(BIN) bench/iso-build.sh

@@ -46,6 +46,7 @@ import (
 	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/ztp/content"
 	"github.com/ztpd/ztpd/ztp/dhcp"
+	"github.com/ztpd/ztpd/ztp/dhcp6"
 	"github.com/ztpd/ztpd/ztp/endpoints"
 	ztphttp "github.com/ztpd/ztpd/ztp/http"
 	ztptftp "github.com/ztpd/ztpd/ztp/tftp"
@@ -109,6 +110,8 @@ type App struct {
 	// DHCP is the DHCP server when dhcp.interfaces is set (it opens its
 	// sockets when served).
 	DHCP *dhcp.Server
+	// DHCP6 is the DHCPv6 server when dhcp.subnets has an IPv6 subnet.
+	DHCP6 *dhcp6.Server
 
 	// ZTP renders per-device ZTP content for the HTTP and TFTP transports.
 	ZTP *content.Service
@@ -252,7 +255,8 @@ func (a *App) build() error {
 	if err := a.buildRollouts(); err != nil {
 		return err
 	}
-	if a.Cfg.DHCP.Enabled() {
+	v4, v6 := hasSubnets(&a.Cfg.DHCP)
+	if a.Cfg.DHCP.Enabled() && (v4 || !v6) {
 		opt, err := a.dhcpOptions()
 		if err != nil {
 			return err
@@ -265,14 +269,33 @@ func (a *App) build() error {
 		a.DHCP = srv
 		a.AddRunner(srv)
 	}
+	if a.Cfg.DHCP.Enabled() && v6 {
+		opt, err := a.dhcp6Options()
+		if err != nil {
+			return err
+		}
+		opt.Registerer = a.Metrics
+		srv, err := dhcp6.New(opt)
+		if err != nil {
+			return err
+		}
+		a.DHCP6 = srv
+		a.AddRunner(srv)
+	}
 
 	// ZTP content over HTTP (and the cloud-init metadata listener) and TFTP.
 	// Profiles load at Start, so offline CLI commands do not depend on them.
 	opt := content.Options{Store: a.Store, Devices: a.Devices, Images: a.Images, Binaries: a.Binaries, Join: ztpJoin{a.Joiner}, Log: a.Log,
 		Endpoints: a.Endpoints, DefaultProfile: a.Cfg.ZTP.DefaultProfile,
 		FilesDir: filepath.Join(a.Cfg.DataDir, "files"), Bindings: a.bindings, Registerer: a.Metrics, DevicePins: a.devicePins()}
-	if a.DHCP != nil {
-		opt.Pending = a.DHCP // what DHCP knows before its device records are committed
+	// What DHCP knows before its device records are committed.
+	switch {
+	case a.DHCP != nil && a.DHCP6 != nil:
+		opt.Pending = dhcpFinder{v4: a.DHCP, v6: a.DHCP6}
+	case a.DHCP != nil:
+		opt.Pending = a.DHCP
+	case a.DHCP6 != nil:
+		opt.Pending = a.DHCP6
 	}
 	ztp, err := content.New(opt)
 	if err != nil {
@@ -382,6 +405,11 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 	if a.DHCP != nil {
 		if err := a.DHCP.Listen(); err != nil {
 			return fmt.Errorf("dhcp: %w", err)
+		}
+	}
+	if a.DHCP6 != nil {
+		if err := a.DHCP6.Listen(); err != nil {
+			return fmt.Errorf("dhcp6: %w", err)
 		}
 	}
 	// Every TCP and UDP listener is open before any runner starts (serve

@@ -156,8 +156,12 @@ const (
 	LeaseDeclined LeaseState = "declined" // client sent DECLINE; address quarantined until Expiry
 )
 
-// Lease binds an IPv4 address to a client. Leases are keyed by address, so an
-// address can never be bound to two clients in the store.
+// Lease binds an address (IPv4 from ztp/dhcp, IPv6 from ztp/dhcp6) to a
+// client. Leases are keyed by address, so an address can never be bound to
+// two clients in the store. ClientID is the DHCPv4 client identifier, or
+// the DHCPv6 DUID in hex; MAC is empty for a DHCPv6 client whose MAC is
+// unknown (such a lease holds its address for DHCP but identifies no
+// device: LeaseHolds).
 type Lease struct {
 	IP        string     `json:"ip"`
 	MAC       string     `json:"mac"`
