@@ -323,9 +323,9 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 		Method: res.method, KubernetesVersion: v.Tag(), APIEndpoint: res.rt.APIEndpoint, CAHash: keys.ca.DiscoveryHash(),
 	}
 	var report *bundle.Report
-	if s.opts.ReportURL != "" {
-		b.ReportURL, b.reportToken = s.opts.ReportURL, res.report.Reveal()
-		report = &bundle.Report{URL: s.opts.ReportURL, Token: b.reportToken}
+	if _, _, reportURL := s.deviceURLs(ctx); reportURL != "" {
+		b.ReportURL, b.reportToken = reportURL, res.report.Reveal()
+		report = &bundle.Report{URL: reportURL, Token: b.reportToken}
 	}
 	if s.opts.AgentFiles != nil {
 		if b.agentFiles, err = s.opts.AgentFiles(res.agent.Reveal()); err != nil {

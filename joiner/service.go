@@ -25,6 +25,7 @@
 package joiner
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -168,6 +169,11 @@ type Options struct {
 	// ReportURL is where nodes POST joined/failed; default BaseURL +
 	// /join/report. Empty (and no BaseURL): bundles carry no report step.
 	ReportURL string
+	// BasesFor, when set, is BaseURL and SecureBaseURL for the device
+	// whose request ctx serves, in the address family it asked over (an
+	// appliance serving both); an empty answer keeps the configured one.
+	// A defaulted ReportURL follows it.
+	BasesFor func(ctx context.Context) (base, secure string)
 	// AgentFiles renders the device agent's installation (script, units,
 	// its configuration with the credential, the pinned appliance CA) for
 	// one credential; nil: bundles install no agent and issue no agent
@@ -199,6 +205,9 @@ type Service struct {
 
 	// bindKick asks the sweeper loop to create a cluster's admin binding.
 	bindKick chan string
+
+	// reportDerived: ReportURL was not configured but follows the base.
+	reportDerived bool
 
 	reportLog *ratelimit.Keyed // refused reports, logged at most once per address a while
 	// csrLog bounds the refused certificate requests recorded per device:
@@ -232,8 +241,9 @@ func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, err
 	if opts.DevicePins == nil {
 		opts.SecureBaseURL = ""
 	}
+	reportDerived := opts.ReportURL == ""
 	if opts.ReportURL == "" && opts.BaseURL != "" {
-		opts.ReportURL = opts.BaseURL + "/join/report"
+		opts.ReportURL = opts.BaseURL + reportPath
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -245,9 +255,32 @@ func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, err
 	if err != nil {
 		return nil, err
 	}
-	return &Service{reportLog: ratelimit.New(1, refusalLogEvery, 4096), csrLog: ratelimit.New(3, refusalLogEvery, 4096),
+	return &Service{reportDerived: reportDerived, reportLog: ratelimit.New(1, refusalLogEvery, 4096), csrLog: ratelimit.New(3, refusalLogEvery, 4096),
 		enrollmentRefusals: ratelimit.New(3, refusalLogEvery, 4096), store: store, keys: keys, devices: opts.Devices, opts: opts, rules: rules, now: opts.Now, log: opts.Log,
 		metrics: newMetrics(opts.Registerer), cache: map[string]*clusterKeys{}, bindKick: make(chan string, 64)}, nil
+}
+
+// reportPath is where joinhttp takes nodes' join reports, under the base.
+const reportPath = "/join/report"
+
+// deviceURLs are the device-facing bases and report URL for the device
+// whose request ctx serves (see Options.BasesFor).
+func (s *Service) deviceURLs(ctx context.Context) (base, secure, report string) {
+	base, secure, report = s.opts.BaseURL, s.opts.SecureBaseURL, s.opts.ReportURL
+	if s.opts.BasesFor == nil {
+		return base, secure, report
+	}
+	b, sec := s.opts.BasesFor(ctx)
+	if b != "" {
+		base = strings.TrimSuffix(b, "/")
+		if s.reportDerived {
+			report = base + reportPath
+		}
+	}
+	if sec != "" && secure != "" {
+		secure = strings.TrimSuffix(sec, "/")
+	}
+	return base, secure, report
 }
 
 // DefaultEnrollmentTTL is how long an enrollment secret lives. It need

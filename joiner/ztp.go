@@ -23,7 +23,8 @@ const PluginPath = "/join/sonic-plugin"
 // and serial. The plugin posts to /join, installs the credentials and
 // config_db's KUBERNETES_MASTER, and ctrmgrd joins.
 func (s *Service) ZTPSection(ctx context.Context, dev core.Device, clusterRef, hostname string) (map[string]any, error) {
-	if s.opts.BaseURL == "" {
+	base, secure, _ := s.deviceURLs(ctx)
+	if base == "" {
 		return nil, errors.New("joiner: no base URL configured for device-facing links")
 	}
 	if err := s.profileCluster(clusterRef); err != nil {
@@ -42,18 +43,18 @@ func (s *Service) ZTPSection(ctx context.Context, dev core.Device, clusterRef, h
 		return nil, err
 	}
 	sec := map[string]any{
-		"plugin":      map[string]any{"url": s.opts.BaseURL + PluginPath},
+		"plugin":      map[string]any{"url": base + PluginPath},
 		"description": "join Kubernetes cluster " + clusterRef,
 		"enrollment":  cred.Reveal(),
-		"join-url":    s.opts.BaseURL + "/join",
+		"join-url":    base + "/join",
 		"mac":         dev.MAC,
 	}
 	// With the device HTTPS listener, the bundle (secrets) is fetched over
 	// TLS pinned to the certificate this document names: what travels in
 	// clear is the one-time enrollment, bound to this switch's address,
 	// and the pin.
-	if s.opts.SecureBaseURL != "" {
-		sec["join-url"] = s.opts.SecureBaseURL + "/join"
+	if secure != "" {
+		sec["join-url"] = secure + "/join"
 		sec["tls-pin"] = s.opts.DevicePins()
 	}
 	if dev.Serial != "" {

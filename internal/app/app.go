@@ -223,6 +223,9 @@ func (a *App) build() error {
 	if a.Endpoints, err = endpoints.New(a.Cfg.AdvertiseAddr, a.Cfg.HTTP.Addr); err != nil {
 		return err
 	}
+	if a.Endpoints, err = a.Endpoints.WithAdvertise6(a.Cfg.AdvertiseAddr6); err != nil {
+		return err
+	}
 	if err := a.buildDeviceTLS(); err != nil {
 		return err
 	}
