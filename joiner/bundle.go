@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -387,6 +388,7 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 			params := bundle.InitParams{
 				Version: v, ControlPlaneEndpoint: res.rt.APIEndpoint, AdvertiseAddress: ip, NodeName: nodeName,
 				CertSANs: sans, Tokens: toks, EncryptionAlgorithm: pki.Algorithm(res.rt.Algorithm), NodeLabels: labels,
+				NodeIP: nodeIP(res.ip),
 			}
 			if res.cluster.ControlNodes > 1 {
 				params.CertificateKey = keys.certKey
@@ -403,7 +405,7 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 				"ztpd-cluster-admins.yaml": []byte(bundle.ClusterAdminsRBAC)}
 		default:
 			jp := bundle.JoinParams{Version: v, APIServerEndpoint: res.rt.APIEndpoint, Token: nodeTok,
-				CACertHashes: []string{keys.ca.DiscoveryHash()}, NodeName: nodeName, NodeLabels: labels}
+				CACertHashes: []string{keys.ca.DiscoveryHash()}, NodeName: nodeName, NodeLabels: labels, NodeIP: nodeIP(res.ip)}
 			cc.Role = bundle.RoleWorker
 			if res.role == RoleControlPlane {
 				jp.ControlPlane, jp.CertificateKey, jp.AdvertiseAddress = true, keys.certKey, res.ip
@@ -473,4 +475,15 @@ func nodeName(hostname string) string {
 		}
 	}
 	return h
+}
+
+// nodeIP is the kubelet's node IP for a node that joined from addr: its
+// IPv6 address, since a kubelet left to choose on a dual-stack host takes
+// its IPv4 one and the Node would not be reachable where it asked from;
+// "" for IPv4, where the kubelet's own choice has always been kept.
+func nodeIP(addr string) string {
+	if a, err := netip.ParseAddr(addr); err == nil && a.Is6() && !a.Is4In6() {
+		return a.WithZone("").String()
+	}
+	return ""
 }

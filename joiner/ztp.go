@@ -9,6 +9,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/joiner/bundle"
 )
 
 // What the ZTP content service asks of the joiner while it renders a
@@ -67,7 +68,8 @@ func (s *Service) ZTPSection(ctx context.Context, dev core.Device, clusterRef, h
 }
 
 // KubernetesMaster returns the API server a switch writes into config_db's
-// KUBERNETES_MASTER|SERVER, when dev joins clusterRef by the SONiC method
+// KUBERNETES_MASTER|SERVER (an IPv6 host bracketed, see
+// bundle.SonicServerIP), when dev joins clusterRef by the SONiC method
 // (a kubeadm cluster); ok is false for devices that join otherwise, and
 // while the cluster has no API endpoint yet: the join plugin, which waits
 // for admission, then writes KUBERNETES_MASTER itself.
@@ -96,7 +98,7 @@ func (s *Service) KubernetesMaster(ctx context.Context, dev core.Device, cluster
 		return "", 0, false, err
 	}
 	port, err = strconv.Atoi(p)
-	return h, port, err == nil, err
+	return bundle.SonicServerIP(h), port, err == nil, err
 }
 
 // UserData issues a CloudStack VM's join bundle as its cloud-config: the
