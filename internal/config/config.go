@@ -151,6 +151,13 @@ type HTTP struct {
 	// (/latest/meta-data/...). CloudStack VMs look for it on port 80 of their DHCP
 	// server; empty disables the extra listener (the paths stay on Addr).
 	MetadataAddr string `yaml:"metadata_addr"`
+	// ONIELinkLocal names the interfaces on whose IPv6 link-local
+	// address(es) ONIE's discovery without DHCP is answered: port 80, the
+	// installer waterfall names only (ONIE asks each neighbour that
+	// answers its ping of ff02::1). Empty (the default): none, so an
+	// appliance answers ONIE on a link only where its operator says
+	// switches install from, not on every uplink it has.
+	ONIELinkLocal []string `yaml:"onie_link_local"`
 
 	// Limits of every HTTP listener (this one, metadata_addr, api.addr and
 	// debug.pprof_addr): see internal/httpserve.Limits.
@@ -658,6 +665,7 @@ func (c *Config) Validate() error {
 		errs.add("api.admin_key_file", "%q names a directory; give a file path", c.API.AdminKeyFile)
 	}
 	c.HTTP.validateLimits(&errs)
+	c.HTTP.validateLinkLocal(&errs)
 	c.validateAPIListener(&errs)
 	c.validateDeviceTLS(&errs)
 	c.Store.validate(&errs)
@@ -740,6 +748,32 @@ func (c *Config) Validate() error {
 		return errs
 	}
 	return nil
+}
+
+func (h HTTP) validateLinkLocal(errs *Errors) {
+	seen := map[string]bool{}
+	for i, name := range h.ONIELinkLocal {
+		if name == "" || seen[name] || strings.ContainsAny(name, "/ %") {
+			errs.add(fmt.Sprintf("http.onie_link_local[%d]", i), "%q is empty, repeated or not an interface name", name)
+		}
+		seen[name] = true
+	}
+	if len(h.ONIELinkLocal) == 0 {
+		return
+	}
+	// A wildcard listener on port 80 holds every link-local address's
+	// port 80 already (Linux refuses the more specific bind; Go listens
+	// dual-stack on 0.0.0.0 too), and would answer ONIE without naming
+	// the neighbour.
+	for _, l := range []struct{ field, addr string }{{"http.addr", h.Addr}, {"http.metadata_addr", h.MetadataAddr}} {
+		host, port, err := net.SplitHostPort(l.addr)
+		if err != nil || port != "80" {
+			continue
+		}
+		if a, err := netip.ParseAddr(host); host == "" || err == nil && a.IsUnspecified() {
+			errs.add("http.onie_link_local", "%s %s listens on port 80 of every address, link-local ones included: give it an address, or leave onie_link_local empty", l.field, l.addr)
+		}
+	}
 }
 
 func (h HTTP) validateLimits(errs *Errors) {
