@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -361,10 +362,9 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 		Method: res.method, KubernetesVersion: v.Tag(), APIEndpoint: res.rt.APIEndpoint, CAHash: keys.ca.DiscoveryHash(),
 	}
 	var report *bundle.Report
-	if s.opts.ReportURL != "" {
-		b.ReportURL, b.ReportPin = s.reportTarget()
-		b.reportToken = res.report.Reveal()
-		report = &bundle.Report{URL: b.ReportURL, Token: b.reportToken, Pin: b.ReportPin}
+	if url, pin := s.reportTarget(ctx); url != "" {
+		b.ReportURL, b.ReportPin, b.reportToken = url, pin, res.report.Reveal()
+		report = &bundle.Report{URL: url, Token: b.reportToken, Pin: pin}
 	}
 	if s.opts.AgentFiles != nil {
 		if b.agentFiles, err = s.opts.AgentFiles(res.agent.Reveal()); err != nil {
@@ -426,6 +426,7 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 			params := bundle.InitParams{
 				Version: v, ControlPlaneEndpoint: res.rt.APIEndpoint, AdvertiseAddress: ip, NodeName: nodeName,
 				CertSANs: sans, Tokens: toks, EncryptionAlgorithm: pki.Algorithm(res.rt.Algorithm), NodeLabels: labels,
+				NodeIP: nodeIP(res.ip),
 			}
 			if res.cluster.ControlNodes > 1 {
 				params.CertificateKey = keys.certKey
@@ -442,7 +443,7 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 				"ztpd-cluster-admins.yaml": []byte(bundle.ClusterAdminsRBAC)}
 		default:
 			jp := bundle.JoinParams{Version: v, APIServerEndpoint: res.rt.APIEndpoint, Token: nodeTok,
-				CACertHashes: []string{keys.ca.DiscoveryHash()}, NodeName: nodeName, NodeLabels: labels}
+				CACertHashes: []string{keys.ca.DiscoveryHash()}, NodeName: nodeName, NodeLabels: labels, NodeIP: nodeIP(res.ip)}
 			cc.Role = bundle.RoleWorker
 			if res.role == RoleControlPlane {
 				jp.ControlPlane, jp.CertificateKey, jp.AdvertiseAddress = true, keys.certKey, res.ip
@@ -513,4 +514,15 @@ func nodeName(hostname string) string {
 		}
 	}
 	return h
+}
+
+// nodeIP is the kubelet's node IP for a node that joined from addr: its
+// IPv6 address, since a kubelet left to choose on a dual-stack host takes
+// its IPv4 one and the Node would not be reachable where it asked from;
+// "" for IPv4, where the kubelet's own choice has always been kept.
+func nodeIP(addr string) string {
+	if a, err := netip.ParseAddr(addr); err == nil && a.Is6() && !a.Is4In6() {
+		return a.WithZone("").String()
+	}
+	return ""
 }

@@ -1,12 +1,15 @@
 package joiner
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/ztp/endpoints"
 )
 
 // refusals are the enrollment.refused events stored, oldest first.
@@ -187,5 +190,47 @@ func TestSectionNamesTheTLSListener(t *testing.T) {
 	}
 	if _, ok := sec["tls-pin"]; ok || sec["join-url"] != "http://10.99.0.1:8080/join" {
 		t.Fatalf("plain section %v", sec)
+	}
+}
+
+// TestSectionInTheDeviceFamily: with BasesFor, a dual-stack appliance's
+// section and report URL are in the family the device's request came in
+// on; a request of unknown family keeps the configured bases.
+func TestSectionInTheDeviceFamily(t *testing.T) {
+	ep, err := endpoints.New("10.99.0.1", "[::]:8080")
+	if err == nil {
+		ep, err = ep.WithAdvertise6("fd99::1")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	bases := func(ctx context.Context) (string, string) {
+		l := endpoints.Local(ctx)
+		if !l.IsValid() {
+			return "", ""
+		}
+		return ep.Base(l), ep.SecureBase(l)
+	}
+	e := newEnv(t, Options{AutoApprove: approveAll, BaseURL: ep.Join(), BasesFor: bases})
+	e.cluster(clusterSpec{Name: "fabric", Size: 4})
+	sw := core.Device{ID: mac(7), MAC: mac(7), Kind: core.KindSONiC, IP: e.hold(addrOf(7), mac(7))}
+	for _, c := range []struct {
+		local string
+		want  string
+	}{{"fd99::1", "http://[fd99::1]:8080"}, {"10.99.0.1", "http://10.99.0.1:8080"}, {"", "http://10.99.0.1:8080"}} {
+		ctx := bg
+		if c.local != "" {
+			ctx = endpoints.WithLocal(bg, netip.MustParseAddr(c.local))
+		}
+		sec, err := e.svc.ZTPSection(ctx, sw, "fabric", "leaf-7")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sec["join-url"] != c.want+"/join" || sec["plugin"].(map[string]any)["url"] != c.want+PluginPath {
+			t.Errorf("over %q: join-url %v plugin %v, want %s", c.local, sec["join-url"], sec["plugin"], c.want)
+		}
+		if _, _, report := e.svc.deviceURLs(ctx); report != c.want+"/join/report" {
+			t.Errorf("over %q: report URL %s", c.local, report)
+		}
 	}
 }

@@ -25,6 +25,7 @@
 package joiner
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -171,6 +172,11 @@ type Options struct {
 	// /join/report (switches: SecureBaseURL's with the listener). Empty
 	// (and no BaseURL): bundles carry no report step.
 	ReportURL string
+	// BasesFor, when set, is BaseURL and SecureBaseURL for the device
+	// whose request ctx serves, in the address family it asked over (an
+	// appliance serving both); an empty answer keeps the configured one.
+	// A defaulted ReportURL follows it.
+	BasesFor func(ctx context.Context) (base, secure string)
 	// AgentFiles renders the device agent's installation (script, units,
 	// its configuration with the credential, the pinned appliance CA) for
 	// one credential; nil: bundles install no agent and issue no agent
@@ -203,6 +209,9 @@ type Service struct {
 	// bindKick asks the sweeper loop to create a cluster's admin binding.
 	bindKick chan string
 
+	// reportDerived: ReportURL was not configured but follows the base.
+	reportDerived bool
+
 	reportLog *ratelimit.Keyed // refused reports, logged at most once per address a while
 	// csrLog bounds the refused certificate requests recorded per device:
 	// a device re-sending a bad one until its secret expires must not
@@ -211,9 +220,6 @@ type Service struct {
 	// enrollmentRefusals bounds the enrollment.refused events per
 	// enrollment: a replayed secret must not be able to cycle the audit trail.
 	enrollmentRefusals *ratelimit.Keyed
-	// reportOnTLS: the report URL is the default one, so switches get the
-	// device HTTPS listener's (reportTarget).
-	reportOnTLS bool
 }
 
 // New builds the service over an opened store and keyring.
@@ -237,9 +243,9 @@ func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, err
 	if opts.DevicePins == nil {
 		opts.SecureBaseURL = nil
 	}
-	reportOnTLS := opts.ReportURL == "" && opts.SecureBaseURL != nil
+	reportDerived := opts.ReportURL == ""
 	if opts.ReportURL == "" && opts.BaseURL != "" {
-		opts.ReportURL = opts.BaseURL + "/join/report"
+		opts.ReportURL = opts.BaseURL + reportPath
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -251,9 +257,9 @@ func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, err
 	if err != nil {
 		return nil, err
 	}
-	return &Service{reportLog: ratelimit.New(1, refusalLogEvery, 4096), csrLog: ratelimit.New(3, refusalLogEvery, 4096),
+	return &Service{reportDerived: reportDerived, reportLog: ratelimit.New(1, refusalLogEvery, 4096), csrLog: ratelimit.New(3, refusalLogEvery, 4096),
 		enrollmentRefusals: ratelimit.New(3, refusalLogEvery, 4096), store: store, keys: keys, devices: opts.Devices, opts: opts, rules: rules, now: opts.Now, log: opts.Log,
-		metrics: newMetrics(opts.Registerer), cache: map[string]*clusterKeys{}, bindKick: make(chan string, 64), reportOnTLS: reportOnTLS}, nil
+		metrics: newMetrics(opts.Registerer), cache: map[string]*clusterKeys{}, bindKick: make(chan string, 64)}, nil
 }
 
 // secureBase is the device HTTPS listener's base, "" without it.
@@ -264,18 +270,41 @@ func (s *Service) secureBase() string {
 	return strings.TrimSuffix(s.opts.SecureBaseURL(), "/")
 }
 
-// reportTarget is where a joining device reports, and the pins its client
-// must check ("" over plain HTTP). With the device HTTPS listener every
-// device reads its report credential over that listener (a switch in its
-// join answer, a VM in its join data), so it reports there too, pinned,
-// and the credential travels only inside TLS.
-func (s *Service) reportTarget() (url, pin string) {
-	if s.reportOnTLS {
-		if base := s.secureBase(); base != "" {
-			return base + "/join/report", s.opts.DevicePins()
+// reportTarget is where the device whose request ctx serves reports, and
+// the pins its client must check ("" over plain HTTP). With the device
+// HTTPS listener every device reads its report credential over that
+// listener (a switch in its join answer, a VM in its join data), so it
+// reports there too, pinned, and the credential travels only inside TLS;
+// an operator's report_url is kept as given.
+func (s *Service) reportTarget(ctx context.Context) (url, pin string) {
+	_, secure, report := s.deviceURLs(ctx)
+	if s.reportDerived && secure != "" {
+		return secure + reportPath, s.opts.DevicePins()
+	}
+	return report, ""
+}
+
+// reportPath is where joinhttp takes nodes' join reports, under the base.
+const reportPath = "/join/report"
+
+// deviceURLs are the device-facing bases and report URL for the device
+// whose request ctx serves (see Options.BasesFor).
+func (s *Service) deviceURLs(ctx context.Context) (base, secure, report string) {
+	base, secure, report = s.opts.BaseURL, s.secureBase(), s.opts.ReportURL
+	if s.opts.BasesFor == nil {
+		return base, secure, report
+	}
+	b, sec := s.opts.BasesFor(ctx)
+	if b != "" {
+		base = strings.TrimSuffix(b, "/")
+		if s.reportDerived {
+			report = base + reportPath
 		}
 	}
-	return s.opts.ReportURL, ""
+	if sec != "" && secure != "" {
+		secure = strings.TrimSuffix(sec, "/")
+	}
+	return base, secure, report
 }
 
 // DefaultEnrollmentTTL is how long an enrollment secret lives. It need

@@ -26,7 +26,8 @@ const PluginPath = "/join/sonic-plugin"
 // and serial. The plugin posts to /join, installs the credentials and
 // config_db's KUBERNETES_MASTER, and ctrmgrd joins.
 func (s *Service) ZTPSection(ctx context.Context, dev core.Device, clusterRef, hostname string) (map[string]any, error) {
-	if s.opts.BaseURL == "" {
+	base, secure, _ := s.deviceURLs(ctx)
+	if base == "" {
 		return nil, errors.New("joiner: no base URL configured for device-facing links")
 	}
 	if err := s.profileCluster(clusterRef); err != nil {
@@ -45,18 +46,18 @@ func (s *Service) ZTPSection(ctx context.Context, dev core.Device, clusterRef, h
 		return nil, err
 	}
 	sec := map[string]any{
-		"plugin":      map[string]any{"url": s.opts.BaseURL + PluginPath},
+		"plugin":      map[string]any{"url": base + PluginPath},
 		"description": "join Kubernetes cluster " + clusterRef,
 		"enrollment":  cred.Reveal(),
-		"join-url":    s.opts.BaseURL + "/join",
+		"join-url":    base + "/join",
 		"mac":         dev.MAC,
 	}
 	// With the device HTTPS listener, the bundle (secrets) is fetched over
 	// TLS pinned to the certificate this document names: what travels in
 	// clear is the one-time enrollment, bound to this switch's address,
 	// and the pin.
-	if base := s.secureBase(); base != "" {
-		sec["join-url"] = base + "/join"
+	if secure != "" {
+		sec["join-url"] = secure + "/join"
 		sec["tls-pin"] = s.opts.DevicePins()
 	}
 	if dev.Serial != "" {
@@ -69,7 +70,8 @@ func (s *Service) ZTPSection(ctx context.Context, dev core.Device, clusterRef, h
 }
 
 // KubernetesMaster returns the API server a switch writes into config_db's
-// KUBERNETES_MASTER|SERVER, when dev joins clusterRef by the SONiC method
+// KUBERNETES_MASTER|SERVER (an IPv6 host bracketed, see
+// bundle.SonicServerIP), when dev joins clusterRef by the SONiC method
 // (a kubeadm cluster); ok is false for devices that join otherwise, and
 // while the cluster has no API endpoint yet: the join plugin, which waits
 // for admission, then writes KUBERNETES_MASTER itself.
@@ -98,7 +100,7 @@ func (s *Service) KubernetesMaster(ctx context.Context, dev core.Device, cluster
 		return "", 0, false, err
 	}
 	port, err = strconv.Atoi(p)
-	return h, port, err == nil, err
+	return bundle.SonicServerIP(h), port, err == nil, err
 }
 
 // JoinDataPath is where the device HTTPS listener serves a VM its join
@@ -120,11 +122,11 @@ const JoinDataPath = endpoints.JoinDataPath
 // the retry window or once joined, a cloud-config without key material;
 // cloud-init fetches user-data at every boot, so this is not an error.
 func (s *Service) UserData(ctx context.Context, dev core.Device, clusterRef, role, hostname string) ([]byte, error) {
-	if base := s.secureBase(); base != "" {
+	if _, secure, _ := s.deviceURLs(ctx); secure != "" {
 		if err := s.profileCluster(clusterRef); err != nil && core.KindOf(err) != core.KindWaiting {
 			return nil, err
 		}
-		return bundle.RenderWaiterCloudConfig(bundle.WaiterParams{URL: base + JoinDataPath,
+		return bundle.RenderWaiterCloudConfig(bundle.WaiterParams{URL: secure + JoinDataPath,
 			Pins: s.opts.DevicePins(), Hostname: nodeName(hostname)})
 	}
 	if err := s.profileCluster(clusterRef); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/hosturl"
 	"github.com/ztpd/ztpd/internal/profile"
 	"github.com/ztpd/ztpd/internal/rollout"
 	"github.com/ztpd/ztpd/ztp/content"
@@ -126,12 +127,12 @@ func (a *App) metadataBase() string {
 			continue
 		}
 		if ip, err := netip.ParseAddr(host); err == nil && !ip.IsUnspecified() {
-			return "http://" + host
+			return hosturl.Base("http", host, "")
 		}
 		break
 	}
 	if adv := a.Endpoints.Advertise(); adv.IsValid() && !adv.IsUnspecified() {
-		return "http://" + adv.String()
+		return hosturl.Base("http", adv.String(), "")
 	}
 	return "http://<dhcp-server-addr>"
 }

@@ -138,6 +138,8 @@ type App struct {
 
 	// metadata serves the cloud-init paths on http.metadata_addr.
 	metadata http.Handler
+	// linkLocal answers ONIE's link-local discovery (http.onie_link_local).
+	linkLocal http.Handler
 	// apiOnMain is the API when it is served on the main listener (http.addr
 	// on loopback, or api.insecure_plain_http); apiOwn when it has its own
 	// (api.addr, or <http.addr host>:8443 with TLS).
@@ -226,6 +228,9 @@ func (a *App) build() error {
 	if a.Endpoints, err = endpoints.New(a.Cfg.AdvertiseAddr, a.Cfg.HTTP.Addr); err != nil {
 		return err
 	}
+	if a.Endpoints, err = a.Endpoints.WithAdvertise6(a.Cfg.AdvertiseAddr6); err != nil {
+		return err
+	}
 	if err := a.buildDeviceTLS(); err != nil {
 		return err
 	}
@@ -308,6 +313,9 @@ func (a *App) build() error {
 	zh.Register(a.HTTPMux)
 	if a.Cfg.HTTP.MetadataAddr != "" {
 		a.metadata = zh.MetadataHandler()
+	}
+	if len(a.Cfg.HTTP.ONIELinkLocal) > 0 {
+		a.linkLocal = zh.LinkLocalHandler(ztphttp.NeighborMAC)
 	}
 	if t := a.Cfg.TFTP; t.Enabled {
 		a.tftp = &ztptftp.Options{Addr: t.Addr, SinglePort: t.SinglePort, MaxBlockSize: t.MaxBlockSize, Window: t.Window,
@@ -452,6 +460,13 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 		runners = append(runners, listener("metadata", a.Cfg.HTTP.MetadataAddr, bound.Metadata, a.deviceGuard("metadata").Wrap(a.metadata)))
 	} else if bound.Metadata != nil {
 		bound.Metadata.Close()
+	}
+	for _, ln := range bound.LinkLocal {
+		if a.linkLocal == nil {
+			ln.Close()
+			continue
+		}
+		runners = append(runners, listener("onie-link-local", ln.Addr().String(), ln, a.deviceGuard("onie-link-local").Wrap(a.linkLocal)))
 	}
 	if a.Cfg.Debug.PprofAddr != "" {
 		runners = append(runners, listener("pprof", a.Cfg.Debug.PprofAddr, bound.Pprof,

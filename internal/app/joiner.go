@@ -10,6 +10,7 @@ import (
 	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/joiner/joinhttp"
 	"github.com/ztpd/ztpd/ztp/content"
+	"github.com/ztpd/ztpd/ztp/endpoints"
 )
 
 // buildJoiner wires the joiner: the clusters service's Membership, the ZTP
@@ -43,6 +44,7 @@ func (a *App) buildJoiner() error {
 		AutoApprove:   rules,
 		BaseURL:       a.Endpoints.Join(),
 		SecureBaseURL: a.Endpoints.SecureJoin, // the port may be bound later (port 0)
+		BasesFor:      a.deviceBases,
 		DevicePins:    a.devicePins(),
 		Devices:       a.Devices, // built before the joiner
 		Log:           a.Log.With("part", "joiner"),
@@ -94,4 +96,14 @@ func (a *App) profileLabels(name string) map[string]string {
 		return p.Labels()
 	}
 	return nil
+}
+
+// deviceBases are the joiner's device-facing bases for the device whose
+// request ctx serves, in the family it asked over.
+func (a *App) deviceBases(ctx context.Context) (base, secure string) {
+	local := endpoints.Local(ctx)
+	if !local.IsValid() {
+		return "", ""
+	}
+	return a.Endpoints.Base(local), a.Endpoints.SecureBase(local)
 }

@@ -174,6 +174,15 @@ type Client struct {
 	Serial, BaseMAC, Product, SONiCVersion string
 	// ONIE headers.
 	ONIE *ONIE
+	// Neighbor is the MAC of the link-local neighbour the request came
+	// from (ONIE's link-local discovery: no DHCP, so no lease), as the
+	// network tells it (the neighbour table, or the address's EUI-64
+	// interface id); "" otherwise. Only ONIEInstaller takes it as the
+	// holder: an installer is public, so the neighbour's word names the
+	// device it records and entitles it to nothing else.
+	Neighbor string
+	// neighborHolds: identify takes Neighbor as the holder of Addr.
+	neighborHolds bool
 	// stated is what the request states about its device, once identify
 	// has checked it (none before, or when it was refused); serialHolder
 	// the device that holds the serial it states, when that is not the

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/profile"
+	"github.com/ztpd/ztpd/ztp/endpoints"
 )
 
 // MetadataKeys are the CloudStack metadata entries, in the order the virtual
@@ -27,6 +28,7 @@ type VM struct {
 // VM identifies a CloudStack VM by the lease of its source address and
 // renders its profile. userData asks for the user-data template too.
 func (s *Service) VM(ctx context.Context, c *Client, userData bool) (*VM, error) {
+	ctx = endpoints.WithLocal(ctx, c.Local)
 	var dev core.Device
 	// A VM is known by its address alone: what its request may say about
 	// itself is neither checked nor learnt.

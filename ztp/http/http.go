@@ -223,7 +223,10 @@ func (s *Server) onieWaterfall(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) serveONIE(w http.ResponseWriter, r *http.Request, hint string) {
-	c := ClientFrom(r)
+	s.serveONIEFor(w, r, ClientFrom(r), hint)
+}
+
+func (s *Server) serveONIEFor(w http.ResponseWriter, r *http.Request, c *content.Client, hint string) {
 	im, _, err := s.svc.ONIEInstaller(r.Context(), c, hint)
 	if err != nil {
 		s.fail(w, r, err)
