@@ -163,7 +163,7 @@ var (
 			core.ClusterError: core.ClusterDestroying},
 		refused: "Kubernetes cluster ID: %[1]s is in %[2]s state and cannot be deleted",
 		target:  core.ClusterDestroyed, fail: core.ClusterAlert,
-		beyond:  deleteBeyond,
+		beyond: deleteBeyond,
 		// With force, a Membership that takes members off their nodes
 		// first (ForceDestroyer) destroys the cluster even when that
 		// failed, and the members it left are recorded in the job.
