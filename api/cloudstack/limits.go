@@ -78,7 +78,7 @@ func (r *csRequest) entries(name string) []map[string]string {
 			continue
 		}
 		if byIndex[idx] == nil {
-			byIndex[idx] = map[string]string{}
+			byIndex[idx] = make(map[string]string, 2) // one entry: node and offering, key and value
 		}
 		byIndex[idx][key] = v
 	}
