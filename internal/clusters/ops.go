@@ -506,13 +506,23 @@ func joinedMembers(tx core.Tx, cluster string) ([]string, error) {
 		if err != nil {
 			return false, err
 		}
-		switch m.State {
-		case core.StateJoined, core.StateNotReady, core.StateLost:
+		if NodeRegistered(m.State) {
 			joined = append(joined, device)
 		}
 		return true, nil
 	})
 	return joined, err
+}
+
+// NodeRegistered reports whether a member in state st has joined: its Node
+// registered (Ready, not ready or lost). A member that has not has
+// nothing on its node for a delete to take down.
+func NodeRegistered(st core.DeviceState) bool {
+	switch st {
+	case core.StateJoined, core.StateNotReady, core.StateLost:
+		return true
+	}
+	return false
 }
 
 // appendAbandoned records, with the deletion, the members a forced delete
