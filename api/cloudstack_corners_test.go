@@ -192,6 +192,16 @@ func TestCloudStackRefusesWhatItCannotHonour(t *testing.T) {
 		t.Fatalf("created: %+v", c)
 	}
 
+	// listKubernetesClusters' clustertype filters: ztpd's are all CloudManaged.
+	for typ, want := range map[string]int{"CloudManaged": 1, "ExternalManaged": 0} {
+		l := u.ok("listKubernetesClusters", map[string]string{"clustertype": typ}, false)
+		if n := len(l); (want == 0) != (n == 0) {
+			t.Fatalf("listKubernetesClusters clustertype=%s: %v", typ, l)
+		}
+	}
+	errorBody(t, u.call("listKubernetesClusters", map[string]string{"clustertype": "Other"}, false), "listkubernetesclustersresponse", 431, 4350,
+		"Unable to resolve cluster type Other")
+
 	e.healthy(c.ID)
 	// Scale: no autoscaling, per-role offerings only as serviceofferingid.
 	for _, s := range []struct {

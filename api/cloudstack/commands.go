@@ -119,7 +119,8 @@ func (d *Door) commandTable() map[string]*command {
 				{"state", "string", false, "the cluster state"}, {"keyword", "string", false, "part of name or description"},
 				{"listall", "boolean", false, "admin keys: list every account's clusters (default: the key's account)"},
 				{"account", "string", false, "only this account's clusters (admin keys: any account)"},
-				{"domainid", "uuid", false, "ignored: ztpd has one domain, ROOT"}}, page...),
+				{"domainid", "uuid", false, "ignored: ztpd has one domain, ROOT"},
+				{"clustertype", "string", false, "CloudManaged (every ztpd cluster) or ExternalManaged (none)"}}, page...),
 			Response: clusterFields, run: (*Door).csListClusters},
 		{Name: "getKubernetesClusterConfig", Desc: "Get the kubeconfig of a Kubernetes cluster",
 			JavaClass: javaUserK8s + "cluster.GetKubernetesClusterConfigCmd",
@@ -379,6 +380,14 @@ func (d *Door) csListClusters(r *csRequest) (any, *csError) {
 	page, size, e := paging(r)
 	if e != nil {
 		return nil, e
+	}
+	switch t := r.str("clustertype"); t {
+	case "", "CloudManaged": // every cluster ztpd has
+	case "ExternalManaged":
+		return listBody("kubernetescluster", 0, nil), nil
+	default:
+		return nil, &csError{code: csParamError, cscode: csInvalidValue,
+			text: "Unable to resolve cluster type " + t + " to a supported value (CloudManaged, ExternalManaged)"}
 	}
 	f := clusters.ClusterFilter{ID: r.str("id"), Name: r.str("name"), State: r.str("state"), Keyword: r.str("keyword"),
 		ListAll: r.boolean("listall"), Account: r.str("account")}
