@@ -221,3 +221,48 @@ func events(t *testing.T, s *Service, cluster, typ string) []core.Event {
 	}
 	return out
 }
+
+// TestStartTimeoutSweptByTwoAppliances: two services on one store (as two
+// appliances, should a leadership change let both sweep at once) move a
+// late cluster to Alert once: one state change, one event.
+func TestStartTimeoutSweptByTwoAppliances(t *testing.T) {
+	clock := &fakeClock{}
+	st := storetest.Store(t)
+	var svcs []*Service
+	for _, name := range []string{"a1", "a2"} {
+		s, err := New(st, &recorder{}, Options{Now: clock.Now, Appliance: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close(context.Background()) })
+		svcs = append(svcs, s)
+	}
+	c := startingCluster(t, svcs[0], "late")
+	clock.Set(time.Now().Add(time.Hour))
+	var wg sync.WaitGroup
+	moved := make([]int, len(svcs))
+	for i, s := range svcs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := s.ExpireStarts()
+			if err != nil {
+				t.Error(err)
+			}
+			moved[i] = n
+		}()
+	}
+	wg.Wait()
+	if moved[0]+moved[1] != 1 || state(t, svcs[1], "late") != core.ClusterAlert {
+		t.Fatalf("moved %v, state %s", moved, state(t, svcs[1], "late"))
+	}
+	alerts := 0
+	for _, e := range events(t, svcs[0], c.ID, "cluster.state") {
+		if strings.Contains(e.Message, "Starting -> Alert") {
+			alerts++
+		}
+	}
+	if alerts != 1 {
+		t.Fatalf("%d Starting -> Alert events", alerts)
+	}
+}
