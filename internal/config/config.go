@@ -317,6 +317,10 @@ type API struct {
 	// API server not answering ztpd, fewer Ready Nodes than desired)
 	// before it moves to Alert.
 	ClusterAlertAfter Duration `yaml:"cluster_alert_after"`
+	// ClusterStartTimeout is how long a cluster may stay Starting (no
+	// control plane Running yet) before it moves to Alert, from where it
+	// can be deleted: CloudStack's cloud.kubernetes.cluster.start.timeout.
+	ClusterStartTimeout Duration `yaml:"cluster_start_timeout"`
 	// ClusterProbeInterval is how often ztpd probes each cluster's API
 	// server (/readyz) besides watching its Nodes.
 	ClusterProbeInterval Duration `yaml:"cluster_probe_interval"`
@@ -499,7 +503,7 @@ func Default() Config {
 func defaultAPI() API {
 	return API{AuthFailuresPerMinute: 20, TLS: TLS{Enabled: true}, RequireExpiryREST: true, CloudStackUnversionedWrites: "refuse",
 		MaxSignatureLifetime: Duration(20 * time.Minute), KubeconfigTTL: Duration(24 * time.Hour),
-		ClusterAlertAfter: Duration(5 * time.Minute), ClusterProbeInterval: Duration(5 * time.Second)}
+		ClusterAlertAfter: Duration(5 * time.Minute), ClusterStartTimeout: Duration(time.Hour), ClusterProbeInterval: Duration(5 * time.Second)}
 }
 
 // Load reads path (if not empty) over the defaults. Unknown fields are errors,
@@ -672,6 +676,9 @@ func (c *Config) Validate() error {
 	}
 	if d := c.API.ClusterAlertAfter.D(); d < time.Second || d > 24*time.Hour {
 		errs.add("api.cluster_alert_after", "%s is outside 1s..24h", d)
+	}
+	if d := c.API.ClusterStartTimeout.D(); d < time.Second || d > 7*24*time.Hour {
+		errs.add("api.cluster_start_timeout", "%s is outside 1s..168h", d)
 	}
 	if d := c.API.ClusterProbeInterval.D(); d < 100*time.Millisecond || d > 10*time.Minute {
 		errs.add("api.cluster_probe_interval", "%s is outside 100ms..10m", d)

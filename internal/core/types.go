@@ -216,6 +216,10 @@ type Cluster struct {
 	Account      string              `json:"account,omitempty"`     // owning account (see ClusterAccount)
 	Created      time.Time           `json:"created"`
 	UpdatedAt    time.Time           `json:"updated_at"`
+	// StateSince is when the cluster entered State (zero in records
+	// stored before it was kept: UpdatedAt stands in). The start timeout
+	// counts from it.
+	StateSince time.Time `json:"state_since,omitzero"`
 }
 
 // ClusterObservation is the cluster as ztpd's watch of its API server last
