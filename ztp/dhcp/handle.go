@@ -25,8 +25,8 @@ type exchange struct {
 	keyBuf       [1 + 255 + 16]byte
 	kind         core.DeviceKind
 	res          *reservation
-	resByMAC     bool // res names the client's hardware address (not only its word)
-	declared     bool // a configured reservation declares the client's kind
+	resByMAC     bool  // res names the client's hardware address (not only its word)
+	declared     bool  // a configured reservation declares the client's kind
 	slot         *slot // the planned position its relay proves, nil for none
 	product      string
 	serial       string

@@ -28,7 +28,7 @@ type subnet struct {
 	resBySerial map[string]*reservation
 	resByIP     map[uint32]*reservation
 	posByIP     map[uint32]*reservation // the cabling plan's addresses in this subnet (SetPlan)
-	excluded    map[uint32]bool // network, broadcast and router addresses inside a pool
+	excluded    map[uint32]bool         // network, broadcast and router addresses inside a pool
 
 	clients map[string]*binding // client key -> its binding in this subnet
 	byHW    map[string]*binding // raw hardware address -> binding (takeover, see lookupClient)
