@@ -71,33 +71,30 @@ func Advance(cur, next DeviceState) DeviceState {
 
 // Device is one client ztpd has seen. Its ID is the normalised MAC address.
 type Device struct {
-	ID          string     `json:"id"`
-	Kind        DeviceKind `json:"kind"`
-	MAC         string     `json:"mac"`
-	Serial      string     `json:"serial,omitempty"`
-	Product     string     `json:"product,omitempty"`  // SONiC product name
-	Platform    string     `json:"platform,omitempty"` // ONIE platform
-	Hostname    string     `json:"hostname,omitempty"`
-	ClientID    string     `json:"client_id,omitempty"` // option 61, printable or hex
-	VendorClass string     `json:"vendor_class,omitempty"`
-	SONiCVer    string     `json:"sonic_version,omitempty"`
-	IP          string     `json:"ip,omitempty"`
-	Subnet      string     `json:"subnet,omitempty"` // subnet name
-	RelayAddr   string     `json:"relay_addr,omitempty"`
-	CircuitID   string     `json:"circuit_id,omitempty"` // option 82 circuit id, as the relay sent it
-	RemoteID    string     `json:"remote_id,omitempty"`  // option 82 remote id, as the relay sent it
-	// Position is the cabling plan's slot the device's last lease was
-	// granted through (its relay and relay agent information), "" when
-	// none proved one.
-	Position string            `json:"position,omitempty"`
-	BaseMAC  string            `json:"base_mac,omitempty"` // SONiC BASE-MAC-ADDRESS; may differ from the management MAC
-	FixedIP  string            `json:"fixed_ip,omitempty"` // operator-declared static address (served without a lease once approved)
-	State    DeviceState       `json:"state"`
-	Approved bool              `json:"approved,omitempty"`
-	Cluster  string            `json:"cluster,omitempty"` // cluster ID
-	Role     string            `json:"role,omitempty"`    // control-plane | worker | sonic
-	Profile  string            `json:"profile,omitempty"`
-	Labels   map[string]string `json:"labels,omitempty"`
+	ID          string            `json:"id"`
+	Kind        DeviceKind        `json:"kind"`
+	MAC         string            `json:"mac"`
+	Serial      string            `json:"serial,omitempty"`
+	Product     string            `json:"product,omitempty"`  // SONiC product name
+	Platform    string            `json:"platform,omitempty"` // ONIE platform
+	Hostname    string            `json:"hostname,omitempty"`
+	ClientID    string            `json:"client_id,omitempty"` // option 61, printable or hex
+	VendorClass string            `json:"vendor_class,omitempty"`
+	SONiCVer    string            `json:"sonic_version,omitempty"`
+	IP          string            `json:"ip,omitempty"`
+	Subnet      string            `json:"subnet,omitempty"` // subnet name
+	RelayAddr   string            `json:"relay_addr,omitempty"`
+	CircuitID   string            `json:"circuit_id,omitempty"` // option 82 circuit id, as the relay sent it
+	RemoteID    string            `json:"remote_id,omitempty"`  // option 82 remote id, as the relay sent it
+	Position    string            `json:"position,omitempty"`   // the cabling plan's slot its last lease was granted through
+	BaseMAC     string            `json:"base_mac,omitempty"`   // SONiC BASE-MAC-ADDRESS; may differ from the management MAC
+	FixedIP     string            `json:"fixed_ip,omitempty"`   // operator-declared static address (served without a lease once approved)
+	State       DeviceState       `json:"state"`
+	Approved    bool              `json:"approved,omitempty"`
+	Cluster     string            `json:"cluster,omitempty"` // cluster ID
+	Role        string            `json:"role,omitempty"`    // control-plane | worker | sonic
+	Profile     string            `json:"profile,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
 	// Refusal is why the device's last ZTP request got no content (no
 	// profile matches it, a stated fact contradicts its record, ...); zero
 	// once it is served again.
