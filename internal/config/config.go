@@ -38,6 +38,7 @@ type Config struct {
 	Rollout       Rollout  `yaml:"rollout"`
 	Store         Store    `yaml:"store"`
 	Profiles      []string `yaml:"profiles"` // profile YAML files or directories
+	Positions     []string `yaml:"positions"` // cabling plan files or directories (*.yaml, *.yml, *.csv), reloaded with the profiles
 	Debug         Debug    `yaml:"debug"`
 }
 

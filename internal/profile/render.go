@@ -57,6 +57,7 @@ type Position struct {
 	Role      string            `json:"role,omitempty"`
 	Cluster   string            `json:"cluster,omitempty"`
 	Labels    map[string]string `json:"labels,omitempty"`
+	Profile   string            `json:"profile,omitempty"` // the profile the plan gives the slot; "" = matched as usual
 }
 
 // SampleFacts is the device used to trial-render templates at load and by
