@@ -38,7 +38,9 @@ type Config struct {
 	Rollout       Rollout  `yaml:"rollout"`
 	Store         Store    `yaml:"store"`
 	Profiles      []string `yaml:"profiles"` // profile YAML files or directories
-	Positions     []string `yaml:"positions"` // cabling plan files or directories (*.yaml, *.yml, *.csv), reloaded with the profiles
+	// Positions are the cabling plan's files or directories (*.yaml,
+	// *.yml, *.csv), reloaded with the profiles.
+	Positions     []string `yaml:"positions"`
 	Debug         Debug    `yaml:"debug"`
 }
 
