@@ -37,10 +37,8 @@ type Config struct {
 	Joiner        Joiner   `yaml:"joiner"`
 	Rollout       Rollout  `yaml:"rollout"`
 	Store         Store    `yaml:"store"`
-	Profiles      []string `yaml:"profiles"` // profile YAML files or directories
-	// Positions are the cabling plan's files or directories (*.yaml,
-	// *.yml, *.csv), reloaded with the profiles.
-	Positions     []string `yaml:"positions"`
+	Profiles      []string `yaml:"profiles"`  // profile YAML files or directories
+	Positions     []string `yaml:"positions"` // cabling plan files or directories (*.yaml, *.yml, *.csv)
 	Debug         Debug    `yaml:"debug"`
 }
 
