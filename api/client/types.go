@@ -125,6 +125,7 @@ type Device struct {
 	RelayAddr   string            `json:"relay_addr,omitempty"`
 	CircuitID   string            `json:"circuit_id,omitempty"`
 	RemoteID    string            `json:"remote_id,omitempty"`
+	Position    string            `json:"position,omitempty"` // the cabling plan's slot it was last leased through
 	BaseMAC     string            `json:"base_mac,omitempty"`
 	FixedIP     string            `json:"fixed_ip,omitempty"`
 	State       core.DeviceState  `json:"state"`

@@ -43,7 +43,8 @@ type Config struct {
 	Joiner         Joiner   `yaml:"joiner"`
 	Rollout        Rollout  `yaml:"rollout"`
 	Store          Store    `yaml:"store"`
-	Profiles       []string `yaml:"profiles"` // profile YAML files or directories
+	Profiles       []string `yaml:"profiles"`  // profile YAML files or directories
+	Positions      []string `yaml:"positions"` // cabling plan files or directories (*.yaml, *.yml, *.csv)
 	Debug          Debug    `yaml:"debug"`
 }
 

@@ -31,6 +31,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
+	"github.com/ztpd/ztpd/internal/positions"
 	"github.com/ztpd/ztpd/internal/profile"
 	"github.com/ztpd/ztpd/internal/ratelimit"
 	"github.com/ztpd/ztpd/ztp/endpoints"
@@ -105,6 +106,7 @@ type Service struct {
 	opt      Options
 	log      *slog.Logger
 	profiles atomic.Pointer[profile.Set]
+	plan     atomic.Pointer[positions.Plan] // the cabling plan; nil without one
 	imgs     imageCache
 	files    *os.Root
 	now      func() time.Time
@@ -148,7 +150,8 @@ func (s *Service) Close() error {
 }
 
 // SetProfiles swaps in a loaded profile set; it checks that the default
-// profile exists in it.
+// profile exists in it. (The app checks the plan's profiles against the
+// set before both are swapped in: CheckPlanProfiles.)
 func (s *Service) SetProfiles(set *profile.Set) error {
 	if s.opt.DefaultProfile != "" && set.Get(s.opt.DefaultProfile) == nil {
 		return fmt.Errorf("ztp.default_profile: no profile named %q is loaded", s.opt.DefaultProfile)
@@ -315,9 +318,16 @@ func (s *Service) pick(f *profile.Facts) (*profile.Profile, error) {
 }
 
 // Pick is how a profile is chosen for a device with facts f, by the server
-// and by `ztpd profile check`: the first profile of set that matches, else
-// the default profile (byDefault), else a 404 refusal.
+// and by `ztpd profile check`: the profile the device's planned position
+// names, else the first profile of set that matches, else the default
+// profile (byDefault), else a 404 refusal.
 func Pick(set *profile.Set, defaultProfile string, f *profile.Facts) (p *profile.Profile, byDefault bool, err error) {
+	if pos := f.Position; pos != nil && pos.Profile != "" {
+		if p := set.Get(pos.Profile); p != nil {
+			return p, false, nil
+		}
+		return nil, false, notFound("position %s names profile %q, which is not loaded", pos.Name, pos.Profile)
+	}
 	if p := set.Match(f); p != nil {
 		return p, false, nil
 	}
@@ -344,7 +354,10 @@ func (s *Service) resolve(c *Client) (core.Device, bool, *profile.Profile, error
 		return dev, stored, nil, err
 	}
 	learn(&dev, c)
-	p, err := s.pick(Facts(&dev))
+	if err := placed(s.plan.Load(), &dev); err != nil {
+		return dev, stored, nil, err
+	}
+	p, err := s.pick(s.facts(&dev))
 	return dev, stored, p, err
 }
 
