@@ -21,6 +21,7 @@ import (
 	"github.com/ztpd/ztpd/internal/app"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/hosturl"
 	"github.com/ztpd/ztpd/internal/profile"
 	"github.com/ztpd/ztpd/ztp/content"
 	"github.com/ztpd/ztpd/ztp/endpoints"
@@ -236,7 +237,7 @@ func checkRecordedDevice(st *profileCheckStoreAccess, ref string) (*core.Device,
 func recordedDevice(v client.Device) core.Device {
 	d := core.Device{ID: v.ID, Kind: v.Kind, MAC: v.MAC, Serial: v.Serial, Product: v.Product, Platform: v.Platform,
 		Hostname: v.Hostname, ClientID: v.ClientID, VendorClass: v.VendorClass, SONiCVer: v.SONiCVer, IP: v.IP, Subnet: v.Subnet,
-		RelayAddr: v.RelayAddr, CircuitID: v.CircuitID, RemoteID: v.RemoteID, BaseMAC: v.BaseMAC, FixedIP: v.FixedIP,
+		RelayAddr: v.RelayAddr, CircuitID: v.CircuitID, RemoteID: v.RemoteID, Position: v.Position, BaseMAC: v.BaseMAC, FixedIP: v.FixedIP,
 		State: v.State, Approved: v.Approved, Cluster: v.Cluster, Role: v.Role, Profile: v.Profile, Labels: v.Labels,
 		FirstSeen: v.FirstSeen, LastSeen: v.LastSeen, UpdatedAt: v.UpdatedAt}
 	if c := v.SerialConflict; c != nil {
@@ -426,7 +427,7 @@ func checkMetadataBase(metadataAddr, httpAddr string) (base, note string) {
 			continue
 		}
 		if ip, err := netip.ParseAddr(host); err == nil && !ip.IsUnspecified() {
-			return "http://" + host, ""
+			return hosturl.Base("http", host, ""), ""
 		}
 		return "http://<dhcp-server-addr>", ""
 	}

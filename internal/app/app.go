@@ -37,6 +37,7 @@ import (
 	"github.com/ztpd/ztpd/internal/ha"
 	"github.com/ztpd/ztpd/internal/httpserve"
 	"github.com/ztpd/ztpd/internal/kubewatch"
+	"github.com/ztpd/ztpd/internal/positions"
 	"github.com/ztpd/ztpd/internal/profile"
 	"github.com/ztpd/ztpd/internal/rollout"
 	"github.com/ztpd/ztpd/internal/secretbox"
@@ -115,6 +116,9 @@ type App struct {
 
 	// ZTP renders per-device ZTP content for the HTTP and TFTP transports.
 	ZTP *content.Service
+	// Positions owns the cabling plan (positions: and the API's), which
+	// DHCP and content serve by.
+	Positions *positions.Service
 
 	// Clusters is the Kubernetes versions and clusters service; the joiner
 	// is passed to it when built. APIKeys holds API credentials.
@@ -138,6 +142,8 @@ type App struct {
 
 	// metadata serves the cloud-init paths on http.metadata_addr.
 	metadata http.Handler
+	// linkLocal answers ONIE's link-local discovery (http.onie_link_local).
+	linkLocal http.Handler
 	// apiOnMain is the API when it is served on the main listener (http.addr
 	// on loopback, or api.insecure_plain_http); apiOwn when it has its own
 	// (api.addr, or <http.addr host>:8443 with TLS).
@@ -226,6 +232,9 @@ func (a *App) build() error {
 	if a.Endpoints, err = endpoints.New(a.Cfg.AdvertiseAddr, a.Cfg.HTTP.Addr); err != nil {
 		return err
 	}
+	if a.Endpoints, err = a.Endpoints.WithAdvertise6(a.Cfg.AdvertiseAddr6); err != nil {
+		return err
+	}
 	if err := a.buildDeviceTLS(); err != nil {
 		return err
 	}
@@ -303,11 +312,15 @@ func (a *App) build() error {
 	}
 	a.ZTP = ztp
 	a.OnClose(ztp.Close)
+	a.Positions = positions.NewService(a.Cfg.Positions, a.Store, a.applyPlan)
 	a.OnStart(a.loadProfiles)
 	zh := ztphttp.New(ztp, a.Log, a.frontDoor(), a.Metrics)
 	zh.Register(a.HTTPMux)
 	if a.Cfg.HTTP.MetadataAddr != "" {
 		a.metadata = zh.MetadataHandler()
+	}
+	if len(a.Cfg.HTTP.ONIELinkLocal) > 0 {
+		a.linkLocal = zh.LinkLocalHandler(ztphttp.NeighborMAC)
 	}
 	if t := a.Cfg.TFTP; t.Enabled {
 		a.tftp = &ztptftp.Options{Addr: t.Addr, SinglePort: t.SinglePort, MaxBlockSize: t.MaxBlockSize, Window: t.Window,
@@ -337,33 +350,66 @@ func (a *App) Start() error {
 	return nil
 }
 
-// loadProfiles loads the configured profile files and, when every one is
-// valid, swaps them in for serving and the joiner's labels; on any error
-// the profiles in use stay.
+// loadProfiles loads the configured profile files and the cabling plan
+// and, when every one is valid and the plan names only loaded profiles,
+// swaps them in for serving and the joiner's labels; on any error the
+// profiles and the plan in use stay.
 func (a *App) loadProfiles() error {
 	set, err := profile.Load(a.Cfg.Profiles)
 	if err != nil {
 		return err
 	}
+	pl, err := a.Positions.Read()
+	if err != nil {
+		return err
+	}
+	if err := content.CheckPlanProfiles(pl, set); err != nil {
+		return err
+	}
+	if a.DHCP != nil {
+		// First: the one check left that can refuse the plan (its
+		// addresses against the subnets).
+		if err := a.DHCP.SetPlan(pl); err != nil {
+			return err
+		}
+	}
 	if err := a.ZTP.SetProfiles(set); err != nil {
 		return err
 	}
 	a.profiles.Store(set)
+	if err := a.Positions.Use(pl); err != nil {
+		return err
+	}
 	a.warnStartup(set)
 	return nil
 }
 
-// ReloadProfiles reads the profile files again (SIGHUP, systemctl reload
-// ztpd): a change takes effect without a restart, and a file with errors
-// is refused as a whole, with every error logged, while the profiles in
-// use keep serving.
+// ReloadProfiles reads the profile files and the cabling plan again
+// (SIGHUP, systemctl reload ztpd): a change takes effect without a
+// restart, and a file with errors is refused as a whole, with every error
+// logged, while the profiles and the plan in use keep serving.
 func (a *App) ReloadProfiles() error {
 	if err := a.loadProfiles(); err != nil {
 		a.Log.Error("profiles not reloaded: the profiles in use stay", "profiles", a.Cfg.Profiles, "err", err)
 		return err
 	}
-	a.Log.Info("profiles reloaded", "profiles", a.Cfg.Profiles, "loaded", len(a.profiles.Load().Profiles()))
+	a.Log.Info("profiles reloaded", "profiles", a.Cfg.Profiles, "loaded", len(a.profiles.Load().Profiles()),
+		"positions", a.Positions.Plan().Len())
 	return nil
+}
+
+// applyPlan hands a cabling plan to what serves by it: content (its
+// profiles must be loaded) and DHCP (its addresses must be in subnets).
+func (a *App) applyPlan(pl *positions.Plan) error {
+	if err := content.CheckPlanProfiles(pl, a.profiles.Load()); err != nil {
+		return err
+	}
+	if a.DHCP != nil {
+		if err := a.DHCP.SetPlan(pl); err != nil {
+			return err
+		}
+	}
+	return a.ZTP.SetPlan(pl)
 }
 
 // OnStart registers work for Start.
@@ -441,7 +487,9 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 		listener("admin", "", admin, a.AdminMux),
 	}
 	if a.DeviceTLS != nil {
-		runners = append(runners, &httpRunner{httpserve.Listener{Name: "https", Addr: a.Cfg.DeviceTLSListener(), Ln: bound.DeviceTLS,
+		// With port 0 the system chose it: documents name that one.
+		a.Endpoints.TLSBound(bound.DeviceTLS.Addr())
+		runners = append(runners, &httpRunner{httpserve.Listener{Name: "https", Addr: bound.DeviceTLS.Addr().String(), Ln: bound.DeviceTLS,
 			Handler: a.deviceTLSHandler(), TLS: a.DeviceTLS.TLSConfig(), Limits: lim, Log: a.Log, Grace: grace, Metrics: a.httpMetrics}})
 	} else if bound.DeviceTLS != nil {
 		bound.DeviceTLS.Close()
@@ -450,6 +498,13 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 		runners = append(runners, listener("metadata", a.Cfg.HTTP.MetadataAddr, bound.Metadata, a.deviceGuard("metadata").Wrap(a.metadata)))
 	} else if bound.Metadata != nil {
 		bound.Metadata.Close()
+	}
+	for _, ln := range bound.LinkLocal {
+		if a.linkLocal == nil {
+			ln.Close()
+			continue
+		}
+		runners = append(runners, listener("onie-link-local", ln.Addr().String(), ln, a.deviceGuard("onie-link-local").Wrap(a.linkLocal)))
 	}
 	if a.Cfg.Debug.PprofAddr != "" {
 		runners = append(runners, listener("pprof", a.Cfg.Debug.PprofAddr, bound.Pprof,

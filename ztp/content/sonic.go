@@ -12,12 +12,15 @@ import (
 
 // ZTPJSON renders the ztp.json for the switch behind c.
 func (s *Service) ZTPJSON(ctx context.Context, c *Client) (*Served, error) {
+	// The joiner's links are in the family the device asked over, over
+	// HTTP or TFTP alike.
+	ctx = endpoints.WithLocal(ctx, c.Local)
 	dev, _, p, err := s.resolve(c)
 	if err != nil {
 		s.refused(c, dev, "ztp.json", err)
 		return nil, err
 	}
-	f := Facts(&dev)
+	f := s.facts(&dev)
 	env := s.env(c)
 	base := env.BaseURL
 	r, err := p.Render(f, env, profile.RenderSections)
@@ -92,6 +95,7 @@ func sonicImage(images Images, resolve func(ref string) (core.Image, error), r *
 // ConfigDB renders config_db.json of device id for the requester c, which
 // must be that device.
 func (s *Service) ConfigDB(ctx context.Context, c *Client, id string) (*Served, error) {
+	ctx = endpoints.WithLocal(ctx, c.Local)
 	nid, err := core.NormalizeMAC(id)
 	if err != nil {
 		return nil, notFound("no device %q", id)
@@ -112,7 +116,7 @@ func (s *Service) ConfigDB(ctx context.Context, c *Client, id string) (*Served, 
 		return nil, err
 	}
 	learn(&target, c)
-	f := Facts(&target)
+	f := s.facts(&target)
 	p, err := s.pick(f)
 	if err != nil {
 		return nil, err

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
+	"github.com/ztpd/ztpd/internal/positions"
 	"github.com/ztpd/ztpd/internal/ratelimit"
 )
 
@@ -55,6 +56,8 @@ type Server struct {
 	devs     map[string]*device // by raw hardware address
 	devQueue []*device
 	events   []eventRec
+	plan     *positions.Plan // the cabling plan (SetPlan); nil without one
+	slots    map[*positions.Position]*slot
 
 	ifaces    []*iface // set by Listen, read-only afterwards
 	listening bool
