@@ -43,8 +43,10 @@ type Position struct {
 	Relay     netip.Addr `json:"relay"`
 	CircuitID string     `json:"circuit_id,omitempty"` // option 82 sub-option 1, in its stored form
 	RemoteID  string     `json:"remote_id,omitempty"`  // option 82 sub-option 2, in its stored form
-	// InterfaceID is the DHCPv6 relay's interface-id (option 18), kept for
-	// the IPv6 path; the IPv4 lookup does not read it.
+	// InterfaceID is a DHCPv6 relay's interface-id (option 18): what a
+	// position behind an IPv6 relay names in place of a circuit id (option
+	// 82 is IPv4's). Its remote_id is then option 37's id (after the
+	// enterprise number).
 	InterfaceID string `json:"interface_id,omitempty"`
 
 	// What the device there is.
@@ -82,6 +84,9 @@ func (p *Position) Proof() string {
 	s := "relay " + p.Relay.String()
 	if p.CircuitID != "" {
 		s += fmt.Sprintf(" circuit-id %q", p.CircuitID)
+	}
+	if p.InterfaceID != "" {
+		s += fmt.Sprintf(" interface-id %q", p.InterfaceID)
 	}
 	if p.RemoteID != "" {
 		s += fmt.Sprintf(" remote-id %q", p.RemoteID)
@@ -121,8 +126,20 @@ func (p *Position) Check(bad func(field string, err error)) {
 	if p.remote, err = ParseID(p.RemoteID); err != nil {
 		bad("remote_id", err)
 	}
-	if _, err = ParseID(p.InterfaceID); err != nil {
+	iface, err := ParseID(p.InterfaceID)
+	if err != nil {
 		bad("interface_id", err)
+	}
+	// Behind an IPv6 relay the interface-id takes the circuit id's place
+	// in the index, so the checks that every slot can be told apart hold
+	// for both families.
+	if p.Relay.Is6() {
+		if p.CircuitID != "" {
+			fail("circuit_id", "option 82 is IPv4's: a position behind an IPv6 relay names interface_id (option 18)")
+		}
+		p.circuit = iface
+	} else if p.InterfaceID != "" && p.Relay.IsValid() {
+		fail("interface_id", "option 18 is DHCPv6's: a position behind an IPv4 relay names circuit_id")
 	}
 	switch p.Role {
 	case "", "control-plane", "worker", "sonic":
@@ -335,11 +352,23 @@ func proofKey(b []byte, relay []byte, circuit, remote []byte) []byte {
 // information that matches no position is no position's. It allocates
 // nothing: it sits on the DHCP request path.
 func (pl *Plan) Match4(relay [4]byte, circuit, remote []byte) *Position {
+	return pl.match(relay[:], circuit, remote)
+}
+
+// Match6 returns the position a DHCPv6 request proves: relayed by the
+// relay whose Relay-Forw states link (its link address, the giaddr's
+// counterpart) with this interface-id (option 18) and remote-id (option
+// 37's id, without the enterprise number), or nil. It allocates nothing.
+func (pl *Plan) Match6(link [16]byte, interfaceID, remoteID []byte) *Position {
+	return pl.match(link[:], interfaceID, remoteID)
+}
+
+func (pl *Plan) match(relay, circuit, remote []byte) *Position {
 	if pl == nil || len(pl.byProof) == 0 || len(circuit) > MaxIDLen+2 || len(remote) > MaxIDLen+2 {
 		return nil
 	}
-	var buf [3 + 4 + 2*(MaxIDLen+2)]byte
-	try := func(c, r []byte) *Position { return pl.byProof[string(proofKey(buf[:0], relay[:], c, r))] }
+	var buf [3 + 16 + 2*(MaxIDLen+2)]byte
+	try := func(c, r []byte) *Position { return pl.byProof[string(proofKey(buf[:0], relay, c, r))] }
 	// Each distinct key once: an id the request lacks is already left out.
 	p := try(circuit, remote)
 	if p == nil && len(remote) > 0 {

@@ -240,7 +240,71 @@ func FuzzParse(f *testing.F) {
 				if got := pl.Match4(p.Relay.As4(), p.circuit, p.remote); got != p {
 					t.Fatalf("%s does not match its own proof (got %v)", p.Name, got)
 				}
+			} else if got := pl.Match6(p.Relay.As16(), p.circuit, p.remote); got != p {
+				t.Fatalf("%s does not match its own IPv6 proof (got %v)", p.Name, got)
 			}
 		}
 	})
+}
+
+// A position behind an IPv6 relay is proved by the relay's link address,
+// its interface-id (option 18) and remote-id (option 37), and can be told
+// apart from the others as an IPv4 one can.
+func TestIPv6Positions(t *testing.T) {
+	const plan = `positions:
+  - name: leaf-01
+    relay: fd99:0:0:7::1
+    interface_id: Ethernet12
+    remote_id: mgmt-07
+  - name: leaf-02
+    relay: fd99:0:0:7::1
+    interface_id: Ethernet13
+  - name: leaf-03
+    relay: 10.0.7.1
+    circuit_id: Ethernet12
+`
+	ps, errs := Parse("plan.yaml", []byte(plan))
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	pl, errs := Build(ps)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	link := netip.MustParseAddr("fd99:0:0:7::1").As16()
+	if p := pl.Match6(link, []byte("Ethernet12"), []byte("mgmt-07")); p == nil || p.Name != "leaf-01" {
+		t.Fatalf("match = %+v", p)
+	}
+	if p := pl.Match6(link, []byte("Ethernet12"), []byte("other")); p != nil {
+		t.Fatalf("matched %s with another remote id", p.Name)
+	}
+	if p := pl.Match6(link, []byte("Ethernet13"), []byte("any")); p == nil || p.Name != "leaf-02" {
+		t.Fatalf("match = %+v", p)
+	}
+	// The IPv4 position's circuit id proves nothing over IPv6, nor the
+	// IPv6 ones' interface-ids over IPv4.
+	if p := pl.Match6(netip.MustParseAddr("::ffff:10.0.7.1").As16(), []byte("Ethernet12"), nil); p != nil {
+		t.Fatalf("IPv6 lookup matched %s", p.Name)
+	}
+	if p := pl.Match4([4]byte{10, 0, 7, 1}, []byte("Ethernet13"), nil); p != nil {
+		t.Fatalf("IPv4 lookup matched %s", p.Name)
+	}
+	if n := testing.AllocsPerRun(100, func() { pl.Match6(link, []byte("Ethernet12"), []byte("mgmt-07")) }); n != 0 {
+		t.Fatalf("Match6 allocates %v times", n)
+	}
+
+	for _, c := range []struct{ plan, field string }{
+		{"positions:\n  - {name: a, relay: fd99::1, circuit_id: Ethernet1}\n", "circuit_id"},
+		{"positions:\n  - {name: a, relay: 10.0.0.1, interface_id: Ethernet1}\n", "interface_id"},
+		{"positions:\n  - {name: a, relay: fd99::1, interface_id: e1}\n  - {name: b, relay: fd99::1, interface_id: e1}\n", "relay"},
+	} {
+		ps, errs := Parse("p.yaml", []byte(c.plan))
+		if len(errs) == 0 {
+			_, errs = Build(ps)
+		}
+		var e *Error
+		if len(errs) != 1 || !errors.As(errs[0], &e) || e.Field != c.field {
+			t.Errorf("%q: errors %v, want one on %s", c.plan, errs, c.field)
+		}
+	}
 }
