@@ -373,6 +373,11 @@ func (a *App) loadProfiles() error {
 			return err
 		}
 	}
+	if a.DHCP6 != nil {
+		if err := a.DHCP6.SetPlan(pl); err != nil {
+			return err
+		}
+	}
 	if err := a.ZTP.SetProfiles(set); err != nil {
 		return err
 	}
@@ -406,6 +411,11 @@ func (a *App) applyPlan(pl *positions.Plan) error {
 	}
 	if a.DHCP != nil {
 		if err := a.DHCP.SetPlan(pl); err != nil {
+			return err
+		}
+	}
+	if a.DHCP6 != nil {
+		if err := a.DHCP6.SetPlan(pl); err != nil {
 			return err
 		}
 	}

@@ -78,16 +78,19 @@ func (s *Server) touchDevice(x *exchange) {
 	}
 	if x.link.IsValid() {
 		stated.RelayAddr = x.link.String()
-		rs := x.req.relays
-		for i := len(rs) - 1; i >= 0; i-- {
-			// The relay closest to the client knows its port.
-			if stated.CircuitID == "" && rs[i].interfaceID != nil {
-				stated.CircuitID = idText(rs[i].interfaceID)
-			}
-			if stated.RemoteID == "" && len(rs[i].remoteID) > 4 {
-				stated.RemoteID = idText(rs[i].remoteID[4:])
-			}
+		// The interface-id and remote-id are recorded as option 82's
+		// circuit and remote ids are, so auto_approve rules and profiles
+		// match them alike.
+		ifaceID, remoteID := relayIDs(x.req.relays)
+		if ifaceID != nil {
+			stated.CircuitID = idText(ifaceID)
 		}
+		if remoteID != nil {
+			stated.RemoteID = idText(remoteID)
+		}
+	}
+	if x.slot != nil {
+		stated.Position = x.slot.pos.Name
 	}
 	if x.fresh {
 		ip := x.b.ip.String()

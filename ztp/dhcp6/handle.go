@@ -23,7 +23,8 @@ type exchange struct {
 	mac      []byte
 	kind     core.DeviceKind
 	res      *reservation
-	resByMAC bool // res names the client's MAC (not only its DUID)
+	resByMAC bool  // res names the client's MAC (not only its DUID)
+	slot     *slot // the planned position its relay proves, nil for none
 	product  string
 	serial   string
 	platform string
@@ -70,7 +71,7 @@ var steps = [...]step{
 	{"message", (*Server).stepMessage},         // a client message we answer, server id as RFC 8415 §16 says
 	{"relay", (*Server).stepRelay},             // Relay-Forw only from declared relays
 	{"subnet", (*Server).stepSubnet},           // the relay's link address, else the interface's subnet
-	{"identify", (*Server).stepIdentify},       // DUID, MAC, class, reservation
+	{"identify", (*Server).stepIdentify},       // DUID, MAC, class, reservation, planned position
 	{"lease", (*Server).stepLease},             // advertise, grant, renew, release, decline, confirm
 	{"device", (*Server).stepDevice},           // device record of a lease holder (write-behind)
 	{"encode", (*Server).stepEncode},           // mandatory options, IAs, options asked for (ORO)
@@ -226,6 +227,7 @@ func (s *Server) stepIdentify(x *exchange) bool {
 	default:
 		x.kind = core.KindUnknown
 	}
+	s.identifyPosition(x)
 	return true
 }
 

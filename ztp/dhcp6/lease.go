@@ -60,7 +60,7 @@ func (s *Server) lookup(x *exchange) *binding {
 // free reports whether a may go to the exchange's client: not reserved for
 // another client and not busy with another's binding.
 func (s *Server) free(x *exchange, a netip.Addr) bool {
-	if r := x.sn.resByIP[a]; r != nil && r != x.res {
+	if r := x.sn.resByIP[a]; r != nil && r != x.res || x.sn.positionHeld(x, a) {
 		return false
 	}
 	b := s.byIP[a]

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
+	"github.com/ztpd/ztpd/internal/positions"
 	"github.com/ztpd/ztpd/internal/ratelimit"
 )
 
@@ -37,6 +38,8 @@ type Server struct {
 	vmPrefixes [][]byte
 	vmVendors  [][]byte
 	relays     []Relay
+	plan       *positions.Plan // the cabling plan (SetPlan); nil without one
+	slots      map[*positions.Position]*slot
 	workers    int
 	duid       []byte // the server identifier, stored
 

@@ -70,6 +70,7 @@ type subnet struct {
 	resByDUID map[string]*reservation
 	resByMAC  map[string]*reservation // raw 6-byte MAC
 	resByIP   map[netip.Addr]*reservation
+	posByIP   map[netip.Addr]*reservation // the cabling plan's addresses in this subnet (SetPlan)
 
 	clients map[string]*binding // raw DUID -> its binding in this subnet
 
