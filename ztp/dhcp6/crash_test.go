@@ -2,6 +2,7 @@ package dhcp6
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -208,7 +209,9 @@ func (sc *stormClient) read() {
 		}
 		sc.mu.Lock()
 		p := sc.byXID[m.TransactionID]
-		if p == nil {
+		// Transaction ids are random 24 bits: over thousands of messages
+		// two clients can draw one, so the reply's client id decides.
+		if cid := m.Options.ClientID(); p == nil || cid == nil || !bytes.Equal(cid.ToBytes(), p.duid.ToBytes()) {
 			sc.mu.Unlock()
 			continue
 		}

@@ -452,3 +452,22 @@ func TestVMByVendorClass(t *testing.T) {
 		t.Fatalf("kind = %q", d.Kind)
 	}
 }
+
+// New addresses are handed out in order, and after a restart they follow
+// the highest one stored rather than scanning the leases from the pool's
+// start.
+func TestAddressesInOrderAcrossRestart(t *testing.T) {
+	h := newHarness(t, nil)
+	want := []string{"fd99:0:0:1::100", "fd99:0:0:1::101", "fd99:0:0:1::102"}
+	for i, w := range want {
+		c := newClient(fmt.Sprintf("02:00:00:00:20:%02x", i))
+		if got := addrOf(h.dora(c)); got != w {
+			t.Fatalf("client %d got %s, want %s", i, got, w)
+		}
+	}
+	h.restart()
+	c := newClient("02:00:00:00:20:99")
+	if got := addrOf(h.dora(c)); got != "fd99:0:0:1::103" {
+		t.Fatalf("after a restart a new client got %s, want fd99:0:0:1::103", got)
+	}
+}

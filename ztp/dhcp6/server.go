@@ -271,6 +271,13 @@ func (s *Server) load(now time.Time) error {
 				return true, nil
 			}
 			s.adopt(sn, a, l, now)
+			if p := sn.poolFor(a); p != nil {
+				// New addresses follow the highest one stored, not the
+				// pool's start: a restart after a storm scans no leases.
+				if off := p.offset(a); off < p.size && off >= p.next {
+					p.next = (off + 1) % p.size
+				}
+			}
 			loaded++
 			return true, nil
 		})

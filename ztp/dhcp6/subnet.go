@@ -3,7 +3,6 @@ package dhcp6
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/fnv"
 	"net"
 	"net/netip"
 	"strings"
@@ -87,6 +86,7 @@ type reservation struct {
 type pool struct {
 	start, end netip.Addr
 	size       uint64
+	next       uint64 // where the search for a free address starts
 }
 
 func newPool(r Range) pool {
@@ -102,6 +102,12 @@ func newPool(r Range) pool {
 
 func (p *pool) contains(a netip.Addr) bool {
 	return p.start.Compare(a) <= 0 && a.Compare(p.end) <= 0
+}
+
+// offset is how many places after the pool's start a (in the pool) is.
+func (p *pool) offset(a netip.Addr) uint64 {
+	s, b := p.start.As16(), a.As16()
+	return binary.BigEndian.Uint64(b[8:]) - binary.BigEndian.Uint64(s[8:])
 }
 
 // at is the address off places after the pool's start.
@@ -292,13 +298,4 @@ func (sn *subnet) poolFor(a netip.Addr) *pool {
 		}
 	}
 	return nil
-}
-
-// probeStart is where a client's search for a free address starts: a hash
-// of its DUID, so a client coming back after its binding was forgotten
-// tends to get its old address, and clients spread over the pool.
-func probeStart(duid []byte, size uint64) uint64 {
-	h := fnv.New64a()
-	h.Write(duid)
-	return h.Sum64() % size
 }
