@@ -91,7 +91,9 @@ stale_cleanup() {            # groups left over by an earlier, killed run of thi
   : > "$PGFILE"
 }
 pg_ticks() {                 # utime+stime (clock ticks) summed over process group $1
-  awk -v pg="$1" '{sub(/.*\) /,""); if ($3==pg) t+=$12+$13+$14+$15} END{print t+0}' /proc/[0-9]*/stat 2>/dev/null
+  # cat, not awk's own file list: mawk gives up (printing nothing) when a
+  # process exits between the glob and its read, as they do on a busy host
+  cat /proc/[0-9]*/stat 2>/dev/null | awk -v pg="$1" '{sub(/.*\) /,""); if ($3==pg) t+=$12+$13+$14+$15} END{print t+0}'
 }
 pg_hwm_kb() {                # max VmHWM over process group $1
   local p m=0 v
