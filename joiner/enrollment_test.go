@@ -2,6 +2,7 @@ package joiner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/netip"
 	"testing"
@@ -143,10 +144,16 @@ func TestEnrollmentRefusalsAreBounded(t *testing.T) {
 // section's join-url is on it and the section carries the pins; without,
 // join-url stays plain and there is no pin.
 func TestSectionNamesTheTLSListener(t *testing.T) {
-	pins := "sha256//AAAA;sha256//BBBB"
-	e := newEnv(t, Options{AutoApprove: approveAll, BaseURL: "http://10.99.0.1:8080", SecureBaseURL: "https://10.99.0.1/",
+	pins := "sha256//47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=;sha256//uU0nuZNNPgilLlLX2n2r+sSE7+N6U4DukIj3rOLvzek="
+	e := newEnv(t, Options{AutoApprove: approveAll, BaseURL: "http://10.99.0.1:8080", SecureBaseURL: func() string { return "https://10.99.0.1/" },
 		DevicePins: func() string { return pins }})
 	e.cluster(clusterSpec{Name: "fabric", Size: 4})
+	// The first control plane, a VM: it reads its join data over the
+	// pinned listener, so it reports there too.
+	vm := e.must(e.join("fabric", 1)).Deliver()
+	if vm.ReportURL != "https://10.99.0.1/join/report" || vm.ReportPin != pins {
+		t.Fatalf("a VM's report: %q pinned to %q", vm.ReportURL, vm.ReportPin)
+	}
 	sw := core.Device{ID: mac(7), MAC: mac(7), Kind: core.KindSONiC, IP: e.hold(addrOf(7), mac(7))}
 	sec, err := e.svc.ZTPSection(bg, sw, "fabric", "leaf-7")
 	if err != nil {
@@ -154,6 +161,21 @@ func TestSectionNamesTheTLSListener(t *testing.T) {
 	}
 	if sec["join-url"] != "https://10.99.0.1/join" || sec["tls-pin"] != pins {
 		t.Fatalf("section %v", sec)
+	}
+	// The switch's join answer (fetched over the pinned listener) sends
+	// its report there too, with the pins for its client to check.
+	b := e.must(e.svc.Join(bg, JoinRequest{Enrollment: sec["enrollment"].(string), MAC: sw.MAC, Kind: core.KindSONiC, RemoteIP: sw.IP, CSR: switchCSR(t)}))
+	delivery := b.Deliver()
+	raw, err := delivery.AppendJSON(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d Delivery
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.ReportURL != "https://10.99.0.1/join/report" || d.ReportPin != pins || d.ReportToken == "" {
+		t.Fatalf("a switch's report: %q pinned to %q", d.ReportURL, d.ReportPin)
 	}
 	if sec["plugin"].(map[string]any)["url"] != "http://10.99.0.1:8080"+PluginPath {
 		t.Fatalf("plugin %v: the plugin itself is no secret and stays where SONiC ZTP fetches it", sec["plugin"])

@@ -160,14 +160,17 @@ type Options struct {
 	// ReportURL derive from it.
 	BaseURL string
 	// SecureBaseURL is the device HTTPS listener's base, e.g.
-	// https://10.99.0.1, and DevicePins the pins of its certificate as
+	// https://10.99.0.1 (a func: the port may be known only once the
+	// listener is bound), and DevicePins the pins of its certificate as
 	// curl --pinnedpubkey takes them: with both, a ztp.json section's
 	// join-url is on that listener and the section names the pins
-	// ("tls-pin"). Empty: join-url stays on BaseURL.
-	SecureBaseURL string
+	// ("tls-pin"), and a switch's join answer gives the report URL on it
+	// with the pins. Nil or "": join-url stays on BaseURL.
+	SecureBaseURL func() string
 	DevicePins    func() string
 	// ReportURL is where nodes POST joined/failed; default BaseURL +
-	// /join/report. Empty (and no BaseURL): bundles carry no report step.
+	// /join/report (switches: SecureBaseURL's with the listener). Empty
+	// (and no BaseURL): bundles carry no report step.
 	ReportURL string
 	// BasesFor, when set, is BaseURL and SecureBaseURL for the device
 	// whose request ctx serves, in the address family it asked over (an
@@ -237,9 +240,8 @@ func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, err
 		opts.ReportTTL = 7 * 24 * time.Hour
 	}
 	opts.BaseURL = strings.TrimSuffix(opts.BaseURL, "/")
-	opts.SecureBaseURL = strings.TrimSuffix(opts.SecureBaseURL, "/")
 	if opts.DevicePins == nil {
-		opts.SecureBaseURL = ""
+		opts.SecureBaseURL = nil
 	}
 	reportDerived := opts.ReportURL == ""
 	if opts.ReportURL == "" && opts.BaseURL != "" {
@@ -260,13 +262,35 @@ func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, err
 		metrics: newMetrics(opts.Registerer), cache: map[string]*clusterKeys{}, bindKick: make(chan string, 64)}, nil
 }
 
+// secureBase is the device HTTPS listener's base, "" without it.
+func (s *Service) secureBase() string {
+	if s.opts.SecureBaseURL == nil {
+		return ""
+	}
+	return strings.TrimSuffix(s.opts.SecureBaseURL(), "/")
+}
+
+// reportTarget is where the device whose request ctx serves reports, and
+// the pins its client must check ("" over plain HTTP). With the device
+// HTTPS listener every device reads its report credential over that
+// listener (a switch in its join answer, a VM in its join data), so it
+// reports there too, pinned, and the credential travels only inside TLS;
+// an operator's report_url is kept as given.
+func (s *Service) reportTarget(ctx context.Context) (url, pin string) {
+	_, secure, report := s.deviceURLs(ctx)
+	if s.reportDerived && secure != "" {
+		return secure + reportPath, s.opts.DevicePins()
+	}
+	return report, ""
+}
+
 // reportPath is where joinhttp takes nodes' join reports, under the base.
 const reportPath = "/join/report"
 
 // deviceURLs are the device-facing bases and report URL for the device
 // whose request ctx serves (see Options.BasesFor).
 func (s *Service) deviceURLs(ctx context.Context) (base, secure, report string) {
-	base, secure, report = s.opts.BaseURL, s.opts.SecureBaseURL, s.opts.ReportURL
+	base, secure, report = s.opts.BaseURL, s.secureBase(), s.opts.ReportURL
 	if s.opts.BasesFor == nil {
 		return base, secure, report
 	}

@@ -24,7 +24,7 @@ func restSerialConflictOf(c *core.SerialConflict) *client.SerialConflict {
 func restDeviceOf(d core.Device) client.Device {
 	return client.Device{SerialConflict: restSerialConflictOf(d.SerialConflict), ID: d.ID, Kind: d.Kind, MAC: d.MAC, Serial: d.Serial, Product: d.Product, Platform: d.Platform,
 		Hostname: d.Hostname, ClientID: d.ClientID, VendorClass: d.VendorClass, SONiCVer: d.SONiCVer, IP: d.IP,
-		Subnet: d.Subnet, RelayAddr: d.RelayAddr, CircuitID: d.CircuitID, RemoteID: d.RemoteID, BaseMAC: d.BaseMAC,
+		Subnet: d.Subnet, RelayAddr: d.RelayAddr, CircuitID: d.CircuitID, RemoteID: d.RemoteID, Position: d.Position, BaseMAC: d.BaseMAC,
 		FixedIP: d.FixedIP, State: d.State, Approved: d.Approved, Cluster: d.Cluster, Role: d.Role, Profile: d.Profile,
 		Labels: d.Labels, Refusal: client.Refusal(d.Refusal), FirstSeen: d.FirstSeen, LastSeen: d.LastSeen, UpdatedAt: d.UpdatedAt}
 }

@@ -92,6 +92,7 @@ func appendDeviceJSON(buf []byte, d client.Device) ([]byte, error) {
 	buf = appendOptString(buf, `,"relay_addr":`, d.RelayAddr)
 	buf = appendOptString(buf, `,"circuit_id":`, d.CircuitID)
 	buf = appendOptString(buf, `,"remote_id":`, d.RemoteID)
+	buf = appendOptString(buf, `,"position":`, d.Position)
 	buf = appendOptString(buf, `,"base_mac":`, d.BaseMAC)
 	buf = appendOptString(buf, `,"fixed_ip":`, d.FixedIP)
 	buf = append(buf, `,"state":`...)

@@ -237,7 +237,7 @@ func checkRecordedDevice(st *profileCheckStoreAccess, ref string) (*core.Device,
 func recordedDevice(v client.Device) core.Device {
 	d := core.Device{ID: v.ID, Kind: v.Kind, MAC: v.MAC, Serial: v.Serial, Product: v.Product, Platform: v.Platform,
 		Hostname: v.Hostname, ClientID: v.ClientID, VendorClass: v.VendorClass, SONiCVer: v.SONiCVer, IP: v.IP, Subnet: v.Subnet,
-		RelayAddr: v.RelayAddr, CircuitID: v.CircuitID, RemoteID: v.RemoteID, BaseMAC: v.BaseMAC, FixedIP: v.FixedIP,
+		RelayAddr: v.RelayAddr, CircuitID: v.CircuitID, RemoteID: v.RemoteID, Position: v.Position, BaseMAC: v.BaseMAC, FixedIP: v.FixedIP,
 		State: v.State, Approved: v.Approved, Cluster: v.Cluster, Role: v.Role, Profile: v.Profile, Labels: v.Labels,
 		FirstSeen: v.FirstSeen, LastSeen: v.LastSeen, UpdatedAt: v.UpdatedAt}
 	if c := v.SerialConflict; c != nil {

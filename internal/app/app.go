@@ -37,6 +37,7 @@ import (
 	"github.com/ztpd/ztpd/internal/ha"
 	"github.com/ztpd/ztpd/internal/httpserve"
 	"github.com/ztpd/ztpd/internal/kubewatch"
+	"github.com/ztpd/ztpd/internal/positions"
 	"github.com/ztpd/ztpd/internal/profile"
 	"github.com/ztpd/ztpd/internal/rollout"
 	"github.com/ztpd/ztpd/internal/secretbox"
@@ -46,6 +47,7 @@ import (
 	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/ztp/content"
 	"github.com/ztpd/ztpd/ztp/dhcp"
+	"github.com/ztpd/ztpd/ztp/dhcp6"
 	"github.com/ztpd/ztpd/ztp/endpoints"
 	ztphttp "github.com/ztpd/ztpd/ztp/http"
 	ztptftp "github.com/ztpd/ztpd/ztp/tftp"
@@ -109,9 +111,14 @@ type App struct {
 	// DHCP is the DHCP server when dhcp.interfaces is set (it opens its
 	// sockets when served).
 	DHCP *dhcp.Server
+	// DHCP6 is the DHCPv6 server when dhcp.subnets has an IPv6 subnet.
+	DHCP6 *dhcp6.Server
 
 	// ZTP renders per-device ZTP content for the HTTP and TFTP transports.
 	ZTP *content.Service
+	// Positions owns the cabling plan (positions: and the API's), which
+	// DHCP and content serve by.
+	Positions *positions.Service
 
 	// Clusters is the Kubernetes versions and clusters service; the joiner
 	// is passed to it when built. APIKeys holds API credentials.
@@ -257,7 +264,8 @@ func (a *App) build() error {
 	if err := a.buildRollouts(); err != nil {
 		return err
 	}
-	if a.Cfg.DHCP.Enabled() {
+	v4, v6 := hasSubnets(&a.Cfg.DHCP)
+	if a.Cfg.DHCP.Enabled() && (v4 || !v6) {
 		opt, err := a.dhcpOptions()
 		if err != nil {
 			return err
@@ -270,14 +278,33 @@ func (a *App) build() error {
 		a.DHCP = srv
 		a.AddRunner(srv)
 	}
+	if a.Cfg.DHCP.Enabled() && v6 {
+		opt, err := a.dhcp6Options()
+		if err != nil {
+			return err
+		}
+		opt.Registerer = a.Metrics
+		srv, err := dhcp6.New(opt)
+		if err != nil {
+			return err
+		}
+		a.DHCP6 = srv
+		a.AddRunner(srv)
+	}
 
 	// ZTP content over HTTP (and the cloud-init metadata listener) and TFTP.
 	// Profiles load at Start, so offline CLI commands do not depend on them.
 	opt := content.Options{Store: a.Store, Devices: a.Devices, Images: a.Images, Binaries: a.Binaries, Join: ztpJoin{a.Joiner}, Log: a.Log,
 		Endpoints: a.Endpoints, DefaultProfile: a.Cfg.ZTP.DefaultProfile,
 		FilesDir: filepath.Join(a.Cfg.DataDir, "files"), Bindings: a.bindings, Registerer: a.Metrics, DevicePins: a.devicePins()}
-	if a.DHCP != nil {
-		opt.Pending = a.DHCP // what DHCP knows before its device records are committed
+	// What DHCP knows before its device records are committed.
+	switch {
+	case a.DHCP != nil && a.DHCP6 != nil:
+		opt.Pending = dhcpFinder{v4: a.DHCP, v6: a.DHCP6}
+	case a.DHCP != nil:
+		opt.Pending = a.DHCP
+	case a.DHCP6 != nil:
+		opt.Pending = a.DHCP6
 	}
 	ztp, err := content.New(opt)
 	if err != nil {
@@ -285,6 +312,7 @@ func (a *App) build() error {
 	}
 	a.ZTP = ztp
 	a.OnClose(ztp.Close)
+	a.Positions = positions.NewService(a.Cfg.Positions, a.Store, a.applyPlan)
 	a.OnStart(a.loadProfiles)
 	zh := ztphttp.New(ztp, a.Log, a.frontDoor(), a.Metrics)
 	zh.Register(a.HTTPMux)
@@ -322,33 +350,66 @@ func (a *App) Start() error {
 	return nil
 }
 
-// loadProfiles loads the configured profile files and, when every one is
-// valid, swaps them in for serving and the joiner's labels; on any error
-// the profiles in use stay.
+// loadProfiles loads the configured profile files and the cabling plan
+// and, when every one is valid and the plan names only loaded profiles,
+// swaps them in for serving and the joiner's labels; on any error the
+// profiles and the plan in use stay.
 func (a *App) loadProfiles() error {
 	set, err := profile.Load(a.Cfg.Profiles)
 	if err != nil {
 		return err
 	}
+	pl, err := a.Positions.Read()
+	if err != nil {
+		return err
+	}
+	if err := content.CheckPlanProfiles(pl, set); err != nil {
+		return err
+	}
+	if a.DHCP != nil {
+		// First: the one check left that can refuse the plan (its
+		// addresses against the subnets).
+		if err := a.DHCP.SetPlan(pl); err != nil {
+			return err
+		}
+	}
 	if err := a.ZTP.SetProfiles(set); err != nil {
 		return err
 	}
 	a.profiles.Store(set)
+	if err := a.Positions.Use(pl); err != nil {
+		return err
+	}
 	a.warnStartup(set)
 	return nil
 }
 
-// ReloadProfiles reads the profile files again (SIGHUP, systemctl reload
-// ztpd): a change takes effect without a restart, and a file with errors
-// is refused as a whole, with every error logged, while the profiles in
-// use keep serving.
+// ReloadProfiles reads the profile files and the cabling plan again
+// (SIGHUP, systemctl reload ztpd): a change takes effect without a
+// restart, and a file with errors is refused as a whole, with every error
+// logged, while the profiles and the plan in use keep serving.
 func (a *App) ReloadProfiles() error {
 	if err := a.loadProfiles(); err != nil {
 		a.Log.Error("profiles not reloaded: the profiles in use stay", "profiles", a.Cfg.Profiles, "err", err)
 		return err
 	}
-	a.Log.Info("profiles reloaded", "profiles", a.Cfg.Profiles, "loaded", len(a.profiles.Load().Profiles()))
+	a.Log.Info("profiles reloaded", "profiles", a.Cfg.Profiles, "loaded", len(a.profiles.Load().Profiles()),
+		"positions", a.Positions.Plan().Len())
 	return nil
+}
+
+// applyPlan hands a cabling plan to what serves by it: content (its
+// profiles must be loaded) and DHCP (its addresses must be in subnets).
+func (a *App) applyPlan(pl *positions.Plan) error {
+	if err := content.CheckPlanProfiles(pl, a.profiles.Load()); err != nil {
+		return err
+	}
+	if a.DHCP != nil {
+		if err := a.DHCP.SetPlan(pl); err != nil {
+			return err
+		}
+	}
+	return a.ZTP.SetPlan(pl)
 }
 
 // OnStart registers work for Start.
@@ -392,6 +453,11 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 			return fmt.Errorf("dhcp: %w", err)
 		}
 	}
+	if a.DHCP6 != nil {
+		if err := a.DHCP6.Listen(); err != nil {
+			return fmt.Errorf("dhcp6: %w", err)
+		}
+	}
 	// Every TCP and UDP listener is open before any runner starts (serve
 	// bound them before creating anything; others bind them here).
 	if a.bound == nil {
@@ -421,7 +487,9 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 		listener("admin", "", admin, a.AdminMux),
 	}
 	if a.DeviceTLS != nil {
-		runners = append(runners, &httpRunner{httpserve.Listener{Name: "https", Addr: a.Cfg.DeviceTLSListener(), Ln: bound.DeviceTLS,
+		// With port 0 the system chose it: documents name that one.
+		a.Endpoints.TLSBound(bound.DeviceTLS.Addr())
+		runners = append(runners, &httpRunner{httpserve.Listener{Name: "https", Addr: bound.DeviceTLS.Addr().String(), Ln: bound.DeviceTLS,
 			Handler: a.deviceTLSHandler(), TLS: a.DeviceTLS.TLSConfig(), Limits: lim, Log: a.Log, Grace: grace, Metrics: a.httpMetrics}})
 	} else if bound.DeviceTLS != nil {
 		bound.DeviceTLS.Close()

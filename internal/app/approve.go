@@ -14,9 +14,13 @@ func (a *App) profileOf(d core.Device) (name, cluster string, known bool) {
 	if set == nil {
 		return "", "", false
 	}
-	p, _, err := content.Pick(set, a.Cfg.ZTP.DefaultProfile, content.Facts(&d))
+	f := content.FactsAt(&d, a.Positions.Plan())
+	p, _, err := content.Pick(set, a.Cfg.ZTP.DefaultProfile, f)
 	if err != nil || p == nil {
 		return "", "", true
+	}
+	if f.Position != nil && f.Position.Cluster != "" {
+		return p.Name, f.Position.Cluster, true // the plan's cluster for its slot
 	}
 	return p.Name, p.Cluster, true
 }

@@ -43,7 +43,7 @@ func (a *App) buildJoiner() error {
 		Bindings:      a.bindings,
 		AutoApprove:   rules,
 		BaseURL:       a.Endpoints.Join(),
-		SecureBaseURL: a.Endpoints.SecureJoin(),
+		SecureBaseURL: a.Endpoints.SecureJoin, // the port may be bound later (port 0)
 		BasesFor:      a.deviceBases,
 		DevicePins:    a.devicePins(),
 		Devices:       a.Devices, // built before the joiner
@@ -79,6 +79,10 @@ func (z ztpJoin) KubernetesMaster(ctx context.Context, dev core.Device, r profil
 
 func (z ztpJoin) UserData(ctx context.Context, dev core.Device, r profile.Result) ([]byte, error) {
 	return z.j.UserData(ctx, dev, r.Cluster, r.Role, r.Hostname)
+}
+
+func (z ztpJoin) JoinData(ctx context.Context, dev core.Device, r profile.Result) ([]byte, error) {
+	return z.j.JoinData(ctx, dev, r.Cluster, r.Role, r.Hostname)
 }
 
 // profileLabels are the labels of the loaded profile name (none before

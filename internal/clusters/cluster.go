@@ -117,7 +117,7 @@ func (s *Service) CreateCluster(ctx context.Context, caller Caller, spec Cluster
 			VersionID: v.ID, ServiceOfferingID: off.ID, Size: spec.Size, ControlNodes: spec.ControlNodes,
 			State: core.ClusterCreated, Keypair: spec.Keypair, NetworkID: spec.NetworkID,
 			ExternalLBIP: spec.ExternalLBIP, JoinMethod: spec.JoinMethod, Owner: caller.APIKey,
-			Account: caller.AccountName(), Endpoint: spec.Endpoint, Created: t, UpdatedAt: t}
+			Account: caller.AccountName(), Endpoint: spec.Endpoint, Created: t, UpdatedAt: t, StateSince: t}
 		if c.Endpoint == "" && c.ExternalLBIP != "" {
 			c.Endpoint = endpointURL(c.ExternalLBIP)
 		}

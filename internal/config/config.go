@@ -43,7 +43,8 @@ type Config struct {
 	Joiner         Joiner   `yaml:"joiner"`
 	Rollout        Rollout  `yaml:"rollout"`
 	Store          Store    `yaml:"store"`
-	Profiles       []string `yaml:"profiles"` // profile YAML files or directories
+	Profiles       []string `yaml:"profiles"`  // profile YAML files or directories
+	Positions      []string `yaml:"positions"` // cabling plan files or directories (*.yaml, *.yml, *.csv)
 	Debug          Debug    `yaml:"debug"`
 }
 
@@ -185,11 +186,15 @@ type HTTP struct {
 
 // DeviceTLS configures the device-facing HTTPS listener.
 type DeviceTLS struct {
-	// Enabled serves it. Off by default while the device clients (the
-	// SONiC join plugin, cloud-config) still fetch secrets over plain
-	// HTTP: with it on, ztp.json's join-url is the https URL.
+	// Enabled serves it (the default): ztp.json's join-url and the report
+	// URL switches get are https, pinned to its certificate. Off, the join
+	// answer (certificates, agent and report credentials) and the reports
+	// cross the network in clear; ztpd warns at every start.
 	Enabled bool `yaml:"enabled"`
-	// Addr is its address; default <http.addr host>:443.
+	// Addr is its address; default <http.addr host>:443, or a free port
+	// on a loopback http.addr (trying ztpd out, no root, no device can
+	// reach it anyway). Port 0 takes a free port; documents name the port
+	// actually bound.
 	Addr string `yaml:"addr"`
 	// CertFile and KeyFile are the operator's certificate; without them a
 	// key pair is generated once and kept sealed in the store, so every
@@ -203,7 +208,7 @@ type DeviceTLS struct {
 }
 
 // DeviceTLSDefaultPort is the device HTTPS listener's port when
-// http.tls.addr is not set.
+// http.tls.addr is not set and http.addr is not loopback.
 const DeviceTLSDefaultPort = "443"
 
 // DeviceTLSListener is the device HTTPS listener's address, "" when it is
@@ -216,8 +221,19 @@ func (c *Config) DeviceTLSListener() string {
 		return c.HTTP.TLS.Addr
 	}
 	host, _, _ := net.SplitHostPort(c.HTTP.Addr)
+	if httpserve.IsLoopback(c.HTTP.Addr) && host != "" {
+		// Port 443 needs root or CAP_NET_BIND_SERVICE, which a trial run
+		// of `ztpd serve` has not; a free port serves it as well.
+		return net.JoinHostPort(host, "0")
+	}
 	return net.JoinHostPort(host, DeviceTLSDefaultPort)
 }
+
+// DeviceTLSOffWarning is logged at each start, and shown among the
+// console's warnings, while the device HTTPS listener is off.
+const DeviceTLSOffWarning = "the device HTTPS listener is off (http.tls.enabled: false): switches fetch their join answer " +
+	"(certificates, agent and report credentials) and send their reports over plain HTTP, and VMs' user-data carries their join secrets " +
+	"(bootstrap tokens, the first control plane's cluster CA key, agent and report credentials), where anyone on the management network can read them"
 
 func (c *Config) validateDeviceTLS(errs *Errors) {
 	t := c.HTTP.TLS
@@ -302,6 +318,10 @@ type API struct {
 	// API server not answering ztpd, fewer Ready Nodes than desired)
 	// before it moves to Alert.
 	ClusterAlertAfter Duration `yaml:"cluster_alert_after"`
+	// ClusterStartTimeout is how long a cluster may stay Starting (no
+	// control plane Running yet) before it moves to Alert, from where it
+	// can be deleted: CloudStack's cloud.kubernetes.cluster.start.timeout.
+	ClusterStartTimeout Duration `yaml:"cluster_start_timeout"`
 	// ClusterProbeInterval is how often ztpd probes each cluster's API
 	// server (/readyz) besides watching its Nodes.
 	ClusterProbeInterval Duration `yaml:"cluster_probe_interval"`
@@ -456,7 +476,7 @@ func Default() Config {
 			MaxBodyBytesPerSource: httpserve.DefaultMaxBodyBytesPerSource,
 			// The device HTTPS listener's rotation overlap: see
 			// devicetls.DefaultGrace for why a day.
-			TLS: DeviceTLS{RotationGrace: Duration(24 * time.Hour)}},
+			TLS: DeviceTLS{Enabled: true, RotationGrace: Duration(24 * time.Hour)}},
 		API: defaultAPI(), // TLS on the API's own listener by default
 		TFTP: TFTP{Addr: ":69", Window: 8, RetransmitTimeout: Duration(time.Second), MaxRetransmits: 5,
 			MaxTransfers: 256, MaxTransfersPerSource: 4},
@@ -484,7 +504,7 @@ func Default() Config {
 func defaultAPI() API {
 	return API{AuthFailuresPerMinute: 20, TLS: TLS{Enabled: true}, RequireExpiryREST: true, CloudStackUnversionedWrites: "refuse",
 		MaxSignatureLifetime: Duration(20 * time.Minute), KubeconfigTTL: Duration(24 * time.Hour),
-		ClusterAlertAfter: Duration(5 * time.Minute), ClusterProbeInterval: Duration(5 * time.Second)}
+		ClusterAlertAfter: Duration(5 * time.Minute), ClusterStartTimeout: Duration(time.Hour), ClusterProbeInterval: Duration(5 * time.Second)}
 }
 
 // Load reads path (if not empty) over the defaults. Unknown fields are errors,
@@ -657,6 +677,9 @@ func (c *Config) Validate() error {
 	}
 	if d := c.API.ClusterAlertAfter.D(); d < time.Second || d > 24*time.Hour {
 		errs.add("api.cluster_alert_after", "%s is outside 1s..24h", d)
+	}
+	if d := c.API.ClusterStartTimeout.D(); d < time.Second || d > 7*24*time.Hour {
+		errs.add("api.cluster_start_timeout", "%s is outside 1s..168h", d)
 	}
 	if d := c.API.ClusterProbeInterval.D(); d < 100*time.Millisecond || d > 10*time.Minute {
 		errs.add("api.cluster_probe_interval", "%s is outside 100ms..10m", d)

@@ -134,6 +134,7 @@ type Facts struct {
 	RelayAddr   string
 	CircuitID   string
 	RemoteID    string
+	Position    string // the cabling plan's slot its lease came through
 }
 
 // FactsOf is what a view of a device d (what a part knows of it) states,
@@ -142,7 +143,7 @@ func FactsOf(d *core.Device, src Source) Facts {
 	f := Facts{Source: src, Kind: d.Kind, Serial: d.Serial, Product: d.Product, Platform: d.Platform,
 		BaseMAC: d.BaseMAC, Hostname: d.Hostname, SONiCVer: d.SONiCVer, IP: d.IP, Subnet: d.Subnet,
 		ClientID: d.ClientID, VendorClass: d.VendorClass, RelayAddr: d.RelayAddr, CircuitID: d.CircuitID,
-		RemoteID: d.RemoteID}
+		RemoteID: d.RemoteID, Position: d.Position}
 	if c := d.SerialConflict; f.Serial == "" && c != nil {
 		f.Serial = c.Serial // claimed, settled by the devices service
 	}
@@ -163,7 +164,7 @@ func (f Facts) asViewOf(d *core.Device) Facts {
 	}{
 		{d.Hostname, &f.Hostname}, {d.SONiCVer, &f.SONiCVer}, {d.IP, &f.IP}, {d.Subnet, &f.Subnet},
 		{d.ClientID, &f.ClientID}, {d.VendorClass, &f.VendorClass}, {d.RelayAddr, &f.RelayAddr},
-		{d.CircuitID, &f.CircuitID}, {d.RemoteID, &f.RemoteID},
+		{d.CircuitID, &f.CircuitID}, {d.RemoteID, &f.RemoteID}, {d.Position, &f.Position},
 	} {
 		if p.have != "" {
 			*p.v = ""
@@ -186,7 +187,7 @@ func (f *Facts) Update(newer *Facts) {
 		{&f.BaseMAC, &newer.BaseMAC}, {&f.Hostname, &newer.Hostname}, {&f.SONiCVer, &newer.SONiCVer},
 		{&f.IP, &newer.IP}, {&f.Subnet, &newer.Subnet}, {&f.ClientID, &newer.ClientID},
 		{&f.VendorClass, &newer.VendorClass}, {&f.RelayAddr, &newer.RelayAddr}, {&f.CircuitID, &newer.CircuitID},
-		{&f.RemoteID, &newer.RemoteID},
+		{&f.RemoteID, &newer.RemoteID}, {&f.Position, &newer.Position},
 	} {
 		follow(p.dst, *p.v)
 	}
@@ -265,6 +266,7 @@ func Merge(d *core.Device, f *Facts) (contradicted FactSet) {
 	follow(&d.RelayAddr, f.RelayAddr)
 	follow(&d.CircuitID, f.CircuitID)
 	follow(&d.RemoteID, f.RemoteID)
+	follow(&d.Position, f.Position)
 	if d.MAC == "" {
 		d.MAC = d.ID
 	}

@@ -216,7 +216,10 @@ func (c *compiler) trial() {
 		Kind: f.Kind, IP: f.IP, Subnet: f.Subnet, SONiCVersion: f.SONiCVersion,
 		VendorClass: f.VendorClass, DHCPHostname: f.DHCPHostname, Labels: mergeLabels(f.Labels, p.spec.Labels),
 		Profile: p.Name, Cluster: p.Cluster, Role: p.Role, BaseURL: "http://192.0.2.1:8080",
-		SecureBaseURL: "https://192.0.2.1", TLSPin: "sha256//47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU="}
+		SecureBaseURL: "https://192.0.2.1", TLSPin: "sha256//47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=",
+		CircuitID: "Ethernet12", RemoteID: "mgmt-7",
+		Position: Position{Name: "leaf-07a", CircuitID: "Ethernet12", RemoteID: "mgmt-7", Rack: "7", Port: "Ethernet12",
+			Address: "192.0.2.10", Fields: map[string]string{}}}
 	run := func(field string, t *tmpl) ([]byte, bool) {
 		if t == nil {
 			return nil, true

@@ -53,7 +53,7 @@ func TestUnknownFieldDidYouMeanAtItsLine(t *testing.T) {
 	got = loadErrs(t, map[string]string{"a.yaml": "name: a\nmatch:\n  kind: sonic\n  seral: X1\n  colour: red\n"})
 	wantErrs(t, got,
 		`a.yaml:4:3: profile "a": match.seral: unknown field (did you mean serial?)`,
-		`a.yaml:5:3: profile "a": match.colour: unknown field; match takes serial, mac, product, platform, kind, subnet`)
+		`a.yaml:5:3: profile "a": match.colour: unknown field; match takes serial, mac, product, platform, kind, subnet, circuit_id, remote_id`)
 }
 
 // `{{ .Serail }}` is caught when the profile loads, at the template's line

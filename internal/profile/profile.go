@@ -17,12 +17,14 @@
 //
 //  1. priority, higher first (default 0);
 //  2. specificity, more match fields set first (serial, mac, product,
-//     platform, kind, subnet each count one);
+//     platform, kind, subnet, circuit_id, remote_id each count one);
 //  3. name, alphabetically.
 //
 // The first profile whose every given match field matches wins. Within a field
-// a list matches when any of its values does. serial, product and platform
-// values are shell globs (path.Match), mac values are globs over the
+// a list matches when any of its values does. serial, product, platform,
+// circuit_id and remote_id values are shell globs (path.Match), the last
+// two over the relay agent information (option 82) of the device's lease
+// as device records show it; mac values are globs over the
 // lower-case colon form, kind is one of sonic, onie, vm, unknown, and subnet
 // is a CIDR containing the device address or the name of its DHCP subnet. A
 // profile without match fields matches every device (a catch-all).
@@ -123,6 +125,10 @@ type Match struct {
 	Platform StrList `yaml:"platform"`
 	Kind     StrList `yaml:"kind"`
 	Subnet   StrList `yaml:"subnet"`
+	// CircuitID and RemoteID are globs over the relay agent information
+	// (option 82) the device's lease came with, in its stored form.
+	CircuitID StrList `yaml:"circuit_id"`
+	RemoteID  StrList `yaml:"remote_id"`
 }
 
 type sectionSpec struct {
@@ -534,7 +540,7 @@ func (p *Profile) compile(dir string, d *decoder) Errors {
 	for _, f := range []struct {
 		name string
 		vals StrList
-	}{{"serial", m.Serial}, {"product", m.Product}, {"platform", m.Platform}} {
+	}{{"serial", m.Serial}, {"product", m.Product}, {"platform", m.Platform}, {"circuit_id", m.CircuitID}, {"remote_id", m.RemoteID}} {
 		for i, v := range f.vals {
 			if _, err := path.Match(v, ""); err != nil || v == "" {
 				c.addItem("match."+f.name, i, "%q is not a valid glob pattern", v)
@@ -570,7 +576,7 @@ func (p *Profile) compile(dir string, d *decoder) Errors {
 			p.subnetNames = append(p.subnetNames, v)
 		}
 	}
-	for _, n := range []int{len(m.Serial), len(m.MAC), len(m.Product), len(m.Platform), len(m.Kind), len(m.Subnet)} {
+	for _, n := range []int{len(m.Serial), len(m.MAC), len(m.Product), len(m.Platform), len(m.Kind), len(m.Subnet), len(m.CircuitID), len(m.RemoteID)} {
 		if n > 0 {
 			p.specificity++
 		}
@@ -835,6 +841,12 @@ func (p *Profile) match(f *Facts, why *[]string) bool {
 		return false
 	}
 	if len(m.Platform) > 0 && !anyGlob(m.Platform, f.Platform) && !miss("platform", f.Platform, m.Platform) {
+		return false
+	}
+	if len(m.CircuitID) > 0 && !anyGlob(m.CircuitID, f.CircuitID) && !miss("circuit_id", f.CircuitID, m.CircuitID) {
+		return false
+	}
+	if len(m.RemoteID) > 0 && !anyGlob(m.RemoteID, f.RemoteID) && !miss("remote_id", f.RemoteID, m.RemoteID) {
 		return false
 	}
 	if len(m.Subnet) > 0 {

@@ -35,6 +35,29 @@ type Facts struct {
 	VendorClass  string            `json:"vendor_class,omitempty"`
 	DHCPHostname string            `json:"dhcp_hostname,omitempty"`
 	Labels       map[string]string `json:"labels,omitempty"`
+	CircuitID    string            `json:"circuit_id,omitempty"` // option 82, as device records show it
+	RemoteID     string            `json:"remote_id,omitempty"`
+	// Position is the cabling plan's slot the device is plugged into; nil
+	// when none proved one.
+	Position *Position `json:"position,omitempty"`
+}
+
+// Position is a planned slot as templates see it (.Position.Name,
+// .Position.Rack, index .Position.Fields "loopback"), and what the plan
+// says its device is: its name is the device's host name, and its role,
+// cluster and labels replace the profile's where given.
+type Position struct {
+	Name      string            `json:"name"`
+	CircuitID string            `json:"circuit_id,omitempty"`
+	RemoteID  string            `json:"remote_id,omitempty"`
+	Rack      string            `json:"rack,omitempty"`
+	Port      string            `json:"port,omitempty"`
+	Address   string            `json:"address,omitempty"` // reserved for the slot
+	Fields    map[string]string `json:"fields,omitempty"`
+	Role      string            `json:"role,omitempty"`
+	Cluster   string            `json:"cluster,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Profile   string            `json:"profile,omitempty"` // the profile the plan gives the slot; "" = matched as usual
 }
 
 // SampleFacts is the device used to trial-render templates at load and by
@@ -52,6 +75,8 @@ type Data struct {
 	ID, MAC, Serial, Product, Platform, Kind, IP, Subnet string
 	SONiCVersion, VendorClass, DHCPHostname              string
 	Labels                                               map[string]string
+	CircuitID, RemoteID                                  string
+	Position                                             Position // zero without one
 
 	Profile  string
 	Hostname string // the rendered hostname (empty while rendering it)
@@ -188,8 +213,21 @@ func (p *Profile) render(f *Facts, env Env, parts Parts, checkValues bool) (*Res
 	d := &Data{ID: f.ID, MAC: f.MAC, Serial: f.Serial, Product: f.Product, Platform: f.Platform,
 		Kind: f.Kind, IP: f.IP, Subnet: f.Subnet, SONiCVersion: f.SONiCVersion,
 		VendorClass: f.VendorClass, DHCPHostname: f.DHCPHostname, Labels: mergeLabels(f.Labels, p.spec.Labels),
-		Profile: p.Name, Cluster: p.Cluster, Role: p.Role, BaseURL: env.BaseURL, SecureBaseURL: env.SecureBaseURL, TLSPin: env.TLSPin}
-	r := &Result{Profile: p.Name, Cluster: p.Cluster, Role: p.Role, ZTPOptions: p.ZTPOptions, Labels: d.Labels,
+		Profile: p.Name, Cluster: p.Cluster, Role: p.Role, BaseURL: env.BaseURL, SecureBaseURL: env.SecureBaseURL, TLSPin: env.TLSPin,
+		CircuitID: f.CircuitID, RemoteID: f.RemoteID}
+	if pos := f.Position; pos != nil {
+		d.Position = *pos
+		if pos.Cluster != "" {
+			// The profile's role was meant for its own cluster.
+			d.Cluster, d.Role = pos.Cluster, pos.Role
+		}
+		if pos.Role != "" {
+			d.Role = pos.Role
+		}
+		// Labels: the profile's, then the plan's, then the device's own.
+		d.Labels = mergeLabels(f.Labels, mergeLabels(pos.Labels, p.spec.Labels))
+	}
+	r := &Result{Profile: p.Name, Cluster: d.Cluster, Role: d.Role, ZTPOptions: p.ZTPOptions, Labels: d.Labels,
 		ConfigMode: ModeMerge}
 	fail := func(field string, line int, err error) (*Result, error) {
 		if line == 0 {
@@ -198,7 +236,9 @@ func (p *Profile) render(f *Facts, env Env, parts Parts, checkValues bool) (*Res
 		return nil, &FieldError{File: p.File, Line: line, Profile: p.Name, Field: field, Err: cleanExecErr(err)}
 	}
 	var err error
-	if d.Hostname, err = p.hostname.exec(d); err != nil {
+	if d.Position.Name != "" {
+		d.Hostname = d.Position.Name // the plan names the device at its position
+	} else if d.Hostname, err = p.hostname.exec(d); err != nil {
 		return fail("hostname", p.hostname.line, err)
 	}
 	d.Hostname = strings.TrimSpace(d.Hostname)

@@ -31,6 +31,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
+	"github.com/ztpd/ztpd/internal/positions"
 	"github.com/ztpd/ztpd/internal/profile"
 	"github.com/ztpd/ztpd/internal/ratelimit"
 	"github.com/ztpd/ztpd/ztp/endpoints"
@@ -49,6 +50,11 @@ type JoinProvider interface {
 	KubernetesMaster(ctx context.Context, dev core.Device, r profile.Result) (*KubeMaster, error)
 	// UserData returns the cloud-config that joins a VM to r.Cluster.
 	UserData(ctx context.Context, dev core.Device, r profile.Result) ([]byte, error)
+	// JoinData returns a VM's join data (JSON: its files and commands,
+	// secrets included), asked over the device HTTPS listener; a wait
+	// while the VM may not join yet, a core.KindState error once it was
+	// handed out for good.
+	JoinData(ctx context.Context, dev core.Device, r profile.Result) ([]byte, error)
 }
 
 // Images is the part of the image store the service uses.
@@ -100,6 +106,7 @@ type Service struct {
 	opt      Options
 	log      *slog.Logger
 	profiles atomic.Pointer[profile.Set]
+	plan     atomic.Pointer[positions.Plan] // the cabling plan; nil without one
 	imgs     imageCache
 	files    *os.Root
 	now      func() time.Time
@@ -143,7 +150,8 @@ func (s *Service) Close() error {
 }
 
 // SetProfiles swaps in a loaded profile set; it checks that the default
-// profile exists in it.
+// profile exists in it. (The app checks the plan's profiles against the
+// set before both are swapped in: CheckPlanProfiles.)
 func (s *Service) SetProfiles(set *profile.Set) error {
 	if s.opt.DefaultProfile != "" && set.Get(s.opt.DefaultProfile) == nil {
 		return fmt.Errorf("ztp.default_profile: no profile named %q is loaded", s.opt.DefaultProfile)
@@ -163,6 +171,8 @@ type Client struct {
 	Addr      netip.Addr // source address
 	Local     netip.Addr // address the request arrived on
 	Transport string     // "http" or "tftp"
+	// Secure: the request came over the device HTTPS listener.
+	Secure bool
 	// SONiC ZTP headers.
 	Serial, BaseMAC, Product, SONiCVersion string
 	// ONIE headers.
@@ -235,7 +245,7 @@ func (e *Error) Error() string {
 
 // ErrorKind is the refusal in the one error model (core.ErrorKind), whose
 // HTTP status (httpserve.StatusOf) is e.Status: 400 invalid, 403 refused,
-// 404 not found, 503 unavailable.
+// 404 not found, 409 state, 503 unavailable.
 func (e *Error) ErrorKind() core.ErrorKind {
 	switch e.Status {
 	case 400:
@@ -244,6 +254,8 @@ func (e *Error) ErrorKind() core.ErrorKind {
 		return core.KindRefused
 	case 404:
 		return core.KindNotFound
+	case 409:
+		return core.KindState
 	case 503:
 		if e.Wait {
 			return core.KindWaiting
@@ -306,9 +318,16 @@ func (s *Service) pick(f *profile.Facts) (*profile.Profile, error) {
 }
 
 // Pick is how a profile is chosen for a device with facts f, by the server
-// and by `ztpd profile check`: the first profile of set that matches, else
-// the default profile (byDefault), else a 404 refusal.
+// and by `ztpd profile check`: the profile the device's planned position
+// names, else the first profile of set that matches, else the default
+// profile (byDefault), else a 404 refusal.
 func Pick(set *profile.Set, defaultProfile string, f *profile.Facts) (p *profile.Profile, byDefault bool, err error) {
+	if pos := f.Position; pos != nil && pos.Profile != "" {
+		if p := set.Get(pos.Profile); p != nil {
+			return p, false, nil
+		}
+		return nil, false, notFound("position %s names profile %q, which is not loaded", pos.Name, pos.Profile)
+	}
 	if p := set.Match(f); p != nil {
 		return p, false, nil
 	}
@@ -335,7 +354,10 @@ func (s *Service) resolve(c *Client) (core.Device, bool, *profile.Profile, error
 		return dev, stored, nil, err
 	}
 	learn(&dev, c)
-	p, err := s.pick(Facts(&dev))
+	if err := placed(s.plan.Load(), &dev); err != nil {
+		return dev, stored, nil, err
+	}
+	p, err := s.pick(s.facts(&dev))
 	return dev, stored, p, err
 }
 

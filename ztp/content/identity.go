@@ -280,7 +280,7 @@ func learn(d *core.Device, c *Client) {
 func Facts(d *core.Device) *profile.Facts {
 	f := &profile.Facts{ID: d.ID, MAC: d.MAC, Serial: d.Serial, Product: d.Product, Platform: d.Platform,
 		Kind: string(d.Kind), IP: d.IP, Subnet: d.Subnet, SONiCVersion: d.SONiCVer, VendorClass: d.VendorClass,
-		DHCPHostname: d.Hostname, Labels: d.Labels}
+		DHCPHostname: d.Hostname, Labels: d.Labels, CircuitID: d.CircuitID, RemoteID: d.RemoteID}
 	if f.Platform == "" {
 		if p, ok := strings.CutPrefix(d.VendorClass, "onie_vendor:"); ok {
 			f.Platform = p

@@ -83,7 +83,7 @@ func (s *Service) ONIEInstaller(ctx context.Context, c *Client, hint string) (co
 		s.refused(c, dev, "onie-installer", err)
 		return core.Image{}, dev, err
 	}
-	f := Facts(&dev)
+	f := s.facts(&dev)
 	if p != nil && dev.ID != "" {
 		if sc := p.SONiC(); sc != nil {
 			im, ierr := s.sonicImage(&profile.Result{Profile: p.Name, SONiC: sc}, f)

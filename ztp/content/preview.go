@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/positions"
 	"github.com/ztpd/ztpd/internal/profile"
 	"github.com/ztpd/ztpd/ztp/endpoints"
 )
@@ -29,6 +30,9 @@ type PreviewOptions struct {
 	// MetadataBase is where VMs fetch meta-data and user-data: the DHCP
 	// server's address on port 80, or http.metadata_addr.
 	MetadataBase string
+	// Plan is the cabling plan: a device whose record names a position is
+	// previewed as that position's device. Nil without one.
+	Plan *positions.Plan
 	// Images is the image store, read only; nil when it is not consulted
 	// (firmware and installer choices are then described, not made).
 	Images Images
@@ -102,7 +106,7 @@ func KindFacts(kind core.DeviceKind) []string {
 
 // PreviewDevice previews what d would fetch.
 func PreviewDevice(set *profile.Set, d *core.Device, opt PreviewOptions) (*Preview, error) {
-	f := Facts(d)
+	f := FactsAt(d, opt.Plan)
 	pv := &Preview{Kind: d.Kind}
 	var p *profile.Profile
 	if opt.ProfileName != "" {

@@ -20,7 +20,7 @@ func (s *Service) ZTPJSON(ctx context.Context, c *Client) (*Served, error) {
 		s.refused(c, dev, "ztp.json", err)
 		return nil, err
 	}
-	f := Facts(&dev)
+	f := s.facts(&dev)
 	env := s.env(c)
 	base := env.BaseURL
 	r, err := p.Render(f, env, profile.RenderSections)
@@ -116,7 +116,7 @@ func (s *Service) ConfigDB(ctx context.Context, c *Client, id string) (*Served, 
 		return nil, err
 	}
 	learn(&target, c)
-	f := Facts(&target)
+	f := s.facts(&target)
 	p, err := s.pick(f)
 	if err != nil {
 		return nil, err

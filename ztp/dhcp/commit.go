@@ -123,7 +123,7 @@ func (s *Server) touchDevice(x *exchange, leased bool) {
 		changed = true
 	}
 	was := &dv.facts
-	stated := devices.Facts{Source: devices.SourceDHCP, Kind: x.kind, KindDeclared: x.res != nil && x.res.kind != ""}
+	stated := devices.Facts{Source: devices.SourceDHCP, Kind: x.kind, KindDeclared: x.declared}
 	if was.Kind != stated.Kind || was.KindDeclared != stated.KindDeclared {
 		changed = true
 	}
@@ -159,6 +159,9 @@ func (s *Server) touchDevice(x *exchange, leased bool) {
 			dv.rawRemote = string(v)
 			stated.RemoteID = anew(clientIDText(v), was.RemoteID)
 		}
+	}
+	if x.slot != nil && x.slot.pos.Name != was.Position {
+		stated.Position = x.slot.pos.Name
 	}
 	if kindOnly := (devices.Facts{Source: stated.Source, Kind: stated.Kind, KindDeclared: stated.KindDeclared}); stated != kindOnly {
 		stated.Check(func(fact string, err error) {

@@ -12,7 +12,8 @@
 //     giaddr is the client's own and dropped (relay.go)
 //  3. subnet      - relay link selection (RFC 3527, option 118), else giaddr,
 //     else ciaddr (unicast renewals), else the receiving interface's subnet
-//  4. identify    - client key (client id, else MAC), class, reservation
+//  4. identify    - client key (client id, else MAC), class, reservation;
+//     the cabling plan's position its relay proves (positions.go)
 //  5. partition   - several appliances: only this one's buckets
 //  6. lease       - offer, ack or nak (RFC 2131 §4.3.2), decline, release, inform
 //  7. device      - the device record, written behind

@@ -25,7 +25,9 @@ type exchange struct {
 	keyBuf       [1 + 255 + 16]byte
 	kind         core.DeviceKind
 	res          *reservation
-	resByMAC     bool // res names the client's hardware address (not only its word)
+	resByMAC     bool  // res names the client's hardware address (not only its word)
+	declared     bool  // a configured reservation declares the client's kind
+	slot         *slot // the planned position its relay proves, nil for none
 	product      string
 	serial       string
 	platform     string
@@ -59,7 +61,7 @@ var steps = [...]step{
 	{"message", (*Server).stepMessage},         // a client message type we answer
 	{"relay", (*Server).stepRelay},             // giaddr and relay information only from declared relays
 	{"subnet", (*Server).stepSubnet},           // relay link selection, giaddr, ciaddr, interface
-	{"identify", (*Server).stepIdentify},       // client key, class, reservation
+	{"identify", (*Server).stepIdentify},       // client key, class, reservation, planned position
 	{"partition", (*Server).stepPartition},     // several appliances: only this one's buckets
 	{"lease", (*Server).stepLease},             // offer, ack/nak, decline, release, inform
 	{"device", (*Server).stepDevice},           // device record of a lease holder (write-behind)
@@ -144,7 +146,8 @@ func (s *Server) logDrop(x *exchange, key, msg string, args ...any) {
 }
 
 // stepIdentify keys the client (client id, else hardware address),
-// classifies it and finds its reservation.
+// classifies it and finds its reservation, and the planned position its
+// relay proves.
 func (s *Server) stepIdentify(x *exchange) bool {
 	req := x.req
 	x.hw = req.HWAddr()
@@ -189,8 +192,9 @@ func (s *Server) stepIdentify(x *exchange) bool {
 	if x.res == nil && x.serial != "" {
 		x.res = sn.resBySerial[x.serial]
 	}
+	x.declared = x.res != nil && x.res.kind != ""
 	switch {
-	case x.res != nil && x.res.kind != "":
+	case x.declared:
 		x.kind = x.res.kind
 	case sonic || sonicID:
 		x.kind = core.KindSONiC
@@ -201,6 +205,7 @@ func (s *Server) stepIdentify(x *exchange) bool {
 	default:
 		x.kind = core.KindUnknown
 	}
+	s.identifyPosition(x)
 	return true
 }
 
@@ -485,6 +490,11 @@ func (s *Server) stepOptions(x *exchange) bool {
 		opts = append(opts, option{optClientID, x.clientID}) // RFC 6842
 	}
 	keep := len(opts)
+	if x.slot != nil {
+		// The position's name, over any configured host name; cut before
+		// the options the client asked for when the reply is too long.
+		opts = append(opts, option{optHostname, x.slot.host})
+	}
 	set := x.sn.opts[classOf(x.kind)]
 	if x.res != nil && (x.b == nil || x.b.ip == x.res.ip) {
 		set = x.res.opts[classOf(x.kind)]

@@ -47,9 +47,11 @@ func (s *Server) Pools() []PoolUse {
 				u.Size--
 			}
 		}
-		for ip := range sn.resByIP {
-			if sn.poolOf(ip) != nil && !sn.excluded[ip] {
-				u.Reserved++
+		for _, m := range []map[uint32]*reservation{sn.resByIP, sn.posByIP} {
+			for ip := range m {
+				if sn.poolOf(ip) != nil && !sn.excluded[ip] {
+					u.Reserved++
+				}
 			}
 		}
 		u.Free = max(0, u.Size-u.Reserved-u.Used)

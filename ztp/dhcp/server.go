@@ -19,6 +19,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
+	"github.com/ztpd/ztpd/internal/positions"
 	"github.com/ztpd/ztpd/internal/ratelimit"
 )
 
@@ -55,6 +56,8 @@ type Server struct {
 	devs     map[string]*device // by raw hardware address
 	devQueue []*device
 	events   []eventRec
+	plan     *positions.Plan // the cabling plan (SetPlan); nil without one
+	slots    map[*positions.Position]*slot
 
 	ifaces    []*iface // set by Listen, read-only afterwards
 	listening bool
@@ -312,6 +315,7 @@ type loadCount struct{ loaded, outside, bad int }
 
 func (n *loadCount) add(r adoptResult) {
 	switch r {
+	case adoptOtherFamily:
 	case adoptBad:
 		n.bad++
 	case adoptOutside:
@@ -327,13 +331,17 @@ const (
 	adopted adoptResult = iota
 	adoptBad
 	adoptOutside
+	adoptOtherFamily
 )
 
 // adoptStored binds a stored lease in memory (the caller holds s.mu).
 func (s *Server) adoptStored(l core.Lease, now time.Time) adoptResult {
 	a, err := netip.ParseAddr(l.IP)
-	if err != nil || !a.Is4() {
+	if err != nil {
 		return adoptBad
+	}
+	if !a.Is4() {
+		return adoptOtherFamily // the DHCPv6 server's (ztp/dhcp6), same store
 	}
 	sn := s.subnetFor(a.As4())
 	if sn == nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/positions"
 )
 
 // subnet is the runtime form of a Subnet: pools as bitmaps, the
@@ -26,7 +27,8 @@ type subnet struct {
 	resByID     map[string]*reservation // raw client identifier, in each accepted spelling
 	resBySerial map[string]*reservation
 	resByIP     map[uint32]*reservation
-	excluded    map[uint32]bool // network, broadcast and router addresses inside a pool
+	posByIP     map[uint32]*reservation // the cabling plan's addresses in this subnet (SetPlan)
+	excluded    map[uint32]bool         // network, broadcast and router addresses inside a pool
 
 	clients map[string]*binding // client key -> its binding in this subnet
 	byHW    map[string]*binding // raw hardware address -> binding (takeover, see lookupClient)
@@ -41,6 +43,10 @@ type reservation struct {
 	hostname string
 	kind     core.DeviceKind // "" = decided by the packet; VM when it carries no marker
 	opts     [4]*optionSet
+	// position is the planned position the address is reserved for (its
+	// opts are the subnet's: its name is added per reply); nil for a
+	// configured reservation.
+	position *positions.Position
 }
 
 func u32(a [4]byte) uint32        { return binary.BigEndian.Uint32(a[:]) }
@@ -275,7 +281,8 @@ func clientIDSpellings(s string) []string {
 // fixed reports addresses that no dynamic allocation may take.
 func (sn *subnet) fixed(ip uint32) bool {
 	_, r := sn.resByIP[ip]
-	return r || sn.excluded[ip]
+	_, p := sn.posByIP[ip]
+	return r || p || sn.excluded[ip]
 }
 
 func (sn *subnet) poolOf(ip uint32) *pool {

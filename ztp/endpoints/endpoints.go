@@ -14,17 +14,21 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync/atomic"
 
 	"github.com/ztpd/ztpd/internal/hosturl"
 )
 
 // Device-facing paths of the ZTP HTTP listener.
 const (
-	ZTPJSONPath        = "/ztp/ztp.json"   // SONiC option 67
-	ZTPConfigPath      = "/ztp/config/"    // + <device-id>/config_db.json
-	ONIEInstallerPath  = "/onie/installer" // ONIE option 114
-	MetadataPath       = "/latest/meta-data/"
-	UserDataPath       = "/latest/user-data"
+	ZTPJSONPath       = "/ztp/ztp.json"   // SONiC option 67
+	ZTPConfigPath     = "/ztp/config/"    // + <device-id>/config_db.json
+	ONIEInstallerPath = "/onie/installer" // ONIE option 114
+	MetadataPath      = "/latest/meta-data/"
+	UserDataPath      = "/latest/user-data"
+	// JoinDataPath is a VM's join data (its secrets), served on the device
+	// HTTPS listener only; its public user-data names the URL.
+	JoinDataPath       = "/latest/join-data"
 	ImagesPath         = "/images/"   // + <sha256|name>
 	ISOsPath           = "/isos/"     // + <name>.iso
 	BinariesPath       = "/binaries/" // + <version tag>/<kubeadm|kubelet|kubectl|SHA256SUMS>
@@ -45,8 +49,21 @@ type Endpoints struct {
 	advertise6 netip.Addr
 	port       string
 	listen     string // http.addr's host when it names one, for requests without a local address
-	// tlsPort is the device HTTPS listener's port, "" without one.
-	tlsPort string
+	// tls is the device HTTPS listener's port, nil without one; shared by
+	// every copy, so a port bound after the copies were handed out
+	// (http.tls.addr with port 0) reaches them all.
+	tls *tlsPort
+}
+
+// tlsPort is the device HTTPS listener's port: configured, then the one
+// actually bound.
+type tlsPort struct{ port atomic.Pointer[string] }
+
+func (p *tlsPort) get() string {
+	if p == nil {
+		return ""
+	}
+	return *p.port.Load()
 }
 
 // New resolves the endpoints of an appliance that advertises advertise
@@ -104,23 +121,45 @@ func (e Endpoints) WithTLS(tlsAddr string) (Endpoints, error) {
 	if err != nil || port == "" {
 		return Endpoints{}, fmt.Errorf("http.tls.addr: %q is not host:port", tlsAddr)
 	}
-	e.tlsPort = port
+	e.tls = &tlsPort{}
+	e.tls.port.Store(&port)
 	return e, nil
+}
+
+// TLSBound records the address the device HTTPS listener actually bound:
+// with port 0 in http.tls.addr, URLs name the port the system chose.
+func (e Endpoints) TLSBound(addr net.Addr) {
+	if e.tls == nil || addr == nil {
+		return
+	}
+	if _, port, err := net.SplitHostPort(addr.String()); err == nil && port != "" {
+		e.tls.port.Store(&port)
+	}
 }
 
 // SecureBase is the https://host[:port] prefix of the device HTTPS
 // listener for a device whose request arrived on local, chosen as Base
 // chooses its host; "" when there is no such listener.
 func (e Endpoints) SecureBase(local netip.Addr) string {
-	if e.tlsPort == "" {
+	port := e.tls.get()
+	if port == "" {
 		return ""
 	}
-	return hosturl.Base("https", e.host(local), e.tlsPort)
+	return hosturl.Base("https", e.host(local), port)
 }
 
 // SecureJoin is the joiner's device-facing base over TLS, "" without the
 // device HTTPS listener.
 func (e Endpoints) SecureJoin() string { return e.SecureBase(netip.Addr{}) }
+
+// JoinData is the https URL of a VM's join data for a VM whose request
+// arrived on local, "" without the device HTTPS listener.
+func (e Endpoints) JoinData(local netip.Addr) string {
+	if b := e.SecureBase(local); b != "" {
+		return b + JoinDataPath
+	}
+	return ""
+}
 
 // Advertise is the advertised address (invalid when none is configured):
 // advertise_addr, else advertise_addr6.

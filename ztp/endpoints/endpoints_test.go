@@ -1,6 +1,7 @@
 package endpoints
 
 import (
+	"net"
 	"net/netip"
 	"testing"
 )
@@ -73,6 +74,32 @@ func TestSecureBase(t *testing.T) {
 		if got := e.SecureBase(local); got != c.want {
 			t.Errorf("%+v: %q, want %q", c, got, c.want)
 		}
+	}
+}
+
+// TestTLSBoundReachesEveryCopy: with http.tls.addr on port 0 the port is
+// known once the listener is bound, after the endpoints were handed to
+// the services; every copy names the bound one from then on.
+func TestTLSBoundReachesEveryCopy(t *testing.T) {
+	e, err := New("10.99.0.1", "127.0.0.1:8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err = e.WithTLS("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	handedOut := e
+	secureJoin := e.SecureJoin
+	e.TLSBound(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40443})
+	for _, got := range []string{handedOut.SecureBase(netip.Addr{}), secureJoin()} {
+		if got != "https://10.99.0.1:40443" {
+			t.Errorf("after the bind: %q, want https://10.99.0.1:40443", got)
+		}
+	}
+	var plain Endpoints
+	plain.TLSBound(&net.TCPAddr{Port: 1}) // no listener: nothing to record
+	if got := plain.SecureBase(netip.Addr{}); got != "" {
+		t.Errorf("without the listener: %q", got)
 	}
 }
 

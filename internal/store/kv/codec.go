@@ -47,6 +47,7 @@ func appendDevice(b []byte, d *core.Device) []byte {
 		{`,"hostname":`, d.Hostname}, {`,"client_id":`, d.ClientID}, {`,"vendor_class":`, d.VendorClass},
 		{`,"sonic_version":`, d.SONiCVer}, {`,"ip":`, d.IP}, {`,"subnet":`, d.Subnet},
 		{`,"relay_addr":`, d.RelayAddr}, {`,"circuit_id":`, d.CircuitID}, {`,"remote_id":`, d.RemoteID},
+		{`,"position":`, d.Position},
 		{`,"base_mac":`, d.BaseMAC}, {`,"fixed_ip":`, d.FixedIP},
 	} {
 		b = appendOptional(b, f.k, f.v)
