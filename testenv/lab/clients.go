@@ -32,6 +32,12 @@ BOUND|RENEW|REBIND|REBOOT)
   ip addr add "$new_ip_address/$new_subnet_mask" dev "$interface"
   for r in $new_routers; do ip route replace default via "$r"; break; done
   mv "$out.tmp" "$out" ;;
+BOUND6|RENEW6|REBIND6)
+  # dhclient -6 gives a /128 (the on-link prefix comes from the routers'
+  # Router Advertisements, which the lab plays: see Dhclient6).
+  { env | grep '^new_' | sed 's/^new_//' ; echo "ip_address=$new_ip6_address"; } > "$out.tmp"
+  ip -6 addr replace "$new_ip6_address/128" dev "$interface" nodad
+  mv "$out.tmp" "$out" ;;
 bound|renew)
   { env | grep -E '^(ip|subnet|router|dns|hostname|domain|serverid|lease|boottime|opt[0-9]+|bootfile|tftp|siaddr|sname|boot_file|staticroutes)=' ; echo "ip_address=$ip"; echo "server_identifier=$serverid"; echo "host_name=$hostname"; } > "$out.tmp"
   ip addr flush dev "$interface"
