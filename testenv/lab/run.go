@@ -54,6 +54,9 @@ type Options struct {
 	// before any device starts (a test attaches its watchers there); its
 	// error ends Open.
 	OnStarted func(*Lab) error
+	// Family is the lab's address families: IPv4 (the zero value), IPv6
+	// (v6-only) or DualStack.
+	Family Family
 	// UpgradeByHand, with Scenario.Upgrade, prepares the upgrade (the
 	// newest version registered, the devices' agents running) but leaves
 	// starting it to a person (the cluster's page, or ztpd cluster
@@ -297,7 +300,7 @@ func Open(ctx context.Context, s Scenario, o Options) (*Lab, error) {
 	} else if kube, err = NewKube(o.Kubeletsim); err != nil {
 		return nil, err
 	}
-	topo, err := Build(o.Prefix, o.Octet, o.WorkDir)
+	topo, err := BuildFamily(o.Prefix, o.Octet, o.WorkDir, o.Family)
 	if err != nil {
 		return nil, err
 	}
@@ -305,6 +308,15 @@ func Open(ctx context.Context, s Scenario, o Options) (*Lab, error) {
 	l := &Lab{Topo: topo, Kube: kube, Plan: s.Plan(), Result: &Result{KubernetesVersion: kube.Bins.Version},
 		opts: o, start: start, UpgradeTo: upgradeTo}
 	devs := l.Plan
+	if o.Family == IPv6 {
+		// ONIE discovers by link-local, which no relay carries: its
+		// switches sit on the appliance's own link.
+		for i := range devs {
+			if devs[i].Kind == "onie" {
+				devs[i].Subnet = SubnetA
+			}
+		}
+	}
 	cfg, err := topo.Config(devs)
 	if err != nil {
 		return l, err
@@ -341,6 +353,9 @@ func Open(ctx context.Context, s Scenario, o Options) (*Lab, error) {
 	for i := range devs {
 		d := &devs[i]
 		d.InstallerSHA256 = installer
+		if o.Family != IPv4 {
+			d.V6, d.DualStack = topo.link6(d), o.Family == DualStack
+		}
 		ns, err := topo.AddDevice(d.Name, d.Subnet, d.MAC)
 		if err != nil {
 			return l, err

@@ -273,6 +273,14 @@ func noDAD(ns *netns.NS) error {
 	return nil
 }
 
+// link6 is what a v6-only device on d's subnet is given besides DHCPv6.
+func (t *Topology) link6(d *Device) *Link6 {
+	if d.Subnet == SubnetB {
+		return &Link6{OnLink: t.Nets6[1], Router: t.RelayGW6, Metadata: t.AppAddr6}
+	}
+	return &Link6{OnLink: t.Nets6[0], Router: t.AppAddr6, Metadata: t.AppAddr6}
+}
+
 // bridgeMAC is a fixed, locally administered MAC for the bridge that holds
 // addr: 02:99 and the address's four bytes.
 func bridgeMAC(addr netip.Addr) string {
