@@ -22,7 +22,9 @@ import (
 // option 59 from dhclient -6 with SONiC's own option declarations, and
 // fetch ztp.json and every URL in it over IPv6 (each bracketed, on the
 // appliance's IPv6 address); an ONIE switch finds the installer by ping6
-// ff02::1 and the waterfall at its neighbours' link-local addresses.
+// ff02::1 and the waterfall at its neighbours' link-local addresses; a VM
+// on each subnet leases by dhclient -6 and the metadata service, over
+// IPv6, names it by its DHCPv6 lease.
 func TestLabOnIPv6SwitchesThroughRelayAndONIELinkLocal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("lab skipped in -short mode")
@@ -45,7 +47,7 @@ func TestLabOnIPv6SwitchesThroughRelayAndONIELinkLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer topo.Close()
-	s := Scenario{Switches: 2, ONIE: 1}
+	s := Scenario{Switches: 2, ONIE: 1, VMs: 2}
 	devs := s.Plan()
 	// No clusters: this lab checks the network and ztpd's IPv6 answers;
 	// a switch of a cluster would wait for the cluster's control plane.
@@ -119,11 +121,26 @@ func TestLabOnIPv6SwitchesThroughRelayAndONIELinkLocal(t *testing.T) {
 			}
 			continue
 		}
-		onLink, router := topo.Nets6[0], topo.AppAddr6
-		if d.Subnet == SubnetB {
-			onLink, router = topo.Nets6[1], topo.RelayGW6
+		link := topo.link6(&d)
+		if d.Kind == "vm" {
+			// A VM: dhclient -6, then the metadata service over IPv6,
+			// which knows it as the holder of its DHCPv6 lease.
+			lease, err := Dhclient6(ctx, ns, filepath.Join(dir, "dhcp6"), vmDhclient6Conf, link.OnLink, link.Router)
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", d.Name, err, logs())
+			}
+			base := "http://[" + link.Metadata.String() + "]/latest/meta-data/"
+			for key, want := range map[string]string{"local-ipv4": lease.IP(), "local-hostname": d.Name} {
+				body, err := Curl(ctx, ns, dir, SwitchIdentity{}, base+key)
+				if err != nil || strings.TrimSpace(string(body)) != want {
+					t.Fatalf("%s: meta-data/%s over IPv6 = %q, %v; want %q\n%s", d.Name, key, body, err, want, logs())
+				}
+			}
+			t.Logf("%s (subnet %d): %s, meta-data over IPv6 names it", d.Name, d.Subnet, lease.IP())
+			continue
 		}
-		lease, err := Dhclient6(ctx, ns, filepath.Join(dir, "dhcp6"), SONiCDhclient6Conf, onLink, router)
+		onLink := link.OnLink
+		lease, err := Dhclient6(ctx, ns, filepath.Join(dir, "dhcp6"), SONiCDhclient6Conf, onLink, link.Router)
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", d.Name, err, logs())
 		}

@@ -202,6 +202,17 @@ func (t *Topology) build() error {
 				return fmt.Errorf("enable IPv6 forwarding in %s: %w", ns.Name, err)
 			}
 		}
+		// A bridge gets its link-local address once a port carries (br0's
+		// first is the relay's uplink; br1 has none until a device plugs
+		// in): ztpd's ONIE listener binds br0's.
+		for _, l := range []struct {
+			ns *netns.NS
+			br string
+		}{{t.App, "br0"}, {t.Relay, "up0"}} {
+			if err := waitLinkLocal(l.ns, l.br); err != nil {
+				return err
+			}
+		}
 	}
 	if t.Family.has4() {
 		if err := t.startRelay4(); err != nil {
@@ -256,6 +267,21 @@ func (t *Topology) startRelay6() error {
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the DHCPv6 relay (dhcrelay -6) did not bind port 547 within 15 s: see %s", filepath.Join(t.WorkDir, "relay6.out"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitLinkLocal waits up to 10 s for ifname's fe80:: address in ns.
+func waitLinkLocal(ns *netns.NS, ifname string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _ := exec.Command("ip", "-n", ns.Name, "-6", "addr", "show", "dev", ifname, "scope", "link").Output()
+		if strings.Contains(string(out), "fe80::") && !strings.Contains(string(out), "tentative") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s in %s has no usable link-local address after 10 s: %s", ifname, ns.Name, out)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
