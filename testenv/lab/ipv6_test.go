@@ -205,3 +205,82 @@ func mustAddr(t *testing.T, s string) netip.Addr {
 	}
 	return a
 }
+
+// TestLabDualStackSwitchFetchesOverIPv6: on a dual-stack lab (dnsmasq
+// relaying DHCPv4 and dhcrelay -6 DHCPv6 for subnet B) a SONiC switch
+// behind the relays asks both, as SONiC's dhclient does on a dual-stack
+// eth0: its DHCPv4 option 67 names the appliance's IPv4 address, its
+// DHCPv6 option 59 the IPv6 one (advertise_addr6), and ztp.json walked from
+// the latter is all IPv6.
+func TestLabDualStackSwitchFetchesOverIPv6(t *testing.T) {
+	if testing.Short() {
+		t.Skip("lab skipped in -short mode")
+	}
+	if err := netns.Check(); err != nil {
+		t.Skip(err)
+	}
+	for _, tool := range []string{"dhclient", "dhcrelay", "dnsmasq", "busybox", "curl", "ss"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("the dual-stack lab needs %s", tool)
+		}
+	}
+	work := t.TempDir()
+	bin := filepath.Join(work, "ztpd")
+	if err := BuildBinaries(map[string]string{bin: "github.com/ztpd/ztpd/cmd/ztpd"}); err != nil {
+		t.Fatal(err)
+	}
+	topo, err := BuildFamily("zld", 180, work, DualStack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer topo.Close()
+	devs := Scenario{Switches: 2}.Plan()[1:] // sw1: subnet B, behind both relays
+	devs[0].Cluster, devs[0].Role = "", ""
+	cfg, err := topo.Config(devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := topo.StartAppliance(ctx, bin, cfg); err != nil {
+		t.Fatal(err)
+	}
+	logs := func() string {
+		b, _ := os.ReadFile(filepath.Join(work, "ztpd.out"))
+		return "ztpd (tail):\n" + tail(string(b), 3000)
+	}
+	d := devs[0]
+	ns, err := topo.AddDevice(d.Name, d.Subnet, d.MAC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(work, d.Name)
+	l4, err := Dhclient(ctx, ns, filepath.Join(dir, "dhcp"), SONiCDhclientConf(d.Product, d.Serial))
+	if err != nil {
+		t.Fatalf("dhclient -4: %v\n%s", err, logs())
+	}
+	link := topo.link6(&d)
+	l6, err := Dhclient6(ctx, ns, filepath.Join(dir, "dhcp6"), SONiCDhclient6Conf, link.OnLink, link.Router)
+	if err != nil {
+		t.Fatalf("dhclient -6: %v\n%s", err, logs())
+	}
+	if !topo.Nets[1].Contains(mustAddr(t, l4.IP())) || !strings.HasPrefix(l4["ztp_json_url"], "http://"+topo.AppAddr.String()+":8080/") {
+		t.Fatalf("DHCPv4 lease %s, option 67 %q", l4.IP(), l4["ztp_json_url"])
+	}
+	want6 := "http://[" + topo.AppAddr6.String() + "]:8080/"
+	if !link.OnLink.Contains(mustAddr(t, l6.IP())) || !strings.HasPrefix(l6["dhcp6_boot_file_url"], want6) {
+		t.Fatalf("DHCPv6 lease %s, option 59 %q", l6.IP(), l6["dhcp6_boot_file_url"])
+	}
+	id := SwitchIdentity{Serial: d.Serial, Product: d.Product, BaseMAC: d.MAC, Hostname: d.Name}
+	_, fetched, err := WalkZTPJSON(ctx, ns, dir, id, l6["dhcp6_boot_file_url"])
+	if err != nil {
+		t.Fatalf("ztp.json over IPv6: %v\n%s", err, logs())
+	}
+	for _, f := range fetched {
+		if !strings.HasPrefix(f.URL, want6) {
+			t.Errorf("section %s fetched %s, not over IPv6", f.Section, f.URL)
+		}
+	}
+	t.Logf("%s: DHCPv4 %s (option 67 %s), DHCPv6 %s (option 59 %s), %d URLs over IPv6",
+		d.Name, l4.IP(), l4["ztp_json_url"], l6.IP(), l6["dhcp6_boot_file_url"], len(fetched))
+}
