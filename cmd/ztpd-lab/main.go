@@ -41,6 +41,7 @@ func main() {
 func newRootCmd(stdout io.Writer) *cobra.Command {
 	var s lab.Scenario
 	var prefix, work, ztpd, kubeletsim, output, consoleAddr, upgrade string
+	var ipv6, dualStack bool
 	var octet int
 	var timeout time.Duration
 	cmd := &cobra.Command{
@@ -83,6 +84,19 @@ Everything is torn down on exit or Ctrl-C. Needs root, ip, dnsmasq, dhclient,
 busybox, curl, python3, kubectl, unshare and the Kubernetes binaries.
 Addresses are 10.99.<octet>.0/24 and 10.99.<octet+1>.0/24.
 
+--ipv6: the lab is v6-only, no IPv4 address anywhere: subnets
+fd99:0:<octet>:1::/64 and fd99:0:<octet>:2::/64 (hex), served by ztpd's
+DHCPv6, the second through ISC dhcrelay -6. SONiC switches run dhclient -6
+with SONiC's option declarations (59, 239, user class SONiC-ZTP) and fetch
+ztp.json from option 59; ONIE switches discover without DHCP (ping6 ff02::1,
+the waterfall at the appliance's link-local address, port 80) and sit on the
+appliance's link; VMs run dhclient -6 and walk the metadata service with curl
+(cloud-init's CloudStack datasource has no IPv6); control planes, API
+servers and kubelets are on IPv6. The lab adds the on-link prefix and
+default route Router Advertisements would give (it runs no RA daemon).
+--dual-stack: both families; SONiC switches ask DHCPv4 and DHCPv6 and fetch
+ztp.json over IPv6, ONIE switches and VMs keep to IPv4. Needs dhcrelay too.
+
 --upgrade: the clusters start at the Kubernetes version before the newest
 built, and once every device joined each cluster is upgraded to the newest
 with upgradeKubernetesCluster: ztpd rolls it out one node at a time (cordon
@@ -111,6 +125,8 @@ puts both in bin/), else the one on PATH; kubeletsim likewise (--kubeletsim).`,
   sudo ztpd-lab --switches 8 --onie 2 --vms 6 --clusters 3
   sudo ztpd-lab --ztpd ./bin/ztpd --work-dir /tmp/lab   # keep configs and logs
   sudo ztpd-lab -o json > lab-result.json
+  sudo ztpd-lab --ipv6 --switches 2 --onie 1 --vms 2 --clusters 1
+  sudo ztpd-lab --dual-stack
   sudo ztpd-lab --upgrade --console 127.0.0.1:8443   # then open https://127.0.0.1:8443/rollouts`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
@@ -127,6 +143,9 @@ puts both in bin/), else the one on PATH; kubeletsim likewise (--kubeletsim).`,
 			}
 			if s.Switches+s.ONIE+s.VMs > 180 {
 				return fmt.Errorf("at most 180 devices (one /24 pool per subnet)")
+			}
+			if ipv6 && dualStack {
+				return fmt.Errorf("--ipv6 and --dual-stack: choose one (--ipv6 is v6-only)")
 			}
 			if octet < 0 || octet > 253 {
 				return fmt.Errorf("--octet %d: use 0..253", octet)
@@ -164,6 +183,12 @@ puts both in bin/), else the one on PATH; kubeletsim likewise (--kubeletsim).`,
 			defer stop()
 			o := lab.Options{Prefix: prefix, Octet: octet, WorkDir: filepath.Clean(work), Bin: bin, Kubeletsim: ksim, Timeout: timeout,
 				UpgradeByHand: upgrade == "manual"}
+			switch {
+			case ipv6:
+				o.Family = lab.IPv6
+			case dualStack:
+				o.Family = lab.DualStack
+			}
 			if output == "table" {
 				o.Out = stdout
 				f, ok := stdout.(*os.File)
@@ -238,6 +263,8 @@ puts both in bin/), else the one on PATH; kubeletsim likewise (--kubeletsim).`,
 	fl.StringVarP(&output, "output", "o", "table", "output format: table or json")
 	fl.StringVar(&upgrade, "upgrade", "", "start the clusters at the Kubernetes version before the newest built and, once onboarded, upgrade them node by node (a rollout each); =manual: leave starting it to you")
 	fl.Lookup("upgrade").NoOptDefVal = "auto"
+	fl.BoolVar(&ipv6, "ipv6", false, "a v6-only lab (DHCPv6, dhcrelay -6, ONIE by link-local; fd99:0:<octet>::/48)")
+	fl.BoolVar(&dualStack, "dual-stack", false, "IPv4 and IPv6 on both subnets; switches fetch ztp.json over IPv6")
 	fl.StringVar(&consoleAddr, "console", "", "forward the web console to this host:port, print how to sign in, and keep the lab up until Ctrl-C")
 	return cmd
 }

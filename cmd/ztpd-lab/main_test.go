@@ -38,6 +38,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"extra"}, "unknown command"},
 		{[]string{"--upgrade=later"}, `--upgrade "later"`},
 		{[]string{"--console", "8443"}, `--console "8443": want host:port`},
+		{[]string{"--ipv6", "--dual-stack"}, "--ipv6 and --dual-stack: choose one"},
 	} {
 		if _, err := run(c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: got %v, want an error with %q", c.args, err, c.want)
@@ -50,7 +51,7 @@ func TestHelpShowsExamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"sudo ztpd-lab -o json", "--ztpd", "--switches", "--upgrade --console 127.0.0.1:8443", "--upgrade=manual"} {
+	for _, want := range []string{"sudo ztpd-lab -o json", "--ztpd", "--switches", "--upgrade --console 127.0.0.1:8443", "--upgrade=manual", "--ipv6", "--dual-stack"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("help lacks %q:\n%s", want, out)
 		}

@@ -78,7 +78,8 @@ func startTwoAppliances(t *testing.T, tune ...func(*config.Config)) (*testpki.Te
 
 	var apps []*groupAppliance
 	for _, name := range []string{"a", "b"} {
-		cert := pki.Issue(name)
+		// Both loopbacks: a test may put the group on IPv6.
+		cert := pki.Issue(name, net.IPv4(127, 0, 0, 1), net.IPv6loopback)
 		cfg := config.Default()
 		cfg.DataDir = filepath.Join(t.TempDir(), "data")
 		cfg.HTTP.Addr = freeport.Addr(t)
@@ -326,5 +327,47 @@ func TestPeerListenerBoundFirst(t *testing.T) {
 			t.Fatalf("%s: a peer listener on %s", name, l.Peer.Addr())
 		}
 		l.Close()
+	}
+}
+
+// TestPeerBlobOverIPv6: a group whose appliances advertise and serve on
+// IPv6 (loopback ::1 here): each sees the other's peer URL bracketed, and
+// b serves an image a holds, fetched over the peer listeners' mutual TLS
+// on IPv6.
+func TestPeerBlobOverIPv6(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an etcd member and two appliances")
+	}
+	if ln, err := net.Listen("tcp6", "[::1]:0"); err != nil {
+		t.Skip("no IPv6 loopback:", err)
+	} else {
+		ln.Close()
+	}
+	defer func(d time.Duration) { prefetchFirst = d }(prefetchFirst)
+	prefetchFirst = time.Hour
+	_, apps := startTwoAppliances(t, func(c *config.Config) {
+		c.HTTP.Addr, c.AdvertiseAddr, c.Store.PeerAddr = freeport.On(t, "::1"), "::1", freeport.On(t, "::1")
+	})
+	a, b := apps[0], apps[1]
+	if !strings.HasPrefix(a.cfg.Store.PeerAddr, "[::1]:") {
+		t.Fatalf("peer address %s", a.cfg.Store.PeerAddr)
+	}
+	content := make([]byte, 1<<20+3)
+	rand.Read(content)
+	im, _, err := a.app.Images.Add(context.Background(), bytes.NewReader(content), imagestore.Meta{Name: "sonic-v6.bin", Kind: imagestore.KindSONiCInstaller}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + b.cfg.HTTP.Addr + "/images/" + im.SHA256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !bytes.Equal(body, content) {
+		t.Fatalf("GET on b over IPv6: %d, %d bytes; b's log:\n%s", resp.StatusCode, len(body), b.log)
+	}
+	if !strings.Contains(b.log.String(), "peer=https://"+a.cfg.Store.PeerAddr) {
+		t.Fatalf("b's log does not show the fetch from a over IPv6:\n%s", b.log)
 	}
 }

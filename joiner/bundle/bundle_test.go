@@ -668,3 +668,47 @@ func TestCloudConfigInstallsTheAgent(t *testing.T) {
 		t.Fatal("a relative agent file path was accepted")
 	}
 }
+
+// TestIPv6ControlPlaneGetsIPv6ServiceRange: kube-apiserver refuses a
+// Service range of the other family than its advertise address, so a first
+// control plane on IPv6 (its advertise address, or the endpoint's address
+// when it has none) gets an IPv6 range unless one is named; IPv4 and DNS
+// endpoints keep kubeadm's default, in every configuration format.
+func TestIPv6ControlPlaneGetsIPv6ServiceRange(t *testing.T) {
+	for _, v := range []string{"1.14.10", "1.21.14", "1.30.9", "1.35.1"} {
+		cases := []struct {
+			name, endpoint, advertise, service, want string
+		}{
+			{"advertise v6", "[fd99::1:10]:6443", "fd99::1:11", "", DefaultIPv6ServiceSubnet},
+			{"endpoint v6, no advertise", "[fd99::1:10]:6443", "", "", DefaultIPv6ServiceSubnet},
+			{"named range kept", "[fd99::1:10]:6443", "fd99::1:11", "fd99:96::/112", "fd99:96::/112"},
+			{"v4", "10.99.1.10:6443", "10.99.1.11", "", ""},
+			{"dns endpoint", "api.lab.example:6443", "", "", ""},
+			{"v4-mapped", "[::ffff:10.99.1.10]:6443", "", "", ""},
+		}
+		for _, c := range cases {
+			p := initParams(v, pki.RSA2048)
+			p.ControlPlaneEndpoint, p.AdvertiseAddress, p.ServiceSubnet, p.PodSubnet = c.endpoint, c.advertise, c.service, ""
+			plan, err := PlanInit(p)
+			if err != nil {
+				t.Fatalf("%s %s: %v", v, c.name, err)
+			}
+			text := string(plan.Config) + strings.Join(flatten(plan.Commands), " ")
+			has := strings.Contains(text, "serviceSubnet: "+c.want) || strings.Contains(text, "--service-cidr "+c.want)
+			switch {
+			case c.want != "" && !has:
+				t.Errorf("%s %s: no service range %s in\n%s", v, c.name, c.want, text)
+			case c.want == "" && (strings.Contains(text, "serviceSubnet") || strings.Contains(text, "--service-cidr")):
+				t.Errorf("%s %s: a service range where kubeadm's default should stay:\n%s", v, c.name, text)
+			}
+		}
+	}
+}
+
+func flatten(cmds [][]string) []string {
+	var out []string
+	for _, c := range cmds {
+		out = append(out, c...)
+	}
+	return out
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -111,6 +112,12 @@ func PlanInit(p InitParams) (KubeadmPlan, error) {
 		// Before v1beta4 kubeadm has no encryptionAlgorithm and RSA is the
 		// only CA key type every release loads.
 		return KubeadmPlan{}, fmt.Errorf("kubeadm init: a %s CA needs Kubernetes 1.31+ (have %s)", p.EncryptionAlgorithm, p.Version.Tag())
+	}
+	if p.ServiceSubnet == "" && apiServerOnIPv6(p) {
+		// kube-apiserver refuses a service range of the other family than
+		// its advertise address ("service IP family must match public
+		// address family"), and kubeadm's default range is IPv4.
+		p.ServiceSubnet = DefaultIPv6ServiceSubnet
 	}
 	sans := certSANs(p.ControlPlaneEndpoint, p.AdvertiseAddress, p.CertSANs)
 	if api == KubeadmFlags {
@@ -277,6 +284,26 @@ func (t Token) groups() []string {
 
 // certSANs lists the API server certificate names: the endpoint host, the
 // advertise address and the extras, deduplicated in order.
+// DefaultIPv6ServiceSubnet is the Service range of a cluster whose API
+// server is on IPv6 and whose configuration names none (kubeadm's default,
+// 10.96.0.0/12, is IPv4): a /112, inside kubeadm's limit of 20 bits of
+// Service addresses, in the unique local range kind uses too.
+const DefaultIPv6ServiceSubnet = "fd00:10:96::/112"
+
+// apiServerOnIPv6 says whether the first control plane's API server
+// advertises an IPv6 address: its advertise address, else the control
+// plane endpoint's host (the joiner leaves the advertise address out when it
+// is the endpoint's address, kubeadm then finds it on the node). A DNS name
+// says nothing, and keeps kubeadm's default.
+func apiServerOnIPv6(p InitParams) bool {
+	host := p.AdvertiseAddress
+	if host == "" {
+		host, _, _ = net.SplitHostPort(p.ControlPlaneEndpoint)
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Is6() && !a.Is4In6()
+}
+
 func certSANs(endpoint, advertise string, extra []string) []string {
 	host, _, _ := net.SplitHostPort(endpoint)
 	var out []string

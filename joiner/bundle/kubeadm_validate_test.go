@@ -103,6 +103,15 @@ func TestRealKubeadmValidatesIPv6Configs(t *testing.T) {
 				}
 			}
 			kubeadmValidate(t, kubeadm, "init-ipv6", init.Config, "")
+			// Without a named Service range the IPv6 default is written,
+			// and kubeadm takes it.
+			defaulted := ip
+			defaulted.ServiceSubnet, defaulted.PodSubnet = "", ""
+			if d, err := PlanInit(defaulted); err != nil {
+				t.Fatal(err)
+			} else {
+				kubeadmValidate(t, kubeadm, "init-ipv6-default-services", d.Config, "")
+			}
 			worker := JoinParams{
 				Version: MustVersion(ver), APIServerEndpoint: "[fd99::1:10]:6443", Token: tokA,
 				CACertHashes: []string{caHash}, NodeName: "prod-a-node-1", NodeIP: "fd99::1:21",

@@ -72,7 +72,11 @@ func nsClient(ns *netns.NS, roots *x509.CertPool) *http.Client {
 // StartAppliance writes config to <work>/ztpd.yaml and starts `bin serve`
 // in the lab's app namespace; Close stops it with the lab.
 func (t *Topology) StartAppliance(ctx context.Context, bin, config string) (*Appliance, error) {
-	a, err := StartAppliance(ctx, t.App, bin, t.WorkDir, config, "http://"+t.AppAddr.String()+":8080")
+	host := t.AppAddr.String()
+	if t.Family == IPv6 {
+		host = "[" + t.AppAddr6.String() + "]"
+	}
+	a, err := StartAppliance(ctx, t.App, bin, t.WorkDir, config, "http://"+host+":8080")
 	if err != nil {
 		return nil, err
 	}

@@ -22,19 +22,27 @@ func (l DHCPLease) IP() string { return l["ip_address"] }
 
 // hookScript records the client's environment on a bound lease and
 // configures the interface the way the real hook scripts do. It serves
-// dhclient (reason=BOUND, new_* vars) and udhcpc ($1=bound, plain vars).
+// dhclient (reason=BOUND, new_* vars; BOUND6 for dhclient -6) and udhcpc
+// ($1=bound, plain vars). An IPv4 lease flushes IPv4 addresses only: a
+// dual-stack device's link-local address is what dhclient -6 sends from.
 const hookScript = `#!/bin/sh
 out="%s"
 case "${reason:-$1}" in
 BOUND|RENEW|REBIND|REBOOT)
   env | grep '^new_' | sed 's/^new_//' > "$out.tmp"
-  ip addr flush dev "$interface"
+  ip -4 addr flush dev "$interface"
   ip addr add "$new_ip_address/$new_subnet_mask" dev "$interface"
   for r in $new_routers; do ip route replace default via "$r"; break; done
   mv "$out.tmp" "$out" ;;
+BOUND6|RENEW6|REBIND6)
+  # dhclient -6 gives a /128 (the on-link prefix comes from the routers'
+  # Router Advertisements, which the lab plays: see Dhclient6).
+  { env | grep '^new_' | sed 's/^new_//' ; echo "ip_address=$new_ip6_address"; } > "$out.tmp"
+  ip -6 addr replace "$new_ip6_address/128" dev "$interface" nodad
+  mv "$out.tmp" "$out" ;;
 bound|renew)
   { env | grep -E '^(ip|subnet|router|dns|hostname|domain|serverid|lease|boottime|opt[0-9]+|bootfile|tftp|siaddr|sname|boot_file|staticroutes)=' ; echo "ip_address=$ip"; echo "server_identifier=$serverid"; echo "host_name=$hostname"; } > "$out.tmp"
-  ip addr flush dev "$interface"
+  ip -4 addr flush dev "$interface"
   ip addr add "$ip/$subnet" dev "$interface"
   for r in $router; do ip route replace default via "$r"; break; done
   mv "$out.tmp" "$out" ;;

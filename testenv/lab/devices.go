@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -35,6 +36,22 @@ type Device struct {
 
 	// InstallerSHA256 is what the ONIE download must hash to.
 	InstallerSHA256 string
+	// V6 is set on an IPv6 lab. On a v6-only lab the device asks DHCPv6
+	// (ONIE discovers by link-local) and talks to ztpd over IPv6; on a
+	// dual-stack lab (DualStack) a SONiC switch asks both, as SONiC's
+	// dhclient does on a dual-stack eth0, and fetches ztp.json from the
+	// DHCPv6 option 59 URL, over IPv6.
+	V6        *Link6
+	DualStack bool
+}
+
+// Link6 is what a v6-only device's management link gives it besides
+// DHCPv6: the on-link prefix and default router its Router Advertisements
+// would carry, and the metadata service's address.
+type Link6 struct {
+	OnLink   netip.Prefix
+	Router   netip.Addr
+	Metadata netip.Addr
 }
 
 // Progress receives each step a device takes.
@@ -68,14 +85,40 @@ func retryFor(ctx context.Context, budget time.Duration, fn func() error) error 
 // (simulated kubelet), and the joined report (a hint to ztpd).
 func RunSwitch(ctx context.Context, k *Kube, ns *netns.NS, dir string, d Device, progress Progress) error {
 	if d.Kind == "onie" {
-		if err := runONIE(ctx, ns, filepath.Join(dir, "onie"), d, progress); err != nil {
+		run := runONIE
+		if d.V6 != nil && !d.DualStack {
+			run = runONIELinkLocal
+		}
+		if err := run(ctx, ns, filepath.Join(dir, "onie"), d, progress); err != nil {
 			return err
 		}
-		// "Reboot" into the installed SONiC: forget the ONIE address.
-		_ = ns.IP("addr", "flush", "dev", "eth0")
+		// "Reboot" into the installed SONiC: forget the ONIE address (on
+		// IPv6 the link-local one stays: DHCPv6 is sent from it).
+		if d.V6 == nil || d.DualStack {
+			_ = ns.IP("-4", "addr", "flush", "dev", "eth0")
+		}
 	}
-	progress(d.Name, "dhcp (dhclient as SONiC)")
-	lease, err := Dhclient(ctx, ns, filepath.Join(dir, "dhcp"), SONiCDhclientConf(d.Product, d.Serial))
+	var lease DHCPLease
+	var err error
+	if d.V6 != nil && d.DualStack {
+		progress(d.Name, "dhcp and dhcpv6 (dhclient -4 and -6 as SONiC)")
+		lease, err = Dhclient(ctx, ns, filepath.Join(dir, "dhcp"), SONiCDhclientConf(d.Product, d.Serial))
+		if err == nil {
+			var l6 DHCPLease
+			if l6, err = Dhclient6(ctx, ns, filepath.Join(dir, "dhcp6"), SONiCDhclient6Conf, d.V6.OnLink, d.V6.Router); err == nil {
+				lease["ztp_json_url"] = l6["dhcp6_boot_file_url"]
+			}
+		}
+	} else if d.V6 != nil {
+		progress(d.Name, "dhcpv6 (dhclient -6 as SONiC)")
+		lease, err = Dhclient6(ctx, ns, filepath.Join(dir, "dhcp6"), SONiCDhclient6Conf, d.V6.OnLink, d.V6.Router)
+		if err == nil {
+			lease["ztp_json_url"] = lease["dhcp6_boot_file_url"] // option 59, as sonic-ztp's hook reads it
+		}
+	} else {
+		progress(d.Name, "dhcp (dhclient as SONiC)")
+		lease, err = Dhclient(ctx, ns, filepath.Join(dir, "dhcp"), SONiCDhclientConf(d.Product, d.Serial))
+	}
 	if err != nil {
 		return err
 	}
@@ -181,6 +224,37 @@ func runONIE(ctx context.Context, ns *netns.NS, dir string, d Device, progress P
 		return fmt.Errorf("ONIE lease %s has no option 114: %v", lease.IP(), lease)
 	}
 	progress(d.Name, "onie installer "+lease.IP())
+	return onieDownload(ctx, ns, dir, d, u)
+}
+
+// runONIELinkLocal is ONIE's discovery without DHCP, on an IPv6 link:
+// ping6 ff02::1, then the waterfall at each neighbour's link-local
+// address until one serves the installer.
+func runONIELinkLocal(ctx context.Context, ns *netns.NS, dir string, d Device, progress Progress) error {
+	progress(d.Name, "onie ping6 ff02::1")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	_, neigh, err := ONIELinkLocalURL(ctx, ns, d.Platform)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, n := range neigh {
+		u := fmt.Sprintf("http://[%s%%25eth0]/onie-installer-%s", n, d.Platform)
+		progress(d.Name, "onie installer "+u)
+		err := onieDownload(ctx, ns, dir, d, u)
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	return fmt.Errorf("no link-local neighbour served the installer: %w", errors.Join(errs...))
+}
+
+// onieDownload fetches the installer at u with ONIE's headers and checks
+// its sha256.
+func onieDownload(ctx context.Context, ns *netns.NS, dir string, d Device, u string) error {
 	arch, machine, rev := splitPlatform(d.Platform)
 	out := filepath.Join(dir, "installer.bin")
 	args := []string{"-f", "-s", "-S", "-o", out, "-A", "onie/1.0",
@@ -225,14 +299,30 @@ func splitPlatform(p string) (arch, machine, rev string) {
 // kubeadm join discovery; the VM's kubelet is simulated (see Kube). Last
 // comes the report its deploy script sends (a hint to ztpd).
 func RunVM(ctx context.Context, k *Kube, ns *netns.NS, dir string, d Device, progress Progress) error {
-	progress(d.Name, "dhcp (udhcpc)")
-	lease, err := Udhcpc(ctx, ns, filepath.Join(dir, "dhcp"), d.Name, "")
+	if d.DualStack {
+		d.V6 = nil // VMs on a dual-stack lab keep to IPv4: cloud-init's CloudStack datasource is IPv4 only
+	}
+	var lease DHCPLease
+	var err error
+	if d.V6 != nil {
+		progress(d.Name, "dhcpv6 (dhclient -6)")
+		lease, err = Dhclient6(ctx, ns, filepath.Join(dir, "dhcp6"), vmDhclient6Conf, d.V6.OnLink, d.V6.Router)
+	} else {
+		progress(d.Name, "dhcp (udhcpc)")
+		lease, err = Udhcpc(ctx, ns, filepath.Join(dir, "dhcp"), d.Name, "")
+	}
 	if err != nil {
 		return err
 	}
 	server := lease["server_identifier"]
 	var ud []byte
-	if HaveCloudInit() {
+	if d.V6 != nil {
+		// cloud-init's CloudStack datasource finds the metadata server
+		// from the DHCPv4 lease (the virtual router's address) and has
+		// no IPv6 form: a v6-only VM walks the metadata service with
+		// curl at the address its management network names.
+		ud, err = curlMetadata(ctx, ns, dir, d, "["+d.V6.Metadata.String()+"]", lease.IP(), progress)
+	} else if HaveCloudInit() {
 		progress(d.Name, "cloud-init CloudStack datasource "+lease.IP())
 		r, err := CloudInitCloudStack(ctx, ns, dir, server)
 		if err != nil {
@@ -351,6 +441,13 @@ func runJoinWaiter(ctx context.Context, ns *netns.NS, dir, root string, d Device
 	progress(d.Name, "join data installed")
 	return nil
 }
+
+// vmDhclient6Conf is a plain VM's dhclient -6: an address and DNS, no
+// ZTP options.
+const vmDhclient6Conf = `request dhcp6.name-servers, dhcp6.domain-search;
+timeout 30;
+retry 2;
+`
 
 // curlMetadata walks the metadata service with curl, for a machine without
 // Debian's cloud-init.

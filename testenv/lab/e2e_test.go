@@ -242,3 +242,54 @@ func (l *Lab) bootstrapTokenID(t *testing.T, name string) string {
 	}
 	return id
 }
+
+// TestEndToEndOnboardingIPv6 is the end-to-end lab on a v6-only network (no
+// IPv4 address in any namespace): SONiC switches by dhclient -6 with
+// SONiC's option declarations (one subnet through ISC dhcrelay -6), an
+// ONIE switch by link-local discovery, VMs by dhclient -6 and the metadata
+// service over IPv6; the cluster's real control plane runs on the first
+// VM's fd99:: address, and every device is a Ready Node joined over IPv6.
+func TestEndToEndOnboardingIPv6(t *testing.T) {
+	bin, ksim := requireLabFleet(t)
+	if _, err := exec.LookPath("dhcrelay"); err != nil {
+		t.Skip("the IPv6 lab needs ISC dhcrelay")
+	}
+	work := t.TempDir()
+	var log strings.Builder
+	l, err := Open(context.Background(), Scenario{Switches: 2, ONIE: 1, VMs: 2, Clusters: 1},
+		Options{Prefix: "zl6e", Octet: 178, WorkDir: work, Bin: bin, Kubeletsim: ksim, Out: &log, Timeout: 6 * time.Minute, Family: IPv6})
+	if l != nil {
+		defer func() {
+			l.Close()
+			if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), "zl6e-") {
+				t.Errorf("lab left namespaces behind:\n%s", out)
+			}
+		}()
+	}
+	t.Log("progress:\n" + log.String())
+	if err != nil {
+		for _, f := range []string{"ztpd.out", "relay6.out"} {
+			if b, rerr := os.ReadFile(filepath.Join(work, f)); rerr == nil {
+				t.Logf("%s (tail):\n%s", f, tail(string(b), 4000))
+			}
+		}
+		t.Fatal(err)
+	}
+	res := l.Result
+	if len(res.ControlPlanes) != 1 || !strings.HasPrefix(res.ControlPlanes[0].URL, "https://[fd99:") {
+		t.Fatalf("control planes %+v: want one API server on an fd99:: address", res.ControlPlanes)
+	}
+	for _, d := range res.Devices {
+		if d.State != "joined" || !strings.HasPrefix(d.IP, "fd99:") {
+			t.Errorf("device %s (%s): state %s, address %s; want joined over IPv6", d.ID, d.MAC, d.State, d.IP)
+		}
+	}
+	for _, c := range res.Clusters {
+		for _, n := range c.Nodes {
+			if n.Ready != "True" {
+				t.Errorf("cluster %s: Node %s Ready=%s", c.Name, n.Name, n.Ready)
+			}
+		}
+	}
+	t.Logf("v6-only: %d devices joined the real cluster at %s in %s", len(res.Devices), res.ControlPlanes[0].URL, res.Elapsed.Round(100*time.Millisecond))
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -53,6 +54,9 @@ type Options struct {
 	// before any device starts (a test attaches its watchers there); its
 	// error ends Open.
 	OnStarted func(*Lab) error
+	// Family is the lab's address families: IPv4 (the zero value), IPv6
+	// (v6-only) or DualStack.
+	Family Family
 	// UpgradeByHand, with Scenario.Upgrade, prepares the upgrade (the
 	// newest version registered, the devices' agents running) but leaves
 	// starting it to a person (the cluster's page, or ztpd cluster
@@ -131,10 +135,16 @@ func (t *Topology) Config(devs []Device) (string, error) {
 		} else {
 			fmt.Fprintf(&profiles, "  serial: %s\n", d.Serial)
 		}
-		fmt.Fprintf(&profiles, "hostname: %s\ncluster: %s\nrole: %s\n", d.Name, d.Cluster, d.Role)
+		fmt.Fprintf(&profiles, "hostname: %s\n", d.Name)
+		if d.Cluster != "" {
+			fmt.Fprintf(&profiles, "cluster: %s\nrole: %s\n", d.Cluster, d.Role)
+		}
 	}
 	if err := os.WriteFile(filepath.Join(pdir, "lab.yaml"), []byte(profiles.String()), 0o644); err != nil {
 		return "", err
+	}
+	if t.Family != IPv4 {
+		return t.config6(pdir), nil
 	}
 	a, b := t.Nets[0], t.Nets[1]
 	pool := func(p string) string { return p + "10-" + p + "200" }
@@ -167,6 +177,69 @@ joiner:
   auto_approve:
     - {subnets: [%[3]s, %[5]s], roles: [control-plane, worker]}
 `, filepath.Join(t.WorkDir, "data"), t.AppAddr, a, pool(pa), b, pool(pb), t.RelayGW, pdir, labProbeInterval, LabAlertAfter), nil
+}
+
+// config6 is the appliance configuration of an IPv6 or dual-stack lab:
+// DHCPv6 on both subnets (B through dhcrelay -6), ONIE's link-local
+// discovery answered on br0, and on a dual-stack lab the IPv4 subnets too,
+// each device getting URLs in the family it asked over.
+func (t *Topology) config6(pdir string) string {
+	a6, b6 := t.Nets6[0], t.Nets6[1]
+	pool6 := func(p netip.Prefix) string {
+		base := strings.TrimSuffix(p.Addr().String(), "::")
+		return fmt.Sprintf("%s::100-%s::1ff", base, base)
+	}
+	app6 := "[" + t.AppAddr6.String() + "]"
+	var c strings.Builder
+	fmt.Fprintf(&c, "data_dir: %s\nlog: {level: info, format: json}\n", filepath.Join(t.WorkDir, "data"))
+	subnets := fmt.Sprintf(`    - {name: lab-a6, subnet: "%s", interface: br0, pools: ["%s"]}
+    - {name: lab-b6, subnet: "%s", pools: ["%s"]}
+`, a6, pool6(a6), b6, pool6(b6))
+	relays := fmt.Sprintf("    - {address: \"%s\", giaddrs: [\"%s\"]}\n", t.RelayUp6, t.RelayGW6)
+	approve := fmt.Sprintf(`"%s", "%s"`, a6, b6)
+	if t.Family == IPv6 {
+		fmt.Fprintf(&c, `advertise_addr: "%[1]s"
+http:
+  addr: "%[2]s:8080"
+  metadata_addr: "%[2]s:80"
+  onie_link_local: [br0]
+  tls: {enabled: true, addr: "%[2]s:8442"}
+api:
+  addr: "%[2]s:8443"
+`, t.AppAddr6, app6)
+	} else {
+		pa := strings.TrimSuffix(t.Nets[0].Addr().String(), "0")
+		pb := strings.TrimSuffix(t.Nets[1].Addr().String(), "0")
+		fmt.Fprintf(&c, `advertise_addr: %[1]s
+advertise_addr6: "%[2]s"
+http:
+  addr: "[::]:8080"
+  metadata_addr: %[1]s:80
+  onie_link_local: [br0]
+  tls: {enabled: true, addr: "[::]:8442"}
+api:
+  addr: %[1]s:8443
+`, t.AppAddr, app6)
+		subnets = fmt.Sprintf(`    - {name: lab-a, subnet: %s, interface: br0, pools: ["%s10-%s200"], router: %s}
+    - {name: lab-b, subnet: %s, pools: ["%s10-%s200"], router: %s}
+`, t.Nets[0], pa, pa, t.AppAddr, t.Nets[1], pb, pb, t.RelayGW) + subnets
+		relays = fmt.Sprintf("    - {address: %s, interface: br0}\n", t.RelayGW) + relays
+		approve = fmt.Sprintf("%s, %s, ", t.Nets[0], t.Nets[1]) + approve
+	}
+	fmt.Fprintf(&c, `  cluster_probe_interval: %s
+  cluster_alert_after: %s
+dhcp:
+  interfaces: [br0]
+  lease_time: 1h
+  vm: {mac_prefixes: ["1e:00"]}
+  relays:
+%s  subnets:
+%sprofiles: [%s]
+joiner:
+  auto_approve:
+    - {subnets: [%s], roles: [control-plane, worker]}
+`, labProbeInterval, LabAlertAfter, relays, subnets, pdir, approve)
+	return c.String()
 }
 
 // Lab is an onboarded lab whose appliance, control planes and kubelets
@@ -227,7 +300,7 @@ func Open(ctx context.Context, s Scenario, o Options) (*Lab, error) {
 	} else if kube, err = NewKube(o.Kubeletsim); err != nil {
 		return nil, err
 	}
-	topo, err := Build(o.Prefix, o.Octet, o.WorkDir)
+	topo, err := BuildFamily(o.Prefix, o.Octet, o.WorkDir, o.Family)
 	if err != nil {
 		return nil, err
 	}
@@ -235,6 +308,15 @@ func Open(ctx context.Context, s Scenario, o Options) (*Lab, error) {
 	l := &Lab{Topo: topo, Kube: kube, Plan: s.Plan(), Result: &Result{KubernetesVersion: kube.Bins.Version},
 		opts: o, start: start, UpgradeTo: upgradeTo}
 	devs := l.Plan
+	if o.Family == IPv6 {
+		// ONIE discovers by link-local, which no relay carries: its
+		// switches sit on the appliance's own link.
+		for i := range devs {
+			if devs[i].Kind == "onie" {
+				devs[i].Subnet = SubnetA
+			}
+		}
+	}
 	cfg, err := topo.Config(devs)
 	if err != nil {
 		return l, err
@@ -271,6 +353,9 @@ func Open(ctx context.Context, s Scenario, o Options) (*Lab, error) {
 	for i := range devs {
 		d := &devs[i]
 		d.InstallerSHA256 = installer
+		if o.Family != IPv4 {
+			d.V6, d.DualStack = topo.link6(d), o.Family == DualStack
+		}
 		ns, err := topo.AddDevice(d.Name, d.Subnet, d.MAC)
 		if err != nil {
 			return l, err

@@ -7,6 +7,10 @@
 //	           bridge br1 10.99.<a+1>.1/24 (subnet B, reached through the relay)
 //	<p>-dN     one namespace per device, eth0 enslaved to br0 or br1
 //
+// On IPv6 (BuildFamily) subnet A is fd99:0:<a>:1::/64 (the appliance ::1,
+// the relay's uplink ::fe) and subnet B fd99:0:<a>:2::/64 (the relay ::1),
+// relayed by ISC dhcrelay -6; a v6-only lab has no IPv4 address at all.
+//
 // Close stops every process the lab started and deletes every namespace
 // and link, also after an interrupt.
 package lab
@@ -45,6 +49,14 @@ type Topology struct {
 	RelayGW netip.Addr // 10.99.<a+1>.1
 	Nets    [2]netip.Prefix
 	WorkDir string
+	// Family is what the management networks carry: the IPv4 addresses
+	// above are configured when it includes IPv4, the IPv6 ones below
+	// when it includes IPv6.
+	Family   Family
+	AppAddr6 netip.Addr // fd99:0:<a>:1::1
+	RelayUp6 netip.Addr // fd99:0:<a>:1::fe
+	RelayGW6 netip.Addr // fd99:0:<a>:2::1
+	Nets6    [2]netip.Prefix
 
 	mu      sync.Mutex
 	devices []*netns.NS
@@ -53,22 +65,56 @@ type Topology struct {
 	closed  bool
 }
 
-// Build creates the lab's namespaces. third is the third octet of subnet A
-// (subnet B is third+1), so parallel labs can use disjoint addresses.
+// Family is the address families of a lab's management networks.
+type Family int
+
+const (
+	IPv4      Family = iota
+	IPv6             // v6-only: no IPv4 address anywhere in the lab
+	DualStack        // both, each relayed by its own relay
+)
+
+func (f Family) has4() bool { return f != IPv6 }
+func (f Family) has6() bool { return f != IPv4 }
+
+// String is the ztpd-lab flag spelling.
+func (f Family) String() string { return [...]string{"ipv4", "ipv6", "dual-stack"}[f] }
+
+// Build creates an IPv4 lab's namespaces. third is the third octet of
+// subnet A (subnet B is third+1), so parallel labs can use disjoint
+// addresses.
 func Build(prefix string, third int, workDir string) (*Topology, error) {
+	return BuildFamily(prefix, third, workDir, IPv4)
+}
+
+// BuildFamily is Build for the given address families; third also picks
+// the IPv6 subnets (fd99:0:<third>:1::/64 and :2::/64).
+func BuildFamily(prefix string, third int, workDir string, fam Family) (*Topology, error) {
 	if err := netns.Check(); err != nil {
 		return nil, err
 	}
 	if third < 0 || third > 253 {
 		return nil, fmt.Errorf("third octet %d out of range", third)
 	}
-	for _, tool := range []string{"dnsmasq", "dhclient", "busybox", "curl"} {
+	tools := []string{"dhclient", "busybox", "curl"}
+	if fam.has4() {
+		tools = append(tools, "dnsmasq")
+	}
+	if fam.has6() {
+		tools = append(tools, "dhcrelay")
+	}
+	for _, tool := range tools {
 		if _, err := exec.LookPath(tool); err != nil {
 			return nil, fmt.Errorf("lab needs %s: %w", tool, err)
 		}
 	}
 	cleanupStale(prefix)
-	t := &Topology{Prefix: prefix, WorkDir: workDir,
+	v6 := func(subnet, host int) netip.Addr {
+		return netip.MustParseAddr(fmt.Sprintf("fd99:0:%x:%x::%x", third, subnet, host))
+	}
+	t := &Topology{Prefix: prefix, WorkDir: workDir, Family: fam,
+		AppAddr6: v6(1, 1), RelayUp6: v6(1, 0xfe), RelayGW6: v6(2, 1),
+		Nets6:   [2]netip.Prefix{netip.PrefixFrom(v6(1, 0), 64), netip.PrefixFrom(v6(2, 0), 64)},
 		AppAddr: netip.AddrFrom4([4]byte{10, 99, byte(third), 1}),
 		RelayUp: netip.AddrFrom4([4]byte{10, 99, byte(third), 254}),
 		RelayGW: netip.AddrFrom4([4]byte{10, 99, byte(third + 1), 1}),
@@ -95,6 +141,13 @@ func (t *Topology) build() error {
 	if t.Relay, err = netns.Add(t.Prefix + "-relay"); err != nil {
 		return err
 	}
+	if t.Family.has6() {
+		for _, ns := range []*netns.NS{t.App, t.Relay} {
+			if err := noDAD(ns); err != nil {
+				return err
+			}
+		}
+	}
 	// A bridge without an address of its own takes the lowest MAC of its
 	// ports, so it changed as devices were plugged in, and the relay's ARP
 	// entry for the appliance went stale: relayed requests then arrived
@@ -102,32 +155,79 @@ func (t *Topology) build() error {
 	// routers keep one MAC; so do these.
 	steps := [][]string{
 		{t.App.Name, "link", "add", "br0", "address", bridgeMAC(t.AppAddr), "type", "bridge"},
-		{t.App.Name, "addr", "add", t.AppAddr.String() + "/24", "dev", "br0"},
-		{t.App.Name, "link", "set", "br0", "up"},
 		{t.Relay.Name, "link", "add", "br1", "address", bridgeMAC(t.RelayGW), "type", "bridge"},
-		{t.Relay.Name, "addr", "add", t.RelayGW.String() + "/24", "dev", "br1"},
-		{t.Relay.Name, "link", "set", "br1", "up"},
 	}
+	if t.Family.has4() {
+		steps = append(steps, []string{t.App.Name, "addr", "add", t.AppAddr.String() + "/24", "dev", "br0"},
+			[]string{t.Relay.Name, "addr", "add", t.RelayGW.String() + "/24", "dev", "br1"})
+	}
+	if t.Family.has6() {
+		steps = append(steps, []string{t.App.Name, "addr", "add", t.AppAddr6.String() + "/64", "dev", "br0", "nodad"},
+			[]string{t.Relay.Name, "addr", "add", t.RelayGW6.String() + "/64", "dev", "br1", "nodad"})
+	}
+	steps = append(steps, []string{t.App.Name, "link", "set", "br0", "up"}, []string{t.Relay.Name, "link", "set", "br1", "up"})
 	for _, s := range steps {
 		if err := ipIn(s[0], s[1:]...); err != nil {
 			return err
 		}
 	}
-	if err := t.plug(t.Relay, "up0", t.RelayUp.String()+"/24", t.App, "br0"); err != nil {
-		return err
+	up4 := ""
+	if t.Family.has4() {
+		up4 = t.RelayUp.String() + "/24"
 	}
-	if err := ipIn(t.App.Name, "route", "add", t.Nets[1].String(), "via", t.RelayUp.String()); err != nil {
+	if err := t.plug(t.Relay, "up0", up4, t.App, "br0"); err != nil {
 		return err
 	}
 	// Both routers forward: devices on subnet A (default route: the
 	// appliance) reach API servers on subnet B through the relay.
-	for _, ns := range []*netns.NS{t.Relay, t.App} {
-		if err := ns.Command(context.Background(), "sysctl", "-qw", "net.ipv4.ip_forward=1").Run(); err != nil {
-			return fmt.Errorf("enable forwarding in %s: %w", ns.Name, err)
+	if t.Family.has4() {
+		if err := ipIn(t.App.Name, "route", "add", t.Nets[1].String(), "via", t.RelayUp.String()); err != nil {
+			return err
+		}
+		for _, ns := range []*netns.NS{t.Relay, t.App} {
+			if err := ns.Command(context.Background(), "sysctl", "-qw", "net.ipv4.ip_forward=1").Run(); err != nil {
+				return fmt.Errorf("enable forwarding in %s: %w", ns.Name, err)
+			}
 		}
 	}
-	// dnsmasq as a pure DHCP relay: giaddr = br1's address, server = the
-	// appliance. It stays root so the lab can always stop it.
+	if t.Family.has6() {
+		if err := ipIn(t.Relay.Name, "addr", "add", t.RelayUp6.String()+"/64", "dev", "up0", "nodad"); err != nil {
+			return err
+		}
+		if err := ipIn(t.App.Name, "-6", "route", "add", t.Nets6[1].String(), "via", t.RelayUp6.String()); err != nil {
+			return err
+		}
+		for _, ns := range []*netns.NS{t.Relay, t.App} {
+			if err := ns.Command(context.Background(), "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1").Run(); err != nil {
+				return fmt.Errorf("enable IPv6 forwarding in %s: %w", ns.Name, err)
+			}
+		}
+		// A bridge gets its link-local address once a port carries (br0's
+		// first is the relay's uplink; br1 has none until a device plugs
+		// in): ztpd's ONIE listener binds br0's.
+		for _, l := range []struct {
+			ns *netns.NS
+			br string
+		}{{t.App, "br0"}, {t.Relay, "up0"}} {
+			if err := waitLinkLocal(l.ns, l.br); err != nil {
+				return err
+			}
+		}
+	}
+	if t.Family.has4() {
+		if err := t.startRelay4(); err != nil {
+			return err
+		}
+	}
+	if t.Family.has6() {
+		return t.startRelay6()
+	}
+	return nil
+}
+
+// startRelay4 runs dnsmasq as a pure DHCP relay: giaddr = br1's address,
+// server = the appliance. It stays root so the lab can always stop it.
+func (t *Topology) startRelay4() error {
 	relay := t.Relay.Command(context.Background(), "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null",
 		"--pid-file=", "--port=0", "--user=root", "--interface=br1", "--bind-interfaces",
 		"--dhcp-relay="+t.RelayGW.String()+","+t.AppAddr.String(), "--log-dhcp",
@@ -147,6 +247,64 @@ func (t *Topology) build() error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// startRelay6 runs ISC dhcrelay -6: clients on br1 (its link address is
+// br1's global address, RelayGW6), the appliance upstream through up0
+// (Relay-Forw from RelayUp6).
+func (t *Topology) startRelay6() error {
+	relay := t.Relay.Command(context.Background(), "dhcrelay", "-6", "-d", "-q",
+		"-pf", filepath.Join(t.WorkDir, "relay6.pid"), "-l", "br1", "-u", t.AppAddr6.String()+"%up0")
+	if err := t.Start(relay, "relay6"); err != nil {
+		return err
+	}
+	// Devices on subnet B boot only once the relay's DHCPv6 socket is bound.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		out, _ := t.Relay.Command(context.Background(), "ss", "-Hlun", "sport = :547").Output()
+		if strings.TrimSpace(string(out)) != "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the DHCPv6 relay (dhcrelay -6) did not bind port 547 within 15 s: see %s", filepath.Join(t.WorkDir, "relay6.out"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitLinkLocal waits up to 10 s for ifname's fe80:: address in ns.
+func waitLinkLocal(ns *netns.NS, ifname string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _ := exec.Command("ip", "-n", ns.Name, "-6", "addr", "show", "dev", ifname, "scope", "link").Output()
+		if strings.Contains(string(out), "fe80::") && !strings.Contains(string(out), "tentative") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s in %s has no usable link-local address after 10 s: %s", ifname, ns.Name, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// noDAD turns duplicate address detection off in ns before its links
+// exist, so every IPv6 address (link-local ones too) is usable at once:
+// the lab's addresses are unique by construction.
+func noDAD(ns *netns.NS) error {
+	for _, k := range []string{"net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0"} {
+		if out, err := ns.Command(context.Background(), "sysctl", "-qw", k).CombinedOutput(); err != nil {
+			return fmt.Errorf("sysctl %s in %s: %v: %s", k, ns.Name, err, out)
+		}
+	}
+	return nil
+}
+
+// link6 is what a v6-only device on d's subnet is given besides DHCPv6.
+func (t *Topology) link6(d *Device) *Link6 {
+	if d.Subnet == SubnetB {
+		return &Link6{OnLink: t.Nets6[1], Router: t.RelayGW6, Metadata: t.AppAddr6}
+	}
+	return &Link6{OnLink: t.Nets6[0], Router: t.AppAddr6, Metadata: t.AppAddr6}
 }
 
 // bridgeMAC is a fixed, locally administered MAC for the bridge that holds
@@ -187,6 +345,11 @@ func (t *Topology) AddDevice(name string, on Subnet, mac string) (*netns.NS, err
 	t.mu.Lock()
 	t.devices = append(t.devices, ns)
 	t.mu.Unlock()
+	if t.Family.has6() {
+		if err := noDAD(ns); err != nil {
+			return nil, err
+		}
+	}
 	brNS, br := t.App, "br0"
 	if on == SubnetB {
 		brNS, br = t.Relay, "br1"

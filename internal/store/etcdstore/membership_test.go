@@ -3,6 +3,7 @@ package etcdstore_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/store/etcdstore"
 	"github.com/ztpd/ztpd/testenv/freeport"
+	"github.com/ztpd/ztpd/testenv/testpki"
 )
 
 // TestReplacedApplianceRejoins: an appliance whose etcd data is gone (a
@@ -142,5 +144,83 @@ func TestReplacedApplianceRejoins(t *testing.T) {
 	members[1].Close()
 	if members[1], err = start("a2", 30*time.Second); err != nil {
 		t.Fatalf("a2 restarted from its data: %v", err)
+	}
+}
+
+// TestThreeMembersOnIPv6: the embedded etcd of three appliances on IPv6
+// (loopback ::1 here), peers and clients over mutual TLS with bracketed
+// URLs: the cluster forms, and what one appliance writes another reads.
+func TestThreeMembersOnIPv6(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three etcd members")
+	}
+	if ln, err := net.Listen("tcp6", "[::1]:0"); err != nil {
+		t.Skip("no IPv6 loopback:", err)
+	} else {
+		ln.Close()
+	}
+	ca := testpki.New(t, "ztpd appliances")
+	names := []string{"a1", "a2", "a3"}
+	peers := map[string]string{}
+	for _, n := range names {
+		peers[n] = "https://" + freeport.On(t, "::1")
+	}
+	root := t.TempDir()
+	members := make([]*etcdstore.Member, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i, n := range names {
+		cert := ca.Issue(n, net.IPv6loopback)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+			defer cancel()
+			members[i], errs[i] = etcdstore.StartMember(ctx, etcdstore.MemberConfig{Name: n, Dir: filepath.Join(root, n), Peers: peers,
+				ClientURL: "https://" + freeport.On(t, "::1"), CertFile: cert.CertFile, KeyFile: cert.KeyFile, CAFile: ca.File, Token: "t-v6"})
+		}()
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, m := range members {
+			if m != nil {
+				m.Close()
+			}
+		}
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("%s: %v", names[i], err)
+		}
+	}
+	// The first appliance creates the store; the others wait for it.
+	open := func(i int, init etcdstore.InitMode) *etcdstore.Store {
+		st, err := etcdstore.Open(etcdstore.Options{Client: members[i].Client, Prefix: "/ztpd/", Name: names[i], TempDir: t.TempDir(),
+			LocalMember: true, MaxTxnOps: etcdstore.EmbeddedMaxTxnOps, Init: init})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	if err := open(0, etcdstore.InitCreate).Update(func(tx core.Tx) error { return tx.Settings().Put("over", "ipv6") }); err != nil {
+		t.Fatal(err)
+	}
+	st := open(2, etcdstore.InitWait)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var got string
+		err := st.View(func(tx core.Tx) error {
+			v, _, err := tx.Settings().Get("over")
+			got = v
+			return err
+		})
+		if err == nil && got == "ipv6" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a3 reads %q, %v", got, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
