@@ -370,6 +370,12 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	if err != nil {
 		return err
 	}
+	if res.replaced != nil {
+		// The predecessor's slot was released.
+		if rt, err = joinState(tx, c.ID); err != nil {
+			return err
+		}
+	}
 	if had && m.Cluster != c.ID && holdsSlot(m.State) {
 		return fmt.Errorf("%w: %s belongs to cluster %s", ErrMemberElsewhere, dev.ID, m.Cluster)
 	}

@@ -147,9 +147,16 @@ func (s *Service) positionRule(tx core.Tx, dev core.Device, m core.Membership, h
 // pos expects, records the outcome on the device (its CablingMismatch,
 // set or cleared, and an event when it changes) and, under `cabling:
 // strict`, holds the join while they differ. A join that reports no
-// neighbours judges nothing.
+// neighbours judges nothing new: the device's last mismatch at pos, if
+// any, stands.
 func (s *Service) checkCabling(tx core.Tx, dev *core.Device, pos *positions.Position, req JoinRequest, now time.Time, rule *positionRule) error {
-	if len(pos.Neighbors) == 0 || len(req.Neighbors) == 0 {
+	if len(pos.Neighbors) == 0 {
+		return nil
+	}
+	if len(req.Neighbors) == 0 {
+		if c := dev.CablingMismatch; c != nil && c.Position == pos.Name && pos.CablingPolicy() == positions.CablingStrict {
+			rule.wait = fmt.Sprintf("cabling does not match position %s (cabling: strict): %s", pos.Name, strings.Join(c.Mismatches, "; "))
+		}
 		return nil
 	}
 	mism := positions.CablingMismatches(pos.Neighbors, req.Neighbors)
