@@ -89,17 +89,25 @@ func (p *Position) checkPolicies(bad func(field string, err error)) {
 	}
 	if err := CheckNeighbors(p.Neighbors); err != nil {
 		bad("neighbors", err)
+		return
+	}
+	seen := make(map[string]bool, len(p.Neighbors))
+	for _, n := range p.Neighbors {
+		if seen[n.Port] {
+			bad("neighbors", fmt.Errorf("port %q expected twice", visible(n.Port)))
+		}
+		seen[n.Port] = true
 	}
 }
 
 // CheckNeighbors validates a list of neighbours, as a plan names them or
-// a device reports them: at most MaxNeighbors, each with a local port,
-// printable values, and no local port twice.
+// a device reports them: at most MaxNeighbors, each with a local port and
+// printable values. A report may name a port twice (several neighbours
+// behind one port); a plan may not (checkPolicies).
 func CheckNeighbors(ns []Neighbor) error {
 	if len(ns) > MaxNeighbors {
 		return fmt.Errorf("%d neighbours: at most %d", len(ns), MaxNeighbors)
 	}
-	seen := make(map[string]bool, len(ns))
 	for i, n := range ns {
 		if n.Port == "" {
 			return fmt.Errorf("neighbour %d: port required (the local port, e.g. eth0)", i+1)
@@ -109,10 +117,6 @@ func CheckNeighbors(ns []Neighbor) error {
 				return fmt.Errorf("neighbour %d: %w", i+1, err)
 			}
 		}
-		if seen[n.Port] {
-			return fmt.Errorf("neighbour %d: port %q given twice", i+1, visible(n.Port))
-		}
-		seen[n.Port] = true
 	}
 	return nil
 }
