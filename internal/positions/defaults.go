@@ -11,9 +11,8 @@ import (
 var policyKeys = []string{"replace", "moved", "cabling"}
 
 // applyDefaults applies a plan file's `defaults:` mapping (replace, moved,
-// cabling) to the positions ps read from it that leave them empty. Values
-// are checked with each position (Check), so a bad default is reported at
-// the position it reaches as well as here.
+// cabling) to the positions ps read from it that leave them empty. A bad
+// value is reported at the defaults' line and applied to none.
 func applyDefaults(file string, n *yaml.Node, ps []*Position) Errors {
 	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
 		return nil
@@ -33,6 +32,10 @@ func applyDefaults(file string, n *yaml.Node, ps []*Position) Errors {
 				Err: fmt.Errorf("unknown default: defaults hold replace, moved and cabling")})
 		}
 	}
+	probe := &Position{Replace: m["replace"], Moved: m["moved"], Cabling: m["cabling"]}
+	probe.checkPolicies(func(field string, err error) {
+		errs = append(errs, &Error{File: file, Line: n.Line, Field: "defaults." + field, Err: err})
+	})
 	if len(errs) > 0 {
 		return errs
 	}
