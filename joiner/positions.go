@@ -247,3 +247,32 @@ func (s *Service) deleteReplacedNode(ctx context.Context, r *replacedMember, now
 		s.log.Warn("record the replaced member's Node", "device", r.device, "err", err)
 	}
 }
+
+// ObserveNeighbors takes the LLDP neighbours a device's agent reports
+// after its join: compared with its planned position's, a mismatch is
+// recorded (the device's CablingMismatch and an event when it changes),
+// and a match clears it. A joined device is not held: `cabling: strict`
+// holds joins only.
+func (s *Service) ObserveNeighbors(ctx context.Context, device string, ns []positions.Neighbor) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := positions.CheckNeighbors(ns); err != nil {
+		return fmt.Errorf("%w: lldp_neighbors: %v", ErrInvalid, err)
+	}
+	now := s.now().UTC()
+	return s.store.Batch(func(tx core.Tx) error {
+		d, err := tx.Devices().Get(device)
+		if errors.Is(err, core.ErrNotFound) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		pos := s.planned(d)
+		if pos == nil {
+			return nil
+		}
+		var rule positionRule
+		return s.checkCabling(tx, &d, pos, JoinRequest{Neighbors: ns}, now, &rule)
+	})
+}

@@ -298,3 +298,35 @@ func TestCablingStrictHoldsTheJoin(t *testing.T) {
 func (e *planEnv) deviceAddr(id string) netip.Addr {
 	return netip.MustParseAddr(e.device(id).IP)
 }
+
+// TestAgentNeighboursRecordTheCabling: the neighbours a joined device's
+// agent reports later are compared the same way: a mismatch becomes the
+// device's warning and an event, a match clears it; a joined member is
+// not held.
+func TestAgentNeighboursRecordTheCabling(t *testing.T) {
+	p := slot("leaf-07h", "Ethernet20")
+	p.Cabling = positions.CablingStrict
+	p.Neighbors = []positions.Neighbor{{Port: "eth0", RemoteSystem: "mgmt-sw-1", RemotePort: "Ethernet20"}}
+	e := newPlanEnv(t, p)
+	b := e.must(e.arrive(67, "SN-H", "leaf-07h", p.Neighbors...))
+	e.nodeReady(b, "True")
+	if err := e.svc.ObserveNeighbors(bg, mac(67), []positions.Neighbor{{Port: "eth0", RemoteSystem: "mgmt-sw-9", RemotePort: "Ethernet1"}}); err != nil {
+		t.Fatal(err)
+	}
+	d := e.device(mac(67))
+	if d.CablingMismatch == nil || !strings.Contains(d.CablingMismatch.Mismatches[0], "seen mgmt-sw-9 Ethernet1") || len(e.events("device.cabling_mismatch", mac(67))) != 1 {
+		t.Fatalf("after a mismatching report: %+v", d.CablingMismatch)
+	}
+	if m, _ := e.svc.Membership(bg, mac(67)); m.State != core.StateJoined {
+		t.Fatalf("a joined member was held: %s", m.State)
+	}
+	if err := e.svc.ObserveNeighbors(bg, mac(67), p.Neighbors); err != nil {
+		t.Fatal(err)
+	}
+	if e.device(mac(67)).CablingMismatch != nil {
+		t.Fatal("a matching report left the warning")
+	}
+	if err := e.svc.ObserveNeighbors(bg, mac(67), []positions.Neighbor{{Port: "eth0\x00", RemoteSystem: "x"}}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a hostile report: %v", err)
+	}
+}
