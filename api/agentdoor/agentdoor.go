@@ -20,8 +20,8 @@ import (
 
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/desired"
-	"github.com/ztpd/ztpd/internal/positions"
 	"github.com/ztpd/ztpd/internal/httpserve"
+	"github.com/ztpd/ztpd/internal/positions"
 )
 
 // Path is where device agents poll their desired state and report

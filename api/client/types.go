@@ -142,8 +142,8 @@ type Device struct {
 	// those its planned position expects (the console's cabling badge).
 	CablingMismatch *CablingMismatch `json:"cabling_mismatch,omitempty"`
 	FirstSeen       time.Time        `json:"first_seen"`
-	LastSeen       time.Time       `json:"last_seen"`
-	UpdatedAt      time.Time       `json:"updated_at"`
+	LastSeen        time.Time        `json:"last_seen"`
+	UpdatedAt       time.Time        `json:"updated_at"`
 }
 
 // Refusal is why a device's last ZTP request got no content

@@ -111,8 +111,8 @@ type Device struct {
 	// immutable (replaced, never changed).
 	CablingMismatch *CablingMismatch `json:"cabling_mismatch,omitempty"`
 	FirstSeen       time.Time        `json:"first_seen"`
-	LastSeen       time.Time       `json:"last_seen"`
-	UpdatedAt      time.Time       `json:"updated_at"`
+	LastSeen        time.Time        `json:"last_seen"`
+	UpdatedAt       time.Time        `json:"updated_at"`
 }
 
 // Refusal is a ZTP request a device (the holder of its address) made and

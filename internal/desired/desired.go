@@ -94,7 +94,7 @@ type Options struct {
 	// reports are accepted and not judged.
 	Neighbors func(ctx context.Context, device string, ns []positions.Neighbor) error
 	Now       func() time.Time
-	Log      *slog.Logger
+	Log       *slog.Logger
 	// Registerer takes the service's metrics (nil: kept, not exported).
 	Registerer prometheus.Registerer
 }

@@ -32,8 +32,8 @@ import (
 	"strings"
 
 	"github.com/ztpd/ztpd/internal/core"
-	"github.com/ztpd/ztpd/internal/positions"
 	"github.com/ztpd/ztpd/internal/httpserve"
+	"github.com/ztpd/ztpd/internal/positions"
 	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/ztp/endpoints"
 )
