@@ -102,28 +102,31 @@ func (s *Service) RevokeAgent(ctx context.Context, device, reason string) error 
 		return err
 	}
 	now := s.now().UTC()
-	return s.store.Update(func(tx core.Tx) error {
-		m, err := tx.Memberships().Get(device)
-		if errors.Is(err, core.ErrNotFound) || (err == nil && m.AgentID == "") {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		rec, err := tx.Tokens().Get(string(tokens.KindAgent), m.AgentID)
-		if errors.Is(err, core.ErrNotFound) || (err == nil && rec.Revoked) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		rec.Revoked = true
-		if err := tx.Tokens().Put(rec); err != nil {
-			return err
-		}
-		return s.event(tx, now, "token.revoked", device, m.Cluster, "agent credential "+rec.ID+" revoked: "+reason,
-			map[string]string{"kind": string(tokens.KindAgent), "id": rec.ID})
-	})
+	return s.store.Update(func(tx core.Tx) error { return s.revokeAgent(tx, device, reason, now) })
+}
+
+// revokeAgent is RevokeAgent inside tx.
+func (s *Service) revokeAgent(tx core.Tx, device, reason string, now time.Time) error {
+	m, err := tx.Memberships().Get(device)
+	if errors.Is(err, core.ErrNotFound) || (err == nil && m.AgentID == "") {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	rec, err := tx.Tokens().Get(string(tokens.KindAgent), m.AgentID)
+	if errors.Is(err, core.ErrNotFound) || (err == nil && rec.Revoked) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	rec.Revoked = true
+	if err := tx.Tokens().Put(rec); err != nil {
+		return err
+	}
+	return s.event(tx, now, "token.revoked", device, m.Cluster, "agent credential "+rec.ID+" revoked: "+reason,
+		map[string]string{"kind": string(tokens.KindAgent), "id": rec.ID})
 }
 
 // MemberLeft ends a member's membership once ztpd has taken it out of its

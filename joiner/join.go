@@ -13,6 +13,7 @@ import (
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
+	"github.com/ztpd/ztpd/internal/positions"
 	"github.com/ztpd/ztpd/joiner/pki"
 	"github.com/ztpd/ztpd/joiner/tokens"
 )
@@ -162,6 +163,10 @@ type JoinRequest struct {
 	// that issue no certificate (kubeadm's kubelet makes its own key by TLS
 	// bootstrap; k3s joins with a token).
 	CSR string
+	// Neighbors are the LLDP neighbours the device reports (its join
+	// plugin runs lldpctl); none when it has no LLDP. Compared with its
+	// planned position's expected neighbours.
+	Neighbors []positions.Neighbor
 }
 
 // joinResult is what the admission transaction decided.
@@ -186,6 +191,9 @@ type joinResult struct {
 	// enrollment is the stored enrollment the request named, when there
 	// is one: a refusal's event names its device.
 	enrollment *core.Token
+	// replaced is the member this join replaced at its position, whose
+	// Node is deleted once the admission committed.
+	replaced *replacedMember
 }
 
 // Join admits a device and issues its join bundle. The enrollment secret is
@@ -213,6 +221,9 @@ func (s *Service) Join(ctx context.Context, req JoinRequest) (*Bundle, error) {
 	if err := stated.Check(nil); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
+	if err := positions.CheckNeighbors(req.Neighbors); err != nil {
+		return nil, fmt.Errorf("%w: lldp_neighbors: %v", ErrInvalid, err)
+	}
 	// The request's signature is verified here, outside the transaction;
 	// admit refuses a bad one only to a device that proved who it is.
 	var csr csrCheck
@@ -235,6 +246,13 @@ func (s *Service) Join(ctx context.Context, req JoinRequest) (*Bundle, error) {
 		res = joinResult{report: report, agent: agent, csr: csr} // Batch may run fn more than once
 		return s.admit(tx, cred, req, now, &res)
 	})
+	if me := (*movedError)(nil); errors.As(err, &me) {
+		s.movedRefused(me, res.cluster.ID, now)
+		if me.wait {
+			s.metrics.joinsWaiting.Inc()
+			return nil, &WaitError{Reason: me.reason, RetryAfter: waitRetry, recorded: true}
+		}
+	}
 	if err != nil {
 		s.metrics.joinsRefused.WithLabelValues(refusalReason(err)).Inc()
 		if errors.Is(err, ErrCSRRefused) || errors.Is(err, ErrCSRMissing) {
@@ -256,6 +274,9 @@ func (s *Service) Join(ctx context.Context, req JoinRequest) (*Bundle, error) {
 			s.log.Info("device waiting", "device", res.device.ID, "cluster", res.cluster.Name, "reason", res.wait)
 		}
 		return nil, &WaitError{Reason: res.wait, RetryAfter: retry, recorded: true}
+	}
+	if res.replaced != nil {
+		s.deleteReplacedNode(ctx, res.replaced, now)
 	}
 	b, err := s.render(ctx, &res, now)
 	if err != nil {
@@ -343,6 +364,18 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	if err != nil && !errors.Is(err, core.ErrNotFound) {
 		return err
 	}
+	// The cabling plan: a member of another position, the cabling, a
+	// replacement (positions.go).
+	rule, err := s.positionRule(tx, dev, m, had, c, req, now, res)
+	if err != nil {
+		return err
+	}
+	if res.replaced != nil {
+		// The predecessor's slot was released.
+		if rt, err = joinState(tx, c.ID); err != nil {
+			return err
+		}
+	}
 	if had && m.Cluster != c.ID && holdsSlot(m.State) {
 		return fmt.Errorf("%w: %s belongs to cluster %s", ErrMemberElsewhere, dev.ID, m.Cluster)
 	}
@@ -374,7 +407,7 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	if method == MethodSONiC {
 		name := m.NodeName
 		if name == "" || !reissue {
-			name = memberNodeName(dev, method)
+			name = s.nodeNameFor(dev, method)
 		}
 		if err := checkSwitchCSR(req.CSR, res.csr, name); err != nil {
 			return err
@@ -383,12 +416,15 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 
 	// 5. Admission: approval, then room.
 	wait := ""
+	if !reissue {
+		wait = rule.wait
+	}
 	role, first := m.Role, reissue && rt.FirstControlPlane == dev.ID
 	preset := dev.Role
 	if req.Role != "" {
 		preset = req.Role
 	}
-	if !reissue {
+	if !reissue && wait == "" {
 		approved := s.approvalOf(dev, c, h)
 		switch {
 		case approved == 0:
@@ -498,7 +534,7 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	m.Role, m.Method, m.IP, m.WaitReason = role, method, res.ip, ""
 	m.Version = rt.KubernetesVersion
 	if m.NodeName == "" || !reissue {
-		m.NodeName = memberNodeName(dev, method)
+		m.NodeName = s.nodeNameFor(dev, method)
 	}
 	if !reissue {
 		m.IssuedAt = now

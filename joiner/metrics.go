@@ -53,7 +53,7 @@ func refusalReason(err error) string {
 		{ErrEnrollmentInvalid, "invalid"}, {ErrEnrollmentUsed, "replayed"}, {ErrEnrollmentExpired, "expired"}, {ErrEnrollmentAddress, "wrong-address"},
 		{ErrRevoked, "revoked"}, {ErrBindingMismatch, "wrong-device"}, {ErrClusterUnavailable, "cluster-unavailable"},
 		{ErrMemberElsewhere, "member-elsewhere"}, {ErrCSRRefused, "bad-csr"}, {ErrCSRMissing, "no-csr"},
-		{ErrInvalid, "bad-request"},
+		{ErrInvalid, "bad-request"}, {ErrMoved, "moved"},
 	} {
 		if errors.Is(err, r.err) {
 			return r.name

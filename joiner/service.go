@@ -39,6 +39,7 @@ import (
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
+	"github.com/ztpd/ztpd/internal/positions"
 	"github.com/ztpd/ztpd/internal/ratelimit"
 	"github.com/ztpd/ztpd/internal/secretbox"
 	"github.com/ztpd/ztpd/joiner/bundle"
@@ -63,6 +64,7 @@ var (
 	ErrNotHolder          = joinError(core.KindRefused, "the request's address holds no lease and no operator-declared binding")
 	ErrAlreadyIssued      = joinError(core.KindRefused, "join material was already issued to this device")
 	ErrWrongHolder        = joinError(core.KindRefused, "the request's address is not held by the credential's device")
+	ErrMoved              = joinError(core.KindRefused, "the device is the member of another position")
 )
 
 func joinError(k core.ErrorKind, msg string) error { return &core.Error{Kind: k, Msg: msg} }
@@ -182,6 +184,16 @@ type Options struct {
 	// one credential; nil: bundles install no agent and issue no agent
 	// credential.
 	AgentFiles func(credential string) ([]bundle.File, error)
+	// Plan is the cabling plan in use (nil, or a nil answer: none). A
+	// device at a planned position joins under the position's name, and
+	// the plan's replace, moved and cabling policies decide what a new
+	// box there, a member of another slot, or unexpected LLDP neighbours
+	// meet (positions.go).
+	Plan func() *positions.Plan
+	// DeleteNode deletes a cluster's Node as ztpd's operator (the
+	// scale-down's NodeOps): the Node of a member a replacement ended.
+	// Nil: the Node is left for the cluster to show NotReady.
+	DeleteNode func(ctx context.Context, cluster, node string) error
 	// Devices records the device records and events the joiner changes,
 	// inside its own transactions (the devices service); required.
 	Devices devices.Recorder

@@ -21,6 +21,7 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/desired"
 	"github.com/ztpd/ztpd/internal/httpserve"
+	"github.com/ztpd/ztpd/internal/positions"
 )
 
 // Path is where device agents poll their desired state and report
@@ -29,6 +30,8 @@ import (
 //
 //	GET  /agent/v1/desired   Authorization: Bearer <agent credential>
 //	POST /agent/v1/report    the same; one step report as JSON
+//	POST /agent/v1/neighbors the same; {"lldp_neighbors": [...]}, the
+//	                         device's LLDP neighbours
 //
 // The credential is checked against the holder of the request's address
 // (the connection's, never a forwarded header). 403 for every refusal;
@@ -60,6 +63,28 @@ func (s *Door) Route(e *gin.Engine) {
 	g := e.Group(strings.TrimSuffix(Path, "/"))
 	g.GET("/desired", s.agentDesired)
 	g.POST("/report", s.agentReport)
+	g.POST("/neighbors", s.agentNeighbors)
+}
+
+func (s *Door) agentNeighbors(c *gin.Context) {
+	c.Set("op", "agentNeighbors")
+	remote, cred, ok := agentRemote(c)
+	if !ok {
+		return
+	}
+	var body struct {
+		Neighbors []positions.Neighbor `json:"lldp_neighbors"`
+	}
+	dec := json.NewDecoder(io.LimitReader(c.Request.Body, maxAgentReport+1))
+	if err := dec.Decode(&body); err != nil {
+		httpserve.WriteErrorCode(c.Writer, http.StatusBadRequest, core.KindInvalid, "neighbours body: "+err.Error())
+		return
+	}
+	if err := s.desired.AgentNeighbors(c.Request.Context(), cred, remote, body.Neighbors); err != nil {
+		httpserve.WriteError(c.Writer, c.Request, s.log, err)
+		return
+	}
+	httpserve.WriteJSON(c.Writer, http.StatusOK, map[string]bool{"ok": true})
 }
 
 // agentRemote is the connection's address and the bearer credential.

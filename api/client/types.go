@@ -138,9 +138,12 @@ type Device struct {
 	// SerialConflict: other devices stated this device's serial (or it
 	// stated theirs); the serial resolves to no device until resolved.
 	SerialConflict *SerialConflict `json:"serial_conflict,omitempty"`
-	FirstSeen      time.Time       `json:"first_seen"`
-	LastSeen       time.Time       `json:"last_seen"`
-	UpdatedAt      time.Time       `json:"updated_at"`
+	// CablingMismatch: the LLDP neighbours the device reported differ from
+	// those its planned position expects (the console's cabling badge).
+	CablingMismatch *CablingMismatch `json:"cabling_mismatch,omitempty"`
+	FirstSeen       time.Time        `json:"first_seen"`
+	LastSeen        time.Time        `json:"last_seen"`
+	UpdatedAt       time.Time        `json:"updated_at"`
 }
 
 // Refusal is why a device's last ZTP request got no content
@@ -154,6 +157,14 @@ type Refusal struct {
 
 // Refused reports whether the device's last request was refused.
 func (r Refusal) Refused() bool { return r.Kind != "" || r.Reason != "" }
+
+// CablingMismatch is how a device's LLDP neighbours differ from its
+// planned position's (openapi.json CablingMismatch).
+type CablingMismatch struct {
+	Position   string    `json:"position"`
+	Mismatches []string  `json:"mismatches"`
+	At         time.Time `json:"at"`
+}
 
 // SerialConflict is a serial several devices stated (openapi.json
 // SerialConflict).

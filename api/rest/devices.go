@@ -21,8 +21,15 @@ func restSerialConflictOf(c *core.SerialConflict) *client.SerialConflict {
 	return &client.SerialConflict{Serial: c.Serial, With: c.With}
 }
 
+func restCablingMismatchOf(c *core.CablingMismatch) *client.CablingMismatch {
+	if c == nil {
+		return nil
+	}
+	return &client.CablingMismatch{Position: c.Position, Mismatches: c.Mismatches, At: c.At}
+}
+
 func restDeviceOf(d core.Device) client.Device {
-	return client.Device{SerialConflict: restSerialConflictOf(d.SerialConflict), ID: d.ID, Kind: d.Kind, MAC: d.MAC, Serial: d.Serial, Product: d.Product, Platform: d.Platform,
+	return client.Device{SerialConflict: restSerialConflictOf(d.SerialConflict), CablingMismatch: restCablingMismatchOf(d.CablingMismatch), ID: d.ID, Kind: d.Kind, MAC: d.MAC, Serial: d.Serial, Product: d.Product, Platform: d.Platform,
 		Hostname: d.Hostname, ClientID: d.ClientID, VendorClass: d.VendorClass, SONiCVer: d.SONiCVer, IP: d.IP,
 		Subnet: d.Subnet, RelayAddr: d.RelayAddr, CircuitID: d.CircuitID, RemoteID: d.RemoteID, Position: d.Position, BaseMAC: d.BaseMAC,
 		FixedIP: d.FixedIP, State: d.State, Approved: d.Approved, Cluster: d.Cluster, Role: d.Role, Profile: d.Profile,

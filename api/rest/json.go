@@ -132,6 +132,22 @@ func appendDeviceJSON(buf []byte, d client.Device) ([]byte, error) {
 		}
 		buf = append(buf, "]}"...)
 	}
+	if c := d.CablingMismatch; c != nil {
+		buf = append(buf, `,"cabling_mismatch":{"position":`...)
+		buf = jsontext.AppendString(buf, c.Position)
+		buf = append(buf, `,"mismatches":[`...)
+		for i, m := range c.Mismatches {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			buf = jsontext.AppendString(buf, m)
+		}
+		buf = append(buf, ']')
+		if buf, err = appendTimeField(buf, `,"at":`, c.At); err != nil {
+			return buf, err
+		}
+		buf = append(buf, '}')
+	}
 	if buf, err = appendTimeField(buf, `,"first_seen":`, d.FirstSeen); err != nil {
 		return buf, err
 	}

@@ -97,6 +97,7 @@ func (a *App) buildDayOps() {
 	a.Desired = desired.New(a.Store, desired.Options{Auth: a.Joiner, Log: a.Log.With("part", "desired"),
 		JoinSection: a.joinSection,
 		Defaults:    a.desiredDefaults,
+		Neighbors:   a.Joiner.ObserveNeighbors,
 		ImageURL:    func(sha string) string { return a.Endpoints.Image(netip.Addr{}, sha) },
 		// A running rollout's nodes poll fast; the engine is built after
 		// this service (it is given it), so it is looked up at each poll.

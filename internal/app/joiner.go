@@ -50,6 +50,8 @@ func (a *App) buildJoiner() error {
 		Log:           a.Log.With("part", "joiner"),
 		ProfileLabels: a.profileLabels,
 		ProfileOf:     a.profileOf,
+		Plan:          a.positionsPlan,
+		DeleteNode:    a.deleteNode,
 		AgentFiles:    a.agentFiles(),
 		Registerer:    a.Metrics,
 	})

@@ -105,9 +105,14 @@ type Device struct {
 	// resolving the serial is refused as ambiguous (AmbiguousSerial).
 	// Rare, hence a pointer; treated as immutable (replaced, never changed).
 	SerialConflict *SerialConflict `json:"serial_conflict,omitempty"`
-	FirstSeen      time.Time       `json:"first_seen"`
-	LastSeen       time.Time       `json:"last_seen"`
-	UpdatedAt      time.Time       `json:"updated_at"`
+	// CablingMismatch, when set, says that the LLDP neighbours the device
+	// last reported differ from those its planned position expects: the
+	// device's cabling warning. Rare, hence a pointer; treated as
+	// immutable (replaced, never changed).
+	CablingMismatch *CablingMismatch `json:"cabling_mismatch,omitempty"`
+	FirstSeen       time.Time        `json:"first_seen"`
+	LastSeen        time.Time        `json:"last_seen"`
+	UpdatedAt       time.Time        `json:"updated_at"`
 }
 
 // Refusal is a ZTP request a device (the holder of its address) made and
@@ -117,6 +122,14 @@ type Refusal struct {
 	Kind   string    `json:"kind"`   // no-profile, mismatch, bad-fact, forbidden, waiting (RefusalWaiting)
 	Reason string    `json:"reason"` // what the device was told
 	At     time.Time `json:"at"`     // when it was recorded (at most every 30 s for a device retrying)
+}
+
+// CablingMismatch is how a device's reported LLDP neighbours differ from
+// its planned position's.
+type CablingMismatch struct {
+	Position   string    `json:"position"`   // the position whose plan was compared
+	Mismatches []string  `json:"mismatches"` // per local port: what was expected, what was seen
+	At         time.Time `json:"at"`
 }
 
 // SerialConflict is a serial that several devices stated.

@@ -31,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/positions"
 	"github.com/ztpd/ztpd/internal/semver"
 )
 
@@ -88,8 +89,12 @@ type Options struct {
 	// or a zero state: none. Asked outside any store transaction, at
 	// every read of a device's state and every poll of its agent.
 	Defaults func(device string) (defaults core.DesiredState, profile string)
-	Now      func() time.Time
-	Log      *slog.Logger
+	// Neighbors takes the LLDP neighbours a device's agent reports (the
+	// joiner compares them with the device's planned position). Nil: the
+	// reports are accepted and not judged.
+	Neighbors func(ctx context.Context, device string, ns []positions.Neighbor) error
+	Now       func() time.Time
+	Log       *slog.Logger
 	// Registerer takes the service's metrics (nil: kept, not exported).
 	Registerer prometheus.Registerer
 }
@@ -737,6 +742,23 @@ type Report struct {
 }
 
 // AgentReport authenticates an agent and records its step report.
+// AgentNeighbors takes the LLDP neighbours the agent of the device behind
+// credential and remote reports; what they mean for the device's cabling
+// is Options.Neighbors'.
+func (s *Service) AgentNeighbors(ctx context.Context, credential string, remote netip.Addr, ns []positions.Neighbor) error {
+	device, err := s.authenticate(ctx, credential, remote)
+	if err != nil {
+		return err
+	}
+	if err := positions.CheckNeighbors(ns); err != nil {
+		return core.Errorf(core.KindInvalid, "lldp_neighbors: %v", err)
+	}
+	if s.opts.Neighbors == nil || len(ns) == 0 {
+		return nil
+	}
+	return s.opts.Neighbors(ctx, device, ns)
+}
+
 func (s *Service) AgentReport(ctx context.Context, credential string, remote netip.Addr, r Report) error {
 	device, err := s.authenticate(ctx, credential, remote)
 	if err != nil {

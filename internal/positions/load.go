@@ -161,7 +161,7 @@ func invalidAt(b []byte) int {
 
 // columns are the fields a position has, as YAML keys and CSV headers.
 var columns = []string{"name", "relay", "circuit_id", "remote_id", "interface_id", "role", "cluster",
-	"profile", "address", "serial", "rack", "port", "labels", "fields"}
+	"profile", "address", "serial", "rack", "port", "labels", "fields", "replace", "moved", "cabling", "neighbors"}
 
 // set assigns one scalar field of p; it reports a value that cannot be
 // decoded (an address that is not one).
@@ -202,6 +202,18 @@ func set(p *Position, field, v string) error {
 		p.Rack = v
 	case "port":
 		p.Port = v
+	case "replace":
+		p.Replace = v
+	case "moved":
+		p.Moved = v
+	case "cabling":
+		p.Cabling = v
+	case "neighbors":
+		ns, err := ParseNeighborList(v)
+		if err != nil {
+			return err
+		}
+		p.Neighbors = ns
 	default:
 		return fmt.Errorf("unknown field%s", didYouMean(field))
 	}
@@ -261,13 +273,16 @@ func parseYAML(file string, raw []byte) ([]*Position, Errors) {
 		errs = append(errs, &Error{File: file, Line: n.Line, Position: name, Field: field, Err: fmt.Errorf(format, args...)})
 	}
 	list := root
+	var defaults *yaml.Node
 	if root.Kind == yaml.MappingNode {
 		list = nil
 		for i := 0; i+1 < len(root.Content); i += 2 {
 			if k := root.Content[i]; k.Value == "positions" {
 				list = root.Content[i+1]
+			} else if k.Value == "defaults" {
+				defaults = root.Content[i+1]
 			} else {
-				fail(k, "", k.Value, "unknown top-level key: a plan file holds `positions:` and its list")
+				fail(k, "", k.Value, "unknown top-level key: a plan file holds `positions:` and its list, and `defaults:`")
 			}
 		}
 		if list == nil {
@@ -302,6 +317,14 @@ func parseYAML(file string, raw []byte) ([]*Position, Errors) {
 				return out, errs
 			}
 			switch k.Value {
+			case "neighbors":
+				ns, err := neighborList(v)
+				if err != nil {
+					fail(v, p.Name, k.Value, "%v", err)
+					ok = false
+				}
+				p.Neighbors = ns
+				continue
 			case "labels", "fields":
 				m, err := stringMap(v)
 				if err != nil {
@@ -333,6 +356,9 @@ func parseYAML(file string, raw []byte) ([]*Position, Errors) {
 		if ok {
 			out = append(out, p)
 		}
+	}
+	if defaults != nil {
+		errs = append(errs, applyDefaults(file, resolve(defaults), out)...)
 	}
 	return out, errs
 }

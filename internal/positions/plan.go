@@ -24,6 +24,7 @@ import (
 	"maps"
 	"net/netip"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -59,6 +60,14 @@ type Position struct {
 	Rack    string            `json:"rack,omitempty"`
 	Port    string            `json:"port,omitempty"`
 	Fields  map[string]string `json:"fields,omitempty"` // the plan's own columns, for templates
+
+	// What a box arriving there meets (policy.go): a replacement of the
+	// slot's known member, a member of another slot moved here, and
+	// LLDP neighbours other than Neighbors. Empty: the defaults.
+	Replace   string     `json:"replace,omitempty"`
+	Moved     string     `json:"moved,omitempty"`
+	Cabling   string     `json:"cabling,omitempty"`
+	Neighbors []Neighbor `json:"neighbors,omitempty"`
 
 	File string `json:"file,omitempty"` // where it is defined; "" for positions stored through the API
 	Line int    `json:"line,omitempty"`
@@ -169,6 +178,7 @@ func (p *Position) Check(bad func(field string, err error)) {
 			bad(f.name, err)
 		}
 	}
+	p.checkPolicies(bad)
 	for _, k := range sortedKeys(p.Labels) {
 		if !labelRE.MatchString(k) {
 			fail("labels."+visible(k), "not a label key")
@@ -517,6 +527,7 @@ func (p *Position) Clone() *Position {
 	c := *p
 	c.Labels = maps.Clone(p.Labels)
 	c.Fields = maps.Clone(p.Fields)
+	c.Neighbors = slices.Clone(p.Neighbors)
 	c.circuit, c.remote = append([]byte(nil), p.circuit...), append([]byte(nil), p.remote...)
 	return &c
 }

@@ -64,6 +64,7 @@ type fakeZTPD struct {
 	desiredGets  int               // GET desired requests answered
 	getsAt       []time.Time       // when each of them arrived
 	files        map[string][]byte // served at /files/<name>
+	neighbors    []string          // POST /agent/v1/neighbors bodies
 }
 
 func newFakeZTPD(t *testing.T) *fakeZTPD {
@@ -71,6 +72,16 @@ func newFakeZTPD(t *testing.T) *fakeZTPD {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /agent/v1/desired", f.desired)
 	mux.HandleFunc("POST /agent/v1/report", f.report)
+	mux.HandleFunc("POST /agent/v1/neighbors", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if !f.authorized(w, r) {
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		f.neighbors = append(f.neighbors, string(b))
+		w.Write([]byte(`{"ok":true}`))
+	})
 	mux.HandleFunc("GET /files/{name}", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		b, ok := f.files[r.PathValue("name")]
@@ -194,6 +205,9 @@ func newRig(t *testing.T) *rig {
 	}
 	r.setBootID("boot-1")
 	os.MkdirAll(r.bin, 0o755)
+	// No lldpd here, and no SONiC lldp container: a docker that fails
+	// keeps the host's out of the agent's neighbour report.
+	os.WriteFile(filepath.Join(r.bin, "docker"), []byte("#!/bin/sh\nexit 1\n"), 0o755)
 	for _, name := range []string{"kubeadm", "systemctl", "config", "sonic-installer", "reboot"} {
 		// Each fake records its argv, prints something, and exits with the
 		// code in <bin>/<name>.exit (default 0).

@@ -10,6 +10,11 @@ at that pace until it has lasted about the interval, then leaves the next
 poll to the timer. `ztpd-agent run` loops (foreground, tests);
 `ztpd-agent status` prints the state file.
 
+Each run also reports the device's LLDP neighbours (`lldpctl -f json`, on
+the host or in SONiC's lldp container) to /agent/v1/neighbors when they
+changed since the last report ztpd took, so ztpd checks the cabling against
+its plan; without lldpctl or neighbours nothing is sent.
+
 Exit codes: 0 ok, 1 transient error (the timer retries), 2 usage or
 configuration error, 3 the server failed TLS verification, 4 ztpd refused
 the credential. Nothing is acted on after 3 or 4.
@@ -498,9 +503,79 @@ ACTIONS = {
 }
 
 
-def fresh_state(operation=None, kind=None, pending=None):
+# What ztpd accepts of a neighbour report: at most 64, printable values of
+# at most 255 bytes (the join plugin reads them the same way).
+MAX_NEIGHBORS = 64
+MAX_VALUE = 255
+
+
+def lldp_json():
+    """lldpctl's JSON, from the host's lldpctl or SONiC's lldp container; None without."""
+    for argv in (["lldpctl", "-f", "json"], ["docker", "exec", "lldp", "lldpctl", "-f", "json"]):
+        if shutil.which(argv[0]) is None:
+            continue
+        try:
+            r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=15)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if r.returncode != 0 or not r.stdout.strip():
+            continue
+        try:
+            return json.loads(r.stdout)
+        except ValueError:
+            continue
+    return None
+
+
+def printable(v):
+    return isinstance(v, str) and len(v.encode()) <= MAX_VALUE and \
+        all(" " <= c and c != "\x7f" and not "\x80" <= c <= "\x9f" and c != "\ufffd" for c in v)
+
+
+def lldp_neighbors(doc):
+    """The neighbours in lldpctl's JSON: one interface is a mapping of its
+    name to its neighbour, several are a list of such mappings. The remote
+    system is the chassis' name (its key), else its id; the remote port is
+    the port id when it is an interface name, else its description."""
+    lldp = doc.get("lldp") if isinstance(doc, dict) else None
+    ifaces = lldp.get("interface") if isinstance(lldp, dict) else None
+    if isinstance(ifaces, dict):
+        ifaces = [ifaces]
+    if not isinstance(ifaces, list):
+        return []
+    out = []
+    for item in ifaces:
+        if not isinstance(item, dict):
+            continue
+        for port, n in item.items():
+            if not isinstance(n, dict):
+                continue
+            system = ""
+            ch = n.get("chassis")
+            if isinstance(ch, dict):
+                if isinstance(ch.get("id"), dict):
+                    system = ch["id"].get("value", "")  # no system name
+                else:
+                    system = next((k for k, v in ch.items() if isinstance(v, dict)), "")
+            rport = ""
+            p = n.get("port")
+            if isinstance(p, dict):
+                pid = p.get("id") if isinstance(p.get("id"), dict) else {}
+                if pid.get("type") in ("ifname", "local") and pid.get("value"):
+                    rport = pid["value"]
+                elif isinstance(p.get("descr"), str) and p["descr"]:
+                    rport = p["descr"]
+                else:
+                    rport = pid.get("value", "")
+            entry = {"port": port, "remote_system": system, "remote_port": rport}
+            if port and all(printable(v) for v in entry.values()):
+                out.append(entry)
+    return out[:MAX_NEIGHBORS]
+
+
+def fresh_state(operation=None, kind=None, pending=None, lldp_sent=None):
     return {"operation": operation, "kind": kind, "done": [], "running": None, "failed": None,
-            "complete": False, "abandoned": False, "pending_reports": pending or []}
+            "complete": False, "abandoned": False, "pending_reports": pending or [], "lldp_sent": lldp_sent}
 
 
 def check_operation(op):
@@ -654,11 +729,26 @@ class Agent:
         running = self.state and self.state.get("running")
         return bool(running and running.get("rebooting"))
 
+    def report_neighbors(self):
+        """Sends the LLDP neighbours when they changed since ztpd last took them."""
+        doc = lldp_json()
+        ns = lldp_neighbors(doc) if doc is not None else []
+        if not ns or ns == self.state.get("lldp_sent"):
+            return
+        status, answer = self.client.call("/neighbors", {"lldp_neighbors": ns})
+        if status != 200:
+            log("LLDP neighbours not taken: HTTP %d: %s" % (status, error_message(json.dumps(answer).encode())))
+            return
+        log("LLDP neighbours reported: " + ", ".join("%s -> %s %s" % (n["port"], n["remote_system"], n["remote_port"]) for n in ns))
+        self.state["lldp_sent"] = ns
+        self.save()
+
     def poll(self):
         if self.state["pending_reports"]:
             self.flush()
             if self.offline:
                 return EXIT_TRANSIENT
+        self.report_neighbors()
         status, desired = self.client.call("/desired")
         if status != 200 or not isinstance(desired, dict):
             raise Exit(EXIT_TRANSIENT, "GET desired: HTTP %d: %s" % (status, desired))
@@ -669,7 +759,7 @@ class Agent:
         if not op:
             if st["operation"] and not (st["complete"] or st["failed"] or st["abandoned"]):
                 log("operation %s withdrawn by ztpd; forgetting it" % st["operation"])
-                self.state = fresh_state(pending=st["pending_reports"])
+                self.state = fresh_state(pending=st["pending_reports"], lldp_sent=st.get("lldp_sent"))
                 self.save()
             else:
                 log("no operation (generation %s)" % desired.get("generation"))
@@ -677,7 +767,7 @@ class Agent:
         op = check_operation(op)
         if op["id"] != st["operation"]:
             log("new operation %s (%s, %d steps)" % (op["id"], op.get("kind"), len(op["steps"])))
-            self.state = st = fresh_state(op["id"], op.get("kind"), st["pending_reports"])
+            self.state = st = fresh_state(op["id"], op.get("kind"), st["pending_reports"], st.get("lldp_sent"))
             self.save()
         for flag in ("complete", "failed", "abandoned"):
             if st[flag]:

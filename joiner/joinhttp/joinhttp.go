@@ -33,6 +33,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/httpserve"
+	"github.com/ztpd/ztpd/internal/positions"
 	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/ztp/endpoints"
 )
@@ -101,6 +102,9 @@ type joinBody struct {
 	// CSR is the PEM certificate signing request for the key the device
 	// made (joiner.JoinRequest.CSR).
 	CSR string `json:"csr"`
+	// Neighbors are the switch's LLDP neighbours, when it has any
+	// (joiner.JoinRequest.Neighbors).
+	Neighbors []positions.Neighbor `json:"lldp_neighbors"`
 }
 
 func (h *Handler) join(w http.ResponseWriter, r *http.Request) {
@@ -123,6 +127,7 @@ func (h *Handler) join(w http.ResponseWriter, r *http.Request) {
 		Kind:         core.DeviceKind(body.Kind),
 		RemoteIP:     remoteIP(r),
 		CSR:          body.CSR,
+		Neighbors:    body.Neighbors,
 	}
 	if req.Kind == "" && (strings.HasPrefix(r.UserAgent(), "SONiC-ZTP") || r.Header.Get("SONiC-VERSION") != "") {
 		req.Kind = core.KindSONiC

@@ -28,6 +28,12 @@ curl --pinnedpubkey: the server must present one of those keys, whatever
 certificate authority signed it. A server that does not is not ztpd: the
 plugin stops at once and says so, without retrying.
 
+When the switch has LLDP neighbours (`lldpctl -f json` answers, on the host
+or in SONiC's lldp container), the plugin sends them with the request
+("lldp_neighbors": local port, remote system name, remote port), so ztpd can
+check the cabling against its plan; without lldpctl, or with no neighbours,
+nothing is sent.
+
 Exit 0 on success, non-zero on failure (ZTP records the section FAILED).
 ZTPD_ROOT prefixes every written path (for tests); ZTPD_MAX_WAIT bounds the
 seconds spent waiting for admission (default 1800).
@@ -161,11 +167,85 @@ def post_pinned(url, data, pin, headers):
             return int(r.stdout.decode() or 0), got, f.read()
 
 
+# What ztpd accepts of a neighbour report (internal/positions): at most 64,
+# printable values of at most 255 bytes.
+MAX_NEIGHBORS = 64
+MAX_VALUE = 255
+
+
+def lldp_json():
+    """lldpctl's JSON, from the host's lldpctl or SONiC's lldp container; None without."""
+    for argv in (["lldpctl", "-f", "json"], ["docker", "exec", "lldp", "lldpctl", "-f", "json"]):
+        if shutil.which(argv[0]) is None:
+            continue
+        try:
+            r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=15)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if r.returncode != 0 or not r.stdout.strip():
+            continue
+        try:
+            return json.loads(r.stdout)
+        except ValueError:
+            continue
+    return None
+
+
+def printable(v):
+    return isinstance(v, str) and len(v.encode()) <= MAX_VALUE and all(" " <= c and c != "\x7f" and not "\x80" <= c <= "\x9f" and c != "\ufffd" for c in v)
+
+
+def lldp_neighbors(doc):
+    """The neighbours in lldpctl's JSON: one interface is a mapping of its
+    name to its neighbour, several are a list of such mappings. The remote
+    system is the chassis' name (its key), else its id; the remote port is
+    the port id when it is an interface name, else its description."""
+    lldp = doc.get("lldp") if isinstance(doc, dict) else None
+    ifaces = lldp.get("interface") if isinstance(lldp, dict) else None
+    if isinstance(ifaces, dict):
+        ifaces = [ifaces]
+    if not isinstance(ifaces, list):
+        return []
+    out = []
+    for item in ifaces:
+        if not isinstance(item, dict):
+            continue
+        for port, n in item.items():
+            if not isinstance(n, dict):
+                continue
+            system = ""
+            ch = n.get("chassis")
+            if isinstance(ch, dict):
+                if isinstance(ch.get("id"), dict):
+                    system = ch["id"].get("value", "")  # no system name
+                else:
+                    system = next((k for k, v in ch.items() if isinstance(v, dict)), "")
+            rport = ""
+            p = n.get("port")
+            if isinstance(p, dict):
+                pid = p.get("id") if isinstance(p.get("id"), dict) else {}
+                if pid.get("type") in ("ifname", "local") and pid.get("value"):
+                    rport = pid["value"]
+                elif isinstance(p.get("descr"), str) and p["descr"]:
+                    rport = p["descr"]
+                else:
+                    rport = pid.get("value", "")
+            entry = {"port": port, "remote_system": system, "remote_port": rport}
+            if port and all(printable(v) for v in entry.values()):
+                out.append(entry)
+    return out[:MAX_NEIGHBORS]
+
+
 def request_bundle(sec, csr):
     body = {"enrollment": sec["enrollment"], "kind": "sonic", "file_encodings": ["gzip+base64"], "csr": csr}
     for k in ("mac", "serial", "hostname"):
         if sec.get(k):
             body[k] = sec[k]
+    doc = lldp_json()
+    neighbors = lldp_neighbors(doc) if doc is not None else []
+    if neighbors:
+        body["lldp_neighbors"] = neighbors
+        log("LLDP neighbours: " + ", ".join("%s -> %s %s" % (n["port"], n["remote_system"], n["remote_port"]) for n in neighbors))
     data = json.dumps(body).encode()
     deadline = time.time() + MAX_WAIT
     failures = 0

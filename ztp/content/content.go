@@ -348,7 +348,10 @@ func (s *Service) resolve(c *Client) (core.Device, bool, *profile.Profile, error
 	err := s.opt.Store.View(func(tx core.Tx) error {
 		var err error
 		dev, stored, err = s.identify(tx, c)
-		return err
+		if err != nil {
+			return err
+		}
+		return moved(tx, s.plan.Load(), &dev)
 	})
 	if err != nil {
 		return dev, stored, nil, err

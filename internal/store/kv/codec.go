@@ -32,7 +32,7 @@ func appendOptional(b []byte, key, v string) []byte {
 
 // appendDevice encodes d; devices with labels (rare) take encoding/json.
 func appendDevice(b []byte, d *core.Device) []byte {
-	if len(d.Labels) > 0 || d.SerialConflict != nil {
+	if len(d.Labels) > 0 || d.SerialConflict != nil || d.CablingMismatch != nil {
 		raw, _ := json.Marshal(d)
 		return append(b, raw...)
 	}
