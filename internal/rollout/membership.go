@@ -115,6 +115,11 @@ func (m ClusterMembership) RemoveMembers(ctx context.Context, c core.Cluster, de
 // memberships and revokes their credentials, with no rollout waiting for
 // devices that may never boot.
 func (m ClusterMembership) Destroy(ctx context.Context, c core.Cluster) error {
+	if c.IsExternal() {
+		// Unregistering a cluster ztpd did not build leaves its Nodes to
+		// its administrators: ztpd's role there drains and deletes nothing.
+		return m.ClusterMembers.Destroy(ctx, c)
+	}
 	joined, err := m.anyJoined(c)
 	if err != nil {
 		return err
@@ -136,6 +141,9 @@ func (m ClusterMembership) Destroy(ctx context.Context, c core.Cluster) error {
 // agents' credentials with the cluster's other tokens), their Nodes and
 // devices left as they are. It returns them with why.
 func (m ClusterMembership) DestroyForce(ctx context.Context, c core.Cluster) ([]core.AbandonedNode, error) {
+	if c.IsExternal() {
+		return nil, m.Destroy(ctx, c)
+	}
 	members, err := m.members(c, "")
 	if err != nil {
 		return nil, err
