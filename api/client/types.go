@@ -72,6 +72,9 @@ type Cluster struct {
 	MemoryMB     int               `json:"memory_mb"`
 	Endpoint     string            `json:"endpoint"`
 	JoinMethod   string            `json:"join_method"`
+	// Type is CloudManaged (ztpd built it) or ExternalManaged (an existing
+	// cluster ztpd onboards devices into).
+	Type    string `json:"type"`
 	Keypair      string            `json:"keypair,omitempty"`
 	NetworkID    string            `json:"network_id,omitempty"`
 	ExternalLBIP string            `json:"external_lb_ip,omitempty"`
