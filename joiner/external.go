@@ -119,18 +119,9 @@ func (s *Service) PrepareExternal(ctx context.Context, c core.Cluster, raw []byt
 	if err := json.Unmarshal(body, &ver); err != nil || ver.GitVersion == "" {
 		return clusters.PreparedExternal{}, invalid("the API server %s answered /version without a gitVersion", a.Server)
 	}
-	caPEM, ca, err := clusterInfoCA(ctx, a, trusted)
-	if err != nil {
-		return clusters.PreparedExternal{}, invalid("%v", err)
-	}
-	pinned := x509.NewCertPool()
-	pinned.AddCert(ca)
-	if _, err := externalCall(ctx, a, pinned, http.MethodGet, "/version", nil, http.StatusOK); err != nil {
-		return clusters.PreparedExternal{}, invalid("the CA cluster-info publishes (%s) does not verify the API server %s, which devices would then not trust: %v", pki.DiscoveryHash(ca), a.Server, err)
-	}
 	var missing []string
 	for _, r := range externalRights {
-		ok, err := selfAllowed(ctx, a, pinned, r.verb, r.group, r.resource, r.namespace, r.name)
+		ok, err := selfAllowed(ctx, a, trusted, r.verb, r.group, r.resource, r.namespace, r.name)
 		if err != nil {
 			return clusters.PreparedExternal{}, core.Errorf(core.KindUnavailable, "asking the API server what the kubeconfig's identity may do: %v", err)
 		}
@@ -140,6 +131,15 @@ func (s *Service) PrepareExternal(ctx context.Context, c core.Cluster, raw []byt
 	}
 	if len(missing) > 0 {
 		return clusters.PreparedExternal{}, invalid("the kubeconfig's identity may not %s: bind it to ztpd's onboarding role (docs/examples/ztpd-onboarder-rbac.yaml)", strings.Join(missing, ", "))
+	}
+	caPEM, ca, err := clusterInfoCA(ctx, a, trusted)
+	if err != nil {
+		return clusters.PreparedExternal{}, invalid("%v", err)
+	}
+	pinned := x509.NewCertPool()
+	pinned.AddCert(ca)
+	if _, err := externalCall(ctx, a, pinned, http.MethodGet, "/version", nil, http.StatusOK); err != nil {
+		return clusters.PreparedExternal{}, invalid("the CA cluster-info publishes (%s) does not verify the API server %s, which devices would then not trust: %v", pki.DiscoveryHash(ca), a.Server, err)
 	}
 	hash := pki.DiscoveryHash(ca)
 	sealedRaw := slices.Clone(raw)

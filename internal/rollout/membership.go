@@ -332,3 +332,13 @@ func (m ClusterMembership) wait(ctx context.Context, id string) error {
 	}
 	return fmt.Errorf("rollout %s failed: %s", r.ID, r.Reason)
 }
+
+// PrepareExternal is the joiner's, when it registers clusters it did not
+// build (clusters.ExternalRegistrar): registering runs no rollout.
+func (m ClusterMembership) PrepareExternal(ctx context.Context, c core.Cluster, kubeconfig []byte) (clusters.PreparedExternal, error) {
+	r, ok := m.ClusterMembers.(clusters.ExternalRegistrar)
+	if !ok {
+		return clusters.PreparedExternal{}, core.Errorf(core.KindUnavailable, "no joiner is wired to this ztpd: it cannot onboard devices into an existing cluster")
+	}
+	return r.PrepareExternal(ctx, c, kubeconfig)
+}
