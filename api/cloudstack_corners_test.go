@@ -156,7 +156,7 @@ func TestCloudStackRefusesWhatItCannotHonour(t *testing.T) {
 		text   string
 	}{
 		{map[string]string{"etcdnodes": "3"}, "ztpd cannot honour parameter etcdnodes=3: ztpd runs etcd on the control planes (kubeadm's stacked etcd), not on dedicated etcd nodes"},
-		{map[string]string{"clustertype": "ExternalManaged"}, "ztpd cannot honour parameter clustertype=ExternalManaged: ztpd registers no clusters it did not create"},
+		{map[string]string{"clustertype": "ExternalManaged"}, "an ExternalManaged cluster needs the kubeconfig ztpd reaches it with (parameter kubeconfig)"},
 		{map[string]string{"clustertype": "cloudmanaged"}, "Unable to resolve cluster type cloudmanaged to a supported value (CloudManaged, ExternalManaged)"},
 		{map[string]string{"enablecsi": "true"}, "ztpd cannot honour parameter enablecsi=true: ztpd installs no CloudStack CSI driver"},
 		{map[string]string{"nodeofferings[0].node": "worker", "nodeofferings[0].offering": "ztpd-large"},

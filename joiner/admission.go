@@ -186,3 +186,22 @@ func decideRole(c core.Cluster, rt core.JoinState, method, preset string) (role 
 	}
 	return "", false, fmt.Sprintf("cluster is at its desired size (%d workers)", c.Size)
 }
+
+// decideExternalRole admits a device into a cluster ztpd did not build:
+// always as a worker (or switch), since joining its control plane would
+// need keys ztpd does not hold, up to c.Size devices when a cap is set.
+func decideExternalRole(c core.Cluster, rt core.JoinState, method, preset string) (role, wait string) {
+	if preset == RoleControlPlane {
+		return "", "ztpd adds no control planes to an ExternalManaged cluster: its control plane is its administrators'"
+	}
+	if method == MethodK3s {
+		return "", "an ExternalManaged cluster is joined with kubeadm or by a switch's kubelet, not as a k3s agent"
+	}
+	if c.Size > 0 && rt.Workers >= c.Size {
+		return "", fmt.Sprintf("cluster is at the number of devices ztpd onboards into it (%d)", c.Size)
+	}
+	if method == MethodSONiC {
+		return RoleSONiC, ""
+	}
+	return RoleWorker, ""
+}

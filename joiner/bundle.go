@@ -359,7 +359,7 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 	}
 	b := &Bundle{
 		Cluster: res.cluster.ID, ClusterName: res.cluster.Name, Device: res.device.ID, Role: res.role, Init: res.first,
-		Method: res.method, KubernetesVersion: v.Tag(), APIEndpoint: res.rt.APIEndpoint, CAHash: keys.ca.DiscoveryHash(),
+		Method: res.method, KubernetesVersion: v.Tag(), APIEndpoint: res.rt.APIEndpoint, CAHash: keys.caHash(),
 	}
 	var report *bundle.Report
 	if url, pin := s.reportTarget(ctx); url != "" {
@@ -379,7 +379,11 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 		if nodeTok, err = tokens.DeriveBootstrapToken(keys.seed, res.tokenID); err != nil {
 			return nil, err
 		}
-		if res.publish {
+		if res.publish && keys.ext != nil {
+			if err := s.publishExternalToken(ctx, res, keys, nodeTok); err != nil {
+				return nil, fmt.Errorf("create the node's bootstrap token in the external cluster: %w", err)
+			}
+		} else if res.publish {
 			if err := s.publishToken(ctx, res, keys, nodeTok); err != nil {
 				return nil, fmt.Errorf("create the node's bootstrap token in the cluster: %w", err)
 			}
@@ -390,6 +394,8 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 		var plan bundle.KubeadmPlan
 		cc := bundle.CloudConfigParams{Report: report, Agent: b.agentFiles}
 		switch {
+		case res.first && keys.ext != nil:
+			return nil, errNoCAKey("a first control plane")
 		case res.first:
 			var toks []bundle.Token
 			for _, t := range res.initTokens {
@@ -443,8 +449,11 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 				"ztpd-cluster-admins.yaml": []byte(bundle.ClusterAdminsRBAC)}
 		default:
 			jp := bundle.JoinParams{Version: v, APIServerEndpoint: res.rt.APIEndpoint, Token: nodeTok,
-				CACertHashes: []string{keys.ca.DiscoveryHash()}, NodeName: nodeName, NodeLabels: labels, NodeIP: nodeIP(res.ip)}
+				CACertHashes: []string{keys.caHash()}, NodeName: nodeName, NodeLabels: labels, NodeIP: nodeIP(res.ip)}
 			cc.Role = bundle.RoleWorker
+			if res.role == RoleControlPlane && keys.ext != nil {
+				return nil, errNoCAKey("a control-plane join")
+			}
 			if res.role == RoleControlPlane {
 				jp.ControlPlane, jp.CertificateKey, jp.AdvertiseAddress = true, keys.certKey, res.ip
 				cc.Role = bundle.RoleControlPlane
@@ -460,6 +469,12 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 		b.CloudConfig = b.Node.CloudConfig()
 		b.Plan = plan
 	case MethodSONiC:
+		if keys.ext != nil {
+			if b.SONiC, err = renderExternalSonic(res, keys, nodeTok); err != nil {
+				return nil, err
+			}
+			break
+		}
 		host, port, _ := net.SplitHostPort(res.rt.APIEndpoint)
 		p := 6443
 		fmt.Sscan(port, &p)
@@ -470,6 +485,9 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 		}
 		b.SONiC = &sj
 	case MethodK3s:
+		if keys.ext != nil {
+			return nil, errNoCAKey("a k3s agent's token")
+		}
 		kt, err := tokens.K3sTokenFor(keys.ca.CertPEM(), nodeTok)
 		if err != nil {
 			return nil, err

@@ -526,6 +526,9 @@ func (s *Service) IssueKubeconfig(ctx context.Context, clusterRef, user, group s
 	if err != nil {
 		return clusters.IssuedKubeconfig{}, err
 	}
+	if k.ext != nil {
+		return clusters.IssuedKubeconfig{}, errNoCAKey("a kubeconfig")
+	}
 	creds, err := kubeconfig.IssueUser(k.ca, c.Name, "https://"+rt.APIEndpoint, user, []string{group}, validity, s.now())
 	if err != nil {
 		return clusters.IssuedKubeconfig{}, err
@@ -546,7 +549,7 @@ func (s *Service) CAHash(clusterID string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return k.ca.DiscoveryHash(), nil
+	return k.caHash(), nil
 }
 
 // CACertPEM is the cluster CA certificate.
@@ -555,5 +558,5 @@ func (s *Service) CACertPEM(clusterID string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return k.ca.CertPEM(), nil
+	return k.caCertPEM(), nil
 }

@@ -404,7 +404,7 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	if reissue {
 		method = m.Method
 	}
-	if method == MethodSONiC {
+	if method == MethodSONiC && !c.IsExternal() {
 		name := m.NodeName
 		if name == "" || !reissue {
 			name = s.nodeNameFor(dev, method)
@@ -429,6 +429,8 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 		switch {
 		case approved == 0:
 			wait = "awaiting approval (ztpd device approve " + dev.ID + ")"
+		case c.IsExternal():
+			role, wait = decideExternalRole(c, rt, method, preset)
 		default:
 			role, first, wait = decideRole(c, rt, method, preset)
 			if wait == "" && role == RoleControlPlane && approved&approvedControlPlane == 0 {
@@ -473,12 +475,20 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	if err != nil {
 		return err
 	}
-	switch method {
-	case MethodKubeadm, MethodK3s:
+	switch {
+	case method == MethodKubeadm, method == MethodK3s, c.IsExternal():
 		if !first {
 			tok, publish, err := s.nodeToken(tx, c, rt, m, dev.ID, keys.seed, now)
 			if err != nil {
 				return err
+			}
+			if short := now.Add(ExternalTokenTTL); c.IsExternal() && (tok.Expires.IsZero() || tok.Expires.After(short)) {
+				// Minted in a cluster ztpd did not build, where it cannot
+				// delete it early: short-lived.
+				tok.Expires = short
+				if err := tx.Tokens().Put(tok); err != nil {
+					return err
+				}
 			}
 			res.tokenID, res.tokenExp, res.publish = tok.ID, tok.Expires, publish
 			m.TokenID = tok.ID

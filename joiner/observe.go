@@ -242,11 +242,13 @@ func (s *Service) APISeen(clusterID string) error {
 // first control plane's kubelet gets its credentials from kubeadm init,
 // with the CA key ztpd handed only to it).
 func expectedRequester(m core.Membership) string {
+	// A switch joining an external cluster has a token (its kubelet
+	// bootstraps with it); one of ztpd's own clusters has a certificate.
 	switch {
-	case m.Method == MethodSONiC:
-		return bundle.SonicUserPrefix + m.NodeName
 	case m.TokenID != "":
 		return "system:bootstrap:" + m.TokenID
+	case m.Method == MethodSONiC:
+		return bundle.SonicUserPrefix + m.NodeName
 	}
 	return ""
 }

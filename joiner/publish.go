@@ -46,6 +46,12 @@ func (s *Service) publishToken(ctx context.Context, res *joinResult, keys *clust
 // cluster, so the API server stops accepting it at once rather than when it
 // expires. A Secret already gone (404) counts as deleted.
 func (s *Service) unpublishToken(ctx context.Context, keys *clusterKeys, clusterName, endpoint, id string) error {
+	if keys.ext != nil {
+		// ztpd's role in a cluster it did not build creates Secrets but
+		// deletes none: the token expires within ExternalTokenTTL.
+		s.log.Info("revoked bootstrap token left to expire in external cluster", "cluster", clusterName, "token_id", id)
+		return nil
+	}
 	err := s.clusterAPI(ctx, keys, clusterName, endpoint, http.MethodDelete,
 		"/api/v1/namespaces/kube-system/secrets/"+bootstraputil.BootstrapTokenSecretName(id), nil,
 		http.StatusOK, http.StatusAccepted, http.StatusNotFound)

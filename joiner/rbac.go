@@ -73,6 +73,9 @@ func (s *Service) ClientCredentials(clusterID, user string, groups []string, val
 	if err != nil {
 		return "", nil, nil, nil, err
 	}
+	if keys.ext != nil {
+		return "", nil, nil, nil, errNoCAKey("a certificate for " + user)
+	}
 	creds, err := kubeconfig.IssueUser(keys.ca, c.Name, "https://"+rt.APIEndpoint, user, groups, validity, s.now())
 	if err != nil {
 		return "", nil, nil, nil, err

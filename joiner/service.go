@@ -336,6 +336,9 @@ type clusterSecrets struct {
 	CA        pki.SealedCA `json:"ca"`
 	CertKey   []byte       `json:"certificate_key"` // sealed hex certificate key
 	TokenSeed []byte       `json:"token_seed"`      // sealed 32 random bytes
+	// External is set, and the fields above empty, for a cluster ztpd did
+	// not build (ExternalManaged): it holds no CA key for it.
+	External *externalSecrets `json:"external,omitempty"`
 }
 
 // clusterKeys is clusterSecrets opened, held in memory while the process runs.
@@ -343,6 +346,7 @@ type clusterKeys struct {
 	ca      *pki.CA
 	certKey tokens.CertificateKey
 	seed    []byte
+	ext     *externalKeys // an external cluster's (ca and certKey unset)
 }
 
 // tokenRecord is a stored token as the tokens package checks it.
@@ -387,6 +391,9 @@ func (s *Service) keysFor(clusterID string) (*clusterKeys, error) {
 }
 
 func (s *Service) openSecrets(clusterID string, sec clusterSecrets) (*clusterKeys, error) {
+	if sec.External != nil {
+		return s.openExternal(clusterID, sec.External)
+	}
 	ctx := secretsOwner(clusterID)
 	ca, err := pki.OpenCA(sec.CA, s.keys, ctx)
 	if err != nil {

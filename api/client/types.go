@@ -72,10 +72,13 @@ type Cluster struct {
 	MemoryMB     int               `json:"memory_mb"`
 	Endpoint     string            `json:"endpoint"`
 	JoinMethod   string            `json:"join_method"`
-	Keypair      string            `json:"keypair,omitempty"`
-	NetworkID    string            `json:"network_id,omitempty"`
-	ExternalLBIP string            `json:"external_lb_ip,omitempty"`
-	Members      []Member          `json:"members"`
+	// Type is CloudManaged (ztpd built it) or ExternalManaged (an existing
+	// cluster ztpd onboards devices into).
+	Type         string   `json:"type"`
+	Keypair      string   `json:"keypair,omitempty"`
+	NetworkID    string   `json:"network_id,omitempty"`
+	ExternalLBIP string   `json:"external_lb_ip,omitempty"`
+	Members      []Member `json:"members"`
 	// Observed is the cluster as ztpd's watch of its API server last saw
 	// it (absent until ztpd first tried); Waiting says what a Starting
 	// cluster waits for.

@@ -82,9 +82,10 @@ func (d *Door) commandTable() map[string]*command {
 				{"name", "string", true, "the cluster name"},
 				{"description", "string", false, "the cluster description"},
 				{"zoneid", "uuid", true, "the zone (listZones)"},
-				{"kubernetesversionid", "uuid", true, "the Kubernetes version"},
-				{"serviceofferingid", "uuid", true, "the node service offering (listServiceOfferings)"},
-				{"size", "long", true, "the number of worker nodes"},
+				{"kubernetesversionid", "uuid", false, "the Kubernetes version (required for CloudManaged; ExternalManaged: what joining VMs install, by default the API server's)"},
+				{"serviceofferingid", "uuid", false, "the node service offering (listServiceOfferings; required for CloudManaged)"},
+				{"size", "long", false, "the number of worker nodes (required for CloudManaged; ExternalManaged: how many devices ztpd onboards, 0 for no cap)"},
+				{"kubeconfig", "string", false, "ztpd, ExternalManaged: the kubeconfig text (POST) of an identity bound to ztpd's onboarding role; stored sealed, never shown again"},
 				{"controlnodes", "long", false, "the number of control-plane nodes (default 1; > 1 needs 1.16.0+)"},
 				{"masternodes", "long", false, "alias of controlnodes"},
 				{"keypair", "string", false, "SSH key pair name"},
@@ -120,7 +121,7 @@ func (d *Door) commandTable() map[string]*command {
 				{"listall", "boolean", false, "admin keys: list every account's clusters (default: the key's account)"},
 				{"account", "string", false, "only this account's clusters (admin keys: any account)"},
 				{"domainid", "uuid", false, "ignored: ztpd has one domain, ROOT"},
-				{"clustertype", "string", false, "CloudManaged (every ztpd cluster) or ExternalManaged (none)"}}, page...),
+				{"clustertype", "string", false, "CloudManaged (clusters ztpd built) or ExternalManaged (existing clusters registered from a kubeconfig)"}}, page...),
 			Response: clusterFields, run: (*Door).csListClusters},
 		{Name: "getKubernetesClusterConfig", Desc: "Get the kubeconfig of a Kubernetes cluster",
 			JavaClass: javaUserK8s + "cluster.GetKubernetesClusterConfigCmd",
@@ -190,7 +191,7 @@ func renderCluster(v clusters.ClusterView) client.CSCluster {
 		Size: c.Size, ControlNodes: c.ControlNodes, MasterNodes: c.ControlNodes,
 		CPUNumber: fmt.Sprint(v.Cores()), Memory: fmt.Sprint(v.MemoryMB()), State: string(c.State),
 		Endpoint: endpoint, Keypair: c.Keypair, NetworkID: c.NetworkID, IPAddress: ip,
-		Created: csTime(c.Created), ClusterType: "CloudManaged", VirtualMachines: make([]client.CSVM, 0, len(v.Members)),
+		Created: csTime(c.Created), ClusterType: c.TypeName(), VirtualMachines: make([]client.CSVM, 0, len(v.Members)),
 		// Every role runs on the cluster's one offering; ztpd has no etcd
 		// nodes and installs no CSI driver (createLimits).
 		ControlOfferingID: c.ServiceOfferingID, ControlOfferingName: v.Offering.Name,
@@ -302,6 +303,20 @@ func (d *Door) csCreateCluster(r *csRequest) (any, *csError) {
 	if e != nil {
 		return nil, e
 	}
+	if r.str("clustertype") == core.ClusterExternalManaged {
+		c, j, err := d.clusters.RegisterExternal(r.ctx, r.caller, clusters.ExternalSpec{Name: r.str("name"), Description: r.str("description"),
+			ZoneID: r.str("zoneid"), Kubeconfig: []byte(r.str("kubeconfig")), VersionID: r.str("kubernetesversionid"), Size: size})
+		if err != nil {
+			return nil, domainError(err)
+		}
+		return jobStarted{ID: c.ID, JobID: j.ID}, nil
+	}
+	// CloudStack 4.19 made these optional for ExternalManaged only.
+	for _, name := range []string{"kubernetesversionid", "serviceofferingid", "size"} {
+		if r.str(name) == "" {
+			return nil, paramMissing(r.cmd.Name, name)
+		}
+	}
 	control, e := r.integer("controlnodes", 0)
 	if e != nil {
 		return nil, e
@@ -382,14 +397,12 @@ func (d *Door) csListClusters(r *csRequest) (any, *csError) {
 		return nil, e
 	}
 	switch t := r.str("clustertype"); t {
-	case "", "CloudManaged": // every cluster ztpd has
-	case "ExternalManaged":
-		return listBody("kubernetescluster", 0, nil), nil
+	case "", core.ClusterCloudManaged, core.ClusterExternalManaged:
 	default:
 		return nil, &csError{code: csParamError, cscode: csInvalidValue,
 			text: "Unable to resolve cluster type " + t + " to a supported value (CloudManaged, ExternalManaged)"}
 	}
-	f := clusters.ClusterFilter{ID: r.str("id"), Name: r.str("name"), State: r.str("state"), Keyword: r.str("keyword"),
+	f := clusters.ClusterFilter{ID: r.str("id"), Name: r.str("name"), State: r.str("state"), Keyword: r.str("keyword"), Type: r.str("clustertype"),
 		ListAll: r.boolean("listall"), Account: r.str("account")}
 	gen, ok := d.clusters.ViewsGeneration()
 	if !ok {
@@ -400,7 +413,7 @@ func (d *Door) csListClusters(r *csRequest) (any, *csError) {
 		return wholeBody{Raw: b.Body}, nil
 	}
 	// Keyed by the caller's key too: what a key may see is the key's.
-	key := bodycache.Key(r.cmd.Name, r.cred.APIKey, string(r.cred.Role), f.ID, f.Name, f.State, f.Keyword,
+	key := bodycache.Key(r.cmd.Name, r.cred.APIKey, string(r.cred.Role), f.ID, f.Name, f.State, f.Keyword, f.Type,
 		strconv.FormatBool(f.ListAll), f.Account, strconv.Itoa(page), strconv.Itoa(size))
 	b, err := d.bodies.GetRendering(key, gen, func() (bodycache.Rendering, error) {
 		b, e := d.renderClusterList(r, f, page, size)

@@ -154,12 +154,10 @@ const (
 // to 4.22 (and the older docker registry ones) that ztpd honours only in
 // some values.
 var createLimits = []limit{
-	{"clustertype", "string", "4.19.0", "CloudManaged (the default); ExternalManaged is not supported by ztpd", func(r *csRequest) string {
+	{"clustertype", "string", "4.19.0", "CloudManaged (the default) or ExternalManaged (with kubeconfig)", func(r *csRequest) string {
 		switch v := r.str("clustertype"); v {
-		case "CloudManaged":
+		case "CloudManaged", "ExternalManaged":
 			return ""
-		case "ExternalManaged":
-			return "ztpd registers no clusters it did not create"
 		default:
 			return "Unable to resolve cluster type " + v + " to a supported value (CloudManaged, ExternalManaged)"
 		}

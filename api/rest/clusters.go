@@ -21,7 +21,7 @@ func restClusterOf(v clusters.ClusterView) client.Cluster {
 	out := client.Cluster{ID: c.ID, Name: c.Name, Description: c.Description, Account: core.ClusterAccount(c), State: c.State,
 		Version: client.VersionRef{ID: c.VersionID, Name: v.Version.Name, SemVer: v.Version.SemVer},
 		Size:    c.Size, ControlNodes: c.ControlNodes, OfferingID: c.ServiceOfferingID, OfferingName: v.Offering.Name,
-		CPU: v.Cores(), MemoryMB: v.MemoryMB(), Endpoint: ep, JoinMethod: c.JoinMethod, Keypair: c.Keypair,
+		CPU: v.Cores(), MemoryMB: v.MemoryMB(), Endpoint: ep, JoinMethod: c.JoinMethod, Type: c.TypeName(), Keypair: c.Keypair,
 		NetworkID: c.NetworkID, ExternalLBIP: c.ExternalLBIP, Members: []client.Member{}, Created: c.Created, UpdatedAt: c.UpdatedAt,
 		Observed: c.Observed}
 	if c.State == core.ClusterStarting {
@@ -84,7 +84,13 @@ func (s *Door) listClusters(c *gin.Context) {
 	if !ok {
 		return
 	}
-	f := clusters.ClusterFilter{State: c.Query("state"), Keyword: c.Query("keyword"), ListAll: c.Query("listall") == "true"}
+	f := clusters.ClusterFilter{State: c.Query("state"), Keyword: c.Query("keyword"), ListAll: c.Query("listall") == "true", Type: c.Query("type")}
+	switch f.Type {
+	case "", core.ClusterCloudManaged, core.ClusterExternalManaged:
+	default:
+		Refuse(c, core.KindInvalid, "type must be CloudManaged or ExternalManaged, not "+strconv.Quote(f.Type))
+		return
+	}
 	ctx := context.WithoutCancel(c.Request.Context()) // others may wait for this rendering
 	caller := callerOf(c)
 	render := func() ([]byte, error) {
@@ -149,8 +155,27 @@ func (s *Door) createCluster(c *gin.Context) {
 		Keypair      string `json:"keypair"`
 		NetworkID    string `json:"network_id"`
 		ExternalLBIP string `json:"external_lb_ip"`
+		// Type ExternalManaged registers an existing cluster from
+		// Kubeconfig (stored sealed, never shown again).
+		Type       string `json:"type"`
+		Kubeconfig string `json:"kubeconfig"`
 	}
 	if !bindBody(c, &req) {
+		return
+	}
+	switch req.Type {
+	case "", core.ClusterCloudManaged:
+		if req.Kubeconfig != "" {
+			Refuse(c, core.KindInvalid, "kubeconfig is for type ExternalManaged only")
+			return
+		}
+	case core.ClusterExternalManaged:
+		_, j, err := s.clusters.RegisterExternal(c.Request.Context(), callerOf(c), clusters.ExternalSpec{Name: req.Name, Description: req.Description,
+			ZoneID: s.clusters.Zone().ID, Kubeconfig: []byte(req.Kubeconfig), VersionID: req.Version, Size: req.Size})
+		s.accepted(c, j, err)
+		return
+	default:
+		Refuse(c, core.KindInvalid, "type must be CloudManaged or ExternalManaged, not "+strconv.Quote(req.Type))
 		return
 	}
 	if req.Offering == "" {

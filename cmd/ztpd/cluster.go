@@ -39,13 +39,14 @@ Operations wait for their job unless --no-wait is given.`,
   ztpd cluster upgrade edge-1 --version v1.32.0
   ztpd cluster kubeconfig edge-1 -f edge-1.kubeconfig
   ztpd cluster stop edge-1 && ztpd cluster start edge-1
-  ztpd cluster delete edge-1`,
+  ztpd cluster delete edge-1
+  ztpd cluster register lab-b --kubeconfig lab-b-onboarder.kubeconfig`,
 	}
 	addAPIFlags(cmd, f)
 	cmd.AddCommand(newClusterCreateCmd(opts, f), newClusterListCmd(opts, f), newClusterShowCmd(opts, f),
 		newClusterScaleCmd(opts, f), newClusterUpgradeCmd(opts, f), newClusterSimpleCmd(opts, f, "start"),
 		newClusterSimpleCmd(opts, f, "stop"), newClusterSimpleCmd(opts, f, "delete"), newClusterKubeconfigCmd(opts, f),
-		newClusterMembersCmd(opts, f))
+		newClusterMembersCmd(opts, f), newClusterRegisterCmd(opts, f))
 	return cmd
 }
 

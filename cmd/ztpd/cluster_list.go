@@ -14,7 +14,7 @@ import (
 // Reading clusters: list and show.
 
 func newClusterListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
-	var state, keyword string
+	var state, keyword, typ string
 	var mine bool
 	cmd := &cobra.Command{
 		Use:     "list",
@@ -34,6 +34,9 @@ func newClusterListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 			}
 			if state != "" {
 				p.Set("state", state)
+			}
+			if typ != "" {
+				p.Set("clustertype", typ)
 			}
 			if keyword != "" {
 				p.Set("keyword", keyword)
@@ -56,6 +59,7 @@ func newClusterListCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&mine, "mine", false, "admin keys: only the key's own account's clusters (default: every account's)")
 	cmd.Flags().StringVar(&state, "state", "", "only clusters in this state, e.g. Running")
+	cmd.Flags().StringVar(&typ, "type", "", "only clusters of this type: CloudManaged (built by ztpd) or ExternalManaged (registered)")
 	cmd.Flags().StringVar(&keyword, "keyword", "", "only clusters whose name or description contains this")
 	return cmd
 }

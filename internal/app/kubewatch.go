@@ -93,6 +93,19 @@ func (w *clusterWatch) WatchTargets() ([]kubewatch.Target, error) {
 			continue
 		}
 		id := c.id
+		if cert, key, token, ok, err := w.j.ExternalWatchCredentials(id); err != nil {
+			w.log.Warn("external cluster's kubeconfig unavailable: not watching", "cluster", c.name, "err", err)
+			continue
+		} else if ok {
+			// A cluster ztpd did not build: watched as the registered
+			// kubeconfig's identity, bound to ztpd's onboarding role.
+			t := kubewatch.Target{ClusterID: id, Name: c.name, Endpoint: c.endpoint, CACertPEM: ca, BearerToken: token}
+			if token == "" {
+				t.Credentials = func(time.Time) ([]byte, []byte, error) { return cert, key, nil }
+			}
+			out = append(out, t)
+			continue
+		}
 		out = append(out, kubewatch.Target{ClusterID: id, Name: c.name, Endpoint: c.endpoint, CACertPEM: ca,
 			Credentials: func(time.Time) ([]byte, []byte, error) {
 				_, _, cert, key, err := w.j.ObserverCredentials(id, observerCertValidity)

@@ -224,6 +224,9 @@ func (s *Service) Kubeconfig(ctx context.Context, caller Caller, ref string) (co
 	if err != nil {
 		return c, nil, err
 	}
+	if c.IsExternal() {
+		return c, nil, core.Errorf(core.KindInvalid, "Kubernetes cluster %s is ExternalManaged: ztpd holds no CA key for it and issues no kubeconfig; ask its administrators", c.Name)
+	}
 	if c.State == core.ClusterStarting {
 		return c, nil, core.Errorf(core.KindUnavailable, "Kubernetes cluster %s is Starting (%s); its kubeconfig is available once it is Running", c.Name, StartingReason(c))
 	}

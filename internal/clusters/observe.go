@@ -103,6 +103,11 @@ func (s *Service) observe(c core.Cluster, h Health) (obs core.ClusterObservation
 	}
 	wantCP := max(c.ControlNodes, 1)
 	desired := wantCP + c.Size
+	if c.IsExternal() {
+		// ztpd neither built nor sizes a cluster it only onboards into:
+		// it is healthy while its API server answers.
+		wantCP, desired = 0, 0
+	}
 	healthy := h.APIReachable && obs.ReadyNodes >= desired
 	switch {
 	case healthy:

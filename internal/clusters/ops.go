@@ -69,7 +69,10 @@ var (
 			return m.Provision(ctx, c)
 		},
 		failed: func(*core.Job, core.Version) string { return "provisioning cluster CA and tokens" },
-		done: func(core.Cluster, core.Cluster, core.Version) string {
+		done: func(_ core.Cluster, c core.Cluster, _ core.Version) string {
+			if c.IsExternal() {
+				return "existing cluster registered; Running once its API server answers ztpd"
+			}
 			return "CA and join tokens provisioned; Running once its API server answers and its control planes are Ready"
 		},
 	}
@@ -206,6 +209,11 @@ func (s *Service) acceptWith(caller Caller, ref string, op *operation, params co
 		c, err := clusterFor(tx, caller, ref)
 		if err != nil {
 			return err
+		}
+		if op == opScale || op == opUpgrade || op == opStop || op == opStart {
+			if err := refuseExternal(c, op.command); err != nil {
+				return err
+			}
 		}
 		j = newJob(op.command, InstanceCluster, c.ID, caller)
 		j.Appliance = s.opts.Appliance

@@ -335,6 +335,7 @@ type ClusterFilter struct {
 	Name    string
 	State   string
 	Keyword string // substring of name or description
+	Type    string // CloudStack's clustertype: CloudManaged or ExternalManaged; "" both
 	// ListAll lists every account's clusters to an admin (CloudStack's
 	// listall=true); without it an admin lists its own account's, unless
 	// it asks for one ID. Callers that are not admins list their own.
@@ -366,6 +367,9 @@ func (s *Service) ListClusters(ctx context.Context, caller Caller, f ClusterFilt
 				return true, nil
 			}
 			if f.State != "" && !strings.EqualFold(string(c.State), f.State) {
+				return true, nil
+			}
+			if f.Type != "" && !strings.EqualFold(c.TypeName(), f.Type) {
 				return true, nil
 			}
 			if f.Keyword != "" {

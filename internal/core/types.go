@@ -226,10 +226,14 @@ type Cluster struct {
 	ExternalLBIP string              `json:"external_lb_ip,omitempty"`
 	Endpoint     string              `json:"endpoint,omitempty"`    // https://<ip>:6443/
 	JoinMethod   string              `json:"join_method,omitempty"` // kubeadm | k3s | sonic
-	Owner        string              `json:"owner,omitempty"`       // API key id of the creator
-	Account      string              `json:"account,omitempty"`     // owning account (see ClusterAccount)
-	Created      time.Time           `json:"created"`
-	UpdatedAt    time.Time           `json:"updated_at"`
+	// Type is CloudStack's clustertype: "" (CloudManaged, a cluster ztpd
+	// built) or ClusterExternalManaged (one it did not build and only
+	// onboards devices into, through a registered kubeconfig).
+	Type      string    `json:"type,omitempty"`
+	Owner     string    `json:"owner,omitempty"`   // API key id of the creator
+	Account   string    `json:"account,omitempty"` // owning account (see ClusterAccount)
+	Created   time.Time `json:"created"`
+	UpdatedAt time.Time `json:"updated_at"`
 	// StateSince is when the cluster entered State (zero in records
 	// stored before it was kept: UpdatedAt stands in). The start timeout
 	// counts from it.
@@ -258,6 +262,24 @@ type ClusterObservation struct {
 	// StoredAt is when this observation was last written: a change of
 	// only its texts (Error, Waiting) waits for storeSeenEvery after it.
 	StoredAt time.Time `json:"stored_at,omitzero"`
+}
+
+// Cluster types (CloudStack's clustertype).
+const (
+	ClusterCloudManaged    = "CloudManaged"
+	ClusterExternalManaged = "ExternalManaged"
+)
+
+// IsExternal reports whether ztpd did not build c: it holds no CA key for
+// it and only onboards devices into it.
+func (c Cluster) IsExternal() bool { return c.Type == ClusterExternalManaged }
+
+// TypeName is c's CloudStack clustertype.
+func (c Cluster) TypeName() string {
+	if c.IsExternal() {
+		return ClusterExternalManaged
+	}
+	return ClusterCloudManaged
 }
 
 // AdminAccount is the account of admin API keys (unless given another) and

@@ -70,6 +70,10 @@ type Target struct {
 	// in ObserverGroup. It is called again at half the certificate's
 	// validity; the material is never logged.
 	Credentials func(now time.Time) (certPEM, keyPEM []byte, err error)
+	// BearerToken, when set, authenticates instead of Credentials (a
+	// cluster ztpd did not build, registered with a token kubeconfig). It
+	// is never logged.
+	BearerToken string
 }
 
 // Targets says which clusters to watch.

@@ -44,9 +44,12 @@ func (m *Manager) dial(t Target) (*conn, error) {
 	if !roots.AppendCertsFromPEM(t.CACertPEM) {
 		return nil, errors.New("no cluster CA certificate (PEM) to verify the API server with")
 	}
-	cert, renewAt, err := loadCert(t, m.opt.Now())
-	if err != nil {
-		return nil, err
+	cert, renewAt := &tls.Certificate{}, time.Time{}
+	if t.BearerToken == "" {
+		var err error
+		if cert, renewAt, err = loadCert(t, m.opt.Now()); err != nil {
+			return nil, err
+		}
 	}
 	var current atomic.Pointer[tls.Certificate]
 	current.Store(cert)
@@ -72,11 +75,12 @@ func (m *Manager) dial(t Target) (*conn, error) {
 		MaxIdleConnsPerHost: 25,
 	})
 	client, err := kubernetes.NewForConfig(&rest.Config{
-		Host:      "https://" + t.Endpoint,
-		Transport: tr,
-		QPS:       m.opt.QPS,
-		Burst:     m.opt.Burst,
-		UserAgent: "ztpd-kubewatch",
+		Host:        "https://" + t.Endpoint,
+		Transport:   tr,
+		BearerToken: t.BearerToken,
+		QPS:         m.opt.QPS,
+		Burst:       m.opt.Burst,
+		UserAgent:   "ztpd-kubewatch",
 		// Protobuf: a relist of hundreds of Nodes decodes several times
 		// faster than JSON.
 		ContentConfig: rest.ContentConfig{
@@ -87,6 +91,18 @@ func (m *Manager) dial(t Target) (*conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("API client: %w", err)
 	}
+	renew := func(t Target, now time.Time) (time.Time, error) {
+		cert, at, err := loadCert(t, now)
+		if err != nil {
+			return time.Time{}, err
+		}
+		current.Store(cert)
+		dialer.CloseAll()
+		return at, nil
+	}
+	if t.BearerToken != "" {
+		renew = nil // a token is not renewed by ztpd
+	}
 	rc := client.CoreV1().RESTClient()
 	return &conn{
 		client: client,
@@ -95,15 +111,7 @@ func (m *Manager) dial(t Target) (*conn, error) {
 			return err
 		},
 		renewAt: renewAt,
-		renew: func(t Target, now time.Time) (time.Time, error) {
-			cert, at, err := loadCert(t, now)
-			if err != nil {
-				return time.Time{}, err
-			}
-			current.Store(cert)
-			dialer.CloseAll()
-			return at, nil
-		},
+		renew:   renew,
 		close: func() {
 			dialer.CloseAll()
 			tr.CloseIdleConnections()

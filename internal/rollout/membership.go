@@ -115,6 +115,11 @@ func (m ClusterMembership) RemoveMembers(ctx context.Context, c core.Cluster, de
 // memberships and revokes their credentials, with no rollout waiting for
 // devices that may never boot.
 func (m ClusterMembership) Destroy(ctx context.Context, c core.Cluster) error {
+	if c.IsExternal() {
+		// Unregistering a cluster ztpd did not build leaves its Nodes to
+		// its administrators: ztpd's role there drains and deletes nothing.
+		return m.ClusterMembers.Destroy(ctx, c)
+	}
 	joined, err := m.anyJoined(c)
 	if err != nil {
 		return err
@@ -136,6 +141,9 @@ func (m ClusterMembership) Destroy(ctx context.Context, c core.Cluster) error {
 // agents' credentials with the cluster's other tokens), their Nodes and
 // devices left as they are. It returns them with why.
 func (m ClusterMembership) DestroyForce(ctx context.Context, c core.Cluster) ([]core.AbandonedNode, error) {
+	if c.IsExternal() {
+		return nil, m.Destroy(ctx, c)
+	}
 	members, err := m.members(c, "")
 	if err != nil {
 		return nil, err
@@ -323,4 +331,14 @@ func (m ClusterMembership) wait(ctx context.Context, id string) error {
 		return fmt.Errorf("rollout %s aborted: %s", r.ID, r.Reason)
 	}
 	return fmt.Errorf("rollout %s failed: %s", r.ID, r.Reason)
+}
+
+// PrepareExternal is the joiner's, when it registers clusters it did not
+// build (clusters.ExternalRegistrar): registering runs no rollout.
+func (m ClusterMembership) PrepareExternal(ctx context.Context, c core.Cluster, kubeconfig []byte) (clusters.PreparedExternal, error) {
+	r, ok := m.ClusterMembers.(clusters.ExternalRegistrar)
+	if !ok {
+		return clusters.PreparedExternal{}, core.Errorf(core.KindUnavailable, "no joiner is wired to this ztpd: it cannot onboard devices into an existing cluster")
+	}
+	return r.PrepareExternal(ctx, c, kubeconfig)
 }

@@ -28,6 +28,13 @@ const (
 	// SonicRBAC to what ctrmgrd does beyond joining (reading
 	// kube-root-ca.crt, labelling its node).
 	SonicGroup = "ztpd:sonic-switches"
+	// SonicBootstrapKubeconfigPath and SonicKubeletCAPath are where a
+	// switch joining a cluster ztpd did not build gets its kubelet's
+	// bootstrap kubeconfig (a bootstrap token) and the cluster CA: the
+	// paths of kubeadm's kubelet drop-in (--bootstrap-kubeconfig) and of
+	// its clientCAFile.
+	SonicBootstrapKubeconfigPath = "/etc/kubernetes/bootstrap-kubelet.conf"
+	SonicKubeletCAPath           = "/etc/kubernetes/pki/ca.crt"
 	// SonicUserPrefix makes a switch's user name read as a bootstrap identity.
 	SonicUserPrefix = "system:bootstrap:"
 )
