@@ -91,8 +91,6 @@ func (d *Door) commandTable() map[string]*command {
 				{"networkid", "uuid", false, "network ID (recorded)"},
 				{"externalloadbalanceripaddress", "string", false, "external load balancer address for HA clusters"},
 				{"noderootdisksize", "long", false, "node root disk size in GiB (recorded)"},
-				{"cniconfigurationid", "uuid", false, "a registered CNI configuration (listCniConfiguration), applied once the first control plane's API server answers"},
-				{"cniconfigdetails", "map", false, "the CNI configuration's parameter values: cniconfigdetails[0].NAME=VALUE (or [0].key=NAME, [0].value=VALUE)"},
 				{"joinmethod", "string", false, "ztpd: kubeadm (default), k3s or sonic (a switch fabric: a kubeadm cluster whose control plane is the first VM or server admitted as control-plane; its switches are the workers)"},
 			}, Limits: createLimits, Response: append([]string{"id"}, asyncFields...), run: (*Door).csCreateCluster},
 		{Name: "startKubernetesCluster", Desc: "Start a stopped Kubernetes cluster (or recover one in Alert)", Async: true,
