@@ -45,7 +45,7 @@ Operations wait for their job unless --no-wait is given.`,
 	cmd.AddCommand(newClusterCreateCmd(opts, f), newClusterListCmd(opts, f), newClusterShowCmd(opts, f),
 		newClusterScaleCmd(opts, f), newClusterUpgradeCmd(opts, f), newClusterSimpleCmd(opts, f, "start"),
 		newClusterSimpleCmd(opts, f, "stop"), newClusterSimpleCmd(opts, f, "delete"), newClusterKubeconfigCmd(opts, f),
-		newClusterMembersCmd(opts, f))
+		newClusterMembersCmd(opts, f), newClusterAddNodesCmd(opts, f), newClusterRemoveNodesCmd(opts, f))
 	return cmd
 }
 

@@ -564,4 +564,3 @@ func (m *Membership) RemoveMembers(_ context.Context, c core.Cluster, devices []
 	}
 	return m.Count("removemembers")
 }
-
