@@ -18,6 +18,7 @@ import (
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/kubeops"
 	"github.com/ztpd/ztpd/testenv/controlplane"
+	"github.com/ztpd/ztpd/testenv/kubebin"
 )
 
 // cniManifest is shaped like a CNI's: its namespace, RBAC, a custom
@@ -118,6 +119,7 @@ spec:
 func TestApplyManifestOnRealAPIServer(t *testing.T) {
 	tp := controlplane.StartForTest(t, controlplane.TestOptions{
 		Namespace: fmt.Sprintf("ka-%x", os.Getpid()), EndpointIP: "10.99.219.10", AdvertiseIP: "10.99.219.11",
+		Version: builtVersion(t),
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -210,4 +212,20 @@ func FuzzParseManifest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// builtVersion is the newest pinned Kubernetes version whose binaries are
+// built ("": the newest, which the control plane skips for, saying what to
+// build).
+func builtVersion(t *testing.T) string {
+	vs, err := kubebin.Versions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := len(vs) - 1; i >= 0; i-- {
+		if _, err := kubebin.Kubernetes(vs[i]); err == nil {
+			return vs[i]
+		}
+	}
+	return ""
 }
