@@ -438,6 +438,9 @@ type CSVM struct {
 	ZTPDNode      string `json:"ztpdnode,omitempty"`
 	ZTPDNodeReady string `json:"ztpdnodeready,omitempty"`
 	ZTPDNodeSeen  string `json:"ztpdnodeseen,omitempty"`
+	// ZTPDManualUpgrade: rolling upgrades leave this node out (added with
+	// manualupgrade=true).
+	ZTPDManualUpgrade bool `json:"ztpdmanualupgrade,omitempty"`
 }
 
 // CSCluster is CloudStack's kubernetescluster object.
@@ -484,6 +487,13 @@ type CSCluster struct {
 	ZTPDLastSeen     string `json:"ztpdlastseen,omitempty"`
 	ZTPDReadyNodes   *int   `json:"ztpdreadynodes,omitempty"`
 	ZTPDWaiting      string `json:"ztpdwaiting,omitempty"`
+	// The registered CNI configuration the cluster was created with
+	// (4.21), and what applying it came to (ztpd: applied or failed, with
+	// the objects applied or why).
+	CNIConfigurationID string `json:"cniconfigurationid,omitempty"`
+	CNIConfigName      string `json:"cniconfigname,omitempty"`
+	ZTPDCNIState       string `json:"ztpdcnistate,omitempty"`
+	ZTPDCNIMessage     string `json:"ztpdcnimessage,omitempty"`
 }
 
 // CSVersion is CloudStack's kubernetessupportedversion object.

@@ -36,7 +36,7 @@ var clusterFields = []string{"id", "name", "description", "account", "domainid",
 	"kubernetesversionname", "serviceofferingid", "serviceofferingname", "size", "controlnodes", "masternodes",
 	"cpunumber", "memory", "state", "endpoint", "keypair", "networkid", "virtualmachines", "ipaddress",
 	"created", "autoscalingenabled", "minsize", "maxsize", "clustertype", "controlofferingid", "controlofferingname",
-	"csienabled", "etcdnodes", "workerofferingid", "workerofferingname"}
+	"csienabled", "etcdnodes", "workerofferingid", "workerofferingname", "cniconfigurationid", "cniconfigname"}
 
 var versionFields = []string{"id", "name", "semanticversion", "isoid", "isoname", "isostate", "isourl", "zoneid",
 	"zonename", "state", "mincpunumber", "minmemory", "supportsha", "supportsautoscaling", "directdownload", "created"}
@@ -152,9 +152,11 @@ func (d *Door) commandTable() map[string]*command {
 			Params:    []paramDef{{"name", "string", false, "one API by name"}},
 			Response:  []string{"name", "description", "isasync", "params", "response"}, run: (*Door).csListApis},
 	}
+	cmds = append(cmds, nodeCommands()...)
+	cmds = append(cmds, cniCommands()...)
 	m := make(map[string]*command, len(cmds))
 	for _, c := range cmds {
-		if strings.HasPrefix(c.JavaClass, javaUserK8s) || strings.HasPrefix(c.JavaClass, javaAdminK8s) {
+		if c.Since == "" && (strings.HasPrefix(c.JavaClass, javaUserK8s) || strings.HasPrefix(c.JavaClass, javaAdminK8s)) {
 			c.Since = "4.14.0" // the Kubernetes service's first release
 		}
 		m[strings.ToLower(c.Name)] = c
@@ -206,10 +208,22 @@ func renderCluster(v clusters.ClusterView) client.CSCluster {
 	if c.State == core.ClusterStarting {
 		out.ZTPDWaiting = clusters.StartingReason(c)
 	}
+	if c.CNI != nil {
+		out.CNIConfigurationID, out.CNIConfigName = c.CNI.ConfigID, c.CNI.Name
+		out.ZTPDCNIState = "pending"
+		if o := c.Observed; o != nil && o.CNI != nil {
+			out.ZTPDCNIState = o.CNI.State
+			out.ZTPDCNIMessage = o.CNI.Message
+			if o.CNI.State == clusters.CNIStateApplied {
+				out.ZTPDCNIMessage = fmt.Sprintf("%d objects applied %s", o.CNI.Objects, csTime(o.CNI.At))
+			}
+		}
+	}
 	for _, m := range v.Members {
 		vm := client.CSVM{ID: m.DeviceID, Name: m.DeviceID, DisplayName: m.DeviceID,
 			State: vmState(m.State), ZoneID: v.Zone.ID, ZoneName: v.Zone.Name, Created: csTime(m.Created),
-			ZTPDRole: m.Role, ZTPDState: string(m.State), ZTPDNode: m.NodeName}
+			ZTPDRole: m.Role, ZTPDState: string(m.State), ZTPDNode: m.NodeName,
+			ZTPDManualUpgrade: clusters.IsManualUpgrade(c, m.DeviceID)}
 		if n := m.Node; n != nil && !n.Deleted {
 			vm.ZTPDNodeReady, vm.ZTPDNodeSeen = n.Ready, csTime(n.Seen)
 		}
@@ -333,7 +347,8 @@ func (d *Door) csCreateCluster(r *csRequest) (any, *csError) {
 	spec := clusters.ClusterSpec{Name: r.str("name"), Description: r.str("description"), ZoneID: r.str("zoneid"),
 		VersionID: r.str("kubernetesversionid"), ServiceOfferingID: r.str("serviceofferingid"), Size: size,
 		ControlNodes: control, Keypair: r.str("keypair"), NetworkID: r.str("networkid"),
-		ExternalLBIP: r.str("externalloadbalanceripaddress"), NodeRootDiskSize: int64(disk), JoinMethod: r.str("joinmethod")}
+		ExternalLBIP: r.str("externalloadbalanceripaddress"), NodeRootDiskSize: int64(disk), JoinMethod: r.str("joinmethod"),
+		CNIConfigID: r.str("cniconfigurationid"), CNIDetails: cniDetails(r)}
 	c, j, err := d.clusters.CreateCluster(r.ctx, r.caller, spec)
 	if err != nil {
 		return nil, domainError(err)

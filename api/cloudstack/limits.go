@@ -99,6 +99,10 @@ func (r *csRequest) entries(name string) []map[string]string {
 	return out
 }
 
+// honoured accepts every value: a parameter of a newer release ztpd
+// serves in full, listed with the release that added it.
+func honoured(*csRequest) string { return "" }
+
 // never is the refusal of a parameter no value of which ztpd honours.
 func never(why string) func(*csRequest) string {
 	return func(*csRequest) string { return why }
@@ -168,10 +172,8 @@ var createLimits = []limit{
 	{"nodetemplates", "map", "4.21.0", "not supported: a device's profile, not a template, says what it runs",
 		never("a device's profile says what it runs; ztpd deploys no templates")},
 	{"hypervisor", "string", "4.21.0", "not supported: " + whyNoVMs, never(whyNoVMs)},
-	{"cniconfigurationid", "uuid", "4.21.0", "not supported: the CNI is the binaries ISO's network.yaml",
-		never("the CNI is the one in the Kubernetes version's binaries ISO (network.yaml); ztpd keeps no CNI configurations")},
-	{"cniconfigdetails", "map", "4.21.0", "not supported (see cniconfigurationid)",
-		never("ztpd keeps no CNI configurations to fill in")},
+	{"cniconfigurationid", "uuid", "4.21.0", "a registered CNI configuration (listCniConfiguration), applied once the first control plane's API server answers", honoured},
+	{"cniconfigdetails", "map", "4.21.0", "the CNI configuration's parameter values: cniconfigdetails[0].NAME=VALUE (or [0].key=NAME with [0].value=VALUE)", honoured},
 	{"enablecsi", "boolean", "4.22.0", "false only: ztpd installs no CSI driver",
 		onlyFalse("enablecsi", "ztpd installs no CloudStack CSI driver: there are no CloudStack volumes behind its devices")},
 	{"asnumber", "long", "", "not supported: ztpd sets up no routed (BGP) network for a cluster",

@@ -6,8 +6,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ztpd/ztpd/api/client"
+	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/testenv/inproc"
 )
 
@@ -104,6 +106,25 @@ func TestAPICommandGroups(t *testing.T) {
 	mustCLI(&c, "cluster", "scale", "c1", "--size", "4")
 	if c.Size != 4 {
 		t.Fatalf("scale: %+v", c)
+	}
+	// Nodes by name: a device seen on the network is admitted, left out of
+	// rolling upgrades; one that never joined cannot be removed.
+	const seen = "02:00:00:00:1f:01"
+	if err := ztpd.Store.Update(func(tx core.Tx) error {
+		now := time.Now().UTC()
+		return tx.Devices().Put(core.Device{ID: seen, MAC: seen, Kind: core.KindVM, State: core.StateLeased, FirstSeen: now, LastSeen: now, UpdatedAt: now})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli("cluster", "add-nodes", "c1"); err == nil || !strings.Contains(err.Error(), "give the cluster and one device at least") {
+		t.Fatalf("add-nodes without a device: %v", err)
+	}
+	mustCLI(&c, "cluster", "add-nodes", "c1", seen, "--manual-upgrade")
+	if c.Size != 5 || c.State != "Running" {
+		t.Fatalf("add-nodes: %+v", c)
+	}
+	if _, err := cli("cluster", "remove-nodes", "c1", seen); err == nil || !strings.Contains(err.Error(), "has no node "+seen) {
+		t.Fatalf("remove-nodes of a device that never joined: %v", err)
 	}
 	mustCLI(&c, "cluster", "upgrade", "c1", "--version", "v1.32.0")
 	if c.KubernetesVersionName != "v1.32.0" {

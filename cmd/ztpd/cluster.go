@@ -46,7 +46,7 @@ Operations wait for their job unless --no-wait is given.`,
 	cmd.AddCommand(newClusterCreateCmd(opts, f), newClusterListCmd(opts, f), newClusterShowCmd(opts, f),
 		newClusterScaleCmd(opts, f), newClusterUpgradeCmd(opts, f), newClusterSimpleCmd(opts, f, "start"),
 		newClusterSimpleCmd(opts, f, "stop"), newClusterSimpleCmd(opts, f, "delete"), newClusterKubeconfigCmd(opts, f),
-		newClusterMembersCmd(opts, f), newClusterRegisterCmd(opts, f))
+		newClusterMembersCmd(opts, f), newClusterRegisterCmd(opts, f), newClusterAddNodesCmd(opts, f), newClusterRemoveNodesCmd(opts, f))
 	return cmd
 }
 

@@ -30,12 +30,14 @@ import (
 func (a *App) buildAPI() error {
 	a.APIKeys = apikeys.New(a.Store, a.Keys)
 	var mem clusters.Membership
+	var cni clusters.ManifestApplier
 	if a.Joiner != nil {
 		mem = rollout.NewClusterMembership(a.Joiner, a.Rollouts, a.nodeOps, a.Log)
+		cni = rollout.NewManifestApplier(a.Joiner)
 	}
 	cs, err := clusters.New(a.Store, mem, clusters.Options{Log: a.Log.With("part", "clusters"), Images: a.Images, Appliance: a.applianceName(),
 		KubeconfigTTL: a.Cfg.API.KubeconfigTTL.D(), AlertAfter: a.Cfg.API.ClusterAlertAfter.D(),
-		StartTimeout: a.Cfg.API.ClusterStartTimeout.D()})
+		StartTimeout: a.Cfg.API.ClusterStartTimeout.D(), CNI: cni})
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,11 @@ type ClusterSpec struct {
 	// k3s servers). Otherwise the external load balancer's address, else the
 	// first control plane's, becomes the endpoint, as in CloudStack.
 	Endpoint string
+	// CNIConfigID names a registered CNI configuration (ID or name) to
+	// apply once the first control plane's API server answers;
+	// CNIDetails are the values of its parameters.
+	CNIConfigID string
+	CNIDetails  map[string]string
 }
 
 // Join methods of a cluster.
@@ -120,6 +125,11 @@ func (s *Service) CreateCluster(ctx context.Context, caller Caller, spec Cluster
 			Account: caller.AccountName(), Endpoint: spec.Endpoint, Created: t, UpdatedAt: t, StateSince: t}
 		if c.Endpoint == "" && c.ExternalLBIP != "" {
 			c.Endpoint = endpointURL(c.ExternalLBIP)
+		}
+		if spec.CNIConfigID != "" || len(spec.CNIDetails) > 0 {
+			if c.CNI, err = clusterCNI(tx, spec.CNIConfigID, spec.CNIDetails); err != nil {
+				return err
+			}
 		}
 		if err := tx.Clusters().Put(c); err != nil {
 			return err

@@ -183,6 +183,9 @@ type Options struct {
 	// Appliance names this appliance when several share the store: its
 	// jobs carry it, and Recover touches only its own.
 	Appliance string
+	// CNI applies clusters' CNI configurations through their API servers
+	// (nil: they are recorded, never applied).
+	CNI ManifestApplier
 }
 
 // Service is the clusters and versions domain service.
@@ -203,6 +206,8 @@ type Service struct {
 	jobsWG sync.WaitGroup
 	doneMu sync.Mutex
 	done   map[string]chan struct{} // job id -> closed when the job ends
+
+	cniApplying sync.Map // cluster id -> struct{}: a CNI apply under way
 }
 
 // New builds the Service over st, driving mem (the joiner; nil for records

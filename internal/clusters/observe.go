@@ -49,7 +49,11 @@ func (s *Service) ObserveHealth(clusterID string, h Health) error {
 		due = to != "" || changed
 		return nil
 	})
-	if errors.Is(err, core.ErrNotFound) || (err == nil && !due) {
+	if errors.Is(err, core.ErrNotFound) {
+		return nil
+	}
+	if err == nil && !due {
+		s.maybeApplyCNI(clusterID, h)
 		return nil
 	}
 	if err != nil {
@@ -82,6 +86,9 @@ func (s *Service) ObserveHealth(clusterID string, h Health) error {
 	})
 	if err == nil && to != "" {
 		s.log.Info("cluster state from its API server", "cluster", name, "from", from, "to", to, "reason", reason)
+	}
+	if err == nil {
+		s.maybeApplyCNI(clusterID, h)
 	}
 	return err
 }

@@ -391,7 +391,12 @@ func (s *Service) scaleRemoving(caller Caller, ref string, size int, offering st
 	if offering != "" {
 		return core.Job{}, core.Errorf(core.KindInvalid, "Kubernetes cluster %s: nodeids and serviceofferingid cannot be passed together", ref)
 	}
-	return s.accept(caller, ref, opScale, func(tx core.Tx, c *core.Cluster, j *core.Job) (bool, error) {
+	return s.removeNamed(opScale, caller, ref, size, remove)
+}
+
+// removeNamed accepts op (a scale naming its members) over remove.
+func (s *Service) removeNamed(op *operation, caller Caller, ref string, size int, remove []string) (core.Job, error) {
+	return s.accept(caller, ref, op, func(tx core.Tx, c *core.Cluster, j *core.Job) (bool, error) {
 		if c.State != core.ClusterRunning {
 			return false, core.Errorf(core.KindState, "Kubernetes cluster ID: %s is in %s state; nodes can be removed only while it is Running", c.ID, c.State)
 		}

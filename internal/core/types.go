@@ -238,6 +238,31 @@ type Cluster struct {
 	// stored before it was kept: UpdatedAt stands in). The start timeout
 	// counts from it.
 	StateSince time.Time `json:"state_since,omitzero"`
+	// ManualUpgrade are the member devices rolling upgrades leave out
+	// (CloudStack's manualupgrade on addNodesToKubernetesCluster).
+	ManualUpgrade []string `json:"manual_upgrade,omitempty"`
+	// CNI is the registered CNI configuration applied to the cluster once
+	// its first control plane's API server answers (nil: the binaries
+	// ISO's network.yaml, as before).
+	CNI *ClusterCNI `json:"cni,omitempty"`
+}
+
+// ClusterCNI is the CNI configuration a cluster was created with: the
+// registered configuration's ID and name, and the values its parameters
+// take (cniconfigdetails), given by the cluster's creator.
+type ClusterCNI struct {
+	ConfigID string            `json:"config_id"`
+	Name     string            `json:"name"`
+	Details  map[string]string `json:"details,omitempty"`
+}
+
+// CNIOutcome is what applying a cluster's CNI configuration came to.
+type CNIOutcome struct {
+	State    string    `json:"state"` // applied | failed
+	Message  string    `json:"message,omitempty"`
+	Objects  int       `json:"objects,omitempty"`
+	Attempts int       `json:"attempts"`
+	At       time.Time `json:"at"`
 }
 
 // ClusterObservation is the cluster as ztpd's watch of its API server last
@@ -262,6 +287,9 @@ type ClusterObservation struct {
 	// StoredAt is when this observation was last written: a change of
 	// only its texts (Error, Waiting) waits for storeSeenEvery after it.
 	StoredAt time.Time `json:"stored_at,omitzero"`
+	// CNI is the outcome of applying the cluster's CNI configuration
+	// (nil: none to apply, or not tried yet).
+	CNI *CNIOutcome `json:"cni,omitempty"`
 }
 
 // Cluster types (CloudStack's clustertype).
@@ -472,6 +500,12 @@ type JobParams struct {
 	// Remove names the worker members a scale-down takes out (CloudStack's
 	// nodeids), instead of the newest.
 	Remove []string `json:"remove,omitempty"`
+	// Add names the devices an add-nodes job admits into the cluster;
+	// Control admits them as control planes, ManualUpgrade leaves them
+	// out of rolling upgrades.
+	Add           []string `json:"add,omitempty"`
+	Control       bool     `json:"control,omitempty"`
+	ManualUpgrade bool     `json:"manual_upgrade,omitempty"`
 	// Target is the state the job moves the cluster to on success.
 	Target ClusterState `json:"target,omitempty"`
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
@@ -232,6 +233,9 @@ type member struct {
 	device, node, role string
 	first              bool // the cluster's first control plane: kubeadm upgrade apply
 	sonic              bool
+	// manual: a Kubernetes upgrade leaves it out (the cluster's
+	// ManualUpgrade), shown skipped with why.
+	manual bool
 }
 
 // Start plans and starts a rollout.
@@ -262,7 +266,11 @@ func (e *Engine) Start(ctx context.Context, spec Spec) (core.Rollout, error) {
 			return err
 		}
 		for _, m := range ms {
-			r.Nodes = append(r.Nodes, core.RolloutNode{Device: m.device, NodeName: m.node, Role: m.role, Phase: core.NodePending})
+			n := core.RolloutNode{Device: m.device, NodeName: m.node, Role: m.role, Phase: core.NodePending}
+			if m.manual {
+				n.Phase, n.Reason, n.Finished = core.NodeSkipped, clusters.ManualUpgradeReason, now
+			}
+			r.Nodes = append(r.Nodes, n)
 		}
 		if err := busy(tx, r); err != nil {
 			return err
@@ -296,8 +304,10 @@ func busy(tx core.Tx, r core.Rollout) error {
 // first), then workers, each group in device order.
 func plan(tx core.Tx, spec Spec) ([]member, error) {
 	first := ""
+	var cl core.Cluster
 	if spec.Cluster != "" {
-		if _, err := tx.Clusters().Get(spec.Cluster); err != nil {
+		var err error
+		if cl, err = tx.Clusters().Get(spec.Cluster); err != nil {
 			return nil, err
 		}
 		if js, err := tx.Clusters().JoinState(spec.Cluster); err == nil {
@@ -326,7 +336,8 @@ func plan(tx core.Tx, spec Spec) ([]member, error) {
 		if err != nil {
 			return nil, err
 		}
-		m := member{device: d.ID, sonic: d.Kind == core.KindSONiC, first: d.ID == first}
+		m := member{device: d.ID, sonic: d.Kind == core.KindSONiC, first: d.ID == first,
+			manual: spec.Kind == core.RolloutKubernetes && clusters.IsManualUpgrade(cl, d.ID)}
 		ms, err := tx.Memberships().Get(d.ID)
 		switch {
 		case err == nil && (spec.Cluster == "" || ms.Cluster == spec.Cluster) && ms.State != core.StateLeft:

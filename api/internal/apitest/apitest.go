@@ -532,3 +532,35 @@ func (e *Fixture) Fabric(t testing.TB) {
 		t.Fatal(err)
 	}
 }
+
+// AddMembers approves each device into the cluster, as the joiner's
+// admission path does (clusters.NodeAdder).
+func (m *Membership) AddMembers(ctx context.Context, c core.Cluster, devices []string) error {
+	for _, d := range devices {
+		if _, err := m.Approve(ctx, d, c.ID); err != nil {
+			return err
+		}
+	}
+	return m.Count("addmembers")
+}
+
+// RemoveMembers marks each named member leaving (clusters.NamedRemover).
+func (m *Membership) RemoveMembers(_ context.Context, c core.Cluster, devices []string) error {
+	err := m.St.Update(func(tx core.Tx) error {
+		for _, d := range devices {
+			ms, err := tx.Memberships().Get(d)
+			if err != nil {
+				return err
+			}
+			ms.State = core.StateLeaving
+			if err := tx.Memberships().Put(ms); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return m.Count("removemembers")
+}

@@ -42,13 +42,16 @@ func TestCloudStackSDK422(t *testing.T) {
 	}
 
 	for what, set := range map[string]func(*cloudstack.CreateKubernetesClusterParams){
-		"etcdnodes=3":        func(p *cloudstack.CreateKubernetesClusterParams) { p.SetEtcdnodes(3) },
-		"enablecsi=true":     func(p *cloudstack.CreateKubernetesClusterParams) { p.SetEnablecsi(true) },
-		"cniconfigurationid": func(p *cloudstack.CreateKubernetesClusterParams) { p.SetCniconfigurationid("c-1") },
-		"asnumber=65001":     func(p *cloudstack.CreateKubernetesClusterParams) { p.SetAsnumber(65001) },
-		"hypervisor=KVM":     func(p *cloudstack.CreateKubernetesClusterParams) { p.SetHypervisor("KVM") },
-		"nodeofferings":      func(p *cloudstack.CreateKubernetesClusterParams) { p.SetNodeofferings(map[string]string{"worker": large.Id}) },
-		"nodetemplates":      func(p *cloudstack.CreateKubernetesClusterParams) { p.SetNodetemplates(map[string]string{"worker": "t-1"}) },
+		"etcdnodes=3":    func(p *cloudstack.CreateKubernetesClusterParams) { p.SetEtcdnodes(3) },
+		"enablecsi=true": func(p *cloudstack.CreateKubernetesClusterParams) { p.SetEnablecsi(true) },
+		"asnumber=65001": func(p *cloudstack.CreateKubernetesClusterParams) { p.SetAsnumber(65001) },
+		"hypervisor=KVM": func(p *cloudstack.CreateKubernetesClusterParams) { p.SetHypervisor("KVM") },
+		"nodeofferings": func(p *cloudstack.CreateKubernetesClusterParams) {
+			p.SetNodeofferings(map[string]string{"worker": large.Id})
+		},
+		"nodetemplates": func(p *cloudstack.CreateKubernetesClusterParams) {
+			p.SetNodetemplates(map[string]string{"worker": "t-1"})
+		},
 	} {
 		p := params()
 		set(p)
