@@ -3,6 +3,7 @@ package positions
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -124,7 +125,7 @@ func (s *Service) Put(c core.Caller, p *Position) (created bool, err error) {
 		errs = append(errs, &Error{Position: p.Name, Field: field, Err: err})
 	})
 	if len(errs) > 0 {
-		return false, core.WrapError(core.KindInvalid, "invalid position", errs)
+		return false, core.Errorf(core.KindInvalid, "%s", oneLine(errs))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -181,7 +182,7 @@ func (s *Service) save(stored []*Position) error {
 	if err != nil {
 		var es Errors
 		if errors.As(err, &es) {
-			return core.WrapError(core.KindInvalid, "the cabling plan would not be valid", err)
+			return core.Errorf(core.KindInvalid, "the cabling plan would not be valid: %s", oneLine(es))
 		}
 		return err
 	}
@@ -194,7 +195,7 @@ func (s *Service) save(stored []*Position) error {
 	}
 	if s.apply != nil {
 		if err := s.apply(pl); err != nil {
-			return core.WrapError(core.KindInvalid, "the cabling plan would not be served", err)
+			return core.Errorf(core.KindInvalid, "the cabling plan would not be served: %v", err)
 		}
 	}
 	if err := s.store.Update(func(tx core.Tx) error { return tx.Settings().Put(settingKey, string(raw)) }); err != nil {
@@ -205,4 +206,13 @@ func (s *Service) save(stored []*Position) error {
 	}
 	s.plan.Store(pl)
 	return nil
+}
+
+// oneLine is every problem of es on one line, for an API answer.
+func oneLine(es Errors) string {
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = e.Error()
+	}
+	return strings.Join(parts, "; ")
 }
