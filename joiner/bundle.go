@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -45,8 +46,14 @@ type Bundle struct {
 	SONiC       *bundle.SonicJoin  // SONiC switches
 	K3s         *bundle.K3sAgent   // k3s agents
 	Plan        bundle.KubeadmPlan // the kubeadm plan inside CloudConfig
+	// Node is what CloudConfig writes and runs, for the join waiter
+	// (NodeDelivery); set with CloudConfig.
+	Node *bundle.Node
 
-	ReportURL   string
+	ReportURL string
+	// ReportPin is what the reporting client pins ReportURL to (curl
+	// --pinnedpubkey), "" over plain HTTP.
+	ReportPin   string
 	reportToken string
 	// agentFiles install the device agent (Options.AgentFiles); the
 	// kubeadm cloud-config carries them itself.
@@ -142,9 +149,30 @@ type Delivery struct {
 	Files             []DeliveredFile   `json:"files,omitempty"`
 	ReportURL         string            `json:"report_url,omitempty"`
 	ReportToken       string            `json:"report_token,omitempty"`
+	ReportPin         string            `json:"report_pin,omitempty"`
 	// Agent: Files install the device agent; the join plugin enables its
 	// timer.
 	Agent bool `json:"agent,omitempty"`
+	// Commands run in order once Files are written (NodeDelivery: what
+	// the cloud-config's runcmd would run).
+	Commands []string `json:"commands,omitempty"`
+}
+
+// NodeDelivery is a kubeadm VM's join data, the same files and commands
+// as its cloud-config, as the join waiter fetches them over pinned TLS;
+// ok is false for a bundle that joins otherwise. The report credential
+// is among the files (report.env), not beside them.
+func (b *Bundle) NodeDelivery() (d Delivery, ok bool) {
+	if b.Node == nil {
+		return Delivery{}, false
+	}
+	d = Delivery{Cluster: b.Cluster, ClusterName: b.ClusterName, Device: b.Device, Role: b.Role, Init: b.Init, Method: b.Method,
+		KubernetesVersion: b.KubernetesVersion, APIEndpoint: b.APIEndpoint, CAHash: b.CAHash,
+		NodeName: b.NodeName, NodeLabels: b.NodeLabels, Commands: b.Node.Commands()}
+	for _, f := range b.Node.Files() {
+		d.Files = append(d.Files, DeliveredFile{Path: f.Path, Mode: f.Mode, Content: f.Content, secret: f.Secret})
+	}
+	return d, true
 }
 
 // Deliver renders the device's document, secrets included. Call it only to
@@ -153,7 +181,7 @@ func (b *Bundle) Deliver() Delivery {
 	d := Delivery{Cluster: b.Cluster, ClusterName: b.ClusterName, Device: b.Device, Role: b.Role, Init: b.Init, Method: b.Method,
 		KubernetesVersion: b.KubernetesVersion, APIEndpoint: b.APIEndpoint, CAHash: b.CAHash,
 		NodeName: b.NodeName, NodeLabels: b.NodeLabels,
-		CloudConfig: string(b.CloudConfig), ReportURL: b.ReportURL, ReportToken: b.reportToken}
+		CloudConfig: string(b.CloudConfig), ReportURL: b.ReportURL, ReportToken: b.reportToken, ReportPin: b.ReportPin}
 	add := func(f bundle.File) {
 		d.Files = append(d.Files, DeliveredFile{Path: f.Path, Mode: fmt.Sprintf("%04o", f.Mode), Content: string(f.Content), secret: f.Secret})
 	}
@@ -243,8 +271,19 @@ func (d *Delivery) AppendJSON(dst []byte) ([]byte, error) {
 	}
 	str("report_url", d.ReportURL, true)
 	str("report_token", d.ReportToken, true)
+	str("report_pin", d.ReportPin, true)
 	if d.Agent {
 		dst = append(dst, `,"agent":true`...)
+	}
+	if len(d.Commands) > 0 {
+		dst = append(dst, `,"commands":[`...)
+		for i, c := range d.Commands {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = jsontext.AppendString(dst, c)
+		}
+		dst = append(dst, ']')
 	}
 	return append(dst, '}'), nil
 }
@@ -323,9 +362,9 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 		Method: res.method, KubernetesVersion: v.Tag(), APIEndpoint: res.rt.APIEndpoint, CAHash: keys.ca.DiscoveryHash(),
 	}
 	var report *bundle.Report
-	if s.opts.ReportURL != "" {
-		b.ReportURL, b.reportToken = s.opts.ReportURL, res.report.Reveal()
-		report = &bundle.Report{URL: s.opts.ReportURL, Token: b.reportToken}
+	if url, pin := s.reportTarget(ctx); url != "" {
+		b.ReportURL, b.ReportPin, b.reportToken = url, pin, res.report.Reveal()
+		report = &bundle.Report{URL: url, Token: b.reportToken, Pin: pin}
 	}
 	if s.opts.AgentFiles != nil {
 		if b.agentFiles, err = s.opts.AgentFiles(res.agent.Reveal()); err != nil {
@@ -387,6 +426,7 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 			params := bundle.InitParams{
 				Version: v, ControlPlaneEndpoint: res.rt.APIEndpoint, AdvertiseAddress: ip, NodeName: nodeName,
 				CertSANs: sans, Tokens: toks, EncryptionAlgorithm: pki.Algorithm(res.rt.Algorithm), NodeLabels: labels,
+				NodeIP: nodeIP(res.ip),
 			}
 			if res.cluster.ControlNodes > 1 {
 				params.CertificateKey = keys.certKey
@@ -403,7 +443,7 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 				"ztpd-cluster-admins.yaml": []byte(bundle.ClusterAdminsRBAC)}
 		default:
 			jp := bundle.JoinParams{Version: v, APIServerEndpoint: res.rt.APIEndpoint, Token: nodeTok,
-				CACertHashes: []string{keys.ca.DiscoveryHash()}, NodeName: nodeName, NodeLabels: labels}
+				CACertHashes: []string{keys.ca.DiscoveryHash()}, NodeName: nodeName, NodeLabels: labels, NodeIP: nodeIP(res.ip)}
 			cc.Role = bundle.RoleWorker
 			if res.role == RoleControlPlane {
 				jp.ControlPlane, jp.CertificateKey, jp.AdvertiseAddress = true, keys.certKey, res.ip
@@ -414,9 +454,10 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 			}
 		}
 		cc.Plan = plan
-		if b.CloudConfig, err = bundle.RenderCloudConfig(cc); err != nil {
+		if b.Node, err = bundle.BuildNode(cc); err != nil {
 			return nil, err
 		}
+		b.CloudConfig = b.Node.CloudConfig()
 		b.Plan = plan
 	case MethodSONiC:
 		host, port, _ := net.SplitHostPort(res.rt.APIEndpoint)
@@ -473,4 +514,15 @@ func nodeName(hostname string) string {
 		}
 	}
 	return h
+}
+
+// nodeIP is the kubelet's node IP for a node that joined from addr: its
+// IPv6 address, since a kubelet left to choose on a dual-stack host takes
+// its IPv4 one and the Node would not be reachable where it asked from;
+// "" for IPv4, where the kubelet's own choice has always been kept.
+func nodeIP(addr string) string {
+	if a, err := netip.ParseAddr(addr); err == nil && a.Is6() && !a.Is4In6() {
+		return a.WithZone("").String()
+	}
+	return ""
 }

@@ -1,11 +1,15 @@
 package joiner
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/ztp/endpoints"
 )
 
 // refusals are the enrollment.refused events stored, oldest first.
@@ -140,10 +144,16 @@ func TestEnrollmentRefusalsAreBounded(t *testing.T) {
 // section's join-url is on it and the section carries the pins; without,
 // join-url stays plain and there is no pin.
 func TestSectionNamesTheTLSListener(t *testing.T) {
-	pins := "sha256//AAAA;sha256//BBBB"
-	e := newEnv(t, Options{AutoApprove: approveAll, BaseURL: "http://10.99.0.1:8080", SecureBaseURL: "https://10.99.0.1/",
+	pins := "sha256//47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=;sha256//uU0nuZNNPgilLlLX2n2r+sSE7+N6U4DukIj3rOLvzek="
+	e := newEnv(t, Options{AutoApprove: approveAll, BaseURL: "http://10.99.0.1:8080", SecureBaseURL: func() string { return "https://10.99.0.1/" },
 		DevicePins: func() string { return pins }})
 	e.cluster(clusterSpec{Name: "fabric", Size: 4})
+	// The first control plane, a VM: it reads its join data over the
+	// pinned listener, so it reports there too.
+	vm := e.must(e.join("fabric", 1)).Deliver()
+	if vm.ReportURL != "https://10.99.0.1/join/report" || vm.ReportPin != pins {
+		t.Fatalf("a VM's report: %q pinned to %q", vm.ReportURL, vm.ReportPin)
+	}
 	sw := core.Device{ID: mac(7), MAC: mac(7), Kind: core.KindSONiC, IP: e.hold(addrOf(7), mac(7))}
 	sec, err := e.svc.ZTPSection(bg, sw, "fabric", "leaf-7")
 	if err != nil {
@@ -151,6 +161,21 @@ func TestSectionNamesTheTLSListener(t *testing.T) {
 	}
 	if sec["join-url"] != "https://10.99.0.1/join" || sec["tls-pin"] != pins {
 		t.Fatalf("section %v", sec)
+	}
+	// The switch's join answer (fetched over the pinned listener) sends
+	// its report there too, with the pins for its client to check.
+	b := e.must(e.svc.Join(bg, JoinRequest{Enrollment: sec["enrollment"].(string), MAC: sw.MAC, Kind: core.KindSONiC, RemoteIP: sw.IP, CSR: switchCSR(t)}))
+	delivery := b.Deliver()
+	raw, err := delivery.AppendJSON(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d Delivery
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.ReportURL != "https://10.99.0.1/join/report" || d.ReportPin != pins || d.ReportToken == "" {
+		t.Fatalf("a switch's report: %q pinned to %q", d.ReportURL, d.ReportPin)
 	}
 	if sec["plugin"].(map[string]any)["url"] != "http://10.99.0.1:8080"+PluginPath {
 		t.Fatalf("plugin %v: the plugin itself is no secret and stays where SONiC ZTP fetches it", sec["plugin"])
@@ -165,5 +190,47 @@ func TestSectionNamesTheTLSListener(t *testing.T) {
 	}
 	if _, ok := sec["tls-pin"]; ok || sec["join-url"] != "http://10.99.0.1:8080/join" {
 		t.Fatalf("plain section %v", sec)
+	}
+}
+
+// TestSectionInTheDeviceFamily: with BasesFor, a dual-stack appliance's
+// section and report URL are in the family the device's request came in
+// on; a request of unknown family keeps the configured bases.
+func TestSectionInTheDeviceFamily(t *testing.T) {
+	ep, err := endpoints.New("10.99.0.1", "[::]:8080")
+	if err == nil {
+		ep, err = ep.WithAdvertise6("fd99::1")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	bases := func(ctx context.Context) (string, string) {
+		l := endpoints.Local(ctx)
+		if !l.IsValid() {
+			return "", ""
+		}
+		return ep.Base(l), ep.SecureBase(l)
+	}
+	e := newEnv(t, Options{AutoApprove: approveAll, BaseURL: ep.Join(), BasesFor: bases})
+	e.cluster(clusterSpec{Name: "fabric", Size: 4})
+	sw := core.Device{ID: mac(7), MAC: mac(7), Kind: core.KindSONiC, IP: e.hold(addrOf(7), mac(7))}
+	for _, c := range []struct {
+		local string
+		want  string
+	}{{"fd99::1", "http://[fd99::1]:8080"}, {"10.99.0.1", "http://10.99.0.1:8080"}, {"", "http://10.99.0.1:8080"}} {
+		ctx := bg
+		if c.local != "" {
+			ctx = endpoints.WithLocal(bg, netip.MustParseAddr(c.local))
+		}
+		sec, err := e.svc.ZTPSection(ctx, sw, "fabric", "leaf-7")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sec["join-url"] != c.want+"/join" || sec["plugin"].(map[string]any)["url"] != c.want+PluginPath {
+			t.Errorf("over %q: join-url %v plugin %v, want %s", c.local, sec["join-url"], sec["plugin"], c.want)
+		}
+		if _, _, report := e.svc.deviceURLs(ctx); report != c.want+"/join/report" {
+			t.Errorf("over %q: report URL %s", c.local, report)
+		}
 	}
 }

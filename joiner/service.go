@@ -25,6 +25,7 @@
 package joiner
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -159,15 +160,23 @@ type Options struct {
 	// ReportURL derive from it.
 	BaseURL string
 	// SecureBaseURL is the device HTTPS listener's base, e.g.
-	// https://10.99.0.1, and DevicePins the pins of its certificate as
+	// https://10.99.0.1 (a func: the port may be known only once the
+	// listener is bound), and DevicePins the pins of its certificate as
 	// curl --pinnedpubkey takes them: with both, a ztp.json section's
 	// join-url is on that listener and the section names the pins
-	// ("tls-pin"). Empty: join-url stays on BaseURL.
-	SecureBaseURL string
+	// ("tls-pin"), and a switch's join answer gives the report URL on it
+	// with the pins. Nil or "": join-url stays on BaseURL.
+	SecureBaseURL func() string
 	DevicePins    func() string
 	// ReportURL is where nodes POST joined/failed; default BaseURL +
-	// /join/report. Empty (and no BaseURL): bundles carry no report step.
+	// /join/report (switches: SecureBaseURL's with the listener). Empty
+	// (and no BaseURL): bundles carry no report step.
 	ReportURL string
+	// BasesFor, when set, is BaseURL and SecureBaseURL for the device
+	// whose request ctx serves, in the address family it asked over (an
+	// appliance serving both); an empty answer keeps the configured one.
+	// A defaulted ReportURL follows it.
+	BasesFor func(ctx context.Context) (base, secure string)
 	// AgentFiles renders the device agent's installation (script, units,
 	// its configuration with the credential, the pinned appliance CA) for
 	// one credential; nil: bundles install no agent and issue no agent
@@ -200,6 +209,9 @@ type Service struct {
 	// bindKick asks the sweeper loop to create a cluster's admin binding.
 	bindKick chan string
 
+	// reportDerived: ReportURL was not configured but follows the base.
+	reportDerived bool
+
 	reportLog *ratelimit.Keyed // refused reports, logged at most once per address a while
 	// csrLog bounds the refused certificate requests recorded per device:
 	// a device re-sending a bad one until its secret expires must not
@@ -228,12 +240,12 @@ func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, err
 		opts.ReportTTL = 7 * 24 * time.Hour
 	}
 	opts.BaseURL = strings.TrimSuffix(opts.BaseURL, "/")
-	opts.SecureBaseURL = strings.TrimSuffix(opts.SecureBaseURL, "/")
 	if opts.DevicePins == nil {
-		opts.SecureBaseURL = ""
+		opts.SecureBaseURL = nil
 	}
+	reportDerived := opts.ReportURL == ""
 	if opts.ReportURL == "" && opts.BaseURL != "" {
-		opts.ReportURL = opts.BaseURL + "/join/report"
+		opts.ReportURL = opts.BaseURL + reportPath
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -245,9 +257,54 @@ func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, err
 	if err != nil {
 		return nil, err
 	}
-	return &Service{reportLog: ratelimit.New(1, refusalLogEvery, 4096), csrLog: ratelimit.New(3, refusalLogEvery, 4096),
+	return &Service{reportDerived: reportDerived, reportLog: ratelimit.New(1, refusalLogEvery, 4096), csrLog: ratelimit.New(3, refusalLogEvery, 4096),
 		enrollmentRefusals: ratelimit.New(3, refusalLogEvery, 4096), store: store, keys: keys, devices: opts.Devices, opts: opts, rules: rules, now: opts.Now, log: opts.Log,
 		metrics: newMetrics(opts.Registerer), cache: map[string]*clusterKeys{}, bindKick: make(chan string, 64)}, nil
+}
+
+// secureBase is the device HTTPS listener's base, "" without it.
+func (s *Service) secureBase() string {
+	if s.opts.SecureBaseURL == nil {
+		return ""
+	}
+	return strings.TrimSuffix(s.opts.SecureBaseURL(), "/")
+}
+
+// reportTarget is where the device whose request ctx serves reports, and
+// the pins its client must check ("" over plain HTTP). With the device
+// HTTPS listener every device reads its report credential over that
+// listener (a switch in its join answer, a VM in its join data), so it
+// reports there too, pinned, and the credential travels only inside TLS;
+// an operator's report_url is kept as given.
+func (s *Service) reportTarget(ctx context.Context) (url, pin string) {
+	_, secure, report := s.deviceURLs(ctx)
+	if s.reportDerived && secure != "" {
+		return secure + reportPath, s.opts.DevicePins()
+	}
+	return report, ""
+}
+
+// reportPath is where joinhttp takes nodes' join reports, under the base.
+const reportPath = "/join/report"
+
+// deviceURLs are the device-facing bases and report URL for the device
+// whose request ctx serves (see Options.BasesFor).
+func (s *Service) deviceURLs(ctx context.Context) (base, secure, report string) {
+	base, secure, report = s.opts.BaseURL, s.secureBase(), s.opts.ReportURL
+	if s.opts.BasesFor == nil {
+		return base, secure, report
+	}
+	b, sec := s.opts.BasesFor(ctx)
+	if b != "" {
+		base = strings.TrimSuffix(b, "/")
+		if s.reportDerived {
+			report = base + reportPath
+		}
+	}
+	if sec != "" && secure != "" {
+		secure = strings.TrimSuffix(sec, "/")
+	}
+	return base, secure, report
 }
 
 // DefaultEnrollmentTTL is how long an enrollment secret lives. It need

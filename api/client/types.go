@@ -456,6 +456,14 @@ type CSCluster struct {
 	MinSize               int    `json:"minsize"`
 	MaxSize               int    `json:"maxsize"`
 	ClusterType           string `json:"clustertype"`
+	// CloudStack 4.21/4.22's: the offering each node type runs on, the
+	// etcd nodes and whether the CSI driver is set up.
+	ControlOfferingID   string `json:"controlofferingid,omitempty"`
+	ControlOfferingName string `json:"controlofferingname,omitempty"`
+	CSIEnabled          bool   `json:"csienabled"`
+	EtcdNodes           int    `json:"etcdnodes"`
+	WorkerOfferingID    string `json:"workerofferingid,omitempty"`
+	WorkerOfferingName  string `json:"workerofferingname,omitempty"`
 	// ztpd extensions: the cluster as ztpd's watch of its API server last
 	// saw it, and what a Starting cluster waits for.
 	ZTPDAPIReachable *bool  `json:"ztpdapireachable,omitempty"`

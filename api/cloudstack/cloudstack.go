@@ -146,7 +146,12 @@ type command struct {
 	JavaClass string
 	Params    []paramDef
 	Response  []string // response field names, for listApis
-	run       func(d *Door, r *csRequest) (any, *csError)
+	// Since is the CloudStack release that added the command ("": before
+	// 4.14, which listApis leaves unsaid).
+	Since string
+	// Limits are parameters ztpd honours only in some values (limit).
+	Limits []limit
+	run    func(d *Door, r *csRequest) (any, *csError)
 }
 
 // writes reports whether the command changes anything: everything but
@@ -296,6 +301,10 @@ func (d *Door) Serve(c *gin.Context) {
 		}
 	}
 	r := &csRequest{ctx: req.Context(), cmd: cmd, cred: cred, p: p, caller: caller.Of(cred)}
+	if e := checkLimits(r); e != nil {
+		d.csWrite(c, key, e)
+		return
+	}
 	body, cerr := cmd.run(d, r)
 	if cerr != nil {
 		d.csWrite(c, key, cerr)

@@ -35,7 +35,8 @@ const (
 var clusterFields = []string{"id", "name", "description", "account", "domainid", "domain", "zoneid", "zonename", "kubernetesversionid",
 	"kubernetesversionname", "serviceofferingid", "serviceofferingname", "size", "controlnodes", "masternodes",
 	"cpunumber", "memory", "state", "endpoint", "keypair", "networkid", "virtualmachines", "ipaddress",
-	"created", "autoscalingenabled", "minsize", "maxsize", "clustertype"}
+	"created", "autoscalingenabled", "minsize", "maxsize", "clustertype", "controlofferingid", "controlofferingname",
+	"csienabled", "etcdnodes", "workerofferingid", "workerofferingname"}
 
 var versionFields = []string{"id", "name", "semanticversion", "isoid", "isoname", "isostate", "isourl", "zoneid",
 	"zonename", "state", "mincpunumber", "minmemory", "supportsha", "supportsautoscaling", "directdownload", "created"}
@@ -91,7 +92,7 @@ func (d *Door) commandTable() map[string]*command {
 				{"externalloadbalanceripaddress", "string", false, "external load balancer address for HA clusters"},
 				{"noderootdisksize", "long", false, "node root disk size in GiB (recorded)"},
 				{"joinmethod", "string", false, "ztpd: kubeadm (default), k3s or sonic (a switch fabric: a kubeadm cluster whose control plane is the first VM or server admitted as control-plane; its switches are the workers)"},
-			}, Response: append([]string{"id"}, asyncFields...), run: (*Door).csCreateCluster},
+			}, Limits: createLimits, Response: append([]string{"id"}, asyncFields...), run: (*Door).csCreateCluster},
 		{Name: "startKubernetesCluster", Desc: "Start a stopped Kubernetes cluster (or recover one in Alert)", Async: true,
 			JavaClass: javaUserK8s + "cluster.StartKubernetesClusterCmd",
 			Params:    []paramDef{idParam}, Response: asyncFields, run: (*Door).csStartCluster},
@@ -106,10 +107,8 @@ func (d *Door) commandTable() map[string]*command {
 			JavaClass: javaUserK8s + "cluster.ScaleKubernetesClusterCmd",
 			Params: []paramDef{idParam, {"size", "long", false, "the new number of worker nodes"},
 				{"serviceofferingid", "uuid", false, "a new, not smaller, service offering"},
-				{"autoscalingenabled", "boolean", false, "not supported (must be false)"},
-				{"minsize", "long", false, "not supported"}, {"maxsize", "long", false, "not supported"},
 				{"nodeids", "list", false, "the IDs of the worker nodes to remove (comma-separated; their virtualmachines IDs)"}},
-			Response: asyncFields, run: (*Door).csScaleCluster},
+			Limits: scaleLimits, Response: asyncFields, run: (*Door).csScaleCluster},
 		{Name: "upgradeKubernetesCluster", Desc: "Upgrade a running Kubernetes cluster", Async: true,
 			JavaClass: javaUserK8s + "cluster.UpgradeKubernetesClusterCmd",
 			Params:    []paramDef{idParam, {"kubernetesversionid", "uuid", true, "the version to upgrade to"}},
@@ -120,7 +119,8 @@ func (d *Door) commandTable() map[string]*command {
 				{"state", "string", false, "the cluster state"}, {"keyword", "string", false, "part of name or description"},
 				{"listall", "boolean", false, "admin keys: list every account's clusters (default: the key's account)"},
 				{"account", "string", false, "only this account's clusters (admin keys: any account)"},
-				{"domainid", "uuid", false, "ignored: ztpd has one domain, ROOT"}}, page...),
+				{"domainid", "uuid", false, "ignored: ztpd has one domain, ROOT"},
+				{"clustertype", "string", false, "CloudManaged (every ztpd cluster) or ExternalManaged (none)"}}, page...),
 			Response: clusterFields, run: (*Door).csListClusters},
 		{Name: "getKubernetesClusterConfig", Desc: "Get the kubeconfig of a Kubernetes cluster",
 			JavaClass: javaUserK8s + "cluster.GetKubernetesClusterConfigCmd",
@@ -143,7 +143,9 @@ func (d *Door) commandTable() map[string]*command {
 			Response: []string{"id", "name", "displaytext", "cpunumber", "cpuspeed", "memory"}, run: (*Door).csListOfferings},
 		{Name: "listCapabilities", Desc: "List the capabilities of this API",
 			JavaClass: "org.apache.cloudstack.api.command.user.config.ListCapabilitiesCmd",
-			Response:  []string{"cloudstackversion", "kubernetesserviceenabled"}, run: (*Door).csCapabilities},
+			Response: []string{"allowusercreateprojects", "apilimitinterval", "apilimitmax", "cloudstackversion",
+				"kubernetesclusterexperimentalfeaturesenabled", "kubernetesserviceenabled", "userpublictemplateenabled"},
+			run: (*Door).csCapabilities},
 		{Name: "listApis", Desc: "List the APIs available to the caller",
 			JavaClass: "org.apache.cloudstack.api.command.user.discovery.ListApisCmd",
 			Params:    []paramDef{{"name", "string", false, "one API by name"}},
@@ -151,6 +153,9 @@ func (d *Door) commandTable() map[string]*command {
 	}
 	m := make(map[string]*command, len(cmds))
 	for _, c := range cmds {
+		if strings.HasPrefix(c.JavaClass, javaUserK8s) || strings.HasPrefix(c.JavaClass, javaAdminK8s) {
+			c.Since = "4.14.0" // the Kubernetes service's first release
+		}
 		m[strings.ToLower(c.Name)] = c
 	}
 	return m
@@ -185,7 +190,11 @@ func renderCluster(v clusters.ClusterView) client.CSCluster {
 		Size: c.Size, ControlNodes: c.ControlNodes, MasterNodes: c.ControlNodes,
 		CPUNumber: fmt.Sprint(v.Cores()), Memory: fmt.Sprint(v.MemoryMB()), State: string(c.State),
 		Endpoint: endpoint, Keypair: c.Keypair, NetworkID: c.NetworkID, IPAddress: ip,
-		Created: csTime(c.Created), ClusterType: "CloudManaged", VirtualMachines: make([]client.CSVM, 0, len(v.Members))}
+		Created: csTime(c.Created), ClusterType: "CloudManaged", VirtualMachines: make([]client.CSVM, 0, len(v.Members)),
+		// Every role runs on the cluster's one offering; ztpd has no etcd
+		// nodes and installs no CSI driver (createLimits).
+		ControlOfferingID: c.ServiceOfferingID, ControlOfferingName: v.Offering.Name,
+		WorkerOfferingID: c.ServiceOfferingID, WorkerOfferingName: v.Offering.Name}
 	if o := c.Observed; o != nil {
 		reachable, ready := o.APIReachable, o.ReadyNodes
 		out.ZTPDAPIReachable, out.ZTPDReadyNodes = &reachable, &ready
@@ -339,9 +348,6 @@ func (d *Door) csDeleteCluster(r *csRequest) (any, *csError) {
 }
 
 func (d *Door) csScaleCluster(r *csRequest) (any, *csError) {
-	if r.boolean("autoscalingenabled") {
-		return nil, &csError{code: csParamError, cscode: csInvalidValue, text: "Autoscaling is not supported by ztpd: devices join by provisioning, not by VM deployment"}
-	}
 	size, e := r.integer("size", 0)
 	if e != nil {
 		return nil, e
@@ -374,6 +380,14 @@ func (d *Door) csListClusters(r *csRequest) (any, *csError) {
 	page, size, e := paging(r)
 	if e != nil {
 		return nil, e
+	}
+	switch t := r.str("clustertype"); t {
+	case "", "CloudManaged": // every cluster ztpd has
+	case "ExternalManaged":
+		return listBody("kubernetescluster", 0, nil), nil
+	default:
+		return nil, &csError{code: csParamError, cscode: csInvalidValue,
+			text: "Unable to resolve cluster type " + t + " to a supported value (CloudManaged, ExternalManaged)"}
 	}
 	f := clusters.ClusterFilter{ID: r.str("id"), Name: r.str("name"), State: r.str("state"), Keyword: r.str("keyword"),
 		ListAll: r.boolean("listall"), Account: r.str("account")}
@@ -626,10 +640,13 @@ func (d *Door) csListApis(r *csRequest) (any, *csError) {
 		if r.has("name") && !strings.EqualFold(r.str("name"), c.Name) {
 			continue
 		}
-		a := client.CSAPI{Name: c.Name, Description: c.Desc, IsAsync: c.Async, Since: "4.14.0", Type: "object",
+		a := client.CSAPI{Name: c.Name, Description: c.Desc, IsAsync: c.Async, Since: c.Since, Type: "object",
 			Params: []client.CSAPIParam{}, Response: []client.CSAPIResponse{}}
 		for _, p := range c.Params {
 			a.Params = append(a.Params, client.CSAPIParam{Name: p.Name, Description: p.Desc, Type: p.Type, Required: p.Required, Length: 255})
+		}
+		for _, l := range c.Limits {
+			a.Params = append(a.Params, client.CSAPIParam{Name: l.Name, Description: l.Desc, Type: l.Type, Length: 255, Since: l.Since})
 		}
 		for _, f := range c.Response {
 			a.Response = append(a.Response, client.CSAPIResponse{Name: f, Description: f, Type: "string"})

@@ -57,12 +57,15 @@ device's progress:
     joined;
   - ONIE switches: dhclient with onie_vendor:<platform> downloads the installer
     from option 114, then "reboots" as SONiC and continues as above;
-  - CloudStack VMs: busybox udhcpc, the cloud-init metadata service, user-data
-    with the kubeadm configuration; the first control plane of each cluster
-    runs a REAL control plane from it (kubeadm init phases, etcd,
-    kube-apiserver, kube-controller-manager as processes in its namespace,
-    kubeadm mark-control-plane), every other VM runs the real kubeadm join
-    discovery (token, CA hash, signed cluster-info); then the joined report.
+  - CloudStack VMs: busybox udhcpc, the cloud-init metadata service, public
+    user-data (checked with cloud-init schema) whose join waiter (python3)
+    fetches the kubeadm configuration over pinned HTTPS once the VM is
+    admitted (its systemd commands logged, not run); the first control
+    plane of each cluster runs a REAL control plane from it (kubeadm init
+    phases, etcd, kube-apiserver, kube-controller-manager as processes in
+    its namespace, kubeadm mark-control-plane), every other VM runs the
+    real kubeadm join discovery (token, CA hash, signed cluster-info); then
+    the joined report, over pinned HTTPS.
 
 What is simulated: the kubelet (no container runtime here). Each device runs
 kubeletsim in its namespace: the kubelet's TLS bootstrap (CSR approved and

@@ -227,7 +227,10 @@ reset by its device agent, its Node deleted, its agent credential revoked), then
 join tokens are revoked and its CA is destroyed. If a member cannot be taken out
 (a PodDisruptionBudget, an agent that does not answer) the delete fails and the
 cluster goes to Alert; with --force the cluster is deleted all the same, and the
-members left on their nodes are listed with why (an audit event records them).`
+members left on their nodes are listed with why (an audit event records them).
+A Starting cluster none of whose members has joined is deleted at once; one with
+joined members is refused until it is Running, or in Alert after
+api.cluster_start_timeout; --force deletes a cluster in any state.`
 	}
 	return cmd
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/ztpd/ztpd/internal/app"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/hosturl"
 	"github.com/ztpd/ztpd/internal/profile"
 	"github.com/ztpd/ztpd/ztp/content"
 	"github.com/ztpd/ztpd/ztp/endpoints"
@@ -426,7 +427,7 @@ func checkMetadataBase(metadataAddr, httpAddr string) (base, note string) {
 			continue
 		}
 		if ip, err := netip.ParseAddr(host); err == nil && !ip.IsUnspecified() {
-			return "http://" + host, ""
+			return hosturl.Base("http", host, ""), ""
 		}
 		return "http://<dhcp-server-addr>", ""
 	}

@@ -68,7 +68,17 @@ rarely while the heap is small and sooner as it nears the limit.
 
 SIGHUP (systemctl reload ztpd) reads the profile files again: a valid set
 replaces the one in use, one with errors is refused as a whole (every error
-logged) and the profiles in use keep serving. Other settings need a restart.`,
+logged) and the profiles in use keep serving. It also reads the device HTTPS
+listener's certificate files (http.tls.cert_file, key_file) again: a valid pair
+is served to the next connection and documents name its pin; one that does not
+load is refused and the certificate in use stays. Other settings need a
+restart.
+
+The device HTTPS listener (http.tls) is on by default, at port 443 of the
+--http-addr host, or a free port when that host is loopback; switches fetch
+their join answer and send their reports there, pinned to its certificate.
+With http.tls.enabled: false they cross the network in clear, and serve warns
+at every start.`,
 		Example: `  # try it out, no root
   ztpd serve
 
@@ -107,6 +117,12 @@ logged) and the profiles in use keep serving. Other settings need a restart.`,
 					a.Close()
 				}
 			}()
+			// The address bound (with port 0 the system chose it) and the
+			// pins documents name.
+			deviceHTTPS, devicePins := "", ""
+			if lns.DeviceTLS != nil && a.DeviceTLS != nil {
+				deviceHTTPS, devicePins = lns.DeviceTLS.Addr().String(), a.DeviceTLS.PinList()
+			}
 			a.UseListeners(lns)
 			if err := a.Start(); err != nil {
 				return err
@@ -117,7 +133,7 @@ logged) and the profiles in use keep serving. Other settings need a restart.`,
 			apiAddr, apiTLS := cfg.APIListener()
 			a.OnServing(func() {
 				log.Info("ztpd started", "version", version, "data_dir", cfg.DataDir, "http", cfg.HTTP.Addr,
-					"api", firstOf(apiAddr, cfg.HTTP.Addr), "api_tls", apiTLS,
+					"device_https", deviceHTTPS, "device_tls_pin", devicePins, "api", firstOf(apiAddr, cfg.HTTP.Addr), "api_tls", apiTLS,
 					"dhcp_interfaces", cfg.DHCP.Interfaces, "advertise", cfg.AdvertiseAddr)
 			})
 			err = a.Serve(ctx, f.grace)
@@ -152,8 +168,8 @@ logged) and the profiles in use keep serving. Other settings need a restart.`,
 	return cmd
 }
 
-// reloadOnHangup reloads the profiles on every SIGHUP (systemctl reload
-// ztpd) until ctx ends.
+// reloadOnHangup reloads the profiles and the device HTTPS listener's
+// certificate files on every SIGHUP (systemctl reload ztpd) until ctx ends.
 func reloadOnHangup(ctx context.Context, a *app.App) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -164,7 +180,8 @@ func reloadOnHangup(ctx context.Context, a *app.App) {
 			case <-ctx.Done():
 				return
 			case <-hup:
-				_ = a.ReloadProfiles() // logged; the profiles in use stay
+				_ = a.ReloadProfiles()  // logged; the profiles in use stay
+				_ = a.ReloadDeviceTLS() // logged; the certificate in use stays
 			}
 		}
 	}()

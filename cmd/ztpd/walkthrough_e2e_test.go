@@ -267,9 +267,17 @@ func TestReadmeWalkthrough(t *testing.T) {
 					t.Fatalf("README.md:%d: the VM's DHCP: %v", s.line, err)
 				}
 				// cloud-init's CloudStack datasource asks the DHCP server.
-				md := vm.Command(ctx, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "http://"+lease["server_identifier"]+"/latest/user-data")
-				if out, err := md.Output(); err != nil || len(out) == 0 {
-					t.Fatalf("the VM's user-data: %s %v", out, err)
+				md := vm.Command(ctx, "curl", "-s", "http://"+lease["server_identifier"]+"/latest/user-data")
+				ud, err := md.Output()
+				if err != nil || len(ud) == 0 {
+					t.Fatalf("the VM's user-data: %s %v", ud, err)
+				}
+				// With the device HTTPS listener the user-data is public
+				// and its join waiter asks for the join data: told to wait.
+				if u, pins, ok := lab.JoinWaiterOf(ud); ok {
+					if code, err := lab.AskJoinData(ctx, vm, u, pins); err != nil || code != 503 {
+						t.Fatalf("the VM's join waiter asking %s before approval: %d %v, want 503", u, code, err)
+					}
 				}
 				if got := cli("device", "show", vmMAC); !regexp.MustCompile(`(?m)^kind\s+vm\b`).MatchString(got) && !strings.Contains(got, "kind: vm") && !strings.Contains(got, " vm ") {
 					t.Fatalf("the CloudStack VM %s is not kind vm (dhcp.vm.mac_prefixes' default):\n%s", vmMAC, got)

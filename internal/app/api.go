@@ -19,6 +19,7 @@ import (
 	"github.com/ztpd/ztpd/internal/apikeys"
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/hosturl"
 	"github.com/ztpd/ztpd/internal/profile"
 	"github.com/ztpd/ztpd/internal/rollout"
 	"github.com/ztpd/ztpd/ztp/content"
@@ -33,7 +34,8 @@ func (a *App) buildAPI() error {
 		mem = rollout.NewClusterMembership(a.Joiner, a.Rollouts, a.nodeOps, a.Log)
 	}
 	cs, err := clusters.New(a.Store, mem, clusters.Options{Log: a.Log.With("part", "clusters"), Images: a.Images, Appliance: a.applianceName(),
-		KubeconfigTTL: a.Cfg.API.KubeconfigTTL.D(), AlertAfter: a.Cfg.API.ClusterAlertAfter.D()})
+		KubeconfigTTL: a.Cfg.API.KubeconfigTTL.D(), AlertAfter: a.Cfg.API.ClusterAlertAfter.D(),
+		StartTimeout: a.Cfg.API.ClusterStartTimeout.D()})
 	if err != nil {
 		return err
 	}
@@ -64,6 +66,11 @@ func (a *App) buildAPI() error {
 		a.apiOwn = &apiListen{addr: addr, useTLS: useTLS, handler: a.apiGuard("api").Wrap(srv.Handler())}
 	}
 	a.AddSingleton(runnerFunc{"job-pruner", func(ctx context.Context) error { return cs.RunPruner(ctx, time.Hour) }})
+	// One appliance sweeps; each move re-reads the cluster in its own
+	// transaction, so a sweep racing a leadership change moves it once.
+	a.AddSingleton(runnerFunc{"start-timeout", func(ctx context.Context) error {
+		return cs.RunStartTimeouts(ctx, min(time.Minute, a.Cfg.API.ClusterStartTimeout.D()/4))
+	}})
 	a.addOrphanReaper(cs)
 
 	a.OnStart(func() error {
@@ -126,12 +133,12 @@ func (a *App) metadataBase() string {
 			continue
 		}
 		if ip, err := netip.ParseAddr(host); err == nil && !ip.IsUnspecified() {
-			return "http://" + host
+			return hosturl.Base("http", host, "")
 		}
 		break
 	}
 	if adv := a.Endpoints.Advertise(); adv.IsValid() && !adv.IsUnspecified() {
-		return "http://" + adv.String()
+		return hosturl.Base("http", adv.String(), "")
 	}
 	return "http://<dhcp-server-addr>"
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -74,7 +75,9 @@ func TestRedactedConfig(t *testing.T) {
 // Warnings are computed now, from the profiles in use: none are loaded
 // here, and device URLs use a loopback address.
 func TestWarningsLive(t *testing.T) {
-	a, err := keysOpen(t, keysTestConfig(t), nil)
+	cfg := keysTestConfig(t)
+	cfg.HTTP.TLS.Enabled = true // the default
+	a, err := keysOpen(t, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,5 +85,28 @@ func TestWarningsLive(t *testing.T) {
 	w := a.Warnings()
 	if len(w) != 2 || !strings.Contains(w[0], "no device profiles are loaded") || !strings.Contains(w[1], "127.0.0.1") {
 		t.Errorf("warnings: %q", w)
+	}
+}
+
+// TestWarnsWhileDeviceHTTPSIsOff: with http.tls.enabled false, every
+// start (and the console) says that join answers and reports then cross
+// the network in clear.
+func TestWarnsWhileDeviceHTTPSIsOff(t *testing.T) {
+	cfg := keysTestConfig(t)
+	cfg.HTTP.TLS.Enabled = false
+	var log bytes.Buffer
+	a, err := keysOpen(t, cfg, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if !slices.Contains(a.Warnings(), config.DeviceTLSOffWarning) {
+		t.Errorf("warnings: %q", a.Warnings())
+	}
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), "http.tls.enabled: false") {
+		t.Errorf("no warning at start:\n%s", log.String())
 	}
 }

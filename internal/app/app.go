@@ -47,6 +47,7 @@ import (
 	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/ztp/content"
 	"github.com/ztpd/ztpd/ztp/dhcp"
+	"github.com/ztpd/ztpd/ztp/dhcp6"
 	"github.com/ztpd/ztpd/ztp/endpoints"
 	ztphttp "github.com/ztpd/ztpd/ztp/http"
 	ztptftp "github.com/ztpd/ztpd/ztp/tftp"
@@ -110,6 +111,8 @@ type App struct {
 	// DHCP is the DHCP server when dhcp.interfaces is set (it opens its
 	// sockets when served).
 	DHCP *dhcp.Server
+	// DHCP6 is the DHCPv6 server when dhcp.subnets has an IPv6 subnet.
+	DHCP6 *dhcp6.Server
 
 	// ZTP renders per-device ZTP content for the HTTP and TFTP transports.
 	ZTP *content.Service
@@ -139,6 +142,8 @@ type App struct {
 
 	// metadata serves the cloud-init paths on http.metadata_addr.
 	metadata http.Handler
+	// linkLocal answers ONIE's link-local discovery (http.onie_link_local).
+	linkLocal http.Handler
 	// apiOnMain is the API when it is served on the main listener (http.addr
 	// on loopback, or api.insecure_plain_http); apiOwn when it has its own
 	// (api.addr, or <http.addr host>:8443 with TLS).
@@ -227,6 +232,9 @@ func (a *App) build() error {
 	if a.Endpoints, err = endpoints.New(a.Cfg.AdvertiseAddr, a.Cfg.HTTP.Addr); err != nil {
 		return err
 	}
+	if a.Endpoints, err = a.Endpoints.WithAdvertise6(a.Cfg.AdvertiseAddr6); err != nil {
+		return err
+	}
 	if err := a.buildDeviceTLS(); err != nil {
 		return err
 	}
@@ -256,7 +264,8 @@ func (a *App) build() error {
 	if err := a.buildRollouts(); err != nil {
 		return err
 	}
-	if a.Cfg.DHCP.Enabled() {
+	v4, v6 := hasSubnets(&a.Cfg.DHCP)
+	if a.Cfg.DHCP.Enabled() && (v4 || !v6) {
 		opt, err := a.dhcpOptions()
 		if err != nil {
 			return err
@@ -269,14 +278,33 @@ func (a *App) build() error {
 		a.DHCP = srv
 		a.AddRunner(srv)
 	}
+	if a.Cfg.DHCP.Enabled() && v6 {
+		opt, err := a.dhcp6Options()
+		if err != nil {
+			return err
+		}
+		opt.Registerer = a.Metrics
+		srv, err := dhcp6.New(opt)
+		if err != nil {
+			return err
+		}
+		a.DHCP6 = srv
+		a.AddRunner(srv)
+	}
 
 	// ZTP content over HTTP (and the cloud-init metadata listener) and TFTP.
 	// Profiles load at Start, so offline CLI commands do not depend on them.
 	opt := content.Options{Store: a.Store, Devices: a.Devices, Images: a.Images, Binaries: a.Binaries, Join: ztpJoin{a.Joiner}, Log: a.Log,
 		Endpoints: a.Endpoints, DefaultProfile: a.Cfg.ZTP.DefaultProfile,
 		FilesDir: filepath.Join(a.Cfg.DataDir, "files"), Bindings: a.bindings, Registerer: a.Metrics, DevicePins: a.devicePins()}
-	if a.DHCP != nil {
-		opt.Pending = a.DHCP // what DHCP knows before its device records are committed
+	// What DHCP knows before its device records are committed.
+	switch {
+	case a.DHCP != nil && a.DHCP6 != nil:
+		opt.Pending = dhcpFinder{v4: a.DHCP, v6: a.DHCP6}
+	case a.DHCP != nil:
+		opt.Pending = a.DHCP
+	case a.DHCP6 != nil:
+		opt.Pending = a.DHCP6
 	}
 	ztp, err := content.New(opt)
 	if err != nil {
@@ -290,6 +318,9 @@ func (a *App) build() error {
 	zh.Register(a.HTTPMux)
 	if a.Cfg.HTTP.MetadataAddr != "" {
 		a.metadata = zh.MetadataHandler()
+	}
+	if len(a.Cfg.HTTP.ONIELinkLocal) > 0 {
+		a.linkLocal = zh.LinkLocalHandler(ztphttp.NeighborMAC)
 	}
 	if t := a.Cfg.TFTP; t.Enabled {
 		a.tftp = &ztptftp.Options{Addr: t.Addr, SinglePort: t.SinglePort, MaxBlockSize: t.MaxBlockSize, Window: t.Window,
@@ -422,6 +453,11 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 			return fmt.Errorf("dhcp: %w", err)
 		}
 	}
+	if a.DHCP6 != nil {
+		if err := a.DHCP6.Listen(); err != nil {
+			return fmt.Errorf("dhcp6: %w", err)
+		}
+	}
 	// Every TCP and UDP listener is open before any runner starts (serve
 	// bound them before creating anything; others bind them here).
 	if a.bound == nil {
@@ -451,7 +487,9 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 		listener("admin", "", admin, a.AdminMux),
 	}
 	if a.DeviceTLS != nil {
-		runners = append(runners, &httpRunner{httpserve.Listener{Name: "https", Addr: a.Cfg.DeviceTLSListener(), Ln: bound.DeviceTLS,
+		// With port 0 the system chose it: documents name that one.
+		a.Endpoints.TLSBound(bound.DeviceTLS.Addr())
+		runners = append(runners, &httpRunner{httpserve.Listener{Name: "https", Addr: bound.DeviceTLS.Addr().String(), Ln: bound.DeviceTLS,
 			Handler: a.deviceTLSHandler(), TLS: a.DeviceTLS.TLSConfig(), Limits: lim, Log: a.Log, Grace: grace, Metrics: a.httpMetrics}})
 	} else if bound.DeviceTLS != nil {
 		bound.DeviceTLS.Close()
@@ -460,6 +498,13 @@ func (a *App) Serve(ctx context.Context, grace time.Duration) error {
 		runners = append(runners, listener("metadata", a.Cfg.HTTP.MetadataAddr, bound.Metadata, a.deviceGuard("metadata").Wrap(a.metadata)))
 	} else if bound.Metadata != nil {
 		bound.Metadata.Close()
+	}
+	for _, ln := range bound.LinkLocal {
+		if a.linkLocal == nil {
+			ln.Close()
+			continue
+		}
+		runners = append(runners, listener("onie-link-local", ln.Addr().String(), ln, a.deviceGuard("onie-link-local").Wrap(a.linkLocal)))
 	}
 	if a.Cfg.Debug.PprofAddr != "" {
 		runners = append(runners, listener("pprof", a.Cfg.Debug.PprofAddr, bound.Pprof,

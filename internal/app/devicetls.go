@@ -37,6 +37,22 @@ func (a *App) buildDeviceTLS() error {
 	return nil
 }
 
+// ReloadDeviceTLS reads the operator's device certificate files again
+// (SIGHUP, with the profiles): the listener serves the new key to the next
+// connection and documents name its pin. Files that do not load are
+// logged and refused; the certificate in use stays. Without the listener
+// or its files it does nothing.
+func (a *App) ReloadDeviceTLS() error {
+	if a.DeviceTLS == nil {
+		return nil
+	}
+	if _, err := a.DeviceTLS.ReloadFiles(); err != nil {
+		a.Log.Error("device TLS certificate files not reloaded: the certificate in use stays", "err", err)
+		return err
+	}
+	return nil
+}
+
 // devicePins is what documents name of the device TLS certificate, nil
 // without the listener.
 func (a *App) devicePins() func() string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -225,4 +226,84 @@ func servedPin(t *testing.T, addr string) string {
 	}
 	defer conn.Close()
 	return devicetls.PinOf(conn.ConnectionState().PeerCertificates[0])
+}
+
+// TestDeviceHTTPSOnAFreePort: the device HTTPS listener is on by default,
+// and on a loopback http.addr it takes a free port (no root, no clash
+// between appliances on one host); the documents name the port actually
+// bound, so a switch that reads its ztp.json in clear reaches the
+// listener its join-url names, pinned to its tls-pin.
+func TestDeviceHTTPSOnAFreePort(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl is not installed: devices pin with curl --pinnedpubkey")
+	}
+	dir := t.TempDir()
+	leaf := filepath.Join(dir, "leaf.yaml")
+	os.WriteFile(leaf, []byte("name: leaf\nmatch:\n  kind: [sonic]\nhostname: 'leaf-{{ .Serial | lower }}'\ncluster: fabric\nrole: worker\n"), 0o644)
+	cfg := config.Default()
+	cfg.DataDir = filepath.Join(dir, "data")
+	cfg.HTTP.Addr = freeport.Addr(t)
+	cfg.AdvertiseAddr = "127.0.0.1"
+	cfg.API.AdminKeyFile = filepath.Join(dir, "admin.key")
+	cfg.Profiles = []string{leaf}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.DeviceTLSListener(); !strings.HasSuffix(got, ":0") {
+		t.Fatalf("device HTTPS listener by default on loopback: %q, want a free port", got)
+	}
+	a, err := New(cfg, NewLogger(io.Discard, "info", "text"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ctx, time.Second) }()
+	t.Cleanup(func() {
+		stop()
+		<-served
+		a.Close()
+	})
+	clusterstest.Cluster(t, a.Clusters, "http://"+cfg.HTTP.Addr, "1.30.4", "fabric", 2)
+	now := time.Now().UTC()
+	const sw, swIP = "02:00:00:00:06:02", "127.0.0.62"
+	err = a.Store.Update(func(tx core.Tx) error {
+		if err := tx.Leases().Put(core.Lease{IP: swIP, MAC: sw, State: core.LeaseActive, Start: now, Expiry: now.Add(time.Hour)}); err != nil {
+			return err
+		}
+		return tx.Devices().Put(core.Device{ID: sw, MAC: sw, Kind: core.KindSONiC, Serial: "SW602", Product: "Accton-AS7712-32X", IP: swIP,
+			State: core.StateLeased, FirstSeen: now, LastSeen: now, UpdatedAt: now})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body []byte
+	deadline := time.Now().Add(10 * time.Second)
+	for { // the listeners start with Serve
+		resp, err := clientFrom(swIP).Get("http://" + cfg.HTTP.Addr + endpoints.ZTPJSONPath)
+		if err == nil {
+			body, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("plain ztp.json: %v %s", err, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	join := joinSection(t, body)
+	joinURL, _ := join["join-url"].(string)
+	pin, _ := join["tls-pin"].(string)
+	base, ok := strings.CutSuffix(joinURL, "/join")
+	if !ok || !strings.HasPrefix(base, "https://127.0.0.1:") || strings.HasSuffix(base, ":0") || pin != a.DeviceTLS.PinList() {
+		t.Fatalf("join section %v: want join-url on the bound port and tls-pin %s", join, a.DeviceTLS.PinList())
+	}
+	if out, ok := pinnedCurl(t, swIP, pin, base+endpoints.ZTPJSONPath); !ok {
+		t.Fatalf("pinned fetch from the port the document names (%s): %s", base, out)
+	}
 }

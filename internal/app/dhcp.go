@@ -46,7 +46,11 @@ func resolveDHCP(d *config.DHCP) (dhcp.Options, error) {
 		OfferHold:  d.OfferHold.D(), DeclineQuarantine: d.DeclineQuarantine.D(),
 		VMVendorClasses: slices.Clone(d.VM.VendorClasses),
 	}
-	for _, r := range d.Relays {
+	for i := range d.Relays {
+		r := &d.Relays[i]
+		if isIPv6Relay(r) {
+			continue // the DHCPv6 server's
+		}
 		opt.Relays = append(opt.Relays, dhcp.Relay{Sources: slices.Clone(r.Source), GIAddrs: slices.Clone(r.GIAddr), Interface: r.Interface})
 	}
 	for i, p := range d.VM.MACPrefixes {
@@ -64,6 +68,9 @@ func resolveDHCP(d *config.DHCP) (dhcp.Options, error) {
 		return dhcp.Options{}, err
 	}
 	for i := range d.Subnets {
+		if isIPv6Subnet(&d.Subnets[i]) {
+			continue // the DHCPv6 server's
+		}
 		sn, err := resolveSubnet(d, i)
 		if err != nil {
 			return dhcp.Options{}, err

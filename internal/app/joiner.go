@@ -10,6 +10,7 @@ import (
 	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/joiner/joinhttp"
 	"github.com/ztpd/ztpd/ztp/content"
+	"github.com/ztpd/ztpd/ztp/endpoints"
 )
 
 // buildJoiner wires the joiner: the clusters service's Membership, the ZTP
@@ -42,7 +43,8 @@ func (a *App) buildJoiner() error {
 		Bindings:      a.bindings,
 		AutoApprove:   rules,
 		BaseURL:       a.Endpoints.Join(),
-		SecureBaseURL: a.Endpoints.SecureJoin(),
+		SecureBaseURL: a.Endpoints.SecureJoin, // the port may be bound later (port 0)
+		BasesFor:      a.deviceBases,
 		DevicePins:    a.devicePins(),
 		Devices:       a.Devices, // built before the joiner
 		Log:           a.Log.With("part", "joiner"),
@@ -79,6 +81,10 @@ func (z ztpJoin) UserData(ctx context.Context, dev core.Device, r profile.Result
 	return z.j.UserData(ctx, dev, r.Cluster, r.Role, r.Hostname)
 }
 
+func (z ztpJoin) JoinData(ctx context.Context, dev core.Device, r profile.Result) ([]byte, error) {
+	return z.j.JoinData(ctx, dev, r.Cluster, r.Role, r.Hostname)
+}
+
 // profileLabels are the labels of the loaded profile name (none before
 // Start loads the profiles, or for a profile no longer configured).
 func (a *App) profileLabels(name string) map[string]string {
@@ -90,4 +96,14 @@ func (a *App) profileLabels(name string) map[string]string {
 		return p.Labels()
 	}
 	return nil
+}
+
+// deviceBases are the joiner's device-facing bases for the device whose
+// request ctx serves, in the family it asked over.
+func (a *App) deviceBases(ctx context.Context) (base, secure string) {
+	local := endpoints.Local(ctx)
+	if !local.IsValid() {
+		return "", ""
+	}
+	return a.Endpoints.Base(local), a.Endpoints.SecureBase(local)
 }

@@ -6,6 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/ztp/dhcp"
@@ -23,7 +27,10 @@ type Listeners struct {
 	// Peer serves image blobs to the other appliances of a group
 	// (store.peer_addr; see peerListenAddr).
 	Peer net.Listener
-	TFTP *net.UDPConn
+	// LinkLocal answer ONIE's link-local discovery on port 80 of each
+	// link-local address of http.onie_link_local's interfaces.
+	LinkLocal []net.Listener
+	TFTP      *net.UDPConn
 }
 
 // Bind opens every TCP and UDP listener cfg asks for and checks that each
@@ -88,6 +95,21 @@ func (l *Listeners) bind(cfg config.Config, checkDHCP bool) error {
 			return err
 		}
 	}
+	if len(cfg.HTTP.ONIELinkLocal) > 0 && l.LinkLocal == nil {
+		for _, name := range cfg.HTTP.ONIELinkLocal {
+			addrs, err := linkLocalAddrs(name)
+			if err != nil {
+				return fmt.Errorf("onie link-local listener (http.onie_link_local) %s: %w", name, err)
+			}
+			for _, a := range addrs {
+				ln, err := listenLinkLocal(a)
+				if err != nil {
+					return fmt.Errorf("onie link-local listener (http.onie_link_local) %s: %w", name, err)
+				}
+				l.LinkLocal = append(l.LinkLocal, ln)
+			}
+		}
+	}
 	if cfg.TFTP.Enabled && l.TFTP == nil {
 		conn, err := ztptftp.Listen(cfg.TFTP.Addr)
 		if err != nil {
@@ -110,6 +132,10 @@ func (l *Listeners) Close() error {
 			*ln = nil
 		}
 	}
+	for _, ln := range l.LinkLocal {
+		errs = append(errs, ln.Close())
+	}
+	l.LinkLocal = nil
 	if l.TFTP != nil {
 		errs = append(errs, l.TFTP.Close())
 		l.TFTP = nil
@@ -134,4 +160,46 @@ type tftpRunner struct {
 func (t tftpRunner) Name() string { return t.srv.Name() }
 func (t tftpRunner) Run(ctx context.Context) error {
 	return t.srv.Serve(ctx, t.conn)
+}
+
+// linkLocalAddrs are the IPv6 link-local addresses of interface name, each
+// with its zone.
+func linkLocalAddrs(name string) ([]netip.Addr, error) {
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		if missing := config.InterfaceExists(name); missing != nil {
+			return nil, missing
+		}
+		return nil, err
+	}
+	as, err := ifc.Addrs()
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, a := range as {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is6() && p.Addr().IsLinkLocalUnicast() {
+			out = append(out, p.Addr().WithZone(name))
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("interface %s has no IPv6 link-local address (is IPv6 on and the link up?)", name)
+	}
+	return out, nil
+}
+
+// listenLinkLocal listens on port 80 of a. IPV6_FREEBIND lets it bind while
+// the address is still tentative (duplicate address detection runs for a
+// second or so after the link comes up, as at boot).
+func listenLinkLocal(a netip.Addr) (net.Listener, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_FREEBIND, 1)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	return lc.Listen(context.Background(), "tcp6", netip.AddrPortFrom(a, 80).String())
 }

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/httpserve"
+	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/ztp/endpoints"
 )
 
@@ -68,10 +70,18 @@ func TestDeviceWaitsAreAnsweredAndRecordedOncePerChange(t *testing.T) {
 	}
 	srv := httptest.NewServer(a.mainHandler())
 	defer srv.Close()
+	// A VM waits where it fetches its join data: the device HTTPS listener.
+	secure := httptest.NewTLSServer(a.deviceTLSHandler())
+	defer secure.Close()
 
 	get := func(from, path string) (int, http.Header, httpserve.ErrorBody) {
 		t.Helper()
-		resp, err := clientFrom(from).Get(srv.URL + path)
+		c, base := clientFrom(from), srv.URL
+		if path == joiner.JoinDataPath {
+			c.Transport.(*http.Transport).TLSClientConfig = &tls.Config{InsecureSkipVerify: true}
+			base = secure.URL
+		}
+		resp, err := c.Get(base + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,7 +103,7 @@ func TestDeviceWaitsAreAnsweredAndRecordedOncePerChange(t *testing.T) {
 		}
 	}
 	wantWait("127.0.0.51", endpoints.ZTPJSONPath, `Kubernetes cluster "fabric"`)
-	wantWait("127.0.0.52", endpoints.UserDataPath, "awaiting approval")
+	wantWait("127.0.0.52", joiner.JoinDataPath, "awaiting approval")
 	a.Devices.Flush()
 
 	events := func(dev string) map[string]int {

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"net/url"
 
+	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/profile"
 	"github.com/ztpd/ztpd/ztp/content"
@@ -37,8 +38,8 @@ func (a *App) Warnings() []string {
 
 // startupWarnings: no profiles at all (every device is refused with "no
 // profile matches"), profiles naming clusters or images that do not exist
-// (content.CheckReferences, the check of "ztpd profile check"), and
-// device-facing URLs on a loopback address.
+// (content.CheckReferences, the check of "ztpd profile check"), the device
+// HTTPS listener turned off, and device-facing URLs on a loopback address.
 func (a *App) startupWarnings(set *profile.Set) []startupWarning {
 	var out []startupWarning
 	if len(set.Profiles()) == 0 {
@@ -61,6 +62,9 @@ func (a *App) startupWarnings(set *profile.Set) []startupWarning {
 		for _, w := range content.CheckReferences(set, a.Images, clusters) {
 			out = append(out, startupWarning{"profile refers to what does not exist: " + w, nil})
 		}
+	}
+	if !a.Cfg.HTTP.TLS.Enabled {
+		out = append(out, startupWarning{config.DeviceTLSOffWarning, []any{"http_addr", a.Cfg.HTTP.Addr}})
 	}
 	// Join and ISO URLs (and ZTP URLs of requests whose local address is
 	// unknown) use the advertised address, else the listener's host, else

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/hosturl"
 	"github.com/ztpd/ztpd/internal/semver"
 )
 
@@ -116,7 +117,7 @@ func (s *Service) CreateCluster(ctx context.Context, caller Caller, spec Cluster
 			VersionID: v.ID, ServiceOfferingID: off.ID, Size: spec.Size, ControlNodes: spec.ControlNodes,
 			State: core.ClusterCreated, Keypair: spec.Keypair, NetworkID: spec.NetworkID,
 			ExternalLBIP: spec.ExternalLBIP, JoinMethod: spec.JoinMethod, Owner: caller.APIKey,
-			Account: caller.AccountName(), Endpoint: spec.Endpoint, Created: t, UpdatedAt: t}
+			Account: caller.AccountName(), Endpoint: spec.Endpoint, Created: t, UpdatedAt: t, StateSince: t}
 		if c.Endpoint == "" && c.ExternalLBIP != "" {
 			c.Endpoint = endpointURL(c.ExternalLBIP)
 		}
@@ -151,6 +152,9 @@ func EndpointHostPort(endpoint string) (string, error) {
 	if err != nil || u.Scheme != "https" || u.Hostname() == "" {
 		return "", fmt.Errorf("endpoint %q must be https://host[:port]/", endpoint)
 	}
+	if a, err := netip.ParseAddr(u.Hostname()); err == nil && a.Zone() != "" {
+		return "", fmt.Errorf("endpoint %q names a zone, one machine's interface; every node dials this address", endpoint)
+	}
 	port := u.Port()
 	if port == "" {
 		port = "6443"
@@ -179,13 +183,7 @@ func checkVersionUsable(v core.Version, z Zone) error {
 	return nil
 }
 
-func endpointURL(ip string) string {
-	a, err := netip.ParseAddr(ip)
-	if err == nil && a.Is6() {
-		return "https://[" + ip + "]:6443/"
-	}
-	return "https://" + ip + ":6443/"
-}
+func endpointURL(ip string) string { return hosturl.Base("https", ip, "6443") + "/" }
 
 // clusterFor finds a cluster by ID or name among those caller sees; any
 // other is "not found", worded as for a cluster that does not exist.

@@ -174,6 +174,12 @@ type Options struct {
 	// not answering, fewer Ready Nodes than desired) before it moves to
 	// Alert. Default 5 minutes.
 	AlertAfter time.Duration
+	// StartTimeout is how long a cluster may stay Starting before it moves
+	// to Alert (CloudStack's cloud.kubernetes.cluster.start.timeout).
+	// Default 1 hour.
+	StartTimeout time.Duration
+	// Now is the clock the start timeout is measured by; default time.Now.
+	Now func() time.Time
 	// Appliance names this appliance when several share the store: its
 	// jobs carry it, and Recover touches only its own.
 	Appliance string
@@ -216,6 +222,12 @@ func New(st core.Store, mem Membership, opts Options) (*Service, error) {
 	}
 	if opts.AlertAfter <= 0 {
 		opts.AlertAfter = 5 * time.Minute
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = time.Hour
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	s := &Service{st: st, mem: mem, log: opts.Log, opts: opts, done: map[string]chan struct{}{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())

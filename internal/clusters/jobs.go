@@ -110,7 +110,10 @@ func (s *Service) fail(j *core.Job, cause error) error {
 		j.Cluster = cluster // fn may run again (a shared store): not a run's cluster before
 		if j.InstanceType == InstanceCluster && j.FailState != "" {
 			c, err := tx.Clusters().Get(j.InstanceID)
-			if err == nil && c.State != j.FailState && CanTransition(c.State, j.FailState) {
+			// A cluster being deleted (a forced delete overtook this job)
+			// stays Destroying: only the delete's own failure leaves it.
+			deleting := c.State == core.ClusterDestroying && j.Command != opDelete.command
+			if err == nil && c.State != j.FailState && CanTransition(c.State, j.FailState) && !deleting {
 				if err := s.setState(tx, &c, j.FailState, fmt.Sprintf("%s failed: %s", j.Command, cause)); err != nil {
 					return err
 				}

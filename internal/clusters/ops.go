@@ -2,6 +2,7 @@ package clusters
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -49,6 +50,10 @@ type operation struct {
 	recordOnly func(tx core.Tx, c *core.Cluster) error
 	plain      bool // the job's result is a plain success, not the cluster
 	remove     bool // the record is deleted on success
+	// beyond decides a state accept does not list: the transient state
+	// to enter by a step ztpd adds to CloudStack's (see transitions), or ""
+	// to refuse as refused says, or an error saying why not.
+	beyond func(s *Service, tx core.Tx, c core.Cluster, j core.Job) (core.ClusterState, error)
 }
 
 // The operations. Their error texts and transitions are CloudStack's.
@@ -158,6 +163,7 @@ var (
 			core.ClusterError: core.ClusterDestroying},
 		refused: "Kubernetes cluster ID: %[1]s is in %[2]s state and cannot be deleted",
 		target:  core.ClusterDestroyed, fail: core.ClusterAlert,
+		beyond: deleteBeyond,
 		// With force, a Membership that takes members off their nodes
 		// first (ForceDestroyer) destroys the cluster even when that
 		// failed, and the members it left are recorded in the job.
@@ -189,6 +195,12 @@ type checkFunc func(tx core.Tx, c *core.Cluster, j *core.Job) (enter bool, err e
 // the state must be one op accepts, check (optional) must pass, the cluster
 // enters op's transient state and the job is stored. Then the job runs.
 func (s *Service) accept(caller Caller, ref string, op *operation, check checkFunc) (core.Job, error) {
+	return s.acceptWith(caller, ref, op, core.JobParams{}, check)
+}
+
+// acceptWith is accept of a job that starts with params (a forced delete's
+// Force), which op.beyond may consult.
+func (s *Service) acceptWith(caller Caller, ref string, op *operation, params core.JobParams, check checkFunc) (core.Job, error) {
 	var j core.Job
 	err := s.st.Update(func(tx core.Tx) error {
 		c, err := clusterFor(tx, caller, ref)
@@ -197,7 +209,15 @@ func (s *Service) accept(caller Caller, ref string, op *operation, check checkFu
 		}
 		j = newJob(op.command, InstanceCluster, c.ID, caller)
 		j.Appliance = s.opts.Appliance
+		j.Params = params
 		enter, ok := op.accept[c.State]
+		added := false
+		if !ok && op.beyond != nil {
+			if enter, err = op.beyond(s, tx, c, j); err != nil {
+				return err
+			}
+			ok, added = enter != "", true
+		}
 		if !ok {
 			return core.Errorf(core.KindState, op.refused, c.ID, c.State)
 		}
@@ -216,7 +236,7 @@ func (s *Service) accept(caller Caller, ref string, op *operation, check checkFu
 				j.Params.Target = t
 			}
 			if enter != c.State {
-				if err := s.setState(tx, &c, enter, op.command); err != nil {
+				if err := s.moveState(tx, &c, enter, op.command, added || CanTransition(c.State, enter)); err != nil {
 					return err
 				}
 			}
@@ -447,10 +467,62 @@ type DeleteOptions struct {
 // Membership that acts on nodes), tokens revoked, members left, CA key
 // destroyed, record removed.
 func (s *Service) DeleteCluster(ctx context.Context, caller Caller, ref string, opts DeleteOptions) (core.Job, error) {
-	return s.accept(caller, ref, opDelete, func(_ core.Tx, _ *core.Cluster, j *core.Job) (bool, error) {
-		j.Params.Force = opts.Force
+	return s.acceptWith(caller, ref, opDelete, core.JobParams{Force: opts.Force}, nil)
+}
+
+// deleteBeyond admits the deletes CloudStack's state machine has no edge
+// for (see transitions): with force from any state, and without it a Starting
+// cluster none of whose members has joined, which has nothing on any node
+// to take down. A Starting cluster with joined members is refused with
+// what would let it go.
+func deleteBeyond(s *Service, tx core.Tx, c core.Cluster, j core.Job) (core.ClusterState, error) {
+	if j.Params.Force {
+		return core.ClusterDestroying, nil
+	}
+	if c.State != core.ClusterStarting {
+		return "", nil
+	}
+	joined, err := joinedMembers(tx, c.ID)
+	if err != nil {
+		return "", err
+	}
+	if len(joined) == 0 {
+		return core.ClusterDestroying, nil
+	}
+	return "", core.Errorf(core.KindState, "Kubernetes cluster ID: %s is in %s state and cannot be deleted: %d %s joined (%s); "+
+		"it can be deleted once it is Running, or in Alert, where it goes if it is not Running within %s of starting, or with force",
+		c.ID, c.State, len(joined), plural(len(joined), "member has", "members have"), strings.Join(joined, ", "), HumanDuration(s.opts.StartTimeout))
+}
+
+// joinedMembers are the devices of cluster whose Node has registered
+// (joined, not ready or lost), in device order.
+func joinedMembers(tx core.Tx, cluster string) ([]string, error) {
+	var joined []string
+	err := tx.Memberships().Roster(cluster, func(device, _ string) (bool, error) {
+		m, err := tx.Memberships().Get(device)
+		if errors.Is(err, core.ErrNotFound) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if NodeRegistered(m.State) {
+			joined = append(joined, device)
+		}
 		return true, nil
 	})
+	return joined, err
+}
+
+// NodeRegistered reports whether a member in state st has joined: its Node
+// registered (Ready, not ready or lost). A member that has not has
+// nothing on its node for a delete to take down.
+func NodeRegistered(st core.DeviceState) bool {
+	switch st {
+	case core.StateJoined, core.StateNotReady, core.StateLost:
+		return true
+	}
+	return false
 }
 
 // appendAbandoned records, with the deletion, the members a forced delete
@@ -527,12 +599,19 @@ func (s *Service) transition(id string, to core.ClusterState, reason string) (co
 
 // setState applies one state-machine step inside tx and records an event.
 func (s *Service) setState(tx core.Tx, c *core.Cluster, to core.ClusterState, reason string) error {
-	if !CanTransition(c.State, to) {
+	return s.moveState(tx, c, to, reason, CanTransition(c.State, to))
+}
+
+// moveState is setState with the step's admission decided by the caller:
+// the steps ztpd adds to CloudStack's (see transitions) are deleteBeyond's.
+func (s *Service) moveState(tx core.Tx, c *core.Cluster, to core.ClusterState, reason string, allowed bool) error {
+	if !allowed {
 		return core.Errorf(core.KindState, "Kubernetes cluster %s cannot move from %s to %s", c.Name, c.State, to)
 	}
 	from := c.State
 	c.State = to
 	c.UpdatedAt = now()
+	c.StateSince = c.UpdatedAt
 	if err := tx.Clusters().Put(*c); err != nil {
 		return err
 	}

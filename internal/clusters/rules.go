@@ -64,6 +64,19 @@ func CheckUpgrade(from, to string) error {
 // failure edges Stopping -> Alert and Destroying -> Alert are CloudStack's
 // too (OperationFailed); they keep a failed stop or delete visible and
 // retryable instead of stuck.
+//
+// ztpd adds two steps of its own, which only deleteKubernetesCluster takes
+// (deleteBeyond) and the docs' state table lists:
+//
+//	Starting -> Destroying  a Starting cluster none of whose members has
+//	                        joined: nothing runs on any node yet, so
+//	                        there is nothing to wait for;
+//	any      -> Destroying  a forced delete (REST force=true, the CLI's
+//	                        --force), which CloudStack does not have.
+//
+// The start timeout (Options.StartTimeout) takes CloudStack's own step
+// Starting -> Alert (OperationFailed), as CloudStack's create job does when
+// it gives up.
 var transitions = map[core.ClusterState][]core.ClusterState{
 	core.ClusterCreated:   {core.ClusterStarting},
 	core.ClusterStarting:  {core.ClusterRunning, core.ClusterAlert, core.ClusterError},

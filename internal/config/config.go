@@ -23,23 +23,29 @@ import (
 
 // Config is the whole appliance configuration.
 type Config struct {
-	DataDir       string   `yaml:"data_dir"`
-	AdvertiseAddr string   `yaml:"advertise_addr"` // address put into URLs handed to devices
-	KeyFile       string   `yaml:"key_file"`       // at-rest key; default <data_dir>/secret.key
-	Log           Log      `yaml:"log"`
-	HTTP          HTTP     `yaml:"http"`
-	API           API      `yaml:"api"`
-	TFTP          TFTP     `yaml:"tftp"`
-	DHCP          DHCP     `yaml:"dhcp"`
-	ZTP           ZTP      `yaml:"ztp"`
-	Events        Events   `yaml:"events"`
-	Devices       Devices  `yaml:"devices"`
-	Joiner        Joiner   `yaml:"joiner"`
-	Rollout       Rollout  `yaml:"rollout"`
-	Store         Store    `yaml:"store"`
-	Profiles      []string `yaml:"profiles"`  // profile YAML files or directories
-	Positions     []string `yaml:"positions"` // cabling plan files or directories (*.yaml, *.yml, *.csv)
-	Debug         Debug    `yaml:"debug"`
+	DataDir       string `yaml:"data_dir"`
+	AdvertiseAddr string `yaml:"advertise_addr"` // address put into URLs handed to devices
+	// AdvertiseAddr6 is the IPv6 address put into URLs handed to devices
+	// that ask over IPv6, beside an IPv4 advertise_addr (dual stack). One
+	// field per family rather than a list: each URL needs exactly one
+	// address of the device's family, and configurations written before
+	// IPv6 stay valid as they are.
+	AdvertiseAddr6 string   `yaml:"advertise_addr6"`
+	KeyFile        string   `yaml:"key_file"` // at-rest key; default <data_dir>/secret.key
+	Log            Log      `yaml:"log"`
+	HTTP           HTTP     `yaml:"http"`
+	API            API      `yaml:"api"`
+	TFTP           TFTP     `yaml:"tftp"`
+	DHCP           DHCP     `yaml:"dhcp"`
+	ZTP            ZTP      `yaml:"ztp"`
+	Events         Events   `yaml:"events"`
+	Devices        Devices  `yaml:"devices"`
+	Joiner         Joiner   `yaml:"joiner"`
+	Rollout        Rollout  `yaml:"rollout"`
+	Store          Store    `yaml:"store"`
+	Profiles       []string `yaml:"profiles"`  // profile YAML files or directories
+	Positions      []string `yaml:"positions"` // cabling plan files or directories (*.yaml, *.yml, *.csv)
+	Debug          Debug    `yaml:"debug"`
 }
 
 // Rollout bounds each node's steps in rollouts (upgrades,
@@ -146,6 +152,13 @@ type HTTP struct {
 	// (/latest/meta-data/...). CloudStack VMs look for it on port 80 of their DHCP
 	// server; empty disables the extra listener (the paths stay on Addr).
 	MetadataAddr string `yaml:"metadata_addr"`
+	// ONIELinkLocal names the interfaces on whose IPv6 link-local
+	// address(es) ONIE's discovery without DHCP is answered: port 80, the
+	// installer waterfall names only (ONIE asks each neighbour that
+	// answers its ping of ff02::1). Empty (the default): none, so an
+	// appliance answers ONIE on a link only where its operator says
+	// switches install from, not on every uplink it has.
+	ONIELinkLocal []string `yaml:"onie_link_local"`
 
 	// Limits of every HTTP listener (this one, metadata_addr, api.addr and
 	// debug.pprof_addr): see internal/httpserve.Limits.
@@ -173,11 +186,15 @@ type HTTP struct {
 
 // DeviceTLS configures the device-facing HTTPS listener.
 type DeviceTLS struct {
-	// Enabled serves it. Off by default while the device clients (the
-	// SONiC join plugin, cloud-config) still fetch secrets over plain
-	// HTTP: with it on, ztp.json's join-url is the https URL.
+	// Enabled serves it (the default): ztp.json's join-url and the report
+	// URL switches get are https, pinned to its certificate. Off, the join
+	// answer (certificates, agent and report credentials) and the reports
+	// cross the network in clear; ztpd warns at every start.
 	Enabled bool `yaml:"enabled"`
-	// Addr is its address; default <http.addr host>:443.
+	// Addr is its address; default <http.addr host>:443, or a free port
+	// on a loopback http.addr (trying ztpd out, no root, no device can
+	// reach it anyway). Port 0 takes a free port; documents name the port
+	// actually bound.
 	Addr string `yaml:"addr"`
 	// CertFile and KeyFile are the operator's certificate; without them a
 	// key pair is generated once and kept sealed in the store, so every
@@ -191,7 +208,7 @@ type DeviceTLS struct {
 }
 
 // DeviceTLSDefaultPort is the device HTTPS listener's port when
-// http.tls.addr is not set.
+// http.tls.addr is not set and http.addr is not loopback.
 const DeviceTLSDefaultPort = "443"
 
 // DeviceTLSListener is the device HTTPS listener's address, "" when it is
@@ -204,8 +221,19 @@ func (c *Config) DeviceTLSListener() string {
 		return c.HTTP.TLS.Addr
 	}
 	host, _, _ := net.SplitHostPort(c.HTTP.Addr)
+	if httpserve.IsLoopback(c.HTTP.Addr) && host != "" {
+		// Port 443 needs root or CAP_NET_BIND_SERVICE, which a trial run
+		// of `ztpd serve` has not; a free port serves it as well.
+		return net.JoinHostPort(host, "0")
+	}
 	return net.JoinHostPort(host, DeviceTLSDefaultPort)
 }
+
+// DeviceTLSOffWarning is logged at each start, and shown among the
+// console's warnings, while the device HTTPS listener is off.
+const DeviceTLSOffWarning = "the device HTTPS listener is off (http.tls.enabled: false): switches fetch their join answer " +
+	"(certificates, agent and report credentials) and send their reports over plain HTTP, and VMs' user-data carries their join secrets " +
+	"(bootstrap tokens, the first control plane's cluster CA key, agent and report credentials), where anyone on the management network can read them"
 
 func (c *Config) validateDeviceTLS(errs *Errors) {
 	t := c.HTTP.TLS
@@ -290,6 +318,10 @@ type API struct {
 	// API server not answering ztpd, fewer Ready Nodes than desired)
 	// before it moves to Alert.
 	ClusterAlertAfter Duration `yaml:"cluster_alert_after"`
+	// ClusterStartTimeout is how long a cluster may stay Starting (no
+	// control plane Running yet) before it moves to Alert, from where it
+	// can be deleted: CloudStack's cloud.kubernetes.cluster.start.timeout.
+	ClusterStartTimeout Duration `yaml:"cluster_start_timeout"`
 	// ClusterProbeInterval is how often ztpd probes each cluster's API
 	// server (/readyz) besides watching its Nodes.
 	ClusterProbeInterval Duration `yaml:"cluster_probe_interval"`
@@ -444,7 +476,7 @@ func Default() Config {
 			MaxBodyBytesPerSource: httpserve.DefaultMaxBodyBytesPerSource,
 			// The device HTTPS listener's rotation overlap: see
 			// devicetls.DefaultGrace for why a day.
-			TLS: DeviceTLS{RotationGrace: Duration(24 * time.Hour)}},
+			TLS: DeviceTLS{Enabled: true, RotationGrace: Duration(24 * time.Hour)}},
 		API: defaultAPI(), // TLS on the API's own listener by default
 		TFTP: TFTP{Addr: ":69", Window: 8, RetransmitTimeout: Duration(time.Second), MaxRetransmits: 5,
 			MaxTransfers: 256, MaxTransfersPerSource: 4},
@@ -472,7 +504,7 @@ func Default() Config {
 func defaultAPI() API {
 	return API{AuthFailuresPerMinute: 20, TLS: TLS{Enabled: true}, RequireExpiryREST: true, CloudStackUnversionedWrites: "refuse",
 		MaxSignatureLifetime: Duration(20 * time.Minute), KubeconfigTTL: Duration(24 * time.Hour),
-		ClusterAlertAfter: Duration(5 * time.Minute), ClusterProbeInterval: Duration(5 * time.Second)}
+		ClusterAlertAfter: Duration(5 * time.Minute), ClusterStartTimeout: Duration(time.Hour), ClusterProbeInterval: Duration(5 * time.Second)}
 }
 
 // Load reads path (if not empty) over the defaults. Unknown fields are errors,
@@ -560,6 +592,9 @@ func (s *Store) validate(errs *Errors) {
 			if u.Scheme == "https" != s.TLS.Enabled() {
 				errs.add(f+".url", "%q: https:// exactly when store.tls is set", p.URL)
 			}
+			if ip, err := netip.ParseAddr(u.Hostname()); err == nil && ip.Zone() != "" {
+				errs.add(f+".url", "%q: a zone names an interface of one machine, and every appliance dials this URL; use a global or ULA address", p.URL)
+			}
 			if ip, err := netip.ParseAddr(u.Hostname()); u.Scheme == "http" && (err != nil || !ip.IsLoopback()) {
 				errs.add(f+".url", "%q: appliances talk over the network with mutual TLS: use https and store.tls (plain http is for loopback only)", p.URL)
 			}
@@ -643,6 +678,9 @@ func (c *Config) Validate() error {
 	if d := c.API.ClusterAlertAfter.D(); d < time.Second || d > 24*time.Hour {
 		errs.add("api.cluster_alert_after", "%s is outside 1s..24h", d)
 	}
+	if d := c.API.ClusterStartTimeout.D(); d < time.Second || d > 7*24*time.Hour {
+		errs.add("api.cluster_start_timeout", "%s is outside 1s..168h", d)
+	}
 	if d := c.API.ClusterProbeInterval.D(); d < 100*time.Millisecond || d > 10*time.Minute {
 		errs.add("api.cluster_probe_interval", "%s is outside 100ms..10m", d)
 	}
@@ -650,6 +688,7 @@ func (c *Config) Validate() error {
 		errs.add("api.admin_key_file", "%q names a directory; give a file path", c.API.AdminKeyFile)
 	}
 	c.HTTP.validateLimits(&errs)
+	c.HTTP.validateLinkLocal(&errs)
 	c.validateAPIListener(&errs)
 	c.validateDeviceTLS(&errs)
 	c.Store.validate(&errs)
@@ -674,10 +713,10 @@ func (c *Config) Validate() error {
 	if c.TFTP.MaxBlockSize != 0 && (c.TFTP.MaxBlockSize < 8 || c.TFTP.MaxBlockSize > 65464) {
 		errs.add("tftp.max_block_size", "%d is outside 8..65464 (RFC 2348)", c.TFTP.MaxBlockSize)
 	}
-	if c.AdvertiseAddr != "" {
-		if _, err := netip.ParseAddr(c.AdvertiseAddr); err != nil {
-			errs.add("advertise_addr", "%q is not an IP address", c.AdvertiseAddr)
-		}
+	c.AdvertiseAddr = checkAdvertise(&errs, "advertise_addr", c.AdvertiseAddr, false)
+	c.AdvertiseAddr6 = checkAdvertise(&errs, "advertise_addr6", c.AdvertiseAddr6, true)
+	if c.AdvertiseAddr6 != "" && strings.Contains(c.AdvertiseAddr, ":") && c.AdvertiseAddr != c.AdvertiseAddr6 {
+		errs.add("advertise_addr6", "%s and advertise_addr %s are both IPv6: name one IPv6 address (advertise_addr6 is for an appliance whose advertise_addr is IPv4)", c.AdvertiseAddr6, c.AdvertiseAddr)
 	}
 	if c.Events.Keep < 0 {
 		errs.add("events.keep", "must not be negative")
@@ -732,6 +771,32 @@ func (c *Config) Validate() error {
 		return errs
 	}
 	return nil
+}
+
+func (h HTTP) validateLinkLocal(errs *Errors) {
+	seen := map[string]bool{}
+	for i, name := range h.ONIELinkLocal {
+		if name == "" || seen[name] || strings.ContainsAny(name, "/ %") {
+			errs.add(fmt.Sprintf("http.onie_link_local[%d]", i), "%q is empty, repeated or not an interface name", name)
+		}
+		seen[name] = true
+	}
+	if len(h.ONIELinkLocal) == 0 {
+		return
+	}
+	// A wildcard listener on port 80 holds every link-local address's
+	// port 80 already (Linux refuses the more specific bind; Go listens
+	// dual-stack on 0.0.0.0 too), and would answer ONIE without naming
+	// the neighbour.
+	for _, l := range []struct{ field, addr string }{{"http.addr", h.Addr}, {"http.metadata_addr", h.MetadataAddr}} {
+		host, port, err := net.SplitHostPort(l.addr)
+		if err != nil || port != "80" {
+			continue
+		}
+		if a, err := netip.ParseAddr(host); host == "" || err == nil && a.IsUnspecified() {
+			errs.add("http.onie_link_local", "%s %s listens on port 80 of every address, link-local ones included: give it an address, or leave onie_link_local empty", l.field, l.addr)
+		}
+	}
 }
 
 func (h HTTP) validateLimits(errs *Errors) {
@@ -816,18 +881,55 @@ func checkHostPort(errs *Errors, field, v string, required bool) {
 	}
 	host, port, err := net.SplitHostPort(v)
 	if err != nil {
+		// fd99::1:8080 is ambiguous (the port could be the address's
+		// last group), so only the bracketed form is taken.
+		if i := strings.LastIndex(v, ":"); i > 0 && !strings.HasPrefix(v, "[") {
+			if _, perr := netip.ParseAddr(v[:i]); perr == nil {
+				errs.add(field, "%q: an IPv6 host is written in brackets, as [%s]%s", v, v[:i], v[i:])
+				return
+			}
+		}
 		errs.add(field, "%q is not host:port (%v)", v, err)
 		return
 	}
 	if host != "" {
-		if _, err := netip.ParseAddr(host); err != nil {
+		if a, err := netip.ParseAddr(host); err != nil {
 			errs.add(field, "host %q is not an IP address", host)
+		} else if a.Zone() != "" && !a.IsLinkLocalUnicast() {
+			errs.add(field, "host %q: a zone names the interface of a link-local address (fe80::/10), and %s is not one", host, a.WithZone(""))
 		}
 	}
 	var p int
 	if _, err := fmt.Sscanf(port, "%d", &p); err != nil || p < 0 || p > 65535 {
 		errs.add(field, "port %q is not 0..65535", port)
 	}
+}
+
+// checkAdvertise checks an address devices are told to use and returns it
+// as URLs write it: brackets and an IPv4-mapped form are accepted as an
+// operator might write them; a zone or a link-local address is refused,
+// a URL handed to a device carrying neither (the zone is an interface of
+// this appliance, meaningless on the device).
+func checkAdvertise(errs *Errors, field, v string, want6 bool) string {
+	if v == "" {
+		return ""
+	}
+	a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(v, "["), "]"))
+	switch {
+	case err != nil:
+		errs.add(field, "%q is not an IP address", v)
+	case a.Zone() != "":
+		errs.add(field, "%q: a zone means nothing in a URL a device is handed; write the address without %%%s", v, a.Zone())
+	case a.Unmap().IsLinkLocalUnicast():
+		errs.add(field, "%q is link-local: a device cannot reach it without a zone, which a URL does not carry; advertise a global or ULA address", v)
+	case a.IsUnspecified() || a.IsMulticast():
+		errs.add(field, "%q is not a unicast address", v)
+	case want6 && !(a.Is6() && !a.Is4In6()):
+		errs.add(field, "%q is not an IPv6 address", v)
+	default:
+		return a.Unmap().String()
+	}
+	return v
 }
 
 // InterfaceIPv4 returns the first IPv4 address of the named interface, with

@@ -268,3 +268,53 @@ func TestDevicesRetentionDefaultsAndValidation(t *testing.T) {
 		t.Fatalf("both bounds off: %v", c.Validate())
 	}
 }
+
+// TestIPv6Addresses: addresses as an operator writes them, bracketed or
+// not where either is unambiguous, and zones refused where an address is
+// handed to devices or to the other appliances.
+func TestIPv6Addresses(t *testing.T) {
+	for _, c := range []struct {
+		yaml string
+		want string // "" = valid
+	}{
+		{"advertise_addr: fd99::1\n", ""},
+		{"advertise_addr: '[fd99::1]'\n", ""},
+		{"advertise_addr: 10.99.0.1\nadvertise_addr6: fd99::1\n", ""},
+		{"advertise_addr: fe80::1%eth0\n", "advertise_addr: \"fe80::1%eth0\": a zone means nothing"},
+		{"advertise_addr: fe80::1\n", "advertise_addr: \"fe80::1\" is link-local"},
+		{"advertise_addr6: 10.99.0.1\n", "advertise_addr6: \"10.99.0.1\" is not an IPv6 address"},
+		{"advertise_addr: fd99::1\nadvertise_addr6: fd99::2\n", "advertise_addr6: fd99::2 and advertise_addr fd99::1 are both IPv6"},
+		{"http:\n  addr: '[fd99::1]:8080'\n", ""},
+		{"http:\n  addr: '[::]:8080'\n", ""},
+		{"http:\n  addr: 'fd99::1:8080'\n", "http.addr: \"fd99::1:8080\": an IPv6 host is written in brackets, as [fd99::1]:8080"},
+		{"http:\n  addr: '[fe80::1%eth0]:80'\n", ""},
+		{"http:\n  addr: '[fd99::1%eth0]:80'\n", "a zone names the interface of a link-local address"},
+	} {
+		path := filepath.Join(t.TempDir(), "c.yaml")
+		os.WriteFile(path, []byte(c.yaml), 0o644)
+		cfg, err := Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = cfg.Validate()
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%q: %v", c.yaml, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%q: want %q, got %v", c.yaml, c.want, err)
+		}
+		if c.yaml == "advertise_addr: '[fd99::1]'\n" && cfg.AdvertiseAddr != "fd99::1" {
+			t.Errorf("bracketed advertise_addr kept as %q", cfg.AdvertiseAddr)
+		}
+	}
+}
+
+func TestStorePeerZoneRefused(t *testing.T) {
+	c := Default()
+	c.Store = Store{Backend: "etcd-embedded", Name: "a", TLS: StoreTLS{CertFile: "c", KeyFile: "k", CAFile: "ca"},
+		Peers: []StorePeer{{Name: "a", URL: "https://[fe80::1%25eth0]:2380"}, {Name: "b", URL: "https://[fd99::2]:2380"}}}
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "store.peers[0].url") || strings.Contains(err.Error(), "store.peers[1].url") {
+		t.Fatalf("peers: %v", err)
+	}
+}

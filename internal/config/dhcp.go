@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/netip"
@@ -8,7 +9,9 @@ import (
 	"strings"
 )
 
-// DHCP configures the DHCPv4 server. It runs only when Interfaces is not empty.
+// DHCP configures the DHCP servers: DHCPv4 for the IPv4 subnets, DHCPv6 for
+// the IPv6 ones, on the same interfaces. They run only when Interfaces is
+// not empty.
 type DHCP struct {
 	Interfaces        []string `yaml:"interfaces"`
 	LeaseTime         Duration `yaml:"lease_time"`
@@ -33,7 +36,9 @@ type DHCP struct {
 // a giaddr it sets (dnsmasq --dhcp-relay sends from its giaddr); a relay
 // whose giaddrs (its client-side interfaces) differ from the address it
 // sends from (ISC dhcrelay sends from its server-side interface) lists them
-// under giaddrs.
+// under giaddrs. A DHCPv6 relay is declared the same way with IPv6
+// addresses, its giaddrs being the link addresses its Relay-Forw messages
+// state; one relay's addresses are all of one family.
 type Relay struct {
 	Address   string   `yaml:"address"`
 	GIAddrs   []string `yaml:"giaddrs"`   // further giaddrs it sets
@@ -62,9 +67,17 @@ func (c *Config) RelayInfoNeedsRelays() []int {
 }
 
 func (r *Relay) validate(errs *Errors, f string, d *DHCP) {
+	v6 := false
+	if a, err := netip.ParseAddr(strings.TrimSpace(r.Address)); err == nil {
+		v6 = a.Is6() && !a.Is4In6()
+	}
 	parse := func(field, s string) (netip.Addr, bool) {
 		a, err := netip.ParseAddr(strings.TrimSpace(s))
-		if err != nil || !a.Is4() || a.IsUnspecified() {
+		switch {
+		case v6 && (err != nil || !a.Is6() || a.Is4In6() || a.IsUnspecified() || a.Zone() != ""):
+			errs.add(field, "%q is not an IPv6 address (the relay's address is IPv6)", s)
+			return netip.Addr{}, false
+		case !v6 && (err != nil || !a.Is4() || a.IsUnspecified()):
 			errs.add(field, "%q is not an IPv4 address", s)
 			return netip.Addr{}, false
 		}
@@ -102,8 +115,10 @@ type VMMatch struct {
 // bytes as "hex:0a0b".
 type Options map[string]string
 
-// Subnet is one IPv4 network ztpd serves, directly on an interface or through
-// relays whose giaddr lies inside it.
+// Subnet is one network ztpd serves, directly on an interface or through
+// relays whose giaddr (IPv6: link address) lies inside it. An IPv6 prefix
+// makes it a DHCPv6 subnet: router, ntp, syslog and routes are IPv4 only
+// (routers advertise IPv6 routes), reservations name a duid or a mac.
 type Subnet struct {
 	Name         string             `yaml:"name"`
 	CIDR         string             `yaml:"subnet"`
@@ -119,6 +134,9 @@ type Subnet struct {
 	Options      Options            `yaml:"options"`
 	ClassOptions map[string]Options `yaml:"class_options"`
 	Reservations []Reservation      `yaml:"reservations"`
+	// RapidCommit (IPv6) lets a client asking for it get its lease in two
+	// messages; nil means on.
+	RapidCommit *bool `yaml:"rapid_commit"`
 
 	Prefix     netip.Prefix `yaml:"-"`
 	PoolRanges []Range      `yaml:"-"`
@@ -131,9 +149,11 @@ type Route struct {
 }
 
 // Reservation pins an address (and optionally a hostname and options) to a
-// client identified by MAC, client id or serial number.
+// client identified by MAC, client id or serial number; in an IPv6 subnet,
+// by MAC or DUID.
 type Reservation struct {
 	MAC      string  `yaml:"mac"`
+	DUID     string  `yaml:"duid"` // IPv6: hex bytes, colon separated or not
 	ClientID string  `yaml:"client_id"`
 	Serial   string  `yaml:"serial"`
 	IP       string  `yaml:"ip"`
@@ -154,6 +174,41 @@ func (r Range) Size() uint32 { return ipToU32(r.End) - ipToU32(r.Start) + 1 }
 func ipToU32(a netip.Addr) uint32 {
 	b := a.As4()
 	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+// IsIPv6 reports whether the subnet is an IPv6 one (its prefix parsed by
+// Validate).
+func (s *Subnet) IsIPv6() bool { return s.Prefix.IsValid() && s.Prefix.Addr().Is6() }
+
+// ParseRange6 parses "A-B" of IPv6 addresses.
+func ParseRange6(s string) (Range, error) {
+	a, b, ok := strings.Cut(s, "-")
+	if !ok {
+		return Range{}, fmt.Errorf("%q is not a range like fd99:0:0:1::100-fd99:0:0:1::1ff", s)
+	}
+	start, err := netip.ParseAddr(strings.TrimSpace(a))
+	if err != nil || !start.Is6() || start.Is4In6() || start.Zone() != "" {
+		return Range{}, fmt.Errorf("range start %q is not an IPv6 address", a)
+	}
+	end, err := netip.ParseAddr(strings.TrimSpace(b))
+	if err != nil || !end.Is6() || end.Is4In6() || end.Zone() != "" {
+		return Range{}, fmt.Errorf("range end %q is not an IPv6 address", b)
+	}
+	if start.Compare(end) > 0 {
+		return Range{}, fmt.Errorf("start %s is after end %s", start, end)
+	}
+	return Range{start, end}, nil
+}
+
+// ParseDUID parses a DUID as hex bytes, colon separated or not: 3 to 130
+// bytes (RFC 8415 §11.1).
+func ParseDUID(s string) ([]byte, error) {
+	h := strings.ReplaceAll(strings.TrimSpace(s), ":", "")
+	b, err := hex.DecodeString(h)
+	if err != nil || len(b) < 3 || len(b) > 130 {
+		return nil, fmt.Errorf("%q is not a DUID (3 to 130 bytes in hex)", s)
+	}
+	return b, nil
 }
 
 // ParseRange parses "A-B".
@@ -283,9 +338,16 @@ func (d *DHCP) placeRanges(errs *Errors) {
 
 func (s *Subnet) validate(errs *Errors, f string, d *DHCP) {
 	p, err := netip.ParsePrefix(s.CIDR)
-	if err != nil || !p.Addr().Is4() {
-		errs.add(f+".subnet", "%q is not an IPv4 CIDR", s.CIDR)
+	if err == nil && p.Addr().Is6() && !p.Addr().Is4In6() && p.Addr().Zone() == "" {
+		s.validate6(errs, f, d, p)
 		return
+	}
+	if err != nil || !p.Addr().Is4() {
+		errs.add(f+".subnet", "%q is not an IPv4 or IPv6 CIDR", s.CIDR)
+		return
+	}
+	if s.RapidCommit != nil {
+		errs.add(f+".rapid_commit", "is for IPv6 subnets (DHCPv4 has no rapid commit here)")
 	}
 	s.Prefix = p.Masked()
 	if s.Name == "" {
@@ -345,6 +407,9 @@ func (s *Subnet) validate(errs *Errors, f string, d *DHCP) {
 		rf := fmt.Sprintf("%s.reservations[%d]", f, i)
 		if r.MAC == "" && r.ClientID == "" && r.Serial == "" {
 			errs.add(rf, "needs mac, client_id or serial")
+		}
+		if r.DUID != "" {
+			errs.add(rf+".duid", "is for IPv6 subnets; an IPv4 client is reserved by mac, client_id or serial")
 		}
 		if r.MAC != "" {
 			hw, err := net.ParseMAC(r.MAC)
@@ -456,4 +521,149 @@ func containsStr(xs []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// validate6 checks an IPv6 subnet: pools, DNS servers and reservations in
+// IPv6, and none of the IPv4-only fields.
+func (s *Subnet) validate6(errs *Errors, f string, d *DHCP, p netip.Prefix) {
+	s.Prefix = p.Masked()
+	if s.Name == "" {
+		s.Name = s.Prefix.String()
+	}
+	if s.Interface != "" && !containsStr(d.Interfaces, s.Interface) {
+		errs.add(f+".interface", "%q is not one of dhcp.interfaces %v", s.Interface, d.Interfaces)
+	}
+	if len(s.Pools) == 0 && len(s.Reservations) == 0 {
+		errs.add(f+".pools", "subnet has neither pools nor reservations")
+	}
+	for _, x := range []struct {
+		name string
+		set  bool
+	}{{"router", s.Router != ""}, {"ntp", len(s.NTP) > 0}, {"syslog", len(s.Syslog) > 0}, {"routes", len(s.Routes) > 0}} {
+		if x.set {
+			errs.add(f+"."+x.name, "is not served over DHCPv6: an IPv6 network learns its routers and routes from Router Advertisements")
+		}
+	}
+	s.PoolRanges = s.PoolRanges[:0]
+	for i, ps := range s.Pools {
+		r, err := ParseRange6(ps)
+		if err != nil {
+			errs.add(fmt.Sprintf("%s.pools[%d]", f, i), "%v", err)
+			continue
+		}
+		if !s.Prefix.Contains(r.Start) || !s.Prefix.Contains(r.End) {
+			errs.add(fmt.Sprintf("%s.pools[%d]", f, i), "%s is outside subnet %s", ps, s.Prefix)
+			continue
+		}
+		for j, o := range s.PoolRanges {
+			if o.Contains(r.Start) || o.Contains(r.End) || r.Contains(o.Start) {
+				errs.add(fmt.Sprintf("%s.pools[%d]", f, i), "%s overlaps pool %d", ps, j)
+			}
+		}
+		s.PoolRanges = append(s.PoolRanges, r)
+	}
+	for i, a := range s.DNS {
+		checkIP6(errs, fmt.Sprintf("%s.dns[%d]", f, i), a, netip.Prefix{})
+	}
+	if s.LeaseTime != 0 && s.LeaseTime.D() < 60e9 {
+		errs.add(f+".lease_time", "%s is shorter than one minute", s.LeaseTime.D())
+	}
+	checkOptions6(errs, f+".options", s.Options)
+	for class, o := range s.ClassOptions {
+		checkClass(errs, f+".class_options."+class, class)
+		checkOptions6(errs, f+".class_options."+class, o)
+	}
+	seenIP := map[string]int{}
+	seenKey := map[string]int{}
+	for i, r := range s.Reservations {
+		rf := fmt.Sprintf("%s.reservations[%d]", f, i)
+		if r.ClientID != "" || r.Serial != "" {
+			errs.add(rf, "an IPv6 client is reserved by duid or mac, not by client_id or serial")
+		}
+		if len(r.Options) > 0 {
+			errs.add(rf+".options", "per-reservation options are not served over DHCPv6; use the subnet's class_options")
+		}
+		if r.MAC == "" && r.DUID == "" {
+			errs.add(rf, "needs duid or mac")
+		}
+		if r.MAC != "" {
+			hw, err := net.ParseMAC(r.MAC)
+			if err != nil || len(hw) != 6 {
+				errs.add(rf+".mac", "%q is not a MAC address", r.MAC)
+			} else {
+				s.Reservations[i].MAC = hw.String()
+			}
+		}
+		if r.DUID != "" {
+			if b, err := ParseDUID(r.DUID); err != nil {
+				errs.add(rf+".duid", "%v", err)
+			} else {
+				s.Reservations[i].DUID = hex.EncodeToString(b)
+			}
+		}
+		for _, k := range []string{"mac=" + s.Reservations[i].MAC, "duid=" + s.Reservations[i].DUID} {
+			if strings.HasSuffix(k, "=") {
+				continue
+			}
+			if j, dup := seenKey[k]; dup {
+				errs.add(rf, "%s is also reserved by reservation %d", k, j)
+			}
+			seenKey[k] = i
+		}
+		if r.IP != "" {
+			checkIP6(errs, rf+".ip", r.IP, s.Prefix)
+			if j, dup := seenIP[r.IP]; dup {
+				errs.add(rf+".ip", "%s is also reserved by reservation %d", r.IP, j)
+			}
+			seenIP[r.IP] = i
+		} else {
+			errs.add(rf+".ip", "must be set")
+		}
+		if r.Kind != "" {
+			checkClass(errs, rf+".kind", r.Kind)
+		}
+	}
+}
+
+func checkIP6(errs *Errors, field, v string, within netip.Prefix) {
+	a, err := netip.ParseAddr(v)
+	if err != nil || !a.Is6() || a.Is4In6() || a.Zone() != "" {
+		errs.add(field, "%q is not an IPv6 address", v)
+		return
+	}
+	if within.IsValid() && !within.Contains(a) {
+		errs.add(field, "%s is outside subnet %s", a, within)
+	}
+}
+
+func checkOptions6(errs *Errors, field string, o Options) {
+	for k := range o {
+		if _, err := Option6Code(k); err != nil {
+			errs.add(field+"."+k, "%v", err)
+		}
+	}
+}
+
+// option6Names are the DHCPv6 option names accepted besides decimal codes.
+var option6Names = map[string]uint16{
+	"dns-servers": 23, "domain-search": 24, "sntp-servers": 31, "boot-file-url": 59,
+	"sonic-provisioning-script": 239,
+}
+
+// Option6Code resolves a DHCPv6 option key (decimal code or name) to its
+// code. The codes the server writes itself (identifiers, addresses,
+// status, relay options) cannot be configured.
+func Option6Code(k string) (uint16, error) {
+	if c, ok := option6Names[k]; ok {
+		return c, nil
+	}
+	n, err := strconv.Atoi(k)
+	if err != nil || n < 1 || n > 65535 {
+		return 0, fmt.Errorf("%q is not a DHCPv6 option code 1..65535 or a known DHCPv6 option name", k)
+	}
+	switch n {
+	case 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 18, 19, 20, 25, 26, 37, 79:
+		return 0, fmt.Errorf("DHCPv6 option %d is the server's own, not configurable", n)
+	}
+	return uint16(n), nil
 }

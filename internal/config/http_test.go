@@ -101,15 +101,19 @@ func TestDeviceTLSListener(t *testing.T) {
 	for _, c := range []struct {
 		yaml, addr, err string
 	}{
-		{"", "", ""}, // off by default
+		{"", "127.0.0.1:0", ""}, // on by default; on loopback a free port (no root needed)
+		{"http: {addr: 10.99.70.1:8080}\n", "10.99.70.1:443", ""},
 		{"http: {addr: 10.99.70.1:8080, tls: {enabled: true}}\n", "10.99.70.1:443", ""},
 		{"http: {addr: \":8080\", tls: {enabled: true}}\n", ":443", ""},
+		{"http: {addr: \"[::1]:8080\"}\n", "[::1]:0", ""},
 		{"http: {addr: 10.99.70.1:8080, tls: {enabled: true, addr: 10.99.70.1:8444}}\n", "10.99.70.1:8444", ""},
-		{"http: {addr: 10.99.70.1:8080, tls: {addr: 10.99.70.1:8444}}\n", "", ""}, // addr alone does not enable it
+		{"http: {addr: 10.99.70.1:8080, tls: {addr: 10.99.70.1:8444}}\n", "10.99.70.1:8444", ""},
+		{"http: {addr: 10.99.70.1:8080, tls: {addr: 10.99.70.1:0}}\n", "10.99.70.1:0", ""},
+		{"http: {addr: 10.99.70.1:8080, tls: {enabled: false, addr: 10.99.70.1:8444}}\n", "", ""}, // off
 		{"http: {addr: 10.99.70.1:8080, tls: {enabled: true, addr: 0.0.0.0:8080}}\n", "0.0.0.0:8080", "http.tls.addr: 0.0.0.0:8080 is the address of http.addr"},
 		{"http: {addr: 10.99.70.1:8080, tls: {enabled: true, addr: 10.99.70.1:8443}}\n", "10.99.70.1:8443", "http.tls.addr: 10.99.70.1:8443 is the API's address"},
-		{"http: {tls: {enabled: true, cert_file: /x.pem}}\n", "127.0.0.1:443", "http.tls: cert_file and key_file must be given together"},
-		{"http: {tls: {enabled: true, rotation_grace: 10s}}\n", "127.0.0.1:443", "http.tls.rotation_grace: 10s is outside"},
+		{"http: {tls: {enabled: true, cert_file: /x.pem}}\n", "127.0.0.1:0", "http.tls: cert_file and key_file must be given together"},
+		{"http: {tls: {enabled: true, rotation_grace: 10s}}\n", "127.0.0.1:0", "http.tls.rotation_grace: 10s is outside"},
 		{"http: {tls: {enabled: true, addr: nothost}}\n", "nothost", "http.tls.addr: \"nothost\" is not host:port"},
 	} {
 		cfg := load(t, c.yaml)

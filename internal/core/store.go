@@ -94,7 +94,8 @@ type Devices interface {
 	ListStamps(after string, fn func(id string, s Stamp) (bool, error)) error
 }
 
-// Leases is the repository of address bindings, by IPv4 address.
+// Leases is the repository of address bindings, by address (IPv4 and IPv6
+// in one table, keyed by the address as netip.Addr.String writes it).
 type Leases interface {
 	Get(ip string) (Lease, error)
 	Put(l Lease) error

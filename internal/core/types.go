@@ -157,8 +157,12 @@ const (
 	LeaseDeclined LeaseState = "declined" // client sent DECLINE; address quarantined until Expiry
 )
 
-// Lease binds an IPv4 address to a client. Leases are keyed by address, so an
-// address can never be bound to two clients in the store.
+// Lease binds an address (IPv4 from ztp/dhcp, IPv6 from ztp/dhcp6) to a
+// client. Leases are keyed by address, so an address can never be bound to
+// two clients in the store. ClientID is the DHCPv4 client identifier, or
+// the DHCPv6 DUID in hex; MAC is empty for a DHCPv6 client whose MAC is
+// unknown (such a lease holds its address for DHCP but identifies no
+// device: LeaseHolds).
 type Lease struct {
 	IP        string     `json:"ip"`
 	MAC       string     `json:"mac"`
@@ -213,6 +217,10 @@ type Cluster struct {
 	Account      string              `json:"account,omitempty"`     // owning account (see ClusterAccount)
 	Created      time.Time           `json:"created"`
 	UpdatedAt    time.Time           `json:"updated_at"`
+	// StateSince is when the cluster entered State (zero in records
+	// stored before it was kept: UpdatedAt stands in). The start timeout
+	// counts from it.
+	StateSince time.Time `json:"state_since,omitzero"`
 }
 
 // ClusterObservation is the cluster as ztpd's watch of its API server last

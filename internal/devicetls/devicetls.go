@@ -61,7 +61,7 @@ const refreshEvery = 30 * time.Second
 var ErrRotating = errors.New("a rotation of the device TLS key pair is under way")
 
 // ErrOperatorCertificate refuses a rotation of an operator's certificate.
-var ErrOperatorCertificate = errors.New("the device TLS certificate is the operator's (http.tls.cert_file): replace the files and restart ztpd to rotate it")
+var ErrOperatorCertificate = errors.New("the device TLS certificate is the operator's (http.tls.cert_file): replace the files and reload ztpd (systemctl reload ztpd, SIGHUP) to rotate it")
 
 // Options configure the service.
 type Options struct {
@@ -183,22 +183,16 @@ func New(opt Options) (*Service, error) {
 // others read it.
 func (s *Service) Load() error {
 	if s.opt.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(s.opt.CertFile, s.opt.KeyFile)
+		p, err := s.readFiles()
 		if err != nil {
-			return fmt.Errorf("http.tls: %w", err)
-		}
-		pin, err := pinOf(&cert)
-		if err != nil {
-			return fmt.Errorf("http.tls: %w", err)
-		}
-		created := s.opt.Now()
-		if leaf, err := x509.ParseCertificate(cert.Certificate[0]); err == nil {
-			created = leaf.NotBefore
+			return err
 		}
 		s.mu.Lock()
-		s.files = &pair{cert: cert, pin: pin, created: created}
+		s.files = p
 		s.mu.Unlock()
-		s.opt.Log.Info("device TLS uses the operator's certificate", "cert", s.opt.CertFile, "pin", pin)
+		// Debug: every offline command loads it too; serve's start line
+		// names the pins.
+		s.opt.Log.Debug("device TLS uses the operator's certificate", "cert", s.opt.CertFile, "pin", p.pin)
 		s.observe()
 		return nil
 	}
@@ -239,6 +233,52 @@ func (s *Service) Load() error {
 	return s.loaded(rec, created)
 }
 
+// readFiles reads the operator's certificate and key.
+func (s *Service) readFiles() (*pair, error) {
+	cert, err := tls.LoadX509KeyPair(s.opt.CertFile, s.opt.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("http.tls: %w", err)
+	}
+	pin, err := pinOf(&cert)
+	if err != nil {
+		return nil, fmt.Errorf("http.tls: %w", err)
+	}
+	created := s.opt.Now()
+	if leaf, err := x509.ParseCertificate(cert.Certificate[0]); err == nil {
+		created = leaf.NotBefore
+	}
+	return &pair{cert: cert, pin: pin, created: created}, nil
+}
+
+// ReloadFiles reads the operator's certificate files again (SIGHUP): a
+// valid pair is served to every new connection and its pin named by every
+// document from now on; files that do not load are refused and the pair
+// in use stays. There is no overlap: the listener has only the new key,
+// so naming the old pin would help no device. A device holding a document
+// fetched just before stops at the pin check and its next ZTP run gets the
+// new pin. Without certificate files it does nothing (changed is false).
+func (s *Service) ReloadFiles() (changed bool, err error) {
+	if s.opt.CertFile == "" {
+		return false, nil
+	}
+	p, err := s.readFiles()
+	if err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	old := s.files
+	s.files = p
+	s.mu.Unlock()
+	if old != nil && old.pin == p.pin {
+		s.opt.Log.Info("device TLS certificate files read again; same key", "cert", s.opt.CertFile, "pin", p.pin)
+	} else {
+		s.opt.Log.Info("device TLS certificate files reloaded: the listener serves the new key and documents name its pin",
+			"cert", s.opt.CertFile, "pin", p.pin)
+	}
+	s.observe()
+	return true, nil
+}
+
 // loaded adopts the record Load read or created and says so.
 func (s *Service) loaded(rec record, created bool) error {
 	if err := s.adopt(rec); err != nil {
@@ -248,7 +288,7 @@ func (s *Service) loaded(rec record, created bool) error {
 	if created {
 		s.opt.Log.Info("device TLS key pair created; documents pin it", "pin", st.Serving)
 	} else {
-		s.opt.Log.Info("device TLS key pair loaded", "pin", st.Serving, "phase", st.Phase)
+		s.opt.Log.Debug("device TLS key pair loaded", "pin", st.Serving, "phase", st.Phase)
 	}
 	s.observe()
 	return nil

@@ -242,6 +242,73 @@ func TestOperatorFiles(t *testing.T) {
 	}
 }
 
+// TestOperatorFilesReloaded: replaced operator files, read again
+// (SIGHUP), are served to the next connection, which curl accepts with
+// the new pin and refuses with the old, and the pin documents name is the
+// new one at once; files that do not load are refused and the pair in use
+// stays.
+func TestOperatorFilesReloaded(t *testing.T) {
+	needCurl(t)
+	c := &clock{t: time.Now()}
+	gen := newService(t, storetest.Store(t), keyring(t), c, nil)
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	first, _, _ := gen.view(c.now())
+	writePair(t, first.cert, certFile, keyFile)
+	s, err := New(Options{CertFile: certFile, KeyFile: keyFile, Now: c.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Load(); err != nil {
+		t.Fatal(err)
+	}
+	url := serve(t, s)
+	oldPin := s.PinList()
+	if ok, out := curl(t, url, oldPin); !ok {
+		t.Fatalf("the first files' pin: %s", out)
+	}
+
+	// The operator's next certificate: another key.
+	if _, err := gen.Rotate(); err != nil {
+		t.Fatal(err)
+	}
+	c.add(2 * time.Hour) // past gen's grace: it serves the next pair
+	next, _, _ := gen.view(c.now())
+	if next.pin == oldPin {
+		t.Fatal("the generator did not switch pairs")
+	}
+	writePair(t, next.cert, certFile, keyFile)
+	if changed, err := s.ReloadFiles(); err != nil || !changed {
+		t.Fatalf("reload: %v %v", changed, err)
+	}
+	if s.PinList() != next.pin || s.Status().Serving != next.pin {
+		t.Fatalf("after the reload documents name %s, want %s", s.PinList(), next.pin)
+	}
+	if ok, out := curl(t, url, next.pin); !ok {
+		t.Fatalf("the new pin after the reload: %s", out)
+	}
+	if ok, _ := curl(t, url, oldPin); ok {
+		t.Fatal("the old pin still matches after the reload")
+	}
+
+	// A half-written replacement: refused, the pair in use stays.
+	os.WriteFile(keyFile, []byte("not a key"), 0o600)
+	if _, err := s.ReloadFiles(); err == nil || !strings.Contains(err.Error(), "http.tls") {
+		t.Fatalf("reload of a broken key file: %v", err)
+	}
+	if s.PinList() != next.pin {
+		t.Fatalf("after a refused reload documents name %s, want %s", s.PinList(), next.pin)
+	}
+	if ok, out := curl(t, url, next.pin); !ok {
+		t.Fatalf("after a refused reload: %s", out)
+	}
+
+	// Without files there is nothing to read again.
+	if changed, err := gen.ReloadFiles(); changed || err != nil {
+		t.Fatalf("reload of the stored pair: %v %v", changed, err)
+	}
+}
+
 func writePair(t *testing.T, cert tls.Certificate, certFile, keyFile string) {
 	t.Helper()
 	kder, err := x509.MarshalECPrivateKey(cert.PrivateKey.(*ecdsa.PrivateKey))

@@ -109,9 +109,20 @@ func (m ClusterMembership) RemoveMembers(ctx context.Context, c core.Cluster, de
 	return m.removeMembers(ctx, c, core.StateLeaving, "scaleKubernetesCluster")
 }
 
+// Destroy takes the cluster's members off their nodes (a remove rollout),
+// then destroys it. A cluster none of whose members joined (one that
+// never started) has nothing on any node: the joiner's Destroy ends those
+// memberships and revokes their credentials, with no rollout waiting for
+// devices that may never boot.
 func (m ClusterMembership) Destroy(ctx context.Context, c core.Cluster) error {
-	if err := m.removeMembers(ctx, c, "", "deleteKubernetesCluster"); err != nil {
+	joined, err := m.anyJoined(c)
+	if err != nil {
 		return err
+	}
+	if joined {
+		if err := m.removeMembers(ctx, c, "", "deleteKubernetesCluster"); err != nil {
+			return err
+		}
 	}
 	ctx, cancel := afterRollout(ctx)
 	defer cancel()
@@ -129,8 +140,12 @@ func (m ClusterMembership) DestroyForce(ctx context.Context, c core.Cluster) ([]
 	if err != nil {
 		return nil, err
 	}
+	joined, err := m.anyJoined(c)
+	if err != nil {
+		return nil, err
+	}
 	var abandoned []core.AbandonedNode
-	if len(members) > 0 {
+	if len(members) > 0 && joined {
 		abandoned, err = m.tryRemove(ctx, c, members)
 		if err != nil {
 			return nil, err
@@ -205,6 +220,18 @@ func (m ClusterMembership) removeMembers(ctx context.Context, c core.Cluster, st
 		return err
 	}
 	return m.wait(ctx, r.ID)
+}
+
+// anyJoined reports whether any member of the cluster has joined (its
+// Node registered: clusters.NodeRegistered).
+func (m ClusterMembership) anyJoined(c core.Cluster) (bool, error) {
+	members, err := m.members(c, "")
+	for _, ms := range members {
+		if clusters.NodeRegistered(ms.State) {
+			return true, nil
+		}
+	}
+	return false, err
 }
 
 // members are the cluster's memberships in state (any state but left

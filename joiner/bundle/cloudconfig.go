@@ -23,6 +23,10 @@ const (
 type Report struct {
 	URL   string // https:// or http:// URL on the appliance
 	Token string // per-node report credential (the appliance stores its hash)
+	// Pin is the device HTTPS listener's curl --pinnedpubkey pins
+	// ("sha256//<b64>", several joined by ";"), with an https URL: the
+	// credential then crosses the network only inside TLS to that key.
+	Pin string
 }
 
 // CloudConfigParams describe one CloudStack VM's user-data.
@@ -78,6 +82,7 @@ type writeFile struct {
 	Owner       string `yaml:"owner"`
 	Content     string `yaml:"content"`
 	static      bool   // same for every node of a kind: render once, reuse
+	secret      bool   // a key, token or credential (File.Secret)
 }
 
 // staticFiles caches the rendered YAML of static files (the install
@@ -86,8 +91,53 @@ var staticFiles sync.Map // writeFile -> string
 
 // RenderCloudConfig renders "#cloud-config" user-data that finds the
 // binaries ISO (label CDROM), installs Kubernetes from it as CloudStack's
-// templates do, then runs the kubeadm plan and reports the outcome.
+// templates do, then runs the kubeadm plan and reports the outcome: the
+// node's setup (BuildNode) as cloud-init writes and runs it.
 func RenderCloudConfig(p CloudConfigParams) ([]byte, error) {
+	n, err := BuildNode(p)
+	if err != nil {
+		return nil, err
+	}
+	return n.CloudConfig(), nil
+}
+
+// Node is what a kubeadm VM writes and runs to join, built once and
+// rendered either as its cloud-config (user-data carrying the secrets) or
+// as the files and commands the join waiter fetches over pinned TLS.
+type Node struct {
+	cc cloudConfig
+	// setup is where the node's own commands start in cc.RunCmd: the
+	// ones before belong to the cloud-config's users.
+	setup int
+}
+
+// NodeFile is one file a node writes.
+type NodeFile struct {
+	Path    string
+	Mode    string // octal, e.g. "0600"
+	Content string
+	// Secret: a key, token or credential.
+	Secret bool
+}
+
+// CloudConfig renders the node as "#cloud-config" user-data.
+func (n *Node) CloudConfig() []byte { return []byte(n.cc.render()) }
+
+// Files are the files the node writes, in order.
+func (n *Node) Files() []NodeFile {
+	out := make([]NodeFile, len(n.cc.WriteFiles))
+	for i, f := range n.cc.WriteFiles {
+		out[i] = NodeFile{Path: f.Path, Mode: f.Permissions, Content: f.Content, Secret: f.secret}
+	}
+	return out
+}
+
+// Commands are what the node runs once its files are written, in order
+// (cloud-init's runcmd without the users' ownership fix).
+func (n *Node) Commands() []string { return n.cc.RunCmd[n.setup:] }
+
+// BuildNode checks p and builds the node's files and commands.
+func BuildNode(p CloudConfigParams) (*Node, error) {
 	switch p.Role {
 	case RoleFirstControlPlane, RoleControlPlane, RoleWorker:
 	default:
@@ -113,6 +163,9 @@ func RenderCloudConfig(p CloudConfigParams) ([]byte, error) {
 		if !safeToken(p.Report.Token) {
 			return nil, errors.New("cloud-config: report token must be non-empty [A-Za-z0-9._-]")
 		}
+		if p.Report.Pin != "" && (u.Scheme != "https" || !ValidPins(p.Report.Pin)) {
+			return nil, fmt.Errorf("cloud-config: report pin %q needs an https URL and sha256//<base64> pins", p.Report.Pin)
+		}
 	}
 	cc := cloudConfig{}
 	if len(p.SSHAuthorizedKeys) > 0 {
@@ -121,11 +174,11 @@ func RenderCloudConfig(p CloudConfigParams) ([]byte, error) {
 	if first {
 		cc.WriteFiles = append(cc.WriteFiles,
 			writeFile{Path: "/etc/kubernetes/pki/ca.crt", Permissions: "0644", Owner: "root:root", Content: string(p.CACertPEM)},
-			writeFile{Path: "/etc/kubernetes/pki/ca.key", Permissions: "0600", Owner: "root:root", Content: string(p.CAKeyPEM)},
+			writeFile{Path: "/etc/kubernetes/pki/ca.key", Permissions: "0600", Owner: "root:root", Content: string(p.CAKeyPEM), secret: true},
 		)
 	}
 	if p.Plan.Config != nil {
-		cc.WriteFiles = append(cc.WriteFiles, writeFile{Path: KubeadmConfigPath, Permissions: "0600", Owner: "root:root", Content: string(p.Plan.Config)})
+		cc.WriteFiles = append(cc.WriteFiles, writeFile{Path: KubeadmConfigPath, Permissions: "0600", Owner: "root:root", Content: string(p.Plan.Config), secret: true})
 	}
 	var manifests []string
 	if first {
@@ -140,7 +193,10 @@ func RenderCloudConfig(p CloudConfigParams) ([]byte, error) {
 	}
 	if p.Report != nil {
 		env := "ZTPD_REPORT_URL=" + shellQuote(p.Report.URL) + "\nZTPD_REPORT_TOKEN=" + shellQuote(p.Report.Token) + "\n"
-		cc.WriteFiles = append(cc.WriteFiles, writeFile{Path: reportEnvPath, Permissions: "0600", Owner: "root:root", Content: env})
+		if p.Report.Pin != "" {
+			env += "ZTPD_REPORT_PIN=" + shellQuote(p.Report.Pin) + "\n"
+		}
+		cc.WriteFiles = append(cc.WriteFiles, writeFile{Path: reportEnvPath, Permissions: "0600", Owner: "root:root", Content: env, secret: true})
 	}
 	cc.WriteFiles = append(cc.WriteFiles,
 		writeFile{Path: setupScriptPath, Permissions: "0700", Owner: "root:root", Content: setupScript(first, p.EjectISO), static: true},
@@ -151,11 +207,12 @@ func RenderCloudConfig(p CloudConfigParams) ([]byte, error) {
 		if !strings.HasPrefix(f.Path, "/") || strings.ContainsAny(f.Path, "\n\r") {
 			return nil, fmt.Errorf("cloud-config: bad agent file path %q", f.Path)
 		}
-		cc.WriteFiles = append(cc.WriteFiles, writeFile{Path: f.Path, Permissions: fmt.Sprintf("%04o", f.Mode), Owner: "root:root", Content: string(f.Content)})
+		cc.WriteFiles = append(cc.WriteFiles, writeFile{Path: f.Path, Permissions: fmt.Sprintf("%04o", f.Mode), Owner: "root:root", Content: string(f.Content), secret: f.Secret})
 	}
 	if len(p.SSHAuthorizedKeys) > 0 {
 		cc.RunCmd = append(cc.RunCmd, "chown -R cloud:cloud /home/cloud/.ssh")
 	}
+	setup := len(cc.RunCmd)
 	cc.RunCmd = append(cc.RunCmd,
 		"mkdir -p /etc/containerd && containerd config default > /etc/containerd/config.toml",
 		"sed -i 's/SystemdCgroup = false/SystemdCgroup = true/g' /etc/containerd/config.toml",
@@ -166,7 +223,7 @@ func RenderCloudConfig(p CloudConfigParams) ([]byte, error) {
 	if len(p.Agent) > 0 {
 		cc.RunCmd = append(cc.RunCmd, "systemctl enable --now ztpd-agent.timer")
 	}
-	return []byte(cc.render()), nil
+	return &Node{cc: cc, setup: setup}, nil
 }
 
 // render writes the user-data. Keys and list layout follow CloudStack's
@@ -335,7 +392,12 @@ export PATH=$PATH:/opt/bin
 report() {
   [ -f ` + reportEnvPath + ` ] || return 0
   . ` + reportEnvPath + `
-  curl -fsS --retry 5 --retry-delay 3 --max-time 30 -X POST \
+  # With a pin the report goes over TLS to ztpd's device listener only.
+  local pin=()
+  if [ -n "${ZTPD_REPORT_PIN:-}" ]; then
+    pin=(-k --pinnedpubkey "$ZTPD_REPORT_PIN")
+  fi
+  curl -fsS "${pin[@]}" --retry 5 --retry-delay 3 --max-time 30 -X POST \
     -H "Authorization: Bearer ${ZTPD_REPORT_TOKEN}" -H "Content-Type: application/json" \
     --data "{\"state\":\"$1\",\"detail\":\"$2\"}" "${ZTPD_REPORT_URL}" || true
 }

@@ -43,7 +43,10 @@ type InitParams struct {
 	EncryptionAlgorithm pki.Algorithm
 	// NodeLabels are set by the kubelet when it registers the Node
 	// (kubeletExtraArgs node-labels; see NodeLabelsArg).
-	NodeLabels    map[string]string
+	NodeLabels map[string]string
+	// NodeIP is the kubelet's --node-ip (kubeletExtraArgs), unbracketed;
+	// "" lets the kubelet pick, which on a dual-stack host is IPv4.
+	NodeIP        string
 	PodSubnet     string // optional, e.g. for the CNI in network.yaml
 	ServiceSubnet string // optional
 	ClusterName   string // optional, kubeadm default "kubernetes"
@@ -63,6 +66,7 @@ type JoinParams struct {
 	CertificateKey   tokens.CertificateKey
 	// NodeLabels are set by the kubelet when it registers the Node.
 	NodeLabels map[string]string
+	NodeIP     string // as InitParams.NodeIP
 }
 
 // KubeadmPlan is how a node runs kubeadm: a configuration file (nil in
@@ -115,7 +119,7 @@ func PlanInit(p InitParams) (KubeadmPlan, error) {
 	initCfg := initConfiguration{
 		typeMeta: typeMeta{APIVersion: string(api), Kind: "InitConfiguration"},
 		NodeRegistration: nodeRegistration{Name: p.NodeName, CRISocket: criSocket(p.Version),
-			NodeLabels: NodeLabelsArg(p.NodeLabels), ArgList: api == KubeadmV1Beta4},
+			NodeLabels: NodeLabelsArg(p.NodeLabels), NodeIP: p.NodeIP, ArgList: api == KubeadmV1Beta4},
 		CertificateKey: p.CertificateKey.Reveal(),
 	}
 	if p.AdvertiseAddress != "" {
@@ -237,7 +241,7 @@ func PlanJoin(p JoinParams) (KubeadmPlan, error) {
 	jc := joinConfiguration{
 		typeMeta: typeMeta{APIVersion: string(api), Kind: "JoinConfiguration"},
 		NodeRegistration: nodeRegistration{Name: p.NodeName, CRISocket: criSocket(p.Version),
-			NodeLabels: NodeLabelsArg(p.NodeLabels), ArgList: api == KubeadmV1Beta4},
+			NodeLabels: NodeLabelsArg(p.NodeLabels), NodeIP: p.NodeIP, ArgList: api == KubeadmV1Beta4},
 		Discovery: discovery{BootstrapToken: &bootstrapTokenDiscovery{
 			Token:             p.Token.Reveal(),
 			APIServerEndpoint: p.APIServerEndpoint,
@@ -382,7 +386,7 @@ func (e apiEndpoint) writeYAML(w *yamlWriter, ind int) {
 }
 
 func (n nodeRegistration) writeYAML(w *yamlWriter, ind int) {
-	if n.CRISocket == "" && n.Name == "" && n.NodeLabels == "" {
+	if n.CRISocket == "" && n.Name == "" && n.NodeLabels == "" && n.NodeIP == "" {
 		w.kvRaw(ind, "nodeRegistration", "{}")
 		return
 	}
@@ -390,15 +394,20 @@ func (n nodeRegistration) writeYAML(w *yamlWriter, ind int) {
 	if n.CRISocket != "" {
 		w.kv(ind+2, "criSocket", n.CRISocket)
 	}
-	if n.NodeLabels != "" {
-		// v1beta4 made extraArgs a list of name/value pairs.
+	if n.NodeLabels != "" || n.NodeIP != "" {
 		w.key(ind+2, "kubeletExtraArgs")
-		if n.ArgList {
-			w.indent(ind + 2)
-			w.b.WriteString("- name: node-labels\n")
-			w.kv(ind+4, "value", n.NodeLabels)
-		} else {
-			w.kv(ind+4, "node-labels", n.NodeLabels)
+		for _, a := range [][2]string{{"node-ip", n.NodeIP}, {"node-labels", n.NodeLabels}} {
+			if a[1] == "" {
+				continue
+			}
+			// v1beta4 made extraArgs a list of name/value pairs.
+			if n.ArgList {
+				w.indent(ind + 2)
+				w.b.WriteString("- name: " + a[0] + "\n")
+				w.kv(ind+4, "value", a[1])
+			} else {
+				w.kv(ind+4, a[0], a[1])
+			}
 		}
 	}
 	if n.Name != "" {
@@ -509,6 +518,7 @@ type nodeRegistration struct {
 	Name       string `json:"name,omitempty"`
 	CRISocket  string `json:"criSocket,omitempty"`
 	NodeLabels string `json:"-"` // kubeletExtraArgs node-labels
+	NodeIP     string `json:"-"` // kubeletExtraArgs node-ip
 	ArgList    bool   `json:"-"` // v1beta4: extraArgs as a name/value list
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -152,7 +153,7 @@ func SonicConfigDB(host string, port int) ([]byte, error) {
 	doc := map[string]map[string]map[string]string{
 		"KUBERNETES_MASTER": {
 			"SERVER": {
-				"ip":       host,
+				"ip":       SonicServerIP(host),
 				"port":     strconv.Itoa(port),
 				"insecure": "false",
 				"disable":  "false",
@@ -160,6 +161,16 @@ func SonicConfigDB(host string, port int) ([]byte, error) {
 		},
 	}
 	return json.MarshalIndent(doc, "", "    ")
+}
+
+// SonicServerIP is host as KUBERNETES_MASTER|SERVER's ip holds it: an IPv6
+// address bracketed, because sonic-ctrmgrd writes its API server URLs as
+// https://<ip>:<port> (its kubeconfig's server, the kube-root-ca.crt URL).
+func SonicServerIP(host string) string {
+	if a, err := netip.ParseAddr(host); err == nil && a.Is6() && !a.Is4In6() {
+		return "[" + a.WithZone("").String() + "]"
+	}
+	return host
 }
 
 // SonicRBAC is applied on the first control plane of a cluster with SONiC

@@ -95,6 +95,12 @@ func (f *fixture) running(t *testing.T) {
 
 func setup(t *testing.T, rules []joiner.Rule) *fixture {
 	t.Helper()
+	return setupWith(t, rules, nil)
+}
+
+// setupWith is setup with the joiner's options changed by tune first.
+func setupWith(t *testing.T, rules []joiner.Rule, tune func(*joiner.Options)) *fixture {
+	t.Helper()
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl not installed")
 	}
@@ -112,8 +118,12 @@ func setup(t *testing.T, rules []joiner.Rule) *fixture {
 		return agent.Files(agent.InstallConfig{URL: "https://127.0.0.1:8443/agent/v1", Credential: credential,
 			CAPEM: string(applianceCA.CertPEM())})
 	}
-	f.svc, err = joiner.New(fs.Store, fs.Keys, joiner.Options{AutoApprove: rules, BaseURL: "http://" + f.srv.Listener.Addr().String(),
-		Devices: dev, AgentFiles: agentFiles})
+	opts := joiner.Options{AutoApprove: rules, BaseURL: "http://" + f.srv.Listener.Addr().String(),
+		Devices: dev, AgentFiles: agentFiles}
+	if tune != nil {
+		tune(&opts)
+	}
+	f.svc, err = joiner.New(fs.Store, fs.Keys, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -574,7 +584,14 @@ func TestPluginPinnedTransport(t *testing.T) {
 	if _, err := exec.LookPath("openssl"); err != nil {
 		t.Skip("openssl not installed")
 	}
-	f := setup(t, []joiner.Rule{{AssertedSerials: []string{"SN-LEAF-1"}}, {MACs: []string{"02:00:00:00:00:01"}, ControlPlane: true}})
+	// The device HTTPS listener, known once started below: the switch's
+	// join answer names its report URL and pins.
+	var secureBase, pins string
+	f := setupWith(t, []joiner.Rule{{AssertedSerials: []string{"SN-LEAF-1"}}, {MACs: []string{"02:00:00:00:00:01"}, ControlPlane: true}},
+		func(o *joiner.Options) {
+			o.SecureBaseURL = func() string { return secureBase }
+			o.DevicePins = func() string { return pins }
+		})
 	f.hold(t, "127.0.0.2", "02:00:00:00:00:01")
 	f.hold(t, "127.0.0.1", "0c:29:ef:00:00:01")
 	cp := f.enroll(t, "02:00:00:00:00:01", "")
@@ -598,6 +615,7 @@ func TestPluginPinnedTransport(t *testing.T) {
 		t.Fatal(err)
 	}
 	wrong := pinOf(other.Certificate().RawSubjectPublicKeyInfo)
+	secureBase, pins = tlsSrv.URL, right
 
 	dir := t.TempDir()
 	plugin := filepath.Join(dir, "plugin")
@@ -637,6 +655,25 @@ func TestPluginPinnedTransport(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "root", bundle.SonicClientCertPath)); err != nil {
 		t.Fatal(err)
+	}
+	// report.env sends the report over the pinned listener: what reports
+	// uses curl -k --pinnedpubkey with its pin, and the credential never
+	// crosses in clear.
+	env, err := os.ReadFile(filepath.Join(dir, "root", "etc/sonic/ztpd/report.env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(env)), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		vars[k] = strings.Trim(v, "'")
+	}
+	if vars["ZTPD_REPORT_URL"] != tlsSrv.URL+"/join/report" || vars["ZTPD_REPORT_PIN"] != right {
+		t.Fatalf("report.env:\n%s", env)
+	}
+	if code, _, b := curl(t, "-k", "--pinnedpubkey", vars["ZTPD_REPORT_PIN"], "-X", "POST", "-H", "Authorization: Bearer "+vars["ZTPD_REPORT_TOKEN"],
+		"--data", `{"state":"joined"}`, vars["ZTPD_REPORT_URL"]); code != 200 {
+		t.Fatalf("the report over the pinned listener: %d %s", code, b)
 	}
 	// The secret is used up: the refusal comes through the pinned
 	// connection with its status, not as a transport error.

@@ -18,6 +18,9 @@ cluster CA for the trust store, or a k3s agent configuration) and, for the
 SONiC method, writes KUBERNETES_MASTER|SERVER into CONFIG_DB so ctrmgrd
 joins with them. When the bundle carries the device agent ("agent": true,
 its files among the others), the plugin enables the agent's systemd timer.
+The report URL, credential and, when the URL is ztpd's HTTPS listener, its
+pins go to /etc/sonic/ztpd/report.env (ZTPD_REPORT_URL, _TOKEN, _PIN):
+what reports the join posts with curl -k --pinnedpubkey "$ZTPD_REPORT_PIN".
 
 With "tls-pin" (curl's "sha256//<base64>" public key pins, several
 separated by ";") and an https join URL, the plugin talks to ztpd through
@@ -252,9 +255,14 @@ def main():
     if trust_store:
         run(["update-ca-certificates"])
     if bundle.get("report_url") and bundle.get("report_token"):
-        # The node agent reports joined/failed with this once it has joined.
-        install("/etc/sonic/ztpd/report.env",
-                "ZTPD_REPORT_URL='%s'\nZTPD_REPORT_TOKEN='%s'\n" % (bundle["report_url"], bundle["report_token"]), 0o600)
+        # What reports joined/failed: POST {"state": ...} to the URL with
+        # the token as a bearer credential; with a pin (the https report
+        # URL), through curl -k --pinnedpubkey "$ZTPD_REPORT_PIN", so the
+        # credential never crosses in clear.
+        env = "ZTPD_REPORT_URL='%s'\nZTPD_REPORT_TOKEN='%s'\n" % (bundle["report_url"], bundle["report_token"])
+        if bundle.get("report_pin"):
+            env += "ZTPD_REPORT_PIN='%s'\n" % bundle["report_pin"]
+        install("/etc/sonic/ztpd/report.env", env, 0o600)
     if bundle.get("config_db"):
         run(["sonic-cfggen", "-a", json.dumps(bundle["config_db"]), "--write-to-db"])
         run(["config", "save", "-y"])

@@ -3,6 +3,9 @@ package fleet
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -217,13 +221,20 @@ func (s *Storm) onboard(ctx context.Context, sw Switch, leased *string, bundled 
 	var bundle struct {
 		ReportURL   string `json:"report_url"`
 		ReportToken string `json:"report_token"`
+		ReportPin   string `json:"report_pin"`
 		Files       []struct {
 			Path string `json:"path"`
 		} `json:"files"`
 	}
+	// Over the device HTTPS listener the plugin pins its key (curl -k
+	// --pinnedpubkey): so does the fleet.
+	joinClient, err := pinnedClient(hc, join.TLSPin)
+	if err != nil {
+		return steps, fmt.Errorf("%s: %w", sw.MAC, err)
+	}
 	var delivery []byte
 	for try := 0; ; try++ {
-		code, retry, raw, err := post(ctx, hc, join.JoinURL, "", body)
+		code, retry, raw, err := post(ctx, joinClient, join.JoinURL, "", body)
 		if err != nil {
 			return steps, fmt.Errorf("%s: join: %w", sw.MAC, err)
 		}
@@ -252,8 +263,12 @@ func (s *Storm) onboard(ctx context.Context, sw Switch, leased *string, bundled 
 	if bundle.ReportToken == "" || len(bundle.Files) == 0 {
 		return steps, fmt.Errorf("%s: join bundle without files or report token", sw.MAC)
 	}
+	reportClient, err := pinnedClient(hc, bundle.ReportPin)
+	if err != nil {
+		return steps, fmt.Errorf("%s: %w", sw.MAC, err)
+	}
 	t0 = time.Now()
-	if code, _, _, err := post(ctx, hc, bundle.ReportURL, bundle.ReportToken, []byte(`{"state":"joined"}`)); err != nil || code != 200 {
+	if code, _, _, err := post(ctx, reportClient, bundle.ReportURL, bundle.ReportToken, []byte(`{"state":"joined"}`)); err != nil || code != 200 {
 		return steps, fmt.Errorf("%s: report: %d %v", sw.MAC, code, err)
 	}
 	mark("report", t0)
@@ -279,6 +294,41 @@ func getJSON(ctx context.Context, hc *http.Client, url string, hdr http.Header, 
 		return fmt.Errorf("HTTP %d: %.200s", resp.StatusCode, raw)
 	}
 	return json.Unmarshal(raw, out)
+}
+
+// pinnedClient is hc for https URLs whose server key must match one of
+// pins (curl's "sha256//<base64>", several joined by ";"), as curl -k
+// --pinnedpubkey checks it: no CA, no names, the key. No pins: hc.
+func pinnedClient(hc *http.Client, pins string) (*http.Client, error) {
+	if pins == "" {
+		return hc, nil
+	}
+	want := map[string]bool{}
+	for _, p := range strings.Split(pins, ";") {
+		want[strings.TrimSpace(p)] = true
+	}
+	rt := hc.Transport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	tr, ok := rt.(*http.Transport)
+	if !ok {
+		return nil, fmt.Errorf("pinned TLS needs an *http.Transport, not %T", hc.Transport)
+	}
+	tr = tr.Clone()
+	tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true, // the pin below is the trust
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) > 0 {
+				sum := sha256.Sum256(cs.PeerCertificates[0].RawSubjectPublicKeyInfo)
+				if want["sha256//"+base64.StdEncoding.EncodeToString(sum[:])] {
+					return nil
+				}
+			}
+			return errors.New("the server's key matches no pin")
+		}}
+	c := *hc
+	c.Transport = tr
+	return &c, nil
 }
 
 // post returns the answer's status, its Retry-After and, on 200, its body.
@@ -316,6 +366,7 @@ func post(ctx context.Context, hc *http.Client, url, bearer string, body []byte)
 type ztpSection struct {
 	Enrollment string          `json:"enrollment"`
 	JoinURL    string          `json:"join-url"`
+	TLSPin     string          `json:"tls-pin"`
 	MAC        string          `json:"mac"`
 	Serial     string          `json:"serial"`
 	Hostname   string          `json:"hostname"`

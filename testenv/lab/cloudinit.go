@@ -8,7 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 
+	"go.yaml.in/yaml/v3"
+
+	"github.com/ztpd/ztpd/joiner/bundle"
 	"github.com/ztpd/ztpd/testenv/netns"
 )
 
@@ -67,4 +72,54 @@ func CloudInitCloudStack(ctx context.Context, ns *netns.NS, dir, vr string) (*Cl
 		return nil, fmt.Errorf("cloud-init: the password server at %s:8080 did not answer: %v", vr, r.PasswordServer["error"])
 	}
 	return &r, nil
+}
+
+// CloudInitSchema runs cloud-init's own schema check on a user-data file
+// (`cloud-init schema -c FILE`), as cloud-init would validate it.
+func CloudInitSchema(ctx context.Context, path string) error {
+	out, err := exec.CommandContext(ctx, "cloud-init", "schema", "-c", path).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("cloud-init schema -c %s: %v: %s", path, err, tail(string(out), 1500))
+	}
+	return nil
+}
+
+// JoinWaiterOf is the join waiter's configuration a VM's public user-data
+// writes: the https URL of its join data and the pins; ok is false for
+// user-data without the waiter (the device HTTPS listener is off).
+func JoinWaiterOf(userData []byte) (url, pins string, ok bool) {
+	var cc struct {
+		WriteFiles []struct {
+			Path    string `yaml:"path"`
+			Content string `yaml:"content"`
+		} `yaml:"write_files"`
+	}
+	if yaml.Unmarshal(userData, &cc) != nil {
+		return "", "", false
+	}
+	for _, f := range cc.WriteFiles {
+		if f.Path != bundle.JoinWaitConfigPath {
+			continue
+		}
+		var cfg struct {
+			URL string `json:"url"`
+			Pin string `json:"pin"`
+		}
+		if json.Unmarshal([]byte(f.Content), &cfg) != nil || cfg.URL == "" {
+			return "", "", false
+		}
+		return cfg.URL, cfg.Pin, true
+	}
+	return "", "", false
+}
+
+// AskJoinData asks once for a VM's join data, as its waiter does (curl
+// pinned to pins, from the VM's namespace), and returns the HTTP status.
+func AskJoinData(ctx context.Context, ns *netns.NS, url, pins string) (int, error) {
+	out, err := ns.Command(ctx, "curl", "-sS", "-k", "--pinnedpubkey", pins, "--max-time", "30",
+		"-o", "/dev/null", "-w", "%{http_code}", "--", url).Output()
+	if err != nil {
+		return 0, fmt.Errorf("curl %s: %v", url, err)
+	}
+	return strconv.Atoi(strings.TrimSpace(string(out)))
 }

@@ -11,11 +11,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/ztpd/ztpd/joiner/bundle"
 	"github.com/ztpd/ztpd/testenv/netns"
 )
 
@@ -211,11 +213,17 @@ func splitPlatform(p string) (arch, machine, rev string) {
 
 // RunVM onboards a CloudStack VM the way cloud-init's CloudStack datasource
 // does: busybox udhcpc, the metadata service at the DHCP server address,
-// user-data (the joiner's cloud-config); then what its deploy script does
-// with kubeadm: the first control plane starts the real control plane from
-// its init bundle, every other VM runs the real kubeadm join discovery; the
-// VM's kubelet is simulated (see Kube). Last comes the report its deploy
-// script sends (a hint to ztpd).
+// user-data, checked with `cloud-init schema`, its write_files written
+// under the VM's root. With the device HTTPS listener the user-data is
+// public and installs ztpd's join waiter: the lab runs that script for
+// real (python3 and curl pinned to ztpd's key, in the VM's namespace,
+// ZTPD_ROOT=root), which waits while ztpd says so and then writes the
+// join data's files; the commands it would run (systemd units, the
+// install from the ISO) are logged and skipped under ZTPD_ROOT. Then what
+// the deploy script does with kubeadm: the first control plane starts the
+// real control plane from its init bundle, every other VM runs the real
+// kubeadm join discovery; the VM's kubelet is simulated (see Kube). Last
+// comes the report its deploy script sends (a hint to ztpd).
 func RunVM(ctx context.Context, k *Kube, ns *netns.NS, dir string, d Device, progress Progress) error {
 	progress(d.Name, "dhcp (udhcpc)")
 	lease, err := Udhcpc(ctx, ns, filepath.Join(dir, "dhcp"), d.Name, "")
@@ -226,24 +234,23 @@ func RunVM(ctx context.Context, k *Kube, ns *netns.NS, dir string, d Device, pro
 	var ud []byte
 	if HaveCloudInit() {
 		progress(d.Name, "cloud-init CloudStack datasource "+lease.IP())
-		// The user-data waits for the cluster (its first control plane), so
-		// cloud-init is run again until it carries the join, as a VM would
-		// be rebooted into it.
-		err = retryFor(ctx, 3*time.Minute, func() error {
-			r, err := CloudInitCloudStack(ctx, ns, dir, server)
-			if err != nil {
-				return err
-			}
-			if ip, _ := r.Metadata["local-ipv4"].(string); ip != lease.IP() || r.InstanceID == "" {
-				return fmt.Errorf("cloud-init meta-data: local-ipv4 %q (lease %s), instance-id %q", ip, lease.IP(), r.InstanceID)
-			}
-			if !bytes.HasPrefix(r.UserData, []byte("#cloud-config")) {
-				// cloud-init logs a failed user-data fetch and goes on without it.
-				return fmt.Errorf("cloud-init got no cloud-config user-data yet: %.80q", r.UserData)
-			}
-			ud = r.UserData
-			return nil
-		})
+		r, err := CloudInitCloudStack(ctx, ns, dir, server)
+		if err != nil {
+			return err
+		}
+		if ip, _ := r.Metadata["local-ipv4"].(string); ip != lease.IP() || r.InstanceID == "" {
+			return fmt.Errorf("cloud-init meta-data: local-ipv4 %q (lease %s), instance-id %q", ip, lease.IP(), r.InstanceID)
+		}
+		// cloud-init logs a failed user-data fetch and boots without it,
+		// never to run it on this instance: the user-data must be there
+		// at the first boot, admitted or not.
+		if !bytes.HasPrefix(r.UserData, []byte("#cloud-config")) {
+			return fmt.Errorf("cloud-init got no cloud-config user-data at the first boot: %.80q", r.UserData)
+		}
+		ud = r.UserData
+		if err := CloudInitSchema(ctx, filepath.Join(dir, "cloud-init", "user-data")); err != nil {
+			return err
+		}
 	} else {
 		ud, err = curlMetadata(ctx, ns, dir, d, server, lease.IP(), progress)
 	}
@@ -252,8 +259,9 @@ func RunVM(ctx context.Context, k *Kube, ns *netns.NS, dir string, d Device, pro
 	}
 	var cc struct {
 		WriteFiles []struct {
-			Path    string `yaml:"path"`
-			Content string `yaml:"content"`
+			Path        string `yaml:"path"`
+			Permissions string `yaml:"permissions"`
+			Content     string `yaml:"content"`
 		} `yaml:"write_files"`
 	}
 	if !bytes.HasPrefix(ud, []byte("#cloud-config")) {
@@ -266,7 +274,16 @@ func RunVM(ctx context.Context, k *Kube, ns *netns.NS, dir string, d Device, pro
 	for _, f := range cc.WriteFiles {
 		dst := filepath.Join(root, filepath.Clean("/"+f.Path))
 		os.MkdirAll(filepath.Dir(dst), 0o700)
-		if err := os.WriteFile(dst, []byte(f.Content), 0o600); err != nil {
+		mode, err := strconv.ParseUint(f.Permissions, 8, 32)
+		if err != nil {
+			mode = 0o600
+		}
+		if err := os.WriteFile(dst, []byte(f.Content), os.FileMode(mode)); err != nil {
+			return err
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, bundle.JoinWaitScriptPath)); err == nil {
+		if err := runJoinWaiter(ctx, ns, dir, root, d, progress); err != nil {
 			return err
 		}
 	}
@@ -280,6 +297,59 @@ func RunVM(ctx context.Context, k *Kube, ns *netns.NS, dir string, d Device, pro
 		return err
 	}
 	return report(ctx, ns, dir, d, filepath.Join(root, "etc/ztpd/report.env"), progress)
+}
+
+// JoinWaitLog is where RunVM keeps the join waiter's output, in the VM's
+// directory.
+const JoinWaitLog = "join-wait.log"
+
+// JoinWaitCap is the lab's ZTPD_WAIT_CAP: the waiter asks again at least
+// this often (in seconds), whatever Retry-After says, so the lab's VMs
+// follow their cluster and approval within seconds.
+const JoinWaitCap = 2
+
+// runJoinWaiter runs the join waiter the user-data wrote, as its systemd
+// unit would (ExecStart=/usr/bin/python3 <script>), in the VM's
+// namespace with ZTPD_ROOT=root, until it has installed the join data;
+// what it says is kept in JoinWaitLog and each wait is shown as the
+// VM's step.
+func runJoinWaiter(ctx context.Context, ns *netns.NS, dir, root string, d Device, progress Progress) error {
+	progress(d.Name, "join waiter (pinned TLS)")
+	logf, err := os.Create(filepath.Join(dir, JoinWaitLog))
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := ns.Command(ctx, "python3", filepath.Join(root, bundle.JoinWaitScriptPath))
+	cmd.Env = append(os.Environ(), "ZTPD_ROOT="+root, "ZTPD_WAIT_CAP="+strconv.Itoa(JoinWaitCap))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	var last []string
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		line := sc.Text()
+		fmt.Fprintln(logf, time.Now().UTC().Format(time.RFC3339Nano), line)
+		if msg, ok := strings.CutPrefix(line, "ztpd-join-wait: waiting: "); ok {
+			progress(d.Name, "join waiter: "+msg)
+		}
+		if last = append(last, line); len(last) > 12 {
+			last = last[1:]
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("join waiter: %v: %s", err, strings.Join(last, "\n"))
+	}
+	if _, err := os.Stat(filepath.Join(root, bundle.JoinWaitDone)); err != nil {
+		return fmt.Errorf("join waiter ended without installing the join data: %s", strings.Join(last, "\n"))
+	}
+	progress(d.Name, "join data installed")
+	return nil
 }
 
 // curlMetadata walks the metadata service with curl, for a machine without
@@ -317,8 +387,13 @@ func report(ctx context.Context, ns *netns.NS, dir string, d Device, envFile str
 		return fmt.Errorf("%s lacks ZTPD_REPORT_URL or ZTPD_REPORT_TOKEN", envFile)
 	}
 	progress(d.Name, "report joined")
-	out, err := ns.Command(ctx, "curl", "-f", "-s", "-S", "-X", "POST", "-H", "Content-Type: application/json",
-		"-H", "Authorization: Bearer "+tok, "--data", `{"state":"joined"}`, "--", u).CombinedOutput()
+	args := []string{"-f", "-s", "-S"}
+	if pin := env["ZTPD_REPORT_PIN"]; pin != "" {
+		args = append(args, "-k", "--pinnedpubkey", pin)
+	}
+	args = append(args, "-X", "POST", "-H", "Content-Type: application/json",
+		"-H", "Authorization: Bearer "+tok, "--data", `{"state":"joined"}`, "--", u)
+	out, err := ns.Command(ctx, "curl", args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("report: %v: %s", err, out)
 	}

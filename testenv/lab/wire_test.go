@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -14,38 +15,14 @@ import (
 	"testing"
 	"time"
 
+	ztpdconfig "github.com/ztpd/ztpd/internal/config"
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/store/boltstore"
+	"github.com/ztpd/ztpd/joiner"
+	"github.com/ztpd/ztpd/joiner/tokens"
 	"github.com/ztpd/ztpd/testenv/kubebin"
 	"github.com/ztpd/ztpd/testenv/wirecapture"
 )
-
-// knownLeak is a secret still expected in clear on the management network
-// while its fix lands: the test fails on a finding no entry matches, and on
-// an entry no finding matches any more, so the list only shrinks and is
-// empty once no secret crosses the network in clear.
-type knownLeak struct {
-	kind wirecapture.Kind
-	// place matches wirecapture.Place of the finding: "<from port>→<to
-	// port> <where>", ephemeral ports as *.
-	place *regexp.Regexp
-	why   string
-}
-
-// knownLeaks are the leaks this test found on the release it was written
-// against (with knownLeaks empty it failed listing exactly these).
-var knownLeaks = []knownLeak{
-	{wirecapture.EnrollmentSecret, regexp.MustCompile(`^8080→\* HTTP response to GET /ztp/ztp\.json body$`),
-		"each switch's enrollment secret in the join section of its ztp.json, served over plain HTTP"},
-	{wirecapture.ReportCredential, regexp.MustCompile(`^\*→8080 HTTP POST /join/report request header$`),
-		"every device reports its join with its report credential as a bearer token over plain HTTP"},
-	{wirecapture.PEMPrivateKey, regexp.MustCompile(`^80→\* HTTP response to GET /latest/user-data body$`),
-		"the cluster CA key in the first control plane's init user-data: CloudStack metadata over plain HTTP"},
-	{wirecapture.BootstrapToken, regexp.MustCompile(`^80→\* HTTP response to GET /latest/user-data body$`),
-		"each VM's kubeadm bootstrap token in its user-data (all of the cluster's in the first control plane's init configuration): plain HTTP"},
-	{wirecapture.AgentCredential, regexp.MustCompile(`^80→\* HTTP response to GET /latest/user-data body$`),
-		"each VM's agent credential in its user-data: plain HTTP"},
-	{wirecapture.ReportCredential, regexp.MustCompile(`^80→\* HTTP response to GET /latest/user-data body$`),
-		"each VM's report credential in its user-data: plain HTTP"},
-}
 
 // TestNoSecretsOnTheWire: tcpdump on every interface of the appliance's
 // namespace (its bridge, each device's port on it, the relay's uplink
@@ -57,7 +34,8 @@ var knownLeaks = []knownLeak{
 // key, bootstrap or k3s token, ztpd credential, or secret the test knows
 // by value (the API server's bootstrap tokens, every secret the devices
 // hold on disk, the cluster's CA key on its control plane) may cross in
-// clear, but those still in knownLeaks.
+// clear. A switch's enrollment reference in its ztp.json may, and is
+// judged worthless to a listener instead.
 func TestNoSecretsOnTheWire(t *testing.T) {
 	if err := wirecapture.Available(); err != nil {
 		t.Skip(err)
@@ -138,36 +116,111 @@ func TestNoSecretsOnTheWire(t *testing.T) {
 	if report.Conns == 0 {
 		t.Fatal("the capture holds no TCP connection")
 	}
-	matched := make([]int, len(knownLeaks))
-	var unexpected []string
+	var leaks []string
+	var references []wirecapture.Finding
 	for _, f := range report.Findings {
-		i := matchLeak(f)
-		if i < 0 {
-			unexpected = append(unexpected, f.String())
+		// An enrollment reference in a switch's ztp.json is what that
+		// document may carry in clear: judged below.
+		if f.Kind == wirecapture.EnrollmentSecret && enrollmentPlace.MatchString(wirecapture.Place(f)) {
+			references = append(references, f)
 			continue
 		}
-		matched[i]++
+		leaks = append(leaks, f.String())
 	}
-	for i, k := range knownLeaks {
-		if matched[i] == 0 {
-			t.Errorf("known leak no longer found, remove it from knownLeaks: %s at %s (%s)", k.kind, k.place, k.why)
-		}
+	if len(leaks) > 0 {
+		t.Errorf("%d secrets in clear on the management network:\n  %s", len(leaks), strings.Join(leaks, "\n  "))
 	}
-	if len(unexpected) > 0 {
-		t.Errorf("%d secrets in clear on the management network that knownLeaks does not list:\n  %s\nthe findings as knownLeaks entries:\n%s",
-			len(unexpected), strings.Join(unexpected, "\n  "), leakTable(report))
-	}
+	judgeEnrollmentReferences(ctx, t, l, references)
 }
 
-// matchLeak is the index of the known leak f is, or -1.
-func matchLeak(f wirecapture.Finding) int {
-	place := wirecapture.Place(f)
-	for i, k := range knownLeaks {
-		if k.kind == f.Kind && k.place.MatchString(place) {
-			return i
+// enrollmentPlace is where a switch's enrollment reference travels in
+// clear: the join section of its ztp.json.
+var enrollmentPlace = regexp.MustCompile(`^8080→\* HTTP response to GET /ztp/ztp\.json body$`)
+
+// judgeEnrollmentReferences shows the enrollment references a listener
+// collected from the switches' ztp.json are worth nothing to it. Each,
+// replayed from another host on the management network (the relay's
+// address on subnet A) while ztpd runs, is refused; then, ztpd stopped,
+// its record in the store shows it was bound to the address and MAC of
+// the device that held that address, lived no longer than
+// joiner.enrollment_ttl, and was used at most once, and the store holds
+// the enrollment.refused audit event of the replay.
+func judgeEnrollmentReferences(ctx context.Context, t *testing.T, l *Lab, refs []wirecapture.Finding) {
+	t.Helper()
+	secrets := map[string]bool{}
+	for _, f := range refs {
+		secrets[f.Secret] = true
+	}
+	if len(secrets) == 0 {
+		t.Fatal("no enrollment reference in any ztp.json on the wire: the switches joined without one?")
+	}
+	joinURL := "http://" + net.JoinHostPort(l.Topo.AppAddr.String(), "8080") + "/join"
+	from := l.Topo.RelayUp.String()
+	for secret := range secrets {
+		// The MAC a listener read beside it in the same section: any
+		// claim fails the same way, the address is what binds it.
+		body := fmt.Sprintf(`{"enrollment":%q,"mac":"02:00:00:00:00:99"}`, secret)
+		out, err := l.Topo.Relay.Command(ctx, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "20",
+			"-X", "POST", "-H", "Content-Type: application/json", "--data", body, "--", joinURL).CombinedOutput()
+		if err != nil {
+			t.Fatalf("replaying an enrollment reference from %s: %v %s", from, err, out)
+		}
+		if code := strings.TrimSpace(string(out)); code != "403" {
+			t.Errorf("an enrollment reference replayed from %s: HTTP %s, want 403", from, code)
 		}
 	}
-	return -1
+	// The store is the appliance's, locked while it runs.
+	l.App.Close()
+	st, err := boltstore.Open(filepath.Join(l.Topo.WorkDir, "data"), boltstore.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatalf("the appliance's store: %v", err)
+	}
+	defer st.Close()
+	ttl := ztpdconfig.Default().Joiner.EnrollmentTTL.D()
+	used := 0
+	err = st.View(func(tx core.Tx) error {
+		for secret := range secrets {
+			id := strings.Split(secret, ".")[1]
+			enr, err := tx.Tokens().Get(string(tokens.KindEnrollment), id)
+			if err != nil {
+				t.Errorf("enrollment %s seen on the wire is not in the store: %v", id, err)
+				continue
+			}
+			dev, err := tx.Devices().Get(enr.Device)
+			if err != nil {
+				t.Errorf("enrollment %s names device %q: %v", id, enr.Device, err)
+				continue
+			}
+			switch {
+			case enr.BindIP == "" || enr.BindIP != dev.IP:
+				t.Errorf("enrollment %s of %s is bound to address %q, want the address its device holds (%s)", id, dev.ID, enr.BindIP, dev.IP)
+			case enr.BindMAC == "" || enr.BindMAC != dev.MAC:
+				t.Errorf("enrollment %s of %s is bound to MAC %q, want %s", id, dev.ID, enr.BindMAC, dev.MAC)
+			case enr.Expires.IsZero() || enr.Expires.Sub(enr.Created) > ttl:
+				t.Errorf("enrollment %s of %s lives from %s to %s: longer than joiner.enrollment_ttl %s", id, dev.ID, enr.Created, enr.Expires, ttl)
+			}
+			if !enr.UsedAt.IsZero() {
+				used++
+			}
+			refused := false
+			err = tx.Events().ListDevice(core.StreamOf(joiner.EnrollmentRefused), enr.Device, 0, func(e core.Event) (bool, error) {
+				refused = refused || e.Type == joiner.EnrollmentRefused && e.Fields["enrollment"] == id && e.Fields["remote"] == from
+				return !refused, nil
+			})
+			if err != nil {
+				return err
+			}
+			if !refused {
+				t.Errorf("enrollment %s of %s replayed from %s: no %s audit event", id, dev.ID, from, joiner.EnrollmentRefused)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d enrollment references in clear (%d redeemed by their switch): each bound to its holder's address and MAC, "+
+		"at most %s, refused from %s with an audit event", len(secrets), used, ttl, from)
 }
 
 // labSecrets are the secrets the test knows the run issued, by value: the
@@ -235,14 +288,4 @@ func labSecrets(ctx context.Context, t *testing.T, l *Lab) []wirecapture.Secret 
 	t.Logf("known secrets: %d bootstrap tokens from the API server, %d from %d files on the devices and the control plane, the API secret key",
 		apiTokens, len(out)-apiTokens-1, files)
 	return out
-}
-
-// leakTable prints knownLeaks as Go for a person updating the list from a
-// run's findings (kind and place of each).
-func leakTable(r wirecapture.Report) string {
-	var b strings.Builder
-	for _, c := range r.Counts() {
-		fmt.Fprintf(&b, "{%q, regexp.MustCompile(`^%s$`), \"...\"},\n", c.Kind, regexp.QuoteMeta(c.Where))
-	}
-	return b.String()
 }

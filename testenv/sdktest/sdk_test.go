@@ -1,6 +1,11 @@
 // Package sdktest is the API's acceptance test: the unmodified Apache
 // CloudStack Go SDK drives a whole cluster lifecycle against a serving ztpd.
 // It is a package of its own so only this test links the SDK.
+//
+// This file is the lifecycle every SDK release ztpd answers runs: here
+// with the root module's cloudstack-go (v2.17.1), and in the module in
+// newest/ (a link to this file there) with the newest release, as CloudStack
+// clients do not upgrade together.
 package sdktest
 
 import (
@@ -20,6 +25,7 @@ import (
 	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/internal/app"
 	"github.com/ztpd/ztpd/internal/config"
+	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/testenv/certcheck"
 	"github.com/ztpd/ztpd/testenv/freeport"
 	"github.com/ztpd/ztpd/testenv/inproc"
@@ -316,6 +322,110 @@ func TestCloudStackSDKTenancyAndKubeconfig(t *testing.T) {
 	}
 	if d := time.Until(end); d < 119*time.Minute || d > 121*time.Minute {
 		t.Fatalf("certificate expires %v, in %v; want in 2h", end, d)
+	}
+}
+
+// TestCloudStackSDKStuckClusterAndRefusals: the corners an SDK's cleanup
+// meets. A create with a parameter ztpd cannot honour is refused with
+// CloudStack's 431 naming it; a cluster no device ever boots for is
+// deleted at once, and so is one whose control plane got its join bundle
+// and never joined; one left Starting goes to Alert at the start timeout,
+// from where it is deleted.
+func TestCloudStackSDKStuckClusterAndRefusals(t *testing.T) {
+	const timeout = 4 * time.Second
+	base, cfg, ztpd := inproc.ServeApp(t, func(c *config.Config) { c.API.ClusterStartTimeout = config.Duration(timeout) })
+	userKey, userSecret := newKey(t, cfg, "user")
+	adminKey, adminSecret := newKey(t, cfg, "admin")
+	user := cloudstack.NewAsyncClient(base+"/client/api", userKey, userSecret, true)
+	user.AsyncTimeout(60)
+	admin := cloudstack.NewAsyncClient(base+"/client/api", adminKey, adminSecret, true)
+	zones, err := user.Zone.ListZones(user.Zone.NewListZonesParams())
+	if err != nil || zones.Count != 1 {
+		t.Fatalf("listZones: %v", err)
+	}
+	offs, err := user.ServiceOffering.ListServiceOfferings(user.ServiceOffering.NewListServiceOfferingsParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	vp := admin.Kubernetes.NewAddKubernetesSupportedVersionParams(2, 2048, "1.31.4")
+	vp.SetUrl(base + "/isos/v1.31.4.iso")
+	v, err := admin.Kubernetes.AddKubernetesSupportedVersion(vp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := func(name string) *cloudstack.CreateKubernetesClusterParams {
+		return user.Kubernetes.NewCreateKubernetesClusterParams("", v.Id, name, offs.ServiceOfferings[0].Id, 1, zones.Zones[0].Id)
+	}
+
+	ext := params("external")
+	ext.SetClustertype("ExternalManaged")
+	if _, err := user.Kubernetes.CreateKubernetesCluster(ext); err == nil || !strings.Contains(err.Error(), "CloudStack API error 431 (CSExceptionErrorCode: 4350): ztpd cannot honour parameter clustertype=ExternalManaged") {
+		t.Fatalf("create ExternalManaged: %v", err)
+	}
+
+	never, err := user.Kubernetes.CreateKubernetesCluster(params("never-booted"))
+	if err != nil || never.State != "Starting" {
+		t.Fatalf("create: %v %+v", err, never)
+	}
+	if del, err := user.Kubernetes.DeleteKubernetesCluster(user.Kubernetes.NewDeleteKubernetesClusterParams(never.Id)); err != nil || !del.Success {
+		t.Fatalf("delete of a cluster no device booted for: %v %+v", err, del)
+	}
+
+	// A control plane received its join bundle and never came up: nothing
+	// joined, so the cluster goes at once, its member reset.
+	issued, err := user.Kubernetes.CreateKubernetesCluster(params("never-joined"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const device = "02:00:00:00:0f:01"
+	now := time.Now().UTC()
+	if err := ztpd.Store.Update(func(tx core.Tx) error {
+		if err := tx.Devices().Put(core.Device{ID: device, MAC: device, Kind: core.KindVM, State: core.StateJoinIssued, Cluster: issued.Id,
+			Role: "control-plane", FirstSeen: now, LastSeen: now, UpdatedAt: now}); err != nil {
+			return err
+		}
+		if err := tx.Memberships().Put(core.Membership{Device: device, Cluster: issued.Id, Role: "control-plane", State: core.StateJoinIssued,
+			Created: now, UpdatedAt: now}); err != nil {
+			return err
+		}
+		return tx.Memberships().Enlist(issued.Id, device, "control-plane")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if del, err := user.Kubernetes.DeleteKubernetesCluster(user.Kubernetes.NewDeleteKubernetesClusterParams(issued.Id)); err != nil || !del.Success {
+		t.Fatalf("delete of a cluster whose control plane never joined: %v %+v", err, del)
+	}
+
+	// Left Starting, it goes to Alert at the start timeout; there it takes
+	// no autoscaling either, and is deleted.
+	stuck, err := user.Kubernetes.CreateKubernetesCluster(params("stuck"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(timeout + 10*time.Second)
+	for {
+		c, _, err := user.Kubernetes.GetKubernetesClusterByID(stuck.Id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.State == "Alert" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still %s 10s after the start timeout", c.State)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	sp := user.Kubernetes.NewScaleKubernetesClusterParams(stuck.Id)
+	sp.SetAutoscalingenabled(true)
+	sp.SetMinsize(1)
+	sp.SetMaxsize(3)
+	if _, err := user.Kubernetes.ScaleKubernetesCluster(sp); err == nil || !strings.Contains(err.Error(), "431") ||
+		!strings.Contains(err.Error(), "ztpd cannot honour parameter autoscalingenabled=true") {
+		t.Fatalf("scale with autoscaling: %v", err)
+	}
+	if del, err := user.Kubernetes.DeleteKubernetesCluster(user.Kubernetes.NewDeleteKubernetesClusterParams(stuck.Id)); err != nil || !del.Success {
+		t.Fatalf("delete after the start timeout: %v %+v", err, del)
 	}
 }
 

@@ -19,6 +19,9 @@ type Finding struct {
 	Where   string
 	Digest  string // names the secret: a SHA-256 prefix of its canonical form
 	Excerpt string // the text around it, the secret replaced by kind and digest
+	// Secret is the secret itself as found, for a test that judges what a
+	// listener could do with it (replays it); String never shows it.
+	Secret string
 }
 
 func (f Finding) String() string {
@@ -71,7 +74,7 @@ func Scan(t *Traffic, sc *Scanner) Report {
 			}
 			seen[k] = true
 			r.Findings = append(r.Findings, Finding{Kind: m.Kind, Known: m.Known, Flow: flow, Where: v.where,
-				Digest: m.Digest, Excerpt: excerpt(v.data, m)})
+				Digest: m.Digest, Excerpt: excerpt(v.data, m), Secret: string(v.data[m.Start:m.End])})
 		}
 	}
 	for _, c := range t.Conns {

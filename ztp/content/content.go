@@ -50,6 +50,11 @@ type JoinProvider interface {
 	KubernetesMaster(ctx context.Context, dev core.Device, r profile.Result) (*KubeMaster, error)
 	// UserData returns the cloud-config that joins a VM to r.Cluster.
 	UserData(ctx context.Context, dev core.Device, r profile.Result) ([]byte, error)
+	// JoinData returns a VM's join data (JSON: its files and commands,
+	// secrets included), asked over the device HTTPS listener; a wait
+	// while the VM may not join yet, a core.KindState error once it was
+	// handed out for good.
+	JoinData(ctx context.Context, dev core.Device, r profile.Result) ([]byte, error)
 }
 
 // Images is the part of the image store the service uses.
@@ -166,10 +171,21 @@ type Client struct {
 	Addr      netip.Addr // source address
 	Local     netip.Addr // address the request arrived on
 	Transport string     // "http" or "tftp"
+	// Secure: the request came over the device HTTPS listener.
+	Secure bool
 	// SONiC ZTP headers.
 	Serial, BaseMAC, Product, SONiCVersion string
 	// ONIE headers.
 	ONIE *ONIE
+	// Neighbor is the MAC of the link-local neighbour the request came
+	// from (ONIE's link-local discovery: no DHCP, so no lease), as the
+	// network tells it (the neighbour table, or the address's EUI-64
+	// interface id); "" otherwise. Only ONIEInstaller takes it as the
+	// holder: an installer is public, so the neighbour's word names the
+	// device it records and entitles it to nothing else.
+	Neighbor string
+	// neighborHolds: identify takes Neighbor as the holder of Addr.
+	neighborHolds bool
 	// stated is what the request states about its device, once identify
 	// has checked it (none before, or when it was refused); serialHolder
 	// the device that holds the serial it states, when that is not the
@@ -229,7 +245,7 @@ func (e *Error) Error() string {
 
 // ErrorKind is the refusal in the one error model (core.ErrorKind), whose
 // HTTP status (httpserve.StatusOf) is e.Status: 400 invalid, 403 refused,
-// 404 not found, 503 unavailable.
+// 404 not found, 409 state, 503 unavailable.
 func (e *Error) ErrorKind() core.ErrorKind {
 	switch e.Status {
 	case 400:
@@ -238,6 +254,8 @@ func (e *Error) ErrorKind() core.ErrorKind {
 		return core.KindRefused
 	case 404:
 		return core.KindNotFound
+	case 409:
+		return core.KindState
 	case 503:
 		if e.Wait {
 			return core.KindWaiting

@@ -45,6 +45,9 @@ func (fakeJoiner) KubernetesMaster(context.Context, core.Device, profile.Result)
 func (fakeJoiner) UserData(_ context.Context, d core.Device, r profile.Result) ([]byte, error) {
 	return []byte("#cloud-config\n# join " + r.Cluster + " as " + r.Role + "\n"), nil
 }
+func (fakeJoiner) JoinData(_ context.Context, d core.Device, r profile.Result) ([]byte, error) {
+	return []byte(`{"cluster":"` + r.Cluster + `"}`), nil
+}
 
 func newEnv(t *testing.T, join JoinProvider, defaultProfile string) *env {
 	return newEnvWith(t, join, defaultProfile, nil)

@@ -23,6 +23,9 @@ import (
 func (s *Service) identify(tx core.Tx, c *Client) (dev core.Device, stored bool, err error) {
 	c.stated, c.serialHolder = devices.Facts{}, ""
 	h, err := core.HolderOf(tx, c.Addr, s.now(), s.opt.Bindings)
+	if errors.Is(err, core.ErrNoHolder) && c.neighborHolds && c.Neighbor != "" && c.Addr.IsLinkLocalUnicast() {
+		h, err = core.Holder{Addr: c.Addr, MAC: c.Neighbor}, nil
+	}
 	if err != nil {
 		if errors.Is(err, core.ErrNoHolder) {
 			return dev, false, &Error{Status: 403, Kind: RefusedNoHolder,
@@ -84,6 +87,11 @@ func (s *Service) firstContact(h core.Holder) (core.Device, error) {
 		}
 	}
 	d := core.Device{ID: h.MAC, MAC: h.MAC, IP: h.Addr.String(), Kind: core.KindUnknown}
+	if h.Lease == nil && h.Binding == nil && h.Device == nil {
+		// A link-local neighbour asking for an installer (identify): ONIE,
+		// as DHCP classifies an ONIE client.
+		d.Kind = core.KindONIE
+	}
 	if l := h.Lease; l != nil {
 		d.Subnet, d.Hostname = l.Subnet, l.Hostname
 	}

@@ -74,7 +74,9 @@ func ONIEInstallerName(name string) (hint string, ok bool) {
 func (s *Service) ONIEInstaller(ctx context.Context, c *Client, hint string) (core.Image, core.Device, error) {
 	// Installers are public images: a switch nobody holds an address for
 	// (or without a matching profile) still gets one by platform, it is
-	// just not recorded.
+	// just not recorded. A link-local neighbour holds none either, but the
+	// network names its MAC, so it is recorded as an ONIE DHCP client is.
+	c.neighborHolds = true
 	dev, _, p, err := s.resolve(c)
 	var idErr *Error
 	if err != nil && !(errors.As(err, &idErr) && (idErr.Status == 404 || idErr.Kind == RefusedNoHolder)) {

@@ -12,6 +12,9 @@ import (
 
 // ZTPJSON renders the ztp.json for the switch behind c.
 func (s *Service) ZTPJSON(ctx context.Context, c *Client) (*Served, error) {
+	// The joiner's links are in the family the device asked over, over
+	// HTTP or TFTP alike.
+	ctx = endpoints.WithLocal(ctx, c.Local)
 	dev, _, p, err := s.resolve(c)
 	if err != nil {
 		s.refused(c, dev, "ztp.json", err)
@@ -92,6 +95,7 @@ func sonicImage(images Images, resolve func(ref string) (core.Image, error), r *
 // ConfigDB renders config_db.json of device id for the requester c, which
 // must be that device.
 func (s *Service) ConfigDB(ctx context.Context, c *Client, id string) (*Served, error) {
+	ctx = endpoints.WithLocal(ctx, c.Local)
 	nid, err := core.NormalizeMAC(id)
 	if err != nil {
 		return nil, notFound("no device %q", id)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/profile"
+	"github.com/ztpd/ztpd/ztp/endpoints"
 )
 
 // MetadataKeys are the CloudStack metadata entries, in the order the virtual
@@ -27,6 +28,7 @@ type VM struct {
 // VM identifies a CloudStack VM by the lease of its source address and
 // renders its profile. userData asks for the user-data template too.
 func (s *Service) VM(ctx context.Context, c *Client, userData bool) (*VM, error) {
+	ctx = endpoints.WithLocal(ctx, c.Local)
 	var dev core.Device
 	// A VM is known by its address alone: what its request may say about
 	// itself is neither checked nor learnt.
@@ -100,6 +102,41 @@ func (s *Service) UserData(ctx context.Context, c *Client) ([]byte, error) {
 		body = DefaultUserData(r.Hostname)
 	}
 	s.progress(c, vm.Device, r.Profile, core.StateZTPServed, "userdata.served", nil)
+	return body, nil
+}
+
+// JoinData answers /latest/join-data: the join data of the VM behind c
+// (the holder of its address, as for user-data), over the device HTTPS
+// listener only. On plain HTTP it is refused before anything is looked
+// up, naming where to ask.
+func (s *Service) JoinData(ctx context.Context, c *Client) ([]byte, error) {
+	if !c.Secure {
+		if u := s.opt.Endpoints.JoinData(c.Local); u != "" {
+			return nil, forbidden("join data is served over HTTPS only: ask %s, pinned to the key the user-data names", u)
+		}
+		return nil, notFound("no join data: the device HTTPS listener is off (http.tls), so a VM's user-data carries its join")
+	}
+	vm, err := s.VM(ctx, c, false)
+	if err != nil {
+		return nil, err
+	}
+	r := vm.Result
+	if r.Cluster == "" || s.opt.Join == nil {
+		return nil, notFound("no join data: profile %q names no cluster", r.Profile)
+	}
+	body, err := s.opt.Join.JoinData(ctx, vm.Device, *r)
+	if err != nil {
+		switch {
+		case s.waited(c, vm.Device, "join-data", err):
+			return nil, err
+		case core.KindOf(err) == core.KindState:
+			// Handed out for good: the waiter stops on it, and its
+			// message names the reset that allows a new one.
+			return nil, &Error{Status: 409, Reason: err.Error()}
+		}
+		return nil, unavailable("join data for cluster %q: %v", r.Cluster, err)
+	}
+	s.progress(c, vm.Device, r.Profile, core.StateZTPServed, "joindata.served", nil)
 	return body, nil
 }
 

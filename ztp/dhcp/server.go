@@ -315,6 +315,7 @@ type loadCount struct{ loaded, outside, bad int }
 
 func (n *loadCount) add(r adoptResult) {
 	switch r {
+	case adoptOtherFamily:
 	case adoptBad:
 		n.bad++
 	case adoptOutside:
@@ -330,13 +331,17 @@ const (
 	adopted adoptResult = iota
 	adoptBad
 	adoptOutside
+	adoptOtherFamily
 )
 
 // adoptStored binds a stored lease in memory (the caller holds s.mu).
 func (s *Server) adoptStored(l core.Lease, now time.Time) adoptResult {
 	a, err := netip.ParseAddr(l.IP)
-	if err != nil || !a.Is4() {
+	if err != nil {
 		return adoptBad
+	}
+	if !a.Is4() {
+		return adoptOtherFamily // the DHCPv6 server's (ztp/dhcp6), same store
 	}
 	sn := s.subnetFor(a.As4())
 	if sn == nil {

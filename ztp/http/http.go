@@ -1,6 +1,7 @@
 // Package ztphttp serves ZTP content over HTTP: SONiC ztp.json and per-device
 // config_db.json, ONIE installers, cloud-init (CloudStack datasource)
-// metadata, and stored images and ISOs with Range, ETag and sendfile.
+// metadata, a VM's join data (answered on the device HTTPS listener only),
+// and stored images and ISOs with Range, ETag and sendfile.
 //
 // Devices are identified by the connection's source address and their own
 // headers (SONiC: SERIAL-NUMBER, BASE-MAC-ADDRESS, PRODUCT-NAME,
@@ -88,6 +89,7 @@ func (s *Server) registerMetadata(mux *http.ServeMux) {
 	s.handle(mux, "GET "+endpoints.MetadataPath+"{$}", "meta-data", s.metadataIndex)
 	s.handle(mux, "GET "+endpoints.MetadataPath+"{key}", "meta-data", s.metadata)
 	s.handle(mux, "GET "+endpoints.UserDataPath, "user-data", s.userData)
+	s.handle(mux, "GET "+endpoints.JoinDataPath, "join-data", s.joinData)
 	// The CloudStack virtual router also answers /latest/<key>.
 	s.handle(mux, "GET /latest/{key}", "meta-data", s.metadata)
 	s.handle(mux, "GET /{$}", "password", s.password)
@@ -114,7 +116,7 @@ func (s *Server) handle(mux *http.ServeMux, pattern, route string, h http.Handle
 // ClientFrom builds the content client of a request: its addresses and the
 // SONiC and ONIE headers (header names are case-insensitive).
 func ClientFrom(r *http.Request) *content.Client {
-	c := &content.Client{Transport: "http"}
+	c := &content.Client{Transport: "http", Secure: r.TLS != nil}
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 		c.Addr = ap.Addr().Unmap()
 	}
@@ -221,7 +223,10 @@ func (s *Server) onieWaterfall(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) serveONIE(w http.ResponseWriter, r *http.Request, hint string) {
-	c := ClientFrom(r)
+	s.serveONIEFor(w, r, ClientFrom(r), hint)
+}
+
+func (s *Server) serveONIEFor(w http.ResponseWriter, r *http.Request, c *content.Client, hint string) {
 	im, _, err := s.svc.ONIEInstaller(r.Context(), c, hint)
 	if err != nil {
 		s.fail(w, r, err)
@@ -355,6 +360,16 @@ func (s *Server) userData(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeDoc(w, "text/cloud-config; charset=utf-8", b)
+}
+
+// joinData answers a VM's join waiter (over the device HTTPS listener).
+func (s *Server) joinData(w http.ResponseWriter, r *http.Request) {
+	b, err := s.svc.JoinData(r.Context(), ClientFrom(r))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeDoc(w, "application/json", b)
 }
 
 // password answers CloudStack's password server protocol (cloud-init and

@@ -62,7 +62,7 @@ func NewFixture(t *testing.T, noJoiner bool) *Fixture {
 		mem = &Membership{St: e.Store}
 	}
 	var err error
-	if e.Clusters, err = clusters.New(e.Store, mem, clusters.Options{Log: e.Log}); err != nil {
+	if e.Clusters, err = clusters.New(e.Store, mem, clusters.Options{Log: e.Log, Now: e.Clock.Now}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Clusters.Close(context.Background()) })

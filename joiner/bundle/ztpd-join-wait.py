@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""ztpd join waiter for CloudStack VMs.
+
+The VM's user-data (fetched in clear) installs this script, its
+configuration /etc/ztpd/join-wait.json ({"url": ..., "pin": ...}) and its
+systemd unit, and starts the unit without holding up the boot. The
+waiter asks ztpd's device HTTPS listener for the node's join data (the
+files and commands that join it to its cluster: the kubeadm
+configuration with its bootstrap token, the first control plane's CA,
+the report and agent credentials) with curl --pinnedpubkey: the server
+must present one of the pinned keys ("sha256//<b64>", several joined by
+";"), whatever certificate authority signed it.
+
+  200  the join data: its files are written atomically with their modes,
+       /var/lib/ztpd/join-data marks the node done (the unit does not run
+       again), then its commands run in order, as cloud-init's runcmd.
+  503  the node waits (approval, its cluster, the first control plane):
+       asked again after Retry-After, at most ZTPD_WAIT_CAP seconds
+       (default 300).
+  409  ztpd hands this node's join data out no more (already issued;
+  410  `ztpd device reset ID` allows a new one): logged, exit 3.
+  a server whose key matches no pin is not ztpd: logged, exit 3, no retry.
+  anything else is retried.
+
+Exit 3 is a stop the unit does not restart (RestartPreventExitStatus).
+ZTPD_ROOT prefixes every path read or written (for tests); under it the
+commands are logged and skipped, as the SONiC join plugin does.
+"""
+import base64
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.environ.get("ZTPD_ROOT", "")
+WAIT_CAP = max(1, int(os.environ.get("ZTPD_WAIT_CAP", "300")))
+CONFIG = "/etc/ztpd/join-wait.json"
+DONE = "/var/lib/ztpd/join-data"
+# curl's exit status when the server's key matches no pin
+# (CURLE_SSL_PINNEDPUBKEYNOTMATCH).
+CURL_PIN_MISMATCH = 90
+EXIT_STOPPED = 3
+
+
+def log(msg):
+    print("ztpd-join-wait: " + msg, flush=True)
+
+
+class Stop(Exception):
+    """A reason to stop for good: retrying would change nothing."""
+
+
+def fetch(url, pin):
+    """GETs url through curl with the server's key pinned: (status,
+    headers with lower-case names, body). -k: the pin, which curl checks
+    even then, is the trust, not a CA the VM would need first."""
+    with tempfile.TemporaryDirectory() as d:
+        hdr, body = os.path.join(d, "headers"), os.path.join(d, "body")
+        cmd = ["curl", "-sS", "-k", "--pinnedpubkey", pin, "--max-time", "60", "-H", "Accept: application/json",
+               "-D", hdr, "-o", body, "-w", "%{http_code}", "--", url]
+        try:
+            r = subprocess.run(cmd, capture_output=True)
+        except OSError as e:
+            raise Stop("curl is needed for the pinned connection: %s" % e)
+        if r.returncode == CURL_PIN_MISMATCH:
+            raise Stop("the server at %s presents a key that matches no pin of this node's user-data, so it is not "
+                       "this node's ztpd (%s)" % (url, r.stderr.decode(errors="replace").strip()))
+        if r.returncode != 0:
+            raise OSError("curl exit %d: %s" % (r.returncode, r.stderr.decode(errors="replace").strip()))
+        headers = {}
+        with open(hdr, errors="replace") as f:
+            for line in f:
+                if line.startswith("HTTP/"):
+                    headers = {}  # the last response's headers
+                elif ":" in line:
+                    k, v = line.split(":", 1)
+                    headers[k.strip().lower()] = v.strip()
+        with open(body, "rb") as f:
+            return int(r.stdout.decode() or 0), headers, f.read()
+
+
+def retry_after(headers, default):
+    try:
+        secs = int(headers.get("retry-after", ""))
+    except ValueError:
+        secs = default
+    return max(1, min(secs, WAIT_CAP))
+
+
+def message(payload):
+    """The reason of ztpd's error body, else the body's start."""
+    try:
+        return json.loads(payload)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return payload.decode(errors="replace")[:300]
+
+
+def wait_for_join_data(url, pin):
+    failures = 0
+    said = None
+    while True:
+        try:
+            status, headers, payload = fetch(url, pin)
+        except OSError as e:
+            failures += 1
+            wait = min(5 * failures, WAIT_CAP)
+            log("cannot reach %s: %s; again in %ds" % (url, e, wait))
+        else:
+            if status == 200:
+                return json.loads(payload)
+            reason = message(payload)
+            if status in (409, 410):
+                raise Stop("ztpd hands out this node's join data no more (%d): %s" % (status, reason))
+            if status in (429, 503):
+                wait = retry_after(headers, 30)
+                if reason != said:
+                    log("waiting: %s" % reason)
+                    said = reason
+                log("asking again in %ds" % wait)
+            else:
+                # A refusal (no lease yet, a profile being fixed) may end:
+                # ask again, slowly.
+                wait = retry_after(headers, 60)
+                log("refused (%d): %s; again in %ds" % (status, reason, wait))
+        time.sleep(wait)
+
+
+def content(f):
+    enc = f.get("encoding", "")
+    if enc == "gzip+base64":
+        return gzip.decompress(base64.b64decode(f["content"], validate=True))
+    if enc:
+        raise Stop("%s: unknown encoding %r" % (f["path"], enc))
+    return f["content"].encode()
+
+
+def install(path, data, mode):
+    if not path.startswith("/") or "\0" in path:
+        raise Stop("refused file path %r" % path)
+    dest = ROOT + os.path.normpath(path)
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest), prefix=".ztpd-")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, dest)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    log("installed %s (%04o)" % (path, mode))
+
+
+def run(cmd):
+    if ROOT:
+        log("skipped: " + cmd)
+        return True
+    log("running: " + cmd)
+    r = subprocess.run(["/bin/sh", "-c", cmd])
+    if r.returncode != 0:
+        log("failed (exit %d): %s" % (r.returncode, cmd))
+    return r.returncode == 0
+
+
+def main():
+    if os.path.exists(ROOT + DONE):
+        log("join data already installed (%s)" % DONE)
+        return 0
+    with open(ROOT + CONFIG) as f:
+        cfg = json.load(f)
+    url, pin = cfg.get("url", ""), cfg.get("pin", "")
+    if not url.startswith("https://") or not pin:
+        log("stopped: %s needs an https url and a pin" % CONFIG)
+        return EXIT_STOPPED
+    try:
+        data = wait_for_join_data(url, pin)
+        log("admitted to cluster %s as %s" % (data.get("cluster_name"), data.get("role")))
+        for f in data.get("files", []):
+            install(f["path"], content(f), int(f["mode"], 8))
+    except Stop as e:
+        log("stopped: %s" % e)
+        return EXIT_STOPPED
+    install(DONE, time.strftime("%Y-%m-%dT%H:%M:%SZ\n", time.gmtime()).encode(), 0o644)
+    ok = True
+    for cmd in data.get("commands", []):
+        ok = run(cmd) and ok
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+package sdktest
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/apache/cloudstack-go/v2/cloudstack"
+
+	"github.com/ztpd/ztpd/testenv/inproc"
+)
+
+// TestCloudStackSDK422: through the newest SDK, createKubernetesCluster's
+// 4.21/4.22 parameters are refused when ztpd cannot honour the value and
+// accepted when it can, and the cluster carries the fields those releases
+// added, with ztpd's values.
+func TestCloudStackSDK422(t *testing.T) {
+	base, cfg, _ := inproc.ServeApp(t, nil)
+	userKey, userSecret := newKey(t, cfg, "user")
+	adminKey, adminSecret := newKey(t, cfg, "admin")
+	user := cloudstack.NewAsyncClient(base+"/client/api", userKey, userSecret, true)
+	user.AsyncTimeout(60)
+	admin := cloudstack.NewAsyncClient(base+"/client/api", adminKey, adminSecret, true)
+	zones, err := user.Zone.ListZones(user.Zone.NewListZonesParams())
+	if err != nil || zones.Count != 1 {
+		t.Fatalf("listZones: %v", err)
+	}
+	offs, err := user.ServiceOffering.ListServiceOfferings(user.ServiceOffering.NewListServiceOfferingsParams())
+	if err != nil || offs.Count < 2 {
+		t.Fatalf("listServiceOfferings: %v %+v", err, offs)
+	}
+	small, large := offs.ServiceOfferings[0], offs.ServiceOfferings[len(offs.ServiceOfferings)-1]
+	vp := admin.Kubernetes.NewAddKubernetesSupportedVersionParams(2, 2048, "1.31.4")
+	vp.SetUrl(base + "/isos/v1.31.4.iso")
+	v, err := admin.Kubernetes.AddKubernetesSupportedVersion(vp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := func() *cloudstack.CreateKubernetesClusterParams {
+		p := user.Kubernetes.NewCreateKubernetesClusterParams("", v.Id, "c422", small.Id, 1, zones.Zones[0].Id)
+		p.SetExternalloadbalanceripaddress("127.0.7.30") // nothing listens: the watch's probe stays on loopback
+		return p
+	}
+
+	for what, set := range map[string]func(*cloudstack.CreateKubernetesClusterParams){
+		"etcdnodes=3":        func(p *cloudstack.CreateKubernetesClusterParams) { p.SetEtcdnodes(3) },
+		"enablecsi=true":     func(p *cloudstack.CreateKubernetesClusterParams) { p.SetEnablecsi(true) },
+		"cniconfigurationid": func(p *cloudstack.CreateKubernetesClusterParams) { p.SetCniconfigurationid("c-1") },
+		"asnumber=65001":     func(p *cloudstack.CreateKubernetesClusterParams) { p.SetAsnumber(65001) },
+		"hypervisor=KVM":     func(p *cloudstack.CreateKubernetesClusterParams) { p.SetHypervisor("KVM") },
+		"nodeofferings":      func(p *cloudstack.CreateKubernetesClusterParams) { p.SetNodeofferings(map[string]string{"worker": large.Id}) },
+		"nodetemplates":      func(p *cloudstack.CreateKubernetesClusterParams) { p.SetNodetemplates(map[string]string{"worker": "t-1"}) },
+	} {
+		p := params()
+		set(p)
+		name, _, _ := strings.Cut(what, "=")
+		if _, err := user.Kubernetes.CreateKubernetesCluster(p); err == nil ||
+			!strings.Contains(err.Error(), "CloudStack API error 431 (CSExceptionErrorCode: 4350): ztpd cannot honour parameter "+name+"=") {
+			t.Errorf("create with %s: %v", what, err)
+		}
+	}
+
+	p := params()
+	p.SetEtcdnodes(0)
+	p.SetEnablecsi(false)
+	p.SetClustertype("CloudManaged")
+	p.SetNodeofferings(map[string]string{"control": small.Id, "worker": small.Id})
+	c, err := user.Kubernetes.CreateKubernetesCluster(p)
+	if err != nil {
+		t.Fatalf("create with the values ztpd honours: %v", err)
+	}
+	if c.Clustertype != "CloudManaged" || c.Csienabled || c.Etcdnodes != 0 || c.Controlofferingid != small.Id ||
+		c.Workerofferingid != small.Id || c.Workerofferingname != small.Name || c.Etcdofferingid != "" {
+		t.Fatalf("created: %+v", c)
+	}
+	lp := user.Kubernetes.NewListKubernetesClustersParams()
+	lp.SetClustertype("CloudManaged")
+	if l, err := user.Kubernetes.ListKubernetesClusters(lp); err != nil || l.Count != 1 || l.KubernetesClusters[0].Id != c.Id {
+		t.Fatalf("list: %v %+v", err, l)
+	}
+	if del, err := user.Kubernetes.DeleteKubernetesCluster(user.Kubernetes.NewDeleteKubernetesClusterParams(c.Id)); err != nil || !del.Success {
+		t.Fatalf("delete: %v %+v", err, del)
+	}
+}

@@ -1,0 +1,1 @@
+../sdk_test.go

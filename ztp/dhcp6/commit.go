@@ -1,0 +1,278 @@
+package dhcp6
+
+import (
+	"context"
+	"net/netip"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/devices"
+)
+
+// Commit pacing, as the DHCPv4 server's: a lone request is committed at
+// once; under load one commit every commitEvery carries all that waits.
+const (
+	commitEvery      = 8 * time.Millisecond
+	lazyFlush        = 200 * time.Millisecond
+	maxPendingReply  = 50000
+	maxPendingEvents = 10000
+	deviceChunk      = 2048
+	eventChunk       = 4096
+	// lastSeenEvery: an unchanged device is rewritten by a renewal only
+	// when its last-seen time is older than this.
+	lastSeenEvery = 5 * time.Minute
+)
+
+// pendingReply is a Reply waiting for the commit of the lease it grants.
+type pendingReply struct {
+	ifc    *iface
+	dst    netip.AddrPort
+	pkt    []byte
+	b      *binding
+	duid   string
+	expiry time.Time
+}
+
+func (s *Server) enqueueReply(x *exchange) bool {
+	if len(s.replies) >= maxPendingReply {
+		return s.drop("backlog")
+	}
+	s.replies = append(s.replies, pendingReply{ifc: x.ifc, dst: x.dst, pkt: append([]byte(nil), x.out...),
+		b: x.b, duid: x.b.duid, expiry: x.b.expiry})
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// device is this server's view of one device record (by MAC), what it
+// hands the devices service.
+type device struct {
+	d       core.Device
+	facts   devices.Facts
+	state   core.DeviceState
+	written time.Time
+	queued  bool
+}
+
+// touchDevice records what a lease holder's request says about its device.
+// A client without a known MAC gets its lease and no record (records are
+// keyed by MAC).
+func (s *Server) touchDevice(x *exchange) {
+	if x.mac == nil {
+		return
+	}
+	dv := s.devs[string(x.mac)]
+	changed := false
+	if dv == nil {
+		mac := hexColon(x.mac)
+		dv = &device{d: core.Device{ID: mac, MAC: mac, FirstSeen: x.now}, state: core.StateDiscovered}
+		s.devs[string(x.mac)] = dv
+		changed = true
+	}
+	stated := devices.Facts{Source: devices.SourceDHCP, Kind: x.kind, KindDeclared: x.res != nil && x.res.kind != "",
+		Serial: x.serial, Product: x.product, Platform: x.platform, ClientID: hexColon(x.duid)}
+	if vc, ok := x.req.Opt(optVendorClass); ok {
+		stated.VendorClass = vendorText(vc)
+	}
+	if x.link.IsValid() {
+		stated.RelayAddr = x.link.String()
+		rs := x.req.relays
+		for i := len(rs) - 1; i >= 0; i-- {
+			// The relay closest to the client knows its port.
+			if stated.CircuitID == "" && rs[i].interfaceID != nil {
+				stated.CircuitID = idText(rs[i].interfaceID)
+			}
+			if stated.RemoteID == "" && len(rs[i].remoteID) > 4 {
+				stated.RemoteID = idText(rs[i].remoteID[4:])
+			}
+		}
+	}
+	if x.fresh {
+		ip := x.b.ip.String()
+		stated.IP, stated.Subnet = ip, x.sn.name
+		dv.d.IP, dv.d.Subnet = ip, x.sn.name
+		dv.state = core.StateLeased
+		changed = true
+	} else {
+		stated.IP, stated.Subnet = dv.facts.IP, dv.facts.Subnet
+	}
+	stated.Check(func(fact string, err error) {
+		s.log.Debug("device fact refused", "mac", dv.d.MAC, "fact", fact, "err", err)
+	})
+	if was := dv.facts; was != stated || changed {
+		devices.Merge(&dv.d, &stated)
+		dv.facts.Update(&stated)
+		changed = true
+	}
+	dv.d.LastSeen = x.now
+	if (changed || x.now.Sub(dv.written) >= lastSeenEvery) && !dv.queued {
+		dv.queued = true
+		s.devQueue = append(s.devQueue, dv)
+	}
+}
+
+// idText is a relay's id as the device record shows it: text when
+// printable, else hex.
+func idText(b []byte) string {
+	for _, c := range b {
+		if c < 0x20 || c > 0x7e {
+			return hexColon(b)
+		}
+	}
+	return string(b)
+}
+
+// snapshot is one commit's worth of changes, taken under Server.mu.
+type snapshot struct {
+	bindings []*binding
+	leases   []core.Lease
+	reports  []devices.Lease
+	events   []core.Event
+	recs     devices.Batch
+	replies  []pendingReply
+}
+
+func (s *Server) take(snap *snapshot, now time.Time) {
+	snap.bindings, snap.leases = snap.bindings[:0], snap.leases[:0]
+	snap.reports, snap.events, snap.replies = snap.reports[:0], snap.events[:0], snap.replies[:0]
+	for _, b := range s.dirty {
+		b.dirty = false
+		if s.byIP[b.ip] != b {
+			continue // superseded by a newer binding of the address
+		}
+		b.durable = time.Time{}
+		snap.bindings = append(snap.bindings, b)
+		snap.leases = append(snap.leases, b.lease(now))
+	}
+	clear(s.dirty)
+	s.dirty = s.dirty[:0]
+	for _, dv := range s.devQueue {
+		dv.queued, dv.written = false, now
+		snap.reports = append(snap.reports, devices.Lease{Device: dv.d.ID, Facts: dv.facts,
+			FirstSeen: dv.d.FirstSeen, LastSeen: dv.d.LastSeen, New: dv.state == core.StateLeased})
+		dv.state = ""
+	}
+	clear(s.devQueue)
+	s.devQueue = s.devQueue[:0]
+	snap.events = append(snap.events, s.events...)
+	clear(s.events)
+	s.events = s.events[:0]
+	for _, r := range s.replies {
+		b := r.b
+		if s.byIP[b.ip] != b || b.duid != r.duid || b.state != core.LeaseActive || b.expiry.Before(r.expiry) {
+			s.metrics.dropped.WithLabelValues("stale").Inc() // released or taken over before it became durable
+			continue
+		}
+		snap.replies = append(snap.replies, r)
+	}
+	clear(s.replies)
+	s.replies = s.replies[:0]
+}
+
+func (snap *snapshot) write(tx core.Tx) error {
+	for i := range snap.leases {
+		if err := tx.Leases().Put(snap.leases[i]); err != nil {
+			return err
+		}
+	}
+	return snap.recs.Write(tx)
+}
+
+// flush commits one snapshot and sends its replies; it reports whether
+// records are left over.
+func (s *Server) flush(snap *snapshot, lastErr *time.Time) bool {
+	s.mu.Lock()
+	s.take(snap, time.Now())
+	s.mu.Unlock()
+	for i := range snap.reports {
+		s.devices.ObserveLease(snap.reports[i])
+	}
+	s.devices.Events(snap.events)
+	n := deviceChunk
+	if len(snap.replies) > 0 {
+		n = 128
+	}
+	more := s.devices.Take(&snap.recs, n, eventChunk)
+	if len(snap.leases) == 0 && snap.recs.Len() == 0 && len(snap.replies) == 0 {
+		return more
+	}
+	err := s.store.Batch(snap.write)
+	if err != nil && snap.recs.Len() > 0 {
+		// The leases alone, so a record the store refuses holds no Reply
+		// back; the devices service retries its records one by one.
+		leases := &snapshot{leases: snap.leases}
+		if lerr := s.store.Batch(leases.write); lerr != nil {
+			s.devices.Return(&snap.recs)
+		} else {
+			s.devices.Done(&snap.recs, err)
+			err = nil
+		}
+	} else {
+		s.devices.Done(&snap.recs, err)
+	}
+	if err != nil {
+		s.metrics.commitErrors.Inc()
+		if time.Since(*lastErr) > 5*time.Second {
+			*lastErr = time.Now()
+			s.log.Error("lease commit failed; replies withheld, will retry", "err", err,
+				"leases", len(snap.leases), "replies", len(snap.replies))
+		}
+		s.mu.Lock()
+		for _, b := range snap.bindings {
+			if s.byIP[b.ip] == b {
+				s.markDirty(b)
+			}
+		}
+		s.mu.Unlock()
+		return false
+	}
+	s.mu.Lock()
+	for i, b := range snap.bindings {
+		if !b.dirty && snap.leases[i].State == core.LeaseActive {
+			b.durable = snap.leases[i].Expiry
+		}
+	}
+	s.mu.Unlock()
+	for _, r := range snap.replies {
+		s.send(r.ifc, r.dst, r.pkt)
+	}
+	clear(snap.replies)
+	return more
+}
+
+// commitLoop runs until ctx ends, then commits what is left once more.
+func (s *Server) commitLoop(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	snap := &snapshot{}
+	tick := time.NewTicker(lazyFlush)
+	defer tick.Stop()
+	var lastErr, last time.Time
+	for {
+		select {
+		case <-s.kick:
+		case <-tick.C:
+		case <-ctx.Done():
+			for s.flush(snap, &lastErr) {
+			}
+			return
+		}
+		if since := time.Since(last); since < commitEvery {
+			select {
+			case <-time.After(commitEvery - since):
+			case <-ctx.Done():
+				for s.flush(snap, &lastErr) {
+				}
+				return
+			}
+		}
+		last = time.Now()
+		if s.flush(snap, &lastErr) {
+			select {
+			case s.kick <- struct{}{}:
+			default:
+			}
+		}
+	}
+}

@@ -1,0 +1,212 @@
+package dhcp6
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// binding is one address and the client it is bound to. A client (DUID)
+// has at most one binding per subnet, owned (sn.clients); the binding of
+// an address is s.byIP's.
+type binding struct {
+	ip       netip.Addr
+	sn       *subnet
+	duid     string // raw
+	mac      string // raw 6 bytes, "" when unknown
+	hostname string
+	state    core.LeaseState
+	start    time.Time
+	expiry   time.Time
+	hold     time.Time // advertised, held until then
+	reserved bool
+	owned    bool // sn.clients[duid] is this binding
+	dirty    bool // changed since the last commit took it
+	durable  time.Time
+}
+
+// busy reports whether the address is taken at now: a live lease, a
+// held advertisement or a decline quarantine.
+func (b *binding) busy(now time.Time) bool {
+	switch {
+	case b.hold.After(now):
+		return true
+	case b.state == core.LeaseActive, b.state == core.LeaseDeclined:
+		return b.expiry.After(now)
+	}
+	return false
+}
+
+// lease is the binding as the store keeps it.
+func (b *binding) lease(now time.Time) core.Lease {
+	l := core.Lease{IP: b.ip.String(), ClientID: hexColon([]byte(b.duid)), Hostname: b.hostname, Subnet: b.sn.name,
+		State: b.state, Start: b.start, Expiry: b.expiry, Reserved: b.reserved, UpdatedAt: now}
+	if b.mac != "" {
+		l.MAC = hexColon([]byte(b.mac))
+	}
+	return l
+}
+
+// lookup is the client's binding in its subnet (not a declined one).
+func (s *Server) lookup(x *exchange) *binding {
+	b := x.sn.clients[string(x.duid)]
+	if b == nil || b.state == core.LeaseDeclined || s.byIP[b.ip] != b {
+		return nil
+	}
+	return b
+}
+
+// free reports whether a may go to the exchange's client: not reserved for
+// another client and not busy with another's binding.
+func (s *Server) free(x *exchange, a netip.Addr) bool {
+	if r := x.sn.resByIP[a]; r != nil && r != x.res {
+		return false
+	}
+	b := s.byIP[a]
+	return b == nil || b.duid == string(x.duid) && b.state != core.LeaseDeclined || !b.busy(x.now)
+}
+
+// allocate finds the client's address: its reservation, its binding, a
+// free hint inside a pool, else a free pool address from where its DUID
+// hashes to.
+func (s *Server) allocate(x *exchange, hints [][16]byte) *binding {
+	if x.res != nil {
+		if s.free(x, x.res.ip) {
+			return s.claim(x, x.res.ip)
+		}
+		return nil
+	}
+	if b := s.lookup(x); b != nil && s.free(x, b.ip) && x.sn.poolFor(b.ip) != nil {
+		return b
+	}
+	for _, h := range hints {
+		a := netip.AddrFrom16(h)
+		if x.sn.poolFor(a) != nil && s.free(x, a) {
+			return s.claim(x, a)
+		}
+	}
+	for i := range x.sn.pools {
+		p := &x.sn.pools[i]
+		off := probeStart(x.duid, p.size)
+		tries := p.size
+		if tries > maxProbe {
+			tries = maxProbe
+		}
+		for range tries {
+			a := p.at(off)
+			if s.free(x, a) {
+				return s.claim(x, a)
+			}
+			if off++; off == p.size {
+				off = 0
+			}
+		}
+	}
+	return nil
+}
+
+// maxProbe bounds the addresses one allocation looks at in a pool: pools
+// of IPv6 size are sparse, a small pool is scanned whole.
+const maxProbe = 1 << 16
+
+// claim makes a the client's binding, if it may have it: the binding it
+// had elsewhere in the subnet lets go (released, written behind).
+func (s *Server) claim(x *exchange, a netip.Addr) *binding {
+	if !s.free(x, a) {
+		return nil
+	}
+	sn, duid := x.sn, string(x.duid)
+	b := s.byIP[a]
+	if b != nil && (b.duid != duid || b.sn != sn) {
+		s.disown(b)
+		b = nil
+	}
+	if b == nil {
+		b = &binding{ip: a, sn: sn, duid: duid, state: core.LeaseExpired}
+		s.byIP[a] = b
+	}
+	if cur := sn.clients[duid]; cur != nil && cur != b {
+		s.disown(cur)
+		if cur.state == core.LeaseActive && cur.expiry.After(x.now) {
+			cur.state, cur.expiry = core.LeaseReleased, x.now
+			s.markDirty(cur)
+		} else if !cur.dirty && s.byIP[cur.ip] == cur {
+			delete(s.byIP, cur.ip)
+		}
+		cur.hold = time.Time{}
+	}
+	sn.clients[duid] = b
+	b.owned = true
+	return b
+}
+
+// bind makes b an active lease of the exchange's client for the subnet's
+// lease time; it reports whether the lease is new (not an extension).
+func (s *Server) bind(x *exchange, b *binding) bool {
+	fresh := b.state != core.LeaseActive || !b.expiry.After(x.now)
+	if fresh {
+		b.start = x.now
+	}
+	b.state, b.expiry, b.hold = core.LeaseActive, x.now.Add(x.sn.leaseTime), time.Time{}
+	if x.mac != nil {
+		b.mac = string(x.mac)
+	}
+	if x.res != nil && x.res.hostname != "" {
+		b.hostname = x.res.hostname
+	}
+	// Only a reservation by MAC marks the lease reserved (what approval
+	// rules take as network proof); a DUID is the client's word.
+	b.reserved = x.resByMAC && x.res.ip == b.ip
+	s.markDirty(b)
+	return fresh
+}
+
+func (s *Server) markDirty(b *binding) {
+	if !b.dirty {
+		b.dirty = true
+		s.dirty = append(s.dirty, b)
+	}
+}
+
+// disown removes b as its client's binding.
+func (s *Server) disown(b *binding) {
+	if b.owned && b.sn.clients[b.duid] == b {
+		delete(b.sn.clients, b.duid)
+	}
+	b.owned = false
+}
+
+// sweep expires leases whose time is up (written behind) and forgets
+// bindings that hold nothing any more, and device views no binding names.
+func (s *Server) sweep(now time.Time) {
+	for ip, b := range s.byIP {
+		if b.busy(now) || b.dirty {
+			continue
+		}
+		switch b.state {
+		case core.LeaseActive:
+			b.state = core.LeaseExpired
+			s.markDirty(b)
+		case core.LeaseDeclined:
+			b.state = core.LeaseExpired
+			s.markDirty(b)
+		default:
+			// Advertised, released or expired and written: nothing to
+			// keep (a client coming back hashes to the same address).
+			s.disown(b)
+			delete(s.byIP, ip)
+		}
+	}
+	if len(s.devs) > len(s.byIP) {
+		named := make(map[string]struct{}, len(s.byIP))
+		for _, b := range s.byIP {
+			named[b.mac] = struct{}{}
+		}
+		for mac, dv := range s.devs {
+			if _, ok := named[mac]; !ok && !dv.queued {
+				delete(s.devs, mac)
+			}
+		}
+	}
+}
