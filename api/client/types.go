@@ -780,3 +780,15 @@ type Position struct {
 	// changed through it).
 	Source string `json:"source,omitempty"`
 }
+
+// PositionImport is the body of POST /api/v1/positions/import: positions
+// stored through the API together, all or none.
+type PositionImport struct {
+	Items []Position `json:"items"`
+}
+
+// PositionImported says how many positions an import added and replaced.
+type PositionImported struct {
+	Created  int `json:"created"`
+	Replaced int `json:"replaced"`
+}

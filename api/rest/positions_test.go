@@ -61,4 +61,39 @@ func TestPositionsREST(t *testing.T) {
 	if r := admin.Do("DELETE", "/api/v1/positions/leaf-07a", nil); r.Status != http.StatusNotFound {
 		t.Fatalf("second DELETE: %d", r.Status)
 	}
+
+	// An import stores all its positions together, or none: one bad item
+	// refuses the whole body with every problem.
+	batch := client.PositionImport{Items: []client.Position{
+		{Name: "leaf-08a", Relay: "10.0.8.1", CircuitID: "Ethernet1"},
+		{Name: "leaf-08b", Relay: "10.0.8.1", CircuitID: "Ethernet1"},
+		{Name: "leaf-08c", Relay: "10.0.8.1", CircuitID: "Ethernet3", Role: "worker"},
+	}}
+	r = admin.Do("POST", "/api/v1/positions/import", batch)
+	if r.Status != http.StatusBadRequest || !strings.Contains(string(r.Raw), "leaf-08a") || !strings.Contains(string(r.Raw), "role without a cluster") {
+		t.Fatalf("bad import: %d %s", r.Status, r.Raw)
+	}
+	admin.Do("GET", "/api/v1/positions", nil).Decode(t, &page)
+	if len(page.Items) != 0 {
+		t.Fatalf("a refused import stored %+v", page.Items)
+	}
+	batch.Items[1].CircuitID, batch.Items[2].Cluster = "Ethernet2", "fabric-2"
+	if r := user.Do("POST", "/api/v1/positions/import", batch); r.Status != http.StatusForbidden {
+		t.Fatalf("user import: %d", r.Status)
+	}
+	var imported client.PositionImported
+	r = admin.Do("POST", "/api/v1/positions/import", batch)
+	r.Decode(t, &imported)
+	if r.Status != http.StatusOK || imported.Created != 3 || imported.Replaced != 0 {
+		t.Fatalf("import: %d %s", r.Status, r.Raw)
+	}
+	batch.Items = batch.Items[:1]
+	admin.Do("POST", "/api/v1/positions/import", batch).Decode(t, &imported)
+	if imported.Created != 0 || imported.Replaced != 1 {
+		t.Fatalf("second import: %+v", imported)
+	}
+	admin.Do("GET", "/api/v1/positions", nil).Decode(t, &page)
+	if len(page.Items) != 3 {
+		t.Fatalf("after import: %+v", page.Items)
+	}
 }
