@@ -70,8 +70,8 @@ type checkResult struct {
 	// Position is the planned slot the device is previewed at (--position,
 	// or the one a recorded device was leased through).
 	Position *client.Position `json:"position,omitempty"`
-	Notes     []string          `json:"notes,omitempty"`
-	Warnings  []string          `json:"warnings,omitempty"`
+	Notes    []string         `json:"notes,omitempty"`
+	Warnings []string         `json:"warnings,omitempty"`
 }
 
 func newProfileCheckCmd(opts *rootOptions) *cobra.Command {
