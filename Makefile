@@ -7,7 +7,7 @@ LAB_BIN ?= bin/ztpd-lab
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: package k8s-bins build test test-short lint fuzz bench bench-go bench-dhcp bench-dhcp6 bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed bench-webui bench-scale bench-rollout lab clean
+.PHONY: package k8s-bins build test test-short lint fuzz bench bench-go bench-dhcp bench-dhcp-positions bench-dhcp6 bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed bench-webui bench-scale bench-rollout lab clean
 
 # The product (ztpd) and the namespace lab (ztpd-lab), side by side: ztpd-lab
 # runs the ztpd next to it, and the simulated kubelet (kubeletsim) next to it.
@@ -105,6 +105,11 @@ bench-observed:
 # DHCPv4 DORA/s of ztpd, Kea (memfile) and dnsmasq side by side (root; perfdhcp, kea-dhcp4, dnsmasq).
 bench-dhcp: build
 	ZTPD_BIN=$(CURDIR)/$(BIN) bash bench/dhcp-rate.sh
+
+# The cabling plan's cost: ztpd without and with a 10,000-position plan, relayed
+# requests with option 82, side by side (root; perfdhcp).
+bench-dhcp-positions: build
+	MODE=positions ZTPD_BIN=$(CURDIR)/$(BIN) bash bench/dhcp-rate.sh
 
 bench-dhcp6: build
 	ZTPD_BIN=$(CURDIR)/$(BIN) bash bench/dhcp6-rate.sh

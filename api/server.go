@@ -125,6 +125,8 @@ type Deps struct {
 	Desired *desired.Service
 	// Rollouts runs operations over clusters' nodes.
 	Rollouts *rollout.Engine
+	// Positions owns the cabling plan; nil serves no position routes.
+	Positions rest.Positions
 }
 
 // Server is the API front end.
@@ -174,7 +176,7 @@ func New(d Deps) *Server {
 		Refusals: d.Refusals, Limiter: limiter, Verifier: s.verifier, Failures: failures, AuthFailures: m.authFailures,
 		Bodies: s.bodies, Sessions: s.console, Now: d.Now,
 		Pools: d.Pools, Preview: d.Preview, ImageStore: d.ImageStore, ISOBaseURL: d.ISOBaseURL, Config: d.Config,
-		Warnings: d.Warnings, Desired: d.Desired, Rollouts: d.Rollouts})
+		Warnings: d.Warnings, Desired: d.Desired, Rollouts: d.Rollouts, Positions: d.Positions})
 	s.agents = agentdoor.New(d.Desired, d.Log)
 	e := gin.New()
 	e.HandleMethodNotAllowed = true

@@ -26,6 +26,16 @@
 #   kea-mt      kea with multi-threading (pair with SERVER_CPUS=0,1 to be meaningful)
 #   dnsmasq     dnsmasq --no-ping --quiet-dhcp, lease file on disk
 #   dnsmasq-ro  same but --leasefile-ro (no lease persistence; diagnostic)
+#   ztpd-plan   ztpd with a generated cabling plan of PLAN_SIZE (10000) positions behind
+#               the relay 10.99.0.2 (circuit ids port-0..): every relayed request is
+#               looked up in it
+#
+# MODE=positions (`make bench-dhcp-positions`): the cabling plan's cost on the DHCP
+# hot path. ANCHORS="ztpd ztpd-plan", perfdhcp adds option 82 with circuit id
+# RELAY_CIRCUIT ("unplanned-port": in no position, so both servers do the same
+# allocation and the plan costs only its lookup) to every packet of both, and the
+# last line is
+#   RESULT dhcp_positions_dora_per_s ztpd=<n> ztpd_plan<PLAN_SIZE>=<n> ratio=<plan/none>
 #
 # Another server in the same table:
 #   SERVER_NAME=x SERVER_CMD='/opt/x --iface {iface} --addr {ip} --leases {dir}/leases' bench/dhcp-rate.sh
@@ -38,8 +48,18 @@
 # Other knobs (env): LADDER DURATION(<=15) CLIENTS DROP_PCT REFINE RETRY_FAIL STOP_ON_FAIL
 #   CLIENT_CPUS SERVER_CPUS (taskset lists; empty = no pinning) PERF_THREADS
 #   LEASE_TIME WORK KEEP_RUNS READY_TIMEOUT READY_PORT ZTPD_BIN NS_PREFIX
+#   MODE PLAN_SIZE RELAY_CIRCUIT (option 82 circuit id perfdhcp adds; empty = none)
 set -uo pipefail
 
+MODE=${MODE:-}
+PLAN_SIZE=${PLAN_SIZE:-10000}
+RELAY_CIRCUIT=${RELAY_CIRCUIT:-}
+if [[ $MODE == positions ]]; then
+  ANCHORS=${ANCHORS-"ztpd ztpd-plan"}
+  RELAY_CIRCUIT=${RELAY_CIRCUIT:-unplanned-port}
+  LADDER=${LADDER:-"1000 2000 3000 4000 5000 6000 8000 10000 12000 16000"}
+  REFINE=${REFINE:-4}
+fi
 LADDER=${LADDER:-"100 250 500 1000 2000 4000 8000 12000 16000 20000 24000 32000"}
 DURATION=${DURATION:-10}
 CLIENTS=${CLIENTS:-50000}
@@ -177,9 +197,14 @@ ztpd_bin() {                 # the ztpd binary: ZTPD_BIN, bin/ztpd, or built int
 }
 anchor_cmd() {               # $1 name, $2 run dir -> echo template
   case $1 in
-    ztpd)
+    ztpd|ztpd-plan)
       local bin; bin=$(ztpd_bin) || exit 1
       printf 'dhcp:\n  lease_time: %ss\nevents:\n  keep: 1000000\n' "$LEASE_TIME" > "$2/ztpd.yaml"
+      if [[ $1 == ztpd-plan ]]; then
+        awk -v n="$PLAN_SIZE" -v relay="$CLI_IP" 'BEGIN{print "name,relay,circuit_id,rack,port";
+          for (i = 0; i < n; i++) printf "pos-%d,%s,port-%d,%d,port-%d\n", i, relay, i, int(i/48), i%48}' > "$2/plan.csv"
+        printf 'positions: [%s/plan.csv]\n' "$2" >> "$2/ztpd.yaml"
+      fi
       echo "exec $bin serve --config {dir}/ztpd.yaml --data-dir {dir}/data --log-level warn" \
            "--dhcp-interface {iface} --dhcp-range {pool_start}-{pool_end} --dhcp-relay $CLI_IP --http-addr {ip}:8080" ;;
     dnsmasq|dnsmasq-ro)
@@ -225,6 +250,13 @@ start_server() {             # $1 command (substituted), $2 dir ; sets SRV_PGID
   return 1
 }
 
+# option 82 with one circuit-id sub-option, when RELAY_CIRCUIT is set
+OPT82=()
+if [[ -n $RELAY_CIRCUIT ]]; then
+  (( ${#RELAY_CIRCUIT} <= 253 )) || die "RELAY_CIRCUIT longer than option 82 carries"
+  OPT82=(-o "82,$(printf '01%02x' ${#RELAY_CIRCUIT})$(printf '%s' "$RELAY_CIRCUIT" | od -An -tx1 | tr -d ' \n')")
+fi
+
 RESULTS=$WORK/results.tsv
 : > "$RESULTS"
 # one rung: $1 name, $2 template, $3 rate -> appends a row, returns 0 on PASS
@@ -242,7 +274,7 @@ run_rung() {
   log "$name: offering $rate DORA/s for ${DURATION}s"
   ip netns exec $NS_CLI timeout -k 2 $(( DURATION + 15 )) "${pin[@]}" \
      perfdhcp -4 -g "$PERF_THREADS" -l $CLI_IP -r "$rate" -p "$DURATION" -n $(( rate * DURATION )) \
-     -R "$CLIENTS" -d 1 -W 1000000 $SRV_IP > "$dir/perfdhcp.out" 2>&1
+     -R "$CLIENTS" -d 1 -W 1000000 "${OPT82[@]}" $SRV_IP > "$dir/perfdhcp.out" 2>&1
   local prc=$? alive=1
   kill -0 $SRV_PGID 2>/dev/null || alive=0
   local t1 hwm; t1=$(pg_ticks $SRV_PGID); hwm=$(pg_hwm_kb $SRV_PGID)
@@ -321,4 +353,11 @@ echo "(rows: $RESULTS)"
 best() { awk -F'\t' -v s="$1" '$1==s && $13=="PASS" && $2+0>b {b=$2+0} END{print b+0}' "$RESULTS"; }
 z=$(best ztpd) k=$(best kea) d=$(best dnsmasq)
 ratio=$(awk -v z="$z" -v k="$k" 'BEGIN{ if (k>0) printf "%.2f", z/k; else print "n/a" }')
+if [[ $MODE == positions ]]; then
+  p=$(best ztpd-plan)
+  ratio=$(awk -v z="$z" -v p="$p" 'BEGIN{ if (z>0) printf "%.3f", p/z; else print "n/a" }')
+  echo "(option 82 circuit id \"$RELAY_CIRCUIT\" on every packet of both; the plan: $PLAN_SIZE positions behind relay $CLI_IP)"
+  echo "RESULT dhcp_positions_dora_per_s ztpd=$z ztpd_plan$PLAN_SIZE=$p ratio=$ratio"
+  exit 0
+fi
 echo "RESULT dhcp_dora_per_s ztpd=$z kea=$k dnsmasq=$d ratio_vs_kea=$ratio"

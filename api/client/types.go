@@ -780,3 +780,39 @@ type DeviceTLS struct {
 	OldPinUntil time.Time `json:"old_pin_until,omitzero"`
 	Grace       string    `json:"grace"`
 }
+
+// Position is a slot of the cabling plan (openapi.json Position): how the
+// network proves it (the relay's address and the relay agent information
+// it adds) and what the device there is. As a PUT body, source is ignored.
+type Position struct {
+	Name        string            `json:"name"`
+	Relay       string            `json:"relay"`
+	CircuitID   string            `json:"circuit_id,omitempty"`
+	RemoteID    string            `json:"remote_id,omitempty"`
+	InterfaceID string            `json:"interface_id,omitempty"`
+	Role        string            `json:"role,omitempty"`
+	Cluster     string            `json:"cluster,omitempty"`
+	Profile     string            `json:"profile,omitempty"`
+	Address     string            `json:"address,omitempty"`
+	Serial      string            `json:"serial,omitempty"`
+	Rack        string            `json:"rack,omitempty"`
+	Port        string            `json:"port,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Fields      map[string]string `json:"fields,omitempty"`
+	// Source is where the position is defined: "FILE:LINE" of a plan
+	// file, or "api" for one stored through the API (only those can be
+	// changed through it).
+	Source string `json:"source,omitempty"`
+}
+
+// PositionImport is the body of POST /api/v1/positions/import: positions
+// stored through the API together, all or none.
+type PositionImport struct {
+	Items []Position `json:"items"`
+}
+
+// PositionImported says how many positions an import added and replaced.
+type PositionImported struct {
+	Created  int `json:"created"`
+	Replaced int `json:"replaced"`
+}

@@ -20,7 +20,7 @@ import (
 // console besides "/" itself: internal/app routes them to the API's
 // handler on the main listener when the API is served there.
 var Paths = []string{"/ui/", "/devices", "/devices/", "/clusters", "/clusters/", "/rollouts", "/rollouts/", "/versions", "/images",
-	"/leases", "/settings"}
+	"/leases", "/positions", "/settings"}
 
 // consoleCSP allows the console's own script, style and images (and data:
 // images) only: no inline script or style, no framing.
@@ -42,6 +42,7 @@ var consolePages = []consolePage{
 	{"/versions", "versions", "versions", "Versions", false},
 	{"/images", "images", "images", "Images", false},
 	{"/leases", "leases", "leases", "Leases", false},
+	{"/positions", "positions", "positions", "Positions", false},
 	{"/settings", "settings", "settings", "Settings", true},
 }
 

@@ -16,7 +16,7 @@ import (
 var pgPaths = []struct{ path, page string }{
 	{"/", "overview"}, {"/devices", "devices"}, {"/devices/aa:bb:cc:00:00:01", "device"}, {"/clusters", "clusters"},
 	{"/clusters/some-id", "cluster"}, {"/rollouts", "rollouts"}, {"/rollouts/ro-some-id", "rollout"}, {"/versions", "versions"},
-	{"/images", "images"}, {"/leases", "leases"}, {"/settings", "settings"},
+	{"/images", "images"}, {"/leases", "leases"}, {"/positions", "positions"}, {"/settings", "settings"},
 }
 
 // pgClient is a browser-like client of e's server: a cookie jar, no
@@ -186,6 +186,7 @@ func TestConsolePagesWithSession(t *testing.T) {
 		"/images":         {`id="image-upload"`, `id="upload-sha256"`},
 		"/versions":       {`id="version-add"`},
 		"/leases":         {`<table id="leases"`},
+		"/positions":      {`id="racks"`},
 		"/?ignored=query": {`id="ov-states"`},
 	} {
 		_, body := pgGet(t, admin, e.ts.URL+path)

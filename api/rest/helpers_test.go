@@ -18,6 +18,7 @@ import (
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/desired"
+	"github.com/ztpd/ztpd/internal/positions"
 	"github.com/ztpd/ztpd/internal/rollout"
 	"github.com/ztpd/ztpd/internal/store/boltstore"
 )
@@ -84,7 +85,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		Verifier: auth.NewVerifier(e.keys, sigs, e.clock.Now, reg),
 		Failures: auth.NewFailures(limiter, e.keys, f.Log, authFailures, e.clock.Now), AuthFailures: authFailures,
 		Bodies: bodycache.New(64<<20, prometheus.NewCounter(prometheus.CounterOpts{Name: "hits"}), prometheus.NewCounter(prometheus.CounterOpts{Name: "renders"})),
-		Now:    e.clock.Now, Desired: e.desired, Rollouts: e.rollouts})
+		Now:    e.clock.Now, Desired: e.desired, Rollouts: e.rollouts, Positions: positions.NewService(nil, e.st, nil)})
 	gin.SetMode(gin.ReleaseMode)
 	eng := gin.New()
 	eng.HandleMethodNotAllowed = true

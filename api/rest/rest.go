@@ -124,6 +124,8 @@ type Deps struct {
 	Desired *desired.Service
 	// Rollouts runs operations over clusters' nodes.
 	Rollouts *rollout.Engine
+	// Positions owns the cabling plan; nil serves no position routes.
+	Positions Positions
 }
 
 // restMetrics are the metrics the REST door records.
@@ -133,24 +135,25 @@ type restMetrics struct {
 
 // Door is the REST API.
 type Door struct {
-	log      *slog.Logger
-	st       core.Store
-	clusters *clusters.Service
-	keys     *apikeys.Service
-	images   ImageLister
-	refusals RefusalLister
-	limiter  *auth.FailLimiter
-	verifier *auth.Verifier
-	now      func() time.Time
-	failures *auth.Failures
-	bodies   *bodycache.Cache
-	sessions Sessions
-	console  consoleDeps   // the console's REST additions (overview.go)
-	counts   consoleCounts // device tally and onboarding marks (counts.go)
-	desired  *desired.Service
-	rollouts *rollout.Engine
-	queries  *devices.Queries // devices, leases, events and counts, in the caller's scope
-	metrics  restMetrics
+	log       *slog.Logger
+	st        core.Store
+	clusters  *clusters.Service
+	keys      *apikeys.Service
+	images    ImageLister
+	refusals  RefusalLister
+	limiter   *auth.FailLimiter
+	verifier  *auth.Verifier
+	now       func() time.Time
+	failures  *auth.Failures
+	bodies    *bodycache.Cache
+	sessions  Sessions
+	console   consoleDeps   // the console's REST additions (overview.go)
+	counts    consoleCounts // device tally and onboarding marks (counts.go)
+	desired   *desired.Service
+	rollouts  *rollout.Engine
+	positions Positions
+	queries   *devices.Queries // devices, leases, events and counts, in the caller's scope
+	metrics   restMetrics
 }
 
 // New builds the REST door; Route registers its routes.
@@ -165,7 +168,7 @@ func New(d Deps) *Door {
 		limiter: d.Limiter, verifier: d.Verifier, now: d.Now, failures: d.Failures, bodies: d.Bodies, sessions: d.Sessions,
 		console: consoleDeps{pools: d.Pools, preview: d.Preview, imageStore: d.ImageStore, isoBaseURL: d.ISOBaseURL,
 			config: d.Config, warnings: d.Warnings},
-		desired: d.Desired, rollouts: d.Rollouts, queries: devices.NewQueries(d.Store),
+		desired: d.Desired, rollouts: d.Rollouts, positions: d.Positions, queries: devices.NewQueries(d.Store),
 		metrics: restMetrics{authFailures: d.AuthFailures}}
 }
 
@@ -214,5 +217,6 @@ func (s *Door) Route(e *gin.Engine) {
 	g.GET("/events", s.listEvents)
 	g.GET("/refusals", admin, s.listRefusals)
 	s.routeDayOps(g)
+	s.routePositions(g)
 	s.routeConsoleREST(e, g)
 }

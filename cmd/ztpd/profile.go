@@ -22,6 +22,7 @@ import (
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/hosturl"
+	"github.com/ztpd/ztpd/internal/positions"
 	"github.com/ztpd/ztpd/internal/profile"
 	"github.com/ztpd/ztpd/ztp/content"
 	"github.com/ztpd/ztpd/ztp/endpoints"
@@ -51,6 +52,7 @@ type checkFlags struct {
 	serial, mac, product, kind, platform, ip, subnet, sonicVer string
 	profileName                                                string
 	device                                                     string // --device: a recorded device's facts
+	position                                                   string // --position: a planned slot's device
 }
 
 type checkResult struct {
@@ -65,8 +67,11 @@ type checkResult struct {
 	UserData  string            `json:"user_data,omitempty"`
 	Metadata  map[string]string `json:"meta_data,omitempty"`
 	Store     string            `json:"store"` // where clusters and images were read, or why not
-	Notes     []string          `json:"notes,omitempty"`
-	Warnings  []string          `json:"warnings,omitempty"`
+	// Position is the planned slot the device is previewed at (--position,
+	// or the one a recorded device was leased through).
+	Position *client.Position `json:"position,omitempty"`
+	Notes    []string         `json:"notes,omitempty"`
+	Warnings []string         `json:"warnings,omitempty"`
 }
 
 func newProfileCheckCmd(opts *rootOptions) *cobra.Command {
@@ -98,6 +103,11 @@ error. Facts not given by flags come from a sample device of the kind
 (serial SAMPLE0001, Accton-AS7712-32X, 192.0.2.10), or, with --device MAC or
 SERIAL, from what ztpd recorded of that device: the facts serving matches on,
 so a switch that gets no config shows which profile misses it and why.
+With --position NAME the device is the one plugged into that slot of the
+cabling plan: it has the slot's relay information, reserved address and
+expected serial, and gets the slot's name, profile, cluster and role, as
+serving gives them (the plan is the running server's, else the plan files
+and the positions stored in the data directory's store).
 
 When the data directory has a store (a running server's admin socket, or
 the store opened read-only in-process), the check also warns about every
@@ -110,6 +120,7 @@ Exit status 1 when a profile is invalid or fails to render for the device;
 warnings do not change it.`,
 		Example: `  ztpd profile check --config /etc/ztpd/ztpd.yaml
   ztpd profile check --device LEAF0001      # why does this switch get what it gets (or nothing)?
+  ztpd profile check --position leaf-07a    # what the switch plugged into that slot gets
   ztpd profile check --profiles examples/profiles --serial LEAF0010 \
       --product Accton-AS7712-32X --ip 10.99.40.10 --sonic-version SONiC.202311.1
   ztpd profile check --profiles examples/profiles --kind onie --ip 10.99.40.10
@@ -146,7 +157,18 @@ warnings do not change it.`,
 			if err != nil {
 				return err
 			}
-			res, err := checkProfiles(set, d, f.profileName, cfg, st)
+			var plan *positions.Plan
+			if f.position != "" || d.Position != "" {
+				if plan, err = checkPlan(st, cfg); err != nil {
+					return err
+				}
+			}
+			if f.position != "" {
+				if err := placeDevice(&d, plan, f, cmd, recorded != nil); err != nil {
+					return err
+				}
+			}
+			res, err := checkProfiles(set, d, f.profileName, cfg, st, plan)
 			if err != nil {
 				return err
 			}
@@ -165,6 +187,7 @@ warnings do not change it.`,
 	fl.StringVar(&f.sonicVer, "sonic-version", "", "SONiC-VERSION the switch reports, N.A = unknown (sonic)")
 	fl.StringVar(&f.profileName, "profile", "", "render this profile instead of the matching one")
 	fl.StringVar(&f.device, "device", "", "preview for this device ztpd has seen (MAC or serial), with its recorded facts; fact flags override them")
+	fl.StringVar(&f.position, "position", "", "preview the device plugged into this position of the cabling plan")
 	return cmd
 }
 
@@ -352,14 +375,18 @@ func (im *profileCheckImages) OpenContext(context.Context, core.Image) (*os.File
 // checkProfiles previews what device d would fetch, through the same
 // selection and rendering as the server (content.PreviewDevice), and lists
 // what the profiles name that the store lacks.
-func checkProfiles(set *profile.Set, d core.Device, profileName string, cfg config.Config, st *profileCheckStoreAccess) (*checkResult, error) {
+func checkProfiles(set *profile.Set, d core.Device, profileName string, cfg config.Config, st *profileCheckStoreAccess, plan *positions.Plan) (*checkResult, error) {
 	res := &checkResult{Device: *content.Facts(&d), Store: st.where}
+	if p := plan.Get(d.Position); p != nil {
+		v := positionView(p)
+		res.Position = &v
+	}
 	for _, p := range set.Profiles() {
 		res.Profiles = append(res.Profiles, p.Name)
 	}
 	mdBase, mdNote := checkMetadataBase(cfg.HTTP.MetadataAddr, cfg.HTTP.Addr)
 	opt := content.PreviewOptions{DefaultProfile: cfg.ZTP.DefaultProfile, ProfileName: profileName,
-		Base: checkBaseURL(cfg.AdvertiseAddr, cfg.HTTP.Addr), MetadataBase: mdBase}
+		Base: checkBaseURL(cfg.AdvertiseAddr, cfg.HTTP.Addr), MetadataBase: mdBase, Plan: plan}
 	if st.images != nil {
 		opt.Images = st.images
 	}
@@ -451,6 +478,23 @@ func printCheck(tw *tabwriter.Writer, w io.Writer, res *checkResult) {
 		matched += " (ztp.default_profile)"
 	}
 	row(tw, "matched", matched)
+	if p := res.Position; p != nil {
+		at := "position " + p.Name + " (" + p.Source + "): relay " + p.Relay
+		if p.CircuitID != "" {
+			at += " circuit-id " + p.CircuitID
+		}
+		if p.RemoteID != "" {
+			at += " remote-id " + p.RemoteID
+		}
+		row(tw, "plugged into", at)
+		dhcp := "host name " + p.Name + ", "
+		if p.Address != "" {
+			dhcp += "address " + p.Address + " (reserved for the position)"
+		} else {
+			dhcp += "a pool address"
+		}
+		row(tw, "dhcp gives", dhcp)
+	}
 	row(tw, "store", res.Store)
 	for i, f := range res.Fetches {
 		label := ""
@@ -479,4 +523,76 @@ func printCheck(tw *tabwriter.Writer, w io.Writer, res *checkResult) {
 		}
 		fmt.Fprintf(w, "\n--- user-data\n%s", res.UserData)
 	}
+}
+
+// checkPlan is the cabling plan a preview places devices by: the running
+// server's (or, with the store opened in-process, the plan files and the
+// stored positions), else the plan files alone.
+func checkPlan(st *profileCheckStoreAccess, cfg config.Config) (*positions.Plan, error) {
+	if st.images == nil {
+		pl, err := positions.Load(cfg.Positions, nil)
+		if err != nil {
+			return nil, fmt.Errorf("positions: %w", err)
+		}
+		return pl, nil
+	}
+	var page client.Page[client.Position]
+	if err := st.images.s.do("GET", "/api/v1/positions", nil, &page); err != nil {
+		return nil, fmt.Errorf("positions: %w", err)
+	}
+	ps := make([]*positions.Position, 0, len(page.Items))
+	for _, v := range page.Items {
+		p := &positions.Position{Name: v.Name, CircuitID: v.CircuitID, RemoteID: v.RemoteID, InterfaceID: v.InterfaceID,
+			Role: v.Role, Cluster: v.Cluster, Profile: v.Profile, Serial: v.Serial, Rack: v.Rack, Port: v.Port,
+			Labels: v.Labels, Fields: v.Fields}
+		p.Relay, _ = netip.ParseAddr(v.Relay)
+		p.Address, _ = netip.ParseAddr(v.Address)
+		if i := strings.LastIndexByte(v.Source, ':'); i > 0 && v.Source != "api" {
+			p.File = v.Source[:i]
+			fmt.Sscan(v.Source[i+1:], &p.Line)
+		}
+		ps = append(ps, p)
+	}
+	pl, errs := positions.Build(ps)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("positions: %w", errs)
+	}
+	return pl, nil
+}
+
+// placeDevice puts d into the position f.position names: the relay
+// information it arrives with, the address DHCP gives it there, and, for
+// a sample device, the serial the slot expects.
+func placeDevice(d *core.Device, plan *positions.Plan, f *checkFlags, cmd *cobra.Command, recorded bool) error {
+	p := plan.Get(f.position)
+	if p == nil {
+		names := make([]string, 0, 8)
+		for _, q := range plan.List() {
+			if len(names) == 8 {
+				names = append(names, "...")
+				break
+			}
+			names = append(names, q.Name)
+		}
+		return fmt.Errorf("--position %s: no such position in the cabling plan (positions: %s; ztpd position list)", f.position, strings.Join(names, ", "))
+	}
+	d.Position, d.RelayAddr, d.CircuitID, d.RemoteID = p.Name, p.Relay.String(), p.CircuitID, p.RemoteID
+	if p.Address.IsValid() && !cmd.Flags().Changed("ip") {
+		d.IP = p.Address.String()
+	}
+	if p.Serial != "" && !recorded && !cmd.Flags().Changed("serial") && d.Kind != core.KindVM && d.Kind != core.KindUnknown {
+		d.Serial = p.Serial
+	}
+	return nil
+}
+
+// positionView is a planned position as the check shows it.
+func positionView(p *positions.Position) client.Position {
+	v := client.Position{Name: p.Name, Relay: p.Relay.String(), CircuitID: p.CircuitID, RemoteID: p.RemoteID,
+		InterfaceID: p.InterfaceID, Role: p.Role, Cluster: p.Cluster, Profile: p.Profile, Serial: p.Serial,
+		Rack: p.Rack, Port: p.Port, Labels: p.Labels, Fields: p.Fields, Source: p.Where()}
+	if p.Address.IsValid() {
+		v.Address = p.Address.String()
+	}
+	return v
 }

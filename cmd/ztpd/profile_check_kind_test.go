@@ -26,7 +26,7 @@ func TestProfileCheckNamesVMMACPrefixForUnknownKind(t *testing.T) {
 	st := &profileCheckStoreAccess{where: "not consulted", close: func() error { return nil }}
 	check := func(cfg config.Config, d core.Device) []string {
 		t.Helper()
-		res, err := checkProfiles(set, d, "", cfg, st)
+		res, err := checkProfiles(set, d, "", cfg, st, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -52,7 +52,7 @@ func (a *App) buildAPI() error {
 	deps := api.Deps{Log: a.Log.With("part", "api"), Metrics: a.Metrics, Store: a.Store, Clusters: cs, Keys: a.APIKeys,
 		Images: a.Images, Refusals: a.ZTP, AuthFailuresPerMinute: a.Cfg.API.AuthFailuresPerMinute, Signatures: &sigs,
 		Preview: profilePreviewer{a}, ImageStore: a.Images, ISOBaseURL: a.Endpoints.ISOs(), Config: a.redactedConfig,
-		Warnings: a.Warnings, Desired: a.Desired, Rollouts: a.Rollouts}
+		Warnings: a.Warnings, Desired: a.Desired, Rollouts: a.Rollouts, Positions: a.Positions}
 	if a.DHCP != nil {
 		deps.Pools = dhcpPools{a.DHCP}
 	}

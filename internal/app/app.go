@@ -405,8 +405,19 @@ func (a *App) ReloadProfiles() error {
 
 // applyPlan hands a cabling plan to what serves by it: content (its
 // profiles must be loaded) and DHCP (its addresses must be in subnets).
+// In a process that is not serving (a CLI command that opened the store
+// in-process), the plan is checked against the profile files and the
+// subnets, and nothing else takes it.
 func (a *App) applyPlan(pl *positions.Plan) error {
-	if err := content.CheckPlanProfiles(pl, a.profiles.Load()); err != nil {
+	set := a.profiles.Load()
+	serving := set != nil
+	if !serving {
+		var err error
+		if set, err = profile.Load(a.Cfg.Profiles); err != nil {
+			return err
+		}
+	}
+	if err := content.CheckPlanProfiles(pl, set); err != nil {
 		return err
 	}
 	if a.DHCP != nil {
@@ -418,6 +429,9 @@ func (a *App) applyPlan(pl *positions.Plan) error {
 		if err := a.DHCP6.SetPlan(pl); err != nil {
 			return err
 		}
+	}
+	if !serving {
+		return nil
 	}
 	return a.ZTP.SetPlan(pl)
 }

@@ -34,7 +34,7 @@ func TestMainHandlerConsole(t *testing.T) {
 	for path, want := range map[string]string{
 		"/": "api", "/devices": "api", "/devices/aa:bb:cc:dd:ee:ff": "api", "/clusters": "api", "/clusters/x": "api",
 		"/rollouts": "api", "/rollouts/ro-x": "api",
-		"/versions": "api", "/images": "api", "/leases": "api", "/settings": "api", "/ui/static/x/app.js": "api",
+		"/versions": "api", "/images": "api", "/leases": "api", "/positions": "api", "/settings": "api", "/ui/static/x/app.js": "api",
 		"/ui/stream": "api", "/api/v1/devices": "api",
 		"/images/abc": "devices", "/ztp/ztp.json": "devices", "/latest/meta-data/": "devices",
 		"/onie-installer-x86_64": "devices", "/healthz": "devices",

@@ -36,6 +36,10 @@ func (e *Error) Error() string {
 	}
 	if e.Position != "" {
 		fmt.Fprintf(&b, "position %q: ", visible(e.Position))
+		if e.File == "" {
+			b.Reset()
+			fmt.Fprintf(&b, "position %q (through the API): ", visible(e.Position))
+		}
 	}
 	if e.Field != "" {
 		b.WriteString(e.Field)

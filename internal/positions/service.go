@@ -3,6 +3,7 @@ package positions
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -24,6 +25,7 @@ type Service struct {
 
 	mu   sync.Mutex // one change at a time
 	plan atomic.Pointer[Plan]
+	used atomic.Bool // a plan was read and used (Use, or a change saved)
 }
 
 // NewService reads the plan files under files (a file, or a directory's
@@ -72,7 +74,18 @@ func (s *Service) Use(pl *Plan) error {
 		}
 	}
 	s.plan.Store(pl)
+	s.used.Store(true)
 	return nil
+}
+
+// Current is the plan in use, or, in a process that never loaded one (a
+// CLI command that opened the store in-process rather than asking the
+// server), the plan the files and the stored positions make now.
+func (s *Service) Current() (*Plan, error) {
+	if s.used.Load() {
+		return s.Plan(), nil
+	}
+	return s.Read()
 }
 
 func (s *Service) stored() ([]*Position, error) {
@@ -103,7 +116,11 @@ func (s *Service) stored() ([]*Position, error) {
 
 // Get returns the position called name.
 func (s *Service) Get(name string) (*Position, error) {
-	if p := s.Plan().Get(name); p != nil {
+	pl, err := s.Current()
+	if err != nil {
+		return nil, err
+	}
+	if p := pl.Get(name); p != nil {
 		return p, nil
 	}
 	return nil, core.Errorf(core.KindNotFound, "no position named %q", name)
@@ -114,37 +131,50 @@ func (s *Service) Get(name string) (*Position, error) {
 // Put refuses to shadow it. The whole plan is checked with p in it, and
 // applied, before p is stored.
 func (s *Service) Put(c core.Caller, p *Position) (created bool, err error) {
+	n, err := s.PutMany(c, []*Position{p})
+	return n == 1, err
+}
+
+// PutMany adds or replaces the stored positions ps together, for an
+// administrator: all of them or, on any problem, none (every problem is
+// reported). It returns how many were new.
+func (s *Service) PutMany(c core.Caller, ps []*Position) (created int, err error) {
 	if !c.Admin {
-		return false, core.Errorf(core.KindPermission, "the cabling plan is managed by administrators")
+		return 0, core.Errorf(core.KindPermission, "the cabling plan is managed by administrators")
 	}
-	p = p.Clone()
-	p.File, p.Line = "", 0
-	var errs Errors
-	p.Check(func(field string, err error) {
-		errs = append(errs, &Error{Position: p.Name, Field: field, Err: err})
-	})
-	if len(errs) > 0 {
-		return false, core.WrapError(core.KindInvalid, "invalid position", errs)
+	// Each position's own problems are reported with the whole plan's
+	// (Build checks both), so one answer lists them all.
+	in := make(map[string]*Position, len(ps))
+	for i, p := range ps {
+		p = p.Clone()
+		p.File, p.Line = "", 0
+		ps[i] = p
+		in[p.Name] = p
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if o := s.Plan().Get(p.Name); o != nil && o.File != "" {
-		return false, core.Errorf(core.KindConflict, "position %q is defined at %s: change it there", p.Name, o.Where())
-	}
 	stored, err := s.stored()
 	if err != nil {
-		return false, err
+		return 0, err
 	}
-	created = true
-	next := make([]*Position, 0, len(stored)+1)
-	for _, o := range stored {
-		if o.Name == p.Name {
-			created = false
-			continue
+	files, err := Load(s.files, nil)
+	if err != nil {
+		// The files' own problems come with the whole plan's below.
+		files = &Plan{}
+	}
+	for _, p := range ps {
+		if o := files.Get(p.Name); o != nil {
+			return 0, core.Errorf(core.KindConflict, "position %q is defined at %s: change it there", p.Name, o.Where())
 		}
-		next = append(next, o)
 	}
-	next = append(next, p)
+	next := make([]*Position, 0, len(stored)+len(ps))
+	for _, o := range stored {
+		if in[o.Name] == nil {
+			next = append(next, o)
+		}
+	}
+	created = len(ps) - (len(stored) - len(next)) // less those that replace one
+	next = append(next, ps...)
 	return created, s.save(next)
 }
 
@@ -155,8 +185,8 @@ func (s *Service) Delete(c core.Caller, name string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if o := s.Plan().Get(name); o != nil && o.File != "" {
-		return core.Errorf(core.KindConflict, "position %q is defined at %s: remove it there", name, o.Where())
+	if files, err := Load(s.files, nil); err == nil && files.Get(name) != nil {
+		return core.Errorf(core.KindConflict, "position %q is defined at %s: remove it there", name, files.Get(name).Where())
 	}
 	stored, err := s.stored()
 	if err != nil {
@@ -181,7 +211,7 @@ func (s *Service) save(stored []*Position) error {
 	if err != nil {
 		var es Errors
 		if errors.As(err, &es) {
-			return core.WrapError(core.KindInvalid, "the cabling plan would not be valid", err)
+			return core.Errorf(core.KindInvalid, "the cabling plan would not be valid: %s", oneLine(es))
 		}
 		return err
 	}
@@ -194,7 +224,7 @@ func (s *Service) save(stored []*Position) error {
 	}
 	if s.apply != nil {
 		if err := s.apply(pl); err != nil {
-			return core.WrapError(core.KindInvalid, "the cabling plan would not be served", err)
+			return core.Errorf(core.KindInvalid, "the cabling plan would not be served: %v", err)
 		}
 	}
 	if err := s.store.Update(func(tx core.Tx) error { return tx.Settings().Put(settingKey, string(raw)) }); err != nil {
@@ -204,5 +234,15 @@ func (s *Service) save(stored []*Position) error {
 		return err
 	}
 	s.plan.Store(pl)
+	s.used.Store(true)
 	return nil
+}
+
+// oneLine is every problem of es on one line, for an API answer.
+func oneLine(es Errors) string {
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = e.Error()
+	}
+	return strings.Join(parts, "; ")
 }

@@ -108,6 +108,9 @@ func KindFacts(kind core.DeviceKind) []string {
 func PreviewDevice(set *profile.Set, d *core.Device, opt PreviewOptions) (*Preview, error) {
 	f := FactsAt(d, opt.Plan)
 	pv := &Preview{Kind: d.Kind}
+	if err := placed(opt.Plan, d); err != nil {
+		pv.warn("its content would be refused: %s", refusal(err))
+	}
 	var p *profile.Profile
 	if opt.ProfileName != "" {
 		if p = set.Get(opt.ProfileName); p == nil {

@@ -557,6 +557,7 @@
         ['Platform', dev.platform], ['Hostname', dev.hostname], ['SONiC', dev.sonic_version], ['IP', dev.ip],
         ['Fixed IP', dev.fixed_ip], ['Subnet', dev.subnet], ['Relay', dev.relay_addr], ['Circuit ID', dev.circuit_id],
         ['Remote ID', dev.remote_id], ['Base MAC', dev.base_mac], ['Vendor class', dev.vendor_class], ['Client ID', dev.client_id],
+        ['Position', dev.position ? el('a', { href: '/positions#pos-' + dev.position, id: 'device-position', text: dev.position }) : ''],
         ['Profile', dev.profile], ['Cluster', dev.cluster ? clusterLink(dev.cluster, names.get(dev.cluster)) : ''],
         ['Role', dev.role], ['Approved', dev.approved ? 'yes' : 'no'],
         ['Labels', dev.labels ? Object.entries(dev.labels).map(([k, v]) => `${k}=${v}`).join(', ') : ''],
@@ -1303,8 +1304,63 @@
     e.preventDefault();
     setStatus('The page is still loading: try again in a moment.', 'busy');
   });
+  // ---- positions --------------------------------------------------------
+
+  // slotState is what the device records say of a planned slot: empty (no
+  // device arrived, no serial expected), expected (a serial is expected and
+  // no device arrived), arrived, joined, or mismatched (the box there is not
+  // the serial the plan expects).
+  function slotState(p, dev) {
+    if (!dev) return p.serial ? 'expected' : 'empty';
+    if (p.serial && dev.serial && dev.serial !== p.serial) return 'mismatched';
+    return dev.state === 'joined' ? 'joined' : 'arrived';
+  }
+
+  async function positionsPage() {
+    const [plan, devs] = await Promise.all([listAll('/positions'), listAll('/devices')]);
+    // The newest device record naming each position.
+    const at = new Map();
+    for (const d of devs) {
+      if (!d.position) continue;
+      const o = at.get(d.position);
+      if (!o || String(d.last_seen) > String(o.last_seen)) at.set(d.position, d);
+    }
+    const racks = new Map();
+    const counts = {};
+    for (const p of plan) {
+      const r = p.rack || '';
+      if (!racks.has(r)) racks.set(r, []);
+      racks.get(r).push(p);
+    }
+    const sections = [...racks.keys()].sort((a, b) => a.localeCompare(b, undefined, { numeric: true })).map((r) => {
+      const rows = racks.get(r).map((p) => {
+        const dev = at.get(p.name);
+        const st = slotState(p, dev);
+        counts[st] = (counts[st] || 0) + 1;
+        const proof = [p.relay, p.circuit_id, p.remote_id].filter(Boolean).join(' / ');
+        return el('tr', { id: 'pos-' + p.name, data: { state: st } }, td(p.name), td(p.port), td(proof, 'mono'), td(p.address),
+          td(p.serial), el('td', { class: 'state' }, el('span', { class: 'badge st-' + st, text: st })),
+          dev ? el('td', null, el('a', { href: '/devices/' + enc(dev.id), text: dev.serial || dev.mac || dev.id })) : td(''),
+          td(dev ? dev.ip : ''), td(p.cluster), td(p.source === 'api' ? 'API' : p.source));
+      });
+      const hid = 'h-rack-' + (r || 'none');
+      return el('section', { class: 'card rack', 'aria-labelledby': hid },
+        el('h2', { id: hid, text: r ? 'Rack ' + r : 'No rack' }),
+        el('div', { class: 'table-wrap' }, el('table', { class: 'data cards' },
+          el('thead', null, el('tr', null, ...['Position', 'Port', 'Relay / circuit / remote', 'Address', 'Expected serial', 'State',
+            'Device', 'IP', 'Cluster', 'Source'].map((h) => el('th', { scope: 'col', text: h })))),
+          el('tbody', null, ...rows))));
+    });
+    $('#racks').replaceChildren(...sections);
+    const order = ['expected', 'arrived', 'joined', 'mismatched', 'empty'];
+    $('#positions-summary').textContent = plan.length
+      ? `${plan.length} positions in ${racks.size} racks: ` + order.filter((k) => counts[k]).map((k) => `${counts[k]} ${k}`).join(', ')
+      : 'No cabling plan: list plan files under positions: in the configuration, or add positions with ztpd position set.';
+    loaded();
+  }
+
   const pages = { overview: overviewPage, devices: devicesPage, device: devicePage, clusters: clustersPage, cluster: clusterPage,
-    rollouts: rolloutsPage, rollout: rolloutPage, versions: versionsPage, images: imagesPage, leases: leasesPage, settings: settingsPage };
+    rollouts: rolloutsPage, rollout: rolloutPage, versions: versionsPage, images: imagesPage, leases: leasesPage, positions: positionsPage, settings: settingsPage };
   const run = pages[pageName];
   if (run && csrf) run().catch((e) => showError(e));
   else loaded(); // sign-in and forbidden pages have nothing to fetch
