@@ -28,7 +28,6 @@ type VM struct {
 // VM identifies a CloudStack VM by the lease of its source address and
 // renders its profile. userData asks for the user-data template too.
 func (s *Service) VM(ctx context.Context, c *Client, userData bool) (*VM, error) {
-	ctx = endpoints.WithLocal(ctx, c.Local)
 	var dev core.Device
 	// A VM is known by its address alone: what its request may say about
 	// itself is neither checked nor learnt.
@@ -82,6 +81,8 @@ func (s *Service) Metadata(ctx context.Context, c *Client, key string) (string, 
 // profile names a cluster, else the profile's own user-data, else a minimal
 // cloud-config that sets the host name.
 func (s *Service) UserData(ctx context.Context, c *Client) ([]byte, error) {
+	// The joiner writes URLs in the family the VM asked over.
+	ctx = endpoints.WithLocal(ctx, c.Local)
 	vm, err := s.VM(ctx, c, true)
 	if err != nil {
 		return nil, err
@@ -116,6 +117,7 @@ func (s *Service) JoinData(ctx context.Context, c *Client) ([]byte, error) {
 		}
 		return nil, notFound("no join data: the device HTTPS listener is off (http.tls), so a VM's user-data carries its join")
 	}
+	ctx = endpoints.WithLocal(ctx, c.Local)
 	vm, err := s.VM(ctx, c, false)
 	if err != nil {
 		return nil, err
