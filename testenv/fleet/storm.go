@@ -316,6 +316,11 @@ func pinnedClient(hc *http.Client, pins string) (*http.Client, error) {
 		return nil, fmt.Errorf("pinned TLS needs an *http.Transport, not %T", hc.Transport)
 	}
 	tr = tr.Clone()
+	// One connection per request, closed after its answer, as the
+	// plugin's curl (a process per request) does; a switch's clone kept
+	// idle would hold one of the listener's connections until its idle
+	// timeout, and a storm of them its whole connection limit.
+	tr.DisableKeepAlives = true
 	tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true, // the pin below is the trust
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) > 0 {
