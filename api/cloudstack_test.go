@@ -440,9 +440,16 @@ func TestListApisDescribesCommands(t *testing.T) {
 	for _, p := range apis[0].Params {
 		req[p.Name] = p.Required
 	}
-	for _, n := range []string{"name", "zoneid", "kubernetesversionid", "serviceofferingid", "size"} {
+	for _, n := range []string{"name", "zoneid"} {
 		if !req[n] {
 			t.Errorf("param %s not listed as required", n)
+		}
+	}
+	// Optional since 4.19, as in CloudStack: an ExternalManaged cluster
+	// names none of them (a CloudManaged create still must).
+	for _, n := range []string{"kubernetesversionid", "serviceofferingid", "size"} {
+		if r, ok := req[n]; !ok || r {
+			t.Errorf("param %s: listed %v, required %v; want listed, optional", n, ok, r)
 		}
 	}
 }

@@ -114,7 +114,7 @@ func cniDetails(r *csRequest) map[string]string {
 	if len(entries) == 0 {
 		return nil
 	}
-	out := map[string]string{}
+	out := make(map[string]string, len(entries)) // the request's details, not an answer
 	for _, e := range entries {
 		k, hasKey := e["key"]
 		v, hasValue := e["value"]

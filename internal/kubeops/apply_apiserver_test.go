@@ -17,6 +17,8 @@ import (
 
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/kubeops"
+	"github.com/ztpd/ztpd/joiner/bundle"
+	"github.com/ztpd/ztpd/joiner/tokens"
 	"github.com/ztpd/ztpd/testenv/controlplane"
 	"github.com/ztpd/ztpd/testenv/kubebin"
 )
@@ -117,9 +119,15 @@ spec:
 // second apply changes nothing and succeeds; an object the API server
 // refuses fails the apply naming it.
 func TestApplyManifestOnRealAPIServer(t *testing.T) {
+	// kubeadm init wants a bootstrap token; the test uses none.
+	tok, err := tokens.GenerateBootstrapToken()
+	if err != nil {
+		t.Fatal(err)
+	}
 	tp := controlplane.StartForTest(t, controlplane.TestOptions{
 		Namespace: fmt.Sprintf("ka-%x", os.Getpid()), EndpointIP: "10.99.219.10", AdvertiseIP: "10.99.219.11",
 		Version: builtVersion(t),
+		Tokens:  []bundle.Token{{Token: tok, TTL: time.Hour, Description: "ztpd: kubeops apply test"}},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -173,7 +181,7 @@ func TestApplyManifestOnRealAPIServer(t *testing.T) {
 	// The API server refuses an invalid object: the apply fails naming it,
 	// after the objects before it.
 	bad := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: before\n  namespace: ztpd-cni-test\n---\n" +
-		"apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: broken\n  namespace: ztpd-cni-test\nspec:\n  selector:\n    matchLabels: {app: x}\n  template:\n    metadata:\n      labels: {app: y}\n    spec:\n      containers: []\n"
+		"apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: broken\n  namespace: ztpd-cni-test\nspec:\n  selector:\n    matchLabels: {app: broken}\n  template:\n    metadata:\n      labels: {app: other}\n    spec:\n      containers: []\n"
 	n, err = kubeops.ApplyManifest(ctx, cfg, []byte(bad), "ztpd-cni")
 	if err == nil || n != 1 || !strings.Contains(err.Error(), "apply DaemonSet ztpd-cni-test/broken") || !apierrors.IsInvalid(unwrapAll(err)) {
 		t.Fatalf("invalid object: %d %v", n, err)
