@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -330,7 +329,9 @@ func ParseSonicDelivery(raw []byte) (*SonicDelivery, error) {
 // Server is the API server's URL from KUBERNETES_MASTER|SERVER.
 func (d *SonicDelivery) Server() string {
 	srv := d.ConfigDB.Master["SERVER"]
-	return "https://" + net.JoinHostPort(srv["ip"], srv["port"])
+	// As sonic-ctrmgrd builds it: "https://{ip}:{port}", so an IPv6 ip
+	// comes bracketed already.
+	return "https://" + srv["ip"] + ":" + srv["port"]
 }
 
 // File is the content of the delivered file at path, if there is one.

@@ -359,7 +359,7 @@ func TestCloudStackSDKStuckClusterAndRefusals(t *testing.T) {
 
 	ext := params("external")
 	ext.SetClustertype("ExternalManaged")
-	if _, err := user.Kubernetes.CreateKubernetesCluster(ext); err == nil || !strings.Contains(err.Error(), "CloudStack API error 431 (CSExceptionErrorCode: 4350): ztpd cannot honour parameter clustertype=ExternalManaged") {
+	if _, err := user.Kubernetes.CreateKubernetesCluster(ext); err == nil || !strings.Contains(err.Error(), "CloudStack API error 431 (CSExceptionErrorCode: 4350): an ExternalManaged cluster needs the kubeconfig ztpd reaches it with (parameter kubeconfig)") {
 		t.Fatalf("create ExternalManaged: %v", err)
 	}
 
