@@ -419,29 +419,43 @@ func (s *Subnet) validate(errs *Errors, f string, d *DHCP) {
 				s.Reservations[i].MAC = hw.String()
 			}
 		}
-		for _, k := range []string{"mac=" + s.Reservations[i].MAC, "client_id=" + r.ClientID, "serial=" + r.Serial} {
-			if strings.HasSuffix(k, "=") {
-				continue
-			}
-			if j, dup := seenKey[k]; dup {
-				errs.add(rf, "%s is also reserved by reservation %d", k, j)
-			}
-			seenKey[k] = i
-		}
-		if r.IP != "" {
-			checkIP(errs, rf+".ip", r.IP, s.Prefix)
-			if j, dup := seenIP[r.IP]; dup {
-				errs.add(rf+".ip", "%s is also reserved by reservation %d", r.IP, j)
-			}
-			seenIP[r.IP] = i
-		} else {
-			errs.add(rf+".ip", "must be set")
-		}
+		claimReservation(errs, rf, i, seenKey, "mac="+s.Reservations[i].MAC, "client_id="+r.ClientID, "serial="+r.Serial)
+		claimReservedIP(errs, rf, i, seenIP, r.IP, func(field string) { checkIP(errs, field, r.IP, s.Prefix) })
 		if r.Kind != "" {
 			checkClass(errs, rf+".kind", r.Kind)
 		}
 		checkOptions(errs, rf+".options", r.Options)
 	}
+}
+
+// claimReservation records reservation i's keys ("name=value"; an empty
+// value names nothing) and adds an error for each one an earlier
+// reservation of the subnet holds. Both families' reservations use it.
+func claimReservation(errs *Errors, rf string, i int, seen map[string]int, keys ...string) {
+	for _, k := range keys {
+		if strings.HasSuffix(k, "=") {
+			continue
+		}
+		if j, dup := seen[k]; dup {
+			errs.add(rf, "%s is also reserved by reservation %d", k, j)
+		}
+		seen[k] = i
+	}
+}
+
+// claimReservedIP checks reservation i's address (check, given the field
+// name, for the family's rules), records it and adds an error when an
+// earlier reservation of the subnet holds it or when it is missing.
+func claimReservedIP(errs *Errors, rf string, i int, seen map[string]int, ip string, check func(field string)) {
+	if ip == "" {
+		errs.add(rf+".ip", "must be set")
+		return
+	}
+	check(rf + ".ip")
+	if j, dup := seen[ip]; dup {
+		errs.add(rf+".ip", "%s is also reserved by reservation %d", ip, j)
+	}
+	seen[ip] = i
 }
 
 func checkIP(errs *Errors, field, v string, within netip.Prefix) {
@@ -601,24 +615,8 @@ func (s *Subnet) validate6(errs *Errors, f string, d *DHCP, p netip.Prefix) {
 				s.Reservations[i].DUID = hex.EncodeToString(b)
 			}
 		}
-		for _, k := range []string{"mac=" + s.Reservations[i].MAC, "duid=" + s.Reservations[i].DUID} {
-			if strings.HasSuffix(k, "=") {
-				continue
-			}
-			if j, dup := seenKey[k]; dup {
-				errs.add(rf, "%s is also reserved by reservation %d", k, j)
-			}
-			seenKey[k] = i
-		}
-		if r.IP != "" {
-			checkIP6(errs, rf+".ip", r.IP, s.Prefix)
-			if j, dup := seenIP[r.IP]; dup {
-				errs.add(rf+".ip", "%s is also reserved by reservation %d", r.IP, j)
-			}
-			seenIP[r.IP] = i
-		} else {
-			errs.add(rf+".ip", "must be set")
-		}
+		claimReservation(errs, rf, i, seenKey, "mac="+s.Reservations[i].MAC, "duid="+s.Reservations[i].DUID)
+		claimReservedIP(errs, rf, i, seenIP, r.IP, func(field string) { checkIP6(errs, field, r.IP, s.Prefix) })
 		if r.Kind != "" {
 			checkClass(errs, rf+".kind", r.Kind)
 		}
