@@ -175,20 +175,26 @@ func parseIPv4(field, s string) (netip.Addr, error) {
 // both by number and by name resolves the same way every time). A value ""
 // stays in the layer as nil: it removes the option a lower layer set.
 func encodeOptions(field string, o config.Options) (dhcp.OptionValues, error) {
+	return encodeLayer[dhcp.OptionValues](field, o, config.OptionCode, dhcp.EncodeOption)
+}
+
+// encodeLayer is encodeOptions for either family: code names an option
+// key, encode its value.
+func encodeLayer[M ~map[C][]byte, C comparable](field string, o config.Options, code func(string) (C, error), encode func(C, string) ([]byte, error)) (M, error) {
 	if len(o) == 0 {
 		return nil, nil
 	}
-	out := make(dhcp.OptionValues, len(o))
+	out := make(M, len(o))
 	for _, k := range slices.Sorted(maps.Keys(o)) {
-		code, err := config.OptionCode(k)
+		c, err := code(k)
 		if err != nil {
 			return nil, fmt.Errorf("%s.%s: %w", field, k, err)
 		}
-		v, err := dhcp.EncodeOption(code, o[k])
+		v, err := encode(c, o[k])
 		if err != nil {
 			return nil, fmt.Errorf("%s.%s: %w", field, k, err)
 		}
-		out[code] = v
+		out[c] = v
 	}
 	return out, nil
 }

@@ -3,7 +3,6 @@ package app
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -198,22 +197,7 @@ func resolveSubnet6(d *config.DHCP, i int) (dhcp6.Subnet, error) {
 }
 
 func encodeOptions6(field string, o config.Options) (dhcp6.OptionValues, error) {
-	if len(o) == 0 {
-		return nil, nil
-	}
-	out := make(dhcp6.OptionValues, len(o))
-	for _, k := range slices.Sorted(maps.Keys(o)) {
-		code, err := config.Option6Code(k)
-		if err != nil {
-			return nil, fmt.Errorf("%s.%s: %w", field, k, err)
-		}
-		v, err := dhcp6.EncodeOption(code, o[k])
-		if err != nil {
-			return nil, fmt.Errorf("%s.%s: %w", field, k, err)
-		}
-		out[code] = v
-	}
-	return out, nil
+	return encodeLayer[dhcp6.OptionValues](field, o, config.Option6Code, dhcp6.EncodeOption)
 }
 
 // dhcpFinder answers core.DeviceFinder from the DHCP server of the
