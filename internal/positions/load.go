@@ -8,12 +8,13 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/ztpd/ztpd/internal/configfiles"
 )
 
 // Error is one problem of one position, at its place.
@@ -80,35 +81,7 @@ func sortErrors(errs Errors) {
 // Files lists the plan files under paths: a file as given, a directory's
 // *.yaml, *.yml and *.csv files in name order.
 func Files(paths []string) ([]string, Errors) {
-	var files []string
-	var errs Errors
-	for _, p := range paths {
-		st, err := os.Stat(p)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("positions: %w", err))
-			continue
-		}
-		if !st.IsDir() {
-			files = append(files, p)
-			continue
-		}
-		ents, err := os.ReadDir(p)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("positions: %w", err))
-			continue
-		}
-		for _, e := range ents {
-			n := e.Name()
-			if e.Type().IsRegular() && !strings.HasPrefix(n, ".") && isPlanFile(n) {
-				files = append(files, filepath.Join(p, n))
-			}
-		}
-	}
-	return files, errs
-}
-
-func isPlanFile(n string) bool {
-	return strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml") || strings.HasSuffix(n, ".csv")
+	return configfiles.List(paths, "positions", ".yaml", ".yml", ".csv")
 }
 
 // Load reads the plan files under paths and adds extra (the positions

@@ -48,6 +48,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 	yaml4 "go.yaml.in/yaml/v4"
+
+	"github.com/ztpd/ztpd/internal/configfiles"
 )
 
 // Profile is one loaded, validated profile.
@@ -314,30 +316,8 @@ func sortErrors(errs Errors) {
 // Load reads profiles from files and directories. An empty list gives an
 // empty set.
 func Load(paths []string) (*Set, error) {
-	var files []string
-	var errs Errors
-	for _, p := range paths {
-		st, err := os.Stat(p)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("profiles: %w", err))
-			continue
-		}
-		if !st.IsDir() {
-			files = append(files, p)
-			continue
-		}
-		ents, err := os.ReadDir(p)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("profiles: %w", err))
-			continue
-		}
-		for _, e := range ents {
-			n := e.Name()
-			if e.Type().IsRegular() && !strings.HasPrefix(n, ".") && (strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
-				files = append(files, filepath.Join(p, n))
-			}
-		}
-	}
+	files, listErrs := configfiles.List(paths, "profiles", ".yaml", ".yml")
+	errs := Errors(listErrs)
 	var valid, all []*Profile
 	for _, f := range files {
 		raw, err := os.ReadFile(f)
