@@ -24,6 +24,14 @@ type binding struct {
 	owned    bool // sn.clients[duid] is this binding
 	dirty    bool // changed since the last commit took it
 	durable  time.Time
+	// pending: the binding carries a decision not yet known to be durable
+	// (dirty, or in a commit under way). With several appliances it was
+	// decided under session, and is committed only under that session;
+	// stored is the lease as the store last showed it (nil: none), what
+	// the binding goes back to when that session ends first.
+	pending bool
+	session int64
+	stored  *core.Lease
 }
 
 // busy reports whether the address is taken at now: a live lease, a
@@ -85,9 +93,12 @@ func (s *Server) allocate(x *exchange, hints [][16]byte) *binding {
 	}
 	for _, h := range hints {
 		a := netip.AddrFrom16(h)
-		if x.sn.poolFor(a) != nil && s.free(x, a) {
+		if x.sn.poolFor(a) != nil && s.free(x, a) && s.mayAllocate(x.sn, a) {
 			return s.claim(x, a)
 		}
+	}
+	if s.part != nil {
+		return s.allocateHeld(x)
 	}
 	for i := range x.sn.pools {
 		p := &x.sn.pools[i]
@@ -169,6 +180,11 @@ func (s *Server) markDirty(b *binding) {
 		b.dirty = true
 		s.dirty = append(s.dirty, b)
 	}
+	if !b.pending {
+		// A binding already pending keeps the session of its first
+		// undurable decision: what it holds now builds on that one.
+		b.pending, b.session = true, s.session()
+	}
 }
 
 // disown removes b as its client's binding.
@@ -189,10 +205,16 @@ func (s *Server) sweep(now time.Time) {
 		switch b.state {
 		case core.LeaseActive:
 			b.state = core.LeaseExpired
-			s.markDirty(b)
+			// With several appliances, the one answering the client
+			// records the expiry; the others would overwrite its renewals.
+			if s.servesDUID(b.duid) {
+				s.markDirty(b)
+			}
 		case core.LeaseDeclined:
 			b.state = core.LeaseExpired
-			s.markDirty(b)
+			if s.servesDUID(b.duid) {
+				s.markDirty(b)
+			}
 		default:
 			// Advertised, released or expired and written: nothing to
 			// keep.
