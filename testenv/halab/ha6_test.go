@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -43,17 +44,22 @@ func waitLeased6(t *testing.T, cs []*Client6, limit time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for {
-		var missing []string
+		var missing []*Client6
 		for _, c := range cs {
 			if _, ok := c.Address(); !ok {
-				missing = append(missing, c.Name)
+				missing = append(missing, c)
 			}
 		}
 		if len(missing) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no lease after %s for %v", limit, missing)
+			for _, c := range missing {
+				out, _ := os.ReadFile(c.Out)
+				t.Errorf("%s (DUID %s, bucket %d): no lease after %s; dhclient -6 said:\n%s", c.Name, duidText(c.DUID), c.Bucket(),
+					limit, TailLines(string(out), 15))
+			}
+			t.FailNow()
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -194,7 +200,7 @@ func TestThreeAppliancesDHCPv6SplitAndSurviveKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := startClients6(t, g, "k", g.MACsFor(12, 1))
-	waitLeased6(t, first, 60*time.Second)
+	waitLeased6(t, first, 90*time.Second)
 	t.Logf("12 dhclient -6 leased %.1fs after the group was up", time.Since(began).Seconds())
 
 	victim := raftLeader(t, g)
@@ -345,7 +351,7 @@ func TestPartitionedApplianceStopsAnsweringDHCPv6(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := startClients6(t, g, "p", g.MACsFor(6, 3))
-	waitLeased6(t, first, 60*time.Second)
+	waitLeased6(t, first, 90*time.Second)
 
 	victim := raftLeader(t, g)
 	roles := g.Roles(victim)

@@ -82,6 +82,7 @@ type Client6 struct {
 	DUID   []byte
 	NS     *netns.NS
 	Leases string // dhclient's lease file
+	Out    string // dhclient's output
 	proc   *lab.Proc
 }
 
@@ -149,8 +150,8 @@ func (g *Group) AddClient6(name string, mac net.HardwareAddr) (*Client6, error) 
 	if err := os.WriteFile(conf, []byte(sonicDhclient6), 0o644); err != nil {
 		return nil, err
 	}
-	c := &Client6{Name: name, MAC: mac, DUID: duidLL(mac), NS: ns, Leases: filepath.Join(dir, "leases")}
-	out, err := os.Create(filepath.Join(dir, "dhclient.out"))
+	c := &Client6{Name: name, MAC: mac, DUID: duidLL(mac), NS: ns, Leases: filepath.Join(dir, "leases"), Out: filepath.Join(dir, "dhclient.out")}
+	out, err := os.Create(c.Out)
 	if err != nil {
 		return nil, err
 	}
