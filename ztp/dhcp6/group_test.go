@@ -127,7 +127,9 @@ type appliance struct {
 }
 
 // newGroupPair builds appliances a1 (the harness's server) and a2 on one
-// store, a1 answering the even buckets and a2 the odd ones.
+// store, a1 answering the even buckets and a2 the odd ones. The relayed
+// subnet's pool is widened to ::10-::1ff, so it splits into blocks for
+// both (17 addresses are one block of 16 and one of a single address).
 func newGroupPair(t *testing.T) (*harness, [2]*appliance) {
 	t.Helper()
 	claims := &fakeClaims{holder: map[string]string{}}
@@ -140,7 +142,10 @@ func newGroupPair(t *testing.T) (*harness, [2]*appliance) {
 		}
 		return h.st
 	}}
-	h = newHarness(t, func(o *Options) { o.Partition, o.Feed = m1, feed })
+	h = newHarness(t, func(o *Options) {
+		o.Partition, o.Feed = m1, feed
+		o.Subnets[1].Pools = []Range{{addr("fd99:0:0:5::10"), addr("fd99:0:0:5::1ff")}}
+	})
 	a1 := &appliance{m: m1, s: h.s, ifc: h.ifc, conn: h.conn}
 	opt := h.opt
 	opt.Store, opt.Devices, opt.Log = h.st, h.devs, h.s.log
@@ -399,5 +404,51 @@ func TestFencedApplianceCommitsNothing(t *testing.T) {
 	a1.m.die()
 	if r := a1.send(t, c.msg(dhcpv6.MessageTypeSolicit, c.ia())); r != nil {
 		t.Fatalf("an appliance without a session answered: %v", r)
+	}
+}
+
+// TestRelayedClientBucketedByInnerDUID: a relayed Solicit, nested twice,
+// is answered only by the appliance holding the bucket of the client's
+// DUID inside the relay messages (not of anything a relay added), and the
+// address comes from that appliance's block of the relayed subnet.
+func TestRelayedClientBucketedByInnerDUID(t *testing.T) {
+	_, apps := newGroupPair(t)
+	for i := 0; i < 8; i++ {
+		c := newClient(fmt.Sprintf("02:00:00:00:40:%02x", i))
+		want := "a1"
+		if bucketOfClient(c)%2 == 1 {
+			want = "a2"
+		}
+		m := relayed(t, c.msg(dhcpv6.MessageTypeSolicit, c.ia()),
+			relayHopSpec{link: "fd99:0:0:5::1", peer: "fe80::40:1", opts: []dhcpv6.Option{dhcpv6.OptInterfaceID([]byte("Ethernet4"))}},
+			relayHopSpec{link: "::", peer: "fd99:0:0:6::9"})
+		answered := ""
+		for _, a := range apps {
+			x := newExchange(a.ifc)
+			x.src = netip.AddrPortFrom(addr("fd99:0:0:5::1"), 547)
+			out := a.s.handle(x, m.ToBytes())
+			if out == nil {
+				continue
+			}
+			if answered != "" {
+				t.Fatalf("relayed client %d answered by %s and %s", i, answered, a.m.name)
+			}
+			answered = a.m.name
+			r, err := dhcpv6.RelayMessageFromBytes(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inner, err := r.GetInnerMessage()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ip := addrOf(inner)
+			if !a.s.mayAllocate(a.s.subnets[1], addr(ip)) || !strings.HasPrefix(ip, "fd99:0:0:5::") {
+				t.Errorf("%s advertised %s to relayed client %d, not from its block of the relayed subnet", a.m.name, ip, i)
+			}
+		}
+		if answered != want {
+			t.Errorf("relayed client %d (bucket %d) answered by %q, want %s", i, bucketOfClient(c), answered, want)
+		}
 	}
 }
