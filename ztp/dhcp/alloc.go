@@ -237,12 +237,22 @@ func (s *Server) reservedIP(x *exchange) (uint32, bool) {
 // is the box this one replaces (unplugged without a release). The plan's
 // `replace: auto` allows it at once; under `approve` the client gets a
 // pool address and its join waits for an operator, as before.
+//
+// The same box asking under another client identifier (ONIE's udhcpc,
+// then SONiC's dhclient after the install) keeps the address under any
+// policy: same slot, same hardware address.
 func (s *Server) replacesAtPosition(x *exchange) bool {
-	if x.slot == nil || x.slot.res != x.res || x.slot.pos.ReplacePolicy() != positions.ReplaceAuto {
+	if x.slot == nil || x.slot.res != x.res {
 		return false
 	}
 	b := s.byIP[x.res.ip]
 	if b == nil || b.state == core.LeaseDeclined {
+		return false
+	}
+	if len(x.hw) > 0 && b.hw == string(x.hw) {
+		return true
+	}
+	if x.slot.pos.ReplacePolicy() != positions.ReplaceAuto {
 		return false
 	}
 	s.logDrop(x, "replaced "+x.slot.pos.Name, "position's address taken over by a replacement box (replace: auto): the relay proves it is cabled to the slot",

@@ -216,3 +216,26 @@ func TestReplacementTakesPositionAddress(t *testing.T) {
 		})
 	}
 }
+
+// TestPositionSameBoxNewClientID: ONIE asks without a client identifier,
+// the SONiC it installs asks with one: the same box at the same slot keeps
+// the position's address under the default policy (approve).
+func TestPositionSameBoxNewClientID(t *testing.T) {
+	h := newHarness(t, nil)
+	if err := h.s.SetPlan(testPlan(t, rackPlan)); err != nil {
+		t.Fatal(err)
+	}
+	h.src = addr("10.99.5.1")
+	relay := dhcpv4.WithRelay(ip("10.99.5.1"))
+	if ack := h.dora(mac(1), relay, circuit("Ethernet1")); ack.YourIPAddr.String() != "10.99.5.50" {
+		t.Fatalf("ONIE got %s", ack.YourIPAddr)
+	}
+	h.commit()
+	sonic := dhcpv4.WithOption(dhcpv4.OptClientIdentifier([]byte("SONiC##Accton-AS7712-32X##SN1")))
+	if ack := h.dora(mac(1), relay, circuit("Ethernet1"), sonic); ack.YourIPAddr.String() != "10.99.5.50" {
+		t.Fatalf("the SONiC it installed got %s, want the position's 10.99.5.50", ack.YourIPAddr)
+	}
+	if ack := h.dora(mac(2), relay, circuit("Ethernet1")); ack.YourIPAddr.String() == "10.99.5.50" {
+		t.Fatal("another box took the position's address under replace: approve")
+	}
+}
