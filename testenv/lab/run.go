@@ -130,6 +130,17 @@ const (
 	LabAlertAfter = 20 * time.Second
 )
 
+// cabledProfile is the one profile of the switches a lab plans by port.
+const cabledProfile = "lab-switch"
+
+// profile is the profile the lab's configuration gives d.
+func (d Device) profile() string {
+	if d.Cabled {
+		return cabledProfile
+	}
+	return d.Name
+}
+
 // Config renders the appliance configuration and writes the profiles.
 func (t *Topology) Config(devs []Device) (string, error) {
 	pdir := filepath.Join(t.WorkDir, "profiles")
@@ -140,8 +151,8 @@ func (t *Topology) Config(devs []Device) (string, error) {
 	for _, d := range devs {
 		if d.Cabled {
 			// The position is the switch's identity: no profile by serial.
-			fmt.Fprintf(&plan, "  - {name: %s, relay: %s, circuit_id: %s, address: %s, rack: lab, port: %s, cluster: %s, role: %s, profile: lab-switch, replace: auto}\n",
-				d.Name, t.RelayGW, PortName(d.Port), t.PortAddr(d.Port), PortName(d.Port), d.Cluster, d.Role)
+			fmt.Fprintf(&plan, "  - {name: %s, relay: %s, circuit_id: %s, address: %s, rack: lab, port: %s, cluster: %s, role: %s, profile: %s, replace: auto}\n",
+				d.Name, t.RelayGW, PortName(d.Port), t.PortAddr(d.Port), PortName(d.Port), d.Cluster, d.Role, cabledProfile)
 			continue
 		}
 		fmt.Fprintf(&profiles, "---\nname: %s\nmatch:\n", d.Name)
@@ -158,7 +169,7 @@ func (t *Topology) Config(devs []Device) (string, error) {
 	if plan.Len() > 0 {
 		// The switches' one profile, as for a rack of leaves: by the port
 		// they are cabled to, the plan giving each its name and cluster.
-		profiles.WriteString("---\nname: lab-switch\nmatch:\n  circuit_id: \"p*\"\n")
+		profiles.WriteString("---\nname: " + cabledProfile + "\nmatch:\n  circuit_id: \"p*\"\n")
 	}
 	if err := os.WriteFile(filepath.Join(pdir, "lab.yaml"), []byte(profiles.String()), 0o644); err != nil {
 		return "", err
