@@ -320,17 +320,7 @@ func (t *Topology) startPortRelay4() error {
 	if err := t.Start(relay, "relay"); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		out, _ := t.Relay.Command(context.Background(), "ss", "-Hlun", "sport = :67").Output()
-		if strings.TrimSpace(string(out)) != "" {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the DHCP relay (dhcrelay -a) did not bind port 67 within 15 s: see %s", filepath.Join(t.WorkDir, "relay.out"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return t.waitRelayBound(67, "dhcrelay -a", "relay.out")
 }
 
 // startRelay6 runs ISC dhcrelay -6: clients on br1 (its link address is
@@ -342,15 +332,20 @@ func (t *Topology) startRelay6() error {
 	if err := t.Start(relay, "relay6"); err != nil {
 		return err
 	}
-	// Devices on subnet B boot only once the relay's DHCPv6 socket is bound.
+	return t.waitRelayBound(547, "dhcrelay -6", "relay6.out")
+}
+
+// waitRelayBound waits up to 15 s for the relay's UDP port: devices on
+// subnet B boot only once the relay relays.
+func (t *Topology) waitRelayBound(port int, what, log string) error {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		out, _ := t.Relay.Command(context.Background(), "ss", "-Hlun", "sport = :547").Output()
+		out, _ := t.Relay.Command(context.Background(), "ss", "-Hlun", fmt.Sprintf("sport = :%d", port)).Output()
 		if strings.TrimSpace(string(out)) != "" {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the DHCPv6 relay (dhcrelay -6) did not bind port 547 within 15 s: see %s", filepath.Join(t.WorkDir, "relay6.out"))
+			return fmt.Errorf("the DHCP relay (%s) did not bind port %d within 15 s: see %s", what, port, filepath.Join(t.WorkDir, log))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
