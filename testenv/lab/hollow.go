@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -131,9 +132,37 @@ current-context: node
 // /tmp (it takes no flag for it).
 var hollowRootLine = regexp.MustCompile(`Using (/tmp/hollow-kubelet\.[A-Za-z0-9]+) as root dir for hollow-kubelet`)
 
-// removeHollowRoot removes the hollow node's kubelet root once it exited.
-func removeHollowRoot(p *Proc, log string) {
+// fakeRuntimeSocket is where kubemark's fake runtime listens (a random
+// name under /tmp, logged nowhere).
+var fakeRuntimeSocket = regexp.MustCompile(`^/tmp/kubelet_remote_[0-9]+\.sock$`)
+
+// removeHollowFiles removes what the hollow node leaves under /tmp once it
+// exited: its kubelet root, and its fake runtime's socket, which is found
+// while it runs among the unix sockets of its network namespace (the
+// device's: no other hollow node listens there).
+func removeHollowFiles(p *Proc, log string) {
+	var socks []string
+look:
+	for tries := 0; len(socks) == 0 && tries < 120; tries++ {
+		select {
+		case <-p.Done():
+			break look
+		case <-time.After(time.Second):
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/unix", p.Cmd.Process.Pid))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 8 && fakeRuntimeSocket.MatchString(f[7]) && !slices.Contains(socks, f[7]) {
+				socks = append(socks, f[7])
+			}
+		}
+	}
 	<-p.Done()
+	for _, s := range socks {
+		os.Remove(s)
+	}
 	b, _ := os.ReadFile(log)
 	if m := hollowRootLine.FindSubmatch(b); m != nil {
 		os.RemoveAll(string(m[1]))

@@ -474,7 +474,7 @@ func (kl *Kubelet) start() error {
 	}
 	kl.Proc, kl.Log = p, filepath.Join(kl.k.topo.WorkDir, name+".out")
 	if kl.hollow {
-		go removeHollowRoot(p, kl.Log)
+		go removeHollowFiles(p, kl.Log)
 	}
 	return nil
 }
