@@ -1,6 +1,8 @@
 package lab
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -30,7 +32,9 @@ func (k *Kube) startHollow(device string, ns *netns.NS, a kubeletArgs) (*Kubelet
 		return nil, err
 	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	args := []string{"--morph=kubelet", "--name", a.name, "--cert-dir", filepath.Join(dir, "pki"),
+	// -v=2: the kubelet logs its Node's status events (NodeReady), which
+	// restartIfCSINodeStuck reads.
+	args := []string{"--morph=kubelet", "-v=2", "--name", a.name, "--cert-dir", filepath.Join(dir, "pki"),
 		// The fake runtime's images: there is no containerd to ask.
 		"--use-host-image-service=false", "--max-pods", "30"}
 	cred := a.kubeconfig
@@ -59,12 +63,13 @@ func (k *Kube) startHollow(device string, ns *netns.NS, a kubeletArgs) (*Kubelet
 	}
 	kl := &Kubelet{Device: device, NodeName: a.name, Labels: a.labels, NS: ns, Bootstrap: cred, k: k, args: args,
 		hollow: true, Version: version, versionFile: a.versionFile}
-	if err := kl.start(); err != nil {
-		return nil, err
-	}
 	k.mu.Lock()
+	err := kl.startLocked()
 	k.kubelets[device] = kl
 	k.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
 	if a.versionFile != "" {
 		go kl.followVersion()
 	}
@@ -88,20 +93,123 @@ func (kl *Kubelet) followVersion() {
 		if err != nil || v == "" || v == kl.Version {
 			continue
 		}
-		kl.Proc.Stop(15 * time.Second)
+		kl.k.mu.Lock()
+		p := kl.Proc
+		kl.k.mu.Unlock()
+		p.Stop(15 * time.Second)
+		kl.k.mu.Lock()
 		select {
 		case <-kl.k.closed:
+			kl.k.mu.Unlock()
 			return
 		default:
 		}
-		kl.k.mu.Lock()
 		kl.Version = v
 		kl.upgradedAt = time.Now()
+		err = kl.startLocked()
 		kl.k.mu.Unlock()
-		if err := kl.start(); err != nil {
+		if err != nil {
 			// The Node then stays NotReady, which the rollout reports.
 			fmt.Fprintf(os.Stderr, "lab: restarting %s's kubelet at %s: %v\n", kl.Device, v, err)
 			return
+		}
+	}
+}
+
+// superviseHollow is the kubelet unit's Restart=always for the hollow node
+// process p: a kubelet that exits on its own (the real kubelet exits when,
+// e.g., it could not initialise its CSINode within 140 s because its
+// registration was slow) is started again after kubeletRestartDelay, as
+// systemd does; not when the lab closes or replaced p meanwhile (an
+// upgrade's restart).
+func (kl *Kubelet) superviseHollow(p *Proc) {
+	<-p.Done()
+	select {
+	case <-kl.k.closed:
+		return
+	case <-time.After(kubeletRestartDelay):
+	}
+	kl.k.mu.Lock()
+	defer kl.k.mu.Unlock()
+	select {
+	case <-kl.k.closed:
+		return
+	default:
+	}
+	if kl.Proc != p {
+		return
+	}
+	kl.Restarts++
+	if err := kl.startLocked(); err != nil {
+		fmt.Fprintf(os.Stderr, "lab: restarting %s's kubelet: %v\n", kl.Device, err)
+	}
+}
+
+// csiNodeGrace is how long a registered hollow node may stay NotReady with
+// its CSINode not initialised before restartIfCSINodeStuck restarts it.
+const csiNodeGrace = 20 * time.Second
+
+// restartIfCSINodeStuck stops the hollow node process p when it registered
+// its Node but stays NotReady because its CSINode could not be initialised:
+// the kubelet tries that from its start, for about 140 s with growing
+// pauses, and a registration that came late (a loaded machine: 20-40 s
+// from start to registration) leaves it NotReady until the last try, after
+// which it exits and systemd starts it again (superviseHollow), with its
+// Node there. The lab does that restart as soon as the Node stays
+// NotReady for csiNodeGrace after registration, instead of the kubelet's
+// two minutes.
+func restartIfCSINodeStuck(p *Proc, log string) {
+	var registered time.Time
+	for {
+		select {
+		case <-p.Done():
+			return
+		case <-time.After(time.Second):
+		}
+		b, _ := os.ReadFile(log)
+		if bytes.Contains(b, []byte(`event="NodeReady"`)) {
+			return
+		}
+		if registered.IsZero() {
+			if bytes.Contains(b, []byte("Successfully registered node")) {
+				registered = time.Now()
+			}
+			continue
+		}
+		if time.Since(registered) > csiNodeGrace && bytes.Contains(b, []byte("Failed to initialize CSINode")) {
+			fmt.Fprintf(os.Stderr, "lab: %s: NotReady %s after registration, its CSINode not initialised: restarting it\n", filepath.Base(log), csiNodeGrace)
+			p.Stop(5 * time.Second)
+			return
+		}
+	}
+}
+
+// waitHollowRegistered waits for the hollow node's "Successfully registered
+// node" (the kubelet's own log line) in the log of any of its processes
+// (superviseHollow restarts one that failed), for up to three minutes.
+func (kl *Kubelet) waitHollowRegistered(ctx context.Context) error {
+	deadline := time.Now().Add(3 * time.Minute)
+	var logs []string
+	for {
+		kl.k.mu.Lock()
+		if !slices.Contains(logs, kl.Log) {
+			logs = append(logs, kl.Log)
+		}
+		kl.k.mu.Unlock()
+		var last []byte
+		for _, l := range logs {
+			last, _ = os.ReadFile(l)
+			if bytes.Contains(last, []byte("Successfully registered node")) {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kubelet (hollow node) for %s not registered after 3 minutes (%d start(s)): %s", kl.NodeName, len(logs), tail(string(last), 1500))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kubelet (hollow node) for %s not registered: %w: %s", kl.NodeName, ctx.Err(), tail(string(last), 1500))
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }

@@ -454,7 +454,15 @@ func (k *Kube) startKubelet(device string, ns *netns.NS, a kubeletArgs) (*Kubele
 	return kl, nil
 }
 
+// start starts the kubelet's process.
 func (kl *Kubelet) start() error {
+	kl.k.mu.Lock()
+	defer kl.k.mu.Unlock()
+	return kl.startLocked()
+}
+
+// startLocked starts the kubelet's process; k.mu is held.
+func (kl *Kubelet) startLocked() error {
 	name := "kubelet-" + kl.Device
 	if kl.starts > 0 {
 		name += fmt.Sprintf(".%d", kl.starts)
@@ -475,6 +483,8 @@ func (kl *Kubelet) start() error {
 	kl.Proc, kl.Log = p, filepath.Join(kl.k.topo.WorkDir, name+".out")
 	if kl.hollow {
 		go removeHollowFiles(p, kl.Log)
+		go kl.superviseHollow(p)
+		go restartIfCSINodeStuck(p, kl.Log)
 	}
 	return nil
 }
@@ -490,6 +500,9 @@ const kubeletRestartDelay = 10 * time.Second
 // kubeletRestartDelay, as systemd does with the kubelet unit, for up to
 // three minutes.
 func (kl *Kubelet) waitRegistered(ctx context.Context, progress Progress) error {
+	if kl.hollow {
+		return kl.waitHollowRegistered(ctx)
+	}
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		log, _ := os.ReadFile(kl.Log)
