@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/testenv/controlplane"
 	"github.com/ztpd/ztpd/testenv/kubebin"
 )
 
@@ -93,6 +94,13 @@ func TestHollowDrainKeepsBudget(t *testing.T) {
 	res := l.Result
 	if len(res.Rollouts) != 1 || res.Rollouts[0].State != string(core.RolloutSucceeded) {
 		t.Fatalf("rollouts %+v", res.Rollouts)
+	}
+	// The scheduler moved with the control plane (never newer or older
+	// than its API server).
+	if h, err := kubebin.Hollow(to); err != nil {
+		t.Error(err)
+	} else if p := l.Kube.Plane("lab-0"); !slices.Contains(p.CP.Running(), controlplane.Scheduler) || p.CP.Command(controlplane.Scheduler)[0] != h.Scheduler {
+		t.Errorf("kube-scheduler: running %v, command %v; want %s's running", p.CP.Running(), p.CP.Command(controlplane.Scheduler), h.Scheduler)
 	}
 	ctx := context.Background()
 	cs := w.cs
