@@ -3,12 +3,15 @@ package lab
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -240,36 +243,27 @@ current-context: node
 // /tmp (it takes no flag for it).
 var hollowRootLine = regexp.MustCompile(`Using (/tmp/hollow-kubelet\.[A-Za-z0-9]+) as root dir for hollow-kubelet`)
 
-// fakeRuntimeSocket is where kubemark's fake runtime listens (a random
-// name under /tmp, logged nowhere).
-var fakeRuntimeSocket = regexp.MustCompile(`^/tmp/kubelet_remote_[0-9]+\.sock$`)
+// fakeRuntimeSockets is where kubemark's fake runtimes listen: a random
+// name under /tmp, logged nowhere (and bound under another name first, so
+// not found among a process's sockets either).
+const fakeRuntimeSockets = "/tmp/kubelet_remote_*.sock"
 
-// removeHollowFiles removes what the hollow node leaves under /tmp once it
-// exited: its kubelet root, and its fake runtime's socket, which is found
-// while it runs among the unix sockets of its network namespace (the
-// device's: no other hollow node listens there).
+// removeHollowFiles removes what the hollow node process p leaves under
+// /tmp once it exited: its kubelet root, and the fake runtimes' sockets
+// nobody listens on any more (a path-bound socket answers a connect from
+// any network namespace while its process lives; refused, it is stale).
 func removeHollowFiles(p *Proc, log string) {
-	var socks []string
-look:
-	for tries := 0; len(socks) == 0 && tries < 120; tries++ {
-		select {
-		case <-p.Done():
-			break look
-		case <-time.After(time.Second):
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/unix", p.Cmd.Process.Pid))
-		if err != nil {
+	<-p.Done()
+	socks, _ := filepath.Glob(fakeRuntimeSockets)
+	for _, s := range socks {
+		c, err := net.DialTimeout("unix", s, time.Second)
+		if err == nil {
+			c.Close()
 			continue
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) >= 8 && fakeRuntimeSocket.MatchString(f[7]) && !slices.Contains(socks, f[7]) {
-				socks = append(socks, f[7])
-			}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			os.Remove(s)
 		}
-	}
-	<-p.Done()
-	for _, s := range socks {
-		os.Remove(s)
 	}
 	b, _ := os.ReadFile(log)
 	if m := hollowRootLine.FindSubmatch(b); m != nil {
