@@ -52,6 +52,14 @@ type Options struct {
 	// Kubeletsim is the testenv/cmd/kubeletsim binary the
 	// devices' simulated kubelets run.
 	Kubeletsim string
+	// Hollow runs kubemark's hollow node as every device's kubelet instead
+	// of kubeletsim (the real kubelet over a fake container runtime, so
+	// pods scheduled to a Node go through the kubelet's pod workers and
+	// termination grace periods), and kube-scheduler beside each control
+	// plane; with Scenario.Upgrade, the hollow node of the newer version
+	// replaces it when the device's kubelet restarts. Needs kubemark built
+	// for both versions (testenv/k8sbin/build.sh).
+	Hollow bool
 	// EditConfig, if set, changes the appliance configuration before ztpd
 	// starts (a test that wants a device to wait for approval narrows
 	// joiner.auto_approve).
@@ -68,6 +76,10 @@ type Options struct {
 	// starting it to a person (the cluster's page, or ztpd cluster
 	// upgrade); Lab.FollowRollouts shows it in the table.
 	UpgradeByHand bool
+	// BeforeUpgrade, if set, runs with Scenario.Upgrade once every device
+	// joined and the clusters settled, before the upgrade starts (a test
+	// puts the workload the upgrade must move there); its error ends Open.
+	BeforeUpgrade func(*Lab) error
 }
 
 // Result is the checked end state.
@@ -343,6 +355,15 @@ func Open(ctx context.Context, s Scenario, o Options) (*Lab, error) {
 	} else if kube, err = NewKube(o.Kubeletsim); err != nil {
 		return nil, err
 	}
+	if o.Hollow {
+		var also []string
+		if upgradeTo != "" {
+			also = append(also, upgradeTo)
+		}
+		if err := kube.UseHollow(also...); err != nil {
+			return nil, err
+		}
+	}
 	var topo *Topology
 	if s.Positions {
 		if o.Family != IPv4 {
@@ -471,6 +492,9 @@ func Open(ctx context.Context, s Scenario, o Options) (*Lab, error) {
 	// The devices are done; the clusters turn Running and ztpd shows every
 	// member joined once its watch has seen the Nodes Ready.
 	err = l.clusters.settle(ctx, res, devs, 2*time.Minute)
+	if err == nil && s.Upgrade && o.BeforeUpgrade != nil {
+		err = o.BeforeUpgrade(l)
+	}
 	if err == nil && s.Upgrade {
 		if o.UpgradeByHand {
 			_, err = l.prepareUpgrade(ctx)
