@@ -623,7 +623,6 @@ func dashIfEmpty(s string) string {
 	return s
 }
 
-
 // kubeVersion parses a version tag as Kubernetes shows it (v1.37.2, a
 // build suffix after - or + ignored).
 func kubeVersion(s string) (semver.Version, error) {

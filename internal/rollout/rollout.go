@@ -98,7 +98,7 @@ type Options struct {
 	// for while its agent works (default DefaultGonePoll).
 	GateInterval, GonePoll time.Duration
 	Now                    func() time.Time
-	Log                       *slog.Logger
+	Log                    *slog.Logger
 	// Registerer takes the engine's metrics (nil: kept, not exported).
 	Registerer prometheus.Registerer
 }
