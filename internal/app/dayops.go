@@ -142,7 +142,7 @@ func (a *App) buildRollouts() error {
 		Binaries:     a.rolloutBinaries,
 		DrainTimeout: a.Cfg.Rollout.DrainTimeout.D(), StepTimeout: a.Cfg.Rollout.StepTimeout.D(),
 		GateScripts: a.Cfg.Rollout.GateScripts,
-		Log: a.Log.With("part", "rollout"), Registerer: a.Metrics})
+		Log:         a.Log.With("part", "rollout"), Registerer: a.Metrics})
 	if err != nil {
 		return err
 	}
