@@ -364,6 +364,25 @@ func TestDayTwoRealControlPlane(t *testing.T) {
 		t.Fatalf("cluster after the blocked upgrade: %s version %s", c.State, c.VersionID)
 	}
 	t.Logf("blocked: %s", done.Error)
+	// The rollout followed the plan: its order, the nodes before the
+	// blocked one done, the blocked one failed at its drain.
+	var ran core.Rollout
+	if err := ztpd.Rollouts.List(func(r core.Rollout) bool { ran = r; return false }); err != nil {
+		t.Fatal(err)
+	}
+	var planned, went []string
+	for _, b := range plan.Batches {
+		for _, n := range b.Nodes {
+			planned = append(planned, n.NodeName)
+		}
+	}
+	for _, n := range ran.Nodes {
+		went = append(went, n.NodeName+" "+n.Phase)
+	}
+	want := []string{planned[0] + " done", planned[1] + " done", planned[2] + " failed"}
+	if len(planned) != 3 || strings.Join(went, ", ") != strings.Join(want, ", ") || planned[2] != ds[1].NodeName {
+		t.Fatalf("the rollout went %v; the plan was %v", went, planned)
+	}
 
 	// 2. Lifted: recover, upgrade again; it continues where it stopped.
 	if err := kube.PolicyV1().PodDisruptionBudgets("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
