@@ -271,15 +271,18 @@ type Rollout struct {
 
 // RolloutNode is one device's progress through a rollout.
 type RolloutNode struct {
-	Device    string    `json:"device"`
-	NodeName  string    `json:"node_name,omitempty"`
-	Role      string    `json:"role,omitempty"`
-	Phase     string    `json:"phase"`
-	Reason    string    `json:"reason,omitempty"`
-	Operation string    `json:"operation,omitempty"`
-	Cordoned  bool      `json:"cordoned,omitempty"` // ztpd cordoned it (and uncordons it)
-	Started   time.Time `json:"started,omitzero"`
-	Finished  time.Time `json:"finished,omitzero"`
+	Device    string `json:"device"`
+	NodeName  string `json:"node_name,omitempty"`
+	Role      string `json:"role,omitempty"`
+	Phase     string `json:"phase"`
+	Reason    string `json:"reason,omitempty"`
+	Operation string `json:"operation,omitempty"`
+	Cordoned  bool   `json:"cordoned,omitempty"` // ztpd cordoned it (and uncordons it)
+	// Previous is the kubelet version the Node had before a Kubernetes
+	// upgrade (what a rollback brings it back to).
+	Previous string    `json:"previous,omitempty"`
+	Started  time.Time `json:"started,omitzero"`
+	Finished time.Time `json:"finished,omitzero"`
 }
 
 // Duration is a time.Duration stored as its text ("5m0s").
