@@ -395,6 +395,9 @@ type Rollout struct {
 	Hooks                 map[string]string `json:"hooks"`
 	Selector              map[string]string `json:"selector,omitempty"`
 	ContinueOnHookFailure bool              `json:"continue_on_hook_failure"`
+	Rollback              string            `json:"rollback,omitempty"`
+	OnFailure             string            `json:"on_failure,omitempty"`
+	NodeTimeout           string            `json:"node_timeout,omitempty"`
 	Job                   string            `json:"job,omitempty"`
 	CreatedBy             string            `json:"created_by,omitempty"`
 	Created               time.Time         `json:"created"`
@@ -415,6 +418,7 @@ type RolloutNode struct {
 	Reason    string    `json:"reason,omitempty"`
 	Operation string    `json:"operation,omitempty"`
 	Cordoned  bool      `json:"cordoned"`
+	Previous  string    `json:"previous,omitempty"`
 	Started   time.Time `json:"started,omitzero"`
 	Finished  time.Time `json:"finished,omitzero"`
 }
@@ -714,6 +718,11 @@ type RolloutStart struct {
 	StepTimeout           string            `json:"step_timeout,omitempty"`
 	Hooks                 map[string]string `json:"hooks,omitzero"`
 	ContinueOnHookFailure bool              `json:"continue_on_hook_failure,omitempty"`
+	// Rollback is auto or manual, OnFailure stop or continue, NodeTimeout
+	// a Go duration (openapi.json RolloutStart).
+	Rollback    string `json:"rollback,omitempty"`
+	OnFailure   string `json:"on_failure,omitempty"`
+	NodeTimeout string `json:"node_timeout,omitempty"`
 }
 
 // DesiredChange is PUT /api/v1/devices/{id}/desired (openapi.json

@@ -74,8 +74,90 @@ aborting need an admin key (or the admin socket).`,
 	addAPIFlags(cmd, f)
 	cmd.AddCommand(newRolloutListCmd(opts, f), newRolloutShowCmd(opts, f), newRolloutStartCmd(opts, f),
 		newRolloutControlCmd(opts, f, "pause"), newRolloutControlCmd(opts, f, "resume"), newRolloutControlCmd(opts, f, "abort"),
-		newRolloutWatchCmd(opts, f))
+		newRolloutWatchCmd(opts, f), newRolloutRollbackCmd(opts, f))
 	return cmd
+}
+
+func newRolloutRollbackCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
+	var yes, watch bool
+	cmd := &cobra.Command{
+		Use:   "rollback NODE",
+		Short: "Take one node back to what it ran before its last upgrade (admin key)",
+		Long: `Take one node back to what its agent recorded before the last image or
+Kubernetes rollout that upgraded it: a switch sets its previous image as the
+default, reboots into it, restores its config checkpoint and rejoins; a worker
+gets its previous kubelet and kubeadm back and must be Ready at its previous
+version. The node is uncordoned once Ready. NODE is the device (MAC or serial)
+or its Node name. This is the one-command rollback of a rollout started with
+--rollback manual (the default), where a failed node is left as the failure
+left it. The rollback runs on in ztpd; the command prints the rollout with the
+node rolling back, --watch follows the rollout's record until the node has
+ended. A node still underway in a running rollout, or another rollout running
+on its cluster, is refused; a switch whose previous image is gone stops with
+that reason and is never rebooted.`,
+		Example: `  ztpd rollout rollback leaf-7
+  ztpd rollout rollback 52:54:00:00:00:07 --yes --watch
+  ztpd rollout rollback worker-3 -o json`,
+		Args: oneArg,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := confirm(cmd, "roll back "+args[0]+" to its image or Kubernetes version before its last upgrade (a switch reboots)", yes); err != nil {
+				return err
+			}
+			c, err := newAPIClient(opts, f)
+			if err != nil {
+				return err
+			}
+			var r rolloutView
+			if err := c.REST("POST", "/api/v1/devices/"+url.PathEscape(args[0])+"/rollback", nil, map[string]string{}, &r); err != nil {
+				return err
+			}
+			if !watch {
+				return printRollout(opts, c, r)
+			}
+			return watchNodeRollback(cmd.Context(), opts, c, r.ID, args[0], os.Stdout)
+		},
+	}
+	addYesFlag(cmd, &yes)
+	cmd.Flags().BoolVar(&watch, "watch", false, "follow the node until its rollback has ended (exit status 1 when it failed)")
+	return cmd
+}
+
+// watchNodeRollback polls the rollout until node (device or Node name) is
+// rolled-back or failed, printing each change of its phase.
+func watchNodeRollback(ctx context.Context, opts *rootOptions, c *apiClient, id, node string, w io.Writer) error {
+	last := ""
+	for {
+		var r rolloutView
+		if err := c.REST("GET", rolloutPath(id), nil, nil, &r); err != nil {
+			return err
+		}
+		for _, n := range r.Nodes {
+			if n.Device != node && n.NodeName != node {
+				continue
+			}
+			if line := n.Phase + ": " + n.Reason; line != last && opts.output != "json" {
+				fmt.Fprintf(w, "%s %s\n", nodeName(n), line)
+				last = line
+			}
+			switch n.Phase {
+			case core.NodeRolledBack:
+				if opts.output == "json" {
+					return printRollout(opts, c, r)
+				}
+				return nil
+			case core.NodeFailed:
+				if opts.output == "json" {
+					printRollout(opts, c, r)
+				}
+				return fmt.Errorf("rollback of %s failed: %s", node, n.Reason)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 func rolloutPath(id string) string { return "/api/v1/rollouts/" + url.PathEscape(id) }
@@ -198,6 +280,8 @@ func newRolloutStartCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 	var maxUnavailable int
 	var drain, step time.Duration
 	var continueOnHook, watch bool
+	var rollback, onFailure string
+	var nodeTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "start --cluster NAME --kind image|kubernetes|remove [--target T] [flags]",
 		Short: "Start a rollout over a cluster's nodes (admin key)",
@@ -213,13 +297,24 @@ PHASE=IMAGE, repeatable) are image store entries the agent runs at pre_upgrade,
 pre_leave, post_join or post_upgrade; a failed hook stops the rollout unless
 --continue-on-hook-failure, which leaves that device failed and cordoned and
 goes on. The command prints the rollout as it started; --watch follows it to
-the end like "ztpd rollout watch".`,
+the end like "ztpd rollout watch".
+
+--rollback auto (image and kubernetes) has a node whose upgrade failed (a step
+of its agent's operation, the reboot, the rejoin, a post_upgrade hook, or its
+Node not Ready within --node-timeout) taken back by its agent to the image and
+config, or kubelet and kubeadm, recorded before the upgrade; the node is
+uncordoned once Ready there and shown rolled-back with the reason. Control
+planes are left to kubeadm's own rollback. --on-failure continue goes on past
+rolled-back nodes (default stop). --rollback manual (default) leaves a failed
+node as it is, for "ztpd rollout rollback NODE".`,
 		Example: `  ztpd rollout start --cluster fabric-1 --kind image --target sonic-202411.bin
   ztpd rollout start --cluster fabric-1 --kind image --target sonic-202411.bin --max-unavailable 3 \
       --hook pre_upgrade=snapshot-bgp.sh --hook post_upgrade=check-bgp.sh --watch
   ztpd rollout start --kind image --target sonic-202411.bin --devices 52:54:00:00:00:01,52:54:00:00:00:02
   ztpd rollout start --cluster fabric-1 --kind image --target sonic-as7712.bin --selector ztpd.io/hwsku=as7712
   ztpd rollout start --cluster edge-1 --kind kubernetes --target v1.37.2 --drain-timeout 10m
+  ztpd rollout start --cluster fabric-1 --kind image --target sonic-202411.bin --hook post_upgrade=check-bgp.sh \
+      --rollback auto --on-failure continue --node-timeout 10m
   ztpd rollout start --cluster fabric-1 --kind remove --devices leaf-7-serial --mode standalone`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -255,6 +350,10 @@ the end like "ztpd rollout watch".`,
 			if fl.Changed("step-timeout") {
 				body.StepTimeout = step.String()
 			}
+			if fl.Changed("node-timeout") {
+				body.NodeTimeout = nodeTimeout.String()
+			}
+			body.Rollback, body.OnFailure = rollback, onFailure
 			c, err := newAPIClient(opts, f)
 			if err != nil {
 				return err
@@ -288,6 +387,9 @@ the end like "ztpd rollout watch".`,
 	fl.DurationVar(&drain, "drain-timeout", 5*time.Minute, "how long a node's drain may take")
 	fl.DurationVar(&step, "step-timeout", 15*time.Minute, "how long each agent step may take")
 	fl.BoolVar(&watch, "watch", false, "follow the rollout until it ends (exit status as ztpd rollout watch)")
+	fl.StringVar(&rollback, "rollback", "", "auto: a node whose upgrade failed is rolled back by its agent; manual (default): left for ztpd rollout rollback")
+	fl.StringVar(&onFailure, "on-failure", "", "stop (default) or continue past rolled-back nodes")
+	fl.DurationVar(&nodeTimeout, "node-timeout", 0, "how long a node may take to be Ready after its agent's operation (default: the step timeout)")
 	_ = cmd.MarkFlagRequired("kind")
 	return cmd
 }

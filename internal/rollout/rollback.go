@@ -156,6 +156,7 @@ func (e *Engine) Rollback(ctx context.Context, device, by string) (core.Rollout,
 	if err != nil {
 		return core.Rollout{}, err
 	}
+	device = n.Device // it may have been named by its Node
 	e.mu.Lock()
 	running := e.runs[r.ID] != nil && !r.State.Ended()
 	e.mu.Unlock()
@@ -171,10 +172,12 @@ func (e *Engine) Rollback(ctx context.Context, device, by string) (core.Rollout,
 	}
 	reason := "rollback asked by " + by
 	e.opts.Log.Info("rollout node rollback", "rollout", r.ID, "device", device, "by", by)
-	e.setNode(r.ID, device, func(x *core.RolloutNode) string {
+	if err := e.setNode(r.ID, device, func(x *core.RolloutNode) string {
 		x.Phase, x.Finished = core.NodeRollingBack, time.Time{}
 		return "rolling back: " + reason
-	})
+	}); err != nil {
+		return core.Rollout{}, err
+	}
 	go func() {
 		ctx := context.WithoutCancel(ctx)
 		ours := n.Cordoned
