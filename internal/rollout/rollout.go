@@ -90,8 +90,10 @@ type Options struct {
 	// DrainTimeout and StepTimeout are a Spec's when it names none
 	// (default DefaultDrainTimeout, DefaultStepTimeout).
 	DrainTimeout, StepTimeout time.Duration
-	Now                       func() time.Time
-	Log                       *slog.Logger
+	// NodeTimeout is a Spec's when it names none (zero: its StepTimeout).
+	NodeTimeout time.Duration
+	Now         func() time.Time
+	Log         *slog.Logger
 	// Registerer takes the engine's metrics (nil: kept, not exported).
 	Registerer prometheus.Registerer
 }
@@ -254,6 +256,9 @@ func (e *Engine) Start(ctx context.Context, spec Spec) (core.Rollout, error) {
 	}
 	if spec.StepTimeout <= 0 {
 		spec.StepTimeout = e.opts.StepTimeout
+	}
+	if spec.NodeTimeout <= 0 {
+		spec.NodeTimeout = e.opts.NodeTimeout
 	}
 	if spec.NodeTimeout <= 0 {
 		spec.NodeTimeout = spec.StepTimeout
