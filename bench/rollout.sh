@@ -15,16 +15,20 @@
 # parallelism / nodes. Fails only when a node does not end done, Ready,
 # uncordoned and at the target (or maxUnavailable was exceeded), never on a
 # time. No root needed.
-# Knobs (env): NODES (200) MAX_UNAVAILABLE (10) SCALE (0.1) ARGS (more
+# FAIL_PCT (rollback mode): that share of the workers fail their kubelet
+# restart and are rolled back by their agents (rollback auto, on_failure
+# continue); also reports the time from a failure to its node rolled back,
+# Ready at the old version and uncordoned, and the node must end so.
+# Knobs (env): NODES (200) MAX_UNAVAILABLE (10) SCALE (0.1) FAIL_PCT (0) ARGS (more
 #   rolloutbench flags, e.g. "-poll 2s -drain 30s"; "-fast-poll 0": the
 #   rollout's nodes poll no faster than the others)
 # Last line: RESULT rollout nodes=<n> seconds=<s> floor_s=<f>
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
-NODES=${NODES:-200} MAX_UNAVAILABLE=${MAX_UNAVAILABLE:-10} SCALE=${SCALE:-0.1} ARGS=${ARGS:-}
+NODES=${NODES:-200} MAX_UNAVAILABLE=${MAX_UNAVAILABLE:-10} SCALE=${SCALE:-0.1} FAIL_PCT=${FAIL_PCT:-0} ARGS=${ARGS:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/rolloutbench" ./testenv/cmd/rolloutbench
 # shellcheck disable=SC2086 # ARGS is a list of flags
-"$tmp/rolloutbench" -nodes "$NODES" -max-unavailable "$MAX_UNAVAILABLE" -scale "$SCALE" $ARGS
+"$tmp/rolloutbench" -nodes "$NODES" -max-unavailable "$MAX_UNAVAILABLE" -scale "$SCALE" -fail-pct "$FAIL_PCT" $ARGS
