@@ -37,12 +37,12 @@ func nodeName(n client.RolloutNode) string {
 }
 
 // rolloutPhases orders the phases progress lines count.
-var rolloutPhases = []string{core.NodeDone, core.NodeSkipped, core.NodeFailed, core.NodeWithdrawn, core.NodeCordoned,
-	core.NodeDrained, core.NodeAgent, core.NodeWaiting, core.NodePending}
+var rolloutPhases = []string{core.NodeDone, core.NodeSkipped, core.NodeRolledBack, core.NodeFailed, core.NodeWithdrawn, core.NodeCordoned,
+	core.NodeDrained, core.NodeAgent, core.NodeWaiting, core.NodeRollingBack, core.NodePending}
 
 // progress is "2/5 done: 2 done, 1 agent, 2 pending".
 func (r rolloutView) progress() string {
-	finished := r.Counts[core.NodeDone] + r.Counts[core.NodeSkipped]
+	finished := r.Counts[core.NodeDone] + r.Counts[core.NodeSkipped] + r.Counts[core.NodeRolledBack]
 	var parts []string
 	for _, p := range rolloutPhases {
 		if n := r.Counts[p]; n > 0 {
