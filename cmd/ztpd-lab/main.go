@@ -97,6 +97,15 @@ default route Router Advertisements would give (it runs no RA daemon).
 --dual-stack: both families; SONiC switches ask DHCPv4 and DHCPv6 and fetch
 ztp.json over IPv6, ONIE switches and VMs keep to IPv4. Needs dhcrelay too.
 
+--positions: the rack planned by cable position. Every switch (SONiC and
+ONIE) is cabled to a port of its own on the relay, which is ISC dhcrelay -a
+(option 82 circuit-id = the port, p0, p1, ...); a cabling plan
+(<work-dir>/positions.yaml) names each port's switch, cluster, role and
+address (10.99.<octet+1>.210 + port, replace: auto), and the switches share
+one profile matched by circuit-id: no profile names a serial, so what a
+switch is comes from where it is plugged in. The console's Positions page
+shows the rack. IPv4 only, at most 40 switches.
+
 --upgrade: the clusters start at the Kubernetes version before the newest
 built, and once every device joined each cluster is upgraded to the newest
 with upgradeKubernetesCluster: ztpd rolls it out one node at a time (cordon
@@ -127,6 +136,7 @@ puts both in bin/), else the one on PATH; kubeletsim likewise (--kubeletsim).`,
   sudo ztpd-lab -o json > lab-result.json
   sudo ztpd-lab --ipv6 --switches 2 --onie 1 --vms 2 --clusters 1
   sudo ztpd-lab --dual-stack
+  sudo ztpd-lab --positions --switches 6 --onie 2 --console 127.0.0.1:8443   # then open /positions
   sudo ztpd-lab --upgrade --console 127.0.0.1:8443   # then open https://127.0.0.1:8443/rollouts`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
@@ -146,6 +156,12 @@ puts both in bin/), else the one on PATH; kubeletsim likewise (--kubeletsim).`,
 			}
 			if ipv6 && dualStack {
 				return fmt.Errorf("--ipv6 and --dual-stack: choose one (--ipv6 is v6-only)")
+			}
+			if s.Positions && (ipv6 || dualStack) {
+				return fmt.Errorf("--positions is IPv4 only (dhcrelay -a's option 82 circuit-ids): drop --ipv6/--dual-stack")
+			}
+			if s.Positions && s.Switches+s.ONIE > 40 {
+				return fmt.Errorf("--positions: at most 40 switches (--switches + --onie: %d), one relay port each", s.Switches+s.ONIE)
 			}
 			if octet < 0 || octet > 253 {
 				return fmt.Errorf("--octet %d: use 0..253", octet)
@@ -265,6 +281,7 @@ puts both in bin/), else the one on PATH; kubeletsim likewise (--kubeletsim).`,
 	fl.Lookup("upgrade").NoOptDefVal = "auto"
 	fl.BoolVar(&ipv6, "ipv6", false, "a v6-only lab (DHCPv6, dhcrelay -6, ONIE by link-local; fd99:0:<octet>::/48)")
 	fl.BoolVar(&dualStack, "dual-stack", false, "IPv4 and IPv6 on both subnets; switches fetch ztp.json over IPv6")
+	fl.BoolVar(&s.Positions, "positions", false, "cable every switch to its own port behind dhcrelay -a and plan it by that port (a cabling plan, no serial profiles)")
 	fl.StringVar(&consoleAddr, "console", "", "forward the web console to this host:port, print how to sign in, and keep the lab up until Ctrl-C")
 	return cmd
 }
