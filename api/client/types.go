@@ -395,6 +395,9 @@ type Rollout struct {
 	Hooks                 map[string]string `json:"hooks"`
 	Selector              map[string]string `json:"selector,omitempty"`
 	ContinueOnHookFailure bool              `json:"continue_on_hook_failure"`
+	Rollback              string            `json:"rollback,omitempty"`
+	OnFailure             string            `json:"on_failure,omitempty"`
+	NodeTimeout           string            `json:"node_timeout,omitempty"`
 	Job                   string            `json:"job,omitempty"`
 	CreatedBy             string            `json:"created_by,omitempty"`
 	Created               time.Time         `json:"created"`
@@ -502,6 +505,7 @@ type RolloutNode struct {
 	Operation string    `json:"operation,omitempty"`
 	Cordoned  bool      `json:"cordoned"`
 	Canary    bool      `json:"canary,omitempty"`
+	Previous  string    `json:"previous,omitempty"`
 	Started   time.Time `json:"started,omitzero"`
 	Finished  time.Time `json:"finished,omitzero"`
 }
@@ -806,6 +810,11 @@ type RolloutStart struct {
 	// PlanFingerprint, when set, is the fingerprint of the plan the
 	// operator was shown: the start is refused (409) if the plan differs now.
 	PlanFingerprint string `json:"plan_fingerprint,omitempty"`
+	// Rollback is auto or manual, OnFailure stop or continue, NodeTimeout
+	// a Go duration (openapi.json RolloutStart).
+	Rollback    string `json:"rollback,omitempty"`
+	OnFailure   string `json:"on_failure,omitempty"`
+	NodeTimeout string `json:"node_timeout,omitempty"`
 }
 
 // DesiredChange is PUT /api/v1/devices/{id}/desired (openapi.json

@@ -37,6 +37,7 @@ func (s *Door) routeDayOps(g *gin.RouterGroup) {
 		g.POST("/rollouts/:id/resume", requireAdmin, s.controlRollout)
 		g.POST("/rollouts/:id/abort", requireAdmin, s.controlRollout)
 		g.POST("/rollouts/:id/approve", requireAdmin, s.approveRollout)
+		g.POST("/devices/:id/rollback", requireAdmin, s.rollbackNode)
 	}
 }
 
@@ -99,12 +100,17 @@ func restRolloutOf(r core.Rollout) client.Rollout {
 		TargetID: r.TargetID, Mode: r.Mode, MaxUnavailable: r.MaxUnavailable,
 		DrainTimeout: time.Duration(r.DrainTimeout).String(), StepTimeout: time.Duration(r.StepTimeout).String(),
 		Hooks: copyMap(r.Hooks), Selector: r.Selector, ContinueOnHookFailure: r.ContinueOnHookFailure, Job: r.Job, CreatedBy: r.CreatedBy,
+		Rollback: string(r.Rollback), OnFailure: string(r.OnFailure),
 		Created: r.Created, UpdatedAt: r.UpdatedAt, Finished: r.Finished,
 		Nodes: make([]client.RolloutNode, 0, len(r.Nodes)), Counts: map[string]int{},
 		Canary: restCanaryOf(r.Canary), Gate: restGateOf(r.Gate), GateStatus: restGateStatusOf(r.GateStatus), Fingerprint: r.Fingerprint}
+	if r.NodeTimeout > 0 {
+		out.NodeTimeout = time.Duration(r.NodeTimeout).String()
+	}
 	for _, n := range r.Nodes {
 		out.Nodes = append(out.Nodes, client.RolloutNode{Device: n.Device, NodeName: n.NodeName, Role: n.Role, Phase: n.Phase,
-			Reason: n.Reason, Operation: n.Operation, Cordoned: n.Cordoned, Canary: n.Canary, Started: n.Started, Finished: n.Finished})
+			Reason: n.Reason, Operation: n.Operation, Cordoned: n.Cordoned, Canary: n.Canary, Previous: n.Previous,
+			Started: n.Started, Finished: n.Finished})
 		out.Counts[n.Phase]++
 	}
 	return out
@@ -381,7 +387,8 @@ func (s *Door) startRollout(c *gin.Context) {
 // image, the hooks to stored images.
 func (s *Door) rolloutSpec(ctx context.Context, caller core.Caller, req client.RolloutStart) (rollout.Spec, error) {
 	spec := rollout.Spec{Kind: core.RolloutKind(req.Kind), MaxUnavailable: req.MaxUnavailable, Hooks: req.Hooks,
-		ContinueOnHookFailure: req.ContinueOnHookFailure, Mode: core.DeviceMode(req.Mode), Selector: req.Selector}
+		ContinueOnHookFailure: req.ContinueOnHookFailure, Mode: core.DeviceMode(req.Mode), Selector: req.Selector,
+		Rollback: core.RollbackPolicy(req.Rollback), OnFailure: core.FailurePolicy(req.OnFailure)}
 	invalid := func(format string, args ...any) (rollout.Spec, error) {
 		return spec, core.Errorf(core.KindInvalid, format, args...)
 	}
@@ -415,7 +422,8 @@ func (s *Door) rolloutSpec(ctx context.Context, caller core.Caller, req client.R
 	for _, d := range []struct {
 		name, v string
 		to      *time.Duration
-	}{{"drain_timeout", req.DrainTimeout, &spec.DrainTimeout}, {"step_timeout", req.StepTimeout, &spec.StepTimeout}} {
+	}{{"drain_timeout", req.DrainTimeout, &spec.DrainTimeout}, {"step_timeout", req.StepTimeout, &spec.StepTimeout},
+		{"node_timeout", req.NodeTimeout, &spec.NodeTimeout}} {
 		if d.v == "" {
 			continue
 		}
@@ -498,4 +506,24 @@ func (s *Door) controlRollout(c *gin.Context) {
 		return
 	}
 	httpserve.WriteJSON(c.Writer, http.StatusOK, restRolloutOf(r))
+}
+
+// rollbackNode serves POST /devices/{id}/rollback: {id} is a device (MAC
+// or serial) or a Node name; the engine takes it back to what its agent
+// recorded before the last rollout that upgraded it, in the background.
+func (s *Door) rollbackNode(c *gin.Context) {
+	ref := c.Param("id")
+	device := ref
+	if d, err := s.lookupDevice(callerOf(c), ref); err == nil {
+		device = d.ID
+	} else if !errors.Is(err, core.ErrNotFound) {
+		s.restFail(c, err)
+		return
+	}
+	r, err := s.rollouts.Rollback(c.Request.Context(), device, caller.AccountName(credOf(c)))
+	if err != nil {
+		s.restFail(c, err)
+		return
+	}
+	httpserve.WriteJSON(c.Writer, http.StatusAccepted, restRolloutOf(r))
 }

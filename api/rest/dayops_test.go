@@ -439,3 +439,68 @@ func TestAgentEndpointsMatchTheDocument(t *testing.T) {
 		t.Fatalf("desired after the report: %+v", d)
 	}
 }
+
+// TestRESTRollback: a rollout's rollback policy, failure policy and node
+// timeout are taken and shown; POST /devices/{id}/rollback takes a node of
+// it back (by MAC or Node name) and answers 202 with the rollout; a device
+// no rollout upgraded is 404, a user key 403.
+func TestRESTRollback(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.fabric()
+	e.runAgents(dayDevice(0), dayDevice(1), dayDevice(2))
+	a := e.rest(e.admin.APIKey, e.adminSec)
+	u := e.rest(e.user.APIKey, e.userSec)
+	for _, c := range []struct {
+		body map[string]any
+		want string
+	}{
+		{map[string]any{"cluster": "lab", "kind": "kubernetes", "target": "v1.37.2", "rollback": "sometimes"}, `rollback "sometimes"`},
+		{map[string]any{"cluster": "lab", "kind": "kubernetes", "target": "v1.37.2", "on_failure": "retry"}, `on_failure "retry"`},
+		{map[string]any{"cluster": "lab", "kind": "kubernetes", "target": "v1.37.2", "node_timeout": "-1m"}, `node_timeout "-1m"`},
+	} {
+		if r := a.Do("POST", "/api/v1/rollouts", c.body); r.Status != 400 || !strings.Contains(errMessage(r), c.want) {
+			t.Errorf("%v: %d %s, want 400 with %q", c.body, r.Status, r.Raw, c.want)
+		}
+	}
+	var ro client.Rollout
+	r := a.Do("POST", "/api/v1/rollouts", map[string]any{"cluster": "lab", "kind": "kubernetes", "target": "v1.37.2",
+		"rollback": "auto", "on_failure": "continue", "node_timeout": "1m"})
+	into(t, r, &ro)
+	if r.Status != 202 || ro.Rollback != "auto" || ro.OnFailure != "continue" || ro.NodeTimeout != "1m0s" {
+		t.Fatalf("start: %d %s", r.Status, r.Raw)
+	}
+	e.waitRollout(ro.ID)
+	into(t, a.Do("GET", "/api/v1/rollouts/"+ro.ID, nil), &ro)
+	if ro.State != core.RolloutSucceeded || ro.Nodes[1].Previous != "v1.36.3" {
+		t.Fatalf("after: %+v", ro)
+	}
+	if r := u.Do("POST", "/api/v1/devices/"+dayDevice(1)+"/rollback", nil); r.Status != 403 {
+		t.Fatalf("user rollback: %d %s", r.Status, r.Raw)
+	}
+	if r := a.Do("POST", "/api/v1/devices/"+dayDevice(3)+"/rollback", nil); r.Status != 404 || !strings.Contains(errMessage(r), "nothing to roll back") {
+		t.Fatalf("rollback of a device no rollout upgraded: %d %s", r.Status, r.Raw)
+	}
+	node := ro.Nodes[1].NodeName
+	r = a.Do("POST", "/api/v1/devices/"+node+"/rollback", nil)
+	into(t, r, &ro)
+	if r.Status != 202 || ro.Nodes[1].Phase != core.NodeRollingBack {
+		t.Fatalf("rollback: %d %s", r.Status, r.Raw)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		into(t, a.Do("GET", "/api/v1/rollouts/"+ro.ID, nil), &ro)
+		if ro.Nodes[1].Phase == core.NodeRolledBack {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node after the rollback: %+v", ro.Nodes[1])
+		}
+	}
+	if !strings.Contains(ro.Nodes[1].Reason, "rolled back to v1.36.3 after: rollback asked by ops") {
+		t.Fatalf("reason %q", ro.Nodes[1].Reason)
+	}
+	var d client.Desired
+	into(t, a.Do("GET", "/api/v1/devices/"+dayDevice(1)+"/desired", nil), &d)
+	if d.Operation == nil || d.Operation.Kind != core.OpRollback || d.Operation.State != core.StepSucceeded {
+		t.Fatalf("device's operation: %+v", d.Operation)
+	}
+}

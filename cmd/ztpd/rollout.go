@@ -37,12 +37,12 @@ func nodeName(n client.RolloutNode) string {
 }
 
 // rolloutPhases orders the phases progress lines count.
-var rolloutPhases = []string{core.NodeDone, core.NodeSkipped, core.NodeFailed, core.NodeWithdrawn, core.NodeCordoned,
-	core.NodeDrained, core.NodeAgent, core.NodeWaiting, core.NodePending}
+var rolloutPhases = []string{core.NodeDone, core.NodeSkipped, core.NodeRolledBack, core.NodeFailed, core.NodeWithdrawn, core.NodeCordoned,
+	core.NodeDrained, core.NodeAgent, core.NodeWaiting, core.NodeRollingBack, core.NodePending}
 
 // progress is "2/5 done: 2 done, 1 agent, 2 pending".
 func (r rolloutView) progress() string {
-	finished := r.Counts[core.NodeDone] + r.Counts[core.NodeSkipped]
+	finished := r.Counts[core.NodeDone] + r.Counts[core.NodeSkipped] + r.Counts[core.NodeRolledBack]
 	var parts []string
 	for _, p := range rolloutPhases {
 		if n := r.Counts[p]; n > 0 {
@@ -76,8 +76,91 @@ aborting need an admin key (or the admin socket).`,
 	addAPIFlags(cmd, f)
 	cmd.AddCommand(newRolloutListCmd(opts, f), newRolloutShowCmd(opts, f), newRolloutStartCmd(opts, f),
 		newRolloutControlCmd(opts, f, "pause"), newRolloutControlCmd(opts, f, "resume"), newRolloutControlCmd(opts, f, "abort"),
-		newRolloutControlCmd(opts, f, "approve"), newRolloutWatchCmd(opts, f), newRolloutPlanCmd(opts, f))
+		newRolloutControlCmd(opts, f, "approve"), newRolloutWatchCmd(opts, f), newRolloutPlanCmd(opts, f),
+		newRolloutRollbackCmd(opts, f))
 	return cmd
+}
+
+func newRolloutRollbackCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
+	var yes, watch bool
+	cmd := &cobra.Command{
+		Use:   "rollback NODE",
+		Short: "Take one node back to what it ran before its last upgrade (admin key)",
+		Long: `Take one node back to what its agent recorded before the last image or
+Kubernetes rollout that upgraded it: a switch sets its previous image as the
+default, reboots into it, restores its config checkpoint and rejoins; a worker
+gets its previous kubelet and kubeadm back and must be Ready at its previous
+version. The node is uncordoned once Ready. NODE is the device (MAC or serial)
+or its Node name. This is the one-command rollback of a rollout started with
+--rollback manual (the default), where a failed node is left as the failure
+left it. The rollback runs on in ztpd; the command prints the rollout with the
+node rolling back, --watch follows the rollout's record until the node has
+ended. A node still underway in a running rollout, or another rollout running
+on its cluster, is refused; a switch whose previous image is gone stops with
+that reason and is never rebooted.`,
+		Example: `  ztpd rollout rollback leaf-7
+  ztpd rollout rollback 52:54:00:00:00:07 --yes --watch
+  ztpd rollout rollback worker-3 -o json`,
+		Args: oneArg,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := confirm(cmd, "roll back "+args[0]+" to its image or Kubernetes version before its last upgrade (a switch reboots)", yes); err != nil {
+				return err
+			}
+			c, err := newAPIClient(opts, f)
+			if err != nil {
+				return err
+			}
+			var r rolloutView
+			if err := c.REST("POST", "/api/v1/devices/"+url.PathEscape(args[0])+"/rollback", nil, map[string]string{}, &r); err != nil {
+				return err
+			}
+			if !watch {
+				return printRollout(opts, c, r)
+			}
+			return watchNodeRollback(cmd.Context(), opts, c, r.ID, args[0], os.Stdout)
+		},
+	}
+	addYesFlag(cmd, &yes)
+	cmd.Flags().BoolVar(&watch, "watch", false, "follow the node until its rollback has ended (exit status 1 when it failed)")
+	return cmd
+}
+
+// watchNodeRollback polls the rollout until node (device or Node name) is
+// rolled-back or failed, printing each change of its phase.
+func watchNodeRollback(ctx context.Context, opts *rootOptions, c *apiClient, id, node string, w io.Writer) error {
+	last := ""
+	for {
+		var r rolloutView
+		if err := c.REST("GET", rolloutPath(id), nil, nil, &r); err != nil {
+			return err
+		}
+		for _, n := range r.Nodes {
+			if n.Device != node && n.NodeName != node {
+				continue
+			}
+			if line := n.Phase + ": " + n.Reason; line != last && opts.output != "json" {
+				fmt.Fprintf(w, "%s %s\n", nodeName(n), line)
+				last = line
+			}
+			switch n.Phase {
+			case core.NodeRolledBack:
+				if opts.output == "json" {
+					return printRollout(opts, c, r)
+				}
+				return nil
+			case core.NodeFailed:
+				if opts.output == "json" {
+					printRollout(opts, c, r)
+				}
+				return fmt.Errorf("rollback of %s failed: %s", node, n.Reason)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 func rolloutPath(id string) string { return "/api/v1/rollouts/" + url.PathEscape(id) }
@@ -233,6 +316,8 @@ type rolloutSpecFlags struct {
 	canarySelector              []string
 	gate, gateURL, gateScript   string
 	soak, gateTimeout           time.Duration
+	rollback, onFailure         string
+	nodeTimeout                 time.Duration
 }
 
 func (sf *rolloutSpecFlags) bind(cmd *cobra.Command) {
@@ -255,6 +340,9 @@ func (sf *rolloutSpecFlags) bind(cmd *cobra.Command) {
 	fl.StringVar(&sf.gateURL, "gate-url", "", "gate auto: an operator check URL that must answer 2xx within --gate-timeout")
 	fl.StringVar(&sf.gateScript, "gate-script", "", "gate auto: a script in the appliance's rollout.gate_scripts directory that must exit 0")
 	fl.DurationVar(&sf.gateTimeout, "gate-timeout", 10*time.Second, "bound of each operator check (URL or script)")
+	fl.StringVar(&sf.rollback, "rollback", "", "auto: a node whose upgrade failed is rolled back by its agent; manual (default): left for ztpd rollout rollback")
+	fl.StringVar(&sf.onFailure, "on-failure", "", "stop (default) or continue past rolled-back nodes")
+	fl.DurationVar(&sf.nodeTimeout, "node-timeout", 0, "how long a node may take to be Ready after its agent's operation (default: the step timeout)")
 	_ = cmd.MarkFlagRequired("kind")
 }
 
@@ -313,6 +401,10 @@ func (sf *rolloutSpecFlags) body(cmd *cobra.Command) (client.RolloutStart, error
 			body.Gate.Timeout = sf.gateTimeout.String()
 		}
 	}
+	if fl.Changed("node-timeout") {
+		body.NodeTimeout = sf.nodeTimeout.String()
+	}
+	body.Rollback, body.OnFailure = sf.rollback, sf.onFailure
 	return body, nil
 }
 
@@ -469,7 +561,16 @@ waits for "ztpd rollout approve ID" (--gate manual), or with --gate auto goes
 on only when every canary Node is Ready, no new pod crash loops on them, their
 post hooks exited 0 and the --gate-url or --gate-script check passes, for
 --soak; a failing check stops the rollout before the other nodes. See what a
-start would do first with "ztpd rollout plan" and pass its --plan-fingerprint.`,
+start would do first with "ztpd rollout plan" and pass its --plan-fingerprint.
+
+--rollback auto (image and kubernetes) has a node whose upgrade failed (a step
+of its agent's operation, the reboot, the rejoin, a post_upgrade hook, or its
+Node not Ready within --node-timeout) taken back by its agent to the image and
+config, or kubelet and kubeadm, recorded before the upgrade; the node is
+uncordoned once Ready there and shown rolled-back with the reason. Control
+planes are left to kubeadm's own rollback. --on-failure continue goes on past
+rolled-back nodes (default stop). --rollback manual (default) leaves a failed
+node as it is, for "ztpd rollout rollback NODE".`,
 		Example: `  ztpd rollout start --cluster fabric-1 --kind image --target sonic-202411.bin
   ztpd rollout start --cluster fabric-1 --kind image --target sonic-202411.bin --max-unavailable 3 \
       --hook pre_upgrade=snapshot-bgp.sh --hook post_upgrade=check-bgp.sh --watch
@@ -478,6 +579,8 @@ start would do first with "ztpd rollout plan" and pass its --plan-fingerprint.`,
   ztpd rollout start --cluster edge-1 --kind kubernetes --target v1.37.2 --drain-timeout 10m
   ztpd rollout start --cluster edge-1 --kind kubernetes --target v1.37.2 --canary 2 --gate auto --soak 10m \
       --gate-url https://monitor.example/ready --plan-fingerprint 3f2a9c0d1e4b5a6f
+  ztpd rollout start --cluster fabric-1 --kind image --target sonic-202411.bin --hook post_upgrade=check-bgp.sh \
+      --rollback auto --on-failure continue --node-timeout 10m
   ztpd rollout start --cluster fabric-1 --kind remove --devices leaf-7-serial --mode standalone`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -140,7 +140,7 @@ func (a *App) joinSection(ctx context.Context, device, cluster string) (map[stri
 func (a *App) buildRollouts() error {
 	eng, err := rollout.New(a.Store, rollout.Options{Appliance: a.applianceName(), Nodes: a.nodeOps, Agents: a.Desired, Members: a.Joiner,
 		Binaries:     a.rolloutBinaries,
-		DrainTimeout: a.Cfg.Rollout.DrainTimeout.D(), StepTimeout: a.Cfg.Rollout.StepTimeout.D(),
+		DrainTimeout: a.Cfg.Rollout.DrainTimeout.D(), StepTimeout: a.Cfg.Rollout.StepTimeout.D(), NodeTimeout: a.Cfg.Rollout.NodeTimeout.D(),
 		GateScripts: a.Cfg.Rollout.GateScripts,
 		Log:         a.Log.With("part", "rollout"), Registerer: a.Metrics})
 	if err != nil {

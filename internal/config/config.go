@@ -54,11 +54,16 @@ type Rollout struct {
 	// DrainTimeout is how long a Node's drain may wait for evictions a
 	// PodDisruptionBudget refuses before the rollout stops.
 	DrainTimeout Duration `yaml:"drain_timeout"`
-	// StepTimeout bounds each agent step and the Node's return to Ready.
+	// StepTimeout bounds each agent step (and the Node's return to Ready
+	// when NodeTimeout is zero).
 	StepTimeout Duration `yaml:"step_timeout"`
 	// GateScripts is the directory of the scripts a rollout's gate may
 	// run as its operator check (by file name); empty: none may.
 	GateScripts string `yaml:"gate_scripts"`
+	// NodeTimeout bounds a Node's return to Ready after its agent's
+	// operation (a rollout's node_timeout default; zero: StepTimeout);
+	// with rollback auto a node not Ready by then is rolled back.
+	NodeTimeout Duration `yaml:"node_timeout"`
 }
 
 // Store is where ztpd keeps its state: one bbolt file in the
@@ -680,6 +685,9 @@ func (c *Config) Validate() error {
 	}
 	if g := c.Rollout.GateScripts; g != "" && !strings.HasPrefix(g, "/") {
 		errs.add("rollout.gate_scripts", "%q is not an absolute path", g)
+	}
+	if d := c.Rollout.NodeTimeout.D(); d != 0 && (d < time.Second || d > 24*time.Hour) {
+		errs.add("rollout.node_timeout", "%s is outside 1s..24h (0s: the step timeout)", d)
 	}
 	if d := c.API.ClusterAlertAfter.D(); d < time.Second || d > 24*time.Hour {
 		errs.add("api.cluster_alert_after", "%s is outside 1s..24h", d)

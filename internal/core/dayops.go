@@ -59,7 +59,17 @@ const (
 	OpUpgradeImage      = "upgrade-image"
 	OpLeave             = "leave"
 	OpJoin              = "join"
+	// OpRollback takes a device back to what its agent recorded before
+	// its last image or Kubernetes upgrade (the engine's node timeout, or
+	// an operator's one-command rollback).
+	OpRollback = "rollback"
 )
+
+// ActionRollback is the step that restores what the agent recorded before
+// an upgrade. In a rollback operation it is the work; in any other
+// operation it runs only after another step failed (automatic rollback),
+// and its success ends the operation rolled-back.
+const ActionRollback = "rollback"
 
 // Operation and step states.
 const (
@@ -68,6 +78,10 @@ const (
 	StepSucceeded = "succeeded"
 	StepFailed    = "failed"
 	OpWithdrawn   = "withdrawn"
+	// OpRollingBack: a step failed and the agent runs the operation's
+	// rollback step; OpRolledBack: it succeeded (Reason says what failed).
+	OpRollingBack = "rolling-back"
+	OpRolledBack  = "rolled-back"
 )
 
 // AgentOperation is work handed to a device's agent: steps it runs in
@@ -79,7 +93,8 @@ type AgentOperation struct {
 	Steps   []AgentStep `json:"steps"`
 	// State is pending until the agent reports, then running, and
 	// succeeded or failed once every step did or one failed; withdrawn
-	// when ztpd took it back (an aborted rollout).
+	// when ztpd took it back (an aborted rollout); rolling-back then
+	// rolled-back when a step failed and its rollback step ran.
 	State    string    `json:"state"`
 	Reason   string    `json:"reason,omitempty"`
 	Created  time.Time `json:"created"`
@@ -88,7 +103,21 @@ type AgentOperation struct {
 
 // Done reports whether the operation has ended.
 func (o *AgentOperation) Done() bool {
-	return o.State == StepSucceeded || o.State == StepFailed || o.State == OpWithdrawn
+	return o.State == StepSucceeded || o.State == StepFailed || o.State == OpWithdrawn || o.State == OpRolledBack
+}
+
+// OnFailureRollback is the operation's automatic rollback step (nil when
+// it has none): a rollback step in an operation that is not a rollback.
+func (o *AgentOperation) OnFailureRollback() *AgentStep {
+	if o.Kind == OpRollback {
+		return nil
+	}
+	for i := range o.Steps {
+		if o.Steps[i].Action == ActionRollback {
+			return &o.Steps[i]
+		}
+	}
+	return nil
 }
 
 // Step returns the step named name.
@@ -168,6 +197,32 @@ const (
 	NodeFailed    = "failed"
 	NodeSkipped   = "skipped" // already at the target
 	NodeWithdrawn = "withdrawn"
+	// NodeRollingBack: the node goes back to its previous image or
+	// Kubernetes; NodeRolledBack: it is back there, Ready and uncordoned
+	// (Reason says what failed).
+	NodeRollingBack = "rolling-back"
+	NodeRolledBack  = "rolled-back"
+)
+
+// RollbackPolicy is what a rollout does with a node whose upgrade failed.
+type RollbackPolicy string
+
+const (
+	// RollbackManual leaves the node as the failure left it (cordoned, on
+	// the new image or version) for the operator (`ztpd rollout rollback`).
+	RollbackManual RollbackPolicy = "manual"
+	// RollbackAuto has the agent take the node back to what it recorded
+	// before the upgrade; the node is uncordoned once Ready there.
+	RollbackAuto RollbackPolicy = "auto"
+)
+
+// FailurePolicy is whether a rollout goes on past a node that failed or
+// was rolled back.
+type FailurePolicy string
+
+const (
+	OnFailureStop     FailurePolicy = "stop"
+	OnFailureContinue FailurePolicy = "continue"
 )
 
 // Rollout is one operation over a cluster's nodes (or standalone
@@ -204,7 +259,15 @@ type Rollout struct {
 	Gate       RolloutGate   `json:"gate,omitzero"`
 	GateStatus *GateStatus   `json:"gate_status,omitempty"`
 	// Fingerprint is the plan's the rollout was started from.
-	Fingerprint string        `json:"fingerprint,omitempty"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+	// Rollback is what happens to a node whose upgrade failed (empty:
+	// manual); OnFailure whether the rollout goes on past a node that was
+	// rolled back (empty: stop).
+	Rollback  RollbackPolicy `json:"rollback,omitempty"`
+	OnFailure FailurePolicy  `json:"on_failure,omitempty"`
+	// NodeTimeout bounds a node's return to Ready after its agent's
+	// operation (zero: StepTimeout).
+	NodeTimeout Duration      `json:"node_timeout,omitempty"`
 	Job         string        `json:"job,omitempty"`
 	CreatedBy   string        `json:"created_by,omitempty"`
 	Nodes       []RolloutNode `json:"nodes"`
@@ -215,16 +278,19 @@ type Rollout struct {
 
 // RolloutNode is one device's progress through a rollout.
 type RolloutNode struct {
-	Device    string    `json:"device"`
-	NodeName  string    `json:"node_name,omitempty"`
-	Role      string    `json:"role,omitempty"`
-	Phase     string    `json:"phase"`
-	Reason    string    `json:"reason,omitempty"`
-	Operation string    `json:"operation,omitempty"`
-	Cordoned  bool      `json:"cordoned,omitempty"` // ztpd cordoned it (and uncordons it)
-	Canary    bool      `json:"canary,omitempty"`   // done before the rollout's gate
-	Started   time.Time `json:"started,omitzero"`
-	Finished  time.Time `json:"finished,omitzero"`
+	Device    string `json:"device"`
+	NodeName  string `json:"node_name,omitempty"`
+	Role      string `json:"role,omitempty"`
+	Phase     string `json:"phase"`
+	Reason    string `json:"reason,omitempty"`
+	Operation string `json:"operation,omitempty"`
+	Cordoned  bool   `json:"cordoned,omitempty"` // ztpd cordoned it (and uncordons it)
+	Canary    bool   `json:"canary,omitempty"`   // done before the rollout's gate
+	// Previous is the kubelet version the Node had before a Kubernetes
+	// upgrade (what a rollback brings it back to).
+	Previous string    `json:"previous,omitempty"`
+	Started  time.Time `json:"started,omitzero"`
+	Finished time.Time `json:"finished,omitzero"`
 }
 
 // Duration is a time.Duration stored as its text ("5m0s").

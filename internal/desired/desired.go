@@ -819,7 +819,9 @@ func (s *Service) AgentReport(ctx context.Context, credential string, remote net
 				st.Started = now
 			}
 			st.Finished = time.Time{}
-			op.State = core.StepRunning
+			if op.State != core.OpRollingBack {
+				op.State = core.StepRunning
+			}
 			msg = fmt.Sprintf("step %s (%s) running", st.Name, st.Action)
 			if st.Attempts > 1 {
 				msg += fmt.Sprintf(" again (attempt %d: resumed after an interruption)", st.Attempts)
@@ -827,15 +829,29 @@ func (s *Service) AgentReport(ctx context.Context, credential string, remote net
 		case core.StepSucceeded:
 			st.Finished = now
 			msg = fmt.Sprintf("step %s (%s) succeeded", st.Name, st.Action)
-			if allSucceeded(op) {
+			switch {
+			case st == op.OnFailureRollback():
+				op.State, op.Finished = core.OpRolledBack, now
+				msg += "; operation rolled back after: " + op.Reason
+			case allSucceeded(op):
 				op.State, op.Finished = core.StepSucceeded, now
 				msg += "; operation done"
 			}
 		case core.StepFailed:
 			st.Finished = now
-			op.State, op.Finished = core.StepFailed, now
-			op.Reason = fmt.Sprintf("step %s (%s) failed with exit status %d", st.Name, st.Action, r.ExitCode)
-			msg = op.Reason
+			failure := fmt.Sprintf("step %s (%s) failed with exit status %d", st.Name, st.Action, r.ExitCode)
+			switch rb := op.OnFailureRollback(); {
+			case rb == st:
+				op.State, op.Finished = core.StepFailed, now
+				op.Reason += "; rollback failed: " + failure
+			case rb != nil:
+				// Not finished: the agent goes on with the rollback step.
+				op.State, op.Reason = core.OpRollingBack, failure
+				failure += "; rolling back"
+			default:
+				op.State, op.Finished, op.Reason = core.StepFailed, now, failure
+			}
+			msg = failure
 		}
 		d.Agent = core.AgentStatus{LastSeen: now, IP: remote.String(), BootID: r.BootID, Version: r.AgentVersion}
 		if err := tx.Desired().Put(d); err != nil {
@@ -865,6 +881,15 @@ func reportInOrder(op *core.AgentOperation, st *core.AgentStep, r Report) error 
 	if finished(st.State) {
 		return core.Errorf(core.KindInvalid, "step %s of operation %s already %s; a %s report of it is stale", st.Name, op.ID, st.State, r.State)
 	}
+	rb := op.OnFailureRollback()
+	switch {
+	case st == rb && op.State != core.OpRollingBack:
+		return core.Errorf(core.KindInvalid, "step %s of operation %s runs only after another step failed", st.Name, op.ID)
+	case st == rb:
+		return nil
+	case op.State == core.OpRollingBack:
+		return core.Errorf(core.KindInvalid, "operation %s is rolling back; a %s report of step %s is stale", op.ID, r.State, st.Name)
+	}
 	for i := range op.Steps {
 		prev := &op.Steps[i]
 		if prev == st {
@@ -878,8 +903,9 @@ func reportInOrder(op *core.AgentOperation, st *core.AgentStep, r Report) error 
 }
 
 func allSucceeded(op *core.AgentOperation) bool {
-	for _, st := range op.Steps {
-		if st.State != core.StepSucceeded {
+	rb := op.OnFailureRollback()
+	for i := range op.Steps {
+		if st := &op.Steps[i]; st != rb && st.State != core.StepSucceeded {
 			return false
 		}
 	}

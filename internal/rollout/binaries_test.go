@@ -55,7 +55,8 @@ func TestUpgradeStepCarriesTheBinaries(t *testing.T) {
 	}
 	for i, phase := range []string{"apply", "node"} {
 		args := upgradeArgs(t, e, i)
-		want := map[string]string{"version": "v1.37.2", "phase": phase, "timeout": args["timeout"],
+		role := map[string]string{"apply": "control-plane", "node": "worker"}[phase]
+		want := map[string]string{"version": "v1.37.2", "phase": phase, "timeout": args["timeout"], "role": role,
 			"binaries_url": "http://10.99.0.1:8080/binaries/v1.37.2", "kubeadm_sha256": sums["kubeadm"], "kubelet_sha256": sums["kubelet"]}
 		if len(args) != len(want) {
 			t.Fatalf("%s: args %v, want %v", device(i), args, want)

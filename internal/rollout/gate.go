@@ -351,13 +351,21 @@ func (e *Engine) nodeGone(ctx context.Context, r core.Rollout, n core.RolloutNod
 	}
 	_, ok, err := e.opts.Nodes.Node(ctx, r.Cluster, n.NodeName)
 	if err == nil && !ok {
-		return fmt.Errorf("Node %s disappeared from the cluster during the rollout: not waiting for it", n.NodeName)
+		return &nodeGoneError{node: n.NodeName}
 	}
 	return nil
 }
 
-// waitReady waits for the Node Ready at version, and stops waiting when
-// the Node disappears.
+// nodeGoneError is a Node that disappeared during the rollout: reported,
+// not waited on, and not rolled back (there is nothing to bring back).
+type nodeGoneError struct{ node string }
+
+func (e *nodeGoneError) Error() string {
+	return "Node " + e.node + " disappeared from the cluster during the rollout: not waiting for it"
+}
+
+// waitReady waits for the Node Ready at version within the rollout's node
+// timeout, and stops waiting when the Node disappears.
 func (e *Engine) waitReady(ctx context.Context, r core.Rollout, n core.RolloutNode, version string) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -378,7 +386,7 @@ func (e *Engine) waitReady(ctx context.Context, r core.Rollout, n core.RolloutNo
 			}
 		}
 	}()
-	err := e.opts.Nodes.WaitReady(ctx, r.Cluster, n.NodeName, version, time.Duration(r.StepTimeout))
+	err := e.opts.Nodes.WaitReady(ctx, r.Cluster, n.NodeName, version, nodeTimeout(r))
 	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause
 	}

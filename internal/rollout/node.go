@@ -180,6 +180,8 @@ func operationOutcome(op *core.AgentOperation) error {
 		return nil
 	case core.OpWithdrawn:
 		return errWithdrawn
+	case core.OpRolledBack:
+		return &rolledBackError{msg: op.Reason + operationFailureTail(op)}
 	}
 	for _, st := range op.Steps {
 		if st.State != core.StepFailed {
@@ -195,6 +197,19 @@ func operationOutcome(op *core.AgentOperation) error {
 		return errors.New(msg)
 	}
 	return fmt.Errorf("agent operation %s %s: %s", op.ID, op.State, op.Reason)
+}
+
+// operationFailureTail is ": <last output line>" of the operation's
+// failed step (the one its rollback followed), or "".
+func operationFailureTail(op *core.AgentOperation) string {
+	for _, st := range op.Steps {
+		if st.State == core.StepFailed && st.Action != core.ActionRollback {
+			if tail := lastLine(st.Output); tail != "" {
+				return ": " + tail
+			}
+		}
+	}
+	return ""
 }
 
 func lastLine(s string) string {
@@ -237,8 +252,13 @@ func (e *Engine) upgradeKubernetes(ctx context.Context, r core.Rollout, n core.R
 	if n.Role == "control-plane" && e.isFirst(r, n) {
 		phase = "apply"
 	}
-	args := map[string]string{"version": r.Target, "phase": phase,
+	args := map[string]string{"version": r.Target, "phase": phase, "role": n.Role,
 		"timeout": strconv.Itoa(int(time.Duration(r.StepTimeout) / time.Second))}
+	previous := info.KubeletVersion
+	e.setNode(r.ID, n.Device, func(x *core.RolloutNode) string {
+		x.Previous = previous
+		return ""
+	})
 	// The binaries before the cordon: a version whose binaries cannot be
 	// served fails the node while it still runs its pods.
 	if e.opts.Binaries != nil {
@@ -265,14 +285,20 @@ func (e *Engine) upgradeKubernetes(ctx context.Context, r core.Rollout, n core.R
 	steps := e.hookSteps(r, n.Device, core.HookPreUpgrade)
 	steps = append(steps, core.AgentStep{Name: "upgrade", Action: "kubeadm-upgrade", Args: args})
 	steps = append(steps, e.hookSteps(r, n.Device, core.HookPostUpgrade)...)
+	steps = append(steps, e.rollbackStep(r, n)...)
+	back := e.kubernetesBack(ctx, r, n, ours, previous)
 	if err := e.runOperation(ctx, r, n, core.OpUpgradeKubernetes, steps, func(d *core.DesiredState) {
 		d.KubernetesVersion = r.Target
 	}); err != nil {
-		return err
+		return e.afterOperation(ctx, r, n, err, back)
 	}
 	e.phase(r, n.Device, core.NodeWaiting, "waiting for the Node Ready at "+r.Target)
 	if err := e.waitReady(ctx, r, n, r.Target); err != nil {
-		return err
+		var gone *nodeGoneError
+		if errors.As(err, &gone) {
+			return err
+		}
+		return e.rollbackAfterTimeout(ctx, r, n, err, back)
 	}
 	if ours {
 		if err := e.opts.Nodes.Uncordon(ctx, r.Cluster, n.NodeName); err != nil {
@@ -319,8 +345,9 @@ func (e *Engine) upgradeImage(ctx context.Context, r core.Rollout, n core.Rollou
 		steps := e.hookSteps(r, n.Device, core.HookPreUpgrade)
 		steps = append(steps, install...)
 		steps = append(steps, e.hookSteps(r, n.Device, core.HookPostUpgrade)...)
+		steps = append(steps, e.rollbackStep(r, n)...)
 		if err := e.runOperation(ctx, r, n, core.OpUpgradeImage, steps, setImage); err != nil {
-			return err
+			return e.afterOperation(ctx, r, n, err, e.imageBack(ctx, r, n))
 		}
 		e.done(r, n.Device, core.NodeDone, "image "+r.Target+" installed")
 		return nil
@@ -348,12 +375,14 @@ func (e *Engine) upgradeImage(ctx context.Context, r core.Rollout, n core.Rollou
 	steps = append(steps, core.AgentStep{Name: "join", Action: "join", Args: map[string]string{"cluster": r.Cluster}})
 	steps = append(steps, e.hookSteps(r, n.Device, core.HookPostJoin)...)
 	steps = append(steps, e.hookSteps(r, n.Device, core.HookPostUpgrade)...)
+	steps = append(steps, e.rollbackStep(r, n)...)
+	back := e.imageBack(ctx, r, n)
 	if err := e.runOperation(ctx, r, n, core.OpUpgradeImage, steps, setImage); err != nil {
-		return err
+		return e.afterOperation(ctx, r, n, err, back)
 	}
 	e.phase(r, n.Device, core.NodeWaiting, "waiting for the Node Ready again")
-	if err := e.opts.Nodes.WaitReady(ctx, r.Cluster, n.NodeName, "", time.Duration(r.StepTimeout)); err != nil {
-		return err
+	if err := e.opts.Nodes.WaitReady(ctx, r.Cluster, n.NodeName, "", nodeTimeout(r)); err != nil {
+		return e.rollbackAfterTimeout(ctx, r, n, err, back)
 	}
 	e.done(r, n.Device, core.NodeDone, "image "+r.Target+" installed, rejoined, Node Ready")
 	return nil

@@ -97,8 +97,10 @@ type Options struct {
 	// DefaultGateInterval); GonePoll how often a node's Node is looked
 	// for while its agent works (default DefaultGonePoll).
 	GateInterval, GonePoll time.Duration
-	Now                    func() time.Time
-	Log                    *slog.Logger
+	// NodeTimeout is a Spec's when it names none (zero: its StepTimeout).
+	NodeTimeout time.Duration
+	Now         func() time.Time
+	Log         *slog.Logger
 	// Registerer takes the engine's metrics (nil: kept, not exported).
 	Registerer prometheus.Registerer
 }
@@ -240,6 +242,12 @@ type Spec struct {
 	// Fingerprint, when set, is the plan's the operator was shown: the
 	// start is refused when the plan now differs.
 	Fingerprint string
+	// Rollback (default manual) and OnFailure (default stop): see
+	// core.Rollout.
+	Rollback  core.RollbackPolicy
+	OnFailure core.FailurePolicy
+	// NodeTimeout bounds a node's return to Ready (default StepTimeout).
+	NodeTimeout time.Duration
 	Job         string
 	By          string
 }
@@ -270,6 +278,29 @@ func (e *Engine) Start(ctx context.Context, spec Spec) (core.Rollout, error) {
 	if spec.Fingerprint != "" && spec.Fingerprint != p.Fingerprint {
 		return core.Rollout{}, errChanged(spec.Fingerprint, p)
 	}
+	if spec.NodeTimeout <= 0 {
+		spec.NodeTimeout = e.opts.NodeTimeout
+	}
+	if spec.NodeTimeout <= 0 {
+		spec.NodeTimeout = spec.StepTimeout
+	}
+	switch spec.Rollback {
+	case "":
+		spec.Rollback = core.RollbackManual
+	case core.RollbackManual, core.RollbackAuto:
+	default:
+		return core.Rollout{}, core.Errorf(core.KindInvalid, "rollback %q: want auto or manual", spec.Rollback)
+	}
+	switch spec.OnFailure {
+	case "":
+		spec.OnFailure = core.OnFailureStop
+	case core.OnFailureStop, core.OnFailureContinue:
+	default:
+		return core.Rollout{}, core.Errorf(core.KindInvalid, "on_failure %q: want stop or continue", spec.OnFailure)
+	}
+	if spec.Rollback == core.RollbackAuto && spec.Kind != core.RolloutImage && spec.Kind != core.RolloutKubernetes {
+		return core.Rollout{}, core.Errorf(core.KindInvalid, "rollback auto: only image and kubernetes rollouts roll back")
+	}
 	id, err := randomName(10)
 	if err != nil {
 		return core.Rollout{}, err
@@ -279,7 +310,9 @@ func (e *Engine) Start(ctx context.Context, spec Spec) (core.Rollout, error) {
 		State: core.RolloutRunning, Target: spec.Target, TargetID: spec.TargetID, Mode: spec.Mode,
 		MaxUnavailable: spec.MaxUnavailable, DrainTimeout: core.Duration(spec.DrainTimeout), StepTimeout: core.Duration(spec.StepTimeout),
 		Hooks: spec.Hooks, Selector: spec.Selector, ContinueOnHookFailure: spec.ContinueOnHookFailure, Job: spec.Job, CreatedBy: spec.By,
-		Canary: spec.Canary, Gate: spec.Gate, Fingerprint: p.Fingerprint, Created: now, UpdatedAt: now}
+		Canary: spec.Canary, Gate: spec.Gate, Fingerprint: p.Fingerprint,
+		Rollback: spec.Rollback, OnFailure: spec.OnFailure, NodeTimeout: core.Duration(spec.NodeTimeout),
+		Created: now, UpdatedAt: now}
 	if !spec.Canary.IsZero() {
 		r.GateStatus = &core.GateStatus{Phase: core.GateWaiting, Since: now}
 	}
@@ -717,6 +750,14 @@ func (e *Engine) loop(id string, rn *run) {
 		case res := <-results:
 			delete(inFlight, res.device)
 			e.nodeFinished(rn, res.device)
+			var rb *rolledBackError
+			if errors.As(res.err, &rb) {
+				// Recorded rolled-back by the node; back Ready where it was.
+				if r.OnFailure != core.OnFailureContinue && failure == "" {
+					failure = fmt.Sprintf("node %s %s", nodeName(r, res.device), rb.msg)
+				}
+				continue
+			}
 			if res.err != nil {
 				msg := res.err.Error()
 				e.setNode(id, res.device, func(n *core.RolloutNode) string {
@@ -781,10 +822,17 @@ func (e *Engine) finish(id, failure string) {
 			return fmt.Sprintf("failed: %s (%s)", failure, summary(*r)), nil
 		}
 		r.State = core.RolloutSucceeded
+		rolledBack := 0
 		for _, n := range r.Nodes {
-			if n.Phase == core.NodeFailed {
+			switch n.Phase {
+			case core.NodeFailed:
 				r.Reason = "done; some devices failed their hooks and were left cordoned"
+			case core.NodeRolledBack:
+				rolledBack++
 			}
+		}
+		if rolledBack > 0 && r.Reason == "" {
+			r.Reason = fmt.Sprintf("done; %d nodes failed and were rolled back", rolledBack)
 		}
 		return fmt.Sprintf("succeeded (%s)", summary(*r)), nil
 	})
@@ -799,7 +847,7 @@ func summary(r core.Rollout) string {
 		counts[n.Phase]++
 	}
 	var parts []string
-	for _, p := range []string{core.NodeDone, core.NodeSkipped, core.NodeFailed, core.NodePending, core.NodeWithdrawn} {
+	for _, p := range []string{core.NodeDone, core.NodeSkipped, core.NodeRolledBack, core.NodeFailed, core.NodePending, core.NodeWithdrawn} {
 		if counts[p] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[p], p))
 		}

@@ -25,11 +25,15 @@ import (
 // lab test (internal/app).
 
 type fakeNode struct {
-	version       string
-	ready         bool
-	unschedulable bool
-	ours          bool
-	deleted       bool
+	version  string
+	previous string // before the last upgrade: what a rollback restores
+	// breaksOnUpgrade: the upgraded kubelet never gets Ready.
+	breaksOnUpgrade bool
+	rollbacks       int
+	ready           bool
+	unschedulable   bool
+	ours            bool
+	deleted         bool
 }
 
 type fakeNodes struct {
@@ -243,6 +247,9 @@ func (e *env) agent(ctx context.Context, i int) {
 		}
 		op := doc.Operation
 		for _, st := range op.Steps {
+			if st.Action == core.ActionRollback && op.Kind != core.OpRollback {
+				continue // only after a failure
+			}
 			rep := desired.Report{Operation: op.ID, Step: st.Name, State: core.StepRunning}
 			if err := e.des.AgentReport(ctx, id, addr, rep); err != nil {
 				break
@@ -253,6 +260,15 @@ func (e *env) agent(ctx context.Context, i int) {
 			if failing {
 				rep.State, rep.ExitCode, rep.Output = core.StepFailed, 3, "snapshot of BGP state failed\nbgp: neighbor 10.0.0.1 down"
 				e.des.AgentReport(ctx, id, addr, rep)
+				for _, rb := range op.Steps {
+					if rb.Action == core.ActionRollback {
+						e.rollBack(ctx, id, node, op.ID, rb.Name)
+					}
+				}
+				break
+			}
+			if st.Action == core.ActionRollback {
+				e.rollBack(ctx, id, node, op.ID, st.Name)
 				break
 			}
 			if st.Action == "join" { // a new registration of the same Node
@@ -262,7 +278,11 @@ func (e *env) agent(ctx context.Context, i int) {
 			}
 			if st.Action == "kubeadm-upgrade" {
 				e.nodes.mu.Lock()
-				e.nodes.nodes[node].version = st.Args["version"]
+				n := e.nodes.nodes[node]
+				n.previous, n.version = n.version, st.Args["version"]
+				if n.breaksOnUpgrade {
+					n.ready = false
+				}
 				e.nodes.mu.Unlock()
 			}
 			rep.State, rep.Output = core.StepSucceeded, st.Action+" done"

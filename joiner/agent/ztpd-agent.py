@@ -386,6 +386,7 @@ def act_kubeadm_upgrade(agent, op, step, args, out):
     if phase == "apply" and not VERSION_RE.match(version):
         raise StepFailed("bad kubernetes version %r" % version)
     timeout = arg_timeout(args, 900)
+    take_kubernetes_point(agent, op, out)
     if args.get("binaries_url"):
         base = args["binaries_url"].rstrip("/")
         for name in ("kubeadm", "kubelet"):
@@ -397,6 +398,10 @@ def act_kubeadm_upgrade(agent, op, step, args, out):
         argv = ["kubeadm", "upgrade", "node"]
     code = run_command(argv, timeout, out)
     if code != 0:
+        # On a control plane kubeadm has rolled its static pod manifests
+        # back itself; what it kept is named for the operator.
+        if phase == "apply" or args.get("role") == "control-plane":
+            kubeadm_backups(out)
         return code
     return run_command(["systemctl", "restart", "kubelet"], timeout, out)
 
@@ -456,6 +461,7 @@ def act_sonic_install(agent, op, step, args, out):
     if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
         raise StepFailed("sonic-install needs an http(s) url, got %r" % url)
     timeout = arg_timeout(args, 1800)
+    take_image_point(agent, op, timeout, out)
     image, target = None, url
     if args.get("sha256"):
         # sonic-installer does not check a digest: fetch and verify first.
@@ -573,9 +579,13 @@ def lldp_neighbors(doc):
     return out[:MAX_NEIGHBORS]
 
 
-def fresh_state(operation=None, kind=None, pending=None, lldp_sent=None):
+def fresh_state(operation=None, kind=None, pending=None, lldp_sent=None, rollback_point=None):
+    """rollback_point is what the last image install or Kubernetes upgrade
+    recorded to go back to; it outlives its operation, so a later rollback
+    operation (ztpd's node timeout, an operator) can use it."""
     return {"operation": operation, "kind": kind, "done": [], "running": None, "failed": None,
-            "complete": False, "abandoned": False, "pending_reports": pending or [], "lldp_sent": lldp_sent}
+            "complete": False, "abandoned": False, "rollback": None, "pending_reports": pending or [],
+            "lldp_sent": lldp_sent, "rollback_point": rollback_point}
 
 
 def check_operation(op):
@@ -667,7 +677,8 @@ class Agent:
                 log("operation %s is no longer current (409); stopping it" % r["operation"])
                 pending[:] = [p for p in pending if p["operation"] != r["operation"]]
                 if r["operation"] == self.state["operation"]:
-                    self.state.update(fresh_state(r["operation"], self.state["kind"], pending))
+                    self.state.update(fresh_state(r["operation"], self.state["kind"], pending,
+                                                  self.state.get("lldp_sent"), self.state.get("rollback_point")))
                     self.state["abandoned"] = True
                     current = False
             elif not 200 <= status < 300:
@@ -759,7 +770,8 @@ class Agent:
         if not op:
             if st["operation"] and not (st["complete"] or st["failed"] or st["abandoned"]):
                 log("operation %s withdrawn by ztpd; forgetting it" % st["operation"])
-                self.state = fresh_state(pending=st["pending_reports"], lldp_sent=st.get("lldp_sent"))
+                self.state = fresh_state(pending=st["pending_reports"], lldp_sent=st.get("lldp_sent"),
+                                         rollback_point=st.get("rollback_point"))
                 self.save()
             else:
                 log("no operation (generation %s)" % desired.get("generation"))
@@ -767,13 +779,19 @@ class Agent:
         op = check_operation(op)
         if op["id"] != st["operation"]:
             log("new operation %s (%s, %d steps)" % (op["id"], op.get("kind"), len(op["steps"])))
-            self.state = st = fresh_state(op["id"], op.get("kind"), st["pending_reports"], st.get("lldp_sent"))
+            self.state = st = fresh_state(op["id"], op.get("kind"), st["pending_reports"], st.get("lldp_sent"),
+                                          st.get("rollback_point"))
             self.save()
-        for flag in ("complete", "failed", "abandoned"):
-            if st[flag]:
-                log("operation %s is %s; nothing to do" % (op["id"], flag))
-                return EXIT_OK
-        self.run_operation(op)
+        rb = on_failure_rollback(op)
+        if st["failed"] and rb and st["rollback"] not in ("succeeded", "failed") and not st["abandoned"]:
+            # Killed after the failure was recorded: the rollback goes on.
+            self.run_rollback(op, rb)
+        else:
+            for flag in ("complete", "failed", "abandoned"):
+                if st[flag]:
+                    log("operation %s is %s; nothing to do" % (op["id"], flag))
+                    return EXIT_OK
+            self.run_operation(op)
         if self.state["pending_reports"]:
             log("%d reports kept for the next run" % len(self.state["pending_reports"]))
             return EXIT_TRANSIENT
@@ -781,9 +799,14 @@ class Agent:
 
     def run_operation(self, op):
         st = self.state
+        rb = on_failure_rollback(op)
         for step in op["steps"]:
             name, action = step["name"], step["action"]
-            if name in st["done"]:
+            if name in st["done"] or step is rb:
+                continue
+            if action == "rollback":
+                if not self.run_rollback(op, step):
+                    return
                 continue
             running = st["running"]
             if running and running.get("step") == name:
@@ -827,6 +850,8 @@ class Agent:
                 out.write("ztpd-agent: %s\n" % e)
                 code = AGENT_FAILED
             if not self.finish(name, code, out.text()) or code != 0:
+                if code != 0 and rb and not st["abandoned"]:
+                    self.run_rollback(op, rb)
                 return
         st["complete"] = True
         self.save()
@@ -842,6 +867,275 @@ class Agent:
             st["failed"] = {"step": name, "exit_code": code}
             log("step %s: failed (exit %d); stopping operation %s" % (name, code, st["operation"]))
         return self.report(name, "succeeded" if code == 0 else "failed", code, output)
+
+
+    def run_rollback(self, op, step):
+        """Runs (or resumes, after a kill or its own reboot) a rollback step:
+        its phases are kept in the state file, so each runs to its end once.
+        Returns True when the rollback succeeded."""
+        st = self.state
+        name = step["name"]
+        running = st["running"]
+        if running and running.get("step") == name:
+            log("step %s: resuming the rollback at %s" % (name, running.get("phase")))
+        else:
+            reason = ""
+            if st["failed"]:
+                reason = "step %s failed (exit %d)" % (st["failed"]["step"], st["failed"]["exit_code"])
+            st["running"] = running = {"step": name, "boot_id": self.boot_id, "started": int(time.time()),
+                                       "phase": "start", "reason": reason, "transcript": ""}
+            st["rollback"] = "running"
+            log("step %s (rollback): running%s" % (name, ", after " + reason if reason else ""))
+            if not self.report(name, "running"):
+                return False
+        out = Tail()
+        out.write(running.get("transcript", ""))
+        if running.get("phase") == "start" and running.get("reason"):
+            out.write("ztpd-agent: rolling back: %s\n" % running["reason"])
+        try:
+            code = rollback(self, op, step, running, out)
+        except StepFailed as e:
+            out.write("ztpd-agent: %s\n" % e)
+            code = AGENT_FAILED
+        except Unreachable as e:
+            raise Exit(EXIT_TRANSIENT, "step %s: %s" % (name, e))
+        except OSError as e:
+            out.write("ztpd-agent: %s\n" % e)
+            code = AGENT_FAILED
+        if code is REBOOTING:
+            return False
+        st["running"] = None
+        st["rollback"] = "succeeded" if code == 0 else "failed"
+        if code == 0:
+            if op.get("kind") == "rollback":
+                st["done"].append(name)
+            log("step %s: rolled back" % name)
+        else:
+            if op.get("kind") == "rollback":
+                st["failed"] = {"step": name, "exit_code": code}
+            log("step %s: rollback failed (exit %d)" % (name, code))
+        self.report(name, "succeeded" if code == 0 else "failed", code, out.text())
+        return code == 0
+
+
+def on_failure_rollback(op):
+    """The operation's automatic rollback step: one with action rollback in
+    an operation that is not itself a rollback (None without)."""
+    if op.get("kind") == "rollback":
+        return None
+    return next((s for s in op["steps"] if s["action"] == "rollback"), None)
+
+
+# REBOOTING: a rollback phase rebooted the device; the next boot resumes it.
+REBOOTING = object()
+
+
+def save_phase(agent, running, phase, out):
+    """Moves a rollback to its next phase, durably, with its transcript so far."""
+    running["phase"] = phase
+    running["transcript"] = out.text()[-4096:]
+    agent.save()
+
+
+def rollback(agent, op, step, running, out):
+    """Goes back to the agent's rollback point: the image (set as default,
+    rebooted into) and config checkpoint recorded before an install, or the
+    kubeadm, kubelet and kubelet config kept before a Kubernetes upgrade.
+    An automatic rollback uses only a point its own operation recorded; a
+    rollback operation uses the last one."""
+    point = agent.state.get("rollback_point")
+    if op.get("kind") != "rollback":
+        if not point or point.get("operation") != op["id"]:
+            out.write("ztpd-agent: nothing to roll back: the operation failed before it changed the image or Kubernetes\n")
+            return 0
+    elif not point:
+        raise StepFailed("no rollback point: this device's agent recorded no image install or Kubernetes upgrade")
+    if point.get("kind") == "image":
+        return rollback_image(agent, step, point, running, out)
+    if point.get("kind") == "kubernetes":
+        return rollback_kubernetes(agent, point, running, out)
+    raise StepFailed("unknown rollback point kind %r" % point.get("kind"))
+
+
+def rollback_image(agent, step, point, running, out):
+    timeout = arg_timeout(step["args"], 1800)
+    prev = point["image"]
+    if running["phase"] == "start":
+        images = sonic_images(timeout, out)
+        if images["current"] == prev:
+            out.write("ztpd-agent: running the previous image %s already; no reboot\n" % prev)
+            if images["next"] and images["next"] != prev:
+                # A failed install may have made its image the next boot's.
+                code = run_command(["sonic-installer", "set-default", prev], timeout, out)
+                if code != 0:
+                    return code
+            save_phase(agent, running, "restore", out)
+        else:
+            if prev not in images["available"]:
+                raise StepFailed("previous image %s is gone (installed: %s); not rebooting into nothing"
+                                 % (prev, ", ".join(images["available"]) or "none"))
+            code = run_command(["sonic-installer", "set-default", prev], timeout, out)
+            if code != 0:
+                return code
+            running["boot_id"] = agent.boot_id
+            running["rebooting"], running["reboot_issued"] = True, False
+            save_phase(agent, running, "rebooting", out)
+    if running["phase"] == "rebooting":
+        same_boot = not agent.boot_id or running.get("boot_id") == agent.boot_id
+        if same_boot and not running.get("reboot_issued"):
+            # Saved before the reboot command: a kill in between reboots now.
+            code = run_command(["reboot"], 120, out)
+            if code != 0:
+                running["rebooting"] = False
+                return code
+            running["reboot_issued"] = True
+            agent.save()
+            log("step %s: rebooting into %s" % (step["name"], prev))
+            return REBOOTING
+        if same_boot:
+            if time.time() - running.get("started", 0) < arg_timeout_or(step["args"], 3600):
+                log("step %s: waiting for the reboot into %s" % (step["name"], prev))
+                return REBOOTING
+            running["rebooting"] = False
+            raise StepFailed("no reboot into %s happened within the timeout (boot id unchanged)" % prev)
+        running["rebooting"] = False
+        images = sonic_images(timeout, out)
+        if images["current"] != prev:
+            raise StepFailed("rebooted into %s, not the previous image %s" % (images["current"], prev))
+        out.write("ztpd-agent: rebooted into %s (boot id %s -> %s)\n" % (prev, running.get("boot_id"), agent.boot_id))
+        save_phase(agent, running, "restore", out)
+    if running["phase"] == "restore":
+        cfg = point.get("config") or {}
+        if cfg.get("kind") == "checkpoint":
+            code = run_command(["config", "rollback", cfg["name"]], timeout, out)
+            if code != 0:
+                return code
+        elif cfg.get("kind") == "file":
+            with open(cfg["path"], "rb") as f:
+                write_atomic(rooted(SONIC_CONFIG_DB), f.read(), 0o644)
+            out.write("ztpd-agent: restored %s from the copy taken before the install\n" % SONIC_CONFIG_DB)
+            code = run_command(["config", "reload", "-y"], timeout, out)
+            if code != 0:
+                return code
+        else:
+            out.write("ztpd-agent: no config checkpoint was taken (no %s); config left as it is\n" % SONIC_CONFIG_DB)
+        save_phase(agent, running, "done", out)
+    out.write("ztpd-agent: rolled back to %s\n" % prev)
+    return 0
+
+
+def rollback_kubernetes(agent, point, running, out):
+    if running["phase"] == "start":
+        for dest, saved in sorted(point.get("files", {}).items()):
+            with open(saved, "rb") as f:
+                data = f.read()
+            write_atomic(rooted(dest), data, point.get("modes", {}).get(dest, 0o644))
+            out.write("ztpd-agent: restored %s\n" % dest)
+        save_phase(agent, running, "restart", out)
+    if running["phase"] == "restart":
+        code = run_command(["systemctl", "restart", "kubelet"], 300, out)
+        if code != 0:
+            return code
+        save_phase(agent, running, "done", out)
+    out.write("ztpd-agent: kubelet and kubeadm are back at what they were before operation %s\n" % point["operation"])
+    return 0
+
+
+SONIC_CONFIG_DB = "/etc/sonic/config_db.json"
+
+
+def sonic_images(timeout, out):
+    """`sonic-installer list`: {"current", "next", "available": [...]}."""
+    tail = Tail()
+    code = run_command(["sonic-installer", "list"], timeout, tail)
+    text = tail.text()
+    out.write(text)
+    if code != 0:
+        raise StepFailed("sonic-installer list failed (exit %d)" % code)
+    images = {"current": "", "next": "", "available": []}
+    in_available = False
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("$ ") or not line:
+            continue
+        if line.startswith("Current:"):
+            images["current"] = line.split(":", 1)[1].strip()
+        elif line.startswith("Next:"):
+            images["next"] = line.split(":", 1)[1].strip()
+        elif line.startswith("Available:"):
+            in_available = True
+        elif in_available:
+            images["available"].append(line)
+    if not images["current"]:
+        raise StepFailed("sonic-installer list names no current image")
+    return images
+
+
+def take_image_point(agent, op, timeout, out):
+    """Before an install: the running image and a config checkpoint (SONiC's
+    `config checkpoint` where the image has it, else a copy of
+    config_db.json). Taken once per operation: an install resumed after a
+    kill keeps the first (the running image has not changed before the
+    reboot anyway)."""
+    point = agent.state.get("rollback_point")
+    if point and point.get("operation") == op["id"]:
+        out.write("ztpd-agent: rollback point kept: image %s\n" % point["image"])
+        return
+    images = sonic_images(timeout, out)
+    name = "ztpd-" + re.sub(r"[^A-Za-z0-9_-]", "-", op["id"])
+    cfg = {"kind": "none"}
+    if run_command(["config", "checkpoint", name], timeout, out) == 0:
+        cfg = {"kind": "checkpoint", "name": name}
+    elif os.path.exists(rooted(SONIC_CONFIG_DB)):
+        copy = os.path.join(agent.state_dir, "rollback", "config_db.json")
+        with open(rooted(SONIC_CONFIG_DB), "rb") as f:
+            write_atomic(copy, f.read(), 0o600)
+        cfg = {"kind": "file", "path": copy}
+        out.write("ztpd-agent: no config checkpoint on this image: copied %s\n" % SONIC_CONFIG_DB)
+    agent.state["rollback_point"] = {"kind": "image", "operation": op["id"], "image": images["current"],
+                                     "config": cfg, "taken": int(time.time())}
+    agent.save()
+    out.write("ztpd-agent: rollback point: image %s, config %s\n" % (images["current"], cfg.get("name", cfg["kind"])))
+
+
+KUBE_FILES = ("/usr/local/bin/kubeadm", "/usr/local/bin/kubelet", "/var/lib/kubelet/config.yaml",
+              "/var/lib/kubelet/kubeadm-flags.env")
+
+
+def take_kubernetes_point(agent, op, out):
+    """Before a Kubernetes upgrade: copies of kubeadm, kubelet and the
+    kubelet's config as they are (once per operation)."""
+    point = agent.state.get("rollback_point")
+    if point and point.get("operation") == op["id"]:
+        return
+    saved, modes = {}, {}
+    d = os.path.join(agent.state_dir, "rollback", "kubernetes")
+    for path in KUBE_FILES:
+        src = rooted(path)
+        if not os.path.isfile(src):
+            continue
+        dest = os.path.join(d, path.strip("/").replace("/", "_"))
+        with open(src, "rb") as f:
+            write_atomic(dest, f.read(), 0o600)
+        saved[path], modes[path] = dest, os.stat(src).st_mode & 0o777
+    agent.state["rollback_point"] = {"kind": "kubernetes", "operation": op["id"], "files": saved, "modes": modes,
+                                     "taken": int(time.time())}
+    agent.save()
+    out.write("ztpd-agent: rollback point: kept %s\n" % (", ".join(sorted(saved)) or "nothing (no binaries found)"))
+
+
+def kubeadm_backups(out):
+    """Names the backups kubeadm's own rollback of a control plane left
+    (static pod manifests and etcd data under /etc/kubernetes/tmp)."""
+    d = rooted("/etc/kubernetes/tmp")
+    try:
+        names = sorted(n for n in os.listdir(d) if n.startswith("kubeadm-backup-") or n.startswith("kubeadm-upgraded-"))
+    except OSError:
+        names = []
+    if names:
+        out.write("ztpd-agent: kubeadm's backups: %s\n" % ", ".join("/etc/kubernetes/tmp/" + n for n in names))
+    else:
+        out.write("ztpd-agent: kubeadm left no backups under /etc/kubernetes/tmp\n")
 
 
 def arg_timeout_or(args, default):

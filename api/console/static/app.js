@@ -838,16 +838,19 @@
     drained: "drained: its pods were evicted (PodDisruptionBudgets hold)", agent: "the device's agent runs its operation",
     waiting: 'waiting for its Node to be Ready at the target', done: 'done', failed: 'failed: the rollout stops here',
     skipped: 'skipped: already at the target', withdrawn: 'withdrawn: the rollout was aborted before its agent started',
+    'rolling-back': 'rolling back: its agent goes back to the image or Kubernetes it had before',
+    'rolled-back': 'rolled back: it failed and is back where it was, Ready and uncordoned (the reason says why)',
   };
   const rolloutEnded = (r) => ['succeeded', 'failed', 'aborted'].includes(r.state);
   // rolloutDone is how many nodes are through (done, or already there).
-  const rolloutDone = (r) => (r.nodes || []).filter((n) => n.phase === 'done' || n.phase === 'skipped').length;
+  const rolloutDone = (r) => (r.nodes || []).filter((n) => ['done', 'skipped', 'rolled-back'].includes(n.phase)).length;
   function rolloutProgressText(r) {
     const c = r.counts || {};
     const total = (r.nodes || []).length;
     let t = `${rolloutDone(r)} of ${total} done`;
     if (c.failed) t += `, ${c.failed} failed`;
-    const busy = ['cordoned', 'drained', 'agent', 'waiting'].reduce((a, p) => a + (c[p] || 0), 0);
+    if (c['rolled-back']) t += `, ${c['rolled-back']} rolled back`;
+    const busy = ['cordoned', 'drained', 'agent', 'waiting', 'rolling-back'].reduce((a, p) => a + (c[p] || 0), 0);
     if (busy) t += `, ${busy} underway`;
     return t;
   }

@@ -77,6 +77,7 @@ type config struct {
 	fastPoll                             time.Duration
 	timeout                              time.Duration
 	breakNode                            int
+	failPct                              float64 // rollback mode (rollback.go)
 	dir                                  string
 	verbose                              bool
 }
@@ -97,6 +98,7 @@ func main() {
 	flag.DurationVar(&c.fastPoll, "fast-poll", desired.DefaultFastPollInterval, "the poll interval ztpd gives the agents of the rollout's nodes (real world, whole seconds; 0: none)")
 	flag.DurationVar(&c.timeout, "timeout", time.Hour, "give up waiting for the rollout after this (measured time; a hang guard, not a limit)")
 	flag.IntVar(&c.breakNode, "break-node", -1, "the agent of this node (index) fails its upgrade: shows the bench fails then")
+	flag.Float64Var(&c.failPct, "fail-pct", 0, "rollback mode: this percentage of the workers fail their kubelet restart and are rolled back (rollback auto, on_failure continue)")
 	flag.StringVar(&c.dir, "dir", "", "store directory (default: a temporary one, removed)")
 	flag.BoolVar(&c.verbose, "v", false, "log the engine and the desired-state owner to stderr")
 	flag.Parse()
@@ -128,6 +130,8 @@ func (c *config) check() error {
 		return fmt.Errorf("-poll %v: want more than 0", c.poll)
 	case c.fastPoll < 0:
 		return fmt.Errorf("-fast-poll %v: want 0 (none) or more", c.fastPoll)
+	case c.failPct < 0 || c.failPct > 100:
+		return fmt.Errorf("-fail-pct %g: want 0..100", c.failPct)
 	}
 	return nil
 }
@@ -299,7 +303,8 @@ type agents struct {
 	// poll_seconds.
 	poll, margin time.Duration
 	scale        func(time.Duration) time.Duration
-	broken       string // this device's agent fails its upgrade
+	broken       string          // this device's agent fails its upgrade
+	failing      map[string]bool // these fail and roll back (-fail-pct)
 	polls        atomic.Int64
 	fastPolls    atomic.Int64 // polls a run made on, at the document's pace
 	errs         atomic.Int64
@@ -379,9 +384,16 @@ func (a *agents) pollOnce(ctx context.Context, dev, node string, addr netip.Addr
 // succeeded (a kubeadm upgrade moves the Node).
 func (a *agents) runOperation(ctx context.Context, dev, node string, addr netip.Addr, op *desired.DocumentOp) {
 	for _, st := range op.Steps {
+		if st.Action == core.ActionRollback && op.Kind != core.OpRollback {
+			continue // runs only after a failure
+		}
 		rep := desired.Report{Operation: op.ID, Step: st.Name, State: core.StepRunning, AgentVersion: "rolloutbench"}
 		if err := a.des.AgentReport(ctx, dev, addr, rep); err != nil {
 			a.fail(dev, "report running", err)
+			break
+		}
+		if a.failing[dev] && st.Action == "kubeadm-upgrade" {
+			a.failAndRollBack(ctx, dev, node, addr, op, st)
 			break
 		}
 		rep.State, rep.Output = core.StepSucceeded, st.Action+" done"
@@ -455,6 +467,9 @@ func run(c config) error {
 	spec := rollout.Spec{Cluster: clusterID, Kind: core.RolloutKubernetes, Target: target, MaxUnavailable: c.maxUnavailable, By: "rolloutbench"}
 	eopts := rollout.Options{Nodes: cl, Agents: des, Members: noMembers{}, Log: log}
 	withCanary(c, &spec, &eopts)
+	if c.failPct > 0 {
+		spec.Rollback, spec.OnFailure = core.RollbackAuto, core.OnFailureContinue
+	}
 	eng, err = rollout.New(st, eopts)
 	if err != nil {
 		return err
@@ -463,6 +478,7 @@ func run(c config) error {
 	if c.breakNode >= 0 {
 		ag.broken = deviceID(c.breakNode)
 	}
+	ag.failing = pickFailing(c)
 	ctx, stopAgents := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for i := range c.nodes {
@@ -497,7 +513,7 @@ func run(c config) error {
 		return err
 	}
 
-	if err := verify(r, cl, des, c); err != nil {
+	if err := verify(r, cl, des, c, ag.failing); err != nil {
 		return err
 	}
 
@@ -573,6 +589,11 @@ func run(c config) error {
 	}
 	canaryReport(r)
 	fmt.Printf("most nodes cordoned at once: %d (maxUnavailable %d); rollout %s: %s\n", cl.maxCordon, c.maxUnavailable, r.ID, r.State)
+	if len(ag.failing) > 0 {
+		if err := printRollbacks(r, des, ag.failing); err != nil {
+			return err
+		}
+	}
 	fmt.Printf("RESULT rollout nodes=%d seconds=%.2f floor_s=%.2f\n", c.nodes, wall.Seconds(), floor.Seconds())
 	return nil
 }
@@ -612,7 +633,7 @@ func seed(st core.Store, c config) error {
 // verify: the rollout succeeded, every node is done, its Node Ready,
 // uncordoned and at the target, its desired state says the target, and
 // maxUnavailable held.
-func verify(r core.Rollout, cl *cluster, des *desired.Service, c config) error {
+func verify(r core.Rollout, cl *cluster, des *desired.Service, c config, failing map[string]bool) error {
 	var bad []string
 	if r.State != core.RolloutSucceeded {
 		bad = append(bad, fmt.Sprintf("rollout %s %s: %s", r.ID, r.State, r.Reason))
@@ -625,6 +646,12 @@ func verify(r core.Rollout, cl *cluster, des *desired.Service, c config) error {
 	for _, n := range r.Nodes {
 		sn := cl.nodes[n.NodeName]
 		d, err := des.Get(n.Device)
+		if failing[n.Device] {
+			if why := verifyRolledBack(n, sn); why != "" {
+				bad = append(bad, why)
+			}
+			continue
+		}
 		switch {
 		case n.Phase != core.NodeDone:
 			why := ""

@@ -1,0 +1,258 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// Rollback of a node whose upgrade failed. The agent records what it goes
+// back to (the running image and a config checkpoint before an install,
+// the kubeadm, kubelet and kubelet config before a Kubernetes upgrade) and
+// restores it: at once when a step of its operation fails (the operation's
+// rollback step, with rollback: auto), or when handed a rollback operation
+// (the Node not Ready within the node timeout, or an operator's
+// `ztpd rollout rollback`). The engine then brings the node back: a
+// switch rejoins through the normal enrollment rules, a worker's kubelet
+// comes back Ready at its old version, and the node is uncordoned only
+// once Ready.
+
+// rolledBackError: the node failed and is back where it was, Ready and
+// uncordoned; the rollout stops unless its on_failure is continue.
+type rolledBackError struct{ msg string }
+
+func (e *rolledBackError) Error() string { return e.msg }
+
+// rollbackStep is the automatic rollback step added to a node's operation
+// (none with rollback: manual, or on a control plane: kubeadm rolls a
+// failed control plane upgrade back itself).
+func (e *Engine) rollbackStep(r core.Rollout, n core.RolloutNode) []core.AgentStep {
+	if r.Rollback != core.RollbackAuto || (r.Kind == core.RolloutKubernetes && n.Role == "control-plane") {
+		return nil
+	}
+	return []core.AgentStep{{Name: "rollback", Action: core.ActionRollback,
+		Args: map[string]string{"timeout": strconv.Itoa(int(time.Duration(r.StepTimeout) / time.Second))}}}
+}
+
+// nodeTimeout bounds a node's return to Ready after its operation.
+func nodeTimeout(r core.Rollout) time.Duration {
+	if r.NodeTimeout > 0 {
+		return time.Duration(r.NodeTimeout)
+	}
+	return time.Duration(r.StepTimeout)
+}
+
+// afterOperation handles what a node's operation ended as: a rolled-back
+// operation (the agent's automatic rollback) is brought back by back; a
+// failure is returned as it is.
+func (e *Engine) afterOperation(ctx context.Context, r core.Rollout, n core.RolloutNode, opErr error, back func(reason string) error) error {
+	var rb *rolledBackError
+	if !errors.As(opErr, &rb) {
+		return opErr
+	}
+	e.opts.Log.Info("rollout node rolled back by its agent", "rollout", r.ID, "device", n.Device, "reason", rb.msg)
+	return back(rb.msg)
+}
+
+// rollbackAfterTimeout: the node's operation succeeded but its Node did
+// not come back Ready within the node timeout. With rollback: auto the
+// agent is handed a rollback operation and the node brought back by back;
+// otherwise the timeout is the node's failure.
+func (e *Engine) rollbackAfterTimeout(ctx context.Context, r core.Rollout, n core.RolloutNode, waitErr error, back func(reason string) error) error {
+	if r.Rollback != core.RollbackAuto || (r.Kind == core.RolloutKubernetes && n.Role == "control-plane") {
+		return waitErr
+	}
+	reason := fmt.Sprintf("not Ready within the node timeout %s: %v", nodeTimeout(r), waitErr)
+	if err := e.handRollback(ctx, r, n, reason); err != nil {
+		return fmt.Errorf("%s; rollback: %w", reason, err)
+	}
+	return back(reason)
+}
+
+// handRollback hands the device's agent a rollback operation and waits
+// for it.
+func (e *Engine) handRollback(ctx context.Context, r core.Rollout, n core.RolloutNode, reason string) error {
+	e.setNode(r.ID, n.Device, func(x *core.RolloutNode) string {
+		x.Phase = core.NodeRollingBack
+		return "rolling back: " + reason
+	})
+	steps := []core.AgentStep{{Name: "rollback", Action: core.ActionRollback,
+		Args: map[string]string{"timeout": strconv.Itoa(int(time.Duration(r.StepTimeout) / time.Second))}}}
+	return e.runOperation(ctx, r, n, core.OpRollback, steps, nil)
+}
+
+// kubernetesBack: the worker's agent restored its kubelet and kubeadm; the
+// Node must be Ready at the version it had before (then it is uncordoned
+// when ztpd cordoned it).
+func (e *Engine) kubernetesBack(ctx context.Context, r core.Rollout, n core.RolloutNode, ours bool, previous string) func(string) error {
+	return func(reason string) error {
+		e.setNode(r.ID, n.Device, func(x *core.RolloutNode) string {
+			x.Phase = core.NodeRollingBack
+			return "rolled back by its agent after: " + reason + "; waiting for the Node Ready at " + previous
+		})
+		if err := e.opts.Nodes.WaitReady(ctx, r.Cluster, n.NodeName, previous, nodeTimeout(r)); err != nil {
+			return fmt.Errorf("rolled back after: %s; but not Ready at %s again: %w", reason, previous, err)
+		}
+		if ours {
+			if err := e.opts.Nodes.Uncordon(ctx, r.Cluster, n.NodeName); err != nil {
+				return fmt.Errorf("rolled back after: %s; uncordon: %w", reason, err)
+			}
+		}
+		return e.rolledBack(r, n, fmt.Sprintf("rolled back to %s after: %s; Ready, uncordoned", previous, reason))
+	}
+}
+
+// imageBack: the switch runs its previous image and config again. A
+// cluster member rejoins as a new member (its Node deleted, the
+// membership ended, a join operation) and must be Ready; a standalone
+// switch is done.
+func (e *Engine) imageBack(ctx context.Context, r core.Rollout, n core.RolloutNode) func(string) error {
+	return func(reason string) error {
+		if n.NodeName == "" {
+			return e.rolledBack(r, n, "rolled back to its previous image after: "+reason)
+		}
+		e.setNode(r.ID, n.Device, func(x *core.RolloutNode) string {
+			x.Phase = core.NodeRollingBack
+			return "back on its previous image after: " + reason + "; rejoining"
+		})
+		if err := e.opts.Nodes.DeleteNode(ctx, r.Cluster, n.NodeName); err != nil {
+			return fmt.Errorf("rolled back after: %s; delete Node before the rejoin: %w", reason, err)
+		}
+		if _, err := e.opts.Members.ResetDevice(ctx, n.Device); err != nil {
+			return fmt.Errorf("rolled back after: %s; end the membership before the rejoin: %w", reason, err)
+		}
+		steps := []core.AgentStep{{Name: "join", Action: "join", Args: map[string]string{"cluster": r.Cluster}}}
+		if err := e.runOperation(ctx, r, n, core.OpJoin, steps, nil); err != nil {
+			return fmt.Errorf("rolled back after: %s; rejoin: %w", reason, err)
+		}
+		e.phase(r, n.Device, core.NodeRollingBack, "rejoined on its previous image; waiting for the Node Ready")
+		if err := e.opts.Nodes.WaitReady(ctx, r.Cluster, n.NodeName, "", nodeTimeout(r)); err != nil {
+			return fmt.Errorf("rolled back after: %s; but not Ready again: %w", reason, err)
+		}
+		return e.rolledBack(r, n, "rolled back to its previous image after: "+reason+"; rejoined, Node Ready")
+	}
+}
+
+// rolledBack records the node rolled back and returns the error that
+// tells the loop so.
+func (e *Engine) rolledBack(r core.Rollout, n core.RolloutNode, why string) error {
+	e.done(r, n.Device, core.NodeRolledBack, why)
+	return &rolledBackError{msg: why}
+}
+
+// Rollback takes one device back to what its agent recorded before the
+// last rollout that upgraded it (`ztpd rollout rollback NODE`), when that
+// rollout has ended or has finished the node: its agent restores the
+// previous image and config, or kubelet and kubeadm, and the node comes
+// back as after an automatic rollback. It runs on in the background; the
+// rollout's record shows its progress. by is who asked.
+func (e *Engine) Rollback(ctx context.Context, device, by string) (core.Rollout, error) {
+	r, n, err := e.lastUpgrade(device)
+	if err != nil {
+		return core.Rollout{}, err
+	}
+	device = n.Device // it may have been named by its Node
+	e.mu.Lock()
+	running := e.runs[r.ID] != nil && !r.State.Ended()
+	e.mu.Unlock()
+	finished := slices.Contains([]string{core.NodeDone, core.NodeFailed, core.NodeRolledBack}, n.Phase)
+	if running && !finished {
+		return core.Rollout{}, core.Errorf(core.KindState, "node %s of rollout %s is %s: wait for it, or abort the rollout first", nodeName(r, device), r.ID, n.Phase)
+	}
+	if !finished {
+		return core.Rollout{}, core.Errorf(core.KindState, "node %s of rollout %s is %s: nothing it changed to roll back", nodeName(r, device), r.ID, n.Phase)
+	}
+	if err := e.st.View(func(tx core.Tx) error { return busyOther(tx, r) }); err != nil {
+		return core.Rollout{}, err
+	}
+	reason := "rollback asked by " + by
+	e.opts.Log.Info("rollout node rollback", "rollout", r.ID, "device", device, "by", by)
+	if err := e.setNode(r.ID, device, func(x *core.RolloutNode) string {
+		x.Phase, x.Finished = core.NodeRollingBack, time.Time{}
+		return "rolling back: " + reason
+	}); err != nil {
+		return core.Rollout{}, err
+	}
+	go func() {
+		ctx := context.WithoutCancel(ctx)
+		ours := n.Cordoned
+		var back func(string) error
+		if r.Kind == core.RolloutImage {
+			back = e.imageBack(ctx, r, n)
+		} else {
+			back = e.kubernetesBack(ctx, r, n, ours, e.previousVersion(ctx, r, n))
+		}
+		err := e.handRollback(ctx, r, n, reason)
+		if err == nil {
+			err = back(reason)
+		}
+		var rb *rolledBackError
+		if err != nil && !errors.As(err, &rb) {
+			msg := err.Error()
+			e.setNode(r.ID, device, func(x *core.RolloutNode) string {
+				x.Phase, x.Reason, x.Finished = core.NodeFailed, msg, e.now()
+				return "rollback failed: " + msg
+			})
+		}
+	}()
+	return e.Get(r.ID)
+}
+
+// previousVersion is the Kubernetes version a worker goes back to: the
+// version before the rollout's target that its Node reported, as the
+// rollout recorded it (else the Node's version now, when it is not the
+// target).
+func (e *Engine) previousVersion(ctx context.Context, r core.Rollout, n core.RolloutNode) string {
+	if n.Previous != "" {
+		return n.Previous
+	}
+	if info, ok, err := e.opts.Nodes.Node(ctx, r.Cluster, n.NodeName); err == nil && ok && info.KubeletVersion != r.Target {
+		return info.KubeletVersion
+	}
+	return ""
+}
+
+// lastUpgrade is the newest image or Kubernetes rollout over device and
+// its node there.
+func (e *Engine) lastUpgrade(device string) (core.Rollout, core.RolloutNode, error) {
+	var (
+		found core.Rollout
+		node  core.RolloutNode
+		ok    bool
+	)
+	err := e.List(func(r core.Rollout) bool {
+		if r.Kind != core.RolloutImage && r.Kind != core.RolloutKubernetes {
+			return true
+		}
+		for _, n := range r.Nodes {
+			if n.Device == device || (n.NodeName != "" && n.NodeName == device) {
+				found, node, ok = r, n, true
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return found, node, err
+	}
+	if !ok {
+		return found, node, core.Errorf(core.KindNotFound, "no image or Kubernetes rollout upgraded %s: nothing to roll back", device)
+	}
+	return found, node, nil
+}
+
+// busyOther refuses a rollback while another rollout runs on the cluster
+// (two rollouts on the same nodes).
+func busyOther(tx core.Tx, r core.Rollout) error {
+	return tx.Rollouts().List("", func(o core.Rollout) (bool, error) {
+		if o.ID != r.ID && !o.State.Ended() && r.Cluster != "" && o.Cluster == r.Cluster {
+			return false, core.Errorf(core.KindState, "rollout %s (%s) is %s on this cluster; a rollback waits for it", o.ID, o.Kind, o.State)
+		}
+		return true, nil
+	})
+}
