@@ -474,13 +474,21 @@ type CSCluster struct {
 	MaxSize               int    `json:"maxsize"`
 	ClusterType           string `json:"clustertype"`
 	// CloudStack 4.21/4.22's: the offering each node type runs on, the
-	// etcd nodes and whether the CSI driver is set up.
-	ControlOfferingID   string `json:"controlofferingid,omitempty"`
-	ControlOfferingName string `json:"controlofferingname,omitempty"`
-	CSIEnabled          bool   `json:"csienabled"`
-	EtcdNodes           int    `json:"etcdnodes"`
-	WorkerOfferingID    string `json:"workerofferingid,omitempty"`
-	WorkerOfferingName  string `json:"workerofferingname,omitempty"`
+	// etcd nodes and their addresses (by node name), whether the CSI
+	// driver is set up, and the nodes' template (ztpd: the profile the
+	// workers' node template names).
+	ControlOfferingID   string            `json:"controlofferingid,omitempty"`
+	ControlOfferingName string            `json:"controlofferingname,omitempty"`
+	CSIEnabled          bool              `json:"csienabled"`
+	EtcdNodes           int               `json:"etcdnodes"`
+	EtcdIPs             map[string]string `json:"etcdips,omitempty"`
+	WorkerOfferingID    string            `json:"workerofferingid,omitempty"`
+	WorkerOfferingName  string            `json:"workerofferingname,omitempty"`
+	TemplateID          string            `json:"templateid,omitempty"`
+	TemplateName        string            `json:"templatename,omitempty"`
+	// ztpd extension: the profile each node type's template names
+	// (nodetemplates), by node type.
+	ZTPDNodeTemplates map[string]string `json:"ztpdnodetemplates,omitempty"`
 	// ztpd extensions: the cluster as ztpd's watch of its API server last
 	// saw it, and what a Starting cluster waits for.
 	ZTPDAPIReachable *bool  `json:"ztpdapireachable,omitempty"`
