@@ -86,6 +86,24 @@ type Cluster struct {
 	Waiting   string                   `json:"waiting,omitempty"`
 	Created   time.Time                `json:"created"`
 	UpdatedAt time.Time                `json:"updated_at"`
+	// NodeOfferings and NodeTemplates are the per-role shapes: node type
+	// (worker, control) to the offering ID, and to the profile, its
+	// members get; CNIConfiguration names the CNI configuration applied.
+	NodeOfferings    map[string]string `json:"node_offerings,omitempty"`
+	NodeTemplates    map[string]string `json:"node_templates,omitempty"`
+	CNIConfiguration string            `json:"cni_configuration,omitempty"`
+}
+
+// CNIConfiguration is a registered CNI configuration (openapi.json
+// CNIConfiguration): a manifest applied to the clusters created with it,
+// its {{ ds.meta_data.NAME }} parameters substituted.
+type CNIConfiguration struct {
+	ID       string    `json:"id"`
+	Name     string    `json:"name"`
+	Manifest string    `json:"manifest"`
+	Params   []string  `json:"params"`
+	Account  string    `json:"account"`
+	Created  time.Time `json:"created"`
 }
 
 // Job is an asynchronous job as the REST API shows it (openapi.json Job).
