@@ -15,16 +15,35 @@
 # parallelism / nodes. Fails only when a node does not end done, Ready,
 # uncordoned and at the target (or maxUnavailable was exceeded), never on a
 # time. No root needed.
+# A second run has a canary: the first CANARY nodes, then the gate auto
+# (every canary Node Ready at the target, their post hooks' exit status)
+# for SOAK before the others; its floor adds the soak and runs the canary's
+# workers and the others apart.
 # Knobs (env): NODES (200) MAX_UNAVAILABLE (10) SCALE (0.1) ARGS (more
 #   rolloutbench flags, e.g. "-poll 2s -drain 30s"; "-fast-poll 0": the
-#   rollout's nodes poll no faster than the others)
+#   rollout's nodes poll no faster than the others) CANARY (10; 0: no
+#   canary run) SOAK (60s, real world, scaled)
 # Last line: RESULT rollout nodes=<n> seconds=<s> floor_s=<f>
+#   [canary_seconds=<s> canary_floor_s=<f>]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
 NODES=${NODES:-200} MAX_UNAVAILABLE=${MAX_UNAVAILABLE:-10} SCALE=${SCALE:-0.1} ARGS=${ARGS:-}
+CANARY=${CANARY:-10} SOAK=${SOAK:-60s}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/rolloutbench" ./testenv/cmd/rolloutbench
 # shellcheck disable=SC2086 # ARGS is a list of flags
-"$tmp/rolloutbench" -nodes "$NODES" -max-unavailable "$MAX_UNAVAILABLE" -scale "$SCALE" $ARGS
+"$tmp/rolloutbench" -nodes "$NODES" -max-unavailable "$MAX_UNAVAILABLE" -scale "$SCALE" $ARGS | tee "$tmp/plain"
+result=$(grep '^RESULT rollout ' "$tmp/plain" | tail -1)
+if [ "$CANARY" -gt 0 ]; then
+	echo
+	echo "== with a canary of $CANARY node(s), gate auto, soak $SOAK (scaled by $SCALE)"
+	# shellcheck disable=SC2086
+	"$tmp/rolloutbench" -nodes "$NODES" -max-unavailable "$MAX_UNAVAILABLE" -scale "$SCALE" -canary "$CANARY" -soak "$SOAK" $ARGS | tee "$tmp/canary"
+	c=$(grep '^RESULT rollout ' "$tmp/canary" | tail -1)
+	cs=$(sed -n 's/.* seconds=\([0-9.]*\).*/\1/p' <<<"$c")
+	cf=$(sed -n 's/.* floor_s=\([0-9.]*\).*/\1/p' <<<"$c")
+	result="$result canary_seconds=$cs canary_floor_s=$cf"
+fi
+echo "$result"

@@ -421,6 +421,92 @@ type Rollout struct {
 	Nodes                 []RolloutNode     `json:"nodes"`
 	// Counts is the number of nodes in each phase that has any.
 	Counts map[string]int `json:"counts"`
+	// Canary and Gate as started; GateStatus where the gate is.
+	Canary      *RolloutCanary `json:"canary,omitempty"`
+	Gate        *RolloutGate   `json:"gate,omitempty"`
+	GateStatus  *GateStatus    `json:"gate_status,omitempty"`
+	Fingerprint string         `json:"fingerprint,omitempty"`
+}
+
+// RolloutCanary is the nodes a rollout does before its gate
+// (openapi.json RolloutCanary).
+type RolloutCanary struct {
+	Count    int               `json:"count,omitempty"`
+	Selector map[string]string `json:"selector,omitempty"`
+}
+
+// RolloutGate is what lets a rollout go on past its canary
+// (openapi.json RolloutGate).
+type RolloutGate struct {
+	Mode    string `json:"mode,omitempty"`
+	Soak    string `json:"soak,omitempty"`
+	URL     string `json:"url,omitempty"`
+	Script  string `json:"script,omitempty"`
+	Timeout string `json:"timeout,omitempty"`
+}
+
+// GateStatus is where a rollout's gate is (openapi.json GateStatus).
+type GateStatus struct {
+	Phase  string      `json:"phase"`
+	Reason string      `json:"reason,omitempty"`
+	Since  time.Time   `json:"since,omitzero"`
+	Until  time.Time   `json:"until,omitzero"`
+	By     string      `json:"by,omitempty"`
+	Checks []GateCheck `json:"checks"`
+}
+
+// GateCheck is one check of a gate and its last result.
+type GateCheck struct {
+	Name    string    `json:"name"`
+	OK      bool      `json:"ok"`
+	Detail  string    `json:"detail,omitempty"`
+	Checked time.Time `json:"checked"`
+}
+
+// RolloutPlan is what a rollout would do if started now: the answer to
+// POST /api/v1/rollouts?dry_run=true (openapi.json RolloutPlan).
+type RolloutPlan struct {
+	Cluster         string         `json:"cluster,omitempty"`
+	Kind            string         `json:"kind"`
+	Target          string         `json:"target,omitempty"`
+	MaxUnavailable  int            `json:"max_unavailable"`
+	Canary          *RolloutCanary `json:"canary,omitempty"`
+	Gate            *RolloutGate   `json:"gate,omitempty"`
+	Batches         []PlanBatch    `json:"batches"`
+	Skipped         []PlanNode     `json:"skipped"`
+	Estimate        string         `json:"estimate"`
+	EstimateSeconds float64        `json:"estimate_seconds"`
+	EstimateBasis   string         `json:"estimate_basis"`
+	Fingerprint     string         `json:"fingerprint"`
+	Warnings        []string       `json:"warnings,omitempty"`
+}
+
+// PlanBatch is nodes of a plan that go at the same time.
+type PlanBatch struct {
+	Canary bool       `json:"canary"`
+	Nodes  []PlanNode `json:"nodes"`
+}
+
+// PlanNode is one node of a plan.
+type PlanNode struct {
+	Device   string            `json:"device"`
+	NodeName string            `json:"node_name,omitempty"`
+	Role     string            `json:"role,omitempty"`
+	Current  string            `json:"current,omitempty"`
+	Target   string            `json:"target,omitempty"`
+	Ready    bool              `json:"ready"`
+	Skip     string            `json:"skip,omitempty"`
+	Hooks    map[string]string `json:"hooks,omitempty"`
+	Steps    []string          `json:"steps,omitempty"`
+	Blocks   []DrainBlock      `json:"drain_blocks,omitempty"`
+	Estimate string            `json:"estimate,omitempty"`
+}
+
+// DrainBlock is a pod whose eviction PodDisruptionBudgets refuse now.
+type DrainBlock struct {
+	Pod                string `json:"pod"`
+	Budget             string `json:"budget"`
+	AllowedDisruptions int32  `json:"allowed_disruptions"`
 }
 
 // RolloutNode is one device's progress through a rollout
@@ -433,6 +519,7 @@ type RolloutNode struct {
 	Reason    string    `json:"reason,omitempty"`
 	Operation string    `json:"operation,omitempty"`
 	Cordoned  bool      `json:"cordoned"`
+	Canary    bool      `json:"canary,omitempty"`
 	Started   time.Time `json:"started,omitzero"`
 	Finished  time.Time `json:"finished,omitzero"`
 }
@@ -740,6 +827,11 @@ type RolloutStart struct {
 	StepTimeout           string            `json:"step_timeout,omitempty"`
 	Hooks                 map[string]string `json:"hooks,omitzero"`
 	ContinueOnHookFailure bool              `json:"continue_on_hook_failure,omitempty"`
+	Canary                *RolloutCanary    `json:"canary,omitempty"`
+	Gate                  *RolloutGate      `json:"gate,omitempty"`
+	// PlanFingerprint, when set, is the fingerprint of the plan the
+	// operator was shown: the start is refused (409) if the plan differs now.
+	PlanFingerprint string `json:"plan_fingerprint,omitempty"`
 }
 
 // DesiredChange is PUT /api/v1/devices/{id}/desired (openapi.json

@@ -36,6 +36,7 @@ func (s *Door) routeDayOps(g *gin.RouterGroup) {
 		g.POST("/rollouts/:id/pause", requireAdmin, s.controlRollout)
 		g.POST("/rollouts/:id/resume", requireAdmin, s.controlRollout)
 		g.POST("/rollouts/:id/abort", requireAdmin, s.controlRollout)
+		g.POST("/rollouts/:id/approve", requireAdmin, s.approveRollout)
 	}
 }
 
@@ -99,10 +100,11 @@ func restRolloutOf(r core.Rollout) client.Rollout {
 		DrainTimeout: time.Duration(r.DrainTimeout).String(), StepTimeout: time.Duration(r.StepTimeout).String(),
 		Hooks: copyMap(r.Hooks), Selector: r.Selector, ContinueOnHookFailure: r.ContinueOnHookFailure, Job: r.Job, CreatedBy: r.CreatedBy,
 		Created: r.Created, UpdatedAt: r.UpdatedAt, Finished: r.Finished,
-		Nodes: make([]client.RolloutNode, 0, len(r.Nodes)), Counts: map[string]int{}}
+		Nodes: make([]client.RolloutNode, 0, len(r.Nodes)), Counts: map[string]int{},
+		Canary: restCanaryOf(r.Canary), Gate: restGateOf(r.Gate), GateStatus: restGateStatusOf(r.GateStatus), Fingerprint: r.Fingerprint}
 	for _, n := range r.Nodes {
 		out.Nodes = append(out.Nodes, client.RolloutNode{Device: n.Device, NodeName: n.NodeName, Role: n.Role, Phase: n.Phase,
-			Reason: n.Reason, Operation: n.Operation, Cordoned: n.Cordoned, Started: n.Started, Finished: n.Finished})
+			Reason: n.Reason, Operation: n.Operation, Cordoned: n.Cordoned, Canary: n.Canary, Started: n.Started, Finished: n.Finished})
 		out.Counts[n.Phase]++
 	}
 	return out
@@ -355,6 +357,15 @@ func (s *Door) startRollout(c *gin.Context) {
 		s.restFail(c, err)
 		return
 	}
+	switch c.Query("dry_run") {
+	case "", "false":
+	case "true":
+		s.planRollout(c, spec)
+		return
+	default:
+		Refuse(c, core.KindInvalid, "dry_run: want true or false")
+		return
+	}
 	spec.By = caller.AccountName(credOf(c))
 	r, err := s.rollouts.Start(c.Request.Context(), spec)
 	if err != nil {
@@ -373,6 +384,9 @@ func (s *Door) rolloutSpec(ctx context.Context, caller core.Caller, req client.R
 		ContinueOnHookFailure: req.ContinueOnHookFailure, Mode: core.DeviceMode(req.Mode), Selector: req.Selector}
 	invalid := func(format string, args ...any) (rollout.Spec, error) {
 		return spec, core.Errorf(core.KindInvalid, format, args...)
+	}
+	if err := gateSpec(&spec, req); err != nil {
+		return spec, err
 	}
 	switch spec.Kind {
 	case core.RolloutImage, core.RolloutKubernetes, core.RolloutRemove:

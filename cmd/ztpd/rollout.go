@@ -66,7 +66,9 @@ operator's hooks, ztpd waits for the Node Ready at the target and uncordons it.
 A failed node stops the rollout with the reason; "rollout show" says which node
 and why. One rollout runs per cluster at a time. Starting, pausing, resuming and
 aborting need an admin key (or the admin socket).`,
-		Example: `  ztpd rollout start --cluster fabric-1 --kind image --target sonic-202411.bin --max-unavailable 2
+		Example: `  ztpd rollout plan --cluster fabric-1 --kind image --target sonic-202411.bin --max-unavailable 2 --canary 1
+  ztpd rollout start --cluster fabric-1 --kind image --target sonic-202411.bin --max-unavailable 2
+  ztpd rollout approve ro-20260301T101500-abcdefghij
   ztpd rollout list --cluster fabric-1
   ztpd rollout watch ro-20260301T101500-abcdefghij
   ztpd rollout pause ro-20260301T101500-abcdefghij`,
@@ -74,7 +76,7 @@ aborting need an admin key (or the admin socket).`,
 	addAPIFlags(cmd, f)
 	cmd.AddCommand(newRolloutListCmd(opts, f), newRolloutShowCmd(opts, f), newRolloutStartCmd(opts, f),
 		newRolloutControlCmd(opts, f, "pause"), newRolloutControlCmd(opts, f, "resume"), newRolloutControlCmd(opts, f, "abort"),
-		newRolloutWatchCmd(opts, f))
+		newRolloutControlCmd(opts, f, "approve"), newRolloutWatchCmd(opts, f), newRolloutPlanCmd(opts, f))
 	return cmd
 }
 
@@ -172,6 +174,33 @@ func printRollout(opts *rootOptions, c *apiClient, r rolloutView) error {
 		row(tw, "progress", r.progress())
 		row(tw, "at once", fmt.Sprintf("%d (control planes one by one)", r.MaxUnavailable))
 		row(tw, "timeouts", fmt.Sprintf("drain %s, agent step %s", r.DrainTimeout, r.StepTimeout))
+		if r.Canary != nil {
+			canary := fmt.Sprintf("the first %d node(s)", r.Canary.Count)
+			if len(r.Canary.Selector) > 0 {
+				canary = "nodes labelled " + joinMap(r.Canary.Selector)
+			}
+			row(tw, "canary", canary)
+		}
+		if g := r.GateStatus; g != nil {
+			gate := g.Phase
+			if r.Gate != nil && r.Gate.Mode == "auto" {
+				gate = "auto, soak " + dash(r.Gate.Soak) + ": " + gate
+			}
+			if g.Reason != "" {
+				gate += " (" + g.Reason + ")"
+			}
+			row(tw, "gate", gate)
+			for _, c := range g.Checks {
+				ok := "ok"
+				if !c.OK {
+					ok = "FAILED"
+				}
+				row(tw, "  "+c.Name, ok+": "+c.Detail+" at "+clock(c.Checked))
+			}
+		}
+		if r.Fingerprint != "" {
+			row(tw, "plan", r.Fingerprint)
+		}
 		if len(r.Hooks) > 0 {
 			hooks := joinMap(r.Hooks)
 			if r.ContinueOnHookFailure {
@@ -192,12 +221,232 @@ func printRollout(opts *rootOptions, c *apiClient, r rolloutView) error {
 	})
 }
 
+// rolloutSpecFlags are the flags "rollout plan" and "rollout start"
+// share: what the rollout is.
+type rolloutSpecFlags struct {
+	cluster, kind, target, mode string
+	devices, hooks, selector    []string
+	maxUnavailable              int
+	drain, step                 time.Duration
+	continueOnHook              bool
+	canary                      int
+	canarySelector              []string
+	gate, gateURL, gateScript   string
+	soak, gateTimeout           time.Duration
+}
+
+func (sf *rolloutSpecFlags) bind(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&sf.cluster, "cluster", "", "cluster name or ID (required but for an image rollout over standalone --devices)")
+	fl.StringVar(&sf.kind, "kind", "", "image, kubernetes or remove (required)")
+	fl.StringVar(&sf.target, "target", "", "image: image store name or sha256; kubernetes: registered version (v1.37.2)")
+	fl.StringSliceVar(&sf.devices, "devices", nil, "only these devices: MAC addresses or serials, comma-separated (default: every member)")
+	fl.StringArrayVar(&sf.selector, "selector", nil, "LABEL=VALUE: only devices with this label (repeatable; all must match): e.g. one SONiC image per hwsku")
+	fl.StringVar(&sf.mode, "mode", "", "remove only: standalone keeps the devices managed, standalone")
+	fl.IntVar(&sf.maxUnavailable, "max-unavailable", 1, "workers operated at once (control planes always one by one)")
+	fl.StringArrayVar(&sf.hooks, "hook", nil, "PHASE=IMAGE hook: pre_upgrade, pre_leave, post_join or post_upgrade (repeatable)")
+	fl.BoolVar(&sf.continueOnHook, "continue-on-hook-failure", false, "go on past a device whose hook failed (it stays failed and cordoned)")
+	fl.DurationVar(&sf.drain, "drain-timeout", 5*time.Minute, "how long a node's drain may take")
+	fl.DurationVar(&sf.step, "step-timeout", 15*time.Minute, "how long each agent step may take")
+	fl.IntVar(&sf.canary, "canary", 0, "do the first N nodes first, then the gate")
+	fl.StringArrayVar(&sf.canarySelector, "canary-selector", nil, "LABEL=VALUE: the canary is the nodes with this label (repeatable; control planes still go first)")
+	fl.StringVar(&sf.gate, "gate", "", "after the canary: manual (wait for \"ztpd rollout approve\"; the default) or auto (the checks for --soak)")
+	fl.DurationVar(&sf.soak, "soak", 0, "gate auto: how long every check must keep passing")
+	fl.StringVar(&sf.gateURL, "gate-url", "", "gate auto: an operator check URL that must answer 2xx within --gate-timeout")
+	fl.StringVar(&sf.gateScript, "gate-script", "", "gate auto: a script in the appliance's rollout.gate_scripts directory that must exit 0")
+	fl.DurationVar(&sf.gateTimeout, "gate-timeout", 10*time.Second, "bound of each operator check (URL or script)")
+	_ = cmd.MarkFlagRequired("kind")
+}
+
+// body is the start request the flags say; only what was given, the
+// server defaults the rest.
+func (sf *rolloutSpecFlags) body(cmd *cobra.Command) (client.RolloutStart, error) {
+	switch sf.kind {
+	case "image", "kubernetes", "remove":
+	default:
+		return client.RolloutStart{}, fmt.Errorf("--kind %q: use image, kubernetes or remove", sf.kind)
+	}
+	hookMap, err := keyValues("--hook", "PHASE=IMAGE", sf.hooks)
+	if err != nil {
+		return client.RolloutStart{}, err
+	}
+	body := client.RolloutStart{Kind: sf.kind, Cluster: sf.cluster, Target: sf.target, Mode: sf.mode,
+		Hooks: hookMap, ContinueOnHookFailure: sf.continueOnHook}
+	fl := cmd.Flags()
+	if len(sf.devices) > 0 {
+		body.Devices = sf.devices
+	}
+	if len(sf.selector) > 0 {
+		sel, err := keyValues("--selector", "LABEL=VALUE", sf.selector)
+		if err != nil {
+			return body, err
+		}
+		body.Selector = sel
+	}
+	if fl.Changed("max-unavailable") {
+		body.MaxUnavailable = sf.maxUnavailable
+	}
+	if fl.Changed("drain-timeout") {
+		body.DrainTimeout = sf.drain.String()
+	}
+	if fl.Changed("step-timeout") {
+		body.StepTimeout = sf.step.String()
+	}
+	if sf.canary > 0 || len(sf.canarySelector) > 0 {
+		body.Canary = &client.RolloutCanary{Count: sf.canary}
+		if len(sf.canarySelector) > 0 {
+			sel, err := keyValues("--canary-selector", "LABEL=VALUE", sf.canarySelector)
+			if err != nil {
+				return body, err
+			}
+			body.Canary.Selector = sel
+		}
+	} else if fl.Changed("canary") {
+		return body, fmt.Errorf("--canary %d: give 1 or more nodes", sf.canary)
+	}
+	if sf.gate != "" || sf.gateURL != "" || sf.gateScript != "" || fl.Changed("soak") {
+		body.Gate = &client.RolloutGate{Mode: sf.gate, URL: sf.gateURL, Script: sf.gateScript}
+		if fl.Changed("soak") {
+			body.Gate.Soak = sf.soak.String()
+		}
+		if fl.Changed("gate-timeout") {
+			body.Gate.Timeout = sf.gateTimeout.String()
+		}
+	}
+	return body, nil
+}
+
+func newRolloutPlanCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
+	var sf rolloutSpecFlags
+	cmd := &cobra.Command{
+		Use:   "plan --cluster NAME --kind image|kubernetes|remove [--target T] [flags]",
+		Short: "Show what a rollout would do, without doing it (admin key)",
+		Long: `Show exactly what "ztpd rollout start" with the same flags would do now: the
+batches in order (each control plane alone, then workers --max-unavailable at
+once, the canary's first), every node with its current and target version or
+image, the nodes left alone and why (already at the target, manualupgrade, not
+selected), each node's hooks and steps, the PodDisruptionBudgets that would
+block its drain right now (read from the cluster), and the estimated duration
+from the node times measured in earlier rollouts of the kind.
+
+A Kubernetes upgrade that would break the version skew rules (a kubelet newer
+than an API server, or more than three minor versions older; a control plane
+upgraded more than one minor version at once; a downgrade) is refused here as
+at the start. The plan ends with its fingerprint: start with
+--plan-fingerprint FP to have the start refused if the cluster changed since.`,
+		Example: `  ztpd rollout plan --cluster edge-1 --kind kubernetes --target v1.37.2 --max-unavailable 2 --canary 2 --gate auto --soak 10m
+  ztpd rollout plan --cluster fabric-1 --kind image --target sonic-202411.bin -o json | jq .batches
+  ztpd rollout start --cluster edge-1 --kind kubernetes --target v1.37.2 --plan-fingerprint 3f2a9c0d1e4b5a6f`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			body, err := sf.body(cmd)
+			if err != nil {
+				return err
+			}
+			c, err := newAPIClient(opts, f)
+			if err != nil {
+				return err
+			}
+			if err := needsServer(opts, c, "a rollout plan"); err != nil {
+				return err
+			}
+			var p client.RolloutPlan
+			if err := c.REST("POST", "/api/v1/rollouts", url.Values{"dry_run": {"true"}}, body, &p); err != nil {
+				return err
+			}
+			if opts.output == "json" {
+				return printResult(opts, os.Stdout, p, nil)
+			}
+			printPlan(os.Stdout, p, visClusterNames(c).cluster(p.Cluster))
+			return nil
+		},
+	}
+	sf.bind(cmd)
+	return cmd
+}
+
+// printPlan writes a plan as text: the batches in order, the skipped
+// nodes, the estimate and the fingerprint.
+func printPlan(w io.Writer, p client.RolloutPlan, cluster string) {
+	what := p.Kind
+	if p.Target != "" {
+		what += " to " + p.Target
+	}
+	fmt.Fprintf(w, "Plan: %s on %s, %d at a time (control planes one by one)\n", what, dash(cluster), p.MaxUnavailable)
+	if p.Canary != nil {
+		c := fmt.Sprintf("the first %d node(s)", p.Canary.Count)
+		if len(p.Canary.Selector) > 0 {
+			c = "nodes labelled " + joinMap(p.Canary.Selector)
+		}
+		gate := "wait for ztpd rollout approve"
+		if g := p.Gate; g != nil && g.Mode == "auto" {
+			gate = "gate auto: Nodes Ready, no new crash loops, post hooks exit 0"
+			if g.URL != "" {
+				gate += ", " + g.URL + " answers 2xx"
+			}
+			if g.Script != "" {
+				gate += ", " + g.Script + " exits 0"
+			}
+			gate += " for " + dash(g.Soak)
+		}
+		fmt.Fprintf(w, "Canary: %s, then %s\n", c, gate)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	gatePrinted := false
+	for i, b := range p.Batches {
+		if !b.Canary && !gatePrinted && p.Canary != nil {
+			tw.Flush()
+			fmt.Fprintln(w, "  -- gate --")
+			gatePrinted = true
+		}
+		label := fmt.Sprintf("%d", i+1)
+		if b.Canary {
+			label += " canary"
+		}
+		for j, n := range b.Nodes {
+			if j > 0 {
+				label = ""
+			}
+			extra := strings.Join(n.Steps, ", ")
+			row(tw, "  batch "+label, nodeNameOf(n), dash(n.Role), dash(n.Current)+" -> "+dash(n.Target), extra)
+			for _, bl := range n.Blocks {
+				row(tw, "", "", "", "", fmt.Sprintf("! drain blocked now: pod %s by PodDisruptionBudget %s (allows %d)", bl.Pod, bl.Budget, bl.AllowedDisruptions))
+			}
+		}
+	}
+	if len(p.Batches) == 0 {
+		row(tw, "  (no node to do)")
+	}
+	tw.Flush()
+	if len(p.Skipped) > 0 {
+		fmt.Fprintln(w, "Skipped:")
+		for _, n := range p.Skipped {
+			row(tw, "  "+nodeNameOf(n), dash(n.Role), dash(n.Current), n.Skip)
+		}
+		tw.Flush()
+	}
+	est := "unknown (" + p.EstimateBasis + ")"
+	if p.EstimateSeconds > 0 {
+		est = p.Estimate + " (" + p.EstimateBasis + ")"
+	}
+	fmt.Fprintf(w, "Estimated duration: %s\n", est)
+	for _, warn := range p.Warnings {
+		fmt.Fprintf(w, "Warning: %s\n", warn)
+	}
+	fmt.Fprintf(w, "Fingerprint: %s (start with --plan-fingerprint %s to refuse a changed cluster)\n", p.Fingerprint, p.Fingerprint)
+}
+
+func nodeNameOf(n client.PlanNode) string {
+	if n.NodeName != "" {
+		return n.NodeName
+	}
+	return n.Device
+}
+
 func newRolloutStartCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
-	var cluster, kind, target, mode string
-	var devices, hooks, selector []string
-	var maxUnavailable int
-	var drain, step time.Duration
-	var continueOnHook, watch bool
+	var sf rolloutSpecFlags
+	var fingerprint string
+	var watch bool
 	cmd := &cobra.Command{
 		Use:   "start --cluster NAME --kind image|kubernetes|remove [--target T] [flags]",
 		Short: "Start a rollout over a cluster's nodes (admin key)",
@@ -213,48 +462,30 @@ PHASE=IMAGE, repeatable) are image store entries the agent runs at pre_upgrade,
 pre_leave, post_join or post_upgrade; a failed hook stops the rollout unless
 --continue-on-hook-failure, which leaves that device failed and cordoned and
 goes on. The command prints the rollout as it started; --watch follows it to
-the end like "ztpd rollout watch".`,
+the end like "ztpd rollout watch".
+
+--canary N (or --canary-selector) does those nodes first; then the rollout
+waits for "ztpd rollout approve ID" (--gate manual), or with --gate auto goes
+on only when every canary Node is Ready, no new pod crash loops on them, their
+post hooks exited 0 and the --gate-url or --gate-script check passes, for
+--soak; a failing check stops the rollout before the other nodes. See what a
+start would do first with "ztpd rollout plan" and pass its --plan-fingerprint.`,
 		Example: `  ztpd rollout start --cluster fabric-1 --kind image --target sonic-202411.bin
   ztpd rollout start --cluster fabric-1 --kind image --target sonic-202411.bin --max-unavailable 3 \
       --hook pre_upgrade=snapshot-bgp.sh --hook post_upgrade=check-bgp.sh --watch
   ztpd rollout start --kind image --target sonic-202411.bin --devices 52:54:00:00:00:01,52:54:00:00:00:02
   ztpd rollout start --cluster fabric-1 --kind image --target sonic-as7712.bin --selector ztpd.io/hwsku=as7712
   ztpd rollout start --cluster edge-1 --kind kubernetes --target v1.37.2 --drain-timeout 10m
+  ztpd rollout start --cluster edge-1 --kind kubernetes --target v1.37.2 --canary 2 --gate auto --soak 10m \
+      --gate-url https://monitor.example/ready --plan-fingerprint 3f2a9c0d1e4b5a6f
   ztpd rollout start --cluster fabric-1 --kind remove --devices leaf-7-serial --mode standalone`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch kind {
-			case "image", "kubernetes", "remove":
-			default:
-				return fmt.Errorf("--kind %q: use image, kubernetes or remove", kind)
-			}
-			hookMap, err := keyValues("--hook", "PHASE=IMAGE", hooks)
+			body, err := sf.body(cmd)
 			if err != nil {
 				return err
 			}
-			// Only what was given: the server defaults the rest.
-			body := client.RolloutStart{Kind: kind, Cluster: cluster, Target: target, Mode: mode,
-				Hooks: hookMap, ContinueOnHookFailure: continueOnHook}
-			fl := cmd.Flags()
-			if len(devices) > 0 {
-				body.Devices = devices
-			}
-			if len(selector) > 0 {
-				sel, err := keyValues("--selector", "LABEL=VALUE", selector)
-				if err != nil {
-					return err
-				}
-				body.Selector = sel
-			}
-			if fl.Changed("max-unavailable") {
-				body.MaxUnavailable = maxUnavailable
-			}
-			if fl.Changed("drain-timeout") {
-				body.DrainTimeout = drain.String()
-			}
-			if fl.Changed("step-timeout") {
-				body.StepTimeout = step.String()
-			}
+			body.PlanFingerprint = fingerprint
 			c, err := newAPIClient(opts, f)
 			if err != nil {
 				return err
@@ -275,28 +506,19 @@ the end like "ztpd rollout watch".`,
 			return printRollout(opts, c, r)
 		},
 	}
+	sf.bind(cmd)
 	fl := cmd.Flags()
-	fl.StringVar(&cluster, "cluster", "", "cluster name or ID (required but for an image rollout over standalone --devices)")
-	fl.StringVar(&kind, "kind", "", "image, kubernetes or remove (required)")
-	fl.StringVar(&target, "target", "", "image: image store name or sha256; kubernetes: registered version (v1.37.2)")
-	fl.StringSliceVar(&devices, "devices", nil, "only these devices: MAC addresses or serials, comma-separated (default: every member)")
-	fl.StringArrayVar(&selector, "selector", nil, "LABEL=VALUE: only devices with this label (repeatable; all must match): e.g. one SONiC image per hwsku")
-	fl.StringVar(&mode, "mode", "", "remove only: standalone keeps the devices managed, standalone")
-	fl.IntVar(&maxUnavailable, "max-unavailable", 1, "workers operated at once (control planes always one by one)")
-	fl.StringArrayVar(&hooks, "hook", nil, "PHASE=IMAGE hook: pre_upgrade, pre_leave, post_join or post_upgrade (repeatable)")
-	fl.BoolVar(&continueOnHook, "continue-on-hook-failure", false, "go on past a device whose hook failed (it stays failed and cordoned)")
-	fl.DurationVar(&drain, "drain-timeout", 5*time.Minute, "how long a node's drain may take")
-	fl.DurationVar(&step, "step-timeout", 15*time.Minute, "how long each agent step may take")
+	fl.StringVar(&fingerprint, "plan-fingerprint", "", "refuse the start unless the plan now has this fingerprint (from ztpd rollout plan)")
 	fl.BoolVar(&watch, "watch", false, "follow the rollout until it ends (exit status as ztpd rollout watch)")
-	_ = cmd.MarkFlagRequired("kind")
 	return cmd
 }
 
 func newRolloutControlCmd(opts *rootOptions, f *apiFlags, op string) *cobra.Command {
 	short := map[string]string{
-		"pause":  "Pause a running rollout: no node starts, nodes underway finish (admin key)",
-		"resume": "Resume a paused rollout (admin key)",
-		"abort":  "Abort a rollout: no node starts, operations not yet started are withdrawn (admin key)",
+		"pause":   "Pause a running rollout: no node starts, nodes underway finish (admin key)",
+		"resume":  "Resume a paused rollout (admin key)",
+		"abort":   "Abort a rollout: no node starts, operations not yet started are withdrawn (admin key)",
+		"approve": "Approve a rollout waiting at its gate after the canary: it goes on (admin key)",
 	}[op]
 	var yes bool
 	cmd := &cobra.Command{

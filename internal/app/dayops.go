@@ -141,7 +141,8 @@ func (a *App) buildRollouts() error {
 	eng, err := rollout.New(a.Store, rollout.Options{Appliance: a.applianceName(), Nodes: a.nodeOps, Agents: a.Desired, Members: a.Joiner,
 		Binaries:     a.rolloutBinaries,
 		DrainTimeout: a.Cfg.Rollout.DrainTimeout.D(), StepTimeout: a.Cfg.Rollout.StepTimeout.D(),
-		Log: a.Log.With("part", "rollout"), Registerer: a.Metrics})
+		GateScripts: a.Cfg.Rollout.GateScripts,
+		Log:         a.Log.With("part", "rollout"), Registerer: a.Metrics})
 	if err != nil {
 		return err
 	}

@@ -56,6 +56,9 @@ type Rollout struct {
 	DrainTimeout Duration `yaml:"drain_timeout"`
 	// StepTimeout bounds each agent step and the Node's return to Ready.
 	StepTimeout Duration `yaml:"step_timeout"`
+	// GateScripts is the directory of the scripts a rollout's gate may
+	// run as its operator check (by file name); empty: none may.
+	GateScripts string `yaml:"gate_scripts"`
 }
 
 // Store is where ztpd keeps its state: one bbolt file in the
@@ -674,6 +677,9 @@ func (c *Config) Validate() error {
 	}
 	if d := c.Rollout.StepTimeout.D(); d < time.Second || d > 24*time.Hour {
 		errs.add("rollout.step_timeout", "%s is outside 1s..24h", d)
+	}
+	if g := c.Rollout.GateScripts; g != "" && !strings.HasPrefix(g, "/") {
+		errs.add("rollout.gate_scripts", "%q is not an absolute path", g)
 	}
 	if d := c.API.ClusterAlertAfter.D(); d < time.Second || d > 24*time.Hour {
 		errs.add("api.cluster_alert_after", "%s is outside 1s..24h", d)

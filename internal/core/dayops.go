@@ -197,13 +197,20 @@ type Rollout struct {
 	Selector map[string]string `json:"selector,omitempty"`
 	// ContinueOnHookFailure keeps the rollout going past a device whose
 	// hook failed (that device is left failed and cordoned).
-	ContinueOnHookFailure bool          `json:"continue_on_hook_failure,omitempty"`
-	Job                   string        `json:"job,omitempty"`
-	CreatedBy             string        `json:"created_by,omitempty"`
-	Nodes                 []RolloutNode `json:"nodes"`
-	Created               time.Time     `json:"created"`
-	UpdatedAt             time.Time     `json:"updated_at"`
-	Finished              time.Time     `json:"finished,omitzero"`
+	ContinueOnHookFailure bool `json:"continue_on_hook_failure,omitempty"`
+	// Canary is done first; Gate then decides whether the rest follows;
+	// GateStatus is where the gate is (nil without a canary).
+	Canary     RolloutCanary `json:"canary,omitzero"`
+	Gate       RolloutGate   `json:"gate,omitzero"`
+	GateStatus *GateStatus   `json:"gate_status,omitempty"`
+	// Fingerprint is the plan's the rollout was started from.
+	Fingerprint string        `json:"fingerprint,omitempty"`
+	Job         string        `json:"job,omitempty"`
+	CreatedBy   string        `json:"created_by,omitempty"`
+	Nodes       []RolloutNode `json:"nodes"`
+	Created     time.Time     `json:"created"`
+	UpdatedAt   time.Time     `json:"updated_at"`
+	Finished    time.Time     `json:"finished,omitzero"`
 }
 
 // RolloutNode is one device's progress through a rollout.
@@ -215,6 +222,7 @@ type RolloutNode struct {
 	Reason    string    `json:"reason,omitempty"`
 	Operation string    `json:"operation,omitempty"`
 	Cordoned  bool      `json:"cordoned,omitempty"` // ztpd cordoned it (and uncordons it)
+	Canary    bool      `json:"canary,omitempty"`   // done before the rollout's gate
 	Started   time.Time `json:"started,omitzero"`
 	Finished  time.Time `json:"finished,omitzero"`
 }

@@ -343,15 +343,33 @@ func (l *lab) testDrainBlocked(t *testing.T) {
 		return p.Status.ObservedGeneration == p.Generation && p.Status.CurrentHealthy == 2, fmt.Sprintf("%+v", p.Status)
 	})
 
+	// The plan's prediction, read without evicting anything: both db pods
+	// on n-2 blocked by db-pdb, nothing on n-1.
+	predicted, err := l.ops.DrainBlockers(ctx, []string{"n-1", "n-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bs := predicted["n-2"]; len(bs) != 2 || bs[0].Pod != "default/db-1" || bs[1].Pod != "default/db-2" || bs[0].Budget != "db-pdb" ||
+		len(predicted["n-1"]) != 0 {
+		t.Fatalf("predicted drain blocks: %+v", predicted)
+	}
+	if got := l.podsOn(t, "n-2"); len(got) != 3 {
+		t.Fatalf("the prediction evicted pods: %v", got)
+	}
+
 	if _, err := l.ops.Cordon(ctx, "n-2"); err != nil {
 		t.Fatal(err)
 	}
-	err := l.ops.Drain(ctx, "n-2", kubeops.DrainOptions{Timeout: 3 * time.Second, Poll: 200 * time.Millisecond})
+	err = l.ops.Drain(ctx, "n-2", kubeops.DrainOptions{Timeout: 3 * time.Second, Poll: 200 * time.Millisecond})
 	var blocked *kubeops.DrainBlocked
 	if !errors.As(err, &blocked) {
 		t.Fatalf("drain with a budget allowing no disruption: %v, want a *DrainBlocked", err)
 	}
 	t.Logf("blocked: %v (API server: %s)", err, blocked.Message)
+	// The drain met the block the prediction named.
+	if blocked.Budget != predicted["n-2"][0].Budget || blocked.Pod != predicted["n-2"][0].Pod {
+		t.Errorf("the drain met %s/%s, the prediction said %+v", blocked.Pod, blocked.Budget, predicted["n-2"])
+	}
 	if blocked.Budget != "db-pdb" || blocked.AllowedDisruptions != 0 || blocked.Node != "n-2" ||
 		!slices.Equal(blocked.Pending, []string{"default/db-1", "default/db-2"}) {
 		t.Errorf("blocked = %+v", blocked)

@@ -208,3 +208,34 @@ func (n *KubeNodes) DeleteNode(ctx context.Context, cluster, node string) error 
 	}
 	return c.op.DeleteNode(ctx, node)
 }
+
+func (n *KubeNodes) DrainBlockers(ctx context.Context, cluster string, nodes []string) (map[string][]DrainBlock, error) {
+	c, err := n.client(ctx, cluster)
+	if err != nil {
+		return nil, err
+	}
+	got, err := c.op.DrainBlockers(ctx, nodes)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]DrainBlock{}
+	for node, bs := range got {
+		for _, b := range bs {
+			out[node] = append(out[node], DrainBlock{Pod: b.Pod, Budget: b.Budget, Allowed: b.Allowed})
+		}
+	}
+	return out, nil
+}
+
+func (n *KubeNodes) CrashLooping(ctx context.Context, cluster, node string) ([]string, error) {
+	c, err := n.client(ctx, cluster)
+	if err != nil {
+		return nil, err
+	}
+	return c.op.CrashLooping(ctx, node)
+}
+
+var (
+	_ DrainPredictor = (*KubeNodes)(nil)
+	_ PodHealth      = (*KubeNodes)(nil)
+)

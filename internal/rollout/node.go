@@ -125,7 +125,14 @@ func (e *Engine) runOperation(ctx context.Context, r core.Rollout, n core.Rollou
 		return fmt.Sprintf("operation %s handed to the agent (%s)", op.ID, stepNames(steps))
 	})
 	deadline := time.Now().Add(time.Duration(r.StepTimeout) * time.Duration(len(steps)))
+	lookedFor := time.Now()
 	for first := true; ; first = false {
+		if time.Since(lookedFor) >= e.gonePoll() {
+			lookedFor = time.Now()
+			if err := e.nodeGone(ctx, r, n); err != nil {
+				return err
+			}
+		}
 		if first && e.aborted(r.ID) {
 			if err := e.opts.Agents.Withdraw(ctx, n.Device, op.ID, "rollout "+r.ID+" aborted"); err == nil {
 				return errWithdrawn
@@ -264,7 +271,7 @@ func (e *Engine) upgradeKubernetes(ctx context.Context, r core.Rollout, n core.R
 		return err
 	}
 	e.phase(r, n.Device, core.NodeWaiting, "waiting for the Node Ready at "+r.Target)
-	if err := e.opts.Nodes.WaitReady(ctx, r.Cluster, n.NodeName, r.Target, time.Duration(r.StepTimeout)); err != nil {
+	if err := e.waitReady(ctx, r, n, r.Target); err != nil {
 		return err
 	}
 	if ours {

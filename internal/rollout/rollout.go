@@ -90,8 +90,15 @@ type Options struct {
 	// DrainTimeout and StepTimeout are a Spec's when it names none
 	// (default DefaultDrainTimeout, DefaultStepTimeout).
 	DrainTimeout, StepTimeout time.Duration
-	Now                       func() time.Time
-	Log                       *slog.Logger
+	// GateScripts is the directory of the scripts a gate may run as its
+	// operator check ("": none may).
+	GateScripts string
+	// GateInterval is how often a soaking gate runs its checks (default
+	// DefaultGateInterval); GonePoll how often a node's Node is looked
+	// for while its agent works (default DefaultGonePoll).
+	GateInterval, GonePoll time.Duration
+	Now                    func() time.Time
+	Log                    *slog.Logger
 	// Registerer takes the engine's metrics (nil: kept, not exported).
 	Registerer prometheus.Registerer
 }
@@ -126,6 +133,9 @@ type run struct {
 	// unfinished are its devices whose node has not finished (guarded
 	// by Engine.involvedMu).
 	unfinished map[string]bool
+	// crashBase are the pods crash looping on the canary's Nodes before
+	// the rollout (node/namespace/name).
+	crashBase map[string]bool
 }
 
 // New builds the engine. Rollouts a restart interrupted are recorded as
@@ -224,8 +234,14 @@ type Spec struct {
 	StepTimeout           time.Duration
 	Hooks                 map[string]string
 	ContinueOnHookFailure bool
-	Job                   string
-	By                    string
+	// Canary is done first, then Gate decides whether the rest follows.
+	Canary core.RolloutCanary
+	Gate   core.RolloutGate
+	// Fingerprint, when set, is the plan's the operator was shown: the
+	// start is refused when the plan now differs.
+	Fingerprint string
+	Job         string
+	By          string
 }
 
 // member is one device in the plan.
@@ -236,18 +252,23 @@ type member struct {
 	// manual: a Kubernetes upgrade leaves it out (the cluster's
 	// ManualUpgrade), shown skipped with why.
 	manual bool
+	canary bool // done before the gate
 }
 
 // Start plans and starts a rollout.
 func (e *Engine) Start(ctx context.Context, spec Spec) (core.Rollout, error) {
-	if spec.MaxUnavailable <= 0 {
-		spec.MaxUnavailable = 1
+	e.defaults(&spec)
+	if err := e.checkSpec(spec); err != nil {
+		return core.Rollout{}, err
 	}
-	if spec.DrainTimeout <= 0 {
-		spec.DrainTimeout = e.opts.DrainTimeout
+	// The plan as an operator would see it now: its skew rules hold, and
+	// it is the one shown when the start names its fingerprint.
+	p, err := e.plan(ctx, spec, false)
+	if err != nil {
+		return core.Rollout{}, err
 	}
-	if spec.StepTimeout <= 0 {
-		spec.StepTimeout = e.opts.StepTimeout
+	if spec.Fingerprint != "" && spec.Fingerprint != p.Fingerprint {
+		return core.Rollout{}, errChanged(spec.Fingerprint, p)
 	}
 	id, err := randomName(10)
 	if err != nil {
@@ -258,15 +279,19 @@ func (e *Engine) Start(ctx context.Context, spec Spec) (core.Rollout, error) {
 		State: core.RolloutRunning, Target: spec.Target, TargetID: spec.TargetID, Mode: spec.Mode,
 		MaxUnavailable: spec.MaxUnavailable, DrainTimeout: core.Duration(spec.DrainTimeout), StepTimeout: core.Duration(spec.StepTimeout),
 		Hooks: spec.Hooks, Selector: spec.Selector, ContinueOnHookFailure: spec.ContinueOnHookFailure, Job: spec.Job, CreatedBy: spec.By,
-		Created: now, UpdatedAt: now}
+		Canary: spec.Canary, Gate: spec.Gate, Fingerprint: p.Fingerprint, Created: now, UpdatedAt: now}
+	if !spec.Canary.IsZero() {
+		r.GateStatus = &core.GateStatus{Phase: core.GateWaiting, Since: now}
+	}
 	err = e.st.Update(func(tx core.Tx) error {
 		r.Nodes = nil // fn may run again (a shared store): plan afresh
 		ms, err := plan(tx, spec)
 		if err != nil {
 			return err
 		}
+		ms = markCanary(tx, spec, ms)
 		for _, m := range ms {
-			n := core.RolloutNode{Device: m.device, NodeName: m.node, Role: m.role, Phase: core.NodePending}
+			n := core.RolloutNode{Device: m.device, NodeName: m.node, Role: m.role, Phase: core.NodePending, Canary: m.canary}
 			if m.manual {
 				n.Phase, n.Reason, n.Finished = core.NodeSkipped, clusters.ManualUpgradeReason, now
 			}
@@ -290,11 +315,27 @@ func (e *Engine) Start(ctx context.Context, spec Spec) (core.Rollout, error) {
 	return r, nil
 }
 
-// busy refuses a second rollout over the same cluster while one runs.
+// busy refuses a second rollout over the same cluster, or over a device
+// of another (standalone switches), while one runs.
 func busy(tx core.Tx, r core.Rollout) error {
+	mine := map[string]bool{}
+	for _, n := range r.Nodes {
+		if n.Phase == core.NodePending {
+			mine[n.Device] = true
+		}
+	}
 	return tx.Rollouts().List("", func(o core.Rollout) (bool, error) {
-		if !o.State.Ended() && r.Cluster != "" && o.Cluster == r.Cluster {
+		if o.State.Ended() {
+			return true, nil
+		}
+		if r.Cluster != "" && o.Cluster == r.Cluster {
 			return false, core.Errorf(core.KindState, "rollout %s (%s) is %s on this cluster; pause, resume or abort it first", o.ID, o.Kind, o.State)
+		}
+		for _, n := range o.Nodes {
+			if mine[n.Device] {
+				return false, core.Errorf(core.KindState, "rollout %s (%s) is %s over device %s; pause, resume or abort it first",
+					o.ID, o.Kind, o.State, n.Device)
+			}
 		}
 		return true, nil
 	})
@@ -446,6 +487,9 @@ func (e *Engine) Resume(id, by string) (core.Rollout, error) {
 			return core.Errorf(core.KindState, "rollout %s is %s, not paused", r.ID, r.State)
 		}
 		r.State, r.Reason = core.RolloutRunning, ""
+		if r.GateStatus != nil && r.GateStatus.Phase == core.GateApproval {
+			approve(r, by) // resuming past a waiting gate approves it
+		}
 		return nil
 	})
 }
@@ -637,6 +681,9 @@ func (e *Engine) loop(id string, rn *run) {
 	results := make(chan nodeResult)
 	inFlight := map[string]bool{}
 	var failure string
+	if r, err := e.Get(id); err == nil {
+		e.crashBaseline(ctx, r, rn)
+	}
 	for {
 		r, err := e.Get(id)
 		if err != nil {
@@ -653,6 +700,10 @@ func (e *Engine) loop(id string, rn *run) {
 					results <- nodeResult{device: n.Device, err: err, hook: errors.As(err, &he)}
 				}(n)
 			}
+		}
+		if len(inFlight) == 0 && !stopping && gateDue(r) {
+			failure = e.gate(ctx, id, rn)
+			continue
 		}
 		if len(inFlight) == 0 {
 			if r.State == core.RolloutPaused && failure == "" {
@@ -695,7 +746,7 @@ func (e *Engine) next(r core.Rollout, inFlight map[string]bool) []core.RolloutNo
 	}
 	room := r.MaxUnavailable - len(inFlight)
 	for _, n := range r.Nodes {
-		if n.Phase != core.NodePending || inFlight[n.Device] || room <= 0 {
+		if n.Phase != core.NodePending || inFlight[n.Device] || room <= 0 || (gated(r) && !n.Canary) {
 			continue
 		}
 		if n.Role == "control-plane" {
@@ -719,6 +770,9 @@ func (e *Engine) next(r core.Rollout, inFlight map[string]bool) []core.RolloutNo
 func (e *Engine) finish(id, failure string) {
 	e.update(id, func(r *core.Rollout) (string, error) {
 		r.Finished = e.now()
+		if g := r.GateStatus; g != nil && failure != "" && !g.Open() && g.Phase != core.GateFailed {
+			g.Phase, g.Reason = core.GateFailed, failure
+		}
 		switch {
 		case r.State == core.RolloutAborted:
 			return fmt.Sprintf("aborted (%s)", summary(*r)), nil

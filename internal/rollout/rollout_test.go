@@ -100,7 +100,7 @@ func (f *fakeNodes) Drain(_ context.Context, _, node string, _ time.Duration) er
 
 func (f *fakeNodes) WaitReady(ctx context.Context, _, node, version string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+	for time.Now().Before(deadline) && ctx.Err() == nil {
 		f.mu.Lock()
 		n := f.nodes[node]
 		ok := n != nil && !n.deleted && n.ready && (version == "" || n.version == version)

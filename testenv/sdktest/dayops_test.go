@@ -30,6 +30,7 @@ import (
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/rollout"
 	"github.com/ztpd/ztpd/joiner"
 	"github.com/ztpd/ztpd/joiner/bundle"
 	"github.com/ztpd/ztpd/testenv/controlplane"
@@ -331,6 +332,25 @@ func TestDayTwoRealControlPlane(t *testing.T) {
 		return nil
 	})
 
+	// 0. The plan, read before the upgrade: the budget blocks the drain of
+	// worker 1's Node right now; the upgrade below meets that block.
+	plan, err := ztpd.Rollouts.Plan(ctx, rollout.Spec{Cluster: cl.ID, Kind: core.RolloutKubernetes, Target: newV})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the plan before the upgrade:\n%s", planText(plan))
+	var predicted []string
+	for _, b := range plan.Batches {
+		for _, n := range b.Nodes {
+			for _, bl := range n.Blocks {
+				predicted = append(predicted, n.NodeName+": "+bl.Pod+" by "+bl.Budget)
+			}
+		}
+	}
+	if want := ds[1].NodeName + ": default/web-1 by web"; len(predicted) != 1 || predicted[0] != want {
+		t.Fatalf("the plan's drain blocks: %v, want [%s]", predicted, want)
+	}
+
 	// 1. The upgrade stops at the budget, with its name, in Alert.
 	j, err = ztpd.Clusters.UpgradeCluster(ctx, admin, cl.ID, v2.ID)
 	if err != nil {
@@ -344,6 +364,25 @@ func TestDayTwoRealControlPlane(t *testing.T) {
 		t.Fatalf("cluster after the blocked upgrade: %s version %s", c.State, c.VersionID)
 	}
 	t.Logf("blocked: %s", done.Error)
+	// The rollout followed the plan: its order, the nodes before the
+	// blocked one done, the blocked one failed at its drain.
+	var ran core.Rollout
+	if err := ztpd.Rollouts.List(func(r core.Rollout) bool { ran = r; return false }); err != nil {
+		t.Fatal(err)
+	}
+	var planned, went []string
+	for _, b := range plan.Batches {
+		for _, n := range b.Nodes {
+			planned = append(planned, n.NodeName)
+		}
+	}
+	for _, n := range ran.Nodes {
+		went = append(went, n.NodeName+" "+n.Phase)
+	}
+	want := []string{planned[0] + " done", planned[1] + " done", planned[2] + " failed"}
+	if len(planned) != 3 || strings.Join(went, ", ") != strings.Join(want, ", ") || planned[2] != ds[1].NodeName {
+		t.Fatalf("the rollout went %v; the plan was %v", went, planned)
+	}
 
 	// 2. Lifted: recover, upgrade again; it continues where it stopped.
 	if err := kube.PolicyV1().PodDisruptionBudgets("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
@@ -715,4 +754,24 @@ func d2Namespace(t *testing.T, i int) (*netns.NS, string) {
 		t.Fatal(err)
 	}
 	return ns, mac
+}
+
+// planText is a plan as lines: the batches in order, each node current ->
+// target with its steps and the budgets blocking its drain, the skipped
+// nodes and why, the estimate and the fingerprint.
+func planText(p rollout.Plan) string {
+	var b strings.Builder
+	for i, bt := range p.Batches {
+		for _, n := range bt.Nodes {
+			fmt.Fprintf(&b, "  batch %d  %s  %s  %s -> %s  %s\n", i+1, n.NodeName, n.Role, n.Current, n.Target, strings.Join(n.Steps, ", "))
+			for _, bl := range n.Blocks {
+				fmt.Fprintf(&b, "           ! drain blocked now: pod %s by PodDisruptionBudget %s\n", bl.Pod, bl.Budget)
+			}
+		}
+	}
+	for _, n := range p.Skipped {
+		fmt.Fprintf(&b, "  skipped  %s  %s  %s\n", n.NodeName, n.Current, n.Skip)
+	}
+	fmt.Fprintf(&b, "  estimate %s (%s); fingerprint %s", p.Estimate, p.EstimateBasis, p.Fingerprint)
+	return b.String()
 }

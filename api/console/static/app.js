@@ -761,6 +761,40 @@
       e.preventDefault();
       run('Upgrading', 'POST', '/upgrade', { version: e.target.elements.version.value });
     });
+    // The plan before the upgrade: what it would do now, and a start that
+    // is refused if the cluster changed since.
+    let plan = null;
+    const planCard = $('#upgrade-plan');
+    const renderPlan = (p) => {
+      const rows = [];
+      p.batches.forEach((b, i) => b.nodes.forEach((n, j) => rows.push(el('tr', { data: { device: n.device, batch: String(i + 1) } },
+        td(j ? '' : `${i + 1}${b.canary ? ' (canary)' : ''}`), td(n.node_name || n.device), td(n.role), td(n.current, 'mono'), td(n.target, 'mono'),
+        td((n.steps || []).join(', ')), td((n.drain_blocks || []).map((d) => `${d.pod} (${d.budget})`).join(', '), 'reason')))));
+      for (const n of p.skipped) rows.push(el('tr', { class: 'skipped', data: { device: n.device, skip: n.skip } }, td('skipped'),
+        td(n.node_name || n.device), td(n.role), td(n.current, 'mono'), td(''), el('td', { class: 'note', text: n.skip }), td('')));
+      $('#upgrade-plan-nodes tbody').replaceChildren(...rows);
+      const est = p.estimate_seconds > 0 ? `about ${p.estimate}` : 'unknown';
+      $('#upgrade-plan-summary').textContent = `${p.kind} to ${p.target}: ${p.batches.length} batch(es), ${p.skipped.length} skipped; estimated duration ${est} (${p.estimate_basis}).` +
+        (p.warnings && p.warnings.length ? ' Warning: ' + p.warnings.join('; ') : '');
+      $('#upgrade-plan-fingerprint').textContent = `Fingerprint ${p.fingerprint}: the start is refused if the cluster changed since.`;
+      planCard.hidden = false;
+    };
+    $('#cluster-upgrade-plan').addEventListener('click', async () => {
+      formError(ops, null);
+      try {
+        const body = { cluster: id, kind: 'kubernetes', target: $('#cluster-upgrade').elements.version.value };
+        plan = { body, answer: await api('/rollouts?dry_run=true', { method: 'POST', body }) };
+        renderPlan(plan.answer);
+      } catch (err) { formError(ops, err); }
+    });
+    $('#upgrade-plan-start').addEventListener('click', async () => {
+      if (!plan) return;
+      formError(ops, null);
+      try {
+        const r = await api('/rollouts', { method: 'POST', body: { ...plan.body, plan_fingerprint: plan.answer.fingerprint } });
+        location.assign('/rollouts/' + enc(r.id));
+      } catch (err) { formError(ops, err); }
+    });
     $('#cluster-stop').addEventListener('click', () => run('Stopping', 'POST', '/stop', {}));
     $('#cluster-start').addEventListener('click', () => run('Starting', 'POST', '/start', {}));
     const del = $('#cluster-delete');
@@ -903,7 +937,25 @@
       const had = steps.get(f.operation);
       if (!had || had.seq < e.seq) steps.set(f.operation, { seq: e.seq, text: `${f.step} ${f.state}${f.state === 'failed' && f.exit_code ? ' (exit ' + f.exit_code + ')' : ''}` });
     };
-    const buttons = { pause: $('#rollout-pause'), resume: $('#rollout-resume'), abort: $('#rollout-abort') };
+    const buttons = { pause: $('#rollout-pause'), resume: $('#rollout-resume'), abort: $('#rollout-abort'), approve: $('#rollout-approve') };
+    // The canary's gate and its checks, as the engine last stored them.
+    const renderGate = () => {
+      const g = r.gate_status;
+      $('#rollout-gate-card').hidden = !g;
+      if (!g) return;
+      const canary = r.canary && r.canary.selector ? 'nodes labelled ' + Object.entries(r.canary.selector).map(([k, v]) => `${k}=${v}`).join(',')
+        : `the first ${r.canary ? r.canary.count : 0} node(s)`;
+      const mode = r.gate && r.gate.mode === 'auto' ? `auto: every check for ${r.gate.soak || '0s'}` : 'manual: an approval';
+      facts($('#rollout-gate'), [
+        ['Phase', el('span', { class: 'badge gate-' + g.phase, id: 'rollout-gate-phase', text: g.phase })], ['Reason', g.reason],
+        ['Canary', canary], ['Opens on', mode], ['Check URL', r.gate && r.gate.url], ['Check script', r.gate && r.gate.script],
+        ['Since', timeEl(g.since)], ['Passes at', g.phase === 'soaking' ? timeEl(g.until) : ''], ['Approved by', g.by],
+      ]);
+      $('#rollout-gate-checks tbody').replaceChildren(...(g.checks || []).map((c) => el('tr', { class: c.ok ? null : 'ph-row-failed', data: { check: c.name, ok: String(c.ok) } },
+        td(c.name), td(c.ok ? 'ok' : 'failed', c.ok ? 'state' : 'reason'), td(c.detail), td(timeEl(c.checked, true)))));
+      if (!(g.checks || []).length) $('#rollout-gate-checks tbody').append(el('tr', null, el('td', { colspan: 4, class: 'muted',
+        text: g.phase === 'waiting' ? 'The canary is underway: the checks run once it is done.' : 'No checks run (manual gate).' })));
+    };
     const render = () => {
       $('#rollout-title').textContent = `Rollout ${r.id}`;
       document.title = `${r.id} · ztpd`;
@@ -916,6 +968,7 @@
         ['Hook failures', r.continue_on_hook_failure ? 'continue past them' : ''], ['Job', r.job], ['Started by', r.created_by],
         ['Started', timeEl(r.created)], ['Updated', timeEl(r.updated_at)], ['Finished', timeEl(r.finished)], ['ID', r.id],
       ]);
+      renderGate();
       const total = (r.nodes || []).length;
       $('#rollout-progress').replaceChildren(el('p', { id: 'rollout-progress-text', text: rolloutProgressText(r) }),
         meter(rolloutDone(r), total, rolloutProgressText(r), true));
@@ -934,7 +987,8 @@
       // What an action said holds until the rollout's state moves on.
       const said = $('#action-status');
       if (said && said.dataset.state && said.dataset.state !== r.state) { setStatus('', '', said); delete said.dataset.state; }
-      const can = { pause: r.state === 'running', resume: r.state === 'paused', abort: !rolloutEnded(r) };
+      const can = { pause: r.state === 'running', resume: r.state === 'paused', abort: !rolloutEnded(r),
+        approve: !!r.gate_status && r.gate_status.phase === 'approval' };
       for (const [k, b] of Object.entries(buttons)) {
         if (!b) continue;
         b.disabled = !can[k];
@@ -965,13 +1019,14 @@
       try {
         r = await api('/rollouts/' + enc(id) + '/' + what, { method: 'POST' });
         render();
-        setStatus(`${what === 'abort' ? 'Aborted' : what === 'pause' ? 'Paused' : 'Resumed'}: the rollout is ${r.state}.`, 'ok', st);
+        setStatus(`${{ abort: 'Aborted', pause: 'Paused', resume: 'Resumed', approve: 'Approved' }[what]}: the rollout is ${r.state}.`, 'ok', st);
         st.dataset.state = r.state;
         loaded();
       } catch (e) { showError(e, st); }
     };
     if (buttons.pause) buttons.pause.addEventListener('click', () => act('pause'));
     if (buttons.resume) buttons.resume.addEventListener('click', () => act('resume'));
+    if (buttons.approve) buttons.approve.addEventListener('click', () => act('approve'));
     if (buttons.abort) confirmButton('Abort', () => act('abort'), 'danger', buttons.abort);
     const adoptStray = () => {
       const known = ops();
@@ -1308,23 +1363,28 @@
 
   // slotState is what the device records say of a planned slot: empty (no
   // device arrived, no serial expected), expected (a serial is expected and
-  // no device arrived), arrived, joined, or mismatched (the box there is not
-  // the serial the plan expects).
-  function slotState(p, dev) {
+  // no device arrived), arrived, joined, mismatched (the box there is not
+  // the serial the plan expects), or replaced (another box took the place
+  // of the slot's earlier one and has not joined yet: it waits for approval
+  // or is joining).
+  function slotState(p, dev, earlier) {
     if (!dev) return p.serial ? 'expected' : 'empty';
     if (p.serial && dev.serial && dev.serial !== p.serial) return 'mismatched';
-    return dev.state === 'joined' ? 'joined' : 'arrived';
+    if (dev.state === 'joined') return 'joined';
+    return earlier.length ? 'replaced' : 'arrived';
   }
 
   async function positionsPage() {
     const [plan, devs] = await Promise.all([listAll('/positions'), listAll('/devices')]);
-    // The newest device record naming each position.
+    // The device records naming each position, newest first: the first is
+    // the box there now, the others the boxes it replaced.
     const at = new Map();
     for (const d of devs) {
       if (!d.position) continue;
-      const o = at.get(d.position);
-      if (!o || String(d.last_seen) > String(o.last_seen)) at.set(d.position, d);
+      if (!at.has(d.position)) at.set(d.position, []);
+      at.get(d.position).push(d);
     }
+    for (const list of at.values()) list.sort((a, b) => String(b.last_seen).localeCompare(String(a.last_seen)));
     const racks = new Map();
     const counts = {};
     for (const p of plan) {
@@ -1334,13 +1394,17 @@
     }
     const sections = [...racks.keys()].sort((a, b) => a.localeCompare(b, undefined, { numeric: true })).map((r) => {
       const rows = racks.get(r).map((p) => {
-        const dev = at.get(p.name);
-        const st = slotState(p, dev);
+        const [dev, ...earlier] = at.get(p.name) || [];
+        const st = slotState(p, dev, earlier);
         counts[st] = (counts[st] || 0) + 1;
         const proof = [p.relay, p.circuit_id, p.remote_id].filter(Boolean).join(' / ');
+        const devCell = dev ? el('td', null, el('a', { href: '/devices/' + enc(dev.id), text: dev.serial || dev.mac || dev.id }),
+          ...(earlier.length ? [el('span', { class: 'muted replaced', text: ' replaces ' },
+            el('a', { href: '/devices/' + enc(earlier[0].id), text: earlier[0].serial || earlier[0].mac || earlier[0].id }))] : []))
+          : td('');
         return el('tr', { id: 'pos-' + p.name, data: { state: st } }, td(p.name), td(p.port), td(proof, 'mono'), td(p.address),
           td(p.serial), el('td', { class: 'state' }, el('span', { class: 'badge st-' + st, text: st })),
-          dev ? el('td', null, el('a', { href: '/devices/' + enc(dev.id), text: dev.serial || dev.mac || dev.id })) : td(''),
+          devCell,
           td(dev ? dev.ip : ''), td(p.cluster), td(p.source === 'api' ? 'API' : p.source));
       });
       const hid = 'h-rack-' + (r || 'none');
@@ -1352,7 +1416,7 @@
           el('tbody', null, ...rows))));
     });
     $('#racks').replaceChildren(...sections);
-    const order = ['expected', 'arrived', 'joined', 'mismatched', 'empty'];
+    const order = ['expected', 'arrived', 'joined', 'replaced', 'mismatched', 'empty'];
     $('#positions-summary').textContent = plan.length
       ? `${plan.length} positions in ${racks.size} racks: ` + order.filter((k) => counts[k]).map((k) => `${counts[k]} ${k}`).join(', ')
       : 'No cabling plan: list plan files under positions: in the configuration, or add positions with ztpd position set.';

@@ -452,7 +452,10 @@ func run(c config) error {
 		dopts.FastPoll = func(device string) bool { return eng != nil && eng.Involved(device) }
 	}
 	des := desired.New(st, dopts)
-	eng, err = rollout.New(st, rollout.Options{Nodes: cl, Agents: des, Members: noMembers{}, Log: log})
+	spec := rollout.Spec{Cluster: clusterID, Kind: core.RolloutKubernetes, Target: target, MaxUnavailable: c.maxUnavailable, By: "rolloutbench"}
+	eopts := rollout.Options{Nodes: cl, Agents: des, Members: noMembers{}, Log: log}
+	withCanary(c, &spec, &eopts)
+	eng, err = rollout.New(st, eopts)
 	if err != nil {
 		return err
 	}
@@ -474,8 +477,7 @@ func run(c config) error {
 	commitsBefore := commits()
 	cpuBefore := cpuTime()
 	t0 := time.Now()
-	r, err := eng.Start(context.Background(), rollout.Spec{Cluster: clusterID, Kind: core.RolloutKubernetes, Target: target,
-		MaxUnavailable: c.maxUnavailable, By: "rolloutbench"})
+	r, err := eng.Start(context.Background(), spec)
 	if err != nil {
 		return fmt.Errorf("start the rollout: %w", err)
 	}
@@ -513,6 +515,9 @@ func run(c config) error {
 	}
 	par := max(1, min(c.maxUnavailable, workers))
 	floor := cpSum + workerSum/time.Duration(par)
+	if f, ok := canaryFloor(c, r, func(node string) time.Duration { return cl.nodes[node].steps.total() }); ok {
+		floor = f
+	}
 
 	// Per node: its time in the engine beyond its own steps, and the part
 	// of it the agent's poll took (operation handed -> agent running).
@@ -566,6 +571,7 @@ func run(c config) error {
 	if n := ag.errs.Load(); n > 0 {
 		fmt.Printf("agent calls that failed: %d (last: %s)\n", n, ag.lastErr.Load())
 	}
+	canaryReport(r)
 	fmt.Printf("most nodes cordoned at once: %d (maxUnavailable %d); rollout %s: %s\n", cl.maxCordon, c.maxUnavailable, r.ID, r.State)
 	fmt.Printf("RESULT rollout nodes=%d seconds=%.2f floor_s=%.2f\n", c.nodes, wall.Seconds(), floor.Seconds())
 	return nil
