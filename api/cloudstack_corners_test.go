@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/ztpd/ztpd/api/client"
 	"github.com/ztpd/ztpd/api/internal/apitest"
 	"github.com/ztpd/ztpd/api/rest"
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 )
 
@@ -159,10 +161,18 @@ func TestCloudStackRefusesWhatItCannotHonour(t *testing.T) {
 		{map[string]string{"clustertype": "ExternalManaged"}, "an ExternalManaged cluster needs the kubeconfig ztpd reaches it with (parameter kubeconfig)"},
 		{map[string]string{"clustertype": "cloudmanaged"}, "Unable to resolve cluster type cloudmanaged to a supported value (CloudManaged, ExternalManaged)"},
 		{map[string]string{"enablecsi": "true"}, "ztpd cannot honour parameter enablecsi=true: ztpd installs no CloudStack CSI driver"},
-		{map[string]string{"nodeofferings[0].node": "worker", "nodeofferings[0].offering": "ztpd-large"},
-			"ztpd cannot honour parameter nodeofferings={node:worker,offering:ztpd-large}: ztpd gives every node of a cluster the cluster's one service offering"},
-		{map[string]string{"nodeofferings[0].node": "etcd", "nodeofferings[0].offering": "ztpd-small"}, "not on etcd nodes"},
-		{map[string]string{"nodetemplates[0].node": "worker", "nodetemplates[0].template": "t-1"}, "ztpd cannot honour parameter nodetemplates={node:worker,template:t-1}: a device's profile says what it runs"},
+		{map[string]string{"nodeofferings[0].node": "worker", "nodeofferings[0].offering": "nosuch"},
+			"nodeofferings: no service offering with ID nosuch (node type worker)"},
+		{map[string]string{"nodeofferings[0].node": "gpu", "nodeofferings[0].offering": "ztpd-large"},
+			`nodeofferings: node type "gpu" is none of worker, control, etcd`},
+		{map[string]string{"nodeofferings[0].node": "worker"}, "Invalid value for parameter nodeofferings: each entry needs node and offering"},
+		{map[string]string{"nodeofferings[0].node": "etcd", "nodeofferings[0].offering": "ztpd-small"},
+			"ztpd cannot honour parameter nodeofferings={node:etcd,offering:ztpd-small}: node type etcd: ztpd runs etcd on the control planes (kubeadm's stacked etcd), not on etcd nodes"},
+		{map[string]string{"nodetemplates[0].node": "etcd", "nodetemplates[0].template": "leaf-worker"}, "not on etcd nodes"},
+		{map[string]string{"nodetemplates[0].node": "worker", "nodetemplates[0].template": "t-1"},
+			`nodetemplates: no profile named "t-1" is loaded (node type worker): a node template names the profile its nodes get`},
+		{map[string]string{"nodetemplates[0].node": "worker", "nodetemplates[0].template": "pinned-elsewhere"},
+			`nodetemplates: profile "pinned-elsewhere" assigns its devices to cluster core-1, not to refused`},
 		{map[string]string{"cniconfigurationid": "c-1"}, "Unable to find CNI configuration with ID: c-1"},
 		{map[string]string{"cniconfigdetails[0].key": "mtu", "cniconfigdetails[0].value": "9000"}, "cniconfigdetails given without cniconfigurationid"},
 		{map[string]string{"asnumber": "65001"}, "ztpd cannot honour parameter asnumber=65001: ztpd sets up no routed network"},
@@ -177,19 +187,34 @@ func TestCloudStackRefusesWhatItCannotHonour(t *testing.T) {
 		t.Fatalf("a refused create made a cluster: %s", l["kubernetescluster"])
 	}
 
-	// What ztpd honours is accepted, and what CloudStack does not know is ignored.
-	cr := u.ok("createKubernetesCluster", base("honoured", map[string]string{"enablecsi": "false", "clustertype": "CloudManaged",
+	// What ztpd honours is accepted, and what CloudStack does not know is
+	// ignored. Per-role offerings and templates shape the roles apart; the
+	// workers' offering stands in for serviceofferingid.
+	hp := base("honoured", map[string]string{"enablecsi": "false", "clustertype": "CloudManaged",
 		"etcdnodes": "0", "nodeofferings[0].node": "control", "nodeofferings[0].offering": "ztpd-small",
-		"nodeofferings[1].node": "worker", "nodeofferings[1].offering": "ztpd-small", "nosuchparameter": "x"}), true)
+		"nodeofferings[1].node": "Worker", "nodeofferings[1].offering": "ztpd-large",
+		"nodetemplates[0].node": "worker", "nodetemplates[0].template": "leaf-worker",
+		"nodetemplates[1].node": "control", "nodetemplates[1].template": "vm-control", "nosuchparameter": "x"})
+	delete(hp, "serviceofferingid")
+	cr := u.ok("createKubernetesCluster", hp, true)
 	j := u.wait(field[string](t, cr, "jobid"))
 	var res struct {
 		Cluster client.CSCluster `json:"kubernetescluster"`
 	}
 	mustJSON(t, j["jobresult"], &res)
 	c := res.Cluster
+	small, _ := clusters.OfferingByID("ztpd-small")
+	large, _ := clusters.OfferingByID("ztpd-large")
 	if c.ClusterType != "CloudManaged" || c.CSIEnabled || c.EtcdNodes != 0 || c.ControlOfferingName != "ztpd-small" ||
-		c.WorkerOfferingName != "ztpd-small" || c.ControlOfferingID != c.ServiceOfferingID || c.WorkerOfferingID != c.ServiceOfferingID {
+		c.ControlOfferingID != small.ID || c.WorkerOfferingName != "ztpd-large" || c.WorkerOfferingID != large.ID ||
+		c.ServiceOfferingID != large.ID || c.TemplateID != "leaf-worker" || c.TemplateName != "leaf-worker" ||
+		c.ZTPDNodeTemplates["control"] != "vm-control" || c.ZTPDNodeTemplates["worker"] != "leaf-worker" {
 		t.Fatalf("created: %+v", c)
+	}
+	// cpunumber and memory add up each role's offering: 1 small control
+	// plane and 1 large worker.
+	if c.CPUNumber != fmt.Sprint(small.CPU+large.CPU) || c.Memory != fmt.Sprint(small.MemoryMB+large.MemoryMB) {
+		t.Fatalf("cpunumber %s memory %s", c.CPUNumber, c.Memory)
 	}
 
 	// listKubernetesClusters' clustertype filters: ztpd's are all CloudManaged.
@@ -210,8 +235,11 @@ func TestCloudStackRefusesWhatItCannotHonour(t *testing.T) {
 	}{
 		{map[string]string{"autoscalingenabled": "true", "minsize": "1", "maxsize": "3"}, "ztpd cannot honour parameter autoscalingenabled=true: Autoscaling is not supported by ztpd"},
 		{map[string]string{"size": "2", "minsize": "1"}, "ztpd cannot honour parameter minsize=1: Autoscaling is not supported by ztpd"},
-		{map[string]string{"serviceofferingid": "ztpd-medium", "nodeofferings[0].node": "worker", "nodeofferings[0].offering": "ztpd-large"},
-			"ztpd cannot honour parameter nodeofferings={node:worker,offering:ztpd-large}"},
+		{map[string]string{"nodeofferings[0].node": "worker", "nodeofferings[0].offering": "ztpd-medium"},
+			"Service offering ID: " + clusters.Offerings[1].ID + " offers lesser resources as compared to service offering ID: " + clusters.Offerings[2].ID + " of the worker nodes of Kubernetes cluster ID: " + c.ID},
+		{map[string]string{"nodeofferings[0].node": "etcd", "nodeofferings[0].offering": "ztpd-xlarge"}, "not on etcd nodes"},
+		{map[string]string{"nodeids": "02:00:00:00:0a:01", "nodeofferings[0].node": "control", "nodeofferings[0].offering": "ztpd-xlarge"},
+			"nodeids and nodeofferings cannot be passed together"},
 	} {
 		s.params["id"] = c.ID
 		errorBody(t, u.call("scaleKubernetesCluster", s.params, true), "scalekubernetesclusterresponse", 431, 4350, s.text)
@@ -219,6 +247,17 @@ func TestCloudStackRefusesWhatItCannotHonour(t *testing.T) {
 	sr := u.ok("scaleKubernetesCluster", map[string]string{"id": c.ID, "size": "2", "autoscalingenabled": "false"}, true)
 	if j := u.wait(field[string](t, sr, "jobid")); field[int](t, j, "jobstatus") != 1 {
 		t.Fatalf("scale with autoscalingenabled=false: %s", j["jobresult"])
+	}
+	// A scale's nodeofferings grows one role's offering and keeps the other's.
+	sr = u.ok("scaleKubernetesCluster", map[string]string{"id": c.ID, "nodeofferings[0].node": "control", "nodeofferings[0].offering": "ztpd-xlarge"}, true)
+	if j := u.wait(field[string](t, sr, "jobid")); field[int](t, j, "jobstatus") != 1 {
+		t.Fatalf("scale with nodeofferings: %s", j["jobresult"])
+	}
+	l := u.ok("listKubernetesClusters", map[string]string{"id": c.ID}, false)
+	var listed []client.CSCluster
+	mustJSON(t, l["kubernetescluster"], &listed)
+	if len(listed) != 1 || listed[0].ControlOfferingName != "ztpd-xlarge" || listed[0].WorkerOfferingName != "ztpd-large" {
+		t.Fatalf("after scaling the control offering: %+v", listed)
 	}
 }
 

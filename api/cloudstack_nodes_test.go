@@ -155,10 +155,11 @@ func TestNodesByName(t *testing.T) {
 	if ms.State != core.StateLeaving {
 		t.Fatalf("removed member: %s", ms.State)
 	}
-	// removeVirtualMachines: one item per VM, the job named.
+	// removeVirtualMachines: one item per VM, the job named, listed under
+	// the command's response name as CloudStack lists them.
 	lr := u.ok("removeVirtualMachinesFromKubernetesCluster", map[string]string{"id": mine.ID, "virtualmachineids": "02:00:00:00:0a:01"}, true)
 	var items []map[string]any
-	mustJSON(t, lr["virtualmachine"], &items)
+	mustJSON(t, lr["removevirtualmachinesfromkubernetesclusterresponse"], &items)
 	if field[int](t, lr, "count") != 1 || len(items) != 1 || items[0]["id"] != "02:00:00:00:0a:01" || items[0]["success"] != true {
 		t.Fatalf("removeVirtualMachines: %v", lr)
 	}

@@ -17,7 +17,8 @@ import (
 // idempotent.
 
 // SetVersion makes new bundles use v and records it as the version every
-// current member is to run.
+// current member is to run, but for those the cluster's rolling upgrades
+// leave out (manual upgrade).
 func (s *Service) SetVersion(ctx context.Context, c core.Cluster, v core.Version) error {
 	ver, err := bundle.ParseVersion(v.SemVer)
 	if err != nil {
@@ -39,7 +40,16 @@ func (s *Service) SetVersion(ctx context.Context, c core.Cluster, v core.Version
 		if err := tx.Clusters().PutJoinState(c.ID, rt); err != nil {
 			return err
 		}
+		stored, err := tx.Clusters().Get(c.ID)
+		if err != nil {
+			return err
+		}
 		err = eachMember(tx, c.ID, func(m *core.Membership) error {
+			// A manual-upgrade node was left out of the rollout and still
+			// runs the version it had.
+			if clusters.IsManualUpgrade(stored, m.Device) {
+				return nil
+			}
 			m.Version, m.UpdatedAt = ver.Tag(), now
 			return tx.Memberships().Put(*m)
 		})

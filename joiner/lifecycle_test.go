@@ -64,6 +64,28 @@ func TestLifecycleAsTheClustersServiceDrivesIt(t *testing.T) {
 	if ms, _ := e.svc.Membership(bg, cp.Device); ms.Version != "v1.30.1" {
 		t.Fatalf("member version %s", ms.Version)
 	}
+	// A manual-upgrade worker is left out of the next upgrade: its
+	// membership keeps the version it runs.
+	err = e.store.Update(func(tx core.Tx) error {
+		stored, err := tx.Clusters().Get(c.ID)
+		if err != nil {
+			return err
+		}
+		stored.ManualUpgrade = []string{w.Device}
+		return tx.Clusters().Put(stored)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.SetVersion(bg, c, core.Version{ID: "v3", SemVer: "1.31.0"}); err != nil {
+		t.Fatal(err)
+	}
+	if ms, _ := e.svc.Membership(bg, cp.Device); ms.Version != "v1.31.0" {
+		t.Fatalf("upgraded control plane's version %s", ms.Version)
+	}
+	if ms, _ := e.svc.Membership(bg, w.Device); ms.Version != "v1.30.1" {
+		t.Fatalf("manual-upgrade worker's version %s, want v1.30.1 (left out of the upgrade)", ms.Version)
+	}
 
 	// Revoke by bare id, as the API does.
 	m := e.memberRecord(w.Device)

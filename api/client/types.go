@@ -86,6 +86,24 @@ type Cluster struct {
 	Waiting   string                   `json:"waiting,omitempty"`
 	Created   time.Time                `json:"created"`
 	UpdatedAt time.Time                `json:"updated_at"`
+	// NodeOfferings and NodeTemplates are the per-role shapes: node type
+	// (worker, control) to the offering ID, and to the profile, its
+	// members get; CNIConfiguration names the CNI configuration applied.
+	NodeOfferings    map[string]string `json:"node_offerings,omitempty"`
+	NodeTemplates    map[string]string `json:"node_templates,omitempty"`
+	CNIConfiguration string            `json:"cni_configuration,omitempty"`
+}
+
+// CNIConfiguration is a registered CNI configuration (openapi.json
+// CNIConfiguration): a manifest applied to the clusters created with it,
+// its {{ ds.meta_data.NAME }} parameters substituted.
+type CNIConfiguration struct {
+	ID       string    `json:"id"`
+	Name     string    `json:"name"`
+	Manifest string    `json:"manifest"`
+	Params   []string  `json:"params"`
+	Account  string    `json:"account"`
+	Created  time.Time `json:"created"`
 }
 
 // Job is an asynchronous job as the REST API shows it (openapi.json Job).
@@ -565,13 +583,21 @@ type CSCluster struct {
 	MaxSize               int    `json:"maxsize"`
 	ClusterType           string `json:"clustertype"`
 	// CloudStack 4.21/4.22's: the offering each node type runs on, the
-	// etcd nodes and whether the CSI driver is set up.
-	ControlOfferingID   string `json:"controlofferingid,omitempty"`
-	ControlOfferingName string `json:"controlofferingname,omitempty"`
-	CSIEnabled          bool   `json:"csienabled"`
-	EtcdNodes           int    `json:"etcdnodes"`
-	WorkerOfferingID    string `json:"workerofferingid,omitempty"`
-	WorkerOfferingName  string `json:"workerofferingname,omitempty"`
+	// etcd nodes and their addresses (by node name), whether the CSI
+	// driver is set up, and the nodes' template (ztpd: the profile the
+	// workers' node template names).
+	ControlOfferingID   string            `json:"controlofferingid,omitempty"`
+	ControlOfferingName string            `json:"controlofferingname,omitempty"`
+	CSIEnabled          bool              `json:"csienabled"`
+	EtcdNodes           int               `json:"etcdnodes"`
+	EtcdIPs             map[string]string `json:"etcdips,omitempty"`
+	WorkerOfferingID    string            `json:"workerofferingid,omitempty"`
+	WorkerOfferingName  string            `json:"workerofferingname,omitempty"`
+	TemplateID          string            `json:"templateid,omitempty"`
+	TemplateName        string            `json:"templatename,omitempty"`
+	// ztpd extension: the profile each node type's template names
+	// (nodetemplates), by node type.
+	ZTPDNodeTemplates map[string]string `json:"ztpdnodetemplates,omitempty"`
 	// ztpd extensions: the cluster as ztpd's watch of its API server last
 	// saw it, and what a Starting cluster waits for.
 	ZTPDAPIReachable *bool  `json:"ztpdapireachable,omitempty"`

@@ -36,7 +36,8 @@ var clusterFields = []string{"id", "name", "description", "account", "domainid",
 	"kubernetesversionname", "serviceofferingid", "serviceofferingname", "size", "controlnodes", "masternodes",
 	"cpunumber", "memory", "state", "endpoint", "keypair", "networkid", "virtualmachines", "ipaddress",
 	"created", "autoscalingenabled", "minsize", "maxsize", "clustertype", "controlofferingid", "controlofferingname",
-	"csienabled", "etcdnodes", "workerofferingid", "workerofferingname", "cniconfigurationid", "cniconfigname"}
+	"csienabled", "etcdnodes", "etcdips", "workerofferingid", "workerofferingname", "templateid", "templatename",
+	"cniconfigurationid", "cniconfigname"}
 
 var versionFields = []string{"id", "name", "semanticversion", "isoid", "isoname", "isostate", "isourl", "zoneid",
 	"zonename", "state", "mincpunumber", "minmemory", "supportsha", "supportsautoscaling", "directdownload", "created"}
@@ -194,10 +195,16 @@ func renderCluster(v clusters.ClusterView) client.CSCluster {
 		CPUNumber: fmt.Sprint(v.Cores()), Memory: fmt.Sprint(v.MemoryMB()), State: string(c.State),
 		Endpoint: endpoint, Keypair: c.Keypair, NetworkID: c.NetworkID, IPAddress: ip,
 		Created: csTime(c.Created), ClusterType: c.TypeName(), VirtualMachines: make([]client.CSVM, 0, len(v.Members)),
-		// Every role runs on the cluster's one offering; ztpd has no etcd
-		// nodes and installs no CSI driver (createLimits).
-		ControlOfferingID: c.ServiceOfferingID, ControlOfferingName: v.Offering.Name,
-		WorkerOfferingID: c.ServiceOfferingID, WorkerOfferingName: v.Offering.Name}
+		// A role runs on its per-role offering, else the cluster's; ztpd
+		// has no etcd nodes and installs no CSI driver (createLimits).
+		ControlOfferingID: v.RoleOffering(clusters.NodeControl).ID, ControlOfferingName: v.RoleOffering(clusters.NodeControl).Name,
+		WorkerOfferingID: v.RoleOffering(clusters.NodeWorker).ID, WorkerOfferingName: v.RoleOffering(clusters.NodeWorker).Name}
+	if len(c.NodeTemplates) > 0 {
+		out.ZTPDNodeTemplates = c.NodeTemplates
+		// ztpd has no template IDs: a node template is a profile's name.
+		out.TemplateID = clusters.RoleProfile(c, clusters.NodeWorker)
+		out.TemplateName = out.TemplateID
+	}
 	if o := c.Observed; o != nil {
 		reachable, ready := o.APIReachable, o.ReadyNodes
 		out.ZTPDAPIReachable, out.ZTPDReadyNodes = &reachable, &ready
@@ -325,9 +332,18 @@ func (d *Door) csCreateCluster(r *csRequest) (any, *csError) {
 		}
 		return jobStarted{ID: c.ID, JobID: j.ID}, nil
 	}
-	// CloudStack 4.19 made these optional for ExternalManaged only.
+	nodeOfferings, e := nodeMap(r, "nodeofferings", "offering")
+	if e != nil {
+		return nil, e
+	}
+	nodeTemplates, e := nodeMap(r, "nodetemplates", "template")
+	if e != nil {
+		return nil, e
+	}
+	// CloudStack 4.19 made these optional for ExternalManaged only; 4.21
+	// takes the workers' offering from nodeofferings.
 	for _, name := range []string{"kubernetesversionid", "serviceofferingid", "size"} {
-		if r.str(name) == "" {
+		if r.str(name) == "" && (name != "serviceofferingid" || nodeOfferings[clusters.NodeWorker] == "") {
 			return nil, paramMissing(r.cmd.Name, name)
 		}
 	}
@@ -348,7 +364,8 @@ func (d *Door) csCreateCluster(r *csRequest) (any, *csError) {
 		VersionID: r.str("kubernetesversionid"), ServiceOfferingID: r.str("serviceofferingid"), Size: size,
 		ControlNodes: control, Keypair: r.str("keypair"), NetworkID: r.str("networkid"),
 		ExternalLBIP: r.str("externalloadbalanceripaddress"), NodeRootDiskSize: int64(disk), JoinMethod: r.str("joinmethod"),
-		CNIConfigID: r.str("cniconfigurationid"), CNIDetails: cniDetails(r)}
+		CNIConfigID: r.str("cniconfigurationid"), CNIDetails: cniDetails(r),
+		NodeOfferings: nodeOfferings, NodeTemplates: nodeTemplates}
 	c, j, err := d.clusters.CreateCluster(r.ctx, r.caller, spec)
 	if err != nil {
 		return nil, domainError(err)
@@ -391,7 +408,11 @@ func (d *Door) csScaleCluster(r *csRequest) (any, *csError) {
 			remove = append(remove, id)
 		}
 	}
-	return asyncJob(d.clusters.ScaleCluster(r.ctx, r.caller, r.str("id"), size, r.str("serviceofferingid"), remove...))
+	nodeOfferings, e := nodeMap(r, "nodeofferings", "offering")
+	if e != nil {
+		return nil, e
+	}
+	return asyncJob(d.clusters.ScaleClusterShapes(r.ctx, r.caller, r.str("id"), size, r.str("serviceofferingid"), nodeOfferings, remove...))
 }
 
 func (d *Door) csUpgradeCluster(r *csRequest) (any, *csError) {

@@ -128,25 +128,42 @@ func onlyZero(name, why string) func(*csRequest) string {
 	}
 }
 
-// sameOffering accepts per-role offerings (nodeofferings) that each name
-// the command's serviceofferingid: ztpd gives every role of a cluster its
-// one offering.
-func sameOffering(r *csRequest) string {
-	want, ok := clusters.OfferingByID(r.str("serviceofferingid"))
-	for _, e := range r.entries("nodeofferings") {
-		off, found := clusters.OfferingByID(e["offering"])
-		if !ok || !found || off.ID != want.ID {
-			return "ztpd gives every node of a cluster the cluster's one service offering; name serviceofferingid instead, or the same offering for every node type"
-		}
-		switch strings.ToLower(e["node"]) {
-		case "control", "worker":
-		case "etcd":
-			return "ztpd runs etcd on the control planes (kubeadm's stacked etcd), not on etcd nodes"
-		default:
-			return fmt.Sprintf("node type %q is none of control, worker, etcd", e["node"])
-		}
+// nodeMap reads a per-role map parameter (name[i].node=TYPE with
+// name[i].VALUEKEY=VALUE, as CloudStack's nodeofferings and
+// nodetemplates) into node type to value; the service checks the types
+// and values.
+func nodeMap(r *csRequest, name, valueKey string) (map[string]string, *csError) {
+	entries := r.entries(name)
+	if len(entries) == 0 {
+		return nil, nil
 	}
-	return ""
+	out := make(map[string]string, len(entries))
+	for _, e := range entries {
+		t, v := strings.ToLower(strings.TrimSpace(e["node"])), strings.TrimSpace(e[valueKey])
+		if t == "" || v == "" {
+			return nil, &csError{code: csParamError, cscode: csInvalidValue,
+				text: fmt.Sprintf("Invalid value for parameter %s: each entry needs node and %s", name, valueKey)}
+		}
+		if prev, dup := out[t]; dup && prev != v {
+			return nil, &csError{code: csParamError, cscode: csInvalidValue,
+				text: fmt.Sprintf("Invalid value for parameter %s: node type %s is given twice", name, t)}
+		}
+		out[t] = v
+	}
+	return out, nil
+}
+
+// noEtcdNodeType refuses a per-role map naming the etcd node type: ztpd
+// builds no etcd nodes (etcdnodes is 0).
+func noEtcdNodeType(name string) func(*csRequest) string {
+	return func(r *csRequest) string {
+		for _, e := range r.entries(name) {
+			if strings.EqualFold(strings.TrimSpace(e["node"]), clusters.NodeEtcd) {
+				return "node type etcd: ztpd runs etcd on the control planes (kubeadm's stacked etcd), not on etcd nodes"
+			}
+		}
+		return ""
+	}
 }
 
 const (
@@ -168,9 +185,8 @@ var createLimits = []limit{
 	}},
 	{"etcdnodes", "long", "4.21.0", "0 only: ztpd runs etcd on the control planes (kubeadm's stacked etcd)",
 		onlyZero("etcdnodes", "ztpd runs etcd on the control planes (kubeadm's stacked etcd), not on dedicated etcd nodes")},
-	{"nodeofferings", "map", "4.21.0", "node type to service offering: only control and worker, each with serviceofferingid", sameOffering},
-	{"nodetemplates", "map", "4.21.0", "not supported: a device's profile, not a template, says what it runs",
-		never("a device's profile says what it runs; ztpd deploys no templates")},
+	{"nodeofferings", "map", "4.21.0", "node type (worker, control) to the service offering its nodes get: nodeofferings[0].node=worker&nodeofferings[0].offering=ID; the workers' stands in for serviceofferingid", noEtcdNodeType("nodeofferings")},
+	{"nodetemplates", "map", "4.21.0", "node type (worker, control) to the profile its nodes get, by name (ztpd has no VM templates; a profile says what a device runs): nodetemplates[0].node=worker&nodetemplates[0].template=NAME", noEtcdNodeType("nodetemplates")},
 	{"hypervisor", "string", "4.21.0", "not supported: " + whyNoVMs, never(whyNoVMs)},
 	{"cniconfigurationid", "uuid", "4.21.0", "a registered CNI configuration (listCniConfiguration), applied once the first control plane's API server answers", honoured},
 	{"cniconfigdetails", "map", "4.21.0", "the CNI configuration's parameter values: cniconfigdetails[0].NAME=VALUE (or [0].key=NAME with [0].value=VALUE)", honoured},
@@ -193,5 +209,5 @@ var scaleLimits = []limit{
 	{"autoscalingenabled", "boolean", "", "false only: " + whyAutoscaling, onlyFalse("autoscalingenabled", whyAutoscaling)},
 	{"minsize", "long", "", "not supported: autoscaling only", never(whyAutoscaling)},
 	{"maxsize", "long", "", "not supported: autoscaling only", never(whyAutoscaling)},
-	{"nodeofferings", "map", "4.21.0", "node type to service offering: only control and worker, each with serviceofferingid", sameOffering},
+	{"nodeofferings", "map", "4.21.0", "node type (worker, control) to a new, not smaller, service offering for its nodes", noEtcdNodeType("nodeofferings")},
 }

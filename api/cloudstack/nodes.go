@@ -98,7 +98,9 @@ func (d *Door) csRemoveVMs(r *csRequest) (any, *csError) {
 	for i, id := range ids {
 		items[i] = vmRemoved{ID: id, Success: true, DisplayText: "removal accepted: job " + j.ID + " (queryAsyncJobResult)"}
 	}
-	return listBody("virtualmachine", len(items), items), nil
+	// CloudStack names each item by the command's response name
+	// (setObjectName(getCommandName())), so its list key is that name too.
+	return listBody(strings.ToLower(clusters.CmdRemoveVMs)+"response", len(items), items), nil
 }
 
 func plural(n int, one, many string) string {

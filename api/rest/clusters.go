@@ -23,7 +23,10 @@ func restClusterOf(v clusters.ClusterView) client.Cluster {
 		Size:    c.Size, ControlNodes: c.ControlNodes, OfferingID: c.ServiceOfferingID, OfferingName: v.Offering.Name,
 		CPU: v.Cores(), MemoryMB: v.MemoryMB(), Endpoint: ep, JoinMethod: c.JoinMethod, Type: c.TypeName(), Keypair: c.Keypair,
 		NetworkID: c.NetworkID, ExternalLBIP: c.ExternalLBIP, Members: []client.Member{}, Created: c.Created, UpdatedAt: c.UpdatedAt,
-		Observed: c.Observed}
+		Observed: c.Observed, NodeOfferings: c.NodeOfferings, NodeTemplates: c.NodeTemplates}
+	if c.CNI != nil {
+		out.CNIConfiguration = c.CNI.Name
+	}
 	if c.State == core.ClusterStarting {
 		out.Waiting = clusters.StartingReason(c)
 	}
@@ -159,6 +162,13 @@ func (s *Door) createCluster(c *gin.Context) {
 		// Kubeconfig (stored sealed, never shown again).
 		Type       string `json:"type"`
 		Kubeconfig string `json:"kubeconfig"`
+		// Per-role shapes: node type (worker, control) to an offering
+		// and to the profile its members get.
+		NodeOfferings map[string]string `json:"node_offerings"`
+		NodeTemplates map[string]string `json:"node_templates"`
+		// A registered CNI configuration and its parameters' values.
+		CNIConfiguration string            `json:"cni_configuration"`
+		CNIDetails       map[string]string `json:"cni_details"`
 	}
 	if !bindBody(c, &req) {
 		return
@@ -178,12 +188,13 @@ func (s *Door) createCluster(c *gin.Context) {
 		Refuse(c, core.KindInvalid, "type must be CloudManaged or ExternalManaged, not "+strconv.Quote(req.Type))
 		return
 	}
-	if req.Offering == "" {
+	if req.Offering == "" && req.NodeOfferings[clusters.NodeWorker] == "" {
 		req.Offering = clusters.Offerings[0].ID
 	}
 	spec := clusters.ClusterSpec{Name: req.Name, Description: req.Description, ZoneID: s.clusters.Zone().ID,
 		VersionID: req.Version, ServiceOfferingID: req.Offering, Size: req.Size, ControlNodes: req.ControlNodes,
-		JoinMethod: req.JoinMethod, Keypair: req.Keypair, NetworkID: req.NetworkID, ExternalLBIP: req.ExternalLBIP}
+		JoinMethod: req.JoinMethod, Keypair: req.Keypair, NetworkID: req.NetworkID, ExternalLBIP: req.ExternalLBIP,
+		NodeOfferings: req.NodeOfferings, NodeTemplates: req.NodeTemplates, CNIConfigID: req.CNIConfiguration, CNIDetails: req.CNIDetails}
 	_, j, err := s.clusters.CreateCluster(c.Request.Context(), callerOf(c), spec)
 	s.accepted(c, j, err)
 }
@@ -209,9 +220,10 @@ func (s *Door) clusterOp(c *gin.Context) {
 	switch op := c.FullPath()[strings.LastIndexByte(c.FullPath(), '/')+1:]; op {
 	case "scale":
 		var req struct {
-			Size     int      `json:"size"`
-			Offering string   `json:"offering"`
-			Remove   []string `json:"remove"` // worker members to take out (device IDs)
+			Size          int               `json:"size"`
+			Offering      string            `json:"offering"`
+			NodeOfferings map[string]string `json:"node_offerings"`
+			Remove        []string          `json:"remove"` // worker members to take out (device IDs)
 		}
 		if !bindBody(c, &req) {
 			return
@@ -220,7 +232,7 @@ func (s *Door) clusterOp(c *gin.Context) {
 			Refuse(c, core.KindInvalid, "size must be at least 1")
 			return
 		}
-		j, err = s.clusters.ScaleCluster(ctx, caller, id, req.Size, req.Offering, req.Remove...)
+		j, err = s.clusters.ScaleClusterShapes(ctx, caller, id, req.Size, req.Offering, req.NodeOfferings, req.Remove...)
 	case "upgrade":
 		var req struct {
 			Version string `json:"version"`
@@ -238,6 +250,36 @@ func (s *Door) clusterOp(c *gin.Context) {
 	case "stop":
 		j, err = s.clusters.StopCluster(ctx, caller, id)
 	}
+	s.accepted(c, j, err)
+}
+
+// addNodes serves POST /clusters/{id}/nodes: CloudStack's
+// addNodesToKubernetesCluster (or addVirtualMachinesToKubernetesCluster
+// with control), devices named by their IDs.
+func (s *Door) addNodes(c *gin.Context) {
+	var req struct {
+		Devices       []string `json:"devices"`
+		Control       bool     `json:"control"`
+		ManualUpgrade bool     `json:"manual_upgrade"`
+	}
+	if !bindBody(c, &req) {
+		return
+	}
+	j, err := s.clusters.AddNodes(c.Request.Context(), callerOf(c), c.Param("id"), req.Devices,
+		clusters.AddNodesOptions{Control: req.Control, ManualUpgrade: req.ManualUpgrade})
+	s.accepted(c, j, err)
+}
+
+// removeNodes serves POST /clusters/{id}/nodes/remove: CloudStack's
+// removeNodesFromKubernetesCluster (drained and taken out, as a scale-down).
+func (s *Door) removeNodes(c *gin.Context) {
+	var req struct {
+		Devices []string `json:"devices"`
+	}
+	if !bindBody(c, &req) {
+		return
+	}
+	j, err := s.clusters.RemoveNodes(c.Request.Context(), callerOf(c), c.Param("id"), req.Devices, clusters.CmdRemoveNodes)
 	s.accepted(c, j, err)
 }
 

@@ -202,6 +202,12 @@ func (s *Door) Route(e *gin.Engine) {
 	g.POST("/clusters/:id/start", s.clusterOp)
 	g.POST("/clusters/:id/stop", s.clusterOp)
 	g.GET("/clusters/:id/kubeconfig", s.kubeconfig)
+	g.POST("/clusters/:id/nodes", s.addNodes)
+	g.POST("/clusters/:id/nodes/remove", s.removeNodes)
+	g.GET("/cni-configurations", s.listCNI)
+	g.POST("/cni-configurations", admin, s.registerCNI)
+	g.GET("/cni-configurations/:id", s.getCNI)
+	g.DELETE("/cni-configurations/:id", admin, s.deleteCNI)
 	g.GET("/jobs/:id", s.getJob)
 
 	g.GET("/versions", s.listVersions)

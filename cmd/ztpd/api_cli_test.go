@@ -155,6 +155,19 @@ func TestAPICommandGroups(t *testing.T) {
 		t.Fatalf("--no-wait: %v", job)
 	}
 
+	// Per-role shapes: the control planes' offering apart from the
+	// workers'; a node template names a loaded profile (none is here).
+	var shaped client.CSCluster
+	mustCLI(&shaped, "cluster", "create", "c2", "--version", "1.31.4", "--node-offering", "control=ztpd-large")
+	if shaped.ControlOfferingName != "ztpd-large" || shaped.WorkerOfferingName != "ztpd-small" {
+		t.Fatalf("cluster create --node-offering: %+v", shaped)
+	}
+	mustCLI(nil, "cluster", "delete", "c2", "--yes")
+	if _, err := cli("cluster", "create", "c3", "--version", "1.31.4", "--node-template", "worker=nosuch"); err == nil ||
+		!strings.Contains(err.Error(), `no profile named "nosuch" is loaded`) {
+		t.Fatalf("cluster create --node-template of no loaded profile: %v", err)
+	}
+
 	// REST-backed groups.
 	var devices, leases, tokens []any
 	mustCLI(&devices, "device", "list")

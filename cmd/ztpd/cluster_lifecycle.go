@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -21,6 +23,8 @@ import (
 func newClusterCreateCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 	var version, offering, description, keypair, lbIP, joinMethod string
 	var size, control int
+	var nodeOfferings, nodeTemplates, cniDetails map[string]string
+	var cni string
 	cmd := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a cluster: its CA and join tokens; it is Starting until its devices boot",
@@ -32,9 +36,17 @@ have joined: the first control plane (a VM or server admitted with the
 control-plane role) runs kubeadm init from its join bundle, then workers and
 switches join. ztpd cluster show NAME and ztpd events --follow show the way.
 
-The version must be added first (ztpd kube-version add --semver ... --url ...).`,
+The version must be added first (ztpd kube-version add --semver ... --url ...).
+
+--node-offering and --node-template shape one node type (worker or control)
+apart: its members are planned as that offering, and get that profile (a
+loaded profile's name) instead of the one they match. --cni names a
+registered CNI configuration applied once the first control plane answers,
+--cni-detail the values of its parameters.`,
 		Example: `  ztpd cluster create edge-1 --version 1.31.4 --size 3
-  ztpd cluster create core --version v1.31.4 --size 10 --control-nodes 3 --offering ztpd-large`,
+  ztpd cluster create core --version v1.31.4 --size 10 --control-nodes 3 --offering ztpd-large
+  ztpd cluster create fabric --version 1.31.4 --size 4 --node-offering control=ztpd-large --node-template worker=leaf
+  ztpd cluster create net --version 1.31.4 --cni calico --cni-detail PodCIDR=10.1.0.0/16`,
 		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := newAPIClient(opts, f)
@@ -61,6 +73,15 @@ The version must be added first (ztpd kube-version add --semver ... --url ...).`
 			}
 			p := url.Values{"name": {args[0]}, "zoneid": {zones[0].ID}, "kubernetesversionid": {vid},
 				"serviceofferingid": {offs[0].ID}, "size": {strconv.Itoa(size)}, "controlnodes": {strconv.Itoa(control)}}
+			setNodeMap(p, "nodeofferings", "offering", nodeOfferings)
+			setNodeMap(p, "nodetemplates", "template", nodeTemplates)
+			if cni != "" {
+				p.Set("cniconfigurationid", cni)
+			}
+			for i, k := range slices.Sorted(maps.Keys(cniDetails)) {
+				p.Set(fmt.Sprintf("cniconfigdetails[%d].key", i), k)
+				p.Set(fmt.Sprintf("cniconfigdetails[%d].value", i), cniDetails[k])
+			}
 			for k, v := range map[string]string{"description": description, "keypair": keypair,
 				"externalloadbalanceripaddress": lbIP, "joinmethod": joinMethod} {
 				if v != "" {
@@ -79,8 +100,21 @@ The version must be added first (ztpd kube-version add --semver ... --url ...).`
 	fl.StringVar(&keypair, "keypair", "", "SSH key pair name to record")
 	fl.StringVar(&lbIP, "external-lb-ip", "", "external load balancer address for the API endpoint")
 	fl.StringVar(&joinMethod, "join-method", "", "kubeadm (default), k3s, or sonic: a switch fabric, a kubeadm cluster whose control plane is the first VM or server admitted as control-plane (e.g. examples/profiles/fabric-control-plane.yaml) and whose workers are the switches")
+	fl.StringToStringVar(&nodeOfferings, "node-offering", nil, "TYPE=OFFERING: the service offering of node type worker or control (repeatable)")
+	fl.StringToStringVar(&nodeTemplates, "node-template", nil, "TYPE=PROFILE: the profile the members of node type worker or control get (repeatable)")
+	fl.StringVar(&cni, "cni", "", "a registered CNI configuration (name or ID) to apply once the first control plane answers")
+	fl.StringToStringVar(&cniDetails, "cni-detail", nil, "NAME=VALUE: a value of the CNI configuration's parameters (repeatable)")
 	_ = cmd.MarkFlagRequired("version")
 	return cmd
+}
+
+// setNodeMap sets a per-role map parameter as CloudStack takes it:
+// name[i].node=TYPE&name[i].valueKey=VALUE, in node type order.
+func setNodeMap(p url.Values, name, valueKey string, m map[string]string) {
+	for i, t := range slices.Sorted(maps.Keys(m)) {
+		p.Set(fmt.Sprintf("%s[%d].node", name, i), t)
+		p.Set(fmt.Sprintf("%s[%d].%s", name, i, valueKey), m[t])
+	}
 }
 
 func newClusterScaleCmd(opts *rootOptions, f *apiFlags) *cobra.Command {

@@ -37,7 +37,7 @@ func (a *App) buildAPI() error {
 	}
 	cs, err := clusters.New(a.Store, mem, clusters.Options{Log: a.Log.With("part", "clusters"), Images: a.Images, Appliance: a.applianceName(),
 		KubeconfigTTL: a.Cfg.API.KubeconfigTTL.D(), AlertAfter: a.Cfg.API.ClusterAlertAfter.D(),
-		StartTimeout: a.Cfg.API.ClusterStartTimeout.D(), CNI: cni})
+		StartTimeout: a.Cfg.API.ClusterStartTimeout.D(), CNI: cni, Profiles: loadedProfiles{a}})
 	if err != nil {
 		return err
 	}
@@ -143,6 +143,18 @@ func (a *App) metadataBase() string {
 		return hosturl.Base("http", adv.String(), "")
 	}
 	return "http://<dhcp-server-addr>"
+}
+
+// loadedProfiles answers the clusters service which profiles a node
+// template may name: those loaded now.
+type loadedProfiles struct{ a *App }
+
+func (l loadedProfiles) ProfileCluster(name string) (string, bool) {
+	p := l.a.profiles.Load().Get(name)
+	if p == nil {
+		return "", false
+	}
+	return p.Cluster, true
 }
 
 func (p profilePreviewer) ProfilesNaming(im core.Image) []string {

@@ -39,6 +39,12 @@ type ClusterSpec struct {
 	// CNIDetails are the values of its parameters.
 	CNIConfigID string
 	CNIDetails  map[string]string
+	// NodeOfferings and NodeTemplates are the per-role shapes: node type
+	// (worker, control) to a service offering (ID or name), and to the
+	// name of the profile a member of that role gets. ServiceOfferingID
+	// may be left out when NodeOfferings names the worker's offering.
+	NodeOfferings map[string]string
+	NodeTemplates map[string]string
 }
 
 // Join methods of a cluster.
@@ -90,13 +96,25 @@ func (s *Service) CreateCluster(ctx context.Context, caller Caller, spec Cluster
 			return core.Cluster{}, core.Job{}, core.Errorf(core.KindInvalid, "Invalid external load balancer IP address")
 		}
 	}
+	nodeOfferings, err := resolveNodeOfferings(spec.NodeOfferings)
+	if err != nil {
+		return core.Cluster{}, core.Job{}, err
+	}
+	nodeTemplates, err := s.resolveNodeTemplates(spec.Name, spec.NodeTemplates)
+	if err != nil {
+		return core.Cluster{}, core.Job{}, err
+	}
+	if spec.ServiceOfferingID == "" && nodeOfferings[NodeWorker] != "" {
+		// CloudStack's cluster offering is then the workers'.
+		spec.ServiceOfferingID = nodeOfferings[NodeWorker]
+	}
 	off, ok := OfferingByID(spec.ServiceOfferingID)
 	if !ok {
 		return core.Cluster{}, core.Job{}, core.Errorf(core.KindInvalid, "No service offering with ID: %s", spec.ServiceOfferingID)
 	}
 	var c core.Cluster
 	var j core.Job
-	err := s.st.Update(func(tx core.Tx) error {
+	err = s.st.Update(func(tx core.Tx) error {
 		v, err := versionByRef(tx, spec.VersionID)
 		if err != nil {
 			return core.Errorf(core.KindInvalid, "Unable to find given Kubernetes version in supported versions")
@@ -122,7 +140,8 @@ func (s *Service) CreateCluster(ctx context.Context, caller Caller, spec Cluster
 			VersionID: v.ID, ServiceOfferingID: off.ID, Size: spec.Size, ControlNodes: spec.ControlNodes,
 			State: core.ClusterCreated, Keypair: spec.Keypair, NetworkID: spec.NetworkID,
 			ExternalLBIP: spec.ExternalLBIP, JoinMethod: spec.JoinMethod, Owner: caller.APIKey,
-			Account: caller.AccountName(), Endpoint: spec.Endpoint, Created: t, UpdatedAt: t, StateSince: t}
+			Account: caller.AccountName(), Endpoint: spec.Endpoint, Created: t, UpdatedAt: t, StateSince: t,
+			NodeOfferings: nodeOfferings, NodeTemplates: nodeTemplates}
 		if c.Endpoint == "" && c.ExternalLBIP != "" {
 			c.Endpoint = endpointURL(c.ExternalLBIP)
 		}
@@ -135,7 +154,7 @@ func (s *Service) CreateCluster(ctx context.Context, caller Caller, spec Cluster
 			return err
 		}
 		if _, err := tx.Events().Append(core.Event{Type: "cluster.created", Cluster: c.ID,
-			Message: fmt.Sprintf("Kubernetes cluster %s created (version %s, %d control + %d workers)", c.Name, v.SemVer, c.ControlNodes, c.Size),
+			Message: fmt.Sprintf("Kubernetes cluster %s created (version %s, %d control + %d workers%s)", c.Name, v.SemVer, c.ControlNodes, c.Size, describeShapes(c)),
 			Fields:  map[string]string{"state": string(c.State), "version": v.ID}}); err != nil {
 			return err
 		}

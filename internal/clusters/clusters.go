@@ -186,6 +186,9 @@ type Options struct {
 	// CNI applies clusters' CNI configurations through their API servers
 	// (nil: they are recorded, never applied).
 	CNI ManifestApplier
+	// Profiles are the loaded profiles a node template may name (nil:
+	// node templates are refused).
+	Profiles ProfileCatalog
 }
 
 // Service is the clusters and versions domain service.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -100,6 +101,14 @@ var (
 			if j.Params.OfferingID != "" {
 				c.ServiceOfferingID = j.Params.OfferingID
 			}
+			if len(j.Params.NodeOfferings) > 0 {
+				no := maps.Clone(c.NodeOfferings)
+				if no == nil {
+					no = map[string]string{}
+				}
+				maps.Copy(no, j.Params.NodeOfferings)
+				c.NodeOfferings = no
+			}
 		},
 		done: func(old, cur core.Cluster, _ core.Version) string {
 			return fmt.Sprintf("scaled from %d to %d workers", old.Size, cur.Size)
@@ -110,7 +119,7 @@ var (
 				return err
 			}
 			_, err := tx.Events().Append(core.Event{Type: "cluster.scaled", Cluster: c.ID,
-				Message: fmt.Sprintf("Kubernetes cluster %s: size %d, offering %s", c.Name, c.Size, c.ServiceOfferingID)})
+				Message: fmt.Sprintf("Kubernetes cluster %s: size %d, offering %s%s", c.Name, c.Size, c.ServiceOfferingID, describeShapes(*c))})
 			return err
 		},
 	}
@@ -353,10 +362,24 @@ func (s *Service) run(ctx context.Context, op *operation, j *core.Job) error {
 // the worker members to take out (CloudStack's nodeids: device IDs); the
 // size then shrinks by as many (a size given must agree).
 func (s *Service) ScaleCluster(ctx context.Context, caller Caller, ref string, size int, offering string, remove ...string) (core.Job, error) {
+	return s.ScaleClusterShapes(ctx, caller, ref, size, offering, nil, remove...)
+}
+
+// ScaleClusterShapes is ScaleCluster that may also set per-role offerings
+// (nodeofferings: node type to offering ID or name), none smaller than
+// the role's current one.
+func (s *Service) ScaleClusterShapes(ctx context.Context, caller Caller, ref string, size int, offering string, nodeOfferings map[string]string, remove ...string) (core.Job, error) {
+	roles, err := resolveNodeOfferings(nodeOfferings)
+	if err != nil {
+		return core.Job{}, err
+	}
 	if len(remove) > 0 {
+		if len(roles) > 0 {
+			return core.Job{}, core.Errorf(core.KindInvalid, "Kubernetes cluster %s: nodeids and nodeofferings cannot be passed together", ref)
+		}
 		return s.scaleRemoving(caller, ref, size, offering, remove)
 	}
-	if size == 0 && offering == "" {
+	if size == 0 && offering == "" && len(roles) == 0 {
 		return core.Job{}, core.Errorf(core.KindInvalid, "Kubernetes cluster %s cannot be scaled, either a new service offering or a new cluster size must be passed", ref)
 	}
 	if size < 0 || size > MaxNodes {
@@ -375,11 +398,18 @@ func (s *Service) ScaleCluster(ctx context.Context, caller Caller, ref string, s
 		}
 		if offering != "" {
 			cur, _ := OfferingByID(c.ServiceOfferingID)
-			if off.CPU < cur.CPU || off.MemoryMB < cur.MemoryMB {
-				return false, core.Errorf(core.KindInvalid, "Kubernetes cluster cannot be scaled down for service offering. Service offering ID: %s offers lesser resources as compared to service offering ID: %s of Kubernetes cluster ID: %s", off.ID, cur.ID, c.ID)
+			if err := checkNotSmaller(*c, "", cur, off); err != nil {
+				return false, err
 			}
 		}
-		j.Params = core.JobParams{Size: size, OfferingID: off.ID}
+		for t, id := range roles {
+			cur, _ := RoleOffering(*c, t)
+			next, _ := OfferingByID(id)
+			if err := checkNotSmaller(*c, "the "+t+" nodes of ", cur, next); err != nil {
+				return false, err
+			}
+		}
+		j.Params = core.JobParams{Size: size, OfferingID: off.ID, NodeOfferings: roles}
 		return c.State == core.ClusterRunning && size > 0 && size != c.Size, nil
 	})
 }

@@ -55,11 +55,23 @@ type Member struct {
 // Nodes is the desired node count (control plane plus workers).
 func (v ClusterView) Nodes() int { return v.Cluster.ControlNodes + v.Cluster.Size }
 
-// Cores is the advertised vCPU total: offering vCPUs times nodes (CloudStack's cpunumber).
-func (v ClusterView) Cores() int { return v.Offering.CPU * v.Nodes() }
+// Cores is the advertised vCPU total: each role's offering vCPUs times
+// its nodes (CloudStack's cpunumber).
+func (v ClusterView) Cores() int {
+	return v.RoleOffering(NodeControl).CPU*v.Cluster.ControlNodes + v.RoleOffering(NodeWorker).CPU*v.Cluster.Size
+}
 
 // MemoryMB is the advertised memory total in MiB (CloudStack's memory).
-func (v ClusterView) MemoryMB() int { return v.Offering.MemoryMB * v.Nodes() }
+func (v ClusterView) MemoryMB() int {
+	return v.RoleOffering(NodeControl).MemoryMB*v.Cluster.ControlNodes + v.RoleOffering(NodeWorker).MemoryMB*v.Cluster.Size
+}
+
+// RoleOffering is the offering the cluster's nodes of type t get (zero
+// when unknown).
+func (v ClusterView) RoleOffering(t string) Offering {
+	off, _ := RoleOffering(v.Cluster, t)
+	return off
+}
 
 // Endpoint is the API server URL: the stored endpoint (external load
 // balancer or what the joiner recorded), else the first control-plane

@@ -245,6 +245,13 @@ type Cluster struct {
 	// its first control plane's API server answers (nil: the binaries
 	// ISO's network.yaml, as before).
 	CNI *ClusterCNI `json:"cni,omitempty"`
+	// NodeOfferings and NodeTemplates are the per-role shapes (CloudStack
+	// 4.21's nodeofferings and nodetemplates): node type ("control",
+	// "worker") to the service offering ID, and to the profile name, a
+	// member of that role gets. A type not named takes ServiceOfferingID
+	// and the profile its device matches.
+	NodeOfferings map[string]string `json:"node_offerings,omitempty"`
+	NodeTemplates map[string]string `json:"node_templates,omitempty"`
 }
 
 // ClusterCNI is the CNI configuration a cluster was created with: the
@@ -492,8 +499,11 @@ type Job struct {
 type JobParams struct {
 	Size       int    `json:"size,omitempty"`
 	OfferingID string `json:"offering_id,omitempty"`
-	VersionID  string `json:"version_id,omitempty"`
-	DeleteISO  bool   `json:"delete_iso,omitempty"`
+	// NodeOfferings are the per-role offerings a scale sets (node type
+	// to offering ID), merged into the cluster's.
+	NodeOfferings map[string]string `json:"node_offerings,omitempty"`
+	VersionID     string            `json:"version_id,omitempty"`
+	DeleteISO     bool              `json:"delete_iso,omitempty"`
 	// Force deletes a cluster even when its members cannot be taken out
 	// of it first (they are recorded as abandoned).
 	Force bool `json:"force,omitempty"`

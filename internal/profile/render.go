@@ -40,6 +40,12 @@ type Facts struct {
 	// Position is the cabling plan's slot the device is plugged into; nil
 	// when none proved one.
 	Position *Position `json:"position,omitempty"`
+	// ClusterProfile and ClusterOffering are what the cluster the device
+	// is a member of gives its role (CloudStack's nodetemplates and
+	// nodeofferings): the profile it gets and its service offering's
+	// name; "" when the cluster names none.
+	ClusterProfile  string `json:"cluster_profile,omitempty"`
+	ClusterOffering string `json:"cluster_offering,omitempty"`
 }
 
 // Position is a planned slot as templates see it (.Position.Name,
@@ -287,6 +293,11 @@ func (p *Profile) render(f *Facts, env Env, parts Parts, checkValues bool) (*Res
 				}
 			}
 		}
+	}
+	if f.ClusterOffering != "" {
+		// The cluster's offering for the device's role is what its node
+		// was planned as; a profile's offering is everyone's default.
+		r.ServiceOffering = f.ClusterOffering
 	}
 	if parts&RenderSections != 0 {
 		for i, s := range p.sections {

@@ -319,14 +319,21 @@ func (s *Service) pick(f *profile.Facts) (*profile.Profile, error) {
 
 // Pick is how a profile is chosen for a device with facts f, by the server
 // and by `ztpd profile check`: the profile the device's planned position
-// names, else the first profile of set that matches, else the default
-// profile (byDefault), else a 404 refusal.
+// names, else the one its cluster's node template names for its role,
+// else the first profile of set that matches, else the default profile
+// (byDefault), else a 404 refusal.
 func Pick(set *profile.Set, defaultProfile string, f *profile.Facts) (p *profile.Profile, byDefault bool, err error) {
 	if pos := f.Position; pos != nil && pos.Profile != "" {
 		if p := set.Get(pos.Profile); p != nil {
 			return p, false, nil
 		}
 		return nil, false, notFound("position %s names profile %q, which is not loaded", pos.Name, pos.Profile)
+	}
+	if f.ClusterProfile != "" {
+		if p := set.Get(f.ClusterProfile); p != nil {
+			return p, false, nil
+		}
+		return nil, false, notFound("the node template of device %s's cluster role names profile %q, which is not loaded", f.ID, f.ClusterProfile)
 	}
 	if p := set.Match(f); p != nil {
 		return p, false, nil

@@ -3,6 +3,7 @@ package content
 import (
 	"fmt"
 
+	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/positions"
 	"github.com/ztpd/ztpd/internal/profile"
@@ -33,7 +34,29 @@ func CheckPlanProfiles(pl *positions.Plan, set *profile.Set) error {
 }
 
 // facts are the template facts of d, its planned position included.
-func (s *Service) facts(d *core.Device) *profile.Facts { return FactsAt(d, s.plan.Load()) }
+func (s *Service) facts(d *core.Device) *profile.Facts {
+	f := FactsAt(d, s.plan.Load())
+	s.nodeShape(f, d)
+	return f
+}
+
+// nodeShape sets on f what the cluster d is a member of gives d's role
+// (its node template's profile, its offering). A store that cannot be
+// read leaves them unset: the device then gets the profile it matches,
+// as before the cluster named any.
+func (s *Service) nodeShape(f *profile.Facts, d *core.Device) {
+	if d.Cluster == "" {
+		return
+	}
+	err := s.opt.Store.View(func(tx core.Tx) error {
+		var err error
+		f.ClusterProfile, f.ClusterOffering, err = clusters.NodeShape(tx, d.Cluster, d.Role)
+		return err
+	})
+	if err != nil {
+		s.log.Warn("reading the node shape of a cluster member", "device", d.ID, "cluster", d.Cluster, "err", err)
+	}
+}
 
 // FactsAt is Facts with the position of pl that d's record names (the
 // slot its lease was granted through), as templates see it.

@@ -43,6 +43,7 @@ func (s *Service) VM(ctx context.Context, c *Client, userData bool) (*VM, error)
 	}
 	learn(&dev, byAddr)
 	f := Facts(&dev)
+	s.nodeShape(f, &dev)
 	p, err := s.pick(f)
 	if err != nil {
 		s.refused(c, dev, "meta-data", err)

@@ -62,7 +62,7 @@ func NewFixture(t *testing.T, noJoiner bool) *Fixture {
 		mem = &Membership{St: e.Store}
 	}
 	var err error
-	if e.Clusters, err = clusters.New(e.Store, mem, clusters.Options{Log: e.Log, Now: e.Clock.Now}); err != nil {
+	if e.Clusters, err = clusters.New(e.Store, mem, clusters.Options{Log: e.Log, Now: e.Clock.Now, Profiles: Profiles}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Clusters.Close(context.Background()) })
@@ -78,6 +78,19 @@ func NewFixture(t *testing.T, noJoiner bool) *Fixture {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// Profiles are the profiles node templates may name in API tests: name
+// to the cluster the profile assigns its devices to.
+var Profiles = StaticProfiles{"leaf-worker": "", "vm-control": "", "pinned-elsewhere": "core-1"}
+
+// StaticProfiles is a fixed clusters.ProfileCatalog: profile name to the
+// cluster it names ("" for none).
+type StaticProfiles map[string]string
+
+func (p StaticProfiles) ProfileCluster(name string) (string, bool) {
+	c, ok := p[name]
+	return c, ok
 }
 
 // Membership is a joiner stand-in for API tests: it issues a kubeconfig

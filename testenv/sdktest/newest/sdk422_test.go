@@ -1,11 +1,13 @@
 package sdktest
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/apache/cloudstack-go/v2/cloudstack"
 
+	"github.com/ztpd/ztpd/internal/config"
 	"github.com/ztpd/ztpd/testenv/inproc"
 )
 
@@ -14,7 +16,11 @@ import (
 // accepted when it can, and the cluster carries the fields those releases
 // added, with ztpd's values.
 func TestCloudStackSDK422(t *testing.T) {
-	base, cfg, _ := inproc.ServeApp(t, nil)
+	// The example profiles: node templates name them.
+	base, cfg, a := inproc.ServeApp(t, func(c *config.Config) { c.Profiles = []string{"../../../examples/profiles"} })
+	if err := a.ReloadProfiles(); err != nil { // ServeApp runs no Start, which loads them
+		t.Fatal(err)
+	}
 	userKey, userSecret := newKey(t, cfg, "user")
 	adminKey, adminSecret := newKey(t, cfg, "admin")
 	user := cloudstack.NewAsyncClient(base+"/client/api", userKey, userSecret, true)
@@ -47,10 +53,10 @@ func TestCloudStackSDK422(t *testing.T) {
 		"asnumber=65001": func(p *cloudstack.CreateKubernetesClusterParams) { p.SetAsnumber(65001) },
 		"hypervisor=KVM": func(p *cloudstack.CreateKubernetesClusterParams) { p.SetHypervisor("KVM") },
 		"nodeofferings": func(p *cloudstack.CreateKubernetesClusterParams) {
-			p.SetNodeofferings(map[string]string{"worker": large.Id})
+			p.SetNodeofferings(map[string]string{"etcd": large.Id})
 		},
 		"nodetemplates": func(p *cloudstack.CreateKubernetesClusterParams) {
-			p.SetNodetemplates(map[string]string{"worker": "t-1"})
+			p.SetNodetemplates(map[string]string{"etcd": "spine"})
 		},
 	} {
 		p := params()
@@ -62,18 +68,44 @@ func TestCloudStackSDK422(t *testing.T) {
 		}
 	}
 
+	// A node template names a loaded profile, and not one that puts its
+	// devices in another cluster (vm-worker's is k8s-prod).
+	for tmpl, want := range map[string]string{"t-1": `no profile named "t-1" is loaded`,
+		"vm-worker": `profile "vm-worker" assigns its devices to cluster k8s-prod, not to c422`} {
+		p := params()
+		p.SetNodetemplates(map[string]string{"worker": tmpl})
+		if _, err := user.Kubernetes.CreateKubernetesCluster(p); err == nil || !strings.Contains(err.Error(), "CloudStack API error 431") ||
+			!strings.Contains(err.Error(), want) {
+			t.Errorf("create with node template %s: %v", tmpl, err)
+		}
+	}
+
 	p := params()
 	p.SetEtcdnodes(0)
 	p.SetEnablecsi(false)
 	p.SetClustertype("CloudManaged")
-	p.SetNodeofferings(map[string]string{"control": small.Id, "worker": small.Id})
+	p.SetNodeofferings(map[string]string{"control": small.Id, "worker": large.Id})
+	p.SetNodetemplates(map[string]string{"worker": "default-sonic", "control": "spine"})
 	c, err := user.Kubernetes.CreateKubernetesCluster(p)
 	if err != nil {
 		t.Fatalf("create with the values ztpd honours: %v", err)
 	}
 	if c.Clustertype != "CloudManaged" || c.Csienabled || c.Etcdnodes != 0 || c.Controlofferingid != small.Id ||
-		c.Workerofferingid != small.Id || c.Workerofferingname != small.Name || c.Etcdofferingid != "" {
+		c.Controlofferingname != small.Name || c.Workerofferingid != large.Id || c.Workerofferingname != large.Name ||
+		c.Etcdofferingid != "" || len(c.Etcdips) != 0 || c.Templateid != "default-sonic" || c.Templatename != "default-sonic" {
 		t.Fatalf("created: %+v", c)
+	}
+	// cpunumber adds up each role's offering: one control plane, one worker.
+	if c.Cpunumber != strconv.Itoa(small.Cpunumber+large.Cpunumber) {
+		t.Errorf("cpunumber %s, want %d", c.Cpunumber, small.Cpunumber+large.Cpunumber)
+	}
+	// A scale's nodeofferings grows the control planes' offering (of a
+	// Running cluster, as CloudStack scales).
+	inproc.Healthy(t, a, c.Id)
+	sp := user.Kubernetes.NewScaleKubernetesClusterParams(c.Id)
+	sp.SetNodeofferings(map[string]string{"control": large.Id})
+	if sc, err := user.Kubernetes.ScaleKubernetesCluster(sp); err != nil || sc.Controlofferingid != large.Id || sc.Workerofferingid != large.Id {
+		t.Fatalf("scale with nodeofferings: %v %+v", err, sc)
 	}
 	lp := user.Kubernetes.NewListKubernetesClustersParams()
 	lp.SetClustertype("CloudManaged")
