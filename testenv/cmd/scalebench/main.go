@@ -72,6 +72,9 @@ import (
 const (
 	poolFirst, poolLast = 1, 255 // pool 10.99.<first>.0 - 10.99.<last>.254
 	maxDevices          = (poolLast-poolFirst+1)*256 - 2
+	// maxDevices6 bounds a size over IPv6, whose /64 pool holds any
+	// fleet: every device is stormed.
+	maxDevices6 = 1_000_000
 	perCluster          = 1000 // the storm's clusters take at most 1000 workers each
 	srvAddr             = "10.99.0.1"
 	// defaultEventsKeep is config.Default's events.keep: the device stream
@@ -91,6 +94,7 @@ type options struct {
 	leaseTime  time.Duration
 	window     time.Duration
 	maxStormed int
+	ipv6       bool // the storm and renewals over DHCPv6, the devices over IPv6
 }
 
 // sizeResult is what one fleet size measured.
@@ -182,7 +186,8 @@ func main() {
 	flag.StringVar(&o.profileDir, "cpuprofile-dir", "", "write ztpd's CPU profiles of each storm and each wrk query here (storm-<n>.pprof, api-<n>-<query>.pprof)")
 	flag.DurationVar(&o.leaseTime, "lease-time", 6*time.Minute, "ztpd's dhcp.lease_time: the fleet renews once its leases are a quarter of it old, so short (at least 1m)")
 	flag.DurationVar(&o.window, "renew-window", time.Minute, "the fleet's renewals start uniformly over this window")
-	flag.IntVar(&o.maxStormed, "max-stormed", maxDevices, "storm at most this many devices of a size, write the rest into the store (extend.go; to try that path on a small fleet)")
+	flag.IntVar(&o.maxStormed, "max-stormed", 0, "storm at most this many devices of a size, write the rest into the store (extend.go; to try that path on a small fleet); 0: as many as the pool holds (65,278 over IPv4, every device over IPv6)")
+	flag.BoolVar(&o.ipv6, "ipv6", false, "over IPv6: the storm's leases and renewals by DHCPv6 (through a relay, from a /64 pool in fd99::/16), the switches' HTTP from their IPv6 addresses, the API on IPv6")
 	flag.Parse()
 	for _, f := range strings.FieldsFunc(*sizes, func(r rune) bool { return r == ' ' || r == ',' }) {
 		n, err := strconv.Atoi(f)
@@ -199,6 +204,12 @@ func main() {
 	if o.leaseTime < time.Minute || o.window < 0 {
 		fmt.Fprintln(os.Stderr, "scalebench: -lease-time under 1m (ztpd refuses it) or negative -renew-window")
 		os.Exit(2)
+	}
+	switch {
+	case o.ipv6 && o.maxStormed <= 0:
+		o.maxStormed = maxDevices6
+	case !o.ipv6:
+		o.maxStormed = min(cmp.Or(max(o.maxStormed, 0), maxDevices), maxDevices)
 	}
 	sort.Ints(o.sizes)
 	if err := run(o); err != nil {
@@ -479,7 +490,11 @@ func fileSize(path string) (int64, error) {
 // network makes <prefix>-srv and <prefix>-cli (stormlab's set-up; "sc"
 // unless a test picks its own prefix).
 func (b *bench) network() error {
-	n, err := stormlab.NewNet(stormlab.NetOptions{Prefix: cmp.Or(b.nsPrefix, "sc"), ServerAddr: srvAddr, PoolFirst: poolFirst, PoolLast: poolLast})
+	prefix := "sc"
+	if b.o.ipv6 {
+		prefix = "sc6" // beside an IPv4 run's namespaces
+	}
+	n, err := stormlab.NewNet(stormlab.NetOptions{Prefix: cmp.Or(b.nsPrefix, prefix), ServerAddr: srvAddr, PoolFirst: poolFirst, PoolLast: poolLast, IPv6: b.o.ipv6})
 	if err != nil {
 		return err
 	}
@@ -488,14 +503,22 @@ func (b *bench) network() error {
 }
 
 func (b *bench) start(ctx context.Context) (*lab.Appliance, error) {
-	return lab.StartAppliance(ctx, b.srv, b.o.bin, b.work, b.config(), "http://"+srvAddr+":8080")
+	return lab.StartAppliance(ctx, b.srv, b.o.bin, b.work, b.config(), "http://"+b.host()+":8080")
+}
+
+// host is ztpd's address as a URL's host.
+func (b *bench) host() string {
+	if b.o.ipv6 {
+		return "[" + stormlab.ServerAddr6 + "]"
+	}
+	return srvAddr
 }
 
 // config is the storm's, with the whole /16 as the pool, events.keep
 // large enough for -events, the pprof listener and -lease-time.
 func (b *bench) config() string {
 	return stormlab.Config(stormlab.ConfigOptions{Work: b.work, ServerAddr: srvAddr, PoolFirst: poolFirst, PoolLast: poolLast,
-		LeaseTime: b.o.leaseTime, Pprof: true, EventsKeep: max(defaultEventsKeep, b.o.events)})
+		LeaseTime: b.o.leaseTime, Pprof: true, EventsKeep: max(defaultEventsKeep, b.o.events), IPv6: b.o.ipv6})
 }
 
 // apiKey creates the admin key the appliance's own calls use and a second
@@ -517,8 +540,8 @@ func (b *bench) apiKey(ctx context.Context) error {
 func (b *bench) storm(ctx context.Context) (fleet.StormResult, float64, error) {
 	var res fleet.StormResult
 	out := filepath.Join(b.work, "fleet.json")
-	cmd := b.cli.Command(ctx, b.o.storm, "-fleet", "-n", strconv.Itoa(b.stormed), "-clusters", strconv.Itoa(b.clusters),
-		"-concurrency", strconv.Itoa(b.o.conc), "-fleet-out", out)
+	cmd := b.cli.Command(ctx, b.o.storm, b.familyArgs("-fleet", "-n", strconv.Itoa(b.stormed), "-clusters", strconv.Itoa(b.clusters),
+		"-concurrency", strconv.Itoa(b.o.conc), "-fleet-out", out)...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return res, 0, fmt.Errorf("fleet: %w", err)
@@ -529,6 +552,14 @@ func (b *bench) storm(ctx context.Context) (fleet.StormResult, float64, error) {
 		return res, cpu, err
 	}
 	return res, cpu, json.Unmarshal(raw, &res)
+}
+
+// familyArgs are bootstorm's arguments args, with -ipv6 over IPv6.
+func (b *bench) familyArgs(args ...string) []string {
+	if b.o.ipv6 {
+		return append(args, "-ipv6")
+	}
+	return args
 }
 
 // checkAddressesUnique: after the storm, no address was given twice. The
@@ -639,8 +670,8 @@ func (b *bench) renew(ctx context.Context, storm fleet.StormResult, stormEnd tim
 	}
 	idleRate := (cpu0 - idle0) / time.Since(idleFrom).Seconds()
 	out := filepath.Join(b.work, "renew.json")
-	cmd := b.cli.Command(ctx, b.o.storm, "-renew", "-n", strconv.Itoa(b.stormed), "-clusters", strconv.Itoa(b.clusters),
-		"-renew-leases", filepath.Join(b.work, "fleet.json"), "-renew-window", b.o.window.String(), "-fleet-out", out)
+	cmd := b.cli.Command(ctx, b.o.storm, b.familyArgs("-renew", "-n", strconv.Itoa(b.stormed), "-clusters", strconv.Itoa(b.clusters),
+		"-renew-leases", filepath.Join(b.work, "fleet.json"), "-renew-window", b.o.window.String(), "-fleet-out", out)...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("renewals: %w", err)
@@ -704,7 +735,7 @@ func (b *bench) heapProfile(name string) {
 	}
 	hc := lab.NSClient(b.srv)
 	hc.Timeout = time.Minute
-	if err := fetchTo(hc, "http://"+srvAddr+":6060/debug/pprof/heap", filepath.Join(b.o.profileDir, name+".pprof")); err != nil {
+	if err := fetchTo(hc, "http://"+b.host()+":6060/debug/pprof/heap", filepath.Join(b.o.profileDir, name+".pprof")); err != nil {
 		fmt.Fprintln(os.Stderr, "scalebench: heap profile:", err)
 	}
 }
@@ -726,7 +757,7 @@ func (b *bench) profile(ctx context.Context, name string) (stop func()) {
 		hc.Timeout = time.Minute
 		for i := 0; ctx.Err() == nil; i++ {
 			p := filepath.Join(b.work, fmt.Sprintf("cpu-%s-%d.pprof", name, i))
-			if err := fetchTo(hc, "http://"+srvAddr+":6060/debug/pprof/profile?seconds=5", p); err != nil {
+			if err := fetchTo(hc, "http://"+b.host()+":6060/debug/pprof/profile?seconds=5", p); err != nil {
 				fmt.Fprintln(os.Stderr, "scalebench: cpu profile:", err)
 				return
 			}
