@@ -24,7 +24,7 @@
 #   LEASE_TIME (6m: the renewals start LEASE_TIME/4 after each storm) RENEW_WINDOW (60s) IPV6 (0)
 # Per size: a "size" line, an "api" line and a "renewals" line.
 # Last lines: growth vs the smallest size, then
-#   RESULT scale devices=<n> storm_s=<s> p99_ms=<ms> rss_mb=<m> api_p99_ms=<ms> restart_s=<s>
+#   RESULT scale devices=<n> storm_s=<s> p99_ms=<ms> rss_mb=<m> api_p99_ms=<ms> restart_s=<s> ... family=<ipv4|ipv6>
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin

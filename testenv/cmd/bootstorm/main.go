@@ -14,6 +14,11 @@
 // hands join material only to the address a switch holds): the pool's /24s
 // are "local" routes in bs-cli and routed to 10.99.0.2 from bs-srv.
 //
+// With -ipv6 the storm runs over DHCPv6 and IPv6 (namespaces bs6-srv and
+// bs6-cli, testenv/stormlab's IPv6 layout): each switch leases by
+// Solicit/Advertise/Request/Reply through the fleet's DHCPv6 relay, as
+// dhclient -6 does, and fetches from its address in fd99:0:0:100::/64.
+//
 // Its -fleet mode (the fleet alone, in the fleet's namespace) is also what
 // testenv/cmd/scalebench runs, and its -renew mode renews a -fleet run's leases
 // at T1 (each switch a RENEWING client unicasting from its address).

@@ -24,7 +24,7 @@
 // second, ztpd's CPU seconds. Then a "growth" line (per-device CPU and
 // bytes relative to the smallest size) and
 //
-//	RESULT scale devices=<n> storm_s=<s> p99_ms=<ms> rss_mb=<m> api_p99_ms=<ms> restart_s=<s>
+//	RESULT scale devices=<n> storm_s=<s> p99_ms=<ms> rss_mb=<m> api_p99_ms=<ms> restart_s=<s> ... family=<ipv4|ipv6>
 //
 // for the largest size (api_p99_ms: the worst of the three queries; a query
 // no request of which completed under wrk counts with its lone time, a
@@ -35,6 +35,13 @@
 // (10.99.0.2/16), joined by a veth pair; every /24 of 10.99.1.0 -
 // 10.99.255.0 is the pool, so at most 255*256-1 = 65279 devices fit the
 // lab's 10.99.0.0/16.
+//
+// With -ipv6 the same runs over IPv6 (stormlab's IPv6 layout, namespaces
+// sc6-srv and sc6-cli): ztpd at fd99:0:0:1::1, the fleet's DHCPv6 relay at
+// fd99:0:0:1::2 stating link address fd99:0:0:100::1, each switch leasing by
+// Solicit/Advertise/Request/Reply and renewing by Renew through it, its HTTP
+// from its address in fd99:0:0:100::/64. The /64 holds every size, so every
+// device is stormed.
 package main
 
 import (
@@ -124,6 +131,7 @@ type sizeResult struct {
 	Floor            wrkResult
 	Issued, Restored int // devices join-issued after the storm and after the restart
 	Renew            renewResult
+	Family           string // "ipv4" or "ipv6"
 }
 
 // renewResult is the fleet renewing at T1, and what the store says of it.
@@ -271,17 +279,17 @@ func run(o options) error {
 		fmt.Printf("storm_s and p99_ms are the storm of %d of the %d devices (the pool in 10.99.0.0/16); the rest were written into the store (extend.go)\n", last.Stormed, last.N)
 	}
 	fmt.Println("rss_mb is ztpd's anonymous memory (RssAnon), the highest of the storm's and after the restart; rss_hwm_mb adds the store's mapped file pages (VmHWM)")
-	fmt.Printf("RESULT scale devices=%d storm_s=%.2f p99_ms=%.1f rss_mb=%.0f api_p99_ms=%.2f restart_s=%.2f stormed=%d rss_hwm_mb=%.0f\n",
-		last.N, last.StormS, last.P99ms, max(last.AnonMB, last.RestartAnonMB), apiP99, last.RestartS, last.Stormed, max(last.RSSMB, last.RestartRSSMB))
+	fmt.Printf("RESULT scale devices=%d storm_s=%.2f p99_ms=%.1f rss_mb=%.0f api_p99_ms=%.2f restart_s=%.2f stormed=%d rss_hwm_mb=%.0f family=%s\n",
+		last.N, last.StormS, last.P99ms, max(last.AnonMB, last.RestartAnonMB), apiP99, last.RestartS, last.Stormed, max(last.RSSMB, last.RestartRSSMB), last.Family)
 	return nil
 }
 
 func printSize(r sizeResult) {
-	fmt.Printf("size devices=%d stormed=%d failed=%d storm_s=%.2f p50_ms=%.1f p99_ms=%.1f anon_mb=%.0f rss_hwm_mb=%.0f cpu_s=%.1f cpu_ms_per_device=%.3f "+
+	fmt.Printf("size family=%s devices=%d stormed=%d failed=%d storm_s=%.2f p50_ms=%.1f p99_ms=%.1f anon_mb=%.0f rss_hwm_mb=%.0f cpu_s=%.1f cpu_ms_per_device=%.3f "+
 		"fleet_cpu_s=%.1f cpu_floor_s=%.2f "+
 		"store_mb=%.1f bytes_per_device=%.0f store_with_events_mb=%.1f storm_events=%d events=%d stop_s=%.2f restart_s=%.2f restart_anon_mb=%.0f restart_rss_hwm_mb=%.0f "+
 		"backup_s=%.2f backup_mb=%.1f issued=%d leases_unique=%d after_restart=%d total_s=%.0f\n",
-		r.N, r.Stormed, r.Failed, r.StormS, r.P50ms, r.P99ms, r.AnonMB, r.RSSMB, r.CPUS, 1000*r.cpuPerDevice(),
+		r.Family, r.N, r.Stormed, r.Failed, r.StormS, r.P50ms, r.P99ms, r.AnonMB, r.RSSMB, r.CPUS, 1000*r.cpuPerDevice(),
 		r.FleetCPUS, (r.CPUS+r.FleetCPUS)/float64(runtime.NumCPU()),
 		float64(r.StoreBytes)/(1<<20), r.bytesPerDevice(), float64(r.SeededBytes)/(1<<20), r.StormEvents, r.Events, r.StopS, r.RestartS, r.RestartAnonMB, r.RestartRSSMB,
 		r.BackupS, float64(r.BackupBytes)/(1<<20), r.Issued, r.LeasesChecked, r.Restored, r.TotalS)
@@ -290,7 +298,7 @@ func printSize(r sizeResult) {
 	}
 	rn := r.Renew
 	fmt.Printf("  renewals devices=%d window_s=%.0f acked=%d naks=%d drops=%d failed=%d retransmits=%d p50_ms=%.1f p99_ms=%.1f max_ms=%.1f rate_per_s=%.0f cpu_s=%.1f idle_cpu_s=%.1f extended_in_store=%d "+
-		"(T1 compressed: a real fleet renews at T1 = 30 min of a 1h lease; here lease_time=%s and each switch renews once its lease is past ztpd's lease cache, %.0f-%.0f s old)\n",
+		"(T1 compressed: a real fleet renews at T1 = 30 min of a 1h lease; here lease_time=%s and each switch renews once its lease is past ztpd's DHCPv4 lease cache, %.0f-%.0f s old; over DHCPv6 every Renew is written)\n",
 		rn.Devices, rn.Window.Seconds(), rn.Acked, rn.NAKs, rn.Drops, rn.Failed, rn.Retransmits, ms(rn.P50), ms(rn.P99), ms(rn.Max), rn.Rate(), rn.CPUS, rn.IdleCPUS, rn.Extended,
 		rn.Lease, rn.Waited.Seconds(), (rn.Waited+rn.Window).Seconds()+r.StormS)
 	for _, e := range rn.Errors {
@@ -338,7 +346,10 @@ func runSize(o options, n int) (sizeResult, error) {
 	ctx := context.Background()
 	b := &bench{o: o, n: n, work: filepath.Join(o.work, strconv.Itoa(n))}
 	b.stormed, b.clusters, b.extraClusters = split(n, o.maxStormed)
-	res := sizeResult{N: n, Stormed: b.stormed, API: map[string]wrkResult{}}
+	res := sizeResult{N: n, Stormed: b.stormed, API: map[string]wrkResult{}, Family: "ipv4"}
+	if o.ipv6 {
+		res.Family = "ipv6"
+	}
 	if err := os.MkdirAll(b.work, 0o755); err != nil {
 		return res, err
 	}
