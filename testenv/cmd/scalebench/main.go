@@ -82,8 +82,8 @@ const (
 	// maxDevices6 bounds a size over IPv6, whose /64 pool holds any
 	// fleet: every device is stormed.
 	maxDevices6 = 1_000_000
-	perCluster          = 1000 // the storm's clusters take at most 1000 workers each
-	srvAddr             = "10.99.0.1"
+	perCluster  = 1000 // the storm's clusters take at most 1000 workers each
+	srvAddr     = "10.99.0.1"
 	// defaultEventsKeep is config.Default's events.keep: the device stream
 	// is pruned to it, so a larger -events raises it.
 	defaultEventsKeep = 200000
