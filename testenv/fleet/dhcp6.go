@@ -92,11 +92,10 @@ func (r *Relay6) exchange(ctx context.Context, peer netip.Addr, msg *dhcpv6.Mess
 		delete(r.waiting, peer)
 		r.mu.Unlock()
 	}()
-	fw, err := dhcpv6.EncapsulateRelay(msg, dhcpv6.MessageTypeRelayForward, r.link, peer.AsSlice())
+	raw, err := r.forward(peer, msg)
 	if err != nil {
 		return nil, err
 	}
-	raw := fw.ToBytes()
 	for try := 0; try < tries; try++ {
 		if _, err := r.conn.WriteToUDP(raw, r.server); err != nil {
 			return nil, err
@@ -123,6 +122,15 @@ func (r *Relay6) exchange(ctx context.Context, peer netip.Addr, msg *dhcpv6.Mess
 		wait *= 2
 	}
 	return nil, fmt.Errorf("no %s after %d tries: %w", want, tries, ErrNoAnswer)
+}
+
+// forward is msg wrapped in the relay's Relay-Forw for the client at peer.
+func (r *Relay6) forward(peer netip.Addr, msg *dhcpv6.Message) ([]byte, error) {
+	fw, err := dhcpv6.EncapsulateRelay(msg, dhcpv6.MessageTypeRelayForward, r.link, peer.AsSlice())
+	if err != nil {
+		return nil, err
+	}
+	return fw.ToBytes(), nil
 }
 
 // Identity6 is what a simulated SONiC switch says on DHCPv6, as its
