@@ -41,9 +41,10 @@ test: build
 	  (cd $(SDK_NEWEST) && $(GO) test -count=1 -timeout 10m -json ./...) || s=1; exit $$s; } | $(GO) run ./testenv/cmd/testsummary
 
 # The real kube-apiserver, kube-controller-manager and kubeadm of every
-# version in testenv/k8sbin/versions, and etcd, built from the Go module
+# version in testenv/k8sbin/versions, kubemark (the hollow node) and
+# kube-scheduler of every kubemark version there, and etcd, built from the Go module
 # proxy into ~/.cache/ztpd/k8s (ZTPD_K8S_CACHE); cached by version, so only
-# the first run builds (~15 min on 2 cores). Tests that need them skip
+# the first run builds (~35 min on 2 cores). Tests that need them skip
 # without them; .ci/run builds them first.
 k8s-bins:
 	testenv/k8sbin/build.sh

@@ -41,7 +41,7 @@ func main() {
 func newRootCmd(stdout io.Writer) *cobra.Command {
 	var s lab.Scenario
 	var prefix, work, ztpd, kubeletsim, output, consoleAddr, upgrade string
-	var ipv6, dualStack bool
+	var ipv6, dualStack, hollow bool
 	var octet int
 	var timeout time.Duration
 	cmd := &cobra.Command{
@@ -97,6 +97,15 @@ default route Router Advertisements would give (it runs no RA daemon).
 --dual-stack: both families; SONiC switches ask DHCPv4 and DHCPv6 and fetch
 ztp.json over IPv6, ONIE switches and VMs keep to IPv4. Needs dhcrelay too.
 
+--positions: the rack planned by cable position. Every switch (SONiC and
+ONIE) is cabled to a port of its own on the relay, which is ISC dhcrelay -a
+(option 82 circuit-id = the port, p0, p1, ...); a cabling plan
+(<work-dir>/positions.yaml) names each port's switch, cluster, role and
+address (10.99.<octet+1>.210 + port, replace: auto), and the switches share
+one profile matched by circuit-id: no profile names a serial, so what a
+switch is comes from where it is plugged in. The console's Positions page
+shows the rack. IPv4 only, at most 40 switches.
+
 --upgrade: the clusters start at the Kubernetes version before the newest
 built, and once every device joined each cluster is upgraded to the newest
 with upgradeKubernetesCluster: ztpd rolls it out one node at a time (cordon
@@ -113,6 +122,15 @@ Simulated: the devices' kubeadm and systemctl (they record the call and
 "install" the new kubelet version, which the simulated kubelet reports);
 the control planes' own binaries stay at the old version.
 
+--hollow: every device's kubelet is kubemark's hollow node instead of the
+simulated kubelet: the real kubelet (TLS bootstrap, registration, pod
+workers, termination grace periods) over a fake container runtime, which
+runs no containers; kube-scheduler runs beside each control plane, so pods
+land on the Nodes and an upgrade's drains really evict them and wait for
+them. With --upgrade, a device's kubelet restart after its kubeadm upgrade
+starts the hollow node of the new version. Needs kubemark built for the
+versions (make k8s-bins).
+
 --console ADDR: the web console (on ztpd's API listener in the lab's
 namespace) is forwarded to ADDR on this host, its URL and an admin key to
 sign in with are printed before the devices boot, and the lab stays up after
@@ -127,7 +145,9 @@ puts both in bin/), else the one on PATH; kubeletsim likewise (--kubeletsim).`,
   sudo ztpd-lab -o json > lab-result.json
   sudo ztpd-lab --ipv6 --switches 2 --onie 1 --vms 2 --clusters 1
   sudo ztpd-lab --dual-stack
-  sudo ztpd-lab --upgrade --console 127.0.0.1:8443   # then open https://127.0.0.1:8443/rollouts`,
+  sudo ztpd-lab --positions --switches 6 --onie 2 --console 127.0.0.1:8443   # then open /positions
+  sudo ztpd-lab --upgrade --console 127.0.0.1:8443   # then open https://127.0.0.1:8443/rollouts
+  sudo ztpd-lab --hollow --upgrade=manual --vms 4 --clusters 1 --switches 0 --onie 0   # real kubelets: deploy pods, then upgrade`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -146,6 +166,12 @@ puts both in bin/), else the one on PATH; kubeletsim likewise (--kubeletsim).`,
 			}
 			if ipv6 && dualStack {
 				return fmt.Errorf("--ipv6 and --dual-stack: choose one (--ipv6 is v6-only)")
+			}
+			if s.Positions && (ipv6 || dualStack) {
+				return fmt.Errorf("--positions is IPv4 only (dhcrelay -a's option 82 circuit-ids): drop --ipv6/--dual-stack")
+			}
+			if s.Positions && s.Switches+s.ONIE > 40 {
+				return fmt.Errorf("--positions: at most 40 switches (--switches + --onie: %d), one relay port each", s.Switches+s.ONIE)
 			}
 			if octet < 0 || octet > 253 {
 				return fmt.Errorf("--octet %d: use 0..253", octet)
@@ -182,7 +208,7 @@ puts both in bin/), else the one on PATH; kubeletsim likewise (--kubeletsim).`,
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			o := lab.Options{Prefix: prefix, Octet: octet, WorkDir: filepath.Clean(work), Bin: bin, Kubeletsim: ksim, Timeout: timeout,
-				UpgradeByHand: upgrade == "manual"}
+				UpgradeByHand: upgrade == "manual", Hollow: hollow}
 			switch {
 			case ipv6:
 				o.Family = lab.IPv6
@@ -265,6 +291,8 @@ puts both in bin/), else the one on PATH; kubeletsim likewise (--kubeletsim).`,
 	fl.Lookup("upgrade").NoOptDefVal = "auto"
 	fl.BoolVar(&ipv6, "ipv6", false, "a v6-only lab (DHCPv6, dhcrelay -6, ONIE by link-local; fd99:0:<octet>::/48)")
 	fl.BoolVar(&dualStack, "dual-stack", false, "IPv4 and IPv6 on both subnets; switches fetch ztp.json over IPv6")
+	fl.BoolVar(&s.Positions, "positions", false, "cable every switch to its own port behind dhcrelay -a and plan it by that port (a cabling plan, no serial profiles)")
+	fl.BoolVar(&hollow, "hollow", false, "run kubemark's hollow node (the real kubelet, fake container runtime) as every kubelet, and kube-scheduler beside each control plane")
 	fl.StringVar(&consoleAddr, "console", "", "forward the web console to this host:port, print how to sign in, and keep the lab up until Ctrl-C")
 	return cmd
 }

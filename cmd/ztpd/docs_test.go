@@ -759,7 +759,7 @@ func TestDocCommandsPageListsEveryCommand(t *testing.T) {
 // programs: ztpd-lab's, the kubelet's, atftp's and etcd's.
 var foreignFlags = map[string]bool{
 	"--ztpd": true, "--kubeletsim": true, "--upgrade": true, "--console": true, "--switches": true,
-	"--onie": true, "--vms": true, "--clusters": true, "--ipv6": true, "--dual-stack": true, // ztpd-lab's
+	"--onie": true, "--vms": true, "--clusters": true, "--ipv6": true, "--dual-stack": true, "--hollow": true, // ztpd-lab's
 	"--service-cidr": true, // kubeadm's
 	"--node-labels":  true, "--option": true, "--max-txn-ops": true,
 }

@@ -166,9 +166,11 @@ type App struct {
 	tftp *ztptftp.Options
 
 	// Group is this appliance's part in a group sharing the store (nil on
-	// one box); leaseFeed the stored leases as a stream for its DHCP.
-	Group     *ha.Coordinator
-	leaseFeed *etcdstore.LeaseFeed
+	// one box); leaseFeed and leaseFeed6 the stored leases as a stream for
+	// its DHCPv4 and DHCPv6 servers.
+	Group      *ha.Coordinator
+	leaseFeed  *etcdstore.LeaseFeed
+	leaseFeed6 *etcdstore.LeaseFeed
 	// peer is the image blob listener for the group's other appliances.
 	peer *peerServe
 
@@ -264,8 +266,8 @@ func (a *App) build() error {
 	if err := a.buildRollouts(); err != nil {
 		return err
 	}
-	v4, v6 := hasSubnets(&a.Cfg.DHCP)
-	if a.Cfg.DHCP.Enabled() && (v4 || !v6) {
+	v4, v6 := dhcpServers(&a.Cfg)
+	if v4 {
 		opt, err := a.dhcpOptions()
 		if err != nil {
 			return err
@@ -278,7 +280,7 @@ func (a *App) build() error {
 		a.DHCP = srv
 		a.AddRunner(srv)
 	}
-	if a.Cfg.DHCP.Enabled() && v6 {
+	if v6 {
 		opt, err := a.dhcp6Options()
 		if err != nil {
 			return err

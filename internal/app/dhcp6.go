@@ -1,7 +1,6 @@
 package app
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -27,6 +26,17 @@ func isIPv6Relay(r *config.Relay) bool {
 	return err == nil && a.Is6() && !a.Is4In6()
 }
 
+// dhcpServers says which DHCP servers the configuration runs: DHCPv4 for
+// IPv4 subnets, and also when DHCP is enabled without any subnet (its
+// server refuses that, naming what is missing); DHCPv6 for IPv6 subnets.
+func dhcpServers(c *config.Config) (v4, v6 bool) {
+	if !c.DHCP.Enabled() {
+		return false, false
+	}
+	has4, has6 := hasSubnets(&c.DHCP)
+	return has4 || !has6, has6
+}
+
 // hasSubnets reports whether the dhcp: section has IPv4 and IPv6 subnets.
 func hasSubnets(d *config.DHCP) (v4, v6 bool) {
 	for i := range d.Subnets {
@@ -43,14 +53,14 @@ func hasSubnets(d *config.DHCP) (v4, v6 bool) {
 // subnets and relays of the dhcp: section, the device-facing URLs with the
 // appliance's IPv6 address as their host, and the services it reports to.
 func (a *App) dhcp6Options() (dhcp6.Options, error) {
-	if a.Group != nil {
-		return dhcp6.Options{}, errors.New("dhcp.subnets: IPv6 subnets are not yet served by a group of appliances (store.appliances); serve them from a single appliance")
-	}
 	opt, err := resolveDHCP6(&a.Cfg.DHCP)
 	if err != nil {
 		return dhcp6.Options{}, err
 	}
 	opt.Store, opt.Devices, opt.Log = a.Store, a.Devices, a.Log
+	if a.Group != nil {
+		opt.Partition, opt.Feed = a.Group, a.leaseFeed6
+	}
 	host, err := a.advertise6()
 	if err != nil {
 		return dhcp6.Options{}, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/clusters"
 	"github.com/ztpd/ztpd/internal/ha"
+	"github.com/ztpd/ztpd/internal/store/etcdstore"
 )
 
 // buildGroup makes this appliance one of several sharing the store
@@ -23,13 +24,33 @@ func (a *App) buildGroup() error {
 	if !ok {
 		return fmt.Errorf("store.%s needs an etcd store", "appliances")
 	}
-	a.leaseFeed = cs.LeaseFeed()
+	// One feed per DHCP server: each delivers every lease, and buckets or
+	// blocks taken from another appliance are used only once every server
+	// that will answer for them has applied what that one committed.
+	v4, v6 := dhcpServers(&a.Cfg)
+	var feeds []*etcdstore.LeaseFeed
+	if v4 {
+		a.leaseFeed = cs.LeaseFeed()
+		feeds = append(feeds, a.leaseFeed)
+	}
+	if v6 {
+		a.leaseFeed6 = cs.LeaseFeed()
+		feeds = append(feeds, a.leaseFeed6)
+	}
+	caughtUp := func(ctx context.Context, rev int64) error {
+		for _, f := range feeds {
+			if err := f.CaughtUp(ctx, rev); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	info := ha.Info{Name: a.Cfg.Store.Name}
 	if addr := peerListenAddr(a.Cfg); addr != "" {
 		info.PeerURL = "https://" + a.reachable(addr)
 	}
 	c, err := ha.New(ha.Config{Client: cs.Client(), Prefix: cs.Prefix(), Name: a.Cfg.Store.Name, Members: members,
-		TTL: a.Cfg.Store.SessionTTL.D(), Info: info, CaughtUp: a.leaseFeed.CaughtUp, Log: a.Log.With("part", "ha"), Registerer: a.Metrics})
+		TTL: a.Cfg.Store.SessionTTL.D(), Info: info, CaughtUp: caughtUp, Log: a.Log.With("part", "ha"), Registerer: a.Metrics})
 	if err != nil {
 		return err
 	}

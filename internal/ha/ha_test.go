@@ -404,3 +404,32 @@ func TestStatusSaysWhichBucketsAndSingletons(t *testing.T) {
 		return err
 	})
 }
+
+// TestBucketSpreadsDUIDs: the DUIDs of a fleet bought together (DUID-LL
+// and DUID-LLT of consecutive MACs, the same time) spread over three
+// appliances' primary buckets evenly enough, and a DUID's bucket does not
+// depend on anything but its bytes.
+func TestBucketSpreadsDUIDs(t *testing.T) {
+	members := []string{"a1", "a2", "a3"}
+	for _, kind := range []string{"LL", "LLT"} {
+		count := map[string]int{}
+		const n = 3000
+		for i := 0; i < n; i++ {
+			mac := []byte{0x0c, 0x29, 0x3e, byte(i >> 16), byte(i >> 8), byte(i)}
+			duid := append([]byte{0, 3, 0, 1}, mac...)
+			if kind == "LLT" {
+				duid = append([]byte{0, 1, 0, 1, 0x2e, 0x1f, 0x00, 0x10}, mac...)
+			}
+			b := ha.Bucket(duid)
+			if ha.Bucket(append([]byte(nil), duid...)) != b {
+				t.Fatal("bucket depends on more than the DUID's bytes")
+			}
+			count[ha.Primary(members, int(b))]++
+		}
+		for _, m := range members {
+			if c := count[m]; c < n/3*7/10 || c > n/3*13/10 {
+				t.Errorf("DUID-%s: %s is the primary of %d of %d clients (%v)", kind, m, c, n, count)
+			}
+		}
+	}
+}

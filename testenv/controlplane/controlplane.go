@@ -72,6 +72,11 @@ type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 type Config struct {
 	Kubernetes kubebin.Set // kubeadm, kube-apiserver, kube-controller-manager
 	Etcd       string      // etcd binary
+	// Scheduler is the kube-scheduler binary of the same version
+	// (kubebin.HollowSet.Scheduler), run from kubeadm's manifest like the
+	// others. Empty: no scheduler runs, and pods stay unscheduled unless
+	// they name their node (enough for kubelets that only register).
+	Scheduler string
 
 	// KubeadmConfig is the InitConfiguration and ClusterConfiguration YAML of
 	// the bundle (bundle.PlanInit's KubeadmPlan.Config). Its
@@ -99,7 +104,17 @@ const (
 	Etcd              = "etcd"
 	APIServer         = "kube-apiserver"
 	ControllerManager = "kube-controller-manager"
+	Scheduler         = "kube-scheduler"
 )
+
+// components lists the components this plane runs, in start order.
+func (cp *ControlPlane) components() []string {
+	cs := []string{Etcd, APIServer, ControllerManager}
+	if cp.cfg.Scheduler != "" {
+		cs = append(cs, Scheduler)
+	}
+	return cs
+}
 
 // ControlPlane is a running control plane.
 type ControlPlane struct {
@@ -229,7 +244,7 @@ func (cp *ControlPlane) start(ctx context.Context, ic initConfig) error {
 		return err
 	}
 	cp.url = url
-	for _, c := range []string{Etcd, APIServer, ControllerManager} {
+	for _, c := range cp.components() {
 		argv, err := manifestCommand(filepath.Join(cp.etcKube, "manifests", c+".yaml"))
 		if err != nil {
 			return err
@@ -243,6 +258,8 @@ func (cp *ControlPlane) start(ctx context.Context, ic initConfig) error {
 			argv = withDefaultFlag(argv, "shutdown-watch-termination-grace-period", apiServerWatchGrace)
 		case ControllerManager:
 			argv[0] = cfg.Kubernetes.ControllerManager
+		case Scheduler:
+			argv[0] = cfg.Scheduler
 		}
 		cp.argv[c] = argv
 		if err := cp.startProc(c); err != nil {
@@ -444,8 +461,8 @@ func (cp *ControlPlane) RestartAPIServer(ctx context.Context) error {
 	return cp.StartAPIServer(ctx)
 }
 
-// Stop stops every component (controller manager, API server, etcd) and
-// waits for them to exit. It can be called more than once.
+// Stop stops every component (scheduler, controller manager, API server,
+// etcd) and waits for them to exit. It can be called more than once.
 func (cp *ControlPlane) Stop() error {
 	cp.mu.Lock()
 	for _, c := range cp.procs {
@@ -453,7 +470,7 @@ func (cp *ControlPlane) Stop() error {
 	}
 	cp.mu.Unlock()
 	var errs []error
-	for _, c := range []string{ControllerManager, APIServer, Etcd} {
+	for _, c := range slices.Backward(cp.components()) {
 		if err := cp.stopProc(c); err != nil {
 			errs = append(errs, err)
 		}
@@ -609,7 +626,7 @@ func (cp *ControlPlane) Running() []string {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	var out []string
-	for _, name := range []string{Etcd, APIServer, ControllerManager} {
+	for _, name := range cp.components() {
 		if c := cp.procs[name]; c != nil && c.cur.running() {
 			out = append(out, name)
 		}

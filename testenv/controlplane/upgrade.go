@@ -22,8 +22,8 @@ import (
 // first control plane: the ClusterConfiguration's kubernetesVersion is
 // raised, the new version's kubeadm writes the static pod manifests
 // (`kubeadm init phase control-plane all`, the same generator the upgrade
-// uses), kube-apiserver and then kube-controller-manager are restarted one
-// at a time with the new binaries and the new manifests' command lines
+// uses), kube-apiserver, kube-controller-manager and (when the plane runs
+// one) kube-scheduler are restarted one at a time with the new binaries and the new manifests' command lines
 // (as the kubelet replaces a static pod: SIGTERM, SIGKILL after
 // restartGrace; etcd holds the state, so a kill loses nothing), and the
 // kubeadm-config and kubelet-config ConfigMaps are uploaded at the
@@ -70,20 +70,34 @@ func (cp *ControlPlane) UpgradeTo(ctx context.Context, version string) error {
 	if err := os.WriteFile(kcfg, b, 0o600); err != nil {
 		return err
 	}
+	// A plane with a scheduler moves it too, so it is never newer or older
+	// than its API server.
+	var scheduler string
+	if cp.cfg.Scheduler != "" {
+		h, err := kubebin.Hollow(to.Tag())
+		if err != nil {
+			return fmt.Errorf("controlplane: the scheduler of %s: %w", to.Tag(), err)
+		}
+		scheduler = h.Scheduler
+	}
 	cp.cfg.Kubernetes = bins // kubeadm is the new version's from here on
 	if err := cp.kubeadm(ctx, "init", "phase", "control-plane", "all", "--config", kcfg); err != nil {
 		return err
 	}
-	for _, c := range []string{APIServer, ControllerManager} {
+	for _, c := range cp.components()[1:] {
 		argv, err := manifestCommand(filepath.Join(cp.etcKube, "manifests", c+".yaml"))
 		if err != nil {
 			return err
 		}
-		argv[0] = bins.APIServer
-		if c == APIServer {
+		switch c {
+		case APIServer:
+			argv[0] = bins.APIServer
 			argv = withDefaultFlag(argv, "shutdown-watch-termination-grace-period", apiServerWatchGrace)
-		} else {
+		case ControllerManager:
 			argv[0] = bins.ControllerManager
+		case Scheduler:
+			argv[0] = scheduler
+			cp.cfg.Scheduler = scheduler
 		}
 		// A stop that needed SIGKILL is no reason to stop here: the
 		// component would stay down (an upgrade that gave up after the

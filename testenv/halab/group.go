@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,15 +72,22 @@ type Options struct {
 	Pprof bool
 	// Logf, if set, receives what the lab did (start-up times, statuses).
 	Logf func(format string, args ...any)
+	// IPv6 adds the DHCPv6 lab (v6.go): appliance i's ha0 also has
+	// fd99:0:a::1<i>/64 and every appliance serves Subnet6 beside the
+	// IPv4 subnet; DHCPv6 clients join the bridge with AddClient6.
+	IPv6 bool
 }
 
 // Appliance is one `ztpd serve` of the group.
 type Appliance struct {
 	Name, IP string
-	NS       *netns.NS
-	Work     string
-	App      *lab.Appliance
-	http     *http.Client
+	// LinkLocal is ha0's link-local address (IPv6 lab): the source of
+	// the appliance's DHCPv6 replies.
+	LinkLocal netip.Addr
+	NS        *netns.NS
+	Work      string
+	App       *lab.Appliance
+	http      *http.Client
 }
 
 // Group is the lab: the namespaces, the appliances, the fleet's namespace.
@@ -131,7 +139,7 @@ func Start(ctx context.Context, o Options) (_ *Group, err error) {
 	if err := g.br.IP("link", "set", "br0", "up"); err != nil {
 		return nil, err
 	}
-	if g.Fleet, err = g.plug("cl", RelayAddr); err != nil {
+	if g.Fleet, err = g.plug("cl", RelayAddr+"/16"); err != nil {
 		return nil, err
 	}
 	var local, via []string // `ip -batch` lines: one process per namespace, not one per route
@@ -148,8 +156,17 @@ func Start(ctx context.Context, o Options) (_ *Group, err error) {
 		if err := os.MkdirAll(a.Work, 0o755); err != nil {
 			return nil, err
 		}
-		if a.NS, err = g.plug(a.Name, a.IP); err != nil {
+		addrs := a.IP + "/16"
+		if o.IPv6 {
+			addrs += " " + applianceAddr6(i) + "/64"
+		}
+		if a.NS, err = g.plug(a.Name, addrs); err != nil {
 			return nil, err
+		}
+		if o.IPv6 {
+			if a.LinkLocal, err = linkLocal(a.NS, "ha0"); err != nil {
+				return nil, err
+			}
 		}
 		if err := ipBatch(a.NS, via); err != nil {
 			return nil, err
@@ -209,15 +226,20 @@ func ipBatch(ns *netns.NS, lines []string) error {
 	return nil
 }
 
-// plug makes namespace <prefix>-<name> with ha0 = addr/16 on the bridge.
-func (g *Group) plug(name, addr string) (*netns.NS, error) {
+// plug makes namespace <prefix>-<name> with ha0 on the bridge holding
+// addrs (CIDR notation, space-separated). Duplicate address detection is
+// off there, so IPv6 addresses (link-local too) are usable at once.
+func (g *Group) plug(name, addrs string) (*netns.NS, error) {
 	ns, err := netns.Add(g.o.Prefix + "-" + name)
 	if err != nil {
 		return nil, err
 	}
 	g.nss = append(g.nss, ns)
+	if err := noDAD(ns); err != nil {
+		return nil, err
+	}
 	port := "p" + name
-	if err := netns.Veth(ns, "ha0", addr+"/16", g.br, port, ""); err != nil {
+	if err := netns.Veth(ns, "ha0", addrs, g.br, port, ""); err != nil {
 		return nil, err
 	}
 	return ns, g.br.IP("link", "set", port, "master", "br0")
@@ -371,7 +393,7 @@ dhcp:
   lease_time: 1h
   subnets:
     - {name: lab, subnet: 10.99.0.0/16, interface: ha0, pools: ["10.99.%[3]d.0-10.99.%[4]d.254"], router: %[5]s}
-profiles: [%[6]s]
+%[13]sprofiles: [%[6]s]
 joiner:
   auto_approve: [{subnets: [10.99.0.0/16], roles: [control-plane, worker]}]
 events: {keep: 1000000}
@@ -384,7 +406,7 @@ store:
   tls: {cert_file: %[1]s/cert.pem, key_file: %[1]s/key.pem, ca_file: %[9]s}
   peers:
 %[10]s%[12]s`, a.Work, a.IP, poolFirst, g.o.PoolLast, RelayAddr, filepath.Join(g.Work, "profiles"), a.Name, SessionTTL,
-		filepath.Join(g.Work, "ca.pem"), peers.String(), g.o.LogLevel, debug)
+		filepath.Join(g.Work, "ca.pem"), peers.String(), g.o.LogLevel, debug, g.subnet6())
 }
 
 // Health is the group part of a's /healthz.

@@ -51,6 +51,12 @@ func requireLab(t *testing.T, tools ...string) string {
 // package's tests apart.
 func startGroup(t *testing.T, bin, tag string, n int) *Group {
 	t.Helper()
+	return startGroupWith(t, bin, tag, n, nil)
+}
+
+// startGroupWith is startGroup with the options changed by mutate.
+func startGroupWith(t *testing.T, bin, tag string, n int, mutate func(*Options)) *Group {
+	t.Helper()
 	work := t.TempDir()
 	if keep := os.Getenv("HALAB_KEEP"); keep != "" {
 		// Kept for a look afterwards: logs, configs, the capture.
@@ -63,8 +69,11 @@ func startGroup(t *testing.T, bin, tag string, n int) *Group {
 		}
 	}
 	CleanupStale("halab", "halab.test")
-	g, err := Start(context.Background(), Options{Prefix: fmt.Sprintf("halab%x%s", os.Getpid()&0xffff, tag),
-		Work: work, Bin: bin, Appliances: n, Logf: t.Logf})
+	o := Options{Prefix: fmt.Sprintf("halab%x%s", os.Getpid()&0xffff, tag), Work: work, Bin: bin, Appliances: n, Logf: t.Logf}
+	if mutate != nil {
+		mutate(&o)
+	}
+	g, err := Start(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}

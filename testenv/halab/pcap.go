@@ -44,12 +44,25 @@ const (
 // skipped; a file cut short in its last record (tcpdump killed while
 // writing) ends the list without an error.
 func ReadReplies(path string) ([]Reply, error) {
+	var out []Reply
+	err := readPcap(path, func(ts time.Time, pkt []byte, link uint32) {
+		if r, err := parseReply(pkt, link); err == nil {
+			r.Time = ts
+			out = append(out, r)
+		}
+	})
+	return out, err
+}
+
+// readPcap calls fn for every frame of a classic pcap file, in capture
+// order; a file cut short in its last record ends without an error.
+func readPcap(path string, fn func(ts time.Time, pkt []byte, link uint32)) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if len(raw) < 24 {
-		return nil, fmt.Errorf("%s: %d bytes is no pcap file", path, len(raw))
+		return fmt.Errorf("%s: %d bytes is no pcap file", path, len(raw))
 	}
 	var bo binary.ByteOrder
 	nano := false
@@ -63,13 +76,12 @@ func ReadReplies(path string) ([]Reply, error) {
 	case 0x4d3cb2a1:
 		bo, nano = binary.BigEndian, true
 	default:
-		return nil, fmt.Errorf("%s: magic %#x is not pcap's (pcapng is not read here)", path, m)
+		return fmt.Errorf("%s: magic %#x is not pcap's (pcapng is not read here)", path, m)
 	}
 	link := bo.Uint32(raw[20:])
 	if link != linkEthernet && link != linkLinuxSLL {
-		return nil, fmt.Errorf("%s: link type %d (only Ethernet and Linux cooked)", path, link)
+		return fmt.Errorf("%s: link type %d (only Ethernet and Linux cooked)", path, link)
 	}
-	var out []Reply
 	for off := 24; off+16 <= len(raw); {
 		sec, frac := bo.Uint32(raw[off:]), bo.Uint32(raw[off+4:])
 		incl := int(bo.Uint32(raw[off+8:]))
@@ -83,25 +95,19 @@ func ReadReplies(path string) ([]Reply, error) {
 		if nano {
 			ns = int64(frac)
 		}
-		r, err := parseReply(pkt, link)
-		if err != nil {
-			continue
-		}
-		r.Time = time.Unix(int64(sec), ns)
-		out = append(out, r)
+		fn(time.Unix(int64(sec), ns), pkt, link)
 	}
-	return out, nil
+	return nil
 }
 
 var errSkip = errors.New("not a DHCP reply")
 
-// parseReply decodes one frame down to its DHCP reply.
-func parseReply(pkt []byte, link uint32) (Reply, error) {
-	var etherType uint16
+// frame strips a frame's link header: its ether type and payload.
+func frame(pkt []byte, link uint32) (etherType uint16, payload []byte, ok bool) {
 	switch link {
 	case linkEthernet:
 		if len(pkt) < 14 {
-			return Reply{}, errSkip
+			return 0, nil, false
 		}
 		etherType, pkt = binary.BigEndian.Uint16(pkt[12:]), pkt[14:]
 		if etherType == 0x8100 && len(pkt) >= 4 { // one VLAN tag
@@ -109,11 +115,19 @@ func parseReply(pkt []byte, link uint32) (Reply, error) {
 		}
 	case linkLinuxSLL:
 		if len(pkt) < 16 {
-			return Reply{}, errSkip
+			return 0, nil, false
 		}
 		etherType, pkt = binary.BigEndian.Uint16(pkt[14:]), pkt[16:]
+	default:
+		return 0, nil, false
 	}
-	if etherType != 0x0800 || len(pkt) < 20 || pkt[0]>>4 != 4 || pkt[9] != 17 {
+	return etherType, pkt, true
+}
+
+// parseReply decodes one frame down to its DHCP reply.
+func parseReply(pkt []byte, link uint32) (Reply, error) {
+	etherType, pkt, ok := frame(pkt, link)
+	if !ok || etherType != 0x0800 || len(pkt) < 20 || pkt[0]>>4 != 4 || pkt[9] != 17 {
 		return Reply{}, errSkip
 	}
 	ihl := int(pkt[0]&0x0f) * 4

@@ -222,3 +222,60 @@ func RequireEtcd(t TB) string {
 	}
 	return p
 }
+
+// HollowSet is one Kubernetes version's hollow node (kubemark: the real
+// kubelet over a fake container runtime, which runs no containers) and the
+// kube-scheduler that lands pods on it, built by build.sh from
+// testenv/k8sbin/kubemark-<version> into <cache>/kubemark-<version>.
+type HollowSet struct {
+	Version   string // e.g. v1.37.2
+	Dir       string // the cache entry holding them
+	Kubemark  string
+	Scheduler string
+}
+
+// HollowVersions lists the versions pinned as `kubemark <version>` in the
+// versions file, oldest first (none: no hollow node is built).
+func HollowVersions() ([]string, error) {
+	p, err := pins()
+	if err != nil {
+		return nil, err
+	}
+	return p["kubemark"], nil
+}
+
+// Hollow returns the hollow node and scheduler of a version pinned as
+// `kubemark <version>`. The error wraps ErrNotBuilt when the cache lacks
+// them.
+func Hollow(version string) (HollowSet, error) {
+	version = "v" + strings.TrimPrefix(version, "v")
+	vs, err := HollowVersions()
+	if err != nil {
+		return HollowSet{}, err
+	}
+	if !slices.Contains(vs, version) {
+		return HollowSet{}, fmt.Errorf("kubebin: kubemark %s is not pinned in testenv/k8sbin/versions (pinned: %s)", version, strings.Join(vs, ", "))
+	}
+	dir, err := entry("kubemark-"+version, "kubemark", "kube-scheduler")
+	if err != nil {
+		return HollowSet{}, err
+	}
+	return HollowSet{Version: version, Dir: dir,
+		Kubemark: filepath.Join(dir, "kubemark"), Scheduler: filepath.Join(dir, "kube-scheduler")}, nil
+}
+
+// RequireHollow returns the hollow node of a version, or skips the test
+// with the command that builds it. A version that is not pinned fails the
+// test instead.
+func RequireHollow(t TB, version string) HollowSet {
+	t.Helper()
+	s, err := Hollow(version)
+	if err != nil && !errors.Is(err, ErrNotBuilt) {
+		t.Fatalf("%v", err)
+		return HollowSet{}
+	}
+	if err != nil {
+		t.Skipf("kubemark (hollow node) %s not built: run testenv/k8sbin/build.sh (a few minutes per version): %v", "v"+strings.TrimPrefix(version, "v"), err)
+	}
+	return s
+}

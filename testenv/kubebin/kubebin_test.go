@@ -143,3 +143,43 @@ func TestRequireSkipsWithBuildCommand(t *testing.T) {
 		t.Errorf("unpinned version must fail, not skip: skip=%q fatal=%q", r.skipped, r.fataled)
 	}
 }
+
+// The hollow node's entry is <cache>/kubemark-<version>, apart from the
+// control plane's, and Require of a control plane never needs it.
+func TestHollowFindsItsOwnEntry(t *testing.T) {
+	hs, err := HollowVersions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs) == 0 {
+		t.Fatal("the versions file pins no kubemark version")
+	}
+	v := hs[len(hs)-1]
+	dir := fakeCache(t, "kubemark-"+v, true, "kubemark", "kube-scheduler")
+	s, err := Hollow(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Version != v || s.Dir != dir || s.Kubemark != filepath.Join(dir, "kubemark") || s.Scheduler != filepath.Join(dir, "kube-scheduler") {
+		t.Errorf("set = %+v", s)
+	}
+	if _, err := Kubernetes(v); !errors.Is(err, ErrNotBuilt) {
+		t.Errorf("the control plane from the kubemark entry: %v", err)
+	}
+
+	fakeCache(t, "kubemark-"+v, true, "kubemark")
+	if _, err := Hollow(v); !errors.Is(err, ErrNotBuilt) || !strings.Contains(err.Error(), "kube-scheduler") {
+		t.Errorf("missing scheduler: %v", err)
+	}
+	t.Setenv("ZTPD_K8S_CACHE", t.TempDir())
+	var r recorder
+	RequireHollow(&r, v)
+	if !strings.Contains(r.skipped, "kubemark (hollow node) "+v+" not built: run testenv/k8sbin/build.sh") || r.fataled != "" {
+		t.Errorf("skip = %q, fatal = %q", r.skipped, r.fataled)
+	}
+	r = recorder{}
+	RequireHollow(&r, "v1.2.3")
+	if r.fataled == "" || r.skipped != "" {
+		t.Errorf("unpinned version must fail, not skip: skip=%q fatal=%q", r.skipped, r.fataled)
+	}
+}

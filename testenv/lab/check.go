@@ -295,7 +295,7 @@ func (r *Result) Check(devs []Device) error {
 		if n.Ready != "True" {
 			bad = append(bad, fmt.Sprintf("%s: Node %s Ready is %q", d.Name, n.Name, n.Ready))
 		}
-		want := map[string]string{"ztpd.io/role": m.Role, "ztpd.io/profile": d.Name,
+		want := map[string]string{"ztpd.io/role": m.Role, "ztpd.io/profile": d.profile(),
 			"ztpd.io/mac": strings.ReplaceAll(strings.ToLower(d.MAC), ":", "-")}
 		if d.Kind != "vm" {
 			want["ztpd.io/serial"], want["ztpd.io/hwsku"] = d.Serial, d.Product

@@ -33,6 +33,10 @@ type Device struct {
 	Platform string // ONIE platform
 	Cluster  string
 	Role     string // control-plane | worker | sonic
+	// Cabled says the switch is cabled to relay port Port (a lab with
+	// Scenario.Positions): its position's circuit-id is PortName(Port).
+	Cabled bool
+	Port   int
 
 	// InstallerSHA256 is what the ONIE download must hash to.
 	InstallerSHA256 string

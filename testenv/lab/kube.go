@@ -31,17 +31,24 @@ import (
 // `kubeadm join` discovery. What is simulated: the kubelet (there is no
 // container runtime here), by cmd/kubeletsim in the device's namespace,
 // which does the kubelet's API traffic: TLS bootstrap, Node registration,
-// status and Lease.
+// status and Lease; or, with UseHollow, by kubemark's hollow node: the
+// real kubelet (TLS bootstrap, registration, pod workers, termination
+// grace periods) over a fake container runtime that runs no containers,
+// with a real kube-scheduler beside each control plane so pods land.
 type Kube struct {
 	Bins       kubebin.Set // the lab's Kubernetes version (the newest built, or the one before with Scenario.Upgrade)
 	Etcd       string
 	Kubeletsim string // testenv/cmd/kubeletsim binary
+	// hollow holds, by version, the hollow nodes and schedulers the lab
+	// runs instead of kubeletsim (UseHollow); nil: kubeletsim.
+	hollow map[string]kubebin.HollowSet
 	// StatusEvery is the simulated kubelets' status update frequency (zero:
 	// the kubelet's 10 s); an upgrade waits for a Node to report its new
 	// version, so the lab's upgrade runs them every 2 s.
 	StatusEvery time.Duration
 
-	topo *Topology
+	topo   *Topology
+	closed chan struct{} // closed when the topology closes
 
 	mu       sync.Mutex
 	planes   map[string]*Plane // by cluster name
@@ -69,9 +76,19 @@ type Kubelet struct {
 	Bootstrap string
 	// Restarts counts the times it failed and was started again.
 	Restarts int
+	// Version is what a hollow node runs: the cluster's at first, the
+	// version an upgrade "installed" once its kubelet restarted.
+	Version string
 
 	k    *Kube
 	args []string
+	// hollow: kubemark's hollow node with args (its binary is the one of
+	// Version); versionFile is what the lab's fake kubeadm and systemctl
+	// install, a restart at that version follows.
+	hollow      bool
+	versionFile string
+	starts      int
+	upgradedAt  time.Time
 }
 
 // LabKubernetesVersion is the version the lab's clusters run: the newest
@@ -105,9 +122,6 @@ func NewKubeAt(kubeletsim, v string) (*Kube, error) {
 	if err != nil {
 		return nil, err
 	}
-	if kubeletsim == "" {
-		return nil, errors.New("lab: no kubeletsim binary (go build ./testenv/cmd/kubeletsim)")
-	}
 	return &Kube{Bins: bins, Etcd: etcd, Kubeletsim: kubeletsim,
 		planes: map[string]*Plane{}, kubelets: map[string]*Kubelet{}}, nil
 }
@@ -132,8 +146,30 @@ func NewKubeIn(kubeletsim, v, workDir string) (k *Kube, stop func() error, err e
 // topology closes.
 func (k *Kube) attach(t *Topology) {
 	k.topo = t
+	k.closed = make(chan struct{})
+	t.onClose(func() { close(k.closed) })
 	t.onClose(k.stopPlanes)
 }
+
+// UseHollow makes the lab run kubemark's hollow node for every kubelet, and
+// kube-scheduler beside every control plane, at the cluster's version and
+// at each of versions (those an upgrade goes to). The error wraps
+// kubebin.ErrNotBuilt when one is not built.
+func (k *Kube) UseHollow(versions ...string) error {
+	hs := map[string]kubebin.HollowSet{}
+	for _, v := range append([]string{k.Bins.Version}, versions...) {
+		h, err := kubebin.Hollow(v)
+		if err != nil {
+			return err
+		}
+		hs[h.Version] = h
+	}
+	k.hollow = hs
+	return nil
+}
+
+// Hollow says whether the kubelets are kubemark's hollow nodes.
+func (k *Kube) Hollow() bool { return k.hollow != nil }
 
 // Plane returns the control plane of a cluster, or nil.
 func (k *Kube) Plane(cluster string) *Plane {
@@ -186,7 +222,7 @@ func (k *Kube) startFirstControlPlane(ctx context.Context, ns *netns.NS, dir, ro
 	}
 	progress(d.Name, "kubeadm init phases, etcd, kube-apiserver, kube-controller-manager")
 	cp, err := controlplane.Start(ctx, controlplane.Config{
-		Kubernetes: k.Bins, Etcd: k.Etcd, KubeadmConfig: cfg, CACert: caCert, CAKey: caKey,
+		Kubernetes: k.Bins, Etcd: k.Etcd, Scheduler: k.hollow[k.Bins.Version].Scheduler, KubeadmConfig: cfg, CACert: caCert, CAKey: caKey,
 		Manifests: manifests, Dir: filepath.Join(dir, "controlplane"),
 		Run: controlplane.NetnsRun(ns), Dial: controlplane.NetnsDial(ns),
 	})
@@ -199,7 +235,7 @@ func (k *Kube) startFirstControlPlane(ctx context.Context, ns *netns.NS, dir, ro
 	progress(d.Name, fmt.Sprintf("control plane up in %s at %s; kubelet (simulated)", cp.StartDuration.Round(100*time.Millisecond), cp.URL()))
 	kubeconf := filepath.Join(cp.KubernetesDir(), "kubelet.conf")
 	kl, err := k.startKubelet(d.Name, ns, kubeletArgs{name: reg.Name, labels: reg.Labels, nodeIP: ip, kubeconfig: kubeconf,
-		versionFile: filepath.Join(root, KubeletVersionFile)})
+		clientKubeconfig: true, versionFile: filepath.Join(root, KubeletVersionFile)})
 	if err != nil {
 		return err
 	}
@@ -364,8 +400,11 @@ type kubeletArgs struct {
 	name, nodeIP string
 	labels       map[string]string
 	kubeconfig   string
-	cert, key    string
-	server, ca   string
+	// clientKubeconfig: kubeconfig holds a client certificate already
+	// (kubeadm's kubelet.conf), not a bootstrap token.
+	clientKubeconfig bool
+	cert, key        string
+	server, ca       string
 	// versionFile "installs" another kubelet: while it exists, its
 	// contents are the version the kubelet reports (the lab's fake kubeadm
 	// and systemctl write it in an upgrade); until then the cluster's.
@@ -376,9 +415,15 @@ type kubeletArgs struct {
 // simulated kubelet reports is "installed" (see kubeletArgs.versionFile).
 const KubeletVersionFile = "/var/lib/kubelet/lab-kubelet-version"
 
-// startKubelet starts cmd/kubeletsim for one node inside ns; the topology
-// stops it when the lab closes.
+// startKubelet starts cmd/kubeletsim (or the hollow node) for one node
+// inside ns; the topology stops it when the lab closes.
 func (k *Kube) startKubelet(device string, ns *netns.NS, a kubeletArgs) (*Kubelet, error) {
+	if k.hollow != nil {
+		return k.startHollow(device, ns, a)
+	}
+	if k.Kubeletsim == "" {
+		return nil, errors.New("lab: no kubeletsim binary (go build ./testenv/cmd/kubeletsim)")
+	}
 	args := []string{"--name", a.name, "--log-level", "info", "--progress-every", "1h", "--kubelet-version", k.Bins.Version}
 	if a.versionFile != "" {
 		args = append(args, "--kubelet-version-file", a.versionFile)
@@ -409,16 +454,38 @@ func (k *Kube) startKubelet(device string, ns *netns.NS, a kubeletArgs) (*Kubele
 	return kl, nil
 }
 
+// start starts the kubelet's process.
 func (kl *Kubelet) start() error {
+	kl.k.mu.Lock()
+	defer kl.k.mu.Unlock()
+	return kl.startLocked()
+}
+
+// startLocked starts the kubelet's process; k.mu is held.
+func (kl *Kubelet) startLocked() error {
 	name := "kubelet-" + kl.Device
-	if kl.Restarts > 0 {
-		name += fmt.Sprintf(".%d", kl.Restarts)
+	if kl.starts > 0 {
+		name += fmt.Sprintf(".%d", kl.starts)
 	}
-	p, err := kl.k.topo.StartProc(kl.NS.Command(context.Background(), kl.k.Kubeletsim, kl.args...), name)
+	kl.starts++
+	bin := kl.k.Kubeletsim
+	if kl.hollow {
+		h, ok := kl.k.hollow[kl.Version]
+		if !ok {
+			return fmt.Errorf("%s: no hollow node of %s built for the lab (UseHollow)", kl.Device, kl.Version)
+		}
+		bin = h.Kubemark
+	}
+	p, err := kl.k.topo.StartProc(kl.NS.Command(context.Background(), bin, kl.args...), name)
 	if err != nil {
 		return err
 	}
 	kl.Proc, kl.Log = p, filepath.Join(kl.k.topo.WorkDir, name+".out")
+	if kl.hollow {
+		go removeHollowFiles(p, kl.Log)
+		go kl.superviseHollow(p)
+		go restartIfCSINodeStuck(p, kl.Log)
+	}
 	return nil
 }
 
@@ -433,6 +500,9 @@ const kubeletRestartDelay = 10 * time.Second
 // kubeletRestartDelay, as systemd does with the kubelet unit, for up to
 // three minutes.
 func (kl *Kubelet) waitRegistered(ctx context.Context, progress Progress) error {
+	if kl.hollow {
+		return kl.waitHollowRegistered(ctx)
+	}
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		log, _ := os.ReadFile(kl.Log)

@@ -32,6 +32,12 @@ type Scenario struct {
 	// newest node by node (upgrade.go: a rollout per cluster, the devices'
 	// real agents, simulated kubeadm and kubelets).
 	Upgrade bool
+	// Positions cables every switch (SONiC and ONIE) to a port of its
+	// own behind ISC dhcrelay -a and plans it by that port: a cabling plan
+	// names each port's switch, cluster, role and address (replace: auto),
+	// and no profile matches its serial, so what a switch is comes from
+	// where it is plugged in. IPv4 only.
+	Positions bool
 }
 
 // Options tune Run.
@@ -46,6 +52,14 @@ type Options struct {
 	// Kubeletsim is the testenv/cmd/kubeletsim binary the
 	// devices' simulated kubelets run.
 	Kubeletsim string
+	// Hollow runs kubemark's hollow node as every device's kubelet instead
+	// of kubeletsim (the real kubelet over a fake container runtime, so
+	// pods scheduled to a Node go through the kubelet's pod workers and
+	// termination grace periods), and kube-scheduler beside each control
+	// plane; with Scenario.Upgrade, the hollow node of the newer version
+	// replaces it when the device's kubelet restarts. Needs kubemark built
+	// for both versions (testenv/k8sbin/build.sh).
+	Hollow bool
 	// EditConfig, if set, changes the appliance configuration before ztpd
 	// starts (a test that wants a device to wait for approval narrows
 	// joiner.auto_approve).
@@ -62,6 +76,10 @@ type Options struct {
 	// starting it to a person (the cluster's page, or ztpd cluster
 	// upgrade); Lab.FollowRollouts shows it in the table.
 	UpgradeByHand bool
+	// BeforeUpgrade, if set, runs with Scenario.Upgrade once every device
+	// joined and the clusters settled, before the upgrade starts (a test
+	// puts the workload the upgrade must move there); its error ends Open.
+	BeforeUpgrade func(*Lab) error
 }
 
 // Result is the checked end state.
@@ -105,6 +123,9 @@ func (s Scenario) Plan() []Device {
 		d := Device{Name: fmt.Sprintf("sw%d", i), Kind: "sonic", Subnet: Subnet(i % 2),
 			MAC: fmt.Sprintf("02:00:00:00:02:%02x", i), Serial: fmt.Sprintf("LAB%04d", i),
 			Product: "Accton-AS7712-32X", Cluster: cluster(i), Role: "sonic"}
+		if s.Positions {
+			d.Subnet, d.Cabled, d.Port = SubnetB, true, i
+		}
 		if i >= s.Switches {
 			d.Name, d.Kind, d.Platform = fmt.Sprintf("onie%d", i-s.Switches), "onie", "x86_64-accton_as7712_32x-r0"
 		}
@@ -121,14 +142,31 @@ const (
 	LabAlertAfter = 20 * time.Second
 )
 
+// cabledProfile is the one profile of the switches a lab plans by port.
+const cabledProfile = "lab-switch"
+
+// profile is the profile the lab's configuration gives d.
+func (d Device) profile() string {
+	if d.Cabled {
+		return cabledProfile
+	}
+	return d.Name
+}
+
 // Config renders the appliance configuration and writes the profiles.
 func (t *Topology) Config(devs []Device) (string, error) {
 	pdir := filepath.Join(t.WorkDir, "profiles")
 	if err := os.MkdirAll(pdir, 0o755); err != nil {
 		return "", err
 	}
-	var profiles strings.Builder
+	var profiles, plan strings.Builder
 	for _, d := range devs {
+		if d.Cabled {
+			// The position is the switch's identity: no profile by serial.
+			fmt.Fprintf(&plan, "  - {name: %s, relay: %s, circuit_id: %s, address: %s, rack: lab, port: %s, cluster: %s, role: %s, profile: %s, replace: auto}\n",
+				d.Name, t.RelayGW, PortName(d.Port), t.PortAddr(d.Port), PortName(d.Port), d.Cluster, d.Role, cabledProfile)
+			continue
+		}
 		fmt.Fprintf(&profiles, "---\nname: %s\nmatch:\n", d.Name)
 		if d.Kind == "vm" {
 			fmt.Fprintf(&profiles, "  mac: \"%s\"\n", d.MAC)
@@ -140,11 +178,29 @@ func (t *Topology) Config(devs []Device) (string, error) {
 			fmt.Fprintf(&profiles, "cluster: %s\nrole: %s\n", d.Cluster, d.Role)
 		}
 	}
+	if plan.Len() > 0 {
+		// The switches' one profile, as for a rack of leaves: by the port
+		// they are cabled to, the plan giving each its name and cluster.
+		profiles.WriteString("---\nname: " + cabledProfile + "\nmatch:\n  circuit_id: \"p*\"\n")
+	}
 	if err := os.WriteFile(filepath.Join(pdir, "lab.yaml"), []byte(profiles.String()), 0o644); err != nil {
 		return "", err
 	}
 	if t.Family != IPv4 {
 		return t.config6(pdir), nil
+	}
+	// dnsmasq relays subnet B: giaddr is its br1 address, and it sends from
+	// that address too (through its uplink on br0). ISC dhcrelay (a lab
+	// with relay ports) sends from its uplink's.
+	relay := fmt.Sprintf("{address: %s, interface: br0}", t.RelayGW)
+	positions := ""
+	if t.Ports > 0 {
+		relay = fmt.Sprintf("{address: %s, giaddrs: [%s], interface: br0}", t.RelayUp, t.RelayGW)
+		file := filepath.Join(t.WorkDir, "positions.yaml")
+		if err := os.WriteFile(file, []byte("positions:\n"+plan.String()), 0o644); err != nil {
+			return "", err
+		}
+		positions = "positions: [" + file + "]\n"
 	}
 	a, b := t.Nets[0], t.Nets[1]
 	pool := func(p string) string { return p + "10-" + p + "200" }
@@ -165,18 +221,17 @@ dhcp:
   interfaces: [br0]
   lease_time: 1h
   vm: {mac_prefixes: ["1e:00"]}
-  # dnsmasq relays subnet B: giaddr is its br1 address, and it sends from
-  # that address too (through its uplink on br0)
   relays:
-    - {address: %[7]s, interface: br0}
+    - %[11]s
   subnets:
     - {name: lab-a, subnet: %[3]s, interface: br0, pools: ["%[4]s"], router: %[2]s}
     - {name: lab-b, subnet: %[5]s, pools: ["%[6]s"], router: %[7]s}
 profiles: [%[8]s]
-joiner:
+%[12]sjoiner:
   auto_approve:
     - {subnets: [%[3]s, %[5]s], roles: [control-plane, worker]}
-`, filepath.Join(t.WorkDir, "data"), t.AppAddr, a, pool(pa), b, pool(pb), t.RelayGW, pdir, labProbeInterval, LabAlertAfter), nil
+`, filepath.Join(t.WorkDir, "data"), t.AppAddr, a, pool(pa), b, pool(pb), t.RelayGW, pdir, labProbeInterval, LabAlertAfter,
+		relay, positions), nil
 }
 
 // config6 is the appliance configuration of an IPv6 or dual-stack lab:
@@ -300,7 +355,24 @@ func Open(ctx context.Context, s Scenario, o Options) (*Lab, error) {
 	} else if kube, err = NewKube(o.Kubeletsim); err != nil {
 		return nil, err
 	}
-	topo, err := BuildFamily(o.Prefix, o.Octet, o.WorkDir, o.Family)
+	if o.Hollow {
+		var also []string
+		if upgradeTo != "" {
+			also = append(also, upgradeTo)
+		}
+		if err := kube.UseHollow(also...); err != nil {
+			return nil, err
+		}
+	}
+	var topo *Topology
+	if s.Positions {
+		if o.Family != IPv4 {
+			return nil, fmt.Errorf("a lab with positions is IPv4 only (dhcrelay -a's option 82 circuit-ids): drop --ipv6/--dual-stack")
+		}
+		topo, err = BuildPorts(o.Prefix, o.Octet, o.WorkDir, s.Switches+s.ONIE)
+	} else {
+		topo, err = BuildFamily(o.Prefix, o.Octet, o.WorkDir, o.Family)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -356,7 +428,7 @@ func Open(ctx context.Context, s Scenario, o Options) (*Lab, error) {
 		if o.Family != IPv4 {
 			d.V6, d.DualStack = topo.link6(d), o.Family == DualStack
 		}
-		ns, err := topo.AddDevice(d.Name, d.Subnet, d.MAC)
+		ns, err := topo.plugDevice(d)
 		if err != nil {
 			return l, err
 		}
@@ -420,6 +492,9 @@ func Open(ctx context.Context, s Scenario, o Options) (*Lab, error) {
 	// The devices are done; the clusters turn Running and ztpd shows every
 	// member joined once its watch has seen the Nodes Ready.
 	err = l.clusters.settle(ctx, res, devs, 2*time.Minute)
+	if err == nil && s.Upgrade && o.BeforeUpgrade != nil {
+		err = o.BeforeUpgrade(l)
+	}
 	if err == nil && s.Upgrade {
 		if o.UpgradeByHand {
 			_, err = l.prepareUpgrade(ctx)

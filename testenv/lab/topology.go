@@ -7,6 +7,12 @@
 //	           bridge br1 10.99.<a+1>.1/24 (subnet B, reached through the relay)
 //	<p>-dN     one namespace per device, eth0 enslaved to br0 or br1
 //
+// With ports (BuildPorts, IPv4) subnet B is relayed by ISC dhcrelay -a
+// instead: besides br1, the relay has one port per planned switch (pN,
+// cabled to the switch alone, option 82 circuit-id "pN"), each carrying
+// br1's address as a /32 and a host route to the address the cabling plan
+// gives that port; proxy ARP joins the ports and br1 into one subnet.
+//
 // On IPv6 (BuildFamily) subnet A is fd99:0:<a>:1::/64 (the appliance ::1,
 // the relay's uplink ::fe) and subnet B fd99:0:<a>:2::/64 (the relay ::1),
 // relayed by ISC dhcrelay -6; a v6-only lab has no IPv4 address at all.
@@ -58,6 +64,9 @@ type Topology struct {
 	RelayGW6 netip.Addr // fd99:0:<a>:2::1
 	Nets6    [2]netip.Prefix
 
+	// Ports is the number of relay ports (BuildPorts), 0 for none.
+	Ports int
+
 	mu      sync.Mutex
 	devices []*netns.NS
 	procs   []*Proc
@@ -90,6 +99,23 @@ func Build(prefix string, third int, workDir string) (*Topology, error) {
 // BuildFamily is Build for the given address families; third also picks
 // the IPv6 subnets (fd99:0:<third>:1::/64 and :2::/64).
 func BuildFamily(prefix string, third int, workDir string, fam Family) (*Topology, error) {
+	return buildLab(prefix, third, workDir, fam, 0)
+}
+
+// BuildPorts builds an IPv4 lab whose relay has ports relay ports (p0..):
+// a switch plugged into one (AddDeviceAtPort) is told apart by the
+// circuit-id ISC dhcrelay -a adds, as a cabling plan's position.
+func BuildPorts(prefix string, third int, workDir string, ports int) (*Topology, error) {
+	if ports < 1 || ports > maxPorts {
+		return nil, fmt.Errorf("relay ports: %d, want 1..%d", ports, maxPorts)
+	}
+	return buildLab(prefix, third, workDir, IPv4, ports)
+}
+
+// maxPorts keeps the ports' addresses (PortAddr) above subnet B's pool.
+const maxPorts = 40
+
+func buildLab(prefix string, third int, workDir string, fam Family, ports int) (*Topology, error) {
 	if err := netns.Check(); err != nil {
 		return nil, err
 	}
@@ -100,7 +126,7 @@ func BuildFamily(prefix string, third int, workDir string, fam Family) (*Topolog
 	if fam.has4() {
 		tools = append(tools, "dnsmasq")
 	}
-	if fam.has6() {
+	if fam.has6() || ports > 0 {
 		tools = append(tools, "dhcrelay")
 	}
 	for _, tool := range tools {
@@ -112,7 +138,7 @@ func BuildFamily(prefix string, third int, workDir string, fam Family) (*Topolog
 	v6 := func(subnet, host int) netip.Addr {
 		return netip.MustParseAddr(fmt.Sprintf("fd99:0:%x:%x::%x", third, subnet, host))
 	}
-	t := &Topology{Prefix: prefix, WorkDir: workDir, Family: fam,
+	t := &Topology{Prefix: prefix, WorkDir: workDir, Family: fam, Ports: ports,
 		AppAddr6: v6(1, 1), RelayUp6: v6(1, 0xfe), RelayGW6: v6(2, 1),
 		Nets6:   [2]netip.Prefix{netip.PrefixFrom(v6(1, 0), 64), netip.PrefixFrom(v6(2, 0), 64)},
 		AppAddr: netip.AddrFrom4([4]byte{10, 99, byte(third), 1}),
@@ -214,7 +240,11 @@ func (t *Topology) build() error {
 			}
 		}
 	}
-	if t.Family.has4() {
+	if t.Ports > 0 {
+		if err := t.startPortRelay4(); err != nil {
+			return err
+		}
+	} else if t.Family.has4() {
 		if err := t.startRelay4(); err != nil {
 			return err
 		}
@@ -249,6 +279,50 @@ func (t *Topology) startRelay4() error {
 	}
 }
 
+// PortAddr is the address the lab's cabling plan gives relay port i:
+// subnet B's .210 + i, above its pool.
+func (t *Topology) PortAddr(i int) netip.Addr {
+	a := t.RelayGW.As4()
+	a[3] = byte(210 + i)
+	return netip.AddrFrom4(a)
+}
+
+// PortName is relay port i's interface name: the circuit-id dhcrelay -a
+// sends for the switch cabled to it.
+func PortName(i int) string { return fmt.Sprintf("p%d", i) }
+
+// startPortRelay4 creates the relay's ports and runs ISC dhcrelay -a on
+// them and br1: each port is a veth whose other end waits in the relay's
+// namespace (c<i>) until a switch is plugged in (AddDeviceAtPort), so
+// dhcrelay knows every port from its start.
+func (t *Topology) startPortRelay4() error {
+	args := []string{"-4", "-d", "-a", "-pf", filepath.Join(t.WorkDir, "relay.pid"), "-iu", "up0", "-id", "br1"}
+	for i := 0; i < t.Ports; i++ {
+		p := PortName(i)
+		for _, s := range [][]string{
+			{"link", "add", p, "type", "veth", "peer", "name", fmt.Sprintf("c%d", i)},
+			{"addr", "add", t.RelayGW.String() + "/32", "dev", p},
+			{"link", "set", p, "up"},
+			{"route", "add", t.PortAddr(i).String() + "/32", "dev", p},
+		} {
+			if err := ipIn(t.Relay.Name, s...); err != nil {
+				return err
+			}
+		}
+		args = append(args, "-id", p)
+	}
+	// One subnet over br1 and the ports: the relay answers ARP for an
+	// address it routes through another of its links.
+	if out, err := t.Relay.Command(context.Background(), "sysctl", "-qw", "net.ipv4.conf.all.proxy_arp=1").CombinedOutput(); err != nil {
+		return fmt.Errorf("proxy ARP in %s: %v: %s", t.Relay.Name, err, out)
+	}
+	relay := t.Relay.Command(context.Background(), "dhcrelay", append(args, t.AppAddr.String())...)
+	if err := t.Start(relay, "relay"); err != nil {
+		return err
+	}
+	return t.waitRelayBound(67, "dhcrelay -a", "relay.out")
+}
+
 // startRelay6 runs ISC dhcrelay -6: clients on br1 (its link address is
 // br1's global address, RelayGW6), the appliance upstream through up0
 // (Relay-Forw from RelayUp6).
@@ -258,15 +332,20 @@ func (t *Topology) startRelay6() error {
 	if err := t.Start(relay, "relay6"); err != nil {
 		return err
 	}
-	// Devices on subnet B boot only once the relay's DHCPv6 socket is bound.
+	return t.waitRelayBound(547, "dhcrelay -6", "relay6.out")
+}
+
+// waitRelayBound waits up to 15 s for the relay's UDP port: devices on
+// subnet B boot only once the relay relays.
+func (t *Topology) waitRelayBound(port int, what, log string) error {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		out, _ := t.Relay.Command(context.Background(), "ss", "-Hlun", "sport = :547").Output()
+		out, _ := t.Relay.Command(context.Background(), "ss", "-Hlun", fmt.Sprintf("sport = :%d", port)).Output()
 		if strings.TrimSpace(string(out)) != "" {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the DHCPv6 relay (dhcrelay -6) did not bind port 547 within 15 s: see %s", filepath.Join(t.WorkDir, "relay6.out"))
+			return fmt.Errorf("the DHCP relay (%s) did not bind port %d within 15 s: see %s", what, port, filepath.Join(t.WorkDir, log))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -369,6 +448,51 @@ func (t *Topology) AddDevice(name string, on Subnet, mac string) (*netns.NS, err
 		return nil, err
 	}
 	return ns, ipIn(brNS.Name, "link", "set", peer, "up")
+}
+
+// AddDeviceAtPort creates a device namespace cabled to relay port i:
+// the port's waiting veth end becomes its eth0 (MAC mac, no address).
+func (t *Topology) AddDeviceAtPort(name string, port int, mac string) (*netns.NS, error) {
+	if port < 0 || port >= t.Ports {
+		return nil, fmt.Errorf("relay port %d: the lab has %d", port, t.Ports)
+	}
+	ns, err := netns.Add(t.Prefix + "-" + name)
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	t.devices = append(t.devices, ns)
+	t.mu.Unlock()
+	end := fmt.Sprintf("c%d", port)
+	if err := ipIn(t.Relay.Name, "link", "set", end, "netns", ns.Name); err != nil {
+		return nil, err
+	}
+	for _, s := range [][]string{{"link", "set", end, "name", "eth0"}, {"link", "set", "eth0", "address", mac}, {"link", "set", "eth0", "up"}} {
+		if err := ipIn(ns.Name, s...); err != nil {
+			return nil, err
+		}
+	}
+	return ns, nil
+}
+
+// deviceNS is the namespace of the device named name, or nil.
+func (t *Topology) deviceNS(name string) *netns.NS {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, ns := range t.devices {
+		if ns.Name == t.Prefix+"-"+name {
+			return ns
+		}
+	}
+	return nil
+}
+
+// plugDevice creates d's namespace on its subnet, or at its relay port.
+func (t *Topology) plugDevice(d *Device) (*netns.NS, error) {
+	if d.Cabled {
+		return t.AddDeviceAtPort(d.Name, d.Port, d.MAC)
+	}
+	return t.AddDevice(d.Name, d.Subnet, d.MAC)
 }
 
 // Proc is a started process with exactly one waiter.

@@ -30,9 +30,11 @@ import (
 // TLS from the device's namespace and address with its own credential).
 // What is simulated: the devices' kubeadm and systemctl are fakes that
 // record the call and "install" the new kubelet version, which the
-// simulated kubelet then reports; the control planes' own binaries stay
-// at the version they started with (testenv/controlplane.UpgradeTo can
-// move them, but is not run under the lab).
+// simulated kubelet then reports (with Options.Hollow, the hollow node of
+// that version, the real kubelet built from its source, replaces the old
+// one, as the restarted kubelet unit would run the new binary); the first
+// control plane's kubeadm upgrade apply moves its real control plane
+// (testenv/controlplane.UpgradeTo).
 
 // UpgradeVersions are the versions the lab's upgrade goes from and to: the
 // two newest pinned in testenv/k8sbin/versions.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/positions"
 )
 
 // binding is the in-memory state of one address. The store holds the
@@ -220,10 +221,43 @@ func (s *Server) servable(x *exchange, ip uint32) bool {
 
 // reservedIP returns the client's reserved address when it can have it now.
 func (s *Server) reservedIP(x *exchange) (uint32, bool) {
-	if x.res == nil || !s.freeFor(x, x.res.ip) {
+	if x.res == nil {
 		return 0, false
 	}
-	return x.res.ip, true
+	if s.freeFor(x, x.res.ip) || s.replacesAtPosition(x) {
+		return x.res.ip, true
+	}
+	return 0, false
+}
+
+// replacesAtPosition reports whether the client takes over its planned
+// position's address from the box that holds it: the relay proves this
+// client is cabled to the slot now, a slot holds one box, and the
+// position's address was only ever given through that slot, so its holder
+// is the box this one replaces (unplugged without a release). The plan's
+// `replace: auto` allows it at once; under `approve` the client gets a
+// pool address and its join waits for an operator, as before.
+//
+// The same box asking under another client identifier (ONIE's udhcpc,
+// then SONiC's dhclient after the install) keeps the address under any
+// policy: same slot, same hardware address.
+func (s *Server) replacesAtPosition(x *exchange) bool {
+	if x.slot == nil || x.slot.res != x.res {
+		return false
+	}
+	b := s.byIP[x.res.ip]
+	if b == nil || b.state == core.LeaseDeclined {
+		return false
+	}
+	if len(x.hw) > 0 && b.hw == string(x.hw) {
+		return true
+	}
+	if x.slot.pos.ReplacePolicy() != positions.ReplaceAuto {
+		return false
+	}
+	s.logDrop(x, "replaced "+x.slot.pos.Name, "position's address taken over by a replacement box (replace: auto): the relay proves it is cabled to the slot",
+		"position", x.slot.pos.Name, "address", addrOf(x.res.ip), "mac", macText(x.hw), "previous_mac", macText([]byte(b.hw)))
+	return true
 }
 
 // allocate picks the address to offer: the reservation, the client's

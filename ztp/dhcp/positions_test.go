@@ -6,6 +6,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
+	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/positions"
 )
 
@@ -165,4 +166,76 @@ func FuzzRelayAgentInfo(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestReplacementTakesPositionAddress: a box that was unplugged without a
+// release still holds its position's address; a new box cabled to the
+// same slot takes the address over when the plan says `replace: auto`
+// (the old box's renewal is then refused, and the store holds the address
+// for the new box only), and gets a pool address under the default
+// `approve`, its join waiting for an operator.
+func TestReplacementTakesPositionAddress(t *testing.T) {
+	for _, policy := range []string{"auto", "approve"} {
+		t.Run(policy, func(t *testing.T) {
+			h := newHarness(t, nil)
+			plan := "positions:\n  - {name: leaf-a, relay: 10.99.5.1, circuit_id: Ethernet1, address: 10.99.5.50, replace: " + policy + "}\n"
+			if err := h.s.SetPlan(testPlan(t, plan)); err != nil {
+				t.Fatal(err)
+			}
+			h.src = addr("10.99.5.1")
+			relay := dhcpv4.WithRelay(ip("10.99.5.1"))
+			if ack := h.dora(mac(1), relay, circuit("Ethernet1")); ack.YourIPAddr.String() != "10.99.5.50" {
+				t.Fatalf("the first box got %s", ack.YourIPAddr)
+			}
+			h.commit()
+			ack := h.dora(mac(2), relay, circuit("Ethernet1"))
+			h.commit()
+			l, _ := h.lease("10.99.5.50")
+			if policy == "approve" {
+				if ack.YourIPAddr.String() == "10.99.5.50" || l.MAC != mac(1).String() {
+					t.Fatalf("approve: the new box got %s, the position's lease is %s's", ack.YourIPAddr, l.MAC)
+				}
+				return
+			}
+			if ack.YourIPAddr.String() != "10.99.5.50" || string(ack.Options.Get(dhcpv4.OptionHostName)) != "leaf-a" {
+				t.Fatalf("auto: the new box got %s named %q, want the position's", ack.YourIPAddr, ack.Options.Get(dhcpv4.OptionHostName))
+			}
+			if l.MAC != mac(2).String() || l.State != core.LeaseActive {
+				t.Fatalf("auto: the position's lease is %+v, want the new box's", l)
+			}
+			if d := h.device(mac(2).String()); d.Position != "leaf-a" {
+				t.Fatalf("auto: the new box's record names position %q", d.Position)
+			}
+			// The old box, plugged in elsewhere, renews by unicast: refused.
+			r, _ := dhcpv4.New(dhcpv4.WithHwAddr(mac(1)), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
+				dhcpv4.WithClientIP(ip("10.99.5.50")))
+			h.src = addr("10.99.5.50")
+			if rep, _ := h.exchange(r); rep != nil && rep.MessageType() == dhcpv4.MessageTypeAck {
+				t.Fatalf("the replaced box's renewal was acknowledged: %v", rep.Summary())
+			}
+		})
+	}
+}
+
+// TestPositionSameBoxNewClientID: ONIE asks without a client identifier,
+// the SONiC it installs asks with one: the same box at the same slot keeps
+// the position's address under the default policy (approve).
+func TestPositionSameBoxNewClientID(t *testing.T) {
+	h := newHarness(t, nil)
+	if err := h.s.SetPlan(testPlan(t, rackPlan)); err != nil {
+		t.Fatal(err)
+	}
+	h.src = addr("10.99.5.1")
+	relay := dhcpv4.WithRelay(ip("10.99.5.1"))
+	if ack := h.dora(mac(1), relay, circuit("Ethernet1")); ack.YourIPAddr.String() != "10.99.5.50" {
+		t.Fatalf("ONIE got %s", ack.YourIPAddr)
+	}
+	h.commit()
+	sonic := dhcpv4.WithOption(dhcpv4.OptClientIdentifier([]byte("SONiC##Accton-AS7712-32X##SN1")))
+	if ack := h.dora(mac(1), relay, circuit("Ethernet1"), sonic); ack.YourIPAddr.String() != "10.99.5.50" {
+		t.Fatalf("the SONiC it installed got %s, want the position's 10.99.5.50", ack.YourIPAddr)
+	}
+	if ack := h.dora(mac(2), relay, circuit("Ethernet1")); ack.YourIPAddr.String() == "10.99.5.50" {
+		t.Fatal("another box took the position's address under replace: approve")
+	}
 }

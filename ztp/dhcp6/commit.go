@@ -135,13 +135,31 @@ type snapshot struct {
 	events   []core.Event
 	recs     devices.Batch
 	replies  []pendingReply
+	// fence checks, before leases are written, that session (the one
+	// every lease of the snapshot was decided under) is still this
+	// appliance's (several appliances; nil on one box).
+	fence   func(core.Tx) error
+	session int64
+	stale   int // decisions of an ended session dropped by take
 }
 
 func (s *Server) take(snap *snapshot, now time.Time) {
 	snap.bindings, snap.leases = snap.bindings[:0], snap.leases[:0]
 	snap.reports, snap.events, snap.replies = snap.reports[:0], snap.events[:0], snap.replies[:0]
+	snap.session, snap.stale = s.session(), 0
+	snap.fence = s.fenceFor(snap.session)
 	for _, b := range s.dirty {
 		b.dirty = false
+		if s.part != nil && b.pending && b.session != snap.session {
+			// Decided under a session that has ended: never committed
+			// under the next one over what the others gave meanwhile.
+			if s.byIP[b.ip] == b {
+				s.revert(b, now)
+				snap.stale++
+			}
+			b.pending = false
+			continue
+		}
 		if s.byIP[b.ip] != b {
 			continue // superseded by a newer binding of the address
 		}
@@ -175,6 +193,11 @@ func (s *Server) take(snap *snapshot, now time.Time) {
 }
 
 func (snap *snapshot) write(tx core.Tx) error {
+	if snap.fence != nil && len(snap.leases) > 0 {
+		if err := snap.fence(tx); err != nil {
+			return err
+		}
+	}
 	for i := range snap.leases {
 		if err := tx.Leases().Put(snap.leases[i]); err != nil {
 			return err
@@ -189,6 +212,10 @@ func (s *Server) flush(snap *snapshot, lastErr *time.Time) bool {
 	s.mu.Lock()
 	s.take(snap, time.Now())
 	s.mu.Unlock()
+	if snap.stale > 0 {
+		s.log.Warn("dropped lease decisions made under an ended appliance session; their addresses went back to what the store holds",
+			"decisions", snap.stale, "session", snap.session)
+	}
 	for i := range snap.reports {
 		s.devices.ObserveLease(snap.reports[i])
 	}
@@ -205,7 +232,7 @@ func (s *Server) flush(snap *snapshot, lastErr *time.Time) bool {
 	if err != nil && snap.recs.Len() > 0 {
 		// The leases alone, so a record the store refuses holds no Reply
 		// back; the devices service retries its records one by one.
-		leases := &snapshot{leases: snap.leases}
+		leases := &snapshot{leases: snap.leases, fence: snap.fence}
 		if lerr := s.store.Batch(leases.write); lerr != nil {
 			s.devices.Return(&snap.recs)
 		} else {
@@ -222,9 +249,11 @@ func (s *Server) flush(snap *snapshot, lastErr *time.Time) bool {
 			s.log.Error("lease commit failed; replies withheld, will retry", "err", err,
 				"leases", len(snap.leases), "replies", len(snap.replies))
 		}
+		// Retried by the next commit under the session they were decided
+		// under, or not at all (take reverts them).
 		s.mu.Lock()
 		for _, b := range snap.bindings {
-			if s.byIP[b.ip] == b {
+			if s.byIP[b.ip] == b && b.pending {
 				s.markDirty(b)
 			}
 		}
@@ -233,7 +262,15 @@ func (s *Server) flush(snap *snapshot, lastErr *time.Time) bool {
 	}
 	s.mu.Lock()
 	for i, b := range snap.bindings {
-		if !b.dirty && snap.leases[i].State == core.LeaseActive {
+		if s.part != nil {
+			l := snap.leases[i]
+			b.stored = &l
+		}
+		if b.dirty {
+			continue // changed again since: its next write is pending
+		}
+		b.pending = false
+		if snap.leases[i].State == core.LeaseActive {
 			b.durable = snap.leases[i].Expiry
 		}
 	}

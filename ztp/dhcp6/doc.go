@@ -17,15 +17,17 @@
 //     link address it states
 //  3. subnet      - the link address of the relay closest to the client,
 //     else the receiving interface's subnet
-//  4. identify    - DUID (client identifier), the MAC where one is known
+//  4. partition   - several appliances: only clients whose DUID hashes to
+//     one of this appliance's buckets (group.go)
+//  5. identify    - DUID (client identifier), the MAC where one is known
 //     (DUID-LLT/LL, else the client link-layer address option 79 a relay
 //     added), class, reservation (by DUID, then by MAC)
-//  5. lease       - advertise, grant (Request, Rapid Commit), extend (Renew,
+//  6. lease       - advertise, grant (Request, Rapid Commit), extend (Renew,
 //     Rebind), release, decline, confirm
-//  6. device      - the device record of a lease holder, written behind
-//  7. encode      - server and client identifiers, Rapid Commit, the IAs
+//  7. device      - the device record of a lease holder, written behind
+//  8. encode      - server and client identifiers, Rapid Commit, the IAs
 //     and status codes, then the options the client asked for (ORO) only
-//  8. destination - the client, or back through every relay (Relay-Repl
+//  9. destination - the client, or back through every relay (Relay-Repl
 //     echoing each relay's interface-id)
 //
 // Classes: SONiC sends user class (15) "SONiC-ZTP" (or vendor class 16
@@ -59,7 +61,17 @@
 //
 // The server's DUID (a DUID-LLT of the first interface's MAC, made once)
 // is stored with the settings, so clients see the same server after a
-// restart.
+// restart, and appliances sharing a store answer as one server.
+//
+// # Several appliances
+//
+// With Options.Partition and Options.Feed (internal/ha on an etcd store),
+// the server is one of a group, as the DHCPv4 server is: it answers the
+// buckets (RFC 3074 hash of the DUID) its appliance holds, gives new
+// addresses only from the address blocks its appliance claimed, commits
+// leases only under the session they were decided under (the fence), and
+// mirrors every appliance's leases from the feed, so it renews the
+// clients of an appliance whose buckets it took over (group.go).
 //
 // # Sockets
 //

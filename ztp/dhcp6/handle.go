@@ -71,6 +71,7 @@ var steps = [...]step{
 	{"message", (*Server).stepMessage},         // a client message we answer, server id as RFC 8415 §16 says
 	{"relay", (*Server).stepRelay},             // Relay-Forw only from declared relays
 	{"subnet", (*Server).stepSubnet},           // the relay's link address, else the interface's subnet
+	{"partition", (*Server).stepPartition},     // several appliances: only this one's buckets (hash of the DUID)
 	{"identify", (*Server).stepIdentify},       // DUID, MAC, class, reservation, planned position
 	{"lease", (*Server).stepLease},             // advertise, grant, renew, release, decline, confirm
 	{"device", (*Server).stepDevice},           // device record of a lease holder (write-behind)
@@ -332,7 +333,9 @@ func (s *Server) extend(x *exchange) bool {
 		b = nil
 		for _, a16 := range x.ias[0].addrs {
 			a := netip.AddrFrom16(a16)
-			if x.sn.poolFor(a) != nil || (x.res != nil && x.res.ip == a) {
+			// An address the client does not hold, in another
+			// appliance's block: that appliance may be advertising it.
+			if x.sn.poolFor(a) != nil && s.mayAllocate(x.sn, a) || (x.res != nil && x.res.ip == a) {
 				if c := s.claim(x, a); c != nil {
 					b = c
 					break

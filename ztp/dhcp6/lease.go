@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/positions"
 )
 
 // binding is one address and the client it is bound to. A client (DUID)
@@ -24,6 +25,14 @@ type binding struct {
 	owned    bool // sn.clients[duid] is this binding
 	dirty    bool // changed since the last commit took it
 	durable  time.Time
+	// pending: the binding carries a decision not yet known to be durable
+	// (dirty, or in a commit under way). With several appliances it was
+	// decided under session, and is committed only under that session;
+	// stored is the lease as the store last showed it (nil: none), what
+	// the binding goes back to when that session ends first.
+	pending bool
+	session int64
+	stored  *core.Lease
 }
 
 // busy reports whether the address is taken at now: a live lease, a
@@ -64,7 +73,30 @@ func (s *Server) free(x *exchange, a netip.Addr) bool {
 		return false
 	}
 	b := s.byIP[a]
-	return b == nil || b.duid == string(x.duid) && b.state != core.LeaseDeclined || !b.busy(x.now)
+	return b == nil || b.duid == string(x.duid) && b.state != core.LeaseDeclined || !b.busy(x.now) || s.replacesAtPosition(x, a, b)
+}
+
+// replacesAtPosition reports whether the client takes a, its planned
+// position's address, over from b, the box that holds it: the relay proves
+// the client is cabled to the slot now, a slot holds one box, and the
+// position's address was only ever given through the slot, so b is the box
+// this one replaces (unplugged without a release). The same box under
+// another DUID (ONIE, then SONiC) keeps it under any policy; another box
+// takes it under `replace: auto`, and under `approve` gets a pool address
+// while its join waits for an operator.
+func (s *Server) replacesAtPosition(x *exchange, a netip.Addr, b *binding) bool {
+	if x.slot == nil || x.slot.res != x.res || x.res.ip != a || b.state == core.LeaseDeclined {
+		return false
+	}
+	if x.mac != nil && b.mac == string(x.mac) {
+		return true
+	}
+	if x.slot.pos.ReplacePolicy() != positions.ReplaceAuto {
+		return false
+	}
+	s.logDrop(x, "replaced "+x.slot.pos.Name, "position's address taken over by a replacement box (replace: auto): the relay proves it is cabled to the slot",
+		"position", x.slot.pos.Name, "address", a, "duid", hexColon(x.duid), "previous_duid", hexColon([]byte(b.duid)))
+	return true
 }
 
 // allocate finds the client's address: its reservation, its binding, a
@@ -78,16 +110,23 @@ func (s *Server) allocate(x *exchange, hints [][16]byte) *binding {
 		if s.free(x, x.res.ip) {
 			return s.claim(x, x.res.ip)
 		}
-		return nil
+		if x.slot == nil || x.slot.res != x.res {
+			return nil
+		}
+		// A new box at a position whose failed box still holds the
+		// address (replace: approve): the ordinary pool meanwhile.
 	}
 	if b := s.lookup(x); b != nil && s.free(x, b.ip) && x.sn.poolFor(b.ip) != nil {
 		return b
 	}
 	for _, h := range hints {
 		a := netip.AddrFrom16(h)
-		if x.sn.poolFor(a) != nil && s.free(x, a) {
+		if x.sn.poolFor(a) != nil && s.free(x, a) && s.mayAllocate(x.sn, a) {
 			return s.claim(x, a)
 		}
+	}
+	if s.part != nil {
+		return s.allocateHeld(x)
 	}
 	for i := range x.sn.pools {
 		p := &x.sn.pools[i]
@@ -169,6 +208,11 @@ func (s *Server) markDirty(b *binding) {
 		b.dirty = true
 		s.dirty = append(s.dirty, b)
 	}
+	if !b.pending {
+		// A binding already pending keeps the session of its first
+		// undurable decision: what it holds now builds on that one.
+		b.pending, b.session = true, s.session()
+	}
 }
 
 // disown removes b as its client's binding.
@@ -189,10 +233,16 @@ func (s *Server) sweep(now time.Time) {
 		switch b.state {
 		case core.LeaseActive:
 			b.state = core.LeaseExpired
-			s.markDirty(b)
+			// With several appliances, the one answering the client
+			// records the expiry; the others would overwrite its renewals.
+			if s.servesDUID(b.duid) {
+				s.markDirty(b)
+			}
 		case core.LeaseDeclined:
 			b.state = core.LeaseExpired
-			s.markDirty(b)
+			if s.servesDUID(b.duid) {
+				s.markDirty(b)
+			}
 		default:
 			// Advertised, released or expired and written: nothing to
 			// keep.

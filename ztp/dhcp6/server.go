@@ -42,6 +42,12 @@ type Server struct {
 	slots      map[*positions.Position]*slot
 	workers    int
 	duid       []byte // the server identifier, stored
+	// part and feed are set when several appliances share the store
+	// (group.go); needBlock asks for an address block now.
+	part      Partition
+	feed      LeaseFeed
+	feedRev   int64
+	needBlock chan struct{}
 
 	mu       sync.Mutex // guards everything below and all bindings
 	byIP     map[netip.Addr]*binding
@@ -87,6 +93,10 @@ type Options struct {
 	// Relays are the relay agents whose Relay-Forw messages are served;
 	// relayed messages from anyone else are dropped.
 	Relays []Relay
+	// Partition and Feed, together, make this server one of several
+	// appliances sharing the store (group.go).
+	Partition Partition
+	Feed      LeaseFeed
 }
 
 // New builds the server. It opens no socket and reads no lease; Listen
@@ -108,6 +118,10 @@ func New(opt Options) (*Server, error) {
 		sendWarn: rate.Sometimes{Interval: 10 * time.Second},
 		dropLog:  ratelimit.New(1, dropLogEvery, 4096),
 		workers:  max(1, runtime.GOMAXPROCS(0)),
+		part:     opt.Partition, feed: opt.Feed, needBlock: make(chan struct{}, 1),
+	}
+	if (opt.Partition == nil) != (opt.Feed == nil) {
+		return nil, errors.New("dhcp6: a partition and a lease feed go together")
 	}
 	for _, p := range opt.VMMACPrefixes {
 		s.vmPrefixes = append(s.vmPrefixes, []byte(p))
@@ -256,6 +270,11 @@ func newDUID(ifaces []*iface, now time.Time) []byte {
 
 // load rebuilds the bindings from the stored IPv6 leases.
 func (s *Server) load(now time.Time) error {
+	if s.feed != nil {
+		rev, err := s.loadFeed(now)
+		s.feedRev = rev
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	loaded, outside := 0, 0
@@ -303,6 +322,9 @@ func (s *Server) adopt(sn *subnet, a netip.Addr, l core.Lease, now time.Time) {
 	if l.State == core.LeaseActive {
 		b.durable = l.Expiry
 	}
+	if s.part != nil {
+		b.stored = &l
+	}
 	if cur := s.byIP[a]; cur != nil {
 		s.disown(cur)
 	}
@@ -331,6 +353,14 @@ func (s *Server) Run(ctx context.Context) error {
 	commitDone, sweepDone := make(chan struct{}), make(chan struct{})
 	go s.commitLoop(commitCtx, commitDone)
 	go s.sweepLoop(ctx, sweepDone)
+	followDone, blocksDone := make(chan struct{}), make(chan struct{})
+	if s.part != nil {
+		go s.follow(ctx, s.feedRev, followDone)
+		go s.keepBlocks(ctx, blocksDone)
+	} else {
+		close(followDone)
+		close(blocksDone)
+	}
 	var wg sync.WaitGroup
 	for _, ifc := range s.ifaces {
 		for range s.workers {
@@ -349,6 +379,8 @@ func (s *Server) Run(ctx context.Context) error {
 	stopCommit()
 	<-commitDone
 	<-sweepDone
+	<-followDone
+	<-blocksDone
 	s.closeIfaces()
 	s.listening = false
 	return nil

@@ -87,6 +87,9 @@ type pool struct {
 	start, end netip.Addr
 	size       uint64
 	next       uint64 // where the search for a free address starts
+	// blocks are the address blocks of the pool this appliance claimed
+	// (several appliances): new addresses come only from them.
+	blocks []*block
 }
 
 func newPool(r Range) pool {

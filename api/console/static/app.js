@@ -1308,23 +1308,28 @@
 
   // slotState is what the device records say of a planned slot: empty (no
   // device arrived, no serial expected), expected (a serial is expected and
-  // no device arrived), arrived, joined, or mismatched (the box there is not
-  // the serial the plan expects).
-  function slotState(p, dev) {
+  // no device arrived), arrived, joined, mismatched (the box there is not
+  // the serial the plan expects), or replaced (another box took the place
+  // of the slot's earlier one and has not joined yet: it waits for approval
+  // or is joining).
+  function slotState(p, dev, earlier) {
     if (!dev) return p.serial ? 'expected' : 'empty';
     if (p.serial && dev.serial && dev.serial !== p.serial) return 'mismatched';
-    return dev.state === 'joined' ? 'joined' : 'arrived';
+    if (dev.state === 'joined') return 'joined';
+    return earlier.length ? 'replaced' : 'arrived';
   }
 
   async function positionsPage() {
     const [plan, devs] = await Promise.all([listAll('/positions'), listAll('/devices')]);
-    // The newest device record naming each position.
+    // The device records naming each position, newest first: the first is
+    // the box there now, the others the boxes it replaced.
     const at = new Map();
     for (const d of devs) {
       if (!d.position) continue;
-      const o = at.get(d.position);
-      if (!o || String(d.last_seen) > String(o.last_seen)) at.set(d.position, d);
+      if (!at.has(d.position)) at.set(d.position, []);
+      at.get(d.position).push(d);
     }
+    for (const list of at.values()) list.sort((a, b) => String(b.last_seen).localeCompare(String(a.last_seen)));
     const racks = new Map();
     const counts = {};
     for (const p of plan) {
@@ -1334,13 +1339,17 @@
     }
     const sections = [...racks.keys()].sort((a, b) => a.localeCompare(b, undefined, { numeric: true })).map((r) => {
       const rows = racks.get(r).map((p) => {
-        const dev = at.get(p.name);
-        const st = slotState(p, dev);
+        const [dev, ...earlier] = at.get(p.name) || [];
+        const st = slotState(p, dev, earlier);
         counts[st] = (counts[st] || 0) + 1;
         const proof = [p.relay, p.circuit_id, p.remote_id].filter(Boolean).join(' / ');
+        const devCell = dev ? el('td', null, el('a', { href: '/devices/' + enc(dev.id), text: dev.serial || dev.mac || dev.id }),
+          ...(earlier.length ? [el('span', { class: 'muted replaced', text: ' replaces ' },
+            el('a', { href: '/devices/' + enc(earlier[0].id), text: earlier[0].serial || earlier[0].mac || earlier[0].id }))] : []))
+          : td('');
         return el('tr', { id: 'pos-' + p.name, data: { state: st } }, td(p.name), td(p.port), td(proof, 'mono'), td(p.address),
           td(p.serial), el('td', { class: 'state' }, el('span', { class: 'badge st-' + st, text: st })),
-          dev ? el('td', null, el('a', { href: '/devices/' + enc(dev.id), text: dev.serial || dev.mac || dev.id })) : td(''),
+          devCell,
           td(dev ? dev.ip : ''), td(p.cluster), td(p.source === 'api' ? 'API' : p.source));
       });
       const hid = 'h-rack-' + (r || 'none');
@@ -1352,7 +1361,7 @@
           el('tbody', null, ...rows))));
     });
     $('#racks').replaceChildren(...sections);
-    const order = ['expected', 'arrived', 'joined', 'mismatched', 'empty'];
+    const order = ['expected', 'arrived', 'joined', 'replaced', 'mismatched', 'empty'];
     $('#positions-summary').textContent = plan.length
       ? `${plan.length} positions in ${racks.size} racks: ` + order.filter((k) => counts[k]).map((k) => `${counts[k]} ${k}`).join(', ')
       : 'No cabling plan: list plan files under positions: in the configuration, or add positions with ztpd position set.';
