@@ -87,7 +87,8 @@ bench-storm:
 
 # How cost grows with the fleet (root, wrk; long, so not in `make bench`):
 # boot storm, RSS, CPU and store bytes per device, restart, backup and the
-# API under wrk at SIZES (10000 30000 65000) with EVENTS (1000000) events.
+# API under wrk at SIZES (10000 30000 65000) with EVENTS (1000000) events;
+# IPV6=1 over DHCPv6 and IPv6 (a /64 pool: 100,000 switches all stormed).
 bench-scale:
 	bash bench/scale.sh
 

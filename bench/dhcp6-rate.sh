@@ -29,6 +29,8 @@
 # Other knobs (env): LADDER DURATION(<=15) CLIENTS DROP_PCT REFINE RETRY_FAIL STOP_ON_FAIL
 #   CLIENT_CPUS SERVER_CPUS (taskset lists; empty = no pinning) PERF_THREADS
 #   LEASE_TIME WORK KEEP_RUNS READY_TIMEOUT ZTPD_BIN NS_PREFIX
+#   PROFILE_DIR (ztpd's CPU profile of each rung's DURATION: ztpd-<rate>.pprof, for
+#   `go tool pprof -top -cum`; the pprof listener on [::1]:6060 inside $NS_SRV)
 set -uo pipefail
 
 LADDER=${LADDER:-"100 250 500 1000 2000 4000 8000 12000 16000 20000 24000 32000"}
@@ -49,6 +51,7 @@ READY_PORT=547
 ANCHORS=${ANCHORS-"ztpd kea"}
 ZTPD_BIN=${ZTPD_BIN:-}
 NS_PREFIX=${NS_PREFIX:-zd-dhcp6}
+PROFILE_DIR=${PROFILE_DIR:-}
 
 NS_SRV=$NS_PREFIX-srv NS_CLI=$NS_PREFIX-cli
 IF_SRV=veth-srv IF_CLI=veth-cli
@@ -188,6 +191,7 @@ dhcp:
       pools: ["$POOL_START-$POOL_END"]
       rapid_commit: false
 EOF
+      [[ -n $PROFILE_DIR ]] && echo 'debug: {pprof_addr: "[::1]:6060"}' >> "$2/ztpd.yaml"
       echo "exec $ZTPD_BIN serve --config $2/ztpd.yaml --data-dir $2/data --log-level warn" ;;
     kea)
       command -v kea-dhcp6 >/dev/null || die "kea-dhcp6 not installed (apt-get install kea-dhcp6-server)"
@@ -230,10 +234,17 @@ run_rung() {
   [[ -n $CLIENT_CPUS ]] && pin=(taskset -c "$CLIENT_CPUS")
   local t0; t0=$(pg_ticks $SRV_PGID)
   log "$name: offering $rate SARR/s for ${DURATION}s"
+  local prof=""
+  if [[ -n $PROFILE_DIR && $name == ztpd ]]; then
+    mkdir -p "$PROFILE_DIR"
+    ip netns exec $NS_SRV curl -s -o "$PROFILE_DIR/ztpd-$rate.pprof" "http://[::1]:6060/debug/pprof/profile?seconds=$DURATION" &
+    prof=$!
+  fi
   ip netns exec $NS_CLI timeout -k 2 $(( DURATION + 15 )) "${pin[@]}" \
      perfdhcp -6 -g "$PERF_THREADS" -l $IF_CLI -r "$rate" -p "$DURATION" -n $(( rate * DURATION )) \
      -R "$CLIENTS" -d 1 -W 1000000 > "$dir/perfdhcp.out" 2>&1
   local prc=$? alive=1
+  [[ -n $prof ]] && wait $prof
   kill -0 $SRV_PGID 2>/dev/null || alive=0
   local t1 hwm; t1=$(pg_ticks $SRV_PGID); hwm=$(pg_hwm_kb $SRV_PGID)
   stop_pg "$SRV_PGID"; SRV_PGID=""

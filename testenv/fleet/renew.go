@@ -14,13 +14,15 @@ import (
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/dhcpv6"
 )
 
 // Renewal is one client in RENEWING state: who it is and the address it
 // holds.
 type Renewal struct {
-	ID Identity
-	IP netip.Addr
+	ID  Identity
+	ID6 Identity6 // over DHCPv6 (RenewStorm.Relay6)
+	IP  netip.Addr
 }
 
 // RenewAck is what a renewal's DHCPACK granted.
@@ -118,6 +120,11 @@ type RenewStorm struct {
 	Tries int
 	Wait  time.Duration
 	Seed  uint64
+	// Relay6, when set, renews over DHCPv6: each client's Renew names
+	// ServerDUID and goes through the relay, as a client behind a relay
+	// renews (it multicasts; its link's relay forwards).
+	Relay6     *Relay6
+	ServerDUID dhcpv6.DUID
 }
 
 // RenewResult sums a renewal storm up. Every client ends in exactly one
@@ -190,7 +197,13 @@ func (s *RenewStorm) Run(ctx context.Context) RenewResult {
 		wg.Add(1)
 		go func(c Renewal) {
 			defer wg.Done()
-			ack, err := Renew(ctx, s.Server, c, tries, wait)
+			var ack RenewAck
+			var err error
+			if s.Relay6 != nil {
+				ack, err = s.Relay6.Renew6(ctx, c.ID6, s.ServerDUID, c.IP, tries, wait)
+			} else {
+				ack, err = Renew(ctx, s.Server, c, tries, wait)
+			}
 			retrans.Add(int64(ack.Retransmits))
 			mu.Lock()
 			defer mu.Unlock()
@@ -205,7 +218,9 @@ func (s *RenewStorm) Run(ctx context.Context) RenewResult {
 				return
 			case errors.Is(err, ErrNAK):
 				res.NAKs++
-				err = fmt.Errorf("%s: renewing %s: %w", c.ID.MAC, c.IP, err)
+				if s.Relay6 == nil {
+					err = fmt.Errorf("%s: renewing %s: %w", c.ID.MAC, c.IP, err)
+				}
 			case errors.Is(err, ErrNoAnswer):
 				res.Drops++
 			default:

@@ -6,12 +6,14 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +38,9 @@ type Switch struct {
 // for it) and the joined report, each over HTTP with SONiC's headers.
 type Storm struct {
 	Relay *Relay
+	// Relay6, when set instead of Relay, leases over DHCPv6 (Solicit,
+	// Advertise, Request, Reply) and the switches fetch over IPv6.
+	Relay6 *Relay6
 	// HTTP is shared by every switch, or nil: then each switch talks from
 	// its own leased address, as a real switch does (the process must run
 	// where those addresses are local, e.g. behind a "local" route).
@@ -48,6 +53,8 @@ type Storm struct {
 	// joiner's Delivery JSON, secrets included) and the key the switch
 	// made for its certificate, before the switch reports.
 	Bundle func(sw Switch, doc, keyPEM []byte)
+
+	serverDUID atomic.Pointer[[]byte] // the first DHCPv6 lease's server identifier
 }
 
 // StormResult sums a storm up.
@@ -64,6 +71,9 @@ type StormResult struct {
 	// Bundled says, in Switches' order, which switches received their join
 	// bundle: what ztpd answered, so what its store must keep.
 	Bundled []bool `json:"bundled,omitempty"`
+	// ServerDUID is the DHCPv6 server's identifier (hex) the fleet's
+	// leases came from: what its renewals name.
+	ServerDUID string `json:"server_duid,omitempty"`
 }
 
 // Identity is what sw says about itself on DHCP, as SONiC's dhclient does.
@@ -120,6 +130,9 @@ func (s *Storm) Run(ctx context.Context) StormResult {
 	}
 	wg.Wait()
 	res := StormResult{Devices: len(s.Switches), Failed: int(failed.Load()), Elapsed: time.Since(start), Errors: errs, PerStep: steps, Leases: leases, Bundled: bundled}
+	if sid := s.serverDUID.Load(); sid != nil {
+		res.ServerDUID = hex.EncodeToString(*sid)
+	}
 	var ok []time.Duration
 	for _, l := range lat {
 		if l >= 0 {
@@ -140,23 +153,18 @@ func (s *Storm) onboard(ctx context.Context, sw Switch, leased *string, bundled 
 	steps := map[string]time.Duration{}
 	mark := func(step string, t0 time.Time) { steps[step] += time.Since(t0) }
 	t0 := time.Now()
-	id, err := sw.Identity()
-	if err != nil {
-		return steps, err
-	}
-	lease, err := s.Relay.DORA(ctx, id)
+	ip, ztpURL, err := s.lease(ctx, sw)
 	mark("dhcp", t0)
 	if err != nil {
 		return steps, err
 	}
-	*leased = lease.IP.String()
-	ztpURL := string(lease.Options.Get(dhcpv4.OptionBootfileName))
+	*leased = ip.String()
 	if ztpURL == "" {
-		return steps, fmt.Errorf("%s: ACK without option 67", sw.MAC)
+		return steps, fmt.Errorf("%s: lease without a boot file URL (option 67 or 59)", sw.MAC)
 	}
 	hc := s.HTTP
 	if hc == nil {
-		tr := &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: lease.IP.AsSlice()}}).DialContext,
+		tr := &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: ip.AsSlice()}}).DialContext,
 			MaxIdleConnsPerHost: 1, DisableCompression: true}
 		defer tr.CloseIdleConnections()
 		hc = &http.Client{Transport: tr, Timeout: 60 * time.Second}
@@ -275,6 +283,35 @@ func (s *Storm) onboard(ctx context.Context, sw Switch, leased *string, bundled 
 	return steps, nil
 }
 
+// lease runs sw's DHCP exchange, over DHCPv6 when the storm has a Relay6:
+// the address it got and the URL of its ztp.json (option 67, or 59).
+func (s *Storm) lease(ctx context.Context, sw Switch) (netip.Addr, string, error) {
+	if s.Relay6 != nil {
+		id, err := sw.Identity6()
+		if err != nil {
+			return netip.Addr{}, "", err
+		}
+		l, err := s.Relay6.SARR(ctx, id)
+		if err != nil {
+			return netip.Addr{}, "", err
+		}
+		if s.serverDUID.Load() == nil {
+			sid := l.ServerID.ToBytes()
+			s.serverDUID.CompareAndSwap(nil, &sid)
+		}
+		return l.IP, l.BootFileURL, nil
+	}
+	id, err := sw.Identity()
+	if err != nil {
+		return netip.Addr{}, "", err
+	}
+	l, err := s.Relay.DORA(ctx, id)
+	if err != nil {
+		return netip.Addr{}, "", err
+	}
+	return l.IP, string(l.Options.Get(dhcpv4.OptionBootfileName)), nil
+}
+
 func getJSON(ctx context.Context, hc *http.Client, url string, hdr http.Header, out any) error {
 	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
 	if err != nil {
@@ -322,6 +359,12 @@ func pinnedClient(hc *http.Client, pins string) (*http.Client, error) {
 	// timeout, and a storm of them its whole connection limit.
 	tr.DisableKeepAlives = true
 	tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true, // the pin below is the trust
+		// The groups a switch's curl offers: SONiC's OpenSSL (1.1.1 on
+		// bullseye, 3.0 on bookworm) has no ML-KEM and sends one X25519
+		// key share. Go's default hybrid X25519MLKEM768 share made the
+		// appliance encapsulate ML-KEM per handshake (6 % of its storm
+		// CPU), work no real switch asks of it.
+		CurvePreferences: []tls.CurveID{tls.X25519, tls.CurveP256, tls.CurveP384, tls.CurveP521},
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) > 0 {
 				sum := sha256.Sum256(cs.PeerCertificates[0].RawSubjectPublicKeyInfo)

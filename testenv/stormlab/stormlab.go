@@ -30,6 +30,18 @@ const (
 	ServerAddr = "10.99.0.1"
 	// RelayAddr is the fleet's address: the relay's giaddr.
 	RelayAddr = "10.99.0.2"
+
+	// Over IPv6 (NetOptions.IPv6): ztpd and the fleet's relay on the veth
+	// link fd99:0:0:1::/64; the fleet leases from FleetPrefix6, behind the
+	// relay, whose Relay-Forw messages state LinkAddr6. A /64 holds any
+	// fleet, where 10.99.0.0/16 stops at 65,278.
+	ServerAddr6  = "fd99:0:0:1::1"
+	RelayAddr6   = "fd99:0:0:1::2"
+	FleetPrefix6 = "fd99:0:0:100::/64"
+	LinkAddr6    = "fd99:0:0:100::1"
+	// PoolStart6 and PoolEnd6 are the fleet's pool: 16,777,216 addresses.
+	PoolStart6 = "fd99:0:0:100::1:0"
+	PoolEnd6   = "fd99:0:0:100::ff:ffff"
 )
 
 // Net is the two namespaces and the routes between them.
@@ -48,6 +60,11 @@ type NetOptions struct {
 	// router the DHCP options name (kubeadm looks for a default route even
 	// with an advertise address).
 	DefaultRoute bool
+	// IPv6 lays the namespaces out over IPv6 only (ServerAddr6,
+	// RelayAddr6, FleetPrefix6; ServerAddr and the pool's /24s unused):
+	// FleetPrefix6 is "local" in the fleet's namespace (any address of it
+	// may be bound there) and routed to the relay from ztpd's.
+	IPv6 bool
 }
 
 // NewNet creates the namespaces (removing leftovers of a killed run of the
@@ -71,6 +88,9 @@ func NewNet(o NetOptions) (n *Net, err error) {
 	if n.Cli, err = netns.Add(o.Prefix + "-cli"); err != nil {
 		return n, err
 	}
+	if o.IPv6 {
+		return n, n.routes6()
+	}
 	if err = netns.Veth(n.Srv, "s0", srvAddr+"/16", n.Cli, "c0", RelayAddr+"/16"); err != nil {
 		return n, err
 	}
@@ -89,6 +109,37 @@ func NewNet(o NetOptions) (n *Net, err error) {
 		}
 	}
 	return n, nil
+}
+
+// routes6 is NewNet's IPv6 layout, DAD off so every address is usable at
+// once (they are unique by construction), and non-local binds allowed in
+// the fleet's namespace: IPv6 binds only to an interface's own addresses,
+// not to those a "local" route makes local.
+func (n *Net) routes6() error {
+	for _, ns := range []*netns.NS{n.Srv, n.Cli} {
+		if err := sysctl(ns, "net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0"); err != nil {
+			return err
+		}
+	}
+	if err := sysctl(n.Cli, "net.ipv6.ip_nonlocal_bind=1"); err != nil {
+		return err
+	}
+	if err := netns.Veth(n.Srv, "s0", ServerAddr6+"/64", n.Cli, "c0", RelayAddr6+"/64"); err != nil {
+		return err
+	}
+	if err := n.Cli.IP("-6", "route", "add", "local", FleetPrefix6, "dev", "lo"); err != nil {
+		return err
+	}
+	return n.Srv.IP("-6", "route", "add", FleetPrefix6, "via", RelayAddr6)
+}
+
+func sysctl(ns *netns.NS, settings ...string) error {
+	for _, k := range settings {
+		if out, err := ns.Command(context.Background(), "sysctl", "-qw", k).CombinedOutput(); err != nil {
+			return fmt.Errorf("sysctl %s in %s: %v: %s", k, ns.Name, err, out)
+		}
+	}
+	return nil
 }
 
 // Close removes the namespaces; stop what runs in them first.
@@ -124,12 +175,20 @@ type ConfigOptions struct {
 	LeaseTime           time.Duration // 0 is an hour
 	Pprof               bool          // the pprof listener on <ServerAddr>:6060
 	EventsKeep          int           // events.keep; 0 leaves ztpd's default
+	// IPv6 is the storm over DHCPv6 (NetOptions.IPv6's layout): ztpd at
+	// ServerAddr6 (ServerAddr and the pool's /24s are ignored), the fleet's
+	// subnet FleetPrefix6 relayed by RelayAddr6, four-message exchanges
+	// (rapid_commit off, as dhclient -6 does not ask for it).
+	IPv6 bool
 }
 
 // Config is the storm's ztpd.yaml: DHCP through the fleet's relay on s0,
 // HTTP on <ServerAddr>:8080, the storm profiles, and every joiner request
 // from the /16 approved.
 func Config(o ConfigOptions) string {
+	if o.IPv6 {
+		return config6(o)
+	}
 	addr := cmp.Or(o.ServerAddr, ServerAddr)
 	var pprof, events string
 	if o.Pprof {
@@ -153,6 +212,32 @@ profiles: [%s]
   auto_approve: [{subnets: [10.99.0.0/16], roles: [control-plane, worker]}]
 `, filepath.Join(o.Work, "data"), addr, pprof, addr, RelayAddr, leaseTime(o.LeaseTime),
 		o.PoolFirst, o.PoolLast, addr, filepath.Join(o.Work, "profiles"), events)
+}
+
+// config6 is Config over IPv6.
+func config6(o ConfigOptions) string {
+	var pprof, events string
+	if o.Pprof {
+		pprof = fmt.Sprintf("debug: {pprof_addr: \"[%s]:6060\"}\n", ServerAddr6)
+	}
+	if o.EventsKeep > 0 {
+		events = fmt.Sprintf("events: {keep: %d}\n", o.EventsKeep)
+	}
+	return fmt.Sprintf(`data_dir: %s
+advertise_addr: "%s"
+log: {level: warn, format: json}
+%shttp: {addr: "[%s]:8080"}
+dhcp:
+  interfaces: [s0]
+  relays: [{address: "%s", giaddrs: ["%s"]}]
+  lease_time: %s
+  subnets:
+    - {name: storm6, subnet: "%s", pools: ["%s-%s"], rapid_commit: false}
+profiles: [%s]
+%sjoiner:
+  auto_approve: [{subnets: ["%s"], roles: [control-plane, worker]}]
+`, filepath.Join(o.Work, "data"), ServerAddr6, pprof, ServerAddr6, RelayAddr6, LinkAddr6, leaseTime(o.LeaseTime),
+		FleetPrefix6, PoolStart6, PoolEnd6, filepath.Join(o.Work, "profiles"), events, FleetPrefix6)
 }
 
 // leaseTime spells d as ztpd's config reads it; an hour when unset.
@@ -205,6 +290,10 @@ func Start(ctx context.Context, o StormOptions) (s *Storm, err error) {
 		c.PoolFirst, c.PoolLast = o.Net.PoolFirst, o.Net.PoolLast
 	}
 	base := "http://" + cmp.Or(o.Net.ServerAddr, ServerAddr) + ":8080"
+	if o.Net.IPv6 {
+		c.IPv6 = true
+		base = "http://[" + ServerAddr6 + "]:8080"
+	}
 	if s.App, err = lab.StartAppliance(ctx, n.Srv, o.Bin, o.Work, Config(c), base); err != nil {
 		return s, err
 	}

@@ -1,6 +1,7 @@
 package stormlab
 
 import (
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,5 +77,54 @@ func TestNewNetRoutesThePool(t *testing.T) {
 	out, err := n.Srv.Command(t.Context(), "ip", "route", "get", "10.99.4.7").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "via "+RelayAddr) {
 		t.Errorf("route to the pool from ztpd's namespace: %s %v", out, err)
+	}
+}
+
+// The IPv6 storm's config loads: an IPv6 subnet relayed by the fleet's
+// relay, the listeners on ztpd's IPv6 address.
+func TestConfig6Loads(t *testing.T) {
+	work := t.TempDir()
+	if err := WriteProfiles(work, 2); err != nil {
+		t.Fatal(err)
+	}
+	text := Config(ConfigOptions{Work: work, IPv6: true, Pprof: true, LeaseTime: 6 * time.Minute})
+	for _, line := range []string{`http: {addr: "[fd99:0:0:1::1]:8080"}`, `relays: [{address: "fd99:0:0:1::2", giaddrs: ["fd99:0:0:100::1"]}]`,
+		`pools: ["fd99:0:0:100::1:0-fd99:0:0:100::ff:ffff"], rapid_commit: false`, `debug: {pprof_addr: "[fd99:0:0:1::1]:6060"}`} {
+		if !strings.Contains(text, line) {
+			t.Errorf("config lacks %q:\n%s", line, text)
+		}
+	}
+	path := filepath.Join(work, "ztpd.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := config.Load(path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNewNet6RoutesThePrefix(t *testing.T) {
+	if err := netns.Check(); err != nil {
+		t.Skip(err)
+	}
+	n, err := NewNet(NetOptions{Prefix: "stl6", IPv6: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	leased := netip.MustParseAddr("fd99:0:0:100::12:34").String() // as ip prints it (RFC 5952)
+	out, err := n.Cli.Command(t.Context(), "ip", "-6", "route", "get", leased).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "local "+leased+" ") || !strings.Contains(string(out), " dev lo ") {
+		t.Errorf("route to a leased address from the fleet's namespace: %s %v", out, err)
+	}
+	out, err = n.Srv.Command(t.Context(), "ip", "-6", "route", "get", leased).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "via "+RelayAddr6) {
+		t.Errorf("route to the prefix from ztpd's namespace: %s %v", out, err)
+	}
+	// A switch binds its leased address, as its HTTP client does.
+	out, err = n.Cli.Command(t.Context(), "python3", "-c",
+		"import socket; s=socket.socket(socket.AF_INET6); s.bind(('fd99:0:0:100::12:34', 0)); print('bound')").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "bound") {
+		t.Errorf("binding a leased address in the fleet's namespace: %s %v", out, err)
 	}
 }

@@ -14,6 +14,11 @@
 // hands join material only to the address a switch holds): the pool's /24s
 // are "local" routes in bs-cli and routed to 10.99.0.2 from bs-srv.
 //
+// With -ipv6 the storm runs over DHCPv6 and IPv6 (namespaces bs6-srv and
+// bs6-cli, testenv/stormlab's IPv6 layout): each switch leases by
+// Solicit/Advertise/Request/Reply through the fleet's DHCPv6 relay, as
+// dhclient -6 does, and fetches from its address in fd99:0:0:100::/64.
+//
 // Its -fleet mode (the fleet alone, in the fleet's namespace) is also what
 // testenv/cmd/scalebench runs, and its -renew mode renews a -fleet run's leases
 // at T1 (each switch a RENEWING client unicasting from its address).
@@ -21,6 +26,7 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -32,6 +38,8 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv6"
 
 	"github.com/ztpd/ztpd/testenv/fleet"
 	"github.com/ztpd/ztpd/testenv/lab"
@@ -52,6 +60,7 @@ type options struct {
 	profileDelay      time.Duration
 	renewLeases       string // renew mode: the storm's fleet result, with each switch's lease
 	renewWindow       time.Duration
+	ipv6              bool // the storm over DHCPv6 and IPv6 (stormlab's IPv6 layout)
 }
 
 const poolFirst, poolLast = 1, 200 // pool 10.99.<first>.0 - 10.99.<last>.254
@@ -63,6 +72,7 @@ func main() {
 	flag.StringVar(&o.renewLeases, "renew-leases", "", "internal: a -fleet-out result of the storm whose leases -renew renews")
 	flag.DurationVar(&o.renewWindow, "renew-window", time.Minute, "internal: -renew spreads the fleet's REQUESTs uniformly over this window")
 	flag.IntVar(&o.n, "n", 10000, "switches")
+	flag.BoolVar(&o.ipv6, "ipv6", false, "the storm over DHCPv6 (Solicit, Advertise, Request, Reply through a relay) and HTTP over IPv6, the fleet leasing from a /64")
 	flag.IntVar(&o.clusters, "clusters", 10, "clusters (at most 1000 workers each)")
 	flag.IntVar(&o.conc, "concurrency", 256, "switches onboarding at the same time")
 	flag.StringVar(&o.bin, "ztpd", "bin/ztpd", "ztpd binary")
@@ -96,7 +106,7 @@ func run(o options) error {
 	if o.n/o.clusters > 1000 {
 		return fmt.Errorf("%d switches in %d clusters is more than 1000 per cluster", o.n, o.clusters)
 	}
-	if o.n > (poolLast-poolFirst+1)*254 {
+	if !o.ipv6 && o.n > (poolLast-poolFirst+1)*254 {
 		return fmt.Errorf("at most %d switches fit the pool", (poolLast-poolFirst+1)*254)
 	}
 	o.bin, _ = filepath.Abs(o.bin)
@@ -110,7 +120,7 @@ func run(o options) error {
 	}
 	ctx := context.Background()
 	st, err := stormlab.Start(ctx, stormlab.StormOptions{
-		Net:    stormlab.NetOptions{Prefix: "bs", PoolFirst: poolFirst, PoolLast: poolLast},
+		Net:    stormlab.NetOptions{Prefix: nsPrefix(o.ipv6), PoolFirst: poolFirst, PoolLast: poolLast, IPv6: o.ipv6},
 		Config: stormlab.ConfigOptions{Pprof: true},
 		Bin:    o.bin, Work: o.work,
 		Clusters: o.clusters, PerCluster: (o.n + o.clusters - 1) / o.clusters,
@@ -130,14 +140,14 @@ func run(o options) error {
 	if o.cpuProfile != "" {
 		go func() {
 			time.Sleep(o.profileDelay)
-			profDone <- saveProfile(lab.NSClient(srv), o.cpuProfile)
+			profDone <- saveProfile(lab.NSClient(srv), o.cpuProfile, o.ipv6)
 		}()
 	} else {
 		profDone <- nil
 	}
-	fmt.Fprintf(os.Stderr, "boot storm: %d SONiC switches, %d clusters, concurrency %d\n", o.n, o.clusters, o.conc)
+	fmt.Fprintf(os.Stderr, "boot storm: %d SONiC switches, %d clusters, concurrency %d, %s\n", o.n, o.clusters, o.conc, family(o.ipv6))
 	cpu0, _ := procstat.CPU(app.Proc.Cmd.Process.Pid) // `ip netns exec` execs ztpd in place: the pid is its own
-	commits0, callers0, err := storeCommits(lab.NSClient(srv))
+	commits0, callers0, err := storeCommits(lab.NSClient(srv), o.ipv6)
 	if err != nil {
 		return err
 	}
@@ -148,6 +158,9 @@ func run(o options) error {
 	resPath := filepath.Join(o.work, "fleet.json")
 	args := []string{"-fleet", "-n", strconv.Itoa(o.n), "-clusters", strconv.Itoa(o.clusters),
 		"-concurrency", strconv.Itoa(o.conc), "-fleet-out", resPath, "-fleet-cpuprofile", o.fleetProfile}
+	if o.ipv6 {
+		args = append(args, "-ipv6")
+	}
 	name := self
 	if o.fleetCPUs != "" {
 		name, args = "taskset", append([]string{"-c", o.fleetCPUs, self}, args...)
@@ -179,7 +192,7 @@ func run(o options) error {
 	fmt.Printf("elapsed %.2f s, %.0f devices/s, time to the accepted report p50 %.1f ms p99 %.1f ms\n",
 		secs, float64(res.Devices-res.Failed)/secs, ms(res.P50), ms(res.P99))
 	fmt.Printf("ztpd CPU %.1f s, %.3f ms per device\n", cpu, 1000*cpu/float64(max(res.Devices, 1)))
-	if commits1, callers1, err := storeCommits(lab.NSClient(srv)); err == nil && commits1 > commits0 {
+	if commits1, callers1, err := storeCommits(lab.NSClient(srv), o.ipv6); err == nil && commits1 > commits0 {
 		c := commits1 - commits0
 		fmt.Printf("store commits %.0f, %.2f per device, %.1f writers per commit\n", c, c/float64(max(res.Devices, 1)), (callers1-callers0)/c)
 	}
@@ -206,23 +219,63 @@ func runFleet(o options) error {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	relay, err := fleet.NewRelay(netip.MustParseAddr("10.99.0.2"), netip.MustParseAddr("10.99.0.1"))
-	if err != nil {
-		return err
-	}
-	defer relay.Close()
-	storm := &fleet.Storm{Relay: relay, Concurrency: o.conc, Switches: switches(o),
+	storm := &fleet.Storm{Concurrency: o.conc, Switches: switches(o),
 		Progress: func(done, failed int) {
 			if done%1000 == 0 {
 				fmt.Fprintf(os.Stderr, "  %d/%d onboarded (%d failed)\n", done, o.n, failed)
 			}
 		}}
+	if o.ipv6 {
+		relay, err := relay6()
+		if err != nil {
+			return err
+		}
+		defer relay.Close()
+		storm.Relay6 = relay
+	} else {
+		relay, err := fleet.NewRelay(netip.MustParseAddr(stormlab.RelayAddr), netip.MustParseAddr(stormlab.ServerAddr))
+		if err != nil {
+			return err
+		}
+		defer relay.Close()
+		storm.Relay = relay
+	}
 	res := storm.Run(context.Background())
 	raw, err := json.Marshal(res)
 	if err != nil {
 		return err
 	}
 	return os.WriteFile(o.fleetOut, raw, 0o644)
+}
+
+// relay6 is the fleet's DHCPv6 relay in stormlab's IPv6 layout.
+func relay6() (*fleet.Relay6, error) {
+	return fleet.NewRelay6(netip.MustParseAddr(stormlab.RelayAddr6), netip.MustParseAddr(stormlab.LinkAddr6),
+		netip.MustParseAddr(stormlab.ServerAddr6))
+}
+
+// nsPrefix names the namespaces: bs-srv and bs-cli, bs6-* over IPv6, so
+// the two storms may run side by side.
+func nsPrefix(ipv6 bool) string {
+	if ipv6 {
+		return "bs6"
+	}
+	return "bs"
+}
+
+func family(ipv6 bool) string {
+	if ipv6 {
+		return "DHCPv6 and IPv6"
+	}
+	return "DHCPv4 and IPv4"
+}
+
+// serverHost is ztpd's address as a URL's host.
+func serverHost(ipv6 bool) string {
+	if ipv6 {
+		return "[" + stormlab.ServerAddr6 + "]"
+	}
+	return stormlab.ServerAddr
 }
 
 // switches is the storm's fleet: switch i has MAC fleet.MAC(i) and serial
@@ -262,14 +315,34 @@ func runRenew(o options) error {
 		if err != nil {
 			return fmt.Errorf("%s: lease of %s: %w", o.renewLeases, sw.MAC, err)
 		}
-		id, err := sw.Identity()
+		r := fleet.Renewal{IP: ip}
+		if o.ipv6 {
+			r.ID6, err = sw.Identity6()
+		} else {
+			r.ID, err = sw.Identity()
+		}
 		if err != nil {
 			return err
 		}
-		clients = append(clients, fleet.Renewal{ID: id, IP: ip})
+		clients = append(clients, r)
 	}
 	fmt.Fprintf(os.Stderr, "  renewing %d leases over %s\n", len(clients), o.renewWindow)
-	rs := &fleet.RenewStorm{Server: netip.MustParseAddr("10.99.0.1"), Clients: clients, Window: o.renewWindow, Seed: uint64(o.n)}
+	rs := &fleet.RenewStorm{Server: netip.MustParseAddr(stormlab.ServerAddr), Clients: clients, Window: o.renewWindow, Seed: uint64(o.n)}
+	if o.ipv6 {
+		sid, err := hex.DecodeString(storm.ServerDUID)
+		if err != nil || len(sid) == 0 {
+			return fmt.Errorf("%s: no DHCPv6 server identifier %q: %v", o.renewLeases, storm.ServerDUID, err)
+		}
+		if rs.ServerDUID, err = dhcpv6.DUIDFromBytes(sid); err != nil {
+			return fmt.Errorf("%s: server identifier: %w", o.renewLeases, err)
+		}
+		relay, err := relay6()
+		if err != nil {
+			return err
+		}
+		defer relay.Close()
+		rs.Relay6 = relay
+	}
 	out, err := json.Marshal(rs.Run(context.Background()))
 	if err != nil {
 		return err
@@ -279,16 +352,16 @@ func runRenew(o options) error {
 
 // storeCommits reads ztpd's durable commits and the writers they carried
 // from its metrics.
-func storeCommits(c *http.Client) (commits, writers float64, err error) {
-	m, err := promtext.Unlabelled(c, "http://10.99.0.1:8080/metrics")
+func storeCommits(c *http.Client, ipv6 bool) (commits, writers float64, err error) {
+	m, err := promtext.Unlabelled(c, "http://"+serverHost(ipv6)+":8080/metrics")
 	return m["ztpd_store_commits_total"], m["ztpd_store_batch_size_sum"], err
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-func saveProfile(c *http.Client, path string) error {
+func saveProfile(c *http.Client, path string, ipv6 bool) error {
 	c.Timeout = time.Minute
-	resp, err := c.Get("http://10.99.0.1:6060/debug/pprof/profile?seconds=10")
+	resp, err := c.Get("http://" + serverHost(ipv6) + ":6060/debug/pprof/profile?seconds=10")
 	if err != nil {
 		return err
 	}

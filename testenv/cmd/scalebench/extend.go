@@ -24,10 +24,10 @@ import (
 // RSS after it, the API, the backup, bytes per device) is the whole
 // fleet's.
 
-// split is the stormed part of a fleet of n (at most maxStormed) and the
-// clusters of each part.
+// split is the stormed part of a fleet of n (at most maxStormed, which
+// main caps at the pool) and the clusters of each part.
 func split(n, maxStormed int) (stormed, stormClusters, extraClusters int) {
-	stormed = min(n, maxStormed, maxDevices)
+	stormed = min(n, maxStormed)
 	stormClusters = (stormed + perCluster - 1) / perCluster
 	extraClusters = (n - stormed + perCluster - 1) / perCluster
 	return

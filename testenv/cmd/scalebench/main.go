@@ -24,7 +24,7 @@
 // second, ztpd's CPU seconds. Then a "growth" line (per-device CPU and
 // bytes relative to the smallest size) and
 //
-//	RESULT scale devices=<n> storm_s=<s> p99_ms=<ms> rss_mb=<m> api_p99_ms=<ms> restart_s=<s>
+//	RESULT scale devices=<n> storm_s=<s> p99_ms=<ms> rss_mb=<m> api_p99_ms=<ms> restart_s=<s> ... family=<ipv4|ipv6>
 //
 // for the largest size (api_p99_ms: the worst of the three queries; a query
 // no request of which completed under wrk counts with its lone time, a
@@ -35,6 +35,13 @@
 // (10.99.0.2/16), joined by a veth pair; every /24 of 10.99.1.0 -
 // 10.99.255.0 is the pool, so at most 255*256-1 = 65279 devices fit the
 // lab's 10.99.0.0/16.
+//
+// With -ipv6 the same runs over IPv6 (stormlab's IPv6 layout, namespaces
+// sc6-srv and sc6-cli): ztpd at fd99:0:0:1::1, the fleet's DHCPv6 relay at
+// fd99:0:0:1::2 stating link address fd99:0:0:100::1, each switch leasing by
+// Solicit/Advertise/Request/Reply and renewing by Renew through it, its HTTP
+// from its address in fd99:0:0:100::/64. The /64 holds every size, so every
+// device is stormed.
 package main
 
 import (
@@ -72,8 +79,11 @@ import (
 const (
 	poolFirst, poolLast = 1, 255 // pool 10.99.<first>.0 - 10.99.<last>.254
 	maxDevices          = (poolLast-poolFirst+1)*256 - 2
-	perCluster          = 1000 // the storm's clusters take at most 1000 workers each
-	srvAddr             = "10.99.0.1"
+	// maxDevices6 bounds a size over IPv6, whose /64 pool holds any
+	// fleet: every device is stormed.
+	maxDevices6 = 1_000_000
+	perCluster  = 1000 // the storm's clusters take at most 1000 workers each
+	srvAddr     = "10.99.0.1"
 	// defaultEventsKeep is config.Default's events.keep: the device stream
 	// is pruned to it, so a larger -events raises it.
 	defaultEventsKeep = 200000
@@ -91,6 +101,7 @@ type options struct {
 	leaseTime  time.Duration
 	window     time.Duration
 	maxStormed int
+	ipv6       bool // the storm and renewals over DHCPv6, the devices over IPv6
 }
 
 // sizeResult is what one fleet size measured.
@@ -120,6 +131,7 @@ type sizeResult struct {
 	Floor            wrkResult
 	Issued, Restored int // devices join-issued after the storm and after the restart
 	Renew            renewResult
+	Family           string // "ipv4" or "ipv6"
 }
 
 // renewResult is the fleet renewing at T1, and what the store says of it.
@@ -182,7 +194,8 @@ func main() {
 	flag.StringVar(&o.profileDir, "cpuprofile-dir", "", "write ztpd's CPU profiles of each storm and each wrk query here (storm-<n>.pprof, api-<n>-<query>.pprof)")
 	flag.DurationVar(&o.leaseTime, "lease-time", 6*time.Minute, "ztpd's dhcp.lease_time: the fleet renews once its leases are a quarter of it old, so short (at least 1m)")
 	flag.DurationVar(&o.window, "renew-window", time.Minute, "the fleet's renewals start uniformly over this window")
-	flag.IntVar(&o.maxStormed, "max-stormed", maxDevices, "storm at most this many devices of a size, write the rest into the store (extend.go; to try that path on a small fleet)")
+	flag.IntVar(&o.maxStormed, "max-stormed", 0, "storm at most this many devices of a size, write the rest into the store (extend.go; to try that path on a small fleet); 0: as many as the pool holds (65,278 over IPv4, every device over IPv6)")
+	flag.BoolVar(&o.ipv6, "ipv6", false, "over IPv6: the storm's leases and renewals by DHCPv6 (through a relay, from a /64 pool in fd99::/16), the switches' HTTP from their IPv6 addresses, the API on IPv6")
 	flag.Parse()
 	for _, f := range strings.FieldsFunc(*sizes, func(r rune) bool { return r == ' ' || r == ',' }) {
 		n, err := strconv.Atoi(f)
@@ -199,6 +212,12 @@ func main() {
 	if o.leaseTime < time.Minute || o.window < 0 {
 		fmt.Fprintln(os.Stderr, "scalebench: -lease-time under 1m (ztpd refuses it) or negative -renew-window")
 		os.Exit(2)
+	}
+	switch {
+	case o.ipv6 && o.maxStormed <= 0:
+		o.maxStormed = maxDevices6
+	case !o.ipv6:
+		o.maxStormed = min(cmp.Or(max(o.maxStormed, 0), maxDevices), maxDevices)
 	}
 	sort.Ints(o.sizes)
 	if err := run(o); err != nil {
@@ -260,17 +279,17 @@ func run(o options) error {
 		fmt.Printf("storm_s and p99_ms are the storm of %d of the %d devices (the pool in 10.99.0.0/16); the rest were written into the store (extend.go)\n", last.Stormed, last.N)
 	}
 	fmt.Println("rss_mb is ztpd's anonymous memory (RssAnon), the highest of the storm's and after the restart; rss_hwm_mb adds the store's mapped file pages (VmHWM)")
-	fmt.Printf("RESULT scale devices=%d storm_s=%.2f p99_ms=%.1f rss_mb=%.0f api_p99_ms=%.2f restart_s=%.2f stormed=%d rss_hwm_mb=%.0f\n",
-		last.N, last.StormS, last.P99ms, max(last.AnonMB, last.RestartAnonMB), apiP99, last.RestartS, last.Stormed, max(last.RSSMB, last.RestartRSSMB))
+	fmt.Printf("RESULT scale devices=%d storm_s=%.2f p99_ms=%.1f rss_mb=%.0f api_p99_ms=%.2f restart_s=%.2f stormed=%d rss_hwm_mb=%.0f family=%s\n",
+		last.N, last.StormS, last.P99ms, max(last.AnonMB, last.RestartAnonMB), apiP99, last.RestartS, last.Stormed, max(last.RSSMB, last.RestartRSSMB), last.Family)
 	return nil
 }
 
 func printSize(r sizeResult) {
-	fmt.Printf("size devices=%d stormed=%d failed=%d storm_s=%.2f p50_ms=%.1f p99_ms=%.1f anon_mb=%.0f rss_hwm_mb=%.0f cpu_s=%.1f cpu_ms_per_device=%.3f "+
+	fmt.Printf("size family=%s devices=%d stormed=%d failed=%d storm_s=%.2f p50_ms=%.1f p99_ms=%.1f anon_mb=%.0f rss_hwm_mb=%.0f cpu_s=%.1f cpu_ms_per_device=%.3f "+
 		"fleet_cpu_s=%.1f cpu_floor_s=%.2f "+
 		"store_mb=%.1f bytes_per_device=%.0f store_with_events_mb=%.1f storm_events=%d events=%d stop_s=%.2f restart_s=%.2f restart_anon_mb=%.0f restart_rss_hwm_mb=%.0f "+
 		"backup_s=%.2f backup_mb=%.1f issued=%d leases_unique=%d after_restart=%d total_s=%.0f\n",
-		r.N, r.Stormed, r.Failed, r.StormS, r.P50ms, r.P99ms, r.AnonMB, r.RSSMB, r.CPUS, 1000*r.cpuPerDevice(),
+		r.Family, r.N, r.Stormed, r.Failed, r.StormS, r.P50ms, r.P99ms, r.AnonMB, r.RSSMB, r.CPUS, 1000*r.cpuPerDevice(),
 		r.FleetCPUS, (r.CPUS+r.FleetCPUS)/float64(runtime.NumCPU()),
 		float64(r.StoreBytes)/(1<<20), r.bytesPerDevice(), float64(r.SeededBytes)/(1<<20), r.StormEvents, r.Events, r.StopS, r.RestartS, r.RestartAnonMB, r.RestartRSSMB,
 		r.BackupS, float64(r.BackupBytes)/(1<<20), r.Issued, r.LeasesChecked, r.Restored, r.TotalS)
@@ -279,7 +298,7 @@ func printSize(r sizeResult) {
 	}
 	rn := r.Renew
 	fmt.Printf("  renewals devices=%d window_s=%.0f acked=%d naks=%d drops=%d failed=%d retransmits=%d p50_ms=%.1f p99_ms=%.1f max_ms=%.1f rate_per_s=%.0f cpu_s=%.1f idle_cpu_s=%.1f extended_in_store=%d "+
-		"(T1 compressed: a real fleet renews at T1 = 30 min of a 1h lease; here lease_time=%s and each switch renews once its lease is past ztpd's lease cache, %.0f-%.0f s old)\n",
+		"(T1 compressed: a real fleet renews at T1 = 30 min of a 1h lease; here lease_time=%s and each switch renews once its lease is past ztpd's DHCPv4 lease cache, %.0f-%.0f s old; over DHCPv6 every Renew is written)\n",
 		rn.Devices, rn.Window.Seconds(), rn.Acked, rn.NAKs, rn.Drops, rn.Failed, rn.Retransmits, ms(rn.P50), ms(rn.P99), ms(rn.Max), rn.Rate(), rn.CPUS, rn.IdleCPUS, rn.Extended,
 		rn.Lease, rn.Waited.Seconds(), (rn.Waited+rn.Window).Seconds()+r.StormS)
 	for _, e := range rn.Errors {
@@ -327,7 +346,10 @@ func runSize(o options, n int) (sizeResult, error) {
 	ctx := context.Background()
 	b := &bench{o: o, n: n, work: filepath.Join(o.work, strconv.Itoa(n))}
 	b.stormed, b.clusters, b.extraClusters = split(n, o.maxStormed)
-	res := sizeResult{N: n, Stormed: b.stormed, API: map[string]wrkResult{}}
+	res := sizeResult{N: n, Stormed: b.stormed, API: map[string]wrkResult{}, Family: "ipv4"}
+	if o.ipv6 {
+		res.Family = "ipv6"
+	}
 	if err := os.MkdirAll(b.work, 0o755); err != nil {
 		return res, err
 	}
@@ -391,6 +413,10 @@ func runSize(o options, n int) (sizeResult, error) {
 	}
 	res.Failed, res.StormS = storm.Failed, storm.Elapsed.Seconds()
 	res.P50ms, res.P99ms = ms(storm.P50), ms(storm.P99)
+	// The storm's figures now, so a size that fails a later check still
+	// reports them.
+	fmt.Fprintf(os.Stderr, "scalebench: %d devices: storm %.1f s, %d failed, to joined p50 %.0f ms p99 %.0f ms, ztpd CPU %.1f s (%.3f ms per device), fleet CPU %.1f s, ztpd anon %.0f MB, VmHWM %.0f MB\n",
+		n, res.StormS, res.Failed, res.P50ms, res.P99ms, res.CPUS, 1000*res.cpuPerDevice(), res.FleetCPUS, res.AnonMB, res.RSSMB)
 	if res.Issued, err = b.app.CountDevices(ctx, "join-issued"); err != nil {
 		return res, err
 	}
@@ -479,7 +505,11 @@ func fileSize(path string) (int64, error) {
 // network makes <prefix>-srv and <prefix>-cli (stormlab's set-up; "sc"
 // unless a test picks its own prefix).
 func (b *bench) network() error {
-	n, err := stormlab.NewNet(stormlab.NetOptions{Prefix: cmp.Or(b.nsPrefix, "sc"), ServerAddr: srvAddr, PoolFirst: poolFirst, PoolLast: poolLast})
+	prefix := "sc"
+	if b.o.ipv6 {
+		prefix = "sc6" // beside an IPv4 run's namespaces
+	}
+	n, err := stormlab.NewNet(stormlab.NetOptions{Prefix: cmp.Or(b.nsPrefix, prefix), ServerAddr: srvAddr, PoolFirst: poolFirst, PoolLast: poolLast, IPv6: b.o.ipv6})
 	if err != nil {
 		return err
 	}
@@ -488,14 +518,22 @@ func (b *bench) network() error {
 }
 
 func (b *bench) start(ctx context.Context) (*lab.Appliance, error) {
-	return lab.StartAppliance(ctx, b.srv, b.o.bin, b.work, b.config(), "http://"+srvAddr+":8080")
+	return lab.StartAppliance(ctx, b.srv, b.o.bin, b.work, b.config(), "http://"+b.host()+":8080")
+}
+
+// host is ztpd's address as a URL's host.
+func (b *bench) host() string {
+	if b.o.ipv6 {
+		return "[" + stormlab.ServerAddr6 + "]"
+	}
+	return srvAddr
 }
 
 // config is the storm's, with the whole /16 as the pool, events.keep
 // large enough for -events, the pprof listener and -lease-time.
 func (b *bench) config() string {
 	return stormlab.Config(stormlab.ConfigOptions{Work: b.work, ServerAddr: srvAddr, PoolFirst: poolFirst, PoolLast: poolLast,
-		LeaseTime: b.o.leaseTime, Pprof: true, EventsKeep: max(defaultEventsKeep, b.o.events)})
+		LeaseTime: b.o.leaseTime, Pprof: true, EventsKeep: max(defaultEventsKeep, b.o.events), IPv6: b.o.ipv6})
 }
 
 // apiKey creates the admin key the appliance's own calls use and a second
@@ -517,8 +555,8 @@ func (b *bench) apiKey(ctx context.Context) error {
 func (b *bench) storm(ctx context.Context) (fleet.StormResult, float64, error) {
 	var res fleet.StormResult
 	out := filepath.Join(b.work, "fleet.json")
-	cmd := b.cli.Command(ctx, b.o.storm, "-fleet", "-n", strconv.Itoa(b.stormed), "-clusters", strconv.Itoa(b.clusters),
-		"-concurrency", strconv.Itoa(b.o.conc), "-fleet-out", out)
+	cmd := b.cli.Command(ctx, b.o.storm, b.familyArgs("-fleet", "-n", strconv.Itoa(b.stormed), "-clusters", strconv.Itoa(b.clusters),
+		"-concurrency", strconv.Itoa(b.o.conc), "-fleet-out", out)...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return res, 0, fmt.Errorf("fleet: %w", err)
@@ -529,6 +567,14 @@ func (b *bench) storm(ctx context.Context) (fleet.StormResult, float64, error) {
 		return res, cpu, err
 	}
 	return res, cpu, json.Unmarshal(raw, &res)
+}
+
+// familyArgs are bootstorm's arguments args, with -ipv6 over IPv6.
+func (b *bench) familyArgs(args ...string) []string {
+	if b.o.ipv6 {
+		return append(args, "-ipv6")
+	}
+	return args
 }
 
 // checkAddressesUnique: after the storm, no address was given twice. The
@@ -622,7 +668,13 @@ func (b *bench) renew(ctx context.Context, storm fleet.StormResult, stormEnd tim
 	// The storm's first lease began no earlier than the storm; its last
 	// renewal must come before T2 (7/8 of the lease), when a real client
 	// would have stopped renewing and rebound.
-	firstRenewal := stormEnd.Add(lease/4 + 2*time.Second)
+	wait := lease/4 + 2*time.Second
+	if b.o.ipv6 {
+		// The DHCPv6 server keeps no lease cache: every Renew is written,
+		// however young its lease.
+		wait = 2 * time.Second
+	}
+	firstRenewal := stormEnd.Add(wait)
 	if oldest := firstRenewal.Add(b.o.window).Sub(stormEnd) + storm.Elapsed; oldest >= lease*7/8 {
 		return nil, fmt.Errorf("the oldest lease would be %s old at its renewal, past T2 of a %s lease: raise -lease-time", oldest.Round(time.Second), lease)
 	}
@@ -639,8 +691,8 @@ func (b *bench) renew(ctx context.Context, storm fleet.StormResult, stormEnd tim
 	}
 	idleRate := (cpu0 - idle0) / time.Since(idleFrom).Seconds()
 	out := filepath.Join(b.work, "renew.json")
-	cmd := b.cli.Command(ctx, b.o.storm, "-renew", "-n", strconv.Itoa(b.stormed), "-clusters", strconv.Itoa(b.clusters),
-		"-renew-leases", filepath.Join(b.work, "fleet.json"), "-renew-window", b.o.window.String(), "-fleet-out", out)
+	cmd := b.cli.Command(ctx, b.o.storm, b.familyArgs("-renew", "-n", strconv.Itoa(b.stormed), "-clusters", strconv.Itoa(b.clusters),
+		"-renew-leases", filepath.Join(b.work, "fleet.json"), "-renew-window", b.o.window.String(), "-fleet-out", out)...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("renewals: %w", err)
@@ -704,7 +756,7 @@ func (b *bench) heapProfile(name string) {
 	}
 	hc := lab.NSClient(b.srv)
 	hc.Timeout = time.Minute
-	if err := fetchTo(hc, "http://"+srvAddr+":6060/debug/pprof/heap", filepath.Join(b.o.profileDir, name+".pprof")); err != nil {
+	if err := fetchTo(hc, "http://"+b.host()+":6060/debug/pprof/heap", filepath.Join(b.o.profileDir, name+".pprof")); err != nil {
 		fmt.Fprintln(os.Stderr, "scalebench: heap profile:", err)
 	}
 }
@@ -726,7 +778,7 @@ func (b *bench) profile(ctx context.Context, name string) (stop func()) {
 		hc.Timeout = time.Minute
 		for i := 0; ctx.Err() == nil; i++ {
 			p := filepath.Join(b.work, fmt.Sprintf("cpu-%s-%d.pprof", name, i))
-			if err := fetchTo(hc, "http://"+srvAddr+":6060/debug/pprof/profile?seconds=5", p); err != nil {
+			if err := fetchTo(hc, "http://"+b.host()+":6060/debug/pprof/profile?seconds=5", p); err != nil {
 				fmt.Fprintln(os.Stderr, "scalebench: cpu profile:", err)
 				return
 			}
