@@ -324,7 +324,8 @@ http.server.HTTPServer(("127.0.0.1", 18500), H).serve_forever()
 // kept before the step and restarts the kubelet, which then reports the
 // version of the restored binary: the rollout shows the worker
 // rolled-back with the reason, its Node is Ready and schedulable at the
-// old version in the API server, and the control plane at the new one.
+// old version in the API server (and its desired target says so again),
+// and the control plane at the new one.
 func TestLabKubeletRestartRollsBack(t *testing.T) {
 	l, work := rolloutLab(t, "zkr", 146, 2)
 	from, to, _ := UpgradeVersions()
@@ -373,8 +374,12 @@ func TestLabKubeletRestartRollsBack(t *testing.T) {
 	var ds struct {
 		KubernetesVersion string `json:"kubernetes_version"`
 	}
-	if err := l.App.REST(context.Background(), "/api/v1/devices/"+url.PathEscape(wn.Device)+"/desired", nil, &ds); err == nil {
-		t.Logf("  %s's desired kubernetes_version: %q", worker, ds.KubernetesVersion)
+	if err := l.App.REST(context.Background(), "/api/v1/devices/"+url.PathEscape(wn.Device)+"/desired", nil, &ds); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("  %s's desired kubernetes_version: %q", worker, ds.KubernetesVersion)
+	if ds.KubernetesVersion != from {
+		t.Errorf("%s's desired kubernetes_version is %q after the rollback, want %s (what it runs again)", worker, ds.KubernetesVersion, from)
 	}
 
 }
