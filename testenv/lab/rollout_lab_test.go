@@ -25,6 +25,10 @@ import (
 // rolloutLab opens a lab of vms VMs in one cluster, prepared for an
 // upgrade it leaves to the test (Options.UpgradeByHand).
 func rolloutLab(t *testing.T, prefix string, octet, vms int) (*Lab, string) {
+	return rolloutLabOf(t, prefix, octet, Scenario{VMs: vms, Clusters: 1, Upgrade: true})
+}
+
+func rolloutLabOf(t *testing.T, prefix string, octet int, s Scenario) (*Lab, string) {
 	t.Helper()
 	bin, ksim := requireLabFleet(t)
 	from, _, err := UpgradeVersions()
@@ -34,7 +38,7 @@ func rolloutLab(t *testing.T, prefix string, octet, vms int) (*Lab, string) {
 	kubebin.Require(t, from)
 	work := t.TempDir()
 	var log strings.Builder
-	l, err := Open(context.Background(), Scenario{VMs: vms, Clusters: 1, Upgrade: true},
+	l, err := Open(context.Background(), s,
 		Options{Prefix: prefix, Octet: octet, WorkDir: work, Bin: bin, Kubeletsim: ksim, Out: &log,
 			Timeout: 5 * time.Minute, UpgradeByHand: true})
 	if l != nil {
@@ -72,11 +76,18 @@ type labRollout struct {
 // what the lab saw and the rollout's record at the end.
 func runRollout(t *testing.T, l *Lab, extra ...string) (RolloutResult, labRollout) {
 	t.Helper()
+	return startRollout(t, l, append([]string{"--kind", "kubernetes", "--target", l.UpgradeTo}, extra...)...)
+}
+
+// startRollout starts a rollout of the lab's cluster with ztpd rollout
+// start and flags, and follows it as runRollout does.
+func startRollout(t *testing.T, l *Lab, flags ...string) (RolloutResult, labRollout) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	cluster := l.Result.Clusters[0].Name
 	since := time.Now().Add(-time.Second)
-	args := append([]string{"rollout", "start", "--cluster", cluster, "--kind", "kubernetes", "--target", l.UpgradeTo, "-o", "json"}, extra...)
+	args := append([]string{"rollout", "start", "--cluster", cluster, "-o", "json"}, flags...)
 	out, err := l.ZTPD(ctx, args...)
 	if err != nil {
 		t.Fatalf("ztpd %s: %v: %s", strings.Join(args, " "), err, out)
@@ -382,4 +393,99 @@ func TestLabKubeletRestartRollsBack(t *testing.T) {
 		t.Errorf("%s's desired kubernetes_version is %q after the rollback, want %s (what it runs again)", worker, ds.KubernetesVersion, from)
 	}
 
+}
+
+// TestLabSwitchImageRollsBack: a SONiC switch in a real cluster (beside
+// its control plane VM) gets an image rollout with rollback auto whose
+// post_upgrade hook fails. Its agent records the running image and a
+// config checkpoint, the switch leaves (kubelet stopped, Node deleted),
+// installs the new image, reboots into it (new boot id), rejoins, runs the
+// hook, which fails; the agent sets the previous image as default,
+// reboots into it (the boot id changes again), rolls the config back to
+// its checkpoint, and ztpd has it rejoin: the rollout shows the switch
+// rolled-back with the hook's reason, the simulated sonic-installer,
+// reboot and config recorded exactly that, the switch runs its previous
+// image, its Node is Ready in the API server and its desired image is
+// none again (as before the rollout).
+func TestLabSwitchImageRollsBack(t *testing.T) {
+	l, work := rolloutLabOf(t, "zsr", 186, Scenario{Switches: 1, VMs: 1, Clusters: 1, Upgrade: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sw := "sw0"
+	root := filepath.Join(work, "devices", sw, "root")
+	img := filepath.Join(work, "sonic-202411.bin")
+	if err := os.WriteFile(img, []byte("# SONiC-OS-lab.202411 (lab image)\n"+strings.Repeat("x", 1<<16)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hook := filepath.Join(work, "check-bgp")
+	if err := os.WriteFile(hook, []byte("#!/bin/sh\necho \"bgp: neighbor 10.0.0.1 down\"\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, add := range [][]string{{"image", "add", img, "--kind", "sonic-installer", "--name", "sonic-202411.bin"},
+		{"image", "add", hook, "--kind", "file", "--name", "check-bgp"}} {
+		if out, err := l.App.CLI(ctx, add...); err != nil {
+			t.Fatalf("ztpd %s: %v: %s", strings.Join(add, " "), err, out)
+		}
+	}
+	bootBefore, _ := os.ReadFile(filepath.Join(root, "proc/sys/kernel/random/boot_id"))
+	var swMAC string
+	for _, d := range l.Plan {
+		if d.Name == sw {
+			swMAC = d.MAC
+		}
+	}
+	res, r := startRollout(t, l, "--kind", "image", "--target", "sonic-202411.bin", "--devices", swMAC,
+		"--hook", "post_upgrade=check-bgp", "--rollback", "auto", "--node-timeout", "2m")
+	t.Logf("agent %s:\n  %s", sw, strings.Join(agentLines(work, sw), "\n  "))
+	calls := labCalls(work, sw)
+	t.Logf("%s's calls:\n%s", sw, calls)
+	bootAfter, _ := os.ReadFile(filepath.Join(root, "proc/sys/kernel/random/boot_id"))
+	t.Logf("boot id %s -> %s", strings.TrimSpace(string(bootBefore)), strings.TrimSpace(string(bootAfter)))
+	if len(r.Nodes) != 1 || res.Nodes[0].Device != sw {
+		t.Fatalf("rollout nodes %+v", r.Nodes)
+	}
+	n := r.Nodes[0]
+	if n.Phase != core.NodeRolledBack {
+		dumpLabLogs(t, work, "lab-switch-"+sw+".log", "kubelet-"+sw+".out", "agent-"+sw+".out")
+	}
+	if n.Phase != core.NodeRolledBack || !strings.Contains(n.Reason, "post_upgrade") || !strings.Contains(n.Reason, "bgp: neighbor 10.0.0.1 down") ||
+		!strings.Contains(n.Reason, "rejoined, Node Ready") {
+		t.Fatalf("switch: %s (%s), want rolled-back after the post_upgrade hook, rejoined, Node Ready", n.Phase, n.Reason)
+	}
+	// The calls in order: the rollback point, the install and its reboot,
+	// then the rollback's set-default, reboot and config rollback.
+	want := []string{"sonic-installer list", "config checkpoint ztpd-op-", "sonic-installer install -y",
+		"reboot", "sonic-installer list", "sonic-installer set-default " + LabSonicImage, "reboot", "sonic-installer list", "config rollback ztpd-op-"}
+	rest := calls
+	for _, w := range want {
+		i := strings.Index(rest, w)
+		if i < 0 {
+			t.Fatalf("%s's calls lack %q (in order %q)", sw, w, want)
+		}
+		rest = rest[i+len(w):]
+	}
+	if strings.Count(calls, "reboot") != 2 {
+		t.Errorf("%d reboots, want 2 (into the new image, back into the previous)", strings.Count(calls, "reboot"))
+	}
+	if strings.TrimSpace(string(bootAfter)) == strings.TrimSpace(string(bootBefore)) {
+		t.Errorf("boot id unchanged")
+	}
+	cur, _ := os.ReadFile(filepath.Join(root, "host/lab-images/current"))
+	if strings.TrimSpace(string(cur)) != LabSonicImage {
+		t.Errorf("the switch runs %q, want its previous image %s", cur, LabSonicImage)
+	}
+	got := nodeInAPI(t, l, n.NodeName)
+	t.Logf("  Node %s: %s Ready=%v unschedulable=%v", got.Name, got.Version, got.Ready, got.Unschedulable)
+	if !got.Ready || got.Unschedulable {
+		t.Errorf("switch Node %s: %+v, want Ready and schedulable", n.NodeName, got)
+	}
+	var ds struct {
+		Image string `json:"image"`
+	}
+	if err := l.App.REST(context.Background(), "/api/v1/devices/"+url.PathEscape(n.Device)+"/desired", nil, &ds); err != nil {
+		t.Fatal(err)
+	}
+	if ds.Image != "" {
+		t.Errorf("%s's desired image is %q after the rollback, want none again", sw, ds.Image)
+	}
 }

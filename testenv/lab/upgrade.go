@@ -119,6 +119,15 @@ func (l *Lab) startAgents(target string) error {
 		if err := writeFakeTools(bin, root, l.Kube.Bins.Version, target); err != nil {
 			return err
 		}
+		if d.Kind == "sonic" {
+			if err := writeSonicTools(bin, root); err != nil {
+				return err
+			}
+			if err := installJoinPlugin(dir, root); err != nil {
+				return err
+			}
+			go l.watchSwitchKubelet(d, root)
+		}
 		if p := l.Kube.Plane(d.Cluster); p != nil && p.Device == d.Name {
 			go l.upgradePlaneOnApply(p, root, target)
 		}
@@ -201,6 +210,7 @@ echo "kubeadm $*" >> "$ZTPD_ROOT/lab-calls.log"
 	if [ -s "$ZTPD_ROOT/lab-apply-done" ]; then cat "$ZTPD_ROOT/lab-apply-done" >&2; exit 1; fi
 	install_version "$4" ;;
 "upgrade node") install_version ` + target + ` ;;
+"reset -f") touch "$ZTPD_ROOT/lab-kubelet-stop" ;;
 esac
 exit 0
 `,
