@@ -172,14 +172,6 @@ func (l *Lab) watchSwitchKubelet(d Device, root string) {
 	}
 }
 
-func modTime(p string) time.Time {
-	fi, err := os.Stat(p)
-	if err != nil {
-		return time.Time{}
-	}
-	return fi.ModTime()
-}
-
 func argAfter(args []string, flag string) string {
 	for i, a := range args {
 		if a == flag && i+1 < len(args) {

@@ -28,7 +28,8 @@ import (
 // rollout engine against the real API servers, and each device's agent
 // (the python3 script the join bundle installed, polling ztpd's API over
 // TLS from the device's namespace and address with its own credential).
-// What is simulated: the devices' kubeadm and systemctl are fakes that
+// What is simulated: the devices' kubeadm and systemctl (and a switch's
+// sonic-installer, reboot and config, sonicsim.go) are fakes that
 // record the call and "install" the new kubelet version, which the
 // simulated kubelet then reports (with Options.Hollow, the hollow node of
 // that version, the real kubelet built from its source, replaces the old
@@ -170,7 +171,8 @@ func (l *Lab) upgradePlaneOnApply(p *Plane, root, target string) {
 // simulated kubelet report what the installed kubelet says
 // (KubeletVersionFile). So an agent that restores the kubelet it kept
 // before an upgrade and restarts it brings the Node back at that version.
-// Fault: while $ZTPD_ROOT/lab-kubelet-restart-fails exists, the next
+// kubeadm reset stops a switch's kubelet (sonicsim.go). Fault: while
+// $ZTPD_ROOT/lab-kubelet-restart-fails exists, the next
 // restart of the kubelet fails (once: the file is removed).
 func writeFakeTools(bin, root, from, target string) error {
 	for _, name := range []string{"kubelet", "kubeadm"} {
