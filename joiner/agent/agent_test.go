@@ -304,9 +304,10 @@ type agentState struct {
 		Step     string `json:"step"`
 		ExitCode int    `json:"exit_code"`
 	} `json:"failed"`
-	Complete       bool     `json:"complete"`
-	Abandoned      bool     `json:"abandoned"`
-	PendingReports []report `json:"pending_reports"`
+	Complete       bool           `json:"complete"`
+	Abandoned      bool           `json:"abandoned"`
+	PendingReports []report       `json:"pending_reports"`
+	RollbackPoint  map[string]any `json:"rollback_point"`
 }
 
 func (r *rig) state() agentState {

@@ -371,3 +371,38 @@ func TestControlPlaneUpgradeFailureNamesKubeadmBackups(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 }
+
+// TestImageInstallWithoutCurrentImage: `sonic-installer list` names no
+// current image (an older image, a simulated switch). With an automatic
+// rollback step the agent refuses to install (it could not go back);
+// without one the install goes on with no rollback point.
+func TestImageInstallWithoutCurrentImage(t *testing.T) {
+	r := newSonicRig(t)
+	r.setImages("", "", oldImage)
+	r.imageUpgrade("op-1", "exit 0")
+	r.once(0)
+	refused := false
+	for _, rep := range r.ztpd.got() {
+		refused = refused || rep.String() == "install failed" && strings.Contains(rep.Output, "no current image: no rollback point, not installing")
+	}
+	if !refused {
+		t.Fatalf("with rollback auto: no refused install among %v", r.ztpd.got())
+	}
+	for _, c := range r.recorded() {
+		if strings.HasPrefix(c, "sonic-installer install") {
+			t.Fatalf("installed without a rollback point: %v", r.recorded())
+		}
+	}
+
+	m := newSonicRig(t)
+	m.setImages("", "", oldImage)
+	m.ztpd.set(func(f *fakeZTPD) { f.files["sonic.bin"] = []byte("sonic image bytes") })
+	m.offer("op-2", "upgrade-image", step("install", "sonic-install", map[string]string{"url": m.ztpd.srv.URL + "/files/sonic.bin"}))
+	m.once(0)
+	if rep := lastReport(t, m.ztpd.got()); rep.String() != "install succeeded" {
+		t.Fatalf("with rollback manual: last report %+v", rep)
+	}
+	if st := m.state(); st.RollbackPoint != nil {
+		t.Fatalf("a rollback point without a current image: %+v", st.RollbackPoint)
+	}
+}

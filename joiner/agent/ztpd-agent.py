@@ -1081,7 +1081,19 @@ def take_image_point(agent, op, timeout, out):
     if point and point.get("operation") == op["id"]:
         out.write("ztpd-agent: rollback point kept: image %s\n" % point["image"])
         return
-    images = sonic_images(timeout, out)
+    try:
+        images = sonic_images(timeout, out)
+    except StepFailed as e:
+        if on_failure_rollback(op):
+            # An automatic rollback needs the image to go back to: never
+            # install without knowing it.
+            raise StepFailed("%s: no rollback point, not installing" % e)
+        # Without an automatic rollback the install goes on; a later
+        # one-command rollback says there is nothing to go back to.
+        out.write("ztpd-agent: %s: no rollback point taken\n" % e)
+        agent.state["rollback_point"] = None
+        agent.save()
+        return
     name = "ztpd-" + re.sub(r"[^A-Za-z0-9_-]", "-", op["id"])
     cfg = {"kind": "none"}
     if run_command(["config", "checkpoint", name], timeout, out) == 0:

@@ -379,9 +379,20 @@ func TestDayTwoRealControlPlane(t *testing.T) {
 	for _, n := range ran.Nodes {
 		went = append(went, n.NodeName+" "+n.Phase)
 	}
-	want := []string{planned[0] + " done", planned[1] + " done", planned[2] + " failed"}
-	if len(planned) != 3 || strings.Join(went, ", ") != strings.Join(want, ", ") || planned[2] != ds[1].NodeName {
-		t.Fatalf("the rollout went %v; the plan was %v", went, planned)
+	// Every node the plan put before the blocked one done, the blocked one
+	// failed, the rest not started.
+	var want []string
+	phase := "done"
+	for _, n := range planned {
+		switch {
+		case n == ds[1].NodeName:
+			want, phase = append(want, n+" failed"), "pending"
+		default:
+			want = append(want, n+" "+phase)
+		}
+	}
+	if len(planned) != 3 || strings.Join(went, ", ") != strings.Join(want, ", ") {
+		t.Fatalf("the rollout went %v; the plan was %v, so %v", went, planned, want)
 	}
 
 	// 2. Lifted: recover, upgrade again; it continues where it stopped.
