@@ -287,7 +287,8 @@ type RolloutNode struct {
 	Cordoned  bool   `json:"cordoned,omitempty"` // ztpd cordoned it (and uncordons it)
 	Canary    bool   `json:"canary,omitempty"`   // done before the rollout's gate
 	// Previous is the kubelet version the Node had before a Kubernetes
-	// upgrade (what a rollback brings it back to).
+	// upgrade, or the image ztpd had set before an image upgrade (what a
+	// rollback brings it and the device's desired target back to).
 	Previous string    `json:"previous,omitempty"`
 	Started  time.Time `json:"started,omitzero"`
 	Finished time.Time `json:"finished,omitzero"`

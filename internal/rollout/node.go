@@ -341,6 +341,14 @@ func (e *Engine) upgradeImage(ctx context.Context, r core.Rollout, n core.Rollou
 		{Name: "reboot", Action: "reboot"},
 	}
 	setImage := func(d *core.DesiredState) { d.Image = r.Target }
+	// What a rollback puts the device's image target back to.
+	if d, err := e.opts.Agents.Get(n.Device); err == nil && n.Previous == "" && d.Image != r.Target {
+		n.Previous = d.Image
+		e.setNode(r.ID, n.Device, func(x *core.RolloutNode) string {
+			x.Previous = d.Image
+			return ""
+		})
+	}
 	if n.NodeName == "" {
 		steps := e.hookSteps(r, n.Device, core.HookPreUpgrade)
 		steps = append(steps, install...)

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/internal/desired"
 )
 
 // Rollback of a node whose upgrade failed. The agent records what it goes
@@ -103,6 +105,12 @@ func (e *Engine) kubernetesBack(ctx context.Context, r core.Rollout, n core.Roll
 				return fmt.Errorf("rolled back after: %s; uncordon: %w", reason, err)
 			}
 		}
+		if previous != "" {
+			semver := strings.TrimPrefix(previous, "v") // what the desired state takes
+			e.restoreTarget(ctx, r, n, func(d core.DesiredState) (bool, desired.Change) {
+				return d.KubernetesVersion == r.Target, desired.Change{KubernetesVersion: &semver}
+			})
+		}
 		return e.rolledBack(r, n, fmt.Sprintf("rolled back to %s after: %s; Ready, uncordoned", previous, reason))
 	}
 }
@@ -112,8 +120,16 @@ func (e *Engine) kubernetesBack(ctx context.Context, r core.Rollout, n core.Roll
 // membership ended, a join operation) and must be Ready; a standalone
 // switch is done.
 func (e *Engine) imageBack(ctx context.Context, r core.Rollout, n core.RolloutNode) func(string) error {
+	// The device's target goes back to the image ztpd had set before
+	// (none: none), as the switch runs it again.
+	restore := func() {
+		e.restoreTarget(ctx, r, n, func(d core.DesiredState) (bool, desired.Change) {
+			return d.Image == r.Target, desired.Change{Image: &n.Previous}
+		})
+	}
 	return func(reason string) error {
 		if n.NodeName == "" {
+			restore()
 			return e.rolledBack(r, n, "rolled back to its previous image after: "+reason)
 		}
 		e.setNode(r.ID, n.Device, func(x *core.RolloutNode) string {
@@ -134,7 +150,37 @@ func (e *Engine) imageBack(ctx context.Context, r core.Rollout, n core.RolloutNo
 		if err := e.opts.Nodes.WaitReady(ctx, r.Cluster, n.NodeName, "", nodeTimeout(r)); err != nil {
 			return fmt.Errorf("rolled back after: %s; but not Ready again: %w", reason, err)
 		}
+		restore()
 		return e.rolledBack(r, n, "rolled back to its previous image after: "+reason+"; rejoined, Node Ready")
+	}
+}
+
+// targetSetter is an Agents that can change a device's targets outside
+// an operation (the desired-state service).
+type targetSetter interface {
+	Set(ctx context.Context, by, device string, ch desired.Change) (core.DesiredState, error)
+}
+
+// restoreTarget puts the device's desired target back to what the node
+// runs again after a rollback, when change says the target is still the
+// rollout's (an operator's newer target is left alone). A failure is
+// logged: the node is rolled back either way.
+func (e *Engine) restoreTarget(ctx context.Context, r core.Rollout, n core.RolloutNode, change func(core.DesiredState) (bool, desired.Change)) {
+	ts, ok := e.opts.Agents.(targetSetter)
+	if !ok {
+		return
+	}
+	d, err := e.opts.Agents.Get(n.Device)
+	if err != nil {
+		e.opts.Log.Warn("rollback: desired state not read", "rollout", r.ID, "device", n.Device, "err", err)
+		return
+	}
+	ours, ch := change(d)
+	if !ours {
+		return
+	}
+	if _, err := ts.Set(ctx, "rollout "+r.ID+" (rolled back)", n.Device, ch); err != nil {
+		e.opts.Log.Warn("rollback: desired target not restored", "rollout", r.ID, "device", n.Device, "err", err)
 	}
 }
 

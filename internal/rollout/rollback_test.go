@@ -67,6 +67,13 @@ func TestAutoRollbackStopsTheRollout(t *testing.T) {
 	if d.Operation.State != core.OpRolledBack {
 		t.Fatalf("operation %s: %s", d.Operation.State, d.Operation.Reason)
 	}
+	// The device's target is what it runs again.
+	if d.KubernetesVersion != "v1.36.3" {
+		t.Fatalf("desired kubernetes_version after the rollback: %q, want v1.36.3", d.KubernetesVersion)
+	}
+	if d2, _ := e.des.Get(device(2)); d2.KubernetesVersion == "v1.37.2" {
+		t.Fatalf("the untouched worker's target moved to %s", d2.KubernetesVersion)
+	}
 	// The control plane has no rollback step: kubeadm rolls it back.
 	d0, _ := e.des.Get(device(0))
 	if d0.Operation.OnFailureRollback() != nil {
@@ -189,6 +196,10 @@ func TestImageAutoRollbackRejoins(t *testing.T) {
 	d, _ := e.des.Get(device(1))
 	if d.Operation.Kind != core.OpJoin || d.Operation.State != core.StepSucceeded {
 		t.Fatalf("last operation %s %s", d.Operation.Kind, d.Operation.State)
+	}
+	// The image ztpd had set before the rollout (none) is the target again.
+	if d.Image != "" || r.Nodes[0].Previous != "" {
+		t.Fatalf("desired image after the rollback: %q (previous %q), want none again", d.Image, r.Nodes[0].Previous)
 	}
 }
 

@@ -28,7 +28,8 @@ import (
 // rollout engine against the real API servers, and each device's agent
 // (the python3 script the join bundle installed, polling ztpd's API over
 // TLS from the device's namespace and address with its own credential).
-// What is simulated: the devices' kubeadm and systemctl are fakes that
+// What is simulated: the devices' kubeadm and systemctl (and a switch's
+// sonic-installer, reboot and config, sonicsim.go) are fakes that
 // record the call and "install" the new kubelet version, which the
 // simulated kubelet then reports (with Options.Hollow, the hollow node of
 // that version, the real kubelet built from its source, replaces the old
@@ -116,8 +117,17 @@ func (l *Lab) startAgents(target string) error {
 			}
 		}
 		bin := filepath.Join(dir, "fakebin")
-		if err := writeFakeTools(bin, target); err != nil {
+		if err := writeFakeTools(bin, root, l.Kube.Bins.Version, target); err != nil {
 			return err
+		}
+		if d.Kind == "sonic" {
+			if err := writeSonicTools(bin, root); err != nil {
+				return err
+			}
+			if err := installJoinPlugin(dir, root); err != nil {
+				return err
+			}
+			go l.watchSwitchKubelet(d, root)
 		}
 		if p := l.Kube.Plane(d.Cluster); p != nil && p.Device == d.Name {
 			go l.upgradePlaneOnApply(p, root, target)
@@ -152,36 +162,72 @@ func (l *Lab) upgradePlaneOnApply(p *Plane, root, target string) {
 }
 
 // writeFakeTools writes a device's kubeadm and systemctl: they record
-// their calls in $ZTPD_ROOT/lab-calls.log; kubeadm upgrade "installs" the
-// target (apply: the version it is given) and systemctl restart kubelet
-// makes the simulated kubelet report it (KubeletVersionFile).
-func writeFakeTools(bin, target string) error {
+// their calls in $ZTPD_ROOT/lab-calls.log. The kubelet and kubeadm
+// "installed" on the device are $ZTPD_ROOT/usr/local/bin/kubelet and
+// kubeadm, scripts that print their version as the real binaries'
+// --version does (written at the version the device runs, from, unless
+// there already); kubeadm upgrade replaces both with the target's (apply:
+// the version it is given), and systemctl restart kubelet makes the
+// simulated kubelet report what the installed kubelet says
+// (KubeletVersionFile). So an agent that restores the kubelet it kept
+// before an upgrade and restarts it brings the Node back at that version.
+// kubeadm reset stops a switch's kubelet (sonicsim.go). Fault: while
+// $ZTPD_ROOT/lab-kubelet-restart-fails exists, the next
+// restart of the kubelet fails (once: the file is removed).
+func writeFakeTools(bin, root, from, target string) error {
+	for _, name := range []string{"kubelet", "kubeadm"} {
+		p := filepath.Join(root, "usr/local/bin", name)
+		if _, err := os.Stat(p); err == nil {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, []byte(fakeBinary(name, from)), 0o755); err != nil {
+			return err
+		}
+	}
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return err
 	}
-	staged := "$ZTPD_ROOT/var/lib/kubelet/lab-kubeadm-version"
+	// An upgrade installs binaries of another version: the same scripts
+	// with their version line changed.
+	install := `install_version() {
+	for b in kubelet kubeadm; do
+		f="$ZTPD_ROOT/usr/local/bin/$b"
+		sed "s/^# version: .*/# version: $1/" "$f" > "$f.new" && chmod 755 "$f.new" && mv "$f.new" "$f"
+	done
+}
+`
 	scripts := map[string]string{
 		"kubeadm": `#!/bin/sh
 # ztpd-lab: a device's kubeadm (simulated).
 echo "kubeadm $*" >> "$ZTPD_ROOT/lab-calls.log"
-mkdir -p "$ZTPD_ROOT/var/lib/kubelet"
-case "$1 $2" in
+` + install + `case "$1 $2" in
 "upgrade apply")
 	# The lab moves the cluster's real control plane (kube-apiserver and
 	# kube-controller-manager on the new binaries), as kubeadm would.
 	touch "$ZTPD_ROOT/lab-apply-requested"
 	while [ ! -e "$ZTPD_ROOT/lab-apply-done" ]; do sleep 0.2; done
 	if [ -s "$ZTPD_ROOT/lab-apply-done" ]; then cat "$ZTPD_ROOT/lab-apply-done" >&2; exit 1; fi
-	echo "$4" > "` + staged + `" ;;
-"upgrade node") echo ` + target + ` > "` + staged + `" ;;
+	install_version "$4" ;;
+"upgrade node") install_version ` + target + ` ;;
+"reset -f") touch "$ZTPD_ROOT/lab-kubelet-stop" ;;
 esac
 exit 0
 `,
 		"systemctl": `#!/bin/sh
 # ztpd-lab: a device's systemctl (simulated).
 echo "systemctl $*" >> "$ZTPD_ROOT/lab-calls.log"
-if [ "$1 $2" = "restart kubelet" ] && [ -e "` + staged + `" ]; then
-	cp "` + staged + `" "$ZTPD_ROOT` + KubeletVersionFile + `"
+if [ "$1 $2" = "restart kubelet" ]; then
+	if [ -e "$ZTPD_ROOT/lab-kubelet-restart-fails" ]; then
+		rm -f "$ZTPD_ROOT/lab-kubelet-restart-fails"
+		echo "Job for kubelet.service failed because the control process exited with error code." >&2
+		exit 1
+	fi
+	v=$("$ZTPD_ROOT/usr/local/bin/kubelet" --version | awk '{print $2}')
+	mkdir -p "$ZTPD_ROOT/var/lib/kubelet"
+	echo "$v" > "$ZTPD_ROOT` + KubeletVersionFile + `"
 fi
 exit 0
 `,
@@ -192,6 +238,18 @@ exit 0
 		}
 	}
 	return nil
+}
+
+// fakeBinary is an installed kubelet's or kubeadm's stand-in at version:
+// --version prints it as the real one does (from its "# version:" line,
+// which an upgrade rewrites).
+func fakeBinary(name, version string) string {
+	return "#!/bin/sh\n# ztpd-lab: the device's " + name + " (simulated)\n# version: " + version + "\n" +
+		`case "$1" in
+--version|version) echo "Kubernetes $(sed -n 's/^# version: //p' "$0")" ;;
+*) echo "` + name + `: simulated by the lab" >&2; exit 1 ;;
+esac
+`
 }
 
 // prepareUpgrade registers the version the upgrade goes to and starts
