@@ -55,6 +55,17 @@ func (p *Position) ReplacePolicy() string {
 	return p.Replace
 }
 
+// TakesAddress reports whether a box asking DHCP through p takes p's
+// address from the box whose lease holds it: the relay proves the asker is
+// cabled to the slot, a slot holds one box, and p's address is only given
+// through it, so the holder is the box the asker replaces. The same box
+// under another client identity (ONIE, then the SONiC it installed) keeps
+// it under any policy; another box takes it under ReplaceAuto, and under
+// ReplaceApprove is served from the pool while its join waits.
+func (p *Position) TakesAddress(sameBox bool) bool {
+	return sameBox || p.ReplacePolicy() == ReplaceAuto
+}
+
 // MovedPolicy is what a member of another slot asking to join from p
 // meets: MovedRefuse or MovedWait.
 func (p *Position) MovedPolicy() string {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
-	"github.com/ztpd/ztpd/internal/positions"
 )
 
 // binding is the in-memory state of one address. The store holds the
@@ -231,16 +230,8 @@ func (s *Server) reservedIP(x *exchange) (uint32, bool) {
 }
 
 // replacesAtPosition reports whether the client takes over its planned
-// position's address from the box that holds it: the relay proves this
-// client is cabled to the slot now, a slot holds one box, and the
-// position's address was only ever given through that slot, so its holder
-// is the box this one replaces (unplugged without a release). The plan's
-// `replace: auto` allows it at once; under `approve` the client gets a
-// pool address and its join waits for an operator, as before.
-//
-// The same box asking under another client identifier (ONIE's udhcpc,
-// then SONiC's dhclient after the install) keeps the address under any
-// policy: same slot, same hardware address.
+// position's address from the box that holds it (positions.TakesAddress
+// says when).
 func (s *Server) replacesAtPosition(x *exchange) bool {
 	if x.slot == nil || x.slot.res != x.res {
 		return false
@@ -249,14 +240,14 @@ func (s *Server) replacesAtPosition(x *exchange) bool {
 	if b == nil || b.state == core.LeaseDeclined {
 		return false
 	}
-	if len(x.hw) > 0 && b.hw == string(x.hw) {
-		return true
-	}
-	if x.slot.pos.ReplacePolicy() != positions.ReplaceAuto {
+	sameBox := len(x.hw) > 0 && b.hw == string(x.hw)
+	if !x.slot.pos.TakesAddress(sameBox) {
 		return false
 	}
-	s.logDrop(x, "replaced "+x.slot.pos.Name, "position's address taken over by a replacement box (replace: auto): the relay proves it is cabled to the slot",
-		"position", x.slot.pos.Name, "address", addrOf(x.res.ip), "mac", macText(x.hw), "previous_mac", macText([]byte(b.hw)))
+	if !sameBox {
+		s.logDrop(x, "replaced "+x.slot.pos.Name, "position's address taken over by a replacement box (replace: auto): the relay proves it is cabled to the slot",
+			"position", x.slot.pos.Name, "address", addrOf(x.res.ip), "mac", macText(x.hw), "previous_mac", macText([]byte(b.hw)))
+	}
 	return true
 }
 

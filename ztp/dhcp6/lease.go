@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
-	"github.com/ztpd/ztpd/internal/positions"
 )
 
 // binding is one address and the client it is bound to. A client (DUID)
@@ -77,25 +76,20 @@ func (s *Server) free(x *exchange, a netip.Addr) bool {
 }
 
 // replacesAtPosition reports whether the client takes a, its planned
-// position's address, over from b, the box that holds it: the relay proves
-// the client is cabled to the slot now, a slot holds one box, and the
-// position's address was only ever given through the slot, so b is the box
-// this one replaces (unplugged without a release). The same box under
-// another DUID (ONIE, then SONiC) keeps it under any policy; another box
-// takes it under `replace: auto`, and under `approve` gets a pool address
-// while its join waits for an operator.
+// position's address, over from b, the box that holds it
+// (positions.TakesAddress says when).
 func (s *Server) replacesAtPosition(x *exchange, a netip.Addr, b *binding) bool {
 	if x.slot == nil || x.slot.res != x.res || x.res.ip != a || b.state == core.LeaseDeclined {
 		return false
 	}
-	if x.mac != nil && b.mac == string(x.mac) {
-		return true
-	}
-	if x.slot.pos.ReplacePolicy() != positions.ReplaceAuto {
+	sameBox := x.mac != nil && b.mac == string(x.mac)
+	if !x.slot.pos.TakesAddress(sameBox) {
 		return false
 	}
-	s.logDrop(x, "replaced "+x.slot.pos.Name, "position's address taken over by a replacement box (replace: auto): the relay proves it is cabled to the slot",
-		"position", x.slot.pos.Name, "address", a, "duid", hexColon(x.duid), "previous_duid", hexColon([]byte(b.duid)))
+	if !sameBox {
+		s.logDrop(x, "replaced "+x.slot.pos.Name, "position's address taken over by a replacement box (replace: auto): the relay proves it is cabled to the slot",
+			"position", x.slot.pos.Name, "address", a, "duid", hexColon(x.duid), "previous_duid", hexColon([]byte(b.duid)))
+	}
 	return true
 }
 
