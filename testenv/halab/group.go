@@ -561,14 +561,27 @@ func (g *Group) fmtStatus(sts map[string]ha.Status) string {
 // (UDP from port 67) to path, and returns a function that stops it and
 // reports how many packets the kernel dropped.
 func (g *Group) Capture(path string) (stop func() (dropped int), err error) {
+	stopOne, err := g.capture(g.Fleet, "16384", path, "udp and src port 67")
+	if err != nil {
+		return nil, err
+	}
+	return func() int {
+		time.Sleep(time.Second) // the last replies in flight
+		return stopOne()
+	}, nil
+}
+
+// capture runs tcpdump on ha0 in ns (kernel buffer bufKiB) writing what
+// filter keeps to path, once it listens; stop ends it and reports the
+// packets the kernel dropped.
+func (g *Group) capture(ns *netns.NS, bufKiB, path, filter string) (stop func() (dropped int), err error) {
 	errPath := path + ".err"
 	ef, err := os.Create(errPath)
 	if err != nil {
 		return nil, err
 	}
 	defer ef.Close()
-	cmd := g.Fleet.Command(context.Background(), "tcpdump", "-i", "ha0", "-n", "-U", "-B", "16384", "-s", "1500",
-		"-w", path, "udp and src port 67")
+	cmd := ns.Command(context.Background(), "tcpdump", "-i", "ha0", "-n", "-U", "-B", bufKiB, "-s", "1500", "-w", path, filter)
 	cmd.Stdout, cmd.Stderr = ef, ef
 	p, err := lab.StartProc(cmd)
 	if err != nil {
@@ -582,7 +595,6 @@ func (g *Group) Capture(path string) (stop func() (dropped int), err error) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return func() int {
-		time.Sleep(time.Second) // the last replies in flight
 		_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGINT)
 		select {
 		case <-p.Done():

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv6"
@@ -191,43 +190,11 @@ func (c *Client6) Address() (netip.Addr, bool) {
 func (g *Group) Capture6(dir string) (stop func() (dropped int), err error) {
 	var stops []func() int
 	for _, a := range g.Apps {
-		path := filepath.Join(dir, a.Name+".pcap")
-		errPath := path + ".err"
-		ef, err := os.Create(errPath)
+		stop, err := g.capture(a.NS, "4096", filepath.Join(dir, a.Name+".pcap"), "ip6 and udp src port 547")
 		if err != nil {
 			return nil, err
 		}
-		cmd := a.NS.Command(context.Background(), "tcpdump", "-i", "ha0", "-n", "-U", "-B", "4096", "-s", "1500",
-			"-w", path, "ip6 and udp src port 547")
-		cmd.Stdout, cmd.Stderr = ef, ef
-		p, err := lab.StartProc(cmd)
-		ef.Close()
-		if err != nil {
-			return nil, err
-		}
-		g.procs = append(g.procs, p)
-		for i := 0; i < 100; i++ {
-			if b, _ := os.ReadFile(errPath); strings.Contains(string(b), "listening on") {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		stops = append(stops, func() int {
-			_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGINT)
-			select {
-			case <-p.Done():
-			case <-time.After(5 * time.Second):
-				p.Stop(time.Second)
-			}
-			b, _ := os.ReadFile(errPath)
-			var dropped int
-			for _, line := range strings.Split(string(b), "\n") {
-				if strings.Contains(line, "dropped by kernel") {
-					fmt.Sscanf(strings.TrimSpace(line), "%d", &dropped)
-				}
-			}
-			return dropped
-		})
+		stops = append(stops, stop)
 	}
 	return func() int {
 		time.Sleep(time.Second) // the last replies in flight
