@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/ztp/dhcplease"
 )
 
 // exchange is one request on its way through the steps, and the reply being
@@ -378,25 +379,17 @@ func (s *Server) request(x *exchange) bool {
 	return true
 }
 
-// leaseCacheThreshold: a REQUEST for a lease committed less than this
-// share of the lease time ago is answered with the time that lease has
-// left, without a write (as Kea's cache-threshold). Reboots, retransmissions
-// and boot storms then cost no disk I/O; the ACK never promises more than
-// is durable.
-const leaseCacheThreshold = 0.25
-
 // cachedLease returns the remaining time of b's durable lease when it can
-// answer this REQUEST as is.
+// answer this REQUEST as is (dhcplease.Cached: no write, no wait).
 func (s *Server) cachedLease(x *exchange, b *binding) (time.Duration, bool) {
-	if b.state != core.LeaseActive || b.dirty || b.key != string(x.key) || b.durable.IsZero() {
+	if b.state != core.LeaseActive || b.dirty || b.key != string(x.key) {
 		return 0, false
 	}
-	rest := b.durable.Sub(x.now).Truncate(time.Second)
-	if rest <= time.Duration(float64(x.sn.leaseTime)*(1-leaseCacheThreshold)) {
-		return 0, false
+	rest, ok := dhcplease.Cached(b.durable, x.now, x.sn.leaseTime)
+	if ok {
+		b.hold = time.Time{}
 	}
-	b.hold = time.Time{}
-	return rest, true
+	return rest, ok
 }
 
 func (s *Server) nak(x *exchange, why string) bool {

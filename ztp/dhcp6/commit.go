@@ -37,7 +37,11 @@ func (s *Server) enqueueReply(x *exchange) bool {
 	if len(s.replies) >= maxPendingReply {
 		return s.drop("backlog")
 	}
-	s.replies = append(s.replies, pendingReply{ifc: x.ifc, dst: x.dst, pkt: append([]byte(nil), x.out...),
+	var pkt []byte
+	if n := len(s.pktFree); n > 0 {
+		pkt, s.pktFree = s.pktFree[n-1], s.pktFree[:n-1]
+	}
+	s.replies = append(s.replies, pendingReply{ifc: x.ifc, dst: x.dst, pkt: append(pkt[:0], x.out...),
 		b: x.b, duid: x.b.duid, expiry: x.b.expiry})
 	select {
 	case s.kick <- struct{}{}:
@@ -54,6 +58,9 @@ type device struct {
 	state   core.DeviceState
 	written time.Time
 	queued  bool
+	// rawDUID is the client DUID last stated, duidText its text: most
+	// exchanges state the same one, and need not format it again.
+	rawDUID, duidText string
 }
 
 // touchDevice records what a lease holder's request says about its device.
@@ -71,8 +78,11 @@ func (s *Server) touchDevice(x *exchange) {
 		s.devs[string(x.mac)] = dv
 		changed = true
 	}
+	if dv.rawDUID != string(x.duid) {
+		dv.rawDUID, dv.duidText = string(x.duid), hexColon(x.duid)
+	}
 	stated := devices.Facts{Source: devices.SourceDHCP, Kind: x.kind, KindDeclared: x.res != nil && x.res.kind != "",
-		Serial: x.serial, Product: x.product, Platform: x.platform, ClientID: hexColon(x.duid)}
+		Serial: x.serial, Product: x.product, Platform: x.platform, ClientID: dv.duidText}
 	if vc, ok := x.req.Opt(optVendorClass); ok {
 		stated.VendorClass = vendorText(vc)
 	}
@@ -184,6 +194,7 @@ func (s *Server) take(snap *snapshot, now time.Time) {
 		b := r.b
 		if s.byIP[b.ip] != b || b.duid != r.duid || b.state != core.LeaseActive || b.expiry.Before(r.expiry) {
 			s.metrics.dropped.WithLabelValues("stale").Inc() // released or taken over before it became durable
+			s.freePkt(r.pkt)
 			continue
 		}
 		snap.replies = append(snap.replies, r)
@@ -278,8 +289,24 @@ func (s *Server) flush(snap *snapshot, lastErr *time.Time) bool {
 	for _, r := range snap.replies {
 		s.send(r.ifc, r.dst, r.pkt)
 	}
+	s.mu.Lock()
+	for _, r := range snap.replies {
+		s.freePkt(r.pkt)
+	}
+	s.mu.Unlock()
 	clear(snap.replies)
 	return more
+}
+
+// maxFreePkts bounds the reply buffers kept for reuse.
+const maxFreePkts = 4096
+
+// freePkt keeps a sent reply's buffer for the next one that waits for a
+// commit, instead of a new copy per Reply. The caller holds s.mu.
+func (s *Server) freePkt(pkt []byte) {
+	if len(s.pktFree) < maxFreePkts {
+		s.pktFree = append(s.pktFree, pkt[:0])
+	}
 }
 
 // commitLoop runs until ctx ends, then commits what is left once more.
@@ -288,6 +315,8 @@ func (s *Server) commitLoop(ctx context.Context, done chan<- struct{}) {
 	snap := &snapshot{}
 	tick := time.NewTicker(lazyFlush)
 	defer tick.Stop()
+	wait := time.NewTimer(time.Hour)
+	wait.Stop()
 	var lastErr, last time.Time
 	for {
 		select {
@@ -299,9 +328,11 @@ func (s *Server) commitLoop(ctx context.Context, done chan<- struct{}) {
 			return
 		}
 		if since := time.Since(last); since < commitEvery {
+			wait.Reset(commitEvery - since)
 			select {
-			case <-time.After(commitEvery - since):
+			case <-wait.C:
 			case <-ctx.Done():
+				wait.Stop()
 				for s.flush(snap, &lastErr) {
 				}
 				return

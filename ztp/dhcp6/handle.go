@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/ztp/dhcplease"
 )
 
 // exchange is one request on its way through the steps, and the reply
@@ -37,8 +38,10 @@ type exchange struct {
 	statusMsg string
 	rapid     bool
 	b         *binding
-	commit    bool // the reply waits for the lease to be durable
-	fresh     bool // this reply starts a new binding
+	lifetime  time.Duration // what the reply grants b for
+	commit    bool          // the reply waits for the lease to be durable
+	cached    bool          // the reply grants what b's durable lease has left: no write
+	fresh     bool          // this reply starts a new binding
 
 	msg []byte
 	out []byte
@@ -234,7 +237,8 @@ func (s *Server) stepIdentify(x *exchange) bool {
 
 func (s *Server) stepLease(x *exchange) bool {
 	x.results, x.status, x.statusMsg = x.results[:0], -1, ""
-	x.rapid, x.b, x.commit, x.fresh = false, nil, false, false
+	x.rapid, x.b, x.commit, x.cached, x.fresh = false, nil, false, false, false
+	x.lifetime = x.sn.leaseTime
 	x.replyType = msgReply
 	switch x.req.Type {
 	case msgSolicit:
@@ -280,7 +284,7 @@ func (s *Server) solicit(x *exchange) bool {
 		s.answerIAs(x, b)
 		return true
 	}
-	s.grant(x, b)
+	s.grant(x, b, true)
 	return true
 }
 
@@ -298,12 +302,25 @@ func (s *Server) request(x *exchange) bool {
 		s.answerIAs(x, nil)
 		return true
 	}
-	s.grant(x, b)
+	s.grant(x, b, true)
 	return true
 }
 
 // grant binds b to the client and makes the reply wait for its commit.
-func (s *Server) grant(x *exchange, b *binding) {
+// With reuse (a Request, or a Solicit with Rapid Commit), the lease the
+// client holds, committed moments ago, is granted for what it has left
+// instead, without a write (dhcplease.Cached, as DHCPv4 does): a client
+// restarting its exchange, a retransmission or a storm's repeat then costs
+// no disk I/O. A Renew or Rebind asks for more time and always has it
+// written.
+func (s *Server) grant(x *exchange, b *binding, reuse bool) {
+	if reuse {
+		if rest, ok := s.cachedLease(x, b); ok {
+			x.b, x.lifetime, x.cached = b, rest, true
+			s.answerIAs(x, b)
+			return
+		}
+	}
 	x.fresh = s.bind(x, b)
 	x.b, x.commit = b, true
 	s.answerIAs(x, b)
@@ -354,8 +371,26 @@ func (s *Server) extend(x *exchange) bool {
 		}
 		return true
 	}
-	s.grant(x, b)
+	s.grant(x, b, false)
 	return true
+}
+
+// cachedLease returns the remaining time of b's durable lease when it can
+// answer the exchange as is: b is the client's active lease, unchanged
+// since its commit, and binding it again would change nothing but its
+// times.
+func (s *Server) cachedLease(x *exchange, b *binding) (time.Duration, bool) {
+	if b.state != core.LeaseActive || b.dirty || b.duid != string(x.duid) ||
+		x.mac != nil && b.mac != string(x.mac) ||
+		x.res != nil && x.res.hostname != "" && b.hostname != x.res.hostname ||
+		b.reserved != (x.resByMAC && x.res.ip == b.ip) {
+		return 0, false
+	}
+	rest, ok := dhcplease.Cached(b.durable, x.now, x.sn.leaseTime)
+	if ok {
+		b.hold = time.Time{}
+	}
+	return rest, ok
 }
 
 // answerIAs fills one result per IA_NA of the request: the first carries
@@ -366,7 +401,7 @@ func (s *Server) answerIAs(x *exchange, b *binding) {
 	for i, ia := range x.ias {
 		r := iaResult{id: ia.id, status: -1}
 		if i == 0 && b != nil {
-			r.addr, r.lifetime = b.ip, x.sn.leaseTime
+			r.addr, r.lifetime = b.ip, x.lifetime
 		}
 		for _, a16 := range ia.addrs {
 			if a := netip.AddrFrom16(a16); a != r.addr && x.replyType == msgReply {
@@ -457,7 +492,7 @@ func (s *Server) confirm(x *exchange) bool {
 // stepDevice records what a lease holder's request says about its device;
 // only a Reply granting a lease counts, so made-up DUIDs store nothing.
 func (s *Server) stepDevice(x *exchange) bool {
-	if x.commit && x.b != nil {
+	if (x.commit || x.cached) && x.b != nil {
 		s.touchDevice(x)
 	}
 	return true
@@ -471,7 +506,7 @@ func (s *Server) stepEncode(x *exchange) bool {
 	m := append(x.msg[:0], x.replyType, req.XID[0], req.XID[1], req.XID[2])
 	m = appendOpt(m, optServerID, s.duid)
 	m = appendOpt(m, optClientID, x.duid)
-	if x.rapid && x.commit {
+	if x.rapid && (x.commit || x.cached) {
 		m = appendOpt(m, optRapidCommit, nil)
 	}
 	if x.replyType == msgAdvertise {

@@ -32,6 +32,10 @@ type binding struct {
 	pending bool
 	session int64
 	stored  *core.Lease
+	// ipText, duidText and macText are ip, duid and mac as the store
+	// keeps them, made once (macText again when mac changes, macTextOf
+	// saying from which): every commit of the lease writes them.
+	ipText, duidText, macText, macTextOf string
 }
 
 // busy reports whether the address is taken at now: a live lease, a
@@ -47,13 +51,19 @@ func (b *binding) busy(now time.Time) bool {
 }
 
 // lease is the binding as the store keeps it.
+// The caller holds Server.mu.
 func (b *binding) lease(now time.Time) core.Lease {
-	l := core.Lease{IP: b.ip.String(), ClientID: hexColon([]byte(b.duid)), Hostname: b.hostname, Subnet: b.sn.name,
-		State: b.state, Start: b.start, Expiry: b.expiry, Reserved: b.reserved, UpdatedAt: now}
-	if b.mac != "" {
-		l.MAC = hexColon([]byte(b.mac))
+	if b.ipText == "" {
+		b.ipText, b.duidText = b.ip.String(), hexColon([]byte(b.duid))
 	}
-	return l
+	if b.macTextOf != b.mac {
+		b.macText, b.macTextOf = "", b.mac
+		if b.mac != "" {
+			b.macText = hexColon([]byte(b.mac))
+		}
+	}
+	return core.Lease{IP: b.ipText, MAC: b.macText, ClientID: b.duidText, Hostname: b.hostname, Subnet: b.sn.name,
+		State: b.state, Start: b.start, Expiry: b.expiry, Reserved: b.reserved, UpdatedAt: now}
 }
 
 // lookup is the client's binding in its subnet (not a declined one).

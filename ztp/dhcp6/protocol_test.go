@@ -471,3 +471,112 @@ func TestAddressesInOrderAcrossRestart(t *testing.T) {
 		t.Fatalf("after a restart a new client got %s, want fd99:0:0:1::103", got)
 	}
 }
+
+// TestLeaseCache: a Request (or a Rapid Commit Solicit) for the lease the
+// client holds, committed less than a quarter of the lease time ago, is
+// answered at once with what the stored lease has left and writes nothing;
+// past that share, and for every Renew, the lease is extended and written
+// before the Reply.
+func TestLeaseCache(t *testing.T) {
+	h := newHarness(t, nil)
+	c := newClient("02:00:00:00:10:30", sonicClass)
+	rep := h.dora(c)
+	ip, sid := addrOf(rep), rep.Options.ServerID()
+	l1, _ := h.storedLease(ip)
+	request := func() ([]byte, *dhcpv6.Message) {
+		t.Helper()
+		x := newExchange(h.ifc)
+		x.src = h.src
+		out := h.s.handle(x, c.msg(dhcpv6.MessageTypeRequest, c.ia(ip), serverID(sid)).ToBytes())
+		pkt := out
+		if out == nil {
+			var last time.Time
+			h.s.flush(&snapshot{}, &last)
+			sent := h.conn.take()
+			if len(sent) != 1 {
+				t.Fatalf("%d replies to a Request after its commit", len(sent))
+			}
+			pkt = sent[0].pkt
+		}
+		m, err := dhcpv6.MessageFromBytes(pkt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out, m
+	}
+	validOf := func(m *dhcpv6.Message) time.Duration {
+		for _, a := range m.Options.OneIANA().Options.Addresses() {
+			return a.ValidLifetime
+		}
+		return -1
+	}
+
+	out, m := request()
+	if out == nil || addrOf(m) != ip {
+		t.Fatalf("repeated Request: %v, want a Reply sent at once", m)
+	}
+	if v := validOf(m); v > time.Hour || v < 59*time.Minute {
+		t.Fatalf("cached Reply grants %s, want what the stored hour has left", v)
+	}
+	if ia := m.Options.OneIANA(); ia.T1 != (validOf(m) / 2).Truncate(time.Second) {
+		t.Fatalf("cached Reply T1 %s for lifetime %s", ia.T1, validOf(m))
+	}
+	h.s.mu.Lock()
+	pending, dirty := len(h.s.replies), len(h.s.dirty)
+	h.s.mu.Unlock()
+	if pending != 0 || dirty != 0 {
+		t.Fatalf("a cached Reply left %d replies and %d leases for a commit", pending, dirty)
+	}
+	if l2, _ := h.storedLease(ip); !l2.UpdatedAt.Equal(l1.UpdatedAt) {
+		t.Fatal("a cached Reply rewrote the lease")
+	}
+
+	// Twenty minutes on (the stored lease has 40 of its 60 left): the
+	// Request extends the lease and waits for its commit.
+	h.s.mu.Lock()
+	b := h.s.byIP[addr(ip)]
+	b.durable, b.expiry, b.start = b.durable.Add(-20*time.Minute), b.expiry.Add(-20*time.Minute), b.start.Add(-20*time.Minute)
+	h.s.mu.Unlock()
+	out, m = request()
+	if out != nil || addrOf(m) != ip || validOf(m) != time.Hour {
+		t.Fatalf("Request past the threshold: sent at once %v, %v", out != nil, m)
+	}
+	l3, _ := h.storedLease(ip)
+	if !l3.Expiry.After(l1.Expiry) {
+		t.Fatalf("extended lease not written: %s, first %s", l3.Expiry, l1.Expiry)
+	}
+
+	// A Renew always extends and writes.
+	time.Sleep(1100 * time.Millisecond)
+	ren := h.exchange(c.msg(dhcpv6.MessageTypeRenew, c.ia(ip), serverID(sid)))
+	if addrOf(ren) != ip || validOf(ren) != time.Hour {
+		t.Fatalf("Renew: %v", ren)
+	}
+	if l4, _ := h.storedLease(ip); !l4.Expiry.After(l3.Expiry) {
+		t.Fatalf("Renew did not extend the stored lease: %s -> %s", l3.Expiry, l4.Expiry)
+	}
+
+	// A Rapid Commit Solicit of a client holding a fresh lease: a Reply
+	// with option 14, at once.
+	x := newExchange(h.ifc)
+	x.src = h.src
+	out = h.s.handle(x, c.msg(dhcpv6.MessageTypeSolicit, c.ia(), dhcpv6.WithRapidCommit).ToBytes())
+	if out == nil {
+		t.Fatal("Rapid Commit Solicit of a fresh lease waited for a commit")
+	}
+	if m, _ := dhcpv6.MessageFromBytes(out); m == nil || m.MessageType != dhcpv6.MessageTypeReply ||
+		m.GetOneOption(dhcpv6.OptionRapidCommit) == nil || addrOf(m) != ip {
+		t.Fatalf("Rapid Commit Solicit: %v", m)
+	}
+
+	// After a Release the next Request is written again.
+	if r := h.exchange(c.msg(dhcpv6.MessageTypeRelease, c.ia(ip), serverID(sid))); r == nil {
+		t.Fatal("Release unanswered")
+	}
+	if out, m = request(); out != nil || addrOf(m) != ip {
+		t.Fatalf("Request after Release: sent at once %v, %v", out != nil, m)
+	}
+	if l, _ := h.storedLease(ip); l.State != core.LeaseActive {
+		t.Fatalf("lease after Release and Request: %+v", l)
+	}
+}

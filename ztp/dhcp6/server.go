@@ -53,6 +53,7 @@ type Server struct {
 	byIP     map[netip.Addr]*binding
 	dirty    []*binding
 	replies  []pendingReply
+	pktFree  [][]byte           // reply buffers sent, for reuse (freePkt)
 	devs     map[string]*device // by raw MAC
 	devQueue []*device
 	events   []core.Event

@@ -1,9 +1,11 @@
 package kv
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/jsontext"
@@ -118,4 +120,42 @@ func appendEvent(b []byte, e *core.Event) []byte {
 		b = jsontext.AppendStringMap(b, e.Fields)
 	}
 	return append(b, '}')
+}
+
+// leaseRecordMAC reads the MAC of a stored lease record from its head, as
+// appendLease and encoding/json lay it out (`{"ip":"…","mac":"…",`), without
+// decoding the rest: every renewal rewrites its lease, and what the old
+// record's MAC was is all the write needs of it (the leases-by-MAC index).
+// ok is false, and the caller decodes, for anything a decoder could read
+// otherwise: another layout, an escape anywhere after the ip key, a MAC
+// that is not valid UTF-8, or a second key that folds to "mac".
+func leaseRecordMAC(raw []byte) (mac string, ok bool) {
+	const ipKey, macKey = `{"ip":"`, `","mac":"`
+	rest, ok := bytes.CutPrefix(raw, []byte(ipKey))
+	if !ok || bytes.IndexByte(rest, '\\') >= 0 {
+		return "", false
+	}
+	i := bytes.IndexByte(rest, '"')
+	if i < 0 {
+		return "", false
+	}
+	if rest, ok = bytes.CutPrefix(rest[i:], []byte(macKey)); !ok {
+		return "", false
+	}
+	j := bytes.IndexByte(rest, '"')
+	if j < 0 || !utf8.Valid(rest[:j]) || hasMACKey(rest[j:]) {
+		return "", false
+	}
+	return string(rest[:j]), true
+}
+
+// hasMACKey reports whether b holds "mac" in quotes, in any case (how
+// encoding/json matches a key to the MAC field).
+func hasMACKey(b []byte) bool {
+	for i := 0; i+5 <= len(b); i++ {
+		if b[i] == '"' && b[i+4] == '"' && b[i+1]|0x20 == 'm' && b[i+2]|0x20 == 'a' && b[i+3]|0x20 == 'c' {
+			return true
+		}
+	}
+	return false
 }

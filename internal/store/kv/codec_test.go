@@ -139,3 +139,64 @@ func TestEventKeyIsZeroPadded(t *testing.T) {
 		}
 	}
 }
+
+// leaseRecordMAC reads what a decoder reads, or declines: for every record
+// the encoders write, and for records written otherwise.
+func TestLeaseRecordMAC(t *testing.T) {
+	now := time.Now()
+	var leases []core.Lease
+	for _, h := range append(hostile, "52:54:00:00:00:01") {
+		leases = append(leases, core.Lease{IP: "fd99:0:0:1::10", MAC: h, ClientID: "00:03:00:01", Hostname: h,
+			Subnet: "lab6", State: core.LeaseActive, Start: now, Expiry: now.Add(time.Hour), UpdatedAt: now})
+	}
+	decoded := 0
+	for _, l := range leases {
+		raw := appendLease(nil, &l)
+		mac, ok := leaseRecordMAC(raw)
+		if ok && mac != l.MAC {
+			t.Errorf("record %s: MAC %q, want %q", raw, mac, l.MAC)
+		}
+		if !ok {
+			decoded++
+		}
+	}
+	if decoded == len(leases) {
+		t.Fatal("no record read without decoding")
+	}
+	for _, raw := range []string{
+		`{"ip":"a","mac":"x","MAC":"y"}`, // a decoder takes the last
+		`{"ip":"a","mac":"x","m\u0061c":"y"}`,
+		`{"ip":"a","mac":"\u0078"}`,
+		`{"ip": "a","mac":"x"}`,
+		`{"mac":"x","ip":"a"}`,
+		`{"ip":"a","mac":null}`,
+		"{\"ip\":\"a\",\"mac\":\"\xff\"}",
+	} {
+		if mac, ok := leaseRecordMAC([]byte(raw)); ok {
+			t.Errorf("%s read as %q; only a decoder may read it", raw, mac)
+		}
+	}
+}
+
+// FuzzLeaseRecordMAC: whatever a record holds, leaseRecordMAC reads the MAC
+// encoding/json decodes, or declines.
+func FuzzLeaseRecordMAC(f *testing.F) {
+	now := time.Date(2026, 12, 5, 15, 0, 0, 0, time.UTC)
+	for _, l := range []core.Lease{
+		{IP: "fd99:0:0:1::10", MAC: "52:54:00:00:00:01", ClientID: "00:03", Subnet: "lab6", State: core.LeaseActive, Start: now},
+		{IP: "10.99.0.5", Hostname: `h"mac"`, State: core.LeaseReleased},
+	} {
+		f.Add(appendLease(nil, &l))
+	}
+	f.Add([]byte(`{"ip":"a","mac":"x","Mac":"y"}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		mac, ok := leaseRecordMAC(raw)
+		if !ok {
+			return
+		}
+		var l core.Lease
+		if err := json.Unmarshal(raw, &l); err == nil && l.MAC != mac {
+			t.Fatalf("%q: read MAC %q, a decoder reads %q", raw, mac, l.MAC)
+		}
+	})
+}

@@ -93,6 +93,13 @@ type Tx struct {
 	c     *Caches
 	dirty uint64 // bit per core.Aggregate written
 	buf   []byte // encoding scratch (the engine copies on Put)
+	// devRead is the device record (raw; nil: none) a read of this
+	// transaction last found at devReadKey: every merge reads a record
+	// and then writes it, and the write needs the old record for its
+	// indexes. Any write of the devices bucket forgets it.
+	devRead    []byte
+	devReadKey string
+	devReadOK  bool
 }
 
 // NewTx wraps raw; c may be shared by every transaction of one store.
@@ -149,12 +156,33 @@ func (t *Tx) put(a core.Aggregate, b Bucket, key string, v any) error {
 
 func (t *Tx) putRaw(a core.Aggregate, b Bucket, key string, raw []byte) error {
 	t.mark(a)
+	if b == BucketDevices {
+		t.devReadOK = false
+	}
 	return t.raw.Put(b, key, raw)
 }
 
 func (t *Tx) del(a core.Aggregate, b Bucket, key string) error {
 	t.mark(a)
+	if b == BucketDevices {
+		t.devReadOK = false
+	}
 	return t.raw.Delete(b, key)
+}
+
+// getRaw is raw.Get, remembering the last device record read (devRead).
+func (t *Tx) getRaw(b Bucket, key string) ([]byte, error) {
+	if b != BucketDevices {
+		return t.raw.Get(b, key)
+	}
+	if t.devReadOK && t.devReadKey == key {
+		return t.devRead, nil
+	}
+	raw, err := t.raw.Get(b, key)
+	if err == nil {
+		t.devRead, t.devReadKey, t.devReadOK = raw, key, true
+	}
+	return raw, err
 }
 
 // scan visits decoded records of b after a key; scanPrefix those with a
@@ -299,7 +327,7 @@ func sumRecord(raw []byte) core.Stamp {
 const decodeCacheMax = 4096
 
 func (c *decodeCache[T]) get(t *Tx, b Bucket, key string) (v T, ok bool, err error) {
-	raw, err := t.raw.Get(b, key)
+	raw, err := t.getRaw(b, key)
 	if err != nil || raw == nil {
 		return v, false, err
 	}

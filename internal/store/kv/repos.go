@@ -507,15 +507,18 @@ func (r leases) Delete(ip string) error {
 	return r.t.del(core.AggLeases, BucketLeases, ip)
 }
 
-// storedMAC is the MAC of the lease stored at ip, through the decode
-// cache: "" without one. A record that
-// does not decode is overwritten or deleted as before; the index entry it
-// may leave behind names a lease that no longer has that MAC, which
-// ListMAC skips.
+// storedMAC is the MAC of the lease stored at ip ("" without one): read
+// from the record's head (leaseRecordMAC), else decoded through the decode
+// cache. A record that does not decode is overwritten or deleted as
+// before; the index entry it may leave behind names a lease that no longer
+// has that MAC, which ListMAC skips.
 func (r leases) storedMAC(ip string) (string, error) {
 	raw, err := r.t.raw.Get(BucketLeases, ip)
 	if err != nil || raw == nil {
 		return "", err
+	}
+	if mac, ok := leaseRecordMAC(raw); ok {
+		return mac, nil
 	}
 	l, err := r.t.c.leases.decode(BucketLeases, ip, raw)
 	if err != nil {

@@ -174,12 +174,28 @@ func devicesByStateContract(t *testing.T, st core.Store) {
 		must(t, tx.Devices().Put(d))
 		return tx.Devices().Delete("02:00:00:00:01:04")
 	})
+	Update(t, st, func(tx core.Tx) error {
+		// A write after a read of the record, and one after a write: each
+		// moves the index from what the record held just before it.
+		id := "02:00:00:00:01:05"
+		if _, err := tx.Devices().Get(id); !errors.Is(err, core.ErrNotFound) {
+			t.Errorf("Get of a device never stored: %v", err)
+		}
+		must(t, tx.Devices().Put(core.Device{ID: id, MAC: id, State: core.StateLeased, FirstSeen: t0, LastSeen: t0, UpdatedAt: t0}))
+		must(t, tx.Devices().Put(core.Device{ID: id, MAC: id, State: core.StateFailed, FirstSeen: t0, LastSeen: t0, UpdatedAt: t0}))
+		d, err := tx.Devices().Get(id)
+		must(t, err)
+		d.State = core.StateJoined
+		must(t, tx.Devices().Put(d))
+		return nil
+	})
 	View(t, st, func(tx core.Tx) error {
 		wantEqual(t, "leased devices", byState(tx, core.StateLeased, ""), []string{"02:00:00:00:01:00"})
+		wantEqual(t, "failed devices after a read and two writes", byState(tx, core.StateFailed, ""), []string(nil))
 		wantEqual(t, "joined devices", byState(tx, core.StateJoined, ""),
-			[]string{"02:00:00:00:01:01", "02:00:00:00:01:02", "02:00:00:00:01:03"})
+			[]string{"02:00:00:00:01:01", "02:00:00:00:01:02", "02:00:00:00:01:03", "02:00:00:00:01:05"})
 		wantEqual(t, "joined devices after a cursor", byState(tx, core.StateJoined, "02:00:00:00:01:01"),
-			[]string{"02:00:00:00:01:02", "02:00:00:00:01:03"})
+			[]string{"02:00:00:00:01:02", "02:00:00:00:01:03", "02:00:00:00:01:05"})
 		wantEqual(t, "failed devices", byState(tx, core.StateFailed, ""), []string(nil))
 		var first []string
 		must(t, tx.Devices().ListState(core.StateJoined, "", func(d core.Device) (bool, error) {
