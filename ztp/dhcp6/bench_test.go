@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
-	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -51,8 +50,7 @@ func benchSARR(b *testing.B, pick func(int) int) {
 	var last time.Time
 	snap := &snapshot{}
 	req := make([]byte, 0, 512)
-	replies, cachedN := 0, 0
-	defer func() { b.Logf("cached %d of %d", cachedN, b.N) }()
+	replies, cached := 0, 0
 	cpu0 := processCPU()
 	b.ResetTimer()
 	for i := range b.N {
@@ -63,9 +61,9 @@ func benchSARR(b *testing.B, pick func(int) int) {
 		req = requestOf(req[:0], sol, h.s.duid, x.results[0].addr)
 		if out := h.s.handle(x, req); out != nil {
 			replies++ // answered at once (cached), not through the commit
-			cachedN++
+			cached++
 		}
-		if i%benchEvery == benchEvery-1 {
+		if i%64 == 63 {
 			h.s.flush(snap, &last)
 			replies += len(h.conn.take())
 		}
@@ -76,6 +74,7 @@ func benchSARR(b *testing.B, pick func(int) int) {
 	// The wall time waits on fsyncs; the CPU the process spent (every
 	// goroutine: workers, committer, devices writer) is the figure to compare.
 	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(float64(cached)/float64(b.N), "cached/op")
 	if replies != b.N {
 		b.Fatalf("%d Replies to %d Requests", replies, b.N)
 	}
@@ -103,9 +102,3 @@ func processCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
-
-var benchEvery = func() int {
-	var n int
-	fmt.Sscan(os.Getenv("BENCH_EVERY"), &n)
-	return max(n, 64)
-}()
