@@ -52,10 +52,13 @@
 // with Rapid Commit) leaves only after the store transaction holding the
 // lease (address, DUID as client id, MAC when known, expiry) has been
 // committed and fsynced; replies decided together share one commit (one
-// at most every 8 ms under load). An Advertise is not written: the address
-// is held in memory for dhcp.offer_hold, so a flood of Solicits with
-// made-up DUIDs stores nothing. Release, Decline, expiry and device records
-// are written behind. Hence after kill -9 every client that got a Reply
+// at most every 8 ms under load). A Request (or Rapid Commit Solicit) for
+// the lease the client holds, committed less than a quarter of the lease
+// time ago, gets what that durable lease has left, without a write
+// (dhcplease.Cached, as DHCPv4); Renew and Rebind are always written. An
+// Advertise is not written: the address is held in memory for
+// dhcp.offer_hold, so a flood of Solicits with made-up DUIDs stores
+// nothing. Release, Decline, expiry and device records are written behind. Hence after kill -9 every client that got a Reply
 // keeps its address, and no address goes to a second client while a
 // stored lease of it is unexpired.
 //
