@@ -52,7 +52,7 @@
 // with Rapid Commit) leaves only after the store transaction holding the
 // lease (address, DUID as client id, MAC when known, expiry) has been
 // committed and fsynced; replies decided together share one commit (one
-// at most every 8 ms under load). A Request (or Rapid Commit Solicit) for
+// at most every 16 ms under load). A Request (or Rapid Commit Solicit) for
 // the lease the client holds, committed less than a quarter of the lease
 // time ago, gets what that durable lease has left, without a write
 // (dhcplease.Cached, as DHCPv4); Renew and Rebind are always written. An
