@@ -40,16 +40,16 @@ type MemberState struct {
 
 // ClusterState is a cluster as ztpd and its real API server show it.
 type ClusterState struct {
-	ID       string `json:"id"`
-	Name     string `json:"name"`
-	State    string `json:"state"`
-	Size     int    `json:"size"`
-	Control  int    `json:"control_nodes"`
-	Joined   int    `json:"joined"` // members ztpd shows joined
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	State   string `json:"state"`
+	Size    int    `json:"size"`
+	Control int    `json:"control_nodes"`
+	Joined  int    `json:"joined"` // members ztpd shows joined
 	// EtcdNodes are the cluster's etcd nodes (external etcd): members
 	// with no Node, joined when ztpd reaches their etcd.
-	EtcdNodes int `json:"etcd_nodes"`
-	Endpoint string `json:"endpoint,omitempty"`
+	EtcdNodes int    `json:"etcd_nodes"`
+	Endpoint  string `json:"endpoint,omitempty"`
 	// ControlPlaneDevice is the lab device running the real control plane.
 	ControlPlaneDevice string        `json:"control_plane_device,omitempty"`
 	Members            []MemberState `json:"members"`
