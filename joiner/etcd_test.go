@@ -149,6 +149,23 @@ func TestEtcdNodesCluster(t *testing.T) {
 	if _, err := join(4, EtcdCSRs{Client: clientCSR}); !errors.As(err, &we) || !strings.Contains(we.Reason, "1 answer ztpd over TLS") {
 		t.Fatalf("first control plane before a quorum: %v", err)
 	}
+	// The wait is the device's reason and an event (the console and the
+	// operator see why the control plane does not start).
+	if d := e.device(mac(4)); d.State != core.StateWaiting || !strings.Contains(d.Refusal.Reason, "waiting for the cluster's etcd nodes") {
+		t.Fatalf("waiting control plane's record: %s %+v", d.State, d.Refusal)
+	}
+	var waits []string
+	e.store.View(func(tx core.Tx) error {
+		return tx.Events().List(core.StreamOf("join.waiting"), 0, func(ev core.Event) (bool, error) {
+			if ev.Type == "join.waiting" && ev.Device == mac(4) {
+				waits = append(waits, ev.Message)
+			}
+			return true, nil
+		})
+	})
+	if len(waits) == 0 || !strings.Contains(waits[len(waits)-1], "a quorum (2) of all 3") {
+		t.Fatalf("join.waiting events of the control plane: %q", waits)
+	}
 	up.set(addrOf(2))
 	cp := e.must(join(4, EtcdCSRs{Client: clientCSR}))
 	if cp.Role != RoleControlPlane || !cp.Init {
