@@ -18,7 +18,6 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/joiner/bundle"
 	"github.com/ztpd/ztpd/joiner/pki"
-	"github.com/ztpd/ztpd/joiner/tokens"
 )
 
 // A cluster created with etcd nodes (CloudStack's etcdnodes) is built in
@@ -182,7 +181,12 @@ func waitEtcdQuorum(e etcdMembers, want int) string {
 // soonWait reports whether a wait ends with another device's progress, not
 // an operator's: the device is asked back after waitRetryFirstCP.
 func soonWait(w string) bool {
-	return w == waitFirstControlPlane || w == waitControlPlaneUp || w == waitFirstEtcd || strings.HasPrefix(w, waitEtcdQuorumPrefix)
+	return w == waitFirstControlPlane || w == waitControlPlaneUp || waitsOnEtcd(w)
+}
+
+// waitsOnEtcd reports whether a wait ends when etcd nodes answer.
+func waitsOnEtcd(w string) bool {
+	return w == waitFirstEtcd || strings.HasPrefix(w, waitEtcdQuorumPrefix)
 }
 
 // decideEtcdRole is decideRole for a kubeadm device of a cluster with etcd
@@ -282,12 +286,11 @@ type etcdProbeState struct {
 	etcdProbeErr  error
 }
 
-// observeEtcd probes the etcd nodes of cluster clusterID that do not yet
-// answer (or all, when every one did: a member may have gone) and records
-// what changed: a member that answers is joined, one that stopped is
-// not-ready, each change an event. Joins of the cluster's waiting devices
-// call it, as they wait on it; its cost is one TLS request per member.
-func (s *Service) observeEtcd(ctx context.Context, clusterID string) {
+// observeEtcd probes the etcd nodes of cluster clusterID and records what
+// changed, reporting whether anything did: a member that answers is
+// joined, one that stopped is not-ready, each change an event. Joins told
+// to wait on them call it; its cost is one TLS request per member.
+func (s *Service) observeEtcd(ctx context.Context, clusterID string) bool {
 	var c core.Cluster
 	var e etcdMembers
 	err := s.store.View(func(tx core.Tx) error {
@@ -302,11 +305,11 @@ func (s *Service) observeEtcd(ctx context.Context, clusterID string) {
 		return err
 	})
 	if err != nil || c.EtcdNodes == 0 || len(e.members) == 0 {
-		return
+		return false
 	}
 	keys, err := s.keysFor(clusterID)
 	if err != nil || keys.etcdCA == nil {
-		return
+		return false
 	}
 	now := s.now().UTC()
 	type outcome struct {
@@ -359,39 +362,12 @@ func (s *Service) observeEtcd(ctx context.Context, clusterID string) {
 	})
 	if err != nil {
 		s.log.Warn("record etcd members' health", "cluster", c.Name, "err", err)
-		return
+		return false
 	}
 	for _, ch := range changed {
 		s.log.Info("etcd member", "cluster", c.Name, "member", ch)
 	}
-}
-
-// etcdClusterOf is the cluster an enrollment secret names, when that
-// cluster has etcd nodes of which one does not answer yet ("" otherwise):
-// the joins that may wait on them.
-func (s *Service) etcdClusterOf(enrollment string) string {
-	cred, err := tokens.ParseCredential(tokens.KindEnrollment, strings.TrimSpace(enrollment))
-	if err != nil {
-		return ""
-	}
-	id := ""
-	_ = s.store.View(func(tx core.Tx) error {
-		enr, err := tx.Tokens().Get(string(tokens.KindEnrollment), cred.ID())
-		if err != nil {
-			return err
-		}
-		c, err := tx.Clusters().Get(enr.Cluster)
-		if err != nil || c.EtcdNodes == 0 {
-			return err
-		}
-		rt, err := joinState(tx, c.ID)
-		if err != nil || rt.FirstControlPlane != "" {
-			return err // the control plane is under way: nothing waits on etcd
-		}
-		id = c.ID
-		return nil
-	})
-	return id
+	return len(changed) > 0
 }
 
 // etcdRender is what render needs of a cluster's etcd.

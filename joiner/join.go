@@ -240,11 +240,6 @@ func (s *Service) Join(ctx context.Context, req JoinRequest) (*Bundle, error) {
 	if !req.Etcd.empty() {
 		etcdCSR = parseEtcdCSRs(req.Etcd)
 	}
-	// A join that may wait on a cluster's etcd nodes looks at them first
-	// (etcd's /health over TLS): what it is told is what they answer now.
-	if id := s.etcdClusterOf(req.Enrollment); id != "" {
-		s.observeEtcd(ctx, id)
-	}
 	report, err := tokens.NewReportCredential()
 	if err != nil {
 		return nil, err
@@ -257,10 +252,21 @@ func (s *Service) Join(ctx context.Context, req JoinRequest) (*Bundle, error) {
 	}
 	now := s.now().UTC()
 	var res joinResult
-	err = s.store.Batch(func(tx core.Tx) error {
-		res = joinResult{report: report, agent: agent, csr: csr, etcdCSR: etcdCSR} // Batch may run fn more than once
-		return s.admit(tx, cred, req, now, &res)
-	})
+	admit := func() error {
+		return s.store.Batch(func(tx core.Tx) error {
+			res = joinResult{report: report, agent: agent, csr: csr, etcdCSR: etcdCSR} // Batch may run fn more than once
+			return s.admit(tx, cred, req, now, &res)
+		})
+	}
+	err = admit()
+	// A join told to wait on a cluster's etcd nodes looks at them (etcd's
+	// /health over TLS, the cluster's word rather than the nodes'), and
+	// asks again when one changed: what it is told is what they answer
+	// now. Other joins cost nothing more.
+	if err == nil && waitsOnEtcd(res.wait) && s.observeEtcd(ctx, res.cluster.ID) {
+		now = s.now().UTC()
+		err = admit()
+	}
 	if me := (*movedError)(nil); errors.As(err, &me) {
 		s.movedRefused(me, res.cluster.ID, now)
 		if me.wait {
