@@ -7,8 +7,8 @@
 # after the kubelet restart, each ±20% per node) and NODES simulated agents
 # that behave as ztpd-agent under its timer: a run every 60s + 0..30s (the
 # agent's real default), and, while ztpd's document says poll_seconds 5 (the
-# rollout's nodes), polls every 5s + 0..0.5s within the run until 6s before
-# its minute is over. Every time is multiplied by
+# rollout's nodes), polls every 5s + 0..0.5s, past the minute, until the
+# document says 60s again (its node is done). Every time is multiplied by
 # SCALE (0.1: ten times faster than real). Reports the wall time against the
 # floor (the control plane's steps + the workers' steps / MAX_UNAVAILABLE),
 # wall/floor and the engine's overhead per node, (wall - floor) x

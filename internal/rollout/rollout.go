@@ -142,6 +142,7 @@ type run struct {
 
 // New builds the engine. Rollouts a restart interrupted are recorded as
 // failed, as jobs are: running one again skips the nodes already done.
+// Nodes that were rolling back go on rolling back (resumeRollbacks).
 func New(st core.Store, opts Options) (*Engine, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -159,6 +160,11 @@ func New(st core.Store, opts Options) (*Engine, error) {
 	if _, err := e.failUnfinished(func(r core.Rollout) bool { return r.Appliance == opts.Appliance },
 		"interrupted by a restart of ztpd; start it again to continue"); err != nil {
 		return nil, err
+	}
+	if opts.Agents != nil {
+		if err := e.resumeRollbacks(); err != nil {
+			return nil, err
+		}
 	}
 	return e, nil
 }

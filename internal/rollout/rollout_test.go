@@ -27,13 +27,14 @@ import (
 type fakeNode struct {
 	version  string
 	previous string // before the last upgrade: what a rollback restores
-	// breaksOnUpgrade: the upgraded kubelet never gets Ready.
-	breaksOnUpgrade bool
-	rollbacks       int
-	ready           bool
-	unschedulable   bool
-	ours            bool
-	deleted         bool
+	// breaksOnUpgrade: the upgraded kubelet never gets Ready;
+	// downAfterRollback: nor the one a rollback restored.
+	breaksOnUpgrade, downAfterRollback bool
+	rollbacks                          int
+	ready                              bool
+	unschedulable                      bool
+	ours                               bool
+	deleted                            bool
 }
 
 type fakeNodes struct {
@@ -171,6 +172,8 @@ type env struct {
 	// fail makes the agent fail a step: device -> step name.
 	failMu sync.Mutex
 	fail   map[string]string
+	// stopAgents ends the fake agents.
+	stopAgents context.CancelFunc
 }
 
 const cluster = "c1"
@@ -225,12 +228,17 @@ func newEnvOver(t *testing.T, st core.Store, workers int) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.startAgents(workers)
+	return e
+}
+
+func (e *env) startAgents(workers int) {
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
+	e.t.Cleanup(cancel)
+	e.stopAgents = cancel
 	for i := 0; i <= workers; i++ {
 		go e.agent(ctx, i)
 	}
-	return e
 }
 
 // agent polls its document and runs each step by reporting it, as the

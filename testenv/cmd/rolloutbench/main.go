@@ -14,14 +14,15 @@
 // (NodeOps: cordon and drain take their time, a Node turns Ready -ready
 // after its kubelet restarted) and the device agents, one goroutine per
 // node that behaves as ztpd-agent.py under its systemd timer: a run starts
-// -poll plus a random 0..-poll/2 after the previous one started (or when
-// it ended, if later); it polls its document through AgentDocument and,
-// handed the kubeadm-upgrade step, reports it running through
-// AgentReport, takes -agent, moves its Node to the version and reports it
-// succeeded; while the document's poll_seconds is shorter than -poll (the
-// engine's nodes get -fast-poll, as ztpd's desired-state owner is wired
-// to the engine), the run polls on every poll_seconds plus up to a tenth
-// until it has lasted -poll less the agent's margin (max(2 s, -poll/10)).
+// at the timer's tick, -poll plus a random 0..-poll/2 after the previous
+// tick (a tick within a run is merged into it, as systemd does); it polls
+// its document through AgentDocument and, handed the kubeadm-upgrade
+// step, reports it running through AgentReport, takes -agent, moves its
+// Node to the version and reports it succeeded; while the document's
+// poll_seconds is shorter than -poll (the engine's nodes get -fast-poll,
+// as ztpd's desired-state owner is wired to the engine), the run polls on
+// every poll_seconds plus up to a tenth, past the interval, until the
+// document says the interval again (at most agent.LingerMax).
 //
 // Every duration flag is a real-world time, multiplied by -scale; each
 // node's step times are drawn uniformly within ±-spread of the flags
@@ -298,32 +299,37 @@ func (noMembers) ResetDevice(context.Context, string) (core.Device, error) {
 type agents struct {
 	des *desired.Service
 	cl  *cluster
-	// poll is the timer's interval, margin how long before its end a run
-	// stops polling on (both scaled); scale scales the documents'
-	// poll_seconds.
-	poll, margin time.Duration
-	scale        func(time.Duration) time.Duration
-	broken       string          // this device's agent fails its upgrade
-	failing      map[string]bool // these fail and roll back (-fail-pct)
-	polls        atomic.Int64
-	fastPolls    atomic.Int64 // polls a run made on, at the document's pace
-	errs         atomic.Int64
-	lastErr      atomic.Value // string
+	// poll is the timer's interval, lingerMax how long a run polls on at
+	// most (both scaled); scale scales the documents' poll_seconds.
+	poll, lingerMax time.Duration
+	scale           func(time.Duration) time.Duration
+	broken          string          // this device's agent fails its upgrade
+	failing         map[string]bool // these fail and roll back (-fail-pct)
+	polls           atomic.Int64
+	fastPolls       atomic.Int64 // polls a run made on, at the document's pace
+	errs            atomic.Int64
+	lastErr         atomic.Value // string
 }
 
-// agentMargin is ztpd-agent.py's linger_margin: a run polling on stops
-// max(2 s, interval/10) (whole seconds) before its interval is over.
-func agentMargin(interval time.Duration) time.Duration {
-	return max(2*time.Second, (interval / 10).Truncate(time.Second))
-}
+// Polling on, as ztpd-agent.py's Agent.linger does it: at most
+// lingerMax into a run (agent.LingerMax, scaled), and a run whose polls
+// fail backs off to the timer's interval and ends after lingerFailures of
+// them in a row (the script's LINGER_FAILURES).
+const lingerFailures = 3
 
-// run is one agent under its timer: runs start -poll + 0..-poll/2 apart
-// (OnUnitActiveSec, RandomizedDelaySec); each polls, runs the operation
-// its document carries, and polls on at the document's pace while that is
-// faster than the timer's, until the run has lasted -poll less the margin.
+// run is one agent under its timer: a run starts at the timer's tick
+// (OnUnitActiveSec -poll plus RandomizedDelaySec 0..-poll/2 from the last
+// tick); it polls, runs the operation its document carries, and polls on
+// at the document's pace while that is faster than the timer's, past the
+// interval, until the document says the interval again (the engine is
+// done with the node), lingerMax has passed or lingerFailures polls in a
+// row failed. A tick that falls within a run is merged into it by systemd,
+// and the next tick counts from it: after a long run the next comes at
+// once.
 func (a *agents) run(ctx context.Context, i int) {
 	dev, node := deviceID(i), nodeName(i)
 	addr := netip.AddrFrom4([4]byte{10, 99, byte(1 + i>>8), byte(i)})
+	tick := func(from time.Time) time.Time { return from.Add(a.poll + rand.N(a.poll/2+1)) }
 	// Agents booted at different times: their timers are out of step.
 	next := time.Now().Add(rand.N(a.poll))
 	for {
@@ -331,26 +337,35 @@ func (a *agents) run(ctx context.Context, i int) {
 			return
 		}
 		started := time.Now()
-		deadline := started.Add(a.poll - a.margin)
-		every := a.poll
+		deadline := started.Add(a.lingerMax)
+		every, failures := a.poll, 1
 		if d, ok := a.pollOnce(ctx, dev, node, addr); ok {
-			every = d
+			every, failures = d, 0
 		}
-		for every < a.poll {
-			wait := every + rand.N(every/10+1)
+		for every < a.poll && failures < lingerFailures {
+			pace := every
+			if failures > 0 {
+				pace = a.poll
+			}
+			wait := pace + rand.N(pace/10+1)
 			if time.Now().Add(wait).After(deadline) || !sleep(ctx, wait) {
 				break
 			}
 			a.fastPolls.Add(1)
 			if d, ok := a.pollOnce(ctx, dev, node, addr); ok {
-				every = d
+				every, failures = d, 0
+			} else {
+				failures++
 			}
 		}
-		// A run that outlasted the timer's next tick: the tick's start
-		// waited for it.
-		next = started.Add(a.poll + rand.N(a.poll/2+1))
+		next = tick(started)
 		if now := time.Now(); now.After(next) {
-			next = now
+			// The tick came during the run: merged into it, and the
+			// next counts from it (at once when that is past too).
+			next = tick(next)
+			if now.After(next) {
+				next = now
+			}
 		}
 	}
 }
@@ -474,7 +489,7 @@ func run(c config) error {
 	if err != nil {
 		return err
 	}
-	ag := &agents{des: des, cl: cl, poll: c.scaled(c.poll), margin: c.scaled(agentMargin(c.poll)), scale: c.scaled}
+	ag := &agents{des: des, cl: cl, poll: c.scaled(c.poll), lingerMax: c.scaled(agent.LingerMax), scale: c.scaled}
 	if c.breakNode >= 0 {
 		ag.broken = deviceID(c.breakNode)
 	}
