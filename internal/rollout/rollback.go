@@ -268,18 +268,22 @@ func (e *Engine) rollbackEnded(r core.Rollout, device string, err error) {
 	})
 }
 
-// involve has device's agent poll fast (Involved) until release is
-// called: a rollback outside a running rollout.
+// involve has device's agent poll as a rollout's next node's does
+// (Involved, Upcoming) until release is called: a rollback outside a
+// running rollout.
 func (e *Engine) involve(device string) (release func()) {
 	e.involvedMu.Lock()
 	e.involved[device]++
+	e.upcoming[device]++
 	e.involvedMu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			e.involvedMu.Lock()
-			if e.involved[device]--; e.involved[device] <= 0 {
-				delete(e.involved, device)
+			for _, m := range []map[string]int{e.involved, e.upcoming} {
+				if m[device]--; m[device] <= 0 {
+					delete(m, device)
+				}
 			}
 			e.involvedMu.Unlock()
 		})

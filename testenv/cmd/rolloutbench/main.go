@@ -20,7 +20,8 @@
 // step, reports it running through AgentReport, takes -agent, moves its
 // Node to the version and reports it succeeded; while the document's
 // poll_seconds is shorter than -poll (the engine's nodes get -fast-poll,
-// as ztpd's desired-state owner is wired to the engine), the run polls on
+// its next ones, in flight or next to start, -next-poll, as ztpd's
+// desired-state owner is wired to the engine), the run polls on
 // every poll_seconds plus up to a tenth, past the interval, until the
 // document says the interval again (at most agent.LingerMax).
 //
@@ -75,7 +76,7 @@ type config struct {
 	scale, spread                        float64
 	seed                                 uint64
 	cordon, drain, agent, ready, poll    time.Duration
-	fastPoll                             time.Duration
+	fastPoll, nextPoll                   time.Duration
 	timeout                              time.Duration
 	breakNode                            int
 	failPct                              float64 // rollback mode (rollback.go)
@@ -97,6 +98,7 @@ func main() {
 	flag.DurationVar(&c.ready, "ready", time.Second, "time from the kubelet restart to the Node Ready (real world)")
 	flag.DurationVar(&c.poll, "poll", agent.DefaultInterval, "agents' poll interval (their timer's), plus a random 0..poll/2 (real world)")
 	flag.DurationVar(&c.fastPoll, "fast-poll", desired.DefaultFastPollInterval, "the poll interval ztpd gives the agents of the rollout's nodes (real world, whole seconds; 0: none)")
+	flag.DurationVar(&c.nextPoll, "next-poll", desired.DefaultNextPollInterval, "the poll interval ztpd gives the agents of the rollout's next nodes, in flight or next to start (real world, whole seconds; 0: none)")
 	flag.DurationVar(&c.timeout, "timeout", time.Hour, "give up waiting for the rollout after this (measured time; a hang guard, not a limit)")
 	flag.IntVar(&c.breakNode, "break-node", -1, "the agent of this node (index) fails its upgrade: shows the bench fails then")
 	flag.Float64Var(&c.failPct, "fail-pct", 0, "rollback mode: this percentage of the workers fail their kubelet restart and are rolled back (rollback auto, on_failure continue)")
@@ -129,8 +131,8 @@ func (c *config) check() error {
 		return errors.New("step times cannot be negative")
 	case c.poll <= 0:
 		return fmt.Errorf("-poll %v: want more than 0", c.poll)
-	case c.fastPoll < 0:
-		return fmt.Errorf("-fast-poll %v: want 0 (none) or more", c.fastPoll)
+	case c.fastPoll < 0 || c.nextPoll < 0:
+		return fmt.Errorf("-fast-poll %v, -next-poll %v: want 0 (none) or more", c.fastPoll, c.nextPoll)
 	case c.failPct < 0 || c.failPct > 100:
 		return fmt.Errorf("-fail-pct %g: want 0..100", c.failPct)
 	}
@@ -474,9 +476,12 @@ func run(c config) error {
 	// As ztpd wires them: the rollout's nodes poll fast (the engine is
 	// built after the owner it is given).
 	var eng *rollout.Engine
-	dopts := desired.Options{Auth: credentialIsDevice{}, PollInterval: c.poll, FastPollInterval: c.fastPoll, Log: log}
+	dopts := desired.Options{Auth: credentialIsDevice{}, PollInterval: c.poll, FastPollInterval: c.fastPoll, NextPollInterval: c.nextPoll, Log: log}
 	if c.fastPoll > 0 {
 		dopts.FastPoll = func(device string) bool { return eng != nil && eng.Involved(device) }
+	}
+	if c.nextPoll > 0 {
+		dopts.NextPoll = func(device string) bool { return eng != nil && eng.Upcoming(device) }
 	}
 	des := desired.New(st, dopts)
 	spec := rollout.Spec{Cluster: clusterID, Kind: core.RolloutKubernetes, Target: target, MaxUnavailable: c.maxUnavailable, By: "rolloutbench"}
@@ -582,8 +587,12 @@ func run(c config) error {
 	if c.fastPoll > 0 {
 		fast = ms(c.scaled(c.fastPoll.Round(time.Second)))
 	}
-	fmt.Printf("agents' runs start every %s + 0..%s; the rollout's nodes poll on every %s within a run (scaled); load average %s, %d cpus\n",
-		ms(ag.poll), ms(ag.poll/2), fast, loadavg(), runtime.NumCPU())
+	next := "none"
+	if c.nextPoll > 0 {
+		next = ms(c.scaled(c.nextPoll.Round(time.Second)))
+	}
+	fmt.Printf("agents' runs start every %s + 0..%s; the rollout's nodes poll on every %s, its next ones (in flight, next to start) every %s (scaled); load average %s, %d cpus\n",
+		ms(ag.poll), ms(ag.poll/2), fast, next, loadavg(), runtime.NumCPU())
 	fmt.Println()
 	fmt.Printf("%6s %12s %8s %8s %11s %17s\n", "nodes", "maxUnavail", "wall_s", "floor_s", "wall/floor", "overhead/node_ms")
 	overhead := (wall - floor) * time.Duration(par) / k
