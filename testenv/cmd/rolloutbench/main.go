@@ -558,7 +558,8 @@ func run(c config) error {
 	// Per node: its time in the engine beyond its own steps, and the part
 	// of it the agent's poll took (operation handed -> agent running).
 	var beyond, pickup []time.Duration
-	for _, n := range r.Nodes {
+	var firstPickup time.Duration // the first node's: its agent's first run after the start
+	for i, n := range r.Nodes {
 		beyond = append(beyond, n.Finished.Sub(n.Started)-cl.nodes[n.NodeName].steps.total())
 		d, err := des.Get(n.Device)
 		if err != nil {
@@ -566,6 +567,9 @@ func run(c config) error {
 		}
 		if op := d.Operation; op != nil && len(op.Steps) > 0 {
 			pickup = append(pickup, op.Steps[0].Started.Sub(op.Created))
+			if i == 0 {
+				firstPickup = pickup[len(pickup)-1]
+			}
 		}
 	}
 
@@ -604,6 +608,8 @@ func run(c config) error {
 		ms(pct(beyond, 50)), ms(avg(beyond)), ms(pct(beyond, 99)), ms(pct(beyond, 100)))
 	fmt.Printf("  of which the agent's pickup (operation handed -> running): p50 %s, mean %s, p99 %s, max %s\n",
 		ms(pct(pickup, 50)), ms(avg(pickup)), ms(pct(pickup, 99)), ms(pct(pickup, 100)))
+	fmt.Printf("  the first node's pickup (its agent learns of the rollout at its timer's next run, 0..%s after the start): %s\n",
+		ms(ag.poll+ag.poll/2), ms(firstPickup))
 	fmt.Printf("store: %d commits (%.1f per node), %d events (%.1f per node); agent polls %d (%.0f/s, %d of them fast); "+
 		"CPU %.2f s (%.1f ms per node: engine, store and simulated agents)\n",
 		commitCount, float64(commitCount)/float64(c.nodes), eventsAfter-eventsBefore, float64(eventsAfter-eventsBefore)/float64(c.nodes),
