@@ -436,6 +436,11 @@ func plan(tx core.Tx, spec Spec) ([]member, error) {
 		if !selected(tx, d, spec.Selector) {
 			continue
 		}
+		if m.role == "etcd" && spec.Kind == core.RolloutKubernetes {
+			// An etcd node (external etcd) runs no Kubernetes release:
+			// a version upgrade leaves it as it is.
+			continue
+		}
 		if spec.Kind == core.RolloutImage && !m.sonic {
 			return nil, core.Errorf(core.KindInvalid, "device %s is not a SONiC switch", d.ID)
 		}
