@@ -502,7 +502,7 @@ func TestLabSwitchImageRollsBack(t *testing.T) {
 // shows the node rolled-back at the operator's asking, and the switch's
 // desired image is none again.
 func TestLabSwitchManualRollback(t *testing.T) {
-	l, work := rolloutLabOf(t, "zsm", 198, Scenario{Switches: 1, VMs: 1, Clusters: 1, Upgrade: true})
+	l, work := rolloutLabOf(t, "zsm", 194, Scenario{Switches: 1, VMs: 1, Clusters: 1, Upgrade: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	sw := "sw0"
