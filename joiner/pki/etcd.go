@@ -1,12 +1,10 @@
 package pki
 
 import (
-	"bytes"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -97,40 +95,9 @@ type EtcdCSR struct {
 // authentication and keyEncipherment, which etcd's certificates carry.
 // Errors are *CSRError.
 func ParseEtcdCSR(pemBytes []byte) (*EtcdCSR, error) {
-	if len(pemBytes) > MaxCSRBytes {
-		return nil, csrRefused("it is %d bytes, more than %d", len(pemBytes), MaxCSRBytes)
-	}
-	block, rest := pem.Decode(pemBytes)
-	if block == nil || block.Type != "CERTIFICATE REQUEST" {
-		return nil, csrRefused("not a PEM CERTIFICATE REQUEST")
-	}
-	if len(bytes.TrimSpace(rest)) != 0 {
-		return nil, csrRefused("data after the PEM CERTIFICATE REQUEST")
-	}
-	req, err := x509.ParseCertificateRequest(block.Bytes)
+	req, err := parseCSR(pemBytes, checkEtcdCSRExtension)
 	if err != nil {
-		return nil, csrRefused("cannot parse it: %v", err)
-	}
-	if err := checkCSRKey(req.PublicKey); err != nil {
 		return nil, err
-	}
-	switch req.SignatureAlgorithm {
-	case x509.ECDSAWithSHA256, x509.ECDSAWithSHA384, x509.ECDSAWithSHA512,
-		x509.SHA256WithRSA, x509.SHA384WithRSA, x509.SHA512WithRSA,
-		x509.SHA256WithRSAPSS, x509.SHA384WithRSAPSS, x509.SHA512WithRSAPSS:
-	default:
-		return nil, csrRefused("signature algorithm %v: sign it with SHA-256 or stronger", req.SignatureAlgorithm)
-	}
-	if err := req.CheckSignature(); err != nil {
-		return nil, csrRefused("its signature does not verify with its own key: %v", err)
-	}
-	if err := checkCSRAttributes(req.RawTBSCertificateRequest); err != nil {
-		return nil, err
-	}
-	for _, ext := range req.Extensions {
-		if err := checkEtcdCSRExtension(ext); err != nil {
-			return nil, err
-		}
 	}
 	// The standard library drops the names it cannot represent (other
 	// names, directory names): only DNS names and addresses may be asked.
