@@ -40,7 +40,8 @@ The version must be added first (ztpd kube-version add --semver ... --url ...).
 
 --node-offering and --node-template shape one node type (worker or control)
 apart: its members are planned as that offering, and get that profile (a
-loaded profile's name) instead of the one they match. --cni names a
+loaded profile's name, or its template ID from CloudStack's listTemplates)
+instead of the one they match. --cni names a
 registered CNI configuration applied once the first control plane answers,
 --cni-detail the values of its parameters.`,
 		Example: `  ztpd cluster create edge-1 --version 1.31.4 --size 3
@@ -101,7 +102,7 @@ registered CNI configuration applied once the first control plane answers,
 	fl.StringVar(&lbIP, "external-lb-ip", "", "external load balancer address for the API endpoint")
 	fl.StringVar(&joinMethod, "join-method", "", "kubeadm (default), k3s, or sonic: a switch fabric, a kubeadm cluster whose control plane is the first VM or server admitted as control-plane (e.g. examples/profiles/fabric-control-plane.yaml) and whose workers are the switches")
 	fl.StringToStringVar(&nodeOfferings, "node-offering", nil, "TYPE=OFFERING: the service offering of node type worker or control (repeatable)")
-	fl.StringToStringVar(&nodeTemplates, "node-template", nil, "TYPE=PROFILE: the profile the members of node type worker or control get (repeatable)")
+	fl.StringToStringVar(&nodeTemplates, "node-template", nil, "TYPE=PROFILE: the profile (name or template ID) the members of node type worker or control get (repeatable)")
 	fl.StringVar(&cni, "cni", "", "a registered CNI configuration (name or ID) to apply once the first control plane answers")
 	fl.StringToStringVar(&cniDetails, "cni-detail", nil, "NAME=VALUE: a value of the CNI configuration's parameters (repeatable)")
 	_ = cmd.MarkFlagRequired("version")
