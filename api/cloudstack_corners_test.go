@@ -157,7 +157,10 @@ func TestCloudStackRefusesWhatItCannotHonour(t *testing.T) {
 		params map[string]string
 		text   string
 	}{
-		{map[string]string{"etcdnodes": "3"}, "ztpd cannot honour parameter etcdnodes=3: ztpd runs etcd on the control planes (kubeadm's stacked etcd), not on dedicated etcd nodes"},
+		{map[string]string{"etcdnodes": "2"}, "ztpd cannot honour parameter etcdnodes=2: use 0 (etcd on the control planes) or an odd number of dedicated etcd nodes from 1 to 7"},
+		{map[string]string{"etcdnodes": "9"}, "ztpd cannot honour parameter etcdnodes=9: use 0"},
+		{map[string]string{"etcdnodes": "-1"}, "ztpd cannot honour parameter etcdnodes=-1: use 0"},
+		{map[string]string{"etcdnodes": "1", "clustertype": "ExternalManaged", "kubeconfig": "x"}, "ztpd cannot honour parameter etcdnodes=1: an ExternalManaged cluster's etcd is its administrators'"},
 		{map[string]string{"clustertype": "ExternalManaged"}, "an ExternalManaged cluster needs the kubeconfig ztpd reaches it with (parameter kubeconfig)"},
 		{map[string]string{"clustertype": "cloudmanaged"}, "Unable to resolve cluster type cloudmanaged to a supported value (CloudManaged, ExternalManaged)"},
 		{map[string]string{"enablecsi": "true"}, "ztpd cannot honour parameter enablecsi=true: ztpd installs no CloudStack CSI driver"},
@@ -167,8 +170,8 @@ func TestCloudStackRefusesWhatItCannotHonour(t *testing.T) {
 			`nodeofferings: node type "gpu" is none of worker, control, etcd`},
 		{map[string]string{"nodeofferings[0].node": "worker"}, "Invalid value for parameter nodeofferings: each entry needs node and offering"},
 		{map[string]string{"nodeofferings[0].node": "etcd", "nodeofferings[0].offering": "ztpd-small"},
-			"ztpd cannot honour parameter nodeofferings={node:etcd,offering:ztpd-small}: node type etcd: ztpd runs etcd on the control planes (kubeadm's stacked etcd), not on etcd nodes"},
-		{map[string]string{"nodetemplates[0].node": "etcd", "nodetemplates[0].template": "leaf-worker"}, "not on etcd nodes"},
+			"ztpd cannot honour parameter nodeofferings={node:etcd,offering:ztpd-small}: node type etcd needs etcd nodes (etcdnodes)"},
+		{map[string]string{"nodetemplates[0].node": "etcd", "nodetemplates[0].template": "leaf-worker"}, "node type etcd needs etcd nodes"},
 		{map[string]string{"nodetemplates[0].node": "worker", "nodetemplates[0].template": "t-1"},
 			`nodetemplates: no profile named "t-1" is loaded (node type worker): a node template names the profile its nodes get`},
 		{map[string]string{"nodetemplates[0].node": "worker", "nodetemplates[0].template": "pinned-elsewhere"},
@@ -217,6 +220,17 @@ func TestCloudStackRefusesWhatItCannotHonour(t *testing.T) {
 		t.Fatalf("cpunumber %s memory %s", c.CPUNumber, c.Memory)
 	}
 
+	// Etcd nodes: three, on their own offering, counted in the totals.
+	ep := base("with-etcd", map[string]string{"etcdnodes": "3", "nodeofferings[0].node": "etcd", "nodeofferings[0].offering": "ztpd-medium"})
+	j = u.wait(field[string](t, u.ok("createKubernetesCluster", ep, true), "jobid"))
+	mustJSON(t, j["jobresult"], &res)
+	medium, _ := clusters.OfferingByID("ztpd-medium")
+	if ec := res.Cluster; ec.EtcdNodes != 3 || ec.EtcdOfferingID != medium.ID || ec.EtcdOfferingName != "ztpd-medium" ||
+		ec.CPUNumber != fmt.Sprint(2*small.CPU+3*medium.CPU) || len(ec.EtcdIPs) != 0 {
+		t.Fatalf("created with etcd nodes: %+v", ec)
+	}
+	u.wait(field[string](t, u.ok("deleteKubernetesCluster", map[string]string{"id": res.Cluster.ID}, true), "jobid"))
+
 	// listKubernetesClusters' clustertype filters: ztpd's are all CloudManaged.
 	for typ, want := range map[string]int{"CloudManaged": 1, "ExternalManaged": 0} {
 		l := u.ok("listKubernetesClusters", map[string]string{"clustertype": typ}, false)
@@ -237,7 +251,7 @@ func TestCloudStackRefusesWhatItCannotHonour(t *testing.T) {
 		{map[string]string{"size": "2", "minsize": "1"}, "ztpd cannot honour parameter minsize=1: Autoscaling is not supported by ztpd"},
 		{map[string]string{"nodeofferings[0].node": "worker", "nodeofferings[0].offering": "ztpd-medium"},
 			"Service offering ID: " + clusters.Offerings[1].ID + " offers lesser resources as compared to service offering ID: " + clusters.Offerings[2].ID + " of the worker nodes of Kubernetes cluster ID: " + c.ID},
-		{map[string]string{"nodeofferings[0].node": "etcd", "nodeofferings[0].offering": "ztpd-xlarge"}, "not on etcd nodes"},
+		{map[string]string{"nodeofferings[0].node": "etcd", "nodeofferings[0].offering": "ztpd-xlarge"}, "nodeofferings: node type etcd needs etcd nodes, and Kubernetes cluster honoured runs etcd on its control planes"},
 		{map[string]string{"nodeids": "02:00:00:00:0a:01", "nodeofferings[0].node": "control", "nodeofferings[0].offering": "ztpd-xlarge"},
 			"nodeids and nodeofferings cannot be passed together"},
 	} {

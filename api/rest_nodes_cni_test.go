@@ -93,6 +93,16 @@ func TestRESTNodesAndCNI(t *testing.T) {
 		j.Cluster.NodeTemplates["worker"] != "leaf-worker" || j.Cluster.NodeOfferings["control"] == "" {
 		t.Fatalf("create with shapes and a CNI configuration: %+v", j)
 	}
+	// Etcd nodes: an odd count is taken and shown, an even one refused.
+	j = wait(u.Do("POST", "/api/v1/clusters", map[string]any{"name": "with-etcd", "version": mine.VersionID, "size": 1,
+		"etcd_nodes": 3, "node_offerings": map[string]string{"etcd": "ztpd-medium"}}))
+	if j.Status != "succeeded" || j.Cluster == nil || j.Cluster.EtcdNodes != 3 || j.Cluster.NodeOfferings["etcd"] == "" {
+		t.Fatalf("create with etcd nodes: %+v", j)
+	}
+	if r := u.Do("POST", "/api/v1/clusters", map[string]any{"name": "even-etcd", "version": mine.VersionID, "size": 1, "etcd_nodes": 2}); r.Status != 400 ||
+		!strings.Contains(string(r.Raw), "etcdnodes: 2") {
+		t.Fatalf("create with 2 etcd nodes: %d %s", r.Status, r.Raw)
+	}
 	if r := u.Do("DELETE", "/api/v1/cni-configurations/"+cfg.ID, nil); r.Status != 403 {
 		t.Fatalf("user deletes: %d %s", r.Status, r.Raw)
 	}

@@ -7,8 +7,9 @@
 # after the kubelet restart, each ±20% per node) and NODES simulated agents
 # that behave as ztpd-agent under its timer: a run every 60s + 0..30s (the
 # agent's real default), and, while ztpd's document says poll_seconds 5 (the
-# rollout's nodes), polls every 5s + 0..0.5s within the run until 6s before
-# its minute is over. Every time is multiplied by
+# rollout's nodes; 1 for the ones in flight or next to start), polls at
+# that pace + 0..a tenth, past the minute, until the document says 60s
+# again (its node is done). Every time is multiplied by
 # SCALE (0.1: ten times faster than real). Reports the wall time against the
 # floor (the control plane's steps + the workers' steps / MAX_UNAVAILABLE),
 # wall/floor and the engine's overhead per node, (wall - floor) x
@@ -24,8 +25,9 @@
 # rolled back, Ready at the old version and uncordoned, and such a node
 # must end so.
 # Knobs (env): NODES (200) MAX_UNAVAILABLE (10) SCALE (0.1) ARGS (more
-#   rolloutbench flags, e.g. "-poll 2s -drain 30s"; "-fast-poll 0": the
-#   rollout's nodes poll no faster than the others) CANARY (10; 0: no
+#   rolloutbench flags, e.g. "-poll 2s -drain 30s"; "-fast-poll 0
+#   -next-poll 0": the rollout's nodes poll no faster than the others;
+#   "-next-poll 0": all of them at the fast pace) CANARY (10; 0: no
 #   canary run) SOAK (60s, real world, scaled) FAIL_PCT (5; 0: no failing run)
 # Last line: RESULT rollout nodes=<n> seconds=<s> floor_s=<f>
 #   [canary_seconds=<s> canary_floor_s=<f>] [failing_seconds=<s>

@@ -116,6 +116,8 @@ func holdsSlot(st core.DeviceState) bool {
 // take and release count a member with role in or out of rt.
 func take(rt *core.JoinState, role string) {
 	switch role {
+	case RoleEtcd:
+		rt.EtcdMembers++
 	case RoleControlPlane:
 		rt.ControlPlanes++
 	default:
@@ -125,6 +127,8 @@ func take(rt *core.JoinState, role string) {
 
 func release(rt *core.JoinState, role string) {
 	switch role {
+	case RoleEtcd:
+		rt.EtcdMembers--
 	case RoleControlPlane:
 		rt.ControlPlanes--
 	default:

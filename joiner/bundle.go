@@ -391,6 +391,13 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 	}
 	switch res.method {
 	case MethodKubeadm:
+		if res.role == RoleEtcd {
+			if b.Node, err = renderEtcdMember(res, keys, now, report, b.agentFiles); err != nil {
+				return nil, err
+			}
+			b.CloudConfig = b.Node.CloudConfig()
+			break
+		}
 		var plan bundle.KubeadmPlan
 		cc := bundle.CloudConfigParams{Report: report, Agent: b.agentFiles}
 		switch {
@@ -436,6 +443,13 @@ func (s *Service) render(ctx context.Context, res *joinResult, now time.Time) (*
 			}
 			if res.cluster.ControlNodes > 1 {
 				params.CertificateKey = keys.certKey
+			}
+			if res.cluster.EtcdNodes > 0 {
+				var eps []string
+				if cc.EtcdClient, eps, err = etcdClientFiles(res, keys, now); err != nil {
+					return nil, err
+				}
+				params.ExternalEtcd = &bundle.ExternalEtcd{Endpoints: eps}
 			}
 			if plan, err = bundle.PlanInit(params); err != nil {
 				return nil, err

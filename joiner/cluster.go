@@ -119,6 +119,20 @@ func (s *Service) setup(tx core.Tx, c core.Cluster, version string, now time.Tim
 	if sec.TokenSeed, err = s.keys.Seal(seed, []byte(ctx+"/token-seed")); err != nil {
 		return nil, err
 	}
+	var etcdCA *pki.CA
+	if c.EtcdNodes > 0 {
+		if c.JoinMethod == MethodK3s {
+			return nil, fmt.Errorf("%w: a k3s cluster has no etcd nodes", ErrInvalid)
+		}
+		if etcdCA, err = pki.NewEtcdCA(alg, now); err != nil {
+			return nil, err
+		}
+		sealed, err := etcdCA.Seal(s.keys, etcdCAOwner(c.ID))
+		if err != nil {
+			return nil, err
+		}
+		sec.EtcdCA = &sealed
+	}
 	raw, err := json.Marshal(sec)
 	if err != nil {
 		return nil, err
@@ -143,12 +157,16 @@ func (s *Service) setup(tx core.Tx, c core.Cluster, version string, now time.Tim
 			}
 		}
 	}
-	err = s.event(tx, now, "cluster.created", "", c.ID, "cluster PKI and join tokens created",
-		map[string]string{"version": v.Tag(), "ca": string(alg), "ca_hash": ca.DiscoveryHash()})
-	if err != nil {
+	fields := map[string]string{"version": v.Tag(), "ca": string(alg), "ca_hash": ca.DiscoveryHash()}
+	what := "cluster PKI and join tokens created"
+	if etcdCA != nil {
+		fields["etcd_ca_hash"] = etcdCA.DiscoveryHash()
+		what = fmt.Sprintf("cluster PKI, etcd CA (for %d etcd nodes) and join tokens created", c.EtcdNodes)
+	}
+	if err = s.event(tx, now, "cluster.created", "", c.ID, what, fields); err != nil {
 		return nil, err
 	}
-	return &clusterKeys{ca: ca, certKey: certKey, seed: seed}, nil
+	return &clusterKeys{ca: ca, certKey: certKey, seed: seed, etcdCA: etcdCA}, nil
 }
 
 // caAlgorithm picks the CA key type: ECDSA P-256 where kubeadm supports it
@@ -241,7 +259,7 @@ func (s *Service) Resize(ctx context.Context, c core.Cluster) error {
 		}
 		var workers []core.Membership
 		err = eachMember(tx, c.ID, func(m *core.Membership) error {
-			if m.Role != RoleControlPlane && holdsSlot(m.State) {
+			if m.Role != RoleControlPlane && m.Role != RoleEtcd && holdsSlot(m.State) {
 				workers = append(workers, *m)
 			}
 			return nil
@@ -288,7 +306,7 @@ func (s *Service) RemoveMembers(ctx context.Context, c core.Cluster, devices []s
 			if err != nil {
 				return fmt.Errorf("member %s: %w", id, err)
 			}
-			if m.Cluster != c.ID || m.Role == RoleControlPlane || !holdsSlot(m.State) {
+			if m.Cluster != c.ID || m.Role == RoleControlPlane || m.Role == RoleEtcd || !holdsSlot(m.State) {
 				return fmt.Errorf("%w: %s is not a worker member of %s (%s)", ErrInvalid, id, c.Name, m.State)
 			}
 			if err := s.transition(tx, &m, core.StateLeaving, "removed by name: scale down to "+strconv.Itoa(c.Size), now); err != nil {
@@ -322,6 +340,9 @@ func (s *Service) leave(tx core.Tx, m core.Membership, reason string, now time.T
 		release(&rt, m.Role)
 		if rt.FirstControlPlane == m.Device && rt.ControlPlanes+rt.Workers == 0 {
 			rt.FirstControlPlane, rt.Initialized = "", false
+		}
+		if rt.FirstEtcd == m.Device && rt.EtcdMembers == 0 {
+			rt.FirstEtcd = "" // the next etcd node starts a new etcd cluster
 		}
 		if err := tx.Clusters().PutJoinState(m.Cluster, rt); err != nil {
 			return err

@@ -163,6 +163,10 @@ type JoinRequest struct {
 	// that issue no certificate (kubeadm's kubelet makes its own key by TLS
 	// bootstrap; k3s joins with a token).
 	CSR string
+	// Etcd are the device's etcd certificate signing requests, for a join
+	// into a cluster with etcd nodes: an etcd node's server and peer
+	// requests, the first control plane's apiserver-etcd-client one.
+	Etcd EtcdCSRs
 	// Neighbors are the LLDP neighbours the device reports (its join
 	// plugin runs lldpctl); none when it has no LLDP. Compared with its
 	// planned position's expected neighbours.
@@ -188,6 +192,8 @@ type joinResult struct {
 	ip         string
 	nodeName   string // the member's node name (core.Membership.NodeName)
 	csr        csrCheck
+	etcdCSR    etcdCSRCheck
+	etcd       etcdRender
 	// enrollment is the stored enrollment the request named, when there
 	// is one: a refusal's event names its device.
 	enrollment *core.Token
@@ -230,6 +236,10 @@ func (s *Service) Join(ctx context.Context, req JoinRequest) (*Bundle, error) {
 	if req.CSR != "" {
 		csr.csr, csr.err = pki.ParseCSR([]byte(req.CSR))
 	}
+	var etcdCSR etcdCSRCheck
+	if !req.Etcd.empty() {
+		etcdCSR = parseEtcdCSRs(req.Etcd)
+	}
 	report, err := tokens.NewReportCredential()
 	if err != nil {
 		return nil, err
@@ -242,10 +252,21 @@ func (s *Service) Join(ctx context.Context, req JoinRequest) (*Bundle, error) {
 	}
 	now := s.now().UTC()
 	var res joinResult
-	err = s.store.Batch(func(tx core.Tx) error {
-		res = joinResult{report: report, agent: agent, csr: csr} // Batch may run fn more than once
-		return s.admit(tx, cred, req, now, &res)
-	})
+	admit := func() error {
+		return s.store.Batch(func(tx core.Tx) error {
+			res = joinResult{report: report, agent: agent, csr: csr, etcdCSR: etcdCSR} // Batch may run fn more than once
+			return s.admit(tx, cred, req, now, &res)
+		})
+	}
+	err = admit()
+	// A join told to wait on a cluster's etcd nodes looks at them (etcd's
+	// /health over TLS, the cluster's word rather than the nodes'), and
+	// asks again when one changed: what it is told is what they answer
+	// now. Other joins cost nothing more.
+	if err == nil && waitsOnEtcd(res.wait) && s.observeEtcd(ctx, res.cluster.ID) {
+		now = s.now().UTC()
+		err = admit()
+	}
 	if me := (*movedError)(nil); errors.As(err, &me) {
 		s.movedRefused(me, res.cluster.ID, now)
 		if me.wait {
@@ -255,7 +276,7 @@ func (s *Service) Join(ctx context.Context, req JoinRequest) (*Bundle, error) {
 	}
 	if err != nil {
 		s.metrics.joinsRefused.WithLabelValues(refusalReason(err)).Inc()
-		if errors.Is(err, ErrCSRRefused) || errors.Is(err, ErrCSRMissing) {
+		if errors.Is(err, ErrCSRRefused) || errors.Is(err, ErrCSRMissing) || errors.Is(err, ErrEtcdCSRMissing) {
 			s.csrRefused(res.device.ID, res.cluster.ID, req, err, now)
 		}
 		if IsUnauthorized(err) {
@@ -267,7 +288,7 @@ func (s *Service) Join(ctx context.Context, req JoinRequest) (*Bundle, error) {
 	if res.wait != "" {
 		s.metrics.joinsWaiting.Inc()
 		retry := waitRetry
-		if res.wait == waitFirstControlPlane || res.wait == waitControlPlaneUp {
+		if soonWait(res.wait) {
 			retry = waitRetryFirstCP
 		}
 		if res.waitNews {
@@ -424,6 +445,13 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	if req.Role != "" {
 		preset = req.Role
 	}
+	withEtcd := c.EtcdNodes > 0 && method == MethodKubeadm && !c.IsExternal()
+	if withEtcd {
+		if res.etcd.members, err = readEtcdMembers(tx, c.ID); err != nil {
+			return err
+		}
+		res.etcd.first = reissue && rt.FirstEtcd == dev.ID
+	}
 	if !reissue && wait == "" {
 		approved := s.approvalOf(dev, c, h)
 		switch {
@@ -431,12 +459,39 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 			wait = "awaiting approval (ztpd device approve " + dev.ID + ")"
 		case c.IsExternal():
 			role, wait = decideExternalRole(c, rt, method, preset)
+		case preset == RoleEtcd && !withEtcd:
+			wait = fmt.Sprintf("its profile gives it the etcd role, and cluster %s has no etcd nodes (etcd runs on its control planes)", c.Name)
 		default:
-			role, first, wait = decideRole(c, rt, method, preset)
-			if wait == "" && role == RoleControlPlane && approved&approvedControlPlane == 0 {
-				role, first = "", false
-				wait = "awaiting approval as a control plane: no auto_approve rule names the control-plane role (ztpd device approve " + dev.ID + ")"
+			etcdDecided := false
+			if withEtcd {
+				role, res.etcd.first, wait, etcdDecided = decideEtcdRole(c, rt, res.etcd.members, preset)
+				first = false
 			}
+			if !etcdDecided {
+				role, first, wait = decideRole(c, rt, method, preset)
+				if wait == "" && first && withEtcd {
+					if wait = gateFirstControlPlane(c, res.etcd.members); wait != "" {
+						role, first = "", false
+					}
+				}
+			}
+			if wait == "" && (role == RoleControlPlane || role == RoleEtcd) && approved&approvedControlPlane == 0 {
+				what := "a control plane"
+				if role == RoleEtcd {
+					what = "an etcd node (it holds the cluster's whole state)"
+				}
+				role, first, res.etcd.first = "", false, false
+				wait = "awaiting approval as " + what + ": no auto_approve rule names the control-plane role (ztpd device approve " + dev.ID + ")"
+			}
+		}
+	}
+	if wait == "" && withEtcd {
+		name := m.NodeName
+		if name == "" || !reissue {
+			name = s.nodeNameFor(dev, method)
+		}
+		if err := checkEtcdCSRs(c, role, first, req.Etcd, res.etcdCSR, name, res.ip); err != nil {
+			return err
 		}
 	}
 	if wait == "" && first && rt.APIEndpoint == "" {
@@ -477,7 +532,7 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 	}
 	switch {
 	case method == MethodKubeadm, method == MethodK3s, c.IsExternal():
-		if !first {
+		if !first && role != RoleEtcd { // an etcd node is no Kubernetes Node
 			tok, publish, err := s.nodeToken(tx, c, rt, m, dev.ID, keys.seed, now)
 			if err != nil {
 				return err
@@ -537,6 +592,9 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 		if first {
 			rt.FirstControlPlane = dev.ID
 		}
+		if res.etcd.first {
+			rt.FirstEtcd = dev.ID
+		}
 	}
 	if err := tx.Clusters().PutJoinState(c.ID, rt); err != nil {
 		return err
@@ -550,8 +608,13 @@ func (s *Service) admit(tx core.Tx, cred tokens.Credential, req JoinRequest, now
 		m.IssuedAt = now
 	}
 	what := role
-	if first {
+	switch {
+	case first:
 		what = "first control plane (kubeadm init)"
+	case res.etcd.first:
+		what = "first etcd node (a new etcd cluster)"
+	case role == RoleEtcd:
+		what = "etcd node (added to the etcd cluster)"
 	}
 	reason := "bundle issued as " + what
 	if reissue {

@@ -60,7 +60,7 @@ func TestVMUserDataIsPublicWithTheTLSListener(t *testing.T) {
 		return ud
 	}
 	before := public("no cluster yet")
-	if _, err := e.svc.JoinData(bg, e.device(m), "prod", "", "cp-1"); core.KindOf(err) != core.KindWaiting || !strings.Contains(err.Error(), "does not exist yet") {
+	if _, err := e.svc.JoinData(bg, e.device(m), "prod", "", "cp-1", EtcdCSRs{}); core.KindOf(err) != core.KindWaiting || !strings.Contains(err.Error(), "does not exist yet") {
 		t.Fatalf("join data before the cluster exists: %v", err)
 	}
 	e.cluster(clusterSpec{Name: "prod", Size: 2})
@@ -68,13 +68,13 @@ func TestVMUserDataIsPublicWithTheTLSListener(t *testing.T) {
 		t.Fatal("the public user-data changed with the cluster's creation")
 	}
 	var we *WaitError
-	if _, err := e.svc.JoinData(bg, e.device(m), "prod", "", "cp-1"); !errors.As(err, &we) || core.KindOf(err) != core.KindWaiting {
+	if _, err := e.svc.JoinData(bg, e.device(m), "prod", "", "cp-1", EtcdCSRs{}); !errors.As(err, &we) || core.KindOf(err) != core.KindWaiting {
 		t.Fatalf("join data of a VM awaiting approval: %v", err)
 	}
 	if _, err := e.svc.Approve(bg, m, "prod"); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := e.svc.JoinData(bg, e.device(m), "prod", "", "cp-1")
+	raw, err := e.svc.JoinData(bg, e.device(m), "prod", "", "cp-1", EtcdCSRs{})
 	if err != nil {
 		t.Fatalf("join data once approved: %v", err)
 	}
@@ -111,11 +111,11 @@ func TestVMUserDataIsPublicWithTheTLSListener(t *testing.T) {
 	// A retry within the reissue window (an answer lost) is answered
 	// again; past it, a state error naming the reset.
 	e.clk.add(5 * time.Minute)
-	if _, err := e.svc.JoinData(bg, e.device(m), "prod", "", "cp-1"); err != nil {
+	if _, err := e.svc.JoinData(bg, e.device(m), "prod", "", "cp-1", EtcdCSRs{}); err != nil {
 		t.Fatalf("a retry within the window: %v", err)
 	}
 	e.clk.add(6 * time.Minute)
-	_, err = e.svc.JoinData(bg, e.device(m), "prod", "", "cp-1")
+	_, err = e.svc.JoinData(bg, e.device(m), "prod", "", "cp-1", EtcdCSRs{})
 	if core.KindOf(err) != core.KindState || !errors.Is(err, ErrJoinDataIssued) || !strings.Contains(err.Error(), "ztpd device reset "+m) {
 		t.Fatalf("join data past the window: %v", err)
 	}

@@ -52,7 +52,7 @@ func refusalReason(err error) string {
 	}{
 		{ErrEnrollmentInvalid, "invalid"}, {ErrEnrollmentUsed, "replayed"}, {ErrEnrollmentExpired, "expired"}, {ErrEnrollmentAddress, "wrong-address"},
 		{ErrRevoked, "revoked"}, {ErrBindingMismatch, "wrong-device"}, {ErrClusterUnavailable, "cluster-unavailable"},
-		{ErrMemberElsewhere, "member-elsewhere"}, {ErrCSRRefused, "bad-csr"}, {ErrCSRMissing, "no-csr"},
+		{ErrMemberElsewhere, "member-elsewhere"}, {ErrCSRRefused, "bad-csr"}, {ErrCSRMissing, "no-csr"}, {ErrEtcdCSRMissing, "no-csr"},
 		{ErrInvalid, "bad-request"}, {ErrMoved, "moved"},
 	} {
 		if errors.Is(err, r.err) {

@@ -190,6 +190,9 @@ type Options struct {
 	// box there, a member of another slot, or unexpected LLDP neighbours
 	// meet (positions.go).
 	Plan func() *positions.Plan
+	// EtcdProbe asks an etcd node whether it is healthy (default: etcd's
+	// /health over TLS); tests replace it.
+	EtcdProbe EtcdProbe
 	// DeleteNode deletes a cluster's Node as ztpd's operator (the
 	// scale-down's NodeOps): the Node of a member a replacement ended.
 	// Nil: the Node is left for the cluster to show NotReady.
@@ -247,6 +250,9 @@ func New(store core.Store, keys *secretbox.Keyring, opts Options) (*Service, err
 	}
 	if opts.ReissueWindow <= 0 {
 		opts.ReissueWindow = 15 * time.Minute
+	}
+	if opts.EtcdProbe == nil {
+		opts.EtcdProbe = probeEtcdHealth
 	}
 	if opts.ReportTTL <= 0 {
 		opts.ReportTTL = 7 * 24 * time.Hour
@@ -333,9 +339,12 @@ func secretsOwner(cluster string) string { return "cluster/" + cluster }
 
 // clusterSecrets is the sealed key material of one cluster.
 type clusterSecrets struct {
-	CA        pki.SealedCA `json:"ca"`
-	CertKey   []byte       `json:"certificate_key"` // sealed hex certificate key
-	TokenSeed []byte       `json:"token_seed"`      // sealed 32 random bytes
+	CA pki.SealedCA `json:"ca"`
+	// EtcdCA is the etcd CA of a cluster built with etcd nodes (external
+	// etcd), sealed as the cluster CA is; nil for stacked etcd.
+	EtcdCA    *pki.SealedCA `json:"etcd_ca,omitempty"`
+	CertKey   []byte        `json:"certificate_key"` // sealed hex certificate key
+	TokenSeed []byte        `json:"token_seed"`      // sealed 32 random bytes
 	// External is set, and the fields above empty, for a cluster ztpd did
 	// not build (ExternalManaged): it holds no CA key for it.
 	External *externalSecrets `json:"external,omitempty"`
@@ -347,6 +356,8 @@ type clusterKeys struct {
 	certKey tokens.CertificateKey
 	seed    []byte
 	ext     *externalKeys // an external cluster's (ca and certKey unset)
+	etcdCA  *pki.CA       // a cluster with etcd nodes'
+	etcdProbeState
 }
 
 // tokenRecord is a stored token as the tokens package checks it.
@@ -411,8 +422,18 @@ func (s *Service) openSecrets(clusterID string, sec clusterSecrets) (*clusterKey
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s token seed: %w", clusterID, err)
 	}
-	return &clusterKeys{ca: ca, certKey: certKey, seed: seed}, nil
+	k := &clusterKeys{ca: ca, certKey: certKey, seed: seed}
+	if sec.EtcdCA != nil {
+		if k.etcdCA, err = pki.OpenCA(*sec.EtcdCA, s.keys, etcdCAOwner(clusterID)); err != nil {
+			return nil, err
+		}
+	}
+	return k, nil
 }
+
+// etcdCAOwner binds a cluster's sealed etcd CA key to that cluster and to
+// its use, so it cannot be swapped with the cluster CA's.
+func etcdCAOwner(clusterID string) string { return secretsOwner(clusterID) + "/etcd-ca" }
 
 func (s *Service) forget(clusterID string) {
 	s.mu.Lock()

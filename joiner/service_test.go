@@ -128,6 +128,7 @@ type clusterSpec struct {
 	JoinMethod        string
 	Endpoint          string
 	ExternalLBIP      string
+	EtcdNodes         int
 }
 
 // cluster creates a cluster through the clusters service and waits until
@@ -147,7 +148,7 @@ func (e *env) cluster(spec clusterSpec) core.Cluster {
 	}
 	c, j, err := e.cl.CreateCluster(bg, clusters.LocalAdmin, clusters.ClusterSpec{Name: spec.Name, ZoneID: e.cl.Zone().ID,
 		VersionID: v.ID, ServiceOfferingID: clusters.Offerings[0].ID, Size: spec.Size, ControlNodes: spec.ControlNodes,
-		JoinMethod: spec.JoinMethod, Endpoint: spec.Endpoint, ExternalLBIP: spec.ExternalLBIP})
+		JoinMethod: spec.JoinMethod, Endpoint: spec.Endpoint, ExternalLBIP: spec.ExternalLBIP, EtcdNodes: spec.EtcdNodes})
 	if err != nil {
 		e.t.Fatal(err)
 	}

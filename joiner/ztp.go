@@ -127,12 +127,12 @@ func (s *Service) UserData(ctx context.Context, dev core.Device, clusterRef, rol
 			return nil, err
 		}
 		return bundle.RenderWaiterCloudConfig(bundle.WaiterParams{URL: secure + JoinDataPath,
-			Pins: s.opts.DevicePins(), Hostname: nodeName(hostname)})
+			Pins: s.opts.DevicePins(), Hostname: nodeName(hostname), EtcdKeys: s.hasEtcdNodes(clusterRef)})
 	}
 	if err := s.profileCluster(clusterRef); err != nil {
 		return nil, err
 	}
-	b, err := s.issueVM(ctx, dev, clusterRef, role, hostname, true)
+	b, err := s.issueVM(ctx, dev, clusterRef, role, hostname, true, EtcdCSRs{})
 	if errors.Is(err, ErrAlreadyIssued) {
 		s.log.Info("user-data without join material", "device", dev.ID, "reason", err.Error())
 		return issuedCloudConfig(dev.ID, nodeName(hostname)), nil
@@ -155,11 +155,14 @@ var ErrJoinDataIssued = joinError(core.KindState, "this device's join data was a
 // retry a join within the reissue window (an answer lost on its way):
 // the waiter stops asking once it has installed it, unlike cloud-init,
 // which fetches user-data at every boot. After that, ErrJoinDataIssued.
-func (s *Service) JoinData(ctx context.Context, dev core.Device, clusterRef, role, hostname string) ([]byte, error) {
+//
+// etcd are the requests of the etcd keys the VM made (a cluster with etcd
+// nodes): the ones its role needs are checked and signed.
+func (s *Service) JoinData(ctx context.Context, dev core.Device, clusterRef, role, hostname string, etcd EtcdCSRs) ([]byte, error) {
 	if err := s.profileCluster(clusterRef); err != nil {
 		return nil, err
 	}
-	b, err := s.issueVM(ctx, dev, clusterRef, role, hostname, false)
+	b, err := s.issueVM(ctx, dev, clusterRef, role, hostname, false, etcd)
 	if errors.Is(err, ErrAlreadyIssued) {
 		s.log.Info("join data not issued again", "device", dev.ID, "reason", err.Error())
 		msg := strings.TrimPrefix(err.Error(), ErrAlreadyIssued.Error()+": ")
@@ -185,7 +188,7 @@ func (s *Service) JoinData(ctx context.Context, dev core.Device, clusterRef, rol
 // issueVM issues dev's kubeadm bundle in-process, when Issuable allows
 // it (once: never again; else mayReissue's window); an error wrapping
 // ErrAlreadyIssued when not.
-func (s *Service) issueVM(ctx context.Context, dev core.Device, clusterRef, role, hostname string, once bool) (*Bundle, error) {
+func (s *Service) issueVM(ctx context.Context, dev core.Device, clusterRef, role, hostname string, once bool, etcd EtcdCSRs) (*Bundle, error) {
 	if ok, reason, err := s.Issuable(ctx, dev.ID, clusterRef, once); err != nil {
 		return nil, err
 	} else if !ok {
@@ -199,7 +202,7 @@ func (s *Service) issueVM(ctx context.Context, dev core.Device, clusterRef, role
 		return nil, err
 	}
 	b, err := s.Join(ctx, JoinRequest{Enrollment: cred.Reveal(), MAC: dev.MAC, Serial: dev.Serial,
-		Hostname: hostname, Kind: core.KindVM, Role: role, RemoteIP: dev.IP, Once: once})
+		Hostname: hostname, Kind: core.KindVM, Role: role, RemoteIP: dev.IP, Once: once, Etcd: etcd})
 	if err != nil { // ErrAlreadyIssued: a concurrent fetch got it first
 		return nil, err
 	}
@@ -225,6 +228,18 @@ func issuedCloudConfig(id, hostname string) []byte {
 		b = append(b, "hostname: "+hostname+"\npreserve_hostname: false\n"...)
 	}
 	return b
+}
+
+// hasEtcdNodes reports whether cluster ref has etcd nodes: its VMs' waiters
+// then make the etcd keys a role there may need and send their requests.
+func (s *Service) hasEtcdNodes(ref string) bool {
+	has := false
+	_ = s.store.View(func(tx core.Tx) error {
+		c, err := clusters.ByRef(tx, ref)
+		has = err == nil && c.EtcdNodes > 0
+		return nil
+	})
+	return has
 }
 
 // ErrClusterByName: a profile names by name a cluster an account other

@@ -92,6 +92,10 @@ type Cluster struct {
 	NodeOfferings    map[string]string `json:"node_offerings,omitempty"`
 	NodeTemplates    map[string]string `json:"node_templates,omitempty"`
 	CNIConfiguration string            `json:"cni_configuration,omitempty"`
+	// EtcdNodes is the number of dedicated etcd nodes (0: etcd on the
+	// control planes); EtcdIPs their addresses by node name.
+	EtcdNodes int               `json:"etcd_nodes,omitempty"`
+	EtcdIPs   map[string]string `json:"etcd_ips,omitempty"`
 }
 
 // CNIConfiguration is a registered CNI configuration (openapi.json
@@ -601,6 +605,8 @@ type CSCluster struct {
 	CSIEnabled          bool              `json:"csienabled"`
 	EtcdNodes           int               `json:"etcdnodes"`
 	EtcdIPs             map[string]string `json:"etcdips,omitempty"`
+	EtcdOfferingID      string            `json:"etcdofferingid,omitempty"`
+	EtcdOfferingName    string            `json:"etcdofferingname,omitempty"`
 	WorkerOfferingID    string            `json:"workerofferingid,omitempty"`
 	WorkerOfferingName  string            `json:"workerofferingname,omitempty"`
 	TemplateID          string            `json:"templateid,omitempty"`

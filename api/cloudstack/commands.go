@@ -36,7 +36,7 @@ var clusterFields = []string{"id", "name", "description", "account", "domainid",
 	"kubernetesversionname", "serviceofferingid", "serviceofferingname", "size", "controlnodes", "masternodes",
 	"cpunumber", "memory", "state", "endpoint", "keypair", "networkid", "virtualmachines", "ipaddress",
 	"created", "autoscalingenabled", "minsize", "maxsize", "clustertype", "controlofferingid", "controlofferingname",
-	"csienabled", "etcdnodes", "etcdips", "workerofferingid", "workerofferingname", "templateid", "templatename",
+	"csienabled", "etcdnodes", "etcdips", "etcdofferingid", "etcdofferingname", "workerofferingid", "workerofferingname", "templateid", "templatename",
 	"cniconfigurationid", "cniconfigname"}
 
 var versionFields = []string{"id", "name", "semanticversion", "isoid", "isoname", "isostate", "isourl", "zoneid",
@@ -197,9 +197,14 @@ func renderCluster(v clusters.ClusterView) client.CSCluster {
 		Endpoint: endpoint, Keypair: c.Keypair, NetworkID: c.NetworkID, IPAddress: ip,
 		Created: csTime(c.Created), ClusterType: c.TypeName(), VirtualMachines: make([]client.CSVM, 0, len(v.Members)),
 		// A role runs on its per-role offering, else the cluster's; ztpd
-		// has no etcd nodes and installs no CSI driver (createLimits).
+		// installs no CSI driver (createLimits).
 		ControlOfferingID: v.RoleOffering(clusters.NodeControl).ID, ControlOfferingName: v.RoleOffering(clusters.NodeControl).Name,
-		WorkerOfferingID: v.RoleOffering(clusters.NodeWorker).ID, WorkerOfferingName: v.RoleOffering(clusters.NodeWorker).Name}
+		WorkerOfferingID: v.RoleOffering(clusters.NodeWorker).ID, WorkerOfferingName: v.RoleOffering(clusters.NodeWorker).Name,
+		EtcdNodes: c.EtcdNodes}
+	if c.EtcdNodes > 0 {
+		out.EtcdOfferingID, out.EtcdOfferingName = v.RoleOffering(clusters.NodeEtcd).ID, v.RoleOffering(clusters.NodeEtcd).Name
+		out.EtcdIPs = v.EtcdIPs()
+	}
 	if len(c.NodeTemplates) > 0 {
 		// A node template is a profile, its ID the one listTemplates shows.
 		out.ZTPDNodeProfiles = c.NodeTemplates
@@ -366,12 +371,16 @@ func (d *Door) csCreateCluster(r *csRequest) (any, *csError) {
 	if e != nil {
 		return nil, e
 	}
+	etcd, e := r.integer("etcdnodes", 0)
+	if e != nil {
+		return nil, e
+	}
 	spec := clusters.ClusterSpec{Name: r.str("name"), Description: r.str("description"), ZoneID: r.str("zoneid"),
 		VersionID: r.str("kubernetesversionid"), ServiceOfferingID: r.str("serviceofferingid"), Size: size,
 		ControlNodes: control, Keypair: r.str("keypair"), NetworkID: r.str("networkid"),
 		ExternalLBIP: r.str("externalloadbalanceripaddress"), NodeRootDiskSize: int64(disk), JoinMethod: r.str("joinmethod"),
 		CNIConfigID: r.str("cniconfigurationid"), CNIDetails: cniDetails(r),
-		NodeOfferings: nodeOfferings, NodeTemplates: nodeTemplates}
+		NodeOfferings: nodeOfferings, NodeTemplates: nodeTemplates, EtcdNodes: etcd}
 	c, j, err := d.clusters.CreateCluster(r.ctx, r.caller, spec)
 	if err != nil {
 		return nil, domainError(err)

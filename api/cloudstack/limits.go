@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/ztpd/ztpd/internal/clusters"
+	"github.com/ztpd/ztpd/internal/core"
 )
 
 // A limit is a parameter newer CloudStack takes that ztpd honours only in
@@ -118,16 +119,6 @@ func onlyFalse(name, why string) func(*csRequest) string {
 	}
 }
 
-// onlyZero accepts a number parameter when 0.
-func onlyZero(name, why string) func(*csRequest) string {
-	return func(r *csRequest) string {
-		if strings.TrimSpace(r.str(name)) == "0" {
-			return ""
-		}
-		return why
-	}
-}
-
 // nodeMap reads a per-role map parameter (name[i].node=TYPE with
 // name[i].VALUEKEY=VALUE, as CloudStack's nodeofferings and
 // nodetemplates) into node type to value; the service checks the types
@@ -153,17 +144,36 @@ func nodeMap(r *csRequest, name, valueKey string) (map[string]string, *csError) 
 	return out, nil
 }
 
-// noEtcdNodeType refuses a per-role map naming the etcd node type: ztpd
-// builds no etcd nodes (etcdnodes is 0).
-func noEtcdNodeType(name string) func(*csRequest) string {
+// etcdNodeTypeNeedsEtcdNodes refuses a create's per-role map naming the
+// etcd node type without etcd nodes (etcdnodes 0: etcd runs on the control
+// planes, so no node is of type etcd).
+func etcdNodeTypeNeedsEtcdNodes(name string) func(*csRequest) string {
 	return func(r *csRequest) string {
+		if n, e := r.integer("etcdnodes", 0); e == nil && n > 0 {
+			return ""
+		}
 		for _, e := range r.entries(name) {
 			if strings.EqualFold(strings.TrimSpace(e["node"]), clusters.NodeEtcd) {
-				return "node type etcd: ztpd runs etcd on the control planes (kubeadm's stacked etcd), not on etcd nodes"
+				return "node type etcd needs etcd nodes (etcdnodes): without them etcd runs on the control planes (kubeadm's stacked etcd)"
 			}
 		}
 		return ""
 	}
+}
+
+// etcdNodeCount refuses an etcdnodes other than 0 or an odd 1 to 7.
+func etcdNodeCount(r *csRequest) string {
+	n, e := r.integer("etcdnodes", 0)
+	if e != nil {
+		return "" // the create's own parsing answers a non-number
+	}
+	if err := clusters.CheckEtcdNodes(n); err != nil {
+		return fmt.Sprintf("use 0 (etcd on the control planes) or an odd number of dedicated etcd nodes from 1 to %d: an even count tolerates no more failed members than one fewer", clusters.MaxEtcdNodes)
+	}
+	if n > 0 && r.str("clustertype") == core.ClusterExternalManaged {
+		return "an ExternalManaged cluster's etcd is its administrators', not nodes ztpd builds"
+	}
+	return ""
 }
 
 const (
@@ -183,10 +193,10 @@ var createLimits = []limit{
 			return "Unable to resolve cluster type " + v + " to a supported value (CloudManaged, ExternalManaged)"
 		}
 	}},
-	{"etcdnodes", "long", "4.21.0", "0 only: ztpd runs etcd on the control planes (kubeadm's stacked etcd)",
-		onlyZero("etcdnodes", "ztpd runs etcd on the control planes (kubeadm's stacked etcd), not on dedicated etcd nodes")},
-	{"nodeofferings", "map", "4.21.0", "node type (worker, control) to the service offering its nodes get: nodeofferings[0].node=worker&nodeofferings[0].offering=ID; the workers' stands in for serviceofferingid", noEtcdNodeType("nodeofferings")},
-	{"nodetemplates", "map", "4.21.0", "node type (worker, control) to the profile its nodes get, by its template ID (listTemplates) or name (ztpd has no VM templates; a profile says what a device runs): nodetemplates[0].node=worker&nodetemplates[0].template=ID", noEtcdNodeType("nodetemplates")},
+	{"etcdnodes", "long", "4.21.0", "0 (etcd on the control planes, kubeadm's stacked etcd) or an odd 1 to 7: external etcd on that many dedicated members of role etcd, with the cluster's own etcd CA and keys made on the nodes",
+		etcdNodeCount},
+	{"nodeofferings", "map", "4.21.0", "node type (worker, control, etcd with etcdnodes) to the service offering its nodes get: nodeofferings[0].node=worker&nodeofferings[0].offering=ID; the workers' stands in for serviceofferingid", etcdNodeTypeNeedsEtcdNodes("nodeofferings")},
+	{"nodetemplates", "map", "4.21.0", "node type (worker, control, etcd with etcdnodes) to the profile its nodes get, by its template ID (listTemplates) or name (ztpd has no VM templates; a profile says what a device runs): nodetemplates[0].node=worker&nodetemplates[0].template=ID", etcdNodeTypeNeedsEtcdNodes("nodetemplates")},
 	{"hypervisor", "string", "4.21.0", "not supported: " + whyNoVMs, never(whyNoVMs)},
 	{"cniconfigurationid", "uuid", "4.21.0", "a registered CNI configuration (listCniConfiguration), applied once the first control plane's API server answers", honoured},
 	{"cniconfigdetails", "map", "4.21.0", "the CNI configuration's parameter values: cniconfigdetails[0].NAME=VALUE (or [0].key=NAME with [0].value=VALUE)", honoured},
@@ -209,5 +219,5 @@ var scaleLimits = []limit{
 	{"autoscalingenabled", "boolean", "", "false only: " + whyAutoscaling, onlyFalse("autoscalingenabled", whyAutoscaling)},
 	{"minsize", "long", "", "not supported: autoscaling only", never(whyAutoscaling)},
 	{"maxsize", "long", "", "not supported: autoscaling only", never(whyAutoscaling)},
-	{"nodeofferings", "map", "4.21.0", "node type (worker, control) to a new, not smaller, service offering for its nodes", noEtcdNodeType("nodeofferings")},
+	{"nodeofferings", "map", "4.21.0", "node type (worker, control, etcd of a cluster with etcd nodes) to a new, not smaller, service offering for its nodes", honoured},
 }

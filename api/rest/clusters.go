@@ -23,7 +23,8 @@ func restClusterOf(v clusters.ClusterView) client.Cluster {
 		Size:    c.Size, ControlNodes: c.ControlNodes, OfferingID: c.ServiceOfferingID, OfferingName: v.Offering.Name,
 		CPU: v.Cores(), MemoryMB: v.MemoryMB(), Endpoint: ep, JoinMethod: c.JoinMethod, Type: c.TypeName(), Keypair: c.Keypair,
 		NetworkID: c.NetworkID, ExternalLBIP: c.ExternalLBIP, Members: []client.Member{}, Created: c.Created, UpdatedAt: c.UpdatedAt,
-		Observed: c.Observed, NodeOfferings: c.NodeOfferings, NodeTemplates: c.NodeTemplates}
+		Observed: c.Observed, NodeOfferings: c.NodeOfferings, NodeTemplates: c.NodeTemplates,
+		EtcdNodes: c.EtcdNodes, EtcdIPs: v.EtcdIPs()}
 	if c.CNI != nil {
 		out.CNIConfiguration = c.CNI.Name
 	}
@@ -169,6 +170,8 @@ func (s *Door) createCluster(c *gin.Context) {
 		// A registered CNI configuration and its parameters' values.
 		CNIConfiguration string            `json:"cni_configuration"`
 		CNIDetails       map[string]string `json:"cni_details"`
+		// Dedicated etcd nodes: 0, or an odd 1 to 7 (external etcd).
+		EtcdNodes int `json:"etcd_nodes"`
 	}
 	if !bindBody(c, &req) {
 		return
@@ -194,7 +197,8 @@ func (s *Door) createCluster(c *gin.Context) {
 	spec := clusters.ClusterSpec{Name: req.Name, Description: req.Description, ZoneID: s.clusters.Zone().ID,
 		VersionID: req.Version, ServiceOfferingID: req.Offering, Size: req.Size, ControlNodes: req.ControlNodes,
 		JoinMethod: req.JoinMethod, Keypair: req.Keypair, NetworkID: req.NetworkID, ExternalLBIP: req.ExternalLBIP,
-		NodeOfferings: req.NodeOfferings, NodeTemplates: req.NodeTemplates, CNIConfigID: req.CNIConfiguration, CNIDetails: req.CNIDetails}
+		NodeOfferings: req.NodeOfferings, NodeTemplates: req.NodeTemplates, CNIConfigID: req.CNIConfiguration, CNIDetails: req.CNIDetails,
+		EtcdNodes: req.EtcdNodes}
 	_, j, err := s.clusters.CreateCluster(c.Request.Context(), callerOf(c), spec)
 	s.accepted(c, j, err)
 }

@@ -163,6 +163,17 @@ func TestAPICommandGroups(t *testing.T) {
 		t.Fatalf("cluster create --node-offering: %+v", shaped)
 	}
 	mustCLI(nil, "cluster", "delete", "c2", "--yes")
+	// Etcd nodes: an odd count, on their own offering; an even one refused.
+	var withEtcd client.CSCluster
+	mustCLI(&withEtcd, "cluster", "create", "e1", "--version", "1.31.4", "--etcd-nodes", "3", "--node-offering", "etcd=ztpd-medium")
+	if withEtcd.EtcdNodes != 3 || withEtcd.EtcdOfferingName != "ztpd-medium" {
+		t.Fatalf("cluster create --etcd-nodes 3: %+v", withEtcd)
+	}
+	mustCLI(nil, "cluster", "delete", "e1", "--yes")
+	if _, err := cli("cluster", "create", "e2", "--version", "1.31.4", "--etcd-nodes", "2"); err == nil ||
+		!strings.Contains(err.Error(), "etcdnodes=2") {
+		t.Fatalf("cluster create --etcd-nodes 2: %v", err)
+	}
 	if _, err := cli("cluster", "create", "c3", "--version", "1.31.4", "--node-template", "worker=nosuch"); err == nil ||
 		!strings.Contains(err.Error(), `no profile named "nosuch" is loaded`) {
 		t.Fatalf("cluster create --node-template of no loaded profile: %v", err)

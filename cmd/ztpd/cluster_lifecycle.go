@@ -22,7 +22,7 @@ import (
 
 func newClusterCreateCmd(opts *rootOptions, f *apiFlags) *cobra.Command {
 	var version, offering, description, keypair, lbIP, joinMethod string
-	var size, control int
+	var size, control, etcdNodes int
 	var nodeOfferings, nodeTemplates, cniDetails map[string]string
 	var cni string
 	cmd := &cobra.Command{
@@ -43,11 +43,18 @@ apart: its members are planned as that offering, and get that profile (a
 loaded profile's name, or its template ID from CloudStack's listTemplates)
 instead of the one they match. --cni names a
 registered CNI configuration applied once the first control plane answers,
---cni-detail the values of its parameters.`,
+--cni-detail the values of its parameters.
+
+--etcd-nodes N (an odd 1 to 7) builds the cluster with external etcd on N
+dedicated members of role etcd (kubeadm's external etcd topology): the first
+N devices admitted run etcd, with keys they make themselves and certificates
+from the cluster's own etcd CA, and the first control plane waits for them.
+Without it (0) etcd runs on the control planes.`,
 		Example: `  ztpd cluster create edge-1 --version 1.31.4 --size 3
   ztpd cluster create core --version v1.31.4 --size 10 --control-nodes 3 --offering ztpd-large
   ztpd cluster create fabric --version 1.31.4 --size 4 --node-offering control=ztpd-large --node-template worker=leaf
-  ztpd cluster create net --version 1.31.4 --cni calico --cni-detail PodCIDR=10.1.0.0/16`,
+  ztpd cluster create net --version 1.31.4 --cni calico --cni-detail PodCIDR=10.1.0.0/16
+  ztpd cluster create db --version 1.37.2 --size 3 --etcd-nodes 3 --node-offering etcd=ztpd-medium`,
 		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := newAPIClient(opts, f)
@@ -74,6 +81,9 @@ registered CNI configuration applied once the first control plane answers,
 			}
 			p := url.Values{"name": {args[0]}, "zoneid": {zones[0].ID}, "kubernetesversionid": {vid},
 				"serviceofferingid": {offs[0].ID}, "size": {strconv.Itoa(size)}, "controlnodes": {strconv.Itoa(control)}}
+			if etcdNodes != 0 {
+				p.Set("etcdnodes", strconv.Itoa(etcdNodes))
+			}
 			setNodeMap(p, "nodeofferings", "offering", nodeOfferings)
 			setNodeMap(p, "nodetemplates", "template", nodeTemplates)
 			if cni != "" {
@@ -101,8 +111,9 @@ registered CNI configuration applied once the first control plane answers,
 	fl.StringVar(&keypair, "keypair", "", "SSH key pair name to record")
 	fl.StringVar(&lbIP, "external-lb-ip", "", "external load balancer address for the API endpoint")
 	fl.StringVar(&joinMethod, "join-method", "", "kubeadm (default), k3s, or sonic: a switch fabric, a kubeadm cluster whose control plane is the first VM or server admitted as control-plane (e.g. examples/profiles/fabric-control-plane.yaml) and whose workers are the switches")
-	fl.StringToStringVar(&nodeOfferings, "node-offering", nil, "TYPE=OFFERING: the service offering of node type worker or control (repeatable)")
-	fl.StringToStringVar(&nodeTemplates, "node-template", nil, "TYPE=PROFILE: the profile (name or template ID) the members of node type worker or control get (repeatable)")
+	fl.IntVar(&etcdNodes, "etcd-nodes", 0, "number of dedicated etcd nodes, an odd 1 to 7 (external etcd); 0 runs etcd on the control planes")
+	fl.StringToStringVar(&nodeOfferings, "node-offering", nil, "TYPE=OFFERING: the service offering of node type worker, control or etcd (repeatable)")
+	fl.StringToStringVar(&nodeTemplates, "node-template", nil, "TYPE=PROFILE: the profile (name or template ID) the members of node type worker, control or etcd get (repeatable)")
 	fl.StringVar(&cni, "cni", "", "a registered CNI configuration (name or ID) to apply once the first control plane answers")
 	fl.StringToStringVar(&cniDetails, "cni-detail", nil, "NAME=VALUE: a value of the CNI configuration's parameters (repeatable)")
 	_ = cmd.MarkFlagRequired("version")

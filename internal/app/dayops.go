@@ -102,6 +102,7 @@ func (a *App) buildDayOps() {
 		// A running rollout's nodes poll fast; the engine is built after
 		// this service (it is given it), so it is looked up at each poll.
 		FastPoll:   func(device string) bool { return a.Rollouts != nil && a.Rollouts.Involved(device) },
+		NextPoll:   func(device string) bool { return a.Rollouts != nil && a.Rollouts.Upcoming(device) },
 		Registerer: a.Metrics})
 	a.nodeOps = rollout.NewKubeNodes(a.Joiner)
 }

@@ -83,8 +83,8 @@ func (z ztpJoin) UserData(ctx context.Context, dev core.Device, r profile.Result
 	return z.j.UserData(ctx, dev, r.Cluster, r.Role, r.Hostname)
 }
 
-func (z ztpJoin) JoinData(ctx context.Context, dev core.Device, r profile.Result) ([]byte, error) {
-	return z.j.JoinData(ctx, dev, r.Cluster, r.Role, r.Hostname)
+func (z ztpJoin) JoinData(ctx context.Context, dev core.Device, r profile.Result, csrs content.EtcdCSRs) ([]byte, error) {
+	return z.j.JoinData(ctx, dev, r.Cluster, r.Role, r.Hostname, joiner.EtcdCSRs(csrs))
 }
 
 // profileLabels are the labels of the loaded profile name (none before

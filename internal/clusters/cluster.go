@@ -45,6 +45,9 @@ type ClusterSpec struct {
 	// may be left out when NodeOfferings names the worker's offering.
 	NodeOfferings map[string]string
 	NodeTemplates map[string]string
+	// EtcdNodes is the number of dedicated etcd nodes: 0 (etcd on the
+	// control planes) or an odd 1 to MaxEtcdNodes (external etcd).
+	EtcdNodes int
 }
 
 // Join methods of a cluster.
@@ -96,11 +99,17 @@ func (s *Service) CreateCluster(ctx context.Context, caller Caller, spec Cluster
 			return core.Cluster{}, core.Job{}, core.Errorf(core.KindInvalid, "Invalid external load balancer IP address")
 		}
 	}
-	nodeOfferings, err := resolveNodeOfferings(spec.NodeOfferings)
+	if err := CheckEtcdNodes(spec.EtcdNodes); err != nil {
+		return core.Cluster{}, core.Job{}, err
+	}
+	if spec.EtcdNodes > 0 && spec.JoinMethod == JoinK3s {
+		return core.Cluster{}, core.Job{}, core.Errorf(core.KindInvalid, "Invalid value for parameter etcdnodes: a k3s cluster's servers are not ztpd's to build, so it has no etcd nodes")
+	}
+	nodeOfferings, err := resolveNodeOfferings(spec.NodeOfferings, spec.EtcdNodes)
 	if err != nil {
 		return core.Cluster{}, core.Job{}, err
 	}
-	nodeTemplates, err := s.resolveNodeTemplates(spec.Name, spec.NodeTemplates)
+	nodeTemplates, err := s.resolveNodeTemplates(spec.Name, spec.NodeTemplates, spec.EtcdNodes)
 	if err != nil {
 		return core.Cluster{}, core.Job{}, err
 	}
@@ -141,7 +150,7 @@ func (s *Service) CreateCluster(ctx context.Context, caller Caller, spec Cluster
 			State: core.ClusterCreated, Keypair: spec.Keypair, NetworkID: spec.NetworkID,
 			ExternalLBIP: spec.ExternalLBIP, JoinMethod: spec.JoinMethod, Owner: caller.APIKey,
 			Account: caller.AccountName(), Endpoint: spec.Endpoint, Created: t, UpdatedAt: t, StateSince: t,
-			NodeOfferings: nodeOfferings, NodeTemplates: nodeTemplates}
+			NodeOfferings: nodeOfferings, NodeTemplates: nodeTemplates, EtcdNodes: spec.EtcdNodes}
 		if c.Endpoint == "" && c.ExternalLBIP != "" {
 			c.Endpoint = endpointURL(c.ExternalLBIP)
 		}
@@ -154,7 +163,7 @@ func (s *Service) CreateCluster(ctx context.Context, caller Caller, spec Cluster
 			return err
 		}
 		if _, err := tx.Events().Append(core.Event{Type: "cluster.created", Cluster: c.ID,
-			Message: fmt.Sprintf("Kubernetes cluster %s created (version %s, %d control + %d workers%s)", c.Name, v.SemVer, c.ControlNodes, c.Size, describeShapes(c)),
+			Message: fmt.Sprintf("Kubernetes cluster %s created (version %s, %d control + %d workers%s%s)", c.Name, v.SemVer, c.ControlNodes, c.Size, describeEtcd(c), describeShapes(c)),
 			Fields:  map[string]string{"state": string(c.State), "version": v.ID}}); err != nil {
 			return err
 		}

@@ -369,7 +369,8 @@ func (s *Service) ScaleCluster(ctx context.Context, caller Caller, ref string, s
 // (nodeofferings: node type to offering ID or name), none smaller than
 // the role's current one.
 func (s *Service) ScaleClusterShapes(ctx context.Context, caller Caller, ref string, size int, offering string, nodeOfferings map[string]string, remove ...string) (core.Job, error) {
-	roles, err := resolveNodeOfferings(nodeOfferings)
+	// The etcd type is checked against the cluster below.
+	roles, err := resolveNodeOfferings(nodeOfferings, MaxEtcdNodes)
 	if err != nil {
 		return core.Job{}, err
 	}
@@ -401,6 +402,9 @@ func (s *Service) ScaleClusterShapes(ctx context.Context, caller Caller, ref str
 			if err := checkNotSmaller(*c, "", cur, off); err != nil {
 				return false, err
 			}
+		}
+		if roles[NodeEtcd] != "" && c.EtcdNodes == 0 {
+			return false, core.Errorf(core.KindInvalid, "nodeofferings: node type etcd needs etcd nodes, and Kubernetes cluster %s runs etcd on its control planes", c.Name)
 		}
 		for t, id := range roles {
 			cur, _ := RoleOffering(*c, t)
@@ -443,6 +447,9 @@ func (s *Service) removeNamed(op *operation, caller Caller, ref string, size int
 			}
 			if m.Role == "control-plane" {
 				return false, core.Errorf(core.KindInvalid, "node %s of Kubernetes cluster %s is a control plane; only worker nodes can be removed", ref, c.Name)
+			}
+			if m.Role == NodeEtcd {
+				return false, core.Errorf(core.KindInvalid, "node %s of Kubernetes cluster %s is an etcd node; only worker nodes can be removed", ref, c.Name)
 			}
 			if seen[id] {
 				return false, core.Errorf(core.KindInvalid, "node %s is named twice", ref)

@@ -30,35 +30,59 @@ type ProfileCatalog interface {
 }
 
 // NodeType is the CloudStack node type of a member role: a control plane
-// is "control", every other member (workers, SONiC switches) "worker".
+// is "control", an etcd node "etcd", every other member (workers, SONiC
+// switches) "worker".
 func NodeType(role string) string {
-	if role == "control-plane" {
+	switch role {
+	case "control-plane":
 		return NodeControl
+	case NodeEtcd:
+		return NodeEtcd
 	}
 	return NodeWorker
 }
 
-// nodeTypeOf checks a node type as a client gave it.
-func nodeTypeOf(param, t string) (string, error) {
+// MaxEtcdNodes is the most etcd nodes a cluster may have: etcd's own
+// advice, as more members slow every write without adding tolerance that
+// matters.
+const MaxEtcdNodes = 7
+
+// CheckEtcdNodes refuses an etcd node count other than 0 (etcd on the
+// control planes) or an odd 1 to MaxEtcdNodes: an even count tolerates no
+// more failures than the odd one below it, and costs a member.
+func CheckEtcdNodes(n int) error {
+	if n == 0 || n > 0 && n <= MaxEtcdNodes && n%2 == 1 {
+		return nil
+	}
+	return core.Errorf(core.KindInvalid, "Invalid value for parameter etcdnodes: %d; use 0 (etcd on the control planes) or an odd number of dedicated etcd nodes from 1 to %d (an even count tolerates no more failed members than one fewer)", n, MaxEtcdNodes)
+}
+
+// nodeTypeOf checks a node type as a client gave it; the etcd type only
+// for a cluster with etcd nodes.
+func nodeTypeOf(param, t string, etcdNodes int) (string, error) {
 	switch lt := strings.ToLower(strings.TrimSpace(t)); lt {
 	case NodeWorker, NodeControl:
 		return lt, nil
 	case NodeEtcd:
-		return "", core.Errorf(core.KindInvalid, "%s: node type etcd needs etcd nodes, and ztpd runs etcd on the control planes (kubeadm's stacked etcd)", param)
+		if etcdNodes == 0 {
+			return "", core.Errorf(core.KindInvalid, "%s: node type etcd needs etcd nodes (etcdnodes), and this cluster runs etcd on its control planes", param)
+		}
+		return lt, nil
 	default:
 		return "", core.Errorf(core.KindInvalid, "%s: node type %q is none of worker, control, etcd", param, t)
 	}
 }
 
 // resolveNodeOfferings checks per-role offerings (node type to offering ID
-// or name) and returns them by node type and offering ID.
-func resolveNodeOfferings(in map[string]string) (map[string]string, error) {
+// or name) of a cluster with etcdNodes etcd nodes, and returns them by
+// node type and offering ID.
+func resolveNodeOfferings(in map[string]string, etcdNodes int) (map[string]string, error) {
 	if len(in) == 0 {
 		return nil, nil
 	}
 	out := make(map[string]string, len(in))
 	for _, t := range slices.Sorted(maps.Keys(in)) {
-		nt, err := nodeTypeOf("nodeofferings", t)
+		nt, err := nodeTypeOf("nodeofferings", t, etcdNodes)
 		if err != nil {
 			return nil, err
 		}
@@ -77,13 +101,13 @@ func resolveNodeOfferings(in map[string]string) (map[string]string, error) {
 // resolveNodeTemplates checks per-role templates (node type to profile
 // name or template ID) against the loaded profiles and returns them by
 // node type and profile name.
-func (s *Service) resolveNodeTemplates(clusterName string, in map[string]string) (map[string]string, error) {
+func (s *Service) resolveNodeTemplates(clusterName string, in map[string]string, etcdNodes int) (map[string]string, error) {
 	if len(in) == 0 {
 		return nil, nil
 	}
 	out := make(map[string]string, len(in))
 	for _, t := range slices.Sorted(maps.Keys(in)) {
-		nt, err := nodeTypeOf("nodetemplates", t)
+		nt, err := nodeTypeOf("nodetemplates", t, etcdNodes)
 		if err != nil {
 			return nil, err
 		}
@@ -162,7 +186,7 @@ func checkNotSmaller(c core.Cluster, what string, cur, next Offering) error {
 // cluster names none).
 func describeShapes(c core.Cluster) string {
 	var parts []string
-	for _, t := range []string{NodeControl, NodeWorker} {
+	for _, t := range []string{NodeControl, NodeWorker, NodeEtcd} {
 		if id := c.NodeOfferings[t]; id != "" {
 			off, _ := OfferingByID(id)
 			parts = append(parts, fmt.Sprintf("%s offering %s", t, off.Name))
@@ -175,4 +199,12 @@ func describeShapes(c core.Cluster) string {
 		return ""
 	}
 	return "; " + strings.Join(parts, ", ")
+}
+
+// describeEtcd is the etcd nodes' part of an event's message.
+func describeEtcd(c core.Cluster) string {
+	if c.EtcdNodes == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" + %d etcd", c.EtcdNodes)
 }

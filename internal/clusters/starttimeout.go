@@ -42,7 +42,15 @@ func (s *Service) ExpireStarts() (int, error) {
 			if err != nil {
 				return err
 			}
-			name, reason = c.Name, startTimeoutReason(c, s.opts.StartTimeout)
+			etcd := 0
+			if c.EtcdNodes > 0 {
+				rt, err := tx.Clusters().JoinState(c.ID)
+				if err != nil && !errors.Is(err, core.ErrNotFound) {
+					return err
+				}
+				etcd = rt.EtcdMembers
+			}
+			name, reason = c.Name, startTimeoutReason(c, etcd, s.opts.StartTimeout)
 			return s.setState(tx, &c, core.ClusterAlert, reason)
 		})
 		if err != nil {
@@ -69,11 +77,16 @@ func startOverdue(c core.Cluster, at time.Time, timeout time.Duration) bool {
 }
 
 // startTimeoutReason says why a Starting cluster gave up: what it still
-// waited for.
-func startTimeoutReason(c core.Cluster, timeout time.Duration) string {
+// waited for. etcdMembers is how many of a cluster's dedicated etcd nodes
+// had joined: its first control plane waits for all of them, so those
+// missing are the first thing an operator must see.
+func startTimeoutReason(c core.Cluster, etcdMembers int, timeout time.Duration) string {
 	what := "no control plane joined"
-	if o := c.Observed; o != nil && o.APIReachable {
+	switch o := c.Observed; {
+	case o != nil && o.APIReachable:
 		what = fmt.Sprintf("%d of %d control-plane Nodes Ready", o.ReadyControlPlanes, max(c.ControlNodes, 1))
+	case c.EtcdNodes > 0 && etcdMembers < c.EtcdNodes:
+		what = fmt.Sprintf("%d of %d etcd nodes joined, no control plane joined", etcdMembers, c.EtcdNodes)
 	}
 	return fmt.Sprintf("%s within %s", what, HumanDuration(timeout))
 }

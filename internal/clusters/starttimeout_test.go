@@ -266,3 +266,33 @@ func TestStartTimeoutSweptByTwoAppliances(t *testing.T) {
 		t.Fatalf("%d Starting -> Alert events", alerts)
 	}
 }
+
+func TestStartTimeoutNamesMissingEtcdNodes(t *testing.T) {
+	clock := &fakeClock{}
+	s := newClockedSvc(t, &recorder{}, clock)
+	v := addVersion(t, s, "1.31.4")
+	c, j, err := s.CreateCluster(context.Background(), user, ClusterSpec{Name: "ext", ZoneID: s.Zone().ID, VersionID: v.ID,
+		ServiceOfferingID: Offerings[0].ID, Size: 1, EtcdNodes: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j = wait(t, s, j); j.Status != core.JobSucceeded {
+		t.Fatalf("create: %+v", j)
+	}
+	clock.Set(time.Now())
+	// One of the three etcd nodes joined; the first control plane waits
+	// for the others, so no control plane joined either.
+	if err := s.st.Update(func(tx core.Tx) error {
+		return tx.Clusters().PutJoinState(c.ID, core.JoinState{EtcdMembers: 1, FirstEtcd: "aa:00:00:00:00:e1"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(time.Hour)
+	if n, err := s.ExpireStarts(); err != nil || n != 1 || state(t, s, "ext") != core.ClusterAlert {
+		t.Fatalf("sweep: %d %v %s", n, err, state(t, s, "ext"))
+	}
+	evs := events(t, s, c.ID, "cluster.state")
+	if last := evs[len(evs)-1]; !strings.HasSuffix(last.Message, "(1 of 3 etcd nodes joined, no control plane joined within 1h)") {
+		t.Fatalf("event: %q", last.Message)
+	}
+}

@@ -58,12 +58,34 @@ func (v ClusterView) Nodes() int { return v.Cluster.ControlNodes + v.Cluster.Siz
 // Cores is the advertised vCPU total: each role's offering vCPUs times
 // its nodes (CloudStack's cpunumber).
 func (v ClusterView) Cores() int {
-	return v.RoleOffering(NodeControl).CPU*v.Cluster.ControlNodes + v.RoleOffering(NodeWorker).CPU*v.Cluster.Size
+	return v.RoleOffering(NodeControl).CPU*v.Cluster.ControlNodes + v.RoleOffering(NodeWorker).CPU*v.Cluster.Size +
+		v.RoleOffering(NodeEtcd).CPU*v.Cluster.EtcdNodes
 }
 
 // MemoryMB is the advertised memory total in MiB (CloudStack's memory).
 func (v ClusterView) MemoryMB() int {
-	return v.RoleOffering(NodeControl).MemoryMB*v.Cluster.ControlNodes + v.RoleOffering(NodeWorker).MemoryMB*v.Cluster.Size
+	return v.RoleOffering(NodeControl).MemoryMB*v.Cluster.ControlNodes + v.RoleOffering(NodeWorker).MemoryMB*v.Cluster.Size +
+		v.RoleOffering(NodeEtcd).MemoryMB*v.Cluster.EtcdNodes
+}
+
+// EtcdIPs are the addresses of the cluster's etcd nodes by node name
+// (CloudStack's etcdips); nil when it has none.
+func (v ClusterView) EtcdIPs() map[string]string {
+	var out map[string]string
+	for _, m := range v.Members {
+		if m.Role != NodeEtcd || m.IP == "" {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		name := m.NodeName
+		if name == "" {
+			name = m.DeviceID
+		}
+		out[name] = m.IP
+	}
+	return out
 }
 
 // RoleOffering is the offering the cluster's nodes of type t get (zero

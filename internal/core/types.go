@@ -252,6 +252,11 @@ type Cluster struct {
 	// and the profile its device matches.
 	NodeOfferings map[string]string `json:"node_offerings,omitempty"`
 	NodeTemplates map[string]string `json:"node_templates,omitempty"`
+	// EtcdNodes is the number of dedicated etcd nodes (CloudStack 4.21's
+	// etcdnodes): 0 runs etcd on the control planes (kubeadm's stacked
+	// etcd), an odd 1 to 7 builds the cluster with external etcd on
+	// members of role etcd.
+	EtcdNodes int `json:"etcd_nodes,omitempty"`
 }
 
 // ClusterCNI is the CNI configuration a cluster was created with: the
@@ -430,8 +435,13 @@ type JoinState struct {
 	Initialized       bool   `json:"initialized,omitempty"` // the API server has answered ztpd
 	ControlPlanes     int    `json:"control_planes"`        // active, including the first
 	Workers           int    `json:"workers"`               // active, including switches
-	APIEndpoint       string `json:"api_endpoint,omitempty"`
-	Suspended         bool   `json:"suspended,omitempty"` // cluster stopped: no joins
+	// EtcdMembers counts the active members of role etcd (a cluster with
+	// etcd nodes); FirstEtcd is the one that starts the etcd cluster, the
+	// others join it by member add.
+	EtcdMembers int    `json:"etcd_members,omitempty"`
+	FirstEtcd   string `json:"first_etcd,omitempty"`
+	APIEndpoint string `json:"api_endpoint,omitempty"`
+	Suspended   bool   `json:"suspended,omitempty"` // cluster stopped: no joins
 	// AdminBinding: the ClusterRoleBinding giving ztpd's kubeconfig group
 	// cluster-admin exists in the cluster (created or found by ztpd).
 	AdminBinding bool `json:"admin_binding,omitempty"`

@@ -83,6 +83,16 @@ type Options struct {
 	// FastPollInterval is that shorter interval (default 5 s, whole
 	// seconds, at least 1 s).
 	FastPollInterval time.Duration
+	// NextPoll says whether a device's agent should poll every
+	// NextPollInterval, shorter still (its node is next in a running
+	// rollout: in flight, or among the next to start, so its operation
+	// comes within about a node's time and every second its agent takes
+	// to notice is the rollout's). Nil: never. Asked at every poll of
+	// every agent, before FastPoll, so it must be cheap.
+	NextPoll func(device string) bool
+	// NextPollInterval is that interval (default 1 s, whole seconds, at
+	// least 1 s).
+	NextPollInterval time.Duration
 	// Defaults is a device's desired-state defaults and the name of the
 	// profile they come from (its desired: block): what an operator sets
 	// on the device itself wins over them, field by field (Overlay). Nil,
@@ -117,8 +127,12 @@ func New(st core.Store, opts Options) *Service {
 	if opts.FastPollInterval <= 0 {
 		opts.FastPollInterval = DefaultFastPollInterval
 	}
+	if opts.NextPollInterval <= 0 {
+		opts.NextPollInterval = DefaultNextPollInterval
+	}
 	// The document carries whole seconds.
 	opts.FastPollInterval = max(opts.FastPollInterval.Round(time.Second), time.Second)
+	opts.NextPollInterval = max(opts.NextPollInterval.Round(time.Second), time.Second)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -133,6 +147,11 @@ func New(st core.Store, opts Options) *Service {
 
 // DefaultFastPollInterval is Options.FastPollInterval's default.
 const DefaultFastPollInterval = 5 * time.Second
+
+// DefaultNextPollInterval is Options.NextPollInterval's default: the few
+// devices next in a rollout (at most twice its max_unavailable) poll
+// every second.
+const DefaultNextPollInterval = time.Second
 
 // MaxOutput bounds the step output kept (the agent sends its tail).
 const MaxOutput = 16 << 10
@@ -707,7 +726,10 @@ func (s *Service) stepDone(device, opID, step string) (bool, error) {
 // pollSeconds is the interval device's agent is told to poll at.
 func (s *Service) pollSeconds(device string) int {
 	every := s.opts.PollInterval
-	if s.opts.FastPoll != nil && s.opts.FastPollInterval < every && s.opts.FastPoll(device) {
+	switch {
+	case s.opts.NextPoll != nil && s.opts.NextPollInterval < every && s.opts.NextPoll(device):
+		every = s.opts.NextPollInterval
+	case s.opts.FastPoll != nil && s.opts.FastPollInterval < every && s.opts.FastPoll(device):
 		every = s.opts.FastPollInterval
 	}
 	return int(every / time.Second)

@@ -33,11 +33,15 @@ func TestPollSeconds(t *testing.T) {
 	})
 	asked := map[string]int{}
 	inRollout := func(device string) bool { asked[device]++; return device == busy }
+	isNext := func(device string) bool { return device == busy }
 	for _, c := range []struct {
 		name       string
 		opts       Options
 		busy, idle int
 	}{
+		{"next in a rollout", Options{FastPoll: inRollout, NextPoll: isNext}, 1, 60},
+		{"next, configured", Options{FastPoll: inRollout, NextPoll: isNext, NextPollInterval: 2 * time.Second}, 2, 60},
+		{"next interval not shorter", Options{FastPoll: inRollout, NextPoll: isNext, PollInterval: time.Second}, 1, 1},
 		{"defaults", Options{FastPoll: inRollout}, 5, 60},
 		{"no FastPoll", Options{}, 60, 60},
 		{"configured", Options{FastPoll: inRollout, PollInterval: 90 * time.Second, FastPollInterval: 2 * time.Second}, 2, 90},

@@ -45,7 +45,7 @@ func newService(t *testing.T, st core.Store, kr *secretbox.Keyring, c *clock, re
 	return s
 }
 
-func keyring(t *testing.T) *secretbox.Keyring {
+func keyring(t testing.TB) *secretbox.Keyring {
 	kr, err := secretbox.OpenKeyring(filepath.Join(t.TempDir(), "secret.key"))
 	if err != nil {
 		t.Fatal(err)

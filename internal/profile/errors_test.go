@@ -114,7 +114,7 @@ hostname: spine
 		`a.yaml:9:11: profile "leaf": mgmt.prefix: "40" is not a prefix length 1..32`,
 		`a.yaml:13:54: profile "leaf": config_db: unknown field .Prodct (did you mean .Product?)`,
 		`a.yaml:15:15: profile "leaf": ztp_options.reboot-on-sucess: unknown ztp.json global option (did you mean reboot-on-success?)`,
-		`a.yaml:16:7: profile "leaf": role: "wroker" is not one of control-plane, worker, sonic (did you mean "worker"?)`,
+		`a.yaml:16:7: profile "leaf": role: "wroker" is not one of control-plane, worker, sonic, etcd (did you mean "worker"?)`,
 		`a.yaml:19: name: required: every profile has a name`,
 		`b.yaml:1:7: profile "leaf": name: also defined at a.yaml:1`,
 	)

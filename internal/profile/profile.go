@@ -630,10 +630,10 @@ func (p *Profile) compile(dir string, d *decoder) Errors {
 		c.add("cluster", "%q is not a cluster name", p.Cluster)
 	}
 	switch p.Role {
-	case "", "control-plane", "worker", "sonic":
+	case "", "control-plane", "worker", "sonic", "etcd": // etcd: a cluster's etcd node (external etcd)
 	default:
-		c.add("role", "%q is not one of control-plane, worker, sonic%s", p.Role,
-			didYouMean(p.Role, []string{"control-plane", "worker", "sonic"}, strconv.Quote))
+		c.add("role", "%q is not one of control-plane, worker, sonic, etcd%s", p.Role,
+			didYouMean(p.Role, []string{"control-plane", "worker", "sonic", "etcd"}, strconv.Quote))
 	}
 	if p.Role != "" && p.Cluster == "" {
 		c.add("role", "role without a cluster")

@@ -121,10 +121,21 @@ func (e *Engine) runOperation(ctx context.Context, r core.Rollout, n core.Rollou
 		return fmt.Errorf("hand the operation to the agent: %w", err)
 	}
 	e.setNode(r.ID, n.Device, func(x *core.RolloutNode) string {
-		x.Phase, x.Operation = core.NodeAgent, op.ID
+		// A rollback's operations (the rollback, the rejoin) leave the
+		// node rolling-back: a restart resumes it from that operation.
+		if x.Phase != core.NodeRollingBack {
+			x.Phase = core.NodeAgent
+		}
+		x.Operation = op.ID
 		return fmt.Sprintf("operation %s handed to the agent (%s)", op.ID, stepNames(steps))
 	})
-	deadline := time.Now().Add(time.Duration(r.StepTimeout) * time.Duration(len(steps)))
+	return e.awaitOperation(ctx, r, n, op.ID, len(steps))
+}
+
+// awaitOperation waits for the outcome of the operation opID (of steps
+// steps) handed to the node's agent.
+func (e *Engine) awaitOperation(ctx context.Context, r core.Rollout, n core.RolloutNode, opID string, steps int) error {
+	deadline := time.Now().Add(time.Duration(r.StepTimeout) * time.Duration(steps))
 	lookedFor := time.Now()
 	for first := true; ; first = false {
 		if time.Since(lookedFor) >= e.gonePoll() {
@@ -134,21 +145,21 @@ func (e *Engine) runOperation(ctx context.Context, r core.Rollout, n core.Rollou
 			}
 		}
 		if first && e.aborted(r.ID) {
-			if err := e.opts.Agents.Withdraw(ctx, n.Device, op.ID, "rollout "+r.ID+" aborted"); err == nil {
+			if err := e.opts.Agents.Withdraw(ctx, n.Device, opID, "rollout "+r.ID+" aborted"); err == nil {
 				return errWithdrawn
 			}
 		}
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		got, err := e.opts.Agents.WaitOperation(wctx, n.Device, op.ID)
+		got, err := e.opts.Agents.WaitOperation(wctx, n.Device, opID)
 		cancel()
 		switch {
 		case err == nil:
 			return operationOutcome(got)
 		case !errors.Is(err, context.DeadlineExceeded):
-			return fmt.Errorf("agent operation %s: %w", op.ID, err)
+			return fmt.Errorf("agent operation %s: %w", opID, err)
 		}
-		if cur, gerr := e.Get(r.ID); gerr == nil && cur.State == core.RolloutAborted && got != nil && got.State == core.StepPending {
-			err := e.opts.Agents.Withdraw(ctx, n.Device, op.ID, "rollout "+r.ID+" aborted")
+		if got != nil && got.State == core.StepPending && e.aborted(r.ID) {
+			err := e.opts.Agents.Withdraw(ctx, n.Device, opID, "rollout "+r.ID+" aborted")
 			if err == nil {
 				return errWithdrawn
 			}
@@ -163,13 +174,20 @@ func (e *Engine) runOperation(ctx context.Context, r core.Rollout, n core.Rollou
 				state = "still " + got.State
 			}
 			return fmt.Errorf("agent operation %s: no result within %s (%s; agent of %s last reachable?)",
-				op.ID, time.Duration(r.StepTimeout)*time.Duration(len(steps)), state, n.Device)
+				opID, time.Duration(r.StepTimeout)*time.Duration(steps), state, n.Device)
 		}
 	}
 }
 
-// aborted reports whether the rollout has been aborted.
+// aborted reports whether the rollout, running here, has been aborted (a
+// rollback after it ended, or resumed after a restart, goes on).
 func (e *Engine) aborted(id string) bool {
+	e.mu.Lock()
+	running := e.runs[id] != nil
+	e.mu.Unlock()
+	if !running {
+		return false
+	}
 	cur, err := e.Get(id)
 	return err == nil && cur.State == core.RolloutAborted
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
@@ -77,10 +78,11 @@ func (e *Engine) rollbackAfterTimeout(ctx context.Context, r core.Rollout, n cor
 }
 
 // handRollback hands the device's agent a rollback operation and waits
-// for it.
+// for it. While a node rolls back its Reason is why (a restart resumes the
+// rollback with it).
 func (e *Engine) handRollback(ctx context.Context, r core.Rollout, n core.RolloutNode, reason string) error {
 	e.setNode(r.ID, n.Device, func(x *core.RolloutNode) string {
-		x.Phase = core.NodeRollingBack
+		x.Phase, x.Reason = core.NodeRollingBack, reason
 		return "rolling back: " + reason
 	})
 	steps := []core.AgentStep{{Name: "rollback", Action: core.ActionRollback,
@@ -94,7 +96,7 @@ func (e *Engine) handRollback(ctx context.Context, r core.Rollout, n core.Rollou
 func (e *Engine) kubernetesBack(ctx context.Context, r core.Rollout, n core.RolloutNode, ours bool, previous string) func(string) error {
 	return func(reason string) error {
 		e.setNode(r.ID, n.Device, func(x *core.RolloutNode) string {
-			x.Phase = core.NodeRollingBack
+			x.Phase, x.Reason = core.NodeRollingBack, reason
 			return "rolled back by its agent after: " + reason + "; waiting for the Node Ready at " + previous
 		})
 		if err := e.opts.Nodes.WaitReady(ctx, r.Cluster, n.NodeName, previous, nodeTimeout(r)); err != nil {
@@ -120,20 +122,13 @@ func (e *Engine) kubernetesBack(ctx context.Context, r core.Rollout, n core.Roll
 // membership ended, a join operation) and must be Ready; a standalone
 // switch is done.
 func (e *Engine) imageBack(ctx context.Context, r core.Rollout, n core.RolloutNode) func(string) error {
-	// The device's target goes back to the image ztpd had set before
-	// (none: none), as the switch runs it again.
-	restore := func() {
-		e.restoreTarget(ctx, r, n, func(d core.DesiredState) (bool, desired.Change) {
-			return d.Image == r.Target, desired.Change{Image: &n.Previous}
-		})
-	}
 	return func(reason string) error {
 		if n.NodeName == "" {
-			restore()
+			e.restoreImage(ctx, r, n)
 			return e.rolledBack(r, n, "rolled back to its previous image after: "+reason)
 		}
 		e.setNode(r.ID, n.Device, func(x *core.RolloutNode) string {
-			x.Phase = core.NodeRollingBack
+			x.Phase, x.Reason = core.NodeRollingBack, reason
 			return "back on its previous image after: " + reason + "; rejoining"
 		})
 		if err := e.opts.Nodes.DeleteNode(ctx, r.Cluster, n.NodeName); err != nil {
@@ -146,13 +141,27 @@ func (e *Engine) imageBack(ctx context.Context, r core.Rollout, n core.RolloutNo
 		if err := e.runOperation(ctx, r, n, core.OpJoin, steps, nil); err != nil {
 			return fmt.Errorf("rolled back after: %s; rejoin: %w", reason, err)
 		}
-		e.phase(r, n.Device, core.NodeRollingBack, "rejoined on its previous image; waiting for the Node Ready")
-		if err := e.opts.Nodes.WaitReady(ctx, r.Cluster, n.NodeName, "", nodeTimeout(r)); err != nil {
-			return fmt.Errorf("rolled back after: %s; but not Ready again: %w", reason, err)
-		}
-		restore()
-		return e.rolledBack(r, n, "rolled back to its previous image after: "+reason+"; rejoined, Node Ready")
+		return e.rejoined(ctx, r, n, reason)
 	}
+}
+
+// rejoined: a switch back on its previous image has rejoined; its Node
+// must be Ready again.
+func (e *Engine) rejoined(ctx context.Context, r core.Rollout, n core.RolloutNode, reason string) error {
+	e.phase(r, n.Device, core.NodeRollingBack, "rejoined on its previous image; waiting for the Node Ready")
+	if err := e.opts.Nodes.WaitReady(ctx, r.Cluster, n.NodeName, "", nodeTimeout(r)); err != nil {
+		return fmt.Errorf("rolled back after: %s; but not Ready again: %w", reason, err)
+	}
+	e.restoreImage(ctx, r, n)
+	return e.rolledBack(r, n, "rolled back to its previous image after: "+reason+"; rejoined, Node Ready")
+}
+
+// restoreImage puts the device's target back to the image ztpd had set
+// before (none: none), as the switch runs it again.
+func (e *Engine) restoreImage(ctx context.Context, r core.Rollout, n core.RolloutNode) {
+	e.restoreTarget(ctx, r, n, func(d core.DesiredState) (bool, desired.Change) {
+		return d.Image == r.Target, desired.Change{Image: &n.Previous}
+	})
 }
 
 // targetSetter is an Agents that can change a device's targets outside
@@ -219,34 +228,152 @@ func (e *Engine) Rollback(ctx context.Context, device, by string) (core.Rollout,
 	reason := "rollback asked by " + by
 	e.opts.Log.Info("rollout node rollback", "rollout", r.ID, "device", device, "by", by)
 	if err := e.setNode(r.ID, device, func(x *core.RolloutNode) string {
-		x.Phase, x.Finished = core.NodeRollingBack, time.Time{}
+		x.Phase, x.Reason, x.Finished = core.NodeRollingBack, reason, time.Time{}
 		return "rolling back: " + reason
 	}); err != nil {
 		return core.Rollout{}, err
 	}
+	release := e.involve(device)
 	go func() {
+		defer release()
 		ctx := context.WithoutCancel(ctx)
-		ours := n.Cordoned
-		var back func(string) error
-		if r.Kind == core.RolloutImage {
-			back = e.imageBack(ctx, r, n)
-		} else {
-			back = e.kubernetesBack(ctx, r, n, ours, e.previousVersion(ctx, r, n))
-		}
 		err := e.handRollback(ctx, r, n, reason)
 		if err == nil {
-			err = back(reason)
+			err = e.back(ctx, r, n)(reason)
 		}
-		var rb *rolledBackError
-		if err != nil && !errors.As(err, &rb) {
-			msg := err.Error()
-			e.setNode(r.ID, device, func(x *core.RolloutNode) string {
-				x.Phase, x.Reason, x.Finished = core.NodeFailed, msg, e.now()
-				return "rollback failed: " + msg
-			})
-		}
+		e.rollbackEnded(r, device, err)
 	}()
 	return e.Get(r.ID)
+}
+
+// back is what brings the node back once its agent rolled it back.
+func (e *Engine) back(ctx context.Context, r core.Rollout, n core.RolloutNode) func(string) error {
+	if r.Kind == core.RolloutImage {
+		return e.imageBack(ctx, r, n)
+	}
+	return e.kubernetesBack(ctx, r, n, n.Cordoned, e.previousVersion(ctx, r, n))
+}
+
+// rollbackEnded records a rollback that failed (one that succeeded
+// recorded itself rolled-back).
+func (e *Engine) rollbackEnded(r core.Rollout, device string, err error) {
+	var rb *rolledBackError
+	if err == nil || errors.As(err, &rb) {
+		return
+	}
+	msg := err.Error()
+	e.setNode(r.ID, device, func(x *core.RolloutNode) string {
+		x.Phase, x.Reason, x.Finished = core.NodeFailed, msg, e.now()
+		return "rollback failed: " + msg
+	})
+}
+
+// involve has device's agent poll as a rollout's next node's does
+// (Involved, Upcoming) until release is called: a rollback outside a
+// running rollout.
+func (e *Engine) involve(device string) (release func()) {
+	e.involvedMu.Lock()
+	e.involved[device]++
+	e.upcoming[device]++
+	e.involvedMu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			e.involvedMu.Lock()
+			for _, m := range []map[string]int{e.involved, e.upcoming} {
+				if m[device]--; m[device] <= 0 {
+					delete(m, device)
+				}
+			}
+			e.involvedMu.Unlock()
+		})
+	}
+}
+
+// resumeRollbacks picks up the rollbacks a restart of ztpd interrupted:
+// every node of this appliance's rollouts left rolling-back (an
+// operator's one-command rollback, or an automatic one in a rollout the
+// restart failed) is brought back from where its operations are, in the
+// background.
+func (e *Engine) resumeRollbacks() error {
+	type interrupted struct {
+		r core.Rollout
+		n core.RolloutNode
+	}
+	var todo []interrupted
+	err := e.List(func(r core.Rollout) bool {
+		if r.Appliance != e.opts.Appliance || (r.Kind != core.RolloutImage && r.Kind != core.RolloutKubernetes) {
+			return true
+		}
+		for _, n := range r.Nodes {
+			if n.Phase == core.NodeRollingBack {
+				todo = append(todo, interrupted{r, n})
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	for _, x := range todo {
+		e.opts.Log.Info("rollout node rollback resumed after a restart", "rollout", x.r.ID, "device", x.n.Device, "reason", x.n.Reason)
+		e.setNode(x.r.ID, x.n.Device, func(*core.RolloutNode) string {
+			return "rollback resumed after a restart of ztpd"
+		})
+		release := e.involve(x.n.Device)
+		go func() {
+			defer release()
+			e.rollbackEnded(x.r, x.n.Device, e.resumeRollback(context.Background(), x.r, x.n))
+		}()
+	}
+	return nil
+}
+
+// resumeRollback brings a node that was rolling back when ztpd stopped
+// back, from the operation it had last handed its agent (the node's
+// Operation): a rejoin on the previous image is waited for; a rollback
+// operation is waited for, the agent taking it now if it had not; an
+// upgrade its agent rolled back goes on to the Node's return; anything
+// else (the rollback was asked but never handed, or was withdrawn) hands
+// the rollback again.
+func (e *Engine) resumeRollback(ctx context.Context, r core.Rollout, n core.RolloutNode) error {
+	reason := n.Reason
+	if reason == "" {
+		reason = "a rollback interrupted by a restart of ztpd"
+	}
+	d, err := e.opts.Agents.Get(n.Device)
+	if err != nil && core.KindOf(err) != core.KindNotFound {
+		return err
+	}
+	op := d.Operation
+	if op == nil || op.ID != n.Operation || op.State == core.OpWithdrawn {
+		if err := e.handRollback(ctx, r, n, reason); err != nil {
+			return err
+		}
+		return e.back(ctx, r, n)(reason)
+	}
+	switch {
+	case op.Kind == core.OpJoin:
+		if err := e.awaitOperation(ctx, r, n, op.ID, len(op.Steps)); err != nil {
+			return fmt.Errorf("rolled back after: %s; rejoin: %w", reason, err)
+		}
+		return e.rejoined(ctx, r, n, reason)
+	case op.Kind == core.OpRollback:
+		if err := e.awaitOperation(ctx, r, n, op.ID, len(op.Steps)); err != nil {
+			return err
+		}
+		return e.back(ctx, r, n)(reason)
+	}
+	// The node's upgrade: rolled back by its agent, or (still running,
+	// or ended without its rollback) rolled back now.
+	err = e.awaitOperation(ctx, r, n, op.ID, len(op.Steps))
+	var rb *rolledBackError
+	if !errors.As(err, &rb) {
+		if err := e.handRollback(ctx, r, n, reason); err != nil {
+			return err
+		}
+	}
+	return e.back(ctx, r, n)(reason)
 }
 
 // previousVersion is the Kubernetes version a worker goes back to: the

@@ -25,7 +25,7 @@ func (e *env) rollBack(ctx context.Context, device, node, opID, step string) {
 	if n.previous != "" {
 		n.version = n.previous
 	}
-	n.ready, n.deleted = true, false
+	n.ready, n.deleted = !n.downAfterRollback, false
 	n.rollbacks++
 	e.nodes.mu.Unlock()
 	rep.State, rep.Output = core.StepSucceeded, "ztpd-agent: rolled back"
@@ -214,5 +214,137 @@ func TestRollbackPolicyChecked(t *testing.T) {
 		if _, err := e.eng.Start(context.Background(), spec); core.KindOf(err) != core.KindInvalid {
 			t.Fatalf("%+v: %v", spec, err)
 		}
+	}
+}
+
+// restart is ztpd stopping and starting again over the same data
+// directory: the agents stop, the store is closed under the old engine
+// (whatever it still does fails from then on), reopened, and a new
+// desired-state owner and engine are built on it, with new agents. The
+// cluster's Nodes are carried over as copies (the old engine's goroutines
+// keep theirs, so nothing they do reaches the new ones).
+func (e *env) restart(fx *storetest.Fixture, workers int) *env {
+	e.t.Helper()
+	e.stopAgents()
+	if err := fx.Store.Close(); err != nil {
+		e.t.Fatal(err)
+	}
+	fx2 := storetest.OpenIn(e.t, fx.Dir)
+	*fx = *fx2
+	e.nodes.mu.Lock()
+	nodes := &fakeNodes{nodes: map[string]*fakeNode{}, cordoned: e.nodes.cordoned}
+	for name, n := range e.nodes.nodes {
+		c := *n
+		nodes.nodes[name] = &c
+	}
+	e.nodes.mu.Unlock()
+	e2 := &env{t: e.t, st: fx.Store, nodes: nodes, members: e.members, fail: map[string]string{}}
+	e2.des = desired.New(e2.st, desired.Options{Auth: credentialIsDevice{}})
+	var err error
+	if e2.eng, err = New(e2.st, Options{Nodes: e2.nodes, Agents: e2.des, Members: e2.members}); err != nil {
+		e.t.Fatal(err)
+	}
+	e2.startAgents(workers)
+	return e2
+}
+
+// waitNode waits until the rollout's node i satisfies ok.
+func (e *env) waitNode(id string, i int, what string, ok func(core.RolloutNode) bool) core.RolloutNode {
+	e.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		r, err := e.eng.Get(id)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if ok(r.Nodes[i]) {
+			return r.Nodes[i]
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("node %d never %s: %+v", i, what, r.Nodes[i])
+		}
+	}
+}
+
+// TestOneCommandRollbackResumesAfterRestart: ztpd restarts while an
+// operator's `ztpd rollout rollback` waits for the agent to take the
+// rollback operation. The new engine picks the node up: the agent takes
+// the operation it was handed before the restart, and the node is brought
+// back Ready at its old version, uncordoned and recorded rolled-back.
+func TestOneCommandRollbackResumesAfterRestart(t *testing.T) {
+	fx := storetest.Open(t)
+	e := newEnvOver(t, fx.Store, 1)
+	e.fail[device(1)] = core.HookPostUpgrade
+	r := e.wait(e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2", Hooks: withHook(t, e)}).ID)
+	if r.State != core.RolloutFailed || r.Nodes[1].Phase != core.NodeFailed || !e.nodes.nodes["node-1"].unschedulable {
+		t.Fatalf("manual: %s %+v", r.State, r.Nodes[1])
+	}
+	// No agent takes the rollback before the restart.
+	e.stopAgents()
+	if _, err := e.eng.Rollback(context.Background(), "node-1", "admin"); err != nil {
+		t.Fatal(err)
+	}
+	var handed string
+	e.waitNode(r.ID, 1, "handed its rollback", func(n core.RolloutNode) bool {
+		op, _ := e.des.Operation(device(1))
+		if op != nil && op.Kind == core.OpRollback && n.Operation == op.ID {
+			handed = op.ID
+			return true
+		}
+		return false
+	})
+
+	e = e.restart(fx, 1)
+	n := e.waitNode(r.ID, 1, "rolled back", func(n core.RolloutNode) bool { return n.Phase == core.NodeRolledBack })
+	if !strings.Contains(n.Reason, "rolled back to v1.36.3 after: rollback asked by admin; Ready, uncordoned") {
+		t.Fatalf("reason %q", n.Reason)
+	}
+	if got := e.nodes.nodes["node-1"]; got.version != "v1.36.3" || got.unschedulable || !got.ready {
+		t.Fatalf("node-1 after the resumed rollback: %+v", got)
+	}
+	// The operation handed before the restart is the one that ran.
+	d, _ := e.des.Get(device(1))
+	if d.Operation.ID != handed || d.Operation.State != core.StepSucceeded {
+		t.Fatalf("operation %s %s, want %s succeeded", d.Operation.ID, d.Operation.State, handed)
+	}
+	if d.KubernetesVersion != "v1.36.3" {
+		t.Fatalf("desired version %q after the rollback", d.KubernetesVersion)
+	}
+}
+
+// TestAutoRollbackResumesAfterRestart: ztpd restarts while a worker its
+// agent rolled back (rollback auto) is waited for to come back Ready. The
+// restart fails the rollout as before; the node is still brought back:
+// Ready at its old version, uncordoned, rolled-back with its reason.
+func TestAutoRollbackResumesAfterRestart(t *testing.T) {
+	fx := storetest.Open(t)
+	e := newEnvOver(t, fx.Store, 1)
+	e.fail[device(1)] = core.HookPostUpgrade
+	e.nodes.mu.Lock()
+	e.nodes.nodes["node-1"].downAfterRollback = true
+	e.nodes.mu.Unlock()
+	r := e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2", Rollback: core.RollbackAuto, Hooks: withHook(t, e),
+		NodeTimeout: 5 * time.Second})
+	e.waitNode(r.ID, 1, "waited for after its rollback", func(n core.RolloutNode) bool {
+		op, _ := e.des.Operation(device(1))
+		return n.Phase == core.NodeRollingBack && op != nil && op.State == core.OpRolledBack
+	})
+
+	e = e.restart(fx, 1)
+	time.Sleep(50 * time.Millisecond) // it waits for the Node
+	if n, _ := e.eng.Get(r.ID); n.Nodes[1].Phase != core.NodeRollingBack {
+		t.Fatalf("node-1 before its Node is Ready: %+v", n.Nodes[1])
+	}
+	e.nodes.mu.Lock()
+	e.nodes.nodes["node-1"].ready = true
+	e.nodes.mu.Unlock()
+	n := e.waitNode(r.ID, 1, "rolled back", func(n core.RolloutNode) bool { return n.Phase == core.NodeRolledBack })
+	if !strings.Contains(n.Reason, "rolled back to v1.36.3 after: step post_upgrade (hook) failed with exit status 3: bgp: neighbor 10.0.0.1 down; Ready, uncordoned") {
+		t.Fatalf("reason %q", n.Reason)
+	}
+	if got := e.nodes.nodes["node-1"]; got.version != "v1.36.3" || got.unschedulable {
+		t.Fatalf("node-1 after the resumed rollback: %+v", got)
+	}
+	if got, _ := e.eng.Get(r.ID); got.State != core.RolloutFailed || !strings.Contains(got.Reason, "restart") {
+		t.Fatalf("rollout %s %q", got.State, got.Reason)
 	}
 }

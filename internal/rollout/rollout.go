@@ -126,15 +126,18 @@ type Engine struct {
 	// every agent poll from it, so it has a lock of its own.
 	involvedMu sync.RWMutex
 	involved   map[string]int
+	// upcoming counts the same for the devices next in a rollout (in
+	// flight, or among the next to start): Upcoming, under involvedMu.
+	upcoming map[string]int
 }
 
 // run is a rollout running in this process.
 type run struct {
 	wake chan struct{} // pause, resume, abort
 	done chan struct{} // closed when the rollout ended
-	// unfinished are its devices whose node has not finished (guarded
-	// by Engine.involvedMu).
-	unfinished map[string]bool
+	// unfinished are its devices whose node has not finished, upcoming
+	// those next (both guarded by Engine.involvedMu).
+	unfinished, upcoming map[string]bool
 	// crashBase are the pods crash looping on the canary's Nodes before
 	// the rollout (node/namespace/name).
 	crashBase map[string]bool
@@ -142,6 +145,7 @@ type run struct {
 
 // New builds the engine. Rollouts a restart interrupted are recorded as
 // failed, as jobs are: running one again skips the nodes already done.
+// Nodes that were rolling back go on rolling back (resumeRollbacks).
 func New(st core.Store, opts Options) (*Engine, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -155,10 +159,16 @@ func New(st core.Store, opts Options) (*Engine, error) {
 	if opts.StepTimeout <= 0 {
 		opts.StepTimeout = DefaultStepTimeout
 	}
-	e := &Engine{st: st, opts: opts, metrics: newMetrics(opts.Registerer), runs: map[string]*run{}, involved: map[string]int{}}
+	e := &Engine{st: st, opts: opts, metrics: newMetrics(opts.Registerer), runs: map[string]*run{}, involved: map[string]int{},
+		upcoming: map[string]int{}}
 	if _, err := e.failUnfinished(func(r core.Rollout) bool { return r.Appliance == opts.Appliance },
 		"interrupted by a restart of ztpd; start it again to continue"); err != nil {
 		return nil, err
+	}
+	if opts.Agents != nil {
+		if err := e.resumeRollbacks(); err != nil {
+			return nil, err
+		}
 	}
 	return e, nil
 }
@@ -426,6 +436,11 @@ func plan(tx core.Tx, spec Spec) ([]member, error) {
 		if !selected(tx, d, spec.Selector) {
 			continue
 		}
+		if m.role == "etcd" && spec.Kind == core.RolloutKubernetes {
+			// An etcd node (external etcd) runs no Kubernetes release:
+			// a version upgrade leaves it as it is.
+			continue
+		}
 		if spec.Kind == core.RolloutImage && !m.sonic {
 			return nil, core.Errorf(core.KindInvalid, "device %s is not a SONiC switch", d.ID)
 		}
@@ -644,7 +659,7 @@ func (e *Engine) setNode(id, device string, fn func(n *core.RolloutNode) string)
 }
 
 func (e *Engine) launch(r core.Rollout) {
-	rn := &run{wake: make(chan struct{}, 1), done: make(chan struct{}), unfinished: map[string]bool{}}
+	rn := &run{wake: make(chan struct{}, 1), done: make(chan struct{}), unfinished: map[string]bool{}, upcoming: map[string]bool{}}
 	e.involvedMu.Lock()
 	for _, n := range r.Nodes {
 		if n.Phase == core.NodePending && !rn.unfinished[n.Device] {
@@ -661,6 +676,7 @@ func (e *Engine) launch(r core.Rollout) {
 		defer close(rn.done)
 		defer e.metrics.rolloutsRunning.Dec()
 		e.loop(r.ID, rn)
+		e.markUpcoming(rn, core.Rollout{}, nil, true)
 		e.involvedMu.Lock()
 		for device := range rn.unfinished {
 			e.release(rn, device)
@@ -680,6 +696,56 @@ func (e *Engine) Involved(device string) bool {
 	e.involvedMu.RLock()
 	defer e.involvedMu.RUnlock()
 	return e.involved[device] > 0
+}
+
+// Upcoming reports whether device's node is next in a rollout running
+// here: in flight, or among the next max_unavailable to start. Its agent
+// is told to poll every second (desired.Options.NextPoll): the engine
+// hands it its operation within about a node's time, and its agent has
+// learnt the pace by then. A map lookup, as Involved.
+func (e *Engine) Upcoming(device string) bool {
+	e.involvedMu.RLock()
+	defer e.involvedMu.RUnlock()
+	return e.upcoming[device] > 0
+}
+
+// markUpcoming records the rollout's upcoming devices: those in flight
+// and, unless it is stopping (or paused: an approval may take hours),
+// the next MaxUnavailable pending ones in the order they start, a canary
+// gate's soak included (they start when it passes).
+func (e *Engine) markUpcoming(rn *run, r core.Rollout, inFlight map[string]bool, stopping bool) {
+	want := map[string]bool{}
+	for device := range inFlight {
+		want[device] = true
+	}
+	if !stopping {
+		k := r.MaxUnavailable
+		for _, n := range r.Nodes {
+			if k <= 0 {
+				break
+			}
+			if n.Phase == core.NodePending && !inFlight[n.Device] {
+				want[n.Device] = true
+				k--
+			}
+		}
+	}
+	e.involvedMu.Lock()
+	defer e.involvedMu.Unlock()
+	for device := range rn.upcoming {
+		if !want[device] {
+			delete(rn.upcoming, device)
+			if e.upcoming[device]--; e.upcoming[device] <= 0 {
+				delete(e.upcoming, device)
+			}
+		}
+	}
+	for device := range want {
+		if !rn.upcoming[device] {
+			rn.upcoming[device] = true
+			e.upcoming[device]++
+		}
+	}
 }
 
 // nodeFinished: the rollout is done with device's node (whatever the
@@ -734,6 +800,7 @@ func (e *Engine) loop(id string, rn *run) {
 				}(n)
 			}
 		}
+		e.markUpcoming(rn, r, inFlight, stopping)
 		if len(inFlight) == 0 && !stopping && gateDue(r) {
 			failure = e.gate(ctx, id, rn)
 			continue

@@ -27,13 +27,14 @@ import (
 type fakeNode struct {
 	version  string
 	previous string // before the last upgrade: what a rollback restores
-	// breaksOnUpgrade: the upgraded kubelet never gets Ready.
-	breaksOnUpgrade bool
-	rollbacks       int
-	ready           bool
-	unschedulable   bool
-	ours            bool
-	deleted         bool
+	// breaksOnUpgrade: the upgraded kubelet never gets Ready;
+	// downAfterRollback: nor the one a rollback restored.
+	breaksOnUpgrade, downAfterRollback bool
+	rollbacks                          int
+	ready                              bool
+	unschedulable                      bool
+	ours                               bool
+	deleted                            bool
 }
 
 type fakeNodes struct {
@@ -171,6 +172,8 @@ type env struct {
 	// fail makes the agent fail a step: device -> step name.
 	failMu sync.Mutex
 	fail   map[string]string
+	// stopAgents ends the fake agents.
+	stopAgents context.CancelFunc
 }
 
 const cluster = "c1"
@@ -225,12 +228,17 @@ func newEnvOver(t *testing.T, st core.Store, workers int) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.startAgents(workers)
+	return e
+}
+
+func (e *env) startAgents(workers int) {
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
+	e.t.Cleanup(cancel)
+	e.stopAgents = cancel
 	for i := 0; i <= workers; i++ {
 		go e.agent(ctx, i)
 	}
-	return e
 }
 
 // agent polls its document and runs each step by reporting it, as the
@@ -552,19 +560,21 @@ func TestRolloutOfAnEmptyClusterSucceeds(t *testing.T) {
 // TestInvolved: a device is involved from the rollout's start until the
 // engine finished its node; a node done, a device outside the rollout and
 // every node of an ended rollout (even those it never started) are not.
+// Upcoming are the nodes in flight and the next max_unavailable (1) to
+// start.
 func TestInvolved(t *testing.T) {
-	e := newEnv(t, 3)
+	e := newEnv(t, 4)
 	gate := make(chan struct{})
 	e.nodes.mu.Lock()
 	e.nodes.gateNode, e.nodes.drainGate = "node-2", gate
 	e.nodes.mu.Unlock()
-	for i := 0; i <= 3; i++ {
+	for i := 0; i <= 4; i++ {
 		if e.eng.Involved(device(i)) {
 			t.Fatalf("%s involved before any rollout", device(i))
 		}
 	}
 	r := e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2"})
-	for i := 0; i <= 3; i++ {
+	for i := 0; i <= 4; i++ {
 		if !e.eng.Involved(device(i)) {
 			t.Fatalf("%s (pending) not involved once the rollout started", device(i))
 		}
@@ -587,18 +597,23 @@ func TestInvolved(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	for i, want := range []bool{false, false, true, true} {
+	for i, want := range []bool{false, false, true, true, true} {
 		if got := e.eng.Involved(device(i)); got != want {
 			t.Fatalf("during node-2's drain: Involved(%s) = %v, want %v", device(i), got, want)
+		}
+	}
+	for i, want := range []bool{false, false, true, true, false} {
+		if got := e.eng.Upcoming(device(i)); got != want {
+			t.Fatalf("during node-2's drain: Upcoming(%s) = %v, want %v", device(i), got, want)
 		}
 	}
 	close(gate)
 	if r = e.wait(r.ID); r.State != core.RolloutSucceeded {
 		t.Fatalf("rollout %s: %s", r.State, r.Reason)
 	}
-	for i := 0; i <= 3; i++ {
-		if e.eng.Involved(device(i)) {
-			t.Fatalf("%s involved after the rollout ended", device(i))
+	for i := 0; i <= 4; i++ {
+		if e.eng.Involved(device(i)) || e.eng.Upcoming(device(i)) {
+			t.Fatalf("%s involved or upcoming after the rollout ended", device(i))
 		}
 	}
 	// A failed rollout lets go of the nodes it never started.
@@ -606,12 +621,12 @@ func TestInvolved(t *testing.T) {
 	e.nodes.drainBlock = "node-1"
 	e.nodes.mu.Unlock()
 	r = e.wait(e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.38.0"}).ID)
-	if r.State != core.RolloutFailed || r.Nodes[3].Phase != core.NodePending {
+	if r.State != core.RolloutFailed || r.Nodes[4].Phase != core.NodePending {
 		t.Fatalf("rollout %s: %s", r.State, summary(r))
 	}
-	for i := 0; i <= 3; i++ {
-		if e.eng.Involved(device(i)) {
-			t.Fatalf("%s involved after the rollout failed", device(i))
+	for i := 0; i <= 4; i++ {
+		if e.eng.Involved(device(i)) || e.eng.Upcoming(device(i)) {
+			t.Fatalf("%s involved or upcoming after the rollout failed", device(i))
 		}
 	}
 }

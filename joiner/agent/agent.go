@@ -39,10 +39,16 @@ const (
 	TimerUnit = "ztpd-agent.timer"
 	// DefaultInterval is the poll interval when InstallConfig leaves it zero.
 	DefaultInterval = time.Minute
-	// OperationTimeout is what systemd allows a run for its operation; the
-	// service's TimeoutStartSec is that plus the interval, which a run may
-	// spend polling on while ztpd asks for faster polls.
+	// OperationTimeout is what systemd allows a run for its operation.
 	OperationTimeout = 4 * time.Hour
+	// LingerMax is how long a run polls on at most while ztpd asks for
+	// faster polls (its device is in a running rollout). A run that ends
+	// it lets the timer's overdue tick start the next at once, so the
+	// bound costs a rollout nothing; it keeps a ztpd that asks for ever
+	// from holding the run lock for ever. The service's TimeoutStartSec is
+	// OperationTimeout + LingerMax + the interval: an operation may start
+	// at the end of the polling on.
+	LingerMax = time.Hour
 )
 
 //go:embed ztpd-agent.py
@@ -74,6 +80,7 @@ type config struct {
 	Device     string `json:"device"`
 	StateDir   string `json:"state_dir"`
 	Interval   int    `json:"interval"`
+	LingerMax  int    `json:"linger_max"` // seconds
 }
 
 // Files are the files to install on a device for its agent: the script,
@@ -106,14 +113,13 @@ func Files(cfg InstallConfig) ([]bundle.File, error) {
 	seconds := int(interval.Round(time.Second) / time.Second)
 	doc, err := json.MarshalIndent(config{
 		URL: strings.TrimRight(cfg.URL, "/"), Credential: cfg.Credential, CAFile: CAPath,
-		Device: cfg.Device, StateDir: StateDir, Interval: seconds,
+		Device: cfg.Device, StateDir: StateDir, Interval: seconds, LingerMax: int(LingerMax / time.Second),
 	}, "", "  ")
 	if err != nil {
 		return nil, err
 	}
 	timer := strings.NewReplacer("@INTERVAL@", strconv.Itoa(seconds), "@JITTER@", strconv.Itoa(max(seconds/2, 1))).Replace(timerUnit)
-	// A run may poll on for up to an interval before an operation appears.
-	service := strings.ReplaceAll(serviceUnit, "@TIMEOUT@", strconv.Itoa(int(OperationTimeout/time.Second)+seconds))
+	service := strings.ReplaceAll(serviceUnit, "@TIMEOUT@", strconv.Itoa(int((OperationTimeout+LingerMax)/time.Second)+seconds))
 	return []bundle.File{
 		{Path: ScriptPath, Mode: 0o755, Content: bytes.Clone(script)},
 		{Path: ServicePath, Mode: 0o644, Content: []byte(service)},

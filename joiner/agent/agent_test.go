@@ -61,6 +61,7 @@ type fakeZTPD struct {
 	reports      []report          // reports answered 200
 	reportedAt   []time.Time       // when each of reports arrived
 	pollSeconds  int               // the documents' poll_seconds (0: 60)
+	desiredFails int               // answer GET desired with 503 (ztpd down) while set
 	desiredGets  int               // GET desired requests answered
 	getsAt       []time.Time       // when each of them arrived
 	files        map[string][]byte // served at /files/<name>
@@ -124,6 +125,10 @@ func (f *fakeZTPD) desired(w http.ResponseWriter, r *http.Request) {
 	}
 	f.desiredGets++
 	f.getsAt = append(f.getsAt, time.Now())
+	if f.desiredFails != 0 {
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "ztpd is restarting")
+		return
+	}
 	poll := f.pollSeconds
 	if poll == 0 {
 		poll = 60
@@ -869,7 +874,7 @@ func TestFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	requireEqual(t, "config", cfg, map[string]any{"url": "https://10.99.0.1:8443/agent/v1", "credential": testCredential,
-		"ca_file": CAPath, "device": hostile, "state_dir": StateDir, "interval": 90})
+		"ca_file": CAPath, "device": hostile, "state_dir": StateDir, "interval": 90, "linger_max": 3600})
 	if byPath[CAPath] != ca || byPath[ScriptPath] != string(Script()) {
 		t.Fatal("CA or script content differs")
 	}
@@ -878,8 +883,8 @@ func TestFiles(t *testing.T) {
 			t.Fatalf("timer lacks %s:\n%s", want, byPath[TimerPath])
 		}
 	}
-	// 4h for an operation plus the 90 s a run may poll on before it.
-	for _, want := range []string{"Type=oneshot", "ExecStart=/usr/bin/python3 /usr/local/bin/ztpd-agent once", "TimeoutStartSec=14490s"} {
+	// 4h for an operation, 1h a run may poll on before it, and the 90 s interval.
+	for _, want := range []string{"Type=oneshot", "ExecStart=/usr/bin/python3 /usr/local/bin/ztpd-agent once", "TimeoutStartSec=18090s"} {
 		if !strings.Contains(byPath[ServicePath], want) || strings.Contains(byPath[ServicePath], "Restart=") {
 			t.Fatalf("service:\n%s", byPath[ServicePath])
 		}
@@ -924,9 +929,9 @@ func (f *fakeZTPD) gets() int {
 	return f.desiredGets
 }
 
-// setInterval rewrites the installed agent.json with interval seconds
-// (below what Files allows: the tests' timer never runs).
-func (r *rig) setInterval(seconds int) {
+// setConfig rewrites one field of the installed agent.json (intervals
+// below what Files allows: the tests' timer never runs).
+func (r *rig) setConfig(key string, value any) {
 	r.t.Helper()
 	b, err := os.ReadFile(r.root + ConfigPath)
 	if err != nil {
@@ -936,87 +941,205 @@ func (r *rig) setInterval(seconds int) {
 	if err := json.Unmarshal(b, &cfg); err != nil {
 		r.t.Fatal(err)
 	}
-	cfg["interval"] = seconds
+	cfg[key] = value
 	b, _ = json.Marshal(cfg)
 	r.write(ConfigPath, string(b), 0o600)
 }
 
-// TestOnceFollowsFastPolls: while ztpd's document asks for polls every
-// second (poll_seconds 1, interval 10), one `once` run polls on, runs the
-// operation that appears 2 s into the run, and exits before the interval
-// is over (the timer's next tick takes over); a concurrent run meanwhile
-// exits at once. With poll_seconds equal to the interval a run is one
-// poll.
-func TestOnceFollowsFastPolls(t *testing.T) {
-	r := newRig(t)
-	r.setInterval(10)
-	r.ztpd.set(func(f *fakeZTPD) { f.pollSeconds = 1 })
-	url, sum := r.hook("h", r.recordLine("hook $ZTPD_STEP"))
+func (r *rig) setInterval(seconds int) { r.setConfig("interval", seconds) }
 
-	cmd := r.command("once")
+// background starts `ztpd-agent args...`; wait returns its exit code and
+// output (the test fails when it has not exited within limit).
+func (r *rig) background(args ...string) (start time.Time, wait func(limit time.Duration) (int, string)) {
+	r.t.Helper()
+	cmd := r.command(args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	start := time.Now()
+	start = time.Now()
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		r.t.Fatal(err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	time.Sleep(2 * time.Second)
+	return start, func(limit time.Duration) (int, string) {
+		r.t.Helper()
+		var err error
+		select {
+		case err = <-exited:
+		case <-time.After(limit):
+			cmd.Process.Kill()
+			<-exited
+			r.t.Fatalf("ztpd-agent %s did not exit within %v\n%s", strings.Join(args, " "), limit, out.String())
+		}
+		r.t.Logf("ztpd-agent %s: %v after %v\n%s", strings.Join(args, " "), err, time.Since(start).Round(time.Millisecond), out.String())
+		var exitErr *exec.ExitError
+		if errors.As(err, &exitErr) {
+			return exitErr.ExitCode(), out.String()
+		} else if err != nil {
+			r.t.Fatal(err)
+		}
+		return 0, out.String()
+	}
+}
+
+// firstPoll waits for the first GET desired and returns when it came.
+func (r *rig) firstPoll() time.Time {
+	r.t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		r.ztpd.mu.Lock()
+		var at time.Time
+		if len(r.ztpd.getsAt) > 0 {
+			at = r.ztpd.getsAt[0]
+		}
+		r.ztpd.mu.Unlock()
+		if !at.IsZero() {
+			return at
+		}
+	}
+	r.t.Fatal("no poll within 30 s")
+	return time.Time{}
+}
+
+func sleepUntil(t time.Time) { time.Sleep(time.Until(t)) }
+
+// TestOnceFollowsFastPolls: while ztpd's document asks for polls every
+// second (poll_seconds 1, interval 4), one `once` run polls on past the
+// interval, runs the operation that appears 6 s after its first poll
+// within about a second, and exits once ztpd asks for the interval again.
+// Meanwhile a concurrent run exits at once saying what the running one
+// does, and `status` shows it. With poll_seconds equal to the interval, or
+// with --one-poll, a run is one poll.
+func TestOnceFollowsFastPolls(t *testing.T) {
+	r := newRig(t)
+	r.setInterval(4)
+	r.ztpd.set(func(f *fakeZTPD) { f.pollSeconds = 1 })
+	url, sum := r.hook("h", r.recordLine("hook $ZTPD_STEP"))
+
+	_, wait := r.background("once")
+	first := r.firstPoll()
+	sleepUntil(first.Add(6 * time.Second))
+	offered := time.Now()
 	r.offer("op-1", "upgrade-kubernetes", step("pre_upgrade", "hook", map[string]string{"url": url, "sha256": sum}))
-	// The lock is held between the polls: a concurrent run does nothing.
-	if code, cout := r.agent("once"); code != 0 || !strings.Contains(cout, "another ztpd-agent run is in progress") {
+	// The lock is held between the polls: a concurrent run does nothing
+	// and says why; status shows the run polling on.
+	if code, cout := r.agent("once"); code != 0 || !strings.Contains(cout, "another ztpd-agent run is in progress: pid ") ||
+		!strings.Contains(cout, "polling every 1s") {
 		t.Fatalf("concurrent run: exit %d\n%s", code, cout)
 	}
-	var err error
-	select {
-	case err = <-exited:
-	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("the run did not exit within 30 s\n%s", out.String())
+	if code, sout := r.agent("status"); code != 0 || !strings.Contains(sout, `"polling_every": 1`) {
+		t.Fatalf("status while a run polls on: exit %d\n%s", code, sout)
 	}
-	took := time.Since(start)
-	t.Logf("ztpd-agent once: %v after %v\n%s", err, took.Round(time.Millisecond), out.String())
-	if err != nil {
-		t.Fatalf("run: %v", err)
+	sleepUntil(first.Add(10 * time.Second))
+	stopped := time.Now()
+	r.ztpd.set(func(f *fakeZTPD) { f.pollSeconds = 4 })
+	code, out := wait(30 * time.Second)
+	exited := time.Now()
+	if code != 0 {
+		t.Fatalf("run: exit %d", code)
 	}
 	requireEqual(t, "commands", r.recorded(), []string{"hook pre_upgrade"})
 	requireEqual(t, "reports", states(r.ztpd.got()), []string{"pre_upgrade running", "pre_upgrade succeeded"})
 	r.ztpd.mu.Lock()
-	ranAt := r.ztpd.reportedAt[1].Sub(start)
-	gets := r.ztpd.desiredGets
-	getsAt := r.ztpd.getsAt
+	ranAt := r.ztpd.reportedAt[1]
+	getsAt := slices.Clone(r.ztpd.getsAt)
 	r.ztpd.mu.Unlock()
-	// Offered at 2 s, picked up by a poll within 1.1 s (plus the time a poll takes).
-	if ranAt < 2*time.Second || ranAt > 4500*time.Millisecond || ranAt >= took {
-		t.Fatalf("operation offered at 2s finished at %v, the run exited at %v", ranAt, took)
+	// Offered 2 s after the interval was over, picked up by a poll within
+	// 1.1 s (plus the time a poll and the hook take).
+	if d := ranAt.Sub(offered); d < 0 || d > 3500*time.Millisecond {
+		t.Fatalf("operation offered %v after the first poll finished %v after it was offered", offered.Sub(first), d)
 	}
-	// Polls until 10 s less the 2 s margin, then leaves the rest to the
-	// timer. Measured from its first poll, not from the process start: a
-	// loaded machine delays python's start and exit by seconds, which the
-	// rule is not about.
-	if polled := getsAt[len(getsAt)-1].Sub(getsAt[0]); polled < 6*time.Second || polled > 8500*time.Millisecond {
-		t.Fatalf("the run polled for %v after its first poll, want until the interval less the margin (6..8.5 s)", polled)
+	// Polls every second from first to last; the last one after ztpd
+	// stopped asking.
+	last := getsAt[len(getsAt)-1]
+	if last.Before(stopped) || len(getsAt) < 7 {
+		t.Fatalf("%d polls, the last %v after the first; ztpd stopped asking at %v", len(getsAt), last.Sub(first), stopped.Sub(first))
 	}
-	if took > 15*time.Second {
-		t.Fatalf("the run lasted %v, want about the interval (8..10 s, 15 s under load)", took)
+	for i := 1; i < len(getsAt); i++ {
+		if gap := getsAt[i].Sub(getsAt[i-1]); gap > 2500*time.Millisecond {
+			t.Fatalf("poll %d came %v after the one before, want about 1 s", i, gap)
+		}
 	}
-	if gets < 5 || !strings.Contains(out.String(), "ztpd asks for a poll every 1s") {
-		t.Fatalf("%d polls in the run", gets)
+	// The next poll after ztpd stopped asking ends the run: within 1.1 s
+	// plus a poll and python's exit (seconds under load).
+	if d := exited.Sub(stopped); d > 6*time.Second || !strings.Contains(out, "polling on ended: ztpd asks for the 4s interval again") {
+		t.Fatalf("the run exited %v after ztpd stopped asking", d)
 	}
 	if st := r.state(); !st.Complete {
 		t.Fatalf("state %+v", st)
 	}
+	if b, err := os.ReadFile(r.root + StateDir + "/lock"); err != nil || len(b) != 0 {
+		t.Fatalf("the lock file after the run: %q %v", b, err)
+	}
+	if _, sout := r.agent("status"); !strings.Contains(sout, `"run_in_progress": null`) {
+		t.Fatalf("status after the run:\n%s", sout)
+	}
 
 	// poll_seconds == interval: one poll, as before.
-	r.ztpd.set(func(f *fakeZTPD) { f.pollSeconds, f.desiredGets = 10, 0 })
-	start = time.Now()
+	r.ztpd.set(func(f *fakeZTPD) { f.desiredGets = 0 })
+	start := time.Now()
 	if out := r.once(0); strings.Contains(out, "asks for a poll") {
-		t.Fatalf("lingered at poll_seconds == interval:\n%s", out)
+		t.Fatalf("polled on at poll_seconds == interval:\n%s", out)
 	}
 	if took := time.Since(start); took > 3*time.Second || r.ztpd.gets() != 1 {
 		t.Fatalf("run with poll_seconds == interval: %v, %d polls", took, r.ztpd.gets())
 	}
+	// --one-poll: one poll while ztpd asks for more.
+	r.ztpd.set(func(f *fakeZTPD) { f.pollSeconds, f.desiredGets = 1, 0 })
+	if code, out := r.agent("once", "--one-poll"); code != 0 || r.ztpd.gets() != 1 || strings.Contains(out, "asks for a poll") {
+		t.Fatalf("once --one-poll: exit %d, %d polls", code, r.ztpd.gets())
+	}
+}
+
+// TestPollingOnEnds: a run polling on gives up when ztpd stops answering
+// (its polls then an interval apart, three failures in a row: the timer
+// retries), and after linger_max even while ztpd still asks.
+func TestPollingOnEnds(t *testing.T) {
+	t.Run("ztpd unreachable", func(t *testing.T) {
+		r := newRig(t)
+		r.setInterval(2)
+		r.ztpd.set(func(f *fakeZTPD) { f.pollSeconds = 1 })
+		_, wait := r.background("once")
+		first := r.firstPoll()
+		sleepUntil(first.Add(2500 * time.Millisecond))
+		failFrom := time.Now()
+		r.ztpd.set(func(f *fakeZTPD) { f.desiredFails = 1 })
+		code, out := wait(60 * time.Second)
+		if code != 1 || !strings.Contains(out, "polling on ended: 3 polls in a row failed; the timer retries") {
+			t.Fatalf("exit %d, want 1 after three failed polls", code)
+		}
+		r.ztpd.mu.Lock()
+		var failed []time.Time
+		for _, at := range r.ztpd.getsAt {
+			if at.After(failFrom) {
+				failed = append(failed, at)
+			}
+		}
+		r.ztpd.mu.Unlock()
+		if len(failed) != 3 {
+			t.Fatalf("%d polls after ztpd went down, want 3", len(failed))
+		}
+		// After the first failure the polls back off to the interval.
+		for i := 1; i < len(failed); i++ {
+			if gap := failed[i].Sub(failed[i-1]); gap < 2*time.Second {
+				t.Fatalf("failed polls %v apart, want the 2 s interval", gap)
+			}
+		}
+	})
+	t.Run("linger_max", func(t *testing.T) {
+		r := newRig(t)
+		r.setInterval(10)
+		r.setConfig("linger_max", 3)
+		r.ztpd.set(func(f *fakeZTPD) { f.pollSeconds = 1 })
+		start, wait := r.background("once")
+		code, out := wait(30 * time.Second)
+		if code != 0 || !strings.Contains(out, "polled on for its most (3s)") {
+			t.Fatalf("exit %d", code)
+		}
+		// 3 s from the run's start, which a loaded machine delays.
+		if took := time.Since(start); took > 10*time.Second || r.ztpd.gets() < 2 || r.ztpd.gets() > 4 {
+			t.Fatalf("the run took %v, %d polls; want about 3 s, 2..4 polls", took, r.ztpd.gets())
+		}
+	})
 }
 
 // TestJoinForwardsThePin: a join step's tls_pin (the device HTTPS

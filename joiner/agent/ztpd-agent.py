@@ -6,9 +6,10 @@ Installed at join (see joiner/agent) and run by ztpd-agent.timer as
 for this device's desired state, and run or resume the current operation's
 steps. When ztpd asks for polls more often than the configured interval
 (poll_seconds: the device is in a running rollout), the run keeps polling
-at that pace until it has lasted about the interval, then leaves the next
-poll to the timer. `ztpd-agent run` loops (foreground, tests);
-`ztpd-agent status` prints the state file.
+at that pace, past the interval, for as long as ztpd asks (at most
+linger_max seconds), then leaves the next poll to the timer.
+`ztpd-agent run` loops (foreground, tests); `ztpd-agent status` prints the
+state file and the run in progress.
 
 Each run also reports the device's LLDP neighbours (`lldpctl -f json`, on
 the host or in SONiC's lldp container) to /agent/v1/neighbors when they
@@ -56,6 +57,14 @@ FEATURE_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 CONTROL_CHARS = {c: "?" for c in list(range(32)) + [127] if chr(c) not in "\n\t"}
 
 EXIT_OK, EXIT_TRANSIENT, EXIT_USAGE, EXIT_UNVERIFIED, EXIT_REFUSED = 0, 1, 2, 3, 4
+# How long a run polls on at most while ztpd asks for faster polls
+# (agent.json's linger_max; joiner/agent.LingerMax writes it). The service's
+# TimeoutStartSec allows for it.
+LINGER_MAX = 3600
+# Polls in a row that may fail while a run polls on before it leaves the
+# retries to the timer.
+LINGER_FAILURES = 3
+
 # exit_code reported when the agent itself failed the step (bad arguments,
 # checksum mismatch) without a command deciding it.
 AGENT_FAILED = -1
@@ -156,6 +165,10 @@ def load_config(path):
     if not isinstance(interval, int) or interval < 1:
         raise Exit(EXIT_USAGE, "interval must be a positive number of seconds")
     cfg["interval"] = interval
+    linger_max = cfg.get("linger_max", LINGER_MAX)
+    if not isinstance(linger_max, int) or linger_max < 0:
+        raise Exit(EXIT_USAGE, "linger_max must be a number of seconds (0: no polling on)")
+    cfg["linger_max"] = linger_max
     return cfg
 
 
@@ -619,6 +632,7 @@ class Agent:
         self.poll_seconds = cfg["interval"]
         self.state = None
         self.lock_fd = None
+        self.run_noted = False  # the lock file says what this run does
 
     def lock(self):
         os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
@@ -626,10 +640,29 @@ class Agent:
         try:
             fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise Exit(EXIT_OK, "another ztpd-agent run is in progress")
+            os.close(self.lock_fd)
+            self.lock_fd = None
+            raise Exit(EXIT_OK, "another ztpd-agent run is in progress" + describe_run(run_in_progress(self.state_dir)))
+        if os.fstat(self.lock_fd).st_size:
+            # A run killed while it polled on left its note.
+            os.ftruncate(self.lock_fd, 0)
+
+    def note_run(self, record):
+        """Says in the lock file what this run is doing (a run that polls on
+        holds the lock for long): `status` and a run that finds the lock
+        taken show it. Not synced: it means nothing after a reboot."""
+        record = dict(record, pid=os.getpid(), boot_id=self.boot_id)
+        os.ftruncate(self.lock_fd, 0)
+        os.pwrite(self.lock_fd, json.dumps(record).encode(), 0)
+        self.run_noted = True
 
     def unlock(self):
         if self.lock_fd is not None:
+            if self.run_noted:
+                try:
+                    os.ftruncate(self.lock_fd, 0)
+                except OSError:
+                    pass
             os.close(self.lock_fd)
             self.lock_fd = None
 
@@ -718,22 +751,44 @@ class Agent:
         return EXIT_TRANSIENT
 
     def linger(self, started, code):
-        """While ztpd's poll_seconds is shorter than the configured interval,
-        polls every poll_seconds (plus up to a tenth) until the run has lasted
-        the interval less a margin: the timer's next tick takes over from
-        there. Returns the last poll's exit code."""
+        """While ztpd's poll_seconds is shorter than the configured interval
+        (a rollout includes this device), polls every poll_seconds (plus up
+        to a tenth), past the interval: an operation handed out meanwhile
+        starts within seconds, not at the timer's next tick. systemd merges
+        a tick that falls within the run into it and counts the next from
+        that tick (so after a long run the next comes at once); the lock
+        keeps any other run out. Ends when ztpd asks for the normal interval
+        again, at a reboot step, after linger_max seconds of the run, or
+        after LINGER_FAILURES failed polls in a row (spaced by the interval,
+        the timer's pace). Returns the last poll's exit code."""
         interval = self.cfg["interval"]
-        deadline = started + interval - linger_margin(interval)
-        announced = False
-        while self.poll_seconds < interval and not self.rebooting():
-            wait = self.poll_seconds + random.uniform(0, self.poll_seconds / 10)
-            if time.monotonic() + wait > deadline:
+        deadline = started + self.cfg["linger_max"]
+        failures = 0 if code == EXIT_OK else 1
+        noted = None
+        why = "ztpd asks for the %ds interval again" % interval
+        while self.poll_seconds < interval:
+            if self.rebooting():
+                why = "the device is rebooting"
                 break
-            if not announced:
-                log("ztpd asks for a poll every %ds: polling for %ds more" % (self.poll_seconds, deadline - time.monotonic()))
-                announced = True
+            if failures >= LINGER_FAILURES:
+                why = "%d polls in a row failed; the timer retries" % failures
+                break
+            every = interval if failures else self.poll_seconds
+            wait = every + random.uniform(0, every / 10)
+            if time.monotonic() + wait > deadline:
+                why = "the run has polled on for its most (%ds); the timer's next run goes on" % self.cfg["linger_max"]
+                break
+            if noted != self.poll_seconds:
+                until = time.time() + deadline - time.monotonic()
+                log("ztpd asks for a poll every %ds (a rollout includes this device): polling on while it does, "
+                    "until %s at the latest" % (self.poll_seconds, utc(until)))
+                self.note_run({"polling_every": self.poll_seconds, "since": int(time.time()), "until": int(until)})
+                noted = self.poll_seconds
             time.sleep(wait)
             code = self.attempt()
+            failures = failures + 1 if code == EXIT_TRANSIENT else 0
+        if noted is not None:
+            log("polling on ended: " + why)
         return code
 
     def rebooting(self):
@@ -1157,9 +1212,31 @@ def arg_timeout_or(args, default):
         return default
 
 
-def linger_margin(interval):
-    """How long before the interval's end a lingering run stops polling."""
-    return max(2, interval // 10)
+def utc(t):
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+
+
+def run_in_progress(state_dir):
+    """What the run holding the lock noted in it (a run polling on), or
+    None: nothing noted, a dead process or another boot."""
+    try:
+        with open(os.path.join(state_dir, "lock")) as f:
+            record = json.loads(f.read() or "null")
+        pid = record["pid"]
+        if record.get("boot_id") != read_boot_id():
+            return None
+        os.kill(pid, 0)
+    except (OSError, ValueError, TypeError, KeyError):
+        # PermissionError is an OSError too, but the agent runs as root.
+        return None
+    return record
+
+
+def describe_run(record):
+    if not record:
+        return ""
+    return (": pid %d, polling every %ds since %s while ztpd asks (a rollout includes this device), until %s at the latest"
+            % (record["pid"], record.get("polling_every", 0), utc(record.get("since", 0)), utc(record.get("until", 0))))
 
 
 def run_once(config_path, linger=False):
@@ -1175,6 +1252,11 @@ def run_once(config_path, linger=False):
     except Unreachable as e:
         log(str(e))
         code = EXIT_TRANSIENT
+    except KeyboardInterrupt:
+        # A run by hand that polls on is ended with ^C; the state file
+        # resumes whatever step it interrupted.
+        log("interrupted")
+        code = 130
     finally:
         if agent:
             agent.unlock()
@@ -1198,31 +1280,40 @@ def cmd_status(config_path):
     except Exit as e:
         log(str(e))
         return e.code
+    state_dir = rooted(cfg["state_dir"])
     try:
-        with open(os.path.join(rooted(cfg["state_dir"]), "state.json")) as f:
+        with open(os.path.join(state_dir, "state.json")) as f:
             state = json.load(f)
     except FileNotFoundError:
         state = fresh_state()
     except (OSError, ValueError) as e:
         log("cannot read the state file: %s" % e)
         return EXIT_TRANSIENT
+    if isinstance(state, dict):
+        # The run polling on now, if one is (what `once` would wait for).
+        state["run_in_progress"] = run_in_progress(state_dir)
     print(json.dumps(state, indent=2, sort_keys=True))
     return EXIT_OK
 
 
 def main(argv):
-    p = argparse.ArgumentParser(prog="ztpd-agent", description="ztpd device agent (day-2 operations)")
+    p = argparse.ArgumentParser(prog="ztpd-agent", description="ztpd device agent (day-2 operations)",
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog="""examples:
+  ztpd-agent status              the state file, and a run polling on now (run_in_progress)
+  ztpd-agent once                what the timer runs: polls on while ztpd asks (a rollout)
+  ztpd-agent once --one-poll     a single poll, by hand""")
     p.add_argument("--config", default=CONFIG_PATH, help="agent configuration (default %(default)s)")
     sub = p.add_subparsers(dest="command")
-    sub.add_parser("once", help="one run: deliver reports, fetch desired state, run the operation "
-                   "(polling on while ztpd asks for faster polls)")
+    o = sub.add_parser("once", help="one run: deliver reports, fetch desired state, run the operation "
+                       "(polling on while ztpd asks for faster polls)")
+    o.add_argument("--one-poll", action="store_true", help="poll once, even while ztpd asks for faster polls")
     r = sub.add_parser("run", help="poll in a loop (foreground)")
     r.add_argument("--count", type=int, default=0, help="stop after this many polls (0: never)")
     r.add_argument("--interval", type=int, default=0, help="seconds between polls (default: from ztpd)")
-    sub.add_parser("status", help="print the state file as JSON")
+    sub.add_parser("status", help="print the state file as JSON, with the run polling on now (run_in_progress)")
     args = p.parse_args(argv)
     if args.command == "once":
-        return run_once(args.config, linger=True)[0]
+        return run_once(args.config, linger=not args.one_poll)[0]
     if args.command == "run":
         return cmd_run(args.config, args.count, args.interval)
     if args.command == "status":

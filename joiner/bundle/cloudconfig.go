@@ -49,6 +49,9 @@ type CloudConfigParams struct {
 	// Agent are the device agent's files (day-2 operations): written with
 	// the rest, and its timer enabled once the node is set up.
 	Agent []File
+	// EtcdClient are the first control plane's external etcd files (a
+	// cluster with etcd nodes); nil for stacked etcd.
+	EtcdClient *EtcdClientFiles
 }
 
 // Paths on the node. The ISO layout and install steps are CloudStack's
@@ -150,6 +153,13 @@ func BuildNode(p CloudConfigParams) (*Node, error) {
 	if first && (len(p.CACertPEM) == 0 || len(p.CAKeyPEM) == 0) {
 		return nil, errors.New("cloud-config: the first control plane needs the cluster CA certificate and key")
 	}
+	if !first && p.EtcdClient != nil {
+		// The other control planes get them from kubeadm's uploaded certs.
+		return nil, errors.New("cloud-config: only the first control plane gets the etcd client files")
+	}
+	if p.EtcdClient != nil && (len(p.EtcdClient.CACertPEM) == 0 || len(p.EtcdClient.CertPEM) == 0) {
+		return nil, errors.New("cloud-config: the etcd client files need the etcd CA and the client certificate")
+	}
 	if !first && (len(p.CACertPEM) != 0 || len(p.CAKeyPEM) != 0) {
 		// kubeadm join refuses to run over an existing ca.crt, and only the
 		// first control plane may ever hold the CA key.
@@ -176,6 +186,12 @@ func BuildNode(p CloudConfigParams) (*Node, error) {
 			writeFile{Path: "/etc/kubernetes/pki/ca.crt", Permissions: "0644", Owner: "root:root", Content: string(p.CACertPEM)},
 			writeFile{Path: "/etc/kubernetes/pki/ca.key", Permissions: "0600", Owner: "root:root", Content: string(p.CAKeyPEM), secret: true},
 		)
+		if e := p.EtcdClient; e != nil {
+			cc.WriteFiles = append(cc.WriteFiles,
+				writeFile{Path: EtcdCAFile, Permissions: "0644", Owner: "root:root", Content: string(e.CACertPEM)},
+				writeFile{Path: EtcdAPIServerCert, Permissions: "0644", Owner: "root:root", Content: string(e.CertPEM)},
+			)
+		}
 	}
 	if p.Plan.Config != nil {
 		cc.WriteFiles = append(cc.WriteFiles, writeFile{Path: KubeadmConfigPath, Permissions: "0600", Owner: "root:root", Content: string(p.Plan.Config), secret: true})

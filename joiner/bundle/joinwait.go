@@ -65,12 +65,16 @@ type WaiterParams struct {
 	Pins string
 	// Hostname is the VM's host name ("" leaves it to cloud-init).
 	Hostname string
+	// EtcdKeys: the VM's cluster has etcd nodes, so the waiter makes the
+	// etcd keys a role there may need and sends their requests.
+	EtcdKeys bool
 }
 
 // waiterConfig is JoinWaitConfigPath.
 type waiterConfig struct {
-	URL string `json:"url"`
-	Pin string `json:"pin"`
+	URL      string `json:"url"`
+	Pin      string `json:"pin"`
+	EtcdKeys bool   `json:"etcd_keys,omitempty"`
 }
 
 // RenderWaiterCloudConfig renders the user-data of a VM that fetches its
@@ -86,7 +90,7 @@ func RenderWaiterCloudConfig(p WaiterParams) ([]byte, error) {
 	if !ValidPins(p.Pins) {
 		return nil, fmt.Errorf("waiter cloud-config: pins %q are not sha256//<base64>[;...]", p.Pins)
 	}
-	cfg, err := json.MarshalIndent(waiterConfig{URL: p.URL, Pin: p.Pins}, "", "  ")
+	cfg, err := json.MarshalIndent(waiterConfig{URL: p.URL, Pin: p.Pins, EtcdKeys: p.EtcdKeys}, "", "  ")
 	if err != nil {
 		return nil, err
 	}

@@ -51,7 +51,28 @@ type InitParams struct {
 	PodSubnet     string // optional, e.g. for the CNI in network.yaml
 	ServiceSubnet string // optional
 	ClusterName   string // optional, kubeadm default "kubernetes"
+	// ExternalEtcd, when set, makes the API server use etcd on the
+	// cluster's etcd nodes (kubeadm's external etcd topology) instead of a
+	// member kubeadm runs on each control plane.
+	ExternalEtcd *ExternalEtcd
 }
+
+// ExternalEtcd is the etcd of a cluster built with etcd nodes.
+type ExternalEtcd struct {
+	// Endpoints are the etcd members' client host:port (IPv6 bracketed).
+	Endpoints []string
+}
+
+// The files of an external etcd's client, where kubeadm looks for them
+// (and from where --upload-certs hands them to the other control planes).
+const (
+	EtcdCAFile           = "/etc/kubernetes/pki/etcd/ca.crt"
+	EtcdAPIServerCert    = "/etc/kubernetes/pki/apiserver-etcd-client.crt"
+	EtcdAPIServerKey     = "/etc/kubernetes/pki/apiserver-etcd-client.key"
+	EtcdClientPort       = 2379
+	EtcdPeerPort         = 2380
+	etcdEndpointsMaximum = 7
+)
 
 // JoinParams describe a node joining an existing cluster.
 type JoinParams struct {
@@ -119,6 +140,14 @@ func PlanInit(p InitParams) (KubeadmPlan, error) {
 		// address family"), and kubeadm's default range is IPv4.
 		p.ServiceSubnet = DefaultIPv6ServiceSubnet
 	}
+	if p.ExternalEtcd != nil {
+		if api == KubeadmFlags {
+			return KubeadmPlan{}, fmt.Errorf("kubeadm init: external etcd needs a kubeadm configuration file (Kubernetes 1.15+, have %s)", p.Version.Tag())
+		}
+		if err := validateEtcdEndpoints(p.ExternalEtcd.Endpoints); err != nil {
+			return KubeadmPlan{}, err
+		}
+	}
 	sans := certSANs(p.ControlPlaneEndpoint, p.AdvertiseAddress, p.CertSANs)
 	if api == KubeadmFlags {
 		return planInitFlags(p, sans), nil
@@ -154,6 +183,12 @@ func PlanInit(p InitParams) (KubeadmPlan, error) {
 	}
 	if api == KubeadmV1Beta4 {
 		clusterCfg.EncryptionAlgorithm = string(p.EncryptionAlgorithm)
+	}
+	if p.ExternalEtcd != nil {
+		clusterCfg.Etcd = &externalEtcd{CAFile: EtcdCAFile, CertFile: EtcdAPIServerCert, KeyFile: EtcdAPIServerKey}
+		for _, hp := range p.ExternalEtcd.Endpoints {
+			clusterCfg.Etcd.Endpoints = append(clusterCfg.Etcd.Endpoints, "https://"+hp)
+		}
 	}
 	cfg, err := marshalDocs(initCfg, clusterCfg)
 	if err != nil {
@@ -329,6 +364,26 @@ func validateEndpoint(what, hp string) error {
 	return nil
 }
 
+// validateEtcdEndpoints checks an external etcd's client endpoints: one
+// to seven host:port, each once.
+func validateEtcdEndpoints(eps []string) error {
+	if len(eps) == 0 || len(eps) > etcdEndpointsMaximum {
+		return fmt.Errorf("kubeadm init: external etcd needs 1 to %d endpoints, not %d", etcdEndpointsMaximum, len(eps))
+	}
+	for i, hp := range eps {
+		if err := validateEndpoint("etcd endpoint", hp); err != nil {
+			return err
+		}
+		if slices.Contains(eps[:i], hp) {
+			return fmt.Errorf("kubeadm init: etcd endpoint %s is given twice", hp)
+		}
+	}
+	return nil
+}
+
+// EtcdEndpoint is the client host:port of an etcd member at addr.
+func EtcdEndpoint(addr string) string { return net.JoinHostPort(addr, strconv.Itoa(EtcdClientPort)) }
+
 func validCAHash(h string) bool {
 	hexPart, ok := strings.CutPrefix(h, "sha256:")
 	if !ok || len(hexPart) != 64 {
@@ -480,6 +535,17 @@ func (c clusterConfiguration) writeYAML(w *yamlWriter) {
 	if c.EncryptionAlgorithm != "" {
 		w.kv(0, "encryptionAlgorithm", c.EncryptionAlgorithm)
 	}
+	if e := c.Etcd; e != nil {
+		w.key(0, "etcd")
+		w.key(2, "external")
+		w.kv(4, "caFile", e.CAFile)
+		w.kv(4, "certFile", e.CertFile)
+		w.key(4, "endpoints")
+		for _, ep := range e.Endpoints {
+			w.item(4, ep)
+		}
+		w.kv(4, "keyFile", e.KeyFile)
+	}
 	w.kv(0, "kind", c.Kind)
 	w.kv(0, "kubernetesVersion", c.KubernetesVersion)
 	if c.Networking != nil {
@@ -556,13 +622,22 @@ type apiEndpoint struct {
 
 type clusterConfiguration struct {
 	typeMeta             `json:",inline"`
-	Networking           *networking `json:"networking,omitempty"`
-	KubernetesVersion    string      `json:"kubernetesVersion"`
-	ControlPlaneEndpoint string      `json:"controlPlaneEndpoint"`
-	APIServer            apiServer   `json:"apiServer"`
-	CertificatesDir      string      `json:"certificatesDir,omitempty"`
-	ClusterName          string      `json:"clusterName,omitempty"`
-	EncryptionAlgorithm  string      `json:"encryptionAlgorithm,omitempty"`
+	Networking           *networking   `json:"networking,omitempty"`
+	KubernetesVersion    string        `json:"kubernetesVersion"`
+	ControlPlaneEndpoint string        `json:"controlPlaneEndpoint"`
+	APIServer            apiServer     `json:"apiServer"`
+	CertificatesDir      string        `json:"certificatesDir,omitempty"`
+	ClusterName          string        `json:"clusterName,omitempty"`
+	EncryptionAlgorithm  string        `json:"encryptionAlgorithm,omitempty"`
+	Etcd                 *externalEtcd `json:"-"` // etcd.external
+}
+
+// externalEtcd is kubeadm's ExternalEtcd.
+type externalEtcd struct {
+	Endpoints []string `json:"endpoints"`
+	CAFile    string   `json:"caFile"`
+	CertFile  string   `json:"certFile"`
+	KeyFile   string   `json:"keyFile"`
 }
 
 type networking struct {

@@ -145,3 +145,56 @@ func TestRealKubeadmValidatesIPv6Configs(t *testing.T) {
 		})
 	}
 }
+
+// TestRealKubeadmValidatesExternalEtcd: the first control plane's init
+// configuration of a cluster built with etcd nodes (etcd.external: the
+// members' https client URLs, the etcd CA and the API server's etcd client
+// certificate under /etc/kubernetes/pki) passes the real kubeadm of each
+// version built, over IPv4 and IPv6 (endpoints bracketed), and kubeadm
+// refuses the same document with the endpoints misspelt, so the pass means
+// kubeadm read the section.
+func TestRealKubeadmValidatesExternalEtcd(t *testing.T) {
+	vs, err := kubebin.Versions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs {
+		t.Run(v, func(t *testing.T) {
+			kubeadm := kubebin.Require(t, v).Kubeadm
+			ver := strings.TrimPrefix(v, "v")
+			v4 := initParams(ver, pki.ECDSAP256)
+			v4.ExternalEtcd = &ExternalEtcd{Endpoints: []string{EtcdEndpoint("10.99.1.21"), EtcdEndpoint("10.99.1.22"), EtcdEndpoint("10.99.1.23")}}
+			v6 := initParams(ver, pki.ECDSAP256)
+			v6.ControlPlaneEndpoint, v6.AdvertiseAddress, v6.NodeIP = "[fd99::1:10]:6443", "fd99::1:11", "fd99::1:11"
+			v6.CertSANs, v6.PodSubnet = []string{"fd99::1:10"}, "fd99:244::/56"
+			v6.ExternalEtcd = &ExternalEtcd{Endpoints: []string{EtcdEndpoint("fd99::1:21")}}
+			for name, p := range map[string]InitParams{"init-external-etcd": v4, "init-external-etcd-ipv6": v6} {
+				plan, err := PlanInit(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, want := range []string{"external:", "caFile: " + EtcdCAFile, "certFile: " + EtcdAPIServerCert, "keyFile: " + EtcdAPIServerKey} {
+					if !strings.Contains(string(plan.Config), want) {
+						t.Errorf("%s: no %q in\n%s", name, want, plan.Config)
+					}
+				}
+				kubeadmValidate(t, kubeadm, name, plan.Config, "")
+				kubeadmValidate(t, kubeadm, name+"-misspelt", []byte(strings.Replace(string(plan.Config), "endpoints:", "endpoint:", 1)), "unknown field")
+			}
+			if plan, err := PlanInit(v6); err != nil {
+				t.Fatal(err)
+			} else if !strings.Contains(string(plan.Config), "https://[fd99::1:21]:2379") {
+				t.Errorf("IPv6 etcd endpoint not bracketed:\n%s", plan.Config)
+			}
+			bad := v4
+			bad.ExternalEtcd = &ExternalEtcd{Endpoints: []string{"fd99::1:21:2379"}}
+			if _, err := PlanInit(bad); err == nil {
+				t.Error("an unbracketed IPv6 etcd endpoint was accepted")
+			}
+			bad.ExternalEtcd = &ExternalEtcd{}
+			if _, err := PlanInit(bad); err == nil {
+				t.Error("external etcd without endpoints was accepted")
+			}
+		})
+	}
+}

@@ -22,6 +22,14 @@ must present one of the pinned keys ("sha256//<b64>", several joined by
   a server whose key matches no pin is not ztpd: logged, exit 3, no retry.
   anything else is retried.
 
+In a cluster with etcd nodes ("etcd_keys": true) the waiter first makes
+the etcd keys a role there may need, with openssl, on this node (an etcd
+node's server and peer keys, a first control plane's
+apiserver-etcd-client key), and POSTs their certificate signing requests
+with each ask: ztpd signs those of the role it gives this node, for the
+names this node holds. Once admitted, the keys its role does not use are
+removed.
+
 Exit 3 is a stop the unit does not restart (RestartPreventExitStatus).
 ZTPD_ROOT prefixes every path read or written (for tests); under it the
 commands are logged and skipped, as the SONiC join plugin does.
@@ -53,14 +61,70 @@ class Stop(Exception):
     """A reason to stop for good: retrying would change nothing."""
 
 
-def fetch(url, pin):
-    """GETs url through curl with the server's key pinned: (status,
-    headers with lower-case names, body). -k: the pin, which curl checks
-    even then, is the trust, not a CA the VM would need first."""
+# Where a node of a cluster with etcd nodes keeps the etcd keys it makes
+# (kubeadm's paths), by the request ztpd signs for them.
+ETCD_KEYS = {
+    "server": "/etc/kubernetes/pki/etcd/server.key",
+    "peer": "/etc/kubernetes/pki/etcd/peer.key",
+    "client": "/etc/kubernetes/pki/apiserver-etcd-client.key",
+}
+
+
+def etcd_requests():
+    """Makes (once: a restarted waiter keeps them) the etcd keys with
+    openssl and returns their certificate signing requests, by name. The
+    subject is empty: ztpd fills in the names this node holds."""
+    out = {}
+    for name, path in ETCD_KEYS.items():
+        key = ROOT + path
+        if not os.path.exists(key):
+            os.makedirs(os.path.dirname(key), exist_ok=True)
+            old = os.umask(0o077)
+            try:
+                subprocess.run(["openssl", "ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", key],
+                               check=True, capture_output=True)
+            finally:
+                os.umask(old)
+        with tempfile.NamedTemporaryFile("w", suffix=".cnf") as cnf:
+            cnf.write("[req]\ndistinguished_name = dn\n[dn]\n")
+            cnf.flush()
+            r = subprocess.run(["openssl", "req", "-new", "-config", cnf.name, "-key", key, "-subj", "/", "-sha256"],
+                               check=True, capture_output=True)
+        out[name] = r.stdout.decode()
+    return out
+
+
+def drop_unused_etcd_keys(data):
+    """Removes the etcd keys this node's role does not use: an etcd node
+    keeps its server and peer keys, the first control plane its client
+    key; the other control planes get theirs from kubeadm's uploaded
+    certificates."""
+    keep = set()
+    if data.get("role") == "etcd":
+        keep = {"server", "peer"}
+    elif data.get("init"):
+        keep = {"client"}
+    for name, path in ETCD_KEYS.items():
+        if name not in keep and os.path.exists(ROOT + path):
+            os.unlink(ROOT + path)
+            log("removed %s: this node's role does not use it" % path)
+
+
+def fetch(url, pin, body=None):
+    """GETs url (POSTs body as JSON, when given) through curl with the
+    server's key pinned: (status, headers with lower-case names, body). -k:
+    the pin, which curl checks even then, is the trust, not a CA the VM
+    would need first."""
     with tempfile.TemporaryDirectory() as d:
-        hdr, body = os.path.join(d, "headers"), os.path.join(d, "body")
+        hdr, out = os.path.join(d, "headers"), os.path.join(d, "body")
         cmd = ["curl", "-sS", "-k", "--pinnedpubkey", pin, "--max-time", "60", "-H", "Accept: application/json",
-               "-D", hdr, "-o", body, "-w", "%{http_code}", "--", url]
+               "-D", hdr, "-o", out, "-w", "%{http_code}"]
+        if body is not None:
+            req = os.path.join(d, "request")
+            with open(req, "w") as f:
+                json.dump(body, f)
+            cmd += ["-H", "Content-Type: application/json", "--data-binary", "@" + req]
+        cmd += ["--", url]
         try:
             r = subprocess.run(cmd, capture_output=True)
         except OSError as e:
@@ -78,7 +142,7 @@ def fetch(url, pin):
                 elif ":" in line:
                     k, v = line.split(":", 1)
                     headers[k.strip().lower()] = v.strip()
-        with open(body, "rb") as f:
+        with open(out, "rb") as f:
             return int(r.stdout.decode() or 0), headers, f.read()
 
 
@@ -98,12 +162,12 @@ def message(payload):
         return payload.decode(errors="replace")[:300]
 
 
-def wait_for_join_data(url, pin):
+def wait_for_join_data(url, pin, body=None):
     failures = 0
     said = None
     while True:
         try:
-            status, headers, payload = fetch(url, pin)
+            status, headers, payload = fetch(url, pin, body)
         except OSError as e:
             failures += 1
             wait = min(5 * failures, WAIT_CAP)
@@ -178,8 +242,16 @@ def main():
         log("stopped: %s needs an https url and a pin" % CONFIG)
         return EXIT_STOPPED
     try:
-        data = wait_for_join_data(url, pin)
+        body = None
+        if cfg.get("etcd_keys"):
+            try:
+                body = {"etcd_csrs": etcd_requests()}
+            except (OSError, subprocess.CalledProcessError) as e:
+                raise Stop("cannot make this node's etcd keys with openssl: %s" % e)
+        data = wait_for_join_data(url, pin, body)
         log("admitted to cluster %s as %s" % (data.get("cluster_name"), data.get("role")))
+        if body is not None:
+            drop_unused_etcd_keys(data)
         for f in data.get("files", []):
             install(f["path"], content(f), int(f["mode"], 8))
     except Stop as e:

@@ -102,6 +102,9 @@ type joinBody struct {
 	// CSR is the PEM certificate signing request for the key the device
 	// made (joiner.JoinRequest.CSR).
 	CSR string `json:"csr"`
+	// EtcdCSRs are the etcd certificate signing requests of a device
+	// joining a cluster with etcd nodes (joiner.JoinRequest.Etcd).
+	EtcdCSRs joiner.EtcdCSRs `json:"etcd_csrs"`
 	// Neighbors are the switch's LLDP neighbours, when it has any
 	// (joiner.JoinRequest.Neighbors).
 	Neighbors []positions.Neighbor `json:"lldp_neighbors"`
@@ -127,6 +130,7 @@ func (h *Handler) join(w http.ResponseWriter, r *http.Request) {
 		Kind:         core.DeviceKind(body.Kind),
 		RemoteIP:     remoteIP(r),
 		CSR:          body.CSR,
+		Etcd:         body.EtcdCSRs,
 		Neighbors:    body.Neighbors,
 	}
 	if req.Kind == "" && (strings.HasPrefix(r.UserAgent(), "SONiC-ZTP") || r.Header.Get("SONiC-VERSION") != "") {

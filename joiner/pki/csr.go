@@ -87,6 +87,19 @@ func CheckCSR(pemBytes []byte, want ClientCertRequest) (*CSR, error) {
 // signature verification), done before the caller's store transaction.
 // Errors are *CSRError.
 func ParseCSR(pemBytes []byte) (*CSR, error) {
+	req, err := parseCSR(pemBytes, checkCSRExtension)
+	if err != nil {
+		return nil, err
+	}
+	return &CSR{req: req}, nil
+}
+
+// parseCSR is what every request ztpd signs goes through: one PEM block
+// of bounded size, a key and signature algorithm ztpd accepts, a
+// signature that verifies with the request's own key, no attributes
+// beyond the extensions, and each extension admitted by checkExt (which
+// differs by the kind of certificate asked for).
+func parseCSR(pemBytes []byte, checkExt func(pkix.Extension) error) (*x509.CertificateRequest, error) {
 	if len(pemBytes) > MaxCSRBytes {
 		return nil, csrRefused("it is %d bytes, more than %d", len(pemBytes), MaxCSRBytes)
 	}
@@ -118,11 +131,11 @@ func ParseCSR(pemBytes []byte) (*CSR, error) {
 		return nil, err
 	}
 	for _, ext := range req.Extensions {
-		if err := checkCSRExtension(ext); err != nil {
+		if err := checkExt(ext); err != nil {
 			return nil, err
 		}
 	}
-	return &CSR{req: req}, nil
+	return req, nil
 }
 
 // checkCSRKey admits the key types the issued certificate may carry.

@@ -88,6 +88,10 @@ type Config struct {
 	// Manifests are applied with kubectl as the admin after init (e.g. the
 	// bundle's RBAC).
 	Manifests [][]byte
+	// ExternalEtcd are the API server's files for a configuration with
+	// etcd.external (a cluster with etcd nodes): no etcd runs here, and
+	// kube-apiserver uses the etcd the configuration names.
+	ExternalEtcd *ExternalEtcdFiles
 
 	Dir string // work directory: files, etcd data, logs (Dir/logs)
 
@@ -97,6 +101,13 @@ type Config struct {
 	// StartTimeout bounds each wait of Start (API server ready,
 	// cluster-info signed). 0: 3 minutes.
 	StartTimeout time.Duration
+}
+
+// ExternalEtcdFiles are the external etcd's CA and the API server's client
+// certificate and key (PEM), written where the configuration names them
+// (bundle.EtcdCAFile, EtcdAPIServerCert, EtcdAPIServerKey).
+type ExternalEtcdFiles struct {
+	CACert, ClientCert, ClientKey []byte
 }
 
 // Components, by the names of kubeadm's static pod manifests.
@@ -110,6 +121,9 @@ const (
 // components lists the components this plane runs, in start order.
 func (cp *ControlPlane) components() []string {
 	cs := []string{Etcd, APIServer, ControllerManager}
+	if cp.cfg.ExternalEtcd != nil {
+		cs = cs[1:]
+	}
 	if cp.cfg.Scheduler != "" {
 		cs = append(cs, Scheduler)
 	}
@@ -172,6 +186,9 @@ func Start(ctx context.Context, cfg Config) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
+	if ic.externalEtcd != (cfg.ExternalEtcd != nil) {
+		return nil, errors.New("controlplane: a configuration with etcd.external needs ExternalEtcd files, and only it")
+	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(cfg.CACert) {
 		return nil, errors.New("controlplane: CACert holds no PEM certificate")
@@ -223,7 +240,16 @@ func (cp *ControlPlane) start(ctx context.Context, ic initConfig) error {
 		filepath.Join(pki, "ca.key"):           cfg.CAKey,
 		filepath.Join(cfg.Dir, "kubeadm.yaml"): cfg.KubeadmConfig,
 	}
+	if e := cfg.ExternalEtcd; e != nil {
+		under := func(p string) string { return filepath.Join(cp.etcKube, strings.TrimPrefix(p, "/etc/kubernetes")) }
+		files[under(bundle.EtcdCAFile)] = e.CACert
+		files[under(bundle.EtcdAPIServerCert)] = e.ClientCert
+		files[under(bundle.EtcdAPIServerKey)] = e.ClientKey
+	}
 	for p, b := range files {
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return err
+		}
 		if err := os.WriteFile(p, b, 0o600); err != nil {
 			return err
 		}
@@ -780,6 +806,7 @@ type initConfig struct {
 	certificatesDir string
 	signingTokenIDs []string
 	certificateKey  bool
+	externalEtcd    bool // etcd.external: kube-apiserver uses etcd nodes
 }
 
 func parseKubeadmConfig(b []byte) (initConfig, error) {
@@ -790,6 +817,9 @@ func parseKubeadmConfig(b []byte) (initConfig, error) {
 			Kind            string `json:"kind"`
 			CertificatesDir string `json:"certificatesDir"`
 			CertificateKey  string `json:"certificateKey"`
+			Etcd            struct {
+				External *struct{} `json:"external"`
+			} `json:"etcd"`
 			BootstrapTokens []struct {
 				Token  string   `json:"token"`
 				TTL    string   `json:"ttl"`
@@ -820,6 +850,7 @@ func parseKubeadmConfig(b []byte) (initConfig, error) {
 		case "ClusterConfiguration":
 			haveCluster = true
 			ic.certificatesDir = meta.CertificatesDir
+			ic.externalEtcd = meta.Etcd.External != nil
 		}
 	}
 	if !haveInit || !haveCluster {

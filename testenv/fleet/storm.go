@@ -365,6 +365,11 @@ func pinnedClient(hc *http.Client, pins string) (*http.Client, error) {
 		// appliance encapsulate ML-KEM per handshake (6 % of its storm
 		// CPU), work no real switch asks of it.
 		CurvePreferences: []tls.CurveID{tls.X25519, tls.CurveP256, tls.CurveP384, tls.CurveP521},
+		// curl's OpenSSL offers resumption (psk_dhe_ke) in every
+		// ClientHello but, a new process per request, never holds a
+		// session: a server that issues tickets does so for every
+		// switch's connection. Go's client offers it only with a cache.
+		ClientSessionCache: forgetfulSessionCache{},
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) > 0 {
 				sum := sha256.Sum256(cs.PeerCertificates[0].RawSubjectPublicKeyInfo)
@@ -378,6 +383,14 @@ func pinnedClient(hc *http.Client, pins string) (*http.Client, error) {
 	c.Transport = tr
 	return &c, nil
 }
+
+// forgetfulSessionCache is a TLS client session cache that keeps
+// nothing: the client offers resumption as curl does and never resumes,
+// as curl in a new process cannot.
+type forgetfulSessionCache struct{}
+
+func (forgetfulSessionCache) Get(string) (*tls.ClientSessionState, bool) { return nil, false }
+func (forgetfulSessionCache) Put(string, *tls.ClientSessionState)        {}
 
 // post returns the answer's status, its Retry-After and, on 200, its body.
 func post(ctx context.Context, hc *http.Client, url, bearer string, body []byte) (int, time.Duration, []byte, error) {

@@ -40,13 +40,16 @@ type MemberState struct {
 
 // ClusterState is a cluster as ztpd and its real API server show it.
 type ClusterState struct {
-	ID       string `json:"id"`
-	Name     string `json:"name"`
-	State    string `json:"state"`
-	Size     int    `json:"size"`
-	Control  int    `json:"control_nodes"`
-	Joined   int    `json:"joined"` // members ztpd shows joined
-	Endpoint string `json:"endpoint,omitempty"`
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	State   string `json:"state"`
+	Size    int    `json:"size"`
+	Control int    `json:"control_nodes"`
+	Joined  int    `json:"joined"` // members ztpd shows joined
+	// EtcdNodes are the cluster's etcd nodes (external etcd): members
+	// with no Node, joined when ztpd reaches their etcd.
+	EtcdNodes int    `json:"etcd_nodes"`
+	Endpoint  string `json:"endpoint,omitempty"`
 	// ControlPlaneDevice is the lab device running the real control plane.
 	ControlPlaneDevice string        `json:"control_plane_device,omitempty"`
 	Members            []MemberState `json:"members"`
@@ -221,6 +224,7 @@ func clusterStates(ctx context.Context, app *Appliance) ([]ClusterState, error) 
 		State           string `json:"state"`
 		Size            int    `json:"size"`
 		ControlNodes    int    `json:"controlnodes"`
+		EtcdNodes       int    `json:"etcdnodes"`
 		VirtualMachines []struct {
 			State string `json:"ztpdstate"`
 		} `json:"virtualmachines"`
@@ -228,7 +232,7 @@ func clusterStates(ctx context.Context, app *Appliance) ([]ClusterState, error) 
 	json.Unmarshal(inner["kubernetescluster"], &list)
 	var out []ClusterState
 	for _, c := range list {
-		cs := ClusterState{ID: c.ID, Name: c.Name, State: c.State, Size: c.Size, Control: c.ControlNodes}
+		cs := ClusterState{ID: c.ID, Name: c.Name, State: c.State, Size: c.Size, Control: c.ControlNodes, EtcdNodes: c.EtcdNodes}
 		for _, vm := range c.VirtualMachines {
 			if vm.State == string(core.StateJoined) {
 				cs.Joined++
@@ -256,7 +260,7 @@ func (r *Result) Check(devs []Device) error {
 		clusters[c.Name] = c
 	}
 	var bad []string
-	planned := map[string]int{}
+	planned, etcdNodes := map[string]int{}, map[string]int{}
 	for _, d := range devs {
 		planned[d.Cluster]++
 		dev, ok := byMAC[strings.ToLower(d.MAC)]
@@ -277,6 +281,14 @@ func (r *Result) Check(devs []Device) error {
 		}
 		if m == nil {
 			bad = append(bad, fmt.Sprintf("%s: not a member of %s in ztpd", d.Name, d.Cluster))
+			continue
+		}
+		if d.Role == "etcd" {
+			// No Node: ztpd shows it joined when its etcd answers ztpd.
+			if m.State != string(core.StateJoined) || m.Role != "etcd" {
+				bad = append(bad, fmt.Sprintf("%s: ztpd shows etcd member state %q, role %q (want joined, etcd)", d.Name, m.State, m.Role))
+			}
+			etcdNodes[d.Cluster]++
 			continue
 		}
 		if m.State != string(core.StateJoined) || m.NodeReady != "True" {
@@ -313,11 +325,13 @@ func (r *Result) Check(devs []Device) error {
 		if c.State != string(core.ClusterRunning) {
 			bad = append(bad, fmt.Sprintf("cluster %s is %s, not Running", c.Name, c.State))
 		}
-		if len(c.Nodes) != planned[c.Name] || len(c.Members) != planned[c.Name] || c.Joined != planned[c.Name] {
-			bad = append(bad, fmt.Sprintf("cluster %s: %d Nodes, %d members (%d joined), want %d", c.Name, len(c.Nodes), len(c.Members), c.Joined, planned[c.Name]))
+		if len(c.Nodes) != planned[c.Name]-etcdNodes[c.Name] || len(c.Members) != planned[c.Name] || c.Joined != planned[c.Name] {
+			bad = append(bad, fmt.Sprintf("cluster %s: %d Nodes, %d members (%d joined), want %d (%d of them etcd nodes, without a Node)",
+				c.Name, len(c.Nodes), len(c.Members), c.Joined, planned[c.Name], etcdNodes[c.Name]))
 		}
-		if c.Joined != c.Size+c.Control {
-			bad = append(bad, fmt.Sprintf("cluster %s has %d joined members, wants %d control + %d workers", c.Name, c.Joined, c.Control, c.Size))
+		if c.Joined != c.Size+c.Control+c.EtcdNodes || c.EtcdNodes != etcdNodes[c.Name] {
+			bad = append(bad, fmt.Sprintf("cluster %s has %d joined members, wants %d control + %d workers + %d etcd nodes (%d planned)",
+				c.Name, c.Joined, c.Control, c.Size, c.EtcdNodes, etcdNodes[c.Name]))
 		}
 	}
 	if len(bad) > 0 {

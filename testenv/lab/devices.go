@@ -381,6 +381,10 @@ func RunVM(ctx context.Context, k *Kube, ns *netns.NS, dir string, d Device, pro
 			return err
 		}
 	}
+	if _, err := os.Stat(filepath.Join(root, bundle.EtcdMemberConfig)); err == nil {
+		// An etcd node: the real etcd from its join data; no kubelet.
+		return k.startEtcdNode(ctx, ns, dir, root, d, progress)
+	}
 	_, err = os.Stat(filepath.Join(root, "etc/kubernetes/pki/ca.key"))
 	if err == nil {
 		err = k.startFirstControlPlane(ctx, ns, dir, root, d, lease.IP(), progress)

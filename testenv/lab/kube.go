@@ -220,10 +220,24 @@ func (k *Kube) startFirstControlPlane(ctx context.Context, ns *netns.NS, dir, ro
 	if err != nil {
 		return err
 	}
-	progress(d.Name, "kubeadm init phases, etcd, kube-apiserver, kube-controller-manager")
+	// A cluster with etcd nodes: the etcd CA and client certificate
+	// from the join data, the client key the waiter made on this VM.
+	var external *controlplane.ExternalEtcdFiles
+	if ca, err := os.ReadFile(filepath.Join(root, bundle.EtcdCAFile)); err == nil {
+		external = &controlplane.ExternalEtcdFiles{CACert: ca}
+		if external.ClientCert, err = os.ReadFile(filepath.Join(root, bundle.EtcdAPIServerCert)); err != nil {
+			return fmt.Errorf("init bundle: %w", err)
+		}
+		if external.ClientKey, err = os.ReadFile(filepath.Join(root, bundle.EtcdAPIServerKey)); err != nil {
+			return fmt.Errorf("the etcd client key the waiter made: %w", err)
+		}
+		progress(d.Name, "kubeadm init phases (external etcd), kube-apiserver, kube-controller-manager")
+	} else {
+		progress(d.Name, "kubeadm init phases, etcd, kube-apiserver, kube-controller-manager")
+	}
 	cp, err := controlplane.Start(ctx, controlplane.Config{
 		Kubernetes: k.Bins, Etcd: k.Etcd, Scheduler: k.hollow[k.Bins.Version].Scheduler, KubeadmConfig: cfg, CACert: caCert, CAKey: caKey,
-		Manifests: manifests, Dir: filepath.Join(dir, "controlplane"),
+		Manifests: manifests, Dir: filepath.Join(dir, "controlplane"), ExternalEtcd: external,
 		Run: controlplane.NetnsRun(ns), Dial: controlplane.NetnsDial(ns),
 	})
 	if err != nil {
@@ -244,6 +258,58 @@ func (k *Kube) startFirstControlPlane(ctx context.Context, ns *netns.NS, dir, ro
 	}
 	progress(d.Name, "kubeadm init phase mark-control-plane")
 	return cp.MarkControlPlane(ctx)
+}
+
+// EtcdLog is where an etcd node keeps its etcd's output, in the VM's
+// directory.
+const EtcdLog = "etcd.log"
+
+// startEtcdNode runs what an etcd node's unit runs: the start script its
+// join data wrote, with the real etcd, in the VM's namespace (the keys
+// the waiter made, the certificates ztpd signed), until the lab closes;
+// it returns once etcd answers on the node itself. ztpd sees it up only
+// by reaching it over TLS.
+func (k *Kube) startEtcdNode(ctx context.Context, ns *netns.NS, dir, root string, d Device, progress Progress) error {
+	progress(d.Name, "etcd (real, from its join data)")
+	logf, err := os.Create(filepath.Join(dir, EtcdLog))
+	if err != nil {
+		return err
+	}
+	cmd := ns.Command(context.Background(), "python3", filepath.Join(root, bundle.EtcdStartScriptPath))
+	cmd.Env = append(os.Environ(), "ZTPD_ROOT="+root, "ZTPD_ETCD_BIN="+k.Etcd, "ZTPD_ETCD_ARGS=--log-level=warn")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(done)
+	}()
+	go func() {
+		select {
+		case <-k.closed:
+			_ = cmd.Process.Kill()
+		case <-done:
+		}
+	}()
+	// etcd's own listener, through the namespace: up when it accepts.
+	for ctx.Err() == nil {
+		select {
+		case <-done:
+			return fmt.Errorf("etcd exited (see %s)", filepath.Join(dir, EtcdLog))
+		default:
+		}
+		if c, err := controlplane.NetnsDial(ns)(ctx, "tcp", "127.0.0.1:2379"); err == nil {
+			c.Close()
+			progress(d.Name, "etcd listening")
+			return nil
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return ctx.Err()
 }
 
 // joinNode runs the real `kubeadm join` discovery with the JoinConfiguration

@@ -489,3 +489,129 @@ func TestLabSwitchImageRollsBack(t *testing.T) {
 		t.Errorf("%s's desired image is %q after the rollback, want none again", sw, ds.Image)
 	}
 }
+
+// TestLabSwitchManualRollback: as TestLabSwitchImageRollsBack, but with
+// rollback manual (the default): the failed post_upgrade hook stops the
+// rollout and leaves the switch as the failure left it (on the new image,
+// rejoined there). The operator then runs `ztpd rollout rollback NODE
+// --watch` (the CLI binary against ztpd's API): the switch's agent sets
+// its previous image as default, reboots into it, rolls its config back
+// to the checkpoint taken before the install, and ztpd has it rejoin. The
+// command ends with the node rolled-back, the switch runs its previous
+// image, its Node is Ready and schedulable in the API server, the rollout
+// shows the node rolled-back at the operator's asking, and the switch's
+// desired image is none again.
+func TestLabSwitchManualRollback(t *testing.T) {
+	l, work := rolloutLabOf(t, "zsm", 194, Scenario{Switches: 1, VMs: 1, Clusters: 1, Upgrade: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sw := "sw0"
+	root := filepath.Join(work, "devices", sw, "root")
+	img := filepath.Join(work, "sonic-202411.bin")
+	if err := os.WriteFile(img, []byte("# SONiC-OS-lab.202411 (lab image)\n"+strings.Repeat("x", 1<<16)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hook := filepath.Join(work, "check-bgp")
+	if err := os.WriteFile(hook, []byte("#!/bin/sh\necho \"bgp: neighbor 10.0.0.1 down\"\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, add := range [][]string{{"image", "add", img, "--kind", "sonic-installer", "--name", "sonic-202411.bin"},
+		{"image", "add", hook, "--kind", "file", "--name", "check-bgp"}} {
+		if out, err := l.App.CLI(ctx, add...); err != nil {
+			t.Fatalf("ztpd %s: %v: %s", strings.Join(add, " "), err, out)
+		}
+	}
+	var swMAC string
+	for _, d := range l.Plan {
+		if d.Name == sw {
+			swMAC = d.MAC
+		}
+	}
+	_, r := startRollout(t, l, "--kind", "image", "--target", "sonic-202411.bin", "--devices", swMAC,
+		"--hook", "post_upgrade=check-bgp", "--rollback", "manual", "--node-timeout", "2m")
+	if len(r.Nodes) != 1 {
+		t.Fatalf("rollout nodes %+v", r.Nodes)
+	}
+	n := r.Nodes[0]
+	if r.State != string(core.RolloutFailed) || n.Phase != core.NodeFailed || !strings.Contains(n.Reason, "post_upgrade") {
+		dumpLabLogs(t, work, "agent-"+sw+".out")
+		t.Fatalf("rollout %s, switch %s (%s): want failed on the post_upgrade hook", r.State, n.Phase, n.Reason)
+	}
+	// Left as the failure left it: on the new image (rejoined there before
+	// the hook ran), nothing rolled back.
+	cur, _ := os.ReadFile(filepath.Join(root, "host/lab-images/current"))
+	if strings.TrimSpace(string(cur)) != "SONiC-OS-lab.202411" {
+		t.Fatalf("after the failed hook the switch runs %q, want the new image SONiC-OS-lab.202411", cur)
+	}
+	got := nodeInAPI(t, l, n.NodeName)
+	t.Logf("  Node %s after the failed hook: Ready=%v unschedulable=%v", got.Name, got.Ready, got.Unschedulable)
+	before := labCalls(work, sw)
+	if strings.Contains(before, "set-default") {
+		t.Fatalf("rollback manual rolled back by itself:\n%s", before)
+	}
+	bootBefore, _ := os.ReadFile(filepath.Join(root, "proc/sys/kernel/random/boot_id"))
+
+	args := []string{"rollout", "rollback", n.NodeName, "--yes", "--watch", "-o", "json"}
+	out, err := l.ZTPD(ctx, args...)
+	t.Logf("$ ztpd %s\n%s", strings.Join(args, " "), tail(string(out), 3000))
+	t.Logf("agent %s:\n  %s", sw, strings.Join(agentLines(work, sw), "\n  "))
+	calls := labCalls(work, sw)
+	t.Logf("%s's calls:\n%s", sw, calls)
+	if err != nil {
+		dumpLabLogs(t, work, "lab-switch-"+sw+".log", "kubelet-"+sw+".out", "agent-"+sw+".out")
+		t.Fatalf("ztpd rollout rollback: %v", err)
+	}
+	var after labRollout
+	if err := json.Unmarshal(out, &after); err != nil || after.ID != r.ID || len(after.Nodes) != 1 {
+		t.Fatalf("ztpd rollout rollback -o json printed %s (%v), want rollout %s", out, err, r.ID)
+	}
+	// What the rollout shows now, read again.
+	if err := l.App.REST(ctx, "/api/v1/rollouts/"+url.PathEscape(r.ID), nil, &after); err != nil {
+		t.Fatal(err)
+	}
+	rn := after.Nodes[0]
+	t.Logf("rollout %s: %s; node %s: %s (%s)", after.ID, after.State, rn.NodeName, rn.Phase, rn.Reason)
+	if rn.Phase != core.NodeRolledBack || !strings.Contains(rn.Reason, "rollback asked by") || !strings.Contains(rn.Reason, "rejoined, Node Ready") {
+		t.Fatalf("switch after the rollback: %s (%s), want rolled-back at the operator's asking, rejoined, Node Ready", rn.Phase, rn.Reason)
+	}
+	// The rollback's calls, in order: the previous image as default, a
+	// reboot into it, the config back to the checkpoint the install took.
+	checkpoint := ""
+	if i := strings.Index(before, "config checkpoint "); i >= 0 {
+		checkpoint = strings.Fields(before[i+len("config checkpoint "):])[0]
+	}
+	if checkpoint == "" {
+		t.Fatalf("no config checkpoint before the install:\n%s", before)
+	}
+	rest := strings.TrimPrefix(calls, before)
+	for _, w := range []string{"sonic-installer list", "sonic-installer set-default " + LabSonicImage, "reboot",
+		"sonic-installer list", "config rollback " + checkpoint} {
+		i := strings.Index(rest, w)
+		if i < 0 {
+			t.Fatalf("the rollback's calls lack %q in order:\n%s", w, strings.TrimPrefix(calls, before))
+		}
+		rest = rest[i+len(w):]
+	}
+	bootAfter, _ := os.ReadFile(filepath.Join(root, "proc/sys/kernel/random/boot_id"))
+	if strings.TrimSpace(string(bootAfter)) == strings.TrimSpace(string(bootBefore)) {
+		t.Errorf("boot id unchanged by the rollback")
+	}
+	cur, _ = os.ReadFile(filepath.Join(root, "host/lab-images/current"))
+	if strings.TrimSpace(string(cur)) != LabSonicImage {
+		t.Errorf("the switch runs %q, want its previous image %s", cur, LabSonicImage)
+	}
+	got = nodeInAPI(t, l, rn.NodeName)
+	t.Logf("  Node %s after the rollback: %s Ready=%v unschedulable=%v", got.Name, got.Version, got.Ready, got.Unschedulable)
+	if !got.Ready || got.Unschedulable {
+		t.Errorf("switch Node %s: %+v, want Ready and schedulable", rn.NodeName, got)
+	}
+	var ds struct {
+		Image string `json:"image"`
+	}
+	if err := l.App.REST(ctx, "/api/v1/devices/"+url.PathEscape(rn.Device)+"/desired", nil, &ds); err != nil {
+		t.Fatal(err)
+	}
+	if ds.Image != "" {
+		t.Errorf("%s's desired image is %q after the rollback, want none again", sw, ds.Image)
+	}
+}

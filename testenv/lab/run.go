@@ -38,6 +38,10 @@ type Scenario struct {
 	// and no profile matches its serial, so what a switch is comes from
 	// where it is plugged in. IPv4 only.
 	Positions bool
+	// EtcdNodes builds cluster lab-0 with that many etcd nodes (external
+	// etcd): the VMs after the control planes, their profile's role etcd.
+	// Each runs the real etcd from its join data.
+	EtcdNodes int
 }
 
 // Options tune Run.
@@ -113,8 +117,11 @@ func (s Scenario) Plan() []Device {
 	cluster := func(i int) string { return fmt.Sprintf("lab-%d", i%max(s.Clusters, 1)) }
 	for i := 0; i < s.VMs; i++ {
 		role := "worker"
-		if i < s.Clusters {
+		switch {
+		case i < s.Clusters:
 			role = "control-plane"
+		case i < s.Clusters+s.EtcdNodes:
+			role = "etcd"
 		}
 		devs = append(devs, Device{Name: fmt.Sprintf("vm%d", i), Kind: "vm", Subnet: Subnet(i % 2),
 			MAC: fmt.Sprintf("1e:00:00:00:01:%02x", i), Cluster: cluster(i), Role: role})
@@ -587,20 +594,27 @@ func createClusters(ctx context.Context, app *Appliance, devs []Device, n int, v
 	}
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("lab-%d", i)
-		control, workers := 0, 0
+		control, workers, etcd := 0, 0, 0
 		for _, d := range devs {
 			if d.Cluster != name {
 				continue
 			}
-			if d.Role == "control-plane" {
+			switch d.Role {
+			case "control-plane":
 				control++
-			} else {
+			case "etcd":
+				etcd++
+			default:
 				workers++
 			}
 		}
-		if _, err := app.CloudStack(ctx, "createKubernetesCluster", url.Values{
+		p := url.Values{
 			"name": {name}, "kubernetesversionid": {ver.ID}, "size": {strconv.Itoa(workers)},
-			"controlnodes": {strconv.Itoa(max(control, 1))}, "serviceofferingid": {offerings[0].ID}, "zoneid": {zones[0].ID}}); err != nil {
+			"controlnodes": {strconv.Itoa(max(control, 1))}, "serviceofferingid": {offerings[0].ID}, "zoneid": {zones[0].ID}}
+		if etcd > 0 {
+			p.Set("etcdnodes", strconv.Itoa(etcd))
+		}
+		if _, err := app.CloudStack(ctx, "createKubernetesCluster", p); err != nil {
 			return err
 		}
 	}

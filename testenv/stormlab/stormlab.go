@@ -180,6 +180,10 @@ type ConfigOptions struct {
 	// subnet FleetPrefix6 relayed by RelayAddr6, four-message exchanges
 	// (rapid_commit off, as dhclient -6 does not ask for it).
 	IPv6 bool
+	// DeviceTLSOff turns the device HTTPS listener off (http.tls.enabled:
+	// false): the join and the report cross in clear, as before it was
+	// the default, so a storm's TLS costs the difference.
+	DeviceTLSOff bool
 }
 
 // Config is the storm's ztpd.yaml: DHCP through the fleet's relay on s0,
@@ -200,7 +204,7 @@ func Config(o ConfigOptions) string {
 	return fmt.Sprintf(`data_dir: %s
 advertise_addr: %s
 log: {level: warn, format: json}
-%shttp: {addr: "%s:8080"}
+%shttp: {addr: "%s:8080"%s}
 dhcp:
   interfaces: [s0]
   relays: [{address: %s}] # the fleet relays from its own address
@@ -210,7 +214,7 @@ dhcp:
 profiles: [%s]
 %sjoiner:
   auto_approve: [{subnets: [10.99.0.0/16], roles: [control-plane, worker]}]
-`, filepath.Join(o.Work, "data"), addr, pprof, addr, RelayAddr, leaseTime(o.LeaseTime),
+`, filepath.Join(o.Work, "data"), addr, pprof, addr, deviceTLS(o), RelayAddr, leaseTime(o.LeaseTime),
 		o.PoolFirst, o.PoolLast, addr, filepath.Join(o.Work, "profiles"), events)
 }
 
@@ -226,7 +230,7 @@ func config6(o ConfigOptions) string {
 	return fmt.Sprintf(`data_dir: %s
 advertise_addr: "%s"
 log: {level: warn, format: json}
-%shttp: {addr: "[%s]:8080"}
+%shttp: {addr: "[%s]:8080"%s}
 dhcp:
   interfaces: [s0]
   relays: [{address: "%s", giaddrs: ["%s"]}]
@@ -236,8 +240,16 @@ dhcp:
 profiles: [%s]
 %sjoiner:
   auto_approve: [{subnets: ["%s"], roles: [control-plane, worker]}]
-`, filepath.Join(o.Work, "data"), ServerAddr6, pprof, ServerAddr6, RelayAddr6, LinkAddr6, leaseTime(o.LeaseTime),
+`, filepath.Join(o.Work, "data"), ServerAddr6, pprof, ServerAddr6, deviceTLS(o), RelayAddr6, LinkAddr6, leaseTime(o.LeaseTime),
 		FleetPrefix6, PoolStart6, PoolEnd6, filepath.Join(o.Work, "profiles"), events, FleetPrefix6)
+}
+
+// deviceTLS is what the http: block adds for o.DeviceTLSOff.
+func deviceTLS(o ConfigOptions) string {
+	if o.DeviceTLSOff {
+		return ", tls: {enabled: false}"
+	}
+	return ""
 }
 
 // leaseTime spells d as ztpd's config reads it; an hour when unset.

@@ -128,3 +128,28 @@ func TestNewNet6RoutesThePrefix(t *testing.T) {
 		t.Errorf("binding a leased address in the fleet's namespace: %s %v", out, err)
 	}
 }
+
+// DeviceTLSOff's config loads with the device HTTPS listener off, in both
+// families; by default it is on, as ztpd's default.
+func TestConfigDeviceTLSOff(t *testing.T) {
+	for _, ipv6 := range []bool{false, true} {
+		for _, off := range []bool{false, true} {
+			work := t.TempDir()
+			if err := WriteProfiles(work, 1); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(work, "ztpd.yaml")
+			text := Config(ConfigOptions{Work: work, PoolFirst: 1, PoolLast: 2, IPv6: ipv6, DeviceTLSOff: off})
+			if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			c, err := config.Load(path)
+			if err != nil {
+				t.Fatalf("ipv6=%v off=%v: %v\n%s", ipv6, off, err, text)
+			}
+			if listening := c.DeviceTLSListener() != ""; listening == off {
+				t.Errorf("ipv6=%v DeviceTLSOff=%v: device HTTPS listener %q", ipv6, off, c.DeviceTLSListener())
+			}
+		}
+	}
+}

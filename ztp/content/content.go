@@ -54,7 +54,20 @@ type JoinProvider interface {
 	// secrets included), asked over the device HTTPS listener; a wait
 	// while the VM may not join yet, a core.KindState error once it was
 	// handed out for good.
-	JoinData(ctx context.Context, dev core.Device, r profile.Result) ([]byte, error)
+	// csrs are the etcd certificate signing requests the VM's waiter sent
+	// (a cluster with etcd nodes: its keys are made on the VM).
+	JoinData(ctx context.Context, dev core.Device, r profile.Result, csrs EtcdCSRs) ([]byte, error)
+}
+
+// EtcdCSRs are the PEM certificate signing requests a VM's join waiter
+// sends for the etcd keys it made (a cluster with etcd nodes): an etcd
+// node's server and peer keys, the first control plane's
+// apiserver-etcd-client key. The joiner signs only those of the role it
+// gives the VM, for the names the VM holds.
+type EtcdCSRs struct {
+	Server string `json:"server,omitempty"`
+	Peer   string `json:"peer,omitempty"`
+	Client string `json:"client,omitempty"`
 }
 
 // Images is the part of the image store the service uses.
@@ -177,6 +190,8 @@ type Client struct {
 	Serial, BaseMAC, Product, SONiCVersion string
 	// ONIE headers.
 	ONIE *ONIE
+	// EtcdCSRs are what a join waiter's request carried (JoinData only).
+	EtcdCSRs EtcdCSRs
 	// Neighbor is the MAC of the link-local neighbour the request came
 	// from (ONIE's link-local discovery: no DHCP, so no lease), as the
 	// network tells it (the neighbour table, or the address's EUI-64

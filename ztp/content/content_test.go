@@ -45,7 +45,7 @@ func (fakeJoiner) KubernetesMaster(context.Context, core.Device, profile.Result)
 func (fakeJoiner) UserData(_ context.Context, d core.Device, r profile.Result) ([]byte, error) {
 	return []byte("#cloud-config\n# join " + r.Cluster + " as " + r.Role + "\n"), nil
 }
-func (fakeJoiner) JoinData(_ context.Context, d core.Device, r profile.Result) ([]byte, error) {
+func (fakeJoiner) JoinData(_ context.Context, d core.Device, r profile.Result, _ EtcdCSRs) ([]byte, error) {
 	return []byte(`{"cluster":"` + r.Cluster + `"}`), nil
 }
 

@@ -127,7 +127,7 @@ func (s *Service) JoinData(ctx context.Context, c *Client) ([]byte, error) {
 	if r.Cluster == "" || s.opt.Join == nil {
 		return nil, notFound("no join data: profile %q names no cluster", r.Profile)
 	}
-	body, err := s.opt.Join.JoinData(ctx, vm.Device, *r)
+	body, err := s.opt.Join.JoinData(ctx, vm.Device, *r, c.EtcdCSRs)
 	if err != nil {
 		switch {
 		case s.waited(c, vm.Device, "join-data", err):

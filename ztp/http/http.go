@@ -14,6 +14,7 @@
 package ztphttp
 
 import (
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -90,6 +91,8 @@ func (s *Server) registerMetadata(mux *http.ServeMux) {
 	s.handle(mux, "GET "+endpoints.MetadataPath+"{key}", "meta-data", s.metadata)
 	s.handle(mux, "GET "+endpoints.UserDataPath, "user-data", s.userData)
 	s.handle(mux, "GET "+endpoints.JoinDataPath, "join-data", s.joinData)
+	// A waiter of a cluster with etcd nodes posts its etcd key requests.
+	s.handle(mux, "POST "+endpoints.JoinDataPath, "join-data", s.joinData)
 	// The CloudStack virtual router also answers /latest/<key>.
 	s.handle(mux, "GET /latest/{key}", "meta-data", s.metadata)
 	s.handle(mux, "GET /{$}", "password", s.password)
@@ -364,13 +367,30 @@ func (s *Server) userData(w http.ResponseWriter, r *http.Request) {
 
 // joinData answers a VM's join waiter (over the device HTTPS listener).
 func (s *Server) joinData(w http.ResponseWriter, r *http.Request) {
-	b, err := s.svc.JoinData(r.Context(), ClientFrom(r))
+	c := ClientFrom(r)
+	if r.Method == http.MethodPost {
+		var body struct {
+			EtcdCSRs content.EtcdCSRs `json:"etcd_csrs"`
+		}
+		dec := json.NewDecoder(io.LimitReader(r.Body, maxJoinDataBody))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil {
+			s.fail(w, r, &content.Error{Status: http.StatusBadRequest, Reason: "join data request body: " + err.Error()})
+			return
+		}
+		c.EtcdCSRs = body.EtcdCSRs
+	}
+	b, err := s.svc.JoinData(r.Context(), c)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	writeDoc(w, "application/json", b)
 }
+
+// maxJoinDataBody bounds a waiter's request: three certificate signing
+// requests (pki.MaxCSRBytes each) and their JSON.
+const maxJoinDataBody = 32 << 10
 
 // password answers CloudStack's password server protocol (cloud-init and
 // cloud-set-guest-password ask http://<dhcp-server>:8080/ with header

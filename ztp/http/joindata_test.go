@@ -39,7 +39,7 @@ func (*joinStub) KubernetesMaster(context.Context, core.Device, profile.Result) 
 func (*joinStub) UserData(context.Context, core.Device, profile.Result) ([]byte, error) {
 	return []byte("#cloud-config\n"), nil
 }
-func (j *joinStub) JoinData(_ context.Context, d core.Device, r profile.Result) ([]byte, error) {
+func (j *joinStub) JoinData(_ context.Context, d core.Device, r profile.Result, _ content.EtcdCSRs) ([]byte, error) {
 	j.asked.Add(1)
 	return j.body, j.err
 }

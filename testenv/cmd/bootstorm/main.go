@@ -61,6 +61,7 @@ type options struct {
 	renewLeases       string // renew mode: the storm's fleet result, with each switch's lease
 	renewWindow       time.Duration
 	ipv6              bool // the storm over DHCPv6 and IPv6 (stormlab's IPv6 layout)
+	deviceTLS         bool // the device HTTPS listener on (ztpd's default)
 }
 
 const poolFirst, poolLast = 1, 200 // pool 10.99.<first>.0 - 10.99.<last>.254
@@ -73,6 +74,7 @@ func main() {
 	flag.DurationVar(&o.renewWindow, "renew-window", time.Minute, "internal: -renew spreads the fleet's REQUESTs uniformly over this window")
 	flag.IntVar(&o.n, "n", 10000, "switches")
 	flag.BoolVar(&o.ipv6, "ipv6", false, "the storm over DHCPv6 (Solicit, Advertise, Request, Reply through a relay) and HTTP over IPv6, the fleet leasing from a /64")
+	flag.BoolVar(&o.deviceTLS, "device-tls", true, "ztpd's device HTTPS listener (its default); false: the join and the report over plain HTTP, to measure what TLS costs")
 	flag.IntVar(&o.clusters, "clusters", 10, "clusters (at most 1000 workers each)")
 	flag.IntVar(&o.conc, "concurrency", 256, "switches onboarding at the same time")
 	flag.StringVar(&o.bin, "ztpd", "bin/ztpd", "ztpd binary")
@@ -121,7 +123,7 @@ func run(o options) error {
 	ctx := context.Background()
 	st, err := stormlab.Start(ctx, stormlab.StormOptions{
 		Net:    stormlab.NetOptions{Prefix: nsPrefix(o.ipv6), PoolFirst: poolFirst, PoolLast: poolLast, IPv6: o.ipv6},
-		Config: stormlab.ConfigOptions{Pprof: true},
+		Config: stormlab.ConfigOptions{Pprof: true, DeviceTLSOff: !o.deviceTLS},
 		Bin:    o.bin, Work: o.work,
 		Clusters: o.clusters, PerCluster: (o.n + o.clusters - 1) / o.clusters,
 	})

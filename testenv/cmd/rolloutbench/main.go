@@ -14,14 +14,16 @@
 // (NodeOps: cordon and drain take their time, a Node turns Ready -ready
 // after its kubelet restarted) and the device agents, one goroutine per
 // node that behaves as ztpd-agent.py under its systemd timer: a run starts
-// -poll plus a random 0..-poll/2 after the previous one started (or when
-// it ended, if later); it polls its document through AgentDocument and,
-// handed the kubeadm-upgrade step, reports it running through
-// AgentReport, takes -agent, moves its Node to the version and reports it
-// succeeded; while the document's poll_seconds is shorter than -poll (the
-// engine's nodes get -fast-poll, as ztpd's desired-state owner is wired
-// to the engine), the run polls on every poll_seconds plus up to a tenth
-// until it has lasted -poll less the agent's margin (max(2 s, -poll/10)).
+// at the timer's tick, -poll plus a random 0..-poll/2 after the previous
+// tick (a tick within a run is merged into it, as systemd does); it polls
+// its document through AgentDocument and, handed the kubeadm-upgrade
+// step, reports it running through AgentReport, takes -agent, moves its
+// Node to the version and reports it succeeded; while the document's
+// poll_seconds is shorter than -poll (the engine's nodes get -fast-poll,
+// its next ones, in flight or next to start, -next-poll, as ztpd's
+// desired-state owner is wired to the engine), the run polls on
+// every poll_seconds plus up to a tenth, past the interval, until the
+// document says the interval again (at most agent.LingerMax).
 //
 // Every duration flag is a real-world time, multiplied by -scale; each
 // node's step times are drawn uniformly within ±-spread of the flags
@@ -74,7 +76,7 @@ type config struct {
 	scale, spread                        float64
 	seed                                 uint64
 	cordon, drain, agent, ready, poll    time.Duration
-	fastPoll                             time.Duration
+	fastPoll, nextPoll                   time.Duration
 	timeout                              time.Duration
 	breakNode                            int
 	failPct                              float64 // rollback mode (rollback.go)
@@ -96,6 +98,7 @@ func main() {
 	flag.DurationVar(&c.ready, "ready", time.Second, "time from the kubelet restart to the Node Ready (real world)")
 	flag.DurationVar(&c.poll, "poll", agent.DefaultInterval, "agents' poll interval (their timer's), plus a random 0..poll/2 (real world)")
 	flag.DurationVar(&c.fastPoll, "fast-poll", desired.DefaultFastPollInterval, "the poll interval ztpd gives the agents of the rollout's nodes (real world, whole seconds; 0: none)")
+	flag.DurationVar(&c.nextPoll, "next-poll", desired.DefaultNextPollInterval, "the poll interval ztpd gives the agents of the rollout's next nodes, in flight or next to start (real world, whole seconds; 0: none)")
 	flag.DurationVar(&c.timeout, "timeout", time.Hour, "give up waiting for the rollout after this (measured time; a hang guard, not a limit)")
 	flag.IntVar(&c.breakNode, "break-node", -1, "the agent of this node (index) fails its upgrade: shows the bench fails then")
 	flag.Float64Var(&c.failPct, "fail-pct", 0, "rollback mode: this percentage of the workers fail their kubelet restart and are rolled back (rollback auto, on_failure continue)")
@@ -128,8 +131,8 @@ func (c *config) check() error {
 		return errors.New("step times cannot be negative")
 	case c.poll <= 0:
 		return fmt.Errorf("-poll %v: want more than 0", c.poll)
-	case c.fastPoll < 0:
-		return fmt.Errorf("-fast-poll %v: want 0 (none) or more", c.fastPoll)
+	case c.fastPoll < 0 || c.nextPoll < 0:
+		return fmt.Errorf("-fast-poll %v, -next-poll %v: want 0 (none) or more", c.fastPoll, c.nextPoll)
 	case c.failPct < 0 || c.failPct > 100:
 		return fmt.Errorf("-fail-pct %g: want 0..100", c.failPct)
 	}
@@ -298,32 +301,37 @@ func (noMembers) ResetDevice(context.Context, string) (core.Device, error) {
 type agents struct {
 	des *desired.Service
 	cl  *cluster
-	// poll is the timer's interval, margin how long before its end a run
-	// stops polling on (both scaled); scale scales the documents'
-	// poll_seconds.
-	poll, margin time.Duration
-	scale        func(time.Duration) time.Duration
-	broken       string          // this device's agent fails its upgrade
-	failing      map[string]bool // these fail and roll back (-fail-pct)
-	polls        atomic.Int64
-	fastPolls    atomic.Int64 // polls a run made on, at the document's pace
-	errs         atomic.Int64
-	lastErr      atomic.Value // string
+	// poll is the timer's interval, lingerMax how long a run polls on at
+	// most (both scaled); scale scales the documents' poll_seconds.
+	poll, lingerMax time.Duration
+	scale           func(time.Duration) time.Duration
+	broken          string          // this device's agent fails its upgrade
+	failing         map[string]bool // these fail and roll back (-fail-pct)
+	polls           atomic.Int64
+	fastPolls       atomic.Int64 // polls a run made on, at the document's pace
+	errs            atomic.Int64
+	lastErr         atomic.Value // string
 }
 
-// agentMargin is ztpd-agent.py's linger_margin: a run polling on stops
-// max(2 s, interval/10) (whole seconds) before its interval is over.
-func agentMargin(interval time.Duration) time.Duration {
-	return max(2*time.Second, (interval / 10).Truncate(time.Second))
-}
+// Polling on, as ztpd-agent.py's Agent.linger does it: at most
+// lingerMax into a run (agent.LingerMax, scaled), and a run whose polls
+// fail backs off to the timer's interval and ends after lingerFailures of
+// them in a row (the script's LINGER_FAILURES).
+const lingerFailures = 3
 
-// run is one agent under its timer: runs start -poll + 0..-poll/2 apart
-// (OnUnitActiveSec, RandomizedDelaySec); each polls, runs the operation
-// its document carries, and polls on at the document's pace while that is
-// faster than the timer's, until the run has lasted -poll less the margin.
+// run is one agent under its timer: a run starts at the timer's tick
+// (OnUnitActiveSec -poll plus RandomizedDelaySec 0..-poll/2 from the last
+// tick); it polls, runs the operation its document carries, and polls on
+// at the document's pace while that is faster than the timer's, past the
+// interval, until the document says the interval again (the engine is
+// done with the node), lingerMax has passed or lingerFailures polls in a
+// row failed. A tick that falls within a run is merged into it by systemd,
+// and the next tick counts from it: after a long run the next comes at
+// once.
 func (a *agents) run(ctx context.Context, i int) {
 	dev, node := deviceID(i), nodeName(i)
 	addr := netip.AddrFrom4([4]byte{10, 99, byte(1 + i>>8), byte(i)})
+	tick := func(from time.Time) time.Time { return from.Add(a.poll + rand.N(a.poll/2+1)) }
 	// Agents booted at different times: their timers are out of step.
 	next := time.Now().Add(rand.N(a.poll))
 	for {
@@ -331,26 +339,35 @@ func (a *agents) run(ctx context.Context, i int) {
 			return
 		}
 		started := time.Now()
-		deadline := started.Add(a.poll - a.margin)
-		every := a.poll
+		deadline := started.Add(a.lingerMax)
+		every, failures := a.poll, 1
 		if d, ok := a.pollOnce(ctx, dev, node, addr); ok {
-			every = d
+			every, failures = d, 0
 		}
-		for every < a.poll {
-			wait := every + rand.N(every/10+1)
+		for every < a.poll && failures < lingerFailures {
+			pace := every
+			if failures > 0 {
+				pace = a.poll
+			}
+			wait := pace + rand.N(pace/10+1)
 			if time.Now().Add(wait).After(deadline) || !sleep(ctx, wait) {
 				break
 			}
 			a.fastPolls.Add(1)
 			if d, ok := a.pollOnce(ctx, dev, node, addr); ok {
-				every = d
+				every, failures = d, 0
+			} else {
+				failures++
 			}
 		}
-		// A run that outlasted the timer's next tick: the tick's start
-		// waited for it.
-		next = started.Add(a.poll + rand.N(a.poll/2+1))
+		next = tick(started)
 		if now := time.Now(); now.After(next) {
-			next = now
+			// The tick came during the run: merged into it, and the
+			// next counts from it (at once when that is past too).
+			next = tick(next)
+			if now.After(next) {
+				next = now
+			}
 		}
 	}
 }
@@ -459,9 +476,12 @@ func run(c config) error {
 	// As ztpd wires them: the rollout's nodes poll fast (the engine is
 	// built after the owner it is given).
 	var eng *rollout.Engine
-	dopts := desired.Options{Auth: credentialIsDevice{}, PollInterval: c.poll, FastPollInterval: c.fastPoll, Log: log}
+	dopts := desired.Options{Auth: credentialIsDevice{}, PollInterval: c.poll, FastPollInterval: c.fastPoll, NextPollInterval: c.nextPoll, Log: log}
 	if c.fastPoll > 0 {
 		dopts.FastPoll = func(device string) bool { return eng != nil && eng.Involved(device) }
+	}
+	if c.nextPoll > 0 {
+		dopts.NextPoll = func(device string) bool { return eng != nil && eng.Upcoming(device) }
 	}
 	des := desired.New(st, dopts)
 	spec := rollout.Spec{Cluster: clusterID, Kind: core.RolloutKubernetes, Target: target, MaxUnavailable: c.maxUnavailable, By: "rolloutbench"}
@@ -474,7 +494,7 @@ func run(c config) error {
 	if err != nil {
 		return err
 	}
-	ag := &agents{des: des, cl: cl, poll: c.scaled(c.poll), margin: c.scaled(agentMargin(c.poll)), scale: c.scaled}
+	ag := &agents{des: des, cl: cl, poll: c.scaled(c.poll), lingerMax: c.scaled(agent.LingerMax), scale: c.scaled}
 	if c.breakNode >= 0 {
 		ag.broken = deviceID(c.breakNode)
 	}
@@ -538,7 +558,8 @@ func run(c config) error {
 	// Per node: its time in the engine beyond its own steps, and the part
 	// of it the agent's poll took (operation handed -> agent running).
 	var beyond, pickup []time.Duration
-	for _, n := range r.Nodes {
+	var firstPickup time.Duration // the first node's: its agent's first run after the start
+	for i, n := range r.Nodes {
 		beyond = append(beyond, n.Finished.Sub(n.Started)-cl.nodes[n.NodeName].steps.total())
 		d, err := des.Get(n.Device)
 		if err != nil {
@@ -546,6 +567,9 @@ func run(c config) error {
 		}
 		if op := d.Operation; op != nil && len(op.Steps) > 0 {
 			pickup = append(pickup, op.Steps[0].Started.Sub(op.Created))
+			if i == 0 {
+				firstPickup = pickup[len(pickup)-1]
+			}
 		}
 	}
 
@@ -567,8 +591,12 @@ func run(c config) error {
 	if c.fastPoll > 0 {
 		fast = ms(c.scaled(c.fastPoll.Round(time.Second)))
 	}
-	fmt.Printf("agents' runs start every %s + 0..%s; the rollout's nodes poll on every %s within a run (scaled); load average %s, %d cpus\n",
-		ms(ag.poll), ms(ag.poll/2), fast, loadavg(), runtime.NumCPU())
+	next := "none"
+	if c.nextPoll > 0 {
+		next = ms(c.scaled(c.nextPoll.Round(time.Second)))
+	}
+	fmt.Printf("agents' runs start every %s + 0..%s; the rollout's nodes poll on every %s, its next ones (in flight, next to start) every %s (scaled); load average %s, %d cpus\n",
+		ms(ag.poll), ms(ag.poll/2), fast, next, loadavg(), runtime.NumCPU())
 	fmt.Println()
 	fmt.Printf("%6s %12s %8s %8s %11s %17s\n", "nodes", "maxUnavail", "wall_s", "floor_s", "wall/floor", "overhead/node_ms")
 	overhead := (wall - floor) * time.Duration(par) / k
@@ -580,6 +608,8 @@ func run(c config) error {
 		ms(pct(beyond, 50)), ms(avg(beyond)), ms(pct(beyond, 99)), ms(pct(beyond, 100)))
 	fmt.Printf("  of which the agent's pickup (operation handed -> running): p50 %s, mean %s, p99 %s, max %s\n",
 		ms(pct(pickup, 50)), ms(avg(pickup)), ms(pct(pickup, 99)), ms(pct(pickup, 100)))
+	fmt.Printf("  the first node's pickup (its agent learns of the rollout at its timer's next run, 0..%s after the start): %s\n",
+		ms(ag.poll+ag.poll/2), ms(firstPickup))
 	fmt.Printf("store: %d commits (%.1f per node), %d events (%.1f per node); agent polls %d (%.0f/s, %d of them fast); "+
 		"CPU %.2f s (%.1f ms per node: engine, store and simulated agents)\n",
 		commitCount, float64(commitCount)/float64(c.nodes), eventsAfter-eventsBefore, float64(eventsAfter-eventsBefore)/float64(c.nodes),

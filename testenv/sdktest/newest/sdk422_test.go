@@ -49,7 +49,7 @@ func TestCloudStackSDK422(t *testing.T) {
 	}
 
 	for what, set := range map[string]func(*cloudstack.CreateKubernetesClusterParams){
-		"etcdnodes=3":    func(p *cloudstack.CreateKubernetesClusterParams) { p.SetEtcdnodes(3) },
+		"etcdnodes=2":    func(p *cloudstack.CreateKubernetesClusterParams) { p.SetEtcdnodes(2) },
 		"enablecsi=true": func(p *cloudstack.CreateKubernetesClusterParams) { p.SetEnablecsi(true) },
 		"asnumber=65001": func(p *cloudstack.CreateKubernetesClusterParams) { p.SetAsnumber(65001) },
 		"hypervisor=KVM": func(p *cloudstack.CreateKubernetesClusterParams) { p.SetHypervisor("KVM") },
@@ -133,5 +133,22 @@ func TestCloudStackSDK422(t *testing.T) {
 	}
 	if del, err := user.Kubernetes.DeleteKubernetesCluster(user.Kubernetes.NewDeleteKubernetesClusterParams(c.Id)); err != nil || !del.Success {
 		t.Fatalf("delete: %v %+v", err, del)
+	}
+
+	// Three etcd nodes on their own offering: the SDK reads them back.
+	ep := params()
+	ep.SetName("c422-etcd")
+	ep.SetEtcdnodes(3)
+	ep.SetNodeofferings(map[string]string{"etcd": large.Id})
+	ec, err := user.Kubernetes.CreateKubernetesCluster(ep)
+	if err != nil {
+		t.Fatalf("create with etcd nodes: %v", err)
+	}
+	if ec.Etcdnodes != 3 || ec.Etcdofferingid != large.Id || ec.Etcdofferingname != large.Name || len(ec.Etcdips) != 0 ||
+		ec.Cpunumber != strconv.Itoa(2*small.Cpunumber+3*large.Cpunumber) {
+		t.Fatalf("created with etcd nodes: %+v", ec)
+	}
+	if del, err := user.Kubernetes.DeleteKubernetesCluster(user.Kubernetes.NewDeleteKubernetesClusterParams(ec.Id)); err != nil || !del.Success {
+		t.Fatalf("delete the etcd-node cluster: %v %+v", err, del)
 	}
 }
