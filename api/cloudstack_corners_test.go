@@ -210,8 +210,8 @@ func TestCloudStackRefusesWhatItCannotHonour(t *testing.T) {
 	large, _ := clusters.OfferingByID("ztpd-large")
 	if c.ClusterType != "CloudManaged" || c.CSIEnabled || c.EtcdNodes != 0 || c.ControlOfferingName != "ztpd-small" ||
 		c.ControlOfferingID != small.ID || c.WorkerOfferingName != "ztpd-large" || c.WorkerOfferingID != large.ID ||
-		c.ServiceOfferingID != large.ID || c.TemplateID != "leaf-worker" || c.TemplateName != "leaf-worker" ||
-		c.ZTPDNodeTemplates["control"] != "vm-control" || c.ZTPDNodeTemplates["worker"] != "leaf-worker" {
+		c.ServiceOfferingID != large.ID || c.TemplateID != clusters.TemplateID("leaf-worker") || c.TemplateName != "leaf-worker" ||
+		c.ZTPDNodeTemplates["control"] != clusters.TemplateID("vm-control") || c.ZTPDNodeProfiles["worker"] != "leaf-worker" {
 		t.Fatalf("created: %+v", c)
 	}
 	// cpunumber and memory add up each role's offering: 1 small control
@@ -314,6 +314,18 @@ func TestListApisSaysWhatIsServed(t *testing.T) {
 	for _, f := range capFields {
 		if _, ok := capability[f]; !ok {
 			t.Errorf("listCapabilities does not answer %s", f)
+		}
+	}
+	// Every command listed is answered (with no parameters: a refusal
+	// naming what is missing, not an unknown command), listTemplates among
+	// them.
+	lt := byName["listTemplates"]
+	if len(lt.Params) == 0 || lt.Params[0].Name != "templatefilter" || !lt.Params[0].Required {
+		t.Errorf("listTemplates: %+v", lt)
+	}
+	for name := range byName {
+		if r := a.call(name, nil, true); strings.Contains(string(r.raw), "either does not exist") {
+			t.Errorf("listApis lists %s, which is not served: %s", name, r.raw)
 		}
 	}
 }

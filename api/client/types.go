@@ -110,6 +110,15 @@ type CNIConfiguration struct {
 	Created  time.Time `json:"created"`
 }
 
+// CNIConfigurationCreate is POST /api/v1/cni-configurations (openapi.json
+// CNIConfigurationCreate): the manifest as text, the names of the
+// parameters it uses as {{ ds.meta_data.NAME }}.
+type CNIConfigurationCreate struct {
+	Name     string   `json:"name"`
+	Manifest string   `json:"manifest"`
+	Params   []string `json:"params"`
+}
+
 // Job is an asynchronous job as the REST API shows it (openapi.json Job).
 type Job struct {
 	ID           string       `json:"id"`
@@ -588,8 +597,9 @@ type CSCluster struct {
 	ClusterType           string `json:"clustertype"`
 	// CloudStack 4.21/4.22's: the offering each node type runs on, the
 	// etcd nodes and their addresses (by node name), whether the CSI
-	// driver is set up, and the nodes' template (ztpd: the profile the
-	// workers' node template names).
+	// driver is set up, and the nodes' template (ztpd: the template
+	// listTemplates shows for the profile the workers' node template
+	// names, and that profile's name).
 	ControlOfferingID   string            `json:"controlofferingid,omitempty"`
 	ControlOfferingName string            `json:"controlofferingname,omitempty"`
 	CSIEnabled          bool              `json:"csienabled"`
@@ -601,9 +611,10 @@ type CSCluster struct {
 	WorkerOfferingName  string            `json:"workerofferingname,omitempty"`
 	TemplateID          string            `json:"templateid,omitempty"`
 	TemplateName        string            `json:"templatename,omitempty"`
-	// ztpd extension: the profile each node type's template names
-	// (nodetemplates), by node type.
+	// ztpd extensions: each node type's template (nodetemplates) by its
+	// template ID, and the profile it names.
 	ZTPDNodeTemplates map[string]string `json:"ztpdnodetemplates,omitempty"`
+	ZTPDNodeProfiles  map[string]string `json:"ztpdnodeprofiles,omitempty"`
 	// ztpd extensions: the cluster as ztpd's watch of its API server last
 	// saw it, and what a Starting cluster waits for.
 	ZTPDAPIReachable *bool  `json:"ztpdapireachable,omitempty"`
@@ -820,6 +831,32 @@ type CSOffering struct {
 	OfferHA      bool   `json:"offerha"`
 	State        string `json:"state"`
 	StorageType  string `json:"storagetype"`
+}
+
+// CSTemplate is listTemplates' template object: a loaded profile, which
+// ztpd offers as a template its clusters' node templates name.
+type CSTemplate struct {
+	Account       string `json:"account"`
+	Bootable      bool   `json:"bootable"`
+	CrossZones    bool   `json:"crossZones"`
+	DisplayText   string `json:"displaytext"`
+	Domain        string `json:"domain"`
+	DomainID      string `json:"domainid"`
+	ForCKS        bool   `json:"forcks"`
+	ID            string `json:"id"`
+	IsExtractable bool   `json:"isextractable"`
+	IsFeatured    bool   `json:"isfeatured"`
+	IsPublic      bool   `json:"ispublic"`
+	IsReady       bool   `json:"isready"`
+	Name          string `json:"name"`
+	OSTypeName    string `json:"ostypename,omitempty"`
+	Status        string `json:"status"`
+	TemplateType  string `json:"templatetype"`
+	ZoneID        string `json:"zoneid"`
+	ZoneName      string `json:"zonename"`
+	// ztpd extension: the cluster the profile assigns its devices to (a
+	// node template of another cluster is refused).
+	ZTPDCluster string `json:"ztpdcluster,omitempty"`
 }
 
 // RolloutStart is POST /api/v1/rollouts (openapi.json RolloutStart). A

@@ -155,6 +155,7 @@ func (d *Door) commandTable() map[string]*command {
 	}
 	cmds = append(cmds, nodeCommands()...)
 	cmds = append(cmds, cniCommands()...)
+	cmds = append(cmds, templateCommands()...)
 	m := make(map[string]*command, len(cmds))
 	for _, c := range cmds {
 		if c.Since == "" && (strings.HasPrefix(c.JavaClass, javaUserK8s) || strings.HasPrefix(c.JavaClass, javaAdminK8s)) {
@@ -205,10 +206,15 @@ func renderCluster(v clusters.ClusterView) client.CSCluster {
 		out.EtcdIPs = v.EtcdIPs()
 	}
 	if len(c.NodeTemplates) > 0 {
-		out.ZTPDNodeTemplates = c.NodeTemplates
-		// ztpd has no template IDs: a node template is a profile's name.
-		out.TemplateID = clusters.RoleProfile(c, clusters.NodeWorker)
-		out.TemplateName = out.TemplateID
+		// A node template is a profile, its ID the one listTemplates shows.
+		out.ZTPDNodeProfiles = c.NodeTemplates
+		out.ZTPDNodeTemplates = make(map[string]string, len(c.NodeTemplates))
+		for t, name := range c.NodeTemplates {
+			out.ZTPDNodeTemplates[t] = clusters.TemplateID(name)
+		}
+		if name := clusters.RoleProfile(c, clusters.NodeWorker); name != "" {
+			out.TemplateID, out.TemplateName = clusters.TemplateID(name), name
+		}
 	}
 	if o := c.Observed; o != nil {
 		reachable, ready := o.APIReachable, o.ReadyNodes

@@ -196,7 +196,7 @@ var createLimits = []limit{
 	{"etcdnodes", "long", "4.21.0", "0 (etcd on the control planes, kubeadm's stacked etcd) or an odd 1 to 7: external etcd on that many dedicated members of role etcd, with the cluster's own etcd CA and keys made on the nodes",
 		etcdNodeCount},
 	{"nodeofferings", "map", "4.21.0", "node type (worker, control, etcd with etcdnodes) to the service offering its nodes get: nodeofferings[0].node=worker&nodeofferings[0].offering=ID; the workers' stands in for serviceofferingid", etcdNodeTypeNeedsEtcdNodes("nodeofferings")},
-	{"nodetemplates", "map", "4.21.0", "node type (worker, control, etcd with etcdnodes) to the profile its nodes get, by name (ztpd has no VM templates; a profile says what a device runs): nodetemplates[0].node=worker&nodetemplates[0].template=NAME", etcdNodeTypeNeedsEtcdNodes("nodetemplates")},
+	{"nodetemplates", "map", "4.21.0", "node type (worker, control, etcd with etcdnodes) to the profile its nodes get, by its template ID (listTemplates) or name (ztpd has no VM templates; a profile says what a device runs): nodetemplates[0].node=worker&nodetemplates[0].template=ID", etcdNodeTypeNeedsEtcdNodes("nodetemplates")},
 	{"hypervisor", "string", "4.21.0", "not supported: " + whyNoVMs, never(whyNoVMs)},
 	{"cniconfigurationid", "uuid", "4.21.0", "a registered CNI configuration (listCniConfiguration), applied once the first control plane's API server answers", honoured},
 	{"cniconfigdetails", "map", "4.21.0", "the CNI configuration's parameter values: cniconfigdetails[0].NAME=VALUE (or [0].key=NAME with [0].value=VALUE)", honoured},

@@ -55,11 +55,7 @@ func (s *Door) getCNI(c *gin.Context) {
 }
 
 func (s *Door) registerCNI(c *gin.Context) {
-	var req struct {
-		Name     string   `json:"name"`
-		Manifest string   `json:"manifest"`
-		Params   []string `json:"params"`
-	}
+	var req client.CNIConfigurationCreate
 	if !bindBody(c, &req) {
 		return
 	}

@@ -40,7 +40,8 @@ The version must be added first (ztpd kube-version add --semver ... --url ...).
 
 --node-offering and --node-template shape one node type (worker or control)
 apart: its members are planned as that offering, and get that profile (a
-loaded profile's name) instead of the one they match. --cni names a
+loaded profile's name, or its template ID from CloudStack's listTemplates)
+instead of the one they match. --cni names a
 registered CNI configuration applied once the first control plane answers,
 --cni-detail the values of its parameters.
 
@@ -112,7 +113,7 @@ Without it (0) etcd runs on the control planes.`,
 	fl.StringVar(&joinMethod, "join-method", "", "kubeadm (default), k3s, or sonic: a switch fabric, a kubeadm cluster whose control plane is the first VM or server admitted as control-plane (e.g. examples/profiles/fabric-control-plane.yaml) and whose workers are the switches")
 	fl.IntVar(&etcdNodes, "etcd-nodes", 0, "number of dedicated etcd nodes, an odd 1 to 7 (external etcd); 0 runs etcd on the control planes")
 	fl.StringToStringVar(&nodeOfferings, "node-offering", nil, "TYPE=OFFERING: the service offering of node type worker, control or etcd (repeatable)")
-	fl.StringToStringVar(&nodeTemplates, "node-template", nil, "TYPE=PROFILE: the profile the members of node type worker, control or etcd get (repeatable)")
+	fl.StringToStringVar(&nodeTemplates, "node-template", nil, "TYPE=PROFILE: the profile (name or template ID) the members of node type worker, control or etcd get (repeatable)")
 	fl.StringVar(&cni, "cni", "", "a registered CNI configuration (name or ID) to apply once the first control plane answers")
 	fl.StringToStringVar(&cniDetails, "cni-detail", nil, "NAME=VALUE: a value of the CNI configuration's parameters (repeatable)")
 	_ = cmd.MarkFlagRequired("version")

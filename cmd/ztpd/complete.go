@@ -1,7 +1,7 @@
 package main
 
 // Shell completion of the names commands take: clusters, devices, versions,
-// images, tokens, rollouts and API keys, listed live from the server (the admin socket
+// images, tokens, rollouts, CNI configurations and API keys, listed live from the server (the admin socket
 // on the appliance, the API elsewhere), and the fixed values of enum flags.
 
 import (
@@ -45,6 +45,7 @@ var (
 	imageNames   = restNames("/api/v1/images", func(v client.Image) []string { return []string{v.Name} })
 	tokenIDs     = restNames("/api/v1/tokens", func(v client.Token) []string { return []string{v.ID} })
 	rolloutIDs   = restNames("/api/v1/rollouts", func(v client.Rollout) []string { return []string{v.ID} })
+	cniNames     = restNames(cniPath, func(v client.CNIConfiguration) []string { return []string{v.Name} })
 	deviceNames  = restNames("/api/v1/devices", func(d client.Device) []string {
 		if d.Serial != "" {
 			return []string{d.ID, d.Serial}
@@ -74,7 +75,8 @@ var argNames = map[string]nameSource{
 	"rollout show": rolloutIDs, "rollout watch": rolloutIDs, "rollout pause": rolloutIDs,
 	"rollout resume": rolloutIDs, "rollout abort": rolloutIDs,
 	"kube-version delete": versionNames, "kube-version enable": versionNames, "kube-version disable": versionNames,
-	"image rm":      imageNames,
+	"image rm": imageNames,
+	"cni show": cniNames, "cni delete": cniNames,
 	"token revoke":  tokenIDs,
 	"apikey revoke": apiKeyNames,
 }
@@ -85,6 +87,7 @@ var flagNames = map[string]nameSource{
 	"* --cluster":                  clusterNames,
 	"* --device":                   deviceNames,
 	"cluster create --version":     versionNames,
+	"cluster create --cni":         cniNames,
 	"cluster upgrade --version":    versionNames,
 	"cluster list --state":         fixed(clusterStates()...),
 	"device list --state":          fixed(deviceStates()...),

@@ -157,6 +157,21 @@ func (l loadedProfiles) ProfileCluster(name string) (string, bool) {
 	return p.Cluster, true
 }
 
+func (l loadedProfiles) LoadedProfiles() []clusters.ProfileSummary {
+	ps := l.a.profiles.Load().Profiles()
+	out := make([]clusters.ProfileSummary, 0, len(ps))
+	for _, p := range ps {
+		s := clusters.ProfileSummary{Name: p.Name, Cluster: p.Cluster, Role: p.Role, Kinds: p.Match.Kind, VM: p.VM != nil,
+			// What only a SONiC switch is given.
+			Switch: p.HWSKU.Src != "" || p.ConfigDB != nil || len(p.Sections) > 0 || len(p.ZTPOptions) > 0 || p.Role == "sonic"}
+		if sc := p.SONiC(); sc != nil {
+			s.SONiC = sc.Version
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
 func (p profilePreviewer) ProfilesNaming(im core.Image) []string {
 	var out []string
 	installer := im.Kind == imagestore.KindSONiCInstaller || im.Kind == imagestore.KindONIEInstaller

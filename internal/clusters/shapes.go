@@ -25,6 +25,8 @@ type ProfileCatalog interface {
 	// devices to, "" for none; loaded is false when no such profile is
 	// loaded.
 	ProfileCluster(name string) (cluster string, loaded bool)
+	// LoadedProfiles are the profiles loaded now, as templates show them.
+	LoadedProfiles() []ProfileSummary
 }
 
 // NodeType is the CloudStack node type of a member role: a control plane
@@ -97,7 +99,8 @@ func resolveNodeOfferings(in map[string]string, etcdNodes int) (map[string]strin
 }
 
 // resolveNodeTemplates checks per-role templates (node type to profile
-// name) against the loaded profiles.
+// name or template ID) against the loaded profiles and returns them by
+// node type and profile name.
 func (s *Service) resolveNodeTemplates(clusterName string, in map[string]string, etcdNodes int) (map[string]string, error) {
 	if len(in) == 0 {
 		return nil, nil
@@ -108,13 +111,16 @@ func (s *Service) resolveNodeTemplates(clusterName string, in map[string]string,
 		if err != nil {
 			return nil, err
 		}
-		name := strings.TrimSpace(in[t])
+		name, byID := s.nodeTemplateProfile(strings.TrimSpace(in[t]))
 		var pc string
 		loaded := false
 		if s.opts.Profiles != nil {
 			pc, loaded = s.opts.Profiles.ProfileCluster(name)
 		}
-		if !loaded {
+		switch {
+		case !loaded && byID:
+			return nil, core.Errorf(core.KindInvalid, "nodetemplates: no loaded profile has template ID %s (node type %s): listTemplates lists them", name, nt)
+		case !loaded:
 			return nil, core.Errorf(core.KindInvalid, "nodetemplates: no profile named %q is loaded (node type %s): a node template names the profile its nodes get", name, nt)
 		}
 		// Its members would otherwise be told to join another cluster.

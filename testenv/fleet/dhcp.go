@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
@@ -22,104 +21,48 @@ import (
 // Relay is a DHCP relay endpoint: it owns UDP port 67 on its address, sends
 // clients' requests to the server and routes replies back by transaction id.
 type Relay struct {
-	conn    *net.UDPConn
-	addr    netip.Addr
-	server  *net.UDPAddr
-	mu      sync.Mutex
-	waiting map[uint32]chan *dhcpv4.DHCPv4
-	closed  chan struct{}
+	sock *relaySocket[uint32, *dhcpv4.DHCPv4]
+	addr netip.Addr
 }
 
 // NewRelay binds addr:67 and forwards to server:67.
 func NewRelay(addr, server netip.Addr) (*Relay, error) {
-	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: addr.AsSlice(), Port: 67})
+	sock, err := listenRelay("udp4", &net.UDPAddr{IP: addr.AsSlice(), Port: 67}, &net.UDPAddr{IP: server.AsSlice(), Port: 67},
+		func(b []byte) (uint32, *dhcpv4.DHCPv4, bool) {
+			p, err := dhcpv4.FromBytes(b)
+			if err != nil || p.OpCode != dhcpv4.OpcodeBootReply {
+				return 0, nil, false
+			}
+			return binary.BigEndian.Uint32(p.TransactionID[:]), p, true
+		})
 	if err != nil {
 		return nil, fmt.Errorf("relay bind %s:67: %w", addr, err)
 	}
-	_ = conn.SetReadBuffer(8 << 20)
-	_ = conn.SetWriteBuffer(8 << 20)
-	r := &Relay{conn: conn, addr: addr, server: &net.UDPAddr{IP: server.AsSlice(), Port: 67},
-		waiting: map[uint32]chan *dhcpv4.DHCPv4{}, closed: make(chan struct{})}
-	go r.readLoop()
-	return r, nil
+	return &Relay{sock: sock, addr: addr}, nil
 }
 
 // Close stops the relay.
-func (r *Relay) Close() error {
-	close(r.closed)
-	return r.conn.Close()
-}
-
-func (r *Relay) readLoop() {
-	buf := make([]byte, 4096)
-	for {
-		n, _, err := r.conn.ReadFromUDP(buf)
-		if err != nil {
-			return
-		}
-		p, err := dhcpv4.FromBytes(buf[:n])
-		if err != nil || p.OpCode != dhcpv4.OpcodeBootReply {
-			continue
-		}
-		xid := binary.BigEndian.Uint32(p.TransactionID[:])
-		r.mu.Lock()
-		ch := r.waiting[xid]
-		r.mu.Unlock()
-		if ch != nil {
-			select {
-			case ch <- p:
-			default:
-			}
-		}
-	}
-}
+func (r *Relay) Close() error { return r.sock.close() }
 
 // exchange sends req and waits for a reply of one of the wanted types,
 // retransmitting with backoff like a real client.
 func (r *Relay) exchange(ctx context.Context, req *dhcpv4.DHCPv4, tries int, wait time.Duration, want ...dhcpv4.MessageType) (*dhcpv4.DHCPv4, error) {
 	xid := binary.BigEndian.Uint32(req.TransactionID[:])
-	ch := make(chan *dhcpv4.DHCPv4, 4)
-	r.mu.Lock()
-	r.waiting[xid] = ch
-	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		delete(r.waiting, xid)
-		r.mu.Unlock()
-	}()
-	raw := req.ToBytes()
-	for try := 0; try < tries; try++ {
-		if _, err := r.conn.WriteToUDP(raw, r.server); err != nil {
-			return nil, err
-		}
-		timer := time.NewTimer(wait)
-	recv:
-		for {
-			select {
-			case p := <-ch:
-				for _, w := range want {
-					if p.MessageType() == w {
-						timer.Stop()
-						return p, nil
-					}
-				}
-				if p.MessageType() == dhcpv4.MessageTypeNak {
-					timer.Stop()
-					return p, ErrNAK
-				}
-			case <-timer.C:
-				break recv
-			case <-ctx.Done():
-				timer.Stop()
-				return nil, ctx.Err()
-			case <-r.closed:
-				timer.Stop()
-				return nil, errors.New("relay closed")
+	p, err := r.sock.exchange(ctx, xid, req.ToBytes(), tries, wait, func(p *dhcpv4.DHCPv4) (bool, error) {
+		for _, w := range want {
+			if p.MessageType() == w {
+				return true, nil
 			}
 		}
-		wait *= 2
+		if p.MessageType() == dhcpv4.MessageTypeNak {
+			return true, ErrNAK
+		}
+		return false, nil
+	})
+	if errors.Is(err, errTriesOut) {
+		return nil, fmt.Errorf("no %v after %d tries", want, tries)
 	}
-	return nil, fmt.Errorf("no %v after %d tries", want, tries)
+	return p, err
 }
 
 // ErrNAK is returned when the server NAKs a request.

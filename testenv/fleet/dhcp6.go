@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv6"
@@ -20,108 +19,50 @@ import (
 // the waiting client by that peer address, unique per switch. So a fleet of
 // thousands needs no interface per switch, as with the DHCPv4 Relay.
 type Relay6 struct {
-	conn    *net.UDPConn
-	link    net.IP
-	server  *net.UDPAddr
-	mu      sync.Mutex
-	waiting map[netip.Addr]chan *dhcpv6.Message
-	closed  chan struct{}
+	sock *relaySocket[netip.Addr, *dhcpv6.Message]
+	link net.IP
 }
 
 // NewRelay6 binds [addr]:547 and forwards to [server]:547, stating link as
 // the link address of every Relay-Forw (the address the server's
 // dhcp.relays giaddrs must list, and its subnet the one leased from).
 func NewRelay6(addr, link, server netip.Addr) (*Relay6, error) {
-	conn, err := net.ListenUDP("udp6", &net.UDPAddr{IP: addr.AsSlice(), Port: dhcpv6.DefaultServerPort})
+	sock, err := listenRelay("udp6", &net.UDPAddr{IP: addr.AsSlice(), Port: dhcpv6.DefaultServerPort},
+		&net.UDPAddr{IP: server.AsSlice(), Port: dhcpv6.DefaultServerPort},
+		func(b []byte) (netip.Addr, *dhcpv6.Message, bool) {
+			p, err := dhcpv6.FromBytes(b)
+			if err != nil || p.Type() != dhcpv6.MessageTypeRelayReply {
+				return netip.Addr{}, nil, false
+			}
+			rr := p.(*dhcpv6.RelayMessage)
+			inner, ok := rr.Options.RelayMessage().(*dhcpv6.Message)
+			peer, okPeer := netip.AddrFromSlice(rr.PeerAddr)
+			return peer, inner, ok && okPeer
+		})
 	if err != nil {
 		return nil, fmt.Errorf("relay bind [%s]:547: %w", addr, err)
 	}
-	_ = conn.SetReadBuffer(8 << 20)
-	_ = conn.SetWriteBuffer(8 << 20)
-	r := &Relay6{conn: conn, link: link.AsSlice(), server: &net.UDPAddr{IP: server.AsSlice(), Port: dhcpv6.DefaultServerPort},
-		waiting: map[netip.Addr]chan *dhcpv6.Message{}, closed: make(chan struct{})}
-	go r.readLoop()
-	return r, nil
+	return &Relay6{sock: sock, link: link.AsSlice()}, nil
 }
 
 // Close stops the relay.
-func (r *Relay6) Close() error {
-	close(r.closed)
-	return r.conn.Close()
-}
-
-func (r *Relay6) readLoop() {
-	buf := make([]byte, 4096)
-	for {
-		n, _, err := r.conn.ReadFromUDP(buf)
-		if err != nil {
-			return
-		}
-		p, err := dhcpv6.FromBytes(buf[:n])
-		if err != nil || p.Type() != dhcpv6.MessageTypeRelayReply {
-			continue
-		}
-		rr := p.(*dhcpv6.RelayMessage)
-		inner, ok := rr.Options.RelayMessage().(*dhcpv6.Message)
-		peer, okPeer := netip.AddrFromSlice(rr.PeerAddr)
-		if !ok || !okPeer {
-			continue
-		}
-		r.mu.Lock()
-		ch := r.waiting[peer]
-		r.mu.Unlock()
-		if ch != nil {
-			select {
-			case ch <- inner:
-			default:
-			}
-		}
-	}
-}
+func (r *Relay6) Close() error { return r.sock.close() }
 
 // exchange relays msg for the client at peer and waits for a reply of type
 // want with msg's transaction id, retransmitting with backoff as a client
 // does.
 func (r *Relay6) exchange(ctx context.Context, peer netip.Addr, msg *dhcpv6.Message, tries int, wait time.Duration, want dhcpv6.MessageType) (*dhcpv6.Message, error) {
-	ch := make(chan *dhcpv6.Message, 4)
-	r.mu.Lock()
-	r.waiting[peer] = ch
-	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		delete(r.waiting, peer)
-		r.mu.Unlock()
-	}()
 	raw, err := r.forward(peer, msg)
 	if err != nil {
 		return nil, err
 	}
-	for try := 0; try < tries; try++ {
-		if _, err := r.conn.WriteToUDP(raw, r.server); err != nil {
-			return nil, err
-		}
-		timer := time.NewTimer(wait)
-	recv:
-		for {
-			select {
-			case p := <-ch:
-				if p.TransactionID == msg.TransactionID && p.MessageType == want {
-					timer.Stop()
-					return p, nil
-				}
-			case <-timer.C:
-				break recv
-			case <-ctx.Done():
-				timer.Stop()
-				return nil, ctx.Err()
-			case <-r.closed:
-				timer.Stop()
-				return nil, errors.New("relay closed")
-			}
-		}
-		wait *= 2
+	p, err := r.sock.exchange(ctx, peer, raw, tries, wait, func(p *dhcpv6.Message) (bool, error) {
+		return p.TransactionID == msg.TransactionID && p.MessageType == want, nil
+	})
+	if errors.Is(err, errTriesOut) {
+		return nil, fmt.Errorf("no %s after %d tries: %w", want, tries, ErrNoAnswer)
 	}
-	return nil, fmt.Errorf("no %s after %d tries: %w", want, tries, ErrNoAnswer)
+	return p, err
 }
 
 // forward is msg wrapped in the relay's Relay-Forw for the client at peer.

@@ -93,6 +93,14 @@ func (p StaticProfiles) ProfileCluster(name string) (string, bool) {
 	return c, ok
 }
 
+func (p StaticProfiles) LoadedProfiles() []clusters.ProfileSummary {
+	out := make([]clusters.ProfileSummary, 0, len(p))
+	for name, c := range p {
+		out = append(out, clusters.ProfileSummary{Name: name, Cluster: c})
+	}
+	return out
+}
+
 // Membership is a joiner stand-in for API tests: it issues a kubeconfig
 // and reads memberships from the store, nothing else.
 type Membership struct {

@@ -13,8 +13,9 @@ import (
 
 // TestCloudStackSDK422: through the newest SDK, createKubernetesCluster's
 // 4.21/4.22 parameters are refused when ztpd cannot honour the value and
-// accepted when it can, and the cluster carries the fields those releases
-// added, with ztpd's values.
+// accepted when it can (node templates by the IDs listTemplates gives),
+// and the cluster carries the fields those releases added, with ztpd's
+// values.
 func TestCloudStackSDK422(t *testing.T) {
 	// The example profiles: node templates name them.
 	base, cfg, a := inproc.ServeApp(t, func(c *config.Config) { c.Profiles = []string{"../../../examples/profiles"} })
@@ -80,19 +81,37 @@ func TestCloudStackSDK422(t *testing.T) {
 		}
 	}
 
+	// Node templates by the IDs listTemplates gives: each loaded profile
+	// is a ready template, its ID the same whoever asks.
+	tp := user.Template.NewListTemplatesParams("executable")
+	tl, err := user.Template.ListTemplates(tp)
+	if err != nil || tl.Count != 6 {
+		t.Fatalf("listTemplates: %v %+v", err, tl)
+	}
+	templateIDs := map[string]string{}
+	for _, tm := range tl.Templates {
+		if !tm.Isready || tm.Zoneid != zones.Zones[0].Id || tm.Displaytext == "" {
+			t.Errorf("template %+v", tm)
+		}
+		templateIDs[tm.Name] = tm.Id
+	}
+	if tm, n, err := admin.Template.GetTemplateByID(templateIDs["spine"], "executable"); err != nil || n != 1 || tm.Name != "spine" ||
+		tm.Ostypename != "SONiC" {
+		t.Fatalf("GetTemplateByID(spine): %v %d %+v", err, n, tm)
+	}
 	p := params()
 	p.SetEtcdnodes(0)
 	p.SetEnablecsi(false)
 	p.SetClustertype("CloudManaged")
 	p.SetNodeofferings(map[string]string{"control": small.Id, "worker": large.Id})
-	p.SetNodetemplates(map[string]string{"worker": "default-sonic", "control": "spine"})
+	p.SetNodetemplates(map[string]string{"worker": templateIDs["default-sonic"], "control": templateIDs["spine"]})
 	c, err := user.Kubernetes.CreateKubernetesCluster(p)
 	if err != nil {
 		t.Fatalf("create with the values ztpd honours: %v", err)
 	}
 	if c.Clustertype != "CloudManaged" || c.Csienabled || c.Etcdnodes != 0 || c.Controlofferingid != small.Id ||
 		c.Controlofferingname != small.Name || c.Workerofferingid != large.Id || c.Workerofferingname != large.Name ||
-		c.Etcdofferingid != "" || len(c.Etcdips) != 0 || c.Templateid != "default-sonic" || c.Templatename != "default-sonic" {
+		c.Etcdofferingid != "" || len(c.Etcdips) != 0 || c.Templateid != templateIDs["default-sonic"] || c.Templatename != "default-sonic" {
 		t.Fatalf("created: %+v", c)
 	}
 	// cpunumber adds up each role's offering: one control plane, one worker.
