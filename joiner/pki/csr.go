@@ -87,7 +87,7 @@ func CheckCSR(pemBytes []byte, want ClientCertRequest) (*CSR, error) {
 // signature verification), done before the caller's store transaction.
 // Errors are *CSRError.
 func ParseCSR(pemBytes []byte) (*CSR, error) {
-	req, err := parseCSR(pemBytes, checkCSRExtension)
+	req, err := parseCSR(pemBytes, deviceCertRules.check)
 	if err != nil {
 		return nil, err
 	}
@@ -192,20 +192,45 @@ func checkCSRAttributes(tbs []byte) error {
 	return nil
 }
 
-// checkCSRExtension admits an extension only when the issued certificate
-// carries it with the same value.
-func checkCSRExtension(ext pkix.Extension) error {
+// extensionRules is what a kind of certificate ztpd issues may be asked
+// for in a request: an extension is admitted only when the issued
+// certificate carries it with that value.
+type extensionRules struct {
+	kind string // "a device certificate", in refusals
+	// sans admits DNS names and IP addresses (checked against the
+	// device's entitlement later); without it a request naming any is refused.
+	sans          bool
+	keyUsageBits  []int // bit numbers of keyUsage
+	keyUsageWords string
+	extKeyUsages  []asn1.ObjectIdentifier
+	extKeyWords   string
+}
+
+var (
+	oidServerAuth = asn1.ObjectIdentifier{1, 3, 6, 1, 5, 5, 7, 3, 1}
+	oidClientAuth = asn1.ObjectIdentifier{1, 3, 6, 1, 5, 5, 7, 3, 2}
+)
+
+// deviceCertRules: a switch's client certificate (bit 0: digitalSignature).
+var deviceCertRules = extensionRules{kind: "a device certificate",
+	keyUsageBits: []int{0}, keyUsageWords: "digitalSignature",
+	extKeyUsages: []asn1.ObjectIdentifier{oidClientAuth}, extKeyWords: "client authentication"}
+
+func (r extensionRules) check(ext pkix.Extension) error {
 	switch {
 	case ext.Id.Equal(oidExtSubjectAltName):
-		return csrRefused("it asks for subject alternative names; a device certificate has none")
+		if !r.sans {
+			return csrRefused("it asks for subject alternative names; %s has none", r.kind)
+		}
+		return checkSANKinds(ext.Value, r.kind)
 	case ext.Id.Equal(oidExtKeyUsage):
 		var bits asn1.BitString
 		if rest, err := asn1.Unmarshal(ext.Value, &bits); err != nil || len(rest) != 0 {
 			return csrRefused("malformed key usage extension")
 		}
 		for i := range bits.BitLength {
-			if bits.At(i) == 1 && i != 0 { // bit 0: digitalSignature
-				return csrRefused("it asks for key usages beyond digitalSignature")
+			if bits.At(i) == 1 && !slices.Contains(r.keyUsageBits, i) {
+				return csrRefused("it asks for key usages beyond %s", r.keyUsageWords)
 			}
 		}
 	case ext.Id.Equal(oidExtExtendedKeyUsage):
@@ -213,10 +238,9 @@ func checkCSRExtension(ext pkix.Extension) error {
 		if rest, err := asn1.Unmarshal(ext.Value, &usages); err != nil || len(rest) != 0 {
 			return csrRefused("malformed extended key usage extension")
 		}
-		clientAuth := asn1.ObjectIdentifier{1, 3, 6, 1, 5, 5, 7, 3, 2}
 		for _, u := range usages {
-			if !u.Equal(clientAuth) {
-				return csrRefused("it asks for extended key usage %v; a device certificate is for client authentication only", u)
+			if !slices.ContainsFunc(r.extKeyUsages, u.Equal) {
+				return csrRefused("it asks for extended key usage %v; %s is for %s only", u, r.kind, r.extKeyWords)
 			}
 		}
 	case ext.Id.Equal(oidExtBasicConstraints):
@@ -231,7 +255,29 @@ func checkCSRExtension(ext pkix.Extension) error {
 			return csrRefused("it asks to be a certificate authority")
 		}
 	default:
-		return csrRefused("it asks for extension %v, which a device certificate does not carry", ext.Id)
+		return csrRefused("it asks for extension %v, which %s does not carry", ext.Id, r.kind)
+	}
+	return nil
+}
+
+// checkSANKinds refuses a subject alternative name extension naming
+// anything but DNS names (tag 2) and IP addresses (tag 7).
+func checkSANKinds(der []byte, kind string) error {
+	var seq asn1.RawValue
+	if rest, err := asn1.Unmarshal(der, &seq); err != nil || len(rest) != 0 || !seq.IsCompound || seq.Tag != asn1.TagSequence {
+		return csrRefused("malformed subject alternative name extension")
+	}
+	in := seq.Bytes
+	for len(in) > 0 {
+		var v asn1.RawValue
+		rest, err := asn1.Unmarshal(in, &v)
+		if err != nil {
+			return csrRefused("malformed subject alternative name extension")
+		}
+		if v.Class != asn1.ClassContextSpecific || (v.Tag != 2 && v.Tag != 7) {
+			return csrRefused("it asks for a subject alternative name of kind %d; %s has DNS names and IP addresses only", v.Tag, kind)
+		}
+		in = rest
 	}
 	return nil
 }

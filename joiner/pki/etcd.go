@@ -95,7 +95,7 @@ type EtcdCSR struct {
 // authentication and keyEncipherment, which etcd's certificates carry.
 // Errors are *CSRError.
 func ParseEtcdCSR(pemBytes []byte) (*EtcdCSR, error) {
-	req, err := parseCSR(pemBytes, checkEtcdCSRExtension)
+	req, err := parseCSR(pemBytes, etcdCertRules.check)
 	if err != nil {
 		return nil, err
 	}
@@ -107,78 +107,12 @@ func ParseEtcdCSR(pemBytes []byte) (*EtcdCSR, error) {
 	return &EtcdCSR{req: req}, nil
 }
 
-var (
-	oidServerAuth = asn1.ObjectIdentifier{1, 3, 6, 1, 5, 5, 7, 3, 1}
-	oidClientAuth = asn1.ObjectIdentifier{1, 3, 6, 1, 5, 5, 7, 3, 2}
-)
-
-// checkEtcdCSRExtension admits what an etcd certificate may carry; the
-// names are checked against the device's entitlement by CheckEtcd.
-func checkEtcdCSRExtension(ext pkix.Extension) error {
-	switch {
-	case ext.Id.Equal(oidExtSubjectAltName):
-		if err := checkSANKinds(ext.Value); err != nil {
-			return err
-		}
-	case ext.Id.Equal(oidExtKeyUsage):
-		var bits asn1.BitString
-		if rest, err := asn1.Unmarshal(ext.Value, &bits); err != nil || len(rest) != 0 {
-			return csrRefused("malformed key usage extension")
-		}
-		for i := range bits.BitLength {
-			// 0: digitalSignature, 2: keyEncipherment (RSA TLS servers).
-			if bits.At(i) == 1 && i != 0 && i != 2 {
-				return csrRefused("it asks for key usages beyond digitalSignature and keyEncipherment")
-			}
-		}
-	case ext.Id.Equal(oidExtExtendedKeyUsage):
-		var usages []asn1.ObjectIdentifier
-		if rest, err := asn1.Unmarshal(ext.Value, &usages); err != nil || len(rest) != 0 {
-			return csrRefused("malformed extended key usage extension")
-		}
-		for _, u := range usages {
-			if !u.Equal(oidServerAuth) && !u.Equal(oidClientAuth) {
-				return csrRefused("it asks for extended key usage %v; an etcd certificate is for server and client authentication only", u)
-			}
-		}
-	case ext.Id.Equal(oidExtBasicConstraints):
-		var bc struct {
-			IsCA       bool `asn1:"optional"`
-			MaxPathLen int  `asn1:"optional,default:-1"`
-		}
-		if rest, err := asn1.Unmarshal(ext.Value, &bc); err != nil || len(rest) != 0 {
-			return csrRefused("malformed basic constraints extension")
-		}
-		if bc.IsCA || bc.MaxPathLen != -1 {
-			return csrRefused("it asks to be a certificate authority")
-		}
-	default:
-		return csrRefused("it asks for extension %v, which an etcd certificate does not carry", ext.Id)
-	}
-	return nil
-}
-
-// checkSANKinds refuses a subject alternative name extension naming
-// anything but DNS names (tag 2) and IP addresses (tag 7).
-func checkSANKinds(der []byte) error {
-	var seq asn1.RawValue
-	if rest, err := asn1.Unmarshal(der, &seq); err != nil || len(rest) != 0 || !seq.IsCompound || seq.Tag != asn1.TagSequence {
-		return csrRefused("malformed subject alternative name extension")
-	}
-	in := seq.Bytes
-	for len(in) > 0 {
-		var v asn1.RawValue
-		rest, err := asn1.Unmarshal(in, &v)
-		if err != nil {
-			return csrRefused("malformed subject alternative name extension")
-		}
-		if v.Class != asn1.ClassContextSpecific || (v.Tag != 2 && v.Tag != 7) {
-			return csrRefused("it asks for a subject alternative name of kind %d; an etcd certificate has DNS names and IP addresses only", v.Tag)
-		}
-		in = rest
-	}
-	return nil
-}
+// etcdCertRules: an etcd server, peer or client certificate; its names
+// are checked against the device's entitlement by CheckEtcd. Bit 2,
+// keyEncipherment, is what RSA TLS servers carry.
+var etcdCertRules = extensionRules{kind: "an etcd certificate", sans: true,
+	keyUsageBits: []int{0, 2}, keyUsageWords: "digitalSignature and keyEncipherment",
+	extKeyUsages: []asn1.ObjectIdentifier{oidServerAuth, oidClientAuth}, extKeyWords: "server and client authentication"}
 
 // CheckEtcd refuses a request that names anything ztpd would not issue
 // for want: a common name other than want's, any other subject attribute,
