@@ -100,9 +100,10 @@ func (a *App) applianceName() string {
 	return a.Cfg.Store.Name
 }
 
-// addOrphanReaper makes the group's leader fail, every few seconds, the
-// jobs and rollouts of appliances that are gone: nobody else would finish
-// them, and a restart of the dead appliance only recovers its own.
+// addOrphanReaper makes the group's leader, every few seconds, fail the
+// jobs and adopt the rollouts of appliances that are gone: nobody else
+// would finish them, and a restart of the dead appliance only recovers
+// its own. An adopted rollout carries on here from where it was.
 func (a *App) addOrphanReaper(cs *clusters.Service) {
 	if a.Group == nil {
 		return
@@ -120,8 +121,8 @@ func (a *App) addOrphanReaper(cs *clusters.Service) {
 				a.Log.Warn("failing a gone appliance's jobs", "err", err)
 			}
 			if a.Rollouts != nil {
-				if _, err := a.Rollouts.FailOrphans(a.Group.IsLive); err != nil {
-					a.Log.Warn("failing a gone appliance's rollouts", "err", err)
+				if _, err := a.Rollouts.AdoptOrphans(a.Group.IsLive); err != nil {
+					a.Log.Warn("adopting a gone appliance's rollouts", "err", err)
 				}
 			}
 		}

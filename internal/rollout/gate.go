@@ -169,6 +169,14 @@ func (e *Engine) crashBaseline(ctx context.Context, r core.Rollout, rn *run) {
 	}
 	rn.crashBase = map[string]bool{}
 	for _, n := range r.Nodes {
+		if n.Canary && n.Phase != core.NodePending {
+			// Resumed after the canary started: what crash loops now may
+			// be its doing, so every crash loop counts (the stricter way).
+			clear(rn.crashBase)
+			return
+		}
+	}
+	for _, n := range r.Nodes {
 		if !n.Canary || n.NodeName == "" {
 			continue
 		}

@@ -10,6 +10,7 @@ import (
 type metrics struct {
 	rolloutsEnded   *prometheus.CounterVec
 	rolloutsRunning prometheus.Gauge
+	rolloutsResumed *prometheus.CounterVec
 	nodesEnded      *prometheus.CounterVec
 	nodeSeconds     *prometheus.HistogramVec
 }
@@ -24,6 +25,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		rolloutsRunning: f.NewGauge(prometheus.GaugeOpts{
 			Name: "ztpd_rollouts_running", Help: "Rollouts running (or paused) in this process.",
 		}),
+		rolloutsResumed: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ztpd_rollouts_resumed_total", Help: "Unfinished rollouts taken up by this process, by how: restart (its own, after a restart) or adopted (a gone appliance's).",
+		}, []string{"how"}),
 		nodesEnded: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ztpd_rollout_nodes_total", Help: "Rollout nodes finished, by kind and phase (done, skipped, failed, withdrawn).",
 		}, []string{"kind", "phase"}),

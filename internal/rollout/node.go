@@ -22,19 +22,28 @@ func (e *Engine) node(ctx context.Context, r core.Rollout, n core.RolloutNode) e
 		return nil
 	}
 	e.setNode(r.ID, n.Device, func(x *core.RolloutNode) string {
-		x.Started = e.now()
+		if x.Started.IsZero() {
+			x.Started = e.now()
+		}
 		return ""
 	})
+	return e.work(ctx, r, n, nil)
+}
+
+// work runs the node's kind of work; resume, when set, is the operation
+// its agent was handed before ztpd stopped: the work carries on from it
+// (awaited, never handed again) instead of from the start.
+func (e *Engine) work(ctx context.Context, r core.Rollout, n core.RolloutNode, resume *core.AgentOperation) error {
 	var err error
 	switch r.Kind {
 	case core.RolloutKubernetes:
-		err = e.upgradeKubernetes(ctx, r, n)
+		err = e.upgradeKubernetes(ctx, r, n, resume)
 	case core.RolloutImage:
-		err = e.upgradeImage(ctx, r, n)
+		err = e.upgradeImage(ctx, r, n, resume)
 	case core.RolloutRemove:
-		err = e.remove(ctx, r, n)
+		err = e.remove(ctx, r, n, resume)
 	case core.RolloutJoin:
-		err = e.join(ctx, r, n)
+		err = e.join(ctx, r, n, resume)
 	default:
 		err = fmt.Errorf("unknown rollout kind %q", r.Kind)
 	}
@@ -46,6 +55,72 @@ func (e *Engine) node(ctx context.Context, r core.Rollout, n core.RolloutNode) e
 		return nil
 	}
 	return err
+}
+
+// resumeNode carries on with a node that was underway when the process
+// running its rollout stopped. A node rolling back resumes its rollback
+// (resumeRollback). A node whose agent holds an operation of this rollout
+// (the one its record names, or one handed just before the stop and not
+// yet recorded) awaits it and goes on from there: Ready, uncordon. A node
+// whose agent was handed nothing redoes its steps before the agent: the
+// cordon, the drain and the hooks' lookup are idempotent.
+func (e *Engine) resumeNode(ctx context.Context, r core.Rollout, n core.RolloutNode) error {
+	e.setNode(r.ID, n.Device, func(*core.RolloutNode) string { return "resumed from phase " + n.Phase })
+	if n.Phase == core.NodeRollingBack {
+		return e.resumeRollback(ctx, r, n)
+	}
+	op, err := e.handedOperation(r, n)
+	if err != nil {
+		return err
+	}
+	if op == nil {
+		return e.node(ctx, r, n)
+	}
+	if op.ID != n.Operation {
+		e.setNode(r.ID, n.Device, func(x *core.RolloutNode) string {
+			x.Phase, x.Operation = core.NodeAgent, op.ID
+			return fmt.Sprintf("operation %s found with its agent (handed before the restart)", op.ID)
+		})
+		n.Phase, n.Operation = core.NodeAgent, op.ID
+	}
+	return e.work(ctx, r, n, op)
+}
+
+// handedOperation is the operation of this rollout the node's agent was
+// last handed (nil: none). The device holds one operation at a time, so
+// one of this rollout is the node's latest. A node whose record names an
+// operation its device no longer holds cannot be resumed safely: what the
+// agent did is unknown.
+func (e *Engine) handedOperation(r core.Rollout, n core.RolloutNode) (*core.AgentOperation, error) {
+	d, err := e.opts.Agents.Get(n.Device)
+	if err != nil && core.KindOf(err) != core.KindNotFound {
+		return nil, err
+	}
+	if op := d.Operation; op != nil && op.Rollout == r.ID {
+		return op, nil
+	}
+	if n.Operation != "" {
+		now := "none"
+		if d.Operation != nil {
+			now = d.Operation.ID + " (" + d.Operation.Kind + ")"
+		}
+		return nil, fmt.Errorf("not resumed after a restart of ztpd: the device no longer holds the operation %s it was handed (it holds %s); check the device, then run the rollout again", n.Operation, now)
+	}
+	return nil, nil
+}
+
+// operate hands the node's agent an operation of kind and waits for it;
+// when the node resumes with such an operation already handed, that one
+// is awaited instead, its step timeout counting from when it was handed.
+func (e *Engine) operate(ctx context.Context, r core.Rollout, n core.RolloutNode, resume *core.AgentOperation, kind string,
+	steps []core.AgentStep, mutate func(*core.DesiredState)) error {
+	if resume == nil {
+		return e.runOperation(ctx, r, n, kind, steps, mutate)
+	}
+	if resume.Kind != kind {
+		return fmt.Errorf("not resumed after a restart of ztpd: its agent holds operation %s (%s) where the rollout expects a %s", resume.ID, resume.Kind, kind)
+	}
+	return e.awaitOperation(ctx, r, n, resume.ID, len(resume.Steps), resume.Created)
 }
 
 func (e *Engine) phase(r core.Rollout, device, phase, why string) {
@@ -129,13 +204,17 @@ func (e *Engine) runOperation(ctx context.Context, r core.Rollout, n core.Rollou
 		x.Operation = op.ID
 		return fmt.Sprintf("operation %s handed to the agent (%s)", op.ID, stepNames(steps))
 	})
-	return e.awaitOperation(ctx, r, n, op.ID, len(steps))
+	return e.awaitOperation(ctx, r, n, op.ID, len(steps), time.Now())
 }
 
 // awaitOperation waits for the outcome of the operation opID (of steps
-// steps) handed to the node's agent.
-func (e *Engine) awaitOperation(ctx context.Context, r core.Rollout, n core.RolloutNode, opID string, steps int) error {
-	deadline := time.Now().Add(time.Duration(r.StepTimeout) * time.Duration(steps))
+// steps) handed to the node's agent at handed: the step timeouts count
+// from then, so a restart of ztpd in between never extends them.
+func (e *Engine) awaitOperation(ctx context.Context, r core.Rollout, n core.RolloutNode, opID string, steps int, handed time.Time) error {
+	if handed.IsZero() {
+		handed = time.Now()
+	}
+	deadline := handed.Add(time.Duration(r.StepTimeout) * time.Duration(steps))
 	lookedFor := time.Now()
 	for first := true; ; first = false {
 		if time.Since(lookedFor) >= e.gonePoll() {
@@ -251,9 +330,18 @@ func stepNames(steps []core.AgentStep) string {
 
 // upgradeKubernetes: cordon, drain, the agent's kubeadm upgrade between
 // the hooks, the Node Ready at the new kubelet version, uncordon.
-func (e *Engine) upgradeKubernetes(ctx context.Context, r core.Rollout, n core.RolloutNode) error {
+func (e *Engine) upgradeKubernetes(ctx context.Context, r core.Rollout, n core.RolloutNode, resume *core.AgentOperation) error {
 	if n.NodeName == "" {
 		return fmt.Errorf("device %s has no Node name (never joined)", n.Device)
+	}
+	if resume != nil {
+		// Cordoned (or not, ours) and its version before recorded when
+		// the operation was handed.
+		previous := n.Previous
+		if previous == "" {
+			previous = e.previousVersion(ctx, r, n)
+		}
+		return e.upgradeKubernetesOperation(ctx, r, n, resume, nil, n.Cordoned, previous)
 	}
 	info, ok, err := e.opts.Nodes.Node(ctx, r.Cluster, n.NodeName)
 	if err != nil {
@@ -304,8 +392,16 @@ func (e *Engine) upgradeKubernetes(ctx context.Context, r core.Rollout, n core.R
 	steps = append(steps, core.AgentStep{Name: "upgrade", Action: "kubeadm-upgrade", Args: args})
 	steps = append(steps, e.hookSteps(r, n.Device, core.HookPostUpgrade)...)
 	steps = append(steps, e.rollbackStep(r, n)...)
+	return e.upgradeKubernetesOperation(ctx, r, n, nil, steps, ours, previous)
+}
+
+// upgradeKubernetesOperation is the node's upgrade from its agent's
+// operation on (handed now with steps, or resumed): the Node Ready at the
+// target, uncordon.
+func (e *Engine) upgradeKubernetesOperation(ctx context.Context, r core.Rollout, n core.RolloutNode, resume *core.AgentOperation,
+	steps []core.AgentStep, ours bool, previous string) error {
 	back := e.kubernetesBack(ctx, r, n, ours, previous)
-	if err := e.runOperation(ctx, r, n, core.OpUpgradeKubernetes, steps, func(d *core.DesiredState) {
+	if err := e.operate(ctx, r, n, resume, core.OpUpgradeKubernetes, steps, func(d *core.DesiredState) {
 		d.KubernetesVersion = r.Target
 	}); err != nil {
 		return e.afterOperation(ctx, r, n, err, back)
@@ -343,7 +439,7 @@ func (e *Engine) isFirst(r core.Rollout, n core.RolloutNode) bool {
 // cordoned and drained and leaves (its Node deleted), then installs,
 // reboots and rejoins through the same enrollment rules as a new Node; a
 // standalone switch runs the hooks and the image only.
-func (e *Engine) upgradeImage(ctx context.Context, r core.Rollout, n core.RolloutNode) error {
+func (e *Engine) upgradeImage(ctx context.Context, r core.Rollout, n core.RolloutNode, resume *core.AgentOperation) error {
 	var sha string
 	e.st.View(func(tx core.Tx) error {
 		if s, err := tx.Images().ByName(r.Target); err == nil {
@@ -372,29 +468,35 @@ func (e *Engine) upgradeImage(ctx context.Context, r core.Rollout, n core.Rollou
 		steps = append(steps, install...)
 		steps = append(steps, e.hookSteps(r, n.Device, core.HookPostUpgrade)...)
 		steps = append(steps, e.rollbackStep(r, n)...)
-		if err := e.runOperation(ctx, r, n, core.OpUpgradeImage, steps, setImage); err != nil {
+		if err := e.operate(ctx, r, n, resume, core.OpUpgradeImage, steps, setImage); err != nil {
 			return e.afterOperation(ctx, r, n, err, e.imageBack(ctx, r, n))
 		}
 		e.done(r, n.Device, core.NodeDone, "image "+r.Target+" installed")
 		return nil
 	}
-	if _, err := e.cordonDrain(ctx, r, n); err != nil {
-		return err
+	if resume == nil {
+		if _, err := e.cordonDrain(ctx, r, n); err != nil {
+			return err
+		}
 	}
-	// First it leaves: hooks, then its agent resets Kubernetes on it; the
-	// Node is deleted and the membership ended, so the rejoin is a new
-	// member through the same enrollment rules and a new Node.
-	leave := e.hookSteps(r, n.Device, core.HookPreUpgrade)
-	leave = append(leave, e.hookSteps(r, n.Device, core.HookPreLeave)...)
-	leave = append(leave, core.AgentStep{Name: "leave", Action: "kube-reset", Args: map[string]string{"platform": "sonic"}})
-	if err := e.runOperation(ctx, r, n, core.OpLeave, leave, nil); err != nil {
-		return err
-	}
-	if err := e.opts.Nodes.DeleteNode(ctx, r.Cluster, n.NodeName); err != nil {
-		return fmt.Errorf("delete Node: %w", err)
-	}
-	if _, err := e.opts.Members.ResetDevice(ctx, n.Device); err != nil {
-		return fmt.Errorf("end the membership before the rejoin: %w", err)
+	if resume == nil || resume.Kind == core.OpLeave {
+		// First it leaves: hooks, then its agent resets Kubernetes on it;
+		// the Node is deleted and the membership ended, so the rejoin is
+		// a new member through the same enrollment rules and a new Node.
+		leave := e.hookSteps(r, n.Device, core.HookPreUpgrade)
+		leave = append(leave, e.hookSteps(r, n.Device, core.HookPreLeave)...)
+		leave = append(leave, core.AgentStep{Name: "leave", Action: "kube-reset", Args: map[string]string{"platform": "sonic"}})
+		if err := e.operate(ctx, r, n, resume, core.OpLeave, leave, nil); err != nil {
+			return err
+		}
+		// Both idempotent: a resume after them does them again.
+		if err := e.opts.Nodes.DeleteNode(ctx, r.Cluster, n.NodeName); err != nil {
+			return fmt.Errorf("delete Node: %w", err)
+		}
+		if _, err := e.opts.Members.ResetDevice(ctx, n.Device); err != nil {
+			return fmt.Errorf("end the membership before the rejoin: %w", err)
+		}
+		resume = nil // the upgrade is handed now
 	}
 	// Then the image, the reboot, the rejoin and the remaining hooks.
 	steps := append([]core.AgentStep{}, install...)
@@ -403,7 +505,7 @@ func (e *Engine) upgradeImage(ctx context.Context, r core.Rollout, n core.Rollou
 	steps = append(steps, e.hookSteps(r, n.Device, core.HookPostUpgrade)...)
 	steps = append(steps, e.rollbackStep(r, n)...)
 	back := e.imageBack(ctx, r, n)
-	if err := e.runOperation(ctx, r, n, core.OpUpgradeImage, steps, setImage); err != nil {
+	if err := e.operate(ctx, r, n, resume, core.OpUpgradeImage, steps, setImage); err != nil {
 		return e.afterOperation(ctx, r, n, err, back)
 	}
 	e.phase(r, n.Device, core.NodeWaiting, "waiting for the Node Ready again")
@@ -418,7 +520,7 @@ func (e *Engine) upgradeImage(ctx context.Context, r core.Rollout, n core.Rollou
 // reset (a switch gives its features back to local ownership), the Node
 // deleted, the membership ended; its agent credential is revoked unless
 // the device stays managed standalone.
-func (e *Engine) remove(ctx context.Context, r core.Rollout, n core.RolloutNode) error {
+func (e *Engine) remove(ctx context.Context, r core.Rollout, n core.RolloutNode, resume *core.AgentOperation) error {
 	exists := false
 	if n.NodeName != "" {
 		_, ok, err := e.opts.Nodes.Node(ctx, r.Cluster, n.NodeName)
@@ -427,7 +529,7 @@ func (e *Engine) remove(ctx context.Context, r core.Rollout, n core.RolloutNode)
 		}
 		exists = ok
 	}
-	if exists {
+	if exists && resume == nil {
 		if _, err := e.cordonDrain(ctx, r, n); err != nil {
 			return err
 		}
@@ -439,7 +541,7 @@ func (e *Engine) remove(ctx context.Context, r core.Rollout, n core.RolloutNode)
 	steps := e.hookSteps(r, n.Device, core.HookPreLeave)
 	steps = append(steps, core.AgentStep{Name: "leave", Action: "kube-reset", Args: map[string]string{"platform": platform}})
 	standalone := r.Mode == core.ModeStandalone
-	if err := e.runOperation(ctx, r, n, core.OpLeave, steps, func(d *core.DesiredState) {
+	if err := e.operate(ctx, r, n, resume, core.OpLeave, steps, func(d *core.DesiredState) {
 		if standalone {
 			d.Mode, d.Cluster, d.Role = core.ModeStandalone, "", ""
 		}
@@ -470,10 +572,10 @@ func (e *Engine) remove(ctx context.Context, r core.Rollout, n core.RolloutNode)
 // join brings a standalone device into the cluster through the normal
 // join path: its agent runs the join plugin with an enrollment the
 // device's document carries; the rollout waits for its Node Ready.
-func (e *Engine) join(ctx context.Context, r core.Rollout, n core.RolloutNode) error {
+func (e *Engine) join(ctx context.Context, r core.Rollout, n core.RolloutNode, resume *core.AgentOperation) error {
 	steps := []core.AgentStep{{Name: "join", Action: "join", Args: map[string]string{"cluster": r.Cluster}}}
 	steps = append(steps, e.hookSteps(r, n.Device, core.HookPostJoin)...)
-	if err := e.runOperation(ctx, r, n, core.OpJoin, steps, func(d *core.DesiredState) {
+	if err := e.operate(ctx, r, n, resume, core.OpJoin, steps, func(d *core.DesiredState) {
 		d.Mode, d.Cluster = core.ModeCluster, r.Cluster
 	}); err != nil {
 		return err

@@ -290,43 +290,29 @@ func (e *Engine) involve(device string) (release func()) {
 	}
 }
 
-// resumeRollbacks picks up the rollbacks a restart of ztpd interrupted:
-// every node of this appliance's rollouts left rolling-back (an
-// operator's one-command rollback, or an automatic one in a rollout the
-// restart failed) is brought back from where its operations are, in the
-// background.
-func (e *Engine) resumeRollbacks() error {
-	type interrupted struct {
-		r core.Rollout
-		n core.RolloutNode
+// resumeRollbacks picks up the rollbacks of an ended rollout that the
+// stop of the process running it interrupted (an operator's one-command
+// rollback, or an automatic one in a rollout that failed): every node it
+// left rolling back is brought back from where its operations are, in
+// the background. A rollout still running resumes its own (resumeNode).
+func (e *Engine) resumeRollbacks(r core.Rollout) {
+	if r.Kind != core.RolloutImage && r.Kind != core.RolloutKubernetes {
+		return
 	}
-	var todo []interrupted
-	err := e.List(func(r core.Rollout) bool {
-		if r.Appliance != e.opts.Appliance || (r.Kind != core.RolloutImage && r.Kind != core.RolloutKubernetes) {
-			return true
+	for _, n := range r.Nodes {
+		if n.Phase != core.NodeRollingBack {
+			continue
 		}
-		for _, n := range r.Nodes {
-			if n.Phase == core.NodeRollingBack {
-				todo = append(todo, interrupted{r, n})
-			}
-		}
-		return true
-	})
-	if err != nil {
-		return err
-	}
-	for _, x := range todo {
-		e.opts.Log.Info("rollout node rollback resumed after a restart", "rollout", x.r.ID, "device", x.n.Device, "reason", x.n.Reason)
-		e.setNode(x.r.ID, x.n.Device, func(*core.RolloutNode) string {
-			return "rollback resumed after a restart of ztpd"
+		e.opts.Log.Info("rollout node rollback resumed", "rollout", r.ID, "device", n.Device, "reason", n.Reason)
+		e.setNode(r.ID, n.Device, func(*core.RolloutNode) string {
+			return "rollback resumed after the process running it stopped"
 		})
-		release := e.involve(x.n.Device)
+		release := e.involve(n.Device)
 		go func() {
 			defer release()
-			e.rollbackEnded(x.r, x.n.Device, e.resumeRollback(context.Background(), x.r, x.n))
+			e.rollbackEnded(r, n.Device, e.resumeRollback(context.Background(), r, n))
 		}()
 	}
-	return nil
 }
 
 // resumeRollback brings a node that was rolling back when ztpd stopped
@@ -354,19 +340,19 @@ func (e *Engine) resumeRollback(ctx context.Context, r core.Rollout, n core.Roll
 	}
 	switch {
 	case op.Kind == core.OpJoin:
-		if err := e.awaitOperation(ctx, r, n, op.ID, len(op.Steps)); err != nil {
+		if err := e.awaitOperation(ctx, r, n, op.ID, len(op.Steps), op.Created); err != nil {
 			return fmt.Errorf("rolled back after: %s; rejoin: %w", reason, err)
 		}
 		return e.rejoined(ctx, r, n, reason)
 	case op.Kind == core.OpRollback:
-		if err := e.awaitOperation(ctx, r, n, op.ID, len(op.Steps)); err != nil {
+		if err := e.awaitOperation(ctx, r, n, op.ID, len(op.Steps), op.Created); err != nil {
 			return err
 		}
 		return e.back(ctx, r, n)(reason)
 	}
 	// The node's upgrade: rolled back by its agent, or (still running,
 	// or ended without its rollback) rolled back now.
-	err = e.awaitOperation(ctx, r, n, op.ID, len(op.Steps))
+	err = e.awaitOperation(ctx, r, n, op.ID, len(op.Steps), op.Created)
 	var rb *rolledBackError
 	if !errors.As(err, &rb) {
 		if err := e.handRollback(ctx, r, n, reason); err != nil {

@@ -313,8 +313,8 @@ func TestOneCommandRollbackResumesAfterRestart(t *testing.T) {
 
 // TestAutoRollbackResumesAfterRestart: ztpd restarts while a worker its
 // agent rolled back (rollback auto) is waited for to come back Ready. The
-// restart fails the rollout as before; the node is still brought back:
-// Ready at its old version, uncordoned, rolled-back with its reason.
+// rollout resumes: the node is brought back Ready at its old version,
+// uncordoned, rolled-back with its reason, and the rollout stops for it.
 func TestAutoRollbackResumesAfterRestart(t *testing.T) {
 	fx := storetest.Open(t)
 	e := newEnvOver(t, fx.Store, 1)
@@ -344,7 +344,9 @@ func TestAutoRollbackResumesAfterRestart(t *testing.T) {
 	if got := e.nodes.nodes["node-1"]; got.version != "v1.36.3" || got.unschedulable {
 		t.Fatalf("node-1 after the resumed rollback: %+v", got)
 	}
-	if got, _ := e.eng.Get(r.ID); got.State != core.RolloutFailed || !strings.Contains(got.Reason, "restart") {
+	// The rollout carried on after the restart and stops for the node's
+	// real failure.
+	if got := e.wait(r.ID); got.State != core.RolloutFailed || !strings.Contains(got.Reason, "node node-1 rolled back") {
 		t.Fatalf("rollout %s %q", got.State, got.Reason)
 	}
 }

@@ -75,7 +75,7 @@ type Members interface {
 // Options configure the engine.
 type Options struct {
 	// Appliance names this appliance when several share the store: its
-	// rollouts carry it, and a restart fails only its own.
+	// rollouts carry it, and a restart resumes only its own.
 	Appliance string
 	Nodes     NodeOps
 	Agents    Agents
@@ -112,7 +112,7 @@ const (
 )
 
 // Engine runs rollouts; one per appliance (in a group, the
-// leader fails the rollouts of an appliance that is gone).
+// leader adopts the rollouts of an appliance that is gone).
 type Engine struct {
 	st      core.Store
 	opts    Options
@@ -143,9 +143,11 @@ type run struct {
 	crashBase map[string]bool
 }
 
-// New builds the engine. Rollouts a restart interrupted are recorded as
-// failed, as jobs are: running one again skips the nodes already done.
-// Nodes that were rolling back go on rolling back (resumeRollbacks).
+// New builds the engine. The rollouts of this appliance that a restart
+// interrupted carry on from where their records say they were (resume):
+// nodes done stay done, nodes in flight go on from their phase, a paused
+// rollout stays paused. Nodes of ended rollouts that were rolling back go
+// on rolling back (resumeRollbacks).
 func New(st core.Store, opts Options) (*Engine, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -161,28 +163,131 @@ func New(st core.Store, opts Options) (*Engine, error) {
 	}
 	e := &Engine{st: st, opts: opts, metrics: newMetrics(opts.Registerer), runs: map[string]*run{}, involved: map[string]int{},
 		upcoming: map[string]int{}}
-	if _, err := e.failUnfinished(func(r core.Rollout) bool { return r.Appliance == opts.Appliance },
-		"interrupted by a restart of ztpd; start it again to continue"); err != nil {
+	mine := func(r core.Rollout) bool { return r.Appliance == opts.Appliance }
+	if opts.Agents == nil {
+		// Without agents nothing in flight can be awaited.
+		if _, err := e.failUnfinished(mine, "interrupted by a restart of ztpd, which runs no device agents; start it again to continue"); err != nil {
+			return nil, err
+		}
+		return e, nil
+	}
+	var mineNow []core.Rollout
+	err := e.List(func(r core.Rollout) bool {
+		if mine(r) && (!r.State.Ended() || rollingBack(r)) {
+			mineNow = append(mineNow, r)
+		}
+		return true
+	})
+	if err != nil {
 		return nil, err
 	}
-	if opts.Agents != nil {
-		if err := e.resumeRollbacks(); err != nil {
+	for _, r := range mineNow {
+		if err := e.resume(r, "resumed after a restart of ztpd", "restart"); err != nil {
 			return nil, err
 		}
 	}
 	return e, nil
 }
 
-// FailOrphans fails the unfinished rollouts of appliances that are gone
-// (several appliances share the store; the group's leader calls it).
-func (e *Engine) FailOrphans(alive func(appliance string) bool) (int, error) {
-	return e.failUnfinished(func(r core.Rollout) bool { return r.Appliance != "" && !alive(r.Appliance) },
-		"the appliance running it stopped; start it again to continue")
+// AdoptOrphans takes over the rollouts of appliances that are gone
+// (several appliances share the store; the group's leader calls it): each
+// unfinished one, and each ended one with a node rolling back, is
+// recorded as this appliance's in one transaction that only succeeds
+// while the gone appliance still holds it (so two leaders never both run
+// it), then resumed as after a restart. It returns how many it took.
+func (e *Engine) AdoptOrphans(alive func(appliance string) bool) (int, error) {
+	orphan := func(r core.Rollout) bool {
+		return r.Appliance != "" && r.Appliance != e.opts.Appliance && !alive(r.Appliance)
+	}
+	if e.opts.Agents == nil {
+		return e.failUnfinished(orphan, "the appliance running it stopped; start it again to continue")
+	}
+	var orphans []core.Rollout
+	err := e.List(func(r core.Rollout) bool {
+		if orphan(r) && (!r.State.Ended() || rollingBack(r)) {
+			orphans = append(orphans, r)
+		}
+		return true
+	})
+	if err != nil {
+		return 0, err
+	}
+	took := 0
+	for _, o := range orphans {
+		var adopted core.Rollout
+		err := e.update(o.ID, func(r *core.Rollout) (string, error) {
+			if r.Appliance != o.Appliance {
+				return "", errTaken // another leader adopted it, or its appliance came back
+			}
+			r.Appliance = e.opts.Appliance
+			adopted = *r
+			return fmt.Sprintf("adopted by appliance %s: appliance %s, which ran it, is gone", e.opts.Appliance, o.Appliance), nil
+		})
+		if errors.Is(err, errTaken) {
+			continue
+		}
+		if err != nil {
+			return took, err
+		}
+		took++
+		e.opts.Log.Info("rollout adopted", "rollout", o.ID, "from", o.Appliance, "state", adopted.State)
+		if err := e.resume(adopted, "adopted from appliance "+o.Appliance+", which is gone", "adopted"); err != nil {
+			return took, err
+		}
+	}
+	return took, nil
+}
+
+// errTaken: the rollout is no longer the gone appliance's.
+var errTaken = errors.New("rollout taken over")
+
+// rollingBack reports whether a node of r is rolling back.
+func rollingBack(r core.Rollout) bool {
+	for _, n := range r.Nodes {
+		if n.Phase == core.NodeRollingBack {
+			return true
+		}
+	}
+	return false
+}
+
+// resume carries on with r, this appliance's now, after the process that
+// ran it stopped: an unfinished rollout runs again from its record (its
+// nodes in flight resume from their phase: resumeNode); an ended one
+// brings back the nodes it left rolling back.
+func (e *Engine) resume(r core.Rollout, why, how string) error {
+	if r.State.Ended() {
+		e.resumeRollbacks(r)
+		return nil
+	}
+	e.mu.Lock()
+	running := e.runs[r.ID] != nil
+	e.mu.Unlock()
+	if running {
+		return nil
+	}
+	err := e.update(r.ID, func(cur *core.Rollout) (string, error) {
+		// A soak the stop interrupted starts again: its checks ran in
+		// the process that stopped.
+		if g := cur.GateStatus; g != nil && g.Phase == core.GateSoaking {
+			g.Phase, g.Until, g.Reason = core.GateWaiting, time.Time{}, "soak interrupted: "+why
+		}
+		r = *cur
+		return why, nil
+	})
+	if err != nil {
+		return err
+	}
+	e.metrics.rolloutsResumed.WithLabelValues(how).Inc()
+	e.opts.Log.Info("rollout "+why, "rollout", r.ID, "kind", r.Kind, "state", r.State, "summary", summary(r))
+	e.launch(r)
+	return nil
 }
 
 // failUnfinished records the unfinished rollouts match picks as failed
 // (running one again skips the nodes already done) and takes back the
-// operations no agent has started.
+// operations no agent has started: an engine without agents cannot await
+// what its nodes were doing.
 func (e *Engine) failUnfinished(match func(core.Rollout) bool, why string) (int, error) {
 	opts := e.opts
 	var stale []string
@@ -662,7 +767,7 @@ func (e *Engine) launch(r core.Rollout) {
 	rn := &run{wake: make(chan struct{}, 1), done: make(chan struct{}), unfinished: map[string]bool{}, upcoming: map[string]bool{}}
 	e.involvedMu.Lock()
 	for _, n := range r.Nodes {
-		if n.Phase == core.NodePending && !rn.unfinished[n.Device] {
+		if (n.Phase == core.NodePending || underway(n.Phase)) && !rn.unfinished[n.Device] {
 			rn.unfinished[n.Device] = true
 			e.involved[n.Device]++
 		}
@@ -774,14 +879,42 @@ type nodeResult struct {
 	hook   bool // the failure was an operator hook's
 }
 
-// loop schedules the rollout's nodes until it ends.
+// underway reports whether a node in phase is in flight: between its
+// start and its end.
+func underway(phase string) bool {
+	switch phase {
+	case core.NodeCordoned, core.NodeDrained, core.NodeAgent, core.NodeWaiting, core.NodeRollingBack:
+		return true
+	}
+	return false
+}
+
+// loop schedules the rollout's nodes until it ends. Nodes its record
+// shows underway (a rollout resumed after a restart, or adopted) carry on
+// from their phase first.
 func (e *Engine) loop(id string, rn *run) {
-	ctx := context.Background()
-	results := make(chan nodeResult)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r, err := e.Get(id)
+	if err != nil {
+		e.opts.Log.Error("rollout lost", "rollout", id, "err", err)
+		return
+	}
+	// Buffered: a loop that stops (its rollout taken over) leaves no
+	// node's goroutine blocked on its result.
+	results := make(chan nodeResult, len(r.Nodes))
 	inFlight := map[string]bool{}
 	var failure string
-	if r, err := e.Get(id); err == nil {
-		e.crashBaseline(ctx, r, rn)
+	e.crashBaseline(ctx, r, rn)
+	report := func(device string, err error) {
+		var he *hookError
+		results <- nodeResult{device: device, err: err, hook: errors.As(err, &he)}
+	}
+	for _, n := range r.Nodes {
+		if underway(n.Phase) {
+			inFlight[n.Device] = true
+			go func(n core.RolloutNode) { report(n.Device, e.resumeNode(ctx, r, n)) }(n)
+		}
 	}
 	for {
 		r, err := e.Get(id)
@@ -789,15 +922,17 @@ func (e *Engine) loop(id string, rn *run) {
 			e.opts.Log.Error("rollout lost", "rollout", id, "err", err)
 			return
 		}
+		if r.Appliance != e.opts.Appliance {
+			// Another appliance adopted it (this one was taken for
+			// gone): it runs it from now on.
+			e.opts.Log.Warn("rollout taken over by another appliance", "rollout", id, "appliance", r.Appliance)
+			return
+		}
 		stopping := r.State != core.RolloutRunning || failure != ""
 		if !stopping {
 			for _, n := range e.next(r, inFlight) {
 				inFlight[n.Device] = true
-				go func(n core.RolloutNode) {
-					err := e.node(ctx, r, n)
-					var he *hookError
-					results <- nodeResult{device: n.Device, err: err, hook: errors.As(err, &he)}
-				}(n)
+				go func(n core.RolloutNode) { report(n.Device, e.node(ctx, r, n)) }(n)
 			}
 		}
 		e.markUpcoming(rn, r, inFlight, stopping)
