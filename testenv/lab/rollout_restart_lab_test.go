@@ -1,0 +1,152 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ztpd/ztpd/internal/core"
+)
+
+// restartAppliance stops the lab's ztpd gracefully (SIGTERM, as an
+// appliance upgrade does) and starts it again over the same data
+// directory and configuration; the API key it was using still holds.
+// The first run's output is kept as ztpd-before-restart.out.
+func restartAppliance(t *testing.T, ctx context.Context, l *Lab) {
+	t.Helper()
+	old := l.App
+	old.Close()
+	work := l.Topo.WorkDir
+	if err := os.Rename(filepath.Join(work, "ztpd.out"), filepath.Join(work, "ztpd-before-restart.out")); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := os.ReadFile(old.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, err := l.Topo.StartAppliance(ctx, old.Bin, string(cfg))
+	if err != nil {
+		t.Fatalf("ztpd after the restart: %v", err)
+	}
+	key, secret := old.key, old.secret
+	*l.App = *app // in place: the lab's readers hold l.App
+	l.App.key, l.App.secret = key, secret
+}
+
+// TestLabRolloutSurvivesARestart: one switch in a cluster with a VM; a
+// SONiC image rollout of the switch started with ztpd's CLI. While the
+// switch's agent runs the install (the operation handed out, the
+// simulated sonic-installer already called), ztpd is stopped and started
+// again. Nobody starts the rollout again: the restarted ztpd resumes it,
+// awaits the operation it had handed (the agent finishes the install,
+// reboots into the new image and rejoins while ztpd is down or back),
+// waits for the switch's Node Ready and ends the rollout succeeded. The
+// switch installed the image once, runs it, its Node is Ready and
+// schedulable in the real API server, and the agent was never handed the
+// install twice.
+func TestLabRolloutSurvivesARestart(t *testing.T) {
+	l, work := rolloutLabOf(t, "zrq", 214, Scenario{Switches: 1, VMs: 1, Clusters: 1, Upgrade: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sw := "sw0"
+	root := filepath.Join(work, "devices", sw, "root")
+	img := filepath.Join(work, "sonic-202411.bin")
+	if err := os.WriteFile(img, []byte("# SONiC-OS-lab.202411 (lab image)\n"+strings.Repeat("x", 1<<16)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := l.App.CLI(ctx, "image", "add", img, "--kind", "sonic-installer", "--name", "sonic-202411.bin"); err != nil {
+		t.Fatalf("ztpd image add: %v: %s", err, out)
+	}
+	var swMAC string
+	for _, d := range l.Plan {
+		if d.Name == sw {
+			swMAC = d.MAC
+		}
+	}
+	args := []string{"rollout", "start", "--cluster", l.Result.Clusters[0].Name, "-o", "json",
+		"--kind", "image", "--target", "sonic-202411.bin", "--devices", swMAC, "--node-timeout", "3m"}
+	out, err := l.ZTPD(ctx, args...)
+	if err != nil {
+		t.Fatalf("ztpd %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	var started struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(out, &started); err != nil || started.ID == "" {
+		t.Fatalf("ztpd rollout start answered %s (%v)", out, err)
+	}
+	t.Logf("$ ztpd %s\n  started %s", strings.Join(args, " "), started.ID)
+	get := func() labRollout {
+		var r labRollout
+		if err := l.App.REST(ctx, "/api/v1/rollouts/"+url.PathEscape(started.ID), nil, &r); err != nil {
+			t.Logf("GET rollout: %v", err)
+		}
+		return r
+	}
+
+	// ztpd stops as soon as the switch's agent runs the install.
+	var before labRollout
+	for {
+		if strings.Contains(labCalls(work, sw), "sonic-installer install") {
+			before = get()
+			break
+		}
+		if r := get(); core.RolloutState(r.State).Ended() || ctx.Err() != nil {
+			t.Fatalf("the rollout ended (or time ran out) before the install: %+v", r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(before.Nodes) != 1 || before.Nodes[0].Phase != core.NodeAgent || before.Nodes[0].Operation == "" {
+		t.Fatalf("at the restart: %+v, want the switch's node with its agent", before.Nodes)
+	}
+	handed := before.Nodes[0].Operation
+	t.Logf("restarting ztpd: rollout %s, node %s %s, operation %s", before.State, before.Nodes[0].NodeName, before.Nodes[0].Phase, handed)
+	restarted := time.Now()
+	restartAppliance(t, ctx, l)
+	t.Logf("ztpd back after %s", time.Since(restarted).Round(time.Millisecond))
+
+	var end labRollout
+	for {
+		end = get()
+		if core.RolloutState(end.State).Ended() {
+			break
+		}
+		if ctx.Err() != nil {
+			dumpLabLogs(t, work, "ztpd.out", "agent-"+sw+".out")
+			t.Fatalf("the rollout did not end after the restart: %+v", end)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Logf("rollout %s: %s %s", end.ID, end.State, end.Reason)
+	t.Logf("agent %s:\n  %s", sw, strings.Join(agentLines(work, sw), "\n  "))
+	calls := labCalls(work, sw)
+	t.Logf("%s's calls:\n%s", sw, calls)
+	if end.State != string(core.RolloutSucceeded) || len(end.Nodes) != 1 || end.Nodes[0].Phase != core.NodeDone {
+		dumpLabLogs(t, work, "ztpd.out", "agent-"+sw+".out")
+		t.Fatalf("after the restart: %s %q %+v, want succeeded with the switch done", end.State, end.Reason, end.Nodes)
+	}
+	n := end.Nodes[0]
+	if n.Operation != handed {
+		t.Errorf("the switch's node ended on operation %s, want the one handed before the restart %s", n.Operation, handed)
+	}
+	if k := strings.Count(calls, "sonic-installer install"); k != 1 {
+		t.Errorf("the switch installed %d times, want once", k)
+	}
+	if cur, _ := os.ReadFile(filepath.Join(root, "host/lab-images/current")); strings.TrimSpace(string(cur)) != "SONiC-OS-lab.202411" {
+		t.Errorf("the switch runs %q, want SONiC-OS-lab.202411", cur)
+	}
+	got := nodeInAPI(t, l, n.NodeName)
+	t.Logf("  Node %s: %s Ready=%v unschedulable=%v", got.Name, got.Version, got.Ready, got.Unschedulable)
+	if !got.Ready || got.Unschedulable {
+		t.Errorf("switch Node %s: %+v, want Ready and schedulable", n.NodeName, got)
+	}
+	log, _ := os.ReadFile(filepath.Join(work, "ztpd.out"))
+	if !strings.Contains(string(log), "resumed after a restart of ztpd") {
+		t.Errorf("the restarted ztpd's log does not say it resumed the rollout")
+	}
+}
