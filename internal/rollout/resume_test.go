@@ -61,9 +61,10 @@ func (e *env) checkDone(r core.Rollout, target string, ops int) {
 			e.t.Errorf("node %s: %s %q", n.NodeName, n.Phase, n.Reason)
 		}
 	}
-	for device, k := range e.handed(r.ID) {
-		if k != ops {
-			e.t.Errorf("device %s was handed %d operations, want %d", device, k, ops)
+	handed := e.handed(r.ID)
+	for _, n := range r.Nodes {
+		if k := handed[n.Device]; k != ops {
+			e.t.Errorf("device %s was handed %d operations, want %d", n.Device, k, ops)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,14 +14,19 @@ import (
 	"github.com/ztpd/ztpd/internal/core"
 )
 
-// restartAppliance stops the lab's ztpd gracefully (SIGTERM, as an
-// appliance upgrade does) and starts it again over the same data
-// directory and configuration; the API key it was using still holds.
-// The first run's output is kept as ztpd-before-restart.out.
-func restartAppliance(t *testing.T, ctx context.Context, l *Lab) {
+// restartAppliance stops the lab's ztpd, gracefully (SIGTERM, as an
+// appliance upgrade does) or, with crash, by SIGKILL, and starts it again
+// over the same data directory and configuration; the API key it was
+// using still holds. The first run's output is kept as
+// ztpd-before-restart.out.
+func restartAppliance(t *testing.T, ctx context.Context, l *Lab, crash bool) {
 	t.Helper()
 	old := l.App
-	old.Close()
+	if crash {
+		old.Proc.Stop(0)
+	} else {
+		old.Close()
+	}
 	work := l.Topo.WorkDir
 	if err := os.Rename(filepath.Join(work, "ztpd.out"), filepath.Join(work, "ztpd-before-restart.out")); err != nil {
 		t.Fatal(err)
@@ -107,7 +113,7 @@ func TestLabRolloutSurvivesARestart(t *testing.T) {
 	handed := before.Nodes[0].Operation
 	t.Logf("restarting ztpd: rollout %s, node %s %s, operation %s", before.State, before.Nodes[0].NodeName, before.Nodes[0].Phase, handed)
 	restarted := time.Now()
-	restartAppliance(t, ctx, l)
+	restartAppliance(t, ctx, l, false)
 	t.Logf("ztpd back after %s", time.Since(restarted).Round(time.Millisecond))
 
 	var end labRollout
@@ -144,6 +150,101 @@ func TestLabRolloutSurvivesARestart(t *testing.T) {
 	t.Logf("  Node %s: %s Ready=%v unschedulable=%v", got.Name, got.Version, got.Ready, got.Unschedulable)
 	if !got.Ready || got.Unschedulable {
 		t.Errorf("switch Node %s: %+v, want Ready and schedulable", n.NodeName, got)
+	}
+	log, _ := os.ReadFile(filepath.Join(work, "ztpd.out"))
+	if !strings.Contains(string(log), "resumed after a restart of ztpd") {
+		t.Errorf("the restarted ztpd's log does not say it resumed the rollout")
+	}
+}
+
+// TestLabKubernetesRolloutSurvivesACrash: a control plane and a worker at
+// the version before the newest; a Kubernetes rollout to the newest
+// started with ztpd's CLI. Once the control plane's agent has been handed
+// its operation (kubeadm upgrade apply), ztpd is killed (SIGKILL, a crash)
+// and started again. Nobody starts the rollout again: the restarted ztpd
+// awaits the control plane's operation, waits for its Node Ready at the
+// newest version, uncordons it, then does the worker; the rollout ends
+// succeeded, both Nodes Ready and schedulable at the newest version in the
+// real API server, and each node's kubeadm upgrade ran once.
+func TestLabKubernetesRolloutSurvivesACrash(t *testing.T) {
+	l, work := rolloutLab(t, "zrk", 218, 2)
+	_, to, _ := UpgradeVersions()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	args := []string{"rollout", "start", "--cluster", l.Result.Clusters[0].Name, "-o", "json", "--kind", "kubernetes", "--target", l.UpgradeTo}
+	out, err := l.ZTPD(ctx, args...)
+	if err != nil {
+		t.Fatalf("ztpd %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	var started struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(out, &started); err != nil || started.ID == "" {
+		t.Fatalf("ztpd rollout start answered %s (%v)", out, err)
+	}
+	t.Logf("$ ztpd %s\n  started %s", strings.Join(args, " "), started.ID)
+	get := func() labRollout {
+		var r labRollout
+		if err := l.App.REST(ctx, "/api/v1/rollouts/"+url.PathEscape(started.ID), nil, &r); err != nil {
+			t.Logf("GET rollout: %v", err)
+		}
+		return r
+	}
+	var before labRollout
+	for {
+		before = get()
+		if len(before.Nodes) > 0 && before.Nodes[0].Phase == core.NodeAgent && before.Nodes[0].Operation != "" {
+			break
+		}
+		if core.RolloutState(before.State).Ended() || ctx.Err() != nil {
+			t.Fatalf("the rollout ended (or time ran out) before the control plane's operation: %+v", before)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	phases := make([]string, len(before.Nodes))
+	for i, n := range before.Nodes {
+		phases[i] = n.NodeName + " " + n.Phase
+	}
+	t.Logf("killing ztpd: rollout %s, nodes %s", before.State, strings.Join(phases, ", "))
+	restartAppliance(t, ctx, l, true)
+
+	var end labRollout
+	for {
+		end = get()
+		if core.RolloutState(end.State).Ended() {
+			break
+		}
+		if ctx.Err() != nil {
+			dumpLabLogs(t, work, "ztpd.out", "agent-vm0.out", "agent-vm1.out")
+			t.Fatalf("the rollout did not end after the restart: %+v", end)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Logf("rollout %s: %s %s", end.ID, end.State, end.Reason)
+	for _, d := range []string{"vm0", "vm1"} {
+		t.Logf("agent %s:\n  %s", d, strings.Join(agentLines(work, d), "\n  "))
+	}
+	if end.State != string(core.RolloutSucceeded) {
+		dumpLabLogs(t, work, "ztpd.out")
+		t.Fatalf("after the crash: %s %q, want succeeded", end.State, end.Reason)
+	}
+	if end.Nodes[0].Operation != before.Nodes[0].Operation {
+		t.Errorf("the control plane ended on operation %s, want the one handed before the crash %s", end.Nodes[0].Operation, before.Nodes[0].Operation)
+	}
+	for _, n := range end.Nodes {
+		if n.Phase != core.NodeDone {
+			t.Errorf("node %s: %s (%s), want done", n.NodeName, n.Phase, n.Reason)
+		}
+		got := nodeInAPI(t, l, n.NodeName)
+		t.Logf("  Node %s: %s Ready=%v unschedulable=%v", got.Name, got.Version, got.Ready, got.Unschedulable)
+		if got.Version != to || !got.Ready || got.Unschedulable {
+			t.Errorf("Node %s: %+v, want Ready and schedulable at %s", n.NodeName, got, to)
+		}
+	}
+	for _, d := range []string{"vm0", "vm1"} {
+		if k := strings.Count(labCalls(work, d), "kubeadm upgrade "); k != 1 {
+			t.Errorf("%s ran kubeadm upgrade %s times, want once:\n%s", d, strconv.Itoa(k), labCalls(work, d))
+		}
 	}
 	log, _ := os.ReadFile(filepath.Join(work, "ztpd.out"))
 	if !strings.Contains(string(log), "resumed after a restart of ztpd") {
