@@ -64,8 +64,11 @@ by one, then workers, --max-unavailable at once. Each node is cordoned and
 drained (PodDisruptionBudgets hold), its agent runs the operation between the
 operator's hooks, ztpd waits for the Node Ready at the target and uncordons it.
 A failed node stops the rollout with the reason; "rollout show" says which node
-and why. One rollout runs per cluster at a time. Starting, pausing, resuming and
-aborting need an admin key (or the admin socket).`,
+and why. One rollout runs per cluster at a time. A rollout survives a restart of
+ztpd: it carries on from where it was, an operation already handed to an agent
+awaited, not handed again (in a group, the leader takes over the rollouts of an
+appliance that is gone). Starting, pausing, resuming and aborting need an admin
+key (or the admin socket).`,
 		Example: `  ztpd rollout plan --cluster fabric-1 --kind image --target sonic-202411.bin --max-unavailable 2 --canary 1
   ztpd rollout start --cluster fabric-1 --kind image --target sonic-202411.bin --max-unavailable 2
   ztpd rollout approve ro-20260301T101500-abcdefghij
