@@ -285,11 +285,9 @@ func (e *Engine) resume(r core.Rollout, why, how string) error {
 }
 
 // failUnfinished records the unfinished rollouts match picks as failed
-// (running one again skips the nodes already done) and takes back the
-// operations no agent has started: an engine without agents cannot await
-// what its nodes were doing.
+// (running one again skips the nodes already done): an engine without
+// agents cannot await what their nodes were doing.
 func (e *Engine) failUnfinished(match func(core.Rollout) bool, why string) (int, error) {
-	opts := e.opts
 	var stale []string
 	err := e.st.View(func(tx core.Tx) error {
 		return tx.Rollouts().List("", func(r core.Rollout) (bool, error) {
@@ -303,29 +301,11 @@ func (e *Engine) failUnfinished(match func(core.Rollout) bool, why string) (int,
 		return 0, err
 	}
 	for _, id := range stale {
-		var handedOut []core.RolloutNode
 		if err := e.update(id, func(r *core.Rollout) (string, error) {
-			handedOut = nil // fn may run again (a shared store)
 			r.State, r.Reason, r.Finished = core.RolloutFailed, why, e.now()
-			for _, n := range r.Nodes {
-				if n.Phase == core.NodeAgent && n.Operation != "" {
-					handedOut = append(handedOut, n)
-				}
-			}
 			return why, nil
 		}); err != nil {
 			return 0, err
-		}
-		// Operations no agent has started yet are taken back: nothing
-		// waits for them any more. Started ones finish on the device.
-		for _, n := range handedOut {
-			if opts.Agents == nil {
-				break
-			}
-			err := opts.Agents.Withdraw(context.Background(), n.Device, n.Operation, "rollout "+id+": "+why)
-			if err != nil && core.KindOf(err) != core.KindState {
-				return 0, err
-			}
 		}
 	}
 	return len(stale), nil

@@ -749,7 +749,7 @@ func TestSelectorPicksSwitchesByLabel(t *testing.T) {
 // store, a restart resumes only the restarting appliance's rollouts, and
 // AdoptOrphans takes over those of an appliance that is gone.
 func TestRolloutsBelongToTheirAppliance(t *testing.T) {
-	e := newEnv(t, 1)
+	e := newRerunningEnv(t, 1) // the adoption's transaction may run twice
 	storetest.Update(t, e.st, func(tx core.Tx) error {
 		for _, a := range []string{"a1", "a2", "a3"} {
 			err := tx.Rollouts().Put(core.Rollout{ID: "ro-" + a, Appliance: a, Cluster: cluster + a, Kind: core.RolloutKubernetes, State: core.RolloutRunning})
