@@ -223,6 +223,11 @@ func (e *Engine) awaitOperation(ctx context.Context, r core.Rollout, n core.Roll
 				return err
 			}
 		}
+		if e.runningHere(r.ID) {
+			if owner, taken := e.takenOver(r.ID); taken {
+				return fmt.Errorf("rollout %s taken over by appliance %s", r.ID, owner)
+			}
+		}
 		if first && e.aborted(r.ID) {
 			if err := e.opts.Agents.Withdraw(ctx, n.Device, opID, "rollout "+r.ID+" aborted"); err == nil {
 				return errWithdrawn
@@ -258,13 +263,18 @@ func (e *Engine) awaitOperation(ctx context.Context, r core.Rollout, n core.Roll
 	}
 }
 
+// runningHere reports whether the rollout runs in this process (not an
+// operator's rollback of a node of an ended one).
+func (e *Engine) runningHere(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.runs[id] != nil
+}
+
 // aborted reports whether the rollout, running here, has been aborted (a
 // rollback after it ended, or resumed after a restart, goes on).
 func (e *Engine) aborted(id string) bool {
-	e.mu.Lock()
-	running := e.runs[id] != nil
-	e.mu.Unlock()
-	if !running {
+	if !e.runningHere(id) {
 		return false
 	}
 	cur, err := e.Get(id)

@@ -404,3 +404,37 @@ func TestRestartAtTheGate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An appliance taken for gone that still runs the rollout (it was cut
+// off, or slow) stops once it sees the adopter's name on it: the adopter
+// ends it, and the first records nothing of the node's outcome.
+func TestTakenOverRunStops(t *testing.T) {
+	e := newEnv(t, 1)
+	e.stopAgents()
+	a1 := e.newAppliance("a1")
+	r, err := a1.Start(context.Background(), Spec{Cluster: cluster, Kind: core.RolloutKubernetes, Target: "v1.37.2", By: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.eng = a1
+	e.waitNode(r.ID, 0, "handed its operation", func(n core.RolloutNode) bool { return n.Phase == core.NodeAgent && n.Operation != "" })
+	b := e.newAppliance("b")
+	if n, err := b.AdoptOrphans(func(a string) bool { return a == "b" }); err != nil || n != 1 {
+		t.Fatalf("adopted %d: %v", n, err)
+	}
+	// a1 stops awaiting the operation (within one of its 2 s polls).
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for a1.runningHere(r.ID) {
+		if ctx.Err() != nil {
+			t.Fatal("a1 still runs the rollout b adopted")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got, _ := b.Get(r.ID); got.State != core.RolloutRunning || got.Nodes[0].Phase != core.NodeAgent {
+		t.Fatalf("after a1 stopped: %s %s", got.State, summary(got))
+	}
+	e.startAgents(1)
+	e.eng = b
+	e.checkDone(e.waitResumed(r.ID), "v1.37.2", 1)
+}

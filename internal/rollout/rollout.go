@@ -859,6 +859,13 @@ type nodeResult struct {
 	hook   bool // the failure was an operator hook's
 }
 
+// takenOver reports whether another appliance has adopted the rollout
+// (this one was taken for gone), and which.
+func (e *Engine) takenOver(id string) (string, bool) {
+	r, err := e.Get(id)
+	return r.Appliance, err == nil && r.Appliance != e.opts.Appliance
+}
+
 // underway reports whether a node in phase is in flight: between its
 // start and its end.
 func underway(phase string) bool {
@@ -902,10 +909,10 @@ func (e *Engine) loop(id string, rn *run) {
 			e.opts.Log.Error("rollout lost", "rollout", id, "err", err)
 			return
 		}
-		if r.Appliance != e.opts.Appliance {
+		if owner, taken := e.takenOver(id); taken {
 			// Another appliance adopted it (this one was taken for
 			// gone): it runs it from now on.
-			e.opts.Log.Warn("rollout taken over by another appliance", "rollout", id, "appliance", r.Appliance)
+			e.opts.Log.Warn("rollout taken over by another appliance", "rollout", id, "appliance", owner)
 			return
 		}
 		stopping := r.State != core.RolloutRunning || failure != ""
@@ -932,6 +939,11 @@ func (e *Engine) loop(id string, rn *run) {
 		case res := <-results:
 			delete(inFlight, res.device)
 			e.nodeFinished(rn, res.device)
+			if owner, taken := e.takenOver(id); taken {
+				// The node's outcome is the adopter's to record.
+				e.opts.Log.Warn("rollout taken over by another appliance", "rollout", id, "appliance", owner)
+				return
+			}
 			var rb *rolledBackError
 			if errors.As(res.err, &rb) {
 				// Recorded rolled-back by the node; back Ready where it was.
