@@ -18,7 +18,9 @@ import (
 // appliance's session (the fence), so an appliance whose session expired
 // can make nothing durable and hence ACKs nothing. Leases committed by the
 // others reach this server through the lease feed, so a survivor knows
-// every lease a dead appliance gave.
+// every lease a dead appliance gave. What does not depend on the address
+// family (the claim loop, the fence, the feed follower) is ztp/dhcpgroup,
+// shared with the DHCPv6 server.
 
 // LBHash is RFC 3074's hash of a client's key: its client identifier when
 // it sends one, else its hardware address (what Kea hashes too).
@@ -76,7 +78,7 @@ func (s *Server) groupPools() []dhcpgroup.Pool {
 	return pools
 }
 
-// freeInHeld counts (up to lowWater) the addresses a new client could get
+// freeInHeld counts (up to the low water) the addresses a new client could get
 // in the blocks of p this appliance holds.
 func (s *Server) freeInHeld(sn *subnet, p *pool, now time.Time) int {
 	free, low := 0, dhcpgroup.LowWater(uint64(p.size()))

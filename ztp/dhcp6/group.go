@@ -24,7 +24,8 @@ import (
 // addresses. The group answers with one server DUID (stored once in the
 // shared settings), so a Renew sent to the appliance that died is taken
 // by the one holding its bucket now, without waiting for the client's
-// Rebind.
+// Rebind. What does not depend on the address family (the claim loop, the
+// fence, the feed follower) is ztp/dhcpgroup, shared with DHCPv4.
 
 // stepPartition leaves clients of other appliances' buckets to them. A
 // message without a client identifier goes on to identify, which drops it.
@@ -132,7 +133,7 @@ func (s *Server) groupPools() []dhcpgroup.Pool {
 	return pools
 }
 
-// freeInHeld counts (up to lowWater) the addresses a new client could get
+// freeInHeld counts (up to the low water) the addresses a new client could get
 // in the blocks of p this appliance holds.
 func (s *Server) freeInHeld(sn *subnet, p *pool, now time.Time) int {
 	free, bs, low := 0, dhcpgroup.BlockSize(p.size), dhcpgroup.LowWater(p.size)
