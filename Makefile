@@ -7,7 +7,7 @@ LAB_BIN ?= bin/ztpd-lab
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: package k8s-bins build test test-short lint fuzz bench bench-go bench-dhcp bench-dhcp-positions bench-dhcp6 bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed bench-webui bench-scale bench-rollout lab clean
+.PHONY: package k8s-bins peer-bins build test test-short lint fuzz bench bench-go bench-dhcp bench-dhcp-positions bench-dhcp6 bench-tftp bench-iso bench-ztp bench-joins bench-api bench-storm bench-observed bench-webui bench-scale bench-rollout lab clean
 
 # The product (ztpd) and the namespace lab (ztpd-lab), side by side: ztpd-lab
 # runs the ztpd next to it, and the simulated kubelet (kubeletsim) next to it.
@@ -48,6 +48,10 @@ test: build
 # without them; .ci/run builds them first.
 k8s-bins:
 	testenv/k8sbin/build.sh
+
+# Real peers Debian does not package: busybox with udhcpc6 (testenv/busybox).
+peer-bins:
+	testenv/busybox/build.sh
 
 test-short:
 	$(GO) test -short ./...

@@ -882,28 +882,9 @@ class Agent:
             if not self.report(name, "running"):
                 return
             out = Tail()
-            try:
-                if action == "reboot":
-                    # "timeout" bounds the wait for the new boot, not this command.
-                    code = run_command(["reboot"], 120, out)
-                    if code == 0:
-                        st["running"]["rebooting"] = True
-                        self.save()
-                        log("step %s: rebooting" % name)
-                        return
-                elif action in ACTIONS:
-                    code = ACTIONS[action](self, op, step, step["args"], out)
-                else:
-                    raise StepFailed("unknown action %s" % action)
-            except StepFailed as e:
-                out.write("ztpd-agent: %s\n" % e)
-                code = AGENT_FAILED
-            except Unreachable as e:
-                # The step stays running: the next run starts it again.
-                raise Exit(EXIT_TRANSIENT, "step %s: %s" % (name, e))
-            except OSError as e:
-                out.write("ztpd-agent: %s\n" % e)
-                code = AGENT_FAILED
+            code = exit_code_of(name, out, self.run_action, op, step, out)
+            if code is REBOOTING:
+                return
             if not self.finish(name, code, out.text()) or code != 0:
                 if code != 0 and rb and not st["abandoned"]:
                     self.run_rollback(op, rb)
@@ -923,6 +904,22 @@ class Agent:
             log("step %s: failed (exit %d); stopping operation %s" % (name, code, st["operation"]))
         return self.report(name, "succeeded" if code == 0 else "failed", code, output)
 
+    def run_action(self, op, step, out):
+        """Runs step's action; returns its exit code, or REBOOTING once a
+        reboot step has started the reboot."""
+        name, action = step["name"], step["action"]
+        if action == "reboot":
+            # "timeout" bounds the wait for the new boot, not this command.
+            code = run_command(["reboot"], 120, out)
+            if code == 0:
+                self.state["running"]["rebooting"] = True
+                self.save()
+                log("step %s: rebooting" % name)
+                return REBOOTING
+            return code
+        if action in ACTIONS:
+            return ACTIONS[action](self, op, step, step["args"], out)
+        raise StepFailed("unknown action %s" % action)
 
     def run_rollback(self, op, step):
         """Runs (or resumes, after a kill or its own reboot) a rollback step:
@@ -947,16 +944,7 @@ class Agent:
         out.write(running.get("transcript", ""))
         if running.get("phase") == "start" and running.get("reason"):
             out.write("ztpd-agent: rolling back: %s\n" % running["reason"])
-        try:
-            code = rollback(self, op, step, running, out)
-        except StepFailed as e:
-            out.write("ztpd-agent: %s\n" % e)
-            code = AGENT_FAILED
-        except Unreachable as e:
-            raise Exit(EXIT_TRANSIENT, "step %s: %s" % (name, e))
-        except OSError as e:
-            out.write("ztpd-agent: %s\n" % e)
-            code = AGENT_FAILED
+        code = exit_code_of(name, out, rollback, self, op, step, running, out)
         if code is REBOOTING:
             return False
         st["running"] = None
@@ -981,8 +969,24 @@ def on_failure_rollback(op):
     return next((s for s in op["steps"] if s["action"] == "rollback"), None)
 
 
-# REBOOTING: a rollback phase rebooted the device; the next boot resumes it.
+# REBOOTING: a step or a rollback phase rebooted the device; the next boot
+# resumes it.
 REBOOTING = object()
+
+
+def exit_code_of(name, out, fn, *args):
+    """Runs fn(*args) for step name and returns what it returns (an exit
+    code, or REBOOTING). A step the agent itself fails (StepFailed, or an
+    OSError) exits AGENT_FAILED, the reason written to its output; an
+    unreachable ztpd or download ends this run with the step still running,
+    so the next run starts it again."""
+    try:
+        return fn(*args)
+    except (StepFailed, OSError) as e:
+        out.write("ztpd-agent: %s\n" % e)
+        return AGENT_FAILED
+    except Unreachable as e:
+        raise Exit(EXIT_TRANSIENT, "step %s: %s" % (name, e))
 
 
 def save_phase(agent, running, phase, out):

@@ -70,26 +70,17 @@ func TestExternalEtcdControlPlane(t *testing.T) {
 			t.Skipf("skipping: %s not installed (an etcd node makes its keys with openssl, starts etcd with python3)", tool)
 		}
 	}
-	vs, err := kubebin.Versions()
-	if err != nil {
-		t.Fatal(err)
-	}
-	version := vs[len(vs)-1]
-	bins := kubebin.Require(t, version)
 	etcdBin := kubebin.RequireEtcd(t)
 	const endpoint, advertise, etcdIP = "10.99.215.10", "10.99.215.11", "10.99.215.21"
+	// The etcd node runs in the control plane's namespace, before it.
 	ns, err := netns.Add(fmt.Sprintf("cpe-%x", os.Getpid()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ns.Close() })
-	for _, a := range []string{endpoint, advertise, etcdIP} {
-		if err := ns.IP("addr", "add", a+"/32", "dev", "lo"); err != nil {
-			t.Fatal(err)
-		}
+	if err := ns.IP("addr", "add", etcdIP+"/32", "dev", "lo"); err != nil {
+		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
 
 	// The etcd node: its keys, its join data's files, the real etcd.
 	etcdCA, err := pki.NewEtcdCA(pki.ECDSAP256, time.Now())
@@ -149,36 +140,17 @@ func TestExternalEtcdControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, err := pki.NewCA("kubernetes", pki.ECDSAP256, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	caKey, err := ca.PrivateKeyPEM()
-	if err != nil {
-		t.Fatal(err)
-	}
 	worker, err := tokens.GenerateBootstrapToken()
 	if err != nil {
 		t.Fatal(err)
 	}
-	certKey, err := tokens.GenerateCertificateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := bundle.MustVersion(strings.TrimPrefix(version, "v"))
-	plan, err := bundle.PlanInit(bundle.InitParams{Version: v, ControlPlaneEndpoint: endpoint + ":6443", AdvertiseAddress: advertise,
-		NodeName: "cp-1", Tokens: []bundle.Token{{Token: worker, TTL: time.Hour, Description: "ztpd: worker w-1"}},
-		CertificateKey: certKey, EncryptionAlgorithm: pki.ECDSAP256, ExternalEtcd: &bundle.ExternalEtcd{Endpoints: []string{bundle.EtcdEndpoint(etcdIP)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp, err := Start(ctx, Config{Kubernetes: bins, Etcd: etcdBin, KubeadmConfig: plan.Config, CACert: ca.CertPEM(), CAKey: caKey,
-		ExternalEtcd: &ExternalEtcdFiles{CACert: etcdCA.CertPEM(), ClientCert: clientCert, ClientKey: clientKey},
-		Dir:          filepath.Join(t.TempDir(), "cp"), Run: NetnsRun(ns), Dial: NetnsDial(ns)})
-	if err != nil {
-		t.Fatalf("%v\netcd node:\n%s", err, etcdLog.String())
-	}
-	t.Cleanup(func() { cp.Stop() })
+	tp := StartForTest(t, TestOptions{NS: ns, EndpointIP: endpoint, AdvertiseIP: advertise,
+		Tokens: []bundle.Token{{Token: worker, TTL: time.Hour, Description: "ztpd: worker w-1"}},
+		ExternalEtcd: &TestExternalEtcd{Endpoints: []string{bundle.EtcdEndpoint(etcdIP)},
+			Files: ExternalEtcdFiles{CACert: etcdCA.CertPEM(), ClientCert: clientCert, ClientKey: clientKey}}})
+	cp := tp.ControlPlane
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	if got := cp.Running(); len(got) == 0 || slices.Contains(got, Etcd) {
 		t.Errorf("components running: %v (no etcd runs on the control plane)", got)
 	}
@@ -225,12 +197,12 @@ func TestExternalEtcdControlPlane(t *testing.T) {
 	}
 
 	// A worker's real kubeadm join discovery passes against it.
-	jp, err := bundle.PlanJoin(bundle.JoinParams{Version: v, APIServerEndpoint: endpoint + ":6443", Token: worker,
-		CACertHashes: []string{ca.DiscoveryHash()}, NodeName: "w-1"})
+	jp, err := bundle.PlanJoin(bundle.JoinParams{Version: tp.Version, APIServerEndpoint: endpoint + ":6443", Token: worker,
+		CACertHashes: []string{tp.CA.DiscoveryHash()}, NodeName: "w-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := JoinDiscovery(ctx, JoinConfig{Kubeadm: bins.Kubeadm, Config: jp.Config, Dir: filepath.Join(t.TempDir(), "w-1"), Run: NetnsRun(ns)})
+	j, err := JoinDiscovery(ctx, JoinConfig{Kubeadm: tp.Bins.Kubeadm, Config: jp.Config, Dir: filepath.Join(t.TempDir(), "w-1"), Run: NetnsRun(ns)})
 	if err != nil {
 		t.Fatalf("worker's join discovery: %v", err)
 	}

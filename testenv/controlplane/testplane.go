@@ -25,6 +25,21 @@ type TestOptions struct {
 	CertSANs                []string
 	Manifests               [][]byte      // applied after init, as a ztpd init bundle's
 	Timeout                 time.Duration // for the start; default 5 minutes
+	// NS, when set, is a namespace the test made (and closes) to start
+	// in, for peers that must run there before the control plane starts;
+	// nil: a new one named Namespace.
+	NS *netns.NS
+	// ExternalEtcd, when set, is the etcd the control plane stores in
+	// instead of running its own (it must be serving already).
+	ExternalEtcd *TestExternalEtcd
+}
+
+// TestExternalEtcd is an external etcd for StartForTest: its client
+// endpoints (kubeadm's configuration) and the files the API server reaches
+// it with.
+type TestExternalEtcd struct {
+	Endpoints []string
+	Files     ExternalEtcdFiles
 }
 
 // TestPlane is a real control plane a test started from a fresh init
@@ -60,11 +75,14 @@ func StartForTest(t testing.TB, o TestOptions) *TestPlane {
 	}
 	bins := kubebin.Require(t, o.Version)
 	etcd := kubebin.RequireEtcd(t)
-	ns, err := netns.Add(o.Namespace)
-	if err != nil {
-		t.Fatal(err)
+	ns := o.NS
+	if ns == nil {
+		var err error
+		if ns, err = netns.Add(o.Namespace); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ns.Close() })
 	}
-	t.Cleanup(func() { ns.Close() })
 	for _, a := range []string{o.EndpointIP + "/32", o.AdvertiseIP + "/32"} {
 		if err := ns.IP("addr", "add", a, "dev", "lo"); err != nil {
 			t.Fatal(err)
@@ -83,6 +101,11 @@ func StartForTest(t testing.TB, o TestOptions) *TestPlane {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var external *bundle.ExternalEtcd
+	var files *ExternalEtcdFiles
+	if o.ExternalEtcd != nil {
+		external, files = &bundle.ExternalEtcd{Endpoints: o.ExternalEtcd.Endpoints}, &o.ExternalEtcd.Files
+	}
 	plan, err := bundle.PlanInit(bundle.InitParams{
 		Version:              v,
 		ControlPlaneEndpoint: o.EndpointIP + ":6443",
@@ -93,6 +116,7 @@ func StartForTest(t testing.TB, o TestOptions) *TestPlane {
 		CertificateKey:       certKey,
 		EncryptionAlgorithm:  pki.ECDSAP256,
 		PodSubnet:            "10.244.0.0/16",
+		ExternalEtcd:         external,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -106,6 +130,7 @@ func StartForTest(t testing.TB, o TestOptions) *TestPlane {
 		CACert:        ca.CertPEM(),
 		CAKey:         caKey,
 		Manifests:     o.Manifests,
+		ExternalEtcd:  files,
 		Dir:           filepath.Join(t.TempDir(), "cp"),
 		Run:           NetnsRun(ns),
 		Dial:          NetnsDial(ns),

@@ -395,6 +395,34 @@ func TestLabKubeletRestartRollsBack(t *testing.T) {
 
 }
 
+// addImageWithFailingHook adds a new SONiC image (sonic-202411.bin) and a
+// post_upgrade hook (check-bgp) that fails as a BGP check would, and
+// returns the MAC of the lab's switch sw, which the image rollout targets.
+func addImageWithFailingHook(ctx context.Context, t *testing.T, l *Lab, work, sw string) string {
+	t.Helper()
+	img := filepath.Join(work, "sonic-202411.bin")
+	if err := os.WriteFile(img, []byte("# SONiC-OS-lab.202411 (lab image)\n"+strings.Repeat("x", 1<<16)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hook := filepath.Join(work, "check-bgp")
+	if err := os.WriteFile(hook, []byte("#!/bin/sh\necho \"bgp: neighbor 10.0.0.1 down\"\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, add := range [][]string{{"image", "add", img, "--kind", "sonic-installer", "--name", "sonic-202411.bin"},
+		{"image", "add", hook, "--kind", "file", "--name", "check-bgp"}} {
+		if out, err := l.App.CLI(ctx, add...); err != nil {
+			t.Fatalf("ztpd %s: %v: %s", strings.Join(add, " "), err, out)
+		}
+	}
+	for _, d := range l.Plan {
+		if d.Name == sw {
+			return d.MAC
+		}
+	}
+	t.Fatalf("no %s in the lab's plan", sw)
+	return ""
+}
+
 // TestLabSwitchImageRollsBack: a SONiC switch in a real cluster (beside
 // its control plane VM) gets an image rollout with rollback auto whose
 // post_upgrade hook fails. Its agent records the running image and a
@@ -413,27 +441,8 @@ func TestLabSwitchImageRollsBack(t *testing.T) {
 	defer cancel()
 	sw := "sw0"
 	root := filepath.Join(work, "devices", sw, "root")
-	img := filepath.Join(work, "sonic-202411.bin")
-	if err := os.WriteFile(img, []byte("# SONiC-OS-lab.202411 (lab image)\n"+strings.Repeat("x", 1<<16)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	hook := filepath.Join(work, "check-bgp")
-	if err := os.WriteFile(hook, []byte("#!/bin/sh\necho \"bgp: neighbor 10.0.0.1 down\"\nexit 3\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, add := range [][]string{{"image", "add", img, "--kind", "sonic-installer", "--name", "sonic-202411.bin"},
-		{"image", "add", hook, "--kind", "file", "--name", "check-bgp"}} {
-		if out, err := l.App.CLI(ctx, add...); err != nil {
-			t.Fatalf("ztpd %s: %v: %s", strings.Join(add, " "), err, out)
-		}
-	}
 	bootBefore, _ := os.ReadFile(filepath.Join(root, "proc/sys/kernel/random/boot_id"))
-	var swMAC string
-	for _, d := range l.Plan {
-		if d.Name == sw {
-			swMAC = d.MAC
-		}
-	}
+	swMAC := addImageWithFailingHook(ctx, t, l, work, sw)
 	res, r := startRollout(t, l, "--kind", "image", "--target", "sonic-202411.bin", "--devices", swMAC,
 		"--hook", "post_upgrade=check-bgp", "--rollback", "auto", "--node-timeout", "2m")
 	t.Logf("agent %s:\n  %s", sw, strings.Join(agentLines(work, sw), "\n  "))
@@ -507,26 +516,7 @@ func TestLabSwitchManualRollback(t *testing.T) {
 	defer cancel()
 	sw := "sw0"
 	root := filepath.Join(work, "devices", sw, "root")
-	img := filepath.Join(work, "sonic-202411.bin")
-	if err := os.WriteFile(img, []byte("# SONiC-OS-lab.202411 (lab image)\n"+strings.Repeat("x", 1<<16)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	hook := filepath.Join(work, "check-bgp")
-	if err := os.WriteFile(hook, []byte("#!/bin/sh\necho \"bgp: neighbor 10.0.0.1 down\"\nexit 3\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, add := range [][]string{{"image", "add", img, "--kind", "sonic-installer", "--name", "sonic-202411.bin"},
-		{"image", "add", hook, "--kind", "file", "--name", "check-bgp"}} {
-		if out, err := l.App.CLI(ctx, add...); err != nil {
-			t.Fatalf("ztpd %s: %v: %s", strings.Join(add, " "), err, out)
-		}
-	}
-	var swMAC string
-	for _, d := range l.Plan {
-		if d.Name == sw {
-			swMAC = d.MAC
-		}
-	}
+	swMAC := addImageWithFailingHook(ctx, t, l, work, sw)
 	_, r := startRollout(t, l, "--kind", "image", "--target", "sonic-202411.bin", "--devices", swMAC,
 		"--hook", "post_upgrade=check-bgp", "--rollback", "manual", "--node-timeout", "2m")
 	if len(r.Nodes) != 1 {

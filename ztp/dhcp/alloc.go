@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/ztp/dhcpgroup"
 )
 
 // binding is the in-memory state of one address. The store holds the
@@ -58,7 +59,7 @@ func (s *Server) markDirty(b *binding) {
 	if !b.pending {
 		// A binding already pending keeps the session of its first
 		// undurable decision: what it holds now builds on that one.
-		b.pending, b.session = true, s.session()
+		b.pending, b.session = true, dhcpgroup.Session(s.part)
 	}
 }
 
@@ -75,7 +76,7 @@ func (s *Server) queueDirty(b *binding) {
 // stored lease l (nil: deleted), which becomes what it goes back to should
 // that session end first.
 func (s *Server) keepsLiveDecision(cur *binding, l *core.Lease) bool {
-	if cur == nil || !cur.dirty || cur.session != s.session() {
+	if cur == nil || !cur.dirty || cur.session != dhcpgroup.Session(s.part) {
 		return false
 	}
 	cur.stored = l
@@ -297,11 +298,8 @@ func (s *Server) allocate(x *exchange) *binding {
 		}
 		s.reclaim(sn, x.now)
 	}
-	if s.part != nil {
-		select { // the blocks held are used up: claim another now
-		case s.needBlock <- struct{}{}:
-		default:
-		}
+	if s.blocks != nil {
+		s.blocks.Need() // the blocks held are used up: claim another now
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
+	"github.com/ztpd/ztpd/ztp/dhcpgroup"
 )
 
 // The committer makes in-memory decisions durable. Workers mark bindings
@@ -284,8 +285,8 @@ func (s *Server) take(snap *snapshot, now time.Time) {
 	snap.bindings, snap.leases = snap.bindings[:0], snap.leases[:0]
 	snap.devices, snap.reports = snap.devices[:0], snap.reports[:0]
 	snap.events, snap.acks = snap.events[:0], snap.acks[:0]
-	snap.session, snap.stale = s.session(), 0
-	snap.fence = s.fenceFor(snap.session)
+	snap.session, snap.stale = dhcpgroup.Session(s.part), 0
+	snap.fence = dhcpgroup.FenceFor(s.part, snap.session)
 	for _, b := range s.dirty {
 		b.dirty = false
 		if s.part != nil && b.pending && b.session != snap.session {

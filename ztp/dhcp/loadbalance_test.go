@@ -11,6 +11,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/ztp/dhcpgroup"
 )
 
 // fakeGroup stands in for internal/ha (tested against real etcd there):
@@ -77,7 +78,7 @@ func newGroupHarness(t *testing.T) (*harness, *fakeGroup) {
 // before newHarness returns it).
 type lazyFeed struct{ h func() *harness }
 
-func feedOf(h func() *harness) LeaseFeed { return lazyFeed{h} }
+func feedOf(h func() *harness) dhcpgroup.LeaseFeed { return lazyFeed{h} }
 
 func (f lazyFeed) Load(fn func(core.Lease)) (int64, error) {
 	if f.h() == nil {
@@ -150,7 +151,7 @@ func TestDecisionOfAnEndedSessionIsNeverCommitted(t *testing.T) {
 	}
 	x := h.decideOnly(requestFor(offer))
 	g.set(1, 0)
-	if _, err := h.tryCommit(); !errors.Is(err, errFenced) {
+	if _, err := h.tryCommit(); !errors.Is(err, dhcpgroup.ErrFenced) {
 		t.Fatalf("commit without a live session: %v, want the fence", err)
 	}
 	// Meanwhile another appliance gave the address to another client.
@@ -184,7 +185,7 @@ func TestDecisionOfAnEndedSessionIsNeverCommitted(t *testing.T) {
 	offer3, _ := h.exchange(discover(mac(3)))
 	h.decideOnly(requestFor(offer3))
 	g.set(2, 0)
-	if _, err := h.tryCommit(); !errors.Is(err, errFenced) {
+	if _, err := h.tryCommit(); !errors.Is(err, dhcpgroup.ErrFenced) {
 		t.Fatalf("commit without a live session: %v", err)
 	}
 	g.set(3, 3)

@@ -21,6 +21,7 @@ import (
 	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/positions"
 	"github.com/ztpd/ztpd/internal/ratelimit"
+	"github.com/ztpd/ztpd/ztp/dhcpgroup"
 )
 
 // LeaseFinder is what other parts may ask the running DHCP server without
@@ -68,12 +69,13 @@ type Server struct {
 	// unanswered for a reason the operator can act on.
 	dropLog *ratelimit.Keyed
 
-	// part and feed are set when several appliances share the store
-	// (loadbalance.go); needBlock asks for an address block now.
-	part      Partition
-	feed      LeaseFeed
-	feedRev   int64
-	needBlock chan struct{}
+	// part, feed and blocks are set when several appliances share the
+	// store (loadbalance.go); blocks claims the address blocks new addresses
+	// come from.
+	part    dhcpgroup.Partition
+	feed    dhcpgroup.LeaseFeed
+	feedRev int64
+	blocks  *dhcpgroup.Blocks
 }
 
 var (
@@ -120,8 +122,8 @@ type Options struct {
 
 	// Partition and Feed, together, make this server one of several
 	// appliances sharing the store (loadbalance.go); nil on one box.
-	Partition Partition
-	Feed      LeaseFeed
+	Partition dhcpgroup.Partition
+	Feed      dhcpgroup.LeaseFeed
 }
 
 // New builds the server. It opens no socket and reads no lease; Listen
@@ -146,7 +148,7 @@ func New(opt Options) (*Server, error) {
 		sendWarn: rate.Sometimes{Interval: 10 * time.Second},
 		dropLog:  ratelimit.New(1, dropLogEvery, 4096),
 		workers:  max(1, runtime.GOMAXPROCS(0)),
-		part:     opt.Partition, feed: opt.Feed, needBlock: make(chan struct{}, 1),
+		part:     opt.Partition, feed: opt.Feed,
 	}
 	if (opt.Partition == nil) != (opt.Feed == nil) {
 		return nil, errors.New("dhcp: a partition and a lease feed go together")
@@ -172,6 +174,9 @@ func New(opt Options) (*Server, error) {
 	}
 	if len(s.subnets) == 0 {
 		return nil, errors.New("dhcp: no subnet configured")
+	}
+	if s.part != nil {
+		s.blocks = dhcpgroup.NewBlocks(s.part, &s.mu, s.groupPools(), s.log, s.metrics.blocksClaimed)
 	}
 	hint := 0
 	for _, sn := range s.subnets {
@@ -421,7 +426,7 @@ func (s *Server) Run(ctx context.Context) error {
 	followDone, blocksDone := make(chan struct{}), make(chan struct{})
 	if s.part != nil {
 		go s.follow(ctx, s.feedRev, followDone)
-		go s.keepBlocks(ctx, blocksDone)
+		go s.blocks.Keep(ctx, blocksDone)
 	} else {
 		close(followDone)
 		close(blocksDone)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/devices"
+	"github.com/ztpd/ztpd/ztp/dhcpgroup"
 )
 
 // Commit pacing: a lone request is committed at once; under load one
@@ -164,8 +165,8 @@ type snapshot struct {
 func (s *Server) take(snap *snapshot, now time.Time) {
 	snap.bindings, snap.leases = snap.bindings[:0], snap.leases[:0]
 	snap.reports, snap.events, snap.replies = snap.reports[:0], snap.events[:0], snap.replies[:0]
-	snap.session, snap.stale = s.session(), 0
-	snap.fence = s.fenceFor(snap.session)
+	snap.session, snap.stale = dhcpgroup.Session(s.part), 0
+	snap.fence = dhcpgroup.FenceFor(s.part, snap.session)
 	for _, b := range s.dirty {
 		b.dirty = false
 		if s.part != nil && b.pending && b.session != snap.session {

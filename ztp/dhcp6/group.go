@@ -2,13 +2,13 @@ package dhcp6
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
 	"github.com/ztpd/ztpd/internal/ha"
+	"github.com/ztpd/ztpd/ztp/dhcpgroup"
 )
 
 // Several appliances serving the same IPv6 subnets (a group on one etcd
@@ -24,35 +24,8 @@ import (
 // addresses. The group answers with one server DUID (stored once in the
 // shared settings), so a Renew sent to the appliance that died is taken
 // by the one holding its bucket now, without waiting for the client's
-// Rebind.
-
-// Partition is this appliance's share of the work (internal/ha's
-// Coordinator).
-type Partition interface {
-	// Serves reports whether this appliance answers clients of bucket b.
-	Serves(b uint8) bool
-	// Claim takes an address block for this appliance, if nobody holds
-	// it; Holds and Holder report claims as this appliance sees them.
-	Claim(ctx context.Context, name string) (bool, error)
-	Holds(name string) bool
-	Holder(name string) (string, bool)
-	// Session is this appliance's live session, 0 when it has none.
-	Session() int64
-	// Fence fails unless session is still this appliance's live session in
-	// tx; every lease commit calls it with the session its leases were
-	// decided under.
-	Fence(tx core.Tx, session int64) error
-}
-
-// LeaseFeed is the stored leases as a stream (the etcd store): every
-// lease any appliance commits, in commit order.
-type LeaseFeed interface {
-	// Load visits every stored lease as of one revision, and returns it.
-	Load(fn func(core.Lease)) (rev int64, err error)
-	// Follow calls fn for every lease written or deleted after rev, in
-	// order, until ctx ends (deleted leases carry only their IP).
-	Follow(ctx context.Context, rev int64, fn func(l core.Lease, deleted bool)) error
-}
+// Rebind. What does not depend on the address family (the claim loop, the
+// fence, the feed follower) is ztp/dhcpgroup, shared with DHCPv4.
 
 // stepPartition leaves clients of other appliances' buckets to them. A
 // message without a client identifier goes on to identify, which drops it.
@@ -81,19 +54,10 @@ type block struct {
 	first, next uint64
 }
 
-// blockSize is how many addresses of p one claim gives an appliance, as
-// for DHCPv4: a thirty-second of the pool, 16 to 1,024 (every IPv6 pool of
-// a /64 gets 1,024: a boot storm needs few claims, and leases stay close
-// together in the store).
-func blockSize(p *pool) uint64 { return min(1024, max(16, p.size/32)) }
-
-// lowWater is how few free addresses in its blocks of p make an appliance
-// claim another block of it.
-func lowWater(p *pool) int { return int(blockSize(p)) / 2 }
-
-// blockName names the block of sn's pool p starting at offset first.
-func blockName(sn *subnet, p *pool, first uint64) string {
-	return sn.name + "/" + p.at(first).String()
+// blockOf names the address block of sn's pool p that a is in.
+func blockOf(sn *subnet, p *pool, a netip.Addr) string {
+	bs := dhcpgroup.BlockSize(p.size)
+	return dhcpgroup.BlockName(sn.name, p.at(p.offset(a)/bs*bs))
 }
 
 // mayAllocate reports whether a client that does not hold a may get it:
@@ -107,8 +71,7 @@ func (s *Server) mayAllocate(sn *subnet, a netip.Addr) bool {
 	if p == nil {
 		return false
 	}
-	bs := blockSize(p)
-	return s.part.Holds(blockName(sn, p, p.offset(a)/bs*bs))
+	return s.part.Holds(blockOf(sn, p, a))
 }
 
 // heldBlocks is p's blocks this appliance still holds (a block whose claim
@@ -130,7 +93,7 @@ func (s *Server) heldBlocks(p *pool) []*block {
 func (s *Server) allocateHeld(x *exchange) *binding {
 	for i := range x.sn.pools {
 		p := &x.sn.pools[i]
-		bs := blockSize(p)
+		bs := dhcpgroup.BlockSize(p.size)
 		for _, bl := range s.heldBlocks(p) {
 			end := min(bl.first+bs, p.size)
 			off := bl.next
@@ -146,53 +109,34 @@ func (s *Server) allocateHeld(x *exchange) *binding {
 			}
 		}
 	}
-	select { // the blocks held are used up: claim another now
-	case s.needBlock <- struct{}{}:
-	default:
-	}
+	s.blocks.Need() // the blocks held are used up: claim another now
 	return nil
 }
 
-// keepBlocks claims address blocks while the free addresses in the blocks
-// this appliance holds run low, pool by pool, until ctx ends.
-func (s *Server) keepBlocks(ctx context.Context, done chan<- struct{}) {
-	defer close(done)
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		s.claimBlocks(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-s.needBlock:
-		}
-	}
-}
-
-// claimBlocks claims blocks for every pool whose held blocks have fewer
-// than lowWater free addresses, until they have that many or nothing is
-// left to claim.
-func (s *Server) claimBlocks(ctx context.Context) {
+// groupPools are the pools whose blocks this appliance claims.
+func (s *Server) groupPools() []dhcpgroup.Pool {
+	var pools []dhcpgroup.Pool
 	for _, sn := range s.subnets {
 		for i := range sn.pools {
 			p := &sn.pools[i]
-			for ctx.Err() == nil && s.part.Session() != 0 {
-				s.mu.Lock()
-				low := s.freeInHeld(sn, p, time.Now()) < lowWater(p)
-				s.mu.Unlock()
-				if !low || !s.claimOne(ctx, sn, p) {
-					break
-				}
-			}
+			pools = append(pools, dhcpgroup.Pool{
+				Subnet:     sn.name,
+				Size:       p.size,
+				At:         p.at,
+				FreeInHeld: func(now time.Time) int { return s.freeInHeld(sn, p, now) },
+				Opened: func(first uint64) {
+					p.blocks = append(p.blocks, &block{name: dhcpgroup.BlockName(sn.name, p.at(first)), first: first, next: first})
+				},
+			})
 		}
 	}
+	return pools
 }
 
-// freeInHeld counts (up to lowWater) the addresses a new client could get
+// freeInHeld counts (up to the low water) the addresses a new client could get
 // in the blocks of p this appliance holds.
 func (s *Server) freeInHeld(sn *subnet, p *pool, now time.Time) int {
-	free, bs := 0, blockSize(p)
+	free, bs, low := 0, dhcpgroup.BlockSize(p.size), dhcpgroup.LowWater(p.size)
 	for _, bl := range s.heldBlocks(p) {
 		for off := bl.first; off < bl.first+bs && off < p.size; off++ {
 			a := p.at(off)
@@ -200,7 +144,7 @@ func (s *Server) freeInHeld(sn *subnet, p *pool, now time.Time) int {
 				continue
 			}
 			if b := s.byIP[a]; b == nil || !b.busy(now) {
-				if free++; free >= lowWater(p) {
+				if free++; free >= low {
 					return free
 				}
 			}
@@ -209,70 +153,12 @@ func (s *Server) freeInHeld(sn *subnet, p *pool, now time.Time) int {
 	return free
 }
 
-// claimOne claims the first block of p nobody holds. Blocks are looked at
-// from the pool's start, so only the blocks already held are passed over
-// (an IPv6 pool has far more blocks than the group will ever claim). It
-// reports whether it claimed one.
-func (s *Server) claimOne(ctx context.Context, sn *subnet, p *pool) bool {
-	bs := blockSize(p)
-	for first := uint64(0); first < p.size && ctx.Err() == nil; first += bs {
-		name := blockName(sn, p, first)
-		if _, held := s.part.Holder(name); held {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		ok, err := s.part.Claim(cctx, name)
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("could not claim an address block", "block", name, "err", err)
-			}
-			return false
-		}
-		if !ok {
-			continue
-		}
-		s.mu.Lock()
-		p.blocks = append(p.blocks, &block{name: name, first: first, next: first})
-		s.mu.Unlock()
-		s.metrics.blocksClaimed.Inc()
-		s.log.Info("address block claimed", "block", name, "subnet", sn.name, "addresses", min(bs, p.size-first))
-		return true
-	}
-	return false
-}
-
-// errFenced: this appliance's session is gone, so it may commit no lease.
-var errFenced = errors.New("this appliance's session expired: no lease may be committed")
-
-// fenceFor is what a lease commit of decisions made under session checks
-// first when appliances share the store (nil on one box).
-func (s *Server) fenceFor(session int64) func(core.Tx) error {
-	if s.part == nil {
-		return nil
-	}
-	return func(tx core.Tx) error {
-		if err := s.part.Fence(tx, session); err != nil {
-			return fmt.Errorf("%w: %v", errFenced, err)
-		}
-		return nil
-	}
-}
-
-// session is the session decisions made now belong to (0 on one box).
-func (s *Server) session() int64 {
-	if s.part == nil {
-		return 0
-	}
-	return s.part.Session()
-}
-
 // keepsLiveDecision reports whether cur holds this server's own decision,
 // its write pending, made under its live session: it stands over the
 // stored lease l (nil: deleted), which becomes what it goes back to should
 // that session end first.
 func (s *Server) keepsLiveDecision(cur *binding, l *core.Lease) bool {
-	if cur == nil || !cur.dirty || cur.session != s.session() {
+	if cur == nil || !cur.dirty || cur.session != dhcpgroup.Session(s.part) {
 		return false
 	}
 	cur.stored = l
@@ -327,23 +213,8 @@ func (s *Server) loadFeed(now time.Time) (int64, error) {
 
 // follow applies the leases the other appliances commit, from rev on.
 func (s *Server) follow(ctx context.Context, rev int64, done chan<- struct{}) {
-	defer close(done)
-	for ctx.Err() == nil {
-		err := s.feed.Follow(ctx, rev, s.applyRemote)
-		if ctx.Err() != nil {
-			return
-		}
-		// The feed lost its place (compaction): load everything again.
-		s.log.Warn("lease feed interrupted; loading the leases again", "err", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-		if r, err := s.loadFeed(time.Now()); err == nil {
-			rev = r
-		}
-	}
+	dhcpgroup.Follow(ctx, s.feed, rev, s.applyRemote,
+		func() (int64, error) { return s.loadFeed(time.Now()) }, s.log, done)
 }
 
 // applyRemote brings one stored lease into memory: another appliance's

@@ -166,7 +166,7 @@ func newGroupPair(t *testing.T) (*harness, [2]*appliance) {
 	}
 	a2 := &appliance{m: m2, s: s2, ifc: ifc2, conn: c2}
 	for _, a := range []*appliance{a1, a2} {
-		a.s.claimBlocks(context.Background())
+		a.s.blocks.ClaimLow(context.Background())
 	}
 	return h, [2]*appliance{a1, a2}
 }
@@ -242,11 +242,9 @@ func TestGroupSplitsClientsByDUIDBucket(t *testing.T) {
 	if a, b := apps[0].s.ServerDUID(), apps[1].s.ServerDUID(); string(a) != string(b) {
 		t.Fatalf("the appliances answer with server DUIDs %x and %x; the group has one", a, b)
 	}
-	blockOf := func(a netip.Addr) string {
+	blockAt := func(a netip.Addr) string {
 		sn := apps[0].s.subnets[0]
-		p := sn.poolFor(a)
-		bs := blockSize(p)
-		return blockName(sn, p, p.offset(a)/bs*bs)
+		return blockOf(sn, sn.poolFor(a), a)
 	}
 	type held struct {
 		c   *client
@@ -272,8 +270,8 @@ func TestGroupSplitsClientsByDUIDBucket(t *testing.T) {
 		if rep == nil || addrOf(rep) != ip || from.m.name != want {
 			t.Fatalf("client %d: Request for %s: %v from %v", i, ip, rep, from)
 		}
-		if holder, _ := apps[0].m.Holder(blockOf(addr(ip))); holder != want {
-			t.Errorf("%s gave %s from block %s, held by %q", want, ip, blockOf(addr(ip)), holder)
+		if holder, _ := apps[0].m.Holder(blockAt(addr(ip))); holder != want {
+			t.Errorf("%s gave %s from block %s, held by %q", want, ip, blockAt(addr(ip)), holder)
 		}
 		if other, dup := byIP[ip]; dup {
 			t.Errorf("%s granted to %s and to client %d", ip, other, i)
@@ -317,7 +315,7 @@ func TestGroupSplitsClientsByDUIDBucket(t *testing.T) {
 		c := newClient(fmt.Sprintf("02:00:00:00:20:%02x", i))
 		adv, from := broadcast(t, apps, c.msg(dhcpv6.MessageTypeSolicit, c.ia()))
 		if adv == nil || from.m.name != "a2" || addrOf(adv) == "" {
-			apps[1].s.claimBlocks(context.Background())
+			apps[1].s.blocks.ClaimLow(context.Background())
 			adv, from = broadcast(t, apps, c.msg(dhcpv6.MessageTypeSolicit, c.ia()))
 		}
 		ip := addrOf(adv)
@@ -332,7 +330,7 @@ func TestGroupSplitsClientsByDUIDBucket(t *testing.T) {
 			t.Errorf("%s granted to new client %d while client %s holds it", ip, i, other)
 		}
 		byIP[ip] = "new" + fmt.Sprint(i)
-		apps[1].s.claimBlocks(context.Background())
+		apps[1].s.blocks.ClaimLow(context.Background())
 	}
 	if n := h.leaseCount(); n != len(byIP) {
 		t.Errorf("store holds %d leases, %d granted", n, len(byIP))

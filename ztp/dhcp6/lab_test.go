@@ -19,6 +19,7 @@ import (
 	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/store/boltstore"
 	"github.com/ztpd/ztpd/internal/store/storetest"
+	"github.com/ztpd/ztpd/testenv/busybox"
 	"github.com/ztpd/ztpd/testenv/hermetic"
 	"github.com/ztpd/ztpd/testenv/netns"
 )
@@ -358,22 +359,96 @@ func TestRealDhclient6RapidCommit(t *testing.T) {
 	}
 }
 
-// busybox udhcpc6 gets an address.
+// busybox udhcpc6 gets an address and the DNS server, and ztpd stores
+// its lease.
 func TestRealUdhcpc6(t *testing.T) {
-	needTools(t, "busybox")
-	if out, _ := exec.Command("busybox", "--list").Output(); !strings.Contains(string(out), "udhcpc6\n") {
-		t.Skip("skipping: this busybox has no udhcpc6 applet")
-	}
 	l := newLabNS(t, "udhcpc6", 0x23)
 	l.start(nil)
+	env := runUdhcpc6(t, l)
+	got := envAddr(t, env, "ipv6")
+	if want := addr(l.prefix(1) + "100"); got != want {
+		t.Errorf("udhcpc6 bound %s, want the pool's first address %s", got, want)
+	}
+	if dns, want := envAddr(t, env, "dns"), addr(l.prefix(1)+"53"); dns != want {
+		t.Errorf("udhcpc6 got DNS server %s, want %s (option 23)", dns, want)
+	}
+	var lease core.Lease
+	if err := l.st.View(func(tx core.Tx) error {
+		var err error
+		lease, err = tx.Leases().Get(got.String())
+		return err
+	}); err != nil {
+		t.Fatalf("no lease stored for %s: %v", got, err)
+	}
+	if lease.State != core.LeaseActive {
+		t.Errorf("lease of %s is %s, want active", got, lease.State)
+	}
+}
+
+// ONIE's DHCPv6 discovery (opencomputeproject/onie#1136) as busybox
+// udhcpc6 does it: the vendor class "onie_vendor:<platform>" and a request
+// for the boot file URL, which is the ONIE installer's.
+func TestRealUdhcpc6ONIE(t *testing.T) {
+	l := newLabNS(t, "udhcpc6-onie", 0x25)
+	l.start(nil)
+	// Vendor class (16): enterprise number, then length-prefixed data.
+	data := "onie_vendor:x86_64-accton_as7326_56x-r0"
+	vc := fmt.Sprintf("%08x%04x%x", 42623, len(data), data)
+	env := runUdhcpc6(t, l, "-x", "16:"+vc, "-O", "bootfile_url")
+	if got, want := env["bootfile_url"], l.opt.ONIEInstallerURL; got != want {
+		t.Errorf("udhcpc6 got boot file URL %q, want the ONIE installer's %q (option 59)", got, want)
+	}
+	got := envAddr(t, env, "ipv6")
+	if d := l.device(l.lease(got.String()).MAC); d.Kind != core.KindONIE {
+		t.Errorf("device %s recorded as %q, want %q (by its vendor class)", d.ID, d.Kind, core.KindONIE)
+	}
+}
+
+// runUdhcpc6 runs busybox udhcpc6 on l's client link until it is bound,
+// and returns the environment its script was called with.
+func runUdhcpc6(t *testing.T, l *lab, args ...string) map[string]string {
+	t.Helper()
+	needTools(t)
+	bb, err := busybox.Udhcpc6()
+	if err != nil {
+		t.Skip("skipping:", err)
+	}
 	dir := t.TempDir()
-	env := filepath.Join(dir, "env")
+	envFile := filepath.Join(dir, "env")
 	script := filepath.Join(dir, "script")
-	if err := os.WriteFile(script, []byte("#!/bin/sh\n[ \"$1\" = bound ] && env > \""+env+".tmp\" && mv \""+env+".tmp\" \""+env+"\"\nexit 0\n"), 0o755); err != nil {
+	if err := os.WriteFile(script, []byte("#!/bin/sh\n[ \"$1\" = bound ] && env > \""+envFile+".tmp\" && mv \""+envFile+".tmp\" \""+envFile+"\"\nexit 0\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	runUntil(t, l.b, 30*time.Second, func() bool { return fileContains(env, "ipv6="+l.prefix(1)) },
-		"busybox", "udhcpc6", "-f", "-q", "-i", "b0", "-s", script)
+	env := map[string]string{}
+	runUntil(t, l.b, 30*time.Second, func() bool {
+		b, err := os.ReadFile(envFile)
+		if err != nil {
+			return false
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, "="); ok {
+				env[k] = v
+			}
+		}
+		return env["ipv6"] != ""
+	}, bb, append([]string{"udhcpc6", "-f", "-q", "-i", "b0", "-s", script}, args...)...)
+	return env
+}
+
+// envAddr is the address udhcpc6 put in env[key] (written in full,
+// fd99:0000:...; the first of a list).
+func envAddr(t *testing.T, env map[string]string, key string) netip.Addr {
+	t.Helper()
+	f := strings.Fields(env[key])
+	if len(f) == 0 {
+		t.Errorf("udhcpc6 gave no %s", key)
+		return netip.Addr{}
+	}
+	a, err := netip.ParseAddr(f[0])
+	if err != nil {
+		t.Errorf("udhcpc6's %s=%q: %v", key, env[key], err)
+	}
+	return a
 }
 
 // ISC dhcrelay -6 relays a client of another link; the server records the

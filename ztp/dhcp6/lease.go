@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ztpd/ztpd/internal/core"
+	"github.com/ztpd/ztpd/ztp/dhcpgroup"
 )
 
 // binding is one address and the client it is bound to. A client (DUID)
@@ -215,7 +216,7 @@ func (s *Server) markDirty(b *binding) {
 	if !b.pending {
 		// A binding already pending keeps the session of its first
 		// undurable decision: what it holds now builds on that one.
-		b.pending, b.session = true, s.session()
+		b.pending, b.session = true, dhcpgroup.Session(s.part)
 	}
 }
 

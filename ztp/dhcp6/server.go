@@ -22,6 +22,7 @@ import (
 	"github.com/ztpd/ztpd/internal/devices"
 	"github.com/ztpd/ztpd/internal/positions"
 	"github.com/ztpd/ztpd/internal/ratelimit"
+	"github.com/ztpd/ztpd/ztp/dhcpgroup"
 )
 
 // Server is the DHCPv6 server for every configured interface. It is one
@@ -42,12 +43,13 @@ type Server struct {
 	slots      map[*positions.Position]*slot
 	workers    int
 	duid       []byte // the server identifier, stored
-	// part and feed are set when several appliances share the store
-	// (group.go); needBlock asks for an address block now.
-	part      Partition
-	feed      LeaseFeed
-	feedRev   int64
-	needBlock chan struct{}
+	// part, feed and blocks are set when several appliances share the
+	// store (group.go); blocks claims the address blocks new addresses
+	// come from.
+	part    dhcpgroup.Partition
+	feed    dhcpgroup.LeaseFeed
+	feedRev int64
+	blocks  *dhcpgroup.Blocks
 
 	mu       sync.Mutex // guards everything below and all bindings
 	byIP     map[netip.Addr]*binding
@@ -96,8 +98,8 @@ type Options struct {
 	Relays []Relay
 	// Partition and Feed, together, make this server one of several
 	// appliances sharing the store (group.go).
-	Partition Partition
-	Feed      LeaseFeed
+	Partition dhcpgroup.Partition
+	Feed      dhcpgroup.LeaseFeed
 }
 
 // New builds the server. It opens no socket and reads no lease; Listen
@@ -119,7 +121,7 @@ func New(opt Options) (*Server, error) {
 		sendWarn: rate.Sometimes{Interval: 10 * time.Second},
 		dropLog:  ratelimit.New(1, dropLogEvery, 4096),
 		workers:  max(1, runtime.GOMAXPROCS(0)),
-		part:     opt.Partition, feed: opt.Feed, needBlock: make(chan struct{}, 1),
+		part:     opt.Partition, feed: opt.Feed,
 	}
 	if (opt.Partition == nil) != (opt.Feed == nil) {
 		return nil, errors.New("dhcp6: a partition and a lease feed go together")
@@ -151,6 +153,9 @@ func New(opt Options) (*Server, error) {
 	}
 	if len(s.subnets) == 0 {
 		return nil, errors.New("dhcp6: no subnet configured")
+	}
+	if s.part != nil {
+		s.blocks = dhcpgroup.NewBlocks(s.part, &s.mu, s.groupPools(), s.log, s.metrics.blocksClaimed)
 	}
 	return s, nil
 }
@@ -357,7 +362,7 @@ func (s *Server) Run(ctx context.Context) error {
 	followDone, blocksDone := make(chan struct{}), make(chan struct{})
 	if s.part != nil {
 		go s.follow(ctx, s.feedRev, followDone)
-		go s.keepBlocks(ctx, blocksDone)
+		go s.blocks.Keep(ctx, blocksDone)
 	} else {
 		close(followDone)
 		close(blocksDone)
