@@ -79,15 +79,11 @@ func runRollout(t *testing.T, l *Lab, extra ...string) (RolloutResult, labRollou
 	return startRollout(t, l, append([]string{"--kind", "kubernetes", "--target", l.UpgradeTo}, extra...)...)
 }
 
-// startRollout starts a rollout of the lab's cluster with ztpd rollout
-// start and flags, and follows it as runRollout does.
-func startRollout(t *testing.T, l *Lab, flags ...string) (RolloutResult, labRollout) {
+// rolloutStart starts a rollout of the lab's cluster with `ztpd rollout
+// start` and flags, and returns its ID.
+func rolloutStart(ctx context.Context, t *testing.T, l *Lab, flags ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-	cluster := l.Result.Clusters[0].Name
-	since := time.Now().Add(-time.Second)
-	args := append([]string{"rollout", "start", "--cluster", cluster, "-o", "json"}, flags...)
+	args := append([]string{"rollout", "start", "--cluster", l.Result.Clusters[0].Name, "-o", "json"}, flags...)
 	out, err := l.ZTPD(ctx, args...)
 	if err != nil {
 		t.Fatalf("ztpd %s: %v: %s", strings.Join(args, " "), err, out)
@@ -99,13 +95,36 @@ func startRollout(t *testing.T, l *Lab, flags ...string) (RolloutResult, labRoll
 		t.Fatalf("ztpd rollout start answered %s (%v)", out, err)
 	}
 	t.Logf("$ ztpd %s\n  started %s", strings.Join(args, " "), started.ID)
+	return started.ID
+}
+
+// rolloutGetter reads rollout id through the REST API; a failed read is
+// logged and reads as the zero rollout.
+func rolloutGetter(ctx context.Context, t *testing.T, l *Lab, id string) func() labRollout {
+	return func() labRollout {
+		var r labRollout
+		if err := l.App.REST(ctx, "/api/v1/rollouts/"+url.PathEscape(id), nil, &r); err != nil {
+			t.Logf("GET rollout: %v", err)
+		}
+		return r
+	}
+}
+
+// startRollout starts a rollout of the lab's cluster with ztpd rollout
+// start and flags, and follows it as runRollout does.
+func startRollout(t *testing.T, l *Lab, flags ...string) (RolloutResult, labRollout) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	since := time.Now().Add(-time.Second)
+	id := rolloutStart(ctx, t, l, flags...)
 	var end labRollout
 	ended := make(chan struct{})
 	go func() {
 		defer close(ended)
 		for ctx.Err() == nil {
 			var r labRollout
-			if err := l.App.REST(ctx, "/api/v1/rollouts/"+url.PathEscape(started.ID), nil, &r); err == nil {
+			if err := l.App.REST(ctx, "/api/v1/rollouts/"+url.PathEscape(id), nil, &r); err == nil {
 				end = r
 				if core.RolloutState(r.State).Ended() {
 					return
@@ -118,11 +137,11 @@ func startRollout(t *testing.T, l *Lab, flags ...string) (RolloutResult, labRoll
 	<-ended
 	if ctx.Err() != nil {
 		dumpLabLogs(t, l.Topo.WorkDir, "ztpd.out", "agent-vm1.out")
-		t.Fatalf("rollout %s did not end within 6 minutes: %+v", started.ID, end)
+		t.Fatalf("rollout %s did not end within 6 minutes: %+v", id, end)
 	}
 	var res RolloutResult
 	for _, r := range seen {
-		if r.ID == started.ID {
+		if r.ID == id {
 			res = r
 		}
 	}

@@ -2,8 +2,6 @@ package lab
 
 import (
 	"context"
-	"encoding/json"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -74,26 +72,8 @@ func TestLabRolloutSurvivesARestart(t *testing.T) {
 			swMAC = d.MAC
 		}
 	}
-	args := []string{"rollout", "start", "--cluster", l.Result.Clusters[0].Name, "-o", "json",
-		"--kind", "image", "--target", "sonic-202411.bin", "--devices", swMAC, "--node-timeout", "3m"}
-	out, err := l.ZTPD(ctx, args...)
-	if err != nil {
-		t.Fatalf("ztpd %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-	var started struct {
-		ID string `json:"id"`
-	}
-	if err := json.Unmarshal(out, &started); err != nil || started.ID == "" {
-		t.Fatalf("ztpd rollout start answered %s (%v)", out, err)
-	}
-	t.Logf("$ ztpd %s\n  started %s", strings.Join(args, " "), started.ID)
-	get := func() labRollout {
-		var r labRollout
-		if err := l.App.REST(ctx, "/api/v1/rollouts/"+url.PathEscape(started.ID), nil, &r); err != nil {
-			t.Logf("GET rollout: %v", err)
-		}
-		return r
-	}
+	id := rolloutStart(ctx, t, l, "--kind", "image", "--target", "sonic-202411.bin", "--devices", swMAC, "--node-timeout", "3m")
+	get := rolloutGetter(ctx, t, l, id)
 
 	// ztpd stops as soon as the switch's agent runs the install.
 	var before labRollout
@@ -116,18 +96,7 @@ func TestLabRolloutSurvivesARestart(t *testing.T) {
 	restartAppliance(t, ctx, l, false)
 	t.Logf("ztpd back after %s", time.Since(restarted).Round(time.Millisecond))
 
-	var end labRollout
-	for {
-		end = get()
-		if core.RolloutState(end.State).Ended() {
-			break
-		}
-		if ctx.Err() != nil {
-			dumpLabLogs(t, work, "ztpd.out", "agent-"+sw+".out")
-			t.Fatalf("the rollout did not end after the restart: %+v", end)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	end := awaitRolloutEnd(ctx, t, get, work, "ztpd.out", "agent-"+sw+".out")
 	t.Logf("rollout %s: %s %s", end.ID, end.State, end.Reason)
 	t.Logf("agent %s:\n  %s", sw, strings.Join(agentLines(work, sw), "\n  "))
 	calls := labCalls(work, sw)
@@ -171,25 +140,8 @@ func TestLabKubernetesRolloutSurvivesACrash(t *testing.T) {
 	_, to, _ := UpgradeVersions()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	args := []string{"rollout", "start", "--cluster", l.Result.Clusters[0].Name, "-o", "json", "--kind", "kubernetes", "--target", l.UpgradeTo}
-	out, err := l.ZTPD(ctx, args...)
-	if err != nil {
-		t.Fatalf("ztpd %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-	var started struct {
-		ID string `json:"id"`
-	}
-	if err := json.Unmarshal(out, &started); err != nil || started.ID == "" {
-		t.Fatalf("ztpd rollout start answered %s (%v)", out, err)
-	}
-	t.Logf("$ ztpd %s\n  started %s", strings.Join(args, " "), started.ID)
-	get := func() labRollout {
-		var r labRollout
-		if err := l.App.REST(ctx, "/api/v1/rollouts/"+url.PathEscape(started.ID), nil, &r); err != nil {
-			t.Logf("GET rollout: %v", err)
-		}
-		return r
-	}
+	id := rolloutStart(ctx, t, l, "--kind", "kubernetes", "--target", l.UpgradeTo)
+	get := rolloutGetter(ctx, t, l, id)
 	var before labRollout
 	for {
 		before = get()
@@ -208,18 +160,7 @@ func TestLabKubernetesRolloutSurvivesACrash(t *testing.T) {
 	t.Logf("killing ztpd: rollout %s, nodes %s", before.State, strings.Join(phases, ", "))
 	restartAppliance(t, ctx, l, true)
 
-	var end labRollout
-	for {
-		end = get()
-		if core.RolloutState(end.State).Ended() {
-			break
-		}
-		if ctx.Err() != nil {
-			dumpLabLogs(t, work, "ztpd.out", "agent-vm0.out", "agent-vm1.out")
-			t.Fatalf("the rollout did not end after the restart: %+v", end)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	end := awaitRolloutEnd(ctx, t, get, work, "ztpd.out", "agent-vm0.out", "agent-vm1.out")
 	t.Logf("rollout %s: %s %s", end.ID, end.State, end.Reason)
 	for _, d := range []string{"vm0", "vm1"} {
 		t.Logf("agent %s:\n  %s", d, strings.Join(agentLines(work, d), "\n  "))
@@ -249,5 +190,22 @@ func TestLabKubernetesRolloutSurvivesACrash(t *testing.T) {
 	log, _ := os.ReadFile(filepath.Join(work, "ztpd.out"))
 	if !strings.Contains(string(log), "resumed after a restart of ztpd") {
 		t.Errorf("the restarted ztpd's log does not say it resumed the rollout")
+	}
+}
+
+// awaitRolloutEnd polls get until the rollout has ended; when ctx ends
+// first it dumps the named lab logs and fails the test.
+func awaitRolloutEnd(ctx context.Context, t *testing.T, get func() labRollout, work string, logs ...string) labRollout {
+	t.Helper()
+	for {
+		end := get()
+		if core.RolloutState(end.State).Ended() {
+			return end
+		}
+		if ctx.Err() != nil {
+			dumpLabLogs(t, work, logs...)
+			t.Fatalf("the rollout did not end after the restart: %+v", end)
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 }
