@@ -84,11 +84,7 @@ func TestRestartWithNodesPendingAndDraining(t *testing.T) {
 	e := newEnvOver(t, fx.Store, 2)
 	// The drain of the first worker holds: it stays cordoned, the other
 	// worker pending, until ztpd stops.
-	e.nodes.mu.Lock()
-	e.nodes.gateNode, e.nodes.drainGate = "node-1", make(chan struct{})
-	e.nodes.mu.Unlock()
-	r := e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2"})
-	e.waitNode(r.ID, 1, "cordoned", func(n core.RolloutNode) bool { return n.Phase == core.NodeCordoned })
+	r := e.startHeldAtDrain(1)
 	if got, _ := e.eng.Get(r.ID); got.Nodes[2].Phase != core.NodePending {
 		t.Fatalf("node-2 before the restart: %+v", got.Nodes[2])
 	}
@@ -166,11 +162,7 @@ func TestRestartWhileAwaitingReady(t *testing.T) {
 func TestRestartOfAPausedRollout(t *testing.T) {
 	fx := storetest.Open(t)
 	e := newEnvOver(t, fx.Store, 2)
-	e.nodes.mu.Lock()
-	e.nodes.gateNode, e.nodes.drainGate = "node-0", make(chan struct{})
-	e.nodes.mu.Unlock()
-	r := e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2"})
-	e.waitNode(r.ID, 0, "cordoned", func(n core.RolloutNode) bool { return n.Phase == core.NodeCordoned })
+	r := e.startHeldAtDrain(0)
 	if _, err := e.eng.Pause(r.ID, "admin"); err != nil {
 		t.Fatal(err)
 	}
@@ -437,4 +429,16 @@ func TestTakenOverRunStops(t *testing.T) {
 	e.startAgents(1)
 	e.eng = b
 	e.checkDone(e.waitResumed(r.ID), "v1.37.2", 1)
+}
+
+// startHeldAtDrain starts a Kubernetes rollout to v1.37.2 whose drain of
+// node-<i> never ends, and waits until that node is cordoned.
+func (e *env) startHeldAtDrain(i int) core.Rollout {
+	e.t.Helper()
+	e.nodes.mu.Lock()
+	e.nodes.gateNode, e.nodes.drainGate = fmt.Sprintf("node-%d", i), make(chan struct{})
+	e.nodes.mu.Unlock()
+	r := e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2"})
+	e.waitNode(r.ID, i, "cordoned", func(n core.RolloutNode) bool { return n.Phase == core.NodeCordoned })
+	return r
 }
