@@ -11,9 +11,11 @@
 # steps narrow the limit. The server's CPU is measured over each rung and reported
 # per exchange. The last line is
 #   RESULT dhcp6 ztpd=<n> kea=<n> ratio=<x> ztpd_cpu_us=<u> kea_cpu_us=<u> cpu_ratio=<y>
+#          floor_go_us=<f> floor_c_us=<c>
 # where <n> is the highest offered rate that passed, <u> the server's CPU time per
 # exchange (microseconds) on that rung, and cpu_ratio kea's CPU per exchange over
-# ztpd's (above 1: ztpd spends less CPU per exchange).
+# ztpd's (above 1: ztpd spends less CPU per exchange), and <f>, <c> the socket floors'
+# CPU per exchange at ztpd's limit rate (FLOORS below; 0 when not run).
 #
 # Topology (created and deleted by this script), DAD off in both namespaces:
 #   netns $NS_SRV: veth-srv fd99:0:0:1::1/64   <-veth->   netns $NS_CLI: veth-cli (link-local)
@@ -29,6 +31,11 @@
 # Other knobs (env): LADDER DURATION(<=15) CLIENTS DROP_PCT REFINE RETRY_FAIL STOP_ON_FAIL
 #   CLIENT_CPUS SERVER_CPUS (taskset lists; empty = no pinning) PERF_THREADS
 #   LEASE_TIME WORK KEEP_RUNS READY_TIMEOUT ZTPD_BIN NS_PREFIX
+#   FLOORS (1, the default: after the ladders, the two socket floors answer one rung at
+#   ztpd's limit rate: testenv/cmd/dhcp6floor, a stateless Go responder reading through
+#   Go's network poller as ztpd does, and bench/floor/dhcp6floor.c, the same in C; they
+#   keep nothing, so they say what the packets alone cost: RESULT's floor_go_us and
+#   floor_c_us; FLOORS=0 skips them; ANCHORS="floor floor-c" runs their own ladders)
 #   PROFILE_DIR (ztpd's CPU profile of each rung's DURATION: ztpd-<rate>.pprof, for
 #   `go tool pprof -top -cum`; the pprof listener on [::1]:6060 inside $NS_SRV)
 set -uo pipefail
@@ -49,6 +56,7 @@ KEEP_RUNS=${KEEP_RUNS:-0}
 READY_TIMEOUT=${READY_TIMEOUT:-10}
 READY_PORT=547
 ANCHORS=${ANCHORS-"ztpd kea"}
+FLOORS=${FLOORS:-1}
 ZTPD_BIN=${ZTPD_BIN:-}
 NS_PREFIX=${NS_PREFIX:-zd-dhcp6}
 PROFILE_DIR=${PROFILE_DIR:-}
@@ -172,6 +180,12 @@ ztpd_bin() {                 # the ztpd binary: ZTPD_BIN, bin/ztpd, or built int
   [[ -x $ZTPD_BIN ]] || die "ztpd binary $ZTPD_BIN not found"
   echo "$ZTPD_BIN"
 }
+floor_bin() {                # the socket floor (testenv/cmd/dhcp6floor), built into $WORK
+  local top; top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
+  (cd "$top" && go build -o "$WORK/dhcp6floor" ./testenv/cmd/dhcp6floor) || die "go build of the floor failed"
+  echo "$WORK/dhcp6floor"
+}
 server_cmd() {               # $1 name, $2 run dir -> the command; writes its configuration into $2
   case $1 in
     ztpd)
@@ -193,6 +207,10 @@ dhcp:
 EOF
       [[ -n $PROFILE_DIR ]] && echo 'debug: {pprof_addr: "[::1]:6060"}' >> "$2/ztpd.yaml"
       echo "exec $ZTPD_BIN serve --config $2/ztpd.yaml --data-dir $2/data --log-level warn" ;;
+    floor)
+      echo "exec $FLOOR_BIN -i $IF_SRV -prefix $NET" ;;
+    floor-c)
+      echo "exec $FLOOR_C_BIN $IF_SRV $NET" ;;
     kea)
       command -v kea-dhcp6 >/dev/null || die "kea-dhcp6 not installed (apt-get install kea-dhcp6-server)"
       kea_conf "$2"
@@ -302,9 +320,23 @@ run_server() {               # $1 name
 
 stale_cleanup
 if [[ " $ANCHORS " == *" ztpd "* ]]; then ZTPD_BIN=$(ztpd_bin) || exit 1; fi
+FLOOR_NAMES=""
+[[ $FLOORS == 1 ]] && FLOOR_NAMES="floor floor-c"
+if [[ " $ANCHORS $FLOOR_NAMES " == *" floor "* ]]; then FLOOR_BIN=$(floor_bin) || exit 1; fi
+if [[ " $ANCHORS $FLOOR_NAMES " == *" floor-c "* ]]; then
+  command -v cc >/dev/null || die "the C floor needs a C compiler (cc; FLOORS=0 runs without the floors)"
+  FLOOR_C_BIN=$WORK/dhcp6floor-c
+  cc -O2 -Wall -o "$FLOOR_C_BIN" "$(dirname "${BASH_SOURCE[0]}")/floor/dhcp6floor.c" || die "cc of the C floor failed"
+fi
 ns_up
 log "namespaces up: $NS_SRV($IF_SRV $SRV_IP/$PREFIX) <-> $NS_CLI($IF_CLI); ladder: $LADDER; ${DURATION}s/rung"
 for a in $ANCHORS; do run_server "$a"; done
+# The floors answer at ztpd's limit rate, the rung its CPU per exchange is
+# reported at, so the three figures are taken under the same load.
+floor_rate=$(awk -F'\t' '$1=="ztpd" && $13=="PASS" && $2+0>b {b=$2+0} END{print b+0}' "$RESULTS")
+if [[ -n $FLOOR_NAMES ]] && (( floor_rate > 0 )); then
+  for a in $FLOOR_NAMES; do run_rung "$a" "$floor_rate"; done
+fi
 
 # ---------- report ----------
 echo
@@ -319,4 +351,5 @@ z=$(best ztpd) k=$(best kea)
 zu=$(cpu_at ztpd "$z") ku=$(cpu_at kea "$k")
 ratio=$(awk -v z="$z" -v k="$k" 'BEGIN{ if (k>0) printf "%.2f", z/k; else print "n/a" }')
 cratio=$(awk -v z="$zu" -v k="$ku" 'BEGIN{ if (z>0 && k>0) printf "%.2f", k/z; else print "n/a" }')
-echo "RESULT dhcp6 ztpd=$z kea=$k ratio=$ratio ztpd_cpu_us=$zu kea_cpu_us=$ku cpu_ratio=$cratio"
+fg=$(cpu_at floor "$z") fc=$(cpu_at floor-c "$z")
+echo "RESULT dhcp6 ztpd=$z kea=$k ratio=$ratio ztpd_cpu_us=$zu kea_cpu_us=$ku cpu_ratio=$cratio floor_go_us=$fg floor_c_us=$fc"
