@@ -241,10 +241,10 @@ func (e *env) newAppliance(name string) *Engine {
 	return eng
 }
 
-// startOn starts a rollout on appliance a1 with its agents stopped, stops
-// a1 (ztpd's store closed under it) once the first node's operation is
-// handed, and reopens the store without any engine resuming it.
-func startOnA1ThenLose(t *testing.T, fx *storetest.Fixture, e *env) (core.Rollout, *env) {
+// startOnA1 starts a rollout on appliance a1 with its agents stopped and
+// returns once the first node's operation is handed.
+func startOnA1(t *testing.T, e *env) core.Rollout {
+	t.Helper()
 	e.stopAgents()
 	a1 := e.newAppliance("a1")
 	r, err := a1.Start(context.Background(), Spec{Cluster: cluster, Kind: core.RolloutKubernetes, Target: "v1.37.2", By: "admin"})
@@ -253,6 +253,14 @@ func startOnA1ThenLose(t *testing.T, fx *storetest.Fixture, e *env) (core.Rollou
 	}
 	e.eng = a1
 	e.waitNode(r.ID, 0, "handed its operation", func(n core.RolloutNode) bool { return n.Phase == core.NodeAgent && n.Operation != "" })
+	return r
+}
+
+// startOnA1ThenLose starts a rollout on appliance a1 (startOnA1), stops a1
+// (ztpd's store closed under it) and reopens the store without any engine
+// resuming it.
+func startOnA1ThenLose(t *testing.T, fx *storetest.Fixture, e *env) (core.Rollout, *env) {
+	r := startOnA1(t, e)
 	// The restart's engine is appliance "": a1's rollout is not its own.
 	return r, e.restart(fx, 1)
 }
@@ -402,14 +410,8 @@ func TestRestartAtTheGate(t *testing.T) {
 // ends it, and the first records nothing of the node's outcome.
 func TestTakenOverRunStops(t *testing.T) {
 	e := newEnv(t, 1)
-	e.stopAgents()
-	a1 := e.newAppliance("a1")
-	r, err := a1.Start(context.Background(), Spec{Cluster: cluster, Kind: core.RolloutKubernetes, Target: "v1.37.2", By: "admin"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.eng = a1
-	e.waitNode(r.ID, 0, "handed its operation", func(n core.RolloutNode) bool { return n.Phase == core.NodeAgent && n.Operation != "" })
+	r := startOnA1(t, e)
+	a1 := e.eng
 	b := e.newAppliance("b")
 	if n, err := b.AdoptOrphans(func(a string) bool { return a == "b" }); err != nil || n != 1 {
 		t.Fatalf("adopted %d: %v", n, err)

@@ -171,13 +171,7 @@ func New(st core.Store, opts Options) (*Engine, error) {
 		}
 		return e, nil
 	}
-	var mineNow []core.Rollout
-	err := e.List(func(r core.Rollout) bool {
-		if mine(r) && (!r.State.Ended() || rollingBack(r)) {
-			mineNow = append(mineNow, r)
-		}
-		return true
-	})
+	mineNow, err := e.toResume(mine)
 	if err != nil {
 		return nil, err
 	}
@@ -202,13 +196,7 @@ func (e *Engine) AdoptOrphans(alive func(appliance string) bool) (int, error) {
 	if e.opts.Agents == nil {
 		return e.failUnfinished(orphan, "the appliance running it stopped; start it again to continue")
 	}
-	var orphans []core.Rollout
-	err := e.List(func(r core.Rollout) bool {
-		if orphan(r) && (!r.State.Ended() || rollingBack(r)) {
-			orphans = append(orphans, r)
-		}
-		return true
-	})
+	orphans, err := e.toResume(orphan)
 	if err != nil {
 		return 0, err
 	}
@@ -236,6 +224,19 @@ func (e *Engine) AdoptOrphans(alive func(appliance string) bool) (int, error) {
 		}
 	}
 	return took, nil
+}
+
+// toResume lists those of whose rollouts a run must carry on: the
+// unfinished ones, and the ended ones with a node rolling back.
+func (e *Engine) toResume(whose func(core.Rollout) bool) ([]core.Rollout, error) {
+	var rs []core.Rollout
+	err := e.List(func(r core.Rollout) bool {
+		if whose(r) && (!r.State.Ended() || rollingBack(r)) {
+			rs = append(rs, r)
+		}
+		return true
+	})
+	return rs, err
 }
 
 // errTaken: the rollout is no longer the gone appliance's.
