@@ -290,6 +290,10 @@ run_rung() {
   [[ $(echo "$out" | cut -f13) == PASS ]]
 }
 
+# a server's highest passing rate, and its CPU per exchange on the rung at $2
+best() { awk -F'\t' -v s="$1" '$1==s && $13=="PASS" && $2+0>b {b=$2+0} END{print b+0}' "$RESULTS"; }
+cpu_at() { awk -F'\t' -v s="$1" -v r="$2" '$1==s && $2==r && $13=="PASS" {u=$14} END{print u+0}' "$RESULTS"; }
+
 # a failed rung is re-run RETRY_FAIL times (VM noise produces spurious failures,
 # never spurious passes); superseded rows keep their verdict with " (retried)"
 try_rung() {
@@ -333,7 +337,7 @@ log "namespaces up: $NS_SRV($IF_SRV $SRV_IP/$PREFIX) <-> $NS_CLI($IF_CLI); ladde
 for a in $ANCHORS; do run_server "$a"; done
 # The floors answer at ztpd's limit rate, the rung its CPU per exchange is
 # reported at, so the three figures are taken under the same load.
-floor_rate=$(awk -F'\t' '$1=="ztpd" && $13=="PASS" && $2+0>b {b=$2+0} END{print b+0}' "$RESULTS")
+floor_rate=$(best ztpd)
 if [[ -n $FLOOR_NAMES ]] && (( floor_rate > 0 )); then
   for a in $FLOOR_NAMES; do run_rung "$a" "$floor_rate"; done
 fi
@@ -345,8 +349,6 @@ echo "DHCPv6 SARR ladder (perfdhcp -6 on $IF_CLI, ${DURATION}s/rung, -R $CLIENTS
 awk -F'\t' 'BEGIN{printf "%-6s %7s %8s %8s %8s %7s %15s %15s %5s %6s %7s %s\n","server","offered","sent-SA","replied","SARR/s","drop%","SA avg/max ms","RR avg/max ms","cpu%","rssMB","us/exch","verdict"}
   {printf "%-6s %7s %8s %8s %8s %7s %15s %15s %5s %6s %7s %s\n",$1,$2,$3,$4,$5,$6,$7"/"$8,$9"/"$10,$11,$12,$14,$13}' "$RESULTS"
 echo "(rows: $RESULTS)"
-best() { awk -F'\t' -v s="$1" '$1==s && $13=="PASS" && $2+0>b {b=$2+0} END{print b+0}' "$RESULTS"; }
-cpu_at() { awk -F'\t' -v s="$1" -v r="$2" '$1==s && $2==r && $13=="PASS" {u=$14} END{print u+0}' "$RESULTS"; }
 z=$(best ztpd) k=$(best kea)
 zu=$(cpu_at ztpd "$z") ku=$(cpu_at kea "$k")
 ratio=$(awk -v z="$z" -v k="$k" 'BEGIN{ if (k>0) printf "%.2f", z/k; else print "n/a" }')
