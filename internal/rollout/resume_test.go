@@ -97,7 +97,7 @@ func TestRestartWithAnOperationHandedNotStarted(t *testing.T) {
 	e := newEnvOver(t, fx.Store, 1)
 	e.stopAgents()
 	r := e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2"})
-	n := e.waitNode(r.ID, 0, "handed its operation", func(n core.RolloutNode) bool { return n.Phase == core.NodeAgent && n.Operation != "" })
+	n := e.waitHanded(r.ID)
 	if !e.eng.Involved(device(0)) || !e.eng.Upcoming(device(0)) {
 		t.Fatal("the node in flight is not involved before the restart")
 	}
@@ -129,7 +129,7 @@ func TestRestartWithAnOperationStarted(t *testing.T) {
 	e := newEnvOver(t, fx.Store, 1)
 	e.stopAgents()
 	r := e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2"})
-	n := e.waitNode(r.ID, 0, "handed its operation", func(n core.RolloutNode) bool { return n.Phase == core.NodeAgent && n.Operation != "" })
+	n := e.waitHanded(r.ID)
 	// The agent starts its first step, then ztpd stops.
 	addr := netip.MustParseAddr("10.99.0.10")
 	if err := e.des.AgentReport(context.Background(), device(0), addr,
@@ -241,6 +241,13 @@ func (e *env) newAppliance(name string) *Engine {
 	return eng
 }
 
+// waitHanded waits until the rollout's first node has been handed its
+// agent operation, and returns that node.
+func (e *env) waitHanded(id string) core.RolloutNode {
+	e.t.Helper()
+	return e.waitNode(id, 0, "handed its operation", func(n core.RolloutNode) bool { return n.Phase == core.NodeAgent && n.Operation != "" })
+}
+
 // startOnA1 starts a rollout on appliance a1 with its agents stopped and
 // returns once the first node's operation is handed.
 func startOnA1(t *testing.T, e *env) core.Rollout {
@@ -252,7 +259,7 @@ func startOnA1(t *testing.T, e *env) core.Rollout {
 		t.Fatal(err)
 	}
 	e.eng = a1
-	e.waitNode(r.ID, 0, "handed its operation", func(n core.RolloutNode) bool { return n.Phase == core.NodeAgent && n.Operation != "" })
+	e.waitHanded(r.ID)
 	return r
 }
 
@@ -337,7 +344,7 @@ func TestRestartKeepsTheStepTimeout(t *testing.T) {
 	e := newEnvOver(t, fx.Store, 0)
 	e.stopAgents()
 	r := e.start(Spec{Kind: core.RolloutKubernetes, Target: "v1.37.2", StepTimeout: time.Minute})
-	e.waitNode(r.ID, 0, "handed its operation", func(n core.RolloutNode) bool { return n.Phase == core.NodeAgent && n.Operation != "" })
+	e.waitHanded(r.ID)
 	// Handed an hour ago, as far as its record says: its minute is over.
 	storetest.Update(t, e.st, func(tx core.Tx) error {
 		d, err := tx.Desired().Get(device(0))
