@@ -64,7 +64,11 @@ type StormResult struct {
 	Elapsed  time.Duration
 	P50, P99 time.Duration // time to the accepted joined report per device
 	PerStep  map[string]time.Duration
-	Errors   []string // first few
+	// BytesPerStep is the mean response body a switch received per HTTP
+	// step: what a floor server (testenv/cmd/stormfloor) must send to
+	// cost what ztpd's answers cost the sockets and TLS.
+	BytesPerStep map[string]int64 `json:"bytes_per_step,omitempty"`
+	Errors       []string         // first few
 	// Leases holds each switch's leased address, in Switches' order
 	// ("" when its DORA failed): what the fleet renews later.
 	Leases []string `json:"leases,omitempty"`
@@ -96,6 +100,7 @@ func (s *Storm) Run(ctx context.Context) StormResult {
 	var mu sync.Mutex
 	var errs []string
 	steps := map[string]time.Duration{}
+	sizes := map[string]int64{}
 	var wg sync.WaitGroup
 	for w := 0; w < max(s.Concurrency, 1); w++ {
 		wg.Add(1)
@@ -110,8 +115,11 @@ func (s *Storm) Run(ctx context.Context) StormResult {
 				st, err := s.onboard(ctx, s.Switches[i], &leases[i], &bundled[i])
 				lat[i] = time.Since(t0)
 				mu.Lock()
-				for k, v := range st {
+				for k, v := range st.took {
 					steps[k] += v
+				}
+				for k, v := range st.bytes {
+					sizes[k] += v
 				}
 				if err != nil {
 					failed.Add(1)
@@ -129,7 +137,8 @@ func (s *Storm) Run(ctx context.Context) StormResult {
 		}()
 	}
 	wg.Wait()
-	res := StormResult{Devices: len(s.Switches), Failed: int(failed.Load()), Elapsed: time.Since(start), Errors: errs, PerStep: steps, Leases: leases, Bundled: bundled}
+	res := StormResult{Devices: len(s.Switches), Failed: int(failed.Load()), Elapsed: time.Since(start), Errors: errs,
+		PerStep: steps, BytesPerStep: sizes, Leases: leases, Bundled: bundled}
 	if sid := s.serverDUID.Load(); sid != nil {
 		res.ServerDUID = hex.EncodeToString(*sid)
 	}
@@ -143,15 +152,24 @@ func (s *Storm) Run(ctx context.Context) StormResult {
 	for k, v := range res.PerStep {
 		res.PerStep[k] = v / time.Duration(max(len(s.Switches), 1))
 	}
+	for k, v := range res.BytesPerStep {
+		res.BytesPerStep[k] = v / int64(max(len(s.Switches), 1))
+	}
 	return res
 }
 
-// onboard runs one switch through every step; it returns time per step
+// stepStats are one switch's time and response bytes per step.
+type stepStats struct {
+	took  map[string]time.Duration
+	bytes map[string]int64
+}
+
+// onboard runs one switch through every step; it returns time and bytes per step
 // and sets *leased to the address its DORA got and *bundled once its join
 // bundle came.
-func (s *Storm) onboard(ctx context.Context, sw Switch, leased *string, bundled *bool) (map[string]time.Duration, error) {
-	steps := map[string]time.Duration{}
-	mark := func(step string, t0 time.Time) { steps[step] += time.Since(t0) }
+func (s *Storm) onboard(ctx context.Context, sw Switch, leased *string, bundled *bool) (stepStats, error) {
+	steps := stepStats{took: map[string]time.Duration{}, bytes: map[string]int64{}}
+	mark := func(step string, t0 time.Time) { steps.took[step] += time.Since(t0) }
 	t0 := time.Now()
 	ip, ztpURL, err := s.lease(ctx, sw)
 	mark("dhcp", t0)
@@ -179,9 +197,11 @@ func (s *Storm) onboard(ctx context.Context, sw Switch, leased *string, bundled 
 	var doc struct {
 		ZTP map[string]json.RawMessage `json:"ztp"`
 	}
-	if err := getJSON(ctx, hc, ztpURL, hdr, &doc); err != nil {
+	n, err := getJSON(ctx, hc, ztpURL, hdr, &doc)
+	if err != nil {
 		return steps, fmt.Errorf("%s: ztp.json: %w", sw.MAC, err)
 	}
+	steps.bytes["ztp.json"] += n
 	mark("ztp.json", t0)
 	var cfgURL string
 	var join ztpSection
@@ -208,9 +228,11 @@ func (s *Storm) onboard(ctx context.Context, sw Switch, leased *string, bundled 
 	}
 	t0 = time.Now()
 	var cfg map[string]json.RawMessage
-	if err := getJSON(ctx, hc, cfgURL, hdr, &cfg); err != nil {
+	n, err = getJSON(ctx, hc, cfgURL, hdr, &cfg)
+	if err != nil {
 		return steps, fmt.Errorf("%s: config_db.json: %w", sw.MAC, err)
 	}
+	steps.bytes["config"] += n
 	if len(cfg) == 0 {
 		return steps, fmt.Errorf("%s: config_db.json has no table", sw.MAC)
 	}
@@ -248,6 +270,7 @@ func (s *Storm) onboard(ctx context.Context, sw Switch, leased *string, bundled 
 		}
 		if code == http.StatusOK {
 			delivery = raw
+			steps.bytes["join"] += int64(len(raw))
 			break
 		}
 		if code != http.StatusAccepted || try > 20 {
@@ -276,9 +299,11 @@ func (s *Storm) onboard(ctx context.Context, sw Switch, leased *string, bundled 
 		return steps, fmt.Errorf("%s: %w", sw.MAC, err)
 	}
 	t0 = time.Now()
-	if code, _, _, err := post(ctx, reportClient, bundle.ReportURL, bundle.ReportToken, []byte(`{"state":"joined"}`)); err != nil || code != 200 {
+	code, _, raw, err := post(ctx, reportClient, bundle.ReportURL, bundle.ReportToken, []byte(`{"state":"joined"}`))
+	if err != nil || code != 200 {
 		return steps, fmt.Errorf("%s: report: %d %v", sw.MAC, code, err)
 	}
+	steps.bytes["report"] += int64(len(raw))
 	mark("report", t0)
 	return steps, nil
 }
@@ -312,25 +337,27 @@ func (s *Storm) lease(ctx context.Context, sw Switch) (netip.Addr, string, error
 	return l.IP, string(l.Options.Get(dhcpv4.OptionBootfileName)), nil
 }
 
-func getJSON(ctx context.Context, hc *http.Client, url string, hdr http.Header, out any) error {
+// getJSON decodes the answer to a GET of url into out and returns the
+// answer's size.
+func getJSON(ctx context.Context, hc *http.Client, url string, hdr http.Header, out any) (int64, error) {
 	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	req.Header = hdr.Clone()
 	resp, err := hc.Do(req)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if resp.StatusCode != 200 {
-		return fmt.Errorf("HTTP %d: %.200s", resp.StatusCode, raw)
+		return 0, fmt.Errorf("HTTP %d: %.200s", resp.StatusCode, raw)
 	}
-	return json.Unmarshal(raw, out)
+	return int64(len(raw)), json.Unmarshal(raw, out)
 }
 
 // pinnedClient is hc for https URLs whose server key must match one of

@@ -3,10 +3,15 @@
 // once: DORA through a relay address, ztp.json, config_db.json, the join
 // bundle and the joined report (a hint: with no Kubernetes here, no Node
 // ever makes the switches joined, so they end join-issued, their report
-// recorded). It prints devices per second and the p50 and p99 time from
-// DISCOVER to the accepted report, and ends with
+// recorded). It prints devices per second, the p50 and p99 time from
+// DISCOVER to the accepted report and ztpd's CPU per switch, and ends with
 //
-//	RESULT boot_storm devices=<n> seconds=<n> p99_ms=<n>
+//	RESULT boot_storm devices=<n> seconds=<n> p99_ms=<n> cpu_ms=<n> floor_cpu_ms=<n>
+//
+// With -floor (bench/boot-storm.sh passes it) the same fleet then runs the
+// same storm against testenv/cmd/stormfloor, the least a Go server does
+// per switch, in fresh namespaces: floor_cpu_ms is its CPU per switch (0
+// without -floor), the floor under ztpd's on this machine.
 //
 // It needs root. ztpd runs in namespace bs-srv (10.99.0.1/16), the fleet in
 // bs-cli (10.99.0.2/16, the relay's giaddr), joined by a veth pair. Each
@@ -34,9 +39,11 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv6"
@@ -60,8 +67,10 @@ type options struct {
 	profileDelay      time.Duration
 	renewLeases       string // renew mode: the storm's fleet result, with each switch's lease
 	renewWindow       time.Duration
-	ipv6              bool // the storm over DHCPv6 and IPv6 (stormlab's IPv6 layout)
-	deviceTLS         bool // the device HTTPS listener on (ztpd's default)
+	ipv6              bool   // the storm over DHCPv6 and IPv6 (stormlab's IPv6 layout)
+	deviceTLS         bool   // the device HTTPS listener on (ztpd's default)
+	floor             string // the stormfloor binary: the same storm against it after ztpd's
+	floorProfile      string
 }
 
 const poolFirst, poolLast = 1, 200 // pool 10.99.<first>.0 - 10.99.<last>.254
@@ -78,11 +87,13 @@ func main() {
 	flag.IntVar(&o.clusters, "clusters", 10, "clusters (at most 1000 workers each)")
 	flag.IntVar(&o.conc, "concurrency", 256, "switches onboarding at the same time")
 	flag.StringVar(&o.bin, "ztpd", "bin/ztpd", "ztpd binary")
+	flag.StringVar(&o.floor, "floor", "", "after ztpd's storm, run the same storm against this testenv/cmd/stormfloor binary, the least a Go server does per switch, and report its CPU per switch beside ztpd's")
 	flag.StringVar(&o.work, "work", "", "work directory (default: a temp dir, removed)")
 	flag.StringVar(&o.serverCPUs, "server-cpus", "", "taskset CPU list for ztpd (empty: no pinning)")
 	flag.StringVar(&o.fleetCPUs, "fleet-cpus", "", "taskset CPU list for the fleet (empty: no pinning)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write ztpd's CPU profile of 10 s of the storm here")
 	flag.DurationVar(&o.profileDelay, "cpuprofile-delay", 0, "start the ztpd profile this long into the storm")
+	flag.StringVar(&o.floorProfile, "floor-cpuprofile", "", "write the floor's CPU profile of its whole storm here")
 	flag.StringVar(&o.fleetProfile, "fleet-cpuprofile", "", "write the fleet's own CPU profile here")
 	flag.StringVar(&o.fleetOut, "fleet-out", "", "internal: fleet result file")
 	flag.Parse()
@@ -120,6 +131,39 @@ func run(o options) error {
 		defer os.RemoveAll(d)
 		o.work = d
 	}
+	res, cpu, joined, err := stormZtpd(o)
+	if err != nil {
+		return err
+	}
+	secs := res.Elapsed.Seconds()
+	perDevice := 1000 * cpu / float64(max(res.Devices, 1))
+	if res.Failed > 0 || joined != o.n {
+		fmt.Printf("RESULT boot_storm devices=%d seconds=%.2f p99_ms=%.1f cpu_ms=%.3f floor_cpu_ms=0\n", res.Devices-res.Failed, secs, ms(res.P99), perDevice)
+		return fmt.Errorf("%d failed, %d of %d with their bundle issued", res.Failed, joined, o.n)
+	}
+	floorMs := 0.0
+	if o.floor != "" {
+		fmt.Fprintf(os.Stderr, "the floor: the same storm against %s\n", o.floor)
+		fres, fcpu, err := stormFloor(o, res.BytesPerStep)
+		if err != nil {
+			return fmt.Errorf("floor: %w", err)
+		}
+		if fres.Failed > 0 {
+			return fmt.Errorf("floor: %d of %d switches failed: %v", fres.Failed, fres.Devices, fres.Errors)
+		}
+		floorMs = 1000 * fcpu / float64(max(fres.Devices, 1))
+		fmt.Printf("floor CPU %.1f s, %.3f ms per device (%.1f s, p99 %.1f ms); ztpd above it %.3f ms per device\n",
+			fcpu, floorMs, fres.Elapsed.Seconds(), ms(fres.P99), perDevice-floorMs)
+	}
+	fmt.Printf("RESULT boot_storm devices=%d seconds=%.2f p99_ms=%.1f cpu_ms=%.3f floor_cpu_ms=%.3f\n",
+		res.Devices-res.Failed, secs, ms(res.P99), perDevice, floorMs)
+	return nil
+}
+
+// stormZtpd runs the storm against ztpd and prints its report: the
+// fleet's result, ztpd's CPU seconds over it and the devices the store
+// holds with their bundle issued.
+func stormZtpd(o options) (res fleet.StormResult, cpu float64, joined int, err error) {
 	ctx := context.Background()
 	st, err := stormlab.Start(ctx, stormlab.StormOptions{
 		Net:    stormlab.NetOptions{Prefix: nsPrefix(o.ipv6), PoolFirst: poolFirst, PoolLast: poolLast, IPv6: o.ipv6},
@@ -128,13 +172,13 @@ func run(o options) error {
 		Clusters: o.clusters, PerCluster: (o.n + o.clusters - 1) / o.clusters,
 	})
 	if err != nil {
-		return err
+		return res, 0, 0, err
 	}
 	defer st.Close()
 	srv, cli, app := st.Srv, st.Cli, st.App
 	if o.serverCPUs != "" {
 		if out, err := lab.Pin(app.Proc, o.serverCPUs); err != nil {
-			return fmt.Errorf("taskset: %v %s", err, out)
+			return res, 0, 0, fmt.Errorf("taskset: %v %s", err, out)
 		}
 	}
 
@@ -151,11 +195,118 @@ func run(o options) error {
 	cpu0, _ := procstat.CPU(app.Proc.Cmd.Process.Pid) // `ip netns exec` execs ztpd in place: the pid is its own
 	commits0, callers0, err := storeCommits(lab.NSClient(srv), o.ipv6)
 	if err != nil {
-		return err
+		return res, 0, 0, err
 	}
+	if res, err = fleetIn(ctx, cli, o); err != nil {
+		return res, 0, 0, err
+	}
+	if err := <-profDone; err != nil {
+		fmt.Fprintln(os.Stderr, "cpu profile:", err)
+	}
+	if joined, err = app.CountDevices(ctx, "join-issued"); err != nil {
+		return res, 0, 0, err
+	}
+	secs := res.Elapsed.Seconds()
+	cpu1, _ := procstat.CPU(app.Proc.Cmd.Process.Pid)
+	cpu = (cpu1 - cpu0).Seconds()
+	fmt.Printf("devices %d, failed %d, with their bundle issued in the store %d\n", res.Devices, res.Failed, joined)
+	fmt.Printf("elapsed %.2f s, %.0f devices/s, time to the accepted report p50 %.1f ms p99 %.1f ms\n",
+		secs, float64(res.Devices-res.Failed)/secs, ms(res.P50), ms(res.P99))
+	fmt.Printf("ztpd CPU %.1f s, %.3f ms per device\n", cpu, 1000*cpu/float64(max(res.Devices, 1)))
+	if commits1, callers1, err := storeCommits(lab.NSClient(srv), o.ipv6); err == nil && commits1 > commits0 {
+		c := commits1 - commits0
+		fmt.Printf("store commits %.0f, %.2f per device, %.1f writers per commit\n", c, c/float64(max(res.Devices, 1)), (callers1-callers0)/c)
+	}
+	for _, step := range []string{"dhcp", "ztp.json", "config", "join", "report"} {
+		fmt.Printf("  mean %-9s %.1f ms  %6d bytes\n", step, ms(res.PerStep[step]), res.BytesPerStep[step])
+	}
+	for _, e := range res.Errors {
+		fmt.Println("  error:", e)
+	}
+	return res, cpu, joined, nil
+}
+
+// stormFloor runs the same storm against testenv/cmd/stormfloor in fresh
+// namespaces, its documents as large as ztpd's were (sizes, bytes per
+// step): the fleet's result and the floor's CPU seconds over it.
+func stormFloor(o options, sizes map[string]int64) (res fleet.StormResult, cpu float64, err error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	n, err := stormlab.NewNet(stormlab.NetOptions{Prefix: nsPrefix(o.ipv6), PoolFirst: poolFirst, PoolLast: poolLast, IPv6: o.ipv6})
+	if err != nil {
+		return res, 0, err
+	}
+	defer n.Close()
+	args := []string{"-pool-first", strconv.Itoa(poolFirst), "-ztp-bytes", strconv.FormatInt(sizes["ztp.json"], 10),
+		"-config-bytes", strconv.FormatInt(sizes["config"], 10), "-bundle-bytes", strconv.FormatInt(sizes["join"], 10)}
+	if o.ipv6 {
+		prefix, _ := netip.ParsePrefix(stormlab.FleetPrefix6)
+		args = append(args, "-ipv6", "-addr", stormlab.ServerAddr6, "-prefix6", prefix.Addr().String())
+	} else {
+		args = append(args, "-addr", stormlab.ServerAddr)
+	}
+	if o.floorProfile != "" {
+		args = append(args, "-cpuprofile", o.floorProfile)
+	}
+	if !o.deviceTLS {
+		args = append(args, "-clear")
+	}
+	bin, _ := filepath.Abs(o.floor)
+	cmd := n.Srv.Command(ctx, bin, args...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return res, 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return res, 0, err
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Signal(syscall.SIGTERM)
+	ready := make(chan error, 1)
+	go func() {
+		line := make([]byte, 6)
+		_, err := io.ReadFull(out, line)
+		if err == nil && string(line) != "ready\n" {
+			err = fmt.Errorf("said %q", line)
+		}
+		ready <- err
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			return res, 0, fmt.Errorf("%s did not start: %w", bin, err)
+		}
+	case <-time.After(30 * time.Second):
+		return res, 0, fmt.Errorf("%s not ready after 30 s", bin)
+	}
+	pid := cmd.Process.Pid
+	if o.serverCPUs != "" {
+		if out, err := exec.Command("taskset", "-a", "-p", "-c", o.serverCPUs, strconv.Itoa(pid)).CombinedOutput(); err != nil {
+			return res, 0, fmt.Errorf("taskset: %v %s", err, out)
+		}
+	}
+	cpu0, err := procstat.CPU(pid)
+	if err != nil {
+		return res, 0, err
+	}
+	if res, err = fleetIn(ctx, n.Cli, o); err != nil {
+		return res, 0, err
+	}
+	cpu1, err := procstat.CPU(pid)
+	if err != nil {
+		return res, 0, err
+	}
+	return res, (cpu1 - cpu0).Seconds(), nil
+}
+
+// fleetIn runs the fleet (this binary's -fleet mode) in cli and reads its
+// result.
+func fleetIn(ctx context.Context, cli *netns.NS, o options) (fleet.StormResult, error) {
+	var res fleet.StormResult
 	self, err := os.Executable()
 	if err != nil {
-		return err
+		return res, err
 	}
 	resPath := filepath.Join(o.work, "fleet.json")
 	args := []string{"-fleet", "-n", strconv.Itoa(o.n), "-clusters", strconv.Itoa(o.clusters),
@@ -170,45 +321,13 @@ func run(o options) error {
 	cmd := cli.Command(ctx, name, args...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("fleet: %w", err)
-	}
-	if err := <-profDone; err != nil {
-		fmt.Fprintln(os.Stderr, "cpu profile:", err)
+		return res, fmt.Errorf("fleet: %w", err)
 	}
 	raw, err := os.ReadFile(resPath)
 	if err != nil {
-		return err
+		return res, err
 	}
-	var res fleet.StormResult
-	if err := json.Unmarshal(raw, &res); err != nil {
-		return err
-	}
-	joined, err := app.CountDevices(ctx, "join-issued")
-	if err != nil {
-		return err
-	}
-	secs := res.Elapsed.Seconds()
-	cpu1, _ := procstat.CPU(app.Proc.Cmd.Process.Pid)
-	cpu := (cpu1 - cpu0).Seconds()
-	fmt.Printf("devices %d, failed %d, with their bundle issued in the store %d\n", res.Devices, res.Failed, joined)
-	fmt.Printf("elapsed %.2f s, %.0f devices/s, time to the accepted report p50 %.1f ms p99 %.1f ms\n",
-		secs, float64(res.Devices-res.Failed)/secs, ms(res.P50), ms(res.P99))
-	fmt.Printf("ztpd CPU %.1f s, %.3f ms per device\n", cpu, 1000*cpu/float64(max(res.Devices, 1)))
-	if commits1, callers1, err := storeCommits(lab.NSClient(srv), o.ipv6); err == nil && commits1 > commits0 {
-		c := commits1 - commits0
-		fmt.Printf("store commits %.0f, %.2f per device, %.1f writers per commit\n", c, c/float64(max(res.Devices, 1)), (callers1-callers0)/c)
-	}
-	for _, step := range []string{"dhcp", "ztp.json", "config", "join", "report"} {
-		fmt.Printf("  mean %-9s %.1f ms\n", step, ms(res.PerStep[step]))
-	}
-	for _, e := range res.Errors {
-		fmt.Println("  error:", e)
-	}
-	fmt.Printf("RESULT boot_storm devices=%d seconds=%.2f p99_ms=%.1f\n", res.Devices-res.Failed, secs, ms(res.P99))
-	if res.Failed > 0 || joined != o.n {
-		return fmt.Errorf("%d failed, %d of %d with their bundle issued", res.Failed, joined, o.n)
-	}
-	return nil
+	return res, json.Unmarshal(raw, &res)
 }
 
 // runFleet is the fleet itself, started inside bs-cli.
