@@ -26,6 +26,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ztpd/ztpd/testenv/floorwire"
 )
 
 func main() {
@@ -113,8 +115,6 @@ func listen(name string) (*net.UDPConn, error) {
 	return pc.(*net.UDPConn), nil
 }
 
-var serverDUID = []byte{0, 3, 0, 1, 0x02, 0x99, 0, 0, 0, 1} // DUID-LL
-
 func serve(conn *net.UDPConn, prefix [16]byte) {
 	in := make([]byte, 1500)
 	out := make([]byte, 0, 512)
@@ -133,58 +133,13 @@ func serve(conn *net.UDPConn, prefix [16]byte) {
 // id echoed, the server id, and an IA_NA (the client's IAID) holding the
 // address its DUID hashes to.
 func answer(out, pkt []byte, prefix [16]byte) []byte {
-	if len(pkt) < 4 {
-		return nil
-	}
-	var typ byte
-	switch pkt[0] {
-	case 1:
-		typ = 2
-	case 3:
-		typ = 7
-	default:
-		return nil
-	}
-	var clientID []byte
-	iaid := []byte{0, 0, 0, 1}
-	for o := pkt[4:]; len(o) >= 4; {
-		code, l := binary.BigEndian.Uint16(o), int(binary.BigEndian.Uint16(o[2:]))
-		if len(o) < 4+l {
-			return nil
-		}
-		switch v := o[4 : 4+l]; code {
-		case 1:
-			clientID = v
-		case 3:
-			if l >= 4 {
-				iaid = v[:4]
-			}
-		}
-		o = o[4+l:]
-	}
-	if len(clientID) < 2 || len(clientID) > 130 { // RFC 8415 §11.1: a 2-byte type, at most 128 more
+	r, ok := floorwire.ParseRequest(pkt)
+	if !ok {
 		return nil
 	}
 	h := fnv.New64a()
-	h.Write(clientID)
+	h.Write(r.ClientID)
 	addr := prefix
 	binary.BigEndian.PutUint64(addr[8:], h.Sum64()|1<<16)
-	out = append(out, typ, pkt[1], pkt[2], pkt[3])
-	out = appendOpt(out, 1, clientID)
-	out = appendOpt(out, 2, serverDUID)
-	out = append(out, 0, 3, 0, 12+4+24)
-	out = append(out, iaid...)
-	out = binary.BigEndian.AppendUint32(out, 1800)
-	out = binary.BigEndian.AppendUint32(out, 2880)
-	out = append(out, 0, 5, 0, 24)
-	out = append(out, addr[:]...)
-	out = binary.BigEndian.AppendUint32(out, 3600)
-	out = binary.BigEndian.AppendUint32(out, 3600)
-	return out
-}
-
-func appendOpt(out []byte, code uint16, v []byte) []byte {
-	out = binary.BigEndian.AppendUint16(out, code)
-	out = binary.BigEndian.AppendUint16(out, uint16(len(v)))
-	return append(out, v...)
+	return floorwire.AppendAnswer(out, r, addr)
 }

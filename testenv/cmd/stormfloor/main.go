@@ -55,6 +55,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ztpd/ztpd/testenv/floorwire"
 )
 
 type options struct {
@@ -126,6 +128,7 @@ type floor struct {
 	tlsCert tls.Certificate
 	pin     string
 	macKey  []byte
+	scratch []byte // answer6's inner message (one DHCP reader)
 }
 
 func newFloor(o options) (*floor, error) {
@@ -286,8 +289,6 @@ func (f *floor) answer4(out, pkt []byte) ([]byte, netip.AddrPort) {
 	return append(out, 255), netip.AddrPortFrom(giaddr, 67)
 }
 
-var serverDUID = []byte{0, 3, 0, 1, 0x02, 0x99, 0, 0, 0, 1} // DUID-LL
-
 // answer6 is the Relay-Repl holding the Advertise to a Solicit or the
 // Reply to a Request that came in a Relay-Forw, sent back to its relay.
 func (f *floor) answer6(out, pkt []byte, from netip.AddrPort) ([]byte, netip.AddrPort) {
@@ -295,83 +296,33 @@ func (f *floor) answer6(out, pkt []byte, from netip.AddrPort) ([]byte, netip.Add
 		return nil, netip.AddrPort{}
 	}
 	var inner, ifaceID []byte
-	for o := pkt[34:]; len(o) >= 4; {
-		code, l := binary.BigEndian.Uint16(o), int(binary.BigEndian.Uint16(o[2:]))
-		if len(o) < 4+l {
-			return nil, netip.AddrPort{}
-		}
+	if !floorwire.EachOption(pkt[34:], func(code uint16, v []byte) {
 		switch code {
 		case 9:
-			inner = o[4 : 4+l]
+			inner = v
 		case 18:
-			ifaceID = o[4 : 4+l]
+			ifaceID = v
 		}
-		o = o[4+l:]
-	}
-	if len(inner) < 4 {
+	}) {
 		return nil, netip.AddrPort{}
 	}
-	var typ byte
-	switch inner[0] {
-	case 1:
-		typ = 2
-	case 3:
-		typ = 7
-	default:
-		return nil, netip.AddrPort{}
-	}
-	var clientID []byte
-	iaid := []byte{0, 0, 0, 1}
-	for o := inner[4:]; len(o) >= 4; {
-		code, l := binary.BigEndian.Uint16(o), int(binary.BigEndian.Uint16(o[2:]))
-		if len(o) < 4+l {
-			return nil, netip.AddrPort{}
-		}
-		switch v := o[4 : 4+l]; code {
-		case 1:
-			clientID = v
-		case 3:
-			if l >= 4 {
-				iaid = v[:4]
-			}
-		}
-		o = o[4+l:]
-	}
+	r, ok := floorwire.ParseRequest(inner)
 	// DUID-LLT (1) or DUID-LL (3) of an Ethernet MAC: the MAC is its tail.
-	if len(clientID) < 10 || len(clientID) > 130 || (clientID[1] != 1 && clientID[1] != 3) {
+	if !ok || len(r.ClientID) < 10 || (r.ClientID[1] != 1 && r.ClientID[1] != 3) {
 		return nil, netip.AddrPort{}
 	}
-	mac := clientID[len(clientID)-6:]
+	mac := r.ClientID[len(r.ClientID)-6:]
 	addr := f.o.prefix6.As16()
 	binary.BigEndian.PutUint64(addr[8:], 1<<16+uint64(macIndex(mac)))
+	msg := floorwire.AppendAnswer(f.scratch[:0], r, addr)
+	msg = floorwire.AppendOption(msg, 59, []byte(f.bootURL(mac)))
+	f.scratch = msg
 	out = append(out, 13, pkt[1])
 	out = append(out, pkt[2:34]...)
 	if ifaceID != nil {
-		out = appendOpt6(out, 18, ifaceID)
+		out = floorwire.AppendOption(out, 18, ifaceID)
 	}
-	url := f.bootURL(mac)
-	msgLen := 4 + (4 + len(clientID)) + (4 + len(serverDUID)) + (4 + 12 + 4 + 24) + (4 + len(url))
-	out = binary.BigEndian.AppendUint16(out, 9)
-	out = binary.BigEndian.AppendUint16(out, uint16(msgLen))
-	out = append(out, typ, inner[1], inner[2], inner[3])
-	out = appendOpt6(out, 1, clientID)
-	out = appendOpt6(out, 2, serverDUID)
-	out = append(out, 0, 3, 0, 12+4+24)
-	out = append(out, iaid...)
-	out = binary.BigEndian.AppendUint32(out, 1800)
-	out = binary.BigEndian.AppendUint32(out, 2880)
-	out = append(out, 0, 5, 0, 24)
-	out = append(out, addr[:]...)
-	out = binary.BigEndian.AppendUint32(out, 3600)
-	out = binary.BigEndian.AppendUint32(out, 3600)
-	out = appendOpt6(out, 59, []byte(url))
-	return out, netip.AddrPortFrom(from.Addr(), 547)
-}
-
-func appendOpt6(out []byte, code uint16, v []byte) []byte {
-	out = binary.BigEndian.AppendUint16(out, code)
-	out = binary.BigEndian.AppendUint16(out, uint16(len(v)))
-	return append(out, v...)
+	return floorwire.AppendOption(out, 9, msg), netip.AddrPortFrom(from.Addr(), 547)
 }
 
 // tlsPin is the pin the switch is told to hold the join's and report's
