@@ -198,16 +198,18 @@ func (f *floor) listen() error {
 	mux.HandleFunc("GET /ztp/{mac}/ztp.json", f.ztpJSON)
 	mux.HandleFunc("GET /ztp/{mac}/config_db.json", f.configDB)
 	smux := mux
+	var secure net.Listener
 	if !f.o.clear {
-		secure, err := net.Listen("tcp", netip.AddrPortFrom(f.o.addr, 8443).String())
-		if err != nil {
+		if secure, err = net.Listen("tcp", netip.AddrPortFrom(f.o.addr, 8443).String()); err != nil {
 			return err
 		}
 		smux = http.NewServeMux()
-		go http.Serve(tls.NewListener(secure, &tls.Config{Certificates: []tls.Certificate{f.tlsCert}}), smux)
 	}
 	smux.HandleFunc("POST /join", f.join)
 	smux.HandleFunc("POST /report", f.report)
+	if secure != nil {
+		go http.Serve(tls.NewListener(secure, &tls.Config{Certificates: []tls.Certificate{f.tlsCert}}), smux)
+	}
 	go f.serveDHCP(dhcp.(*net.UDPConn))
 	go http.Serve(plain, mux)
 	return nil
