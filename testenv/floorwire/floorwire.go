@@ -15,11 +15,12 @@ type Request struct {
 	Answer   byte // Advertise (2) to a Solicit, Reply (7) to a Request
 	XID      [3]byte
 	ClientID []byte
-	IAID     [4]byte // the first IA_NA's; 0.0.0.1 without one
+	IAID     [4]byte // the last IA_NA's; 0.0.0.1 without one
 }
 
 // EachOption calls fn with every option of b, a message's options; it
-// reports false for a truncated option.
+// reports false for an option longer than what is left. Fewer than four
+// bytes left over, too few for an option's header, are ignored.
 func EachOption(b []byte, fn func(code uint16, v []byte)) bool {
 	for len(b) >= 4 {
 		code, l := binary.BigEndian.Uint16(b), int(binary.BigEndian.Uint16(b[2:]))
@@ -29,7 +30,7 @@ func EachOption(b []byte, fn func(code uint16, v []byte)) bool {
 		fn(code, b[4:4+l])
 		b = b[4+l:]
 	}
-	return len(b) == 0
+	return true
 }
 
 // ParseRequest reads a Solicit or a Request. ok is false for any other
@@ -49,14 +50,13 @@ func ParseRequest(pkt []byte) (r Request, ok bool) {
 	}
 	r.XID = [3]byte(pkt[1:4])
 	r.IAID = [4]byte{0, 0, 0, 1}
-	iaSeen := false
 	if !EachOption(pkt[4:], func(code uint16, v []byte) {
 		switch code {
 		case 1:
 			r.ClientID = v
 		case 3:
-			if len(v) >= 4 && !iaSeen {
-				r.IAID, iaSeen = [4]byte(v[:4]), true
+			if len(v) >= 4 {
+				r.IAID = [4]byte(v[:4])
 			}
 		}
 	}) {

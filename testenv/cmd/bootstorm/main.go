@@ -39,11 +39,9 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv6"
@@ -135,10 +133,13 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	secs := res.Elapsed.Seconds()
 	perDevice := 1000 * cpu / float64(max(res.Devices, 1))
+	result := func(floorMs float64) {
+		fmt.Printf("RESULT boot_storm devices=%d seconds=%.2f p99_ms=%.1f cpu_ms=%.3f floor_cpu_ms=%.3f\n",
+			res.Devices-res.Failed, res.Elapsed.Seconds(), ms(res.P99), perDevice, floorMs)
+	}
 	if res.Failed > 0 || joined != o.n {
-		fmt.Printf("RESULT boot_storm devices=%d seconds=%.2f p99_ms=%.1f cpu_ms=%.3f floor_cpu_ms=0\n", res.Devices-res.Failed, secs, ms(res.P99), perDevice)
+		result(0)
 		return fmt.Errorf("%d failed, %d of %d with their bundle issued", res.Failed, joined, o.n)
 	}
 	floorMs := 0.0
@@ -155,8 +156,7 @@ func run(o options) error {
 		fmt.Printf("floor CPU %.1f s, %.3f ms per device (%.1f s, p99 %.1f ms); ztpd above it %.3f ms per device\n",
 			fcpu, floorMs, fres.Elapsed.Seconds(), ms(fres.P99), perDevice-floorMs)
 	}
-	fmt.Printf("RESULT boot_storm devices=%d seconds=%.2f p99_ms=%.1f cpu_ms=%.3f floor_cpu_ms=%.3f\n",
-		res.Devices-res.Failed, secs, ms(res.P99), perDevice, floorMs)
+	result(floorMs)
 	return nil
 }
 
@@ -230,8 +230,6 @@ func stormZtpd(o options) (res fleet.StormResult, cpu float64, joined int, err e
 // namespaces, its documents as large as ztpd's were (sizes, bytes per
 // step): the fleet's result and the floor's CPU seconds over it.
 func stormFloor(o options, sizes map[string]int64) (res fleet.StormResult, cpu float64, err error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	n, err := stormlab.NewNet(stormlab.NetOptions{Prefix: nsPrefix(o.ipv6), PoolFirst: poolFirst, PoolLast: poolLast, IPv6: o.ipv6})
 	if err != nil {
 		return res, 0, err
@@ -252,17 +250,17 @@ func stormFloor(o options, sizes map[string]int64) (res fleet.StormResult, cpu f
 		args = append(args, "-clear")
 	}
 	bin, _ := filepath.Abs(o.floor)
-	cmd := n.Srv.Command(ctx, bin, args...)
+	cmd := n.Srv.Command(context.Background(), bin, args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return res, 0, err
 	}
-	if err := cmd.Start(); err != nil {
+	p, err := lab.StartProc(cmd)
+	if err != nil {
 		return res, 0, err
 	}
-	defer cmd.Wait()
-	defer cmd.Process.Signal(syscall.SIGTERM)
+	defer p.Stop(15 * time.Second) // SIGTERM: the floor writes its profile, then exits
 	ready := make(chan error, 1)
 	go func() {
 		line := make([]byte, 6)
@@ -282,7 +280,7 @@ func stormFloor(o options, sizes map[string]int64) (res fleet.StormResult, cpu f
 	}
 	pid := cmd.Process.Pid
 	if o.serverCPUs != "" {
-		if out, err := exec.Command("taskset", "-a", "-p", "-c", o.serverCPUs, strconv.Itoa(pid)).CombinedOutput(); err != nil {
+		if out, err := lab.Pin(p, o.serverCPUs); err != nil {
 			return res, 0, fmt.Errorf("taskset: %v %s", err, out)
 		}
 	}
@@ -290,7 +288,7 @@ func stormFloor(o options, sizes map[string]int64) (res fleet.StormResult, cpu f
 	if err != nil {
 		return res, 0, err
 	}
-	if res, err = fleetIn(ctx, n.Cli, o); err != nil {
+	if res, err = fleetIn(context.Background(), n.Cli, o); err != nil {
 		return res, 0, err
 	}
 	cpu1, err := procstat.CPU(pid)

@@ -51,7 +51,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	go func() { <-ctx.Done(); conn.Close() }()
+	go func() {
+		<-ctx.Done()
+		if *blocking {
+			os.Exit(0) // closing the socket does not wake a thread blocked in recvfrom
+		}
+		conn.Close()
+	}()
 	if *blocking {
 		serveBlocking(conn, p.As16())
 		return
@@ -78,8 +84,12 @@ func serveBlocking(conn *net.UDPConn, prefix [16]byte) {
 	out := make([]byte, 0, 512)
 	for {
 		n, from, err := unix.Recvfrom(fd, in, 0)
-		if err != nil {
+		if err == unix.EINTR {
 			continue
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "dhcp6floor: recvfrom:", err)
+			os.Exit(1)
 		}
 		if reply := answer(out[:0], in[:n], prefix); reply != nil {
 			_ = unix.Sendto(fd, reply, 0, from)
